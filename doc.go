@@ -1,0 +1,20 @@
+// Package floodgate is a rate limiter whose every decision is one atomic step.
+//
+// A [Policy] describes one limit: an [Algorithm] (fixed window, sliding log,
+// sliding window counter, token bucket or GCRA), a limit per window and, for
+// the bucket algorithms, a burst. A [Limiter] applies policies to identities
+// (a user id, an API key, an IP address...) against a [Store]: the in-memory
+// store in package memstore, or Redis through package redisstore, where each
+// decision is a single Lua script run in one round trip.
+//
+// Every algorithm is defined once, as a pure step function over integer
+// microseconds ([Step]); the stores apply that function (memstore) or mirror
+// it exactly in Lua (redisstore), so a decision does not depend on which
+// store made it.
+//
+// Decisions are all-or-nothing: a denied request consumes nothing, and when
+// several layers are decided together ([Limiter.AllowLayers]) a request
+// denied by one layer consumes nothing in the others.
+//
+// The package itself depends only on the standard library.
+package floodgate

@@ -1,0 +1,28 @@
+package floodgate
+
+import "errors"
+
+// Sentinel errors. Errors returned by this module wrap one of these with %w,
+// so callers test them with errors.Is.
+var (
+	// ErrInvalidPolicy reports a policy whose parameters are out of range.
+	ErrInvalidPolicy = errors.New("floodgate: invalid policy")
+	// ErrInvalidCost reports a negative or too large cost.
+	ErrInvalidCost = errors.New("floodgate: invalid cost")
+	// ErrInvalidKey reports an identity, prefix or key that cannot be used.
+	ErrInvalidKey = errors.New("floodgate: invalid key")
+	// ErrInvalidLayers reports an empty or too long list of layers.
+	ErrInvalidLayers = errors.New("floodgate: invalid layers")
+	// ErrStoreUnavailable reports that the store could not be reached and
+	// the decision was certainly not applied (nothing was written).
+	ErrStoreUnavailable = errors.New("floodgate: store unavailable")
+	// ErrIndeterminate reports that the store failed after the request may
+	// have been applied (for example a connection reset after the script was
+	// sent). Retrying blindly could count the request twice.
+	ErrIndeterminate = errors.New("floodgate: outcome indeterminate")
+	// ErrStoreFull reports that the in-memory store reached its key cap and
+	// could not track a new identity.
+	ErrStoreFull = errors.New("floodgate: store full")
+	// ErrBadReply reports a store reply of an unexpected type or shape.
+	ErrBadReply = errors.New("floodgate: bad store reply")
+)

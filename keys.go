@@ -1,0 +1,87 @@
+package floodgate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// MaxIdentityLen is the longest identity kept readable in a key; longer
+// identities, and any containing bytes outside [A-Za-z0-9_.@+=/-], are
+// replaced by a hash.
+const MaxIdentityLen = 64
+
+// MaxPrefixLen is the longest key prefix.
+const MaxPrefixLen = 64
+
+// EncodeIdentity maps any identity (any bytes, any length) to a short
+// string of safe bytes that contains no ':', '{' or '}'. Distinct identities
+// map to distinct encodings: a readable identity is kept as "r"+identity, any
+// other becomes "h"+ the first 32 hex digits of its SHA-256 (128 bits,
+// collision-resistant). The result is at most 65 bytes.
+func EncodeIdentity(identity string) string {
+	if len(identity) <= MaxIdentityLen {
+		safe := true
+		for i := 0; i < len(identity); i++ {
+			if !isIdentityByte(identity[i]) {
+				safe = false
+				break
+			}
+		}
+		if safe {
+			return "r" + identity
+		}
+	}
+	sum := sha256.Sum256([]byte(identity))
+	return "h" + hex.EncodeToString(sum[:16])
+}
+
+func isIdentityByte(c byte) bool {
+	return isNameByte(c) || c == '@' || c == '+' || c == '=' || c == '/'
+}
+
+// ValidatePrefix reports, wrapped in ErrInvalidKey, why prefix cannot start
+// storage keys: it must be 1..64 bytes from [A-Za-z0-9_.:-].
+func ValidatePrefix(prefix string) error {
+	if prefix == "" || len(prefix) > MaxPrefixLen {
+		return fmt.Errorf("%w: prefix %q must be 1..%d bytes", ErrInvalidKey, prefix, MaxPrefixLen)
+	}
+	for i := 0; i < len(prefix); i++ {
+		if c := prefix[i]; !isNameByte(c) && c != ':' {
+			return fmt.Errorf("%w: prefix %q: byte %q not in [A-Za-z0-9_.:-]", ErrInvalidKey, prefix, c)
+		}
+	}
+	return nil
+}
+
+// Key returns the storage key of identity under policy p:
+//
+//	prefix ":" name ":" algorithm ":{" EncodeIdentity(identity) "}"
+//
+// for example "fg:api:sw:{ruser42}". The braces are a Redis Cluster hash
+// tag: all keys of one identity (across policies) share one slot, and the
+// identity cannot pick another slot or escape its namespace. prefix must be
+// valid (see ValidatePrefix) and p.Name valid.
+func Key(prefix string, p Policy, identity string) string {
+	return prefix + ":" + p.Name + ":" + p.Algorithm.short() + ":{" + EncodeIdentity(identity) + "}"
+}
+
+// HashTag returns the part of key between the first '{' and the next '}',
+// the part Redis Cluster hashes, or key itself when there is none (Redis's
+// rule).
+func HashTag(key string) string {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j == i+1 {
+						return key
+					}
+					return key[i+1 : j]
+				}
+			}
+			return key
+		}
+	}
+	return key
+}

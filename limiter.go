@@ -1,0 +1,241 @@
+package floodgate
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// MaxLayers is the most layers one decision may have.
+const MaxLayers = 16
+
+// Layer is one policy applied to one stored key within a decision.
+type Layer struct {
+	// Policy is a valid policy.
+	Policy Policy
+	// Key is the storage key, as built by Key.
+	Key string
+	// Cost is what this request costs under this layer (0 peeks).
+	Cost int64
+}
+
+// Store decides requests atomically. Implementations: memstore.Store (in
+// process) and redisstore.Store (Redis, one Lua script per decision).
+type Store interface {
+	// Decide applies Step to every layer at now (Unix microseconds) as one
+	// atomic operation: if every layer admits its cost, every layer's
+	// state is committed; otherwise nothing is written. It stores one Result
+	// per layer in out (len(out) == len(layers)). Layers were validated by
+	// the caller. On error, nothing was decided; errors wrap
+	// ErrStoreUnavailable when nothing was written and ErrIndeterminate when
+	// the write may have happened.
+	Decide(ctx context.Context, now int64, layers []Layer, out []Result) error
+}
+
+// Options configures a Limiter. The zero value is ready to use.
+type Options struct {
+	// Prefix starts every storage key, so several applications can share
+	// one Redis. Default "fg". See ValidatePrefix.
+	Prefix string
+	// Clock returns the current time. Default time.Now. Only the Unix
+	// microseconds of its result are used.
+	Clock func() time.Time
+}
+
+// Limiter applies policies to identities against a Store. It is safe for
+// concurrent use by multiple goroutines.
+type Limiter struct {
+	store  Store
+	prefix string
+	clock  func() time.Time
+}
+
+// New returns a Limiter deciding against store.
+func New(store Store, opts Options) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidPolicy)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "fg"
+	}
+	if err := ValidatePrefix(opts.Prefix); err != nil {
+		return nil, err
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	return &Limiter{store: store, prefix: opts.Prefix, clock: opts.Clock}, nil
+}
+
+// Prefix returns the limiter's key prefix.
+func (l *Limiter) Prefix() string { return l.prefix }
+
+// Key returns the storage key the limiter uses for identity under p.
+func (l *Limiter) Key(p Policy, identity string) string { return Key(l.prefix, p, identity) }
+
+// Allow decides one request of cost 1 by identity under p.
+func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Result, error) {
+	return l.AllowN(ctx, p, identity, 1)
+}
+
+// Peek reports identity's current standing under p without consuming
+// anything (a decision of cost 0).
+func (l *Limiter) Peek(ctx context.Context, p Policy, identity string) (Result, error) {
+	return l.AllowN(ctx, p, identity, 0)
+}
+
+// AllowN decides one request of the given cost (0..MaxCost; 0 peeks) by
+// identity under p, now.
+func (l *Limiter) AllowN(ctx context.Context, p Policy, identity string, cost int64) (Result, error) {
+	return l.AllowAt(ctx, l.clock(), p, identity, cost)
+}
+
+// AllowAt is AllowN at the given time.
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity string, cost int64) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := ValidateCost(cost); err != nil {
+		return Result{}, err
+	}
+	layers := [1]Layer{{Policy: p, Key: Key(l.prefix, p, identity), Cost: cost}}
+	var out [1]Result
+	if err := l.store.Decide(ctx, now.UnixMicro(), layers[:], out[:]); err != nil {
+		return Result{}, err
+	}
+	return out[0], nil
+}
+
+// ValidateCost reports, wrapped in ErrInvalidCost, a cost outside 0..MaxCost.
+func ValidateCost(cost int64) error {
+	if cost < 0 || cost > MaxCost {
+		return fmt.Errorf("%w: cost %d out of range 0..%d", ErrInvalidCost, cost, int64(MaxCost))
+	}
+	return nil
+}
+
+// LayerSpec names one layer of a layered decision: a policy and the
+// identity it applies to (for example "" or "global" for a server-wide
+// layer, a user id for a per-user layer).
+type LayerSpec struct {
+	Policy   Policy
+	Identity string
+	// Cost overrides the decision's cost for this layer when positive, e.g.
+	// a quota layer counting tokens while the others count requests. Use
+	// Peek to make a layer check without consuming.
+	Cost int64
+	// Peek makes this layer check (cost 0) without consuming.
+	Peek bool
+}
+
+// Decision is the outcome of a layered decision.
+type Decision struct {
+	// Allowed reports whether every layer admitted the request; only then
+	// was anything consumed.
+	Allowed bool
+	// Binding is the index of the layer that drives the response: the first
+	// layer that denied, or, when all allowed, the one with the least
+	// remaining (relative to its limit, the first on ties).
+	Binding int
+	// Layers holds each layer's result, in the order given.
+	Layers []Result
+}
+
+// Result returns the binding layer's result, the one to report to clients
+// (for example in X-RateLimit-* headers). For a denied decision its Allowed
+// is false even if that layer alone would have admitted the request.
+func (d Decision) Result() Result {
+	if len(d.Layers) == 0 {
+		return Result{}
+	}
+	r := d.Layers[d.Binding]
+	r.Allowed = d.Allowed
+	return r
+}
+
+// AllowLayers decides a request of the given cost against every layer as
+// one all-or-nothing operation in one store call (one Redis round trip): if
+// any layer denies, no layer consumes anything.
+func (l *Limiter) AllowLayers(ctx context.Context, cost int64, specs ...LayerSpec) (Decision, error) {
+	return l.AllowLayersAt(ctx, l.clock(), cost, specs...)
+}
+
+// AllowLayersAt is AllowLayers at the given time.
+func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, specs ...LayerSpec) (Decision, error) {
+	layers, err := l.Layers(cost, specs...)
+	if err != nil {
+		return Decision{}, err
+	}
+	out := make([]Result, len(layers))
+	if err := l.store.Decide(ctx, now.UnixMicro(), layers, out); err != nil {
+		return Decision{}, err
+	}
+	return NewDecision(out), nil
+}
+
+// Layers validates specs and builds the store layers for a decision of the
+// given cost.
+func (l *Limiter) Layers(cost int64, specs ...LayerSpec) ([]Layer, error) {
+	if len(specs) == 0 || len(specs) > MaxLayers {
+		return nil, fmt.Errorf("%w: %d layers (want 1..%d)", ErrInvalidLayers, len(specs), MaxLayers)
+	}
+	if err := ValidateCost(cost); err != nil {
+		return nil, err
+	}
+	layers := make([]Layer, len(specs))
+	for i, s := range specs {
+		if err := s.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		c := cost
+		if s.Cost > 0 {
+			c = s.Cost
+		}
+		if s.Peek {
+			c = 0
+		}
+		if err := ValidateCost(c); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		layers[i] = Layer{Policy: s.Policy, Key: Key(l.prefix, s.Policy, s.Identity), Cost: c}
+	}
+	for i := range layers {
+		for j := i + 1; j < len(layers); j++ {
+			if layers[i].Key == layers[j].Key {
+				return nil, fmt.Errorf("%w: layers %d and %d use the same key %q", ErrInvalidLayers, i, j, layers[i].Key)
+			}
+		}
+	}
+	return layers, nil
+}
+
+// NewDecision combines per-layer results into a Decision, marking layers
+// that would have admitted a denied request with ReasonOtherLayer.
+func NewDecision(out []Result) Decision {
+	d := Decision{Allowed: true, Layers: out}
+	for i, r := range out {
+		if !r.Allowed {
+			if d.Allowed {
+				d.Binding = i
+			}
+			d.Allowed = false
+		}
+	}
+	if d.Allowed {
+		best := -1.0
+		for i, r := range out {
+			frac := float64(r.Remaining) / float64(max(r.Limit, 1))
+			if best < 0 || frac < best {
+				best, d.Binding = frac, i
+			}
+		}
+		return d
+	}
+	for i := range out {
+		if out[i].Allowed {
+			out[i].Allowed = false
+			out[i].Reason = ReasonOtherLayer
+		}
+	}
+	return d
+}

@@ -1,0 +1,284 @@
+package floodgate
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a [Policy] counts. The zero value is invalid.
+type Algorithm uint8
+
+// The algorithms. Each one's worst-case over-admission is stated on its
+// constant; none admits more than its limit inside any of its own windows
+// except where stated.
+const (
+	// FixedWindow counts requests in aligned windows of Policy.Window
+	// (aligned to the Unix epoch). State: one counter. Worst case: up to
+	// 2×Limit in any sliding interval of length Window that straddles a
+	// window edge (Limit at the end of one window, Limit at the start of the
+	// next).
+	FixedWindow Algorithm = iota + 1
+	// SlidingLog records every admitted request with its time and admits a
+	// request only if the costs recorded in the last Window plus its own
+	// cost fit in Limit. Exact: never more than Limit in any interval of
+	// length Window. State: O(Limit) entries, so Limit is capped at
+	// MaxSlidingLogLimit.
+	SlidingLog
+	// SlidingWindow (sliding window counter) estimates the count in the last
+	// Window as the current aligned window's count plus the previous one's
+	// weighted by how much of it still overlaps. State: two counters.
+	// Worst case: the estimate assumes the previous window's requests were
+	// spread evenly; if they were bunched at its end, up to about 2×Limit
+	// can pass in one sliding interval (rare in practice; Cloudflare measured
+	// 0.003% of requests misjudged).
+	SlidingWindow
+	// TokenBucket holds up to Burst tokens (default Limit), refilled at
+	// Limit per Window, one token per Window/Limit. A request takes Cost
+	// tokens. Worst case: Burst plus Limit per Window in any interval of
+	// length Window (a full bucket drained, then the refill).
+	TokenBucket
+	// GCRA (generic cell rate algorithm, the leaky bucket as a meter) keeps
+	// one theoretical arrival time. It admits Limit per Window with bursts
+	// of up to Burst (default Limit), and with MaxDelay > 0 it admits a
+	// request that would conform within MaxDelay and reports the Delay to
+	// wait (traffic shaping). Worst case: same as TokenBucket.
+	GCRA
+)
+
+var algorithmNames = [...]string{
+	FixedWindow:   "fixed_window",
+	SlidingLog:    "sliding_log",
+	SlidingWindow: "sliding_window",
+	TokenBucket:   "token_bucket",
+	GCRA:          "gcra",
+}
+
+// String returns the algorithm's snake_case name, as used in configuration
+// files and metrics labels.
+func (a Algorithm) String() string {
+	if a >= FixedWindow && int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// short is the algorithm's tag inside storage keys.
+func (a Algorithm) short() string {
+	switch a {
+	case FixedWindow:
+		return "fw"
+	case SlidingLog:
+		return "sl"
+	case SlidingWindow:
+		return "sw"
+	case TokenBucket:
+		return "tb"
+	case GCRA:
+		return "gc"
+	}
+	return "xx"
+}
+
+// ParseAlgorithm returns the algorithm named s (its String form; "leaky_bucket"
+// is accepted for GCRA).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a := FixedWindow; a <= GCRA; a++ {
+		if algorithmNames[a] == s {
+			return a, nil
+		}
+	}
+	if s == "leaky_bucket" {
+		return GCRA, nil
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, gcra or leaky_bucket)", ErrInvalidPolicy, s)
+}
+
+// Limits on policy parameters. They keep every quantity the algorithms
+// compute below 2^53, so Go and Lua (whose numbers are doubles) agree exactly.
+const (
+	// MaxLimit is the largest Limit and Burst.
+	MaxLimit = 1 << 40
+	// MaxCost is the largest cost of one request.
+	MaxCost = MaxLimit
+	// MaxSlidingLogLimit is the largest Limit of a SlidingLog policy, whose
+	// memory grows with the limit.
+	MaxSlidingLogLimit = 100_000
+	// MinWindow and MaxWindow bound Policy.Window.
+	MinWindow = time.Millisecond
+	MaxWindow = 400 * 24 * time.Hour
+	// maxSpanMicros bounds Burst×interval and MaxDelay (about 35 years).
+	maxSpanMicros = 1 << 50
+	// MaxNameLen is the longest policy name.
+	MaxNameLen = 64
+)
+
+// Policy is one rate limit. It is a plain value: copy it freely. Build it
+// with a constructor (NewFixedWindow...) or fill the fields and call
+// Validate; the Limiter validates every policy it is given.
+type Policy struct {
+	// Name namespaces the policy's keys, so two policies never share state.
+	// 1 to 64 characters from [A-Za-z0-9_.-]. Changing a policy's limits
+	// while keeping its Name keeps the identities' current state.
+	Name string
+	// Algorithm selects how requests are counted.
+	Algorithm Algorithm
+	// Limit is the number of cost units admitted per Window (1..MaxLimit).
+	Limit int64
+	// Window is the period Limit applies to (MinWindow..MaxWindow). For
+	// TokenBucket and GCRA it sets the rate: one unit per Window/Limit,
+	// which must be at least one microsecond.
+	Window time.Duration
+	// Burst is, for TokenBucket, the bucket capacity and, for GCRA, the
+	// largest burst admitted at once. Zero means Limit. Other algorithms
+	// require zero.
+	Burst int64
+	// MaxDelay, for GCRA only, admits a request that would conform within
+	// MaxDelay and reports in Result.Delay how long to wait before acting on
+	// it (shaping instead of denying). Zero disables shaping.
+	MaxDelay time.Duration
+}
+
+func newPolicy(p Policy) (Policy, error) {
+	if err := p.Validate(); err != nil {
+		return Policy{}, err
+	}
+	return p, nil
+}
+
+// NewFixedWindow returns a validated FixedWindow policy admitting limit units
+// per window.
+func NewFixedWindow(name string, limit int64, window time.Duration) (Policy, error) {
+	return newPolicy(Policy{Name: name, Algorithm: FixedWindow, Limit: limit, Window: window})
+}
+
+// NewSlidingLog returns a validated SlidingLog policy admitting limit units
+// in any interval of length window.
+func NewSlidingLog(name string, limit int64, window time.Duration) (Policy, error) {
+	return newPolicy(Policy{Name: name, Algorithm: SlidingLog, Limit: limit, Window: window})
+}
+
+// NewSlidingWindow returns a validated SlidingWindow (sliding window
+// counter) policy admitting about limit units in any interval of length
+// window.
+func NewSlidingWindow(name string, limit int64, window time.Duration) (Policy, error) {
+	return newPolicy(Policy{Name: name, Algorithm: SlidingWindow, Limit: limit, Window: window})
+}
+
+// NewTokenBucket returns a validated TokenBucket policy refilling limit
+// tokens per window into a bucket of burst tokens (0 means limit).
+func NewTokenBucket(name string, limit int64, window time.Duration, burst int64) (Policy, error) {
+	return newPolicy(Policy{Name: name, Algorithm: TokenBucket, Limit: limit, Window: window, Burst: burst})
+}
+
+// NewGCRA returns a validated GCRA policy admitting limit units per window
+// with bursts of up to burst (0 means limit).
+func NewGCRA(name string, limit int64, window time.Duration, burst int64) (Policy, error) {
+	return newPolicy(Policy{Name: name, Algorithm: GCRA, Limit: limit, Window: window, Burst: burst})
+}
+
+// Validate reports, wrapped in ErrInvalidPolicy, the first parameter of p
+// that is out of range.
+func (p Policy) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: policy %q: %s", ErrInvalidPolicy, p.Name, fmt.Sprintf(format, args...))
+	}
+	if err := validName(p.Name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
+	}
+	if p.Algorithm < FixedWindow || p.Algorithm > GCRA {
+		return bad("unknown algorithm %d", p.Algorithm)
+	}
+	if p.Limit < 1 || p.Limit > MaxLimit {
+		return bad("limit %d out of range 1..%d", p.Limit, int64(MaxLimit))
+	}
+	if p.Window < MinWindow || p.Window > MaxWindow {
+		return bad("window %v out of range %v..%v", p.Window, MinWindow, MaxWindow)
+	}
+	if p.Window%time.Microsecond != 0 {
+		return bad("window %v is not a whole number of microseconds", p.Window)
+	}
+	if p.Burst < 0 || p.Burst > MaxLimit {
+		return bad("burst %d out of range 0..%d", p.Burst, int64(MaxLimit))
+	}
+	if p.MaxDelay < 0 {
+		return bad("max delay %v is negative", p.MaxDelay)
+	}
+	switch p.Algorithm {
+	case TokenBucket, GCRA:
+		iv := p.interval()
+		if iv < 1 {
+			return bad("rate %d per %v is finer than one unit per microsecond", p.Limit, p.Window)
+		}
+		if p.burst() > maxSpanMicros/iv {
+			return bad("burst %d × interval %dµs is too long", p.burst(), iv)
+		}
+		if p.Algorithm == TokenBucket && p.MaxDelay != 0 {
+			return bad("max delay applies to gcra only")
+		}
+		if p.MaxDelay.Microseconds() > maxSpanMicros {
+			return bad("max delay %v too long", p.MaxDelay)
+		}
+	default:
+		if p.Burst != 0 {
+			return bad("burst applies to token_bucket and gcra only")
+		}
+		if p.MaxDelay != 0 {
+			return bad("max delay applies to gcra only")
+		}
+	}
+	if p.Algorithm == SlidingLog && p.Limit > MaxSlidingLogLimit {
+		return bad("sliding_log limit %d above %d (its memory grows with the limit; use sliding_window)", p.Limit, MaxSlidingLogLimit)
+	}
+	return nil
+}
+
+// burst returns the effective burst of a bucket policy.
+func (p Policy) burst() int64 {
+	if p.Burst == 0 {
+		return p.Limit
+	}
+	return p.Burst
+}
+
+// interval returns the emission interval of a bucket policy in microseconds
+// (Window/Limit, rounded down).
+func (p Policy) interval() int64 { return p.Window.Microseconds() / p.Limit }
+
+// Capacity returns the most a policy can admit at once: Burst (or Limit) for
+// the bucket algorithms, Limit for the others. A request whose cost exceeds
+// Capacity is always denied with ReasonCostExceedsLimit.
+func (p Policy) Capacity() int64 {
+	switch p.Algorithm {
+	case TokenBucket, GCRA:
+		return p.burst()
+	}
+	return p.Limit
+}
+
+// String describes the policy, e.g. "api: sliding_window 100/1m0s".
+func (p Policy) String() string {
+	s := fmt.Sprintf("%s: %s %d/%v", p.Name, p.Algorithm, p.Limit, p.Window)
+	if p.Burst != 0 {
+		s += fmt.Sprintf(" burst %d", p.Burst)
+	}
+	if p.MaxDelay != 0 {
+		s += fmt.Sprintf(" max delay %v", p.MaxDelay)
+	}
+	return s
+}
+
+func validName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("policy name %q must be 1..%d characters", name, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if !isNameByte(name[i]) {
+			return fmt.Errorf("policy name %q: character %q not in [A-Za-z0-9_.-]", name, name[i])
+		}
+	}
+	return nil
+}
+
+func isNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}

@@ -1,0 +1,279 @@
+package floodgate
+
+// State is the stored state of one identity under one policy, in Unix
+// microseconds and cost units. The zero value is "no state" (a fresh
+// identity). Its fields mean, per algorithm:
+//
+//	FixedWindow:   T = current window start, N = count in it
+//	SlidingWindow: T = current window start, N = count in it, Prev = count in the previous window
+//	TokenBucket:   T = last refill time, N = tokens
+//	GCRA:          T = theoretical arrival time (TAT)
+//	SlidingLog:    Log = admitted requests, oldest first
+type State struct {
+	T, N, Prev int64
+	Log        []LogEntry
+}
+
+// LogEntry is one admitted request of a SlidingLog policy.
+type LogEntry struct {
+	At   int64 // Unix µs
+	Cost int64
+}
+
+// IsZero reports whether s is the fresh state.
+func (s State) IsZero() bool { return s.T == 0 && s.N == 0 && s.Prev == 0 && len(s.Log) == 0 }
+
+// Outcome is what one Step decided.
+type Outcome struct {
+	// Result is the decision.
+	Result Result
+	// State is the identity's state after the request. When Commit is false
+	// it is equivalent to the input state and need not be stored.
+	State State
+	// Commit reports that the request consumed something and State must be
+	// stored, with a time to live of TTL microseconds.
+	Commit bool
+	// TTL is how long, in microseconds, State stays meaningful; after that
+	// it is equivalent to the fresh state. At least 1000 (one millisecond)
+	// when Commit is true.
+	TTL int64
+}
+
+// minTTL is the shortest TTL a store is asked to set, in µs.
+const minTTL = 1000
+
+// Step is the single definition of every algorithm: it decides a request of
+// the given cost at now (Unix µs) for policy p and state s. It is pure and
+// allocation-free except for SlidingLog appends. p must be valid and cost in
+// 0..MaxCost; cost 0 peeks. A denied request consumes nothing (Commit is
+// false). Time never runs backwards for a state: a now earlier than the
+// state's own time is treated as that time, so an instance whose clock is
+// behind cannot refill a bucket or reopen a window.
+func Step(p Policy, s State, now, cost int64) Outcome {
+	var o Outcome
+	var r stepResult
+	switch p.Algorithm {
+	case FixedWindow:
+		o.State, r, o.TTL = stepFixedWindow(p, s, now, cost)
+	case SlidingWindow:
+		o.State, r, o.TTL = stepSlidingWindow(p, s, now, cost)
+	case TokenBucket:
+		o.State, r, o.TTL = stepTokenBucket(p, s, now, cost)
+	case GCRA:
+		o.State, r, o.TTL = stepGCRA(p, s, now, cost)
+	case SlidingLog:
+		o.State, r, o.TTL = stepSlidingLog(p, s, now, cost)
+	}
+	o.Commit = r.allowed && cost > 0
+	if !o.Commit {
+		o.State = s
+	}
+	o.TTL = max(o.TTL, minTTL)
+	o.Result = r.result(p.Limit)
+	return o
+}
+
+// admit applies the common rule: peeks ask whether one unit fits, costs
+// above capacity are refused outright, others fit or not.
+func admit(remaining, cost, capacity int64) (allowed bool, reason Reason) {
+	switch {
+	case cost > capacity:
+		return false, ReasonCostExceedsLimit
+	case cost == 0 && remaining >= 1, cost > 0 && cost <= remaining:
+		return true, ReasonNone
+	}
+	return false, ReasonLimited
+}
+
+func stepFixedWindow(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+	w := p.Window.Microseconds()
+	if s.T != 0 && now < s.T {
+		now = s.T
+	}
+	start := now - now%w
+	n := int64(0)
+	if s.T == start {
+		n = s.N
+	}
+	r := stepResult{resetAt: start + w}
+	r.allowed, r.reason = admit(p.Limit-n, cost, p.Limit)
+	if r.allowed && cost > 0 {
+		n += cost
+	}
+	r.remaining = p.Limit - n
+	if r.reason == ReasonLimited {
+		r.retry = start + w - now
+	}
+	return State{T: start, N: n}, r, start + w - now
+}
+
+func stepSlidingWindow(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+	w := p.Window.Microseconds()
+	if s.T != 0 && now < s.T {
+		now = s.T
+	}
+	start := now - now%w
+	var cur, prev int64
+	switch s.T {
+	case start:
+		cur, prev = s.N, s.Prev
+	case start - w:
+		prev = s.N
+	}
+	rem := w - (now - start) // µs of the previous window still inside the sliding window
+	est := weighted(prev, rem, w) + cur
+	r := stepResult{}
+	r.allowed, r.reason = admit(p.Limit-est, cost, p.Limit)
+	if r.allowed && cost > 0 {
+		cur += cost
+		est += cost
+	}
+	r.remaining = p.Limit - est
+	if cur > 0 {
+		r.resetAt = start + 2*w
+	} else {
+		r.resetAt = start + w
+	}
+	if !r.allowed && r.reason != ReasonCostExceedsLimit {
+		need := max(cost, 1)
+		if cur+need <= p.Limit {
+			// Wait until the previous window's weight has decayed enough.
+			r.retry = start + w - weightedSpan(p.Limit-cur-need, w, prev) - now
+		} else {
+			// Wait for the next window, then for this window's weight to decay.
+			r.retry = start + 2*w - weightedSpan(p.Limit-need, w, cur) - now
+		}
+		r.retry = max(r.retry, 1)
+	}
+	return State{T: start, N: cur, Prev: prev}, r, start + 2*w - now
+}
+
+// weighted returns floor(count × rem / w). It is computed in float64, the
+// exact same IEEE operations as the Lua script, so both agree bit for bit.
+func weighted(count, rem, w int64) int64 {
+	if count == 0 || rem <= 0 {
+		return 0
+	}
+	x := float64(count) * float64(rem)
+	return int64(floorDiv(x, float64(w)))
+}
+
+// weightedSpan returns the largest overlap rem (µs) for which
+// weighted(count, rem, w) stays within allowance: floor(allowance × w / count).
+func weightedSpan(allowance, w, count int64) int64 {
+	if count == 0 {
+		return w
+	}
+	x := float64(allowance) * float64(w)
+	return min(int64(floorDiv(x, float64(count))), w)
+}
+
+func floorDiv(x, y float64) float64 {
+	q := x / y
+	t := float64(int64(q))
+	if t > q {
+		t--
+	}
+	return t
+}
+
+func stepTokenBucket(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+	iv := p.interval()
+	b := p.burst()
+	tokens, last := b, now
+	if s.T != 0 {
+		tokens, last = s.N, s.T
+		if now < last {
+			now = last
+		}
+		add := (now - last) / iv
+		tokens += add
+		last += add * iv
+		if tokens >= b {
+			tokens, last = b, now
+		}
+	}
+	r := stepResult{}
+	r.allowed, r.reason = admit(tokens, cost, b)
+	if r.allowed && cost > 0 {
+		tokens -= cost
+	}
+	r.remaining = tokens
+	r.resetAt = last + (b-tokens)*iv
+	if !r.allowed && r.reason != ReasonCostExceedsLimit {
+		r.retry = last + (max(cost, 1)-tokens)*iv - now
+	}
+	return State{T: last, N: tokens}, r, r.resetAt - now
+}
+
+func stepGCRA(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+	iv := p.interval()
+	b := p.burst()
+	tol := b * iv                         // how far the TAT may run ahead of now
+	maxDelay := p.MaxDelay.Microseconds() // shaping allowance
+	tat := max(s.T, now)
+	r := stepResult{}
+	switch {
+	case cost > (tol+maxDelay)/iv:
+		r.reason = ReasonCostExceedsLimit
+	case cost == 0:
+		r.allowed = tat+iv-now <= tol+maxDelay
+		if !r.allowed {
+			r.reason = ReasonLimited
+			r.retry = tat + iv - now - tol - maxDelay
+		}
+	default:
+		newTAT := tat + cost*iv
+		if newTAT-now <= tol+maxDelay {
+			r.allowed = true
+			r.delay = max(newTAT-now-tol, 0)
+			tat = newTAT
+		} else {
+			r.reason = ReasonLimited
+			r.retry = newTAT - now - tol - maxDelay
+		}
+	}
+	r.remaining = max((tol-(tat-now))/iv, 0)
+	r.resetAt = tat
+	return State{T: tat}, r, tat - now
+}
+
+func stepSlidingLog(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+	w := p.Window.Microseconds()
+	log := s.Log
+	if n := len(log); n > 0 && now < log[n-1].At {
+		now = log[n-1].At
+	}
+	drop := 0
+	for drop < len(log) && log[drop].At <= now-w {
+		drop++
+	}
+	log = log[drop:]
+	var sum int64
+	for _, e := range log {
+		sum += e.Cost
+	}
+	r := stepResult{}
+	r.allowed, r.reason = admit(p.Limit-sum, cost, p.Limit)
+	if r.allowed && cost > 0 {
+		log = append(log, LogEntry{At: now, Cost: cost})
+		sum += cost
+	}
+	r.remaining = p.Limit - sum
+	r.resetAt = now
+	if n := len(log); n > 0 {
+		r.resetAt = log[n-1].At + w
+	}
+	if !r.allowed && r.reason != ReasonCostExceedsLimit {
+		// Find the oldest entries whose expiry frees enough room.
+		need := sum + max(cost, 1) - p.Limit
+		for _, e := range log {
+			need -= e.Cost
+			if need <= 0 {
+				r.retry = e.At + w - now
+				break
+			}
+		}
+	}
+	return State{Log: log}, r, r.resetAt - now
+}
