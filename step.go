@@ -158,14 +158,20 @@ func weighted(count, rem, w int64) int64 {
 	return int64(floorDiv(x, float64(w)))
 }
 
-// weightedSpan returns the largest overlap rem (µs) for which
-// weighted(count, rem, w) stays within allowance: floor(allowance × w / count).
+// weightedSpan returns the largest overlap rem (µs, at most w) for which
+// weighted(count, rem, w) stays within allowance, that is
+// ceil((allowance+1) × w / count) − 1, in the same float64 operations as the
+// Lua script.
 func weightedSpan(allowance, w, count int64) int64 {
 	if count == 0 {
 		return w
 	}
-	x := float64(allowance) * float64(w)
-	return min(int64(floorDiv(x, float64(count))), w)
+	x := float64(allowance+1) * float64(w) / float64(count)
+	c := float64(int64(x))
+	if c < x {
+		c++
+	}
+	return min(int64(c)-1, w)
 }
 
 func floorDiv(x, y float64) float64 {

@@ -66,7 +66,7 @@ type Server struct {
 	bus       bool     // the server also binds the cluster bus port, Port+10000
 	mu        sync.Mutex
 	proc      *process // current process, nil when none was started
-	logOffset int64    // size of the logs when proc was started
+	logOffset []int64  // sizes of the logs when proc was started
 }
 
 // Require returns the path of redis-server. When it is not installed it fails

@@ -1,0 +1,149 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// clusterSize is the number of primaries StartCluster starts.
+	clusterSize = 3
+	// clusterSlots is the number of hash slots in a Redis Cluster.
+	clusterSlots = 16384
+	// clusterTimeout bounds cluster creation and the wait for a healthy state.
+	clusterTimeout = 30 * time.Second
+)
+
+// Cluster is a 3-primary Redis Cluster started for a test: three
+// redis-server --cluster-enabled yes processes on free ports (whose cluster
+// bus ports, port+10000, were free too), joined with
+// redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes.
+// Every node is stopped in t.Cleanup.
+type Cluster struct {
+	// Nodes are the three primaries, in the order given to redis-cli, so
+	// Nodes[0] serves slots 0-5460, Nodes[1] 5461-10922 and Nodes[2]
+	// 10923-16383 as redis-cli assigned them.
+	Nodes []*Server
+	// Addrs are the nodes' addresses, in the same order as Nodes.
+	Addrs []string
+}
+
+// StartCluster starts a 3-primary Redis Cluster and waits until CLUSTER INFO
+// says cluster_state:ok on all nodes, every node knows all three, and every
+// one of the 16384 slots is served. It fails the test (skips it, outside CI,
+// when redis-server or redis-cli is missing) if the cluster does not form.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	Require(t)
+	cli := requireTool(t, "redis-cli")
+	c := &Cluster{}
+	for i := 0; i < clusterSize; i++ {
+		s := newServer(t, []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000",
+		})
+		s.bus = true
+		s.boot(t)
+		c.Nodes = append(c.Nodes, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	cmd := exec.CommandContext(ctx, cli, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli %s: %v\n%s%s", strings.Join(args, " "), err, out, c.logTails())
+	}
+	if err := c.waitHealthy(ctx); err != nil {
+		t.Fatalf("redistest: cluster %v did not become healthy: %v%s", c.Addrs, err, c.logTails())
+	}
+	return c
+}
+
+// waitHealthy polls every node until the whole cluster looks healthy from
+// each of them, or ctx ends.
+func (c *Cluster) waitHealthy(ctx context.Context) error {
+	clients := make([]*redis.Client, len(c.Nodes))
+	for i, n := range c.Nodes {
+		clients[i] = adminClient(n.Addr)
+		defer clients[i].Close()
+	}
+	return poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		for i, cl := range clients {
+			if err := nodeHealthy(ctx, cl, len(c.Nodes)); err != nil {
+				return fmt.Errorf("node %s: %w", c.Addrs[i], err)
+			}
+		}
+		return nil
+	})
+}
+
+// nodeHealthy checks one node's CLUSTER INFO and CLUSTER SLOTS: state ok,
+// all slots assigned and ok, all nodes known, and slots fully covered.
+func nodeHealthy(ctx context.Context, cl *redis.Client, nodes int) error {
+	info, err := cl.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	want := map[string]string{
+		"cluster_state":          "ok",
+		"cluster_slots_assigned": fmt.Sprint(clusterSlots),
+		"cluster_slots_ok":       fmt.Sprint(clusterSlots),
+		"cluster_known_nodes":    fmt.Sprint(nodes),
+		"cluster_size":           fmt.Sprint(nodes),
+	}
+	for field, v := range want {
+		if got := infoField(info, field); got != v {
+			return fmt.Errorf("CLUSTER INFO %s is %q, want %q", field, got, v)
+		}
+	}
+	slots, err := cl.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	covered := 0
+	for _, r := range slots {
+		if len(r.Nodes) == 0 || r.Nodes[0].Addr == "" {
+			return fmt.Errorf("CLUSTER SLOTS range %d-%d has no primary", r.Start, r.End)
+		}
+		covered += int(r.End - r.Start + 1)
+	}
+	if covered != clusterSlots {
+		return fmt.Errorf("CLUSTER SLOTS covers %d slots, want %d", covered, clusterSlots)
+	}
+	return nil
+}
+
+// logTails gathers the log tails of all nodes for an error message.
+func (c *Cluster) logTails() string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		n.mu.Lock()
+		b.WriteString(n.logTail())
+		n.mu.Unlock()
+	}
+	return b.String()
+}
+
+// Client returns a go-redis cluster client seeded with all node addresses,
+// with ContextTimeoutEnabled set. It is closed in t.Cleanup, before the nodes
+// are stopped.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 append([]string(nil), c.Addrs...),
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
