@@ -84,6 +84,11 @@ func (l *Limiter) Peek(ctx context.Context, p Policy, identity string) (Result, 
 	return l.AllowN(ctx, p, identity, 0)
 }
 
+// PeekAt is Peek at the given time.
+func (l *Limiter) PeekAt(ctx context.Context, now time.Time, p Policy, identity string) (Result, error) {
+	return l.AllowAt(ctx, now, p, identity, 0)
+}
+
 // AllowN decides one request of the given cost (0..MaxCost; 0 peeks) by
 // identity under p, now.
 func (l *Limiter) AllowN(ctx context.Context, p Policy, identity string, cost int64) (Result, error) {

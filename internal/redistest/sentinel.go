@@ -1,0 +1,227 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// sentinelMasterName is the name the sentinels monitor the primary by.
+	sentinelMasterName = "fgmaster"
+	// sentinelCount is the number of sentinels StartSentinel starts.
+	sentinelCount = 3
+	// sentinelTimeout bounds the waits of StartSentinel and Failover.
+	sentinelTimeout = 30 * time.Second
+)
+
+// Sentinel is a Redis Sentinel setup started for a test: one primary, one
+// replica (started with --replicaof the primary) and three sentinels
+// (redis-server <conf> --sentinel) monitoring the primary as "fgmaster" with
+// quorum 2, down-after-milliseconds 1000 and failover-timeout 5000, all on
+// free 127.0.0.1 ports. Every process is stopped in t.Cleanup, sentinels
+// first.
+type Sentinel struct {
+	// Primary is the server that currently is the primary. Failover swaps
+	// Primary and Replica.
+	Primary *Server
+	// Replica is the server that currently is (or, right after Failover, is
+	// about to be made by the sentinels) the replica.
+	Replica *Server
+	// Sentinels are the three sentinel processes.
+	Sentinels []*Server
+	// MasterName is the name the sentinels monitor the primary by: "fgmaster".
+	MasterName string
+	// SentinelAddrs are the sentinels' addresses, in the order of Sentinels.
+	SentinelAddrs []string
+}
+
+// StartSentinel starts a primary, a replica and three sentinels, and waits
+// until the replica's link to the primary is up and every sentinel sees the
+// primary as up, the replica as a healthy replica and the other two
+// sentinels. It fails the test if that does not happen within 30s.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	s := &Sentinel{MasterName: sentinelMasterName}
+	s.Primary = Start(t)
+	s.Replica = Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port))
+
+	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+	defer cancel()
+	if err := waitReplicaLinked(ctx, s.Replica); err != nil {
+		t.Fatalf("redistest: replica %s did not sync with primary %s: %v%s",
+			s.Replica.Addr, s.Primary.Addr, err, s.logTails())
+	}
+
+	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
+		"sentinel down-after-milliseconds %[1]s 1000\n"+
+		"sentinel failover-timeout %[1]s 5000\n"+
+		"sentinel parallel-syncs %[1]s 1\n", s.MasterName, s.Primary.Port)
+	for i := 0; i < sentinelCount; i++ {
+		n := newServer(t, nil)
+		path := filepath.Join(n.Dir, "sentinel.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatalf("redistest: writing %s: %v", path, err)
+		}
+		n.pre = []string{path, "--sentinel"}
+		n.boot(t)
+		s.Sentinels = append(s.Sentinels, n)
+		s.SentinelAddrs = append(s.SentinelAddrs, n.Addr)
+	}
+
+	if err := s.waitSentinelsReady(ctx); err != nil {
+		t.Fatalf("redistest: sentinels did not see the primary, replica and each other: %v%s", err, s.logTails())
+	}
+	return s
+}
+
+// waitReplicaLinked waits until r reports master_link_status:up.
+func waitReplicaLinked(ctx context.Context, r *Server) error {
+	c := adminClient(r.Addr)
+	defer c.Close()
+	return poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if st := infoField(info, "master_link_status"); st != "up" {
+			return fmt.Errorf("master_link_status is %q", st)
+		}
+		return nil
+	})
+}
+
+// waitSentinelsReady waits until every sentinel sees the primary up with one
+// healthy replica (the Replica) and the two other sentinels.
+func (s *Sentinel) waitSentinelsReady(ctx context.Context) error {
+	return s.eachSentinel(ctx, func(ctx context.Context, sc *redis.SentinelClient) error {
+		m, err := sc.Master(ctx, s.MasterName).Result()
+		if err != nil {
+			return err
+		}
+		if m["flags"] != "master" || m["num-slaves"] != "1" || m["num-other-sentinels"] != fmt.Sprint(sentinelCount-1) {
+			return fmt.Errorf("master flags=%q num-slaves=%q num-other-sentinels=%q",
+				m["flags"], m["num-slaves"], m["num-other-sentinels"])
+		}
+		replicas, err := sc.Replicas(ctx, s.MasterName).Result()
+		if err != nil {
+			return err
+		}
+		for _, r := range replicas {
+			if r["ip"]+":"+r["port"] == s.Replica.Addr && r["flags"] == "slave" && r["master-link-status"] == "ok" {
+				return nil
+			}
+		}
+		return fmt.Errorf("replica %s not yet seen as a healthy replica: %v", s.Replica.Addr, replicas)
+	})
+}
+
+// eachSentinel polls until check passes on every sentinel, or ctx ends.
+func (s *Sentinel) eachSentinel(ctx context.Context, check func(context.Context, *redis.SentinelClient) error) error {
+	clients := make([]*redis.SentinelClient, len(s.SentinelAddrs))
+	for i, addr := range s.SentinelAddrs {
+		clients[i] = adminSentinel(addr)
+		defer clients[i].Close()
+	}
+	return poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		for i, sc := range clients {
+			if err := check(ctx, sc); err != nil {
+				return fmt.Errorf("sentinel %s: %w", s.SentinelAddrs[i], err)
+			}
+		}
+		return nil
+	})
+}
+
+// FailoverClient returns a go-redis failover client (redis.NewFailoverClient)
+// that finds the primary through the sentinels, with ContextTimeoutEnabled
+// set. It is closed in t.Cleanup, before the servers are stopped.
+func (s *Sentinel) FailoverClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            s.MasterName,
+		SentinelAddrs:         append([]string(nil), s.SentinelAddrs...),
+		ContextTimeoutEnabled: true,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Failover sends SENTINEL FAILOVER fgmaster to the first sentinel and waits
+// until every sentinel reports the replica's address as the primary's and
+// that server answers ROLE with master; then it swaps Primary and Replica.
+// The old primary keeps claiming to be a master until the sentinels turn it
+// into a replica, which they do some seconds later. Failover fails the test
+// if all this takes longer than 30s.
+func (s *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+	defer cancel()
+	oldAddr, newAddr := s.Primary.Addr, s.Replica.Addr
+
+	sc := adminSentinel(s.SentinelAddrs[0])
+	defer sc.Close()
+	err := poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		err := sc.Failover(ctx, s.MasterName).Err()
+		if err != nil && strings.HasPrefix(err.Error(), "INPROG") {
+			return nil // a failover is already running: wait for its outcome
+		}
+		return err // NOGOODSLAVE and the like may clear up: retry
+	})
+	if err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER %s: %v%s", s.MasterName, err, s.logTails())
+	}
+
+	err = s.eachSentinel(ctx, func(ctx context.Context, sc *redis.SentinelClient) error {
+		addr, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+		if err != nil {
+			return err
+		}
+		if len(addr) != 2 || addr[0]+":"+addr[1] != newAddr {
+			return fmt.Errorf("primary is %v, want %s (was %s)", addr, newAddr, oldAddr)
+		}
+		return nil
+	})
+	if err == nil {
+		err = waitRole(ctx, newAddr, "master")
+	}
+	if err != nil {
+		t.Fatalf("redistest: failover of %s from %s to %s did not complete: %v%s",
+			s.MasterName, oldAddr, newAddr, err, s.logTails())
+	}
+	s.Primary, s.Replica = s.Replica, s.Primary
+}
+
+// waitRole waits until the server on addr answers ROLE with role.
+func waitRole(ctx context.Context, addr, role string) error {
+	c := adminClient(addr)
+	defer c.Close()
+	return poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		v, err := c.Do(ctx, "ROLE").Slice()
+		if err != nil {
+			return err
+		}
+		if len(v) == 0 || v[0] != role {
+			return fmt.Errorf("ROLE is %v, want %s", v, role)
+		}
+		return nil
+	})
+}
+
+// logTails gathers the log tails of all servers for an error message.
+func (s *Sentinel) logTails() string {
+	var b strings.Builder
+	for _, n := range append([]*Server{s.Primary, s.Replica}, s.Sentinels...) {
+		n.mu.Lock()
+		b.WriteString(n.logTail())
+		n.mu.Unlock()
+	}
+	return b.String()
+}

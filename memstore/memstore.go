@@ -1,0 +1,227 @@
+// Package memstore is Floodgate's in-process store: the same decisions as
+// the Redis store, computed by floodgate.Step under sharded locks. Use it to
+// rate limit inside one process, or as the local fallback when Redis is
+// unreachable. Counters are per process: N instances each with a memstore
+// admit N times the limit.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Shards is the number of independently locked partitions of the key
+	// space, rounded up to a power of two. Default 64.
+	Shards int
+	// MaxKeys caps the number of identities tracked at once, so a flood of
+	// distinct identities cannot exhaust memory. When the cap is reached
+	// and no expired state can be reclaimed, a decision for a new identity
+	// fails with floodgate.ErrStoreFull. Default 1,000,000.
+	MaxKeys int
+}
+
+// Store is an in-memory floodgate.Store. It is safe for concurrent use.
+// Expiry runs on the process's monotonic clock, like Redis's own TTLs, so a
+// wall clock jumping backwards neither keeps state alive nor revives it.
+type Store struct {
+	seed    maphash.Seed
+	shards  []shard
+	mask    uint64
+	perCap  int
+	started time.Time
+}
+
+type shard struct {
+	mu      sync.Mutex
+	entries map[string]*entry
+	writes  uint32
+	_       [40]byte // keep shards on separate cache lines
+}
+
+type entry struct {
+	state   floodgate.State
+	expires int64 // monotonic µs since Store.started
+}
+
+// New returns an empty Store.
+func New(opts Options) (*Store, error) {
+	if opts.Shards < 0 || opts.Shards > 1<<16 {
+		return nil, fmt.Errorf("memstore: shards %d out of range 0..65536", opts.Shards)
+	}
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("memstore: max keys %d is negative", opts.MaxKeys)
+	}
+	if opts.Shards == 0 {
+		opts.Shards = 64
+	}
+	if opts.MaxKeys == 0 {
+		opts.MaxKeys = 1_000_000
+	}
+	n := 1
+	for n < opts.Shards {
+		n <<= 1
+	}
+	s := &Store{
+		seed:    maphash.MakeSeed(),
+		shards:  make([]shard, n),
+		mask:    uint64(n - 1),
+		perCap:  max(opts.MaxKeys/n, 1),
+		started: time.Now(),
+	}
+	for i := range s.shards {
+		s.shards[i].entries = make(map[string]*entry)
+	}
+	return s, nil
+}
+
+// Len returns the number of identities currently stored, expired ones not
+// yet reclaimed included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.entries)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (s *Store) mono() int64 { return time.Since(s.started).Microseconds() }
+
+func (s *Store) shardOf(key string) int { return int(maphash.String(s.seed, key) & s.mask) }
+
+// Decide implements floodgate.Store: all layers are decided under their
+// shards' locks (taken in ascending order), and committed only if every
+// layer admits.
+func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
+		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	var idx [floodgate.MaxLayers]int
+	var locked [floodgate.MaxLayers]int
+	nl := 0
+	for i, l := range layers {
+		idx[i] = s.shardOf(l.Key)
+		// Insert into the sorted set of shards to lock.
+		j := nl
+		for j > 0 && locked[j-1] > idx[i] {
+			j--
+		}
+		if j > 0 && locked[j-1] == idx[i] {
+			continue
+		}
+		copy(locked[j+1:nl+1], locked[j:nl])
+		locked[j] = idx[i]
+		nl++
+	}
+	for _, k := range locked[:nl] {
+		s.shards[k].mu.Lock()
+	}
+	defer func() {
+		for _, k := range locked[:nl] {
+			s.shards[k].mu.Unlock()
+		}
+	}()
+
+	mono := s.mono()
+	var outcomes [floodgate.MaxLayers]floodgate.Outcome
+	var ents [floodgate.MaxLayers]*entry
+	all := true
+	for i, l := range layers {
+		sh := &s.shards[idx[i]]
+		e := sh.entries[l.Key]
+		var st floodgate.State
+		if e != nil && e.expires > mono {
+			st = e.state
+		}
+		ents[i] = e
+		outcomes[i] = floodgate.Step(l.Policy, st, now, l.Cost)
+		out[i] = outcomes[i].Result
+		if !outcomes[i].Result.Allowed {
+			all = false
+		}
+	}
+	if !all {
+		return nil
+	}
+	// Make room for new identities before writing anything, so a full
+	// store fails the whole decision rather than part of it.
+	for i, l := range layers {
+		if outcomes[i].Commit && ents[i] == nil {
+			sh := &s.shards[idx[i]]
+			if len(sh.entries) >= s.perCap {
+				sh.sweep(mono, len(sh.entries))
+				if len(sh.entries) >= s.perCap {
+					return fmt.Errorf("%w: %d identities in shard (cap %d); new key %q not tracked", floodgate.ErrStoreFull, len(sh.entries), s.perCap, l.Key)
+				}
+			}
+		}
+	}
+	for i, l := range layers {
+		o := &outcomes[i]
+		if !o.Commit {
+			continue
+		}
+		sh := &s.shards[idx[i]]
+		e := ents[i]
+		if e == nil {
+			e = &entry{}
+			sh.entries[l.Key] = e
+		}
+		e.state = compact(o.State)
+		e.expires = mono + o.TTL
+		sh.writes++
+		if sh.writes%64 == 0 {
+			sh.sweep(mono, 32)
+		}
+	}
+	return nil
+}
+
+// sweep deletes up to limit expired entries, visiting at most 4×limit
+// (map iteration starts at a random place, so repeated sweeps cover the
+// shard).
+func (sh *shard) sweep(mono int64, limit int) {
+	seen, freed := 0, 0
+	for k, e := range sh.entries {
+		if e.expires <= mono {
+			delete(sh.entries, k)
+			freed++
+			if freed >= limit {
+				return
+			}
+		}
+		seen++
+		if seen >= 4*limit {
+			return
+		}
+	}
+}
+
+// compact bounds the memory a sliding log holds: once the live entries use
+// less than a quarter of the backing array, they are copied to a fresh one.
+func compact(st floodgate.State) floodgate.State {
+	if c := cap(st.Log); c > 16 && len(st.Log) < c/4 {
+		st.Log = append(make([]floodgate.LogEntry, 0, 2*len(st.Log)), st.Log...)
+	}
+	return st
+}
+
+// Reset forgets key's state (for example an admin unlocking an identity).
+func (s *Store) Reset(key string) {
+	sh := &s.shards[s.shardOf(key)]
+	sh.mu.Lock()
+	delete(sh.entries, key)
+	sh.mu.Unlock()
+}
