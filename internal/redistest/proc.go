@@ -125,6 +125,14 @@ func waitReady(p *process, addr string, timeout time.Duration) error {
 		if p.exited() {
 			return &startError{msg: fmt.Sprintf("redis-server exited during start-up (%v)", p.err)}
 		}
+		// Dial by hand first: go-redis would log every refused connection.
+		conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err != nil {
+			lastErr = err
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		lastErr = c.Ping(ctx).Err()
 		var info string
@@ -178,6 +186,7 @@ func adminOptions(addr string) *redis.Options {
 		Protocol:              2,
 		DisableIdentity:       true,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		PoolSize:              2,
 		DialTimeout:           time.Second,
 		ReadTimeout:           2 * time.Second,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -61,6 +62,9 @@ func TestStartKillRestart(t *testing.T) {
 	// Stop then Restart works too, and Stop is idempotent.
 	s.Stop()
 	s.Stop()
+	if log, err := os.ReadFile(s.LogFile); err != nil || !strings.Contains(string(log), "User requested shutdown") {
+		t.Fatalf("Stop did not shut the server down with SHUTDOWN (%v); log:\n%s", err, log)
+	}
 	s.Restart(t)
 	if err := c.Set(ctx, "k2", "v2", 0).Err(); err != nil {
 		t.Fatalf("SET after Stop+Restart: %v", err)
@@ -146,6 +150,13 @@ func TestCluster(t *testing.T) {
 		}
 		t.Fatalf("slot %d is not served", slot)
 		return ""
+	}
+
+	// redis-cli assigns the slot ranges in the order of the nodes given.
+	for i, slot := range []int64{0, 5461, 10923} {
+		if got := owner(slot); got != c.Nodes[i].Addr {
+			t.Fatalf("slot %d served by %s, want Nodes[%d] %s", slot, got, i, c.Nodes[i].Addr)
+		}
 	}
 
 	// One key per node, each with its own hash tag.
