@@ -1,0 +1,32 @@
+# Floodgate's tasks. `make test` is the README's test command.
+
+GO ?= go
+
+.PHONY: run test test-short vet bench bench-compare lint
+
+## run: the service on its embedded in-memory default (no Redis needed).
+run:
+	$(GO) run ./cmd/floodgate serve
+
+## test: every test, with the race detector, in shuffled order.
+test:
+	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+
+## test-short: the tests that need no redis-server.
+test-short:
+	$(GO) test -short -count=1 ./...
+
+vet:
+	gofmt -l . && $(GO) vet ./...
+
+## lint: staticcheck (installed from the module proxy).
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+## bench: this module's Go benchmarks (stores, algorithms).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./memstore/ ./redisstore/
+
+## bench-compare: the side-by-side comparison with other Go limiters.
+bench-compare:
+	cd bench && $(GO) run . -out ../docs

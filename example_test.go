@@ -1,0 +1,91 @@
+package floodgate_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+// The lesson's setup in ten lines: 5 requests per minute per user, decided
+// in memory.
+func Example() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	policy, _ := floodgate.NewSlidingWindow("api", 5, time.Minute)
+
+	for i := 1; i <= 6; i++ {
+		r, err := limiter.Allow(context.Background(), policy, "user-42")
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("request %d: allowed=%v remaining=%d\n", i, r.Allowed, r.Remaining)
+	}
+	// Output:
+	// request 1: allowed=true remaining=4
+	// request 2: allowed=true remaining=3
+	// request 3: allowed=true remaining=2
+	// request 4: allowed=true remaining=1
+	// request 5: allowed=true remaining=0
+	// request 6: allowed=false remaining=0
+}
+
+// Weighted requests: an LLM call costing 700 tokens against 1,000 tokens per
+// minute; a second one does not fit and consumes nothing.
+func ExampleLimiter_AllowN() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	tokens, _ := floodgate.NewFixedWindow("llm-tokens", 1000, time.Minute)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+	r1, _ := limiter.AllowAt(context.Background(), now, tokens, "key-1", 700)
+	r2, _ := limiter.AllowAt(context.Background(), now, tokens, "key-1", 700)
+	fmt.Println(r1.Allowed, r1.Remaining)
+	fmt.Println(r2.Allowed, r2.Remaining, r2.RetryAfter)
+	// Output:
+	// true 300
+	// false 300 1m0s
+}
+
+// GCRA as a shaper: instead of denying, it tells the caller how long to wait
+// so the output stays at 10 per second.
+func ExampleNewGCRA_shaping() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	p := floodgate.Policy{Name: "shape", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, Burst: 1, MaxDelay: time.Second}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for range 4 {
+		r, _ := limiter.AllowAt(context.Background(), now, p, "downstream", 1)
+		fmt.Println(r.Allowed, r.Delay)
+	}
+	// Output:
+	// true 0s
+	// true 100ms
+	// true 200ms
+	// true 300ms
+}
+
+// Layers are decided all-or-nothing: the per-user layer denies the 6th
+// request, and the global layer is not charged for it.
+func ExampleLimiter_AllowLayers() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	global, _ := floodgate.NewFixedWindow("edge", 10_000, time.Minute)
+	perUser, _ := floodgate.NewSlidingWindow("per-user", 5, time.Minute)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+	var d floodgate.Decision
+	for range 6 {
+		d, _ = limiter.AllowLayersAt(context.Background(), now, 1,
+			floodgate.LayerSpec{Policy: global, Identity: "all"},
+			floodgate.LayerSpec{Policy: perUser, Identity: "user-42"})
+	}
+	fmt.Println("allowed:", d.Allowed, "binding layer:", d.Binding)
+	edge, _ := limiter.PeekAt(context.Background(), now, global, "all")
+	fmt.Println("edge remaining:", edge.Remaining)
+	// Output:
+	// allowed: false binding layer: 1
+	// edge remaining: 9995
+}

@@ -1,0 +1,110 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+func newMem(t *testing.T) *floodgate.Limiter {
+	t.Helper()
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(st, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	l := newMem(t)
+	ctx := context.Background()
+	p, _ := floodgate.NewFixedWindow("bad", 5, time.Minute)
+	for _, cost := range []int64{-1, floodgate.MaxCost + 1} {
+		if _, err := l.AllowN(ctx, p, "u", cost); !errors.Is(err, floodgate.ErrInvalidCost) {
+			t.Errorf("cost %d: err = %v", cost, err)
+		}
+	}
+	if _, err := l.Allow(ctx, floodgate.Policy{Name: "x"}, "u"); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("zero policy: err = %v", err)
+	}
+	if _, err := l.AllowLayers(ctx, 1); !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Errorf("no layers: err = %v", err)
+	}
+	if _, err := l.AllowLayers(ctx, 1, floodgate.LayerSpec{Policy: p, Identity: "u"}, floodgate.LayerSpec{Policy: p, Identity: "u"}); !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Errorf("duplicate layers: err = %v", err)
+	}
+	r, err := l.Peek(ctx, p, "u")
+	if err != nil || r.Remaining != 5 {
+		t.Fatalf("after bad input: %+v %v", r, err)
+	}
+	if _, err := floodgate.New(nil, floodgate.Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	st, _ := memstore.New(memstore.Options{})
+	if _, err := floodgate.New(st, floodgate.Options{Prefix: "{bad}"}); !errors.Is(err, floodgate.ErrInvalidKey) {
+		t.Errorf("bad prefix: %v", err)
+	}
+}
+
+// TestStepNeverOverAdmits drives every algorithm with random traffic and
+// checks each one's stated bound over every window-length interval.
+func TestStepNeverOverAdmits(t *testing.T) {
+	const limit, window = 20, int64(1_000_000)
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			p := floodgate.Policy{Name: "prop", Algorithm: alg, Limit: limit, Window: time.Duration(window) * time.Microsecond}
+			rng := rand.New(rand.NewPCG(1, uint64(alg)))
+			var st floodgate.State
+			now := int64(1_800_000_000_000_000)
+			type adm struct{ at, cost int64 }
+			var admitted []adm
+			for range 5000 {
+				now += rng.Int64N(window / 10)
+				cost := rng.Int64N(4)
+				o := floodgate.Step(p, st, now, cost)
+				if o.Result.Remaining < 0 || o.Result.Remaining > p.Capacity() {
+					t.Fatalf("remaining %d out of range", o.Result.Remaining)
+				}
+				if !o.Result.Allowed && o.Result.Reason == floodgate.ReasonLimited && o.Result.RetryAfter <= 0 {
+					t.Fatalf("denied with retry %v", o.Result.RetryAfter)
+				}
+				if o.Commit {
+					st = o.State
+					admitted = append(admitted, adm{now, cost})
+				}
+			}
+			// Bound over any interval [t, t+window): Limit for sliding log,
+			// 2×Limit for fixed window and sliding window counter,
+			// Burst+Limit for the buckets.
+			bound := int64(limit)
+			switch alg {
+			case floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA:
+				bound = 2 * limit
+			}
+			j := 0
+			var sum int64
+			for i := range admitted {
+				sum += admitted[i].cost
+				for admitted[i].at-admitted[j].at >= window {
+					sum -= admitted[j].cost
+					j++
+				}
+				if sum > bound {
+					t.Fatalf("%d admitted within one window, bound %d", sum, bound)
+				}
+			}
+			if len(admitted) == 0 {
+				t.Fatal("nothing admitted")
+			}
+		})
+	}
+}

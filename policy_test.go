@@ -1,0 +1,87 @@
+package floodgate_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+func TestPolicyValidate(t *testing.T) {
+	ok := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Second}
+	tests := []struct {
+		name   string
+		edit   func(*floodgate.Policy)
+		wantOK bool
+	}{
+		{"valid", func(*floodgate.Policy) {}, true},
+		{"empty name", func(p *floodgate.Policy) { p.Name = "" }, false},
+		{"name with colon", func(p *floodgate.Policy) { p.Name = "a:b" }, false},
+		{"name with brace", func(p *floodgate.Policy) { p.Name = "{a}" }, false},
+		{"unknown algorithm", func(p *floodgate.Policy) { p.Algorithm = 0 }, false},
+		{"algorithm past the end", func(p *floodgate.Policy) { p.Algorithm = 99 }, false},
+		{"zero limit", func(p *floodgate.Policy) { p.Limit = 0 }, false},
+		{"negative limit", func(p *floodgate.Policy) { p.Limit = -1 }, false},
+		{"huge limit", func(p *floodgate.Policy) { p.Limit = floodgate.MaxLimit + 1 }, false},
+		{"zero window", func(p *floodgate.Policy) { p.Window = 0 }, false},
+		{"negative window", func(p *floodgate.Policy) { p.Window = -time.Second }, false},
+		{"sub-microsecond window", func(p *floodgate.Policy) { p.Window = time.Second + 1 }, false},
+		{"window too long", func(p *floodgate.Policy) { p.Window = floodgate.MaxWindow + time.Second }, false},
+		{"burst on fixed window", func(p *floodgate.Policy) { p.Burst = 3 }, false},
+		{"max delay on fixed window", func(p *floodgate.Policy) { p.MaxDelay = time.Second }, false},
+		{"token bucket burst", func(p *floodgate.Policy) { p.Algorithm = floodgate.TokenBucket; p.Burst = 50 }, true},
+		{"negative burst", func(p *floodgate.Policy) { p.Algorithm = floodgate.TokenBucket; p.Burst = -1 }, false},
+		{"rate finer than 1/µs", func(p *floodgate.Policy) { p.Algorithm = floodgate.GCRA; p.Limit = 2000; p.Window = time.Millisecond }, false},
+		{"gcra shaping", func(p *floodgate.Policy) { p.Algorithm = floodgate.GCRA; p.MaxDelay = time.Second }, true},
+		{"negative delay", func(p *floodgate.Policy) { p.Algorithm = floodgate.GCRA; p.MaxDelay = -1 }, false},
+		{"token bucket delay", func(p *floodgate.Policy) { p.Algorithm = floodgate.TokenBucket; p.MaxDelay = time.Second }, false},
+		{"sliding log too large", func(p *floodgate.Policy) { p.Algorithm = floodgate.SlidingLog; p.Limit = floodgate.MaxSlidingLogLimit + 1 }, false},
+		{"burst times interval too long", func(p *floodgate.Policy) {
+			p.Algorithm = floodgate.TokenBucket
+			p.Limit = 1
+			p.Window = floodgate.MaxWindow
+			p.Burst = floodgate.MaxLimit
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := ok
+			tt.edit(&p)
+			err := p.Validate()
+			if tt.wantOK && err != nil {
+				t.Fatalf("Validate() = %v, want nil", err)
+			}
+			if !tt.wantOK && !errors.Is(err, floodgate.ErrInvalidPolicy) {
+				t.Fatalf("Validate() = %v, want ErrInvalidPolicy", err)
+			}
+		})
+	}
+}
+
+func TestConstructorsReject(t *testing.T) {
+	if _, err := floodgate.NewFixedWindow("x", 0, time.Second); err == nil {
+		t.Error("NewFixedWindow accepted limit 0")
+	}
+	if _, err := floodgate.NewTokenBucket("x", 10, 0, 0); err == nil {
+		t.Error("NewTokenBucket accepted window 0")
+	}
+	if _, err := floodgate.NewGCRA("x", 10, time.Second, -1); err == nil {
+		t.Error("NewGCRA accepted burst -1")
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for a := floodgate.FixedWindow; a <= floodgate.GCRA; a++ {
+		got, err := floodgate.ParseAlgorithm(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if got, _ := floodgate.ParseAlgorithm("leaky_bucket"); got != floodgate.GCRA {
+		t.Errorf("leaky_bucket = %v", got)
+	}
+	if _, err := floodgate.ParseAlgorithm("nope"); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("nope: %v", err)
+	}
+}
