@@ -1,0 +1,148 @@
+// Command loginserver is a tiny login server protected by Floodgate: a
+// per-IP rate limit on POST /login (package httplimit) and brute-force
+// protection per account, per IP and per account+IP (package loginguard).
+//
+// It knows one account, "demo" with password "correct horse battery
+// staple". Try:
+//
+//	go run ./examples/loginserver
+//	curl -i -d username=demo -d 'password=correct horse battery staple' localhost:8080/login
+//	curl -i -d username=demo -d password=wrong localhost:8080/login   # repeat
+//
+// After a few failures the answer asks for a CAPTCHA (send captcha=solved,
+// the demo's stand-in for a real provider's token), then attempts are
+// delayed (429 with Retry-After), then locked for a while. Unknown names
+// get exactly the same answers as wrong passwords.
+//
+// By default state is in memory; with -redis it lives in Redis and is
+// shared by every instance (which must then share -secret-file).
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/loginguard"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "loginserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("loginserver", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	redisAddr := fs.String("redis", "", "Redis address (host:port); empty keeps all state in memory")
+	trusted := fs.String("trusted-proxies", "", "comma-separated networks of trusted reverse proxies, e.g. 10.0.0.0/8")
+	perIP := fs.Int64("per-ip", 20, "POST /login requests per minute per client IP")
+	iterations := fs.Int("iterations", 600_000, "PBKDF2-SHA256 iterations per password check")
+	secretFile := fs.String("secret-file", "", "file holding the guard's HMAC secret (required with -redis); empty draws a random one")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	secret, err := loadSecret(*secretFile, *redisAddr != "")
+	if err != nil {
+		return err
+	}
+	var proxies []string
+	if *trusted != "" {
+		proxies = strings.Split(*trusted, ",")
+	}
+	prefixes, err := clientip.ParsePrefixes(proxies)
+	if err != nil {
+		return err
+	}
+	ips, err := clientip.New(clientip.Options{TrustedProxies: prefixes, IPv6Prefix: 64})
+	if err != nil {
+		return err
+	}
+	policy, err := floodgate.NewSlidingWindow("login-per-ip", *perIP, time.Minute)
+	if err != nil {
+		return err
+	}
+
+	var store floodgate.Store
+	var backend loginguard.Backend
+	if *redisAddr == "" {
+		if store, err = memstore.New(memstore.Options{}); err != nil {
+			return err
+		}
+		if backend, err = loginguard.NewMemory(loginguard.MemoryOptions{}); err != nil {
+			return err
+		}
+	} else {
+		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		defer client.Close()
+		if store, err = redisstore.New(client, redisstore.Options{}); err != nil {
+			return err
+		}
+		if backend, err = loginguard.NewRedis(client, "loginserver"); err != nil {
+			return err
+		}
+	}
+	limiter, err := floodgate.New(store, floodgate.Options{Prefix: "loginserver"})
+	if err != nil {
+		return err
+	}
+	guard, err := loginguard.New(backend, loginguard.Options{Secret: secret})
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	h, err := newHandler(config{
+		Limiter: limiter, PerIP: policy, Guard: guard, IPs: ips,
+		Iterations: *iterations, Clock: time.Now, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	logger.Info("listening", "addr", *addr, "redis", *redisAddr != "")
+	if err := serve(ctx, srv); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// loadSecret reads the HMAC secret from path, or draws a random one when
+// path is empty and state is not shared.
+func loadSecret(path string, shared bool) ([]byte, error) {
+	if path == "" {
+		if shared {
+			return nil, errors.New("-secret-file is required with -redis: every instance must key the counters alike")
+		}
+		secret := make([]byte, 32)
+		_, _ = rand.Read(secret) // crypto/rand.Read never fails
+		return secret, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	secret := []byte(strings.TrimSpace(string(b)))
+	if len(secret) < loginguard.MinSecretLen {
+		return nil, fmt.Errorf("secret in %s has %d bytes, want at least %d", path, len(secret), loginguard.MinSecretLen)
+	}
+	return secret, nil
+}

@@ -1,0 +1,102 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate/clientip"
+)
+
+// KeyFunc returns the identity a request is counted under. It fails with
+// an error wrapping ErrNoKey when the request does not carry that identity.
+// The identity may be any string: storage keys encode it safely
+// (floodgate.EncodeIdentity), hashing anything long or unusual.
+type KeyFunc func(r *http.Request) (string, error)
+
+// Unmatched is the identity Route gives a request that matches no pattern,
+// so that requests to unknown paths share one budget.
+const Unmatched = "!unmatched"
+
+// Header returns a KeyFunc reading the request header name, for example
+// an API key in "X-API-Key". A missing or blank header is ErrNoKey; the
+// value is used as is (after trimming spaces), so two spellings of one key
+// are two identities.
+func Header(name string) KeyFunc {
+	canonical := http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		v := strings.TrimSpace(r.Header.Get(canonical))
+		if v == "" {
+			return "", fmt.Errorf("%w: header %s missing", ErrNoKey, canonical)
+		}
+		return v, nil
+	}
+}
+
+// User returns a KeyFunc reading the authenticated user that an earlier
+// middleware stored in the request context; lookup returns the user id
+// and whether there is one. No user is ErrNoKey.
+func User(lookup func(ctx context.Context) (string, bool)) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		u, ok := lookup(r.Context())
+		if !ok || u == "" {
+			return "", fmt.Errorf("%w: no authenticated user", ErrNoKey)
+		}
+		return u, nil
+	}
+}
+
+// Route returns a KeyFunc giving the request's route pattern as Go 1.22+
+// ServeMux patterns spell it ("GET /items/{id}"), never the raw path, so
+// that /items/1 and /items/2 share one budget. Inside a ServeMux handler
+// it reads r.Pattern. When the middleware wraps the mux itself, r.Pattern
+// is not set yet; then, if mux is not nil, it asks mux which pattern the
+// request will match. A request matching no pattern gets Unmatched.
+func Route(mux *http.ServeMux) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		if r.Pattern != "" {
+			return r.Pattern, nil
+		}
+		if mux != nil {
+			if _, pattern := mux.Handler(r); pattern != "" {
+				return pattern, nil
+			}
+		}
+		return Unmatched, nil
+	}
+}
+
+// IP returns a KeyFunc giving the client address as res resolves it
+// (trusted proxies, IPv6 grouping). A peer that is not an IP address is
+// reported as an error that is not ErrNoKey (the server is misconfigured
+// for a per-IP limit), answered with 500.
+func IP(res *clientip.Resolver) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		return res.Key(r)
+	}
+}
+
+// Join returns a KeyFunc combining several identities, for example route
+// and client IP for a per-route per-client limit. The parts are length
+// prefixed, so no two different tuples give the same identity. If any part
+// fails, Join fails with that error.
+func Join(parts ...KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		var b strings.Builder
+		for i, p := range parts {
+			v, err := p(r)
+			if err != nil {
+				return "", err
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(strconv.Itoa(len(v)))
+			b.WriteByte(':')
+			b.WriteString(v)
+		}
+		return b.String(), nil
+	}
+}

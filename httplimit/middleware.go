@@ -1,0 +1,203 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Handler wraps next: every request is decided against the rules before
+// next sees it. Its signature makes m.Handler a
+// func(http.Handler) http.Handler.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.admit(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// admit decides r, writes the rate limit headers or the whole refusal, and
+// reports whether the request may be served.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
+	now := m.opts.Clock()
+	cost := int64(1)
+	if m.opts.Cost != nil {
+		c, err := m.opts.Cost(r)
+		if err == nil {
+			err = floodgate.ValidateCost(c)
+		}
+		if err != nil {
+			m.log(r.Context(), slog.LevelInfo, "rate limit: request cost rejected", slog.String("error", err.Error()))
+			writeProblem(w, Problem{
+				Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest,
+				Detail: "the cost of this request could not be determined",
+			}, nil)
+			return false
+		}
+		cost = c
+	}
+	specs, rules, ok := m.specs(w, r, m.enforced)
+	if !ok {
+		return false
+	}
+	if len(specs) > 0 {
+		d, err := m.decide(r.Context(), now, cost, specs)
+		if err != nil {
+			return m.storeFailed(w, r, err, false)
+		}
+		setRateHeaders(w.Header(), d, rules, now, m.opts.IETFHeaders)
+		if !d.Allowed {
+			m.deny(w, d, rules, cost)
+			return false
+		}
+	}
+	if len(m.shadow) > 0 {
+		m.runShadow(w, r, now, cost)
+	}
+	return true
+}
+
+// specs builds the layers of rules for r. It answers the request itself
+// and reports false when a required rule has no key.
+func (m *Middleware) specs(w http.ResponseWriter, r *http.Request, rules []Rule) ([]floodgate.LayerSpec, []Rule, bool) {
+	specs := make([]floodgate.LayerSpec, 0, len(rules))
+	used := rules[:0:0]
+	for _, rule := range rules {
+		id := ""
+		if rule.Key != nil {
+			v, err := rule.Key(r)
+			switch {
+			case err == nil:
+				id = v
+			case errors.Is(err, ErrNoKey) && rule.Optional:
+				continue
+			case errors.Is(err, ErrNoKey):
+				m.log(r.Context(), slog.LevelInfo, "rate limit: request without key", slog.String("policy", rule.Policy.Name), slog.String("error", err.Error()))
+				writeProblem(w, Problem{
+					Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest,
+					Detail: "this request does not identify its client as rate limit policy " + quote(rule.Policy.Name) + " requires",
+					Policy: rule.Policy.Name,
+				}, nil)
+				return nil, nil, false
+			default:
+				m.log(r.Context(), slog.LevelWarn, "rate limit: key function failed", slog.String("policy", rule.Policy.Name), slog.String("error", err.Error()))
+				writeProblem(w, Problem{
+					Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError,
+					Detail: "the rate limiter could not identify the client",
+				}, nil)
+				return nil, nil, false
+			}
+		}
+		specs = append(specs, floodgate.LayerSpec{Policy: rule.Policy, Identity: id})
+		used = append(used, rule)
+	}
+	return specs, used, true
+}
+
+// decide runs one store call under the optional timeout.
+func (m *Middleware) decide(ctx context.Context, now time.Time, cost int64, specs []floodgate.LayerSpec) (floodgate.Decision, error) {
+	if m.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.opts.Timeout)
+		defer cancel()
+	}
+	return m.decider.AllowLayersAt(ctx, now, cost, specs...)
+}
+
+// storeFailed applies the failure mode and reports whether to serve.
+func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, shadow bool) bool {
+	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed", slog.String("error", err.Error()), slog.Bool("shadow", shadow), slog.String("failure_mode", m.opts.FailureMode.String()))
+	if m.opts.OnStoreError != nil {
+		m.opts.OnStoreError(r, err, shadow)
+	}
+	if shadow || m.opts.FailureMode == FailOpen {
+		return true
+	}
+	writeProblem(w, Problem{
+		Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable,
+		Detail:     "the rate limiter is unavailable; try again shortly",
+		RetryAfter: 1,
+	}, map[string]string{"Retry-After": "1"})
+	return false
+}
+
+// deny writes the 429 for a denied decision.
+// A request whose cost exceeds any layer's capacity can never pass, even
+// if another layer binds (denied first): it gets no Retry-After.
+func (m *Middleware) deny(w http.ResponseWriter, d floodgate.Decision, rules []Rule, cost int64) {
+	res := d.Result()
+	p := rules[d.Binding].Policy
+	for i, l := range d.Layers {
+		if l.Reason == floodgate.ReasonCostExceedsLimit {
+			res, p = l, rules[i].Policy
+			break
+		}
+	}
+	prob := Problem{
+		Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests), Status: http.StatusTooManyRequests,
+		Policy: p.Name, Reason: res.Reason.String(),
+		Limit: res.Limit, Reset: resetSeconds(res.ResetAt),
+	}
+	var extra map[string]string
+	if res.Reason == floodgate.ReasonCostExceedsLimit {
+		prob.Detail = "this request costs " + itoa(cost) + " units but policy " + quote(p.Name) +
+			" admits at most " + itoa(p.Capacity()) + " at once: it can never be admitted, so retrying will not help"
+	} else {
+		secs := retryAfterSeconds(res.RetryAfter)
+		prob.Detail = "rate limit " + quote(p.Name) + " exceeded; retry after " + itoa(secs) + " seconds"
+		prob.RetryAfter = secs
+		extra = map[string]string{"Retry-After": itoa(secs)}
+	}
+	writeProblem(w, prob, extra)
+}
+
+// runShadow decides the shadow rules and reports what they would have
+// denied. It never refuses the request.
+func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.Time, cost int64) {
+	specs := make([]floodgate.LayerSpec, 0, len(m.shadow))
+	rules := make([]Rule, 0, len(m.shadow))
+	for _, rule := range m.shadow {
+		id := ""
+		if rule.Key != nil {
+			v, err := rule.Key(r)
+			if err != nil {
+				// A shadow rule never refuses a request, not even for a
+				// missing key; it just does not count it.
+				continue
+			}
+			id = v
+		}
+		specs = append(specs, floodgate.LayerSpec{Policy: rule.Policy, Identity: id})
+		rules = append(rules, rule)
+	}
+	if len(specs) == 0 {
+		return
+	}
+	d, err := m.decide(r.Context(), now, cost, specs)
+	if err != nil {
+		m.storeFailed(w, r, err, true)
+		return
+	}
+	if d.Allowed {
+		return
+	}
+	p := rules[d.Binding].Policy
+	res := d.Result()
+	m.log(r.Context(), slog.LevelInfo, "rate limit: shadow rule would have denied",
+		slog.String("policy", p.Name), slog.String("reason", res.Reason.String()),
+		slog.Int64("limit", res.Limit), slog.Duration("retry_after", res.RetryAfter))
+	if m.opts.OnShadowDeny != nil {
+		m.opts.OnShadowDeny(r, p, res)
+	}
+}
+
+func (m *Middleware) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	if m.opts.Logger != nil {
+		m.opts.Logger.LogAttrs(ctx, level, msg, attrs...)
+	}
+}

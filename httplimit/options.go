@@ -1,0 +1,184 @@
+// Package httplimit is Floodgate's net/http middleware.
+//
+// A [Middleware] applies a list of [Rule]s to every request: each rule is a
+// floodgate.Policy and a [KeyFunc] that says whose request it is (an API
+// key, an authenticated user, a route pattern, a client IP, or a
+// combination). The enforced rules are decided together as one
+// all-or-nothing layered decision (floodgate.Limiter.AllowLayers), in one
+// store round trip; a request denied by one rule consumes nothing in the
+// others.
+//
+// Responses follow the conventions clients already understand:
+//
+//   - every limited response carries X-RateLimit-Limit, X-RateLimit-Remaining
+//     and X-RateLimit-Reset (Unix seconds), taken from the binding layer
+//     (floodgate.Decision.Result);
+//   - a denial is 429 Too Many Requests with Retry-After (whole seconds,
+//     rounded up, at least 1) and an application/problem+json body (RFC
+//     9457) of type [Problem];
+//   - optionally, the IETF draft's RateLimit-Policy and RateLimit fields
+//     (draft-ietf-httpapi-ratelimit-headers-10), one list member per
+//     enforced rule.
+//
+// A rule in shadow mode is decided and counted but never denies; a request
+// it would have denied is reported to Options.OnShadowDeny and the logger.
+// When the store fails, Options.FailureMode chooses between serving the
+// request (FailOpen, the default) and answering 503 (FailClosed).
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidOptions reports rules or options New cannot use.
+	ErrInvalidOptions = errors.New("httplimit: invalid options")
+	// ErrNoKey is returned (wrapped) by a KeyFunc when the request does not
+	// carry the identity it extracts, for example no API key header. A
+	// required rule answers such a request with 400; an Optional rule is
+	// skipped for it.
+	ErrNoKey = errors.New("httplimit: request has no rate limit key")
+)
+
+// Decider makes layered decisions. *floodgate.Limiter implements it.
+type Decider interface {
+	AllowLayersAt(ctx context.Context, now time.Time, cost int64, specs ...floodgate.LayerSpec) (floodgate.Decision, error)
+}
+
+// Rule is one limit the middleware applies.
+type Rule struct {
+	// Policy is the limit. Its Name must be unique among the rules: it
+	// namespaces the rule's keys and names it in headers and logs.
+	Policy floodgate.Policy
+	// Key returns the identity the request is counted under. Nil means one
+	// identity shared by every request (a server-wide limit).
+	Key KeyFunc
+	// Optional makes a request whose Key fails with ErrNoKey skip this rule
+	// instead of being answered with 400 (for example a per-API-key rule
+	// that anonymous requests do not fall under).
+	Optional bool
+	// Shadow decides and counts this rule but never denies because of it:
+	// a request it would have denied is served and reported to
+	// Options.OnShadowDeny and Options.Logger. Shadow rules are decided
+	// together in a second store call, only for requests the enforced
+	// rules admitted (a denied request would not have been counted by
+	// them either); they add no response headers.
+	Shadow bool
+}
+
+// FailureMode says what the middleware does when the store fails (errors
+// other than an invalid rule or cost).
+type FailureMode uint8
+
+// The failure modes.
+const (
+	// FailOpen serves the request without rate limit headers and reports
+	// the error to Options.OnStoreError and the logger. It is the default:
+	// for throughput limits an outage of the limiter should not become an
+	// outage of the service.
+	FailOpen FailureMode = iota
+	// FailClosed answers 503 Service Unavailable with Retry-After: 1 and a
+	// problem+json body. Use it where admitting unlimited traffic is worse
+	// than refusing it (for example login endpoints).
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (f FailureMode) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(f))
+}
+
+// CostFunc returns what a request costs (0..floodgate.MaxCost; 0 only
+// checks). An error, or a cost out of range, answers the request with 400.
+type CostFunc func(r *http.Request) (int64, error)
+
+// Options configures a Middleware. The zero value is ready to use.
+type Options struct {
+	// Cost prices each request. Default: every request costs 1.
+	Cost CostFunc
+	// FailureMode chooses what happens when the store fails. Default
+	// FailOpen.
+	FailureMode FailureMode
+	// IETFHeaders adds the draft RateLimit-Policy and RateLimit fields to
+	// limited responses. Default off.
+	IETFHeaders bool
+	// Timeout bounds each store call, on top of the request's own context.
+	// Zero (default) adds no deadline of its own.
+	Timeout time.Duration
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+	// Logger receives shadow denials (Info), store failures (Warn) and
+	// rejected keys or costs (Info). Nil (default) logs nothing. Log
+	// records never contain identities (keys, users, addresses).
+	Logger *slog.Logger
+	// OnShadowDeny, when set, is called for every request a shadow rule
+	// would have denied, with the rule's policy and its result.
+	OnShadowDeny func(r *http.Request, p floodgate.Policy, res floodgate.Result)
+	// OnStoreError, when set, is called for every store failure, whatever
+	// the FailureMode, with shadow reporting whether only shadow rules
+	// were affected.
+	OnStoreError func(r *http.Request, err error, shadow bool)
+}
+
+// Middleware applies rules to requests. It is immutable and safe for
+// concurrent use.
+type Middleware struct {
+	decider  Decider
+	enforced []Rule
+	shadow   []Rule
+	opts     Options
+}
+
+// New returns a Middleware deciding rules with d (usually a
+// *floodgate.Limiter).
+func New(d Decider, rules []Rule, opts Options) (*Middleware, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil decider", ErrInvalidOptions)
+	}
+	if len(rules) == 0 {
+		return nil, fmt.Errorf("%w: no rules", ErrInvalidOptions)
+	}
+	if opts.FailureMode > FailClosed {
+		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidOptions, opts.FailureMode)
+	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("%w: negative timeout %v", ErrInvalidOptions, opts.Timeout)
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	m := &Middleware{decider: d, opts: opts}
+	names := make(map[string]int, len(rules))
+	for i, r := range rules {
+		if err := r.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: rule %d: %w", ErrInvalidOptions, i, err)
+		}
+		if j, dup := names[r.Policy.Name]; dup {
+			return nil, fmt.Errorf("%w: rules %d and %d share policy name %q", ErrInvalidOptions, j, i, r.Policy.Name)
+		}
+		names[r.Policy.Name] = i
+		if r.Shadow {
+			m.shadow = append(m.shadow, r)
+		} else {
+			m.enforced = append(m.enforced, r)
+		}
+	}
+	if len(m.enforced) > floodgate.MaxLayers || len(m.shadow) > floodgate.MaxLayers {
+		return nil, fmt.Errorf("%w: more than %d enforced or shadow rules", ErrInvalidOptions, floodgate.MaxLayers)
+	}
+	return m, nil
+}

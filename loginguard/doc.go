@@ -1,0 +1,38 @@
+// Package loginguard protects login endpoints against password guessing,
+// as the lesson prescribes: several dimensions, a progressive response,
+// and nothing permanent.
+//
+// Failures are counted in three dimensions, each with its own thresholds
+// and time to live (see [Ladder] and [Options]):
+//
+//   - per account, from any address: catches many addresses against one
+//     account (a distributed attack);
+//   - per client address or network: catches one address spraying many
+//     accounts;
+//   - per account and address: the finest, the one that follows a single
+//     person (or attacker) at one place.
+//
+// Each dimension climbs the same ladder: after Captcha failures a CAPTCHA
+// is required, after Delay failures each attempt must also wait a growing
+// delay after the previous one, and the failure that reaches Lock locks
+// the dimension for Lockout. Every key has a TTL; a lock always ends.
+//
+// An attacker cannot turn the account dimension into a denial of service
+// against the owner: by default, while an account is locked (or delayed),
+// an attempt from an account+address pair with a clean record only needs a
+// CAPTCHA (see Options.StrictAccountLock). The owner's address dimension is
+// not touched by failures from other addresses at all.
+//
+// The guard is uniform: it never learns whether an account exists, so
+// its decisions, the keys it touches and the number of store calls are the
+// same for every name. Names are normalised ([NormalizeAccount]) and, like
+// addresses, stored only as HMAC-SHA256 digests under a secret.
+//
+// Every operation is one atomic step: in memory ([NewMemory]) the pure step
+// function runs under a lock; on Redis ([NewRedis]) one Lua script per
+// operation (check, failure, success) reads the three states, applies the
+// same step and writes each state with its TTL, with the caller's clock
+// passed in ARGV. Check counts an attempt it lets through before the
+// password is verified, so parallel guesses cannot all slip past a check
+// made before the first failure was recorded.
+package loginguard

@@ -1,0 +1,271 @@
+package loginguard
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Sentinel errors. Store failures wrap floodgate.ErrStoreUnavailable
+// (nothing was written), floodgate.ErrIndeterminate (the write may have
+// happened), floodgate.ErrStoreFull or floodgate.ErrBadReply.
+var (
+	// ErrInvalidOptions reports options New cannot use.
+	ErrInvalidOptions = errors.New("loginguard: invalid options")
+	// ErrInvalidAccount reports an account name that is empty after
+	// trimming, longer than MaxAccountLen bytes or not valid UTF-8.
+	ErrInvalidAccount = errors.New("loginguard: invalid account name")
+	// ErrInvalidIP reports a zero netip.Addr.
+	ErrInvalidIP = errors.New("loginguard: invalid client address")
+)
+
+// MaxAccountLen is the longest account name accepted, in bytes, before
+// normalisation.
+const MaxAccountLen = 1024
+
+// Backend stores the guard's state atomically. Use NewMemory for one
+// process or NewRedis for a fleet; the two decide identically.
+type Backend interface {
+	// run applies o to the states of the three ids (account, IP, pair) at
+	// now, atomically, and returns the step's reply.
+	run(ctx context.Context, o op, now int64, ids *[numDims]string, p *params) (reply, error)
+	// remove deletes the state of one dimension's id.
+	remove(ctx context.Context, d Dimension, id string) error
+}
+
+// Guard protects a login endpoint against password guessing. It is safe
+// for concurrent use by multiple goroutines.
+//
+// Use it around every password check, for accounts that exist and for
+// accounts that do not, in the same way:
+//
+//	v, err := guard.Check(ctx, username, ip)   // counts the attempt if it may proceed
+//	if err != nil { refuse: fail closed }
+//	if !v.Proceed() { refuse with v.RetryAfter }
+//	if v.Action == CaptchaRequired && no CAPTCHA sent { guard.Abandon(...); ask for one }
+//	if v.Action == CaptchaRequired && CAPTCHA wrong { guard.Failure(...); ask again }
+//	if passwordOK { guard.Success(ctx, username, ip) } else { guard.Failure(ctx, username, ip) }
+//
+// Check counts an attempt it lets through as in progress in every
+// dimension before the password is checked (the lesson's increment-first
+// rule: a burst of parallel guesses cannot all pass a check made before
+// any failure is recorded); Failure turns it into a failure, Success
+// and Abandon settle it. The guard never learns whether an account exists: its
+// decisions, keys and store calls depend only on the name as typed.
+type Guard struct {
+	backend Backend
+	p       params
+	secret  []byte
+	clock   func() time.Time
+	v4, v6  int
+}
+
+// New returns a Guard storing its state in backend.
+func New(backend Backend, opts Options) (*Guard, error) {
+	if backend == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOptions)
+	}
+	p, err := compile(&opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Guard{
+		backend: backend,
+		p:       p,
+		secret:  append([]byte(nil), opts.Secret...),
+		clock:   opts.Clock,
+		v4:      opts.IPv4Prefix,
+		v6:      opts.IPv6Prefix,
+	}, nil
+}
+
+// Check decides a login attempt by account from ip before its password is
+// checked. When the verdict lets it proceed (Allow or CaptchaRequired) the
+// attempt is counted as in progress until Failure or Success settles it
+// (or Options.AttemptTimeout passes). On error nothing can be said about
+// the attempt: refuse it (fail closed).
+func (g *Guard) Check(ctx context.Context, account string, ip netip.Addr) (Verdict, error) {
+	r, now, err := g.run(ctx, opCheck, account, ip)
+	if err != nil {
+		return Verdict{}, err
+	}
+	return g.verdict(r, now), nil
+}
+
+// Failure records that the attempt's password (or CAPTCHA, or second
+// factor) was wrong. It reports the dimensions this failure locked and
+// what the next attempt would get.
+func (g *Guard) Failure(ctx context.Context, account string, ip netip.Addr) (Outcome, error) {
+	r, now, err := g.run(ctx, opFailure, account, ip)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o := Outcome{Next: g.verdict(r, now), Locked: r.crossed}
+	for d := range numDims {
+		o.Failures[d] = r.states[d].N
+	}
+	return o, nil
+}
+
+// Success records a correct password: it forgets the account's failures
+// and the pair's failures and lock, and settles the attempt in progress in
+// every dimension. The IP's failures stay (one success from an address
+// does not excuse its guesses at other accounts), and so does an account
+// lock (only Unlock or its end lifts it).
+func (g *Guard) Success(ctx context.Context, account string, ip netip.Addr) error {
+	_, _, err := g.run(ctx, opSuccess, account, ip)
+	return err
+}
+
+// Abandon settles an attempt that Check let through but whose password
+// was not checked, for example because a CAPTCHA was required and the
+// client sent none: nothing is counted, the attempt just stops being in
+// progress. (A CAPTCHA sent and wrong is a Failure.) This keeps the
+// owner's clean record clean when they first meet a CAPTCHA they did not
+// expect, and costs an attacker who sends none nothing but gains nothing
+// either: no password is checked without the CAPTCHA.
+func (g *Guard) Abandon(ctx context.Context, account string, ip netip.Addr) error {
+	_, _, err := g.run(ctx, opAbandon, account, ip)
+	return err
+}
+
+// Status returns the account's and address's standing without counting
+// anything, for administration and tests.
+func (g *Guard) Status(ctx context.Context, account string, ip netip.Addr) (Status, error) {
+	r, now, err := g.run(ctx, opPeek, account, ip)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Verdict: g.verdict(r, now)}
+	for d, ds := range []*DimensionStatus{&st.Account, &st.IP, &st.Pair} {
+		s := r.states[d]
+		ds.Failures, ds.Pending = s.N, s.P
+		if s.N+s.P > 0 {
+			ds.LastAttempt = time.UnixMicro(s.T)
+		}
+		if s.U != 0 {
+			ds.LockedUntil = time.UnixMicro(s.U)
+		}
+	}
+	return st, nil
+}
+
+// Unlock forgets an account's failures and lock (an administrator's
+// action). Per-pair and per-IP state is untouched.
+func (g *Guard) Unlock(ctx context.Context, account string) error {
+	acct, err := NormalizeAccount(account)
+	if err != nil {
+		return err
+	}
+	return g.backend.remove(ctx, DimAccount, g.digest('a', acct, ""))
+}
+
+// UnlockIP forgets the failures and lock of the network ip belongs to.
+func (g *Guard) UnlockIP(ctx context.Context, ip netip.Addr) error {
+	network, err := g.network(ip)
+	if err != nil {
+		return err
+	}
+	return g.backend.remove(ctx, DimIP, g.digest('i', network, ""))
+}
+
+// run normalises the inputs, derives the three ids and runs o.
+func (g *Guard) run(ctx context.Context, o op, account string, ip netip.Addr) (reply, int64, error) {
+	acct, err := NormalizeAccount(account)
+	if err != nil {
+		return reply{}, 0, err
+	}
+	network, err := g.network(ip)
+	if err != nil {
+		return reply{}, 0, err
+	}
+	ids := [numDims]string{
+		g.digest('a', acct, ""),
+		g.digest('i', network, ""),
+		g.digest('p', acct, network),
+	}
+	now := g.clock().UnixMicro()
+	r, err := g.backend.run(ctx, o, now, &ids, &g.p)
+	if err != nil {
+		return reply{}, 0, err
+	}
+	return r, now, nil
+}
+
+// verdict turns a reply into a Verdict relative to now.
+func (g *Guard) verdict(r reply, now int64) Verdict {
+	v := Verdict{Action: r.action, By: r.by}
+	if r.action == Delay || r.action == Locked {
+		v.Until = time.UnixMicro(r.until)
+		v.RetryAfter = time.Duration(max(r.until-now, 1)) * time.Microsecond
+	}
+	return v
+}
+
+// network returns the text of the network ip is counted under, e.g.
+// "203.0.113.9/32" or "2001:db8:1:2::/64".
+func (g *Guard) network(ip netip.Addr) (string, error) {
+	if !ip.IsValid() {
+		return "", fmt.Errorf("%w: zero address", ErrInvalidIP)
+	}
+	ip = ip.WithZone("").Unmap()
+	bits := g.v6
+	if ip.Is4() {
+		bits = g.v4
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalidIP, err)
+	}
+	return p.String(), nil
+}
+
+// digest returns the hex HMAC-SHA256 (first 128 bits) of a tagged,
+// length-prefixed tuple, so no two different inputs share a key and the
+// keys reveal nothing without the secret.
+func (g *Guard) digest(tag byte, a, b string) string {
+	mac := hmac.New(sha256.New, g.secret)
+	buf := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(a)+len(b))
+	buf = append(buf, tag)
+	buf = binary.AppendUvarint(buf, uint64(len(a)))
+	buf = append(buf, a...)
+	buf = binary.AppendUvarint(buf, uint64(len(b)))
+	buf = append(buf, b...)
+	mac.Write(buf)
+	return hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// NormalizeAccount returns the canonical form of an account name, the one
+// its counters are keyed by: surrounding white space trimmed, Unicode
+// compatibility-normalised (NFKC) and case-folded, so that "Alice",
+// " alice " and "ＡＬＩＣＥ" (full-width) share one set of counters.
+// Merging spellings errs on the safe side: two spellings the application
+// might treat as one account must never get two budgets. It fails, wrapping
+// ErrInvalidAccount, for names that are not valid UTF-8, longer than
+// MaxAccountLen bytes, or empty after trimming.
+func NormalizeAccount(account string) (string, error) {
+	if len(account) > MaxAccountLen {
+		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidAccount, len(account), MaxAccountLen)
+	}
+	if !utf8.ValidString(account) {
+		return "", fmt.Errorf("%w: not valid UTF-8", ErrInvalidAccount)
+	}
+	s := norm.NFKC.String(strings.TrimSpace(account))
+	s = norm.NFKC.String(cases.Fold().String(s))
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidAccount)
+	}
+	return s, nil
+}

@@ -1,0 +1,237 @@
+package loginguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// recordingBackend wraps a backend and records every call's operation and
+// the shape of its keys (their lengths), never their values.
+type recordingBackend struct {
+	Backend
+	mu    sync.Mutex
+	calls []string
+	ids   [][numDims]string
+}
+
+func (b *recordingBackend) run(ctx context.Context, o op, now int64, ids *[numDims]string, p *params) (reply, error) {
+	b.mu.Lock()
+	b.calls = append(b.calls, fmt.Sprintf("run op=%d keys=%d/%d/%d", o, len(ids[0]), len(ids[1]), len(ids[2])))
+	b.ids = append(b.ids, *ids)
+	b.mu.Unlock()
+	return b.Backend.run(ctx, o, now, ids, p)
+}
+
+func (b *recordingBackend) remove(ctx context.Context, d Dimension, id string) error {
+	b.mu.Lock()
+	b.calls = append(b.calls, fmt.Sprintf("remove dim=%v key=%d", d, len(id)))
+	b.mu.Unlock()
+	return b.Backend.remove(ctx, d, id)
+}
+
+// TestUniformForUnknownAccounts: the same login flow for an account that
+// exists and one that does not runs the same operations on keys of the
+// same shape and gets the same verdicts; the guard has no way to tell them
+// apart, and its keys reveal neither name.
+func TestUniformForUnknownAccounts(t *testing.T) {
+	flow := func(account string) ([]string, []Verdict, [][numDims]string) {
+		rec := &recordingBackend{Backend: newPure()}
+		c := &clock{t: t0}
+		g := newGuard(t, rec, Options{Clock: c.now})
+		var vs []Verdict
+		ip := addr("203.0.113.9")
+		for range 12 {
+			out, v := login(t, g, account, ip, false, wrongCaptcha)
+			vs = append(vs, v)
+			if out == delayed {
+				c.set(v.Until)
+			}
+		}
+		return rec.calls, vs, rec.ids
+	}
+	knownCalls, knownVerdicts, knownIDs := flow("alice@example.com")
+	unknownCalls, unknownVerdicts, unknownIDs := flow("nobody-by-this-name@example.com")
+	if fmt.Sprint(knownCalls) != fmt.Sprint(unknownCalls) {
+		t.Fatalf("store calls differ:\n%v\n%v", knownCalls, unknownCalls)
+	}
+	if fmt.Sprint(knownVerdicts) != fmt.Sprint(unknownVerdicts) {
+		t.Fatalf("verdicts differ:\n%v\n%v", knownVerdicts, unknownVerdicts)
+	}
+	if len(knownCalls) < 12 {
+		t.Fatalf("only %d store calls recorded", len(knownCalls))
+	}
+	for _, ids := range append(knownIDs, unknownIDs...) {
+		for _, id := range ids {
+			if len(id) != 32 || strings.Contains(id, "alice") || strings.Contains(id, "nobody") || strings.Contains(id, "203.0.113") {
+				t.Fatalf("key id %q is not an opaque digest", id)
+			}
+		}
+	}
+	if knownIDs[0][0] == unknownIDs[0][0] {
+		t.Fatal("two accounts share a key")
+	}
+}
+
+// TestBadInputChangesNothing: invalid names and addresses are refused with
+// a specific error before any store call.
+func TestBadInputChangesNothing(t *testing.T) {
+	rec := &recordingBackend{Backend: newPure()}
+	g := newGuard(t, rec, Options{})
+	ctx := context.Background()
+	ip := addr("203.0.113.9")
+	tests := []struct {
+		name    string
+		account string
+		ip      netip.Addr
+		want    error
+	}{
+		{"empty", "", ip, ErrInvalidAccount},
+		{"blank", " \t\u00a0\u3000", ip, ErrInvalidAccount},
+		{"not UTF-8", "al\xffice", ip, ErrInvalidAccount},
+		{"too long", strings.Repeat("a", MaxAccountLen+1), ip, ErrInvalidAccount},
+		{"zero address", "alice", netip.Addr{}, ErrInvalidIP},
+	}
+	for _, tt := range tests {
+		if _, err := g.Check(ctx, tt.account, tt.ip); !errors.Is(err, tt.want) {
+			t.Errorf("Check %s: err = %v, want %v", tt.name, err, tt.want)
+		}
+		if _, err := g.Failure(ctx, tt.account, tt.ip); !errors.Is(err, tt.want) {
+			t.Errorf("Failure %s: err = %v, want %v", tt.name, err, tt.want)
+		}
+		if err := g.Success(ctx, tt.account, tt.ip); !errors.Is(err, tt.want) {
+			t.Errorf("Success %s: err = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if err := g.Unlock(ctx, ""); !errors.Is(err, ErrInvalidAccount) {
+		t.Errorf("Unlock empty: %v", err)
+	}
+	if err := g.UnlockIP(ctx, netip.Addr{}); !errors.Is(err, ErrInvalidIP) {
+		t.Errorf("UnlockIP zero: %v", err)
+	}
+	if len(rec.calls) != 0 {
+		t.Fatalf("bad input reached the store: %v", rec.calls)
+	}
+}
+
+func TestNormalizeAccount(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"alice", "alice"},
+		{"  Alice\t", "alice"},
+		{"ALICE@Example.COM", "alice@example.com"},
+		{"ａｌｉｃｅ", "alice"},         // full-width
+		{"Stra\u00dfe", "strasse"}, // ß folds to ss
+		{"e\u0301", "\u00e9"},      // composed
+		{"\u00c9", "\u00e9"},       // É
+		{"ﬁle", "file"},            // ligature
+		{"ΣΊΣΥΦΟΣ", "σίσυφοσ"},     // final sigma folds like any sigma
+		{"user name", "user name"}, // inner space kept
+	}
+	for _, tt := range tests {
+		got, err := NormalizeAccount(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("NormalizeAccount(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	mem, _ := NewMemory(MemoryOptions{})
+	ok := func(o Options) Options {
+		if o.Secret == nil {
+			o.Secret = testSecret
+		}
+		return o
+	}
+	tests := []struct {
+		name string
+		opts Options
+	}{
+		{"no secret", Options{Secret: []byte{}}},
+		{"short secret", Options{Secret: []byte("short")}},
+		{"rungs out of order", ok(Options{Account: Ladder{Captcha: 5, Delay: 3, Lock: 10}})},
+		{"lock below captcha", ok(Options{Pair: Ladder{Captcha: 5, Lock: 4}})},
+		{"negative threshold", ok(Options{IP: Ladder{Captcha: -1, Lock: 4}})},
+		{"huge threshold", ok(Options{IP: Ladder{Lock: MaxThreshold + 1}})},
+		{"window too short", ok(Options{Account: Ladder{Lock: 3, Window: time.Millisecond}})},
+		{"window too long", ok(Options{Account: Ladder{Lock: 3, Window: MaxWindow + time.Second}})},
+		{"permanent-ish lockout", ok(Options{Account: Ladder{Lock: 3, Lockout: 365 * 24 * time.Hour}})},
+		{"negative lockout", ok(Options{Account: Ladder{Lock: 3, Lockout: -time.Second}})},
+		{"ipv4 prefix", ok(Options{IPv4Prefix: 33})},
+		{"ipv4 prefix too wide", ok(Options{IPv4Prefix: 4})},
+		{"ipv6 prefix", ok(Options{IPv6Prefix: 129})},
+		{"base delay", ok(Options{BaseDelay: time.Microsecond})},
+		{"max below base", ok(Options{BaseDelay: time.Minute, MaxDelay: time.Second})},
+		{"max delay", ok(Options{MaxDelay: 48 * time.Hour})},
+		{"attempt timeout", ok(Options{AttemptTimeout: time.Hour})},
+	}
+	for _, tt := range tests {
+		if _, err := New(mem, tt.opts); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%s: err = %v, want ErrInvalidOptions", tt.name, err)
+		}
+	}
+	if _, err := New(nil, ok(Options{})); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nil backend: %v", err)
+	}
+	if _, err := NewMemory(MemoryOptions{MaxKeys: -1}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("negative MaxKeys: %v", err)
+	}
+	// The zero ladders get the lesson's defaults.
+	g := newGuard(t, mem, Options{})
+	if g.p.dims[DimAccount-1].window != (15*time.Minute).Microseconds() || g.p.dims[DimIP-1].window != time.Hour.Microseconds() ||
+		g.p.dims[DimAccount-1].lockout != (30*time.Minute).Microseconds() {
+		t.Fatalf("defaults %+v", g.p)
+	}
+	// The secret is copied: changing the caller's slice changes nothing.
+	secret := append([]byte(nil), testSecret...)
+	g2 := newGuard(t, mem, Options{Secret: secret})
+	before := g2.digest('a', "x", "")
+	secret[0] ^= 1
+	if g2.digest('a', "x", "") != before {
+		t.Fatal("guard shares the caller's secret slice")
+	}
+}
+
+// TestMemoryFull: at its cap, the memory backend refuses new state with
+// floodgate.ErrStoreFull and writes nothing, while known keys keep working.
+func TestMemoryFull(t *testing.T) {
+	mem, err := NewMemory(MemoryOptions{MaxKeys: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, mem, Options{})
+	ctx := context.Background()
+	ip := addr("203.0.113.9")
+	if _, err := g.Failure(ctx, "a", ip); err != nil { // account a, ip, pair a: 3 keys
+		t.Fatal(err)
+	}
+	if _, err := g.Failure(ctx, "b", ip); !errors.Is(err, floodgate.ErrStoreFull) { // needs 2 more
+		t.Fatalf("err = %v, want ErrStoreFull", err)
+	}
+	if mem.Len() != 3 {
+		t.Fatalf("%d states after a refused write, want 3", mem.Len())
+	}
+	if o, err := g.Failure(ctx, "a", ip); err != nil || o.Failures != [3]int64{2, 2, 2} {
+		t.Fatalf("known keys at the cap: %+v %v", o, err)
+	}
+}
+
+func TestContextCanceled(t *testing.T) {
+	mem, _ := NewMemory(MemoryOptions{})
+	g := newGuard(t, mem, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := g.Check(ctx, "a", addr("203.0.113.9")); !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if mem.Len() != 0 {
+		t.Fatal("a canceled call wrote")
+	}
+}
