@@ -36,7 +36,10 @@ func TestPolicyValidate(t *testing.T) {
 		{"gcra shaping", func(p *floodgate.Policy) { p.Algorithm = floodgate.GCRA; p.MaxDelay = time.Second }, true},
 		{"negative delay", func(p *floodgate.Policy) { p.Algorithm = floodgate.GCRA; p.MaxDelay = -1 }, false},
 		{"token bucket delay", func(p *floodgate.Policy) { p.Algorithm = floodgate.TokenBucket; p.MaxDelay = time.Second }, false},
-		{"sliding log too large", func(p *floodgate.Policy) { p.Algorithm = floodgate.SlidingLog; p.Limit = floodgate.MaxSlidingLogLimit + 1 }, false},
+		{"sliding log too large", func(p *floodgate.Policy) {
+			p.Algorithm = floodgate.SlidingLog
+			p.Limit = floodgate.MaxSlidingLogLimit + 1
+		}, false},
 		{"burst times interval too long", func(p *floodgate.Policy) {
 			p.Algorithm = floodgate.TokenBucket
 			p.Limit = 1

@@ -1,5 +1,7 @@
 package floodgate
 
+import "time"
+
 // State is the stored state of one identity under one policy, in Unix
 // microseconds and cost units. The zero value is "no state" (a fresh
 // identity). Its fields mean, per algorithm:
@@ -33,14 +35,22 @@ type Outcome struct {
 	// Commit reports that the request consumed something and State must be
 	// stored, with a time to live of TTL microseconds.
 	Commit bool
-	// TTL is how long, in microseconds, State stays meaningful; after that
-	// it is equivalent to the fresh state. At least 1000 (one millisecond)
-	// when Commit is true.
+	// TTL is how long, in microseconds, the store keeps State: the time it
+	// stays meaningful (at least a millisecond) plus TTLSlack. Past its
+	// meaningful life a state decides exactly like the fresh state, so the
+	// slack never changes a decision.
 	TTL int64
 }
 
-// minTTL is the shortest TTL a store is asked to set, in µs.
+// minTTL is the shortest meaningful life of a state, in µs.
 const minTTL = 1000
+
+// TTLSlack is added to every TTL. It covers clock skew between instances:
+// a state written by an instance whose clock is ahead is still there when an
+// instance whose clock is behind by up to TTLSlack reads it, so the slower
+// instance cannot over-admit because the key expired early on the server's
+// clock. It also absorbs scheduling stalls between a write and a read.
+const TTLSlack = time.Second
 
 // Step is the single definition of every algorithm: it decides a request of
 // the given cost at now (Unix µs) for policy p and state s. It is pure and
@@ -68,7 +78,7 @@ func Step(p Policy, s State, now, cost int64) Outcome {
 	if !o.Commit {
 		o.State = s
 	}
-	o.TTL = max(o.TTL, minTTL)
+	o.TTL = max(o.TTL, minTTL) + TTLSlack.Microseconds()
 	o.Result = r.result(p.Limit)
 	return o
 }

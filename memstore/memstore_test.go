@@ -185,7 +185,7 @@ func TestExpiredStateIsReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond) // every TTL (≤ 2ms, floored at 1ms) has passed
+	time.Sleep(floodgate.TTLSlack + 50*time.Millisecond) // every TTL (≤ 2ms + TTLSlack) has passed
 	for i := range 10 {
 		if _, err := l.Allow(ctx, p, fmt.Sprint("new", i)); err != nil {
 			t.Fatalf("new identity %d after expiry: %v", i, err)

@@ -1,0 +1,184 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/vectors"
+	"github.com/redis/go-redis/v9"
+)
+
+// prefixSeq makes prefixes unique within one test binary run.
+var prefixSeq atomic.Int64
+
+// uniquePrefix returns a key prefix no other test (or run) uses, derived
+// from the test's name.
+func uniquePrefix(t testing.TB) string {
+	t.Helper()
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '.'
+	}, t.Name())
+	if len(name) > 30 {
+		name = name[len(name)-30:]
+	}
+	p := fmt.Sprintf("fgt:%s:%x.%d", name, time.Now().UnixNano()&0xffffffffff, prefixSeq.Add(1))
+	if err := floodgate.ValidatePrefix(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// env is a Store on a private Redis (standalone or cluster) that records,
+// for every key it wrote, the longest TTL its policy allows, and audits at
+// cleanup that every key under its prefix has a TTL within that bound.
+type env struct {
+	store  *Store
+	prefix string
+	// nodes are the primaries, for SCAN in the audit and for peeking.
+	nodes []*redis.Client
+	mu    sync.Mutex
+	bound map[string]time.Duration // key → longest TTL its policy needs
+}
+
+// newEnv starts a private redis-server and returns an env on it.
+func newEnv(t testing.TB, extraArgs ...string) (*env, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t, extraArgs...)
+	c := srv.Client(t)
+	return newEnvOn(t, c, []*redis.Client{c}, Options{}), srv
+}
+
+// newEnvOn returns an env deciding on client, whose primaries are nodes.
+func newEnvOn(t testing.TB, client Client, nodes []*redis.Client, opts Options) *env {
+	t.Helper()
+	s, err := New(client, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{store: s, prefix: uniquePrefix(t), nodes: nodes, bound: map[string]time.Duration{}}
+	t.Cleanup(func() { e.auditTTL(t) })
+	return e
+}
+
+// decide calls Store.Decide and records the keys' TTL bounds.
+func (e *env) decide(ctx context.Context, now int64, layers []floodgate.Layer) ([]floodgate.Result, error) {
+	out := make([]floodgate.Result, len(layers))
+	err := e.store.Decide(ctx, now, layers, out)
+	e.mu.Lock()
+	for _, l := range layers {
+		e.bound[l.Key] = ttlBound(l.Policy)
+	}
+	e.mu.Unlock()
+	return out, err
+}
+
+// one decides a single layer.
+func (e *env) one(ctx context.Context, now int64, p floodgate.Policy, key string, cost int64) (floodgate.Result, error) {
+	out, err := e.decide(ctx, now, []floodgate.Layer{{Policy: p, Key: key, Cost: cost}})
+	if err != nil {
+		return floodgate.Result{}, err
+	}
+	return out[0], nil
+}
+
+// key returns the storage key of identity under p in this env.
+func (e *env) key(p floodgate.Policy, identity string) string {
+	return floodgate.Key(e.prefix, p, identity)
+}
+
+// decider adapts the env to the shared vectors.
+func (e *env) decider() vectors.Decider {
+	return func(ctx context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
+		return e.one(ctx, now.UnixMicro(), p, e.key(p, id), cost)
+	}
+}
+
+// ttlBound is the longest TTL a key of policy p may carry, plus
+// floodgate.TTLSlack and a millisecond of rounding: the window for windows (two for the sliding
+// window counter), burst × interval for buckets (plus MaxDelay for GCRA).
+func ttlBound(p floodgate.Policy) time.Duration {
+	w := p.Window
+	var d time.Duration
+	switch p.Algorithm {
+	case floodgate.FixedWindow, floodgate.SlidingLog:
+		d = w
+	case floodgate.SlidingWindow:
+		d = 2 * w
+	default:
+		b := p.Burst
+		if b == 0 {
+			b = p.Limit
+		}
+		d = time.Duration(b*(w.Microseconds()/p.Limit))*time.Microsecond + p.MaxDelay
+	}
+	return max(d, time.Millisecond) + floodgate.TTLSlack + time.Millisecond
+}
+
+// auditTTL scans every primary for keys under the env's prefix and checks
+// that each has a TTL (never -1, "no expiry") no longer than its policy
+// needs, and that each was written by this env.
+func (e *env) auditTTL(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := 0
+	for _, n := range e.nodes {
+		iter := n.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			key := iter.Val()
+			seen++
+			ttl, err := n.PTTL(ctx, key).Result()
+			if err != nil {
+				t.Errorf("PTTL %q: %v", key, err)
+				continue
+			}
+			bound, ok := e.bound[key]
+			switch {
+			case ttl == -2: // expired since SCAN returned it
+			case ttl < 0:
+				t.Errorf("TTL audit: key %q has no TTL (PTTL %v)", key, ttl)
+			case !ok:
+				t.Errorf("TTL audit: key %q was not written through this env", key)
+			case ttl > bound:
+				t.Errorf("TTL audit: key %q has TTL %v, longer than its policy needs (%v)", key, ttl, bound)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("SCAN: %v", err)
+		}
+	}
+	t.Logf("TTL audit: %d keys under %s, all with a bounded TTL", seen, e.prefix)
+}
+
+// mustPolicy fails the test on an invalid policy.
+func mustPolicy(t testing.TB, p floodgate.Policy) floodgate.Policy {
+	t.Helper()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// allAlgorithms returns one policy per algorithm with the given limit per
+// window (burst = limit for the buckets).
+func allAlgorithms(t testing.TB, limit int64, window time.Duration) []floodgate.Policy {
+	t.Helper()
+	var ps []floodgate.Policy
+	for a := floodgate.FixedWindow; a <= floodgate.GCRA; a++ {
+		ps = append(ps, mustPolicy(t, floodgate.Policy{Name: "p-" + a.String(), Algorithm: a, Limit: limit, Window: window}))
+	}
+	return ps
+}

@@ -1,0 +1,160 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/vectors"
+	"github.com/redis/go-redis/v9"
+)
+
+// snapshot is a key's raw stored state: its DUMP and its TTL.
+type snapshot struct {
+	dump string
+	pttl time.Duration
+}
+
+func snap(t *testing.T, c *redis.Client, key string) snapshot {
+	t.Helper()
+	ctx := context.Background()
+	d, err := c.Dump(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("DUMP %q: %v", key, err)
+	}
+	ttl, err := c.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snapshot{d, ttl}
+}
+
+// untouched fails unless key holds the same value as in before, with a TTL
+// that has not been extended.
+func untouched(t *testing.T, c *redis.Client, key string, before snapshot) {
+	t.Helper()
+	after := snap(t, c, key)
+	if after.dump != before.dump || after.pttl > before.pttl || after.pttl < 0 {
+		t.Fatalf("key %q changed by a denied decision: before %q (TTL %v), after %q (TTL %v)", key, before.dump, before.pttl, after.dump, after.pttl)
+	}
+}
+
+// TestLayersAllOrNothing checks, for every pair of algorithms, that a
+// layer denying a request leaves every other layer's state untouched.
+func TestLayersAllOrNothing(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.nodes[0]
+	ctx := context.Background()
+	now := vectors.T0.UnixMicro()
+	for ua := floodgate.FixedWindow; ua <= floodgate.GCRA; ua++ {
+		for ga := floodgate.FixedWindow; ga <= floodgate.GCRA; ga++ {
+			t.Run(ua.String()+"+"+ga.String(), func(t *testing.T) {
+				user := mustPolicy(t, floodgate.Policy{Name: "user-" + ua.String(), Algorithm: ua, Limit: 5, Window: time.Hour})
+				global := mustPolicy(t, floodgate.Policy{Name: "global-" + ga.String(), Algorithm: ga, Limit: 100, Window: time.Hour})
+				// The per-user layer denies: the global layer is untouched.
+				uk, gk := e.key(user, "u1-"+ga.String()), e.key(global, "all-"+ua.String())
+				layers := []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: global, Key: gk, Cost: 1}}
+				for i := range 5 {
+					out, err := e.decide(ctx, now, layers)
+					if err != nil || !out[0].Allowed || !out[1].Allowed {
+						t.Fatalf("request %d: %+v, %v", i, out, err)
+					}
+				}
+				before := snap(t, c, gk)
+				out, err := e.decide(ctx, now, layers)
+				if err != nil || out[0].Allowed || out[0].Reason != floodgate.ReasonLimited || !out[1].Allowed {
+					t.Fatalf("6th request: got %+v, %v; want the user layer limited and the global one admitting", out, err)
+				}
+				untouched(t, c, gk, before)
+				if r, err := e.one(ctx, now, global, gk, 0); err != nil || r.Remaining != 95 {
+					t.Fatalf("global layer after a denial: %+v, %v; want 95 remaining", r, err)
+				}
+
+				// The global layer denies: the user layer is untouched.
+				small := global
+				small.Name += "-small"
+				small.Limit = 3
+				uk, gk = e.key(user, "u2-"+ga.String()), e.key(small, "all-"+ua.String())
+				layers = []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: small, Key: gk, Cost: 1}}
+				for i := range 3 {
+					if out, err := e.decide(ctx, now, layers); err != nil || !out[0].Allowed || !out[1].Allowed {
+						t.Fatalf("request %d: %+v, %v", i, out, err)
+					}
+				}
+				before = snap(t, c, uk)
+				out, err = e.decide(ctx, now, layers)
+				if err != nil || !out[0].Allowed || out[1].Allowed {
+					t.Fatalf("4th request: got %+v, %v; want the global layer denying", out, err)
+				}
+				untouched(t, c, uk, before)
+				if r, err := e.one(ctx, now, user, uk, 0); err != nil || r.Remaining != 2 {
+					t.Fatalf("user layer after a denial: %+v, %v; want 2 remaining", r, err)
+				}
+			})
+		}
+	}
+}
+
+// TestLayersPeekAndMany checks that a peeking layer writes nothing and that
+// a decision may have MaxLayers layers.
+func TestLayersPeekAndMany(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.nodes[0]
+	ctx := context.Background()
+	now := vectors.T0.UnixMicro()
+	ps := allAlgorithms(t, 10, time.Minute)
+	var layers []floodgate.Layer
+	for i := range floodgate.MaxLayers {
+		p := ps[i%len(ps)]
+		layers = append(layers, floodgate.Layer{Policy: p, Key: e.key(p, fmt.Sprint("many-", i)), Cost: int64(i % 3)})
+	}
+	out, err := e.decide(ctx, now, layers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range out {
+		l := layers[i]
+		want := floodgate.Step(l.Policy, floodgate.State{}, now, l.Cost).Result
+		if !sameResults([]floodgate.Result{r}, []floodgate.Result{want}) {
+			t.Fatalf("layer %d: got %+v, want %+v", i, r, want)
+		}
+		n, err := c.Exists(ctx, l.Key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if written := n == 1; written != (l.Cost > 0) {
+			t.Fatalf("layer %d with cost %d: key written = %v", i, l.Cost, written)
+		}
+	}
+}
+
+// TestSlotCheck checks that with SlotCheckOn a call whose keys span slots is
+// refused before anything is sent, and that keys sharing a hash tag pass.
+func TestSlotCheck(t *testing.T) {
+	e, _ := newEnv(t)
+	s, err := New(e.nodes[0], Options{SlotCheck: SlotCheckOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store = s
+	ctx := context.Background()
+	user := mustPolicy(t, floodgate.Policy{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute})
+	global := mustPolicy(t, floodgate.Policy{Name: "global", Algorithm: floodgate.SlidingWindow, Limit: 100, Window: time.Minute})
+	cross := []floodgate.Layer{{Policy: user, Key: e.key(user, "u1"), Cost: 1}, {Policy: global, Key: e.key(global, "all"), Cost: 1}}
+	if _, err := e.decide(ctx, vectors.T0.UnixMicro(), cross); !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Fatalf("cross-slot layers: got %v, want ErrInvalidLayers", err)
+	}
+	same := []floodgate.Layer{{Policy: user, Key: e.key(user, "u1"), Cost: 1}, {Policy: global, Key: e.key(global, "u1"), Cost: 1}}
+	if out, err := e.decide(ctx, vectors.T0.UnixMicro(), same); err != nil || !out[0].Allowed || !out[1].Allowed {
+		t.Fatalf("same-tag layers: %+v, %v", out, err)
+	}
+	if _, err := New(e.nodes[0], Options{SlotCheck: 9}); err == nil {
+		t.Fatal("New accepted SlotCheck 9")
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Fatal("New accepted a nil client")
+	}
+}

@@ -1,0 +1,86 @@
+package redisstore
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// TestDecodeReply feeds the reply decoder every wrong shape: each must be
+// an ErrBadReply, never a panic.
+func TestDecodeReply(t *testing.T) {
+	p := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Second}
+	one := []floodgate.Layer{{Policy: p, Key: "k", Cost: 1}}
+	two := []floodgate.Layer{one[0], {Policy: p, Key: "k2", Cost: 1}}
+	ok := []any{int64(1), int64(9), int64(2_000_000), int64(0), int64(0), int64(0)}
+	with := func(i int, v any) []any {
+		r := append([]any(nil), ok...)
+		r[i] = v
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		val    any
+		layers []floodgate.Layer
+	}{
+		{"nil", nil, one},
+		{"string", "OK", one},
+		{"integer", int64(1), one},
+		{"empty array", []any{}, one},
+		{"short", ok[:5], one},
+		{"long", append(append([]any(nil), ok...), int64(0)), one},
+		{"one layer's worth for two", ok, two},
+		{"string element", with(1, "9"), one},
+		{"nil element", with(2, nil), one},
+		{"nested array", with(3, []any{int64(1)}), one},
+		{"float element", with(4, 1.5), one},
+		{"allowed 2", with(0, int64(2)), one},
+		{"allowed -1", with(0, int64(-1)), one},
+		{"reason 3", with(5, int64(3)), one},
+		{"reason -1", with(5, int64(-1)), one},
+		{"allowed with a reason", with(5, int64(1)), one},
+		{"denied without a reason", with(0, int64(0)), one},
+		{"negative retry", with(3, int64(-1)), one},
+		{"negative delay", with(4, int64(-5)), one},
+		{"negative reset", with(2, int64(-5)), one},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := make([]floodgate.Result, len(tc.layers))
+			if err := decodeReply(tc.val, tc.layers, out); !errors.Is(err, floodgate.ErrBadReply) {
+				t.Fatalf("got %v, want ErrBadReply", err)
+			}
+		})
+	}
+	out := make([]floodgate.Result, 1)
+	if err := decodeReply(ok, one, out); err != nil {
+		t.Fatal(err)
+	}
+	want := floodgate.ResultFromMicros(true, 10, 9, 2_000_000, 0, 0, floodgate.ReasonNone)
+	if out[0] != want {
+		t.Fatalf("got %+v, want %+v", out[0], want)
+	}
+}
+
+// FuzzDecodeReply checks that no reply of integers, whatever their values
+// and number, panics the decoder or yields a negative duration.
+func FuzzDecodeReply(f *testing.F) {
+	f.Add(int64(1), int64(9), int64(2_000_000), int64(0), int64(0), int64(0), uint8(6))
+	f.Add(int64(0), int64(-3), int64(5), int64(7), int64(0), int64(1), uint8(6))
+	f.Fuzz(func(t *testing.T, a, b, c, d, e, g int64, n uint8) {
+		vals := []any{a, b, c, d, e, g, a, b, c, d, e, g}
+		p := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second}
+		layers := []floodgate.Layer{{Policy: p, Key: "k", Cost: 1}}
+		out := make([]floodgate.Result, 1)
+		if err := decodeReply(vals[:int(n)%len(vals)], layers, out); err != nil {
+			if !errors.Is(err, floodgate.ErrBadReply) {
+				t.Fatalf("error %v does not wrap ErrBadReply", err)
+			}
+			return
+		}
+		if r := out[0]; r.RetryAfter < 0 || r.Delay < 0 || r.Remaining < 0 {
+			t.Fatalf("decoded %+v", r)
+		}
+	})
+}

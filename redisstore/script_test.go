@@ -1,0 +1,39 @@
+package redisstore
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// TestScriptConstants checks that the bounds written into decide.lua are
+// floodgate's.
+func TestScriptConstants(t *testing.T) {
+	for name, want := range map[string]int64{
+		"MAX_LAYERS":    floodgate.MaxLayers,
+		"MAX_NOW":       maxNow,
+		"MAX_LIMIT":     floodgate.MaxLimit,
+		"MAX_LOG_LIMIT": floodgate.MaxSlidingLogLimit,
+		"MIN_TTL":       1000,
+		"TTL_SLACK":     floodgate.TTLSlack.Microseconds(),
+		"MAX_SPAN":      1 << 50,
+	} {
+		m := regexp.MustCompile(`local ` + name + ` = (\d+)`).FindStringSubmatch(script)
+		if m == nil {
+			t.Errorf("%s not found in the script", name)
+			continue
+		}
+		if got, _ := strconv.ParseInt(m[1], 10, 64); got != want {
+			t.Errorf("%s = %d in the script, want %d", name, got, want)
+		}
+	}
+	m := regexp.MustCompile(`local MIN_WINDOW, MAX_WINDOW = (\d+), (\d+)`).FindStringSubmatch(script)
+	if m == nil || m[1] != strconv.FormatInt(floodgate.MinWindow.Microseconds(), 10) || m[2] != strconv.FormatInt(floodgate.MaxWindow.Microseconds(), 10) {
+		t.Errorf("window bounds in the script %v, want %v..%v", m, floodgate.MinWindow, floodgate.MaxWindow)
+	}
+	if len(scriptSHA) != 40 {
+		t.Errorf("scriptSHA %q", scriptSHA)
+	}
+}

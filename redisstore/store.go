@@ -1,0 +1,252 @@
+// Package redisstore is the Redis implementation of floodgate.Store: every
+// decision, whatever its number of layers, is one Lua script run with
+// EVALSHA in one round trip, atomic on the Redis primary that holds its keys.
+//
+// The script (lua/*.lua, one file per algorithm) mirrors floodgate.Step
+// operation for operation in integer microseconds, so the Redis store and
+// the in-memory store give identical results. It reads every layer's state,
+// decides each layer, and writes new state — always together with its TTL —
+// only if every layer admitted the request. It never calls TIME: the
+// caller's timestamp travels in the arguments.
+//
+// Automatic pipelining (investigated, not used yet): go-redis v9.23 has an
+// automatic pipeliner, Client.AutoPipeline (blocking face) and
+// AsyncAutoPipeline (deferred face), configured by
+// redis.Options.AutoPipelineOptions (MaxBatchSize, MaxFlushDelay,
+// MaxBatchBytes, and an experimental FullDuplex mode that streams commands
+// on one held connection, ~1 RTT each); ClusterClient has it too, with one
+// engine per primary. The API is marked experimental and may change in a
+// minor release. *redis.AutoPipeliner has Process, so it already satisfies
+// Client and can be passed to New as it is (Decide waits on the command's
+// Err, so the deferred face works too); go-redis documents that its
+// pipelines and the full-duplex engine never re-send a command whose
+// NoRetry is true, which this package sets. Whether it beats the pool for
+// EVALSHA under many callers is for the benchmark module to measure.
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of a go-redis v9 client the Store uses. *redis.Client,
+// *redis.ClusterClient, the failover clients (NewFailoverClient,
+// NewFailoverClusterClient) and *redis.AutoPipeliner all satisfy it.
+//
+// Set ContextTimeoutEnabled on the client so that a call's context deadline
+// bounds the whole round trip.
+type Client interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// SlotCheck says whether Decide requires the keys of one call to hash to
+// one Redis Cluster slot.
+type SlotCheck uint8
+
+// The slot checks.
+const (
+	// SlotCheckAuto checks when the client is a *redis.ClusterClient and not
+	// otherwise (a standalone or Sentinel-managed primary holds every slot).
+	SlotCheckAuto SlotCheck = iota
+	// SlotCheckOn always checks, for clients that wrap a cluster client or
+	// to keep standalone deployments cluster-ready.
+	SlotCheckOn
+	// SlotCheckOff never checks.
+	SlotCheckOff
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// SlotCheck says whether a call whose keys span several Redis Cluster
+	// slots is refused (with an error wrapping floodgate.ErrInvalidLayers)
+	// before anything is sent. Default SlotCheckAuto.
+	SlotCheck SlotCheck
+}
+
+// Store decides requests on Redis. It is safe for concurrent use by
+// multiple goroutines; it holds no connection of its own, only the client.
+//
+// Failure behaviour: an error wrapping floodgate.ErrStoreUnavailable means
+// the script certainly did not write (the command was not sent, or Redis
+// refused it); floodgate.ErrIndeterminate means it may have run (for
+// example a read timeout after the command was sent). The Store never
+// retries a command that may have been sent, and it asks go-redis not to
+// either; it re-sends only after NOSCRIPT, which means nothing ran.
+type Store struct {
+	client Client
+	slots  bool
+	frames sync.Pool // *frame
+}
+
+// New returns a Store deciding on client. It sends nothing: the script is
+// loaded on first use (EVAL after a NOSCRIPT reply, then EVALSHA).
+func New(client Client, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("redisstore: nil client")
+	}
+	s := &Store{client: client}
+	switch opts.SlotCheck {
+	case SlotCheckAuto:
+		_, s.slots = client.(*redis.ClusterClient)
+	case SlotCheckOn:
+		s.slots = true
+	case SlotCheckOff:
+	default:
+		return nil, fmt.Errorf("redisstore: unknown SlotCheck %d", opts.SlotCheck)
+	}
+	s.frames.New = func() any { return new(frame) }
+	return s, nil
+}
+
+// Decide implements floodgate.Store: it decides every layer at now (Unix
+// microseconds) in one script call and fills out (len(out) == len(layers)).
+// If every layer admits its cost, every consuming layer's state is written;
+// otherwise nothing is. Results are per layer, as floodgate.Step computes
+// them (floodgate.NewDecision marks layers denied by another one).
+//
+// Decide validates its input (errors wrap floodgate.ErrInvalidPolicy,
+// ErrInvalidCost or ErrInvalidLayers, and nothing is sent); store failures
+// wrap floodgate.ErrStoreUnavailable or floodgate.ErrIndeterminate (see
+// Store); a malformed reply wraps floodgate.ErrBadReply.
+func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if err := s.check(now, layers, out); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	f := s.frames.Get().(*frame)
+	defer s.frames.Put(f)
+	defer f.reset()
+	f.build(now, layers)
+	val, err := s.run(ctx, f)
+	if err != nil {
+		return err
+	}
+	return decodeReply(val, layers, out)
+}
+
+// maxNow bounds the timestamps Decide accepts: 2^52 µs, the year 2112, so
+// every sum the script computes stays below 2^53.
+const maxNow = 1 << 52
+
+// check validates a call before anything is sent.
+func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if len(layers) == 0 || len(layers) > floodgate.MaxLayers {
+		return fmt.Errorf("%w: %d layers (want 1..%d)", floodgate.ErrInvalidLayers, len(layers), floodgate.MaxLayers)
+	}
+	if len(out) != len(layers) {
+		return fmt.Errorf("%w: %d results for %d layers", floodgate.ErrInvalidLayers, len(out), len(layers))
+	}
+	if now < 0 || now > maxNow {
+		return fmt.Errorf("%w: time %dµs out of range 0..%d", floodgate.ErrInvalidLayers, now, int64(maxNow))
+	}
+	for i := range layers {
+		l := &layers[i]
+		if err := l.Policy.Validate(); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if err := floodgate.ValidateCost(l.Cost); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if l.Key == "" {
+			return fmt.Errorf("%w: layer %d has an empty key", floodgate.ErrInvalidKey, i)
+		}
+		for j := range i {
+			if layers[j].Key == l.Key {
+				return fmt.Errorf("%w: layers %d and %d use the same key %q", floodgate.ErrInvalidLayers, j, i, l.Key)
+			}
+		}
+	}
+	if s.slots && len(layers) > 1 {
+		slot := Slot(layers[0].Key)
+		for i := 1; i < len(layers); i++ {
+			if sl := Slot(layers[i].Key); sl != slot {
+				return fmt.Errorf("%w: keys %q (slot %d) and %q (slot %d) are in different Redis Cluster slots; one decision's keys must share a hash tag",
+					floodgate.ErrInvalidLayers, layers[0].Key, slot, layers[i].Key, sl)
+			}
+		}
+	}
+	return nil
+}
+
+// run sends the script with EVALSHA and, on NOSCRIPT, once with EVAL (which
+// also caches it on that server, so the next call's EVALSHA succeeds).
+func (s *Store) run(ctx context.Context, f *frame) (any, error) {
+	f.args[0], f.args[1] = argEvalSha, argSHA
+	val, err := s.process(ctx, f)
+	if err != nil && isNoScript(err) {
+		// NOSCRIPT is a reply to the command itself: nothing ran, so sending
+		// the script again cannot count the request twice.
+		f.args[0], f.args[1] = argEval, argScript
+		val, err = s.process(ctx, f)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return val, nil
+}
+
+// process sends one EVAL or EVALSHA built from f and waits for its reply.
+func (s *Store) process(ctx context.Context, f *frame) (any, error) {
+	cmd := redis.NewCmd(ctx, f.args...)
+	cmd.SetFirstKeyPos(3)
+	_ = s.client.Process(ctx, noRetryCmd{cmd})
+	// Err (not Process's result) waits for the reply even on a deferred
+	// client such as an async AutoPipeliner, so f can be reused after.
+	if err := cmd.Err(); err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// noRetryCmd is a redis.Cmd that go-redis must not send twice: a decision
+// retried after a timeout or a reset connection could be counted twice.
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command once it may have been
+// sent.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// frame holds one call's command arguments. Numbers are passed as *int64
+// into nums and keys as *string into the caller's layers, which go-redis
+// writes without boxing, so building a call allocates nothing.
+type frame struct {
+	args []any
+	nums [1 + 6*floodgate.MaxLayers]int64
+}
+
+// build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit
+// window burst maxdelay cost)...
+func (f *frame) build(now int64, layers []floodgate.Layer) {
+	n := len(layers)
+	f.args = append(f.args[:0], nil, nil, argNumKeys[n])
+	for i := range layers {
+		f.args = append(f.args, &layers[i].Key)
+	}
+	f.nums[0] = now
+	f.args = append(f.args, &f.nums[0])
+	for i := range layers {
+		p := &layers[i].Policy
+		v := f.nums[1+6*i : 7+6*i]
+		v[0] = int64(p.Algorithm)
+		v[1] = p.Limit
+		v[2] = p.Window.Microseconds()
+		v[3] = p.Burst
+		v[4] = p.MaxDelay.Microseconds()
+		v[5] = layers[i].Cost
+		for j := range v {
+			f.args = append(f.args, &v[j])
+		}
+	}
+}
+
+// reset drops f's references to the caller's keys before f is reused.
+func (f *frame) reset() {
+	clear(f.args)
+	f.args = f.args[:0]
+}

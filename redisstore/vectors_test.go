@@ -1,0 +1,14 @@
+package redisstore
+
+import (
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/vectors"
+)
+
+// TestVectors runs the shared step vectors against a private Redis: every
+// result must equal the pure step function's exactly.
+func TestVectors(t *testing.T) {
+	e, _ := newEnv(t)
+	vectors.Run(t, "redis-"+e.prefix, e.decider())
+}
