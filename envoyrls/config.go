@@ -1,0 +1,262 @@
+package envoyrls
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Limits on configurations and requests.
+const (
+	// MaxConfigSize is the largest configuration file ParseConfig reads.
+	MaxConfigSize = 4 << 20
+	// MaxDepth is the deepest nesting of descriptors in a configuration
+	// and the most entries one request descriptor may have.
+	MaxDepth = 32
+	// MaxDescriptors is the most descriptors one request may carry: each
+	// becomes at most one layer of a single floodgate decision.
+	MaxDescriptors = floodgate.MaxLayers
+	// MaxEntryLen is the longest key or value of a request descriptor
+	// entry, in bytes.
+	MaxEntryLen = 4096
+	// maxNodes bounds the YAML nodes one ParseConfig visits (aliases
+	// included), so a file of nested aliases cannot make it run for ever.
+	maxNodes = 200_000
+)
+
+// Rule is one configured limit: the rate_limit of one descriptor node. A
+// Rule is immutable once its Config is built.
+type Rule struct {
+	// Domain is the configuration domain the rule belongs to.
+	Domain string
+	// Path names the descriptor node as envoyproxy/ratelimit does: its
+	// entries from the root, each "key" or "key_value", joined with ".",
+	// e.g. "remote_address" or "database_users.user".
+	Path string
+	// Name is the rate_limit's optional name, the one other rules refer to
+	// in replaces; empty when unnamed.
+	Name string
+	// Replaces lists the names of the rules this one replaces: when both
+	// match descriptors of one request, those are not applied.
+	Replaces []string
+	// Unlimited reports a rate_limit with unlimited: true: the descriptor
+	// is matched but never limited.
+	Unlimited bool
+	// Shadow reports shadow_mode: the rule is decided and counted, and its
+	// status may say OVER_LIMIT, but it never makes the overall answer
+	// OVER_LIMIT.
+	Shadow bool
+	// RequestsPerUnit, Unit and UnitMultiplier describe the limit as
+	// Envoy's API reports it in current_limit. For a window that is not a
+	// whole number of seconds they give the equivalent rate per second.
+	RequestsPerUnit uint32
+	Unit            rlspb.RateLimitResponse_RateLimit_Unit
+	UnitMultiplier  uint32
+	// Policy is the floodgate policy the rule applies, its name derived
+	// from the domain and the descriptor path (see PolicyName). It is the
+	// zero Policy when Unlimited is set or RequestsPerUnit is 0 (a rule
+	// that denies every request).
+	Policy floodgate.Policy
+	// File and Line locate the rule's rate_limit in its configuration.
+	File string
+	Line int
+}
+
+// denies reports a rule with requests_per_unit 0: every request is over
+// the limit, without asking the store.
+func (r *Rule) denies() bool { return !r.Unlimited && r.Policy.Limit == 0 }
+
+// Config is a parsed descriptor configuration: one or more domains. It is
+// immutable and safe for concurrent use; to change limits, parse a new
+// Config and have the Service's config function return it.
+type Config struct {
+	domains map[string]*domain
+	rules   []*Rule
+}
+
+// domain is the descriptor tree of one domain.
+type domain struct {
+	name string
+	file string
+	line int
+	root *node
+}
+
+// node is one configured descriptor: an entry key, an optional value
+// (empty: any value; ending in "*": any value with that prefix), its
+// rule and its children.
+type node struct {
+	key, value string
+	wildcard   bool
+	rule       *Rule
+	exact      map[Entry]*node    // children with a value, and key-only ones under value ""
+	wild       map[string][]*node // wildcard children by key, longest prefix first
+	line       int
+}
+
+// Entry is one key/value pair of a descriptor, as in Envoy's
+// RateLimitDescriptor.Entry.
+type Entry struct{ Key, Value string }
+
+func newNode(key, value string, line int) *node {
+	n := &node{key: key, value: value, line: line, exact: map[Entry]*node{}}
+	if strings.HasSuffix(value, "*") {
+		n.wildcard = true
+		n.value = strings.TrimSuffix(value, "*")
+	}
+	return n
+}
+
+// child returns the child matching entry (key, value): an exact key and
+// value first, then the longest matching wildcard prefix, then the
+// key-only child, as envoyproxy/ratelimit matches; nil when none does.
+func (n *node) child(key, value string) *node {
+	if value != "" {
+		if c := n.exact[Entry{key, value}]; c != nil {
+			return c
+		}
+	}
+	for _, c := range n.wild[key] {
+		if strings.HasPrefix(value, c.value) {
+			return c
+		}
+	}
+	return n.exact[Entry{key, ""}]
+}
+
+// addChild inserts c, or returns the sibling it duplicates.
+func (n *node) addChild(c *node) *node {
+	if c.wildcard {
+		for _, o := range n.wild[c.key] {
+			if o.value == c.value {
+				return o
+			}
+		}
+		if n.wild == nil {
+			n.wild = map[string][]*node{}
+		}
+		ws := append(n.wild[c.key], c)
+		sort.SliceStable(ws, func(i, j int) bool { return len(ws[i].value) > len(ws[j].value) })
+		n.wild[c.key] = ws
+		return nil
+	}
+	k := Entry{c.key, c.value}
+	if o := n.exact[k]; o != nil {
+		return o
+	}
+	n.exact[k] = c
+	return nil
+}
+
+// Domains returns the configured domain names, sorted.
+func (c *Config) Domains() []string {
+	names := make([]string, 0, len(c.domains))
+	for name := range c.domains {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// HasDomain reports whether domain is configured.
+func (c *Config) HasDomain(domain string) bool { _, ok := c.domains[domain]; return ok }
+
+// Rules returns every configured limit, in file order. The slice is the
+// Config's own: do not modify it.
+func (c *Config) Rules() []*Rule { return c.rules }
+
+// MergeConfigs combines configurations parsed from several files (as
+// envoyproxy/ratelimit loads a directory) into one. A domain defined twice
+// is an error naming both files.
+func MergeConfigs(cfgs ...*Config) (*Config, error) {
+	out := &Config{domains: map[string]*domain{}}
+	names := map[string]*Rule{}
+	for _, c := range cfgs {
+		if c == nil {
+			continue
+		}
+		for name, d := range c.domains {
+			if o := out.domains[name]; o != nil {
+				return nil, &ConfigError{File: d.file, Line: d.line, Msg: fmt.Sprintf("domain %q is already defined in %s:%d", name, o.file, o.line)}
+			}
+			out.domains[name] = d
+		}
+		for _, r := range c.rules {
+			if err := checkUniquePolicy(names, r); err != nil {
+				return nil, err
+			}
+			out.rules = append(out.rules, r)
+		}
+	}
+	if len(out.domains) == 0 {
+		return nil, &ConfigError{File: "(merge)", Msg: "no domain configured"}
+	}
+	return out, nil
+}
+
+// checkUniquePolicy records r's policy name, failing if another rule
+// already uses it (a hash collision, or the same node loaded twice).
+func checkUniquePolicy(names map[string]*Rule, r *Rule) error {
+	if r.Policy.Name == "" {
+		return nil
+	}
+	if o := names[r.Policy.Name]; o != nil {
+		return &ConfigError{File: r.File, Line: r.Line, Msg: fmt.Sprintf("descriptor %s.%s maps to policy name %q, already used by %s.%s at %s:%d", r.Domain, r.Path, r.Policy.Name, o.Domain, o.Path, o.File, o.Line)}
+	}
+	names[r.Policy.Name] = r
+	return nil
+}
+
+// units maps envoyproxy/ratelimit's unit names to Envoy's enum and length.
+var units = map[string]struct {
+	unit rlspb.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	"second": {rlspb.RateLimitResponse_RateLimit_SECOND, time.Second},
+	"minute": {rlspb.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	"hour":   {rlspb.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	"day":    {rlspb.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	"week":   {rlspb.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+}
+
+// unitLength returns the length of an Envoy unit; false for UNKNOWN and
+// for the calendar units MONTH and YEAR, which fixed windows aligned to
+// the Unix epoch cannot follow.
+func unitLength(u rlspb.RateLimitResponse_RateLimit_Unit) (time.Duration, bool) {
+	for _, v := range units {
+		if v.unit == u {
+			return v.d, true
+		}
+	}
+	return 0, false
+}
+
+// describeWindow returns how Envoy's API reports a limit of limit per
+// window: the largest unit that divides the window, with a multiplier, or,
+// for windows that are not whole seconds, the equivalent rate per second.
+func describeWindow(limit int64, window time.Duration) (uint32, rlspb.RateLimitResponse_RateLimit_Unit, uint32) {
+	order := []string{"week", "day", "hour", "minute", "second"}
+	for _, name := range order {
+		u := units[name]
+		if window%u.d == 0 && int64(window/u.d) <= 1<<32-1 {
+			return clampUint32(limit), u.unit, uint32(window / u.d)
+		}
+	}
+	perSecond := float64(limit) * float64(time.Second) / float64(window)
+	return clampUint32(max(int64(perSecond), 1)), rlspb.RateLimitResponse_RateLimit_SECOND, 1
+}
+
+func clampUint32(v int64) uint32 {
+	switch {
+	case v < 0:
+		return 0
+	case v > 1<<32-1:
+		return 1<<32 - 1
+	}
+	return uint32(v)
+}

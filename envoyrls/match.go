@@ -1,0 +1,273 @@
+package envoyrls
+
+import (
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// plan is what one request asks for: per descriptor, the rule it matched,
+// and the distinct layers to decide in one floodgate call.
+type plan struct {
+	// cost is the request's hits_addend (default 1).
+	cost int64
+	// descs has one entry per request descriptor, in order.
+	descs []descPlan
+	// layers are the distinct (policy, identity) pairs to decide; two
+	// descriptors naming the same counter share one layer and add their
+	// costs.
+	layers []layerPlan
+	// denyAll reports that an enforced rule with requests_per_unit 0
+	// matched: the request is over the limit whatever the store says.
+	denyAll bool
+}
+
+// descPlan is the outcome of matching one request descriptor.
+type descPlan struct {
+	// rule is the matched rule; nil when nothing matched, the rule was
+	// replaced, or a limit override applies.
+	rule *Rule
+	// limit is reported as current_limit; nil when no limit applies.
+	limit *rlspb.RateLimitResponse_RateLimit
+	// unlimited reports a matched unlimited rule.
+	unlimited bool
+	// denies reports a requests_per_unit 0 limit.
+	denies bool
+	// shadow reports a shadow-mode rule.
+	shadow bool
+	// identity is the descriptor's identity (see Identity).
+	identity string
+	// override is the policy of a limit override sent with the request.
+	override floodgate.Policy
+	// layer indexes plan.layers; -1 when the descriptor is not decided.
+	layer int
+}
+
+// layerPlan is one layer of the decision.
+type layerPlan struct {
+	spec   floodgate.LayerSpec
+	shadow bool
+}
+
+// limits are the request bounds a plan enforces.
+type limits struct {
+	maxHits        int64
+	ignoreOverride bool
+}
+
+// plan validates req against the configuration and matches each of its
+// descriptors. Errors wrap ErrInvalidRequest and say which descriptor and
+// entry is at fault.
+func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
+	if req.GetDomain() == "" {
+		return nil, invalidRequest("domain is empty")
+	}
+	d := c.domains[req.GetDomain()]
+	if d == nil {
+		return nil, invalidRequest("unknown domain %q", req.GetDomain())
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, invalidRequest("no descriptors")
+	}
+	if len(descs) > MaxDescriptors {
+		return nil, invalidRequest("%d descriptors (max %d)", len(descs), MaxDescriptors)
+	}
+	p := &plan{cost: 1, descs: make([]descPlan, len(descs))}
+	if h := int64(req.GetHitsAddend()); h != 0 {
+		if h > lim.maxHits {
+			return nil, invalidRequest("hits_addend %d above the maximum %d", h, lim.maxHits)
+		}
+		p.cost = h
+	}
+	costs := make([]int64, len(descs))
+	entries := make([][]Entry, len(descs))
+	for i, desc := range descs {
+		es, cost, err := checkDescriptor(i, desc, p.cost, lim)
+		if err != nil {
+			return nil, err
+		}
+		entries[i], costs[i] = es, cost
+		dp := &p.descs[i]
+		dp.layer = -1
+		if o := desc.GetLimit(); o != nil && !lim.ignoreOverride {
+			if err := overrideLimit(i, d.name, o, dp); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if dp.rule = d.match(es); dp.rule != nil {
+			dp.unlimited = dp.rule.Unlimited
+			dp.denies = dp.rule.denies()
+			dp.shadow = dp.rule.Shadow
+			if !dp.unlimited {
+				dp.limit = currentLimit(dp.rule)
+			}
+		}
+	}
+	applyReplaces(p)
+	merged := map[string]int{}
+	for i := range p.descs {
+		dp := &p.descs[i]
+		pol := dp.policy()
+		if dp.denies && !dp.shadow {
+			p.denyAll = true
+		}
+		if dp.limit == nil {
+			continue
+		}
+		id := Identity(entries[i])
+		dp.identity = id
+		if pol.Limit == 0 {
+			continue
+		}
+		key := pol.Name + "\x00" + id
+		if j, ok := merged[key]; ok {
+			dp.layer = j
+			p.layers[j].spec.Cost += costs[i]
+			continue
+		}
+		dp.layer = len(p.layers)
+		merged[key] = dp.layer
+		p.layers = append(p.layers, layerPlan{
+			spec:   floodgate.LayerSpec{Policy: pol, Identity: id, Cost: costs[i]},
+			shadow: dp.shadow,
+		})
+	}
+	for i := range p.layers {
+		if s := &p.layers[i].spec; s.Cost == 0 {
+			s.Peek = true
+		}
+	}
+	return p, nil
+}
+
+// policy returns the policy a descriptor is decided under; its Limit is 0
+// when it is not decided by the store.
+func (dp *descPlan) policy() floodgate.Policy {
+	if dp.rule != nil {
+		return dp.rule.Policy
+	}
+	return dp.override
+}
+
+// checkDescriptor validates descriptor i and returns its entries and its
+// cost: its own hits_addend when set (0 checks without consuming), the
+// request's otherwise.
+func checkDescriptor(i int, desc *ratelimitv3.RateLimitDescriptor, cost int64, lim limits) ([]Entry, int64, error) {
+	if desc == nil {
+		return nil, 0, invalidRequest("descriptor %d is null", i)
+	}
+	if len(desc.GetEntries()) == 0 {
+		return nil, 0, invalidRequest("descriptor %d has no entries", i)
+	}
+	if len(desc.GetEntries()) > MaxDepth {
+		return nil, 0, invalidRequest("descriptor %d has %d entries (max %d)", i, len(desc.GetEntries()), MaxDepth)
+	}
+	if desc.GetIsNegativeHits() {
+		return nil, 0, invalidRequest("descriptor %d: is_negative_hits (refunding hits) is not supported", i)
+	}
+	if h := desc.GetHitsAddend(); h != nil {
+		if h.GetValue() > uint64(lim.maxHits) {
+			return nil, 0, invalidRequest("descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), lim.maxHits)
+		}
+		cost = int64(h.GetValue())
+	}
+	es := make([]Entry, len(desc.GetEntries()))
+	for j, e := range desc.GetEntries() {
+		switch {
+		case e == nil:
+			return nil, 0, invalidRequest("descriptor %d entry %d is null", i, j)
+		case e.GetKey() == "":
+			return nil, 0, invalidRequest("descriptor %d entry %d has an empty key", i, j)
+		case len(e.GetKey()) > MaxEntryLen || len(e.GetValue()) > MaxEntryLen:
+			return nil, 0, invalidRequest("descriptor %d entry %d is longer than %d bytes", i, j, MaxEntryLen)
+		}
+		es[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return es, cost, nil
+}
+
+// overrideLimit applies a limit sent by Envoy instead of the configured
+// one (a fixed window of requests_per_unit per unit × unit_multiplier).
+func overrideLimit(i int, domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, dp *descPlan) error {
+	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	length, ok := unitLength(unit)
+	if !ok || unit == rlspb.RateLimitResponse_RateLimit_WEEK {
+		return invalidRequest("descriptor %d: limit override unit %s is not supported (want SECOND, MINUTE, HOUR or DAY)", i, o.GetUnit())
+	}
+	mult := int64(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		mult = int64(m.GetValue())
+		if mult < 1 || time.Duration(mult) > floodgate.MaxWindow/length {
+			return invalidRequest("descriptor %d: limit override unit_multiplier %d out of range 1..%d", i, mult, int64(floodgate.MaxWindow/length))
+		}
+	}
+	window := time.Duration(mult) * length
+	rpu := o.GetRequestsPerUnit()
+	dp.limit = &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: rpu, Unit: unit}
+	if mult > 1 {
+		dp.limit.UnitMultiplier = wrapperspb.UInt32(uint32(mult))
+	}
+	if rpu == 0 {
+		dp.denies = true
+		return nil
+	}
+	dp.override = floodgate.Policy{Name: overridePolicyName(domain, window), Algorithm: floodgate.FixedWindow, Limit: int64(rpu), Window: window}
+	if err := dp.override.Validate(); err != nil {
+		return invalidRequest("descriptor %d: limit override: %v", i, err)
+	}
+	return nil
+}
+
+// match walks the domain's tree along entries and returns the rule of the
+// node reached by the last entry, or nil (as envoyproxy/ratelimit does, a
+// rule applies only when the request's depth equals the node's).
+func (d *domain) match(entries []Entry) *Rule {
+	n := d.root
+	for _, e := range entries {
+		if n = n.child(e.Key, e.Value); n == nil {
+			return nil
+		}
+	}
+	return n.rule
+}
+
+// applyReplaces drops the named rules that another matched rule replaces.
+func applyReplaces(p *plan) {
+	var replaced map[string]bool
+	for _, dp := range p.descs {
+		if dp.rule == nil {
+			continue
+		}
+		for _, name := range dp.rule.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[name] = true
+		}
+	}
+	if replaced == nil {
+		return
+	}
+	for i := range p.descs {
+		dp := &p.descs[i]
+		if dp.rule != nil && dp.rule.Name != "" && replaced[dp.rule.Name] {
+			p.descs[i] = descPlan{layer: -1}
+		}
+	}
+}
+
+// currentLimit is the current_limit reported for a rule.
+func currentLimit(r *Rule) *rlspb.RateLimitResponse_RateLimit {
+	l := &rlspb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
+	if r.UnitMultiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
+	}
+	return l
+}

@@ -1,0 +1,125 @@
+package envoyrls
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// nameHashLen is the number of hex digits of the hash that ends every
+// derived policy name (48 bits; ParseConfig also rejects any collision).
+const nameHashLen = 12
+
+// PolicyName returns the floodgate policy name of the descriptor node at
+// path (its entries from the root, values as configured, "" for key-only
+// nodes) in domain: a readable part built from the domain and the path,
+// cut to fit and with characters outside [A-Za-z0-9_.-] replaced by "_",
+// then "-" and 12 hex digits of a SHA-256 of the exact domain and path, so
+// that distinct nodes get distinct names within floodgate's 64-character
+// limit. For example domain "edge" and path [{remote_address ""}] give
+// "edge.remote_address-" followed by the hash.
+func PolicyName(domain string, path ...Entry) string {
+	h := sha256.New()
+	writeField(h, "node")
+	writeField(h, domain)
+	for _, e := range path {
+		writeField(h, e.Key)
+		writeField(h, e.Value)
+	}
+	return derivedName(domain+"."+displayPath(path), h.Sum(nil))
+}
+
+// overridePolicyName returns the policy name for limit overrides sent by
+// Envoy in a domain, one per window length, so that overrides of different
+// units keep separate counters.
+func overridePolicyName(domain string, window time.Duration) string {
+	h := sha256.New()
+	writeField(h, "override")
+	writeField(h, domain)
+	writeField(h, strconv.FormatInt(window.Microseconds(), 10))
+	return derivedName(domain+".override."+window.String(), h.Sum(nil))
+}
+
+type hashWriter interface{ Write([]byte) (int, error) }
+
+// writeField writes s length-prefixed, so that field boundaries are part
+// of the hash ("a","bc" and "ab","c" differ).
+func writeField(h hashWriter, s string) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+	h.Write(n[:])
+	h.Write([]byte(s))
+}
+
+func derivedName(readable string, sum []byte) string {
+	limit := floodgate.MaxNameLen - nameHashLen - 1
+	b := make([]byte, 0, floodgate.MaxNameLen)
+	for i := 0; i < len(readable) && len(b) < limit; i++ {
+		c := readable[i]
+		if !nameByte(c) {
+			c = '_'
+		}
+		b = append(b, c)
+	}
+	b = append(b, '-')
+	b = append(b, hex.EncodeToString(sum)[:nameHashLen]...)
+	return string(b)
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// displayPath joins entries as envoyproxy/ratelimit names them: "key" for
+// a key-only node, "key_value" otherwise, separated by ".".
+func displayPath(path []Entry) string {
+	var b strings.Builder
+	for i, e := range path {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// Identity returns the floodgate identity of a request descriptor: its
+// entries as "key=value" joined with "/", with '%', '/' and '=' inside keys
+// and values percent-encoded, so that distinct entry lists give distinct
+// identities (for example [{user alice}] gives "user=alice"). floodgate.Key
+// then keeps it readable or hashes it.
+func Identity(entries []Entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		escapeTo(&b, e.Key)
+		b.WriteByte('=')
+		escapeTo(&b, e.Value)
+	}
+	return b.String()
+}
+
+func escapeTo(b *strings.Builder, s string) {
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', '/', '=':
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+		default:
+			b.WriteByte(c)
+		}
+	}
+}

@@ -1,0 +1,460 @@
+package envoyrls
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// ParseConfig parses a descriptor configuration in envoyproxy/ratelimit's
+// YAML format, with Floodgate's extensions, and validates it completely.
+// filename names the file in error messages. A file may hold several YAML
+// documents ("---"), one domain each:
+//
+//	domain: edge                     # required, unique
+//	algorithm: sliding_window        # extension: default for the domain
+//	descriptors:
+//	  - key: remote_address          # required
+//	    value: ""                    # optional; "" = any value, "abc*" = prefix
+//	    shadow_mode: false           # decide and count, never deny
+//	    detailed_metric: false       # accepted, ignored
+//	    rate_limit:
+//	      unit: second|minute|hour|day|week
+//	      unit_multiplier: 1         # optional
+//	      requests_per_unit: 100     # 0 denies every request
+//	      unlimited: false           # matched, never limited
+//	      name: per_ip               # optional, for replaces
+//	      replaces: [{name: other}]  # optional
+//	      algorithm: fixed_window    # extension: fixed_window (default), sliding_window, sliding_log, token_bucket, gcra
+//	      window: 90s                # extension: any duration instead of unit
+//	      burst: 20                  # extension: token_bucket and gcra only
+//	    descriptors: [...]           # nested entries
+//
+// Unknown keys, wrong types and out-of-range values are errors. The error
+// is a *ConfigError (wrapping ErrInvalidConfig) with the line and column of
+// the offending node.
+func ParseConfig(data []byte, filename string) (*Config, error) {
+	p := &parser{file: filename}
+	if len(data) > MaxConfigSize {
+		return nil, p.errAt(nil, "file is %d bytes (max %d)", len(data), MaxConfigSize)
+	}
+	cfg := &Config{domains: map[string]*domain{}}
+	names := map[string]*Rule{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, p.syntaxError(err)
+		}
+		if len(doc.Content) == 0 {
+			continue
+		}
+		root := doc.Content[0]
+		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+			continue
+		}
+		d, err := p.domain(root)
+		if err != nil {
+			return nil, err
+		}
+		if o := cfg.domains[d.name]; o != nil {
+			return nil, p.errAt(root, "domain %q is already defined at line %d", d.name, o.line)
+		}
+		cfg.domains[d.name] = d
+		for _, r := range p.rules {
+			if err := checkUniquePolicy(names, r); err != nil {
+				return nil, err
+			}
+		}
+		cfg.rules = append(cfg.rules, p.rules...)
+		p.rules = nil
+	}
+	if len(cfg.domains) == 0 {
+		return nil, p.errAt(nil, "no domain: want a mapping with domain and descriptors")
+	}
+	return cfg, nil
+}
+
+// parser walks YAML nodes, keeping the position for errors.
+type parser struct {
+	file   string
+	visits int
+	rules  []*Rule // rules of the domain being parsed
+	algo   floodgate.Algorithm
+}
+
+func (p *parser) errAt(n *yaml.Node, format string, args ...any) error {
+	e := &ConfigError{File: p.file, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	return e
+}
+
+// resolve follows aliases and counts visits.
+func (p *parser) resolve(n *yaml.Node) (*yaml.Node, error) {
+	for i := 0; n.Kind == yaml.AliasNode; i++ {
+		if n.Alias == nil || i > 16 {
+			return nil, p.errAt(n, "unresolvable alias")
+		}
+		n = n.Alias
+	}
+	p.visits++
+	if p.visits > maxNodes {
+		return nil, p.errAt(n, "more than %d nodes (aliases expanded)", maxNodes)
+	}
+	return n, nil
+}
+
+// fields checks that n is a mapping with only the allowed keys and returns
+// its values by key.
+func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Node, error) {
+	n, err := p.resolve(n)
+	if err != nil {
+		return nil, err
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, p.errAt(n, "%s must be a mapping, got %s", what, kindName(n))
+	}
+	out := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return nil, p.errAt(k, "%s: keys must be plain strings", what)
+		}
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k.Value
+		}
+		if !ok {
+			return nil, p.errAt(k, "%s: unknown key %q (want %s)", what, k.Value, strings.Join(allowed, ", "))
+		}
+		if _, dup := out[k.Value]; dup {
+			return nil, p.errAt(k, "%s: key %q given twice", what, k.Value)
+		}
+		if v, err = p.resolve(v); err != nil {
+			return nil, err
+		}
+		out[k.Value] = v
+	}
+	return out, nil
+}
+
+// yamlLine finds the line number in a yaml.v3 syntax error.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func (p *parser) syntaxError(err error) error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &ConfigError{File: p.file, Line: line, Msg: "YAML syntax: " + m[2]}
+	}
+	return &ConfigError{File: p.file, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func (p *parser) str(n *yaml.Node, what string) (string, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return "", p.errAt(n, "%s must be a string, got %s", what, kindName(n))
+	}
+	return n.Value, nil
+}
+
+func (p *parser) boolean(n *yaml.Node, what string) (bool, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
+		var b bool
+		if err := n.Decode(&b); err == nil {
+			return b, nil
+		}
+	}
+	return false, p.errAt(n, "%s must be true or false, got %s", what, kindName(n))
+}
+
+func (p *parser) integer(n *yaml.Node, what string, lo, hi int64) (int64, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		return 0, p.errAt(n, "%s must be an integer, got %s", what, kindName(n))
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil || v < lo || v > hi {
+		return 0, p.errAt(n, "%s %s out of range %d..%d", what, n.Value, lo, hi)
+	}
+	return v, nil
+}
+
+func (p *parser) algorithm(n *yaml.Node) (floodgate.Algorithm, error) {
+	s, err := p.str(n, "algorithm")
+	if err != nil {
+		return 0, err
+	}
+	a, err := floodgate.ParseAlgorithm(s)
+	if err != nil {
+		return 0, p.errAt(n, "unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket or gcra)", s)
+	}
+	return a, nil
+}
+
+// domain parses one document: a domain and its descriptors.
+func (p *parser) domain(n *yaml.Node) (*domain, error) {
+	f, err := p.fields(n, "configuration", "domain", "descriptors", "algorithm")
+	if err != nil {
+		return nil, err
+	}
+	dn := f["domain"]
+	if dn == nil {
+		return nil, p.errAt(n, "missing domain")
+	}
+	name, err := p.str(dn, "domain")
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		return nil, p.errAt(dn, "domain is empty")
+	}
+	p.algo = floodgate.FixedWindow
+	if an := f["algorithm"]; an != nil {
+		if p.algo, err = p.algorithm(an); err != nil {
+			return nil, err
+		}
+	}
+	d := &domain{name: name, file: p.file, line: dn.Line, root: newNode("", "", n.Line)}
+	if dl := f["descriptors"]; dl != nil {
+		if err := p.descriptors(dl, d, d.root, nil, 1); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// descriptors parses a list of descriptors under parent, whose entries
+// from the root are path.
+func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry, depth int) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return p.errAt(n, "descriptors must be a list, got %s", kindName(n))
+	}
+	if depth > MaxDepth {
+		return p.errAt(n, "descriptors nested deeper than %d levels", MaxDepth)
+	}
+	for _, item := range n.Content {
+		f, err := p.fields(item, "descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric")
+		if err != nil {
+			return err
+		}
+		kn := f["key"]
+		if kn == nil {
+			return p.errAt(item, "descriptor has no key")
+		}
+		key, err := p.str(kn, "key")
+		if err != nil {
+			return err
+		}
+		if key == "" {
+			return p.errAt(kn, "descriptor has an empty key")
+		}
+		value := ""
+		if vn := f["value"]; vn != nil {
+			if value, err = p.str(vn, "value"); err != nil {
+				return err
+			}
+		}
+		c := newNode(key, value, kn.Line)
+		if o := parent.addChild(c); o != nil {
+			return p.errAt(kn, "duplicate descriptor key %q value %q (first at line %d)", key, value, o.line)
+		}
+		shadow := false
+		if sn := f["shadow_mode"]; sn != nil {
+			if shadow, err = p.boolean(sn, "shadow_mode"); err != nil {
+				return err
+			}
+		}
+		for _, ignored := range []string{"detailed_metric", "value_to_metric"} {
+			if in := f[ignored]; in != nil {
+				if _, err := p.boolean(in, ignored); err != nil {
+					return err
+				}
+			}
+		}
+		cpath := append(path[:len(path):len(path)], Entry{key, value})
+		if rn := f["rate_limit"]; rn != nil {
+			if c.rule, err = p.rule(rn, d, cpath, shadow); err != nil {
+				return err
+			}
+			p.rules = append(p.rules, c.rule)
+		} else if shadow {
+			return p.errAt(f["shadow_mode"], "shadow_mode without a rate_limit")
+		}
+		if dl := f["descriptors"]; dl != nil {
+			if err := p.descriptors(dl, d, c, cpath, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rule parses a rate_limit mapping.
+func (p *parser) rule(n *yaml.Node, d *domain, path []Entry, shadow bool) (*Rule, error) {
+	f, err := p.fields(n, "rate_limit", "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "window", "burst")
+	if err != nil {
+		return nil, err
+	}
+	r := &Rule{Domain: d.name, Path: displayPath(path), Shadow: shadow, File: p.file, Line: n.Line}
+	if nn := f["name"]; nn != nil {
+		if r.Name, err = p.str(nn, "name"); err != nil {
+			return nil, err
+		}
+	}
+	if rn := f["replaces"]; rn != nil {
+		if r.Replaces, err = p.replaces(rn, r.Name); err != nil {
+			return nil, err
+		}
+	}
+	if un := f["unlimited"]; un != nil {
+		if r.Unlimited, err = p.boolean(un, "unlimited"); err != nil {
+			return nil, err
+		}
+	}
+	if r.Unlimited {
+		for _, k := range []string{"unit", "window", "requests_per_unit", "unit_multiplier", "algorithm", "burst"} {
+			if f[k] != nil {
+				return nil, p.errAt(f[k], "%s given for an unlimited rate_limit", k)
+			}
+		}
+		return r, nil
+	}
+	rpuNode := f["requests_per_unit"]
+	if rpuNode == nil {
+		return nil, p.errAt(n, "missing requests_per_unit (0 denies every request)")
+	}
+	rpu, err := p.integer(rpuNode, "requests_per_unit", 0, 1<<32-1)
+	if err != nil {
+		return nil, err
+	}
+	window, err := p.window(n, f)
+	if err != nil {
+		return nil, err
+	}
+	algo := p.algo
+	if an := f["algorithm"]; an != nil {
+		if algo, err = p.algorithm(an); err != nil {
+			return nil, err
+		}
+	}
+	var burst int64
+	if bn := f["burst"]; bn != nil {
+		if burst, err = p.integer(bn, "burst", 1, floodgate.MaxLimit); err != nil {
+			return nil, err
+		}
+	}
+	r.RequestsPerUnit, r.Unit, r.UnitMultiplier = describeWindow(rpu, window)
+	if rpu == 0 {
+		if burst != 0 {
+			return nil, p.errAt(f["burst"], "burst given with requests_per_unit 0")
+		}
+		return r, nil
+	}
+	r.Policy = floodgate.Policy{Name: PolicyName(d.name, path...), Algorithm: algo, Limit: rpu, Window: window, Burst: burst}
+	if err := r.Policy.Validate(); err != nil {
+		msg := strings.TrimPrefix(err.Error(), floodgate.ErrInvalidPolicy.Error()+": ")
+		return nil, p.errAt(n, "%s.%s: %s", d.name, r.Path, msg)
+	}
+	return r, nil
+}
+
+// window reads unit (with unit_multiplier) or window.
+func (p *parser) window(n *yaml.Node, f map[string]*yaml.Node) (time.Duration, error) {
+	un, wn, mn := f["unit"], f["window"], f["unit_multiplier"]
+	switch {
+	case un != nil && wn != nil:
+		return 0, p.errAt(wn, "give unit or window, not both")
+	case wn != nil:
+		if mn != nil {
+			return 0, p.errAt(mn, "unit_multiplier applies to unit, not window")
+		}
+		s, err := p.str(wn, "window")
+		if err != nil {
+			return 0, err
+		}
+		w, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, p.errAt(wn, "window %q: want a duration such as 90s, 1m30s or 250ms", s)
+		}
+		return w, nil
+	case un != nil:
+		s, err := p.str(un, "unit")
+		if err != nil {
+			return 0, err
+		}
+		u, ok := units[strings.ToLower(s)]
+		if !ok {
+			if l := strings.ToLower(s); l == "month" || l == "year" {
+				return 0, p.errAt(un, "unit %q is a calendar period, which epoch-aligned windows cannot follow; use window (e.g. 720h)", s)
+			}
+			return 0, p.errAt(un, "unknown unit %q (want second, minute, hour, day or week)", s)
+		}
+		mult := int64(1)
+		if mn != nil {
+			var err error
+			if mult, err = p.integer(mn, "unit_multiplier", 1, int64(floodgate.MaxWindow/u.d)); err != nil {
+				return 0, err
+			}
+		}
+		return time.Duration(mult) * u.d, nil
+	}
+	return 0, p.errAt(n, "missing unit (or window)")
+}
+
+func (p *parser) replaces(n *yaml.Node, self string) ([]string, error) {
+	if n.Kind != yaml.SequenceNode {
+		return nil, p.errAt(n, "replaces must be a list of {name: ...}, got %s", kindName(n))
+	}
+	var out []string
+	for _, item := range n.Content {
+		f, err := p.fields(item, "replaces entry", "name")
+		if err != nil {
+			return nil, err
+		}
+		nn := f["name"]
+		if nn == nil {
+			return nil, p.errAt(item, "replaces entry has no name")
+		}
+		name, err := p.str(nn, "name")
+		if err != nil {
+			return nil, err
+		}
+		switch name {
+		case "":
+			return nil, p.errAt(nn, "replaces entry has an empty name")
+		case self:
+			return nil, p.errAt(nn, "rate_limit %q replaces itself", name)
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}

@@ -1,0 +1,104 @@
+package envoyrls
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// response builds the answer: one status per request descriptor, the
+// overall code and, when enabled, the X-RateLimit-* headers.
+func (s *Service) response(now time.Time, p *plan, results []floodgate.Result) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{
+		OverallCode: rlspb.RateLimitResponse_OK,
+		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(p.descs)),
+	}
+	var closest *rlspb.RateLimitResponse_DescriptorStatus
+	forced := false
+	for i, dp := range p.descs {
+		st := descriptorStatus(now, dp, p.layers, results)
+		resp.Statuses[i] = st
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !dp.shadow {
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+			if !forced {
+				closest, forced = st, true
+			}
+		}
+		if !forced && st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
+			closest = st
+		}
+	}
+	if s.opts.ResponseHeaders && closest != nil {
+		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
+			{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(ceilSeconds(closest.DurationUntilReset.AsDuration()), 10)},
+		}
+	}
+	return resp
+}
+
+// descriptorStatus reports one descriptor: OK with no current_limit when
+// nothing matched; OK with the maximum remaining when unlimited;
+// OVER_LIMIT when it denied by itself (a descriptor that would have
+// admitted a request another descriptor denied is OK, its remaining
+// untouched).
+func descriptorStatus(now time.Time, dp descPlan, layers []layerPlan, results []floodgate.Result) *rlspb.RateLimitResponse_DescriptorStatus {
+	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	switch {
+	case dp.unlimited:
+		st.LimitRemaining = math.MaxUint32
+	case dp.denies:
+		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		st.CurrentLimit = dp.limit
+		st.DurationUntilReset = durationpb.New(0)
+	case dp.layer >= 0:
+		r := standing(results[dp.layer], layers[dp.layer].spec)
+		st.CurrentLimit = dp.limit
+		st.LimitRemaining = clampUint32(r.Remaining)
+		wait := r.ResetAt.Sub(now)
+		if ownDenial(r) {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			if r.RetryAfter > 0 {
+				wait = r.RetryAfter
+			}
+		}
+		st.DurationUntilReset = durationpb.New(max(wait, 0))
+	}
+	return st
+}
+
+// standing returns where a layer stands after the decision. A layer marked
+// ReasonOtherLayer consumed nothing, but its result was computed as if its
+// cost had been taken (floodgate.Step reports the state after a request);
+// give the cost back so the status shows what is really left.
+func standing(r floodgate.Result, spec floodgate.LayerSpec) floodgate.Result {
+	cost := spec.Cost
+	if r.Reason != floodgate.ReasonOtherLayer || spec.Peek || cost <= 0 {
+		return r
+	}
+	p := spec.Policy
+	r.Remaining = min(r.Remaining+cost, p.Capacity())
+	switch p.Algorithm {
+	case floodgate.TokenBucket, floodgate.GCRA:
+		// The bucket would have been full again cost intervals earlier.
+		iv := time.Duration(p.Window.Microseconds()/p.Limit) * time.Microsecond
+		r.ResetAt = r.ResetAt.Add(-time.Duration(cost) * iv)
+	}
+	return r
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
+}

@@ -1,0 +1,273 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// DefaultMaxHitsAddend is the largest hits_addend accepted by default.
+const DefaultMaxHitsAddend = 1_000_000_000
+
+// Options configures a Service. The zero value is ready to use.
+type Options struct {
+	// MaxHitsAddend is the largest hits_addend (cost) a request or a
+	// descriptor may carry; larger ones are refused with INVALID_ARGUMENT.
+	// Default DefaultMaxHitsAddend; at most floodgate.MaxCost /
+	// MaxDescriptors, so that the costs of descriptors sharing one counter
+	// always add up to a valid cost.
+	MaxHitsAddend int64
+	// ResponseHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset to response_headers_to_add, for the descriptor
+	// closest to its limit (the first one over it, if any), as
+	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. Reset
+	// is in whole seconds from now. Default off.
+	ResponseHeaders bool
+	// LimitHeader, RemainingHeader and ResetHeader rename those headers.
+	// Defaults "X-RateLimit-Limit", "X-RateLimit-Remaining" and
+	// "X-RateLimit-Reset". Header names are 1..64 bytes of [A-Za-z0-9-].
+	LimitHeader, RemainingHeader, ResetHeader string
+	// IgnoreLimitOverrides makes the service apply the configured limit
+	// even when Envoy sends a limit override with a descriptor. Default
+	// false: an override applies, as in envoyproxy/ratelimit, as a fixed
+	// window of the sent requests_per_unit per unit.
+	IgnoreLimitOverrides bool
+	// Clock returns the current time. Default time.Now.
+	Clock func() time.Time
+	// Observe, when set, is called once for every descriptor of an
+	// answered request that a limit applied to (not for unmatched,
+	// unlimited or replaced ones), for metrics and logs. It runs on the
+	// request's goroutine: keep it fast.
+	Observe func(Observation)
+}
+
+// Observation is one descriptor decided by the service.
+type Observation struct {
+	// Domain is the request's domain.
+	Domain string
+	// Rule is the configured rule that matched; nil for a limit override
+	// sent by Envoy.
+	Rule *Rule
+	// Policy is the floodgate policy name the descriptor was decided under
+	// (empty for a requests_per_unit 0 limit, decided without a policy).
+	Policy string
+	// Identity is the descriptor's identity (see Identity). It is
+	// unbounded: never use it as a metric label.
+	Identity string
+	// Code is the descriptor's status: OK or OVER_LIMIT.
+	Code rlspb.RateLimitResponse_Code
+	// Shadow reports a shadow-mode descriptor, whose OVER_LIMIT did not
+	// deny the request.
+	Shadow bool
+	// Overall is the request's overall code.
+	Overall rlspb.RateLimitResponse_Code
+}
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService over a
+// floodgate.Limiter. It is safe for concurrent use.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+
+	lim    *floodgate.Limiter
+	cfg    func() *Config
+	opts   Options
+	limits limits
+}
+
+var _ rlspb.RateLimitServiceServer = (*Service)(nil)
+
+// NewService returns a Service deciding with lim under the configuration
+// cfg returns. cfg is called once per request, so a caller that reloads
+// its configuration returns the newest one (for example from an
+// atomic.Pointer); when it returns nil the service answers UNAVAILABLE.
+func NewService(lim *floodgate.Limiter, cfg func() *Config, opts Options) (*Service, error) {
+	if lim == nil {
+		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidOptions)
+	}
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config function", ErrInvalidOptions)
+	}
+	if opts.MaxHitsAddend == 0 {
+		opts.MaxHitsAddend = DefaultMaxHitsAddend
+	}
+	if maxHits := int64(floodgate.MaxCost / MaxDescriptors); opts.MaxHitsAddend < 1 || opts.MaxHitsAddend > maxHits {
+		return nil, fmt.Errorf("%w: max hits addend %d out of range 1..%d", ErrInvalidOptions, opts.MaxHitsAddend, maxHits)
+	}
+	for _, h := range []struct {
+		name *string
+		def  string
+	}{{&opts.LimitHeader, "X-RateLimit-Limit"}, {&opts.RemainingHeader, "X-RateLimit-Remaining"}, {&opts.ResetHeader, "X-RateLimit-Reset"}} {
+		if *h.name == "" {
+			*h.name = h.def
+		}
+		if err := validHeaderName(*h.name); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	return &Service{
+		lim:    lim,
+		cfg:    cfg,
+		opts:   opts,
+		limits: limits{maxHits: opts.MaxHitsAddend, ignoreOverride: opts.IgnoreLimitOverrides},
+	}, nil
+}
+
+func validHeaderName(name string) error {
+	if len(name) > 64 {
+		return fmt.Errorf("%w: header name %q longer than 64 bytes", ErrInvalidOptions, name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("%w: header name %q: byte %q not in [A-Za-z0-9-]", ErrInvalidOptions, name, c)
+		}
+	}
+	return nil
+}
+
+// Register registers the service on s (a *grpc.Server) under
+// envoy.service.ratelimit.v3.RateLimitService.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	rlspb.RegisterRateLimitServiceServer(r, s)
+}
+
+// ShouldRateLimit implements RateLimitService.ShouldRateLimit. Every
+// descriptor that matches a limit is decided as one layer of a single
+// all-or-nothing floodgate decision (one store round trip): if one
+// enforced descriptor is over its limit, the request consumes nothing in
+// the others. Shadow-mode descriptors are decided and counted but never
+// make the overall code OVER_LIMIT; when only they deny, the decision is
+// repeated without them (one more round trip) so the enforced ones still
+// count the request.
+//
+// Invalid requests get INVALID_ARGUMENT with a message saying what is
+// wrong, and consume nothing. Store failures get UNAVAILABLE (or
+// DEADLINE_EXCEEDED / CANCELED when the caller's context ended), which
+// Envoy handles according to its failure_mode_deny setting.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	cfg := s.cfg()
+	if cfg == nil {
+		return nil, status.Error(codes.Unavailable, "envoyrls: no rate limit configuration loaded")
+	}
+	p, err := cfg.plan(req, s.limits)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	now := s.opts.Clock()
+	results, err := s.decide(ctx, now, p)
+	if err != nil {
+		return nil, storeStatus(ctx, err)
+	}
+	resp := s.response(now, p, results)
+	if s.opts.Observe != nil {
+		s.observe(req.GetDomain(), p, resp)
+	}
+	return resp, nil
+}
+
+func (s *Service) observe(domain string, p *plan, resp *rlspb.RateLimitResponse) {
+	for i, dp := range p.descs {
+		if dp.limit == nil {
+			continue
+		}
+		s.opts.Observe(Observation{
+			Domain:   domain,
+			Rule:     dp.rule,
+			Policy:   dp.policy().Name,
+			Identity: dp.identity,
+			Code:     resp.Statuses[i].GetCode(),
+			Shadow:   dp.shadow,
+			Overall:  resp.GetOverallCode(),
+		})
+	}
+}
+
+// decide runs the plan's layers and returns one result per layer.
+func (s *Service) decide(ctx context.Context, now time.Time, p *plan) ([]floodgate.Result, error) {
+	results := make([]floodgate.Result, len(p.layers))
+	if len(p.layers) == 0 {
+		return results, nil
+	}
+	specs := make([]floodgate.LayerSpec, 0, len(p.layers))
+	if p.denyAll {
+		// The request is denied anyway: report where the other
+		// descriptors stand without consuming anything.
+		for i := range p.layers {
+			p.layers[i].spec.Peek = true
+			specs = append(specs, p.layers[i].spec)
+		}
+		d, err := s.lim.AllowLayersAt(ctx, now, p.cost, specs...)
+		if err != nil {
+			return nil, err
+		}
+		copy(results, d.Layers)
+		return results, nil
+	}
+	active := make([]int, len(p.layers))
+	for i := range active {
+		active[i] = i
+	}
+	for len(active) > 0 {
+		specs = specs[:0]
+		for _, i := range active {
+			specs = append(specs, p.layers[i].spec)
+		}
+		d, err := s.lim.AllowLayersAt(ctx, now, p.cost, specs...)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range active {
+			results[i] = d.Layers[j]
+		}
+		if d.Allowed {
+			break
+		}
+		// Keep every layer but the shadow ones that denied by themselves;
+		// stop when an enforced layer denied.
+		keep := active[:0:0]
+		enforcedDenied := false
+		for j, i := range active {
+			own := ownDenial(d.Layers[j])
+			if own && !p.layers[i].shadow {
+				enforcedDenied = true
+			}
+			if !own || !p.layers[i].shadow {
+				keep = append(keep, i)
+			}
+		}
+		if enforcedDenied || len(keep) == len(active) {
+			break
+		}
+		active = keep
+	}
+	return results, nil
+}
+
+// ownDenial reports a layer that denied by itself, not because another
+// layer of the same decision did.
+func ownDenial(r floodgate.Result) bool {
+	return !r.Allowed && r.Reason != floodgate.ReasonOtherLayer
+}
+
+// storeStatus maps a store error to a gRPC status.
+func storeStatus(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "envoyrls: %v", err)
+	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
+		return status.Errorf(codes.Canceled, "envoyrls: %v", err)
+	case errors.Is(err, floodgate.ErrInvalidPolicy), errors.Is(err, floodgate.ErrInvalidLayers), errors.Is(err, floodgate.ErrInvalidCost):
+		return status.Errorf(codes.Internal, "envoyrls: %v", err)
+	}
+	return status.Errorf(codes.Unavailable, "envoyrls: %v", err)
+}

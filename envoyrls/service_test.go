@@ -1,0 +1,460 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+const (
+	ok   = rlspb.RateLimitResponse_OK
+	over = rlspb.RateLimitResponse_OVER_LIMIT
+)
+
+const apiConfig = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: route
+    value: /search
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    descriptors:
+      - key: method
+        value: POST
+        rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: health
+    rate_limit: {unlimited: true}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: bucket
+    rate_limit: {window: 1h, requests_per_unit: 1, algorithm: token_bucket, burst: 4}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`
+
+func TestStatusesOverallCodeAndHeaders(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{ResponseHeaders: true})
+	req := request("api",
+		desc("user=alice"),             // limited 3/min
+		desc("remote_address=1.2.3.4"), // no rule
+		desc("health=check"),           // unlimited
+		desc("route=/search", "method=POST"),
+	)
+	resp := r.call(t, req)
+	if resp.GetOverallCode() != ok {
+		t.Fatalf("overall %v, want OK", resp.GetOverallCode())
+	}
+	st := resp.GetStatuses()
+	wantStatus(t, "user", st[0], ok, 2, 3)
+	if got := st[0].GetCurrentLimit().GetUnit(); got != rlspb.RateLimitResponse_RateLimit_MINUTE {
+		t.Errorf("user unit %v", got)
+	}
+	if got := st[0].GetDurationUntilReset().AsDuration(); got != 50*time.Second {
+		t.Errorf("user duration_until_reset %v, want 50s", got)
+	}
+	wantStatus(t, "unmatched", st[1], ok, 0, 0)
+	if st[1].GetCurrentLimit() != nil {
+		t.Errorf("unmatched descriptor has a current_limit")
+	}
+	wantStatus(t, "unlimited", st[2], ok, math.MaxUint32, 0)
+	wantStatus(t, "route+method", st[3], ok, 99, 100)
+	if got := st[3].GetCurrentLimit().GetUnit(); got != rlspb.RateLimitResponse_RateLimit_HOUR {
+		t.Errorf("nested unit %v", got)
+	}
+	// Headers describe the descriptor closest to its limit: user, 2 of 3.
+	h := headers(resp)
+	if h["X-RateLimit-Limit"] != "3" || h["X-RateLimit-Remaining"] != "2" || h["X-RateLimit-Reset"] != "50" {
+		t.Errorf("headers %v", h)
+	}
+
+	for range 2 {
+		r.call(t, request("api", desc("user=alice")))
+	}
+	resp = r.call(t, req)
+	if resp.GetOverallCode() != over {
+		t.Fatalf("fourth request: overall %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	wantStatus(t, "user over", resp.GetStatuses()[0], over, 0, 3)
+	// All or nothing: the nested limit was not charged for the denied request.
+	wantStatus(t, "route+method after denial", resp.GetStatuses()[3], ok, 99, 100)
+	if h := headers(resp); h["X-RateLimit-Remaining"] != "0" || h["X-RateLimit-Limit"] != "3" {
+		t.Errorf("headers when over: %v", h)
+	}
+	// Another user is unaffected.
+	wantStatus(t, "bob", r.call(t, request("api", desc("user=bob"))).GetStatuses()[0], ok, 2, 3)
+}
+
+func TestHeadersOffByDefaultAndRenamed(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{})
+	if h := r.call(t, request("api", desc("user=a"))).GetResponseHeadersToAdd(); len(h) != 0 {
+		t.Errorf("headers without ResponseHeaders: %v", h)
+	}
+	r = newMemRig(t, apiConfig, Options{ResponseHeaders: true, LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"})
+	if h := headers(r.call(t, request("api", desc("user=a")))); h["RateLimit-Limit"] != "3" || h["RateLimit-Remaining"] != "2" || h["RateLimit-Reset"] != "50" {
+		t.Errorf("renamed headers %v", h)
+	}
+	// A request matching no limit gets no headers.
+	if h := r.call(t, request("api", desc("nothing=here"))).GetResponseHeadersToAdd(); len(h) != 0 {
+		t.Errorf("headers with no limit: %v", h)
+	}
+}
+
+// TestAllOrNothing shows the difference with envoyproxy/ratelimit: a
+// request denied by one descriptor consumes nothing in the others.
+func TestAllOrNothing(t *testing.T) {
+	allOrNothing(t, newMemRig(t, apiConfig, Options{}))
+}
+
+func allOrNothing(t *testing.T, r *rig) {
+	t.Helper()
+	both := request("api", desc("tenant=acme"), desc("route=/search"))
+	for i := range 2 {
+		resp := r.call(t, both)
+		if resp.GetOverallCode() != ok {
+			t.Fatalf("request %d: %v", i, resp.GetOverallCode())
+		}
+	}
+	for i := range 3 {
+		resp := r.call(t, both)
+		if resp.GetOverallCode() != over {
+			t.Fatalf("denied request %d: %v", i, resp.GetOverallCode())
+		}
+		wantStatus(t, "tenant", resp.GetStatuses()[0], ok, 3, 5)
+		wantStatus(t, "route", resp.GetStatuses()[1], over, 0, 2)
+	}
+	// The tenant still has 3 of 5: three denied requests cost it nothing.
+	wantStatus(t, "tenant alone", r.call(t, request("api", desc("tenant=acme"))).GetStatuses()[0], ok, 2, 5)
+}
+
+func TestShadowModeNeverDenies(t *testing.T) {
+	shadowNeverDenies(t, newMemRig(t, apiConfig, Options{}))
+}
+
+func shadowNeverDenies(t *testing.T, r *rig) {
+	t.Helper()
+	req := request("api", desc("shadow=s"), desc("user=carol"))
+	resp := r.call(t, req)
+	wantStatus(t, "shadow first", resp.GetStatuses()[0], ok, 0, 1)
+	wantStatus(t, "user first", resp.GetStatuses()[1], ok, 2, 3)
+	for i, wantRemaining := range []uint32{1, 0} {
+		resp = r.call(t, req)
+		if resp.GetOverallCode() != ok {
+			t.Fatalf("request %d: overall %v; a shadow descriptor must not deny", i+2, resp.GetOverallCode())
+		}
+		wantStatus(t, "shadow over", resp.GetStatuses()[0], over, 0, 1)
+		// The enforced descriptor still counted the request.
+		wantStatus(t, "user counted", resp.GetStatuses()[1], ok, wantRemaining, 3)
+	}
+	resp = r.call(t, req)
+	if resp.GetOverallCode() != over {
+		t.Fatalf("enforced limit exhausted: overall %v", resp.GetOverallCode())
+	}
+	wantStatus(t, "user over", resp.GetStatuses()[1], over, 0, 3)
+}
+
+func TestHitsAddend(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{})
+	ten := func(hits uint32, d *ratelimitv3.RateLimitDescriptor) *rlspb.RateLimitResponse_DescriptorStatus {
+		req := request("api", d)
+		req.HitsAddend = hits
+		return r.call(t, req).GetStatuses()[0]
+	}
+	wantStatus(t, "hits 4", ten(4, desc("ten=x")), ok, 6, 10)
+	peek := desc("ten=x")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	wantStatus(t, "descriptor hits 0 peeks", ten(9, peek), ok, 6, 10)
+	wantStatus(t, "hits 7 over", ten(7, desc("ten=x")), over, 6, 10)
+	six := desc("ten=x")
+	six.HitsAddend = wrapperspb.UInt64(6)
+	wantStatus(t, "descriptor hits 6 overrides request's 1", ten(1, six), ok, 0, 10)
+	wantStatus(t, "exhausted", ten(0, desc("ten=x")), over, 0, 10)
+}
+
+func TestDuplicateDescriptorsShareOneCounter(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{})
+	resp := r.call(t, request("api", desc("user=dave"), desc("user=dave")))
+	wantStatus(t, "first copy", resp.GetStatuses()[0], ok, 1, 3)
+	wantStatus(t, "second copy", resp.GetStatuses()[1], ok, 1, 3)
+	resp = r.call(t, request("api", desc("user=dave"), desc("user=dave")))
+	if resp.GetOverallCode() != over {
+		t.Fatalf("2 hits with 1 left: %v", resp.GetOverallCode())
+	}
+	wantStatus(t, "one left", r.call(t, request("api", desc("user=dave"))).GetStatuses()[0], ok, 0, 3)
+}
+
+func TestReplaces(t *testing.T) {
+	r := newMemRig(t, `
+domain: r
+descriptors:
+  - key: user
+    rate_limit: {name: default_user, unit: minute, requests_per_unit: 1}
+  - key: plan
+    value: gold
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+      replaces: [{name: default_user}]
+`, Options{})
+	req := request("r", desc("user=erin"), desc("plan=gold"))
+	for i, rem := range []uint32{2, 1, 0} {
+		resp := r.call(t, req)
+		if resp.GetOverallCode() != ok {
+			t.Fatalf("gold request %d denied", i)
+		}
+		if resp.GetStatuses()[0].GetCurrentLimit() != nil {
+			t.Errorf("replaced limit still reported")
+		}
+		wantStatus(t, "gold", resp.GetStatuses()[1], ok, rem, 3)
+	}
+	// Without the gold plan the default applies.
+	wantStatus(t, "default", r.call(t, request("r", desc("user=erin"))).GetStatuses()[0], ok, 0, 1)
+}
+
+func TestLimitOverride(t *testing.T) {
+	override := func() *ratelimitv3.RateLimitDescriptor {
+		d := desc("user=frank")
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
+		return d
+	}
+	r := newMemRig(t, apiConfig, Options{})
+	for i, want := range []rlspb.RateLimitResponse_Code{ok, ok, over} {
+		st := r.call(t, request("api", override())).GetStatuses()[0]
+		if st.GetCode() != want || st.GetCurrentLimit().GetRequestsPerUnit() != 2 {
+			t.Errorf("override request %d: %v", i, st)
+		}
+	}
+	r = newMemRig(t, apiConfig, Options{IgnoreLimitOverrides: true})
+	wantStatus(t, "ignored override", r.call(t, request("api", override())).GetStatuses()[0], ok, 2, 3)
+}
+
+func TestZeroLimitDeniesWithoutConsuming(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{})
+	resp := r.call(t, request("api", desc("user=gina"), desc("blocked=yes")))
+	if resp.GetOverallCode() != over {
+		t.Fatalf("requests_per_unit 0: overall %v", resp.GetOverallCode())
+	}
+	wantStatus(t, "user peeked", resp.GetStatuses()[0], ok, 3, 3)
+	wantStatus(t, "blocked", resp.GetStatuses()[1], over, 0, 0)
+	wantStatus(t, "user untouched", r.call(t, request("api", desc("user=gina"))).GetStatuses()[0], ok, 2, 3)
+}
+
+func TestAlgorithmFromConfig(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{})
+	// token_bucket, 1 per hour, burst 4: four pass at once, then none.
+	for i, want := range []rlspb.RateLimitResponse_Code{ok, ok, ok, ok, over} {
+		st := r.call(t, request("api", desc("bucket=b"))).GetStatuses()[0]
+		if st.GetCode() != want {
+			t.Fatalf("bucket request %d: %v", i, st.GetCode())
+		}
+		if want == over && st.GetDurationUntilReset().AsDuration() != time.Hour {
+			t.Errorf("retry after %v, want 1h (one token per hour)", st.GetDurationUntilReset().AsDuration())
+		}
+	}
+}
+
+func TestInvalidRequestsConsumeNothing(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{MaxHitsAddend: 1000})
+	huge := desc("user=hal")
+	huge.HitsAddend = wrapperspb.UInt64(1 << 50)
+	negative := desc("user=hal")
+	negative.IsNegativeHits = true
+	negative.HitsAddend = wrapperspb.UInt64(1)
+	many := make([]*ratelimitv3.RateLimitDescriptor, MaxDescriptors+1)
+	for i := range many {
+		many[i] = desc("user=hal")
+	}
+	badUnit := desc("user=hal")
+	badUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MONTH}
+	deep := desc()
+	for range MaxDepth + 1 {
+		deep.Entries = append(deep.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	withHits := func(hits uint32, descs ...*ratelimitv3.RateLimitDescriptor) *rlspb.RateLimitRequest {
+		req := request("api", descs...)
+		req.HitsAddend = hits
+		return req
+	}
+	tests := []struct {
+		name string
+		req  *rlspb.RateLimitRequest
+		want string
+	}{
+		{"empty domain", request("", desc("user=hal")), "domain is empty"},
+		{"unknown domain", request("nope", desc("user=hal")), `unknown domain "nope"`},
+		{"no descriptors", request("api"), "no descriptors"},
+		{"too many descriptors", request("api", many...), "17 descriptors (max 16)"},
+		{"huge request hits", withHits(1001, desc("user=hal")), "hits_addend 1001 above the maximum 1000"},
+		{"huge descriptor hits", request("api", desc("user=hal"), huge), "descriptor 1: hits_addend 1125899906842624 above the maximum 1000"},
+		{"negative hits", request("api", desc("user=hal"), negative), "descriptor 1: is_negative_hits"},
+		{"no entries", request("api", desc("user=hal"), desc()), "descriptor 1 has no entries"},
+		{"empty key", request("api", desc("user=hal"), desc("=v")), "descriptor 1 entry 0 has an empty key"},
+		{"long value", request("api", desc("user="+strings.Repeat("x", MaxEntryLen+1))), "longer than 4096 bytes"},
+		{"too deep", request("api", deep), "33 entries (max 32)"},
+		{"month override", request("api", desc("user=hal"), badUnit), "limit override unit MONTH is not supported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := r.client.ShouldRateLimit(context.Background(), tt.req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("code %v (%v), want InvalidArgument", status.Code(err), err)
+			}
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, tt.want) {
+				t.Errorf("message %q does not say %q", msg, tt.want)
+			}
+		})
+	}
+	wantStatus(t, "after bad requests", r.call(t, request("api", desc("user=hal"))).GetStatuses()[0], ok, 2, 3)
+}
+
+func TestConfigReloadAndMissingConfig(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{})
+	wantStatus(t, "before", r.call(t, request("api", desc("user=ivy"))).GetStatuses()[0], ok, 2, 3)
+	r.cfg.Store(mustConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	// Same node, same policy name: the counter carries over under the new limit.
+	wantStatus(t, "after reload", r.call(t, request("api", desc("user=ivy"))).GetStatuses()[0], ok, 8, 10)
+	r.cfg.Store(nil)
+	_, err := r.client.ShouldRateLimit(context.Background(), request("api", desc("user=ivy")))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("no config: %v, want Unavailable", err)
+	}
+}
+
+func TestNewServiceValidatesOptions(t *testing.T) {
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(st, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := func() *Config { return nil }
+	tests := []struct {
+		name string
+		lim  *floodgate.Limiter
+		cfg  func() *Config
+		opts Options
+		want string
+	}{
+		{"nil limiter", nil, cfg, Options{}, "nil limiter"},
+		{"nil config", lim, nil, Options{}, "nil config function"},
+		{"negative hits", lim, cfg, Options{MaxHitsAddend: -1}, "max hits addend -1"},
+		{"huge hits", lim, cfg, Options{MaxHitsAddend: floodgate.MaxCost}, "out of range"},
+		{"bad header", lim, cfg, Options{LimitHeader: "X Limit"}, `header name "X Limit"`},
+	}
+	for _, tt := range tests {
+		_, err := NewService(tt.lim, tt.cfg, tt.opts)
+		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}
+
+// concurrentExactly sends n concurrent requests for one counter of limit
+// 30 per minute and checks that exactly 30 are OK.
+func concurrentExactly(t *testing.T, r *rig, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	codes := make(chan rlspb.RateLimitResponse_Code, n)
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			resp, err := r.client.ShouldRateLimit(context.Background(), request("c", desc("user=zed"), desc("route=/x")))
+			if err != nil {
+				errs <- err
+				return
+			}
+			codes <- resp.GetOverallCode()
+		})
+	}
+	wg.Wait()
+	close(codes)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := map[rlspb.RateLimitResponse_Code]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[ok] != 30 || got[over] != n-30 {
+		t.Errorf("%d concurrent requests: %d OK, %d OVER_LIMIT; want exactly 30 OK", n, got[ok], got[over])
+	}
+	// The second descriptor (limit 1000) was charged only for the 30.
+	resp := r.call(t, request("c", desc("route=/x")))
+	wantStatus(t, "route after burst", resp.GetStatuses()[0], ok, 1000-30-1, 1000)
+}
+
+const concurrentConfig = `
+domain: c
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 30}
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`
+
+func TestConcurrentExactlyLimitMemstore(t *testing.T) {
+	concurrentExactly(t, newMemRig(t, concurrentConfig, Options{}), 100)
+}
+
+func TestObserve(t *testing.T) {
+	var mu sync.Mutex
+	var got []Observation
+	r := newMemRig(t, apiConfig, Options{Observe: func(o Observation) {
+		mu.Lock()
+		got = append(got, o)
+		mu.Unlock()
+	}})
+	r.call(t, request("api", desc("user=obs"), desc("nothing=here"), desc("health=x"), desc("shadow=s")))
+	r.call(t, request("api", desc("blocked=1"), desc("shadow=s")))
+	mu.Lock()
+	defer mu.Unlock()
+	type seen struct {
+		path, identity string
+		code, overall  rlspb.RateLimitResponse_Code
+		shadow         bool
+	}
+	var list []seen
+	for _, o := range got {
+		if o.Domain != "api" || o.Rule == nil || (o.Policy != o.Rule.Policy.Name) {
+			t.Errorf("observation %+v", o)
+			continue
+		}
+		list = append(list, seen{o.Rule.Path, o.Identity, o.Code, o.Overall, o.Shadow})
+	}
+	want := []seen{
+		{"user", "user=obs", ok, ok, false},
+		{"shadow", "shadow=s", ok, ok, true},
+		{"blocked", "blocked=1", over, over, false},
+		{"shadow", "shadow=s", over, over, true}, // peeked: its one unit is used
+	}
+	if len(list) != len(want) {
+		t.Fatalf("observations %+v, want %+v", list, want)
+	}
+	for i := range want {
+		if list[i] != want[i] {
+			t.Errorf("observation %d: %+v, want %+v", i, list[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,202 @@
+// Package loadgen drives a running Floodgate service with rate-limit
+// checks, over its HTTP/JSON API or Envoy's gRPC rate limit API, and
+// reports what happened: the rate achieved, how many checks were allowed
+// and denied, the share denied against the share expected from the limit,
+// errors, and latency percentiles from an HDR-style histogram.
+//
+// It runs open loop (a fixed arrival rate, as k6's constant-arrival-rate
+// executor does, measuring latency from each request's scheduled time so
+// that a slow server cannot hide its queueing) or closed loop (each worker
+// sends its next request as soon as the previous one returns).
+package loadgen
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// ErrInvalidOptions reports Options out of range; the message says which.
+var ErrInvalidOptions = errors.New("loadgen: invalid options")
+
+// Mode selects the API a load test speaks.
+type Mode uint8
+
+// The modes. The zero value means "from the Target's scheme".
+const (
+	// HTTP posts {"policy":..., "identity":{...}, "cost":...} to
+	// Target/v1/check?enforce=1; 200 with "allowed": true is allowed, 429
+	// (or "allowed": false) is denied, anything else is an error.
+	HTTP Mode = iota + 1
+	// GRPC calls envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+	// with one descriptor {IdentityKey: identity}; OK is allowed,
+	// OVER_LIMIT is denied, anything else (UNKNOWN, a gRPC error) is an
+	// error.
+	GRPC
+)
+
+// String returns "http" or "grpc".
+func (m Mode) String() string {
+	switch m {
+	case HTTP:
+		return "http"
+	case GRPC:
+		return "grpc"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Limits on Options.
+const (
+	MaxRate        = 1_000_000
+	MaxConcurrency = 10_000
+	MaxIdentities  = 10_000_000
+	MaxDuration    = 24 * time.Hour
+)
+
+// Options configures a load test. Only Target and Duration are required.
+type Options struct {
+	// Target is the service's base URL: "http://host:port" (or https) for
+	// the HTTP API, "grpc://host:port" for the gRPC API.
+	Target string
+	// Mode selects the API; zero infers it from Target's scheme.
+	Mode Mode
+	// Rate is the arrival rate in requests per second (open loop); 0 runs
+	// closed loop. At most MaxRate.
+	Rate float64
+	// Concurrency is the number of workers, so the most requests in flight
+	// at once. In open loop, an arrival that finds every worker busy and
+	// the queue (Concurrency long) full is dropped and counted in
+	// Report.Dropped, as k6 counts dropped_iterations. Default 10.
+	Concurrency int
+	// Duration is how long new requests are started (1ms..MaxDuration);
+	// requests in flight at the end are waited for.
+	Duration time.Duration
+	// MaxRequests, when positive, stops the test after that many requests
+	// even if Duration has not elapsed.
+	MaxRequests int64
+	// Identities is the number of distinct identities the requests are
+	// spread over, round robin. Default 1.
+	Identities int
+	// IdentityPrefix starts every identity, followed by its number. The
+	// default is "lg" plus 8 random hex digits plus "-", so every run starts
+	// with fresh counters.
+	IdentityPrefix string
+	// IdentityKey is the identity dimension (HTTP) or descriptor key (gRPC).
+	// Default "user".
+	IdentityKey string
+	// Policy is the policy name sent to the HTTP API. Default "api".
+	Policy string
+	// Domain is the domain sent to the gRPC API. Default "api".
+	Domain string
+	// Cost is each request's cost (hits_addend over gRPC). Default 1.
+	Cost int64
+	// Expect is the limit the target applies to each identity, used to
+	// compute the expected deny ratio by replaying every request sent, at
+	// the moment it was sent, through floodgate.Step. The zero Policy
+	// means unknown; its Name may be left empty.
+	Expect floodgate.Policy
+	// ExpectedDenyRatio (0..1) is used as the expected deny ratio when
+	// Expect is not set; leave both zero when unknown.
+	ExpectedDenyRatio float64
+	// Timeout bounds each request. Default 5s.
+	Timeout time.Duration
+	// HTTPClient sends HTTP requests. Default: a client whose transport
+	// keeps Concurrency idle connections to the target.
+	HTTPClient *http.Client
+}
+
+// withDefaults validates o and fills its defaults.
+func (o Options) withDefaults() (Options, error) {
+	bad := func(format string, args ...any) (Options, error) {
+		return Options{}, fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(o.Target)
+	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return bad("target %q: want http://host:port or grpc://host:port", o.Target)
+	}
+	switch {
+	case o.Mode == 0 && (u.Scheme == "http" || u.Scheme == "https"):
+		o.Mode = HTTP
+	case o.Mode == 0 && u.Scheme == "grpc":
+		o.Mode = GRPC
+	case o.Mode == HTTP && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && u.Scheme == "grpc":
+	default:
+		return bad("target %q: scheme %q does not fit mode %v (want http, https or grpc)", o.Target, u.Scheme, o.Mode)
+	}
+	if math.IsNaN(o.Rate) || o.Rate < 0 || o.Rate > MaxRate {
+		return bad("rate %v out of range 0..%d", o.Rate, MaxRate)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 10
+	}
+	if o.Concurrency < 1 || o.Concurrency > MaxConcurrency {
+		return bad("concurrency %d out of range 1..%d", o.Concurrency, MaxConcurrency)
+	}
+	if o.Duration < time.Millisecond || o.Duration > MaxDuration {
+		return bad("duration %v out of range 1ms..%v", o.Duration, MaxDuration)
+	}
+	if o.MaxRequests < 0 {
+		return bad("max requests %d is negative", o.MaxRequests)
+	}
+	if o.Identities == 0 {
+		o.Identities = 1
+	}
+	if o.Identities < 1 || o.Identities > MaxIdentities {
+		return bad("identities %d out of range 1..%d", o.Identities, MaxIdentities)
+	}
+	if o.IdentityPrefix == "" {
+		var b [4]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return Options{}, fmt.Errorf("loadgen: identity prefix: %w", err)
+		}
+		o.IdentityPrefix = "lg" + hex.EncodeToString(b[:]) + "-"
+	}
+	if len(o.IdentityPrefix) > 200 {
+		return bad("identity prefix is %d bytes (max 200)", len(o.IdentityPrefix))
+	}
+	defaults := []struct {
+		v    *string
+		def  string
+		what string
+	}{{&o.IdentityKey, "user", "identity key"}, {&o.Policy, "api", "policy"}, {&o.Domain, "api", "domain"}}
+	for _, d := range defaults {
+		if *d.v == "" {
+			*d.v = d.def
+		}
+		if len(*d.v) > 200 {
+			return bad("%s is %d bytes (max 200)", d.what, len(*d.v))
+		}
+	}
+	if o.Cost == 0 {
+		o.Cost = 1
+	}
+	if o.Cost < 1 || o.Cost > math.MaxUint32 {
+		return bad("cost %d out of range 1..%d", o.Cost, int64(math.MaxUint32))
+	}
+	if o.Expect != (floodgate.Policy{}) {
+		if o.Expect.Name == "" {
+			o.Expect.Name = "expect"
+		}
+		if err := o.Expect.Validate(); err != nil {
+			return bad("expect: %v", err)
+		}
+	}
+	if math.IsNaN(o.ExpectedDenyRatio) || o.ExpectedDenyRatio < 0 || o.ExpectedDenyRatio > 1 {
+		return bad("expected deny ratio %v out of range 0..1", o.ExpectedDenyRatio)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Timeout < 0 {
+		return bad("timeout %v is negative", o.Timeout)
+	}
+	return o, nil
+}

@@ -1,0 +1,114 @@
+package loadgen
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of a load test.
+type Report struct {
+	// Target and Mode are what was tested.
+	Target string
+	Mode   Mode
+	// TargetRate is the requested arrival rate (0: closed loop),
+	// Concurrency the number of workers, Identities the number of distinct
+	// identities.
+	TargetRate  float64
+	Concurrency int
+	Identities  int
+	// Elapsed is the wall time from the first request to the last answer.
+	Elapsed time.Duration
+	// Sent is the number of requests completed: Allowed + Denied + Errors.
+	Sent int64
+	// Allowed and Denied count the checks the service answered.
+	Allowed, Denied int64
+	// Errors counts requests that failed (transport errors, timeouts,
+	// unexpected statuses).
+	Errors int64
+	// Dropped counts open-loop arrivals that were never sent because every
+	// worker was busy and the queue full: the service could not keep up.
+	Dropped int64
+	// AchievedRate is Sent per second of Elapsed.
+	AchievedRate float64
+	// DenyRatio is Denied / (Allowed + Denied): the share of 429s.
+	DenyRatio float64
+	// ExpectedDenyRatio is the share an exact limiter would have denied
+	// (from Options.Expect or Options.ExpectedDenyRatio); meaningful only
+	// when HasExpected.
+	ExpectedDenyRatio float64
+	HasExpected       bool
+	// Latency summarises the answered requests' latencies (from their
+	// scheduled time in open loop).
+	Latency Latencies
+	// ErrorSamples are the most frequent error messages with their counts.
+	ErrorSamples []ErrorCount
+}
+
+// Latencies are latency percentiles, accurate to 0.8%.
+type Latencies struct {
+	Min, P50, P90, P99, P999, Max, Mean time.Duration
+}
+
+// ErrorCount is one distinct error message and how often it occurred.
+type ErrorCount struct {
+	Message string
+	Count   int64
+}
+
+// String formats the report as a table for a terminal.
+func (r Report) String() string {
+	var b strings.Builder
+	row := func(name, format string, args ...any) {
+		fmt.Fprintf(&b, "  %-18s %s\n", name, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(&b, "load test of %s (%v)\n", r.Target, r.Mode)
+	if r.TargetRate > 0 {
+		row("schedule", "open loop, %.1f req/s target, %d workers, %d identities", r.TargetRate, r.Concurrency, r.Identities)
+	} else {
+		row("schedule", "closed loop, %d workers, %d identities", r.Concurrency, r.Identities)
+	}
+	row("elapsed", "%v", r.Elapsed.Round(time.Millisecond))
+	row("requests", "%d (%.1f req/s achieved)", r.Sent, r.AchievedRate)
+	row("allowed", "%d", r.Allowed)
+	row("denied (429)", "%d", r.Denied)
+	row("errors", "%d", r.Errors)
+	if r.TargetRate > 0 {
+		row("dropped", "%d", r.Dropped)
+	}
+	if r.HasExpected {
+		row("429 ratio", "%.2f%% (expected %.2f%%, difference %+.2f points)", 100*r.DenyRatio, 100*r.ExpectedDenyRatio, 100*(r.DenyRatio-r.ExpectedDenyRatio))
+	} else {
+		row("429 ratio", "%.2f%% (no expectation given)", 100*r.DenyRatio)
+	}
+	l := r.Latency
+	row("latency", "p50 %v  p90 %v  p99 %v  p99.9 %v", dur(l.P50), dur(l.P90), dur(l.P99), dur(l.P999))
+	row("", "min %v  mean %v  max %v", dur(l.Min), dur(l.Mean), dur(l.Max))
+	for i, e := range r.ErrorSamples {
+		if i == 5 {
+			row("", "… %d more distinct errors", len(r.ErrorSamples)-5)
+			break
+		}
+		label := ""
+		if i == 0 {
+			label = "error samples"
+		}
+		row(label, "%d× %s", e.Count, e.Message)
+	}
+	return b.String()
+}
+
+// dur rounds a latency for display: 3 significant digits.
+func dur(d time.Duration) time.Duration {
+	switch {
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	case d >= 100*time.Microsecond:
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(100 * time.Nanosecond)
+}

@@ -1,0 +1,291 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Run sends checks to opts.Target for opts.Duration (or until
+// opts.MaxRequests were sent) and returns the report. When progress is
+// not nil, a live status line ("\r"-rewritten) is written to it once per
+// second, and a final newline at the end.
+//
+// Run returns an error wrapping ErrInvalidOptions for bad options, and the
+// partial report with ctx's error when ctx ends first. Failed requests
+// are not errors of Run: they are counted in Report.Errors.
+func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	snd, err := newSender(o)
+	if err != nil {
+		return Report{}, err
+	}
+	defer snd.close()
+
+	r := &run{opts: o, snd: snd, ctx: ctx, model: newModel(o.Expect)}
+	start := time.Now()
+	deadline := start.Add(o.Duration)
+	stopCtx, stop := context.WithDeadline(ctx, deadline)
+	defer stop()
+
+	stopProgress := r.startProgress(progress, start)
+	hists := make([]Histogram, o.Concurrency)
+	var wg sync.WaitGroup
+	if o.Rate > 0 {
+		jobs := make(chan time.Time, o.Concurrency)
+		for i := range o.Concurrency {
+			wg.Go(func() {
+				for at := range jobs {
+					r.one(&hists[i], at)
+				}
+			})
+		}
+		r.schedule(stopCtx, start, jobs)
+		close(jobs)
+	} else {
+		for i := range o.Concurrency {
+			wg.Go(func() {
+				for stopCtx.Err() == nil && r.claim() {
+					r.one(&hists[i], time.Now())
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+
+	var h Histogram
+	for i := range hists {
+		h.Merge(&hists[i])
+	}
+	return r.report(elapsed, &h), ctx.Err()
+}
+
+// run is the shared state of one load test.
+type run struct {
+	opts  Options
+	snd   sender
+	ctx   context.Context // the caller's: requests in flight finish even after Duration
+	model *model
+
+	seq                            atomic.Int64 // requests claimed
+	rr                             atomic.Int64 // identities handed out
+	allowed, denied, errs, dropped atomic.Int64
+	mu                             sync.Mutex
+	errorSamples                   map[string]int64
+}
+
+// claim reserves the next request number; false once MaxRequests is used.
+func (r *run) claim() bool {
+	n := r.seq.Add(1)
+	if r.opts.MaxRequests > 0 && n > r.opts.MaxRequests {
+		r.seq.Add(-1)
+		return false
+	}
+	return true
+}
+
+// schedule emits arrival times at opts.Rate until ctx ends or MaxRequests
+// arrivals were emitted. An arrival that finds the queue full is dropped.
+func (r *run) schedule(ctx context.Context, start time.Time, jobs chan<- time.Time) {
+	interval := float64(time.Second) / r.opts.Rate
+	var emitted int64
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		due := int64(float64(now.Sub(start))/interval) + 1
+		for ; emitted < due; emitted++ {
+			if !r.claim() {
+				return
+			}
+			at := start.Add(time.Duration(float64(emitted) * interval))
+			select {
+			case jobs <- at:
+			default:
+				r.seq.Add(-1)
+				r.dropped.Add(1)
+			}
+		}
+		next := start.Add(time.Duration(float64(emitted) * interval))
+		timer.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// one sends a claimed request and records it. at is when it was
+// due: latency counts from then, so queueing behind a slow server shows.
+func (r *run) one(h *Histogram, at time.Time) {
+	id := r.nextIdentity()
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.Timeout)
+	sentAt := time.Now()
+	r.model.observe(id, sentAt, r.opts.Cost)
+	allowed, err := r.snd.send(ctx, r.identity(id))
+	cancel()
+	if err != nil {
+		r.errs.Add(1)
+		r.sample(err)
+		return
+	}
+	h.Record(time.Since(at))
+	if allowed {
+		r.allowed.Add(1)
+	} else {
+		r.denied.Add(1)
+	}
+}
+
+// nextIdentity hands out identity numbers round robin.
+func (r *run) nextIdentity() int {
+	return int((r.rr.Add(1) - 1) % int64(r.opts.Identities))
+}
+
+func (r *run) identity(id int) string { return r.opts.IdentityPrefix + strconv.Itoa(id) }
+
+// sample keeps a count of up to 20 distinct error messages.
+func (r *run) sample(err error) {
+	msg := err.Error()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.errorSamples == nil {
+		r.errorSamples = map[string]int64{}
+	}
+	if _, ok := r.errorSamples[msg]; ok || len(r.errorSamples) < 20 {
+		r.errorSamples[msg]++
+	}
+}
+
+// startProgress writes the live line once per second until the returned
+// function is called.
+func (r *run) startProgress(w io.Writer, start time.Time) func() {
+	if w == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				r.writeLine(w, time.Since(start))
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		r.writeLine(w, time.Since(start))
+		fmt.Fprintln(w)
+	}
+}
+
+func (r *run) writeLine(w io.Writer, elapsed time.Duration) {
+	a, d, e := r.allowed.Load(), r.denied.Load(), r.errs.Load()
+	done := a + d + e
+	fmt.Fprintf(w, "\r%6.1fs  %8d sent  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  errors %d  dropped %d   ",
+		elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), e, r.dropped.Load())
+}
+
+func ratio(part, whole int64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
+}
+
+func (r *run) report(elapsed time.Duration, h *Histogram) Report {
+	rep := Report{
+		Target:      r.opts.Target,
+		Mode:        r.opts.Mode,
+		TargetRate:  r.opts.Rate,
+		Concurrency: r.opts.Concurrency,
+		Identities:  r.opts.Identities,
+		Elapsed:     elapsed,
+		Allowed:     r.allowed.Load(),
+		Denied:      r.denied.Load(),
+		Errors:      r.errs.Load(),
+		Dropped:     r.dropped.Load(),
+		Latency: Latencies{
+			Min: h.Min(), P50: h.Quantile(0.50), P90: h.Quantile(0.90), P99: h.Quantile(0.99),
+			P999: h.Quantile(0.999), Max: h.Max(), Mean: h.Mean(),
+		},
+	}
+	rep.Sent = rep.Allowed + rep.Denied + rep.Errors
+	rep.AchievedRate = float64(rep.Sent) / max(elapsed.Seconds(), 1e-9)
+	rep.DenyRatio = ratio(rep.Denied, rep.Allowed+rep.Denied)
+	switch {
+	case r.model != nil:
+		rep.ExpectedDenyRatio, rep.HasExpected = r.model.denyRatio(), true
+	case r.opts.ExpectedDenyRatio > 0:
+		rep.ExpectedDenyRatio, rep.HasExpected = r.opts.ExpectedDenyRatio, true
+	}
+	r.mu.Lock()
+	for msg, n := range r.errorSamples {
+		rep.ErrorSamples = append(rep.ErrorSamples, ErrorCount{Message: msg, Count: n})
+	}
+	r.mu.Unlock()
+	sort.Slice(rep.ErrorSamples, func(i, j int) bool {
+		a, b := rep.ErrorSamples[i], rep.ErrorSamples[j]
+		return a.Count > b.Count || a.Count == b.Count && a.Message < b.Message
+	})
+	return rep
+}
+
+// model replays the requests through floodgate.Step to know how many an
+// exact limiter applying Expect would have allowed. It is safe for
+// concurrent use; a nil *model records nothing.
+type model struct {
+	p       floodgate.Policy
+	mu      sync.Mutex
+	states  map[int]floodgate.State
+	allowed int64
+	total   int64
+}
+
+func newModel(p floodgate.Policy) *model {
+	if p == (floodgate.Policy{}) {
+		return nil
+	}
+	return &model{p: p, states: map[int]floodgate.State{}}
+}
+
+func (m *model) observe(id int, at time.Time, cost int64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := floodgate.Step(m.p, m.states[id], at.UnixMicro(), cost)
+	if o.Commit {
+		m.states[id] = o.State
+	}
+	m.total++
+	if o.Result.Allowed {
+		m.allowed++
+	}
+}
+
+func (m *model) denyRatio() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return ratio(m.total-m.allowed, m.total)
+}
