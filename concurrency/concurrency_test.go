@@ -1,0 +1,247 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+// eachBackend runs f against a fresh MemoryStore and, when redis-server is
+// installed, a RedisStore on a private server (client nil for memory).
+func eachBackend(t *testing.T, f func(t *testing.T, s Store, c *redis.Client)) {
+	t.Helper()
+	t.Run("memory", func(t *testing.T) {
+		m, err := NewMemoryStore(MemoryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, m, nil)
+	})
+	t.Run("redis", func(t *testing.T) {
+		c := redistest.Start(t).Client(t)
+		s, err := NewRedisStore(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, s, c)
+	})
+}
+
+func newLimiter(t testing.TB, s Store, p Policy, prefix string) *Limiter {
+	t.Helper()
+	l, err := New(s, p, Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestCapHeldUnderLoad: 1,000 goroutines acquire, hold briefly and release
+// a cap of 50; an atomic in-flight counter, raised after Acquire and
+// lowered before Release, never exceeds 50.
+func TestCapHeldUnderLoad(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s Store, _ *redis.Client) {
+		l := newLimiter(t, s, Policy{Name: "cap", Limit: 50, LeaseTTL: time.Hour}, "load")
+		ctx := context.Background()
+		var inFlight, peak, admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Go(func() {
+				r, err := l.AcquireAt(ctx, t0, "tenant")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.Allowed {
+					return
+				}
+				admitted.Add(1)
+				n := inFlight.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				runtime.Gosched()
+				inFlight.Add(-1)
+				if ok, err := l.ReleaseAt(ctx, t0, r.Lease); err != nil || !ok {
+					t.Errorf("release: %v, %v", ok, err)
+				}
+			})
+		}
+		wg.Wait()
+		if p := peak.Load(); p > 50 || p < 1 {
+			t.Fatalf("peak in flight %d, want 1..50", p)
+		}
+		t.Logf("admitted %d of 1000, peak in flight %d", admitted.Load(), peak.Load())
+		if r, err := l.AcquireAt(ctx, t0, "tenant"); err != nil || r.InFlight != 1 {
+			t.Fatalf("after everyone released: %+v, %v", r, err)
+		}
+	})
+}
+
+// TestCapExactWithoutRelease: 1,000 goroutines, nobody releases, cap 50 →
+// exactly 50 acquisitions succeed, every run.
+func TestCapExactWithoutRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s Store, _ *redis.Client) {
+		l := newLimiter(t, s, Policy{Name: "cap", Limit: 50, LeaseTTL: time.Hour}, "exact")
+		ctx := context.Background()
+		for run := range 3 {
+			identity := "tenant-" + string(rune('a'+run))
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 1000 {
+				wg.Go(func() {
+					r, err := l.AcquireAt(ctx, t0, identity)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					} else if r.InFlight != 50 || r.Remaining != 0 || r.RetryAfter != time.Hour {
+						t.Errorf("denial %+v, want 50 in flight and retry after 1h", r)
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != 50 {
+				t.Fatalf("run %d: %d admitted, want exactly 50", run, got)
+			}
+		}
+	})
+}
+
+// TestLeaseLifecycle steps through expiry, release and renewal at fixed
+// instants, no sleeping.
+func TestLeaseLifecycle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s Store, _ *redis.Client) {
+		ctx := context.Background()
+		l := newLimiter(t, s, Policy{Name: "life", Limit: 2, LeaseTTL: time.Minute}, "life")
+		at := func(d time.Duration) time.Time { return t0.Add(d) }
+		acquire := func(d time.Duration, wantOK bool, wantInFlight int64) Lease {
+			t.Helper()
+			r, err := l.AcquireAt(ctx, at(d), "u")
+			if err != nil || r.Allowed != wantOK || r.InFlight != wantInFlight || r.Limit != 2 {
+				t.Fatalf("acquire at +%v: %+v, %v; want allowed=%v in flight %d", d, r, err, wantOK, wantInFlight)
+			}
+			if wantOK && !r.Lease.Expires.Equal(at(d+time.Minute)) {
+				t.Fatalf("lease expires %v, want %v", r.Lease.Expires, at(d+time.Minute))
+			}
+			return r.Lease
+		}
+		a := acquire(0, true, 1)
+		b := acquire(10*time.Second, true, 2)
+		if r, _ := l.AcquireAt(ctx, at(20*time.Second), "u"); r.Allowed || r.RetryAfter != 40*time.Second {
+			t.Fatalf("full: %+v, want denied with retry after 40s (a's expiry)", r)
+		}
+		// A crashed holder: a expires at +60s exactly.
+		acquire(60*time.Second-time.Microsecond, false, 2)
+		c := acquire(60*time.Second, true, 2)
+		if ok, err := l.ReleaseAt(ctx, at(61*time.Second), a); err != nil || ok {
+			t.Fatalf("release of expired lease: %v, %v; want false", ok, err)
+		}
+		if _, err := l.RenewAt(ctx, at(61*time.Second), a); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("renew of expired lease: %v, want ErrLeaseLost", err)
+		}
+		// Renewal keeps b past its first expiry.
+		b2, err := l.RenewAt(ctx, at(65*time.Second), b)
+		if err != nil || !b2.Expires.Equal(at(125*time.Second)) || b2.ID != b.ID {
+			t.Fatalf("renew b: %+v, %v", b2, err)
+		}
+		// Renewing with an earlier clock never shortens a lease.
+		if b3, err := l.RenewAt(ctx, at(30*time.Second), b2); err != nil || !b3.Expires.Equal(b2.Expires) {
+			t.Fatalf("renew with a lagging clock: %+v, %v", b3, err)
+		}
+		acquire(71*time.Second, false, 2) // b (renewed) and c still live
+		if ok, err := l.ReleaseAt(ctx, at(72*time.Second), c); err != nil || !ok {
+			t.Fatalf("release c: %v, %v", ok, err)
+		}
+		if ok, err := l.ReleaseAt(ctx, at(72*time.Second), c); err != nil || ok {
+			t.Fatalf("second release of c: %v, %v; want false (idempotent)", ok, err)
+		}
+		acquire(73*time.Second, true, 2)
+		acquire(125*time.Second, true, 2) // b expired at +125s, one left
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s Store, c *redis.Client) {
+		ctx := context.Background()
+		l := newLimiter(t, s, Policy{Name: "bad", Limit: 1}, "bad")
+		for _, id := range []string{"", "has space", strings.Repeat("x", MaxLeaseIDLen+1), "tab\t"} {
+			if _, err := l.ReleaseAt(ctx, t0, Lease{Identity: "u", ID: id}); !errors.Is(err, floodgate.ErrInvalidKey) {
+				t.Errorf("release %q: %v", id, err)
+			}
+			if _, err := l.RenewAt(ctx, t0, Lease{Identity: "u", ID: id}); !errors.Is(err, floodgate.ErrInvalidKey) {
+				t.Errorf("renew %q: %v", id, err)
+			}
+		}
+		if ok, err := l.ReleaseAt(ctx, t0, Lease{Identity: "nobody", ID: "unknown"}); ok || err != nil {
+			t.Errorf("release of an unknown lease: %v, %v", ok, err)
+		}
+		if c != nil && c.DBSize(ctx).Val() != 0 {
+			t.Errorf("bad input wrote keys")
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := l.AcquireAt(cancelled, t0, "u"); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+			t.Errorf("cancelled context: %v", err)
+		}
+	})
+	m, _ := NewMemoryStore(MemoryOptions{})
+	for _, p := range []Policy{
+		{Name: "", Limit: 1},
+		{Name: "x", Limit: 0},
+		{Name: "x", Limit: MaxLimit + 1},
+		{Name: "x", Limit: 1, LeaseTTL: time.Microsecond},
+		{Name: "x", Limit: 1, LeaseTTL: 25 * time.Hour},
+		{Name: "x", Limit: 1, LeaseTTL: -time.Second},
+		{Name: "x", Limit: 1, LeaseTTL: time.Second + time.Nanosecond},
+	} {
+		if _, err := New(m, p, Options{}); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidPolicy", p, err)
+		}
+	}
+	if _, err := New(nil, Policy{Name: "x", Limit: 1}, Options{}); err == nil {
+		t.Error("New accepted a nil store")
+	}
+	if _, err := New(m, Policy{Name: "x", Limit: 1}, Options{Prefix: "{x}"}); !errors.Is(err, floodgate.ErrInvalidKey) {
+		t.Errorf("bad prefix: %v", err)
+	}
+}
+
+// TestMemoryStoreFull: a full store refuses new identities and keeps
+// serving known ones.
+func TestMemoryStoreFull(t *testing.T) {
+	m, err := NewMemoryStore(MemoryOptions{Shards: 1, MaxKeys: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := newLimiter(t, m, Policy{Name: "full", Limit: 5}, "full")
+	for _, id := range []string{"a", "b"} {
+		if _, err := l.AcquireAt(ctx, t0, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.AcquireAt(ctx, t0, "c"); !errors.Is(err, floodgate.ErrStoreFull) {
+		t.Fatalf("third identity: %v, want ErrStoreFull", err)
+	}
+	if r, err := l.AcquireAt(ctx, t0, "a"); err != nil || r.InFlight != 2 {
+		t.Fatalf("known identity: %+v, %v", r, err)
+	}
+	// Once the leases expire (their holders crashed), the identities are
+	// swept and c fits.
+	if r, err := l.AcquireAt(ctx, t0.Add(2*DefaultLeaseTTL), "c"); err != nil || r.InFlight != 1 {
+		t.Fatalf("c after expiry: %+v, %v", r, err)
+	}
+}

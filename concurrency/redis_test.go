@@ -1,0 +1,133 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestRedisKeyTTL: the lease set always carries a TTL reaching its last
+// lease's expiry, so a crashed holder's set disappears by itself.
+func TestRedisKeyTTL(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := newLimiter(t, s, Policy{Name: "ttl", Limit: 3, LeaseTTL: 30 * time.Second}, "ttl")
+	// Real instants, so that Redis's clock agrees with the caller's.
+	now := time.Now()
+	r, err := l.AcquireAt(ctx, now, "user:{1}")
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	key := l.Key("user:{1}")
+	if got := c.PTTL(ctx, key).Val(); got <= 29*time.Second || got > 30*time.Second {
+		t.Fatalf("PTTL after acquire = %v, want about 30s", got)
+	}
+	// An instance whose clock is 20s behind takes a lease ending 10s from
+	// now: the key must still outlive the first lease.
+	r2, err := l.AcquireAt(ctx, now.Add(-20*time.Second), "user:{1}")
+	if err != nil || !r2.Allowed {
+		t.Fatal(r2, err)
+	}
+	if got := c.PTTL(ctx, key).Val(); got < 29*time.Second {
+		t.Fatalf("PTTL after a lagging acquire = %v, shorter than the first lease", got)
+	}
+	if tag := floodgate.HashTag(key); strings.ContainsAny(tag, "{}:") {
+		t.Fatalf("identity escaped its hash tag: %q", tag)
+	}
+	for _, lease := range []Lease{r.Lease, r2.Lease} {
+		if ok, err := l.ReleaseAt(ctx, now.Add(-20*time.Second), lease); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	if n := c.Exists(ctx, key).Val(); n != 0 {
+		t.Fatalf("empty lease set still exists")
+	}
+}
+
+func TestRedisScriptCacheFlushed(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := newLimiter(t, s, Policy{Name: "flush", Limit: 3}, "flush")
+	if _, err := l.AcquireAt(ctx, t0, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.AcquireAt(ctx, t0, "u"); err != nil || r.InFlight != 2 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", r, err)
+	}
+	if r, err := l.AcquireAt(ctx, t0, "u"); err != nil || r.InFlight != 3 {
+		t.Fatalf("third: %+v, %v", r, err)
+	}
+	stats := c.Info(ctx, "commandstats").Val()
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=3") || !strings.Contains(stats, "cmdstat_eval:calls=2") {
+		t.Fatalf("want 3 EVALSHA (one NOSCRIPT) and 2 EVAL (first load, reload):\n%s", stats)
+	}
+}
+
+func TestRedisScriptGuards(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	for _, args := range [][]any{
+		{"x", 1, 1, 1, "id", 1},
+		{"a", "now", 1, 1, "id", 1},
+		{"a", 1, 0, 1, "id", 1},
+		{"a", 1, 1, 0, "id", 1},
+		{"a", 1, 1, 1, "", 1},
+		{"n", 1, 1, -5, "id", 1},
+	} {
+		_, err := c.Eval(ctx, leaseLua, []string{"g:cc:{x}"}, args...).Result()
+		if err == nil || !errors.Is(storeError(err), floodgate.ErrBadReply) {
+			t.Errorf("args %v: %v, want refused", args, err)
+		}
+	}
+	if n := c.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("refused calls wrote %d keys", n)
+	}
+}
+
+// TestRedisCluster takes leases for several identities on a real
+// three-primary cluster: each identity's set lives in its own slot and the
+// cap holds on every node.
+func TestRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	c := redistest.StartCluster(t).Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := newLimiter(t, s, Policy{Name: "cl", Limit: 2}, "cl")
+	for _, id := range []string{"alice", "bob", "carol", "dave", "erin"} {
+		var leases []Lease
+		for i := range 3 {
+			r, err := l.AcquireAt(ctx, t0, id)
+			if err != nil || r.Allowed != (i < 2) {
+				t.Fatalf("%s acquire %d: %+v, %v", id, i, r, err)
+			}
+			leases = append(leases, r.Lease)
+		}
+		if ok, err := l.ReleaseAt(ctx, t0, leases[0]); err != nil || !ok {
+			t.Fatalf("%s release: %v, %v", id, ok, err)
+		}
+		if _, err := l.RenewAt(ctx, t0, leases[1]); err != nil {
+			t.Fatalf("%s renew: %v", id, err)
+		}
+	}
+}

@@ -1,0 +1,258 @@
+// Package denycache wraps a floodgate.Store with a local cache of denials,
+// so that a flood of requests from an identity that is already limited
+// costs no store round trips.
+//
+// When the store denies a layer on its own account, the cache remembers,
+// for that key and policy, the cost c that was denied and the instant
+// T = now + RetryAfter until which that cost cannot fit. A later decision
+// before T in which every layer is covered by such a denial (same policy,
+// a cost of at least c, and for a limited layer no more than the policy's
+// capacity) is denied locally: each layer gets its remembered result with
+// RetryAfter recomputed as T − now (however long MaxTTL lets the entry
+// answer), and Saved counts one round trip saved.
+//
+// Why this never admits what the store would deny: the cache only ever
+// answers with denials; everything else goes to the store. And a cached
+// denial is one the store would repeat: until T, a layer's room for its key
+// can only shrink (other requests consume, a denied request consumes
+// nothing, and time has not yet freed enough for c), and a larger cost fits
+// even less; the store's step functions also never let an earlier clock
+// free room. Since a denied decision writes nothing, skipping the store
+// leaves its state exactly as the store alone would have. The package's
+// differential test checks all this against the bare store with random
+// traffic: same decisions, same binding layer, same reasons; a cached
+// RetryAfter can only be shorter (it is exact for the cost that was
+// denied, and a larger cost may need longer).
+//
+// Layered decisions: answered locally only when all their layers are cached
+// denials, because then every layer's outcome is known. A decision in which
+// one layer is limited and the others would admit still goes to the store:
+// the cache cannot know the other layers' current state (shared layers are
+// consumed by other identities) and the caller reports them. Single-layer
+// decisions, the flood case, are answered whenever covered.
+//
+// Peeks (cost 0 on every layer) always go to the store; a denied peek still
+// teaches the cache that a cost of 1 does not fit.
+//
+// What it cannot see: a denial lifted by a change outside the normal flow
+// (an administrator resetting a key). Forget drops a key's entry, and
+// Options.MaxTTL bounds how long any entry answers. A changed policy (a
+// new limit under the same name) never matches an entry of the old one.
+package denycache
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// MaxEntries caps the number of cached denials; the least recently used
+	// is evicted beyond it. Default 10,000.
+	MaxEntries int
+	// MaxTTL is the longest a cached denial answers, whatever its
+	// RetryAfter, so that a reset made outside this process is noticed at
+	// most MaxTTL later. Default 10s; 1ms..floodgate.MaxWindow.
+	MaxTTL time.Duration
+	// Shards is the number of independently locked partitions, rounded up
+	// to a power of two. Default 16; at most 1,024.
+	Shards int
+}
+
+// Store is a floodgate.Store that answers repeated denials locally and
+// passes everything else to the wrapped store. It is safe for concurrent
+// use.
+type Store struct {
+	next   floodgate.Store
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	perCap int
+	maxTTL int64 // µs
+	saved  atomic.Uint64
+}
+
+type shard struct {
+	mu  sync.Mutex
+	m   map[string]*list.Element // of *entry, by key
+	lru list.List                // front = most recently used
+}
+
+// entry is the last denial of one key on its own account.
+type entry struct {
+	key    string
+	policy floodgate.Policy
+	cost   int64            // the cost that was denied
+	result floodgate.Result // as the store returned it
+	retry  int64            // when the denied cost fits again (Unix µs)
+	until  int64            // the entry answers while now < until: min(retry, learnt + MaxTTL)
+}
+
+// New returns a Store caching the denials of next.
+func New(next floodgate.Store, opts Options) (*Store, error) {
+	if next == nil {
+		return nil, fmt.Errorf("%w: denycache: nil store", floodgate.ErrInvalidPolicy)
+	}
+	if opts.MaxEntries < 0 {
+		return nil, fmt.Errorf("%w: denycache: max entries %d is negative", floodgate.ErrInvalidPolicy, opts.MaxEntries)
+	}
+	if opts.MaxEntries == 0 {
+		opts.MaxEntries = 10_000
+	}
+	if opts.MaxTTL == 0 {
+		opts.MaxTTL = 10 * time.Second
+	}
+	if opts.MaxTTL < time.Millisecond || opts.MaxTTL > floodgate.MaxWindow {
+		return nil, fmt.Errorf("%w: denycache: max TTL %v out of range 1ms..%v", floodgate.ErrInvalidPolicy, opts.MaxTTL, floodgate.MaxWindow)
+	}
+	if opts.Shards < 0 || opts.Shards > 1024 {
+		return nil, fmt.Errorf("%w: denycache: shards %d out of range 0..1024", floodgate.ErrInvalidPolicy, opts.Shards)
+	}
+	if opts.Shards == 0 {
+		opts.Shards = 16
+	}
+	n := 1
+	for n < opts.Shards {
+		n <<= 1
+	}
+	s := &Store{
+		next: next, seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1),
+		perCap: max(opts.MaxEntries/n, 1), maxTTL: opts.MaxTTL.Microseconds(),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*list.Element)
+	}
+	return s, nil
+}
+
+// Saved returns the number of decisions answered from the cache, each one
+// a store round trip saved.
+func (s *Store) Saved() uint64 { return s.saved.Load() }
+
+// Len returns the number of cached denials, lapsed ones not yet evicted
+// included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.lru.Len()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Forget drops the cached denial of key, for example after an
+// administrator reset the key.
+func (s *Store) Forget(key string) {
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if el, ok := sh.m[key]; ok {
+		sh.lru.Remove(el)
+		delete(sh.m, key)
+	}
+}
+
+func (s *Store) shardOf(key string) *shard { return &s.shards[maphash.String(s.seed, key)&s.mask] }
+
+// Decide implements floodgate.Store: it answers from the cache when every
+// layer is covered by a remembered denial, and otherwise asks the wrapped
+// store, remembering the layers it denies.
+func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
+		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
+	}
+	consuming := false
+	for _, l := range layers {
+		if err := floodgate.ValidateCost(l.Cost); err != nil {
+			return err
+		}
+		consuming = consuming || l.Cost > 0
+	}
+	if consuming && s.answer(now, layers, out) {
+		s.saved.Add(1)
+		return nil
+	}
+	if err := s.next.Decide(ctx, now, layers, out); err != nil {
+		return err
+	}
+	for i, l := range layers {
+		s.learn(now, l, out[i])
+	}
+	return nil
+}
+
+// covers reports whether ent answers layer l at now: the same policy,
+// before the denial lapses, a cost at least the one denied, and, for a
+// limited (not oversized) denial, a cost within the policy's capacity, so
+// that the store's reason would be the same.
+func (ent *entry) covers(now int64, l floodgate.Layer) bool {
+	if now >= ent.until || l.Policy != ent.policy || l.Cost < ent.cost {
+		return false
+	}
+	return ent.result.Reason != floodgate.ReasonLimited || l.Cost <= l.Policy.Capacity()
+}
+
+// answer fills out when every layer is covered. Layers' keys are looked up
+// one shard at a time; an entry lapsing in between only makes the answer
+// one that was true a moment earlier, like any answer already in flight.
+func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Result) bool {
+	for i, l := range layers {
+		sh := s.shardOf(l.Key)
+		sh.mu.Lock()
+		el, ok := sh.m[l.Key]
+		if !ok || !el.Value.(*entry).covers(now, l) {
+			sh.mu.Unlock()
+			return false
+		}
+		ent := el.Value.(*entry)
+		sh.lru.MoveToFront(el)
+		out[i] = ent.result
+		if ent.result.Reason == floodgate.ReasonLimited {
+			out[i].RetryAfter = time.Duration(ent.retry-now) * time.Microsecond
+		}
+		sh.mu.Unlock()
+	}
+	return true
+}
+
+// learn remembers a layer the store denied on its own account, replacing
+// the key's older denial. Admissions are not learnt from: a remembered
+// denial the store contradicts can only come from a decision that raced
+// with it (covered decisions never reach the store), not from a reset.
+func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result) {
+	ent := &entry{key: l.Key, policy: l.Policy, cost: l.Cost, result: r, until: now + s.maxTTL}
+	switch {
+	case r.Allowed:
+		return
+	case r.Reason == floodgate.ReasonLimited && r.RetryAfter > 0:
+		ent.retry = now + r.RetryAfter.Microseconds()
+		ent.until = min(ent.until, ent.retry)
+	case r.Reason == floodgate.ReasonCostExceedsLimit:
+		// Permanent for this policy; bounded by MaxTTL.
+	default:
+		return // another layer's denial, or nothing to rely on
+	}
+	sh := s.shardOf(l.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if el, ok := sh.m[l.Key]; ok {
+		el.Value = ent
+		sh.lru.MoveToFront(el)
+		return
+	}
+	sh.m[l.Key] = sh.lru.PushFront(ent)
+	for sh.lru.Len() > s.perCap {
+		old := sh.lru.Back()
+		sh.lru.Remove(old)
+		delete(sh.m, old.Value.(*entry).key)
+	}
+}

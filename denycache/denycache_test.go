@@ -1,0 +1,306 @@
+package denycache
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+// counting counts the decisions that reach the wrapped store.
+type counting struct {
+	next  floodgate.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	c.calls.Add(1)
+	return c.next.Decide(ctx, now, layers, out)
+}
+
+func newMem(t testing.TB) *memstore.Store {
+	t.Helper()
+	m, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// cached returns a limiter over a cache over a counting wrapper of st.
+func cached(t testing.TB, st floodgate.Store, opts Options) (*floodgate.Limiter, *Store, *counting) {
+	t.Helper()
+	cnt := &counting{next: st}
+	c, err := New(cnt, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(c, floodgate.Options{Prefix: "dc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, c, cnt
+}
+
+func mustPolicy(t testing.TB, p floodgate.Policy) floodgate.Policy {
+	t.Helper()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestFloodOnDeniedKey: once a key is denied until the end of its window,
+// a flood of 10,000 more requests makes no store call at all, each denied
+// with RetryAfter counting down to the same instant; at that instant the
+// store is asked again.
+func TestFloodOnDeniedKey(t *testing.T) {
+	for name, st := range map[string]func(t *testing.T) floodgate.Store{
+		"memstore": func(t *testing.T) floodgate.Store { return newMem(t) },
+		"redis": func(t *testing.T) floodgate.Store {
+			s, err := redisstore.New(redistest.Start(t).Client(t), redisstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l, c, cnt := cached(t, st(t), Options{MaxTTL: time.Hour})
+			p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute})
+			for i := range 10 {
+				if r, err := l.AllowAt(ctx, t0, p, "bot", 1); err != nil || !r.Allowed {
+					t.Fatalf("request %d: %+v, %v", i, r, err)
+				}
+			}
+			if r, err := l.AllowAt(ctx, t0, p, "bot", 1); err != nil || r.Allowed || r.RetryAfter != time.Minute {
+				t.Fatalf("11th: %+v, %v", r, err)
+			}
+			before := cnt.calls.Load()
+			for i := range 10_000 {
+				at := t0.Add(time.Duration(i) * 5 * time.Millisecond) // up to +50s
+				r, err := l.AllowAt(ctx, at, p, "bot", 1)
+				if err != nil || r.Allowed || r.Reason != floodgate.ReasonLimited || r.RetryAfter != time.Minute-at.Sub(t0) {
+					t.Fatalf("flood %d: %+v, %v", i, r, err)
+				}
+			}
+			if got := cnt.calls.Load() - before; got != 0 {
+				t.Fatalf("the flood made %d store calls, want 0", got)
+			}
+			if c.Saved() != 10_000 {
+				t.Fatalf("Saved() = %d, want 10000", c.Saved())
+			}
+			// A peek always asks the store.
+			if _, err := l.PeekAt(ctx, t0.Add(time.Second), p, "bot"); err != nil || cnt.calls.Load() != before+1 {
+				t.Fatalf("peek: %v; store calls %d", err, cnt.calls.Load()-before)
+			}
+			// At the end of the window the store is asked and admits.
+			if r, err := l.AllowAt(ctx, t0.Add(time.Minute), p, "bot", 1); err != nil || !r.Allowed || cnt.calls.Load() != before+2 {
+				t.Fatalf("after the window: %+v, %v", r, err)
+			}
+		})
+	}
+}
+
+// TestSmallerCostGoesToStore: a denial of cost 5 covers costs ≥ 5 only.
+func TestSmallerCostGoesToStore(t *testing.T) {
+	ctx := context.Background()
+	l, _, cnt := cached(t, newMem(t), Options{})
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute})
+	step := func(cost int64, wantAllowed bool, wantCalls int64) {
+		t.Helper()
+		before := cnt.calls.Load()
+		r, err := l.AllowAt(ctx, t0, p, "u", cost)
+		if err != nil || r.Allowed != wantAllowed || cnt.calls.Load()-before != wantCalls {
+			t.Fatalf("cost %d: %+v, %v, %d store calls; want allowed=%v with %d calls", cost, r, err, cnt.calls.Load()-before, wantAllowed, wantCalls)
+		}
+	}
+	step(7, true, 1)
+	step(5, false, 1) // learns: cost ≥ 5 denied until the window ends
+	step(5, false, 0)
+	step(9, false, 0)
+	step(3, true, 1)  // below the cached cost: the store admits it
+	step(1, false, 1) // and now even 1 is denied: learnt
+	step(1, false, 0)
+}
+
+// TestLayered: a layered decision is answered locally only when all its
+// layers are cached denials; one limited layer among admitting ones still
+// asks the store, which alone knows the other layers' state.
+func TestLayered(t *testing.T) {
+	ctx := context.Background()
+	l, _, cnt := cached(t, newMem(t), Options{})
+	user := mustPolicy(t, floodgate.Policy{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute})
+	global := mustPolicy(t, floodgate.Policy{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour})
+	decide := func(at time.Duration, id string, wantAllowed bool, wantCalls int64) floodgate.Decision {
+		t.Helper()
+		before := cnt.calls.Load()
+		d, err := l.AllowLayersAt(ctx, t0.Add(at), 1, floodgate.LayerSpec{Policy: global, Identity: "all"}, floodgate.LayerSpec{Policy: user, Identity: id})
+		if err != nil || d.Allowed != wantAllowed || cnt.calls.Load()-before != wantCalls {
+			t.Fatalf("%s at +%v: %+v, %v, %d calls; want allowed=%v with %d calls", id, at, d, err, cnt.calls.Load()-before, wantAllowed, wantCalls)
+		}
+		return d
+	}
+	decide(0, "alice", true, 1)
+	decide(0, "alice", false, 1) // user layer denies, global would admit
+	decide(0, "alice", false, 1) // so it keeps asking the store
+	decide(0, "bob", true, 1)
+	decide(0, "carol", true, 1) // global now full (3 of 3)
+	// Alice is denied by both layers now: cached on both keys.
+	first := decide(time.Second, "alice", false, 1)
+	again := decide(2*time.Second, "alice", false, 0)
+	if again.Binding != 0 || again.Layers[0].Reason != floodgate.ReasonLimited || again.Layers[1].Reason != floodgate.ReasonLimited {
+		t.Fatalf("cached decision %+v, want both layers limited, the global one binding", again)
+	}
+	if again.Layers[0].RetryAfter != first.Layers[0].RetryAfter-time.Second {
+		t.Fatalf("retry after %v, want %v", again.Layers[0].RetryAfter, first.Layers[0].RetryAfter-time.Second)
+	}
+	// Once alice's minute is over her layer lapses: the store is asked.
+	decide(time.Minute, "alice", false, 1)
+}
+
+// TestForgetAndMaxTTL: a reset behind the cache is seen after Forget, or
+// at the latest after MaxTTL.
+func TestForgetAndMaxTTL(t *testing.T) {
+	ctx := context.Background()
+	mem := newMem(t)
+	l, c, cnt := cached(t, mem, Options{MaxTTL: 10 * time.Second})
+	p := mustPolicy(t, floodgate.Policy{Name: "login", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour})
+	key := l.Key(p, "acct")
+	l.AllowAt(ctx, t0, p, "acct", 1)
+	if r, _ := l.AllowAt(ctx, t0, p, "acct", 1); r.Allowed || r.RetryAfter != time.Hour {
+		t.Fatalf("second: %+v", r)
+	}
+	mem.Reset(key) // e.g. a successful login clears the failures
+	if r, _ := l.AllowAt(ctx, t0.Add(time.Second), p, "acct", 1); r.Allowed {
+		t.Fatalf("the cache cannot see the reset yet: %+v", r)
+	}
+	c.Forget(key)
+	if r, _ := l.AllowAt(ctx, t0.Add(2*time.Second), p, "acct", 1); !r.Allowed {
+		t.Fatalf("after Forget: %+v", r)
+	}
+	// Denied again (1 per hour); after a reset without Forget, MaxTTL
+	// bounds the cached answer.
+	l.AllowAt(ctx, t0.Add(3*time.Second), p, "acct", 1)
+	mem.Reset(key)
+	before := cnt.calls.Load()
+	if r, _ := l.AllowAt(ctx, t0.Add(12*time.Second), p, "acct", 1); r.Allowed || cnt.calls.Load() != before || r.RetryAfter != time.Hour-12*time.Second {
+		t.Fatalf("inside MaxTTL: %+v (want retry after 59m48s, the window's end, not MaxTTL's)", r)
+	}
+	if r, _ := l.AllowAt(ctx, t0.Add(13*time.Second), p, "acct", 1); !r.Allowed || cnt.calls.Load() != before+1 {
+		t.Fatalf("after MaxTTL: %+v", r)
+	}
+}
+
+// TestCostExceedsLimitCached: a cost above capacity is denied locally too.
+func TestCostExceedsLimitCached(t *testing.T) {
+	ctx := context.Background()
+	l, _, cnt := cached(t, newMem(t), Options{})
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.TokenBucket, Limit: 5, Window: time.Second})
+	for i := range 3 {
+		r, err := l.AllowAt(ctx, t0, p, "u", 6)
+		if err != nil || r.Allowed || r.Reason != floodgate.ReasonCostExceedsLimit || r.RetryAfter != 0 {
+			t.Fatalf("%d: %+v, %v", i, r, err)
+		}
+	}
+	if cnt.calls.Load() != 1 {
+		t.Fatalf("%d store calls, want 1", cnt.calls.Load())
+	}
+}
+
+// TestBounded: the cache holds at most MaxEntries denials (LRU).
+func TestBounded(t *testing.T) {
+	ctx := context.Background()
+	l, c, cnt := cached(t, newMem(t), Options{MaxEntries: 2, Shards: 1})
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute})
+	for _, id := range []string{"a", "b", "c"} {
+		l.AllowAt(ctx, t0, p, id, 1)
+		l.AllowAt(ctx, t0, p, id, 1) // denied, cached
+	}
+	if c.Len() != 2 {
+		t.Fatalf("Len() = %d, want 2", c.Len())
+	}
+	before := cnt.calls.Load()
+	l.AllowAt(ctx, t0, p, "c", 1)
+	l.AllowAt(ctx, t0, p, "b", 1)
+	if cnt.calls.Load() != before {
+		t.Fatalf("recent entries missed")
+	}
+	l.AllowAt(ctx, t0, p, "a", 1) // evicted: asks the store
+	if cnt.calls.Load() != before+1 {
+		t.Fatalf("evicted entry answered")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	cnt := &counting{next: newMem(t)}
+	c, err := New(cnt, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute})
+	layer := floodgate.Layer{Policy: p, Key: "k", Cost: 1}
+	if err := c.Decide(ctx, t0.UnixMicro(), []floodgate.Layer{layer}, nil); !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Errorf("missing out: %v", err)
+	}
+	if err := c.Decide(ctx, t0.UnixMicro(), nil, nil); !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Errorf("no layers: %v", err)
+	}
+	layer.Cost = -1
+	if err := c.Decide(ctx, t0.UnixMicro(), []floodgate.Layer{layer}, make([]floodgate.Result, 1)); !errors.Is(err, floodgate.ErrInvalidCost) {
+		t.Errorf("negative cost: %v", err)
+	}
+	if cnt.calls.Load() != 0 {
+		t.Errorf("bad input reached the store")
+	}
+	for _, o := range []Options{{MaxEntries: -1}, {MaxTTL: time.Microsecond}, {Shards: 2000}} {
+		if _, err := New(cnt, o); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+			t.Errorf("New(%+v) = %v", o, err)
+		}
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New accepted a nil store")
+	}
+}
+
+// TestConcurrentFlood floods one denied key from 64 goroutines under -race.
+func TestConcurrentFlood(t *testing.T) {
+	ctx := context.Background()
+	l, c, cnt := cached(t, newMem(t), Options{})
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Minute})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 200 {
+				r, err := l.AllowAt(ctx, t0, p, "bot", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 10 {
+		t.Fatalf("%d admitted, want 10", admitted.Load())
+	}
+	t.Logf("12,800 requests: %d store calls, %d saved", cnt.calls.Load(), c.Saved())
+	if cnt.calls.Load()+int64(c.Saved()) != 12_800 || cnt.calls.Load() > 10+64 {
+		t.Fatalf("%d store calls and %d saved for 12,800 requests", cnt.calls.Load(), c.Saved())
+	}
+}

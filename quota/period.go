@@ -1,0 +1,241 @@
+package quota
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Unit is the length of a quota period. The zero value is invalid.
+type Unit uint8
+
+// The period units. Every period starts and ends at a local midnight of the
+// calendar's Location, so a day lasts 23 or 25 hours when daylight saving
+// time starts or ends during it.
+const (
+	// Day periods run from one local midnight to the next. Key: "2026-12-01".
+	Day Unit = iota + 1
+	// Week periods are ISO 8601 weeks, Monday 00:00 to the next Monday
+	// 00:00. Key: the ISO week, "2026-W49" (the ISO year may differ from
+	// the calendar year around New Year: 2027-01-01 is in "2026-W53").
+	Week
+	// Month periods are calendar months, the 1st 00:00 to the next 1st
+	// 00:00. Key: "2026-12".
+	Month
+	// AnchoredMonth periods are monthly billing cycles starting on
+	// Calendar.AnchorDay at 00:00, or on the month's last day in months
+	// too short to have that day: with anchor 31 the periods start on Jan
+	// 31, Feb 28 (29 in leap years), Mar 31, Apr 30... Key: the start date,
+	// "2026-02-28".
+	AnchoredMonth
+)
+
+var unitNames = [...]string{Day: "day", Week: "week", Month: "month", AnchoredMonth: "anchored_month"}
+
+// String returns the unit's snake_case name.
+func (u Unit) String() string {
+	if u >= Day && int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return fmt.Sprintf("Unit(%d)", uint8(u))
+}
+
+// ParseUnit returns the unit named s (its String form; "monthly", "daily"
+// and "weekly" are accepted too).
+func ParseUnit(s string) (Unit, error) {
+	switch s {
+	case "day", "daily":
+		return Day, nil
+	case "week", "weekly":
+		return Week, nil
+	case "month", "monthly":
+		return Month, nil
+	case "anchored_month":
+		return AnchoredMonth, nil
+	}
+	return 0, fmt.Errorf("%w: unknown quota period unit %q (want day, week, month or anchored_month)", floodgate.ErrInvalidPolicy, s)
+}
+
+// Calendar cuts time into quota periods. It is a plain value; the zero
+// value is invalid (Unit is required).
+type Calendar struct {
+	// Unit is the period length.
+	Unit Unit
+	// Location is the time zone whose local midnights bound the periods,
+	// e.g. time.LoadLocation("America/New_York") for a tenant billed in New
+	// York. nil means UTC.
+	Location *time.Location
+	// AnchorDay is, for AnchoredMonth, the day of the month (1..31) each
+	// period starts on, typically the subscription day. Other units
+	// require zero.
+	AnchorDay int
+}
+
+// Validate reports, wrapped in floodgate.ErrInvalidPolicy, why c cannot cut
+// time into periods.
+func (c Calendar) Validate() error {
+	if c.Unit < Day || c.Unit > AnchoredMonth {
+		return fmt.Errorf("%w: quota calendar: unknown unit %d", floodgate.ErrInvalidPolicy, c.Unit)
+	}
+	if c.Unit == AnchoredMonth {
+		if c.AnchorDay < 1 || c.AnchorDay > 31 {
+			return fmt.Errorf("%w: quota calendar: anchor day %d out of range 1..31", floodgate.ErrInvalidPolicy, c.AnchorDay)
+		}
+	} else if c.AnchorDay != 0 {
+		return fmt.Errorf("%w: quota calendar: anchor day applies to anchored_month only, got %d for %s", floodgate.ErrInvalidPolicy, c.AnchorDay, c.Unit)
+	}
+	return nil
+}
+
+// Period is one concrete quota period.
+type Period struct {
+	// Start is the first instant of the period, a local midnight in the
+	// calendar's Location, e.g. 2026-12-01T00:00:00-05:00.
+	Start time.Time
+	// End is the first instant after the period (the next period's Start).
+	End time.Time
+	// Key names the period in storage keys: "2026-12-01" for a day,
+	// "2026-W49" for a week, "2026-12" for a month, the start date for an
+	// anchored month.
+	Key string
+}
+
+// Contains reports whether t lies in [Start, End).
+func (p Period) Contains(t time.Time) bool { return !t.Before(p.Start) && t.Before(p.End) }
+
+// civil is a calendar date without a time zone. Its fields may be out of
+// range (day 0, month 13); time.Date normalizes them.
+type civil struct {
+	y int
+	m time.Month
+	d int
+}
+
+func civilOf(t time.Time) civil {
+	y, m, d := t.Date()
+	return civil{y, m, d}
+}
+
+// norm returns the date normalized (day 32 of January is February 1).
+func (c civil) norm() civil { return civilOf(time.Date(c.y, c.m, c.d, 12, 0, 0, 0, time.UTC)) }
+
+func (c civil) addDays(n int) civil { return civil{c.y, c.m, c.d + n}.norm() }
+
+func (c civil) before(o civil) bool {
+	if c.y != o.y {
+		return c.y < o.y
+	}
+	if c.m != o.m {
+		return c.m < o.m
+	}
+	return c.d < o.d
+}
+
+// midnight returns the first instant of the date in loc. When a clock
+// change skips local midnight (as in São Paulo until 2019), time.Date may
+// pick an instant that is still on the previous day; the day then starts
+// when the clocks jump, which is midnight in the offset in force before
+// the jump.
+func (c civil) midnight(loc *time.Location) time.Time {
+	m := time.Date(c.y, c.m, c.d, 0, 0, 0, 0, loc)
+	if civilOf(m.In(loc)).before(c) {
+		_, off := m.Zone()
+		m = time.Date(c.y, c.m, c.d, 0, 0, 0, 0, time.FixedZone("", off)).In(loc)
+	}
+	return m
+}
+
+func daysIn(y int, m time.Month) int { return time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day() }
+
+func (c Calendar) loc() *time.Location {
+	if c.Location == nil {
+		return time.UTC
+	}
+	return c.Location
+}
+
+// bounds returns the civil first day of the period containing date d and
+// the civil first day of the next period.
+func (c Calendar) bounds(d civil) (start, next civil) {
+	switch c.Unit {
+	case Day:
+		return d, d.addDays(1)
+	case Week:
+		wd := int(time.Date(d.y, d.m, d.d, 12, 0, 0, 0, time.UTC).Weekday())
+		start = d.addDays(-((wd + 6) % 7)) // back to Monday
+		return start, start.addDays(7)
+	case Month:
+		start = civil{d.y, d.m, 1}
+		return start, civil{d.y, d.m + 1, 1}.norm()
+	default: // AnchoredMonth
+		start = c.anchor(d.y, d.m)
+		if d.before(start) {
+			p := civil{d.y, d.m - 1, 1}.norm()
+			start = c.anchor(p.y, p.m)
+		}
+		n := civil{start.y, start.m + 1, 1}.norm()
+		return start, c.anchor(n.y, n.m)
+	}
+}
+
+// anchor returns the start of the anchored period that begins in month m
+// of year y.
+func (c Calendar) anchor(y int, m time.Month) civil {
+	return civil{y, m, min(c.AnchorDay, daysIn(y, m))}
+}
+
+func (c Calendar) key(start civil) string {
+	switch c.Unit {
+	case Week:
+		y, w := time.Date(start.y, start.m, start.d, 12, 0, 0, 0, time.UTC).ISOWeek()
+		return fmt.Sprintf("%04d-W%02d", y, w)
+	case Month:
+		return fmt.Sprintf("%04d-%02d", start.y, int(start.m))
+	}
+	return fmt.Sprintf("%04d-%02d-%02d", start.y, int(start.m), start.d)
+}
+
+// PeriodAt returns the period containing t. c must be valid. The periods
+// partition time: PeriodAt(p.End) starts at p.End, and Start <= t < End
+// holds even on days whose local midnight does not exist (a daylight
+// saving jump at midnight), because both neighbours compute the shared
+// boundary with the same call.
+func (c Calendar) PeriodAt(t time.Time) Period {
+	loc := c.loc()
+	start, next := c.bounds(civilOf(t.In(loc)))
+	// A skipped or repeated local midnight can put t just outside the
+	// bounds computed from its local date; step to the neighbour. Two steps
+	// are always enough.
+	for range 2 {
+		if t.Before(start.midnight(loc)) {
+			start, next = c.bounds(start.addDays(-1))
+			continue
+		}
+		if !t.Before(next.midnight(loc)) {
+			start, next = c.bounds(next)
+			continue
+		}
+		break
+	}
+	return Period{Start: start.midnight(loc), End: next.midnight(loc), Key: c.key(start)}
+}
+
+// Previous returns the period just before p. c must be valid and p one of
+// its periods.
+func (c Calendar) Previous(p Period) Period { return c.PeriodAt(p.Start.Add(-time.Nanosecond)) }
+
+// storageTag names a period inside storage keys, with the unit (and anchor)
+// so that changing a quota's calendar never reuses another calendar's
+// counters: "d2026-12-01", "w2026-W49", "m2026-12", "a31.2026-02-28".
+func (c Calendar) storageTag(p Period) string {
+	switch c.Unit {
+	case Day:
+		return "d" + p.Key
+	case Week:
+		return "w" + p.Key
+	case Month:
+		return "m" + p.Key
+	}
+	return fmt.Sprintf("a%d.%s", c.AnchorDay, p.Key)
+}

@@ -1,0 +1,232 @@
+-- quota.lua: one quota operation on one identity, atomically. It mirrors
+-- step in ledger.go; keep them in step.
+--
+-- KEYS[1] usage hash: used, held, h:<id> = held estimate, s:<id> = outcome
+-- KEYS[2] sorted set of live holds: member id, score expiry (Unix µs)
+-- KEYS[3] sorted set of settlement outcomes: member id, score expiry
+-- KEYS[4] marker, written with the usage and outliving it
+-- KEYS[5..7] (settle only) the previous period's usage, holds and outcomes
+-- ARGV: op (c check, r reserve, s settle, x restore), now, limit, amount,
+--   id, hold, keep, expire_at, prev_expire_at, marker_at, max_pending,
+--   max_settled, max_trim, max_used. Times are the caller's Unix µs; the
+--   script never reads the server's clock.
+-- Reply: {status, used, held, charged, refunded, unmatched, in_prev, hint}
+-- status: 0 allowed, 1 denied, 2 cost exceeds limit, 3 too many pending,
+--   4 replayed, 5 state lost, 6 id already settled.
+
+local op = ARGV[1]
+local now = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local amount = tonumber(ARGV[4])
+local id = ARGV[5]
+local hold = tonumber(ARGV[6])
+local keep = tonumber(ARGV[7])
+local expire_at = tonumber(ARGV[8])
+local prev_expire_at = tonumber(ARGV[9])
+local marker_at = tonumber(ARGV[10])
+local max_pending = tonumber(ARGV[11])
+local max_settled = tonumber(ARGV[12])
+local max_trim = tonumber(ARGV[13])
+local max_used = tonumber(ARGV[14])
+
+if not (now and limit and amount and hold and keep and expire_at and prev_expire_at
+    and marker_at and max_pending and max_settled and max_trim and max_used)
+    or (op ~= 'c' and op ~= 'r' and op ~= 's' and op ~= 'x')
+    or limit < 1 or amount < 0 or amount > max_used or hold < 1 or keep < 1
+    or max_pending < 1 or max_settled < 1 or max_trim < 1
+    or #KEYS < 4 or (op == 's' and #KEYS < 7) or (op ~= 'c' and op ~= 'x' and id == '') then
+  return redis.error_reply('ERR floodgate quota: invalid arguments')
+end
+
+local function int(n) return string.format('%d', n) end
+local function pttl(at)
+  local ms = math.ceil((at - now) / 1000)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+local U, H, S = KEYS[1], KEYS[2], KEYS[3]
+local state = redis.call('HMGET', U, 'used', 'held')
+local used, held = tonumber(state[1]), tonumber(state[2]) or 0
+local exists = used ~= nil
+if not exists then
+  if op ~= 'x' and redis.call('EXISTS', KEYS[4]) == 1 then
+    return {5, 0, 0, 0, 0, 0, 0, 0}
+  end
+  used, held = 0, 0
+end
+local dirty = false
+
+-- Trim: drop up to max_trim expired holds (giving their estimates back)
+-- and up to max_trim expired settlement outcomes. No sweeper is needed.
+if exists then
+  local gone = redis.call('ZRANGEBYSCORE', H, '-inf', int(now), 'LIMIT', 0, max_trim)
+  if #gone > 0 then
+    local f = {}
+    for i = 1, #gone do f[i] = 'h:' .. gone[i] end
+    local amts = redis.call('HMGET', U, unpack(f))
+    for i = 1, #gone do held = held - (tonumber(amts[i]) or 0) end
+    redis.call('HDEL', U, unpack(f))
+    redis.call('ZREM', H, unpack(gone))
+    dirty = true
+  end
+  local old = redis.call('ZRANGEBYSCORE', S, '-inf', int(now), 'LIMIT', 0, max_trim)
+  if #old > 0 then
+    local f = {}
+    for i = 1, #old do f[i] = 's:' .. old[i] end
+    redis.call('HDEL', U, unpack(f))
+    redis.call('ZREM', S, unpack(old))
+    dirty = true
+  end
+end
+
+local status, charged, refunded, unmatched, in_prev, hint = 0, 0, 0, 0, 0, 0
+local r_used, r_held = nil, nil
+local bad_record = false
+
+local function earliest_hold()
+  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
+  if #first == 2 then return tonumber(first[2]) end
+  return 0
+end
+local function deny(need)
+  status = 1
+  if used + need <= limit then hint = earliest_hold() end
+end
+local function replay(rec)
+  local a, b, c, d, e = string.match(rec, '^(%d+):(%-?%d+):(%d+):(%d+):([01])$')
+  if not a then bad_record = true return end
+  status = 4
+  r_used, r_held, charged, refunded, unmatched = tonumber(a), tonumber(b), tonumber(c), tonumber(d), tonumber(e)
+end
+-- Removes id's hold from the current period; returns its estimate and
+-- expiry, or nil.
+local function take_hold()
+  local at = tonumber(redis.call('ZSCORE', H, id))
+  if not at then return nil, nil end
+  local est = tonumber(redis.call('HGET', U, 'h:' .. id)) or 0
+  redis.call('HDEL', U, 'h:' .. id)
+  redis.call('ZREM', H, id)
+  held = held - est
+  dirty = true
+  return est, at
+end
+
+if op == 'c' then
+  if amount > limit then
+    status = 2
+  elseif amount == 0 then
+    if used + held >= limit then deny(1) end
+  elseif used + held + amount <= limit then
+    used = used + amount
+    charged = amount
+    dirty = true
+  else
+    deny(amount)
+  end
+elseif op == 'r' then
+  if redis.call('HEXISTS', U, 's:' .. id) == 1 then
+    status = 6
+  else
+    local live = false
+    local at = tonumber(redis.call('ZSCORE', H, id))
+    if at and at <= now then
+      take_hold() -- expired, not trimmed yet
+    elseif at then
+      live = true
+    end
+    if live then
+      status = 4
+    elseif amount > limit then
+      status = 2
+    elseif redis.call('ZCARD', H) >= max_pending then
+      status = 3
+      hint = earliest_hold()
+    elseif used + held + amount <= limit then
+      held = held + amount
+      redis.call('HSET', U, 'h:' .. id, int(amount))
+      redis.call('ZADD', H, int(now + hold), id)
+      dirty = true
+    else
+      deny(amount)
+    end
+  end
+elseif op == 's' then
+  local rec = redis.call('HGET', U, 's:' .. id)
+  if rec then
+    replay(rec)
+  else
+    local tu, th, ts, tat = U, H, S, expire_at
+    local t_used, t_held = used, held
+    local est, at = take_hold()
+    local matched = at ~= nil and at > now
+    local target_prev = false
+    if at then
+      t_held = held
+    elseif redis.call('EXISTS', KEYS[5]) == 1 then
+      local prec = redis.call('HGET', KEYS[5], 's:' .. id)
+      if prec then
+        replay(prec)
+        in_prev = 1
+      else
+        local pat = tonumber(redis.call('ZSCORE', KEYS[6], id))
+        if pat and pat > now then
+          tu, th, ts, tat = KEYS[5], KEYS[6], KEYS[7], prev_expire_at
+          local p = redis.call('HMGET', tu, 'used', 'held')
+          est = tonumber(redis.call('HGET', tu, 'h:' .. id)) or 0
+          t_used, t_held = tonumber(p[1]) or 0, (tonumber(p[2]) or 0) - est
+          redis.call('HDEL', tu, 'h:' .. id)
+          redis.call('ZREM', th, id)
+          matched, target_prev, in_prev = true, true, 1
+        end
+      end
+    end
+    if status ~= 4 and not bad_record then
+      local before = t_used
+      t_used = math.min(t_used + amount, max_used)
+      charged = t_used - before
+      if matched then
+        refunded = math.max(est - amount, 0)
+      else
+        unmatched = 1
+      end
+      redis.call('HSET', tu, 's:' .. id,
+        int(t_used) .. ':' .. int(t_held) .. ':' .. int(charged) .. ':' .. int(refunded) .. ':' .. unmatched)
+      redis.call('ZADD', ts, int(now + keep), id)
+      if redis.call('ZCARD', ts) > max_settled then
+        local oldest = redis.call('ZRANGE', ts, 0, 0)
+        redis.call('HDEL', tu, 's:' .. oldest[1])
+        redis.call('ZREM', ts, oldest[1])
+      end
+      r_used, r_held = t_used, t_held
+      if target_prev then
+        redis.call('HSET', tu, 'used', int(t_used), 'held', int(t_held))
+        local ms = pttl(tat)
+        redis.call('PEXPIRE', tu, ms)
+        redis.call('PEXPIRE', th, ms)
+        redis.call('PEXPIRE', ts, ms)
+      else
+        used, held = t_used, t_held
+        dirty = true
+      end
+    end
+  end
+else -- restore
+  if not exists then redis.call('DEL', H, S) end
+  used = amount
+  dirty = true
+end
+
+if dirty then
+  redis.call('HSET', U, 'used', int(used), 'held', int(held))
+  local ms = pttl(expire_at)
+  redis.call('PEXPIRE', U, ms)
+  redis.call('PEXPIRE', H, ms)
+  redis.call('PEXPIRE', S, ms)
+  redis.call('SET', KEYS[4], '1', 'PX', pttl(marker_at))
+end
+if bad_record then
+  return redis.error_reply('ERR floodgate quota: corrupt settlement record for ' .. id)
+end
+if r_used == nil then r_used, r_held = used, held end
+return {status, r_used, r_held, charged, refunded, unmatched, in_prev, hint}

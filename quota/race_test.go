@@ -1,0 +1,153 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestLessonConcurrency is the lesson's incident as a test: limit 1000,
+// identity at 990, 200 concurrent checks of cost 1 → exactly 10 admitted,
+// every run.
+func TestLessonConcurrency(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		q := newQuota(t, b.store, monthly(1000), Options{Prefix: "lesson"})
+		for run := range 5 {
+			id := fmt.Sprintf("key-%d", run)
+			if r, err := q.CheckAt(ctx, t0, id, 990); err != nil || !r.Allowed {
+				t.Fatalf("preset: %+v, %v", r, err)
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Go(func() {
+					r, err := q.CheckAt(ctx, t0, id, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != 10 {
+				t.Fatalf("run %d: %d admitted, want exactly 10", run, got)
+			}
+			if r, err := q.CheckAt(ctx, t0, id, 0); err != nil || r.Used != 1000 {
+				t.Fatalf("run %d: final %+v, %v; want used 1000", run, r, err)
+			}
+		}
+	})
+}
+
+// TestConcurrentReserveSettle runs 100 reserve/settle pairs at once, with
+// actual costs under and over their estimates: the final usage is exactly
+// the sum of the actuals and nothing stays reserved.
+func TestConcurrentReserveSettle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		q := newQuota(t, b.store, monthly(10_000_000), Options{Prefix: "pairs"})
+		rng := rand.New(rand.NewPCG(1, 2))
+		type pair struct{ est, actual int64 }
+		pairs := make([]pair, 100)
+		var want int64
+		for i := range pairs {
+			pairs[i] = pair{est: 100 + rng.Int64N(900), actual: rng.Int64N(1500)}
+			want += pairs[i].actual
+		}
+		var wg sync.WaitGroup
+		for i, p := range pairs {
+			wg.Go(func() {
+				id := fmt.Sprintf("req-%d", i)
+				if r, err := q.ReserveAt(ctx, t0, "tenant", id, p.est); err != nil || !r.Allowed {
+					t.Errorf("reserve %s: %+v, %v", id, r, err)
+					return
+				}
+				r, err := q.SettleAt(ctx, t0, "tenant", id, p.actual)
+				if err != nil || r.Charged != p.actual || r.Refunded != max(p.est-p.actual, 0) || r.Unmatched || r.Replayed {
+					t.Errorf("settle %s (est %d, actual %d): %+v, %v", id, p.est, p.actual, r, err)
+				}
+			})
+		}
+		wg.Wait()
+		r, err := q.CheckAt(ctx, t0, "tenant", 0)
+		if err != nil || r.Used != want || r.Reserved != 0 {
+			t.Fatalf("final %+v, %v; want used %d, reserved 0", r, err, want)
+		}
+	})
+}
+
+// TestConcurrentReserveContention: limit 1000, 200 concurrent holds of 10
+// → exactly 100 admitted, and the denied ones hold nothing.
+func TestConcurrentReserveContention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		q := newQuota(t, b.store, monthly(1000), Options{Prefix: "holds"})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 200 {
+			wg.Go(func() {
+				r, err := q.ReserveAt(ctx, t0, "tenant", fmt.Sprintf("r%d", i), 10)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		r, err := q.CheckAt(ctx, t0, "tenant", 0)
+		if got := admitted.Load(); got != 100 || err != nil || r.Reserved != 1000 {
+			t.Fatalf("%d admitted, final %+v, %v; want 100 admitted and 1000 reserved", got, r, err)
+		}
+	})
+}
+
+// TestConcurrentDuplicateSettle settles one request id from 50 goroutines
+// at once (retries, or several instances): it is counted once, and every
+// caller gets the same outcome.
+func TestConcurrentDuplicateSettle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		q := newQuota(t, b.store, monthly(1000), Options{Prefix: "dup"})
+		if _, err := q.ReserveAt(ctx, t0, "tenant", "job-1", 500); err != nil {
+			t.Fatal(err)
+		}
+		results := make([]Result, 50)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() {
+				r, err := q.SettleAt(ctx, t0, "tenant", "job-1", 300)
+				if err != nil {
+					t.Error(err)
+				}
+				results[i] = r
+			})
+		}
+		wg.Wait()
+		first := 0
+		for _, r := range results {
+			if !r.Replayed {
+				first++
+			}
+			r.Replayed = false
+			if got, want := viewOf(r), (view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 200, Period: "2026-12"}); got != want {
+				t.Fatalf("outcome %+v, want %+v", got, want)
+			}
+		}
+		if first != 1 {
+			t.Fatalf("%d settlements were not replays, want exactly 1", first)
+		}
+		if r, err := q.CheckAt(ctx, t0, "tenant", 0); err != nil || r.Used != 300 {
+			t.Fatalf("final %+v, %v; want used 300", r, err)
+		}
+	})
+}

@@ -1,0 +1,198 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRedisKeysHaveTTLs checks that every key the script writes carries a
+// TTL matching the period's end plus grace (the marker a day more), and
+// that all keys of one identity, across periods, share one slot.
+func TestRedisKeysHaveTTLs(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p := Policy{Name: "ttl", Limit: 1000, Calendar: Calendar{Unit: Day}}
+	q := newQuota(t, s, p, Options{Prefix: "ttl", Grace: 2 * time.Hour})
+	// Real time, so that Redis's clock and the period agree.
+	now := time.Now()
+	if _, err := q.CheckAt(ctx, now, "user:{42}", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.ReserveAt(ctx, now, "user:{42}", "held", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SettleAt(ctx, now, "user:{42}", "done", 5); err != nil {
+		t.Fatal(err)
+	}
+	keys := c.Keys(ctx, "ttl:*").Val()
+	if len(keys) != 4 {
+		t.Fatalf("keys %v, want usage, holds, settled and marker", keys)
+	}
+	end := q.PeriodAt(now).End.Add(2 * time.Hour)
+	tag := floodgate.HashTag(keys[0])
+	slot := c.ClusterKeySlot(ctx, keys[0]).Val()
+	for _, k := range keys {
+		want := end.Sub(now)
+		if strings.HasSuffix(k, ":k") {
+			want += markerExtra
+		}
+		got := c.PTTL(ctx, k).Val()
+		if got <= 0 || got > want+time.Millisecond || got < want-time.Minute {
+			t.Errorf("PTTL %s = %v, want about %v", k, got, want)
+		}
+		if floodgate.HashTag(k) != tag || c.ClusterKeySlot(ctx, k).Val() != slot {
+			t.Errorf("key %s not in the slot of %s", k, keys[0])
+		}
+	}
+	if strings.Contains(tag, "{") || strings.Contains(tag, ":") {
+		t.Errorf("identity escaped its hash tag: %q", tag)
+	}
+}
+
+// TestRedisScriptCacheFlushed: after SCRIPT FLUSH (a restart, a failover)
+// EVALSHA fails with NOSCRIPT and the store falls back to EVAL.
+func TestRedisScriptCacheFlushed(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q := newQuota(t, s, monthly(10), Options{Prefix: "flush"})
+	if _, err := q.CheckAt(ctx, t0, "u", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := q.CheckAt(ctx, t0, "u", 1); err != nil || r.Used != 2 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", r, err)
+	}
+	if r, err := q.CheckAt(ctx, t0, "u", 1); err != nil || r.Used != 3 {
+		t.Fatalf("third: %+v, %v", r, err)
+	}
+	stats := c.Info(ctx, "commandstats").Val()
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=3") || !strings.Contains(stats, "cmdstat_eval:calls=2") {
+		t.Fatalf("want 3 EVALSHA (two NOSCRIPT) and 2 EVAL (first load, reload):\n%s", stats)
+	}
+}
+
+// TestRedisScriptGuards calls the script directly with arguments the Go
+// side never sends: it must refuse them and write nothing.
+func TestRedisScriptGuards(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	keys := []string{"g:{x}:u", "g:{x}:h", "g:{x}:s", "g:{x}:k"}
+	good := []any{"c", 1, 10, 1, "", 1, 1, 1e9, 1e9, 1e9, 1, 1, 1, int64(MaxUsed)}
+	for _, tt := range []struct {
+		name string
+		i    int
+		v    any
+	}{
+		{"unknown op", 0, "z"},
+		{"non-numeric now", 1, "soon"},
+		{"zero limit", 2, 0},
+		{"negative amount", 3, -1},
+		{"reserve without id", 0, "r"},
+		{"zero hold", 5, 0},
+	} {
+		args := append([]any(nil), good...)
+		args[tt.i] = tt.v
+		_, err := c.Eval(ctx, quotaLua, keys, args...).Result()
+		if err == nil || !strings.Contains(err.Error(), "invalid arguments") {
+			t.Errorf("%s: err = %v, want invalid arguments", tt.name, err)
+		}
+		if !errors.Is(storeError(err), floodgate.ErrBadReply) {
+			t.Errorf("%s: classified as %v", tt.name, storeError(err))
+		}
+	}
+	if _, err := c.Eval(ctx, quotaLua, keys[:4], "s", 1, 10, 1, "id", 1, 1, 1e9, 1e9, 1e9, 1, 1, 1, int64(MaxUsed)).Result(); err == nil {
+		t.Error("settle with 4 keys accepted")
+	}
+	if n := c.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("refused calls wrote %d keys", n)
+	}
+}
+
+// TestRedisDown: a stopped server is reported as ErrStoreUnavailable (the
+// connection is refused, nothing was sent), and the store works again when
+// the server is back.
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, s, monthly(10), Options{Prefix: "down"})
+	if _, err := q.CheckAt(context.Background(), t0, "u", 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Kill()
+	_, err = q.CheckAt(ctx, t0, "u", 1)
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) && !errors.Is(err, floodgate.ErrIndeterminate) {
+		t.Fatalf("killed server: %v", err)
+	}
+	// With no pooled connection left, the failure is a refused dial.
+	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c2.Close()
+	s2, _ := NewRedisStore(c2)
+	q2 := newQuota(t, s2, monthly(10), Options{Prefix: "down"})
+	if _, err := q2.CheckAt(ctx, t0, "u", 1); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("refused connection: %v, want ErrStoreUnavailable", err)
+	}
+	srv.Restart(t)
+	if r, err := q2.CheckAt(ctx, t0, "u", 1); err != nil || !r.Allowed {
+		t.Fatalf("after restart: %+v, %v", r, err)
+	}
+}
+
+// TestRedisCluster runs reserve, settle across a period boundary and the
+// lost-state check on a real three-primary Redis Cluster: every script's
+// keys hash to one slot, so nothing fails with CROSSSLOT.
+func TestRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	c := cl.Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q := newQuota(t, s, Policy{Name: "cl", Limit: 100, Calendar: Calendar{Unit: Day}}, Options{Prefix: "cl"})
+	end := q.PeriodAt(t0).End
+	for _, id := range []string{"alice", "bob", "carol", "dave", "user:{evil}"} {
+		if r, err := q.ReserveAt(ctx, end.Add(-time.Minute), id, "job", 60); err != nil || !r.Allowed {
+			t.Fatalf("%s reserve: %+v, %v", id, r, err)
+		}
+		r, err := q.SettleAt(ctx, end.Add(time.Minute), id, "job", 40)
+		if err != nil || !r.Period.Start.Equal(q.PeriodAt(t0).Start) || r.Used != 40 || r.Refunded != 20 {
+			t.Fatalf("%s settle across midnight: %+v, %v", id, r, err)
+		}
+		if err := c.Del(ctx, usageKey(q, id, t0)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.CheckAt(ctx, end.Add(-time.Second), id, 1); !errors.Is(err, ErrQuotaStateLost) {
+			t.Fatalf("%s: %v, want ErrQuotaStateLost", id, err)
+		}
+	}
+}
