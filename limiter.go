@@ -24,8 +24,10 @@ type Layer struct {
 type Store interface {
 	// Decide applies Step to every layer at now (Unix microseconds) as one
 	// atomic operation: if every layer admits its cost, every layer's
-	// state is committed; otherwise nothing is written. It stores one Result
-	// per layer in out (len(out) == len(layers)). Layers were validated by
+	// state is committed; otherwise nothing is written, and a layer that
+	// would have admitted reports its Standing (Allowed, with the remaining
+	// capacity it still has). It stores one Result per layer in out
+	// (len(out) == len(layers)). Layers were validated by
 	// the caller. On error, nothing was decided; errors wrap
 	// ErrStoreUnavailable when nothing was written and ErrIndeterminate when
 	// the write may have happened.

@@ -83,6 +83,16 @@ func Step(p Policy, s State, now, cost int64) Outcome {
 	return o
 }
 
+// Standing returns where state s stands at now under p without any
+// request: the result of a peek, reported as admitted. Stores use it for
+// layers that would have admitted a request another layer denied, so that
+// their Remaining and ResetAt show nothing was consumed.
+func Standing(p Policy, s State, now int64) Result {
+	r := Step(p, s, now, 0).Result
+	r.Allowed, r.Reason, r.RetryAfter, r.Delay = true, ReasonNone, 0, 0
+	return r
+}
+
 // admit applies the common rule: peeks ask whether one unit fits, costs
 // above capacity are refused outright, others fit or not.
 func admit(remaining, cost, capacity int64) (allowed bool, reason Reason) {

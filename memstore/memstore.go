@@ -137,22 +137,29 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	mono := s.mono()
 	var outcomes [floodgate.MaxLayers]floodgate.Outcome
 	var ents [floodgate.MaxLayers]*entry
+	var states [floodgate.MaxLayers]floodgate.State
 	all := true
 	for i, l := range layers {
 		sh := &s.shards[idx[i]]
 		e := sh.entries[l.Key]
-		var st floodgate.State
 		if e != nil && e.expires > mono {
-			st = e.state
+			states[i] = e.state
 		}
 		ents[i] = e
-		outcomes[i] = floodgate.Step(l.Policy, st, now, l.Cost)
+		outcomes[i] = floodgate.Step(l.Policy, states[i], now, l.Cost)
 		out[i] = outcomes[i].Result
 		if !outcomes[i].Result.Allowed {
 			all = false
 		}
 	}
 	if !all {
+		// Layers that would have admitted report their standing without
+		// the request, since nothing is consumed.
+		for i, l := range layers {
+			if out[i].Allowed && l.Cost > 0 {
+				out[i] = floodgate.Standing(l.Policy, states[i], now)
+			}
+		}
 		return nil
 	}
 	// Make room for new identities before writing anything, so a full

@@ -213,3 +213,31 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestDeniedDecisionReportsStanding checks that a layer which would have
+// admitted a request denied by another layer reports what it really has
+// left: nothing was consumed.
+func TestDeniedDecisionReportsStanding(t *testing.T) {
+	l, _ := newLimiter(t, memstore.Options{})
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	tight, _ := floodgate.NewFixedWindow("tight", 1, time.Minute)
+	for _, loose := range policies(t, 10) {
+		t.Run(loose.Algorithm.String(), func(t *testing.T) {
+			id := "standing-" + loose.Algorithm.String()
+			specs := []floodgate.LayerSpec{{Policy: loose, Identity: id}, {Policy: tight, Identity: id}}
+			if d, err := l.AllowLayersAt(ctx, now, 1, specs...); err != nil || !d.Allowed {
+				t.Fatalf("first: %+v %v", d, err)
+			}
+			d, err := l.AllowLayersAt(ctx, now, 3, specs...)
+			if err != nil || d.Allowed {
+				t.Fatalf("second: %+v %v", d, err)
+			}
+			peek, _ := l.PeekAt(ctx, now, loose, id)
+			got := d.Layers[0]
+			if got.Reason != floodgate.ReasonOtherLayer || got.Remaining != peek.Remaining || !got.ResetAt.Equal(peek.ResetAt) || got.Remaining != 9 {
+				t.Fatalf("loose layer %+v, peek %+v", got, peek)
+			}
+		})
+	}
+}
