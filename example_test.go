@@ -89,3 +89,42 @@ func ExampleLimiter_AllowLayers() {
 	// allowed: false binding layer: 1
 	// edge remaining: 9995
 }
+
+// The lesson's three layers, decided together in one store call: an edge
+// fixed window for the whole server, a sliding window per user and a
+// monthly quota per user. One user sends 150 requests in a minute; the
+// per-user layer answers 429 first, at request 101, and the denied requests
+// consume nothing from the edge layer or the quota.
+func ExampleLimiter_AllowLayers_threeLayers() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	edge, _ := floodgate.NewFixedWindow("edge", 10_000, time.Minute)
+	perUser, _ := floodgate.NewSlidingWindow("per-user", 100, time.Minute)
+	monthly, _ := floodgate.NewQuota("monthly", 10_000, floodgate.Calendar{Unit: floodgate.PeriodMonth})
+	layers := []floodgate.LayerSpec{
+		{Policy: edge, Identity: "server"},
+		{Policy: perUser, Identity: "user-42"},
+		{Policy: monthly, Identity: "user-42"},
+	}
+	names := []string{"edge", "per-user", "monthly"}
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+	for i := 1; i <= 150; i++ {
+		now := start.Add(time.Duration(i) * 400 * time.Millisecond) // 150 requests in one minute
+		d, _ := limiter.AllowLayersAt(context.Background(), now, 1, layers...)
+		if !d.Allowed {
+			fmt.Printf("request %d: 429 from the %s layer, retry after %v\n", i, names[d.Binding], d.Result().RetryAfter.Round(time.Second))
+			break
+		}
+	}
+	now := start.Add(101 * 400 * time.Millisecond)
+	for i, l := range layers {
+		r, _ := limiter.PeekAt(context.Background(), now, l.Policy, l.Identity)
+		fmt.Printf("%s: %d of %d left\n", names[i], r.Remaining, r.Limit)
+	}
+	// Output:
+	// request 101: 429 from the per-user layer, retry after 20s
+	// edge: 9900 of 10000 left
+	// per-user: 0 of 100 left
+	// monthly: 9900 of 10000 left
+}

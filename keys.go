@@ -66,6 +66,18 @@ func Key(prefix string, p Policy, identity string) string {
 	return prefix + ":" + p.Name + ":" + p.Algorithm.short() + ":{" + EncodeIdentity(identity) + "}"
 }
 
+// KeyAt is Key for a decision at now (Unix µs): for a Quota policy it
+// appends the period's tag, so each period has its own key, e.g.
+// "fg:billing:qt:{ruser42}:m2026-12".
+func KeyAt(prefix string, p Policy, identity string, now int64) string {
+	k := Key(prefix, p, identity)
+	if p.Algorithm == Quota {
+		_, _, tag := QuotaPeriod(p, now)
+		k += ":" + tag
+	}
+	return k
+}
+
 // HashTag returns the part of key between the first '{' and the next '}',
 // the part Redis Cluster hashes, or key itself when there is none (Redis's
 // rule).

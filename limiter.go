@@ -72,8 +72,11 @@ func New(store Store, opts Options) (*Limiter, error) {
 // Prefix returns the limiter's key prefix.
 func (l *Limiter) Prefix() string { return l.prefix }
 
-// Key returns the storage key the limiter uses for identity under p.
-func (l *Limiter) Key(p Policy, identity string) string { return Key(l.prefix, p, identity) }
+// Key returns the storage key the limiter uses for identity under p (for a
+// Quota policy, the key of the current period).
+func (l *Limiter) Key(p Policy, identity string) string {
+	return KeyAt(l.prefix, p, identity, l.clock().UnixMicro())
+}
 
 // Allow decides one request of cost 1 by identity under p.
 func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Result, error) {
@@ -105,9 +108,10 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 	if err := ValidateCost(cost); err != nil {
 		return Result{}, err
 	}
-	layers := [1]Layer{{Policy: p, Key: Key(l.prefix, p, identity), Cost: cost}}
+	us := now.UnixMicro()
+	layers := [1]Layer{{Policy: p, Key: KeyAt(l.prefix, p, identity, us), Cost: cost}}
 	var out [1]Result
-	if err := l.store.Decide(ctx, now.UnixMicro(), layers[:], out[:]); err != nil {
+	if err := l.store.Decide(ctx, us, layers[:], out[:]); err != nil {
 		return Result{}, err
 	}
 	return out[0], nil
@@ -169,7 +173,7 @@ func (l *Limiter) AllowLayers(ctx context.Context, cost int64, specs ...LayerSpe
 
 // AllowLayersAt is AllowLayers at the given time.
 func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, specs ...LayerSpec) (Decision, error) {
-	layers, err := l.Layers(cost, specs...)
+	layers, err := l.LayersAt(now, cost, specs...)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -180,9 +184,10 @@ func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, 
 	return NewDecision(out), nil
 }
 
-// Layers validates specs and builds the store layers for a decision of the
-// given cost.
-func (l *Limiter) Layers(cost int64, specs ...LayerSpec) ([]Layer, error) {
+// LayersAt validates specs and builds the store layers for a decision of
+// the given cost at now.
+func (l *Limiter) LayersAt(now time.Time, cost int64, specs ...LayerSpec) ([]Layer, error) {
+	us := now.UnixMicro()
 	if len(specs) == 0 || len(specs) > MaxLayers {
 		return nil, fmt.Errorf("%w: %d layers (want 1..%d)", ErrInvalidLayers, len(specs), MaxLayers)
 	}
@@ -204,7 +209,7 @@ func (l *Limiter) Layers(cost int64, specs ...LayerSpec) ([]Layer, error) {
 		if err := ValidateCost(c); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		layers[i] = Layer{Policy: s.Policy, Key: Key(l.prefix, s.Policy, s.Identity), Cost: c}
+		layers[i] = Layer{Policy: s.Policy, Key: KeyAt(l.prefix, s.Policy, s.Identity, us), Cost: c}
 	}
 	for i := range layers {
 		for j := i + 1; j < len(layers); j++ {

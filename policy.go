@@ -43,7 +43,19 @@ const (
 	// request that would conform within MaxDelay and reports the Delay to
 	// wait (traffic shaping). Worst case: same as TokenBucket.
 	GCRA
+	// Quota counts usage per calendar period (Policy.Calendar: a day, an
+	// ISO week, a month or a month anchored to a subscription day, in a time
+	// zone), for billing limits such as 10,000 requests or 2M LLM tokens a
+	// month. Each period has its own key, named after the period, that
+	// expires QuotaGrace after the period ends. Exact within a period; an
+	// instance whose clock is on the other side of a period boundary counts
+	// in its own period. For reserve-then-settle and lost-state detection
+	// use package quota.
+	Quota
 )
+
+// QuotaGrace is how long a Quota period's key outlives the period.
+const QuotaGrace = time.Hour
 
 var algorithmNames = [...]string{
 	FixedWindow:   "fixed_window",
@@ -51,6 +63,7 @@ var algorithmNames = [...]string{
 	SlidingWindow: "sliding_window",
 	TokenBucket:   "token_bucket",
 	GCRA:          "gcra",
+	Quota:         "quota",
 }
 
 // String returns the algorithm's snake_case name, as used in configuration
@@ -75,6 +88,8 @@ func (a Algorithm) short() string {
 		return "tb"
 	case GCRA:
 		return "gc"
+	case Quota:
+		return "qt"
 	}
 	return "xx"
 }
@@ -82,7 +97,7 @@ func (a Algorithm) short() string {
 // ParseAlgorithm returns the algorithm named s (its String form; "leaky_bucket"
 // is accepted for GCRA).
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for a := FixedWindow; a <= GCRA; a++ {
+	for a := FixedWindow; a <= Quota; a++ {
 		if algorithmNames[a] == s {
 			return a, nil
 		}
@@ -90,7 +105,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	if s == "leaky_bucket" {
 		return GCRA, nil
 	}
-	return 0, fmt.Errorf("%w: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, gcra or leaky_bucket)", ErrInvalidPolicy, s)
+	return 0, fmt.Errorf("%w: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, gcra, leaky_bucket or quota)", ErrInvalidPolicy, s)
 }
 
 // Limits on policy parameters. They keep every quantity the algorithms
@@ -122,12 +137,16 @@ type Policy struct {
 	Name string
 	// Algorithm selects how requests are counted.
 	Algorithm Algorithm
-	// Limit is the number of cost units admitted per Window (1..MaxLimit).
+	// Limit is the number of cost units admitted per Window, or per
+	// calendar period for Quota (1..MaxLimit).
 	Limit int64
 	// Window is the period Limit applies to (MinWindow..MaxWindow). For
 	// TokenBucket and GCRA it sets the rate: one unit per Window/Limit,
-	// which must be at least one microsecond.
+	// which must be at least one microsecond. Quota requires zero.
 	Window time.Duration
+	// Calendar cuts time into periods for Quota (required there); other
+	// algorithms require the zero Calendar.
+	Calendar Calendar
 	// Burst is, for TokenBucket, the bucket capacity and, for GCRA, the
 	// largest burst admitted at once. Zero means Limit. Other algorithms
 	// require zero.
@@ -176,6 +195,12 @@ func NewGCRA(name string, limit int64, window time.Duration, burst int64) (Polic
 	return newPolicy(Policy{Name: name, Algorithm: GCRA, Limit: limit, Window: window, Burst: burst})
 }
 
+// NewQuota returns a validated Quota policy admitting limit units per
+// calendar period.
+func NewQuota(name string, limit int64, cal Calendar) (Policy, error) {
+	return newPolicy(Policy{Name: name, Algorithm: Quota, Limit: limit, Calendar: cal})
+}
+
 // Validate reports, wrapped in ErrInvalidPolicy, the first parameter of p
 // that is out of range.
 func (p Policy) Validate() error {
@@ -185,11 +210,23 @@ func (p Policy) Validate() error {
 	if err := validName(p.Name); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
 	}
-	if p.Algorithm < FixedWindow || p.Algorithm > GCRA {
+	if p.Algorithm < FixedWindow || p.Algorithm > Quota {
 		return bad("unknown algorithm %d", p.Algorithm)
 	}
 	if p.Limit < 1 || p.Limit > MaxLimit {
 		return bad("limit %d out of range 1..%d", p.Limit, int64(MaxLimit))
+	}
+	if p.Algorithm == Quota {
+		if err := p.Calendar.Validate(); err != nil {
+			return bad("%v", err)
+		}
+		if p.Window != 0 || p.Burst != 0 || p.MaxDelay != 0 {
+			return bad("quota takes a calendar, not window, burst or max delay")
+		}
+		return nil
+	}
+	if p.Calendar != (Calendar{}) {
+		return bad("calendar applies to quota only")
 	}
 	if p.Window < MinWindow || p.Window > MaxWindow {
 		return bad("window %v out of range %v..%v", p.Window, MinWindow, MaxWindow)
@@ -257,6 +294,9 @@ func (p Policy) Capacity() int64 {
 
 // String describes the policy, e.g. "api: sliding_window 100/1m0s".
 func (p Policy) String() string {
+	if p.Algorithm == Quota {
+		return fmt.Sprintf("%s: quota %d/%s", p.Name, p.Limit, p.Calendar.Unit)
+	}
 	s := fmt.Sprintf("%s: %s %d/%v", p.Name, p.Algorithm, p.Limit, p.Window)
 	if p.Burst != 0 {
 		s += fmt.Sprintf(" burst %d", p.Burst)

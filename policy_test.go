@@ -88,3 +88,22 @@ func TestParseAlgorithm(t *testing.T) {
 		t.Errorf("nope: %v", err)
 	}
 }
+
+func TestQuotaPolicyValidate(t *testing.T) {
+	cal := floodgate.Calendar{Unit: floodgate.PeriodMonth}
+	if _, err := floodgate.NewQuota("q", 100, cal); err != nil {
+		t.Fatal(err)
+	}
+	bad := []floodgate.Policy{
+		{Name: "q", Algorithm: floodgate.Quota, Limit: 100},                                                                        // no calendar
+		{Name: "q", Algorithm: floodgate.Quota, Limit: 100, Calendar: cal, Window: time.Hour},                                      // window
+		{Name: "q", Algorithm: floodgate.Quota, Limit: 0, Calendar: cal},                                                           // limit
+		{Name: "q", Algorithm: floodgate.Quota, Limit: 1, Calendar: floodgate.Calendar{Unit: floodgate.PeriodMonth, AnchorDay: 3}}, // anchor on month
+		{Name: "q", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Calendar: cal},                                // calendar elsewhere
+	}
+	for i, p := range bad {
+		if err := p.Validate(); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+			t.Errorf("case %d: Validate() = %v", i, err)
+		}
+	}
+}

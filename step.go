@@ -11,6 +11,7 @@ import "time"
 //	TokenBucket:   T = last refill time, N = tokens
 //	GCRA:          T = theoretical arrival time (TAT)
 //	SlidingLog:    Log = admitted requests, oldest first
+//	Quota:         T = period start, N = used in it, Prev = period end
 type State struct {
 	T, N, Prev int64
 	Log        []LogEntry
@@ -73,6 +74,8 @@ func Step(p Policy, s State, now, cost int64) Outcome {
 		o.State, r, o.TTL = stepGCRA(p, s, now, cost)
 	case SlidingLog:
 		o.State, r, o.TTL = stepSlidingLog(p, s, now, cost)
+	case Quota:
+		o.State, r, o.TTL = stepQuota(p, s, now, cost)
 	}
 	o.Commit = r.allowed && cost > 0
 	if !o.Commit {
@@ -302,4 +305,32 @@ func stepSlidingLog(p Policy, s State, now, cost int64) (State, stepResult, int6
 		}
 	}
 	return State{Log: log}, r, r.resetAt - now
+}
+
+// QuotaPeriod returns the calendar period of a Quota policy containing now
+// (Unix µs): its start and end in Unix µs and its storage tag.
+func QuotaPeriod(p Policy, now int64) (start, end int64, tag string) {
+	per := p.Calendar.PeriodAt(time.UnixMicro(now))
+	return per.Start.UnixMicro(), per.End.UnixMicro(), p.Calendar.StorageTag(per)
+}
+
+func stepQuota(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+	if s.T != 0 && now < s.T {
+		now = s.T
+	}
+	start, end, _ := QuotaPeriod(p, now)
+	n := int64(0)
+	if s.T == start {
+		n = s.N
+	}
+	r := stepResult{resetAt: end}
+	r.allowed, r.reason = admit(p.Limit-n, cost, p.Limit)
+	if r.allowed && cost > 0 {
+		n += cost
+	}
+	r.remaining = p.Limit - n
+	if r.reason == ReasonLimited {
+		r.retry = end - now
+	}
+	return State{T: start, N: n, Prev: end}, r, end - now + QuotaGrace.Microseconds()
 }

@@ -9,13 +9,14 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 )
 
-// pureStates runs the vectors against Step directly, keeping state in a map.
+// TestStepVectors runs the vectors against Step directly, keeping state in a map.
 func TestStepVectors(t *testing.T) {
 	states := map[string]floodgate.State{}
-	vectors.Run(t, "pure", func(_ context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
-		o := floodgate.Step(p, states[id], now.UnixMicro(), cost)
+	vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "pure", func(_ context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
+		key := floodgate.KeyAt("pure", p, id, now.UnixMicro()) // one state per quota period, as the stores keep
+		o := floodgate.Step(p, states[key], now.UnixMicro(), cost)
 		if o.Commit {
-			states[id] = o.State
+			states[key] = o.State
 		}
 		return o.Result, nil
 	})

@@ -29,7 +29,7 @@ func newLimiter(t testing.TB, opts memstore.Options) (*floodgate.Limiter, *memst
 
 func TestVectors(t *testing.T) {
 	l, _ := newLimiter(t, memstore.Options{})
-	vectors.Run(t, "mem", func(ctx context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
+	vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "mem", func(ctx context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
 		return l.AllowAt(ctx, now, p, id, cost)
 	})
 }

@@ -303,7 +303,7 @@ func validRequestID(id string) error {
 // floodgate.Key gives the identity, so the quota shares a Redis Cluster
 // slot with the identity's rate limits.
 func (q *Quota) keyBase(identity string, p Period) string {
-	return q.opts.Prefix + ":" + q.policy.Name + ":q:{" + floodgate.EncodeIdentity(identity) + "}:" + q.policy.Calendar.storageTag(p)
+	return q.opts.Prefix + ":" + q.policy.Name + ":q:{" + floodgate.EncodeIdentity(identity) + "}:" + q.policy.Calendar.StorageTag(p)
 }
 
 func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id string, amount int64) (Result, error) {

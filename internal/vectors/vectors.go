@@ -39,11 +39,17 @@ var T0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 // Decider decides one request; the stores' adapters implement it.
 type Decider func(ctx context.Context, now time.Time, p floodgate.Policy, identity string, cost int64) (floodgate.Result, error)
 
-// Run runs every case against decide, each case under its own identity
-// (made unique by idPrefix so runs never share state).
+// Run runs every case of All against decide, each case under its own
+// identity (made unique by idPrefix so runs never share state).
 func Run(t *testing.T, idPrefix string, decide Decider) {
 	t.Helper()
-	for _, c := range All() {
+	RunCases(t, All(), idPrefix, decide)
+}
+
+// RunCases runs the given cases against decide.
+func RunCases(t *testing.T, cases []Case, idPrefix string, decide Decider) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			id := idPrefix + "/" + c.Name
 			for i, s := range c.Steps {
@@ -177,6 +183,29 @@ func All() []Case {
 				{Name: "cost above limit", At: s, Cost: 4, Remaining: 0, ResetAt: 2 * s, Reason: exceeds},
 				{Name: "peek after expiry", At: 1400 * ms, Cost: 0, Allowed: true, Remaining: 2, ResetAt: 2 * s},
 				{Name: "fill", At: 1400 * ms, Cost: 2, Allowed: true, Remaining: 0, ResetAt: 2400 * ms},
+			},
+		},
+	}
+}
+
+// Calendar returns the vectors of the Quota algorithm, whose periods follow
+// a calendar in a time zone.
+func Calendar() []Case {
+	limited, exceeds := floodgate.ReasonLimited, floodgate.ReasonCostExceedsLimit
+	return []Case{
+		{
+			// A monthly quota billed in New York (UTC-5 in winter): T0 is
+			// 2026-11-30 19:00 there, so November ends 5 hours after T0.
+			Name:   "quota_month_new_york",
+			Policy: must(floodgate.NewQuota("v-quota", 10, floodgate.Calendar{Unit: floodgate.PeriodMonth, Location: time.FixedZone("EST", -5*3600)})),
+			Steps: []Step{
+				{Name: "first", At: 0, Cost: 6, Allowed: true, Remaining: 4, ResetAt: 5 * time.Hour},
+				{Name: "too much", At: time.Hour, Cost: 5, Remaining: 4, RetryAfter: 4 * time.Hour, ResetAt: 5 * time.Hour, Reason: limited},
+				{Name: "exactly the rest", At: time.Hour, Cost: 4, Allowed: true, Remaining: 0, ResetAt: 5 * time.Hour},
+				{Name: "last microsecond of November", At: 5*time.Hour - us, Cost: 1, Remaining: 0, RetryAfter: us, ResetAt: 5 * time.Hour, Reason: limited},
+				{Name: "December 1st, New York midnight", At: 5 * time.Hour, Cost: 10, Allowed: true, Remaining: 0, ResetAt: 31*24*time.Hour + 5*time.Hour},
+				{Name: "cost above the quota", At: 6 * time.Hour, Cost: 11, Remaining: 0, ResetAt: 31*24*time.Hour + 5*time.Hour, Reason: exceeds},
+				{Name: "clock behind counts in November", At: 4 * time.Hour, Cost: 1, Remaining: 0, RetryAfter: time.Hour, ResetAt: 5 * time.Hour, Reason: limited},
 			},
 		},
 	}

@@ -1,89 +1,88 @@
-package quota
+package floodgate
 
 import (
 	"fmt"
 	"time"
-
-	"github.com/floodgate-rl/floodgate"
 )
 
-// Unit is the length of a quota period. The zero value is invalid.
-type Unit uint8
+// PeriodUnit is the length of a quota period. The zero value is invalid.
+type PeriodUnit uint8
 
 // The period units. Every period starts and ends at a local midnight of the
 // calendar's Location, so a day lasts 23 or 25 hours when daylight saving
 // time starts or ends during it.
 const (
-	// Day periods run from one local midnight to the next. Key: "2026-12-01".
-	Day Unit = iota + 1
-	// Week periods are ISO 8601 weeks, Monday 00:00 to the next Monday
+	// PeriodDay periods run from one local midnight to the next. Key: "2026-12-01".
+	PeriodDay PeriodUnit = iota + 1
+	// PeriodWeek periods are ISO 8601 weeks, Monday 00:00 to the next Monday
 	// 00:00. Key: the ISO week, "2026-W49" (the ISO year may differ from
 	// the calendar year around New Year: 2027-01-01 is in "2026-W53").
-	Week
-	// Month periods are calendar months, the 1st 00:00 to the next 1st
+	PeriodWeek
+	// PeriodMonth periods are calendar months, the 1st 00:00 to the next 1st
 	// 00:00. Key: "2026-12".
-	Month
-	// AnchoredMonth periods are monthly billing cycles starting on
+	PeriodMonth
+	// PeriodAnchoredMonth periods are monthly billing cycles starting on
 	// Calendar.AnchorDay at 00:00, or on the month's last day in months
 	// too short to have that day: with anchor 31 the periods start on Jan
 	// 31, Feb 28 (29 in leap years), Mar 31, Apr 30... Key: the start date,
 	// "2026-02-28".
-	AnchoredMonth
+	PeriodAnchoredMonth
 )
 
-var unitNames = [...]string{Day: "day", Week: "week", Month: "month", AnchoredMonth: "anchored_month"}
+var unitNames = [...]string{PeriodDay: "day", PeriodWeek: "week", PeriodMonth: "month", PeriodAnchoredMonth: "anchored_month"}
 
 // String returns the unit's snake_case name.
-func (u Unit) String() string {
-	if u >= Day && int(u) < len(unitNames) {
+func (u PeriodUnit) String() string {
+	if u >= PeriodDay && int(u) < len(unitNames) {
 		return unitNames[u]
 	}
-	return fmt.Sprintf("Unit(%d)", uint8(u))
+	return fmt.Sprintf("PeriodUnit(%d)", uint8(u))
 }
 
-// ParseUnit returns the unit named s (its String form; "monthly", "daily"
+// ParsePeriodUnit returns the unit named s (its String form; "monthly", "daily"
 // and "weekly" are accepted too).
-func ParseUnit(s string) (Unit, error) {
+func ParsePeriodUnit(s string) (PeriodUnit, error) {
 	switch s {
 	case "day", "daily":
-		return Day, nil
+		return PeriodDay, nil
 	case "week", "weekly":
-		return Week, nil
+		return PeriodWeek, nil
 	case "month", "monthly":
-		return Month, nil
+		return PeriodMonth, nil
 	case "anchored_month":
-		return AnchoredMonth, nil
+		return PeriodAnchoredMonth, nil
 	}
-	return 0, fmt.Errorf("%w: unknown quota period unit %q (want day, week, month or anchored_month)", floodgate.ErrInvalidPolicy, s)
+	return 0, fmt.Errorf("%w: unknown quota period unit %q (want day, week, month or anchored_month)", ErrInvalidPolicy, s)
 }
 
-// Calendar cuts time into quota periods. It is a plain value; the zero
+// Calendar cuts time into calendar periods (for quotas: billing days,
+// weeks and months). It is a plain value; the zero
 // value is invalid (Unit is required).
 type Calendar struct {
 	// Unit is the period length.
-	Unit Unit
+	Unit PeriodUnit
 	// Location is the time zone whose local midnights bound the periods,
 	// e.g. time.LoadLocation("America/New_York") for a tenant billed in New
 	// York. nil means UTC.
 	Location *time.Location
-	// AnchorDay is, for AnchoredMonth, the day of the month (1..31) each
+	// AnchorDay is, for PeriodAnchoredMonth, the day of the month (1..31) each
 	// period starts on, typically the subscription day. Other units
 	// require zero.
 	AnchorDay int
 }
 
-// Validate reports, wrapped in floodgate.ErrInvalidPolicy, why c cannot cut
+// Validate reports, wrapped in ErrInvalidPolicy, why c cannot cut
 // time into periods.
 func (c Calendar) Validate() error {
-	if c.Unit < Day || c.Unit > AnchoredMonth {
-		return fmt.Errorf("%w: quota calendar: unknown unit %d", floodgate.ErrInvalidPolicy, c.Unit)
+	if c.Unit < PeriodDay || c.Unit > PeriodAnchoredMonth {
+		return fmt.Errorf("%w: quota calendar: unknown unit %d", ErrInvalidPolicy, c.Unit)
 	}
-	if c.Unit == AnchoredMonth {
+	if c.Unit == PeriodAnchoredMonth {
 		if c.AnchorDay < 1 || c.AnchorDay > 31 {
-			return fmt.Errorf("%w: quota calendar: anchor day %d out of range 1..31", floodgate.ErrInvalidPolicy, c.AnchorDay)
+			return fmt.Errorf("%w: quota calendar: anchor day %d out of range 1..31", ErrInvalidPolicy, c.AnchorDay)
 		}
 	} else if c.AnchorDay != 0 {
-		return fmt.Errorf("%w: quota calendar: anchor day applies to anchored_month only, got %d for %s", floodgate.ErrInvalidPolicy, c.AnchorDay, c.Unit)
+		return fmt.Errorf("%w: quota calendar: anchor day applies to anchored_month only, got %d for %s", ErrInvalidPolicy, c.AnchorDay, c.Unit)
 	}
 	return nil
 }
@@ -159,16 +158,16 @@ func (c Calendar) loc() *time.Location {
 // the civil first day of the next period.
 func (c Calendar) bounds(d civil) (start, next civil) {
 	switch c.Unit {
-	case Day:
+	case PeriodDay:
 		return d, d.addDays(1)
-	case Week:
+	case PeriodWeek:
 		wd := int(time.Date(d.y, d.m, d.d, 12, 0, 0, 0, time.UTC).Weekday())
 		start = d.addDays(-((wd + 6) % 7)) // back to Monday
 		return start, start.addDays(7)
-	case Month:
+	case PeriodMonth:
 		start = civil{d.y, d.m, 1}
 		return start, civil{d.y, d.m + 1, 1}.norm()
-	default: // AnchoredMonth
+	default: // PeriodAnchoredMonth
 		start = c.anchor(d.y, d.m)
 		if d.before(start) {
 			p := civil{d.y, d.m - 1, 1}.norm()
@@ -187,10 +186,10 @@ func (c Calendar) anchor(y int, m time.Month) civil {
 
 func (c Calendar) key(start civil) string {
 	switch c.Unit {
-	case Week:
+	case PeriodWeek:
 		y, w := time.Date(start.y, start.m, start.d, 12, 0, 0, 0, time.UTC).ISOWeek()
 		return fmt.Sprintf("%04d-W%02d", y, w)
-	case Month:
+	case PeriodMonth:
 		return fmt.Sprintf("%04d-%02d", start.y, int(start.m))
 	}
 	return fmt.Sprintf("%04d-%02d-%02d", start.y, int(start.m), start.d)
@@ -225,16 +224,16 @@ func (c Calendar) PeriodAt(t time.Time) Period {
 // its periods.
 func (c Calendar) Previous(p Period) Period { return c.PeriodAt(p.Start.Add(-time.Nanosecond)) }
 
-// storageTag names a period inside storage keys, with the unit (and anchor)
+// StorageTag names a period inside storage keys, with the unit (and anchor)
 // so that changing a quota's calendar never reuses another calendar's
 // counters: "d2026-12-01", "w2026-W49", "m2026-12", "a31.2026-02-28".
-func (c Calendar) storageTag(p Period) string {
+func (c Calendar) StorageTag(p Period) string {
 	switch c.Unit {
-	case Day:
+	case PeriodDay:
 		return "d" + p.Key
-	case Week:
+	case PeriodWeek:
 		return "w" + p.Key
-	case Month:
+	case PeriodMonth:
 		return "m" + p.Key
 	}
 	return fmt.Sprintf("a%d.%s", c.AnchorDay, p.Key)
