@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Validate, publish or print configuration",
+	}
+	cmd.AddCommand(newConfigValidateCmd(), newConfigPushCmd(), newConfigExampleCmd())
+	return cmd
+}
+
+func newConfigValidateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE...",
+		Short: "Check configuration files; print every problem with file:line:column",
+		Long: `Check configuration files without starting anything. Every problem is
+printed as file:line:column: what is wrong. Exit status 1 if any file is
+invalid.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, files []string) error {
+			failed := 0
+			for _, file := range files {
+				cfg, err := config.LoadFile(file)
+				if err != nil {
+					failed++
+					for _, e := range flatten(err) {
+						fmt.Fprintln(cmd.ErrOrStderr(), e)
+					}
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %d policies, tiers %s, default %s)\n",
+					file, cfg.Version(), len(cfg.Policies()), strings.Join(cfg.Tiers(), ", "), cfg.DefaultTier())
+			}
+			if failed > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", failed, len(files))}
+			}
+			return nil
+		},
+	}
+}
+
+// flatten lists the errors joined in err, one per line.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func newConfigPushCmd() *cobra.Command {
+	var (
+		rs     config.Redis
+		prefix string
+	)
+	cmd := &cobra.Command{
+		Use:   "push FILE",
+		Short: "Validate a configuration and publish it to Redis for every instance",
+		Long: `Validate FILE and, only if it is valid and has a version field, store it
+in Redis under <prefix>:config and announce it on <prefix>:config:changed.
+Every "floodgate serve --config-from-redis" instance applies it within a
+moment. Bump the version with every change.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			keys, err := config.KeysFor(prefix)
+			if err != nil {
+				return fmt.Errorf("--prefix: %w", err)
+			}
+			data, err := config.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			if !rs.Enabled() {
+				return errors.New("push needs --redis (or --redis-sentinel with --redis-master, or --redis-cluster)")
+			}
+			client, err := rs.Client()
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			cfg, err := config.Publish(ctx, client, keys, data)
+			if err != nil {
+				for _, e := range flatten(err) {
+					fmt.Fprintln(cmd.ErrOrStderr(), e)
+				}
+				return &exitError{code: 1}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%d policies) to %s, key %s\n", cfg.Version(), len(cfg.Policies()), rs, keys.Config)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&rs.URL, "redis", "", "Redis URL (see floodgate serve --help)")
+	fl.StringSliceVar(&rs.SentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses")
+	fl.StringVar(&rs.SentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
+	fl.StringSliceVar(&rs.ClusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses")
+	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
+	return cmd
+}
+
+func newConfigExampleCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "example",
+		Short: "Print the built-in example configuration (what serve uses without --config)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := cmd.OutOrStdout().Write(config.DefaultYAML())
+			return err
+		},
+	}
+}

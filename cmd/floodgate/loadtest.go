@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/loadgen"
+)
+
+func newLoadtestCmd() *cobra.Command {
+	var (
+		o                     loadgen.Options
+		expectAlg, expectWin  string
+		expectLimit, expBurst int64
+		quiet                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "loadtest",
+		Short: "Drive a running service with checks and report rate, denials and latency",
+		Long: `Send rate-limit checks to a running service, over HTTP/JSON
+(--target http://host:port) or Envoy's gRPC API (--target grpc://host:port),
+at a fixed arrival rate (--rate) or as fast as --concurrency workers allow,
+and report the rate achieved, allowed and denied counts, errors and latency
+percentiles.
+
+With --expect-algorithm, --expect-limit and --expect-window describing the
+limit each identity has, the report also gives the share an exact limiter
+would have denied, to compare with the share the service denied.
+
+  floodgate loadtest --target http://127.0.0.1:8080 --policy api \
+    --rate 2000 --duration 30s --identities 100 \
+    --expect-algorithm sliding_window --expect-limit 100 --expect-window 1m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if expectAlg != "" || expectLimit != 0 || expectWin != "" {
+				alg, err := floodgate.ParseAlgorithm(expectAlg)
+				if err != nil {
+					return fmt.Errorf("--expect-algorithm: %w", err)
+				}
+				win, err := config.ParseDuration(expectWin)
+				if err != nil {
+					return fmt.Errorf("--expect-window: %w", err)
+				}
+				o.Expect = floodgate.Policy{Name: "expect", Algorithm: alg, Limit: expectLimit, Window: win, Burst: expBurst}
+				if err := o.Expect.Validate(); err != nil {
+					return fmt.Errorf("--expect-*: %w", err)
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			progress := cmd.ErrOrStderr()
+			if quiet {
+				progress = nil
+			}
+			rep, err := loadgen.Run(ctx, o, progress)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), rep)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "service URL: http://host:port or grpc://host:port")
+	fl.Float64Var(&o.Rate, "rate", 0, "arrival rate in requests per second (0: closed loop, as fast as the workers go)")
+	fl.IntVar(&o.Concurrency, "concurrency", 10, "workers (requests in flight at most)")
+	fl.DurationVar(&o.Duration, "duration", 10*time.Second, "how long to send requests")
+	fl.Int64Var(&o.MaxRequests, "requests", 0, "stop after this many requests (0: no limit)")
+	fl.IntVar(&o.Identities, "identities", 1, "distinct identities, used round robin")
+	fl.StringVar(&o.IdentityKey, "identity-key", "user", "identity dimension (HTTP) or descriptor key (gRPC)")
+	fl.StringVar(&o.Policy, "policy", "api", "policy name (HTTP)")
+	fl.StringVar(&o.Domain, "domain", "api", "domain (gRPC)")
+	fl.Int64Var(&o.Cost, "cost", 1, "cost of each request")
+	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio")
+	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has")
+	fl.StringVar(&expectWin, "expect-window", "", "window of that limit (e.g. 1m)")
+	fl.Int64Var(&expBurst, "expect-burst", 0, "burst of that limit (bucket algorithms)")
+	fl.Float64Var(&o.ExpectedDenyRatio, "expected-deny-ratio", 0, "expected share of denials (0..1), instead of --expect-*")
+	fl.BoolVar(&quiet, "quiet", false, "no progress lines")
+	return cmd
+}

@@ -1,0 +1,438 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	buildDir  string
+)
+
+// binary builds the floodgate command once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "floodgate-bin-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(buildDir, "floodgate")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// service is a running "floodgate serve" process.
+type service struct {
+	url    string
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startService execs the binary with serve args on a free port and waits
+// for its "listening" log line.
+func startService(t *testing.T, args ...string) *service {
+	t.Helper()
+	cmd := exec.Command(binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{cmd: cmd, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			s.logs.Write([]byte(line + "\n"))
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate listening" {
+				addr <- rec.Addr
+			}
+		}
+		s.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-s.exited:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+			}
+		}
+		if t.Failed() {
+			t.Logf("service log:\n%s", s.logs)
+		}
+	})
+	select {
+	case a := <-addr:
+		s.url = "http://" + a
+	case err := <-s.exited:
+		t.Fatalf("serve exited before listening: %v\n%s", err, s.logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not start:\n%s", s.logs)
+	}
+	return s
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *service) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			t.Fatalf("serve exited with %v after SIGTERM", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop within 20s of SIGTERM")
+	}
+	if !strings.Contains(s.logs.String(), "shutting down") {
+		t.Fatalf("no graceful shutdown in the log:\n%s", s.logs)
+	}
+}
+
+func post(t *testing.T, url string, body any) (int, server.CheckResponse) {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(data))
+	if err != nil {
+		t.Error(err)
+		return 0, server.CheckResponse{}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var cr server.CheckResponse
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(raw, &cr); err != nil {
+			t.Errorf("decoding %s: %v", raw, err)
+		}
+	}
+	return resp.StatusCode, cr
+}
+
+// runCLI runs the binary with args and returns its exit code and output.
+func runCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary(t), args...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+const e2eConfig = `version: "1"
+policies:
+  - name: fifty
+    layers:
+      - {name: per-user, algorithm: sliding_window, limit: 50, window: 1h, dimension: user}
+  - name: api
+    layers:
+      - {name: edge, algorithm: fixed_window, limit: 1000, window: 1h, dimension: global}
+      - {name: per-user, algorithm: token_bucket, limit: 3, window: 1h, dimension: user}
+`
+
+// TestServeOnRedisEndToEnd runs the real binary against a real Redis:
+// 200 concurrent checks at limit 50 admit exactly 50, the check command
+// exits 0/2, the configuration file reloads live (and a broken one is
+// rejected), readiness follows Redis, and SIGTERM shuts down cleanly.
+func TestServeOnRedisEndToEnd(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "floodgate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(e2eConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("e2e%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--config", cfgPath, "--prefix", prefix,
+		"--reload-interval", "50ms", "--fallback-budget", "5s", "--decision-timeout", "10s", "--admin-token", "tok")
+
+	var allowed, failed atomic.Int64
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			code, r := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "fifty", Identity: map[string]string{"user": "u1"}})
+			switch {
+			case code != 200:
+				failed.Add(1)
+			case r.Allowed:
+				allowed.Add(1)
+			}
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	if allowed.Load() != 50 || failed.Load() != 0 {
+		t.Fatalf("200 concurrent checks at limit 50: %d allowed, %d failed; want exactly 50 allowed", allowed.Load(), failed.Load())
+	}
+	// The counters are in Redis, under the prefix.
+	if n, err := rs.Client(t).Exists(context.Background(), prefix+":fifty.per-user:sw:{ru1}").Result(); err != nil || n != 1 {
+		t.Fatalf("counter key not in Redis: %d %v", n, err)
+	}
+
+	// The check command: exit 2 when denied, 0 when allowed.
+	if code, out := runCLI(t, "check", "--addr", svc.url, "--policy", "fifty", "--id", "user=u1"); code != 2 || !strings.Contains(out, "DENIED") {
+		t.Fatalf("check of an exhausted user: exit %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, "check", "--addr", svc.url, "--policy", "api", "--id", "user=u2", "--cost", "2"); code != 0 || !strings.Contains(out, "ALLOWED") || !strings.Contains(out, "remaining 1") {
+		t.Fatalf("check of a fresh user: exit %d\n%s", code, out)
+	}
+	if code, out := runCLI(t, "check", "--addr", svc.url, "--policy", "nope", "--id", "user=u2"); code != 1 || !strings.Contains(out, `unknown policy "nope"`) {
+		t.Fatalf("check of an unknown policy: exit %d\n%s", code, out)
+	}
+
+	// Live reload: raise the limit in the file.
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(e2eConfig, "limit: 50,", "limit: 60,", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the raised limit", func() bool {
+		_, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "fifty", Identity: map[string]string{"user": "u1"}})
+		return r.Limit == 60
+	})
+	// A broken file is rejected; the last good configuration stays.
+	if err := os.WriteFile(cfgPath, []byte("version: 2\npolicies:\n  - name: fifty\n    layers: oops\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the broken file to be rejected", func() bool {
+		return strings.Contains(svc.logs.String(), "configuration rejected")
+	})
+	if code, r := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "fifty", Identity: map[string]string{"user": "u1"}}); code != 200 || r.Limit != 60 || !r.Allowed {
+		t.Fatalf("after a rejected reload: %d %+v", code, r)
+	}
+	if !strings.Contains(svc.logs.String(), `floodgate.yaml:4:13: policy \"fifty\" layers must be a list`) {
+		t.Fatalf("rejection not logged with its position:\n%s", svc.logs)
+	}
+
+	// Readiness follows Redis.
+	if code := get(t, svc.url+"/readyz"); code != 200 {
+		t.Fatalf("readyz: %d", code)
+	}
+	rs.Kill()
+	if code := get(t, svc.url+"/readyz"); code != 503 {
+		t.Fatalf("readyz with Redis down: %d", code)
+	}
+	rs.Restart(t)
+	waitUntil(t, "readiness after Redis restart", func() bool { return get(t, svc.url+"/readyz") == 200 })
+
+	svc.stop(t)
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// TestServeInMemoryDefault: with no flags but the address, the service
+// runs in memory on the built-in example configuration.
+func TestServeInMemoryDefault(t *testing.T) {
+	svc := startService(t)
+	code, r := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "42"}})
+	if code != 200 || !r.Allowed || r.Tier != "free" || len(r.Layers) != 3 || r.Layers[1].Limit != 100 {
+		t.Fatalf("default api policy: %d %+v", code, r)
+	}
+	if !strings.Contains(svc.logs.String(), `"store":"memory"`) {
+		t.Fatalf("not in memory:\n%s", svc.logs)
+	}
+	// Admin endpoints are off without a token.
+	req, _ := http.NewRequest("GET", svc.url+"/admin/v1/config", nil)
+	req.Header.Set("Authorization", "Bearer x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Fatalf("admin without --admin-token: %d", resp.StatusCode)
+	}
+	svc.stop(t)
+}
+
+// cli runs the command in process.
+func cli(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestConfigValidate(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte(e2eConfig), 0o644)
+	os.WriteFile(bad, []byte(strings.Replace(e2eConfig, "algorithm: token_bucket", "algorithm: token-bucket", 1)+"extra: 1\n"), 0o644)
+	if code, out, _ := cli("config", "validate", good); code != 0 || !strings.Contains(out, "good.yaml: OK") {
+		t.Fatalf("valid file: %d %q", code, out)
+	}
+	code, _, errOut := cli("config", "validate", good, bad)
+	if code != 1 {
+		t.Fatalf("invalid file: exit %d", code)
+	}
+	for _, want := range []string{
+		bad + `:9:37: layer "per-user" of policy "api": unknown algorithm "token-bucket"`,
+		bad + `:10:1: unknown field "extra" in the configuration`,
+		"1 of 2 files invalid",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code, _, errOut := cli("config", "validate", filepath.Join(dir, "missing.yaml")); code != 1 || !strings.Contains(errOut, "no such file") {
+		t.Fatalf("missing file: %d %s", code, errOut)
+	}
+	if code, out, _ := cli("config", "example"); code != 0 || !bytes.Equal([]byte(out), config.DefaultYAML()) {
+		t.Fatalf("config example: %d", code)
+	}
+}
+
+func TestConfigPushAndServeFromRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("push%d", time.Now().UnixNano())
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte(e2eConfig), 0o644)
+	url := "redis://" + rs.Addr + "/0"
+	if code, out, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 0 || !strings.Contains(out, `published version "1"`) {
+		t.Fatalf("push: %d %s %s", code, out, errOut)
+	}
+	svc := startService(t, "--redis", url, "--config-from-redis", "--prefix", prefix, "--fallback", "off")
+	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "fifty", Identity: map[string]string{"user": "a"}}); r.Limit != 50 {
+		t.Fatalf("config from Redis: %+v", r)
+	}
+	os.WriteFile(file, []byte(strings.Replace(strings.Replace(e2eConfig, `"1"`, `"2"`, 1), "limit: 50,", "limit: 55,", 1)), 0o644)
+	if code, _, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 0 {
+		t.Fatalf("push v2: %d %s", code, errOut)
+	}
+	waitUntil(t, "version 2 to apply", func() bool {
+		_, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "fifty", Identity: map[string]string{"user": "a"}})
+		return r.Limit == 55
+	})
+	// An invalid document is refused before it reaches Redis.
+	os.WriteFile(file, []byte("version: 3\npolicies: []\n"), 0o644)
+	if code, _, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 1 || !strings.Contains(errOut, "policies is empty") {
+		t.Fatalf("push invalid: %d %s", code, errOut)
+	}
+	svc.stop(t)
+}
+
+func TestDemoIncident(t *testing.T) {
+	code, out, errOut := cli("demo", "incident", "--gap", "20ms")
+	if code != 0 || !strings.Contains(out, "floodgate (one atomic step):     2 allowed, counter 998 → 1000, 0 over the limit") {
+		t.Fatalf("demo: %d\n%s%s", code, out, errOut)
+	}
+	rs := redistest.Start(t)
+	code, out, errOut = cli("demo", "incident", "--redis", "redis://"+rs.Addr+"/0", "--limit", "100", "--requests", "20", "--gap", "20ms")
+	if code != 0 || !strings.Contains(out, "on Redis redis://"+rs.Addr) || !strings.Contains(out, "2 allowed, counter 98 → 100") {
+		t.Fatalf("demo on Redis: %d\n%s%s", code, out, errOut)
+	}
+	if n, _ := rs.Client(t).DBSize(context.Background()).Result(); n != 0 {
+		t.Fatalf("demo left %d keys in Redis", n)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "--id", "user"}, `--id "user": want dimension=value`},
+		{[]string{"check", "--id", "user=1", "--id", "user=2"}, `dimension "user" given twice`},
+		{[]string{"check", "--addr", "ftp://x", "--id", "user=1"}, "must be an http://"},
+		{[]string{"serve", "--redis", "http://x:1"}, `scheme "http"`},
+		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},
+		{[]string{"serve", "--prefix", "bad prefix"}, "--prefix"},
+		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"}, "needs --envoy-config"},
+		{[]string{"demo", "incident", "--start", "2000"}, "start 2000 out of range"},
+		{[]string{"config", "push", "nofile.yaml"}, "no such file"},
+		{[]string{"nosuchcommand"}, "unknown command"},
+	} {
+		code, _, errOut := cli(tc.args...)
+		if code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/loginguard"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+type serveFlags struct {
+	addr            string
+	grpcAddr        string
+	envoyConfig     string
+	configFile      string
+	configRedis     bool
+	reloadInterval  time.Duration
+	redisURL        string
+	sentinelAddrs   []string
+	sentinelMaster  string
+	clusterAddrs    []string
+	redisPool       int
+	redisTimeout    time.Duration
+	prefix          string
+	adminToken      string
+	decisionTimeout time.Duration
+	fallbackMode    string
+	fallbackBudget  time.Duration
+	instances       int
+	drainTimeout    time.Duration
+	shutdownDelay   time.Duration
+	logFormat       string
+	logLevel        string
+	loginPrefix     string
+	loginSecretFile string
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the rate limit service (HTTP/JSON, optionally Envoy gRPC)",
+		Long: `Run the rate limit service.
+
+With no flags it runs in memory with the built-in example configuration
+(tiers free/pro/enterprise, policies api, login, llm and downstream), so it
+works on a fresh machine:
+
+  floodgate serve
+  floodgate check --policy api --id user=42
+
+With --redis (or --redis-sentinel, --redis-cluster) every instance shares
+its counters in Redis; when Redis fails, decisions fall back to a local
+in-memory limiter (--fallback) until it is back.
+
+Configuration comes from --config FILE (reloaded when the file changes),
+from Redis (--config-from-redis; publish with "floodgate config push"), or
+the built-in example. An invalid new configuration is rejected and the last
+good one stays active.
+
+Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; GET /metrics,
+/healthz, /readyz; admin endpoints under /admin/v1/ with --admin-token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("admin-token") {
+				f.adminToken = os.Getenv("FLOODGATE_ADMIN_TOKEN")
+			}
+			return serve(cmd.Context(), f, cmd)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free one)")
+	fl.StringVar(&f.grpcAddr, "grpc-addr", "", "also serve Envoy's rate limit gRPC API on this address (needs --envoy-config)")
+	fl.StringVar(&f.envoyConfig, "envoy-config", "", "descriptor configuration for the gRPC API, in envoyproxy/ratelimit's YAML format")
+	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")
+	fl.BoolVar(&f.configRedis, "config-from-redis", false, "read the configuration from Redis (key <prefix>:config) and apply every published change")
+	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration file is checked for changes")
+	fl.StringVar(&f.redisURL, "redis", "", "Redis URL: redis://host:port/db, rediss://..., redis-sentinel://h1:p,h2:p/db?master=NAME or redis-cluster://h1:p,h2:p")
+	fl.StringSliceVar(&f.sentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
+	fl.StringVar(&f.sentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
+	fl.StringSliceVar(&f.clusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses (host:port,...)")
+	fl.IntVar(&f.redisPool, "redis-pool", 0, "Redis connections per node (default: 10 per CPU)")
+	fl.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "read/write timeout of one Redis command")
+	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
+	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
+	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one decision")
+	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails: local (in-memory limiter), open (allow), closed (deny) or off (answer 503)")
+	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a Redis call may take before the fallback decides")
+	fl.IntVar(&f.instances, "instances", 1, "number of instances sharing Redis; the local fallback divides limits by it")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
+	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "HMAC secret of the applications' login guard (package loginguard); enables POST /admin/v1/login/unlock (needs Redis)")
+	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
+	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// backend is the store a service decides with, and what goes with it.
+type backend struct {
+	store     floodgate.Store
+	client    redis.UniversalClient // nil in memory
+	local     *memstore.Store
+	resetters []server.Resetter
+	ready     func(ctx context.Context) error
+	describe  string
+}
+
+func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	rs := config.Redis{URL: f.redisURL, SentinelAddrs: f.sentinelAddrs, SentinelMaster: f.sentinelMaster,
+		ClusterAddrs: f.clusterAddrs, PoolSize: f.redisPool, CommandTimeout: f.redisTimeout}
+	if !rs.Enabled() {
+		if f.configRedis {
+			return nil, errors.New("--config-from-redis needs --redis, --redis-sentinel or --redis-cluster")
+		}
+		return &backend{store: local, local: local, resetters: []server.Resetter{server.MemoryResetter{Store: local}}, describe: "memory"}, nil
+	}
+	client, err := rs.Client()
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{client: client, local: local, describe: "redis " + rs.String(),
+		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
+		ready:     func(ctx context.Context) error { return client.Ping(ctx).Err() },
+	}
+	primary, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	b.store = primary
+	if f.fallbackMode == "off" {
+		return b, nil
+	}
+	mode, err := fallback.ParseMode(f.fallbackMode)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("--fallback: %w", err)
+	}
+	fo := fallback.Options{DefaultMode: mode, Budget: f.fallbackBudget, Instances: f.instances, Observer: m,
+		OnFallback: func(r fallback.Reason, err error) {
+			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
+		}}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		fo.Partition = fallback.ClusterPartition(cc)
+	}
+	if b.store, err = fallback.New(primary, local, fo); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// initialConfig loads the configuration the service starts with.
+func initialConfig(ctx context.Context, f serveFlags, b *backend, keys config.Keys) (*config.Config, error) {
+	switch {
+	case f.configFile != "" && f.configRedis:
+		return nil, errors.New("give either --config or --config-from-redis, not both")
+	case f.configFile != "":
+		return config.LoadFile(f.configFile)
+	case f.configRedis:
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		c, err := config.LoadRedis(lctx, b.client, keys)
+		if errors.Is(err, config.ErrNotFound) {
+			return nil, fmt.Errorf("%w; store one with: floodgate config push FILE --redis URL --prefix %s", err, f.prefix)
+		}
+		return c, err
+	}
+	return config.Default()
+}
+
+func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
+	log, err := newLogger(cmd.ErrOrStderr(), f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	keys, err := config.KeysFor(f.prefix)
+	if err != nil {
+		return fmt.Errorf("--prefix: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := registerRuntime(reg); err != nil {
+		return err
+	}
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		return err
+	}
+	b, err := newBackend(f, m, log)
+	if err != nil {
+		return err
+	}
+	if b.client != nil {
+		defer b.client.Close()
+	}
+	lim, err := floodgate.New(b.store, floodgate.Options{Prefix: f.prefix})
+	if err != nil {
+		return err
+	}
+	cfg, err := initialConfig(ctx, f, b, keys)
+	if err != nil {
+		return err
+	}
+	holder, err := config.NewHolder(cfg)
+	if err != nil {
+		return err
+	}
+	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	var assign config.Assignments = &config.MemoryAssignments{}
+	if b.client != nil {
+		if assign, err = config.NewRedisAssignments(b.client, keys.Tiers, config.RedisAssignmentsOptions{}); err != nil {
+			return err
+		}
+		if _, ok := b.client.(*redis.ClusterClient); ok {
+			warnCrossSlot(log, cfg)
+		}
+	}
+	opts := server.Options{
+		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
+		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout,
+		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay,
+	}
+	if opts.LoginGuard, err = loginGuard(f, b); err != nil {
+		return err
+	}
+	srv, err := server.New(lim, holder, opts)
+	if err != nil {
+		return err
+	}
+	stopGRPC, err := startGRPC(f, lim, log)
+	if err != nil {
+		return err
+	}
+	defer stopGRPC()
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var wg sync.WaitGroup
+	wctx, cancelWatch := context.WithCancel(ctx)
+	defer func() { cancelWatch(); wg.Wait() }()
+	switch {
+	case f.configFile != "":
+		wg.Go(func() { reloader.WatchFile(wctx, f.configFile, f.reloadInterval) })
+	case f.configRedis:
+		wg.Go(func() { reloader.WatchRedis(wctx, b.client, keys, 10*time.Second) })
+	}
+
+	log.Info("floodgate listening", "addr", ln.Addr().String(), "store", b.describe, "config", cfg.Source(),
+		"version", cfg.Version(), "policies", len(cfg.Policies()), "admin", f.adminToken != "")
+	err = srv.Serve(ctx, ln)
+	log.Info("floodgate stopped", "error", err)
+	return err
+}
+
+// loginGuard returns the guard whose lockouts the admin API lifts: one with
+// the applications' Redis, prefix and secret, so it derives the same keys.
+func loginGuard(f serveFlags, b *backend) (server.LoginUnlocker, error) {
+	if f.loginSecretFile == "" {
+		return nil, nil
+	}
+	if b.client == nil {
+		return nil, errors.New("--login-secret-file needs --redis: the login guard to unlock keeps its state there")
+	}
+	raw, err := os.ReadFile(f.loginSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("--login-secret-file: %w", err)
+	}
+	backend, err := loginguard.NewRedis(b.client, f.loginPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("--login-prefix: %w", err)
+	}
+	g, err := loginguard.New(backend, loginguard.Options{Secret: []byte(strings.TrimSpace(string(raw)))})
+	if err != nil {
+		return nil, fmt.Errorf("--login-secret-file: %w", err)
+	}
+	return g, nil
+}
+
+func registerRuntime(reg *prometheus.Registry) error {
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warnCrossSlot logs the policies whose layers key on different
+// identities: on Redis Cluster their keys fall in different slots, and
+// such decisions are refused.
+func warnCrossSlot(log *slog.Logger, cfg *config.Config) {
+	var bad []string
+	for _, p := range cfg.Policies() {
+		for _, l := range p.Layers[1:] {
+			if l.Dimension() != p.Layers[0].Dimension() || l.Shards > 1 {
+				bad = append(bad, p.Name)
+				break
+			}
+		}
+	}
+	if len(bad) > 0 {
+		log.Warn("on Redis Cluster, a decision's layers must share one identity; these policies mix dimensions and will fail",
+			"policies", strings.Join(bad, ","))
+	}
+}

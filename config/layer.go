@@ -1,0 +1,236 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+var layerFields = []string{
+	"name", "algorithm", "limit", "window", "burst", "max_delay",
+	"dimension", "shards", "cost", "shadow", "tiers",
+}
+
+var overrideFields = []string{"limit", "window", "burst", "max_delay"}
+
+// layer parses and validates one layer of pol.
+func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
+	f := p.fields(n, fmt.Sprintf("a layer of policy %q", pol.Name), layerFields...)
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	l := &Layer{Shards: 1}
+	name, ok := f["name"]
+	if !ok {
+		p.errorf(n, "a layer of policy %q has no name", pol.Name)
+		return nil
+	}
+	l.Name = p.str(name.val, "layer name")
+	if err := validName(l.Name); err != nil {
+		p.errorf(name.val, "layer %v", err)
+		return nil
+	}
+	what := fmt.Sprintf("layer %q of policy %q", l.Name, pol.Name)
+	full := pol.Name + "." + l.Name
+	if len(full) > floodgate.MaxNameLen {
+		p.errorf(name.val, "%s: %q is %d characters; policy and layer names together must fit in %d", what, full, len(full), floodgate.MaxNameLen-1)
+		return nil
+	}
+	bad := len(p.errs)
+
+	base := floodgate.Policy{Name: full}
+	if a, ok := f["algorithm"]; ok {
+		if s, ok := p.scalar(a.val, what+" algorithm"); ok {
+			alg, err := floodgate.ParseAlgorithm(s)
+			if err != nil {
+				p.errorf(a.val, "%s: unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, gcra or leaky_bucket)", what, s)
+			}
+			base.Algorithm = alg
+		}
+	} else {
+		p.errorf(n, "%s has no algorithm", what)
+	}
+	if v, ok := f["limit"]; ok {
+		base.Limit, _ = p.integer(v.val, what+" limit", 1, floodgate.MaxLimit)
+	} else {
+		p.errorf(n, "%s has no limit", what)
+	}
+	if v, ok := f["window"]; ok {
+		base.Window, _ = p.duration(v.val, what+" window")
+	} else {
+		p.errorf(n, "%s has no window", what)
+	}
+	if v, ok := f["burst"]; ok {
+		base.Burst, _ = p.integer(v.val, what+" burst", 1, floodgate.MaxLimit)
+	}
+	if v, ok := f["max_delay"]; ok {
+		base.MaxDelay, _ = p.duration(v.val, what+" max_delay")
+	}
+	if v, ok := f["dimension"]; ok {
+		l.Dimensions = p.dimension(v.val, what)
+	} else {
+		p.errorf(n, "%s has no dimension (use %q for a limit shared by every request, or an identity value such as \"user\")", what, GlobalDimension)
+	}
+	if v, ok := f["shards"]; ok {
+		shards, ok := p.integer(v.val, what+" shards", 1, MaxShards)
+		if ok && shards > 1 && len(l.Dimensions) > 0 {
+			p.errorf(v.val, "%s: shards applies to a %q layer only", what, GlobalDimension)
+		}
+		l.Shards = int(shards)
+	}
+	if v, ok := f["cost"]; ok {
+		l.Cost, _ = p.integer(v.val, what+" cost", 1, floodgate.MaxCost)
+	}
+	if v, ok := f["shadow"]; ok {
+		l.Shadow = p.boolean(v.val, what+" shadow")
+	}
+	if len(p.errs) > bad {
+		return nil
+	}
+	var ok2 bool
+	if l.base, ok2 = p.shard(n, base, l.Shards, what); !ok2 {
+		return nil
+	}
+	if t, ok := f["tiers"]; ok {
+		l.overrides = p.overrides(t, base, l.Shards, c, pol, what)
+	}
+	if len(p.errs) > bad {
+		return nil
+	}
+	return l
+}
+
+// shard divides a sharded layer's limit (and burst) over its shards and
+// validates the result.
+func (p *parser) shard(n *yaml.Node, pol floodgate.Policy, shards int, what string) (floodgate.Policy, bool) {
+	if shards > 1 {
+		if pol.Limit < int64(shards) {
+			p.errorf(n, "%s: limit %d is smaller than its %d shards", what, pol.Limit, shards)
+			return pol, false
+		}
+		pol.Limit /= int64(shards)
+		if pol.Burst > 0 {
+			pol.Burst = max(pol.Burst/int64(shards), 1)
+		}
+	}
+	if err := pol.Validate(); err != nil {
+		p.errorf(n, "%s: %s", what, strings.TrimPrefix(err.Error(), floodgate.ErrInvalidPolicy.Error()+": "))
+		return pol, false
+	}
+	return pol, true
+}
+
+// dimension parses "global", "user" or "user+ip".
+func (p *parser) dimension(n *yaml.Node, what string) []string {
+	s, ok := p.scalar(n, what+" dimension")
+	if !ok {
+		return nil
+	}
+	if s == GlobalDimension {
+		return nil
+	}
+	parts := strings.Split(s, "+")
+	for i, d := range parts {
+		if err := validDimension(d); err != nil {
+			p.errorf(n, "%s dimension %v", what, err)
+			return nil
+		}
+		if d == GlobalDimension {
+			p.errorf(n, "%s dimension: %q cannot be combined with other dimensions", what, GlobalDimension)
+			return nil
+		}
+		if contains(parts[:i], d) {
+			p.errorf(n, "%s dimension: %q appears twice", what, d)
+			return nil
+		}
+	}
+	return parts
+}
+
+// overrides parses a layer's tiers mapping: tier name → limit overrides.
+func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config, pol *Policy, what string) map[string]floodgate.Policy {
+	n := t.val
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s tiers must be a mapping of tier name to limits, got %s", what, kindName(n))
+		return nil
+	}
+	if pol.TierDimension == "" {
+		p.errorf(t.key, "%s has tier overrides but policy %q has no tier_dimension saying whose tier applies", what, pol.Name)
+		return nil
+	}
+	out := map[string]floodgate.Policy{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		tier := k.Value
+		if !c.HasTier(tier) {
+			p.errorf(k, "%s: tier %q is not defined (tiers: %s)", what, tier, strings.Join(c.tiers, ", "))
+			continue
+		}
+		if _, dup := out[tier]; dup {
+			p.errorf(k, "%s: tier %q appears twice", what, tier)
+			continue
+		}
+		tw := fmt.Sprintf("%s tier %q", what, tier)
+		f := p.fields(v, tw, overrideFields...)
+		if v.Kind != yaml.MappingNode {
+			continue
+		}
+		if len(f) == 0 {
+			p.errorf(v, "%s overrides nothing (set limit, window, burst or max_delay)", tw)
+			continue
+		}
+		// Overrides start from the layer as written, before sharding.
+		pt := base
+		bad := len(p.errs)
+		if x, ok := f["limit"]; ok {
+			pt.Limit, _ = p.integer(x.val, tw+" limit", 1, floodgate.MaxLimit)
+		}
+		if x, ok := f["window"]; ok {
+			pt.Window, _ = p.duration(x.val, tw+" window")
+		}
+		if x, ok := f["burst"]; ok {
+			pt.Burst, _ = p.integer(x.val, tw+" burst", 1, floodgate.MaxLimit)
+		}
+		if x, ok := f["max_delay"]; ok {
+			pt.MaxDelay, _ = p.duration(x.val, tw+" max_delay")
+		}
+		if len(p.errs) > bad {
+			continue
+		}
+		if pt, ok := p.shard(v, pt, shards, tw); ok {
+			out[tier] = pt
+		}
+	}
+	return out
+}
+
+// ParseDuration parses a Go duration ("90s", "1h30m") or a whole number of
+// days ("1d", "30d"). The result must be positive.
+func ParseDuration(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
+		if len(days) > 4 {
+			return 0, fmt.Errorf("duration %q is too long", s)
+		}
+		n, err := strconv.Atoi(days)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		d, err = time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q (want e.g. 500ms, 1m, 1h or 30d)", s)
+		}
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("duration %q must be positive", s)
+	}
+	return d, nil
+}

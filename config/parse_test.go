@@ -1,0 +1,280 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+func TestDefaultIsTheExample(t *testing.T) {
+	cfg, err := config.Default()
+	if err != nil {
+		t.Fatalf("built-in configuration invalid: %v", err)
+	}
+	example, err := os.ReadFile("../examples/floodgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(example, config.DefaultYAML()) {
+		t.Fatal("examples/floodgate.yaml and config/default.yaml differ; keep them identical")
+	}
+	if got := strings.Join(cfg.Tiers(), ","); got != "free,pro,enterprise" || cfg.DefaultTier() != "free" {
+		t.Fatalf("tiers %s default %s", got, cfg.DefaultTier())
+	}
+	api, ok := cfg.Policy("api")
+	if !ok || len(api.Layers) != 3 || !api.Tiered() {
+		t.Fatalf("api policy: %+v", api)
+	}
+	want := []struct {
+		name, dim string
+		alg       floodgate.Algorithm
+		free, pro int64
+		window    time.Duration
+	}{
+		{"edge", "global", floodgate.FixedWindow, 10_000, 10_000, time.Minute},
+		{"per-user", "user", floodgate.SlidingWindow, 100, 1_000, time.Minute},
+		{"monthly", "user", floodgate.FixedWindow, 10_000, 1_000_000, 30 * 24 * time.Hour},
+	}
+	for i, w := range want {
+		l := api.Layers[i]
+		free, pro := l.Policy("free"), l.Policy("pro")
+		if l.Name != w.name || l.Dimension() != w.dim || free.Algorithm != w.alg || free.Limit != w.free ||
+			pro.Limit != w.pro || free.Window != w.window || free.Name != "api."+w.name || pro.Name != free.Name {
+			t.Errorf("layer %d: %s %s %v / %v", i, l.Name, l.Dimension(), free, pro)
+		}
+	}
+}
+
+func TestParseValidDetails(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+version: 7
+tiers: [basic, gold]
+default_tier: basic
+policies:
+  - name: p
+    tier_dimension: key
+    layers:
+      - name: all
+        algorithm: token_bucket
+        limit: 1_000
+        window: 1s
+        burst: 400
+        dimension: global
+        shards: 4
+        tiers: {gold: {limit: 2000}}
+      - {name: pair, algorithm: leaky_bucket, limit: 10, window: 1s, max_delay: 250ms, dimension: key+ip, cost: 1, shadow: true}
+`), "ok.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Version() != "7" || cfg.Source() != "ok.yaml" || len(cfg.Hash()) != 64 {
+		t.Fatalf("version %q source %q hash %q", cfg.Version(), cfg.Source(), cfg.Hash())
+	}
+	p, _ := cfg.Policy("p")
+	all, pair := p.Layers[0], p.Layers[1]
+	if b := all.Policy("basic"); all.Shards != 4 || b.Limit != 250 || b.Burst != 100 || all.Policy("gold").Limit != 500 {
+		t.Fatalf("sharded layer: %+v basic %v gold %v", all, b, all.Policy("gold"))
+	}
+	if g := pair.Policy("gold"); g.Algorithm != floodgate.GCRA || g.MaxDelay != 250*time.Millisecond || !pair.Shadow || pair.Cost != 1 || pair.Dimension() != "key+ip" {
+		t.Fatalf("pair layer: %+v %v", pair, g)
+	}
+	specs, err := cfg.Specs(p, "gold", map[string]string{"key": "k1", "ip": "10.0.0.1"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if specs[0].Policy.Limit != 500 || !strings.HasPrefix(specs[0].Identity, "global/") || specs[1].Cost != 1 || specs[1].Identity != "2:k18:10.0.0.1" {
+		t.Fatalf("specs %+v", specs)
+	}
+	if _, err := cfg.Specs(p, "", map[string]string{"key": "k1"}, false); !errors.Is(err, config.ErrMissingIdentity) {
+		t.Fatalf("missing ip: %v", err)
+	}
+	if _, err := cfg.Specs(p, "platinum", map[string]string{"key": "k1", "ip": "x"}, false); !errors.Is(err, config.ErrUnknownTier) {
+		t.Fatalf("unknown tier: %v", err)
+	}
+	if ids := all.ShardIdentities(); len(ids) != 4 || ids[3] != "global/3" {
+		t.Fatalf("shard identities %v", ids)
+	}
+}
+
+// TestCompositeIdentityNoCollision: value tuples that would collide when
+// simply joined stay distinct.
+func TestCompositeIdentityNoCollision(t *testing.T) {
+	cfg, err := config.Parse([]byte("policies:\n- name: p\n  layers:\n  - {name: l, algorithm: fixed_window, limit: 1, window: 1s, dimension: a+b}\n"), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Policies()[0].Layers[0]
+	seen := map[string][2]string{}
+	for _, pair := range [][2]string{{"x+y", "z"}, {"x", "y+z"}, {"1:x", "y"}, {"1", "x1:y"}, {"x:", "y"}, {"x", ":y"}} {
+		id, err := l.Identity(map[string]string{"a": pair[0], "b": pair[1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev, dup := seen[id]; dup {
+			t.Fatalf("%v and %v share identity %q", prev, pair, id)
+		}
+		seen[id] = pair
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const head = "version: 1\npolicies:\n  - name: p\n    layers:\n"
+	layer := func(fields string) string { return head + "      - {name: l, " + fields + "}\n" }
+	ok := "algorithm: fixed_window, limit: 10, window: 1m, dimension: user"
+	tests := []struct {
+		name, doc, want string
+	}{
+		{"empty", "", "e.yaml: empty document"},
+		{"syntax", "policies: [\n", "e.yaml:1: YAML syntax: did not find expected node content"},
+		{"two documents", head + "      - {name: l, " + ok + "}\n---\nversion: 2\n", "e.yaml:6:1: more than one YAML document"},
+		{"not a mapping", "- a\n- b\n", "e.yaml:1:1: the configuration must be a mapping"},
+		{"unknown top field", "polices: []\n", `e.yaml:1:1: unknown field "polices" in the configuration`},
+		{"no policies", "version: 1\n", `e.yaml:1:1: missing field "policies"`},
+		{"empty policies", "policies: []\n", "e.yaml:1:11: policies is empty"},
+		{"unknown layer field", layer(ok + ", limt: 5"), `e.yaml:5:84: unknown field "limt" in a layer of policy "p"`},
+		{"bad algorithm", layer("algorithm: leaky, limit: 10, window: 1m, dimension: user"), `e.yaml:5:30: layer "l" of policy "p": unknown algorithm "leaky"`},
+		{"zero limit", layer("algorithm: gcra, limit: 0, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit 0 out of range 1..`},
+		{"text limit", layer("algorithm: gcra, limit: lots, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit must be a whole number, got "lots"`},
+		{"bad window", layer("algorithm: gcra, limit: 5, window: 1 minute, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: invalid duration "1 minute"`},
+		{"negative window", layer("algorithm: gcra, limit: 5, window: -1m, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: duration "-1m" must be positive`},
+		{"window too long", layer("algorithm: fixed_window, limit: 5, window: 500d, dimension: user"), `e.yaml:5:9: layer "l" of policy "p": policy "p.l": window 12000h0m0s out of range`},
+		{"burst on fixed window", layer(ok + ", burst: 5"), `burst applies to token_bucket and gcra only`},
+		{"max_delay on token bucket", layer("algorithm: token_bucket, limit: 5, window: 1s, max_delay: 1s, dimension: user"), `max delay applies to gcra only`},
+		{"no dimension", layer("algorithm: gcra, limit: 5, window: 1s"), `e.yaml:5:9: layer "l" of policy "p" has no dimension`},
+		{"bad dimension", layer("algorithm: gcra, limit: 5, window: 1s, dimension: User"), `dimension name "User": character 'U' not in [a-z0-9_-]`},
+		{"global combined", layer("algorithm: gcra, limit: 5, window: 1s, dimension: global+user"), `"global" cannot be combined`},
+		{"shards per user", layer(ok + ", shards: 4"), `e.yaml:5:92: layer "l" of policy "p": shards applies to a "global" layer only`},
+		{"fewer than shards", layer("algorithm: gcra, limit: 3, window: 1s, dimension: global, shards: 4"), "limit 3 is smaller than its 4 shards"},
+		{"zero cost", layer(ok + ", cost: 0"), `cost 0 out of range 1..`},
+		{"shadow not bool", layer(ok + ", shadow: maybe"), `shadow must be true or false, got "maybe"`},
+		{"sliding log too big", layer("algorithm: sliding_log, limit: 200000, window: 1h, dimension: user"), "sliding_log limit 200000 above 100000"},
+		{"policy name", "policies:\n  - name: a.b\n    layers: []\n", `e.yaml:2:11: policy name "a.b": character '.' not in`},
+		{"long names", "policies:\n  - name: " + strings.Repeat("p", 40) + "\n    layers:\n      - {name: " + strings.Repeat("l", 30) + ", " + ok + "}\n", "policy and layer names together must fit in 63"},
+		{"duplicate policy", head + "      - {name: l, " + ok + "}\n  - name: p\n    layers:\n      - {name: l, " + ok + "}\n", `e.yaml:6:5: policy "p" is defined twice`},
+		{"duplicate layer", head + "      - {name: l, " + ok + "}\n      - {name: l, " + ok + "}\n", `e.yaml:6:9: policy "p": layer "l" is defined twice`},
+		{"duplicate field", layer(ok + ", limit: 20"), `field "limit" appears twice`},
+		{"no layers", "policies:\n  - name: p\n", `e.yaml:2:5: policy "p" has no layers`},
+		{"too many layers", head + strings.Repeat("      - {name: l, "+ok+"}\n", 17), `has 17 layers (want 1..16)`},
+		{"default tier not listed", "tiers: [a, b]\ndefault_tier: c\n" + head[11:] + "      - {name: l, " + ok + "}\n", `e.yaml:2:15: default_tier "c" is not one of the tiers (a, b)`},
+		{"default tier needed", "tiers: [a, b]\n" + head[11:] + "      - {name: l, " + ok + "}\n", `e.yaml:1:1: default_tier is required`},
+		{"duplicate tier", "tiers: [free, free]\n" + head[11:] + "      - {name: l, " + ok + "}\n", `e.yaml:1:15: tier "free" is listed twice`},
+		{"override without tier_dimension", "tiers: [free, pro]\n" + head[11:] + "      - {name: l, " + ok + ", tiers: {pro: {limit: 5}}}\n", `has tier overrides but policy "p" has no tier_dimension`},
+		{"override unknown tier", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {gold: {limit: 5}}}\n", `e.yaml:6:92: layer "l" of policy "p": tier "gold" is not defined (tiers: free, pro)`},
+		{"override bad field", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {pro: {algorithm: gcra}}}\n", `unknown field "algorithm" in layer "l" of policy "p" tier "pro"`},
+		{"override invalid", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {pro: {burst: 5}}}\n", `tier "pro": policy "p.l": burst applies to token_bucket and gcra only`},
+		{"tier_dimension global", "policies:\n  - name: p\n    tier_dimension: global\n    layers:\n      - {name: l, " + ok + "}\n", `tier_dimension cannot be "global"`},
+		{"alias to bad value", "x: &bad -3\n", `unknown field "x"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tc.doc), "e.yaml")
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tc.doc)
+			}
+			if !errors.Is(err, config.ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseReportsEveryProblemUpTo20(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("policies:\n  - name: p\n    layers:\n")
+	for range 16 {
+		b.WriteString("      - {name: x, algorithm: nope, limit: 0, window: 1m, dimension: user}\n")
+	}
+	_, err := config.Parse([]byte(b.String()), "many.yaml")
+	var errs interface{ Unwrap() []error }
+	if !errors.As(err, &errs) {
+		t.Fatalf("not a joined error: %v", err)
+	}
+	list := errs.Unwrap()
+	if len(list) != 21 || !strings.Contains(list[20].Error(), "too many errors") {
+		t.Fatalf("%d errors, last %v", len(list), list[len(list)-1])
+	}
+	var first *config.Error
+	if !errors.As(list[0], &first) || first.File != "many.yaml" || first.Line != 4 || first.Column == 0 {
+		t.Fatalf("first error %#v", list[0])
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"1ms": time.Millisecond, "90s": 90 * time.Second, "1m": time.Minute, "1h30m": 90 * time.Minute,
+		"1d": 24 * time.Hour, "30d": 720 * time.Hour,
+	} {
+		if got, err := config.ParseDuration(in); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "1", "0s", "-1h", "1.5d", "99999d", "1w", "1d2h", "10 s"} {
+		if got, err := config.ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+// FuzzParse: any document either parses into layers that are valid for
+// every tier, or fails with positioned ErrInvalid errors; never a panic.
+func FuzzParse(f *testing.F) {
+	f.Add(config.DefaultYAML())
+	f.Add([]byte("policies:\n- name: p\n  layers:\n  - {name: l, algorithm: gcra, limit: 5, window: 1s, dimension: a+b, shards: 2}\n"))
+	f.Add([]byte("tiers: [a]\npolicies: [{name: p, tier_dimension: k, layers: [{name: l, algorithm: fixed_window, limit: 9, window: 2d, dimension: k, tiers: {a: {limit: 3}}}]}]\n"))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Add([]byte("policies: &p\n- *p\n"))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		cfg, err := config.Parse(doc, "f.yaml")
+		if err != nil {
+			if !errors.Is(err, config.ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if len(cfg.Policies()) == 0 || !cfg.HasTier(cfg.DefaultTier()) {
+			t.Fatal("accepted a configuration without policies or default tier")
+		}
+		for _, p := range cfg.Policies() {
+			if len(p.Layers) == 0 || len(p.Layers) > floodgate.MaxLayers {
+				t.Fatalf("policy %q has %d layers", p.Name, len(p.Layers))
+			}
+			for _, l := range p.Layers {
+				for _, tier := range cfg.Tiers() {
+					if err := l.Policy(tier).Validate(); err != nil {
+						t.Fatalf("accepted invalid layer: %v", err)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestDocumentedExample keeps the full example of docs/configuration.md
+// valid.
+func TestDocumentedExample(t *testing.T) {
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## A full example\n\n```yaml\n")
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/configuration.md has no full example")
+	}
+	cfg, err := config.Parse([]byte(example), "docs/configuration.md")
+	if err != nil {
+		t.Fatalf("the documented example is invalid:\n%v", err)
+	}
+	if len(cfg.Policies()) != 4 || cfg.Version() != "2026-12-01.1" {
+		t.Fatalf("example parsed to %d policies, version %q", len(cfg.Policies()), cfg.Version())
+	}
+}

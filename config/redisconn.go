@@ -1,0 +1,228 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrRedisURL reports Redis connection settings that cannot be used.
+var ErrRedisURL = errors.New("config: invalid Redis connection settings")
+
+// Redis says how to reach Redis: a URL, or sentinel or cluster addresses.
+// The zero value means "no Redis" (Enabled is false).
+//
+// URL forms:
+//
+//	redis://[[user]:password@]host:port[/db]            standalone
+//	rediss://...                                        standalone over TLS
+//	redis-sentinel://[[user]:password@]host:port[,host:port...][/db]?master=NAME
+//	redis-cluster://[[user]:password@]host:port[,host:port...]
+type Redis struct {
+	// URL is one of the forms above.
+	URL string
+	// SentinelAddrs are sentinel addresses (host:port), used with
+	// SentinelMaster instead of a redis-sentinel:// URL.
+	SentinelAddrs []string
+	// SentinelMaster is the name the sentinels monitor the primary by.
+	SentinelMaster string
+	// ClusterAddrs are Redis Cluster seed node addresses, instead of a
+	// redis-cluster:// URL.
+	ClusterAddrs []string
+	// PoolSize is the connection pool size per node. Default 10 per CPU
+	// (go-redis's default).
+	PoolSize int
+	// DialTimeout bounds connecting. Default 2s.
+	DialTimeout time.Duration
+	// CommandTimeout bounds reading and writing one command when the
+	// caller's context has no earlier deadline. Default 1s.
+	CommandTimeout time.Duration
+}
+
+// Enabled reports whether any Redis is configured.
+func (r Redis) Enabled() bool {
+	return r.URL != "" || len(r.SentinelAddrs) > 0 || len(r.ClusterAddrs) > 0
+}
+
+// Client returns a go-redis client for the settings, with
+// ContextTimeoutEnabled so that every call honours its context's deadline.
+// It does not connect; the first command does.
+func (r Redis) Client() (redis.UniversalClient, error) {
+	n := 0
+	for _, set := range []bool{r.URL != "", len(r.SentinelAddrs) > 0, len(r.ClusterAddrs) > 0} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, fmt.Errorf("%w: give exactly one of a URL, sentinel addresses or cluster addresses", ErrRedisURL)
+	}
+	if r.PoolSize < 0 || r.DialTimeout < 0 || r.CommandTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative pool size or timeout", ErrRedisURL)
+	}
+	if r.DialTimeout == 0 {
+		r.DialTimeout = 2 * time.Second
+	}
+	if r.CommandTimeout == 0 {
+		r.CommandTimeout = time.Second
+	}
+	switch {
+	case len(r.SentinelAddrs) > 0:
+		if r.SentinelMaster == "" {
+			return nil, fmt.Errorf("%w: sentinel addresses need a master name", ErrRedisURL)
+		}
+		if err := checkAddrs(r.SentinelAddrs); err != nil {
+			return nil, err
+		}
+		return redis.NewFailoverClient(r.failover(&redis.FailoverOptions{
+			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs,
+		})), nil
+	case len(r.ClusterAddrs) > 0:
+		if err := checkAddrs(r.ClusterAddrs); err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs})), nil
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), err)
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "unix":
+		o, err := redis.ParseURL(r.URL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), err)
+		}
+		r.apply(o)
+		return redis.NewClient(o), nil
+	case "redis-sentinel":
+		o, err := parseMulti(u)
+		if err != nil {
+			return nil, err
+		}
+		master := u.Query().Get("master")
+		if master == "" {
+			return nil, fmt.Errorf("%w: %q: a redis-sentinel URL needs ?master=NAME", ErrRedisURL, redact(r.URL))
+		}
+		return redis.NewFailoverClient(r.failover(&redis.FailoverOptions{
+			MasterName: master, SentinelAddrs: o.addrs, Username: o.user, Password: o.pass, DB: o.db,
+		})), nil
+	case "redis-cluster":
+		o, err := parseMulti(u)
+		if err != nil {
+			return nil, err
+		}
+		if o.db != 0 {
+			return nil, fmt.Errorf("%w: Redis Cluster has only database 0", ErrRedisURL)
+		}
+		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: o.addrs, Username: o.user, Password: o.pass})), nil
+	}
+	return nil, fmt.Errorf("%w: %q: scheme %q (want redis, rediss, redis-sentinel or redis-cluster)", ErrRedisURL, redact(r.URL), u.Scheme)
+}
+
+func (r Redis) apply(o *redis.Options) {
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
+	if r.PoolSize > 0 {
+		o.PoolSize = r.PoolSize
+	}
+}
+
+func (r Redis) failover(o *redis.FailoverOptions) *redis.FailoverOptions {
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
+	o.PoolSize = r.PoolSize
+	return o
+}
+
+func (r Redis) cluster(o *redis.ClusterOptions) *redis.ClusterOptions {
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
+	o.PoolSize = r.PoolSize
+	return o
+}
+
+type multiURL struct {
+	addrs      []string
+	user, pass string
+	db         int
+}
+
+// parseMulti reads user, password, comma-separated host:port list and /db
+// from a sentinel or cluster URL.
+func parseMulti(u *url.URL) (multiURL, error) {
+	var m multiURL
+	if u.User != nil {
+		m.user = u.User.Username()
+		m.pass, _ = u.User.Password()
+	}
+	for _, a := range strings.Split(u.Host, ",") {
+		if a == "" {
+			continue
+		}
+		m.addrs = append(m.addrs, a)
+	}
+	if len(m.addrs) == 0 {
+		return m, fmt.Errorf("%w: %s URL has no host:port", ErrRedisURL, u.Scheme)
+	}
+	if err := checkAddrs(m.addrs); err != nil {
+		return m, err
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		db, err := strconv.Atoi(p)
+		if err != nil || db < 0 {
+			return m, fmt.Errorf("%w: database %q is not a number", ErrRedisURL, p)
+		}
+		m.db = db
+	}
+	for k := range u.Query() {
+		if k != "master" {
+			return m, fmt.Errorf("%w: unknown URL parameter %q (only master is understood)", ErrRedisURL, k)
+		}
+	}
+	return m, nil
+}
+
+func checkAddrs(addrs []string) error {
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			return fmt.Errorf("%w: address %q is not host:port", ErrRedisURL, a)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w: address %q has an invalid port", ErrRedisURL, a)
+		}
+	}
+	return nil
+}
+
+// redact hides a URL's password in messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if i := strings.LastIndex(raw, "@"); i >= 0 {
+			return "...@" + raw[i+1:]
+		}
+		return raw
+	}
+	return u.Redacted()
+}
+
+// String describes the settings without passwords, for logs.
+func (r Redis) String() string {
+	switch {
+	case len(r.SentinelAddrs) > 0:
+		return "sentinel " + r.SentinelMaster + "@" + strings.Join(r.SentinelAddrs, ",")
+	case len(r.ClusterAddrs) > 0:
+		return "cluster " + strings.Join(r.ClusterAddrs, ",")
+	case r.URL != "":
+		return redact(r.URL)
+	}
+	return "none"
+}

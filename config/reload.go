@@ -1,0 +1,241 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Holder holds the active configuration. Load and Store are atomic, so a
+// reader sees either the old or the new configuration, never a mix. It is
+// safe for concurrent use.
+type Holder struct {
+	p atomic.Pointer[Config]
+}
+
+// NewHolder returns a Holder whose active configuration is initial.
+func NewHolder(initial *Config) (*Holder, error) {
+	if initial == nil {
+		return nil, fmt.Errorf("%w: nil initial configuration", ErrInvalid)
+	}
+	h := &Holder{}
+	h.p.Store(initial)
+	return h, nil
+}
+
+// Load returns the active configuration.
+func (h *Holder) Load() *Config { return h.p.Load() }
+
+// store makes c the active configuration.
+func (h *Holder) store(c *Config) { h.p.Store(c) }
+
+// Reload results, the values of the result label of
+// floodgate_config_reload_total.
+const (
+	// ResultApplied: a new configuration is active.
+	ResultApplied = "applied"
+	// ResultInvalid: a new document was rejected; the last good
+	// configuration stays active.
+	ResultInvalid = "invalid"
+	// ResultError: the source could not be read; the last good
+	// configuration stays active.
+	ResultError = "error"
+)
+
+// ReloaderOptions configures a Reloader. The zero value is ready to use.
+type ReloaderOptions struct {
+	// Logger receives one line per applied or rejected configuration.
+	// Default: discard.
+	Logger *slog.Logger
+	// Registerer, when set, gets floodgate_config_reload_total{result}
+	// (applied, invalid, error) and
+	// floodgate_config_last_reload_success_timestamp_seconds.
+	Registerer prometheus.Registerer
+}
+
+// Reloader validates new configuration documents and swaps them into a
+// Holder, all or nothing. It is safe for concurrent use; applies are
+// serialised.
+type Reloader struct {
+	holder  *Holder
+	log     *slog.Logger
+	reloads *prometheus.CounterVec
+	lastOK  prometheus.Gauge
+	mu      sync.Mutex
+}
+
+// NewReloader returns a Reloader updating h.
+func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: nil holder", ErrInvalid)
+	}
+	r := &Reloader{
+		holder: h,
+		log:    opts.Logger,
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reload_total",
+			Help: "Configuration reloads by result: applied, invalid (rejected, last good kept) or error (source unreadable).",
+		}, []string{"result"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time the active configuration was applied.",
+		}),
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	for _, res := range []string{ResultApplied, ResultInvalid, ResultError} {
+		r.reloads.WithLabelValues(res)
+	}
+	r.lastOK.SetToCurrentTime()
+	if opts.Registerer != nil {
+		for _, c := range []prometheus.Collector{r.reloads, r.lastOK} {
+			if err := opts.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("config: registering metrics: %w", err)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Holder returns the Holder the Reloader updates.
+func (r *Reloader) Holder() *Holder { return r.holder }
+
+// Apply parses data (named source in messages) and, if it is valid and
+// differs from the active configuration, makes it active. An invalid
+// document is logged, counted and returned as an error wrapping ErrInvalid;
+// the active configuration does not change. It returns the configuration
+// active afterwards.
+func (r *Reloader) Apply(data []byte, source string) (*Config, error) {
+	return r.apply(data, source, false)
+}
+
+// ApplyVersioned is Apply for a shared source such as Redis, where the
+// version field tells instances apart: the document must have a version,
+// and a document with the active version but other content is rejected
+// (bump the version to change it).
+func (r *Reloader) ApplyVersioned(data []byte, source string) (*Config, error) {
+	return r.apply(data, source, true)
+}
+
+func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	active := r.holder.Load()
+	c, err := Parse(data, source)
+	if err == nil && versioned {
+		err = checkVersion(c, active)
+	}
+	if err != nil {
+		r.reloads.WithLabelValues(ResultInvalid).Inc()
+		r.log.Error("configuration rejected; keeping the last good one",
+			"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
+		return active, err
+	}
+	if c.Hash() == active.Hash() {
+		return active, nil
+	}
+	r.holder.store(c)
+	r.reloads.WithLabelValues(ResultApplied).Inc()
+	r.lastOK.SetToCurrentTime()
+	r.log.Info("configuration applied", "source", source, "version", c.Version(),
+		"previous_version", active.Version(), "policies", len(c.Policies()))
+	return c, nil
+}
+
+func checkVersion(c, active *Config) error {
+	if c.Version() == "" {
+		return &Error{File: c.Source(), Msg: "a shared configuration needs a version field"}
+	}
+	if c.Version() == active.Version() && c.Hash() != active.Hash() {
+		return &Error{File: c.Source(), Msg: fmt.Sprintf("version %q is already active with different content; bump the version to change it", c.Version())}
+	}
+	return nil
+}
+
+// sourceError counts and logs a source that could not be read, once per
+// distinct message so that a missing file does not log every second.
+func (r *Reloader) sourceError(last *string, source string, err error) {
+	r.reloads.WithLabelValues(ResultError).Inc()
+	if msg := err.Error(); msg != *last {
+		*last = msg
+		r.log.Error("configuration source unreadable; keeping the last good configuration", "source", source, "error", err)
+	}
+}
+
+// ReadFile reads a configuration file of at most MaxSize bytes.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSize {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than %d bytes", MaxSize)}
+	}
+	return data, nil
+}
+
+// LoadFile reads and parses a configuration file.
+func LoadFile(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// WatchFile polls path every interval (default 1s) and applies its content
+// whenever its modification time, size or content hash changes. It returns
+// when ctx ends. A file that disappears or turns invalid leaves the last
+// good configuration active; fixing the file applies it.
+func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var (
+		lastMod  time.Time
+		lastSize int64 = -1
+		lastSum        = r.holder.Load().Hash()
+		lastErr  string
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			r.sourceError(&lastErr, path, err)
+			lastSize = -1
+			continue
+		}
+		if fi.ModTime().Equal(lastMod) && fi.Size() == lastSize {
+			continue
+		}
+		data, err := ReadFile(path)
+		if err != nil {
+			r.sourceError(&lastErr, path, err)
+			continue
+		}
+		lastMod, lastSize, lastErr = fi.ModTime(), fi.Size(), ""
+		if sum := hashOf(data); sum != lastSum {
+			lastSum = sum
+			_, _ = r.Apply(data, path)
+		}
+	}
+}

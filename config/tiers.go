@@ -1,0 +1,209 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Assignments stores which tier an identity is on (for example "API key
+// abc123 is on enterprise"). Identities are (dimension, value) pairs, so
+// user 42 and api_key 42 are distinct. Implementations are safe for
+// concurrent use.
+type Assignments interface {
+	// Tier returns the tier assigned to value under dimension, and false
+	// when none is.
+	Tier(ctx context.Context, dimension, value string) (string, bool, error)
+	// SetTier assigns tier to value under dimension; an empty tier removes
+	// the assignment.
+	SetTier(ctx context.Context, dimension, value, tier string) error
+}
+
+// assignmentField is the field of one assignment: "dimension=value".
+func assignmentField(dimension, value string) (string, error) {
+	if err := ValidateIdentityValue(dimension, value); err != nil {
+		return "", err
+	}
+	return dimension + "=" + value, nil
+}
+
+func checkTierName(tier string) error {
+	if tier == "" {
+		return nil
+	}
+	if err := validDimension(tier); err != nil {
+		return fmt.Errorf("%w: tier %v", ErrUnknownTier, err)
+	}
+	return nil
+}
+
+// MaxMemoryAssignments caps a MemoryAssignments.
+const MaxMemoryAssignments = 1_000_000
+
+// ErrTooManyAssignments reports a MemoryAssignments at its cap.
+var ErrTooManyAssignments = errors.New("config: too many tier assignments")
+
+// MemoryAssignments keeps tier assignments in process, for a service running
+// without Redis. The zero value is ready to use; it holds at most
+// MaxMemoryAssignments entries.
+type MemoryAssignments struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+// Tier implements Assignments.
+func (a *MemoryAssignments) Tier(_ context.Context, dimension, value string) (string, bool, error) {
+	f, err := assignmentField(dimension, value)
+	if err != nil {
+		return "", false, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	t, ok := a.m[f]
+	return t, ok, nil
+}
+
+// SetTier implements Assignments.
+func (a *MemoryAssignments) SetTier(_ context.Context, dimension, value, tier string) error {
+	f, err := assignmentField(dimension, value)
+	if err != nil {
+		return err
+	}
+	if err := checkTierName(tier); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if tier == "" {
+		delete(a.m, f)
+		return nil
+	}
+	if a.m == nil {
+		a.m = map[string]string{}
+	}
+	if _, ok := a.m[f]; !ok && len(a.m) >= MaxMemoryAssignments {
+		return fmt.Errorf("%w (%d)", ErrTooManyAssignments, MaxMemoryAssignments)
+	}
+	a.m[f] = tier
+	return nil
+}
+
+// RedisAssignmentsOptions configures RedisAssignments. The zero value is
+// ready to use.
+type RedisAssignmentsOptions struct {
+	// TTL is how long a looked-up assignment (or its absence) is cached
+	// before Redis is asked again; changes made by other instances show up
+	// within TTL. Default 5s.
+	TTL time.Duration
+	// MaxEntries caps the cache. When it is full, expired entries are
+	// dropped, and if none are, the whole cache is. Default 100,000.
+	MaxEntries int
+}
+
+// RedisAssignments keeps tier assignments in a Redis hash (field
+// "dimension=value", value the tier name), shared by every instance, with a
+// small in-process cache in front. When Redis fails, a stale cached entry
+// is served if there is one.
+type RedisAssignments struct {
+	client redis.UniversalClient
+	key    string
+	ttl    time.Duration
+	max    int
+	mu     sync.Mutex
+	cache  map[string]cached
+}
+
+type cached struct {
+	tier    string
+	ok      bool
+	expires time.Time
+}
+
+// NewRedisAssignments returns assignments stored in the hash key (see
+// Keys.Tiers).
+func NewRedisAssignments(client redis.UniversalClient, key string, opts RedisAssignmentsOptions) (*RedisAssignments, error) {
+	if client == nil || key == "" {
+		return nil, fmt.Errorf("%w: tier assignments need a Redis client and a key", ErrInvalid)
+	}
+	if opts.TTL < 0 || opts.MaxEntries < 0 {
+		return nil, fmt.Errorf("%w: negative cache TTL or size", ErrInvalid)
+	}
+	if opts.TTL == 0 {
+		opts.TTL = 5 * time.Second
+	}
+	if opts.MaxEntries == 0 {
+		opts.MaxEntries = 100_000
+	}
+	return &RedisAssignments{client: client, key: key, ttl: opts.TTL, max: opts.MaxEntries, cache: map[string]cached{}}, nil
+}
+
+// Tier implements Assignments.
+func (a *RedisAssignments) Tier(ctx context.Context, dimension, value string) (string, bool, error) {
+	f, err := assignmentField(dimension, value)
+	if err != nil {
+		return "", false, err
+	}
+	now := time.Now()
+	a.mu.Lock()
+	c, hit := a.cache[f]
+	a.mu.Unlock()
+	if hit && now.Before(c.expires) {
+		return c.tier, c.ok, nil
+	}
+	tier, err := a.client.HGet(ctx, a.key, f).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		a.remember(f, cached{expires: now.Add(a.ttl)})
+		return "", false, nil
+	case err != nil:
+		if hit {
+			return c.tier, c.ok, nil
+		}
+		return "", false, fmt.Errorf("config: reading tier assignment: %w", err)
+	}
+	a.remember(f, cached{tier: tier, ok: true, expires: now.Add(a.ttl)})
+	return tier, true, nil
+}
+
+func (a *RedisAssignments) remember(f string, c cached) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.cache[f]; !ok && len(a.cache) >= a.max {
+		now := time.Now()
+		for k, v := range a.cache {
+			if !now.Before(v.expires) {
+				delete(a.cache, k)
+			}
+		}
+		if len(a.cache) >= a.max {
+			clear(a.cache)
+		}
+	}
+	a.cache[f] = c
+}
+
+// SetTier implements Assignments. The change is visible at once on this
+// instance and within the cache TTL on the others.
+func (a *RedisAssignments) SetTier(ctx context.Context, dimension, value, tier string) error {
+	f, err := assignmentField(dimension, value)
+	if err != nil {
+		return err
+	}
+	if err := checkTierName(tier); err != nil {
+		return err
+	}
+	if tier == "" {
+		err = a.client.HDel(ctx, a.key, f).Err()
+	} else {
+		err = a.client.HSet(ctx, a.key, f, tier).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("config: storing tier assignment: %w", err)
+	}
+	a.remember(f, cached{tier: tier, ok: tier != "", expires: time.Now().Add(a.ttl)})
+	return nil
+}

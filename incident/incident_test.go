@@ -1,0 +1,125 @@
+package incident_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/incident"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// check asserts what must hold in every run: Floodgate admits exactly what
+// fits and its counter ends at the limit; the naive limiter incremented
+// once per request it let through.
+func check(t *testing.T, r incident.Report) {
+	t.Helper()
+	o := r.Options
+	if r.Atomic.Allowed != 2 || r.Atomic.Final != o.Limit || r.OverLimit(r.Atomic) != 0 {
+		t.Fatalf("floodgate: %+v, want exactly 2 allowed and the counter at %d", r.Atomic, o.Limit)
+	}
+	if r.Naive.Final != o.Start+int64(r.Naive.Allowed) || r.Naive.Allowed > o.Requests {
+		t.Fatalf("naive: %+v from %d", r.Naive, o.Start)
+	}
+}
+
+// overshoots runs the scene until the naive limiter overshoots, up to 3
+// times: the race is real, not scripted, so one run alone could in theory
+// be lucky.
+func overshoots(t *testing.T, run func() incident.Report) incident.Report {
+	t.Helper()
+	var r incident.Report
+	for range 3 {
+		r = run()
+		check(t, r)
+		if r.OverLimit(r.Naive) > 0 {
+			return r
+		}
+	}
+	t.Fatalf("the naive limiter never overshot in 3 runs: %+v", r.Naive)
+	return r
+}
+
+func TestIncidentInMemory(t *testing.T) {
+	ctx := context.Background()
+	r := overshoots(t, func() incident.Report {
+		env, err := incident.Memory("demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := incident.Run(ctx, env, incident.Options{Gap: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+	if o := r.Options; o.Limit != 1000 || o.Start != 998 || o.Requests != 50 {
+		t.Fatalf("defaults %+v", o)
+	}
+	out := r.String()
+	for _, want := range []string{
+		"limit 1000 requests per hour per API key, counter at 998",
+		"50 requests arrive at the same moment. 2 of them fit",
+		"  floodgate (one atomic step):     2 allowed, counter 998 → 1000, 0 over the limit\n",
+		fmt.Sprintf("  naive GET → compare → INCR:   %4d allowed, counter 998 → %d, %d over the limit\n", r.Naive.Allowed, r.Naive.Final, r.Naive.Allowed-2),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestIncidentOnRedis(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	overshoots(t, func() incident.Report {
+		env, err := incident.Redis(client, fmt.Sprintf("demo-%d", time.Now().UnixNano()), rs.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := incident.Run(ctx, env, incident.Options{Gap: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(r.String(), "on Redis "+rs.Addr) {
+			t.Errorf("report does not name the server:\n%s", r)
+		}
+		return r
+	})
+	// The run deleted every key it wrote (this server is private to the
+	// test, so it must be empty).
+	if n, err := client.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("%d keys left behind (%v)", n, err)
+	}
+}
+
+func TestIncidentOptions(t *testing.T) {
+	env, err := incident.Memory("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, o := range []incident.Options{
+		{Limit: -1}, {Limit: 10, Start: 11}, {Start: -1}, {Requests: -5}, {Requests: 10_001}, {Gap: -time.Millisecond}, {Gap: 2 * time.Second},
+	} {
+		if _, err := incident.Run(ctx, env, o); !errors.Is(err, incident.ErrInvalidOptions) {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	if _, err := incident.Run(ctx, incident.Env{}, incident.Options{}); !errors.Is(err, incident.ErrInvalidOptions) {
+		t.Errorf("empty environment: %v", err)
+	}
+	// Starting from zero with fewer requests than the limit, both
+	// limiters admit everything: the race only matters at the edge.
+	r, err := incident.Run(ctx, env, incident.Options{Limit: 100, StartAtZero: true, Requests: 40, Gap: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Fits() != 40 || r.Atomic.Allowed != 40 || r.Atomic.Final != 40 || r.Naive.Allowed != 40 || r.Naive.Final != 40 {
+		t.Fatalf("from zero: %+v", r)
+	}
+}

@@ -1,0 +1,337 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/loginguard"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/topk"
+)
+
+// admin wraps an admin handler with bearer-token authentication.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.AdminToken == "" {
+			s.fail(w, r, &problemError{status: http.StatusForbidden, kind: "admin-disabled",
+				detail: "the admin API is disabled: start the server with --admin-token or FLOODGATE_ADMIN_TOKEN"})
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// Compare digests so that neither the content nor the length of
+		// the token leaks through timing.
+		want, got := sha256.Sum256([]byte(s.opts.AdminToken)), sha256.Sum256([]byte(token))
+		if !ok || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
+			s.fail(w, r, &problemError{status: http.StatusUnauthorized, kind: "unauthorized",
+				detail: "missing or wrong admin token (send Authorization: Bearer <token>)"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// ResetRequest is the body of POST /admin/v1/reset.
+type ResetRequest struct {
+	// Policy names the policy whose state to forget.
+	Policy string `json:"policy"`
+	// Identity holds the identity values, as in a check.
+	Identity map[string]string `json:"identity"`
+	// Layers limits the reset to these layers. Empty means every layer
+	// whose dimensions Identity covers; global layers are reset only when
+	// named here.
+	Layers []string `json:"layers,omitempty"`
+}
+
+// ResetResponse is the body of a successful reset.
+type ResetResponse struct {
+	// Reset names the layers whose state was forgotten.
+	Reset []string `json:"reset"`
+	// Keys is the number of storage keys deleted or cleared.
+	Keys int `json:"keys"`
+}
+
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	if len(s.opts.Resetters) == 0 {
+		s.fail(w, r, &problemError{status: http.StatusNotImplemented, kind: "reset-unsupported", detail: "this server has no way to reset stored state"})
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req ResetRequest
+	if err := decodeJSON(body, &req, "policy, identity, layers"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cfg := s.cfg.Load()
+	keys, layers, err := s.resetKeys(cfg, req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, rs := range s.opts.Resetters {
+		if err := rs.ResetKeys(r.Context(), keys...); err != nil {
+			s.log.Error("admin reset failed", "policy", req.Policy, "error", err)
+			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "resetting: " + err.Error()})
+			return
+		}
+	}
+	s.log.Info("admin reset", "policy", req.Policy, "layers", layers, "keys", len(keys))
+	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: len(keys)})
+}
+
+// resetKeys validates a reset request and lists the keys it covers.
+func (s *Server) resetKeys(cfg *config.Config, req ResetRequest) (keys, layers []string, err error) {
+	if req.Policy == "" {
+		return nil, nil, badRequest("missing-policy", "field \"policy\" is required")
+	}
+	p, ok := cfg.Policy(req.Policy)
+	if !ok {
+		return nil, nil, badRequest("unknown-policy", "unknown policy %q (configured: %s)", clip(req.Policy, 80), policyNames(cfg))
+	}
+	if len(req.Identity) > MaxIdentityValues {
+		return nil, nil, badRequest("invalid-identity", "identity has %d values (max %d)", len(req.Identity), MaxIdentityValues)
+	}
+	for dim, v := range req.Identity {
+		if err := config.ValidateIdentityValue(dim, v); err != nil {
+			return nil, nil, badRequest("invalid-identity", "%v", err)
+		}
+	}
+	named := map[string]bool{}
+	for _, n := range req.Layers {
+		if _, ok := p.Layer(n); !ok {
+			return nil, nil, badRequest("unknown-layer", "policy %q has no layer %q", p.Name, clip(n, 80))
+		}
+		named[n] = true
+	}
+	tier := cfg.DefaultTier() // every tier of a layer shares its keys
+	for _, l := range p.Layers {
+		if len(named) > 0 && !named[l.Name] {
+			continue
+		}
+		var ids []string
+		if len(l.Dimensions) == 0 {
+			if !named[l.Name] {
+				continue
+			}
+			ids = l.ShardIdentities()
+		} else {
+			id, err := l.Identity(req.Identity)
+			if err != nil {
+				if named[l.Name] {
+					return nil, nil, badRequest("missing-identity", "%v", err)
+				}
+				continue
+			}
+			ids = []string{id}
+		}
+		for _, id := range ids {
+			keys = append(keys, s.lim.Key(l.Policy(tier), id))
+		}
+		layers = append(layers, l.Name)
+	}
+	if len(keys) == 0 {
+		return nil, nil, badRequest("nothing-to-reset", "no layer of policy %q is keyed by the identity values given (name global layers in \"layers\" to reset them)", p.Name)
+	}
+	return keys, layers, nil
+}
+
+// TierRequest is the body of POST /admin/v1/tier.
+type TierRequest struct {
+	// Dimension and Value name the identity, e.g. "api_key" and "abc123".
+	Dimension string `json:"dimension"`
+	Value     string `json:"value"`
+	// Tier is the tier to assign, one of the configuration's tiers; ""
+	// removes the assignment.
+	Tier string `json:"tier"`
+}
+
+func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req TierRequest
+	if err := decodeJSON(body, &req, "dimension, value, tier"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := config.ValidateIdentityValue(req.Dimension, req.Value); err != nil {
+		s.fail(w, r, badRequest("invalid-identity", "%v", err))
+		return
+	}
+	cfg := s.cfg.Load()
+	if req.Tier != "" && !cfg.HasTier(req.Tier) {
+		s.fail(w, r, badRequest("unknown-tier", "unknown tier %q (configured: %s)", clip(req.Tier, 80), strings.Join(cfg.Tiers(), ", ")))
+		return
+	}
+	if err := s.assign.SetTier(r.Context(), req.Dimension, req.Value, req.Tier); err != nil {
+		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
+		return
+	}
+	s.log.Info("admin tier assignment", "dimension", req.Dimension, "tier", req.Tier)
+	writeJSON(w, http.StatusOK, req)
+}
+
+func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := TierRequest{Dimension: q.Get("dimension"), Value: q.Get("value")}
+	if err := config.ValidateIdentityValue(req.Dimension, req.Value); err != nil {
+		s.fail(w, r, badRequest("invalid-identity", "%v (pass ?dimension=...&value=...)", err))
+		return
+	}
+	t, ok, err := s.assign.Tier(r.Context(), req.Dimension, req.Value)
+	if err != nil {
+		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
+		return
+	}
+	if ok {
+		req.Tier = t
+	}
+	writeJSON(w, http.StatusOK, req)
+}
+
+func (s *Server) handleTopDenied(w http.ResponseWriter, r *http.Request) {
+	n := 10
+	if v := r.URL.Query().Get("n"); v != "" {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < 1 || x > topk.MaxCapacity {
+			s.fail(w, r, badRequest("invalid-parameter", "n=%q: want a number in 1..%d", clip(v, 20), topk.MaxCapacity))
+			return
+		}
+		n = x
+	}
+	writeJSON(w, http.StatusOK, TopDenied{Top: s.decided.TopDenied(n)})
+}
+
+// TopDenied is the body of GET /admin/v1/top-denied?n=10: the identities
+// denied most often since the server started, most denied first. Each key
+// is "policy/layer:identity", naming the layer that denied.
+type TopDenied struct {
+	Top []topk.Item `json:"top"`
+}
+
+// ConfigInfo is the body of GET /admin/v1/config.
+type ConfigInfo struct {
+	Version     string   `json:"version"`
+	Source      string   `json:"source"`
+	Hash        string   `json:"hash"`
+	DefaultTier string   `json:"default_tier"`
+	Tiers       []string `json:"tiers"`
+	Policies    []string `json:"policies"`
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
+	cfg := s.cfg.Load()
+	info := ConfigInfo{Version: cfg.Version(), Source: cfg.Source(), Hash: cfg.Hash(), DefaultTier: cfg.DefaultTier(), Tiers: cfg.Tiers()}
+	for _, p := range cfg.Policies() {
+		info.Policies = append(info.Policies, p.Name)
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// UnlockRequest is the body of POST /admin/v1/login/unlock: the account,
+// the client address, or both, whose login lockout to lift.
+type UnlockRequest struct {
+	Account string `json:"account,omitempty"`
+	IP      string `json:"ip,omitempty"`
+}
+
+func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
+	if s.opts.LoginGuard == nil {
+		s.fail(w, r, &problemError{status: http.StatusNotImplemented, kind: "login-guard-disabled",
+			detail: "this server has no login guard (serve with --redis and --login-secret)"})
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req UnlockRequest
+	if err := decodeJSON(body, &req, "account, ip"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Account == "" && req.IP == "" {
+		s.fail(w, r, badRequest("invalid-unlock", "give \"account\", \"ip\" or both"))
+		return
+	}
+	var ip netip.Addr
+	if req.IP != "" {
+		if ip, err = netip.ParseAddr(req.IP); err != nil {
+			s.fail(w, r, badRequest("invalid-unlock", "ip %q is not an IP address", clip(req.IP, 80)))
+			return
+		}
+	}
+	if len(req.Account) > MaxUnlockAccountLen {
+		s.fail(w, r, badRequest("invalid-unlock", "account is %d bytes (max %d)", len(req.Account), MaxUnlockAccountLen))
+		return
+	}
+	if req.Account != "" {
+		if err := s.opts.LoginGuard.Unlock(r.Context(), req.Account); err != nil {
+			if errors.Is(err, loginguard.ErrInvalidAccount) {
+				s.fail(w, r, badRequest("invalid-unlock", "%v", err))
+				return
+			}
+			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking the account: " + err.Error()})
+			return
+		}
+	}
+	if req.IP != "" {
+		if err := s.opts.LoginGuard.UnlockIP(r.Context(), ip); err != nil {
+			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking the address: " + err.Error()})
+			return
+		}
+	}
+	s.log.Info("admin login unlock", "account_given", req.Account != "", "ip_given", req.IP != "")
+	writeJSON(w, http.StatusOK, map[string]bool{"unlocked": true})
+}
+
+// MaxUnlockAccountLen is the longest account name an unlock accepts.
+const MaxUnlockAccountLen = 1024
+
+// MemoryResetter resets keys of an in-process memstore.Store.
+type MemoryResetter struct {
+	// Store is the store to reset.
+	Store *memstore.Store
+}
+
+// ResetKeys implements Resetter.
+func (m MemoryResetter) ResetKeys(_ context.Context, keys ...string) error {
+	for _, k := range keys {
+		m.Store.Reset(k)
+	}
+	return nil
+}
+
+// RedisResetter resets keys stored in Redis by deleting them, one DEL per
+// key so that keys in different Redis Cluster slots are fine.
+type RedisResetter struct {
+	// Client is the Redis client the store uses.
+	Client redis.UniversalClient
+}
+
+// ResetKeys implements Resetter.
+func (rr RedisResetter) ResetKeys(ctx context.Context, keys ...string) error {
+	for _, k := range keys {
+		if err := rr.Client.Del(ctx, k).Err(); err != nil {
+			return fmt.Errorf("server: deleting %q: %w", k, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// TestBadInput: every malformed request gets a specific 4xx problem and
+// consumes nothing.
+func TestBadInput(t *testing.T) {
+	e := start(t, layered, memStore(t), func(o *server.Options) { o.MaxBatch = 3 })
+	item := `{"policy":"fifty","identity":{"user":"victim"}}`
+	tests := []struct {
+		name, path, body string
+		status           int
+		kind, detail     string
+	}{
+		{"empty body", "/v1/check", "", 400, "malformed-json", "empty"},
+		{"not JSON", "/v1/check", "policy=fifty", 400, "malformed-json", "malformed JSON at byte"},
+		{"truncated", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"}`, 400, "malformed-json", "ends in the middle"},
+		{"array", "/v1/check", `[1,2]`, 400, "malformed-json", "must be a JSON object"},
+		{"trailing data", "/v1/check", item + `{"x":1}`, 400, "malformed-json", "unexpected data after"},
+		{"unknown field", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cots":1}`, 400, "unknown-field", `unknown field "cots"`},
+		{"missing policy", "/v1/check", `{"identity":{"user":"victim"}}`, 400, "missing-policy", `"policy" is required`},
+		{"unknown policy", "/v1/check", `{"policy":"nope","identity":{"user":"victim"}}`, 400, "unknown-policy", `unknown policy "nope" (configured: api, fifty, shadowed)`},
+		{"missing identity", "/v1/check", `{"policy":"fifty"}`, 400, "missing-identity", `needs identity value "user"`},
+		{"wrong dimension", "/v1/check", `{"policy":"fifty","identity":{"ip":"1.2.3.4"}}`, 400, "missing-identity", `needs identity value "user"`},
+		{"empty value", "/v1/check", `{"policy":"fifty","identity":{"user":""}}`, 400, "invalid-identity", "is empty"},
+		{"bad dimension name", "/v1/check", `{"policy":"fifty","identity":{"user":"victim","Bad Name":"x"}}`, 400, "invalid-identity", "not in [a-z0-9_-]"},
+		{"huge value", "/v1/check", `{"policy":"fifty","identity":{"user":"` + strings.Repeat("v", 2000) + `"}}`, 400, "invalid-identity", "2000 bytes (max 1024)"},
+		{"numeric value", "/v1/check", `{"policy":"fifty","identity":{"user":42}}`, 400, "malformed-json", `identity values must be strings, got a JSON number`},
+		{"identity not object", "/v1/check", `{"policy":"fifty","identity":"victim"}`, 400, "malformed-json", `"identity" must be an object`},
+		{"negative cost", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":-1}`, 400, "invalid-cost", "cost -1 out of range"},
+		{"zero cost", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":0}`, 400, "invalid-cost", "use /v1/peek"},
+		{"huge cost", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":9007199254740993}`, 400, "invalid-cost", "out of range 1..1099511627776"},
+		{"overflowing cost", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":1e30}`, 400, "malformed-json", `"cost" must be a whole number`},
+		{"fractional cost", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":1.5}`, 400, "malformed-json", `"cost" must be a whole number`},
+		{"string cost", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":"1"}`, 400, "malformed-json", `"cost" must be a whole number`},
+		{"oversized body", "/v1/check", `{"policy":"fifty","identity":{"user":"victim","pad":"` + strings.Repeat("x", 70<<10) + `"}}`, 413, "body-too-large", "larger than 65536 bytes"},
+		{"bad enforce", "/v1/check?enforce=yes", item, 400, "invalid-parameter", `enforce="yes"`},
+		{"cost on peek", "/v1/peek", `{"policy":"fifty","identity":{"user":"victim"},"cost":1}`, 400, "unknown-field", `unknown field "cost"`},
+		{"empty batch", "/v1/check/batch", `{"requests":[]}`, 400, "invalid-batch", "at least one"},
+		{"too many batch items", "/v1/check/batch", `{"requests":[` + strings.Repeat(item+",", 3) + item + `]}`, 400, "batch-too-large", "4 checks (max 3)"},
+		{"one bad batch item", "/v1/check/batch", `{"requests":[` + item + `,{"policy":"fifty","identity":{"user":"victim"},"cost":-5}]}`, 400, "invalid-cost", "requests[1]: cost -5"},
+		{"too many identity values", "/v1/check", `{"policy":"fifty","identity":{` + manyValues(17) + `}}`, 400, "invalid-identity", "17 values (max 16)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.post(tc.path, tc.body)
+			p := problemOf(t, r)
+			if r.status != tc.status || p.Type != server.ProblemTypePrefix+tc.kind || !strings.Contains(p.Detail, tc.detail) {
+				t.Fatalf("got %d %s %q\nwant %d %s containing %q", r.status, p.Type, p.Detail, tc.status, tc.kind, tc.detail)
+			}
+		})
+	}
+	// None of it consumed anything: the first valid batch item of the
+	// rejected batch included.
+	if p := e.peek("fifty", id("user", "victim")); p.Remaining != 50 {
+		t.Fatalf("bad requests consumed: remaining %d of 50", p.Remaining)
+	}
+}
+
+func manyValues(n int) string {
+	parts := []string{`"user":"victim"`}
+	for i := 1; i < n; i++ {
+		parts = append(parts, fmt.Sprintf(`"d%d":"v"`, i))
+	}
+	return strings.Join(parts, ",")
+}
+
+func TestWrongMethodAndPath(t *testing.T) {
+	e := start(t, layered, memStore(t), nil)
+	if r := e.do("GET", "/v1/check", "", nil); r.status != 405 {
+		t.Fatalf("GET /v1/check: %d", r.status)
+	}
+	if r := e.do("POST", "/v2/check", "", "{}"); r.status != 404 {
+		t.Fatalf("POST /v2/check: %d", r.status)
+	}
+}

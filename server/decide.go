@@ -1,0 +1,237 @@
+package server
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// outcome is one decided check.
+type outcome struct {
+	check     check
+	tier      string
+	allowed   bool
+	binding   int // index into layers
+	layers    []floodgate.Result
+	identity  []string // the identity each layer keyed on
+	shadowHit []bool   // shadow layers that would have denied
+}
+
+// tierOf returns the tier applying to c: the identity's assigned tier when
+// the policy has tiered layers and the assignment names a configured tier,
+// the default tier otherwise. A failed lookup falls back to the default
+// tier (and is logged): limits stay enforced, at their default level.
+func (s *Server) tierOf(ctx context.Context, cfg *config.Config, c check) string {
+	p := c.policy
+	if !p.Tiered() {
+		return cfg.DefaultTier()
+	}
+	v, ok := c.identity[p.TierDimension]
+	if !ok {
+		return cfg.DefaultTier()
+	}
+	t, ok, err := s.assign.Tier(ctx, p.TierDimension, v)
+	if err != nil {
+		s.metrics.tierErrors.Inc()
+		s.log.Warn("tier lookup failed; using the default tier", "policy", p.Name, "error", err)
+		return cfg.DefaultTier()
+	}
+	if !ok || !cfg.HasTier(t) {
+		return cfg.DefaultTier()
+	}
+	return t
+}
+
+// decide runs one check as one all-or-nothing decision over the policy's
+// layers. Shadow layers are decided and counted with the others, but never
+// deny: if only shadow layers denied, the enforced layers are decided again
+// without them (a second store call, made only in that case).
+func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (outcome, error) {
+	o := outcome{check: c, tier: s.tierOf(ctx, cfg, c)}
+	specs, err := cfg.Specs(c.policy, o.tier, c.identity, c.peek)
+	if err != nil {
+		return o, badRequest("invalid-identity", "%s", err)
+	}
+	o.identity = make([]string, len(specs))
+	for i, sp := range specs {
+		o.identity[i] = sp.Identity
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.DecisionTimeout)
+	defer cancel()
+	dec, err := s.lim.AllowLayers(ctx, c.cost, specs...)
+	if err != nil {
+		return o, err
+	}
+	o.layers = dec.Layers
+	o.shadowHit = make([]bool, len(specs))
+	enforced := make([]int, 0, len(specs))
+	firstDenied := -1 // first enforced layer that denied
+	for i, l := range c.policy.Layers {
+		r := dec.Layers[i]
+		denied := !r.Allowed && r.Reason != floodgate.ReasonOtherLayer
+		if l.Shadow {
+			o.shadowHit[i] = denied
+			continue
+		}
+		enforced = append(enforced, i)
+		if denied && firstDenied < 0 {
+			firstDenied = i
+		}
+	}
+	switch {
+	case dec.Allowed:
+		o.allowed, o.binding = true, leastRemaining(o.layers, enforced)
+	case firstDenied >= 0:
+		o.allowed, o.binding = false, firstDenied
+	case len(enforced) == 0 || c.peek:
+		// Only shadow layers denied. A peek consumed nothing anyway, and a
+		// shadow-only policy never blocks: report the enforced layers'
+		// own results.
+		for _, i := range enforced {
+			o.layers[i].Allowed, o.layers[i].Reason = true, floodgate.ReasonNone
+		}
+		o.allowed, o.binding = true, leastRemaining(o.layers, enforced)
+	default:
+		// Only shadow layers denied, so nothing was consumed: decide the
+		// enforced layers again, alone.
+		sub := make([]floodgate.LayerSpec, len(enforced))
+		for j, i := range enforced {
+			sub[j] = specs[i]
+		}
+		dec2, err := s.lim.AllowLayers(ctx, c.cost, sub...)
+		if err != nil {
+			return o, err
+		}
+		for j, i := range enforced {
+			o.layers[i] = dec2.Layers[j]
+		}
+		o.allowed, o.binding = dec2.Allowed, enforced[dec2.Binding]
+		if dec2.Allowed {
+			o.binding = leastRemaining(o.layers, enforced)
+		}
+	}
+	return o, nil
+}
+
+// leastRemaining returns, among the layers at idx (all layers when idx is
+// empty), the one with the least remaining relative to its limit.
+func leastRemaining(rs []floodgate.Result, idx []int) int {
+	if len(idx) == 0 {
+		idx = make([]int, len(rs))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	best, bi := math.Inf(1), idx[0]
+	for _, i := range idx {
+		if f := float64(rs[i].Remaining) / float64(max(rs[i].Limit, 1)); f < best {
+			best, bi = f, i
+		}
+	}
+	return bi
+}
+
+// LayerResult is one layer's part of a decision.
+type LayerResult struct {
+	// Name is the layer's name, e.g. "per-user".
+	Name string `json:"name"`
+	// Dimension is what the layer keys on: "global", "user", "user+ip"...
+	Dimension string `json:"dimension"`
+	// Algorithm is the layer's algorithm, e.g. "sliding_window".
+	Algorithm string `json:"algorithm"`
+	// Allowed reports whether this layer admitted the request.
+	Allowed bool `json:"allowed"`
+	// Limit is the layer's limit for the request's tier.
+	Limit int64 `json:"limit"`
+	// Remaining is what the layer could still admit after this request.
+	Remaining int64 `json:"remaining"`
+	// Reset is when the layer's state is fresh again, in Unix seconds
+	// (rounded up).
+	Reset int64 `json:"reset"`
+	// ResetAt is Reset as an RFC 3339 time.
+	ResetAt string `json:"reset_at"`
+	// RetryAfterMS is, when denied, how long to wait in milliseconds
+	// (rounded up).
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	// DelayMS is, for a shaping (GCRA max_delay) layer, how long to wait
+	// before acting on an admitted request, in milliseconds.
+	DelayMS int64 `json:"delay_ms"`
+	// Reason is none, limited, cost_exceeds_limit or other_layer.
+	Reason string `json:"reason"`
+	// Shadow marks a layer that counts but never denies.
+	Shadow bool `json:"shadow,omitempty"`
+}
+
+// CheckResponse is the body of a decided check or peek (HTTP 200; or 429
+// with ?enforce=1 when denied).
+type CheckResponse struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool `json:"allowed"`
+	// Policy and Tier say which limits applied.
+	Policy string `json:"policy"`
+	Tier   string `json:"tier"`
+	// Limit, Remaining, Reset, ResetAt, RetryAfterMS and DelayMS are the
+	// binding layer's, as in LayerResult; they are what the X-RateLimit-*
+	// headers carry.
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	Reset        int64  `json:"reset"`
+	ResetAt      string `json:"reset_at"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	DelayMS      int64  `json:"delay_ms"`
+	// Binding names the layer that decided: the first that denied, or
+	// when allowed the one closest to its limit.
+	Binding string `json:"binding"`
+	// Reason is why the request was denied (none when allowed).
+	Reason string `json:"reason"`
+	// Layers are every layer's results, in configuration order.
+	Layers []LayerResult `json:"layers"`
+}
+
+func ceilSeconds(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
+
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func layerResult(l *config.Layer, r floodgate.Result, tier string) LayerResult {
+	return LayerResult{
+		Name:         l.Name,
+		Dimension:    l.Dimension(),
+		Algorithm:    l.Policy(tier).Algorithm.String(),
+		Allowed:      r.Allowed,
+		Limit:        r.Limit,
+		Remaining:    r.Remaining,
+		Reset:        ceilSeconds(r.ResetAt),
+		ResetAt:      r.ResetAt.UTC().Format(time.RFC3339),
+		RetryAfterMS: ceilMillis(r.RetryAfter),
+		DelayMS:      ceilMillis(r.Delay),
+		Reason:       r.Reason.String(),
+		Shadow:       l.Shadow,
+	}
+}
+
+// response builds the JSON body of o.
+func (o outcome) response() CheckResponse {
+	p := o.check.policy
+	resp := CheckResponse{Allowed: o.allowed, Policy: p.Name, Tier: o.tier, Layers: make([]LayerResult, len(o.layers))}
+	for i, r := range o.layers {
+		resp.Layers[i] = layerResult(p.Layers[i], r, o.tier)
+	}
+	b := resp.Layers[o.binding]
+	resp.Limit, resp.Remaining, resp.Reset, resp.ResetAt = b.Limit, b.Remaining, b.Reset, b.ResetAt
+	resp.RetryAfterMS, resp.DelayMS, resp.Binding, resp.Reason = b.RetryAfterMS, b.DelayMS, b.Name, b.Reason
+	if o.allowed {
+		resp.Reason, resp.RetryAfterMS = floodgate.ReasonNone.String(), 0
+	}
+	return resp
+}

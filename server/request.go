@@ -1,0 +1,225 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// Limits on requests.
+const (
+	// DefaultMaxBodyBytes is the largest request body accepted by default.
+	DefaultMaxBodyBytes = 64 << 10
+	// DefaultMaxBatch is the most items a batch may hold by default.
+	DefaultMaxBatch = 100
+	// MaxIdentityValues is the most identity values one request may carry.
+	MaxIdentityValues = 16
+)
+
+// CheckRequest is the body of POST /v1/check and one item of a batch.
+type CheckRequest struct {
+	// Policy names a policy of the active configuration, e.g. "api".
+	Policy string `json:"policy"`
+	// Identity maps dimension names to values, e.g. {"user": "42",
+	// "ip": "203.0.113.7"}. Every dimension a layer of the policy keys on
+	// must be present; others are ignored.
+	Identity map[string]string `json:"identity"`
+	// Cost is what the request costs (1..floodgate.MaxCost); absent means
+	// 1. Layers with their own cost in the configuration use that instead.
+	Cost *int64 `json:"cost,omitempty"`
+}
+
+// PeekRequest is the body of POST /v1/peek: a check that consumes nothing.
+type PeekRequest struct {
+	// Policy names a policy of the active configuration.
+	Policy string `json:"policy"`
+	// Identity maps dimension names to values, as in CheckRequest.
+	Identity map[string]string `json:"identity"`
+}
+
+// BatchRequest is the body of POST /v1/check/batch: independent checks
+// decided in order (a later item sees what an earlier one consumed).
+type BatchRequest struct {
+	// Requests are the checks, 1..MaxBatch of them.
+	Requests []CheckRequest `json:"requests"`
+}
+
+// problemError is a client error to report as application/problem+json.
+type problemError struct {
+	status int
+	kind   string // the problem type's slug
+	detail string
+}
+
+func (e *problemError) Error() string { return e.detail }
+
+func badRequest(kind, format string, args ...any) *problemError {
+	return &problemError{status: 400, kind: kind, detail: fmt.Sprintf(format, args...)}
+}
+
+// decodeJSON decodes exactly one JSON object from body into v, rejecting
+// unknown fields and trailing data, with messages naming what is wrong.
+func decodeJSON(body []byte, v any, known string) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("malformed-json", "the request body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonProblem(err, known)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
+	}
+	return nil
+}
+
+func jsonProblem(err error, known string) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return badRequest("malformed-json", "malformed JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("malformed-json", "malformed JSON: the body ends in the middle of a value")
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return badRequest("malformed-json", "the body must be a JSON object, got a JSON %s", typ.Value)
+		}
+		want := typ.Type.String()
+		switch {
+		case strings.HasPrefix(field, "identity") && typ.Type.Kind() == reflect.String:
+			return badRequest("malformed-json", "field %q: identity values must be strings, got a JSON %s", field, typ.Value)
+		case strings.HasPrefix(field, "identity"):
+			want = "an object of dimension → string value"
+		case strings.HasSuffix(field, "cost"):
+			want = "a whole number"
+		case want == "string":
+			want = "a string"
+		}
+		return badRequest("malformed-json", "field %q must be %s, got a JSON %s", field, want, typ.Value)
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return badRequest("unknown-field", "unknown field %s (known fields: %s)", name, known)
+	}
+	return badRequest("malformed-json", "malformed JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// check is a validated request, bound to the configuration it was
+// validated against.
+type check struct {
+	policy   *config.Policy
+	identity map[string]string
+	cost     int64
+	peek     bool
+}
+
+// validate checks a decoded request against cfg. where prefixes messages
+// (e.g. "requests[3]: ").
+func validate(cfg *config.Config, policy string, identity map[string]string, cost *int64, peek bool, where string) (check, error) {
+	if policy == "" {
+		return check{}, badRequest("missing-policy", "%sfield \"policy\" is required", where)
+	}
+	p, ok := cfg.Policy(policy)
+	if !ok {
+		return check{}, badRequest("unknown-policy", "%sunknown policy %q (configured: %s)", where, clip(policy, 80), policyNames(cfg))
+	}
+	if len(identity) > MaxIdentityValues {
+		return check{}, badRequest("invalid-identity", "%sidentity has %d values (max %d)", where, len(identity), MaxIdentityValues)
+	}
+	for dim, v := range identity {
+		if err := config.ValidateIdentityValue(dim, v); err != nil {
+			return check{}, badRequest("invalid-identity", "%s%s", where, strings.TrimPrefix(err.Error(), config.ErrInvalidIdentity.Error()+": "))
+		}
+	}
+	for _, l := range p.Layers {
+		for _, d := range l.Dimensions {
+			if _, ok := identity[d]; !ok {
+				return check{}, badRequest("missing-identity", "%spolicy %q layer %q needs identity value %q (send \"identity\": {%q: \"...\"})", where, p.Name, l.Name, d, d)
+			}
+		}
+	}
+	c := check{policy: p, identity: identity, cost: 1, peek: peek}
+	if cost != nil {
+		if *cost < 1 || *cost > floodgate.MaxCost {
+			return check{}, badRequest("invalid-cost", "%scost %d out of range 1..%d (use /v1/peek to check without consuming)", where, *cost, int64(floodgate.MaxCost))
+		}
+		c.cost = *cost
+	}
+	if peek {
+		c.cost = 0
+	}
+	return c, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func policyNames(cfg *config.Config) string {
+	ps := cfg.Policies()
+	names := make([]string, 0, min(len(ps), 20))
+	for i, p := range ps {
+		if i == 20 {
+			names = append(names, "... "+strconv.Itoa(len(ps)-20)+" more")
+			break
+		}
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// decodeCheck decodes and validates a POST /v1/check body against cfg.
+func decodeCheck(cfg *config.Config, body []byte) (check, error) {
+	var r CheckRequest
+	if err := decodeJSON(body, &r, "policy, identity, cost"); err != nil {
+		return check{}, err
+	}
+	return validate(cfg, r.Policy, r.Identity, r.Cost, false, "")
+}
+
+// decodePeek decodes and validates a POST /v1/peek body against cfg.
+func decodePeek(cfg *config.Config, body []byte) (check, error) {
+	var r PeekRequest
+	if err := decodeJSON(body, &r, "policy, identity"); err != nil {
+		return check{}, err
+	}
+	return validate(cfg, r.Policy, r.Identity, nil, true, "")
+}
+
+// decodeBatch decodes and validates a POST /v1/check/batch body: every
+// item must be valid before any is decided.
+func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error) {
+	var r BatchRequest
+	if err := decodeJSON(body, &r, "requests"); err != nil {
+		return nil, err
+	}
+	if len(r.Requests) == 0 {
+		return nil, badRequest("invalid-batch", "field \"requests\" must hold at least one check")
+	}
+	if len(r.Requests) > maxItems {
+		return nil, badRequest("batch-too-large", "the batch has %d checks (max %d); split it", len(r.Requests), maxItems)
+	}
+	out := make([]check, len(r.Requests))
+	for i, it := range r.Requests {
+		c, err := validate(cfg, it.Policy, it.Identity, it.Cost, false, fmt.Sprintf("requests[%d]: ", i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
+	}
+	return out, nil
+}

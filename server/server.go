@@ -1,0 +1,242 @@
+// Package server is Floodgate's HTTP/JSON service: rate-limit decisions
+// (POST /v1/check, /v1/check/batch, /v1/peek) for the policies of a live
+// configuration, admin operations behind a bearer token, Prometheus
+// metrics, health and readiness probes, and graceful shutdown.
+//
+// Every decision of a layered policy is one all-or-nothing store call
+// (floodgate.Limiter.AllowLayers). A decided request is HTTP 200 whether it
+// was allowed or not — the body and the X-RateLimit-* headers say — unless
+// the caller asks for ?enforce=1, which turns a denial into 429 with
+// Retry-After. Bad input gets a 4xx application/problem+json body that says
+// exactly what is wrong, and consumes nothing.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/metrics"
+)
+
+// Resetter forgets the stored state of keys (an admin resetting an
+// identity). Implementations: MemoryResetter, RedisResetter.
+type Resetter interface {
+	ResetKeys(ctx context.Context, keys ...string) error
+}
+
+// LoginUnlocker lifts login lockouts (package loginguard's Guard).
+type LoginUnlocker interface {
+	// Unlock forgets an account's failures and lock.
+	Unlock(ctx context.Context, account string) error
+	// UnlockIP forgets the failures and lock of ip's network.
+	UnlockIP(ctx context.Context, ip netip.Addr) error
+}
+
+// Options configures a Server. The zero value is ready to use.
+type Options struct {
+	// Logger receives request errors and admin actions. Default: discard.
+	Logger *slog.Logger
+	// Registerer receives the server's metrics. Default: a private
+	// registry.
+	Registerer prometheus.Registerer
+	// Metrics records decisions (rate_limit_allowed_total and
+	// rate_limit_denied_total by policy and tier) and the top denied
+	// identities; share it with the fallback store as its Observer.
+	// Default: a new metrics.Metrics on Registerer.
+	Metrics *metrics.Metrics
+	// Gatherer serves GET /metrics. Default: Registerer when it is also a
+	// Gatherer (a *prometheus.Registry); without either, /metrics is 404.
+	Gatherer prometheus.Gatherer
+	// AdminToken enables the admin endpoints (/admin/v1/...) for requests
+	// carrying "Authorization: Bearer <AdminToken>". Empty disables them.
+	AdminToken string
+	// Assignments holds per-identity tier assignments. Default: a new
+	// in-process config.MemoryAssignments.
+	Assignments config.Assignments
+	// Resetters forget stored state for POST /admin/v1/reset, all of them
+	// in order (e.g. the Redis store and the local fallback store). Empty
+	// disables that endpoint.
+	Resetters []Resetter
+	// LoginGuard, when set, enables POST /admin/v1/login/unlock, lifting
+	// lockouts of the login guard that shares its store (same Redis,
+	// prefix and secret).
+	LoginGuard LoginUnlocker
+	// Ready reports whether the backing store is usable, for GET /readyz
+	// (e.g. a Redis PING). Nil means always ready.
+	Ready func(ctx context.Context) error
+	// DecisionTimeout bounds each decision's store calls. Default 1s.
+	DecisionTimeout time.Duration
+	// MaxBodyBytes caps request bodies. Default DefaultMaxBodyBytes (64 KiB).
+	MaxBodyBytes int64
+	// MaxBatch caps the checks of one batch. Default DefaultMaxBatch (100).
+	MaxBatch int
+	// DrainTimeout bounds how long Serve waits for in-flight requests when
+	// shutting down. Default 10s.
+	DrainTimeout time.Duration
+	// ShutdownDelay is how long Serve keeps serving after readiness turns
+	// off and before it stops accepting connections, so load balancers
+	// notice. Default 0.
+	ShutdownDelay time.Duration
+}
+
+// Server serves the HTTP API. It is safe for concurrent use.
+type Server struct {
+	lim      *floodgate.Limiter
+	cfg      *config.Holder
+	opts     Options
+	log      *slog.Logger
+	assign   config.Assignments
+	metrics  *serverMetrics
+	decided  *metrics.Metrics
+	mux      *http.ServeMux
+	draining atomic.Bool
+}
+
+// New returns a Server deciding with lim under the configuration held by
+// cfg (read afresh for every request, so reloads apply at once).
+func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, error) {
+	if lim == nil || cfg == nil {
+		return nil, errors.New("server: nil limiter or configuration")
+	}
+	if opts.DecisionTimeout < 0 || opts.MaxBodyBytes < 0 || opts.MaxBatch < 0 ||
+		opts.DrainTimeout < 0 || opts.ShutdownDelay < 0 {
+		return nil, errors.New("server: negative option")
+	}
+	if opts.DecisionTimeout == 0 {
+		opts.DecisionTimeout = time.Second
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	if opts.Gatherer == nil {
+		opts.Gatherer, _ = opts.Registerer.(prometheus.Gatherer)
+	}
+	m, err := newServerMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Metrics == nil {
+		if opts.Metrics, err = metrics.New(opts.Registerer, metrics.Options{}); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	s := &Server{lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.assign == nil {
+		s.assign = &config.MemoryAssignments{}
+	}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
+	mux.HandleFunc("POST /v1/peek", s.handlePeek)
+	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	if s.opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("POST /admin/v1/reset", s.admin(s.handleReset))
+	mux.HandleFunc("POST /admin/v1/tier", s.admin(s.handleSetTier))
+	mux.HandleFunc("GET /admin/v1/tier", s.admin(s.handleGetTier))
+	mux.HandleFunc("GET /admin/v1/top-denied", s.admin(s.handleTopDenied))
+	mux.HandleFunc("GET /admin/v1/config", s.admin(s.handleConfig))
+	mux.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
+	s.mux = mux
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// SetDraining turns readiness off (true) or back on, without stopping.
+func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
+
+// Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
+// readiness turns off, it waits ShutdownDelay, stops accepting connections
+// and waits up to DrainTimeout for in-flight requests. It returns nil after
+// a clean shutdown, or the error that stopped it.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("server: %w", err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.log.Info("shutting down: readiness off, draining", "delay", s.opts.ShutdownDelay, "timeout", s.opts.DrainTimeout)
+	if s.opts.ShutdownDelay > 0 {
+		time.Sleep(s.opts.ShutdownDelay)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("server: draining: %w", err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyResponse is the body of GET /readyz.
+type readyResponse struct {
+	Status        string `json:"status"`
+	Error         string `json:"error,omitempty"`
+	ConfigVersion string `json:"config_version"`
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	resp := readyResponse{Status: "ready", ConfigVersion: s.cfg.Load().Version()}
+	status := http.StatusOK
+	switch {
+	case s.draining.Load():
+		resp.Status, status = "draining", http.StatusServiceUnavailable
+	case s.opts.Ready != nil:
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := s.opts.Ready(ctx); err != nil {
+			resp.Status, resp.Error, status = "degraded", err.Error(), http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, resp)
+}
