@@ -1,0 +1,206 @@
+package clocksync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/clocksync"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptedSource answers TIME from a simulated server whose clock is the
+// local clock plus offset, with the given request and reply delays per
+// call, advancing the simulated local clock as the call "travels".
+type scriptedSource struct {
+	mu     sync.Mutex
+	local  time.Time
+	offset time.Duration
+	delays [][2]time.Duration // per call: request, reply
+	calls  int
+	fail   error
+}
+
+func (s *scriptedSource) now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local
+}
+
+func (s *scriptedSource) Time(ctx context.Context) *redis.TimeCmd {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := redis.NewTimeCmd(ctx)
+	if s.fail != nil {
+		cmd.SetErr(s.fail)
+		return cmd
+	}
+	d := s.delays[s.calls%len(s.delays)]
+	s.calls++
+	s.local = s.local.Add(d[0])
+	cmd.SetVal(s.local.Add(s.offset))
+	s.local = s.local.Add(d[1])
+	return cmd
+}
+
+func TestKeepsSmallestRoundTrip(t *testing.T) {
+	const offset = 3 * time.Second
+	src := &scriptedSource{local: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), offset: offset}
+	var seen []time.Duration
+	c, err := clocksync.New(src, clocksync.Options{Samples: 3, Keep: 2, Now: src.now, Observer: observerFunc(func(off, rtt time.Duration) {
+		seen = append(seen, rtt)
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, synced := c.Offset(); synced {
+		t.Fatal("synced before the first round")
+	}
+	if got := c.Now(); !got.Equal(src.now()) {
+		t.Fatalf("Now before syncing = %v, want the local time %v", got, src.now())
+	}
+	steps := []struct {
+		name    string
+		delays  [][2]time.Duration
+		wantOff time.Duration // estimate chosen after the round
+		wantRTT time.Duration
+	}{
+		// Asymmetric paths skew an estimate by (request-reply)/2; the
+		// round keeps its fastest sample: 4ms, estimate offset+1ms.
+		{"round 1", [][2]time.Duration{{30 * time.Millisecond, 10 * time.Millisecond}, {3 * time.Millisecond, time.Millisecond}, {20 * time.Millisecond, 20 * time.Millisecond}},
+			offset + time.Millisecond, 4 * time.Millisecond},
+		// A slow round does not displace the better sample of round 1.
+		{"round 2, slower", [][2]time.Duration{{50 * time.Millisecond, 10 * time.Millisecond}},
+			offset + time.Millisecond, 4 * time.Millisecond},
+		// Round 1 leaves the window of 2 rounds: round 2's and round 3's
+		// best compete, round 3's 2ms symmetric sample wins, exact.
+		{"round 3", [][2]time.Duration{{time.Millisecond, time.Millisecond}, {9 * time.Millisecond, time.Millisecond}},
+			offset, 2 * time.Millisecond},
+	}
+	for _, st := range steps {
+		src.mu.Lock()
+		src.delays, src.calls = st.delays, 0
+		src.mu.Unlock()
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		off, rtt, synced := c.Offset()
+		if off != st.wantOff || rtt != st.wantRTT || !synced {
+			t.Fatalf("%s: offset %v rtt %v synced %v; want %v, %v, true", st.name, off, rtt, synced, st.wantOff, st.wantRTT)
+		}
+		if got, want := c.Now(), src.now().Add(st.wantOff); !got.Equal(want) {
+			t.Fatalf("%s: Now = %v, want %v", st.name, got, want)
+		}
+	}
+	if fmt.Sprint(seen) != "[4ms 4ms 2ms]" {
+		t.Fatalf("observer saw rtts %v, want [4ms 4ms 2ms]", seen)
+	}
+	// A round without a sample reports it and keeps the offset.
+	src.mu.Lock()
+	src.fail = errors.New("connection refused")
+	src.mu.Unlock()
+	if err := c.Sync(context.Background()); !errors.Is(err, clocksync.ErrNoSample) {
+		t.Fatalf("failed round: %v, want ErrNoSample", err)
+	}
+	if off, _, _ := c.Offset(); off != offset {
+		t.Fatalf("offset %v after a failed round, want it kept at %v", off, offset)
+	}
+}
+
+type observerFunc func(offset, rtt time.Duration)
+
+func (f observerFunc) ObserveClock(offset, rtt time.Duration) { f(offset, rtt) }
+
+// TestMeasuresRealRedis checks the NTP bound against a real server: with
+// the local clock 5 s ahead of the machine's (and so of Redis's), the
+// measured offset is -5 s within half the round trip (plus TIME's 1 µs
+// resolution and a millisecond of slack).
+func TestMeasuresRealRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, skew := range []time.Duration{5 * time.Second, -5 * time.Second, 0} {
+		c, err := clocksync.New(srv.Client(t), clocksync.Options{Now: func() time.Time { return time.Now().Add(skew) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		off, rtt, _ := c.Offset()
+		if diff := (off + skew).Abs(); diff > rtt/2+time.Millisecond {
+			t.Fatalf("skew %v: offset %v (rtt %v) is %v from -skew, beyond rtt/2+1ms", skew, off, rtt, diff)
+		}
+		if diff := c.Now().Sub(time.Now()).Abs(); diff > rtt/2+50*time.Millisecond {
+			t.Fatalf("skew %v: corrected clock is %v from the machine's", skew, diff)
+		}
+		t.Logf("skew %+v: measured offset %v, rtt %v", skew, off, rtt)
+	}
+}
+
+func TestRunStopsAndReportsErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	var errs []error
+	rounds := 0
+	c, err := clocksync.New(srv.Client(t), clocksync.Options{
+		Interval: 10 * time.Millisecond, Samples: 1, Timeout: 200 * time.Millisecond,
+		Observer: observerFunc(func(time.Duration, time.Duration) { mu.Lock(); rounds++; mu.Unlock() }),
+		OnError:  func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitFor(t, "3 rounds", func() bool { mu.Lock(); defer mu.Unlock(); return rounds >= 3 })
+	srv.Kill()
+	waitFor(t, "a reported error", func() bool { mu.Lock(); defer mu.Unlock(); return len(errs) > 0 })
+	srv.Restart(t)
+	mu.Lock()
+	before := rounds
+	mu.Unlock()
+	waitFor(t, "rounds after restart", func() bool { mu.Lock(); defer mu.Unlock(); return rounds > before })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(errs[0], clocksync.ErrNoSample) {
+		t.Fatalf("reported %v, want ErrNoSample", errs[0])
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	src := &scriptedSource{}
+	if _, err := clocksync.New(nil, clocksync.Options{}); !errors.Is(err, clocksync.ErrInvalidOptions) {
+		t.Fatalf("nil source: %v", err)
+	}
+	for _, opts := range []clocksync.Options{
+		{Interval: time.Millisecond}, {Samples: -1}, {Samples: 101}, {Keep: -1}, {Keep: 1001}, {Timeout: -time.Second},
+	} {
+		if c, err := clocksync.New(src, opts); !errors.Is(err, clocksync.ErrInvalidOptions) || c != nil {
+			t.Fatalf("New(%+v) = %v, %v; want ErrInvalidOptions", opts, c, err)
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package fallback
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// BreakerState is the state of the circuit breaker in front of the primary
+// store. Its numeric value is what the rate_limit_breaker_state gauge shows.
+type BreakerState uint8
+
+// The breaker states.
+const (
+	// BreakerClosed: every call goes to the primary (central counting).
+	BreakerClosed BreakerState = iota
+	// BreakerHalfOpen: a few probe calls go to the primary; the rest are
+	// decided by the failure mode until the probes succeed.
+	BreakerHalfOpen
+	// BreakerOpen: no call goes to the primary until the open period ends.
+	BreakerOpen
+)
+
+// String returns "closed", "half_open" or "open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerHalfOpen:
+		return "half_open"
+	case BreakerOpen:
+		return "open"
+	}
+	return fmt.Sprintf("BreakerState(%d)", uint8(s))
+}
+
+// BreakerOptions configures the circuit breaker. The zero value gives the
+// documented defaults.
+type BreakerOptions struct {
+	// FailureThreshold is how many consecutive failed primary calls open
+	// the breaker. Default 5.
+	FailureThreshold int
+	// OpenFor is how long the breaker stays open the first time, before it
+	// lets probes through. Each failed probe doubles it, up to MaxOpenFor;
+	// closing resets it. Default 1s.
+	OpenFor time.Duration
+	// MaxOpenFor caps the open period. Default 30s; at least OpenFor.
+	MaxOpenFor time.Duration
+	// Jitter spreads each open period by ±Jitter of its length, so that
+	// many instances that lost Redis together do not probe it together.
+	// 0 means 0.2; a negative value disables jitter; at most 0.9.
+	Jitter float64
+	// HalfOpenProbes is how many probe calls may be in flight at once while
+	// half-open; other calls meanwhile are decided by the failure mode.
+	// Default 1.
+	HalfOpenProbes int
+	// ProbeSuccesses is how many successful probes close the breaker. A
+	// failed probe opens it again. Default 3.
+	ProbeSuccesses int
+}
+
+func (o *BreakerOptions) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: breaker: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	if o.FailureThreshold < 0 || o.FailureThreshold > 1_000_000 {
+		return bad("failure threshold %d out of range 0..1000000", o.FailureThreshold)
+	}
+	if o.OpenFor < 0 || o.OpenFor > time.Hour {
+		return bad("open period %v out of range 0..1h", o.OpenFor)
+	}
+	if o.MaxOpenFor < 0 || o.MaxOpenFor > time.Hour {
+		return bad("max open period %v out of range 0..1h", o.MaxOpenFor)
+	}
+	if o.Jitter > 0.9 || o.Jitter != o.Jitter {
+		return bad("jitter %v above 0.9", o.Jitter)
+	}
+	if o.HalfOpenProbes < 0 || o.HalfOpenProbes > 1000 {
+		return bad("half-open probes %d out of range 0..1000", o.HalfOpenProbes)
+	}
+	if o.ProbeSuccesses < 0 || o.ProbeSuccesses > 1000 {
+		return bad("probe successes %d out of range 0..1000", o.ProbeSuccesses)
+	}
+	if o.FailureThreshold == 0 {
+		o.FailureThreshold = 5
+	}
+	if o.OpenFor == 0 {
+		o.OpenFor = time.Second
+	}
+	if o.MaxOpenFor == 0 {
+		o.MaxOpenFor = max(30*time.Second, o.OpenFor)
+	}
+	if o.MaxOpenFor < o.OpenFor {
+		return bad("max open period %v below open period %v", o.MaxOpenFor, o.OpenFor)
+	}
+	switch {
+	case o.Jitter == 0:
+		o.Jitter = 0.2
+	case o.Jitter < 0:
+		o.Jitter = 0
+	}
+	if o.HalfOpenProbes == 0 {
+		o.HalfOpenProbes = 1
+	}
+	if o.ProbeSuccesses == 0 {
+		o.ProbeSuccesses = 3
+	}
+	return nil
+}
+
+// ticket says how a call was let through by the breaker.
+type ticket uint8
+
+const (
+	ticketDenied ticket = iota // the breaker is open: do not call the primary
+	ticketNormal               // breaker closed: an ordinary call
+	ticketProbe                // half-open: this call probes the primary
+)
+
+// verdict is what a primary call told the breaker.
+type verdict uint8
+
+const (
+	verdictSuccess verdict = iota // the primary answered
+	verdictFailure                // the primary failed (counts toward opening)
+	verdictNeutral                // says nothing about the primary's health
+)
+
+// breaker is a consecutive-failure circuit breaker with a jittered,
+// exponentially growing open period and a bounded number of half-open
+// probes. It is safe for concurrent use.
+type breaker struct {
+	name     string // the partition it guards
+	opts     BreakerOptions
+	now      func() time.Time
+	onChange func(BreakerState)
+
+	mu        sync.Mutex
+	state     BreakerState
+	failures  int // consecutive failures while closed
+	successes int // successful probes since half-open
+	inFlight  int // probes in flight
+	openFor   time.Duration
+	openUntil time.Time // end of the open period (monotonic reading)
+	rnd       *rand.Rand
+}
+
+func newBreaker(name string, opts BreakerOptions, now func() time.Time, onChange func(BreakerState)) *breaker {
+	return &breaker{
+		name:     name,
+		opts:     opts,
+		now:      now,
+		onChange: onChange,
+		openFor:  opts.OpenFor,
+		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+}
+
+// acquire says whether a call may go to the primary, and as what.
+func (b *breaker) acquire() ticket {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case BreakerClosed:
+		return ticketNormal
+	case BreakerOpen:
+		if b.now().Before(b.openUntil) {
+			return ticketDenied
+		}
+		b.setState(BreakerHalfOpen)
+		b.successes, b.inFlight = 0, 0
+	}
+	if b.inFlight >= b.opts.HalfOpenProbes {
+		return ticketDenied
+	}
+	b.inFlight++
+	return ticketProbe
+}
+
+// release records the outcome of a call that acquire let through.
+func (b *breaker) release(t ticket, v verdict) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch t {
+	case ticketNormal:
+		if b.state != BreakerClosed {
+			return // a late answer from before the breaker opened
+		}
+		switch v {
+		case verdictSuccess:
+			b.failures = 0
+		case verdictFailure:
+			b.failures++
+			if b.failures >= b.opts.FailureThreshold {
+				b.open()
+			}
+		}
+	case ticketProbe:
+		if b.state != BreakerHalfOpen {
+			return
+		}
+		b.inFlight--
+		switch v {
+		case verdictSuccess:
+			b.successes++
+			if b.successes >= b.opts.ProbeSuccesses {
+				b.failures = 0
+				b.openFor = b.opts.OpenFor
+				b.setState(BreakerClosed)
+			}
+		case verdictFailure:
+			b.openFor = min(2*b.openFor, b.opts.MaxOpenFor)
+			b.open()
+		}
+	}
+}
+
+// open starts an open period of b.openFor, jittered. b.mu is held.
+func (b *breaker) open() {
+	d := b.openFor
+	if j := b.opts.Jitter; j > 0 {
+		d = time.Duration(float64(d) * (1 + j*(2*b.rnd.Float64()-1)))
+	}
+	b.openUntil = b.now().Add(d)
+	b.setState(BreakerOpen)
+}
+
+// setState changes the state and reports the change. b.mu is held, so
+// changes are reported in order.
+func (b *breaker) setState(s BreakerState) {
+	if b.state == s {
+		return
+	}
+	b.state = s
+	if b.onChange != nil {
+		b.onChange(s)
+	}
+}
+
+// snapshot returns the state and, when open, how long until probes are let
+// through.
+func (b *breaker) snapshot() (BreakerState, time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerOpen {
+		return b.state, max(b.openUntil.Sub(b.now()), 0)
+	}
+	return b.state, 0
+}
+
+// retryHint is how long a ModeClosed denial asks the client to wait: until
+// the breaker lets probes through, or one base open period when it is not
+// open.
+func (b *breaker) retryHint() time.Duration {
+	if _, wait := b.snapshot(); wait > 0 {
+		return wait
+	}
+	return b.opts.OpenFor
+}

@@ -1,0 +1,157 @@
+package fallback
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a settable clock for the breaker's timing.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestBreaker(t *testing.T, opts BreakerOptions) (*breaker, *fakeClock, *[]BreakerState) {
+	t.Helper()
+	if err := opts.validate(); err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	var changes []BreakerState
+	b := newBreaker("test", opts, clk.now, func(s BreakerState) { changes = append(changes, s) })
+	return b, clk, &changes
+}
+
+func TestBreakerLifecycle(t *testing.T) {
+	b, clk, changes := newTestBreaker(t, BreakerOptions{
+		FailureThreshold: 3, OpenFor: time.Second, MaxOpenFor: 3 * time.Second,
+		Jitter: -1, HalfOpenProbes: 2, ProbeSuccesses: 2,
+	})
+	expect := func(step string, want ticket) {
+		t.Helper()
+		if got := b.acquire(); got != want {
+			t.Fatalf("%s: acquire = %d, want %d", step, got, want)
+		}
+	}
+	// Two failures, a success, then three failures: only consecutive ones count.
+	for i, v := range []verdict{verdictFailure, verdictFailure, verdictSuccess, verdictFailure, verdictFailure, verdictNeutral} {
+		expect("closed", ticketNormal)
+		b.release(ticketNormal, v)
+		if st, _ := b.snapshot(); st != BreakerClosed {
+			t.Fatalf("call %d: state %v, want closed", i, st)
+		}
+	}
+	expect("third failure", ticketNormal)
+	b.release(ticketNormal, verdictFailure)
+	if st, wait := b.snapshot(); st != BreakerOpen || wait != time.Second {
+		t.Fatalf("after 3 failures: %v, wait %v; want open, 1s", st, wait)
+	}
+	expect("open", ticketDenied)
+	// A late success from before the breaker opened does not close it.
+	b.release(ticketNormal, verdictSuccess)
+	expect("open after late success", ticketDenied)
+
+	clk.advance(time.Second)
+	expect("first probe", ticketProbe)
+	expect("second probe", ticketProbe)
+	expect("probes exhausted", ticketDenied)
+	b.release(ticketProbe, verdictFailure) // re-opens for 2s
+	if st, wait := b.snapshot(); st != BreakerOpen || wait != 2*time.Second {
+		t.Fatalf("after failed probe: %v, wait %v; want open, 2s", st, wait)
+	}
+	b.release(ticketProbe, verdictSuccess) // the other probe, answered late: ignored
+	clk.advance(2 * time.Second)
+	expect("probe", ticketProbe)
+	b.release(ticketProbe, verdictFailure) // re-opens for min(4s, 3s)
+	if _, wait := b.snapshot(); wait != 3*time.Second {
+		t.Fatalf("open period %v, want capped at 3s", wait)
+	}
+	clk.advance(3 * time.Second)
+	expect("probe", ticketProbe)
+	b.release(ticketProbe, verdictNeutral) // a cancelled probe frees its slot
+	expect("probe again", ticketProbe)
+	b.release(ticketProbe, verdictSuccess)
+	expect("second probe", ticketProbe)
+	b.release(ticketProbe, verdictSuccess)
+	if st, _ := b.snapshot(); st != BreakerClosed {
+		t.Fatalf("after 2 successful probes: %v, want closed", st)
+	}
+	expect("closed again", ticketNormal)
+
+	// The open period was reset by closing: 3 failures open it for 1s.
+	for range 3 {
+		b.release(b.acquire(), verdictFailure)
+	}
+	if _, wait := b.snapshot(); wait != time.Second {
+		t.Fatalf("open period after closing %v, want reset to 1s", wait)
+	}
+	want := []BreakerState{BreakerOpen, BreakerHalfOpen, BreakerOpen, BreakerHalfOpen, BreakerOpen, BreakerHalfOpen, BreakerClosed, BreakerOpen}
+	if len(*changes) != len(want) {
+		t.Fatalf("state changes %v, want %v", *changes, want)
+	}
+	for i := range want {
+		if (*changes)[i] != want[i] {
+			t.Fatalf("state changes %v, want %v", *changes, want)
+		}
+	}
+}
+
+func TestBreakerJitter(t *testing.T) {
+	b, _, _ := newTestBreaker(t, BreakerOptions{FailureThreshold: 1, OpenFor: time.Second, Jitter: 0.5})
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		b.mu.Lock()
+		b.open()
+		b.mu.Unlock()
+		_, wait := b.snapshot()
+		if wait < 500*time.Millisecond || wait > 1500*time.Millisecond {
+			t.Fatalf("jittered open period %v outside 0.5s..1.5s", wait)
+		}
+		seen[wait] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("only %d distinct open periods in 50: jitter is not spreading probes", len(seen))
+	}
+}
+
+func TestBreakerOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts BreakerOptions
+	}{
+		{"negative threshold", BreakerOptions{FailureThreshold: -1}},
+		{"negative open", BreakerOptions{OpenFor: -time.Second}},
+		{"open too long", BreakerOptions{OpenFor: 2 * time.Hour}},
+		{"max below open", BreakerOptions{OpenFor: 2 * time.Second, MaxOpenFor: time.Second}},
+		{"jitter too large", BreakerOptions{Jitter: 1}},
+		{"negative probes", BreakerOptions{HalfOpenProbes: -1}},
+		{"negative successes", BreakerOptions{ProbeSuccesses: -2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.opts.validate(); err == nil {
+				t.Fatalf("validate(%+v) = nil, want an error", tc.opts)
+			}
+		})
+	}
+	var o BreakerOptions
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := BreakerOptions{FailureThreshold: 5, OpenFor: time.Second, MaxOpenFor: 30 * time.Second, Jitter: 0.2, HalfOpenProbes: 1, ProbeSuccesses: 3}
+	if o != want {
+		t.Fatalf("defaults %+v, want %+v", o, want)
+	}
+}

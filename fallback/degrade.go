@@ -1,0 +1,215 @@
+package fallback
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Outcome tells how one decision was taken. Attach one to the context with
+// NewContext before calling the Limiter; Store.Decide fills it in.
+//
+// A degraded result is an ordinary floodgate.Result: in ModeOpen it is
+// allowed with Remaining computed as if the identity were fresh; in
+// ModeClosed it is denied with floodgate.ReasonLimited and RetryAfter until
+// the breaker next lets a probe through; in ModeLocal it is the local
+// store's result, whose Limit is the widened local limit. Outcome is how a
+// caller tells these apart from the primary's decisions, for example to add
+// a response header or skip billing.
+type Outcome struct {
+	// Degraded reports that the failure mode, not the primary store,
+	// took the decision.
+	Degraded bool
+	// Mode is the failure mode applied: the strictest of the layers' modes
+	// (closed, then local, then open). Zero when not degraded.
+	Mode Mode
+	// Reason says why the primary did not decide. ReasonNone when it did.
+	Reason Reason
+	// Err is the primary's error (ErrBreakerOpen when it was not called),
+	// or, when Decide returned an error, that error. Nil on success.
+	Err error
+}
+
+type outcomeKey struct{}
+
+// NewContext returns a copy of ctx carrying o, which Store.Decide
+// overwrites with the outcome of each decision made with that context. o
+// must not be shared by concurrent decisions.
+func NewContext(ctx context.Context, o *Outcome) context.Context {
+	return context.WithValue(ctx, outcomeKey{}, o)
+}
+
+func outcomeFrom(ctx context.Context) *Outcome {
+	o, _ := ctx.Value(outcomeKey{}).(*Outcome)
+	return o
+}
+
+// strictness orders modes: a decision over layers of several modes applies
+// the strictest.
+func strictness(m Mode) int {
+	switch m {
+	case ModeClosed:
+		return 3
+	case ModeLocal:
+		return 2
+	}
+	return 1
+}
+
+// degrade decides by the failure mode after the primary failed (or was not
+// called) for reason, whose error is cause.
+func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64, layers []floodgate.Layer, out []floodgate.Result, reason Reason, cause error) error {
+	var modes [floodgate.MaxLayers]Mode
+	mode := ModeOpen
+	for i, l := range layers {
+		modes[i] = s.Mode(l.Policy.Name)
+		if strictness(modes[i]) > strictness(mode) {
+			mode = modes[i]
+		}
+	}
+	switch mode {
+	case ModeClosed:
+		decideClosed(br, now, layers, modes[:len(layers)], out)
+	case ModeLocal:
+		if err := s.decideLocal(ctx, now, layers, modes[:len(layers)], out); err != nil {
+			err = fmt.Errorf("%w: primary: %w; local: %w", floodgate.ErrStoreUnavailable, cause, err)
+			if o != nil {
+				*o = Outcome{Err: err}
+			}
+			return err
+		}
+	default:
+		decideOpen(now, layers, out)
+	}
+	if s.obs != nil {
+		s.obs.ObserveFallback(mode, reason)
+	}
+	if s.onFallback != nil {
+		s.onFallback(reason, cause)
+	}
+	if o != nil {
+		*o = Outcome{Degraded: true, Mode: mode, Reason: reason, Err: cause}
+	}
+	return nil
+}
+
+// decideClosed denies: closed layers with ReasonLimited, the others are
+// left admitting so that floodgate.NewDecision marks them ReasonOtherLayer.
+func decideClosed(br *breaker, now int64, layers []floodgate.Layer, modes []Mode, out []floodgate.Result) {
+	retry := br.retryHint().Microseconds()
+	for i, l := range layers {
+		if modes[i] == ModeClosed {
+			out[i] = floodgate.ResultFromMicros(false, l.Policy.Limit, 0, now+retry, retry, 0, floodgate.ReasonLimited)
+		} else {
+			out[i] = openResult(now, l)
+		}
+	}
+}
+
+// decideOpen admits every layer whose cost fits its capacity.
+func decideOpen(now int64, layers []floodgate.Layer, out []floodgate.Result) {
+	for i, l := range layers {
+		out[i] = openResult(now, l)
+	}
+}
+
+// openResult is an open-mode result: admitted as if the identity were
+// fresh, unless the cost can never pass.
+func openResult(now int64, l floodgate.Layer) floodgate.Result {
+	capacity := l.Policy.Capacity()
+	if l.Cost > capacity {
+		return floodgate.ResultFromMicros(false, l.Policy.Limit, capacity, now, 0, 0, floodgate.ReasonCostExceedsLimit)
+	}
+	return floodgate.ResultFromMicros(true, l.Policy.Limit, capacity-l.Cost, now, 0, 0, floodgate.ReasonNone)
+}
+
+// decideLocal decides the local-mode layers with the local store at their
+// widened limits, all or nothing, and the open-mode layers as open. If an
+// open-mode layer can never admit its cost, the local layers only peek.
+func (s *Store) decideLocal(ctx context.Context, now int64, layers []floodgate.Layer, modes []Mode, out []floodgate.Result) error {
+	var buf [floodgate.MaxLayers]floodgate.Layer
+	var idx [floodgate.MaxLayers]int
+	local := buf[:0]
+	openDenied := false
+	for i, l := range layers {
+		if modes[i] != ModeLocal {
+			out[i] = openResult(now, l)
+			openDenied = openDenied || !out[i].Allowed
+			continue
+		}
+		p, err := s.localPolicy(l.Policy)
+		if err != nil {
+			return err
+		}
+		idx[len(local)] = i
+		local = append(local, floodgate.Layer{Policy: p, Key: l.Key, Cost: l.Cost})
+	}
+	if openDenied {
+		for i := range local {
+			local[i].Cost = 0
+		}
+	}
+	var res [floodgate.MaxLayers]floodgate.Result
+	// The local store is in-process and quick; it must decide even when
+	// the caller's deadline was spent waiting for the primary.
+	if err := s.local.Decide(context.WithoutCancel(ctx), now, local, res[:len(local)]); err != nil {
+		return err
+	}
+	for j := range local {
+		out[idx[j]] = res[j]
+	}
+	return nil
+}
+
+// localPolicy returns the policy ModeLocal applies in place of p.
+func (s *Store) localPolicy(p floodgate.Policy) (floodgate.Policy, error) {
+	if s.localPol != nil {
+		q := s.localPol(p)
+		if q.Name != p.Name || q.Algorithm != p.Algorithm {
+			return floodgate.Policy{}, fmt.Errorf("%w: LocalPolicy changed policy %q to %q (%v to %v); it must keep the name and algorithm",
+				floodgate.ErrInvalidPolicy, p.Name, q.Name, p.Algorithm, q.Algorithm)
+		}
+		if err := q.Validate(); err != nil {
+			return floodgate.Policy{}, fmt.Errorf("LocalPolicy for %q: %w", p.Name, err)
+		}
+		return q, nil
+	}
+	return scalePolicy(p, s.instances, s.factor), nil
+}
+
+// scalePolicy returns p with its limit and burst multiplied by
+// factor/instances (rounded up, at least 1). If the result is not a valid
+// policy (a rate finer than one unit per microsecond, say), p is returned
+// unchanged.
+func scalePolicy(p floodgate.Policy, instances int, factor float64) floodgate.Policy {
+	if instances == 1 && factor == 1 {
+		return p
+	}
+	scale := func(n int64) int64 {
+		x := math.Ceil(float64(n) * factor / float64(instances))
+		switch {
+		case x < 1:
+			return 1
+		case x > floodgate.MaxLimit:
+			return floodgate.MaxLimit
+		}
+		return int64(x)
+	}
+	q := p
+	q.Limit = scale(p.Limit)
+	if p.Burst != 0 {
+		q.Burst = scale(p.Burst)
+	}
+	switch q.Algorithm {
+	case floodgate.SlidingLog:
+		q.Limit = min(q.Limit, floodgate.MaxSlidingLogLimit)
+	case floodgate.TokenBucket, floodgate.GCRA:
+		q.Limit = min(q.Limit, p.Window.Microseconds())
+	}
+	if q.Validate() != nil {
+		return p
+	}
+	return q
+}

@@ -1,0 +1,247 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+func TestIndeterminateIsNotRetried(t *testing.T) {
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 100}})
+	// The primary applies the decision, then the connection drops.
+	f.primary.set(fmt.Errorf("%w: read: connection reset by peer", floodgate.ErrIndeterminate), true, false)
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	for i := range 3 {
+		_, o := f.allow(t, p, "u1", 1)
+		if o.Reason != fallback.ReasonIndeterminate || !errors.Is(o.Err, floodgate.ErrIndeterminate) {
+			t.Fatalf("request %d outcome %+v, want indeterminate", i, o)
+		}
+	}
+	if got := f.primary.calls.Load(); got != 3 {
+		t.Fatalf("primary called %d times for 3 decisions, want 3 (no retry)", got)
+	}
+	// The primary counted each request exactly once.
+	f.primary.set(nil, false, false)
+	res, _ := f.allow(t, p, "u1", 0)
+	if res.Remaining != 7 {
+		t.Fatalf("primary remaining %d after 3 indeterminate requests, want 7", res.Remaining)
+	}
+	if got := f.rec.count("local/indeterminate"); got != 3 {
+		t.Fatalf("observed %d local/indeterminate fallbacks, want 3", got)
+	}
+}
+
+func TestBudgetBoundsPrimaryCall(t *testing.T) {
+	const budget = 30 * time.Millisecond
+	f := newFixture(t, fallback.Options{Budget: time.Second, Budgets: map[string]time.Duration{"fast": budget}})
+	f.primary.set(nil, false, true)
+	p := mustPolicy(t)(floodgate.NewFixedWindow("fast", 10, time.Hour))
+	start := time.Now()
+	res, o := f.allow(t, p, "u1", 1)
+	if took := time.Since(start); took > budget+250*time.Millisecond {
+		t.Fatalf("decision took %v with a %v budget", took, budget)
+	}
+	if !res.Allowed || o.Reason != fallback.ReasonIndeterminate {
+		t.Fatalf("%+v, outcome %+v; want a local decision for an unanswered call", res, o)
+	}
+	if b := f.store.Budget("fast"); b != budget {
+		t.Fatalf("Budget(fast) = %v", b)
+	}
+	if b := f.store.Budget("other"); b != time.Second {
+		t.Fatalf("Budget(other) = %v", b)
+	}
+	// A caller's shorter deadline wins, and the decision is still taken.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := f.lim.Allow(ctx, p, "u2"); err != nil {
+		t.Fatalf("decision under a short caller deadline: %v", err)
+	}
+	if took := time.Since(start); took > budget+250*time.Millisecond {
+		t.Fatalf("decision took %v with a 5ms caller deadline", took)
+	}
+}
+
+func TestBreakerStopsCallsAndRecovers(t *testing.T) {
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{
+		FailureThreshold: 3, OpenFor: time.Second, Jitter: -1, HalfOpenProbes: 1, ProbeSuccesses: 2,
+	}})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 1000, time.Hour))
+	f.primary.set(fmt.Errorf("%w: refused", floodgate.ErrStoreUnavailable), false, false)
+	for range 3 {
+		f.allow(t, p, "u1", 1)
+	}
+	if f.store.BreakerState() != fallback.BreakerOpen {
+		t.Fatalf("breaker %v after 3 failures", f.store.BreakerState())
+	}
+	for range 50 {
+		_, o := f.allow(t, p, "u1", 1)
+		if o.Reason != fallback.ReasonBreakerOpen {
+			t.Fatalf("outcome %+v while open", o)
+		}
+	}
+	if got := f.primary.calls.Load(); got != 3 {
+		t.Fatalf("primary called %d times, want 3: an open breaker must not call it", got)
+	}
+	// The primary comes back; after the open period, probes close the breaker.
+	f.primary.set(nil, false, false)
+	f.clock.Advance(time.Second)
+	for i := range 2 {
+		_, o := f.allow(t, p, "u1", 1)
+		if o.Degraded {
+			t.Fatalf("probe %d degraded: %+v", i, o)
+		}
+	}
+	if f.store.BreakerState() != fallback.BreakerClosed {
+		t.Fatalf("breaker %v after 2 successful probes, want closed", f.store.BreakerState())
+	}
+	want := []fallback.BreakerState{fallback.BreakerClosed, fallback.BreakerOpen, fallback.BreakerHalfOpen, fallback.BreakerClosed}
+	if fmt.Sprint(f.rec.states) != fmt.Sprint(want) {
+		t.Fatalf("observed breaker states %v, want %v", f.rec.states, want)
+	}
+}
+
+func TestHalfOpenLetsOnlyATrickle(t *testing.T) {
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{
+		FailureThreshold: 1, OpenFor: time.Second, Jitter: -1, HalfOpenProbes: 2, ProbeSuccesses: 100,
+	}})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 1_000_000, time.Hour))
+	f.primary.set(errors.New("down"), false, false)
+	f.allow(t, p, "u1", 1)
+	// Half-open with a primary that hangs for the budget: of 100 concurrent
+	// callers, only the 2 probes may reach it.
+	f.primary.set(nil, false, true)
+	f.clock.Advance(time.Second)
+	before := f.primary.calls.Load()
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.lim.Allow(context.Background(), p, fmt.Sprint("u", i)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := f.primary.calls.Load() - before; got < 1 || got > 2 {
+		t.Fatalf("%d calls reached the primary while half-open, want 1..2", got)
+	}
+}
+
+func TestCallerErrorsPassThrough(t *testing.T) {
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1}})
+	f.primary.set(fmt.Errorf("%w: key too long", floodgate.ErrInvalidKey), false, false)
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	for range 3 {
+		if _, err := f.lim.Allow(context.Background(), p, "u1"); !errors.Is(err, floodgate.ErrInvalidKey) {
+			t.Fatalf("err %v, want ErrInvalidKey passed through", err)
+		}
+	}
+	if f.store.BreakerState() != fallback.BreakerClosed || f.rec.count("local/error") != 0 {
+		t.Fatal("an invalid request tripped the breaker or was counted as a fallback")
+	}
+	// A cancelled caller gets an error, not a fallback decision.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.primary.set(nil, false, false)
+	if _, err := f.lim.Allow(ctx, p, "u1"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: err %v, want context.Canceled", err)
+	}
+	if f.primary.calls.Load() != 3 {
+		t.Fatal("a cancelled caller reached the primary")
+	}
+	// Layers the store cannot take are refused before anything happens.
+	err := f.store.Decide(context.Background(), 1, nil, nil)
+	if !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Fatalf("no layers: %v", err)
+	}
+}
+
+func TestLocalFailureIsReported(t *testing.T) {
+	primary := newScripted(t)
+	primary.set(fmt.Errorf("%w: down", floodgate.ErrStoreUnavailable), false, false)
+	local, err := memstore.New(memstore.Options{Shards: 1, MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fallback.New(primary, local, fallback.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(st, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	if _, err := lim.Allow(context.Background(), p, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lim.Allow(context.Background(), p, "u2")
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, floodgate.ErrStoreFull) {
+		t.Fatalf("full local store: %v, want ErrStoreUnavailable and ErrStoreFull", err)
+	}
+}
+
+// partitioned fails the keys of one partition only.
+type partitioned struct {
+	inner *memstore.Store
+	bad   string // keys containing this fail
+	calls atomic.Int64
+}
+
+func (p *partitioned) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	p.calls.Add(1)
+	if strings.Contains(layers[0].Key, p.bad) {
+		return fmt.Errorf("%w: node down", floodgate.ErrStoreUnavailable)
+	}
+	return p.inner.Decide(ctx, now, layers, out)
+}
+
+func TestPartitionedBreakers(t *testing.T) {
+	inner, _ := memstore.New(memstore.Options{})
+	local, _ := memstore.New(memstore.Options{})
+	primary := &partitioned{inner: inner, bad: "{rnodeA"}
+	rec := &recorder{}
+	st, err := fallback.New(primary, local, fallback.Options{
+		Observer: rec,
+		Breaker:  fallback.BreakerOptions{FailureThreshold: 2, OpenFor: time.Hour},
+		Partition: func(_ context.Context, key string) string {
+			if strings.Contains(key, "{rnodeA") {
+				return "A"
+			}
+			return "B"
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := floodgate.New(st, floodgate.Options{})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 100, time.Hour))
+	for i := range 10 {
+		var o fallback.Outcome
+		ctx := fallback.NewContext(context.Background(), &o)
+		if _, err := lim.Allow(ctx, p, fmt.Sprint("nodeA-", i)); err != nil || !o.Degraded {
+			t.Fatalf("partition A request %d: %v, %+v; want degraded", i, err, o)
+		}
+		if _, err := lim.Allow(ctx, p, fmt.Sprint("nodeB-", i)); err != nil || o.Degraded {
+			t.Fatalf("partition B request %d: %v, %+v; want central", i, err, o)
+		}
+	}
+	states := st.BreakerStates()
+	if states["A"] != fallback.BreakerOpen || states["B"] != fallback.BreakerClosed || st.BreakerState() != fallback.BreakerOpen {
+		t.Fatalf("breaker states %v (worst %v), want A open, B closed", states, st.BreakerState())
+	}
+	if got := primary.calls.Load(); got != 12 {
+		t.Fatalf("primary called %d times, want 10 for B + 2 for A before its breaker opened", got)
+	}
+}

@@ -1,0 +1,87 @@
+package fallback
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// DefaultPartition names the breaker of a Store without Options.Partition,
+// and the one shared by keys beyond MaxPartitions.
+const DefaultPartition = "primary"
+
+// MaxPartitions bounds the number of breakers a Store keeps; keys of
+// further partitions share the DefaultPartition breaker.
+const MaxPartitions = 1024
+
+// breakers holds one breaker per failure domain of the primary: a single
+// one, or one per partition name (for example per Redis Cluster primary),
+// created on first use.
+type breakers struct {
+	opts      BreakerOptions
+	now       func() time.Time
+	obs       Observer
+	partition func(ctx context.Context, key string) string
+	shared    *breaker
+
+	mu sync.RWMutex
+	m  map[string]*breaker
+}
+
+func newBreakers(opts BreakerOptions, now func() time.Time, obs Observer, partition func(context.Context, string) string) *breakers {
+	b := &breakers{opts: opts, now: now, obs: obs, partition: partition, m: map[string]*breaker{}}
+	b.shared = b.create(DefaultPartition)
+	return b
+}
+
+// create returns a new breaker for partition name, reporting its state to
+// the observer.
+func (b *breakers) create(name string) *breaker {
+	var onChange func(BreakerState)
+	if b.obs != nil {
+		onChange = func(s BreakerState) { b.obs.ObserveBreaker(name, s) }
+		b.obs.ObserveBreaker(name, BreakerClosed)
+	}
+	return newBreaker(name, b.opts, b.now, onChange)
+}
+
+// forKey returns the breaker guarding key.
+func (b *breakers) forKey(ctx context.Context, key string) *breaker {
+	if b.partition == nil {
+		return b.shared
+	}
+	name := b.partition(ctx, key)
+	if name == "" || name == DefaultPartition {
+		return b.shared
+	}
+	b.mu.RLock()
+	br, ok := b.m[name]
+	b.mu.RUnlock()
+	if ok {
+		return br
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if br, ok := b.m[name]; ok {
+		return br
+	}
+	if len(b.m) >= MaxPartitions {
+		return b.shared
+	}
+	br = b.create(name)
+	b.m[name] = br
+	return br
+}
+
+// states returns every breaker's state by partition name.
+func (b *breakers) states() map[string]BreakerState {
+	out := map[string]BreakerState{}
+	st, _ := b.shared.snapshot()
+	out[DefaultPartition] = st
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for name, br := range b.m {
+		out[name], _ = br.snapshot()
+	}
+	return out
+}

@@ -1,0 +1,311 @@
+// Package fallback keeps a rate limiter deciding when its primary store
+// (Redis) fails.
+//
+// A Store wraps a primary floodgate.Store and a local one (usually a
+// memstore.Store). Every primary call runs under a deadline: the caller's
+// context, shortened to a per-policy budget of tens of milliseconds. When
+// the call fails, times out or the circuit breaker keeps it from being made,
+// the decision is taken by the policy's failure Mode: ModeLocal decides
+// with the local store at a wider per-instance limit, ModeOpen admits,
+// ModeClosed denies. A circuit breaker stops calling a dead primary, lets a
+// few probes through after a jittered pause, and returns to central counting
+// by itself once they succeed.
+//
+// A failure that may have happened after the primary applied the decision
+// (floodgate.ErrIndeterminate) is never retried against the primary: a retry
+// could count the request twice. It goes to the failure mode like any other
+// failure.
+//
+// Callers learn how a decision was taken through an Outcome attached to the
+// context (NewContext), and operators through the Observer (see package
+// metrics) and the OnFallback hook.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// DefaultBudget is the primary call budget when Options.Budget is zero.
+const DefaultBudget = 50 * time.Millisecond
+
+// MaxBudget is the largest budget accepted: a rate limiter that waits
+// longer than this on its store is no longer protecting anything.
+const MaxBudget = 10 * time.Second
+
+// Observer receives what a Store sees, for metrics. Its methods are called
+// synchronously on the decision path (ObserveBreaker while the breaker's
+// lock is held, so changes arrive in order): they must be fast and must not
+// call back into the Store. Package metrics implements it.
+type Observer interface {
+	// ObservePrimary reports one call to the primary store: how long it
+	// took and its error (nil on success).
+	ObservePrimary(d time.Duration, err error)
+	// ObserveFallback reports one decision taken by failure mode m for
+	// reason r.
+	ObserveFallback(m Mode, r Reason)
+	// ObserveBreaker reports the new state of the breaker of a partition
+	// (DefaultPartition without Options.Partition), once when the breaker
+	// is created and then at every change.
+	ObserveBreaker(partition string, s BreakerState)
+}
+
+// Options configures a Store. The zero value is ready to use: every policy
+// falls back to the local store at its own limit per instance, primary
+// calls have a 50ms budget, and the breaker uses its defaults.
+type Options struct {
+	// DefaultMode is the failure mode of policies not in Modes. Zero means
+	// ModeLocal.
+	DefaultMode Mode
+	// Modes sets the failure mode per policy name, e.g. {"login": ModeClosed}.
+	// The map is copied by New.
+	Modes map[string]Mode
+	// Budget bounds each primary call (the caller's deadline still applies
+	// when earlier). Zero means DefaultBudget (50ms); at most MaxBudget.
+	Budget time.Duration
+	// Budgets sets the budget per policy name. A decision over several
+	// layers uses the smallest of its layers' budgets. Copied by New.
+	Budgets map[string]time.Duration
+	// Instances is the number of instances expected to share the primary;
+	// ModeLocal divides each limit (and burst) by it. Zero means 1.
+	Instances int
+	// Factor multiplies each limit (and burst) in ModeLocal after the
+	// division by Instances, so that uneven load across instances is not
+	// denied too early: the local limit is ceil(limit / Instances × Factor),
+	// at least 1. Zero means 1; e.g. Instances 10 and Factor 2 let each of
+	// 10 instances admit a fifth of the limit, 2× the limit in total.
+	Factor float64
+	// LocalPolicy, if set, replaces Instances and Factor: it returns the
+	// policy the local store applies in place of p. It must keep p.Name and
+	// p.Algorithm and return a valid policy; if it does not, the decision
+	// fails with floodgate.ErrInvalidPolicy.
+	LocalPolicy func(p floodgate.Policy) floodgate.Policy
+	// Breaker configures the circuit breakers.
+	Breaker BreakerOptions
+	// Partition, if set, names the failure domain of a storage key, and
+	// each domain gets its own breaker: with Redis Cluster, name the primary
+	// serving the key's slot (see ClusterPartition), so that one dead
+	// primary opens only its own breaker and keys on the others keep
+	// central counting. A decision uses the breaker of its first layer's
+	// key (a decision's keys share one slot). "" means DefaultPartition.
+	// At most MaxPartitions breakers are kept. Nil: one breaker.
+	// Partition is called with the decision's context, already bounded by
+	// its budget.
+	Partition func(ctx context.Context, key string) string
+	// OnFallback, if set, is called after every decision taken by a failure
+	// mode, with its reason and the primary's error (ErrBreakerOpen when
+	// the breaker kept the call from the primary), so the application can
+	// alert or log. It runs synchronously on the decision path: keep it
+	// fast.
+	OnFallback func(reason Reason, err error)
+	// Observer, if set, receives latencies, fallbacks and breaker changes.
+	Observer Observer
+	// Now returns the current time for the breaker's timing (not for
+	// decisions: those use the time the Limiter passes). Default time.Now.
+	Now func() time.Time
+}
+
+// Store is a floodgate.Store that decides with a primary store and, when
+// that fails, with a failure mode. It is safe for concurrent use.
+type Store struct {
+	primary, local floodgate.Store
+
+	defMode    Mode
+	modes      map[string]Mode
+	budget     time.Duration
+	budgets    map[string]time.Duration
+	instances  int
+	factor     float64
+	localPol   func(floodgate.Policy) floodgate.Policy
+	onFallback func(Reason, error)
+	obs        Observer
+	now        func() time.Time
+	breakers   *breakers
+}
+
+// New returns a Store deciding with primary and, while primary fails, by
+// each policy's failure mode, using local for ModeLocal. It reports
+// invalid options wrapped in ErrInvalidOptions.
+func New(primary, local floodgate.Store, opts Options) (*Store, error) {
+	if primary == nil {
+		return nil, fmt.Errorf("%w: nil primary store", ErrInvalidOptions)
+	}
+	if local == nil {
+		return nil, fmt.Errorf("%w: nil local store", ErrInvalidOptions)
+	}
+	if opts.DefaultMode == 0 {
+		opts.DefaultMode = ModeLocal
+	}
+	if !opts.DefaultMode.valid() {
+		return nil, fmt.Errorf("%w: default mode %v", ErrInvalidOptions, opts.DefaultMode)
+	}
+	modes := make(map[string]Mode, len(opts.Modes))
+	for name, m := range opts.Modes {
+		if !m.valid() {
+			return nil, fmt.Errorf("%w: policy %q: mode %v (want ModeLocal, ModeOpen or ModeClosed)", ErrInvalidOptions, name, m)
+		}
+		modes[name] = m
+	}
+	if opts.Budget == 0 {
+		opts.Budget = DefaultBudget
+	}
+	if err := validBudget("budget", opts.Budget); err != nil {
+		return nil, err
+	}
+	budgets := make(map[string]time.Duration, len(opts.Budgets))
+	for name, b := range opts.Budgets {
+		if err := validBudget(fmt.Sprintf("policy %q: budget", name), b); err != nil {
+			return nil, err
+		}
+		budgets[name] = b
+	}
+	if opts.Instances < 0 || opts.Instances > 1_000_000 {
+		return nil, fmt.Errorf("%w: instances %d out of range 0..1000000", ErrInvalidOptions, opts.Instances)
+	}
+	if opts.Instances == 0 {
+		opts.Instances = 1
+	}
+	if opts.Factor < 0 || opts.Factor > 1_000_000 || opts.Factor != opts.Factor {
+		return nil, fmt.Errorf("%w: factor %v out of range 0..1000000", ErrInvalidOptions, opts.Factor)
+	}
+	if opts.Factor == 0 {
+		opts.Factor = 1
+	}
+	if err := opts.Breaker.validate(); err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{
+		primary:    primary,
+		local:      local,
+		defMode:    opts.DefaultMode,
+		modes:      modes,
+		budget:     opts.Budget,
+		budgets:    budgets,
+		instances:  opts.Instances,
+		factor:     opts.Factor,
+		localPol:   opts.LocalPolicy,
+		onFallback: opts.OnFallback,
+		obs:        opts.Observer,
+		now:        opts.Now,
+	}
+	s.breakers = newBreakers(opts.Breaker, opts.Now, opts.Observer, opts.Partition)
+	return s, nil
+}
+
+func validBudget(what string, b time.Duration) error {
+	if b <= 0 || b > MaxBudget {
+		return fmt.Errorf("%w: %s %v out of range (0, %v]", ErrInvalidOptions, what, b, MaxBudget)
+	}
+	return nil
+}
+
+// Mode returns the failure mode of the policy named name.
+func (s *Store) Mode(name string) Mode {
+	if m, ok := s.modes[name]; ok {
+		return m
+	}
+	return s.defMode
+}
+
+// Budget returns the primary call budget of the policy named name.
+func (s *Store) Budget(name string) time.Duration {
+	if b, ok := s.budgets[name]; ok {
+		return b
+	}
+	return s.budget
+}
+
+// BreakerState returns the most severe state among the circuit breakers
+// (open, then half-open, then closed).
+func (s *Store) BreakerState() BreakerState {
+	worst := BreakerClosed
+	for _, st := range s.breakers.states() {
+		if st > worst {
+			worst = st
+		}
+	}
+	return worst
+}
+
+// BreakerStates returns the state of every breaker by partition name.
+func (s *Store) BreakerStates() map[string]BreakerState { return s.breakers.states() }
+
+// Decide implements floodgate.Store. It asks the primary store under the
+// layers' budget unless the breaker is open; when the primary fails it
+// decides by the failure mode and returns nil. It returns an error only
+// for invalid layers (the primary's floodgate.ErrInvalid* errors, returned
+// as they are), when the caller's context was cancelled (the primary's
+// error), or when ModeLocal's local store fails too (wrapping
+// floodgate.ErrStoreUnavailable and both errors).
+func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
+		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	o := outcomeFrom(ctx)
+	budget := s.Budget(layers[0].Policy.Name)
+	for _, l := range layers[1:] {
+		budget = min(budget, s.Budget(l.Policy.Name))
+	}
+	cctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	br := s.breakers.forKey(cctx, layers[0].Key)
+	t := br.acquire()
+	if t == ticketDenied {
+		return s.degrade(ctx, o, br, now, layers, out, ReasonBreakerOpen, ErrBreakerOpen)
+	}
+	start := time.Now()
+	err := s.primary.Decide(cctx, now, layers, out)
+	elapsed := time.Since(start)
+	if s.obs != nil {
+		s.obs.ObservePrimary(elapsed, err)
+	}
+	if err == nil {
+		br.release(t, verdictSuccess)
+		if o != nil {
+			*o = Outcome{}
+		}
+		return nil
+	}
+	if isCallerError(err) || errors.Is(ctx.Err(), context.Canceled) {
+		// Not the primary's fault: bad input, or a caller that gave up.
+		br.release(t, verdictNeutral)
+		if o != nil {
+			*o = Outcome{Err: err}
+		}
+		return err
+	}
+	br.release(t, verdictFailure)
+	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
+}
+
+// isCallerError reports errors caused by the request itself, which say
+// nothing about the primary's health and would fail the same anywhere.
+func isCallerError(err error) bool {
+	return errors.Is(err, floodgate.ErrInvalidPolicy) || errors.Is(err, floodgate.ErrInvalidCost) ||
+		errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidLayers)
+}
+
+// classify returns the fallback reason for a primary error. Indeterminate
+// comes first: a timeout after the script was sent is indeterminate.
+func classify(err error) Reason {
+	switch {
+	case errors.Is(err, floodgate.ErrIndeterminate):
+		return ReasonIndeterminate
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return ReasonTimeout
+	case errors.Is(err, floodgate.ErrStoreUnavailable):
+		return ReasonUnavailable
+	}
+	return ReasonError
+}

@@ -1,0 +1,236 @@
+// Package metrics exports Floodgate's Prometheus metrics:
+//
+//	rate_limit_allowed_total{policy,route,tier}     counter
+//	rate_limit_denied_total{policy,route,tier}      counter
+//	rate_limit_redis_latency_seconds                histogram of primary store calls
+//	rate_limit_redis_errors_total                   counter of failed primary store calls
+//	rate_limit_fallback_total{mode,reason}          counter of degraded decisions
+//	rate_limit_breaker_state{partition}             gauge: 0 closed, 1 half-open, 2 open
+//	rate_limit_clock_skew_seconds                   gauge: Redis's time minus the local clock
+//	rate_limit_clock_sync_rtt_seconds               gauge: round trip of that measurement
+//
+// Label values come from configuration (policy names, route patterns, tier
+// names), never from requests: a raw user id or IP as a label would create
+// a series per user. Each label is capped at MaxLabelValues distinct values
+// besides, so a misconfiguration cannot explode the series count; extra
+// values are reported as "other". The identities being denied are tracked
+// instead in a bounded top-K (package topk), read with TopDenied.
+//
+// A Metrics is registered on the Registerer given to New; nothing is
+// registered globally. It implements fallback.Observer and
+// clocksync.Observer.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/topk"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrInvalidOptions reports Options (or a Registerer) that New cannot use.
+var ErrInvalidOptions = errors.New("metrics: invalid options")
+
+// Other is the label value that replaces values beyond MaxLabelValues, and
+// None the one that replaces empty values.
+const (
+	Other = "other"
+	None  = "none"
+)
+
+// DefaultLatencyBuckets are the latency histogram's bucket bounds, in
+// seconds: fine below the 50 ms alert threshold, coarse above.
+func DefaultLatencyBuckets() []float64 {
+	return []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1}
+}
+
+// Options configures a Metrics. The zero value is ready to use.
+type Options struct {
+	// ConstLabels are added to every metric, e.g. {"service": "api"}.
+	ConstLabels prometheus.Labels
+	// LatencyBuckets overrides DefaultLatencyBuckets (seconds, increasing).
+	LatencyBuckets []float64
+	// MaxLabelValues caps the distinct values of each of the policy, route
+	// and tier labels. Default 200; at most 10,000.
+	MaxLabelValues int
+	// TopK configures the tracker of denied identities. Zero value:
+	// topk's defaults (100 identities, counted since start).
+	TopK topk.Options
+}
+
+// Labels are the configuration-derived labels of a decision. Empty values
+// are reported as "none".
+type Labels struct {
+	// Policy is the policy's name, e.g. "api-per-user".
+	Policy string
+	// Route is the route pattern from configuration, e.g. "/v1/chat", never
+	// the raw request path.
+	Route string
+	// Tier is the caller's tier from configuration, e.g. "free".
+	Tier string
+}
+
+// Metrics records Floodgate's metrics. It is safe for concurrent use.
+type Metrics struct {
+	allowed, denied *prometheus.CounterVec
+	latency         prometheus.Histogram
+	redisErrors     prometheus.Counter
+	fallbacks       *prometheus.CounterVec
+	breaker         *prometheus.GaugeVec
+	skew, rtt       prometheus.Gauge
+	denials         *topk.Tracker
+
+	maxValues int
+	mu        sync.RWMutex
+	seen      [3]map[string]struct{} // accepted values of policy, route, tier
+}
+
+// New creates the metrics and registers them on reg.
+func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: nil Registerer", ErrInvalidOptions)
+	}
+	if opts.MaxLabelValues < 0 || opts.MaxLabelValues > 10_000 {
+		return nil, fmt.Errorf("%w: max label values %d out of range 0..10000", ErrInvalidOptions, opts.MaxLabelValues)
+	}
+	if opts.MaxLabelValues == 0 {
+		opts.MaxLabelValues = 200
+	}
+	buckets := opts.LatencyBuckets
+	if buckets == nil {
+		buckets = DefaultLatencyBuckets()
+	}
+	for i, b := range buckets {
+		if b <= 0 || b != b || (i > 0 && b <= buckets[i-1]) {
+			return nil, fmt.Errorf("%w: latency buckets %v must be positive and increasing", ErrInvalidOptions, buckets)
+		}
+	}
+	denials, err := topk.New(opts.TopK)
+	if err != nil {
+		return nil, fmt.Errorf("%w: top-K: %w", ErrInvalidOptions, err)
+	}
+	cl := opts.ConstLabels
+	decision := []string{"policy", "route", "tier"}
+	m := &Metrics{
+		allowed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_allowed_total", Help: "Requests admitted by the rate limiter.", ConstLabels: cl,
+		}, decision),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_denied_total", Help: "Requests denied by the rate limiter (answered 429).", ConstLabels: cl,
+		}, decision),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "rate_limit_redis_latency_seconds", Help: "Duration of rate limit decisions on the primary store (Redis), failures included.",
+			ConstLabels: cl, Buckets: append([]float64(nil), buckets...),
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rate_limit_redis_errors_total", Help: "Rate limit decisions the primary store (Redis) failed.", ConstLabels: cl,
+		}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rate_limit_fallback_total", Help: "Decisions taken by a failure mode instead of the primary store, by mode and reason.", ConstLabels: cl,
+		}, []string{"mode", "reason"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rate_limit_breaker_state", Help: "Circuit breaker in front of the primary store, per partition (Redis primary): 0 closed, 1 half-open, 2 open.", ConstLabels: cl,
+		}, []string{"partition"}),
+		skew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rate_limit_clock_skew_seconds", Help: "Measured offset of Redis's clock from this instance's (Redis minus local), applied to timestamps.", ConstLabels: cl,
+		}),
+		rtt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "rate_limit_clock_sync_rtt_seconds", Help: "Round trip of the TIME sample the clock skew comes from; the skew is accurate to half of it.", ConstLabels: cl,
+		}),
+		denials:   denials,
+		maxValues: opts.MaxLabelValues,
+	}
+	for i := range m.seen {
+		m.seen[i] = map[string]struct{}{}
+	}
+	// Create every fallback series at zero, so that rate() and increase()
+	// see the first fallback instead of a series appearing from nothing.
+	for _, mode := range []fallback.Mode{fallback.ModeLocal, fallback.ModeOpen, fallback.ModeClosed} {
+		for _, r := range fallback.Reasons() {
+			m.fallbacks.WithLabelValues(mode.String(), r.String())
+		}
+	}
+	collectors := []prometheus.Collector{m.allowed, m.denied, m.latency, m.redisErrors, m.fallbacks, m.breaker, m.skew, m.rtt}
+	for i, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			// Leave reg as it was: a second New on the same registry
+			// fails without half-registering.
+			for _, done := range collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("%w: registering: %w", ErrInvalidOptions, err)
+		}
+	}
+	return m, nil
+}
+
+// Decision records one decision: it counts it as allowed or denied under l
+// and, when denied, adds identity (a user id, API key or IP, which is never
+// a label) to the top-K of denied identities.
+func (m *Metrics) Decision(l Labels, identity string, allowed bool) {
+	policy, route, tier := m.label(0, l.Policy), m.label(1, l.Route), m.label(2, l.Tier)
+	if allowed {
+		m.allowed.WithLabelValues(policy, route, tier).Inc()
+		return
+	}
+	m.denied.WithLabelValues(policy, route, tier).Inc()
+	m.denials.Add(identity, 1)
+}
+
+// label returns v, "none" for an empty v, or "other" once label i has
+// MaxLabelValues distinct values and v is not one of them.
+func (m *Metrics) label(i int, v string) string {
+	if v == "" {
+		return None
+	}
+	m.mu.RLock()
+	_, ok := m.seen[i][v]
+	m.mu.RUnlock()
+	if ok {
+		return v
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.seen[i][v]; ok {
+		return v
+	}
+	if len(m.seen[i]) >= m.maxValues {
+		return Other
+	}
+	m.seen[i][v] = struct{}{}
+	return v
+}
+
+// TopDenied returns up to n of the most denied identities, most denied
+// first, with their counts and error bounds (see topk.Item). n <= 0
+// returns all tracked. Meant for an admin endpoint.
+func (m *Metrics) TopDenied(n int) []topk.Item { return m.denials.Top(n) }
+
+// ObservePrimary implements fallback.Observer: it records the call's
+// latency and counts it in rate_limit_redis_errors_total if it failed.
+func (m *Metrics) ObservePrimary(d time.Duration, err error) {
+	m.latency.Observe(d.Seconds())
+	if err != nil {
+		m.redisErrors.Inc()
+	}
+}
+
+// ObserveFallback implements fallback.Observer.
+func (m *Metrics) ObserveFallback(mode fallback.Mode, r fallback.Reason) {
+	m.fallbacks.WithLabelValues(mode.String(), r.String()).Inc()
+}
+
+// ObserveBreaker implements fallback.Observer.
+func (m *Metrics) ObserveBreaker(partition string, s fallback.BreakerState) {
+	m.breaker.WithLabelValues(partition).Set(float64(s))
+}
+
+// ObserveClock implements clocksync.Observer.
+func (m *Metrics) ObserveClock(offset, rtt time.Duration) {
+	m.skew.Set(offset.Seconds())
+	m.rtt.Set(rtt.Seconds())
+}
