@@ -1,0 +1,171 @@
+// Package deploy holds the operator's kit: Prometheus alert rules
+// (prometheus/alerts.yml, with promtool unit tests in alerts_test.yml) and a
+// Grafana dashboard (grafana/floodgate.json). Its test checks that both
+// only query metrics that package metrics really exports, and runs promtool
+// when it is installed.
+package deploy
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+)
+
+var metricName = regexp.MustCompile(`\brate_limit_[a-z_]+`)
+
+// exported returns the names of the series package metrics exposes,
+// histogram series included.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Touch every vector so that each has a series to gather.
+	m.Decision(metrics.Labels{Policy: "p"}, "id", true)
+	m.Decision(metrics.Labels{Policy: "p"}, "id", false)
+	m.ObservePrimary(time.Millisecond, errors.New("x"))
+	m.ObserveBreaker(fallback.DefaultPartition, fallback.BreakerClosed)
+	m.ObserveClock(0, time.Millisecond)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+		if mf.GetType().String() == "HISTOGRAM" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[mf.GetName()+s] = true
+			}
+		}
+	}
+	return names
+}
+
+// checkNames fails t for any metric in expr that is not exported.
+func checkNames(t *testing.T, where, expr string, names map[string]bool) {
+	t.Helper()
+	found := metricName.FindAllString(expr, -1)
+	if len(found) == 0 {
+		t.Errorf("%s: expression queries no rate_limit_ metric: %s", where, expr)
+	}
+	for _, n := range found {
+		if !names[n] {
+			t.Errorf("%s: %s is not a metric package metrics exports", where, n)
+		}
+	}
+}
+
+func TestDashboardQueriesExportedMetrics(t *testing.T) {
+	names := exported(t)
+	data, err := os.ReadFile("grafana/floodgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Title  string `json:"title"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("grafana/floodgate.json: %v", err)
+	}
+	if dash.UID == "" || dash.Title == "" {
+		t.Fatal("dashboard without uid or title")
+	}
+	ids := map[int]bool{}
+	queried := map[string]bool{}
+	for _, p := range dash.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d repeated", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			checkNames(t, "panel "+p.Title, tg.Expr, names)
+			for _, n := range metricName.FindAllString(tg.Expr, -1) {
+				queried[n] = true
+			}
+		}
+	}
+	for _, want := range []string{"rate_limit_allowed_total", "rate_limit_denied_total", "rate_limit_redis_latency_seconds_bucket",
+		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds"} {
+		if !queried[want] {
+			t.Errorf("the dashboard shows no panel of %s", want)
+		}
+	}
+}
+
+func TestAlertsQueryExportedMetrics(t *testing.T) {
+	names := exported(t)
+	data, err := os.ReadFile("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatalf("prometheus/alerts.yml: %v", err)
+	}
+	var alerts []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			checkNames(t, "alert "+r.Alert, r.Expr, names)
+		}
+	}
+	for _, want := range []string{"RateLimit429Spike", "RateLimitRedisLatencyHigh", "RateLimitFallbackActive"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("alert %s missing (have %v)", want, alerts)
+		}
+	}
+}
+
+// TestPromtool runs promtool's own checks: the rules are valid and their
+// unit tests (alerts_test.yml) pass. promtool comes with Debian's
+// prometheus package.
+func TestPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (apt-get install -y prometheus); run: promtool check rules deploy/prometheus/alerts.yml && promtool test rules deploy/prometheus/alerts_test.yml")
+	}
+	for _, args := range [][]string{
+		{"check", "rules", "prometheus/alerts.yml"},
+		{"test", "rules", "prometheus/alerts_test.yml"},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
