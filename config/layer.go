@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	_ "time/tzdata" // quota time zones, whatever the machine has installed
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
@@ -14,6 +16,7 @@ import (
 var layerFields = []string{
 	"name", "algorithm", "limit", "window", "burst", "max_delay",
 	"dimension", "shards", "cost", "shadow", "tiers",
+	"period", "timezone", "anchor_day",
 }
 
 var overrideFields = []string{"limit", "window", "burst", "max_delay"}
@@ -48,7 +51,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 		if s, ok := p.scalar(a.val, what+" algorithm"); ok {
 			alg, err := floodgate.ParseAlgorithm(s)
 			if err != nil {
-				p.errorf(a.val, "%s: unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, gcra or leaky_bucket)", what, s)
+				p.errorf(a.val, "%s: unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket, gcra, leaky_bucket or quota)", what, s)
 			}
 			base.Algorithm = alg
 		}
@@ -60,10 +63,19 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 	} else {
 		p.errorf(n, "%s has no limit", what)
 	}
-	if v, ok := f["window"]; ok {
-		base.Window, _ = p.duration(v.val, what+" window")
+	if base.Algorithm == floodgate.Quota {
+		p.calendar(n, f, &base, what)
 	} else {
-		p.errorf(n, "%s has no window", what)
+		for _, k := range []string{"period", "timezone", "anchor_day"} {
+			if v, ok := f[k]; ok {
+				p.errorf(v.key, "%s: %s applies to algorithm quota only", what, k)
+			}
+		}
+		if v, ok := f["window"]; ok {
+			base.Window, _ = p.duration(v.val, what+" window")
+		} else {
+			p.errorf(n, "%s has no window", what)
+		}
 	}
 	if v, ok := f["burst"]; ok {
 		base.Burst, _ = p.integer(v.val, what+" burst", 1, floodgate.MaxLimit)
@@ -233,4 +245,43 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("duration %q must be positive", s)
 	}
 	return d, nil
+}
+
+// calendar parses a quota layer's period, timezone and anchor_day.
+func (p *parser) calendar(n *yaml.Node, f map[string]field, pol *floodgate.Policy, what string) {
+	if v, ok := f["window"]; ok {
+		p.errorf(v.key, "%s: a quota counts per calendar period; set period (day, week, month or anchored_month), not window", what)
+	}
+	v, ok := f["period"]
+	if !ok {
+		p.errorf(n, "%s has no period (day, week, month or anchored_month)", what)
+		return
+	}
+	if s, ok := p.scalar(v.val, what+" period"); ok {
+		u, err := floodgate.ParsePeriodUnit(s)
+		if err != nil {
+			p.errorf(v.val, "%s: unknown period %q (want day, week, month or anchored_month)", what, s)
+			return
+		}
+		pol.Calendar.Unit = u
+	}
+	if v, ok := f["timezone"]; ok {
+		if s, ok := p.scalar(v.val, what+" timezone"); ok {
+			loc, err := time.LoadLocation(s)
+			if err != nil || s == "" || s == "Local" {
+				p.errorf(v.val, "%s: unknown IANA time zone %q (e.g. UTC, Europe/Berlin, America/New_York)", what, s)
+				return
+			}
+			pol.Calendar.Location = loc
+		}
+	}
+	if v, ok := f["anchor_day"]; ok {
+		d, ok := p.integer(v.val, what+" anchor_day", 1, 31)
+		if ok && pol.Calendar.Unit != floodgate.PeriodAnchoredMonth {
+			p.errorf(v.val, "%s: anchor_day applies to period anchored_month only", what)
+		}
+		pol.Calendar.AnchorDay = int(d)
+	} else if pol.Calendar.Unit == floodgate.PeriodAnchoredMonth {
+		p.errorf(n, "%s: period anchored_month needs anchor_day (1..31, the subscription day)", what)
+	}
 }

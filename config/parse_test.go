@@ -39,7 +39,7 @@ func TestDefaultIsTheExample(t *testing.T) {
 	}{
 		{"edge", "global", floodgate.FixedWindow, 10_000, 10_000, time.Minute},
 		{"per-user", "user", floodgate.SlidingWindow, 100, 1_000, time.Minute},
-		{"monthly", "user", floodgate.FixedWindow, 10_000, 1_000_000, 30 * 24 * time.Hour},
+		{"monthly", "user", floodgate.Quota, 10_000, 1_000_000, 0},
 	}
 	for i, w := range want {
 		l := api.Layers[i]
@@ -47,6 +47,47 @@ func TestDefaultIsTheExample(t *testing.T) {
 		if l.Name != w.name || l.Dimension() != w.dim || free.Algorithm != w.alg || free.Limit != w.free ||
 			pro.Limit != w.pro || free.Window != w.window || free.Name != "api."+w.name || pro.Name != free.Name {
 			t.Errorf("layer %d: %s %s %v / %v", i, l.Name, l.Dimension(), free, pro)
+		}
+	}
+	if cal := api.Layers[2].Policy("free").Calendar; cal.Unit != floodgate.PeriodMonth {
+		t.Errorf("monthly calendar %+v", cal)
+	}
+}
+
+func TestParseQuotaLayer(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+version: 1
+policies:
+  - name: billing
+    layers:
+      - name: cycle
+        algorithm: quota
+        limit: 5000
+        period: anchored_month
+        anchor_day: 31
+        timezone: America/New_York
+        dimension: account
+`), "q.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := cfg.Policy("billing")
+	got := pol.Layers[0].Policy("")
+	if got.Algorithm != floodgate.Quota || got.Calendar.Unit != floodgate.PeriodAnchoredMonth || got.Calendar.AnchorDay != 31 || got.Calendar.Location.String() != "America/New_York" {
+		t.Fatalf("policy %+v", got)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"algorithm: quota\n        limit: 5\n        window: 1h", "set period"},
+		{"algorithm: quota\n        limit: 5\n        period: fortnight", `unknown period "fortnight"`},
+		{"algorithm: quota\n        limit: 5\n        period: day\n        timezone: Mars/Olympus", `unknown IANA time zone "Mars/Olympus"`},
+		{"algorithm: quota\n        limit: 5\n        period: anchored_month", "needs anchor_day"},
+		{"algorithm: quota\n        limit: 5\n        period: day\n        anchor_day: 3", "anchor_day applies to period anchored_month only"},
+		{"algorithm: fixed_window\n        limit: 5\n        window: 1h\n        period: day", "period applies to algorithm quota only"},
+	} {
+		doc := "version: 1\npolicies:\n  - name: b\n    layers:\n      - name: l\n        dimension: user\n        " + tc.body + "\n"
+		_, err := config.Parse([]byte(doc), "bad.yaml")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want it to mention %q", tc.body, err, tc.want)
 		}
 	}
 }

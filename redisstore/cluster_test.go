@@ -53,7 +53,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("vectors", func(t *testing.T) {
-		vectors.Run(t, "cluster-"+e.prefix, e.decider())
+		vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "cluster-"+e.prefix, e.decider())
 	})
 
 	t.Run("concurrent", func(t *testing.T) {

@@ -39,6 +39,9 @@ func (m *model) decide(now int64, layers []floodgate.Layer) []floodgate.Result {
 	res := make([]floodgate.Result, len(layers))
 	for i, o := range outs {
 		res[i] = o.Result
+		if !all && o.Result.Allowed && layers[i].Cost > 0 {
+			res[i] = floodgate.Standing(layers[i].Policy, m.states[layers[i].Key], now)
+		}
 		if all && o.Commit {
 			m.states[layers[i].Key] = o.State
 			m.commits[layers[i].Key] = commit{now: now, ttl: o.TTL, wall: time.Now()}

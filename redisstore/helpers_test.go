@@ -100,7 +100,7 @@ func (e *env) key(p floodgate.Policy, identity string) string {
 // decider adapts the env to the shared vectors.
 func (e *env) decider() vectors.Decider {
 	return func(ctx context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
-		return e.one(ctx, now.UnixMicro(), p, e.key(p, id), cost)
+		return e.one(ctx, now.UnixMicro(), p, floodgate.KeyAt(e.prefix, p, id, now.UnixMicro()), cost)
 	}
 }
 
@@ -111,6 +111,8 @@ func ttlBound(p floodgate.Policy) time.Duration {
 	w := p.Window
 	var d time.Duration
 	switch p.Algorithm {
+	case floodgate.Quota:
+		d = 32*24*time.Hour + floodgate.QuotaGrace // the longest period, plus grace
 	case floodgate.FixedWindow, floodgate.SlidingLog:
 		d = w
 	case floodgate.SlidingWindow:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
+	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -156,5 +157,42 @@ func TestSlotCheck(t *testing.T) {
 	}
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("New accepted a nil client")
+	}
+}
+
+// TestDeniedDecisionReportsStanding: a layer that would have admitted a
+// request another layer denied reports what it has left without the
+// request, exactly as memstore does (floodgate.Standing).
+func TestDeniedDecisionReportsStanding(t *testing.T) {
+	e, _ := newEnv(t)
+	mem, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixMicro()
+	tight, _ := floodgate.NewFixedWindow("tight", 1, time.Minute)
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingLog, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA} {
+		loose := floodgate.Policy{Name: "loose", Algorithm: alg, Limit: 10, Window: time.Hour}
+		id := "standing-" + alg.String()
+		mk := func(cost int64) []floodgate.Layer {
+			return []floodgate.Layer{
+				{Policy: loose, Key: floodgate.Key(e.prefix, loose, id), Cost: cost},
+				{Policy: tight, Key: floodgate.Key(e.prefix, tight, id), Cost: cost},
+			}
+		}
+		for _, cost := range []int64{1, 2} { // the second is denied by tight
+			var want [2]floodgate.Result
+			res, err := e.decide(context.Background(), now, mk(cost))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := [2]floodgate.Result(res)
+			if err := mem.Decide(context.Background(), now, mk(cost), want[:]); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("%v cost %d:\n redis %+v\nmemory %+v", alg, cost, got, want)
+			}
+		}
 	}
 }

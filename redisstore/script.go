@@ -26,13 +26,15 @@ var (
 	luaGCRA string
 	//go:embed lua/sliding_log.lua
 	luaSlidingLog string
+	//go:embed lua/quota.lua
+	luaQuota string
 	//go:embed lua/decide.lua
 	luaDecide string
 )
 
 // script is the Lua source the Store runs: the concatenation of the files
 // under lua/. It is immutable.
-var script = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaDecide
+var script = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaQuota + luaDecide
 
 // scriptSHA is the SHA-1 of script in hex, the name EVALSHA knows it by.
 var scriptSHA = sha1Hex(script)

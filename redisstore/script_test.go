@@ -18,6 +18,7 @@ func TestScriptConstants(t *testing.T) {
 		"MAX_LOG_LIMIT": floodgate.MaxSlidingLogLimit,
 		"MIN_TTL":       1000,
 		"TTL_SLACK":     floodgate.TTLSlack.Microseconds(),
+		"QUOTA_GRACE":   floodgate.QuotaGrace.Microseconds(),
 		"MAX_SPAN":      1 << 50,
 	} {
 		m := regexp.MustCompile(`local ` + name + ` = (\d+)`).FindStringSubmatch(script)

@@ -239,6 +239,10 @@ func (f *frame) build(now int64, layers []floodgate.Layer) {
 		v[3] = p.Burst
 		v[4] = p.MaxDelay.Microseconds()
 		v[5] = layers[i].Cost
+		if p.Algorithm == floodgate.Quota {
+			// The calendar lives in Go: send the period's bounds.
+			v[2], v[3], _ = floodgate.QuotaPeriod(*p, now)
+		}
 		for j := range v {
 			f.args = append(f.args, &v[j])
 		}

@@ -10,5 +10,5 @@ import (
 // result must equal the pure step function's exactly.
 func TestVectors(t *testing.T) {
 	e, _ := newEnv(t)
-	vectors.Run(t, "redis-"+e.prefix, e.decider())
+	vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "redis-"+e.prefix, e.decider())
 }
