@@ -165,7 +165,7 @@ func FuzzRequestLayers(f *testing.F) {
 		if len(specs) == 0 {
 			return
 		}
-		if _, err := lim.Layers(p.cost, specs...); err != nil {
+		if _, err := lim.LayersAt(t0, p.cost, specs...); err != nil {
 			t.Fatalf("floodgate refuses the layers: %v", err)
 		}
 		if _, err := lim.AllowLayersAt(t.Context(), t0, p.cost, specs...); err != nil {

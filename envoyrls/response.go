@@ -59,7 +59,7 @@ func descriptorStatus(now time.Time, dp descPlan, layers []layerPlan, results []
 		st.CurrentLimit = dp.limit
 		st.DurationUntilReset = durationpb.New(0)
 	case dp.layer >= 0:
-		r := standing(results[dp.layer], layers[dp.layer].spec)
+		r := results[dp.layer]
 		st.CurrentLimit = dp.limit
 		st.LimitRemaining = clampUint32(r.Remaining)
 		wait := r.ResetAt.Sub(now)
@@ -72,26 +72,6 @@ func descriptorStatus(now time.Time, dp descPlan, layers []layerPlan, results []
 		st.DurationUntilReset = durationpb.New(max(wait, 0))
 	}
 	return st
-}
-
-// standing returns where a layer stands after the decision. A layer marked
-// ReasonOtherLayer consumed nothing, but its result was computed as if its
-// cost had been taken (floodgate.Step reports the state after a request);
-// give the cost back so the status shows what is really left.
-func standing(r floodgate.Result, spec floodgate.LayerSpec) floodgate.Result {
-	cost := spec.Cost
-	if r.Reason != floodgate.ReasonOtherLayer || spec.Peek || cost <= 0 {
-		return r
-	}
-	p := spec.Policy
-	r.Remaining = min(r.Remaining+cost, p.Capacity())
-	switch p.Algorithm {
-	case floodgate.TokenBucket, floodgate.GCRA:
-		// The bucket would have been full again cost intervals earlier.
-		iv := time.Duration(p.Window.Microseconds()/p.Limit) * time.Microsecond
-		r.ResetAt = r.ResetAt.Add(-time.Duration(cost) * iv)
-	}
-	return r
 }
 
 // ceilSeconds rounds d up to whole seconds.
