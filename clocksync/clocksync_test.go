@@ -133,7 +133,7 @@ func TestMeasuresRealRedis(t *testing.T) {
 		if diff := (off + skew).Abs(); diff > rtt/2+time.Millisecond {
 			t.Fatalf("skew %v: offset %v (rtt %v) is %v from -skew, beyond rtt/2+1ms", skew, off, rtt, diff)
 		}
-		if diff := c.Now().Sub(time.Now()).Abs(); diff > rtt/2+50*time.Millisecond {
+		if diff := time.Until(c.Now()).Abs(); diff > rtt/2+50*time.Millisecond {
 			t.Fatalf("skew %v: corrected clock is %v from the machine's", skew, diff)
 		}
 		t.Logf("skew %+v: measured offset %v, rtt %v", skew, off, rtt)
