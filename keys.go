@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 )
 
 // MaxIdentityLen is the longest identity kept readable in a key; longer
@@ -20,20 +21,37 @@ const MaxPrefixLen = 64
 // other becomes "h"+ the first 32 hex digits of its SHA-256 (128 bits,
 // collision-resistant). The result is at most 65 bytes.
 func EncodeIdentity(identity string) string {
-	if len(identity) <= MaxIdentityLen {
-		safe := true
-		for i := 0; i < len(identity); i++ {
-			if !isIdentityByte(identity[i]) {
-				safe = false
-				break
-			}
-		}
-		if safe {
-			return "r" + identity
-		}
+	var b strings.Builder
+	b.Grow(1 + max(len(identity), 32))
+	writeIdentity(&b, identity)
+	return b.String()
+}
+
+// writeIdentity writes EncodeIdentity(identity) to b.
+func writeIdentity(b *strings.Builder, identity string) {
+	if readable(identity) {
+		b.WriteByte('r')
+		b.WriteString(identity)
+		return
 	}
 	sum := sha256.Sum256([]byte(identity))
-	return "h" + hex.EncodeToString(sum[:16])
+	var h [32]byte
+	hex.Encode(h[:], sum[:16])
+	b.WriteByte('h')
+	b.Write(h[:])
+}
+
+// readable reports whether identity is kept as it is in keys.
+func readable(identity string) bool {
+	if len(identity) > MaxIdentityLen {
+		return false
+	}
+	for i := 0; i < len(identity); i++ {
+		if !isIdentityByte(identity[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func isIdentityByte(c byte) bool {
@@ -63,19 +81,41 @@ func ValidatePrefix(prefix string) error {
 // identity cannot pick another slot or escape its namespace. prefix must be
 // valid (see ValidatePrefix) and p.Name valid.
 func Key(prefix string, p Policy, identity string) string {
-	return prefix + ":" + p.Name + ":" + p.Algorithm.short() + ":{" + EncodeIdentity(identity) + "}"
+	return key(prefix, p, identity, "")
+}
+
+// key builds a storage key in one allocation, with an optional period tag.
+func key(prefix string, p Policy, identity, tag string) string {
+	n := len(identity)
+	if !readable(identity) {
+		n = 32
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(p.Name) + n + len(tag) + 10)
+	b.WriteString(prefix)
+	b.WriteByte(':')
+	b.WriteString(p.Name)
+	b.WriteByte(':')
+	b.WriteString(p.Algorithm.short())
+	b.WriteString(":{")
+	writeIdentity(&b, identity)
+	b.WriteByte('}')
+	if tag != "" {
+		b.WriteByte(':')
+		b.WriteString(tag)
+	}
+	return b.String()
 }
 
 // KeyAt is Key for a decision at now (Unix µs): for a Quota policy it
 // appends the period's tag, so each period has its own key, e.g.
 // "fg:billing:qt:{ruser42}:m2026-12".
 func KeyAt(prefix string, p Policy, identity string, now int64) string {
-	k := Key(prefix, p, identity)
 	if p.Algorithm == Quota {
 		_, _, tag := QuotaPeriod(p, now)
-		k += ":" + tag
+		return key(prefix, p, identity, tag)
 	}
-	return k
+	return key(prefix, p, identity, "")
 }
 
 // HashTag returns the part of key between the first '{' and the next '}',

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -109,13 +110,26 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 		return Result{}, err
 	}
 	us := now.UnixMicro()
-	layers := [1]Layer{{Policy: p, Key: KeyAt(l.prefix, p, identity, us), Cost: cost}}
-	var out [1]Result
-	if err := l.store.Decide(ctx, us, layers[:], out[:]); err != nil {
+	f := framePool.Get().(*frame)
+	f.layers[0] = Layer{Policy: p, Key: KeyAt(l.prefix, p, identity, us), Cost: cost}
+	err := l.store.Decide(ctx, us, f.layers[:], f.out[:])
+	r := f.out[0]
+	*f = frame{}
+	framePool.Put(f)
+	if err != nil {
 		return Result{}, err
 	}
-	return out[0], nil
+	return r, nil
 }
+
+// frame holds a single-layer decision's arguments; pooled, since a slice
+// handed to the Store interface escapes to the heap.
+type frame struct {
+	layers [1]Layer
+	out    [1]Result
+}
+
+var framePool = sync.Pool{New: func() any { return new(frame) }}
 
 // ValidateCost reports, wrapped in ErrInvalidCost, a cost outside 0..MaxCost.
 func ValidateCost(cost int64) error {

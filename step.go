@@ -318,7 +318,7 @@ func stepQuota(p Policy, s State, now, cost int64) (State, stepResult, int64) {
 	if s.T != 0 && now < s.T {
 		now = s.T
 	}
-	start, end, _ := QuotaPeriod(p, now)
+	start, end := p.Calendar.periodMicros(now)
 	n := int64(0)
 	if s.T == start {
 		n = s.N
