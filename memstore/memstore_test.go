@@ -52,7 +52,11 @@ func policies(t testing.TB, limit int64) []floodgate.Policy {
 		}
 		ps = append(ps, p)
 	}
-	return ps
+	q, err := floodgate.NewQuota("c-quota", limit, floodgate.Calendar{Unit: floodgate.PeriodMonth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(ps, q)
 }
 
 // TestLessonConcurrency is the lesson's test: limit 1000, identity at 990,
