@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,11 +28,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, s Store, c *redis.Client)) {
 		f(t, m, nil)
 	})
 	t.Run("redis", func(t *testing.T) {
-		c := redistest.Start(t).Client(t)
-		s, err := NewRedisStore(c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, c := newRedisStore(t)
 		f(t, s, c)
 	})
 }

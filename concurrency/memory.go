@@ -4,10 +4,9 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"hash/maphash"
-	"sync"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
 
 // MemoryOptions configures a MemoryStore. The zero value is ready to use.
@@ -26,16 +25,7 @@ type MemoryOptions struct {
 // callers' clock (the times given to the Limiter), as in the Redis script.
 // An identity's state is dropped when its last lease is gone.
 type MemoryStore struct {
-	seed   maphash.Seed
-	shards []memShard
-	mask   uint64
-	perCap int
-}
-
-type memShard struct {
-	mu     sync.Mutex
-	sets   map[string]*leaseSet
-	writes uint32
+	sets *shardmap.Map[*leaseSet] // by key
 }
 
 // leaseSet is one identity's leases: id → expiry, and a min-heap of
@@ -47,43 +37,26 @@ type leaseSet struct {
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
-	if opts.Shards < 0 || opts.Shards > 1<<16 {
-		return nil, fmt.Errorf("%w: concurrency memory store: shards %d out of range 0..65536", floodgate.ErrInvalidPolicy, opts.Shards)
+	sets, err := shardmap.New(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys}, (*leaseSet).gone)
+	if err != nil {
+		return nil, fmt.Errorf("%w: concurrency memory store: %w", floodgate.ErrInvalidPolicy, err)
 	}
-	if opts.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: concurrency memory store: max keys %d is negative", floodgate.ErrInvalidPolicy, opts.MaxKeys)
-	}
-	if opts.Shards == 0 {
-		opts.Shards = 64
-	}
-	if opts.MaxKeys == 0 {
-		opts.MaxKeys = 1_000_000
-	}
-	n := 1
-	for n < opts.Shards {
-		n <<= 1
-	}
-	m := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]memShard, n), mask: uint64(n - 1), perCap: max(opts.MaxKeys/n, 1)}
-	for i := range m.shards {
-		m.shards[i].sets = make(map[string]*leaseSet)
-	}
-	return m, nil
+	return &MemoryStore{sets: sets}, nil
 }
 
 func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	if err := ctx.Err(); err != nil {
 		return reply{}, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	sh := &m.shards[maphash.String(m.seed, req.key)&m.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	set := sh.sets[req.key]
+	sh := m.sets.Lock(req.key)
+	defer sh.Unlock()
+	set := sh.Get(req.key)
 	if set != nil {
 		set.trim(req.now)
 	}
 	defer func() {
 		if set != nil && len(set.exp) == 0 {
-			delete(sh.sets, req.key)
+			sh.Delete(req.key)
 		}
 	}()
 	switch req.op {
@@ -96,23 +69,18 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 			return reply{count: live, at: set.earliest()}, nil
 		}
 		if set == nil {
-			if len(sh.sets) >= m.perCap {
-				sh.sweep(req.now, len(sh.sets))
-			}
-			if len(sh.sets) >= m.perCap {
-				return reply{}, fmt.Errorf("%w: %d identities in shard (cap %d)", floodgate.ErrStoreFull, len(sh.sets), m.perCap)
+			if !sh.Room(req.now, 1) {
+				return reply{}, fmt.Errorf("%w: %d identities in shard (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
 			}
 			set = &leaseSet{exp: make(map[string]int64)}
-			sh.sets[req.key] = set
+			sh.Put(req.key, set)
 		}
 		if _, dup := set.exp[req.id]; dup {
 			return reply{}, fmt.Errorf("%w: lease id %q already held", floodgate.ErrBadReply, req.id)
 		}
 		at := req.now + req.ttl
 		set.put(req.id, at)
-		if sh.writes++; sh.writes%64 == 0 {
-			sh.sweep(req.now, 32)
-		}
+		sh.Wrote(req.now)
 		return reply{ok: true, count: live + 1, at: at}, nil
 	case opRelease:
 		if set == nil {
@@ -136,21 +104,11 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	}
 }
 
-// sweep drops up to limit identities whose leases have all expired (their
-// holders crashed), visiting at most 4×limit.
-func (sh *memShard) sweep(now int64, limit int) {
-	seen, freed := 0, 0
-	for k, set := range sh.sets {
-		if set.trim(now); len(set.exp) == 0 {
-			delete(sh.sets, k)
-			if freed++; freed >= limit {
-				return
-			}
-		}
-		if seen++; seen >= 4*limit {
-			return
-		}
-	}
+// gone drops the leases expired at now and reports whether none is left:
+// the holders crashed, and the identity's set can go.
+func (s *leaseSet) gone(now int64) bool {
+	s.trim(now)
+	return len(s.exp) == 0
 }
 
 // trim drops every lease expired at now. Each lease is popped once, so the

@@ -2,20 +2,22 @@ package concurrency
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
-	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
 
 //go:embed lease.lua
 var leaseLua string
+
+// leaseScript runs lease.lua. The script's own error replies (arguments it
+// refuses, a lease id already held) are floodgate.ErrBadReply: the second
+// comes after the script trimmed expired leases, so it does not mean that
+// nothing was written.
+var leaseScript = luascript.New(leaseLua, luascript.Options{Refusal: "floodgate lease:"})
 
 // Client is the part of a go-redis v9 client a RedisStore uses:
 // *redis.Client, *redis.ClusterClient and the failover clients satisfy it.
@@ -34,7 +36,6 @@ type Client interface {
 // cannot take two slots. It is safe for concurrent use.
 type RedisStore struct {
 	client Client
-	sha    string
 }
 
 // NewRedisStore returns a RedisStore using client. It sends nothing.
@@ -42,72 +43,20 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: concurrency redis store: nil client", floodgate.ErrInvalidPolicy)
 	}
-	sum := sha1.Sum([]byte(leaseLua))
-	return &RedisStore{client: client, sha: hex.EncodeToString(sum[:])}, nil
+	return &RedisStore{client: client}, nil
 }
 
 func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
-	if err := ctx.Err(); err != nil {
-		return reply{}, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	args := []any{"EVALSHA", s.sha, 1, req.key, req.op.code(), req.now, req.limit, req.ttl, req.id, maxTrim}
-	v, err := s.process(ctx, args)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Nothing ran: sending the script itself cannot apply it twice.
-		args[0], args[1] = "EVAL", leaseLua
-		v, err = s.process(ctx, args)
-	}
+	v, err := leaseScript.Run(ctx, s.client, []string{req.key}, req.op.code(), req.now, req.limit, req.ttl, req.id, maxTrim)
 	if err != nil {
-		return reply{}, storeError(err)
-	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) != 3 {
-		return reply{}, fmt.Errorf("%w: lease script returned %T %v, want 3 integers", floodgate.ErrBadReply, v, v)
+		return reply{}, err
 	}
 	var n [3]int64
-	for i, x := range arr {
-		if n[i], ok = x.(int64); !ok {
-			return reply{}, fmt.Errorf("%w: lease script reply element %d is %T, want integer", floodgate.ErrBadReply, i, x)
-		}
+	if err := luascript.Ints(v, n[:]); err != nil {
+		return reply{}, fmt.Errorf("lease script: %w", err)
 	}
 	if n[0] != 0 && n[0] != 1 || n[1] < 0 {
 		return reply{}, fmt.Errorf("%w: lease script reply %v out of range", floodgate.ErrBadReply, n)
 	}
 	return reply{ok: n[0] == 1, count: n[1], at: n[2]}, nil
-}
-
-func (s *RedisStore) process(ctx context.Context, args []any) (any, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3) // route by the key on a cluster
-	_ = s.client.Process(ctx, onceCmd{cmd})
-	return cmd.Result()
-}
-
-// onceCmd is a command go-redis must not resend after a network error: the
-// script may already have run.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command.
-func (onceCmd) NoRetry() bool { return true }
-
-// storeError classifies a Redis failure: whether the script certainly did
-// not run (floodgate.ErrStoreUnavailable) or may have
-// (floodgate.ErrIndeterminate).
-func storeError(err error) error {
-	var rerr redis.Error
-	var op *net.OpError
-	switch {
-	case errors.As(err, &rerr):
-		if strings.Contains(rerr.Error(), "floodgate lease") {
-			return fmt.Errorf("%w: %w", floodgate.ErrBadReply, err)
-		}
-		// Refused before the script's first write (OOM, READONLY...).
-		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
-		errors.Is(err, redis.ErrPoolExhausted), errors.As(err, &op) && op.Op == "dial",
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// Never written to a connection.
-		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return fmt.Errorf("%w: %w", floodgate.ErrIndeterminate, err)
 }

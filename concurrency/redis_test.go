@@ -9,16 +9,25 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
-// TestRedisKeyTTL: the lease set always carries a TTL reaching its last
-// lease's expiry, so a crashed holder's set disappears by itself.
-func TestRedisKeyTTL(t *testing.T) {
+// newRedisStore starts a private redis-server and returns a RedisStore on
+// it and the client it uses, to look behind the store.
+func newRedisStore(t *testing.T) (*RedisStore, *redis.Client) {
+	t.Helper()
 	c := redistest.Start(t).Client(t)
 	s, err := NewRedisStore(c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, c
+}
+
+// TestRedisKeyTTL: the lease set always carries a TTL reaching its last
+// lease's expiry, so a crashed holder's set disappears by itself.
+func TestRedisKeyTTL(t *testing.T) {
+	s, c := newRedisStore(t)
 	ctx := context.Background()
 	l := newLimiter(t, s, Policy{Name: "ttl", Limit: 3, LeaseTTL: 30 * time.Second}, "ttl")
 	// Real instants, so that Redis's clock agrees with the caller's.
@@ -53,12 +62,11 @@ func TestRedisKeyTTL(t *testing.T) {
 	}
 }
 
+// TestRedisScriptCacheFlushed: after SCRIPT FLUSH (a restart, a failover)
+// EVALSHA fails with NOSCRIPT and the store falls back to EVAL, taking one
+// lease per call.
 func TestRedisScriptCacheFlushed(t *testing.T) {
-	c := redistest.Start(t).Client(t)
-	s, err := NewRedisStore(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := newRedisStore(t)
 	ctx := context.Background()
 	l := newLimiter(t, s, Policy{Name: "flush", Limit: 3}, "flush")
 	if _, err := l.AcquireAt(ctx, t0, "u"); err != nil {
@@ -79,6 +87,9 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 	}
 }
 
+// TestRedisScriptGuards runs the script with arguments the Go side never
+// sends: it must refuse them (an error wrapping floodgate.ErrBadReply) and
+// write nothing.
 func TestRedisScriptGuards(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
@@ -90,9 +101,9 @@ func TestRedisScriptGuards(t *testing.T) {
 		{"a", 1, 1, 1, "", 1},
 		{"n", 1, 1, -5, "id", 1},
 	} {
-		_, err := c.Eval(ctx, leaseLua, []string{"g:cc:{x}"}, args...).Result()
-		if err == nil || !errors.Is(storeError(err), floodgate.ErrBadReply) {
-			t.Errorf("args %v: %v, want refused", args, err)
+		_, err := leaseScript.Run(ctx, c, []string{"g:cc:{x}"}, args...)
+		if !errors.Is(err, floodgate.ErrBadReply) || !strings.Contains(err.Error(), "invalid arguments") {
+			t.Errorf("args %v: %v, want ErrBadReply for invalid arguments", args, err)
 		}
 	}
 	if n := c.DBSize(ctx).Val(); n != 0 {

@@ -3,10 +3,10 @@ package loginguard
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
 
 // MemoryOptions configures a Memory backend. The zero value is ready to
@@ -26,11 +26,11 @@ type MemoryOptions struct {
 // monotonic clock; behaviour depends only on the timestamps the guard
 // passes, exactly as with Redis.
 type Memory struct {
-	mu      sync.Mutex
-	states  map[string]*memState
-	maxKeys int
+	// states holds every state in one shard: an attempt's three states
+	// change together, under one lock. Expiry is in monotonic µs since
+	// started.
+	states  *shardmap.Map[*memState]
 	started time.Time
-	writes  int
 }
 
 type memState struct {
@@ -38,24 +38,20 @@ type memState struct {
 	expires int64 // monotonic µs since started
 }
 
+func (e *memState) expired(mono int64) bool { return e.expires <= mono }
+
 // NewMemory returns an empty Memory backend.
 func NewMemory(opts MemoryOptions) (*Memory, error) {
-	if opts.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: max keys %d is negative", ErrInvalidOptions, opts.MaxKeys)
+	states, err := shardmap.New(shardmap.Options{Shards: 1, MaxKeys: opts.MaxKeys}, (*memState).expired)
+	if err != nil {
+		return nil, fmt.Errorf("%w: memory backend: %w", ErrInvalidOptions, err)
 	}
-	if opts.MaxKeys == 0 {
-		opts.MaxKeys = 1_000_000
-	}
-	return &Memory{states: make(map[string]*memState), maxKeys: opts.MaxKeys, started: time.Now()}, nil
+	return &Memory{states: states, started: time.Now()}, nil
 }
 
 // Len returns the number of states held, expired ones not yet reclaimed
 // included.
-func (m *Memory) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.states)
-}
+func (m *Memory) Len() int { return m.states.Len() }
 
 var memTags = [numDims]string{"a:", "i:", "p:"}
 
@@ -69,12 +65,12 @@ func (m *Memory) run(ctx context.Context, o op, now int64, ids *[numDims]string,
 	for d := range numDims {
 		keys[d] = memTags[d] + ids[d]
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	sh := m.states.Lock("")
+	defer sh.Unlock()
 	mono := m.mono()
 	var in [numDims]state
 	for d, k := range keys {
-		if e := m.states[k]; e != nil && e.expires > mono {
+		if e := sh.Get(k); e != nil && e.expires > mono {
 			in[d] = e.s
 		}
 	}
@@ -84,34 +80,28 @@ func (m *Memory) run(ctx context.Context, o op, now int64, ids *[numDims]string,
 	}
 	added := 0
 	for d, k := range keys {
-		if !r.states[d].fresh() && m.states[k] == nil {
+		if !r.states[d].fresh() && sh.Get(k) == nil {
 			added++
 		}
 	}
-	if added > 0 && len(m.states)+added > m.maxKeys {
-		m.sweep(mono, len(m.states))
-		if len(m.states)+added > m.maxKeys {
-			return reply{}, fmt.Errorf("%w: %d login states held (cap %d)", floodgate.ErrStoreFull, len(m.states), m.maxKeys)
-		}
+	if added > 0 && !sh.Room(mono, added) {
+		return reply{}, fmt.Errorf("%w: %d login states held (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
 	}
 	for d, k := range keys {
 		s := r.states[d]
 		if s.fresh() {
-			delete(m.states, k)
+			sh.Delete(k)
 			continue
 		}
-		e := m.states[k]
+		e := sh.Get(k)
 		if e == nil {
 			e = &memState{}
-			m.states[k] = e
+			sh.Put(k, e)
 		}
 		e.s = s
 		e.expires = mono + p.ttlMillis(d, s, r.nows[d])*1000
 	}
-	m.writes++
-	if m.writes%64 == 0 {
-		m.sweep(mono, 32)
-	}
+	sh.Wrote(mono)
 	return r, nil
 }
 
@@ -119,24 +109,8 @@ func (m *Memory) remove(ctx context.Context, d Dimension, id string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	m.mu.Lock()
-	delete(m.states, memTags[d-1]+id)
-	m.mu.Unlock()
+	sh := m.states.Lock("")
+	sh.Delete(memTags[d-1] + id)
+	sh.Unlock()
 	return nil
-}
-
-// sweep deletes up to limit expired states, visiting at most 4×limit.
-func (m *Memory) sweep(mono int64, limit int) {
-	seen, freed := 0, 0
-	for k, e := range m.states {
-		if e.expires <= mono {
-			delete(m.states, k)
-			if freed++; freed >= limit {
-				return
-			}
-		}
-		if seen++; seen >= 4*limit {
-			return
-		}
-	}
 }

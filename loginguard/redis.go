@@ -2,15 +2,11 @@ package loginguard
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
-	"strconv"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,21 +23,15 @@ var (
 	unlockLua string
 )
 
-// script is one Lua script with its SHA1, for EVALSHA.
-type script struct{ src, sha string }
-
-func newScript(src string) script {
-	sum := sha1.Sum([]byte(src))
-	return script{src: src, sha: hex.EncodeToString(sum[:])}
-}
-
 // The scripts: one per operation, each the shared prelude followed by the
-// operation. Immutable.
+// operation. Every error reply they give comes before their first write
+// (they read and check everything first), so all are
+// floodgate.ErrStoreUnavailable. Immutable.
 var (
-	checkScript   = newScript(commonLua + checkLua)
-	failureScript = newScript(commonLua + failureLua)
-	successScript = newScript(commonLua + successLua)
-	unlockScript  = newScript(unlockLua)
+	checkScript   = luascript.New(commonLua+checkLua, luascript.Options{})
+	failureScript = luascript.New(commonLua+failureLua, luascript.Options{})
+	successScript = luascript.New(commonLua+successLua, luascript.Options{})
+	unlockScript  = luascript.New(unlockLua, luascript.Options{})
 )
 
 // Client is the part of a go-redis v9 client the Redis backend uses.
@@ -95,11 +85,11 @@ func (b *Redis) run(ctx context.Context, o op, now int64, ids *[numDims]string, 
 	case opSuccess, opAbandon:
 		sc = successScript
 	}
-	args := make([]any, 0, 3+numDims+21)
-	args = append(args, "evalsha", sc.sha, numDims)
+	var keys [numDims]string
 	for d := range numDims {
-		args = append(args, b.key(d, ids[d]))
+		keys[d] = b.key(d, ids[d])
 	}
+	args := make([]any, 0, 1+5*numDims+5)
 	args = append(args, now)
 	for _, l := range p.dims {
 		args = append(args, l.captcha, l.delay, l.lock, l.window, l.lockout)
@@ -112,82 +102,31 @@ func (b *Redis) run(ctx context.Context, o op, now int64, ids *[numDims]string, 
 		mode = 1 // check.lua: peek; success.lua: abandon
 	}
 	args = append(args, p.baseDelay, p.maxDelay, p.attemptTimeout, strict, mode)
-	val, err := b.eval(ctx, sc, args)
+	val, err := sc.Run(ctx, b.client, keys[:], args...)
 	if err != nil {
-		return reply{}, err
+		return reply{}, fmt.Errorf("loginguard: %w", err)
 	}
 	return decodeReply(val)
 }
 
 func (b *Redis) remove(ctx context.Context, d Dimension, id string) error {
-	_, err := b.eval(ctx, unlockScript, []any{"evalsha", unlockScript.sha, 1, b.key(int(d)-1, id)})
-	return err
-}
-
-// eval sends args (an EVALSHA command) and, on NOSCRIPT, once more as
-// EVAL. NOSCRIPT means nothing ran, so the second send cannot count an
-// attempt twice; no other error is retried.
-func (b *Redis) eval(ctx context.Context, sc script, args []any) (any, error) {
-	val, err := b.process(ctx, args)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", sc.src
-		val, err = b.process(ctx, args)
+	if _, err := unlockScript.Run(ctx, b.client, []string{b.key(int(d)-1, id)}); err != nil {
+		return fmt.Errorf("loginguard: %w", err)
 	}
-	if err != nil {
-		return nil, classify(err)
-	}
-	return val, nil
-}
-
-func (b *Redis) process(ctx context.Context, args []any) (any, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	_ = b.client.Process(ctx, onceCmd{cmd})
-	return cmd.Val(), cmd.Err()
-}
-
-// onceCmd is a command go-redis must not resend after it may have reached
-// the server: a failure counted twice would move the ladder.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command.
-func (onceCmd) NoRetry() bool { return true }
-
-// classify wraps a client error: floodgate.ErrStoreUnavailable when the
-// script certainly did not write (an error reply, which the scripts can
-// only get before their first write since they read everything first; a
-// closed client, pool or dial failure; a context error before sending),
-// floodgate.ErrIndeterminate otherwise (for example a read timeout).
-func classify(err error) error {
-	var rerr redis.Error
-	var oerr *net.OpError
-	switch {
-	case errors.As(err, &rerr),
-		errors.Is(err, redis.ErrClosed),
-		errors.Is(err, redis.ErrPoolTimeout),
-		errors.Is(err, redis.ErrPoolExhausted),
-		errors.As(err, &oerr) && oerr.Op == "dial",
-		errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: loginguard: redis: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	return fmt.Errorf("%w: loginguard: redis: %w", floodgate.ErrIndeterminate, err)
+	return nil
 }
 
 // decodeReply checks and decodes a script's reply: action, until, by,
-// crossed, then n, p, t, u for each dimension.
+// crossed, then n, p, t, u for each dimension, all non-negative.
 func decodeReply(val any) (reply, error) {
-	arr, ok := val.([]any)
-	if !ok || len(arr) != 4+4*numDims {
-		return reply{}, fmt.Errorf("%w: loginguard: reply %T of length %s, want %d integers", floodgate.ErrBadReply, val, lenOf(val), 4+4*numDims)
-	}
 	var n [4 + 4*numDims]int64
-	for i, v := range arr {
-		x, ok := v.(int64)
-		if !ok || x < 0 {
-			return reply{}, fmt.Errorf("%w: loginguard: reply element %d is %T %v", floodgate.ErrBadReply, i, v, v)
+	if err := luascript.Ints(val, n[:]); err != nil {
+		return reply{}, fmt.Errorf("loginguard: %w", err)
+	}
+	for i, x := range n {
+		if x < 0 {
+			return reply{}, fmt.Errorf("%w: loginguard: reply element %d is %d, want >= 0", floodgate.ErrBadReply, i, x)
 		}
-		n[i] = x
 	}
 	if n[0] > int64(Locked) || n[2] > numDims || n[3] >= 1<<numDims {
 		return reply{}, fmt.Errorf("%w: loginguard: reply header %v out of range", floodgate.ErrBadReply, n[:4])
@@ -198,11 +137,4 @@ func decodeReply(val any) (reply, error) {
 		r.states[d] = state{N: n[b], P: n[b+1], T: n[b+2], U: n[b+3]}
 	}
 	return r, nil
-}
-
-func lenOf(v any) string {
-	if a, ok := v.([]any); ok {
-		return strconv.Itoa(len(a))
-	}
-	return "-"
 }

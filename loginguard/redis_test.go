@@ -108,7 +108,7 @@ func TestRedisNoScript(t *testing.T) {
 			t.Fatalf("failure %d counted as %v", i+1, o.Failures)
 		}
 	}
-	exists, err := c.ScriptExists(ctx, failureScript.sha, checkScript.sha).Result()
+	exists, err := c.ScriptExists(ctx, failureScript.SHA(), checkScript.SHA()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

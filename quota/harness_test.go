@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,10 +28,9 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 		}
 		f(t, backend{store: m, dropUsage: func(t *testing.T, key string) {
 			t.Helper()
-			sh := m.shard(key)
-			sh.mu.Lock()
-			defer sh.mu.Unlock()
-			if sl := sh.slots[key]; sl == nil || sl.l == nil {
+			sh := m.lock(key)
+			defer sh.Unlock()
+			if sl := sh.Get(key); sl == nil || sl.l == nil {
 				t.Fatalf("no usage under %q", key)
 			} else {
 				sl.l = nil
@@ -40,11 +38,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 		}})
 	})
 	t.Run("redis", func(t *testing.T) {
-		c := redistest.Start(t).Client(t)
-		s, err := NewRedisStore(c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, c := newRedisStore(t)
 		f(t, backend{store: s, client: c, dropUsage: func(t *testing.T, key string) {
 			t.Helper()
 			if n, err := c.Del(context.Background(), key).Result(); err != nil || n != 1 {

@@ -9,6 +9,28 @@ import (
 	"testing"
 )
 
+// admitted runs call(0) .. call(n-1) from n goroutines at once and returns
+// how many were allowed; an error fails the test.
+func admitted(t *testing.T, n int, call func(i int) (Result, error)) int64 {
+	t.Helper()
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r, err := call(i)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Allowed {
+				count.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return count.Load()
+}
+
 // TestLessonConcurrency is the lesson's incident as a test: limit 1000,
 // identity at 990, 200 concurrent checks of cost 1 → exactly 10 admitted,
 // every run.
@@ -21,22 +43,8 @@ func TestLessonConcurrency(t *testing.T) {
 			if r, err := q.CheckAt(ctx, t0, id, 990); err != nil || !r.Allowed {
 				t.Fatalf("preset: %+v, %v", r, err)
 			}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for range 200 {
-				wg.Go(func() {
-					r, err := q.CheckAt(ctx, t0, id, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if r.Allowed {
-						admitted.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			if got := admitted.Load(); got != 10 {
+			got := admitted(t, 200, func(int) (Result, error) { return q.CheckAt(ctx, t0, id, 1) })
+			if got != 10 {
 				t.Fatalf("run %d: %d admitted, want exactly 10", run, got)
 			}
 			if r, err := q.CheckAt(ctx, t0, id, 0); err != nil || r.Used != 1000 {
@@ -89,23 +97,11 @@ func TestConcurrentReserveContention(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		q := newQuota(t, b.store, monthly(1000), Options{Prefix: "holds"})
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for i := range 200 {
-			wg.Go(func() {
-				r, err := q.ReserveAt(ctx, t0, "tenant", fmt.Sprintf("r%d", i), 10)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.Allowed {
-					admitted.Add(1)
-				}
-			})
-		}
-		wg.Wait()
+		got := admitted(t, 200, func(i int) (Result, error) {
+			return q.ReserveAt(ctx, t0, "tenant", fmt.Sprintf("r%d", i), 10)
+		})
 		r, err := q.CheckAt(ctx, t0, "tenant", 0)
-		if got := admitted.Load(); got != 100 || err != nil || r.Reserved != 1000 {
+		if got != 100 || err != nil || r.Reserved != 1000 {
 			t.Fatalf("%d admitted, final %+v, %v; want 100 admitted and 1000 reserved", got, r, err)
 		}
 	})

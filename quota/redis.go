@@ -2,20 +2,22 @@ package quota
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
-	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
 
 //go:embed quota.lua
 var quotaLua string
+
+// quotaScript runs quota.lua. The script's own error replies (arguments it
+// refuses, a corrupt settlement record) are floodgate.ErrBadReply: the
+// corrupt-record reply comes after the script's writes, so it does not
+// mean that nothing was written.
+var quotaScript = luascript.New(quotaLua, luascript.Options{Refusal: "floodgate quota:"})
 
 // Client is the part of a go-redis v9 client a RedisStore uses:
 // *redis.Client, *redis.ClusterClient and the failover clients satisfy it.
@@ -35,7 +37,6 @@ type Client interface {
 // use.
 type RedisStore struct {
 	client Client
-	sha    string
 }
 
 // NewRedisStore returns a RedisStore using client. It sends nothing.
@@ -43,74 +44,31 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: quota redis store: nil client", floodgate.ErrInvalidPolicy)
 	}
-	sum := sha1.Sum([]byte(quotaLua))
-	return &RedisStore{client: client, sha: hex.EncodeToString(sum[:])}, nil
+	return &RedisStore{client: client}, nil
 }
 
 func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
-	if err := ctx.Err(); err != nil {
-		return reply{}, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	nkeys := 4
+	keys := make([]string, 4, 7)
+	keys[0], keys[1], keys[2], keys[3] = req.cur.usage, req.cur.holds, req.cur.settled, req.cur.marker
 	if req.op == opSettle {
-		nkeys = 7
+		keys = append(keys, req.prev.usage, req.prev.holds, req.prev.settled)
 	}
-	args := []any{
-		"EVALSHA", s.sha, nkeys,
-		req.cur.usage, req.cur.holds, req.cur.settled, req.cur.marker,
-		req.prev.usage, req.prev.holds, req.prev.settled,
+	v, err := quotaScript.Run(ctx, s.client, keys,
 		req.op.code(), req.now, req.limit, req.amount, req.id,
 		req.hold, req.keep, req.expireAt, req.prevExpireAt, req.markerAt,
-		req.maxPending, req.maxSettled, maxTrim, int64(MaxUsed),
-	}
-	if nkeys == 4 {
-		args = append(args[:7], args[10:]...)
-	}
-	v, err := s.run(ctx, args)
+		req.maxPending, req.maxSettled, maxTrim, int64(MaxUsed))
 	if err != nil {
 		return reply{}, err
 	}
 	return decodeReply(v)
 }
 
-// run sends args (an EVALSHA command) and, if the server does not have the
-// script cached, sends it again as EVAL: a NOSCRIPT reply means nothing ran.
-func (s *RedisStore) run(ctx context.Context, args []any) (any, error) {
-	v, err := s.process(ctx, args)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "EVAL", quotaLua
-		v, err = s.process(ctx, args)
-	}
-	if err != nil {
-		return nil, storeError(err)
-	}
-	return v, nil
-}
-
-func (s *RedisStore) process(ctx context.Context, args []any) (any, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3) // route by the first key on a cluster
-	_ = s.client.Process(ctx, onceCmd{cmd})
-	return cmd.Result()
-}
-
-// onceCmd is a command go-redis must not resend after a network error: the
-// script may already have run.
-type onceCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command.
-func (onceCmd) NoRetry() bool { return true }
-
+// decodeReply checks and decodes the script's reply: status, used, held,
+// charged, refunded, unmatched, in_prev, hint.
 func decodeReply(v any) (reply, error) {
-	arr, ok := v.([]any)
-	if !ok || len(arr) != 8 {
-		return reply{}, fmt.Errorf("%w: quota script returned %T %v, want 8 integers", floodgate.ErrBadReply, v, v)
-	}
 	var n [8]int64
-	for i, x := range arr {
-		if n[i], ok = x.(int64); !ok {
-			return reply{}, fmt.Errorf("%w: quota script reply element %d is %T, want integer", floodgate.ErrBadReply, i, x)
-		}
+	if err := luascript.Ints(v, n[:]); err != nil {
+		return reply{}, fmt.Errorf("quota script: %w", err)
 	}
 	if n[0] < 0 || status(n[0]) > stLast || n[5] < 0 || n[5] > 1 || n[6] < 0 || n[6] > 1 {
 		return reply{}, fmt.Errorf("%w: quota script reply %v out of range", floodgate.ErrBadReply, n)
@@ -119,32 +77,4 @@ func decodeReply(v any) (reply, error) {
 		status: status(n[0]), used: n[1], held: n[2], charged: n[3], refunded: n[4],
 		unmatched: n[5] == 1, inPrev: n[6] == 1, hint: n[7],
 	}, nil
-}
-
-// storeError classifies a Redis failure: whether the script certainly did
-// not run (floodgate.ErrStoreUnavailable) or may have
-// (floodgate.ErrIndeterminate).
-func storeError(err error) error {
-	var rerr redis.Error
-	var op *net.OpError
-	switch {
-	case errors.As(err, &rerr):
-		if strings.Contains(rerr.Error(), "floodgate quota") {
-			// The script refused its arguments or found a corrupt record.
-			return fmt.Errorf("%w: %w", floodgate.ErrBadReply, err)
-		}
-		// The server refused the command (OOM, READONLY, LOADING, BUSY...)
-		// before the script's first write: nothing was written.
-		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
-		errors.Is(err, redis.ErrPoolExhausted), errors.As(err, &op) && op.Op == "dial",
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// The command was never written to a connection (go-redis reports
-		// context errors only while waiting for a connection; a deadline
-		// hit after sending surfaces as a network timeout).
-		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	// Sent, then the connection failed or timed out: the script may have
-	// run.
-	return fmt.Errorf("%w: %w", floodgate.ErrIndeterminate, err)
 }

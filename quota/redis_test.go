@@ -12,16 +12,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestRedisKeysHaveTTLs checks that every key the script writes carries a
-// TTL matching the period's end plus grace (the marker a day more), and
-// that all keys of one identity, across periods, share one slot.
-func TestRedisKeysHaveTTLs(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+// newRedisStore starts a private redis-server and returns a RedisStore on
+// it and the client it uses, to look behind the store.
+func newRedisStore(t *testing.T) (*RedisStore, *redis.Client) {
+	t.Helper()
+	c := redistest.Start(t).Client(t)
 	s, err := NewRedisStore(c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, c
+}
+
+// TestRedisKeysHaveTTLs checks that every key the script writes carries a
+// TTL matching the period's end plus grace (the marker a day more), and
+// that all keys of one identity, across periods, share one slot.
+func TestRedisKeysHaveTTLs(t *testing.T) {
+	s, c := newRedisStore(t)
 	ctx := context.Background()
 	p := Policy{Name: "ttl", Limit: 1000, Calendar: Calendar{Unit: Day}}
 	q := newQuota(t, s, p, Options{Prefix: "ttl", Grace: 2 * time.Hour})
@@ -64,12 +71,7 @@ func TestRedisKeysHaveTTLs(t *testing.T) {
 // TestRedisScriptCacheFlushed: after SCRIPT FLUSH (a restart, a failover)
 // EVALSHA fails with NOSCRIPT and the store falls back to EVAL.
 func TestRedisScriptCacheFlushed(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	s, err := NewRedisStore(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, c := newRedisStore(t)
 	ctx := context.Background()
 	q := newQuota(t, s, monthly(10), Options{Prefix: "flush"})
 	if _, err := q.CheckAt(ctx, t0, "u", 1); err != nil {
@@ -90,11 +92,11 @@ func TestRedisScriptCacheFlushed(t *testing.T) {
 	}
 }
 
-// TestRedisScriptGuards calls the script directly with arguments the Go
-// side never sends: it must refuse them and write nothing.
+// TestRedisScriptGuards runs the script with arguments the Go side never
+// sends: it must refuse them (an error wrapping floodgate.ErrBadReply) and
+// write nothing.
 func TestRedisScriptGuards(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+	c := redistest.Start(t).Client(t)
 	ctx := context.Background()
 	keys := []string{"g:{x}:u", "g:{x}:h", "g:{x}:s", "g:{x}:k"}
 	good := []any{"c", 1, 10, 1, "", 1, 1, 1e9, 1e9, 1e9, 1, 1, 1, int64(MaxUsed)}
@@ -112,16 +114,13 @@ func TestRedisScriptGuards(t *testing.T) {
 	} {
 		args := append([]any(nil), good...)
 		args[tt.i] = tt.v
-		_, err := c.Eval(ctx, quotaLua, keys, args...).Result()
-		if err == nil || !strings.Contains(err.Error(), "invalid arguments") {
-			t.Errorf("%s: err = %v, want invalid arguments", tt.name, err)
-		}
-		if !errors.Is(storeError(err), floodgate.ErrBadReply) {
-			t.Errorf("%s: classified as %v", tt.name, storeError(err))
+		_, err := quotaScript.Run(ctx, c, keys, args...)
+		if !errors.Is(err, floodgate.ErrBadReply) || !strings.Contains(err.Error(), "invalid arguments") {
+			t.Errorf("%s: err = %v, want ErrBadReply for invalid arguments", tt.name, err)
 		}
 	}
-	if _, err := c.Eval(ctx, quotaLua, keys[:4], "s", 1, 10, 1, "id", 1, 1, 1e9, 1e9, 1e9, 1, 1, 1, int64(MaxUsed)).Result(); err == nil {
-		t.Error("settle with 4 keys accepted")
+	if _, err := quotaScript.Run(ctx, c, keys[:4], "s", 1, 10, 1, "id", 1, 1, 1e9, 1e9, 1e9, 1, 1, 1, int64(MaxUsed)); !errors.Is(err, floodgate.ErrBadReply) {
+		t.Errorf("settle with 4 keys: %v, want ErrBadReply", err)
 	}
 	if n := c.DBSize(ctx).Val(); n != 0 {
 		t.Fatalf("refused calls wrote %d keys", n)
@@ -133,28 +132,30 @@ func TestRedisScriptGuards(t *testing.T) {
 // the server is back.
 func TestRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer c.Close()
-	s, err := NewRedisStore(c)
-	if err != nil {
-		t.Fatal(err)
+	// onNewClient returns a Quota on a new client of the server.
+	onNewClient := func() *Quota {
+		t.Helper()
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		s, err := NewRedisStore(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newQuota(t, s, monthly(10), Options{Prefix: "down"})
 	}
-	q := newQuota(t, s, monthly(10), Options{Prefix: "down"})
+	q := onNewClient()
 	if _, err := q.CheckAt(context.Background(), t0, "u", 1); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Kill()
-	_, err = q.CheckAt(ctx, t0, "u", 1)
+	_, err := q.CheckAt(ctx, t0, "u", 1)
 	if !errors.Is(err, floodgate.ErrStoreUnavailable) && !errors.Is(err, floodgate.ErrIndeterminate) {
 		t.Fatalf("killed server: %v", err)
 	}
 	// With no pooled connection left, the failure is a refused dial.
-	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	defer c2.Close()
-	s2, _ := NewRedisStore(c2)
-	q2 := newQuota(t, s2, monthly(10), Options{Prefix: "down"})
+	q2 := onNewClient()
 	if _, err := q2.CheckAt(ctx, t0, "u", 1); !errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Fatalf("refused connection: %v, want ErrStoreUnavailable", err)
 	}
@@ -171,8 +172,7 @@ func TestRedisCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
 	}
-	cl := redistest.StartCluster(t)
-	c := cl.Client(t)
+	c := redistest.StartCluster(t).Client(t)
 	s, err := NewRedisStore(c)
 	if err != nil {
 		t.Fatal(err)

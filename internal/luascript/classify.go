@@ -1,0 +1,53 @@
+package luascript
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+// Classify wraps err, the error go-redis returned for a script call, in
+// floodgate.ErrStoreUnavailable when the script certainly wrote nothing
+// and in floodgate.ErrIndeterminate when it may have run. It returns nil
+// for nil.
+//
+//   - An error reply from Redis (OOM, BUSY, LOADING, READONLY, MASTERDOWN,
+//     NOREPLICAS, CROSSSLOT, a wrong-type read, a Lua error...) means
+//     nothing was written, for a script that reads and checks everything
+//     before its first write (see Script). Redis checks OOM and the write
+//     preconditions when a script issues its first write, and only then:
+//     once a script has written, its later writes are let through so that
+//     a script is never cut in half. Reads of keys of the wrong type fail
+//     before that write, and the writes themselves (SET, HSET, ZADD,
+//     PEXPIRE on keys already read with the right type) cannot fail.
+//   - The client closed, the pool timing out or exhausted, a failed dial:
+//     the command was never written to a connection.
+//   - A context error: go-redis returns one only before the command is
+//     written (while waiting for a pooled connection, or between attempts,
+//     and it makes no second attempt at a Script's commands). Once the
+//     command is written, the wait for its reply is bounded by a socket
+//     deadline taken from the context, which fails as a network timeout.
+//   - Anything else (a read or write timeout, EOF, a reset connection) may
+//     have come after Redis received the command: indeterminate.
+func Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var rerr redis.Error
+	var oerr *net.OpError
+	switch {
+	case errors.As(err, &rerr),
+		errors.Is(err, redis.ErrClosed),
+		errors.Is(err, redis.ErrPoolTimeout),
+		errors.Is(err, redis.ErrPoolExhausted),
+		errors.As(err, &oerr) && oerr.Op == "dial",
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	return fmt.Errorf("%w: redis: %w", floodgate.ErrIndeterminate, err)
+}

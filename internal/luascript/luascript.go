@@ -1,0 +1,179 @@
+// Package luascript runs Floodgate's Lua scripts on Redis: by SHA-1 with
+// EVALSHA, sending the source with EVAL only when the server answers
+// NOSCRIPT, never sent a second time by go-redis after a network error,
+// and with every failure classified by whether the script may have run
+// (floodgate.ErrIndeterminate) or certainly wrote nothing
+// (floodgate.ErrStoreUnavailable).
+//
+// It is the one copy of that machinery for the packages that keep state in
+// Redis through scripts (quota, concurrency, loginguard).
+package luascript
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of a go-redis v9 client a Script runs on:
+// *redis.Client, *redis.ClusterClient, the failover clients and
+// *redis.AutoPipeliner satisfy it. Set ContextTimeoutEnabled on the client
+// so that a call's context deadline bounds the whole round trip.
+type Client interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// Options configures a Script. The zero value is ready to use.
+type Options struct {
+	// Refusal is text contained in every error reply the script raises on
+	// purpose (with redis.error_reply) when it refuses its arguments or
+	// finds state it will not act on, for example "floodgate quota:". Run
+	// reports those replies as floodgate.ErrBadReply rather than
+	// floodgate.ErrStoreUnavailable: the call or the stored data is wrong,
+	// so sending the call again, here or to a fallback store, cannot help;
+	// and such a refusal may come after writes the script keeps on purpose
+	// (trimming expired entries, say), so "nothing was written" would not
+	// be true of it. Default "": every error reply is ErrStoreUnavailable.
+	Refusal string
+}
+
+// Script is one Lua script and the SHA-1 that EVALSHA knows it by. It is
+// immutable and safe for concurrent use, so a package keeps its scripts in
+// package-level variables.
+//
+// Run counts an error reply as "nothing written" (see Classify). That
+// holds for a script that makes every read and every check before its
+// first write, and marks any error it raises later as a refusal (see
+// Options.Refusal): Redis stops a script only at its first write (OOM,
+// READONLY...) or at a read of the wrong type, and a Lua error raised
+// after a write would leave that write in place.
+type Script struct {
+	src     string
+	sha     string
+	refusal string
+	// The two forms of the script as command arguments, converted to any
+	// once so that building a call does not allocate for them.
+	shaArg, srcArg any
+}
+
+// New returns the Script for the Lua source src. It sends nothing: the
+// first Run on each server loads the script (EVALSHA answered with
+// NOSCRIPT, then EVAL), and later runs use EVALSHA alone.
+func New(src string, opts Options) *Script {
+	sum := sha1.Sum([]byte(src))
+	sha := hex.EncodeToString(sum[:])
+	return &Script{src: src, sha: sha, refusal: opts.Refusal, shaArg: sha, srcArg: src}
+}
+
+// SHA returns the script's SHA-1 in lower-case hex, the name Redis's script
+// cache knows it by (SCRIPT EXISTS, EVALSHA).
+func (s *Script) SHA() string { return s.sha }
+
+// Source returns the script's Lua source.
+func (s *Script) Source() string { return s.src }
+
+// Run runs the script on c with keys (its KEYS) and args (its ARGV) and
+// returns the reply as go-redis decodes it, unchecked: int64, string,
+// []any, or nil for a Lua nil or false. It needs at least one key, and on a
+// Redis Cluster the call goes to the node serving keys[0], so all keys must
+// share one hash tag. Run keeps no reference to keys or args once it has
+// returned.
+//
+// Failures (see RunCommand): an error wrapping floodgate.ErrInvalidKey
+// when keys is empty (nothing is sent); floodgate.ErrStoreUnavailable when
+// the script certainly wrote nothing; floodgate.ErrIndeterminate when it
+// may have run; floodgate.ErrBadReply for the script's own refusals (see
+// Options.Refusal).
+func (s *Script) Run(ctx context.Context, c Client, keys []string, args ...any) (any, error) {
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: luascript: a script call needs at least one key to be routed by", floodgate.ErrInvalidKey)
+	}
+	argv := make([]any, 3, 3+len(keys)+len(args))
+	argv[2] = len(keys)
+	for i := range keys {
+		// A *string is written as the string it points to, without the
+		// allocation that converting a string to any costs.
+		argv = append(argv, &keys[i])
+	}
+	argv = append(argv, args...)
+	return s.RunCommand(ctx, c, argv)
+}
+
+// RunCommand is Run for a caller that builds, and may reuse, the whole
+// command line: RunCommand sets argv[0] and argv[1] (to EVALSHA and the
+// SHA-1, or EVAL and the source); argv[2] is the number of keys, then come
+// the keys, then the arguments. argv must hold at least one key: the call
+// is routed by argv[3]. RunCommand changes only argv[0] and argv[1] and
+// keeps no reference to argv once it has returned.
+//
+// It sends EVALSHA first. A NOSCRIPT reply is Redis refusing the command
+// itself, so nothing ran, and RunCommand sends EVAL once: the script runs
+// at most once per call. It sends nothing else again, and marks both
+// commands so that go-redis does not resend them after a timeout or a
+// broken connection either (whatever the client's MaxRetries), since the
+// script may have run; a cluster client still follows MOVED and ASK
+// redirections, which are replies meaning the node ran nothing. If ctx is
+// already done, nothing is sent and the error wraps
+// floodgate.ErrStoreUnavailable.
+func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, error) {
+	if len(argv) < 4 {
+		return nil, fmt.Errorf("%w: luascript: a script command needs at least 4 elements (command, script, numkeys, a key), got %d", floodgate.ErrInvalidKey, len(argv))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	argv[0], argv[1] = "evalsha", s.shaArg
+	val, err := send(ctx, c, argv)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", s.srcArg
+		val, err = send(ctx, c, argv)
+	}
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	return val, nil
+}
+
+// send sends one EVAL or EVALSHA and waits for its reply.
+func send(ctx context.Context, c Client, argv []any) (any, error) {
+	cmd := redis.NewCmd(ctx, argv...)
+	cmd.SetFirstKeyPos(3) // route by the first key on a cluster
+	_ = c.Process(ctx, noRetryCmd{cmd})
+	// Err, rather than Process's result, waits for the reply even on a
+	// deferred client such as an asynchronous AutoPipeliner.
+	if err := cmd.Err(); err != nil {
+		if errors.Is(err, redis.Nil) {
+			// go-redis reports a nil reply (the script returned nil or
+			// false) as an error; it is a reply like any other, for the
+			// caller's decoder to accept or refuse.
+			return nil, nil
+		}
+		return nil, err
+	}
+	return cmd.Val(), nil
+}
+
+// noRetryCmd is a redis.Cmd that go-redis must not send twice: a script
+// resent after a read timeout or a reset connection could run twice and
+// count a request twice.
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command once it may have been
+// sent.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// classify is Classify, with the script's own refusals (Options.Refusal)
+// reported as floodgate.ErrBadReply.
+func (s *Script) classify(err error) error {
+	var rerr redis.Error
+	if s.refusal != "" && errors.As(err, &rerr) && strings.Contains(rerr.Error(), s.refusal) {
+		return fmt.Errorf("%w: redis: %w", floodgate.ErrBadReply, err)
+	}
+	return Classify(err)
+}

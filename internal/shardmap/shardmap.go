@@ -1,0 +1,162 @@
+// Package shardmap is the bookkeeping Floodgate's in-memory stores share: a
+// string-keyed map split into shards, each under its own mutex, holding at
+// most a fixed number of entries, whose dead entries are dropped a few at
+// a time as writes come in rather than by a background goroutine.
+package shardmap
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+)
+
+// Options configures a Map. The zero value is ready to use.
+type Options struct {
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two. Default 64; at most 65,536.
+	Shards int
+	// MaxKeys caps the entries held at once. It is split evenly over the
+	// shards, each holding at least one, so a shard can be full while
+	// others are not. Default 1,000,000.
+	MaxKeys int
+}
+
+// Sweeping: every sweepEvery writes to a shard drop up to sweepBatch dead
+// entries, visiting at most sweepVisits×sweepBatch of them, so dead entries
+// are reclaimed about as fast as writes create new ones.
+const (
+	sweepEvery  = 64
+	sweepBatch  = 32
+	sweepVisits = 4
+)
+
+// Map is a string-keyed map of V split into shards. A caller locks the
+// shard of the entries it works on (Lock), reads and writes them through
+// the Shard, and unlocks it. The Map is safe for concurrent use; a Shard's
+// methods other than Unlock need its lock held.
+type Map[V any] struct {
+	seed   maphash.Seed
+	shards []Shard[V]
+	mask   uint64
+}
+
+// Shard is one part of a Map: its entries, under one mutex.
+type Shard[V any] struct {
+	mu      sync.Mutex
+	entries map[string]V
+	writes  uint32
+	perCap  int
+	dead    func(v V, now int64) bool
+}
+
+// New returns an empty Map. dead reports whether an entry can be dropped at
+// now (for example because everything in it has expired), in whatever
+// clock the caller passes to Room and Wrote; it runs with the entry's shard
+// locked and may tidy the entry as it goes. The error describes the first
+// invalid option, for the caller to wrap in its own sentinel.
+func New[V any](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
+	if opts.Shards < 0 || opts.Shards > 1<<16 {
+		return nil, fmt.Errorf("shards %d out of range 0..65536", opts.Shards)
+	}
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("max keys %d is negative", opts.MaxKeys)
+	}
+	if dead == nil {
+		return nil, fmt.Errorf("no function to tell dead entries")
+	}
+	if opts.Shards == 0 {
+		opts.Shards = 64
+	}
+	if opts.MaxKeys == 0 {
+		opts.MaxKeys = 1_000_000
+	}
+	n := 1
+	for n < opts.Shards {
+		n <<= 1
+	}
+	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], n), mask: uint64(n - 1)}
+	for i := range m.shards {
+		m.shards[i] = Shard[V]{entries: make(map[string]V), perCap: max(opts.MaxKeys/n, 1), dead: dead}
+	}
+	return m, nil
+}
+
+// Lock locks and returns the shard for hashKey. Entries that must change
+// together under one lock (one identity's keys, say) are reached through
+// one hashKey, such as their common hash tag. The caller unlocks the shard
+// when it is done.
+func (m *Map[V]) Lock(hashKey string) *Shard[V] {
+	sh := &m.shards[maphash.String(m.seed, hashKey)&m.mask]
+	sh.mu.Lock()
+	return sh
+}
+
+// Len returns the number of entries in the Map, dead ones not yet dropped
+// included. It locks one shard at a time, so under concurrent writes the
+// count is a moment's approximation.
+func (m *Map[V]) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.entries)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Unlock unlocks the shard.
+func (s *Shard[V]) Unlock() { s.mu.Unlock() }
+
+// Get returns the entry of key, or the zero V if there is none.
+func (s *Shard[V]) Get(key string) V { return s.entries[key] }
+
+// Put sets the entry of key. A caller adding keys checks Room first.
+func (s *Shard[V]) Put(key string, v V) { s.entries[key] = v }
+
+// Delete removes the entry of key, if any.
+func (s *Shard[V]) Delete(key string) { delete(s.entries, key) }
+
+// Len returns the number of entries in the shard, dead ones included.
+func (s *Shard[V]) Len() int { return len(s.entries) }
+
+// Cap returns the most entries the shard holds.
+func (s *Shard[V]) Cap() int { return s.perCap }
+
+// Room reports whether n more entries fit in the shard. When they do not,
+// it first drops every dead entry of the shard (at now) and looks again.
+// A caller that would add entries asks before changing anything, so that a
+// full shard refuses an operation without applying part of it.
+func (s *Shard[V]) Room(now int64, n int) bool {
+	if len(s.entries)+n <= s.perCap {
+		return true
+	}
+	s.sweep(now, len(s.entries))
+	return len(s.entries)+n <= s.perCap
+}
+
+// Wrote counts a write to the shard. Every 64th write drops up to 32 dead
+// entries (at now), visiting at most 128.
+func (s *Shard[V]) Wrote(now int64) {
+	if s.writes++; s.writes%sweepEvery == 0 {
+		s.sweep(now, sweepBatch)
+	}
+}
+
+// sweep drops up to limit dead entries, visiting at most sweepVisits×limit.
+// Map iteration starts at a random entry, so successive sweeps cover the
+// whole shard.
+func (s *Shard[V]) sweep(now int64, limit int) {
+	seen, freed := 0, 0
+	for k, v := range s.entries {
+		if s.dead(v, now) {
+			delete(s.entries, k)
+			if freed++; freed >= limit {
+				return
+			}
+		}
+		if seen++; seen >= sweepVisits*limit {
+			return
+		}
+	}
+}

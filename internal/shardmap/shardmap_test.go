@@ -1,0 +1,159 @@
+package shardmap
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// entry is a test value that dies at a fixed instant.
+type entry struct{ until int64 }
+
+func deadAt(e *entry, now int64) bool { return now >= e.until }
+
+func newMap(t *testing.T, opts Options) *Map[*entry] {
+	t.Helper()
+	m, err := New(opts, deadAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		dead func(*entry, int64) bool
+	}{
+		{"negative shards", Options{Shards: -1}, deadAt},
+		{"too many shards", Options{Shards: 1<<16 + 1}, deadAt},
+		{"negative max keys", Options{MaxKeys: -1}, deadAt},
+		{"no dead func", Options{}, nil},
+	} {
+		if m, err := New(tc.opts, tc.dead); err == nil || m != nil {
+			t.Errorf("%s: New = %v, %v; want an error", tc.name, m, err)
+		}
+	}
+	for _, tc := range []struct {
+		opts           Options
+		shards, perCap int
+	}{
+		{Options{}, 64, 1_000_000 / 64},
+		{Options{Shards: 5, MaxKeys: 80}, 8, 10},
+		{Options{Shards: 1 << 16, MaxKeys: 10}, 1 << 16, 1},
+		{Options{Shards: 1, MaxKeys: 3}, 1, 3},
+	} {
+		m := newMap(t, tc.opts)
+		if len(m.shards) != tc.shards || m.shards[0].Cap() != tc.perCap {
+			t.Errorf("%+v: %d shards of %d, want %d of %d", tc.opts, len(m.shards), m.shards[0].Cap(), tc.shards, tc.perCap)
+		}
+	}
+}
+
+// TestLockByHashKey: one hash key always reaches the same shard, whose
+// entries the next holder of the lock sees.
+func TestLockByHashKey(t *testing.T) {
+	m := newMap(t, Options{Shards: 16})
+	for i := range 100 {
+		sh := m.Lock(fmt.Sprintf("tag%d", i))
+		sh.Put(fmt.Sprintf("tag%d:a", i), &entry{until: 10})
+		sh.Unlock()
+	}
+	for i := range 100 {
+		sh := m.Lock(fmt.Sprintf("tag%d", i))
+		if sh.Get(fmt.Sprintf("tag%d:a", i)) == nil {
+			t.Fatalf("tag%d: entry not in the shard of its hash key", i)
+		}
+		if sh.Get("absent") != nil {
+			t.Fatal("Get of an absent key returned an entry")
+		}
+		sh.Unlock()
+	}
+	if got := m.Len(); got != 100 {
+		t.Fatalf("Len = %d, want 100", got)
+	}
+}
+
+// TestRoom: a full shard makes room by dropping its dead entries, and
+// refuses when they are all alive.
+func TestRoom(t *testing.T) {
+	m := newMap(t, Options{Shards: 1, MaxKeys: 4})
+	sh := m.Lock("")
+	defer sh.Unlock()
+	if !sh.Room(0, 4) || sh.Room(0, 5) {
+		t.Fatal("an empty shard of 4: want room for 4 entries, not for 5")
+	}
+	for i, until := range []int64{10, 20, 30, 40} {
+		sh.Put(fmt.Sprint(i), &entry{until: until})
+	}
+	for _, st := range []struct {
+		name  string
+		now   int64
+		n     int
+		room  bool
+		after int
+	}{
+		{"full, all alive", 5, 1, false, 4},
+		{"full, one dead", 10, 1, true, 3},
+		{"two more, one dead left", 25, 2, true, 2},
+		{"fits without sweeping", 100, 2, true, 2},
+		{"three more, sweep", 100, 3, true, 0},
+	} {
+		if got := sh.Room(st.now, st.n); got != st.room || sh.Len() != st.after {
+			t.Fatalf("%s: Room = %v with %d entries, want %v with %d", st.name, got, sh.Len(), st.room, st.after)
+		}
+	}
+}
+
+// TestWroteSweeps: every 64th write drops dead entries, 32 at most, and
+// never a live one.
+func TestWroteSweeps(t *testing.T) {
+	m := newMap(t, Options{Shards: 1})
+	sh := m.Lock("")
+	defer sh.Unlock()
+	for i := range 40 {
+		sh.Put(fmt.Sprint("dead", i), &entry{until: 1})
+		sh.Put(fmt.Sprint("live", i), &entry{until: 100})
+	}
+	for range 63 {
+		sh.Wrote(50)
+	}
+	if sh.Len() != 80 {
+		t.Fatalf("%d entries after 63 writes, want 80 (no sweep yet)", sh.Len())
+	}
+	sh.Wrote(50)
+	if n := sh.Len(); n >= 80 || n < 80-32 {
+		t.Fatalf("%d entries after the 64th write, want between 48 and 79", n)
+	}
+	for i := range 40 {
+		if sh.Get(fmt.Sprint("live", i)) == nil {
+			t.Fatalf("live%d dropped", i)
+		}
+	}
+}
+
+// TestConcurrentUse hammers a few hash keys from many goroutines; -race
+// checks the locking and the final count checks nothing was lost.
+func TestConcurrentUse(t *testing.T) {
+	m := newMap(t, Options{Shards: 4, MaxKeys: 1 << 20})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				tag := fmt.Sprint(i % 7)
+				sh := m.Lock(tag)
+				key := fmt.Sprintf("%s:%d:%d", tag, g, i)
+				if sh.Room(int64(i), 1) {
+					sh.Put(key, &entry{until: 1 << 40})
+				}
+				sh.Wrote(int64(i))
+				sh.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if got := m.Len(); got != 16*200 {
+		t.Fatalf("Len = %d, want %d", got, 16*200)
+	}
+}
