@@ -10,7 +10,7 @@ run:
 
 ## test: every test, with the race detector, in shuffled order.
 test:
-	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+	$(GO) test -race -shuffle=on -count=1 ./...
 
 ## test-short: the tests that need no redis-server.
 test-short:
