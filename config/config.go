@@ -70,6 +70,10 @@ type Config struct {
 	tiers       []string
 	policies    []*Policy
 	byName      map[string]*Policy
+	quotas      []*Quota
+	quotaByName map[string]*Quota
+	limits      []*ConcurrencyLimit
+	limitByName map[string]*ConcurrencyLimit
 }
 
 // Version returns the configuration's version field ("" when absent).
@@ -108,6 +112,26 @@ func (c *Config) Policies() []*Policy { return c.policies }
 func (c *Config) Policy(name string) (*Policy, bool) {
 	p, ok := c.byName[name]
 	return p, ok
+}
+
+// Quotas returns the quotas in the order they were declared. The caller
+// must not modify the slice.
+func (c *Config) Quotas() []*Quota { return c.quotas }
+
+// Quota returns the quota called name.
+func (c *Config) Quota(name string) (*Quota, bool) {
+	q, ok := c.quotaByName[name]
+	return q, ok
+}
+
+// ConcurrencyLimits returns the concurrency limits in the order they were
+// declared. The caller must not modify the slice.
+func (c *Config) ConcurrencyLimits() []*ConcurrencyLimit { return c.limits }
+
+// ConcurrencyLimit returns the concurrency limit called name.
+func (c *Config) ConcurrencyLimit(name string) (*ConcurrencyLimit, bool) {
+	l, ok := c.limitByName[name]
+	return l, ok
 }
 
 // Policy is one named policy: an ordered list of layers decided together,
@@ -172,12 +196,7 @@ type Layer struct {
 
 // Dimension returns the layer's dimension as written in the configuration:
 // "global" or the dimension names joined with "+".
-func (l *Layer) Dimension() string {
-	if len(l.Dimensions) == 0 {
-		return GlobalDimension
-	}
-	return strings.Join(l.Dimensions, "+")
-}
+func (l *Layer) Dimension() string { return dimensionName(l.Dimensions) }
 
 // Policy returns the layer's rate limit under tier (the base limits when the
 // tier has no override). For a sharded layer it is the limit of one shard.
@@ -194,20 +213,26 @@ func (l *Layer) Policy(tier string) floodgate.Policy {
 // (dimension → value). A global layer's identity is "global", or
 // "global/<n>" with a random shard n when it is sharded.
 func (l *Layer) Identity(values map[string]string) (string, error) {
-	switch len(l.Dimensions) {
+	if len(l.Dimensions) == 0 && l.Shards > 1 {
+		return GlobalDimension + "/" + strconv.Itoa(rand.IntN(l.Shards)), nil
+	}
+	return identityOf(fmt.Sprintf("layer %q", l.Name), l.Dimensions, values)
+}
+
+// identityOf returns the identity that dims key on, taken from values:
+// "global" for no dimensions, the value of a single one, or the values of
+// several, length-prefixed so that no two value tuples join to the same
+// string. owner names what needs the values in errors (`layer "x"`).
+func identityOf(owner string, dims []string, values map[string]string) (string, error) {
+	switch len(dims) {
 	case 0:
-		if l.Shards > 1 {
-			return GlobalDimension + "/" + strconv.Itoa(rand.IntN(l.Shards)), nil
-		}
 		return GlobalDimension, nil
 	case 1:
-		return l.value(values, l.Dimensions[0])
+		return identityValue(owner, values, dims[0])
 	}
-	// Composite: length-prefixed so that no two value tuples join to the
-	// same string.
 	var b strings.Builder
-	for _, d := range l.Dimensions {
-		v, err := l.value(values, d)
+	for _, d := range dims {
+		v, err := identityValue(owner, values, d)
 		if err != nil {
 			return "", err
 		}
@@ -216,6 +241,13 @@ func (l *Layer) Identity(values map[string]string) (string, error) {
 		b.WriteString(v)
 	}
 	return b.String(), nil
+}
+
+func dimensionName(dims []string) string {
+	if len(dims) == 0 {
+		return GlobalDimension
+	}
+	return strings.Join(dims, "+")
 }
 
 // ShardIdentities returns every identity a global layer uses (one per
@@ -234,10 +266,10 @@ func (l *Layer) ShardIdentities() []string {
 	return ids
 }
 
-func (l *Layer) value(values map[string]string, dim string) (string, error) {
+func identityValue(owner string, values map[string]string, dim string) (string, error) {
 	v, ok := values[dim]
 	if !ok {
-		return "", fmt.Errorf("%w: layer %q needs identity value %q", ErrMissingIdentity, l.Name, dim)
+		return "", fmt.Errorf("%w: %s needs identity value %q", ErrMissingIdentity, owner, dim)
 	}
 	if err := ValidateIdentityValue(dim, v); err != nil {
 		return "", err

@@ -243,12 +243,12 @@ func (p *parser) list(n *yaml.Node, what string) []*yaml.Node {
 
 // document parses the top level.
 func (p *parser) document(doc *yaml.Node) *Config {
-	c := &Config{byName: map[string]*Policy{}}
+	c := &Config{byName: map[string]*Policy{}, quotaByName: map[string]*Quota{}, limitByName: map[string]*ConcurrencyLimit{}}
 	root := doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	f := p.fields(root, "the configuration", "version", "default_tier", "tiers", "policies")
+	f := p.fields(root, "the configuration", "version", "default_tier", "tiers", "policies", "quotas", "concurrency")
 	if v, ok := f["version"]; ok {
 		c.version = p.str(v.val, "version")
 		if len(c.version) > 64 {
@@ -301,18 +301,29 @@ func (p *parser) document(doc *yaml.Node) *Config {
 	if len(c.tiers) == 0 && c.defaultTier == "" {
 		c.tiers, c.defaultTier = []string{DefaultTierName}, DefaultTierName
 	}
-	pol, ok := f["policies"]
-	if !ok {
-		p.errorf(root, "missing field \"policies\": a configuration defines at least one policy")
-		return c
+	pol, hasPolicies := f["policies"]
+	if hasPolicies {
+		p.policies(pol, c)
 	}
+	p.quotas(f, c)
+	p.concurrency(f, c)
+	_, hasQuotas := f["quotas"]
+	_, hasLimits := f["concurrency"]
+	if !hasPolicies && !hasQuotas && !hasLimits {
+		p.errorf(root, "missing field \"policies\": a configuration defines at least one policy (or a quota or concurrency limit)")
+	}
+	return c
+}
+
+// policies parses the policies list.
+func (p *parser) policies(pol field, c *Config) {
 	items := p.list(pol.val, "policies")
 	if len(items) == 0 && pol.val.Kind == yaml.SequenceNode {
 		p.errorf(pol.val, "policies is empty: define at least one policy")
 	}
 	if len(items) > MaxPolicies {
 		p.errorf(pol.val, "%d policies (max %d)", len(items), MaxPolicies)
-		return c
+		return
 	}
 	for _, it := range items {
 		pp := p.policy(resolve(it), c)
@@ -326,7 +337,6 @@ func (p *parser) document(doc *yaml.Node) *Config {
 		c.byName[pp.Name] = pp
 		c.policies = append(c.policies, pp)
 	}
-	return c
 }
 
 func (p *parser) policy(n *yaml.Node, c *Config) *Policy {

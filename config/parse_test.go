@@ -273,6 +273,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("tiers: [a]\npolicies: [{name: p, tier_dimension: k, layers: [{name: l, algorithm: fixed_window, limit: 9, window: 2d, dimension: k, tiers: {a: {limit: 3}}}]}]\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	f.Add([]byte("policies: &p\n- *p\n"))
+	f.Add([]byte("tiers: [a]\nquotas: [{name: q, limit: 9, period: anchored_month, anchor_day: 31, timezone: Asia/Tokyo, dimension: k+u, tier_dimension: k, soft_threshold: 0.25, hold: 1m, tiers: {a: {limit: 3}}}]\n"))
+	f.Add([]byte("concurrency: [{name: c, limit: 2, lease_ttl: 1500ms, dimension: global}]\n"))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		cfg, err := config.Parse(doc, "f.yaml")
 		if err != nil {
@@ -281,8 +283,20 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if len(cfg.Policies()) == 0 || !cfg.HasTier(cfg.DefaultTier()) {
-			t.Fatal("accepted a configuration without policies or default tier")
+		if len(cfg.Policies())+len(cfg.Quotas())+len(cfg.ConcurrencyLimits()) == 0 || !cfg.HasTier(cfg.DefaultTier()) {
+			t.Fatal("accepted a configuration without policies, quotas or concurrency limits, or without a default tier")
+		}
+		for _, tier := range cfg.Tiers() {
+			for _, q := range cfg.Quotas() {
+				if err := q.Policy(tier).Validate(); err != nil || q.SoftThreshold <= 0 || q.SoftThreshold > 1 || q.Hold < time.Millisecond {
+					t.Fatalf("accepted invalid quota %+v: %v", q, err)
+				}
+			}
+			for _, l := range cfg.ConcurrencyLimits() {
+				if err := l.Policy(tier).Validate(); err != nil {
+					t.Fatalf("accepted invalid concurrency limit: %v", err)
+				}
+			}
 		}
 		for _, p := range cfg.Policies() {
 			if len(p.Layers) == 0 || len(p.Layers) > floodgate.MaxLayers {
@@ -315,7 +329,8 @@ func TestDocumentedExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the documented example is invalid:\n%v", err)
 	}
-	if len(cfg.Policies()) != 4 || cfg.Version() != "2026-12-01.1" {
-		t.Fatalf("example parsed to %d policies, version %q", len(cfg.Policies()), cfg.Version())
+	if len(cfg.Policies()) != 4 || len(cfg.Quotas()) != 1 || len(cfg.ConcurrencyLimits()) != 1 || cfg.Version() != "2026-12-01.1" {
+		t.Fatalf("example parsed to %d policies, %d quotas, %d concurrency limits, version %q",
+			len(cfg.Policies()), len(cfg.Quotas()), len(cfg.ConcurrencyLimits()), cfg.Version())
 	}
 }

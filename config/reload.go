@@ -1,14 +1,13 @@
 package config
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -49,15 +48,87 @@ const (
 	ResultError = "error"
 )
 
-// ReloaderOptions configures a Reloader. The zero value is ready to use.
+// Reloaded configurations, the values of the source label of
+// floodgate_config_reload_total and
+// floodgate_config_last_reload_success_timestamp_seconds.
+const (
+	// SourcePolicies is the service configuration (policies, quotas,
+	// concurrency limits and tiers), from a file or from Redis.
+	SourcePolicies = "policies"
+	// SourceEnvoy is the Envoy descriptor configuration of the gRPC API.
+	SourceEnvoy = "envoy"
+)
+
+// ReloaderOptions configures a Reloader or an EnvoyReloader. The zero value
+// is ready to use.
 type ReloaderOptions struct {
 	// Logger receives one line per applied or rejected configuration.
 	// Default: discard.
 	Logger *slog.Logger
-	// Registerer, when set, gets floodgate_config_reload_total{result}
-	// (applied, invalid, error) and
-	// floodgate_config_last_reload_success_timestamp_seconds.
+	// Registerer, when set, gets floodgate_config_reload_total{source,result}
+	// (result applied, invalid or error) and
+	// floodgate_config_last_reload_success_timestamp_seconds{source}. A
+	// Reloader and an EnvoyReloader may share one Registerer: they count
+	// in the same metrics under their own source.
 	Registerer prometheus.Registerer
+}
+
+// reloadMetrics counts the reloads of one source.
+type reloadMetrics struct {
+	source  string
+	reloads *prometheus.CounterVec
+	lastOK  *prometheus.GaugeVec
+}
+
+func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics, error) {
+	m := &reloadMetrics{
+		source: source,
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reload_total",
+			Help: "Configuration reloads by source (policies, envoy) and result: applied, invalid (rejected, last good kept) or error (source unreadable).",
+		}, []string{"source", "result"}),
+		lastOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time the active configuration of each source was applied.",
+		}, []string{"source"}),
+	}
+	if reg != nil {
+		var err error
+		if m.reloads, err = registerShared(reg, m.reloads); err != nil {
+			return nil, err
+		}
+		if m.lastOK, err = registerShared(reg, m.lastOK); err != nil {
+			return nil, err
+		}
+	}
+	for _, res := range []string{ResultApplied, ResultInvalid, ResultError} {
+		m.reloads.WithLabelValues(source, res)
+	}
+	m.lastOK.WithLabelValues(source).SetToCurrentTime()
+	return m, nil
+}
+
+// registerShared registers c on reg, or returns the identical collector
+// already registered there (by the reloader of another source).
+func registerShared[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("config: registering metrics: %w", err)
+}
+
+func (m *reloadMetrics) count(result string) {
+	m.reloads.WithLabelValues(m.source, result).Inc()
+	if result == ResultApplied {
+		m.lastOK.WithLabelValues(m.source).SetToCurrentTime()
+	}
 }
 
 // Reloader validates new configuration documents and swaps them into a
@@ -66,41 +137,23 @@ type ReloaderOptions struct {
 type Reloader struct {
 	holder  *Holder
 	log     *slog.Logger
-	reloads *prometheus.CounterVec
-	lastOK  prometheus.Gauge
+	metrics *reloadMetrics
 	mu      sync.Mutex
 }
 
-// NewReloader returns a Reloader updating h.
+// NewReloader returns a Reloader updating h. Its reloads are counted under
+// source SourcePolicies.
 func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil holder", ErrInvalid)
 	}
-	r := &Reloader{
-		holder: h,
-		log:    opts.Logger,
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_config_reload_total",
-			Help: "Configuration reloads by result: applied, invalid (rejected, last good kept) or error (source unreadable).",
-		}, []string{"result"}),
-		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "floodgate_config_last_reload_success_timestamp_seconds",
-			Help: "Unix time the active configuration was applied.",
-		}),
+	m, err := newReloadMetrics(opts.Registerer, SourcePolicies)
+	if err != nil {
+		return nil, err
 	}
+	r := &Reloader{holder: h, log: opts.Logger, metrics: m}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
-	}
-	for _, res := range []string{ResultApplied, ResultInvalid, ResultError} {
-		r.reloads.WithLabelValues(res)
-	}
-	r.lastOK.SetToCurrentTime()
-	if opts.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.reloads, r.lastOK} {
-			if err := opts.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("config: registering metrics: %w", err)
-			}
-		}
 	}
 	return r, nil
 }
@@ -134,7 +187,7 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		err = checkVersion(c, active)
 	}
 	if err != nil {
-		r.reloads.WithLabelValues(ResultInvalid).Inc()
+		r.metrics.count(ResultInvalid)
 		r.log.Error("configuration rejected; keeping the last good one",
 			"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
 		return active, err
@@ -143,10 +196,10 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		return active, nil
 	}
 	r.holder.store(c)
-	r.reloads.WithLabelValues(ResultApplied).Inc()
-	r.lastOK.SetToCurrentTime()
+	r.metrics.count(ResultApplied)
 	r.log.Info("configuration applied", "source", source, "version", c.Version(),
-		"previous_version", active.Version(), "policies", len(c.Policies()))
+		"previous_version", active.Version(), "policies", len(c.Policies()),
+		"quotas", len(c.Quotas()), "concurrency_limits", len(c.ConcurrencyLimits()))
 	return c, nil
 }
 
@@ -163,7 +216,7 @@ func checkVersion(c, active *Config) error {
 // sourceError counts and logs a source that could not be read, once per
 // distinct message so that a missing file does not log every second.
 func (r *Reloader) sourceError(last *string, source string, err error) {
-	r.reloads.WithLabelValues(ResultError).Inc()
+	r.metrics.count(ResultError)
 	if msg := err.Error(); msg != *last {
 		*last = msg
 		r.log.Error("configuration source unreadable; keeping the last good configuration", "source", source, "error", err)
@@ -194,48 +247,4 @@ func LoadFile(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(data, path)
-}
-
-// WatchFile polls path every interval (default 1s) and applies its content
-// whenever its modification time, size or content hash changes. It returns
-// when ctx ends. A file that disappears or turns invalid leaves the last
-// good configuration active; fixing the file applies it.
-func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Duration) {
-	if interval <= 0 {
-		interval = time.Second
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var (
-		lastMod  time.Time
-		lastSize int64 = -1
-		lastSum        = r.holder.Load().Hash()
-		lastErr  string
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			r.sourceError(&lastErr, path, err)
-			lastSize = -1
-			continue
-		}
-		if fi.ModTime().Equal(lastMod) && fi.Size() == lastSize {
-			continue
-		}
-		data, err := ReadFile(path)
-		if err != nil {
-			r.sourceError(&lastErr, path, err)
-			continue
-		}
-		lastMod, lastSize, lastErr = fi.ModTime(), fi.Size(), ""
-		if sum := hashOf(data); sum != lastSum {
-			lastSum = sum
-			_, _ = r.Apply(data, path)
-		}
-	}
 }

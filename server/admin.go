@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/topk"
 )
 
@@ -233,6 +234,10 @@ type ConfigInfo struct {
 	DefaultTier string   `json:"default_tier"`
 	Tiers       []string `json:"tiers"`
 	Policies    []string `json:"policies"`
+	// Quotas and ConcurrencyLimits name the configuration's quotas and
+	// concurrency limits.
+	Quotas            []string `json:"quotas,omitempty"`
+	ConcurrencyLimits []string `json:"concurrency_limits,omitempty"`
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
@@ -240,6 +245,12 @@ func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	info := ConfigInfo{Version: cfg.Version(), Source: cfg.Source(), Hash: cfg.Hash(), DefaultTier: cfg.DefaultTier(), Tiers: cfg.Tiers()}
 	for _, p := range cfg.Policies() {
 		info.Policies = append(info.Policies, p.Name)
+	}
+	for _, q := range cfg.Quotas() {
+		info.Quotas = append(info.Quotas, q.Name)
+	}
+	for _, l := range cfg.ConcurrencyLimits() {
+		info.ConcurrencyLimits = append(info.ConcurrencyLimits, l.Name)
 	}
 	writeJSON(w, http.StatusOK, info)
 }
@@ -300,6 +311,61 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("admin login unlock", "account_given", req.Account != "", "ip_given", req.IP != "")
 	writeJSON(w, http.StatusOK, map[string]bool{"unlocked": true})
+}
+
+// RestoreRequest is the body of POST /admin/v1/quota/restore: set an
+// identity's usage of a quota in the current period, for example from
+// billing records after its state was lost (problem quota-state-lost).
+type RestoreRequest struct {
+	// Quota and Identity name the usage, as in a quota check.
+	Quota    string            `json:"quota"`
+	Identity map[string]string `json:"identity"`
+	// Used is the usage to set, 0..quota.MaxUsed (required).
+	Used *int64 `json:"used"`
+}
+
+func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req RestoreRequest
+	if err := decodeJSON(body, &req, "quota, identity, used"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cfg := s.cfg.Load()
+	op, err := decodeQuota(cfg, req.Quota, req.Identity)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Used == nil {
+		s.fail(w, r, badRequest("missing-cost", "field \"used\" is required: the usage to set for the current period"))
+		return
+	}
+	if *req.Used < 0 || *req.Used > quota.MaxUsed {
+		s.fail(w, r, badRequest("invalid-cost", "used %d out of range 0..%d", *req.Used, int64(quota.MaxUsed)))
+		return
+	}
+	eng, err := s.enginesFor(cfg)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// Every tier of a quota shares its usage; the tier only sets the
+	// limit the response reports.
+	tier := s.tierFor(r.Context(), cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	defer cancel()
+	res, err := eng.quota(op.quota.Name, tier).Restore(ctx, op.identity, *req.Used)
+	if err != nil {
+		s.fail(w, r, s.operationProblem(r.Context(), err))
+		return
+	}
+	s.log.Info("admin quota restore", "quota", op.quota.Name, "period", res.Period.Key, "used", *req.Used)
+	writeJSON(w, http.StatusOK, quotaResponse(op, tier, res))
 }
 
 // MaxUnlockAccountLen is the longest account name an unlock accepts.

@@ -72,6 +72,64 @@ func (c *Client) Batch(ctx context.Context, req BatchRequest) (BatchResponse, er
 	return resp, err
 }
 
+// QuotaCheck consumes cost units of a quota if they fit (POST
+// /v1/quota/check).
+func (c *Client) QuotaCheck(ctx context.Context, req QuotaCheckRequest) (QuotaResponse, error) {
+	var resp QuotaResponse
+	err := c.post(ctx, "/v1/quota/check", req, &resp)
+	return resp, err
+}
+
+// QuotaStatus reports an identity's standing in a quota without consuming
+// (POST /v1/quota/status).
+func (c *Client) QuotaStatus(ctx context.Context, req QuotaStatusRequest) (QuotaResponse, error) {
+	var resp QuotaResponse
+	err := c.post(ctx, "/v1/quota/status", req, &resp)
+	return resp, err
+}
+
+// QuotaReserve holds an estimate of a quota for a unit of work (POST
+// /v1/quota/reserve).
+func (c *Client) QuotaReserve(ctx context.Context, req QuotaReserveRequest) (QuotaResponse, error) {
+	var resp QuotaResponse
+	err := c.post(ctx, "/v1/quota/reserve", req, &resp)
+	return resp, err
+}
+
+// QuotaSettle commits the real cost of a reservation (POST
+// /v1/quota/settle). It is idempotent by request id. A quota whose state
+// was lost fails with a ProblemError of type
+// ProblemTypePrefix+"quota-state-lost": fail closed.
+func (c *Client) QuotaSettle(ctx context.Context, req QuotaSettleRequest) (QuotaResponse, error) {
+	var resp QuotaResponse
+	err := c.post(ctx, "/v1/quota/settle", req, &resp)
+	return resp, err
+}
+
+// Acquire takes one of an identity's slots for requests in flight (POST
+// /v1/concurrency/acquire).
+func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (AcquireResponse, error) {
+	var resp AcquireResponse
+	err := c.post(ctx, "/v1/concurrency/acquire", req, &resp)
+	return resp, err
+}
+
+// Release frees a lease's slot (POST /v1/concurrency/release).
+func (c *Client) Release(ctx context.Context, req LeaseRequest) (ReleaseResponse, error) {
+	var resp ReleaseResponse
+	err := c.post(ctx, "/v1/concurrency/release", req, &resp)
+	return resp, err
+}
+
+// Renew extends a live lease (POST /v1/concurrency/renew); a lease no
+// longer held fails with a ProblemError of type
+// ProblemTypePrefix+"lease-lost".
+func (c *Client) Renew(ctx context.Context, req LeaseRequest) (RenewResponse, error) {
+	var resp RenewResponse
+	err := c.post(ctx, "/v1/concurrency/renew", req, &resp)
+	return resp, err
+}
+
 func (c *Client) post(ctx context.Context, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {

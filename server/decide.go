@@ -20,29 +20,10 @@ type outcome struct {
 	shadowHit []bool   // shadow layers that would have denied
 }
 
-// tierOf returns the tier applying to c: the identity's assigned tier when
-// the policy has tiered layers and the assignment names a configured tier,
-// the default tier otherwise. A failed lookup falls back to the default
-// tier (and is logged): limits stay enforced, at their default level.
+// tierOf returns the tier applying to c (see tierFor): the identity's
+// assigned tier when the policy has tiered layers.
 func (s *Server) tierOf(ctx context.Context, cfg *config.Config, c check) string {
-	p := c.policy
-	if !p.Tiered() {
-		return cfg.DefaultTier()
-	}
-	v, ok := c.identity[p.TierDimension]
-	if !ok {
-		return cfg.DefaultTier()
-	}
-	t, ok, err := s.assign.Tier(ctx, p.TierDimension, v)
-	if err != nil {
-		s.metrics.tierErrors.Inc()
-		s.log.Warn("tier lookup failed; using the default tier", "policy", p.Name, "error", err)
-		return cfg.DefaultTier()
-	}
-	if !ok || !cfg.HasTier(t) {
-		return cfg.DefaultTier()
-	}
-	return t
+	return s.tierFor(ctx, cfg, c.policy.Name, c.policy.Tiered(), c.policy.TierDimension, c.identity)
 }
 
 // decide runs one check as one all-or-nothing decision over the policy's

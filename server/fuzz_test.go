@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/quota"
 )
 
 var fuzzSeeds = []string{
@@ -25,6 +28,46 @@ var fuzzSeeds = []string{
 	`{"policy":"api"} {"policy":"api"}`,
 	`{"requests":null}`,
 	`[]`, `null`, `"x"`, ``, `{`, `{"a":`,
+	`{"quota":"llm-tokens","identity":{"api_key":"k"},"cost":500}`,
+	`{"quota":"llm-tokens","identity":{"api_key":"k"},"request_id":"job-1","estimate":4000}`,
+	`{"quota":"llm-tokens","identity":{"api_key":"k"},"request_id":"job-1","actual":3120}`,
+	`{"quota":"llm-tokens","identity":{"api_key":"k"},"request_id":"a b\u0000","estimate":-1}`,
+	`{"quota":"llm-tokens","identity":{"api_key":"k"},"request_id":7,"actual":1e3}`,
+	`{"quota":"api","identity":{"user":"42"}}`,
+	`{"limiter":"reports","identity":{"user":"42"}}`,
+	`{"limiter":"reports","identity":{"user":"42"},"lease_id":"KXGZ3V5LGWJ3QAWN7KAXMSQT6E"}`,
+	`{"limiter":"reports","identity":{"user":"42"},"lease_id":""}`,
+	`{"limiter":"llm-tokens","identity":{}}`,
+}
+
+// quotaDecoders and leaseDecoders are every quota and concurrency
+// request decoder.
+var (
+	quotaDecoders = []func(*config.Config, []byte) (quotaOp, error){decodeQuotaCheck, decodeQuotaStatus, decodeQuotaReserve, decodeQuotaSettle}
+	leaseDecoders = []func(*config.Config, []byte) (leaseOp, error){decodeAcquire, decodeLease}
+)
+
+// checkProblem asserts that err is a 4xx problem with a kind and detail.
+func checkProblem(t *testing.T, err error) {
+	t.Helper()
+	p, ok := err.(*problemError)
+	if !ok || p.status < 400 || p.status > 499 || p.detail == "" || p.kind == "" {
+		t.Fatalf("error %T %v is not a 4xx problem", err, err)
+	}
+}
+
+// checkQuotaOp asserts what decoding promises about a quota request.
+func checkQuotaOp(t *testing.T, cfg *config.Config, op quotaOp) {
+	t.Helper()
+	if q, ok := cfg.Quota(op.quota.Name); !ok || q != op.quota {
+		t.Fatalf("accepted unknown quota %q", op.quota.Name)
+	}
+	if id, err := op.quota.Identity(op.values); err != nil || id != op.identity || id == "" {
+		t.Fatalf("accepted identity %q: %v", op.identity, err)
+	}
+	if op.amount < 0 || op.amount > floodgate.MaxCost || len(op.id) > quota.MaxRequestIDLen {
+		t.Fatalf("accepted amount %d, request id %q", op.amount, op.id)
+	}
 }
 
 func fuzzConfig(t testing.TB) *config.Config {
@@ -34,6 +77,13 @@ func fuzzConfig(t testing.TB) *config.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// quotaPaths are the quota and concurrency endpoints the handler fuzz
+// drives.
+var quotaPaths = []string{
+	"/v1/quota/check", "/v1/quota/status", "/v1/quota/reserve", "/v1/quota/settle",
+	"/v1/concurrency/acquire", "/v1/concurrency/release", "/v1/concurrency/renew",
 }
 
 // checkValid asserts what decoding promises about an accepted request.
@@ -69,6 +119,26 @@ func FuzzDecodeCheck(f *testing.F) {
 			}
 			checkValid(t, cfg, c)
 		}
+		for _, decode := range quotaDecoders {
+			if op, err := decode(cfg, body); err != nil {
+				checkProblem(t, err)
+			} else {
+				checkQuotaOp(t, cfg, op)
+			}
+		}
+		for _, decode := range leaseDecoders {
+			op, err := decode(cfg, body)
+			if err != nil {
+				checkProblem(t, err)
+				continue
+			}
+			if l, ok := cfg.ConcurrencyLimit(op.limit.Name); !ok || l != op.limit || len(op.leaseID) > concurrency.MaxLeaseIDLen {
+				t.Fatalf("accepted limiter %q lease %q", op.limit.Name, op.leaseID)
+			}
+			if id, err := op.limit.Identity(op.values); err != nil || id != op.identity {
+				t.Fatalf("accepted identity %q: %v", op.identity, err)
+			}
+		}
 		cs, err := decodeBatch(cfg, body, 10)
 		if err != nil {
 			if _, ok := err.(*problemError); !ok {
@@ -93,6 +163,11 @@ func FuzzHandler(f *testing.F) {
 		f.Add("/v1/check/batch", []byte(s))
 	}
 	f.Add("/v1/peek", []byte(`{"policy":"downstream","identity":{"route":"/x"}}`))
+	for _, path := range quotaPaths {
+		for _, s := range fuzzSeeds[len(fuzzSeeds)-10:] {
+			f.Add(path, []byte(s))
+		}
+	}
 	st, err := memstore.New(memstore.Options{})
 	if err != nil {
 		f.Fatal(err)
@@ -113,7 +188,9 @@ func FuzzHandler(f *testing.F) {
 		switch path {
 		case "/v1/check", "/v1/check/batch", "/v1/peek":
 		default:
-			return
+			if !slices.Contains(quotaPaths, path) {
+				return
+			}
 		}
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(string(body))))

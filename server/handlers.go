@@ -123,11 +123,20 @@ func (s *Server) record(o outcome, route string) {
 // setHeaders writes the X-RateLimit-* headers (and Retry-After when
 // denied) of a decision.
 func setHeaders(h http.Header, resp CheckResponse) {
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(resp.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(resp.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(resp.Reset, 10))
-	if !resp.Allowed && resp.RetryAfterMS > 0 {
-		h.Set("Retry-After", strconv.FormatInt((resp.RetryAfterMS+999)/1000, 10))
+	setRateHeaders(h, resp.Limit, resp.Remaining, resp.Reset, resp.Allowed, resp.RetryAfterMS)
+}
+
+// setRateHeaders writes X-RateLimit-Limit, X-RateLimit-Remaining,
+// X-RateLimit-Reset (Unix seconds; omitted when reset is 0) and, when
+// denied with a retry hint, Retry-After in whole seconds rounded up.
+func setRateHeaders(h http.Header, limit, remaining, reset int64, allowed bool, retryAfterMS int64) {
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	if reset > 0 {
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}
+	if !allowed && retryAfterMS > 0 {
+		h.Set("Retry-After", strconv.FormatInt((retryAfterMS+999)/1000, 10))
 	}
 }
 

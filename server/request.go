@@ -101,7 +101,7 @@ func jsonProblem(err error, known string) error {
 			return badRequest("malformed-json", "field %q: identity values must be strings, got a JSON %s", field, typ.Value)
 		case strings.HasPrefix(field, "identity"):
 			want = "an object of dimension → string value"
-		case strings.HasSuffix(field, "cost"):
+		case strings.HasSuffix(field, "cost"), field == "estimate", field == "actual", field == "used":
 			want = "a whole number"
 		case want == "string":
 			want = "a string"
@@ -171,13 +171,21 @@ func clip(s string, n int) string {
 
 func policyNames(cfg *config.Config) string {
 	ps := cfg.Policies()
-	names := make([]string, 0, min(len(ps), 20))
-	for i, p := range ps {
-		if i == 20 {
-			names = append(names, "... "+strconv.Itoa(len(ps)-20)+" more")
-			break
-		}
-		names = append(names, p.Name)
+	return nameList(len(ps), func(i int) string { return ps[i].Name })
+}
+
+// nameList joins the first 20 of n names with commas, saying how many
+// more there are, or returns "none".
+func nameList(n int, name func(i int) string) string {
+	if n == 0 {
+		return "none"
+	}
+	names := make([]string, 0, min(n, 21))
+	for i := range min(n, 20) {
+		names = append(names, name(i))
+	}
+	if n > 20 {
+		names = append(names, "... "+strconv.Itoa(n-20)+" more")
 	}
 	return strings.Join(names, ", ")
 }
@@ -222,4 +230,41 @@ func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error)
 		out[i] = c
 	}
 	return out, nil
+}
+
+// validateIdentity checks the shape of a request's identity values: how
+// many, and each dimension name and value.
+func validateIdentity(values map[string]string) error {
+	if len(values) > MaxIdentityValues {
+		return badRequest("invalid-identity", "identity has %d values (max %d)", len(values), MaxIdentityValues)
+	}
+	for dim, v := range values {
+		if err := config.ValidateIdentityValue(dim, v); err != nil {
+			return badRequest("invalid-identity", "%s", strings.TrimPrefix(err.Error(), config.ErrInvalidIdentity.Error()+": "))
+		}
+	}
+	return nil
+}
+
+// missingIdentity reports the first of dims absent from values.
+func missingIdentity(what string, dims []string, values map[string]string) error {
+	for _, d := range dims {
+		if _, ok := values[d]; !ok {
+			return badRequest("missing-identity", "%s needs identity value %q (send \"identity\": {%q: \"...\"})", what, d, d)
+		}
+	}
+	return nil
+}
+
+// printableID checks that id is 1..max bytes of printable ASCII.
+func printableID(field, id string, maxLen int, kind string) error {
+	if len(id) > maxLen {
+		return badRequest(kind, "%s is %d bytes (max %d)", field, len(id), maxLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return badRequest(kind, "%s %q: byte %d (%#x) is not printable ASCII", field, clip(id, 80), i, c)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 // Package server is Floodgate's HTTP/JSON service: rate-limit decisions
 // (POST /v1/check, /v1/check/batch, /v1/peek) for the policies of a live
-// configuration, admin operations behind a bearer token, Prometheus
+// configuration, billing quotas (POST /v1/quota/check, /status, /reserve,
+// /settle), caps on requests in flight (POST /v1/concurrency/acquire,
+// /release, /renew), admin operations behind a bearer token, Prometheus
 // metrics, health and readiness probes, and graceful shutdown.
 //
 // Every decision of a layered policy is one all-or-nothing store call
@@ -26,8 +28,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/quota"
 )
 
 // Resetter forgets the stored state of keys (an admin resetting an
@@ -89,6 +93,17 @@ type Options struct {
 	// off and before it stops accepting connections, so load balancers
 	// notice. Default 0.
 	ShutdownDelay time.Duration
+	// QuotaStore keeps the usage of the configuration's quotas, under the
+	// limiter's key prefix: a quota.RedisStore on the limiter's Redis, so
+	// that every instance shares it. Default: a new in-process
+	// quota.MemoryStore.
+	QuotaStore quota.Store
+	// ConcurrencyStore keeps the leases of the configuration's
+	// concurrency limits, under the limiter's key prefix: a
+	// concurrency.RedisStore on the limiter's Redis, so that every
+	// instance shares it. Default: a new in-process
+	// concurrency.MemoryStore.
+	ConcurrencyStore concurrency.Store
 }
 
 // Server serves the HTTP API. It is safe for concurrent use.
@@ -102,6 +117,10 @@ type Server struct {
 	decided  *metrics.Metrics
 	mux      *http.ServeMux
 	draining atomic.Bool
+
+	quotaStore quota.Store
+	leaseStore concurrency.Store
+	eng        atomic.Pointer[engines]
 }
 
 // New returns a Server deciding with lim under the configuration held by
@@ -141,7 +160,18 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	s := &Server{lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics}
+	s := &Server{lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics,
+		quotaStore: opts.QuotaStore, leaseStore: opts.ConcurrencyStore}
+	if s.quotaStore == nil {
+		if s.quotaStore, err = quota.NewMemoryStore(quota.MemoryOptions{}); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	if s.leaseStore == nil {
+		if s.leaseStore, err = concurrency.NewMemoryStore(concurrency.MemoryOptions{}); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -157,6 +187,13 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
 	mux.HandleFunc("POST /v1/peek", s.handlePeek)
+	mux.HandleFunc("POST /v1/quota/check", s.handleQuotaCheck)
+	mux.HandleFunc("POST /v1/quota/status", s.handleQuotaStatus)
+	mux.HandleFunc("POST /v1/quota/reserve", s.handleQuotaReserve)
+	mux.HandleFunc("POST /v1/quota/settle", s.handleQuotaSettle)
+	mux.HandleFunc("POST /v1/concurrency/acquire", s.handleAcquire)
+	mux.HandleFunc("POST /v1/concurrency/release", s.handleRelease)
+	mux.HandleFunc("POST /v1/concurrency/renew", s.handleRenew)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	if s.opts.Gatherer != nil {
@@ -168,6 +205,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /admin/v1/top-denied", s.admin(s.handleTopDenied))
 	mux.HandleFunc("GET /admin/v1/config", s.admin(s.handleConfig))
 	mux.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
+	mux.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
 	s.mux = mux
 }
 

@@ -379,7 +379,7 @@ func TestReloadAppliesLiveAndKeepsLastGood(t *testing.T) {
 		t.Fatalf("invalid reload changed the limits: %+v", r)
 	}
 	m := string(e.do("GET", "/metrics", "", nil).body)
-	for _, want := range []string{`floodgate_config_reload_total{result="applied"} 1`, `floodgate_config_reload_total{result="invalid"} 1`} {
+	for _, want := range []string{`floodgate_config_reload_total{result="applied",source="policies"} 1`, `floodgate_config_reload_total{result="invalid",source="policies"} 1`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -40,8 +40,9 @@ invalid.`,
 					}
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %d policies, tiers %s, default %s)\n",
-					file, cfg.Version(), len(cfg.Policies()), strings.Join(cfg.Tiers(), ", "), cfg.DefaultTier())
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %d policies, %d quotas, %d concurrency limits, tiers %s, default %s)\n",
+					file, cfg.Version(), len(cfg.Policies()), len(cfg.Quotas()), len(cfg.ConcurrencyLimits()),
+					strings.Join(cfg.Tiers(), ", "), cfg.DefaultTier())
 			}
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", failed, len(files))}

@@ -5,37 +5,42 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 )
 
-// startGRPC serves Envoy's rate limit API on --grpc-addr when it is set,
-// and returns a function that stops it gracefully (bounded by
-// --drain-timeout).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, log *slog.Logger) (stop func(), err error) {
-	if f.grpcAddr == "" {
-		if f.envoyConfig != "" {
-			return nil, errors.New("--envoy-config needs --grpc-addr")
-		}
-		return func() {}, nil
-	}
-	if f.envoyConfig == "" {
+// envoyReloader loads the --envoy-config files and directories, or
+// returns nil when none are given.
+func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*config.EnvoyReloader, error) {
+	switch {
+	case f.grpcAddr == "" && len(f.envoyConfig) > 0:
+		return nil, errors.New("--envoy-config needs --grpc-addr")
+	case f.grpcAddr != "" && len(f.envoyConfig) == 0:
 		return nil, errors.New("--grpc-addr needs --envoy-config (descriptors in envoyproxy/ratelimit's YAML format)")
+	case f.grpcAddr == "":
+		return nil, nil
 	}
-	data, err := os.ReadFile(f.envoyConfig)
+	er, err := config.NewEnvoyReloader(f.envoyConfig, config.ReloaderOptions{Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-config: %w", err)
 	}
-	ec, err := envoyrls.ParseConfig(data, f.envoyConfig)
-	if err != nil {
-		return nil, err
+	return er, nil
+}
+
+// startGRPC serves Envoy's rate limit API on --grpc-addr when it is set,
+// under the descriptors envoy holds (reloaded live), and returns a
+// function that stops it gracefully (bounded by --drain-timeout).
+func startGRPC(f serveFlags, lim *floodgate.Limiter, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+	if envoy == nil {
+		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, func() *envoyrls.Config { return ec }, envoyrls.Options{ResponseHeaders: true})
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: true})
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +58,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, log *slog.Logger) (stop fun
 		}
 	}()
 	log.Info("floodgate gRPC (Envoy rate limit service) listening", "addr", ln.Addr().String(),
-		"config", f.envoyConfig, "domains", ec.Domains())
+		"envoy_config", envoy.Files(), "domains", envoy.Load().Domains())
 	return func() {
 		stopped := make(chan struct{})
 		go func() { gs.GracefulStop(); close(stopped) }()

@@ -18,6 +18,11 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
@@ -197,15 +202,21 @@ policies:
       - {name: per-user, algorithm: token_bucket, limit: 3, window: 1h, dimension: user}
 `
 
+// e2eQuotas adds a quota to e2eConfig.
+const e2eQuotas = `quotas:
+  - {name: tokens, limit: 1000, period: month, dimension: api_key}
+`
+
 // TestServeOnRedisEndToEnd runs the real binary against a real Redis:
 // 200 concurrent checks at limit 50 admit exactly 50, the check command
-// exits 0/2, the configuration file reloads live (and a broken one is
-// rejected), readiness follows Redis, and SIGTERM shuts down cleanly.
+// exits 0/2, a quota reservation settles once in Redis, the configuration
+// file reloads live (and a broken one is rejected), readiness follows
+// Redis, and SIGTERM shuts down cleanly.
 func TestServeOnRedisEndToEnd(t *testing.T) {
 	rs := redistest.Start(t)
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "floodgate.yaml")
-	if err := os.WriteFile(cfgPath, []byte(e2eConfig), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(e2eConfig+e2eQuotas), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	prefix := fmt.Sprintf("e2e%d", time.Now().UnixNano())
@@ -250,8 +261,11 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 		t.Fatalf("check of an unknown policy: exit %d\n%s", code, out)
 	}
 
+	// A quota reservation, settled for less, twice: charged once, in Redis.
+	quotaReserveSettle(t, svc.url, rs, prefix)
+
 	// Live reload: raise the limit in the file.
-	if err := os.WriteFile(cfgPath, []byte(strings.Replace(e2eConfig, "limit: 50,", "limit: 60,", 1)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(e2eConfig+e2eQuotas, "limit: 50,", "limit: 60,", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the raised limit", func() bool {
@@ -284,6 +298,46 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 	waitUntil(t, "readiness after Redis restart", func() bool { return get(t, svc.url+"/readyz") == 200 })
 
 	svc.stop(t)
+}
+
+// quotaReserveSettle reserves 300 tokens, settles 120 twice through the
+// typed client, and checks the usage the service reports and the keys it
+// left in Redis.
+func quotaReserveSettle(t *testing.T, url string, rs *redistest.Server, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := server.NewClient(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := map[string]string{"api_key": "k1"}
+	estimate, actual := int64(300), int64(120)
+	r, err := c.QuotaReserve(ctx, server.QuotaReserveRequest{Quota: "tokens", Identity: key, RequestID: "job-1", Estimate: &estimate})
+	if err != nil || !r.Allowed || r.Reserved != 300 || r.Remaining != 700 {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	for i := range 2 {
+		r, err = c.QuotaSettle(ctx, server.QuotaSettleRequest{Quota: "tokens", Identity: key, RequestID: "job-1", Actual: &actual})
+		if err != nil || r.Used != 120 || r.Reserved != 0 || r.Refunded != 180 || r.Replayed != (i == 1) {
+			t.Fatalf("settle #%d: %+v %v", i+1, r, err)
+		}
+	}
+	if r, err = c.QuotaStatus(ctx, server.QuotaStatusRequest{Quota: "tokens", Identity: key}); err != nil || r.Used != 120 || r.Remaining != 880 {
+		t.Fatalf("status: %+v %v", r, err)
+	}
+	// The quota's state is in Redis under the service's prefix, and no
+	// key of it lives for ever.
+	client := rs.Client(t)
+	keys, _, err := client.Scan(ctx, 0, prefix+":tokens:q:*", 1000).Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("no quota keys under %s in Redis: %v", prefix, err)
+	}
+	for _, k := range keys {
+		if ttl, err := client.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			t.Fatalf("quota key %s has TTL %v (%v)", k, ttl, err)
+		}
+	}
 }
 
 func get(t *testing.T, url string) int {
@@ -426,6 +480,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--prefix", "bad prefix"}, "--prefix"},
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"}, "needs --envoy-config"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--envoy-config", "edge.yaml"}, "--envoy-config needs --grpc-addr"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--envoy-config", "nofile.yaml"}, "--envoy-config: config: Envoy descriptor configuration: stat nofile.yaml: no such file"},
 		{[]string{"demo", "incident", "--start", "2000"}, "start 2000 out of range"},
 		{[]string{"config", "push", "nofile.yaml"}, "no such file"},
 		{[]string{"nosuchcommand"}, "unknown command"},
@@ -435,4 +491,85 @@ func TestFlagErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, errOut, tc.want)
 		}
 	}
+}
+
+// TestServeEnvoyConfigReload runs the binary's gRPC API with a directory
+// of descriptor files: an edited file applies without a restart, a broken
+// one is rejected (logged and counted) and the last good limits stay.
+func TestServeEnvoyConfigReload(t *testing.T) {
+	dir := t.TempDir()
+	edge := filepath.Join(dir, "edge.yaml")
+	doc := func(n int) string {
+		return fmt.Sprintf("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", n)
+	}
+	if err := os.WriteFile(edge, []byte(doc(3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir, "--reload-interval", "50ms")
+	var grpcAddr string
+	for _, line := range strings.Split(svc.logs.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
+			grpcAddr = rec.Addr
+		}
+	}
+	if grpcAddr == "" {
+		t.Fatalf("no gRPC listening line:\n%s", svc.logs)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlspb.NewRateLimitServiceClient(conn)
+	limit := func() uint32 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if l := limit(); l != 3 {
+		t.Fatalf("initial limit %d", l)
+	}
+	// Write elsewhere and rename, as configuration management does.
+	replace := func(content string) {
+		t.Helper()
+		tmp := filepath.Join(t.TempDir(), "edge.yaml")
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, edge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(doc(40))
+	waitUntil(t, "the edited descriptor limit", func() bool { return limit() == 40 })
+	replace(doc(50) + "  - key: [broken\n")
+	waitUntil(t, "the broken file to be rejected", func() bool {
+		return strings.Contains(svc.logs.String(), "Envoy descriptor configuration rejected")
+	})
+	if l := limit(); l != 40 {
+		t.Fatalf("a broken file changed the limit to %d", l)
+	}
+	resp, err := http.Get(svc.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`floodgate_config_reload_total{result="applied",source="envoy"} 1`,
+		`floodgate_config_reload_total{result="invalid",source="envoy"} 1`,
+		`floodgate_config_reload_total{result="applied",source="policies"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	svc.stop(t)
 }

@@ -19,11 +19,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -31,7 +33,7 @@ import (
 type serveFlags struct {
 	addr            string
 	grpcAddr        string
-	envoyConfig     string
+	envoyConfig     []string
 	configFile      string
 	configRedis     bool
 	reloadInterval  time.Duration
@@ -75,11 +77,14 @@ in-memory limiter (--fallback) until it is back.
 
 Configuration comes from --config FILE (reloaded when the file changes),
 from Redis (--config-from-redis; publish with "floodgate config push"), or
-the built-in example. An invalid new configuration is rejected and the last
-good one stays active.
+the built-in example. The Envoy descriptors of the gRPC API come from
+--envoy-config (files or directories, reloaded when they change). An
+invalid new configuration is rejected and the last good one stays active.
 
-Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; GET /metrics,
-/healthz, /readyz; admin endpoints under /admin/v1/ with --admin-token.`,
+Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
+/v1/quota/check, /status, /reserve, /settle; POST /v1/concurrency/acquire,
+/release, /renew; GET /metrics, /healthz, /readyz; admin endpoints under
+/admin/v1/ with --admin-token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("admin-token") {
@@ -91,10 +96,10 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; GET /metrics,
 	fl := cmd.Flags()
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free one)")
 	fl.StringVar(&f.grpcAddr, "grpc-addr", "", "also serve Envoy's rate limit gRPC API on this address (needs --envoy-config)")
-	fl.StringVar(&f.envoyConfig, "envoy-config", "", "descriptor configuration for the gRPC API, in envoyproxy/ratelimit's YAML format")
+	fl.StringArrayVar(&f.envoyConfig, "envoy-config", nil, "descriptor configuration of the gRPC API in envoyproxy/ratelimit's YAML format: a file, or a directory of .yaml files; repeatable; reloaded when it changes")
 	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")
 	fl.BoolVar(&f.configRedis, "config-from-redis", false, "read the configuration from Redis (key <prefix>:config) and apply every published change")
-	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration file is checked for changes")
+	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration and Envoy descriptor files are checked for changes")
 	fl.StringVar(&f.redisURL, "redis", "", "Redis URL: redis://host:port/db, rediss://..., redis-sentinel://h1:p,h2:p/db?master=NAME or redis-cluster://h1:p,h2:p")
 	fl.StringSliceVar(&f.sentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
 	fl.StringVar(&f.sentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
@@ -119,6 +124,8 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; GET /metrics,
 // backend is the store a service decides with, and what goes with it.
 type backend struct {
 	store     floodgate.Store
+	quotas    quota.Store
+	leases    concurrency.Store
 	client    redis.UniversalClient // nil in memory
 	local     *memstore.Store
 	resetters []server.Resetter
@@ -137,7 +144,14 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, e
 		if f.configRedis {
 			return nil, errors.New("--config-from-redis needs --redis, --redis-sentinel or --redis-cluster")
 		}
-		return &backend{store: local, local: local, resetters: []server.Resetter{server.MemoryResetter{Store: local}}, describe: "memory"}, nil
+		b := &backend{store: local, local: local, resetters: []server.Resetter{server.MemoryResetter{Store: local}}, describe: "memory"}
+		if b.quotas, err = quota.NewMemoryStore(quota.MemoryOptions{}); err != nil {
+			return nil, err
+		}
+		if b.leases, err = concurrency.NewMemoryStore(concurrency.MemoryOptions{}); err != nil {
+			return nil, err
+		}
+		return b, nil
 	}
 	client, err := rs.Client()
 	if err != nil {
@@ -153,6 +167,17 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, e
 		return nil, err
 	}
 	b.store = primary
+	// Quotas and leases live in the same Redis; they have no local
+	// fallback (a quota counted per instance would multiply the allowance),
+	// so their operations fail with 503 while Redis is down.
+	if b.quotas, err = quota.NewRedisStore(client); err != nil {
+		client.Close()
+		return nil, err
+	}
+	if b.leases, err = concurrency.NewRedisStore(client); err != nil {
+		client.Close()
+		return nil, err
+	}
 	if f.fallbackMode == "off" {
 		return b, nil
 	}
@@ -247,6 +272,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
 		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout,
 		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay,
+		QuotaStore: b.quotas, ConcurrencyStore: b.leases,
 	}
 	if opts.LoginGuard, err = loginGuard(f, b); err != nil {
 		return err
@@ -255,7 +281,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, log)
+	envoy, err := envoyReloader(f, log, reg)
+	if err != nil {
+		return err
+	}
+	stopGRPC, err := startGRPC(f, lim, envoy, log)
 	if err != nil {
 		return err
 	}
@@ -276,9 +306,13 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	case f.configRedis:
 		wg.Go(func() { reloader.WatchRedis(wctx, b.client, keys, 10*time.Second) })
 	}
+	if envoy != nil {
+		wg.Go(func() { envoy.Watch(wctx, f.reloadInterval) })
+	}
 
 	log.Info("floodgate listening", "addr", ln.Addr().String(), "store", b.describe, "config", cfg.Source(),
-		"version", cfg.Version(), "policies", len(cfg.Policies()), "admin", f.adminToken != "")
+		"version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
+		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "")
 	err = srv.Serve(ctx, ln)
 	log.Info("floodgate stopped", "error", err)
 	return err

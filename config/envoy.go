@@ -1,0 +1,205 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/envoyrls"
+)
+
+// EnvoyReloader holds the descriptor configuration of the Envoy rate limit
+// gRPC API (envoyproxy/ratelimit's YAML format, package envoyrls), read
+// from files and directories, and swaps in a new one when they change. The
+// files are parsed one by one and merged (envoyrls.MergeConfigs); only when
+// every file is valid and the merge succeeds does the new configuration
+// replace the active one, in one atomic swap. Otherwise the change is
+// logged, counted (floodgate_config_reload_total{source="envoy"}) and the
+// last good configuration stays. It is safe for concurrent use.
+type EnvoyReloader struct {
+	paths   []string
+	p       atomic.Pointer[envoyrls.Config]
+	log     *slog.Logger
+	metrics *reloadMetrics
+
+	mu      sync.Mutex // serialises reloads and guards what follows
+	poller  poller
+	lastSum string // hash of the files last applied or rejected
+	lastErr string
+	files   []string // the files of the active configuration
+}
+
+// NewEnvoyReloader reads the descriptor configuration from paths — files,
+// and directories whose .yaml and .yml files are all read (see Watch) —
+// and returns a reloader holding it. It fails, wrapping
+// envoyrls.ErrInvalidConfig or the file system's error, when any file is
+// unreadable or invalid, when the files define a domain twice, or when
+// paths is empty.
+func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: no Envoy descriptor configuration file or directory given", ErrInvalid)
+	}
+	m, err := newReloadMetrics(opts.Registerer, SourceEnvoy)
+	if err != nil {
+		return nil, err
+	}
+	r := &EnvoyReloader{paths: append([]string(nil), paths...), log: opts.Logger, metrics: m}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.poller = poller{list: func() ([]string, error) { return yamlFiles(r.paths) }, read: readEnvoyFile}
+	files, _, err := r.poller.poll()
+	if err != nil {
+		return nil, fmt.Errorf("config: Envoy descriptor configuration: %w", err)
+	}
+	cfg, err := parseEnvoy(files)
+	if err != nil {
+		return nil, err
+	}
+	r.p.Store(cfg)
+	r.lastSum = envoySum(files)
+	r.files = filePaths(files)
+	return r, nil
+}
+
+// Load returns the active configuration. Pass it (the method value
+// r.Load) to envoyrls.NewService, which calls it for every request.
+func (r *EnvoyReloader) Load() *envoyrls.Config { return r.p.Load() }
+
+// Files returns the files the active configuration was read from, in the
+// order they were merged.
+func (r *EnvoyReloader) Files() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.files...)
+}
+
+// Reload checks the files now, as one poll of Watch does: if any was
+// added, removed or changed (modification time or size, then content), it
+// parses them all and makes the result active if it is valid. It returns
+// the configuration active afterwards and the error that kept a change
+// from applying (the last good configuration then stays active).
+func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	files, changed, err := r.poller.poll()
+	if err != nil {
+		r.metrics.count(ResultError)
+		if msg := err.Error(); msg != r.lastErr {
+			r.lastErr = msg
+			r.log.Error("Envoy descriptor configuration unreadable; keeping the last good one", "paths", r.paths, "error", err)
+		}
+		return r.p.Load(), fmt.Errorf("config: Envoy descriptor configuration: %w", err)
+	}
+	if !changed {
+		return r.p.Load(), nil
+	}
+	r.lastErr = ""
+	sum := envoySum(files)
+	if sum == r.lastSum {
+		return r.p.Load(), nil
+	}
+	r.lastSum = sum
+	cfg, err := parseEnvoy(files)
+	if err != nil {
+		r.metrics.count(ResultInvalid)
+		r.log.Error("Envoy descriptor configuration rejected; keeping the last good one",
+			"files", filePaths(files), "error", err, "active_files", r.files)
+		return r.p.Load(), err
+	}
+	old := r.p.Swap(cfg)
+	r.files = filePaths(files)
+	r.metrics.count(ResultApplied)
+	r.log.Info("Envoy descriptor configuration applied", "files", r.files, "domains", cfg.Domains(),
+		"rules", len(cfg.Rules()), "previous_domains", old.Domains())
+	return cfg, nil
+}
+
+// Watch calls Reload every interval (default 1s) until ctx ends. A file
+// that disappears, turns unreadable or invalid leaves the last good
+// configuration active; fixing it applies it. Directories are listed
+// again on every poll, so adding or removing a file in one counts as a
+// change.
+func (r *EnvoyReloader) Watch(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = r.Reload()
+		}
+	}
+}
+
+// parseEnvoy parses every file and merges them: all valid, or an error.
+func parseEnvoy(files []file) (*envoyrls.Config, error) {
+	cfgs := make([]*envoyrls.Config, len(files))
+	var errs []error
+	for i, f := range files {
+		c, err := envoyrls.ParseConfig(f.data, f.path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cfgs[i] = c
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return envoyrls.MergeConfigs(cfgs...)
+}
+
+// readEnvoyFile reads a descriptor file of at most envoyrls.MaxConfigSize
+// bytes.
+func readEnvoyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, envoyrls.MaxConfigSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > envoyrls.MaxConfigSize {
+		return nil, &envoyrls.ConfigError{File: path, Msg: fmt.Sprintf("file is larger than %d bytes", envoyrls.MaxConfigSize)}
+	}
+	return data, nil
+}
+
+// envoySum hashes the files' names and contents, each length-prefixed so
+// that no two sets hash alike by moving bytes between files.
+func envoySum(files []file) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range files {
+		for _, part := range [][]byte{[]byte(f.path), f.data} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+			h.Write(n[:])
+			h.Write(part)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func filePaths(files []file) []string {
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.path
+	}
+	return out
+}

@@ -1,0 +1,174 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// stamp is what a poll saw of one file: enough to notice that it changed
+// without reading it.
+type stamp struct {
+	path string
+	mod  time.Time
+	size int64
+}
+
+// file is one read file of a watched set.
+type file struct {
+	path string
+	data []byte
+}
+
+// poller notices changes to a set of files by polling their modification
+// times and sizes, and reads them only when those changed. Callers compare
+// content hashes to skip rewrites of the same bytes. It is not safe for
+// concurrent use.
+type poller struct {
+	// list returns the files to watch, in a stable order.
+	list func() ([]string, error)
+	// read reads one file, bounding its size.
+	read func(path string) ([]byte, error)
+	last []stamp // nil until a poll read every file
+}
+
+// poll returns the files' contents and true when any file was added,
+// removed, or changed its modification time or size since the last
+// successful poll. A failure to list, stat or read returns the error and
+// makes the next poll read everything again.
+func (p *poller) poll() ([]file, bool, error) {
+	paths, err := p.list()
+	if err != nil {
+		p.last = nil
+		return nil, false, err
+	}
+	stamps := make([]stamp, len(paths))
+	for i, path := range paths {
+		fi, err := os.Stat(path)
+		if err != nil {
+			p.last = nil
+			return nil, false, err
+		}
+		stamps[i] = stamp{path: path, mod: fi.ModTime(), size: fi.Size()}
+	}
+	if p.last != nil && sameStamps(p.last, stamps) {
+		return nil, false, nil
+	}
+	files := make([]file, len(paths))
+	for i, path := range paths {
+		data, err := p.read(path)
+		if err != nil {
+			p.last = nil
+			return nil, false, err
+		}
+		files[i] = file{path: path, data: data}
+	}
+	p.last = stamps
+	return files, true, nil
+}
+
+func sameStamps(a, b []stamp) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].path != b[i].path || !a[i].mod.Equal(b[i].mod) || a[i].size != b[i].size {
+			return false
+		}
+	}
+	return true
+}
+
+// WatchFile polls path every interval (default 1s) and applies its content
+// whenever its modification time, size or content hash changes. It returns
+// when ctx ends. A file that disappears or turns invalid leaves the last
+// good configuration active; fixing the file applies it.
+func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Duration) {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	p := &poller{list: func() ([]string, error) { return []string{path}, nil }, read: ReadFile}
+	lastSum, lastErr := r.holder.Load().Hash(), ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		files, changed, err := p.poll()
+		if err != nil {
+			r.sourceError(&lastErr, path, err)
+			continue
+		}
+		if !changed {
+			continue
+		}
+		lastErr = ""
+		if sum := hashOf(files[0].data); sum != lastSum {
+			lastSum = sum
+			_, _ = r.Apply(files[0].data, path)
+		}
+	}
+}
+
+// yamlFiles returns the files paths name: each path that is a file, and
+// the .yaml and .yml files directly inside each path that is a directory
+// (sorted, skipping names that start with a dot, such as editors' swap
+// files and the "..data" links of a Kubernetes ConfigMap volume). A
+// directory without any is an error, and so is a file named twice.
+func yamlFiles(paths []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, path := range paths {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		names := []string{path}
+		if fi.IsDir() {
+			if names, err = yamlInDir(path); err != nil {
+				return nil, err
+			}
+		}
+		for _, n := range names {
+			clean := filepath.Clean(n)
+			if seen[clean] {
+				return nil, fmt.Errorf("%s is given twice", n)
+			}
+			seen[clean] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func yamlInDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		full := filepath.Join(dir, n)
+		// Stat follows symbolic links, as a ConfigMap volume needs.
+		if fi, err := os.Stat(full); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		names = append(names, full)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("directory %s holds no .yaml or .yml file", dir)
+	}
+	sort.Strings(names)
+	return names, nil
+}
