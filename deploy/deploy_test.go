@@ -16,12 +16,13 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 )
 
-var metricName = regexp.MustCompile(`\brate_limit_[a-z_]+`)
+var metricName = regexp.MustCompile(`\b(rate_limit|floodgate)_[a-z_]+`)
 
 // exported returns the names of the series package metrics exposes,
 // histogram series included.
@@ -38,6 +39,22 @@ func exported(t *testing.T) map[string]bool {
 	m.ObservePrimary(time.Millisecond, errors.New("x"))
 	m.ObserveBreaker(fallback.DefaultPartition, fallback.BreakerClosed)
 	m.ObserveClock(0, time.Millisecond)
+	// The service's configuration reload metrics.
+	def, err := config.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := config.NewHolder(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := config.NewReloader(h, config.ReloaderOptions{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Apply([]byte("not: [valid"), "test"); err == nil {
+		t.Fatal("an invalid configuration was applied")
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -59,11 +76,11 @@ func checkNames(t *testing.T, where, expr string, names map[string]bool) {
 	t.Helper()
 	found := metricName.FindAllString(expr, -1)
 	if len(found) == 0 {
-		t.Errorf("%s: expression queries no rate_limit_ metric: %s", where, expr)
+		t.Errorf("%s: expression queries no Floodgate metric: %s", where, expr)
 	}
 	for _, n := range found {
 		if !names[n] {
-			t.Errorf("%s: %s is not a metric package metrics exports", where, n)
+			t.Errorf("%s: %s is not a metric Floodgate exports", where, n)
 		}
 	}
 }
