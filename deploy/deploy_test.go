@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
