@@ -23,13 +23,15 @@ type Layer struct {
 // Store decides requests atomically. Implementations: memstore.Store (in
 // process) and redisstore.Store (Redis, one Lua script per decision).
 type Store interface {
-	// Decide applies Step to every layer at now (Unix microseconds) as one
-	// atomic operation: if every layer admits its cost, every layer's
+	// Decide applies Step to every layer at now (Unix microseconds),
+	// all-or-nothing: if every layer admits its cost, every layer's
 	// state is committed; otherwise nothing is written, and a layer that
 	// would have admitted reports its Standing (Allowed, with the remaining
 	// capacity it still has). It stores one Result per layer in out
-	// (len(out) == len(layers)). Layers were validated by
-	// the caller. On error, nothing was decided; errors wrap
+	// (len(out) == len(layers)). memstore and a single Redis decide all
+	// layers in one atomic step; on Redis Cluster, layers on different
+	// slots are reserved and released (see docs/layered.md). Layers were
+	// validated by the caller. On error, nothing was decided; errors wrap
 	// ErrStoreUnavailable when nothing was written and ErrIndeterminate when
 	// the write may have happened.
 	Decide(ctx context.Context, now int64, layers []Layer, out []Result) error

@@ -2,9 +2,11 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestCluster runs the vectors, the concurrency proof and layered
-// decisions against a real three-primary Redis Cluster, and checks Slot
-// against CLUSTER KEYSLOT.
+// TestCluster runs the suite against a real three-primary Redis Cluster:
+// the vectors of every algorithm and of quotas, the concurrency proof, the
+// differential tests, layered decisions with their layers in one slot and
+// split over several, releases, and the fan-in proof. Every script call
+// goes through a slotRecorder, which checks that its keys hash to one slot
+// (no CROSSSLOT is possible); the cluster would refuse the call otherwise.
 func TestCluster(t *testing.T) {
 	t.Parallel() // mostly waits for servers to form
 	cl := redistest.StartCluster(t)
@@ -24,11 +29,15 @@ func TestCluster(t *testing.T) {
 	for _, n := range cl.Nodes {
 		nodes = append(nodes, n.Client(t))
 	}
-	e := newEnvOn(t, cl.Client(t), nodes, Options{})
-	if !e.store.slots {
-		t.Fatal("SlotCheckAuto did not detect the cluster client")
+	cc := cl.Client(t)
+	if s, err := New(cc, Options{}); err != nil || !s.slots {
+		t.Fatalf("SlotCheckAuto did not detect the cluster client: %v", err)
 	}
+	rec := &slotRecorder{Client: cc}
+	e := newEnvOn(t, rec, nodes, Options{SlotCheck: SlotCheckOn})
+	e.rd = cc
 	ctx := context.Background()
+	seed := uint64(time.Now().UnixNano())
 
 	t.Run("keyslot", func(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
@@ -51,38 +60,106 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	})
-
 	t.Run("vectors", func(t *testing.T) {
 		vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "cluster-"+e.prefix, e.decider())
 	})
+	t.Run("concurrent", func(t *testing.T) { testConcurrent(t, e, 20) })
+	t.Run("differential", func(t *testing.T) { testDifferential(t, e, seed) })
+	t.Run("layers one slot", func(t *testing.T) { testLayersAllOrNothing(t, e, true) })
+	t.Run("layers peek and many", func(t *testing.T) { testLayersPeekAndMany(t, e) })
+	t.Run("denied standing", func(t *testing.T) { testDeniedStanding(t, e) })
+	t.Run("layers split", func(t *testing.T) { testSplitAllOrNothing(t, e) })
+	t.Run("split differential", func(t *testing.T) { testSplitDifferential(t, e, seed) })
+	t.Run("release", func(t *testing.T) { testRelease(t, e) })
+	t.Run("fan-in", func(t *testing.T) { testFanIn(t, e, allLayered...) })
 
-	t.Run("concurrent", func(t *testing.T) {
-		testConcurrent(t, e, 20)
-	})
+	calls, bad := rec.report()
+	for _, b := range bad {
+		t.Errorf("a script call's keys span slots: %s", b)
+	}
+	if calls < 10_000 {
+		t.Errorf("the recorder saw %d script calls: it is not in the path", calls)
+	}
+	t.Logf("%d script calls, each with its keys in one slot", calls)
+}
 
-	t.Run("layers", func(t *testing.T) {
-		user := mustPolicy(t, floodgate.Policy{Name: "user", Algorithm: floodgate.SlidingLog, Limit: 2, Window: time.Minute})
-		acct := mustPolicy(t, floodgate.Policy{Name: "acct", Algorithm: floodgate.TokenBucket, Limit: 5, Window: time.Minute})
-		now := vectors.T0.UnixMicro()
-		// One identity's keys share a hash tag, hence a slot.
-		same := []floodgate.Layer{{Policy: user, Key: e.key(user, "u1"), Cost: 1}, {Policy: acct, Key: e.key(acct, "u1"), Cost: 1}}
-		for i, want := range []bool{true, true, false} {
-			out, err := e.decide(ctx, now, same)
-			if err != nil || out[0].Allowed != want {
-				t.Fatalf("request %d: %+v, %v", i, out, err)
+// slotRecorder is a Client that passes every command on, and checks, for
+// every EVAL and EVALSHA, that all its keys hash to one slot.
+type slotRecorder struct {
+	Client
+	mu    sync.Mutex
+	calls int
+	bad   []string
+}
+
+// Process records cmd and sends it.
+func (r *slotRecorder) Process(ctx context.Context, cmd redis.Cmder) error {
+	r.record(cmd.Args())
+	return r.Client.Process(ctx, cmd)
+}
+
+func (r *slotRecorder) record(args []any) {
+	if len(args) < 3 {
+		return
+	}
+	if name := strings.ToLower(argString(args[0])); name != "eval" && name != "evalsha" {
+		return
+	}
+	n, err := strconv.Atoi(argString(args[2]))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if err != nil || n < 0 || 3+n > len(args) {
+		r.bad = append(r.bad, fmt.Sprintf("numkeys %q of %d arguments", argString(args[2]), len(args)))
+		return
+	}
+	keys := args[3 : 3+n]
+	for _, k := range keys[min(1, n):] {
+		if Slot(argString(k)) != Slot(argString(keys[0])) {
+			var ks []string
+			for _, k := range keys {
+				ks = append(ks, fmt.Sprintf("%s (slot %d)", argString(k), Slot(argString(k))))
 			}
+			r.bad = append(r.bad, strings.Join(ks, ", "))
+			return
 		}
-		if r, err := e.one(ctx, now, acct, e.key(acct, "u1"), 0); err != nil || r.Remaining != 3 {
-			t.Fatalf("account layer after a denial: %+v, %v; want 3 remaining", r, err)
-		}
-		// Keys of different identities span slots: refused before sending.
-		cross := []floodgate.Layer{{Policy: user, Key: e.key(user, "u1"), Cost: 1}, {Policy: acct, Key: e.key(acct, "u2"), Cost: 1}}
-		if Slot(cross[0].Key) == Slot(cross[1].Key) {
-			t.Fatal("test keys happen to share a slot")
-		}
-		_, err := e.decide(ctx, now, cross)
-		if !errors.Is(err, floodgate.ErrInvalidLayers) {
-			t.Fatalf("cross-slot decision: got %v, want ErrInvalidLayers", err)
-		}
-	})
+	}
+}
+
+// report returns the number of script calls seen and the offending ones.
+func (r *slotRecorder) report() (int, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls, append([]string(nil), r.bad...)
+}
+
+// argString returns a command argument as go-redis sends it.
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case *string:
+		return *v
+	}
+	return fmt.Sprint(a)
+}
+
+// TestSlotRecorder checks that the recorder TestCluster relies on does
+// catch a script call whose keys span slots.
+func TestSlotRecorder(t *testing.T) {
+	var r slotRecorder
+	a, b := "fg:x:fw:{ralice}", "fg:x:fw:{rbob}"
+	if Slot(a) == Slot(b) {
+		t.Fatal("test keys share a slot")
+	}
+	c := "fg:y:sw:{ralice}"
+	r.record([]any{"evalsha", "sha", "2", &a, &c, "1"})
+	if _, bad := r.report(); len(bad) != 0 {
+		t.Fatalf("one-slot call reported: %v", bad)
+	}
+	r.record([]any{"evalsha", "sha", "2", &a, &b, "1"})
+	r.record([]any{"get", a})
+	if calls, bad := r.report(); calls != 2 || len(bad) != 1 {
+		t.Fatalf("calls %d, reported %v; want 2 calls and the cross-slot one reported", calls, bad)
+	}
 }

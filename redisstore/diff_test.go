@@ -119,7 +119,10 @@ func randCost(r *rand.Rand, p floodgate.Policy) int64 {
 // Redis store side by side: every result must be identical.
 func TestDifferential(t *testing.T) {
 	e, _ := newEnv(t)
-	seed := uint64(time.Now().UnixNano())
+	testDifferential(t, e, uint64(time.Now().UnixNano()))
+}
+
+func testDifferential(t *testing.T, e *env, seed uint64) {
 	t.Logf("seed %d", seed)
 	ctx := context.Background()
 	for a := floodgate.FixedWindow; a <= floodgate.GCRA; a++ {

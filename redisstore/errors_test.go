@@ -238,7 +238,8 @@ func TestScriptGuards(t *testing.T) {
 		"fraction":          {vectors.T0.UnixMicro(), 1, 10.5, 60_000_000, 0, 0, 1},
 		"nan":               {vectors.T0.UnixMicro(), 1, 10, "nan", 0, 0, 1},
 		"inf":               {vectors.T0.UnixMicro(), 1, "inf", 60_000_000, 0, 0, 1},
-		"unknown algorithm": {vectors.T0.UnixMicro(), 6, 10, 60_000_000, 0, 0, 1},
+		"unknown algorithm": {vectors.T0.UnixMicro(), 7, 10, 60_000_000, 0, 0, 1},
+		"quota period":      {vectors.T0.UnixMicro(), 6, 10, 0, 60_000_000, 0, 1},
 		"negative cost":     {vectors.T0.UnixMicro(), 1, 10, 60_000_000, 0, 0, -1},
 		"window too short":  {vectors.T0.UnixMicro(), 1, 10, 999, 0, 0, 1},
 		"rate too fine":     {vectors.T0.UnixMicro(), 4, 10_000, 1000, 0, 0, 1},
@@ -252,7 +253,34 @@ func TestScriptGuards(t *testing.T) {
 	if err := c.Eval(ctx, script, nil, good[:1]...).Err(); err == nil {
 		t.Error("no keys: accepted")
 	}
-	if n := c.Exists(ctx, key[0]).Val(); n != 0 {
-		t.Fatal("a rejected call wrote its key")
+	// The reserve and release modes.
+	marker := key[0] + ":rel:1"
+	now := vectors.T0.UnixMicro()
+	start := now - now%60_000_000
+	rel := func(px, cost, u1 any) []any {
+		return []any{"release", now, px, 1, 10, 60_000_000, 0, 0, cost, u1, 0, 0}
+	}
+	for name, tc := range map[string]struct {
+		keys []string
+		args []any
+	}{
+		"reserve, one argument short":  {key, append(append([]any(nil), good[:6]...), "reserve")},
+		"reserve, misspelled":          {key, append(append([]any(nil), good...), "reserv")},
+		"release, no marker":           {key, rel(10_000, 1, start)},
+		"release, marker TTL 0":        {[]string{key[0], marker}, rel(0, 1, start)},
+		"release, marker TTL too long": {[]string{key[0], marker}, rel(86_400_001, 1, start)},
+		"release, cost 0":              {[]string{key[0], marker}, rel(10_000, 0, start)},
+		"release, negative start":      {[]string{key[0], marker}, rel(10_000, 1, -1)},
+		"release, fractional start":    {[]string{key[0], marker}, rel(10_000, 1, 1.5)},
+		"release, bad layer":           {[]string{key[0], marker}, append(rel(10_000, 1, start)[:3], 9, 10, 60_000_000, 0, 0, 1, start, 0, 0)},
+		"release, one argument short":  {[]string{key[0], marker}, rel(10_000, 1, start)[:11]},
+	} {
+		err := c.Eval(ctx, script, tc.keys, tc.args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "floodgate: bad") {
+			t.Errorf("%s: got %v, want a floodgate argument error", name, err)
+		}
+	}
+	if n := c.Exists(ctx, key[0], marker).Val(); n != 0 {
+		t.Fatal("a rejected call wrote a key")
 	}
 }

@@ -45,8 +45,11 @@ func uniquePrefix(t testing.TB) string {
 type env struct {
 	store  *Store
 	prefix string
-	// nodes are the primaries, for SCAN in the audit and for peeking.
+	// nodes are the primaries, for SCAN in the audit.
 	nodes []*redis.Client
+	// rd reads keys directly (GET, DUMP, PTTL...): the server, or the
+	// cluster client, which finds the node of each key.
+	rd    redis.Cmdable
 	mu    sync.Mutex
 	bound map[string]time.Duration // key → longest TTL its policy needs
 }
@@ -66,7 +69,7 @@ func newEnvOn(t testing.TB, client Client, nodes []*redis.Client, opts Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{store: s, prefix: uniquePrefix(t), nodes: nodes, bound: map[string]time.Duration{}}
+	e := &env{store: s, prefix: uniquePrefix(t), nodes: nodes, rd: nodes[0], bound: map[string]time.Duration{}}
 	t.Cleanup(func() { e.auditTTL(t) })
 	return e
 }
@@ -148,6 +151,9 @@ func (e *env) auditTTL(t testing.TB) {
 				continue
 			}
 			bound, ok := e.bound[key]
+			if !ok && strings.Contains(key, ":rel:") {
+				bound, ok = releaseMarkerTTL+time.Millisecond, true // a release's marker
+			}
 			switch {
 			case ttl == -2: // expired since SCAN returned it
 			case ttl < 0:

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ type snapshot struct {
 	pttl time.Duration
 }
 
-func snap(t *testing.T, c *redis.Client, key string) snapshot {
+func snap(t *testing.T, c redis.Cmdable, key string) snapshot {
 	t.Helper()
 	ctx := context.Background()
 	d, err := c.Dump(ctx, key).Result()
@@ -35,7 +34,7 @@ func snap(t *testing.T, c *redis.Client, key string) snapshot {
 
 // untouched fails unless key holds the same value as in before, with a TTL
 // that has not been extended.
-func untouched(t *testing.T, c *redis.Client, key string, before snapshot) {
+func untouched(t *testing.T, c redis.Cmdable, key string, before snapshot) {
 	t.Helper()
 	after := snap(t, c, key)
 	if after.dump != before.dump || after.pttl > before.pttl || after.pttl < 0 {
@@ -47,8 +46,22 @@ func untouched(t *testing.T, c *redis.Client, key string, before snapshot) {
 // layer denying a request leaves every other layer's state untouched.
 func TestLayersAllOrNothing(t *testing.T) {
 	e, _ := newEnv(t)
-	c := e.nodes[0]
+	testLayersAllOrNothing(t, e, false)
+}
+
+// testLayersAllOrNothing is TestLayersAllOrNothing on e, with the layers'
+// keys in one slot when oneSlot is set (one script decides them, so a
+// denial leaves the other key byte for byte as it was; split decisions are
+// checked by testSplitAllOrNothing).
+func testLayersAllOrNothing(t *testing.T, e *env, oneSlot bool) {
+	c := e.rd
 	ctx := context.Background()
+	ids := func(u, g string) (string, string) {
+		if oneSlot {
+			return u + "+" + g, u + "+" + g
+		}
+		return u, g
+	}
 	now := vectors.T0.UnixMicro()
 	for ua := floodgate.FixedWindow; ua <= floodgate.GCRA; ua++ {
 		for ga := floodgate.FixedWindow; ga <= floodgate.GCRA; ga++ {
@@ -56,7 +69,8 @@ func TestLayersAllOrNothing(t *testing.T) {
 				user := mustPolicy(t, floodgate.Policy{Name: "user-" + ua.String(), Algorithm: ua, Limit: 5, Window: time.Hour})
 				global := mustPolicy(t, floodgate.Policy{Name: "global-" + ga.String(), Algorithm: ga, Limit: 100, Window: time.Hour})
 				// The per-user layer denies: the global layer is untouched.
-				uk, gk := e.key(user, "u1-"+ga.String()), e.key(global, "all-"+ua.String())
+				ui, gi := ids("u1-"+ga.String(), "all-"+ua.String())
+				uk, gk := e.key(user, ui), e.key(global, gi)
 				layers := []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: global, Key: gk, Cost: 1}}
 				for i := range 5 {
 					out, err := e.decide(ctx, now, layers)
@@ -78,7 +92,8 @@ func TestLayersAllOrNothing(t *testing.T) {
 				small := global
 				small.Name += "-small"
 				small.Limit = 3
-				uk, gk = e.key(user, "u2-"+ga.String()), e.key(small, "all-"+ua.String())
+				ui, gi = ids("u2-"+ga.String(), "all-"+ua.String())
+				uk, gk = e.key(user, ui), e.key(small, gi)
 				layers = []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: small, Key: gk, Cost: 1}}
 				for i := range 3 {
 					if out, err := e.decide(ctx, now, layers); err != nil || !out[0].Allowed || !out[1].Allowed {
@@ -103,7 +118,11 @@ func TestLayersAllOrNothing(t *testing.T) {
 // a decision may have MaxLayers layers.
 func TestLayersPeekAndMany(t *testing.T) {
 	e, _ := newEnv(t)
-	c := e.nodes[0]
+	testLayersPeekAndMany(t, e)
+}
+
+func testLayersPeekAndMany(t *testing.T, e *env) {
+	c := e.rd
 	ctx := context.Background()
 	now := vectors.T0.UnixMicro()
 	ps := allAlgorithms(t, 10, time.Minute)
@@ -132,27 +151,51 @@ func TestLayersPeekAndMany(t *testing.T) {
 	}
 }
 
-// TestSlotCheck checks that with SlotCheckOn a call whose keys span slots is
-// refused before anything is sent, and that keys sharing a hash tag pass.
+// TestSlotCheck checks which stores split a call whose keys span slots:
+// with SlotCheckOn one script runs per slot, with SlotCheckOff and with
+// SlotCheckAuto on a plain client one script decides the whole call; keys
+// sharing a hash tag are never split.
 func TestSlotCheck(t *testing.T) {
 	e, _ := newEnv(t)
-	s, err := New(e.nodes[0], Options{SlotCheck: SlotCheckOn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.store = s
+	c := e.nodes[0]
 	ctx := context.Background()
+	now := vectors.T0.UnixMicro()
 	user := mustPolicy(t, floodgate.Policy{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute})
 	global := mustPolicy(t, floodgate.Policy{Name: "global", Algorithm: floodgate.SlidingWindow, Limit: 100, Window: time.Minute})
 	cross := []floodgate.Layer{{Policy: user, Key: e.key(user, "u1"), Cost: 1}, {Policy: global, Key: e.key(global, "all"), Cost: 1}}
-	if _, err := e.decide(ctx, vectors.T0.UnixMicro(), cross); !errors.Is(err, floodgate.ErrInvalidLayers) {
-		t.Fatalf("cross-slot layers: got %v, want ErrInvalidLayers", err)
+	same := []floodgate.Layer{{Policy: user, Key: e.key(user, "u2"), Cost: 1}, {Policy: global, Key: e.key(global, "u2"), Cost: 1}}
+	if Slot(cross[0].Key) == Slot(cross[1].Key) {
+		t.Fatal("test keys happen to share a slot")
 	}
-	same := []floodgate.Layer{{Policy: user, Key: e.key(user, "u1"), Cost: 1}, {Policy: global, Key: e.key(global, "u1"), Cost: 1}}
-	if out, err := e.decide(ctx, vectors.T0.UnixMicro(), same); err != nil || !out[0].Allowed || !out[1].Allowed {
-		t.Fatalf("same-tag layers: %+v, %v", out, err)
+	if _, err := e.decide(ctx, now, same); err != nil { // loads the script
+		t.Fatal(err)
 	}
-	if _, err := New(e.nodes[0], Options{SlotCheck: 9}); err == nil {
+	for _, tc := range []struct {
+		check   SlotCheck
+		layers  []floodgate.Layer
+		scripts int
+	}{
+		{SlotCheckOn, cross, 2},
+		{SlotCheckOn, same, 1},
+		{SlotCheckOff, cross, 1},
+		{SlotCheckAuto, cross, 1},
+	} {
+		s, err := New(c, Options{SlotCheck: tc.check})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.store = s
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := e.decide(ctx, now, tc.layers); err != nil || !out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("SlotCheck %d: %+v, %v", tc.check, out, err)
+		}
+		if got := commandCalls(t, c, "evalsha"); got != tc.scripts {
+			t.Errorf("SlotCheck %d, keys in %d slots: %d scripts ran, want %d", tc.check, map[bool]int{true: 1, false: 2}[Slot(tc.layers[0].Key) == Slot(tc.layers[1].Key)], got, tc.scripts)
+		}
+	}
+	if _, err := New(c, Options{SlotCheck: 9}); err == nil {
 		t.Fatal("New accepted SlotCheck 9")
 	}
 	if _, err := New(nil, Options{}); err == nil {
@@ -165,6 +208,10 @@ func TestSlotCheck(t *testing.T) {
 // request, exactly as memstore does (floodgate.Standing).
 func TestDeniedDecisionReportsStanding(t *testing.T) {
 	e, _ := newEnv(t)
+	testDeniedStanding(t, e)
+}
+
+func testDeniedStanding(t *testing.T, e *env) {
 	mem, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)

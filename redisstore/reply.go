@@ -6,28 +6,45 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// replyWidth is the number of integers the script returns per layer:
-// allowed, remaining, resetAt µs, retry µs, delay µs, reason.
-const replyWidth = 6
+// The script's reply widths: per layer, the integers allowed, remaining,
+// resetAt µs, retry µs, delay µs and reason, followed in reserve mode by
+// the three numbers a release needs (undo); and, after a first integer
+// (1: given back, 0: already released), four per layer for a release.
+const (
+	replyWidth   = 6
+	undoWidth    = 3
+	reserveWidth = replyWidth + undoWidth
+	releaseWidth = 4
+)
 
 // decodeReply checks the script's reply and fills out from it, one Result
 // per layer (the limit comes from the layer's policy). Any unexpected type,
 // length or value is an error wrapping floodgate.ErrBadReply; out may then
 // be partly filled.
 func decodeReply(val any, layers []floodgate.Layer, out []floodgate.Result) error {
+	return decodeResults(val, layers, out, nil)
+}
+
+// decodeResults decodes a decide reply (undo nil) or a reserve reply (undo
+// with one entry per layer, filled with the numbers a release needs).
+func decodeResults(val any, layers []floodgate.Layer, out []floodgate.Result, undo [][undoWidth]int64) error {
+	width := replyWidth
+	if undo != nil {
+		width = reserveWidth
+	}
 	arr, ok := val.([]any)
 	if !ok {
 		return fmt.Errorf("%w: got %T, want an array", floodgate.ErrBadReply, val)
 	}
-	if len(arr) != replyWidth*len(layers) || len(out) != len(layers) {
-		return fmt.Errorf("%w: %d values for %d layers, want %d", floodgate.ErrBadReply, len(arr), len(layers), replyWidth*len(layers))
+	if len(arr) != width*len(layers) || len(out) != len(layers) || (undo != nil && len(undo) != len(layers)) {
+		return fmt.Errorf("%w: %d values for %d layers, want %d", floodgate.ErrBadReply, len(arr), len(layers), width*len(layers))
 	}
-	var v [replyWidth]int64
+	var v [reserveWidth]int64
 	for i := range layers {
-		for j := range v {
-			x, ok := arr[replyWidth*i+j].(int64)
+		for j := range width {
+			x, ok := arr[width*i+j].(int64)
 			if !ok {
-				return fmt.Errorf("%w: layer %d value %d is %T, want an integer", floodgate.ErrBadReply, i, j, arr[replyWidth*i+j])
+				return fmt.Errorf("%w: layer %d value %d is %T, want an integer", floodgate.ErrBadReply, i, j, arr[width*i+j])
 			}
 			v[j] = x
 		}
@@ -36,10 +53,53 @@ func decodeReply(val any, layers []floodgate.Layer, out []floodgate.Result) erro
 		case allowed != 0 && allowed != 1,
 			reason < int64(floodgate.ReasonNone) || reason > int64(floodgate.ReasonCostExceedsLimit),
 			(allowed == 1) != (reason == int64(floodgate.ReasonNone)),
-			retry < 0, delay < 0, resetAt < 0:
-			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v)
+			retry < 0, delay < 0, resetAt < 0,
+			undo != nil && (v[6] < 0 || v[7] < 0 || v[8] < 0):
+			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v[:width])
 		}
 		out[i] = floodgate.ResultFromMicros(allowed == 1, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
+		if undo != nil {
+			undo[i] = [undoWidth]int64{v[6], v[7], v[8]}
+		}
 	}
 	return nil
+}
+
+// released is what a release reply says about one layer.
+type released struct {
+	back    int64 // what was given back (cost units; µs of TAT for GCRA)
+	known   bool  // the key holds a floodgate state, and the standing below is its
+	rem, at int64 // the standing after the release: remaining, resetAt µs
+}
+
+// decodeRelease checks a release reply for n layers and fills rel. It
+// returns whether this call gave back (false: the release had already
+// been done).
+func decodeRelease(val any, rel []released) (bool, error) {
+	arr, ok := val.([]any)
+	if !ok {
+		return false, fmt.Errorf("%w: release: got %T, want an array", floodgate.ErrBadReply, val)
+	}
+	if len(arr) != 1+releaseWidth*len(rel) {
+		return false, fmt.Errorf("%w: release: %d values for %d layers, want %d", floodgate.ErrBadReply, len(arr), len(rel), 1+releaseWidth*len(rel))
+	}
+	var v [1 + releaseWidth*floodgate.MaxLayers]int64
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return false, fmt.Errorf("%w: release: value %d is %T, want an integer", floodgate.ErrBadReply, i, x)
+		}
+		v[i] = n
+	}
+	if v[0] != 0 && v[0] != 1 {
+		return false, fmt.Errorf("%w: release: first value %d, want 0 or 1", floodgate.ErrBadReply, v[0])
+	}
+	for i := range rel {
+		back, known, rem, at := v[1+releaseWidth*i], v[2+releaseWidth*i], v[3+releaseWidth*i], v[4+releaseWidth*i]
+		if back < 0 || known != 0 && known != 1 || at < 0 || (v[0] == 0 && back != 0) {
+			return false, fmt.Errorf("%w: release: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v[1+releaseWidth*i:1+releaseWidth*(i+1)])
+		}
+		rel[i] = released{back: back, known: known == 1, rem: rem, at: at}
+	}
+	return v[0] == 1, nil
 }

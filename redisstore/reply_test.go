@@ -84,3 +84,45 @@ func FuzzDecodeReply(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeReserveAndRelease feeds the reserve and release decoders wrong
+// shapes: each must be an ErrBadReply.
+func TestDecodeReserveAndRelease(t *testing.T) {
+	p := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Second}
+	one := []floodgate.Layer{{Policy: p, Key: "k", Cost: 1}}
+	res := []any{int64(1), int64(9), int64(2_000_000), int64(0), int64(0), int64(0), int64(1_000_000), int64(0), int64(0)}
+	undo := make([][undoWidth]int64, 1)
+	out := make([]floodgate.Result, 1)
+	if err := decodeResults(res, one, out, undo); err != nil || undo[0] != [undoWidth]int64{1_000_000, 0, 0} || out[0].Remaining != 9 {
+		t.Fatalf("good reserve reply: %v, %v, %+v", err, undo, out)
+	}
+	for name, v := range map[string][]any{
+		"decide width":  res[:6],
+		"negative undo": append(append([]any(nil), res[:8]...), int64(-1)),
+		"string undo":   append(append([]any(nil), res[:8]...), "0"),
+	} {
+		if err := decodeResults(v, one, out, undo); !errors.Is(err, floodgate.ErrBadReply) {
+			t.Errorf("reserve %s: got %v, want ErrBadReply", name, err)
+		}
+	}
+
+	rel := make([]released, 1)
+	if applied, err := decodeRelease([]any{int64(1), int64(1), int64(1), int64(10), int64(2_000_000)}, rel); err != nil || !applied || rel[0] != (released{back: 1, known: true, rem: 10, at: 2_000_000}) {
+		t.Fatalf("good release reply: %v, %v, %+v", applied, err, rel)
+	}
+	for name, v := range map[string]any{
+		"not an array":           "OK",
+		"short":                  []any{int64(1), int64(1), int64(1), int64(10)},
+		"first value 2":          []any{int64(2), int64(1), int64(1), int64(10), int64(0)},
+		"given back twice":       []any{int64(0), int64(1), int64(1), int64(10), int64(0)},
+		"negative given back":    []any{int64(1), int64(-1), int64(1), int64(10), int64(0)},
+		"known 2":                []any{int64(1), int64(1), int64(2), int64(10), int64(0)},
+		"negative reset":         []any{int64(1), int64(1), int64(1), int64(10), int64(-1)},
+		"string element":         []any{int64(1), "1", int64(1), int64(10), int64(0)},
+		"one layer's worth of 2": []any{int64(1), int64(1), int64(1), int64(10), int64(0), int64(0)},
+	} {
+		if _, err := decodeRelease(v, rel); !errors.Is(err, floodgate.ErrBadReply) {
+			t.Errorf("release %s: got %v, want ErrBadReply", name, err)
+		}
+	}
+}

@@ -10,9 +10,10 @@ import (
 )
 
 // The Lua sources, one file per algorithm (each defines local functions to
-// read, step and write its state), plus the shared helpers and the entry
-// point. They are concatenated, in this order, into one script so that one
-// EVALSHA decides every layer of a call.
+// read, step, write and release its state), plus the shared helpers, the
+// per-layer checks, the release and the entry point. They are concatenated,
+// in this order, into one script so that one EVALSHA decides every layer of
+// a call, and one script (one SHA) serves every mode.
 var (
 	//go:embed lua/common.lua
 	luaCommon string
@@ -28,13 +29,18 @@ var (
 	luaSlidingLog string
 	//go:embed lua/quota.lua
 	luaQuota string
+	//go:embed lua/layer.lua
+	luaLayer string
+	//go:embed lua/release.lua
+	luaRelease string
 	//go:embed lua/decide.lua
 	luaDecide string
 )
 
 // script is the Lua source the Store runs: the concatenation of the files
 // under lua/. It is immutable.
-var script = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaQuota + luaDecide
+var script = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaQuota +
+	luaLayer + luaRelease + luaDecide
 
 // scriptSHA is the SHA-1 of script in hex, the name EVALSHA knows it by.
 var scriptSHA = sha1Hex(script)
@@ -50,13 +56,16 @@ var (
 	argEval    any = "eval"
 	argSHA     any = scriptSHA
 	argScript  any = script
+	argReserve any = "reserve"
+	argRelease any = "release"
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,
-	// so go-redis's cluster routing reads it without formatting).
+	// so go-redis's cluster routing reads it without formatting); a release
+	// has one key more than its layers, its marker.
 	argNumKeys = numKeyArgs()
 )
 
-func numKeyArgs() [floodgate.MaxLayers + 1]any {
-	var a [floodgate.MaxLayers + 1]any
+func numKeyArgs() [floodgate.MaxLayers + 2]any {
+	var a [floodgate.MaxLayers + 2]any
 	for i := range a {
 		a[i] = strconv.Itoa(i)
 	}

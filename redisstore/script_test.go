@@ -20,6 +20,7 @@ func TestScriptConstants(t *testing.T) {
 		"TTL_SLACK":     floodgate.TTLSlack.Microseconds(),
 		"QUOTA_GRACE":   floodgate.QuotaGrace.Microseconds(),
 		"MAX_SPAN":      1 << 50,
+		"MAX_STATE":     1 << 53,
 	} {
 		m := regexp.MustCompile(`local ` + name + ` = (\d+)`).FindStringSubmatch(script)
 		if m == nil {

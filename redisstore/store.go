@@ -2,6 +2,14 @@
 // decision, whatever its number of layers, is one Lua script run with
 // EVALSHA in one round trip, atomic on the Redis primary that holds its keys.
 //
+// On Redis Cluster the keys of one decision may live in several slots (a
+// global layer and a per-user layer have different hash tags). Such a
+// decision is split by slot: every slot's part is decided and, if it
+// admits, committed at once by a reservation (one round trip for all
+// parts, run concurrently); if any part denies, the parts that committed
+// are released, which gives back what they took. See Store.Decide and
+// docs/layered.md.
+//
 // The script (lua/*.lua, one file per algorithm) mirrors floodgate.Step
 // operation for operation in integer microseconds, so the Redis store and
 // the in-memory store give identical results. It reads every layer's state,
@@ -43,27 +51,29 @@ type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// SlotCheck says whether Decide requires the keys of one call to hash to
-// one Redis Cluster slot.
+// SlotCheck says whether Decide looks at the Redis Cluster slots of a
+// call's keys, and splits a call whose keys span several slots into one
+// script per slot (reserve, then release on a denial) instead of sending
+// one script that a cluster would refuse with CROSSSLOT.
 type SlotCheck uint8
 
 // The slot checks.
 const (
 	// SlotCheckAuto checks when the client is a *redis.ClusterClient and not
-	// otherwise (a standalone or Sentinel-managed primary holds every slot).
+	// otherwise (a standalone or Sentinel-managed primary holds every slot,
+	// so one script decides every call atomically).
 	SlotCheckAuto SlotCheck = iota
-	// SlotCheckOn always checks, for clients that wrap a cluster client or
-	// to keep standalone deployments cluster-ready.
+	// SlotCheckOn always checks, for clients that wrap a cluster client, or
+	// to run a standalone Redis exactly as a cluster would be run.
 	SlotCheckOn
-	// SlotCheckOff never checks.
+	// SlotCheckOff never checks: every call is one script.
 	SlotCheckOff
 )
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// SlotCheck says whether a call whose keys span several Redis Cluster
-	// slots is refused (with an error wrapping floodgate.ErrInvalidLayers)
-	// before anything is sent. Default SlotCheckAuto.
+	// slots is split by slot. Default SlotCheckAuto.
 	SlotCheck SlotCheck
 }
 
@@ -75,7 +85,9 @@ type Options struct {
 // refused it); floodgate.ErrIndeterminate means it may have run (for
 // example a read timeout after the command was sent). The Store never
 // retries a command that may have been sent, and it asks go-redis not to
-// either; it re-sends only after NOSCRIPT, which means nothing ran.
+// either; it re-sends only after NOSCRIPT, which means nothing ran. A split
+// decision (see Decide) wraps ErrStoreUnavailable only when nothing it
+// wrote is kept.
 type Store struct {
 	client Client
 	slots  bool
@@ -103,10 +115,27 @@ func New(client Client, opts Options) (*Store, error) {
 }
 
 // Decide implements floodgate.Store: it decides every layer at now (Unix
-// microseconds) in one script call and fills out (len(out) == len(layers)).
+// microseconds) in one script call (one per Redis Cluster slot when the
+// call is split, below) and fills out (len(out) == len(layers)).
 // If every layer admits its cost, every consuming layer's state is written;
 // otherwise nothing is. Results are per layer, as floodgate.Step computes
-// them (floodgate.NewDecision marks layers denied by another one).
+// them; a layer that would have admitted a denied request reports its
+// floodgate.Standing (floodgate.NewDecision then marks it as denied by
+// another layer).
+//
+// When the slot check is on and the keys span several Redis Cluster slots,
+// the call is split: one reserve script per slot, sent concurrently, each
+// deciding its layers and committing them if they all admit. If every part
+// admits, that is the decision, in one round trip. If any part denies,
+// every part that committed is released in a second round trip: each
+// layer gets back what the reservation still holds (all of it, unless a
+// window ended or a bucket's backlog leaked meanwhile), never more, so a
+// denied request consumes nothing and no layer over-admits. A reservation
+// holds capacity from its reserve to its release; if the release fails
+// (the caller's context ends, Redis is unreachable), the capacity stays
+// taken until the layer recovers by itself (its window ends, its bucket
+// refills, its log entry expires) and Decide still returns the denial. See
+// docs/layered.md.
 //
 // Decide validates its input (errors wrap floodgate.ErrInvalidPolicy,
 // ErrInvalidCost or ErrInvalidLayers, and nothing is sent); store failures
@@ -118,6 +147,12 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	if s.slots && len(layers) > 1 {
+		var g slotGroups
+		if g.split(layers) {
+			return s.decideSplit(ctx, now, layers, out, &g)
+		}
 	}
 	f := s.frames.Get().(*frame)
 	defer s.frames.Put(f)
@@ -159,15 +194,6 @@ func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Resul
 		for j := range i {
 			if layers[j].Key == l.Key {
 				return fmt.Errorf("%w: layers %d and %d use the same key %q", floodgate.ErrInvalidLayers, j, i, l.Key)
-			}
-		}
-	}
-	if s.slots && len(layers) > 1 {
-		slot := Slot(layers[0].Key)
-		for i := 1; i < len(layers); i++ {
-			if sl := Slot(layers[i].Key); sl != slot {
-				return fmt.Errorf("%w: keys %q (slot %d) and %q (slot %d) are in different Redis Cluster slots; one decision's keys must share a hash tag",
-					floodgate.ErrInvalidLayers, layers[0].Key, slot, layers[i].Key, sl)
 			}
 		}
 	}
@@ -216,8 +242,9 @@ func (noRetryCmd) NoRetry() bool { return true }
 // into nums and keys as *string into the caller's layers, which go-redis
 // writes without boxing, so building a call allocates nothing.
 type frame struct {
-	args []any
-	nums [1 + 6*floodgate.MaxLayers]int64
+	args   []any
+	nums   [2 + (replyWidth+undoWidth)*floodgate.MaxLayers]int64
+	marker string // a release's marker key
 }
 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit
@@ -231,21 +258,48 @@ func (f *frame) build(now int64, layers []floodgate.Layer) {
 	f.nums[0] = now
 	f.args = append(f.args, &f.nums[0])
 	for i := range layers {
-		p := &layers[i].Policy
 		v := f.nums[1+6*i : 7+6*i]
-		v[0] = int64(p.Algorithm)
-		v[1] = p.Limit
-		v[2] = p.Window.Microseconds()
-		v[3] = p.Burst
-		v[4] = p.MaxDelay.Microseconds()
-		v[5] = layers[i].Cost
-		if p.Algorithm == floodgate.Quota {
-			// The calendar lives in Go: send the period's bounds.
-			v[2], v[3], _ = floodgate.QuotaPeriod(*p, now)
-		}
+		putLayer(v, now, &layers[i])
 		for j := range v {
 			f.args = append(f.args, &v[j])
 		}
+	}
+}
+
+// buildRelease fills f for a release of layers (each with the three numbers
+// its reservation replied): EVALSHA sha numkeys key... marker "release" now
+// markerPX (algorithm limit window burst maxdelay cost u1 u2 u3)...
+func (f *frame) buildRelease(now int64, layers []floodgate.Layer, undo [][undoWidth]int64, marker string, markerPX int64) {
+	n := len(layers)
+	f.marker = marker
+	f.args = append(f.args[:0], nil, nil, argNumKeys[n+1])
+	for i := range layers {
+		f.args = append(f.args, &layers[i].Key)
+	}
+	f.nums[0], f.nums[1] = now, markerPX
+	f.args = append(f.args, &f.marker, argRelease, &f.nums[0], &f.nums[1])
+	for i := range layers {
+		v := f.nums[2+9*i : 11+9*i]
+		putLayer(v[:6], now, &layers[i])
+		v[6], v[7], v[8] = undo[i][0], undo[i][1], undo[i][2]
+		for j := range v {
+			f.args = append(f.args, &v[j])
+		}
+	}
+}
+
+// putLayer writes a layer's six script arguments into v.
+func putLayer(v []int64, now int64, l *floodgate.Layer) {
+	p := &l.Policy
+	v[0] = int64(p.Algorithm)
+	v[1] = p.Limit
+	v[2] = p.Window.Microseconds()
+	v[3] = p.Burst
+	v[4] = p.MaxDelay.Microseconds()
+	v[5] = l.Cost
+	if p.Algorithm == floodgate.Quota {
+		// The calendar lives in Go: send the period's bounds.
+		v[2], v[3], _ = floodgate.QuotaPeriod(*p, now)
 	}
 }
 
@@ -253,4 +307,5 @@ func (f *frame) build(now int64, layers []floodgate.Layer) {
 func (f *frame) reset() {
 	clear(f.args)
 	f.args = f.args[:0]
+	f.marker = ""
 }

@@ -1,10 +1,14 @@
--- decide.lua: the entry point, one all-or-nothing decision over 1..16 layers.
+-- decide.lua: the entry point. One all-or-nothing decision over 1..16
+-- layers whose keys share a slot, in one of three modes:
 --
--- KEYS[i] is layer i's key. ARGV[1] is now (Unix µs); then six arguments per
--- layer: algorithm (floodgate.Algorithm: 1 fixed window, 2 sliding log,
--- 3 sliding window, 4 token bucket, 5 gcra, 6 quota), limit, window µs,
--- burst, max delay µs, cost. For quota the window and burst slots carry the
--- calendar period's start and end (Unix µs), computed in Go.
+--   decide   KEYS[i] is layer i's key; ARGV[1] is now (Unix µs), then the
+--            six arguments of each layer (layer_args).
+--   reserve  the same, with 'reserve' appended: one slot's part of a
+--            decision whose keys span several Redis Cluster slots. It
+--            decides and writes exactly like decide, keeps the buckets'
+--            bookkeeping, and replies, per layer, the three numbers a
+--            release needs to give the reservation back.
+--   release  ARGV[1] is 'release': see release.lua.
 --
 -- Phase 1 reads every layer's state and computes its result; phase 2 runs
 -- only if every layer admitted and writes each consuming layer's new state
@@ -14,30 +18,28 @@
 -- verbatim or by effects.
 --
 -- Reply: six integers per layer: allowed (0/1), remaining, resetAt µs,
--- retry µs, delay µs, reason.
+-- retry µs, delay µs, reason; in reserve mode nine, the last three being
+-- what release.lua takes back (zero where nothing was written): the window
+-- or period start (fixed and sliding window, quota), the entry's time
+-- (sliding log), or the bucket's full time F with its bookkeeping A and R
+-- (token bucket, gcra).
 
-local MAX_LAYERS = 16
-local MAX_NOW = 4503599627370496   -- 2^52 µs, the year 2112
-local MAX_LIMIT = 1099511627776    -- 2^40, floodgate.MaxLimit and MaxCost
-local MAX_SPAN = 1125899906842624  -- 2^50 µs, bound of burst × interval and max delay
-local MIN_WINDOW, MAX_WINDOW = 1000, 34560000000000 -- 1ms .. 400 days
-local MAX_LOG_LIMIT = 100000
-
--- arg returns ARGV[i] as an integer in lo..hi, or nil.
-local function arg(i, lo, hi)
-  local x = tonumber(ARGV[i])
-  if x == nil or x ~= floor(x) or x < lo or x > hi then
-    return nil
+local nkeys, nargv = #KEYS, #ARGV
+local reserve = false
+if nargv ~= 1 + 6 * nkeys then
+  if ARGV[1] == 'release' and nkeys >= 2 and nkeys <= MAX_LAYERS + 1 and nargv == 3 + 9 * (nkeys - 1) then
+    local now = arg(2, 0, MAX_NOW)
+    if now == nil then
+      return redis.error_reply('ERR floodgate: bad now')
+    end
+    return release(nkeys - 1, now)
   end
-  return x
+  if ARGV[nargv] ~= 'reserve' or nargv ~= 2 + 6 * nkeys then
+    return redis.error_reply('ERR floodgate: bad call: want 1..16 keys and 1+6*keys arguments')
+  end
+  reserve = true
 end
-
-local function bad(what, i)
-  return redis.error_reply(sfmt('ERR floodgate: bad %s for layer %d', what, i))
-end
-
-local nkeys = #KEYS
-if nkeys < 1 or nkeys > MAX_LAYERS or #ARGV ~= 1 + 6 * nkeys then
+if nkeys < 1 or nkeys > MAX_LAYERS then
   return redis.error_reply('ERR floodgate: bad call: want 1..16 keys and 1+6*keys arguments')
 end
 local now = arg(1, 0, MAX_NOW)
@@ -45,90 +47,28 @@ if now == nil then
   return redis.error_reply('ERR floodgate: bad now')
 end
 
--- step decides one layer: it reads the key's state and runs the
--- algorithm's step. It returns nil when the key holds a value floodgate did
--- not write. Arguments were validated by the caller.
-local function step(key, algo, limit, w, burst, md, cost)
-  if algo == 1 then
-    local t, n = fw_read(key)
-    if t then
-      return fw_step(t, n, now, limit, w, cost)
-    end
-  elseif algo == 3 then
-    local t, n, p = sw_read(key)
-    if t then
-      return sw_step(t, n, p, now, limit, w, cost)
-    end
-  elseif algo == 6 then
-    local t, n = sw_read(key)
-    if t then
-      return qt_step(t, n, now, w, burst, limit, cost)
-    end
-  elseif algo == 2 then
-    return sl_step(key, now, limit, w, cost)
-  elseif algo == 4 then
-    local t, n = tb_read(key)
-    if t then
-      return tb_step(t, n, now, idiv(w, limit), burst, cost)
-    end
-  else
-    local t = gc_read(key)
-    if t then
-      return gc_step(t, now, idiv(w, limit), burst, md, cost)
-    end
-  end
-  return nil
-end
-
+local width = reserve and 9 or 6
 local reply = {}
-local pend = {} -- five per layer: algorithm, state slots 1..3, PX ms (0: nothing to write)
+local pend = {} -- eight per layer: algorithm, state slots 1..3, PX ms (0: nothing to write), bookkeeping H A R
 local all = true
-local params = {} -- five per layer: algorithm, limit, window, burst, max delay
 for i = 1, nkeys do
-  local a = 6 * i - 4
-  local algo = arg(a, 1, 6)
-  local limit = arg(a + 1, 1, MAX_LIMIT)
-  local w, burst
-  if algo == 6 then
-    w, burst = arg(a + 2, 0, MAX_NOW), arg(a + 3, 0, MAX_NOW)
-    if w and burst and not (w <= now and now < burst) then
-      return bad('quota period', i)
-    end
-  else
-    w, burst = arg(a + 2, MIN_WINDOW, MAX_WINDOW), arg(a + 3, 0, MAX_LIMIT)
-  end
-  local md = arg(a + 4, 0, MAX_SPAN)
-  local cost = arg(a + 5, 0, MAX_LIMIT)
-  if not (algo and limit and w and burst and md and cost) then
-    return bad('arguments', i)
+  local algo, limit, w, burst, md, cost = layer_args(6 * i - 4, i, now)
+  if not algo then
+    return limit
   end
   local key = KEYS[i]
-  if algo == 2 and limit > MAX_LOG_LIMIT then
-    return bad('sliding log limit', i)
-  end
-  if algo == 4 or algo == 5 then
-    local iv = idiv(w, limit)
-    if burst == 0 then
-      burst = limit
-    end
-    if iv < 1 or burst * iv > MAX_SPAN then
-      return bad('rate', i)
-    end
-  end
-  local q = 5 * i - 5
-  params[q + 1], params[q + 2], params[q + 3], params[q + 4], params[q + 5] = algo, limit, w, burst, md
-  local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl = step(key, algo, limit, w, burst, md, cost)
+  local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r = step(key, algo, limit, w, burst, md, cost, now, reserve)
   if ok == nil then
     return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
   end
-  local j = 6 * i - 6
+  local j = width * (i - 1)
   reply[j + 1] = ok and 1 or 0
   reply[j + 2] = rem
   reply[j + 3] = reset
   reply[j + 4] = retry
   reply[j + 5] = delay
   reply[j + 6] = reason
-  local k = 5 * i - 5
+  local k = 8 * i - 8
   pend[k + 1] = algo
   pend[k + 5] = 0
   if ok then
@@ -139,6 +79,7 @@ for i = 1, nkeys do
       ttl = ttl + TTL_SLACK
       pend[k + 2], pend[k + 3], pend[k + 4] = s1, s2, s3
       pend[k + 5] = idiv(ttl + 999, 1000)
+      pend[k + 6], pend[k + 7], pend[k + 8] = h, a, r
     end
   else
     all = false
@@ -150,10 +91,10 @@ if not all then
   -- standing without the request (floodgate.Standing): a peek's numbers,
   -- marked admitted.
   for i = 1, nkeys do
-    local j = 6 * i - 6
+    local j = width * (i - 1)
     if reply[j + 1] == 1 and tonumber(ARGV[6 * i + 1]) > 0 then
-      local q = 5 * i - 5
-      local _, rem, reset = step(KEYS[i], params[q + 1], params[q + 2], params[q + 3], params[q + 4], params[q + 5], 0)
+      local algo, limit, w, burst, md = layer_args(6 * i - 4, i, now)
+      local _, rem, reset = step(KEYS[i], algo, limit, w, burst, md, 0, now, false)
       reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, NONE
     end
   end
@@ -161,22 +102,41 @@ end
 
 if all then
   for i = 1, nkeys do
-    local k = 5 * i - 5
+    local k = 8 * i - 8
     local px = pend[k + 5]
     if px > 0 then
       local algo, key = pend[k + 1], KEYS[i]
+      local s1, s2, s3 = pend[k + 2], pend[k + 3], pend[k + 4]
       if algo == 1 then
-        fw_write(key, pend[k + 2], pend[k + 3], 0, px)
+        fw_write(key, s1, s2, 0, px)
       elseif algo == 3 or algo == 6 then
-        sw_write(key, pend[k + 2], pend[k + 3], pend[k + 4], px)
+        sw_write(key, s1, s2, s3, px)
       elseif algo == 2 then
-        sl_write(key, pend[k + 2], pend[k + 3], pend[k + 4], px, tonumber(ARGV[6 * i - 2]))
+        sl_write(key, s1, s2, s3, px, tonumber(ARGV[6 * i - 2]))
       elseif algo == 4 then
-        tb_write(key, pend[k + 2], pend[k + 3], 0, px)
+        tb_write(key, s1, s2, px, pend[k + 6], pend[k + 7], pend[k + 8])
       else
-        gc_write(key, pend[k + 2], 0, 0, px)
+        gc_write(key, s1, px, pend[k + 6], pend[k + 7], pend[k + 8])
       end
     end
+  end
+end
+if reserve then
+  -- What a release needs to give each written layer back.
+  for i = 1, nkeys do
+    local k, j = 8 * i - 8, 9 * i - 9
+    local u1, u2, u3 = 0, 0, 0
+    if all and pend[k + 5] > 0 then
+      local algo = pend[k + 1]
+      if algo == 4 then
+        u1, u2, u3 = reply[j + 3], pend[k + 7], pend[k + 8] -- the reset is F
+      elseif algo == 5 then
+        u1, u2, u3 = pend[k + 2], pend[k + 7], pend[k + 8]
+      else
+        u1 = pend[k + 2]
+      end
+    end
+    reply[j + 7], reply[j + 8], reply[j + 9] = u1, u2, u3
   end
 end
 return reply

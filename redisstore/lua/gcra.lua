@@ -1,20 +1,32 @@
 -- gcra.lua: floodgate.GCRA (leaky bucket as a meter), a mirror of stepGCRA.
--- State: the string "T" (theoretical arrival time µs), written with SET PX.
+--
+-- State: the string "T" (theoretical arrival time µs), written with SET PX;
+-- "T H A R" once the key has taken part in a split decision, with the same
+-- bookkeeping as token_bucket.lua (H latest decision time, A last time the
+-- bucket was found with no backlog, R µs returned by releases).
 
+-- gc_read returns T and, for the long form, H, A, R (0 when absent), or nil
+-- if the value is not a GCRA state.
 local function gc_read(key)
   local v = redis.call('GET', key)
   if not v then
     return 0
   end
   local t = smatch(v, '^(%d+)$')
+  if t then
+    return tonumber(t)
+  end
+  local h, a, r
+  t, h, a, r = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
   if not t then
     return nil
   end
-  return tonumber(t)
+  return tonumber(t), tonumber(h), tonumber(a), tonumber(r)
 end
 
 -- gc_step takes the interval iv, the effective burst b and the shaping
--- allowance md (max delay µs).
+-- allowance md (max delay µs). After the usual ten values it returns the
+-- time it decided at and whether the backlog was empty (TAT not after now).
 local function gc_step(t, now, iv, b, md, cost)
   local tol = b * iv
   local tat = t
@@ -48,9 +60,14 @@ local function gc_step(t, now, iv, b, md, cost)
   if remaining < 0 then
     remaining = 0
   end
-  return allowed, remaining, tat, retry, delay, reason, tat, 0, 0, tat - now
+  return allowed, remaining, tat, retry, delay, reason, tat, 0, 0, tat - now, now, now >= t
 end
 
-local function gc_write(key, t, _n, _p, px)
-  redis.call('SET', key, int(t), 'PX', int(px))
+-- gc_write stores the short form, or the long one when h is set.
+local function gc_write(key, t, px, h, a, r)
+  if h then
+    redis.call('SET', key, sfmt('%d %d %d %d', t, h, a, r), 'PX', int(px))
+  else
+    redis.call('SET', key, int(t), 'PX', int(px))
+  end
 end

@@ -1,0 +1,277 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// releaseMarkerTTL is how long a release's marker lives: a second release
+// with the same marker within that time changes nothing. Markers are only
+// written on the release path (a split decision that some slot denied), so
+// their number is bounded by the rate of such denials times this TTL.
+const releaseMarkerTTL = 10 * time.Second
+
+// slotGroups partitions the layers of one call by Redis Cluster slot, in
+// order of first appearance.
+type slotGroups struct {
+	n    int                        // number of groups
+	of   [floodgate.MaxLayers]uint8 // group of each layer
+	slot [floodgate.MaxLayers]int   // slot of each group
+}
+
+// split fills g from layers and reports whether they span several slots.
+func (g *slotGroups) split(layers []floodgate.Layer) bool {
+	g.n = 0
+	for i := range layers {
+		sl := Slot(layers[i].Key)
+		j := 0
+		for j < g.n && g.slot[j] != sl {
+			j++
+		}
+		if j == g.n {
+			g.slot[j] = sl
+			g.n++
+		}
+		g.of[i] = uint8(j)
+	}
+	return g.n > 1
+}
+
+// part is one slot's share of a split decision.
+type part struct {
+	slot   int
+	idx    []int // positions of its layers in the call
+	layers []floodgate.Layer
+	out    []floodgate.Result
+	undo   [][undoWidth]int64
+	err    error // the reserve failed (wraps ErrStoreUnavailable or ErrIndeterminate)
+	held   bool  // the reserve admitted and wrote: the part holds a reservation
+	relErr error // the release of a held reservation failed
+}
+
+// decideSplit decides a call whose keys span several slots: phase 1
+// reserves every part concurrently; if every part admitted, that is the
+// decision. Otherwise phase 2 releases every part that committed, and the
+// parts' results (with the released layers' standing) are the decision, or,
+// if some part failed, an error that says whether anything may be kept.
+func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result, g *slotGroups) error {
+	// Each part's slices are windows on shared arrays, in group order.
+	parts := make([]part, g.n)
+	var n [floodgate.MaxLayers]int
+	for i := range layers {
+		n[g.of[i]]++
+	}
+	idx := make([]int, len(layers))
+	ls := make([]floodgate.Layer, len(layers))
+	outs := make([]floodgate.Result, len(layers))
+	undo := make([][undoWidth]int64, len(layers))
+	at := 0
+	for j := range parts {
+		p := &parts[j]
+		p.slot = g.slot[j]
+		p.idx, p.layers, p.out, p.undo = idx[at:at:at+n[j]], ls[at:at:at+n[j]], outs[at:at+n[j]], undo[at:at+n[j]]
+		at += n[j]
+	}
+	for i := range layers {
+		p := &parts[g.of[i]]
+		p.idx = append(p.idx, i)
+		p.layers = append(p.layers, layers[i])
+	}
+	for i := range parts {
+		if _, err := markerKey(parts[i].layers[0].Key, 0); err != nil {
+			return err
+		}
+	}
+	each(parts, func(p *part) bool { return true }, func(p *part) { s.reserve(ctx, now, p) })
+	failed, denied := false, false
+	for i := range parts {
+		p := &parts[i]
+		switch {
+		case p.err != nil:
+			failed = true
+		case !p.held && !allAllowed(p.out):
+			denied = true
+		}
+	}
+	if failed || denied {
+		each(parts, func(p *part) bool { return p.held }, func(p *part) { s.release(ctx, now, p, rand.Uint64()) })
+	}
+	if failed {
+		return splitError(parts)
+	}
+	for i := range parts {
+		p := &parts[i]
+		for k, j := range p.idx {
+			out[j] = p.out[k]
+		}
+	}
+	return nil
+}
+
+// each runs fn on every part that want selects, concurrently (one
+// goroutine per part but the first, which runs on the caller's).
+func each(parts []part, want func(*part) bool, fn func(*part)) {
+	var wg sync.WaitGroup
+	first := true
+	var inline *part
+	for i := range parts {
+		p := &parts[i]
+		if !want(p) {
+			continue
+		}
+		if first {
+			first, inline = false, p
+			continue
+		}
+		wg.Go(func() { fn(p) })
+	}
+	if inline != nil {
+		fn(inline)
+	}
+	wg.Wait()
+}
+
+func allAllowed(rs []floodgate.Result) bool {
+	for i := range rs {
+		if !rs[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// reserve runs p's reserve script: its layers are decided and, if they
+// all admit, committed at once.
+func (s *Store) reserve(ctx context.Context, now int64, p *part) {
+	if len(p.out) != len(p.layers) || len(p.undo) != len(p.layers) {
+		p.out = make([]floodgate.Result, len(p.layers))
+		p.undo = make([][undoWidth]int64, len(p.layers))
+	}
+	f := s.frames.Get().(*frame)
+	defer s.frames.Put(f)
+	defer f.reset()
+	f.build(now, p.layers)
+	f.args = append(f.args, argReserve)
+	val, err := s.run(ctx, f)
+	if err != nil {
+		p.err = fmt.Errorf("slot %d: %w", p.slot, err)
+		return
+	}
+	if err := decodeResults(val, p.layers, p.out, p.undo); err != nil {
+		// The script ran; whether it wrote cannot be told.
+		p.err = fmt.Errorf("%w: slot %d: %w", floodgate.ErrIndeterminate, p.slot, err)
+		return
+	}
+	if allAllowed(p.out) {
+		for _, l := range p.layers {
+			if l.Cost > 0 {
+				p.held = true
+				break
+			}
+		}
+	}
+}
+
+// release gives back p's reservation under the marker named by id: every
+// consuming layer gets back what the reservation still holds, and reports
+// its standing afterwards. If the release fails (p.relErr), those layers
+// report what the reservation left, which is what they hold, as standings.
+// It returns whether this call gave back (false when the marker was
+// there already, or on failure) and what each consuming layer got back.
+func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (bool, []released) {
+	var layers []floodgate.Layer
+	var undo [][undoWidth]int64
+	var pos []int
+	for k, l := range p.layers {
+		if l.Cost > 0 {
+			layers = append(layers, l)
+			undo = append(undo, p.undo[k])
+			pos = append(pos, k)
+		}
+	}
+	for _, k := range pos {
+		r := &p.out[k]
+		r.RetryAfter, r.Delay = 0, 0
+	}
+	// The marker goes with the part's first key, which decideSplit checked
+	// before anything was sent; the error is kept for safety.
+	marker, err := markerKey(p.layers[0].Key, id)
+	if err != nil {
+		p.relErr = err
+		return false, nil
+	}
+	f := s.frames.Get().(*frame)
+	defer s.frames.Put(f)
+	defer f.reset()
+	f.buildRelease(now, layers, undo, marker, releaseMarkerTTL.Milliseconds())
+	val, err := s.run(ctx, f)
+	if err != nil {
+		p.relErr = err
+		return false, nil
+	}
+	rel := make([]released, len(layers))
+	applied, err := decodeRelease(val, rel)
+	if err != nil {
+		p.relErr = err
+		return false, nil
+	}
+	for i, k := range pos {
+		if rel[i].known {
+			p.out[k] = floodgate.ResultFromMicros(true, layers[i].Policy.Limit, rel[i].rem, rel[i].at, 0, 0, floodgate.ReasonNone)
+		}
+	}
+	return applied, rel
+}
+
+// splitError is the error of a split decision some part of which failed.
+// It wraps floodgate.ErrIndeterminate when a reservation may be kept (a
+// reserve whose outcome is unknown, or a committed part whose release was
+// not confirmed), and floodgate.ErrStoreUnavailable otherwise: every part
+// either wrote nothing or was released.
+func splitError(parts []part) error {
+	var unavailable, indeterminate error
+	for i := range parts {
+		p := &parts[i]
+		switch {
+		case p.err != nil && errors.Is(p.err, floodgate.ErrIndeterminate):
+			if indeterminate == nil {
+				indeterminate = p.err
+			}
+		case p.err != nil:
+			if unavailable == nil {
+				unavailable = p.err
+			}
+		case p.relErr != nil:
+			if indeterminate == nil {
+				indeterminate = fmt.Errorf("%w: slot %d: its reservation was not released: %v", floodgate.ErrIndeterminate, p.slot, p.relErr)
+			}
+		}
+	}
+	if indeterminate != nil {
+		return fmt.Errorf("redisstore: decision split over %d slots: %w", len(parts), indeterminate)
+	}
+	return fmt.Errorf("redisstore: decision split over %d slots, nothing kept: %w", len(parts), unavailable)
+}
+
+// markerKey returns the key of a release marker for a reservation on key:
+// in key's slot, and under its prefix when key has a hash tag (key +
+// ":rel:" + id). A key without a hash tag is wrapped in one; a key that
+// cannot be is refused with an error wrapping floodgate.ErrInvalidKey.
+func markerKey(key string, id uint64) (string, error) {
+	suffix := ":rel:" + strconv.FormatUint(id, 16)
+	m := key + suffix
+	if floodgate.HashTag(key) == key {
+		m = "{" + key + "}" + suffix
+	}
+	if Slot(m) != Slot(key) {
+		return "", fmt.Errorf("%w: key %q has no hash tag and contains '}', so a release marker cannot be placed in its slot; give it a hash tag (floodgate.Key does)", floodgate.ErrInvalidKey, key)
+	}
+	return m, nil
+}
