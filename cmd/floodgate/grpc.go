@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -50,6 +51,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, envoy *config.EnvoyReloader
 	}
 	gs := grpc.NewServer()
 	svc.Register(gs)
+	reflection.Register(gs) // so grpcurl and friends can list and call the service
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
