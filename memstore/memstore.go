@@ -108,6 +108,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
+	if len(layers) == 1 {
+		return s.decideOne(now, &layers[0], &out[0])
+	}
 	var idx [floodgate.MaxLayers]int
 	var locked [floodgate.MaxLayers]int
 	nl := 0
@@ -188,13 +191,55 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 		e.state = compact(o.State)
 		e.expires = mono + o.TTL
-		sh.writes++
-		if sh.writes%64 == 0 {
-			sh.sweep(mono, 32)
-		}
+		sh.wrote(mono)
 	}
 	return nil
 }
+
+// decideOne is Decide for one layer: one lock, no per-layer arrays.
+func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) error {
+	sh := &s.shards[s.shardOf(l.Key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	mono := s.mono()
+	e := sh.entries[l.Key]
+	var st floodgate.State
+	if e != nil && e.expires > mono {
+		st = e.state
+	}
+	o := floodgate.Step(l.Policy, st, now, l.Cost)
+	*out = o.Result
+	if !o.Commit {
+		return nil
+	}
+	if e == nil {
+		if len(sh.entries) >= s.perCap {
+			sh.sweep(mono, len(sh.entries))
+			if len(sh.entries) >= s.perCap {
+				return fmt.Errorf("%w: %d identities in shard (cap %d); new key %q not tracked", floodgate.ErrStoreFull, len(sh.entries), s.perCap, l.Key)
+			}
+		}
+		e = &entry{}
+		sh.entries[l.Key] = e
+	}
+	e.state = compact(o.State)
+	e.expires = mono + o.TTL
+	sh.wrote(mono)
+	return nil
+}
+
+// wrote counts a write and, every sweepEvery writes, reclaims a few
+// expired entries, so memory follows the live identities without a
+// background goroutine.
+func (sh *shard) wrote(mono int64) {
+	sh.writes++
+	if sh.writes%sweepEvery == 0 {
+		sh.sweep(mono, 32)
+	}
+}
+
+// sweepEvery is how many writes to a shard trigger one incremental sweep.
+const sweepEvery = 256
 
 // sweep deletes up to limit expired entries, visiting at most 4×limit
 // (map iteration starts at a random place, so repeated sweeps cover the
