@@ -1,0 +1,23 @@
+module github.com/floodgate-rl/floodgate/bench
+
+go 1.26.0
+
+require (
+	github.com/floodgate-rl/floodgate v0.0.0-00010101000000-000000000000
+	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+	github.com/sethvargo/go-limiter v0.7.1
+	github.com/throttled/throttled/v2 v2.15.0
+	github.com/ulule/limiter/v3 v3.11.2
+	golang.org/x/time v0.16.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/floodgate-rl/floodgate => ../
