@@ -8,9 +8,11 @@ GO ?= go
 run:
 	$(GO) run ./cmd/floodgate serve
 
-## test: every test, with the race detector, in shuffled order.
+## test: every test, with the race detector, in shuffled order: this
+## module's, then the benchmark harness's (its own module, bench/).
 test:
 	$(GO) test -race -shuffle=on -count=1 ./...
+	cd bench && $(GO) test -race -shuffle=on -count=1 ./...
 
 ## test-short: the tests that need no redis-server.
 test-short:
