@@ -245,12 +245,12 @@ func TestScriptGuards(t *testing.T) {
 		"rate too fine":     {vectors.T0.UnixMicro(), 4, 10_000, 1000, 0, 0, 1},
 		"log limit":         {vectors.T0.UnixMicro(), 2, 100_001, 60_000_000, 0, 0, 1},
 	} {
-		err := c.Eval(ctx, script, key, args...).Err()
+		err := c.Eval(ctx, source, key, args...).Err()
 		if err == nil || !strings.Contains(err.Error(), "floodgate: bad") {
 			t.Errorf("%s: got %v, want a floodgate argument error", name, err)
 		}
 	}
-	if err := c.Eval(ctx, script, nil, good[:1]...).Err(); err == nil {
+	if err := c.Eval(ctx, source, nil, good[:1]...).Err(); err == nil {
 		t.Error("no keys: accepted")
 	}
 	// The reserve and release modes.
@@ -275,7 +275,7 @@ func TestScriptGuards(t *testing.T) {
 		"release, bad layer":           {[]string{key[0], marker}, append(rel(10_000, 1, start)[:3], 9, 10, 60_000_000, 0, 0, 1, start, 0, 0)},
 		"release, one argument short":  {[]string{key[0], marker}, rel(10_000, 1, start)[:11]},
 	} {
-		err := c.Eval(ctx, script, tc.keys, tc.args...).Err()
+		err := c.Eval(ctx, source, tc.keys, tc.args...).Err()
 		if err == nil || !strings.Contains(err.Error(), "floodgate: bad") {
 			t.Errorf("%s: got %v, want a floodgate argument error", name, err)
 		}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -194,7 +195,7 @@ func testReleaseSlidingLog(t *testing.T, e *env) {
 		if applied, rel := e.releaseOne(t, t0, res, 1); !applied || rel[0].back != 0 || rel[0].rem != 1000-after-1 {
 			t.Fatalf("release: %v %+v; want nothing back and %d remaining", applied, rel, 1000-after-1)
 		}
-		if !strings.Contains(script, "local SL_RELEASE_CAP = 256") {
+		if !strings.Contains(source, "local SL_RELEASE_CAP = 256") {
 			t.Fatal("SL_RELEASE_CAP changed: adjust this test")
 		}
 	})
@@ -328,4 +329,57 @@ func bucketState(t *testing.T, e *env, key string, p floodgate.Policy) (f, a, r 
 	}
 	t.Fatalf("state %q is not a %v state", v, p.Algorithm)
 	return 0, 0, 0
+}
+
+// TestReleaseErrorAfterWrite: unlike a decision, a release can fail after
+// it wrote. Here the second layer's key changes type after the
+// reservation, so the release writes its marker and gives the first layer
+// back before a WRONGTYPE read stops it. Its failure must therefore never
+// count as "nothing written": the split decision reports the part as
+// ErrIndeterminate, whatever class the error reply itself was given.
+func TestReleaseErrorAfterWrite(t *testing.T) {
+	e, _ := newEnv(t)
+	ctx := context.Background()
+	now := vectors.T0.Add(11 * time.Hour).UnixMicro()
+	la := e.layerAt(layered(t, "first", floodgate.FixedWindow, 10), "who", now, 3)
+	lb := e.layerAt(layered(t, "second", floodgate.FixedWindow, 10), "who", now, 3)
+	if Slot(la.Key) != Slot(lb.Key) {
+		t.Fatalf("keys %q and %q are in different slots", la.Key, lb.Key)
+	}
+	res := e.reserveOne(t, now, la, lb)
+	if !res.held || res.out[0].Remaining != 7 || res.out[1].Remaining != 7 {
+		t.Fatalf("reserve: held %v, %+v", res.held, res.out)
+	}
+	if err := e.rd.Del(ctx, lb.Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rd.HSet(ctx, lb.Key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rd.Expire(ctx, lb.Key, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const id = 77
+	if applied, _ := e.store.release(ctx, now, res, id); applied {
+		t.Fatal("a failed release reports that it gave back")
+	}
+	if res.relErr == nil || !strings.Contains(res.relErr.Error(), "WRONGTYPE") {
+		t.Fatalf("release error %v, want a WRONGTYPE reply", res.relErr)
+	}
+	t.Logf("the release's own error: %v", res.relErr)
+	// What the release wrote before it failed stays.
+	marker, err := markerKey(la.Key, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.rd.Exists(ctx, marker).Result(); err != nil || n != 1 {
+		t.Fatalf("marker %q: exists %d, %v; want it written", marker, n, err)
+	}
+	if r := e.peek(t, now, la); r.Remaining != 10 {
+		t.Fatalf("first layer: %+v, want its 3 given back (10 remaining)", r)
+	}
+	err = splitError([]part{*res})
+	if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("split error %v, want ErrIndeterminate only", err)
+	}
 }

@@ -1,12 +1,11 @@
 package redisstore
 
 import (
-	"crypto/sha1"
 	_ "embed" // go:embed of the Lua sources
-	"encoding/hex"
 	"strconv"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 )
 
 // The Lua sources, one file per algorithm (each defines local functions to
@@ -37,25 +36,31 @@ var (
 	luaDecide string
 )
 
-// script is the Lua source the Store runs: the concatenation of the files
+// source is the Lua source the Store runs: the concatenation of the files
 // under lua/. It is immutable.
-var script = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaQuota +
+var source = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaQuota +
 	luaLayer + luaRelease + luaDecide
 
-// scriptSHA is the SHA-1 of script in hex, the name EVALSHA knows it by.
-var scriptSHA = sha1Hex(script)
-
-func sha1Hex(s string) string {
-	sum := sha1.Sum([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
+// script runs source on Redis through luascript: EVALSHA, EVAL once on
+// NOSCRIPT, never resent by go-redis, failures classified by
+// luascript.Classify. It is immutable.
+//
+// Its Options are the zero value, so every error reply, the script's own
+// "ERR floodgate: ..." ones included, wraps floodgate.ErrStoreUnavailable
+// ("nothing was written"), as before the package used luascript. That
+// holds for the decide and reserve modes: decide.lua reads and checks every
+// layer, and raises every error it raises, before its first write. It does
+// not hold for the release mode: release.lua checks its arguments first,
+// then writes its marker and gives the layers back one by one, and a read
+// of a key whose type changed since the reservation (WRONGTYPE) fails after
+// those writes. So the class of a release's error is never used:
+// Store.release keeps the error only as the reason the part's reservation
+// may still be held, and splitError reports such a part as
+// floodgate.ErrIndeterminate (see TestReleaseErrorAfterWrite).
+var script = luascript.New(source, luascript.Options{})
 
 // Pre-boxed command arguments, so building a call allocates nothing for them.
 var (
-	argEvalSha any = "evalsha"
-	argEval    any = "eval"
-	argSHA     any = scriptSHA
-	argScript  any = script
 	argReserve any = "reserve"
 	argRelease any = "release"
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,

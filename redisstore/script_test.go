@@ -22,7 +22,7 @@ func TestScriptConstants(t *testing.T) {
 		"MAX_SPAN":      1 << 50,
 		"MAX_STATE":     1 << 53,
 	} {
-		m := regexp.MustCompile(`local ` + name + ` = (\d+)`).FindStringSubmatch(script)
+		m := regexp.MustCompile(`local ` + name + ` = (\d+)`).FindStringSubmatch(source)
 		if m == nil {
 			t.Errorf("%s not found in the script", name)
 			continue
@@ -31,11 +31,14 @@ func TestScriptConstants(t *testing.T) {
 			t.Errorf("%s = %d in the script, want %d", name, got, want)
 		}
 	}
-	m := regexp.MustCompile(`local MIN_WINDOW, MAX_WINDOW = (\d+), (\d+)`).FindStringSubmatch(script)
+	m := regexp.MustCompile(`local MIN_WINDOW, MAX_WINDOW = (\d+), (\d+)`).FindStringSubmatch(source)
 	if m == nil || m[1] != strconv.FormatInt(floodgate.MinWindow.Microseconds(), 10) || m[2] != strconv.FormatInt(floodgate.MaxWindow.Microseconds(), 10) {
 		t.Errorf("window bounds in the script %v, want %v..%v", m, floodgate.MinWindow, floodgate.MaxWindow)
 	}
-	if len(scriptSHA) != 40 {
-		t.Errorf("scriptSHA %q", scriptSHA)
+	if script.Source() != source {
+		t.Error("the Store's script does not run the concatenated source")
+	}
+	if sha := script.SHA(); len(sha) != 40 {
+		t.Errorf("script SHA %q, want 40 hex digits", sha)
 	}
 }

@@ -159,7 +159,7 @@ func (s *Store) reserve(ctx context.Context, now int64, p *part) {
 	defer f.reset()
 	f.build(now, p.layers)
 	f.args = append(f.args, argReserve)
-	val, err := s.run(ctx, f)
+	val, err := script.RunCommand(ctx, s.client, f.args)
 	if err != nil {
 		p.err = fmt.Errorf("slot %d: %w", p.slot, err)
 		return
@@ -211,8 +211,12 @@ func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (boo
 	defer s.frames.Put(f)
 	defer f.reset()
 	f.buildRelease(now, layers, undo, marker, releaseMarkerTTL.Milliseconds())
-	val, err := s.run(ctx, f)
+	val, err := script.RunCommand(ctx, s.client, f.args)
 	if err != nil {
+		// err's class is not trusted here: a release may fail after it
+		// wrote (see script), so a failed release means only that the
+		// reservation may still be held, which splitError reports as
+		// indeterminate.
 		p.relErr = err
 		return false, nil
 	}

@@ -28,8 +28,9 @@
 // Client and can be passed to New as it is (Decide waits on the command's
 // Err, so the deferred face works too); go-redis documents that its
 // pipelines and the full-duplex engine never re-send a command whose
-// NoRetry is true, which this package sets. Whether it beats the pool for
-// EVALSHA under many callers is for the benchmark module to measure.
+// NoRetry is true, which internal/luascript sets on every script command.
+// Whether it beats the pool for EVALSHA under many callers is for the
+// benchmark module to measure.
 package redisstore
 
 import (
@@ -38,6 +39,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -89,7 +91,10 @@ type Options struct {
 // decision (see Decide) wraps ErrStoreUnavailable only when nothing it
 // wrote is kept.
 type Store struct {
-	client Client
+	// client is the Client given to New, held as the luascript.Client the
+	// script runs on (the same method set), converted once here rather
+	// than on every call.
+	client luascript.Client
 	slots  bool
 	frames sync.Pool // *frame
 }
@@ -140,7 +145,8 @@ func New(client Client, opts Options) (*Store, error) {
 // Decide validates its input (errors wrap floodgate.ErrInvalidPolicy,
 // ErrInvalidCost or ErrInvalidLayers, and nothing is sent); store failures
 // wrap floodgate.ErrStoreUnavailable or floodgate.ErrIndeterminate (see
-// Store); a malformed reply wraps floodgate.ErrBadReply.
+// Store); a malformed reply, a nil one included, wraps
+// floodgate.ErrBadReply.
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	if err := s.check(now, layers, out); err != nil {
 		return err
@@ -158,7 +164,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	defer s.frames.Put(f)
 	defer f.reset()
 	f.build(now, layers)
-	val, err := s.run(ctx, f)
+	val, err := script.RunCommand(ctx, s.client, f.args)
 	if err != nil {
 		return err
 	}
@@ -200,44 +206,6 @@ func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Resul
 	return nil
 }
 
-// run sends the script with EVALSHA and, on NOSCRIPT, once with EVAL (which
-// also caches it on that server, so the next call's EVALSHA succeeds).
-func (s *Store) run(ctx context.Context, f *frame) (any, error) {
-	f.args[0], f.args[1] = argEvalSha, argSHA
-	val, err := s.process(ctx, f)
-	if err != nil && isNoScript(err) {
-		// NOSCRIPT is a reply to the command itself: nothing ran, so sending
-		// the script again cannot count the request twice.
-		f.args[0], f.args[1] = argEval, argScript
-		val, err = s.process(ctx, f)
-	}
-	if err != nil {
-		return nil, classify(err)
-	}
-	return val, nil
-}
-
-// process sends one EVAL or EVALSHA built from f and waits for its reply.
-func (s *Store) process(ctx context.Context, f *frame) (any, error) {
-	cmd := redis.NewCmd(ctx, f.args...)
-	cmd.SetFirstKeyPos(3)
-	_ = s.client.Process(ctx, noRetryCmd{cmd})
-	// Err (not Process's result) waits for the reply even on a deferred
-	// client such as an async AutoPipeliner, so f can be reused after.
-	if err := cmd.Err(); err != nil {
-		return nil, err
-	}
-	return cmd.Val(), nil
-}
-
-// noRetryCmd is a redis.Cmd that go-redis must not send twice: a decision
-// retried after a timeout or a reset connection could be counted twice.
-type noRetryCmd struct{ *redis.Cmd }
-
-// NoRetry tells go-redis not to retry the command once it may have been
-// sent.
-func (noRetryCmd) NoRetry() bool { return true }
-
 // frame holds one call's command arguments. Numbers are passed as *int64
 // into nums and keys as *string into the caller's layers, which go-redis
 // writes without boxing, so building a call allocates nothing.
@@ -248,7 +216,8 @@ type frame struct {
 }
 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit
-// window burst maxdelay cost)...
+// window burst maxdelay cost)..., leaving f.args[0] and f.args[1] (the
+// command and the script) to script.RunCommand.
 func (f *frame) build(now int64, layers []floodgate.Layer) {
 	n := len(layers)
 	f.args = append(f.args[:0], nil, nil, argNumKeys[n])
