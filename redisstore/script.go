@@ -34,6 +34,16 @@ var (
 	luaRelease string
 	//go:embed lua/decide.lua
 	luaDecide string
+	//go:embed lua/fast_fixed_window.lua
+	luaFastFixedWindow string
+	//go:embed lua/fast_sliding_window.lua
+	luaFastSlidingWindow string
+	//go:embed lua/fast_token_bucket.lua
+	luaFastTokenBucket string
+	//go:embed lua/fast_gcra.lua
+	luaFastGCRA string
+	//go:embed lua/fast_quota.lua
+	luaFastQuota string
 )
 
 // source is the Lua source the Store runs: the concatenation of the files
@@ -58,6 +68,49 @@ var source = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + lu
 // may still be held, and splitError reports such a part as
 // floodgate.ErrIndeterminate (see TestReleaseErrorAfterWrite).
 var script = luascript.New(source, luascript.Options{})
+
+// fastSources are the single-layer scripts, by algorithm: each decides one
+// layer exactly as a one-layer call of the general script would, on the
+// same state, but defines no function (Redis runs a script's whole body on
+// every call, so every function defined in it is created again each time;
+// see lua/fast_fixed_window.lua). The sliding log has none: its cost is in
+// its sorted-set commands, so it stays on the general script. They are
+// immutable.
+var fastSources = [...]string{
+	floodgate.FixedWindow:   luaFastFixedWindow,
+	floodgate.SlidingWindow: luaFastSlidingWindow,
+	floodgate.TokenBucket:   luaFastTokenBucket,
+	floodgate.GCRA:          luaFastGCRA,
+	floodgate.Quota:         luaFastQuota,
+}
+
+// fastScripts runs fastSources, by algorithm, with the same machinery and
+// error classes as script (a single-layer script makes every read and
+// check before its one write); nil where an algorithm has none. It is
+// immutable.
+var fastScripts = newFastScripts()
+
+func newFastScripts() [len(fastSources)]*luascript.Script {
+	var s [len(fastSources)]*luascript.Script
+	for a, src := range fastSources {
+		if src != "" {
+			s[a] = luascript.New(src, luascript.Options{})
+		}
+	}
+	return s
+}
+
+// scriptFor returns the script that decides layers: the algorithm's
+// single-layer script for one layer, when it has one, else the general
+// script.
+func scriptFor(layers []floodgate.Layer) *luascript.Script {
+	if len(layers) == 1 {
+		if a := int(layers[0].Policy.Algorithm); a < len(fastScripts) && fastScripts[a] != nil {
+			return fastScripts[a]
+		}
+	}
+	return script
+}
 
 // Pre-boxed command arguments, so building a call allocates nothing for them.
 var (

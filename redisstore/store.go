@@ -10,6 +10,13 @@
 // are released, which gives back what they took. See Store.Decide and
 // docs/layered.md.
 //
+// A single-layer decision, the common call, runs its algorithm's
+// single-layer script (lua/fast_*.lua; the sliding log excepted): the same
+// decision on the same state, written out without the general script's
+// dispatch, release code and function definitions, which Redis would
+// otherwise rebuild on every call. Single-layer and layered decisions read
+// and write the same keys in the same encoding.
+//
 // The script (lua/*.lua, one file per algorithm) mirrors floodgate.Step
 // operation for operation in integer microseconds, so the Redis store and
 // the in-memory store give identical results. It reads every layer's state,
@@ -121,7 +128,7 @@ func New(client Client, opts Options) (*Store, error) {
 
 // Decide implements floodgate.Store: it decides every layer at now (Unix
 // microseconds) in one script call (one per Redis Cluster slot when the
-// call is split, below) and fills out (len(out) == len(layers)).
+// call is split, below; a single layer's own script when there is one) and fills out (len(out) == len(layers)).
 // If every layer admits its cost, every consuming layer's state is written;
 // otherwise nothing is. Results are per layer, as floodgate.Step computes
 // them; a layer that would have admitted a denied request reports its
@@ -164,7 +171,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	defer s.frames.Put(f)
 	defer f.reset()
 	f.build(now, layers)
-	val, err := script.RunCommand(ctx, s.client, f.args)
+	val, err := scriptFor(layers).RunCommand(ctx, s.client, f.args)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,58 @@
+-- fast_quota.lua: a one-layer quota decision, the same as a one-layer call
+-- of the general script (decide.lua with quota.lua) on the same state,
+-- written out flat (see fast_fixed_window.lua, which also describes the
+-- call and the reply). The window and burst arguments carry the calendar
+-- period's start and end (Unix µs). State: "T N E" (see quota.lua), written
+-- with SET PX only when a request is admitted.
+
+local MAX_NOW = 4503599627370496
+local MAX_LIMIT = 1099511627776
+local MIN_TTL = 1000
+local TTL_SLACK = 1000000
+local QUOTA_GRACE = 3600000000
+local fmod, sfmt = math.fmod, string.format
+
+local now, limit, start, stop, cost =
+  tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
+if #KEYS ~= 1 or #ARGV ~= 7 or ARGV[2] ~= '6' or not (now and limit and start and stop and cost) or
+  now % 1 ~= 0 or limit % 1 ~= 0 or start % 1 ~= 0 or stop % 1 ~= 0 or cost % 1 ~= 0 or
+  now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT or
+  start < 0 or start > now or now >= stop or stop > MAX_NOW then
+  return redis.error_reply('ERR floodgate: bad arguments for layer 1')
+end
+
+local key = KEYS[1]
+local t, n = 0, 0
+local v = redis.call('GET', key)
+if v then
+  local a, b = string.match(v, '^(%d+) (%d+) %d+$')
+  if not a then
+    return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
+  end
+  t, n = tonumber(a), tonumber(b)
+end
+
+if t ~= start then
+  n = 0
+end
+-- admit (common.lua)
+local ok, reason = false, 1
+if cost > limit then
+  reason = 2
+elseif (cost == 0 and limit - n >= 1) or (cost > 0 and cost <= limit - n) then
+  ok, reason = true, 0
+end
+local retry = 0
+if reason == 1 then
+  retry = stop - now
+end
+if ok and cost > 0 then
+  n = n + cost
+  local ttl = stop - now + QUOTA_GRACE
+  if ttl < MIN_TTL then
+    ttl = MIN_TTL
+  end
+  ttl = ttl + TTL_SLACK + 999
+  redis.call('SET', key, sfmt('%d %d %d', start, n, stop), 'PX', sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000))
+end
+return {ok and 1 or 0, limit - n, stop, retry, 0, reason}
