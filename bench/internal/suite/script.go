@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -83,16 +82,22 @@ func (r *run) captureScript(ctx context.Context) error {
 		return err
 	}
 	r.benchCmds = map[floodgate.Algorithm][]string{}
+	r.scripts = map[floodgate.Algorithm]string{}
 	for _, a := range []floodgate.Algorithm{floodgate.SlidingWindow, floodgate.GCRA} {
 		p, err := contender.OpenPolicy("rb", a)
 		if err != nil {
 			return err
 		}
+		// Single-layer decisions run a script of their algorithm's own, so
+		// each algorithm's probe captures its own source.
+		h.mu.Lock()
+		h.src = ""
+		h.mu.Unlock()
 		if _, err := l.Allow(ctx, p, benchIdentity); err != nil {
 			return fmt.Errorf("probe decision: %w", err)
 		}
 		h.mu.Lock()
-		last, herr := h.last, h.err
+		last, src, herr := h.last, h.src, h.err
 		h.mu.Unlock()
 		if herr != nil {
 			return herr
@@ -100,22 +105,19 @@ func (r *run) captureScript(ctx context.Context) error {
 		if len(last) < 4 || last[3] != l.Key(p, benchIdentity) {
 			return fmt.Errorf("captured call %q is not a one-key decision on %q", last, l.Key(p, benchIdentity))
 		}
+		if src == "" {
+			return fmt.Errorf("%s: the store never sent EVAL (was the script already cached on the server?)", a)
+		}
+		ok, err := r.admin.ScriptExists(ctx, sha1Hex(src)).Result()
+		if err != nil {
+			return err
+		}
+		if len(ok) != 1 || !ok[0] {
+			return fmt.Errorf("%s: the captured source's SHA-1 is not in the server's script cache", a)
+		}
 		r.benchCmds[a] = last[2:] // numkeys, key, arguments
+		r.scripts[a] = src
 	}
-	h.mu.Lock()
-	src := h.src
-	h.mu.Unlock()
-	if src == "" {
-		return errors.New("the store never sent EVAL (was the script already cached on the server?)")
-	}
-	ok, err := r.admin.ScriptExists(ctx, sha1Hex(src)).Result()
-	if err != nil {
-		return err
-	}
-	if len(ok) != 1 || !ok[0] {
-		return errors.New("the captured source's SHA-1 is not in the server's script cache")
-	}
-	r.script = src
 	return nil
 }
 
@@ -140,18 +142,20 @@ func (r *run) redisBenchmark(ctx context.Context) error {
 		{report.BenchTiny, fmt.Sprintf("bare EVALSHA (INCR+EXPIRE), %d keys", r.cfg.Keys), true, []string{"EVALSHA", tinySHA, "1", "rb.tiny.__rand_int__", "3600"}},
 		{report.BenchTinyHot, "bare EVALSHA, one hot key", false, []string{"EVALSHA", tinySHA, "1", "rb.tiny.hot", "3600"}},
 	}
-	if r.script != "" {
-		sha, err := r.admin.ScriptLoad(ctx, r.script).Result()
+	for _, b := range []struct {
+		id string
+		a  floodgate.Algorithm
+	}{{report.BenchSW, floodgate.SlidingWindow}, {report.BenchGCRA, floodgate.GCRA}} {
+		src, ok := r.scripts[b.a]
+		if !ok {
+			continue
+		}
+		sha, err := r.admin.ScriptLoad(ctx, src).Result()
 		if err != nil {
-			return fmt.Errorf("suite: SCRIPT LOAD of Floodgate's script: %w", err)
+			return fmt.Errorf("suite: SCRIPT LOAD of Floodgate's %s script: %w", b.a, err)
 		}
-		for _, b := range []struct {
-			id string
-			a  floodgate.Algorithm
-		}{{report.BenchSW, floodgate.SlidingWindow}, {report.BenchGCRA, floodgate.GCRA}} {
-			cmd := append([]string{"EVALSHA", sha}, r.benchCmds[b.a]...)
-			lines = append(lines, line{b.id, fmt.Sprintf("Floodgate's script, %s, %d keys", b.a, r.cfg.Keys), true, cmd})
-		}
+		cmd := append([]string{"EVALSHA", sha}, r.benchCmds[b.a]...)
+		lines = append(lines, line{b.id, fmt.Sprintf("Floodgate's script, %s, %d keys", b.a, r.cfg.Keys), true, cmd})
 	}
 	for _, l := range lines {
 		o := redisbench.Options{Bin: r.cfg.RedisBenchmark, Port: r.srv.Port, Requests: r.cfg.BenchRequests, Pipeline: 16}

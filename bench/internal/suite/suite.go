@@ -215,8 +215,9 @@ type run struct {
 	admin  *redis.Client
 	out    *report.Run
 	cellNo int
-	// script is Floodgate's Lua source as the store sent it, if captured.
-	script string
+	// scripts are Floodgate's Lua sources as the store sent them, by
+	// algorithm (single-layer decisions run one script per algorithm).
+	scripts map[floodgate.Algorithm]string
 	// benchCmds are captured decisions (numkeys, key, arguments) for
 	// redis-benchmark, by algorithm.
 	benchCmds map[floodgate.Algorithm][]string
