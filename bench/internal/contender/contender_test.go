@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -20,9 +19,7 @@ import (
 
 func startRedis(t *testing.T) *redisproc.Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	redisproc.Require(t)
 	s, err := redisproc.Start(context.Background(), redisproc.Options{})
 	if err != nil {
 		t.Fatal(err)

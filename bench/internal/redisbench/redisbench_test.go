@@ -3,7 +3,6 @@ package redisbench
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -58,11 +57,7 @@ func TestArgs(t *testing.T) {
 }
 
 func TestRunAgainstServer(t *testing.T) {
-	for _, bin := range []string{"redis-server", "redis-benchmark"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed", bin)
-		}
-	}
+	redisproc.Require(t, "redis-server", "redis-benchmark")
 	ctx := context.Background()
 	srv, err := redisproc.Start(ctx, redisproc.Options{})
 	if err != nil {

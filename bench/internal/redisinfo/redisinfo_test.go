@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -50,9 +49,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestAgainstServer(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	redisproc.Require(t)
 	ctx := context.Background()
 	srv, err := redisproc.Start(ctx, redisproc.Options{})
 	if err != nil {

@@ -8,9 +8,7 @@ import (
 )
 
 func TestStartStop(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	Require(t)
 	ctx := context.Background()
 	s, err := Start(ctx, Options{})
 	if err != nil {

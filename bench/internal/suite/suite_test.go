@@ -3,11 +3,11 @@ package suite
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/bench/internal/redisproc"
 	"github.com/floodgate-rl/floodgate/bench/internal/report"
 )
 
@@ -78,11 +78,7 @@ func TestSkipParts(t *testing.T) {
 // allowed decisions, Floodgate's script captured and benchmarked, memory
 // measured, and the flood admitting nothing.
 func TestRunShort(t *testing.T) {
-	for _, bin := range []string{"redis-server", "redis-benchmark"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed", bin)
-		}
-	}
+	redisproc.Require(t, "redis-server", "redis-benchmark")
 	cfg := shortConfig()
 	cfg.Parts.InMemory = false // package membench tests it; its benchmarks take seconds
 	var progress strings.Builder
@@ -172,9 +168,7 @@ func TestRunShort(t *testing.T) {
 }
 
 func TestRunOnly(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	redisproc.Require(t)
 	cfg := shortConfig()
 	cfg.Parts = Parts{Matrix: true}
 	cfg.Only = []string{report.GCRAAP}
@@ -206,9 +200,7 @@ func TestMedian(t *testing.T) {
 }
 
 func TestRunOnlyRounds(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	redisproc.Require(t)
 	cfg := shortConfig()
 	cfg.Parts = Parts{Matrix: true}
 	cfg.Only = []string{report.Tiny, report.SlidingWindow}
@@ -231,9 +223,7 @@ func TestRunOnlyRounds(t *testing.T) {
 }
 
 func TestRunCancelled(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	redisproc.Require(t)
 	cfg := shortConfig()
 	cfg.Duration = time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
