@@ -199,19 +199,29 @@ func decodeQuotaStatus(cfg *config.Config, body []byte) (quotaOp, error) {
 	return decodeQuota(cfg, r.Quota, r.Identity)
 }
 
+// decodeQuotaRequest is decodeQuota for the operations that carry a
+// request id (reserve and settle).
+func decodeQuotaRequest(cfg *config.Config, quota string, identity map[string]string, id string) (quotaOp, error) {
+	op, err := decodeQuota(cfg, quota, identity)
+	if err != nil {
+		return op, err
+	}
+	if err := validRequestID(id); err != nil {
+		return op, err
+	}
+	op.id = id
+	return op, nil
+}
+
 func decodeQuotaReserve(cfg *config.Config, body []byte) (quotaOp, error) {
 	var r QuotaReserveRequest
 	if err := decodeJSON(body, &r, "quota, identity, request_id, estimate"); err != nil {
 		return quotaOp{}, err
 	}
-	op, err := decodeQuota(cfg, r.Quota, r.Identity)
+	op, err := decodeQuotaRequest(cfg, r.Quota, r.Identity, r.RequestID)
 	if err != nil {
 		return op, err
 	}
-	if err := validRequestID(r.RequestID); err != nil {
-		return op, err
-	}
-	op.id = r.RequestID
 	op.amount, err = amount("estimate", r.Estimate, 1, -1, " (the most the work may cost)")
 	return op, err
 }
@@ -221,14 +231,10 @@ func decodeQuotaSettle(cfg *config.Config, body []byte) (quotaOp, error) {
 	if err := decodeJSON(body, &r, "quota, identity, request_id, actual"); err != nil {
 		return quotaOp{}, err
 	}
-	op, err := decodeQuota(cfg, r.Quota, r.Identity)
+	op, err := decodeQuotaRequest(cfg, r.Quota, r.Identity, r.RequestID)
 	if err != nil {
 		return op, err
 	}
-	if err := validRequestID(r.RequestID); err != nil {
-		return op, err
-	}
-	op.id = r.RequestID
 	op.amount, err = amount("actual", r.Actual, 0, -1, " (the real cost; 0 cancels the reservation)")
 	return op, err
 }
