@@ -4,7 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
+	"unsafe"
 )
 
 // MaxIdentityLen is the longest identity kept readable in a key; longer
@@ -21,24 +21,21 @@ const MaxPrefixLen = 64
 // other becomes "h"+ the first 32 hex digits of its SHA-256 (128 bits,
 // collision-resistant). The result is at most 65 bytes.
 func EncodeIdentity(identity string) string {
-	var b strings.Builder
-	b.Grow(1 + max(len(identity), 32))
-	writeIdentity(&b, identity)
-	return b.String()
+	b := appendIdentity(make([]byte, 0, 1+max(len(identity), 32)), identity)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// writeIdentity writes EncodeIdentity(identity) to b.
-func writeIdentity(b *strings.Builder, identity string) {
+// appendIdentity appends EncodeIdentity(identity) to b.
+func appendIdentity(b []byte, identity string) []byte {
 	if readable(identity) {
-		b.WriteByte('r')
-		b.WriteString(identity)
-		return
+		b = append(b, 'r')
+		return append(b, identity...)
 	}
 	sum := sha256.Sum256([]byte(identity))
 	var h [32]byte
 	hex.Encode(h[:], sum[:16])
-	b.WriteByte('h')
-	b.Write(h[:])
+	b = append(b, 'h')
+	return append(b, h[:]...)
 }
 
 // readable reports whether identity is kept as it is in keys.
@@ -54,9 +51,16 @@ func readable(identity string) bool {
 	return true
 }
 
-func isIdentityByte(c byte) bool {
-	return isNameByte(c) || c == '@' || c == '+' || c == '=' || c == '/'
-}
+func isIdentityByte(c byte) bool { return identityBytes[c] }
+
+// identityBytes[c] reports whether c may appear in a readable identity.
+var identityBytes = func() (t [256]bool) {
+	for c := range 256 {
+		b := byte(c)
+		t[c] = isNameByte(b) || b == '@' || b == '+' || b == '=' || b == '/'
+	}
+	return t
+}()
 
 // ValidatePrefix reports, wrapped in ErrInvalidKey, why prefix cannot start
 // storage keys: it must be 1..64 bytes from [A-Za-z0-9_.:-].
@@ -86,25 +90,38 @@ func Key(prefix string, p Policy, identity string) string {
 
 // key builds a storage key in one allocation, with an optional period tag.
 func key(prefix string, p Policy, identity, tag string) string {
-	n := len(identity)
+	b := appendKey(make([]byte, 0, keyLen(prefix, p, identity, tag)), prefix, p, identity, tag)
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is never written again
+}
+
+// keyLen is the length of the key appendKey builds.
+func keyLen(prefix string, p Policy, identity, tag string) int {
+	n := 1 + len(identity)
 	if !readable(identity) {
-		n = 32
+		n = 33
 	}
-	var b strings.Builder
-	b.Grow(len(prefix) + len(p.Name) + n + len(tag) + 10)
-	b.WriteString(prefix)
-	b.WriteByte(':')
-	b.WriteString(p.Name)
-	b.WriteByte(':')
-	b.WriteString(p.Algorithm.short())
-	b.WriteString(":{")
-	writeIdentity(&b, identity)
-	b.WriteByte('}')
 	if tag != "" {
-		b.WriteByte(':')
-		b.WriteString(tag)
+		n += 1 + len(tag)
 	}
-	return b.String()
+	return len(prefix) + len(p.Name) + len(p.Algorithm.short()) + n + 5
+}
+
+// appendKey appends the storage key of identity under p, with an optional
+// period tag, to b.
+func appendKey(b []byte, prefix string, p Policy, identity, tag string) []byte {
+	b = append(b, prefix...)
+	b = append(b, ':')
+	b = append(b, p.Name...)
+	b = append(b, ':')
+	b = append(b, p.Algorithm.short()...)
+	b = append(b, ":{"...)
+	b = appendIdentity(b, identity)
+	b = append(b, '}')
+	if tag != "" {
+		b = append(b, ':')
+		b = append(b, tag...)
+	}
+	return b
 }
 
 // KeyAt is Key for a decision at now (Unix µs): for a Quota policy it

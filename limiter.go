@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // MaxLayers is the most layers one decision may have.
@@ -37,6 +38,17 @@ type Store interface {
 	Decide(ctx context.Context, now int64, layers []Layer, out []Result) error
 }
 
+// KeyBorrower is implemented by a Store that keeps no reference to a
+// layer's Key once Decide has returned: it copies any key it stores, and
+// does not hand the key to anything that outlives the call. A Limiter gives
+// such a store single-layer keys built in a reused buffer, so that a
+// decision allocates nothing. memstore.Store is one; a Store that does not
+// implement the interface, or whose BorrowsKeys returns false, gets a
+// newly allocated key string on every call.
+type KeyBorrower interface {
+	BorrowsKeys() bool
+}
+
 // Options configures a Limiter. The zero value is ready to use.
 type Options struct {
 	// Prefix starts every storage key, so several applications can share
@@ -53,6 +65,7 @@ type Limiter struct {
 	store  Store
 	prefix string
 	clock  func() time.Time
+	borrow bool // store is a KeyBorrower that borrows keys
 }
 
 // New returns a Limiter deciding against store.
@@ -69,7 +82,8 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	return &Limiter{store: store, prefix: opts.Prefix, clock: opts.Clock}, nil
+	kb, ok := store.(KeyBorrower)
+	return &Limiter{store: store, prefix: opts.Prefix, clock: opts.Clock, borrow: ok && kb.BorrowsKeys()}, nil
 }
 
 // Prefix returns the limiter's key prefix.
@@ -113,10 +127,21 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 	}
 	us := now.UnixMicro()
 	f := framePool.Get().(*frame)
-	f.layers[0] = Layer{Policy: p, Key: KeyAt(l.prefix, p, identity, us), Cost: cost}
+	var key string
+	if l.borrow && p.Algorithm != Quota {
+		// The store copies what it keeps: build the key in f's buffer.
+		f.buf = appendKey(f.buf[:0], l.prefix, p, identity, "")
+		key = unsafe.String(unsafe.SliceData(f.buf), len(f.buf))
+	} else {
+		key = KeyAt(l.prefix, p, identity, us)
+	}
+	f.layers[0] = Layer{Policy: p, Key: key, Cost: cost}
 	err := l.store.Decide(ctx, us, f.layers[:], f.out[:])
 	r := f.out[0]
-	*f = frame{}
+	f.layers[0], f.out[0] = Layer{}, Result{}
+	if cap(f.buf) > maxPooledKey {
+		f.buf = nil
+	}
 	framePool.Put(f)
 	if err != nil {
 		return Result{}, err
@@ -129,7 +154,12 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 type frame struct {
 	layers [1]Layer
 	out    [1]Result
+	buf    []byte // the key, for a store that borrows keys
 }
+
+// maxPooledKey bounds the key buffer a pooled frame keeps (a key is at most
+// about 300 bytes: prefix, policy name, algorithm, encoded identity).
+const maxPooledKey = 512
 
 var framePool = sync.Pool{New: func() any { return new(frame) }}
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,10 +40,11 @@ type Store struct {
 }
 
 type shard struct {
+	_       [64]byte // keep each shard's lock and counters off its neighbours' cache lines
 	mu      sync.Mutex
-	entries map[string]*entry
 	writes  uint32
-	_       [40]byte // keep shards on separate cache lines
+	entries map[string]*entry
+	_       [40]byte
 }
 
 type entry struct {
@@ -186,8 +188,12 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		sh := &s.shards[idx[i]]
 		e := ents[i]
 		if e == nil {
+			// A new entry keeps its own copy of the key: the caller may reuse
+			// the key's bytes (see BorrowsKeys). An existing entry is updated
+			// through its pointer, never by assigning to the map, which would
+			// store the caller's key in place of the copy.
 			e = &entry{}
-			sh.entries[l.Key] = e
+			sh.entries[strings.Clone(l.Key)] = e
 		}
 		e.state = compact(o.State)
 		e.expires = mono + o.TTL
@@ -220,7 +226,7 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 			}
 		}
 		e = &entry{}
-		sh.entries[l.Key] = e
+		sh.entries[strings.Clone(l.Key)] = e // see Decide
 	}
 	e.state = compact(o.State)
 	e.expires = mono + o.TTL
@@ -269,6 +275,12 @@ func compact(st floodgate.State) floodgate.State {
 	}
 	return st
 }
+
+// BorrowsKeys reports true: the Store keeps no reference to a layer's Key
+// after Decide returns (it stores a copy of each new key), so a
+// floodgate.Limiter may build keys in a reused buffer (see
+// floodgate.KeyBorrower).
+func (s *Store) BorrowsKeys() bool { return true }
 
 // Reset forgets key's state (for example an admin unlocking an identity).
 func (s *Store) Reset(key string) {

@@ -100,6 +100,11 @@ func newFastScripts() [len(fastSources)]*luascript.Script {
 	return s
 }
 
+// hasFastScript reports whether algorithm a has a single-layer script.
+func hasFastScript(a floodgate.Algorithm) bool {
+	return int(a) < len(fastScripts) && fastScripts[a] != nil
+}
+
 // scriptFor returns the script that decides layers: the algorithm's
 // single-layer script for one layer, when it has one, else the general
 // script.

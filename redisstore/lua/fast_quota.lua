@@ -12,47 +12,71 @@ local TTL_SLACK = 1000000
 local QUOTA_GRACE = 3600000000
 local fmod, sfmt = math.fmod, string.format
 
-local now, limit, start, stop, cost =
-  tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
-if #KEYS ~= 1 or #ARGV ~= 7 or ARGV[2] ~= '6' or not (now and limit and start and stop and cost) or
-  now % 1 ~= 0 or limit % 1 ~= 0 or start % 1 ~= 0 or stop % 1 ~= 0 or cost % 1 ~= 0 or
-  now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT or
-  start < 0 or start > now or now >= stop or stop > MAX_NOW then
-  return redis.error_reply('ERR floodgate: bad arguments for layer 1')
+local nk = #KEYS
+if nk < 1 or #ARGV ~= 7 * nk then
+  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys and 7 arguments per key')
 end
+local reply = {}
+for i = 1, nk do
+  local ai, ri = 7 * i - 7, 6 * i - 6
+  local code, msg
+  repeat -- break ends this decision early, with an error code
+    local now, limit, start, stop, cost =
+      tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4]), tonumber(ARGV[ai + 5]), tonumber(ARGV[ai + 7])
+    if ARGV[ai + 2] ~= '6' or not (now and limit and start and stop and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or start % 1 ~= 0 or stop % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT or
+      start < 0 or start > now or now >= stop or stop > MAX_NOW then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
+    end
 
-local key = KEYS[1]
-local t, n = 0, 0
-local v = redis.call('GET', key)
-if v then
-  local a, b = string.match(v, '^(%d+) (%d+) %d+$')
-  if not a then
-    return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
-  end
-  t, n = tonumber(a), tonumber(b)
-end
+    local key = KEYS[i]
+    local t, n = 0, 0
+    local v = redis.pcall('GET', key) -- a key of another type fails this decision only
+    if type(v) == 'table' then
+      code, msg = -1, v.err
+      break
+    end
+    if v then
+      local a, b = string.match(v, '^(%d+) (%d+) %d+$')
+      if not a then
+        code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+        break
+      end
+      t, n = tonumber(a), tonumber(b)
+    end
 
-if t ~= start then
-  n = 0
-end
--- admit (common.lua)
-local ok, reason = false, 1
-if cost > limit then
-  reason = 2
-elseif (cost == 0 and limit - n >= 1) or (cost > 0 and cost <= limit - n) then
-  ok, reason = true, 0
-end
-local retry = 0
-if reason == 1 then
-  retry = stop - now
-end
-if ok and cost > 0 then
-  n = n + cost
-  local ttl = stop - now + QUOTA_GRACE
-  if ttl < MIN_TTL then
-    ttl = MIN_TTL
+    if t ~= start then
+      n = 0
+    end
+    -- admit (common.lua)
+    local ok, reason = false, 1
+    if cost > limit then
+      reason = 2
+    elseif (cost == 0 and limit - n >= 1) or (cost > 0 and cost <= limit - n) then
+      ok, reason = true, 0
+    end
+    local retry = 0
+    if reason == 1 then
+      retry = stop - now
+    end
+    if ok and cost > 0 then
+      n = n + cost
+      local ttl = stop - now + QUOTA_GRACE
+      if ttl < MIN_TTL then
+        ttl = MIN_TTL
+      end
+      ttl = ttl + TTL_SLACK + 999
+      redis.call('SET', key, sfmt('%d %d %d', start, n, stop), 'PX', sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000))
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - n, stop, retry, 0, reason
+  until true
+  if code then
+    if nk == 1 then
+      return redis.error_reply(msg)
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
   end
-  ttl = ttl + TTL_SLACK + 999
-  redis.call('SET', key, sfmt('%d %d %d', start, n, stop), 'PX', sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000))
 end
-return {ok and 1 or 0, limit - n, stop, retry, 0, reason}
+return reply

@@ -12,85 +12,109 @@ local MIN_TTL = 1000
 local TTL_SLACK = 1000000
 local fmod, floor, ceil, sfmt = math.fmod, math.floor, math.ceil, string.format
 
-local now, limit, w, cost = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[7])
-if #KEYS ~= 1 or #ARGV ~= 7 or ARGV[2] ~= '3' or not (now and limit and w and cost) or
-  now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or cost % 1 ~= 0 or
-  now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
-  w < MIN_WINDOW or w > MAX_WINDOW or cost < 0 or cost > MAX_LIMIT then
-  return redis.error_reply('ERR floodgate: bad arguments for layer 1')
+local nk = #KEYS
+if nk < 1 or #ARGV ~= 7 * nk then
+  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys and 7 arguments per key')
 end
-
-local key = KEYS[1]
-local t, n0, p0 = 0, 0, 0
-local v = redis.call('GET', key)
-if v then
-  local a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
-  if not a then
-    return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
-  end
-  t, n0, p0 = tonumber(a), tonumber(b), tonumber(c)
-end
-
-if t ~= 0 and now < t then
-  now = t
-end
-local start = now - fmod(now, w)
-local cur, prev = 0, 0
-if t == start then
-  cur, prev = n0, p0
-elseif t == start - w then
-  prev = n0
-end
--- est: sw_weighted(prev, rem, w) + cur
-local rem = w - (now - start)
-local est = cur
-if prev ~= 0 and rem > 0 then
-  est = est + floor(prev * rem / w)
-end
--- admit (common.lua)
-local ok, reason = false, 1
-if cost > limit then
-  reason = 2
-elseif (cost == 0 and limit - est >= 1) or (cost > 0 and cost <= limit - est) then
-  ok, reason = true, 0
-end
-if ok and cost > 0 then
-  cur = cur + cost
-  est = est + cost
-end
-local reset = start + w
-if cur > 0 then
-  reset = start + 2 * w
-end
-local retry = 0
-if reason == 1 then
-  local need = cost
-  if need < 1 then
-    need = 1
-  end
-  -- sw_span(allowance, w, count), subtracted from the end of a window
-  local allowance, count, stop = limit - need, cur, start + 2 * w
-  if cur + need <= limit then
-    allowance, count, stop = limit - cur - need, prev, start + w
-  end
-  local span = w
-  if count ~= 0 then
-    span = ceil((allowance + 1) * w / count) - 1
-    if span > w then
-      span = w
+local reply = {}
+for i = 1, nk do
+  local ai, ri = 7 * i - 7, 6 * i - 6
+  local code, msg
+  repeat -- break ends this decision early, with an error code
+    local now, limit, w, cost = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4]), tonumber(ARGV[ai + 7])
+    if ARGV[ai + 2] ~= '3' or not (now and limit and w and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
+      w < MIN_WINDOW or w > MAX_WINDOW or cost < 0 or cost > MAX_LIMIT then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
     end
-  end
-  retry = stop - span - now
-  if retry < 1 then
-    retry = 1
+
+    local key = KEYS[i]
+    local t, n0, p0 = 0, 0, 0
+    local v = redis.pcall('GET', key) -- a key of another type fails this decision only
+    if type(v) == 'table' then
+      code, msg = -1, v.err
+      break
+    end
+    if v then
+      local a, b, c = string.match(v, '^(%d+) (%d+) (%d+)$')
+      if not a then
+        code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+        break
+      end
+      t, n0, p0 = tonumber(a), tonumber(b), tonumber(c)
+    end
+
+    if t ~= 0 and now < t then
+      now = t
+    end
+    local start = now - fmod(now, w)
+    local cur, prev = 0, 0
+    if t == start then
+      cur, prev = n0, p0
+    elseif t == start - w then
+      prev = n0
+    end
+    -- est: sw_weighted(prev, rem, w) + cur
+    local rem = w - (now - start)
+    local est = cur
+    if prev ~= 0 and rem > 0 then
+      est = est + floor(prev * rem / w)
+    end
+    -- admit (common.lua)
+    local ok, reason = false, 1
+    if cost > limit then
+      reason = 2
+    elseif (cost == 0 and limit - est >= 1) or (cost > 0 and cost <= limit - est) then
+      ok, reason = true, 0
+    end
+    if ok and cost > 0 then
+      cur = cur + cost
+      est = est + cost
+    end
+    local reset = start + w
+    if cur > 0 then
+      reset = start + 2 * w
+    end
+    local retry = 0
+    if reason == 1 then
+      local need = cost
+      if need < 1 then
+        need = 1
+      end
+      -- sw_span(allowance, w, count), subtracted from the end of a window
+      local allowance, count, stop = limit - need, cur, start + 2 * w
+      if cur + need <= limit then
+        allowance, count, stop = limit - cur - need, prev, start + w
+      end
+      local span = w
+      if count ~= 0 then
+        span = ceil((allowance + 1) * w / count) - 1
+        if span > w then
+          span = w
+        end
+      end
+      retry = stop - span - now
+      if retry < 1 then
+        retry = 1
+      end
+    end
+    if ok and cost > 0 then
+      local ttl = start + 2 * w - now
+      if ttl < MIN_TTL then
+        ttl = MIN_TTL
+      end
+      ttl = ttl + TTL_SLACK + 999
+      redis.call('SET', key, sfmt('%d %d %d', start, cur, prev), 'PX', sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000))
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - est, reset, retry, 0, reason
+  until true
+  if code then
+    if nk == 1 then
+      return redis.error_reply(msg)
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
   end
 end
-if ok and cost > 0 then
-  local ttl = start + 2 * w - now
-  if ttl < MIN_TTL then
-    ttl = MIN_TTL
-  end
-  ttl = ttl + TTL_SLACK + 999
-  redis.call('SET', key, sfmt('%d %d %d', start, cur, prev), 'PX', sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000))
-end
-return {ok and 1 or 0, limit - est, reset, retry, 0, reason}
+return reply

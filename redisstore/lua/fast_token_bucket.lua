@@ -14,89 +14,114 @@ local MIN_TTL = 1000
 local TTL_SLACK = 1000000
 local fmod, sfmt, smatch = math.fmod, string.format, string.match
 
-local now, limit, w, b, cost = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
-if #KEYS ~= 1 or #ARGV ~= 7 or ARGV[2] ~= '4' or not (now and limit and w and b and cost) or
-  now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or cost % 1 ~= 0 or
-  now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
-  w < MIN_WINDOW or w > MAX_WINDOW or b < 0 or b > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT then
-  return redis.error_reply('ERR floodgate: bad arguments for layer 1')
+local nk = #KEYS
+if nk < 1 or #ARGV ~= 7 * nk then
+  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys and 7 arguments per key')
 end
-if b == 0 then
-  b = limit
-end
-local iv = (w - fmod(w, limit)) / limit
-if iv < 1 or b * iv > MAX_SPAN then
-  return redis.error_reply('ERR floodgate: bad rate for layer 1')
-end
+local reply = {}
+for i = 1, nk do
+  local ai, ri = 7 * i - 7, 6 * i - 6
+  local code, msg
+  repeat -- break ends this decision early, with an error code
+    local now, limit, w, b, cost = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4]), tonumber(ARGV[ai + 5]), tonumber(ARGV[ai + 7])
+    if ARGV[ai + 2] ~= '4' or not (now and limit and w and b and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
+      w < MIN_WINDOW or w > MAX_WINDOW or b < 0 or b > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
+    end
+    if b == 0 then
+      b = limit
+    end
+    local iv = (w - fmod(w, limit)) / limit
+    if iv < 1 or b * iv > MAX_SPAN then
+      code, msg = -2, 'ERR floodgate: bad rate for layer 1'
+      break
+    end
 
-local key = KEYS[1]
-local t, n, h, ha, hr = 0, 0
-local v = redis.call('GET', key)
-if v then
-  local x, y = smatch(v, '^(%d+) (%d+)$')
-  if not x then
-    local c, d, e
-    x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
-    if not x then
-      return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
+    local key = KEYS[i]
+    local t, n, h, ha, hr = 0, 0
+    local v = redis.pcall('GET', key) -- a key of another type fails this decision only
+    if type(v) == 'table' then
+      code, msg = -1, v.err
+      break
     end
-    h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
-  end
-  t, n = tonumber(x), tonumber(y)
-end
+    if v then
+      local x, y = smatch(v, '^(%d+) (%d+)$')
+      if not x then
+        local c, d, e
+        x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+        if not x then
+          code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+          break
+        end
+        h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+      end
+      t, n = tonumber(x), tonumber(y)
+    end
 
--- tb_step
-local tokens, last, full = b, now, true
-if t ~= 0 then
-  tokens, last = n, t
-  if now < last then
-    now = last
-  end
-  local d = now - last
-  local add = (d - fmod(d, iv)) / iv
-  tokens = tokens + add
-  last = last + add * iv
-  full = tokens >= b
-  if full then
-    tokens, last = b, now
-  end
-end
--- admit (common.lua)
-local ok, reason = false, 1
-if cost > b then
-  reason = 2
-elseif (cost == 0 and tokens >= 1) or (cost > 0 and cost <= tokens) then
-  ok, reason = true, 0
-end
-if ok and cost > 0 then
-  tokens = tokens - cost
-end
-local reset = last + (b - tokens) * iv
-local retry = 0
-if reason == 1 then
-  local need = cost
-  if need < 1 then
-    need = 1
-  end
-  retry = last + (need - tokens) * iv - now
-end
-if ok and cost > 0 then
-  local ttl = reset - now
-  if ttl < MIN_TTL then
-    ttl = MIN_TTL
-  end
-  ttl = ttl + TTL_SLACK + 999
-  local px = sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000)
-  if h then
-    if now > h then
-      h = now
+    -- tb_step
+    local tokens, last, full = b, now, true
+    if t ~= 0 then
+      tokens, last = n, t
+      if now < last then
+        now = last
+      end
+      local d = now - last
+      local add = (d - fmod(d, iv)) / iv
+      tokens = tokens + add
+      last = last + add * iv
+      full = tokens >= b
+      if full then
+        tokens, last = b, now
+      end
     end
-    if full then
-      ha = now
+    -- admit (common.lua)
+    local ok, reason = false, 1
+    if cost > b then
+      reason = 2
+    elseif (cost == 0 and tokens >= 1) or (cost > 0 and cost <= tokens) then
+      ok, reason = true, 0
     end
-    redis.call('SET', key, sfmt('%d %d %d %d %d', last, tokens, h, ha, hr), 'PX', px)
-  else
-    redis.call('SET', key, sfmt('%d %d', last, tokens), 'PX', px)
+    if ok and cost > 0 then
+      tokens = tokens - cost
+    end
+    local reset = last + (b - tokens) * iv
+    local retry = 0
+    if reason == 1 then
+      local need = cost
+      if need < 1 then
+        need = 1
+      end
+      retry = last + (need - tokens) * iv - now
+    end
+    if ok and cost > 0 then
+      local ttl = reset - now
+      if ttl < MIN_TTL then
+        ttl = MIN_TTL
+      end
+      ttl = ttl + TTL_SLACK + 999
+      local px = sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000)
+      if h then
+        if now > h then
+          h = now
+        end
+        if full then
+          ha = now
+        end
+        redis.call('SET', key, sfmt('%d %d %d %d %d', last, tokens, h, ha, hr), 'PX', px)
+      else
+        redis.call('SET', key, sfmt('%d %d', last, tokens), 'PX', px)
+      end
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, tokens, reset, retry, 0, reason
+  until true
+  if code then
+    if nk == 1 then
+      return redis.error_reply(msg)
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
   end
 end
-return {ok and 1 or 0, tokens, reset, retry, 0, reason}
+return reply

@@ -1,0 +1,5 @@
+//go:build !race
+
+package floodgate_test
+
+const raceEnabled = false

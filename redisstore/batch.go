@@ -1,0 +1,284 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Coalescing. A single-layer decision costs Redis about as much to
+// receive, dispatch and answer as to decide, and the client about as much
+// to send and read. When many goroutines decide at once, the Store
+// therefore sends their single-layer decisions of one algorithm together,
+// as one call of that algorithm's script (lua/fast_*.lua decide any number
+// of independent requests, one after another, in one atomic run).
+//
+// The batcher keeps at most maxInFlight script calls of coalesced
+// decisions in flight. A decision that finds a call free and nobody
+// waiting is sent at once, alone, exactly as without coalescing, so a lone
+// caller pays nothing for it. Otherwise it waits in the queue; whenever a
+// call completes, the queue's oldest decisions (up to maxBatch of the
+// oldest one's algorithm) leave together in the next call. No goroutine
+// runs while nothing is queued.
+//
+// A request in a batch is decided exactly as it would be alone, at its own
+// timestamp, and its state written with its own TTL; requests are decided
+// in the order they joined the queue. Failures keep their meaning per
+// request: an error reply means nothing was written for any of them (the
+// script checks the call's shape and can only be refused by Redis before
+// its first write); a transport failure may have written all of them; a
+// request whose key holds something floodgate did not write fails alone,
+// with nothing written for it, and the others go on.
+type batcher struct {
+	s           *Store
+	maxBatch    int
+	maxInFlight int
+
+	mu       sync.Mutex
+	queue    []*call
+	inFlight int
+	frames   sync.Pool // *batchFrame
+}
+
+// call is one queued single-layer decision. The caller owns it until it
+// is queued; then the batcher fills res and err and signals done. A caller
+// whose context ends stops waiting and leaves the call to the batcher.
+type call struct {
+	ctx   context.Context
+	now   int64
+	layer [1]floodgate.Layer
+	res   [1]floodgate.Result
+	err   error
+	done  chan struct{}
+}
+
+// Coalescing defaults (see Options).
+const (
+	DefaultMaxBatch    = 64
+	DefaultMaxInFlight = 4
+)
+
+func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
+	b := &batcher{s: s, maxBatch: maxBatch, maxInFlight: maxInFlight}
+	b.frames.New = func() any { return new(batchFrame) }
+	return b
+}
+
+// decide decides one single-layer request whose algorithm has a fast
+// script.
+func (b *batcher) decide(ctx context.Context, now int64, l *floodgate.Layer, out *floodgate.Result) error {
+	b.mu.Lock()
+	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
+		b.inFlight++
+		b.mu.Unlock()
+		err := b.s.decideOnce(ctx, now, unsafe.Slice(l, 1), unsafe.Slice(out, 1))
+		b.next()
+		return err
+	}
+	c := &call{ctx: ctx, now: now, done: make(chan struct{}, 1)}
+	c.layer[0] = *l
+	b.queue = append(b.queue, c)
+	var run []*call
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		run = b.take()
+	}
+	b.mu.Unlock()
+	if run != nil {
+		b.run(run)
+		b.next()
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		select {
+		case <-c.done:
+		default:
+			return b.abandon(c)
+		}
+	}
+	if c.err != nil {
+		return c.err
+	}
+	*out = c.res[0]
+	return nil
+}
+
+// abandon takes c out of the queue if it is still there (then nothing was
+// sent) or leaves it to the call it is in (then it may be decided).
+func (b *batcher) abandon(c *call) error {
+	b.mu.Lock()
+	for i, q := range b.queue {
+		if q == c {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			b.mu.Unlock()
+			return fmt.Errorf("%w: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, c.ctx.Err())
+		}
+	}
+	b.mu.Unlock()
+	return fmt.Errorf("%w: redis: %w (the decision was sent and may have been made)", floodgate.ErrIndeterminate, c.ctx.Err())
+}
+
+// next is called when a script call of the batcher's completes: it sends
+// the next batch from a new goroutine, so that the caller returns at once,
+// or frees the slot when nothing waits.
+func (b *batcher) next() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		b.mu.Unlock()
+		return
+	}
+	run := b.take()
+	b.mu.Unlock()
+	go func() {
+		b.run(run)
+		b.next()
+	}()
+}
+
+// take removes from the queue and returns its oldest call and up to
+// maxBatch-1 more of the same algorithm, in queue order. b.mu is held.
+func (b *batcher) take() []*call {
+	algo := b.queue[0].layer[0].Policy.Algorithm
+	run := make([]*call, 0, min(len(b.queue), b.maxBatch))
+	rest := b.queue[:0]
+	for _, c := range b.queue {
+		if len(run) < b.maxBatch && c.layer[0].Policy.Algorithm == algo {
+			run = append(run, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	return run
+}
+
+// run sends calls (one algorithm) as one script call and hands each its
+// result.
+func (b *batcher) run(calls []*call) {
+	live := calls[:0]
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.err = fmt.Errorf("%w: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, err)
+			c.done <- struct{}{}
+			continue
+		}
+		live = append(live, c)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		c := live[0]
+		c.err = b.s.decideOnce(c.ctx, c.now, c.layer[:], c.res[:])
+		c.done <- struct{}{}
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	f := b.frames.Get().(*batchFrame)
+	f.build(live)
+	val, err := fastScripts[live[0].layer[0].Policy.Algorithm].RunCommand(ctx, b.s.client, f.args)
+	f.reset()
+	b.frames.Put(f)
+	if err == nil {
+		err = decodeBatch(val, live)
+	}
+	for _, c := range live {
+		if err != nil {
+			c.err = err
+		}
+		c.done <- struct{}{}
+	}
+}
+
+// batchContext returns the context a batch is sent under: the first call's
+// values, never cancelled by any one caller (the others still wait for
+// the reply), with the latest of the calls' deadlines, or none if one of
+// them has none (the client's own timeouts then bound the call).
+func batchContext(calls []*call) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(calls[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+}
+
+// Per-request error codes in a batch reply's reason slot (see
+// lua/fast_fixed_window.lua).
+const (
+	codeForeign = -1 // the key holds a value floodgate did not write
+	codeBadArgs = -2 // the script refused the request's arguments
+)
+
+// decodeBatch fills each call's result or error from a batch reply. A
+// reply of the wrong shape is an error for every call.
+func decodeBatch(val any, calls []*call) error {
+	arr, ok := val.([]any)
+	if !ok {
+		return fmt.Errorf("%w: batch: got %T, want an array", floodgate.ErrBadReply, val)
+	}
+	if len(arr) != replyWidth*len(calls) {
+		return fmt.Errorf("%w: batch: %d values for %d requests, want %d", floodgate.ErrBadReply, len(arr), len(calls), replyWidth*len(calls))
+	}
+	for i, c := range calls {
+		part := arr[replyWidth*i : replyWidth*(i+1)]
+		switch code, _ := part[replyWidth-1].(int64); code {
+		case codeForeign:
+			c.err = fmt.Errorf("%w: redis: key %q holds a value floodgate did not write", floodgate.ErrStoreUnavailable, c.layer[0].Key)
+			continue
+		case codeBadArgs:
+			c.err = fmt.Errorf("%w: redis: the script refused the arguments for key %q", floodgate.ErrStoreUnavailable, c.layer[0].Key)
+			continue
+		}
+		c.err = decodeReply(part, c.layer[:], c.res[:])
+	}
+	return nil
+}
+
+// batchFrame holds one batch's command arguments: EVALSHA sha numkeys
+// key... (now algorithm limit window burst maxdelay cost)... Numbers are
+// passed as *int64 and keys as *string, which go-redis writes without
+// boxing.
+type batchFrame struct {
+	args []any
+	nums []int64
+}
+
+func (f *batchFrame) build(calls []*call) {
+	n := len(calls)
+	f.args = append(f.args[:0], nil, nil, n)
+	for _, c := range calls {
+		f.args = append(f.args, &c.layer[0].Key)
+	}
+	if cap(f.nums) < 7*n {
+		f.nums = make([]int64, 7*n)
+	}
+	f.nums = f.nums[:7*n]
+	for i, c := range calls {
+		v := f.nums[7*i : 7*i+7]
+		v[0] = c.now
+		putLayer(v[1:], c.now, &c.layer[0])
+		for j := range v {
+			f.args = append(f.args, &v[j])
+		}
+	}
+}
+
+// reset drops f's references to the calls before f is reused.
+func (f *batchFrame) reset() {
+	clear(f.args)
+	f.args = f.args[:0]
+}
