@@ -249,9 +249,11 @@ func decodeBatch(val any, calls []*call) error {
 }
 
 // batchFrame holds one batch's command arguments: EVALSHA sha numkeys
-// key... (now algorithm limit window burst maxdelay cost)... Numbers are
-// passed as *int64 and keys as *string, which go-redis writes without
-// boxing.
+// key... then either (now algorithm limit window burst maxdelay cost) per
+// request or, when every request has the same five policy arguments (the
+// usual case: one policy, many identities), those five once and (now cost)
+// per request. Numbers are passed as *int64 and keys as *string, which
+// go-redis writes without boxing.
 type batchFrame struct {
 	args []any
 	nums []int64
@@ -267,13 +269,26 @@ func (f *batchFrame) build(calls []*call) {
 		f.nums = make([]int64, 7*n)
 	}
 	f.nums = f.nums[:7*n]
+	shared := true
 	for i, c := range calls {
 		v := f.nums[7*i : 7*i+7]
 		v[0] = c.now
 		putLayer(v[1:], c.now, &c.layer[0])
-		for j := range v {
-			f.args = append(f.args, &v[j])
+		if [5]int64(v[1:6]) != [5]int64(f.nums[1:6]) {
+			shared = false
 		}
+	}
+	if !shared {
+		for j := range f.nums {
+			f.args = append(f.args, &f.nums[j])
+		}
+		return
+	}
+	for j := 1; j <= 5; j++ {
+		f.args = append(f.args, &f.nums[j])
+	}
+	for i := range calls {
+		f.args = append(f.args, &f.nums[7*i], &f.nums[7*i+6])
 	}
 }
 

@@ -8,8 +8,13 @@
 -- one atomic run: KEYS[i] is request i's key; ARGV holds seven arguments
 -- per request: now (Unix µs), then the layer's six arguments as in
 -- layer_args (algorithm 1, limit, window µs, burst, max delay µs, cost;
--- burst and max delay are not used). The Go side validated them; the
--- checks here only keep the script from running on garbage.
+-- burst and max delay are not used). A call of two requests or more under
+-- one policy may instead send the five policy arguments once (algorithm,
+-- limit, window, burst, max delay), then now and cost per request: Redis
+-- turns every argument into a Lua string, and the script every number it
+-- reads into a number, at a cost that is a large part of a request's. The
+-- Go side validated everything; the checks here only keep the script from
+-- running on garbage.
 --
 -- Reply: the six integers of decide.lua per request. A request that cannot
 -- be decided writes nothing and, when the call has several, gets the
@@ -26,17 +31,39 @@ local MIN_TTL = 1000
 local TTL_SLACK = 1000000
 local fmod, sfmt = math.fmod, string.format
 
-local nk = #KEYS
-if nk < 1 or #ARGV ~= 7 * nk then
-  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys and 7 arguments per key')
+local nk, na = #KEYS, #ARGV
+-- Two layouts (see fast_fixed_window.lua): seven arguments per request, or
+-- the five policy arguments once followed by now and cost per request.
+local shared = nk > 1 and na == 5 + 2 * nk
+if nk < 1 or not shared and na ~= 7 * nk then
+  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys, 7 arguments per key or 5 + 2 per key')
+end
+local P = {} -- the shared policy arguments, by their place (2..6) in a request's seven
+if shared then
+  P[2] = ARGV[1]
+  for k = 3, 6 do
+    P[k] = tonumber(ARGV[k - 1])
+    if not P[k] then
+      return redis.error_reply('ERR floodgate: bad shared arguments')
+    end
+  end
 end
 local reply = {}
 for i = 1, nk do
   local ai, ri = 7 * i - 7, 6 * i - 6
+  local nw, cs = ai + 1, ai + 7 -- where the request's now and cost are
+  if shared then
+    nw = 4 + 2 * i
+    cs = nw + 1
+  end
   local code, msg
   repeat -- break ends this decision early, with an error code
-    local now, limit, w, cost = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4]), tonumber(ARGV[ai + 7])
-    if ARGV[ai + 2] ~= '1' or not (now and limit and w and cost) or
+    local now, limit, w, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      tonumber(ARGV[cs])
+    if (shared and P[2] or ARGV[ai + 2]) ~= '1' or not (now and limit and w and cost) or
       now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or cost % 1 ~= 0 or
       now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
       w < MIN_WINDOW or w > MAX_WINDOW or cost < 0 or cost > MAX_LIMIT then

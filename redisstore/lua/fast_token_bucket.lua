@@ -14,17 +14,40 @@ local MIN_TTL = 1000
 local TTL_SLACK = 1000000
 local fmod, sfmt, smatch = math.fmod, string.format, string.match
 
-local nk = #KEYS
-if nk < 1 or #ARGV ~= 7 * nk then
-  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys and 7 arguments per key')
+local nk, na = #KEYS, #ARGV
+-- Two layouts (see fast_fixed_window.lua): seven arguments per request, or
+-- the five policy arguments once followed by now and cost per request.
+local shared = nk > 1 and na == 5 + 2 * nk
+if nk < 1 or not shared and na ~= 7 * nk then
+  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys, 7 arguments per key or 5 + 2 per key')
+end
+local P = {} -- the shared policy arguments, by their place (2..6) in a request's seven
+if shared then
+  P[2] = ARGV[1]
+  for k = 3, 6 do
+    P[k] = tonumber(ARGV[k - 1])
+    if not P[k] then
+      return redis.error_reply('ERR floodgate: bad shared arguments')
+    end
+  end
 end
 local reply = {}
 for i = 1, nk do
   local ai, ri = 7 * i - 7, 6 * i - 6
+  local nw, cs = ai + 1, ai + 7 -- where the request's now and cost are
+  if shared then
+    nw = 4 + 2 * i
+    cs = nw + 1
+  end
   local code, msg
   repeat -- break ends this decision early, with an error code
-    local now, limit, w, b, cost = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4]), tonumber(ARGV[ai + 5]), tonumber(ARGV[ai + 7])
-    if ARGV[ai + 2] ~= '4' or not (now and limit and w and b and cost) or
+    local now, limit, w, b, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      (shared and P[5] or tonumber(ARGV[ai + 5])),
+      tonumber(ARGV[cs])
+    if (shared and P[2] or ARGV[ai + 2]) ~= '4' or not (now and limit and w and b and cost) or
       now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or cost % 1 ~= 0 or
       now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
       w < MIN_WINDOW or w > MAX_WINDOW or b < 0 or b > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT then

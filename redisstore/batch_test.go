@@ -1,0 +1,304 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/vectors"
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCalls returns how many EVALSHA and EVAL calls the server has run.
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				var n int64
+				if _, err := fmt.Sscanf(rest, "calls=%d", &n); err != nil {
+					t.Fatalf("commandstats line %q: %v", line, err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// TestBatchedDecisionsMatchTheModel runs many goroutines, each deciding its
+// own keys in sequence with random times and costs, against one store
+// whose single-layer decisions are coalesced, and checks every result
+// against floodgate.Step; and that decisions were in fact coalesced (fewer
+// script calls than decisions). Half the goroutines share one policy per
+// algorithm (batches in the shared-argument layout), the others each have
+// their own (the per-request layout).
+func TestBatchedDecisionsMatchTheModel(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{MaxBatch: 16, MaxInFlight: 2})
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	before := scriptCalls(t, c)
+	const workers, keysPer, decisions = 48, 3, 60
+	var wg sync.WaitGroup
+	var total int64
+	var mu sync.Mutex
+	algos := []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA}
+	shared := make([]floodgate.Policy, len(algos))
+	r0 := rand.New(rand.NewPCG(seed, 0))
+	for i, a := range algos {
+		shared[i] = randPolicy(t, r0, a, i)
+	}
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w+1)))
+			ai := w % len(algos)
+			p := shared[ai]
+			if w%2 == 1 {
+				p = randPolicy(t, r, algos[ai], 100+w)
+			}
+			m := newModel()
+			keys := make([]string, keysPer)
+			for k := range keys {
+				keys[k] = e.key(p, fmt.Sprintf("w%d-k%d", w, k))
+			}
+			now := vectors.T0.UnixMicro() + r.Int64N(p.Window.Microseconds())
+			for n := range decisions {
+				key := keys[r.IntN(keysPer)]
+				now = max(nextTime(r, p, now), m.earliest(key))
+				layers := []floodgate.Layer{{Policy: p, Key: key, Cost: randCost(r, p)}}
+				want := m.decide(now, layers)
+				got, err := e.decide(context.Background(), now, layers)
+				if err != nil {
+					t.Errorf("worker %d, %v, decision %d: %v", w, p, n, err)
+					return
+				}
+				if !sameResults(got, want) {
+					t.Errorf("worker %d, %v, decision %d at %d cost %d:\n got %+v\nwant %+v", w, p, n, now, layers[0].Cost, got[0], want[0])
+					return
+				}
+			}
+			mu.Lock()
+			total += decisions
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	calls := scriptCalls(t, c) - before
+	t.Logf("%d decisions in %d script calls", total, calls)
+	if calls >= total {
+		t.Fatalf("%d script calls for %d concurrent decisions: nothing was coalesced", calls, total)
+	}
+}
+
+// TestBatchConcurrentLimit: 300 goroutines on one key whose limit is 40
+// admit exactly 40, for every algorithm with a single-layer script, with
+// coalescing on.
+func TestBatchConcurrentLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{MaxInFlight: 2})
+	now := time.Now().UnixMicro()
+	for _, p := range allAlgorithms(t, 40, time.Minute) {
+		if !hasFastScript(p.Algorithm) {
+			continue
+		}
+		if got := race(t, e, p, e.key(p, "hot"), now, 300); got != 40 {
+			t.Errorf("%v: %d admitted, want 40", p.Algorithm, got)
+		}
+	}
+}
+
+// batchOf returns calls deciding cost 1 under p for each key, at now.
+func batchOf(p floodgate.Policy, now int64, keys ...string) []*call {
+	calls := make([]*call, len(keys))
+	for i, k := range keys {
+		calls[i] = &call{ctx: context.Background(), now: now, done: make(chan struct{}, 1)}
+		calls[i].layer[0] = floodgate.Layer{Policy: p, Key: k, Cost: 1}
+	}
+	return calls
+}
+
+// TestBatchFailuresStayPerRequest sends batches directly: a request whose
+// key holds a value floodgate did not write (a string, or another type),
+// or whose arguments the script refuses, fails alone and writes nothing;
+// the others are decided.
+func TestBatchFailuresStayPerRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	for _, p := range allAlgorithms(t, 5, time.Minute) {
+		if !hasFastScript(p.Algorithm) {
+			continue
+		}
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			k := func(id string) string { return floodgate.KeyAt(e.prefix, p, id, now) }
+			foreign, hash := k("foreign"), k("hash")
+			if err := c.Set(ctx, foreign, "not ours", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.HSet(ctx, hash, "f", "v").Err(); err != nil {
+				t.Fatal(err)
+			}
+			c.Expire(ctx, hash, time.Minute)
+			calls := batchOf(p, now, k("a"), foreign, k("b"), hash, k("c"))
+			bad := p
+			bad.Limit = 0 // refused by the script's own checks
+			calls = append(calls, batchOf(bad, now, k("bad"))...)
+			for _, c := range calls {
+				e.bound[c.layer[0].Key] = ttlBound(p)
+			}
+			e.store.batch.run(calls)
+			for i, cl := range calls {
+				<-cl.done
+				switch i {
+				case 1, 3, 5:
+					if !errors.Is(cl.err, floodgate.ErrStoreUnavailable) {
+						t.Errorf("request %d: err %v, want ErrStoreUnavailable", i, cl.err)
+					}
+					if i == 1 && (cl.err == nil || !strings.Contains(cl.err.Error(), "did not write")) {
+						t.Errorf("foreign value: err %v", cl.err)
+					}
+				default:
+					if cl.err != nil || !cl.res[0].Allowed || cl.res[0].Remaining != 4 {
+						t.Errorf("request %d: %+v %v, want allowed with 4 left", i, cl.res[0], cl.err)
+					}
+				}
+			}
+			if v := c.Get(ctx, foreign).Val(); v != "not ours" {
+				t.Errorf("foreign value changed to %q", v)
+			}
+			if v := c.HGet(ctx, hash, "f").Val(); v != "v" {
+				t.Errorf("hash changed: %q", v)
+			}
+			if n := c.Exists(ctx, k("bad")).Val(); n != 0 {
+				t.Error("a refused request wrote its key")
+			}
+			// The same batch, every request under the refused policy, in
+			// the shared layout: every request fails, nothing is written.
+			calls = batchOf(bad, now, k("bad1"), k("bad2"))
+			e.store.batch.run(calls)
+			for i, cl := range calls {
+				<-cl.done
+				if !errors.Is(cl.err, floodgate.ErrStoreUnavailable) {
+					t.Errorf("shared refused request %d: err %v", i, cl.err)
+				}
+			}
+			if n := c.Exists(ctx, k("bad1"), k("bad2")).Val(); n != 0 {
+				t.Error("refused requests wrote their keys")
+			}
+		})
+	}
+}
+
+// TestBatchAbandon: a caller whose context ends while its decision waits
+// in the queue gets ErrStoreUnavailable, and its decision is never sent.
+func TestBatchAbandon(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{MaxInFlight: 1})
+	b := e.store.batch
+	p := mustPolicy(t, floodgate.Policy{Name: "abandon", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute})
+	key := e.key(p, "x")
+	b.mu.Lock()
+	b.inFlight = b.maxInFlight // every call is busy: the decision must queue
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := e.one(ctx, time.Now().UnixMicro(), p, key, 1)
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want ErrStoreUnavailable wrapping the deadline", err)
+	}
+	b.mu.Lock()
+	queued := len(b.queue)
+	b.inFlight = 0
+	b.mu.Unlock()
+	if queued != 0 {
+		t.Fatalf("%d decisions left in the queue", queued)
+	}
+	if n := c.Exists(context.Background(), key).Val(); n != 0 {
+		t.Fatal("an abandoned decision was written")
+	}
+	// The store still works.
+	if r, err := e.one(context.Background(), time.Now().UnixMicro(), p, key, 1); err != nil || !r.Allowed {
+		t.Fatalf("after abandon: %+v %v", r, err)
+	}
+}
+
+// TestBatchTake: a batch takes the oldest decision and the next ones of
+// its algorithm, up to the maximum, and leaves the others queued in order.
+func TestBatchTake(t *testing.T) {
+	b := newBatcher(nil, 3, 1)
+	mk := func(a floodgate.Algorithm, id string) *call {
+		c := &call{}
+		c.layer[0] = floodgate.Layer{Policy: floodgate.Policy{Algorithm: a}, Key: id}
+		return c
+	}
+	fw, gc := floodgate.FixedWindow, floodgate.GCRA
+	b.queue = []*call{mk(gc, "1"), mk(fw, "2"), mk(gc, "3"), mk(gc, "4"), mk(fw, "5"), mk(gc, "6")}
+	keys := func(cs []*call) string {
+		var s []string
+		for _, c := range cs {
+			s = append(s, c.layer[0].Key)
+		}
+		return strings.Join(s, ",")
+	}
+	if got := keys(b.take()); got != "1,3,4" {
+		t.Fatalf("first batch %s, want 1,3,4", got)
+	}
+	if got := keys(b.queue); got != "2,5,6" {
+		t.Fatalf("left %s, want 2,5,6", got)
+	}
+	if got := keys(b.take()); got != "2,5" {
+		t.Fatalf("second batch %s, want 2,5", got)
+	}
+	if got := keys(b.take()); got != "6" || len(b.queue) != 0 {
+		t.Fatalf("third batch %s, left %d", got, len(b.queue))
+	}
+}
+
+// TestBatchOptions checks the coalescing options.
+func TestBatchOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	for _, o := range []Options{{MaxBatch: -1}, {MaxBatch: maxBatch + 1}, {MaxInFlight: -1}, {MaxInFlight: maxInFlight + 1}} {
+		if _, err := New(c, o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+	s, err := New(c, Options{})
+	if err != nil || s.batch == nil || s.batch.maxBatch != DefaultMaxBatch || s.batch.maxInFlight != DefaultMaxInFlight {
+		t.Fatalf("defaults: %+v %v", s.batch, err)
+	}
+	if s, _ := New(c, Options{MaxBatch: 1}); s.batch != nil {
+		t.Error("MaxBatch 1 coalesces")
+	}
+	if s, _ := New(c, Options{SlotCheck: SlotCheckOn}); s.batch != nil {
+		t.Error("coalescing with the slot check on")
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	if s, _ := New(cc, Options{}); s.batch != nil {
+		t.Error("coalescing on a cluster client")
+	}
+}
