@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 )
 
 // Coalescing. A single-layer decision costs Redis about as much to
@@ -44,16 +44,33 @@ type batcher struct {
 	frames   sync.Pool // *batchFrame
 }
 
-// call is one queued single-layer decision. The caller owns it until it
-// is queued; then the batcher fills res and err and signals done. A caller
-// whose context ends stops waiting and leaves the call to the batcher.
+// call is one queued decision. The caller owns it until it is queued;
+// then the batcher fills res and err and signals done. A caller whose
+// context ends stops waiting and leaves the call to the batcher, which is
+// why the call holds its own copy of the layers.
 type call struct {
-	ctx   context.Context
-	now   int64
-	layer [1]floodgate.Layer
-	res   [1]floodgate.Result
-	err   error
-	done  chan struct{}
+	ctx    context.Context
+	now    int64
+	script *luascript.Script // the script that decides it: its algorithm's single-layer script, or the general one
+	layers []floodgate.Layer
+	res    []floodgate.Result
+	one    [1]floodgate.Layer // layers' storage for a single layer
+	oneRes [1]floodgate.Result
+	err    error
+	done   chan struct{}
+}
+
+// newCall returns a call deciding a copy of layers with sc at now.
+func newCall(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer) *call {
+	c := &call{ctx: ctx, now: now, script: sc, done: make(chan struct{}, 1)}
+	if len(layers) == 1 {
+		c.one[0] = layers[0]
+		c.layers, c.res = c.one[:], c.oneRes[:]
+	} else {
+		c.layers = append([]floodgate.Layer(nil), layers...)
+		c.res = make([]floodgate.Result, len(layers))
+	}
+	return c
 }
 
 // Coalescing defaults (see Options).
@@ -68,19 +85,38 @@ func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
 	return b
 }
 
-// decide decides one single-layer request whose algorithm has a fast
-// script.
-func (b *batcher) decide(ctx context.Context, now int64, l *floodgate.Layer, out *floodgate.Result) error {
+// coalescable returns the script that decides layers in a batch, or nil
+// if they are not decided in batches: a single layer whose algorithm has a
+// single-layer script, or several layers none of which is a sliding log
+// (its sorted-set reads would raise on a key of another type, and a batch
+// must never stop half done).
+func coalescable(layers []floodgate.Layer) *luascript.Script {
+	if len(layers) == 1 {
+		if a := layers[0].Policy.Algorithm; hasFastScript(a) {
+			return fastScripts[a]
+		}
+		return nil
+	}
+	for i := range layers {
+		if layers[i].Policy.Algorithm == floodgate.SlidingLog {
+			return nil
+		}
+	}
+	return script
+}
+
+// decide decides layers (checked, on one slot) with sc, coalescing them
+// with other decisions when calls are busy.
+func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer, out []floodgate.Result) error {
 	b.mu.Lock()
 	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
 		b.inFlight++
 		b.mu.Unlock()
-		err := b.s.decideOnce(ctx, now, unsafe.Slice(l, 1), unsafe.Slice(out, 1))
+		err := b.s.decideOnce(ctx, now, layers, out)
 		b.next()
 		return err
 	}
-	c := &call{ctx: ctx, now: now, done: make(chan struct{}, 1)}
-	c.layer[0] = *l
+	c := newCall(ctx, now, sc, layers)
 	b.queue = append(b.queue, c)
 	var run []*call
 	if b.inFlight < b.maxInFlight {
@@ -104,7 +140,7 @@ func (b *batcher) decide(ctx context.Context, now int64, l *floodgate.Layer, out
 	if c.err != nil {
 		return c.err
 	}
-	*out = c.res[0]
+	copy(out, c.res)
 	return nil
 }
 
@@ -142,13 +178,14 @@ func (b *batcher) next() {
 }
 
 // take removes from the queue and returns its oldest call and up to
-// maxBatch-1 more of the same algorithm, in queue order. b.mu is held.
+// maxBatch-1 more decided by the same script, in queue order. b.mu is
+// held.
 func (b *batcher) take() []*call {
-	algo := b.queue[0].layer[0].Policy.Algorithm
+	sc := b.queue[0].script
 	run := make([]*call, 0, min(len(b.queue), b.maxBatch))
 	rest := b.queue[:0]
 	for _, c := range b.queue {
-		if len(run) < b.maxBatch && c.layer[0].Policy.Algorithm == algo {
+		if len(run) < b.maxBatch && c.script == sc {
 			run = append(run, c)
 		} else {
 			rest = append(rest, c)
@@ -159,7 +196,7 @@ func (b *batcher) take() []*call {
 	return run
 }
 
-// run sends calls (one algorithm) as one script call and hands each its
+// run sends calls (one script) as one script call and hands each its
 // result.
 func (b *batcher) run(calls []*call) {
 	live := calls[:0]
@@ -176,15 +213,20 @@ func (b *batcher) run(calls []*call) {
 		return
 	case 1:
 		c := live[0]
-		c.err = b.s.decideOnce(c.ctx, c.now, c.layer[:], c.res[:])
+		c.err = b.s.decideOnce(c.ctx, c.now, c.layers, c.res)
 		c.done <- struct{}{}
 		return
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
+	sc := live[0].script
 	f := b.frames.Get().(*batchFrame)
-	f.build(live)
-	val, err := fastScripts[live[0].layer[0].Policy.Algorithm].RunCommand(ctx, b.s.client, f.args)
+	if sc == script {
+		f.buildLayered(live)
+	} else {
+		f.build(live)
+	}
+	val, err := sc.RunCommand(ctx, b.s.client, f.args)
 	f.reset()
 	b.frames.Put(f)
 	if err == nil {
@@ -216,8 +258,8 @@ func batchContext(calls []*call) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
 }
 
-// Per-request error codes in a batch reply's reason slot (see
-// lua/fast_fixed_window.lua).
+// Per-request error codes in a batch reply's reason slots (see
+// lua/fast_fixed_window.lua and batch in lua/decide.lua).
 const (
 	codeForeign = -1 // the key holds a value floodgate did not write
 	codeBadArgs = -2 // the script refused the request's arguments
@@ -230,22 +272,40 @@ func decodeBatch(val any, calls []*call) error {
 	if !ok {
 		return fmt.Errorf("%w: batch: got %T, want an array", floodgate.ErrBadReply, val)
 	}
-	if len(arr) != replyWidth*len(calls) {
-		return fmt.Errorf("%w: batch: %d values for %d requests, want %d", floodgate.ErrBadReply, len(arr), len(calls), replyWidth*len(calls))
+	want := 0
+	for _, c := range calls {
+		want += replyWidth * len(c.layers)
 	}
-	for i, c := range calls {
-		part := arr[replyWidth*i : replyWidth*(i+1)]
+	if len(arr) != want {
+		return fmt.Errorf("%w: batch: %d values for %d requests, want %d", floodgate.ErrBadReply, len(arr), len(calls), want)
+	}
+	at := 0
+	for _, c := range calls {
+		part := arr[at : at+replyWidth*len(c.layers)]
+		at += len(part)
 		switch code, _ := part[replyWidth-1].(int64); code {
 		case codeForeign:
-			c.err = fmt.Errorf("%w: redis: key %q holds a value floodgate did not write", floodgate.ErrStoreUnavailable, c.layer[0].Key)
+			c.err = fmt.Errorf("%w: redis: a key of %s holds a value floodgate did not write", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
 		case codeBadArgs:
-			c.err = fmt.Errorf("%w: redis: the script refused the arguments for key %q", floodgate.ErrStoreUnavailable, c.layer[0].Key)
+			c.err = fmt.Errorf("%w: redis: the script refused the arguments for %s", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
 		}
-		c.err = decodeReply(part, c.layer[:], c.res[:])
+		c.err = decodeReply(part, c.layers, c.res)
 	}
 	return nil
+}
+
+// keyList names a decision's keys in an error.
+func keyList(layers []floodgate.Layer) string {
+	if len(layers) == 1 {
+		return fmt.Sprintf("key %q", layers[0].Key)
+	}
+	keys := make([]string, len(layers))
+	for i := range layers {
+		keys[i] = layers[i].Key
+	}
+	return fmt.Sprintf("keys %q", keys)
 }
 
 // batchFrame holds one batch's command arguments: EVALSHA sha numkeys
@@ -263,7 +323,7 @@ func (f *batchFrame) build(calls []*call) {
 	n := len(calls)
 	f.args = append(f.args[:0], nil, nil, n)
 	for _, c := range calls {
-		f.args = append(f.args, &c.layer[0].Key)
+		f.args = append(f.args, &c.layers[0].Key)
 	}
 	if cap(f.nums) < 7*n {
 		f.nums = make([]int64, 7*n)
@@ -273,7 +333,7 @@ func (f *batchFrame) build(calls []*call) {
 	for i, c := range calls {
 		v := f.nums[7*i : 7*i+7]
 		v[0] = c.now
-		putLayer(v[1:], c.now, &c.layer[0])
+		putLayer(v[1:], c.now, &c.layers[0])
 		if [5]int64(v[1:6]) != [5]int64(f.nums[1:6]) {
 			shared = false
 		}
@@ -289,6 +349,41 @@ func (f *batchFrame) build(calls []*call) {
 	}
 	for i := range calls {
 		f.args = append(f.args, &f.nums[7*i], &f.nums[7*i+6])
+	}
+}
+
+// buildLayered fills f for the general script's batch mode: EVALSHA sha
+// numkeys key... "batch" then, per decision, its number of layers n, its
+// now, and its 6n layer arguments.
+func (f *batchFrame) buildLayered(calls []*call) {
+	keys, nums := 0, 0
+	for _, c := range calls {
+		keys += len(c.layers)
+		nums += 2 + 6*len(c.layers)
+	}
+	f.args = append(f.args[:0], nil, nil, keys)
+	for _, c := range calls {
+		for i := range c.layers {
+			f.args = append(f.args, &c.layers[i].Key)
+		}
+	}
+	f.args = append(f.args, argBatch)
+	if cap(f.nums) < nums {
+		f.nums = make([]int64, nums)
+	}
+	f.nums = f.nums[:nums]
+	at := 0
+	for _, c := range calls {
+		n := len(c.layers)
+		v := f.nums[at : at+2+6*n]
+		at += len(v)
+		v[0], v[1] = int64(n), c.now
+		for i := range c.layers {
+			putLayer(v[2+6*i:8+6*i], c.now, &c.layers[i])
+		}
+	}
+	for j := range f.nums {
+		f.args = append(f.args, &f.nums[j])
 	}
 }
 

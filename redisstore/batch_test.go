@@ -40,11 +40,12 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 
 // TestBatchedDecisionsMatchTheModel runs many goroutines, each deciding its
 // own keys in sequence with random times and costs, against one store
-// whose single-layer decisions are coalesced, and checks every result
-// against floodgate.Step; and that decisions were in fact coalesced (fewer
-// script calls than decisions). Half the goroutines share one policy per
-// algorithm (batches in the shared-argument layout), the others each have
-// their own (the per-request layout).
+// whose decisions are coalesced, and checks every result against
+// floodgate.Step; and that decisions were in fact coalesced (fewer script
+// calls than decisions). Among the single-layer goroutines, half share one
+// policy per algorithm (batches in the shared-argument layout), the others
+// each have their own (the per-request layout); a third of all goroutines
+// make layered decisions (the general script's batch mode).
 func TestBatchedDecisionsMatchTheModel(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -64,6 +65,45 @@ func TestBatchedDecisionsMatchTheModel(t *testing.T) {
 	}
 	for w := range workers {
 		wg.Add(1)
+		if w%3 == 2 {
+			// A layered worker: two or three layers of different
+			// algorithms on its own identity, decided by the general
+			// script's batch mode.
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(seed, uint64(w+1)))
+				m := newModel()
+				var ps []floodgate.Policy
+				for j := range 2 + w%2 {
+					ps = append(ps, randPolicy(t, r, algos[(w+j)%len(algos)], 200+w*4+j))
+				}
+				now := vectors.T0.UnixMicro()
+				for n := range decisions {
+					layers := make([]floodgate.Layer, len(ps))
+					for j, p := range ps {
+						layers[j] = floodgate.Layer{Policy: p, Key: e.key(p, fmt.Sprintf("w%d", w)), Cost: randCost(r, p)}
+					}
+					now = nextTime(r, ps[0], now)
+					for _, l := range layers {
+						now = max(now, m.earliest(l.Key))
+					}
+					want := m.decide(now, layers)
+					got, err := e.decide(context.Background(), now, layers)
+					if err != nil {
+						t.Errorf("layered worker %d, decision %d: %v", w, n, err)
+						return
+					}
+					if !sameResults(got, want) {
+						t.Errorf("layered worker %d, decision %d at %d, layers %+v:\n got %+v\nwant %+v", w, n, now, layers, got, want)
+						return
+					}
+				}
+				mu.Lock()
+				total += decisions
+				mu.Unlock()
+			}()
+			continue
+		}
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, uint64(w+1)))
@@ -131,8 +171,7 @@ func TestBatchConcurrentLimit(t *testing.T) {
 func batchOf(p floodgate.Policy, now int64, keys ...string) []*call {
 	calls := make([]*call, len(keys))
 	for i, k := range keys {
-		calls[i] = &call{ctx: context.Background(), now: now, done: make(chan struct{}, 1)}
-		calls[i].layer[0] = floodgate.Layer{Policy: p, Key: k, Cost: 1}
+		calls[i] = newCall(context.Background(), now, fastScripts[p.Algorithm], []floodgate.Layer{{Policy: p, Key: k, Cost: 1}})
 	}
 	return calls
 }
@@ -166,7 +205,7 @@ func TestBatchFailuresStayPerRequest(t *testing.T) {
 			bad.Limit = 0 // refused by the script's own checks
 			calls = append(calls, batchOf(bad, now, k("bad"))...)
 			for _, c := range calls {
-				e.bound[c.layer[0].Key] = ttlBound(p)
+				e.bound[c.layers[0].Key] = ttlBound(p)
 			}
 			e.store.batch.run(calls)
 			for i, cl := range calls {
@@ -250,16 +289,14 @@ func TestBatchAbandon(t *testing.T) {
 func TestBatchTake(t *testing.T) {
 	b := newBatcher(nil, 3, 1)
 	mk := func(a floodgate.Algorithm, id string) *call {
-		c := &call{}
-		c.layer[0] = floodgate.Layer{Policy: floodgate.Policy{Algorithm: a}, Key: id}
-		return c
+		return newCall(context.Background(), 0, fastScripts[a], []floodgate.Layer{{Policy: floodgate.Policy{Algorithm: a}, Key: id}})
 	}
 	fw, gc := floodgate.FixedWindow, floodgate.GCRA
 	b.queue = []*call{mk(gc, "1"), mk(fw, "2"), mk(gc, "3"), mk(gc, "4"), mk(fw, "5"), mk(gc, "6")}
 	keys := func(cs []*call) string {
 		var s []string
 		for _, c := range cs {
-			s = append(s, c.layer[0].Key)
+			s = append(s, c.layers[0].Key)
 		}
 		return strings.Join(s, ",")
 	}
@@ -300,5 +337,97 @@ func TestBatchOptions(t *testing.T) {
 	defer cc.Close()
 	if s, _ := New(cc, Options{}); s.batch != nil {
 		t.Error("coalescing on a cluster client")
+	}
+}
+
+// TestBatchLayered: layered decisions in one batch are each all-or-nothing;
+// one whose second layer's key holds another type fails alone and writes
+// nothing, not even its first layer; and 300 concurrent layered requests
+// (per user 30, global 1,000) admit exactly 30.
+func TestBatchLayered(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{MaxInFlight: 2})
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	user := mustPolicy(t, floodgate.Policy{Name: "user", Algorithm: floodgate.SlidingWindow, Limit: 30, Window: time.Minute})
+	global := mustPolicy(t, floodgate.Policy{Name: "global", Algorithm: floodgate.GCRA, Limit: 1000, Window: time.Minute})
+	layers := func(id string) []floodgate.Layer {
+		return []floodgate.Layer{{Policy: user, Key: e.key(user, id), Cost: 1}, {Policy: global, Key: e.key(global, id), Cost: 1}}
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		for _, l := range layers(id) {
+			e.bound[l.Key] = ttlBound(l.Policy)
+		}
+	}
+	bad := layers("b")
+	if err := c.HSet(ctx, bad[1].Key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Expire(ctx, bad[1].Key, time.Minute)
+	calls := []*call{newCall(ctx, now, script, layers("a")), newCall(ctx, now, script, bad), newCall(ctx, now, script, layers("c"))}
+	e.store.batch.run(calls)
+	for i, cl := range calls {
+		<-cl.done
+		if i == 1 {
+			if !errors.Is(cl.err, floodgate.ErrStoreUnavailable) || !strings.Contains(cl.err.Error(), "did not write") {
+				t.Errorf("decision on a foreign key: %v", cl.err)
+			}
+			continue
+		}
+		if cl.err != nil || !cl.res[0].Allowed || cl.res[0].Remaining != 29 || cl.res[1].Remaining != 999 {
+			t.Errorf("decision %d: %+v %v", i, cl.res, cl.err)
+		}
+	}
+	if n := c.Exists(ctx, bad[0].Key).Val(); n != 0 {
+		t.Error("a failed layered decision wrote its first layer")
+	}
+	// A batch the general script must refuse as a whole: a sliding log
+	// layer (never sent by the store) is refused before anything runs.
+	sl := mustPolicy(t, floodgate.Policy{Name: "log", Algorithm: floodgate.SlidingLog, Limit: 5, Window: time.Minute})
+	withLog := []floodgate.Layer{{Policy: sl, Key: e.key(sl, "d"), Cost: 1}, layers("d")[0]}
+	if coalescable(withLog) != nil {
+		t.Fatal("a decision with a sliding log layer is coalesced")
+	}
+	calls = []*call{newCall(ctx, now, script, layers("d")), newCall(ctx, now, script, withLog)}
+	e.store.batch.run(calls)
+	for i, cl := range calls {
+		<-cl.done
+		if !errors.Is(cl.err, floodgate.ErrStoreUnavailable) || !strings.Contains(cl.err.Error(), "sliding log") {
+			t.Errorf("decision %d of a refused batch: %v", i, cl.err)
+		}
+	}
+	if n := c.Exists(ctx, layers("d")[0].Key).Val(); n != 0 {
+		t.Error("a refused batch wrote")
+	}
+
+	var admitted sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	start := make(chan struct{})
+	for range 300 {
+		admitted.Add(1)
+		go func() {
+			defer admitted.Done()
+			<-start
+			out, err := e.decide(ctx, now, layers("hot"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if out[0].Allowed {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	admitted.Wait()
+	if ok != 30 {
+		t.Fatalf("%d of 300 layered requests admitted, want exactly 30", ok)
+	}
+	if v := c.Get(ctx, e.key(user, "hot")).Val(); !strings.Contains(v, " 30 ") {
+		t.Fatalf("per-user state %q, want 30 counted", v)
 	}
 }

@@ -332,9 +332,12 @@ func bucketState(t *testing.T, e *env, key string, p floodgate.Policy) (f, a, r 
 }
 
 // TestReleaseErrorAfterWrite: unlike a decision, a release can fail after
-// it wrote. Here the second layer's key changes type after the
-// reservation, so the release writes its marker and gives the first layer
-// back before a WRONGTYPE read stops it. Its failure must therefore never
+// it wrote. Here the second layer's key (a token bucket's: bucket releases
+// read their state with a plain GET, while window releases read through
+// the decision's readers, which treat a key of another type as not
+// floodgate's and give nothing back) changes type after the reservation,
+// so the release writes its marker and gives the first layer back before a
+// WRONGTYPE read stops it. Its failure must therefore never
 // count as "nothing written": the split decision reports the part as
 // ErrIndeterminate, whatever class the error reply itself was given.
 func TestReleaseErrorAfterWrite(t *testing.T) {
@@ -342,7 +345,7 @@ func TestReleaseErrorAfterWrite(t *testing.T) {
 	ctx := context.Background()
 	now := vectors.T0.Add(11 * time.Hour).UnixMicro()
 	la := e.layerAt(layered(t, "first", floodgate.FixedWindow, 10), "who", now, 3)
-	lb := e.layerAt(layered(t, "second", floodgate.FixedWindow, 10), "who", now, 3)
+	lb := e.layerAt(layered(t, "second", floodgate.TokenBucket, 10), "who", now, 3)
 	if Slot(la.Key) != Slot(lb.Key) {
 		t.Fatalf("keys %q and %q are in different slots", la.Key, lb.Key)
 	}

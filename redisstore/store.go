@@ -24,20 +24,22 @@
 // only if every layer admitted the request. It never calls TIME: the
 // caller's timestamp travels in the arguments.
 //
-// Automatic pipelining (investigated, not used yet): go-redis v9.23 has an
-// automatic pipeliner, Client.AutoPipeline (blocking face) and
-// AsyncAutoPipeline (deferred face), configured by
-// redis.Options.AutoPipelineOptions (MaxBatchSize, MaxFlushDelay,
-// MaxBatchBytes, and an experimental FullDuplex mode that streams commands
-// on one held connection, ~1 RTT each); ClusterClient has it too, with one
-// engine per primary. The API is marked experimental and may change in a
-// minor release. *redis.AutoPipeliner has Process, so it already satisfies
-// Client and can be passed to New as it is (Decide waits on the command's
-// Err, so the deferred face works too); go-redis documents that its
-// pipelines and the full-duplex engine never re-send a command whose
-// NoRetry is true, which internal/luascript sets on every script command.
-// Whether it beats the pool for EVALSHA under many callers is for the
-// benchmark module to measure.
+// Concurrent single-layer decisions are coalesced (see Options.MaxBatch):
+// while a few script calls are in flight, the decisions that arrive wait
+// and then leave together, those of one algorithm as one call of its
+// single-layer script, which decides them one after another, each exactly
+// as it would be alone. A lone caller's decision is sent at once, alone.
+// Coalescing cuts what Redis and the client spend per decision on
+// receiving, dispatching and answering commands, which at many callers is
+// most of it; see docs/benchmarks.md for the measurements. It is off on
+// Redis Cluster (a script's keys must share a slot).
+//
+// Any go-redis client works: a plain *redis.Client (recommended: its pool
+// plus coalescing), a failover client, a *redis.ClusterClient, or an
+// AutoPipeliner (go-redis's own automatic pipelining, Client.AutoPipeline;
+// experimental in go-redis, and measured slower than the plain client with
+// coalescing here). The store marks every script command NoRetry, which
+// go-redis's pool, pipelines and AutoPipeliner all honour.
 package redisstore
 
 import (
@@ -193,8 +195,10 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			return s.decideSplit(ctx, now, layers, out, &g)
 		}
 	}
-	if s.batch != nil && len(layers) == 1 && hasFastScript(layers[0].Policy.Algorithm) {
-		return s.batch.decide(ctx, now, &layers[0], &out[0])
+	if s.batch != nil {
+		if sc := coalescable(layers); sc != nil {
+			return s.batch.decide(ctx, now, sc, layers, out)
+		}
 	}
 	return s.decideOnce(ctx, now, layers, out)
 }

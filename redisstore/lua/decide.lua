@@ -24,7 +24,168 @@
 -- (sliding log), or the bucket's full time F with its bookkeeping A and R
 -- (token bucket, gcra).
 
+-- decide_at decides one all-or-nothing decision over n layers at now: the
+-- layers' keys are KEYS[k0 + 1 .. k0 + n], their six arguments each start
+-- at ARGV[a0], and the reply values go to reply[r0 + 1 ..] (six per layer,
+-- nine in reserve mode). It returns nil, or an error reply, having written
+-- nothing, when a layer's arguments are bad or its key holds a value
+-- floodgate did not write.
+local function decide_at(k0, a0, n, now, reserve, reply, r0)
+  local width = reserve and 9 or 6
+  local pend = {} -- eight per layer: algorithm, state slots 1..3, PX ms (0: nothing to write), bookkeeping H A R
+  local all = true
+  for i = 1, n do
+    local algo, limit, w, burst, md, cost = layer_args(a0 + 6 * i - 6, i, now)
+    if not algo then
+      return limit
+    end
+    local key = KEYS[k0 + i]
+    local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r = step(key, algo, limit, w, burst, md, cost, now, reserve)
+    if ok == nil then
+      return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
+    end
+    local j = r0 + width * (i - 1)
+    reply[j + 1] = ok and 1 or 0
+    reply[j + 2] = rem
+    reply[j + 3] = reset
+    reply[j + 4] = retry
+    reply[j + 5] = delay
+    reply[j + 6] = reason
+    local k = 8 * i - 8
+    pend[k + 1] = algo
+    pend[k + 5] = 0
+    if ok then
+      if cost > 0 then
+        if ttl < MIN_TTL then
+          ttl = MIN_TTL
+        end
+        ttl = ttl + TTL_SLACK
+        pend[k + 2], pend[k + 3], pend[k + 4] = s1, s2, s3
+        pend[k + 5] = idiv(ttl + 999, 1000)
+        pend[k + 6], pend[k + 7], pend[k + 8] = h, a, r
+      end
+    else
+      all = false
+    end
+  end
+
+  if not all then
+    -- Nothing is written. A layer that would have admitted reports its
+    -- standing without the request (floodgate.Standing): a peek's numbers,
+    -- marked admitted.
+    for i = 1, n do
+      local j = r0 + width * (i - 1)
+      if reply[j + 1] == 1 and tonumber(ARGV[a0 + 6 * i - 1]) > 0 then
+        local algo, limit, w, burst, md = layer_args(a0 + 6 * i - 6, i, now)
+        local _, rem, reset = step(KEYS[k0 + i], algo, limit, w, burst, md, 0, now, false)
+        reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, NONE
+      end
+    end
+  end
+
+  if all then
+    for i = 1, n do
+      local k = 8 * i - 8
+      local px = pend[k + 5]
+      if px > 0 then
+        local algo, key = pend[k + 1], KEYS[k0 + i]
+        local s1, s2, s3 = pend[k + 2], pend[k + 3], pend[k + 4]
+        if algo == 1 then
+          fw_write(key, s1, s2, 0, px)
+        elseif algo == 3 or algo == 6 then
+          sw_write(key, s1, s2, s3, px)
+        elseif algo == 2 then
+          sl_write(key, s1, s2, s3, px, tonumber(ARGV[a0 + 6 * i - 4]))
+        elseif algo == 4 then
+          tb_write(key, s1, s2, px, pend[k + 6], pend[k + 7], pend[k + 8])
+        else
+          gc_write(key, s1, px, pend[k + 6], pend[k + 7], pend[k + 8])
+        end
+      end
+    end
+  end
+  if reserve then
+    -- What a release needs to give each written layer back.
+    for i = 1, n do
+      local k, j = 8 * i - 8, r0 + 9 * i - 9
+      local u1, u2, u3 = 0, 0, 0
+      if all and pend[k + 5] > 0 then
+        local algo = pend[k + 1]
+        if algo == 4 then
+          u1, u2, u3 = reply[j + 3], pend[k + 7], pend[k + 8] -- the reset is F
+        elseif algo == 5 then
+          u1, u2, u3 = pend[k + 2], pend[k + 7], pend[k + 8]
+        else
+          u1 = pend[k + 2]
+        end
+      end
+      reply[j + 7], reply[j + 8], reply[j + 9] = u1, u2, u3
+    end
+  end
+  return nil
+end
+
+-- batch decides several independent decisions, one after another, in one
+-- call: ARGV is 'batch', then for each decision its number of layers n,
+-- its now and its 6n layer arguments; KEYS holds each decision's keys in
+-- the same order. The call's shape is checked before anything is decided.
+-- Each decision is all-or-nothing on its own; one that cannot be decided
+-- (bad arguments: code -2; a key holding a value floodgate did not write:
+-- code -1) writes nothing, gets zeros with the code as every layer's
+-- reason, and the others go on. Reply: six integers per layer, decision
+-- after decision.
+local function batch(nkeys, nargv)
+  local a, k = 2, 0
+  while a <= nargv do
+    local n = arg(a, 1, MAX_LAYERS)
+    if n == nil or a + 1 + 6 * n > nargv or k + n > nkeys then
+      return redis.error_reply('ERR floodgate: bad batch')
+    end
+    for i = 1, n do
+      -- A sliding log reads with sorted-set commands, which raise on a key
+      -- of another type and would stop the batch half done.
+      if ARGV[a + 6 * i - 4] == '2' then
+        return redis.error_reply('ERR floodgate: bad batch: a sliding log layer')
+      end
+    end
+    a, k = a + 2 + 6 * n, k + n
+  end
+  if k ~= nkeys or a ~= nargv + 1 then
+    return redis.error_reply('ERR floodgate: bad batch')
+  end
+  local reply = {}
+  a, k = 2, 0
+  local r = 0
+  while a <= nargv do
+    local n = tonumber(ARGV[a])
+    local now = arg(a + 1, 0, MAX_NOW)
+    local err
+    if now == nil then
+      err = redis.error_reply('ERR floodgate: bad now')
+    else
+      err = decide_at(k, a + 2, n, now, false, reply, r)
+    end
+    if err then
+      local code = -2
+      if string.find(err.err, 'did not write', 1, true) then
+        code = -1
+      end
+      for x = r + 1, r + 6 * n do
+        reply[x] = 0
+      end
+      for i = 1, n do
+        reply[r + 6 * i] = code
+      end
+    end
+    a, k, r = a + 2 + 6 * n, k + n, r + 6 * n
+  end
+  return reply
+end
+
 local nkeys, nargv = #KEYS, #ARGV
+if ARGV[1] == 'batch' then
+  return batch(nkeys, nargv)
+end
 local reserve = false
 if nargv ~= 1 + 6 * nkeys then
   if ARGV[1] == 'release' and nkeys >= 2 and nkeys <= MAX_LAYERS + 1 and nargv == 3 + 9 * (nkeys - 1) then
@@ -47,96 +208,9 @@ if now == nil then
   return redis.error_reply('ERR floodgate: bad now')
 end
 
-local width = reserve and 9 or 6
 local reply = {}
-local pend = {} -- eight per layer: algorithm, state slots 1..3, PX ms (0: nothing to write), bookkeeping H A R
-local all = true
-for i = 1, nkeys do
-  local algo, limit, w, burst, md, cost = layer_args(6 * i - 4, i, now)
-  if not algo then
-    return limit
-  end
-  local key = KEYS[i]
-  local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r = step(key, algo, limit, w, burst, md, cost, now, reserve)
-  if ok == nil then
-    return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
-  end
-  local j = width * (i - 1)
-  reply[j + 1] = ok and 1 or 0
-  reply[j + 2] = rem
-  reply[j + 3] = reset
-  reply[j + 4] = retry
-  reply[j + 5] = delay
-  reply[j + 6] = reason
-  local k = 8 * i - 8
-  pend[k + 1] = algo
-  pend[k + 5] = 0
-  if ok then
-    if cost > 0 then
-      if ttl < MIN_TTL then
-        ttl = MIN_TTL
-      end
-      ttl = ttl + TTL_SLACK
-      pend[k + 2], pend[k + 3], pend[k + 4] = s1, s2, s3
-      pend[k + 5] = idiv(ttl + 999, 1000)
-      pend[k + 6], pend[k + 7], pend[k + 8] = h, a, r
-    end
-  else
-    all = false
-  end
-end
-
-if not all then
-  -- Nothing is written. A layer that would have admitted reports its
-  -- standing without the request (floodgate.Standing): a peek's numbers,
-  -- marked admitted.
-  for i = 1, nkeys do
-    local j = width * (i - 1)
-    if reply[j + 1] == 1 and tonumber(ARGV[6 * i + 1]) > 0 then
-      local algo, limit, w, burst, md = layer_args(6 * i - 4, i, now)
-      local _, rem, reset = step(KEYS[i], algo, limit, w, burst, md, 0, now, false)
-      reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, NONE
-    end
-  end
-end
-
-if all then
-  for i = 1, nkeys do
-    local k = 8 * i - 8
-    local px = pend[k + 5]
-    if px > 0 then
-      local algo, key = pend[k + 1], KEYS[i]
-      local s1, s2, s3 = pend[k + 2], pend[k + 3], pend[k + 4]
-      if algo == 1 then
-        fw_write(key, s1, s2, 0, px)
-      elseif algo == 3 or algo == 6 then
-        sw_write(key, s1, s2, s3, px)
-      elseif algo == 2 then
-        sl_write(key, s1, s2, s3, px, tonumber(ARGV[6 * i - 2]))
-      elseif algo == 4 then
-        tb_write(key, s1, s2, px, pend[k + 6], pend[k + 7], pend[k + 8])
-      else
-        gc_write(key, s1, px, pend[k + 6], pend[k + 7], pend[k + 8])
-      end
-    end
-  end
-end
-if reserve then
-  -- What a release needs to give each written layer back.
-  for i = 1, nkeys do
-    local k, j = 8 * i - 8, 9 * i - 9
-    local u1, u2, u3 = 0, 0, 0
-    if all and pend[k + 5] > 0 then
-      local algo = pend[k + 1]
-      if algo == 4 then
-        u1, u2, u3 = reply[j + 3], pend[k + 7], pend[k + 8] -- the reset is F
-      elseif algo == 5 then
-        u1, u2, u3 = pend[k + 2], pend[k + 7], pend[k + 8]
-      else
-        u1 = pend[k + 2]
-      end
-    end
-    reply[j + 7], reply[j + 8], reply[j + 9] = u1, u2, u3
-  end
+local err = decide_at(0, 2, nkeys, now, reserve, reply, 0)
+if err then
+  return err
 end
 return reply

@@ -4,7 +4,10 @@
 -- fw_read returns the stored T, N (0, 0 when absent), or nil if the value is
 -- not a fixed window state.
 local function fw_read(key)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
+  end
   if not v then
     return 0, 0
   end

@@ -8,7 +8,10 @@
 -- gc_read returns T and, for the long form, H, A, R (0 when absent), or nil
 -- if the value is not a GCRA state.
 local function gc_read(key)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
+  end
   if not v then
     return 0
   end

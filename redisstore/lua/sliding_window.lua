@@ -3,7 +3,10 @@
 -- count in it, count in the previous window), written with SET PX.
 
 local function sw_read(key)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
+  end
   if not v then
     return 0, 0, 0
   end

@@ -11,7 +11,10 @@
 -- tb_read returns T, N and, for the long form, H, A, R (0, 0 when absent),
 -- or nil if the value is not a token bucket state.
 local function tb_read(key)
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
+  end
   if not v then
     return 0, 0
   end

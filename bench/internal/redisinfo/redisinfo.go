@@ -125,6 +125,16 @@ func (c Cost) UsecPerCall() float64 {
 	return float64(c.Usec) / float64(c.Calls)
 }
 
+// UsecPerOp returns the commands' server time per operation in
+// microseconds, for ops operations (0 when ops is 0): with several
+// decisions per script call, the script time each decision costs.
+func (c Cost) UsecPerOp(ops uint64) float64 {
+	if ops == 0 {
+		return 0
+	}
+	return float64(c.Usec) / float64(ops)
+}
+
 // MemoryUsage returns the sum of MEMORY USAGE (with every element sampled)
 // over keys, in bytes. A missing key is an error: the caller measures keys
 // it has just written.

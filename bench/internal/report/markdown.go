@@ -92,11 +92,12 @@ func Markdown(r *Run, chart string) string {
 	top := r.MaxWorkers()
 	w("### Redis server cost per decision at %d callers\n\n", top)
 	w("CPU is the redis-server process's user+sys time (INFO cpu) divided by decisions: it includes reading and writing the sockets, " +
-		"so pipelining lowers it. Script time is INFO commandstats' time per EVALSHA (the script alone).\n\n")
-	w("| setup | server CPU µs/decision | script µs/call |\n|---|---:|---:|\n")
+		"so pipelining lowers it. Script time is INFO commandstats' time of EVALSHA (the script alone), per decision and per call: " +
+		"Floodgate coalesces concurrent decisions into one script call, so one call may decide several.\n\n")
+	w("| setup | server CPU µs/decision | script µs/decision | script µs/call | decisions/call |\n|---|---:|---:|---:|---:|\n")
 	for _, se := range r.Redis {
 		if c, ok := se.At(top); ok {
-			w("| %s | %.1f | %s |\n", mdEscape(se.Name), c.CPUPerOp, usec(c.ScriptUsec))
+			w("| %s | %.1f | %s | %s | %.1f |\n", mdEscape(se.Name), c.CPUPerOp, usec(c.ScriptUsecPerOp), usec(c.ScriptUsec), c.PerCall())
 		}
 	}
 	w("\n")
@@ -112,9 +113,9 @@ func Markdown(r *Run, chart string) string {
 
 	if len(r.Algorithms) > 0 {
 		w("### Floodgate's algorithms on Redis at %d callers\n\n", s.AlgoWorkers)
-		w("| algorithm | decisions/s | p50 / p99 (ms) | server CPU µs/decision | script µs/call |\n|---|---:|---:|---:|---:|\n")
+		w("| algorithm | decisions/s | p50 / p99 (ms) | server CPU µs/decision | script µs/decision | decisions/call |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, c := range r.Algorithms {
-			w("| %s | %s | %s / %s | %.1f | %s |\n", mdEscape(c.Name), rate(c.PerSecond), ms(c.P50), ms(c.P99), c.CPUPerOp, usec(c.ScriptUsec))
+			w("| %s | %s | %s / %s | %.1f | %s | %.1f |\n", mdEscape(c.Name), rate(c.PerSecond), ms(c.P50), ms(c.P99), c.CPUPerOp, usec(c.ScriptUsecPerOp), c.PerCall())
 		}
 		w("\n")
 	}

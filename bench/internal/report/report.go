@@ -141,8 +141,20 @@ type Cell struct {
 	// ScriptUsec is the server time per script call in µs (INFO
 	// commandstats evalsha); 0 when not measured.
 	ScriptUsec float64
+	// ScriptUsecPerOp is the script time per decision in µs: ScriptUsec
+	// divided by the decisions per call (Floodgate coalesces concurrent
+	// decisions into one call); 0 when not measured.
+	ScriptUsecPerOp float64
 	// ScriptCalls is the number of script calls the server counted.
 	ScriptCalls int64
+}
+
+// PerCall returns the decisions per script call (0 when not measured).
+func (c Cell) PerCall() float64 {
+	if c.ScriptCalls == 0 {
+		return 0
+	}
+	return float64(c.Allowed+c.Denied) / float64(c.ScriptCalls)
 }
 
 // At returns the series' cell at workers callers, if measured.

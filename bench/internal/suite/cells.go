@@ -209,17 +209,18 @@ func (r *run) measure(ctx context.Context, op closedloop.Op, workers int, ks []s
 	}
 	cost := redisinfo.Diff(before, after, "evalsha", "eval")
 	c := report.Cell{
-		Workers:     workers,
-		PerSecond:   st.PerSecond(),
-		P50:         st.Latency.Quantile(0.50),
-		P99:         st.Latency.Quantile(0.99),
-		Max:         st.Latency.Max(),
-		Allowed:     st.Allowed,
-		Denied:      st.Denied,
-		Errors:      st.Errors,
-		CPUPerOp:    cost.CPUPerOp(st.Decisions() + st.Errors),
-		ScriptUsec:  cost.UsecPerCall(),
-		ScriptCalls: cost.Calls,
+		Workers:         workers,
+		PerSecond:       st.PerSecond(),
+		P50:             st.Latency.Quantile(0.50),
+		P99:             st.Latency.Quantile(0.99),
+		Max:             st.Latency.Max(),
+		Allowed:         st.Allowed,
+		Denied:          st.Denied,
+		Errors:          st.Errors,
+		CPUPerOp:        cost.CPUPerOp(st.Decisions() + st.Errors),
+		ScriptUsec:      cost.UsecPerCall(),
+		ScriptUsecPerOp: cost.UsecPerOp(st.Decisions() + st.Errors),
+		ScriptCalls:     cost.Calls,
 	}
 	if st.FirstError != nil {
 		c.FirstError = st.FirstError.Error()
