@@ -25,6 +25,9 @@ const (
 	LayersAP      = "fg-layers-ap"
 	// SlidingWinRueidis is the store over rueidis, through an adapter.
 	SlidingWinRueidis = "fg-sw-rueidis"
+	// SlidingWinAPSingle is the store on AutoPipeline with coalescing off
+	// (one script call per decision): pipelining alone.
+	SlidingWinAPSingle = "fg-sw-ap-single"
 
 	// redis-benchmark lines.
 	BenchTiny    = "rb-tiny"

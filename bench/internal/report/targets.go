@@ -50,7 +50,7 @@ func Targets(r *Run) []Target {
 	var ts []Target
 	top := r.MaxWorkers()
 
-	for _, p := range []struct{ id, bench string }{{SlidingWinAP, BenchSW}, {GCRAAP, BenchGCRA}} {
+	for _, p := range []struct{ id, bench string }{{SlidingWindow, BenchSW}, {GCRA, BenchGCRA}, {SlidingWinAP, BenchSW}, {GCRAAP, BenchGCRA}} {
 		ts = append(ts, ratioTarget(r, fmt.Sprintf("%s ≥ 3× redis_rate at %d callers", seriesName(r, p.id), top), p.id, RedisRate, top, 3))
 		t := Target{Name: fmt.Sprintf("%s at %d callers ≥ 50%% of redis-benchmark -P 16 of the same script", seriesName(r, p.id), top)}
 		s, ok1 := r.Series(p.id)

@@ -68,8 +68,8 @@ type spec struct {
 }
 
 // newLimiter returns a Floodgate limiter on a Redis store over client.
-func newLimiter(client redisstore.Client, prefix string) (*floodgate.Limiter, error) {
-	st, err := redisstore.New(client, redisstore.Options{})
+func newLimiter(client redisstore.Client, prefix string, opts redisstore.Options) (*floodgate.Limiter, error) {
+	st, err := redisstore.New(client, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +77,16 @@ func newLimiter(client redisstore.Client, prefix string) (*floodgate.Limiter, er
 }
 
 func floodgateSpec(id, name string, kind clientKind, a floodgate.Algorithm) spec {
+	return floodgateSpecWith(id, name, kind, a, redisstore.Options{})
+}
+
+func floodgateSpecWith(id, name string, kind clientKind, a floodgate.Algorithm, opts redisstore.Options) spec {
 	return spec{id: id, name: name, kind: kind, build: func(_ context.Context, c *clients) (closedloop.Op, error) {
 		client, err := c.floodgateClient(kind)
 		if err != nil {
 			return nil, err
 		}
-		l, err := newLimiter(client, c.prefix)
+		l, err := newLimiter(client, c.prefix, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +104,7 @@ func layeredSpec(id, name string, kind clientKind) spec {
 		if err != nil {
 			return nil, err
 		}
-		l, err := newLimiter(client, c.prefix)
+		l, err := newLimiter(client, c.prefix, redisstore.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -141,6 +145,7 @@ func matrixSpecs() []spec {
 		floodgateSpec(report.GCRAAP, "floodgate gcra, AutoPipeline", autoPipe, floodgate.GCRA),
 		layeredSpec(report.LayersAP, "floodgate 3 layers, AutoPipeline", autoPipe),
 		floodgateSpec(report.SlidingWinRueidis, "floodgate sliding_window, rueidis (adapter)", rueidisAuto, floodgate.SlidingWindow),
+		floodgateSpecWith(report.SlidingWinAPSingle, "floodgate sliding_window, AutoPipeline, coalescing off", autoPipe, floodgate.SlidingWindow, redisstore.Options{MaxBatch: 1}),
 	}
 }
 

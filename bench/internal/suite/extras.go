@@ -78,7 +78,7 @@ func memoryPolicy(a floodgate.Algorithm) (floodgate.Policy, error) {
 func (r *run) memory(ctx context.Context) error {
 	c := r.srv.Client(1)
 	defer c.Close()
-	l, err := newLimiter(c, "mem")
+	l, err := newLimiter(c, "mem", redisstore.Options{})
 	if err != nil {
 		return err
 	}

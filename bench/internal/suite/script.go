@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-rl/floodgate/bench/internal/redisbench"
 	"github.com/floodgate-rl/floodgate/bench/internal/redisinfo"
 	"github.com/floodgate-rl/floodgate/bench/internal/report"
+	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -77,7 +78,7 @@ func (r *run) captureScript(ctx context.Context) error {
 	defer c.Close()
 	h := &scriptHook{}
 	c.AddHook(h)
-	l, err := newLimiter(c, "rb")
+	l, err := newLimiter(c, "rb", redisstore.Options{MaxBatch: 1}) // one decision per call: the script as redis-benchmark runs it
 	if err != nil {
 		return err
 	}
