@@ -73,9 +73,15 @@ func TestBatchedDecisionsMatchTheModel(t *testing.T) {
 				defer wg.Done()
 				r := rand.New(rand.NewPCG(seed, uint64(w+1)))
 				m := newModel()
+				// Two policy sets, each shared by half the layered
+				// workers, so that consecutive decisions in a batch often
+				// have the same policies (the script then reuses their
+				// parsed arguments) and sometimes not.
+				set := w % 2
+				rs := rand.New(rand.NewPCG(seed, uint64(1000+set)))
 				var ps []floodgate.Policy
-				for j := range 2 + w%2 {
-					ps = append(ps, randPolicy(t, r, algos[(w+j)%len(algos)], 200+w*4+j))
+				for j := range 2 + set {
+					ps = append(ps, randPolicy(t, rs, algos[(set+j)%len(algos)], 200+set*4+j))
 				}
 				now := vectors.T0.UnixMicro()
 				for n := range decisions {

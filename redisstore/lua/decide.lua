@@ -30,15 +30,38 @@
 -- nine in reserve mode). It returns nil, or an error reply, having written
 -- nothing, when a layer's arguments are bad or its key holds a value
 -- floodgate did not write.
-local function decide_at(k0, a0, n, now, reserve, reply, r0)
+local function decide_at(k0, a0, n, now, reserve, reply, r0, P, pa, PP)
   local width = reserve and 9 or 6
+  -- The layers' arguments, checked, six per layer into P: the policy's
+  -- five are taken from PP, the previous decision's, when they are the
+  -- very strings of the previous decision's (at pa; Lua strings are
+  -- interned, so comparing them is cheap), as in a batch of decisions
+  -- under one set of policies; only the cost and a quota's period are
+  -- checked again.
+  for i = 1, n do
+    local a, b = a0 + 6 * i - 6, 6 * i - 6
+    local q = pa and pa + 6 * i - 6
+    if q and ARGV[a] == ARGV[q] and ARGV[a + 1] == ARGV[q + 1] and ARGV[a + 2] == ARGV[q + 2] and
+      ARGV[a + 3] == ARGV[q + 3] and ARGV[a + 4] == ARGV[q + 4] then
+      local cost = arg(a + 5, 0, MAX_LIMIT)
+      local algo, w, burst = PP[b + 1], PP[b + 3], PP[b + 4]
+      if cost == nil or algo == 6 and not (w <= now and now < burst) then
+        return redis.error_reply(sfmt('ERR floodgate: bad arguments for layer %d', i))
+      end
+      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6] = algo, PP[b + 2], w, burst, PP[b + 5], cost
+    else
+      local algo, limit, w, burst, md, cost = layer_args(a, i, now)
+      if not algo then
+        return limit
+      end
+      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6] = algo, limit, w, burst, md, cost
+    end
+  end
   local pend = {} -- eight per layer: algorithm, state slots 1..3, PX ms (0: nothing to write), bookkeeping H A R
   local all = true
   for i = 1, n do
-    local algo, limit, w, burst, md, cost = layer_args(a0 + 6 * i - 6, i, now)
-    if not algo then
-      return limit
-    end
+    local b = 6 * i - 6
+    local algo, limit, w, burst, md, cost = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6]
     local key = KEYS[k0 + i]
     local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r = step(key, algo, limit, w, burst, md, cost, now, reserve)
     if ok == nil then
@@ -75,9 +98,9 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0)
     -- marked admitted.
     for i = 1, n do
       local j = r0 + width * (i - 1)
-      if reply[j + 1] == 1 and tonumber(ARGV[a0 + 6 * i - 1]) > 0 then
-        local algo, limit, w, burst, md = layer_args(a0 + 6 * i - 6, i, now)
-        local _, rem, reset = step(KEYS[k0 + i], algo, limit, w, burst, md, 0, now, false)
+      local b = 6 * i - 6
+      if reply[j + 1] == 1 and P[b + 6] > 0 then
+        local _, rem, reset = step(KEYS[k0 + i], P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], 0, now, false)
         reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, NONE
       end
     end
@@ -95,7 +118,7 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0)
         elseif algo == 3 or algo == 6 then
           sw_write(key, s1, s2, s3, px)
         elseif algo == 2 then
-          sl_write(key, s1, s2, s3, px, tonumber(ARGV[a0 + 6 * i - 4]))
+          sl_write(key, s1, s2, s3, px, P[6 * i - 3])
         elseif algo == 4 then
           tb_write(key, s1, s2, px, pend[k + 6], pend[k + 7], pend[k + 8])
         else
@@ -156,6 +179,7 @@ local function batch(nkeys, nargv)
   local reply = {}
   a, k = 2, 0
   local r = 0
+  local P, PP, pa, pn = {}, {}, nil, 0 -- this decision's arguments, the previous one's and where they were
   while a <= nargv do
     local n = tonumber(ARGV[a])
     local now = arg(a + 1, 0, MAX_NOW)
@@ -163,7 +187,16 @@ local function batch(nkeys, nargv)
     if now == nil then
       err = redis.error_reply('ERR floodgate: bad now')
     else
-      err = decide_at(k, a + 2, n, now, false, reply, r)
+      local same = pa
+      if n ~= pn then
+        same = nil
+      end
+      err = decide_at(k, a + 2, n, now, false, reply, r, P, same, PP)
+    end
+    if err then
+      pa, pn = nil, 0
+    else
+      P, PP, pa, pn = PP, P, a + 2, n
     end
     if err then
       local code = -2
@@ -209,7 +242,7 @@ if now == nil then
 end
 
 local reply = {}
-local err = decide_at(0, 2, nkeys, now, reserve, reply, 0)
+local err = decide_at(0, 2, nkeys, now, reserve, reply, 0, {})
 if err then
   return err
 end
