@@ -116,18 +116,13 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 		b.next()
 		return err
 	}
+	// Every call is busy (whenever the queue is not empty, all
+	// maxInFlight calls are in flight: only next, at the end of a call,
+	// empties a slot, and it does so only when nobody waits). Wait for
+	// one of them to take this decision along.
 	c := newCall(ctx, now, sc, layers)
 	b.queue = append(b.queue, c)
-	var run []*call
-	if b.inFlight < b.maxInFlight {
-		b.inFlight++
-		run = b.take()
-	}
 	b.mu.Unlock()
-	if run != nil {
-		b.run(run)
-		b.next()
-	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():

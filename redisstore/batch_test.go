@@ -339,10 +339,41 @@ func TestBatchOptions(t *testing.T) {
 	if s, _ := New(c, Options{SlotCheck: SlotCheckOn}); s.batch != nil {
 		t.Error("coalescing with the slot check on")
 	}
+	if s, _ := New(c, Options{Coalesce: CoalesceOff}); s.batch != nil {
+		t.Error("coalescing with CoalesceOff")
+	}
+	if _, err := New(c, Options{Coalesce: CoalesceOn, SlotCheck: SlotCheckOn}); err == nil {
+		t.Error("CoalesceOn with the slot check on accepted")
+	}
+	if _, err := New(c, Options{Coalesce: 9}); err == nil {
+		t.Error("unknown Coalesce accepted")
+	}
+	// Clients that may hold keys on several servers do not coalesce unless
+	// asked to.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
-	if s, _ := New(cc, Options{}); s.batch != nil {
-		t.Error("coalescing on a cluster client")
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	defer ring.Close()
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	for name, o := range map[string]struct {
+		client Client
+		opts   Options
+	}{
+		"cluster client":                 {cc, Options{}},
+		"cluster client, slot check off": {cc, Options{SlotCheck: SlotCheckOff}},
+		"ring":                           {ring, Options{}},
+		"AutoPipeliner":                  {ap, Options{}},
+	} {
+		if s, err := New(o.client, o.opts); err != nil || s.batch != nil {
+			t.Errorf("%s: coalescing on by default (%v)", name, err)
+		}
+	}
+	if s, err := New(ap, Options{Coalesce: CoalesceOn}); err != nil || s.batch == nil {
+		t.Errorf("AutoPipeliner with CoalesceOn: not coalescing (%v)", err)
 	}
 }
 

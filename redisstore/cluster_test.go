@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,7 @@ func TestCluster(t *testing.T) {
 	t.Run("split differential", func(t *testing.T) { testSplitDifferential(t, e, seed) })
 	t.Run("release", func(t *testing.T) { testRelease(t, e) })
 	t.Run("fan-in", func(t *testing.T) { testFanIn(t, e, allLayered...) })
+	t.Run("no coalescing across slots", func(t *testing.T) { testNoCoalescingAcrossSlots(t, cc) })
 
 	calls, bad := rec.report()
 	for _, b := range bad {
@@ -161,5 +163,56 @@ func TestSlotRecorder(t *testing.T) {
 	r.record([]any{"get", a})
 	if calls, bad := r.report(); calls != 2 || len(bad) != 1 {
 		t.Fatalf("calls %d, reported %v; want 2 calls and the cross-slot one reported", calls, bad)
+	}
+}
+
+// testNoCoalescingAcrossSlots: clients that may send keys to several nodes
+// do not coalesce by default, so concurrent single-layer decisions of many
+// identities all succeed: a cluster client with the slot check off, and a
+// cluster client's AutoPipeliner.
+func testNoCoalescingAcrossSlots(t *testing.T, cc *redis.ClusterClient) {
+	ap, err := cc.AutoPipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ap.Close()
+	p := mustPolicy(t, floodgate.Policy{Name: "spread", Algorithm: floodgate.SlidingWindow, Limit: 10, Window: time.Minute})
+	for name, c := range map[string]struct {
+		client Client
+		opts   Options
+	}{
+		"cluster client, slot check off": {cc, Options{SlotCheck: SlotCheckOff}},
+		"cluster AutoPipeliner":          {ap, Options{}},
+	} {
+		s, err := New(c.client, c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.batch != nil {
+			t.Fatalf("%s: coalescing on", name)
+		}
+		prefix := uniquePrefix(t)
+		now := time.Now().UnixMicro()
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		var first atomic.Value
+		for w := range 64 {
+			wg.Go(func() {
+				for i := range 10 {
+					layers := []floodgate.Layer{{Policy: p, Key: floodgate.Key(prefix, p, fmt.Sprintf("w%d-%d", w, i)), Cost: 1}}
+					out := make([]floodgate.Result, 1)
+					if err := s.Decide(context.Background(), now, layers, out); err != nil {
+						if failed.Add(1) == 1 {
+							first.Store(err.Error())
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Errorf("%s: %d of 640 decisions failed, first: %v", name, n, first.Load())
+		}
+		// The keys expire with their TTL (a minute plus slack).
 	}
 }

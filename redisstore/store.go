@@ -24,15 +24,17 @@
 // only if every layer admitted the request. It never calls TIME: the
 // caller's timestamp travels in the arguments.
 //
-// Concurrent single-layer decisions are coalesced (see Options.MaxBatch):
-// while a few script calls are in flight, the decisions that arrive wait
-// and then leave together, those of one algorithm as one call of its
-// single-layer script, which decides them one after another, each exactly
-// as it would be alone. A lone caller's decision is sent at once, alone.
-// Coalescing cuts what Redis and the client spend per decision on
-// receiving, dispatching and answering commands, which at many callers is
-// most of it; see docs/benchmarks.md for the measurements. It is off on
-// Redis Cluster (a script's keys must share a slot).
+// Concurrent decisions are coalesced (see Options.Coalesce): while a few
+// script calls are in flight, the decisions that arrive wait and then
+// leave together — single-layer ones of one algorithm as one call of its
+// single-layer script, layered ones as one call of the general script —
+// and the script decides them one after another, each exactly as it would
+// be alone. A lone caller's decision is sent at once, alone. Coalescing
+// cuts what Redis and the client spend per decision on receiving,
+// dispatching and answering commands, which at many callers is most of it;
+// see docs/benchmarks.md for the measurements. A coalesced call holds many
+// identities' keys, so by default it is on only for a *redis.Client (one
+// server), never on Redis Cluster or a Ring.
 //
 // Any go-redis client works: a plain *redis.Client (recommended: its pool
 // plus coalescing), a failover client, a *redis.ClusterClient, or an
@@ -81,16 +83,36 @@ const (
 	SlotCheckOff
 )
 
+// Coalesce says whether a Store coalesces concurrent decisions into one
+// script call. A coalesced call holds the keys of many identities, so every
+// key must live on the one server the call is sent to.
+type Coalesce uint8
+
+// The coalescing modes.
+const (
+	// CoalesceAuto coalesces on a *redis.Client — one server, a primary
+	// found through Sentinel included — and on no other client: a cluster
+	// client, a Ring or an AutoPipeliner may hold keys on several servers.
+	CoalesceAuto Coalesce = iota
+	// CoalesceOn coalesces whatever the client. Use it only when every key
+	// lives on one server: an AutoPipeliner of a *redis.Client, or a
+	// wrapper of one. It cannot be combined with the slot check on.
+	CoalesceOn
+	// CoalesceOff sends every decision as its own script call.
+	CoalesceOff
+)
+
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// SlotCheck says whether a call whose keys span several Redis Cluster
 	// slots is split by slot. Default SlotCheckAuto.
 	SlotCheck SlotCheck
-	// MaxBatch is the most concurrent single-layer decisions sent together
-	// as one script call (see Store). 0 means DefaultMaxBatch; 1 turns
-	// coalescing off, so that every decision is its own script call.
-	// Coalescing is always off when the slot check is on (a cluster
-	// refuses a script whose keys are in several slots).
+	// Coalesce says whether concurrent decisions are coalesced into one
+	// script call (see the package documentation). Default CoalesceAuto.
+	Coalesce Coalesce
+	// MaxBatch is the most concurrent decisions sent together as one
+	// script call. 0 means DefaultMaxBatch; 1 turns coalescing off, so that
+	// every decision is its own script call.
 	MaxBatch int
 	// MaxInFlight is the most script calls of coalesced decisions in
 	// flight at once; decisions beyond it wait and leave together when one
@@ -147,7 +169,21 @@ func New(client Client, opts Options) (*Store, error) {
 	if opts.MaxInFlight == 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
-	if opts.MaxBatch > 1 && !s.slots {
+	var coalesce bool
+	switch opts.Coalesce {
+	case CoalesceAuto:
+		_, single := client.(*redis.Client)
+		coalesce = single && !s.slots
+	case CoalesceOn:
+		if s.slots {
+			return nil, fmt.Errorf("redisstore: CoalesceOn with the slot check on: a coalesced call holds keys of many slots")
+		}
+		coalesce = true
+	case CoalesceOff:
+	default:
+		return nil, fmt.Errorf("redisstore: unknown Coalesce %d", opts.Coalesce)
+	}
+	if coalesce && opts.MaxBatch > 1 {
 		s.batch = newBatcher(s, opts.MaxBatch, opts.MaxInFlight)
 	}
 	s.frames.New = func() any { return new(frame) }

@@ -77,7 +77,18 @@ func newLimiter(client redisstore.Client, prefix string, opts redisstore.Options
 }
 
 func floodgateSpec(id, name string, kind clientKind, a floodgate.Algorithm) spec {
-	return floodgateSpecWith(id, name, kind, a, redisstore.Options{})
+	return floodgateSpecWith(id, name, kind, a, storeOptions(kind))
+}
+
+// storeOptions returns the store options for a client kind: coalescing on
+// for every kind (the store turns it on by itself only for a plain
+// *redis.Client; the harness's AutoPipeliner and rueidis adapter also talk
+// to the one server).
+func storeOptions(kind clientKind) redisstore.Options {
+	if kind == plain {
+		return redisstore.Options{}
+	}
+	return redisstore.Options{Coalesce: redisstore.CoalesceOn}
 }
 
 func floodgateSpecWith(id, name string, kind clientKind, a floodgate.Algorithm, opts redisstore.Options) spec {
@@ -104,7 +115,7 @@ func layeredSpec(id, name string, kind clientKind) spec {
 		if err != nil {
 			return nil, err
 		}
-		l, err := newLimiter(client, c.prefix, redisstore.Options{})
+		l, err := newLimiter(client, c.prefix, storeOptions(kind))
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +156,7 @@ func matrixSpecs() []spec {
 		floodgateSpec(report.GCRAAP, "floodgate gcra, AutoPipeline", autoPipe, floodgate.GCRA),
 		layeredSpec(report.LayersAP, "floodgate 3 layers, AutoPipeline", autoPipe),
 		floodgateSpec(report.SlidingWinRueidis, "floodgate sliding_window, rueidis (adapter)", rueidisAuto, floodgate.SlidingWindow),
-		floodgateSpecWith(report.SlidingWinAPSingle, "floodgate sliding_window, AutoPipeline, coalescing off", autoPipe, floodgate.SlidingWindow, redisstore.Options{MaxBatch: 1}),
+		floodgateSpecWith(report.SlidingWinAPSingle, "floodgate sliding_window, AutoPipeline, coalescing off", autoPipe, floodgate.SlidingWindow, redisstore.Options{Coalesce: redisstore.CoalesceOff}),
 	}
 }
 

@@ -129,7 +129,7 @@ func (r *run) flood(ctx context.Context) error {
 		return err
 	}
 	defer cl.close()
-	rs, err := redisstore.New(cl.ap, redisstore.Options{})
+	rs, err := redisstore.New(cl.ap, storeOptions(autoPipe))
 	if err != nil {
 		return err
 	}
