@@ -13,16 +13,19 @@ import (
 // Coalescing. A single-layer decision costs Redis about as much to
 // receive, dispatch and answer as to decide, and the client about as much
 // to send and read. When many goroutines decide at once, the Store
-// therefore sends their single-layer decisions of one algorithm together,
-// as one call of that algorithm's script (lua/fast_*.lua decide any number
-// of independent requests, one after another, in one atomic run).
+// therefore sends their decisions together: single-layer ones of one
+// algorithm as one call of that algorithm's script (lua/fast_*.lua decide
+// any number of independent requests, one after another, in one atomic
+// run), layered ones as one call of the general script's batch mode
+// (batch in lua/decide.lua). Decisions with a sliding log layer are never
+// coalesced (see coalescable).
 //
 // The batcher keeps at most maxInFlight script calls of coalesced
 // decisions in flight. A decision that finds a call free and nobody
 // waiting is sent at once, alone, exactly as without coalescing, so a lone
 // caller pays nothing for it. Otherwise it waits in the queue; whenever a
-// call completes, the queue's oldest decisions (up to maxBatch of the
-// oldest one's algorithm) leave together in the next call. No goroutine
+// call completes, the queue's oldest decisions (up to maxBatch decided by
+// the oldest one's script) leave together in the next call. No goroutine
 // runs while nothing is queued.
 //
 // A request in a batch is decided exactly as it would be alone, at its own
