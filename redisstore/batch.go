@@ -88,24 +88,17 @@ func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
 	return b
 }
 
-// coalescable returns the script that decides layers in a batch, or nil
-// if they are not decided in batches: a single layer whose algorithm has a
-// single-layer script, or several layers none of which is a sliding log
-// (its sorted-set reads would raise on a key of another type, and a batch
-// must never stop half done).
+// coalescable returns the script that decides layers in a batch (see
+// scriptFor), or nil if they are not decided in batches: a sliding log
+// layer's sorted-set reads would raise on a key of another type, and a
+// batch must never stop half done.
 func coalescable(layers []floodgate.Layer) *luascript.Script {
-	if len(layers) == 1 {
-		if a := layers[0].Policy.Algorithm; hasFastScript(a) {
-			return fastScripts[a]
-		}
-		return nil
-	}
 	for i := range layers {
 		if layers[i].Policy.Algorithm == floodgate.SlidingLog {
 			return nil
 		}
 	}
-	return script
+	return scriptFor(layers)
 }
 
 // decide decides layers (checked, on one slot) with sc, coalescing them

@@ -34,6 +34,10 @@ var (
 	luaRelease string
 	//go:embed lua/decide.lua
 	luaDecide string
+	//go:embed lua/fast_head.lua
+	luaFastHead string
+	//go:embed lua/fast_tail.lua
+	luaFastTail string
 	//go:embed lua/fast_fixed_window.lua
 	luaFastFixedWindow string
 	//go:embed lua/fast_sliding_window.lua
@@ -73,16 +77,21 @@ var script = luascript.New(source, luascript.Options{})
 // layer exactly as a one-layer call of the general script would, on the
 // same state, but defines no function (Redis runs a script's whole body on
 // every call, so every function defined in it is created again each time;
-// see lua/fast_fixed_window.lua). The sliding log has none: its cost is in
+// see lua/fast_head.lua). The sliding log has none: its cost is in
 // its sorted-set commands, so it stays on the general script. They are
 // immutable.
 var fastSources = [...]string{
-	floodgate.FixedWindow:   luaFastFixedWindow,
-	floodgate.SlidingWindow: luaFastSlidingWindow,
-	floodgate.TokenBucket:   luaFastTokenBucket,
-	floodgate.GCRA:          luaFastGCRA,
-	floodgate.Quota:         luaFastQuota,
+	floodgate.FixedWindow:   fastSource(luaFastFixedWindow),
+	floodgate.SlidingWindow: fastSource(luaFastSlidingWindow),
+	floodgate.TokenBucket:   fastSource(luaFastTokenBucket),
+	floodgate.GCRA:          fastSource(luaFastGCRA),
+	floodgate.Quota:         fastSource(luaFastQuota),
 }
+
+// fastSource is a single-layer script: the shared head (constants, the
+// call's layouts, the loop over requests), the algorithm's body, run once
+// per request, and the shared tail (per-request errors, the reply).
+func fastSource(body string) string { return luaFastHead + body + luaFastTail }
 
 // fastScripts runs fastSources, by algorithm, with the same machinery and
 // error classes as script (a single-layer script makes every read and
@@ -109,10 +118,8 @@ func hasFastScript(a floodgate.Algorithm) bool {
 // single-layer script for one layer, when it has one, else the general
 // script.
 func scriptFor(layers []floodgate.Layer) *luascript.Script {
-	if len(layers) == 1 {
-		if a := int(layers[0].Policy.Algorithm); a < len(fastScripts) && fastScripts[a] != nil {
-			return fastScripts[a]
-		}
+	if len(layers) == 1 && hasFastScript(layers[0].Policy.Algorithm) {
+		return fastScripts[layers[0].Policy.Algorithm]
 	}
 	return script
 }

@@ -1,44 +1,10 @@
--- fast_sliding_window.lua: a one-layer sliding window decision, the same as
+-- fast_sliding_window.lua: one-layer sliding window decisions, the same as
 -- a one-layer call of the general script (decide.lua with
 -- sliding_window.lua) on the same state, written out flat (see
--- fast_fixed_window.lua, which also describes the call and the reply).
--- State: "T N P" (see sliding_window.lua), written with SET PX only when a
--- request is admitted.
+-- fast_head.lua, which describes the call and the reply). State: "T N P"
+-- (see sliding_window.lua), written with SET PX only when a request is
+-- admitted.
 
-local MAX_NOW = 4503599627370496
-local MAX_LIMIT = 1099511627776
-local MIN_WINDOW, MAX_WINDOW = 1000, 34560000000000
-local MIN_TTL = 1000
-local TTL_SLACK = 1000000
-local fmod, floor, ceil, sfmt = math.fmod, math.floor, math.ceil, string.format
-
-local nk, na = #KEYS, #ARGV
--- Two layouts (see fast_fixed_window.lua): seven arguments per request, or
--- the five policy arguments once followed by now and cost per request.
-local shared = nk > 1 and na == 5 + 2 * nk
-if nk < 1 or not shared and na ~= 7 * nk then
-  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys, 7 arguments per key or 5 + 2 per key')
-end
-local P = {} -- the shared policy arguments, by their place (2..6) in a request's seven
-if shared then
-  P[2] = ARGV[1]
-  for k = 3, 6 do
-    P[k] = tonumber(ARGV[k - 1])
-    if not P[k] then
-      return redis.error_reply('ERR floodgate: bad shared arguments')
-    end
-  end
-end
-local reply = {}
-for i = 1, nk do
-  local ai, ri = 7 * i - 7, 6 * i - 6
-  local nw, cs = ai + 1, ai + 7 -- where the request's now and cost are
-  if shared then
-    nw = 4 + 2 * i
-    cs = nw + 1
-  end
-  local code, msg
-  repeat -- break ends this decision early, with an error code
     local now, limit, w, cost =
       tonumber(ARGV[nw]),
       (shared and P[3] or tonumber(ARGV[ai + 3])),
@@ -131,12 +97,3 @@ for i = 1, nk do
       redis.call('SET', key, sfmt('%d %d %d', start, cur, prev), 'PX', sfmt('%d', (ttl - fmod(ttl, 1000)) / 1000))
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - est, reset, retry, 0, reason
-  until true
-  if code then
-    if nk == 1 then
-      return redis.error_reply(msg)
-    end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
-  end
-end
-return reply

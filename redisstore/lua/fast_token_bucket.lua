@@ -1,46 +1,11 @@
--- fast_token_bucket.lua: a one-layer token bucket decision, the same as a
+-- fast_token_bucket.lua: one-layer token bucket decisions, the same as a
 -- one-layer call of the general script (decide.lua with token_bucket.lua)
--- on the same state, written out flat (see fast_fixed_window.lua, which
--- also describes the call and the reply). State: "T N", or "T N H A R"
--- once a reservation added the release's bookkeeping, which is then kept up
--- to date as step in layer.lua does (see token_bucket.lua); written with SET
--- PX only when a request is admitted.
+-- on the same state, written out flat (see fast_head.lua, which describes
+-- the call and the reply). State: "T N", or "T N H A R" once a reservation
+-- added the release's bookkeeping, which is then kept up to date as step in
+-- layer.lua does (see token_bucket.lua); written with SET PX only when a
+-- request is admitted.
 
-local MAX_NOW = 4503599627370496
-local MAX_LIMIT = 1099511627776
-local MAX_SPAN = 1125899906842624
-local MIN_WINDOW, MAX_WINDOW = 1000, 34560000000000
-local MIN_TTL = 1000
-local TTL_SLACK = 1000000
-local fmod, sfmt, smatch = math.fmod, string.format, string.match
-
-local nk, na = #KEYS, #ARGV
--- Two layouts (see fast_fixed_window.lua): seven arguments per request, or
--- the five policy arguments once followed by now and cost per request.
-local shared = nk > 1 and na == 5 + 2 * nk
-if nk < 1 or not shared and na ~= 7 * nk then
-  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys, 7 arguments per key or 5 + 2 per key')
-end
-local P = {} -- the shared policy arguments, by their place (2..6) in a request's seven
-if shared then
-  P[2] = ARGV[1]
-  for k = 3, 6 do
-    P[k] = tonumber(ARGV[k - 1])
-    if not P[k] then
-      return redis.error_reply('ERR floodgate: bad shared arguments')
-    end
-  end
-end
-local reply = {}
-for i = 1, nk do
-  local ai, ri = 7 * i - 7, 6 * i - 6
-  local nw, cs = ai + 1, ai + 7 -- where the request's now and cost are
-  if shared then
-    nw = 4 + 2 * i
-    cs = nw + 1
-  end
-  local code, msg
-  repeat -- break ends this decision early, with an error code
     local now, limit, w, b, cost =
       tonumber(ARGV[nw]),
       (shared and P[3] or tonumber(ARGV[ai + 3])),
@@ -139,12 +104,3 @@ for i = 1, nk do
       end
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, tokens, reset, retry, 0, reason
-  until true
-  if code then
-    if nk == 1 then
-      return redis.error_reply(msg)
-    end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
-  end
-end
-return reply

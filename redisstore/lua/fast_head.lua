@@ -1,0 +1,64 @@
+-- fast_head.lua, fast_*.lua, fast_tail.lua: the single-layer scripts. The
+-- Go package concatenates this head, one algorithm's body and the tail
+-- into one script per algorithm (redisstore/script.go). Each decides
+-- one-layer requests exactly as a one-layer call of the general script
+-- (decide.lua) would on the same state, but written out flat: Redis runs a
+-- script's whole body on every call, and every function a script defines
+-- is created again each time, so the single-layer scripts define none.
+--
+-- A call decides one or more independent requests, one after another, in
+-- one atomic run: KEYS[i] is request i's key; ARGV holds seven arguments
+-- per request: now (Unix µs), then the layer's six arguments as in
+-- layer_args (algorithm, limit, window µs, burst, max delay µs, cost). A
+-- call of two requests or more under one policy may instead send the five
+-- policy arguments once (algorithm, limit, window, burst, max delay), then
+-- now and cost per request: Redis turns every argument into a Lua string,
+-- and the script every number it reads into a number, at a cost that is a
+-- large part of a request's. The Go side validated everything; the checks
+-- here only keep the script from running on garbage.
+--
+-- Reply: the six integers of decide.lua per request. A request that cannot
+-- be decided writes nothing and, when the call has several, gets the
+-- reason code -1 (its key holds a value floodgate did not write, or a key
+-- of another type) or -2 (bad arguments) with zeros, and the others go on;
+-- when it is the only one, the call fails with an error reply instead.
+--
+-- The body runs once per request inside `repeat ... until true`, with the
+-- request's argument places ai (its seven), nw (now) and cs (cost), P (the
+-- shared policy arguments, when shared) and its reply place ri: it either
+-- fills reply[ri + 1 .. ri + 6], or sets code and msg and breaks.
+
+local MAX_NOW = 4503599627370496
+local MAX_LIMIT = 1099511627776
+local MAX_SPAN = 1125899906842624
+local MIN_WINDOW, MAX_WINDOW = 1000, 34560000000000
+local MIN_TTL = 1000
+local TTL_SLACK = 1000000
+local QUOTA_GRACE = 3600000000
+local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
+
+local nk, na = #KEYS, #ARGV
+local shared = nk > 1 and na == 5 + 2 * nk
+if nk < 1 or not shared and na ~= 7 * nk then
+  return redis.error_reply('ERR floodgate: bad call: want 1 or more keys, 7 arguments per key or 5 + 2 per key')
+end
+local P = {} -- the shared policy arguments, by their place (2..6) in a request's seven
+if shared then
+  P[2] = ARGV[1]
+  for k = 3, 6 do
+    P[k] = tonumber(ARGV[k - 1])
+    if not P[k] then
+      return redis.error_reply('ERR floodgate: bad shared arguments')
+    end
+  end
+end
+local reply = {}
+for i = 1, nk do
+  local ai, ri = 7 * i - 7, 6 * i - 6
+  local nw, cs = ai + 1, ai + 7 -- where the request's now and cost are
+  if shared then
+    nw = 4 + 2 * i
+    cs = nw + 1
+  end
+  local code, msg
+  repeat -- break ends this request early, with an error code

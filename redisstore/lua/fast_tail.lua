@@ -1,0 +1,10 @@
+-- fast_tail.lua: the end of the single-layer scripts (see fast_head.lua).
+  until true
+  if code then
+    if nk == 1 then
+      return redis.error_reply(msg)
+    end
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
+  end
+end
+return reply
