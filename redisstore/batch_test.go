@@ -468,3 +468,80 @@ func TestBatchLayered(t *testing.T) {
 		t.Fatalf("per-user state %q, want 30 counted", v)
 	}
 }
+
+// TestBatchSharedKeyReadAndWrittenOnce checks the layered batch's key
+// cache: decisions that share a layer's key (a global edge limit) in one
+// call read it once and write it once, with the state and TTL of the last
+// decision, and every decision sees the ones before it exactly as if each
+// had been sent alone.
+func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
+	ctx := context.Background()
+	w := time.Minute
+	base := time.Now().UnixMicro()
+	base -= base % w.Microseconds() // the start of a window: the decisions below share it
+	edge := mustPolicy(t, floodgate.Policy{Name: "edge", Algorithm: floodgate.FixedWindow, Limit: 5, Window: w})
+	user := mustPolicy(t, floodgate.Policy{Name: "user", Algorithm: floodgate.SlidingWindow, Limit: 10, Window: w})
+	edgeKey := e.key(edge, "all")
+	e.bound[edgeKey] = ttlBound(edge)
+	var calls []*call
+	var want [][]floodgate.Result
+	edgeState, userState := floodgate.State{}, map[string]floodgate.State{}
+	last := int64(0)
+	for i := range 8 {
+		now := base + int64(i+1)*1_000_000 // one second apart
+		id := fmt.Sprint("u", i%3)
+		layers := []floodgate.Layer{{Policy: edge, Key: edgeKey, Cost: 1}, {Policy: user, Key: e.key(user, id), Cost: 1}}
+		e.bound[layers[1].Key] = ttlBound(user)
+		calls = append(calls, newCall(ctx, now, script, layers))
+		// The model: all or nothing over the two layers, one after another.
+		oe := floodgate.Step(edge, edgeState, now, 1)
+		ou := floodgate.Step(user, userState[id], now, 1)
+		res := []floodgate.Result{oe.Result, ou.Result}
+		if oe.Result.Allowed && ou.Result.Allowed {
+			edgeState, userState[id] = oe.State, ou.State
+			last = now
+		} else {
+			if oe.Result.Allowed {
+				res[0] = floodgate.Standing(edge, edgeState, now)
+			}
+			if ou.Result.Allowed {
+				res[1] = floodgate.Standing(user, userState[id], now)
+			}
+		}
+		want = append(want, res)
+	}
+	gets, sets := commandCalls(t, c, "get"), commandCalls(t, c, "set")
+	e.store.batch.run(calls)
+	for i, cl := range calls {
+		<-cl.done
+		if cl.err != nil {
+			t.Fatalf("decision %d: %v", i, cl.err)
+		}
+		for j := range cl.res {
+			g, x := cl.res[j], want[i][j]
+			if g.Allowed != x.Allowed || g.Remaining != x.Remaining || !g.ResetAt.Equal(x.ResetAt) || g.Reason != x.Reason {
+				t.Errorf("decision %d layer %d: got %+v, want %+v", i, j, g, x)
+			}
+		}
+	}
+	// One GET and one SET per distinct key: the edge key and three users.
+	if n := commandCalls(t, c, "get") - gets; n != 4 {
+		t.Errorf("%d GETs for 4 distinct keys in one batch, want 4", n)
+	}
+	if n := commandCalls(t, c, "set") - sets; n != 4 {
+		t.Errorf("%d SETs for 4 distinct keys in one batch, want 4", n)
+	}
+	if v := c.Get(ctx, edgeKey).Val(); v != fmt.Sprintf("%d 5", base) {
+		t.Errorf("edge state %q, want %q (5 admitted in the window)", v, fmt.Sprintf("%d 5", base))
+	}
+	// The TTL is the last admitted decision's: the rest of the window after
+	// it, plus the slack, in whole milliseconds.
+	wantTTL := time.Duration(base+w.Microseconds()-last)*time.Microsecond + floodgate.TTLSlack
+	got := c.PTTL(ctx, edgeKey).Val()
+	if got > wantTTL+time.Millisecond || got < wantTTL-time.Second {
+		t.Errorf("edge key's TTL %v, want about %v (the last admitted decision's)", got, wantTTL)
+	}
+}

@@ -43,3 +43,55 @@ end
 local function int(x)
   return sfmt('%d', x)
 end
+
+-- In batch mode (see batch in decide.lua) a key may be decided many times
+-- in one call: a layer every caller shares, such as a global edge limit,
+-- appears in every decision. cache then holds, for every key read or
+-- written so far in the call, its value (false: no key), and the writes
+-- are deferred: dirty lists the keys to write, px their PX in ms, and
+-- flush writes each once, with its last value and TTL, at the end of the
+-- call. A script runs atomically and Redis's clock stands still while it
+-- runs, so this stores exactly what writing every decision's state at
+-- once would, with one GET and one SET per key instead of one per
+-- decision. Outside batch mode cache is nil and reads and writes go
+-- straight to Redis.
+local cache, dirty, px_of
+
+-- get reads key's value through the cache: a string, false (no key) or an
+-- error table (a key of another type; not cached, so every decision that
+-- reads it fails alone).
+local function get(key)
+  if cache then
+    local v = cache[key]
+    if v == nil then
+      v = redis.pcall('GET', key)
+      if type(v) ~= 'table' then
+        cache[key] = v
+      end
+    end
+    return v
+  end
+  return redis.pcall('GET', key)
+end
+
+-- put stores v at key with a TTL of px ms, or defers it in batch mode.
+local function put(key, v, px)
+  if cache then
+    if not px_of[key] then
+      dirty[#dirty + 1] = key
+    end
+    cache[key], px_of[key] = v, px
+    return
+  end
+  redis.call('SET', key, v, 'PX', int(px))
+end
+
+-- flush writes the deferred values, in the order the keys were first
+-- written, and leaves batch mode.
+local function flush()
+  for i = 1, #dirty do
+    local key = dirty[i]
+    redis.call('SET', key, cache[key], 'PX', int(px_of[key]))
+  end
+  cache, dirty, px_of = nil, nil, nil
+end

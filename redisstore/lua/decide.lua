@@ -177,6 +177,7 @@ local function batch(nkeys, nargv)
     return redis.error_reply('ERR floodgate: bad batch')
   end
   local reply = {}
+  cache, dirty, px_of = {}, {}, {} -- see common.lua: from here on, no error reply for the call
   a, k = 2, 0
   local r = 0
   local P, PP, pa, pn = {}, {}, nil, 0 -- this decision's arguments, the previous one's and where they were
@@ -212,6 +213,7 @@ local function batch(nkeys, nargv)
     end
     a, k, r = a + 2 + 6 * n, k + n, r + 6 * n
   end
+  flush()
   return reply
 end
 
