@@ -50,30 +50,50 @@ type batcher struct {
 // call is one queued decision. The caller owns it until it is queued;
 // then the batcher fills res and err and signals done. A caller whose
 // context ends stops waiting and leaves the call to the batcher, which is
-// why the call holds its own copy of the layers.
+// why the call holds its own copy of the layers. Calls are reused (see
+// getCall): a caller that got its answer puts its call back; an abandoned
+// one is left to the garbage collector, since the batcher may still write
+// to it.
 type call struct {
-	ctx    context.Context
-	now    int64
-	script *luascript.Script // the script that decides it: its algorithm's single-layer script, or the general one
-	layers []floodgate.Layer
-	res    []floodgate.Result
-	one    [1]floodgate.Layer // layers' storage for a single layer
-	oneRes [1]floodgate.Result
-	err    error
-	done   chan struct{}
+	ctx     context.Context
+	now     int64
+	script  *luascript.Script // the script that decides it: its algorithm's single-layer script, or the general one
+	layers  []floodgate.Layer
+	res     []floodgate.Result
+	one     [1]floodgate.Layer // layers' storage for a single layer
+	oneRes  [1]floodgate.Result
+	many    []floodgate.Layer // layers' storage for several, kept for reuse
+	manyRes []floodgate.Result
+	err     error
+	done    chan struct{}
 }
 
-// newCall returns a call deciding a copy of layers with sc at now.
-func newCall(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer) *call {
-	c := &call{ctx: ctx, now: now, script: sc, done: make(chan struct{}, 1)}
+// calls holds calls for reuse: a queued decision would otherwise allocate
+// its call and channel.
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// getCall returns a call deciding a copy of layers with sc at now.
+func getCall(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer) *call {
+	c := calls.Get().(*call)
+	c.ctx, c.now, c.script, c.err = ctx, now, sc, nil
 	if len(layers) == 1 {
 		c.one[0] = layers[0]
 		c.layers, c.res = c.one[:], c.oneRes[:]
 	} else {
-		c.layers = append([]floodgate.Layer(nil), layers...)
-		c.res = make([]floodgate.Result, len(layers))
+		c.many = append(c.many[:0], layers...)
+		c.manyRes = append(c.manyRes[:0], make([]floodgate.Result, len(layers))...)
+		c.layers, c.res = c.many, c.manyRes
 	}
 	return c
+}
+
+// putCall returns c, answered and no longer referenced by the batcher, for
+// reuse.
+func putCall(c *call) {
+	clear(c.many)
+	c.one = [1]floodgate.Layer{}
+	*c = call{many: c.many[:0], manyRes: c.manyRes[:0], done: c.done}
+	calls.Put(c)
 }
 
 // Coalescing defaults (see Options).
@@ -116,7 +136,7 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 	// maxInFlight calls are in flight: only next, at the end of a call,
 	// empties a slot, and it does so only when nobody waits). Wait for
 	// one of them to take this decision along.
-	c := newCall(ctx, now, sc, layers)
+	c := getCall(ctx, now, sc, layers)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
@@ -128,11 +148,12 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 			return b.abandon(c)
 		}
 	}
-	if c.err != nil {
-		return c.err
+	err := c.err
+	if err == nil {
+		copy(out, c.res)
 	}
-	copy(out, c.res)
-	return nil
+	putCall(c)
+	return err
 }
 
 // abandon takes c out of the queue if it is still there (then nothing was
@@ -217,11 +238,11 @@ func (b *batcher) run(calls []*call) {
 	} else {
 		f.build(live)
 	}
-	val, err := sc.RunCommand(ctx, b.s.client, f.args)
+	vals, err := sc.RunInts(ctx, b.s.client, f.args)
 	f.reset()
 	b.frames.Put(f)
 	if err == nil {
-		err = decodeBatch(val, live)
+		err = decodeBatch(vals, live)
 	}
 	for _, c := range live {
 		if err != nil {
@@ -258,23 +279,19 @@ const (
 
 // decodeBatch fills each call's result or error from a batch reply. A
 // reply of the wrong shape is an error for every call.
-func decodeBatch(val any, calls []*call) error {
-	arr, ok := val.([]any)
-	if !ok {
-		return fmt.Errorf("%w: batch: got %T, want an array", floodgate.ErrBadReply, val)
-	}
+func decodeBatch(vals []int64, calls []*call) error {
 	want := 0
 	for _, c := range calls {
 		want += replyWidth * len(c.layers)
 	}
-	if len(arr) != want {
-		return fmt.Errorf("%w: batch: %d values for %d requests, want %d", floodgate.ErrBadReply, len(arr), len(calls), want)
+	if len(vals) != want {
+		return fmt.Errorf("%w: batch: %d values for %d requests, want %d", floodgate.ErrBadReply, len(vals), len(calls), want)
 	}
 	at := 0
 	for _, c := range calls {
-		part := arr[at : at+replyWidth*len(c.layers)]
+		part := vals[at : at+replyWidth*len(c.layers)]
 		at += len(part)
-		switch code, _ := part[replyWidth-1].(int64); code {
+		switch part[replyWidth-1] {
 		case codeForeign:
 			c.err = fmt.Errorf("%w: redis: a key of %s holds a value floodgate did not write", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
@@ -282,7 +299,7 @@ func decodeBatch(val any, calls []*call) error {
 			c.err = fmt.Errorf("%w: redis: the script refused the arguments for %s", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
 		}
-		c.err = decodeReply(part, c.layers, c.res)
+		c.err = decodeInts(part, c.layers, c.res, nil)
 	}
 	return nil
 }

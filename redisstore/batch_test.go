@@ -177,7 +177,7 @@ func TestBatchConcurrentLimit(t *testing.T) {
 func batchOf(p floodgate.Policy, now int64, keys ...string) []*call {
 	calls := make([]*call, len(keys))
 	for i, k := range keys {
-		calls[i] = newCall(context.Background(), now, fastScripts[p.Algorithm], []floodgate.Layer{{Policy: p, Key: k, Cost: 1}})
+		calls[i] = getCall(context.Background(), now, fastScripts[p.Algorithm], []floodgate.Layer{{Policy: p, Key: k, Cost: 1}})
 	}
 	return calls
 }
@@ -295,7 +295,7 @@ func TestBatchAbandon(t *testing.T) {
 func TestBatchTake(t *testing.T) {
 	b := newBatcher(nil, 3, 1)
 	mk := func(a floodgate.Algorithm, id string) *call {
-		return newCall(context.Background(), 0, fastScripts[a], []floodgate.Layer{{Policy: floodgate.Policy{Algorithm: a}, Key: id}})
+		return getCall(context.Background(), 0, fastScripts[a], []floodgate.Layer{{Policy: floodgate.Policy{Algorithm: a}, Key: id}})
 	}
 	fw, gc := floodgate.FixedWindow, floodgate.GCRA
 	b.queue = []*call{mk(gc, "1"), mk(fw, "2"), mk(gc, "3"), mk(gc, "4"), mk(fw, "5"), mk(gc, "6")}
@@ -402,7 +402,7 @@ func TestBatchLayered(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Expire(ctx, bad[1].Key, time.Minute)
-	calls := []*call{newCall(ctx, now, script, layers("a")), newCall(ctx, now, script, bad), newCall(ctx, now, script, layers("c"))}
+	calls := []*call{getCall(ctx, now, script, layers("a")), getCall(ctx, now, script, bad), getCall(ctx, now, script, layers("c"))}
 	e.store.batch.run(calls)
 	for i, cl := range calls {
 		<-cl.done
@@ -426,7 +426,7 @@ func TestBatchLayered(t *testing.T) {
 	if coalescable(withLog) != nil {
 		t.Fatal("a decision with a sliding log layer is coalesced")
 	}
-	calls = []*call{newCall(ctx, now, script, layers("d")), newCall(ctx, now, script, withLog)}
+	calls = []*call{getCall(ctx, now, script, layers("d")), getCall(ctx, now, script, withLog)}
 	e.store.batch.run(calls)
 	for i, cl := range calls {
 		<-cl.done
@@ -495,7 +495,7 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 		id := fmt.Sprint("u", i%3)
 		layers := []floodgate.Layer{{Policy: edge, Key: edgeKey, Cost: 1}, {Policy: user, Key: e.key(user, id), Cost: 1}}
 		e.bound[layers[1].Key] = ttlBound(user)
-		calls = append(calls, newCall(ctx, now, script, layers))
+		calls = append(calls, getCall(ctx, now, script, layers))
 		// The model: all or nothing over the two layers, one after another.
 		oe := floodgate.Step(edge, edgeState, now, 1)
 		ou := floodgate.Step(user, userState[id], now, 1)

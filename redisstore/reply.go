@@ -28,26 +28,32 @@ func decodeReply(val any, layers []floodgate.Layer, out []floodgate.Result) erro
 // decodeResults decodes a decide reply (undo nil) or a reserve reply (undo
 // with one entry per layer, filled with the numbers a release needs).
 func decodeResults(val any, layers []floodgate.Layer, out []floodgate.Result, undo [][undoWidth]int64) error {
-	width := replyWidth
-	if undo != nil {
-		width = reserveWidth
-	}
 	arr, ok := val.([]any)
 	if !ok {
 		return fmt.Errorf("%w: got %T, want an array", floodgate.ErrBadReply, val)
 	}
-	if len(arr) != width*len(layers) || len(out) != len(layers) || (undo != nil && len(undo) != len(layers)) {
-		return fmt.Errorf("%w: %d values for %d layers, want %d", floodgate.ErrBadReply, len(arr), len(layers), width*len(layers))
-	}
-	var v [reserveWidth]int64
-	for i := range layers {
-		for j := range width {
-			x, ok := arr[width*i+j].(int64)
-			if !ok {
-				return fmt.Errorf("%w: layer %d value %d is %T, want an integer", floodgate.ErrBadReply, i, j, arr[width*i+j])
-			}
-			v[j] = x
+	vals := make([]int64, len(arr))
+	for i, x := range arr {
+		n, ok := x.(int64)
+		if !ok {
+			return fmt.Errorf("%w: value %d is %T, want an integer", floodgate.ErrBadReply, i, x)
 		}
+		vals[i] = n
+	}
+	return decodeInts(vals, layers, out, undo)
+}
+
+// decodeInts is decodeResults for a reply already read as integers.
+func decodeInts(vals []int64, layers []floodgate.Layer, out []floodgate.Result, undo [][undoWidth]int64) error {
+	width := replyWidth
+	if undo != nil {
+		width = reserveWidth
+	}
+	if len(vals) != width*len(layers) || len(out) != len(layers) || (undo != nil && len(undo) != len(layers)) {
+		return fmt.Errorf("%w: %d values for %d layers, want %d", floodgate.ErrBadReply, len(vals), len(layers), width*len(layers))
+	}
+	for i := range layers {
+		v := vals[width*i : width*(i+1)]
 		allowed, remaining, resetAt, retry, delay, reason := v[0], v[1], v[2], v[3], v[4], v[5]
 		switch {
 		case allowed != 0 && allowed != 1,
@@ -55,7 +61,7 @@ func decodeResults(val any, layers []floodgate.Layer, out []floodgate.Result, un
 			(allowed == 1) != (reason == int64(floodgate.ReasonNone)),
 			retry < 0, delay < 0, resetAt < 0,
 			undo != nil && (v[6] < 0 || v[7] < 0 || v[8] < 0):
-			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v[:width])
+			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v)
 		}
 		out[i] = floodgate.ResultFromMicros(allowed == 1, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
 		if undo != nil {

@@ -254,11 +254,11 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	defer s.frames.Put(f)
 	defer f.reset()
 	f.build(now, layers)
-	val, err := scriptFor(layers).RunCommand(ctx, s.client, f.args)
+	vals, err := scriptFor(layers).RunInts(ctx, s.client, f.args)
 	if err != nil {
 		return err
 	}
-	return decodeReply(val, layers, out)
+	return decodeInts(vals, layers, out, nil)
 }
 
 // maxNow bounds the timestamps Decide accepts: 2^52 µs, the year 2112, so

@@ -122,41 +122,72 @@ func (s *Script) Run(ctx context.Context, c Client, keys []string, args ...any) 
 // already done, nothing is sent and the error wraps
 // floodgate.ErrStoreUnavailable.
 func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, error) {
-	if len(argv) < 4 {
-		return nil, fmt.Errorf("%w: luascript: a script command needs at least 4 elements (command, script, numkeys, a key), got %d", floodgate.ErrInvalidKey, len(argv))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
-	}
-	argv[0], argv[1] = "evalsha", s.shaArg
-	val, err := send(ctx, c, argv)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		argv[0], argv[1] = "eval", s.srcArg
-		val, err = send(ctx, c, argv)
-	}
-	if err != nil {
-		return nil, s.classify(err)
-	}
-	return val, nil
-}
-
-// send sends one EVAL or EVALSHA and waits for its reply.
-func send(ctx context.Context, c Client, argv []any) (any, error) {
-	cmd := redis.NewCmd(ctx, argv...)
-	cmd.SetFirstKeyPos(3) // route by the first key on a cluster
-	_ = c.Process(ctx, noRetryCmd{cmd})
-	// Err, rather than Process's result, waits for the reply even on a
-	// deferred client such as an asynchronous AutoPipeliner.
-	if err := cmd.Err(); err != nil {
+	var val any
+	err := s.send(ctx, argv, func() error {
+		cmd := redis.NewCmd(ctx, argv...)
+		cmd.SetFirstKeyPos(3) // route by the first key on a cluster
+		_ = c.Process(ctx, noRetryCmd{cmd})
+		// Err, rather than Process's result, waits for the reply even on a
+		// deferred client such as an asynchronous AutoPipeliner.
+		err := cmd.Err()
 		if errors.Is(err, redis.Nil) {
 			// go-redis reports a nil reply (the script returned nil or
 			// false) as an error; it is a reply like any other, for the
 			// caller's decoder to accept or refuse.
-			return nil, nil
+			return nil
 		}
+		val = cmd.Val()
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	return cmd.Val(), nil
+	return val, nil
+}
+
+// RunInts is RunCommand for a script whose reply is an array of
+// integers: go-redis reads the reply straight into int64s (its
+// IntSliceCmd) rather than boxing each number into an any. A nil reply is
+// an error wrapping floodgate.ErrBadReply. A reply of another shape fails
+// as go-redis reports it (a parse error, classified as indeterminate: the
+// script ran, and the scripts that use RunInts never reply that way).
+func (s *Script) RunInts(ctx context.Context, c Client, argv []any) ([]int64, error) {
+	var val []int64
+	err := s.send(ctx, argv, func() error {
+		cmd := redis.NewIntSliceCmd(ctx, argv...)
+		cmd.SetFirstKeyPos(3)
+		_ = c.Process(ctx, noRetryIntsCmd{cmd})
+		val = cmd.Val()
+		return cmd.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return val, nil
+}
+
+// send checks argv, then sends it with do: as EVALSHA, and as EVAL once
+// if the server answers NOSCRIPT. It returns do's error classified.
+func (s *Script) send(ctx context.Context, argv []any, do func() error) error {
+	if len(argv) < 4 {
+		return fmt.Errorf("%w: luascript: a script command needs at least 4 elements (command, script, numkeys, a key), got %d", floodgate.ErrInvalidKey, len(argv))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+	}
+	argv[0], argv[1] = "evalsha", s.shaArg
+	err := do()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", s.srcArg
+		err = do()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("%w: luascript: a nil reply, want an array of integers", floodgate.ErrBadReply)
+	}
+	return s.classify(err)
 }
 
 // noRetryCmd is a redis.Cmd that go-redis must not send twice: a script
@@ -167,6 +198,13 @@ type noRetryCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
 func (noRetryCmd) NoRetry() bool { return true }
+
+// noRetryIntsCmd is noRetryCmd for RunInts.
+type noRetryIntsCmd struct{ *redis.IntSliceCmd }
+
+// NoRetry tells go-redis not to retry the command once it may have been
+// sent.
+func (noRetryIntsCmd) NoRetry() bool { return true }
 
 // classify is Classify, with the script's own refusals (Options.Refusal)
 // reported as floodgate.ErrBadReply.

@@ -368,3 +368,41 @@ return redis.call('DBSIZE')`, luascript.Options{})
 		}
 	}
 }
+
+// TestRunInts: RunInts reads an array of integers as int64s (after the
+// NOSCRIPT fallback too), refuses a nil reply as ErrBadReply, fails
+// without panicking on any other shape, and classifies error replies as
+// RunCommand does.
+func TestRunInts(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	argv := func() []any { return []any{nil, nil, 1, key} }
+	s := luascript.New("return {1, -2, 1796083495565439}", luascript.Options{})
+	for range 2 { // EVAL after NOSCRIPT, then EVALSHA
+		got, err := s.RunInts(ctx, c, argv())
+		if err != nil || fmt.Sprint(got) != "[1 -2 1796083495565439]" {
+			t.Fatalf("RunInts: %v, %v", got, err)
+		}
+	}
+	if got, err := luascript.New("return {}", luascript.Options{}).RunInts(ctx, c, argv()); err != nil || len(got) != 0 {
+		t.Fatalf("empty array: %v, %v", got, err)
+	}
+	for _, lua := range []string{"return nil", "return false"} {
+		if got, err := luascript.New(lua, luascript.Options{}).RunInts(ctx, c, argv()); !errors.Is(err, floodgate.ErrBadReply) {
+			t.Errorf("%s: %v, %v; want ErrBadReply", lua, got, err)
+		}
+	}
+	for _, lua := range []string{"return {1, 'x'}", "return redis.status_reply('OK')", "return 'text'", "return {1, {2}}"} {
+		if got, err := luascript.New(lua, luascript.Options{}).RunInts(ctx, c, argv()); err == nil {
+			t.Errorf("%s: accepted as %v", lua, got)
+		}
+	}
+	_, err := luascript.New("return redis.error_reply('ERR nope')", luascript.Options{}).RunInts(ctx, c, argv())
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("error reply: %v, want ErrStoreUnavailable", err)
+	}
+	if _, err := s.RunInts(ctx, c, []any{nil, nil, 0}); !errors.Is(err, floodgate.ErrInvalidKey) {
+		t.Errorf("no key: %v, want ErrInvalidKey", err)
+	}
+}
