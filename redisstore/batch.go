@@ -183,10 +183,24 @@ func (b *batcher) next() {
 	}
 	run := b.take()
 	b.mu.Unlock()
-	go func() {
+	go b.loop(run)
+}
+
+// loop sends run, then the next batch, as long as decisions wait, and
+// frees its slot when none does: one goroutine per busy slot rather than
+// one per batch.
+func (b *batcher) loop(run []*call) {
+	for {
 		b.run(run)
-		b.next()
-	}()
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		run = b.take()
+		b.mu.Unlock()
+	}
 }
 
 // take removes from the queue and returns its oldest call and up to
