@@ -43,6 +43,10 @@ func (e *replyError) RedisError() {}
 // valueSetter is the part of *redis.Cmd that stores a reply.
 type valueSetter interface{ SetVal(any) }
 
+// intsSetter is the part of *redis.IntSliceCmd that stores a reply (the
+// store reads decision replies as integers).
+type intsSetter interface{ SetVal([]int64) }
+
 // Process sends cmd, an EVAL or EVALSHA built by the store
 // (name, script or SHA, numkeys, keys..., args...), and stores the reply
 // in it.
@@ -51,8 +55,9 @@ func (a *RueidisStoreClient) Process(ctx context.Context, cmd redis.Cmder) error
 		cmd.SetErr(err)
 		return err
 	}
-	setter, ok := cmd.(valueSetter)
-	if !ok {
+	setter, isAny := cmd.(valueSetter)
+	ints, isInts := cmd.(intsSetter)
+	if !isAny && !isInts {
 		return fail(fmt.Errorf("contender: rueidis adapter: command %T cannot hold a reply", cmd))
 	}
 	args := cmd.Args()
@@ -72,16 +77,31 @@ func (a *RueidisStoreClient) Process(ctx context.Context, cmd redis.Cmder) error
 		return fail(fmt.Errorf("contender: rueidis adapter: bad numkeys %q", strs[2]))
 	}
 	built := a.c.B().Arbitrary(strs[:3]...).Keys(strs[3 : 3+nkeys]...).Args(strs[3+nkeys:]...).Build()
-	v, err := a.c.Do(ctx, built).ToAny()
-	if err != nil {
-		var re *rueidis.RedisError
-		if errors.As(err, &re) {
-			err = &replyError{msg: re.Error()}
+	res := a.c.Do(ctx, built)
+	if isInts {
+		v, err := res.AsIntSlice()
+		if err != nil {
+			return fail(replyErr(err))
 		}
-		return fail(err)
+		ints.SetVal(v)
+		return nil
+	}
+	v, err := res.ToAny()
+	if err != nil {
+		return fail(replyErr(err))
 	}
 	setter.SetVal(v)
 	return nil
+}
+
+// replyErr turns a rueidis error reply into one go-redis recognises as a
+// reply from the server (redis.Error), and leaves other errors as they are.
+func replyErr(err error) error {
+	var re *rueidis.RedisError
+	if errors.As(err, &re) {
+		return &replyError{msg: re.Error()}
+	}
+	return err
 }
 
 // FormatArg formats one command argument, of a type Floodgate's store
