@@ -68,13 +68,13 @@ type call struct {
 	done    chan struct{}
 }
 
-// calls holds calls for reuse: a queued decision would otherwise allocate
-// its call and channel.
-var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+// callPool holds calls for reuse: a queued decision would otherwise
+// allocate its call and channel.
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // getCall returns a call deciding a copy of layers with sc at now.
 func getCall(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer) *call {
-	c := calls.Get().(*call)
+	c := callPool.Get().(*call)
 	c.ctx, c.now, c.script, c.err = ctx, now, sc, nil
 	if len(layers) == 1 {
 		c.one[0] = layers[0]
@@ -90,10 +90,9 @@ func getCall(ctx context.Context, now int64, sc *luascript.Script, layers []floo
 // putCall returns c, answered and no longer referenced by the batcher, for
 // reuse.
 func putCall(c *call) {
-	clear(c.many)
-	c.one = [1]floodgate.Layer{}
+	clear(c.many) // the keys
 	*c = call{many: c.many[:0], manyRes: c.manyRes[:0], done: c.done}
-	calls.Put(c)
+	callPool.Put(c)
 }
 
 // Coalescing defaults (see Options). Two calls in flight keep Redis busy
@@ -180,32 +179,30 @@ func (b *batcher) abandon(c *call) error {
 // the next batch from a new goroutine, so that the caller returns at once,
 // or frees the slot when nothing waits.
 func (b *batcher) next() {
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.inFlight--
-		b.mu.Unlock()
-		return
+	if run := b.following(); run != nil {
+		go b.loop(run)
 	}
-	run := b.take()
-	b.mu.Unlock()
-	go b.loop(run)
 }
 
-// loop sends run, then the next batch, as long as decisions wait, and
-// frees its slot when none does: one goroutine per busy slot rather than
-// one per batch.
+// loop sends run, then the next batch, as long as decisions wait: one
+// goroutine per busy slot rather than one per batch.
 func (b *batcher) loop(run []*call) {
-	for {
+	for run != nil {
 		b.run(run)
-		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.inFlight--
-			b.mu.Unlock()
-			return
-		}
-		run = b.take()
-		b.mu.Unlock()
+		run = b.following()
 	}
+}
+
+// following returns the next batch to send in the slot of a call that
+// just completed, or frees that slot and returns nil when nothing waits.
+func (b *batcher) following() []*call {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		return nil
+	}
+	return b.take()
 }
 
 // take removes from the queue and returns its oldest call and up to
