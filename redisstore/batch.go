@@ -16,9 +16,10 @@ import (
 // therefore sends their decisions together: single-layer ones of one
 // algorithm as one call of that algorithm's script (lua/fast_*.lua decide
 // any number of independent requests, one after another, in one atomic
-// run), layered ones as one call of the general script's batch mode
-// (batch in lua/decide.lua). Decisions with a sliding log layer are never
-// coalesced (see coalescable).
+// run), layered ones as one call of the layered script
+// (lua/fast_layers.lua), which decides any number of decisions the same
+// way. Decisions with a sliding log layer are never coalesced (see
+// coalescable).
 //
 // The batcher keeps at most maxInFlight script calls of coalesced
 // decisions in flight. A decision that finds a call free and nobody
@@ -249,7 +250,7 @@ func (b *batcher) run(calls []*call) {
 	defer cancel()
 	sc := live[0].script
 	f := b.frames.Get().(*batchFrame)
-	if sc == script {
+	if sc == layersScript {
 		f.buildLayered(live)
 	} else {
 		f.build(live)
@@ -376,9 +377,9 @@ func (f *batchFrame) build(calls []*call) {
 	}
 }
 
-// buildLayered fills f for the general script's batch mode: EVALSHA sha
-// numkeys key... "batch" then, per decision, its number of layers n, its
-// now, and its 6n layer arguments.
+// buildLayered fills f for the layered script (lua/fast_layers.lua):
+// EVALSHA sha numkeys key... then, per decision, its number of layers n,
+// its now, and its 6n layer arguments.
 func (f *batchFrame) buildLayered(calls []*call) {
 	keys, nums := 0, 0
 	for _, c := range calls {
@@ -391,7 +392,6 @@ func (f *batchFrame) buildLayered(calls []*call) {
 			f.args = append(f.args, &c.layers[i].Key)
 		}
 	}
-	f.args = append(f.args, argBatch)
 	if cap(f.nums) < nums {
 		f.nums = make([]int64, nums)
 	}

@@ -402,7 +402,7 @@ func TestBatchLayered(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Expire(ctx, bad[1].Key, time.Minute)
-	calls := []*call{getCall(ctx, now, script, layers("a")), getCall(ctx, now, script, bad), getCall(ctx, now, script, layers("c"))}
+	calls := []*call{getCall(ctx, now, layersScript, layers("a")), getCall(ctx, now, layersScript, bad), getCall(ctx, now, layersScript, layers("c"))}
 	e.store.batch.run(calls)
 	for i, cl := range calls {
 		<-cl.done
@@ -426,7 +426,7 @@ func TestBatchLayered(t *testing.T) {
 	if coalescable(withLog) != nil {
 		t.Fatal("a decision with a sliding log layer is coalesced")
 	}
-	calls = []*call{getCall(ctx, now, script, layers("d")), getCall(ctx, now, script, withLog)}
+	calls = []*call{getCall(ctx, now, layersScript, layers("d")), getCall(ctx, now, layersScript, withLog)}
 	e.store.batch.run(calls)
 	for i, cl := range calls {
 		<-cl.done
@@ -495,7 +495,7 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 		id := fmt.Sprint("u", i%3)
 		layers := []floodgate.Layer{{Policy: edge, Key: edgeKey, Cost: 1}, {Policy: user, Key: e.key(user, id), Cost: 1}}
 		e.bound[layers[1].Key] = ttlBound(user)
-		calls = append(calls, getCall(ctx, now, script, layers))
+		calls = append(calls, getCall(ctx, now, layersScript, layers))
 		// The model: all or nothing over the two layers, one after another.
 		oe := floodgate.Step(edge, edgeState, now, 1)
 		ou := floodgate.Step(user, userState[id], now, 1)

@@ -41,7 +41,7 @@ func (e *env) decideVia(ctx context.Context, p path, now int64, l floodgate.Laye
 	e.bound[l.Key] = ttlBound(l.Policy)
 	e.mu.Unlock()
 	f := new(frame)
-	f.build(now, layers)
+	f.build(now, layers, false)
 	if p == viaReserve {
 		f.args = append(f.args, argReserve)
 	}
@@ -304,12 +304,15 @@ func TestFastScriptConstants(t *testing.T) {
 		"MIN_TTL":     1000,
 		"TTL_SLACK":   floodgate.TTLSlack.Microseconds(),
 		"QUOTA_GRACE": floodgate.QuotaGrace.Microseconds(),
+		"MAX_LAYERS":  floodgate.MaxLayers,
 	}
+	sources := map[string]string{"layers": luaFastLayers}
 	for a, src := range fastSources {
-		if src == "" {
-			continue
+		if src != "" {
+			sources[floodgate.Algorithm(a).String()] = src
 		}
-		name := floodgate.Algorithm(a).String()
+	}
+	for name, src := range sources {
 		for _, c := range []string{"MAX_NOW", "MAX_LIMIT", "MIN_TTL", "TTL_SLACK"} {
 			if !strings.Contains(src, "local "+c+" = ") {
 				t.Errorf("%s: %s not defined", name, c)
@@ -325,11 +328,15 @@ func TestFastScriptConstants(t *testing.T) {
 			(m[1] != strconv.FormatInt(floodgate.MinWindow.Microseconds(), 10) || m[2] != strconv.FormatInt(floodgate.MaxWindow.Microseconds(), 10)) {
 			t.Errorf("%s: window bounds %v, want %v..%v", name, m[1:], floodgate.MinWindow, floodgate.MaxWindow)
 		}
-		if s := fastScripts[a]; s == nil || s.Source() != src || s.SHA() == script.SHA() {
-			t.Errorf("%s: single-layer script not built from its source", name)
+		want := layersScript
+		if a, ok := algorithmNamed(name); ok {
+			want = fastScripts[a]
+		}
+		if want == nil || want.Source() != src || want.SHA() == script.SHA() {
+			t.Errorf("%s: script not built from its source", name)
 		}
 		if regexp.MustCompile(`\bfunction\b`).MatchString(regexp.MustCompile(`--.*`).ReplaceAllString(src, "")) {
-			t.Errorf("%s: the single-layer script defines a function", name)
+			t.Errorf("%s: the script defines a function", name)
 		}
 	}
 	fw := floodgate.Layer{Policy: floodgate.Policy{Algorithm: floodgate.FixedWindow}}
@@ -337,13 +344,25 @@ func TestFastScriptConstants(t *testing.T) {
 		layers []floodgate.Layer
 		want   *luascript.Script
 	}{
-		"one fixed window":  {[]floodgate.Layer{fw}, fastScripts[floodgate.FixedWindow]},
-		"two fixed windows": {[]floodgate.Layer{fw, fw}, script},
-		"one sliding log":   {[]floodgate.Layer{{Policy: floodgate.Policy{Algorithm: floodgate.SlidingLog}}}, script},
-		"unknown algorithm": {[]floodgate.Layer{{Policy: floodgate.Policy{Algorithm: 200}}}, script},
+		"one fixed window":                        {[]floodgate.Layer{fw}, fastScripts[floodgate.FixedWindow]},
+		"two fixed windows":                       {[]floodgate.Layer{fw, fw}, layersScript},
+		"a fixed window and a sliding log":        {[]floodgate.Layer{fw, {Policy: floodgate.Policy{Algorithm: floodgate.SlidingLog}}}, script},
+		"a fixed window and an unknown algorithm": {[]floodgate.Layer{fw, {Policy: floodgate.Policy{Algorithm: 200}}}, script},
+		"one sliding log":                         {[]floodgate.Layer{{Policy: floodgate.Policy{Algorithm: floodgate.SlidingLog}}}, script},
+		"unknown algorithm":                       {[]floodgate.Layer{{Policy: floodgate.Policy{Algorithm: 200}}}, script},
 	} {
 		if got := scriptFor(tc.layers); got != tc.want || got == nil {
 			t.Errorf("%s: scriptFor chose the wrong script", name)
 		}
 	}
+}
+
+// algorithmNamed returns the algorithm whose String is name.
+func algorithmNamed(name string) (floodgate.Algorithm, bool) {
+	for a := floodgate.FixedWindow; a <= floodgate.Quota; a++ {
+		if a.String() == name {
+			return a, true
+		}
+	}
+	return 0, false
 }

@@ -157,7 +157,7 @@ func (s *Store) reserve(ctx context.Context, now int64, p *part) {
 	f := s.frames.Get().(*frame)
 	defer s.frames.Put(f)
 	defer f.reset()
-	f.build(now, p.layers)
+	f.build(now, p.layers, false)
 	f.args = append(f.args, argReserve)
 	val, err := script.RunCommand(ctx, s.client, f.args)
 	if err != nil {

@@ -14,8 +14,12 @@
 // single-layer script (lua/fast_*.lua; the sliding log excepted): the same
 // decision on the same state, written out without the general script's
 // dispatch, release code and function definitions, which Redis would
-// otherwise rebuild on every call. Single-layer and layered decisions read
-// and write the same keys in the same encoding.
+// otherwise rebuild on every call. A layered decision without a sliding log
+// layer runs the layered script (lua/fast_layers.lua), flat in the same
+// way; the general script (decide.lua) keeps the sliding log, the split
+// decisions of Redis Cluster (reserve and release) and the reference the
+// others are tested against. All of them read and write the same keys in
+// the same encoding.
 //
 // The script (lua/*.lua, one file per algorithm) mirrors floodgate.Step
 // operation for operation in integer microseconds, so the Redis store and
@@ -27,7 +31,7 @@
 // Concurrent decisions are coalesced (see Options.Coalesce): while a few
 // script calls are in flight, the decisions that arrive wait and then
 // leave together — single-layer ones of one algorithm as one call of its
-// single-layer script, layered ones as one call of the general script —
+// single-layer script, layered ones as one call of the layered script —
 // and the script decides them one after another, each exactly as it would
 // be alone. A lone caller's decision is sent at once, alone. Coalescing
 // cuts what Redis and the client spend per decision on receiving,
@@ -253,8 +257,9 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	f := s.frames.Get().(*frame)
 	defer s.frames.Put(f)
 	defer f.reset()
-	f.build(now, layers)
-	vals, err := scriptFor(layers).RunInts(ctx, s.client, f.args)
+	sc := scriptFor(layers)
+	f.build(now, layers, sc == layersScript)
+	vals, err := sc.RunInts(ctx, s.client, f.args)
 	if err != nil {
 		return err
 	}
@@ -307,12 +312,16 @@ type frame struct {
 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit
 // window burst maxdelay cost)..., leaving f.args[0] and f.args[1] (the
-// command and the script) to script.RunCommand.
-func (f *frame) build(now int64, layers []floodgate.Layer) {
+// command and the script) to script.RunCommand; counted puts the number of
+// layers before now, as the layered script's call has it.
+func (f *frame) build(now int64, layers []floodgate.Layer, counted bool) {
 	n := len(layers)
 	f.args = append(f.args[:0], nil, nil, argNumKeys[n])
 	for i := range layers {
 		f.args = append(f.args, &layers[i].Key)
+	}
+	if counted {
+		f.args = append(f.args, argNumKeys[n]) // the layered script's n, before now
 	}
 	f.nums[0] = now
 	f.args = append(f.args, &f.nums[0])

@@ -30,32 +30,16 @@
 -- nine in reserve mode). It returns nil, or an error reply, having written
 -- nothing, when a layer's arguments are bad or its key holds a value
 -- floodgate did not write.
-local function decide_at(k0, a0, n, now, reserve, reply, r0, P, pa, PP)
+local function decide_at(k0, a0, n, now, reserve, reply, r0)
   local width = reserve and 9 or 6
-  -- The layers' arguments, checked, six per layer into P: the policy's
-  -- five are taken from PP, the previous decision's, when they are the
-  -- very strings of the previous decision's (at pa; Lua strings are
-  -- interned, so comparing them is cheap), as in a batch of decisions
-  -- under one set of policies; only the cost and a quota's period are
-  -- checked again.
+  local P = {} -- the layers' arguments, checked, six per layer
   for i = 1, n do
-    local a, b = a0 + 6 * i - 6, 6 * i - 6
-    local q = pa and pa + 6 * i - 6
-    if q and ARGV[a] == ARGV[q] and ARGV[a + 1] == ARGV[q + 1] and ARGV[a + 2] == ARGV[q + 2] and
-      ARGV[a + 3] == ARGV[q + 3] and ARGV[a + 4] == ARGV[q + 4] then
-      local cost = arg(a + 5, 0, MAX_LIMIT)
-      local algo, w, burst = PP[b + 1], PP[b + 3], PP[b + 4]
-      if cost == nil or algo == 6 and not (w <= now and now < burst) then
-        return redis.error_reply(sfmt('ERR floodgate: bad arguments for layer %d', i))
-      end
-      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6] = algo, PP[b + 2], w, burst, PP[b + 5], cost
-    else
-      local algo, limit, w, burst, md, cost = layer_args(a, i, now)
-      if not algo then
-        return limit
-      end
-      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6] = algo, limit, w, burst, md, cost
+    local algo, limit, w, burst, md, cost = layer_args(a0 + 6 * i - 6, i, now)
+    if not algo then
+      return limit
     end
+    local b = 6 * i - 6
+    P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6] = algo, limit, w, burst, md, cost
   end
   local pend = {} -- eight per layer: algorithm, state slots 1..3, PX ms (0: nothing to write), bookkeeping H A R
   local all = true
@@ -148,79 +132,7 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0, P, pa, PP)
   return nil
 end
 
--- batch decides several independent decisions, one after another, in one
--- call: ARGV is 'batch', then for each decision its number of layers n,
--- its now and its 6n layer arguments; KEYS holds each decision's keys in
--- the same order. The call's shape is checked before anything is decided.
--- Each decision is all-or-nothing on its own; one that cannot be decided
--- (bad arguments: code -2; a key holding a value floodgate did not write:
--- code -1) writes nothing, gets zeros with the code as every layer's
--- reason, and the others go on. Reply: six integers per layer, decision
--- after decision.
-local function batch(nkeys, nargv)
-  local a, k = 2, 0
-  while a <= nargv do
-    local n = arg(a, 1, MAX_LAYERS)
-    if n == nil or a + 1 + 6 * n > nargv or k + n > nkeys then
-      return redis.error_reply('ERR floodgate: bad batch')
-    end
-    for i = 1, n do
-      -- A sliding log reads with sorted-set commands, which raise on a key
-      -- of another type and would stop the batch half done.
-      if ARGV[a + 6 * i - 4] == '2' then
-        return redis.error_reply('ERR floodgate: bad batch: a sliding log layer')
-      end
-    end
-    a, k = a + 2 + 6 * n, k + n
-  end
-  if k ~= nkeys or a ~= nargv + 1 then
-    return redis.error_reply('ERR floodgate: bad batch')
-  end
-  local reply = {}
-  cache, dirty, px_of = {}, {}, {} -- see common.lua: from here on, no error reply for the call
-  a, k = 2, 0
-  local r = 0
-  local P, PP, pa, pn = {}, {}, nil, 0 -- this decision's arguments, the previous one's and where they were
-  while a <= nargv do
-    local n = tonumber(ARGV[a])
-    local now = arg(a + 1, 0, MAX_NOW)
-    local err
-    if now == nil then
-      err = redis.error_reply('ERR floodgate: bad now')
-    else
-      local same = pa
-      if n ~= pn then
-        same = nil
-      end
-      err = decide_at(k, a + 2, n, now, false, reply, r, P, same, PP)
-    end
-    if err then
-      pa, pn = nil, 0
-    else
-      P, PP, pa, pn = PP, P, a + 2, n
-    end
-    if err then
-      local code = -2
-      if string.find(err.err, 'did not write', 1, true) then
-        code = -1
-      end
-      for x = r + 1, r + 6 * n do
-        reply[x] = 0
-      end
-      for i = 1, n do
-        reply[r + 6 * i] = code
-      end
-    end
-    a, k, r = a + 2 + 6 * n, k + n, r + 6 * n
-  end
-  flush()
-  return reply
-end
-
 local nkeys, nargv = #KEYS, #ARGV
-if ARGV[1] == 'batch' then
-  return batch(nkeys, nargv)
-end
 local reserve = false
 if nargv ~= 1 + 6 * nkeys then
   if ARGV[1] == 'release' and nkeys >= 2 and nkeys <= MAX_LAYERS + 1 and nargv == 3 + 9 * (nkeys - 1) then
@@ -244,7 +156,7 @@ if now == nil then
 end
 
 local reply = {}
-local err = decide_at(0, 2, nkeys, now, reserve, reply, 0, {})
+local err = decide_at(0, 2, nkeys, now, reserve, reply, 0)
 if err then
   return err
 end

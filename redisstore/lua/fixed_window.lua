@@ -4,7 +4,7 @@
 -- fw_read returns the stored T, N (0, 0 when absent), or nil if the value is
 -- not a fixed window state.
 local function fw_read(key)
-  local v = get(key)
+  local v = redis.pcall('GET', key)
   if type(v) == 'table' then
     return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
   end
@@ -41,5 +41,5 @@ local function fw_step(t, n0, now, limit, w, cost)
 end
 
 local function fw_write(key, t, n, _, px)
-  put(key, sfmt('%d %d', t, n), px)
+  redis.call('SET', key, sfmt('%d %d', t, n), 'PX', int(px))
 end

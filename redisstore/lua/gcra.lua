@@ -8,7 +8,7 @@
 -- gc_read returns T and, for the long form, H, A, R (0 when absent), or nil
 -- if the value is not a GCRA state.
 local function gc_read(key)
-  local v = get(key)
+  local v = redis.pcall('GET', key)
   if type(v) == 'table' then
     return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
   end
@@ -69,8 +69,8 @@ end
 -- gc_write stores the short form, or the long one when h is set.
 local function gc_write(key, t, px, h, a, r)
   if h then
-    put(key, sfmt('%d %d %d %d', t, h, a, r), px)
+    redis.call('SET', key, sfmt('%d %d %d %d', t, h, a, r), 'PX', int(px))
   else
-    put(key, int(t), px)
+    redis.call('SET', key, int(t), 'PX', int(px))
   end
 end

@@ -3,7 +3,7 @@
 -- count in it, count in the previous window), written with SET PX.
 
 local function sw_read(key)
-  local v = get(key)
+  local v = redis.pcall('GET', key)
   if type(v) == 'table' then
     return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
   end
@@ -80,5 +80,5 @@ local function sw_step(t, n0, p0, now, limit, w, cost)
 end
 
 local function sw_write(key, t, n, p, px)
-  put(key, sfmt('%d %d %d', t, n, p), px)
+  redis.call('SET', key, sfmt('%d %d %d', t, n, p), 'PX', int(px))
 end

@@ -11,7 +11,7 @@
 -- tb_read returns T, N and, for the long form, H, A, R (0, 0 when absent),
 -- or nil if the value is not a token bucket state.
 local function tb_read(key)
-  local v = get(key)
+  local v = redis.pcall('GET', key)
   if type(v) == 'table' then
     return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
   end
@@ -67,8 +67,8 @@ end
 -- tb_write stores the short form, or the long one when h is set.
 local function tb_write(key, t, n, px, h, a, r)
   if h then
-    put(key, sfmt('%d %d %d %d %d', t, n, h, a, r), px)
+    redis.call('SET', key, sfmt('%d %d %d %d %d', t, n, h, a, r), 'PX', int(px))
   else
-    put(key, sfmt('%d %d', t, n), px)
+    redis.call('SET', key, sfmt('%d %d', t, n), 'PX', int(px))
   end
 end

@@ -1,0 +1,481 @@
+-- fast_layers.lua: layered decisions (fixed window, sliding window, token
+-- bucket, GCRA and quota layers; a decision with a sliding log layer goes
+-- to the general script), the same as the general script's decide mode
+-- (decide.lua) on the same state, written out flat like the single-layer
+-- scripts (fast_head.lua): Redis runs a script's whole body on every call,
+-- and the general script's 33 functions cost about 40,000 instructions per
+-- call to create; this script defines none.
+--
+-- A call decides one or more independent all-or-nothing decisions, one
+-- after another, in one atomic run. ARGV holds, for each decision, its
+-- number of layers n, its now (Unix µs) and the six arguments of each of
+-- its layers as in layer_args (algorithm, limit, window µs, burst, max
+-- delay µs, cost; a quota's window and burst carry its period's start and
+-- end); KEYS holds each decision's keys in the same order. The call's
+-- shape is checked before anything is decided.
+--
+-- Each decision reads every layer's state, decides every layer at its now,
+-- and writes the new states only if every layer admitted; a layer that
+-- would have admitted in a denied decision reports its standing without
+-- the request (a peek's numbers, marked admitted). States are read and
+-- written through a cache for the call: a key that several decisions of
+-- the call share (a global edge layer) is read once and written once, at
+-- the end, with its last value and TTL (Redis's clock stands still while a
+-- script runs, so that is exactly what writing it each time would leave).
+--
+-- Reply: six integers per layer, decision after decision (allowed,
+-- remaining, resetAt µs, retry µs, delay µs, reason). A decision that
+-- cannot be decided writes nothing and, when the call has several, gets
+-- zeros with the reason code -1 (a key holds a value floodgate did not
+-- write, or a key of another type) or -2 (bad arguments) for every layer,
+-- and the others go on; when it is the only one, the call fails with an
+-- error reply instead. The Go side validated everything; the checks here
+-- only keep the script from running on garbage.
+
+local MAX_LAYERS = 16
+local MAX_NOW = 4503599627370496
+local MAX_LIMIT = 1099511627776
+local MAX_SPAN = 1125899906842624
+local MIN_WINDOW, MAX_WINDOW = 1000, 34560000000000
+local MIN_TTL = 1000
+local TTL_SLACK = 1000000
+local QUOTA_GRACE = 3600000000
+local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
+
+local nk, na = #KEYS, #ARGV
+local a, k, nd = 1, 0, 0
+while a <= na do
+  local n = tonumber(ARGV[a])
+  if not n or n % 1 ~= 0 or n < 1 or n > MAX_LAYERS or a + 1 + 6 * n > na or k + n > nk then
+    return redis.error_reply('ERR floodgate: bad call: want, per decision, n, now and 6n layer arguments')
+  end
+  for i = 1, n do
+    if ARGV[a + 6 * i - 4] == '2' then
+      return redis.error_reply('ERR floodgate: bad call: a sliding log layer')
+    end
+  end
+  a, k, nd = a + 2 + 6 * n, k + n, nd + 1
+end
+if nd < 1 or k ~= nk or a ~= na + 1 then
+  return redis.error_reply('ERR floodgate: bad call: want, per decision, n, now and 6n layer arguments')
+end
+
+local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, keys to write
+local reply = {}
+local P, PP = {}, {} -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
+local W = {} -- per layer, what to write: PX ms (0: nothing), then up to five state numbers and the long form's flag
+local pa, pn -- where the previous decision's layer arguments started, and its number of layers
+a, k = 1, 0
+local r = 0
+while a <= na do
+  local n = tonumber(ARGV[a])
+  local now = tonumber(ARGV[a + 1])
+  local code, msg
+  repeat -- break ends this decision early, with an error code
+    if not now or now % 1 ~= 0 or now < 0 or now > MAX_NOW then
+      code, msg = -2, 'ERR floodgate: bad now'
+      break
+    end
+
+    -- The layers' arguments, checked. The five policy arguments are taken
+    -- from the previous decision's when they are the very strings it had
+    -- (Lua strings are interned, so comparing them is cheap), as in a
+    -- call of many decisions under one set of policies.
+    for i = 1, n do
+      local x, b = a + 6 * i - 4, 7 * i - 7
+      local q = pa and pn == n and pa + 6 * i - 6
+      local algo, limit, w, bu, md, iv
+      if q and ARGV[x] == ARGV[q] and ARGV[x + 1] == ARGV[q + 1] and ARGV[x + 2] == ARGV[q + 2] and
+        ARGV[x + 3] == ARGV[q + 3] and ARGV[x + 4] == ARGV[q + 4] then
+        algo, limit, w, bu, md, iv = PP[b + 1], PP[b + 2], PP[b + 3], PP[b + 4], PP[b + 5], PP[b + 7]
+      else
+        algo, limit, w, bu, md =
+          tonumber(ARGV[x]), tonumber(ARGV[x + 1]), tonumber(ARGV[x + 2]), tonumber(ARGV[x + 3]), tonumber(ARGV[x + 4])
+        if not (algo and limit and w and bu and md) or
+          algo % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or bu % 1 ~= 0 or md % 1 ~= 0 or
+          algo < 1 or algo > 6 or algo == 2 or limit < 1 or limit > MAX_LIMIT or md < 0 or md > MAX_SPAN or
+          (algo == 6 and (w < 0 or w > MAX_NOW or bu < 0 or bu > MAX_NOW)) or
+          (algo ~= 6 and (w < MIN_WINDOW or w > MAX_WINDOW or bu < 0 or bu > MAX_LIMIT)) then
+          code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
+          break
+        end
+        iv = 0
+        if algo == 4 or algo == 5 then
+          iv = (w - fmod(w, limit)) / limit
+          if bu == 0 then
+            bu = limit
+          end
+          if iv < 1 or bu * iv > MAX_SPAN then
+            code, msg = -2, sfmt('ERR floodgate: bad rate for layer %d', i)
+            break
+          end
+        end
+      end
+      local cs = ARGV[x + 5]
+      local cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
+      if not cost or cost % 1 ~= 0 or cost < 0 or cost > MAX_LIMIT then
+        code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
+        break
+      end
+      if algo == 6 and not (w <= now and now < bu) then
+        code, msg = -2, sfmt('ERR floodgate: bad quota period for layer %d', i)
+        break
+      end
+      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6], P[b + 7] = algo, limit, w, bu, md, cost, iv
+    end
+    if code then
+      break
+    end
+
+    -- Pass 1 decides every layer; if one denies, pass 2 gives each layer
+    -- that would have admitted a request its standing (cost 0, nothing
+    -- consumed). The states are the decision's own: nothing is written
+    -- before both passes.
+    local all = true
+    for pass = 1, 2 do
+      for i = 1, n do
+        local b, j, o = 7 * i - 7, r + 6 * i - 6, 7 * i - 7
+        if pass == 1 or (reply[j + 1] == 1 and P[b + 6] > 0) then
+          local algo, limit, w, bu, md, iv = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 7]
+          local cost = P[b + 6]
+          if pass == 2 then
+            cost = 0
+          end
+          local key = KEYS[k + i]
+          local v = cache[key]
+          if v == nil then
+            v = redis.pcall('GET', key) -- a key of another type fails this decision only
+            if type(v) == 'table' then
+              code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+              break
+            end
+            cache[key] = v
+          end
+          local lnow = now
+          local ok, reason = false, 1
+          local rem, reset, retry, delay = 0, 0, 0, 0
+          local ttl, f1, f2, f3, f4, f5, long
+
+          if algo == 1 then -- fixed window (fixed_window.lua)
+            local t, cn = 0, 0
+            if v then
+              local x, y = smatch(v, '^(%d+) (%d+)$')
+              if not x then
+                code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+                break
+              end
+              t, cn = tonumber(x), tonumber(y)
+            end
+            if t ~= 0 and lnow < t then
+              lnow = t
+            end
+            local start = lnow - fmod(lnow, w)
+            if t ~= start then
+              cn = 0
+            end
+            if cost > limit then
+              reason = 2
+            elseif (cost == 0 and limit - cn >= 1) or (cost > 0 and cost <= limit - cn) then
+              ok, reason = true, 0
+            end
+            if reason == 1 then
+              retry = start + w - lnow
+            end
+            if ok and cost > 0 then
+              cn = cn + cost
+              ttl, f1, f2 = start + w - lnow, start, cn
+            end
+            rem, reset = limit - cn, start + w
+
+          elseif algo == 3 then -- sliding window counter (sliding_window.lua)
+            local t, n0, p0 = 0, 0, 0
+            if v then
+              local x, y, z = smatch(v, '^(%d+) (%d+) (%d+)$')
+              if not x then
+                code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+                break
+              end
+              t, n0, p0 = tonumber(x), tonumber(y), tonumber(z)
+            end
+            if t ~= 0 and lnow < t then
+              lnow = t
+            end
+            local start = lnow - fmod(lnow, w)
+            local cur, prev = 0, 0
+            if t == start then
+              cur, prev = n0, p0
+            elseif t == start - w then
+              prev = n0
+            end
+            local rm = w - (lnow - start)
+            local est = cur
+            if prev ~= 0 and rm > 0 then
+              est = est + floor(prev * rm / w)
+            end
+            if cost > limit then
+              reason = 2
+            elseif (cost == 0 and limit - est >= 1) or (cost > 0 and cost <= limit - est) then
+              ok, reason = true, 0
+            end
+            if ok and cost > 0 then
+              cur = cur + cost
+              est = est + cost
+            end
+            reset = start + w
+            if cur > 0 then
+              reset = start + 2 * w
+            end
+            if reason == 1 then
+              local need = cost
+              if need < 1 then
+                need = 1
+              end
+              local allowance, count, stop = limit - need, cur, start + 2 * w
+              if cur + need <= limit then
+                allowance, count, stop = limit - cur - need, prev, start + w
+              end
+              local span = w
+              if count ~= 0 then
+                span = ceil((allowance + 1) * w / count) - 1
+                if span > w then
+                  span = w
+                end
+              end
+              retry = stop - span - lnow
+              if retry < 1 then
+                retry = 1
+              end
+            end
+            if ok and cost > 0 then
+              ttl, f1, f2, f3 = start + 2 * w - lnow, start, cur, prev
+            end
+            rem = limit - est
+
+          elseif algo == 4 then -- token bucket (token_bucket.lua)
+            local t, cn, h, ha, hr = 0, 0
+            if v then
+              local x, y = smatch(v, '^(%d+) (%d+)$')
+              if not x then
+                local c, d, e
+                x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+                if not x then
+                  code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+                  break
+                end
+                h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+              end
+              t, cn = tonumber(x), tonumber(y)
+            end
+            local tokens, last, full = bu, lnow, true
+            if t ~= 0 then
+              tokens, last = cn, t
+              if lnow < last then
+                lnow = last
+              end
+              local d = lnow - last
+              local add = (d - fmod(d, iv)) / iv
+              tokens = tokens + add
+              last = last + add * iv
+              full = tokens >= bu
+              if full then
+                tokens, last = bu, lnow
+              end
+            end
+            if cost > bu then
+              reason = 2
+            elseif (cost == 0 and tokens >= 1) or (cost > 0 and cost <= tokens) then
+              ok, reason = true, 0
+            end
+            if ok and cost > 0 then
+              tokens = tokens - cost
+            end
+            reset = last + (bu - tokens) * iv
+            if reason == 1 then
+              local need = cost
+              if need < 1 then
+                need = 1
+              end
+              retry = last + (need - tokens) * iv - lnow
+            end
+            if ok and cost > 0 then
+              ttl, f1, f2 = reset - lnow, last, tokens
+              if h then
+                if lnow > h then
+                  h = lnow
+                end
+                if full then
+                  ha = lnow
+                end
+                f3, f4, f5, long = h, ha, hr, true
+              end
+            end
+            rem = tokens
+
+          elseif algo == 5 then -- GCRA (gcra.lua)
+            local t, h, ha, hr = 0
+            if v then
+              local x = smatch(v, '^(%d+)$')
+              if not x then
+                local c, d, e
+                x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+                if not x then
+                  code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+                  break
+                end
+                h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+              end
+              t = tonumber(x)
+            end
+            local tol = bu * iv
+            local tat = t
+            if lnow > tat then
+              tat = lnow
+            end
+            local most = tol + md
+            if cost > (most - fmod(most, iv)) / iv then
+              reason = 2
+            elseif cost == 0 then
+              ok = tat + iv - lnow <= most
+              if ok then
+                reason = 0
+              else
+                retry = tat + iv - lnow - most
+              end
+            else
+              local new = tat + cost * iv
+              if new - lnow <= most then
+                ok, reason = true, 0
+                delay = new - lnow - tol
+                if delay < 0 then
+                  delay = 0
+                end
+                tat = new
+              else
+                retry = new - lnow - most
+              end
+            end
+            local x = tol - (tat - lnow)
+            rem = (x - fmod(x, iv)) / iv
+            if rem < 0 then
+              rem = 0
+            end
+            reset = tat
+            if ok and cost > 0 then
+              ttl, f1 = tat - lnow, tat
+              if h then
+                if lnow > h then
+                  h = lnow
+                end
+                if lnow >= t then
+                  ha = lnow
+                end
+                f2, f3, f4, long = h, ha, hr, true
+              end
+            end
+
+          else -- quota (quota.lua): the window and burst are the period's start and end
+            local t, cn = 0, 0
+            if v then
+              local x, y = smatch(v, '^(%d+) (%d+) %d+$')
+              if not x then
+                code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
+                break
+              end
+              t, cn = tonumber(x), tonumber(y)
+            end
+            if t ~= w then
+              cn = 0
+            end
+            if cost > limit then
+              reason = 2
+            elseif (cost == 0 and limit - cn >= 1) or (cost > 0 and cost <= limit - cn) then
+              ok, reason = true, 0
+            end
+            if reason == 1 then
+              retry = bu - lnow
+            end
+            if ok and cost > 0 then
+              cn = cn + cost
+              ttl, f1, f2, f3 = bu - lnow + QUOTA_GRACE, w, cn, bu
+            end
+            rem, reset = limit - cn, bu
+          end
+
+          if pass == 1 then
+            reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = ok and 1 or 0, rem, reset, retry, delay, reason
+            W[o + 1] = 0
+            if not ok then
+              all = false
+            elseif ttl then
+              if ttl < MIN_TTL then
+                ttl = MIN_TTL
+              end
+              ttl = ttl + TTL_SLACK + 999
+              W[o + 1], W[o + 2], W[o + 3], W[o + 4], W[o + 5], W[o + 6], W[o + 7] = (ttl - fmod(ttl, 1000)) / 1000, f1, f2, f3, f4, f5, long
+            end
+          else
+            reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, 0
+          end
+        end
+      end
+      if code or all then
+        break
+      end
+    end
+    if code then
+      break
+    end
+
+    if all then
+      for i = 1, n do
+        local o = 7 * i - 7
+        local px = W[o + 1]
+        if px > 0 then
+          local algo, key = P[7 * i - 6], KEYS[k + i]
+          local val
+          if algo == 1 then
+            val = sfmt('%d %d', W[o + 2], W[o + 3])
+          elseif algo == 3 or algo == 6 then
+            val = sfmt('%d %d %d', W[o + 2], W[o + 3], W[o + 4])
+          elseif algo == 4 then
+            if W[o + 7] then
+              val = sfmt('%d %d %d %d %d', W[o + 2], W[o + 3], W[o + 4], W[o + 5], W[o + 6])
+            else
+              val = sfmt('%d %d', W[o + 2], W[o + 3])
+            end
+          elseif W[o + 7] then
+            val = sfmt('%d %d %d %d', W[o + 2], W[o + 3], W[o + 4], W[o + 5])
+          else
+            val = sfmt('%d', W[o + 2])
+          end
+          if not px_of[key] then
+            dirty[#dirty + 1] = key
+          end
+          cache[key], px_of[key] = val, px
+        end
+      end
+    end
+  until true
+
+  if code then
+    if nd == 1 then
+      return redis.error_reply(msg)
+    end
+    for x = r + 1, r + 6 * n do
+      reply[x] = 0
+    end
+    for i = 1, n do
+      reply[r + 6 * i] = code
+    end
+    pa = nil
+  else
+    P, PP, pa, pn = PP, P, a + 2, n
+  end
+  a, k, r = a + 2 + 6 * n, k + n, r + 6 * n
+end
+
+for i = 1, #dirty do
+  local key = dirty[i]
+  redis.call('SET', key, cache[key], 'PX', sfmt('%d', px_of[key]))
+end
+return reply
