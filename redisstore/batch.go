@@ -379,12 +379,18 @@ func (f *batchFrame) build(calls []*call) {
 
 // buildLayered fills f for the layered script (lua/fast_layers.lua):
 // EVALSHA sha numkeys key... then, per decision, its number of layers n,
-// its now, and its 6n layer arguments.
+// its now, and its 6n layer arguments; or, when every decision has the
+// same n layers with the same five policy arguments each (one set of
+// policies, many identities), "s", n and those 5n arguments once, then per
+// decision its now and its n costs.
 func (f *batchFrame) buildLayered(calls []*call) {
+	n := len(calls[0].layers)
 	keys, nums := 0, 0
+	shared := true
 	for _, c := range calls {
 		keys += len(c.layers)
 		nums += 2 + 6*len(c.layers)
+		shared = shared && len(c.layers) == n
 	}
 	f.args = append(f.args[:0], nil, nil, keys)
 	for _, c := range calls {
@@ -398,16 +404,35 @@ func (f *batchFrame) buildLayered(calls []*call) {
 	f.nums = f.nums[:nums]
 	at := 0
 	for _, c := range calls {
-		n := len(c.layers)
-		v := f.nums[at : at+2+6*n]
+		m := len(c.layers)
+		v := f.nums[at : at+2+6*m]
 		at += len(v)
-		v[0], v[1] = int64(n), c.now
+		v[0], v[1] = int64(m), c.now
 		for i := range c.layers {
 			putLayer(v[2+6*i:8+6*i], c.now, &c.layers[i])
+			if shared && [5]int64(v[2+6*i:7+6*i]) != [5]int64(f.nums[2+6*i:7+6*i]) {
+				shared = false
+			}
 		}
 	}
-	for j := range f.nums {
-		f.args = append(f.args, &f.nums[j])
+	if !shared {
+		for j := range f.nums {
+			f.args = append(f.args, &f.nums[j])
+		}
+		return
+	}
+	f.args = append(f.args, argShared, argNumKeys[n])
+	for i := range n {
+		for j := range 5 {
+			f.args = append(f.args, &f.nums[2+6*i+j])
+		}
+	}
+	for d := range calls {
+		v := f.nums[d*(2+6*n) : (d+1)*(2+6*n)]
+		f.args = append(f.args, &v[1])
+		for i := range n {
+			f.args = append(f.args, &v[7+6*i])
+		}
 	}
 }
 

@@ -366,3 +366,77 @@ func algorithmNamed(name string) (floodgate.Algorithm, bool) {
 	}
 	return 0, false
 }
+
+// TestLayersScriptGuards sends the layered script calls of the wrong shape
+// or with bad arguments, in both layouts: each must fail as a whole with an
+// error reply (one decision) and write nothing; in a call of several, a
+// decision with bad arguments fails alone.
+func TestLayersScriptGuards(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.nodes[0]
+	ctx := context.Background()
+	now := vectors.T0.UnixMicro()
+	src := layersScript.Source()
+	keys := []string{e.prefix + ":guard:a", e.prefix + ":guard:b"}
+	fw := []any{1, 10, 60_000_000, 0, 0}
+	sw := []any{3, 10, 60_000_000, 0, 0}
+	one := func(n any, now any, costs ...any) []any {
+		args := []any{n, now}
+		args = append(args, fw...)
+		args = append(args, costs[0])
+		args = append(args, sw...)
+		return append(args, costs[1])
+	}
+	for name, tc := range map[string]struct {
+		keys []string
+		args []any
+	}{
+		"no arguments":           {keys, nil},
+		"n not a number":         {keys, one("x", now, 1, 1)},
+		"n too big":              {keys, one(17, now, 1, 1)},
+		"n beyond the keys":      {keys[:1], one(2, now, 1, 1)},
+		"a key too many":         {append(keys, e.prefix+":guard:c"), one(2, now, 1, 1)},
+		"an argument too many":   {keys, append(one(2, now, 1, 1), 1)},
+		"sliding log":            {keys, append([]any{2, now, 2, 10, 60_000_000, 0, 0, 1}, append(sw, 1)...)},
+		"now not a number":       {keys, one(2, "now", 1, 1)},
+		"now negative":           {keys, one(2, -1, 1, 1)},
+		"cost fraction":          {keys, one(2, now, 1.5, 1)},
+		"cost negative":          {keys, one(2, now, 1, -1)},
+		"shared: n zero":         {keys, []any{"s", 0}},
+		"shared: keys not n×d":   {keys[:1], append(append([]any{"s", 2}, append(fw, sw...)...), now, 1, 1)},
+		"shared: short":          {keys, append(append([]any{"s", 2}, append(fw, sw...)...), now, 1)},
+		"shared: sliding log":    {keys, append(append([]any{"s", 2, 2, 10, 60_000_000, 0, 0}, sw...), now, 1, 1)},
+		"shared: bad limit":      {keys, append(append([]any{"s", 2, 1, 0, 60_000_000, 0, 0}, sw...), now, 1, 1)},
+		"shared: window too low": {keys, append(append([]any{"s", 2, 1, 10, 999, 0, 0}, sw...), now, 1, 1)},
+	} {
+		err := c.Eval(ctx, src, tc.keys, tc.args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "floodgate") {
+			t.Errorf("%s: %v, want a floodgate error reply", name, err)
+		}
+		if n := c.Exists(ctx, keys...).Val(); n != 0 {
+			t.Fatalf("%s: wrote %d keys", name, n)
+		}
+	}
+	// Good calls in both layouts, then a call of two decisions whose
+	// second has a bad cost: the first is decided and written, the second
+	// gets the code -2 and writes nothing.
+	if v, err := c.Eval(ctx, src, keys, one(2, now, 1, 1)...).Int64Slice(); err != nil || len(v) != 12 || v[0] != 1 || v[6] != 1 {
+		t.Fatalf("good call: %v %v", v, err)
+	}
+	shared := append(append([]any{"s", 2}, append(fw, sw...)...), now, 1, 1)
+	if v, err := c.Eval(ctx, src, keys, shared...).Int64Slice(); err != nil || len(v) != 12 || v[1] != 8 || v[7] != 8 {
+		t.Fatalf("good shared call: %v %v", v, err)
+	}
+	other := []string{e.prefix + ":guard:c", e.prefix + ":guard:d"}
+	two := append(append([]any{"s", 2}, append(fw, sw...)...), now, 1, 1, now, -1, 1)
+	v, err := c.Eval(ctx, src, append(append([]string(nil), keys...), other...), two...).Int64Slice()
+	if err != nil || len(v) != 24 || v[0] != 1 || v[1] != 7 || v[17] != -2 || v[23] != -2 {
+		t.Fatalf("two decisions, the second bad: %v %v", v, err)
+	}
+	if n := c.Exists(ctx, other...).Val(); n != 0 {
+		t.Fatalf("the bad decision wrote %d keys", n)
+	}
+	for _, k := range keys {
+		e.bound[k] = time.Hour
+	}
+}

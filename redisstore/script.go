@@ -146,6 +146,7 @@ func scriptFor(layers []floodgate.Layer) *luascript.Script {
 var (
 	argReserve any = "reserve"
 	argRelease any = "release"
+	argShared  any = "s" // the layered script's shared layout
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,
 	// so go-redis's cluster routing reads it without formatting); a release
 	// has one key more than its layers, its marker.

@@ -11,8 +11,11 @@
 -- number of layers n, its now (Unix µs) and the six arguments of each of
 -- its layers as in layer_args (algorithm, limit, window µs, burst, max
 -- delay µs, cost; a quota's window and burst carry its period's start and
--- end); KEYS holds each decision's keys in the same order. The call's
--- shape is checked before anything is decided.
+-- end); KEYS holds each decision's keys in the same order. When every
+-- decision has the same n layers under the same policies (the usual batch:
+-- one set of policies, many identities), the call may instead be 's', n,
+-- the five policy arguments of each layer once, then per decision its now
+-- and its n costs. The call's shape is checked before anything is decided.
 --
 -- Each decision reads every layer's state, decides every layer at its now,
 -- and writes the new states only if every layer admitted; a layer that
@@ -43,21 +46,41 @@ local QUOTA_GRACE = 3600000000
 local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
 
 local nk, na = #KEYS, #ARGV
+local shared = ARGV[1] == 's'
+local sn -- the number of layers of every decision, in the shared layout
 local a, k, nd = 1, 0, 0
-while a <= na do
-  local n = tonumber(ARGV[a])
-  if not n or n % 1 ~= 0 or n < 1 or n > MAX_LAYERS or a + 1 + 6 * n > na or k + n > nk then
-    return redis.error_reply('ERR floodgate: bad call: want, per decision, n, now and 6n layer arguments')
+if shared then
+  sn = tonumber(ARGV[2])
+  if not sn or sn % 1 ~= 0 or sn < 1 or sn > MAX_LAYERS or nk % sn ~= 0 then
+    return redis.error_reply('ERR floodgate: bad call: want s, n, 5n policy arguments, then now and n costs per decision')
   end
-  for i = 1, n do
-    if ARGV[a + 6 * i - 4] == '2' then
+  nd = nk / sn
+  if nd < 1 or na ~= 2 + 5 * sn + nd * (1 + sn) then
+    return redis.error_reply('ERR floodgate: bad call: want s, n, 5n policy arguments, then now and n costs per decision')
+  end
+  for i = 1, sn do
+    if ARGV[5 * i - 2] == '2' then
       return redis.error_reply('ERR floodgate: bad call: a sliding log layer')
     end
   end
-  a, k, nd = a + 2 + 6 * n, k + n, nd + 1
-end
-if nd < 1 or k ~= nk or a ~= na + 1 then
-  return redis.error_reply('ERR floodgate: bad call: want, per decision, n, now and 6n layer arguments')
+  a = 3 + 5 * sn
+else
+  while a <= na do
+    local n = tonumber(ARGV[a])
+    if not n or n % 1 ~= 0 or n < 1 or n > MAX_LAYERS or a + 1 + 6 * n > na or k + n > nk then
+      return redis.error_reply('ERR floodgate: bad call: want, per decision, n, now and 6n layer arguments')
+    end
+    for i = 1, n do
+      if ARGV[a + 6 * i - 4] == '2' then
+        return redis.error_reply('ERR floodgate: bad call: a sliding log layer')
+      end
+    end
+    a, k, nd = a + 2 + 6 * n, k + n, nd + 1
+  end
+  if nd < 1 or k ~= nk or a ~= na + 1 then
+    return redis.error_reply('ERR floodgate: bad call: want, per decision, n, now and 6n layer arguments')
+  end
+  a = 1
 end
 
 local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, keys to write
@@ -65,11 +88,15 @@ local reply = {}
 local P, PP = {}, {} -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
 local W = {} -- per layer, what to write: PX ms (0: nothing), then up to five state numbers and the long form's flag
 local pa, pn -- where the previous decision's layer arguments started, and its number of layers
-a, k = 1, 0
+k = 0
 local r = 0
 while a <= na do
-  local n = tonumber(ARGV[a])
-  local now = tonumber(ARGV[a + 1])
+  local n, now
+  if shared then
+    n, now = sn, tonumber(ARGV[a])
+  else
+    n, now = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  end
   local code, msg
   repeat -- break ends this decision early, with an error code
     if not now or now % 1 ~= 0 or now < 0 or now > MAX_NOW then
@@ -82,8 +109,11 @@ while a <= na do
     -- (Lua strings are interned, so comparing them is cheap), as in a
     -- call of many decisions under one set of policies.
     for i = 1, n do
-      local x, b = a + 6 * i - 4, 7 * i - 7
-      local q = pa and pn == n and pa + 6 * i - 6
+      local x, cx, b = a + 6 * i - 4, a + 6 * i + 1, 7 * i - 7 -- where layer i's policy arguments and cost are
+      if shared then
+        x, cx = 5 * i - 2, a + i
+      end
+      local q = pa and pn == n and (shared and x or pa + 6 * i - 6)
       local algo, limit, w, bu, md, iv
       if q and ARGV[x] == ARGV[q] and ARGV[x + 1] == ARGV[q + 1] and ARGV[x + 2] == ARGV[q + 2] and
         ARGV[x + 3] == ARGV[q + 3] and ARGV[x + 4] == ARGV[q + 4] then
@@ -111,7 +141,7 @@ while a <= na do
           end
         end
       end
-      local cs = ARGV[x + 5]
+      local cs = ARGV[cx]
       local cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
       if not cost or cost % 1 ~= 0 or cost < 0 or cost > MAX_LIMIT then
         code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
@@ -471,7 +501,12 @@ while a <= na do
   else
     P, PP, pa, pn = PP, P, a + 2, n
   end
-  a, k, r = a + 2 + 6 * n, k + n, r + 6 * n
+  if shared then
+    a = a + 1 + n
+  else
+    a = a + 2 + 6 * n
+  end
+  k, r = k + n, r + 6 * n
 end
 
 for i = 1, #dirty do
