@@ -320,3 +320,91 @@ func TestLayersScriptDifferential(t *testing.T) {
 	}
 	t.Logf("%d reservations; long-form states seen %d times", reserves, long)
 }
+
+// TestLayersScriptBatchDifferential sends calls of many layered decisions
+// at once (the coalesced path, both argument layouts) over a small pool of
+// identities, so that decisions of one call share keys, and checks each
+// decision against the model applied in the call's order; the same
+// decisions, sent one by one through the general script on mirror keys,
+// must leave byte-for-byte the same states.
+func TestLayersScriptBatchDifferential(t *testing.T) {
+	e, _ := newEnv(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(seed, 11))
+	ma, mb := newModel(), newModel()
+	var ps []floodgate.Policy
+	for i := range 6 {
+		ps = append(ps, randPolicy(t, r, []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA}[i%4], 40+i))
+	}
+	q, err := floodgate.NewQuota("bq", 1+r.Int64N(40), floodgate.Calendar{Unit: floodgate.PeriodMonth, Location: time.UTC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps = append(ps, q)
+	now := vectors.T0.UnixMicro()
+	shared, mixed := 0, 0
+	for round := range 60 {
+		// One set of policies for the whole call (the shared layout) or a
+		// different set per decision.
+		same := round%2 == 0
+		var set []int
+		pick := func() []int {
+			idx := r.Perm(len(ps))[:2+r.IntN(3)]
+			return idx
+		}
+		set = pick()
+		var calls []*call
+		var as, bs [][]floodgate.Layer
+		for range 2 + r.IntN(20) {
+			idx := set
+			if !same {
+				idx = pick()
+			}
+			now += r.Int64N(400_000) - 50_000 // decisions of a call need not be in time order
+			id := fmt.Sprint("p", r.IntN(3))
+			la := make([]floodgate.Layer, len(idx))
+			lb := make([]floodgate.Layer, len(idx))
+			for j, pi := range idx {
+				p := ps[pi]
+				cost := randCost(r, p)
+				la[j] = floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, "a"+id, now), Cost: cost}
+				lb[j] = floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, "b"+id, now), Cost: cost}
+				e.bound[la[j].Key], e.bound[lb[j].Key] = ttlBound(p), ttlBound(p)
+			}
+			calls = append(calls, getCall(ctx, now, layersScript, la))
+			as, bs = append(as, la), append(bs, lb)
+		}
+		if same {
+			shared++
+		} else {
+			mixed++
+		}
+		e.store.batch.run(calls)
+		for i, c := range calls {
+			<-c.done
+			want := ma.decide(c.now, as[i])
+			if c.err != nil {
+				t.Fatalf("seed %d, round %d, decision %d: %v", seed, round, i, c.err)
+			}
+			if !sameResults(c.res, want) {
+				t.Fatalf("seed %d, round %d, decision %d at %d, layers %+v:\n got %+v\nwant %+v", seed, round, i, c.now, as[i], c.res, want)
+			}
+			got, err := e.decideGeneral(ctx, c.now, bs[i], false)
+			if err != nil || !sameResults(got, mb.decide(c.now, bs[i])) {
+				t.Fatalf("seed %d, round %d, decision %d through the general script: %v %+v", seed, round, i, err, got)
+			}
+		}
+		for i := range as {
+			for j := range as[i] {
+				va, _ := e.rd.Get(ctx, as[i][j].Key).Result()
+				vb, _ := e.rd.Get(ctx, bs[i][j].Key).Result()
+				if va != vb {
+					t.Fatalf("seed %d, round %d, decision %d, layer %d: the batch left %q, the general script %q", seed, round, i, j, va, vb)
+				}
+			}
+		}
+	}
+	t.Logf("%d calls under one set of policies, %d mixed", shared, mixed)
+}

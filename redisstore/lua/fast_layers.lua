@@ -23,8 +23,10 @@
 -- the request (a peek's numbers, marked admitted). States are read and
 -- written through a cache for the call: a key that several decisions of
 -- the call share (a global edge layer) is read once and written once, at
--- the end, with its last value and TTL (Redis's clock stands still while a
--- script runs, so that is exactly what writing it each time would leave).
+-- the end, with its last value and TTL. (Redis 7.0 counts a PX from the
+-- moment of the SET, so a key flushed at the end of a long call expires
+-- later than if it had been written at once, by at most the call's run
+-- time, far inside the TTL's one-second slack; never earlier.)
 --
 -- Reply: six integers per layer, decision after decision (allowed,
 -- remaining, resetAt µs, retry µs, delay µs, reason). A decision that
@@ -113,6 +115,13 @@ while a <= na do
       if shared then
         x, cx = 5 * i - 2, a + i
       end
+      local cs = ARGV[cx]
+      local cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
+      if not cost or cost % 1 ~= 0 or cost < 0 or cost > MAX_LIMIT then
+        -- checked first, as layer_args reports bad arguments before a bad rate
+        code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
+        break
+      end
       local q = pa and pn == n and (shared and x or pa + 6 * i - 6)
       local algo, limit, w, bu, md, iv
       if q and ARGV[x] == ARGV[q] and ARGV[x + 1] == ARGV[q + 1] and ARGV[x + 2] == ARGV[q + 2] and
@@ -140,12 +149,6 @@ while a <= na do
             break
           end
         end
-      end
-      local cs = ARGV[cx]
-      local cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
-      if not cost or cost % 1 ~= 0 or cost < 0 or cost > MAX_LIMIT then
-        code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
-        break
       end
       if algo == 6 and not (w <= now and now < bu) then
         code, msg = -2, sfmt('ERR floodgate: bad quota period for layer %d', i)
