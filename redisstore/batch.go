@@ -342,9 +342,36 @@ func keyList(layers []floodgate.Layer) string {
 type batchFrame struct {
 	args []any
 	nums []int64
+	seen map[string]struct{} // the keys of the batch, to tell whether one repeats
 }
 
+// build fills f for a single-layer script (see batchFrame), with the
+// trailing "h" that tells the script to read and write a repeated key
+// once (lua/fast_head.lua) when requests share one: a hot identity.
 func (f *batchFrame) build(calls []*call) {
+	f.buildRequests(calls)
+	if f.repeats(calls) {
+		f.args = append(f.args, argHot)
+	}
+}
+
+// repeats reports whether two of calls share a key.
+func (f *batchFrame) repeats(calls []*call) bool {
+	if f.seen == nil {
+		f.seen = make(map[string]struct{}, len(calls))
+	}
+	defer clear(f.seen)
+	for _, c := range calls {
+		if _, dup := f.seen[c.layers[0].Key]; dup {
+			return true
+		}
+		f.seen[c.layers[0].Key] = struct{}{}
+	}
+	return false
+}
+
+// buildRequests fills f's command line for calls, without the "h".
+func (f *batchFrame) buildRequests(calls []*call) {
 	n := len(calls)
 	f.args = append(f.args[:0], nil, nil, n)
 	for _, c := range calls {

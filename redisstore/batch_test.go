@@ -545,3 +545,80 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 		t.Errorf("edge key's TTL %v, want about %v (the last admitted decision's)", got, wantTTL)
 	}
 }
+
+// TestBatchHotKey sends single-layer batches in which requests share a
+// key (a hot identity), for every algorithm with a single-layer script and
+// in both argument layouts: each request must be decided as if alone, one
+// after another (the model), the shared key read and written once per
+// call, with the last request's state; a batch without a repeated key
+// reads and writes each key directly.
+func TestBatchHotKey(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
+	ctx := context.Background()
+	base := vectors.T0.UnixMicro()
+	for a, sc := range fastScripts {
+		if sc == nil {
+			continue
+		}
+		algo := floodgate.Algorithm(a)
+		t.Run(algo.String(), func(t *testing.T) {
+			var p, other floodgate.Policy
+			if algo == floodgate.Quota {
+				p, other = quotaPolicy(t, 5, floodgate.PeriodDay), quotaPolicy(t, 7, floodgate.PeriodMonth)
+				other.Name = "q2"
+			} else {
+				p = mustPolicy(t, floodgate.Policy{Name: "hot", Algorithm: algo, Limit: 5, Window: time.Minute})
+				other = mustPolicy(t, floodgate.Policy{Name: "hot2", Algorithm: algo, Limit: 7, Window: time.Minute})
+			}
+			m := newModel()
+			for _, mixed := range []bool{false, true} {
+				var calls []*call
+				var layers [][]floodgate.Layer
+				hotKey := floodgate.KeyAt(e.prefix, p, fmt.Sprint("hot", mixed), base)
+				for i := range 9 {
+					now := base + int64(i)*100_000
+					l := floodgate.Layer{Policy: p, Key: hotKey, Cost: 1}
+					if mixed && i%3 == 1 { // another policy (the per-request layout) and keys of its own
+						l = floodgate.Layer{Policy: other, Key: floodgate.KeyAt(e.prefix, other, fmt.Sprint("cold", i), now), Cost: 1}
+					}
+					e.bound[l.Key] = ttlBound(l.Policy)
+					calls = append(calls, getCall(ctx, now, sc, []floodgate.Layer{l}))
+					layers = append(layers, []floodgate.Layer{l})
+				}
+				gets, sets := commandCalls(t, c, "get"), commandCalls(t, c, "set")
+				e.store.batch.run(calls)
+				for i, cl := range calls {
+					<-cl.done
+					want := m.decide(cl.now, layers[i])
+					if cl.err != nil || !sameResults(cl.res, want) {
+						t.Fatalf("mixed %v, request %d: got %+v %v, want %+v", mixed, i, cl.res, cl.err, want)
+					}
+				}
+				distinct := 1
+				if mixed {
+					distinct += 3
+				}
+				if g, s := commandCalls(t, c, "get")-gets, commandCalls(t, c, "set")-sets; g != distinct || s != distinct {
+					t.Errorf("mixed %v: %d GETs and %d SETs for %d distinct keys, want one each", mixed, g, s, distinct)
+				}
+			}
+			// No key repeats: every request reads and writes its own key.
+			var calls []*call
+			for i := range 4 {
+				l := floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, fmt.Sprint("single", i), base), Cost: 1}
+				e.bound[l.Key] = ttlBound(p)
+				calls = append(calls, getCall(ctx, base, sc, []floodgate.Layer{l}))
+			}
+			f := new(batchFrame)
+			if f.repeats(calls) {
+				t.Fatal("distinct keys taken for repeated ones")
+			}
+			calls = append(calls, getCall(ctx, base, sc, calls[0].layers))
+			if !f.repeats(calls) || !f.repeats(calls) {
+				t.Fatal("a repeated key not seen (or not seen the second time)")
+			}
+		})
+	}
+}

@@ -147,6 +147,7 @@ var (
 	argReserve any = "reserve"
 	argRelease any = "release"
 	argShared  any = "s" // the layered script's shared layout
+	argHot     any = "h" // a single-layer batch in which a key repeats
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,
 	// so go-redis's cluster routing reads it without formatting); a release
 	// has one key more than its layers, its marker.

@@ -17,6 +17,8 @@
 -- large part of a request's. The Go side validated everything; the checks
 -- here only keep the script from running on garbage.
 --
+-- Either layout may end with 'h' (below).
+--
 -- Reply: the six integers of decide.lua per request. A request that cannot
 -- be decided writes nothing and, when the call has several, gets the
 -- reason code -1 (its key holds a value floodgate did not write, or a key
@@ -38,6 +40,21 @@ local QUOTA_GRACE = 3600000000
 local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
 
 local nk, na = #KEYS, #ARGV
+-- A trailing 'h' says some requests of the call share a key (one hot
+-- identity, a global limit). Such a key is then read once and written
+-- once: cache holds every key's value as read or last decided (false: no
+-- key), px_of the PX in ms of the keys decided, dirty those keys in the
+-- order first decided, and the tail writes each with SET PX at the end. A
+-- script runs atomically, so the stored values are those of writing each
+-- at once; a PX counts from the SET, so such a key expires later by at
+-- most the call's run time, far inside the TTL's one-second slack, never
+-- earlier. Without the 'h', reads and writes go straight to Redis.
+local hot = ARGV[na] == 'h'
+local cache, px_of, dirty
+if hot then
+  na = na - 1
+  cache, px_of, dirty = {}, {}, {}
+end
 local shared = nk > 1 and na == 5 + 2 * nk
 if nk < 1 or not shared and na ~= 7 * nk then
   return redis.error_reply('ERR floodgate: bad call: want 1 or more keys, 7 arguments per key or 5 + 2 per key')

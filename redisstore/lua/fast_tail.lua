@@ -7,4 +7,10 @@
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
   end
 end
+if hot then
+  for d = 1, #dirty do
+    local key = dirty[d]
+    redis.call('SET', key, cache[key], 'PX', sfmt('%d', px_of[key]))
+  end
+end
 return reply
