@@ -28,20 +28,7 @@
       break
     end
 
-    local key = KEYS[i]
     local t, h, ha, hr = 0
-    local v
-    if hot then -- see fast_head.lua
-      v = cache[key]
-      if v == nil then
-        v = redis.pcall('GET', key)
-        if type(v) ~= 'table' then
-          cache[key] = v
-        end
-      end
-    else
-      v = redis.pcall('GET', key) -- a key of another type fails this decision only
-    end
     if type(v) == 'table' then
       code, msg = -1, v.err
       break
@@ -101,8 +88,7 @@
         ttl = MIN_TTL
       end
       ttl = ttl + TTL_SLACK + 999
-      local px = (ttl - fmod(ttl, 1000)) / 1000
-      local val
+      px = (ttl - fmod(ttl, 1000)) / 1000 -- val and px are written by the tail
       if h then
         if now > h then
           h = now
@@ -113,14 +99,6 @@
         val = sfmt('%d %d %d %d', tat, h, ha, hr)
       else
         val = sfmt('%d', tat)
-      end
-      if hot then
-        if not px_of[key] then
-          dirty[#dirty + 1] = key
-        end
-        cache[key], px_of[key] = val, px
-      else
-        redis.call('SET', key, val, 'PX', sfmt('%d', px))
       end
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, remaining, tat, retry, delay, reason

@@ -27,8 +27,9 @@
 --
 -- The body runs once per request inside `repeat ... until true`, with the
 -- request's argument places ai (its seven), nw (now) and cs (cost), P (the
--- shared policy arguments, when shared) and its reply place ri: it either
--- fills reply[ri + 1 .. ri + 6], or sets code and msg and breaks.
+-- shared policy arguments, when shared), its reply place ri, its key and
+-- the key's value v: it either fills reply[ri + 1 .. ri + 6], setting val
+-- and px when there is a state to write, or sets code and msg and breaks.
 
 local MAX_NOW = 4503599627370496
 local MAX_LIMIT = 1099511627776
@@ -78,4 +79,21 @@ for i = 1, nk do
     cs = nw + 1
   end
   local code, msg
+  -- The request's key and its value (false: no key; a table: a key of
+  -- another type, which fails this request only), read through the cache
+  -- in a hot call; the body checks it after the arguments. The body sets
+  -- val and px (ms) when the request consumed something, and the tail
+  -- writes them.
+  local key, v, val, px = KEYS[i]
+  if hot then
+    v = cache[key]
+    if v == nil then
+      v = redis.pcall('GET', key)
+      if type(v) ~= 'table' then
+        cache[key] = v
+      end
+    end
+  else
+    v = redis.pcall('GET', key)
+  end
   repeat -- break ends this request early, with an error code

@@ -18,20 +18,7 @@
       break
     end
 
-    local key = KEYS[i]
     local t, n0, p0 = 0, 0, 0
-    local v
-    if hot then -- see fast_head.lua
-      v = cache[key]
-      if v == nil then
-        v = redis.pcall('GET', key)
-        if type(v) ~= 'table' then
-          cache[key] = v
-        end
-      end
-    else
-      v = redis.pcall('GET', key) -- a key of another type fails this decision only
-    end
     if type(v) == 'table' then
       code, msg = -1, v.err
       break
@@ -105,14 +92,6 @@
         ttl = MIN_TTL
       end
       ttl = ttl + TTL_SLACK + 999
-      local val, px = sfmt('%d %d %d', start, cur, prev), (ttl - fmod(ttl, 1000)) / 1000
-      if hot then
-        if not px_of[key] then
-          dirty[#dirty + 1] = key
-        end
-        cache[key], px_of[key] = val, px
-      else
-        redis.call('SET', key, val, 'PX', sfmt('%d', px))
-      end
+      val, px = sfmt('%d %d %d', start, cur, prev), (ttl - fmod(ttl, 1000)) / 1000 -- written by the tail
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - est, reset, retry, 0, reason

@@ -1,6 +1,15 @@
 -- fast_tail.lua: the end of the single-layer scripts (see fast_head.lua).
   until true
-  if code then
+  if val then -- only set by a request decided and admitted
+    if hot then
+      if not px_of[key] then
+        dirty[#dirty + 1] = key
+      end
+      cache[key], px_of[key] = val, px
+    else
+      redis.call('SET', key, val, 'PX', sfmt('%d', px))
+    end
+  elseif code then
     if nk == 1 then
       return redis.error_reply(msg)
     end
