@@ -120,8 +120,8 @@ func hasFastScript(a floodgate.Algorithm) bool {
 // one or many per call, exactly as the general script's decide mode would,
 // but written out flat (lua/fast_layers.lua): the general script's
 // functions cost about 40,000 server instructions per call to create. Its
-// call is n, now and 6n layer arguments per decision (see batchFrame.buildLayered). It
-// is immutable.
+// call is n, now and 6n layer arguments per decision, or the shared layout
+// (see batchFrame.buildLayered). It is immutable.
 var layersScript = luascript.New(luaFastLayers, luascript.Options{})
 
 // scriptFor returns the script that decides layers: the algorithm's
@@ -135,7 +135,7 @@ func scriptFor(layers []floodgate.Layer) *luascript.Script {
 		return script
 	}
 	for i := range layers {
-		if layers[i].Policy.Algorithm == floodgate.SlidingLog || !hasFastScript(layers[i].Policy.Algorithm) {
+		if !hasFastScript(layers[i].Policy.Algorithm) { // the sliding log has none
 			return script
 		}
 	}
