@@ -62,6 +62,14 @@ const TTLSlack = time.Second
 // behind cannot refill a bucket or reopen a window.
 func Step(p Policy, s State, now, cost int64) Outcome {
 	var o Outcome
+	StepTo(&o, &p, &s, now, cost)
+	return o
+}
+
+// StepTo is Step writing its outcome to o, for stores on a hot path: it
+// takes the policy and state by reference instead of copying them in and
+// the outcome out. It reads *p and *s and writes only *o.
+func StepTo(o *Outcome, p *Policy, s *State, now, cost int64) {
 	var r stepResult
 	switch p.Algorithm {
 	case FixedWindow:
@@ -76,14 +84,15 @@ func Step(p Policy, s State, now, cost int64) Outcome {
 		o.State, r, o.TTL = stepSlidingLog(p, s, now, cost)
 	case Quota:
 		o.State, r, o.TTL = stepQuota(p, s, now, cost)
+	default:
+		*o = Outcome{State: *s}
 	}
 	o.Commit = r.allowed && cost > 0
 	if !o.Commit {
-		o.State = s
+		o.State = *s
 	}
 	o.TTL = max(o.TTL, minTTL) + TTLSlack.Microseconds()
 	o.Result = r.result(p.Limit)
-	return o
 }
 
 // Standing returns where state s stands at now under p without any
@@ -108,7 +117,7 @@ func admit(remaining, cost, capacity int64) (allowed bool, reason Reason) {
 	return false, ReasonLimited
 }
 
-func stepFixedWindow(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+func stepFixedWindow(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	w := p.Window.Microseconds()
 	if s.T != 0 && now < s.T {
 		now = s.T
@@ -130,7 +139,7 @@ func stepFixedWindow(p Policy, s State, now, cost int64) (State, stepResult, int
 	return State{T: start, N: n}, r, start + w - now
 }
 
-func stepSlidingWindow(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+func stepSlidingWindow(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	w := p.Window.Microseconds()
 	if s.T != 0 && now < s.T {
 		now = s.T
@@ -206,7 +215,7 @@ func floorDiv(x, y float64) float64 {
 	return t
 }
 
-func stepTokenBucket(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+func stepTokenBucket(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	iv := p.interval()
 	b := p.burst()
 	tokens, last := b, now
@@ -235,7 +244,7 @@ func stepTokenBucket(p Policy, s State, now, cost int64) (State, stepResult, int
 	return State{T: last, N: tokens}, r, r.resetAt - now
 }
 
-func stepGCRA(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+func stepGCRA(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	iv := p.interval()
 	b := p.burst()
 	tol := b * iv                         // how far the TAT may run ahead of now
@@ -267,7 +276,7 @@ func stepGCRA(p Policy, s State, now, cost int64) (State, stepResult, int64) {
 	return State{T: tat}, r, tat - now
 }
 
-func stepSlidingLog(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+func stepSlidingLog(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	w := p.Window.Microseconds()
 	log := s.Log
 	if n := len(log); n > 0 && now < log[n-1].At {
@@ -314,7 +323,7 @@ func QuotaPeriod(p Policy, now int64) (start, end int64, tag string) {
 	return per.Start.UnixMicro(), per.End.UnixMicro(), p.Calendar.StorageTag(per)
 }
 
-func stepQuota(p Policy, s State, now, cost int64) (State, stepResult, int64) {
+func stepQuota(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	if s.T != 0 && now < s.T {
 		now = s.T
 	}

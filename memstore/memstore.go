@@ -144,14 +144,15 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	var ents [floodgate.MaxLayers]*entry
 	var states [floodgate.MaxLayers]floodgate.State
 	all := true
-	for i, l := range layers {
+	for i := range layers {
+		l := &layers[i]
 		sh := &s.shards[idx[i]]
 		e := sh.entries[l.Key]
 		if e != nil && e.expires > mono {
 			states[i] = e.state
 		}
 		ents[i] = e
-		outcomes[i] = floodgate.Step(l.Policy, states[i], now, l.Cost)
+		floodgate.StepTo(&outcomes[i], &l.Policy, &states[i], now, l.Cost)
 		out[i] = outcomes[i].Result
 		if !outcomes[i].Result.Allowed {
 			all = false
@@ -209,11 +210,12 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 	defer sh.mu.Unlock()
 	mono := s.mono()
 	e := sh.entries[l.Key]
-	var st floodgate.State
+	st := &zeroState
 	if e != nil && e.expires > mono {
-		st = e.state
+		st = &e.state
 	}
-	o := floodgate.Step(l.Policy, st, now, l.Cost)
+	var o floodgate.Outcome
+	floodgate.StepTo(&o, &l.Policy, st, now, l.Cost)
 	*out = o.Result
 	if !o.Commit {
 		return nil
@@ -233,6 +235,9 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 	sh.wrote(mono)
 	return nil
 }
+
+// zeroState is the state of an identity with none stored; never written.
+var zeroState floodgate.State
 
 // wrote counts a write and, every sweepEvery writes, reclaims a few
 // expired entries, so memory follows the live identities without a

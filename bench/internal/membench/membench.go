@@ -143,15 +143,20 @@ func MemstoreDirect(a floodgate.Algorithm) Subject {
 			if err != nil {
 				return nil, nil, err
 			}
-			layers := make([][1]floodgate.Layer, len(keys))
+			// The storage keys are built once; the layer is filled per
+			// decision from the one policy, as an application deciding
+			// many identities under one policy would.
+			skeys := make([]string, len(keys))
 			for i, k := range keys {
-				layers[i][0] = floodgate.Layer{Policy: p, Key: floodgate.Key("fg", p, k), Cost: 1}
+				skeys[i] = floodgate.Key("fg", p, k)
 			}
 			ctx := context.Background()
 			return func() Decider {
+				layer := new([1]floodgate.Layer)
 				out := new([1]floodgate.Result)
 				return func(i int) (bool, error) {
-					err := st.Decide(ctx, time.Now().UnixMicro(), layers[i][:], out[:])
+					layer[0] = floodgate.Layer{Policy: p, Key: skeys[i], Cost: 1}
+					err := st.Decide(ctx, time.Now().UnixMicro(), layer[:], out[:])
 					return out[0].Allowed, err
 				}
 			}, noop, nil
