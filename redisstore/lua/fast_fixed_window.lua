@@ -58,5 +58,8 @@
       end
       ttl = ttl + TTL_SLACK + 999
       val, px = sfmt('%d %d', start, n), (ttl - fmod(ttl, 1000)) / 1000 -- written by the tail
+      if v and t == start then
+        px = -1 -- the key's TTL already ends at this window's end (see fast_head.lua)
+      end
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - n, start + w, retry, 0, reason

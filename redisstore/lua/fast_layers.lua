@@ -23,7 +23,9 @@
 -- the request (a peek's numbers, marked admitted). States are read and
 -- written through a cache for the call: a key that several decisions of
 -- the call share (a global edge layer) is read once and written once, at
--- the end, with its last value and TTL. (Redis 7.0 counts a PX from the
+-- the end, with its last value and TTL (or, for a window or quota layer
+-- whose stored state is of the same window or period, with SET KEEPTTL:
+-- see fast_head.lua). (Redis 7.0 counts a PX from the
 -- moment of the SET, so a key flushed at the end of a long call expires
 -- later than if it had been written at once, by at most the call's run
 -- time, far inside the TTL's one-second slack; never earlier.)
@@ -88,7 +90,7 @@ end
 local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, keys to write
 local reply = {}
 local P, PP = {}, {} -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
-local W = {} -- per layer, what to write: PX ms (0: nothing), then up to five state numbers and the long form's flag
+local W = {} -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL), then up to five state numbers and the long form's flag
 local pa, pn -- where the previous decision's layer arguments started, and its number of layers
 k = 0
 local r = 0
@@ -187,7 +189,7 @@ while a <= na do
           local lnow = now
           local ok, reason = false, 1
           local rem, reset, retry, delay = 0, 0, 0, 0
-          local ttl, f1, f2, f3, f4, f5, long
+          local ttl, f1, f2, f3, f4, f5, long, keep -- keep: the key's TTL already ends where ttl would (see fast_head.lua)
 
           if algo == 1 then -- fixed window (fixed_window.lua)
             local t, cn = 0, 0
@@ -217,6 +219,7 @@ while a <= na do
             if ok and cost > 0 then
               cn = cn + cost
               ttl, f1, f2 = start + w - lnow, start, cn
+              keep = v and t == start
             end
             rem, reset = limit - cn, start + w
 
@@ -281,6 +284,7 @@ while a <= na do
             end
             if ok and cost > 0 then
               ttl, f1, f2, f3 = start + 2 * w - lnow, start, cur, prev
+              keep = v and t == start
             end
             rem = limit - est
 
@@ -407,9 +411,10 @@ while a <= na do
             end
 
           else -- quota (quota.lua): the window and burst are the period's start and end
-            local t, cn = 0, 0
+            local t, cn, e = 0, 0
             if v then
-              local x, y = smatch(v, '^(%d+) (%d+) %d+$')
+              local x, y
+              x, y, e = smatch(v, '^(%d+) (%d+) (%d+)$')
               if not x then
                 code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
                 break
@@ -430,6 +435,7 @@ while a <= na do
             if ok and cost > 0 then
               cn = cn + cost
               ttl, f1, f2, f3 = bu - lnow + QUOTA_GRACE, w, cn, bu
+              keep = t == w and tonumber(e) == bu
             end
             rem, reset = limit - cn, bu
           end
@@ -445,6 +451,9 @@ while a <= na do
               end
               ttl = ttl + TTL_SLACK + 999
               W[o + 1], W[o + 2], W[o + 3], W[o + 4], W[o + 5], W[o + 6], W[o + 7] = (ttl - fmod(ttl, 1000)) / 1000, f1, f2, f3, f4, f5, long
+              if keep then
+                W[o + 1] = -1
+              end
             end
           else
             reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, 0
@@ -463,7 +472,7 @@ while a <= na do
       for i = 1, n do
         local o = 7 * i - 7
         local px = W[o + 1]
-        if px > 0 then
+        if px ~= 0 then
           local algo, key = P[7 * i - 6], KEYS[k + i]
           local val
           if algo == 1 then
@@ -481,10 +490,14 @@ while a <= na do
           else
             val = sfmt('%d', W[o + 2])
           end
-          if not px_of[key] then
+          local old = px_of[key]
+          if old == nil then
             dirty[#dirty + 1] = key
           end
-          cache[key], px_of[key] = val, px
+          if old == nil or px > 0 then -- a -1 leaves a PX decided earlier in the call, for the same end
+            px_of[key] = px
+          end
+          cache[key] = val
         end
       end
     end
@@ -514,6 +527,11 @@ end
 
 for i = 1, #dirty do
   local key = dirty[i]
-  redis.call('SET', key, cache[key], 'PX', sfmt('%d', px_of[key]))
+  local px = px_of[key]
+  if px > 0 then
+    redis.call('SET', key, cache[key], 'PX', sfmt('%d', px))
+  else
+    redis.call('SET', key, cache[key], 'KEEPTTL')
+  end
 end
 return reply

@@ -19,13 +19,14 @@
       break
     end
 
-    local t, n = 0, 0
+    local t, n, e = 0, 0
     if type(v) == 'table' then
       code, msg = -1, v.err
       break
     end
     if v then
-      local a, b = string.match(v, '^(%d+) (%d+) %d+$')
+      local a, b
+      a, b, e = string.match(v, '^(%d+) (%d+) (%d+)$')
       if not a then
         code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
         break
@@ -55,5 +56,8 @@
       end
       ttl = ttl + TTL_SLACK + 999
       val, px = sfmt('%d %d %d', start, n, stop), (ttl - fmod(ttl, 1000)) / 1000 -- written by the tail
+      if t == start and tonumber(e) == stop then
+        px = -1 -- the key's TTL already ends where this one would (see fast_head.lua)
+      end
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - n, stop, retry, 0, reason

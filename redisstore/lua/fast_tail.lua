@@ -2,12 +2,18 @@
   until true
   if val then -- only set by a request decided and admitted
     if hot then
-      if not px_of[key] then
+      local old = px_of[key]
+      if old == nil then
         dirty[#dirty + 1] = key
       end
-      cache[key], px_of[key] = val, px
-    else
+      if old == nil or px > 0 then -- a -1 leaves a PX decided earlier in the call, for the same end
+        px_of[key] = px
+      end
+      cache[key] = val
+    elseif px > 0 then
       redis.call('SET', key, val, 'PX', sfmt('%d', px))
+    else
+      redis.call('SET', key, val, 'KEEPTTL')
     end
   elseif code then
     if nk == 1 then
@@ -19,7 +25,12 @@ end
 if hot then
   for d = 1, #dirty do
     local key = dirty[d]
-    redis.call('SET', key, cache[key], 'PX', sfmt('%d', px_of[key]))
+    local px = px_of[key]
+    if px > 0 then
+      redis.call('SET', key, cache[key], 'PX', sfmt('%d', px))
+    else
+      redis.call('SET', key, cache[key], 'KEEPTTL')
+    end
   end
 end
 return reply
