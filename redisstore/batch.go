@@ -288,7 +288,7 @@ func batchContext(calls []*call) (context.Context, context.CancelFunc) {
 }
 
 // Per-request error codes in a batch reply's reason slots (see
-// lua/fast_fixed_window.lua and batch in lua/decide.lua).
+// lua/fast_head.lua and lua/fast_layers.lua).
 const (
 	codeForeign = -1 // the key holds a value floodgate did not write
 	codeBadArgs = -2 // the script refused the request's arguments
@@ -299,16 +299,16 @@ const (
 func decodeBatch(vals []int64, calls []*call) error {
 	want := 0
 	for _, c := range calls {
-		want += replyWidth * len(c.layers)
+		want += compactWidth * len(c.layers)
 	}
 	if len(vals) != want {
 		return fmt.Errorf("%w: batch: %d values for %d requests, want %d", floodgate.ErrBadReply, len(vals), len(calls), want)
 	}
 	at := 0
 	for _, c := range calls {
-		part := vals[at : at+replyWidth*len(c.layers)]
+		part := vals[at : at+compactWidth*len(c.layers)]
 		at += len(part)
-		switch part[replyWidth-1] {
+		switch part[0] {
 		case codeForeign:
 			c.err = fmt.Errorf("%w: redis: a key of %s holds a value floodgate did not write", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
@@ -316,7 +316,7 @@ func decodeBatch(vals []int64, calls []*call) error {
 			c.err = fmt.Errorf("%w: redis: the script refused the arguments for %s", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
 		}
-		c.err = decodeInts(part, c.layers, c.res, nil)
+		c.err = decodeCompact(part, c.layers, c.res)
 	}
 	return nil
 }

@@ -434,17 +434,17 @@ func TestLayersScriptGuards(t *testing.T) {
 	// Good calls in both layouts, then a call of two decisions whose
 	// second has a bad cost: the first is decided and written, the second
 	// gets the code -2 and writes nothing.
-	if v, err := c.Eval(ctx, src, keys, one(2, now, 1, 1)...).Int64Slice(); err != nil || len(v) != 12 || v[0] != 1 || v[6] != 1 {
+	if v, err := c.Eval(ctx, src, keys, one(2, now, 1, 1)...).Int64Slice(); err != nil || len(v) != 8 || v[0] != 0 || v[4] != 0 {
 		t.Fatalf("good call: %v %v", v, err)
 	}
 	shared := append(append([]any{"s", 2}, append(fw, sw...)...), now, 1, 1)
-	if v, err := c.Eval(ctx, src, keys, shared...).Int64Slice(); err != nil || len(v) != 12 || v[1] != 8 || v[7] != 8 {
+	if v, err := c.Eval(ctx, src, keys, shared...).Int64Slice(); err != nil || len(v) != 8 || v[1] != 8 || v[5] != 8 {
 		t.Fatalf("good shared call: %v %v", v, err)
 	}
 	other := []string{e.prefix + ":guard:c", e.prefix + ":guard:d"}
 	two := append(append([]any{"s", 2}, append(fw, sw...)...), now, 1, 1, now, -1, 1)
 	v, err := c.Eval(ctx, src, append(append([]string(nil), keys...), other...), two...).Int64Slice()
-	if err != nil || len(v) != 24 || v[0] != 1 || v[1] != 7 || v[17] != -2 || v[23] != -2 {
+	if err != nil || len(v) != 16 || v[0] != 0 || v[1] != 7 || v[8] != -2 || v[12] != -2 {
 		t.Fatalf("two decisions, the second bad: %v %v", v, err)
 	}
 	if n := c.Exists(ctx, other...).Val(); n != 0 {

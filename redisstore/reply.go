@@ -6,15 +6,20 @@ import (
 	"github.com/floodgate-rl/floodgate"
 )
 
-// The script's reply widths: per layer, the integers allowed, remaining,
-// resetAt µs, retry µs, delay µs and reason, followed in reserve mode by
-// the three numbers a release needs (undo); and, after a first integer
-// (1: given back, 0: already released), four per layer for a release.
+// The general script's reply widths: per layer, the integers allowed,
+// remaining, resetAt µs, retry µs, delay µs and reason, followed in reserve
+// mode by the three numbers a release needs (undo); and, after a first
+// integer (1: given back, 0: already released), four per layer for a
+// release. The flat scripts (single-layer and layered) answer in
+// compactWidth integers per layer: reason (or a per-request error code),
+// remaining, resetAt µs, and the delay when admitted or the retry when
+// not.
 const (
 	replyWidth   = 6
 	undoWidth    = 3
 	reserveWidth = replyWidth + undoWidth
 	releaseWidth = 4
+	compactWidth = 4
 )
 
 // decodeReply checks the script's reply and fills out from it, one Result
@@ -67,6 +72,30 @@ func decodeInts(vals []int64, layers []floodgate.Layer, out []floodgate.Result, 
 		if undo != nil {
 			undo[i] = [undoWidth]int64{v[6], v[7], v[8]}
 		}
+	}
+	return nil
+}
+
+// decodeCompact is decodeInts for a flat script's reply (compactWidth
+// integers per layer).
+func decodeCompact(vals []int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if len(vals) != compactWidth*len(layers) || len(out) != len(layers) {
+		return fmt.Errorf("%w: %d values for %d layers, want %d", floodgate.ErrBadReply, len(vals), len(layers), compactWidth*len(layers))
+	}
+	for i := range layers {
+		v := vals[compactWidth*i : compactWidth*(i+1)]
+		reason, remaining, resetAt, wait := v[0], v[1], v[2], v[3]
+		if reason < int64(floodgate.ReasonNone) || reason > int64(floodgate.ReasonCostExceedsLimit) || resetAt < 0 || wait < 0 {
+			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v)
+		}
+		allowed := reason == int64(floodgate.ReasonNone)
+		var retry, delay int64
+		if allowed {
+			delay = wait
+		} else {
+			retry = wait
+		}
+		out[i] = floodgate.ResultFromMicros(allowed, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
 	}
 	return nil
 }

@@ -126,3 +126,38 @@ func TestDecodeReserveAndRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeCompact checks the flat scripts' four-integer reply: the wait
+// is the delay of an admitted layer and the retry of a denied one, and
+// every wrong shape or value is an ErrBadReply.
+func TestDecodeCompact(t *testing.T) {
+	p := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second}
+	one := []floodgate.Layer{{Policy: p, Key: "k", Cost: 1}}
+	two := []floodgate.Layer{one[0], {Policy: p, Key: "k2", Cost: 1}}
+	out := make([]floodgate.Result, 2)
+	if err := decodeCompact([]int64{0, 9, 2_000_000, 300, 1, 0, 3_000_000, 70}, two, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []floodgate.Result{
+		floodgate.ResultFromMicros(true, 10, 9, 2_000_000, 0, 300, floodgate.ReasonNone),
+		floodgate.ResultFromMicros(false, 10, 0, 3_000_000, 70, 0, floodgate.ReasonLimited),
+	} {
+		if g := out[i]; g.Allowed != want.Allowed || g.Remaining != want.Remaining || !g.ResetAt.Equal(want.ResetAt) ||
+			g.RetryAfter != want.RetryAfter || g.Delay != want.Delay || g.Reason != want.Reason || g.Limit != 10 {
+			t.Errorf("layer %d: got %+v, want %+v", i, g, want)
+		}
+	}
+	for name, vals := range map[string][]int64{
+		"empty":                        {},
+		"short":                        {0, 9, 2_000_000},
+		"long":                         {0, 9, 2_000_000, 0, 0},
+		"reason 3":                     {3, 9, 2_000_000, 0},
+		"error code -1 (not a reason)": {-1, 0, 0, 0},
+		"negative reset":               {0, 9, -1, 0},
+		"negative wait":                {1, 0, 2_000_000, -5},
+	} {
+		if err := decodeCompact(vals, one, out[:1]); !errors.Is(err, floodgate.ErrBadReply) {
+			t.Errorf("%s: got %v, want ErrBadReply", name, err)
+		}
+	}
+}

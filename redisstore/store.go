@@ -263,7 +263,10 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	if err != nil {
 		return err
 	}
-	return decodeInts(vals, layers, out, nil)
+	if sc == script {
+		return decodeInts(vals, layers, out, nil)
+	}
+	return decodeCompact(vals, layers, out)
 }
 
 // maxNow bounds the timestamps Decide accepts: 2^52 µs, the year 2112, so

@@ -62,4 +62,4 @@
         px = -1 -- the key's TTL already ends at this window's end (see fast_head.lua)
       end
     end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - n, start + w, retry, 0, reason
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, limit - n, start + w, retry

@@ -101,4 +101,4 @@
         val = sfmt('%d', tat)
       end
     end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, remaining, tat, retry, delay, reason
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, remaining, tat, ok and delay or retry

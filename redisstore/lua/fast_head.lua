@@ -19,16 +19,22 @@
 --
 -- Either layout may end with 'h' (below).
 --
--- Reply: the six integers of decide.lua per request. A request that cannot
--- be decided writes nothing and, when the call has several, gets the
--- reason code -1 (its key holds a value floodgate did not write, or a key
--- of another type) or -2 (bad arguments) with zeros, and the others go on;
--- when it is the only one, the call fails with an error reply instead.
+-- Reply: four integers per request: the reason (0: admitted, 1: limited,
+-- 2: the cost exceeds the capacity), remaining, resetAt µs, and the wait
+-- in µs: the delay when admitted (only GCRA's max delay gives one), the
+-- retry when not. (decide.lua's six -- allowed, remaining, resetAt, retry,
+-- delay, reason -- say the same in two more integers, and Redis spends
+-- about 1,000 instructions on each integer of a reply.) A request that
+-- cannot be decided writes nothing and, when the call has several, gets
+-- the code -1 (its key holds a value floodgate did not write, or a key of
+-- another type) or -2 (bad arguments) in place of the reason, with zeros,
+-- and the others go on; when it is the only one, the call fails with an
+-- error reply instead.
 --
 -- The body runs once per request inside `repeat ... until true`, with the
 -- request's argument places ai (its seven), nw (now) and cs (cost), P (the
 -- shared policy arguments, when shared), its reply place ri, its key and
--- the key's value v: it either fills reply[ri + 1 .. ri + 6], setting val
+-- the key's value v: it either fills reply[ri + 1 .. ri + 4], setting val
 -- and px when there is a state to write, or sets code and msg and breaks.
 --
 -- px is the state's TTL in ms, or -1 to keep the key's TTL: the window
@@ -84,12 +90,12 @@ end
 -- a time reallocates it at every power of two, about 5 % of such a call.
 local reply
 if nk == 1 then
-  reply = {0, 0, 0, 0, 0, 0}
+  reply = {0, 0, 0, 0}
 else
   reply = {}
 end
 for i = 1, nk do
-  local ai, ri = 7 * i - 7, 6 * i - 6
+  local ai, ri = 7 * i - 7, 4 * i - 4
   local nw, cs = ai + 1, ai + 7 -- where the request's now and cost are
   if shared then
     nw = 4 + 2 * i

@@ -30,11 +30,12 @@
 -- later than if it had been written at once, by at most the call's run
 -- time, far inside the TTL's one-second slack; never earlier.)
 --
--- Reply: six integers per layer, decision after decision (allowed,
--- remaining, resetAt µs, retry µs, delay µs, reason). A decision that
+-- Reply: four integers per layer, decision after decision, as in the
+-- single-layer scripts (fast_head.lua): reason, remaining, resetAt µs, and
+-- the wait (delay when admitted, retry when not). A decision that
 -- cannot be decided writes nothing and, when the call has several, gets
--- zeros with the reason code -1 (a key holds a value floodgate did not
--- write, or a key of another type) or -2 (bad arguments) for every layer,
+-- zeros with the code -1 (a key holds a value floodgate did not write, or
+-- a key of another type) or -2 (bad arguments) for every layer,
 -- and the others go on; when it is the only one, the call fails with an
 -- error reply instead. The Go side validated everything; the checks here
 -- only keep the script from running on garbage.
@@ -88,7 +89,7 @@ else
 end
 
 local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, keys to write
-local reply -- six integers per layer, 6 nk in all
+local reply -- four integers per layer, 4 nk in all
 local P, PP -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
 local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL), then up to five state numbers and the long form's flag
 -- A call of three layers or fewer in all (a lone decision, the usual
@@ -97,8 +98,8 @@ local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL),
 -- call. Redis reads a reply up to its first nil, so the reply's unused
 -- slots are cut off by one.
 if nk <= 3 then
-  reply = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-  reply[6 * nk + 1] = nil
+  reply = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  reply[4 * nk + 1] = nil
   P = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   PP = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   W = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
@@ -189,8 +190,8 @@ while a <= na do
     local all = true
     for pass = 1, 2 do
       for i = 1, n do
-        local b, j, o = 7 * i - 7, r + 6 * i - 6, 7 * i - 7
-        if pass == 1 or (reply[j + 1] == 1 and P[b + 6] > 0) then
+        local b, j, o = 7 * i - 7, r + 4 * i - 4, 7 * i - 7
+        if pass == 1 or (reply[j + 1] == 0 and P[b + 6] > 0) then
           local algo, limit, w, bu, md, iv = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 7]
           local cost = P[b + 6]
           if pass == 2 then
@@ -461,7 +462,7 @@ while a <= na do
           end
 
           if pass == 1 then
-            reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = ok and 1 or 0, rem, reset, retry, delay, reason
+            reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4] = reason, rem, reset, ok and delay or retry
             W[o + 1] = 0
             if not ok then
               all = false
@@ -476,7 +477,7 @@ while a <= na do
               end
             end
           else
-            reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5], reply[j + 6] = rem, reset, 0, 0, 0
+            reply[j + 2], reply[j + 3], reply[j + 4] = rem, reset, 0
           end
         end
       end
@@ -527,11 +528,11 @@ while a <= na do
     if nd == 1 then
       return redis.error_reply(msg)
     end
-    for x = r + 1, r + 6 * n do
+    for x = r + 1, r + 4 * n do
       reply[x] = 0
     end
     for i = 1, n do
-      reply[r + 6 * i] = code
+      reply[r + 4 * i - 3] = code
     end
     pa = nil
   else
@@ -542,7 +543,7 @@ while a <= na do
   else
     a = a + 2 + 6 * n
   end
-  k, r = k + n, r + 6 * n
+  k, r = k + n, r + 4 * n
 end
 
 for i = 1, #dirty do

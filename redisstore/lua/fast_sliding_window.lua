@@ -97,4 +97,4 @@
         px = -1 -- the key's TTL already ends where this one would (see fast_head.lua)
       end
     end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, limit - est, reset, retry, 0, reason
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, limit - est, reset, retry

@@ -19,7 +19,7 @@
     if nk == 1 then
       return redis.error_reply(msg)
     end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = 0, 0, 0, 0, 0, code
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = code, 0, 0, 0
   end
 end
 if hot then

@@ -101,4 +101,4 @@
         val = sfmt('%d %d', last, tokens)
       end
     end
-    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4], reply[ri + 5], reply[ri + 6] = ok and 1 or 0, tokens, reset, retry, 0, reason
+    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, tokens, reset, retry
