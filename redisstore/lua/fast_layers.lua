@@ -49,6 +49,9 @@ local MIN_TTL = 1000
 local TTL_SLACK = 1000000
 local QUOTA_GRACE = 3600000000
 local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
+-- KEYS and ARGV are globals, and every global read is a table lookup:
+-- read through locals, each costs Redis a few hundred instructions less.
+local KEYS, ARGV = KEYS, ARGV
 
 local nk, na = #KEYS, #ARGV
 local shared = ARGV[1] == 's'
@@ -126,7 +129,10 @@ while a <= na do
     -- The layers' arguments, checked. The five policy arguments are taken
     -- from the previous decision's when they are the very strings it had
     -- (Lua strings are interned, so comparing them is cheap), as in a
-    -- call of many decisions under one set of policies.
+    -- call of many decisions under one set of policies; in the shared
+    -- layout, once the call's first good decision has parsed them, only
+    -- the costs change (every Lua operation counts: the full check costs
+    -- Redis about 3,000 instructions a layer).
     for i = 1, n do
       local x, cx, b = a + 6 * i - 4, a + 6 * i + 1, 7 * i - 7 -- where layer i's policy arguments and cost are
       if shared then
@@ -141,7 +147,9 @@ while a <= na do
       end
       local q = pa and pn == n and (shared and x or pa + 6 * i - 6)
       local algo, limit, w, bu, md, iv
-      if q and ARGV[x] == ARGV[q] and ARGV[x + 1] == ARGV[q + 1] and ARGV[x + 2] == ARGV[q + 2] and
+      if shared and pa then
+        algo, limit, w, bu, md, iv = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 7]
+      elseif q and ARGV[x] == ARGV[q] and ARGV[x + 1] == ARGV[q + 1] and ARGV[x + 2] == ARGV[q + 2] and
         ARGV[x + 3] == ARGV[q + 3] and ARGV[x + 4] == ARGV[q + 4] then
         algo, limit, w, bu, md, iv = PP[b + 1], PP[b + 2], PP[b + 3], PP[b + 4], PP[b + 5], PP[b + 7]
       else
@@ -177,7 +185,11 @@ while a <= na do
         code, msg = -2, sfmt('ERR floodgate: bad quota period for layer %d', i)
         break
       end
-      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6], P[b + 7] = algo, limit, w, bu, md, cost, iv
+      if shared and pa then
+        P[b + 6] = cost
+      else
+        P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6], P[b + 7] = algo, limit, w, bu, md, cost, iv
+      end
     end
     if code then
       break
@@ -536,7 +548,10 @@ while a <= na do
     end
     pa = nil
   else
-    P, PP, pa, pn = PP, P, a + 2, n
+    if not shared then -- (the shared layout keeps its one set in P)
+      P, PP = PP, P
+    end
+    pa, pn = a + 2, n
   end
   if shared then
     a = a + 1 + n
