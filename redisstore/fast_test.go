@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -452,5 +453,40 @@ func TestLayersScriptGuards(t *testing.T) {
 	}
 	for _, k := range keys {
 		e.bound[k] = time.Hour
+	}
+	// Shared calls of three decisions on fresh keys, one of them bad: the
+	// others are decided with the call's policies whether or not a good
+	// decision came before (the script parses the shared policy arguments
+	// at the first good decision and reuses them after).
+	for bad := range 3 {
+		var ks []string
+		args := append([]any{"s", 2}, append(fw, sw...)...)
+		for d := range 3 {
+			ks = append(ks, fmt.Sprintf("%s:guard3:%d:%d:a", e.prefix, bad, d), fmt.Sprintf("%s:guard3:%d:%d:b", e.prefix, bad, d))
+			cost := d + 1 // costs differ between decisions
+			if d == bad {
+				cost = -1
+			}
+			args = append(args, now, cost, 1)
+		}
+		v, err := c.Eval(ctx, src, ks, args...).Int64Slice()
+		if err != nil || len(v) != 24 {
+			t.Fatalf("bad decision %d of 3: %v %v", bad, v, err)
+		}
+		for d := range 3 {
+			want := []int64{0, int64(9 - d), 0, 9}
+			if d == bad {
+				want = []int64{-2, 0, -2, 0}
+			}
+			if got := []int64{v[8*d], v[8*d+1], v[8*d+4], v[8*d+5]}; !slices.Equal(got, want) {
+				t.Errorf("bad decision %d of 3: decision %d got (reason, remaining) per layer %v, want %v", bad, d, got, want)
+			}
+			for _, k := range ks[2*d : 2*d+2] {
+				if exists := c.Exists(ctx, k).Val() == 1; exists == (d == bad) {
+					t.Errorf("bad decision %d of 3: key %s exists %v", bad, k, exists)
+				}
+				e.bound[k] = time.Hour
+			}
+		}
 	}
 }
