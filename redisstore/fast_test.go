@@ -157,11 +157,11 @@ func TestFastPathAlternate(t *testing.T) {
 
 // TestFastPathSameState checks that the single-layer scripts write exactly
 // the value the general script writes, short and long (bookkeeping) forms
-// alike, with the same TTL, except that a window or quota state written
-// over a state of the same window or period keeps the key's TTL (SET
-// KEEPTTL), which on a real clock ends at the same moment; the requests
-// here are seconds to minutes apart on their clock and microseconds on
-// Redis's, so the kept TTL is the one set by the period's first write.
+// alike, with the same TTL, except that a quota state written over a state
+// of the same period keeps the key's TTL (SET KEEPTTL), which on a real
+// clock ends at the same moment; the requests here are seconds to minutes
+// apart on their clock and microseconds on Redis's, so the kept TTL is the
+// one set by the period's first write.
 func TestFastPathSameState(t *testing.T) {
 	e, _ := newEnv(t)
 	ctx := context.Background()
@@ -171,7 +171,7 @@ func TestFastPathSameState(t *testing.T) {
 		if fastScripts[p.Algorithm] == nil {
 			continue
 		}
-		keeps := p.Algorithm == floodgate.FixedWindow || p.Algorithm == floodgate.SlidingWindow || p.Algorithm == floodgate.Quota
+		keeps := p.Algorithm == floodgate.Quota
 		for _, long := range []bool{false, true} {
 			var prevT string
 			var prevTTL time.Duration

@@ -11,130 +11,121 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestKeepTTL checks the scripts' SET KEEPTTL: a fixed or sliding window
-// state written over a state of the same window keeps the key's TTL, and
-// one written over an older window's state (or no state) gets its own,
-// alone, in a hot single-layer call (a key repeated, written once at the
-// end) and in a layered call, whichever order the two kinds of write come
-// in. The requests' clock runs far ahead of Redis's here, so a kept TTL
-// and a fresh one differ by seconds.
+// TestKeepTTL checks the scripts' SET KEEPTTL: a quota state written over
+// a state of the same period keeps the key's TTL (which ends at the
+// period's end plus the grace whoever wrote it), alone, in a hot
+// single-layer call (the key repeated, written once at the end, with the
+// PX of the call's first write) and in a layered call. The requests' clock
+// runs hours apart here and Redis's microseconds, so a kept TTL and a
+// fresh one differ by hours.
 func TestKeepTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
 	ctx := context.Background()
-	w := time.Minute
-	wu := w.Microseconds()
-	start := time.Now().UnixMicro()
-	start -= start%wu - 10*wu // a window start, ten windows ahead
-	for _, algo := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
-		p := mustPolicy(t, floodgate.Policy{Name: "keep", Algorithm: algo, Limit: 1000, Window: w})
-		// ttl is the TTL a request at now gives a state of the window
-		// starting at ws: to the window's end (the next one's, for a
-		// sliding window) plus the slack.
-		ttl := func(ws, now int64) time.Duration {
-			end := ws + wu
-			if algo == floodgate.SlidingWindow {
-				end += wu
-			}
-			return time.Duration(end-now)*time.Microsecond + floodgate.TTLSlack
+	p := quotaPolicy(t, 1000, floodgate.PeriodDay)
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 10).UnixMicro() // a period ahead
+	_, stop, _ := floodgate.QuotaPeriod(p, day)
+	ttl := func(at int64) time.Duration { // the TTL a write at at gives
+		return time.Duration(stop-at)*time.Microsecond + time.Hour + floodgate.TTLSlack
+	}
+	check := func(key, what string, want time.Duration) {
+		t.Helper()
+		got := c.PTTL(ctx, key).Val()
+		if got > want+time.Millisecond || got < want-time.Second {
+			t.Fatalf("%s: TTL %v, want about %v", what, got, want)
 		}
-		check := func(key, what string, want time.Duration) {
-			t.Helper()
-			got := c.PTTL(ctx, key).Val()
-			if got > want+time.Millisecond || got < want-time.Second {
-				t.Fatalf("%s: %s: TTL %v, want about %v", algo, what, got, want)
-			}
-		}
-		t.Run(algo.String(), func(t *testing.T) {
-			sc := fastScripts[algo]
-			lone := func(key string, now int64) {
-				t.Helper()
-				var out [1]floodgate.Result
-				if err := e.store.Decide(ctx, now, []floodgate.Layer{{Policy: p, Key: key, Cost: 1}}, out[:]); err != nil || !out[0].Allowed {
-					t.Fatalf("%s at %d: %+v %v", key, now, out[0], err)
-				}
-			}
-			hot := func(key string, nows ...int64) {
-				t.Helper()
-				var calls []*call
-				for _, now := range nows {
-					calls = append(calls, getCall(ctx, now, sc, []floodgate.Layer{{Policy: p, Key: key, Cost: 1}}))
-				}
-				e.store.batch.run(calls)
-				for i, cl := range calls {
-					<-cl.done
-					if cl.err != nil || !cl.res[0].Allowed {
-						t.Fatalf("%s request %d: %+v %v", key, i, cl.res[0], cl.err)
-					}
-				}
-			}
-
-			// Alone: a new key, then the same window (kept), then the next
-			// window (its own).
-			k := e.key(p, "lone")
-			e.bound[k] = ttlBound(p)
-			lone(k, start+1_000_000)
-			check(k, "first write", ttl(start, start+1_000_000))
-			lone(k, start+20_000_000)
-			check(k, "same window", ttl(start, start+1_000_000))
-			lone(k, start+wu+5_000_000)
-			check(k, "next window", ttl(start+wu, start+wu+5_000_000))
-
-			// Hot, a new window's write first: the call's later writes in
-			// that window keep the PX it decided, not the key's old TTL.
-			k = e.key(p, "hot-new-first")
-			e.bound[k] = ttlBound(p)
-			lone(k, start+wu-500_000) // the end of the window before
-			hot(k, start+wu+1_000_000, start+wu+2_000_000, start+wu+3_000_000)
-			check(k, "hot, new window then kept", ttl(start+wu, start+wu+1_000_000))
-
-			// Hot, a kept write first, then a new window's: the new PX wins.
-			k = e.key(p, "hot-kept-first")
-			e.bound[k] = ttlBound(p)
-			lone(k, start+50_000_000)
-			hot(k, start+55_000_000, start+wu+1_000_000)
-			check(k, "hot, kept then new window", ttl(start+wu, start+wu+1_000_000))
-		})
+	}
+	t1, t2, t3 := day+time.Hour.Microseconds(), day+5*time.Hour.Microseconds(), day+9*time.Hour.Microseconds()
+	key := func(id string) string {
+		k := floodgate.KeyAt(e.prefix, p, id, day)
+		e.bound[k] = ttlBound(p)
+		return k
 	}
 
-	// Layered: a shared edge key, kept then renewed within one call, and
-	// renewed then kept.
-	edge := mustPolicy(t, floodgate.Policy{Name: "kedge", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: w})
-	user := mustPolicy(t, floodgate.Policy{Name: "kuser", Algorithm: floodgate.SlidingWindow, Limit: 1000, Window: w})
-	for i, tc := range []struct {
-		before int64   // the edge key's write before the call
-		nows   []int64 // the call's decisions
-		ws     int64   // the window start and time of the write whose TTL must stand
-		at     int64
-	}{
-		{start + 50_000_000, []int64{start + 55_000_000, start + wu + 1_000_000}, start + wu, start + wu + 1_000_000},
-		{start + wu - 500_000, []int64{start + wu + 1_000_000, start + wu + 2_000_000}, start + wu, start + wu + 1_000_000},
-	} {
-		ek := e.key(edge, fmt.Sprint("edge", i))
-		e.bound[ek] = ttlBound(edge)
-		var out [2]floodgate.Result
-		uk := e.key(user, fmt.Sprint("before", i))
+	k := key("lone")
+	for _, at := range []int64{t1, t2, t3} {
+		var out [1]floodgate.Result
+		if err := e.store.Decide(ctx, at, []floodgate.Layer{{Policy: p, Key: k, Cost: 1}}, out[:]); err != nil || !out[0].Allowed {
+			t.Fatalf("lone at %d: %+v %v", at, out[0], err)
+		}
+		check(k, fmt.Sprint("lone, after the write at ", at), ttl(t1))
+	}
+
+	k = key("hot")
+	var calls []*call
+	for _, at := range []int64{t1, t2, t3} {
+		calls = append(calls, getCall(ctx, at, fastScripts[floodgate.Quota], []floodgate.Layer{{Policy: p, Key: k, Cost: 1}}))
+	}
+	e.store.batch.run(calls)
+	for i, cl := range calls {
+		<-cl.done
+		if cl.err != nil || !cl.res[0].Allowed {
+			t.Fatalf("hot request %d: %+v %v", i, cl.res[0], cl.err)
+		}
+	}
+	check(k, "hot: a new key, then kept twice", ttl(t1))
+
+	user := mustPolicy(t, floodgate.Policy{Name: "kuser", Algorithm: floodgate.SlidingWindow, Limit: 1000, Window: time.Minute})
+	k = key("layered")
+	calls = nil
+	for i, at := range []int64{t1, t2} {
+		uk := e.key(user, fmt.Sprint("u", i))
 		e.bound[uk] = ttlBound(user)
-		if err := e.store.Decide(ctx, tc.before, []floodgate.Layer{{Policy: edge, Key: ek, Cost: 1}, {Policy: user, Key: uk, Cost: 1}}, out[:]); err != nil {
-			t.Fatal(err)
+		calls = append(calls, getCall(ctx, at, layersScript, []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: p, Key: k, Cost: 1}}))
+	}
+	e.store.batch.run(calls)
+	for i, cl := range calls {
+		<-cl.done
+		if cl.err != nil || !cl.res[0].Allowed || !cl.res[1].Allowed {
+			t.Fatalf("layered decision %d: %+v %v", i, cl.res, cl.err)
 		}
-		var calls []*call
-		for j, now := range tc.nows {
-			uk := e.key(user, fmt.Sprint("u", i, j))
-			e.bound[uk] = ttlBound(user)
-			calls = append(calls, getCall(ctx, now, layersScript, []floodgate.Layer{{Policy: edge, Key: ek, Cost: 1}, {Policy: user, Key: uk, Cost: 1}}))
-		}
-		e.store.batch.run(calls)
-		for j, cl := range calls {
-			<-cl.done
-			if cl.err != nil || !cl.res[0].Allowed || !cl.res[1].Allowed {
-				t.Fatalf("layered case %d decision %d: %+v %v", i, j, cl.res, cl.err)
+	}
+	check(k, "layered: a new key, then kept", ttl(t1))
+}
+
+// TestWindowGrowthWritesTTL checks that a window state always gets its
+// own TTL: when a policy's window grows under the same name, the first
+// request under the new window can find a state of the old one whose
+// window starts where its own does (here the old minute and the new hour
+// both start on the hour), and keeping that key's TTL, set for the old
+// window, would expire the new window's counts early.
+func TestWindowGrowthWritesTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
+	ctx := context.Background()
+	hour := time.Now().Truncate(time.Hour).Add(10 * time.Hour).UnixMicro() // an hour ahead, on the hour
+	for _, algo := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
+		for _, layered := range []bool{false, true} {
+			old := mustPolicy(t, floodgate.Policy{Name: "grow", Algorithm: algo, Limit: 1000, Window: time.Minute})
+			grown := old
+			grown.Window = time.Hour
+			other := mustPolicy(t, floodgate.Policy{Name: "gother", Algorithm: floodgate.GCRA, Limit: 1000, Window: time.Minute})
+			id := fmt.Sprint("id-", layered)
+			k, ok := e.key(old, id), e.key(other, id)
+			e.bound[k], e.bound[ok] = ttlBound(grown), ttlBound(other)
+			for _, step := range []struct {
+				p  floodgate.Policy
+				at int64
+			}{{old, hour + 1_000_000}, {grown, hour + 2_000_000}} {
+				layers := []floodgate.Layer{{Policy: step.p, Key: k, Cost: 1}}
+				if layered {
+					layers = append(layers, floodgate.Layer{Policy: other, Key: ok, Cost: 1})
+				}
+				out := make([]floodgate.Result, len(layers))
+				if err := e.store.Decide(ctx, step.at, layers, out); err != nil || !out[0].Allowed {
+					t.Fatalf("%s layered=%v at %d: %+v %v", algo, layered, step.at, out, err)
+				}
 			}
-		}
-		want := time.Duration(tc.ws+wu-tc.at)*time.Microsecond + floodgate.TTLSlack
-		if got := c.PTTL(ctx, ek).Val(); got > want+time.Millisecond || got < want-time.Second {
-			t.Fatalf("layered case %d: edge TTL %v, want about %v", i, got, want)
+			end := hour + time.Hour.Microseconds()
+			if algo == floodgate.SlidingWindow {
+				end += time.Hour.Microseconds()
+			}
+			want := time.Duration(end-hour-2_000_000)*time.Microsecond + floodgate.TTLSlack
+			if got := c.PTTL(ctx, k).Val(); got > want+time.Millisecond || got < want-time.Second {
+				t.Errorf("%s layered=%v: TTL %v after the window grew to an hour, want about %v", algo, layered, got, want)
+			}
 		}
 	}
 }

@@ -58,8 +58,5 @@
       end
       ttl = ttl + TTL_SLACK + 999
       val, px = sfmt('%d %d', start, n), (ttl - fmod(ttl, 1000)) / 1000 -- written by the tail
-      if v and t == start then
-        px = -1 -- the key's TTL already ends at this window's end (see fast_head.lua)
-      end
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, limit - n, start + w, retry

@@ -37,14 +37,18 @@
 -- the key's value v: it either fills reply[ri + 1 .. ri + 4], setting val
 -- and px when there is a state to write, or sets code and msg and breaks.
 --
--- px is the state's TTL in ms, or -1 to keep the key's TTL: the window
--- algorithms and the quota (not the buckets) give a state an expiry that
--- depends only on its window or period, so a key whose stored state is of
--- the same window already expires where the new state would, and SET
--- KEEPTTL writes it without the expiry bookkeeping of SET PX (about 40 %
--- of a SET's cost). Its TTL was set by the state's first write in the
--- window, at that writer's clock; like every TTL it is safe for callers
--- whose clocks lag by up to TTL_SLACK.
+-- px is the state's TTL in ms, or -1 to keep the key's TTL. A quota
+-- state's expiry depends only on its period (its end plus the grace), so
+-- a key whose stored state has the same period start and end already
+-- expires where the new state would, and SET KEEPTTL writes it without
+-- the expiry bookkeeping of SET PX (about 40 % of a SET's cost, ~6,000
+-- instructions). Its TTL was set by the period's first write, at that
+-- writer's clock; like every TTL it is safe for callers whose clocks lag
+-- by up to TTL_SLACK. The windows' states do not say their window's
+-- length, so a policy whose window grew under the same name could meet
+-- a state of the old window that starts where its own window does, and
+-- keeping that key's shorter TTL would lose counts: they always write
+-- their TTL.
 
 local MAX_NOW = 4503599627370496
 local MAX_LIMIT = 1099511627776

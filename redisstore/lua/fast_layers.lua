@@ -23,9 +23,9 @@
 -- the request (a peek's numbers, marked admitted). States are read and
 -- written through a cache for the call: a key that several decisions of
 -- the call share (a global edge layer) is read once and written once, at
--- the end, with its last value and TTL (or, for a window or quota layer
--- whose stored state is of the same window or period, with SET KEEPTTL:
--- see fast_head.lua). (Redis 7.0 counts a PX from the
+-- the end, with its last value and TTL (or, for a quota layer whose
+-- stored state is of the same period, with SET KEEPTTL: see
+-- fast_head.lua). (Redis 7.0 counts a PX from the
 -- moment of the SET, so a key flushed at the end of a long call expires
 -- later than if it had been written at once, by at most the call's run
 -- time, far inside the TTL's one-second slack; never earlier.)
@@ -252,7 +252,6 @@ while a <= na do
             if ok and cost > 0 then
               cn = cn + cost
               ttl, f1, f2 = start + w - lnow, start, cn
-              keep = v and t == start
             end
             rem, reset = limit - cn, start + w
 
@@ -317,7 +316,6 @@ while a <= na do
             end
             if ok and cost > 0 then
               ttl, f1, f2, f3 = start + 2 * w - lnow, start, cur, prev
-              keep = v and t == start
             end
             rem = limit - est
 
@@ -468,7 +466,7 @@ while a <= na do
             if ok and cost > 0 then
               cn = cn + cost
               ttl, f1, f2, f3 = bu - lnow + QUOTA_GRACE, w, cn, bu
-              keep = t == w and tonumber(e) == bu
+              keep = e and t == w and tonumber(e) == bu
             end
             rem, reset = limit - cn, bu
           end

@@ -56,7 +56,7 @@
       end
       ttl = ttl + TTL_SLACK + 999
       val, px = sfmt('%d %d %d', start, n, stop), (ttl - fmod(ttl, 1000)) / 1000 -- written by the tail
-      if t == start and tonumber(e) == stop then
+      if e and t == start and tonumber(e) == stop then
         px = -1 -- the key's TTL already ends where this one would (see fast_head.lua)
       end
     end

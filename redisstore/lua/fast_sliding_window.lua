@@ -93,8 +93,5 @@
       end
       ttl = ttl + TTL_SLACK + 999
       val, px = sfmt('%d %d %d', start, cur, prev), (ttl - fmod(ttl, 1000)) / 1000 -- written by the tail
-      if v and t == start then
-        px = -1 -- the key's TTL already ends where this one would (see fast_head.lua)
-      end
     end
     reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, limit - est, reset, retry
