@@ -24,9 +24,11 @@
 // The script (lua/*.lua, one file per algorithm) mirrors floodgate.Step
 // operation for operation in integer microseconds, so the Redis store and
 // the in-memory store give identical results. It reads every layer's state,
-// decides each layer, and writes new state — always together with its TTL —
-// only if every layer admitted the request. It never calls TIME: the
-// caller's timestamp travels in the arguments.
+// decides each layer, and writes new state — always with a TTL, in the same
+// command: its own, or for a quota state over one of the same period, the
+// TTL the key already has, which ends at the same moment — only if every
+// layer admitted the request. It never calls TIME: the caller's timestamp
+// travels in the arguments.
 //
 // Concurrent decisions are coalesced (see Options.Coalesce): while a few
 // script calls are in flight, the decisions that arrive wait and then
