@@ -41,8 +41,8 @@
 -- state's expiry depends only on its period (its end plus the grace), so
 -- a key whose stored state has the same period start and end already
 -- expires where the new state would, and SET KEEPTTL writes it without
--- the expiry bookkeeping of SET PX (about 40 % of a SET's cost, ~6,000
--- instructions). Its TTL was set by the period's first write, at that
+-- the expiry bookkeeping of SET PX (4,800 Redis instructions against
+-- about 11,000). Its TTL was set by the period's first write, at that
 -- writer's clock; like every TTL it is safe for callers whose clocks lag
 -- by up to TTL_SLACK. The windows' states do not say their window's
 -- length, so a policy whose window grew under the same name could meet

@@ -145,7 +145,7 @@ while a <= na do
         code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
         break
       end
-      local q = pa and pn == n and (shared and x or pa + 6 * i - 6)
+      local q = not shared and pa and pn == n and pa + 6 * i - 6 -- the previous decision's arguments (per-decision layout)
       local algo, limit, w, bu, md, iv
       if shared and pa then
         algo, limit, w, bu, md, iv = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 7]
