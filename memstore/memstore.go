@@ -11,9 +11,9 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/monoclock"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -29,14 +29,20 @@ type Options struct {
 }
 
 // Store is an in-memory floodgate.Store. It is safe for concurrent use.
-// Expiry runs on the process's monotonic clock, like Redis's own TTLs, so a
-// wall clock jumping backwards neither keeps state alive nor revives it.
+// Expiry runs on the process's monotonic clock, not on the decisions'
+// timestamps, so a wall clock jumping backwards neither keeps state alive
+// nor revives it. The clock is read through a monoclock.Clock: a reading a
+// timer refreshes every 10 ms while the Store is in use, since reading the
+// clock itself on every decision cost about a sixth of one. States may so
+// expire up to a tick early, well inside the second of slack every TTL
+// carries (floodgate.TTLSlack); the timer stops when the Store has not
+// been used for a second, and a Store needs no Close.
 type Store struct {
-	seed    maphash.Seed
-	shards  []shard
-	mask    uint64
-	perCap  int
-	started time.Time
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	perCap int
+	clock  *monoclock.Clock
 }
 
 type shard struct {
@@ -49,7 +55,7 @@ type shard struct {
 
 type entry struct {
 	state   floodgate.State
-	expires int64 // monotonic µs since Store.started
+	expires int64 // monotonic µs on Store.clock
 }
 
 // New returns an empty Store.
@@ -71,11 +77,11 @@ func New(opts Options) (*Store, error) {
 		n <<= 1
 	}
 	s := &Store{
-		seed:    maphash.MakeSeed(),
-		shards:  make([]shard, n),
-		mask:    uint64(n - 1),
-		perCap:  max(opts.MaxKeys/n, 1),
-		started: time.Now(),
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard, n),
+		mask:   uint64(n - 1),
+		perCap: max(opts.MaxKeys/n, 1),
+		clock:  monoclock.New(),
 	}
 	for i := range s.shards {
 		s.shards[i].entries = make(map[string]*entry)
@@ -95,8 +101,6 @@ func (s *Store) Len() int {
 	}
 	return n
 }
-
-func (s *Store) mono() int64 { return time.Since(s.started).Microseconds() }
 
 func (s *Store) shardOf(key string) int { return int(maphash.String(s.seed, key) & s.mask) }
 
@@ -130,6 +134,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		locked[j] = idx[i]
 		nl++
 	}
+	mono := s.clock.Now()
 	for _, k := range locked[:nl] {
 		s.shards[k].mu.Lock()
 	}
@@ -139,7 +144,6 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 	}()
 
-	mono := s.mono()
 	var outcomes [floodgate.MaxLayers]floodgate.Outcome
 	var ents [floodgate.MaxLayers]*entry
 	var states [floodgate.MaxLayers]floodgate.State
@@ -206,9 +210,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // decideOne is Decide for one layer: one lock, no per-layer arrays.
 func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) error {
 	sh := &s.shards[s.shardOf(l.Key)]
+	mono := s.clock.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	mono := s.mono()
 	e := sh.entries[l.Key]
 	st := &zeroState
 	if e != nil && e.expires > mono {

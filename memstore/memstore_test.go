@@ -200,6 +200,40 @@ func TestExpiredStateIsReclaimed(t *testing.T) {
 	}
 }
 
+// TestStateFromAheadExpiresOnMonotonicTime steps the callers' clock back
+// an hour: the state written at the later timestamps still holds (a
+// decision never runs before its state's time), but it expires after its
+// TTL of real time, as Redis's PX would, not an hour later: the store's
+// expiry runs on the monotonic clock, not on the decisions' timestamps.
+func TestStateFromAheadExpiresOnMonotonicTime(t *testing.T) {
+	l, _ := newLimiter(t, memstore.Options{})
+	ctx := context.Background()
+	p, _ := floodgate.NewFixedWindow("back", 2, 10*time.Millisecond)
+	ahead := time.Now().Add(time.Hour)
+	for i := range 2 {
+		if r, err := l.AllowAt(ctx, ahead, p, "u", 1); err != nil || !r.Allowed {
+			t.Fatalf("request %d an hour ahead: %+v %v", i, r, err)
+		}
+	}
+	if r, err := l.AllowAt(ctx, time.Now(), p, "u", 1); err != nil || r.Allowed {
+		t.Fatalf("right after the step back: %+v %v, want denied by the state from ahead", r, err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // the TTL is 10ms + TTLSlack
+	for {
+		time.Sleep(100 * time.Millisecond)
+		r, err := l.AllowAt(ctx, time.Now(), p, "u", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still denied 10s after the step back: the state from ahead did not expire (%+v)", r)
+		}
+	}
+}
+
 func TestCancelledContext(t *testing.T) {
 	l, _ := newLimiter(t, memstore.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
