@@ -77,8 +77,9 @@ type stepResult struct {
 	reason    Reason
 }
 
-func (r stepResult) result(limit int64) Result {
-	return Result{
+// fill writes r, under a policy of the given limit, to out.
+func (r *stepResult) fill(out *Result, limit int64) {
+	*out = Result{
 		Allowed:    r.allowed,
 		Limit:      limit,
 		Remaining:  max(r.remaining, 0),
@@ -93,5 +94,8 @@ func (r stepResult) result(limit int64) Result {
 // (for example decoded from a Lua reply). Times are Unix microseconds,
 // durations microseconds.
 func ResultFromMicros(allowed bool, limit, remaining, resetAtMicros, retryMicros, delayMicros int64, reason Reason) Result {
-	return stepResult{allowed, remaining, resetAtMicros, retryMicros, delayMicros, reason}.result(limit)
+	var out Result
+	r := stepResult{allowed, remaining, resetAtMicros, retryMicros, delayMicros, reason}
+	r.fill(&out, limit)
+	return out
 }

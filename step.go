@@ -73,17 +73,17 @@ func StepTo(o *Outcome, p *Policy, s *State, now, cost int64) {
 	var r stepResult
 	switch p.Algorithm {
 	case FixedWindow:
-		o.State, r, o.TTL = stepFixedWindow(p, s, now, cost)
+		r = stepFixedWindow(o, p, s, now, cost)
 	case SlidingWindow:
-		o.State, r, o.TTL = stepSlidingWindow(p, s, now, cost)
+		r = stepSlidingWindow(o, p, s, now, cost)
 	case TokenBucket:
-		o.State, r, o.TTL = stepTokenBucket(p, s, now, cost)
+		r = stepTokenBucket(o, p, s, now, cost)
 	case GCRA:
-		o.State, r, o.TTL = stepGCRA(p, s, now, cost)
+		r = stepGCRA(o, p, s, now, cost)
 	case SlidingLog:
-		o.State, r, o.TTL = stepSlidingLog(p, s, now, cost)
+		r = stepSlidingLog(o, p, s, now, cost)
 	case Quota:
-		o.State, r, o.TTL = stepQuota(p, s, now, cost)
+		r = stepQuota(o, p, s, now, cost)
 	default:
 		*o = Outcome{State: *s}
 	}
@@ -92,7 +92,7 @@ func StepTo(o *Outcome, p *Policy, s *State, now, cost int64) {
 		o.State = *s
 	}
 	o.TTL = max(o.TTL, minTTL) + TTLSlack.Microseconds()
-	o.Result = r.result(p.Limit)
+	r.fill(&o.Result, p.Limit)
 }
 
 // Standing returns where state s stands at now under p without any
@@ -117,7 +117,10 @@ func admit(remaining, cost, capacity int64) (allowed bool, reason Reason) {
 	return false, ReasonLimited
 }
 
-func stepFixedWindow(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
+// The step functions below each decide one algorithm: they write the new
+// state and its TTL (µs, before minTTL and TTLSlack) to o and return the
+// decision, for StepTo to finish. They read all of *s before writing o.
+func stepFixedWindow(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	w := p.Window.Microseconds()
 	if s.T != 0 && now < s.T {
 		now = s.T
@@ -136,10 +139,11 @@ func stepFixedWindow(p *Policy, s *State, now, cost int64) (State, stepResult, i
 	if r.reason == ReasonLimited {
 		r.retry = start + w - now
 	}
-	return State{T: start, N: n}, r, start + w - now
+	o.State, o.TTL = State{T: start, N: n}, start+w-now
+	return r
 }
 
-func stepSlidingWindow(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
+func stepSlidingWindow(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	w := p.Window.Microseconds()
 	if s.T != 0 && now < s.T {
 		now = s.T
@@ -177,7 +181,8 @@ func stepSlidingWindow(p *Policy, s *State, now, cost int64) (State, stepResult,
 		}
 		r.retry = max(r.retry, 1)
 	}
-	return State{T: start, N: cur, Prev: prev}, r, start + 2*w - now
+	o.State, o.TTL = State{T: start, N: cur, Prev: prev}, start+2*w-now
+	return r
 }
 
 // weighted returns floor(count × rem / w). It is computed in float64, the
@@ -215,7 +220,7 @@ func floorDiv(x, y float64) float64 {
 	return t
 }
 
-func stepTokenBucket(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
+func stepTokenBucket(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	iv := p.interval()
 	b := p.burst()
 	tokens, last := b, now
@@ -241,10 +246,11 @@ func stepTokenBucket(p *Policy, s *State, now, cost int64) (State, stepResult, i
 	if !r.allowed && r.reason != ReasonCostExceedsLimit {
 		r.retry = last + (max(cost, 1)-tokens)*iv - now
 	}
-	return State{T: last, N: tokens}, r, r.resetAt - now
+	o.State, o.TTL = State{T: last, N: tokens}, r.resetAt-now
+	return r
 }
 
-func stepGCRA(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
+func stepGCRA(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	iv := p.interval()
 	b := p.burst()
 	tol := b * iv                         // how far the TAT may run ahead of now
@@ -273,10 +279,11 @@ func stepGCRA(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
 	}
 	r.remaining = max((tol-(tat-now))/iv, 0)
 	r.resetAt = tat
-	return State{T: tat}, r, tat - now
+	o.State, o.TTL = State{T: tat}, tat-now
+	return r
 }
 
-func stepSlidingLog(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
+func stepSlidingLog(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	w := p.Window.Microseconds()
 	log := s.Log
 	if n := len(log); n > 0 && now < log[n-1].At {
@@ -313,7 +320,8 @@ func stepSlidingLog(p *Policy, s *State, now, cost int64) (State, stepResult, in
 			}
 		}
 	}
-	return State{Log: log}, r, r.resetAt - now
+	o.State, o.TTL = State{Log: log}, r.resetAt-now
+	return r
 }
 
 // QuotaPeriod returns the calendar period of a Quota policy containing now
@@ -323,7 +331,7 @@ func QuotaPeriod(p Policy, now int64) (start, end int64, tag string) {
 	return per.Start.UnixMicro(), per.End.UnixMicro(), p.Calendar.StorageTag(per)
 }
 
-func stepQuota(p *Policy, s *State, now, cost int64) (State, stepResult, int64) {
+func stepQuota(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	if s.T != 0 && now < s.T {
 		now = s.T
 	}
@@ -341,5 +349,6 @@ func stepQuota(p *Policy, s *State, now, cost int64) (State, stepResult, int64) 
 	if r.reason == ReasonLimited {
 		r.retry = end - now
 	}
-	return State{T: start, N: n, Prev: end}, r, end - now + QuotaGrace.Microseconds()
+	o.State, o.TTL = State{T: start, N: n, Prev: end}, end-now+QuotaGrace.Microseconds()
+	return r
 }
