@@ -24,10 +24,27 @@ func Markdown(r *Run, chart string) string {
 	w("| Go | %s |\n", m.GoVersion)
 	w("| Redis | %s (redis-server on loopback, sharing the CPUs with the client) |\n", m.RedisVersion)
 	w("| redis-benchmark | %s |\n", m.RedisBenchmarkVersion)
-	w("| load average (1 min) before / after the run | %.2f / %.2f |\n\n", m.LoadBefore, m.LoadAfter)
-	if busy := max(m.LoadBefore, m.LoadAfter); m.CPUs > 0 && busy > 0.5*float64(m.CPUs) {
-		w("**Warning: the machine was busy with other work during this run (load average %.1f on %d CPUs); "+
-			"the absolute numbers are low and noisy, and even the ratios are less reliable than on a quiet machine.**\n\n", busy, m.CPUs)
+	w("| load average (1 min) before / after the run | %.2f / %.2f (the second counts the run itself) |\n", m.LoadBefore, m.LoadAfter)
+	if m.CPUShares {
+		w("| CPU time taken during the run by other processes / by other virtual machines (steal) | %.1f %% / %.1f %% |\n", 100*m.OtherCPU, 100*m.StealCPU)
+	}
+	w("\n")
+	// The CPU shares say what competed with the run itself; the load
+	// average before it, where they are not measured, only what ran in the
+	// minute before (often the previous run).
+	var busy []string
+	if !m.CPUShares && m.CPUs > 0 && m.LoadBefore > 0.5*float64(m.CPUs) {
+		busy = append(busy, fmt.Sprintf("load average %.1f on %d CPUs when it started", m.LoadBefore, m.CPUs))
+	}
+	if m.CPUShares && m.OtherCPU > 0.05 {
+		busy = append(busy, fmt.Sprintf("%.0f %% of the CPU time went to other processes", 100*m.OtherCPU))
+	}
+	if m.CPUShares && m.StealCPU > 0.05 {
+		busy = append(busy, fmt.Sprintf("the hypervisor gave %.0f %% of the CPU time to other virtual machines", 100*m.StealCPU))
+	}
+	if len(busy) > 0 {
+		w("**Warning: this run competed with other work (%s); the absolute numbers are low and noisy, "+
+			"and even the ratios are less reliable than on a quiet machine.**\n\n", strings.Join(busy, "; "))
 	}
 	s := r.Settings
 	w("Command: `%s`. Closed loop: each cell runs N goroutines back to back for %v after %v of warm-up, "+

@@ -86,6 +86,12 @@ type Machine struct {
 	// started and ended (0 where the OS does not tell): other work on the
 	// machine skews every number.
 	LoadBefore, LoadAfter float64
+	// OtherCPU and StealCPU are the shares (0..1) of the machine's CPU
+	// time during the run that went to processes other than the run's
+	// own (the harness, its redis-server and redis-benchmark) and to other
+	// virtual machines (steal), measured where CPUShares is true (Linux).
+	OtherCPU, StealCPU float64
+	CPUShares          bool
 }
 
 // Settings are the run's parameters.

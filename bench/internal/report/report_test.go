@@ -124,10 +124,35 @@ func TestMarkdown(t *testing.T) {
 	if strings.Contains(md, "Warning") {
 		t.Error("quiet machine flagged as busy")
 	}
-	r.Machine.LoadBefore = 3
-	if !strings.Contains(Markdown(r, ""), "Warning: the machine was busy") {
-		t.Error("busy machine not flagged")
+	// The load after a run counts the run itself: it flags nothing alone.
+	r.Machine.LoadAfter = 2.5
+	if strings.Contains(Markdown(r, ""), "Warning") {
+		t.Error("the run's own load flagged as other work")
 	}
+	r.Machine.CPUShares, r.Machine.OtherCPU, r.Machine.StealCPU = true, 0.01, 0.02
+	if md := Markdown(r, ""); strings.Contains(md, "Warning") || !strings.Contains(md, "| 1.0 % / 2.0 % |") {
+		t.Error("quiet CPU shares flagged, or not shown")
+	}
+	r.Machine.LoadBefore = 3 // the previous minute's: measured shares take precedence
+	if strings.Contains(Markdown(r, ""), "Warning") {
+		t.Error("the load before the run flagged a run whose CPU shares were quiet")
+	}
+	for _, busy := range []struct {
+		shares             bool
+		load, other, steal float64
+		want               string
+	}{
+		{false, 3, 0, 0, "load average 3.0 on 2 CPUs when it started"},
+		{true, 0.1, 0.2, 0, "20 % of the CPU time went to other processes"},
+		{true, 0.1, 0, 0.3, "the hypervisor gave 30 % of the CPU time to other virtual machines"},
+	} {
+		r.Machine.CPUShares = busy.shares
+		r.Machine.LoadBefore, r.Machine.OtherCPU, r.Machine.StealCPU = busy.load, busy.other, busy.steal
+		if md := Markdown(r, ""); !strings.Contains(md, "Warning: this run competed with other work ("+busy.want) {
+			t.Errorf("busy machine (%+v) not flagged with %q", busy, busy.want)
+		}
+	}
+	r.Machine.CPUShares, r.Machine.LoadBefore, r.Machine.OtherCPU, r.Machine.StealCPU = false, 0.1, 0, 0
 	// A run without the baseline still renders.
 	r.Redis = r.Redis[1:]
 	if md := Markdown(r, ""); !strings.Contains(md, "| bare | 20k | 90k | 80k |") {

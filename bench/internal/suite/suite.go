@@ -175,6 +175,7 @@ func Run(ctx context.Context, cfg Config) (*report.Run, error) {
 	if err := r.machine(ctx); err != nil {
 		return nil, err
 	}
+	cpuBefore, cpuOK := takeCPUSample(srv.Pid())
 	// The probe must come first: it captures Floodgate's script from the
 	// EVAL the store sends after the fresh server's NOSCRIPT.
 	if err := r.captureScript(ctx); err != nil {
@@ -205,6 +206,11 @@ func Run(ctx context.Context, cfg Config) (*report.Run, error) {
 	}
 	r.out.Elapsed = time.Since(r.out.Started)
 	r.out.Machine.LoadAfter = loadAverage()
+	if cpuAfter, ok := takeCPUSample(srv.Pid()); cpuOK && ok {
+		m := &r.out.Machine
+		m.CPUShares = true
+		m.OtherCPU, m.StealCPU = cpuShares(cpuBefore, cpuAfter)
+	}
 	return r.out, nil
 }
 
