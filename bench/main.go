@@ -37,7 +37,7 @@ func run() error {
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Second, "measured time per cell")
 	flag.DurationVar(&cfg.Warmup, "warmup", 300*time.Millisecond, "unmeasured warm-up per cell")
 	flag.StringVar(&concurrency, "concurrency", "1,16,64,256", "comma-separated caller counts of the main matrix")
-	flag.IntVar(&cfg.Rounds, "rounds", 1, "measure the main matrix this many times and keep each cell's median")
+	flag.IntVar(&cfg.Rounds, "rounds", 1, "measure the main matrix and the in-process limiters this many times and keep each cell's median")
 	flag.IntVar(&cfg.Keys, "keys", 10_000, "distinct identities")
 	flag.IntVar(&cfg.PoolSize, "pool", 0, "go-redis pool size of the plain clients (0: go-redis default)")
 	flag.IntVar(&cfg.AlgoWorkers, "algo-workers", 64, "callers of the per-algorithm cells")

@@ -155,9 +155,14 @@ func Markdown(r *Run, chart string) string {
 
 	if len(r.InMemory) > 0 {
 		w("### In-process limiters (%d keys, parallel callers, existing keys)\n\n", s.Keys)
-		w("| limiter | ns/decision | B/decision | allocs/decision | callers |\n|---|---:|---:|---:|---:|\n")
+		w("The limiters take turns, round after round; each line is its median round, with the range of its rounds.\n\n")
+		w("| limiter | ns/decision | rounds (ns) | B/decision | allocs/decision | callers |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.InMemory {
-			w("| %s | %.0f | %d | %d | %d |\n", mdEscape(l.Name), l.NsPerOp, l.BytesPerOp, l.AllocsPerOp, l.Callers)
+			span := "–"
+			if n := len(l.Rounds); n > 1 {
+				span = fmt.Sprintf("%.0f–%.0f (%d)", l.Rounds[0], l.Rounds[n-1], n)
+			}
+			w("| %s | %.0f | %s | %d | %d | %d |\n", mdEscape(l.Name), l.NsPerOp, span, l.BytesPerOp, l.AllocsPerOp, l.Callers)
 		}
 		w("\n")
 	}

@@ -208,6 +208,9 @@ type InMemLine struct {
 	AllocsPerOp int64
 	// Callers is the number of goroutines that called in parallel.
 	Callers int
+	// Rounds are the ns/op of every round, fastest first; NsPerOp and the
+	// other numbers are the median round's.
+	Rounds []float64
 }
 
 // Series returns the series with the given ID.

@@ -50,7 +50,7 @@ func sample() *Run {
 		InMemory: []InMemLine{
 			{ID: MemSW, Name: "mem sw", NsPerOp: 40},
 			{ID: MemGCRA, Name: "mem gcra", NsPerOp: 90},
-			{ID: MemLimiterSW, Name: "mem limiter", NsPerOp: 70, AllocsPerOp: 2, BytesPerOp: 64},
+			{ID: MemLimiterSW, Name: "mem limiter", NsPerOp: 70, AllocsPerOp: 2, BytesPerOp: 64, Rounds: []float64{65, 70, 90}},
 			{ID: MemSethvargo, Name: "sethvargo", NsPerOp: 80},
 		},
 		HotKey: []Cell{{Name: "throttled", Workers: 64, PerSecond: 900, Errors: 5000, FirstError: "store: CAS failed"}},
@@ -112,7 +112,7 @@ func TestMarkdown(t *testing.T) {
 		"Test CPU \\| 1",                                           // escaped pipe
 		"![decisions/s and p99 latency against concurrency](benchmarks.svg)",
 		"about 50 bytes per request", // sliding log slope: (5136-136)/100
-		"| mem limiter | 70 | 64 | 2 | 0 |",
+		"| mem limiter | 70 | 65–90 (3) | 64 | 2 | 0 |",
 		"**not met**",
 		"| throttled | 900 | ", // hot key table
 		"| 5000 | store: CAS failed |",
