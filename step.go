@@ -68,7 +68,8 @@ func Step(p Policy, s State, now, cost int64) Outcome {
 
 // StepTo is Step writing its outcome to o, for stores on a hot path: it
 // takes the policy and state by reference instead of copying them in and
-// the outcome out. It reads *p and *s and writes only *o.
+// the outcome out. It reads *p and *s and writes only *o; s must not point
+// into *o.
 func StepTo(o *Outcome, p *Policy, s *State, now, cost int64) {
 	var r stepResult
 	switch p.Algorithm {

@@ -34,7 +34,8 @@ type Options struct {
 // nor revives it. The clock is read through a monoclock.Clock: a reading a
 // timer refreshes every 10 ms while the Store is in use, since reading the
 // clock itself on every decision cost about a sixth of one. States may so
-// expire up to a tick early, well inside the second of slack every TTL
+// expire up to a tick (plus the scheduler's delay in running the timer)
+// early, well inside the second of slack every TTL
 // carries (floodgate.TTLSlack); the timer stops when the Store has not
 // been used for a second, and a Store needs no Close.
 type Store struct {
@@ -134,7 +135,6 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		locked[j] = idx[i]
 		nl++
 	}
-	mono := s.clock.Now()
 	for _, k := range locked[:nl] {
 		s.shards[k].mu.Lock()
 	}
@@ -144,6 +144,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 	}()
 
+	mono := s.clock.Now() // under the locks, so no wait for them ages it
 	var outcomes [floodgate.MaxLayers]floodgate.Outcome
 	var ents [floodgate.MaxLayers]*entry
 	var states [floodgate.MaxLayers]floodgate.State
@@ -210,9 +211,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // decideOne is Decide for one layer: one lock, no per-layer arrays.
 func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) error {
 	sh := &s.shards[s.shardOf(l.Key)]
-	mono := s.clock.Now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	mono := s.clock.Now() // see Decide
 	e := sh.entries[l.Key]
 	st := &zeroState
 	if e != nil && e.expires > mono {
