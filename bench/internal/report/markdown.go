@@ -155,7 +155,9 @@ func Markdown(r *Run, chart string) string {
 
 	if len(r.InMemory) > 0 {
 		w("### In-process limiters (%d keys, parallel callers, existing keys)\n\n", s.Keys)
-		w("The limiters take turns, round after round; each line is its median round, with the range of its rounds.\n\n")
+		if s.Rounds > 1 {
+			w("The limiters take turns, round after round; each line is its median round, with the range of its rounds.\n\n")
+		}
 		w("| limiter | ns/decision | rounds (ns) | B/decision | allocs/decision | callers |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.InMemory {
 			span := "–"

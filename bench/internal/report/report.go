@@ -102,8 +102,8 @@ type Settings struct {
 	Duration, Warmup time.Duration
 	// Concurrency lists the caller counts of the main matrix.
 	Concurrency []int
-	// Rounds is how many times the matrix was measured; each cell is its
-	// median round.
+	// Rounds is how many times the matrix and the in-process limiters
+	// were measured; each cell is its median round.
 	Rounds int
 	// Keys is the number of distinct identities drawn from.
 	Keys int

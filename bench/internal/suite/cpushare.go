@@ -57,20 +57,28 @@ func ticks(tv syscall.Timeval) uint64 {
 	return uint64(tv.Sec)*userHZ + uint64(tv.Usec)/(1_000_000/userHZ)
 }
 
-// cpuShares returns the shares of the machine's CPU time between two
-// samples that went to other processes and to other guests (steal).
-func cpuShares(a, b cpuSample) (other, steal float64) {
-	total := float64(b.total - a.total)
-	if total <= 0 {
-		return 0, 0
+// cpuShares returns the shares (0..1) of the machine's CPU time between
+// two samples that went to other processes and to other guests (steal);
+// ok is false when a counter went backwards (the kernel does not promise
+// that idle and steal never do) or no time passed.
+func cpuShares(a, b cpuSample) (other, steal float64, ok bool) {
+	total := int64(b.total) - int64(a.total)
+	busy := int64(b.busy) - int64(a.busy)
+	st := int64(b.steal) - int64(a.steal)
+	own := int64(b.own) - int64(a.own)
+	if total <= 0 || busy < 0 || st < 0 || own < 0 {
+		return 0, 0, false
 	}
-	busy, own := float64(b.busy-a.busy), float64(b.own-a.own)
-	return max(busy-own, 0) / total, float64(b.steal-a.steal) / total
+	other = min(float64(max(busy-own, 0))/float64(total), 1)
+	steal = min(float64(st)/float64(total), 1)
+	return other, steal, true
 }
 
 // parseProcStat reads the aggregate "cpu" line of /proc/stat: user nice
 // system idle iowait irq softirq steal (guest time is inside user and
-// nice). busy is user+nice+system+irq+softirq.
+// nice). busy is user+nice+system: interrupt time is left out, since the
+// run's own loopback traffic is much of it and no process is charged
+// for it (nor, with IRQ time accounting, for softirqs run in its syscalls).
 func parseProcStat(stat string) (busy, steal, total uint64, err error) {
 	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
@@ -84,7 +92,7 @@ func parseProcStat(stat string) (busy, steal, total uint64, err error) {
 		}
 		total += v[i]
 	}
-	return v[0] + v[1] + v[2] + v[5] + v[6], v[7], total, nil
+	return v[0] + v[1] + v[2], v[7], total, nil
 }
 
 // parsePidStat returns utime+stime of a /proc/<pid>/stat line: fields 14

@@ -10,8 +10,8 @@ func TestParseProcStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if busy != 140 || steal != 50 || total != 997 {
-		t.Fatalf("busy, steal, total = %d, %d, %d; want 140, 50, 997", busy, steal, total)
+	if busy != 135 || steal != 50 || total != 997 {
+		t.Fatalf("busy, steal, total = %d, %d, %d; want 135, 50, 997", busy, steal, total)
 	}
 	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 x 4 5 6 7 8"} {
 		if _, _, _, err := parseProcStat(bad); err == nil {
@@ -62,8 +62,29 @@ func TestCPUSharesOfThisProcess(t *testing.T) {
 		}
 	}
 	_ = x
-	other, steal := cpuShares(a, b)
-	if other < 0 || other > 1 || steal < 0 || steal > 1 {
+	other, steal, ok := cpuShares(a, b)
+	if ok && (other < 0 || other > 1 || steal < 0 || steal > 1) {
 		t.Fatalf("shares out of range: other %v, steal %v", other, steal)
+	}
+}
+
+// TestCPUSharesGoingBackwards: a counter that went backwards makes the
+// shares unknown, never a wrapped-around share.
+func TestCPUSharesGoingBackwards(t *testing.T) {
+	a := cpuSample{busy: 100, steal: 10, total: 1000, own: 50}
+	for _, b := range []cpuSample{
+		{busy: 200, steal: 5, total: 2000, own: 60},  // steal back
+		{busy: 90, steal: 20, total: 2000, own: 60},  // busy back
+		{busy: 200, steal: 20, total: 900, own: 60},  // total back
+		{busy: 200, steal: 20, total: 1000, own: 60}, // no time
+		{busy: 200, steal: 20, total: 2000, own: 40}, // own back
+	} {
+		if other, steal, ok := cpuShares(a, b); ok {
+			t.Errorf("cpuShares(%+v, %+v) = %v, %v, ok", a, b, other, steal)
+		}
+	}
+	other, steal, ok := cpuShares(a, cpuSample{busy: 600, steal: 110, total: 2000, own: 150})
+	if !ok || other != 0.4 || steal != 0.1 {
+		t.Errorf("shares %v, %v, %v; want 0.4, 0.1, true", other, steal, ok)
 	}
 }

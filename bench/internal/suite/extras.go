@@ -218,7 +218,9 @@ func (r *run) inMemory(ctx context.Context) error {
 			}
 			res, err := membench.Run(s.s, ks, r.cfg.MemParallelism)
 			if err != nil {
-				r.note("in-memory %s not measured: %v", s.s.Name, err)
+				// A subject that fails once is dropped: its other rounds
+				// would not be comparable.
+				r.note("in-memory %s dropped (round %d of %d failed): %v", s.s.Name, round+1, rounds, err)
 				failed[i] = true
 				continue
 			}

@@ -59,8 +59,8 @@ type Config struct {
 	Duration, Warmup time.Duration
 	// Concurrency lists the caller counts of the main matrix (each ≥ 1).
 	Concurrency []int
-	// Rounds is how many times the main matrix is measured (≥ 1); each
-	// cell reports its median round.
+	// Rounds is how many times the main matrix and the in-process
+	// limiters are measured (≥ 1); each cell reports its median round.
 	Rounds int
 	// Keys is the number of distinct identities (≥ 1).
 	Keys int
@@ -208,8 +208,7 @@ func Run(ctx context.Context, cfg Config) (*report.Run, error) {
 	r.out.Machine.LoadAfter = loadAverage()
 	if cpuAfter, ok := takeCPUSample(srv.Pid()); cpuOK && ok {
 		m := &r.out.Machine
-		m.CPUShares = true
-		m.OtherCPU, m.StealCPU = cpuShares(cpuBefore, cpuAfter)
+		m.OtherCPU, m.StealCPU, m.CPUShares = cpuShares(cpuBefore, cpuAfter)
 	}
 	return r.out, nil
 }
