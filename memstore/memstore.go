@@ -35,9 +35,9 @@ type Options struct {
 // timer refreshes every 10 ms while the Store is in use, since reading the
 // clock itself on every decision cost about a sixth of one. States may so
 // expire up to a tick (plus the scheduler's delay in running the timer)
-// early, well inside the second of slack every TTL
-// carries (floodgate.TTLSlack); the timer stops when the Store has not
-// been used for a second, and a Store needs no Close.
+// early, well inside the second of slack every TTL carries
+// (floodgate.TTLSlack). The timer stops when the Store has not been used
+// for a second, so a Store needs no Close.
 type Store struct {
 	seed   maphash.Seed
 	shards []shard
