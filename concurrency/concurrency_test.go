@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,6 +31,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, s Store, c *redis.Client)) {
 	t.Run("redis", func(t *testing.T) {
 		s, c := newRedisStore(t)
 		f(t, s, c)
+		redistest.AuditTTL(t, c, "*") // no lease set ever lives without a TTL
 	})
 }
 

@@ -141,4 +141,5 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("%s renew: %v", id, err)
 		}
 	}
+	redistest.AuditTTL(t, c, "*")
 }

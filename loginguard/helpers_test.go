@@ -85,10 +85,14 @@ func backends(t *testing.T) map[string]func(t *testing.T, prefix string) Backend
 			return m
 		},
 		"redis": func(t *testing.T, prefix string) Backend {
-			b, err := NewRedis(srv.Client(t), prefix)
+			c := srv.Client(t)
+			b, err := NewRedis(c, prefix)
 			if err != nil {
 				t.Fatal(err)
 			}
+			// No dimension's key ever lives without a TTL (runs before
+			// the client is closed: cleanups run last-in first-out).
+			t.Cleanup(func() { redistest.AuditTTL(t, c, "{"+prefix+"}*") })
 			return b
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,6 +46,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 				t.Fatalf("DEL %s = %d, %v", key, n, err)
 			}
 		}})
+		redistest.AuditTTL(t, c, "*") // no quota key ever lives without a TTL
 	})
 }
 

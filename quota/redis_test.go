@@ -195,4 +195,5 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("%s: %v, want ErrQuotaStateLost", id, err)
 		}
 	}
+	redistest.AuditTTL(t, c, "*")
 }

@@ -63,6 +63,7 @@ func testConcurrent(t *testing.T, e *env, rounds int) {
 					t.Fatalf("round %d: %d of 200 concurrent requests allowed at 990/1000, want exactly 10", round, got)
 				}
 			}
+			e.noImmortalKeys(t)
 		})
 	}
 	for _, p := range allAlgorithms(t, 100, time.Hour) {
@@ -70,6 +71,7 @@ func testConcurrent(t *testing.T, e *env, rounds int) {
 			if got := race(t, e, p, e.key(p, "crowd"), vectors.T0.UnixMicro(), 1000); got != 100 {
 				t.Fatalf("%d of 1000 concurrent requests allowed at limit 100, want exactly 100", got)
 			}
+			e.noImmortalKeys(t)
 		})
 	}
 }

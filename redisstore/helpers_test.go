@@ -168,7 +168,19 @@ func (e *env) auditTTL(t testing.TB) {
 			t.Errorf("SCAN: %v", err)
 		}
 	}
-	t.Logf("TTL audit: %d keys under %s, all with a bounded TTL", seen, e.prefix)
+	t.Logf("TTL audit: %d keys under %s checked", seen, e.prefix)
+}
+
+// noImmortalKeys fails t if any key under the env's prefix, on any
+// primary, has no TTL (redistest.AuditTTL). The concurrency tests call it
+// after each run; auditTTL checks the same and the bounds at cleanup.
+func (e *env) noImmortalKeys(t testing.TB) {
+	t.Helper()
+	n := 0
+	for _, c := range e.nodes {
+		n += redistest.AuditTTL(t, c, e.prefix+":*")
+	}
+	t.Logf("no key without a TTL among %d under %s", n, e.prefix)
 }
 
 // mustPolicy fails the test on an invalid policy.

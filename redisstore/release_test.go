@@ -182,6 +182,35 @@ func testReleaseSlidingLog(t *testing.T, e *env) {
 		m.decide(t, t0+sec, l(17))
 	})
 
+	// The reservation is the oldest entry: removing it with the entries
+	// after it empties the set, which Redis deletes with its TTL; the
+	// renamed entries must come back with the TTL, or the key would live
+	// forever once the identity goes idle.
+	t.Run("whole set keeps its TTL", func(t *testing.T) {
+		m := newMirror(t, e)
+		key := e.layerAt(p, "whole", t0, 0).Key
+		l := func(cost int64) floodgate.Layer { return floodgate.Layer{Policy: p, Key: key, Cost: cost} }
+		res := e.reserveOne(t, t0, l(2))
+		ttl0, err := e.rd.PTTL(context.Background(), key).Result()
+		if err != nil || ttl0 <= 0 {
+			t.Fatalf("PTTL after the reservation: %v, %v", ttl0, err)
+		}
+		m.both(t, t0, l(1)) // admitted while it is pending, at the same time
+		m.both(t, t0, l(3))
+		ttl1 := e.rd.PTTL(context.Background(), key).Val()
+		if applied, rel := e.releaseOne(t, t0, res, 1); !applied || rel[0].back != 2 || rel[0].rem != 20-4 {
+			t.Fatalf("release: %v %+v; want 2 back and 16 remaining", applied, rel)
+		}
+		ttl, err := e.rd.PTTL(context.Background(), key).Result()
+		if err != nil || ttl <= 0 || ttl > ttl1 {
+			t.Fatalf("PTTL after the release = %v, %v; want the TTL the key had (%v), never none (-1)", ttl, err, ttl1)
+		}
+		m.decide(t, t0, l(0))
+		m.decide(t, t0+w, l(0))
+		m.decide(t, t0+sec, l(16))
+		m.decide(t, t0+sec, l(1))
+	})
+
 	t.Run("too many after", func(t *testing.T) {
 		big := mustPolicy(t, floodgate.Policy{Name: "sl-big", Algorithm: floodgate.SlidingLog, Limit: 1000, Window: time.Minute})
 		key := e.layerAt(big, "busy", t0, 0).Key

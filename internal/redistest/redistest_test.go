@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,6 +202,55 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("GET %s on %s (not its node %s) = %q, %v; want MOVED", key, n.Addr, addr, got, err)
 			}
 		}
+	}
+
+	// AuditTTL scans every primary: the three keys, one per node, were
+	// written without a TTL and each is reported; with TTLs, none is.
+	rec := &errorRecorder{TB: t}
+	if n := AuditTTL(rec, cc, "{tag*}:k"); n != len(c.Nodes) || len(rec.msgs) != len(c.Nodes) {
+		t.Fatalf("AuditTTL on the cluster saw %d keys and reported %d (%q), want %d and %d", n, len(rec.msgs), rec.msgs, len(c.Nodes), len(c.Nodes))
+	}
+	for _, key := range keyOf {
+		if err := cc.PExpire(ctx, key, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec = &errorRecorder{TB: t}
+	if n := AuditTTL(rec, cc, "{tag*}:k"); n != len(c.Nodes) || len(rec.msgs) != 0 {
+		t.Fatalf("AuditTTL after PEXPIRE saw %d keys and reported %q, want %d and nothing", n, rec.msgs, len(c.Nodes))
+	}
+}
+
+// errorRecorder is a testing.TB whose Errorf records the message.
+type errorRecorder struct {
+	testing.TB
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (e *errorRecorder) Errorf(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.msgs = append(e.msgs, fmt.Sprintf(format, args...))
+}
+
+func TestAuditTTL(t *testing.T) {
+	t.Parallel()
+	c := Start(t).Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	if err := c.Set(ctx, "audit:ttl", "1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, "audit:forever", redis.Z{Score: 1, Member: "m"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "other:forever", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec := &errorRecorder{TB: t}
+	n := AuditTTL(rec, c, "audit:*")
+	if n != 2 || len(rec.msgs) != 1 || !strings.Contains(rec.msgs[0], `"audit:forever"`) || !strings.Contains(rec.msgs[0], "no TTL") {
+		t.Fatalf("AuditTTL saw %d keys and reported %q; want 2 keys and audit:forever alone", n, rec.msgs)
 	}
 }
 

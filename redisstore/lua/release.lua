@@ -130,7 +130,7 @@ local function release(n, now)
   -- is exact again. If the entry is gone (expired and dropped) or more than
   -- SL_RELEASE_CAP entries follow it, nothing is done: the capacity comes
   -- back when the entry expires. It returns the cost given back.
-  local function sl_release(key, cost, at)
+  local function sl_release(key, cost, w, at, now)
     local same = redis.call('ZREVRANGEBYSCORE', key, int(at), int(at), 'LIMIT', '0', int(SL_RELEASE_CAP))
     local member
     for i = 1, #same do
@@ -158,9 +158,30 @@ local function release(n, now)
       new[#new + 1] = after[i + 1]
       new[#new + 1] = sfmt('%016d:%d', c - cost, k)
     end
-    redis.call('ZREM', key, member, unpack(old))
+    -- When the entry and those after it are the whole set, the ZREM
+    -- empties it and Redis deletes the key, TTL and all; the ZADD would
+    -- then recreate it without one. So the renamed entries are written
+    -- back with the TTL the key had (time stands still inside a script,
+    -- so PTTL then PEXPIRE restores the same instant). A key found
+    -- without a TTL (which no floodgate script leaves) gets the longest a
+    -- log needs: its newest entry's life plus the slack.
     if #new > 0 then
+      local ttl = redis.call('PTTL', key)
+      redis.call('ZREM', key, member, unpack(old))
       redis.call('ZADD', key, unpack(new))
+      if ttl < 0 then
+        local last = tonumber(after[#after])
+        if last < at then
+          last = at
+        end
+        ttl = idiv(last + w - now + TTL_SLACK + 999, 1000)
+      end
+      if ttl < 1 then
+        ttl = 1
+      end
+      redis.call('PEXPIRE', key, int(ttl))
+    else
+      redis.call('ZREM', key, member)
     end
     return cost
   end
@@ -244,7 +265,7 @@ local function release(n, now)
       elseif algo == 6 then
         back = qt_release(key, cost, u1)
       elseif algo == 2 then
-        back = sl_release(key, cost, u1)
+        back = sl_release(key, cost, w, u1, now)
       elseif algo == 4 then
         back = tb_release(key, cost, idiv(w, limit), burst, u1, u2, u3)
       else
