@@ -205,9 +205,10 @@ func (c Calendar) PeriodAt(t time.Time) Period {
 	return Period{Start: start.midnight(loc), End: next.midnight(loc), Key: c.key(start)}
 }
 
-// periodMicros returns the start and end (Unix µs) of the period containing
-// now (Unix µs), without naming it: the hot path of the Quota step.
-func (c Calendar) periodMicros(now int64) (start, end int64) {
+// BoundsMicros returns the start and end (Unix µs) of the period
+// containing now (Unix µs), without naming it: the hot path of the Quota
+// step. c must be valid.
+func (c Calendar) BoundsMicros(now int64) (start, end int64) {
 	s, n, loc := c.span(time.UnixMicro(now))
 	return s.midnight(loc).UnixMicro(), n.midnight(loc).UnixMicro()
 }

@@ -8,9 +8,9 @@
 // decision is a single Lua script run in one round trip.
 //
 // Every algorithm is defined once, as a pure step function over integer
-// microseconds ([Step]); the stores apply that function (memstore) or mirror
-// it exactly in Lua (redisstore), so a decision does not depend on which
-// store made it.
+// microseconds (package algo, which also holds what a Store implementation
+// needs); the stores apply that function (memstore) or mirror it exactly in
+// Lua (redisstore), so a decision does not depend on which store made it.
 //
 // Decisions are all-or-nothing: a denied request consumes nothing, and when
 // several layers are decided together ([Limiter.AllowLayers]) a request

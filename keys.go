@@ -4,16 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 	"unsafe"
 )
-
-// MaxIdentityLen is the longest identity kept readable in a key; longer
-// identities, and any containing bytes outside [A-Za-z0-9_.@+=/-], are
-// replaced by a hash.
-const MaxIdentityLen = 64
-
-// MaxPrefixLen is the longest key prefix.
-const MaxPrefixLen = 64
 
 // EncodeIdentity maps any identity (any bytes, any length) to a short
 // string of safe bytes that contains no ':', '{' or '}'. Distinct identities
@@ -124,33 +117,11 @@ func appendKey(b []byte, prefix string, p Policy, identity, tag string) []byte {
 	return b
 }
 
-// KeyAt is Key for a decision at now (Unix µs): for a Quota policy it
-// appends the period's tag, so each period has its own key, e.g.
-// "fg:billing:qt:{ruser42}:m2026-12".
-func KeyAt(prefix string, p Policy, identity string, now int64) string {
+// keyAt is algo.KeyAt: Key, followed for a Quota policy by ":" and the
+// tag of the period containing now (Unix µs).
+func keyAt(prefix string, p Policy, identity string, now int64) string {
 	if p.Algorithm == Quota {
-		_, _, tag := QuotaPeriod(p, now)
-		return key(prefix, p, identity, tag)
+		return key(prefix, p, identity, p.Calendar.StorageTag(p.Calendar.PeriodAt(time.UnixMicro(now))))
 	}
 	return key(prefix, p, identity, "")
-}
-
-// HashTag returns the part of key between the first '{' and the next '}',
-// the part Redis Cluster hashes, or key itself when there is none (Redis's
-// rule).
-func HashTag(key string) string {
-	for i := 0; i < len(key); i++ {
-		if key[i] == '{' {
-			for j := i + 1; j < len(key); j++ {
-				if key[j] == '}' {
-					if j == i+1 {
-						return key
-					}
-					return key[i+1 : j]
-				}
-			}
-			return key
-		}
-	}
-	return key
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 )
 
 func TestEncodeIdentity(t *testing.T) {
@@ -47,21 +48,6 @@ func TestKeyShape(t *testing.T) {
 	}
 }
 
-func TestHashTag(t *testing.T) {
-	tests := []struct{ key, want string }{
-		{"fg:api:sw:{ruser}", "ruser"},
-		{"plain", "plain"},
-		{"a{}b{c}", "a{}b{c}"},
-		{"a{b", "a{b"},
-		{"{x}{y}", "x"},
-	}
-	for _, tt := range tests {
-		if got := floodgate.HashTag(tt.key); got != tt.want {
-			t.Errorf("HashTag(%q) = %q, want %q", tt.key, got, tt.want)
-		}
-	}
-}
-
 func TestValidatePrefix(t *testing.T) {
 	for _, ok := range []string{"fg", "app:rl", "a.b-c_d"} {
 		if err := floodgate.ValidatePrefix(ok); err != nil {
@@ -93,8 +79,8 @@ func FuzzKey(f *testing.F) {
 			if strings.ContainsAny(inner, "{}:\n\x00 ") {
 				t.Fatalf("key %q has unsafe bytes in its tag", k)
 			}
-			if floodgate.HashTag(k) != inner {
-				t.Fatalf("key %q: hash tag %q, want %q", k, floodgate.HashTag(k), inner)
+			if algo.HashTag(k) != inner {
+				t.Fatalf("key %q: hash tag %q, want %q", k, algo.HashTag(k), inner)
 			}
 			if len(k) > 10+66 {
 				t.Fatalf("key %q too long (%d)", k, len(k))

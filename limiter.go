@@ -8,9 +8,6 @@ import (
 	"unsafe"
 )
 
-// MaxLayers is the most layers one decision may have.
-const MaxLayers = 16
-
 // Layer is one policy applied to one stored key within a decision.
 type Layer struct {
 	// Policy is a valid policy.
@@ -24,10 +21,10 @@ type Layer struct {
 // Store decides requests atomically. Implementations: memstore.Store (in
 // process) and redisstore.Store (Redis, one Lua script per decision).
 type Store interface {
-	// Decide applies Step to every layer at now (Unix microseconds),
+	// Decide applies algo.Step to every layer at now (Unix microseconds),
 	// all-or-nothing: if every layer admits its cost, every layer's
 	// state is committed; otherwise nothing is written, and a layer that
-	// would have admitted reports its Standing (Allowed, with the remaining
+	// would have admitted reports its algo.Standing (Allowed, with the remaining
 	// capacity it still has). It stores one Result per layer in out
 	// (len(out) == len(layers)). memstore and a single Redis decide all
 	// layers in one atomic step; on Redis Cluster, layers on different
@@ -36,17 +33,6 @@ type Store interface {
 	// ErrStoreUnavailable when nothing was written and ErrIndeterminate when
 	// the write may have happened.
 	Decide(ctx context.Context, now int64, layers []Layer, out []Result) error
-}
-
-// KeyBorrower is implemented by a Store that keeps no reference to a
-// layer's Key once Decide has returned: it copies any key it stores, and
-// does not hand the key to anything that outlives the call. A Limiter gives
-// such a store single-layer keys built in a reused buffer, so that a
-// decision allocates nothing. memstore.Store is one; a Store that does not
-// implement the interface, or whose BorrowsKeys returns false, gets a
-// newly allocated key string on every call.
-type KeyBorrower interface {
-	BorrowsKeys() bool
 }
 
 // Options configures a Limiter. The zero value is ready to use.
@@ -82,7 +68,7 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	kb, ok := store.(KeyBorrower)
+	kb, ok := store.(interface{ BorrowsKeys() bool }) // algo.KeyBorrower
 	return &Limiter{store: store, prefix: opts.Prefix, clock: opts.Clock, borrow: ok && kb.BorrowsKeys()}, nil
 }
 
@@ -92,7 +78,7 @@ func (l *Limiter) Prefix() string { return l.prefix }
 // Key returns the storage key the limiter uses for identity under p (for a
 // Quota policy, the key of the current period).
 func (l *Limiter) Key(p Policy, identity string) string {
-	return KeyAt(l.prefix, p, identity, l.clock().UnixMicro())
+	return keyAt(l.prefix, p, identity, l.clock().UnixMicro())
 }
 
 // Allow decides one request of cost 1 by identity under p.
@@ -133,7 +119,7 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 		f.buf = appendKey(f.buf[:0], l.prefix, p, identity, "")
 		key = unsafe.String(unsafe.SliceData(f.buf), len(f.buf))
 	} else {
-		key = KeyAt(l.prefix, p, identity, us)
+		key = keyAt(l.prefix, p, identity, us)
 	}
 	f.layers[0] = Layer{Policy: p, Key: key, Cost: cost}
 	err := l.store.Decide(ctx, us, f.layers[:], f.out[:])
@@ -255,7 +241,7 @@ func (l *Limiter) LayersAt(now time.Time, cost int64, specs ...LayerSpec) ([]Lay
 		if err := ValidateCost(c); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		layers[i] = Layer{Policy: s.Policy, Key: KeyAt(l.prefix, s.Policy, s.Identity, us), Cost: c}
+		layers[i] = Layer{Policy: s.Policy, Key: keyAt(l.prefix, s.Policy, s.Identity, us), Cost: c}
 	}
 	for i := range layers {
 		for j := i + 1; j < len(layers); j++ {

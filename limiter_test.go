@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -63,14 +64,14 @@ func TestStepNeverOverAdmits(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			p := floodgate.Policy{Name: "prop", Algorithm: alg, Limit: limit, Window: time.Duration(window) * time.Microsecond}
 			rng := rand.New(rand.NewPCG(1, uint64(alg)))
-			var st floodgate.State
+			var st algo.State
 			now := int64(1_800_000_000_000_000)
 			type adm struct{ at, cost int64 }
 			var admitted []adm
 			for range 5000 {
 				now += rng.Int64N(window / 10)
 				cost := rng.Int64N(4)
-				o := floodgate.Step(p, st, now, cost)
+				o := algo.Step(p, st, now, cost)
 				if o.Result.Remaining < 0 || o.Result.Remaining > p.Capacity() {
 					t.Fatalf("remaining %d out of range", o.Result.Remaining)
 				}

@@ -47,15 +47,12 @@ const (
 	// ISO week, a month or a month anchored to a subscription day, in a time
 	// zone), for billing limits such as 10,000 requests or 2M LLM tokens a
 	// month. Each period has its own key, named after the period, that
-	// expires QuotaGrace after the period ends. Exact within a period; an
+	// expires an hour after the period ends. Exact within a period; an
 	// instance whose clock is on the other side of a period boundary counts
 	// in its own period. For reserve-then-settle and lost-state detection
 	// use package quota.
 	Quota
 )
-
-// QuotaGrace is how long a Quota period's key outlives the period.
-const QuotaGrace = time.Hour
 
 var algorithmNames = [...]string{
 	FixedWindow:   "fixed_window",
@@ -108,8 +105,9 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, gcra, leaky_bucket or quota)", ErrInvalidPolicy, s)
 }
 
-// Limits on policy parameters. They keep every quantity the algorithms
-// compute below 2^53, so Go and Lua (whose numbers are doubles) agree exactly.
+// Limits on parameters. Those on numbers keep every quantity the
+// algorithms compute below 2^53, so Go and Lua (whose numbers are doubles)
+// agree exactly.
 const (
 	// MaxLimit is the largest Limit and Burst.
 	MaxLimit = 1 << 40
@@ -125,6 +123,14 @@ const (
 	maxSpanMicros = 1 << 50
 	// MaxNameLen is the longest policy name.
 	MaxNameLen = 64
+	// MaxLayers is the most layers one decision may have.
+	MaxLayers = 16
+	// MaxIdentityLen is the longest identity kept readable in a key;
+	// longer identities, and any containing bytes outside
+	// [A-Za-z0-9_.@+=/-], are replaced by a hash.
+	MaxIdentityLen = 64
+	// MaxPrefixLen is the longest key prefix (Options.Prefix).
+	MaxPrefixLen = 64
 )
 
 // Policy is one rate limit. It is a plain value: copy it freely. Build it
@@ -155,6 +161,20 @@ type Policy struct {
 	// MaxDelay and reports in Result.Delay how long to wait before acting on
 	// it (shaping instead of denying). Zero disables shaping.
 	MaxDelay time.Duration
+}
+
+// Must returns p, and panics if err is not nil. It is for policies built
+// from constants, where an error is a programming mistake caught at
+// start-up:
+//
+//	var perUser = floodgate.Must(floodgate.NewTokenBucket("api", 100, time.Minute, 20))
+//
+// Policies built from configuration or user input should check the error.
+func Must(p Policy, err error) Policy {
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 func newPolicy(p Policy) (Policy, error) {

@@ -107,3 +107,18 @@ func TestQuotaPolicyValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestMust(t *testing.T) {
+	p := floodgate.Must(floodgate.NewTokenBucket("api", 100, time.Minute, 20))
+	if p.Name != "api" || p.Burst != 20 {
+		t.Errorf("Must returned %+v", p)
+	}
+	defer func() {
+		err, ok := recover().(error)
+		if !ok || !errors.Is(err, floodgate.ErrInvalidPolicy) {
+			t.Errorf("Must on an invalid policy panicked with %v, want an ErrInvalidPolicy error", err)
+		}
+	}()
+	floodgate.Must(floodgate.NewTokenBucket("api", 0, time.Minute, 0))
+	t.Error("Must did not panic on an invalid policy")
+}

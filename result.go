@@ -65,37 +65,3 @@ type Result struct {
 	// Reason says why the request was denied; ReasonNone when allowed.
 	Reason Reason
 }
-
-// stepResult is Result in integer microseconds, as the step functions and
-// the Lua scripts compute it.
-type stepResult struct {
-	allowed   bool
-	remaining int64
-	resetAt   int64 // Unix µs
-	retry     int64 // µs
-	delay     int64 // µs
-	reason    Reason
-}
-
-// fill writes r, under a policy of the given limit, to out.
-func (r *stepResult) fill(out *Result, limit int64) {
-	*out = Result{
-		Allowed:    r.allowed,
-		Limit:      limit,
-		Remaining:  max(r.remaining, 0),
-		ResetAt:    time.UnixMicro(r.resetAt),
-		RetryAfter: time.Duration(r.retry) * time.Microsecond,
-		Delay:      time.Duration(r.delay) * time.Microsecond,
-		Reason:     r.reason,
-	}
-}
-
-// ResultFromMicros builds a Result from the integer fields a store computed
-// (for example decoded from a Lua reply). Times are Unix microseconds,
-// durations microseconds.
-func ResultFromMicros(allowed bool, limit, remaining, resetAtMicros, retryMicros, delayMicros int64, reason Reason) Result {
-	var out Result
-	r := stepResult{allowed, remaining, resetAtMicros, retryMicros, delayMicros, reason}
-	r.fill(&out, limit)
-	return out
-}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,7 +50,7 @@ func TestRedisKeyTTL(t *testing.T) {
 	if got := c.PTTL(ctx, key).Val(); got < 29*time.Second {
 		t.Fatalf("PTTL after a lagging acquire = %v, shorter than the first lease", got)
 	}
-	if tag := floodgate.HashTag(key); strings.ContainsAny(tag, "{}:") {
+	if tag := algo.HashTag(key); strings.ContainsAny(tag, "{}:") {
 		t.Fatalf("identity escaped its hash tag: %q", tag)
 	}
 	for _, lease := range []Lease{r.Lease, r2.Lease} {

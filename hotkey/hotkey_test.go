@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -106,7 +107,7 @@ func TestShardKeysSpreadOverSlots(t *testing.T) {
 	p := policy(t, floodgate.FixedWindow, 1000, 0)
 	tags := map[string]bool{}
 	for i := range 16 {
-		tags[floodgate.HashTag(floodgate.Key("fg", p, ShardIdentity("global", i)))] = true
+		tags[algo.HashTag(floodgate.Key("fg", p, ShardIdentity("global", i)))] = true
 	}
 	if len(tags) != 16 {
 		t.Fatalf("16 shards share %d hash tags", len(tags))

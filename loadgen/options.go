@@ -100,7 +100,7 @@ type Options struct {
 	Cost int64
 	// Expect is the limit the target applies to each identity, used to
 	// compute the expected deny ratio by replaying every request sent, at
-	// the moment it was sent, through floodgate.Step. The zero Policy
+	// the moment it was sent, through algo.Step. The zero Policy
 	// means unknown; its Name may be left empty.
 	Expect floodgate.Policy
 	// ExpectedDenyRatio (0..1) is used as the expected deny ratio when

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 )
 
 // Run sends checks to opts.Target for opts.Duration (or until
@@ -250,13 +251,13 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 	return rep
 }
 
-// model replays the requests through floodgate.Step to know how many an
+// model replays the requests through algo.Step to know how many an
 // exact limiter applying Expect would have allowed. It is safe for
 // concurrent use; a nil *model records nothing.
 type model struct {
 	p       floodgate.Policy
 	mu      sync.Mutex
-	states  map[int]floodgate.State
+	states  map[int]algo.State
 	allowed int64
 	total   int64
 }
@@ -265,7 +266,7 @@ func newModel(p floodgate.Policy) *model {
 	if p == (floodgate.Policy{}) {
 		return nil
 	}
-	return &model{p: p, states: map[int]floodgate.State{}}
+	return &model{p: p, states: map[int]algo.State{}}
 }
 
 func (m *model) observe(id int, at time.Time, cost int64) {
@@ -274,7 +275,7 @@ func (m *model) observe(id int, at time.Time, cost int64) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o := floodgate.Step(m.p, m.states[id], at.UnixMicro(), cost)
+	o := algo.Step(m.p, m.states[id], at.UnixMicro(), cost)
 	if o.Commit {
 		m.states[id] = o.State
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkDecide(b *testing.B) {
 			now := time.Now().UnixMicro()
 			layers := make([][1]floodgate.Layer, keys)
 			for i := range layers {
-				layers[i][0] = floodgate.Layer{Policy: p, Key: floodgate.KeyAt("bench", p, fmt.Sprint("user-", i), now), Cost: 1}
+				layers[i][0] = floodgate.Layer{Policy: p, Key: algo.KeyAt("bench", p, fmt.Sprint("user-", i), now), Cost: 1}
 			}
 			var seed atomic.Uint64
 			b.ReportAllocs()

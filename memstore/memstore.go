@@ -1,5 +1,5 @@
 // Package memstore is Floodgate's in-process store: the same decisions as
-// the Redis store, computed by floodgate.Step under sharded locks. Use it to
+// the Redis store, computed by algo.Step under sharded locks. Use it to
 // rate limit inside one process, or as the local fallback when Redis is
 // unreachable. Counters are per process: N instances each with a memstore
 // admit N times the limit.
@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/monoclock"
 )
 
@@ -36,7 +37,7 @@ type Options struct {
 // clock itself on every decision cost about a sixth of one. States may so
 // expire up to a tick (plus the scheduler's delay in running the timer)
 // early, well inside the second of slack every TTL carries
-// (floodgate.TTLSlack). The timer stops when the Store has not been used
+// (algo.TTLSlack). The timer stops when the Store has not been used
 // for a second, so a Store needs no Close.
 type Store struct {
 	seed   maphash.Seed
@@ -55,7 +56,7 @@ type shard struct {
 }
 
 type entry struct {
-	state   floodgate.State
+	state   algo.State
 	expires int64 // monotonic µs on Store.clock
 }
 
@@ -145,9 +146,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	}()
 
 	mono := s.clock.Now() // under the locks, so no wait for them ages it
-	var outcomes [floodgate.MaxLayers]floodgate.Outcome
+	var outcomes [floodgate.MaxLayers]algo.Transition
 	var ents [floodgate.MaxLayers]*entry
-	var states [floodgate.MaxLayers]floodgate.State
+	var states [floodgate.MaxLayers]algo.State
 	all := true
 	for i := range layers {
 		l := &layers[i]
@@ -157,7 +158,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			states[i] = e.state
 		}
 		ents[i] = e
-		floodgate.StepTo(&outcomes[i], &l.Policy, &states[i], now, l.Cost)
+		algo.StepTo(&outcomes[i], &l.Policy, &states[i], now, l.Cost)
 		out[i] = outcomes[i].Result
 		if !outcomes[i].Result.Allowed {
 			all = false
@@ -168,7 +169,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		// the request, since nothing is consumed.
 		for i, l := range layers {
 			if out[i].Allowed && l.Cost > 0 {
-				out[i] = floodgate.Standing(l.Policy, states[i], now)
+				out[i] = algo.Standing(l.Policy, states[i], now)
 			}
 		}
 		return nil
@@ -219,8 +220,8 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 	if e != nil && e.expires > mono {
 		st = &e.state
 	}
-	var o floodgate.Outcome
-	floodgate.StepTo(&o, &l.Policy, st, now, l.Cost)
+	var o algo.Transition
+	algo.StepTo(&o, &l.Policy, st, now, l.Cost)
 	*out = o.Result
 	if !o.Commit {
 		return nil
@@ -242,7 +243,7 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 }
 
 // zeroState is the state of an identity with none stored; never written.
-var zeroState floodgate.State
+var zeroState algo.State
 
 // wrote counts a write and, every sweepEvery writes, reclaims a few
 // expired entries, so memory follows the live identities without a
@@ -279,9 +280,9 @@ func (sh *shard) sweep(mono int64, limit int) {
 
 // compact bounds the memory a sliding log holds: once the live entries use
 // less than a quarter of the backing array, they are copied to a fresh one.
-func compact(st floodgate.State) floodgate.State {
+func compact(st algo.State) algo.State {
 	if c := cap(st.Log); c > 16 && len(st.Log) < c/4 {
-		st.Log = append(make([]floodgate.LogEntry, 0, 2*len(st.Log)), st.Log...)
+		st.Log = append(make([]algo.LogEntry, 0, 2*len(st.Log)), st.Log...)
 	}
 	return st
 }
@@ -289,7 +290,7 @@ func compact(st floodgate.State) floodgate.State {
 // BorrowsKeys reports true: the Store keeps no reference to a layer's Key
 // after Decide returns (it stores a copy of each new key), so a
 // floodgate.Limiter may build keys in a reused buffer (see
-// floodgate.KeyBorrower).
+// algo.KeyBorrower).
 func (s *Store) BorrowsKeys() bool { return true }
 
 // Reset forgets key's state (for example an admin unlocking an identity).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
@@ -189,7 +190,7 @@ func TestExpiredStateIsReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(floodgate.TTLSlack + 50*time.Millisecond) // every TTL (≤ 2ms + TTLSlack) has passed
+	time.Sleep(algo.TTLSlack + 50*time.Millisecond) // every TTL (≤ 2ms + TTLSlack) has passed
 	for i := range 10 {
 		if _, err := l.Allow(ctx, p, fmt.Sprint("new", i)); err != nil {
 			t.Fatalf("new identity %d after expiry: %v", i, err)

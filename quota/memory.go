@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
 
@@ -50,7 +51,7 @@ func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
 
 // lock locks and returns the shard of a key, the one of its hash tag.
 func (m *MemoryStore) lock(key string) *shardmap.Shard[*slot] {
-	return m.slots.Lock(floodgate.HashTag(key))
+	return m.slots.Lock(algo.HashTag(key))
 }
 
 func (sl *slot) live(now int64) *ledger {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -48,7 +49,7 @@ func TestRedisKeysHaveTTLs(t *testing.T) {
 		t.Fatalf("keys %v, want usage, holds, settled and marker", keys)
 	}
 	end := q.PeriodAt(now).End.Add(2 * time.Hour)
-	tag := floodgate.HashTag(keys[0])
+	tag := algo.HashTag(keys[0])
 	slot := c.ClusterKeySlot(ctx, keys[0]).Val()
 	for _, k := range keys {
 		want := end.Sub(now)
@@ -59,7 +60,7 @@ func TestRedisKeysHaveTTLs(t *testing.T) {
 		if got <= 0 || got > want+time.Millisecond || got < want-time.Minute {
 			t.Errorf("PTTL %s = %v, want about %v", k, got, want)
 		}
-		if floodgate.HashTag(k) != tag || c.ClusterKeySlot(ctx, k).Val() != slot {
+		if algo.HashTag(k) != tag || c.ClusterKeySlot(ctx, k).Val() != slot {
 			t.Errorf("key %s not in the slot of %s", k, keys[0])
 		}
 	}

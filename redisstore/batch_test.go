@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 	"github.com/redis/go-redis/v9"
@@ -41,7 +42,7 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 // TestBatchedDecisionsMatchTheModel runs many goroutines, each deciding its
 // own keys in sequence with random times and costs, against one store
 // whose decisions are coalesced, and checks every result against
-// floodgate.Step; and that decisions were in fact coalesced (fewer script
+// algo.Step; and that decisions were in fact coalesced (fewer script
 // calls than decisions). Among the single-layer goroutines, half share one
 // policy per algorithm (batches in the shared-argument layout), the others
 // each have their own (the per-request layout); a third of all goroutines
@@ -197,7 +198,7 @@ func TestBatchFailuresStayPerRequest(t *testing.T) {
 			continue
 		}
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
-			k := func(id string) string { return floodgate.KeyAt(e.prefix, p, id, now) }
+			k := func(id string) string { return algo.KeyAt(e.prefix, p, id, now) }
 			foreign, hash := k("foreign"), k("hash")
 			if err := c.Set(ctx, foreign, "not ours", time.Minute).Err(); err != nil {
 				t.Fatal(err)
@@ -488,7 +489,7 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 	e.bound[edgeKey] = ttlBound(edge)
 	var calls []*call
 	var want [][]floodgate.Result
-	edgeState, userState := floodgate.State{}, map[string]floodgate.State{}
+	edgeState, userState := algo.State{}, map[string]algo.State{}
 	last := int64(0)
 	for i := range 8 {
 		now := base + int64(i+1)*1_000_000 // one second apart
@@ -497,18 +498,18 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 		e.bound[layers[1].Key] = ttlBound(user)
 		calls = append(calls, getCall(ctx, now, layersScript, layers))
 		// The model: all or nothing over the two layers, one after another.
-		oe := floodgate.Step(edge, edgeState, now, 1)
-		ou := floodgate.Step(user, userState[id], now, 1)
+		oe := algo.Step(edge, edgeState, now, 1)
+		ou := algo.Step(user, userState[id], now, 1)
 		res := []floodgate.Result{oe.Result, ou.Result}
 		if oe.Result.Allowed && ou.Result.Allowed {
 			edgeState, userState[id] = oe.State, ou.State
 			last = now
 		} else {
 			if oe.Result.Allowed {
-				res[0] = floodgate.Standing(edge, edgeState, now)
+				res[0] = algo.Standing(edge, edgeState, now)
 			}
 			if ou.Result.Allowed {
-				res[1] = floodgate.Standing(user, userState[id], now)
+				res[1] = algo.Standing(user, userState[id], now)
 			}
 		}
 		want = append(want, res)
@@ -539,7 +540,7 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 	}
 	// The TTL is the last admitted decision's: the rest of the window after
 	// it, plus the slack, in whole milliseconds.
-	wantTTL := time.Duration(base+w.Microseconds()-last)*time.Microsecond + floodgate.TTLSlack
+	wantTTL := time.Duration(base+w.Microseconds()-last)*time.Microsecond + algo.TTLSlack
 	got := c.PTTL(ctx, edgeKey).Val()
 	if got > wantTTL+time.Millisecond || got < wantTTL-time.Second {
 		t.Errorf("edge key's TTL %v, want about %v (the last admitted decision's)", got, wantTTL)
@@ -562,26 +563,26 @@ func TestBatchHotKey(t *testing.T) {
 		if sc == nil {
 			continue
 		}
-		algo := floodgate.Algorithm(a)
-		t.Run(algo.String(), func(t *testing.T) {
+		alg := floodgate.Algorithm(a)
+		t.Run(alg.String(), func(t *testing.T) {
 			var p, other floodgate.Policy
-			if algo == floodgate.Quota {
+			if alg == floodgate.Quota {
 				p, other = quotaPolicy(t, 5, floodgate.PeriodDay), quotaPolicy(t, 7, floodgate.PeriodMonth)
 				other.Name = "q2"
 			} else {
-				p = mustPolicy(t, floodgate.Policy{Name: "hot", Algorithm: algo, Limit: 5, Window: time.Minute})
-				other = mustPolicy(t, floodgate.Policy{Name: "hot2", Algorithm: algo, Limit: 7, Window: time.Minute})
+				p = mustPolicy(t, floodgate.Policy{Name: "hot", Algorithm: alg, Limit: 5, Window: time.Minute})
+				other = mustPolicy(t, floodgate.Policy{Name: "hot2", Algorithm: alg, Limit: 7, Window: time.Minute})
 			}
 			m := newModel()
 			for _, mixed := range []bool{false, true} {
 				var calls []*call
 				var layers [][]floodgate.Layer
-				hotKey := floodgate.KeyAt(e.prefix, p, fmt.Sprint("hot", mixed), base)
+				hotKey := algo.KeyAt(e.prefix, p, fmt.Sprint("hot", mixed), base)
 				for i := range 9 {
 					now := base + int64(i)*100_000
 					l := floodgate.Layer{Policy: p, Key: hotKey, Cost: 1}
 					if mixed && i%3 == 1 { // another policy (the per-request layout) and keys of its own
-						l = floodgate.Layer{Policy: other, Key: floodgate.KeyAt(e.prefix, other, fmt.Sprint("cold", i), now), Cost: 1}
+						l = floodgate.Layer{Policy: other, Key: algo.KeyAt(e.prefix, other, fmt.Sprint("cold", i), now), Cost: 1}
 					}
 					e.bound[l.Key] = ttlBound(l.Policy)
 					calls = append(calls, getCall(ctx, now, sc, []floodgate.Layer{l}))
@@ -607,7 +608,7 @@ func TestBatchHotKey(t *testing.T) {
 			// No key repeats: every request reads and writes its own key.
 			var calls []*call
 			for i := range 4 {
-				l := floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, fmt.Sprint("single", i), base), Cost: 1}
+				l := floodgate.Layer{Policy: p, Key: algo.KeyAt(e.prefix, p, fmt.Sprint("single", i), base), Cost: 1}
 				e.bound[l.Key] = ttlBound(p)
 				calls = append(calls, getCall(ctx, base, sc, []floodgate.Layer{l}))
 			}

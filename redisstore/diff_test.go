@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 )
 
-// model is the reference: floodgate.Step with state kept in a Go map, and
+// model is the reference: algo.Step with state kept in a Go map, and
 // the all-or-nothing rule of Store.Decide.
 type model struct {
-	states map[string]floodgate.State
+	states map[string]algo.State
 	// commits remember, per key, the last commit's time, TTL and wall
 	// clock, to keep the comparison clear of real-time expiry in Redis.
 	commits map[string]commit
@@ -27,21 +28,21 @@ type commit struct {
 }
 
 func newModel() *model {
-	return &model{states: map[string]floodgate.State{}, commits: map[string]commit{}}
+	return &model{states: map[string]algo.State{}, commits: map[string]commit{}}
 }
 
 func (m *model) decide(now int64, layers []floodgate.Layer) []floodgate.Result {
-	outs := make([]floodgate.Outcome, len(layers))
+	outs := make([]algo.Transition, len(layers))
 	all := true
 	for i, l := range layers {
-		outs[i] = floodgate.Step(l.Policy, m.states[l.Key], now, l.Cost)
+		outs[i] = algo.Step(l.Policy, m.states[l.Key], now, l.Cost)
 		all = all && outs[i].Result.Allowed
 	}
 	res := make([]floodgate.Result, len(layers))
 	for i, o := range outs {
 		res[i] = o.Result
 		if !all && o.Result.Allowed && layers[i].Cost > 0 {
-			res[i] = floodgate.Standing(layers[i].Policy, m.states[layers[i].Key], now)
+			res[i] = algo.Standing(layers[i].Policy, m.states[layers[i].Key], now)
 		}
 		if all && o.Commit {
 			m.states[layers[i].Key] = o.State
@@ -116,7 +117,7 @@ func randCost(r *rand.Rand, p floodgate.Policy) int64 {
 	return r.Int64N(p.Capacity() + 2)
 }
 
-// TestDifferential runs random requests through floodgate.Step and the
+// TestDifferential runs random requests through algo.Step and the
 // Redis store side by side: every result must be identical.
 func TestDifferential(t *testing.T) {
 	e, _ := newEnv(t)
@@ -267,7 +268,7 @@ func TestLayersScriptDifferential(t *testing.T) {
 		build := func(id string) []floodgate.Layer {
 			layers := make([]floodgate.Layer, k)
 			for j, pi := range idx {
-				layers[j] = floodgate.Layer{Policy: ps[pi], Key: floodgate.KeyAt(e.prefix, ps[pi], id, now)}
+				layers[j] = floodgate.Layer{Policy: ps[pi], Key: algo.KeyAt(e.prefix, ps[pi], id, now)}
 			}
 			return layers
 		}
@@ -369,8 +370,8 @@ func TestLayersScriptBatchDifferential(t *testing.T) {
 			for j, pi := range idx {
 				p := ps[pi]
 				cost := randCost(r, p)
-				la[j] = floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, "a"+id, now), Cost: cost}
-				lb[j] = floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, "b"+id, now), Cost: cost}
+				la[j] = floodgate.Layer{Policy: p, Key: algo.KeyAt(e.prefix, p, "a"+id, now), Cost: cost}
+				lb[j] = floodgate.Layer{Policy: p, Key: algo.KeyAt(e.prefix, p, "b"+id, now), Cost: cost}
 				e.bound[la[j].Key], e.bound[lb[j].Key] = ttlBound(p), ttlBound(p)
 			}
 			calls = append(calls, getCall(ctx, now, layersScript, la))

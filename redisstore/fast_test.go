@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 )
@@ -77,7 +78,7 @@ func TestFastPathUsed(t *testing.T) {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			e, _ := newEnv(t)
 			now := vectors.T0.UnixMicro()
-			if _, err := e.one(ctx, now, p, floodgate.KeyAt(e.prefix, p, "u", now), 1); err != nil {
+			if _, err := e.one(ctx, now, p, algo.KeyAt(e.prefix, p, "u", now), 1); err != nil {
 				t.Fatal(err)
 			}
 			want := script.SHA()
@@ -101,7 +102,7 @@ func TestFastPathUsed(t *testing.T) {
 // with every decision sent through a different path than the previous one
 // on the same keys: state written by the single-layer scripts must be read
 // correctly by the general script, in both modes, and the other way round,
-// and both must agree with floodgate.Step.
+// and both must agree with algo.Step.
 func TestFastPathAlternate(t *testing.T) {
 	cases := append(vectors.All(), vectors.Calendar()...)
 	for start := range numPaths {
@@ -112,7 +113,7 @@ func TestFastPathAlternate(t *testing.T) {
 				at := now.UnixMicro()
 				via := path(n % int(numPaths))
 				n++
-				return e.decideVia(ctx, via, at, floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, id, at), Cost: cost})
+				return e.decideVia(ctx, via, at, floodgate.Layer{Policy: p, Key: algo.KeyAt(e.prefix, p, id, at), Cost: cost})
 			}
 			vectors.RunCases(t, cases, "alt", decide)
 		})
@@ -175,8 +176,8 @@ func TestFastPathSameState(t *testing.T) {
 		for _, long := range []bool{false, true} {
 			var prevT string
 			var prevTTL time.Duration
-			kf := floodgate.KeyAt(e.prefix, p, fmt.Sprintf("f%v", long), now)
-			kg := floodgate.KeyAt(e.prefix, p, fmt.Sprintf("g%v", long), now)
+			kf := algo.KeyAt(e.prefix, p, fmt.Sprintf("f%v", long), now)
+			kg := algo.KeyAt(e.prefix, p, fmt.Sprintf("g%v", long), now)
 			first := viaGeneral
 			if long {
 				first = viaReserve
@@ -226,11 +227,11 @@ func TestFastScriptGuards(t *testing.T) {
 		if src == "" {
 			continue
 		}
-		algo := floodgate.Algorithm(a)
-		t.Run(algo.String(), func(t *testing.T) {
-			key := []string{e.prefix + ":guard:" + algo.String()}
+		alg := floodgate.Algorithm(a)
+		t.Run(alg.String(), func(t *testing.T) {
+			key := []string{e.prefix + ":guard:" + alg.String()}
 			good := []any{now, a, 10, 60_000_000, 0, 0, 1}
-			if algo == floodgate.Quota {
+			if alg == floodgate.Quota {
 				good = []any{now, a, 10, start, start + 86_400_000_000, 0, 1}
 			}
 			with := func(i int, v any) []any {
@@ -260,7 +261,7 @@ func TestFastScriptGuards(t *testing.T) {
 				"cost fraction":   with(6, 1.5),
 				"cost too big":    with(6, floodgate.MaxLimit+1),
 			}
-			switch algo {
+			switch alg {
 			case floodgate.Quota:
 				bad["period not begun"] = with(3, now+1)
 				bad["period over"] = with(4, now)
@@ -270,13 +271,13 @@ func TestFastScriptGuards(t *testing.T) {
 				bad["window too long"] = with(3, floodgate.MaxWindow.Microseconds()+1)
 				bad["window not number"] = with(3, "w")
 			}
-			if algo == floodgate.TokenBucket || algo == floodgate.GCRA {
+			if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
 				bad["rate too fine"] = with(2, 10_000)
 				bad["rate too fine"][3] = 1000
 				bad["burst negative"] = with(4, -1)
 				bad["burst span"] = with(4, floodgate.MaxLimit)
 			}
-			if algo == floodgate.GCRA {
+			if alg == floodgate.GCRA {
 				bad["max delay negative"] = with(5, -1)
 				bad["max delay too long"] = with(5, int64(1)<<50+1)
 			}
@@ -317,8 +318,8 @@ func TestFastScriptConstants(t *testing.T) {
 		"MAX_LIMIT":   floodgate.MaxLimit,
 		"MAX_SPAN":    1 << 50,
 		"MIN_TTL":     1000,
-		"TTL_SLACK":   floodgate.TTLSlack.Microseconds(),
-		"QUOTA_GRACE": floodgate.QuotaGrace.Microseconds(),
+		"TTL_SLACK":   algo.TTLSlack.Microseconds(),
+		"QUOTA_GRACE": algo.QuotaGrace.Microseconds(),
 		"MAX_LAYERS":  floodgate.MaxLayers,
 	}
 	sources := map[string]string{"layers": luaFastLayers}

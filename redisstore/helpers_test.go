@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 	"github.com/redis/go-redis/v9"
@@ -103,19 +104,19 @@ func (e *env) key(p floodgate.Policy, identity string) string {
 // decider adapts the env to the shared vectors.
 func (e *env) decider() vectors.Decider {
 	return func(ctx context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
-		return e.one(ctx, now.UnixMicro(), p, floodgate.KeyAt(e.prefix, p, id, now.UnixMicro()), cost)
+		return e.one(ctx, now.UnixMicro(), p, algo.KeyAt(e.prefix, p, id, now.UnixMicro()), cost)
 	}
 }
 
 // ttlBound is the longest TTL a key of policy p may carry, plus
-// floodgate.TTLSlack and a millisecond of rounding: the window for windows (two for the sliding
+// algo.TTLSlack and a millisecond of rounding: the window for windows (two for the sliding
 // window counter), burst × interval for buckets (plus MaxDelay for GCRA).
 func ttlBound(p floodgate.Policy) time.Duration {
 	w := p.Window
 	var d time.Duration
 	switch p.Algorithm {
 	case floodgate.Quota:
-		d = 32*24*time.Hour + floodgate.QuotaGrace // the longest period, plus grace
+		d = 32*24*time.Hour + algo.QuotaGrace // the longest period, plus grace
 	case floodgate.FixedWindow, floodgate.SlidingLog:
 		d = w
 	case floodgate.SlidingWindow:
@@ -127,7 +128,7 @@ func ttlBound(p floodgate.Policy) time.Duration {
 		}
 		d = time.Duration(b*(w.Microseconds()/p.Limit))*time.Microsecond + p.MaxDelay
 	}
-	return max(d, time.Millisecond) + floodgate.TTLSlack + time.Millisecond
+	return max(d, time.Millisecond) + algo.TTLSlack + time.Millisecond
 }
 
 // auditTTL scans every primary for keys under the env's prefix and checks

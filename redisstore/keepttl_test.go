@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,9 +26,9 @@ func TestKeepTTL(t *testing.T) {
 	ctx := context.Background()
 	p := quotaPolicy(t, 1000, floodgate.PeriodDay)
 	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 10).UnixMicro() // a period ahead
-	_, stop, _ := floodgate.QuotaPeriod(p, day)
+	_, stop, _ := algo.QuotaPeriod(p, day)
 	ttl := func(at int64) time.Duration { // the TTL a write at at gives
-		return time.Duration(stop-at)*time.Microsecond + time.Hour + floodgate.TTLSlack
+		return time.Duration(stop-at)*time.Microsecond + time.Hour + algo.TTLSlack
 	}
 	check := func(key, what string, want time.Duration) {
 		t.Helper()
@@ -38,7 +39,7 @@ func TestKeepTTL(t *testing.T) {
 	}
 	t1, t2, t3 := day+time.Hour.Microseconds(), day+5*time.Hour.Microseconds(), day+9*time.Hour.Microseconds()
 	key := func(id string) string {
-		k := floodgate.KeyAt(e.prefix, p, id, day)
+		k := algo.KeyAt(e.prefix, p, id, day)
 		e.bound[k] = ttlBound(p)
 		return k
 	}
@@ -96,9 +97,9 @@ func TestWindowGrowthWritesTTL(t *testing.T) {
 	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
 	ctx := context.Background()
 	hour := time.Now().Truncate(time.Hour).Add(10 * time.Hour).UnixMicro() // an hour ahead, on the hour
-	for _, algo := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
 		for _, layered := range []bool{false, true} {
-			old := mustPolicy(t, floodgate.Policy{Name: "grow", Algorithm: algo, Limit: 1000, Window: time.Minute})
+			old := mustPolicy(t, floodgate.Policy{Name: "grow", Algorithm: alg, Limit: 1000, Window: time.Minute})
 			grown := old
 			grown.Window = time.Hour
 			other := mustPolicy(t, floodgate.Policy{Name: "gother", Algorithm: floodgate.GCRA, Limit: 1000, Window: time.Minute})
@@ -115,16 +116,16 @@ func TestWindowGrowthWritesTTL(t *testing.T) {
 				}
 				out := make([]floodgate.Result, len(layers))
 				if err := e.store.Decide(ctx, step.at, layers, out); err != nil || !out[0].Allowed {
-					t.Fatalf("%s layered=%v at %d: %+v %v", algo, layered, step.at, out, err)
+					t.Fatalf("%s layered=%v at %d: %+v %v", alg, layered, step.at, out, err)
 				}
 			}
 			end := hour + time.Hour.Microseconds()
-			if algo == floodgate.SlidingWindow {
+			if alg == floodgate.SlidingWindow {
 				end += time.Hour.Microseconds()
 			}
-			want := time.Duration(end-hour-2_000_000)*time.Microsecond + floodgate.TTLSlack
+			want := time.Duration(end-hour-2_000_000)*time.Microsecond + algo.TTLSlack
 			if got := c.PTTL(ctx, k).Val(); got > want+time.Millisecond || got < want-time.Second {
-				t.Errorf("%s layered=%v: TTL %v after the window grew to an hour, want about %v", algo, layered, got, want)
+				t.Errorf("%s layered=%v: TTL %v after the window grew to an hour, want about %v", alg, layered, got, want)
 			}
 		}
 	}

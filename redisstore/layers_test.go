@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/redis/go-redis/v9"
@@ -137,7 +138,7 @@ func testLayersPeekAndMany(t *testing.T, e *env) {
 	}
 	for i, r := range out {
 		l := layers[i]
-		want := floodgate.Step(l.Policy, floodgate.State{}, now, l.Cost).Result
+		want := algo.Step(l.Policy, algo.State{}, now, l.Cost).Result
 		if !sameResults([]floodgate.Result{r}, []floodgate.Result{want}) {
 			t.Fatalf("layer %d: got %+v, want %+v", i, r, want)
 		}
@@ -205,7 +206,7 @@ func TestSlotCheck(t *testing.T) {
 
 // TestDeniedDecisionReportsStanding: a layer that would have admitted a
 // request another layer denied reports what it has left without the
-// request, exactly as memstore does (floodgate.Standing).
+// request, exactly as memstore does (algo.Standing).
 func TestDeniedDecisionReportsStanding(t *testing.T) {
 	e, _ := newEnv(t)
 	testDeniedStanding(t, e)

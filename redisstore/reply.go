@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 )
 
 // The general script's reply widths: per layer, the integers allowed,
@@ -68,7 +69,7 @@ func decodeInts(vals []int64, layers []floodgate.Layer, out []floodgate.Result, 
 			undo != nil && (v[6] < 0 || v[7] < 0 || v[8] < 0):
 			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v)
 		}
-		out[i] = floodgate.ResultFromMicros(allowed == 1, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
+		out[i] = algo.ResultFromMicros(allowed == 1, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
 		if undo != nil {
 			undo[i] = [undoWidth]int64{v[6], v[7], v[8]}
 		}
@@ -95,7 +96,7 @@ func decodeCompact(vals []int64, layers []floodgate.Layer, out []floodgate.Resul
 		} else {
 			retry = wait
 		}
-		out[i] = floodgate.ResultFromMicros(allowed, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
+		out[i] = algo.ResultFromMicros(allowed, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
 	}
 	return nil
 }

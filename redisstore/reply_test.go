@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 )
 
 // TestDecodeReply feeds the reply decoder every wrong shape: each must be
@@ -57,7 +58,7 @@ func TestDecodeReply(t *testing.T) {
 	if err := decodeReply(ok, one, out); err != nil {
 		t.Fatal(err)
 	}
-	want := floodgate.ResultFromMicros(true, 10, 9, 2_000_000, 0, 0, floodgate.ReasonNone)
+	want := algo.ResultFromMicros(true, 10, 9, 2_000_000, 0, 0, floodgate.ReasonNone)
 	if out[0] != want {
 		t.Fatalf("got %+v, want %+v", out[0], want)
 	}
@@ -139,8 +140,8 @@ func TestDecodeCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []floodgate.Result{
-		floodgate.ResultFromMicros(true, 10, 9, 2_000_000, 0, 300, floodgate.ReasonNone),
-		floodgate.ResultFromMicros(false, 10, 0, 3_000_000, 70, 0, floodgate.ReasonLimited),
+		algo.ResultFromMicros(true, 10, 9, 2_000_000, 0, 300, floodgate.ReasonNone),
+		algo.ResultFromMicros(false, 10, 0, 3_000_000, 70, 0, floodgate.ReasonLimited),
 	} {
 		if g := out[i]; g.Allowed != want.Allowed || g.Remaining != want.Remaining || !g.ResetAt.Equal(want.ResetAt) ||
 			g.RetryAfter != want.RetryAfter || g.Delay != want.Delay || g.Reason != want.Reason || g.Limit != 10 {

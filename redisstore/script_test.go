@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 )
 
 // TestScriptConstants checks that the bounds written into decide.lua are
@@ -17,8 +18,8 @@ func TestScriptConstants(t *testing.T) {
 		"MAX_LIMIT":     floodgate.MaxLimit,
 		"MAX_LOG_LIMIT": floodgate.MaxSlidingLogLimit,
 		"MIN_TTL":       1000,
-		"TTL_SLACK":     floodgate.TTLSlack.Microseconds(),
-		"QUOTA_GRACE":   floodgate.QuotaGrace.Microseconds(),
+		"TTL_SLACK":     algo.TTLSlack.Microseconds(),
+		"QUOTA_GRACE":   algo.QuotaGrace.Microseconds(),
 		"MAX_SPAN":      1 << 50,
 		"MAX_STATE":     1 << 53,
 	} {

@@ -1,15 +1,15 @@
 package redisstore
 
-import "github.com/floodgate-rl/floodgate"
+import "github.com/floodgate-rl/floodgate/algo"
 
 // SlotCount is the number of Redis Cluster hash slots.
 const SlotCount = 16384
 
 // Slot returns the Redis Cluster hash slot of key (0..16383): the CRC16
-// (XMODEM) of its hash tag (floodgate.HashTag) modulo 16384, as CLUSTER
+// (XMODEM) of its hash tag (algo.HashTag) modulo 16384, as CLUSTER
 // KEYSLOT computes it.
 func Slot(key string) int {
-	tag := floodgate.HashTag(key)
+	tag := algo.HashTag(key)
 	var crc uint16
 	for i := 0; i < len(tag); i++ {
 		crc = crc<<8 ^ crc16Table[byte(crc>>8)^tag[i]]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 )
 
 // releaseMarkerTTL is how long a release's marker lives: a second release
@@ -228,7 +229,7 @@ func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (boo
 	}
 	for i, k := range pos {
 		if rel[i].known {
-			p.out[k] = floodgate.ResultFromMicros(true, layers[i].Policy.Limit, rel[i].rem, rel[i].at, 0, 0, floodgate.ReasonNone)
+			p.out[k] = algo.ResultFromMicros(true, layers[i].Policy.Limit, rel[i].rem, rel[i].at, 0, 0, floodgate.ReasonNone)
 		}
 	}
 	return applied, rel
@@ -271,7 +272,7 @@ func splitError(parts []part) error {
 func markerKey(key string, id uint64) (string, error) {
 	suffix := ":rel:" + strconv.FormatUint(id, 16)
 	m := key + suffix
-	if floodgate.HashTag(key) == key {
+	if algo.HashTag(key) == key {
 		m = "{" + key + "}" + suffix
 	}
 	if Slot(m) != Slot(key) {

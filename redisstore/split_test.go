@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 	"github.com/floodgate-rl/floodgate/memstore"
@@ -40,7 +41,7 @@ func layered(t testing.TB, name string, a floodgate.Algorithm, limit int64) floo
 
 // layerAt returns the layer of identity under p for a decision at now.
 func (e *env) layerAt(p floodgate.Policy, identity string, now, cost int64) floodgate.Layer {
-	return floodgate.Layer{Policy: p, Key: floodgate.KeyAt(e.prefix, p, identity, now), Cost: cost}
+	return floodgate.Layer{Policy: p, Key: algo.KeyAt(e.prefix, p, identity, now), Cost: cost}
 }
 
 // withCost returns l with another cost.
@@ -188,7 +189,7 @@ func testSplitAllOrNothing(t *testing.T, e *env) {
 
 // testSplitDifferential runs random layered decisions over identities in
 // several slots, with time moving forward, through the store and through
-// the model (floodgate.Step, all-or-nothing, standings): every result must
+// the model (algo.Step, all-or-nothing, standings): every result must
 // be identical. Sequential decisions mean every release finds its layers as
 // the reservation left them, and gives back exactly what it took.
 func testSplitDifferential(t *testing.T, e *env, seed uint64) {

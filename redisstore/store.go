@@ -21,7 +21,7 @@
 // others are tested against. All of them read and write the same keys in
 // the same encoding.
 //
-// The script (lua/*.lua, one file per algorithm) mirrors floodgate.Step
+// The script (lua/*.lua, one file per algorithm) mirrors algo.Step
 // operation for operation in integer microseconds, so the Redis store and
 // the in-memory store give identical results. It reads every layer's state,
 // decides each layer, and writes new state — always with a TTL, in the same
@@ -56,6 +56,7 @@ import (
 	"sync"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
@@ -200,9 +201,9 @@ func New(client Client, opts Options) (*Store, error) {
 // microseconds) in one script call (one per Redis Cluster slot when the
 // call is split, below; a single layer's own script when there is one) and fills out (len(out) == len(layers)).
 // If every layer admits its cost, every consuming layer's state is written;
-// otherwise nothing is. Results are per layer, as floodgate.Step computes
+// otherwise nothing is. Results are per layer, as algo.Step computes
 // them; a layer that would have admitted a denied request reports its
-// floodgate.Standing (floodgate.NewDecision then marks it as denied by
+// algo.Standing (floodgate.NewDecision then marks it as denied by
 // another layer).
 //
 // When the slot check is on and the keys span several Redis Cluster slots,
@@ -372,7 +373,7 @@ func putLayer(v []int64, now int64, l *floodgate.Layer) {
 	v[5] = l.Cost
 	if p.Algorithm == floodgate.Quota {
 		// The calendar lives in Go: send the period's bounds.
-		v[2], v[3], _ = floodgate.QuotaPeriod(*p, now)
+		v[2], v[3], _ = algo.QuotaPeriod(*p, now)
 	}
 }
 

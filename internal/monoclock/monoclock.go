@@ -7,7 +7,7 @@
 // A reading lags the real monotonic clock by at most Tick plus the delay
 // the Go scheduler puts on the timer's callback; it never runs ahead.
 // Users of it must tolerate that lag: Floodgate's TTLs carry a second of
-// slack (floodgate.TTLSlack), about a hundred times Tick.
+// slack (algo.TTLSlack), about a hundred times Tick.
 //
 // A Clock needs no Close: its timer stops by itself once no reading has
 // been taken for IdleTicks ticks, and the next reading starts it again.

@@ -1,4 +1,4 @@
-package floodgate_test
+package algo_test
 
 import (
 	"context"
@@ -6,15 +6,16 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 )
 
 // TestStepVectors runs the vectors against Step directly, keeping state in a map.
 func TestStepVectors(t *testing.T) {
-	states := map[string]floodgate.State{}
+	states := map[string]algo.State{}
 	vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "pure", func(_ context.Context, now time.Time, p floodgate.Policy, id string, cost int64) (floodgate.Result, error) {
-		key := floodgate.KeyAt("pure", p, id, now.UnixMicro()) // one state per quota period, as the stores keep
-		o := floodgate.Step(p, states[key], now.UnixMicro(), cost)
+		key := algo.KeyAt("pure", p, id, now.UnixMicro()) // one state per quota period, as the stores keep
+		o := algo.Step(p, states[key], now.UnixMicro(), cost)
 		if o.Commit {
 			states[key] = o.State
 		}

@@ -1,6 +1,10 @@
-package floodgate
+package algo
 
-import "time"
+import (
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+)
 
 // State is the stored state of one identity under one policy, in Unix
 // microseconds and cost units. The zero value is "no state" (a fresh
@@ -26,10 +30,10 @@ type LogEntry struct {
 // IsZero reports whether s is the fresh state.
 func (s State) IsZero() bool { return s.T == 0 && s.N == 0 && s.Prev == 0 && len(s.Log) == 0 }
 
-// Outcome is what one Step decided.
-type Outcome struct {
+// Transition is what one Step decided: the result, and the state to store.
+type Transition struct {
 	// Result is the decision.
-	Result Result
+	Result floodgate.Result
 	// State is the identity's state after the request. When Commit is false
 	// it is equivalent to the input state and need not be stored.
 	State State
@@ -42,6 +46,9 @@ type Outcome struct {
 	// slack never changes a decision.
 	TTL int64
 }
+
+// QuotaGrace is how long a Quota period's state outlives the period.
+const QuotaGrace = time.Hour
 
 // minTTL is the shortest meaningful life of a state, in µs.
 const minTTL = 1000
@@ -60,8 +67,8 @@ const TTLSlack = time.Second
 // false). Time never runs backwards for a state: a now earlier than the
 // state's own time is treated as that time, so an instance whose clock is
 // behind cannot refill a bucket or reopen a window.
-func Step(p Policy, s State, now, cost int64) Outcome {
-	var o Outcome
+func Step(p floodgate.Policy, s State, now, cost int64) Transition {
+	var o Transition
 	StepTo(&o, &p, &s, now, cost)
 	return o
 }
@@ -70,23 +77,23 @@ func Step(p Policy, s State, now, cost int64) Outcome {
 // takes the policy and state by reference instead of copying them in and
 // the outcome out. It reads *p and *s and writes only *o; s must not point
 // into *o.
-func StepTo(o *Outcome, p *Policy, s *State, now, cost int64) {
+func StepTo(o *Transition, p *floodgate.Policy, s *State, now, cost int64) {
 	var r stepResult
 	switch p.Algorithm {
-	case FixedWindow:
+	case floodgate.FixedWindow:
 		r = stepFixedWindow(o, p, s, now, cost)
-	case SlidingWindow:
+	case floodgate.SlidingWindow:
 		r = stepSlidingWindow(o, p, s, now, cost)
-	case TokenBucket:
+	case floodgate.TokenBucket:
 		r = stepTokenBucket(o, p, s, now, cost)
-	case GCRA:
+	case floodgate.GCRA:
 		r = stepGCRA(o, p, s, now, cost)
-	case SlidingLog:
+	case floodgate.SlidingLog:
 		r = stepSlidingLog(o, p, s, now, cost)
-	case Quota:
+	case floodgate.Quota:
 		r = stepQuota(o, p, s, now, cost)
 	default:
-		*o = Outcome{State: *s}
+		*o = Transition{State: *s}
 	}
 	o.Commit = r.allowed && cost > 0
 	if !o.Commit {
@@ -100,28 +107,28 @@ func StepTo(o *Outcome, p *Policy, s *State, now, cost int64) {
 // request: the result of a peek, reported as admitted. Stores use it for
 // layers that would have admitted a request another layer denied, so that
 // their Remaining and ResetAt show nothing was consumed.
-func Standing(p Policy, s State, now int64) Result {
+func Standing(p floodgate.Policy, s State, now int64) floodgate.Result {
 	r := Step(p, s, now, 0).Result
-	r.Allowed, r.Reason, r.RetryAfter, r.Delay = true, ReasonNone, 0, 0
+	r.Allowed, r.Reason, r.RetryAfter, r.Delay = true, floodgate.ReasonNone, 0, 0
 	return r
 }
 
 // admit applies the common rule: peeks ask whether one unit fits, costs
 // above capacity are refused outright, others fit or not.
-func admit(remaining, cost, capacity int64) (allowed bool, reason Reason) {
+func admit(remaining, cost, capacity int64) (allowed bool, reason floodgate.Reason) {
 	switch {
 	case cost > capacity:
-		return false, ReasonCostExceedsLimit
+		return false, floodgate.ReasonCostExceedsLimit
 	case cost == 0 && remaining >= 1, cost > 0 && cost <= remaining:
-		return true, ReasonNone
+		return true, floodgate.ReasonNone
 	}
-	return false, ReasonLimited
+	return false, floodgate.ReasonLimited
 }
 
 // The step functions below each decide one algorithm: they write the new
 // state and its TTL (µs, before minTTL and TTLSlack) to o and return the
 // decision, for StepTo to finish. They read all of *s before writing o.
-func stepFixedWindow(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
+func stepFixedWindow(o *Transition, p *floodgate.Policy, s *State, now, cost int64) stepResult {
 	w := p.Window.Microseconds()
 	if s.T != 0 && now < s.T {
 		now = s.T
@@ -137,14 +144,14 @@ func stepFixedWindow(o *Outcome, p *Policy, s *State, now, cost int64) stepResul
 		n += cost
 	}
 	r.remaining = p.Limit - n
-	if r.reason == ReasonLimited {
+	if r.reason == floodgate.ReasonLimited {
 		r.retry = start + w - now
 	}
 	o.State, o.TTL = State{T: start, N: n}, start+w-now
 	return r
 }
 
-func stepSlidingWindow(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
+func stepSlidingWindow(o *Transition, p *floodgate.Policy, s *State, now, cost int64) stepResult {
 	w := p.Window.Microseconds()
 	if s.T != 0 && now < s.T {
 		now = s.T
@@ -171,7 +178,7 @@ func stepSlidingWindow(o *Outcome, p *Policy, s *State, now, cost int64) stepRes
 	} else {
 		r.resetAt = start + w
 	}
-	if !r.allowed && r.reason != ReasonCostExceedsLimit {
+	if !r.allowed && r.reason != floodgate.ReasonCostExceedsLimit {
 		need := max(cost, 1)
 		if cur+need <= p.Limit {
 			// Wait until the previous window's weight has decayed enough.
@@ -221,9 +228,9 @@ func floorDiv(x, y float64) float64 {
 	return t
 }
 
-func stepTokenBucket(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
-	iv := p.interval()
-	b := p.burst()
+func stepTokenBucket(o *Transition, p *floodgate.Policy, s *State, now, cost int64) stepResult {
+	iv := interval(p)
+	b := p.Capacity()
 	tokens, last := b, now
 	if s.T != 0 {
 		tokens, last = s.N, s.T
@@ -244,27 +251,27 @@ func stepTokenBucket(o *Outcome, p *Policy, s *State, now, cost int64) stepResul
 	}
 	r.remaining = tokens
 	r.resetAt = last + (b-tokens)*iv
-	if !r.allowed && r.reason != ReasonCostExceedsLimit {
+	if !r.allowed && r.reason != floodgate.ReasonCostExceedsLimit {
 		r.retry = last + (max(cost, 1)-tokens)*iv - now
 	}
 	o.State, o.TTL = State{T: last, N: tokens}, r.resetAt-now
 	return r
 }
 
-func stepGCRA(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
-	iv := p.interval()
-	b := p.burst()
+func stepGCRA(o *Transition, p *floodgate.Policy, s *State, now, cost int64) stepResult {
+	iv := interval(p)
+	b := p.Capacity()
 	tol := b * iv                         // how far the TAT may run ahead of now
 	maxDelay := p.MaxDelay.Microseconds() // shaping allowance
 	tat := max(s.T, now)
 	r := stepResult{}
 	switch {
 	case cost > (tol+maxDelay)/iv:
-		r.reason = ReasonCostExceedsLimit
+		r.reason = floodgate.ReasonCostExceedsLimit
 	case cost == 0:
 		r.allowed = tat+iv-now <= tol+maxDelay
 		if !r.allowed {
-			r.reason = ReasonLimited
+			r.reason = floodgate.ReasonLimited
 			r.retry = tat + iv - now - tol - maxDelay
 		}
 	default:
@@ -274,7 +281,7 @@ func stepGCRA(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 			r.delay = max(newTAT-now-tol, 0)
 			tat = newTAT
 		} else {
-			r.reason = ReasonLimited
+			r.reason = floodgate.ReasonLimited
 			r.retry = newTAT - now - tol - maxDelay
 		}
 	}
@@ -284,7 +291,7 @@ func stepGCRA(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 	return r
 }
 
-func stepSlidingLog(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
+func stepSlidingLog(o *Transition, p *floodgate.Policy, s *State, now, cost int64) stepResult {
 	w := p.Window.Microseconds()
 	log := s.Log
 	if n := len(log); n > 0 && now < log[n-1].At {
@@ -310,7 +317,7 @@ func stepSlidingLog(o *Outcome, p *Policy, s *State, now, cost int64) stepResult
 	if n := len(log); n > 0 {
 		r.resetAt = log[n-1].At + w
 	}
-	if !r.allowed && r.reason != ReasonCostExceedsLimit {
+	if !r.allowed && r.reason != floodgate.ReasonCostExceedsLimit {
 		// Find the oldest entries whose expiry frees enough room.
 		need := sum + max(cost, 1) - p.Limit
 		for _, e := range log {
@@ -325,18 +332,11 @@ func stepSlidingLog(o *Outcome, p *Policy, s *State, now, cost int64) stepResult
 	return r
 }
 
-// QuotaPeriod returns the calendar period of a Quota policy containing now
-// (Unix µs): its start and end in Unix µs and its storage tag.
-func QuotaPeriod(p Policy, now int64) (start, end int64, tag string) {
-	per := p.Calendar.PeriodAt(time.UnixMicro(now))
-	return per.Start.UnixMicro(), per.End.UnixMicro(), p.Calendar.StorageTag(per)
-}
-
-func stepQuota(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
+func stepQuota(o *Transition, p *floodgate.Policy, s *State, now, cost int64) stepResult {
 	if s.T != 0 && now < s.T {
 		now = s.T
 	}
-	start, end := p.Calendar.periodMicros(now)
+	start, end := p.Calendar.BoundsMicros(now)
 	n := int64(0)
 	if s.T == start {
 		n = s.N
@@ -347,9 +347,13 @@ func stepQuota(o *Outcome, p *Policy, s *State, now, cost int64) stepResult {
 		n += cost
 	}
 	r.remaining = p.Limit - n
-	if r.reason == ReasonLimited {
+	if r.reason == floodgate.ReasonLimited {
 		r.retry = end - now
 	}
 	o.State, o.TTL = State{T: start, N: n, Prev: end}, end-now+QuotaGrace.Microseconds()
 	return r
 }
+
+// interval returns the emission interval of a bucket policy in
+// microseconds: Window/Limit, rounded down, as Policy.Validate checks it.
+func interval(p *floodgate.Policy) int64 { return p.Window.Microseconds() / p.Limit }
