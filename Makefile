@@ -2,18 +2,20 @@
 
 GO ?= go
 
-.PHONY: run test test-short vet bench bench-compare lint
+.PHONY: run test test-short vet bench bench-compare lint image
 
 ## run: the service on its embedded in-memory default (no Redis needed).
 run:
 	$(GO) run ./cmd/floodgate serve
 
 ## test: every test, with the race detector, in shuffled order: this
-## module's, then the benchmark harness's (its own module, bench/).
+## module's, then the benchmark harness's (its own module, bench/), then the
+## deploy kit's (its own module, deploy/: image, manifests, Envoy, compose).
 test:
 	$(GO) test -race -shuffle=on -count=1 ./...
 	$(GO) test -count=1 -run 'Allocates' ./...
 	cd bench && $(GO) test -race -shuffle=on -count=1 ./...
+	cd deploy && $(GO) test -race -shuffle=on -count=1 ./...
 
 ## test-short: the tests that need no redis-server.
 test-short:
@@ -25,6 +27,12 @@ vet:
 ## lint: staticcheck (installed from the module proxy).
 lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd deploy && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+## image: the container image, from a binary compiled here (podman or docker;
+## see docs/deploy.md).
+image:
+	bash deploy/build-image.sh
 
 ## bench: this module's Go benchmarks (stores, algorithms).
 bench:

@@ -1,8 +1,11 @@
-// Package deploy holds the operator's kit: Prometheus alert rules
-// (prometheus/alerts.yml, with promtool unit tests in alerts_test.yml) and a
-// Grafana dashboard (grafana/floodgate.json). Its test checks that both
-// only query metrics that package metrics really exports, and runs promtool
-// when it is installed.
+// Package deploy holds the operator's kit and its tests, in a module of its
+// own (deploy/go.mod) so that the Kubernetes, Envoy and compose types the
+// tests decode into stay out of Floodgate's module: the container image
+// (Containerfile, build-image.sh), Prometheus alert rules
+// (prometheus/alerts.yml, with promtool unit tests in alerts_test.yml) and
+// a Grafana dashboard (grafana/floodgate.json). This file checks that the
+// rules and the dashboard only query metrics that package metrics really
+// exports, and runs promtool when it is installed.
 package deploy
 
 import (

@@ -18,6 +18,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// version names the release this binary was built from. Release builds
+// stamp it with -ldflags "-X main.version=v1.2.3" (deploy/build-image.sh
+// does); "floodgate --version" prints it.
+var version = "dev"
+
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -66,6 +71,7 @@ slip past a limit.
 Run the service with "floodgate serve" (in memory, or --redis URL), ask it
 for a decision with "floodgate check", and see the race it prevents with
 "floodgate demo incident".`,
+		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

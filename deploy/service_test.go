@@ -1,0 +1,193 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These helpers run the floodgate binary the way the kit's files tell a
+// container runtime to, and talk to it.
+
+// cleanups run after every test of the package.
+var cleanups []func()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
+	os.Exit(code)
+}
+
+// service is a running floodgate process.
+type service struct {
+	httpAddr string // from its "floodgate listening" log line
+	grpcAddr string // from its gRPC log line, when it serves gRPC
+	logs     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startService execs bin with args and env (added to this process's
+// environment) and waits for its listening log lines (JSON, the default
+// format): the HTTP one always, the gRPC one when wantGRPC. It stops the
+// process with SIGTERM in t.Cleanup.
+func startService(t *testing.T, bin string, args, env []string, wantGRPC bool) *service {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{logs: &syncBuffer{}}
+	type listening struct{ http, grpc bool }
+	lines := make(chan listening, 4)
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.logs.Write([]byte(line + "\n"))
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch {
+			case rec.Msg == "floodgate listening":
+				s.logs.mu.Lock()
+				s.httpAddr = rec.Addr
+				s.logs.mu.Unlock()
+				lines <- listening{http: true}
+			case strings.HasPrefix(rec.Msg, "floodgate gRPC"):
+				s.logs.mu.Lock()
+				s.grpcAddr = rec.Addr
+				s.logs.mu.Unlock()
+				lines <- listening{grpc: true}
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("floodgate log:\n%s", s.logs)
+		}
+	})
+	var gotHTTP, gotGRPC bool
+	deadline := time.After(60 * time.Second)
+	for !gotHTTP || (wantGRPC && !gotGRPC) {
+		select {
+		case l := <-lines:
+			gotHTTP = gotHTTP || l.http
+			gotGRPC = gotGRPC || l.grpc
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("floodgate %s exited before listening: %v\n%s", strings.Join(args, " "), err, s.logs)
+		case <-deadline:
+			t.Fatalf("floodgate %s: no listening log line within 60s\n%s", strings.Join(args, " "), s.logs)
+		}
+	}
+	s.logs.mu.Lock()
+	defer s.logs.mu.Unlock()
+	s.httpAddr = loopback(t, s.httpAddr)
+	if wantGRPC {
+		s.grpcAddr = loopback(t, s.grpcAddr)
+	}
+	return s
+}
+
+// loopback turns a listener address such as "[::]:41234" into one to dial.
+func loopback(t *testing.T, addr string) string {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("listening address %q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// get returns the status and body of GET http://addr/path.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// post sends body as JSON to http://addr/path and returns the status and
+// the decoded reply.
+func post(t *testing.T, addr, path, body string) (int, map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	var reply map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&reply); err != nil {
+		t.Fatalf("POST %s: decoding the reply: %v", path, err)
+	}
+	return resp.StatusCode, reply
+}
