@@ -77,7 +77,7 @@ for a decision with "floodgate check", and see the race it prevents with
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(), newCheckCmd(), newConfigCmd(), newDemoCmd(), newLoadtestCmd())
+	root.AddCommand(newServeCmd(), newCheckCmd(), newConfigCmd(), newDemoCmd(), newLoadtestCmd(), newDoctorCmd())
 	return root
 }
 

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+)
+
+func newDoctorCmd() *cobra.Command {
+	var (
+		opts    doctor.Options
+		rs      config.Redis
+		asJSON  bool
+		colour  string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Audit a live deployment against the production checklist (read-only)",
+		Long: `Audit a running deployment, read-only: Redis (version, maxmemory and
+eviction policy, persistence when quotas are configured, replication,
+Sentinel or Cluster health and slot coverage, script latency, memory), the
+keys under the prefix (a paced SCAN capped in keys and time: keys without
+TTL, TTLs longer than their policy, the largest sliding logs, keys and
+memory per policy, keys of no known policy), clocks, the service instances
+(--instance), the configuration (--config, or the one in Redis) and the
+monitoring (--prometheus).
+
+Every check prints pass, warn or fail with its evidence, the fix and what
+it read. Doctor only reads: its Redis client refuses any command that is
+not a read. Exit status 1 when any check fails, 0 otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Redis = rs
+			if !rs.Enabled() {
+				return fmt.Errorf("give the deployment's Redis: --redis URL, --redis-sentinel with --redis-master, or --redis-cluster")
+			}
+			useColour, err := wantColour(colour, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			rep, err := doctor.Run(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				err = rep.WriteJSON(cmd.OutOrStdout())
+			} else {
+				err = rep.WriteText(cmd.OutOrStdout(), useColour)
+			}
+			if err != nil {
+				return err
+			}
+			if rep.Worst() == doctor.Fail {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&rs.URL, "redis", "", "Redis URL: redis://host:port/db, rediss://..., redis-sentinel://h1:p,h2:p/db?master=NAME or redis-cluster://h1:p,h2:p")
+	fl.StringSliceVar(&rs.SentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
+	fl.StringVar(&rs.SentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
+	fl.StringSliceVar(&rs.ClusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses (host:port,...)")
+	fl.StringVar(&opts.Prefix, "prefix", "fg", "the deployment's key prefix (serve --prefix)")
+	fl.StringVar(&opts.LoginPrefix, "login-prefix", "login", "the login guard's key prefix (serve --login-prefix)")
+	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")
+	fl.StringArrayVar(&opts.Instances, "instance", nil, "base URL of a running instance, e.g. http://10.0.0.5:8080; repeatable")
+	fl.StringVar(&opts.PrometheusURL, "prometheus", "", "base URL of the Prometheus scraping the instances, e.g. http://prometheus:9090")
+	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fl.StringVar(&colour, "color", "auto", "colour the report: auto (on a terminal), always or never")
+	fl.IntVar(&opts.Scan.MaxKeys, "scan-max-keys", 10_000, "most keys the scan examines")
+	fl.DurationVar(&opts.Scan.MaxTime, "scan-max-time", 10*time.Second, "longest the scan runs")
+	fl.IntVar(&opts.Scan.Count, "scan-count", 200, "COUNT hint of each SCAN call")
+	fl.DurationVar(&opts.Scan.Pause, "scan-pause", 2*time.Millisecond, "pause between SCAN batches (negative: none)")
+	fl.IntVar(&opts.Scan.MemorySamples, "memory-samples", 300, "most keys whose MEMORY USAGE is read")
+	fl.IntVar(&opts.LatencySamples, "latency-samples", 50, "timed calls of the latency probe script")
+	fl.DurationVar(&timeout, "timeout", 2*time.Minute, "bound on the whole run")
+	return cmd
+}
+
+// wantColour decides whether to colour output written to w.
+func wantColour(mode string, w io.Writer) (bool, error) {
+	switch mode {
+	case "always":
+		return true, nil
+	case "never":
+		return false, nil
+	case "auto":
+		f, ok := w.(*os.File)
+		if !ok || os.Getenv("NO_COLOR") != "" {
+			return false, nil
+		}
+		st, err := f.Stat()
+		return err == nil && st.Mode()&os.ModeCharDevice != 0, nil
+	}
+	return false, fmt.Errorf("--color %q: want auto, always or never", mode)
+}

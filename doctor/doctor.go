@@ -1,0 +1,356 @@
+// Package doctor audits a live Floodgate deployment against the production
+// checklist, read-only: Redis (version, eviction policy, persistence,
+// replication, Cluster slot coverage, latency, memory), the keys under the
+// deployment's prefix (TTLs, sizes, policies), clocks, the service
+// instances, the configuration and the monitoring.
+//
+// Every check ends as one line of a [Report]: pass, warn or fail, with the
+// evidence, the fix and what it read (and what that cost Redis). Doctor
+// never writes: its Redis client refuses, before sending, any command
+// outside a fixed list of reads (see [ReadOnlyCommands]), and the key scan
+// is a paced SCAN bounded in keys and time, never KEYS.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// ErrInvalidOptions reports Options that Run cannot use.
+var ErrInvalidOptions = errors.New("doctor: invalid options")
+
+// Status is a check's verdict. The zero value is invalid.
+type Status uint8
+
+// The verdicts, from best to worst. Info is a check that has nothing to
+// judge (for example no instance URLs were given): it never fails a run.
+const (
+	Info Status = iota + 1
+	Pass
+	Warn
+	Fail
+)
+
+var statusNames = [...]string{Info: "info", Pass: "pass", Warn: "warn", Fail: "fail"}
+
+// String returns "info", "pass", "warn" or "fail".
+func (s Status) String() string {
+	if s >= Info && s <= Fail {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Groups of checks, in report order.
+const (
+	GroupRedis      = "Redis"
+	GroupKeys       = "Keys"
+	GroupClocks     = "Clocks"
+	GroupInstances  = "Instances"
+	GroupConfig     = "Config"
+	GroupMonitoring = "Monitoring"
+)
+
+var groupOrder = []string{GroupRedis, GroupKeys, GroupClocks, GroupInstances, GroupConfig, GroupMonitoring}
+
+// Check is one line of the report.
+type Check struct {
+	// Group is one of the Group constants.
+	Group string `json:"group"`
+	// Name identifies the check within its group, e.g. "maxmemory-policy".
+	Name string `json:"name"`
+	// Status is the verdict.
+	Status Status `json:"status"`
+	// Summary says in one line what was found.
+	Summary string `json:"summary"`
+	// Evidence lists the facts behind the verdict (values read, keys
+	// found), at most a few lines.
+	Evidence []string `json:"evidence,omitempty"`
+	// Fix says what to do when Status is Warn or Fail.
+	Fix string `json:"fix,omitempty"`
+	// Read says what the check read, e.g. "INFO memory on 3 primaries".
+	Read string `json:"read"`
+	// RedisCommands is the number of Redis commands the check sent (0 when
+	// it read only HTTP endpoints or files).
+	RedisCommands int64 `json:"redis_commands"`
+}
+
+// Report is the outcome of one Run.
+type Report struct {
+	// Target describes what was audited (Redis address, prefix).
+	Target string `json:"target"`
+	// Started is when the run began.
+	Started time.Time `json:"started"`
+	// Duration is how long the run took.
+	Duration time.Duration `json:"duration_ns"`
+	// Checks are the checks in report order (grouped).
+	Checks []Check `json:"checks"`
+	// RedisCommands is the number of Redis commands the whole run sent.
+	RedisCommands int64 `json:"redis_commands"`
+}
+
+// Worst returns the worst status of the report (Info when it is empty).
+func (r *Report) Worst() Status {
+	w := Info
+	for _, c := range r.Checks {
+		w = max(w, c.Status)
+	}
+	return w
+}
+
+// Count returns how many checks have status s.
+func (r *Report) Count(s Status) int {
+	n := 0
+	for _, c := range r.Checks {
+		if c.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Find returns the check of group and name, and false when the report has
+// none.
+func (r *Report) Find(group, name string) (Check, bool) {
+	for _, c := range r.Checks {
+		if c.Group == group && c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+// ScanOptions bounds the key scan. The zero value of each field takes its
+// default.
+type ScanOptions struct {
+	// MaxKeys is the most keys examined, over all nodes. Default 10,000;
+	// at most 10,000,000.
+	MaxKeys int
+	// MaxTime bounds the scan's duration. Default 10s.
+	MaxTime time.Duration
+	// Count is the COUNT hint of each SCAN call. Default 200; 1..10,000.
+	Count int
+	// Pause is the time slept between two SCAN batches, so the scan never
+	// takes a large share of Redis's time. Default 2ms; negative means no
+	// pause.
+	Pause time.Duration
+	// MemorySamples is the most keys whose MEMORY USAGE is read, spread
+	// over the policies. Default 300.
+	MemorySamples int
+}
+
+// Options configures Run. Only Redis is required.
+type Options struct {
+	// Redis says how to reach the deployment's Redis (URL, Sentinel or
+	// Cluster addresses), as `floodgate serve` takes it.
+	Redis config.Redis
+	// Prefix is the deployment's key prefix (serve --prefix). Default "fg".
+	Prefix string
+	// LoginPrefix is the login guard's key prefix (serve --login-prefix).
+	// Default "login".
+	LoginPrefix string
+	// ConfigFile, when set, is the configuration file the instances run;
+	// otherwise the configuration stored in Redis under <prefix>:config is
+	// read, and when there is none, the configuration checks say so.
+	ConfigFile string
+	// Instances are base URLs of running `floodgate serve` instances, e.g.
+	// "http://10.0.0.5:8080". Empty skips the instance checks.
+	Instances []string
+	// PrometheusURL is the base URL of the Prometheus that scrapes the
+	// instances. Empty skips the monitoring checks.
+	PrometheusURL string
+	// Scan bounds the key scan.
+	Scan ScanOptions
+	// LatencySamples is the number of timed script calls of the latency
+	// check. Default 50; 1..1000.
+	LatencySamples int
+	// LatencyWarn and LatencyFail are the p99 round trips of the latency
+	// probe above which it warns and fails. Defaults 10ms and 50ms (the
+	// shipped alert's threshold and the fallback's default budget).
+	LatencyWarn, LatencyFail time.Duration
+	// HTTPClient reads instances and Prometheus. Default: a client with a
+	// 5s timeout.
+	HTTPClient *http.Client
+	// Now is the local clock, compared with Redis's TIME. Default
+	// time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	if !o.Redis.Enabled() {
+		return bad("no Redis given (a URL, Sentinel or Cluster addresses)")
+	}
+	if o.Prefix == "" {
+		o.Prefix = "fg"
+	}
+	if o.LoginPrefix == "" {
+		o.LoginPrefix = "login"
+	}
+	for _, p := range []string{o.Prefix, o.LoginPrefix} {
+		if err := floodgate.ValidatePrefix(p); err != nil {
+			return bad("%v", err)
+		}
+	}
+	s := &o.Scan
+	switch {
+	case s.MaxKeys < 0 || s.MaxKeys > 10_000_000:
+		return bad("scan max keys %d out of range 0..10000000", s.MaxKeys)
+	case s.MaxTime < 0:
+		return bad("scan max time %v is negative", s.MaxTime)
+	case s.Count < 0 || s.Count > 10_000:
+		return bad("scan count %d out of range 0..10000", s.Count)
+	case s.MemorySamples < 0 || s.MemorySamples > 100_000:
+		return bad("memory samples %d out of range 0..100000", s.MemorySamples)
+	case o.LatencyWarn < 0 || o.LatencyFail < 0:
+		return bad("negative latency threshold")
+	case o.LatencySamples < 0 || o.LatencySamples > 1000:
+		return bad("latency samples %d out of range 0..1000", o.LatencySamples)
+	}
+	if s.MaxKeys == 0 {
+		s.MaxKeys = 10_000
+	}
+	if s.MaxTime == 0 {
+		s.MaxTime = 10 * time.Second
+	}
+	if s.Count == 0 {
+		s.Count = 200
+	}
+	if s.Pause == 0 {
+		s.Pause = 2 * time.Millisecond
+	}
+	if s.MemorySamples == 0 {
+		s.MemorySamples = 300
+	}
+	if o.LatencySamples == 0 {
+		o.LatencySamples = 50
+	}
+	for _, u := range o.Instances {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return bad("instance URL %q must start with http:// or https://", u)
+		}
+	}
+	if u := o.PrometheusURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return bad("Prometheus URL %q must start with http:// or https://", u)
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 5 * time.Second}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// run is the state of one Run, shared by the checks.
+type run struct {
+	opts    Options
+	client  redis.UniversalClient
+	counter *counter
+	report  *Report
+
+	// Learned by earlier checks, used by later ones.
+	info         map[string]map[string]string // INFO of each primary, by address
+	primaryAddrs []string                     // primary addresses, in order
+	cluster      *redis.ClusterClient         // nil unless Cluster
+	cfg          *config.Config               // nil when none could be read
+	cfgErr       error                        // why cfg is nil
+	cfgSource    string
+}
+
+// Run audits the deployment and returns the report. It fails only when
+// the options are unusable or Redis cannot be reached at all; every other
+// problem is a check in the report. ctx bounds the whole run.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	client, err := opts.Redis.Client()
+	if err != nil {
+		return nil, fmt.Errorf("doctor: %w", err)
+	}
+	defer client.Close()
+	r := &run{opts: opts, client: client, counter: &counter{}, info: map[string]map[string]string{}}
+	r.counter.attach(client)
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		r.cluster = cc
+	}
+	r.report = &Report{Target: fmt.Sprintf("%s, prefix %q", opts.Redis.String(), opts.Prefix), Started: opts.Now()}
+	start := time.Now()
+
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = client.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %w", opts.Redis.String(), err)
+	}
+	r.loadConfig(ctx)
+
+	r.redisChecks(ctx)
+	r.keyChecks(ctx)
+	r.clockChecks(ctx)
+	r.instanceChecks(ctx)
+	r.configChecks(ctx)
+	r.monitoringChecks(ctx)
+
+	r.report.Duration = time.Since(start)
+	r.report.RedisCommands = r.counter.n.Load()
+	sortChecks(r.report.Checks)
+	return r.report, nil
+}
+
+// sortChecks orders checks by group (stable within a group).
+func sortChecks(cs []Check) {
+	rank := map[string]int{}
+	for i, g := range groupOrder {
+		rank[g] = i
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return rank[cs[i].Group] < rank[cs[j].Group] })
+}
+
+// check runs fn as the check group/name, counting the Redis commands it
+// sends, and appends its result to the report.
+func (r *run) check(group, name string, fn func(c *Check)) {
+	c := Check{Group: group, Name: name}
+	before := r.counter.n.Load()
+	fn(&c)
+	c.RedisCommands = r.counter.n.Load() - before
+	if c.Status == 0 {
+		c.Status = Info
+	}
+	r.report.Checks = append(r.report.Checks, c)
+}
+
+// loadConfig reads the configuration the instances run: the file when one
+// is given, else the one stored in Redis.
+func (r *run) loadConfig(ctx context.Context) {
+	if r.opts.ConfigFile != "" {
+		r.cfgSource = r.opts.ConfigFile
+		r.cfg, r.cfgErr = config.LoadFile(r.opts.ConfigFile)
+		return
+	}
+	keys, err := config.KeysFor(r.opts.Prefix)
+	if err != nil {
+		r.cfgErr = err
+		return
+	}
+	r.cfgSource = "redis:" + keys.Config
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r.cfg, r.cfgErr = config.LoadRedis(cctx, r.client, keys)
+}

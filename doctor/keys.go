@@ -1,0 +1,474 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scannedKey is one key the scan met.
+type scannedKey struct {
+	name   string
+	parsed parsedKey
+	pttl   time.Duration // -1 no TTL, -2 gone
+	card   int64         // ZCARD of sorted-set states, -1 otherwise
+	node   *redis.Client
+}
+
+// scanResult is what the paced scan gathered.
+type scanResult struct {
+	keys      []scannedKey
+	calls     int  // SCAN calls
+	truncated bool // stopped by the key or time cap
+	why       string
+	elapsed   time.Duration
+	errs      []string
+}
+
+// scan walks the keys matching the deployment's prefix and the login
+// guard's on every primary with SCAN (never KEYS), pausing between
+// batches, and reads each key's PTTL (and ZCARD for sorted sets) in one
+// pipeline per batch. It stops at Scan.MaxKeys keys or Scan.MaxTime.
+func (r *run) scan(ctx context.Context, nodes []node) scanResult {
+	var res scanResult
+	start := time.Now()
+	deadline := start.Add(r.opts.Scan.MaxTime)
+	patterns := []string{r.opts.Prefix + ":*", "{" + r.opts.LoginPrefix + "}:*"}
+outer:
+	for _, n := range nodes {
+		for _, pat := range patterns {
+			var cursor uint64
+			for {
+				if len(res.keys) >= r.opts.Scan.MaxKeys {
+					res.truncated, res.why = true, fmt.Sprintf("key cap %d reached", r.opts.Scan.MaxKeys)
+					break outer
+				}
+				if time.Now().After(deadline) {
+					res.truncated, res.why = true, fmt.Sprintf("time cap %v reached", r.opts.Scan.MaxTime)
+					break outer
+				}
+				sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				batch, next, err := n.client.Scan(sctx, cursor, pat, int64(r.opts.Scan.Count)).Result()
+				res.calls++
+				if err != nil {
+					cancel()
+					res.errs = append(res.errs, fmt.Sprintf("%s: SCAN: %v", n.addr, err))
+					break
+				}
+				if room := r.opts.Scan.MaxKeys - len(res.keys); len(batch) > room {
+					batch = batch[:room]
+				}
+				r.inspect(sctx, n, batch, &res)
+				cancel()
+				cursor = next
+				if cursor == 0 {
+					break
+				}
+				if r.opts.Scan.Pause > 0 {
+					select {
+					case <-ctx.Done():
+						res.errs = append(res.errs, ctx.Err().Error())
+						break outer
+					case <-time.After(r.opts.Scan.Pause):
+					}
+				}
+			}
+		}
+	}
+	res.elapsed = time.Since(start)
+	return res
+}
+
+// inspect reads PTTL (and ZCARD of sorted-set states) of a batch of keys
+// on node n, in one pipeline.
+func (r *run) inspect(ctx context.Context, n node, batch []string, res *scanResult) {
+	if len(batch) == 0 {
+		return
+	}
+	pipe := n.client.Pipeline()
+	ttls := make([]*redis.DurationCmd, len(batch))
+	cards := make([]*redis.IntCmd, len(batch))
+	parsed := make([]parsedKey, len(batch))
+	for i, k := range batch {
+		parsed[i] = parseKey(r.opts.Prefix, r.opts.LoginPrefix, k)
+		ttls[i] = pipe.PTTL(ctx, k)
+		if a := parsed[i].alg; parsed[i].kind != kindMarker && (a == "sl" || a == "cc") {
+			cards[i] = pipe.ZCard(ctx, k)
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, k := range batch {
+		ttl, err := ttls[i].Result()
+		if err != nil {
+			res.errs = append(res.errs, fmt.Sprintf("%s: PTTL %s: %v", n.addr, k, err))
+			continue
+		}
+		if ttl == -2*time.Nanosecond {
+			continue // expired between SCAN and PTTL
+		}
+		sk := scannedKey{name: k, parsed: parsed[i], pttl: ttl, card: -1, node: n.client}
+		if cards[i] != nil {
+			if c, err := cards[i].Result(); err == nil {
+				sk.card = c
+			}
+		}
+		res.keys = append(res.keys, sk)
+	}
+}
+
+// keyChecks runs the Keys group on one scan.
+func (r *run) keyChecks(ctx context.Context) {
+	nodes, err := r.primaries(ctx)
+	if err != nil && len(nodes) == 0 {
+		r.check(GroupKeys, "scan", func(c *Check) {
+			c.Status, c.Summary = Fail, "cannot list the primaries: "+err.Error()
+		})
+		return
+	}
+	var res scanResult
+	r.check(GroupKeys, "scan", func(c *Check) {
+		res = r.scan(ctx, nodes)
+		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %d primary(ies), paced %v between batches, capped at %d keys and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
+			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, len(nodes), r.opts.Scan.Pause, r.opts.Scan.MaxKeys, r.opts.Scan.MaxTime)
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%d keys in %d SCAN calls, %v", len(res.keys), res.calls, res.elapsed.Round(time.Millisecond)))
+		c.Evidence = append(c.Evidence, firstN(res.errs, 5)...)
+		switch {
+		case len(res.errs) > 0:
+			c.Status, c.Summary = Warn, fmt.Sprintf("the scan met %d error(s); the key checks below saw part of the keys", len(res.errs))
+			c.Fix = "check every primary's reachability"
+		case res.truncated:
+			c.Status, c.Summary = Info, "a sample: "+res.why+"; the key checks below judge the keys seen"
+		default:
+			c.Status, c.Summary = Pass, fmt.Sprintf("scanned every key under the prefixes (%d)", len(res.keys))
+		}
+	})
+	if res.calls == 0 {
+		return
+	}
+	own := owners(r.cfg)
+	now := r.opts.Now()
+	r.check(GroupKeys, "ttl", func(c *Check) { r.checkTTLs(c, res, own, now) })
+	r.check(GroupKeys, "policies", func(c *Check) { r.checkPolicies(ctx, c, res, own) })
+	r.check(GroupKeys, "sliding-logs", func(c *Check) { r.checkLogs(c, res, own) })
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(append([]string(nil), s[:n]...), fmt.Sprintf("… %d more", len(s)-n))
+}
+
+// ownerOf returns the configured owner of a parsed key, or nil.
+func ownerOf(own map[string]*owner, p parsedKey) *owner {
+	return own[p.owner+"/"+p.alg]
+}
+
+func (r *run) checkTTLs(c *Check, res scanResult, own map[string]*owner, now time.Time) {
+	c.Read = "the PTTLs read by the scan (no extra command)"
+	var immortal, long []string
+	for _, k := range res.keys {
+		switch k.parsed.kind {
+		case kindConfig, kindTiers:
+			continue // meant to live for ever
+		}
+		if k.pttl == -1*time.Nanosecond || k.pttl == -1*time.Millisecond {
+			immortal = append(immortal, k.name)
+			continue
+		}
+		if k.pttl < 0 {
+			continue
+		}
+		var bound time.Duration
+		switch k.parsed.kind {
+		case kindMarker:
+			bound = markerTTL + ttlSlack
+		case kindRate, kindQuotaLayer, kindBilling, kindLease:
+			if o := ownerOf(own, k.parsed); o != nil {
+				bound = o.maxTTL(now)
+			}
+		}
+		// Allow 10% and 2s beyond the bound for the time between the write
+		// and this read, and for clock differences.
+		if bound > 0 && k.pttl > bound+bound/10+2*time.Second {
+			long = append(long, fmt.Sprintf("%s: TTL %v, policy allows at most %v", k.name, k.pttl.Round(time.Second), bound.Round(time.Second)))
+		}
+	}
+	sort.Strings(immortal)
+	if len(immortal) > 0 {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%d key(s) without a TTL: %s", len(immortal), strings.Join(firstN(immortal, 5), ", ")))
+	}
+	if len(long) > 0 {
+		sort.Strings(long)
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%d key(s) with a TTL longer than their policy justifies:", len(long)))
+		c.Evidence = append(c.Evidence, firstN(long, 5)...)
+	}
+	switch {
+	case len(immortal) > 0:
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("%d key(s) under the prefix have no TTL: they never expire, so their identities keep old counts (or a lockout) for ever and memory only grows", len(immortal))
+		c.Fix = "Floodgate's scripts set the TTL with every write, so something else wrote these (a manual SET, a PERSIST, another tool sharing the prefix): find it, then EXPIRE or DEL the keys listed"
+	case len(long) > 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("%d key(s) live longer than their policy needs", len(long))
+		c.Fix = "a policy whose window shrank keeps its old keys until they expire, which is harmless; otherwise another writer sets these TTLs: find it"
+	default:
+		c.Status = Pass
+		c.Summary = fmt.Sprintf("every one of %d key(s) has a TTL within its policy's bound", len(res.keys))
+	}
+}
+
+// ownerStats is one owner's share of the scanned keys.
+type ownerStats struct {
+	label   string
+	keys    int
+	sampled int
+	memory  int64 // sum of MEMORY USAGE of the sampled keys
+	members int64 // sum of ZCARD
+}
+
+func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own map[string]*owner) {
+	stats := map[string]*ownerStats{}
+	var unknown, stale []string
+	staleOwners := map[string]int{}
+	byOwner := map[string][]int{}
+	for i, k := range res.keys {
+		label := ""
+		switch k.parsed.kind {
+		case kindUnknown:
+			unknown = append(unknown, k.name)
+			label = "(no known format)"
+		case kindDemo:
+			unknown = append(unknown, k.name)
+			label = "incident demo"
+		case kindConfig:
+			label = "configuration document"
+		case kindTiers:
+			label = "tier assignments"
+		case kindLogin:
+			label = "login guard"
+		case kindMarker:
+			label = "release markers"
+		default:
+			label = k.parsed.owner + " (" + k.parsed.alg + ")"
+			if r.cfg != nil && ownerOf(own, k.parsed) == nil {
+				staleOwners[label]++
+				stale = append(stale, k.name)
+			}
+		}
+		st := stats[label]
+		if st == nil {
+			st = &ownerStats{label: label}
+			stats[label] = st
+		}
+		st.keys++
+		if k.card > 0 {
+			st.members += k.card
+		}
+		byOwner[label] = append(byOwner[label], i)
+	}
+	// MEMORY USAGE on a sample spread over the owners.
+	labels := make([]string, 0, len(stats))
+	for l := range stats {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	per := 1
+	if len(labels) > 0 {
+		per = max(1, r.opts.Scan.MemorySamples/len(labels))
+	}
+	sampled := 0
+	type sample struct {
+		label string
+		cmd   *redis.IntCmd
+	}
+	pipes := map[*redis.Client]redis.Pipeliner{}
+	var samples []sample
+	for _, l := range labels {
+		for _, i := range byOwner[l] {
+			if stats[l].sampled >= per || sampled >= r.opts.Scan.MemorySamples {
+				break
+			}
+			k := res.keys[i]
+			p := pipes[k.node]
+			if p == nil {
+				p = k.node.Pipeline()
+				pipes[k.node] = p
+			}
+			samples = append(samples, sample{l, p.MemoryUsage(ctx, k.name)})
+			stats[l].sampled++
+			sampled++
+		}
+	}
+	for _, p := range pipes {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _ = p.Exec(pctx)
+		cancel()
+	}
+	for _, s := range samples {
+		if v, err := s.cmd.Result(); err == nil {
+			stats[s.label].memory += v
+		}
+	}
+	c.Read = fmt.Sprintf("the scan's key names; MEMORY USAGE on %d sampled key(s), pipelined", sampled)
+	sort.Slice(labels, func(i, j int) bool { return stats[labels[i]].keys > stats[labels[j]].keys })
+	for _, l := range labels {
+		st := stats[l]
+		line := fmt.Sprintf("%s: %d key(s)", l, st.keys)
+		if st.sampled > 0 && st.memory > 0 {
+			avg := st.memory / int64(st.sampled)
+			line += fmt.Sprintf(", ~%s each (MEMORY USAGE of %d), ~%s in all", formatBytes(avg), st.sampled, formatBytes(avg*int64(st.keys)))
+		}
+		if st.members > 0 {
+			line += fmt.Sprintf(", %d sorted-set members", st.members)
+		}
+		c.Evidence = append(c.Evidence, line)
+	}
+	c.Evidence = firstN(c.Evidence, 15)
+	if hot := r.hotIdentities(ctx, res, own); len(hot) > 0 {
+		c.Evidence = append(c.Evidence, "identities at or near the default tier's limit: "+strings.Join(firstN(hot, 5), "; "))
+	}
+	switch {
+	case len(unknown) > 0 || len(stale) > 0:
+		c.Status = Warn
+		var parts []string
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			parts = append(parts, fmt.Sprintf("%d key(s) of no Floodgate format (e.g. %s)", len(unknown), strings.Join(firstN(unknown, 3), ", ")))
+		}
+		if len(stale) > 0 {
+			var names []string
+			for n, k := range staleOwners {
+				names = append(names, fmt.Sprintf("%s ×%d", n, k))
+			}
+			sort.Strings(names)
+			parts = append(parts, fmt.Sprintf("%d key(s) of policies the configuration does not define (%s)", len(stale), strings.Join(firstN(names, 5), ", ")))
+		}
+		c.Summary = "keys of no known policy under the prefix: " + strings.Join(parts, "; ")
+		c.Fix = "keys of a removed or renamed policy expire by their TTL; keys of no Floodgate format mean another application shares the prefix: give Floodgate its own prefix (serve --prefix) or its own database"
+	case r.cfg == nil:
+		c.Status = Info
+		c.Summary = fmt.Sprintf("%d key(s) by owner; no configuration to match them against (%v)", len(res.keys), r.cfgErr)
+	default:
+		c.Status = Pass
+		c.Summary = fmt.Sprintf("every key belongs to a configured policy (%d owners)", len(labels))
+	}
+}
+
+// hotIdentities reads the state of the sampled window counters (GET of
+// fixed and sliding window keys) and the sliding logs' sizes, and returns
+// the identities whose count is at 90% or more of the default tier's
+// limit, fullest first.
+func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]*owner) []string {
+	type hot struct {
+		line string
+		frac float64
+	}
+	var out []hot
+	pipes := map[*redis.Client]redis.Pipeliner{}
+	type get struct {
+		k   scannedKey
+		o   *owner
+		cmd *redis.StringCmd
+	}
+	var gets []get
+	n := 0
+	for _, k := range res.keys {
+		o := ownerOf(own, k.parsed)
+		if o == nil || o.limit <= 0 || k.parsed.kind != kindRate {
+			continue
+		}
+		switch k.parsed.alg {
+		case "sl":
+			if k.card >= 0 {
+				if f := float64(k.card) / float64(o.limit); f >= 0.9 {
+					out = append(out, hot{fmt.Sprintf("%s %s: %d of %d in the log", o.name, k.parsed.identity, k.card, o.limit), f})
+				}
+			}
+		case "fw", "sw":
+			if n >= r.opts.Scan.MemorySamples {
+				continue
+			}
+			p := pipes[k.node]
+			if p == nil {
+				p = k.node.Pipeline()
+				pipes[k.node] = p
+			}
+			gets = append(gets, get{k, o, p.Get(ctx, k.name)})
+			n++
+		}
+	}
+	for _, p := range pipes {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _ = p.Exec(pctx)
+		cancel()
+	}
+	for _, g := range gets {
+		v, err := g.cmd.Result()
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(v) // "start count [previous]"
+		if len(f) < 2 {
+			continue
+		}
+		cnt, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if fr := float64(cnt) / float64(g.o.limit); fr >= 0.9 {
+			out = append(out, hot{fmt.Sprintf("%s %s: %d of %d this window", g.o.name, g.k.parsed.identity, cnt, g.o.limit), fr})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].frac > out[j].frac })
+	lines := make([]string, len(out))
+	for i, h := range out {
+		lines[i] = h.line
+	}
+	return lines
+}
+
+// bigLog is the member count from which a sorted-set state is worth a
+// warning: about 1 MB of memory.
+const bigLog = 10_000
+
+func (r *run) checkLogs(c *Check, res scanResult, own map[string]*owner) {
+	c.Read = "the ZCARDs read by the scan (no extra command)"
+	var logs []scannedKey
+	for _, k := range res.keys {
+		if k.card >= 0 {
+			logs = append(logs, k)
+		}
+	}
+	if len(logs) == 0 {
+		c.Status, c.Summary = Pass, "no sliding-log or lease sets among the keys seen"
+		return
+	}
+	sort.Slice(logs, func(i, j int) bool { return logs[i].card > logs[j].card })
+	big := 0
+	for i, k := range logs {
+		if k.card >= bigLog {
+			big++
+		}
+		if i < 5 {
+			line := fmt.Sprintf("%s: %d members", k.name, k.card)
+			if o := ownerOf(own, k.parsed); o != nil && o.limit > 0 {
+				line += fmt.Sprintf(" (limit %d)", o.limit)
+			}
+			c.Evidence = append(c.Evidence, line)
+		}
+	}
+	if big > 0 {
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("%d sorted set(s) hold %d or more members (about 1 MB each, and every decision on them does O(log n) work)", big, bigLog)
+		c.Fix = "a sliding log keeps one member per admitted request: for large limits use sliding_window (two counters, about as exact) instead"
+		return
+	}
+	c.Status = Pass
+	c.Summary = fmt.Sprintf("%d sorted set(s), the largest with %d members", len(logs), logs[0].card)
+}

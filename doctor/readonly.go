@@ -1,0 +1,117 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrRefused reports a command doctor's Redis client would not send because
+// it is not one of ReadOnlyCommands.
+var ErrRefused = fmt.Errorf("doctor: refusing a command that is not a read")
+
+// readOnly lists the commands doctor may send, lower case, with the
+// subcommand after a space where the command has them.
+var readOnly = map[string]bool{
+	"ping": true, "info": true, "time": true, "config get": true,
+	"cluster info": true, "cluster slots": true, "cluster shards": true, "cluster nodes": true,
+	"scan": true, "pttl": true, "type": true, "zcard": true, "get": true, "hlen": true,
+	"memory usage": true, "latency latest": true,
+	"sentinel master": true, "sentinel replicas": true, "sentinel sentinels": true, "sentinel ckquorum": true,
+	"sentinel get-master-addr-by-name": true,
+	// The latency probe: a fixed script that only reads (PTTL of one key),
+	// see probeScript.
+	"evalsha": true, "eval": true, "script load": true,
+	// Sent by go-redis itself when a connection opens.
+	"hello": true, "auth": true, "select": true, "client setinfo": true, "client setname": true, "readonly": true,
+	"client maint_notifications": true,
+}
+
+// ReadOnlyCommands returns the commands doctor's Redis client sends; it
+// refuses any other with ErrRefused before sending it. EVALSHA and EVAL
+// carry only doctor's own latency probe, a script that reads one key's TTL.
+func ReadOnlyCommands() []string {
+	out := make([]string, 0, len(readOnly))
+	for c := range readOnly {
+		out = append(out, strings.ToUpper(c))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// commandName returns the lower-case name of cmd, with its subcommand for
+// the container commands (CONFIG GET, CLUSTER INFO...).
+func commandName(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if len(args) == 0 {
+		return ""
+	}
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	switch name {
+	case "config", "cluster", "memory", "latency", "sentinel", "script", "client":
+		if len(args) > 1 {
+			name += " " + strings.ToLower(fmt.Sprint(args[1]))
+		}
+	}
+	return name
+}
+
+// counter is a go-redis hook that counts the commands sent and refuses any
+// that is not a read.
+type counter struct {
+	n atomic.Int64
+}
+
+// attach adds the hook to client and, for a Cluster, to every node client
+// it creates.
+func (c *counter) attach(client redis.UniversalClient) {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(c) })
+		return
+	}
+	client.AddHook(c)
+}
+
+func (c *counter) allow(cmd redis.Cmder) error {
+	if name := commandName(cmd); !readOnly[name] {
+		err := fmt.Errorf("%w: %s", ErrRefused, strings.ToUpper(name))
+		cmd.SetErr(err)
+		return err
+	}
+	c.n.Add(1)
+	return nil
+}
+
+// DialHook implements redis.Hook.
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return next(ctx, network, addr)
+	}
+}
+
+// ProcessHook implements redis.Hook.
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := c.allow(cmd); err != nil {
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if err := c.allow(cmd); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}

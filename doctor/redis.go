@@ -1,0 +1,423 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// minVersion is the oldest Redis the scripts run on: they write states
+// with SET ... KEEPTTL, which Redis 6.0 introduced.
+var minVersion = [3]int{6, 0, 0}
+
+// node is one primary doctor reads.
+type node struct {
+	addr   string
+	client *redis.Client
+}
+
+// primaries returns the primaries: every Cluster primary that serves
+// slots, or the one server (the current primary behind Sentinel).
+func (r *run) primaries(ctx context.Context) ([]node, error) {
+	if r.cluster == nil {
+		c, ok := r.client.(*redis.Client)
+		if !ok {
+			return nil, fmt.Errorf("unsupported client %T", r.client)
+		}
+		addr := c.Options().Addr
+		if len(r.opts.Redis.SentinelAddrs) > 0 || strings.HasPrefix(r.opts.Redis.URL, "redis-sentinel://") {
+			addr = "primary of " + r.opts.Redis.String()
+		}
+		return []node{{addr: addr, client: c}}, nil
+	}
+	var mu sync.Mutex
+	var out []node
+	err := r.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, node{addr: c.Options().Addr, client: c})
+		mu.Unlock()
+		return nil
+	})
+	sortNodes(out)
+	return out, err
+}
+
+func sortNodes(ns []node) {
+	for i := 1; i < len(ns); i++ {
+		for j := i; j > 0 && ns[j].addr < ns[j-1].addr; j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+		}
+	}
+}
+
+// parseInfo parses an INFO reply into field → value.
+func parseInfo(s string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func parseVersion(s string) ([3]int, bool) {
+	var v [3]int
+	parts := strings.SplitN(s, ".", 3)
+	if len(parts) < 2 {
+		return v, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return v, false
+		}
+		v[i] = n
+	}
+	return v, true
+}
+
+func versionLess(a, b [3]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+// quotasConfigured reports whether the configuration counts billing
+// usage (quota layers or quotas), whose loss a restart would not repair.
+func (r *run) quotasConfigured() (bool, string) {
+	if r.cfg == nil {
+		return false, ""
+	}
+	var names []string
+	for _, p := range r.cfg.Policies() {
+		for _, l := range p.Layers {
+			if l.Policy("").Algorithm.String() == "quota" {
+				names = append(names, p.Name+"."+l.Name)
+			}
+		}
+	}
+	for _, q := range r.cfg.Quotas() {
+		names = append(names, q.Name)
+	}
+	return len(names) > 0, strings.Join(names, ", ")
+}
+
+// redisChecks runs the Redis group.
+func (r *run) redisChecks(ctx context.Context) {
+	var nodes []node
+	var nodesErr error
+	r.check(GroupRedis, "server", func(c *Check) {
+		c.Read = "INFO (default sections) on each primary"
+		nodes, nodesErr = r.primaries(ctx)
+		if nodesErr != nil && len(nodes) == 0 {
+			c.Status, c.Summary = Fail, "cannot list the primaries: "+nodesErr.Error()
+			c.Fix = "check that every Redis node is reachable from this host"
+			return
+		}
+		var versions []string
+		worst := Pass
+		for _, n := range nodes {
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			s, err := n.client.Info(ictx).Result()
+			cancel()
+			if err != nil {
+				worst = Fail
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: INFO failed: %v", n.addr, err))
+				continue
+			}
+			info := parseInfo(s)
+			r.info[n.addr] = info
+			r.primaryAddrs = append(r.primaryAddrs, n.addr)
+			name, ver := "redis", info["redis_version"]
+			if v := info["valkey_version"]; v != "" {
+				name, ver = "valkey", v
+			}
+			versions = append(versions, fmt.Sprintf("%s %s %s (%s)", n.addr, name, ver, info["redis_mode"]))
+			v, ok := parseVersion(info["redis_version"])
+			switch {
+			case !ok:
+				worst = max(worst, Warn)
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: cannot read the version %q", n.addr, info["redis_version"]))
+			case versionLess(v, minVersion):
+				worst = Fail
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s is older than 6.0: the scripts' SET ... KEEPTTL fails there", n.addr, info["redis_version"]))
+			}
+		}
+		c.Evidence = append(versions, c.Evidence...)
+		c.Status = worst
+		switch worst {
+		case Pass:
+			c.Summary = fmt.Sprintf("%d primary(ies), all at Redis 6.0 or later (scripts need EVALSHA and SET KEEPTTL)", len(nodes))
+		case Warn:
+			c.Summary = "could not read every version"
+		default:
+			c.Summary = "a primary cannot run Floodgate's scripts or could not be read"
+			c.Fix = "upgrade to Redis 6.0 or later (tested with 7.0) or Valkey, and make every primary reachable"
+		}
+	})
+	r.check(GroupRedis, "maxmemory-policy", r.checkEviction)
+	r.check(GroupRedis, "memory", r.checkMemory)
+	r.check(GroupRedis, "persistence", func(c *Check) { r.checkPersistence(ctx, c) })
+	r.check(GroupRedis, "replication", func(c *Check) { r.checkReplication(ctx, c) })
+	if r.cluster != nil {
+		r.check(GroupRedis, "cluster", func(c *Check) { r.checkCluster(ctx, c) })
+	}
+	if addrs, _ := r.sentinelAddrs(); addrs != nil {
+		r.check(GroupRedis, "sentinel", func(c *Check) { r.checkSentinel(ctx, c) })
+	}
+	r.check(GroupRedis, "latency", func(c *Check) { r.checkLatency(ctx, c, nodes) })
+}
+
+// policyMeaning says what an eviction policy does to Floodgate's keys.
+func policyMeaning(policy string) (Status, string) {
+	switch policy {
+	case "noeviction":
+		return Pass, "noeviction: at maxmemory Redis refuses writes, decisions fail and the fallback decides; no live counter is ever dropped"
+	case "allkeys-lru", "allkeys-lfu", "allkeys-random":
+		return Fail, policy + ": at maxmemory Redis drops live counters: an identity whose key is evicted starts over with a fresh limit (over-admission), quota usage is forgotten (billing under-counts), login lockouts lift early"
+	case "volatile-lru", "volatile-lfu", "volatile-random":
+		return Fail, policy + ": every Floodgate key has a TTL, so every one can be evicted: identities get fresh limits, quota usage and lockouts are lost"
+	case "volatile-ttl":
+		return Fail, "volatile-ttl: evicts the keys closest to expiry first (windows about to end), then longer ones, finally monthly quotas: limits reset early and usage can be lost"
+	}
+	return Warn, fmt.Sprintf("unknown policy %q", policy)
+}
+
+func (r *run) checkEviction(c *Check) {
+	c.Read = "INFO memory (from the server check, no extra command)"
+	if len(r.primaryAddrs) == 0 {
+		c.Status, c.Summary = Warn, "no primary could be read"
+		return
+	}
+	worst := Pass
+	var meaning string
+	for _, addr := range r.primaryAddrs {
+		info := r.info[addr]
+		policy, maxmem := info["maxmemory_policy"], info["maxmemory"]
+		st, m := policyMeaning(policy)
+		if maxmem == "0" && st == Fail {
+			// Without maxmemory nothing is evicted yet; the policy is a trap
+			// for whoever sets maxmemory later.
+			st = Warn
+			m += " (maxmemory is 0, so nothing is evicted until a limit is set)"
+		}
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: maxmemory %s, maxmemory-policy %s", addr, humanBytes(maxmem), policy))
+		if st >= worst {
+			worst, meaning = st, m
+		}
+	}
+	c.Status, c.Summary = worst, meaning
+	if worst != Pass {
+		c.Fix = "CONFIG SET maxmemory-policy noeviction (and in redis.conf): with it Redis refuses writes when full and Floodgate's fallback decides, instead of silently resetting limits and losing quota usage"
+	}
+}
+
+func humanBytes(s string) string {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return s
+	}
+	if n == 0 {
+		return "0 (no limit)"
+	}
+	return formatBytes(n)
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func (r *run) checkMemory(c *Check) {
+	c.Read = "INFO memory (from the server check, no extra command)"
+	if len(r.primaryAddrs) == 0 {
+		c.Status, c.Summary = Warn, "no primary could be read"
+		return
+	}
+	worst := Pass
+	unlimited := 0
+	for _, addr := range r.primaryAddrs {
+		info := r.info[addr]
+		used, _ := strconv.ParseInt(info["used_memory"], 10, 64)
+		maxmem, _ := strconv.ParseInt(info["maxmemory"], 10, 64)
+		if maxmem == 0 {
+			unlimited++
+			sys, _ := strconv.ParseInt(info["total_system_memory"], 10, 64)
+			line := fmt.Sprintf("%s: used %s, no maxmemory", addr, formatBytes(used))
+			if sys > 0 {
+				line += fmt.Sprintf(" (host memory %s, %.1f%% used by Redis)", formatBytes(sys), 100*float64(used)/float64(sys))
+			}
+			c.Evidence = append(c.Evidence, line)
+			continue
+		}
+		frac := float64(used) / float64(maxmem)
+		st := Pass
+		switch {
+		case frac >= 0.9:
+			st = Fail
+		case frac >= 0.75:
+			st = Warn
+		}
+		worst = max(worst, st)
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: used %s of maxmemory %s (%.1f%%)", addr, formatBytes(used), formatBytes(maxmem), 100*frac))
+	}
+	switch {
+	case worst == Fail:
+		c.Summary = "a primary is at 90% or more of maxmemory: writes will soon be refused (noeviction) or counters evicted"
+		c.Fix = "raise maxmemory, add Cluster shards, or shorten windows/TTLs; see the Keys group for what uses the memory"
+	case worst == Warn:
+		c.Summary = "a primary is above 75% of maxmemory"
+		c.Fix = "plan more memory before traffic grows; see the Keys group for what uses it"
+	case unlimited > 0:
+		worst = Warn
+		c.Summary = fmt.Sprintf("%d primary(ies) without maxmemory: Redis grows until the host kills it", unlimited)
+		c.Fix = "set maxmemory (below the host's memory, leaving room for fork and buffers) with maxmemory-policy noeviction"
+	default:
+		c.Summary = "every primary has headroom under maxmemory"
+	}
+	c.Status = worst
+}
+
+func (r *run) checkPersistence(ctx context.Context, c *Check) {
+	c.Read = "INFO persistence (from the server check) and CONFIG GET save on each primary"
+	quotas, names := r.quotasConfigured()
+	if len(r.primaryAddrs) == 0 {
+		c.Status, c.Summary = Warn, "no primary could be read"
+		return
+	}
+	nodes := map[string]*redis.Client{}
+	if ns, err := r.primaries(ctx); err == nil {
+		for _, n := range ns {
+			nodes[n.addr] = n.client
+		}
+	}
+	aofOff, broken := 0, 0
+	for _, addr := range r.primaryAddrs {
+		info := r.info[addr]
+		save := "unknown (CONFIG GET refused)"
+		if cl := nodes[addr]; cl != nil {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if m, err := cl.ConfigGet(gctx, "save").Result(); err == nil {
+				save = fmt.Sprintf("%q", m["save"])
+			}
+			cancel()
+		}
+		aof := info["aof_enabled"] == "1"
+		if !aof {
+			aofOff++
+		}
+		line := fmt.Sprintf("%s: appendonly %s, save %s, last bgsave %s", addr, onOff(aof), save, info["rdb_last_bgsave_status"])
+		if aof {
+			line += ", last AOF write " + info["aof_last_write_status"]
+		}
+		if info["rdb_last_bgsave_status"] == "err" || info["aof_last_write_status"] == "err" {
+			broken++
+		}
+		c.Evidence = append(c.Evidence, line)
+	}
+	if quotas {
+		c.Evidence = append(c.Evidence, "quotas configured: "+names)
+	}
+	switch {
+	case quotas && aofOff > 0:
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("quotas are configured but %d primary(ies) run without AOF: a restart or failover loses acknowledged usage since the last snapshot, and customers get it again", aofOff)
+		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary holding quotas; keep replicas so a failover does not lose the last second either"
+	case broken > 0:
+		c.Status = Warn
+		c.Summary = "the last RDB save or AOF write failed on a primary"
+		c.Fix = "read the Redis log: a full disk or a fork failure stops persistence"
+	case !quotas:
+		c.Status = Pass
+		c.Summary = "no quotas configured: rate-limit counters are short-lived, losing them admits at most one window more"
+	default:
+		c.Status = Pass
+		c.Summary = "AOF is on wherever quotas are counted"
+	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func (r *run) checkReplication(_ context.Context, c *Check) {
+	c.Read = "INFO replication (from the server check, no extra command)"
+	if len(r.primaryAddrs) == 0 {
+		c.Status, c.Summary = Warn, "no primary could be read"
+		return
+	}
+	worst, without := Pass, 0
+	for _, addr := range r.primaryAddrs {
+		info := r.info[addr]
+		if info["role"] != "master" {
+			worst = Fail
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: role %s, link %s: Floodgate writes, it must talk to a primary", addr, info["role"], info["master_link_status"]))
+			continue
+		}
+		n, _ := strconv.Atoi(info["connected_slaves"])
+		if n == 0 {
+			without++
+		}
+		line := fmt.Sprintf("%s: primary with %d replica(s)", addr, n)
+		for i := 0; i < n; i++ {
+			s := info[fmt.Sprintf("slave%d", i)]
+			line += "; " + s
+			f := parseFields(s)
+			if f["state"] != "online" {
+				worst = max(worst, Warn)
+			}
+			if lag, err := strconv.Atoi(f["lag"]); err == nil && lag > 10 {
+				worst = max(worst, Warn)
+			}
+		}
+		c.Evidence = append(c.Evidence, line)
+	}
+	c.Status = worst
+	switch {
+	case worst == Fail:
+		c.Summary = "doctor reached a replica, not the primary"
+		c.Fix = "point Floodgate (and doctor) at the primary, or use Sentinel or Cluster addresses so clients follow failovers"
+	case worst == Warn:
+		c.Summary = "a replica is not online or lags more than 10s"
+		c.Fix = "check the replica's log and the network; a failover to a lagging replica loses the counters it missed"
+	case without > 0:
+		c.Status = Info
+		c.Summary = fmt.Sprintf("%d primary(ies) without replicas: a failed primary loses its counters, and the fallback decides until it is back", without)
+	default:
+		c.Summary = "every primary has online replicas"
+	}
+}
+
+// parseFields parses "ip=1.2.3.4,port=6380,state=online,offset=1,lag=0".
+func parseFields(s string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}

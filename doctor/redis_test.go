@@ -1,0 +1,170 @@
+package doctor_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+func TestHealthyStandalonePassesClean(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "hs", testConfigQuota)
+	traffic(t, client, "hs", cfg)
+
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "hs"})
+	clean(t, rep)
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "appendonly yes", "tokens")
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 key(s)", "login.per-account (sl): 3 key(s)")
+	if rep.RedisCommands == 0 {
+		t.Fatal("the report counts no Redis commands")
+	}
+}
+
+func TestKeyWithoutTTLFails(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "nt", testConfig)
+	traffic(t, client, "nt", cfg)
+	// A counter written by a GET-check-INCR client: no TTL.
+	if err := client.Incr(context.Background(), "nt:api.per-user:sw:{rmallory}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nt"})
+	c := want(t, rep, doctor.GroupKeys, "ttl", doctor.Fail, "nt:api.per-user:sw:{rmallory}", "1 key(s) without a TTL")
+	if c.Fix == "" {
+		t.Fatal("a failed check must say how to fix it")
+	}
+	if rep.Worst() != doctor.Fail {
+		t.Fatalf("worst is %v, want fail", rep.Worst())
+	}
+	// The configuration document and tier hash have no TTL by design.
+	if n, _ := client.Exists(context.Background(), "nt:config").Result(); n != 1 {
+		t.Fatal("nt:config should exist")
+	}
+}
+
+func TestLongTTLAndUnknownKeysWarn(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "lt", testConfig)
+	traffic(t, client, "lt", cfg)
+	ctx := context.Background()
+	// A one-minute sliding window counter that lives a day, a key of a
+	// policy the configuration no longer has, and another application's key.
+	for k, ttl := range map[string]time.Duration{
+		"lt:api.per-user:sw:{rlong}": 24 * time.Hour,
+		"lt:old.layer:fw:{rx}":       time.Minute,
+		"lt:session:abc":             time.Minute,
+	} {
+		if err := client.Set(ctx, k, "1 1", ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "lt"})
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Warn, "lt:api.per-user:sw:{rlong}")
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Warn, "lt:session:abc", "old.layer (fw) ×1")
+}
+
+func TestEvictingPolicyFails(t *testing.T) {
+	for _, policy := range []string{"allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", policy, "--appendonly", "yes")
+			rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ev"})
+			c := want(t, rep, doctor.GroupRedis, "maxmemory-policy", doctor.Fail, policy)
+			if c.Fix == "" {
+				t.Fatal("no fix")
+			}
+		})
+	}
+	t.Run("no maxmemory", func(t *testing.T) {
+		srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lfu")
+		rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ev"})
+		want(t, rep, doctor.GroupRedis, "maxmemory-policy", doctor.Warn, "nothing is evicted until a limit is set")
+		want(t, rep, doctor.GroupRedis, "memory", doctor.Warn, "no maxmemory")
+	})
+}
+
+func TestNoPersistenceWithQuotasFails(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "noeviction") // --appendonly no
+	client := srv.Client(t)
+	publish(t, client, "qa", testConfigQuota)
+	publish(t, client, "nq", testConfig)
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "qa"})
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Fail, "appendonly no", "quotas configured: tokens")
+
+	// The same server without quotas configured: short-lived counters only.
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nq"})
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "no quotas configured")
+}
+
+func TestClusterMissingSlotsFails(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	cfg := publish(t, cc, "cl", testConfig)
+	traffic(t, cc, "cl", cfg)
+	opts := doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "cl", Scan: doctor.ScanOptions{MaxTime: 30 * time.Second}}
+
+	rep := runDoctor(t, opts)
+	want(t, rep, doctor.GroupRedis, "cluster", doctor.Pass, "all 16384 slots served")
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
+
+	// Take slots 10923-11000 away from the third primary.
+	node := cl.Nodes[2].Client(t)
+	args := []any{"CLUSTER", "DELSLOTS"}
+	for s := 10923; s <= 11000; s++ {
+		args = append(args, strconv.Itoa(s))
+	}
+	if err := node.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep = runDoctor(t, opts)
+	c := want(t, rep, doctor.GroupRedis, "cluster", doctor.Fail, "10923-11000")
+	if c.Fix == "" {
+		t.Fatal("no fix")
+	}
+}
+
+func TestHealthySentinelPasses(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "se"})
+	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, "3 of 3 sentinels")
+	want(t, rep, doctor.GroupRedis, "replication", doctor.Pass, "1 replica(s)")
+}
+
+func TestRunChangesNothing(t *testing.T) {
+	// Run writes nothing: the keys and their TTLs are the same after a run.
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "ro", testConfig)
+	traffic(t, client, "ro", cfg)
+	ctx := context.Background()
+	dirty := func() string {
+		s, err := client.Info(ctx, "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return field(s, "rdb_changes_since_last_save")
+	}
+	d0 := dirty()
+	runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ro"})
+	if d1 := dirty(); d1 != d0 {
+		t.Fatalf("doctor changed the dataset: rdb_changes_since_last_save %s -> %s", d0, d1)
+	}
+}
+
+func field(info, name string) string {
+	for _, line := range strings.Split(info, "\r\n") {
+		if len(line) > len(name) && line[:len(name)] == name && line[len(name)] == ':' {
+			return line[len(name)+1:]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,68 @@
+package doctor
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// ANSI colours of the verdicts on a terminal.
+const (
+	colourReset = "\x1b[0m"
+	colourDim   = "\x1b[2m"
+	colourBold  = "\x1b[1m"
+)
+
+var statusColour = map[Status]string{Info: "\x1b[36m", Pass: "\x1b[32m", Warn: "\x1b[33m", Fail: "\x1b[31m"}
+
+// WriteText writes the report for people: checks grouped, each with its
+// verdict, summary, evidence, fix and what it read; colour is ANSI escapes
+// for a terminal. It returns the first write error.
+func (r *Report) WriteText(w io.Writer, colour bool) error {
+	bw := bufio.NewWriter(w)
+	paint := func(code, s string) string {
+		if !colour || code == "" {
+			return s
+		}
+		return code + s + colourReset
+	}
+	fmt.Fprintf(bw, "%s\n", paint(colourBold, "floodgate doctor: "+r.Target))
+	fmt.Fprintf(bw, "%s\n", paint(colourDim, fmt.Sprintf("started %s, took %v, %d Redis commands in all (reads only)",
+		r.Started.UTC().Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.RedisCommands)))
+	group := ""
+	for _, c := range r.Checks {
+		if c.Group != group {
+			group = c.Group
+			fmt.Fprintf(bw, "\n%s\n", paint(colourBold, group))
+		}
+		tag := fmt.Sprintf("[%s]", strings.ToUpper(c.Status.String()))
+		fmt.Fprintf(bw, "  %s %s: %s\n", paint(statusColour[c.Status], tag), c.Name, c.Summary)
+		for _, e := range c.Evidence {
+			fmt.Fprintf(bw, "         %s\n", e)
+		}
+		if c.Fix != "" && c.Status >= Warn {
+			fmt.Fprintf(bw, "         %s %s\n", paint(colourBold, "fix:"), c.Fix)
+		}
+		read := "read: " + c.Read
+		if c.RedisCommands > 0 {
+			read += fmt.Sprintf(" (%d Redis command(s))", c.RedisCommands)
+		}
+		fmt.Fprintf(bw, "         %s\n", paint(colourDim, read))
+	}
+	fmt.Fprintf(bw, "\n%s: %d fail, %d warn, %d pass, %d info\n", paint(statusColour[r.Worst()], strings.ToUpper(r.Worst().String())),
+		r.Count(Fail), r.Count(Warn), r.Count(Pass), r.Count(Info))
+	return bw.Flush()
+}
+
+// WriteJSON writes the report as one indented JSON document.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		*Report
+		Worst Status `json:"worst"`
+	}{r, r.Worst()})
+}

@@ -1,0 +1,331 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// slotRange is an inclusive range of hash slots.
+type slotRange struct{ start, end int }
+
+func (s slotRange) String() string {
+	if s.start == s.end {
+		return fmt.Sprint(s.start)
+	}
+	return fmt.Sprintf("%d-%d", s.start, s.end)
+}
+
+// missingSlots returns the slot ranges no range of covered serves.
+func missingSlots(covered []slotRange) []slotRange {
+	var have [clusterSlots]bool
+	for _, r := range covered {
+		for s := max(r.start, 0); s <= min(r.end, clusterSlots-1); s++ {
+			have[s] = true
+		}
+	}
+	var out []slotRange
+	for s := 0; s < clusterSlots; s++ {
+		if have[s] {
+			continue
+		}
+		e := s
+		for e+1 < clusterSlots && !have[e+1] {
+			e++
+		}
+		out = append(out, slotRange{s, e})
+		s = e
+	}
+	return out
+}
+
+func joinRanges(rs []slotRange, most int) string {
+	var parts []string
+	for i, r := range rs {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("… %d more", len(rs)-most))
+			break
+		}
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkCluster reads every primary's own view of the cluster: its state,
+// and which slots it sees served.
+func (r *run) checkCluster(ctx context.Context, c *Check) {
+	c.Read = "CLUSTER INFO and CLUSTER SLOTS on each primary"
+	nodes, err := r.primaries(ctx)
+	if err != nil && len(nodes) == 0 {
+		c.Status, c.Summary = Fail, "cannot list the primaries: "+err.Error()
+		return
+	}
+	worst := Pass
+	var worstMissing []slotRange
+	noReplica := 0
+	for _, n := range nodes {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := n.client.ClusterInfo(cctx).Result()
+		if err != nil {
+			cancel()
+			worst = Fail
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: CLUSTER INFO failed: %v", n.addr, err))
+			continue
+		}
+		//lint:ignore SA1019 CLUSTER SLOTS is deprecated but served by every Redis since 3.0; CLUSTER SHARDS needs 7.0.
+		slots, err := n.client.ClusterSlots(cctx).Result()
+		cancel()
+		ci := parseInfo(info)
+		line := fmt.Sprintf("%s: cluster_state %s, slots assigned %s, ok %s, pfail %s, fail %s, known nodes %s",
+			n.addr, ci["cluster_state"], ci["cluster_slots_assigned"], ci["cluster_slots_ok"],
+			ci["cluster_slots_pfail"], ci["cluster_slots_fail"], ci["cluster_known_nodes"])
+		if ci["cluster_state"] != "ok" {
+			worst = Fail
+		}
+		if ci["cluster_slots_pfail"] != "0" || ci["cluster_slots_fail"] != "0" {
+			worst = max(worst, Warn)
+		}
+		if err != nil {
+			worst = Fail
+			line += fmt.Sprintf("; CLUSTER SLOTS failed: %v", err)
+		} else {
+			var ranges []slotRange
+			for _, s := range slots {
+				if len(s.Nodes) == 0 {
+					continue
+				}
+				ranges = append(ranges, slotRange{int(s.Start), int(s.End)})
+				if len(s.Nodes) < 2 {
+					noReplica++
+				}
+			}
+			if miss := missingSlots(ranges); len(miss) > 0 {
+				worst = Fail
+				line += "; slots served by no node: " + joinRanges(miss, 5)
+				if len(miss) > len(worstMissing) || worstMissing == nil {
+					worstMissing = miss
+				}
+			}
+		}
+		c.Evidence = append(c.Evidence, line)
+	}
+	c.Status = worst
+	switch {
+	case worstMissing != nil:
+		n := 0
+		for _, m := range worstMissing {
+			n += m.end - m.start + 1
+		}
+		c.Summary = fmt.Sprintf("%d hash slot(s) are served by no primary (%s): every decision whose keys hash there fails and is taken by the fallback", n, joinRanges(worstMissing, 5))
+		c.Fix = "assign the slots again (redis-cli --cluster fix HOST:PORT, or CLUSTER ADDSLOTSRANGE on the node that should own them) and check that cluster_state is ok on every node"
+	case worst == Fail:
+		c.Summary = "a primary reports the cluster down or could not be read"
+		c.Fix = "run redis-cli --cluster check HOST:PORT and fix what it reports"
+	case worst == Warn:
+		c.Summary = "some slots are in PFAIL or FAIL state"
+		c.Fix = "a node is unreachable from others: check it and the network; run redis-cli --cluster check HOST:PORT"
+	default:
+		c.Summary = fmt.Sprintf("cluster_state ok on %d primaries, all 16384 slots served", len(nodes))
+		if noReplica > 0 {
+			c.Summary += "; some slot ranges have no replica, so a failed primary takes its slots down"
+		}
+	}
+}
+
+// sentinelAddrs returns the Sentinel addresses and the primary's name, or
+// nil when the deployment does not use Sentinel.
+func (r *run) sentinelAddrs() ([]string, string) {
+	rs := r.opts.Redis
+	if len(rs.SentinelAddrs) > 0 {
+		return rs.SentinelAddrs, rs.SentinelMaster
+	}
+	if strings.HasPrefix(rs.URL, "redis-sentinel://") {
+		u, err := url.Parse(rs.URL)
+		if err != nil {
+			return nil, ""
+		}
+		var addrs []string
+		for _, a := range strings.Split(u.Host, ",") {
+			if a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		return addrs, u.Query().Get("master")
+	}
+	return nil, ""
+}
+
+func (r *run) checkSentinel(ctx context.Context, c *Check) {
+	addrs, master := r.sentinelAddrs()
+	c.Read = fmt.Sprintf("SENTINEL MASTER and SENTINEL CKQUORUM %s on each of %d sentinels", master, len(addrs))
+	up, quorumOK := 0, 0
+	worst := Pass
+	for _, a := range addrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+		sc.AddHook(r.counter)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := sc.Master(sctx, master).Result()
+		if err != nil {
+			cancel()
+			_ = sc.Close()
+			worst = max(worst, Warn)
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: SENTINEL MASTER %s failed: %v", a, master, err))
+			continue
+		}
+		up++
+		q, qerr := sc.CkQuorum(sctx, master).Result()
+		cancel()
+		_ = sc.Close()
+		line := fmt.Sprintf("%s: %s at %s:%s flags %s, %s replica(s), %s other sentinel(s), quorum %s",
+			a, master, m["ip"], m["port"], m["flags"], m["num-slaves"], m["num-other-sentinels"], m["quorum"])
+		if qerr != nil {
+			worst = Fail
+			line += "; CKQUORUM: " + qerr.Error()
+		} else {
+			quorumOK++
+			line += "; " + q
+		}
+		if m["flags"] != "master" {
+			worst = max(worst, Warn)
+		}
+		c.Evidence = append(c.Evidence, line)
+	}
+	if up*2 <= len(addrs) {
+		worst = Fail
+	}
+	c.Status = worst
+	switch worst {
+	case Pass:
+		c.Summary = fmt.Sprintf("%d of %d sentinels see %s up and can reach a quorum to fail over", up, len(addrs), master)
+	case Warn:
+		c.Summary = "a sentinel is unreachable or flags the primary as down"
+		c.Fix = "check every sentinel's log and reachability; failover needs a majority of them"
+	default:
+		c.Summary = fmt.Sprintf("only %d of %d sentinels answer, or the quorum cannot be reached: a failed primary would not be replaced", up, len(addrs))
+		c.Fix = "start the missing sentinels (at least three, on separate hosts) and check SENTINEL CKQUORUM"
+	}
+}
+
+// probeScript is the latency probe: one read of one key's TTL, under the
+// prefix, so that its cost is a script call's round trip.
+var probeScript = redis.NewScript("return redis.call('PTTL', KEYS[1])")
+
+// latencyWarn and latencyFail are the p99 thresholds of the probe: 50 ms
+// is the alert threshold of the shipped rules and the default decision
+// budget of the fallback.
+var (
+	latencyWarn = 10 * time.Millisecond
+	latencyFail = 50 * time.Millisecond
+)
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted)) + 0.5)
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
+
+func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
+	c.Read = fmt.Sprintf("up to %d EVALSHA of a read-only probe script (PTTL of %s:doctor:probe) within 3s; INFO commandstats and LATENCY LATEST on each primary", r.opts.LatencySamples, r.opts.Prefix)
+	key := r.opts.Prefix + ":doctor:probe"
+	var samples []time.Duration
+	deadline := time.Now().Add(3 * time.Second)
+	var probeErr error
+	for i := 0; i < r.opts.LatencySamples && time.Now().Before(deadline); i++ {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		t0 := time.Now()
+		err := probeScript.Run(pctx, r.client, []string{key}).Err()
+		d := time.Since(t0)
+		cancel()
+		if err != nil {
+			probeErr = err
+			break
+		}
+		if i > 0 { // the first call may load the script
+			samples = append(samples, d)
+		}
+	}
+	worst := Pass
+	if probeErr != nil {
+		worst = Fail
+		c.Evidence = append(c.Evidence, "probe failed: "+probeErr.Error())
+	}
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	p50, p99 := percentile(samples, 0.5), percentile(samples, 0.99)
+	if len(samples) > 0 {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("probe from this host: %d calls, p50 %v, p99 %v, max %v", len(samples), p50.Round(time.Microsecond), p99.Round(time.Microsecond), samples[len(samples)-1].Round(time.Microsecond)))
+		switch {
+		case p99 > r.latencyFail():
+			worst = Fail
+		case p99 > r.latencyWarn():
+			worst = max(worst, Warn)
+		}
+	}
+	for _, n := range nodes {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s, err := n.client.Info(sctx, "commandstats").Result()
+		if err == nil {
+			cs := parseInfo(s)
+			for _, cmd := range []string{"evalsha", "eval", "evalsha_ro"} {
+				if v, ok := cs["cmdstat_"+cmd]; ok {
+					f := parseFields(v)
+					c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s calls %s, %s µs per call, failed %s, rejected %s (since restart or CONFIG RESETSTAT)",
+						n.addr, strings.ToUpper(cmd), f["calls"], f["usec_per_call"], orZero(f["failed_calls"]), orZero(f["rejected_calls"])))
+				}
+			}
+		}
+		ev, err := n.client.Do(sctx, "LATENCY", "LATEST").Slice()
+		cancel()
+		if err == nil {
+			if len(ev) == 0 {
+				c.Evidence = append(c.Evidence, n.addr+": LATENCY LATEST has no events (none above latency-monitor-threshold, or the monitor is off)")
+			}
+			for _, e := range ev {
+				if f, ok := e.([]any); ok && len(f) >= 4 {
+					c.Evidence = append(c.Evidence, fmt.Sprintf("%s: latency event %v: latest %v ms, max %v ms", n.addr, f[0], f[2], f[3]))
+				}
+			}
+		}
+	}
+	c.Status = worst
+	switch worst {
+	case Pass:
+		c.Summary = fmt.Sprintf("script round trip p99 %v (warn above %v)", p99.Round(time.Microsecond), r.latencyWarn())
+	case Warn:
+		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v", p99.Round(time.Microsecond), r.latencyWarn())
+		c.Fix = "look for slow commands (SLOWLOG GET), a busy or swapping host, or a far network; decisions near the budget fall back"
+	default:
+		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v, the default decision budget, or the probe failed", p99.Round(time.Microsecond), r.latencyFail())
+		c.Fix = "decisions this slow are taken by the fallback: fix Redis's latency (SLOWLOG GET, host load, network) before relying on it"
+	}
+}
+
+func orZero(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+func (r *run) latencyWarn() time.Duration {
+	if r.opts.LatencyWarn > 0 {
+		return r.opts.LatencyWarn
+	}
+	return latencyWarn
+}
+
+func (r *run) latencyFail() time.Duration {
+	if r.opts.LatencyFail > 0 {
+		return r.opts.LatencyFail
+	}
+	return latencyFail
+}
