@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/config"
 )
 
@@ -131,7 +132,7 @@ const (
 	quotaGrace      = time.Hour      // quota.Options.Grace default, what the service uses
 	quotaMarkerLife = 24 * time.Hour // quota's lost-state marker outlives the usage by this
 	markerTTL       = 10 * time.Second
-	ttlSlack        = floodgate.TTLSlack
+	ttlSlack        = algo.TTLSlack
 )
 
 // layerTTL returns the longest TTL a state of p can have when written at
@@ -150,8 +151,8 @@ func layerTTL(p floodgate.Policy, now time.Time) time.Duration {
 		}
 		d = time.Duration(float64(p.Window)*float64(burst)/float64(p.Limit)) + p.MaxDelay
 	case floodgate.Quota:
-		_, end, _ := floodgate.QuotaPeriod(p, now.UnixMicro())
-		d = time.UnixMicro(end).Sub(now) + floodgate.QuotaGrace
+		_, end, _ := algo.QuotaPeriod(p, now.UnixMicro())
+		d = time.UnixMicro(end).Sub(now) + algo.QuotaGrace
 	}
 	return d + ttlSlack
 }
