@@ -78,6 +78,7 @@ for a decision with "floodgate check", and see the race it prevents with
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(), newCheckCmd(), newConfigCmd(), newDemoCmd(), newLoadtestCmd(), newDoctorCmd())
+	root.AddCommand(newEnvoyCompatCmd())
 	return root
 }
 

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/floodgate-rl/floodgate/envoycompat"
+)
+
+func newEnvoyCompatCmd() *cobra.Command {
+	var reload time.Duration
+	cmd := &cobra.Command{
+		Use:   "envoy-compat",
+		Short: "Run as a drop-in for envoyproxy/ratelimit (its environment, ports, config and answers)",
+		Long: `Run as a drop-in replacement for envoyproxy/ratelimit: the same
+environment variables (REDIS_URL, RUNTIME_ROOT, PORT, GRPC_PORT, ...), the
+same ports (HTTP 8080 with /json and /healthcheck, gRPC 8081 with
+ShouldRateLimit and gRPC health, debug 6070 with /rlconfig and /metrics),
+the same configuration directory layout and format, and the same answers
+and Redis counters, so a Deployment of theirs can switch images without
+other changes. See docs/envoy.md for every setting.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return envoyCompat(cmd.Context(), cmd, os.LookupEnv, reload)
+		},
+	}
+	cmd.Flags().DurationVar(&reload, "reload-interval", time.Second, "how often the runtime directory is checked for changes")
+	return cmd
+}
+
+func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (string, bool), reload time.Duration) error {
+	s, err := envoycompat.FromEnv(lookup)
+	if err != nil {
+		return err
+	}
+	level := strings.ToLower(s.LogLevel)
+	if level == "warning" {
+		level = "warn"
+	}
+	if level == "trace" {
+		level = "debug"
+	}
+	if level == "fatal" || level == "panic" {
+		level = "error"
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), s.LogFormat, level)
+	if err != nil {
+		return fmt.Errorf("LOG_LEVEL/LOG_FORMAT: %w", err)
+	}
+	for name, why := range envoycompat.Ignored {
+		if v, ok := lookup(name); ok && v != "" {
+			log.Info("setting ignored", "name", name, "why", why)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	if err := registerRuntime(reg); err != nil {
+		return err
+	}
+	m, err := envoycompat.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	gh := health.NewServer()
+	h := envoycompat.NewHealth(gh, s.HealthyWithAtLeastOneConfigLoaded)
+
+	store, closeStore, err := compatStore(s)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	opts := s.Options()
+	opts.Store, opts.Metrics = store, m
+	svc, err := envoycompat.NewService(opts)
+	if err != nil {
+		return err
+	}
+	rl := &envoycompat.Reloader{Runtime: s.RuntimeOf(), Merge: s.MergeDomainConfig, Service: svc, Metrics: m,
+		Health: h, HealthyWithConfig: s.HealthyWithAtLeastOneConfigLoaded, Log: log}
+	_ = rl.Load() // as theirs: a bad configuration is logged and the service starts without one
+
+	httpAddr, debugAddr, grpcAddr := s.Addresses()
+	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
+	}))
+	svc.Register(gs)
+	healthpb.RegisterHealthServer(gs, gh)
+	reflection.Register(gs)
+
+	network := "tcp"
+	if s.GrpcUDS != "" {
+		network = "unix"
+	}
+	gln, err := net.Listen(network, grpcAddr)
+	if err != nil {
+		return fmt.Errorf("gRPC listener %s: %w", grpcAddr, err)
+	}
+	hln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		gln.Close()
+		return fmt.Errorf("HTTP listener %s: %w", httpAddr, err)
+	}
+	dln, err := net.Listen("tcp", debugAddr)
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		return fmt.Errorf("debug listener %s: %w", debugAddr, err)
+	}
+	servers := []*http.Server{
+		{Handler: svc.HTTPHandler(h), ReadHeaderTimeout: 10 * time.Second},
+		{Handler: svc.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second},
+	}
+	listeners := []net.Listener{hln, dln}
+	if s.UsePrometheus {
+		pln, err := net.Listen("tcp", s.PrometheusAddr)
+		if err != nil {
+			gln.Close()
+			hln.Close()
+			dln.Close()
+			return fmt.Errorf("PROMETHEUS_ADDR %s: %w", s.PrometheusAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(s.PrometheusPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, pln)
+	}
+
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() { rl.Watch(wctx, reload) })
+	wg.Go(func() { watchStore(wctx, store, h, log) })
+	errc := make(chan error, len(servers)+1)
+	wg.Go(func() { errc <- gs.Serve(gln) })
+	for i := range servers {
+		wg.Go(func() {
+			if err := servers[i].Serve(listeners[i]); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		})
+	}
+	log.Info("floodgate envoy-compat listening", "http", hln.Addr().String(), "grpc", gln.Addr().String(),
+		"debug", dln.Addr().String(), "backend", s.BackendType, "runtime", s.RuntimeOf())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	h.Set(envoycompat.ComponentSigterm, false)
+	log.Info("floodgate envoy-compat stopping")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(sctx)
+	}
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+	}
+	return runErr
+}
+
+// watchStore marks the redis health component healthy once the store
+// answers a probe, checking every second until then.
+func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Health, log *slog.Logger) {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := store.Get(pctx, []*envoycompat.Op{{Key: "floodgate-envoy-compat-health-probe"}})
+		cancel()
+		if err == nil {
+			h.Set(envoycompat.ComponentRedis, true)
+			return
+		}
+		log.Warn("backend not reachable yet", "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// compatStore builds the counter store the settings name.
+func compatStore(s envoycompat.Settings) (envoycompat.Store, func(), error) {
+	if strings.EqualFold(s.BackendType, "memory") {
+		return &envoycompat.MemoryStore{}, func() {}, nil
+	}
+	main, err := compatRedis(s.Redis, "REDIS")
+	if err != nil {
+		return nil, nil, err
+	}
+	st := &envoycompat.RedisStore{Client: main}
+	closeAll := func() { main.Close() }
+	if s.RedisPerSecond {
+		ps, err := compatRedis(s.PerSecond, "REDIS_PERSECOND")
+		if err != nil {
+			main.Close()
+			return nil, nil, err
+		}
+		st.PerSecond = ps
+		closeAll = func() { main.Close(); ps.Close() }
+	}
+	return st, closeAll, nil
+}
+
+// compatRedis builds a go-redis client from their REDIS_* settings.
+func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalClient, error) {
+	user, pass := splitAuth(r.Auth)
+	var tlsCfg *tls.Config
+	if r.TLS {
+		var err error
+		if tlsCfg, err = compatTLS(r); err != nil {
+			return nil, fmt.Errorf("%s_TLS: %w", prefix, err)
+		}
+	}
+	if r.PoolSize <= 0 {
+		return nil, fmt.Errorf("%s_POOL_SIZE=%d: want at least 1", prefix, r.PoolSize)
+	}
+	urls := strings.Split(r.URL, ",")
+	switch strings.ToLower(r.Type) {
+	case "single":
+		if strings.HasPrefix(r.URL, "redis://") || strings.HasPrefix(r.URL, "rediss://") || strings.HasPrefix(r.URL, "unix://") {
+			o, err := redis.ParseURL(r.URL)
+			if err != nil {
+				return nil, fmt.Errorf("%s_URL: %w", prefix, err)
+			}
+			o.PoolSize, o.ContextTimeoutEnabled = r.PoolSize, true
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.Timeout, r.Timeout, r.Timeout
+			if tlsCfg != nil {
+				o.TLSConfig = tlsCfg
+			}
+			if r.Auth != "" {
+				o.Username, o.Password = user, pass
+			}
+			return redis.NewClient(o), nil
+		}
+		network := strings.ToLower(r.SocketType)
+		if network != "tcp" && network != "unix" {
+			return nil, fmt.Errorf("%s_SOCKET_TYPE=%s: want tcp or unix", prefix, r.SocketType)
+		}
+		return redis.NewClient(&redis.Options{Network: network, Addr: r.URL, Username: user, Password: pass,
+			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
+			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true}), nil
+	case "sentinel":
+		if len(urls) < 2 {
+			return nil, fmt.Errorf("%s_URL: want <master name>,<sentinel1>,...,<sentinelN>", prefix)
+		}
+		suser, spass := splitAuth(r.SentinelAuth)
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: urls[0], SentinelAddrs: urls[1:],
+			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: tlsCfg,
+			PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
+			ContextTimeoutEnabled: true}), nil
+	case "cluster":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: urls, Username: user, Password: pass,
+			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
+			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true}), nil
+	}
+	return nil, fmt.Errorf("%s_TYPE=%s: want single, sentinel or cluster", prefix, r.Type)
+}
+
+// splitAuth reads "user:password" or "password".
+func splitAuth(auth string) (user, pass string) {
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return u, p
+	}
+	return "", auth
+}
+
+// compatTLS builds the client TLS configuration of REDIS_TLS_*.
+func compatTLS(r envoycompat.RedisSettings) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.TLSClientCert != "" || r.TLSClientKey != "" {
+		cert, err := tls.LoadX509KeyPair(r.TLSClientCert, r.TLSClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if r.TLSCACert != "" {
+		pem, err := os.ReadFile(r.TLSCACert)
+		if err != nil {
+			return nil, fmt.Errorf("CA certificate: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA certificate %s: no PEM certificate", r.TLSCACert)
+		}
+		cfg.RootCAs = pool
+	}
+	if r.TLSSkipHostnameVerification {
+		// verify the chain, not the name
+		roots := cfg.RootCAs
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("no server certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+			return err
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// compatProc is a running "floodgate envoy-compat" process.
+type compatProc struct {
+	http, grpc, debug string
+	cmd               *exec.Cmd
+	logs              *syncBuffer
+	exited            chan error
+}
+
+// startCompat execs the binary as their Deployment would: only environment
+// variables, no flags. Ports 0 pick free ports, read back from the log.
+func startCompat(t *testing.T, env ...string) *compatProc {
+	t.Helper()
+	cmd := exec.Command(binary(t), "envoy-compat")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "GRPC_HOST=127.0.0.1",
+		"PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "LOG_FORMAT=json", "LOG_LEVEL=info"}, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &compatProc{cmd: cmd, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	ready := make(chan [3]string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.Write([]byte(line + "\n"))
+			var rec struct{ Msg, HTTP, GRPC, Debug string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate envoy-compat listening" {
+				ready <- [3]string{rec.HTTP, rec.GRPC, rec.Debug}
+			}
+		}
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+			}
+		}
+		if t.Failed() {
+			t.Logf("envoy-compat log:\n%s", p.logs)
+		}
+	})
+	select {
+	case a := <-ready:
+		p.http, p.grpc, p.debug = a[0], a[1], a[2]
+	case err := <-p.exited:
+		t.Fatalf("envoy-compat exited: %v\n%s", err, p.logs)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("envoy-compat did not start:\n%s", p.logs)
+	}
+	return p
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func httpPost(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitFor polls cond every 50 ms for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// writeFileAtomic replaces path, as ConfigMap updates and editors do.
+func writeFileAtomic(t *testing.T, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compatConfig uses constructs the native loader refuses: a middle
+// wildcard, share_threshold, quota_mode, metadata and unit month.
+const compatConfig = `domain: edge
+descriptors:
+  - key: route
+    value: /api/*/items
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: plan
+    value: gold
+    quota_mode: true
+    metadata: {tier: gold}
+    rate_limit: {unit: month, requests_per_unit: 100}
+`
+
+func TestEnvoyCompatBinary(t *testing.T) {
+	rdb := redistest.Start(t)
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
+	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
+		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "CACHE_KEY_PREFIX=t1_")
+
+	waitFor(t, "healthcheck OK", func() bool {
+		code, body := httpGet(t, "http://"+p.http+"/healthcheck")
+		return code == 200 && body == "OK"
+	})
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hr, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc health: %v, %v", hr, err)
+	}
+
+	// POST /json: two requests fit (share_threshold: both routes share one counter), the third is 429.
+	body := func(route string) string {
+		return `{"domain":"edge","descriptors":[{"entries":[{"key":"route","value":"` + route + `"}]}]}`
+	}
+	for i, route := range []string{"/api/v1/items", "/api/v2/items", "/api/v3/items"} {
+		code, out := httpPost(t, "http://"+p.http+"/json", body(route))
+		want := 200
+		if i == 2 {
+			want = 429
+		}
+		if code != want {
+			t.Fatalf("POST /json %s: %d %s, want %d", route, code, out, want)
+		}
+	}
+	if code, _ := httpPost(t, "http://"+p.http+"/json", "{not json"); code != 400 {
+		t.Errorf("bad JSON: %d, want 400", code)
+	}
+	// The counter is theirs: prefix, domain, entry with the wildcard, window start.
+	keys := rdb.Client(t).Keys(context.Background(), "t1_edge_route_/api/*/items_*").Val()
+	if len(keys) != 1 || rdb.Client(t).Get(context.Background(), keys[0]).Val() != "3" {
+		t.Errorf("counter keys %v, want one holding 3", keys)
+	}
+
+	// gRPC ShouldRateLimit, month unit and quota_mode.
+	rc := rlspb.NewRateLimitServiceClient(conn)
+	resp, err := rc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "plan", Value: "gold"}}}}})
+	if err != nil || resp.GetOverallCode() != rlspb.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 99 ||
+		resp.GetStatuses()[0].GetCurrentLimit().GetUnit() != rlspb.RateLimitResponse_RateLimit_MONTH {
+		t.Fatalf("ShouldRateLimit: %v, %v", resp, err)
+	}
+	if len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Errorf("headers %v without LIMIT_RESPONSE_HEADERS_ENABLED", resp.GetResponseHeadersToAdd())
+	}
+
+	// Debug port: /rlconfig and /metrics.
+	if _, out := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(out, "edge.plan_gold: unit=MONTH requests_per_unit=100") {
+		t.Errorf("/rlconfig:\n%s", out)
+	}
+	if _, out := httpGet(t, "http://"+p.debug+"/metrics"); !strings.Contains(out, `floodgate_envoy_hits_total{domain="edge",key="route_/api/*/items",stat="over_limit"} 1`) {
+		t.Errorf("/metrics lacks the over_limit count:\n%s", out)
+	}
+
+	// Reload: a new limit applies; a bad file is refused and the last good one stays.
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), strings.Replace(compatConfig, "requests_per_unit: 100", "requests_per_unit: 7", 1))
+	waitFor(t, "reload", func() bool {
+		_, out := httpGet(t, "http://"+p.debug+"/rlconfig")
+		return strings.Contains(out, "requests_per_unit=7")
+	})
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n")
+	waitFor(t, "rejection logged", func() bool { return strings.Contains(p.logs.String(), "Error loading new configuration") })
+	if _, out := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(out, "requests_per_unit=7") {
+		t.Errorf("after a bad file /rlconfig:\n%s", out)
+	}
+
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+}
+
+func TestEnvoyCompatRefusesBadSettings(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"NEAR_LIMIT_RATIO=abc", "NEAR_LIMIT_RATIO"},
+		{"BACKEND_TYPE=memcache", "memcached is not supported"},
+		{"CONFIG_TYPE=GRPC_XDS_SOTW", "only FILE"},
+		{"REDIS_TYPE=ring", "REDIS_TYPE=ring"},
+	} {
+		cmd := exec.Command(binary(t), "envoy-compat")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:1", tc.env}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %v\n%s\nwant a failure naming %q", tc.env, err, out, tc.want)
+		}
+	}
+}

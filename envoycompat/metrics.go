@@ -1,0 +1,126 @@
+package envoycompat
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus equivalents of envoyproxy/ratelimit's stats.
+// The per-limit counters are labelled by domain and key, the limit's stats
+// key without the domain (from the configuration, so bounded, unless
+// detailed_metric or value_to_metric put request values in it, or Envoy
+// sends limit overrides); at most MaxSeries distinct (domain, key) pairs
+// get their own series, later ones are counted under key "_other".
+type Metrics struct {
+	perLimit       *prometheus.CounterVec
+	notFound       *prometheus.CounterVec
+	serviceError   prometheus.Counter
+	redisError     prometheus.Counter
+	globalShadow   prometheus.Counter
+	configLoad     *prometheus.CounterVec
+	mu             sync.Mutex
+	series         map[[2]string]bool
+	notFoundSeries map[string]bool
+	max            int
+}
+
+// MaxSeries bounds the label pairs of the per-limit counters and the
+// domains of floodgate_envoy_domain_not_found_total.
+const MaxSeries = 2000
+
+const otherLabel = "_other"
+
+// stat names, the values of label stat.
+const (
+	statTotalHits      = "total_hits"
+	statOverLimit      = "over_limit"
+	statNearLimit      = "near_limit"
+	statWithinLimit    = "within_limit"
+	statShadowMode     = "shadow_mode"
+	statOverLimitLocal = "over_limit_with_local_cache"
+)
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		perLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_envoy_hits_total",
+			Help: "Hits (request costs) per configured limit, by envoyproxy/ratelimit stat: total_hits, within_limit, near_limit, over_limit, over_limit_with_local_cache, shadow_mode.",
+		}, []string{"domain", "key", "stat"}),
+		notFound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_envoy_domain_not_found_total",
+			Help: "Descriptors of requests naming a domain that is not configured.",
+		}, []string{"domain"}),
+		serviceError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_envoy_should_rate_limit_errors_total", Help: "ShouldRateLimit calls answered with an error, by type.",
+			ConstLabels: prometheus.Labels{"err_type": "service_error"},
+		}),
+		redisError: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_envoy_should_rate_limit_errors_total", Help: "ShouldRateLimit calls answered with an error, by type.",
+			ConstLabels: prometheus.Labels{"err_type": "redis_error"},
+		}),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_envoy_global_shadow_mode_total",
+			Help: "Requests answered OK only because SHADOW_MODE is on.",
+		}),
+		configLoad: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_envoy_config_load_total",
+			Help: "Configuration loads, by result: success or error.",
+		}, []string{"result"}),
+		series:         map[[2]string]bool{},
+		notFoundSeries: map[string]bool{},
+		max:            MaxSeries,
+	}
+	for _, c := range []prometheus.Collector{m.perLimit, m.notFound, m.serviceError, m.redisError, m.globalShadow, m.configLoad} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ConfigLoaded counts a configuration load.
+func (m *Metrics) ConfigLoaded(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.configLoad.WithLabelValues("success").Inc()
+	} else {
+		m.configLoad.WithLabelValues("error").Inc()
+	}
+}
+
+func (m *Metrics) add(l *Limit, stat string, n uint64) {
+	if m == nil || n == 0 {
+		return
+	}
+	full := l.MetricKey()
+	domain, key, _ := strings.Cut(full, ".")
+	m.mu.Lock()
+	k := [2]string{domain, key}
+	if !m.series[k] {
+		if len(m.series) >= m.max {
+			k[1] = otherLabel
+		} else {
+			m.series[k] = true
+		}
+	}
+	m.mu.Unlock()
+	m.perLimit.WithLabelValues(k[0], k[1], stat).Add(float64(n))
+}
+
+func (m *Metrics) domainNotFound(domain string) {
+	m.mu.Lock()
+	if !m.notFoundSeries[domain] {
+		if len(m.notFoundSeries) >= m.max {
+			domain = otherLabel
+		} else {
+			m.notFoundSeries[domain] = true
+		}
+	}
+	m.mu.Unlock()
+	m.notFound.WithLabelValues(domain).Inc()
+}

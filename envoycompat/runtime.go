@@ -1,0 +1,137 @@
+package envoycompat
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Runtime locates the configuration files as envoyproxy/ratelimit's
+// runtime loader does (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY,
+// RUNTIME_APPDIRECTORY, RUNTIME_IGNOREDOTFILES, RUNTIME_WATCH_ROOT).
+//
+// With WatchRoot, every file below Root/Subdirectory whose key starts with
+// AppDirectory+"." is read; without it, every file below
+// Root/Subdirectory/AppDirectory. A file's key is its path relative to the
+// walked directory with "/" replaced by "." (for example
+// "config.basic.yaml"). Symbolic links to files are followed, symbolic
+// links to directories are not; with IgnoreDotFiles, names starting with
+// "." are skipped (set it for Kubernetes ConfigMap volumes, whose "..data"
+// directories would otherwise be read as well).
+type Runtime struct {
+	Root, Subdirectory, AppDirectory string
+	IgnoreDotFiles, WatchRoot        bool
+}
+
+// RuntimeOf returns the runtime layout the settings name.
+func (s Settings) RuntimeOf() Runtime {
+	return Runtime{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory, AppDirectory: s.RuntimeAppDirectory,
+		IgnoreDotFiles: s.RuntimeIgnoreDotFiles, WatchRoot: s.RuntimeWatchRoot}
+}
+
+// MaxFiles bounds the files one load reads.
+const MaxFiles = 10_000
+
+func (r Runtime) dir() string {
+	if r.WatchRoot {
+		return filepath.Join(r.Root, r.Subdirectory)
+	}
+	return filepath.Join(r.Root, r.Subdirectory, r.AppDirectory)
+}
+
+// Files reads the configuration files, sorted by key (theirs reads them
+// in no fixed order). Unreadable entries are skipped, as theirs skips
+// them; a missing directory gives no files.
+func (r Runtime) Files() ([]File, error) {
+	dir := r.dir()
+	var out []File
+	err := filepath.Walk(dir, func(path string, info fs.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		if r.IgnoreDotFiles && strings.HasPrefix(info.Name(), ".") && path != dir {
+			if info.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if info.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return nil
+		}
+		key := strings.ReplaceAll(filepath.ToSlash(rel), "/", ".")
+		if r.WatchRoot && !strings.HasPrefix(key, r.AppDirectory+".") {
+			return nil
+		}
+		if len(out) >= MaxFiles {
+			return fmt.Errorf("more than %d files below %s", MaxFiles, dir)
+		}
+		data, err := readLimited(path)
+		if err != nil {
+			return nil
+		}
+		out = append(out, File{Name: key, Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func readLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	if st.Size() > MaxFileSize {
+		// read enough for Load to report the size
+		return make([]byte, MaxFileSize+1), nil
+	}
+	return os.ReadFile(path)
+}
+
+// Signature summarises what a reload depends on: with WatchRoot, where the
+// Root symbolic link points (theirs reloads only when Root is replaced);
+// otherwise the names, sizes and modification times of the files. A
+// change of signature triggers a reload.
+func (r Runtime) Signature() string {
+	h := sha256.New()
+	if r.WatchRoot {
+		target, _ := os.Readlink(r.Root)
+		st, err := os.Lstat(r.Root)
+		fmt.Fprintf(h, "%s\x00", target)
+		if err == nil {
+			fmt.Fprintf(h, "%d\x00", st.ModTime().UnixNano())
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	dir := r.dir()
+	_ = filepath.Walk(dir, func(path string, info fs.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", path, info.Size(), info.ModTime().UnixNano())
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if st, err := os.Stat(path); err == nil {
+				fmt.Fprintf(h, "%d\x00%d\x00", st.Size(), st.ModTime().UnixNano())
+			}
+		}
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))
+}

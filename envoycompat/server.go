@@ -1,0 +1,223 @@
+package envoycompat
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Health components, as theirs names them.
+const (
+	ComponentRedis   = "redis"
+	ComponentConfig  = "config"
+	ComponentSigterm = "sigterm"
+)
+
+// HealthService is the gRPC health service name whose status follows the
+// components (theirs: "ratelimit").
+const HealthService = "ratelimit"
+
+// Health is the service's health: healthy when every component is. It
+// answers GET /healthcheck ("OK", or 500) and sets the gRPC health status
+// of HealthService. Safe for concurrent use.
+type Health struct {
+	mu    sync.Mutex
+	comps map[string]bool
+	ok    atomic.Bool
+	grpc  *health.Server
+}
+
+// NewHealth starts with redis unhealthy, config unhealthy when
+// needConfig (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), sigterm healthy.
+func NewHealth(gs *health.Server, needConfig bool) *Health {
+	h := &Health{comps: map[string]bool{ComponentRedis: false, ComponentSigterm: true}, grpc: gs}
+	if needConfig {
+		h.comps[ComponentConfig] = false
+	}
+	h.update()
+	return h
+}
+
+// Set marks a component healthy or not; components NewHealth did not
+// create are ignored.
+func (h *Health) Set(component string, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, known := h.comps[component]; !known {
+		return
+	}
+	h.comps[component] = ok
+	h.update()
+}
+
+func (h *Health) update() {
+	all := true
+	for _, ok := range h.comps {
+		all = all && ok
+	}
+	h.ok.Store(all)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if all {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	h.grpc.SetServingStatus(HealthService, st)
+}
+
+// Healthy reports whether every component is healthy.
+func (h *Health) Healthy() bool { return h.ok.Load() }
+
+// ServeHTTP answers 200 "OK" when healthy, else 500.
+func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	if h.ok.Load() {
+		_, _ = w.Write([]byte("OK"))
+		return
+	}
+	w.WriteHeader(http.StatusInternalServerError)
+}
+
+// maxJSONBody bounds a POST /json body.
+const maxJSONBody = 1 << 20
+
+// HTTPHandler serves their main HTTP port: /json (a RateLimitRequest in
+// protobuf JSON; the RateLimitResponse back, 429 when OVER_LIMIT, 400 for
+// a request that cannot be read or is refused) and /healthcheck.
+func (s *Service) HTTPHandler(h *Health) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/healthcheck", h)
+	mux.HandleFunc("/json", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		var req rlspb.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch resp.GetOverallCode() {
+		case rlspb.RateLimitResponse_UNKNOWN:
+			w.WriteHeader(http.StatusInternalServerError)
+		case rlspb.RateLimitResponse_OVER_LIMIT:
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		_, _ = w.Write(out)
+	})
+	return mux
+}
+
+// DebugHandler serves their debug port: /rlconfig (the configuration in
+// force, one line per limit), /metrics (Prometheus) and / (the list).
+func (s *Service) DebugHandler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	endpoints := map[string]string{
+		"/rlconfig": "print out the currently loaded configuration for debugging",
+		"/metrics":  "Prometheus metrics",
+	}
+	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+		if c := s.Config(); c != nil {
+			_, _ = io.WriteString(w, c.Dump())
+		}
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		keys := make([]string, 0, len(endpoints))
+		for k := range endpoints {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s: %s\n", k, endpoints[k])
+		}
+	})
+	return mux
+}
+
+// Reloader loads the runtime directory into a Service and reloads it when
+// it changes, as their file provider does: a configuration that fails to
+// load is logged and counted, and the one in force stays.
+type Reloader struct {
+	Runtime Runtime
+	Merge   bool
+	Service *Service
+	Metrics *Metrics
+	Health  *Health // config component; may be nil
+	// HealthyWithConfig marks the config component healthy only when the
+	// loaded configuration has a domain (their
+	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	HealthyWithConfig bool
+	Log               *slog.Logger
+
+	sig string
+}
+
+// Load reads and applies the configuration once; the error says why it
+// was not applied.
+func (r *Reloader) Load() error {
+	r.sig = r.Runtime.Signature()
+	files, err := r.Runtime.Files()
+	if err == nil {
+		var cfg *Config
+		cfg, err = Load(files, r.Merge)
+		if err == nil {
+			for _, w := range cfg.Warnings() {
+				r.Log.Warn("envoy-compat configuration: " + w)
+			}
+			r.Service.SetConfig(cfg)
+			r.Metrics.ConfigLoaded(true)
+			if r.Health != nil && r.HealthyWithConfig {
+				r.Health.Set(ComponentConfig, !cfg.Empty())
+			}
+			names := make([]string, len(files))
+			for i, f := range files {
+				names[i] = f.Name
+			}
+			r.Log.Info("Successfully loaded new configuration", "files", names, "domains", cfg.Domains())
+			return nil
+		}
+	}
+	r.Metrics.ConfigLoaded(false)
+	r.Log.Error("Error loading new configuration; keeping the one in force", "error", err)
+	return err
+}
+
+// Watch reloads whenever the runtime signature changes, polling every
+// interval, until ctx ends.
+func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if sig := r.Runtime.Signature(); sig != r.sig {
+			_ = r.Load()
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package envoycompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+// Options configures a Service: each field is the envoyproxy/ratelimit
+// setting named in its comment. The zero value of every field but Store is
+// that setting's zero, not its default: Settings.Options fills the
+// defaults.
+type Options struct {
+	// Store holds the counters (required).
+	Store Store
+	// CacheKeyPrefix starts every counter key (CACHE_KEY_PREFIX).
+	CacheKeyPrefix string
+	// ExpirationJitterMax adds a random [0, ExpirationJitterMax) whole
+	// seconds to each counter's time to live
+	// (EXPIRATION_JITTER_MAX_SECONDS).
+	ExpirationJitterMax time.Duration
+	// LocalCacheBytes, when positive, remembers counters found over their
+	// limit until their window ends, answering them without the store
+	// (LOCAL_CACHE_SIZE_IN_BYTES).
+	LocalCacheBytes int
+	// NearLimitRatio is the share of a limit above which hits count as
+	// near_limit (NEAR_LIMIT_RATIO).
+	NearLimitRatio float32
+	// StopIncrementWhenOverLimit stops counting a request in every
+	// descriptor but the ones it takes over their limit
+	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	StopIncrementWhenOverLimit bool
+	// GlobalShadowMode answers OK overall whatever the descriptors say
+	// (SHADOW_MODE).
+	GlobalShadowMode bool
+	// GlobalQuotaMode treats every descriptor as quota_mode (QUOTA_MODE).
+	GlobalQuotaMode bool
+	// ResponseHeaders adds the limit, remaining and reset headers of the
+	// descriptor closest to its limit (LIMIT_RESPONSE_HEADERS_ENABLED),
+	// named LimitHeader, RemainingHeader and ResetHeader
+	// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+	ResponseHeaders                           bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// DynamicMetadata adds the request and the metadata of the passed
+	// descriptors to the answer's dynamic_metadata
+	// (RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
+	// Metrics counts decisions; nil counts nothing.
+	Metrics *Metrics
+	// Now returns the current time; default time.Now.
+	Now func() time.Time
+}
+
+// Service answers Envoy's ShouldRateLimit as envoyproxy/ratelimit does,
+// with its fixed windows and counter keys. It is safe for concurrent use.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+
+	opts  Options
+	cfg   atomic.Pointer[Config]
+	local *overCache
+	rndMu sync.Mutex
+	rnd   *rand.Rand
+}
+
+// RequestError is a request envoyproxy/ratelimit refuses (their service
+// error): an empty domain, no descriptors, or no configuration loaded.
+type RequestError struct{ Msg string }
+
+func (e *RequestError) Error() string { return e.Msg }
+
+// NewService returns a Service without configuration: until SetConfig,
+// every request is refused with "no rate limit configuration loaded".
+func NewService(opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, errors.New("envoycompat: Options.Store is required")
+	}
+	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 || math.IsNaN(float64(opts.NearLimitRatio)) {
+		return nil, fmt.Errorf("envoycompat: NearLimitRatio %v out of range 0..1", opts.NearLimitRatio)
+	}
+	if opts.ExpirationJitterMax < 0 {
+		return nil, fmt.Errorf("envoycompat: ExpirationJitterMax %v is negative", opts.ExpirationJitterMax)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Service{opts: opts, local: newOverCache(opts.LocalCacheBytes), rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}, nil
+}
+
+// SetConfig makes cfg the configuration later requests are decided under.
+func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+
+// Config returns the configuration in force; nil before SetConfig.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// Register registers s on a gRPC server.
+func (s *Service) Register(gs *grpc.Server) { rlspb.RegisterRateLimitServiceServer(gs, s) }
+
+// ShouldRateLimit implements the RateLimitService API. A *RequestError or
+// a store error is returned as is (gRPC code Unknown, as theirs).
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	resp, err := s.decide(ctx, req)
+	if m := s.opts.Metrics; m != nil && err != nil {
+		var re *RequestError
+		if errors.As(err, &re) {
+			m.serviceError.Inc()
+		} else {
+			m.redisError.Inc()
+		}
+	}
+	return resp, err
+}
+
+func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, &RequestError{"rate limit domain must not be empty"}
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, &RequestError{"rate limit descriptor list must not be empty"}
+	}
+	cfg := s.cfg.Load()
+	if cfg == nil {
+		return nil, &RequestError{"no rate limit configuration loaded"}
+	}
+	n := len(req.GetDescriptors())
+	if _, ok := cfg.domains[req.GetDomain()]; !ok && s.opts.Metrics != nil {
+		for range n { // theirs counts each descriptor looked up
+			s.opts.Metrics.domainNotFound(req.GetDomain())
+		}
+	}
+	limits := make([]*Limit, n)
+	unlimited := make([]bool, n)
+	replaced := map[string]bool{}
+	for i, d := range req.GetDescriptors() {
+		l := cfg.Match(req.GetDomain(), d)
+		if l == nil {
+			continue
+		}
+		for _, r := range l.Replaces {
+			replaced[r] = true
+		}
+		if l.Unlimited {
+			unlimited[i] = true
+			continue
+		}
+		limits[i] = l
+	}
+	for i, l := range limits {
+		if l != nil && l.Name != "" && replaced[l.Name] {
+			limits[i] = nil
+		}
+	}
+	statuses, err := s.doLimit(ctx, req, limits)
+	if err != nil {
+		return nil, err
+	}
+	return s.answer(req, limits, unlimited, statuses), nil
+}
+
+// answer assembles the response from the descriptor statuses.
+func (s *Service) answer(req *rlspb.RateLimitRequest, limits []*Limit, unlimited []bool, statuses []*rlspb.RateLimitResponse_DescriptorStatus) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(statuses))}
+	minRemaining := uint32(math.MaxUint32)
+	var closest *rlspb.RateLimitResponse_DescriptorStatus
+	var passed []int
+	failedRate, failedQuota, quota := 0, 0, 0
+	for i, st := range statuses {
+		if s.opts.ResponseHeaders && st.GetCurrentLimit() != nil && st.GetLimitRemaining() < minRemaining {
+			closest, minRemaining = st, st.GetLimitRemaining()
+		}
+		if unlimited[i] {
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		resp.Statuses[i] = st
+		isQuota := s.opts.GlobalQuotaMode || (limits[i] != nil && limits[i].Quota)
+		if st.GetCode() == rlspb.RateLimitResponse_OVER_LIMIT {
+			if isQuota {
+				failedQuota++
+			} else {
+				failedRate++
+				closest, minRemaining = st, 0
+			}
+		} else {
+			passed = append(passed, i)
+		}
+		if isQuota {
+			quota++
+		}
+	}
+	code := rlspb.RateLimitResponse_OK
+	if failedRate > 0 || (quota > 0 && quota == failedQuota) {
+		code = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	if s.opts.ResponseHeaders && closest != nil {
+		resp.ResponseHeadersToAdd = []*core.HeaderValue{
+			{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(closest.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+			{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(closest.GetLimitRemaining()), 10)},
+			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(resetSeconds(closest.GetCurrentLimit().GetUnit(), s.opts.Now().Unix()), 10)},
+		}
+	}
+	if code == rlspb.RateLimitResponse_OVER_LIMIT && s.opts.GlobalShadowMode {
+		code = rlspb.RateLimitResponse_OK
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.globalShadow.Inc()
+		}
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, passed, limits)
+	}
+	resp.OverallCode = code
+	return resp
+}
+
+// unitSeconds is the length of a unit in seconds (a month is 30 days, a
+// year 365), 0 for UNKNOWN.
+func unitSeconds(u rlspb.RateLimitResponse_RateLimit_Unit) int64 {
+	switch u {
+	case rlspb.RateLimitResponse_RateLimit_SECOND:
+		return 1
+	case rlspb.RateLimitResponse_RateLimit_MINUTE:
+		return 60
+	case rlspb.RateLimitResponse_RateLimit_HOUR:
+		return 3600
+	case rlspb.RateLimitResponse_RateLimit_DAY:
+		return 86400
+	case rlspb.RateLimitResponse_RateLimit_WEEK:
+		return 7 * 86400
+	case rlspb.RateLimitResponse_RateLimit_MONTH:
+		return 30 * 86400
+	case rlspb.RateLimitResponse_RateLimit_YEAR:
+		return 365 * 86400
+	}
+	return 0
+}
+
+// resetSeconds is the whole seconds until the current window of unit ends.
+func resetSeconds(u rlspb.RateLimitResponse_RateLimit_Unit, unix int64) int64 {
+	d := unitSeconds(u)
+	if d == 0 {
+		return 0
+	}
+	return d - unix%d
+}
+
+// hitsAddends returns each descriptor's cost: its own hits_addend when
+// set (0 included), else the request's, at least 1.
+func hitsAddends(req *rlspb.RateLimitRequest) []uint64 {
+	out := make([]uint64, len(req.GetDescriptors()))
+	for i, d := range req.GetDescriptors() {
+		if h := d.GetHitsAddend(); h != nil {
+			out[i] = h.GetValue()
+		} else {
+			out[i] = max(1, uint64(req.GetHitsAddend()))
+		}
+	}
+	return out
+}
+
+// CounterKey returns the counter key of a descriptor under l at unix
+// time now: the prefix, the domain, each entry as key_value_ (a
+// share_threshold wildcard standing for the value), and the start of the
+// current window in Unix seconds, as envoyproxy/ratelimit builds it.
+func CounterKey(prefix, domain string, entries []Entry, l *Limit, now int64) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteString(domain)
+	b.WriteByte('_')
+	for i, e := range entries {
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		v := e.Value
+		if i < len(l.sharePattern) && l.sharePattern[i] != "" {
+			v = l.sharePattern[i]
+		}
+		b.WriteString(v)
+		b.WriteByte('_')
+	}
+	d := unitSeconds(l.Proto.GetUnit())
+	b.WriteString(strconv.FormatInt(now/d*d, 10))
+	return b.String()
+}
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct{ Key, Value string }

@@ -1,0 +1,331 @@
+package envoycompat
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Settings are envoyproxy/ratelimit's environment settings that
+// `floodgate envoy-compat` reads, each with their default. Settings that
+// change nothing here (statsd, tracing, pipelining) are listed in
+// Ignored; settings for features Floodgate does not have are refused by
+// FromEnv when set to a value that would need them (Refused).
+type Settings struct {
+	Host, DebugHost, GrpcHost string
+	Port, DebugPort, GrpcPort int
+	GrpcUDS                   string
+	GrpcMaxConnectionAge      time.Duration
+	GrpcMaxConnectionAgeGrace time.Duration
+
+	LogLevel, LogFormat string
+
+	ForceStartWithoutInitialConfig    bool
+	HealthyWithAtLeastOneConfigLoaded bool
+
+	UsePrometheus  bool
+	PrometheusAddr string
+	PrometheusPath string
+
+	RuntimeRoot, RuntimeSubdirectory, RuntimeAppDirectory string
+	RuntimeIgnoreDotFiles, RuntimeWatchRoot               bool
+	MergeDomainConfig                                     bool
+
+	ExpirationJitterMaxSeconds         int64
+	LocalCacheSizeInBytes              int
+	NearLimitRatio                     float32
+	CacheKeyPrefix                     string
+	BackendType                        string
+	StopCacheKeyIncrementWhenOverlimit bool
+
+	ResponseHeadersEnabled                    bool
+	LimitHeader, RemainingHeader, ResetHeader string
+
+	GlobalShadowMode, GlobalQuotaMode, ResponseDynamicMetadata bool
+
+	Redis          RedisSettings
+	RedisPerSecond bool
+	PerSecond      RedisSettings
+}
+
+// RedisSettings are the REDIS_* (or REDIS_PERSECOND_*) settings of one
+// Redis.
+type RedisSettings struct {
+	SocketType   string // tcp or unix
+	Type         string // single, sentinel or cluster (any case)
+	URL          string
+	PoolSize     int
+	Auth         string // "password" or "user:password"
+	TLS          bool
+	SentinelAuth string
+	Timeout      time.Duration
+	// TLSClientCert, TLSClientKey, TLSCACert and TLSSkipHostnameVerification
+	// are shared by both Redis connections, as in theirs.
+	TLSClientCert, TLSClientKey, TLSCACert string
+	TLSSkipHostnameVerification            bool
+}
+
+// Ignored lists the settings read by envoyproxy/ratelimit that change
+// nothing in Floodgate, with why.
+var Ignored = map[string]string{
+	"USE_STATSD":                "no statsd: the same stats are Prometheus metrics on the debug port",
+	"STATSD_HOST":               "no statsd",
+	"STATSD_PORT":               "no statsd",
+	"USE_DOG_STATSD":            "no statsd",
+	"USE_DOG_STATSD_MOGRIFIERS": "no statsd",
+	"EXTRA_TAGS":                "no statsd",
+	"STATS_FLUSH_INTERVAL":      "Prometheus is scraped, not flushed",
+	"DISABLE_STATS":             "metrics cost nothing until scraped",
+	"PROMETHEUS_MAPPER_YAML":    "metric names are fixed (docs/envoy.md)",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "no response time histogram",
+	"REDIS_PIPELINE_WINDOW":                        "each request is one transaction; nothing to batch",
+	"REDIS_PIPELINE_LIMIT":                         "deprecated in theirs too",
+	"REDIS_PERSECOND_PIPELINE_WINDOW":              "as REDIS_PIPELINE_WINDOW",
+	"REDIS_PERSECOND_PIPELINE_LIMIT":               "as REDIS_PIPELINE_LIMIT",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           "the cluster client sends to every node at once",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "as REDIS_CLUSTER_PIPELINE_PARALLELISM",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "health follows the first successful PING",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 "WAIT is the only behaviour (theirs refuses the others too)",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "as REDIS_POOL_ON_EMPTY_BEHAVIOR",
+	"REDIS_STARTUP_INITIAL_INTERVAL":               "the service starts without waiting for Redis; health says when it is reachable",
+	"REDIS_STARTUP_MAX_INTERVAL":                   "as REDIS_STARTUP_INITIAL_INTERVAL",
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":               "as REDIS_STARTUP_INITIAL_INTERVAL",
+	"TRACING_ENABLED":                              "no OpenTelemetry tracing",
+	"TRACING_SERVICE_NAME":                         "no tracing",
+	"TRACING_SERVICE_NAMESPACE":                    "no tracing",
+	"TRACING_SERVICE_INSTANCE_ID":                  "no tracing",
+	"TRACING_EXPORTER_PROTOCOL":                    "no tracing",
+	"TRACING_SAMPLING_RATE":                        "no tracing",
+}
+
+// FromEnv reads the settings with lookup (os.LookupEnv in the binary). A
+// malformed value, or a setting asking for a feature Floodgate lacks
+// (CONFIG_TYPE other than FILE, BACKEND_TYPE memcache, gRPC server TLS),
+// is an error naming the variable: the service must not start doing
+// something else than the deployment asks.
+func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
+	e := &envReader{lookup: lookup}
+	s := Settings{
+		Host:                      e.str("HOST", "0.0.0.0"),
+		Port:                      e.port("PORT", 8080),
+		DebugHost:                 e.str("DEBUG_HOST", "0.0.0.0"),
+		DebugPort:                 e.port("DEBUG_PORT", 6070),
+		GrpcUDS:                   e.str("GRPC_UDS", ""),
+		GrpcHost:                  e.str("GRPC_HOST", "0.0.0.0"),
+		GrpcPort:                  e.port("GRPC_PORT", 8081),
+		GrpcMaxConnectionAge:      e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
+		GrpcMaxConnectionAgeGrace: e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
+		LogLevel:                  e.str("LOG_LEVEL", "WARN"),
+		LogFormat:                 e.str("LOG_FORMAT", "text"),
+
+		ForceStartWithoutInitialConfig:    e.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
+		HealthyWithAtLeastOneConfigLoaded: e.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+
+		UsePrometheus:  e.boolean("USE_PROMETHEUS", false),
+		PrometheusAddr: e.str("PROMETHEUS_ADDR", ":9090"),
+		PrometheusPath: e.str("PROMETHEUS_PATH", "/metrics"),
+
+		RuntimeRoot:           e.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		RuntimeSubdirectory:   e.str("RUNTIME_SUBDIRECTORY", ""),
+		RuntimeAppDirectory:   e.str("RUNTIME_APPDIRECTORY", "config"),
+		RuntimeIgnoreDotFiles: e.boolean("RUNTIME_IGNOREDOTFILES", false),
+		RuntimeWatchRoot:      e.boolean("RUNTIME_WATCH_ROOT", true),
+		MergeDomainConfig:     e.boolean("MERGE_DOMAIN_CONFIG", false),
+
+		ExpirationJitterMaxSeconds:         e.int64("EXPIRATION_JITTER_MAX_SECONDS", 300),
+		LocalCacheSizeInBytes:              int(e.int64("LOCAL_CACHE_SIZE_IN_BYTES", 0)),
+		NearLimitRatio:                     e.float32("NEAR_LIMIT_RATIO", 0.8),
+		CacheKeyPrefix:                     e.str("CACHE_KEY_PREFIX", ""),
+		BackendType:                        e.str("BACKEND_TYPE", "redis"),
+		StopCacheKeyIncrementWhenOverlimit: e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false),
+
+		ResponseHeadersEnabled: e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false),
+		LimitHeader:            e.str("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+		RemainingHeader:        e.str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+		ResetHeader:            e.str("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+
+		GlobalShadowMode:        e.boolean("SHADOW_MODE", false),
+		GlobalQuotaMode:         e.boolean("QUOTA_MODE", false),
+		ResponseDynamicMetadata: e.boolean("RESPONSE_DYNAMIC_METADATA", false),
+		RedisPerSecond:          e.boolean("REDIS_PERSECOND", false),
+	}
+	tlsCert, tlsKey, tlsCA := e.str("REDIS_TLS_CLIENT_CERT", ""), e.str("REDIS_TLS_CLIENT_KEY", ""), e.str("REDIS_TLS_CACERT", "")
+	skip := e.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)
+	s.Redis = RedisSettings{
+		SocketType: e.str("REDIS_SOCKET_TYPE", "unix"), Type: e.str("REDIS_TYPE", "SINGLE"),
+		URL: e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), PoolSize: int(e.int64("REDIS_POOL_SIZE", 10)),
+		Auth: e.str("REDIS_AUTH", ""), TLS: e.boolean("REDIS_TLS", false), SentinelAuth: e.str("REDIS_SENTINEL_AUTH", ""),
+		Timeout:       e.duration("REDIS_TIMEOUT", 10*time.Second),
+		TLSClientCert: tlsCert, TLSClientKey: tlsKey, TLSCACert: tlsCA, TLSSkipHostnameVerification: skip,
+	}
+	s.PerSecond = RedisSettings{
+		SocketType: e.str("REDIS_PERSECOND_SOCKET_TYPE", "unix"), Type: e.str("REDIS_PERSECOND_TYPE", "SINGLE"),
+		URL: e.str("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock"), PoolSize: int(e.int64("REDIS_PERSECOND_POOL_SIZE", 10)),
+		Auth: e.str("REDIS_PERSECOND_AUTH", ""), TLS: e.boolean("REDIS_PERSECOND_TLS", false), SentinelAuth: e.str("REDIS_PERSECOND_SENTINEL_AUTH", ""),
+		Timeout:       e.duration("REDIS_PERSECOND_TIMEOUT", 10*time.Second),
+		TLSClientCert: tlsCert, TLSClientKey: tlsKey, TLSCACert: tlsCA, TLSSkipHostnameVerification: skip,
+	}
+	if ct := e.str("CONFIG_TYPE", "FILE"); ct != "FILE" && e.err == nil {
+		e.err = fmt.Errorf("CONFIG_TYPE=%s: only FILE is supported (no xDS configuration source)", ct)
+	}
+	if e.boolean("GRPC_SERVER_USE_TLS", false) && e.err == nil {
+		e.err = fmt.Errorf("GRPC_SERVER_USE_TLS=true: gRPC server TLS is not supported in envoy-compat; terminate TLS in front of it")
+	}
+	if e.err != nil {
+		return Settings{}, e.err
+	}
+	return s, s.validate()
+}
+
+func (s Settings) validate() error {
+	switch strings.ToLower(s.BackendType) {
+	case "redis", "", "memory":
+	case "memcache":
+		return fmt.Errorf("BACKEND_TYPE=memcache: memcached is not supported; use redis")
+	default:
+		return fmt.Errorf("BACKEND_TYPE=%s: want redis (or memory, Floodgate's in-process store)", s.BackendType)
+	}
+	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 || math.IsNaN(float64(s.NearLimitRatio)) {
+		return fmt.Errorf("NEAR_LIMIT_RATIO=%v: want 0..1", s.NearLimitRatio)
+	}
+	if s.ExpirationJitterMaxSeconds < 0 {
+		return fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS=%d: must not be negative", s.ExpirationJitterMaxSeconds)
+	}
+	if s.LocalCacheSizeInBytes < 0 {
+		return fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES=%d: must not be negative", s.LocalCacheSizeInBytes)
+	}
+	for name, h := range map[string]string{"LIMIT_LIMIT_HEADER": s.LimitHeader, "LIMIT_REMAINING_HEADER": s.RemainingHeader, "LIMIT_RESET_HEADER": s.ResetHeader} {
+		if s.ResponseHeadersEnabled && !validHeader(h) {
+			return fmt.Errorf("%s=%q: not a valid header name", name, h)
+		}
+	}
+	return nil
+}
+
+func validHeader(h string) bool {
+	if h == "" || len(h) > 256 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Addresses returns the HTTP, debug and gRPC listen addresses (gRPC may be
+// a unix socket path, GRPC_UDS).
+func (s Settings) Addresses() (http, debug, grpc string) {
+	grpc = net.JoinHostPort(s.GrpcHost, strconv.Itoa(s.GrpcPort))
+	if s.GrpcUDS != "" {
+		grpc = s.GrpcUDS
+	}
+	return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)), net.JoinHostPort(s.DebugHost, strconv.Itoa(s.DebugPort)), grpc
+}
+
+// Options returns the service options the settings ask for.
+func (s Settings) Options() Options {
+	return Options{
+		CacheKeyPrefix:             s.CacheKeyPrefix,
+		ExpirationJitterMax:        time.Duration(s.ExpirationJitterMaxSeconds) * time.Second,
+		LocalCacheBytes:            s.LocalCacheSizeInBytes,
+		NearLimitRatio:             s.NearLimitRatio,
+		StopIncrementWhenOverLimit: s.StopCacheKeyIncrementWhenOverlimit,
+		GlobalShadowMode:           s.GlobalShadowMode,
+		GlobalQuotaMode:            s.GlobalQuotaMode,
+		ResponseHeaders:            s.ResponseHeadersEnabled,
+		LimitHeader:                s.LimitHeader,
+		RemainingHeader:            s.RemainingHeader,
+		ResetHeader:                s.ResetHeader,
+		DynamicMetadata:            s.ResponseDynamicMetadata,
+	}
+}
+
+// envReader reads variables, keeping the first error.
+type envReader struct {
+	lookup func(string) (string, bool)
+	err    error
+}
+
+func (e *envReader) raw(name string) (string, bool) {
+	v, ok := e.lookup(name)
+	return v, ok && v != ""
+}
+
+func (e *envReader) fail(name, v, want string) {
+	if e.err == nil {
+		e.err = fmt.Errorf("%s=%q: want %s", name, v, want)
+	}
+}
+
+func (e *envReader) str(name, def string) string {
+	if v, ok := e.lookup(name); ok {
+		return v
+	}
+	return def
+}
+
+func (e *envReader) boolean(name string, def bool) bool {
+	v, ok := e.raw(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, v, "true or false")
+	}
+	return b
+}
+
+func (e *envReader) int64(name string, def int64) int64 {
+	v, ok := e.raw(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 0, 64)
+	if err != nil {
+		e.fail(name, v, "an integer")
+	}
+	return n
+}
+
+func (e *envReader) port(name string, def int) int {
+	n := e.int64(name, int64(def))
+	if n < 0 || n > 65535 {
+		e.fail(name, strconv.FormatInt(n, 10), "a port number 0..65535")
+	}
+	return int(n)
+}
+
+func (e *envReader) float32(name string, def float32) float32 {
+	v, ok := e.raw(name)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 32)
+	if err != nil {
+		e.fail(name, v, "a number")
+	}
+	return float32(f)
+}
+
+func (e *envReader) duration(name string, def time.Duration) time.Duration {
+	v, ok := e.raw(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.ParseInt(v, 10, 64) // envconfig reads a bare integer as nanoseconds
+		if nerr != nil {
+			e.fail(name, v, "a duration such as 10s")
+		}
+		d = time.Duration(n)
+	}
+	return d
+}

@@ -1,0 +1,246 @@
+package envoycompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Op is one counter update: add N to the counter Key, creating it with
+// time to live TTL, and report the counter's value after the addition in
+// Result.
+type Op struct {
+	Key string
+	N   uint64
+	TTL time.Duration
+	// PerSecond marks a counter of a per-second limit (see
+	// RedisStore.PerSecond).
+	PerSecond bool
+	// Result is set by Incr.
+	Result uint64
+}
+
+// Store holds fixed-window counters. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Incr applies every op and sets each Result. On error some ops may
+	// have been applied.
+	Incr(ctx context.Context, ops []*Op) error
+	// Get returns the current value of each counter (0 when absent).
+	Get(ctx context.Context, ops []*Op) ([]uint64, error)
+}
+
+// RedisStore keeps the counters in Redis under envoyproxy/ratelimit's
+// keys, so that both services count on the same keys: each update is
+// INCRBY then EXPIRE of the key, in one MULTI/EXEC transaction (theirs
+// pipelines the same two commands without a transaction; with the
+// transaction a counter can never be left without its time to live).
+type RedisStore struct {
+	// Client holds every counter, or every counter of a limit longer
+	// than a second when PerSecond is set.
+	Client redis.UniversalClient
+	// PerSecond, when not nil, holds the counters of per-second limits
+	// (their REDIS_PERSECOND).
+	PerSecond redis.UniversalClient
+}
+
+func (s *RedisStore) client(perSecond bool) redis.UniversalClient {
+	if perSecond && s.PerSecond != nil {
+		return s.PerSecond
+	}
+	return s.Client
+}
+
+// Incr implements Store.
+func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
+	for _, perSecond := range []bool{false, true} {
+		c := s.client(perSecond)
+		if perSecond && c == s.Client {
+			break
+		}
+		var mine []*Op
+		for _, op := range ops {
+			if s.client(op.PerSecond) == c {
+				mine = append(mine, op)
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		cmds := make([]*redis.IntCmd, len(mine))
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i, op := range mine {
+				cmds[i] = p.IncrBy(ctx, op.Key, int64(op.N))
+				p.Expire(ctx, op.Key, op.TTL)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		for i, op := range mine {
+			v, err := cmds[i].Result()
+			if err != nil || v < 0 {
+				return fmt.Errorf("redis: INCRBY %s: %v (value %d)", op.Key, err, v)
+			}
+			op.Result = uint64(v)
+		}
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *RedisStore) Get(ctx context.Context, ops []*Op) ([]uint64, error) {
+	out := make([]uint64, len(ops))
+	for i, op := range ops {
+		v, err := s.client(op.PerSecond).Get(ctx, op.Key).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis: GET %s: %w", op.Key, err)
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("redis: GET %s: not a counter: %q", op.Key, v)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// MemoryStore keeps the counters in process, for one instance or tests.
+// At most MaxKeys counters live at once; when full, expired ones are
+// dropped, and if none is expired Incr fails rather than forgetting a
+// live counter. The zero value is ready (MaxKeys 0 means 1,000,000).
+type MemoryStore struct {
+	// MaxKeys bounds the live counters.
+	MaxKeys int
+	// Now returns the current time; default time.Now.
+	Now func() time.Time
+
+	mu sync.Mutex
+	m  map[string]memEntry
+}
+
+type memEntry struct {
+	n   uint64
+	exp time.Time
+}
+
+// ErrStoreFull is returned by MemoryStore.Incr when MaxKeys live counters
+// exist.
+var ErrStoreFull = errors.New("envoycompat: memory store full")
+
+func (s *MemoryStore) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Incr implements Store.
+func (s *MemoryStore) Incr(_ context.Context, ops []*Op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]memEntry{}
+	}
+	now := s.now()
+	limit := s.MaxKeys
+	if limit <= 0 {
+		limit = 1_000_000
+	}
+	for _, op := range ops {
+		e, ok := s.m[op.Key]
+		if ok && !now.Before(e.exp) {
+			e, ok = memEntry{}, false
+		}
+		if !ok && len(s.m) >= limit {
+			for k, o := range s.m {
+				if !now.Before(o.exp) {
+					delete(s.m, k)
+				}
+			}
+			if len(s.m) >= limit {
+				return ErrStoreFull
+			}
+		}
+		e.n += op.N
+		e.exp = now.Add(op.TTL)
+		s.m[op.Key] = e
+		op.Result = e.n
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *MemoryStore) Get(_ context.Context, ops []*Op) ([]uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]uint64, len(ops))
+	for i, op := range ops {
+		if e, ok := s.m[op.Key]; ok && now.Before(e.exp) {
+			out[i] = e.n
+		}
+	}
+	return out, nil
+}
+
+// overCache remembers counters found over their limit until their window
+// ends (their LOCAL_CACHE_SIZE_IN_BYTES), so that later requests for them
+// are answered OVER_LIMIT without asking the store. It holds at most max
+// keys; when full, expired keys are dropped, then new keys are not
+// remembered.
+type overCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]time.Time
+}
+
+func newOverCache(bytes int) *overCache {
+	if bytes <= 0 {
+		return nil
+	}
+	// about 64 bytes of overhead per entry besides the key
+	return &overCache{max: max(bytes/128, 1), m: map[string]time.Time{}}
+}
+
+func (c *overCache) has(key string, now time.Time) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	exp, ok := c.m[key]
+	if ok && !now.Before(exp) {
+		delete(c.m, key)
+		return false
+	}
+	return ok
+}
+
+func (c *overCache) add(key string, ttl time.Duration, now time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		for k, exp := range c.m {
+			if !now.Before(exp) {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) >= c.max {
+			return
+		}
+	}
+	c.m[key] = now.Add(ttl)
+}
