@@ -56,8 +56,8 @@ func TestAssignments(t *testing.T) {
 }
 
 // TestRedisAssignmentsCache: lookups are cached for the TTL, so another
-// instance's change shows up after it, and a stale entry is served while
-// Redis is down.
+// instance's change shows up after it; while Redis is down a lookup fails
+// and LastKnown keeps the last answer, however old.
 func TestRedisAssignmentsCache(t *testing.T) {
 	ctx := context.Background()
 	rs := redistest.Start(t)
@@ -83,8 +83,14 @@ func TestRedisAssignmentsCache(t *testing.T) {
 	time.Sleep(250 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if tier, ok, err := a.Tier(ctx, "user", "u"); !ok || tier != "pro" || err != nil {
-		t.Fatalf("stale entry with Redis down: %q %v %v", tier, ok, err)
+	if _, _, err := a.Tier(ctx, "user", "u"); err == nil {
+		t.Fatal("expired lookup with Redis down did not fail")
+	}
+	if tier, ok, found := a.LastKnown("user", "u"); !found || !ok || tier != "pro" {
+		t.Fatalf("last known with Redis down: %q %v %v", tier, ok, found)
+	}
+	if _, _, found := a.LastKnown("user", "never-seen"); found {
+		t.Fatal("last known tier of an identity never looked up")
 	}
 	if _, _, err := a.Tier(ctx, "user", "never-seen"); err == nil {
 		t.Fatal("uncached lookup with Redis down did not fail")
@@ -167,4 +173,42 @@ func TestRedisSettingsConnect(t *testing.T) {
 		}
 		ping(t, config.Redis{ClusterAddrs: cl.Addrs[:1]})
 	})
+}
+
+// TestRedisAssignmentsGuard: every Redis read goes through Guard, whose
+// refusal is Tier's error; cached answers do not.
+func TestRedisAssignmentsGuard(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	keys, _ := config.KeysFor(fmt.Sprintf("ag%d", time.Now().UnixNano()))
+	refuse := errors.New("breaker open")
+	var calls int
+	var closed bool
+	a, err := config.NewRedisAssignments(rs.Client(t), keys.Tiers, config.RedisAssignmentsOptions{TTL: time.Hour,
+		Guard: func(ctx context.Context, key string, fn func(context.Context) error) error {
+			calls++
+			if key != keys.Tiers {
+				t.Errorf("guard key %q, want %q", key, keys.Tiers)
+			}
+			if closed {
+				return refuse
+			}
+			return fn(ctx)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetTier(ctx, "user", "u", "pro"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Tier(ctx, "user", "v"); err != nil || calls != 1 {
+		t.Fatalf("lookup: %v, %d guarded calls", err, calls)
+	}
+	closed = true
+	if tier, _, err := a.Tier(ctx, "user", "u"); err != nil || tier != "pro" || calls != 1 {
+		t.Fatalf("cached lookup: %q %v, %d guarded calls", tier, err, calls)
+	}
+	if _, _, err := a.Tier(ctx, "user", "w"); !errors.Is(err, refuse) {
+		t.Fatalf("refused lookup: %v, want the guard's error", err)
+	}
 }

@@ -102,14 +102,22 @@ type RedisAssignmentsOptions struct {
 	// MaxEntries caps the cache. When it is full, expired entries are
 	// dropped, and if none are, the whole cache is. Default 100,000.
 	MaxEntries int
+	// Guard, if set, runs every Redis read (fn) of a lookup, for example
+	// through the circuit breaker of the limiter's store
+	// (fallback.Store.Call), so that lookups are not sent to a Redis known
+	// to be down; key is the assignments' hash key. Its error is Tier's.
+	Guard func(ctx context.Context, key string, fn func(ctx context.Context) error) error
 }
 
 // RedisAssignments keeps tier assignments in a Redis hash (field
 // "dimension=value", value the tier name), shared by every instance, with a
-// small in-process cache in front. When Redis fails, a stale cached entry
-// is served if there is one.
+// small in-process cache in front. When Redis fails, Tier returns the
+// error and LastKnown still has the last value seen, however old: cached
+// entries are replaced by newer answers, never dropped for age alone
+// (only when the cache is full).
 type RedisAssignments struct {
 	client redis.UniversalClient
+	guard  func(ctx context.Context, key string, fn func(ctx context.Context) error) error
 	key    string
 	ttl    time.Duration
 	max    int
@@ -138,10 +146,13 @@ func NewRedisAssignments(client redis.UniversalClient, key string, opts RedisAss
 	if opts.MaxEntries == 0 {
 		opts.MaxEntries = 100_000
 	}
-	return &RedisAssignments{client: client, key: key, ttl: opts.TTL, max: opts.MaxEntries, cache: map[string]cached{}}, nil
+	return &RedisAssignments{client: client, guard: opts.Guard, key: key, ttl: opts.TTL, max: opts.MaxEntries, cache: map[string]cached{}}, nil
 }
 
-// Tier implements Assignments.
+// Tier implements Assignments. An answer younger than the cache TTL is
+// served from the cache; otherwise Redis is asked (through Guard), and
+// when that fails Tier returns the error: see LastKnown for a stale
+// answer.
 func (a *RedisAssignments) Tier(ctx context.Context, dimension, value string) (string, bool, error) {
 	f, err := assignmentField(dimension, value)
 	if err != nil {
@@ -154,19 +165,44 @@ func (a *RedisAssignments) Tier(ctx context.Context, dimension, value string) (s
 	if hit && now.Before(c.expires) {
 		return c.tier, c.ok, nil
 	}
-	tier, err := a.client.HGet(ctx, a.key, f).Result()
+	var tier string
+	read := func(ctx context.Context) error {
+		var err error
+		tier, err = a.client.HGet(ctx, a.key, f).Result()
+		if errors.Is(err, redis.Nil) {
+			tier = ""
+			return nil
+		}
+		return err
+	}
+	if a.guard != nil {
+		err = a.guard(ctx, a.key, read)
+	} else {
+		err = read(ctx)
+	}
 	switch {
-	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return "", false, fmt.Errorf("config: reading tier assignment: %w", err)
+	case tier == "":
 		a.remember(f, cached{expires: now.Add(a.ttl)})
 		return "", false, nil
-	case err != nil:
-		if hit {
-			return c.tier, c.ok, nil
-		}
-		return "", false, fmt.Errorf("config: reading tier assignment: %w", err)
 	}
 	a.remember(f, cached{tier: tier, ok: true, expires: now.Add(a.ttl)})
 	return tier, true, nil
+}
+
+// LastKnown returns the last answer Tier or SetTier saw for value under
+// dimension, however old, and found false when there is none: what to use
+// while Redis cannot be read.
+func (a *RedisAssignments) LastKnown(dimension, value string) (tier string, ok, found bool) {
+	f, err := assignmentField(dimension, value)
+	if err != nil {
+		return "", false, false
+	}
+	a.mu.Lock()
+	c, hit := a.cache[f]
+	a.mu.Unlock()
+	return c.tier, c.ok, hit
 }
 
 func (a *RedisAssignments) remember(f string, c cached) {

@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"fmt"
+	"context"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -39,8 +40,24 @@ func (s BreakerState) String() string {
 // documented defaults.
 type BreakerOptions struct {
 	// FailureThreshold is how many consecutive failed primary calls open
-	// the breaker. Default 5.
+	// the breaker. Default 20: a few timeouts in a row under CPU
+	// saturation must not send traffic to the fallback.
 	FailureThreshold int
+	// FailureRate opens the breaker when, over the last Window, at least
+	// MinCalls calls were made and at least this fraction of them failed.
+	// It catches a primary failing often but not every time. 0 means 0.5;
+	// a negative value disables it; at most 1.
+	FailureRate float64
+	// MinCalls is how many calls the last Window must hold before
+	// FailureRate applies. Default 20.
+	MinCalls int
+	// Window is the span over which FailureRate is measured, in ten
+	// slices. Default 10s; at least 10ms.
+	Window time.Duration
+	// ProbeInterval is the mean time between two background health probes
+	// while the breaker is open, when the Store has Options.Probe; each
+	// wait is jittered by ±Jitter. Default 200ms.
+	ProbeInterval time.Duration
 	// OpenFor is how long the breaker stays open the first time, before it
 	// lets probes through. Each failed probe doubles it, up to MaxOpenFor;
 	// closing resets it. Default 1s.
@@ -56,7 +73,8 @@ type BreakerOptions struct {
 	// Default 1.
 	HalfOpenProbes int
 	// ProbeSuccesses is how many successful probes close the breaker. A
-	// failed probe opens it again. Default 3.
+	// failed probe opens it again (or, for background probes, starts the
+	// count again). Default 3.
 	ProbeSuccesses int
 }
 
@@ -82,8 +100,35 @@ func (o *BreakerOptions) validate() error {
 	if o.ProbeSuccesses < 0 || o.ProbeSuccesses > 1000 {
 		return bad("probe successes %d out of range 0..1000", o.ProbeSuccesses)
 	}
+	if o.FailureRate > 1 || o.FailureRate != o.FailureRate {
+		return bad("failure rate %v above 1", o.FailureRate)
+	}
+	if o.MinCalls < 0 || o.MinCalls > 1_000_000 {
+		return bad("min calls %d out of range 0..1000000", o.MinCalls)
+	}
+	if o.Window != 0 && (o.Window < 10*time.Millisecond || o.Window > time.Hour) {
+		return bad("window %v out of range 10ms..1h", o.Window)
+	}
+	if o.ProbeInterval != 0 && (o.ProbeInterval < time.Millisecond || o.ProbeInterval > time.Minute) {
+		return bad("probe interval %v out of range 1ms..1m", o.ProbeInterval)
+	}
 	if o.FailureThreshold == 0 {
-		o.FailureThreshold = 5
+		o.FailureThreshold = 20
+	}
+	switch {
+	case o.FailureRate == 0:
+		o.FailureRate = 0.5
+	case o.FailureRate < 0:
+		o.FailureRate = 0
+	}
+	if o.MinCalls == 0 {
+		o.MinCalls = 20
+	}
+	if o.Window == 0 {
+		o.Window = 10 * time.Second
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 200 * time.Millisecond
 	}
 	if o.OpenFor == 0 {
 		o.OpenFor = time.Second
@@ -127,14 +172,28 @@ const (
 	verdictNeutral                // says nothing about the primary's health
 )
 
-// breaker is a consecutive-failure circuit breaker with a jittered,
-// exponentially growing open period and a bounded number of half-open
-// probes. It is safe for concurrent use.
+// windowSlices is the number of slices of BreakerOptions.Window.
+const windowSlices = 10
+
+// slice counts the calls of one slice of the failure-rate window.
+type slice struct {
+	index          int64 // which slice of time it counts (0: unused)
+	calls, failers int
+}
+
+// breaker is a circuit breaker that opens on consecutive failures or on a
+// failure rate over a sliding window. Without a background probe it lets
+// a bounded number of half-open probes through after a jittered,
+// exponentially growing open period; with one (prober), it stays open
+// until the background probes succeed, whatever the traffic. It is safe
+// for concurrent use.
 type breaker struct {
 	name     string // the partition it guards
 	opts     BreakerOptions
 	now      func() time.Time
 	onChange func(BreakerState)
+	epoch    time.Time
+	prober   *prober // nil: probes are calls let through while half-open
 
 	mu        sync.Mutex
 	state     BreakerState
@@ -144,6 +203,16 @@ type breaker struct {
 	openFor   time.Duration
 	openUntil time.Time // end of the open period (monotonic reading)
 	rnd       *rand.Rand
+	window    [windowSlices]slice
+	probing   bool // a background probe loop is running
+}
+
+// prober runs background health probes of an open breaker's partition.
+type prober struct {
+	probe   func(ctx context.Context) error
+	timeout time.Duration // of one probe
+	stop    <-chan struct{}
+	wg      *sync.WaitGroup
 }
 
 func newBreaker(name string, opts BreakerOptions, now func() time.Time, onChange func(BreakerState)) *breaker {
@@ -152,6 +221,7 @@ func newBreaker(name string, opts BreakerOptions, now func() time.Time, onChange
 		opts:     opts,
 		now:      now,
 		onChange: onChange,
+		epoch:    now(),
 		openFor:  opts.OpenFor,
 		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
@@ -165,7 +235,7 @@ func (b *breaker) acquire() ticket {
 	case BreakerClosed:
 		return ticketNormal
 	case BreakerOpen:
-		if b.now().Before(b.openUntil) {
+		if b.prober != nil || b.now().Before(b.openUntil) {
 			return ticketDenied
 		}
 		b.setState(BreakerHalfOpen)
@@ -190,9 +260,10 @@ func (b *breaker) release(t ticket, v verdict) {
 		switch v {
 		case verdictSuccess:
 			b.failures = 0
+			b.count(false)
 		case verdictFailure:
 			b.failures++
-			if b.failures >= b.opts.FailureThreshold {
+			if rate := b.count(true); b.failures >= b.opts.FailureThreshold || rate {
 				b.open()
 			}
 		}
@@ -205,9 +276,7 @@ func (b *breaker) release(t ticket, v verdict) {
 		case verdictSuccess:
 			b.successes++
 			if b.successes >= b.opts.ProbeSuccesses {
-				b.failures = 0
-				b.openFor = b.opts.OpenFor
-				b.setState(BreakerClosed)
+				b.close()
 			}
 		case verdictFailure:
 			b.openFor = min(2*b.openFor, b.opts.MaxOpenFor)
@@ -216,14 +285,100 @@ func (b *breaker) release(t ticket, v verdict) {
 	}
 }
 
-// open starts an open period of b.openFor, jittered. b.mu is held.
-func (b *breaker) open() {
-	d := b.openFor
+// count records a call made while closed in the failure-rate window and
+// reports whether the window's failure rate now opens the breaker. b.mu is
+// held.
+func (b *breaker) count(failed bool) bool {
+	width := b.opts.Window / windowSlices
+	idx := int64(b.now().Sub(b.epoch)/width) + 1
+	sl := &b.window[idx%windowSlices]
+	if sl.index != idx {
+		*sl = slice{index: idx}
+	}
+	sl.calls++
+	if failed {
+		sl.failers++
+	}
+	if !failed || b.opts.FailureRate == 0 {
+		return false
+	}
+	calls, failers := 0, 0
+	for _, w := range b.window {
+		if w.index > idx-windowSlices {
+			calls += w.calls
+			failers += w.failers
+		}
+	}
+	return calls >= b.opts.MinCalls && float64(failers) >= b.opts.FailureRate*float64(calls)
+}
+
+// close returns to central counting, forgetting past failures. b.mu is
+// held.
+func (b *breaker) close() {
+	b.failures = 0
+	b.openFor = b.opts.OpenFor
+	b.window = [windowSlices]slice{}
+	b.setState(BreakerClosed)
+}
+
+// jittered spreads d by ±Jitter. b.mu is held.
+func (b *breaker) jittered(d time.Duration) time.Duration {
 	if j := b.opts.Jitter; j > 0 {
 		d = time.Duration(float64(d) * (1 + j*(2*b.rnd.Float64()-1)))
 	}
-	b.openUntil = b.now().Add(d)
+	return d
+}
+
+// open starts an open period of b.openFor, jittered, or, with a prober,
+// starts the background probes. b.mu is held.
+func (b *breaker) open() {
+	b.openUntil = b.now().Add(b.jittered(b.openFor))
 	b.setState(BreakerOpen)
+	if b.prober != nil && !b.probing {
+		b.probing = true
+		b.prober.wg.Add(1)
+		go b.probeLoop()
+	}
+}
+
+// probeLoop probes the primary every ProbeInterval (jittered) until
+// ProbeSuccesses probes in a row succeed, then closes the breaker. It
+// stops early when the Store is closed.
+func (b *breaker) probeLoop() {
+	defer b.prober.wg.Done()
+	ok := 0
+	for {
+		b.mu.Lock()
+		wait := b.jittered(b.opts.ProbeInterval)
+		b.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-b.prober.stop:
+			t.Stop()
+			b.mu.Lock()
+			b.probing = false
+			b.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.prober.timeout)
+		err := b.prober.probe(ctx)
+		cancel()
+		if err != nil {
+			ok = 0
+			continue
+		}
+		if ok++; ok < b.opts.ProbeSuccesses {
+			continue
+		}
+		b.mu.Lock()
+		b.probing = false
+		if b.state == BreakerOpen {
+			b.close()
+		}
+		b.mu.Unlock()
+		return
+	}
 }
 
 // setState changes the state and reports the change. b.mu is held, so
@@ -253,6 +408,9 @@ func (b *breaker) snapshot() (BreakerState, time.Duration) {
 // the breaker lets probes through, or one base open period when it is not
 // open.
 func (b *breaker) retryHint() time.Duration {
+	if b.prober != nil {
+		return b.opts.ProbeInterval * time.Duration(b.opts.ProbeSuccesses)
+	}
 	if _, wait := b.snapshot(); wait > 0 {
 		return wait
 	}

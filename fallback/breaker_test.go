@@ -139,6 +139,10 @@ func TestBreakerOptionsValidate(t *testing.T) {
 		{"jitter too large", BreakerOptions{Jitter: 1}},
 		{"negative probes", BreakerOptions{HalfOpenProbes: -1}},
 		{"negative successes", BreakerOptions{ProbeSuccesses: -2}},
+		{"failure rate above 1", BreakerOptions{FailureRate: 1.5}},
+		{"negative min calls", BreakerOptions{MinCalls: -1}},
+		{"window too short", BreakerOptions{Window: time.Millisecond}},
+		{"probe interval too long", BreakerOptions{ProbeInterval: time.Hour}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.opts.validate(); err == nil {
@@ -150,8 +154,69 @@ func TestBreakerOptionsValidate(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := BreakerOptions{FailureThreshold: 5, OpenFor: time.Second, MaxOpenFor: 30 * time.Second, Jitter: 0.2, HalfOpenProbes: 1, ProbeSuccesses: 3}
+	want := BreakerOptions{FailureThreshold: 20, FailureRate: 0.5, MinCalls: 20, Window: 10 * time.Second, ProbeInterval: 200 * time.Millisecond,
+		OpenFor: time.Second, MaxOpenFor: 30 * time.Second, Jitter: 0.2, HalfOpenProbes: 1, ProbeSuccesses: 3}
 	if o != want {
 		t.Fatalf("defaults %+v, want %+v", o, want)
+	}
+}
+
+// TestBreakerIgnoresScatteredTimeouts replays what CPU saturation did to
+// the old breaker (5 consecutive failures opened it): bursts of 5 timeouts
+// among successes. With the defaults (20 in a row, or half of at least 20
+// calls over 10s) it stays closed.
+func TestBreakerIgnoresScatteredTimeouts(t *testing.T) {
+	b, clk, changes := newTestBreaker(t, BreakerOptions{})
+	for round := range 40 {
+		for i := range 25 {
+			v := verdictSuccess
+			if i < 5 {
+				v = verdictFailure
+			}
+			tk := b.acquire()
+			if tk != ticketNormal {
+				t.Fatalf("round %d call %d: ticket %d, want a normal call (closed)", round, i, tk)
+			}
+			b.release(tk, v)
+			clk.advance(10 * time.Millisecond)
+		}
+	}
+	if len(*changes) != 0 {
+		t.Fatalf("state changes %v under 20%% scattered failures, want none", *changes)
+	}
+}
+
+// TestBreakerFailureRate opens on a high failure rate even when failures
+// never come 20 in a row, and not before MinCalls calls.
+func TestBreakerFailureRate(t *testing.T) {
+	b, clk, _ := newTestBreaker(t, BreakerOptions{})
+	for i := range 19 {
+		v := verdictFailure
+		if i%3 == 2 {
+			v = verdictSuccess
+		}
+		b.release(b.acquire(), v)
+		clk.advance(10 * time.Millisecond)
+	}
+	if st, _ := b.snapshot(); st != BreakerClosed {
+		t.Fatalf("after 19 calls (13 failed): %v, want closed below MinCalls", st)
+	}
+	b.release(b.acquire(), verdictFailure)
+	if st, _ := b.snapshot(); st != BreakerOpen {
+		t.Fatalf("after 20 calls, 14 failed: %v, want open", st)
+	}
+	// Old failures leave the window: after 10s a fresh start.
+	b2, clk2, _ := newTestBreaker(t, BreakerOptions{})
+	for range 15 {
+		b2.release(b2.acquire(), verdictFailure)
+		b2.release(b2.acquire(), verdictSuccess)
+	}
+	clk2.advance(11 * time.Second)
+	for range 10 {
+		b2.release(b2.acquire(), verdictSuccess)
+	}
+	b2.release(b2.acquire(), verdictFailure)
+	if st, _ := b2.snapshot(); st != BreakerClosed {
+		t.Fatalf("failures older than the window still counted: %v", st)
 	}
 }

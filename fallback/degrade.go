@@ -177,7 +177,7 @@ func (s *Store) localPolicy(p floodgate.Policy) (floodgate.Policy, error) {
 		}
 		return q, nil
 	}
-	return scalePolicy(p, s.instances, s.factor), nil
+	return scalePolicy(p, int(s.instances.Load()), s.factor), nil
 }
 
 // scalePolicy returns p with its limit and burst multiplied by

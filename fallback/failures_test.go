@@ -16,7 +16,7 @@ import (
 )
 
 func TestIndeterminateIsNotRetried(t *testing.T) {
-	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 100}})
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 100, FailureRate: -1}})
 	// The primary applies the decision, then the connection drops.
 	f.primary.set(fmt.Errorf("%w: read: connection reset by peer", floodgate.ErrIndeterminate), true, false)
 	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
@@ -243,5 +243,126 @@ func TestPartitionedBreakers(t *testing.T) {
 	}
 	if got := primary.calls.Load(); got != 12 {
 		t.Fatalf("primary called %d times, want 10 for B + 2 for A before its breaker opened", got)
+	}
+}
+
+// TestBackgroundProbesCloseTheBreaker: with Options.Probe, an open breaker
+// sends no request to the primary (every decision is local at once), and
+// background probes close it soon after the primary is healthy again,
+// however long it was down: no open period doubling up to 30s.
+func TestBackgroundProbesCloseTheBreaker(t *testing.T) {
+	var healthy atomic.Bool
+	var probes atomic.Int64
+	f := newFixture(t, fallback.Options{
+		Now: time.Now,
+		Breaker: fallback.BreakerOptions{FailureThreshold: 3, ProbeInterval: 5 * time.Millisecond, ProbeSuccesses: 3,
+			OpenFor: time.Second, MaxOpenFor: time.Hour},
+		Probe: func(ctx context.Context, partition string) error {
+			probes.Add(1)
+			if partition != fallback.DefaultPartition {
+				t.Errorf("probe of partition %q", partition)
+			}
+			if !healthy.Load() {
+				return errors.New("down")
+			}
+			return nil
+		},
+	})
+	t.Cleanup(f.store.Close)
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 1000, time.Hour))
+	f.primary.set(fmt.Errorf("%w: refused", floodgate.ErrStoreUnavailable), false, false)
+	for range 3 {
+		f.allow(t, p, "u1", 1)
+	}
+	if f.store.BreakerState() != fallback.BreakerOpen {
+		t.Fatalf("breaker %v after 3 failures", f.store.BreakerState())
+	}
+	f.primary.set(nil, false, false) // back, but only probes may find out
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if _, o := f.allow(t, p, "u1", 1); o.Reason != fallback.ReasonBreakerOpen {
+			t.Fatalf("outcome %+v while open and probes fail", o)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.primary.calls.Load(); got != 3 {
+		t.Fatalf("primary called %d times, want 3: requests are not probes", got)
+	}
+	if n := probes.Load(); n < 5 {
+		t.Fatalf("%d background probes in 300ms at a 5ms interval", n)
+	}
+	healthy.Store(true)
+	start := time.Now()
+	for f.store.BreakerState() != fallback.BreakerClosed {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("breaker still open 10s after the probes started succeeding")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("closed %v after the primary was healthy (3 probes at 5ms)", time.Since(start))
+	if _, o := f.allow(t, p, "u1", 1); o.Degraded {
+		t.Fatalf("decision after closing degraded: %+v", o)
+	}
+	f.store.Close()
+	f.store.Close()
+}
+
+// TestCallGoesThroughTheBreaker: Store.Call counts failures toward
+// opening the breaker, refuses at once while it is open, and ignores
+// caller errors.
+func TestCallGoesThroughTheBreaker(t *testing.T) {
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 2, OpenFor: time.Hour}})
+	ctx := context.Background()
+	calls := 0
+	bad := func(context.Context) error { calls++; return fmt.Errorf("%w: nope", floodgate.ErrInvalidKey) }
+	down := func(context.Context) error { calls++; return errors.New("connection refused") }
+	for range 5 {
+		if err := f.store.Call(ctx, "", bad); !errors.Is(err, floodgate.ErrInvalidKey) {
+			t.Fatalf("Call = %v", err)
+		}
+	}
+	if f.store.BreakerState() != fallback.BreakerClosed {
+		t.Fatal("caller errors opened the breaker")
+	}
+	_ = f.store.Call(ctx, "", down)
+	_ = f.store.Call(ctx, "k", down)
+	if f.store.BreakerState() != fallback.BreakerOpen {
+		t.Fatalf("breaker %v after 2 failed calls", f.store.BreakerState())
+	}
+	before := calls
+	if err := f.store.Call(ctx, "", down); !errors.Is(err, fallback.ErrBreakerOpen) || calls != before {
+		t.Fatalf("Call while open = %v (fn called %d times), want ErrBreakerOpen without a call", err, calls-before)
+	}
+	// Decisions see the same breaker.
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	if _, o := f.allow(t, p, "u1", 1); o.Reason != fallback.ReasonBreakerOpen {
+		t.Fatalf("decision after Call failures: %+v, want breaker_open", o)
+	}
+}
+
+// TestSetInstancesAndModeFor: the local limit follows SetInstances, and
+// ModeFor overrides Modes at every decision.
+func TestSetInstancesAndModeFor(t *testing.T) {
+	var mode atomic.Value
+	mode.Store(fallback.Mode(0))
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1, OpenFor: time.Hour},
+		ModeFor: func(string) fallback.Mode { return mode.Load().(fallback.Mode) }})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 100, time.Hour))
+	f.primary.set(errors.New("down"), false, false)
+	f.store.SetInstances(4)
+	if got := f.store.Instances(); got != 4 {
+		t.Fatalf("Instances() = %d", got)
+	}
+	r, o := f.allow(t, p, "u1", 1)
+	if !o.Degraded || o.Mode != fallback.ModeLocal || r.Limit != 25 {
+		t.Fatalf("local decision with 4 instances: limit %d, outcome %+v; want 25, local", r.Limit, o)
+	}
+	f.store.SetInstances(0)
+	if got := f.store.Instances(); got != 1 {
+		t.Fatalf("SetInstances(0) gave %d, want 1", got)
+	}
+	mode.Store(fallback.ModeClosed)
+	if r, o := f.allow(t, p, "u2", 1); r.Allowed || o.Mode != fallback.ModeClosed {
+		t.Fatalf("ModeFor closed: allowed %v, outcome %+v", r.Allowed, o)
 	}
 }

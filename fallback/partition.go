@@ -22,16 +22,29 @@ type breakers struct {
 	now       func() time.Time
 	obs       Observer
 	partition func(ctx context.Context, key string) string
+	probe     func(ctx context.Context, partition string) error
+	probeTime time.Duration
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
 	shared    *breaker
 
 	mu sync.RWMutex
 	m  map[string]*breaker
 }
 
-func newBreakers(opts BreakerOptions, now func() time.Time, obs Observer, partition func(context.Context, string) string) *breakers {
-	b := &breakers{opts: opts, now: now, obs: obs, partition: partition, m: map[string]*breaker{}}
+func newBreakers(opts BreakerOptions, now func() time.Time, obs Observer, partition func(context.Context, string) string,
+	probe func(context.Context, string) error, probeTimeout time.Duration) *breakers {
+	b := &breakers{opts: opts, now: now, obs: obs, partition: partition, probe: probe, probeTime: probeTimeout,
+		stop: make(chan struct{}), m: map[string]*breaker{}}
 	b.shared = b.create(DefaultPartition)
 	return b
+}
+
+// close stops the background probes and waits for them to return.
+func (b *breakers) close() {
+	b.stopOnce.Do(func() { close(b.stop) })
+	b.wg.Wait()
 }
 
 // create returns a new breaker for partition name, reporting its state to
@@ -42,7 +55,14 @@ func (b *breakers) create(name string) *breaker {
 		onChange = func(s BreakerState) { b.obs.ObserveBreaker(name, s) }
 		b.obs.ObserveBreaker(name, BreakerClosed)
 	}
-	return newBreaker(name, b.opts, b.now, onChange)
+	br := newBreaker(name, b.opts, b.now, onChange)
+	if b.probe != nil {
+		br.prober = &prober{
+			probe:   func(ctx context.Context) error { return b.probe(ctx, name) },
+			timeout: b.probeTime, stop: b.stop, wg: &b.wg,
+		}
+	}
+	return br
 }
 
 // forKey returns the breaker guarding key.

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -65,6 +66,11 @@ type Options struct {
 	// Modes sets the failure mode per policy name, e.g. {"login": ModeClosed}.
 	// The map is copied by New.
 	Modes map[string]Mode
+	// ModeFor, if set, returns the failure mode of a policy, or 0 to let
+	// Modes and DefaultMode decide. It is asked at every degraded
+	// decision, so it can follow a configuration reloaded live (for
+	// example a policy's on_redis_failure). Keep it fast.
+	ModeFor func(policy string) Mode
 	// Budget bounds each primary call (the caller's deadline still applies
 	// when earlier). Zero means DefaultBudget (50ms); at most MaxBudget.
 	Budget time.Duration
@@ -97,6 +103,17 @@ type Options struct {
 	// Partition is called with the decision's context, already bounded by
 	// its budget.
 	Partition func(ctx context.Context, key string) string
+	// Probe, if set, checks the health of the primary's partition (see
+	// Partition; DefaultPartition without it), for example with a PING or
+	// a small write. While a breaker is open, Probe is called in the
+	// background every Breaker.ProbeInterval (jittered), whatever the
+	// traffic, each call bounded by Budget; after Breaker.ProbeSuccesses
+	// successes in a row the breaker closes. Requests are then never used
+	// as probes, and recovery takes about ProbeSuccesses × ProbeInterval
+	// after the primary is healthy, however long the outage. Call Close to
+	// stop the probes. Nil: probes are requests let through after the open
+	// period (Breaker.OpenFor, doubling up to MaxOpenFor).
+	Probe func(ctx context.Context, partition string) error
 	// OnFallback, if set, is called after every decision taken by a failure
 	// mode, with its reason and the primary's error (ErrBreakerOpen when
 	// the breaker kept the call from the primary), so the application can
@@ -117,9 +134,10 @@ type Store struct {
 
 	defMode    Mode
 	modes      map[string]Mode
+	modeFor    func(string) Mode
 	budget     time.Duration
 	budgets    map[string]time.Duration
-	instances  int
+	instances  atomic.Int64
 	factor     float64
 	localPol   func(floodgate.Policy) floodgate.Policy
 	onFallback func(Reason, error)
@@ -187,18 +205,35 @@ func New(primary, local floodgate.Store, opts Options) (*Store, error) {
 		local:      local,
 		defMode:    opts.DefaultMode,
 		modes:      modes,
+		modeFor:    opts.ModeFor,
 		budget:     opts.Budget,
 		budgets:    budgets,
-		instances:  opts.Instances,
 		factor:     opts.Factor,
 		localPol:   opts.LocalPolicy,
 		onFallback: opts.OnFallback,
 		obs:        opts.Observer,
 		now:        opts.Now,
 	}
-	s.breakers = newBreakers(opts.Breaker, opts.Now, opts.Observer, opts.Partition)
+	s.instances.Store(int64(opts.Instances))
+	s.breakers = newBreakers(opts.Breaker, opts.Now, opts.Observer, opts.Partition, opts.Probe, opts.Budget)
 	return s, nil
 }
+
+// Close stops the background health probes (Options.Probe) and waits for
+// them to return. The Store keeps deciding; an open breaker then stays
+// open. Close is safe to call more than once.
+func (s *Store) Close() { s.breakers.close() }
+
+// SetInstances changes the number of instances ModeLocal divides limits
+// by (see Options.Instances), for example to the live count of instances
+// heartbeating into Redis. n below 1 is taken as 1. Safe for concurrent
+// use; it applies to the next decision.
+func (s *Store) SetInstances(n int) {
+	s.instances.Store(int64(min(max(n, 1), 1_000_000)))
+}
+
+// Instances returns the number of instances ModeLocal divides limits by.
+func (s *Store) Instances() int { return int(s.instances.Load()) }
 
 func validBudget(what string, b time.Duration) error {
 	if b <= 0 || b > MaxBudget {
@@ -207,8 +242,14 @@ func validBudget(what string, b time.Duration) error {
 	return nil
 }
 
-// Mode returns the failure mode of the policy named name.
+// Mode returns the failure mode of the policy named name: ModeFor's
+// answer, else Modes', else DefaultMode.
 func (s *Store) Mode(name string) Mode {
+	if s.modeFor != nil {
+		if m := s.modeFor(name); m.valid() {
+			return m
+		}
+	}
 	if m, ok := s.modes[name]; ok {
 		return m
 	}
@@ -240,19 +281,26 @@ func (s *Store) BreakerStates() map[string]BreakerState { return s.breakers.stat
 
 // Decide implements floodgate.Store. It asks the primary store under the
 // layers' budget unless the breaker is open; when the primary fails it
-// decides by the failure mode and returns nil. It returns an error only
-// for invalid layers (the primary's floodgate.ErrInvalid* errors, returned
-// as they are), when the caller's context was cancelled (the primary's
-// error), or when ModeLocal's local store fails too (wrapping
+// decides by the failure mode and returns nil. A context whose deadline
+// has already passed is decided by the failure mode at once (ReasonTimeout)
+// without asking the primary. It returns an error only for invalid layers
+// (the primary's floodgate.ErrInvalid* errors, returned as they are), when
+// the caller's context was cancelled (the primary's error), or when ModeLocal's local store fails too (wrapping
 // floodgate.ErrStoreUnavailable and both errors).
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
 		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
 	}
+	o := outcomeFrom(ctx)
 	if err := ctx.Err(); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The caller's deadline passed before the decision (spent on
+			// earlier calls of the same request): no time to ask the
+			// primary, which is not to blame.
+			return s.degrade(ctx, o, s.breakers.shared, now, layers, out, ReasonTimeout, err)
+		}
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	o := outcomeFrom(ctx)
 	budget := s.Budget(layers[0].Policy.Name)
 	for _, l := range layers[1:] {
 		budget = min(budget, s.Budget(l.Policy.Name))
@@ -287,6 +335,44 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	}
 	br.release(t, verdictFailure)
 	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
+}
+
+// Call runs fn, a call to the primary's backend other than a decision (a
+// tier lookup, a quota or lease operation), through the circuit breaker of
+// key's partition (DefaultPartition when key is ""), so that it is not
+// made while the breaker is open and its failures count toward opening
+// it. It returns ErrBreakerOpen without calling fn when the breaker is
+// open, and otherwise fn's error. fn runs under ctx as given (no budget is
+// added): bound ctx as the operation needs. fn should return nil for
+// errors that say nothing about the backend's health (bad input, a reply
+// the caller does not like); an error after ctx was cancelled by the
+// caller is not counted either.
+func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	br := s.breakers.shared
+	if key != "" {
+		br = s.breakers.forKey(ctx, key)
+	}
+	if err := ctx.Err(); err != nil {
+		return err // the caller's time ran out before the call: not the backend's fault
+	}
+	t := br.acquire()
+	if t == ticketDenied {
+		return ErrBreakerOpen
+	}
+	start := time.Now()
+	err := fn(ctx)
+	if s.obs != nil {
+		s.obs.ObservePrimary(time.Since(start), err)
+	}
+	switch {
+	case err == nil:
+		br.release(t, verdictSuccess)
+	case isCallerError(err) || errors.Is(ctx.Err(), context.Canceled):
+		br.release(t, verdictNeutral)
+	default:
+		br.release(t, verdictFailure)
+	}
+	return err
 }
 
 // isCallerError reports errors caused by the request itself, which say

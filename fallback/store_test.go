@@ -191,7 +191,7 @@ func TestHealthyPrimaryDecides(t *testing.T) {
 
 func TestLocalModeWidensPerInstance(t *testing.T) {
 	// 10 instances, factor 2: each instance admits ceil(100/10×2) = 20.
-	f := newFixture(t, fallback.Options{Instances: 10, Factor: 2, Breaker: fallback.BreakerOptions{FailureThreshold: 1000}})
+	f := newFixture(t, fallback.Options{Instances: 10, Factor: 2, Breaker: fallback.BreakerOptions{FailureThreshold: 1000, FailureRate: -1}})
 	f.primary.set(fmt.Errorf("%w: dial tcp: connection refused", floodgate.ErrStoreUnavailable), false, false)
 	p := mustPolicy(t)(floodgate.NewSlidingWindow("api", 100, time.Hour))
 	admitted := 0
@@ -221,7 +221,7 @@ func TestLocalModeWidensPerInstance(t *testing.T) {
 func TestModesPerPolicy(t *testing.T) {
 	f := newFixture(t, fallback.Options{
 		Modes:   map[string]fallback.Mode{"login": fallback.ModeClosed, "bulk": fallback.ModeOpen},
-		Breaker: fallback.BreakerOptions{OpenFor: 3 * time.Second, Jitter: -1},
+		Breaker: fallback.BreakerOptions{FailureThreshold: 5, OpenFor: 3 * time.Second, Jitter: -1},
 	})
 	f.primary.set(errors.New("boom"), false, false)
 	login := mustPolicy(t)(floodgate.NewFixedWindow("login", 5, time.Minute))

@@ -110,7 +110,7 @@ func TestBlackhole(t *testing.T) {
 // (Redis's counter shows each request exactly once).
 func TestResetAfterWriteIsNotRetried(t *testing.T) {
 	leakCheck(t)
-	r, px, srv := proxied(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1000}})
+	r, px, srv := proxied(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1000, FailureRate: -1}})
 	p := policy(t, "api", 10)
 	// Make a connection and load the script first, so that the cut hits
 	// the decision itself.

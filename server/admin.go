@@ -356,10 +356,14 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every tier of a quota shares its usage; the tier only sets the
 	// limit the response reports.
-	tier := s.tierFor(r.Context(), cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
 	defer cancel()
-	res, err := eng.quota(op.quota.Name, tier).Restore(ctx, op.identity, *req.Used)
+	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
+	var res quota.Result
+	err = s.guard(ctx, func(ctx context.Context) (err error) {
+		res, err = eng.quota(op.quota.Name, tier).Restore(ctx, op.identity, *req.Used)
+		return err
+	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), err))
 		return

@@ -148,8 +148,9 @@ func decodeLease(cfg *config.Config, body []byte) (leaseOp, error) {
 // leaseTime formats a lease expiry.
 func leaseTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
-// leaseSetup decodes a concurrency request and finds its limiter and tier.
-func (s *Server) leaseSetup(w http.ResponseWriter, r *http.Request, decode func(*config.Config, []byte) (leaseOp, error)) (leaseOp, *concurrency.Limiter, string, bool) {
+// leaseSetup decodes a concurrency request and finds its limiter and tier;
+// ctx carries the request's decision deadline.
+func (s *Server) leaseSetup(ctx context.Context, w http.ResponseWriter, r *http.Request, decode func(*config.Config, []byte) (leaseOp, error)) (leaseOp, *concurrency.Limiter, string, bool) {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -166,7 +167,7 @@ func (s *Server) leaseSetup(w http.ResponseWriter, r *http.Request, decode func(
 		s.fail(w, r, err)
 		return op, nil, "", false
 	}
-	tier := s.tierFor(r.Context(), cfg, op.limit.Name, op.limit.Tiered(), op.limit.TierDimension, op.values)
+	tier := s.tierFor(ctx, cfg, op.limit.Name, op.limit.Tiered(), op.limit.TierDimension, op.values)
 	return op, eng.limiter(op.limit.Name, tier), tier, true
 }
 
@@ -176,13 +177,17 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	op, lim, tier, ok := s.leaseSetup(w, r, decodeAcquire)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	defer cancel()
+	op, lim, tier, ok := s.leaseSetup(ctx, w, r, decodeAcquire)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
-	defer cancel()
-	res, err := lim.Acquire(ctx, op.identity)
+	var res concurrency.Result
+	err = s.guard(ctx, func(ctx context.Context) (err error) {
+		res, err = lim.Acquire(ctx, op.identity)
+		return err
+	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), err))
 		return
@@ -205,13 +210,17 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	op, lim, _, ok := s.leaseSetup(w, r, decodeLease)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	defer cancel()
+	op, lim, _, ok := s.leaseSetup(ctx, w, r, decodeLease)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
-	defer cancel()
-	released, err := lim.Release(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
+	var released bool
+	err := s.guard(ctx, func(ctx context.Context) (err error) {
+		released, err = lim.Release(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
+		return err
+	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), err))
 		return
@@ -220,13 +229,17 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
-	op, lim, _, ok := s.leaseSetup(w, r, decodeLease)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	defer cancel()
+	op, lim, _, ok := s.leaseSetup(ctx, w, r, decodeLease)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
-	defer cancel()
-	lease, err := lim.Renew(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
+	var lease concurrency.Lease
+	err := s.guard(ctx, func(ctx context.Context) (err error) {
+		lease, err = lim.Renew(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
+		return err
+	})
 	if errors.Is(err, concurrency.ErrLeaseLost) {
 		s.fail(w, r, &problemError{status: http.StatusConflict, kind: "lease-lost",
 			detail: "lease " + strconv.Quote(clip(op.leaseID, 80)) + " is no longer held (released, or expired and its slot possibly taken): stop the work or acquire a new lease"})

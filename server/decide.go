@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/fallback"
 )
 
 // outcome is one decided check.
@@ -18,6 +19,7 @@ type outcome struct {
 	layers    []floodgate.Result
 	identity  []string // the identity each layer keyed on
 	shadowHit []bool   // shadow layers that would have denied
+	degraded  fallback.Outcome
 }
 
 // tierOf returns the tier applying to c (see tierFor): the identity's
@@ -27,11 +29,20 @@ func (s *Server) tierOf(ctx context.Context, cfg *config.Config, c check) string
 }
 
 // decide runs one check as one all-or-nothing decision over the policy's
-// layers. Shadow layers are decided and counted with the others, but never
-// deny: if only shadow layers denied, the enforced layers are decided again
-// without them (a second store call, made only in that case).
-func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (outcome, error) {
-	o := outcome{check: c, tier: s.tierOf(ctx, cfg, c)}
+// layers. ctx carries the request's decision deadline, which bounds the
+// tier lookup and the store calls together. Shadow layers are decided and
+// counted with the others, but never deny: if only shadow layers denied,
+// the enforced layers are decided again without them (a second store
+// call, made only in that case).
+func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o outcome, err error) {
+	var fo fallback.Outcome
+	ctx = fallback.NewContext(ctx, &fo)
+	o = outcome{check: c, tier: s.tierOf(ctx, cfg, c)}
+	defer func() {
+		if fo.Degraded {
+			o.degraded = fo
+		}
+	}()
 	specs, err := cfg.Specs(c.policy, o.tier, c.identity, c.peek)
 	if err != nil {
 		return o, badRequest("invalid-identity", "%s", err)
@@ -40,8 +51,6 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (outco
 	for i, sp := range specs {
 		o.identity[i] = sp.Identity
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.DecisionTimeout)
-	defer cancel()
 	dec, err := s.lim.AllowLayers(ctx, c.cost, specs...)
 	if err != nil {
 		return o, err
@@ -82,9 +91,13 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (outco
 		for j, i := range enforced {
 			sub[j] = specs[i]
 		}
+		first := fo
 		dec2, err := s.lim.AllowLayers(ctx, c.cost, sub...)
 		if err != nil {
 			return o, err
+		}
+		if first.Degraded && !fo.Degraded {
+			fo = first
 		}
 		for j, i := range enforced {
 			o.layers[i] = dec2.Layers[j]
@@ -170,6 +183,15 @@ type CheckResponse struct {
 	Reason string `json:"reason"`
 	// Layers are every layer's results, in configuration order.
 	Layers []LayerResult `json:"layers"`
+	// Degraded reports a decision taken by the policy's failure mode
+	// because Redis could not decide (down, slow, or its circuit breaker
+	// open); FailureMode (local, open or closed) and DegradedReason
+	// (timeout, unavailable, indeterminate, breaker_open or error) say
+	// how and why. Absent when Redis decided. The X-Floodgate-Degraded
+	// header carries the same, e.g. "local; reason=breaker_open".
+	Degraded       bool   `json:"degraded,omitempty"`
+	FailureMode    string `json:"failure_mode,omitempty"`
+	DegradedReason string `json:"degraded_reason,omitempty"`
 }
 
 func ceilSeconds(t time.Time) int64 {
@@ -213,6 +235,9 @@ func (o outcome) response() CheckResponse {
 	resp.RetryAfterMS, resp.DelayMS, resp.Binding, resp.Reason = b.RetryAfterMS, b.DelayMS, b.Name, b.Reason
 	if o.allowed {
 		resp.Reason, resp.RetryAfterMS = floodgate.ReasonNone.String(), 0
+	}
+	if o.degraded.Degraded {
+		resp.Degraded, resp.FailureMode, resp.DegradedReason = true, o.degraded.Mode.String(), o.degraded.Reason.String()
 	}
 	return resp
 }

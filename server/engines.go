@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate/concurrency"
@@ -77,30 +76,4 @@ func (e *engines) limiter(name, tier string) *concurrency.Limiter {
 		return l
 	}
 	return e.limiters[tierKey{name, ""}]
-}
-
-// tierFor returns the tier applying to a decision keyed by values: the
-// tier assigned to the value of tierDim when the limits are tiered and
-// the assignment names a configured tier, the default tier otherwise. A
-// failed lookup falls back to the default tier (and is logged): limits
-// stay enforced, at their default level. what names the policy, quota or
-// limit in the log.
-func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, tiered bool, tierDim string, values map[string]string) string {
-	if !tiered {
-		return cfg.DefaultTier()
-	}
-	v, ok := values[tierDim]
-	if !ok {
-		return cfg.DefaultTier()
-	}
-	t, ok, err := s.assign.Tier(ctx, tierDim, v)
-	if err != nil {
-		s.metrics.tierErrors.Inc()
-		s.log.Warn("tier lookup failed; using the default tier", "policy", what, "error", err)
-		return cfg.DefaultTier()
-	}
-	if !ok || !cfg.HasTier(t) {
-		return cfg.DefaultTier()
-	}
-	return t
 }

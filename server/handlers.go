@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/metrics"
 )
 
@@ -83,7 +84,7 @@ func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
 		reason = "indeterminate"
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
 			detail: "the rate limit store failed after the request was sent; it may have been counted: " + err.Error()}
-	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull):
+	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = "store_unavailable"
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
 			detail: "the rate limit store is unavailable; nothing was counted: " + err.Error()}
@@ -124,7 +125,15 @@ func (s *Server) record(o outcome, route string) {
 // denied) of a decision.
 func setHeaders(h http.Header, resp CheckResponse) {
 	setRateHeaders(h, resp.Limit, resp.Remaining, resp.Reset, resp.Allowed, resp.RetryAfterMS)
+	if resp.Degraded {
+		h.Set(DegradedHeader, resp.FailureMode+"; reason="+resp.DegradedReason)
+	}
 }
+
+// DegradedHeader is set on a decision taken by the policy's failure mode
+// instead of Redis, to "MODE; reason=REASON", e.g. "local;
+// reason=breaker_open" (see CheckResponse.Degraded).
+const DegradedHeader = "X-Floodgate-Degraded"
 
 // setRateHeaders writes X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (Unix seconds; omitted when reset is 0) and, when
@@ -165,7 +174,9 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 		s.fail(w, r, err)
 		return
 	}
-	o, err := s.decide(r.Context(), cfg, c)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	defer cancel()
+	o, err := s.decide(ctx, cfg, c)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -218,8 +229,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := BatchResponse{Results: make([]BatchItem, len(checks))}
+	// One deadline for the whole batch: once it has passed, the remaining
+	// checks are decided by their failure mode without calling Redis.
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	defer cancel()
 	for i, c := range checks {
-		o, err := s.decide(r.Context(), cfg, c)
+		o, err := s.decide(ctx, cfg, c)
 		if err != nil {
 			var p *problemError
 			if !errors.As(err, &p) {

@@ -15,6 +15,8 @@ type serverMetrics struct {
 	errors       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
 	tierErrors   prometheus.Counter
+	tierStale    prometheus.Counter
+	degraded     *prometheus.CounterVec
 }
 
 func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
@@ -33,11 +35,19 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		}, []string{"problem"}),
 		tierErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_tier_lookup_errors_total",
-			Help: "Tier assignment lookups that failed (the default tier was used).",
+			Help: "Tier assignment lookups that failed (Redis down or slow, or its breaker open); the last known tier or the default tier was used.",
 		}),
+		tierStale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_tier_lookup_stale_total",
+			Help: "Failed tier lookups answered with the last tier seen for the identity (the others used the default tier).",
+		}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_degraded_responses_total",
+			Help: "Decisions answered while degraded (taken by the failure mode instead of Redis), by failure mode.",
+		}, []string{"mode"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors} {
+		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors, m.tierStale, m.degraded} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: registering metrics: %w", err)
 			}

@@ -287,21 +287,24 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		s.fail(w, r, err)
 		return
 	}
-	tier := s.tierFor(r.Context(), cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
-	q := eng.quota(op.quota.Name, tier)
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
 	defer cancel()
+	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
+	q := eng.quota(op.quota.Name, tier)
 	var res quota.Result
-	switch kind {
-	case quotaCheck:
-		res, err = q.Check(ctx, op.identity, op.amount)
-	case quotaStatus:
-		res, err = q.Status(ctx, op.identity)
-	case quotaReserve:
-		res, err = q.Reserve(ctx, op.identity, op.id, op.amount)
-	case quotaSettle:
-		res, err = q.Settle(ctx, op.identity, op.id, op.amount)
-	}
+	err = s.guard(ctx, func(ctx context.Context) (err error) {
+		switch kind {
+		case quotaCheck:
+			res, err = q.Check(ctx, op.identity, op.amount)
+		case quotaStatus:
+			res, err = q.Status(ctx, op.identity)
+		case quotaReserve:
+			res, err = q.Reserve(ctx, op.identity, op.id, op.amount)
+		case quotaSettle:
+			res, err = q.Settle(ctx, op.identity, op.id, op.amount)
+		}
+		return err
+	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), err))
 		return

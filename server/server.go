@@ -80,8 +80,26 @@ type Options struct {
 	// Ready reports whether the backing store is usable, for GET /readyz
 	// (e.g. a Redis PING). Nil means always ready.
 	Ready func(ctx context.Context) error
-	// DecisionTimeout bounds each decision's store calls. Default 1s.
+	// DecisionTimeout bounds every store call a request makes: the tier
+	// lookup, the decision (all checks of a batch together) or the quota
+	// or lease operation. Default 1s.
 	DecisionTimeout time.Duration
+	// LookupTimeout bounds a tier lookup, within DecisionTimeout, so that
+	// a slow Redis leaves the decision its own time. Default 50ms (the
+	// fallback's default budget).
+	LookupTimeout time.Duration
+	// Breaker, when set, runs quota and lease operations through the
+	// circuit breaker of the decisions (the *fallback.Store the limiter
+	// decides with). Nil: they are only bounded by DecisionTimeout.
+	Breaker Breaker
+	// WarnEvery is the least time between two warnings of one kind (a tier
+	// lookup failing, say); the ones in between are counted in the next.
+	// Default 10s.
+	WarnEvery time.Duration
+	// ReadTimeout bounds reading one request, body included, so that a
+	// client sending its body slowly cannot hold a connection (and
+	// shutdown) for long. Default 5s.
+	ReadTimeout time.Duration
 	// MaxBodyBytes caps request bodies. Default DefaultMaxBodyBytes (64 KiB).
 	MaxBodyBytes int64
 	// MaxBatch caps the checks of one batch. Default DefaultMaxBatch (100).
@@ -117,6 +135,7 @@ type Server struct {
 	decided  *metrics.Metrics
 	mux      *http.ServeMux
 	draining atomic.Bool
+	warn     *rateLimitedLog
 
 	quotaStore quota.Store
 	leaseStore concurrency.Store
@@ -130,11 +149,20 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 		return nil, errors.New("server: nil limiter or configuration")
 	}
 	if opts.DecisionTimeout < 0 || opts.MaxBodyBytes < 0 || opts.MaxBatch < 0 ||
-		opts.DrainTimeout < 0 || opts.ShutdownDelay < 0 {
+		opts.DrainTimeout < 0 || opts.ShutdownDelay < 0 || opts.LookupTimeout < 0 || opts.WarnEvery < 0 || opts.ReadTimeout < 0 {
 		return nil, errors.New("server: negative option")
 	}
 	if opts.DecisionTimeout == 0 {
 		opts.DecisionTimeout = time.Second
+	}
+	if opts.LookupTimeout == 0 {
+		opts.LookupTimeout = 50 * time.Millisecond
+	}
+	if opts.WarnEvery == 0 {
+		opts.WarnEvery = 10 * time.Second
+	}
+	if opts.ReadTimeout == 0 {
+		opts.ReadTimeout = 5 * time.Second
 	}
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -175,6 +203,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.warn = newRateLimitedLog(s.log, opts.WarnEvery)
 	if s.assign == nil {
 		s.assign = &config.MemoryAssignments{}
 	}
@@ -217,13 +246,15 @@ func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
 
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
 // readiness turns off, it waits ShutdownDelay, stops accepting connections
-// and waits up to DrainTimeout for in-flight requests. It returns nil after
-// a clean shutdown, or the error that stopped it.
+// and waits up to DrainTimeout for in-flight requests, then closes the
+// connections still open (a client still sending its request; each
+// request's reading is bounded by ReadTimeout anyway). It returns nil
+// after a shutdown, or the error that stopped serving.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
+		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -243,8 +274,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
+		// What is left after the drain timeout is not a decision (those
+		// are bounded by DecisionTimeout) but a connection that has not
+		// finished sending its request: cut it and exit cleanly.
+		s.log.Warn("drain timeout reached: closing the connections still open", "timeout", s.opts.DrainTimeout, "error", err)
 		_ = hs.Close()
-		return fmt.Errorf("server: draining: %w", err)
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("server: %w", err)

@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -97,4 +99,34 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+}
+
+// redisLogger routes go-redis's log lines (dial failures, pool and
+// cluster state messages) into the service's slog logger at warn level,
+// each distinct message format at most once per interval.
+type redisLogger struct {
+	log   *slog.Logger
+	every time.Duration
+	mu    sync.Mutex
+	last  map[string]time.Time
+}
+
+func newRedisLogger(log *slog.Logger, every time.Duration) *redisLogger {
+	return &redisLogger{log: log, every: every, last: map[string]time.Time{}}
+}
+
+// Printf implements go-redis's internal.Logging.
+func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	now := time.Now()
+	l.mu.Lock()
+	if t, ok := l.last[format]; ok && now.Sub(t) < l.every {
+		l.mu.Unlock()
+		return
+	}
+	if len(l.last) > 1000 {
+		clear(l.last)
+	}
+	l.last[format] = now
+	l.mu.Unlock()
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }

@@ -50,6 +50,7 @@ type serveFlags struct {
 	fallbackBudget  time.Duration
 	instances       int
 	drainTimeout    time.Duration
+	readTimeout     time.Duration
 	shutdownDelay   time.Duration
 	logFormat       string
 	logLevel        string
@@ -113,6 +114,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a Redis call may take before the fallback decides")
 	fl.IntVar(&f.instances, "instances", 1, "number of instances sharing Redis; the local fallback divides limits by it")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "HMAC secret of the applications' login guard (package loginguard); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
@@ -127,6 +129,7 @@ type backend struct {
 	quotas    quota.Store
 	leases    concurrency.Store
 	client    redis.UniversalClient // nil in memory
+	fb        *fallback.Store       // nil in memory and with --fallback off
 	local     *memstore.Store
 	resetters []server.Resetter
 	ready     func(ctx context.Context) error
@@ -189,14 +192,19 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, e
 	fo := fallback.Options{DefaultMode: mode, Budget: f.fallbackBudget, Instances: f.instances, Observer: m,
 		OnFallback: func(r fallback.Reason, err error) {
 			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
-		}}
+		},
+		// Background probes, independent of traffic, bring central
+		// counting back within about a second of Redis being healthy.
+		Probe: fallback.RedisProbe(client, f.prefix+":probe"),
+	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		fo.Partition = fallback.ClusterPartition(cc)
 	}
-	if b.store, err = fallback.New(primary, local, fo); err != nil {
+	if b.fb, err = fallback.New(primary, local, fo); err != nil {
 		client.Close()
 		return nil, err
 	}
+	b.store = b.fb
 	return b, nil
 }
 
@@ -224,6 +232,8 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// go-redis logs through a process-wide logger: route it into ours.
+	redis.SetLogger(newRedisLogger(log, 10*time.Second))
 	keys, err := config.KeysFor(f.prefix)
 	if err != nil {
 		return fmt.Errorf("--prefix: %w", err)
@@ -243,6 +253,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if b.client != nil {
 		defer b.client.Close()
 	}
+	if b.fb != nil {
+		defer b.fb.Close()
+	}
 	lim, err := floodgate.New(b.store, floodgate.Options{Prefix: f.prefix})
 	if err != nil {
 		return err
@@ -261,7 +274,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	var assign config.Assignments = &config.MemoryAssignments{}
 	if b.client != nil {
-		if assign, err = config.NewRedisAssignments(b.client, keys.Tiers, config.RedisAssignmentsOptions{}); err != nil {
+		ao := config.RedisAssignmentsOptions{}
+		if b.fb != nil {
+			ao.Guard = b.fb.Call // no lookups while the breaker is open
+		}
+		if assign, err = config.NewRedisAssignments(b.client, keys.Tiers, ao); err != nil {
 			return err
 		}
 		if _, ok := b.client.(*redis.ClusterClient); ok {
@@ -271,8 +288,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	opts := server.Options{
 		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
 		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout,
-		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay,
-		QuotaStore: b.quotas, ConcurrencyStore: b.leases,
+		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay, ReadTimeout: f.readTimeout,
+		QuotaStore: b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget,
+	}
+	if b.fb != nil {
+		opts.Breaker = b.fb
 	}
 	if opts.LoginGuard, err = loginGuard(f, b); err != nil {
 		return err

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// checked is one decision as the service answered it.
+type checked struct {
+	status   int
+	resp     server.CheckResponse
+	batch    server.BatchResponse
+	degraded string // the X-Floodgate-Degraded header
+	took     time.Duration
+}
+
+// checkOn posts body to url+path and decodes the answer; a transport error
+// fails the test.
+func checkOn(t *testing.T, url, path string, body any) checked {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	start := time.Now()
+	resp, err := http.Post(url+path, "application/json", bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	c := checked{status: resp.StatusCode, degraded: resp.Header.Get(server.DegradedHeader), took: time.Since(start)}
+	if resp.StatusCode == 200 {
+		target := any(&c.resp)
+		if strings.HasSuffix(path, "/batch") {
+			target = &c.batch
+		}
+		if err := json.Unmarshal(raw, target); err != nil {
+			t.Fatalf("decoding %s: %v", raw, err)
+		}
+	}
+	return c
+}
+
+// pauseClient is a client for CLIENT PAUSE and other test commands.
+func pauseClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 10 * time.Second, PoolSize: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestServeTieredCheckUnderClientPause reproduces F1: with every client
+// paused (CLIENT PAUSE ALL), a check on the built-in tiered api policy
+// used to wait for the tier lookup's HGET outside the decision deadline
+// (6.09 s with --redis-timeout 3s) and a batch of 20 for 8 s. Now the
+// lookup runs under the decision deadline and through the breaker: the
+// check is answered, degraded and saying so, within its deadline (asserted
+// with a wide margin), and central counting resumes after the pause.
+func TestServeTieredCheckUnderClientPause(t *testing.T) {
+	rs := redistest.Start(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("pause%d", time.Now().UnixNano()),
+		"--decision-timeout", "200ms", "--redis-timeout", "3s")
+	api := func(user string) server.CheckRequest {
+		return server.CheckRequest{Policy: "api", Identity: map[string]string{"user": user}}
+	}
+	if c := checkOn(t, svc.url, "/v1/check", api("warm")); c.status != 200 || c.resp.Degraded || c.degraded != "" {
+		t.Fatalf("healthy check: %d degraded=%v header %q", c.status, c.resp.Degraded, c.degraded)
+	}
+	adm := pauseClient(t, rs.Addr)
+	if err := adm.Do(context.Background(), "CLIENT", "PAUSE", "6000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	c := checkOn(t, svc.url, "/v1/check", api("new-user"))
+	t.Logf("one check during the pause: %v (status %d, degraded %q)", c.took, c.status, c.degraded)
+	if c.status != 200 || !c.resp.Allowed || !c.resp.Degraded || c.resp.FailureMode != "local" || !strings.HasPrefix(c.degraded, "local; reason=") {
+		t.Fatalf("check during the pause: status %d %+v header %q; want 200, allowed, degraded local", c.status, c.resp, c.degraded)
+	}
+	if c.took > 1500*time.Millisecond {
+		t.Fatalf("check during the pause took %v with --decision-timeout 200ms", c.took)
+	}
+	items := make([]server.CheckRequest, 20)
+	for i := range items {
+		items[i] = api(fmt.Sprint("batch-", i))
+	}
+	b := checkOn(t, svc.url, "/v1/check/batch", server.BatchRequest{Requests: items})
+	t.Logf("a batch of 20 during the pause: %v", b.took)
+	if b.status != 200 || len(b.batch.Results) != 20 {
+		t.Fatalf("batch during the pause: status %d, %d results", b.status, len(b.batch.Results))
+	}
+	for i, it := range b.batch.Results {
+		if it.CheckResponse == nil || !it.Degraded {
+			t.Fatalf("batch item %d: %+v, want a degraded decision", i, it)
+		}
+	}
+	if b.took > 2500*time.Millisecond {
+		t.Fatalf("batch of 20 during the pause took %v with --decision-timeout 200ms", b.took)
+	}
+	if time.Since(paused) > 5*time.Second {
+		t.Skip("machine too slow to finish inside the pause; nothing more to check")
+	}
+	waitUntil(t, "central counting after the pause", func() bool {
+		c := checkOn(t, svc.url, "/v1/check", api("after"))
+		return c.status == 200 && !c.resp.Degraded && c.degraded == ""
+	})
+	if logs := svc.logs.String(); strings.Count(logs, "tier lookup failed") > 1 {
+		t.Errorf("tier lookup warnings not rate-limited:\n%s", logs)
+	}
+}
+
+// recoveryAfter kills Redis under traffic for outage, restarts it and
+// returns how long after Redis answered again the service decided
+// centrally.
+func recoveryAfter(t *testing.T, outage time.Duration) time.Duration {
+	rs := redistest.Start(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("rec%d", time.Now().UnixNano()))
+	req := server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}}
+	if c := checkOn(t, svc.url, "/v1/check", req); c.status != 200 || c.resp.Degraded {
+		t.Fatalf("healthy check: %d %+v", c.status, c.resp)
+	}
+	rs.Kill()
+	end := time.Now().Add(outage)
+	for time.Now().Before(end) {
+		if c := checkOn(t, svc.url, "/v1/check", req); c.status != 200 || !c.resp.Degraded {
+			t.Fatalf("check with Redis down: %d %+v", c.status, c.resp)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rs.Restart(t)
+	back := time.Now()
+	for {
+		c := checkOn(t, svc.url, "/v1/check", req)
+		if c.status == 200 && !c.resp.Degraded {
+			return time.Since(back)
+		}
+		if time.Since(back) > 60*time.Second {
+			t.Fatal("no central decision 60s after Redis came back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestServeRecoversSoonAfterOutage reproduces F2: after a 7 s outage the
+// breaker used to stay open 7.3-7.5 s after Redis answered (its open
+// period doubling up to 30 s). Background probes now close it about a
+// second after Redis is back, whatever the outage length; the bound
+// asserted is wide, the measured figure is in docs/operations.md. Set
+// FLOODGATE_LONG_FAULTS=1 to also run a 40 s outage.
+func TestServeRecoversSoonAfterOutage(t *testing.T) {
+	outages := []time.Duration{7 * time.Second}
+	if os.Getenv("FLOODGATE_LONG_FAULTS") != "" {
+		outages = append(outages, 40*time.Second)
+	}
+	for _, outage := range outages {
+		t.Run(outage.String(), func(t *testing.T) {
+			took := recoveryAfter(t, outage)
+			t.Logf("central counting %v after Redis came back from a %v outage", took, outage)
+			if took > 5*time.Second {
+				t.Fatalf("central counting came back %v after Redis, want about 1s (bound 5s)", took)
+			}
+		})
+	}
+}
+
+// TestServeFirstCallsWithRedisDown: with --redis at a closed port, checks
+// are decided by the fallback, bounded by the budget, and say so.
+func TestServeFirstCallsWithRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	svc := startService(t, "--redis", "redis://"+addr+"/0")
+	var worst time.Duration
+	for i := range 50 {
+		c := checkOn(t, svc.url, "/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": fmt.Sprint("u", i)}})
+		if c.status != 200 || !c.resp.Degraded || c.degraded == "" {
+			t.Fatalf("check %d with Redis down: %d %+v header %q", i, c.status, c.resp, c.degraded)
+		}
+		if i == 0 {
+			t.Logf("first check: %v", c.took)
+		}
+		if i > 0 {
+			worst = max(worst, c.took)
+		}
+	}
+	t.Logf("worst of the next 49: %v", worst)
+	if worst > time.Second {
+		t.Fatalf("a check with Redis down took %v", worst)
+	}
+}
+
+// TestServeShutdownWithSlowUpload reproduces F6: a client sending its body
+// at 1 byte/s used to hold SIGTERM for the whole drain timeout and make
+// the service exit 1 ("draining: context deadline exceeded"). Now reading
+// a request is bounded (--read-timeout) and what is left at the drain
+// timeout is cut: exit 0 within the drain timeout.
+func TestServeShutdownWithSlowUpload(t *testing.T) {
+	svc := startService(t, "--drain-timeout", "3s", "--read-timeout", "2s")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(svc.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{")
+	stopDrip := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stopDrip:
+				return
+			case <-time.After(time.Second):
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer close(stopDrip)
+	time.Sleep(500 * time.Millisecond)
+	// A normal request is still answered while the slow one drips.
+	if c := checkOn(t, svc.url, "/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}}); c.status != 200 {
+		t.Fatalf("check next to a slow upload: %d", c.status)
+	}
+	start := time.Now()
+	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-svc.exited:
+		took := time.Since(start)
+		t.Logf("exited %v after SIGTERM: %v", took, err)
+		if err != nil {
+			t.Fatalf("serve exited with %v after SIGTERM with a slow upload open\n%s", err, svc.logs)
+		}
+		if took > 8*time.Second {
+			t.Fatalf("shutdown took %v with --drain-timeout 3s", took)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop within 20s of SIGTERM")
+	}
+}

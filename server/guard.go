@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/concurrency"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/quota"
+)
+
+// Breaker runs the service's own calls to the store's backend (quota and
+// lease operations; tier lookups go through config.RedisAssignments'
+// Guard) through the circuit breaker that guards decisions, so that they
+// are not made while it is open and their failures open it.
+// *fallback.Store implements it.
+type Breaker interface {
+	// Call runs fn unless the breaker of key's partition ("" for the
+	// default one) is open, and returns fn's error (or the breaker's).
+	Call(ctx context.Context, key string, fn func(ctx context.Context) error) error
+}
+
+// LastKnownTiers is implemented by Assignments that can tell the last
+// tier they saw for an identity, however old (config.RedisAssignments):
+// the tier used when a lookup fails.
+type LastKnownTiers interface {
+	LastKnown(dimension, value string) (tier string, ok, found bool)
+}
+
+// guard runs fn, a quota or lease operation, through the breaker when
+// there is one. Errors that say nothing about the backend's health (bad
+// input, a lost quota state, an already settled id, a lost lease) do not
+// count toward opening it.
+func (s *Server) guard(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.opts.Breaker == nil {
+		return fn(ctx)
+	}
+	var opErr error
+	err := s.opts.Breaker.Call(ctx, "", func(ctx context.Context) error {
+		opErr = fn(ctx)
+		if isLogicalError(opErr) {
+			return nil
+		}
+		return opErr
+	})
+	if opErr != nil {
+		return opErr
+	}
+	return err
+}
+
+// isLogicalError reports errors that come with an answer from the store,
+// or from bad input, rather than from a failing backend.
+func isLogicalError(err error) bool {
+	return errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost) ||
+		errors.Is(err, floodgate.ErrInvalidPolicy) || errors.Is(err, quota.ErrQuotaStateLost) ||
+		errors.Is(err, quota.ErrAlreadySettled) || errors.Is(err, concurrency.ErrLeaseLost) ||
+		errors.Is(err, config.ErrInvalid)
+}
+
+// tierFor returns the tier applying to a decision keyed by values: the
+// tier assigned to the value of tierDim when the limits are tiered and
+// the assignment names a configured tier, the default tier otherwise. ctx
+// carries the request's decision deadline; the lookup gets at most
+// LookupTimeout of it. A failed lookup (Redis down, slow, or its breaker
+// open) uses the last tier seen for the identity when the Assignments
+// keep one (LastKnownTiers), else the default tier: limits stay enforced.
+// Failures are counted and logged at most once per WarnEvery. what names
+// the policy, quota or limit in the log.
+func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, tiered bool, tierDim string, values map[string]string) string {
+	if !tiered {
+		return cfg.DefaultTier()
+	}
+	v, ok := values[tierDim]
+	if !ok {
+		return cfg.DefaultTier()
+	}
+	lctx, cancel := context.WithTimeout(ctx, s.opts.LookupTimeout)
+	t, ok, err := s.assign.Tier(lctx, tierDim, v)
+	cancel()
+	if err != nil {
+		s.metrics.tierErrors.Inc()
+		used := "default"
+		t, ok = "", false
+		if lk, can := s.assign.(LastKnownTiers); can {
+			var found bool
+			if t, ok, found = lk.LastKnown(tierDim, v); found {
+				used = "last_known"
+				s.metrics.tierStale.Inc()
+			}
+		}
+		s.warn.Warn("tier lookup failed", "tier lookup failed; using the last known tier, or the default tier",
+			"policy", what, "used", used, "error", err)
+	}
+	if !ok || !cfg.HasTier(t) {
+		return cfg.DefaultTier()
+	}
+	return t
+}
+
+// rateLimitedLog logs each kind of warning at most once per interval,
+// saying how many were suppressed since the last one. Safe for concurrent
+// use.
+type rateLimitedLog struct {
+	log   *slog.Logger
+	every time.Duration
+
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+func newRateLimitedLog(log *slog.Logger, every time.Duration) *rateLimitedLog {
+	return &rateLimitedLog{log: log, every: every, last: map[string]time.Time{}, held: map[string]int{}}
+}
+
+// Warn logs msg at warn level under kind, unless a warning of that kind
+// was logged less than the interval ago (then it is only counted). kind
+// must come from a closed set.
+func (l *rateLimitedLog) Warn(kind, msg string, args ...any) {
+	now := time.Now()
+	l.mu.Lock()
+	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
+		l.held[kind]++
+		l.mu.Unlock()
+		return
+	}
+	l.last[kind] = now
+	suppressed := l.held[kind]
+	l.held[kind] = 0
+	l.mu.Unlock()
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	l.log.Warn(msg, args...)
+}
