@@ -1,8 +1,8 @@
 package fallback
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
