@@ -40,7 +40,7 @@ func (s BreakerState) String() string {
 // documented defaults.
 type BreakerOptions struct {
 	// FailureThreshold is how many consecutive failed primary calls open
-	// the breaker. Default 20: a few timeouts in a row under CPU
+	// the breaker. Default 10: a few timeouts in a row under CPU
 	// saturation must not send traffic to the fallback.
 	FailureThreshold int
 	// FailureRate opens the breaker when, over the last Window, at least
@@ -49,7 +49,7 @@ type BreakerOptions struct {
 	// a negative value disables it; at most 1.
 	FailureRate float64
 	// MinCalls is how many calls the last Window must hold before
-	// FailureRate applies. Default 20.
+	// FailureRate applies. Default 10.
 	MinCalls int
 	// Window is the span over which FailureRate is measured, in ten
 	// slices. Default 10s; at least 10ms.
@@ -113,7 +113,7 @@ func (o *BreakerOptions) validate() error {
 		return bad("probe interval %v out of range 1ms..1m", o.ProbeInterval)
 	}
 	if o.FailureThreshold == 0 {
-		o.FailureThreshold = 20
+		o.FailureThreshold = 10
 	}
 	switch {
 	case o.FailureRate == 0:
@@ -122,7 +122,7 @@ func (o *BreakerOptions) validate() error {
 		o.FailureRate = 0
 	}
 	if o.MinCalls == 0 {
-		o.MinCalls = 20
+		o.MinCalls = 10
 	}
 	if o.Window == 0 {
 		o.Window = 10 * time.Second

@@ -154,7 +154,7 @@ func TestBreakerOptionsValidate(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := BreakerOptions{FailureThreshold: 20, FailureRate: 0.5, MinCalls: 20, Window: 10 * time.Second, ProbeInterval: 200 * time.Millisecond,
+	want := BreakerOptions{FailureThreshold: 10, FailureRate: 0.5, MinCalls: 10, Window: 10 * time.Second, ProbeInterval: 200 * time.Millisecond,
 		OpenFor: time.Second, MaxOpenFor: 30 * time.Second, Jitter: 0.2, HalfOpenProbes: 1, ProbeSuccesses: 3}
 	if o != want {
 		t.Fatalf("defaults %+v, want %+v", o, want)
@@ -163,7 +163,7 @@ func TestBreakerOptionsValidate(t *testing.T) {
 
 // TestBreakerIgnoresScatteredTimeouts replays what CPU saturation did to
 // the old breaker (5 consecutive failures opened it): bursts of 5 timeouts
-// among successes. With the defaults (20 in a row, or half of at least 20
+// among successes. With the defaults (10 in a row, or half of at least 10
 // calls over 10s) it stays closed.
 func TestBreakerIgnoresScatteredTimeouts(t *testing.T) {
 	b, clk, changes := newTestBreaker(t, BreakerOptions{})
@@ -190,7 +190,7 @@ func TestBreakerIgnoresScatteredTimeouts(t *testing.T) {
 // never come 20 in a row, and not before MinCalls calls.
 func TestBreakerFailureRate(t *testing.T) {
 	b, clk, _ := newTestBreaker(t, BreakerOptions{})
-	for i := range 19 {
+	for i := range 9 {
 		v := verdictFailure
 		if i%3 == 2 {
 			v = verdictSuccess
@@ -199,23 +199,25 @@ func TestBreakerFailureRate(t *testing.T) {
 		clk.advance(10 * time.Millisecond)
 	}
 	if st, _ := b.snapshot(); st != BreakerClosed {
-		t.Fatalf("after 19 calls (13 failed): %v, want closed below MinCalls", st)
+		t.Fatalf("after 9 calls (6 failed): %v, want closed below MinCalls", st)
 	}
 	b.release(b.acquire(), verdictFailure)
 	if st, _ := b.snapshot(); st != BreakerOpen {
-		t.Fatalf("after 20 calls, 14 failed: %v, want open", st)
+		t.Fatalf("after 10 calls, 7 failed: %v, want open", st)
 	}
 	// Old failures leave the window: after 10s a fresh start.
 	b2, clk2, _ := newTestBreaker(t, BreakerOptions{})
-	for range 15 {
+	for range 9 {
 		b2.release(b2.acquire(), verdictFailure)
-		b2.release(b2.acquire(), verdictSuccess)
 	}
 	clk2.advance(11 * time.Second)
-	for range 10 {
-		b2.release(b2.acquire(), verdictSuccess)
+	for i := range 10 {
+		v := verdictSuccess
+		if i >= 6 {
+			v = verdictFailure
+		}
+		b2.release(b2.acquire(), v)
 	}
-	b2.release(b2.acquire(), verdictFailure)
 	if st, _ := b2.snapshot(); st != BreakerClosed {
 		t.Fatalf("failures older than the window still counted: %v", st)
 	}

@@ -110,7 +110,10 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	// A budget above the scheduling stalls of a loaded 2-core machine, so
 	// that a degraded decision on a live primary would mean the fault
 	// leaked, not that the test machine was busy.
-	r := newRig(t, cc, fallback.Options{Partition: fallback.ClusterPartition(cc), Budget: 250 * time.Millisecond})
+	// Five failures open a breaker, so that the two workers on the dead
+	// primary open its breaker well within the 1.5s they are given.
+	r := newRig(t, cc, fallback.Options{Partition: fallback.ClusterPartition(cc), Budget: 250 * time.Millisecond,
+		Breaker: fallback.BreakerOptions{FailureThreshold: 5}})
 	const limit = 50
 	p := policy(t, "api", limit)
 
