@@ -9,6 +9,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 	yaml "gopkg.in/yaml.v2"
+
+	"github.com/floodgate-rl/floodgate/envoyrls"
 )
 
 // ErrInvalidConfig is wrapped by every error Load returns.
@@ -397,30 +399,6 @@ func plain(v interface{}) interface{} {
 	return v
 }
 
-// wildcardMatch reports whether s matches pattern parts (the pattern split
-// at each "*"; each "*" matches any run of bytes, empty included).
-func wildcardMatch(parts []string, s string) bool {
-	if len(parts) == 1 {
-		return parts[0] == s
-	}
-	first, last := parts[0], parts[len(parts)-1]
-	if !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
-		return false
-	}
-	fixed := 0
-	for _, p := range parts {
-		fixed += len(p)
-	}
-	if len(s) < fixed {
-		return false
-	}
-	rest := s[len(first) : len(s)-len(last)]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(rest, p)
-		if i < 0 {
-			return false
-		}
-		rest = rest[i+len(p):]
-	}
-	return true
-}
+// wildcardMatch reports whether s matches pattern parts: the same rule as
+// the native loader's, kept in one place.
+func wildcardMatch(parts []string, s string) bool { return envoyrls.MatchWildcard(parts, s) }

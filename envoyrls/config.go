@@ -91,12 +91,14 @@ type domain struct {
 // (empty: any value; ending in "*": any value with that prefix), its
 // rule and its children.
 type node struct {
-	key, value string
-	wildcard   bool
-	rule       *Rule
-	exact      map[Entry]*node    // children with a value, and key-only ones under value ""
-	wild       map[string][]*node // wildcard children by key, longest prefix first
-	line       int
+	key, value  string
+	wildcard    bool
+	parts       []string // a wildcard value split at each "*"
+	rule        *Rule
+	exact       map[Entry]*node    // children with a value, and key-only ones under value ""
+	wild        map[string][]*node // wildcard children by key, in file order
+	byComposite map[string]*node   // children by envoyproxy/ratelimit's composite key
+	line        int
 }
 
 // Entry is one key/value pair of a descriptor, as in Envoy's
@@ -105,16 +107,41 @@ type Entry struct{ Key, Value string }
 
 func newNode(key, value string, line int) *node {
 	n := &node{key: key, value: value, line: line, exact: map[Entry]*node{}}
-	if strings.HasSuffix(value, "*") {
+	if strings.Contains(value, "*") {
 		n.wildcard = true
-		n.value = strings.TrimSuffix(value, "*")
+		n.parts = strings.Split(value, "*")
 	}
 	return n
 }
 
+// composite is the node's key as envoyproxy/ratelimit keys it: "key" or
+// "key_value".
+func (n *node) composite() string {
+	if n.value == "" {
+		return n.key
+	}
+	return n.key + "_" + n.value
+}
+
+// claimComposite records c's composite key among n's children, or returns
+// the sibling that already has it (envoyproxy/ratelimit refuses two).
+func (n *node) claimComposite(c *node) *node {
+	if n.byComposite == nil {
+		n.byComposite = map[string]*node{}
+	}
+	k := c.composite()
+	if o := n.byComposite[k]; o != nil {
+		return o
+	}
+	n.byComposite[k] = c
+	return nil
+}
+
 // child returns the child matching entry (key, value): an exact key and
-// value first, then the longest matching wildcard prefix, then the
-// key-only child, as envoyproxy/ratelimit matches; nil when none does.
+// value first, then the first wildcard child, in file order, whose
+// pattern matches the value (each "*" matching any run of bytes, also in
+// the middle: "/api/*/items"), then the key-only child, as
+// envoyproxy/ratelimit matches; nil when none does.
 func (n *node) child(key, value string) *node {
 	if value != "" {
 		if c := n.exact[Entry{key, value}]; c != nil {
@@ -122,11 +149,41 @@ func (n *node) child(key, value string) *node {
 		}
 	}
 	for _, c := range n.wild[key] {
-		if strings.HasPrefix(value, c.value) {
+		if MatchWildcard(c.parts, value) {
 			return c
 		}
 	}
 	return n.exact[Entry{key, ""}]
+}
+
+// MatchWildcard reports whether s matches a pattern given as parts, the
+// pattern split at each "*": s starts with the first part, ends with the
+// last, and holds the others in order between them, without overlap.
+// Each "*" matches any run of bytes, the empty one included.
+func MatchWildcard(parts []string, s string) bool {
+	if len(parts) == 1 {
+		return parts[0] == s
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	fixed := 0
+	for _, p := range parts {
+		fixed += len(p)
+	}
+	if len(s) < fixed {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // addChild inserts c, or returns the sibling it duplicates.
@@ -140,9 +197,7 @@ func (n *node) addChild(c *node) *node {
 		if n.wild == nil {
 			n.wild = map[string][]*node{}
 		}
-		ws := append(n.wild[c.key], c)
-		sort.SliceStable(ws, func(i, j int) bool { return len(ws[i].value) > len(ws[j].value) })
-		n.wild[c.key] = ws
+		n.wild[c.key] = append(n.wild[c.key], c)
 		return nil
 	}
 	k := Entry{c.key, c.value}

@@ -190,7 +190,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"sliding log too big", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: sliding_log}\n", 4, "sliding_log limit 1000000"},
 		{"unlimited with unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", 4, "unit given for an unlimited rate_limit"},
 		{"bad bool", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: perhaps\n", 4, "shadow_mode must be true or false"},
-		{"shadow without limit", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true\n", 4, "shadow_mode without a rate_limit"},
+		{"value with a fraction", "domain: a\ndescriptors:\n  - key: k\n    value: 1.5\n", 4, "value 1.5 is a number with a fraction"},
+		{"colliding composite keys", "domain: a\ndescriptors:\n  - key: a\n    value: b_c\n  - key: a_b\n    value: c\n", 5, `same composite key "a_b_c"`},
+		{"share_threshold", "domain: a\ndescriptors:\n  - key: k\n    value: x*\n    share_threshold: true\n", 5, "share_threshold is not supported by serve --envoy-config; floodgate envoy-compat honours it"},
+		{"quota_mode", "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n", 4, "quota_mode is not supported"},
 		{"replaces self", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      name: x\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: x}]\n", 8, `"x" replaces itself`},
 		{"replaces empty", "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: ''}]\n", 7, "empty name"},
 		{"descriptors not a list", "domain: a\ndescriptors: {key: k}\n", 2, "descriptors must be a list"},
@@ -334,5 +337,53 @@ func TestMergeConfigs(t *testing.T) {
 	}
 	if _, err := MergeConfigs(a, a); err == nil || !strings.Contains(err.Error(), `domain "a" is already defined in a.yaml:1`) {
 		t.Errorf("merging a domain twice: %v", err)
+	}
+}
+
+// TestParseConfigAcceptsWhatTheirsAccepts covers constructs
+// envoyproxy/ratelimit accepts that ParseConfig once refused.
+func TestParseConfigAcceptsWhatTheirsAccepts(t *testing.T) {
+	for _, y := range []string{
+		"domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true\n",
+		"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
+		"domain: a\ndescriptors:\n  - key: k\n    metadata: {owner: {team: x}}\n    share_threshold: false\n    quota_mode: false\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+		"domain: a\ndescriptors:\n  - key: k\n    value: 10\n  - key: j\n    value: true\n",
+	} {
+		if _, err := ParseConfig([]byte(y), "rls.yaml"); err != nil {
+			t.Errorf("%s: %v", y, err)
+		}
+	}
+}
+
+// TestWildcardsAsTheirs: a "*" anywhere matches any run of bytes (their
+// README's "/api/*/action"), and overlapping wildcards match in file
+// order, the first one winning, as in envoyproxy/ratelimit's config tests.
+func TestWildcardsAsTheirs(t *testing.T) {
+	cfg := mustConfig(t, `domain: w
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit: {name: mid, unit: second, requests_per_unit: 1}
+  - key: path
+    value: foo*
+    rate_limit: {name: foo, unit: second, requests_per_unit: 2}
+  - key: path
+    value: foobar*
+    rate_limit: {name: foobar, unit: second, requests_per_unit: 3}
+  - key: path
+    value: a*b*c
+    rate_limit: {name: abc, unit: second, requests_per_unit: 4}
+  - key: path
+    rate_limit: {name: any, unit: second, requests_per_unit: 5}
+`)
+	for value, want := range map[string]string{
+		"/api/v1/action": "mid", "/api//action": "mid", "/api/v1/other": "any",
+		"foobarbaz": "foo", "foobar": "foo", "fo": "any",
+		"aXbYc": "abc", "abc": "abc", "acb": "any",
+	} {
+		r := cfg.domains["w"].match([]Entry{{"path", value}})
+		if r == nil || r.Name != want {
+			t.Errorf("path=%s matched %+v, want %s", value, r, want)
+		}
 	}
 }

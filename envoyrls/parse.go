@@ -262,7 +262,8 @@ func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry
 		return p.errAt(n, "descriptors nested deeper than %d levels", MaxDepth)
 	}
 	for _, item := range n.Content {
-		f, err := p.fields(item, "descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric")
+		f, err := p.fields(item, "descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric",
+			"share_threshold", "quota_mode", "metadata")
 		if err != nil {
 			return err
 		}
@@ -279,6 +280,9 @@ func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry
 		}
 		value := ""
 		if vn := f["value"]; vn != nil {
+			if vn.Kind == yaml.ScalarNode && vn.Tag == "!!float" {
+				return p.errAt(vn, "value %s is a number with a fraction, which envoyproxy/ratelimit refuses; quote it to mean the string", vn.Value)
+			}
 			if value, err = p.str(vn, "value"); err != nil {
 				return err
 			}
@@ -286,6 +290,21 @@ func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry
 		c := newNode(key, value, kn.Line)
 		if o := parent.addChild(c); o != nil {
 			return p.errAt(kn, "duplicate descriptor key %q value %q (first at line %d)", key, value, o.line)
+		}
+		if o := parent.claimComposite(c); o != nil {
+			return p.errAt(kn, "descriptor key %q value %q and key %q value %q (line %d) have the same composite key %q, which envoyproxy/ratelimit refuses",
+				key, value, o.key, o.value, o.line, c.composite())
+		}
+		for _, unsupported := range []string{"share_threshold", "quota_mode"} {
+			if un := f[unsupported]; un != nil {
+				on, err := p.boolean(un, unsupported)
+				if err != nil {
+					return err
+				}
+				if on {
+					return p.errAt(un, "%s is not supported by serve --envoy-config; floodgate envoy-compat honours it", unsupported)
+				}
+			}
 		}
 		shadow := false
 		if sn := f["shadow_mode"]; sn != nil {
@@ -306,8 +325,6 @@ func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry
 				return err
 			}
 			p.rules = append(p.rules, c.rule)
-		} else if shadow {
-			return p.errAt(f["shadow_mode"], "shadow_mode without a rate_limit")
 		}
 		if dl := f["descriptors"]; dl != nil {
 			if err := p.descriptors(dl, d, c, cpath, depth+1); err != nil {
@@ -341,7 +358,13 @@ func (p *parser) rule(n *yaml.Node, d *domain, path []Entry, shadow bool) (*Rule
 		}
 	}
 	if r.Unlimited {
-		for _, k := range []string{"unit", "window", "requests_per_unit", "unit_multiplier", "algorithm", "burst"} {
+		// requests_per_unit means nothing here and envoyproxy/ratelimit accepts it; a unit it refuses.
+		if rn := f["requests_per_unit"]; rn != nil {
+			if _, err := p.integer(rn, "requests_per_unit", 0, 1<<32-1); err != nil {
+				return nil, err
+			}
+		}
+		for _, k := range []string{"unit", "window", "unit_multiplier", "algorithm", "burst"} {
 			if f[k] != nil {
 				return nil, p.errAt(f[k], "%s given for an unlimited rate_limit", k)
 			}

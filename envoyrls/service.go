@@ -40,6 +40,13 @@ type Options struct {
 	// false: an override applies, as in envoyproxy/ratelimit, as a fixed
 	// window of the sent requests_per_unit per unit.
 	IgnoreLimitOverrides bool
+	// CountEachDescriptor decides each descriptor on its own, as
+	// envoyproxy/ratelimit counts them: a request is counted in every
+	// descriptor whose limit admits it, even when another descriptor is
+	// over its limit (one store round trip per descriptor). Default false:
+	// all descriptors are decided together, all-or-nothing, in one round
+	// trip.
+	CountEachDescriptor bool
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
 	// Observe, when set, is called once for every descriptor of an
@@ -196,6 +203,16 @@ func (s *Service) observe(domain string, p *plan, resp *rlspb.RateLimitResponse)
 func (s *Service) decide(ctx context.Context, now time.Time, p *plan) ([]floodgate.Result, error) {
 	results := make([]floodgate.Result, len(p.layers))
 	if len(p.layers) == 0 {
+		return results, nil
+	}
+	if s.opts.CountEachDescriptor {
+		for i := range p.layers {
+			d, err := s.lim.AllowLayersAt(ctx, now, p.cost, p.layers[i].spec)
+			if err != nil {
+				return nil, err
+			}
+			results[i] = d.Layers[0]
+		}
 		return results, nil
 	}
 	specs := make([]floodgate.LayerSpec, 0, len(p.layers))

@@ -458,3 +458,23 @@ func TestObserve(t *testing.T) {
 		}
 	}
 }
+
+// TestCountEachDescriptor: with the switch, a request is counted in every
+// descriptor whose own limit admits it, as envoyproxy/ratelimit counts.
+func TestCountEachDescriptor(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{CountEachDescriptor: true})
+	both := request("api", desc("tenant=acme"), desc("route=/search"))
+	for range 2 {
+		if resp := r.call(t, both); resp.GetOverallCode() != ok {
+			t.Fatalf("admitted request: %v", resp.GetOverallCode())
+		}
+	}
+	resp := r.call(t, both)
+	if resp.GetOverallCode() != over {
+		t.Fatalf("third request: %v", resp.GetOverallCode())
+	}
+	// The tenant counted the denied request too: 5 - 3 = 2 left.
+	wantStatus(t, "tenant", resp.GetStatuses()[0], ok, 2, 5)
+	wantStatus(t, "route", resp.GetStatuses()[1], over, 0, 2)
+	wantStatus(t, "tenant alone", r.call(t, request("api", desc("tenant=acme"))).GetStatuses()[0], ok, 1, 5)
+}

@@ -250,3 +250,35 @@ func TestEnvoyCompatRefusesBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestServeEnvoyHeadersOffByDefault: serve adds no response headers to its
+// gRPC answers unless --envoy-response-headers is given (it used to add
+// them always).
+func TestServeEnvoyHeadersOffByDefault(t *testing.T) {
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+	for _, tc := range []struct {
+		flags []string
+		want  int
+	}{{nil, 0}, {[]string{"--envoy-response-headers"}, 3}} {
+		svc := startService(t, append([]string{"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir}, tc.flags...)...)
+		var grpcAddr string
+		for _, line := range strings.Split(svc.logs.String(), "\n") {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
+				grpcAddr = rec.Addr
+			}
+		}
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}})
+		conn.Close()
+		if err != nil || len(resp.GetResponseHeadersToAdd()) != tc.want {
+			t.Errorf("flags %v: %v headers %v, want %d", tc.flags, err, resp.GetResponseHeadersToAdd(), tc.want)
+		}
+		svc.stop(t)
+	}
+}

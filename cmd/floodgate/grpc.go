@@ -41,7 +41,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, envoy *config.EnvoyReloader
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: true})
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach})
 	if err != nil {
 		return nil, err
 	}

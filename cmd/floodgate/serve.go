@@ -34,6 +34,8 @@ type serveFlags struct {
 	addr            string
 	grpcAddr        string
 	envoyConfig     []string
+	envoyHeaders    bool
+	envoyEach       bool
 	configFile      string
 	configRedis     bool
 	reloadInterval  time.Duration
@@ -98,6 +100,8 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free one)")
 	fl.StringVar(&f.grpcAddr, "grpc-addr", "", "also serve Envoy's rate limit gRPC API on this address (needs --envoy-config)")
 	fl.StringArrayVar(&f.envoyConfig, "envoy-config", nil, "descriptor configuration of the gRPC API in envoyproxy/ratelimit's YAML format: a file, or a directory of .yaml files; repeatable; reloaded when it changes")
+	fl.BoolVar(&f.envoyHeaders, "envoy-response-headers", false, "add X-RateLimit-Limit, -Remaining and -Reset to the gRPC answers for Envoy to return to clients")
+	fl.BoolVar(&f.envoyEach, "envoy-count-each-descriptor", false, "count a request in every descriptor whose limit admits it, as envoyproxy/ratelimit does (default: all-or-nothing across descriptors)")
 	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")
 	fl.BoolVar(&f.configRedis, "config-from-redis", false, "read the configuration from Redis (key <prefix>:config) and apply every published change")
 	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration and Envoy descriptor files are checked for changes")
