@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,39 @@ import (
 
 // These helpers run the floodgate binary the way the kit's files tell a
 // container runtime to, and talk to it.
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// floodgateBinary builds ../cmd/floodgate once per test run (in a directory
+// removed by TestMain) and returns its path.
+func floodgateBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "floodgate-deploy-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cleanups = append(cleanups, func() { os.RemoveAll(dir) })
+		builtBin = filepath.Join(dir, "floodgate")
+		// Built in Floodgate's own module (the parent directory), with
+		// its own dependencies.
+		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/floodgate")
+		cmd.Dir = ".."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
 
 // cleanups run after every test of the package.
 var cleanups []func()

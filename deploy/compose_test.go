@@ -1,0 +1,253 @@
+package deploy
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+const composeFile = "compose.yaml"
+
+// loadCompose loads compose.yaml with the Compose Specification's own
+// loader: schema validation (unknown keys fail), interpolation,
+// normalization and consistency checks, relative paths resolved.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	details := types.ConfigDetails{
+		WorkingDir:  wd,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(wd, composeFile)}},
+		Environment: types.Mapping{},
+	}
+	p, err := loader.LoadWithContext(context.Background(), details, func(o *loader.Options) {
+		o.SetProjectName("floodgate", true)
+		o.ResolvePaths = true
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", composeFile, err)
+	}
+	return p
+}
+
+// composeMounts returns a service's bind mounts, failing t for any whose
+// source is missing from the repository.
+func composeMounts(t *testing.T, svc types.ServiceConfig) []mount {
+	t.Helper()
+	var out []mount
+	for _, v := range svc.Volumes {
+		if v.Type != types.VolumeTypeBind {
+			continue
+		}
+		if _, err := os.Stat(v.Source); err != nil {
+			t.Errorf("%s: service %s mounts %s, which does not exist: %v", composeFile, svc.Name, v.Source, err)
+			continue
+		}
+		if !v.ReadOnly {
+			t.Errorf("%s: service %s mounts %s read-write; the kit's files are read-only inputs", composeFile, svc.Name, v.Source)
+		}
+		out = append(out, mount{target: v.Target, source: v.Source})
+	}
+	return out
+}
+
+// hostFile returns the repository file a service sees at p.
+func hostFile(t *testing.T, svc types.ServiceConfig, mounts []mount, p string) string {
+	t.Helper()
+	h, ok := hostPath(mounts, p)
+	if !ok {
+		t.Fatalf("%s: service %s has nothing mounted at %s", composeFile, svc.Name, p)
+	}
+	return h
+}
+
+func samePath(t *testing.T, got, want string) bool {
+	t.Helper()
+	g, err1 := filepath.Abs(got)
+	w, err2 := filepath.Abs(want)
+	return err1 == nil && err2 == nil && g == w
+}
+
+// TestCompose validates compose.yaml and what it wires together: every
+// mounted file exists; Floodgate is built from the Containerfile, its
+// command runs here (against a real Redis) and serves the example's
+// policies and Envoy's routes; Envoy, Prometheus and Grafana load the
+// kit's files and reach the services by their compose names and ports.
+func TestCompose(t *testing.T) {
+	p := loadCompose(t)
+	var names []string
+	for n := range p.Services {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if want := []string{"envoy", "floodgate", "grafana", "prometheus", "redis"}; !slices.Equal(names, want) {
+		t.Fatalf("services %v, want %v", names, want)
+	}
+
+	fg := p.Services["floodgate"]
+	if fg.Build == nil || !samePath(t, filepath.Join(fg.Build.Context, fg.Build.Dockerfile), "Containerfile") {
+		t.Errorf("floodgate is not built from deploy/Containerfile: %+v", fg.Build)
+	} else if _, err := os.Stat(filepath.Join(fg.Build.Context, "go.mod")); err != nil {
+		t.Errorf("floodgate's build context %s is not the repository's root: %v", fg.Build.Context, err)
+	}
+	fgMounts := composeMounts(t, fg)
+	flags := flagArgs(t, composeFile+" floodgate", fg.Command)
+	if got := port(t, composeFile, flags["addr"]); got != httpPort {
+		t.Errorf("floodgate --addr port %d, want %d", got, httpPort)
+	}
+	if got := port(t, composeFile, flags["grpc-addr"]); got != grpcPort {
+		t.Errorf("floodgate --grpc-addr port %d, want %d", got, grpcPort)
+	}
+	if !samePath(t, hostFile(t, fg, fgMounts, flags["envoy-config"]), descriptorsFile) {
+		t.Errorf("floodgate --envoy-config %s is not %s", flags["envoy-config"], descriptorsFile)
+	}
+	if !strings.Contains(flags["redis"], "//redis:6379") {
+		t.Errorf("floodgate --redis %q does not name the compose file's redis service", flags["redis"])
+	}
+	published := map[uint32]bool{}
+	for _, pc := range fg.Ports {
+		published[pc.Target] = true
+	}
+	if !published[httpPort] || !published[grpcPort] {
+		t.Errorf("floodgate publishes %v, want %d and %d", fg.Ports, httpPort, grpcPort)
+	}
+
+	// Envoy loads the example and reaches Floodgate by its service name.
+	envoy := p.Services["envoy"]
+	if !samePath(t, hostFile(t, envoy, composeMounts(t, envoy), "/etc/envoy/envoy.yaml"), envoyFile) {
+		t.Errorf("envoy does not load %s at /etc/envoy/envoy.yaml", envoyFile)
+	}
+	b := loadBootstrap(t, envoyFile)
+	_, rl := ingress(t, b, "ingress")
+	cl := cluster(t, b, rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName())
+	for _, e := range cl.GetLoadAssignment().GetEndpoints() {
+		for _, lb := range e.GetLbEndpoints() {
+			if h := lb.GetEndpoint().GetAddress().GetSocketAddress().GetAddress(); h != "floodgate" {
+				t.Errorf("Envoy's cluster %s points at host %q, not the compose service floodgate", cl.GetName(), h)
+			}
+		}
+	}
+
+	checkComposePrometheus(t, p.Services["prometheus"])
+	checkComposeGrafana(t, p.Services["grafana"])
+
+	// Floodgate's own command, run here against a real Redis.
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	s := runAsContainer(t, composeFile, fg.Command, fgMounts, "redis://"+srv.Addr+"/0")
+	checkServing(t, composeFile, s)
+}
+
+// checkComposePrometheus checks that Prometheus loads the kit's
+// prometheus.yml, whose rule file is the shipped alerts.yml and whose
+// target is Floodgate's HTTP port, and runs promtool check config on it
+// when promtool is installed.
+func checkComposePrometheus(t *testing.T, svc types.ServiceConfig) {
+	t.Helper()
+	mounts := composeMounts(t, svc)
+	confPath := "/etc/prometheus/prometheus.yml"
+	conf := hostFile(t, svc, mounts, confPath)
+	raw, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(raw, &pc); err != nil {
+		t.Fatalf("%s: %v", conf, err)
+	}
+	var rules []string
+	for _, r := range pc.RuleFiles {
+		if !filepath.IsAbs(r) {
+			r = filepath.Join(filepath.Dir(confPath), r)
+		}
+		rules = append(rules, hostFile(t, svc, mounts, r))
+	}
+	if !slices.ContainsFunc(rules, func(r string) bool { return samePath(t, r, "prometheus/alerts.yml") }) {
+		t.Errorf("Prometheus's rule files %v do not include the shipped prometheus/alerts.yml", pc.RuleFiles)
+	}
+	want := "floodgate:" + strconv.Itoa(httpPort)
+	found := false
+	for _, sc := range pc.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			found = found || slices.Contains(st.Targets, want)
+		}
+	}
+	if !found {
+		t.Errorf("Prometheus does not scrape %s", want)
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		if out, err := exec.Command(promtool, "check", "config", conf).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config %s: %v\n%s", conf, err, out)
+		}
+	}
+}
+
+// checkComposeGrafana checks that Grafana is provisioned with the compose
+// file's Prometheus as its data source and loads the shipped dashboard.
+func checkComposeGrafana(t *testing.T, svc types.ServiceConfig) {
+	t.Helper()
+	mounts := composeMounts(t, svc)
+	dsDir := hostFile(t, svc, mounts, "/etc/grafana/provisioning/datasources")
+	dbDir := hostFile(t, svc, mounts, "/etc/grafana/provisioning/dashboards")
+	var ds struct {
+		APIVersion  int `yaml:"apiVersion"`
+		Datasources []struct {
+			Name, Type, Access, URL string
+			IsDefault               bool `yaml:"isDefault"`
+		} `yaml:"datasources"`
+	}
+	strictYAML(t, filepath.Join(dsDir, "prometheus.yaml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" || !ds.Datasources[0].IsDefault {
+		t.Errorf("Grafana's data sources %+v: want the compose file's Prometheus as default", ds.Datasources)
+	}
+	var db struct {
+		APIVersion int `yaml:"apiVersion"`
+		Providers  []struct {
+			Name, Type string
+			Options    struct{ Path string }
+		} `yaml:"providers"`
+	}
+	strictYAML(t, filepath.Join(dbDir, "floodgate.yaml"), &db)
+	if len(db.Providers) != 1 || db.Providers[0].Type != "file" {
+		t.Fatalf("Grafana's dashboard providers %+v: want one file provider", db.Providers)
+	}
+	dash := hostFile(t, svc, mounts, db.Providers[0].Options.Path+"/floodgate.json")
+	if !samePath(t, dash, "grafana/floodgate.json") {
+		t.Errorf("Grafana's dashboard directory holds %s, not the shipped grafana/floodgate.json", dash)
+	}
+}
+
+// strictYAML decodes the file at path into v, failing t on unknown fields.
+func strictYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}

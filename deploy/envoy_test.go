@@ -1,0 +1,315 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoyrls"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+// The typed configurations envoy.yaml may hold: importing their packages
+// registers their types for the Any fields; any other type fails to decode.
+var (
+	_ = &hcmv3.HttpConnectionManager{}
+	_ = &ratelimitfilterv3.RateLimit{}
+	_ = &routerv3.Router{}
+	_ = &upstreamhttpv3.HttpProtocolOptions{}
+)
+
+const (
+	envoyFile       = "envoy/envoy.yaml"
+	descriptorsFile = "config/ratelimit.yaml"
+	// grpcPort is Floodgate's gRPC port throughout the kit: Envoy's
+	// cluster, the compose file and the Kubernetes manifests.
+	grpcPort = 8081
+	// httpPort is Floodgate's HTTP port throughout the kit.
+	httpPort = 8080
+)
+
+// loadBootstrap decodes an Envoy bootstrap file strictly (an unknown
+// field, enum value or type fails) and runs the protobuf validation rules
+// on it and on every typed configuration inside it.
+func loadBootstrap(t *testing.T, path string) *bootstrapv3.Bootstrap {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, &b); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if err := validateTree(b.ProtoReflect()); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &b
+}
+
+// validateTree runs ValidateAll on m and, recursively, on every message
+// in it, unpacking Any fields (whose contents the generated validation
+// does not look into).
+func validateTree(m protoreflect.Message) error {
+	if v, ok := m.Interface().(interface{ ValidateAll() error }); ok {
+		if err := v.ValidateAll(); err != nil {
+			return fmt.Errorf("%s: %w", m.Descriptor().FullName(), err)
+		}
+	}
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			return fmt.Errorf("typed config %s: %w", a.GetTypeUrl(), err)
+		}
+		return validateTree(inner.ProtoReflect())
+	}
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := 0; i < l.Len() && err == nil; i++ {
+				err = validateTree(l.Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				err = validateTree(mv.Message())
+				return err == nil
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			err = validateTree(v.Message())
+		}
+		return err == nil
+	})
+	return err
+}
+
+// unpack returns the typed configuration in a.
+func unpack[T proto.Message](t *testing.T, a *anypb.Any, into T) T {
+	t.Helper()
+	if err := a.UnmarshalTo(into); err != nil {
+		t.Fatalf("typed config %s: %v", a.GetTypeUrl(), err)
+	}
+	return into
+}
+
+// ingress returns the HTTP connection manager of the listener named name
+// and the configuration of its rate limit filter, checking that the filter
+// runs before the router.
+func ingress(t *testing.T, b *bootstrapv3.Bootstrap, name string) (*hcmv3.HttpConnectionManager, *ratelimitfilterv3.RateLimit) {
+	t.Helper()
+	for _, l := range b.GetStaticResources().GetListeners() {
+		if l.GetName() != name {
+			continue
+		}
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				hcm := unpack(t, f.GetTypedConfig(), &hcmv3.HttpConnectionManager{})
+				var rl *ratelimitfilterv3.RateLimit
+				for i, hf := range hcm.GetHttpFilters() {
+					switch hf.GetTypedConfig().MessageName() {
+					case "envoy.extensions.filters.http.ratelimit.v3.RateLimit":
+						rl = unpack(t, hf.GetTypedConfig(), &ratelimitfilterv3.RateLimit{})
+					case "envoy.extensions.filters.http.router.v3.Router":
+						if rl == nil {
+							t.Fatalf("listener %s: the router (filter %d) comes before the rate limit filter", name, i)
+						}
+						return hcm, rl
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no listener %s with a rate limit filter and a router", name)
+	return nil, nil
+}
+
+func cluster(t *testing.T, b *bootstrapv3.Bootstrap, name string) *clusterv3.Cluster {
+	t.Helper()
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == name {
+			return c
+		}
+	}
+	t.Fatalf("no cluster %s", name)
+	return nil
+}
+
+// TestEnvoyExample decodes envoy.yaml strictly into Envoy's bootstrap
+// types and validates it, checks that its rate limit filter calls
+// Floodgate's gRPC port over HTTP/2, and sends Floodgate (loaded with
+// ratelimit.yaml, as --envoy-config does) the descriptors each route's
+// actions build for a sample request: every one must match a configured
+// limit, and the route must be refused after as many requests as its
+// tightest limit allows. The compose and Kubernetes tests repeat the
+// decisions over gRPC against the service their files start.
+func TestEnvoyExample(t *testing.T) {
+	b := loadBootstrap(t, envoyFile)
+	_, rl := ingress(t, b, "ingress")
+	cl := cluster(t, b, rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName())
+	var opts upstreamhttpv3.HttpProtocolOptions
+	a, ok := cl.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+	if !ok || a.UnmarshalTo(&opts) != nil || opts.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+		t.Errorf("cluster %s does not speak HTTP/2 to Floodgate (gRPC needs it)", cl.GetName())
+	}
+	for _, e := range cl.GetLoadAssignment().GetEndpoints() {
+		for _, lb := range e.GetLbEndpoints() {
+			if p := lb.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); p != grpcPort {
+				t.Errorf("cluster %s points at port %d, want Floodgate's gRPC port %d", cl.GetName(), p, grpcPort)
+			}
+		}
+	}
+	if rl.GetRateLimitService().GetTransportApiVersion().String() != "V3" {
+		t.Errorf("rate limit service transport %v, want V3 (Floodgate serves envoy.service.ratelimit.v3)", rl.GetRateLimitService().GetTransportApiVersion())
+	}
+
+	descriptors, err := config.NewEnvoyReloader([]string{descriptorsFile}, config.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoyrls.NewService(lim, descriptors.Load, envoyrls.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEnvoyRoutes(t, "in process", svc.ShouldRateLimit)
+}
+
+// decideFunc is Envoy's rate limit call, in process or over gRPC.
+type decideFunc func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error)
+
+// checkEnvoyRoutes sends decide the descriptors that each route of
+// envoy.yaml with rate_limits builds for a sample request (a client
+// address of its own, an x-api-key header), until the route is refused.
+func checkEnvoyRoutes(t *testing.T, where string, decide decideFunc) {
+	t.Helper()
+	b := loadBootstrap(t, envoyFile)
+	hcm, rl := ingress(t, b, "ingress")
+	routes := 0
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for i, r := range vh.GetRoutes() {
+			limits := r.GetRoute().GetRateLimits()
+			if len(limits) == 0 {
+				continue
+			}
+			routes++
+			name := fmt.Sprintf("%s: %s route %d (%v)", where, vh.GetName(), i, r.GetMatch().GetPathSpecifier())
+			req := sampleRequest{remoteAddress: fmt.Sprintf("203.0.113.%d", 10+routes), headers: map[string]string{"x-api-key": "key-1"}}
+			checkRoute(t, decide, name, rl.GetDomain(), req, limits)
+		}
+	}
+	if routes == 0 {
+		t.Fatalf("%s: no route of %s has rate_limits", where, envoyFile)
+	}
+}
+
+// sampleRequest is what the actions of the example read from a request.
+type sampleRequest struct {
+	remoteAddress string
+	headers       map[string]string
+}
+
+// descriptorsFor builds the descriptors Envoy sends for req under the
+// route's rate_limits, for the actions the example uses. As in Envoy, a
+// descriptor with an action that produces nothing is not sent.
+func descriptorsFor(t *testing.T, req sampleRequest, limits []*routev3.RateLimit) []*ratelimitv3.RateLimitDescriptor {
+	t.Helper()
+	var out []*ratelimitv3.RateLimitDescriptor
+	for _, l := range limits {
+		d := &ratelimitv3.RateLimitDescriptor{}
+		complete := true
+		for _, a := range l.GetActions() {
+			switch {
+			case a.GetRemoteAddress() != nil:
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "remote_address", Value: req.remoteAddress})
+			case a.GetGenericKey() != nil:
+				key := a.GetGenericKey().GetDescriptorKey()
+				if key == "" {
+					key = "generic_key"
+				}
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: a.GetGenericKey().GetDescriptorValue()})
+			case a.GetRequestHeaders() != nil:
+				v, ok := req.headers[a.GetRequestHeaders().GetHeaderName()]
+				if !ok {
+					complete = false
+					continue
+				}
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: a.GetRequestHeaders().GetDescriptorKey(), Value: v})
+			default:
+				t.Fatalf("action %v: the test does not know what descriptor entry Envoy builds for it", a)
+			}
+		}
+		if complete {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// checkRoute sends the route's descriptors until Floodgate says
+// OVER_LIMIT, checking that each matched a configured limit and that the
+// route was refused exactly after its tightest limit.
+func checkRoute(t *testing.T, decide decideFunc, name, domain string, req sampleRequest, limits []*routev3.RateLimit) {
+	t.Helper()
+	descs := descriptorsFor(t, req, limits)
+	if len(descs) != len(limits) {
+		t.Fatalf("%s: the sample request builds %d descriptors of %d", name, len(descs), len(limits))
+	}
+	rreq := &rlspb.RateLimitRequest{Domain: domain, Descriptors: descs}
+	var tightest uint32
+	for n := uint32(1); ; n++ {
+		resp, err := decide(context.Background(), rreq)
+		if err != nil {
+			t.Fatalf("%s: request %d: %v", name, n, err)
+		}
+		if n == 1 {
+			for i, st := range resp.GetStatuses() {
+				cl := st.GetCurrentLimit()
+				if cl == nil {
+					t.Fatalf("%s: descriptor %v matches no limit of %s", name, descs[i].GetEntries(), descriptorsFile)
+				}
+				if tightest == 0 || cl.GetRequestsPerUnit() < tightest {
+					tightest = cl.GetRequestsPerUnit()
+				}
+			}
+		}
+		if resp.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT {
+			if got := n - 1; got != tightest {
+				t.Errorf("%s: %d requests allowed, want %d (the tightest limit)", name, got, tightest)
+			}
+			return
+		}
+		if n > tightest {
+			t.Fatalf("%s: request %d still allowed, beyond the tightest limit %d", name, n, tightest)
+		}
+	}
+}
