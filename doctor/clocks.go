@@ -70,3 +70,77 @@ func abs(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// skewWarn is the instance clock offset above which the clock check
+// warns, the threshold of the shipped RateLimitClockSkew alert.
+const skewWarn = time.Second
+
+// dateFail is how far an undisciplined instance's clock (read from its
+// Date header, to the second) may be from Redis's before the check fails.
+const dateFail = 2 * time.Second
+
+func (r *run) instanceClockChecks(ctx context.Context) {
+	if len(r.opts.Instances) == 0 {
+		return
+	}
+	ins := r.readInstances(ctx)
+	r.check(GroupClocks, "instances", func(c *Check) {
+		c.Read = fmt.Sprintf("%s and %s from /metrics, and the Date header of /readyz, of %d instance(s)", metricSkew, metricSyncRTT, len(ins))
+		redisOff, _, err := r.hostOffset(ctx)
+		if err == nil {
+			c.Read += fmt.Sprintf("; %d TIME calls", timeSamples)
+		}
+		worst := Pass
+		for _, in := range ins {
+			if in.readyStatus == 0 {
+				continue
+			}
+			// The instance's wall clock from its Date header, to the second,
+			// relative to Redis's clock.
+			var dateOff time.Duration
+			haveDate := !in.date.IsZero() && err == nil
+			if haveDate {
+				dateOff = in.date.Sub(in.dateAt.Add(redisOff))
+			}
+			skew, okSkew := sum(in.metrics, metricSkew, nil)
+			rtt, okRTT := sum(in.metrics, metricSyncRTT, nil)
+			switch {
+			case !okSkew:
+				worst = max(worst, Warn)
+				c.Evidence = append(c.Evidence, notExported(in.url, metricSkew)+": its clock discipline cannot be seen")
+			case okRTT && rtt == 0:
+				// Registered but never measured: the instance does not
+				// discipline its clock to Redis.
+				line := fmt.Sprintf("%s: no clock sync round measured (%s is 0): timestamps are its raw clock", in.url, metricSyncRTT)
+				st := Warn
+				if haveDate {
+					line += fmt.Sprintf("; its Date header is %+.0fs from Redis's clock", dateOff.Seconds())
+					if abs(dateOff) > dateFail {
+						st = Fail
+					}
+				}
+				worst = max(worst, st)
+				c.Evidence = append(c.Evidence, line)
+			default:
+				off := time.Duration(skew * float64(time.Second))
+				line := fmt.Sprintf("%s: disciplined to Redis, measured offset %v (± %v)", in.url, off.Round(time.Millisecond), time.Duration(rtt*float64(time.Second)/2).Round(time.Microsecond))
+				if abs(off) > skewWarn {
+					worst = max(worst, Warn)
+					line += fmt.Sprintf(": its clock is %v from Redis's (corrected in its timestamps)", abs(off).Round(time.Millisecond))
+				}
+				c.Evidence = append(c.Evidence, line)
+			}
+		}
+		c.Status = worst
+		switch worst {
+		case Fail:
+			c.Summary = "an instance's clock is off by more than 2s and not disciplined: its windows open and close early or late, and its quota periods turn at the wrong time"
+			c.Fix = "fix NTP on that host, and run instances with their clock disciplined to Redis (clocksync)"
+		case Warn:
+			c.Summary = "an instance's clock is more than 1s from Redis's, or its clock discipline cannot be seen"
+			c.Fix = "fix NTP on the hosts (chronyc tracking); instances that discipline their clock to Redis (clocksync) correct the offset, but a large one means the host clock is broken"
+		default:
+			c.Summary = fmt.Sprintf("every instance disciplines its clock to Redis, within %v", skewWarn)
+		}
+	})
+}

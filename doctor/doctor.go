@@ -169,6 +169,10 @@ type Options struct {
 	// Instances are base URLs of running `floodgate serve` instances, e.g.
 	// "http://10.0.0.5:8080". Empty skips the instance checks.
 	Instances []string
+	// RateWindow is the time between the two scrapes of each instance's
+	// /metrics from which the current fallback and denial rates come.
+	// Default 2s; negative means one scrape (totals since start only).
+	RateWindow time.Duration
 	// PrometheusURL is the base URL of the Prometheus that scrapes the
 	// instances. Empty skips the monitoring checks.
 	PrometheusURL string
@@ -248,6 +252,9 @@ func (o *Options) validate() error {
 	if u := o.PrometheusURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		return bad("Prometheus URL %q must start with http:// or https://", u)
 	}
+	if o.RateWindow == 0 {
+		o.RateWindow = 2 * time.Second
+	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 5 * time.Second}
 	}
@@ -271,6 +278,7 @@ type run struct {
 	cfg          *config.Config               // nil when none could be read
 	cfgErr       error                        // why cfg is nil
 	cfgSource    string
+	instances    []*instance // read once, by the first check that needs them
 }
 
 // Run audits the deployment and returns the report. It fails only when

@@ -75,6 +75,7 @@ not a read. Exit status 1 when any check fails, 0 otherwise.`,
 	fl.StringVar(&opts.LoginPrefix, "login-prefix", "login", "the login guard's key prefix (serve --login-prefix)")
 	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")
 	fl.StringArrayVar(&opts.Instances, "instance", nil, "base URL of a running instance, e.g. http://10.0.0.5:8080; repeatable")
+	fl.DurationVar(&opts.RateWindow, "rate-window", 2*time.Second, "time between the two scrapes of each instance's /metrics that give the current fallback and denial rates (negative: one scrape)")
 	fl.StringVar(&opts.PrometheusURL, "prometheus", "", "base URL of the Prometheus scraping the instances, e.g. http://prometheus:9090")
 	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fl.StringVar(&colour, "color", "auto", "colour the report: auto (on a terminal), always or never")

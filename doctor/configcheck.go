@@ -1,0 +1,174 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// bigSlidingLog is the sliding-log limit from which the config check
+// warns: each identity's log keeps up to Limit members (tens of bytes
+// each), so 1,000 is already tens of kilobytes per identity.
+const bigSlidingLog = 1000
+
+func (r *run) configChecks(ctx context.Context) {
+	r.check(GroupConfig, "validates", func(c *Check) {
+		c.Read = "GET " + r.opts.Prefix + ":config and the parser of `floodgate serve` (one Redis command, already counted by the first check)"
+		if r.opts.ConfigFile != "" {
+			c.Read = "the file " + r.opts.ConfigFile
+		}
+		switch {
+		case r.cfg != nil:
+			c.Status = Pass
+			c.Summary = fmt.Sprintf("%s is valid: version %q, %d policies, %d quotas, %d concurrency limits, tiers %s (default %s)",
+				r.cfgSource, r.cfg.Version(), len(r.cfg.Policies()), len(r.cfg.Quotas()), len(r.cfg.ConcurrencyLimits()),
+				strings.Join(r.cfg.Tiers(), ", "), r.cfg.DefaultTier())
+		case errors.Is(r.cfgErr, config.ErrNotFound):
+			c.Status = Warn
+			c.Summary = fmt.Sprintf("no configuration in Redis under %s:config and no --config given: the checks that need the policies were skipped", r.opts.Prefix)
+			c.Fix = "give doctor the file the instances run (--config FILE), or publish it to Redis (floodgate config push FILE) and run the instances with --config-from-redis"
+		default:
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("%s does not validate: %v", r.cfgSource, r.cfgErr)
+			c.Fix = "fix the errors listed (file:line:column); instances keep their last good configuration until then"
+		}
+	})
+	if r.cfg == nil {
+		return
+	}
+	r.check(GroupConfig, "tiers", func(c *Check) { r.checkTiers(ctx, c) })
+	r.check(GroupConfig, "sliding-logs", r.checkBigLogs)
+	r.check(GroupConfig, "hot-keys-and-slots", r.checkSlots)
+	r.check(GroupConfig, "shadow", r.checkShadow)
+}
+
+func (r *run) checkTiers(ctx context.Context, c *Check) {
+	c.Read = "HLEN " + r.opts.Prefix + ":tiers"
+	tiered := 0
+	for _, p := range r.cfg.Policies() {
+		if p.Tiered() {
+			tiered++
+		}
+	}
+	for _, q := range r.cfg.Quotas() {
+		if q.Tiered() {
+			tiered++
+		}
+	}
+	keys, _ := config.KeysFor(r.opts.Prefix)
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n, err := r.client.HLen(hctx, keys.Tiers).Result()
+	cancel()
+	if err == nil {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %d tier assignment(s)", keys.Tiers, n))
+	}
+	def, _ := config.Default()
+	switch {
+	case def != nil && r.cfg.Hash() == def.Hash():
+		c.Status = Warn
+		c.Summary = "the configuration is the built-in example: tiers and limits come from the binary, not from your file or Redis"
+		c.Fix = "write your own configuration and run the instances with --config FILE or --config-from-redis"
+	default:
+		c.Status = Pass
+		c.Summary = fmt.Sprintf("tiers (%s) and limits come from %s; %d policies and quotas depend on the tier", strings.Join(r.cfg.Tiers(), ", "), r.cfgSource, tiered)
+	}
+}
+
+func (r *run) checkBigLogs(c *Check) {
+	c.Read = "the configuration (no Redis command)"
+	var big []string
+	for _, p := range r.cfg.Policies() {
+		for _, l := range p.Layers {
+			lim := int64(0)
+			for _, t := range r.cfg.Tiers() {
+				if pt := l.Policy(t); pt.Algorithm == floodgate.SlidingLog {
+					lim = max(lim, pt.Limit)
+				}
+			}
+			if lim >= bigSlidingLog {
+				big = append(big, fmt.Sprintf("%s.%s: sliding_log limit %d (up to %d members per identity)", p.Name, l.Name, lim, lim))
+			}
+		}
+	}
+	if len(big) > 0 {
+		c.Status = Warn
+		c.Evidence = big
+		c.Summary = fmt.Sprintf("%d sliding-log layer(s) with a limit of %d or more: each identity's key keeps one member per request admitted in the window", len(big), bigSlidingLog)
+		c.Fix = "use sliding_window (two counters per identity, close to exact) for large limits; keep sliding_log for small exact ones such as 5 logins per 15 minutes"
+		return
+	}
+	c.Status, c.Summary = Pass, fmt.Sprintf("no sliding log above a limit of %d", bigSlidingLog-1)
+}
+
+func (r *run) checkSlots(c *Check) {
+	c.Read = "the configuration (no Redis command)"
+	var hot, split []string
+	for _, p := range r.cfg.Policies() {
+		dims := map[string]bool{}
+		for _, l := range p.Layers {
+			dims[l.Dimension()] = true
+			if len(l.Dimensions) == 0 && l.Shards <= 1 {
+				hot = append(hot, fmt.Sprintf("%s.%s (limit %d per %v)", p.Name, l.Name, l.Policy("").Limit, l.Policy("").Window))
+			}
+		}
+		if len(dims) > 1 {
+			var ds []string
+			for d := range dims {
+				ds = append(ds, d)
+			}
+			sort.Strings(ds)
+			split = append(split, fmt.Sprintf("%s: layers keyed by %s", p.Name, strings.Join(ds, ", ")))
+		}
+	}
+	if len(hot) > 0 {
+		c.Evidence = append(c.Evidence, "global layers on one key: "+strings.Join(hot, "; "))
+	}
+	if len(split) > 0 {
+		c.Evidence = append(c.Evidence, "policies whose layers use different identities: "+strings.Join(split, "; "))
+	}
+	switch {
+	case len(hot) > 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("%d global layer(s) keep their whole limit on one key: every request of every identity writes it, one hot key on one Redis node", len(hot))
+		c.Fix = "set shards: N on the layer (the limit is split over N keys, on different Cluster slots)"
+	case len(split) > 0 && r.cluster != nil:
+		c.Status = Info
+		c.Summary = fmt.Sprintf("%d policies span several Cluster slots (their identities hash apart): each of their decisions is split into a reserve per slot and a release if one denies, two round trips instead of one", len(split))
+	default:
+		c.Status = Pass
+		c.Summary = "no global layer on a single key"
+		if len(split) > 0 {
+			c.Summary += fmt.Sprintf("; %d policies would span slots on a Cluster", len(split))
+		}
+	}
+}
+
+func (r *run) checkShadow(c *Check) {
+	c.Read = "the configuration, and " + metricShadowDenied + " from the instances' /metrics already read"
+	var shadow []string
+	for _, p := range r.cfg.Policies() {
+		for _, l := range p.Layers {
+			if l.Shadow {
+				shadow = append(shadow, p.Name+"."+l.Name)
+			}
+		}
+	}
+	for _, in := range r.instances {
+		if v, ok := sum(in.metrics, metricShadowDenied, nil); ok {
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %.0f request(s) a shadow layer would have denied", in.url, v))
+		}
+	}
+	if len(shadow) > 0 {
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("%d layer(s) in shadow mode count but never deny: %s", len(shadow), strings.Join(shadow, ", "))
+		c.Fix = "once its numbers look right, enforce the layer (remove shadow: true) or remove it; a shadow layer left on protects nothing"
+		return
+	}
+	c.Status, c.Summary = Pass, "no layer in shadow mode"
+}

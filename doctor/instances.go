@@ -1,0 +1,396 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The metric names doctor reads from an instance's /metrics (package
+// metrics, server and config export them).
+const (
+	metricAllowed      = "rate_limit_allowed_total"
+	metricDenied       = "rate_limit_denied_total"
+	metricFallback     = "rate_limit_fallback_total"
+	metricBreaker      = "rate_limit_breaker_state"
+	metricSkew         = "rate_limit_clock_skew_seconds"
+	metricSyncRTT      = "rate_limit_clock_sync_rtt_seconds"
+	metricShadowDenied = "rate_limit_shadow_denied_total"
+)
+
+// maxBody caps what doctor reads from one HTTP answer.
+const maxBody = 16 << 20
+
+// instance is what doctor read from one `floodgate serve` instance.
+type instance struct {
+	url           string
+	readyStatus   int
+	ready         string // "ready", "degraded", "draining"
+	readyErr      string
+	configVersion string
+	date          time.Time // the Date header of /readyz
+	dateAt        time.Time // local time at the middle of that request
+	metrics       map[string]*dto.MetricFamily
+	metricsAt     time.Time
+	later         map[string]*dto.MetricFamily // a second scrape, for rates
+	laterAt       time.Time
+	err           error
+}
+
+func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	t0 := time.Now()
+	resp, err := r.opts.HTTPClient.Do(req)
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	return body, resp.Header, resp.StatusCode, time.Since(t0), err
+}
+
+func (r *run) scrape(ctx context.Context, base string) (map[string]*dto.MetricFamily, error) {
+	body, _, code, _, err := r.get(ctx, base+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: status %d", code)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(strings.NewReader(string(body)))
+}
+
+// readInstances reads /readyz and /metrics of every instance, then
+// /metrics again after RateWindow, so that rates can be computed.
+func (r *run) readInstances(ctx context.Context) []*instance {
+	if r.instances != nil || len(r.opts.Instances) == 0 {
+		return r.instances
+	}
+	for _, u := range r.opts.Instances {
+		in := &instance{url: strings.TrimRight(u, "/")}
+		r.instances = append(r.instances, in)
+		local := r.opts.Now()
+		body, hdr, code, rtt, err := r.get(ctx, in.url+"/readyz")
+		if err != nil {
+			in.err = err
+			continue
+		}
+		in.readyStatus = code
+		var ready struct {
+			Status        string `json:"status"`
+			Error         string `json:"error"`
+			ConfigVersion string `json:"config_version"`
+		}
+		if err := json.Unmarshal(body, &ready); err != nil {
+			in.err = fmt.Errorf("GET /readyz: not a Floodgate answer: %v", err)
+			continue
+		}
+		in.ready, in.readyErr, in.configVersion = ready.Status, ready.Error, ready.ConfigVersion
+		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
+			in.date, in.dateAt = d, local.Add(rtt/2)
+		}
+		in.metrics, err = r.scrape(ctx, in.url)
+		in.metricsAt = time.Now()
+		if err != nil {
+			in.err = fmt.Errorf("GET /metrics: %v", err)
+		}
+	}
+	if r.opts.RateWindow > 0 {
+		select {
+		case <-ctx.Done():
+			return r.instances
+		case <-time.After(r.opts.RateWindow):
+		}
+		for _, in := range r.instances {
+			if in.metrics == nil {
+				continue
+			}
+			if m, err := r.scrape(ctx, in.url); err == nil {
+				in.later, in.laterAt = m, time.Now()
+			}
+		}
+	}
+	return r.instances
+}
+
+// sum adds up the values of every series of a counter or gauge family,
+// keeping those whose labels match keep (nil keeps all); ok is false when
+// the family is absent.
+func sum(mf map[string]*dto.MetricFamily, name string, keep func(map[string]string) bool) (float64, bool) {
+	f, ok := mf[name]
+	if !ok {
+		return 0, false
+	}
+	total := 0.0
+	for _, m := range f.GetMetric() {
+		if keep != nil && !keep(labels(m)) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			total += m.Untyped.GetValue()
+		}
+	}
+	return total, true
+}
+
+func labels(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
+
+// notExported is the evidence line of a metric an instance does not have.
+func notExported(url, name string) string {
+	return fmt.Sprintf("%s: %s not exported by this version", url, name)
+}
+
+func (r *run) instanceChecks(ctx context.Context) {
+	if len(r.opts.Instances) == 0 {
+		r.check(GroupInstances, "instances", func(c *Check) {
+			c.Status, c.Summary, c.Read = Info, "no instance URLs given (--instance): skipped", "nothing"
+		})
+		return
+	}
+	ins := r.readInstances(ctx)
+	read := fmt.Sprintf("GET /readyz and /metrics of %d instance(s)", len(ins))
+	r.check(GroupInstances, "ready", func(c *Check) {
+		c.Read = read
+		bad := 0
+		for _, in := range ins {
+			switch {
+			case in.err != nil && in.readyStatus == 0:
+				bad++
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: unreachable: %v", in.url, in.err))
+			case in.readyStatus != http.StatusOK:
+				bad++
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s (HTTP %d) %s", in.url, in.ready, in.readyStatus, in.readyErr))
+			default:
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: ready, config version %q", in.url, in.configVersion))
+			}
+		}
+		if bad > 0 {
+			c.Status, c.Summary = Fail, fmt.Sprintf("%d of %d instance(s) not ready", bad, len(ins))
+			c.Fix = "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down"
+			return
+		}
+		c.Status, c.Summary = Pass, fmt.Sprintf("all %d instance(s) ready", len(ins))
+	})
+	r.check(GroupInstances, "config-version", func(c *Check) {
+		c.Read = read + " (no extra request)"
+		versions := map[string][]string{}
+		for _, in := range ins {
+			if in.readyStatus != 0 {
+				versions[in.configVersion] = append(versions[in.configVersion], in.url)
+			}
+		}
+		var vs []string
+		for v, urls := range versions {
+			vs = append(vs, v)
+			c.Evidence = append(c.Evidence, fmt.Sprintf("version %q: %s", v, strings.Join(urls, ", ")))
+		}
+		sort.Strings(c.Evidence)
+		switch {
+		case len(versions) > 1:
+			sort.Strings(vs)
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("instances run %d different configuration versions (%s): the same request gets different limits depending on the instance", len(versions), strings.Join(vs, ", "))
+			c.Fix = "publish one configuration to all (floodgate config push with --config-from-redis, or the same file everywhere) and check for instances that rejected it (floodgate_config_reload_total{result=\"invalid\"})"
+		case len(versions) == 1 && r.cfg != nil && vs[0] != r.cfg.Version():
+			c.Status = Warn
+			c.Summary = fmt.Sprintf("instances run version %q, but %s holds version %q", vs[0], r.cfgSource, r.cfg.Version())
+			c.Fix = "the instances have not applied the current document (rejected, or not watching it): check their logs"
+		case len(versions) == 1:
+			c.Status, c.Summary = Pass, fmt.Sprintf("every instance runs configuration version %q", vs[0])
+		default:
+			c.Status, c.Summary = Warn, "no instance answered"
+		}
+	})
+	r.check(GroupInstances, "breakers", func(c *Check) {
+		c.Read = read + " (no extra request)"
+		worst, seen := Pass, false
+		for _, in := range ins {
+			f, ok := in.metrics[metricBreaker]
+			if !ok {
+				continue
+			}
+			seen = true
+			for _, m := range f.GetMetric() {
+				v := m.GetGauge().GetValue()
+				state := map[float64]string{0: "closed", 1: "half-open", 2: "open"}[v]
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: partition %s %s", in.url, labels(m)["partition"], state))
+				switch {
+				case v >= 2:
+					worst = Fail
+				case v >= 1:
+					worst = max(worst, Warn)
+				}
+			}
+		}
+		c.Status = worst
+		switch {
+		case !seen:
+			c.Status, c.Summary = Info, "no instance exports "+metricBreaker+" (not exported by this version, or no Redis call yet)"
+		case worst == Fail:
+			c.Summary = "a breaker is open: that instance decides without Redis"
+			c.Fix = "check Redis (or the Cluster primary named by the partition) from that instance's host"
+		case worst == Warn:
+			c.Summary = "a breaker is half-open: Redis is being probed after failures"
+			c.Fix = "watch it close; if it flaps, check Redis latency and the network"
+		default:
+			c.Summary = "every breaker is closed"
+		}
+	})
+	r.check(GroupInstances, "fallback-and-denials", func(c *Check) { r.checkRates(c, ins, read) })
+	r.check(GroupInstances, "failure-mode", func(c *Check) { r.checkFailureMode(c, ins, read) })
+}
+
+// rate returns the per-second increase of a family between the two
+// scrapes of in, and false when either lacks it.
+func rate(in *instance, name string) (float64, bool) {
+	if in.later == nil {
+		return 0, false
+	}
+	a, ok1 := sum(in.metrics, name, nil)
+	b, ok2 := sum(in.later, name, nil)
+	if !ok2 {
+		return 0, false
+	}
+	if !ok1 {
+		a = 0
+	}
+	d := in.laterAt.Sub(in.metricsAt).Seconds()
+	if d <= 0 || b < a {
+		return 0, false
+	}
+	return (b - a) / d, true
+}
+
+func (r *run) checkRates(c *Check, ins []*instance, read string) {
+	c.Read = read
+	if r.opts.RateWindow > 0 {
+		c.Read += fmt.Sprintf(", /metrics again after %v for the current rates", r.opts.RateWindow)
+	}
+	worst := Pass
+	for _, in := range ins {
+		if in.metrics == nil {
+			continue
+		}
+		allowed, _ := sum(in.metrics, metricAllowed, nil)
+		denied, _ := sum(in.metrics, metricDenied, nil)
+		fb, okFB := sum(in.metrics, metricFallback, nil)
+		total := allowed + denied
+		line := fmt.Sprintf("%s since start: %.0f allowed, %.0f denied", in.url, allowed, denied)
+		if total > 0 {
+			line += fmt.Sprintf(" (%.1f%% denied)", 100*denied/total)
+		}
+		if !okFB {
+			line += ", no fallback decision"
+		} else {
+			line += fmt.Sprintf(", %.0f taken by the fallback", fb)
+			if fb > 0 {
+				worst = max(worst, Warn)
+			}
+		}
+		c.Evidence = append(c.Evidence, line)
+		if fr, ok := rate(in, metricFallback); ok && fr > 0 {
+			worst = Fail
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s now: %.2f fallback decisions/s", in.url, fr))
+		}
+		ar, ok1 := rate(in, metricAllowed)
+		dr, ok2 := rate(in, metricDenied)
+		if ok1 || ok2 {
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s now: %.2f allowed/s, %.2f denied/s", in.url, ar, dr))
+			if dr > 1 && dr > ar {
+				worst = max(worst, Warn)
+			}
+		}
+	}
+	c.Status = worst
+	switch worst {
+	case Fail:
+		c.Summary = "an instance is deciding by its fallback right now: limits are per instance, not global"
+		c.Fix = "check Redis from that instance (breakers, latency); the RateLimitFallbackActive alert should be firing"
+	case Warn:
+		c.Summary = "fallback decisions since start, or more denials than admissions now"
+		c.Fix = "a past Redis outage explains old fallback counts; a denial rate above the admissions is an abuse wave or a limit set too low: see /admin/v1/top-denied"
+	default:
+		c.Summary = "no fallback decisions; denials below admissions"
+	}
+}
+
+// loginStyle reports the policies that guard logins: named after login,
+// or keyed by an account.
+func (r *run) loginStyle() []string {
+	if r.cfg == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range r.cfg.Policies() {
+		hit := strings.Contains(strings.ToLower(p.Name), "login")
+		for _, l := range p.Layers {
+			for _, d := range l.Dimensions {
+				hit = hit || d == "account"
+			}
+		}
+		if hit {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+func (r *run) checkFailureMode(c *Check, ins []*instance, read string) {
+	c.Read = read + " (no extra request)"
+	modes := map[string]bool{}
+	for _, in := range ins {
+		if f, ok := in.metrics[metricFallback]; ok {
+			for _, m := range f.GetMetric() {
+				modes[labels(m)["mode"]] = true
+			}
+		}
+	}
+	var seen []string
+	for m := range modes {
+		seen = append(seen, m)
+	}
+	sort.Strings(seen)
+	if len(seen) > 0 {
+		c.Evidence = append(c.Evidence, "failure modes seen in "+metricFallback+": "+strings.Join(seen, ", "))
+	}
+	login := r.loginStyle()
+	switch {
+	case len(login) == 0:
+		c.Status = Info
+		c.Summary = "no login-style policy (named login, or keyed by account) in the configuration"
+	case modes["open"] || modes["local"]:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("login-style policies (%s) may fail open: the instances have taken %s decisions, and they do not export the mode per policy", strings.Join(login, ", "), strings.Join(seen, "/"))
+		c.Fix = "a login endpoint should refuse rather than admit unlimited guesses when Redis is down: run it with a closed failure mode (serve --fallback closed, or fallback.Options.Modes)"
+	default:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("cannot confirm that login-style policies (%s) fail closed: the failure mode per policy is not exported by this version", strings.Join(login, ", "))
+		c.Fix = "check the instances' --fallback flag: a login endpoint should refuse (closed) rather than admit unlimited guesses while Redis is down"
+	}
+}

@@ -1,0 +1,175 @@
+package doctor_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/clocksync"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// instance is a real in-process Floodgate service (package server) on
+// a real HTTP listener, deciding on client under prefix.
+type instance struct {
+	url      string
+	reloader *config.Reloader
+	reg      *prometheus.Registry
+}
+
+// instanceOptions says how to start an instance.
+type instanceOptions struct {
+	doc string
+	// clockAhead is how far the instance's local clock runs ahead of
+	// the real time (negative: behind).
+	clockAhead time.Duration
+	// discipline syncs the instance's clock to Redis's TIME with
+	// clocksync, as a production instance should.
+	discipline bool
+}
+
+func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
+	t.Helper()
+	cfg, err := config.Parse([]byte(o.doc), "instance.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := config.NewHolder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	rl, err := config.NewReloader(holder, config.ReloaderOptions{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := func() time.Time { return time.Now().Add(o.clockAhead) }
+	now := local
+	if o.discipline {
+		clk, err := clocksync.New(client, clocksync.Options{Now: local, Observer: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := clk.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		now = clk.Now
+	}
+	store, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(store, floodgate.Options{Prefix: prefix, Clock: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(lim, holder, server.Options{Registerer: reg, Gatherer: reg, Metrics: m,
+		Ready: func(ctx context.Context) error { return client.Ping(ctx).Err() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return &instance{url: hs.URL, reloader: rl, reg: reg}
+}
+
+func TestInstancesHealthyPassClean(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "ih", testConfig)
+	traffic(t, client, "ih", cfg)
+	a := startInstance(t, client, "ih", instanceOptions{doc: testConfig, discipline: true})
+	b := startInstance(t, client, "ih", instanceOptions{doc: testConfig, discipline: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ih",
+		Instances: []string{a.url, b.url}, RateWindow: 200 * time.Millisecond})
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass, "all 2 instance(s) ready")
+	want(t, rep, doctor.GroupInstances, "config-version", doctor.Pass, `version "7"`)
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Pass, "disciplined to Redis")
+	// testConfig has a login policy, whose failure mode cannot be seen.
+	want(t, rep, doctor.GroupInstances, "failure-mode", doctor.Warn, "login")
+	for _, c := range rep.Checks {
+		if c.Status >= doctor.Warn && c.Name != "failure-mode" {
+			t.Fatalf("%s/%s is %v:\n%s", c.Group, c.Name, c.Status, text(rep))
+		}
+	}
+}
+
+func TestInstancesOnDifferentConfigVersionsFail(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "iv", testConfig)
+	a := startInstance(t, client, "iv", instanceOptions{doc: testConfig, discipline: true})
+	b := startInstance(t, client, "iv", instanceOptions{doc: strings.Replace(testConfig, `version: "7"`, `version: "6"`, 1), discipline: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "iv",
+		Instances: []string{a.url, b.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupInstances, "config-version", doctor.Fail, `version "6": `+b.url, `version "7": `+a.url)
+	if c.Fix == "" || rep.Worst() != doctor.Fail {
+		t.Fatalf("fix %q, worst %v", c.Fix, rep.Worst())
+	}
+}
+
+func TestInstanceWithSkewedClock(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "ik", testConfig)
+	good := startInstance(t, client, "ik", instanceOptions{doc: testConfig, discipline: true})
+	// Disciplined, 5s behind: measured and corrected, but the host's NTP
+	// is broken.
+	behind := startInstance(t, client, "ik", instanceOptions{doc: testConfig, clockAhead: -5 * time.Second, discipline: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ik",
+		Instances: []string{good.url, behind.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, behind.url+": disciplined to Redis, measured offset 5s")
+	if strings.Contains(strings.Join(c.Evidence, "\n"), good.url+": disciplined to Redis, measured offset 5") {
+		t.Fatalf("the good instance is reported skewed:\n%s", text(rep))
+	}
+
+	// Not disciplined: the instance exports the gauges but never measured.
+	raw := startInstance(t, client, "ik", instanceOptions{doc: testConfig})
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ik",
+		Instances: []string{raw.url}, RateWindow: -1})
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, "no clock sync round measured")
+}
+
+func TestInstanceWithoutMetricsWarns(t *testing.T) {
+	// An instance of a version without the clock metrics: doctor says so
+	// and goes on.
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "im", testConfig)
+	store, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(store, floodgate.Options{Prefix: "im"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := config.Parse([]byte(testConfig), "x.yaml")
+	holder, _ := config.NewHolder(cfg)
+	// /metrics serves a registry without the clock metrics.
+	s, err := server.New(lim, holder, server.Options{Registerer: prometheus.NewRegistry(), Gatherer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "im",
+		Instances: []string{hs.URL}, RateWindow: -1})
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, "not exported by this version")
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass)
+}

@@ -1,0 +1,187 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// ShippedAlerts are the alerting rules of deploy/prometheus/alerts.yml, which
+// the monitoring check expects Prometheus to have loaded. A test keeps the
+// list equal to the file.
+var ShippedAlerts = []string{
+	"RateLimit429Spike",
+	"RateLimitDenyRatioHigh",
+	"RateLimitRedisLatencyHigh",
+	"RateLimitFallbackActive",
+	"RateLimitBreakerOpen",
+	"RateLimitClockSkew",
+	"RateLimitConfigRejected",
+}
+
+// floodgateSeries selects every series of Floodgate's metrics.
+const floodgateSeries = `{__name__=~"rate_limit_.+|floodgate_.+"}`
+
+// promGet calls a Prometheus HTTP API path and decodes its data into out.
+func (r *run) promGet(ctx context.Context, path string, out any) error {
+	body, _, code, _, err := r.get(ctx, strings.TrimRight(r.opts.PrometheusURL, "/")+path)
+	if err != nil {
+		return err
+	}
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return fmt.Errorf("GET %s: HTTP %d, not a Prometheus API answer: %v", path, code, err)
+	}
+	if env.Status != "success" {
+		return fmt.Errorf("GET %s: %s", path, env.Error)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+func (r *run) monitoringChecks(ctx context.Context) {
+	if r.opts.PrometheusURL == "" {
+		r.check(GroupMonitoring, "prometheus", func(c *Check) {
+			c.Status, c.Summary, c.Read = Info, "no Prometheus URL given (--prometheus): skipped", "nothing"
+		})
+		return
+	}
+	r.check(GroupMonitoring, "scraped", func(c *Check) {
+		q := "count by (job, instance) (" + floodgateSeries + ")"
+		c.Read = "Prometheus query " + q
+		var data struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+			} `json:"result"`
+		}
+		if err := r.promGet(ctx, "/api/v1/query?query="+url.QueryEscape(q), &data); err != nil {
+			c.Status, c.Summary = Fail, "cannot query Prometheus: "+err.Error()
+			c.Fix = "check the --prometheus URL and that this host can reach it"
+			return
+		}
+		scraped := map[string]bool{}
+		for _, s := range data.Result {
+			scraped[s.Metric["instance"]] = true
+			c.Evidence = append(c.Evidence, fmt.Sprintf("job %q instance %q exports Floodgate metrics", s.Metric["job"], s.Metric["instance"]))
+		}
+		sort.Strings(c.Evidence)
+		var missing []string
+		for _, in := range r.opts.Instances {
+			u, err := url.Parse(in)
+			if err == nil && !scraped[u.Host] {
+				missing = append(missing, u.Host)
+			}
+		}
+		switch {
+		case len(data.Result) == 0:
+			c.Status = Fail
+			c.Summary = "Prometheus has no Floodgate metric (rate_limit_*, floodgate_*): nothing alerts on denials, latency or fallbacks"
+			c.Fix = "add a scrape job for every instance's /metrics (see deploy/prometheus and docs/operations.md)"
+		case len(missing) > 0:
+			c.Status = Warn
+			c.Summary = "some given instances are not scraped: " + strings.Join(missing, ", ")
+			c.Fix = "add them to the scrape configuration (the instance label must be their host:port)"
+		default:
+			c.Status = Pass
+			c.Summary = fmt.Sprintf("Floodgate metrics scraped from %d target(s)", len(data.Result))
+		}
+	})
+	var groups struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			File  string `json:"file"`
+			Rules []struct {
+				Name      string `json:"name"`
+				State     string `json:"state"`
+				Health    string `json:"health"`
+				LastError string `json:"lastError"`
+				Type      string `json:"type"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	rulesErr := r.promGet(ctx, "/api/v1/rules?type=alert", &groups)
+	r.check(GroupMonitoring, "alert-rules", func(c *Check) {
+		c.Read = "Prometheus GET /api/v1/rules?type=alert"
+		if rulesErr != nil {
+			c.Status, c.Summary = Fail, "cannot read the rules: "+rulesErr.Error()
+			return
+		}
+		loaded := map[string]bool{}
+		var unhealthy []string
+		for _, g := range groups.Groups {
+			for _, rule := range g.Rules {
+				loaded[rule.Name] = true
+				if rule.Health != "" && rule.Health != "ok" && rule.Health != "unknown" {
+					unhealthy = append(unhealthy, fmt.Sprintf("%s: %s %s", rule.Name, rule.Health, rule.LastError))
+				}
+			}
+		}
+		var missing []string
+		for _, a := range ShippedAlerts {
+			if !loaded[a] {
+				missing = append(missing, a)
+			}
+		}
+		c.Evidence = firstN(unhealthy, 5)
+		switch {
+		case len(missing) == len(ShippedAlerts):
+			c.Status = Fail
+			c.Summary = "none of the shipped alert rules is loaded: a Redis outage, a latency spike or a 429 wave would go unnoticed"
+			c.Fix = "add deploy/prometheus/alerts.yml to rule_files in prometheus.yml and reload Prometheus (promtool check rules first)"
+		case len(missing) > 0:
+			c.Status = Warn
+			c.Summary = "shipped alert rules missing: " + strings.Join(missing, ", ")
+			c.Fix = "load the current deploy/prometheus/alerts.yml"
+		case len(unhealthy) > 0:
+			c.Status = Warn
+			c.Summary = "some rules fail to evaluate"
+			c.Fix = "read each rule's lastError in Prometheus (Status > Rules)"
+		default:
+			c.Status = Pass
+			c.Summary = fmt.Sprintf("all %d shipped alert rules are loaded and evaluate", len(ShippedAlerts))
+		}
+	})
+	r.check(GroupMonitoring, "alerts", func(c *Check) {
+		c.Read = "the rules' states read above (no extra request)"
+		if rulesErr != nil {
+			c.Status, c.Summary = Warn, "the rules could not be read"
+			return
+		}
+		shipped := map[string]bool{}
+		for _, a := range ShippedAlerts {
+			shipped[a] = true
+		}
+		var firing, pending []string
+		for _, g := range groups.Groups {
+			for _, rule := range g.Rules {
+				if !shipped[rule.Name] {
+					continue
+				}
+				switch rule.State {
+				case "firing":
+					firing = append(firing, rule.Name)
+				case "pending":
+					pending = append(pending, rule.Name)
+				}
+			}
+		}
+		switch {
+		case len(firing) > 0:
+			c.Status = Fail
+			c.Summary = "firing: " + strings.Join(firing, ", ")
+			c.Fix = "follow docs/operations.md, When an alert fires"
+		case len(pending) > 0:
+			c.Status = Warn
+			c.Summary = "pending (about to fire): " + strings.Join(pending, ", ")
+			c.Fix = "follow docs/operations.md, When an alert fires"
+		default:
+			c.Status, c.Summary = Pass, "no Floodgate alert firing or pending"
+		}
+	})
+}
