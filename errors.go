@@ -20,8 +20,10 @@ var (
 	// have been applied (for example a connection reset after the script was
 	// sent). Retrying blindly could count the request twice.
 	ErrIndeterminate = errors.New("floodgate: outcome indeterminate")
-	// ErrStoreFull reports that the in-memory store reached its key cap and
-	// could not track a new identity.
+	// ErrStoreFull reports that a store reached its key cap and could not
+	// track a new identity. memstore never returns it (it evicts); the
+	// in-memory quota and concurrency stores do. httplimit never fails open
+	// on it, since a client choosing its keys can cause it.
 	ErrStoreFull = errors.New("floodgate: store full")
 	// ErrBadReply reports a store reply of an unexpected type or shape.
 	ErrBadReply = errors.New("floodgate: bad store reply")

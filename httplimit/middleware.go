@@ -115,7 +115,10 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 	if m.opts.OnStoreError != nil {
 		m.opts.OnStoreError(r, err, shadow)
 	}
-	if shadow || m.opts.FailureMode == FailOpen {
+	// A full store is never failed open: whoever picks the keys (an API key
+	// header, say) could fill it on purpose and switch every rule off,
+	// global caps included. Shadow rules never refuse anything.
+	if shadow || (m.opts.FailureMode == FailOpen && !errors.Is(err, floodgate.ErrStoreFull)) {
 		return true
 	}
 	writeProblem(w, Problem{

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -18,7 +19,8 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/httplimit"
-	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestLayeredPerIPAndPerKey: a per-client-IP layer and a per-API-key layer
@@ -335,16 +337,24 @@ func TestShadowOnly(t *testing.T) {
 	}
 }
 
-// fullStore returns a Limiter on a real memstore that can track a single
-// identity: deciding for any other fails with floodgate.ErrStoreFull, a
-// genuine store error.
-func fullStore(t testing.TB) *floodgate.Limiter {
+// deadStore returns a Limiter on a real Redis store whose server is not
+// there (a closed port): every decision fails with
+// floodgate.ErrStoreUnavailable, a genuine store error.
+func deadStore(t testing.TB) *floodgate.Limiter {
 	t.Helper()
-	st, err := memstore.New(memstore.Options{Shards: 1, MaxKeys: 1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := floodgate.New(st, floodgate.Options{Prefix: "full"})
+	addr := ln.Addr().String()
+	ln.Close()
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { client.Close() })
+	st, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(st, floodgate.Options{Prefix: "dead"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,10 +375,7 @@ func TestStoreFailureModes(t *testing.T) {
 			if mode == httplimit.FailClosed {
 				opts.FailureMode = httplimit.FailClosed
 			}
-			srv := serve(t, fullStore(t), rule, opts)
-			if resp := get(t, srv.Client(), srv.URL, "X-API-Key", "first"); resp.status != 200 {
-				t.Fatalf("first identity: %d", resp.status)
-			}
+			srv := serve(t, deadStore(t), rule, opts)
 			resp := get(t, srv.Client(), srv.URL, "X-API-Key", "second")
 			switch mode {
 			case httplimit.FailOpen:
@@ -382,7 +389,7 @@ func TestStoreFailureModes(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(errs) != 1 || !errors.Is(errs[0], floodgate.ErrStoreFull) {
+			if len(errs) != 1 || !errors.Is(errs[0], floodgate.ErrStoreUnavailable) {
 				t.Fatalf("OnStoreError got %v", errs)
 			}
 		})
@@ -395,8 +402,7 @@ func TestDefaultFailureModeIsOpen(t *testing.T) {
 	if zero.FailureMode != httplimit.FailOpen {
 		t.Fatal("zero FailureMode is not FailOpen")
 	}
-	srv := serve(t, fullStore(t), []httplimit.Rule{{Policy: fixedWindow(t, "api", 1, time.Minute), Key: httplimit.Header("K")}}, httplimit.Options{})
-	get(t, srv.Client(), srv.URL, "K", "a")
+	srv := serve(t, deadStore(t), []httplimit.Rule{{Policy: fixedWindow(t, "api", 1, time.Minute), Key: httplimit.Header("K")}}, httplimit.Options{})
 	if resp := get(t, srv.Client(), srv.URL, "K", "b"); resp.status != 200 {
 		t.Fatalf("default mode: %d", resp.status)
 	}

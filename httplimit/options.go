@@ -23,7 +23,11 @@
 // A rule in shadow mode is decided and counted but never denies; a request
 // it would have denied is reported to Options.OnShadowDeny and the logger.
 // When the store fails, Options.FailureMode chooses between serving the
-// request (FailOpen, the default) and answering 503 (FailClosed).
+// request (FailOpen, the default) and answering 503 (FailClosed). A store
+// that reports itself full (floodgate.ErrStoreFull) is always answered
+// 503: its keys may be chosen by the client, and failing open would let a
+// client switch the limits off by filling it. (memstore never reports
+// full: it evicts.)
 package httplimit
 
 import (
@@ -83,7 +87,8 @@ const (
 	// FailOpen serves the request without rate limit headers and reports
 	// the error to Options.OnStoreError and the logger. It is the default:
 	// for throughput limits an outage of the limiter should not become an
-	// outage of the service.
+	// outage of the service. floodgate.ErrStoreFull is the exception: it
+	// is answered as in FailClosed, since a client could cause it.
 	FailOpen FailureMode = iota
 	// FailClosed answers 503 Service Unavailable with Retry-After: 1 and a
 	// problem+json body. Use it where admitting unlimited traffic is worse

@@ -23,9 +23,14 @@ type Options struct {
 	// space, rounded up to a power of two. Default 64.
 	Shards int
 	// MaxKeys caps the number of identities tracked at once, so a flood of
-	// distinct identities cannot exhaust memory. When the cap is reached
-	// and no expired state can be reclaimed, a decision for a new identity
-	// fails with floodgate.ErrStoreFull. Default 1,000,000.
+	// distinct identities cannot exhaust memory. It is split evenly over
+	// the shards. A new identity in a full shard takes the place of an
+	// expired entry or, when there is none, of the least recently used
+	// identity decided only once (see Store), so a decision never fails
+	// because the store is full. Each tracked identity costs about 160
+	// bytes plus its key (TestMemoryPerKey measured 136 at 100,000
+	// identities and 157 at 1,000,000, the map's fill varying), so the
+	// default bound is about 190 MB with 30-byte keys. Default 1,000,000.
 	MaxKeys int
 }
 
@@ -39,6 +44,17 @@ type Options struct {
 // early, well inside the second of slack every TTL carries
 // (algo.TTLSlack). The timer stops when the Store has not been used
 // for a second, so a Store needs no Close.
+//
+// At its bound (Options.MaxKeys) the Store evicts rather than refuses: a
+// new identity replaces an expired entry if one is found, else the least
+// recently used identity that has been decided only once, else the least
+// recently used of all. Identities decided at least twice (an application's
+// real users) are kept in a protected part of up to four fifths of the
+// bound, so a flood of distinct one-off identities, however large, evicts
+// only other one-off identities and never changes the decisions of known
+// ones. An evicted identity starts afresh if it comes back, like one whose
+// state expired: size MaxKeys for the live identities of the longest
+// window and watch Evictions.
 type Store struct {
 	seed   maphash.Seed
 	shards []shard
@@ -48,16 +64,26 @@ type Store struct {
 }
 
 type shard struct {
-	_       [64]byte // keep each shard's lock and counters off its neighbours' cache lines
-	mu      sync.Mutex
-	writes  uint32
-	entries map[string]*entry
-	_       [40]byte
+	_         [64]byte // keep each shard's lock and counters off its neighbours' cache lines
+	mu        sync.Mutex
+	writes    uint32
+	perCap    int    // entries before a new one evicts
+	protCap   int    // entries the protected list may hold
+	lazy      uint32 // pushes before a protected entry is moved again (see touch)
+	entries   map[string]*entry
+	probation list // see evict.go
+	protected list
+	evictions uint64
+	_         [64]byte
 }
 
 type entry struct {
-	state   algo.State
-	expires int64 // monotonic µs on Store.clock
+	state      algo.State
+	expires    int64  // monotonic µs on Store.clock
+	key        string // the map's key, to delete the entry when evicted
+	prev, next *entry // its recency list
+	seg        uint8  // which list: segProbation or segProtected
+	at         uint32 // its list's pushes when it was put at the front
 }
 
 // New returns an empty Store.
@@ -86,9 +112,30 @@ func New(opts Options) (*Store, error) {
 		clock:  monoclock.New(),
 	}
 	for i := range s.shards {
-		s.shards[i].entries = make(map[string]*entry)
+		sh := &s.shards[i]
+		sh.entries = make(map[string]*entry)
+		sh.perCap = s.perCap
+		sh.protCap = s.perCap * protectedShare / 5
+		sh.lazy = uint32(max(sh.protCap/2, 1))
+		sh.probation.init()
+		sh.protected.init()
 	}
 	return s, nil
+}
+
+// Evictions returns how many live identities the Store has dropped to make
+// room for new ones since it was made (expired entries reclaimed are not
+// counted). A growing count means MaxKeys is smaller than the identities
+// in use, or a flood of distinct identities is under way.
+func (s *Store) Evictions() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evictions
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Len returns the number of identities currently stored, expired ones not
@@ -154,8 +201,13 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		l := &layers[i]
 		sh := &s.shards[idx[i]]
 		e := sh.entries[l.Key]
-		if e != nil && e.expires > mono {
-			states[i] = e.state
+		if e != nil {
+			if e.expires > mono {
+				states[i] = e.state
+			}
+			if !isPinned(e, ents[:i]) { // two layers may share a key
+				sh.use(e, mono)
+			}
 		}
 		ents[i] = e
 		algo.StepTo(&outcomes[i], &l.Policy, &states[i], now, l.Cost)
@@ -174,19 +226,6 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 		return nil
 	}
-	// Make room for new identities before writing anything, so a full
-	// store fails the whole decision rather than part of it.
-	for i, l := range layers {
-		if outcomes[i].Commit && ents[i] == nil {
-			sh := &s.shards[idx[i]]
-			if len(sh.entries) >= s.perCap {
-				sh.sweep(mono, len(sh.entries))
-				if len(sh.entries) >= s.perCap {
-					return fmt.Errorf("%w: %d identities in shard (cap %d); new key %q not tracked", floodgate.ErrStoreFull, len(sh.entries), s.perCap, l.Key)
-				}
-			}
-		}
-	}
 	for i, l := range layers {
 		o := &outcomes[i]
 		if !o.Commit {
@@ -195,16 +234,28 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		sh := &s.shards[idx[i]]
 		e := ents[i]
 		if e == nil {
-			// A new entry keeps its own copy of the key: the caller may reuse
-			// the key's bytes (see BorrowsKeys). An existing entry is updated
-			// through its pointer, never by assigning to the map, which would
-			// store the caller's key in place of the copy.
-			e = &entry{}
-			sh.entries[strings.Clone(l.Key)] = e
+			// Two layers may share a key: the first one stored it.
+			if e = sh.entries[l.Key]; e == nil {
+				// A new entry keeps its own copy of the key: the caller may
+				// reuse the key's bytes (see BorrowsKeys). An existing entry
+				// is updated through its pointer, never by assigning to the
+				// map, which would store the caller's key in place of the
+				// copy.
+				sh.makeRoom(mono, ents[:len(layers)])
+				e = &entry{}
+				sh.insert(strings.Clone(l.Key), e)
+			}
+			ents[i] = e
 		}
 		e.state = compact(o.State)
 		e.expires = mono + o.TTL
-		sh.wrote(mono)
+	}
+	// Sweep only once every write is done: a sweep must not reclaim an
+	// expired entry a later layer is about to overwrite.
+	for i := range layers {
+		if outcomes[i].Commit {
+			s.shards[idx[i]].wrote(mono)
+		}
 	}
 	return nil
 }
@@ -217,8 +268,13 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 	mono := s.clock.Now() // see Decide
 	e := sh.entries[l.Key]
 	st := &zeroState
-	if e != nil && e.expires > mono {
-		st = &e.state
+	if e != nil {
+		if e.expires > mono {
+			st = &e.state
+		}
+		if !sh.recent(e, mono) {
+			sh.use(e, mono)
+		}
 	}
 	var o algo.Transition
 	algo.StepTo(&o, &l.Policy, st, now, l.Cost)
@@ -227,14 +283,9 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 		return nil
 	}
 	if e == nil {
-		if len(sh.entries) >= s.perCap {
-			sh.sweep(mono, len(sh.entries))
-			if len(sh.entries) >= s.perCap {
-				return fmt.Errorf("%w: %d identities in shard (cap %d); new key %q not tracked", floodgate.ErrStoreFull, len(sh.entries), s.perCap, l.Key)
-			}
-		}
+		sh.makeRoom(mono, nil)
 		e = &entry{}
-		sh.entries[strings.Clone(l.Key)] = e // see Decide
+		sh.insert(strings.Clone(l.Key), e) // see Decide
 	}
 	e.state = compact(o.State)
 	e.expires = mono + o.TTL
@@ -251,31 +302,51 @@ var zeroState algo.State
 func (sh *shard) wrote(mono int64) {
 	sh.writes++
 	if sh.writes%sweepEvery == 0 {
-		sh.sweep(mono, 32)
+		sh.sweep(mono, 32, nil)
 	}
+}
+
+// recent reports whether e is a live protected entry near enough the front
+// of its list that a decision on it changes nothing (see touch): the
+// common case, checked inline before calling use.
+func (sh *shard) recent(e *entry, mono int64) bool {
+	return e.seg == segProtected && e.expires > mono && sh.protected.pushes-e.at < sh.lazy
+}
+
+// use records a decision on an existing entry. An expired entry counts as
+// new (back to the front of probation); a live one is touched.
+func (sh *shard) use(e *entry, mono int64) {
+	if e.expires > mono {
+		sh.touch(e)
+		return
+	}
+	sh.listOf(e).remove(e)
+	e.seg = segProbation
+	sh.probation.pushFront(e)
 }
 
 // sweepEvery is how many writes to a shard trigger one incremental sweep.
 const sweepEvery = 256
 
-// sweep deletes up to limit expired entries, visiting at most 4×limit
-// (map iteration starts at a random place, so repeated sweeps cover the
-// shard).
-func (sh *shard) sweep(mono int64, limit int) {
+// sweep deletes up to limit expired entries not in pinned, visiting at
+// most 4×limit (map iteration starts at a random place, so repeated sweeps
+// cover the shard), and returns how many it deleted.
+func (sh *shard) sweep(mono int64, limit int, pinned []*entry) int {
 	seen, freed := 0, 0
-	for k, e := range sh.entries {
-		if e.expires <= mono {
-			delete(sh.entries, k)
+	for _, e := range sh.entries {
+		if e.expires <= mono && !isPinned(e, pinned) {
+			sh.drop(e)
 			freed++
 			if freed >= limit {
-				return
+				return freed
 			}
 		}
 		seen++
 		if seen >= 4*limit {
-			return
+			return freed
 		}
 	}
+	return freed
 }
 
 // compact bounds the memory a sliding log holds: once the live entries use
@@ -297,6 +368,8 @@ func (s *Store) BorrowsKeys() bool { return true }
 func (s *Store) Reset(key string) {
 	sh := &s.shards[s.shardOf(key)]
 	sh.mu.Lock()
-	delete(sh.entries, key)
+	if e := sh.entries[key]; e != nil {
+		sh.drop(e)
+	}
 	sh.mu.Unlock()
 }

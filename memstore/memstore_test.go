@@ -158,29 +158,6 @@ func TestLayeredAllOrNothing(t *testing.T) {
 	}
 }
 
-func TestMaxKeys(t *testing.T) {
-	l, st := newLimiter(t, memstore.Options{Shards: 1, MaxKeys: 10})
-	ctx := context.Background()
-	p, _ := floodgate.NewFixedWindow("cap", 5, time.Second)
-	now := time.Now()
-	for i := range 10 {
-		if _, err := l.AllowAt(ctx, now, p, fmt.Sprint(i), 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err := l.AllowAt(ctx, now, p, "one-too-many", 1)
-	if !errors.Is(err, floodgate.ErrStoreFull) {
-		t.Fatalf("err = %v, want ErrStoreFull", err)
-	}
-	// Existing identities keep working at the cap.
-	if r, err := l.AllowAt(ctx, now, p, "3", 1); err != nil || !r.Allowed {
-		t.Fatalf("existing identity: %+v %v", r, err)
-	}
-	if st.Len() != 10 {
-		t.Fatalf("len %d, want 10", st.Len())
-	}
-}
-
 func TestExpiredStateIsReclaimed(t *testing.T) {
 	l, st := newLimiter(t, memstore.Options{Shards: 1, MaxKeys: 10})
 	ctx := context.Background()

@@ -58,6 +58,7 @@ type serveFlags struct {
 	logLevel        string
 	loginPrefix     string
 	loginSecretFile string
+	memoryMaxKeys   int
 }
 
 func newServeCmd() *cobra.Command {
@@ -122,6 +123,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "HMAC secret of the applications' login guard (package loginguard); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
+	fl.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "identities the in-memory store (memory mode, and the local fallback on Redis) tracks at most; past it, one-off identities are evicted first (about 160 bytes per identity plus its key)")
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -141,9 +143,12 @@ type backend struct {
 }
 
 func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
-	local, err := memstore.New(memstore.Options{})
+	if f.memoryMaxKeys < 1 {
+		return nil, fmt.Errorf("--memory-max-keys %d: want at least 1", f.memoryMaxKeys)
+	}
+	local, err := memstore.New(memstore.Options{MaxKeys: f.memoryMaxKeys})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--memory-max-keys: %w", err)
 	}
 	rs := config.Redis{URL: f.redisURL, SentinelAddrs: f.sentinelAddrs, SentinelMaster: f.sentinelMaster,
 		ClusterAddrs: f.clusterAddrs, PoolSize: f.redisPool, CommandTimeout: f.redisTimeout}
@@ -259,6 +264,12 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if b.fb != nil {
 		defer b.fb.Close()
+	}
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "floodgate_memstore_evictions_total",
+		Help: "Live identities the in-memory store (memory mode or local fallback) dropped to make room for new ones (--memory-max-keys).",
+	}, func() float64 { return float64(b.local.Evictions()) })); err != nil {
+		return err
 	}
 	lim, err := floodgate.New(b.store, floodgate.Options{Prefix: f.prefix})
 	if err != nil {
