@@ -45,6 +45,8 @@ func uniquePrefix(t testing.TB) string {
 // cleanup that every key under its prefix has a TTL within that bound.
 type env struct {
 	store  *Store
+	client Client  // the client store decides on
+	opts   Options // the options it was made with
 	prefix string
 	// nodes are the primaries, for SCAN in the audit.
 	nodes []*redis.Client
@@ -70,7 +72,7 @@ func newEnvOn(t testing.TB, client Client, nodes []*redis.Client, opts Options) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{store: s, prefix: uniquePrefix(t), nodes: nodes, rd: nodes[0], bound: map[string]time.Duration{}}
+	e := &env{store: s, client: client, opts: opts, prefix: uniquePrefix(t), nodes: nodes, rd: nodes[0], bound: map[string]time.Duration{}}
 	t.Cleanup(func() { e.auditTTL(t) })
 	return e
 }

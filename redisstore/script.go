@@ -146,6 +146,7 @@ func scriptFor(layers []floodgate.Layer) *luascript.Script {
 var (
 	argReserve any = "reserve"
 	argRelease any = "release"
+	argProbe   any = "probe"
 	argShared  any = "s" // the layered script's shared layout
 	argHot     any = "h" // a single-layer batch in which a key repeats
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,

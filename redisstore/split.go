@@ -53,6 +53,7 @@ type part struct {
 	out    []floodgate.Result
 	undo   [][undoWidth]int64
 	err    error // the reserve failed (wraps ErrStoreUnavailable or ErrIndeterminate)
+	sent   bool  // the reserve was sent
 	held   bool  // the reserve admitted and wrote: the part holds a reservation
 	relErr error // the release of a held reservation failed
 }
@@ -90,19 +91,46 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 			return err
 		}
 	}
-	each(parts, func(p *part) bool { return true }, func(p *part) { s.reserve(ctx, now, p) })
-	failed, denied := false, false
-	for i := range parts {
-		p := &parts[i]
-		switch {
-		case p.err != nil:
-			failed = true
-		case !p.held && !allAllowed(p.out):
-			denied = true
+	if s.inflight != nil {
+		for i := range parts {
+			s.inflight[parts[i].slot].Add(1)
 		}
+		defer func() {
+			for i := range parts {
+				s.inflight[parts[i].slot].Add(-1)
+			}
+		}()
+	}
+	// Phase 1 reserves every part but the last, concurrently; phase 2 the
+	// last, only if they all admitted. The last part's reservation is
+	// never released for want of another part, so it never holds capacity
+	// for a request that is denied anyway: it goes to the part most
+	// decisions share (the global layer), whose capacity is the one
+	// concurrent doomed reservations would waste.
+	last := s.lastPart(parts)
+	lp := &parts[last]
+	each(parts, func(p *part) bool { return p != lp }, func(p *part) { s.reserve(ctx, now, p) })
+	failed, denied := splitState(parts)
+	sent := !failed && !denied
+	if sent {
+		s.reserve(ctx, now, lp)
+		failed, denied = splitState(parts)
 	}
 	if failed || denied {
-		each(parts, func(p *part) bool { return p.held }, func(p *part) { s.release(ctx, now, p, rand.Uint64()) })
+		// Release what was held; when the last part was not sent and the
+		// decision is a denial, ask it for its results (a probe writes
+		// nothing), in the same round trip.
+		probe := !sent && !failed
+		each(parts, func(p *part) bool { return p.held || probe && p == lp }, func(p *part) {
+			if p == lp && probe {
+				s.probe(ctx, now, p)
+				return
+			}
+			s.release(ctx, now, p, rand.Uint64())
+		})
+		if !failed && lp.err != nil {
+			failed = true
+		}
 	}
 	if failed {
 		return splitError(parts)
@@ -114,6 +142,65 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 		}
 	}
 	return nil
+}
+
+// splitState reports whether some part failed, and whether some part
+// that did not fail denied (a part not sent yet counts as neither).
+func splitState(parts []part) (failed, denied bool) {
+	for i := range parts {
+		p := &parts[i]
+		switch {
+		case p.err != nil:
+			failed = true
+		case p.sent && !p.held && !allAllowed(p.out):
+			denied = true
+		}
+	}
+	return failed, denied
+}
+
+// lastPart returns the index of the part a split decision reserves last:
+// the one whose slot the most split decisions of this Store have in
+// flight (a global layer's, under load), and among equals the one whose
+// tightest layer admits the most per second (a shared layer usually
+// admits more than any one identity's); the first of equals otherwise.
+func (s *Store) lastPart(parts []part) int {
+	best, bestN, bestRate := 0, int32(-1), -1.0
+	for i := range parts {
+		var n int32
+		if s.inflight != nil {
+			n = s.inflight[parts[i].slot].Load()
+		}
+		r := partRate(parts[i].layers)
+		if n > bestN || n == bestN && r > bestRate {
+			best, bestN, bestRate = i, n, r
+		}
+	}
+	return best
+}
+
+// partRate is the lowest rate, in units per second, among layers: each
+// layer's limit over its window (a quota's: its current period).
+func partRate(layers []floodgate.Layer) float64 {
+	r := -1.0
+	for i := range layers {
+		l := &layers[i]
+		span := l.Policy.Window
+		if l.Policy.Algorithm == floodgate.Quota {
+			span = 30 * 24 * time.Hour // a month; days and weeks rank above it
+			switch l.Policy.Calendar.Unit {
+			case floodgate.PeriodDay:
+				span = 24 * time.Hour
+			case floodgate.PeriodWeek:
+				span = 7 * 24 * time.Hour
+			}
+		}
+		x := float64(l.Policy.Limit) / max(span.Seconds(), 1e-6)
+		if r < 0 || x < r {
+			r = x
+		}
+	}
+	return r
 }
 
 // each runs fn on every part that want selects, concurrently (one
@@ -160,6 +247,7 @@ func (s *Store) reserve(ctx context.Context, now int64, p *part) {
 	defer f.reset()
 	f.build(now, p.layers, false)
 	f.args = append(f.args, argReserve)
+	p.sent = true
 	val, err := script.RunCommand(ctx, s.client, f.args)
 	if err != nil {
 		p.err = fmt.Errorf("slot %d: %w", p.slot, err)
@@ -177,6 +265,29 @@ func (s *Store) reserve(ctx context.Context, now int64, p *part) {
 				break
 			}
 		}
+	}
+}
+
+// probe fills p.out with p's layers' results without writing anything
+// (the general script's probe mode): a layer that would admit reports its
+// standing, as in any denied decision. A failure is kept in p.err and wraps
+// floodgate.ErrStoreUnavailable: whatever happened to the command, a probe
+// writes nothing.
+func (s *Store) probe(ctx context.Context, now int64, p *part) {
+	if len(p.out) != len(p.layers) {
+		p.out = make([]floodgate.Result, len(p.layers))
+	}
+	f := s.frames.Get().(*frame)
+	defer s.frames.Put(f)
+	defer f.reset()
+	f.build(now, p.layers, false)
+	f.args = append(f.args, argProbe)
+	val, err := script.RunCommand(ctx, s.client, f.args)
+	if err == nil {
+		err = decodeResults(val, p.layers, p.out, nil)
+	}
+	if err != nil {
+		p.err = fmt.Errorf("%w: slot %d: asking the results of a part not reserved: %v", floodgate.ErrStoreUnavailable, p.slot, err)
 	}
 }
 

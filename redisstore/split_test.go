@@ -261,9 +261,13 @@ func TestSplit(t *testing.T) {
 	t.Run("fan-in", func(t *testing.T) { testFanIn(t, e, floodgate.FixedWindow, floodgate.GCRA) })
 }
 
-// TestSplitRoundTrips counts scripts: a split decision that admits runs one
-// script per slot and nothing more; one that a slot denies adds one
-// release per slot that had committed.
+// TestSplitRoundTrips counts scripts: a split decision reserves its parts
+// but the last (the global layer, here: it admits more per second), then
+// the last. One that admits runs one script per slot and nothing more;
+// one that a part other than the last denies runs, besides its reserves,
+// a probe of the last part (its results) and a release of every part that
+// had committed; one that the last part denies adds a release of every
+// other part that had committed.
 func TestSplitRoundTrips(t *testing.T) {
 	e, _ := newSplitEnv(t)
 	c := e.nodes[0]
@@ -279,24 +283,78 @@ func TestSplitRoundTrips(t *testing.T) {
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	user2 := layers[0]
-	user2.Key = e.layerAt(user, u+"x", now, 1).Key
-	if Slot(user2.Key) == Slot(layers[1].Key) {
-		t.Skip("identities happen to share a slot")
+	other := func(name string) floodgate.Layer {
+		t.Helper()
+		l := layers[0]
+		l.Key = e.layerAt(user, name, now, 1).Key
+		if Slot(l.Key) == Slot(layers[1].Key) {
+			t.Skip("identities happen to share a slot")
+		}
+		return l
 	}
-	out, err := e.decide(ctx, now, []floodgate.Layer{user2, layers[1]})
+	out, err := e.decide(ctx, now, []floodgate.Layer{other(u + "x"), layers[1]})
 	if err != nil || !out[0].Allowed || !out[1].Allowed {
 		t.Fatalf("admitted decision: %+v, %v", out, err)
 	}
 	if got := commandCalls(t, c, "evalsha"); got != 2 {
-		t.Fatalf("an admitted split decision ran %d scripts, want 2 (one per slot, one round trip)", got)
+		t.Fatalf("an admitted split decision ran %d scripts, want 2 (one per slot)", got)
 	}
 	out, err = e.decide(ctx, now, layers) // the user layer denies
 	if err != nil || out[0].Allowed || !out[1].Allowed || out[1].Remaining != 8 {
 		t.Fatalf("denied decision: %+v, %v", out, err)
 	}
-	if got := commandCalls(t, c, "evalsha"); got != 5 {
-		t.Fatalf("after a denied split decision %d scripts ran, want 5 (two reserves, one release)", got)
+	if got := commandCalls(t, c, "evalsha"); got != 4 {
+		t.Fatalf("after a split decision denied by its first part %d scripts ran, want 4 (a reserve and a probe)", got)
+	}
+	l := layers[1]
+	l.Cost = 9                                                          // the global layer (8 left) denies
+	out, err = e.decide(ctx, now, []floodgate.Layer{other(u + "y"), l}) // a fresh user
+	if err != nil || !out[0].Allowed || out[0].Remaining != 1 || out[1].Allowed || out[1].Remaining != 8 {
+		t.Fatalf("decision denied by the last part: %+v, %v", out, err)
+	}
+	if got := commandCalls(t, c, "evalsha"); got != 7 {
+		t.Fatalf("after a split decision denied by its last part %d scripts ran, want 7 (two reserves, one release)", got)
+	}
+	if got := e.peek(t, now, other(u+"y")); got.Remaining != 1 {
+		t.Fatalf("the user layer after the release: %+v, want all of it back", got)
+	}
+}
+
+// TestProbeWritesNothing: the probe of a part not reserved reports what a
+// decision would (a denial where the layer denies, the standing where it
+// would admit) and writes nothing, for every algorithm.
+func TestProbeWritesNothing(t *testing.T) {
+	e, _ := newSplitEnv(t)
+	now := vectors.T0.Add(2 * time.Hour).UnixMicro()
+	for _, a := range allLayered {
+		t.Run(a.String(), func(t *testing.T) {
+			p := layered(t, "probe", a, 10)
+			fresh, used := e.layerAt(p, "fresh", now, 4), e.layerAt(p, "used", now, 4)
+			if r, err := e.one(context.Background(), now, p, used.Key, 8); err != nil || !r.Allowed {
+				t.Fatalf("preset: %+v, %v", r, err)
+			}
+			before := e.rd.Dump(context.Background(), used.Key).Val()
+			pt := &part{slot: Slot(fresh.Key), layers: []floodgate.Layer{fresh, withCost(fresh, 11), used}}
+			e.store.probe(context.Background(), now, pt)
+			if pt.err != nil {
+				t.Fatal(pt.err)
+			}
+			if r := pt.out[0]; !r.Allowed || r.Remaining != 10 {
+				t.Errorf("fresh layer: %+v, want its standing (admitted, 10 left)", r)
+			}
+			if r := pt.out[1]; r.Allowed || r.Reason != floodgate.ReasonCostExceedsLimit {
+				t.Errorf("cost above the limit: %+v, want a denial", r)
+			}
+			if r := pt.out[2]; r.Allowed || r.Reason != floodgate.ReasonLimited || r.Remaining != 2 {
+				t.Errorf("used layer: %+v, want a denial with 2 left", r)
+			}
+			if n := e.rd.Exists(context.Background(), fresh.Key).Val(); n != 0 {
+				t.Errorf("the probe created %s", fresh.Key)
+			}
+			if after := e.rd.Dump(context.Background(), used.Key).Val(); after != before || before == "" {
+				t.Errorf("the probe changed %s (or it was never written): %q, was %q", used.Key, after, before)
+			}
+		})
 	}
 }
 

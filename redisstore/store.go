@@ -1,14 +1,15 @@
 // Package redisstore is the Redis implementation of floodgate.Store: every
-// decision, whatever its number of layers, is one Lua script run with
-// EVALSHA in one round trip, atomic on the Redis primary that holds its keys.
+// decision whose keys share a slot, whatever its number of layers, is one
+// Lua script run with EVALSHA in one round trip, atomic on the Redis
+// primary that holds its keys.
 //
 // On Redis Cluster the keys of one decision may live in several slots (a
 // global layer and a per-user layer have different hash tags). Such a
 // decision is split by slot: every slot's part is decided and, if it
-// admits, committed at once by a reservation (one round trip for all
-// parts, run concurrently); if any part denies, the parts that committed
-// are released, which gives back what they took. See Store.Decide and
-// docs/layered.md.
+// admits, committed at once by a reservation, the part most decisions
+// share (the global layer's) last, so in two round trips; if any part
+// denies, the parts that committed are released, which gives back what
+// they took. See Store.Decide and docs/layered.md.
 //
 // A single-layer decision, the common call, runs its algorithm's
 // single-layer script (lua/fast_*.lua; the sliding log excepted): the same
@@ -54,6 +55,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -144,8 +146,11 @@ type Store struct {
 	// than on every call.
 	client luascript.Client
 	slots  bool
-	frames sync.Pool // *frame
-	batch  *batcher  // nil: coalescing off
+	// inflight counts, per Redis Cluster slot, the split decisions in
+	// flight that have keys there (nil when the slot check is off).
+	inflight *[SlotCount]atomic.Int32
+	frames   sync.Pool // *frame
+	batch    *batcher  // nil: coalescing off
 }
 
 // New returns a Store deciding on client. It sends nothing: the script is
@@ -163,6 +168,9 @@ func New(client Client, opts Options) (*Store, error) {
 	case SlotCheckOff:
 	default:
 		return nil, fmt.Errorf("redisstore: unknown SlotCheck %d", opts.SlotCheck)
+	}
+	if s.slots {
+		s.inflight = new([SlotCount]atomic.Int32)
 	}
 	if opts.MaxBatch < 0 || opts.MaxBatch > maxBatch {
 		return nil, fmt.Errorf("redisstore: MaxBatch %d out of range 0..%d", opts.MaxBatch, maxBatch)
@@ -207,10 +215,13 @@ func New(client Client, opts Options) (*Store, error) {
 // another layer).
 //
 // When the slot check is on and the keys span several Redis Cluster slots,
-// the call is split: one reserve script per slot, sent concurrently, each
-// deciding its layers and committing them if they all admit. If every part
-// admits, that is the decision, in one round trip. If any part denies,
-// every part that committed is released in a second round trip: each
+// the call is split: one reserve script per slot, each deciding its layers
+// and committing them if they all admit; every part's but one are sent
+// concurrently, then, if they all admitted, the last: the part whose slot
+// has the most split decisions in flight (a global layer's), so that its
+// capacity is only ever reserved by requests the other parts admitted. If
+// every part admits, that is the decision, in two round trips. If any part
+// denies, every part that committed is released in one more: each
 // layer gets back what the reservation still holds (all of it, unless a
 // window ended or a bucket's backlog leaked meanwhile), never more, so a
 // denied request consumes nothing and no layer over-admits. A reservation

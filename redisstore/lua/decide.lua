@@ -8,6 +8,11 @@
 --            decides and writes exactly like decide, keeps the buckets'
 --            bookkeeping, and replies, per layer, the three numbers a
 --            release needs to give the reservation back.
+--   probe    the same, with 'probe' appended: decides exactly like
+--            decide but writes nothing, as if another layer had denied
+--            (a layer that would admit reports its standing). A split
+--            decision denied before its last part was sent asks that part
+--            for its results this way.
 --   release  ARGV[1] is 'release': see release.lua.
 --
 -- Phase 1 reads every layer's state and computes its result; phase 2 runs
@@ -29,8 +34,8 @@
 -- at ARGV[a0], and the reply values go to reply[r0 + 1 ..] (six per layer,
 -- nine in reserve mode). It returns nil, or an error reply, having written
 -- nothing, when a layer's arguments are bad or its key holds a value
--- floodgate did not write.
-local function decide_at(k0, a0, n, now, reserve, reply, r0)
+-- floodgate did not write. With probe set it writes nothing in any case.
+local function decide_at(k0, a0, n, now, reserve, reply, r0, probe)
   local width = reserve and 9 or 6
   local P = {} -- the layers' arguments, checked, six per layer
   for i = 1, n do
@@ -76,6 +81,9 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0)
     end
   end
 
+  if probe then
+    all = false
+  end
   if not all then
     -- Nothing is written. A layer that would have admitted reports its
     -- standing without the request (floodgate.Standing): a peek's numbers,
@@ -133,7 +141,7 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0)
 end
 
 local nkeys, nargv = #KEYS, #ARGV
-local reserve = false
+local reserve, probe = false, false
 if nargv ~= 1 + 6 * nkeys then
   if ARGV[1] == 'release' and nkeys >= 2 and nkeys <= MAX_LAYERS + 1 and nargv == 3 + 9 * (nkeys - 1) then
     local now = arg(2, 0, MAX_NOW)
@@ -142,10 +150,11 @@ if nargv ~= 1 + 6 * nkeys then
     end
     return release(nkeys - 1, now)
   end
-  if ARGV[nargv] ~= 'reserve' or nargv ~= 2 + 6 * nkeys then
+  local mode = ARGV[nargv]
+  if (mode ~= 'reserve' and mode ~= 'probe') or nargv ~= 2 + 6 * nkeys then
     return redis.error_reply('ERR floodgate: bad call: want 1..16 keys and 1+6*keys arguments')
   end
-  reserve = true
+  reserve, probe = mode == 'reserve', mode == 'probe'
 end
 if nkeys < 1 or nkeys > MAX_LAYERS then
   return redis.error_reply('ERR floodgate: bad call: want 1..16 keys and 1+6*keys arguments')
@@ -156,7 +165,7 @@ if now == nil then
 end
 
 local reply = {}
-local err = decide_at(0, 2, nkeys, now, reserve, reply, 0)
+local err = decide_at(0, 2, nkeys, now, reserve, reply, 0, probe)
 if err then
   return err
 end
