@@ -143,9 +143,25 @@ type Policy struct {
 	// the whole decision (e.g. "api_key"); "" means every request gets the
 	// default tier.
 	TierDimension string
+	// OnRedisFailure is how the policy is decided while Redis cannot
+	// decide (down, slow, or its circuit breaker open): FailLocal,
+	// FailOpen or FailClosed; "" leaves it to the service's --fallback.
+	// Login and billing policies should be FailClosed.
+	OnRedisFailure string
 	// Layers are decided together, in this order.
 	Layers []*Layer
 }
+
+// The values of Policy.OnRedisFailure (field on_redis_failure).
+const (
+	// FailLocal decides with a per-instance in-memory limiter, at the
+	// limit divided by the number of live instances.
+	FailLocal = "local"
+	// FailOpen admits every request.
+	FailOpen = "open"
+	// FailClosed denies every request.
+	FailClosed = "closed"
+)
 
 // Tiered reports whether any layer's limits depend on the tier, so that
 // looking up an identity's tier is worth it.

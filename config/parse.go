@@ -340,7 +340,7 @@ func (p *parser) policies(pol field, c *Config) {
 }
 
 func (p *parser) policy(n *yaml.Node, c *Config) *Policy {
-	f := p.fields(n, "policy", "name", "tier_dimension", "layers")
+	f := p.fields(n, "policy", "name", "tier_dimension", "on_redis_failure", "layers")
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}
@@ -362,6 +362,14 @@ func (p *parser) policy(n *yaml.Node, c *Config) *Policy {
 			p.errorf(td.val, "%s tier_dimension %v", what, err)
 		} else if pol.TierDimension == GlobalDimension {
 			p.errorf(td.val, "%s tier_dimension cannot be %q: tiers are assigned per identity", what, GlobalDimension)
+		}
+	}
+	if fm, ok := f["on_redis_failure"]; ok {
+		switch v := p.str(fm.val, what+" on_redis_failure"); v {
+		case FailLocal, FailOpen, FailClosed:
+			pol.OnRedisFailure = v
+		default:
+			p.errorf(fm.val, "%s on_redis_failure %q: want local, open or closed", what, v)
 		}
 	}
 	ls, ok := f["layers"]

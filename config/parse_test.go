@@ -52,6 +52,9 @@ func TestDefaultIsTheExample(t *testing.T) {
 	if cal := api.Layers[2].Policy("free").Calendar; cal.Unit != floodgate.PeriodMonth {
 		t.Errorf("monthly calendar %+v", cal)
 	}
+	if login, _ := cfg.Policy("login"); login.OnRedisFailure != config.FailClosed || api.OnRedisFailure != "" {
+		t.Errorf("on_redis_failure: login %q, api %q; want closed and unset", login.OnRedisFailure, api.OnRedisFailure)
+	}
 }
 
 func TestParseQuotaLayer(t *testing.T) {
@@ -194,6 +197,7 @@ func TestParseErrors(t *testing.T) {
 		{"fewer than shards", layer("algorithm: gcra, limit: 3, window: 1s, dimension: global, shards: 4"), "limit 3 is smaller than its 4 shards"},
 		{"zero cost", layer(ok + ", cost: 0"), `cost 0 out of range 1..`},
 		{"shadow not bool", layer(ok + ", shadow: maybe"), `shadow must be true or false, got "maybe"`},
+		{"failure mode", "policies:\n  - name: p\n    on_redis_failure: deny\n    layers:\n      - {name: l, " + ok + "}\n", `e.yaml:3:23: policy "p" on_redis_failure "deny": want local, open or closed`},
 		{"sliding log too big", layer("algorithm: sliding_log, limit: 200000, window: 1h, dimension: user"), "sliding_log limit 200000 above 100000"},
 		{"policy name", "policies:\n  - name: a.b\n    layers: []\n", `e.yaml:2:11: policy name "a.b": character '.' not in`},
 		{"long names", "policies:\n  - name: " + strings.Repeat("p", 40) + "\n    layers:\n      - {name: " + strings.Repeat("l", 30) + ", " + ok + "}\n", "policy and layer names together must fit in 63"},

@@ -38,6 +38,9 @@ func (s *Server) enginesFor(cfg *config.Config) (*engines, error) {
 			}
 			opts := q.Options()
 			opts.Prefix = prefix
+			if s.opts.Clock != nil {
+				opts.Clock = s.opts.Clock
+			}
 			built, err := quota.New(s.quotaStore, p, opts)
 			if err != nil {
 				return nil, fmt.Errorf("server: quota %q tier %q: %w", q.Name, tier, err)
@@ -51,7 +54,7 @@ func (s *Server) enginesFor(cfg *config.Config) (*engines, error) {
 			if tier != "" && p == l.Policy("") {
 				continue
 			}
-			built, err := concurrency.New(s.leaseStore, p, concurrency.Options{Prefix: prefix})
+			built, err := concurrency.New(s.leaseStore, p, concurrency.Options{Prefix: prefix, Clock: s.opts.Clock})
 			if err != nil {
 				return nil, fmt.Errorf("server: concurrency limit %q tier %q: %w", l.Name, tier, err)
 			}

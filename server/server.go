@@ -21,6 +21,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +32,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
 )
@@ -77,9 +80,17 @@ type Options struct {
 	// lockouts of the login guard that shares its store (same Redis,
 	// prefix and secret).
 	LoginGuard LoginUnlocker
-	// Ready reports whether the backing store is usable, for GET /readyz
-	// (e.g. a Redis PING). Nil means always ready.
+	// Ready reports whether the backing store is usable, for GET /readyz:
+	// RedisReady checks every node the service needs. Nil means always
+	// ready.
 	Ready func(ctx context.Context) error
+	// Breakers, when set, reports the circuit breakers' states by
+	// partition (fallback.Store.BreakerStates): /readyz is 503 while one
+	// is open or half-open, as decisions are then not central.
+	Breakers func() map[string]fallback.BreakerState
+	// Clock is the time quotas and concurrency leases are stamped with
+	// (the limiter's clock, disciplined to Redis). Default time.Now.
+	Clock func() time.Time
 	// DecisionTimeout bounds every store call a request makes: the tier
 	// lookup, the decision (all checks of a batch together) or the quota
 	// or lease operation. Default 1s.
@@ -292,23 +303,53 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 
 // readyResponse is the body of GET /readyz.
 type readyResponse struct {
-	Status        string `json:"status"`
-	Error         string `json:"error,omitempty"`
+	// Status is ready, degraded (the store or a breaker is not healthy:
+	// decisions are not central) or draining.
+	Status string `json:"status"`
+	// Error says what is not healthy.
+	Error string `json:"error,omitempty"`
+	// Breakers are the circuit breakers' states by partition (closed,
+	// half_open or open), when the store has breakers.
+	Breakers map[string]string `json:"breakers,omitempty"`
+	// ConfigVersion and ConfigSource describe the configuration loaded.
 	ConfigVersion string `json:"config_version"`
+	ConfigSource  string `json:"config_source"`
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	resp := readyResponse{Status: "ready", ConfigVersion: s.cfg.Load().Version()}
+	cfg := s.cfg.Load()
+	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source()}
 	status := http.StatusOK
+	var problems []string
+	if s.opts.Breakers != nil {
+		resp.Breakers = map[string]string{}
+		states := s.opts.Breakers()
+		names := make([]string, 0, len(states))
+		for name := range states {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			st := states[name]
+			resp.Breakers[name] = st.String()
+			if st != fallback.BreakerClosed {
+				problems = append(problems, fmt.Sprintf("circuit breaker %s %s", name, st))
+			}
+		}
+	}
 	switch {
 	case s.draining.Load():
 		resp.Status, status = "draining", http.StatusServiceUnavailable
+		problems = nil
 	case s.opts.Ready != nil:
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := s.opts.Ready(ctx); err != nil {
-			resp.Status, resp.Error, status = "degraded", err.Error(), http.StatusServiceUnavailable
+			problems = append([]string{err.Error()}, problems...)
 		}
+	}
+	if len(problems) > 0 {
+		resp.Status, resp.Error, status = "degraded", strings.Join(problems, "; "), http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, resp)
 }

@@ -53,6 +53,9 @@ type serveFlags struct {
 	instances       int
 	drainTimeout    time.Duration
 	readTimeout     time.Duration
+	clockSync       bool
+	clockSkewWarn   time.Duration
+	clockOffset     time.Duration // hidden, for tests: shifts this process's clock
 	shutdownDelay   time.Duration
 	logFormat       string
 	logLevel        string
@@ -117,7 +120,11 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one decision")
 	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails: local (in-memory limiter), open (allow), closed (deny) or off (answer 503)")
 	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a Redis call may take before the fallback decides")
-	fl.IntVar(&f.instances, "instances", 1, "number of instances sharing Redis; the local fallback divides limits by it")
+	fl.IntVar(&f.instances, "instances", 1, "least number of instances sharing Redis; the local fallback divides limits by the larger of this and the live count (instances heartbeat into <prefix>:instances)")
+	fl.BoolVar(&f.clockSync, "clock-sync", true, "on Redis, stamp decisions with Redis's TIME (measured every 10s) rather than this machine's clock, so that instances agree")
+	fl.DurationVar(&f.clockSkewWarn, "clock-skew-warn", 100*time.Millisecond, "log a warning when this machine's clock is further than this from Redis's")
+	fl.DurationVar(&f.clockOffset, "clock-offset", 0, "testing only: shift this process's clock")
+	_ = fl.MarkHidden("clock-offset")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
@@ -142,7 +149,9 @@ type backend struct {
 	describe  string
 }
 
-func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
+// newBackend returns the store. modeFor gives a policy's failure mode
+// from the live configuration (0: --fallback's).
+func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func(string) fallback.Mode) (*backend, error) {
 	if f.memoryMaxKeys < 1 {
 		return nil, fmt.Errorf("--memory-max-keys %d: want at least 1", f.memoryMaxKeys)
 	}
@@ -171,7 +180,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, e
 	}
 	b := &backend{client: client, local: local, describe: "redis " + rs.String(),
 		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
-		ready:     func(ctx context.Context) error { return client.Ping(ctx).Err() },
+		ready:     server.RedisReady(client),
 	}
 	primary, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
@@ -198,7 +207,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger) (*backend, e
 		client.Close()
 		return nil, fmt.Errorf("--fallback: %w", err)
 	}
-	fo := fallback.Options{DefaultMode: mode, Budget: f.fallbackBudget, Instances: f.instances, Observer: m,
+	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Observer: m,
 		OnFallback: func(r fallback.Reason, err error) {
 			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
 		},
@@ -255,7 +264,21 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	b, err := newBackend(f, m, log)
+	// The failure mode of a policy is its on_redis_failure in the live
+	// configuration; holder is set before the first decision.
+	var holder *config.Holder
+	modeFor := func(layer string) fallback.Mode {
+		if holder == nil {
+			return 0
+		}
+		name, _, _ := strings.Cut(layer, ".") // the store sees "policy.layer"
+		if p, ok := holder.Load().Policy(name); ok && p.OnRedisFailure != "" {
+			mode, _ := fallback.ParseMode(p.OnRedisFailure)
+			return mode
+		}
+		return 0
+	}
+	b, err := newBackend(f, m, log, modeFor)
 	if err != nil {
 		return err
 	}
@@ -271,7 +294,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}, func() float64 { return float64(b.local.Evictions()) })); err != nil {
 		return err
 	}
-	lim, err := floodgate.New(b.store, floodgate.Options{Prefix: f.prefix})
+	clock, err := startClock(ctx, f, b, m, log)
+	if err != nil {
+		return err
+	}
+	lim, err := floodgate.New(b.store, floodgate.Options{Prefix: f.prefix, Clock: clock.now})
 	if err != nil {
 		return err
 	}
@@ -279,7 +306,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	holder, err := config.NewHolder(cfg)
+	holder, err = config.NewHolder(cfg)
 	if err != nil {
 		return err
 	}
@@ -302,12 +329,12 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	opts := server.Options{
 		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
-		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout,
+		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout, Clock: clock.now,
 		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay, ReadTimeout: f.readTimeout,
 		QuotaStore: b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget,
 	}
 	if b.fb != nil {
-		opts.Breaker = b.fb
+		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates
 	}
 	if opts.LoginGuard, err = loginGuard(f, b); err != nil {
 		return err
@@ -343,6 +370,21 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if envoy != nil {
 		wg.Go(func() { envoy.Watch(wctx, f.reloadInterval) })
+	}
+	if clock.sync != nil {
+		wg.Go(func() { _ = clock.sync.Run(wctx) })
+	}
+	if b.client != nil {
+		hb, err := startHeartbeat(f, b, clock.now, reg, log)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { _ = hb.Run(wctx) })
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = hb.Leave(lctx)
+		}()
 	}
 
 	log.Info("floodgate listening", "addr", ln.Addr().String(), "store", b.describe, "config", cfg.Source(),

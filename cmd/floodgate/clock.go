@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/clocksync"
+	"github.com/floodgate-rl/floodgate/fleet"
+	"github.com/floodgate-rl/floodgate/metrics"
+)
+
+// serviceClock is the time decisions are stamped with.
+type serviceClock struct {
+	now  func() time.Time
+	sync *clocksync.Clock // nil: the local clock, uncorrected
+}
+
+// startClock returns the service's clock: on Redis with --clock-sync, the
+// local clock disciplined to Redis's TIME (one round now, then Run every
+// 10s); otherwise the local clock. --clock-offset shifts the local clock
+// (to test skewed machines).
+func startClock(ctx context.Context, f serveFlags, b *backend, m *metrics.Metrics, log *slog.Logger) (serviceClock, error) {
+	local := time.Now
+	if f.clockOffset != 0 {
+		off := f.clockOffset
+		local = func() time.Time { return time.Now().Add(off) }
+	}
+	if b.client == nil || !f.clockSync {
+		return serviceClock{now: local}, nil
+	}
+	var mu sync.Mutex
+	var lastWarn time.Time
+	obs := skewWatch{m: m, limit: f.clockSkewWarn, warn: func(offset, rtt time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(lastWarn) < time.Minute {
+			return
+		}
+		lastWarn = time.Now()
+		log.Warn("this machine's clock is off Redis's; decisions use Redis's time", "skew", offset.String(), "rtt", rtt.String(), "warn_above", f.clockSkewWarn.String())
+	}}
+	c, err := clocksync.New(b.client, clocksync.Options{Now: local, Observer: obs, OnError: func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(lastWarn) < time.Minute {
+			return
+		}
+		lastWarn = time.Now()
+		log.Warn("clock sync with Redis failed; keeping the last offset", "error", err)
+	}})
+	if err != nil {
+		return serviceClock{}, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := c.Sync(sctx); err != nil {
+		log.Warn("clock sync with Redis failed at startup; using the local clock until it succeeds", "error", err)
+	} else {
+		off, rtt, _ := c.Offset()
+		log.Info("clock disciplined to Redis", "skew", off.String(), "rtt", rtt.String())
+	}
+	return serviceClock{now: c.Now, sync: c}, nil
+}
+
+// skewWatch feeds the skew gauges and warns above a limit.
+type skewWatch struct {
+	m     *metrics.Metrics
+	limit time.Duration
+	warn  func(offset, rtt time.Duration)
+}
+
+// ObserveClock implements clocksync.Observer.
+func (w skewWatch) ObserveClock(offset, rtt time.Duration) {
+	w.m.ObserveClock(offset, rtt)
+	if w.limit > 0 && (offset > w.limit || offset < -w.limit) {
+		w.warn(offset, rtt)
+	}
+}
+
+// startHeartbeat makes this instance count in the live instance count
+// that the local fallback divides limits by (never fewer than
+// --instances).
+func startHeartbeat(f serveFlags, b *backend, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*fleet.Heartbeat, error) {
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano(), 36))
+	var mu sync.Mutex
+	var lastWarn time.Time
+	return fleet.New(b.client, f.prefix+":instances", id, fleet.Options{Now: now, Registerer: reg,
+		OnCount: func(n int) {
+			if b.fb != nil {
+				b.fb.SetInstances(max(n, f.instances))
+			}
+		},
+		OnError: func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if time.Since(lastWarn) < time.Minute {
+				return
+			}
+			lastWarn = time.Now()
+			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "error", err)
+		}})
+}

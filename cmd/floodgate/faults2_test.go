@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// readyz returns /readyz's status and body.
+func readyz(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestServeFailureModePerPolicyAndLiveInstances reproduces F4: during a
+// Redis outage the built-in login policy used to be decided by local
+// counting (one --fallback for every policy), and each instance admitted
+// the full limit (--instances 1). Now login is on_redis_failure: closed,
+// and the two live instances, seen through their heartbeats, each admit
+// half of a local policy's limit.
+func TestServeFailureModePerPolicyAndLiveInstances(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "floodgate.yaml")
+	cfg := e2eConfig + `  - name: login
+    on_redis_failure: closed
+    layers:
+      - {name: per-account, algorithm: sliding_log, limit: 5, window: 15m, dimension: account}
+`
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("modes%d", time.Now().UnixNano())
+	args := []string{"--redis", "redis://" + rs.Addr + "/0", "--config", cfgPath, "--prefix", prefix}
+	a := startService(t, args...)
+	b := startService(t, args...)
+	waitUntil(t, "both instances counting two live instances", func() bool {
+		return metricValue(t, a.url, "floodgate_instances_live") == 2 && metricValue(t, b.url, "floodgate_instances_live") == 2
+	})
+	login := server.CheckRequest{Policy: "login", Identity: map[string]string{"account": "alice"}}
+	if c := checkOn(t, a.url, "/v1/check", login); c.status != 200 || !c.resp.Allowed || c.resp.Degraded {
+		t.Fatalf("healthy login check: %d %+v", c.status, c.resp)
+	}
+	rs.Kill()
+	c := checkOn(t, a.url, "/v1/check", login)
+	if c.status != 200 || c.resp.Allowed || c.resp.FailureMode != "closed" || !strings.HasPrefix(c.degraded, "closed;") {
+		t.Fatalf("login with Redis down: %d %+v header %q; want denied by the closed failure mode", c.status, c.resp, c.degraded)
+	}
+	admitted := 0
+	for i := range 60 {
+		c := checkOn(t, a.url, "/v1/check", server.CheckRequest{Policy: "fifty", Identity: map[string]string{"user": "bob"}})
+		if c.status != 200 || c.resp.FailureMode != "local" {
+			t.Fatalf("check %d with Redis down: %d %+v", i, c.status, c.resp)
+		}
+		if c.resp.Limit != 25 {
+			t.Fatalf("local limit %d with 2 live instances, want 50/2 = 25", c.resp.Limit)
+		}
+		if c.resp.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 25 {
+		t.Fatalf("instance admitted %d of 60 in local mode, want 25", admitted)
+	}
+}
+
+// TestServeReadyzTellsTheTruth reproduces F5: /readyz was one PING and
+// stayed 200 with cluster_state:fail and every breaker open. Now it asks
+// every primary of the cluster and reports the breakers.
+func TestServeReadyzTellsTheTruth(t *testing.T) {
+	c := redistest.StartCluster(t)
+	svc := startService(t, "--redis", "redis-cluster://"+strings.Join(c.Addrs, ","), "--prefix", fmt.Sprintf("ready%d", time.Now().UnixNano()))
+	if code, body := readyz(t, svc.url); code != 200 {
+		t.Fatalf("healthy cluster: readyz %d %s", code, body)
+	}
+	c.Nodes[0].Kill()
+	// cluster-node-timeout is 5s: the other primaries then say
+	// cluster_state:fail.
+	waitUntil(t, "readyz 503 naming cluster_state", func() bool {
+		code, body := readyz(t, svc.url)
+		return code == 503 && strings.Contains(body, "cluster_state:fail")
+	})
+	code, body := readyz(t, svc.url)
+	var r struct {
+		Status   string
+		Breakers map[string]string
+	}
+	_ = json.Unmarshal([]byte(body), &r)
+	if code != 503 || r.Status != "degraded" || r.Breakers == nil {
+		t.Fatalf("readyz with a primary lost: %d %s", code, body)
+	}
+}
+
+// TestServeReadyzSentinelFailover: behind Sentinel, readiness asks the
+// primary's ROLE and is 200 again once the client follows a failover.
+func TestServeReadyzSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	svc := startService(t, "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName,
+		"--prefix", fmt.Sprintf("sent%d", time.Now().UnixNano()))
+	if code, body := readyz(t, svc.url); code != 200 {
+		t.Fatalf("readyz before failover: %d %s", code, body)
+	}
+	s.Failover(t)
+	waitUntil(t, "readyz 200 and central decisions after the failover", func() bool {
+		code, _ := readyz(t, svc.url)
+		c := checkOn(t, svc.url, "/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}})
+		return code == 200 && c.status == 200 && !c.resp.Degraded
+	})
+}
+
+// TestServeClockSkewTwoInstances: two instances whose clocks are 1 s apart
+// (--clock-offset) share a fixed window of 2 s. Stamped with their own
+// clocks (--clock-sync=false, as every instance did before) they sit in
+// different windows near a boundary: the one on time fills its window and
+// the one ahead opens the next, a second full limit. Disciplined to
+// Redis's TIME (the default) they admit exactly the limit: 0 extra.
+func TestServeClockSkewTwoInstances(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "floodgate.yaml")
+	const limit = 5
+	cfg := fmt.Sprintf("version: \"1\"\npolicies:\n  - name: edge\n    layers:\n      - {name: w, algorithm: fixed_window, limit: %d, window: 2s, dimension: user}\n", limit)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(sync bool) int {
+		prefix := fmt.Sprintf("skew%d", time.Now().UnixNano())
+		common := []string{"--redis", "redis://" + rs.Addr + "/0", "--config", cfgPath, "--prefix", prefix, fmt.Sprintf("--clock-sync=%v", sync)}
+		a := startService(t, append(common, "--clock-offset", "1s")...)
+		b := startService(t, common...)
+		defer a.stop(t)
+		defer b.stop(t)
+		// Wait for the middle of a real window's second half: instance a
+		// (1s ahead) is then in the next window, b in this one.
+		for {
+			ms := time.Now().UnixMilli() % 2000
+			if ms >= 1200 && ms < 1300 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// b (on time) fills the window first, then a (1s ahead) asks.
+		admitted := 0
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		for _, svc := range []*service{b, a} {
+			for i := 0; i < 2*limit && ctx.Err() == nil; i++ {
+				c := checkOn(t, svc.url, "/v1/check", server.CheckRequest{Policy: "edge", Identity: map[string]string{"user": "u"}})
+				if c.status != 200 || c.resp.Degraded {
+					t.Fatalf("check: %d %+v", c.status, c.resp)
+				}
+				if c.resp.Allowed {
+					admitted++
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Skip("machine too slow to send the checks within one window edge")
+		}
+		return admitted
+	}
+	unsynced := run(false)
+	t.Logf("1s skew, local clocks: %d admitted for a limit of %d", unsynced, limit)
+	synced := run(true)
+	t.Logf("1s skew, disciplined to Redis TIME: %d admitted for a limit of %d", synced, limit)
+	if synced != limit {
+		t.Fatalf("with clock discipline %d admitted, want exactly %d (0 extra)", synced, limit)
+	}
+	if unsynced <= limit {
+		t.Fatalf("without discipline %d admitted: the test no longer shows the fault it guards against", unsynced)
+	}
+}

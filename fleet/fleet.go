@@ -1,0 +1,162 @@
+// Package fleet counts the live instances of a service that share one
+// Redis, so that a per-instance fallback limit can be the shared limit
+// divided by the instances really running rather than by a number set by
+// hand.
+//
+// Every instance heartbeats into one sorted set: its id scored by the time
+// of its last beat. A beat adds or refreshes the instance, drops the ones
+// silent for longer than the TTL and returns how many are left, all in one
+// short script; the set itself expires when every instance is gone. While
+// Redis is down the last count seen is kept: that is the count a fallback
+// needs.
+package fleet
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrInvalidOptions reports arguments New cannot use.
+var ErrInvalidOptions = errors.New("fleet: invalid options")
+
+//go:embed beat.lua
+var beatLua string
+
+var beatScript = redis.NewScript(beatLua)
+
+// Options configures a Heartbeat. The zero value is ready to use.
+type Options struct {
+	// Interval is the time between two beats in Run. Default 2s; at
+	// least 10ms.
+	Interval time.Duration
+	// TTL is how long an instance that stopped beating still counts.
+	// Default 3 × Interval; at least 2 × Interval.
+	TTL time.Duration
+	// Now returns the current time, the beats' scores: pass a clock
+	// disciplined to Redis (package clocksync) so that instances with
+	// skewed clocks agree. Default time.Now.
+	Now func() time.Time
+	// OnCount, if set, receives the count after every successful beat.
+	OnCount func(n int)
+	// OnError, if set, receives the error of every failed beat in Run.
+	OnError func(err error)
+	// Registerer, if set, receives the floodgate_instances_live gauge.
+	Registerer prometheus.Registerer
+}
+
+// Client is the part of a go-redis v9 client a Heartbeat uses:
+// *redis.Client, *redis.ClusterClient and the failover clients satisfy it.
+type Client interface {
+	redis.Scripter
+	ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd
+}
+
+// Heartbeat is one instance's membership of the fleet. It is safe for
+// concurrent use.
+type Heartbeat struct {
+	client Client
+	key    string
+	id     string
+	opts   Options
+	count  atomic.Int64
+	gauge  prometheus.Gauge
+}
+
+// New returns the heartbeat of instance id into the sorted set key.
+func New(client Client, key, id string, opts Options) (*Heartbeat, error) {
+	switch {
+	case client == nil:
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
+	case key == "" || id == "":
+		return nil, fmt.Errorf("%w: empty key or instance id", ErrInvalidOptions)
+	case len(id) > 256:
+		return nil, fmt.Errorf("%w: instance id of %d bytes (max 256)", ErrInvalidOptions, len(id))
+	case opts.Interval != 0 && opts.Interval < 10*time.Millisecond:
+		return nil, fmt.Errorf("%w: interval %v below 10ms", ErrInvalidOptions, opts.Interval)
+	}
+	if opts.Interval == 0 {
+		opts.Interval = 2 * time.Second
+	}
+	if opts.TTL == 0 {
+		opts.TTL = 3 * opts.Interval
+	}
+	if opts.TTL < 2*opts.Interval || opts.TTL > 24*time.Hour {
+		return nil, fmt.Errorf("%w: TTL %v out of range 2×interval (%v)..24h", ErrInvalidOptions, opts.TTL, 2*opts.Interval)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	h := &Heartbeat{client: client, key: key, id: id, opts: opts}
+	if opts.Registerer != nil {
+		h.gauge = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_instances_live",
+			Help: "Instances heartbeating into Redis at the last successful beat (0 before the first); the local fallback divides limits by it.",
+		})
+		if err := opts.Registerer.Register(h.gauge); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// Beat records this instance as alive now, forgets instances silent for
+// longer than the TTL, and returns how many instances are alive (this one
+// included).
+func (h *Heartbeat) Beat(ctx context.Context) (int, error) {
+	now := h.opts.Now().UnixMilli()
+	n, err := beatScript.Run(ctx, h.client, []string{h.key}, h.id, now, h.opts.TTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("fleet: heartbeat: %w", err)
+	}
+	if n < 1 || n > 1_000_000 {
+		return 0, fmt.Errorf("fleet: heartbeat: count %d out of range", n)
+	}
+	h.count.Store(n)
+	if h.gauge != nil {
+		h.gauge.Set(float64(n))
+	}
+	if h.opts.OnCount != nil {
+		h.opts.OnCount(int(n))
+	}
+	return int(n), nil
+}
+
+// Count returns the count of the last successful beat, 0 before the first.
+func (h *Heartbeat) Count() int { return int(h.count.Load()) }
+
+// Leave removes this instance from the set, so that the others count one
+// fewer at their next beat rather than after the TTL.
+func (h *Heartbeat) Leave(ctx context.Context) error {
+	if err := h.client.ZRem(ctx, h.key, h.id).Err(); err != nil {
+		return fmt.Errorf("fleet: leaving: %w", err)
+	}
+	return nil
+}
+
+// Run beats at once and then every Interval until ctx ends, reporting
+// failed beats to OnError, and returns ctx's error. Each beat is bounded
+// by the Interval.
+func (h *Heartbeat) Run(ctx context.Context) error {
+	t := time.NewTicker(h.opts.Interval)
+	defer t.Stop()
+	for {
+		bctx, cancel := context.WithTimeout(ctx, h.opts.Interval)
+		_, err := h.Beat(bctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && h.opts.OnError != nil {
+			h.opts.OnError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisReady returns a readiness check (Options.Ready) for the Redis the
+// service decides with, asking every node it needs:
+//
+//   - Redis Cluster: every primary answers CLUSTER INFO with
+//     cluster_state:ok (a cluster that lost a primary without failover
+//     says fail, and every node refuses commands);
+//   - Sentinel or a standalone server: the server the client is connected
+//     to answers ROLE with master (after a failover, a client still
+//     talking to the demoted primary is not ready until it follows the
+//     sentinels).
+//
+// The check's error names the node and what it said.
+func RedisReady(client redis.UniversalClient) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			return clusterReady(ctx, cc)
+		}
+		return primaryReady(ctx, client)
+	}
+}
+
+func clusterReady(ctx context.Context, cc *redis.ClusterClient) error {
+	var mu sync.Mutex
+	var errs []error
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		info, err := n.ClusterInfo(ctx).Result()
+		if err == nil && !strings.Contains(info, "cluster_state:ok") {
+			state := "unknown"
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_state:"); ok {
+					state = v
+				}
+			}
+			err = fmt.Errorf("cluster_state:%s", state)
+		}
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("redis cluster node %s: %w", n.Options().Addr, err))
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis cluster: %w", err)
+	}
+	return errors.Join(errs...)
+}
+
+func primaryReady(ctx context.Context, c redis.UniversalClient) error {
+	v, err := c.Do(ctx, "ROLE").Slice()
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	if len(v) == 0 {
+		return errors.New("redis: empty ROLE reply")
+	}
+	if role, _ := v[0].(string); role != "master" {
+		return fmt.Errorf("redis: the server is a %s, not a primary: writes would fail", role)
+	}
+	return nil
+}
