@@ -367,7 +367,9 @@ func (r *run) checkFailureMode(c *Check, ins []*instance, read string) {
 	for _, in := range ins {
 		if f, ok := in.metrics[metricFallback]; ok {
 			for _, m := range f.GetMetric() {
-				modes[labels(m)["mode"]] = true
+				if m.GetCounter().GetValue() > 0 {
+					modes[labels(m)["mode"]] = true
+				}
 			}
 		}
 	}
@@ -377,7 +379,7 @@ func (r *run) checkFailureMode(c *Check, ins []*instance, read string) {
 	}
 	sort.Strings(seen)
 	if len(seen) > 0 {
-		c.Evidence = append(c.Evidence, "failure modes seen in "+metricFallback+": "+strings.Join(seen, ", "))
+		c.Evidence = append(c.Evidence, "failure modes that have decided (non-zero "+metricFallback+"): "+strings.Join(seen, ", "))
 	}
 	login := r.loginStyle()
 	switch {
