@@ -344,8 +344,14 @@ func TestRequestErrors(t *testing.T) {
 			t.Errorf("%v: %v, want Unknown %q", tc.req, err, tc.want)
 		}
 	}
-	if got := testutil.ToFloat64(r.metrics.serviceError); got != 3 {
-		t.Errorf("service errors %v, want 3", got)
+	// A limit override without a unit: theirs panics; here it is an error.
+	unknown := req(t, "cost", 1, "user=o")
+	unknown.Descriptors[0].Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}
+	if _, err := r.client.ShouldRateLimit(context.Background(), unknown); status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "has no length") {
+		t.Errorf("override with unit UNKNOWN: %v", err)
+	}
+	if got := testutil.ToFloat64(r.metrics.serviceError); got != 4 {
+		t.Errorf("service errors %v, want 4", got)
 	}
 }
 

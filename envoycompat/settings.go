@@ -264,7 +264,7 @@ func (e *envReader) fail(name, v, want string) {
 }
 
 func (e *envReader) str(name, def string) string {
-	if v, ok := e.lookup(name); ok {
+	if v, ok := e.raw(name); ok {
 		return v
 	}
 	return def

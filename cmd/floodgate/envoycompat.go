@@ -71,7 +71,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	}
 	for name, why := range envoycompat.Ignored {
 		if v, ok := lookup(name); ok && v != "" {
-			log.Info("setting ignored", "name", name, "why", why)
+			log.Warn("setting ignored", "name", name, "why", why)
 		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)

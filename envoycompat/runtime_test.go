@@ -1,0 +1,99 @@
+package envoycompat
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(files []File) string {
+	var s []string
+	for _, f := range files {
+		s = append(s, f.Name)
+	}
+	return strings.Join(s, " ")
+}
+
+// TestRuntimeLayout follows their runtime loader: keys are paths with "/"
+// as "."; with RUNTIME_WATCH_ROOT only keys under the app directory count;
+// RUNTIME_IGNOREDOTFILES skips dot files and directories (a ConfigMap's
+// "..data"); links to directories are not followed.
+func TestRuntimeLayout(t *testing.T) {
+	root := t.TempDir()
+	data := filepath.Join(root, "v1")
+	write(t, filepath.Join(data, "rl", "config", "a.yaml"), "a")
+	write(t, filepath.Join(data, "rl", "config", "sub", "b.yml"), "b")
+	write(t, filepath.Join(data, "rl", "config", ".hidden.yaml"), "h")
+	write(t, filepath.Join(data, "rl", "config", "..2026_12_01", "c.yaml"), "c")
+	write(t, filepath.Join(data, "rl", "other", "x.yaml"), "x")
+	if err := os.Symlink("..2026_12_01", filepath.Join(data, "rl", "config", "..data")); err != nil {
+		t.Fatal(err)
+	}
+	current := filepath.Join(root, "current")
+	if err := os.Symlink(data, current); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		rt   Runtime
+		want string
+	}{
+		{Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config", WatchRoot: true},
+			"config...2026_12_01.c.yaml config..hidden.yaml config.a.yaml config.sub.b.yml"},
+		{Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config", WatchRoot: true, IgnoreDotFiles: true},
+			"config.a.yaml config.sub.b.yml"},
+		{Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config", IgnoreDotFiles: true},
+			"a.yaml sub.b.yml"},
+		{Runtime{Root: root, Subdirectory: "missing", AppDirectory: "config"}, ""},
+	} {
+		files, err := tc.rt.Files()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := names(files); got != tc.want {
+			t.Errorf("%+v: files %q, want %q", tc.rt, got, tc.want)
+		}
+	}
+}
+
+// TestRuntimeSignature: with RUNTIME_WATCH_ROOT a reload follows only the
+// replacement of the root link; without it, any change of the files.
+func TestRuntimeSignature(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "v1", "rl", "config", "a.yaml"), "a")
+	write(t, filepath.Join(root, "v2", "rl", "config", "a.yaml"), "b")
+	current := filepath.Join(root, "current")
+	if err := os.Symlink(filepath.Join(root, "v1"), current); err != nil {
+		t.Fatal(err)
+	}
+	watch := Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config", WatchRoot: true}
+	dir := Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config"}
+	w0, d0 := watch.Signature(), dir.Signature()
+	write(t, filepath.Join(root, "v1", "rl", "config", "a.yaml"), "edited in place")
+	if watch.Signature() != w0 {
+		t.Error("watch-root signature changed on an edit inside the tree")
+	}
+	if dir.Signature() == d0 {
+		t.Error("directory signature unchanged after an edit")
+	}
+	tmp := filepath.Join(root, "next")
+	if err := os.Symlink(filepath.Join(root, "v2"), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, current); err != nil {
+		t.Fatal(err)
+	}
+	if watch.Signature() == w0 {
+		t.Error("watch-root signature unchanged after the root link was replaced")
+	}
+}

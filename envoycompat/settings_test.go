@@ -1,0 +1,78 @@
+package envoycompat
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for _, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestSettingsDefaultsAreTheirs(t *testing.T) {
+	s, err := FromEnv(env("PORT=", "REDIS_URL="))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, d, g := s.Addresses()
+	if h != "0.0.0.0:8080" || d != "0.0.0.0:6070" || g != "0.0.0.0:8081" {
+		t.Errorf("addresses %s %s %s", h, d, g)
+	}
+	if s.Redis.URL != "/var/run/nutcracker/ratelimit.sock" || s.Redis.SocketType != "unix" || s.Redis.Type != "SINGLE" || s.Redis.PoolSize != 10 || s.Redis.Timeout != 10*time.Second {
+		t.Errorf("redis %+v", s.Redis)
+	}
+	if s.RuntimeRoot != "/srv/runtime_data/current" || s.RuntimeAppDirectory != "config" || !s.RuntimeWatchRoot || s.RuntimeIgnoreDotFiles {
+		t.Errorf("runtime %+v", s.RuntimeOf())
+	}
+	o := s.Options()
+	if o.NearLimitRatio != 0.8 || o.ExpirationJitterMax != 300*time.Second || o.ResponseHeaders || o.LimitHeader != "RateLimit-Limit" || o.StopIncrementWhenOverLimit || o.GlobalShadowMode {
+		t.Errorf("options %+v", o)
+	}
+}
+
+func TestSettingsRead(t *testing.T) {
+	s, err := FromEnv(env("GRPC_UDS=/tmp/rl.sock", "REDIS_TYPE=cluster", "REDIS_URL=a:1,b:2", "SHADOW_MODE=true",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=1", "LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_RESET_HEADER=X-Reset",
+		"NEAR_LIMIT_RATIO=0.5", "LOCAL_CACHE_SIZE_IN_BYTES=1024", "REDIS_TIMEOUT=250ms", "MERGE_DOMAIN_CONFIG=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, g := s.Addresses(); g != "/tmp/rl.sock" {
+		t.Errorf("grpc address %s", g)
+	}
+	o := s.Options()
+	if !o.GlobalShadowMode || !o.StopIncrementWhenOverLimit || !o.ResponseHeaders || o.ResetHeader != "X-Reset" || o.NearLimitRatio != 0.5 || o.LocalCacheBytes != 1024 {
+		t.Errorf("options %+v", o)
+	}
+	if s.Redis.Type != "cluster" || s.Redis.Timeout != 250*time.Millisecond || !s.MergeDomainConfig {
+		t.Errorf("settings %+v", s)
+	}
+}
+
+func TestSettingsRefused(t *testing.T) {
+	for _, tc := range []struct{ kv, want string }{
+		{"PORT=http", "PORT"},
+		{"PORT=70000", "PORT"},
+		{"SHADOW_MODE=maybe", "SHADOW_MODE"},
+		{"NEAR_LIMIT_RATIO=2", "NEAR_LIMIT_RATIO"},
+		{"REDIS_TIMEOUT=soon", "REDIS_TIMEOUT"},
+		{"BACKEND_TYPE=memcache", "memcached"},
+		{"BACKEND_TYPE=etcd", "BACKEND_TYPE"},
+		{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_TYPE"},
+		{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_USE_TLS"},
+		{"EXPIRATION_JITTER_MAX_SECONDS=-1", "EXPIRATION_JITTER_MAX_SECONDS"},
+	} {
+		if _, err := FromEnv(env(tc.kv, "LIMIT_RESPONSE_HEADERS_ENABLED=false")); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.kv, err, tc.want)
+		}
+	}
+	if _, err := FromEnv(env("LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=bad header")); err == nil {
+		t.Error("a header name with a space was accepted")
+	}
+}
