@@ -1,10 +1,13 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +26,12 @@ var ErrRedisURL = errors.New("config: invalid Redis connection settings")
 //	redis://[[user]:password@]host:port[/db]            standalone
 //	rediss://...                                        standalone over TLS
 //	redis-sentinel://[[user]:password@]host:port[,host:port...][/db]?master=NAME
+//	rediss-sentinel://...                               Sentinel and primary over TLS
 //	redis-cluster://[[user]:password@]host:port[,host:port...]
+//	rediss-cluster://...                                every cluster node over TLS
+//
+// A password need not be in the URL (where it shows in the process's
+// command line): Password supplies it, from a file for example.
 type Redis struct {
 	// URL is one of the forms above.
 	URL string
@@ -43,6 +51,84 @@ type Redis struct {
 	// CommandTimeout bounds reading and writing one command when the
 	// caller's context has no earlier deadline. Default 1s.
 	CommandTimeout time.Duration
+	// Password authenticates to Redis (with the URL's user name, if any)
+	// when the URL carries no password; a URL with a password and a
+	// Password together are refused. Default: the URL's.
+	Password string
+	// TLS, when set, makes every connection TLS — to the server, every
+	// sentinel and the primary they name, or every cluster node — verified
+	// against TLS.CAFile (default: the system's roots) and under
+	// TLS.ServerName (default: each node's own host). rediss URLs turn TLS
+	// on with the defaults. Default nil: plain TCP unless the scheme says
+	// otherwise.
+	TLS *RedisTLS
+}
+
+// RedisTLS configures TLS to Redis. The zero value verifies servers
+// against the system's roots, under each address's host name, and sends
+// no client certificate.
+type RedisTLS struct {
+	// CAFile is a PEM file of the certificate authorities to trust
+	// instead of the system's.
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// servers that require one (tls-auth-clients). Both or neither.
+	CertFile, KeyFile string
+	// ServerName is the name every server's certificate must carry.
+	// Default: the host of the address dialled.
+	ServerName string
+}
+
+// Config returns the tls.Config t describes (TLS 1.2 at least, servers
+// verified), or an error naming the file that could not be used.
+func (t RedisTLS) Config() (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file: %v", ErrRedisURL, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrRedisURL, t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, fmt.Errorf("%w: a client certificate needs both a certificate file and a key file", ErrRedisURL)
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate: %v", ErrRedisURL, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// tlsConfig returns the TLS configuration of r, on when r.TLS is set or
+// on is true, nil otherwise.
+func (r Redis) tlsConfig(on bool) (*tls.Config, error) {
+	if r.TLS == nil && !on {
+		return nil, nil
+	}
+	var t RedisTLS
+	if r.TLS != nil {
+		t = *r.TLS
+	}
+	return t.Config()
+}
+
+// credentials merges the URL's user and password with r.Password.
+func (r Redis) credentials(user, pass string) (string, string, error) {
+	if r.Password != "" {
+		if pass != "" {
+			return "", "", fmt.Errorf("%w: a password both in the URL and given separately; keep only one", ErrRedisURL)
+		}
+		pass = r.Password
+	}
+	return user, pass, nil
 }
 
 // Enabled reports whether any Redis is configured.
@@ -80,14 +166,22 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 		if err := checkAddrs(r.SentinelAddrs); err != nil {
 			return nil, err
 		}
+		tc, err := r.tlsConfig(false)
+		if err != nil {
+			return nil, err
+		}
 		return redis.NewFailoverClient(r.failover(&redis.FailoverOptions{
-			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs,
+			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs, Password: r.Password, TLSConfig: tc,
 		})), nil
 	case len(r.ClusterAddrs) > 0:
 		if err := checkAddrs(r.ClusterAddrs); err != nil {
 			return nil, err
 		}
-		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs})), nil
+		tc, err := r.tlsConfig(false)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Password: r.Password, TLSConfig: tc})), nil
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil {
@@ -99,21 +193,44 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), err)
 		}
+		if o.Username, o.Password, err = r.credentials(o.Username, o.Password); err != nil {
+			return nil, err
+		}
+		if r.TLS != nil {
+			if u.Scheme == "unix" {
+				return nil, fmt.Errorf("%w: TLS over a unix socket", ErrRedisURL)
+			}
+			tc, err := r.tlsConfig(true)
+			if err != nil {
+				return nil, err
+			}
+			if tc.ServerName == "" && o.TLSConfig != nil {
+				tc.ServerName = o.TLSConfig.ServerName // the URL's host
+			}
+			o.TLSConfig = tc
+		}
 		r.apply(o)
 		return redis.NewClient(o), nil
-	case "redis-sentinel":
+	case "redis-sentinel", "rediss-sentinel":
 		o, err := parseMulti(u)
 		if err != nil {
 			return nil, err
 		}
 		master := u.Query().Get("master")
 		if master == "" {
-			return nil, fmt.Errorf("%w: %q: a redis-sentinel URL needs ?master=NAME", ErrRedisURL, redact(r.URL))
+			return nil, fmt.Errorf("%w: %q: a %s URL needs ?master=NAME", ErrRedisURL, redact(r.URL), u.Scheme)
+		}
+		if o.user, o.pass, err = r.credentials(o.user, o.pass); err != nil {
+			return nil, err
+		}
+		tc, err := r.tlsConfig(u.Scheme == "rediss-sentinel")
+		if err != nil {
+			return nil, err
 		}
 		return redis.NewFailoverClient(r.failover(&redis.FailoverOptions{
-			MasterName: master, SentinelAddrs: o.addrs, Username: o.user, Password: o.pass, DB: o.db,
+			MasterName: master, SentinelAddrs: o.addrs, Username: o.user, Password: o.pass, DB: o.db, TLSConfig: tc,
 		})), nil
-	case "redis-cluster":
+	case "redis-cluster", "rediss-cluster":
 		o, err := parseMulti(u)
 		if err != nil {
 			return nil, err
@@ -121,9 +238,16 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 		if o.db != 0 {
 			return nil, fmt.Errorf("%w: Redis Cluster has only database 0", ErrRedisURL)
 		}
-		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: o.addrs, Username: o.user, Password: o.pass})), nil
+		if o.user, o.pass, err = r.credentials(o.user, o.pass); err != nil {
+			return nil, err
+		}
+		tc, err := r.tlsConfig(u.Scheme == "rediss-cluster")
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: o.addrs, Username: o.user, Password: o.pass, TLSConfig: tc})), nil
 	}
-	return nil, fmt.Errorf("%w: %q: scheme %q (want redis, rediss, redis-sentinel or redis-cluster)", ErrRedisURL, redact(r.URL), u.Scheme)
+	return nil, fmt.Errorf("%w: %q: scheme %q (want redis, rediss, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster)", ErrRedisURL, redact(r.URL), u.Scheme)
 }
 
 func (r Redis) apply(o *redis.Options) {

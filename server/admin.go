@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,28 +17,6 @@ import (
 	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/topk"
 )
-
-// admin wraps an admin handler with bearer-token authentication.
-func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.AdminToken == "" {
-			s.fail(w, r, &problemError{status: http.StatusForbidden, kind: "admin-disabled",
-				detail: "the admin API is disabled: start the server with --admin-token or FLOODGATE_ADMIN_TOKEN"})
-			return
-		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		// Compare digests so that neither the content nor the length of
-		// the token leaks through timing.
-		want, got := sha256.Sum256([]byte(s.opts.AdminToken)), sha256.Sum256([]byte(token))
-		if !ok || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
-			s.fail(w, r, &problemError{status: http.StatusUnauthorized, kind: "unauthorized",
-				detail: "missing or wrong admin token (send Authorization: Bearer <token>)"})
-			return
-		}
-		h(w, r)
-	}
-}
 
 // ResetRequest is the body of POST /admin/v1/reset.
 type ResetRequest struct {

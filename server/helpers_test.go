@@ -23,7 +23,7 @@ import (
 	"github.com/floodgate-rl/floodgate/server"
 )
 
-const testToken = "s3cret-admin-token"
+const testToken = "s3cret-admin-token-0123456789abcdef"
 
 // env is a running test service.
 type env struct {

@@ -68,7 +68,19 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// AdminToken enables the admin endpoints (/admin/v1/...) for requests
 	// carrying "Authorization: Bearer <AdminToken>". Empty disables them.
+	// New refuses a token ValidateAdminToken refuses (under 32 characters,
+	// or fewer than 10 distinct). Failed attempts are throttled per client
+	// network (AdminFailureLimit per AdminFailureWindow), and every admin
+	// call is logged with the caller's address.
 	AdminToken string
+	// SeparateAdmin takes the admin endpoints off the public handler: they
+	// are served only by AdminHandler (ServeAdmin), on a listener of their
+	// own that can be bound to a private address. Default false: the
+	// public handler serves them too.
+	SeparateAdmin bool
+	// MetricsAdminOnly takes GET /metrics off the public handler; the
+	// admin handler always serves it. Default false.
+	MetricsAdminOnly bool
 	// Assignments holds per-identity tier assignments. Default: a new
 	// in-process config.MemoryAssignments.
 	Assignments config.Assignments
@@ -151,6 +163,9 @@ type Server struct {
 	quotaStore quota.Store
 	leaseStore concurrency.Store
 	eng        atomic.Pointer[engines]
+
+	adminMux   *http.ServeMux
+	adminGuard *adminGuard
 }
 
 // New returns a Server deciding with lim under the configuration held by
@@ -162,6 +177,11 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if opts.DecisionTimeout < 0 || opts.MaxBodyBytes < 0 || opts.MaxBatch < 0 ||
 		opts.DrainTimeout < 0 || opts.ShutdownDelay < 0 || opts.LookupTimeout < 0 || opts.WarnEvery < 0 || opts.ReadTimeout < 0 {
 		return nil, errors.New("server: negative option")
+	}
+	if opts.AdminToken != "" {
+		if err := ValidateAdminToken(opts.AdminToken); err != nil {
+			return nil, err
+		}
 	}
 	if opts.DecisionTimeout == 0 {
 		opts.DecisionTimeout = time.Second
@@ -215,6 +235,9 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.warn = newRateLimitedLog(s.log, opts.WarnEvery)
+	if s.adminGuard, err = newAdminGuard(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if s.assign == nil {
 		s.assign = &config.MemoryAssignments{}
 	}
@@ -236,17 +259,63 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST /v1/concurrency/renew", s.handleRenew)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /readyz", s.handleReady)
-	if s.opts.Gatherer != nil {
+	if s.opts.Gatherer != nil && !s.opts.MetricsAdminOnly {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("POST /admin/v1/reset", s.admin(s.handleReset))
-	mux.HandleFunc("POST /admin/v1/tier", s.admin(s.handleSetTier))
-	mux.HandleFunc("GET /admin/v1/tier", s.admin(s.handleGetTier))
-	mux.HandleFunc("GET /admin/v1/top-denied", s.admin(s.handleTopDenied))
-	mux.HandleFunc("GET /admin/v1/config", s.admin(s.handleConfig))
-	mux.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
-	mux.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
-	s.mux = mux
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", s.handleHealth)
+	if s.opts.Gatherer != nil {
+		admin.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	for _, m := range []*http.ServeMux{admin, mux} {
+		if m == mux && s.opts.SeparateAdmin {
+			break
+		}
+		m.HandleFunc("POST /admin/v1/reset", s.admin(s.handleReset))
+		m.HandleFunc("POST /admin/v1/tier", s.admin(s.handleSetTier))
+		m.HandleFunc("GET /admin/v1/tier", s.admin(s.handleGetTier))
+		m.HandleFunc("GET /admin/v1/top-denied", s.admin(s.handleTopDenied))
+		m.HandleFunc("GET /admin/v1/config", s.admin(s.handleConfig))
+		m.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
+		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
+	}
+	s.mux, s.adminMux = mux, admin
+}
+
+// AdminHandler returns the handler of the admin listener: the admin
+// endpoints, GET /metrics and GET /healthz. Serve it on a private address
+// (ServeAdmin), with Options.SeparateAdmin so that the public handler does
+// not serve the admin endpoints as well.
+func (s *Server) AdminHandler() http.Handler { return s.adminMux }
+
+// ServeAdmin serves AdminHandler on ln until ctx ends, then shuts down,
+// waiting up to DrainTimeout for admin calls in flight. It returns nil
+// after a shutdown, or the error that stopped serving.
+func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.adminMux,
+		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("server: admin: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("server: admin: %w", err)
+	}
+	return nil
 }
 
 // ServeHTTP implements http.Handler.

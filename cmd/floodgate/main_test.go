@@ -221,7 +221,7 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("e2e%d", time.Now().UnixNano())
 	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--config", cfgPath, "--prefix", prefix,
-		"--reload-interval", "50ms", "--fallback-budget", "5s", "--decision-timeout", "10s", "--admin-token", "tok")
+		"--reload-interval", "50ms", "--fallback-budget", "5s", "--decision-timeout", "10s", "--admin-token", e2eAdminToken)
 
 	var allowed, failed atomic.Int64
 	var wg sync.WaitGroup

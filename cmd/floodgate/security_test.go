@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -75,4 +78,86 @@ func TestServeMemoryMaxKeysEvicts(t *testing.T) {
 	if code, out := runCLI(t, "serve", "--memory-max-keys", "0"); code == 0 || !strings.Contains(out, "--memory-max-keys 0") {
 		t.Fatalf("--memory-max-keys 0: exit %d: %s", code, out)
 	}
+}
+
+// e2eAdminToken is a token strong enough for server.ValidateAdminToken.
+const e2eAdminToken = "e2e-admin-token-0123456789abcdefghij"
+
+// adminGet sends GET path with the bearer token to base and returns the
+// status.
+func adminGet(t *testing.T, base, path, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestServeAdminHardening runs the binary: weak tokens are refused at
+// start, the token comes from a file, the admin API and /metrics live on
+// --admin-addr only, and admin calls are logged with the caller's address.
+func TestServeAdminHardening(t *testing.T) {
+	for _, args := range [][]string{
+		{"--admin-token", "a"},
+		{"--admin-token", "short-token"},
+		{"--admin-token", strings.Repeat("ab", 20)},
+	} {
+		if code, out := runCLI(t, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...); code == 0 || !strings.Contains(out, "weak admin token") {
+			t.Fatalf("serve %v: exit %d: %s", args, code, out)
+		}
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCLI(t, "serve", "--admin-addr", "127.0.0.1:0"); code == 0 || !strings.Contains(out, "--admin-addr needs an admin token") {
+		t.Fatalf("--admin-addr without a token: exit %d: %s", code, out)
+	}
+	svc := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--metrics-admin-only")
+	var adminURL string
+	for _, line := range strings.Split(svc.logs.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate admin listening" {
+			adminURL = "http://" + rec.Addr
+		}
+	}
+	if adminURL == "" {
+		t.Fatalf("no admin listener in the log:\n%s", svc.logs)
+	}
+	if code := adminGet(t, svc.url, "/admin/v1/config", e2eAdminToken); code != http.StatusNotFound {
+		t.Fatalf("admin API on the public address: %d, want 404", code)
+	}
+	if code := adminGet(t, svc.url, "/metrics", ""); code != http.StatusNotFound {
+		t.Fatalf("/metrics on the public address: %d, want 404", code)
+	}
+	if code := adminGet(t, adminURL, "/admin/v1/config", e2eAdminToken); code != http.StatusOK {
+		t.Fatalf("admin API on --admin-addr: %d", code)
+	}
+	if code := adminGet(t, adminURL, "/metrics", ""); code != http.StatusOK {
+		t.Fatalf("/metrics on --admin-addr: %d", code)
+	}
+	if code := adminGet(t, adminURL, "/admin/v1/config", "wrong-token"); code != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d", code)
+	}
+	// The log is read from the process's stderr as it comes.
+	var logs string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if logs = svc.logs.String(); strings.Contains(logs, `"msg":"admin authentication failed"`) {
+			break
+		}
+	}
+	if !strings.Contains(logs, `"msg":"admin call","caller":"127.0.0.1:`) || !strings.Contains(logs, `"msg":"admin authentication failed","caller":"127.0.0.1:`) {
+		t.Fatalf("admin calls not logged with their caller:\n%s", logs)
+	}
+	if strings.Contains(logs, e2eAdminToken) {
+		t.Fatal("the admin token is in the log")
+	}
+	svc.stop(t)
 }

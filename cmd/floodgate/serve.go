@@ -62,6 +62,8 @@ type serveFlags struct {
 	loginPrefix     string
 	loginSecretFile string
 	memoryMaxKeys   int
+	sec             securityFlags
+	tokenFromFlag   bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -94,7 +96,8 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 /admin/v1/ with --admin-token.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("admin-token") {
+			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
+			if !f.tokenFromFlag {
 				f.adminToken = os.Getenv("FLOODGATE_ADMIN_TOKEN")
 			}
 			return serve(cmd.Context(), f, cmd)
@@ -131,6 +134,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "HMAC secret of the applications' login guard (package loginguard); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
 	fl.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "identities the in-memory store (memory mode, and the local fallback on Redis) tracks at most; past it, one-off identities are evicted first (about 160 bytes per identity plus its key)")
+	addSecurityFlags(fl, &f.sec)
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -161,6 +165,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	}
 	rs := config.Redis{URL: f.redisURL, SentinelAddrs: f.sentinelAddrs, SentinelMaster: f.sentinelMaster,
 		ClusterAddrs: f.clusterAddrs, PoolSize: f.redisPool, CommandTimeout: f.redisTimeout}
+	f.sec.redisSettings(&rs)
 	if !rs.Enabled() {
 		if f.configRedis {
 			return nil, errors.New("--config-from-redis needs --redis, --redis-sentinel or --redis-cluster")
@@ -250,6 +255,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if err := resolveSecrets(&f, f.tokenFromFlag, log); err != nil {
+		return err
+	}
 	// go-redis logs through a process-wide logger: route it into ours.
 	redis.SetLogger(newRedisLogger(log, 10*time.Second))
 	keys, err := config.KeysFor(f.prefix)
@@ -336,6 +344,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if b.fb != nil {
 		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates
 	}
+	f.sec.serverOptions(&opts)
 	if opts.LoginGuard, err = loginGuard(f, b); err != nil {
 		return err
 	}
@@ -358,6 +367,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	waitAdmin, err := startAdmin(ctx, &f.sec, srv, log)
+	if err != nil {
+		return err
+	}
+	defer waitAdmin()
 
 	var wg sync.WaitGroup
 	wctx, cancelWatch := context.WithCancel(ctx)

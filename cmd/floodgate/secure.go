@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/spf13/pflag"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// securityFlags are serve's flags for secrets, TLS to Redis and the admin
+// listener.
+type securityFlags struct {
+	adminAddr         string
+	adminTokenFile    string
+	metricsAdminOnly  bool
+	redisPasswordFile string
+	redisPassword     string // read from redisPasswordFile
+	redisTLS          bool
+	redisCAFile       string
+	redisCertFile     string
+	redisKeyFile      string
+	redisServerName   string
+}
+
+func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
+	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints (and /metrics) on this address only, not on --addr; bind it to a private interface, e.g. 127.0.0.1:9090")
+	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
+	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
+	fl.StringVar(&s.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, for a --redis URL (or sentinel/cluster addresses) without one")
+	fl.BoolVar(&s.redisTLS, "redis-tls", false, "connect to Redis over TLS whatever the URL scheme (every sentinel, primary or cluster node too)")
+	fl.StringVar(&s.redisCAFile, "redis-ca-file", "", "PEM certificate authorities to verify Redis servers with (implies --redis-tls; default: the system's)")
+	fl.StringVar(&s.redisCertFile, "redis-cert-file", "", "PEM client certificate for Redis servers that require one (implies --redis-tls; with --redis-key-file)")
+	fl.StringVar(&s.redisKeyFile, "redis-key-file", "", "PEM key of --redis-cert-file")
+	fl.StringVar(&s.redisServerName, "redis-server-name", "", "name every Redis server certificate must carry (implies --redis-tls; default: the host dialled)")
+}
+
+// readSecretFile reads a secret from path, trimmed of surrounding space.
+// It refuses an empty file and warns when the file is readable by group or
+// others.
+func readSecretFile(path, flag string, log *slog.Logger) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	v := strings.TrimSpace(string(raw))
+	if v == "" {
+		return "", fmt.Errorf("%s: %s is empty", flag, path)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		log.Warn("secret file readable by group or others; make it readable by this user only (chmod 600)", "flag", flag, "file", path, "mode", fmt.Sprintf("%04o", st.Mode().Perm()))
+	}
+	return v, nil
+}
+
+// resolveSecrets reads the secret files named by the flags into f.
+func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
+	s := &f.sec
+	if s.adminTokenFile != "" {
+		if tokenFromFlag {
+			return errors.New("give either --admin-token or --admin-token-file, not both")
+		}
+		tok, err := readSecretFile(s.adminTokenFile, "--admin-token-file", log)
+		if err != nil {
+			return err
+		}
+		f.adminToken = tok
+	}
+	if f.adminToken != "" {
+		if err := server.ValidateAdminToken(f.adminToken); err != nil {
+			return fmt.Errorf("admin token: %w", err)
+		}
+	}
+	if s.adminAddr != "" && f.adminToken == "" {
+		return errors.New("--admin-addr needs an admin token (--admin-token-file)")
+	}
+	if s.metricsAdminOnly && s.adminAddr == "" {
+		return errors.New("--metrics-admin-only needs --admin-addr")
+	}
+	if s.redisPasswordFile != "" {
+		pw, err := readSecretFile(s.redisPasswordFile, "--redis-password-file", log)
+		if err != nil {
+			return err
+		}
+		s.redisPassword = pw
+	}
+	return nil
+}
+
+// redisSettings adds the password and TLS flags to rs.
+func (s *securityFlags) redisSettings(rs *config.Redis) {
+	rs.Password = s.redisPassword
+	if s.redisTLS || s.redisCAFile != "" || s.redisCertFile != "" || s.redisKeyFile != "" || s.redisServerName != "" {
+		rs.TLS = &config.RedisTLS{CAFile: s.redisCAFile, CertFile: s.redisCertFile, KeyFile: s.redisKeyFile, ServerName: s.redisServerName}
+	}
+}
+
+// serverOptions sets the admin listener's options.
+func (s *securityFlags) serverOptions(o *server.Options) {
+	o.SeparateAdmin = s.adminAddr != ""
+	o.MetricsAdminOnly = s.metricsAdminOnly
+}
+
+// startAdmin listens on --admin-addr, if set, and serves the admin
+// handler there until ctx ends or stop is called; stop returns once it
+// has stopped.
+func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *slog.Logger) (stop func(), err error) {
+	if s.adminAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", s.adminAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-addr: %w", err)
+	}
+	log.Info("floodgate admin listening", "addr", ln.Addr().String(), "metrics_admin_only", s.metricsAdminOnly)
+	actx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.ServeAdmin(actx, ln); err != nil {
+			log.Error("admin listener stopped", "error", err)
+		}
+	})
+	return func() { cancel(); wg.Wait() }, nil
+}

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/memstore"
+)
+
+// Admin token strength: at least MinAdminTokenLen characters, at least
+// minTokenDistinct of them different. A token from
+// "openssl rand -hex 32" (64 characters) passes; "a", a word or a
+// repeated pattern does not.
+const (
+	MinAdminTokenLen = 32
+	minTokenDistinct = 10
+)
+
+// ErrWeakAdminToken reports an admin token too short or too repetitive to
+// guard the admin API.
+var ErrWeakAdminToken = errors.New("server: weak admin token")
+
+// ValidateAdminToken checks that token is strong enough to enable the
+// admin API: MinAdminTokenLen characters or more, at least 10 distinct,
+// no spaces or control characters (it travels in an HTTP header). Generate
+// one with "openssl rand -hex 32".
+func ValidateAdminToken(token string) error {
+	if len(token) < MinAdminTokenLen {
+		return fmt.Errorf("%w: %d characters, want at least %d (generate one with: openssl rand -hex 32)", ErrWeakAdminToken, len(token), MinAdminTokenLen)
+	}
+	seen := map[rune]bool{}
+	for _, c := range token {
+		if c <= ' ' || c == 0x7f || c > 0x7e {
+			return fmt.Errorf("%w: it must be printable ASCII without spaces", ErrWeakAdminToken)
+		}
+		seen[c] = true
+	}
+	if len(seen) < minTokenDistinct {
+		return fmt.Errorf("%w: only %d distinct characters, want at least %d (generate one with: openssl rand -hex 32)", ErrWeakAdminToken, len(seen), minTokenDistinct)
+	}
+	return nil
+}
+
+// Failed admin authentications are throttled per client network (an IPv4
+// address, an IPv6 /64): after AdminFailureLimit failures within
+// AdminFailureWindow, that network's admin requests get 429 — a correct
+// token included — until the oldest failures age out.
+const (
+	AdminFailureLimit  = 10
+	AdminFailureWindow = 15 * time.Minute
+)
+
+// adminGuard counts failed admin authentications per client network, in a
+// memory store of its own (bounded; it evicts).
+type adminGuard struct {
+	lim    *floodgate.Limiter
+	policy floodgate.Policy
+}
+
+func newAdminGuard() (*adminGuard, error) {
+	st, err := memstore.New(memstore.Options{Shards: 4, MaxKeys: 100_000})
+	if err != nil {
+		return nil, err
+	}
+	lim, err := floodgate.New(st, floodgate.Options{Prefix: "admin-auth"})
+	if err != nil {
+		return nil, err
+	}
+	p, err := floodgate.NewSlidingWindow("admin-failures", AdminFailureLimit, AdminFailureWindow)
+	if err != nil {
+		return nil, err
+	}
+	return &adminGuard{lim: lim, policy: p}, nil
+}
+
+// callerNetwork returns the throttling key of a request's peer: its IPv4
+// address or IPv6 /64, or the raw address when it cannot be parsed.
+func callerNetwork(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// blocked reports whether network has used up its failures, and how long
+// until it may try again.
+func (g *adminGuard) blocked(ctx context.Context, network string) (bool, time.Duration) {
+	r, err := g.lim.Peek(ctx, g.policy, network)
+	if err != nil || r.Remaining > 0 {
+		return false, 0
+	}
+	return true, max(r.RetryAfter, time.Second)
+}
+
+// failed counts one failed authentication from network.
+func (g *adminGuard) failed(ctx context.Context, network string) {
+	_, _ = g.lim.Allow(ctx, g.policy, network)
+}
+
+// statusRecorder remembers the status an admin handler answered with.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// admin wraps an admin handler with bearer-token authentication, the
+// throttling of failures and an audit log line per call (Info for every
+// authenticated call, Warn for every refusal), each with the caller's
+// address.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.AdminToken == "" {
+			s.fail(w, r, &problemError{status: http.StatusForbidden, kind: "admin-disabled",
+				detail: "the admin API is disabled: start the server with --admin-token-file, --admin-token or FLOODGATE_ADMIN_TOKEN"})
+			return
+		}
+		network := callerNetwork(r.RemoteAddr)
+		if blocked, wait := s.adminGuard.blocked(r.Context(), network); blocked {
+			s.log.Warn("admin request refused: too many failed authentications", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			secs := int64((wait + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			s.fail(w, r, &problemError{status: http.StatusTooManyRequests, kind: "admin-throttled",
+				detail: fmt.Sprintf("too many failed admin authentications from this network; retry after %d seconds", secs)})
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// Compare digests so that neither the content nor the length of
+		// the token leaks through timing.
+		want, got := sha256.Sum256([]byte(s.opts.AdminToken)), sha256.Sum256([]byte(token))
+		if !ok || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
+			s.adminGuard.failed(r.Context(), network)
+			s.log.Warn("admin authentication failed", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
+			s.fail(w, r, &problemError{status: http.StatusUnauthorized, kind: "unauthorized",
+				detail: "missing or wrong admin token (send Authorization: Bearer <token>)"})
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		h(rec, r)
+		s.log.Info("admin call", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", rec.status)
+	}
+}

@@ -1,0 +1,143 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+func TestWeakAdminTokenRefused(t *testing.T) {
+	for _, tok := range []string{"a", "tok", "s3cret-admin-token", strings.Repeat("a", 64), strings.Repeat("abcd", 16), "0123456789abcdef0123456789abcde"} {
+		if err := server.ValidateAdminToken(tok); !errors.Is(err, server.ErrWeakAdminToken) {
+			t.Errorf("token %q: %v, want ErrWeakAdminToken", tok, err)
+		}
+		holder, _ := config.NewHolder(parse(t, layered))
+		lim, _ := floodgate.New(memStore(t), floodgate.Options{})
+		if _, err := server.New(lim, holder, server.Options{AdminToken: tok}); !errors.Is(err, server.ErrWeakAdminToken) {
+			t.Errorf("server.New with token %q: %v, want ErrWeakAdminToken", tok, err)
+		}
+	}
+	for _, tok := range []string{testToken, "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "correct-horse-battery-staple-2026!"} {
+		if err := server.ValidateAdminToken(tok); err != nil {
+			t.Errorf("token %q refused: %v", tok, err)
+		}
+	}
+	if err := server.ValidateAdminToken("0123456789abcdef 0123456789abcdef"); !errors.Is(err, server.ErrWeakAdminToken) {
+		t.Errorf("token with a space accepted: %v", err)
+	}
+}
+
+// adminCall sends one admin request from remote straight to h.
+func adminCall(h http.Handler, remote, token string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, "/admin/v1/config", nil)
+	req.RemoteAddr = remote
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rr := httptest.NewRecorder()
+	h.ServeHTTP(rr, req)
+	return rr
+}
+
+// TestAdminFailuresThrottled: a network that guessed wrong
+// AdminFailureLimit times is refused (429, even with the right token)
+// while other networks are not; IPv6 addresses of one /64 share a count.
+func TestAdminFailuresThrottled(t *testing.T) {
+	var logs bytes.Buffer
+	e := start(t, layered, memStore(t), func(o *server.Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	for i := range server.AdminFailureLimit {
+		if rr := adminCall(e.srv, "198.51.100.7:4000", "wrong-guess"); rr.Code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i, rr.Code)
+		}
+	}
+	rr := adminCall(e.srv, "198.51.100.7:4001", testToken)
+	if rr.Code != http.StatusTooManyRequests || rr.Header().Get("Retry-After") == "" {
+		t.Fatalf("right token after %d failures: %d %v, want 429 with Retry-After", server.AdminFailureLimit, rr.Code, rr.Header())
+	}
+	if rr := adminCall(e.srv, "198.51.100.8:4000", testToken); rr.Code != http.StatusOK {
+		t.Fatalf("another address: %d %s", rr.Code, rr.Body)
+	}
+	for i := range server.AdminFailureLimit {
+		adminCall(e.srv, fmt.Sprintf("[2001:db8:1:2::%x]:443", i+1), "wrong")
+	}
+	if rr := adminCall(e.srv, "[2001:db8:1:2:ffff::1]:443", testToken); rr.Code != http.StatusTooManyRequests {
+		t.Fatalf("same /64 after its failures: %d, want 429", rr.Code)
+	}
+	if rr := adminCall(e.srv, "[2001:db8:1:3::1]:443", testToken); rr.Code != http.StatusOK {
+		t.Fatalf("another /64: %d", rr.Code)
+	}
+	// Every call is in the log with its caller.
+	var calls, failures, refusals int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct{ Msg, Caller, Path string }
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Caller == "" {
+			continue
+		}
+		switch rec.Msg {
+		case "admin call":
+			calls++
+		case "admin authentication failed":
+			failures++
+		case "admin request refused: too many failed authentications":
+			refusals++
+		}
+		if rec.Path != "/admin/v1/config" {
+			t.Errorf("log line without the path: %s", line)
+		}
+	}
+	if calls != 2 || failures != 2*server.AdminFailureLimit || refusals != 2 {
+		t.Fatalf("logged %d calls, %d failures, %d refusals; want 2, %d, 2:\n%s", calls, failures, refusals, 2*server.AdminFailureLimit, logs.String())
+	}
+}
+
+// TestSeparateAdminListener: with SeparateAdmin and MetricsAdminOnly the
+// public handler serves neither the admin endpoints nor /metrics; the
+// admin handler serves both.
+func TestSeparateAdminListener(t *testing.T) {
+	e := start(t, layered, memStore(t), func(o *server.Options) {
+		o.SeparateAdmin, o.MetricsAdminOnly = true, true
+	})
+	if r := e.do("GET", "/admin/v1/config", testToken, nil); r.status != http.StatusNotFound {
+		t.Fatalf("public admin endpoint: %d, want 404", r.status)
+	}
+	if r := e.do("GET", "/metrics", "", nil); r.status != http.StatusNotFound {
+		t.Fatalf("public /metrics: %d, want 404", r.status)
+	}
+	admin := httptest.NewServer(e.srv.AdminHandler())
+	t.Cleanup(admin.Close)
+	req, _ := http.NewRequest("GET", admin.URL+"/admin/v1/config", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("admin listener config: %d", resp.StatusCode)
+	}
+	resp, err = http.Get(admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("admin listener /metrics: %d", resp.StatusCode)
+	}
+	// Without SeparateAdmin the public handler keeps serving both.
+	e2 := start(t, layered, memStore(t), nil)
+	if r := e2.do("GET", "/admin/v1/config", testToken, nil); r.status != http.StatusOK {
+		t.Fatalf("default public admin endpoint: %d", r.status)
+	}
+}
