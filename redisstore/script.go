@@ -8,11 +8,12 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 )
 
-// The Lua sources, one file per algorithm (each defines local functions to
-// read, step, write and release its state), plus the shared helpers, the
-// per-layer checks, the release and the entry point. They are concatenated,
-// in this order, into one script so that one EVALSHA decides every layer of
-// a call, and one script (one SHA) serves every mode.
+// The Lua sources. Each algorithm's Lua is one file, cut into blocks that
+// assemble.go puts into every script deciding it; the other files are the
+// scripts' frames: the general script's helpers, per-layer checks, release
+// and entry point, the sliding log's functions (its state is a sorted set,
+// decided by the general script only), the single-layer scripts' head and
+// tail, and the layered script's loop.
 var (
 	//go:embed lua/common.lua
 	luaCommon string
@@ -40,22 +41,13 @@ var (
 	luaFastHead string
 	//go:embed lua/fast_tail.lua
 	luaFastTail string
-	//go:embed lua/fast_fixed_window.lua
-	luaFastFixedWindow string
-	//go:embed lua/fast_sliding_window.lua
-	luaFastSlidingWindow string
-	//go:embed lua/fast_token_bucket.lua
-	luaFastTokenBucket string
-	//go:embed lua/fast_gcra.lua
-	luaFastGCRA string
-	//go:embed lua/fast_quota.lua
-	luaFastQuota string
 )
 
-// source is the Lua source the Store runs: the concatenation of the files
-// under lua/. It is immutable.
-var source = luaCommon + luaFixedWindow + luaSlidingWindow + luaTokenBucket + luaGCRA + luaSlidingLog + luaQuota +
-	luaLayer + luaRelease + luaDecide
+// source is the general script: common.lua, the algorithms' functions,
+// sliding_log.lua, layer.lua, release.lua (with the algorithms' releases)
+// and decide.lua. It decides every algorithm, one layer or many, in the
+// decide and reserve modes, and releases reservations. It is immutable.
+var source = luaCommon + generalFunctions() + luaSlidingLog + luaLayer + releaseSource() + luaDecide
 
 // script runs source on Redis through luascript: EVALSHA, EVAL once on
 // NOSCRIPT, never resent by go-redis, failures classified by
@@ -82,18 +74,12 @@ var script = luascript.New(source, luascript.Options{})
 // see lua/fast_head.lua). The sliding log has none: its cost is in
 // its sorted-set commands, so it stays on the general script. They are
 // immutable.
-var fastSources = [...]string{
-	floodgate.FixedWindow:   fastSource(luaFastFixedWindow),
-	floodgate.SlidingWindow: fastSource(luaFastSlidingWindow),
-	floodgate.TokenBucket:   fastSource(luaFastTokenBucket),
-	floodgate.GCRA:          fastSource(luaFastGCRA),
-	floodgate.Quota:         fastSource(luaFastQuota),
-}
-
-// fastSource is a single-layer script: the shared head (constants, the
-// call's layouts, the loop over requests), the algorithm's body, run once
-// per request, and the shared tail (per-request errors, the reply).
-func fastSource(body string) string { return luaFastHead + body + luaFastTail }
+var fastSources = func() (s [floodgate.Quota + 1]string) {
+	for _, f := range fragments {
+		s[f.algo] = f.fastSource()
+	}
+	return s
+}()
 
 // fastScripts runs fastSources, by algorithm, with the same machinery and
 // error classes as script (a single-layer script makes every read and
@@ -118,11 +104,11 @@ func hasFastScript(a floodgate.Algorithm) bool {
 
 // layersScript decides layered decisions without a sliding log layer,
 // one or many per call, exactly as the general script's decide mode would,
-// but written out flat (lua/fast_layers.lua): the general script's
-// functions cost about 40,000 server instructions per call to create. Its
-// call is n, now and 6n layer arguments per decision, or the shared layout
-// (see batchFrame.buildLayered). It is immutable.
-var layersScript = luascript.New(luaFastLayers, luascript.Options{})
+// but written out flat (lua/fast_layers.lua with the algorithms' blocks):
+// the general script's functions cost about 40,000 server instructions per
+// call to create. Its call is n, now and 6n layer arguments per decision,
+// or the shared layout (see batchFrame.buildLayered). It is immutable.
+var layersScript = luascript.New(layersSource(), luascript.Options{})
 
 // scriptFor returns the script that decides layers: the algorithm's
 // single-layer script for one layer, when it has one; the layered script

@@ -1,6 +1,8 @@
--- common.lua: helpers shared by every algorithm. The Go package
--- concatenates common.lua, the algorithm files and decide.lua into one
--- script, so the locals defined here are visible to everything after.
+-- common.lua: helpers shared by every algorithm of the general script.
+-- The Go package concatenates common.lua, the algorithms' functions
+-- (assembled from lua/<algorithm>.lua, see redisstore/assemble.go),
+-- sliding_log.lua, layer.lua, release.lua and decide.lua into one script,
+-- so the locals defined here are visible to everything after.
 --
 -- All quantities are integers (Unix µs, µs, cost units) below 2^53, so Lua's
 -- doubles hold them exactly. Nothing here calls TIME: now comes from ARGV.
@@ -17,6 +19,10 @@ local MIN_TTL = 1000
 -- TTL_SLACK is floodgate.TTLSlack in µs, added to every TTL (clock skew
 -- between instances; a state past its life decides like a fresh one).
 local TTL_SLACK = 1000000
+
+-- QUOTA_GRACE is algo.QuotaGrace in µs: how long a period's key outlives
+-- the period.
+local QUOTA_GRACE = 3600000000
 
 -- idiv returns a / b truncated toward zero, exactly like Go's integer
 -- division: fmod is exact, so a - fmod(a, b) is an exact multiple of b and

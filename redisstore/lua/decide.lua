@@ -46,13 +46,13 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0, probe)
     local b = 6 * i - 6
     P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6] = algo, limit, w, burst, md, cost
   end
-  local pend = {} -- eight per layer: algorithm, state slots 1..3, PX ms (0: nothing to write), bookkeeping H A R
+  local pend = {} -- six per layer: PX ms (0: nothing to write; -1: keep the key's TTL), the new state, u1, u2, u3, algorithm
   local all = true
   for i = 1, n do
     local b = 6 * i - 6
     local algo, limit, w, burst, md, cost = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6]
     local key = KEYS[k0 + i]
-    local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r = step(key, algo, limit, w, burst, md, cost, now, reserve)
+    local ok, rem, reset, retry, delay, reason, ttl, val, keep, u1, u2, u3 = step(key, algo, limit, w, burst, md, cost, now, reserve)
     if ok == nil then
       return redis.error_reply('ERR floodgate: key ' .. key .. ' holds a value floodgate did not write')
     end
@@ -63,18 +63,19 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0, probe)
     reply[j + 4] = retry
     reply[j + 5] = delay
     reply[j + 6] = reason
-    local k = 8 * i - 8
-    pend[k + 1] = algo
-    pend[k + 5] = 0
+    local k = 6 * i - 6
+    pend[k + 1], pend[k + 6] = 0, algo
     if ok then
       if cost > 0 then
         if ttl < MIN_TTL then
           ttl = MIN_TTL
         end
         ttl = ttl + TTL_SLACK
-        pend[k + 2], pend[k + 3], pend[k + 4] = s1, s2, s3
-        pend[k + 5] = idiv(ttl + 999, 1000)
-        pend[k + 6], pend[k + 7], pend[k + 8] = h, a, r
+        pend[k + 1], pend[k + 2] = idiv(ttl + 999, 1000), val
+        if keep then
+          pend[k + 1] = -1
+        end
+        pend[k + 3], pend[k + 4], pend[k + 5] = u1, u2 or 0, u3 or 0
       end
     else
       all = false
@@ -86,7 +87,7 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0, probe)
   end
   if not all then
     -- Nothing is written. A layer that would have admitted reports its
-    -- standing without the request (floodgate.Standing): a peek's numbers,
+    -- standing without the request (algo.Standing): a peek's numbers,
     -- marked admitted.
     for i = 1, n do
       local j = r0 + width * (i - 1)
@@ -100,38 +101,30 @@ local function decide_at(k0, a0, n, now, reserve, reply, r0, probe)
 
   if all then
     for i = 1, n do
-      local k = 8 * i - 8
-      local px = pend[k + 5]
-      if px > 0 then
-        local algo, key = pend[k + 1], KEYS[k0 + i]
-        local s1, s2, s3 = pend[k + 2], pend[k + 3], pend[k + 4]
-        if algo == 1 then
-          fw_write(key, s1, s2, 0, px)
-        elseif algo == 3 or algo == 6 then
-          sw_write(key, s1, s2, s3, px)
-        elseif algo == 2 then
-          sl_write(key, s1, s2, s3, px, P[6 * i - 3])
-        elseif algo == 4 then
-          tb_write(key, s1, s2, px, pend[k + 6], pend[k + 7], pend[k + 8])
+      local k = 6 * i - 6
+      local px = pend[k + 1]
+      if px ~= 0 then
+        local key = KEYS[k0 + i]
+        if pend[k + 6] == 2 then
+          sl_write(key, pend[k + 3], pend[k + 4], pend[k + 5], px, P[6 * i - 3])
+        elseif px > 0 then
+          redis.call('SET', key, pend[k + 2], 'PX', int(px))
         else
-          gc_write(key, s1, px, pend[k + 6], pend[k + 7], pend[k + 8])
+          redis.call('SET', key, pend[k + 2], 'KEEPTTL')
         end
       end
     end
   end
   if reserve then
-    -- What a release needs to give each written layer back.
+    -- What a release needs to give each written layer back: for the
+    -- sliding log the entry's time only.
     for i = 1, n do
-      local k, j = 8 * i - 8, r0 + 9 * i - 9
+      local k, j = 6 * i - 6, r0 + 9 * i - 9
       local u1, u2, u3 = 0, 0, 0
-      if all and pend[k + 5] > 0 then
-        local algo = pend[k + 1]
-        if algo == 4 then
-          u1, u2, u3 = reply[j + 3], pend[k + 7], pend[k + 8] -- the reset is F
-        elseif algo == 5 then
-          u1, u2, u3 = pend[k + 2], pend[k + 7], pend[k + 8]
-        else
-          u1 = pend[k + 2]
+      if all and pend[k + 1] ~= 0 then
+        u1, u2, u3 = pend[k + 3], pend[k + 4], pend[k + 5]
+        if pend[k + 6] == 2 then
+          u2, u3 = 0, 0
         end
       end
       reply[j + 7], reply[j + 8], reply[j + 9] = u1, u2, u3

@@ -94,7 +94,7 @@ end
 local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, keys to write
 local reply -- four integers per layer, 4 nk in all
 local P, PP -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
-local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL), then up to five state numbers and the long form's flag
+local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL) and the new state
 -- A call of three layers or fewer in all (a lone decision, the usual
 -- kind) gets its tables made at their size: growing a table one slot at a
 -- time reallocates it at every power of two, about a tenth of such a
@@ -202,10 +202,10 @@ while a <= na do
     local all = true
     for pass = 1, 2 do
       for i = 1, n do
-        local b, j, o = 7 * i - 7, r + 4 * i - 4, 7 * i - 7
-        if pass == 1 or (reply[j + 1] == 0 and P[b + 6] > 0) then
-          local algo, limit, w, bu, md, iv = P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 7]
-          local cost = P[b + 6]
+        local pb, j, o = 7 * i - 7, r + 4 * i - 4, 7 * i - 7
+        if pass == 1 or (reply[j + 1] == 0 and P[pb + 6] > 0) then
+          local algo, limit, w, b, md, iv = P[pb + 1], P[pb + 2], P[pb + 3], P[pb + 4], P[pb + 5], P[pb + 7]
+          local cost = P[pb + 6]
           if pass == 2 then
             cost = 0
           end
@@ -219,269 +219,20 @@ while a <= na do
             end
             cache[key] = v
           end
-          local lnow = now
-          local ok, reason = false, 1
-          local rem, reset, retry, delay = 0, 0, 0, 0
-          local ttl, f1, f2, f3, f4, f5, long, keep -- keep: the key's TTL already ends where ttl would (see fast_head.lua)
-
-          if algo == 1 then -- fixed window (fixed_window.lua)
-            local t, cn = 0, 0
-            if v then
-              local x, y = smatch(v, '^(%d+) (%d+)$')
-              if not x then
-                code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
-                break
-              end
-              t, cn = tonumber(x), tonumber(y)
-            end
-            if t ~= 0 and lnow < t then
-              lnow = t
-            end
-            local start = lnow - fmod(lnow, w)
-            if t ~= start then
-              cn = 0
-            end
-            if cost > limit then
-              reason = 2
-            elseif (cost == 0 and limit - cn >= 1) or (cost > 0 and cost <= limit - cn) then
-              ok, reason = true, 0
-            end
-            if reason == 1 then
-              retry = start + w - lnow
-            end
-            if ok and cost > 0 then
-              cn = cn + cost
-              ttl, f1, f2 = start + w - lnow, start, cn
-            end
-            rem, reset = limit - cn, start + w
-
-          elseif algo == 3 then -- sliding window counter (sliding_window.lua)
-            local t, n0, p0 = 0, 0, 0
-            if v then
-              local x, y, z = smatch(v, '^(%d+) (%d+) (%d+)$')
-              if not x then
-                code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
-                break
-              end
-              t, n0, p0 = tonumber(x), tonumber(y), tonumber(z)
-            end
-            if t ~= 0 and lnow < t then
-              lnow = t
-            end
-            local start = lnow - fmod(lnow, w)
-            local cur, prev = 0, 0
-            if t == start then
-              cur, prev = n0, p0
-            elseif t == start - w then
-              prev = n0
-            end
-            local rm = w - (lnow - start)
-            local est = cur
-            if prev ~= 0 and rm > 0 then
-              est = est + floor(prev * rm / w)
-            end
-            if cost > limit then
-              reason = 2
-            elseif (cost == 0 and limit - est >= 1) or (cost > 0 and cost <= limit - est) then
-              ok, reason = true, 0
-            end
-            if ok and cost > 0 then
-              cur = cur + cost
-              est = est + cost
-            end
-            reset = start + w
-            if cur > 0 then
-              reset = start + 2 * w
-            end
-            if reason == 1 then
-              local need = cost
-              if need < 1 then
-                need = 1
-              end
-              local allowance, count, stop = limit - need, cur, start + 2 * w
-              if cur + need <= limit then
-                allowance, count, stop = limit - cur - need, prev, start + w
-              end
-              local span = w
-              if count ~= 0 then
-                span = ceil((allowance + 1) * w / count) - 1
-                if span > w then
-                  span = w
-                end
-              end
-              retry = stop - span - lnow
-              if retry < 1 then
-                retry = 1
-              end
-            end
-            if ok and cost > 0 then
-              ttl, f1, f2, f3 = start + 2 * w - lnow, start, cur, prev
-            end
-            rem = limit - est
-
-          elseif algo == 4 then -- token bucket (token_bucket.lua)
-            local t, cn, h, ha, hr = 0, 0
-            if v then
-              local x, y = smatch(v, '^(%d+) (%d+)$')
-              if not x then
-                local c, d, e
-                x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
-                if not x then
-                  code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
-                  break
-                end
-                h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
-              end
-              t, cn = tonumber(x), tonumber(y)
-            end
-            local tokens, last, full = bu, lnow, true
-            if t ~= 0 then
-              tokens, last = cn, t
-              if lnow < last then
-                lnow = last
-              end
-              local d = lnow - last
-              local add = (d - fmod(d, iv)) / iv
-              tokens = tokens + add
-              last = last + add * iv
-              full = tokens >= bu
-              if full then
-                tokens, last = bu, lnow
-              end
-            end
-            if cost > bu then
-              reason = 2
-            elseif (cost == 0 and tokens >= 1) or (cost > 0 and cost <= tokens) then
-              ok, reason = true, 0
-            end
-            if ok and cost > 0 then
-              tokens = tokens - cost
-            end
-            reset = last + (bu - tokens) * iv
-            if reason == 1 then
-              local need = cost
-              if need < 1 then
-                need = 1
-              end
-              retry = last + (need - tokens) * iv - lnow
-            end
-            if ok and cost > 0 then
-              ttl, f1, f2 = reset - lnow, last, tokens
-              if h then
-                if lnow > h then
-                  h = lnow
-                end
-                if full then
-                  ha = lnow
-                end
-                f3, f4, f5, long = h, ha, hr, true
-              end
-            end
-            rem = tokens
-
-          elseif algo == 5 then -- GCRA (gcra.lua)
-            local t, h, ha, hr = 0
-            if v then
-              local x = smatch(v, '^(%d+)$')
-              if not x then
-                local c, d, e
-                x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
-                if not x then
-                  code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
-                  break
-                end
-                h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
-              end
-              t = tonumber(x)
-            end
-            local tol = bu * iv
-            local tat = t
-            if lnow > tat then
-              tat = lnow
-            end
-            local most = tol + md
-            if cost > (most - fmod(most, iv)) / iv then
-              reason = 2
-            elseif cost == 0 then
-              ok = tat + iv - lnow <= most
-              if ok then
-                reason = 0
-              else
-                retry = tat + iv - lnow - most
-              end
-            else
-              local new = tat + cost * iv
-              if new - lnow <= most then
-                ok, reason = true, 0
-                delay = new - lnow - tol
-                if delay < 0 then
-                  delay = 0
-                end
-                tat = new
-              else
-                retry = new - lnow - most
-              end
-            end
-            local x = tol - (tat - lnow)
-            rem = (x - fmod(x, iv)) / iv
-            if rem < 0 then
-              rem = 0
-            end
-            reset = tat
-            if ok and cost > 0 then
-              ttl, f1 = tat - lnow, tat
-              if h then
-                if lnow > h then
-                  h = lnow
-                end
-                if lnow >= t then
-                  ha = lnow
-                end
-                f2, f3, f4, long = h, ha, hr, true
-              end
-            end
-
-          else -- quota (quota.lua): the window and burst are the period's start and end
-            local t, cn, e = 0, 0
-            if v then
-              local x, y
-              x, y, e = smatch(v, '^(%d+) (%d+) (%d+)$')
-              if not x then
-                code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'
-                break
-              end
-              t, cn = tonumber(x), tonumber(y)
-            end
-            if t ~= w then
-              cn = 0
-            end
-            if cost > limit then
-              reason = 2
-            elseif (cost == 0 and limit - cn >= 1) or (cost > 0 and cost <= limit - cn) then
-              ok, reason = true, 0
-            end
-            if reason == 1 then
-              retry = bu - lnow
-            end
-            if ok and cost > 0 then
-              cn = cn + cost
-              ttl, f1, f2, f3 = bu - lnow + QUOTA_GRACE, w, cn, bu
-              keep = e and t == w and tonumber(e) == bu
-            end
-            rem, reset = limit - cn, bu
-          end
-
+          local now = now -- the fragments may move it forward, for this layer only
+          local ok, reason, rem, reset, retry, delay, ttl, val, keep = false, 1, 0, 0, 0, 0
+          --@STEPS@
           if pass == 1 then
             reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4] = reason, rem, reset, ok and delay or retry
             W[o + 1] = 0
             if not ok then
               all = false
-            elseif ttl then
+            elseif val then
               if ttl < MIN_TTL then
                 ttl = MIN_TTL
               end
               ttl = ttl + TTL_SLACK + 999
-              W[o + 1], W[o + 2], W[o + 3], W[o + 4], W[o + 5], W[o + 6], W[o + 7] = (ttl - fmod(ttl, 1000)) / 1000, f1, f2, f3, f4, f5, long
+              W[o + 1], W[o + 2] = (ttl - fmod(ttl, 1000)) / 1000, val
               if keep then
                 W[o + 1] = -1
               end
@@ -504,23 +255,7 @@ while a <= na do
         local o = 7 * i - 7
         local px = W[o + 1]
         if px ~= 0 then
-          local algo, key = P[7 * i - 6], KEYS[k + i]
-          local val
-          if algo == 1 then
-            val = sfmt('%d %d', W[o + 2], W[o + 3])
-          elseif algo == 3 or algo == 6 then
-            val = sfmt('%d %d %d', W[o + 2], W[o + 3], W[o + 4])
-          elseif algo == 4 then
-            if W[o + 7] then
-              val = sfmt('%d %d %d %d %d', W[o + 2], W[o + 3], W[o + 4], W[o + 5], W[o + 6])
-            else
-              val = sfmt('%d %d', W[o + 2], W[o + 3])
-            end
-          elseif W[o + 7] then
-            val = sfmt('%d %d %d %d', W[o + 2], W[o + 3], W[o + 4], W[o + 5])
-          else
-            val = sfmt('%d', W[o + 2])
-          end
+          local key, val = KEYS[k + i], W[o + 2]
           local old = px_of[key]
           if old == nil then
             dirty[#dirty + 1] = key

@@ -1,45 +1,70 @@
--- fixed_window.lua: floodgate.FixedWindow, a mirror of stepFixedWindow.
--- State: the string "T N" (window start µs, count in it), written with SET PX.
+-- fixed_window.lua: floodgate.FixedWindow, the Lua of algo's
+-- stepFixedWindow. State: the string "T N" (window start µs, count in it),
+-- written with SET PX.
+--
+-- This file is the algorithm's only Lua. It is not run as it is: the Go
+-- package cuts it at its "--@" lines into blocks and assembles them into
+-- the single-layer script, the layered script and the general script
+-- (redisstore/assemble.go, which also says what each block reads and
+-- sets).
 
--- fw_read returns the stored T, N (0, 0 when absent), or nil if the value is
--- not a fixed window state.
-local function fw_read(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
-  end
-  if not v then
-    return 0, 0
-  end
-  local t, n = smatch(v, '^(%d+) (%d+)$')
-  if not t then
-    return nil
-  end
-  return tonumber(t), tonumber(n)
-end
+--@ args
+    local now, limit, w, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
+    if (shared and P[2] or ARGV[ai + 2]) ~= '1' or not (now and limit and w and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
+      w < MIN_WINDOW or w > MAX_WINDOW or cost < 0 or cost > MAX_LIMIT then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
+    end
 
--- fw_step returns allowed, remaining, resetAt, retry, delay, reason, the new
--- state (3 slots) and its TTL in µs.
-local function fw_step(t, n0, now, limit, w, cost)
-  if t ~= 0 and now < t then
-    now = t
-  end
-  local start = now - fmod(now, w)
-  local n = 0
-  if t == start then
-    n = n0
-  end
-  local allowed, reason = admit(limit - n, cost, limit)
-  if allowed and cost > 0 then
-    n = n + cost
-  end
-  local retry = 0
-  if reason == LIMITED then
-    retry = start + w - now
-  end
-  return allowed, limit - n, start + w, retry, 0, reason, start, n, 0, start + w - now
-end
+--@ read t, n
+    local t, n = 0, 0
+    if v then
+      local x, y = smatch(v, '^(%d+) (%d+)$')
+      if not x then
+        @BAD@
+      end
+      t, n = tonumber(x), tonumber(y)
+    end
 
-local function fw_write(key, t, n, _, px)
-  redis.call('SET', key, sfmt('%d %d', t, n), 'PX', int(px))
-end
+--@ step
+    if t ~= 0 and now < t then
+      now = t
+    end
+    local start = now - fmod(now, w)
+    if t ~= start then
+      n = 0
+    end
+    if cost > limit then
+      reason = 2
+    elseif (cost == 0 and limit - n >= 1) or (cost > 0 and cost <= limit - n) then
+      ok, reason = true, 0
+    end
+    if reason == 1 then
+      retry = start + w - now
+    end
+    if ok and cost > 0 then
+      n = n + cost
+      ttl, val = start + w - now, sfmt('%d %d', start, n)
+    end
+    rem, reset = limit - n, start + w
+
+--@ reserved
+    u1 = start -- the window a release gives the cost back to
+
+--@ release
+    -- Takes a reservation of cost made in the window starting at u1 back
+    -- off the count, if the state is still in that window; once the
+    -- window has ended the reservation has ended with it and nothing is
+    -- done.
+    local t, n = fw_read(key)
+    if not t or t ~= u1 or n < cost then
+      return 0
+    end
+    redis.call('SET', key, sfmt('%d %d', t, n - cost), 'KEEPTTL')
+    return cost

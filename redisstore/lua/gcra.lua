@@ -1,76 +1,127 @@
--- gcra.lua: floodgate.GCRA (leaky bucket as a meter), a mirror of stepGCRA.
+-- gcra.lua: floodgate.GCRA (the leaky bucket as a meter), the Lua of
+-- algo's stepGCRA.
 --
--- State: the string "T" (theoretical arrival time µs), written with SET PX;
--- "T H A R" once the key has taken part in a split decision, with the same
--- bookkeeping as token_bucket.lua (H latest decision time, A last time the
--- bucket was found with no backlog, R µs returned by releases).
+-- State: the string "T" (theoretical arrival time µs), written with SET
+-- PX; "T H A R" once the key has taken part in a split decision, with the
+-- same bookkeeping as token_bucket.lua (H latest decision time, A last
+-- time the bucket was found with no backlog, R µs returned by releases).
+--
+-- This file is the algorithm's only Lua, cut into blocks at its "--@"
+-- lines and assembled into every script (see fixed_window.lua and
+-- redisstore/assemble.go).
 
--- gc_read returns T and, for the long form, H, A, R (0 when absent), or nil
--- if the value is not a GCRA state.
-local function gc_read(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
-  end
-  if not v then
-    return 0
-  end
-  local t = smatch(v, '^(%d+)$')
-  if t then
-    return tonumber(t)
-  end
-  local h, a, r
-  t, h, a, r = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
-  if not t then
-    return nil
-  end
-  return tonumber(t), tonumber(h), tonumber(a), tonumber(r)
-end
-
--- gc_step takes the interval iv, the effective burst b and the shaping
--- allowance md (max delay µs). After the usual ten values it returns the
--- time it decided at and whether the backlog was empty (TAT not after now).
-local function gc_step(t, now, iv, b, md, cost)
-  local tol = b * iv
-  local tat = t
-  if now > tat then
-    tat = now
-  end
-  local allowed, reason, retry, delay = false, NONE, 0, 0
-  if cost > idiv(tol + md, iv) then
-    reason = EXCEEDS
-  elseif cost == 0 then
-    allowed = tat + iv - now <= tol + md
-    if not allowed then
-      reason = LIMITED
-      retry = tat + iv - now - tol - md
+--@ args
+    local now, limit, w, b, md, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      (shared and P[5] or ARGV[ai + 5] == '0' and 0 or tonumber(ARGV[ai + 5])),
+      (shared and P[6] or ARGV[ai + 6] == '0' and 0 or tonumber(ARGV[ai + 6])),
+      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
+    if (shared and P[2] or ARGV[ai + 2]) ~= '5' or not (now and limit and w and b and md and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or md % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or w < MIN_WINDOW or w > MAX_WINDOW or
+      b < 0 or b > MAX_LIMIT or md < 0 or md > MAX_SPAN or cost < 0 or cost > MAX_LIMIT then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
     end
-  else
-    local new = tat + cost * iv
-    if new - now <= tol + md then
-      allowed = true
-      delay = new - now - tol
-      if delay < 0 then
-        delay = 0
+    if b == 0 then
+      b = limit
+    end
+    local iv = (w - fmod(w, limit)) / limit
+    if iv < 1 or b * iv > MAX_SPAN then
+      code, msg = -2, 'ERR floodgate: bad rate for layer 1'
+      break
+    end
+
+--@ read t, h, ha, hr
+    local t, h, ha, hr = 0
+    if v then
+      local x = smatch(v, '^(%d+)$')
+      if not x then
+        local c, d, e
+        x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+        if not x then
+          @BAD@
+        end
+        h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
       end
-      tat = new
-    else
-      reason = LIMITED
-      retry = new - now - tol - md
+      t = tonumber(x)
     end
-  end
-  local remaining = idiv(tol - (tat - now), iv)
-  if remaining < 0 then
-    remaining = 0
-  end
-  return allowed, remaining, tat, retry, delay, reason, tat, 0, 0, tat - now, now, now >= t
-end
 
--- gc_write stores the short form, or the long one when h is set.
-local function gc_write(key, t, px, h, a, r)
-  if h then
-    redis.call('SET', key, sfmt('%d %d %d %d', t, h, a, r), 'PX', int(px))
-  else
-    redis.call('SET', key, int(t), 'PX', int(px))
-  end
-end
+--@ step
+    local tol = b * iv -- how far the TAT may run ahead of now
+    local tat = t
+    if now > tat then
+      tat = now
+    end
+    local most = tol + md -- with the shaping allowance
+    if cost > (most - fmod(most, iv)) / iv then
+      reason = 2
+    elseif cost == 0 then
+      ok = tat + iv - now <= most
+      if ok then
+        reason = 0
+      else
+        retry = tat + iv - now - most
+      end
+    else
+      local new = tat + cost * iv
+      if new - now <= most then
+        ok, reason = true, 0
+        delay = new - now - tol
+        if delay < 0 then
+          delay = 0
+        end
+        tat = new
+      else
+        retry = new - now - most
+      end
+    end
+    local x = tol - (tat - now)
+    rem = (x - fmod(x, iv)) / iv
+    if rem < 0 then
+      rem = 0
+    end
+    reset = tat
+    if ok and cost > 0 then
+      ttl = tat - now
+      if not h and @RESERVING@ then -- a reservation starts the bookkeeping
+        h, ha, hr = now, 0, 0
+      end
+      if h then
+        if now > h then
+          h = now
+        end
+        if now >= t then
+          ha = now
+        end
+        val = sfmt('%d %d %d %d', tat, h, ha, hr)
+      else
+        val = sfmt('%d', tat)
+      end
+    end
+
+--@ reserved
+    u1, u2, u3 = tat, ha, hr
+
+--@ release
+    -- Moves the TAT back by what a reservation of cost (span = cost ×
+    -- interval µs) still holds, as far as that is safe (bucket_refund),
+    -- and returns the µs given back. The reservation left the TAT at u1,
+    -- with bookkeeping A = u2 and R = u3.
+    local v = redis.call('GET', key)
+    if not v then
+      return 0
+    end
+    local t, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not t then
+      return 0 -- the short form: no bookkeeping, so nothing is known to be safe
+    end
+    t, h, ca, cr = tonumber(t), tonumber(h), tonumber(ca), tonumber(cr)
+    local back = bucket_refund(t, h, ca, cr, cost * iv, u1, u2, u3)
+    if back <= 0 then
+      return 0
+    end
+    redis.call('SET', key, sfmt('%d %d %d %d', t - back, h, ca, cr + back), 'KEEPTTL')
+    return back

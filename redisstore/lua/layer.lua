@@ -59,67 +59,30 @@ local function layer_args(a, i, now)
 end
 
 -- step decides one layer at now: it reads the key's state and runs the
--- algorithm's step, returning the step's ten values and, for the buckets,
--- the bookkeeping to write after an admitted request (see bucket_refund in
--- release.lua): H the latest decision time, A the time the backlog was last
--- found empty (0: not known since the bookkeeping started), R the µs
--- returned by releases. A state without bookkeeping gets it only when keep
--- is set (a reservation); it is nil otherwise. It returns nil when the key
--- holds a value floodgate did not write. Arguments were checked by
--- layer_args. (The bookkeeping is written out twice rather than shared in
--- a function: every function defined at the top level costs every call.)
-local function step(key, algo, limit, w, burst, md, cost, now, keep)
+-- algorithm's step, returning ok, rem, reset, retry, delay, reason, then
+-- ttl (µs, before MIN_TTL and TTL_SLACK), val and keep (the new state, for
+-- a SET, and whether the key's TTL already ends where ttl would), then
+-- u1, u2, u3: what a release needs (the window or period start, the
+-- bucket's full time and bookkeeping; see the reserved blocks) or, for the
+-- sliding log, whose state is no string, the new entry's time, CUM and
+-- COST for sl_write. reserving (a reservation) starts the buckets'
+-- bookkeeping. It returns nil when the key holds a value floodgate did not
+-- write. Arguments were checked by layer_args.
+local function step(key, algo, limit, w, burst, md, cost, now, reserving)
   if algo == 1 then
-    local t, n = fw_read(key)
-    if t then
-      return fw_step(t, n, now, limit, w, cost)
-    end
+    return fw_decide(key, now, limit, w, burst, md, 0, cost, reserving)
   elseif algo == 3 then
-    local t, n, p = sw_read(key)
-    if t then
-      return sw_step(t, n, p, now, limit, w, cost)
-    end
+    return sw_decide(key, now, limit, w, burst, md, 0, cost, reserving)
   elseif algo == 6 then
-    local t, n = sw_read(key)
-    if t then
-      return qt_step(t, n, now, w, burst, limit, cost)
-    end
-  elseif algo == 2 then
-    return sl_step(key, now, limit, w, cost)
+    return qt_decide(key, now, limit, w, burst, md, 0, cost, reserving)
   elseif algo == 4 then
-    local t, n, h, a, r = tb_read(key)
-    if t then
-      local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, at, full = tb_step(t, n, now, idiv(w, limit), burst, cost)
-      if not h and keep then
-        h, a, r = at, 0, 0
-      end
-      if h then
-        if at > h then
-          h = at
-        end
-        if full then
-          a = at
-        end
-      end
-      return ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r
-    end
-  else
-    local t, h, a, r = gc_read(key)
-    if t then
-      local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, at, full = gc_step(t, now, idiv(w, limit), burst, md, cost)
-      if not h and keep then
-        h, a, r = at, 0, 0
-      end
-      if h then
-        if at > h then
-          h = at
-        end
-        if full then
-          a = at
-        end
-      end
-      return ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl, h, a, r
-    end
+    return tb_decide(key, now, limit, w, burst, md, idiv(w, limit), cost, reserving)
+  elseif algo == 5 then
+    return gc_decide(key, now, limit, w, burst, md, idiv(w, limit), cost, reserving)
   end
-  return nil
+  local ok, rem, reset, retry, delay, reason, s1, s2, s3, ttl = sl_step(key, now, limit, w, cost)
+  if ok == nil then
+    return nil
+  end
+  return ok, rem, reset, retry, delay, reason, ttl, nil, false, s1, s2, s3
 end

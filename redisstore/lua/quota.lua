@@ -1,25 +1,71 @@
--- quota.lua: floodgate.Quota, a mirror of stepQuota. The calendar period
--- (start and end, Unix µs) is computed in Go, where the time zones are, and
--- passed in ARGV; each period has its own key, so a key's state is always
--- its own period's. State: the string "T N E" (period start, used, period
--- end), written with SET PX, reusing sw_read / sw_write's encoding.
+-- quota.lua: floodgate.Quota, the Lua of algo's stepQuota. The calendar
+-- period (start and end, Unix µs) is computed in Go, where the time zones
+-- are, and passed in the window and burst arguments (w and b below); each
+-- period has its own key, so a key's state is always its own period's.
+-- State: the string "T N E" (period start, used, period end), written with
+-- SET PX, or SET KEEPTTL over a state of the same period: its expiry
+-- depends on the period alone, so the key already expires where the new
+-- state would (see fast_head.lua).
+--
+-- This file is the algorithm's only Lua, cut into blocks at its "--@"
+-- lines and assembled into every script (see fixed_window.lua and
+-- redisstore/assemble.go).
 
--- QUOTA_GRACE is floodgate.QuotaGrace in µs: how long a period's key
--- outlives the period.
-local QUOTA_GRACE = 3600000000
+--@ args
+    local now, limit, w, b, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      (shared and P[5] or tonumber(ARGV[ai + 5])),
+      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
+    if (shared and P[2] or ARGV[ai + 2]) ~= '6' or not (now and limit and w and b and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT or
+      w < 0 or w > now or now >= b or b > MAX_NOW then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
+    end
 
-local function qt_step(t, n0, now, start, stop, limit, cost)
-  local n = 0
-  if t == start then
-    n = n0
-  end
-  local allowed, reason = admit(limit - n, cost, limit)
-  if allowed and cost > 0 then
-    n = n + cost
-  end
-  local retry = 0
-  if reason == LIMITED then
-    retry = stop - now
-  end
-  return allowed, limit - n, stop, retry, 0, reason, start, n, stop, stop - now + QUOTA_GRACE
-end
+--@ read t, n, e
+    local t, n, e = 0, 0 -- e: the period end as stored, a string, read only to keep a TTL
+    if v then
+      local x, y
+      x, y, e = smatch(v, '^(%d+) (%d+) (%d+)$')
+      if not x then
+        @BAD@
+      end
+      t, n = tonumber(x), tonumber(y)
+    end
+
+--@ step
+    local start, stop = w, b -- the period
+    if t ~= start then
+      n = 0
+    end
+    if cost > limit then
+      reason = 2
+    elseif (cost == 0 and limit - n >= 1) or (cost > 0 and cost <= limit - n) then
+      ok, reason = true, 0
+    end
+    if reason == 1 then
+      retry = stop - now
+    end
+    if ok and cost > 0 then
+      n = n + cost
+      ttl, val = stop - now + QUOTA_GRACE, sfmt('%d %d %d', start, n, stop)
+      keep = e and t == start and tonumber(e) == stop
+    end
+    rem, reset = limit - n, stop
+
+--@ reserved
+    u1 = start
+
+--@ release
+    -- Takes a reservation of cost made in the period starting at u1 back
+    -- off the period's usage, if the key still counts that period.
+    local t, n, e = qt_read(key)
+    if not t or t ~= u1 or n < cost then
+      return 0
+    end
+    redis.call('SET', key, sfmt('%d %d %d', t, n - cost, e), 'KEEPTTL')
+    return cost

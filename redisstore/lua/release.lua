@@ -69,52 +69,9 @@ local function release(n, now)
     return back
   end
 
-  -- fw_release takes a reservation of cost made in the window starting at
-  -- start back off the count, if the state is still in that window; once
-  -- the window has ended the reservation has ended with it and nothing is
-  -- done. It returns the cost given back.
-  local function fw_release(key, cost, start)
-    local t, n = fw_read(key)
-    if not t or t ~= start or n < cost then
-      return 0
-    end
-    redis.call('SET', key, sfmt('%d %d', t, n - cost), 'KEEPTTL')
-    return cost
-  end
-
-  -- sw_release takes a reservation of cost made in the window starting at
-  -- start back: off the current count if the state is still in that window,
-  -- off the previous window's count if the state has moved on by one window
-  -- (the reservation still weighs on the estimate there), and not at all
-  -- later. It returns the cost given back.
-  local function sw_release(key, cost, w, start)
-    local t, n, p = sw_read(key)
-    if not t then
-      return 0
-    end
-    if t == start and n >= cost then
-      n = n - cost
-    elseif t == start + w and p >= cost then
-      p = p - cost
-    else
-      return 0
-    end
-    redis.call('SET', key, sfmt('%d %d %d', t, n, p), 'KEEPTTL')
-    return cost
-  end
-
-  -- qt_release takes a reservation of cost made in the period starting at
-  -- start back off the period's usage, if the key still counts that
-  -- period. It returns the cost given back.
-  local function qt_release(key, cost, start)
-    local t, n, e = sw_read(key)
-    if not t or t ~= start or n < cost then
-      return 0
-    end
-    redis.call('SET', key, sfmt('%d %d %d', t, n - cost, e), 'KEEPTTL')
-    return cost
-  end
-
+  -- The releases of fixed window, sliding window, token bucket, GCRA and
+  -- quota, from their files' release blocks (see redisstore/assemble.go).
+  --@RELEASES@
   -- SL_RELEASE_CAP bounds the work of one sliding log release: the entries
   -- it may look through at the reservation's time, and the entries
   -- admitted after it that it may rename.
@@ -186,54 +143,6 @@ local function release(n, now)
     return cost
   end
 
-  -- tb_release returns to the bucket what a reservation of cost took, as far
-  -- as that is safe, and returns the number of tokens given back. The
-  -- reservation left the bucket full again at f (µs; the reset of its
-  -- reply), with bookkeeping A = a and R = r. The rule is bucket_refund's,
-  -- rounded down to whole tokens and capped at the burst.
-  local function tb_release(key, cost, iv, b, f, a, r)
-    local v = redis.call('GET', key)
-    if not v then
-      return 0
-    end
-    local t, n, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
-    if not t then
-      return 0 -- the short form: no bookkeeping, so nothing is known to be safe
-    end
-    t, n, h, ca, cr = tonumber(t), tonumber(n), tonumber(h), tonumber(ca), tonumber(cr)
-    local back = bucket_refund(t + (b - n) * iv, h, ca, cr, cost * iv, f, a, r)
-    local k = idiv(back, iv)
-    if k > b - n then
-      k = b - n
-    end
-    if k <= 0 then
-      return 0
-    end
-    redis.call('SET', key, sfmt('%d %d %d %d %d', t, n + k, h, ca, cr + k * iv), 'KEEPTTL')
-    return k
-  end
-
-  -- gc_release moves the TAT back by what a reservation of cost (span =
-  -- cost × interval µs) still holds, as far as that is safe (bucket_refund),
-  -- and returns the µs given back.
-  local function gc_release(key, span, f, a, r)
-    local v = redis.call('GET', key)
-    if not v then
-      return 0
-    end
-    local t, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
-    if not t then
-      return 0 -- the short form: no bookkeeping, so nothing is known to be safe
-    end
-    t, h, ca, cr = tonumber(t), tonumber(h), tonumber(ca), tonumber(cr)
-    local back = bucket_refund(t, h, ca, cr, span, f, a, r)
-    if back <= 0 then
-      return 0
-    end
-    redis.call('SET', key, sfmt('%d %d %d %d', t - back, h, ca, cr + back), 'KEEPTTL')
-    return back
-  end
-
   local px = arg(3, 1, 86400000)
   if not px then
     return redis.error_reply('ERR floodgate: bad release marker TTL')
@@ -259,17 +168,17 @@ local function release(n, now)
     local back = 0
     if fresh then
       if algo == 1 then
-        back = fw_release(key, cost, u1)
+        back = fw_release(key, cost, w, 0, burst, u1, u2, u3)
       elseif algo == 3 then
-        back = sw_release(key, cost, w, u1)
+        back = sw_release(key, cost, w, 0, burst, u1, u2, u3)
       elseif algo == 6 then
-        back = qt_release(key, cost, u1)
+        back = qt_release(key, cost, w, 0, burst, u1, u2, u3)
       elseif algo == 2 then
         back = sl_release(key, cost, w, u1, now)
       elseif algo == 4 then
-        back = tb_release(key, cost, idiv(w, limit), burst, u1, u2, u3)
+        back = tb_release(key, cost, w, idiv(w, limit), burst, u1, u2, u3)
       else
-        back = gc_release(key, cost * idiv(w, limit), u1, u2, u3)
+        back = gc_release(key, cost, w, idiv(w, limit), burst, u1, u2, u3)
       end
     end
     local ok, rem, reset = step(key, algo, limit, w, burst, md, 0, now, false)

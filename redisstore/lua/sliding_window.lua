@@ -1,84 +1,115 @@
--- sliding_window.lua: floodgate.SlidingWindow, a mirror of
+-- sliding_window.lua: floodgate.SlidingWindow, the Lua of algo's
 -- stepSlidingWindow. State: the string "T N P" (current window start µs,
 -- count in it, count in the previous window), written with SET PX.
+--
+-- This file is the algorithm's only Lua, cut into blocks at its "--@"
+-- lines and assembled into every script (see fixed_window.lua and
+-- redisstore/assemble.go).
 
-local function sw_read(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
-  end
-  if not v then
-    return 0, 0, 0
-  end
-  local t, n, p = smatch(v, '^(%d+) (%d+) (%d+)$')
-  if not t then
-    return nil
-  end
-  return tonumber(t), tonumber(n), tonumber(p)
-end
-
--- sw_weighted is floodgate's weighted: floor(count × rem / w) in the same
--- double operations as the Go code.
-local function sw_weighted(count, rem, w)
-  if count == 0 or rem <= 0 then
-    return 0
-  end
-  return floor(count * rem / w)
-end
-
--- sw_span is floodgate's weightedSpan: ceil((allowance+1) × w / count) − 1,
--- at most w.
-local function sw_span(allowance, w, count)
-  if count == 0 then
-    return w
-  end
-  local c = ceil((allowance + 1) * w / count) - 1
-  if c > w then
-    return w
-  end
-  return c
-end
-
-local function sw_step(t, n0, p0, now, limit, w, cost)
-  if t ~= 0 and now < t then
-    now = t
-  end
-  local start = now - fmod(now, w)
-  local cur, prev = 0, 0
-  if t == start then
-    cur, prev = n0, p0
-  elseif t == start - w then
-    prev = n0
-  end
-  local rem = w - (now - start)
-  local est = sw_weighted(prev, rem, w) + cur
-  local allowed, reason = admit(limit - est, cost, limit)
-  if allowed and cost > 0 then
-    cur = cur + cost
-    est = est + cost
-  end
-  local reset = start + w
-  if cur > 0 then
-    reset = start + 2 * w
-  end
-  local retry = 0
-  if reason == LIMITED then
-    local need = cost
-    if need < 1 then
-      need = 1
+--@ args
+    local now, limit, w, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
+    if (shared and P[2] or ARGV[ai + 2]) ~= '3' or not (now and limit and w and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
+      w < MIN_WINDOW or w > MAX_WINDOW or cost < 0 or cost > MAX_LIMIT then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
     end
-    if cur + need <= limit then
-      retry = start + w - sw_span(limit - cur - need, w, prev) - now
+
+--@ read t, n, p
+    local t, n, p = 0, 0, 0
+    if v then
+      local x, y, z = smatch(v, '^(%d+) (%d+) (%d+)$')
+      if not x then
+        @BAD@
+      end
+      t, n, p = tonumber(x), tonumber(y), tonumber(z)
+    end
+
+--@ step
+    if t ~= 0 and now < t then
+      now = t
+    end
+    local start = now - fmod(now, w)
+    local cur, prev = 0, 0
+    if t == start then
+      cur, prev = n, p
+    elseif t == start - w then
+      prev = n
+    end
+    -- The estimate: the current count, plus the previous window's weighted
+    -- by how much of it the sliding window still overlaps, floor(prev ×
+    -- over / w) in the same double operations as Go's weighted.
+    local over = w - (now - start)
+    local est = cur
+    if prev ~= 0 and over > 0 then
+      est = est + floor(prev * over / w)
+    end
+    if cost > limit then
+      reason = 2
+    elseif (cost == 0 and limit - est >= 1) or (cost > 0 and cost <= limit - est) then
+      ok, reason = true, 0
+    end
+    if ok and cost > 0 then
+      cur = cur + cost
+      est = est + cost
+    end
+    reset = start + w
+    if cur > 0 then
+      reset = start + 2 * w
+    end
+    if reason == 1 then
+      local need = cost
+      if need < 1 then
+        need = 1
+      end
+      -- Go's weightedSpan(allowance, w, count): the largest overlap that
+      -- keeps the estimate within the allowance, subtracted from the end
+      -- of a window.
+      local allowance, count, stop = limit - need, cur, start + 2 * w
+      if cur + need <= limit then
+        allowance, count, stop = limit - cur - need, prev, start + w
+      end
+      local span = w
+      if count ~= 0 then
+        span = ceil((allowance + 1) * w / count) - 1
+        if span > w then
+          span = w
+        end
+      end
+      retry = stop - span - now
+      if retry < 1 then
+        retry = 1
+      end
+    end
+    if ok and cost > 0 then
+      ttl, val = start + 2 * w - now, sfmt('%d %d %d', start, cur, prev)
+    end
+    rem = limit - est
+
+--@ reserved
+    u1 = start
+
+--@ release
+    -- Takes a reservation of cost made in the window starting at u1 back:
+    -- off the current count if the state is still in that window, off the
+    -- previous window's count if the state has moved on by one window (the
+    -- reservation still weighs on the estimate there), and not at all
+    -- later.
+    local t, n, p = sw_read(key)
+    if not t then
+      return 0
+    end
+    if t == u1 and n >= cost then
+      n = n - cost
+    elseif t == u1 + w and p >= cost then
+      p = p - cost
     else
-      retry = start + 2 * w - sw_span(limit - need, w, cur) - now
+      return 0
     end
-    if retry < 1 then
-      retry = 1
-    end
-  end
-  return allowed, limit - est, reset, retry, 0, reason, start, cur, prev, start + 2 * w - now
-end
-
-local function sw_write(key, t, n, p, px)
-  redis.call('SET', key, sfmt('%d %d %d', t, n, p), 'PX', int(px))
-end
+    redis.call('SET', key, sfmt('%d %d %d', t, n, p), 'KEEPTTL')
+    return cost

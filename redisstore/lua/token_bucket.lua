@@ -1,74 +1,133 @@
--- token_bucket.lua: floodgate.TokenBucket, a mirror of stepTokenBucket.
+-- token_bucket.lua: floodgate.TokenBucket, the Lua of algo's
+-- stepTokenBucket.
 --
--- State: the string "T N" (last refill time µs, tokens), written with SET PX.
--- Once the key has taken part in a split decision (a reserve, see
+-- State: the string "T N" (last refill time µs, tokens), written with SET
+-- PX. Once the key has taken part in a split decision (a reserve, see
 -- decide.lua) it is "T N H A R" until it expires, the three extra numbers
 -- being the bookkeeping a release needs (H the latest time any admitted
 -- request was decided at, A the time the bucket was last found full, R the
 -- µs of reservations returned so far; see bucket_refund in release.lua);
--- decisions never read them.
+-- decisions never read them, and keep them up to date.
+--
+-- This file is the algorithm's only Lua, cut into blocks at its "--@"
+-- lines and assembled into every script (see fixed_window.lua and
+-- redisstore/assemble.go).
 
--- tb_read returns T, N and, for the long form, H, A, R (0, 0 when absent),
--- or nil if the value is not a token bucket state.
-local function tb_read(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    return nil -- a key of another type (WRONGTYPE): not floodgate's, fails its decision only
-  end
-  if not v then
-    return 0, 0
-  end
-  local t, n = smatch(v, '^(%d+) (%d+)$')
-  if t then
-    return tonumber(t), tonumber(n)
-  end
-  local h, a, r
-  t, n, h, a, r = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
-  if not t then
-    return nil
-  end
-  return tonumber(t), tonumber(n), tonumber(h), tonumber(a), tonumber(r)
-end
+--@ args
+    local now, limit, w, b, cost =
+      tonumber(ARGV[nw]),
+      (shared and P[3] or tonumber(ARGV[ai + 3])),
+      (shared and P[4] or tonumber(ARGV[ai + 4])),
+      (shared and P[5] or ARGV[ai + 5] == '0' and 0 or tonumber(ARGV[ai + 5])),
+      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
+    if (shared and P[2] or ARGV[ai + 2]) ~= '4' or not (now and limit and w and b and cost) or
+      now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or cost % 1 ~= 0 or
+      now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
+      w < MIN_WINDOW or w > MAX_WINDOW or b < 0 or b > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT then
+      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'
+      break
+    end
+    if b == 0 then
+      b = limit
+    end
+    local iv = (w - fmod(w, limit)) / limit
+    if iv < 1 or b * iv > MAX_SPAN then
+      code, msg = -2, 'ERR floodgate: bad rate for layer 1'
+      break
+    end
 
--- tb_step takes the interval iv (µs per token) and the effective burst b.
--- After the usual ten values it returns the time it decided at and whether
--- it found the bucket full (for the bookkeeping).
-local function tb_step(t, n, now, iv, b, cost)
-  local tokens, last, full = b, now, true
-  if t ~= 0 then
-    tokens, last = n, t
-    if now < last then
-      now = last
+--@ read t, n, h, ha, hr
+    local t, n, h, ha, hr = 0, 0
+    if v then
+      local x, y = smatch(v, '^(%d+) (%d+)$')
+      if not x then
+        local c, d, e
+        x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+        if not x then
+          @BAD@
+        end
+        h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+      end
+      t, n = tonumber(x), tonumber(y)
     end
-    local add = idiv(now - last, iv)
-    tokens = tokens + add
-    last = last + add * iv
-    full = tokens >= b
-    if full then
-      tokens, last = b, now
-    end
-  end
-  local allowed, reason = admit(tokens, cost, b)
-  if allowed and cost > 0 then
-    tokens = tokens - cost
-  end
-  local reset = last + (b - tokens) * iv
-  local retry = 0
-  if reason == LIMITED then
-    local need = cost
-    if need < 1 then
-      need = 1
-    end
-    retry = last + (need - tokens) * iv - now
-  end
-  return allowed, tokens, reset, retry, 0, reason, last, tokens, 0, reset - now, now, full
-end
 
--- tb_write stores the short form, or the long one when h is set.
-local function tb_write(key, t, n, px, h, a, r)
-  if h then
-    redis.call('SET', key, sfmt('%d %d %d %d %d', t, n, h, a, r), 'PX', int(px))
-  else
-    redis.call('SET', key, sfmt('%d %d', t, n), 'PX', int(px))
-  end
-end
+--@ step
+    local tokens, last, full = b, now, true
+    if t ~= 0 then
+      tokens, last = n, t
+      if now < last then
+        now = last
+      end
+      local d = now - last
+      local add = (d - fmod(d, iv)) / iv
+      tokens = tokens + add
+      last = last + add * iv
+      full = tokens >= b
+      if full then
+        tokens, last = b, now
+      end
+    end
+    if cost > b then
+      reason = 2
+    elseif (cost == 0 and tokens >= 1) or (cost > 0 and cost <= tokens) then
+      ok, reason = true, 0
+    end
+    if ok and cost > 0 then
+      tokens = tokens - cost
+    end
+    reset = last + (b - tokens) * iv
+    if reason == 1 then
+      local need = cost
+      if need < 1 then
+        need = 1
+      end
+      retry = last + (need - tokens) * iv - now
+    end
+    if ok and cost > 0 then
+      ttl = reset - now
+      if not h and @RESERVING@ then -- a reservation starts the bookkeeping
+        h, ha, hr = now, 0, 0
+      end
+      if h then
+        if now > h then
+          h = now
+        end
+        if full then
+          ha = now
+        end
+        val = sfmt('%d %d %d %d %d', last, tokens, h, ha, hr)
+      else
+        val = sfmt('%d %d', last, tokens)
+      end
+    end
+    rem = tokens
+
+--@ reserved
+    u1, u2, u3 = reset, ha, hr -- F, the time the bucket is full again, and the bookkeeping
+
+--@ release
+    -- Returns to the bucket what a reservation of cost took, as far as
+    -- that is safe, and returns the number of tokens given back. The
+    -- reservation left the bucket full again at u1 (µs; the reset of its
+    -- reply), with bookkeeping A = u2 and R = u3. The rule is
+    -- bucket_refund's, rounded down to whole tokens and capped at the
+    -- burst.
+    local v = redis.call('GET', key)
+    if not v then
+      return 0
+    end
+    local t, n, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+    if not t then
+      return 0 -- the short form: no bookkeeping, so nothing is known to be safe
+    end
+    t, n, h, ca, cr = tonumber(t), tonumber(n), tonumber(h), tonumber(ca), tonumber(cr)
+    local back = bucket_refund(t + (b - n) * iv, h, ca, cr, cost * iv, u1, u2, u3)
+    local k = idiv(back, iv)
+    if k > b - n then
+      k = b - n
+    end
+    if k <= 0 then
+      return 0
+    end
+    redis.call('SET', key, sfmt('%d %d %d %d %d', t, n + k, h, ca, cr + k * iv), 'KEEPTTL')
+    return k

@@ -1,0 +1,201 @@
+package redisstore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// Each algorithm's Lua exists once, in lua/<algorithm>.lua, cut into
+// blocks by lines "--@ name". The blocks are text with named slots, and
+// assemble puts them, inlined, into every script that decides the
+// algorithm: its single-layer script (fast_head.lua, the blocks,
+// fast_tail.lua), the layered script (fast_layers.lua, one branch per
+// algorithm) and the general script (one function per algorithm). Redis
+// runs a script's whole body on every call and creates every function it
+// defines each time, so the fast scripts get the blocks as flat code and
+// define no function.
+//
+// The blocks, and what they read and set:
+//
+//	args      single-layer scripts only: reads the request's arguments
+//	          (ARGV, ai, nw, cs, shared, P) into now, limit, w, cost and,
+//	          as the algorithm needs, b (the effective burst; a quota's
+//	          period end), md and iv; sets code and msg and breaks on bad
+//	          ones.
+//	read S    declares the state locals S and parses them from v (the
+//	          key's value, a string, or false when there is no key); @BAD@
+//	          is what to do when v is not the algorithm's state.
+//	step      decides at now (which it may move forward) from the state
+//	          locals, limit, w, b, md, iv and cost. It sets ok, reason
+//	          (0 admitted, 1 limited, 2 the cost exceeds the capacity),
+//	          rem, reset, retry and delay and, when the request consumed
+//	          something, ttl (µs, before MIN_TTL and TTL_SLACK), val (the
+//	          new state) and keep (the key's TTL already ends where ttl
+//	          would). @RESERVING@ is true when the call is a reservation,
+//	          which starts the buckets' bookkeeping.
+//	reserved  general script only: sets u1, u2, u3, what a release needs
+//	          to give the request back.
+//	release   general script only: the body of a function (key, cost, w,
+//	          iv, b, u1, u2, u3) that gives a reservation back and returns
+//	          what it gave.
+type fragment struct {
+	name   string // the short name: fw, sw, tb, gc, qt
+	algo   floodgate.Algorithm
+	blocks map[string]string
+	state  string // the state locals the read block declares, e.g. "t, n"
+}
+
+// fragments are the algorithms written as blocks, in the order of their
+// Algorithm values (the sliding log, whose state is a sorted set read
+// with several commands, exists as functions only, in sliding_log.lua).
+var fragments = []*fragment{
+	parseFragment("fw", floodgate.FixedWindow, luaFixedWindow),
+	parseFragment("sw", floodgate.SlidingWindow, luaSlidingWindow),
+	parseFragment("tb", floodgate.TokenBucket, luaTokenBucket),
+	parseFragment("gc", floodgate.GCRA, luaGCRA),
+	parseFragment("qt", floodgate.Quota, luaQuota),
+}
+
+var blockNames = []string{"args", "read", "step", "reserved", "release"}
+
+// parseFragment cuts src into its blocks. A malformed file is a
+// programming error caught by every test of the package: it panics at
+// init.
+func parseFragment(name string, a floodgate.Algorithm, src string) *fragment {
+	f := &fragment{name: name, algo: a, blocks: map[string]string{}}
+	cur := ""
+	for line := range strings.Lines(src) {
+		if rest, ok := strings.CutPrefix(line, "--@ "); ok {
+			fields := strings.SplitN(strings.TrimSpace(rest), " ", 2)
+			cur = fields[0]
+			if _, dup := f.blocks[cur]; dup {
+				panic(fmt.Sprintf("redisstore: lua for %s: block %q twice", name, cur))
+			}
+			if cur == "read" {
+				f.state = fields[1]
+			}
+			f.blocks[cur] = ""
+			continue
+		}
+		if cur != "" {
+			f.blocks[cur] += line
+		}
+	}
+	for _, b := range blockNames {
+		if strings.TrimSpace(f.blocks[b]) == "" {
+			panic(fmt.Sprintf("redisstore: lua for %s: no %q block", name, b))
+		}
+	}
+	if !strings.Contains(f.blocks["read"], "@BAD@") {
+		panic(fmt.Sprintf("redisstore: lua for %s: the read block has no @BAD@", name))
+	}
+	return f
+}
+
+// fill returns block with its slots filled.
+func (f *fragment) fill(block, bad, reserving string) string {
+	return strings.NewReplacer("@BAD@", bad, "@RESERVING@", reserving).Replace(f.blocks[block])
+}
+
+// The @BAD@ of the fast scripts: this request (or decision) fails alone.
+const badFast = "code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'\n        break"
+
+// fastSource is the single-layer script of f's algorithm.
+func (f *fragment) fastSource() string {
+	var b strings.Builder
+	b.WriteString(luaFastHead)
+	fmt.Fprintf(&b, "    -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
+	b.WriteString(f.blocks["args"])
+	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")
+	b.WriteString(f.fill("read", badFast, "false"))
+	b.WriteString("    local ok, reason, rem, reset, retry, delay, ttl, keep = false, 1, 0, 0, 0, 0\n")
+	b.WriteString(f.fill("step", badFast, "false"))
+	wait := "retry" // the wait of the reply: the retry, or for GCRA's shaping the delay when admitted
+	if strings.Contains(f.blocks["step"], "delay =") {
+		wait = "ok and delay or retry"
+	}
+	b.WriteString(`    if val then -- written by the tail
+      if ttl < MIN_TTL then
+        ttl = MIN_TTL
+      end
+      ttl = ttl + TTL_SLACK + 999
+      px = (ttl - fmod(ttl, 1000)) / 1000
+      if keep then
+        px = -1 -- the key's TTL already ends where this one would
+      end
+    end
+`)
+	fmt.Fprintf(&b, "    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, rem, reset, %s\n", wait)
+	b.WriteString(luaFastTail)
+	return b.String()
+}
+
+// layersSource is the layered script: fast_layers.lua with one branch per
+// algorithm in place of its @STEPS@.
+func layersSource() string {
+	var b strings.Builder
+	for i, f := range fragments {
+		kw := "elseif"
+		if i == 0 {
+			kw = "if"
+		}
+		fmt.Fprintf(&b, "          %s algo == %d then -- %s (lua/%s.lua)\n", kw, f.algo, f.algo, f.algo)
+		b.WriteString(indent(f.fill("read", badFast, "false")+f.fill("step", badFast, "false"), "      "))
+	}
+	b.WriteString("          end\n")
+	if !strings.Contains(luaFastLayers, "@STEPS@\n") {
+		panic("redisstore: fast_layers.lua has no @STEPS@")
+	}
+	return strings.Replace(luaFastLayers, "          --@STEPS@\n", b.String(), 1)
+}
+
+// generalFunctions are the algorithms' functions of the general script:
+// per algorithm, X_read(key), which returns the state (nil when the key
+// holds something else), and X_decide(key, now, limit, w, b, md, iv,
+// cost, reserving), which returns ok, rem, reset, retry, delay, reason,
+// ttl, val, keep, u1, u2, u3 (nil when the key holds something else).
+func generalFunctions() string {
+	var b strings.Builder
+	for _, f := range fragments {
+		fmt.Fprintf(&b, "-- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
+		fmt.Fprintf(&b, "local function %s_read(key)\n  local v = redis.pcall('GET', key)\n  if type(v) == 'table' then\n    return nil\n  end\n", f.name)
+		b.WriteString(f.fill("read", "return nil", "reserving"))
+		fmt.Fprintf(&b, "  return %s\nend\n\n", f.state)
+		fmt.Fprintf(&b, "local function %s_decide(key, now, limit, w, b, md, iv, cost, reserving)\n  local v = redis.pcall('GET', key)\n  if type(v) == 'table' then\n    return nil\n  end\n", f.name)
+		b.WriteString(f.fill("read", "return nil", "reserving"))
+		b.WriteString("  local ok, reason, rem, reset, retry, delay, ttl, val, keep, u1, u2, u3 = false, 1, 0, 0, 0, 0\n")
+		b.WriteString(f.fill("step", "return nil", "reserving"))
+		b.WriteString(f.fill("reserved", "return nil", "reserving"))
+		b.WriteString("  return ok, rem, reset, retry, delay, reason, ttl, val, keep, u1, u2, u3\nend\n\n")
+	}
+	return b.String()
+}
+
+// releaseSource is release.lua with the algorithms' release functions in
+// place of its @RELEASES@.
+func releaseSource() string {
+	var b strings.Builder
+	for _, f := range fragments {
+		fmt.Fprintf(&b, "  -- %s (lua/%s.lua)\n  local function %s_release(key, cost, w, iv, b, u1, u2, u3)\n", f.algo, f.algo, f.name)
+		b.WriteString(f.fill("release", "return 0", "false"))
+		b.WriteString("  end\n\n")
+	}
+	if !strings.Contains(luaRelease, "  --@RELEASES@\n") {
+		panic("redisstore: release.lua has no @RELEASES@")
+	}
+	return strings.Replace(luaRelease, "  --@RELEASES@\n", b.String(), 1)
+}
+
+// indent prefixes every non-empty line of s with pre.
+func indent(s, pre string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString(pre)
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
