@@ -14,7 +14,7 @@ import (
 // receive, dispatch and answer as to decide, and the client about as much
 // to send and read. When many goroutines decide at once, the Store
 // therefore sends their decisions together: single-layer ones of one
-// algorithm as one call of that algorithm's script (lua/fast_*.lua decide
+// algorithm as one call of that algorithm's script (the single-layer scripts decide
 // any number of independent requests, one after another, in one atomic
 // run), layered ones as one call of the layered script
 // (lua/fast_layers.lua), which decides any number of decisions the same

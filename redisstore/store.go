@@ -12,7 +12,7 @@
 // they took. See Store.Decide and docs/layered.md.
 //
 // A single-layer decision, the common call, runs its algorithm's
-// single-layer script (lua/fast_*.lua; the sliding log excepted): the same
+// single-layer script (the sliding log excepted): the same
 // decision on the same state, written out without the general script's
 // dispatch, release code and function definitions, which Redis would
 // otherwise rebuild on every call. A layered decision without a sliding log
@@ -22,7 +22,8 @@
 // others are tested against. All of them read and write the same keys in
 // the same encoding.
 //
-// The script (lua/*.lua, one file per algorithm) mirrors algo.Step
+// Each algorithm's Lua is one file (lua/<algorithm>.lua), cut into blocks
+// that every script deciding it inlines (assemble.go). It mirrors algo.Step
 // operation for operation in integer microseconds, so the Redis store and
 // the in-memory store give identical results. It reads every layer's state,
 // decides each layer, and writes new state — always with a TTL, in the same

@@ -1,6 +1,7 @@
--- fast_head.lua, fast_*.lua, fast_tail.lua: the single-layer scripts. The
--- Go package concatenates this head, one algorithm's body and the tail
--- into one script per algorithm (redisstore/script.go). Each decides
+-- fast_head.lua, fast_tail.lua: the single-layer scripts' frame. The Go
+-- package puts one algorithm's blocks (args, read and step, from
+-- lua/<algorithm>.lua) between this head and the tail, one script per
+-- algorithm (redisstore/assemble.go). Each decides
 -- one-layer requests exactly as a one-layer call of the general script
 -- (decide.lua) would on the same state, but written out flat: Redis runs a
 -- script's whole body on every call, and every function a script defines
@@ -31,11 +32,11 @@
 -- and the others go on; when it is the only one, the call fails with an
 -- error reply instead.
 --
--- The body runs once per request inside `repeat ... until true`, with the
+-- The blocks run once per request inside `repeat ... until true`, with the
 -- request's argument places ai (its seven), nw (now) and cs (cost), P (the
 -- shared policy arguments, when shared), its reply place ri, its key and
--- the key's value v: it either fills reply[ri + 1 .. ri + 4], setting val
--- and px when there is a state to write, or sets code and msg and breaks.
+-- the key's value v: they either fill reply[ri + 1 .. ri + 4], setting val
+-- and px when there is a state to write, or set code and msg and break.
 --
 -- px is the state's TTL in ms, or -1 to keep the key's TTL. A quota
 -- state's expiry depends only on its period (its end plus the grace), so

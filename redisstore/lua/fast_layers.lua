@@ -1,5 +1,8 @@
--- fast_layers.lua: layered decisions (fixed window, sliding window, token
--- bucket, GCRA and quota layers; a decision with a sliding log layer goes
+-- fast_layers.lua: the layered script's frame: the Go package puts each
+-- algorithm's read and step blocks (lua/<algorithm>.lua) in place of
+-- the steps slot below (redisstore/assemble.go). It decides layered decisions
+-- (fixed window, sliding window, token bucket, GCRA and quota layers; a
+-- decision with a sliding log layer goes
 -- to the general script), the same as the general script's decide mode
 -- (decide.lua) on the same state, written out flat like the single-layer
 -- scripts (fast_head.lua): Redis runs a script's whole body on every call,
