@@ -194,6 +194,12 @@ func (p *parser) integer(n *yaml.Node, what string, min, max int64) (int64, bool
 		return 0, false
 	}
 	v, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(s, "_") && !strings.HasSuffix(s, "_") {
+		// A whole number, but past int64: say it is out of range, not
+		// that it is no number.
+		p.errorf(n, "%s %s out of range %d..%d", what, s, min, max)
+		return 0, false
+	}
 	if err != nil || strings.HasPrefix(s, "_") || strings.HasSuffix(s, "_") {
 		p.errorf(n, "%s must be a whole number, got %q", what, s)
 		return 0, false

@@ -184,6 +184,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown layer field", layer(ok + ", limt: 5"), `e.yaml:5:84: unknown field "limt" in a layer of policy "p"`},
 		{"bad algorithm", layer("algorithm: leaky, limit: 10, window: 1m, dimension: user"), `e.yaml:5:30: layer "l" of policy "p": unknown algorithm "leaky"`},
 		{"zero limit", layer("algorithm: gcra, limit: 0, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit 0 out of range 1..`},
+		{"huge limit", layer("algorithm: gcra, limit: 99999999999999999999, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit 99999999999999999999 out of range 1..1099511627776`},
 		{"text limit", layer("algorithm: gcra, limit: lots, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit must be a whole number, got "lots"`},
 		{"bad window", layer("algorithm: gcra, limit: 5, window: 1 minute, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: invalid duration "1 minute"`},
 		{"negative window", layer("algorithm: gcra, limit: 5, window: -1m, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: duration "-1m" must be positive`},
