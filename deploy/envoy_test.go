@@ -295,7 +295,7 @@ func checkRoute(t *testing.T, decide decideFunc, name, domain string, req sample
 			for i, st := range resp.GetStatuses() {
 				cl := st.GetCurrentLimit()
 				if cl == nil {
-					t.Fatalf("%s: descriptor %v matches no limit of %s", name, descs[i].GetEntries(), descriptorsFile)
+					t.Fatalf("%s: descriptor %v matches no configured limit", name, descs[i].GetEntries())
 				}
 				if tightest == 0 || cl.GetRequestsPerUnit() < tightest {
 					tightest = cl.GetRequestsPerUnit()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,11 +91,32 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// grpcListening is the log message of serve's gRPC listener.
+const grpcListening = "floodgate gRPC (Envoy rate limit service) listening"
+
 // startService execs bin with args and env (added to this process's
 // environment) and waits for its listening log lines (JSON, the default
 // format): the HTTP one always, the gRPC one when wantGRPC. It stops the
 // process with SIGTERM in t.Cleanup.
 func startService(t *testing.T, bin string, args, env []string, wantGRPC bool) *service {
+	t.Helper()
+	msgs := []string{"floodgate listening"}
+	if wantGRPC {
+		msgs = append(msgs, grpcListening)
+	}
+	recs, logs := launch(t, bin, args, env, msgs...)
+	s := &service{logs: logs, httpAddr: loopback(t, recs[msgs[0]]["addr"])}
+	if wantGRPC {
+		s.grpcAddr = loopback(t, recs[grpcListening]["addr"])
+	}
+	return s
+}
+
+// launch execs bin with args and env (added to this process's
+// environment), waits until it has logged every message of msgs (JSON log
+// records) and returns those records' string fields by message. It stops
+// the process with SIGTERM in t.Cleanup and logs its output if t failed.
+func launch(t *testing.T, bin string, args, env []string, msgs ...string) (map[string]map[string]string, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -106,31 +128,30 @@ func startService(t *testing.T, bin string, args, env []string, wantGRPC bool) *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &service{logs: &syncBuffer{}}
-	type listening struct{ http, grpc bool }
-	lines := make(chan listening, 4)
+	logs := &syncBuffer{}
+	records := make(chan map[string]string)
+	waited := make(chan struct{}) // closed when launch stops reading records
+	defer close(waited)
 	exited := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			s.logs.Write([]byte(line + "\n"))
-			var rec struct{ Msg, Addr string }
+			logs.Write([]byte(line + "\n"))
+			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) != nil {
 				continue
 			}
-			switch {
-			case rec.Msg == "floodgate listening":
-				s.logs.mu.Lock()
-				s.httpAddr = rec.Addr
-				s.logs.mu.Unlock()
-				lines <- listening{http: true}
-			case strings.HasPrefix(rec.Msg, "floodgate gRPC"):
-				s.logs.mu.Lock()
-				s.grpcAddr = rec.Addr
-				s.logs.mu.Unlock()
-				lines <- listening{grpc: true}
+			fields := map[string]string{}
+			for k, v := range rec {
+				if s, ok := v.(string); ok {
+					fields[k] = s
+				}
+			}
+			select {
+			case records <- fields:
+			case <-waited:
 			}
 		}
 		exited <- cmd.Wait()
@@ -144,30 +165,25 @@ func startService(t *testing.T, bin string, args, env []string, wantGRPC bool) *
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("floodgate log:\n%s", s.logs)
+			t.Logf("%s log:\n%s", filepath.Base(bin), logs)
 		}
 	})
-	var gotHTTP, gotGRPC bool
+	got := map[string]map[string]string{}
 	deadline := time.After(60 * time.Second)
-	for !gotHTTP || (wantGRPC && !gotGRPC) {
+	for len(got) < len(msgs) {
 		select {
-		case l := <-lines:
-			gotHTTP = gotHTTP || l.http
-			gotGRPC = gotGRPC || l.grpc
+		case rec := <-records:
+			if slices.Contains(msgs, rec["msg"]) {
+				got[rec["msg"]] = rec
+			}
 		case err := <-exited:
 			exited <- err
-			t.Fatalf("floodgate %s exited before listening: %v\n%s", strings.Join(args, " "), err, s.logs)
+			t.Fatalf("%s %s exited before logging %q: %v\n%s", bin, strings.Join(args, " "), msgs, err, logs)
 		case <-deadline:
-			t.Fatalf("floodgate %s: no listening log line within 60s\n%s", strings.Join(args, " "), s.logs)
+			t.Fatalf("%s %s: not all of %q logged within 60s\n%s", bin, strings.Join(args, " "), msgs, logs)
 		}
 	}
-	s.logs.mu.Lock()
-	defer s.logs.mu.Unlock()
-	s.httpAddr = loopback(t, s.httpAddr)
-	if wantGRPC {
-		s.grpcAddr = loopback(t, s.grpcAddr)
-	}
-	return s
+	return got, logs
 }
 
 // loopback turns a listener address such as "[::]:41234" into one to dial.

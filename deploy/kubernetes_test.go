@@ -1,0 +1,481 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// manifests holds the objects of one directory of manifests, by kind.
+type manifests struct {
+	deployments []*appsv1.Deployment
+	services    []*corev1.Service
+	configMaps  []*corev1.ConfigMap
+	pdbs        []*policyv1.PodDisruptionBudget
+}
+
+// documentSep splits a YAML stream into documents.
+var documentSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
+
+// loadManifests decodes every document of every .yaml file in dir
+// strictly into its Kubernetes API type: an unknown or duplicated field,
+// a kind the kit does not ship or a wrong apiVersion fails t.
+func loadManifests(t *testing.T, dir string) *manifests {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s (%v)", dir, err)
+	}
+	m := &manifests{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range documentSep.Split(string(raw), -1) {
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s document %d: %v", f, i+1, err)
+			}
+			if tm.Kind == "" && strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			where := fmt.Sprintf("%s document %d (%s %s)", f, i+1, tm.APIVersion, tm.Kind)
+			var obj any
+			switch tm.APIVersion + " " + tm.Kind {
+			case "apps/v1 Deployment":
+				d := &appsv1.Deployment{}
+				m.deployments, obj = append(m.deployments, d), d
+			case "v1 Service":
+				s := &corev1.Service{}
+				m.services, obj = append(m.services, s), s
+			case "v1 ConfigMap":
+				c := &corev1.ConfigMap{}
+				m.configMaps, obj = append(m.configMaps, c), c
+			case "policy/v1 PodDisruptionBudget":
+				p := &policyv1.PodDisruptionBudget{}
+				m.pdbs, obj = append(m.pdbs, p), p
+			default:
+				t.Fatalf("%s: not a kind the kit ships", where)
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+		}
+	}
+	m.checkWiring(t, dir)
+	return m
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// checkWiring checks what the API server would not: selectors select the
+// pod templates, Services and probes name ports that exist, every
+// container has resource requests and a memory limit, and every ConfigMap
+// volume names a ConfigMap of the directory.
+func (m *manifests) checkWiring(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range m.deployments {
+		tmpl := labels.Set(d.Spec.Template.Labels)
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || !sel.Matches(tmpl) {
+			t.Errorf("%s: Deployment %s's selector does not select its pods (%v)", dir, d.Name, err)
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.ConfigMap != nil && m.configMap(v.ConfigMap.Name) == nil {
+				t.Errorf("%s: Deployment %s mounts ConfigMap %s, which is not in the directory", dir, d.Name, v.ConfigMap.Name)
+			}
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("%s: container %s needs CPU and memory requests and a memory limit: %+v", dir, c.Name, c.Resources)
+			}
+			for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+				var port intstr.IntOrString
+				switch {
+				case p == nil:
+					t.Errorf("%s: container %s needs readiness and liveness probes", dir, c.Name)
+					continue
+				case p.HTTPGet != nil:
+					port = p.HTTPGet.Port
+				case p.TCPSocket != nil:
+					port = p.TCPSocket.Port
+				}
+				if containerPort(c, port) == 0 {
+					t.Errorf("%s: container %s probes port %s, which it does not declare", dir, c.Name, port.String())
+				}
+			}
+		}
+	}
+	for _, s := range m.services {
+		d := m.selected(labels.SelectorFromSet(s.Spec.Selector))
+		if d == nil {
+			t.Errorf("%s: Service %s selects no Deployment's pods", dir, s.Name)
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if containerPort(d.Spec.Template.Spec.Containers[0], p.TargetPort) == 0 {
+				t.Errorf("%s: Service %s port %s targets %s, which Deployment %s does not declare", dir, s.Name, p.Name, p.TargetPort.String(), d.Name)
+			}
+		}
+	}
+	for _, p := range m.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if err != nil || m.selected(sel) == nil {
+			t.Errorf("%s: PodDisruptionBudget %s selects no Deployment's pods (%v)", dir, p.Name, err)
+		}
+	}
+}
+
+func (m *manifests) configMap(name string) *corev1.ConfigMap {
+	for _, c := range m.configMaps {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (m *manifests) selected(sel labels.Selector) *appsv1.Deployment {
+	for _, d := range m.deployments {
+		if !sel.Empty() && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			return d
+		}
+	}
+	return nil
+}
+
+// containerPort returns the container port that p names (by name or
+// number), or 0 when the container does not declare it.
+func containerPort(c corev1.Container, p intstr.IntOrString) int {
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+			return int(cp.ContainerPort)
+		}
+	}
+	return 0
+}
+
+// onlyDeployment returns the directory's one Deployment and its one
+// container.
+func (m *manifests) onlyDeployment(t *testing.T) (*appsv1.Deployment, corev1.Container) {
+	t.Helper()
+	if len(m.deployments) != 1 || len(m.deployments[0].Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want one Deployment with one container, have %d Deployments", len(m.deployments))
+	}
+	d := m.deployments[0]
+	return d, d.Spec.Template.Spec.Containers[0]
+}
+
+// materialize writes the ConfigMap volumes of d's container below a
+// temporary directory, root, at root+mountPath as the kubelet would mount
+// them, and returns the mounts and root.
+func (m *manifests) materialize(t *testing.T, d *appsv1.Deployment, c corev1.Container) (mounts []mount, root string) {
+	t.Helper()
+	root = t.TempDir()
+	for _, vm := range c.VolumeMounts {
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name != vm.Name || v.ConfigMap == nil {
+				continue
+			}
+			dir := filepath.Join(root, filepath.FromSlash(vm.MountPath))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for k, data := range m.configMap(v.ConfigMap.Name).Data {
+				if err := os.WriteFile(filepath.Join(dir, k), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mounts = append(mounts, mount{target: vm.MountPath, source: dir})
+		}
+	}
+	return mounts, root
+}
+
+// expand replaces $(NAME) in s with env's values, as the kubelet expands
+// a container's command and args; unknown names fail t.
+func expand(t *testing.T, s string, env map[string]string) string {
+	t.Helper()
+	return regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(s, func(ref string) string {
+		v, ok := env[ref[2:len(ref)-1]]
+		if !ok {
+			t.Fatalf("%s is not an environment variable of the container", ref)
+		}
+		return v
+	})
+}
+
+// TestKubernetesFloodgate decodes the Floodgate manifests strictly, checks
+// that they agree with each other and with the binary (ports, probes,
+// drain, instances, Secret, ConfigMap contents), and runs the Deployment's
+// own arguments here, with its ConfigMap written where it is mounted and
+// the Secret's Redis URL pointing at a real Redis, probing the endpoints
+// its probes name.
+func TestKubernetesFloodgate(t *testing.T) {
+	m := loadManifests(t, "kubernetes/floodgate")
+	d, c := m.onlyDeployment(t)
+	where := "Deployment " + d.Name
+	if len(c.Command) != 0 {
+		t.Errorf("%s overrides the image's entrypoint: %q", where, c.Command)
+	}
+	flags := flagArgs(t, where, c.Args)
+
+	// Ports: the flags, the container, the Service and Envoy's cluster.
+	if got := containerPort(c, intstr.FromString("http")); got != port(t, where, flags["addr"]) || got != httpPort {
+		t.Errorf("%s: port http %d, --addr %s, want both %d", where, got, flags["addr"], httpPort)
+	}
+	if got := containerPort(c, intstr.FromString("grpc")); got != port(t, where, flags["grpc-addr"]) || got != grpcPort {
+		t.Errorf("%s: port grpc %d, --grpc-addr %s, want both %d", where, got, flags["grpc-addr"], grpcPort)
+	}
+	if len(m.services) != 1 {
+		t.Fatalf("want one Service, have %d", len(m.services))
+	}
+	for _, p := range m.services[0].Spec.Ports {
+		if int(p.Port) != containerPort(c, p.TargetPort) {
+			t.Errorf("Service port %s: %d, but it targets %d; keep them equal so Envoy's cluster port is Floodgate's", p.Name, p.Port, containerPort(c, p.TargetPort))
+		}
+	}
+
+	// Termination: serve turns readiness off, serves on for
+	// --shutdown-delay, drains HTTP for up to --drain-timeout, then stops
+	// gRPC gracefully for up to --drain-timeout again (cmd/floodgate
+	// serve.go, grpc.go).
+	delay, drain := durationFlag(t, flags, "shutdown-delay", 0), durationFlag(t, flags, "drain-timeout", 10*time.Second)
+	if delay == 0 {
+		t.Errorf("%s: no --shutdown-delay; pods would stop accepting before their endpoints are removed", where)
+	}
+	grace := time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	if need := delay + 2*drain; grace < need {
+		t.Errorf("%s: terminationGracePeriodSeconds %v < shutdown delay + 2 × drain timeout = %v", where, grace, need)
+	}
+	if got, err := strconv.Atoi(flags["instances"]); err != nil || int32(got) != *d.Spec.Replicas {
+		t.Errorf("%s: --instances %q, want replicas %d (the local fallback divides limits by it)", where, flags["instances"], *d.Spec.Replicas)
+	}
+	if len(m.pdbs) != 1 {
+		t.Errorf("want one PodDisruptionBudget, have %d", len(m.pdbs))
+	}
+
+	// Probes on the binary's endpoints.
+	if c.ReadinessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet == nil {
+		t.Fatalf("%s: the probes must be HTTP GETs", where)
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("%s: readiness on %s and liveness on %s, want /readyz and /healthz", where, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	ann := d.Spec.Template.Annotations
+	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(httpPort) || ann["prometheus.io/path"] != "/metrics" {
+		t.Errorf("%s: Prometheus annotations %v, want scrape of :%d/metrics", where, ann, httpPort)
+	}
+
+	// The ConfigMap holds the kit's example files, unchanged.
+	cm := m.configMap("floodgate-config")
+	if cm == nil {
+		t.Fatal("no ConfigMap floodgate-config")
+	}
+	for key, file := range map[string]string{"floodgate.yaml": "config/floodgate.yaml", "ratelimit.yaml": descriptorsFile} {
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cm.Data[key] != string(want) {
+			t.Errorf("ConfigMap %s key %s differs from %s", cm.Name, key, file)
+		}
+	}
+
+	// The Redis URL comes from the Secret docs/deploy.md tells to create.
+	env := map[string]string{}
+	var secret *corev1.SecretKeySelector
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secret = e.ValueFrom.SecretKeyRef
+			env[e.Name] = "<secret>"
+		} else if e.ValueFrom == nil {
+			env[e.Name] = e.Value
+		}
+	}
+	if secret == nil || !strings.Contains(flags["redis"], "$(") {
+		t.Fatalf("%s: --redis %q does not come from a Secret", where, flags["redis"])
+	}
+	docs, err := os.ReadFile("../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if create := fmt.Sprintf("kubectl create secret generic %s --from-literal=%s=", secret.Name, secret.Key); !bytes.Contains(docs, []byte(create)) {
+		t.Errorf("docs/deploy.md does not say %q", create)
+	}
+
+	// The Deployment's arguments, run here.
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	for k := range env {
+		if env[k] == "<secret>" {
+			env[k] = "redis://" + srv.Addr + "/0"
+		}
+	}
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = expand(t, a, env)
+	}
+	mounts, _ := m.materialize(t, d, c)
+	s := runAsContainer(t, where, args, mounts, "")
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if code, body := get(t, s.httpAddr, p.HTTPGet.Path); code != 200 {
+			t.Errorf("%s: probe GET %s: %d %s", where, p.HTTPGet.Path, code, body)
+		}
+	}
+	if code, body := get(t, s.httpAddr, ann["prometheus.io/path"]); code != 200 || !strings.Contains(body, "rate_limit_") {
+		t.Errorf("%s: GET %s: %d, no rate_limit_ metrics", where, ann["prometheus.io/path"], code)
+	}
+	checkServing(t, where, s)
+}
+
+func durationFlag(t *testing.T, flags map[string]string, name string, def time.Duration) time.Duration {
+	t.Helper()
+	v, ok := flags[name]
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("--%s %q: %v", name, v, err)
+	}
+	return d
+}
+
+// compatDefaults are envoyproxy/ratelimit's port settings and defaults,
+// which envoy-compat keeps.
+var compatDefaults = map[string]int{"PORT": 8080, "GRPC_PORT": 8081, "DEBUG_PORT": 6070}
+
+// TestKubernetesEnvoyCompat decodes the envoyproxy/ratelimit replacement
+// strictly and runs its container here as the kubelet would: the image's
+// binary with the Deployment's command and environment (REDIS_URL pointing
+// at a real Redis, the ConfigMap written under RUNTIME_ROOT where it is
+// mounted, ports moved to free ones after checking the declared ones match
+// the environment). Its probe endpoint must answer 200, its metrics must be
+// where the scrape annotations say, and Envoy's example routes must be
+// limited by the ConfigMap's descriptors over gRPC.
+func TestKubernetesEnvoyCompat(t *testing.T) {
+	m := loadManifests(t, "kubernetes/envoy-compat")
+	d, c := m.onlyDeployment(t)
+	where := "Deployment " + d.Name
+	if len(c.Command) != 2 || c.Command[0] != "/usr/local/bin/floodgate" || c.Command[1] != "envoy-compat" || len(c.Args) != 0 {
+		t.Fatalf("%s: command %q args %q, want the image's floodgate envoy-compat", where, c.Command, c.Args)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			t.Fatalf("%s: env %s: the replacement keeps plain values", where, e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	declared := map[string]string{"PORT": "http", "GRPC_PORT": "grpc", "DEBUG_PORT": "debug"}
+	for name, portName := range declared {
+		want := compatDefaults[name]
+		if v, ok := env[name]; ok {
+			want, _ = strconv.Atoi(v)
+		}
+		if got := containerPort(c, intstr.FromString(portName)); got != want {
+			t.Errorf("%s: port %s is %d, but %s makes it listen on %d", where, portName, got, name, want)
+		}
+	}
+	ann := d.Spec.Template.Annotations
+	if ann["prometheus.io/port"] != strconv.Itoa(compatDefaults["DEBUG_PORT"]) || ann["prometheus.io/path"] != "/metrics" {
+		t.Errorf("%s: Prometheus annotations %v, want the debug port's /metrics", where, ann)
+	}
+	if grace := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; grace < 10 {
+		t.Errorf("%s: terminationGracePeriodSeconds %d < the 10s envoy-compat drains for", where, grace)
+	}
+
+	if c.ReadinessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != c.ReadinessProbe.HTTPGet.Path {
+		t.Fatalf("%s: want HTTP probes on one endpoint (envoyproxy/ratelimit's /healthcheck)", where)
+	}
+
+	// Run it: the mounts under a temporary root, RUNTIME_ROOT moved there.
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	mounts, root := m.materialize(t, d, c)
+	if _, ok := hostPath(mounts, env["RUNTIME_ROOT"]+"/"+env["RUNTIME_SUBDIRECTORY"]+"/config/x"); !ok {
+		t.Fatalf("%s: nothing is mounted at $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config", where)
+	}
+	var vars []string
+	for k, v := range env {
+		switch k {
+		case "REDIS_URL":
+			v = srv.Addr
+		case "RUNTIME_ROOT":
+			v = filepath.Join(root, filepath.FromSlash(v))
+		}
+		vars = append(vars, k+"="+v)
+	}
+	vars = append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
+	bin := floodgateBinary(t)
+	const listening = "floodgate envoy-compat listening"
+	recs, _ := launch(t, bin, c.Command[1:], vars, listening)
+	rec := recs[listening]
+	httpAddr, grpcAddr, debugAddr := rec["http"], rec["grpc"], rec["debug"]
+
+	// The probe turns 200 once Redis has answered.
+	probe := c.ReadinessProbe.HTTPGet.Path
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body := get(t, httpAddr, probe)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: probe GET %s: %d %s after 60s", where, probe, code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, body := get(t, debugAddr, ann["prometheus.io/path"]); code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("%s: GET %s on the debug port: %d", where, ann["prometheus.io/path"], code)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlspb.NewRateLimitServiceClient(conn)
+	checkEnvoyRoutes(t, where, func(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return client.ShouldRateLimit(ctx, req)
+	})
+}
+
+// TestKubernetesDevRedis decodes the Redis manifest for trying the kit.
+func TestKubernetesDevRedis(t *testing.T) {
+	m := loadManifests(t, "kubernetes/dev")
+	if len(m.deployments) != 1 || len(m.services) != 1 || m.services[0].Name != "redis" {
+		t.Fatalf("want a redis Deployment and Service, have %d and %d", len(m.deployments), len(m.services))
+	}
+}
