@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -60,6 +61,8 @@ type Options struct {
 	Metrics *Metrics
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
+	// Log receives store errors (at error level); nil logs nothing.
+	Log *slog.Logger
 }
 
 // Service answers Envoy's ShouldRateLimit as envoyproxy/ratelimit does,
@@ -111,12 +114,18 @@ func (s *Service) Register(gs *grpc.Server) { rlspb.RegisterRateLimitServiceServ
 // a store error is returned as is (gRPC code Unknown, as theirs).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
-	if m := s.opts.Metrics; m != nil && err != nil {
+	if err != nil {
 		var re *RequestError
-		if errors.As(err, &re) {
-			m.serviceError.Inc()
-		} else {
-			m.redisError.Inc()
+		isReq := errors.As(err, &re)
+		if m := s.opts.Metrics; m != nil {
+			if isReq {
+				m.serviceError.Inc()
+			} else {
+				m.redisError.Inc()
+			}
+		}
+		if !isReq && s.opts.Log != nil {
+			s.opts.Log.Error("ShouldRateLimit: store error", "domain", req.GetDomain(), "error", err)
 		}
 	}
 	return resp, err

@@ -72,14 +72,7 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 		if len(mine) == 0 {
 			continue
 		}
-		cmds := make([]*redis.IntCmd, len(mine))
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for i, op := range mine {
-				cmds[i] = p.IncrBy(ctx, op.Key, int64(op.N))
-				p.Expire(ctx, op.Key, op.TTL)
-			}
-			return nil
-		})
+		cmds, err := incr(ctx, c, mine)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
@@ -92,6 +85,33 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 		}
 	}
 	return nil
+}
+
+// incr runs INCRBY and EXPIRE of each op in a transaction: one for all
+// ops on a single server, one per key (sent concurrently) on a Cluster,
+// whose transactions cannot span slots.
+func incr(ctx context.Context, c redis.UniversalClient, ops []*Op) ([]*redis.IntCmd, error) {
+	cmds := make([]*redis.IntCmd, len(ops))
+	tx := func(from, to int) error {
+		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for i := from; i < to; i++ {
+				cmds[i] = p.IncrBy(ctx, ops[i].Key, int64(ops[i].N))
+				p.Expire(ctx, ops[i].Key, ops[i].TTL)
+			}
+			return nil
+		})
+		return err
+	}
+	if _, cluster := c.(*redis.ClusterClient); !cluster || len(ops) == 1 {
+		return cmds, tx(0, len(ops))
+	}
+	errs := make([]error, len(ops))
+	var wg sync.WaitGroup
+	for i := range ops {
+		wg.Go(func() { errs[i] = tx(i, i+1) })
+	}
+	wg.Wait()
+	return cmds, errors.Join(errs...)
 }
 
 // Get implements Store.

@@ -94,7 +94,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	}
 	defer closeStore()
 	opts := s.Options()
-	opts.Store, opts.Metrics = store, m
+	opts.Store, opts.Metrics, opts.Log = store, m, log
 	svc, err := envoycompat.NewService(opts)
 	if err != nil {
 		return err

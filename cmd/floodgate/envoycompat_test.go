@@ -282,3 +282,38 @@ func TestServeEnvoyHeadersOffByDefault(t *testing.T) {
 		svc.stop(t)
 	}
 }
+
+// TestEnvoyCompatClusterAndSentinel runs the binary on a 3-primary Redis
+// Cluster (REDIS_TYPE=cluster, a request whose two counters live in
+// different slots) and behind Sentinel (REDIS_TYPE=sentinel,
+// REDIS_URL=master,sentinel,...), as their settings describe them.
+func TestEnvoyCompatClusterAndSentinel(t *testing.T) {
+	root := t.TempDir()
+	writeFileAtomic(t, filepath.Join(root, "notes.yaml"), "not read: its key does not start with config.")
+	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(root, "config", "d.yaml"),
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	body := `{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}]},{"entries":[{"key":"b","value":"2"}]}]}`
+	cluster := redistest.StartCluster(t)
+	sentinel := redistest.StartSentinel(t)
+	for name, env := range map[string][]string{
+		"cluster":  {"REDIS_TYPE=cluster", "REDIS_URL=" + strings.Join(cluster.Addrs, ",")},
+		"sentinel": {"REDIS_TYPE=sentinel", "REDIS_URL=" + sentinel.MasterName + "," + strings.Join(sentinel.SentinelAddrs, ",")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := startCompat(t, append(env, "REDIS_SOCKET_TYPE=tcp", "RUNTIME_ROOT="+root, "RUNTIME_WATCH_ROOT=true")...)
+			waitFor(t, "healthcheck OK", func() bool { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code == 200 })
+			for i, want := range []int{200, 200, 429} {
+				code, out := httpPost(t, "http://"+p.http+"/json", body)
+				if code != want {
+					t.Fatalf("request %d: %d %s, want %d", i, code, out, want)
+				}
+				if i == 2 && !strings.Contains(out, `"limitRemaining":2`) {
+					t.Errorf("request %d: %s: descriptor b should have counted 3 of 5", i, out)
+				}
+			}
+		})
+	}
+}
