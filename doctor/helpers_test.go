@@ -10,8 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
@@ -56,6 +58,11 @@ const testConfigQuota = testConfig + `quotas:
     limit: 1_000_000
     period: month
     dimension: user
+concurrency:
+  - name: reports
+    limit: 5
+    lease_ttl: 30s
+    dimension: user
 `
 
 // publish stores cfg under prefix in Redis, as "floodgate config push"
@@ -96,6 +103,44 @@ func traffic(t *testing.T, client redis.UniversalClient, prefix string, cfg *con
 			if _, err := lim.AllowLayers(ctx, 1, specs...); err != nil {
 				t.Fatalf("policy %s: %v", p.Name, err)
 			}
+		}
+	}
+	qs, err := quota.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range cfg.Quotas() {
+		opts := q.Options()
+		opts.Prefix = prefix
+		qq, err := quota.New(qs, q.Policy(""), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Usage, a hold, and a settled outcome: every key a quota writes.
+		if _, err := qq.Check(ctx, "u1", 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := qq.Reserve(ctx, "u1", "req-1", 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := qq.Reserve(ctx, "u2", "req-2", 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := qq.Settle(ctx, "u1", "req-1", 80); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, err := concurrency.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.ConcurrencyLimits() {
+		l, err := concurrency.New(ls, c.Policy(""), concurrency.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Acquire(ctx, "u1"); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

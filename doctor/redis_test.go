@@ -22,7 +22,8 @@ func TestHealthyStandalonePassesClean(t *testing.T) {
 	clean(t, rep)
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "appendonly yes", "tokens")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
-	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 key(s)", "login.per-account (sl): 3 key(s)")
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 key(s)", "login.per-account (sl): 3 key(s)",
+		"tokens (q): ", "reports (cc): 1 key(s)")
 	if rep.RedisCommands == 0 {
 		t.Fatal("the report counts no Redis commands")
 	}
@@ -115,6 +116,8 @@ func TestClusterMissingSlotsFails(t *testing.T) {
 	rep := runDoctor(t, opts)
 	want(t, rep, doctor.GroupRedis, "cluster", doctor.Pass, "all 16384 slots served")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
+	// The probe times each primary on a key of its own.
+	want(t, rep, doctor.GroupRedis, "latency", doctor.Pass, cl.Addrs[0]+": probe", cl.Addrs[1]+": probe", cl.Addrs[2]+": probe")
 
 	// Take slots 10923-11000 away from the third primary.
 	node := cl.Nodes[2].Client(t)

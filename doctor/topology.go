@@ -2,13 +2,17 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
@@ -214,6 +218,73 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	}
 }
 
+// probeTarget is a primary and a probe key in a slot it serves.
+type probeTarget struct {
+	node
+	key string
+}
+
+// probeTargets returns a probe key for each primary: on a Cluster, one
+// hashing to a slot the primary serves (from CLUSTER SLOTS), so that each
+// primary is timed directly.
+func (r *run) probeTargets(ctx context.Context, nodes []node) []probeTarget {
+	base := r.opts.Prefix + ":doctor:probe"
+	if r.cluster == nil {
+		out := make([]probeTarget, len(nodes))
+		for i, n := range nodes {
+			out[i] = probeTarget{n, base}
+		}
+		return out
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	//lint:ignore SA1019 CLUSTER SLOTS is deprecated but served by every Redis since 3.0; CLUSTER SHARDS needs 7.0.
+	slots, err := r.cluster.ClusterSlots(sctx).Result()
+	cancel()
+	if err != nil {
+		return nil
+	}
+	var out []probeTarget
+	for _, n := range nodes {
+		var mine []slotRange
+		for _, s := range slots {
+			if len(s.Nodes) > 0 && s.Nodes[0].Addr == n.addr {
+				mine = append(mine, slotRange{int(s.Start), int(s.End)})
+			}
+		}
+		for i := 0; i < 100_000 && len(mine) > 0; i++ {
+			k := fmt.Sprintf("%s:{%d}", base, i)
+			sl := redisstore.Slot(k)
+			if slices.ContainsFunc(mine, func(r slotRange) bool { return sl >= r.start && sl <= r.end }) {
+				out = append(out, probeTarget{n, k})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// probe times up to LatencySamples calls of the probe script on one
+// primary, for at most 3s; the first call, which may load the script, is
+// not kept.
+func (r *run) probe(ctx context.Context, t probeTarget) ([]time.Duration, error) {
+	var samples []time.Duration
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; i < r.opts.LatencySamples && time.Now().Before(deadline); i++ {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		t0 := time.Now()
+		err := probeScript.Run(pctx, t.client, []string{t.key}).Err()
+		d := time.Since(t0)
+		cancel()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return samples, err
+		}
+		if i > 0 {
+			samples = append(samples, d)
+		}
+	}
+	return samples, nil
+}
+
 // probeScript is the latency probe: one read of one key's TTL, under the
 // prefix, so that its cost is a script call's round trip.
 var probeScript = redis.NewScript("return redis.call('PTTL', KEYS[1])")
@@ -235,40 +306,34 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
-	c.Read = fmt.Sprintf("up to %d EVALSHA of a read-only probe script (PTTL of %s:doctor:probe) within 3s; INFO commandstats and LATENCY LATEST on each primary", r.opts.LatencySamples, r.opts.Prefix)
-	key := r.opts.Prefix + ":doctor:probe"
-	var samples []time.Duration
-	deadline := time.Now().Add(3 * time.Second)
-	var probeErr error
-	for i := 0; i < r.opts.LatencySamples && time.Now().Before(deadline); i++ {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		t0 := time.Now()
-		err := probeScript.Run(pctx, r.client, []string{key}).Err()
-		d := time.Since(t0)
-		cancel()
-		if err != nil {
-			probeErr = err
-			break
-		}
-		if i > 0 { // the first call may load the script
-			samples = append(samples, d)
-		}
-	}
+	c.Read = fmt.Sprintf("up to %d EVALSHA of a read-only probe script (PTTL of a %s:doctor:probe key) within 3s on each primary; INFO commandstats and LATENCY LATEST on each primary", r.opts.LatencySamples, r.opts.Prefix)
 	worst := Pass
-	if probeErr != nil {
-		worst = Fail
-		c.Evidence = append(c.Evidence, "probe failed: "+probeErr.Error())
-	}
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	p50, p99 := percentile(samples, 0.5), percentile(samples, 0.99)
-	if len(samples) > 0 {
-		c.Evidence = append(c.Evidence, fmt.Sprintf("probe from this host: %d calls, p50 %v, p99 %v, max %v", len(samples), p50.Round(time.Microsecond), p99.Round(time.Microsecond), samples[len(samples)-1].Round(time.Microsecond)))
-		switch {
-		case p99 > r.latencyFail():
+	var p50, p99 time.Duration // of the slowest primary
+	for _, n := range r.probeTargets(ctx, nodes) {
+		samples, err := r.probe(ctx, n)
+		if err != nil {
 			worst = Fail
-		case p99 > r.latencyWarn():
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe failed: %v", n.addr, err))
+		}
+		if len(samples) == 0 {
+			continue
+		}
+		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+		a, b := percentile(samples, 0.5), percentile(samples, 0.99)
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe from this host: %d calls, p50 %v, p99 %v, max %v", n.addr, len(samples), a.Round(time.Microsecond), b.Round(time.Microsecond), samples[len(samples)-1].Round(time.Microsecond)))
+		if b >= p99 {
+			p50, p99 = a, b
+		}
+		switch {
+		case b > r.latencyFail():
+			worst = Fail
+		case b > r.latencyWarn():
 			worst = max(worst, Warn)
 		}
+	}
+	if p99 == 0 && worst == Pass {
+		worst = Warn
+		c.Evidence = append(c.Evidence, "no probe could be timed")
 	}
 	for _, n := range nodes {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -299,9 +364,9 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 	c.Status = worst
 	switch worst {
 	case Pass:
-		c.Summary = fmt.Sprintf("script round trip p99 %v (warn above %v)", p99.Round(time.Microsecond), r.latencyWarn())
+		c.Summary = fmt.Sprintf("script round trip p50 %v, p99 %v on the slowest primary (warn above %v)", p50.Round(time.Microsecond), p99.Round(time.Microsecond), r.latencyWarn())
 	case Warn:
-		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v", p99.Round(time.Microsecond), r.latencyWarn())
+		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v, or could not be measured", p99.Round(time.Microsecond), r.latencyWarn())
 		c.Fix = "look for slow commands (SLOWLOG GET), a busy or swapping host, or a far network; decisions near the budget fall back"
 	default:
 		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v, the default decision budget, or the probe failed", p99.Round(time.Microsecond), r.latencyFail())
