@@ -336,6 +336,20 @@ func TestCallGoesThroughTheBreaker(t *testing.T) {
 	if err := f.store.Call(ctx, "", down); !errors.Is(err, fallback.ErrBreakerOpen) || calls != before {
 		t.Fatalf("Call while open = %v (fn called %d times), want ErrBreakerOpen without a call", err, calls-before)
 	}
+	// Successful calls do not vouch for the primary: with reads working
+	// and every decision failing (Redis out of memory), the breaker opens.
+	g := newFixture(t, fallback.Options{})
+	g.primary.set(fmt.Errorf("%w: OOM command not allowed", floodgate.ErrStoreUnavailable), false, false)
+	q := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	for i := 0; g.store.BreakerState() != fallback.BreakerOpen; i++ {
+		if i == 10 {
+			t.Fatal("breaker still closed after 10 failed decisions between successful reads")
+		}
+		for range 2 { // two reads per decision, as a tiered policy's lookups can be
+			_ = g.store.Call(ctx, "", func(context.Context) error { return nil })
+		}
+		g.allow(t, q, "u1", 1)
+	}
 	// Decisions see the same breaker.
 	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
 	if _, o := f.allow(t, p, "u1", 1); o.Reason != fallback.ReasonBreakerOpen {

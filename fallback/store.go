@@ -342,7 +342,10 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // key's partition (DefaultPartition when key is ""), so that it is not
 // made while the breaker is open and its failures count toward opening
 // it. It returns ErrBreakerOpen without calling fn when the breaker is
-// open, and otherwise fn's error. fn runs under ctx as given (no budget is
+// open, and otherwise fn's error. A failure of fn counts toward opening
+// the breaker; a success does not count as one toward keeping it closed
+// (or closing it), as only decisions vouch for the primary's health. fn
+// runs under ctx as given (no budget is
 // added): bound ctx as the operation needs. fn should return nil for
 // errors that say nothing about the backend's health (bad input, a reply
 // the caller does not like); an error after ctx was cancelled by the
@@ -366,7 +369,10 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 	}
 	switch {
 	case err == nil:
-		br.release(t, verdictSuccess)
+		// A read that works says little about whether decisions (writes)
+		// can be made: with Redis out of memory, tier lookups succeed
+		// while every decision fails. Only decisions vouch for health.
+		br.release(t, verdictNeutral)
 	case isCallerError(err) || errors.Is(ctx.Err(), context.Canceled):
 		br.release(t, verdictNeutral)
 	default:

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-rl/floodgate/clocksync"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/metrics"
 )
@@ -107,4 +108,21 @@ func startHeartbeat(f serveFlags, b *backend, now func() time.Time, reg promethe
 			lastWarn = time.Now()
 			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "error", err)
 		}})
+}
+
+// breakerLog is the fallback's observer: the metrics, and a log line at
+// every breaker change (rare: an outage opens it once, recovery closes it).
+type breakerLog struct {
+	*metrics.Metrics
+	log *slog.Logger
+}
+
+// ObserveBreaker implements fallback.Observer.
+func (b breakerLog) ObserveBreaker(partition string, s fallback.BreakerState) {
+	b.Metrics.ObserveBreaker(partition, s)
+	if s == fallback.BreakerClosed {
+		b.log.Info("circuit breaker closed: deciding with Redis", "partition", partition)
+		return
+	}
+	b.log.Warn("circuit breaker "+s.String()+": decisions taken by each policy's failure mode", "partition", partition)
 }

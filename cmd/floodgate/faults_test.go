@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,14 +132,29 @@ func recoveryAfter(t *testing.T, outage time.Duration) time.Duration {
 	if c := checkOn(t, svc.url, "/v1/check", req); c.status != 200 || c.resp.Degraded {
 		t.Fatalf("healthy check: %d %+v", c.status, c.resp)
 	}
+	var healthy []time.Duration
+	for range 200 {
+		healthy = append(healthy, checkOn(t, svc.url, "/v1/check", req).took)
+	}
 	rs.Kill()
-	end := time.Now().Add(outage)
+	killed := time.Now()
+	end := killed.Add(outage)
+	var open []time.Duration // checks once the breaker is open
 	for time.Now().Before(end) {
-		if c := checkOn(t, svc.url, "/v1/check", req); c.status != 200 || !c.resp.Degraded {
+		c := checkOn(t, svc.url, "/v1/check", req)
+		if c.status != 200 || !c.resp.Degraded {
 			t.Fatalf("check with Redis down: %d %+v", c.status, c.resp)
 		}
-		time.Sleep(20 * time.Millisecond)
+		if c.resp.DegradedReason == "breaker_open" {
+			open = append(open, c.took)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	if len(open) == 0 {
+		t.Fatal("the breaker never opened during the outage")
+	}
+	t.Logf("HTTP check round trip: healthy p50 %v p99 %v (%d); breaker open p50 %v p99 %v (%d)",
+		quantile(healthy, 0.5), quantile(healthy, 0.99), len(healthy), quantile(open, 0.5), quantile(open, 0.99), len(open))
 	rs.Restart(t)
 	back := time.Now()
 	for {
@@ -151,6 +167,12 @@ func recoveryAfter(t *testing.T, outage time.Duration) time.Duration {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// quantile returns the q-quantile of ds (which it sorts).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
 }
 
 // TestServeRecoversSoonAfterOutage reproduces F2: after a 7 s outage the
@@ -253,4 +275,53 @@ func TestServeShutdownWithSlowUpload(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop within 20s of SIGTERM")
 	}
+}
+
+// TestServeRedisOutOfMemory: a Redis at maxmemory with noeviction refuses
+// the decision scripts' writes while still answering PING. Decisions are
+// degraded and say so, the closed login policy denies, the background
+// probe (a write) keeps the breaker open until memory is freed, and
+// central counting resumes then.
+func TestServeRedisOutOfMemory(t *testing.T) {
+	rs := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("oom%d", time.Now().UnixNano()))
+	api := server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}}
+	login := server.CheckRequest{Policy: "login", Identity: map[string]string{"account": "alice", "ip": "192.0.2.1"}}
+	if c := checkOn(t, svc.url, "/v1/check", api); c.status != 200 || c.resp.Degraded {
+		t.Fatalf("healthy: %d %+v", c.status, c.resp)
+	}
+	adm := pauseClient(t, rs.Addr)
+	ctx := context.Background()
+	// 4 MB of filler, then a maxmemory well below it: every write is
+	// refused (reads, PING and FLUSHDB are not).
+	filler := strings.Repeat("x", 64<<10)
+	for i := range 64 {
+		if err := adm.Set(ctx, fmt.Sprint("filler:", i), filler, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := adm.ConfigSet(ctx, "maxmemory", "2mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		c := checkOn(t, svc.url, "/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": fmt.Sprint("new", i)}})
+		if c.status != 200 || !c.resp.Degraded || c.degraded == "" {
+			t.Fatalf("check %d with Redis out of memory: %d %+v header %q", i, c.status, c.resp, c.degraded)
+		}
+	}
+	if c := checkOn(t, svc.url, "/v1/check", login); c.status != 200 || c.resp.Allowed || c.resp.FailureMode != "closed" {
+		t.Fatalf("login with Redis out of memory: %d %+v; want denied, closed", c.status, c.resp)
+	}
+	if code, body := readyz(t, svc.url); code != 503 {
+		t.Fatalf("readyz with Redis out of memory and the breaker open: %d %s", code, body)
+	}
+	if err := adm.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	waitUntil(t, "central counting after memory was freed", func() bool {
+		c := checkOn(t, svc.url, "/v1/check", api)
+		return c.status == 200 && !c.resp.Degraded
+	})
+	t.Logf("central again %v after memory was freed", time.Since(freed))
 }
