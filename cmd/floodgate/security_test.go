@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -160,4 +164,40 @@ func TestServeAdminHardening(t *testing.T) {
 		t.Fatal("the admin token is in the log")
 	}
 	svc.stop(t)
+}
+
+// TestServeRedisTLSAndPasswordFile runs the binary against a redis-server
+// that requires TLS with client certificates and a password: the TLS
+// flags and --redis-password-file (the URL carries no password) make it
+// work.
+func TestServeRedisTLSAndPasswordFile(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	f.AuthClients = true
+	const pw = "redis-password-from-a-file-42"
+	rs := redistest.StartTLS(t, f)
+	// redistest waits for an unauthenticated PING: require the password
+	// once the server runs, and drop it before the server stops.
+	if err := rs.Client(t).ConfigSet(context.Background(), "requirepass", pw).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: rs.Addr, Password: pw})
+		defer c.Close()
+		_ = c.ConfigSet(context.Background(), "requirepass", "").Err()
+	})
+	pwFile := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--redis", "rediss://"+rs.TLSAddr+"/0", "--redis-password-file", pwFile,
+		"--redis-ca-file", f.CA, "--redis-cert-file", f.ClientCert, "--redis-key-file", f.ClientKey, "--fallback", "off")
+	for want := int64(49); want >= 48; want-- {
+		code, r := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "login", Identity: map[string]string{"account": "a", "ip": "192.0.2.1"}})
+		if code != 200 || !r.Allowed || r.Layers[1].Remaining != want {
+			t.Fatalf("check over TLS: %d %+v, want per-ip remaining %d", code, r, want)
+		}
+	}
+	if strings.Contains(svc.logs.String(), pw) {
+		t.Fatal("the Redis password is in the log")
+	}
 }

@@ -40,15 +40,35 @@ type Cluster struct {
 // when redis-server or redis-cli is missing) if the cluster does not form.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, nil)
+}
+
+// StartClusterTLS is StartCluster with each node also serving TLS (f's
+// certificates) on its TLSAddr, the cluster bus over TLS too (tls-cluster
+// yes, on the plain port + 10000), so that CLUSTER SLOTS asked over TLS
+// names the nodes' TLS ports. Plain ports stay open for redistest's own
+// checks.
+func StartClusterTLS(t testing.TB, f TLSFiles) *Cluster {
+	t.Helper()
+	return startCluster(t, &f)
+}
+
+func startCluster(t testing.TB, f *TLSFiles) *Cluster {
+	t.Helper()
 	Require(t)
 	cli := requireTool(t, "redis-cli")
 	c := &Cluster{}
 	for i := 0; i < clusterSize; i++ {
-		s := newServer(t, []string{
+		args := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000",
-		})
+		}
+		if f != nil {
+			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes")
+		}
+		s := newServer(t, args)
+		s.tls = f
 		s.bus = true
 		s.boot(t)
 		c.Nodes = append(c.Nodes, s)

@@ -59,11 +59,16 @@ type Server struct {
 	Pid int
 	// LogFile is the path of the redis-server log file inside Dir.
 	LogFile string
+	// TLSAddr and TLSPort are where a server started with TLS (StartTLS,
+	// StartClusterTLS, StartSentinelTLS) serves TLS; empty and 0 otherwise.
+	TLSAddr string
+	TLSPort int
 
 	bin       string   // path of redis-server
 	pre       []string // arguments placed before the managed options
 	extra     []string // extra arguments appended after the managed options
 	bus       bool     // the server also binds the cluster bus port, Port+10000
+	tls       *TLSFiles
 	mu        sync.Mutex
 	proc      *process // current process, nil when none was started
 	logOffset []int64  // sizes of the logs when proc was started
@@ -139,6 +144,12 @@ func (s *Server) boot(t testing.TB) {
 		}
 		s.Port = port
 		s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+		if s.tls != nil {
+			if s.TLSPort, err = freePort(false); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+			s.TLSAddr = "127.0.0.1:" + strconv.Itoa(s.TLSPort)
+		}
 		err = s.launch()
 		if err == nil {
 			return
@@ -164,6 +175,7 @@ func (s *Server) args() []string {
 		"--save", "",
 		"--appendonly", "no",
 	)
+	args = append(args, s.tlsArgs()...)
 	return append(args, s.extra...)
 }
 

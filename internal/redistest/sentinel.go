@@ -41,6 +41,9 @@ type Sentinel struct {
 	MasterName string
 	// SentinelAddrs are the sentinels' addresses, in the order of Sentinels.
 	SentinelAddrs []string
+	// SentinelTLSAddrs are their TLS addresses (StartSentinelTLS), in the
+	// same order; empty strings otherwise.
+	SentinelTLSAddrs []string
 }
 
 // StartSentinel starts a primary, a replica and three sentinels, and waits
@@ -49,9 +52,34 @@ type Sentinel struct {
 // sentinels. It fails the test if that does not happen within 30s.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	return startSentinel(t, nil)
+}
+
+// StartSentinelTLS is StartSentinel with TLS (f's certificates) between
+// every process: the replica replicates from the primary's TLS port, the
+// sentinels monitor that port and talk to each other over TLS
+// (tls-replication yes), and each sentinel serves TLS on its TLSAddr
+// (SentinelTLSAddrs), so a client that reaches the sentinels and the
+// primary they name over TLS only works. Plain ports stay open for
+// redistest's own checks. Failover is not supported on it.
+func StartSentinelTLS(t testing.TB, f TLSFiles) *Sentinel {
+	t.Helper()
+	return startSentinel(t, &f)
+}
+
+func startSentinel(t testing.TB, f *TLSFiles) *Sentinel {
+	t.Helper()
 	s := &Sentinel{MasterName: sentinelMasterName}
-	s.Primary = Start(t)
-	s.Replica = Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port))
+	monitorPort := 0
+	if f == nil {
+		s.Primary = Start(t)
+		s.Replica = Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port))
+		monitorPort = s.Primary.Port
+	} else {
+		s.Primary = StartTLS(t, *f, "--tls-replication", "yes")
+		s.Replica = StartTLS(t, *f, "--tls-replication", "yes", "--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.TLSPort))
+		monitorPort = s.Primary.TLSPort
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
 	defer cancel()
@@ -63,9 +91,14 @@ func StartSentinel(t testing.TB) *Sentinel {
 	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
 		"sentinel down-after-milliseconds %[1]s 1000\n"+
 		"sentinel failover-timeout %[1]s 5000\n"+
-		"sentinel parallel-syncs %[1]s 1\n", s.MasterName, s.Primary.Port)
+		"sentinel parallel-syncs %[1]s 1\n", s.MasterName, monitorPort)
 	for i := 0; i < sentinelCount; i++ {
-		n := newServer(t, nil)
+		var extra []string
+		if f != nil {
+			extra = []string{"--tls-replication", "yes"}
+		}
+		n := newServer(t, extra)
+		n.tls = f
 		path := filepath.Join(n.Dir, "sentinel.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 			t.Fatalf("redistest: writing %s: %v", path, err)
@@ -74,6 +107,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		n.boot(t)
 		s.Sentinels = append(s.Sentinels, n)
 		s.SentinelAddrs = append(s.SentinelAddrs, n.Addr)
+		s.SentinelTLSAddrs = append(s.SentinelTLSAddrs, n.TLSAddr)
 	}
 
 	if err := s.waitSentinelsReady(ctx); err != nil {
@@ -115,7 +149,11 @@ func (s *Sentinel) waitSentinelsReady(ctx context.Context) error {
 			return err
 		}
 		for _, r := range replicas {
-			if r["ip"]+":"+r["port"] == s.Replica.Addr && r["flags"] == "slave" && r["master-link-status"] == "ok" {
+			want := s.Replica.Addr
+			if s.Replica.tls != nil {
+				want = s.Replica.TLSAddr // what it announces with tls-replication
+			}
+			if r["ip"]+":"+r["port"] == want && r["flags"] == "slave" && r["master-link-status"] == "ok" {
 				return nil
 			}
 		}
