@@ -357,11 +357,12 @@ func (q *Quota) result(now time.Time, period Period, rep reply) Result {
 		Remaining: max(limit-taken, 0),
 		Fraction:  float64(taken) / float64(limit),
 		Exhausted: taken >= limit,
-		Charged:   rep.charged,
-		Refunded:  rep.refunded,
 		Replayed:  rep.status == stReplayed,
 		Unmatched: rep.unmatched,
 		Period:    period,
+	}
+	if !r.Replayed { // a replay charged and refunded nothing this time
+		r.Charged, r.Refunded = rep.charged, rep.refunded
 	}
 	r.Soft = r.Fraction >= q.opts.SoftThreshold
 	switch rep.status {

@@ -57,8 +57,8 @@ func quotaCases(t *testing.T) []qcase {
 			{"settle below estimate refunds", 2 * m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 200, Period: dec}, nil},
 			{"now the second hold fits", 3 * m, opReserve, "r2", 600, view{Allowed: true, Used: 300, Reserved: 600, Remaining: 100, Soft: true, Period: dec}, nil},
 			{"overrun is charged in full", 4 * m, opSettle, "r2", 900, view{Allowed: true, Used: 1200, Charged: 900, Soft: true, Exhausted: true, Period: dec}, nil},
-			{"retry replays", 5 * m, opSettle, "r2", 900, view{Allowed: true, Used: 1200, Charged: 900, Replayed: true, Soft: true, Exhausted: true, Period: dec}, nil},
-			{"retry with another amount replays the first", 5 * m, opSettle, "r2", 5, view{Allowed: true, Used: 1200, Charged: 900, Replayed: true, Soft: true, Exhausted: true, Period: dec}, nil},
+			{"retry replays, charging nothing", 5 * m, opSettle, "r2", 900, view{Allowed: true, Used: 1200, Replayed: true, Soft: true, Exhausted: true, Period: dec}, nil},
+			{"retry with another amount replays the first", 5 * m, opSettle, "r2", 5, view{Allowed: true, Used: 1200, Replayed: true, Soft: true, Exhausted: true, Period: dec}, nil},
 			{"exhausted", 6 * m, opCheck, "", 1, view{Reason: ReasonExhausted, Used: 1200, Soft: true, Exhausted: true, Period: dec, RetryAfter: untilNewYear - 6*m}, nil},
 		}},
 		{name: "unsettled hold expires", policy: monthly(1000), steps: []qstep{
@@ -66,7 +66,7 @@ func quotaCases(t *testing.T) []qcase {
 			{"blocked by the hold", 9 * m, opCheck, "", 300, view{Reason: ReasonExhausted, Reserved: 800, Remaining: 200, Soft: true, Period: dec, RetryAfter: m}, nil},
 			{"hold expired at its ttl", 10 * m, opCheck, "", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Period: dec}, nil},
 			{"late settle is charged, unmatched", 11 * m, opSettle, "r1", 100, view{Allowed: true, Used: 400, Remaining: 600, Charged: 100, Unmatched: true, Period: dec}, nil},
-			{"and replays", 12 * m, opSettle, "r1", 100, view{Allowed: true, Used: 400, Remaining: 600, Charged: 100, Unmatched: true, Replayed: true, Period: dec}, nil},
+			{"and replays", 12 * m, opSettle, "r1", 100, view{Allowed: true, Used: 400, Remaining: 600, Unmatched: true, Replayed: true, Period: dec}, nil},
 		}},
 		{name: "duplicate reserve", policy: monthly(1000), steps: []qstep{
 			{"hold", 0, opReserve, "r1", 100, view{Allowed: true, Reserved: 100, Remaining: 900, Period: dec}, nil},
@@ -79,7 +79,7 @@ func quotaCases(t *testing.T) []qcase {
 			{"reserve at 23:59 new york", 17*time.Hour - m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Period: "2026-12-10"}, nil},
 			{"settle at 00:01 goes to the day before", 17*time.Hour + m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 100, Period: "2026-12-10"}, nil},
 			{"the new day is untouched", 17*time.Hour + 2*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
-			{"retry replays from the day before", 17*time.Hour + 3*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 100, Replayed: true, Period: "2026-12-10"}, nil},
+			{"retry replays from the day before", 17*time.Hour + 3*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Replayed: true, Period: "2026-12-10"}, nil},
 			{"check counts on the new day", 17*time.Hour + 4*m, opCheck, "", 1, view{Allowed: true, Used: 1, Remaining: 999, Charged: 1, Period: "2026-12-11"}, nil},
 		}},
 		{name: "settle without reserve", policy: monthly(1000), steps: []qstep{
@@ -96,14 +96,14 @@ func quotaCases(t *testing.T) []qcase {
 		}},
 		{name: "idempotency window", policy: monthly(1000), opts: Options{SettledTTL: time.Hour}, steps: []qstep{
 			{"settle", 0, opSettle, "x", 5, view{Allowed: true, Used: 5, Remaining: 995, Charged: 5, Unmatched: true, Period: dec}, nil},
-			{"replayed inside the window", 59 * m, opSettle, "x", 5, view{Allowed: true, Used: 5, Remaining: 995, Charged: 5, Unmatched: true, Replayed: true, Period: dec}, nil},
+			{"replayed inside the window", 59 * m, opSettle, "x", 5, view{Allowed: true, Used: 5, Remaining: 995, Unmatched: true, Replayed: true, Period: dec}, nil},
 			{"forgotten after it", 60 * m, opSettle, "x", 5, view{Allowed: true, Used: 10, Remaining: 990, Charged: 5, Unmatched: true, Period: dec}, nil},
 		}},
 		{name: "max settled", policy: monthly(1000), opts: Options{MaxSettled: 2}, steps: []qstep{
 			{"a", 0, opSettle, "a", 1, view{Allowed: true, Used: 1, Remaining: 999, Charged: 1, Unmatched: true, Period: dec}, nil},
 			{"b", time.Second, opSettle, "b", 1, view{Allowed: true, Used: 2, Remaining: 998, Charged: 1, Unmatched: true, Period: dec}, nil},
 			{"c pushes a out", 2 * time.Second, opSettle, "c", 1, view{Allowed: true, Used: 3, Remaining: 997, Charged: 1, Unmatched: true, Period: dec}, nil},
-			{"b still replays", 3 * time.Second, opSettle, "b", 1, view{Allowed: true, Used: 2, Remaining: 998, Charged: 1, Unmatched: true, Replayed: true, Period: dec}, nil},
+			{"b still replays", 3 * time.Second, opSettle, "b", 1, view{Allowed: true, Used: 2, Remaining: 998, Unmatched: true, Replayed: true, Period: dec}, nil},
 			{"a is charged again", 4 * time.Second, opSettle, "a", 1, view{Allowed: true, Used: 4, Remaining: 996, Charged: 1, Unmatched: true, Period: dec}, nil},
 		}},
 		{name: "restore", policy: monthly(100), steps: []qstep{

@@ -88,14 +88,18 @@ type Result struct {
 	// period. A Settle whose actual cost overran reports it here.
 	Exhausted bool
 	// Charged is what the operation added to Used: the cost of an allowed
-	// Check, the actual cost of a Settle, zero otherwise.
+	// Check, the actual cost of a Settle, zero otherwise (a replayed Settle
+	// included: it charges nothing).
 	Charged int64
 	// Refunded is, for a Settle, how much of the reservation's estimate was
-	// not used (estimate - actual when positive), e.g. 1,200 tokens.
+	// not used (estimate - actual when positive), e.g. 1,200 tokens; zero
+	// for a replayed Settle, which gives nothing back.
 	Refunded int64
 	// Replayed reports that the request id had already been settled (or,
-	// for Reserve, is already held): nothing changed and the fields repeat
-	// the original outcome.
+	// for Reserve, is already held): nothing changed. Used, Reserved and
+	// Unmatched repeat the first outcome; Charged and Refunded are zero,
+	// as nothing was charged or given back this time (the first Settle's
+	// result has them).
 	Replayed bool
 	// Unmatched reports a Settle that found no live reservation for its
 	// id (never reserved, or the hold expired after Options.HoldTTL): the

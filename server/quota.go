@@ -49,7 +49,8 @@ type QuotaReserveRequest struct {
 
 // QuotaSettleRequest is the body of POST /v1/quota/settle: commit the real
 // cost of a reservation. Settling an id again changes nothing and returns
-// the first outcome with "replayed": true.
+// the first outcome with "replayed": true, and "charged" and "refunded" 0
+// (nothing was charged or given back again).
 type QuotaSettleRequest struct {
 	// Quota, Identity and RequestID are those of the reservation.
 	Quota     string            `json:"quota"`
@@ -104,11 +105,13 @@ type QuotaResponse struct {
 	// Reason is none, exhausted, cost_exceeds_limit or too_many_pending.
 	Reason string `json:"reason"`
 	// Charged is what the operation added to Used; Refunded, for a
-	// settle, how much of the estimate was given back.
+	// settle, how much of the estimate was given back. Both are 0 for a
+	// replayed settle: it adds and gives back nothing.
 	Charged  int64 `json:"charged"`
 	Refunded int64 `json:"refunded"`
 	// Replayed reports a reserve or settle of an id already handled:
-	// nothing changed. Unmatched reports a settle that found no live
+	// nothing changed (used, reserved and unmatched are those of the first
+	// outcome). Unmatched reports a settle that found no live
 	// reservation (its hold expired, or it never existed); it was charged
 	// all the same.
 	Replayed  bool `json:"replayed,omitempty"`
