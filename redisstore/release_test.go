@@ -47,6 +47,7 @@ func testRelease(t *testing.T, e *env) {
 	t.Run("idempotent", func(t *testing.T) { testReleaseIdempotent(t, e) })
 	t.Run("window ended", func(t *testing.T) { testReleaseWindowEnded(t, e) })
 	t.Run("sliding log", func(t *testing.T) { testReleaseSlidingLog(t, e) })
+	t.Run("token bucket to the microsecond", func(t *testing.T) { testReleaseTokenBucketExact(t, e) })
 	t.Run("buckets never over-admit", func(t *testing.T) {
 		for _, a := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
 			t.Run(a.String(), func(t *testing.T) { testReleaseBuckets(t, e, a, uint64(time.Now().UnixNano())) })
@@ -228,6 +229,36 @@ func testReleaseSlidingLog(t *testing.T, e *env) {
 			t.Fatal("SL_RELEASE_CAP changed: adjust this test")
 		}
 	})
+}
+
+// testReleaseTokenBucketExact: a reservation of 3 on a full bucket, a
+// request a second later, then the release. Without the reservation the
+// bucket would have been full at that second, so the request would have
+// left 9 tokens with the refill clock at that second: the release must
+// leave exactly that (the next token a full interval after the request),
+// where giving back whole tokens rounded down kept one (8 left).
+func testReleaseTokenBucketExact(t *testing.T, e *env) {
+	t0 := vectors.T0.Add(8 * time.Hour).UnixMicro()
+	sec := time.Second.Microseconds()
+	p := mustPolicy(t, floodgate.Policy{Name: "tb-exact", Algorithm: floodgate.TokenBucket, Limit: 10, Window: time.Hour})
+	iv := p.Window.Microseconds() / p.Limit
+	m := newMirror(t, e)
+	key := e.layerAt(p, "exact", t0, 0).Key
+	l := func(cost int64) floodgate.Layer { return floodgate.Layer{Policy: p, Key: key, Cost: cost} }
+	res := e.reserveOne(t, t0, l(3))
+	if !res.held {
+		t.Fatalf("reserve: %+v", res.out)
+	}
+	m.both(t, t0+sec, l(1))
+	// The mirror never saw the reservation: it is the bucket without it.
+	if applied, rel := e.releaseOne(t, t0+sec, res, 1); !applied || rel[0].back != 3 || rel[0].rem != 9 {
+		t.Fatalf("release: %v %+v; want 3 tokens back and 9 left", applied, rel)
+	}
+	for _, at := range []int64{t0 + sec, t0 + sec + iv - 1, t0 + sec + iv, t0 + sec + 2*iv} {
+		m.decide(t, at, l(0))
+	}
+	m.decide(t, t0+sec+iv, l(10))
+	m.decide(t, t0+sec+iv, l(9))
 }
 
 // testReleaseBuckets interleaves, on one bucket, plain decisions,

@@ -110,8 +110,13 @@
     -- that is safe, and returns the number of tokens given back. The
     -- reservation left the bucket full again at u1 (µs; the reset of its
     -- reply), with bookkeeping A = u2 and R = u3. The rule is
-    -- bucket_refund's, rounded down to whole tokens and capped at the
-    -- burst.
+    -- bucket_refund's, to the microsecond: the bucket's full time
+    -- T + (burst - N) x interval moves back by exactly what bucket_refund
+    -- allows, as whole tokens added (rounded up) and the refill clock T
+    -- moved on by the fraction of a token not given back (a refund a few
+    -- microseconds short of the reservation gives back all its tokens and
+    -- delays the next refill by those microseconds, where rounding down
+    -- would keep a whole token). Capped at a full bucket.
     local v = redis.call('GET', key)
     if not v then
       return 0
@@ -122,12 +127,12 @@
     end
     t, n, h, ca, cr = tonumber(t), tonumber(n), tonumber(h), tonumber(ca), tonumber(cr)
     local back = bucket_refund(t + (b - n) * iv, h, ca, cr, cost * iv, u1, u2, u3)
-    local k = idiv(back, iv)
-    if k > b - n then
-      k = b - n
+    if back > (b - n) * iv then
+      back = (b - n) * iv
     end
-    if k <= 0 then
+    if back <= 0 then
       return 0
     end
-    redis.call('SET', key, sfmt('%d %d %d %d %d', t, n + k, h, ca, cr + k * iv), 'KEEPTTL')
+    local k = idiv(back + iv - 1, iv)
+    redis.call('SET', key, sfmt('%d %d %d %d %d', t + k * iv - back, n + k, h, ca, cr + back), 'KEEPTTL')
     return k
