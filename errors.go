@@ -11,6 +11,9 @@ var (
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
 	// ErrInvalidKey reports an identity, prefix or key that cannot be used.
 	ErrInvalidKey = errors.New("floodgate: invalid key")
+	// ErrNilStore reports a nil Store given to New: pass memstore.New's or
+	// redisstore.New's store.
+	ErrNilStore = errors.New("floodgate: New needs a store, got nil (use memstore.New or redisstore.New)")
 	// ErrInvalidLayers reports an empty or too long list of layers.
 	ErrInvalidLayers = errors.New("floodgate: invalid layers")
 	// ErrStoreUnavailable reports that the store could not be reached and

@@ -57,7 +57,7 @@ type Limiter struct {
 // New returns a Limiter deciding against store.
 func New(store Store, opts Options) (*Limiter, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: nil store", ErrInvalidPolicy)
+		return nil, ErrNilStore
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "fg"

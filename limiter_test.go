@@ -109,3 +109,10 @@ func TestStepNeverOverAdmits(t *testing.T) {
 		})
 	}
 }
+
+func TestNewNilStore(t *testing.T) {
+	_, err := floodgate.New(nil, floodgate.Options{})
+	if !errors.Is(err, floodgate.ErrNilStore) || errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("New(nil) = %v, want ErrNilStore (and not ErrInvalidPolicy)", err)
+	}
+}

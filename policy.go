@@ -249,7 +249,7 @@ func (p Policy) Validate() error {
 		return bad("calendar applies to quota only")
 	}
 	if p.Window < MinWindow || p.Window > MaxWindow {
-		return bad("window %v out of range %v..%v", p.Window, MinWindow, MaxWindow)
+		return bad("window %s out of range %s..%s", durationText(p.Window), durationText(MinWindow), durationText(MaxWindow))
 	}
 	if p.Window%time.Microsecond != 0 {
 		return bad("window %v is not a whole number of microseconds", p.Window)
@@ -317,7 +317,7 @@ func (p Policy) String() string {
 	if p.Algorithm == Quota {
 		return fmt.Sprintf("%s: quota %d/%s", p.Name, p.Limit, p.Calendar.Unit)
 	}
-	s := fmt.Sprintf("%s: %s %d/%v", p.Name, p.Algorithm, p.Limit, p.Window)
+	s := fmt.Sprintf("%s: %s %d/%s", p.Name, p.Algorithm, p.Limit, durationText(p.Window))
 	if p.Burst != 0 {
 		s += fmt.Sprintf(" burst %d", p.Burst)
 	}
@@ -325,6 +325,16 @@ func (p Policy) String() string {
 		s += fmt.Sprintf(" max delay %v", p.MaxDelay)
 	}
 	return s
+}
+
+// durationText writes d as the configuration does: whole days as "30d",
+// anything else as Go writes it ("1m0s", "36h0m0s").
+func durationText(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
 }
 
 func validName(name string) error {

@@ -2,6 +2,7 @@ package floodgate_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +122,21 @@ func TestMust(t *testing.T) {
 	}()
 	floodgate.Must(floodgate.NewTokenBucket("api", 0, time.Minute, 0))
 	t.Error("Must did not panic on an invalid policy")
+}
+
+// TestWindowsInDays: windows of whole days are written in days, as the
+// configuration writes them, in errors and in String.
+func TestWindowsInDays(t *testing.T) {
+	p := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Limit: 10, Window: 500 * 24 * time.Hour}
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "window 500d out of range 1ms..400d") {
+		t.Errorf("Validate = %v, want the window in days", err)
+	}
+	p.Window = 30 * 24 * time.Hour
+	if got, want := p.String(), "p: fixed_window 10/30d"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	p.Window = 90 * time.Minute
+	if got, want := p.String(), "p: fixed_window 10/1h30m0s"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
 }

@@ -44,7 +44,11 @@ type Result struct {
 	// consumed). For a peek (cost 0) it reports whether a request of cost 1
 	// would be admitted now; nothing is consumed.
 	Allowed bool
-	// Limit is the policy's Limit, e.g. 100 for 100 requests per minute.
+	// Limit is the most the policy admits at once, so that a fresh
+	// identity's Remaining (on a peek) equals it: the policy's Limit for
+	// FixedWindow, SlidingLog, SlidingWindow and Quota (e.g. 100 for 100
+	// requests per minute), its Burst for TokenBucket and GCRA (e.g. 20
+	// for 60 per minute with bursts of 20); see Policy.Capacity.
 	Limit int64
 	// Remaining is how many cost units could still be admitted right now,
 	// after this request, e.g. 99 after the first request of a fresh

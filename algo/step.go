@@ -100,7 +100,7 @@ func StepTo(o *Transition, p *floodgate.Policy, s *State, now, cost int64) {
 		o.State = *s
 	}
 	o.TTL = max(o.TTL, minTTL) + TTLSlack.Microseconds()
-	r.fill(&o.Result, p.Limit)
+	r.fill(&o.Result, p.Capacity())
 }
 
 // Standing returns where state s stands at now under p without any

@@ -221,6 +221,17 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 	return out
 }
 
+// FormatDuration writes d as ParseDuration reads it back, in the form the
+// documentation uses: whole days as "30d", anything else as Go writes it
+// ("1m0s", "36h0m0s").
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	return d.String()
+}
+
 // ParseDuration parses a Go duration ("90s", "1h30m") or a whole number of
 // days ("1d", "30d"). The result must be positive.
 func ParseDuration(s string) (time.Duration, error) {

@@ -188,7 +188,7 @@ func TestParseErrors(t *testing.T) {
 		{"text limit", layer("algorithm: gcra, limit: lots, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit must be a whole number, got "lots"`},
 		{"bad window", layer("algorithm: gcra, limit: 5, window: 1 minute, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: invalid duration "1 minute"`},
 		{"negative window", layer("algorithm: gcra, limit: 5, window: -1m, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: duration "-1m" must be positive`},
-		{"window too long", layer("algorithm: fixed_window, limit: 5, window: 500d, dimension: user"), `e.yaml:5:9: layer "l" of policy "p": policy "p.l": window 12000h0m0s out of range`},
+		{"window too long", layer("algorithm: fixed_window, limit: 5, window: 500d, dimension: user"), `e.yaml:5:9: layer "l" of policy "p": policy "p.l": window 500d out of range 1ms..400d`},
 		{"burst on fixed window", layer(ok + ", burst: 5"), `burst applies to token_bucket and gcra only`},
 		{"max_delay on token bucket", layer("algorithm: token_bucket, limit: 5, window: 1s, max_delay: 1s, dimension: user"), `max delay applies to gcra only`},
 		{"no dimension", layer("algorithm: gcra, limit: 5, window: 1s"), `e.yaml:5:9: layer "l" of policy "p" has no dimension`},

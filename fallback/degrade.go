@@ -102,7 +102,7 @@ func decideClosed(br *breaker, now int64, layers []floodgate.Layer, modes []Mode
 	retry := br.retryHint().Microseconds()
 	for i, l := range layers {
 		if modes[i] == ModeClosed {
-			out[i] = algo.ResultFromMicros(false, l.Policy.Limit, 0, now+retry, retry, 0, floodgate.ReasonLimited)
+			out[i] = algo.ResultFromMicros(false, l.Policy.Capacity(), 0, now+retry, retry, 0, floodgate.ReasonLimited)
 		} else {
 			out[i] = openResult(now, l)
 		}
@@ -121,9 +121,9 @@ func decideOpen(now int64, layers []floodgate.Layer, out []floodgate.Result) {
 func openResult(now int64, l floodgate.Layer) floodgate.Result {
 	capacity := l.Policy.Capacity()
 	if l.Cost > capacity {
-		return algo.ResultFromMicros(false, l.Policy.Limit, capacity, now, 0, 0, floodgate.ReasonCostExceedsLimit)
+		return algo.ResultFromMicros(false, l.Policy.Capacity(), capacity, now, 0, 0, floodgate.ReasonCostExceedsLimit)
 	}
-	return algo.ResultFromMicros(true, l.Policy.Limit, capacity-l.Cost, now, 0, 0, floodgate.ReasonNone)
+	return algo.ResultFromMicros(true, l.Policy.Capacity(), capacity-l.Cost, now, 0, 0, floodgate.ReasonNone)
 }
 
 // decideLocal decides the local-mode layers with the local store at their

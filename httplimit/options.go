@@ -12,7 +12,14 @@
 //
 //   - every limited response carries X-RateLimit-Limit, X-RateLimit-Remaining
 //     and X-RateLimit-Reset (Unix seconds), taken from the binding layer
-//     (floodgate.Decision.Result);
+//     (floodgate.Decision.Result). Limit is the most that layer can
+//     admit at once, so a fresh identity's Remaining equals it: the
+//     policy's Limit for fixed window, sliding log, sliding window and
+//     quota (Remaining: what is left in the window or period), its Burst
+//     for token bucket and GCRA (Remaining: the tokens, or bursts, left
+//     now; the bucket refills at Limit per Window). Reset is when the
+//     identity's state is fresh again: the window's end, the period's
+//     end, or when the bucket is full again;
 //   - a denial is 429 Too Many Requests with Retry-After (whole seconds,
 //     rounded up, at least 1) and an application/problem+json body (RFC
 //     9457) of type [Problem];

@@ -69,7 +69,7 @@ func decodeInts(vals []int64, layers []floodgate.Layer, out []floodgate.Result, 
 			undo != nil && (v[6] < 0 || v[7] < 0 || v[8] < 0):
 			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v)
 		}
-		out[i] = algo.ResultFromMicros(allowed == 1, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
+		out[i] = algo.ResultFromMicros(allowed == 1, layers[i].Policy.Capacity(), remaining, resetAt, retry, delay, floodgate.Reason(reason))
 		if undo != nil {
 			undo[i] = [undoWidth]int64{v[6], v[7], v[8]}
 		}
@@ -96,7 +96,7 @@ func decodeCompact(vals []int64, layers []floodgate.Layer, out []floodgate.Resul
 		} else {
 			retry = wait
 		}
-		out[i] = algo.ResultFromMicros(allowed, layers[i].Policy.Limit, remaining, resetAt, retry, delay, floodgate.Reason(reason))
+		out[i] = algo.ResultFromMicros(allowed, layers[i].Policy.Capacity(), remaining, resetAt, retry, delay, floodgate.Reason(reason))
 	}
 	return nil
 }

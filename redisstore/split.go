@@ -340,7 +340,7 @@ func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (boo
 	}
 	for i, k := range pos {
 		if rel[i].known {
-			p.out[k] = algo.ResultFromMicros(true, layers[i].Policy.Limit, rel[i].rem, rel[i].at, 0, 0, floodgate.ReasonNone)
+			p.out[k] = algo.ResultFromMicros(true, layers[i].Policy.Capacity(), rel[i].rem, rel[i].at, 0, 0, floodgate.ReasonNone)
 		}
 	}
 	return applied, rel

@@ -156,7 +156,7 @@ type Server struct {
 	assign   config.Assignments
 	metrics  *serverMetrics
 	decided  *metrics.Metrics
-	mux      *http.ServeMux
+	mux      http.Handler
 	draining atomic.Bool
 	warn     *rateLimitedLog
 
@@ -164,7 +164,7 @@ type Server struct {
 	leaseStore concurrency.Store
 	eng        atomic.Pointer[engines]
 
-	adminMux   *http.ServeMux
+	adminMux   http.Handler
 	adminGuard *adminGuard
 }
 
@@ -279,7 +279,7 @@ func (s *Server) routes() {
 		m.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
 		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
 	}
-	s.mux, s.adminMux = mux, admin
+	s.mux, s.adminMux = withProblems(mux), withProblems(admin)
 }
 
 // AdminHandler returns the handler of the admin listener: the admin

@@ -210,7 +210,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	mode, err := fallback.ParseMode(f.fallbackMode)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("--fallback: %w", err)
+		return nil, fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
 	}
 	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Observer: breakerLog{m, log},
 		OnFallback: func(r fallback.Reason, err error) {
@@ -263,6 +263,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	keys, err := config.KeysFor(f.prefix)
 	if err != nil {
 		return fmt.Errorf("--prefix: %w", err)
+	}
+	if _, err := fallback.ParseMode(f.fallbackMode); err != nil && f.fallbackMode != "off" {
+		return fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
 	}
 	reg := prometheus.NewRegistry()
 	if err := registerRuntime(reg); err != nil {

@@ -59,7 +59,7 @@ func RunCases(t *testing.T, cases []Case, idPrefix string, decide Decider) {
 				}
 				want := floodgate.Result{
 					Allowed:    s.Allowed,
-					Limit:      c.Policy.Limit,
+					Limit:      c.Policy.Capacity(),
 					Remaining:  s.Remaining,
 					ResetAt:    T0.Add(s.ResetAt),
 					RetryAfter: s.RetryAfter,

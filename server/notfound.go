@@ -1,0 +1,56 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+)
+
+// withProblems serves mux, answering the requests it has no route for
+// (404) or no route for with that method (405, with its Allow header) with
+// an application/problem+json body like every other error of the API,
+// instead of ServeMux's plain text.
+func withProblems(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// ServeMux's own answer tells 404 from 405 (and redirects, such
+		// as a path to clean): learn its status and headers, drop its body.
+		rec := &headerRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusNotFound:
+			writeProblem(w, &problemError{status: http.StatusNotFound, kind: "not-found",
+				detail: "no endpoint " + r.URL.Path + "; the API is under /v1/ (see README.md)"})
+		case http.StatusMethodNotAllowed:
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeProblem(w, &problemError{status: http.StatusMethodNotAllowed, kind: "method-not-allowed",
+				detail: r.Method + " " + r.URL.Path + " is not allowed; use " + strings.ReplaceAll(allow, ",", " or")})
+		default:
+			mux.ServeHTTP(w, r)
+		}
+	})
+}
+
+// headerRecorder is a ResponseWriter that keeps the status and headers
+// written to it and discards the body.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *headerRecorder) Header() http.Header { return r.header }
+func (r *headerRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+func (r *headerRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return len(b), nil
+}
