@@ -81,8 +81,10 @@ works on a fresh machine:
   floodgate check --policy api --id user=42
 
 With --redis (or --redis-sentinel, --redis-cluster) every instance shares
-its counters in Redis; when Redis fails, decisions fall back to a local
-in-memory limiter (--fallback) until it is back.
+its counters in Redis; when Redis fails, each policy is decided by its
+on_redis_failure (default --fallback: a local in-memory limiter at the
+limit divided by the live instance count) until Redis is back, which
+background probes notice within about a second.
 
 Configuration comes from --config FILE (reloaded when the file changes),
 from Redis (--config-from-redis; publish with "floodgate config push"), or
@@ -121,7 +123,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one decision")
-	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails: local (in-memory limiter), open (allow), closed (deny) or off (answer 503)")
+	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails, for policies without on_redis_failure: local (in-memory limiter), open (allow), closed (deny), or off (answer 503, for every policy)")
 	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a Redis call may take before the fallback decides")
 	fl.IntVar(&f.instances, "instances", 1, "least number of instances sharing Redis; the local fallback divides limits by the larger of this and the live count (instances heartbeat into <prefix>:instances)")
 	fl.BoolVar(&f.clockSync, "clock-sync", true, "on Redis, stamp decisions with Redis's TIME (measured every 10s) rather than this machine's clock, so that instances agree")
