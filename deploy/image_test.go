@@ -300,3 +300,60 @@ func withFlag(args []string, name, value string) []string {
 	}
 	return append(out, "--"+name, value)
 }
+
+// TestContainerfileStages checks, without building, that the two ways of
+// building the image end in the same place: the source stage runs the
+// script that deploy/build-image.sh runs for the prebuilt stage, both put
+// floodgate and ca-certificates.crt in /out, and the final stage takes
+// them from the stage BINARY names (source by default).
+func TestContainerfileStages(t *testing.T) {
+	raw, err := os.ReadFile("Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.ReplaceAll(string(raw), "\\\n", " "), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	stage := ""
+	stages := map[string][]string{}
+	for _, l := range lines {
+		if f := strings.Fields(l); f[0] == "FROM" {
+			stage = "final"
+			if len(f) == 4 && f[2] == "AS" {
+				stage = f[3]
+			}
+			if _, dup := stages[stage]; dup {
+				t.Fatalf("stage %s twice", stage)
+			}
+		}
+		stages[stage] = append(stages[stage], l)
+	}
+	want := map[string][]string{
+		"":         {"ARG BINARY=source"},
+		"source":   {`RUN VERSION="$VERSION" bash deploy/build-image.sh --binary-only /out`},
+		"prebuilt": {"FROM scratch AS prebuilt", "COPY floodgate ca-certificates.crt /out/"},
+		"binary":   {"FROM ${BINARY} AS binary"},
+		"final": {"FROM scratch",
+			"COPY --from=binary /out/floodgate /usr/local/bin/floodgate",
+			"COPY --from=binary /out/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt"},
+	}
+	for s, ls := range want {
+		for _, l := range ls {
+			if !slices.Contains(stages[s], l) {
+				t.Errorf("stage %q lacks %q; it has %q", s, l, stages[s])
+			}
+		}
+	}
+	script, err := os.ReadFile("build-image.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`-o "$out/floodgate"`, `"$out/ca-certificates.crt"`, "CGO_ENABLED=0", "-trimpath", "-X main.version=$VERSION", "BINARY=prebuilt"} {
+		if !strings.Contains(string(script), s) {
+			t.Errorf("build-image.sh lacks %s", s)
+		}
+	}
+}
