@@ -1,6 +1,7 @@
 package envoyside
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,7 +55,7 @@ func theirLimit(cfg theirconfig.RateLimitConfig, domain string, d *ratelimitv3.R
 			err = fmt.Errorf("%v", r)
 		}
 	}()
-	return cfg.GetLimit(nil, domain, d), nil //nolint:staticcheck // their GetLimit ignores the context
+	return cfg.GetLimit(context.TODO(), domain, d), nil
 }
 
 // loaderInput is one configuration to load with both loaders.
@@ -157,6 +158,23 @@ func loaderInputs(t *testing.T) []loaderInput {
 		loaderInput{name: "merge files, no merge", files: merge},
 		loaderInput{name: "duplicate key across merged files", merge: true, files: []envoycompat.File{
 			{Name: "config.a.yaml", Data: read("basic_config.yaml")}, {Name: "config.b.yaml", Data: read("basic_config.yaml")}}})
+	// Every YAML example of their README that is a whole configuration.
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := 0
+	for i, block := range strings.Split(string(readme), "```yaml")[1:] {
+		body, _, _ := strings.Cut(block, "```")
+		if !strings.Contains(body, "\ndomain:") {
+			continue
+		}
+		examples++
+		in = append(in, loaderInput{name: fmt.Sprintf("README yaml block %d", i+1), files: []envoycompat.File{{Name: "config.readme.yaml", Data: []byte(body)}}})
+	}
+	if examples < 10 {
+		t.Fatalf("only %d configuration examples found in their README", examples)
+	}
 	names := make([]string, 0, len(edgeCases))
 	for n := range edgeCases {
 		names = append(names, n)
