@@ -105,3 +105,35 @@ func TestKillUnderLoad(t *testing.T) {
 	r.checkCounted(l.degraded.Load() + r.probesDegraded())
 	r.checkExact()
 }
+
+// TestLongOutageRecoversWithProbes: with the breaker's own defaults (open
+// period doubling from 1 s up to 30 s) an 8 s outage used to leave the
+// breaker open several seconds after Redis was back. With background
+// probes (fallback.RedisProbe) central counting returns about a second
+// after Redis does, however long it was down, and while it is down no
+// request reaches it.
+func TestLongOutageRecoversWithProbes(t *testing.T) {
+	leakCheck(t)
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr)
+	r := newRig(t, client, fallback.Options{Probe: fallback.RedisProbe(client, fmt.Sprintf("ft%d:probe", time.Now().UnixNano())),
+		Breaker: fallback.BreakerOptions{OpenFor: time.Second, MaxOpenFor: 30 * time.Second}})
+	t.Cleanup(r.store.Close)
+	const limit = 50
+	p := policy(t, "api", limit)
+	l := r.startLoad(p, 4, ids("user-", 4))
+	time.Sleep(300 * time.Millisecond)
+	srv.Kill()
+	time.Sleep(8 * time.Second)
+	srv.Restart(t)
+	took := r.waitCentral(p)
+	l.stop()
+	t.Logf("MEASURE kill -9, 8 s outage, background probes: central again %v after restart", took.Round(time.Millisecond))
+	if h := r.watch.history()[fallback.DefaultPartition]; len(h) != 3 || h[1] != fallback.BreakerOpen || h[2] != fallback.BreakerClosed {
+		t.Fatalf("breaker history %v, want closed, open, closed (no half-open trial by requests)", h)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("central counting %v after Redis came back, want about 1 s (bound 5 s)", took)
+	}
+	r.checkExact()
+}
