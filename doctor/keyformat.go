@@ -24,6 +24,7 @@ const (
 	kindTiers              // prefix:tiers, the tier assignments
 	kindLogin              // {loginprefix}:{a,i,p}:id (package loginguard)
 	kindDemo               // prefix:naive:{id}, the incident demo's naive counter
+	kindProbe              // prefix:probe, the breaker's background probe key (fallback.RedisProbe)
 )
 
 // parsedKey is a key's name taken apart.
@@ -45,6 +46,9 @@ func parseKey(prefix, loginPrefix, key string) parsedKey {
 	}
 	if key == prefix+":tiers" {
 		return parsedKey{kind: kindTiers}
+	}
+	if key == prefix+":probe" {
+		return parsedKey{kind: kindProbe}
 	}
 	if lp := "{" + loginPrefix + "}:"; strings.HasPrefix(key, lp) {
 		rest := key[len(lp):]
@@ -129,9 +133,10 @@ var shortAlg = map[floodgate.Algorithm]string{
 
 // Bounds on keys of the quota and concurrency packages and on markers.
 const (
-	quotaGrace      = time.Hour      // quota.Options.Grace default, what the service uses
-	quotaMarkerLife = 24 * time.Hour // quota's lost-state marker outlives the usage by this
-	markerTTL       = 10 * time.Second
+	quotaGrace      = time.Hour        // quota.Options.Grace default, what the service uses
+	quotaMarkerLife = 24 * time.Hour   // quota's lost-state marker outlives the usage by this
+	markerTTL       = 10 * time.Second // redisstore's release markers
+	probeTTL        = 10 * time.Second // serve's breaker probe key
 	ttlSlack        = algo.TTLSlack
 )
 

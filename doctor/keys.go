@@ -188,6 +188,8 @@ func (r *run) checkTTLs(c *Check, res scanResult, own map[string]*owner, now tim
 		switch k.parsed.kind {
 		case kindMarker:
 			bound = markerTTL + ttlSlack
+		case kindProbe:
+			bound = probeTTL + ttlSlack
 		case kindRate, kindQuotaLayer, kindBilling, kindLease:
 			if o := ownerOf(own, k.parsed); o != nil {
 				bound = o.maxTTL(now)
@@ -254,6 +256,8 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			label = "login guard"
 		case kindMarker:
 			label = "release markers"
+		case kindProbe:
+			label = "breaker probe"
 		default:
 			label = k.parsed.owner + " (" + k.parsed.alg + ")"
 			if r.cfg != nil && ownerOf(own, k.parsed) == nil {

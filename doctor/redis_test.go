@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"context"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/loginguard"
 )
 
 func TestHealthyStandalonePassesClean(t *testing.T) {
@@ -17,13 +19,27 @@ func TestHealthyStandalonePassesClean(t *testing.T) {
 	client := srv.Client(t)
 	cfg := publish(t, client, "hs", testConfigQuota)
 	traffic(t, client, "hs", cfg)
+	// Login guard keys under {hslogin}: the guard's own formats.
+	lb, err := loginguard.NewRedis(client, "hslogin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := loginguard.New(lb, loginguard.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := g.Failure(context.Background(), "alice", netip.MustParseAddr("192.0.2.7")); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "hs"})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "hs", LoginPrefix: "hslogin"})
 	clean(t, rep)
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "appendonly yes", "tokens")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
 	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 key(s)", "login.per-account (sl): 3 key(s)",
-		"tokens (q): ", "reports (cc): 1 key(s)")
+		"tokens (q): ", "reports (cc): 1 key(s)", "login guard: 3 key(s)")
 	if rep.RedisCommands == 0 {
 		t.Fatal("the report counts no Redis commands")
 	}

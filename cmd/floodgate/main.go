@@ -1,6 +1,7 @@
 // Command floodgate is Floodgate's binary: the rate limit service (serve),
 // a one-off decision against it (check), configuration tools (config), the
-// incident demo (demo incident) and a load generator (loadtest).
+// incident demo (demo incident), a load generator (loadtest) and a
+// read-only audit of a deployment (doctor).
 //
 // It only wires flags to the packages that hold the logic: config, server,
 // incident, envoyrls and loadgen.
