@@ -234,3 +234,39 @@ func TestAttackVictimLockout(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackInvisibleSpellings: an attacker spreading guesses at "alice"
+// over spellings with invisible characters ("alice\u200b", "al\u00adice",
+// ...), which an application's user lookup may resolve to the same
+// account, gets no fresh per-account budget: every spelling counts on the
+// one account.
+func TestAttackInvisibleSpellings(t *testing.T) {
+	spellings := []string{"alice", "alice\u200b", "al\u00adice", "al\u2060ice", "\ufeffalice", "ali\u200dce", "alice\x00", "Alice\u200e", "a\u034flice", "alice\ufe0f"}
+	for name, mk := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			c := &clock{t: t0}
+			g := newGuard(t, mk(t, "lginvis"), Options{Clock: c.now})
+			bot := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{100, 64, byte(i), 1}) }
+			for i := range 100 {
+				login(t, g, spellings[i%len(spellings)], bot(i), false, solvedCaptcha)
+				c.set(c.now().Add(time.Minute))
+			}
+			st, err := g.Status(context.Background(), "alice", bot(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Account.Failures < 50 {
+				t.Fatalf("alice's failures %d after 100 guesses over %d spellings: the spellings got budgets of their own", st.Account.Failures, len(spellings))
+			}
+			for _, sp := range spellings[1:] {
+				other, err := g.Status(context.Background(), sp, bot(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if other.Account != st.Account {
+					t.Fatalf("%+q has its own account state %+v, alice %+v", sp, other.Account, st.Account)
+				}
+			}
+		})
+	}
+}

@@ -19,7 +19,7 @@ func Example() {
 	}
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	guard, err := loginguard.New(backend, loginguard.Options{
-		Secret: []byte("a secret of at least 16 bytes, from configuration"),
+		Secret: []byte("a random secret of at least 32 bytes, from configuration"),
 		Pair:   loginguard.Ladder{Captcha: 2, Delay: 3, Lock: 5},
 		Clock:  func() time.Time { return now }, // fixed for a stable output; omit in real code
 	})

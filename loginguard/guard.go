@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/text/cases"
@@ -247,13 +248,30 @@ func (g *Guard) digest(tag byte, a, b string) string {
 }
 
 // NormalizeAccount returns the canonical form of an account name, the one
-// its counters are keyed by: surrounding white space trimmed, Unicode
-// compatibility-normalised (NFKC) and case-folded, so that "Alice",
-// " alice " and "ＡＬＩＣＥ" (full-width) share one set of counters.
-// Merging spellings errs on the safe side: two spellings the application
-// might treat as one account must never get two budgets. It fails, wrapping
-// ErrInvalidAccount, for names that are not valid UTF-8, longer than
-// MaxAccountLen bytes, or empty after trimming.
+// its counters are keyed by. In order, it:
+//
+//  1. drops every invisible code point: controls (general category Cc,
+//     NUL, tab and newline included), format characters (Cf: soft hyphen
+//     U+00AD, zero-width space U+200B, zero-width non-joiner and joiner
+//     U+200C/U+200D, word joiner U+2060, byte order mark U+FEFF, bidi
+//     marks and overrides, ...), variation selectors, and the other
+//     default-ignorable code points (combining grapheme joiner U+034F,
+//     Hangul fillers, ...);
+//  2. applies Unicode compatibility normalisation (NFKC), so full-width
+//     "ＡＬＩＣＥ", ligatures and composed or decomposed accents agree;
+//  3. case-folds, and normalises again;
+//  4. trims surrounding white space.
+//
+// So "Alice", " alice ", "ＡＬＩＣＥ", "alice\u200b" and "al\u00adice" share
+// one set of counters: an application whose user lookup ignores such
+// differences (as *_unicode_ci collations do) sees one account, and so
+// must the guard. Merging spellings errs on the safe side: two spellings
+// the application might treat as one account must never get two budgets.
+// Letters that only look alike ("аlice" with a Cyrillic а) stay distinct:
+// lookups do not merge them either. Inner spaces are kept.
+//
+// It fails, wrapping ErrInvalidAccount, for names that are not valid UTF-8,
+// longer than MaxAccountLen bytes, or empty after all this.
 func NormalizeAccount(account string) (string, error) {
 	if len(account) > MaxAccountLen {
 		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidAccount, len(account), MaxAccountLen)
@@ -261,11 +279,20 @@ func NormalizeAccount(account string) (string, error) {
 	if !utf8.ValidString(account) {
 		return "", fmt.Errorf("%w: not valid UTF-8", ErrInvalidAccount)
 	}
-	s := norm.NFKC.String(strings.TrimSpace(account))
+	s := strings.Map(dropInvisible, account)
+	s = norm.NFKC.String(s)
 	s = norm.NFKC.String(cases.Fold().String(s))
-	s = strings.TrimSpace(s)
+	s = strings.TrimSpace(strings.Map(dropInvisible, s))
 	if s == "" {
 		return "", fmt.Errorf("%w: empty", ErrInvalidAccount)
 	}
 	return s, nil
+}
+
+// dropInvisible maps the code points NormalizeAccount drops to -1.
+func dropInvisible(r rune) rune {
+	if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point) {
+		return -1
+	}
+	return r
 }

@@ -134,6 +134,46 @@ func TestNormalizeAccount(t *testing.T) {
 		{"ΣΊΣΥΦΟΣ", "σίσυφοσ"},     // final sigma folds like any sigma
 		{"user name", "user name"}, // inner space kept
 	}
+	// Spellings an application's lookup may take for "alice" (invisible
+	// characters ignored by *_unicode_ci collations and most UIs).
+	for _, in := range []string{
+		"alice\u200b",            // zero-width space
+		"al\u00adice",            // soft hyphen
+		"ali\u200dce",            // zero-width joiner
+		"ali\u200cce",            // zero-width non-joiner
+		"al\u2060ice",            // word joiner
+		"\ufeffalice",            // byte order mark
+		"alice\x00",              // NUL
+		"al\x07ice",              // a control
+		"alice\u200e",            // left-to-right mark
+		"\u202ealice",            // right-to-left override
+		"al\u034fice",            // combining grapheme joiner
+		"alice\ufe0f",            // variation selector 16
+		"alice\U000E0001",        // language tag
+		"a\u180el\u2061ice",      // Mongolian vowel separator, function application
+		"\u3164alice",            // Hangul filler
+		"ＡＬ\u200bＩＣＥ",            // full width and invisible
+		" \u200b Alice \ufeff\t", // white space around invisible
+	} {
+		if got, err := NormalizeAccount(in); err != nil || got != "alice" {
+			t.Errorf("NormalizeAccount(%+q) = %q, %v; want \"alice\"", in, got, err)
+		}
+	}
+	// An accent split from its letter by an invisible character still
+	// composes with it.
+	if got, _ := NormalizeAccount("jose\u200b\u0301"); got != "jos\u00e9" {
+		t.Errorf("invisible between letter and accent: %+q", got)
+	}
+	// Look-alike letters stay distinct; names of invisible characters only
+	// are refused.
+	if got, _ := NormalizeAccount("\u0430lice"); got == "alice" {
+		t.Errorf("Cyrillic a merged with Latin a")
+	}
+	for _, in := range []string{"\u200b", "\u00ad\u200d\ufeff", "\x00", " \u2060 "} {
+		if _, err := NormalizeAccount(in); !errors.Is(err, ErrInvalidAccount) {
+			t.Errorf("NormalizeAccount(%+q): %v, want ErrInvalidAccount", in, err)
+		}
+	}
 	for _, tt := range tests {
 		got, err := NormalizeAccount(tt.in)
 		if err != nil || got != tt.want {

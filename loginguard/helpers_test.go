@@ -13,7 +13,7 @@ import (
 // t0 is the vectors' origin.
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
-var testSecret = []byte("test-secret-0123456789abcdef")
+var testSecret = []byte("test-secret-0123456789abcdef-0123456789")
 
 // clock is a settable test clock, safe for concurrent readers.
 type clock struct {

@@ -55,8 +55,9 @@ var (
 
 // Bounds on options.
 const (
-	// MinSecretLen is the shortest accepted HMAC secret, in bytes.
-	MinSecretLen = 16
+	// MinSecretLen is the shortest accepted HMAC secret, in bytes: 256
+	// bits, the HMAC-SHA256 key size.
+	MinSecretLen = 32
 	// MaxThreshold is the largest ladder threshold.
 	MaxThreshold = 1_000_000_000
 	// MaxWindow bounds Ladder.Window, Ladder.Lockout.
@@ -69,8 +70,11 @@ const (
 type Options struct {
 	// Secret keys the HMAC-SHA256 that turns account names and addresses
 	// into storage keys, so the store never holds them in clear and they
-	// cannot be guessed from the keys. At least 16 bytes; keep it stable
-	// (a new secret starts every counter afresh).
+	// cannot be guessed from the keys. At least 32 bytes, and random (for
+	// example "openssl rand -hex 32", 64 characters): a guessable secret
+	// lets whoever reads the store test account names against its keys.
+	// Keep it stable (a new secret starts every counter afresh) and
+	// readable by the service only.
 	Secret []byte
 	// Account, IP and Pair are the ladders of the three dimensions.
 	// Defaults DefaultAccount, DefaultIP and DefaultPair.

@@ -437,7 +437,7 @@ func TestAdminLoginUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := loginguard.New(backend, loginguard.Options{Secret: []byte("0123456789abcdef0123")})
+	guard, err := loginguard.New(backend, loginguard.Options{Secret: []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,3 +201,28 @@ func TestServeRedisTLSAndPasswordFile(t *testing.T) {
 		t.Fatal("the Redis password is in the log")
 	}
 }
+
+// TestServeLoginSecretFile: a login secret under 32 bytes is refused; one
+// readable by group or others is used with a warning.
+func TestServeLoginSecretFile(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--redis", "redis://"+rs.Addr, "--login-secret-file", short); code == 0 || !strings.Contains(out, "want at least 32") {
+		t.Fatalf("short secret: exit %d: %s", code, out)
+	}
+	open := filepath.Join(dir, "open")
+	if err := os.WriteFile(open, []byte("0123456789abcdef0123456789abcdef0123456789\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	svc := startService(t, "--redis", "redis://"+rs.Addr, "--login-secret-file", open)
+	if logs := svc.logs.String(); !strings.Contains(logs, "secret file readable by group or others") || !strings.Contains(logs, `"mode":"0644"`) {
+		t.Fatalf("no warning about a world-readable secret:\n%s", logs)
+	}
+}

@@ -133,7 +133,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
-	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "HMAC secret of the applications' login guard (package loginguard); enables POST /admin/v1/login/unlock (needs Redis)")
+	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
 	fl.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "identities the in-memory store (memory mode, and the local fallback on Redis) tracks at most; past it, one-off identities are evicted first (about 160 bytes per identity plus its key)")
 	addSecurityFlags(fl, &f.sec)
@@ -350,7 +350,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates
 	}
 	f.sec.serverOptions(&opts)
-	if opts.LoginGuard, err = loginGuard(f, b); err != nil {
+	if opts.LoginGuard, err = loginGuard(f, b, log); err != nil {
 		return err
 	}
 	srv, err := server.New(lim, holder, opts)
@@ -416,22 +416,22 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 
 // loginGuard returns the guard whose lockouts the admin API lifts: one with
 // the applications' Redis, prefix and secret, so it derives the same keys.
-func loginGuard(f serveFlags, b *backend) (server.LoginUnlocker, error) {
+func loginGuard(f serveFlags, b *backend, log *slog.Logger) (server.LoginUnlocker, error) {
 	if f.loginSecretFile == "" {
 		return nil, nil
 	}
 	if b.client == nil {
 		return nil, errors.New("--login-secret-file needs --redis: the login guard to unlock keeps its state there")
 	}
-	raw, err := os.ReadFile(f.loginSecretFile)
+	secret, err := readSecretFile(f.loginSecretFile, "--login-secret-file", log)
 	if err != nil {
-		return nil, fmt.Errorf("--login-secret-file: %w", err)
+		return nil, err
 	}
 	backend, err := loginguard.NewRedis(b.client, f.loginPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("--login-prefix: %w", err)
 	}
-	g, err := loginguard.New(backend, loginguard.Options{Secret: []byte(strings.TrimSpace(string(raw)))})
+	g, err := loginguard.New(backend, loginguard.Options{Secret: []byte(secret)})
 	if err != nil {
 		return nil, fmt.Errorf("--login-secret-file: %w", err)
 	}
