@@ -144,5 +144,6 @@ func checkServing(t *testing.T, where string, s *service) {
 		defer cancel()
 		return client.ShouldRateLimit(ctx, req)
 	}
+	clearOfMinuteTurn()
 	checkEnvoyRoutes(t, where, decide)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -185,6 +186,15 @@ func TestEnvoyExample(t *testing.T) {
 		t.Errorf("rate limit service transport %v, want V3 (Floodgate serves envoy.service.ratelimit.v3)", rl.GetRateLimitService().GetTransportApiVersion())
 	}
 
+	svc := memService(t)
+	checkEnvoyRoutes(t, "in process", svc.ShouldRateLimit)
+}
+
+// memService returns Floodgate's Envoy service on an in-memory store,
+// loaded with ratelimit.yaml as --envoy-config does, at a fixed instant in
+// the middle of a minute so that no per-minute window turns during a test.
+func memService(t *testing.T) *envoyrls.Service {
+	t.Helper()
 	descriptors, err := config.NewEnvoyReloader([]string{descriptorsFile}, config.ReloaderOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -193,15 +203,28 @@ func TestEnvoyExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := floodgate.New(store, floodgate.Options{})
+	now := time.Now().Truncate(time.Minute).Add(30 * time.Second)
+	clock := func() time.Time { return now }
+	lim, err := floodgate.New(store, floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoyrls.NewService(lim, descriptors.Load, envoyrls.Options{})
+	svc, err := envoyrls.NewService(lim, descriptors.Load, envoyrls.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkEnvoyRoutes(t, "in process", svc.ShouldRateLimit)
+	return svc
+}
+
+// clearOfMinuteTurn waits, when the next minute starts within 10s, until
+// it has started, so that the per-minute fixed windows of ratelimit.yaml
+// cannot turn while a test counts requests against a service on the real
+// clock.
+func clearOfMinuteTurn() {
+	now := time.Now()
+	if next := now.Truncate(time.Minute).Add(time.Minute); next.Sub(now) < 10*time.Second {
+		time.Sleep(next.Sub(now) + 100*time.Millisecond)
+	}
 }
 
 // decideFunc is Envoy's rate limit call, in process or over gRPC.
@@ -311,5 +334,50 @@ func checkRoute(t *testing.T, decide decideFunc, name, domain string, req sample
 		if n > tightest {
 			t.Fatalf("%s: request %d still allowed, beyond the tightest limit %d", name, n, tightest)
 		}
+	}
+}
+
+// TestEnvoyDocsWalkthrough replays docs/deploy.md's quick start on
+// Floodgate loaded with ratelimit.yaml: seven requests to / from one
+// address get five OKs; in a new minute three requests to /search with
+// one API key get OK, OK, OVER_LIMIT, and the refused one consumed
+// nothing in the address's counter (three more requests to / pass, the
+// fourth does not).
+func TestEnvoyDocsWalkthrough(t *testing.T) {
+	b := loadBootstrap(t, envoyFile)
+	hcm, rl := ingress(t, b, "ingress")
+	routeLimits := func(prefix string) []*routev3.RateLimit {
+		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				if r.GetMatch().GetPrefix() == prefix {
+					return r.GetRoute().GetRateLimits()
+				}
+			}
+		}
+		t.Fatalf("no route for prefix %s", prefix)
+		return nil
+	}
+	send := func(svc *envoyrls.Service, prefix string, headers map[string]string, n int) string {
+		req := sampleRequest{remoteAddress: "172.18.0.1", headers: headers}
+		var got []string
+		for range n {
+			resp, err := svc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{
+				Domain: rl.GetDomain(), Descriptors: descriptorsFor(t, req, routeLimits(prefix))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, resp.GetOverallCode().String())
+		}
+		return fmt.Sprint(got)
+	}
+	if got, want := send(memService(t), "/", nil, 7), "[OK OK OK OK OK OVER_LIMIT OVER_LIMIT]"; got != want {
+		t.Errorf("7 requests to /: %s, want %s", got, want)
+	}
+	svc := memService(t) // the next minute: a new store
+	if got, want := send(svc, "/search", map[string]string{"x-api-key": "k1"}, 3), "[OK OK OVER_LIMIT]"; got != want {
+		t.Errorf("3 requests to /search: %s, want %s", got, want)
+	}
+	if got, want := send(svc, "/", nil, 4), "[OK OK OK OVER_LIMIT]"; got != want {
+		t.Errorf("then 4 requests to /: %s, want %s (the refused /search request must not count)", got, want)
 	}
 }

@@ -465,6 +465,7 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 	}
 	defer conn.Close()
 	client := rlspb.NewRateLimitServiceClient(conn)
+	clearOfMinuteTurn()
 	checkEnvoyRoutes(t, where, func(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
