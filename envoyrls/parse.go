@@ -24,9 +24,10 @@ import (
 //	algorithm: sliding_window        # extension: default for the domain
 //	descriptors:
 //	  - key: remote_address          # required
-//	    value: ""                    # optional; "" = any value, "abc*" = prefix
+//	    value: ""                    # optional; "" = any value; "abc*", "/a/*/b": patterns, first match in file order
 //	    shadow_mode: false           # decide and count, never deny
-//	    detailed_metric: false       # accepted, ignored
+//	    detailed_metric: false       # accepted, ignored (also value_to_metric, metadata)
+//	    share_threshold: false       # true is refused (envoycompat honours it); so is quota_mode: true
 //	    rate_limit:
 //	      unit: second|minute|hour|day|week
 //	      unit_multiplier: 1         # optional
