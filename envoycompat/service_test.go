@@ -212,8 +212,11 @@ func TestIntegrationSequence(t *testing.T) {
 				if got := testutil.ToFloat64(r.metrics.perLimit.WithLabelValues("another", "key2", statTotalHits)); got != 40 {
 					t.Errorf("total_hits of another.key2 = %v, want 40", got)
 				}
-				if got := testutil.ToFloat64(r.metrics.perLimit.WithLabelValues("another", "key2", statOverLimit)); got != 5 {
-					t.Errorf("over_limit of another.key2 = %v, want 5", got)
+				for stat, want := range map[string]float64{statOverLimit: 5, statNearLimit: 4, statWithinLimit: 35} {
+					// near: the hits that took key2=alone from 16 (0.8 × 20) to 20
+					if got := testutil.ToFloat64(r.metrics.perLimit.WithLabelValues("another", "key2", stat)); got != want {
+						t.Errorf("%s of another.key2 = %v, want %v", stat, got, want)
+					}
 				}
 			})
 		})
@@ -424,4 +427,23 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func wantReset(unit rlspb.RateLimitResponse_RateLimit_Unit) int64 {
 	secs := map[rlspb.RateLimitResponse_RateLimit_Unit]int64{sec: 1, mins: 60, hour: 3600, day: 86400, week: 604800, mon: 2592000, year: 31536000}[unit]
 	return secs - fixedNow.Unix()%secs
+}
+
+// TestPerSecondRedis: with REDIS_PERSECOND, counters of per-second limits
+// live on the second Redis, the others on the first.
+func TestPerSecondRedis(t *testing.T) {
+	main, perSecond := redistest.Start(t), redistest.Start(t)
+	mc, pc := main.Client(t), perSecond.Client(t)
+	r := newRig(t, &RedisStore{Client: mc, PerSecond: pc}, Options{}, basicIntegration, integrationConfig)
+	check(t, "both", r.call(t, req(t, "basic", 1, "key1=s")), okc, st{okc, 50, sec, 49})
+	check(t, "minute", r.call(t, req(t, "another", 1, "key2=m")), okc, st{okc, 20, mins, 19})
+	ctx := context.Background()
+	secKey := "basic_key1_s_" + itoa(fixedNow.Unix())
+	minKey := "another_key2_m_" + itoa(fixedNow.Unix()/60*60)
+	if pc.Get(ctx, secKey).Val() != "1" || mc.Exists(ctx, secKey).Val() != 0 {
+		t.Errorf("per-second counter not (only) on the per-second Redis")
+	}
+	if mc.Get(ctx, minKey).Val() != "1" || pc.Exists(ctx, minKey).Val() != 0 {
+		t.Errorf("per-minute counter not (only) on the main Redis")
+	}
 }
