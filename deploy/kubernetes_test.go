@@ -278,7 +278,7 @@ func TestKubernetesFloodgate(t *testing.T) {
 		t.Errorf("%s: terminationGracePeriodSeconds %v < shutdown delay + 2 × drain timeout = %v", where, grace, need)
 	}
 	if got, err := strconv.Atoi(flags["instances"]); err != nil || int32(got) != *d.Spec.Replicas {
-		t.Errorf("%s: --instances %q, want replicas %d (the local fallback divides limits by it)", where, flags["instances"], *d.Spec.Replicas)
+		t.Errorf("%s: --instances %q, want replicas %d (the least instance count the local fallback divides limits by)", where, flags["instances"], *d.Spec.Replicas)
 	}
 	if len(m.pdbs) != 1 {
 		t.Errorf("want one PodDisruptionBudget, have %d", len(m.pdbs))
