@@ -38,7 +38,8 @@ const (
 	// length Window (a full bucket drained, then the refill).
 	TokenBucket
 	// GCRA (generic cell rate algorithm, the leaky bucket as a meter) keeps
-	// one theoretical arrival time. It admits Limit per Window with bursts
+	// one theoretical arrival time, and the time of the latest admitted
+	// request (a clock behind it is decided at that time). It admits Limit per Window with bursts
 	// of up to Burst (default Limit), and with MaxDelay > 0 it admits a
 	// request that would conform within MaxDelay and reports the Delay to
 	// wait (traffic shaping). Worst case: same as TokenBucket.

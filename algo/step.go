@@ -13,7 +13,7 @@ import (
 //	FixedWindow:   T = current window start, N = count in it
 //	SlidingWindow: T = current window start, N = count in it, Prev = count in the previous window
 //	TokenBucket:   T = last refill time, N = tokens
-//	GCRA:          T = theoretical arrival time (TAT)
+//	GCRA:          T = theoretical arrival time (TAT), N = time of the latest admitted request (0: not known)
 //	SlidingLog:    Log = admitted requests, oldest first
 //	Quota:         T = period start, N = used in it, Prev = period end
 type State struct {
@@ -65,8 +65,10 @@ const TTLSlack = time.Second
 // allocation-free except for SlidingLog appends. p must be valid and cost in
 // 0..MaxCost; cost 0 peeks. A denied request consumes nothing (Commit is
 // false). Time never runs backwards for a state: a now earlier than the
-// state's own time is treated as that time, so an instance whose clock is
-// behind cannot refill a bucket or reopen a window.
+// state's own time (a window's start, a bucket's last refill, a log's
+// newest entry, GCRA's latest admitted request) is treated as that time,
+// so an instance whose clock is behind cannot refill a bucket or reopen a
+// window, nor is it refused for its lag.
 func Step(p floodgate.Policy, s State, now, cost int64) Transition {
 	var o Transition
 	StepTo(&o, &p, &s, now, cost)
@@ -263,6 +265,9 @@ func stepGCRA(o *Transition, p *floodgate.Policy, s *State, now, cost int64) ste
 	b := p.Capacity()
 	tol := b * iv                         // how far the TAT may run ahead of now
 	maxDelay := p.MaxDelay.Microseconds() // shaping allowance
+	if now < s.N {
+		now = s.N // the state's time: a clock behind its latest admitted request
+	}
 	tat := max(s.T, now)
 	r := stepResult{}
 	switch {
@@ -287,7 +292,7 @@ func stepGCRA(o *Transition, p *floodgate.Policy, s *State, now, cost int64) ste
 	}
 	r.remaining = max((tol-(tat-now))/iv, 0)
 	r.resetAt = tat
-	o.State, o.TTL = State{T: tat}, tat-now
+	o.State, o.TTL = State{T: tat, N: now}, tat-now
 	return r
 }
 

@@ -380,7 +380,7 @@ func bucketState(t *testing.T, e *env, key string, p floodgate.Policy) (f, a, r 
 	switch {
 	case p.Algorithm == floodgate.GCRA && len(nums) == 4:
 		return nums[0], nums[2], nums[3]
-	case p.Algorithm == floodgate.GCRA && len(nums) == 1:
+	case p.Algorithm == floodgate.GCRA && (len(nums) == 1 || len(nums) == 2): // "T", "T L"
 		return nums[0], -1, -1
 	case p.Algorithm == floodgate.TokenBucket && len(nums) == 5:
 		return nums[0] + (p.Capacity()-nums[1])*iv, nums[3], nums[4]

@@ -156,8 +156,18 @@ func All() []Case {
 				{Name: "over", At: 0, Cost: 1, Remaining: 0, RetryAfter: 100 * ms, ResetAt: 300 * ms, Reason: limited},
 				{Name: "conforms again", At: 150 * ms, Cost: 1, Allowed: true, Remaining: 0, ResetAt: 400 * ms},
 				{Name: "cost above burst", At: 150 * ms, Cost: 4, Remaining: 0, ResetAt: 400 * ms, Reason: exceeds},
-				{Name: "clock behind gains nothing", At: 100 * ms, Cost: 1, Remaining: 0, RetryAfter: 100 * ms, ResetAt: 400 * ms, Reason: limited},
+				// A clock behind the latest admitted request (150ms) is
+				// decided at that request's time, as the other algorithms
+				// decide at their state's time: it gains nothing, and waits
+				// what a request at 150ms would.
+				{Name: "clock behind gains nothing", At: 100 * ms, Cost: 1, Remaining: 0, RetryAfter: 50 * ms, ResetAt: 400 * ms, Reason: limited},
 				{Name: "idle (peek)", At: 5 * s, Cost: 0, Allowed: true, Remaining: 3, ResetAt: 5 * s},
+				{Name: "after idling", At: 5 * s, Cost: 1, Allowed: true, Remaining: 2, ResetAt: 5*s + 100*ms},
+				// A clock 2s behind (a backwards step) is not refused while
+				// it catches up: it loses nothing either.
+				{Name: "clock stepped back 2s", At: 3 * s, Cost: 1, Allowed: true, Remaining: 1, ResetAt: 5*s + 200*ms},
+				{Name: "and again", At: 3*s + 10*ms, Cost: 1, Allowed: true, Remaining: 0, ResetAt: 5*s + 300*ms},
+				{Name: "then full, as at 5s", At: 3*s + 20*ms, Cost: 1, Remaining: 0, RetryAfter: 100 * ms, ResetAt: 5*s + 300*ms, Reason: limited},
 			},
 		},
 		{

@@ -1,10 +1,14 @@
 -- gcra.lua: floodgate.GCRA (the leaky bucket as a meter), the Lua of
 -- algo's stepGCRA.
 --
--- State: the string "T" (theoretical arrival time µs), written with SET
--- PX; "T H A R" once the key has taken part in a split decision, with the
--- same bookkeeping as token_bucket.lua (H latest decision time, A last
--- time the bucket was found with no backlog, R µs returned by releases).
+-- State: the string "T L" (theoretical arrival time µs, and the time the
+-- latest admitted request was decided at), written with SET PX; "T H A R"
+-- once the key has taken part in a split decision, with the same
+-- bookkeeping as token_bucket.lua (H latest decision time, which serves as
+-- L, A last time the bucket was found with no backlog, R µs returned by
+-- releases). A request whose now is before L (its instance's clock is
+-- behind) is decided at L, as the other algorithms decide at their state's
+-- time; a plain "T", written before L was kept, is read with no L.
 --
 -- This file is the algorithm's only Lua, cut into blocks at its "--@"
 -- lines and assembled into every script (see fixed_window.lua and
@@ -34,22 +38,30 @@
       break
     end
 
---@ read t, h, ha, hr
-    local t, h, ha, hr = 0
+--@ read t, h, ha, hr, l
+    local t, h, ha, hr, l = 0
     if v then
-      local x = smatch(v, '^(%d+)$')
-      if not x then
-        local c, d, e
-        x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+      local x, c, d, e = smatch(v, '^(%d+) (%d+)$')
+      if x then
+        l = tonumber(c)
+      else
+        x = smatch(v, '^(%d+)$')
         if not x then
-          @BAD@
+          x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+          if not x then
+            @BAD@
+          end
+          h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+          l = h
         end
-        h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
       end
       t = tonumber(x)
     end
 
 --@ step
+    if l and now < l then
+      now = l -- a clock behind the latest admitted request: decided at its time
+    end
     local tol = b * iv -- how far the TAT may run ahead of now
     local tat = t
     if now > tat then
@@ -98,7 +110,7 @@
         end
         val = sfmt('%d %d %d %d', tat, h, ha, hr)
       else
-        val = sfmt('%d', tat)
+        val = sfmt('%d %d', tat, now)
       end
     end
 
