@@ -176,6 +176,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty", "", "e.yaml: empty document"},
 		{"syntax", "policies: [\n", "e.yaml:1: YAML syntax: did not find expected node content"},
+		{"indentation", "version: 1\npolicies:\n  - name: api\n    layers:\n      - name: user\n     algorithm: gcra\n", "e.yaml:6: YAML syntax: did not find expected key (check the indentation; the block starts at line 2)"},
 		{"two documents", head + "      - {name: l, " + ok + "}\n---\nversion: 2\n", "e.yaml:6:1: more than one YAML document"},
 		{"not a mapping", "- a\n- b\n", "e.yaml:1:1: the configuration must be a mapping"},
 		{"unknown top field", "polices: []\n", `e.yaml:1:1: unknown field "polices" in the configuration`},
