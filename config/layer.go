@@ -83,6 +83,11 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 	if v, ok := f["max_delay"]; ok {
 		base.MaxDelay, _ = p.duration(v.val, what+" max_delay")
 	}
+	// core counts the problems of the fields the policy is built from:
+	// without those, the policy cannot be checked as a whole. Problems of
+	// the other fields do not stop that check, so that every problem of
+	// the layer is reported at once.
+	core := len(p.errs)
 	if v, ok := f["dimension"]; ok {
 		l.Dimensions = p.dimension(v.val, what)
 	} else {
@@ -101,11 +106,11 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 	if v, ok := f["shadow"]; ok {
 		l.Shadow = p.boolean(v.val, what+" shadow")
 	}
-	if len(p.errs) > bad {
+	if core > bad {
 		return nil
 	}
 	var ok2 bool
-	if l.base, ok2 = p.shard(n, base, l.Shards, what); !ok2 {
+	if l.base, ok2 = p.shard(n, base, max(l.Shards, 1), what); !ok2 {
 		return nil
 	}
 	if t, ok := f["tiers"]; ok {

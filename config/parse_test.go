@@ -340,3 +340,20 @@ func TestDocumentedExample(t *testing.T) {
 			len(cfg.Policies()), len(cfg.Quotas()), len(cfg.ConcurrencyLimits()), cfg.Version())
 	}
 }
+
+// TestParseReportsFieldAndPolicyProblemsTogether: a problem in a field the
+// policy is not built from (here the dimension) does not hide a problem of
+// the policy as a whole (a burst on a fixed window): both are reported in
+// one pass.
+func TestParseReportsFieldAndPolicyProblemsTogether(t *testing.T) {
+	doc := "policies:\n  - name: p\n    layers:\n      - {name: l, algorithm: fixed_window, limit: 10, window: 1m, burst: 5, dimension: User}\n"
+	_, err := config.Parse([]byte(doc), "two.yaml")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`dimension name "User"`, "burst applies to token_bucket and gcra only"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors %q lack %q", err, want)
+		}
+	}
+}

@@ -82,6 +82,18 @@ moment. Bump the version with every change.`,
 			if err != nil {
 				return err
 			}
+			// Validate before connecting, so that every problem is
+			// reported against the file, by its name and line.
+			checked, err := config.Parse(data, args[0])
+			if err == nil && checked.Version() == "" {
+				err = &config.Error{File: args[0], Msg: "a shared configuration needs a version field"}
+			}
+			if err != nil {
+				for _, e := range flatten(err) {
+					fmt.Fprintln(cmd.ErrOrStderr(), e)
+				}
+				return &exitError{code: 1}
+			}
 			if !rs.Enabled() {
 				return errors.New("push needs --redis (or --redis-sentinel with --redis-master, or --redis-cluster)")
 			}

@@ -397,6 +397,25 @@ func cli(args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
+// TestConfigPushNamesTheFile: config push checks the file before it
+// connects, and reports every problem against the file's name and line,
+// not the Redis key it would be stored under.
+func TestConfigPushNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	noVersion, invalid := filepath.Join(dir, "nover.yaml"), filepath.Join(dir, "invalid.yaml")
+	os.WriteFile(noVersion, []byte(strings.Replace(e2eConfig, `version: "1"`, "", 1)), 0o644)
+	os.WriteFile(invalid, []byte("version: 3\npolicies: []\n"), 0o644)
+	for file, want := range map[string]string{
+		noVersion: noVersion + ": a shared configuration needs a version field",
+		invalid:   invalid + ":2:11: policies is empty",
+	} {
+		code, _, errOut := cli("config", "push", file, "--redis", "redis://127.0.0.1:1/0")
+		if code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "redis:") {
+			t.Errorf("push %s: exit %d, stderr %q; want 1 and %q", file, code, errOut, want)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
@@ -449,7 +468,7 @@ func TestConfigPushAndServeFromRedis(t *testing.T) {
 	})
 	// An invalid document is refused before it reaches Redis.
 	os.WriteFile(file, []byte("version: 3\npolicies: []\n"), 0o644)
-	if code, _, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 1 || !strings.Contains(errOut, "policies is empty") {
+	if code, _, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 1 || !strings.Contains(errOut, file+":2:11: policies is empty") || strings.Contains(errOut, "redis:") {
 		t.Fatalf("push invalid: %d %s", code, errOut)
 	}
 	svc.stop(t)
