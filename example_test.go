@@ -9,7 +9,7 @@ import (
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
-// The lesson's setup in ten lines: 5 requests per minute per user, decided
+// A first limiter in ten lines: 5 requests per minute per user, decided
 // in memory.
 func Example() {
 	store, _ := memstore.New(memstore.Options{})
@@ -90,7 +90,7 @@ func ExampleLimiter_AllowLayers() {
 	// edge remaining: 9995
 }
 
-// The lesson's three layers, decided together in one store call: an edge
+// The three layers of a typical API, decided together in one store call: an edge
 // fixed window for the whole server, a sliding window per user and a
 // monthly quota per user. One user sends 150 requests in a minute; the
 // per-user layer answers 429 first, at request 101, and the denied requests

@@ -103,6 +103,29 @@ func (l *Limiter) AllowN(ctx context.Context, p Policy, identity string, cost in
 	return l.AllowAt(ctx, l.clock(), p, identity, cost)
 }
 
+// Wait decides one request of the given cost (0..MaxCost) by identity
+// under p, like AllowN, and when it is admitted with a Delay (a GCRA
+// policy with MaxDelay: traffic shaping) sleeps through that delay before
+// returning, so the caller can act at once. A denied request is returned
+// at once, without waiting (its RetryAfter says how long to wait before
+// asking again). If ctx ends during the sleep, Wait returns the result
+// with ctx's error: the request was admitted and its cost consumed, but
+// its slot has not come yet.
+func (l *Limiter) Wait(ctx context.Context, p Policy, identity string, cost int64) (Result, error) {
+	r, err := l.AllowN(ctx, p, identity, cost)
+	if err != nil || !r.Allowed || r.Delay <= 0 {
+		return r, err
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return r, nil
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+}
+
 // AllowAt is AllowN at the given time.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity string, cost int64) (Result, error) {
 	if err := p.Validate(); err != nil {

@@ -116,3 +116,50 @@ func TestNewNilStore(t *testing.T) {
 		t.Errorf("New(nil) = %v, want ErrNilStore (and not ErrInvalidPolicy)", err)
 	}
 }
+
+// TestWaitSleepsThroughTheDelay: Wait returns a shaped GCRA request only
+// after its Delay, returns a denial at once, and reports a context that
+// ends during the sleep.
+func TestWaitSleepsThroughTheDelay(t *testing.T) {
+	store, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) // decisions at one instant; Wait sleeps real time
+	lim, err := floodgate.New(store, floodgate.Options{Clock: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 per second, no burst beyond one, up to 150ms of shaping: the
+	// second request at once is admitted 100ms late, the third denied.
+	p := floodgate.Must(floodgate.NewGCRA("shape", 10, time.Second, 1))
+	p.MaxDelay = 150 * time.Millisecond
+	ctx := context.Background()
+	if r, err := lim.Wait(ctx, p, "u", 1); err != nil || !r.Allowed || r.Delay != 0 {
+		t.Fatalf("first: %+v %v", r, err)
+	}
+	start := time.Now()
+	r, err := lim.Wait(ctx, p, "u", 1)
+	if err != nil || !r.Allowed || r.Delay <= 0 {
+		t.Fatalf("second: %+v %v", r, err)
+	}
+	if slept := time.Since(start); slept < r.Delay {
+		t.Errorf("Wait returned after %v, before the delay %v", slept, r.Delay)
+	}
+	// The next one would need more than 150ms of shaping: denied, not waited for.
+	if r, err := lim.Wait(ctx, p, "u", 1); err != nil || r.Allowed || r.RetryAfter <= 0 {
+		t.Fatalf("third: %+v %v", r, err)
+	}
+	// A context that ends during the sleep.
+	q := floodgate.Must(floodgate.NewGCRA("shape2", 1, time.Hour, 1))
+	q.MaxDelay = 2 * time.Hour
+	if _, err := lim.Wait(ctx, q, "v", 1); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	r, err = lim.Wait(cctx, q, "v", 1)
+	if !errors.Is(err, context.DeadlineExceeded) || !r.Allowed || r.Delay < time.Hour/2 {
+		t.Fatalf("cancelled: %+v %v", r, err)
+	}
+}

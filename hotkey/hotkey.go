@@ -1,7 +1,7 @@
 // Package hotkey spreads one global limit over several keys, so that a
 // limit shared by everyone (a whole server's 10,000 requests per minute)
-// does not put every write on one hot Redis key (the lesson's anti-pattern
-// #7). A policy of limit L becomes N shard policies whose limits add up to
+// does not put every write on one hot Redis key, which would make one
+// Redis node (one Cluster slot) the bottleneck of every request. A policy of limit L becomes N shard policies whose limits add up to
 // L, each on its own key with its own hash tag, so that on Redis Cluster the
 // shards land on different slots and usually different nodes. Each request
 // is decided by one shard, picked round-robin or at random.

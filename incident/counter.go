@@ -77,8 +77,8 @@ type RedisCounter struct {
 	Client redis.UniversalClient
 }
 
-// Set implements Counter; the key expires after an hour, as the lesson's
-// hourly counter would.
+// Set implements Counter; the key expires after an hour, as the
+// incident's hourly counter would.
 func (c RedisCounter) Set(ctx context.Context, key string, v int64) error {
 	return c.Client.Set(ctx, key, v, time.Hour).Err()
 }

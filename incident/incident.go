@@ -1,5 +1,5 @@
-// Package incident reproduces the rate-limiter incident of the lesson
-// Floodgate comes from, next to the fix.
+// Package incident reproduces a classic rate-limiter incident, the one
+// Floodgate is built to never repeat, next to the fix.
 //
 // An API allowed 1,000 requests per hour per key with GET → compare → INCR.
 // A client sent 50 requests at once while the counter stood at 998: all 50
@@ -28,7 +28,7 @@ import (
 // ErrInvalidOptions reports options out of range.
 var ErrInvalidOptions = errors.New("incident: invalid options")
 
-// Options sets the scene. The zero value is the lesson's: limit 1000,
+// Options sets the scene. The zero value is the incident's: limit 1000,
 // counter at 998, 50 concurrent requests, 2ms between read and write.
 type Options struct {
 	// Limit is the requests allowed per hour. Default 1000.

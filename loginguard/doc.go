@@ -1,6 +1,7 @@
-// Package loginguard protects login endpoints against password guessing,
-// as the lesson prescribes: several dimensions, a progressive response,
-// and nothing permanent.
+// Package loginguard protects login endpoints against password guessing:
+// failures are counted in several dimensions, the response escalates
+// (CAPTCHA, then a delay, then a temporary lockout), and nothing is
+// permanent, so an attacker cannot lock the real owner out for good.
 //
 // Failures are counted in three dimensions, each with its own thresholds
 // and time to live (see [Ladder] and [Options]):

@@ -59,9 +59,9 @@ type Backend interface {
 //	if passwordOK { guard.Success(ctx, username, ip) } else { guard.Failure(ctx, username, ip) }
 //
 // Check counts an attempt it lets through as in progress in every
-// dimension before the password is checked (the lesson's increment-first
-// rule: a burst of parallel guesses cannot all pass a check made before
-// any failure is recorded); Failure turns it into a failure, Success
+// dimension before the password is checked (increment first, then
+// compare: a burst of parallel guesses cannot all pass a check made
+// before any failure is recorded); Failure turns it into a failure, Success
 // and Abandon settle it. The guard never learns whether an account exists: its
 // decisions, keys and store calls depend only on the name as typed.
 type Guard struct {

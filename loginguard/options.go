@@ -35,8 +35,9 @@ type Ladder struct {
 	Lockout time.Duration
 }
 
-// Default ladders. The windows and the account lockout are the lesson's
-// (account failures 15 minutes, IP failures 1 hour, lockout 30 minutes);
+// Default ladders. The windows and the account lockout are the usual
+// choices for login protection (account failures counted over 15
+// minutes, IP failures over 1 hour, a 30-minute lockout);
 // the thresholds are chosen so that one person mistyping a password meets
 // nothing, and the IP thresholds are high enough for a shared NAT.
 var (
