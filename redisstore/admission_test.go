@@ -38,8 +38,9 @@ const (
 // two cold and three warm runs (the last spread over 400 Stores, one
 // request each, as over many processes) of 400 concurrent requests from
 // three users, and checks each run: never over any limit, every layer counts
-// exactly what was admitted, at least 95 % of the binding capacity
-// admitted, and no key left without a TTL.
+// what was admitted (exactly, but for the buckets, whose surplus it
+// reports), at least 95 % of the binding capacity admitted, and no key
+// left without a TTL.
 func TestClusterAdmission(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster")
@@ -59,7 +60,7 @@ func TestClusterAdmission(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				bind := min(edge, admissionUsers*admissionUserCap)
 				var got []string
-				worst := int64(bind)
+				worst, surplus := int64(bind), int64(0)
 				for run := range cold + warmRuns {
 					e := warm
 					kind := "warm"
@@ -84,15 +85,20 @@ func TestClusterAdmission(t *testing.T) {
 					if run == cold+warmRuns-1 {
 						spread, kind = admissionRequests, "spread"
 					}
-					n := admissionRun(t, e, a, edge, spread, fmt.Sprintf("r%d", run))
+					n, extra := admissionRun(t, e, a, edge, spread, fmt.Sprintf("r%d", run))
 					worst = min(worst, n)
+					surplus += extra
 					got = append(got, fmt.Sprintf("%s %d", kind, n))
 					if float64(n) < admissionFloor*float64(bind) {
 						t.Errorf("%s run %d: %d of %d admitted (%.0f %%), want at least %.0f %%", kind, run, n, bind, 100*float64(n)/float64(bind), 100*admissionFloor)
 					}
 				}
 				t.Logf("admitted of %d: %s", bind, strings.Join(got, ", "))
-				report = append(report, fmt.Sprintf("%-26s binding %4d: %s (worst %.0f %%)", name, bind, strings.Join(got, ", "), 100*float64(worst)/float64(bind)))
+				line := fmt.Sprintf("%-26s binding %4d: %s (worst %.0f %%)", name, bind, strings.Join(got, ", "), 100*float64(worst)/float64(bind))
+				if surplus > 0 {
+					line += fmt.Sprintf("; layers counted %d more than admitted", surplus)
+				}
+				report = append(report, line)
 			})
 		}
 	}
@@ -103,9 +109,10 @@ func TestClusterAdmission(t *testing.T) {
 // per-user layer of admissionUserCap and a global edge layer of edge, both
 // of algorithm a, the users' keys in other slots than the edge's) at one
 // instant and returns how many were admitted, after checking that no
-// layer admitted above its limit, that every layer counts exactly what
-// was admitted, and that no key is left without a TTL.
-func admissionRun(t *testing.T, e *env, a floodgate.Algorithm, edge int64, spread int, tag string) int64 {
+// layer admitted above its limit, that every layer counts what was
+// admitted (exactly, but for the buckets, whose surplus it returns), and
+// that no key is left without a TTL.
+func admissionRun(t *testing.T, e *env, a floodgate.Algorithm, edge int64, spread int, tag string) (admitted, surplus int64) {
 	t.Helper()
 	stores := []*Store{e.store}
 	for len(stores) < spread {
@@ -135,7 +142,7 @@ func admissionRun(t *testing.T, e *env, a floodgate.Algorithm, edge int64, sprea
 			}
 		}
 	}
-	var admitted [admissionUsers]atomic.Int64
+	var byUser [admissionUsers]atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	errs := make(chan error, admissionRequests)
@@ -150,7 +157,7 @@ func admissionRun(t *testing.T, e *env, a floodgate.Algorithm, edge int64, sprea
 				return
 			}
 			if floodgate.NewDecision(out).Allowed {
-				admitted[u].Add(1)
+				byUser[u].Add(1)
 			}
 		})
 	}
@@ -173,23 +180,32 @@ func admissionRun(t *testing.T, e *env, a floodgate.Algorithm, edge int64, sprea
 	if end-now > time.Minute.Microseconds() {
 		t.Fatalf("%s: the run took %v; the counts below assume less than a minute", tag, time.Duration(end-now)*time.Microsecond)
 	}
+	// Every layer counts at least what it admitted (less would mean a
+	// release gave back what was admitted: over-admission). Windows, logs
+	// and quotas count exactly that; a bucket may count more when
+	// releases on one key crossed (see docs/layered.md), which is reported.
+	bucket := a == floodgate.TokenBucket || a == floodgate.GCRA
 	var total int64
-	for u := range uls {
-		got := admitted[u].Load()
-		if held := admissionUserCap - e.peek(t, end, uls[u]).Remaining; held != got {
-			t.Errorf("%s: user %d: %d admitted, its layer counts %d", tag, u, got, held)
+	count := func(what string, got, held int64) {
+		switch {
+		case held < got || held > got && !bucket:
+			t.Errorf("%s: %s: %d admitted, its layer counts %d", tag, what, got, held)
+		case held > got:
+			surplus += held - got
 		}
+	}
+	for u := range uls {
+		got := byUser[u].Load()
+		count(fmt.Sprintf("user %d", u), got, admissionUserCap-e.peek(t, end, uls[u]).Remaining)
 		if got > admissionUserCap {
 			t.Errorf("%s: user %d: %d admitted, over the per-user limit %d", tag, u, got, admissionUserCap)
 		}
 		total += got
 	}
-	if held := edge - e.peek(t, end, gl).Remaining; held != total {
-		t.Errorf("%s: %d admitted, the edge layer counts %d", tag, total, held)
-	}
+	count("edge", total, edge-e.peek(t, end, gl).Remaining)
 	if total > edge {
 		t.Errorf("%s: %d admitted, over the edge limit %d", tag, total, edge)
 	}
 	e.noImmortalKeys(t)
-	return total
+	return total, surplus
 }
