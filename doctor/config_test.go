@@ -1,0 +1,85 @@
+package doctor_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// riskyConfig is valid but has a large sliding log, a global layer on one
+// key and a shadow layer.
+const riskyConfig = `version: "3"
+policies:
+  - name: search
+    layers:
+      - name: edge
+        algorithm: fixed_window
+        limit: 50_000
+        window: 1m
+        dimension: global
+      - name: exact
+        algorithm: sliding_log
+        limit: 20_000
+        window: 1h
+        dimension: user
+      - name: trial
+        algorithm: sliding_window
+        limit: 10
+        window: 1m
+        dimension: user
+        shadow: true
+`
+
+func TestConfigRisksWarn(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	file := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(file, []byte(riskyConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "cr", ConfigFile: file})
+	want(t, rep, doctor.GroupConfig, "validates", doctor.Pass, file, `version "3"`)
+	want(t, rep, doctor.GroupConfig, "sliding-logs", doctor.Warn, "search.exact: sliding_log limit 20000")
+	want(t, rep, doctor.GroupConfig, "hot-keys-and-slots", doctor.Warn, "search.edge")
+	want(t, rep, doctor.GroupConfig, "shadow", doctor.Warn, "search.trial")
+}
+
+func TestInvalidConfigInRedisFails(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	// Stored by hand, past the validation of floodgate config push.
+	if err := srv.Client(t).Set(context.Background(), "ic:config", "version: \"2\"\npolicies: [{name: x}]\n", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ic"})
+	want(t, rep, doctor.GroupConfig, "validates", doctor.Fail, "redis:ic:config")
+
+	// No configuration at all: said, not failed.
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "none"})
+	want(t, rep, doctor.GroupConfig, "validates", doctor.Warn, "no configuration in Redis under none:config")
+}
+
+func TestMemoryAlmostFullFails(t *testing.T) {
+	// maxmemory below what an empty server already uses.
+	srv := redistest.Start(t, "--maxmemory", "1mb", "--maxmemory-policy", "noeviction", "--appendonly", "yes")
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "mf"})
+	want(t, rep, doctor.GroupRedis, "memory", doctor.Fail, "of maxmemory 1.0 MiB")
+}
+
+func TestBrokenSentinelSetUp(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	// One sentinel of three down: failover still possible, but warned.
+	s.Sentinels[0].Kill()
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "bs"})
+	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Warn, s.SentinelAddrs[0]+": SENTINEL MASTER")
+	// Two of three down: no majority, no failover.
+	s.Sentinels[1].Kill()
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "bs"})
+	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Fail, "only 1 of 3 sentinels answer")
+	// Doctor pointed at the replica instead of the primary.
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + s.Replica.Addr}, Prefix: "bs"})
+	want(t, rep, doctor.GroupRedis, "replication", doctor.Fail, "role slave")
+}
