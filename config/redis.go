@@ -1,9 +1,13 @@
 package config
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha1"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,25 +62,77 @@ func LoadRedis(ctx context.Context, client redis.UniversalClient, keys Keys) (*C
 	return c, nil
 }
 
+// getDoc reads the document under keys.Config, never more than MaxSize+1
+// bytes of it: STRLEN first, then GETRANGE up to MaxSize, so that a huge
+// value (written by mistake or by someone who can write Redis) costs one
+// small reply per poll, not an allocation of its size.
 func getDoc(ctx context.Context, client redis.UniversalClient, keys Keys) ([]byte, error) {
-	data, err := client.Get(ctx, keys.Config).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("%w (key %q)", ErrNotFound, keys.Config)
-	}
+	n, err := client.StrLen(ctx, keys.Config).Result()
 	if err != nil {
 		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
 	}
-	if len(data) > MaxSize {
-		return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("document is %d bytes (max %d)", len(data), MaxSize)}
+	if n > MaxSize {
+		return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("document is %d bytes (max %d); not read", n, MaxSize)}
+	}
+	if n == 0 {
+		// STRLEN is 0 for a missing key and an empty value alike.
+		if k, err := client.Exists(ctx, keys.Config).Result(); err == nil && k == 0 {
+			return nil, fmt.Errorf("%w (key %q)", ErrNotFound, keys.Config)
+		}
+	}
+	data, err := client.GetRange(ctx, keys.Config, 0, MaxSize).Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
+	}
+	if len(data) > MaxSize { // it grew between the two commands
+		return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("document is over %d bytes; not read", MaxSize)}
 	}
 	return data, nil
 }
 
-// Publish validates data and, only if it is valid and has a version,
-// stores it under keys.Config and announces its version on keys.Channel,
-// so that every instance watching with WatchRedis applies it. It returns
-// the parsed configuration.
+// ErrVersionConflict reports a document config push refuses: its version
+// is already published with other content, or is older than the published
+// one (without PublishOptions.Force), or the stored document changed while
+// it was being published.
+var ErrVersionConflict = errors.New("config: version conflict")
+
+// PublishOptions are the choices of PublishWith. The zero value refuses
+// going back in version.
+type PublishOptions struct {
+	// Force publishes a version older than the stored one (a rollback).
+	// A version already published with other content is refused even so:
+	// instances that applied it would keep it (see ApplyVersioned).
+	Force bool
+}
+
+// Publish is PublishWith without options.
 func Publish(ctx context.Context, client redis.UniversalClient, keys Keys, data []byte) (*Config, error) {
+	return PublishWith(ctx, client, keys, data, PublishOptions{})
+}
+
+// casScript stores ARGV[2] under KEYS[1] only if the value there still has
+// the SHA-1 ARGV[1] ("" for no value), so two pushes racing cannot both
+// pass the version checks against the same old document.
+var casScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+local sum = ''
+if cur then sum = redis.sha1hex(cur) end
+if sum ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`)
+
+// PublishWith validates data and, only if it is valid and has a version,
+// stores it under keys.Config and announces its version on keys.Channel,
+// so that every instance watching with WatchRedis applies it. It refuses,
+// wrapping ErrVersionConflict, a version already stored with different
+// content (so that instances never run two documents under one version)
+// and, unless opts.Force, a version lower than the stored one. Versions
+// compare in natural order: runs of digits as numbers, the rest byte by
+// byte ("9" < "10", "2026-12-01.2" < "2026-12-01.10"). Publishing the
+// stored document again only announces it. It returns the parsed
+// configuration.
+func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, data []byte, opts PublishOptions) (*Config, error) {
 	c, err := Parse(data, "redis:"+keys.Config)
 	if err != nil {
 		return nil, err
@@ -84,13 +140,81 @@ func Publish(ctx context.Context, client redis.UniversalClient, keys Keys, data 
 	if c.Version() == "" {
 		return nil, &Error{File: c.Source(), Msg: "a shared configuration needs a version field"}
 	}
-	if err := client.Set(ctx, keys.Config, data, 0).Err(); err != nil {
-		return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
+	old, err := getDoc(ctx, client, keys)
+	overwrite := false
+	switch {
+	case errors.Is(err, ErrNotFound):
+		old = nil
+	case err != nil:
+		var bad *Error
+		if !errors.As(err, &bad) || !opts.Force {
+			return nil, fmt.Errorf("config: the stored document cannot be checked (use --force to replace it): %w", err)
+		}
+		old, overwrite = nil, true // an oversized stored document, replaced on purpose
+	}
+	sum := ""
+	if old != nil {
+		sum = fmt.Sprintf("%x", sha1.Sum(old))
+		if cur, perr := Parse(old, "redis:"+keys.Config); perr == nil && cur.Version() != "" {
+			switch cmp := CompareVersions(c.Version(), cur.Version()); {
+			case cmp == 0 && cur.Hash() != c.Hash():
+				return nil, fmt.Errorf("%w: version %q is already published with different content; bump the version", ErrVersionConflict, c.Version())
+			case cmp < 0 && !opts.Force:
+				return nil, fmt.Errorf("%w: version %q is older than the published %q; use --force to roll back", ErrVersionConflict, c.Version(), cur.Version())
+			}
+		}
+	}
+	if overwrite {
+		if err := client.Set(ctx, keys.Config, data, 0).Err(); err != nil {
+			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
+		}
+	} else if old == nil || !bytes.Equal(old, data) {
+		ok, err := casScript.Run(ctx, client, []string{keys.Config}, sum, data).Int()
+		if err != nil {
+			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
+		}
+		if ok != 1 {
+			return nil, fmt.Errorf("%w: the stored document changed while publishing; try again", ErrVersionConflict)
+		}
 	}
 	if err := client.Publish(ctx, keys.Channel, c.Version()).Err(); err != nil {
 		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, err)
 	}
 	return c, nil
+}
+
+// CompareVersions compares two configuration versions in natural order
+// (runs of ASCII digits as numbers, everything else byte by byte) and
+// returns -1, 0 or +1.
+func CompareVersions(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := cmp.Compare(len(na), len(nb)); c != 0 {
+				return c
+			}
+			if c := strings.Compare(na, nb); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// digits returns the length of the run of ASCII digits s starts with.
+func digits(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
 }
 
 // WatchRedis applies the document under keys.Config whenever a message

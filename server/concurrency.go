@@ -98,7 +98,7 @@ func decodeLimiter(cfg *config.Config, name string, values map[string]string) (l
 	}
 	l, ok := cfg.ConcurrencyLimit(name)
 	if !ok {
-		return leaseOp{}, badRequest("unknown-limiter", "unknown concurrency limiter %q (configured: %s)", clip(name, 80), limiterNames(cfg))
+		return leaseOp{}, badRequest("unknown-limiter", "unknown concurrency limiter %q", clip(name, 80))
 	}
 	if err := validateIdentity(values); err != nil {
 		return leaseOp{}, err
@@ -111,11 +111,6 @@ func decodeLimiter(cfg *config.Config, name string, values map[string]string) (l
 		return leaseOp{}, badRequest("invalid-identity", "%v", err)
 	}
 	return leaseOp{limit: l, values: values, identity: id}, nil
-}
-
-func limiterNames(cfg *config.Config) string {
-	ls := cfg.ConcurrencyLimits()
-	return nameList(len(ls), func(i int) string { return ls[i].Name })
 }
 
 func decodeAcquire(cfg *config.Config, body []byte) (leaseOp, error) {

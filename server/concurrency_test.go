@@ -144,7 +144,7 @@ func TestConcurrencyBadInput(t *testing.T) {
 		kind, detail     string
 	}{
 		{"missing limiter", "/v1/concurrency/acquire", `{` + u + `}`, "missing-limiter", `"limiter" is required`},
-		{"unknown limiter", "/v1/concurrency/acquire", `{"limiter":"six",` + u + `}`, "unknown-limiter", `unknown concurrency limiter "six" (configured: five)`},
+		{"unknown limiter", "/v1/concurrency/acquire", `{"limiter":"six",` + u + `}`, "unknown-limiter", `unknown concurrency limiter "six"`},
 		{"quota name", "/v1/concurrency/acquire", `{"limiter":"hundred",` + u + `}`, "unknown-limiter", `unknown concurrency limiter "hundred"`},
 		{"missing identity", "/v1/concurrency/acquire", `{"limiter":"five","identity":{"ip":"1.2.3.4"}}`, "missing-identity", `concurrency limiter "five" needs identity value "user"`},
 		{"bad dimension", "/v1/concurrency/acquire", `{"limiter":"five","identity":{"user":"v","User":"x"}}`, "invalid-identity", `not in [a-z0-9_-]`},

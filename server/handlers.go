@@ -76,24 +76,26 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, p)
 }
 
-// decisionProblem classifies a store failure, counts and logs it.
+// decisionProblem classifies a store failure, counts and logs it. The
+// problem's detail says what kind of failure it was, never the store's own
+// error (addresses, keys, server messages): that goes to the log only.
 func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
-	reason, p := "internal", &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the decision failed: " + err.Error()}
+	reason, p := "internal", &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the decision failed; the service log has the details"}
 	switch {
 	case errors.Is(err, floodgate.ErrIndeterminate):
 		reason = "indeterminate"
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
-			detail: "the rate limit store failed after the request was sent; it may have been counted: " + err.Error()}
+			detail: "the rate limit store failed after the request was sent; it may have been counted"}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = "store_unavailable"
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
-			detail: "the rate limit store is unavailable; nothing was counted: " + err.Error()}
+			detail: "the rate limit store is unavailable; nothing was counted"}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		reason = "timeout"
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
-			detail: "the decision did not finish in time: " + err.Error()}
+			detail: "the decision did not finish in time"}
 	case errors.Is(err, floodgate.ErrInvalidLayers):
-		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity): " + err.Error()
+		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity)"
 	}
 	s.metrics.errors.WithLabelValues(reason).Inc()
 	s.log.ErrorContext(ctx, "decision failed", "reason", reason, "error", err)

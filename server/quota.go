@@ -146,7 +146,7 @@ func decodeQuota(cfg *config.Config, name string, values map[string]string) (quo
 	}
 	q, ok := cfg.Quota(name)
 	if !ok {
-		return quotaOp{}, badRequest("unknown-quota", "unknown quota %q (configured: %s)", clip(name, 80), quotaNames(cfg))
+		return quotaOp{}, badRequest("unknown-quota", "unknown quota %q", clip(name, 80))
 	}
 	if err := validateIdentity(values); err != nil {
 		return quotaOp{}, err
@@ -159,11 +159,6 @@ func decodeQuota(cfg *config.Config, name string, values map[string]string) (quo
 		return quotaOp{}, badRequest("invalid-identity", "%v", err)
 	}
 	return quotaOp{quota: q, values: values, identity: id}, nil
-}
-
-func quotaNames(cfg *config.Config) string {
-	qs := cfg.Quotas()
-	return nameList(len(qs), func(i int) string { return qs[i].Name })
 }
 
 // amount validates a cost-like field in lo..floodgate.MaxCost; nil means
@@ -357,7 +352,7 @@ func (s *Server) operationProblem(ctx context.Context, err error) error {
 	case errors.Is(err, quota.ErrQuotaStateLost):
 		s.log.ErrorContext(ctx, "quota state lost; refusing until it is restored", "error", err)
 		return &problemError{status: http.StatusConflict, kind: "quota-state-lost",
-			detail: "the quota's usage for this period is missing from the store (deleted, evicted or lost in a failover), so nothing was decided; fail closed and have an operator restore it (POST /admin/v1/quota/restore): " + err.Error()}
+			detail: "the quota's usage for this period is missing from the store (deleted, evicted or lost in a failover), so nothing was decided; fail closed and have an operator restore it (POST /admin/v1/quota/restore)"}
 	case errors.Is(err, quota.ErrAlreadySettled):
 		return &problemError{status: http.StatusConflict, kind: "quota-already-settled",
 			detail: "this request_id was already settled in this period; use a new id for new work: " + err.Error()}

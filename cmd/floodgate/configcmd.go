@@ -64,6 +64,7 @@ func newConfigPushCmd() *cobra.Command {
 	var (
 		rs     config.Redis
 		prefix string
+		force  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "push FILE",
@@ -71,7 +72,11 @@ func newConfigPushCmd() *cobra.Command {
 		Long: `Validate FILE and, only if it is valid and has a version field, store it
 in Redis under <prefix>:config and announce it on <prefix>:config:changed.
 Every "floodgate serve --config-from-redis" instance applies it within a
-moment. Bump the version with every change.`,
+moment. Bump the version with every change: a version already published
+with other content is refused (instances would otherwise run two documents
+under one version), and so is a version lower than the published one
+(natural order: "9" < "10") unless --force (a rollback). Pushing the
+published document again only announces it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := config.KeysFor(prefix)
@@ -104,7 +109,7 @@ moment. Bump the version with every change.`,
 			defer client.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			cfg, err := config.Publish(ctx, client, keys, data)
+			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force})
 			if err != nil {
 				for _, e := range flatten(err) {
 					fmt.Fprintln(cmd.ErrOrStderr(), e)
@@ -121,6 +126,7 @@ moment. Bump the version with every change.`,
 	fl.StringVar(&rs.SentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
 	fl.StringSliceVar(&rs.ClusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses")
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
+	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), or replace an unreadable stored document")
 	return cmd
 }
 

@@ -226,3 +226,42 @@ func TestServeLoginSecretFile(t *testing.T) {
 		t.Fatalf("no warning about a world-readable secret:\n%s", logs)
 	}
 }
+
+// TestConfigPushVersionRules runs "floodgate config push": the same
+// version with other content exits 1 and leaves Redis as it was (it used
+// to exit 0, and a new instance then ran the new content while running
+// ones kept the old, both reporting one version); going back needs --force.
+func TestConfigPushVersionRules(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("pushv%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	write := func(version string, limit int) string {
+		file := filepath.Join(dir, fmt.Sprintf("c-%s-%d.yaml", version, limit))
+		doc := fmt.Sprintf("version: %q\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: %d, window: 1m, dimension: user}\n", version, limit)
+		if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	url := "redis://" + rs.Addr + "/0"
+	push := func(file string, extra ...string) (int, string) {
+		code, out, errOut := cli(append([]string{"config", "push", file, "--redis", url, "--prefix", prefix}, extra...)...)
+		return code, out + errOut
+	}
+	if code, out := push(write("2", 10)); code != 0 {
+		t.Fatalf("push v2: %d %s", code, out)
+	}
+	if code, out := push(write("2", 20)); code != 1 || !strings.Contains(out, "already published with different content") {
+		t.Fatalf("push v2 with other content: %d %s", code, out)
+	}
+	if code, out := push(write("1", 30)); code != 1 || !strings.Contains(out, "--force") {
+		t.Fatalf("push v1 after v2: %d %s", code, out)
+	}
+	if code, out := push(write("1", 30), "--force"); code != 0 {
+		t.Fatalf("forced rollback: %d %s", code, out)
+	}
+	svc := startService(t, "--redis", url, "--config-from-redis", "--prefix", prefix, "--fallback", "off")
+	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); r.Limit != 30 {
+		t.Fatalf("served config: %+v, want the rolled-back limit 30", r)
+	}
+}

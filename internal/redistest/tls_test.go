@@ -28,11 +28,11 @@ func TestTLSServers(t *testing.T) {
 		addrs := []string{cl.Nodes[0].TLSAddr}
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, TLSConfig: f.ClientConfig(t)})
 		defer c.Close()
-		slots, err := c.ClusterSlots(ctx).Result()
+		shards, err := c.ClusterShards(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("slots over TLS: %+v", slots)
+		t.Logf("shards over TLS: %+v", shards)
 		for i := range 20 {
 			if err := c.Set(ctx, "k"+string(rune('a'+i)), "v", 0).Err(); err != nil {
 				t.Fatal(err)

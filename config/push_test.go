@@ -1,0 +1,127 @@
+package config_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+func TestCompareVersions(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"1", "1", 0}, {"1", "2", -1}, {"10", "9", 1}, {"010", "10", 0},
+		{"2026-12-01.2", "2026-12-01.10", -1}, {"v1.9", "v1.10", -1}, {"v2", "v10", -1},
+		{"1", "1a", -1}, {"b", "a", 1}, {"", "1", -1},
+	} {
+		if got := config.CompareVersions(c.a, c.b); got != c.want {
+			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := config.CompareVersions(c.b, c.a); got != -c.want {
+			t.Errorf("CompareVersions(%q, %q) = %d, want %d", c.b, c.a, got, -c.want)
+		}
+	}
+}
+
+// TestPublishVersionRules: a version already published with other content
+// is refused (it used to be stored, and instances then ran two documents
+// under one version), going back needs Force, the same document again is
+// fine; instances watching converge on the stored document.
+func TestPublishVersionRules(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	keys, _ := config.KeysFor(fmt.Sprintf("push%d", time.Now().UnixNano()))
+	if _, err := config.Publish(ctx, client, keys, []byte(doc("5", 10))); err != nil {
+		t.Fatal(err)
+	}
+	// An instance started now runs version 5.
+	h, r, _ := newReloader(t, doc("0", 1))
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.WatchRedis(wctx, client, keys, 50*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "version 5 to apply", func() bool { return limitOf(t, h) == 10 })
+
+	if _, err := config.Publish(ctx, client, keys, []byte(doc("5", 99))); !errors.Is(err, config.ErrVersionConflict) || !strings.Contains(err.Error(), "bump the version") {
+		t.Fatalf("same version, other content: %v, want ErrVersionConflict", err)
+	}
+	if got, _ := client.Get(ctx, keys.Config).Result(); got != doc("5", 10) {
+		t.Fatalf("Redis holds %q after a refused push", got)
+	}
+	if _, err := config.Publish(ctx, client, keys, []byte(doc("5", 10))); err != nil {
+		t.Fatalf("the same document again: %v", err)
+	}
+	if _, err := config.Publish(ctx, client, keys, []byte(doc("10", 30))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "version 10 to apply", func() bool { return limitOf(t, h) == 30 })
+	if _, err := config.Publish(ctx, client, keys, []byte(doc("9", 40))); !errors.Is(err, config.ErrVersionConflict) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("older version: %v, want ErrVersionConflict", err)
+	}
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("10", 50)), config.PublishOptions{Force: true}); !errors.Is(err, config.ErrVersionConflict) {
+		t.Fatalf("forced push of a published version with other content: %v", err)
+	}
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("9", 40)), config.PublishOptions{Force: true}); err != nil {
+		t.Fatalf("forced rollback: %v", err)
+	}
+	waitFor(t, "the rollback to apply", func() bool { return limitOf(t, h) == 40 })
+	// A second instance started now runs exactly what the first runs.
+	cfg, err := config.LoadRedis(ctx, client, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Version() != h.Load().Version() || cfg.Hash() != h.Load().Hash() {
+		t.Fatalf("new instance: version %q hash %s; running one: %q %s", cfg.Version(), cfg.Hash(), h.Load().Version(), h.Load().Hash())
+	}
+}
+
+// TestHugeDocumentNotRead: a value far over the 1 MiB limit under the
+// configuration key is refused after STRLEN, without being transferred
+// (it used to be read whole on every poll).
+func TestHugeDocumentNotRead(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	keys, _ := config.KeysFor(fmt.Sprintf("huge%d", time.Now().UnixNano()))
+	if err := client.Set(ctx, keys.Config, strings.Repeat("x", 16<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := func() int64 {
+		info, err := client.Info(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no total_net_output_bytes in INFO")
+		return 0
+	}
+	before := sent()
+	_, err := config.LoadRedis(ctx, client, keys)
+	after := sent()
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "16777216 bytes") {
+		t.Fatalf("load: %v, want an invalid document of 16777216 bytes", err)
+	}
+	if d := after - before; d > 64<<10 {
+		t.Fatalf("Redis sent %d bytes to check a 16 MiB document", d)
+	}
+	if _, err := config.Publish(ctx, client, keys, []byte(doc("1", 5))); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("publish over an oversized document: %v, want a refusal naming --force", err)
+	}
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("1", 5)), config.PublishOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}
