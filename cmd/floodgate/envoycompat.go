@@ -189,17 +189,25 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 }
 
 // watchStore marks the redis health component healthy once the store
-// answers a probe, checking every second until then.
+// answers a probe, checking every second until then and logging each
+// distinct error once.
 func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Health, log *slog.Logger) {
+	last := ""
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := store.Get(pctx, []*envoycompat.Op{{Key: "floodgate-envoy-compat-health-probe"}})
 		cancel()
 		if err == nil {
 			h.Set(envoycompat.ComponentRedis, true)
+			if last != "" {
+				log.Warn("backend reachable")
+			}
 			return
 		}
-		log.Warn("backend not reachable yet", "error", err)
+		if err.Error() != last {
+			last = err.Error()
+			log.Warn("backend not reachable yet; /healthcheck answers 500 until it is", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

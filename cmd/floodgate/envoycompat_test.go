@@ -317,3 +317,26 @@ func TestEnvoyCompatClusterAndSentinel(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvoyCompatHealthFollowsRedis: started while Redis is down, the
+// service listens and /healthcheck and gRPC health say not serving until
+// Redis answers, as theirs marks its redis component.
+func TestEnvoyCompatHealthFollowsRedis(t *testing.T) {
+	rdb := redistest.Start(t)
+	rdb.Kill()
+	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+t.TempDir())
+	if code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); code != 500 {
+		t.Fatalf("healthcheck with Redis down: %d, want 500", code)
+	}
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hr, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("grpc health with Redis down: %v, %v", hr, err)
+	}
+	rdb.Restart(t)
+	waitFor(t, "healthcheck OK", func() bool { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code == 200 })
+}
