@@ -25,6 +25,7 @@ const (
 	kindLogin              // {loginprefix}:{a,i,p}:id (package loginguard)
 	kindDemo               // prefix:naive:{id}, the incident demo's naive counter
 	kindProbe              // prefix:probe, the breaker's background probe key (fallback.RedisProbe)
+	kindFleet              // prefix:instances, the instances' heartbeats (package fleet)
 )
 
 // parsedKey is a key's name taken apart.
@@ -49,6 +50,9 @@ func parseKey(prefix, loginPrefix, key string) parsedKey {
 	}
 	if key == prefix+":probe" {
 		return parsedKey{kind: kindProbe}
+	}
+	if key == prefix+":instances" {
+		return parsedKey{kind: kindFleet}
 	}
 	if lp := "{" + loginPrefix + "}:"; strings.HasPrefix(key, lp) {
 		rest := key[len(lp):]
@@ -137,6 +141,7 @@ const (
 	quotaMarkerLife = 24 * time.Hour   // quota's lost-state marker outlives the usage by this
 	markerTTL       = 10 * time.Second // redisstore's release markers
 	probeTTL        = 10 * time.Second // serve's breaker probe key
+	fleetTTL        = 24 * time.Hour   // the longest heartbeat TTL package fleet accepts
 	ttlSlack        = algo.TTLSlack
 )
 

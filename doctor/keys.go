@@ -190,6 +190,8 @@ func (r *run) checkTTLs(c *Check, res scanResult, own map[string]*owner, now tim
 			bound = markerTTL + ttlSlack
 		case kindProbe:
 			bound = probeTTL + ttlSlack
+		case kindFleet:
+			bound = fleetTTL + ttlSlack
 		case kindRate, kindQuotaLayer, kindBilling, kindLease:
 			if o := ownerOf(own, k.parsed); o != nil {
 				bound = o.maxTTL(now)
@@ -258,6 +260,8 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			label = "release markers"
 		case kindProbe:
 			label = "breaker probe"
+		case kindFleet:
+			label = "instance heartbeats"
 		default:
 			label = k.parsed.owner + " (" + k.parsed.alg + ")"
 			if r.cfg != nil && ownerOf(own, k.parsed) == nil {

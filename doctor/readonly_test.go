@@ -61,6 +61,7 @@ func TestParseKey(t *testing.T) {
 		{"fg:config", kindConfig, "", ""},
 		{"fg:tiers", kindTiers, "", ""},
 		{"fg:probe", kindProbe, "", ""},
+		{"fg:instances", kindFleet, "", ""},
 		{"fg:api.per-user:sw:{ruser42}", kindRate, "api.per-user", "sw"},
 		{"fg:api.edge:fw:{rglobal/3}", kindRate, "api.edge", "fw"},
 		{"fg:login.per-account:sl:{h0123456789abcdef0123456789abcdef}", kindRate, "login.per-account", "sl"},
