@@ -107,12 +107,14 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 	// for a request that is denied anyway: it goes to the part most
 	// decisions share (the global layer), whose capacity is the one
 	// concurrent doomed reservations would waste.
-	last := s.lastPart(parts)
-	lp := &parts[last]
+	var lp *part // nil with SplitConcurrent: every part at once
+	if !s.concurrent {
+		lp = &parts[s.lastPart(parts)]
+	}
 	each(parts, func(p *part) bool { return p != lp }, func(p *part) { s.reserve(ctx, now, p) })
 	failed, denied := splitState(parts)
 	sent := !failed && !denied
-	if sent {
+	if sent && lp != nil {
 		s.reserve(ctx, now, lp)
 		failed, denied = splitState(parts)
 	}
@@ -120,7 +122,7 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 		// Release what was held; when the last part was not sent and the
 		// decision is a denial, ask it for its results (a probe writes
 		// nothing), in the same round trip.
-		probe := !sent && !failed
+		probe := lp != nil && !sent && !failed
 		each(parts, func(p *part) bool { return p.held || probe && p == lp }, func(p *part) {
 			if p == lp && probe {
 				s.probe(ctx, now, p)
@@ -128,7 +130,7 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 			}
 			s.release(ctx, now, p, rand.Uint64())
 		})
-		if !failed && lp.err != nil {
+		if !failed && lp != nil && lp.err != nil {
 			failed = true
 		}
 	}

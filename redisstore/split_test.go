@@ -320,6 +320,41 @@ func TestSplitRoundTrips(t *testing.T) {
 	}
 }
 
+// TestSplitConcurrent: with Options.Split = SplitConcurrent every part is
+// reserved at once: an admitted split decision runs one script per slot,
+// one a part denies adds a release of the part that committed (no probe),
+// and that part is given back in full. An unknown Split is refused.
+func TestSplitConcurrent(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{SlotCheck: SlotCheckOn, Split: SplitConcurrent})
+	if _, err := New(c, Options{Split: SplitConcurrent + 1}); err == nil {
+		t.Fatal("New accepted an unknown Split")
+	}
+	ctx := context.Background()
+	now := vectors.T0.UnixMicro()
+	user := layered(t, "user", floodgate.FixedWindow, 1)
+	global := layered(t, "global", floodgate.GCRA, 10)
+	u, g := e.apart(t, user, global, "u", "g", now)
+	layers := []floodgate.Layer{e.layerAt(user, u, now, 1), e.layerAt(global, g, now, 1)}
+	if _, err := e.decide(ctx, now, layers); err != nil { // loads the script; the user layer is full now
+		t.Fatal(err)
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.decide(ctx, now, layers) // the user layer denies
+	if err != nil || out[0].Allowed || !out[1].Allowed || out[1].Remaining != 9 {
+		t.Fatalf("denied decision: %+v, %v", out, err)
+	}
+	if got := commandCalls(t, c, "evalsha"); got != 3 {
+		t.Fatalf("a denied split decision ran %d scripts, want 3 (two reserves at once, one release)", got)
+	}
+	if got := e.peek(t, now, layers[1]); got.Remaining != 9 {
+		t.Fatalf("the global layer after the release: %+v, want 9 left", got)
+	}
+}
+
 // TestProbeWritesNothing: the probe of a part not reserved reports what a
 // decision would (a denial where the layer denies, the standing where it
 // would admit) and writes nothing, for every algorithm.
