@@ -56,6 +56,9 @@ const (
 // numDims is the number of dimensions.
 const numDims = 3
 
+// Outcome.Failures has one count per dimension.
+var _ = [numDims]int64(Outcome{}.Failures)
+
 // String returns "account", "ip" or "pair" ("none" for the zero value).
 func (d Dimension) String() string {
 	switch d {
@@ -135,7 +138,7 @@ type Outcome struct {
 	Locked Dimensions
 	// Failures is the number of failures each dimension counts after this
 	// one, indexed by Dimension-1 (account, IP, pair).
-	Failures [numDims]int64
+	Failures [3]int64
 }
 
 // DimensionStatus is the stored state of one dimension.
