@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -222,72 +223,91 @@ func NewQuota(name string, limit int64, cal Calendar) (Policy, error) {
 	return newPolicy(Policy{Name: name, Algorithm: Quota, Limit: limit, Calendar: cal})
 }
 
-// Validate reports, wrapped in ErrInvalidPolicy, the first parameter of p
-// that is out of range.
+// Validate reports, wrapped in ErrInvalidPolicy, every parameter of p
+// that is out of range, in one error ("...: limit 0 out of range 1..N;
+// window 0s out of range 1ms..400d"), so that all can be fixed at once.
 func (p Policy) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: policy %q: %s", ErrInvalidPolicy, p.Name, fmt.Sprintf(format, args...))
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	nameErr := validName(p.Name)
+	if nameErr != nil {
+		bad("%v", nameErr)
 	}
-	if err := validName(p.Name); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
+	known := p.Algorithm >= FixedWindow && p.Algorithm <= Quota
+	if !known {
+		bad("unknown algorithm %d", p.Algorithm)
 	}
-	if p.Algorithm < FixedWindow || p.Algorithm > Quota {
-		return bad("unknown algorithm %d", p.Algorithm)
-	}
-	if p.Limit < 1 || p.Limit > MaxLimit {
-		return bad("limit %d out of range 1..%d", p.Limit, int64(MaxLimit))
+	limitOK := p.Limit >= 1 && p.Limit <= MaxLimit
+	if !limitOK {
+		bad("limit %d out of range 1..%d", p.Limit, int64(MaxLimit))
 	}
 	if p.Algorithm == Quota {
 		if err := p.Calendar.Validate(); err != nil {
-			return bad("%v", err)
+			bad("%v", err)
 		}
 		if p.Window != 0 || p.Burst != 0 || p.MaxDelay != 0 {
-			return bad("quota takes a calendar, not window, burst or max delay")
+			bad("quota takes a calendar, not window, burst or max delay")
 		}
-		return nil
+		return policyError(p.Name, nameErr, problems)
 	}
 	if p.Calendar != (Calendar{}) {
-		return bad("calendar applies to quota only")
+		bad("calendar applies to quota only")
 	}
-	if p.Window < MinWindow || p.Window > MaxWindow {
-		return bad("window %s out of range %s..%s", durationText(p.Window), durationText(MinWindow), durationText(MaxWindow))
+	windowOK := p.Window >= MinWindow && p.Window <= MaxWindow
+	if !windowOK {
+		bad("window %s out of range %s..%s", durationText(p.Window), durationText(MinWindow), durationText(MaxWindow))
+	} else if p.Window%time.Microsecond != 0 {
+		windowOK = false
+		bad("window %v is not a whole number of microseconds", p.Window)
 	}
-	if p.Window%time.Microsecond != 0 {
-		return bad("window %v is not a whole number of microseconds", p.Window)
-	}
-	if p.Burst < 0 || p.Burst > MaxLimit {
-		return bad("burst %d out of range 0..%d", p.Burst, int64(MaxLimit))
+	burstOK := p.Burst >= 0 && p.Burst <= MaxLimit
+	if !burstOK {
+		bad("burst %d out of range 0..%d", p.Burst, int64(MaxLimit))
 	}
 	if p.MaxDelay < 0 {
-		return bad("max delay %v is negative", p.MaxDelay)
+		bad("max delay %v is negative", p.MaxDelay)
 	}
 	switch p.Algorithm {
 	case TokenBucket, GCRA:
-		iv := p.interval()
-		if iv < 1 {
-			return bad("rate %d per %v is finer than one unit per microsecond", p.Limit, p.Window)
-		}
-		if p.burst() > maxSpanMicros/iv {
-			return bad("burst %d × interval %dµs is too long", p.burst(), iv)
+		if limitOK && windowOK {
+			iv := p.interval()
+			if iv < 1 {
+				bad("rate %d per %v is finer than one unit per microsecond", p.Limit, p.Window)
+			} else if burstOK && p.burst() > maxSpanMicros/iv {
+				bad("burst %d × interval %dµs is too long", p.burst(), iv)
+			}
 		}
 		if p.Algorithm == TokenBucket && p.MaxDelay != 0 {
-			return bad("max delay applies to gcra only")
+			bad("max delay applies to gcra only")
 		}
 		if p.MaxDelay.Microseconds() > maxSpanMicros {
-			return bad("max delay %v too long", p.MaxDelay)
+			bad("max delay %v too long", p.MaxDelay)
 		}
 	default:
 		if p.Burst != 0 {
-			return bad("burst applies to token_bucket and gcra only")
+			bad("burst applies to token_bucket and gcra only")
 		}
-		if p.MaxDelay != 0 {
-			return bad("max delay applies to gcra only")
+		if p.MaxDelay != 0 && known {
+			bad("max delay applies to gcra only")
 		}
 	}
 	if p.Algorithm == SlidingLog && p.Limit > MaxSlidingLogLimit {
-		return bad("sliding_log limit %d above %d (its memory grows with the limit; use sliding_window)", p.Limit, MaxSlidingLogLimit)
+		bad("sliding_log limit %d above %d (its memory grows with the limit; use sliding_window)", p.Limit, MaxSlidingLogLimit)
 	}
-	return nil
+	return policyError(p.Name, nameErr, problems)
+}
+
+// policyError joins the problems of the policy named name into one error
+// wrapping ErrInvalidPolicy, or returns nil when there are none. A bad
+// name is reported alone, as it is (it would be misquoted as the policy's).
+func policyError(name string, nameErr error, problems []string) error {
+	switch {
+	case len(problems) == 0:
+		return nil
+	case nameErr != nil:
+		return fmt.Errorf("%w: %s", ErrInvalidPolicy, strings.Join(problems, "; "))
+	}
+	return fmt.Errorf("%w: policy %q: %s", ErrInvalidPolicy, name, strings.Join(problems, "; "))
 }
 
 // burst returns the effective burst of a bucket policy.

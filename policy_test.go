@@ -140,3 +140,18 @@ func TestWindowsInDays(t *testing.T) {
 		t.Errorf("String = %q, want %q", got, want)
 	}
 }
+
+// TestValidateReportsEveryProblem: one Validate names every parameter out
+// of range, not just the first.
+func TestValidateReportsEveryProblem(t *testing.T) {
+	p := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Limit: 0, Window: 0, Burst: 3}
+	err := p.Validate()
+	for _, want := range []string{`policy "p": limit 0 out of range`, "window 0s out of range 1ms..400d", "burst applies to token_bucket and gcra only"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to contain %q", err, want)
+		}
+	}
+	if !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("Validate() = %v, want ErrInvalidPolicy", err)
+	}
+}
