@@ -16,5 +16,10 @@
 // several layers are decided together ([Limiter.AllowLayers]) a request
 // denied by one layer consumes nothing in the others.
 //
+// Policies built from constants read best with [Must]; [Limiter.Wait]
+// sleeps through a GCRA policy's shaping delay. The examples (Example,
+// ExampleLimiter_AllowN, ExampleLimiter_AllowLayers, ExampleLimiter_Wait...)
+// are runnable: go test -run Example -v github.com/floodgate-rl/floodgate.
+//
 // The package itself depends only on the standard library.
 package floodgate

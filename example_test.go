@@ -128,3 +128,23 @@ func ExampleLimiter_AllowLayers_threeLayers() {
 	// per-user: 0 of 100 left
 	// monthly: 9900 of 10000 left
 }
+
+// Shaping with Wait: a GCRA policy of 10 per second with MaxDelay admits a
+// request that arrives too early and Wait sleeps through its Delay, so the
+// caller acts at the shaped rate without timing anything itself.
+func ExampleLimiter_Wait() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := floodgate.New(store, floodgate.Options{})
+	p := floodgate.Must(floodgate.NewGCRA("downstream", 10, time.Second, 1))
+	p.MaxDelay = time.Second
+
+	start := time.Now()
+	for range 3 {
+		if _, err := limiter.Wait(context.Background(), p, "worker", 1); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println("three calls took at least 150ms:", time.Since(start) >= 150*time.Millisecond)
+	// Output:
+	// three calls took at least 150ms: true
+}
