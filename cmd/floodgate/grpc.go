@@ -45,13 +45,19 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, envoy *config.EnvoyReloader
 	if err != nil {
 		return nil, err
 	}
+	gopts, err := f.sec.grpcServerOptions()
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(gopts...)
 	svc.Register(gs)
-	reflection.Register(gs) // so grpcurl and friends can list and call the service
+	if f.sec.grpcReflection {
+		reflection.Register(gs) // so grpcurl and friends can list and call the service
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

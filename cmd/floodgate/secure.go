@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,8 +11,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/server"
@@ -29,6 +35,10 @@ type securityFlags struct {
 	redisCertFile     string
 	redisKeyFile      string
 	redisServerName   string
+	tlsCertFile       string
+	tlsKeyFile        string
+	tlsClientCAFile   string
+	grpcReflection    bool
 }
 
 func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
@@ -41,6 +51,83 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.redisCertFile, "redis-cert-file", "", "PEM client certificate for Redis servers that require one (implies --redis-tls; with --redis-key-file)")
 	fl.StringVar(&s.redisKeyFile, "redis-key-file", "", "PEM key of --redis-cert-file")
 	fl.StringVar(&s.redisServerName, "redis-server-name", "", "name every Redis server certificate must carry (implies --redis-tls; default: the host dialled)")
+	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file)")
+	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
+	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
+	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
+}
+
+// serverTLS returns the TLS configuration of the listeners, or nil when
+// --tls-cert-file is not given.
+func (s *securityFlags) serverTLS() (*tls.Config, error) {
+	if s.tlsCertFile == "" && s.tlsKeyFile == "" {
+		if s.tlsClientCAFile != "" {
+			return nil, errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
+		}
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(s.tlsCertFile, s.tlsKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if s.tlsClientCAFile != "" {
+		pem, err := os.ReadFile(s.tlsClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-client-ca-file: %s holds no PEM certificate", s.tlsClientCAFile)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}
+
+// listen listens on addr (flag names it in errors), with TLS when
+// configured.
+func (s *securityFlags) listen(addr, flag string) (net.Listener, error) {
+	tc, err := s.serverTLS()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
+	return ln, nil
+}
+
+// gRPC server limits: concurrent streams per connection, the size of one
+// request, and keepalive (idle connections closed, clients pinging more
+// often than every 10s cut off).
+const (
+	grpcMaxStreams  = 256
+	grpcMaxRecvSize = 1 << 20
+)
+
+// grpcServerOptions are the hardened options of the gRPC server: TLS (and
+// client certificates) as configured, bounded streams and messages, and
+// keepalive enforcement.
+func (s *securityFlags) grpcServerOptions() ([]grpc.ServerOption, error) {
+	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(grpcMaxStreams),
+		grpc.MaxRecvMsgSize(grpcMaxRecvSize),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}
+	tc, err := s.serverTLS()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	return opts, nil
 }
 
 // readSecretFile reads a secret from path, trimmed of surrounding space.
@@ -120,9 +207,9 @@ func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *
 	if s.adminAddr == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", s.adminAddr)
+	ln, err := s.listen(s.adminAddr, "--admin-addr")
 	if err != nil {
-		return nil, fmt.Errorf("--admin-addr: %w", err)
+		return nil, err
 	}
 	log.Info("floodgate admin listening", "addr", ln.Addr().String(), "metrics_admin_only", s.metricsAdminOnly)
 	actx, cancel := context.WithCancel(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,7 +16,14 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
@@ -263,5 +271,88 @@ func TestConfigPushVersionRules(t *testing.T) {
 	svc := startService(t, "--redis", url, "--config-from-redis", "--prefix", prefix, "--fallback", "off")
 	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); r.Limit != 30 {
 		t.Fatalf("served config: %+v, want the rolled-back limit 30", r)
+	}
+}
+
+// TestServeListenerTLS runs the binary with --tls-cert-file,
+// --tls-key-file and --tls-client-ca-file: HTTPS and gRPC over TLS answer
+// a client presenting a certificate of the CA and refuse one without;
+// gRPC reflection is off unless --grpc-reflection.
+func TestServeListenerTLS(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, reflect := range []bool{false, true} {
+		args := []string{"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-client-ca-file", f.CA,
+			"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir}
+		if reflect {
+			args = append(args, "--grpc-reflection")
+		}
+		svc := startService(t, args...)
+		base := strings.Replace(svc.url, "http://", "https://", 1)
+		var grpcAddr string
+		for _, line := range strings.Split(svc.logs.String(), "\n") {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
+				grpcAddr = rec.Addr
+			}
+		}
+		withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: f.ClientConfig(t)}}
+		resp, err := withCert.Get(base + "/healthz")
+		if err != nil {
+			t.Fatalf("HTTPS with a client certificate: %v", err)
+		}
+		resp.Body.Close()
+		noCert := f.ClientConfig(t)
+		noCert.Certificates = nil
+		if resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: noCert}}).Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("HTTPS without a client certificate: %d, want a refused handshake", resp.StatusCode)
+		}
+		if resp, err := http.Get(svc.url + "/healthz"); err == nil && resp.StatusCode == 200 {
+			t.Fatal("plain HTTP answered on a TLS listener")
+		}
+		call := func(tc *tls.Config) error {
+			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+			}})
+			return err
+		}
+		if err := call(f.ClientConfig(t)); err != nil {
+			t.Fatalf("gRPC over TLS with a client certificate: %v", err)
+		}
+		if err := call(noCert); err == nil {
+			t.Fatal("gRPC without a client certificate answered")
+		}
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(f.ClientConfig(t))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+		if err == nil {
+			err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+		}
+		cancel()
+		conn.Close()
+		if reflect && err != nil {
+			t.Fatalf("reflection with --grpc-reflection: %v", err)
+		}
+		if !reflect && status.Code(err) != codes.Unimplemented {
+			t.Fatalf("reflection without --grpc-reflection: %v, want Unimplemented", err)
+		}
+		svc.stop(t)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -366,9 +365,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	defer stopGRPC()
-	ln, err := net.Listen("tcp", f.addr)
+	ln, err := f.sec.listen(f.addr, "--addr")
 	if err != nil {
-		return fmt.Errorf("--addr: %w", err)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
