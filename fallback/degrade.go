@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -126,11 +127,23 @@ func openResult(now int64, l floodgate.Layer) floodgate.Result {
 	return algo.ResultFromMicros(true, l.Policy.Capacity(), capacity-l.Cost, now, 0, 0, floodgate.ReasonNone)
 }
 
+// scratch holds a local decision's layers and results: passed to the
+// local store through an interface, arrays on the stack would escape to
+// the heap at every degraded decision (3 KB each).
+type scratch struct {
+	layers  [floodgate.MaxLayers]floodgate.Layer
+	results [floodgate.MaxLayers]floodgate.Result
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
 // decideLocal decides the local-mode layers with the local store at their
 // widened limits, all or nothing, and the open-mode layers as open. If an
 // open-mode layer can never admit its cost, the local layers only peek.
 func (s *Store) decideLocal(ctx context.Context, now int64, layers []floodgate.Layer, modes []Mode, out []floodgate.Result) error {
-	var buf [floodgate.MaxLayers]floodgate.Layer
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	buf := &sc.layers
 	var idx [floodgate.MaxLayers]int
 	local := buf[:0]
 	openDenied := false
@@ -152,7 +165,7 @@ func (s *Store) decideLocal(ctx context.Context, now int64, layers []floodgate.L
 			local[i].Cost = 0
 		}
 	}
-	var res [floodgate.MaxLayers]floodgate.Result
+	res := &sc.results
 	// The local store is in-process and quick; it must decide even when
 	// the caller's deadline was spent waiting for the primary.
 	if err := s.local.Decide(context.WithoutCancel(ctx), now, local, res[:len(local)]); err != nil {

@@ -305,13 +305,20 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	for _, l := range layers[1:] {
 		budget = min(budget, s.Budget(l.Policy.Name))
 	}
-	cctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
-	br := s.breakers.forKey(cctx, layers[0].Key)
+	br := s.breakers.shared
+	if s.breakers.partition != nil {
+		pctx, pcancel := context.WithTimeout(ctx, budget)
+		br = s.breakers.forKey(pctx, layers[0].Key)
+		pcancel()
+	}
 	t := br.acquire()
 	if t == ticketDenied {
+		// No budget context (and its timer) on this path: while the
+		// breaker is open, a decision costs what a local one costs.
 		return s.degrade(ctx, o, br, now, layers, out, ReasonBreakerOpen, ErrBreakerOpen)
 	}
+	cctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
 	start := time.Now()
 	err := s.primary.Decide(cctx, now, layers, out)
 	elapsed := time.Since(start)
