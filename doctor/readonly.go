@@ -20,7 +20,9 @@ var ErrRefused = fmt.Errorf("doctor: refusing a command that is not a read")
 var readOnly = map[string]bool{
 	"ping": true, "info": true, "time": true, "config get": true,
 	"cluster info": true, "cluster slots": true, "cluster shards": true, "cluster nodes": true,
-	"scan": true, "pttl": true, "type": true, "zcard": true, "get": true, "hlen": true,
+	"scan": true, "pttl": true, "ttl": true, "type": true, "zcard": true, "hlen": true,
+	// Reading the configuration document (config.LoadRedis).
+	"get": true, "getrange": true, "strlen": true, "exists": true,
 	"memory usage": true, "latency latest": true,
 	"sentinel master": true, "sentinel replicas": true, "sentinel sentinels": true, "sentinel ckquorum": true,
 	"sentinel get-master-addr-by-name": true,
