@@ -125,3 +125,67 @@ func TestHugeDocumentNotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSignedConfiguration: an instance verifying signatures applies a
+// document pushed with the key and refuses an unsigned one, one signed
+// with another key, and one edited after signing; the signature line is
+// a YAML comment, so instances that do not verify read it as usual.
+func TestSignedConfiguration(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	keys, _ := config.KeysFor(fmt.Sprintf("sign%d", time.Now().UnixNano()))
+	key := []byte("0123456789abcdef0123456789abcdef-sign")
+	if _, err := config.Sign([]byte(doc("1", 1)), []byte("short")); !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("short key: %v", err)
+	}
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("1", 10)), config.PublishOptions{SignKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadRedisVerified(ctx, client, keys, key)
+	if err != nil || cfg.Version() != "1" {
+		t.Fatalf("signed document: %v", err)
+	}
+	if _, err := config.LoadRedis(ctx, client, keys); err != nil {
+		t.Fatalf("a signed document read without verifying: %v", err)
+	}
+	signed, _ := client.Get(ctx, keys.Config).Result()
+	otherKey, err := config.Sign([]byte(doc("2", 20)), []byte("another-key-0123456789abcdef012345"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, stored := range map[string]string{
+		"unsigned":          doc("2", 20),
+		"another key":       string(otherKey),
+		"edited after sign": strings.Replace(signed, "limit: 10", "limit: 99", 1),
+	} {
+		client.Set(ctx, keys.Config, stored, 0)
+		if _, err := config.LoadRedisVerified(ctx, client, keys, key); !errors.Is(err, config.ErrSignature) {
+			t.Fatalf("%s: %v, want ErrSignature", name, err)
+		}
+	}
+	// A watching instance with the key applies the signed version 3 and
+	// not an unsigned version 4 written around push.
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("3", 30)), config.PublishOptions{SignKey: key, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	initial, err := config.Parse([]byte(doc("0", 1)), "initial.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := config.NewHolder(initial)
+	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.WatchRedis(wctx, client, keys, 50*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the signed version to apply", func() bool { return limitOf(t, h) == 30 })
+	client.Set(ctx, keys.Config, doc("4", 40), 0)
+	time.Sleep(300 * time.Millisecond) // several polls
+	if limitOf(t, h) != 30 {
+		t.Fatal("an unsigned document was applied")
+	}
+}

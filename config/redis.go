@@ -48,9 +48,20 @@ func KeysFor(prefix string) (Keys, error) {
 // parses it, requiring a version field. It fails with ErrNotFound when the
 // key does not exist.
 func LoadRedis(ctx context.Context, client redis.UniversalClient, keys Keys) (*Config, error) {
+	return LoadRedisVerified(ctx, client, keys, nil)
+}
+
+// LoadRedisVerified is LoadRedis that, when key is not nil, also requires
+// the document to be signed under key (see Verify).
+func LoadRedisVerified(ctx context.Context, client redis.UniversalClient, keys Keys, key []byte) (*Config, error) {
 	data, err := getDoc(ctx, client, keys)
 	if err != nil {
 		return nil, err
+	}
+	if key != nil {
+		if err := Verify(data, key); err != nil {
+			return nil, err
+		}
 	}
 	c, err := Parse(data, "redis:"+keys.Config)
 	if err != nil {
@@ -99,6 +110,9 @@ var ErrVersionConflict = errors.New("config: version conflict")
 // PublishOptions are the choices of PublishWith. The zero value refuses
 // going back in version.
 type PublishOptions struct {
+	// SignKey, when set, signs the document (Sign) before storing it, for
+	// instances that verify (ReloaderOptions.VerifyKey).
+	SignKey []byte
 	// Force publishes a version older than the stored one (a rollback).
 	// A version already published with other content is refused even so:
 	// instances that applied it would keep it (see ApplyVersioned).
@@ -133,6 +147,13 @@ return 1
 // stored document again only announces it. It returns the parsed
 // configuration.
 func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, data []byte, opts PublishOptions) (*Config, error) {
+	if opts.SignKey != nil {
+		signed, err := Sign(data, opts.SignKey)
+		if err != nil {
+			return nil, err
+		}
+		data = signed
+	}
 	c, err := Parse(data, "redis:"+keys.Config)
 	if err != nil {
 		return nil, err
@@ -243,6 +264,9 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		data, err := getDoc(fctx, client, keys)
+		if err == nil && r.verify != nil {
+			err = Verify(data, r.verify)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.sourceError(&lastErr, source, err)

@@ -71,6 +71,10 @@ type ReloaderOptions struct {
 	// Reloader and an EnvoyReloader may share one Registerer: they count
 	// in the same metrics under their own source.
 	Registerer prometheus.Registerer
+	// VerifyKey, when set, makes WatchRedis apply only documents signed
+	// under it (Sign; "floodgate config push --sign-key-file"). Default
+	// nil: documents are not checked.
+	VerifyKey []byte
 }
 
 // reloadMetrics counts the reloads of one source.
@@ -139,6 +143,7 @@ type Reloader struct {
 	log     *slog.Logger
 	metrics *reloadMetrics
 	mu      sync.Mutex
+	verify  []byte
 }
 
 // NewReloader returns a Reloader updating h. Its reloads are counted under
@@ -151,7 +156,7 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reloader{holder: h, log: opts.Logger, metrics: m}
+	r := &Reloader{holder: h, log: opts.Logger, metrics: m, verify: opts.VerifyKey}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -65,6 +66,7 @@ func newConfigPushCmd() *cobra.Command {
 		rs     config.Redis
 		prefix string
 		force  bool
+		sign   string
 	)
 	cmd := &cobra.Command{
 		Use:   "push FILE",
@@ -109,7 +111,15 @@ published document again only announces it.`,
 			defer client.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force})
+			var key []byte
+			if sign != "" {
+				raw, err := os.ReadFile(sign)
+				if err != nil {
+					return fmt.Errorf("--sign-key-file: %w", err)
+				}
+				key = []byte(strings.TrimSpace(string(raw)))
+			}
+			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force, SignKey: key})
 			if err != nil {
 				for _, e := range flatten(err) {
 					fmt.Fprintln(cmd.ErrOrStderr(), e)
@@ -126,6 +136,7 @@ published document again only announces it.`,
 	fl.StringVar(&rs.SentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
 	fl.StringSliceVar(&rs.ClusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses")
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
+	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), or replace an unreadable stored document")
 	return cmd
 }

@@ -39,6 +39,8 @@ type securityFlags struct {
 	tlsKeyFile        string
 	tlsClientCAFile   string
 	grpcReflection    bool
+	verifyKeyFile     string
+	verifyKey         []byte // read from verifyKeyFile
 }
 
 func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
@@ -55,6 +57,7 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
 	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
 	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
+	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
 }
 
 // serverTLS returns the TLS configuration of the listeners, or nil when
@@ -175,6 +178,19 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 	}
 	if s.metricsAdminOnly && s.adminAddr == "" {
 		return errors.New("--metrics-admin-only needs --admin-addr")
+	}
+	if s.verifyKeyFile != "" {
+		if !f.configRedis {
+			return errors.New("--config-verify-key-file needs --config-from-redis")
+		}
+		k, err := readSecretFile(s.verifyKeyFile, "--config-verify-key-file", log)
+		if err != nil {
+			return err
+		}
+		if len(k) < config.MinSignKeyLen {
+			return fmt.Errorf("--config-verify-key-file: %d bytes, want at least %d", len(k), config.MinSignKeyLen)
+		}
+		s.verifyKey = []byte(k)
 	}
 	if s.redisPasswordFile != "" {
 		pw, err := readSecretFile(s.redisPasswordFile, "--redis-password-file", log)

@@ -356,3 +356,37 @@ func TestServeListenerTLS(t *testing.T) {
 		svc.stop(t)
 	}
 }
+
+// TestServeSignedConfigFromRedis: with --config-verify-key-file the
+// service starts only on a document pushed with --sign-key-file.
+func TestServeSignedConfigFromRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("signed%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	if err := os.WriteFile(keyFile, []byte("config-signing-key-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("version: \"1\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 7, window: 1m, dimension: user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://" + rs.Addr + "/0"
+	if code, out, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 0 {
+		t.Fatalf("unsigned push: %d %s %s", code, out, errOut)
+	}
+	if code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile); code == 0 || !strings.Contains(out, "not signed") {
+		t.Fatalf("serve on an unsigned document: exit %d: %s", code, out)
+	}
+	// Signing changes the stored document, so it takes a new version.
+	if err := os.WriteFile(file, []byte("version: \"2\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 7, window: 1m, dimension: user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix, "--sign-key-file", keyFile); code != 0 {
+		t.Fatalf("signed push: %d %s %s", code, out, errOut)
+	}
+	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile, "--fallback", "off")
+	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); r.Limit != 7 {
+		t.Fatalf("signed config: %+v", r)
+	}
+}

@@ -242,7 +242,7 @@ func initialConfig(ctx context.Context, f serveFlags, b *backend, keys config.Ke
 	case f.configRedis:
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		c, err := config.LoadRedis(lctx, b.client, keys)
+		c, err := config.LoadRedisVerified(lctx, b.client, keys, f.sec.verifyKey)
 		if errors.Is(err, config.ErrNotFound) {
 			return nil, fmt.Errorf("%w; store one with: floodgate config push FILE --redis URL --prefix %s", err, f.prefix)
 		}
@@ -322,7 +322,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg})
+	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg, VerifyKey: f.sec.verifyKey})
 	if err != nil {
 		return err
 	}
