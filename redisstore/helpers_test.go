@@ -157,6 +157,15 @@ func (e *env) auditTTL(t testing.TB) {
 			if !ok && strings.Contains(key, ":rel:") {
 				bound, ok = releaseMarkerTTL+time.Millisecond, true // a release's marker
 			}
+			if base, isJournal := strings.CutSuffix(key, ":rq"); !ok && isJournal {
+				// A bucket's release journal takes its bucket's TTL (a
+				// marker's when the bucket had none).
+				if b, tagged := strings.CutPrefix(base, "{"); tagged && strings.HasSuffix(b, "}") && e.bound[base] == 0 {
+					base = strings.TrimSuffix(b, "}")
+				}
+				bound, ok = e.bound[base], e.bound[base] > 0
+				bound = max(bound, releaseMarkerTTL+time.Millisecond)
+			}
 			switch {
 			case ttl == -2: // expired since SCAN returned it
 			case ttl < 0:

@@ -48,6 +48,11 @@ func testRelease(t *testing.T, e *env) {
 	t.Run("window ended", func(t *testing.T) { testReleaseWindowEnded(t, e) })
 	t.Run("sliding log", func(t *testing.T) { testReleaseSlidingLog(t, e) })
 	t.Run("token bucket to the microsecond", func(t *testing.T) { testReleaseTokenBucketExact(t, e) })
+	t.Run("crossed", func(t *testing.T) {
+		for _, a := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+			t.Run(a.String(), func(t *testing.T) { testReleaseCrossed(t, e, a) })
+		}
+	})
 	t.Run("buckets never over-admit", func(t *testing.T) {
 		for _, a := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
 			t.Run(a.String(), func(t *testing.T) { testReleaseBuckets(t, e, a, uint64(time.Now().UnixNano())) })
@@ -444,5 +449,58 @@ func TestReleaseErrorAfterWrite(t *testing.T) {
 	err = splitError([]part{*res})
 	if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
 		t.Fatalf("split error %v, want ErrIndeterminate only", err)
+	}
+}
+
+// testReleaseCrossed reproduces the crossed releases of issue 16 item 3
+// with fixed timestamps (interval 1s): a reservation D (kept) leaves a
+// backlog of 1s, reservations A (2) then B (3) join it (and, in the second
+// case, a plain decision C after them), then B is released before A. B was
+// queued after A, so its release does not move A's span; the former rule
+// assumed it did and gave A back only 2s − 2µs of its 2s (GCRA: 1999998µs;
+// a token bucket gave its 2 tokens but held the refill clock 2µs), leaving
+// the bucket 2µs short at every edge after. After both releases the bucket
+// must decide exactly as one that only ever saw D and C (the memstore
+// mirror), a microsecond before and at each edge.
+func testReleaseCrossed(t *testing.T, e *env, a floodgate.Algorithm) {
+	t0 := vectors.T0.Add(10 * time.Hour).UnixMicro()
+	p := floodgate.Policy{Name: "crossed-" + a.String(), Algorithm: a, Limit: 10, Window: 10 * time.Second}
+	p = mustPolicy(t, p)
+	iv := p.Window.Microseconds() / p.Limit // 1s
+	for _, withC := range []bool{false, true} {
+		m := newMirror(t, e)
+		key := e.layerAt(p, fmt.Sprintf("crossed-%v", withC), t0, 0).Key
+		l := func(cost int64) floodgate.Layer { return floodgate.Layer{Policy: p, Key: key, Cost: cost} }
+		if rd := e.reserveOne(t, t0, l(1)); !rd.held {
+			t.Fatalf("reserve D: %+v", rd.out)
+		}
+		if err := m.mem.Decide(context.Background(), t0, []floodgate.Layer{l(1)}, make([]floodgate.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+		ra := e.reserveOne(t, t0+1, l(2))
+		rb := e.reserveOne(t, t0+2, l(3))
+		if !ra.held || !rb.held {
+			t.Fatalf("reserve: %+v %+v", ra.out, rb.out)
+		}
+		if withC {
+			m.both(t, t0+3, l(1))
+		}
+		_, relB := e.releaseOne(t, t0+4, rb, 1)
+		_, relA := e.releaseOne(t, t0+5, ra, 2)
+		want := func(cost int64) int64 {
+			if a == floodgate.GCRA {
+				return cost * iv
+			}
+			return cost
+		}
+		if relB[0].back != want(3) || relA[0].back != want(2) {
+			t.Errorf("with C %v: B gave back %d, A %d; want %d and %d", withC, relB[0].back, relA[0].back, want(3), want(2))
+		}
+		at := t0 + 6
+		for _, d := range []int64{0, iv - 4, iv - 3, iv - 2, iv - 1, iv, 2*iv - 4, 2*iv - 3, 2*iv - 2, 2 * iv} {
+			m.decide(t, at+d, l(0))
+		}
+		m.decide(t, at+2*iv, l(10))
+		m.decide(t, at+2*iv, l(9))
 	}
 }

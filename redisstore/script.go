@@ -137,12 +137,12 @@ var (
 	argHot     any = "h" // a single-layer batch in which a key repeats
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,
 	// so go-redis's cluster routing reads it without formatting); a release
-	// has one key more than its layers, its marker.
+	// has 2n+1 keys for n layers: theirs, its marker and their journals.
 	argNumKeys = numKeyArgs()
 )
 
-func numKeyArgs() [floodgate.MaxLayers + 2]any {
-	var a [floodgate.MaxLayers + 2]any
+func numKeyArgs() [2*floodgate.MaxLayers + 2]any {
+	var a [2*floodgate.MaxLayers + 2]any
 	for i := range a {
 		a[i] = strconv.Itoa(i)
 	}

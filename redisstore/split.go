@@ -378,6 +378,18 @@ func splitError(parts []part) error {
 	return fmt.Errorf("redisstore: decision split over %d slots, nothing kept: %w", len(parts), unavailable)
 }
 
+// journalKey returns the key of the release journal of a bucket key (see
+// bucket_refund in lua/release.lua): key+":rq", in key's slot when key has a
+// hash tag, as floodgate.Key's keys do; otherwise "{"+key+"}:rq". The layers
+// of a part share their first key's slot, which decideSplit checked with
+// markerKey, so a key without a hash tag here has no '}' either.
+func journalKey(key string) string {
+	if algo.HashTag(key) == key {
+		return "{" + key + "}:rq"
+	}
+	return key + ":rq"
+}
+
 // markerKey returns the key of a release marker for a reservation on key:
 // in key's slot, and under its prefix when key has a hash tag (key +
 // ":rel:" + id). A key without a hash tag is wrapped in one; a key that

@@ -357,6 +357,8 @@ type frame struct {
 	args   []any
 	nums   [2 + (replyWidth+undoWidth)*floodgate.MaxLayers]int64
 	marker string // a release's marker key
+	// journals are a release's layers' journal keys (journalKey).
+	journals [floodgate.MaxLayers]string
 }
 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit
@@ -389,12 +391,17 @@ func (f *frame) build(now int64, layers []floodgate.Layer, counted bool) {
 func (f *frame) buildRelease(now int64, layers []floodgate.Layer, undo [][undoWidth]int64, marker string, markerPX int64) {
 	n := len(layers)
 	f.marker = marker
-	f.args = append(f.args[:0], nil, nil, argNumKeys[n+1])
+	f.args = append(f.args[:0], nil, nil, argNumKeys[2*n+1])
 	for i := range layers {
 		f.args = append(f.args, &layers[i].Key)
 	}
+	f.args = append(f.args, &f.marker)
+	for i := range layers {
+		f.journals[i] = journalKey(layers[i].Key)
+		f.args = append(f.args, &f.journals[i])
+	}
 	f.nums[0], f.nums[1] = now, markerPX
-	f.args = append(f.args, &f.marker, argRelease, &f.nums[0], &f.nums[1])
+	f.args = append(f.args, argRelease, &f.nums[0], &f.nums[1])
 	for i := range layers {
 		v := f.nums[2+9*i : 11+9*i]
 		putLayer(v[:6], now, &layers[i])
@@ -425,4 +432,5 @@ func (f *frame) reset() {
 	clear(f.args)
 	f.args = f.args[:0]
 	f.marker = ""
+	clear(f.journals[:])
 }

@@ -136,12 +136,16 @@ end
 local nkeys, nargv = #KEYS, #ARGV
 local reserve, probe = false, false
 if nargv ~= 1 + 6 * nkeys then
-  if ARGV[1] == 'release' and nkeys >= 2 and nkeys <= MAX_LAYERS + 1 and nargv == 3 + 9 * (nkeys - 1) then
+  -- A release's keys: its layers', its marker, then (from callers that
+  -- send them) each layer's release journal.
+  local rn = (nargv - 3) / 9
+  if ARGV[1] == 'release' and rn >= 1 and rn <= MAX_LAYERS and rn % 1 == 0 and
+    (nkeys == rn + 1 or nkeys == 2 * rn + 1) then
     local now = arg(2, 0, MAX_NOW)
     if now == nil then
       return redis.error_reply('ERR floodgate: bad now')
     end
-    return release(nkeys - 1, now)
+    return release(rn, now, nkeys == 2 * rn + 1)
   end
   local mode = ARGV[nargv]
   if (mode ~= 'reserve' and mode ~= 'probe') or nargv ~= 2 + 6 * nkeys then

@@ -131,7 +131,7 @@
       return 0 -- the short form: no bookkeeping, so nothing is known to be safe
     end
     t, h, ca, cr = tonumber(t), tonumber(h), tonumber(ca), tonumber(cr)
-    local back = bucket_refund(t, h, ca, cr, cost * iv, u1, u2, u3)
+    local back = bucket_refund(t, h, ca, cr, cost * iv, u1, u2, u3, cost * iv, key)
     if back <= 0 then
       return 0
     end

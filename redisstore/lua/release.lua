@@ -2,7 +2,11 @@
 -- another slot's part of a split decision denied it or failed.
 --
 -- KEYS[1..n] are the keys of the layers the reservation consumed, KEYS[n+1]
--- the release's marker (in the same slot). ARGV[1] is 'release', ARGV[2]
+-- the release's marker (in the same slot), and KEYS[n+2..2n+1], when the
+-- caller sends them, the layers' release journals (journalKey in split.go;
+-- a bucket release reads and writes its layer's, see bucket_refund;
+-- without them a bucket release assumes every release since its
+-- reservation moved it, as before the journals). ARGV[1] is 'release', ARGV[2]
 -- now (the decision's time), ARGV[3] the marker's TTL in ms; then nine
 -- arguments per layer: the six of the decision (layer_args) and the three
 -- numbers the reservation replied for it.
@@ -20,7 +24,7 @@
 -- else), and the layer's standing after the release as a peek sees it
 -- (remaining, resetAt µs).
 
-local function release(n, now)
+local function release(n, now, journals)
   -- The releases of the algorithms are defined here rather than in their
   -- files, so that they are created only when a release runs: Redis runs
   -- the whole script on every call, and every function defined at its top
@@ -31,41 +35,106 @@ local function release(n, now)
   -- token bucket: T + (burst - N) x interval), they are one machine: a
   -- request at t of span s (cost x interval) sets F = max(F, t) + s, and
   -- what a request may take at t depends on F - t alone. A reservation
-  -- appended the span [f - s, f] to the backlog that ends at F. Three
-  -- things can eat into that span before the release comes, and the rule
-  -- assumes the worst of each:
+  -- appended the span [f - s, f] to the backlog that ends at F. Until the
+  -- backlog empties (a request finds F <= t, which moves A), F only grows
+  -- by the spans admitted and shrinks by what releases give back, so the
+  -- span's end is e = f minus what releases of spans queued before it
+  -- gave back since it was reserved (a release of a span queued after it
+  -- moves only what follows that span). A bucket without the reservation
+  -- would stand at F - s, or, where requests after it found that shorter
+  -- backlog empty, at most H plus the spans queued after it (H the latest
+  -- time any admitted request was decided at): it returns min(s, e - H),
+  -- the part of the span after H, and nothing once A has moved (the whole
+  -- span had leaked).
   --
-  --   * time: whatever part of it lies before H, the latest time any
-  --     admitted request was decided at, has leaked away as it would have
-  --     anyway;
-  --   * releases of reservations queued before it shift it earlier: by at
-  --     most everything returned since (cr - r, R counting every release);
-  --   * a request that found the backlog empty (F <= t, which moves A)
-  --     means the whole span had leaked.
-  --
-  -- The span still ends at or after max(f - (cr - r), ca + s) (it was
-  -- queued after the last emptying at A, and it is s long), so returning
-  -- what of it lies after H never leaves the bucket fuller than if the
-  -- reservation had never been made: nothing is over-admitted. When
-  -- nothing touched the key since (F, A and R as the reservation left
-  -- them) the whole span comes back, which is exact. fc, h, ca, cr are the
-  -- key's current F, H, A, R; f, a, r what the reservation left. It
-  -- returns µs, at most s, possibly <= 0.
-  local function bucket_refund(fc, h, ca, cr, s, f, a, r)
+  -- Which releases moved e is known from the key's release journal
+  -- (jkey, in the same slot; see bucket_journal): F + R (R counting every
+  -- µs given back) never decreases (a request adds its span to F, a
+  -- release moves µs from F to R, an emptying jumps F forward), and grows
+  -- with every span queued, so f + r, as the reservation left them, is its
+  -- place in the queue: a release journalled after r whose place is below
+  -- f + r was queued before it and moved it by what it gave back. When
+  -- the journal does not go back to r (it holds the latest 32 releases,
+  -- expires with the key, or the caller sent none), every release since r
+  -- it does not hold is assumed to have moved the span (never over). fc,
+  -- h, ca, cr are the key's current F, H, A, R; f, a, r what the
+  -- reservation left; cap the most the state can take back. It returns µs,
+  -- at most min(s, cap), possibly <= 0, and journals what it gives.
+  local jkey, jpx -- the journal of the layer being released, and its TTL if the key has none
+  local JOURNAL_CAP = 32
+
+  -- bucket_journal reads jkey: "A R0 p1 b1 p2 b2 ...", the releases given
+  -- since R was R0 while the backlog last emptied at A, in order, each its
+  -- queue place and µs given back. A journal of another A, or whose
+  -- releases do not add up from R0 to the key's R, is not this backlog's:
+  -- it starts again at R.
+  local function bucket_journal(ca, cr)
+    local j = {}
+    local v = jkey and redis.call('GET', jkey)
+    if v then
+      for x in string.gmatch(v, '%d+') do
+        j[#j + 1] = tonumber(x)
+      end
+    end
+    if #j >= 2 and #j % 2 == 0 and j[1] == ca then
+      local sum = j[2]
+      for i = 3, #j, 2 do
+        sum = sum + j[i + 1]
+      end
+      if sum == cr then
+        return j
+      end
+    end
+    return {ca, cr}
+  end
+
+  local function bucket_refund(fc, h, ca, cr, s, f, a, r, cap, key)
     if ca ~= a then
       return 0
     end
-    if fc == f and cr == r then
-      return s
+    local back = s
+    local j
+    if fc ~= f or cr ~= r then
+      j = bucket_journal(ca, cr)
+      local shift, rb, place = 0, j[2], f + r
+      if r < rb then
+        shift = rb - r -- releases no longer journalled: assume they all moved it
+      end
+      for i = 3, #j, 2 do
+        if rb >= r and j[i] < place then
+          shift = shift + j[i + 1]
+        end
+        rb = rb + j[i + 1]
+      end
+      local e = f - shift
+      if ca + s > e then
+        e = ca + s -- queued after the last emptying at A, and s long
+      end
+      if e - h < back then
+        back = e - h
+      end
     end
-    local low = f - (cr - r)
-    if ca + s > low then
-      low = ca + s
+    if back > cap then
+      back = cap
     end
-    local back = low - h
-    if back > s then
-      back = s
+    if back <= 0 or not jkey then
+      return back
     end
+    j = j or bucket_journal(ca, cr)
+    j[#j + 1], j[#j + 2] = f + r, back
+    while #j > 2 + 2 * JOURNAL_CAP do
+      j[2] = j[2] + j[4]
+      table.remove(j, 3)
+      table.remove(j, 3)
+    end
+    for i = 1, #j do
+      j[i] = sfmt('%d', j[i])
+    end
+    local ttl = redis.call('PTTL', key)
+    if ttl < 1 then
+      ttl = jpx
+    end
+    redis.call('SET', jkey, table.concat(j, ' '), 'PX', int(ttl))
     return back
   end
 
@@ -166,6 +235,7 @@ local function release(n, now)
     local l, key = ls[i], KEYS[i]
     local algo, limit, w, burst, md, cost, u1, u2, u3 = l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9]
     local back = 0
+    jkey, jpx = journals and KEYS[n + 1 + i], px
     if fresh then
       if algo == 1 then
         back = fw_release(key, cost, w, 0, burst, u1, u2, u3)

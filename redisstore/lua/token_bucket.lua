@@ -126,10 +126,7 @@
       return 0 -- the short form: no bookkeeping, so nothing is known to be safe
     end
     t, n, h, ca, cr = tonumber(t), tonumber(n), tonumber(h), tonumber(ca), tonumber(cr)
-    local back = bucket_refund(t + (b - n) * iv, h, ca, cr, cost * iv, u1, u2, u3)
-    if back > (b - n) * iv then
-      back = (b - n) * iv
-    end
+    local back = bucket_refund(t + (b - n) * iv, h, ca, cr, cost * iv, u1, u2, u3, (b - n) * iv, key)
     if back <= 0 then
       return 0
     end
