@@ -48,6 +48,38 @@ func TestConfigRisksWarn(t *testing.T) {
 	want(t, rep, doctor.GroupConfig, "shadow", doctor.Warn, "search.trial")
 }
 
+// TestLoginFailureMode checks that a login-style policy (named login, or
+// keyed by account) is reported by its on_redis_failure: closed passes,
+// local and unset warn, open fails.
+func TestLoginFailureMode(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	for _, tc := range []struct {
+		mode string
+		want doctor.Status
+		says string
+	}{
+		{"closed", doctor.Pass, "(signin) fail closed"},
+		{"local", doctor.Warn, "per-instance counting"},
+		{"", doctor.Warn, "leave their failure mode to the instances' --fallback"},
+		{"open", doctor.Fail, "admit every request while Redis is down"},
+	} {
+		t.Run("mode="+tc.mode, func(t *testing.T) {
+			line := ""
+			if tc.mode != "" {
+				line = "    on_redis_failure: " + tc.mode + "\n"
+			}
+			doc := "version: \"1\"\npolicies:\n  - name: signin\n" + line +
+				"    layers:\n      - {name: a, algorithm: sliding_log, limit: 5, window: 15m, dimension: account}\n"
+			file := filepath.Join(t.TempDir(), "floodgate.yaml")
+			if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "fm", ConfigFile: file})
+			want(t, rep, doctor.GroupConfig, "failure-mode", tc.want, tc.says)
+		})
+	}
+}
+
 func TestInvalidConfigInRedisFails(t *testing.T) {
 	srv := redistest.Start(t, healthyRedis...)
 	// Stored by hand, past the validation of floodgate config push.

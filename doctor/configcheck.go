@@ -46,6 +46,7 @@ func (r *run) configChecks(ctx context.Context) {
 	r.check(GroupConfig, "sliding-logs", r.checkBigLogs)
 	r.check(GroupConfig, "hot-keys-and-slots", r.checkSlots)
 	r.check(GroupConfig, "shadow", r.checkShadow)
+	r.check(GroupConfig, "failure-mode", r.checkFailureMode)
 }
 
 func (r *run) checkTiers(ctx context.Context, c *Check) {
@@ -171,4 +172,93 @@ func (r *run) checkShadow(c *Check) {
 		return
 	}
 	c.Status, c.Summary = Pass, "no layer in shadow mode"
+}
+
+// loginStyle reports the policies that guard logins: named after login,
+// or keyed by an account.
+func (r *run) loginStyle() []string {
+	if r.cfg == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range r.cfg.Policies() {
+		hit := strings.Contains(strings.ToLower(p.Name), "login")
+		for _, l := range p.Layers {
+			for _, d := range l.Dimensions {
+				hit = hit || d == "account"
+			}
+		}
+		if hit {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
+// checkFailureMode checks that login-style policies fail closed, from
+// the configuration's on_redis_failure, and lists the failure modes the
+// instances have decided with (rate_limit_fallback_total's mode label).
+func (r *run) checkFailureMode(c *Check) {
+	c.Read = "the configuration, and " + metricFallback + " from the instances' /metrics already read"
+	modes := map[string]bool{}
+	for _, in := range r.instances {
+		if f, ok := in.metrics[metricFallback]; ok {
+			for _, m := range f.GetMetric() {
+				if m.GetCounter().GetValue() > 0 {
+					modes[labels(m)["mode"]] = true
+				}
+			}
+		}
+	}
+	var seen []string
+	for m := range modes {
+		seen = append(seen, m)
+	}
+	sort.Strings(seen)
+	if len(seen) > 0 {
+		c.Evidence = append(c.Evidence, "failure modes that have decided (non-zero "+metricFallback+"): "+strings.Join(seen, ", "))
+	}
+	login := r.loginStyle()
+	if len(login) == 0 {
+		c.Status = Info
+		c.Summary = "no login-style policy (named login, or keyed by account) in the configuration"
+		return
+	}
+	// The configuration says how each policy fails (on_redis_failure);
+	// a policy that leaves it unset follows the instances' --fallback,
+	// which they do not export.
+	var closed, open, local, unset []string
+	for _, name := range login {
+		p, _ := r.cfg.Policy(name)
+		switch p.OnRedisFailure {
+		case config.FailClosed:
+			closed = append(closed, name)
+		case config.FailOpen:
+			open = append(open, name)
+		case config.FailLocal:
+			local = append(local, name)
+		default:
+			unset = append(unset, name)
+		}
+	}
+	c.Evidence = append(c.Evidence, fmt.Sprintf("on_redis_failure of login-style policies: closed [%s], local [%s], open [%s], unset [%s]",
+		strings.Join(closed, ", "), strings.Join(local, ", "), strings.Join(open, ", "), strings.Join(unset, ", ")))
+	const fix = "a login endpoint should refuse rather than admit guesses while Redis is down: set on_redis_failure: closed on the policy"
+	switch {
+	case len(open) > 0:
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("login-style policies (%s) admit every request while Redis is down (on_redis_failure: open)", strings.Join(open, ", "))
+		c.Fix = fix
+	case len(local) > 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("login-style policies (%s) fall back to per-instance counting while Redis is down (on_redis_failure: local)", strings.Join(local, ", "))
+		c.Fix = fix
+	case len(unset) > 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("login-style policies (%s) leave their failure mode to the instances' --fallback, which they do not export", strings.Join(unset, ", "))
+		c.Fix = fix
+	default:
+		c.Status = Pass
+		c.Summary = fmt.Sprintf("login-style policies (%s) fail closed", strings.Join(closed, ", "))
+	}
 }

@@ -44,6 +44,7 @@ policies:
         tiers:
           pro: { limit: 1_000 }
   - name: login
+    on_redis_failure: closed
     layers:
       - name: per-account
         algorithm: sliding_log

@@ -263,7 +263,6 @@ func (r *run) instanceChecks(ctx context.Context) {
 		}
 	})
 	r.check(GroupInstances, "fallback-and-denials", func(c *Check) { r.checkRates(c, ins, read) })
-	r.check(GroupInstances, "failure-mode", func(c *Check) { r.checkFailureMode(c, ins, read) })
 }
 
 // rate returns the per-second increase of a family between the two
@@ -337,62 +336,5 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 		c.Fix = "a past Redis outage explains old fallback counts; a denial rate above the admissions is an abuse wave or a limit set too low: see /admin/v1/top-denied"
 	default:
 		c.Summary = "no fallback decisions; denials below admissions"
-	}
-}
-
-// loginStyle reports the policies that guard logins: named after login,
-// or keyed by an account.
-func (r *run) loginStyle() []string {
-	if r.cfg == nil {
-		return nil
-	}
-	var out []string
-	for _, p := range r.cfg.Policies() {
-		hit := strings.Contains(strings.ToLower(p.Name), "login")
-		for _, l := range p.Layers {
-			for _, d := range l.Dimensions {
-				hit = hit || d == "account"
-			}
-		}
-		if hit {
-			out = append(out, p.Name)
-		}
-	}
-	return out
-}
-
-func (r *run) checkFailureMode(c *Check, ins []*instance, read string) {
-	c.Read = read + " (no extra request)"
-	modes := map[string]bool{}
-	for _, in := range ins {
-		if f, ok := in.metrics[metricFallback]; ok {
-			for _, m := range f.GetMetric() {
-				if m.GetCounter().GetValue() > 0 {
-					modes[labels(m)["mode"]] = true
-				}
-			}
-		}
-	}
-	var seen []string
-	for m := range modes {
-		seen = append(seen, m)
-	}
-	sort.Strings(seen)
-	if len(seen) > 0 {
-		c.Evidence = append(c.Evidence, "failure modes that have decided (non-zero "+metricFallback+"): "+strings.Join(seen, ", "))
-	}
-	login := r.loginStyle()
-	switch {
-	case len(login) == 0:
-		c.Status = Info
-		c.Summary = "no login-style policy (named login, or keyed by account) in the configuration"
-	case modes["open"] || modes["local"]:
-		c.Status = Warn
-		c.Summary = fmt.Sprintf("login-style policies (%s) may fail open: the instances have taken %s decisions, and they do not export the mode per policy", strings.Join(login, ", "), strings.Join(seen, "/"))
-		c.Fix = "a login endpoint should refuse rather than admit unlimited guesses when Redis is down: run it with a closed failure mode (serve --fallback closed, or fallback.Options.Modes)"
-	default:
-		c.Status = Warn
-		c.Summary = fmt.Sprintf("cannot confirm that login-style policies (%s) fail closed: the failure mode per policy is not exported by this version", strings.Join(login, ", "))
-		c.Fix = "check the instances' --fallback flag: a login endpoint should refuse (closed) rather than admit unlimited guesses while Redis is down"
 	}
 }
