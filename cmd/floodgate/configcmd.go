@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -67,6 +68,7 @@ func newConfigPushCmd() *cobra.Command {
 		prefix string
 		force  bool
 		sign   string
+		sec    securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "push FILE",
@@ -104,6 +106,9 @@ published document again only announces it.`,
 			if !rs.Enabled() {
 				return errors.New("push needs --redis (or --redis-sentinel with --redis-master, or --redis-cluster)")
 			}
+			if err := sec.redisClientSettings(&rs, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))); err != nil {
+				return err
+			}
 			client, err := rs.Client()
 			if err != nil {
 				return err
@@ -137,6 +142,7 @@ published document again only announces it.`,
 	fl.StringSliceVar(&rs.ClusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses")
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
+	addRedisSecurityFlags(fl, &sec)
 	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), or replace an unreadable stored document")
 	return cmd
 }

@@ -47,17 +47,37 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints (and /metrics) on this address only, not on --addr; bind it to a private interface, e.g. 127.0.0.1:9090")
 	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
 	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
+	addRedisSecurityFlags(fl, s)
+	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file)")
+	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
+	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
+	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
+	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
+}
+
+// addRedisSecurityFlags registers the Redis password and TLS flags (serve
+// and config push share them).
+func addRedisSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, for a --redis URL (or sentinel/cluster addresses) without one")
 	fl.BoolVar(&s.redisTLS, "redis-tls", false, "connect to Redis over TLS whatever the URL scheme (every sentinel, primary or cluster node too)")
 	fl.StringVar(&s.redisCAFile, "redis-ca-file", "", "PEM certificate authorities to verify Redis servers with (implies --redis-tls; default: the system's)")
 	fl.StringVar(&s.redisCertFile, "redis-cert-file", "", "PEM client certificate for Redis servers that require one (implies --redis-tls; with --redis-key-file)")
 	fl.StringVar(&s.redisKeyFile, "redis-key-file", "", "PEM key of --redis-cert-file")
 	fl.StringVar(&s.redisServerName, "redis-server-name", "", "name every Redis server certificate must carry (implies --redis-tls; default: the host dialled)")
-	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file)")
-	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
-	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
-	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
-	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
+}
+
+// redisClientSettings reads the Redis password file, if any, and adds the
+// password and TLS flags to rs.
+func (s *securityFlags) redisClientSettings(rs *config.Redis, log *slog.Logger) error {
+	if s.redisPasswordFile != "" {
+		pw, err := readSecretFile(s.redisPasswordFile, "--redis-password-file", log)
+		if err != nil {
+			return err
+		}
+		s.redisPassword = pw
+	}
+	s.redisSettings(rs)
+	return nil
 }
 
 // serverTLS returns the TLS configuration of the listeners, or nil when

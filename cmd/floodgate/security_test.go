@@ -208,6 +208,15 @@ func TestServeRedisTLSAndPasswordFile(t *testing.T) {
 	if strings.Contains(svc.logs.String(), pw) {
 		t.Fatal("the Redis password is in the log")
 	}
+	// config push takes the same flags.
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("version: \"1\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 7, window: 1m, dimension: user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli("config", "push", file, "--redis", "rediss://"+rs.TLSAddr+"/0", "--redis-password-file", pwFile,
+		"--redis-ca-file", f.CA, "--redis-cert-file", f.ClientCert, "--redis-key-file", f.ClientKey, "--prefix", "tlspush"); code != 0 || !strings.Contains(out, `published version "1"`) {
+		t.Fatalf("config push over TLS with a password file: %d %s %s", code, out, errOut)
+	}
 }
 
 // TestServeLoginSecretFile: a login secret under 32 bytes is refused; one
