@@ -51,6 +51,7 @@ func testRelease(t *testing.T, e *env) {
 	t.Run("crossed", func(t *testing.T) {
 		for _, a := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
 			t.Run(a.String(), func(t *testing.T) { testReleaseCrossed(t, e, a) })
+			t.Run(a.String()+" random", func(t *testing.T) { testReleaseCrossedRandom(t, e, a, uint64(time.Now().UnixNano())) })
 		}
 	})
 	t.Run("buckets never over-admit", func(t *testing.T) {
@@ -502,5 +503,65 @@ func testReleaseCrossed(t *testing.T, e *env, a floodgate.Algorithm) {
 		}
 		m.decide(t, at+2*iv, l(10))
 		m.decide(t, at+2*iv, l(9))
+	}
+}
+
+// testReleaseCrossedRandom reserves and decides on one bucket key behind a
+// backlog of one unit, microseconds apart, and releases the pending
+// reservations in random order between further decisions: every span lies
+// after the latest decision time, so after each release the bucket must be
+// exactly the bucket of the requests it still counts (its full time F
+// equal to their replay), however the releases crossed.
+func testReleaseCrossedRandom(t *testing.T, e *env, a floodgate.Algorithm, seed uint64) {
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, uint64(a)+7))
+	p := mustPolicy(t, floodgate.Policy{Name: "xr-" + a.String(), Algorithm: a, Limit: 100, Window: 100 * time.Second})
+	iv := p.Window.Microseconds() / p.Limit // 1s
+	start := vectors.T0.Add(11 * time.Hour).UnixMicro()
+	for run := range 4 {
+		key := e.layerAt(p, fmt.Sprintf("xr%d", run), 0, 0).Key
+		l := func(cost int64) floodgate.Layer { return floodgate.Layer{Policy: p, Key: key, Cost: cost} }
+		now := start
+		// The backlog: a reservation (so the key keeps the bookkeeping) of
+		// 1, kept: every later span starts 1s after the decisions or later.
+		if d := e.reserveOne(t, now, l(1)); !d.held {
+			t.Fatalf("reserve: %+v", d.out)
+		}
+		held := int64(1)
+		type pending struct {
+			p    *part
+			cost int64
+		}
+		var open []pending
+		var crossed int
+		for n := range 60 {
+			now++
+			switch op := r.IntN(4); {
+			case op == 0:
+				if _, err := e.one(context.Background(), now, p, key, 1); err != nil {
+					t.Fatal(err)
+				}
+				held++
+			case op == 1 || len(open) == 0:
+				c := 1 + r.Int64N(3)
+				if res := e.reserveOne(t, now, l(c)); res.held {
+					open = append(open, pending{res, c})
+					held += c
+				}
+			default:
+				i := r.IntN(len(open))
+				if i < len(open)-1 {
+					crossed++ // a reservation queued after it is still pending
+				}
+				pd := open[i]
+				open = append(open[:i], open[i+1:]...)
+				e.releaseOne(t, now, pd.p, uint64(1000*run+n))
+				held -= pd.cost
+			}
+			if f, _, _ := bucketState(t, e, key, p); f != start+held*iv {
+				t.Fatalf("seed %d run %d step %d: full again at %+dµs, want %+dµs (%d units held)", seed, run, n, f-start, held*iv, held)
+			}
+		}
+		t.Logf("run %d: %d releases with a later reservation pending", run, crossed)
 	}
 }
