@@ -26,6 +26,7 @@ const (
 	kindDemo               // prefix:naive:{id}, the incident demo's naive counter
 	kindProbe              // prefix:probe, the breaker's background probe key (fallback.RedisProbe)
 	kindFleet              // prefix:instances, the instances' heartbeats (package fleet)
+	kindJournal            // <a tb or gc decision key>:rq, a bucket's release journal (redisstore)
 )
 
 // parsedKey is a key's name taken apart.
@@ -63,6 +64,15 @@ func parseKey(prefix, loginPrefix, key string) parsedKey {
 	}
 	rest, ok := strings.CutPrefix(key, prefix+":")
 	if !ok {
+		return parsedKey{}
+	}
+	if inner, ok := strings.CutSuffix(key, ":rq"); ok {
+		// A token bucket's or GCRA's release journal: the key's TTL.
+		p := parseKey(prefix, loginPrefix, inner)
+		if p.kind == kindRate && (p.alg == "tb" || p.alg == "gc") {
+			p.kind = kindJournal
+			return p
+		}
 		return parsedKey{}
 	}
 	if loc := markerSuffix.FindStringIndex(rest); loc != nil {

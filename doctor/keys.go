@@ -192,7 +192,7 @@ func (r *run) checkTTLs(c *Check, res scanResult, own map[string]*owner, now tim
 			bound = probeTTL + ttlSlack
 		case kindFleet:
 			bound = fleetTTL + ttlSlack
-		case kindRate, kindQuotaLayer, kindBilling, kindLease:
+		case kindRate, kindQuotaLayer, kindBilling, kindLease, kindJournal:
 			if o := ownerOf(own, k.parsed); o != nil {
 				bound = o.maxTTL(now)
 			}
@@ -258,6 +258,8 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			label = "login guard"
 		case kindMarker:
 			label = "release markers"
+		case kindJournal:
+			label = "release journals"
 		case kindProbe:
 			label = "breaker probe"
 		case kindFleet:
