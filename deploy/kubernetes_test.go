@@ -288,8 +288,10 @@ func TestKubernetesFloodgate(t *testing.T) {
 	if c.ReadinessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet == nil {
 		t.Fatalf("%s: the probes must be HTTP GETs", where)
 	}
-	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("%s: readiness on %s and liveness on %s, want /readyz and /healthz", where, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	// Readiness stays on while the local fallback decides (degraded=ok):
+	// a Redis outage must not take every pod out of the Service.
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz?degraded=ok" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("%s: readiness on %s and liveness on %s, want /readyz?degraded=ok and /healthz", where, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
 	}
 	ann := d.Spec.Template.Annotations
 	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/port"] != strconv.Itoa(httpPort) || ann["prometheus.io/path"] != "/metrics" {
@@ -356,6 +358,22 @@ func TestKubernetesFloodgate(t *testing.T) {
 		t.Errorf("%s: GET %s: %d, no rate_limit_ metrics", where, ann["prometheus.io/path"], code)
 	}
 	checkServing(t, where, s)
+
+	// Redis down: plain /readyz turns 503, the readiness probe stays 200
+	// (degraded) because the local fallback decides.
+	srv.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get(t, s.httpAddr, "/readyz")
+		pcode, pbody := get(t, s.httpAddr, c.ReadinessProbe.HTTPGet.Path)
+		if code == 503 && pcode == 200 && strings.Contains(pbody, `"degraded"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Redis down: GET /readyz %d %s; probe GET %s %d %s; want 503 and 200 degraded", where, code, body, c.ReadinessProbe.HTTPGet.Path, pcode, pbody)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func durationFlag(t *testing.T, flags map[string]string, name string, def time.Duration) time.Duration {

@@ -100,6 +100,12 @@ type Options struct {
 	// partition (fallback.Store.BreakerStates): /readyz is 503 while one
 	// is open or half-open, as decisions are then not central.
 	Breakers func() map[string]fallback.BreakerState
+	// ServesDegraded says that decisions go on while Redis fails (a
+	// fallback decides them): GET /readyz?degraded=ok then answers 200
+	// with status "degraded" where plain /readyz answers 503, so that a
+	// load balancer keeps sending traffic to the fallback rather than
+	// to no limiter at all. Draining is 503 either way.
+	ServesDegraded bool
 	// Clock is the time quotas and concurrency leases are stamped with
 	// (the limiter's clock, disciplined to Redis). Default time.Now.
 	Clock func() time.Time
@@ -418,7 +424,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(problems) > 0 {
-		resp.Status, resp.Error, status = "degraded", strings.Join(problems, "; "), http.StatusServiceUnavailable
+		resp.Status, resp.Error = "degraded", strings.Join(problems, "; ")
+		if !s.opts.ServesDegraded || r.URL.Query().Get("degraded") != "ok" {
+			status = http.StatusServiceUnavailable
+		}
 	}
 	writeJSON(w, status, resp)
 }

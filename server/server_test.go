@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -468,5 +469,31 @@ func TestAdminLoginUnlock(t *testing.T) {
 	plain := start(t, layered, memStore(t), nil)
 	if r := plain.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"}); r.status != 501 {
 		t.Fatalf("unlock without a guard: %d", r.status)
+	}
+}
+
+// TestReadinessDegradedOK checks GET /readyz?degraded=ok: 200 with status
+// degraded while a fallback decides (ServesDegraded), 503 without one, and
+// 503 while draining; plain /readyz stays 503 when degraded.
+func TestReadinessDegradedOK(t *testing.T) {
+	down := func(context.Context) error { return errors.New("redis: connection refused") }
+	for _, serves := range []bool{true, false} {
+		e := start(t, layered, memStore(t), func(o *server.Options) {
+			o.Ready, o.ServesDegraded = down, serves
+		})
+		if r := e.do("GET", "/readyz", "", nil); r.status != 503 || !strings.Contains(string(r.body), `"degraded"`) {
+			t.Fatalf("serves=%v: readyz: %d %s", serves, r.status, r.body)
+		}
+		want := 503
+		if serves {
+			want = 200
+		}
+		if r := e.do("GET", "/readyz?degraded=ok", "", nil); r.status != want || !strings.Contains(string(r.body), `"degraded"`) {
+			t.Fatalf("serves=%v: readyz?degraded=ok: %d %s, want %d", serves, r.status, r.body, want)
+		}
+		e.srv.SetDraining(true)
+		if r := e.do("GET", "/readyz?degraded=ok", "", nil); r.status != 503 || !strings.Contains(string(r.body), "draining") {
+			t.Fatalf("serves=%v: readyz?degraded=ok while draining: %d %s", serves, r.status, r.body)
+		}
 	}
 }

@@ -347,6 +347,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if b.fb != nil {
 		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates
+		opts.ServesDegraded = true
 	}
 	f.sec.serverOptions(&opts)
 	if opts.LoginGuard, err = loginGuard(f, b, log); err != nil {
