@@ -8,8 +8,10 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/fallback"
 )
 
 // response builds the answer: one status per request descriptor, the
@@ -42,6 +44,20 @@ func (s *Service) response(now time.Time, p *plan, results []floodgate.Result) *
 		}
 	}
 	return resp
+}
+
+// markDegraded says in resp that o, a failure mode of a fallback.Store,
+// took the decision instead of the primary store: a header for Envoy to
+// return to the client, and dynamic metadata for its access logs.
+func (s *Service) markDegraded(resp *rlspb.RateLimitResponse, o fallback.Outcome) {
+	mode, reason := o.Mode.String(), o.Reason.String()
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+		&corepb.HeaderValue{Key: s.opts.DegradedHeader, Value: mode + "; reason=" + reason})
+	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+		"degraded":        structpb.NewBoolValue(true),
+		"failure_mode":    structpb.NewStringValue(mode),
+		"degraded_reason": structpb.NewStringValue(reason),
+	}}
 }
 
 // descriptorStatus reports one descriptor: OK with no current_limit when

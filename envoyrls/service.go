@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/fallback"
 )
 
 // DefaultMaxHitsAddend is the largest hits_addend accepted by default.
@@ -35,6 +36,14 @@ type Options struct {
 	// Defaults "X-RateLimit-Limit", "X-RateLimit-Remaining" and
 	// "X-RateLimit-Reset". Header names are 1..64 bytes of [A-Za-z0-9-].
 	LimitHeader, RemainingHeader, ResetHeader string
+	// DegradedHeader names the header added to response_headers_to_add
+	// when a decision was taken by the failure mode of a fallback.Store
+	// instead of its primary (Redis), whatever ResponseHeaders says. Its
+	// value is "MODE; reason=REASON", e.g. "local; reason=breaker_open",
+	// as the HTTP API's X-Floodgate-Degraded. Such an answer also carries
+	// dynamic_metadata {"degraded": true, "failure_mode": MODE,
+	// "degraded_reason": REASON}. Default "X-Floodgate-Degraded".
+	DegradedHeader string
 	// IgnoreLimitOverrides makes the service apply the configured limit
 	// even when Envoy sends a limit override with a descriptor. Default
 	// false: an override applies, as in envoyproxy/ratelimit, as a fixed
@@ -111,7 +120,7 @@ func NewService(lim *floodgate.Limiter, cfg func() *Config, opts Options) (*Serv
 	for _, h := range []struct {
 		name *string
 		def  string
-	}{{&opts.LimitHeader, "X-RateLimit-Limit"}, {&opts.RemainingHeader, "X-RateLimit-Remaining"}, {&opts.ResetHeader, "X-RateLimit-Reset"}} {
+	}{{&opts.LimitHeader, "X-RateLimit-Limit"}, {&opts.RemainingHeader, "X-RateLimit-Remaining"}, {&opts.ResetHeader, "X-RateLimit-Reset"}, {&opts.DegradedHeader, "X-Floodgate-Degraded"}} {
 		if *h.name == "" {
 			*h.name = h.def
 		}
@@ -171,11 +180,22 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	now := s.opts.Clock()
-	results, err := s.decide(ctx, now, p)
+	var fo, degraded fallback.Outcome
+	ctx = fallback.NewContext(ctx, &fo)
+	results, err := s.decide(ctx, now, p, func() {
+		// Each decision overwrites fo: the answer is degraded when any
+		// of its decisions was.
+		if fo.Degraded && !degraded.Degraded {
+			degraded = fo
+		}
+	})
 	if err != nil {
 		return nil, storeStatus(ctx, err)
 	}
 	resp := s.response(now, p, results)
+	if degraded.Degraded {
+		s.markDegraded(resp, degraded)
+	}
 	if s.opts.Observe != nil {
 		s.observe(req.GetDomain(), p, resp)
 	}
@@ -199,8 +219,9 @@ func (s *Service) observe(domain string, p *plan, resp *rlspb.RateLimitResponse)
 	}
 }
 
-// decide runs the plan's layers and returns one result per layer.
-func (s *Service) decide(ctx context.Context, now time.Time, p *plan) ([]floodgate.Result, error) {
+// decide runs the plan's layers and returns one result per layer. It
+// calls after once after each successful store decision.
+func (s *Service) decide(ctx context.Context, now time.Time, p *plan, after func()) ([]floodgate.Result, error) {
 	results := make([]floodgate.Result, len(p.layers))
 	if len(p.layers) == 0 {
 		return results, nil
@@ -211,6 +232,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, p *plan) ([]floodga
 			if err != nil {
 				return nil, err
 			}
+			after()
 			results[i] = d.Layers[0]
 		}
 		return results, nil
@@ -227,6 +249,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, p *plan) ([]floodga
 		if err != nil {
 			return nil, err
 		}
+		after()
 		copy(results, d.Layers)
 		return results, nil
 	}
@@ -243,6 +266,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, p *plan) ([]floodga
 		if err != nil {
 			return nil, err
 		}
+		after()
 		for j, i := range active {
 			results[i] = d.Layers[j]
 		}

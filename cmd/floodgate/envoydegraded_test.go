@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestServeGRPCDegradedHeader: with Redis killed, serve's gRPC answers
+// decided by the fallback carry x-floodgate-degraded in
+// response_headers_to_add (and dynamic_metadata); while Redis decides they
+// carry neither.
+func TestServeGRPCDegradedHeader(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n")
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpcdeg%d", time.Now().UnixNano()),
+		"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	var grpcAddr string
+	for _, line := range strings.Split(svc.logs.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
+			grpcAddr = rec.Addr
+		}
+	}
+	if grpcAddr == "" {
+		t.Fatalf("no gRPC address in the logs:\n%s", svc.logs.String())
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlspb.NewRateLimitServiceClient(conn)
+	call := func() (degraded string, resp *rlspb.RateLimitResponse) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if strings.EqualFold(h.GetKey(), "x-floodgate-degraded") {
+				return h.GetValue(), resp
+			}
+		}
+		return "", resp
+	}
+	// The very first decisions (script loading on a loaded machine) may
+	// miss the budget: wait for one that Redis took.
+	waitUntil(t, "a central gRPC decision", func() bool {
+		d, resp := call()
+		return d == "" && resp.GetDynamicMetadata() == nil
+	})
+	rs.Kill()
+	d, resp := call()
+	if !strings.HasPrefix(d, "local; reason=") || resp.GetOverallCode() != rlspb.RateLimitResponse_OK ||
+		!resp.GetDynamicMetadata().GetFields()["degraded"].GetBoolValue() {
+		t.Fatalf("Redis killed: x-floodgate-degraded %q, %v; want \"local; reason=...\", OK, dynamic_metadata degraded", d, resp)
+	}
+	t.Logf("Redis killed: x-floodgate-degraded: %s", d)
+}
