@@ -317,7 +317,12 @@ func compatTLS(r envoycompat.RedisSettings) (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CA certificate: %w", err)
 		}
-		pool := x509.NewCertPool()
+		// Added to the system roots, as theirs does: REDIS_TLS_CACERT adds
+		// a trusted CA, it does not make it the only one.
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("CA certificate %s: no PEM certificate", r.TLSCACert)
 		}
