@@ -158,8 +158,19 @@ func TestEnvoyCompatRedisTLS(t *testing.T) {
 			if code, out := httpGet(t, "http://"+p.http+"/healthcheck"); code != 500 {
 				t.Errorf("healthcheck: %d %s, want 500", code, out)
 			}
-			if code, out := httpPost(t, "http://"+p.http+"/json", body); code == 200 || code == 429 {
-				t.Errorf("POST /json answered a decision: %d %s", code, out)
+			// 400 is their answer to any error of ShouldRateLimit.
+			if code, out := httpPost(t, "http://"+p.http+"/json", body); code != 400 {
+				t.Errorf("POST /json: %d %s, want 400 (no decision)", code, out)
+			}
+			conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "a", Value: "x"}}}}})
+			if err == nil {
+				t.Errorf("ShouldRateLimit answered %v, want an error", resp)
 			}
 			if code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); code != 500 {
 				t.Errorf("healthcheck after a request: %d, want 500", code)
@@ -198,5 +209,44 @@ func TestEnvoyCompatRedisTLSRefusesBadFiles(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%v: %v\n%s\nwant a failure naming %q", tc.env, err, out, tc.want)
 		}
+	}
+}
+
+// TestEnvoyCompatRedisTLSClusterAndSentinel: REDIS_TLS with the CA reaches
+// a 3-primary Cluster and a Sentinel set whose every address given is a
+// TLS port, and counts a cross-slot request there.
+func TestEnvoyCompatRedisTLSClusterAndSentinel(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(root, "config", "d.yaml"),
+		"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	body := `{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"1"}]},{"entries":[{"key":"b","value":"2"}]}]}`
+	cluster := redistest.StartClusterTLS(t, f)
+	var clusterAddrs []string
+	for _, n := range cluster.Nodes {
+		clusterAddrs = append(clusterAddrs, n.TLSAddr)
+	}
+	sentinel := redistest.StartSentinelTLS(t, f)
+	for name, env := range map[string][]string{
+		"cluster":  {"REDIS_TYPE=cluster", "REDIS_URL=" + strings.Join(clusterAddrs, ",")},
+		"sentinel": {"REDIS_TYPE=sentinel", "REDIS_URL=" + sentinel.MasterName + "," + strings.Join(sentinel.SentinelTLSAddrs, ",")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := startCompat(t, append(env, "REDIS_SOCKET_TYPE=tcp", "REDIS_TLS=true", "REDIS_TLS_CACERT="+f.CA,
+				"RUNTIME_ROOT="+root, "RUNTIME_WATCH_ROOT=true")...)
+			waitFor(t, "healthcheck OK", func() bool { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code == 200 })
+			for i, want := range []int{200, 200, 429} {
+				code, out := httpPost(t, "http://"+p.http+"/json", body)
+				if code != want {
+					t.Fatalf("request %d: %d %s, want %d", i, code, out, want)
+				}
+				if i == 2 && !strings.Contains(out, `"limitRemaining":2`) {
+					t.Errorf("request %d: %s: descriptor b should have counted 3 of 5", i, out)
+				}
+			}
+		})
 	}
 }
