@@ -148,7 +148,7 @@ func (e *env) decideLayered(ctx context.Context, now int64, layers []floodgate.L
 	if err != nil {
 		return nil, err
 	}
-	if err := decodeBatch(vals, []*call{c}); err != nil {
+	if err := decodeBatch(vals, []*call{c}, false); err != nil {
 		return nil, err
 	}
 	if c.err != nil {

@@ -41,6 +41,13 @@ type batcher struct {
 	s           *Store
 	maxBatch    int
 	maxInFlight int
+	// client is where the batches go: the Store's client, or on a Redis
+	// Cluster one primary's (node.go).
+	client luascript.Client
+	// node: client is one Redis Cluster primary's; batches run the node
+	// variants of the scripts, and a decision the primary did not decide
+	// is decided again through the Store's client (node.go).
+	node bool
 
 	mu       sync.Mutex
 	queue    []*call
@@ -66,6 +73,7 @@ type call struct {
 	many    []floodgate.Layer // layers' storage for several, kept for reuse
 	manyRes []floodgate.Result
 	err     error
+	retry   bool // a node's batch did not decide it (node.go): decide it again, directly
 	done    chan struct{}
 }
 
@@ -76,7 +84,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 // getCall returns a call deciding a copy of layers with sc at now.
 func getCall(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer) *call {
 	c := callPool.Get().(*call)
-	c.ctx, c.now, c.script, c.err = ctx, now, sc, nil
+	c.ctx, c.now, c.script, c.err, c.retry = ctx, now, sc, nil, false
 	if len(layers) == 1 {
 		c.one[0] = layers[0]
 		c.layers, c.res = c.one[:], c.oneRes[:]
@@ -109,6 +117,9 @@ const (
 
 func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
 	b := &batcher{s: s, maxBatch: maxBatch, maxInFlight: maxInFlight}
+	if s != nil {
+		b.client = s.client
+	}
 	b.frames.New = func() any { return new(batchFrame) }
 	return b
 }
@@ -133,7 +144,7 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
 		b.inFlight++
 		b.mu.Unlock()
-		err := b.s.decideOnce(ctx, now, layers, out)
+		err := b.alone(ctx, now, layers, out)
 		b.next()
 		return err
 	}
@@ -153,12 +164,25 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 			return b.abandon(c)
 		}
 	}
-	err := c.err
-	if err == nil {
+	err, retry := c.err, c.retry
+	if err == nil && !retry {
 		copy(out, c.res)
 	}
 	putCall(c)
+	if retry {
+		b.s.nodes.rerouted.Add(1)
+		return b.s.decideDirect(ctx, now, layers, out)
+	}
 	return err
+}
+
+// alone decides layers alone: one script call through the Store's client,
+// or for a node's batcher, decideOnNode.
+func (b *batcher) alone(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if b.node {
+		return b.s.decideOnNode(ctx, b.client, now, layers, out)
+	}
+	return b.s.decideOnce(ctx, now, layers, out)
 }
 
 // abandon takes c out of the queue if it is still there (then nothing was
@@ -242,7 +266,7 @@ func (b *batcher) run(calls []*call) {
 		return
 	case 1:
 		c := live[0]
-		c.err = b.s.decideOnce(c.ctx, c.now, c.layers, c.res)
+		c.err = b.alone(c.ctx, c.now, c.layers, c.res)
 		c.done <- struct{}{}
 		return
 	}
@@ -255,11 +279,22 @@ func (b *batcher) run(calls []*call) {
 	} else {
 		f.build(live)
 	}
-	vals, err := sc.RunInts(ctx, b.s.client, f.args)
+	if b.node {
+		f.args = asNodeCall(f.args)
+		sc = nodeScripts[sc]
+	}
+	vals, err := sc.RunInts(ctx, b.client, f.args)
 	f.reset()
 	b.frames.Put(f)
 	if err == nil {
-		err = decodeBatch(vals, live)
+		err = decodeBatch(vals, live, b.node)
+	} else if b.node && refused(err) {
+		// The primary refused the whole call: nothing ran. Each decision
+		// is decided again through the cluster client (node.go).
+		for _, c := range live {
+			c.retry = true
+		}
+		err = nil
 	}
 	for _, c := range live {
 		if err != nil {
@@ -295,8 +330,10 @@ const (
 )
 
 // decodeBatch fills each call's result or error from a batch reply. A
-// reply of the wrong shape is an error for every call.
-func decodeBatch(vals []int64, calls []*call) error {
+// reply of the wrong shape is an error for every call. In a node's batch
+// (node), a request with the code -1 is marked for a retry instead: its
+// key may be one the node does not serve (node.go).
+func decodeBatch(vals []int64, calls []*call, node bool) error {
 	want := 0
 	for _, c := range calls {
 		want += compactWidth * len(c.layers)
@@ -310,6 +347,10 @@ func decodeBatch(vals []int64, calls []*call) error {
 		at += len(part)
 		switch part[0] {
 		case codeForeign:
+			if node {
+				c.retry = true
+				continue
+			}
 			c.err = fmt.Errorf("%w: redis: a key of %s holds a value floodgate did not write", floodgate.ErrStoreUnavailable, keyList(c.layers))
 			continue
 		case codeBadArgs:

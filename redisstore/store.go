@@ -41,8 +41,14 @@
 // cuts what Redis and the client spend per decision on receiving,
 // dispatching and answering commands, which at many callers is most of it;
 // see docs/benchmarks.md for the measurements. A coalesced call holds many
-// identities' keys, so by default it is on only for a *redis.Client (one
-// server), never on Redis Cluster or a Ring.
+// identities' keys, so by default it is on for a *redis.Client (one
+// server) and, per primary, for a *redis.ClusterClient: there a decision
+// whose keys all lie on one primary, by the client's slot map, is
+// coalesced with others bound for that primary and sent to it, and a
+// layered decision whose keys lie in several slots of that primary is
+// decided there in one atomic call rather than split (see node.go for how
+// a stale slot map, MOVED, ASK and resharding are handled). It is off for
+// a Ring and for wrappers of cluster clients.
 //
 // Any go-redis client works: a plain *redis.Client (recommended: its pool
 // plus coalescing), a failover client, a *redis.ClusterClient, or an
@@ -101,14 +107,19 @@ type Coalesce uint8
 // The coalescing modes.
 const (
 	// CoalesceAuto coalesces on a *redis.Client — one server, a primary
-	// found through Sentinel included — and on no other client: a cluster
-	// client, a Ring or an AutoPipeliner may hold keys on several servers.
+	// found through Sentinel included — and, per primary, on a
+	// *redis.ClusterClient (decisions whose keys lie on one primary by the
+	// client's slot map; see the package documentation), and on no other
+	// client: a Ring, an AutoPipeliner or a wrapper may hold keys on
+	// several servers.
 	CoalesceAuto Coalesce = iota
 	// CoalesceOn coalesces whatever the client. Use it only when every key
 	// lives on one server: an AutoPipeliner of a *redis.Client, or a
 	// wrapper of one. It cannot be combined with the slot check on.
 	CoalesceOn
-	// CoalesceOff sends every decision as its own script call.
+	// CoalesceOff sends every decision as its own script call (on Redis
+	// Cluster: a layered decision whose keys span slots is split by slot,
+	// even when one primary holds them all).
 	CoalesceOff
 )
 
@@ -175,8 +186,9 @@ type Store struct {
 	inflight *[SlotCount]atomic.Int32
 	// concurrent: Options.Split is SplitConcurrent.
 	concurrent bool
-	frames     sync.Pool // *frame
-	batch      *batcher  // nil: coalescing off
+	frames     sync.Pool   // *frame
+	batch      *batcher    // nil: coalescing off, or per primary (nodes)
+	nodes      *nodeRouter // coalescing per Redis Cluster primary (node.go); nil: off
 }
 
 // New returns a Store deciding on client. It sends nothing: the script is
@@ -215,10 +227,14 @@ func New(client Client, opts Options) (*Store, error) {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	var coalesce bool
+	cc, cluster := client.(*redis.ClusterClient)
 	switch opts.Coalesce {
 	case CoalesceAuto:
 		_, single := client.(*redis.Client)
 		coalesce = single && !s.slots
+		if cluster && opts.MaxBatch > 1 {
+			s.nodes = newNodeRouter(s, cc, opts.MaxBatch, opts.MaxInFlight)
+		}
 	case CoalesceOn:
 		if s.slots {
 			return nil, fmt.Errorf("redisstore: CoalesceOn with the slot check on: a coalesced call holds keys of many slots")
@@ -275,15 +291,29 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	if s.slots && len(layers) > 1 {
-		var g slotGroups
-		if g.split(layers) {
-			return s.decideSplit(ctx, now, layers, out, &g)
+	if s.nodes != nil {
+		if sc := coalescable(layers); sc != nil {
+			if b := s.nodes.batcherFor(ctx, layers); b != nil {
+				return b.decide(ctx, now, sc, layers, out)
+			}
 		}
 	}
 	if s.batch != nil {
 		if sc := coalescable(layers); sc != nil {
 			return s.batch.decide(ctx, now, sc, layers, out)
+		}
+	}
+	return s.decideDirect(ctx, now, layers, out)
+}
+
+// decideDirect decides layers (checked) without coalescing: split by slot
+// when the slot check is on and their keys span slots, else in one script
+// call through the Store's client.
+func (s *Store) decideDirect(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if s.slots && len(layers) > 1 {
+		var g slotGroups
+		if g.split(layers) {
+			return s.decideSplit(ctx, now, layers, out, &g)
 		}
 	}
 	return s.decideOnce(ctx, now, layers, out)
