@@ -65,6 +65,10 @@ type Rule struct {
 	// File and Line locate the rule's rate_limit in its configuration.
 	File string
 	Line int
+
+	// limitPB is the current_limit answers report, built once by the
+	// parser and shared by every answer (nil for an unlimited rule).
+	limitPB *rlspb.RateLimitResponse_RateLimit
 }
 
 // denies reports a rule with requests_per_unit 0: every request is over

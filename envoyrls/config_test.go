@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate-rl/floodgate"
@@ -309,6 +310,13 @@ func TestIdentityIsInjective(t *testing.T) {
 	seen := map[string][]Entry{}
 	for _, c := range cases {
 		id := Identity(c)
+		var es []*ratelimitv3.RateLimitDescriptor_Entry
+		for _, e := range c {
+			es = append(es, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		if got := entriesIdentity(es); got != id {
+			t.Errorf("%v: identity of the request's entries %q, Identity %q", c, got, id)
+		}
 		if o, ok := seen[id]; ok {
 			t.Errorf("%v and %v share identity %q", o, c, id)
 		}
@@ -381,7 +389,7 @@ descriptors:
 		"foobarbaz": "foo", "foobar": "foo", "fo": "any",
 		"aXbYc": "abc", "abc": "abc", "acb": "any",
 	} {
-		r := cfg.domains["w"].match([]Entry{{"path", value}})
+		r := cfg.domains["w"].match(desc("path=" + value).GetEntries())
 		if r == nil || r.Name != want {
 			t.Errorf("path=%s matched %+v, want %s", value, r, want)
 		}

@@ -213,7 +213,7 @@ func TestPlanMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		d := desc(tt.entries...)
-		got := cfg.domains["f"].match(entriesOf(d))
+		got := cfg.domains["f"].match(d.GetEntries())
 		if got != tt.want {
 			t.Errorf("%s: matched %v, want %v", tt.name, got, tt.want)
 		}

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"sync"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -12,7 +13,8 @@ import (
 )
 
 // plan is what one request asks for: per descriptor, the rule it matched,
-// and the distinct layers to decide in one floodgate call.
+// and the distinct layers to decide in one floodgate call. Plans are
+// reused (getPlan, release): every slice keeps its capacity.
 type plan struct {
 	// cost is the request's hits_addend (default 1).
 	cost int64
@@ -25,6 +27,47 @@ type plan struct {
 	// denyAll reports that an enforced rule with requests_per_unit 0
 	// matched: the request is over the limit whatever the store says.
 	denyAll bool
+
+	// costs holds each descriptor's cost while planning.
+	costs []int64
+	// specs, active and results are the scratch space of Service.decide.
+	specs   []floodgate.LayerSpec
+	active  []int
+	results []floodgate.Result
+}
+
+// plans recycles plans, so that a request allocates none of its
+// per-descriptor bookkeeping.
+var plans = sync.Pool{New: func() any { return new(plan) }}
+
+// getPlan returns an empty plan for n descriptors.
+func getPlan(n int) *plan {
+	p := plans.Get().(*plan)
+	p.cost, p.denyAll = 1, false
+	p.descs = grow(p.descs, n)
+	p.costs = grow(p.costs, n)
+	p.layers = p.layers[:0]
+	return p
+}
+
+// release hands p back for reuse; p must not be used afterwards.
+func (p *plan) release() {
+	clear(p.descs)
+	clear(p.layers[:cap(p.layers)])
+	clear(p.specs[:cap(p.specs)])
+	clear(p.results[:cap(p.results)])
+	plans.Put(p)
+}
+
+// grow returns s resized to n zero elements, reusing its array when it
+// is large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // descPlan is the outcome of matching one request descriptor.
@@ -32,7 +75,8 @@ type descPlan struct {
 	// rule is the matched rule; nil when nothing matched, the rule was
 	// replaced, or a limit override applies.
 	rule *Rule
-	// limit is reported as current_limit; nil when no limit applies.
+	// limit is reported as current_limit; nil when no limit applies. It
+	// may be shared by many answers (a rule's): never modify it.
 	limit *rlspb.RateLimitResponse_RateLimit
 	// unlimited reports a matched unlimited rule.
 	unlimited bool
@@ -62,7 +106,7 @@ type limits struct {
 
 // plan validates req against the configuration and matches each of its
 // descriptors. Errors wrap ErrInvalidRequest and say which descriptor and
-// entry is at fault.
+// entry is at fault. The caller may release the plan once done with it.
 func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	if req.GetDomain() == "" {
 		return nil, invalidRequest("domain is empty")
@@ -78,64 +122,76 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	if len(descs) > MaxDescriptors {
 		return nil, invalidRequest("%d descriptors (max %d)", len(descs), MaxDescriptors)
 	}
-	p := &plan{cost: 1, descs: make([]descPlan, len(descs))}
+	cost := int64(1)
 	if h := int64(req.GetHitsAddend()); h != 0 {
 		if h > lim.maxHits {
 			return nil, invalidRequest("hits_addend %d above the maximum %d", h, lim.maxHits)
 		}
-		p.cost = h
+		cost = h
 	}
-	costs := make([]int64, len(descs))
-	entries := make([][]Entry, len(descs))
+	p := getPlan(len(descs))
+	p.cost = cost
+	if err := c.match(p, d, descs, lim); err != nil {
+		p.release()
+		return nil, err
+	}
+	return p, nil
+}
+
+// match fills p in for descs, the request's descriptors in domain d.
+func (c *Config) match(p *plan, d *domain, descs []*ratelimitv3.RateLimitDescriptor, lim limits) error {
 	for i, desc := range descs {
-		es, cost, err := checkDescriptor(i, desc, p.cost, lim)
+		cost, err := checkDescriptor(i, desc, p.cost, lim)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		entries[i], costs[i] = es, cost
+		p.costs[i] = cost
 		dp := &p.descs[i]
 		dp.layer = -1
 		if o := desc.GetLimit(); o != nil && !lim.ignoreOverride {
 			if err := overrideLimit(i, d.name, o, dp); err != nil {
-				return nil, err
+				return err
 			}
 			continue
 		}
-		if dp.rule = d.match(es); dp.rule != nil {
+		if dp.rule = d.match(desc.GetEntries()); dp.rule != nil {
 			dp.unlimited = dp.rule.Unlimited
 			dp.denies = dp.rule.denies()
 			dp.shadow = dp.rule.Shadow
 			if !dp.unlimited {
-				dp.limit = currentLimit(dp.rule)
+				dp.limit = dp.rule.currentLimit()
 			}
 		}
 	}
 	applyReplaces(p)
-	merged := map[string]int{}
 	for i := range p.descs {
 		dp := &p.descs[i]
-		pol := dp.policy()
 		if dp.denies && !dp.shadow {
 			p.denyAll = true
 		}
 		if dp.limit == nil {
 			continue
 		}
-		id := Identity(entries[i])
-		dp.identity = id
+		dp.identity = entriesIdentity(descs[i].GetEntries())
+		pol := dp.policy()
 		if pol.Limit == 0 {
 			continue
 		}
-		key := pol.Name + "\x00" + id
-		if j, ok := merged[key]; ok {
-			dp.layer = j
-			p.layers[j].spec.Cost += costs[i]
+		// Two descriptors naming one counter share its layer (at most
+		// MaxDescriptors layers: a scan is cheaper than a map).
+		j := 0
+		for ; j < len(p.layers); j++ {
+			if s := &p.layers[j].spec; s.Identity == dp.identity && s.Policy.Name == pol.Name {
+				break
+			}
+		}
+		dp.layer = j
+		if j < len(p.layers) {
+			p.layers[j].spec.Cost += p.costs[i]
 			continue
 		}
-		dp.layer = len(p.layers)
-		merged[key] = dp.layer
 		p.layers = append(p.layers, layerPlan{
-			spec:   floodgate.LayerSpec{Policy: pol, Identity: id, Cost: costs[i]},
+			spec:   floodgate.LayerSpec{Policy: pol, Identity: dp.identity, Cost: p.costs[i]},
 			shadow: dp.shadow,
 		})
 	}
@@ -144,7 +200,7 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 			s.Peek = true
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // policy returns the policy a descriptor is decided under; its Limit is 0
@@ -156,41 +212,39 @@ func (dp *descPlan) policy() floodgate.Policy {
 	return dp.override
 }
 
-// checkDescriptor validates descriptor i and returns its entries and its
-// cost: its own hits_addend when set (0 checks without consuming), the
-// request's otherwise.
-func checkDescriptor(i int, desc *ratelimitv3.RateLimitDescriptor, cost int64, lim limits) ([]Entry, int64, error) {
+// checkDescriptor validates descriptor i and returns its cost: its own
+// hits_addend when set (0 checks without consuming), the request's
+// otherwise.
+func checkDescriptor(i int, desc *ratelimitv3.RateLimitDescriptor, cost int64, lim limits) (int64, error) {
 	if desc == nil {
-		return nil, 0, invalidRequest("descriptor %d is null", i)
+		return 0, invalidRequest("descriptor %d is null", i)
 	}
 	if len(desc.GetEntries()) == 0 {
-		return nil, 0, invalidRequest("descriptor %d has no entries", i)
+		return 0, invalidRequest("descriptor %d has no entries", i)
 	}
 	if len(desc.GetEntries()) > MaxDepth {
-		return nil, 0, invalidRequest("descriptor %d has %d entries (max %d)", i, len(desc.GetEntries()), MaxDepth)
+		return 0, invalidRequest("descriptor %d has %d entries (max %d)", i, len(desc.GetEntries()), MaxDepth)
 	}
 	if desc.GetIsNegativeHits() {
-		return nil, 0, invalidRequest("descriptor %d: is_negative_hits (refunding hits) is not supported", i)
+		return 0, invalidRequest("descriptor %d: is_negative_hits (refunding hits) is not supported", i)
 	}
 	if h := desc.GetHitsAddend(); h != nil {
 		if h.GetValue() > uint64(lim.maxHits) {
-			return nil, 0, invalidRequest("descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), lim.maxHits)
+			return 0, invalidRequest("descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), lim.maxHits)
 		}
 		cost = int64(h.GetValue())
 	}
-	es := make([]Entry, len(desc.GetEntries()))
 	for j, e := range desc.GetEntries() {
 		switch {
 		case e == nil:
-			return nil, 0, invalidRequest("descriptor %d entry %d is null", i, j)
+			return 0, invalidRequest("descriptor %d entry %d is null", i, j)
 		case e.GetKey() == "":
-			return nil, 0, invalidRequest("descriptor %d entry %d has an empty key", i, j)
+			return 0, invalidRequest("descriptor %d entry %d has an empty key", i, j)
 		case len(e.GetKey()) > MaxEntryLen || len(e.GetValue()) > MaxEntryLen:
-			return nil, 0, invalidRequest("descriptor %d entry %d is longer than %d bytes", i, j, MaxEntryLen)
+			return 0, invalidRequest("descriptor %d entry %d is longer than %d bytes", i, j, MaxEntryLen)
 		}
-		es[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
-	return es, cost, nil
+	return cost, nil
 }
 
 // overrideLimit applies a limit sent by Envoy instead of the configured
@@ -228,10 +282,10 @@ func overrideLimit(i int, domain string, o *ratelimitv3.RateLimitDescriptor_Rate
 // match walks the domain's tree along entries and returns the rule of the
 // node reached by the last entry, or nil (as envoyproxy/ratelimit does, a
 // rule applies only when the request's depth equals the node's).
-func (d *domain) match(entries []Entry) *Rule {
+func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) *Rule {
 	n := d.root
 	for _, e := range entries {
-		if n = n.child(e.Key, e.Value); n == nil {
+		if n = n.child(e.GetKey(), e.GetValue()); n == nil {
 			return nil
 		}
 	}
@@ -263,8 +317,17 @@ func applyReplaces(p *plan) {
 	}
 }
 
-// currentLimit is the current_limit reported for a rule.
-func currentLimit(r *Rule) *rlspb.RateLimitResponse_RateLimit {
+// currentLimit is the current_limit reported for r, built once by the
+// parser (newCurrentLimit) and shared by every answer.
+func (r *Rule) currentLimit() *rlspb.RateLimitResponse_RateLimit {
+	if r.limitPB != nil {
+		return r.limitPB
+	}
+	return newCurrentLimit(r)
+}
+
+// newCurrentLimit builds the current_limit reported for a rule.
+func newCurrentLimit(r *Rule) *rlspb.RateLimitResponse_RateLimit {
 	l := &rlspb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit}
 	if r.UnitMultiplier > 1 {
 		l.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)

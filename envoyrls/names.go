@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
 	"github.com/floodgate-rl/floodgate"
 )
 
@@ -98,27 +100,67 @@ func displayPath(path []Entry) string {
 // identities (for example [{user alice}] gives "user=alice"). floodgate.Key
 // then keeps it readable or hashes it.
 func Identity(entries []Entry) string {
+	n := 0
+	for _, e := range entries {
+		n += escapedLen(e.Key) + 1 + escapedLen(e.Value)
+	}
 	var b strings.Builder
+	b.Grow(n + len(entries))
 	for i, e := range entries {
-		if i > 0 {
-			b.WriteByte('/')
-		}
-		escapeTo(&b, e.Key)
-		b.WriteByte('=')
-		escapeTo(&b, e.Value)
+		writeEntry(&b, i, e.Key, e.Value)
 	}
 	return b.String()
+}
+
+// entriesIdentity is Identity of a request's entries, in one allocation.
+func entriesIdentity(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	n := 0
+	for _, e := range entries {
+		n += escapedLen(e.GetKey()) + 1 + escapedLen(e.GetValue())
+	}
+	if len(entries) == 1 && n == len(entries[0].GetKey())+1+len(entries[0].GetValue()) {
+		return entries[0].GetKey() + "=" + entries[0].GetValue() // nothing to escape
+	}
+	var b strings.Builder
+	b.Grow(n + len(entries))
+	for i, e := range entries {
+		writeEntry(&b, i, e.GetKey(), e.GetValue())
+	}
+	return b.String()
+}
+
+// writeEntry writes entry i, key and value escaped, to b.
+func writeEntry(b *strings.Builder, i int, key, value string) {
+	if i > 0 {
+		b.WriteByte('/')
+	}
+	escapeTo(b, key)
+	b.WriteByte('=')
+	escapeTo(b, value)
+}
+
+// escaped reports the bytes Identity escapes.
+func escaped(c byte) bool { return c == '%' || c == '/' || c == '=' }
+
+// escapedLen is the length of s escaped.
+func escapedLen(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		if escaped(s[i]) {
+			n += 2
+		}
+	}
+	return n
 }
 
 func escapeTo(b *strings.Builder, s string) {
 	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '%', '/', '=':
+		if c := s[i]; escaped(c) {
 			b.WriteByte('%')
 			b.WriteByte(hexDigits[c>>4])
 			b.WriteByte(hexDigits[c&15])
-		default:
+		} else {
 			b.WriteByte(c)
 		}
 	}

@@ -397,6 +397,7 @@ func (p *parser) rule(n *yaml.Node, d *domain, path []Entry, shadow bool) (*Rule
 		}
 	}
 	r.RequestsPerUnit, r.Unit, r.UnitMultiplier = describeWindow(rpu, window)
+	r.limitPB = newCurrentLimit(r)
 	if rpu == 0 {
 		if burst != 0 {
 			return nil, p.errAt(f["burst"], "burst given with requests_per_unit 0")

@@ -14,17 +14,38 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 )
 
+// answer1 is the answer to a request of one descriptor, allocated at
+// once.
+type answer1 struct {
+	resp     rlspb.RateLimitResponse
+	statuses [1]*rlspb.RateLimitResponse_DescriptorStatus
+	status   [1]rlspb.RateLimitResponse_DescriptorStatus
+	reset    [1]durationpb.Duration
+}
+
 // response builds the answer: one status per request descriptor, the
 // overall code and, when enabled, the X-RateLimit-* headers.
 func (s *Service) response(now time.Time, p *plan, results []floodgate.Result) *rlspb.RateLimitResponse {
-	resp := &rlspb.RateLimitResponse{
-		OverallCode: rlspb.RateLimitResponse_OK,
-		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(p.descs)),
+	var (
+		resp     *rlspb.RateLimitResponse
+		statuses []rlspb.RateLimitResponse_DescriptorStatus
+		resets   []durationpb.Duration
+	)
+	if len(p.descs) == 1 {
+		a := &answer1{}
+		resp, statuses, resets = &a.resp, a.status[:], a.reset[:]
+		resp.Statuses = a.statuses[:]
+	} else {
+		resp = &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(p.descs))}
+		statuses = make([]rlspb.RateLimitResponse_DescriptorStatus, len(p.descs))
+		resets = make([]durationpb.Duration, len(p.descs))
 	}
+	resp.OverallCode = rlspb.RateLimitResponse_OK
 	var closest *rlspb.RateLimitResponse_DescriptorStatus
 	forced := false
 	for i, dp := range p.descs {
-		st := descriptorStatus(now, dp, p.layers, results)
+		st := &statuses[i]
+		descriptorStatus(st, &resets[i], now, dp, p.layers, results)
 		resp.Statuses[i] = st
 		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !dp.shadow {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
@@ -60,20 +81,21 @@ func (s *Service) markDegraded(resp *rlspb.RateLimitResponse, o fallback.Outcome
 	}}
 }
 
-// descriptorStatus reports one descriptor: OK with no current_limit when
+// descriptorStatus fills st in for one descriptor, with reset as its
+// duration_until_reset when it has one: OK with no current_limit when
 // nothing matched; OK with the maximum remaining when unlimited;
 // OVER_LIMIT when it denied by itself (a descriptor that would have
 // admitted a request another descriptor denied is OK, its remaining
 // untouched).
-func descriptorStatus(now time.Time, dp descPlan, layers []layerPlan, results []floodgate.Result) *rlspb.RateLimitResponse_DescriptorStatus {
-	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+func descriptorStatus(st *rlspb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration, now time.Time, dp descPlan, layers []layerPlan, results []floodgate.Result) {
+	st.Code = rlspb.RateLimitResponse_OK
 	switch {
 	case dp.unlimited:
 		st.LimitRemaining = math.MaxUint32
 	case dp.denies:
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 		st.CurrentLimit = dp.limit
-		st.DurationUntilReset = durationpb.New(0)
+		st.DurationUntilReset = reset // zero
 	case dp.layer >= 0:
 		r := results[dp.layer]
 		st.CurrentLimit = dp.limit
@@ -85,9 +107,15 @@ func descriptorStatus(now time.Time, dp descPlan, layers []layerPlan, results []
 				wait = r.RetryAfter
 			}
 		}
-		st.DurationUntilReset = durationpb.New(max(wait, 0))
+		setDuration(reset, max(wait, 0))
+		st.DurationUntilReset = reset
 	}
-	return st
+}
+
+// setDuration sets pb to d, as durationpb.New does.
+func setDuration(pb *durationpb.Duration, d time.Duration) {
+	nanos := d.Nanoseconds()
+	pb.Seconds, pb.Nanos = nanos/1e9, int32(nanos%1e9)
 }
 
 // ceilSeconds rounds d up to whole seconds.

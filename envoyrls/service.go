@@ -179,14 +179,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	defer p.release()
 	now := s.opts.Clock()
-	var fo, degraded fallback.Outcome
-	ctx = fallback.NewContext(ctx, &fo)
+	ctx, fo := fallback.NewOutcomeContext(ctx)
+	var degraded fallback.Outcome
 	results, err := s.decide(ctx, now, p, func() {
 		// Each decision overwrites fo: the answer is degraded when any
 		// of its decisions was.
 		if fo.Degraded && !degraded.Degraded {
-			degraded = fo
+			degraded = *fo
 		}
 	})
 	if err != nil {
@@ -219,10 +220,12 @@ func (s *Service) observe(domain string, p *plan, resp *rlspb.RateLimitResponse)
 	}
 }
 
-// decide runs the plan's layers and returns one result per layer. It
-// calls after once after each successful store decision.
+// decide runs the plan's layers and returns one result per layer (the
+// plan's scratch space: valid until it is released). It calls after once
+// after each successful store decision.
 func (s *Service) decide(ctx context.Context, now time.Time, p *plan, after func()) ([]floodgate.Result, error) {
-	results := make([]floodgate.Result, len(p.layers))
+	p.results = grow(p.results, len(p.layers))
+	results := p.results
 	if len(p.layers) == 0 {
 		return results, nil
 	}
@@ -237,15 +240,15 @@ func (s *Service) decide(ctx context.Context, now time.Time, p *plan, after func
 		}
 		return results, nil
 	}
-	specs := make([]floodgate.LayerSpec, 0, len(p.layers))
 	if p.denyAll {
 		// The request is denied anyway: report where the other
 		// descriptors stand without consuming anything.
+		p.specs = p.specs[:0]
 		for i := range p.layers {
 			p.layers[i].spec.Peek = true
-			specs = append(specs, p.layers[i].spec)
+			p.specs = append(p.specs, p.layers[i].spec)
 		}
-		d, err := s.lim.AllowLayersAt(ctx, now, p.cost, specs...)
+		d, err := s.lim.AllowLayersAt(ctx, now, p.cost, p.specs...)
 		if err != nil {
 			return nil, err
 		}
@@ -253,16 +256,17 @@ func (s *Service) decide(ctx context.Context, now time.Time, p *plan, after func
 		copy(results, d.Layers)
 		return results, nil
 	}
-	active := make([]int, len(p.layers))
+	p.active = grow(p.active, len(p.layers))
+	active := p.active
 	for i := range active {
 		active[i] = i
 	}
 	for len(active) > 0 {
-		specs = specs[:0]
+		p.specs = p.specs[:0]
 		for _, i := range active {
-			specs = append(specs, p.layers[i].spec)
+			p.specs = append(p.specs, p.layers[i].spec)
 		}
-		d, err := s.lim.AllowLayersAt(ctx, now, p.cost, specs...)
+		d, err := s.lim.AllowLayersAt(ctx, now, p.cost, p.specs...)
 		if err != nil {
 			return nil, err
 		}

@@ -43,6 +43,27 @@ func NewContext(ctx context.Context, o *Outcome) context.Context {
 	return context.WithValue(ctx, outcomeKey{}, o)
 }
 
+// NewOutcomeContext returns a copy of ctx carrying a new Outcome, and that
+// Outcome, as NewContext does, in one allocation instead of two.
+func NewOutcomeContext(ctx context.Context) (context.Context, *Outcome) {
+	c := &outcomeCtx{Context: ctx}
+	return c, &c.o
+}
+
+// outcomeCtx is a context carrying an Outcome it holds itself.
+type outcomeCtx struct {
+	context.Context
+	o Outcome
+}
+
+// Value returns the Outcome for outcomeKey and asks the parent otherwise.
+func (c *outcomeCtx) Value(key any) any {
+	if key == (outcomeKey{}) {
+		return &c.o
+	}
+	return c.Context.Value(key)
+}
+
 func outcomeFrom(ctx context.Context) *Outcome {
 	o, _ := ctx.Value(outcomeKey{}).(*Outcome)
 	return o

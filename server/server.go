@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"sort"
 	"strings"
@@ -81,6 +82,12 @@ type Options struct {
 	// MetricsAdminOnly takes GET /metrics off the public handler; the
 	// admin handler always serves it. Default false.
 	MetricsAdminOnly bool
+	// Profiling serves the Go runtime profiles of net/http/pprof under
+	// GET /debug/pprof/ on the admin handler only (never on the public
+	// one), without the admin token, as /metrics is there. Profiles
+	// reveal the program's internals and a CPU profile costs CPU while it
+	// runs: bind the admin listener to a private address. Default false.
+	Profiling bool
 	// Assignments holds per-identity tier assignments. Default: a new
 	// in-process config.MemoryAssignments.
 	Assignments config.Assignments
@@ -272,6 +279,13 @@ func (s *Server) routes() {
 	admin.HandleFunc("GET /healthz", s.handleHealth)
 	if s.opts.Gatherer != nil {
 		admin.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if s.opts.Profiling {
+		admin.HandleFunc("GET /debug/pprof/", pprof.Index)
+		admin.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		admin.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		admin.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		admin.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	for _, m := range []*http.ServeMux{admin, mux} {
 		if m == mux && s.opts.SeparateAdmin {

@@ -502,6 +502,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},
 		{[]string{"serve", "--prefix", "bad prefix"}, "--prefix"},
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--pprof"}, "--pprof needs --admin-addr"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-stream-workers", "-1"}, "--grpc-stream-workers -1: want 0..16384"},
 		{[]string{"serve", "--fallback", "sideways"}, `--fallback "sideways": want local, open, closed or off`},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"}, "needs --envoy-config"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--envoy-config", "edge.yaml"}, "--envoy-config needs --grpc-addr"},

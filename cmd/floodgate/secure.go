@@ -28,6 +28,7 @@ type securityFlags struct {
 	adminAddr         string
 	adminTokenFile    string
 	metricsAdminOnly  bool
+	pprof             bool
 	redisPasswordFile string
 	redisPassword     string // read from redisPasswordFile
 	redisTLS          bool
@@ -39,6 +40,7 @@ type securityFlags struct {
 	tlsKeyFile        string
 	tlsClientCAFile   string
 	grpcReflection    bool
+	grpcWorkers       int
 	verifyKeyFile     string
 	verifyKey         []byte // read from verifyKeyFile
 }
@@ -47,10 +49,12 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints (and /metrics) on this address only, not on --addr; bind it to a private interface, e.g. 127.0.0.1:9090")
 	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
 	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
+	fl.BoolVar(&s.pprof, "pprof", false, "serve Go runtime profiles (net/http/pprof, /debug/pprof/) on --admin-addr only, without the token; off by default")
 	addRedisSecurityFlags(fl, s)
 	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file)")
 	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
 	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
+	fl.IntVar(&s.grpcWorkers, "grpc-stream-workers", grpcMaxStreams, "goroutines kept to run gRPC requests, each reused for many (a request finding none free gets a new goroutine); 0 starts a goroutine per request")
 	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
 	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
 }
@@ -131,6 +135,7 @@ func (s *securityFlags) listen(addr, flag string) (net.Listener, error) {
 const (
 	grpcMaxStreams  = 256
 	grpcMaxRecvSize = 1 << 20
+	grpcMaxWorkers  = 1 << 14
 )
 
 // grpcServerOptions are the hardened options of the gRPC server: TLS (and
@@ -142,6 +147,13 @@ func (s *securityFlags) grpcServerOptions() ([]grpc.ServerOption, error) {
 		grpc.MaxRecvMsgSize(grpcMaxRecvSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}
+	if s.grpcWorkers > 0 {
+		// A new goroutine per request starts with a small stack and
+		// grows it (runtime.morestack, copying) on every request: a
+		// fifth of the service's CPU in memory mode. Workers keep their
+		// grown stacks.
+		opts = append(opts, grpc.NumStreamWorkers(uint32(s.grpcWorkers)))
 	}
 	tc, err := s.serverTLS()
 	if err != nil {
@@ -199,6 +211,12 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 	if s.metricsAdminOnly && s.adminAddr == "" {
 		return errors.New("--metrics-admin-only needs --admin-addr")
 	}
+	if s.grpcWorkers < 0 || s.grpcWorkers > grpcMaxWorkers {
+		return fmt.Errorf("--grpc-stream-workers %d: want 0..%d", s.grpcWorkers, grpcMaxWorkers)
+	}
+	if s.pprof && s.adminAddr == "" {
+		return errors.New("--pprof needs --admin-addr: profiles are served on the admin listener only")
+	}
 	if s.verifyKeyFile != "" {
 		if !f.configRedis {
 			return errors.New("--config-verify-key-file needs --config-from-redis")
@@ -234,6 +252,7 @@ func (s *securityFlags) redisSettings(rs *config.Redis) {
 func (s *securityFlags) serverOptions(o *server.Options) {
 	o.SeparateAdmin = s.adminAddr != ""
 	o.MetricsAdminOnly = s.metricsAdminOnly
+	o.Profiling = s.pprof
 }
 
 // startAdmin listens on --admin-addr, if set, and serves the admin

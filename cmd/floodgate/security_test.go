@@ -132,7 +132,7 @@ func TestServeAdminHardening(t *testing.T) {
 	if code, out := runCLI(t, "serve", "--admin-addr", "127.0.0.1:0"); code == 0 || !strings.Contains(out, "--admin-addr needs an admin token") {
 		t.Fatalf("--admin-addr without a token: exit %d: %s", code, out)
 	}
-	svc := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--metrics-admin-only")
+	svc := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--metrics-admin-only", "--pprof")
 	var adminURL string
 	for _, line := range strings.Split(svc.logs.String(), "\n") {
 		var rec struct{ Msg, Addr string }
@@ -154,6 +154,13 @@ func TestServeAdminHardening(t *testing.T) {
 	}
 	if code := adminGet(t, adminURL, "/metrics", ""); code != http.StatusOK {
 		t.Fatalf("/metrics on --admin-addr: %d", code)
+	}
+	// --pprof: the runtime's profiles on the admin listener only.
+	if code := adminGet(t, adminURL, "/debug/pprof/heap", ""); code != http.StatusOK {
+		t.Fatalf("/debug/pprof/heap on --admin-addr: %d", code)
+	}
+	if code := adminGet(t, svc.url, "/debug/pprof/heap", ""); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/heap on the public address: %d, want 404", code)
 	}
 	if code := adminGet(t, adminURL, "/admin/v1/config", "wrong-token"); code != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %d", code)
