@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"time"
 	"unsafe"
 )
 
@@ -115,13 +114,4 @@ func appendKey(b []byte, prefix string, p Policy, identity, tag string) []byte {
 		b = append(b, tag...)
 	}
 	return b
-}
-
-// keyAt is algo.KeyAt: Key, followed for a Quota policy by ":" and the
-// tag of the period containing now (Unix µs).
-func keyAt(prefix string, p Policy, identity string, now int64) string {
-	if p.Algorithm == Quota {
-		return key(prefix, p, identity, p.Calendar.StorageTag(p.Calendar.PeriodAt(time.UnixMicro(now))))
-	}
-	return key(prefix, p, identity, "")
 }

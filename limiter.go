@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -52,6 +53,36 @@ type Limiter struct {
 	prefix string
 	clock  func() time.Time
 	borrow bool // store is a KeyBorrower that borrows keys
+	// period is the quota period the limiter last built a key for (see
+	// keyAt).
+	period atomic.Pointer[periodMemo]
+}
+
+// periodMemo is one calendar's period and its storage tag. Every decision
+// of a quota policy inside the period has the same key tag, and working
+// the period out from the calendar (time zone, civil date, formatting)
+// costs more than the rest of building the key.
+type periodMemo struct {
+	cal        Calendar
+	start, end int64 // Unix µs: the period is [start, end)
+	tag        string
+}
+
+// keyAt is algo.KeyAt with the limiter's prefix: Key, followed for a Quota
+// policy by ":" and the storage tag of the period containing now (Unix
+// µs), taken from l.period when now falls inside it (the periods of a
+// calendar partition time, so that period is the one containing now).
+func (l *Limiter) keyAt(p Policy, identity string, now int64) string {
+	if p.Algorithm != Quota {
+		return key(l.prefix, p, identity, "")
+	}
+	m := l.period.Load()
+	if m == nil || m.cal != p.Calendar || now < m.start || now >= m.end {
+		per := p.Calendar.PeriodAt(time.UnixMicro(now))
+		m = &periodMemo{cal: p.Calendar, start: per.Start.UnixMicro(), end: per.End.UnixMicro(), tag: p.Calendar.StorageTag(per)}
+		l.period.Store(m)
+	}
+	return key(l.prefix, p, identity, m.tag)
 }
 
 // New returns a Limiter deciding against store.
@@ -78,7 +109,7 @@ func (l *Limiter) Prefix() string { return l.prefix }
 // Key returns the storage key the limiter uses for identity under p (for a
 // Quota policy, the key of the current period).
 func (l *Limiter) Key(p Policy, identity string) string {
-	return keyAt(l.prefix, p, identity, l.clock().UnixMicro())
+	return l.keyAt(p, identity, l.clock().UnixMicro())
 }
 
 // Allow decides one request of cost 1 by identity under p.
@@ -142,7 +173,7 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 		f.buf = appendKey(f.buf[:0], l.prefix, p, identity, "")
 		key = unsafe.String(unsafe.SliceData(f.buf), len(f.buf))
 	} else {
-		key = keyAt(l.prefix, p, identity, us)
+		key = l.keyAt(p, identity, us)
 	}
 	f.layers[0] = Layer{Policy: p, Key: key, Cost: cost}
 	err := l.store.Decide(ctx, us, f.layers[:], f.out[:])
@@ -264,7 +295,7 @@ func (l *Limiter) LayersAt(now time.Time, cost int64, specs ...LayerSpec) ([]Lay
 		if err := ValidateCost(c); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		layers[i] = Layer{Policy: s.Policy, Key: keyAt(l.prefix, s.Policy, s.Identity, us), Cost: c}
+		layers[i] = Layer{Policy: s.Policy, Key: l.keyAt(s.Policy, s.Identity, us), Cost: c}
 	}
 	for i := range layers {
 		for j := i + 1; j < len(layers); j++ {

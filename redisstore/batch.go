@@ -117,10 +117,12 @@ const (
 
 func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
 	b := &batcher{s: s, maxBatch: maxBatch, maxInFlight: maxInFlight}
+	var ps *periods
 	if s != nil {
 		b.client = s.client
+		ps = &s.periods
 	}
-	b.frames.New = func() any { return new(batchFrame) }
+	b.frames.New = func() any { return &batchFrame{ps: ps} }
 	return b
 }
 
@@ -155,13 +157,17 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 	c := getCall(ctx, now, sc, layers)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
-	select {
-	case <-c.done:
-	case <-ctx.Done():
+	if stop := ctx.Done(); stop == nil {
+		<-c.done // a context that never ends: a plain receive, cheaper than a select
+	} else {
 		select {
 		case <-c.done:
-		default:
-			return b.abandon(c)
+		case <-stop:
+			select {
+			case <-c.done:
+			default:
+				return b.abandon(c)
+			}
 		}
 	}
 	err, retry := c.err, c.retry
@@ -381,6 +387,7 @@ func keyList(layers []floodgate.Layer) string {
 // per request. Numbers are passed as *int64 and keys as *string, which
 // go-redis writes without boxing.
 type batchFrame struct {
+	ps   *periods // the Store's (nil: none)
 	args []any
 	nums []int64
 	seen map[string]struct{} // the keys of the batch, to tell whether one repeats
@@ -426,7 +433,7 @@ func (f *batchFrame) buildRequests(calls []*call) {
 	for i, c := range calls {
 		v := f.nums[7*i : 7*i+7]
 		v[0] = c.now
-		putLayer(v[1:], c.now, &c.layers[0])
+		f.ps.putLayer(v[1:], c.now, &c.layers[0])
 		if [5]int64(v[1:6]) != [5]int64(f.nums[1:6]) {
 			shared = false
 		}
@@ -477,7 +484,7 @@ func (f *batchFrame) buildLayered(calls []*call) {
 		at += len(v)
 		v[0], v[1] = int64(m), c.now
 		for i := range c.layers {
-			putLayer(v[2+6*i:8+6*i], c.now, &c.layers[i])
+			f.ps.putLayer(v[2+6*i:8+6*i], c.now, &c.layers[i])
 			if shared && [5]int64(v[2+6*i:7+6*i]) != [5]int64(f.nums[2+6*i:7+6*i]) {
 				shared = false
 			}

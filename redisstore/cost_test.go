@@ -62,6 +62,7 @@ func TestScriptInstructions(t *testing.T) {
 		{"lone GCRA", []floodgate.Policy{gc}, 1},
 		{"lone 3 layers", []floodgate.Policy{edge, sw, qt}, 1},
 		{"coalesced sliding window (64 per call)", []floodgate.Policy{sw}, 64},
+		{"coalesced GCRA (64 per call)", []floodgate.Policy{gc}, 64},
 		{"coalesced 3 layers (64 per call)", []floodgate.Policy{edge, sw, qt}, 64},
 	} {
 		const calls = 400

@@ -65,7 +65,6 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
-	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
@@ -189,6 +188,7 @@ type Store struct {
 	frames     sync.Pool   // *frame
 	batch      *batcher    // nil: coalescing off, or per primary (nodes)
 	nodes      *nodeRouter // coalescing per Redis Cluster primary (node.go); nil: off
+	periods    periods     // the quota period last sent
 }
 
 // New returns a Store deciding on client. It sends nothing: the script is
@@ -247,7 +247,7 @@ func New(client Client, opts Options) (*Store, error) {
 	if coalesce && opts.MaxBatch > 1 {
 		s.batch = newBatcher(s, opts.MaxBatch, opts.MaxInFlight)
 	}
-	s.frames.New = func() any { return new(frame) }
+	s.frames.New = func() any { return &frame{ps: &s.periods} }
 	return s, nil
 }
 
@@ -384,6 +384,7 @@ func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Resul
 // into nums and keys as *string into the caller's layers, which go-redis
 // writes without boxing, so building a call allocates nothing.
 type frame struct {
+	ps     *periods // the Store's (nil: none)
 	args   []any
 	nums   [2 + (replyWidth+undoWidth)*floodgate.MaxLayers]int64
 	marker string // a release's marker key
@@ -408,7 +409,7 @@ func (f *frame) build(now int64, layers []floodgate.Layer, counted bool) {
 	f.args = append(f.args, &f.nums[0])
 	for i := range layers {
 		v := f.nums[1+6*i : 7+6*i]
-		putLayer(v, now, &layers[i])
+		f.ps.putLayer(v, now, &layers[i])
 		for j := range v {
 			f.args = append(f.args, &v[j])
 		}
@@ -434,7 +435,7 @@ func (f *frame) buildRelease(now int64, layers []floodgate.Layer, undo [][undoWi
 	f.args = append(f.args, argRelease, &f.nums[0], &f.nums[1])
 	for i := range layers {
 		v := f.nums[2+9*i : 11+9*i]
-		putLayer(v[:6], now, &layers[i])
+		f.ps.putLayer(v[:6], now, &layers[i])
 		v[6], v[7], v[8] = undo[i][0], undo[i][1], undo[i][2]
 		for j := range v {
 			f.args = append(f.args, &v[j])
@@ -442,8 +443,40 @@ func (f *frame) buildRelease(now int64, layers []floodgate.Layer, undo [][undoWi
 	}
 }
 
-// putLayer writes a layer's six script arguments into v.
-func putLayer(v []int64, now int64, l *floodgate.Layer) {
+// periods remembers the quota period of the last quota layer sent: every
+// decision of a quota policy inside one period sends the same bounds, and
+// working them out from the calendar (time zone, civil date) costs more
+// than the rest of a layer's arguments. It is safe for concurrent use.
+type periods struct {
+	last atomic.Pointer[period]
+}
+
+// period is one calendar's period, [start, end) in Unix µs.
+type period struct {
+	cal        floodgate.Calendar
+	start, end int64
+}
+
+// bounds returns the start and end (Unix µs) of the period of c containing
+// now, as floodgate.Calendar.BoundsMicros: the remembered period when now
+// falls inside it (a calendar's periods partition time, so it is the one
+// containing now). A nil ps remembers nothing.
+func (ps *periods) bounds(c floodgate.Calendar, now int64) (start, end int64) {
+	if ps == nil {
+		return c.BoundsMicros(now)
+	}
+	if p := ps.last.Load(); p != nil && p.cal == c && p.start <= now && now < p.end {
+		return p.start, p.end
+	}
+	p := &period{cal: c}
+	p.start, p.end = c.BoundsMicros(now)
+	ps.last.Store(p)
+	return p.start, p.end
+}
+
+// putLayer writes a layer's six script arguments into v, with the
+// quota periods of ps (nil: none remembered).
+func (ps *periods) putLayer(v []int64, now int64, l *floodgate.Layer) {
 	p := &l.Policy
 	v[0] = int64(p.Algorithm)
 	v[1] = p.Limit
@@ -453,7 +486,7 @@ func putLayer(v []int64, now int64, l *floodgate.Layer) {
 	v[5] = l.Cost
 	if p.Algorithm == floodgate.Quota {
 		// The calendar lives in Go: send the period's bounds.
-		v[2], v[3], _ = algo.QuotaPeriod(*p, now)
+		v[2], v[3] = ps.bounds(p.Calendar, now)
 	}
 }
 
