@@ -29,7 +29,8 @@ var ErrInvalidOptions = errors.New("loadgen: invalid options")
 // Mode selects the API a load test speaks.
 type Mode uint8
 
-// The modes. The zero value means "from the Target's scheme".
+// The modes. The zero value means "from the Target's scheme": HTTP for
+// http and https, GRPC for grpc.
 const (
 	// HTTP posts {"policy":..., "identity":{...}, "cost":...} to
 	// Target/v1/check?enforce=1; 200 with "allowed": true is allowed, 429
@@ -40,18 +41,45 @@ const (
 	// OVER_LIMIT is denied, anything else (UNKNOWN, a gRPC error) is an
 	// error.
 	GRPC
+	// EnvoyJSON posts Envoy's rate limit request as JSON to Target/json,
+	// the HTTP endpoint of envoyproxy/ratelimit and of `floodgate
+	// envoy-compat`: {"domain":..., "descriptors":[{"entries":[{"key":
+	// IdentityKey, "value": identity}]}], "hitsAddend": cost}. 200 with
+	// "overallCode": "OK" is allowed, 429 is denied, anything else is an
+	// error. It needs an http or https Target.
+	EnvoyJSON
 )
 
-// String returns "http" or "grpc".
+// String returns "http", "grpc" or "envoy-json".
 func (m Mode) String() string {
 	switch m {
 	case HTTP:
 		return "http"
 	case GRPC:
 		return "grpc"
+	case EnvoyJSON:
+		return "envoy-json"
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
+
+// ParseMode returns the Mode named s ("http", "grpc" or "envoy-json"); ""
+// is the zero Mode (from the Target's scheme).
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{HTTP, GRPC, EnvoyJSON} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	if s == "" {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: mode %q: want http, grpc or envoy-json", ErrInvalidOptions, s)
+}
+
+// WorkersPerConnection is how many workers share one gRPC connection by
+// default (Options.Connections).
+const WorkersPerConnection = 16
 
 // Limits on Options.
 const (
@@ -106,7 +134,14 @@ type Options struct {
 	// ExpectedDenyRatio (0..1) is used as the expected deny ratio when
 	// Expect is not set; leave both zero when unknown.
 	ExpectedDenyRatio float64
-	// Timeout bounds each request. Default 5s.
+	// Connections is the number of gRPC connections the workers share,
+	// worker i using connection i mod Connections (1..Concurrency). Default
+	// one per WorkersPerConnection workers, rounded up. HTTP modes keep up
+	// to one keep-alive connection per worker instead.
+	Connections int
+	// Timeout bounds each request, measured by the load generator (no gRPC
+	// deadline is sent): a request still unanswered after Timeout is
+	// abandoned and counted as an error. Default 5s.
 	Timeout time.Duration
 	// HTTPClient sends HTTP requests. Default: a client whose transport
 	// keeps Concurrency idle connections to the target.
@@ -127,7 +162,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Mode = HTTP
 	case o.Mode == 0 && u.Scheme == "grpc":
 		o.Mode = GRPC
-	case o.Mode == HTTP && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && u.Scheme == "grpc":
+	case (o.Mode == HTTP || o.Mode == EnvoyJSON) && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && u.Scheme == "grpc":
 	default:
 		return bad("target %q: scheme %q does not fit mode %v (want http, https or grpc)", o.Target, u.Scheme, o.Mode)
 	}
@@ -139,6 +174,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Concurrency < 1 || o.Concurrency > MaxConcurrency {
 		return bad("concurrency %d out of range 1..%d", o.Concurrency, MaxConcurrency)
+	}
+	if o.Connections == 0 {
+		o.Connections = (o.Concurrency + WorkersPerConnection - 1) / WorkersPerConnection
+	}
+	if o.Connections < 1 || o.Connections > o.Concurrency {
+		return bad("connections %d out of range 1..%d (the concurrency)", o.Connections, o.Concurrency)
 	}
 	if o.Duration < time.Millisecond || o.Duration > MaxDuration {
 		return bad("duration %v out of range 1ms..%v", o.Duration, MaxDuration)

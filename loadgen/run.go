@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +32,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	}
 	defer snd.close()
 
-	r := &run{opts: o, snd: snd, ctx: ctx, model: newModel(o.Expect)}
+	r := &run{opts: o, snd: snd, model: newModel(o.Expect)}
 	start := time.Now()
 	deadline := start.Add(o.Duration)
 	stopCtx, stop := context.WithDeadline(ctx, deadline)
@@ -42,22 +41,28 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	stopProgress := r.startProgress(progress, start)
 	hists := make([]Histogram, o.Concurrency)
 	var wg sync.WaitGroup
+	workers := make([]*workerState, o.Concurrency)
+	for i := range workers {
+		workers[i] = &workerState{w: snd.worker(), h: &hists[i], timeout: o.Timeout, parent: ctx}
+	}
 	if o.Rate > 0 {
 		jobs := make(chan time.Time, o.Concurrency)
-		for i := range o.Concurrency {
+		for _, w := range workers {
 			wg.Go(func() {
+				defer w.stop()
 				for at := range jobs {
-					r.one(&hists[i], at)
+					r.one(w, at)
 				}
 			})
 		}
 		r.schedule(stopCtx, start, jobs)
 		close(jobs)
 	} else {
-		for i := range o.Concurrency {
+		for _, w := range workers {
 			wg.Go(func() {
+				defer w.stop()
 				for stopCtx.Err() == nil && r.claim() {
-					r.one(&hists[i], time.Now())
+					r.one(w, time.Now())
 				}
 			})
 		}
@@ -77,7 +82,6 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 type run struct {
 	opts  Options
 	snd   sender
-	ctx   context.Context // the caller's: requests in flight finish even after Duration
 	model *model
 
 	seq                            atomic.Int64 // requests claimed
@@ -131,19 +135,21 @@ func (r *run) schedule(ctx context.Context, start time.Time, jobs chan<- time.Ti
 
 // one sends a claimed request and records it. at is when it was
 // due: latency counts from then, so queueing behind a slow server shows.
-func (r *run) one(h *Histogram, at time.Time) {
+func (r *run) one(w *workerState, at time.Time) {
 	id := r.nextIdentity()
-	ctx, cancel := context.WithTimeout(r.ctx, r.opts.Timeout)
-	sentAt := time.Now()
-	r.model.observe(id, sentAt, r.opts.Cost)
-	allowed, err := r.snd.send(ctx, r.identity(id))
-	cancel()
+	if r.model != nil {
+		r.model.observe(id, time.Now(), r.opts.Cost)
+	}
+	allowed, err := w.w.send(w.begin(), id)
+	if timedOut := w.end(); timedOut && err != nil {
+		err = fmt.Errorf("no answer within %v (the timeout)", r.opts.Timeout)
+	}
 	if err != nil {
 		r.errs.Add(1)
 		r.sample(err)
 		return
 	}
-	h.Record(time.Since(at))
+	w.h.Record(time.Since(at))
 	if allowed {
 		r.allowed.Add(1)
 	} else {
@@ -156,7 +162,50 @@ func (r *run) nextIdentity() int {
 	return int((r.rr.Add(1) - 1) % int64(r.opts.Identities))
 }
 
-func (r *run) identity(id int) string { return r.opts.IdentityPrefix + strconv.Itoa(id) }
+// workerState is one worker's: its sender, histogram and request
+// context. The context is the caller's, canceled by a timer when a request
+// outlives the timeout; it is kept from request to request, and the timer
+// rearmed, so that a request costs no context or timer of its own.
+type workerState struct {
+	w       worker
+	h       *Histogram
+	timeout time.Duration
+	parent  context.Context
+
+	ctx    context.Context // nil until the first request and after a timeout
+	cancel context.CancelFunc
+	timer  *time.Timer // cancels ctx when it fires
+}
+
+// begin arms the timeout and returns the request's context.
+func (w *workerState) begin() context.Context {
+	if w.ctx == nil {
+		w.ctx, w.cancel = context.WithCancel(w.parent)
+		w.timer = time.AfterFunc(w.timeout, w.cancel)
+		return w.ctx
+	}
+	w.timer.Reset(w.timeout)
+	return w.ctx
+}
+
+// end disarms the timeout; it reports whether it fired, in which case the
+// context is dropped and the next request gets a new one.
+func (w *workerState) end() (timedOut bool) {
+	if w.timer.Stop() {
+		return false
+	}
+	w.cancel()
+	w.ctx = nil
+	return w.parent.Err() == nil // canceled by the caller is not a timeout
+}
+
+// stop releases the context and its timer.
+func (w *workerState) stop() {
+	if w.ctx != nil {
+		w.timer.Stop()
+		w.cancel()
+	}
+}
 
 // sample keeps a count of up to 20 distinct error messages.
 func (r *run) sample(err error) {

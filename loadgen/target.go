@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -16,10 +17,50 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// sender sends one check and says whether it was allowed.
+// The load generator shares the machine with the service it measures, so
+// its own cost per request matters: each worker keeps its request (message
+// or body buffer, HTTP request, response buffer) from one request to the
+// next and only rewrites the identity in it, identities are formatted once,
+// and answers are read without decoding them into maps or reflection.
+
+// sender opens one worker per load-test worker.
 type sender interface {
-	send(ctx context.Context, identity string) (allowed bool, err error)
+	worker() worker
 	close() error
+}
+
+// worker sends one check at a time and says whether it was allowed. A
+// worker is used by one goroutine.
+type worker interface {
+	send(ctx context.Context, id int) (allowed bool, err error)
+}
+
+// maxIdentityTable is the most identities formatted ahead of a run (about
+// 20 bytes each); past it, each request formats its own.
+const maxIdentityTable = 1 << 17
+
+// identities formats identity numbers as IdentityPrefix + decimal number.
+type identities struct {
+	prefix string
+	table  []string // nil when there are too many identities to keep
+}
+
+func newIdentities(o Options) *identities {
+	ids := &identities{prefix: o.IdentityPrefix}
+	if o.Identities <= maxIdentityTable {
+		ids.table = make([]string, o.Identities)
+		for i := range ids.table {
+			ids.table[i] = o.IdentityPrefix + strconv.Itoa(i)
+		}
+	}
+	return ids
+}
+
+func (ids *identities) string(id int) string {
+	if id < len(ids.table) {
+		return ids.table[id]
+	}
+	return ids.prefix + strconv.Itoa(id)
 }
 
 func newSender(o Options) (sender, error) {
@@ -27,12 +68,18 @@ func newSender(o Options) (sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidOptions, o.Target, err)
 	}
+	ids := newIdentities(o)
 	if o.Mode == GRPC {
-		conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, fmt.Errorf("loadgen: grpc client for %s: %w", u.Host, err)
+		s := &grpcSender{opts: o, ids: ids}
+		for range o.Connections {
+			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				s.close()
+				return nil, fmt.Errorf("loadgen: grpc client for %s: %w", u.Host, err)
+			}
+			s.conns = append(s.conns, conn)
 		}
-		return &grpcSender{conn: conn, client: rlspb.NewRateLimitServiceClient(conn), opts: o}, nil
+		return s, nil
 	}
 	client := o.HTTPClient
 	if client == nil {
@@ -41,62 +88,136 @@ func newSender(o Options) (sender, error) {
 		tr.MaxIdleConnsPerHost = o.Concurrency
 		client = &http.Client{Transport: tr}
 	}
-	return &httpSender{
-		client: client,
-		url:    strings.TrimSuffix(o.Target, "/") + "/v1/check?enforce=1",
-		opts:   o,
-	}, nil
+	s := &httpSender{client: client, opts: o}
+	base := strings.TrimSuffix(o.Target, "/")
+	// Each body is head + quoted identity + tail. The identity's JSON string
+	// is the encoded prefix without its closing quote, the number (digits
+	// need no escaping) and the quote.
+	prefix := jsonString(o.IdentityPrefix)
+	s.idHead = prefix[:len(prefix)-1]
+	switch o.Mode {
+	case EnvoyJSON:
+		s.url = base + "/json"
+		s.head = `{"domain":` + jsonString(o.Domain) + `,"descriptors":[{"entries":[{"key":` + jsonString(o.IdentityKey) + `,"value":`
+		s.tail = `}]}],"hitsAddend":` + strconv.FormatInt(o.Cost, 10) + `}`
+		s.decide = envoyJSONAnswer
+	default:
+		s.url = base + "/v1/check?enforce=1"
+		s.head = `{"policy":` + jsonString(o.Policy) + `,"identity":{` + jsonString(o.IdentityKey) + `:`
+		s.tail = `},"cost":` + strconv.FormatInt(o.Cost, 10) + `}`
+		s.decide = checkAnswer
+	}
+	if _, err := http.NewRequest(http.MethodPost, s.url, nil); err != nil {
+		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidOptions, o.Target, err)
+	}
+	return s, nil
 }
 
+// jsonString returns s as a JSON string, quotes included.
+func jsonString(s string) string {
+	b, _ := json.Marshal(s) // a string always encodes
+	return string(b)
+}
+
+// httpSender posts JSON bodies: Floodgate's /v1/check or Envoy's /json.
 type httpSender struct {
-	client *http.Client
-	url    string
-	opts   Options
+	client     *http.Client
+	url        string
+	opts       Options
+	head, tail string
+	idHead     string
+	decide     func(status int, body []byte) (bool, error)
 }
 
-type checkBody struct {
-	Policy   string            `json:"policy"`
-	Identity map[string]string `json:"identity"`
-	Cost     int64             `json:"cost"`
-}
-
-func (s *httpSender) send(ctx context.Context, identity string) (bool, error) {
-	body, err := json.Marshal(checkBody{Policy: s.opts.Policy, Identity: map[string]string{s.opts.IdentityKey: identity}, Cost: s.opts.Cost})
-	if err != nil {
-		return false, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return false, fmt.Errorf("reading the response: %w", err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-		var out struct {
-			Allowed *bool `json:"allowed"`
-		}
-		if err := json.Unmarshal(data, &out); err != nil || out.Allowed == nil {
-			return false, fmt.Errorf("HTTP 200 without a boolean \"allowed\": %s", clip(data))
-		}
-		return *out.Allowed, nil
-	case http.StatusTooManyRequests:
-		return false, nil
-	}
-	return false, fmt.Errorf("HTTP %d: %s", resp.StatusCode, clip(data))
-}
+func (s *httpSender) worker() worker { return &httpWorker{s: s} }
 
 func (s *httpSender) close() error {
 	s.client.CloseIdleConnections()
 	return nil
+}
+
+// httpWorker keeps one request, its body and a response buffer. The
+// request is reused once its response body is closed, as net/http allows;
+// after an error the transport may still hold the body, so the worker
+// starts afresh.
+type httpWorker struct {
+	s      *httpSender
+	ctx    context.Context // the context req was made with
+	req    *http.Request
+	body   []byte
+	rd     bytes.Reader
+	rc     io.ReadCloser // &rd that Close leaves alone
+	answer bytes.Buffer
+	lr     io.LimitedReader
+}
+
+func (w *httpWorker) send(ctx context.Context, id int) (bool, error) {
+	s := w.s
+	w.body = append(w.body[:0], s.head...)
+	w.body = append(w.body, s.idHead...)
+	w.body = strconv.AppendInt(w.body, int64(id), 10)
+	w.body = append(w.body, '"')
+	w.body = append(w.body, s.tail...)
+	if w.req == nil || w.ctx != ctx {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, nil)
+		if err != nil {
+			return false, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		w.rc = io.NopCloser(&w.rd)
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(w.body)), nil }
+		w.req, w.ctx = req, ctx
+	}
+	w.rd.Reset(w.body)
+	w.req.Body, w.req.ContentLength = w.rc, int64(len(w.body))
+	resp, err := s.client.Do(w.req)
+	if err != nil {
+		*w = httpWorker{s: s}
+		return false, err
+	}
+	w.answer.Reset()
+	w.lr = io.LimitedReader{R: resp.Body, N: 64 << 10}
+	_, err = w.answer.ReadFrom(&w.lr)
+	resp.Body.Close()
+	w.lr.R = nil
+	if err != nil {
+		*w = httpWorker{s: s}
+		return false, fmt.Errorf("reading the response: %w", err)
+	}
+	return s.decide(resp.StatusCode, w.answer.Bytes())
+}
+
+// checkAnswer reads an answer of POST /v1/check: 200 with a boolean
+// "allowed", or 429.
+func checkAnswer(status int, body []byte) (bool, error) {
+	switch status {
+	case http.StatusOK:
+		switch string(topLevelValue(body, "allowed")) {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
+		return false, fmt.Errorf("HTTP 200 without a boolean \"allowed\": %s", clip(body))
+	case http.StatusTooManyRequests:
+		return false, nil
+	}
+	return false, fmt.Errorf("HTTP %d: %s", status, clip(body))
+}
+
+// envoyJSONAnswer reads an answer of Envoy's POST /json: 200 with
+// "overallCode": "OK", or 429 (OVER_LIMIT).
+func envoyJSONAnswer(status int, body []byte) (bool, error) {
+	switch status {
+	case http.StatusOK:
+		if string(topLevelValue(body, "overallCode")) == `"OK"` {
+			return true, nil
+		}
+		return false, fmt.Errorf("HTTP 200 without \"overallCode\": \"OK\": %s", clip(body))
+	case http.StatusTooManyRequests:
+		return false, nil
+	}
+	return false, fmt.Errorf("HTTP %d: %s", status, clip(body))
 }
 
 // clip keeps error messages short and on one line.
@@ -108,30 +229,63 @@ func clip(b []byte) string {
 	return s
 }
 
+// grpcSender calls ShouldRateLimit over Options.Connections connections,
+// worker i on connection i mod Connections.
 type grpcSender struct {
-	conn   *grpc.ClientConn
-	client rlspb.RateLimitServiceClient
-	opts   Options
+	conns []*grpc.ClientConn
+	next  int
+	opts  Options
+	ids   *identities
 }
 
-func (s *grpcSender) send(ctx context.Context, identity string) (bool, error) {
-	resp, err := s.client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{
-		Domain: s.opts.Domain,
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: s.opts.IdentityKey, Value: identity}},
-		}},
-		HitsAddend: uint32(s.opts.Cost),
-	})
-	if err != nil {
+func (s *grpcSender) worker() worker {
+	conn := s.conns[s.next%len(s.conns)]
+	s.next++
+	entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: s.opts.IdentityKey}
+	return &grpcWorker{
+		conn:  conn,
+		ids:   s.ids,
+		entry: entry,
+		req: &rlspb.RateLimitRequest{
+			Domain:      s.opts.Domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}}},
+			HitsAddend:  uint32(s.opts.Cost),
+		},
+		resp: new(rlspb.RateLimitResponse),
+	}
+}
+
+func (s *grpcSender) close() error {
+	var first error
+	for _, c := range s.conns {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// grpcWorker keeps its request and response messages; a call rewrites
+// the identity and decodes into the same response.
+type grpcWorker struct {
+	conn  *grpc.ClientConn
+	ids   *identities
+	entry *ratelimitv3.RateLimitDescriptor_Entry
+	req   *rlspb.RateLimitRequest
+	resp  *rlspb.RateLimitResponse
+}
+
+func (w *grpcWorker) send(ctx context.Context, id int) (bool, error) {
+	w.entry.Value = w.ids.string(id)
+	if err := w.conn.Invoke(ctx, rlspb.RateLimitService_ShouldRateLimit_FullMethodName, w.req, w.resp); err != nil {
 		return false, err
 	}
-	switch resp.GetOverallCode() {
+	switch code := w.resp.GetOverallCode(); code {
 	case rlspb.RateLimitResponse_OK:
 		return true, nil
 	case rlspb.RateLimitResponse_OVER_LIMIT:
 		return false, nil
+	default:
+		return false, fmt.Errorf("overall_code %v", code)
 	}
-	return false, fmt.Errorf("overall_code %v", resp.GetOverallCode())
 }
-
-func (s *grpcSender) close() error { return s.conn.Close() }

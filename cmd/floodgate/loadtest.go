@@ -19,12 +19,15 @@ func newLoadtestCmd() *cobra.Command {
 		expectAlg, expectWin  string
 		expectLimit, expBurst int64
 		quiet                 bool
+		mode                  string
 	)
 	cmd := &cobra.Command{
 		Use:   "loadtest",
 		Short: "Drive a running service with checks and report rate, denials and latency",
 		Long: `Send rate-limit checks to a running service, over HTTP/JSON
-(--target http://host:port) or Envoy's gRPC API (--target grpc://host:port),
+(--target http://host:port), Envoy's gRPC API (--target grpc://host:port) or
+Envoy's JSON API of envoyproxy/ratelimit and envoy-compat (--mode envoy-json
+--target http://host:port, POST /json),
 at a fixed arrival rate (--rate) or as fast as --concurrency workers allow,
 and report the rate achieved, allowed and denied counts, errors and latency
 percentiles.
@@ -38,6 +41,10 @@ would have denied, to compare with the share the service denied.
     --expect-algorithm sliding_window --expect-limit 100 --expect-window 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Mode, err = loadgen.ParseMode(mode); err != nil {
+				return fmt.Errorf("--mode: %w", err)
+			}
 			if expectAlg != "" || expectLimit != 0 || expectWin != "" {
 				alg, err := floodgate.ParseAlgorithm(expectAlg)
 				if err != nil {
@@ -68,15 +75,18 @@ would have denied, to compare with the share the service denied.
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "service URL: http://host:port or grpc://host:port")
+	fl.StringVar(&mode, "mode", "", "API: http (POST /v1/check), grpc (ShouldRateLimit) or envoy-json (POST /json); default from the --target scheme")
 	fl.Float64Var(&o.Rate, "rate", 0, "arrival rate in requests per second (0: closed loop, as fast as the workers go)")
 	fl.IntVar(&o.Concurrency, "concurrency", 10, "workers (requests in flight at most)")
 	fl.DurationVar(&o.Duration, "duration", 10*time.Second, "how long to send requests")
 	fl.Int64Var(&o.MaxRequests, "requests", 0, "stop after this many requests (0: no limit)")
 	fl.IntVar(&o.Identities, "identities", 1, "distinct identities, used round robin")
-	fl.StringVar(&o.IdentityKey, "identity-key", "user", "identity dimension (HTTP) or descriptor key (gRPC)")
+	fl.StringVar(&o.IdentityKey, "identity-key", "user", "identity dimension (http) or descriptor key (grpc, envoy-json)")
 	fl.StringVar(&o.Policy, "policy", "api", "policy name (HTTP)")
-	fl.StringVar(&o.Domain, "domain", "api", "domain (gRPC)")
+	fl.StringVar(&o.Domain, "domain", "api", "domain (grpc and envoy-json)")
 	fl.Int64Var(&o.Cost, "cost", 1, "cost of each request")
+	fl.IntVar(&o.Connections, "connections", 0, fmt.Sprintf("gRPC connections the workers share (0: one per %d workers)", loadgen.WorkersPerConnection))
+	fl.DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long a request may wait for its answer before it counts as an error")
 	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio")
 	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has")
 	fl.StringVar(&expectWin, "expect-window", "", "window of that limit (e.g. 1m)")
