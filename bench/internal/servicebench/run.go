@@ -1,0 +1,312 @@
+// Package servicebench measures rate limit services side by side:
+// envoyproxy/ratelimit, `floodgate serve --redis` and `floodgate
+// envoy-compat`, each process on its own fresh redis-server, driven by the
+// same load generator (package loadgen) over gRPC and HTTP, in rounds that
+// interleave the services. For each cell it reports decisions per second,
+// latency percentiles, errors and denials, and the CPU time each process
+// used over the measured window (service, redis-server, load generator,
+// the rest of the machine), so CPU per decision can be compared when the
+// load generator shares the cores.
+package servicebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/bench/internal/redisproc"
+	"github.com/floodgate-rl/floodgate/loadgen"
+)
+
+// Config configures Run. Binaries, Duration and Concurrency are required.
+type Config struct {
+	// Binaries are the services' executables.
+	Binaries Binaries
+	// Services are measured in this order in each round (rotated by one
+	// each round); default Services.
+	Services []Service
+	// Transports are measured for each service; default Transports.
+	Transports []Transport
+	// Concurrency lists the load generator's caller counts.
+	Concurrency []int
+	// Rounds is how many times every cell is measured. Default 1.
+	Rounds int
+	// Duration is the measured time of a cell; Warmup the unmeasured load
+	// before it (default 1s).
+	Duration, Warmup time.Duration
+	// Identities is the number of distinct identities. Default 10,000.
+	Identities int
+	// Connections is the load generator's gRPC connections (0: its
+	// default).
+	Connections int
+	// RedisServer is the redis-server executable; default from PATH.
+	RedisServer string
+	// Progress, when not nil, receives a line per cell.
+	Progress io.Writer
+}
+
+// Cell is one measurement: one service, transport and caller count, in
+// one round.
+type Cell struct {
+	Service   Service
+	Transport Transport
+	Callers   int
+	Round     int
+	// Elapsed is the measured window's wall time.
+	Elapsed time.Duration
+	// Decisions counts answered checks (allowed + denied).
+	Decisions, Denied, Errors int64
+	// P50 and P99 are latency percentiles.
+	P50, P99 time.Duration
+	// CPU is what each process used over the window.
+	CPU CPU
+	// RedisCommands is the number of commands Redis processed over the
+	// window.
+	RedisCommands int64
+}
+
+// Rate returns decisions per second.
+func (c Cell) Rate() float64 { return float64(c.Decisions) / max(c.Elapsed.Seconds(), 1e-9) }
+
+// CPUPerDecision returns the service's and Redis's CPU time per decision.
+func (c Cell) CPUPerDecision() time.Duration {
+	if c.Decisions == 0 {
+		return 0
+	}
+	return (c.CPU.Service + c.CPU.Redis) / time.Duration(c.Decisions)
+}
+
+// Result is a run's cells and what the report says about the run.
+type Result struct {
+	Config Config
+	Cells  []Cell
+	// Start and Elapsed are when the run began and how long it took.
+	Start   time.Time
+	Elapsed time.Duration
+	// LoadBefore and LoadAfter are /proc/loadavg's first three fields.
+	LoadBefore, LoadAfter string
+	// RedisVersion is the redis-server version.
+	RedisVersion string
+	// Command is how the run was started, for the report.
+	Command string
+}
+
+func (c *Config) withDefaults() error {
+	if c.Binaries.Floodgate == "" || c.Binaries.Theirs == "" {
+		return errors.New("servicebench: both binaries are required")
+	}
+	if len(c.Services) == 0 {
+		c.Services = Services
+	}
+	if len(c.Transports) == 0 {
+		c.Transports = Transports
+	}
+	if len(c.Concurrency) == 0 {
+		return errors.New("servicebench: no concurrency given")
+	}
+	for _, n := range c.Concurrency {
+		if n < 1 || n > loadgen.MaxConcurrency {
+			return fmt.Errorf("servicebench: concurrency %d out of range 1..%d", n, loadgen.MaxConcurrency)
+		}
+	}
+	if c.Rounds == 0 {
+		c.Rounds = 1
+	}
+	if c.Rounds < 1 {
+		return fmt.Errorf("servicebench: rounds %d", c.Rounds)
+	}
+	if c.Duration < 100*time.Millisecond {
+		return fmt.Errorf("servicebench: duration %v: want 100ms or more", c.Duration)
+	}
+	if c.Warmup == 0 {
+		c.Warmup = time.Second
+	}
+	if c.Warmup < 0 {
+		return fmt.Errorf("servicebench: warm-up %v", c.Warmup)
+	}
+	if c.Identities == 0 {
+		c.Identities = 10_000
+	}
+	return nil
+}
+
+// Run measures every cell, round after round: in a round, for each caller
+// count and transport, each service in turn, each on its own fresh
+// redis-server and freshly started. It stops at the first failed cell.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	res := &Result{Config: cfg, Start: time.Now(), LoadBefore: loadAvg()}
+	total := cfg.Rounds * len(cfg.Concurrency) * len(cfg.Transports) * len(cfg.Services)
+	for round := range cfg.Rounds {
+		for _, callers := range cfg.Concurrency {
+			for _, t := range cfg.Transports {
+				for i := range cfg.Services {
+					s := cfg.Services[(i+round)%len(cfg.Services)]
+					cell, err := runCell(ctx, cfg, s, t, callers, res)
+					if err != nil {
+						return res, fmt.Errorf("%v %v, %d callers, round %d: %w", s, t, callers, round+1, err)
+					}
+					cell.Round = round + 1
+					res.Cells = append(res.Cells, cell)
+					if cfg.Progress != nil {
+						fmt.Fprintf(cfg.Progress, "[%d/%d] round %d, %-22v %-4v %3d callers: %8.0f decisions/s, p99 %v, service+redis %.1f µs/decision, loadgen %.1f µs/decision, errors %d\n",
+							len(res.Cells), total, round+1, s, t, callers, cell.Rate(), cell.P99.Round(10*time.Microsecond),
+							micros(cell.CPUPerDecision()), micros(perDecision(cell.CPU.Loadgen, cell.Decisions)), cell.Errors)
+					}
+				}
+			}
+		}
+	}
+	res.Elapsed = time.Since(res.Start)
+	res.LoadAfter = loadAvg()
+	return res, nil
+}
+
+// runCell starts a redis-server and the service, waits until the service
+// answers, warms up, and measures.
+func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers int, res *Result) (Cell, error) {
+	cell := Cell{Service: s, Transport: t, Callers: callers}
+	dir, err := os.MkdirTemp("", "floodgate-servicebench-")
+	if err != nil {
+		return cell, err
+	}
+	defer os.RemoveAll(dir)
+	if err := layout(dir); err != nil {
+		return cell, err
+	}
+	rs, err := redisproc.Start(ctx, redisproc.Options{Bin: cfg.RedisServer})
+	if err != nil {
+		return cell, err
+	}
+	defer rs.Stop()
+	rc := rs.Client(1)
+	defer rc.Close()
+	if res.RedisVersion == "" {
+		info, err := rc.Info(ctx, "server").Result()
+		if err != nil {
+			return cell, err
+		}
+		res.RedisVersion = redisproc.InfoField(info, "redis_version")
+	}
+	p, o, err := launch(cfg.Binaries, s, t, dir, rs.Addr)
+	if err != nil {
+		return cell, err
+	}
+	defer p.stop()
+	o.Identities, o.Connections, o.Concurrency = cfg.Identities, cfg.Connections, callers
+	if err := waitReady(ctx, p, o); err != nil {
+		return cell, err
+	}
+	if cfg.Warmup > 0 {
+		w := o
+		w.Duration = cfg.Warmup
+		if _, err := loadgen.Run(ctx, w, nil); err != nil {
+			return cell, err
+		}
+	}
+	cmdsBefore, err := redisCommands(ctx, rc)
+	if err != nil {
+		return cell, err
+	}
+	o.Duration = cfg.Duration
+	before, err := sampleCPU(p.pid(), rs.Pid())
+	if err != nil {
+		return cell, err
+	}
+	rep, err := loadgen.Run(ctx, o, nil)
+	if err != nil {
+		return cell, err
+	}
+	after, err := sampleCPU(p.pid(), rs.Pid())
+	if err != nil {
+		return cell, err
+	}
+	cmdsAfter, err := redisCommands(ctx, rc)
+	if err != nil {
+		return cell, err
+	}
+	if p.exited() {
+		return cell, fmt.Errorf("the service exited during the run:\n%s", p.logTail())
+	}
+	cell.Elapsed = rep.Elapsed
+	cell.Decisions, cell.Denied, cell.Errors = rep.Allowed+rep.Denied, rep.Denied, rep.Errors
+	cell.P50, cell.P99 = rep.Latency.P50, rep.Latency.P99
+	cell.CPU = cpuBetween(before, after)
+	cell.RedisCommands = cmdsAfter - cmdsBefore - 1 // less the INFO of the first reading
+	if cell.Decisions > 0 && cell.RedisCommands <= 0 {
+		return cell, fmt.Errorf("Redis processed no command for %d decisions: the service did not count them", cell.Decisions)
+	}
+	return cell, nil
+}
+
+// waitReady sends single checks until one is allowed, for up to 30 s.
+func waitReady(ctx context.Context, p *process, o loadgen.Options) error {
+	o.Concurrency, o.Connections, o.MaxRequests, o.Duration, o.Timeout = 1, 1, 1, time.Second, time.Second
+	o.IdentityPrefix = "ready-"
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		if p.exited() {
+			return fmt.Errorf("the service exited during start-up:\n%s", p.logTail())
+		}
+		rep, err := loadgen.Run(ctx, o, nil)
+		if err != nil {
+			return err
+		}
+		if rep.Allowed == 1 {
+			return nil
+		}
+		if len(rep.ErrorSamples) > 0 {
+			last = rep.ErrorSamples[0].Message
+		} else if rep.Denied > 0 {
+			last = "the check was denied"
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("no allowed answer from %s within 30s (last: %s); its output:\n%s", o.Target, last, p.logTail())
+}
+
+// redisCommands returns INFO stats' total_commands_processed.
+func redisCommands(ctx context.Context, rc *redis.Client) (int64, error) {
+	info, err := rc.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(redisproc.InfoField(info, "total_commands_processed"), 10, 64)
+}
+
+// loadAvg returns the three load averages of /proc/loadavg, or "unknown".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return f[0] + " " + f[1] + " " + f[2]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// perDecision divides a CPU time by a number of decisions.
+func perDecision(d time.Duration, n int64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
