@@ -243,7 +243,7 @@ func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers in
 	cell.CPU = cpuBetween(before, after)
 	cell.RedisCommands = cmdsAfter - cmdsBefore - 1 // less the INFO of the first reading
 	if cell.Decisions > 0 && cell.RedisCommands <= 0 {
-		return cell, fmt.Errorf("Redis processed no command for %d decisions: the service did not count them", cell.Decisions)
+		return cell, fmt.Errorf("no Redis command was processed for %d decisions: the service did not count them", cell.Decisions)
 	}
 	return cell, nil
 }
