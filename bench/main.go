@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/bench/internal/clusterbench"
 	"github.com/floodgate-rl/floodgate/bench/internal/report"
 	"github.com/floodgate-rl/floodgate/bench/internal/suite"
 )
@@ -33,6 +34,9 @@ func main() {
 func run() error {
 	cfg := suite.Config{Parts: suite.AllParts, Progress: os.Stderr}
 	var out, concurrency, only, skip string
+	var cluster bool
+	var redisCLI string
+	var clusterRounds int
 	flag.StringVar(&out, "out", "", "directory to write benchmarks.md (generated part only) and benchmarks.svg into; empty prints Markdown to stdout")
 	flag.DurationVar(&cfg.Duration, "duration", 3*time.Second, "measured time per cell")
 	flag.DurationVar(&cfg.Warmup, "warmup", 300*time.Millisecond, "unmeasured warm-up per cell")
@@ -48,6 +52,9 @@ func run() error {
 	flag.StringVar(&skip, "skip", "", "comma-separated parts to skip: "+strings.Join(suite.PartNames(), ","))
 	flag.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "redis-server executable")
 	flag.StringVar(&cfg.RedisBenchmark, "redis-benchmark", "redis-benchmark", "redis-benchmark executable")
+	flag.BoolVar(&cluster, "cluster", false, "instead of the suite, start a private 3-primary Redis Cluster and compare redis_rate (ClusterClient) with Floodgate's sliding window and 3 layers, coalesced per primary and not, in -cluster-rounds interleaved rounds at -concurrency (Markdown on stdout)")
+	flag.IntVar(&clusterRounds, "cluster-rounds", 3, "interleaved rounds of -cluster")
+	flag.StringVar(&redisCLI, "redis-cli", "redis-cli", "redis-cli executable (joins the -cluster nodes)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -68,6 +75,16 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cluster {
+		cc := clusterbench.Config{RedisServer: cfg.RedisServer, RedisCLI: redisCLI, Duration: cfg.Duration, Warmup: cfg.Warmup,
+			Concurrency: cfg.Concurrency, Rounds: clusterRounds, Keys: cfg.Keys, PoolSize: cfg.PoolSize, Command: cfg.Command, Progress: os.Stderr}
+		cells, err := clusterbench.Run(ctx, cc)
+		if err != nil {
+			return err
+		}
+		fmt.Print(clusterbench.Markdown(cc, cells))
+		return nil
+	}
 	res, err := suite.Run(ctx, cfg)
 	if err != nil {
 		return err
