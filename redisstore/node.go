@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,4 +223,44 @@ func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int
 func refused(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && !errors.Is(err, floodgate.ErrIndeterminate)
+}
+
+// decideLast decides the last part of a split decision through its
+// primary's batcher, when the Store coalesces per primary and the part can
+// be coalesced, and reports whether it did. The last part is reserved
+// only once every other part admitted, and it is never released (if it
+// denies, the others are), so it needs no reservation's bookkeeping: it is
+// decided like any decision on its keys, all of its layers or none, and
+// coalesced with the other decisions bound for its primary — typically the
+// shared layer of many concurrent split decisions, read and written once
+// per call.
+func (s *Store) decideLast(ctx context.Context, now int64, p *part) bool {
+	if s.nodes == nil {
+		return false
+	}
+	sc := coalescable(p.layers)
+	if sc == nil {
+		return false
+	}
+	b := s.nodes.batcherFor(ctx, p.layers)
+	if b == nil {
+		return false
+	}
+	if len(p.out) != len(p.layers) {
+		p.out = make([]floodgate.Result, len(p.layers))
+	}
+	p.sent = true
+	if err := b.decide(ctx, now, sc, p.layers, p.out); err != nil {
+		p.err = fmt.Errorf("slot %d: %w", p.slot, err)
+		return true
+	}
+	if allAllowed(p.out) {
+		for _, l := range p.layers {
+			if l.Cost > 0 {
+				p.held = true
+				break
+			}
+		}
+	}
+	return true
 }

@@ -115,7 +115,9 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 	failed, denied := splitState(parts)
 	sent := !failed && !denied
 	if sent && lp != nil {
-		s.reserve(ctx, now, lp)
+		if !s.decideLast(ctx, now, lp) {
+			s.reserve(ctx, now, lp)
+		}
 		failed, denied = splitState(parts)
 	}
 	if failed || denied {
