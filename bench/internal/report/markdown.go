@@ -107,14 +107,22 @@ func Markdown(r *Run, chart string) string {
 	w("\n")
 
 	top := r.MaxWorkers()
-	w("### Redis server cost per decision at %d callers\n\n", top)
-	w("CPU is the redis-server process's user+sys time (INFO cpu) divided by decisions: it includes reading and writing the sockets, " +
-		"so pipelining lowers it. Script time is INFO commandstats' time of EVALSHA (the script alone), per decision and per call: " +
+	w("### Redis server and client cost per decision\n\n")
+	w("Server CPU is the redis-server process's user+sys time (INFO cpu) divided by decisions: it includes reading and writing the sockets, " +
+		"so pipelining lowers it. Client CPU is the harness process's user+sys time (getrusage) divided by decisions: the callers, " +
+		"the limiter, the Redis client and its syscalls. On a machine whose cores the client and the server share, the two added " +
+		"are what a decision costs, and they move far less with the machine's load than decisions/s. " +
+		"Script time is INFO commandstats' time of EVALSHA (the script alone), per decision and per call: " +
 		"Floodgate coalesces concurrent decisions into one script call, so one call may decide several.\n\n")
-	w("| setup | server CPU µs/decision | script µs/decision | script µs/call | decisions/call |\n|---|---:|---:|---:|---:|\n")
-	for _, se := range r.Redis {
-		if c, ok := se.At(top); ok {
-			w("| %s | %.1f | %s | %s | %.1f |\n", mdEscape(se.Name), c.CPUPerOp, usec(c.ScriptUsecPerOp), usec(c.ScriptUsec), c.PerCall())
+	w("| setup | callers | server CPU µs/decision | client CPU µs/decision | script µs/decision | script µs/call | decisions/call |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range s.Concurrency {
+		if n != 1 && n != top {
+			continue
+		}
+		for _, se := range r.Redis {
+			if c, ok := se.At(n); ok {
+				w("| %s | %d | %.1f | %.1f | %s | %s | %.1f |\n", mdEscape(se.Name), n, c.CPUPerOp, c.ClientCPUPerOp, usec(c.ScriptUsecPerOp), usec(c.ScriptUsec), c.PerCall())
+			}
 		}
 	}
 	w("\n")

@@ -147,6 +147,12 @@ type Cell struct {
 	// CPUPerOp is the redis-server process's CPU time per decision in µs
 	// (INFO cpu delta over decisions); 0 when not measured.
 	CPUPerOp float64
+	// ClientCPUPerOp is the harness process's CPU time (user+sys,
+	// getrusage) per decision in µs over the measured period: the
+	// callers, the client library and its syscalls, plus the harness's
+	// own bookkeeping (about the same for every contender); 0 when not
+	// measured.
+	ClientCPUPerOp float64
 	// ScriptUsec is the server time per script call in µs (INFO
 	// commandstats evalsha); 0 when not measured.
 	ScriptUsec float64

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/bench/internal/closedloop"
@@ -199,9 +200,11 @@ func keys(prefix string, n int) []string {
 // costs, read from INFO at the edges of the measured period.
 func (r *run) measure(ctx context.Context, op closedloop.Op, workers int, ks []string) (report.Cell, error) {
 	var before, after redisinfo.Snapshot
+	var cpuBefore, cpuAfter time.Duration // this process's
 	var infoErr error
-	snap := func(s *redisinfo.Snapshot) func() {
+	snap := func(s *redisinfo.Snapshot, cpu *time.Duration) func() {
 		return func() {
+			*cpu = selfCPU()
 			var err error
 			if *s, err = redisinfo.Take(ctx, r.admin); err != nil && infoErr == nil {
 				infoErr = err
@@ -214,8 +217,8 @@ func (r *run) measure(ctx context.Context, op closedloop.Op, workers int, ks []s
 		Warmup:       r.cfg.Warmup,
 		Keys:         ks,
 		Seed:         uint64(r.cellNo),
-		MeasureStart: snap(&before),
-		MeasureEnd:   snap(&after),
+		MeasureStart: snap(&before, &cpuBefore),
+		MeasureEnd:   snap(&after, &cpuAfter),
 	}, op)
 	if err != nil {
 		return report.Cell{}, err
@@ -234,6 +237,7 @@ func (r *run) measure(ctx context.Context, op closedloop.Op, workers int, ks []s
 		Denied:          st.Denied,
 		Errors:          st.Errors,
 		CPUPerOp:        cost.CPUPerOp(st.Decisions() + st.Errors),
+		ClientCPUPerOp:  perOp(cpuAfter-cpuBefore, st.Decisions()+st.Errors),
 		ScriptUsec:      cost.UsecPerCall(),
 		ScriptUsecPerOp: cost.UsecPerOp(st.Decisions() + st.Errors),
 		ScriptCalls:     cost.Calls,
@@ -327,7 +331,7 @@ func (r *run) runSpecKeys(ctx context.Context, sp spec, workers, nKeys int) (rep
 }
 
 func (r *run) progress(c report.Cell) {
-	line := fmt.Sprintf("%-45s %4d callers %9.0f/s  p50 %8v  p99 %8v  cpu %.1fµs", c.Name, c.Workers, c.PerSecond, c.P50, c.P99, c.CPUPerOp)
+	line := fmt.Sprintf("%-45s %4d callers %9.0f/s  p50 %8v  p99 %8v  cpu %.1fµs  client cpu %.1fµs", c.Name, c.Workers, c.PerSecond, c.P50, c.P99, c.CPUPerOp, c.ClientCPUPerOp)
 	if c.Denied > 0 || c.Errors > 0 {
 		line += fmt.Sprintf("  denied %d errors %d", c.Denied, c.Errors)
 	}

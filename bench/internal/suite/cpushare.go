@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // The load average after a run mostly counts the run itself, so it cannot
@@ -116,4 +117,23 @@ func parsePidStat(stat string) (uint64, error) {
 		return 0, fmt.Errorf("suite: /proc/<pid>/stat: stime: %w", err)
 	}
 	return u + s, nil
+}
+
+// selfCPU returns this process's CPU time (user+sys), 0 if getrusage
+// fails.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// perOp returns d per operation in µs, 0 when there were none or d is not
+// positive (not measured).
+func perOp(d time.Duration, ops uint64) float64 {
+	if ops == 0 || d <= 0 {
+		return 0
+	}
+	return float64(d.Nanoseconds()) / 1e3 / float64(ops)
 }
