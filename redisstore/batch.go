@@ -297,6 +297,7 @@ func (b *batcher) run(calls []*call) {
 	} else if b.node && refused(err) {
 		// The primary refused the whole call: nothing ran. Each decision
 		// is decided again through the cluster client (node.go).
+		b.s.nodes.noteRefusal(err)
 		for _, c := range live {
 			c.retry = true
 		}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,6 +71,10 @@ type nodeRouter struct {
 	// not on that node) and that were decided again through the cluster
 	// client.
 	rerouted atomic.Int64
+	// off is set when a primary cannot compile the node variants (a Redis
+	// before 7.0 reads the flags line as Lua): the Store then stops
+	// coalescing per primary, as with CoalesceOff.
+	off atomic.Bool
 }
 
 func newNodeRouter(s *Store, cc *redis.ClusterClient, maxBatch, maxInFlight int) *nodeRouter {
@@ -80,6 +85,9 @@ func newNodeRouter(s *Store, cc *redis.ClusterClient, maxBatch, maxInFlight int)
 // layers by the client's slot map, or nil when they lie on several
 // primaries or the map cannot be had.
 func (r *nodeRouter) batcherFor(ctx context.Context, layers []floodgate.Layer) *batcher {
+	if r.off.Load() {
+		return nil
+	}
 	var node *redis.Client
 	last := -1
 	for i := range layers {
@@ -209,6 +217,7 @@ func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int
 	if err != nil {
 		if refused(err) {
 			if s.nodes != nil {
+				s.nodes.noteRefusal(err)
 				s.nodes.rerouted.Add(1)
 			}
 			return s.decideDirect(ctx, now, layers, out)
@@ -223,6 +232,14 @@ func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int
 func refused(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && !errors.Is(err, floodgate.ErrIndeterminate)
+}
+
+// noteRefusal turns per-primary coalescing off when err says the primary
+// could not compile a node variant (Redis 6 has no script flags).
+func (r *nodeRouter) noteRefusal(err error) {
+	if strings.Contains(err.Error(), "compiling script") {
+		r.off.Store(true)
+	}
 }
 
 // decideLast decides the last part of a split decision through its
@@ -260,6 +277,66 @@ func (s *Store) decideLast(ctx context.Context, now int64, p *part) bool {
 				p.held = true
 				break
 			}
+		}
+	}
+	return true
+}
+
+// reserveOnNode reserves p (a part of a split decision that may have to be
+// released) through its primary's batcher, when the Store coalesces per
+// primary and every layer of p is a fixed window, a sliding window or a
+// quota, and reports whether it did. A reservation is a decision that
+// writes only if all its layers admit, plus, per layer, what a release
+// needs; for these algorithms that is only the start of the window (or
+// period) the request was counted in, u1, which the flat scripts' reply
+// gives as well: a fixed window resets at u1 + window, a sliding window
+// that holds a request at u1 + 2 × window, and a quota's period start is
+// computed here, from the calendar, as for the call. Buckets keep the
+// general script's reserve: their release needs the bookkeeping that only a
+// reservation starts.
+func (s *Store) reserveOnNode(ctx context.Context, now int64, p *part) bool {
+	if s.nodes == nil {
+		return false
+	}
+	for i := range p.layers {
+		switch p.layers[i].Policy.Algorithm {
+		case floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.Quota:
+		default:
+			return false
+		}
+	}
+	sc := coalescable(p.layers)
+	b := s.nodes.batcherFor(ctx, p.layers)
+	if sc == nil || b == nil {
+		return false
+	}
+	if len(p.out) != len(p.layers) || len(p.undo) != len(p.layers) {
+		p.out = make([]floodgate.Result, len(p.layers))
+		p.undo = make([][undoWidth]int64, len(p.layers))
+	}
+	p.sent = true
+	if err := b.decide(ctx, now, sc, p.layers, p.out); err != nil {
+		p.err = fmt.Errorf("slot %d: %w", p.slot, err)
+		return true
+	}
+	if !allAllowed(p.out) {
+		return true
+	}
+	for i := range p.layers {
+		l := &p.layers[i]
+		w := l.Policy.Window.Microseconds()
+		var start int64
+		switch l.Policy.Algorithm {
+		case floodgate.FixedWindow:
+			start = p.out[i].ResetAt.UnixMicro() - w
+		case floodgate.SlidingWindow:
+			start = p.out[i].ResetAt.UnixMicro() - 2*w
+		case floodgate.Quota:
+			start, _, _ = algo.QuotaPeriod(l.Policy, now)
+		}
+		p.undo[i] = [undoWidth]int64{start, 0, 0}
+		if l.Cost > 0 {
+			p.held = true
 		}
 	}
 	return true

@@ -111,7 +111,11 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 	if !s.concurrent {
 		lp = &parts[s.lastPart(parts)]
 	}
-	each(parts, func(p *part) bool { return p != lp }, func(p *part) { s.reserve(ctx, now, p) })
+	each(parts, func(p *part) bool { return p != lp }, func(p *part) {
+		if !s.reserveOnNode(ctx, now, p) {
+			s.reserve(ctx, now, p)
+		}
+	})
 	failed, denied := splitState(parts)
 	sent := !failed && !denied
 	if sent && lp != nil {

@@ -44,6 +44,7 @@ type serveFlags struct {
 	clusterAddrs    []string
 	redisPool       int
 	redisTimeout    time.Duration
+	redisCoalesce   bool
 	prefix          string
 	adminToken      string
 	decisionTimeout time.Duration
@@ -119,6 +120,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.StringSliceVar(&f.clusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses (host:port,...)")
 	fl.IntVar(&f.redisPool, "redis-pool", 0, "Redis connections per node (default: 10 per CPU)")
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "read/write timeout of one Redis command")
+	fl.BoolVar(&f.redisCoalesce, "redis-coalesce", true, "coalesce concurrent decisions into one script call per Redis server (per primary with --redis-cluster, where a layered decision on one primary is then one atomic call); false sends every decision alone")
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one decision")
@@ -188,7 +190,11 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
 		ready:     server.RedisReady(client),
 	}
-	primary, err := redisstore.New(client, redisstore.Options{})
+	var so redisstore.Options
+	if !f.redisCoalesce {
+		so.Coalesce = redisstore.CoalesceOff
+	}
+	primary, err := redisstore.New(client, so)
 	if err != nil {
 		client.Close()
 		return nil, err
