@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -52,7 +51,7 @@ func (l *ConcurrencyLimit) Tiered() bool { return l.TierDimension != "" && len(l
 // Identity returns the identity the limit keys on, taken from values
 // (dimension → value); "global" for a global limit.
 func (l *ConcurrencyLimit) Identity(values map[string]string) (string, error) {
-	return identityOf(fmt.Sprintf("concurrency limit %q", l.Name), l.Dimensions, values)
+	return identityOf("concurrency limit", l.Name, l.Dimensions, values)
 }
 
 // LeaseTTL returns how long a lease of the limit lives unless released or

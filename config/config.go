@@ -232,23 +232,23 @@ func (l *Layer) Identity(values map[string]string) (string, error) {
 	if len(l.Dimensions) == 0 && l.Shards > 1 {
 		return GlobalDimension + "/" + strconv.Itoa(rand.IntN(l.Shards)), nil
 	}
-	return identityOf(fmt.Sprintf("layer %q", l.Name), l.Dimensions, values)
+	return identityOf("layer", l.Name, l.Dimensions, values)
 }
 
 // identityOf returns the identity that dims key on, taken from values:
 // "global" for no dimensions, the value of a single one, or the values of
 // several, length-prefixed so that no two value tuples join to the same
-// string. owner names what needs the values in errors (`layer "x"`).
-func identityOf(owner string, dims []string, values map[string]string) (string, error) {
+// string. kind and name say what needs the values in errors (`layer "x"`).
+func identityOf(kind, name string, dims []string, values map[string]string) (string, error) {
 	switch len(dims) {
 	case 0:
 		return GlobalDimension, nil
 	case 1:
-		return identityValue(owner, values, dims[0])
+		return identityValue(kind, name, values, dims[0])
 	}
 	var b strings.Builder
 	for _, d := range dims {
-		v, err := identityValue(owner, values, d)
+		v, err := identityValue(kind, name, values, d)
 		if err != nil {
 			return "", err
 		}
@@ -282,10 +282,10 @@ func (l *Layer) ShardIdentities() []string {
 	return ids
 }
 
-func identityValue(owner string, values map[string]string, dim string) (string, error) {
+func identityValue(kind, name string, values map[string]string, dim string) (string, error) {
 	v, ok := values[dim]
 	if !ok {
-		return "", fmt.Errorf("%w: %s needs identity value %q", ErrMissingIdentity, owner, dim)
+		return "", fmt.Errorf("%w: %s %q needs identity value %q", ErrMissingIdentity, kind, name, dim)
 	}
 	if err := ValidateIdentityValue(dim, v); err != nil {
 		return "", err

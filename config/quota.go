@@ -72,7 +72,7 @@ func (q *Quota) Tiered() bool { return q.TierDimension != "" && len(q.overrides)
 // Identity returns the identity the quota keys on, taken from values
 // (dimension → value); "global" for a global quota.
 func (q *Quota) Identity(values map[string]string) (string, error) {
-	return identityOf(fmt.Sprintf("quota %q", q.Name), q.Dimensions, values)
+	return identityOf("quota", q.Name, q.Dimensions, values)
 }
 
 var quotaFields = []string{"name", "limit", "period", "timezone", "anchor_day", "dimension", "tier_dimension", "soft_threshold", "hold", "tiers"}

@@ -87,7 +87,14 @@ type Metrics struct {
 	maxValues int
 	mu        sync.RWMutex
 	seen      [3]map[string]struct{} // accepted values of policy, route, tier
+	// counters holds the allowed ([0]) and denied ([1]) counter of each
+	// Labels seen, so that a decision costs a map read, not a label
+	// resolution and a lookup in the CounterVec (at most maxCached each).
+	counters [2]map[Labels]prometheus.Counter
 }
+
+// maxCached bounds the counters Metrics keeps resolved per outcome.
+const maxCached = 4096
 
 // New creates the metrics and registers them on reg.
 func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
@@ -147,6 +154,9 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	for i := range m.seen {
 		m.seen[i] = map[string]struct{}{}
 	}
+	for i := range m.counters {
+		m.counters[i] = map[Labels]prometheus.Counter{}
+	}
 	// Create every fallback series at zero, so that rate() and increase()
 	// see the first fallback instead of a series appearing from nothing.
 	for _, mode := range []fallback.Mode{fallback.ModeLocal, fallback.ModeOpen, fallback.ModeClosed} {
@@ -172,13 +182,30 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 // and, when denied, adds identity (a user id, API key or IP, which is never
 // a label) to the top-K of denied identities.
 func (m *Metrics) Decision(l Labels, identity string, allowed bool) {
-	policy, route, tier := m.label(0, l.Policy), m.label(1, l.Route), m.label(2, l.Tier)
 	if allowed {
-		m.allowed.WithLabelValues(policy, route, tier).Inc()
+		m.counter(0, m.allowed, l).Inc()
 		return
 	}
-	m.denied.WithLabelValues(policy, route, tier).Inc()
+	m.counter(1, m.denied, l).Inc()
 	m.denials.Add(identity, 1)
+}
+
+// counter returns vec's counter for l, resolved once (outcome 0 allowed,
+// 1 denied).
+func (m *Metrics) counter(outcome int, vec *prometheus.CounterVec, l Labels) prometheus.Counter {
+	m.mu.RLock()
+	c := m.counters[outcome][l]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	c = vec.WithLabelValues(m.label(0, l.Policy), m.label(1, l.Route), m.label(2, l.Tier))
+	m.mu.Lock()
+	if len(m.counters[outcome]) < maxCached {
+		m.counters[outcome][l] = c
+	}
+	m.mu.Unlock()
+	return c
 }
 
 // label returns v, "none" for an empty v, or "other" once label i has

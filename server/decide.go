@@ -35,12 +35,11 @@ func (s *Server) tierOf(ctx context.Context, cfg *config.Config, c check) string
 // the enforced layers are decided again without them (a second store
 // call, made only in that case).
 func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o outcome, err error) {
-	var fo fallback.Outcome
-	ctx = fallback.NewContext(ctx, &fo)
+	ctx, fo := fallback.NewOutcomeContext(ctx)
 	o = outcome{check: c, tier: s.tierOf(ctx, cfg, c)}
 	defer func() {
 		if fo.Degraded {
-			o.degraded = fo
+			o.degraded = *fo
 			s.metrics.degraded.WithLabelValues(fo.Mode.String()).Inc()
 		}
 	}()
@@ -57,13 +56,16 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 		return o, err
 	}
 	o.layers = dec.Layers
-	o.shadowHit = make([]bool, len(specs))
-	enforced := make([]int, 0, len(specs))
+	var enforcedBuf [floodgate.MaxLayers]int
+	enforced := enforcedBuf[:0]
 	firstDenied := -1 // first enforced layer that denied
 	for i, l := range c.policy.Layers {
 		r := dec.Layers[i]
 		denied := !r.Allowed && r.Reason != floodgate.ReasonOtherLayer
 		if l.Shadow {
+			if o.shadowHit == nil {
+				o.shadowHit = make([]bool, len(specs))
+			}
 			o.shadowHit[i] = denied
 			continue
 		}
@@ -92,13 +94,13 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 		for j, i := range enforced {
 			sub[j] = specs[i]
 		}
-		first := fo
+		first := *fo
 		dec2, err := s.lim.AllowLayers(ctx, c.cost, sub...)
 		if err != nil {
 			return o, err
 		}
 		if first.Degraded && !fo.Degraded {
-			fo = first
+			*fo = first
 		}
 		for j, i := range enforced {
 			o.layers[i] = dec2.Layers[j]

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
+	"net/textproto"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -49,16 +52,43 @@ func (p *problemError) problem() Problem {
 
 // readBody reads at most the configured body size.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
+	var buf bytes.Buffer
+	if err := s.readBodyInto(&buf, w, r); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// readBodyInto reads at most the configured body size into buf.
+func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request) error {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, &problemError{status: http.StatusRequestEntityTooLarge, kind: "body-too-large",
+			return &problemError{status: http.StatusRequestEntityTooLarge, kind: "body-too-large",
 				detail: "the request body is larger than " + strconv.FormatInt(s.opts.MaxBodyBytes, 10) + " bytes"}
 		}
-		return nil, badRequest("unreadable-body", "reading the request body: %v", err)
+		return badRequest("unreadable-body", "reading the request body: %v", err)
 	}
-	return body, nil
+	return nil
+}
+
+// buffers recycles the request and answer buffers of the decision
+// endpoints.
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBuffer is the largest buffer put back for reuse.
+const maxPooledBuffer = 64 << 10
+
+func getBuffer() *bytes.Buffer {
+	b := buffers.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBuffer {
+		buffers.Put(b)
+	}
 }
 
 // fail writes err: a problemError as is, a decision failure as 503 or 500.
@@ -137,17 +167,43 @@ func setHeaders(h http.Header, resp CheckResponse) {
 // reason=breaker_open" (see CheckResponse.Degraded).
 const DegradedHeader = "X-Floodgate-Degraded"
 
+// The X-RateLimit-* header names in their canonical form (as
+// http.Header.Set would store them), so that setting them costs no
+// canonicalisation.
+var (
+	hdrLimit      = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Limit")
+	hdrRemaining  = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Remaining")
+	hdrReset      = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Reset")
+	hdrRetryAfter = textproto.CanonicalMIMEHeaderKey("Retry-After")
+)
+
 // setRateHeaders writes X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (Unix seconds; omitted when reset is 0) and, when
 // denied with a retry hint, Retry-After in whole seconds rounded up.
 func setRateHeaders(h http.Header, limit, remaining, reset int64, allowed bool, retryAfterMS int64) {
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	// One string holds every value and one array every header's slice.
+	var buf [4 * 20]byte
+	b := strconv.AppendInt(buf[:0], limit, 10)
+	nl := len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	nr := len(b)
 	if reset > 0 {
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+		b = strconv.AppendInt(b, reset, 10)
+	}
+	nz := len(b)
+	if !allowed && retryAfterMS > 0 {
+		b = strconv.AppendInt(b, (retryAfterMS+999)/1000, 10)
+	}
+	str := string(b)
+	vals := make([]string, 4)
+	vals[0], vals[1], vals[2], vals[3] = str[:nl], str[nl:nr], str[nr:nz], str[nz:]
+	h[hdrLimit] = vals[0:1:1]
+	h[hdrRemaining] = vals[1:2:2]
+	if reset > 0 {
+		h[hdrReset] = vals[2:3:3]
 	}
 	if !allowed && retryAfterMS > 0 {
-		h.Set("Retry-After", strconv.FormatInt((retryAfterMS+999)/1000, 10))
+		h[hdrRetryAfter] = vals[3:4:4]
 	}
 }
 
@@ -160,8 +216,9 @@ func (s *Server) handlePeek(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*config.Config, []byte) (check, error)) {
-	body, err := s.readBody(w, r)
-	if err != nil {
+	buf := getBuffer()
+	defer putBuffer(buf)
+	if err := s.readBodyInto(buf, w, r); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -171,7 +228,7 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 		return
 	}
 	cfg := s.cfg.Load()
-	c, err := decode(cfg, body)
+	c, err := decode(cfg, buf.Bytes()) // keeps no reference to the bytes
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -190,11 +247,20 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 	if enforce && !resp.Allowed {
 		status = http.StatusTooManyRequests
 	}
-	writeJSON(w, status, resp)
+	out := appendCheckResponse(buf.AvailableBuffer(), &resp)
+	h := w.Header()
+	h[hdrContentType] = contentTypeJSON
+	w.WriteHeader(status)
+	_, _ = w.Write(out)
 }
 
+var (
+	hdrContentType  = textproto.CanonicalMIMEHeaderKey("Content-Type")
+	contentTypeJSON = []string{"application/json"} // never modified
+)
+
 func enforceParam(r *http.Request) (bool, error) {
-	v := r.URL.Query().Get("enforce")
+	v := queryParam(r, "enforce")
 	switch v {
 	case "", "0", "false":
 		return false, nil
@@ -202,6 +268,23 @@ func enforceParam(r *http.Request) (bool, error) {
 		return true, nil
 	}
 	return false, badRequest("invalid-parameter", "query parameter enforce=%q: want 1, true, 0 or false", clip(v, 40))
+}
+
+// queryParam returns r.URL.Query().Get(name), without parsing the whole
+// query when it holds nothing to unescape.
+func queryParam(r *http.Request, name string) string {
+	q := r.URL.RawQuery
+	if strings.ContainsAny(q, "%+;") {
+		return r.URL.Query().Get(name)
+	}
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		if k, v, _ := strings.Cut(pair, "="); k == name {
+			return v
+		}
+	}
+	return ""
 }
 
 // BatchItem is one result of a batch: either a decision or the problem

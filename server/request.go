@@ -192,9 +192,12 @@ func nameList(n int, name func(i int) string) string {
 
 // decodeCheck decodes and validates a POST /v1/check body against cfg.
 func decodeCheck(cfg *config.Config, body []byte) (check, error) {
-	var r CheckRequest
-	if err := decodeJSON(body, &r, "policy, identity, cost"); err != nil {
-		return check{}, err
+	r, ok := decodeCheckFast(body)
+	if !ok {
+		r = CheckRequest{}
+		if err := decodeJSON(body, &r, "policy, identity, cost"); err != nil {
+			return check{}, err
+		}
 	}
 	return validate(cfg, r.Policy, r.Identity, r.Cost, false, "")
 }
