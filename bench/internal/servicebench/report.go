@@ -92,7 +92,7 @@ func ratio(ours, theirs *group, f func(Cell) float64) (stat, bool) {
 // format writes a stat with format: the median, and the range when the
 // rounds differ.
 func (s stat) format(f func(float64) string) string {
-	if s.lo == s.hi {
+	if f(s.lo) == f(s.hi) {
 		return f(s.med)
 	}
 	return fmt.Sprintf("%s (%s–%s)", f(s.med), f(s.lo), f(s.hi))
@@ -138,7 +138,15 @@ func Markdown(res *Result) string {
 	fmt.Fprintf(&b, "| CPU | %s, %d logical CPUs |\n", cpuModel(), runtime.NumCPU())
 	fmt.Fprintf(&b, "| Go | %s, %s/%s |\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&b, "| Redis | %s, a fresh redis-server per cell on loopback, no persistence |\n", res.RedisVersion)
-	fmt.Fprintf(&b, "| load average before / after the run | %s / %s (the second counts the run itself) |\n\n", res.LoadBefore, res.LoadAfter)
+	fmt.Fprintf(&b, "| load average before / after the run | %s / %s (the second counts the run itself) |\n", res.LoadBefore, res.LoadAfter)
+	other := make([]float64, len(res.Cells))
+	for i, c := range res.Cells {
+		other[i] = cores(c.CPU.Other, c.Elapsed)
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(&b, "| other work during the measured windows (the machine's busy time less the service, Redis and the load generator) | %s cores, median of the cells (range) |\n", statOf(other).format(twoDecimals))
+	}
+	b.WriteString("\n")
 	if res.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`. ", res.Command)
 	}

@@ -36,6 +36,7 @@ func TestMarkdown(t *testing.T) {
 		"Run of 2026-12-02 03:00 UTC, 1m30s in all.",
 		"| Redis | 7.0.15,",
 		"1.00 0.50 0.20 / 2.00 1.00 0.40",
+		"| 0.10 cores, median of the cells (range) |",
 		"Command: `cd bench && go run ./cmd/servicebench`.",
 		"10000 identities",
 		// theirs: median of 6000 and 4000; 60,000 and 40,000 decisions for
