@@ -49,6 +49,7 @@ func TestClusterNodes(t *testing.T) {
 	}
 	t.Run("admission", func(t *testing.T) { testNodeAdmission(t, cn, s) })
 	t.Run("layered on one primary", func(t *testing.T) { testNodeLayered(t, cn, s) })
+	t.Run("reservation undo", func(t *testing.T) { testNodeReserveUndo(t, s) })
 	t.Run("stale slot map", func(t *testing.T) { testNodeStaleMap(t, cn, s) })
 	t.Run("resharding", func(t *testing.T) { testNodeResharding(t, cn, s) })
 }
@@ -521,4 +522,45 @@ func testNodeResharding(t *testing.T, cn *clusterNodes, s *Store) {
 		t.Errorf("the edge window holds %d, %d layered decisions were admitted", got, want)
 	}
 	t.Logf("%d decisions during %d slot moves: %d unavailable (nothing written), %d rerouted from a node's batch", decisions.Load(), moves, unavailable.Load(), s.nodes.rerouted.Load()-reroutedBefore)
+}
+
+// testNodeReserveUndo: a window or quota part reserved through a primary's
+// batcher (reserveOnNode) gets the same results and the same release
+// numbers as the general script's reservation (Store.reserve), step after
+// step on two keys with the same history: fresh, in the same window, in
+// the next one (a sliding window's previous window), and later.
+func testNodeReserveUndo(t *testing.T, s *Store) {
+	ctx := context.Background()
+	for _, p := range []floodgate.Policy{
+		{Name: "ufw", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Second},
+		{Name: "usw", Algorithm: floodgate.SlidingWindow, Limit: 5, Window: time.Second},
+		{Name: "uqt", Algorithm: floodgate.Quota, Limit: 5, Calendar: floodgate.Calendar{Unit: floodgate.PeriodDay}},
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			p = mustPolicy(t, p)
+			prefix := uniquePrefix(t)
+			now := time.Now().UnixMicro()
+			for step, dt := range []int64{0, 1, 250_000, 1_100_000, 1_200_000, 2_700_000, 2_700_001, 9_000_000} {
+				at := now + dt
+				mk := func(id string) *part {
+					l := []floodgate.Layer{{Policy: p, Key: algo.KeyAt(prefix, p, id, at), Cost: 2}}
+					return &part{slot: Slot(l[0].Key), layers: l}
+				}
+				general, node := mk("general"), mk("node")
+				s.reserve(ctx, at, general)
+				if !s.reserveOnNode(ctx, at, node) {
+					t.Fatal("reserveOnNode did not take a window part")
+				}
+				if general.err != nil || node.err != nil {
+					t.Fatalf("step %d: %v, %v", step, general.err, node.err)
+				}
+				if general.out[0] != node.out[0] || general.held != node.held {
+					t.Fatalf("step %d: general %+v held %v, node %+v held %v", step, general.out[0], general.held, node.out[0], node.held)
+				}
+				if general.held && general.undo[0][0] != node.undo[0][0] {
+					t.Fatalf("step %d: release start %d by the general script, %d derived", step, general.undo[0][0], node.undo[0][0])
+				}
+			}
+		})
+	}
 }
