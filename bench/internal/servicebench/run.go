@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -101,6 +102,18 @@ type Result struct {
 func (c *Config) withDefaults() error {
 	if c.Binaries.Floodgate == "" || c.Binaries.Theirs == "" {
 		return errors.New("servicebench: both binaries are required")
+	}
+	// The services run in their own directories: a relative path would
+	// no longer name the binary there.
+	for _, b := range []*string{&c.Binaries.Floodgate, &c.Binaries.Theirs} {
+		if !strings.ContainsRune(*b, filepath.Separator) {
+			continue // a name looked up in PATH
+		}
+		abs, err := filepath.Abs(*b)
+		if err != nil {
+			return fmt.Errorf("servicebench: %w", err)
+		}
+		*b = abs
 	}
 	if len(c.Services) == 0 {
 		c.Services = Services

@@ -37,12 +37,14 @@ func TestConfigValidation(t *testing.T) {
 func TestServiceExitsAtStart(t *testing.T) {
 	redisproc.Require(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "broken")
-	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'cannot start: no config' >&2\nexit 3\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "broken"), []byte("#!/bin/sh\necho 'cannot start: no config' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A relative path names the binary from the caller's directory, not
+	// from the service's.
+	t.Chdir(dir)
 	_, err := Run(context.Background(), Config{
-		Binaries: Binaries{Floodgate: bin, Theirs: bin}, Services: []Service{Theirs}, Transports: []Transport{GRPC},
+		Binaries: Binaries{Floodgate: "./broken", Theirs: "./broken"}, Services: []Service{Theirs}, Transports: []Transport{GRPC},
 		Concurrency: []int{2}, Duration: 100 * time.Millisecond,
 	})
 	if err == nil || !strings.Contains(err.Error(), "exited during start-up") || !strings.Contains(err.Error(), "cannot start: no config") {
