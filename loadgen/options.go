@@ -143,8 +143,10 @@ type Options struct {
 	// deadline is sent): a request still unanswered after Timeout is
 	// abandoned and counted as an error. Default 5s.
 	Timeout time.Duration
-	// HTTPClient sends HTTP requests. Default: a client whose transport
-	// keeps Concurrency idle connections to the target.
+	// HTTPClient sends HTTP requests. Default: for http targets, each
+	// worker speaks HTTP/1.1 itself on a keep-alive connection of its own
+	// (much cheaper than net/http's client for the load generator); for
+	// https, a client whose transport keeps Concurrency idle connections.
 	HTTPClient *http.Client
 }
 

@@ -199,8 +199,9 @@ func (w *workerState) end() (timedOut bool) {
 	return w.parent.Err() == nil // canceled by the caller is not a timeout
 }
 
-// stop releases the context and its timer.
+// stop releases the worker, the context and its timer.
 func (w *workerState) stop() {
+	w.w.close()
 	if w.ctx != nil {
 		w.timer.Stop()
 		w.cancel()

@@ -30,9 +30,10 @@ type sender interface {
 }
 
 // worker sends one check at a time and says whether it was allowed. A
-// worker is used by one goroutine.
+// worker is used by one goroutine; close releases what it holds.
 type worker interface {
 	send(ctx context.Context, id int) (allowed bool, err error)
+	close()
 }
 
 // maxIdentityTable is the most identities formatted ahead of a run (about
@@ -88,7 +89,7 @@ func newSender(o Options) (sender, error) {
 		tr.MaxIdleConnsPerHost = o.Concurrency
 		client = &http.Client{Transport: tr}
 	}
-	s := &httpSender{client: client, opts: o}
+	s := &httpSender{client: client, opts: o, raw: o.HTTPClient == nil && u.Scheme == "http", host: u.Host}
 	base := strings.TrimSuffix(o.Target, "/")
 	// Each body is head + quoted identity + tail. The identity's JSON string
 	// is the encoded prefix without its closing quote, the number (digits
@@ -97,12 +98,12 @@ func newSender(o Options) (sender, error) {
 	s.idHead = prefix[:len(prefix)-1]
 	switch o.Mode {
 	case EnvoyJSON:
-		s.url = base + "/json"
+		s.url, s.requestURI = base+"/json", "/json"
 		s.head = `{"domain":` + jsonString(o.Domain) + `,"descriptors":[{"entries":[{"key":` + jsonString(o.IdentityKey) + `,"value":`
 		s.tail = `}]}],"hitsAddend":` + strconv.FormatInt(o.Cost, 10) + `}`
 		s.decide = envoyJSONAnswer
 	default:
-		s.url = base + "/v1/check?enforce=1"
+		s.url, s.requestURI = base+"/v1/check?enforce=1", "/v1/check?enforce=1"
 		s.head = `{"policy":` + jsonString(o.Policy) + `,"identity":{` + jsonString(o.IdentityKey) + `:`
 		s.tail = `},"cost":` + strconv.FormatInt(o.Cost, 10) + `}`
 		s.decide = checkAnswer
@@ -127,9 +128,18 @@ type httpSender struct {
 	head, tail string
 	idHead     string
 	decide     func(status int, body []byte) (bool, error)
+	// raw selects rawWorker (plain http, no HTTPClient given), which
+	// connects to host and posts to requestURI.
+	raw              bool
+	host, requestURI string
 }
 
-func (s *httpSender) worker() worker { return &httpWorker{s: s} }
+func (s *httpSender) worker() worker {
+	if s.raw {
+		return newRawWorker(s, s.host, s.requestURI)
+	}
+	return &httpWorker{s: s}
+}
 
 func (s *httpSender) close() error {
 	s.client.CloseIdleConnections()
@@ -186,6 +196,8 @@ func (w *httpWorker) send(ctx context.Context, id int) (bool, error) {
 	}
 	return s.decide(resp.StatusCode, w.answer.Bytes())
 }
+
+func (w *httpWorker) close() {}
 
 // checkAnswer reads an answer of POST /v1/check: 200 with a boolean
 // "allowed", or 429.
@@ -254,6 +266,8 @@ func (s *grpcSender) worker() worker {
 		resp: new(rlspb.RateLimitResponse),
 	}
 }
+
+func (w *grpcWorker) close() {}
 
 func (s *grpcSender) close() error {
 	var first error
