@@ -317,9 +317,16 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		// breaker is open, a decision costs what a local one costs.
 		return s.degrade(ctx, o, br, now, layers, out, ReasonBreakerOpen, ErrBreakerOpen)
 	}
-	cctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
 	start := time.Now()
+	cctx := ctx
+	if d, ok := ctx.Deadline(); !ok || d.Sub(start) > budget {
+		// No budget context (a cancelCtx and its timer) when the
+		// caller's deadline comes first anyway, as Envoy's (20 ms by
+		// default) does.
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, budget)
+		defer cancel()
+	}
 	err := s.primary.Decide(cctx, now, layers, out)
 	elapsed := time.Since(start)
 	if s.obs != nil {
