@@ -106,7 +106,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	httpAddr, debugAddr, grpcAddr := s.Addresses()
 	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
-	}))
+	}), grpc.NumStreamWorkers(grpcMaxStreams)) // as serve's --grpc-stream-workers: no stack growth per request
 	svc.Register(gs)
 	healthpb.RegisterHealthServer(gs, gh)
 	reflection.Register(gs)
