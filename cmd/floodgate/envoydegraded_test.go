@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -71,4 +73,58 @@ func TestServeGRPCDegradedHeader(t *testing.T) {
 		t.Fatalf("Redis killed: x-floodgate-degraded %q, %v; want \"local; reason=...\", OK, dynamic_metadata degraded", d, resp)
 	}
 	t.Logf("Redis killed: x-floodgate-degraded: %s", d)
+}
+
+// TestServeGRPCUsesServiceClock checks that gRPC decisions are stamped with
+// the service's clock (the one --clock-sync disciplines), not the raw
+// local one: with --clock-offset 1h and no sync, the window a decision
+// writes starts an hour from now.
+func TestServeGRPCUsesServiceClock(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_window}\n")
+	prefix := fmt.Sprintf("grpcclock%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix, "--clock-sync=false", "--clock-offset", "1h",
+		"--fallback-budget", "5s", "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	defer svc.stop(t)
+	var grpcAddr string
+	for _, line := range strings.Split(svc.logs.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
+			grpcAddr = rec.Addr
+		}
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := time.Now()
+	if _, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	keys, err := rdb.Keys(ctx, prefix+":edge.*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %v, %v; want the decision's one", keys, err)
+	}
+	val, err := rdb.Get(ctx, keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sliding window's state starts with its window's start, in Unix
+	// microseconds.
+	f := strings.Fields(val)
+	start, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		t.Fatalf("state %q: %v", val, err)
+	}
+	want := before.Add(time.Hour).Truncate(time.Minute)
+	if got := time.UnixMicro(start); got.Before(want.Add(-time.Minute)) || got.After(want.Add(time.Minute)) {
+		t.Fatalf("window starts at %v, want about %v (the service's clock, an hour ahead)", got, want)
+	}
 }

@@ -37,11 +37,13 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // startGRPC serves Envoy's rate limit API on --grpc-addr when it is set,
 // under the descriptors envoy holds (reloaded live), and returns a
 // function that stops it gracefully (bounded by --drain-timeout).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+// Decisions are stamped with now, the limiter's clock (disciplined to
+// Redis's with --clock-sync).
+func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach})
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now})
 	if err != nil {
 		return nil, err
 	}
