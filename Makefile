@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: run test test-short vet bench bench-compare lint image
+.PHONY: run test test-short vet bench bench-compare bench-services lint image
 
 ## run: the service on its embedded in-memory default (no Redis needed).
 run:
@@ -41,3 +41,8 @@ bench:
 ## bench-compare: the side-by-side comparison with other Go limiters.
 bench-compare:
 	cd bench && $(GO) run . -out ../docs
+
+## bench-services: envoyproxy/ratelimit, serve and envoy-compat side by side
+## (about 4 minutes; writes between the servicebench markers of docs/benchmarks.md).
+bench-services:
+	cd bench && $(GO) run ./cmd/servicebench -out ../docs/benchmarks.md
