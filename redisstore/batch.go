@@ -177,7 +177,7 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 	putCall(c)
 	if retry {
 		b.s.nodes.rerouted.Add(1)
-		return b.s.decideDirect(ctx, now, layers, out)
+		return b.s.decideDirect(ctx, now, layers, out, true) // no call slot held here
 	}
 	return err
 }

@@ -220,7 +220,10 @@ func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int
 				s.nodes.noteRefusal(err)
 				s.nodes.rerouted.Add(1)
 			}
-			return s.decideDirect(ctx, now, layers, out)
+			// This runs in a call slot of node's queue: a split part
+			// queued there could wait for the slot held here, so the
+			// split sends its parts itself.
+			return s.decideDirect(ctx, now, layers, out, false)
 		}
 		return err
 	}

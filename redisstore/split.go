@@ -63,7 +63,7 @@ type part struct {
 // decision. Otherwise phase 2 releases every part that committed, and the
 // parts' results (with the released layers' standing) are the decision, or,
 // if some part failed, an error that says whether anything may be kept.
-func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result, g *slotGroups) error {
+func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result, g *slotGroups, queues bool) error {
 	// Each part's slices are windows on shared arrays, in group order.
 	parts := make([]part, g.n)
 	var n [floodgate.MaxLayers]int
@@ -112,14 +112,14 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 		lp = &parts[s.lastPart(parts)]
 	}
 	each(parts, func(p *part) bool { return p != lp }, func(p *part) {
-		if !s.reserveOnNode(ctx, now, p) {
+		if !queues || !s.reserveOnNode(ctx, now, p) {
 			s.reserve(ctx, now, p)
 		}
 	})
 	failed, denied := splitState(parts)
 	sent := !failed && !denied
 	if sent && lp != nil {
-		if !s.decideLast(ctx, now, lp) {
+		if !queues || !s.decideLast(ctx, now, lp) {
 			s.reserve(ctx, now, lp)
 		}
 		failed, denied = splitState(parts)

@@ -303,17 +303,20 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			return s.batch.decide(ctx, now, sc, layers, out)
 		}
 	}
-	return s.decideDirect(ctx, now, layers, out)
+	return s.decideDirect(ctx, now, layers, out, true)
 }
 
-// decideDirect decides layers (checked) without coalescing: split by slot
-// when the slot check is on and their keys span slots, else in one script
-// call through the Store's client.
-func (s *Store) decideDirect(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+// decideDirect decides layers (checked) without coalescing them: split by
+// slot when the slot check is on and their keys span slots, else in one
+// script call through the Store's client. A split decision's parts may
+// still go through the primaries' queues (node.go) when queues is true;
+// a caller that holds a queue's call slot passes false, since a part
+// queued behind it could wait for that very slot.
+func (s *Store) decideDirect(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result, queues bool) error {
 	if s.slots && len(layers) > 1 {
 		var g slotGroups
 		if g.split(layers) {
-			return s.decideSplit(ctx, now, layers, out, &g)
+			return s.decideSplit(ctx, now, layers, out, &g, queues)
 		}
 	}
 	return s.decideOnce(ctx, now, layers, out)
