@@ -152,7 +152,8 @@ func (c *Config) withDefaults() error {
 
 // Run measures every cell, round after round: in a round, for each caller
 // count and transport, each service in turn, each on its own fresh
-// redis-server and freshly started. It stops at the first failed cell.
+// redis-server and freshly started. It stops at the first cell that fails
+// three times in a row.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -165,6 +166,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				for i := range cfg.Services {
 					s := cfg.Services[(i+round)%len(cfg.Services)]
 					cell, err := runCell(ctx, cfg, s, t, callers, res)
+					// A cell can fail for reasons of the moment (a free port
+					// taken by another process before the service bound it):
+					// it is tried up to three times.
+					for attempt := 2; err != nil && attempt <= 3 && ctx.Err() == nil; attempt++ {
+						if cfg.Progress != nil {
+							fmt.Fprintf(cfg.Progress, "%v %v, %d callers, round %d failed, trying again: %v\n", s, t, callers, round+1, err)
+						}
+						cell, err = runCell(ctx, cfg, s, t, callers, res)
+					}
 					if err != nil {
 						return res, fmt.Errorf("%v %v, %d callers, round %d: %w", s, t, callers, round+1, err)
 					}

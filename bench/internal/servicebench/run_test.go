@@ -43,12 +43,17 @@ func TestServiceExitsAtStart(t *testing.T) {
 	// A relative path names the binary from the caller's directory, not
 	// from the service's.
 	t.Chdir(dir)
+	var progress strings.Builder
 	_, err := Run(context.Background(), Config{
+		Progress: &progress,
 		Binaries: Binaries{Floodgate: "./broken", Theirs: "./broken"}, Services: []Service{Theirs}, Transports: []Transport{GRPC},
 		Concurrency: []int{2}, Duration: 100 * time.Millisecond,
 	})
 	if err == nil || !strings.Contains(err.Error(), "exited during start-up") || !strings.Contains(err.Error(), "cannot start: no config") {
 		t.Errorf("error %v, want the exit and the service's output", err)
+	}
+	if got := strings.Count(progress.String(), "failed, trying again"); got != 2 {
+		t.Errorf("%d retries, want 2:\n%s", got, progress.String())
 	}
 }
 
