@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 // Op is one counter update: add N to the counter Key, creating it with
@@ -36,10 +38,27 @@ type Store interface {
 }
 
 // RedisStore keeps the counters in Redis under envoyproxy/ratelimit's
-// keys, so that both services count on the same keys: each update is
-// INCRBY then EXPIRE of the key, in one MULTI/EXEC transaction (theirs
-// pipelines the same two commands without a transaction; with the
-// transaction a counter can never be left without its time to live).
+// keys, so that both services count on the same keys. Each counter update
+// is INCRBY then EXPIRE of its key (in seconds, at least 1), as theirs
+// sends them, but run together in one Lua script (incr.lua, by EVALSHA), so
+// that a counter can never be left without its time to live (theirs
+// pipelines the two commands, and a connection lost between them leaves
+// the counter without one).
+//
+// On a client of one server (a *redis.Client, which is also what
+// redis.NewFailoverClient returns for Sentinel), every key lives on that
+// server, and the updates of concurrent Incr calls are coalesced: a call
+// that finds a script call free goes at once, alone; otherwise it waits
+// and leaves with the others waiting, in one script call (see
+// incrBatcher). On any other client (a *redis.ClusterClient, whose keys
+// carry no hash tag and lie in any slot, or a *redis.Ring) each counter is
+// its own script call, sent concurrently with the decision's others.
+//
+// Failures wrap floodgate.ErrStoreUnavailable when nothing was written for
+// the call, floodgate.ErrIndeterminate when some or all of its counters
+// may have been updated. The zero value is not usable: set Client. Set the
+// fields before the first call and do not change them after. RedisStore is
+// safe for concurrent use.
 type RedisStore struct {
 	// Client holds every counter, or every counter of a limit longer
 	// than a second when PerSecond is set.
@@ -47,7 +66,18 @@ type RedisStore struct {
 	// PerSecond, when not nil, holds the counters of per-second limits
 	// (their REDIS_PERSECOND).
 	PerSecond redis.UniversalClient
+	// MaxBatch is the most counters one coalesced script call updates on
+	// a single-server client (an Incr's counters always go together,
+	// even beyond it). 0 means DefaultMaxBatch; 1 turns coalescing off:
+	// each Incr is one script call of its own, sent at once.
+	MaxBatch int
+
+	once            sync.Once
+	main, perSecond *incrBatcher // nil: no coalescing on that client
 }
+
+// DefaultMaxBatch is RedisStore.MaxBatch's default.
+const DefaultMaxBatch = 64
 
 func (s *RedisStore) client(perSecond bool) redis.UniversalClient {
 	if perSecond && s.PerSecond != nil {
@@ -56,62 +86,73 @@ func (s *RedisStore) client(perSecond bool) redis.UniversalClient {
 	return s.Client
 }
 
-// Incr implements Store.
+// batcherFor returns the batcher of c (the Store's Client or PerSecond), or
+// nil when c is not a client of one server.
+func (s *RedisStore) batcherFor(c redis.UniversalClient) *incrBatcher {
+	s.once.Do(func() {
+		s.main = newIncrBatcher(s.Client, s.MaxBatch)
+		if s.PerSecond != nil && s.PerSecond != s.Client {
+			s.perSecond = newIncrBatcher(s.PerSecond, s.MaxBatch)
+		} else {
+			s.perSecond = s.main
+		}
+	})
+	if c == s.Client {
+		return s.main
+	}
+	return s.perSecond
+}
+
+// Incr implements Store. The counters of Client and those of PerSecond
+// are updated one client after the other.
 func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
+	if s.Client == nil {
+		return fmt.Errorf("%w: envoycompat: RedisStore.Client is nil", floodgate.ErrStoreUnavailable)
+	}
 	for _, perSecond := range []bool{false, true} {
 		c := s.client(perSecond)
 		if perSecond && c == s.Client {
 			break
 		}
-		var mine []*Op
-		for _, op := range ops {
-			if s.client(op.PerSecond) == c {
-				mine = append(mine, op)
+		mine := ops
+		if s.PerSecond != nil && s.PerSecond != s.Client {
+			mine = nil
+			for _, op := range ops {
+				if s.client(op.PerSecond) == c {
+					mine = append(mine, op)
+				}
 			}
 		}
 		if len(mine) == 0 {
 			continue
 		}
-		cmds, err := incr(ctx, c, mine)
-		if err != nil {
-			return fmt.Errorf("redis: %w", err)
+		var err error
+		if b := s.batcherFor(c); b != nil {
+			err = b.incr(ctx, mine)
+		} else {
+			err = incrEach(ctx, c, mine)
 		}
-		for i, op := range mine {
-			v, err := cmds[i].Result()
-			if err != nil || v < 0 {
-				return fmt.Errorf("redis: INCRBY %s: %v (value %d)", op.Key, err, v)
-			}
-			op.Result = uint64(v)
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// incr runs INCRBY and EXPIRE of each op in a transaction: one for all
-// ops on a single server, one per key (sent concurrently) on a Cluster,
-// whose transactions cannot span slots.
-func incr(ctx context.Context, c redis.UniversalClient, ops []*Op) ([]*redis.IntCmd, error) {
-	cmds := make([]*redis.IntCmd, len(ops))
-	tx := func(from, to int) error {
-		_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for i := from; i < to; i++ {
-				cmds[i] = p.IncrBy(ctx, ops[i].Key, int64(ops[i].N))
-				p.Expire(ctx, ops[i].Key, ops[i].TTL)
-			}
-			return nil
-		})
-		return err
-	}
-	if _, cluster := c.(*redis.ClusterClient); !cluster || len(ops) == 1 {
-		return cmds, tx(0, len(ops))
+// incrEach updates each op's counter with its own script call, all sent at
+// once: on a Redis Cluster (or a Ring) the keys of one decision lie on any
+// node.
+func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
+	if len(ops) == 1 {
+		return incrOne(ctx, c, ops[0])
 	}
 	errs := make([]error, len(ops))
 	var wg sync.WaitGroup
 	for i := range ops {
-		wg.Go(func() { errs[i] = tx(i, i+1) })
+		wg.Go(func() { errs[i] = incrOne(ctx, c, ops[i]) })
 	}
 	wg.Wait()
-	return cmds, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Get implements Store.

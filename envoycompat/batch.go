@@ -1,0 +1,401 @@
+package envoycompat
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
+)
+
+// incrSource is the counter update script (see incr.lua). It is
+// envoyproxy/ratelimit's fixed window counter, not one of Floodgate's
+// algorithms (which live in redisstore/lua), and has no other copy.
+//
+//go:embed incr.lua
+var incrSource string
+
+// incrScript runs incr.lua. Its only error reply on purpose is the shape
+// check before any write, so every error reply means nothing was written.
+var incrScript = luascript.New(incrSource, luascript.Options{})
+
+// Coalescing (RedisStore on a single-server client). Each decision's
+// counter update costs Redis and the service about as much to send,
+// dispatch and answer as to apply, so while many decisions are under way
+// their updates share script calls. The batcher keeps at most maxInFlight
+// script calls in flight. An Incr that finds a call free and nobody waiting
+// is sent at once, alone, as without coalescing: a lone caller pays
+// nothing for it. Otherwise it joins the queue, and when a call completes
+// the oldest waiting updates (up to maxBatch counters, and at least one
+// whole Incr) leave together in the next call, in queue order. No
+// goroutine runs while nothing waits.
+//
+// Each Incr's counters are updated exactly as alone (INCRBY then EXPIRE
+// each, with its own increment and time to live), in one atomic script
+// with the others of its call. Failures keep their meaning per Incr: an
+// error reply (the server refused the script) means nothing was written
+// for any of them; a lost connection or a timeout once the call was sent
+// may have written all of them; a counter whose INCRBY Redis refuses fails
+// its own Incr, and the others go on.
+type incrBatcher struct {
+	client      luascript.Client
+	maxBatch    int
+	maxInFlight int
+	off         bool // coalescing off: each Incr alone, at once
+
+	mu       sync.Mutex
+	queue    []*incrCall
+	inFlight int
+}
+
+// incrMaxInFlight is the number of script calls a batcher keeps in flight:
+// two keep Redis busy (while it runs one, the next is on its way) and let
+// the most updates ride together, as for redisstore's batcher.
+const incrMaxInFlight = 2
+
+// newIncrBatcher returns the batcher for c, or nil if c does not hold
+// every key (c is not a client of one server). With maxBatch 1 it sends
+// each Incr at once, alone.
+func newIncrBatcher(c redis.UniversalClient, maxBatch int) *incrBatcher {
+	if _, single := c.(*redis.Client); !single {
+		return nil
+	}
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	return &incrBatcher{client: c, maxBatch: maxBatch, maxInFlight: incrMaxInFlight, off: maxBatch == 1}
+}
+
+// incrCall is one queued Incr. It holds its own copy of the keys,
+// arguments and results, because a caller whose context ends stops waiting
+// and leaves the call to the batcher, which may still write to it.
+type incrCall struct {
+	ctx  context.Context
+	keys []string
+	nums []int64 // per key: increment, time to live in seconds
+	vals []int64 // per key: the counter after the update
+	err  error
+	done chan struct{}
+}
+
+var incrCallPool = sync.Pool{New: func() any { return &incrCall{done: make(chan struct{}, 1)} }}
+
+func getIncrCall(ctx context.Context, ops []*Op) *incrCall {
+	c := incrCallPool.Get().(*incrCall)
+	c.ctx, c.err = ctx, nil
+	c.keys, c.nums = c.keys[:0], c.nums[:0]
+	for _, op := range ops {
+		c.keys = append(c.keys, op.Key)
+		c.nums = append(c.nums, int64(op.N), ttlSeconds(op.TTL))
+	}
+	c.vals = append(c.vals[:0], make([]int64, len(ops))...)
+	return c
+}
+
+// putIncrCall returns c, answered and no longer referenced by the
+// batcher, for reuse.
+func putIncrCall(c *incrCall) {
+	clear(c.keys)
+	c.ctx = nil
+	incrCallPool.Put(c)
+}
+
+// ttlSeconds is EXPIRE's argument for d: whole seconds, at least 1 (as
+// go-redis's Expire rounds it).
+func ttlSeconds(d time.Duration) int64 {
+	return max(int64(d/time.Second), 1)
+}
+
+// checkOps refuses what the script cannot apply, before anything is sent.
+func checkOps(ops []*Op) error {
+	for _, op := range ops {
+		if op.N > math.MaxInt64 {
+			return fmt.Errorf("%w: envoycompat: increment %d of %q does not fit INCRBY", floodgate.ErrStoreUnavailable, op.N, op.Key)
+		}
+	}
+	return nil
+}
+
+// incr applies ops (one Incr's counters on the batcher's client) and sets
+// their results, coalescing them with other Incr calls when the script
+// calls are busy.
+func (b *incrBatcher) incr(ctx context.Context, ops []*Op) error {
+	if err := checkOps(ops); err != nil {
+		return err
+	}
+	if b.off {
+		return incrAlone(ctx, b.client, ops)
+	}
+	b.mu.Lock()
+	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
+		b.inFlight++
+		b.mu.Unlock()
+		err := incrAlone(ctx, b.client, ops)
+		b.next()
+		return err
+	}
+	// Every call is busy: whenever the queue is not empty, all
+	// maxInFlight calls are in flight (only following frees a slot, and
+	// only when nobody waits). Wait for one of them to take this Incr.
+	c := getIncrCall(ctx, ops)
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	if stop := ctx.Done(); stop == nil {
+		<-c.done
+	} else {
+		select {
+		case <-c.done:
+		case <-stop:
+			select {
+			case <-c.done:
+			default:
+				return b.abandon(c)
+			}
+		}
+	}
+	err := c.err
+	if err == nil {
+		for i, op := range ops {
+			op.Result = uint64(c.vals[i])
+		}
+	}
+	putIncrCall(c)
+	return err
+}
+
+// incrAlone applies ops with one script call of their own.
+func incrAlone(ctx context.Context, client luascript.Client, ops []*Op) error {
+	f := getFrame()
+	defer putFrame(f)
+	for _, op := range ops {
+		f.addOp(op)
+	}
+	vals, err := incrScript.RunInts(ctx, client, f.argv())
+	if err != nil {
+		return err
+	}
+	refused, err := splitReply(vals, len(ops))
+	if err != nil {
+		return err
+	}
+	if err := checkValues(vals[:len(ops)], refused, 0, f.keys); err != nil {
+		return err
+	}
+	for i, op := range ops {
+		op.Result = uint64(vals[i])
+	}
+	return nil
+}
+
+// incrOne is incrAlone for one counter, whatever the client.
+func incrOne(ctx context.Context, client luascript.Client, op *Op) error {
+	if err := checkOps([]*Op{op}); err != nil {
+		return err
+	}
+	return incrAlone(ctx, client, []*Op{op})
+}
+
+// abandon takes c out of the queue if it is still there (then nothing was
+// sent for it) or leaves it to the call it is in (then it may be applied).
+func (b *incrBatcher) abandon(c *incrCall) error {
+	b.mu.Lock()
+	for i, q := range b.queue {
+		if q == c {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			b.mu.Unlock()
+			return fmt.Errorf("%w: redis: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, c.ctx.Err())
+		}
+	}
+	b.mu.Unlock()
+	return fmt.Errorf("%w: redis: %w (the update was sent and may have been applied)", floodgate.ErrIndeterminate, c.ctx.Err())
+}
+
+// next is called when a script call of the batcher's completes: it sends
+// the next batch from a new goroutine, so that the caller returns at once,
+// or frees the slot when nothing waits.
+func (b *incrBatcher) next() {
+	if run := b.following(); run != nil {
+		go b.loop(run)
+	}
+}
+
+// loop sends run, then the next batch, as long as updates wait: one
+// goroutine per busy slot rather than one per batch.
+func (b *incrBatcher) loop(run []*incrCall) {
+	for run != nil {
+		b.run(run)
+		run = b.following()
+	}
+}
+
+// following returns the next batch to send in the slot of a call that
+// just completed, or frees that slot and returns nil when nothing waits.
+func (b *incrBatcher) following() []*incrCall {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		return nil
+	}
+	keys, n := 0, 0
+	for n < len(b.queue) && (n == 0 || keys+len(b.queue[n].keys) <= b.maxBatch) {
+		keys += len(b.queue[n].keys)
+		n++
+	}
+	run := make([]*incrCall, n)
+	copy(run, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return run
+}
+
+// run sends calls as one script call and hands each its result.
+func (b *incrBatcher) run(calls []*incrCall) {
+	live := calls[:0]
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.err = fmt.Errorf("%w: redis: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, err)
+			c.done <- struct{}{}
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	f := getFrame()
+	defer putFrame(f)
+	for _, c := range live {
+		f.keys = append(f.keys, c.keys...)
+		f.nums = append(f.nums, c.nums...)
+	}
+	vals, err := incrScript.RunInts(ctx, b.client, f.argv())
+	var refused []int64
+	if err == nil {
+		refused, err = splitReply(vals, len(f.keys))
+	}
+	at := 0
+	for _, c := range live {
+		n := len(c.keys)
+		if err != nil {
+			c.err = err
+		} else {
+			copy(c.vals, vals[at:at+n])
+			c.err = checkValues(c.vals, refused, at, c.keys)
+		}
+		at += n
+		c.done <- struct{}{}
+	}
+}
+
+// batchContext returns the context a batch is sent under: the first
+// call's values, never cancelled by any one caller (the others still wait
+// for the reply), with the latest of the calls' deadlines, or none if one
+// of them has none (the client's own timeouts then bound the call).
+func batchContext(calls []*incrCall) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(calls[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
+}
+
+// splitReply checks a reply of incr.lua for k keys and returns the
+// 0-based indices of the refused keys, in increasing order.
+func splitReply(vals []int64, k int) ([]int64, error) {
+	if len(vals) < k || len(vals) > 2*k {
+		return nil, fmt.Errorf("%w: envoycompat: %d values for %d counters", floodgate.ErrBadReply, len(vals), k)
+	}
+	refused := vals[k:]
+	prev := int64(0)
+	for j, i := range refused {
+		if i <= prev || i > int64(k) {
+			return nil, fmt.Errorf("%w: envoycompat: refused counter index %d of %d", floodgate.ErrBadReply, i, k)
+		}
+		prev = i
+		refused[j] = i - 1
+	}
+	return refused, nil
+}
+
+// checkValues returns the error of one Incr whose counters are keys, at
+// offset at of a call whose refused counters are refused (0-based,
+// increasing), and whose values are vals: nil when every counter was
+// updated and holds a count.
+func checkValues(vals, refused []int64, at int, keys []string) error {
+	var bad []string
+	for _, i := range refused {
+		if i >= int64(at) && i < int64(at+len(keys)) {
+			bad = append(bad, keys[i-int64(at)])
+		}
+	}
+	if len(bad) > 0 {
+		why := "nothing was written for it"
+		sentinel := floodgate.ErrStoreUnavailable
+		if len(bad) < len(keys) {
+			why = "nothing was written for it; the request's other counters were updated"
+			sentinel = floodgate.ErrIndeterminate
+		}
+		return fmt.Errorf("%w: redis: INCRBY refused for %q (the key holds a value that is not a counter, the sum would overflow, or the server refuses writes); %s", sentinel, bad, why)
+	}
+	for i, v := range vals {
+		if v < 0 {
+			return fmt.Errorf("%w: redis: INCRBY %s: the counter is negative (%d), not a count of hits", floodgate.ErrBadReply, keys[i], v)
+		}
+	}
+	return nil
+}
+
+// incrFrame holds one script call's command line: EVALSHA sha numkeys
+// key... then increment and time to live per key. Keys and numbers are
+// passed as *string and *int64, which go-redis writes without boxing.
+type incrFrame struct {
+	keys []string
+	nums []int64
+	args []any
+}
+
+var framePool = sync.Pool{New: func() any { return new(incrFrame) }}
+
+func getFrame() *incrFrame { return framePool.Get().(*incrFrame) }
+
+func putFrame(f *incrFrame) {
+	clear(f.keys)
+	clear(f.args)
+	f.keys, f.nums, f.args = f.keys[:0], f.nums[:0], f.args[:0]
+	framePool.Put(f)
+}
+
+// addOp adds op's counter to the call.
+func (f *incrFrame) addOp(op *Op) {
+	f.keys = append(f.keys, op.Key)
+	f.nums = append(f.nums, int64(op.N), ttlSeconds(op.TTL))
+}
+
+// argv returns the command line of f's keys and numbers (valid until f
+// changes).
+func (f *incrFrame) argv() []any {
+	f.args = append(f.args[:0], nil, nil, len(f.keys))
+	for i := range f.keys {
+		f.args = append(f.args, &f.keys[i])
+	}
+	for i := range f.nums {
+		f.args = append(f.args, &f.nums[i])
+	}
+	return f.args
+}

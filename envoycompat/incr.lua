@@ -1,0 +1,29 @@
+-- envoy-compat's counter update (envoycompat/store.go), in one atomic run:
+-- for each key i, INCRBY KEYS[i] ARGV[2i-1], then EXPIRE KEYS[i] ARGV[2i]
+-- (seconds), the commands envoyproxy/ratelimit sends for a counter, on the
+-- same keys. The keys may belong to several requests sent together; they
+-- are updated in order, a repeated key once per occurrence.
+--
+-- Reply: the value of each counter after its INCRBY, in KEYS order,
+-- followed by the index (1-based) of every key whose INCRBY Redis refused
+-- (the key holds something other than an integer, the sum would overflow,
+-- or the server refuses writes): nothing was written for that key and its
+-- value slot is 0. The other keys are updated all the same.
+if #ARGV ~= 2 * #KEYS then
+  return redis.error_reply('floodgate envoy-compat: want 2 arguments per key, got ' .. #ARGV .. ' for ' .. #KEYS .. ' keys')
+end
+local out, refused = {}, {}
+for i = 1, #KEYS do
+  local n = redis.pcall('INCRBY', KEYS[i], ARGV[2 * i - 1])
+  if type(n) == 'number' then
+    redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
+    out[i] = n
+  else
+    out[i] = 0
+    refused[#refused + 1] = i
+  end
+end
+for _, i in ipairs(refused) do
+  out[#out + 1] = i
+end
+return out
