@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: run test test-short vet bench bench-compare bench-services lint image
+.PHONY: run test test-short vet bench bench-compare bench-lib bench-services lint image
 
 ## run: the service on its embedded in-memory default (no Redis needed).
 run:
@@ -41,6 +41,12 @@ bench:
 ## bench-compare: the side-by-side comparison with other Go limiters.
 bench-compare:
 	cd bench && $(GO) run . -out ../docs
+
+## bench-lib: the cells of issue 18's library targets (1, 64 and 256 callers;
+## redis_rate, bare EVALSHA, sliding window, GCRA, three layers; five rounds of
+## 3 s, about 5 minutes; prints Markdown with client and server CPU per decision).
+bench-lib:
+	cd bench && $(GO) run . -only redis_rate,tiny,fg-sw,fg-gcra,fg-layers -concurrency 1,64,256 -rounds 5 -duration 3s -skip algorithms,redis-benchmark,memory,inmemory,flood,hotkey
 
 ## bench-services: envoyproxy/ratelimit, serve and envoy-compat side by side
 ## (about 4 minutes; writes between the servicebench markers of docs/benchmarks.md).
