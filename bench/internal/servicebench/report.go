@@ -152,7 +152,7 @@ func Markdown(res *Result) string {
 	}
 	fmt.Fprintf(&b, "Closed loop, %v measured per cell after %v of warm-up, %d identities round robin, every decision allowed (limit %d per minute). ",
 		cfg.Duration, cfg.Warmup, cfg.Identities, Limit)
-	fmt.Fprintf(&b, "%d round(s), the services interleaved in each; a cell with several rounds shows the median and (range). ", cfg.Rounds)
+	fmt.Fprintf(&b, "%d round(s), the services interleaved in each; a cell with several rounds shows the median and (range), each figure its own (so parts need not add up to the total's median). ", cfg.Rounds)
 	b.WriteString("Ratios compare each Floodgate service with envoyproxy/ratelimit in the same round, transport and caller count (decisions/s: higher is better; p99 and CPU: lower is better). ")
 	b.WriteString("CPU is user+system time over the measured window: the service and its redis-server from /proc/<pid>/stat, the load generator from getrusage; \"other\" is the rest of the machine's busy time (/proc/stat) — other processes and interrupts.\n")
 	for _, t := range cfg.Transports {
