@@ -282,23 +282,35 @@ func hitsAddends(req *rlspb.RateLimitRequest) []uint64 {
 // share_threshold wildcard standing for the value), and the start of the
 // current window in Unix seconds, as envoyproxy/ratelimit builds it.
 func CounterKey(prefix, domain string, entries []Entry, l *Limit, now int64) string {
+	d := unitSeconds(l.Proto.GetUnit())
+	var num [20]byte
+	window := strconv.AppendInt(num[:0], now/d*d, 10)
+	n := len(prefix) + len(domain) + 1 + len(window)
+	for i, e := range entries {
+		n += len(e.Key) + len(entryValue(l, i, e)) + 2
+	}
 	var b strings.Builder
+	b.Grow(n) // the one allocation
 	b.WriteString(prefix)
 	b.WriteString(domain)
 	b.WriteByte('_')
 	for i, e := range entries {
 		b.WriteString(e.Key)
 		b.WriteByte('_')
-		v := e.Value
-		if i < len(l.sharePattern) && l.sharePattern[i] != "" {
-			v = l.sharePattern[i]
-		}
-		b.WriteString(v)
+		b.WriteString(entryValue(l, i, e))
 		b.WriteByte('_')
 	}
-	d := unitSeconds(l.Proto.GetUnit())
-	b.WriteString(strconv.FormatInt(now/d*d, 10))
+	b.Write(window)
 	return b.String()
+}
+
+// entryValue is the value entry i contributes to l's counter key: its
+// own, or the share_threshold pattern that shares one counter.
+func entryValue(l *Limit, i int, e Entry) string {
+	if i < len(l.sharePattern) && l.sharePattern[i] != "" {
+		return l.sharePattern[i]
+	}
+	return e.Value
 }
 
 // Entry is one key/value pair of a request descriptor.
