@@ -151,8 +151,8 @@ func (s *securityFlags) grpcServerOptions() ([]grpc.ServerOption, error) {
 	if s.grpcWorkers > 0 {
 		// A new goroutine per request starts with a small stack and
 		// grows it (runtime.morestack, copying) on every request: a
-		// fifth of the service's CPU in memory mode. Workers keep their
-		// grown stacks.
+		// fifth to a quarter of the service's CPU in memory mode
+		// (docs/benchmarks.md). Workers keep their grown stacks.
 		opts = append(opts, grpc.NumStreamWorkers(uint32(s.grpcWorkers)))
 	}
 	tc, err := s.serverTLS()
