@@ -135,8 +135,9 @@ type Options struct {
 	// every decision is its own script call.
 	MaxBatch int
 	// MaxInFlight is the most script calls of coalesced decisions in
-	// flight at once; decisions beyond it wait and leave together when one
-	// completes. 0 means DefaultMaxInFlight.
+	// flight at once (per primary on a *redis.ClusterClient); decisions
+	// beyond it wait and leave together when one completes. 0 means
+	// DefaultMaxInFlight.
 	MaxInFlight int
 	// Split says how a decision whose keys span several Redis Cluster
 	// slots reserves its parts. Default SplitOrdered.
