@@ -81,7 +81,7 @@ var Ignored = map[string]string{
 	"DISABLE_STATS":             "metrics cost nothing until scraped",
 	"PROMETHEUS_MAPPER_YAML":    "metric names are fixed (docs/envoy.md)",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS":     "no response time histogram",
-	"REDIS_PIPELINE_WINDOW":                        "each request is one transaction; nothing to batch",
+	"REDIS_PIPELINE_WINDOW":                        "concurrent requests share script calls by themselves (single, sentinel); no window to wait",
 	"REDIS_PIPELINE_LIMIT":                         "deprecated in theirs too",
 	"REDIS_PERSECOND_PIPELINE_WINDOW":              "as REDIS_PIPELINE_WINDOW",
 	"REDIS_PERSECOND_PIPELINE_LIMIT":               "as REDIS_PIPELINE_LIMIT",
