@@ -134,3 +134,37 @@ func TestAllowAllocatesNothingOnMemstore(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowLayersAllocations: a layered decision allocates its results
+// (which the Decision returns) and its keys, not the layers it hands the
+// store.
+func TestAllowLayersAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(st, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	specs := []floodgate.LayerSpec{
+		{Policy: floodgate.Policy{Name: "global", Algorithm: floodgate.SlidingWindow, Limit: 1 << 30, Window: time.Hour}, Identity: "all"},
+		{Policy: floodgate.Policy{Name: "user", Algorithm: floodgate.TokenBucket, Limit: 1 << 30, Window: time.Hour}, Identity: "someone"},
+	}
+	if _, err := l.AllowLayers(ctx, 1, specs...); err != nil {
+		t.Fatal(err)
+	}
+	want := float64(1 + len(specs)) // the results and one key per layer
+	if n := testing.AllocsPerRun(200, func() {
+		d, err := l.AllowLayers(ctx, 1, specs...)
+		if err != nil || !d.Allowed {
+			t.Fatalf("AllowLayers: %+v %v", d, err)
+		}
+	}); n > want {
+		t.Errorf("%.1f allocations per AllowLayers, want at most %.0f", n, want)
+	}
+}

@@ -259,7 +259,12 @@ func (l *Limiter) AllowLayers(ctx context.Context, cost int64, specs ...LayerSpe
 
 // AllowLayersAt is AllowLayers at the given time.
 func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, specs ...LayerSpec) (Decision, error) {
-	layers, err := l.LayersAt(now, cost, specs...)
+	// The layers go to the store in a pooled array (a Store keeps no
+	// reference to them once Decide returns); only the results, which the
+	// Decision returns, are allocated.
+	f := layersPool.Get().(*layersFrame)
+	defer putLayers(f)
+	layers, err := l.appendLayers(f.layers[:0], now, cost, specs)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -270,17 +275,40 @@ func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, 
 	return NewDecision(out), nil
 }
 
+// layersFrame holds a layered decision's layers; pooled, as frame is.
+type layersFrame struct {
+	layers [MaxLayers]Layer
+}
+
+var layersPool = sync.Pool{New: func() any { return new(layersFrame) }}
+
+// putLayers clears f's layers (dropping their keys and policies) and
+// returns f to the pool.
+func putLayers(f *layersFrame) {
+	clear(f.layers[:])
+	layersPool.Put(f)
+}
+
 // LayersAt validates specs and builds the store layers for a decision of
 // the given cost at now.
 func (l *Limiter) LayersAt(now time.Time, cost int64, specs ...LayerSpec) ([]Layer, error) {
-	us := now.UnixMicro()
 	if len(specs) == 0 || len(specs) > MaxLayers {
+		return nil, fmt.Errorf("%w: %d layers (want 1..%d)", ErrInvalidLayers, len(specs), MaxLayers)
+	}
+	return l.appendLayers(make([]Layer, 0, len(specs)), now, cost, specs)
+}
+
+// appendLayers is LayersAt building the layers in dst[:len(specs)] (dst
+// has the capacity for them: len(specs) <= MaxLayers).
+func (l *Limiter) appendLayers(dst []Layer, now time.Time, cost int64, specs []LayerSpec) ([]Layer, error) {
+	us := now.UnixMicro()
+	if len(specs) == 0 || len(specs) > MaxLayers || cap(dst) < len(specs) {
 		return nil, fmt.Errorf("%w: %d layers (want 1..%d)", ErrInvalidLayers, len(specs), MaxLayers)
 	}
 	if err := ValidateCost(cost); err != nil {
 		return nil, err
 	}
-	layers := make([]Layer, len(specs))
+	layers := dst[:len(specs)]
 	for i, s := range specs {
 		if err := s.Policy.Validate(); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
