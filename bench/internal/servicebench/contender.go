@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/floodgate-rl/floodgate/loadgen"
 )
@@ -135,10 +136,21 @@ func theirEnv(dir, redisAddr string, http, grpc, debug int) []string {
 	}
 }
 
+// ServeFallbackBudget is floodgate serve's --fallback-budget in the
+// comparison, instead of its default 50 ms: as long as its own decision
+// deadline (--decision-timeout, default 1 s), so that serve waits for
+// Redis as envoyproxy/ratelimit does (up to its REDIS_TIMEOUT, 10 s)
+// rather than answering from its local fallback store when the loaded
+// machine delays a Redis call past 50 ms. A decision taken by the fallback
+// all the same makes its cell invalid (see errNotByRedis).
+const ServeFallbackBudget = time.Second
+
 // serveArgs are floodgate serve's arguments: its defaults, but for the
-// listeners, the Redis and the two configuration files.
+// listeners, the Redis, the two configuration files and the fallback
+// budget (ServeFallbackBudget).
 func serveArgs(dir, redisAddr string, http, grpc int) []string {
 	return []string{"serve",
+		"--fallback-budget", ServeFallbackBudget.String(),
 		"--addr", "127.0.0.1:" + strconv.Itoa(http),
 		"--grpc-addr", "127.0.0.1:" + strconv.Itoa(grpc),
 		"--envoy-config", filepath.Join(dir, "runtime", "ratelimit", "config", "config.yaml"),
@@ -156,26 +168,30 @@ type Binaries struct {
 }
 
 // launch starts service s on Redis at redisAddr, with its files in dir,
-// and returns the process and the load generator's target for transport
-// t.
-func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process, loadgen.Options, error) {
+// and returns the process, the load generator's target for transport t,
+// and the URL of the service's Prometheus metrics ("" for
+// envoyproxy/ratelimit, which has no fallback to count).
+func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process, loadgen.Options, string, error) {
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, loadgen.Options{}, err
+		return nil, loadgen.Options{}, "", err
 	}
+	var metricsURL string
 	var p *process
 	switch s {
 	case Theirs:
 		p, err = startProcess(b.Theirs, nil, theirEnv(dir, redisAddr, ports[0], ports[1], ports[2]), dir)
 	case Compat:
 		p, err = startProcess(b.Floodgate, []string{"envoy-compat"}, theirEnv(dir, redisAddr, ports[0], ports[1], ports[2]), dir)
+		metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics" // the debug listener
 	case Serve:
 		p, err = startProcess(b.Floodgate, serveArgs(dir, redisAddr, ports[0], ports[1]), nil, dir)
+		metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"
 	default:
-		return nil, loadgen.Options{}, fmt.Errorf("servicebench: unknown service %v", s)
+		return nil, loadgen.Options{}, "", fmt.Errorf("servicebench: unknown service %v", s)
 	}
 	if err != nil {
-		return nil, loadgen.Options{}, err
+		return nil, loadgen.Options{}, "", err
 	}
 	o := loadgen.Options{Domain: "api", Policy: "api", IdentityKey: "user"}
 	switch {
@@ -186,5 +202,5 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	default:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.EnvoyJSON
 	}
-	return p, o, nil
+	return p, o, metricsURL, nil
 }

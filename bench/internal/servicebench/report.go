@@ -154,7 +154,10 @@ func Markdown(res *Result) string {
 		cfg.Duration, cfg.Warmup, cfg.Identities, Limit)
 	fmt.Fprintf(&b, "%d round(s), the services interleaved in each; a cell with several rounds shows the median and (range), each figure its own (so parts need not add up to the total's median). ", cfg.Rounds)
 	b.WriteString("Ratios compare each Floodgate service with envoyproxy/ratelimit in the same round, transport and caller count (decisions/s: higher is better; p99 and CPU: lower is better). ")
-	b.WriteString("CPU is user+system time over the measured window: the service and its redis-server from /proc/<pid>/stat, the load generator from getrusage; \"other\" is the rest of the machine's busy time (/proc/stat) — other processes and interrupts.\n")
+	b.WriteString("CPU is user+system time over the measured window: the service and its redis-server from /proc/<pid>/stat, the load generator from getrusage; \"other\" is the rest of the machine's busy time (/proc/stat) — other processes and interrupts. ")
+	fmt.Fprintf(&b, "Every decision must be taken by Redis: floodgate serve runs with `--fallback-budget %v` (instead of its default 50 ms; %v is its default --decision-timeout) so that, like envoyproxy/ratelimit (which waits up to its REDIS_TIMEOUT, 10 s), it waits for a slow Redis instead of answering from its local fallback store; ", ServeFallbackBudget, ServeFallbackBudget)
+	b.WriteString("\"not by Redis\" is what the Floodgate services' own metrics count over the warm-up and the window (serve: `rate_limit_fallback_total` and `floodgate_degraded_responses_total`; envoy-compat: hits `over_limit_with_local_cache`; envoyproxy/ratelimit has no fallback and its local cache is off), and a cell with any is measured again, then kept and flagged ⚠ when every try had some. ")
+	fmt.Fprintf(&b, "Redis commands per decision are split from INFO commandstats into keyed commands (data commands, those run by scripts included) and script calls (EVALSHA/EVAL); each decision needs %d keyed commands (a read and a write of its counter: GET+SET in serve's script, INCRBY+EXPIRE in the others), and a cell below 95%% of that is flagged ⚠.\n", KeyedNeeded)
 	for _, t := range cfg.Transports {
 		writeTable(&b, res, t)
 	}
@@ -167,8 +170,9 @@ func writeTable(b *strings.Builder, res *Result, t Transport) {
 	} else {
 		b.WriteString("\n#### HTTP: `POST /json` (Envoy's request as JSON; floodgate serve: `POST /v1/check`)\n\n")
 	}
-	b.WriteString("| callers | service | decisions/s | p50 / p99 ms | errors / denied | CPU µs per decision: service + Redis = total | Redis commands per decision (scripts' calls included) | cores used: service / Redis / load generator / other | load generator µs per decision | vs envoyproxy/ratelimit: decisions/s · p99 · CPU per decision |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---|---:|---|---:|---|\n")
+	b.WriteString("| callers | service | decisions/s | p50 / p99 ms | errors / denied | CPU µs per decision: service + Redis = total | decisions not by Redis | Redis commands per decision: keyed + script calls (all) | cores used: service / Redis / load generator / other | load generator µs per decision | vs envoyproxy/ratelimit: decisions/s · p99 · CPU per decision |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---|---:|---:|---|---:|---|\n")
+	var warnings []string
 	gs := groups(res)
 	for _, g := range gs {
 		if g.transport != t {
@@ -184,13 +188,34 @@ func writeTable(b *strings.Builder, res *Result, t Transport) {
 		p99 := func(c Cell) float64 { return msOf(c.P99) }
 		cpu := func(c Cell) float64 { return micros(c.CPUPerDecision()) }
 		var errs, denied int64
+		notByRedis, short := "0", ""
+		if g.service == Theirs {
+			notByRedis = "— (no fallback)"
+		}
+		var fallbacks int64
+		var invalidRounds, shortRounds []string
 		for _, c := range g.cells {
 			errs += c.Errors
 			denied += c.Denied
+			fallbacks += c.NotByRedis
+			if c.Invalid() {
+				invalidRounds = append(invalidRounds, fmt.Sprintf("round %d: %d of %d", c.Round, c.NotByRedis, c.Decisions))
+			}
+			if keyedShort(c) {
+				shortRounds = append(shortRounds, fmt.Sprintf("round %d: %.2f", c.Round, perDecisionCount(c.KeyedCommands, c.Decisions)))
+			}
 		}
 		name := g.service.String()
 		if t == HTTP {
 			name += " (" + g.service.endpoint(t) + ")"
+		}
+		if len(invalidRounds) > 0 {
+			notByRedis = fmt.Sprintf("⚠ %d", fallbacks)
+			warnings = append(warnings, fmt.Sprintf("⚠ **Invalid:** %s, %d callers: decisions taken without Redis (%s); its figures are not comparable.", name, g.callers, strings.Join(invalidRounds, ", ")))
+		}
+		if len(shortRounds) > 0 {
+			short = "⚠ "
+			warnings = append(warnings, fmt.Sprintf("⚠ %s, %d callers: fewer keyed Redis commands per decision than the %d each decision needs (%s): some decisions did not reach Redis, or were merged.", name, g.callers, KeyedNeeded, strings.Join(shortRounds, ", ")))
 		}
 		vs := "—"
 		if theirs != nil && g.service != Theirs {
@@ -201,7 +226,7 @@ func writeTable(b *strings.Builder, res *Result, t Transport) {
 				vs = r1.format(times) + " · " + r2.format(times) + " · " + r3.format(times)
 			}
 		}
-		fmt.Fprintf(b, "| %d | %s | %s | %s / %s | %d / %d | %s + %s = %s | %s | %s / %s / %s / %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %d | %s | %s | %s / %s | %d / %d | %s + %s = %s | %s | %s%s + %s (%s) | %s / %s / %s / %s | %s | %s |\n",
 			g.callers, name,
 			g.of(rate).format(thousands),
 			g.of(func(c Cell) float64 { return msOf(c.P50) }).format(ms), g.of(p99).format(ms),
@@ -209,13 +234,19 @@ func writeTable(b *strings.Builder, res *Result, t Transport) {
 			g.of(func(c Cell) float64 { return micros(perDecision(c.CPU.Service, c.Decisions)) }).format(oneDecimal),
 			g.of(func(c Cell) float64 { return micros(perDecision(c.CPU.Redis, c.Decisions)) }).format(oneDecimal),
 			g.of(cpu).format(oneDecimal),
-			g.of(func(c Cell) float64 { return float64(c.RedisCommands) / max(float64(c.Decisions), 1) }).format(twoDecimals),
+			notByRedis, short,
+			g.of(func(c Cell) float64 { return perDecisionCount(c.KeyedCommands, c.Decisions) }).format(twoDecimals),
+			g.of(func(c Cell) float64 { return perDecisionCount(c.ScriptCalls, c.Decisions) }).format(twoDecimals),
+			g.of(func(c Cell) float64 { return perDecisionCount(c.RedisCommands, c.Decisions) }).format(twoDecimals),
 			g.of(func(c Cell) float64 { return cores(c.CPU.Service, c.Elapsed) }).format(twoDecimals),
 			g.of(func(c Cell) float64 { return cores(c.CPU.Redis, c.Elapsed) }).format(twoDecimals),
 			g.of(func(c Cell) float64 { return cores(c.CPU.Loadgen, c.Elapsed) }).format(twoDecimals),
 			g.of(func(c Cell) float64 { return cores(c.CPU.Other, c.Elapsed) }).format(twoDecimals),
 			g.of(func(c Cell) float64 { return micros(perDecision(c.CPU.Loadgen, c.Decisions)) }).format(oneDecimal),
 			vs)
+	}
+	if len(warnings) > 0 {
+		b.WriteString("\n" + strings.Join(warnings, "\n\n") + "\n")
 	}
 }
 

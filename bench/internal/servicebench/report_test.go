@@ -13,7 +13,7 @@ func cell(s Service, tr Transport, callers, round int, rate float64, p99 time.Du
 		Service: s, Transport: tr, Callers: callers, Round: round,
 		Elapsed: 10 * time.Second, Decisions: int64(rate * 10), P50: p99 / 4, P99: p99,
 		CPU:           CPU{Service: svc, Redis: redis, Loadgen: 2 * time.Second, Other: time.Second},
-		RedisCommands: int64(rate * 20),
+		RedisCommands: int64(rate * 21), KeyedCommands: int64(rate * 20), ScriptCalls: int64(rate),
 	}
 }
 
@@ -41,10 +41,10 @@ func TestMarkdown(t *testing.T) {
 		"10000 identities",
 		// theirs: median of 6000 and 4000; 60,000 and 40,000 decisions for
 		// 7 s of CPU: 116.7 and 175 µs, median 145.8.
-		"| 64 | envoyproxy/ratelimit | 5.0k (4.0k–6.0k) | 7.50 (5.00–10.0) / 30.0 (20.0–40.0) | 0 / 0 | 125.0 (100.0–150.0) + 20.8 (16.7–25.0) = 145.8 (116.7–175.0) | 2.00 | 0.60 / 0.10 / 0.20 / 0.10 | 41.7 (33.3–50.0) | — |",
+		"| 64 | envoyproxy/ratelimit | 5.0k (4.0k–6.0k) | 7.50 (5.00–10.0) / 30.0 (20.0–40.0) | 0 / 0 | 125.0 (100.0–150.0) + 20.8 (16.7–25.0) = 145.8 (116.7–175.0) | — (no fallback) | 2.00 + 0.10 (2.10) | 0.60 / 0.10 / 0.20 / 0.10 | 41.7 (33.3–50.0) | — |",
 		// ours: 18,000/s both rounds; ratios 3× and 4.5×, p99 0.4× and
 		// 0.2×, CPU per decision 1/3 and 2/9.
-		"| 64 | floodgate serve | 18.0k | 2.00 / 8.00 | 0 / 0 | 33.3 + 5.6 = 38.9 | 2.00 | 0.60 / 0.10 / 0.20 / 0.10 | 11.1 | 3.75× (3.00×–4.50×) · 0.30× (0.20×–0.40×) · 0.28× (0.22×–0.33×) |",
+		"| 64 | floodgate serve | 18.0k | 2.00 / 8.00 | 0 / 0 | 33.3 + 5.6 = 38.9 | 0 | 2.00 + 0.10 (2.10) | 0.60 / 0.10 / 0.20 / 0.10 | 11.1 | 3.75× (3.00×–4.50×) · 0.30× (0.20×–0.40×) · 0.28× (0.22×–0.33×) |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks\n%s\n---\n%s", want, md)
@@ -52,6 +52,41 @@ func TestMarkdown(t *testing.T) {
 	}
 	if strings.Contains(md, "#### HTTP") {
 		t.Error("report has an HTTP table for a gRPC-only run")
+	}
+	if strings.Contains(md, "| ⚠") || strings.Contains(md, "\n⚠") {
+		t.Errorf("valid cells flagged:\n%s", md)
+	}
+}
+
+// A cell with decisions taken without Redis, or with too few keyed
+// commands, is flagged in its row and in a warning under the table.
+func TestMarkdownFlags(t *testing.T) {
+	ms := time.Millisecond
+	fellBack := cell(Serve, HTTP, 256, 2, 20000, 8*ms, 6*time.Second, time.Second)
+	fellBack.NotByRedis, fellBack.KeyedCommands = 90_000, 178_000 // 0.89 per decision
+	res := &Result{
+		Config: Config{Transports: []Transport{HTTP}, Duration: 10 * time.Second, Warmup: time.Second, Identities: 10_000, Rounds: 2},
+		Cells: []Cell{
+			cell(Theirs, HTTP, 256, 1, 6000, 20*ms, 6*time.Second, time.Second),
+			cell(Serve, HTTP, 256, 1, 18000, 8*ms, 6*time.Second, time.Second),
+			cell(Theirs, HTTP, 256, 2, 6000, 20*ms, 6*time.Second, time.Second),
+			fellBack,
+		},
+	}
+	md := Markdown(res)
+	for _, want := range []string{
+		"| 256 | floodgate serve (POST /v1/check) | 19.0k (18.0k–20.0k) |",
+		"| ⚠ 90000 | ⚠ 1.45 (0.89–2.00) + 0.10 (2.10) |",
+		"⚠ **Invalid:** floodgate serve (POST /v1/check), 256 callers: decisions taken without Redis (round 2: 90000 of 200000)",
+		"⚠ floodgate serve (POST /v1/check), 256 callers: fewer keyed Redis commands per decision than the 2 each decision needs (round 2: 0.89)",
+		"`--fallback-budget 1s`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks\n%s\n---\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "envoyproxy/ratelimit (POST /json), 256 callers") {
+		t.Errorf("theirs flagged:\n%s", md)
 	}
 }
 

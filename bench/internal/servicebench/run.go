@@ -69,9 +69,18 @@ type Cell struct {
 	// CPU is what each process used over the window.
 	CPU CPU
 	// RedisCommands is the number of commands Redis processed over the
-	// window.
-	RedisCommands int64
+	// window; ScriptCalls and KeyedCommands split it (commandCounts).
+	RedisCommands, ScriptCalls, KeyedCommands int64
+	// NotByRedis counts the decisions the service reports having taken
+	// without Redis over the warm-up and the window (its fallback; see
+	// notByRedis). A cell where it is not 0 is invalid: it is measured
+	// again, and kept (and flagged) only when every try had some.
+	NotByRedis int64
 }
+
+// Invalid tells whether some of the cell's decisions were not taken by
+// Redis.
+func (c Cell) Invalid() bool { return c.NotByRedis > 0 }
 
 // Rate returns decisions per second.
 func (c Cell) Rate() float64 { return float64(c.Decisions) / max(c.Elapsed.Seconds(), 1e-9) }
@@ -153,7 +162,8 @@ func (c *Config) withDefaults() error {
 // Run measures every cell, round after round: in a round, for each caller
 // count and transport, each service in turn, each on its own fresh
 // redis-server and freshly started. It stops at the first cell that fails
-// three times in a row.
+// three times in a row, but for a cell in which the service took some
+// decisions without Redis three times: that one is kept, flagged.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -175,15 +185,22 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 						}
 						cell, err = runCell(ctx, cfg, s, t, callers, res)
 					}
+					if errors.Is(err, errNotByRedis) {
+						if cfg.Progress != nil {
+							fmt.Fprintf(cfg.Progress, "WARNING: %v %v, %d callers, round %d: %v on every try; the cell is kept and flagged invalid\n", s, t, callers, round+1, err)
+						}
+						err = nil
+					}
 					if err != nil {
 						return res, fmt.Errorf("%v %v, %d callers, round %d: %w", s, t, callers, round+1, err)
 					}
 					cell.Round = round + 1
 					res.Cells = append(res.Cells, cell)
 					if cfg.Progress != nil {
-						fmt.Fprintf(cfg.Progress, "[%d/%d] round %d, %-22v %-4v %3d callers: %8.0f decisions/s, p99 %v, service+redis %.1f µs/decision, loadgen %.1f µs/decision, errors %d\n",
+						fmt.Fprintf(cfg.Progress, "[%d/%d] round %d, %-22v %-4v %3d callers: %8.0f decisions/s, p99 %v, service+redis %.1f µs/decision, loadgen %.1f µs/decision, errors %d, not by Redis %d, Redis keyed commands %.2f and script calls %.2f per decision\n",
 							len(res.Cells), total, round+1, s, t, callers, cell.Rate(), cell.P99.Round(10*time.Microsecond),
-							micros(cell.CPUPerDecision()), micros(perDecision(cell.CPU.Loadgen, cell.Decisions)), cell.Errors)
+							micros(cell.CPUPerDecision()), micros(perDecision(cell.CPU.Loadgen, cell.Decisions)), cell.Errors,
+							cell.NotByRedis, perDecisionCount(cell.KeyedCommands, cell.Decisions), perDecisionCount(cell.ScriptCalls, cell.Decisions))
 					}
 				}
 			}
@@ -195,7 +212,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 // runCell starts a redis-server and the service, waits until the service
-// answers, warms up, and measures.
+// answers, warms up, and measures. A cell with decisions not taken by
+// Redis is returned with an error wrapping errNotByRedis.
 func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers int, res *Result) (Cell, error) {
 	cell := Cell{Service: s, Transport: t, Callers: callers}
 	dir, err := os.MkdirTemp("", "floodgate-servicebench-")
@@ -220,13 +238,20 @@ func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers in
 		}
 		res.RedisVersion = redisproc.InfoField(info, "redis_version")
 	}
-	p, o, err := launch(cfg.Binaries, s, t, dir, rs.Addr)
+	p, o, metricsURL, err := launch(cfg.Binaries, s, t, dir, rs.Addr)
 	if err != nil {
 		return cell, err
 	}
 	defer p.stop()
 	o.Identities, o.Connections, o.Concurrency = cfg.Identities, cfg.Connections, callers
 	if err := waitReady(ctx, p, o); err != nil {
+		return cell, err
+	}
+	// The fallback counters are read from before the warm-up: a decision
+	// of the warm-up taken without Redis (the breaker open, say) may weigh
+	// on the window too.
+	fbBefore, err := fallbackCount(ctx, s, metricsURL)
+	if err != nil {
 		return cell, err
 	}
 	if cfg.Warmup > 0 {
@@ -236,7 +261,7 @@ func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers in
 			return cell, err
 		}
 	}
-	cmdsBefore, err := redisCommands(ctx, rc)
+	cmdsBefore, byKindBefore, err := redisCommands(ctx, rc)
 	if err != nil {
 		return cell, err
 	}
@@ -253,7 +278,11 @@ func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers in
 	if err != nil {
 		return cell, err
 	}
-	cmdsAfter, err := redisCommands(ctx, rc)
+	cmdsAfter, byKindAfter, err := redisCommands(ctx, rc)
+	if err != nil {
+		return cell, err
+	}
+	fbAfter, err := fallbackCount(ctx, s, metricsURL)
 	if err != nil {
 		return cell, err
 	}
@@ -265,8 +294,14 @@ func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers in
 	cell.P50, cell.P99 = rep.Latency.P50, rep.Latency.P99
 	cell.CPU = cpuBetween(before, after)
 	cell.RedisCommands = cmdsAfter - cmdsBefore - 1 // less the INFO of the first reading
+	cell.ScriptCalls = byKindAfter.Scripts - byKindBefore.Scripts
+	cell.KeyedCommands = byKindAfter.Keyed - byKindBefore.Keyed
+	cell.NotByRedis = int64(fbAfter - fbBefore)
 	if cell.Decisions > 0 && cell.RedisCommands <= 0 {
 		return cell, fmt.Errorf("no Redis command was processed for %d decisions: the service did not count them", cell.Decisions)
+	}
+	if cell.Invalid() {
+		return cell, fmt.Errorf("%w: %d of them (the service's fallback)", errNotByRedis, cell.NotByRedis)
 	}
 	return cell, nil
 }
@@ -302,13 +337,19 @@ func waitReady(ctx context.Context, p *process, o loadgen.Options) error {
 	return fmt.Errorf("no allowed answer from %s within 30s (last: %s); its output:\n%s", o.Target, last, p.logTail())
 }
 
-// redisCommands returns INFO stats' total_commands_processed.
-func redisCommands(ctx context.Context, rc *redis.Client) (int64, error) {
-	info, err := rc.Info(ctx, "stats").Result()
+// redisCommands returns INFO stats' total_commands_processed and the
+// counts of INFO commandstats, read with one command.
+func redisCommands(ctx context.Context, rc *redis.Client) (int64, commandCounts, error) {
+	info, err := rc.Info(ctx, "stats", "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, commandCounts{}, err
 	}
-	return strconv.ParseInt(redisproc.InfoField(info, "total_commands_processed"), 10, 64)
+	total, err := strconv.ParseInt(redisproc.InfoField(info, "total_commands_processed"), 10, 64)
+	if err != nil {
+		return 0, commandCounts{}, fmt.Errorf("servicebench: total_commands_processed: %w", err)
+	}
+	byKind, err := parseCommandStats(info)
+	return total, byKind, err
 }
 
 // loadAvg returns the three load averages of /proc/loadavg, or "unknown".
@@ -325,6 +366,9 @@ func loadAvg() string {
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// perDecisionCount divides a count by a number of decisions.
+func perDecisionCount(n, decisions int64) float64 { return float64(n) / max(float64(decisions), 1) }
 
 // perDecision divides a CPU time by a number of decisions.
 func perDecision(d time.Duration, n int64) time.Duration {

@@ -91,6 +91,12 @@ func TestRunEndToEnd(t *testing.T) {
 		if c.Decisions == 0 || c.Errors != 0 || c.Denied != 0 || c.RedisCommands < c.Decisions/10 || c.P99 < c.P50 {
 			t.Errorf("%v %v: %+v", c.Service, c.Transport, c)
 		}
+		// Every decision on Redis, with its read and write of the counter;
+		// the Floodgate services through a script, theirs without.
+		if c.Invalid() || keyedShort(c) || (c.ScriptCalls > 0) != (c.Service != Theirs) {
+			t.Errorf("%v %v: not by Redis %d, %d keyed commands and %d script calls for %d decisions",
+				c.Service, c.Transport, c.NotByRedis, c.KeyedCommands, c.ScriptCalls, c.Decisions)
+		}
 		if c.CPU.Service < 0 || c.CPU.Redis < 0 || c.CPU.Loadgen <= 0 {
 			t.Errorf("%v %v: CPU %+v", c.Service, c.Transport, c.CPU)
 		}
