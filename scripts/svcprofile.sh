@@ -18,6 +18,8 @@
 # profiles at the start and end of the window: compare them with
 #   go tool pprof -top FLOODGATE OUTDIR/mem-grpc.cpu
 #   go tool pprof -sample_index=alloc_objects -top -diff_base OUTDIR/mem-grpc.allocs0 FLOODGATE OUTDIR/mem-grpc.allocs1
+# STORES (default "mem redis") and APIS (default "grpc http") pick the
+# cells, CALLERS (default 64) the load generator's concurrency.
 # SERVE_ARGS adds flags to serve, e.g. SERVE_ARGS="--fallback-budget 1s"
 # so that a Redis slowed by a busy machine does not hand decisions to the
 # local fallback (which would make the cell measure that instead).
@@ -63,9 +65,9 @@ for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0
 TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 TICK=$(getconf CLK_TCK)
 echo "$(date -u +%FT%TZ) $(uptime)"
-echo "floodgate: $BIN; load generator: $LT; ${DUR}s per cell, 64 callers, 10000 identities; serve flags added: ${SERVE_ARGS:-none}"
-for store in mem redis; do
-	for api in grpc http; do
+echo "floodgate: $BIN; load generator: $LT; ${DUR}s per cell, ${CALLERS:-64} callers, 10000 identities; serve flags added: ${SERVE_ARGS:-none}"
+for store in ${STORES:-mem redis}; do
+	for api in ${APIS:-grpc http}; do
 		HP=$(freeport); GP=$(freeport); AP=$(freeport)
 		args=(serve --addr "127.0.0.1:$HP" --grpc-addr "127.0.0.1:$GP" --admin-addr "127.0.0.1:$AP" --admin-token "$TOKEN" --pprof
 			--config "$WORK/floodgate.yaml" --envoy-config "$WORK/envoy.yaml" --log-level warn)
@@ -78,14 +80,14 @@ for store in mem redis; do
 		for _ in $(seq 100); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sleep 0.1; done
 		target=grpc://127.0.0.1:$GP
 		[ "$api" = http ] && target=http://127.0.0.1:$HP
-		"$LT" loadtest --target "$target" --concurrency 64 --duration 2s --identities 10000 --quiet >/dev/null
+		"$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration 2s --identities 10000 --quiet >/dev/null
 		metric() { curl -s "127.0.0.1:$AP/metrics" | awk -v m="$1" '$1 ~ "^"m {s+=$2} END {printf "%d", s}'; }
 		m0=$(metric go_memstats_mallocs_total)
 		c0=$(awk '{print $14+$15}' "/proc/$SP/stat")
 		curl -s -o "$OUT/$store-$api.cpu" "127.0.0.1:$AP/debug/pprof/profile?seconds=$((DUR - 2))" &
 		CP=$!
 		curl -s -o "$OUT/$store-$api.allocs0" "127.0.0.1:$AP/debug/pprof/allocs"
-		rep=$("$LT" loadtest --target "$target" --concurrency 64 --duration "${DUR}s" --identities 10000 --quiet)
+		rep=$("$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration "${DUR}s" --identities 10000 --quiet)
 		c1=$(awk '{print $14+$15}' "/proc/$SP/stat")
 		m1=$(metric go_memstats_mallocs_total)
 		wait "$CP"
