@@ -17,8 +17,8 @@ type outcome struct {
 	allowed   bool
 	binding   int // index into layers
 	layers    []floodgate.Result
-	identity  []string // the identity each layer keyed on
-	shadowHit []bool   // shadow layers that would have denied
+	specs     []floodgate.LayerSpec // specs[i].Identity: the identity layer i keyed on
+	shadowHit []bool                // shadow layers that would have denied
 	degraded  fallback.Outcome
 }
 
@@ -47,10 +47,7 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 	if err != nil {
 		return o, badRequest("invalid-identity", "%s", err)
 	}
-	o.identity = make([]string, len(specs))
-	for i, sp := range specs {
-		o.identity[i] = sp.Identity
-	}
+	o.specs = specs // fresh from Specs, and nothing below changes it
 	dec, err := s.lim.AllowLayers(ctx, c.cost, specs...)
 	if err != nil {
 		return o, err

@@ -148,7 +148,7 @@ func (s *Server) record(o outcome, route string) {
 	// "api/per-user:42"; it is never a metric label.
 	var key string
 	if !o.allowed {
-		key = p.Name + "/" + p.Layers[o.binding].Name + ":" + o.identity[o.binding]
+		key = p.Name + "/" + p.Layers[o.binding].Name + ":" + o.specs[o.binding].Identity
 	}
 	s.decided.Decision(metrics.Labels{Policy: p.Name, Route: route, Tier: o.tier}, key, o.allowed)
 }
