@@ -225,8 +225,14 @@ func layerResult(l *config.Layer, r floodgate.Result, tier string) LayerResult {
 
 // response builds the JSON body of o.
 func (o outcome) response() CheckResponse {
+	return o.responseIn(make([]LayerResult, len(o.layers)))
+}
+
+// responseIn is response with the layers' results stored in layers
+// (len(layers) == len(o.layers)), e.g. an array on the caller's stack.
+func (o outcome) responseIn(layers []LayerResult) CheckResponse {
 	p := o.check.policy
-	resp := CheckResponse{Allowed: o.allowed, Policy: p.Name, Tier: o.tier, Layers: make([]LayerResult, len(o.layers))}
+	resp := CheckResponse{Allowed: o.allowed, Policy: p.Name, Tier: o.tier, Layers: layers}
 	for i, r := range o.layers {
 		resp.Layers[i] = layerResult(p.Layers[i], r, o.tier)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 )
 
 // The decision endpoints' JSON without reflection. A POST /v1/check body
@@ -247,7 +248,10 @@ func appendIntField(b []byte, name string, v int64) []byte {
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
+			// A copy goes to Marshal, so that s does not escape through
+			// the interface (which would move every caller's answer,
+			// layers included, to the heap); this path is rare.
+			q, err := json.Marshal(strings.Clone(s))
 			if err != nil { // not for a string
 				return append(b, `""`...)
 			}
