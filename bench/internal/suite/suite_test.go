@@ -106,11 +106,16 @@ func TestRunShort(t *testing.T) {
 			}
 			// Other libraries, and Floodgate with coalescing off, make a
 			// script call per decision; Floodgate coalesces concurrent
-			// decisions, at least one per call (give or take the calls in
-			// flight at the edges of the measured time, a few per caller
-			// through a pipeline).
+			// decisions, at least one per call, give or take the calls at
+			// the edges of the measured time: those in flight (a few per
+			// caller through a pipeline), and those made while the INFO
+			// snapshot that opens the period travels back, which the
+			// callers keep deciding through without counting (on a loaded
+			// machine that took 63 calls at one caller, CI 2026-12-02);
+			// hence a fifth of the decisions on top.
 			coalesced := strings.HasPrefix(s.ID, "fg-") && s.ID != report.SlidingWinAPSingle
-			if s.ID != report.Throttled && (c.ScriptCalls <= 0 || !coalesced && c.ScriptCalls < int64(c.Allowed) || coalesced && c.ScriptCalls > int64(c.Allowed)+4*int64(c.Workers)+16) {
+			edge := int64(c.Allowed)/5 + 4*int64(c.Workers) + 16
+			if s.ID != report.Throttled && (c.ScriptCalls <= 0 || !coalesced && c.ScriptCalls < int64(c.Allowed) || coalesced && c.ScriptCalls > int64(c.Allowed)+edge) {
 				t.Errorf("%s at %d: %d script calls for %d decisions", s.Name, c.Workers, c.ScriptCalls, c.Allowed)
 			}
 		}
