@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 // redis-server, kills it, and checks that the answers decided by the
 // failure mode carry the degraded header and dynamic metadata, and that
 // Redis's own answers carry neither (before the kill and after a restart).
+// Options.OnDegraded is called once for each degraded answer, with its
+// mode, and never for Redis's.
 func TestDegradedAnswersSaySo(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -44,7 +47,18 @@ func TestDegradedAnswersSaySo(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(fb.Close)
-			r := newRig(t, fb, apiConfig, Options{CountEachDescriptor: tc.each})
+			var mu sync.Mutex
+			var calls []fallback.Outcome // OnDegraded's
+			onDegraded := func() []fallback.Outcome {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]fallback.Outcome(nil), calls...)
+			}
+			r := newRig(t, fb, apiConfig, Options{CountEachDescriptor: tc.each, OnDegraded: func(o fallback.Outcome) {
+				mu.Lock()
+				calls = append(calls, o)
+				mu.Unlock()
+			}})
 			req := func() *rlspb.RateLimitRequest {
 				return request("api", desc("user=kim"), desc("tenant=acme"))
 			}
@@ -52,9 +66,15 @@ func TestDegradedAnswersSaySo(t *testing.T) {
 			resp := r.call(t, req())
 			wantStatus(t, "healthy", resp.GetStatuses()[0], ok, 2, 3)
 			wantNotDegraded(t, "healthy", resp)
+			if got := onDegraded(); len(got) != 0 {
+				t.Errorf("healthy: OnDegraded calls %+v, want none", got)
+			}
 
 			srv.Kill()
 			resp = r.call(t, req())
+			if got := onDegraded(); len(got) != 1 || !got[0].Degraded || got[0].Mode != tc.mode {
+				t.Errorf("redis down: OnDegraded calls %+v, want one with mode %s", got, tc.mode)
+			}
 			if resp.GetOverallCode() != tc.code {
 				t.Errorf("redis down: overall %v, want %v", resp.GetOverallCode(), tc.code)
 			}
@@ -69,18 +89,23 @@ func TestDegradedAnswersSaySo(t *testing.T) {
 			}
 
 			srv.Restart(t)
+			degradedAnswers := 1 // the one above
 			deadline := time.Now().Add(60 * time.Second)
 			for {
 				resp = r.call(t, req())
 				if _, d := headers(resp)["X-Floodgate-Degraded"]; !d {
 					break
 				}
+				degradedAnswers++
 				if time.Now().After(deadline) {
 					t.Fatalf("still degraded 60 s after Redis restarted: %v", resp)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
 			wantNotDegraded(t, "restarted", resp)
+			if got := onDegraded(); len(got) != degradedAnswers {
+				t.Errorf("restarted: OnDegraded called %d times, want %d (once per degraded answer)", len(got), degradedAnswers)
+			}
 		})
 	}
 }

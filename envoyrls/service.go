@@ -58,6 +58,12 @@ type Options struct {
 	CountEachDescriptor bool
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// OnDegraded, when set, is called once for every answer that carries
+	// the degraded header (see DegradedHeader) with the failure mode's
+	// outcome, for metrics (floodgate serve counts it in
+	// floodgate_degraded_responses_total, as its HTTP answers). It runs on
+	// the request's goroutine: keep it fast.
+	OnDegraded func(fallback.Outcome)
 	// Observe, when set, is called once for every descriptor of an
 	// answered request that a limit applied to (not for unmatched,
 	// unlimited or replaced ones), for metrics and logs. It runs on the
@@ -196,6 +202,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	resp := s.response(now, p, results)
 	if degraded.Degraded {
 		s.markDegraded(resp, degraded)
+		if s.opts.OnDegraded != nil {
+			s.opts.OnDegraded(degraded)
+		}
 	}
 	if s.opts.Observe != nil {
 		s.observe(req.GetDomain(), p, resp)

@@ -40,7 +40,7 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 	defer func() {
 		if fo.Degraded {
 			o.degraded = *fo
-			s.metrics.degraded.WithLabelValues(fo.Mode.String()).Inc()
+			s.metrics.countDegraded(*fo)
 		}
 	}()
 	specs, err := cfg.Specs(c.policy, o.tier, c.identity, c.peek)

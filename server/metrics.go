@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/fallback"
 )
 
 // serverMetrics are the service's own metrics, next to package metrics'
@@ -17,6 +19,9 @@ type serverMetrics struct {
 	tierErrors   prometheus.Counter
 	tierStale    prometheus.Counter
 	degraded     *prometheus.CounterVec
+	// degradedBy holds degraded's children by mode, resolved once so that
+	// counting a degraded answer looks nothing up.
+	degradedBy [fallback.ModeClosed + 1]prometheus.Counter
 }
 
 func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
@@ -46,6 +51,9 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Help: "Decisions answered while degraded (taken by the failure mode instead of Redis), by failure mode.",
 		}, []string{"mode"}),
 	}
+	for mode := fallback.ModeLocal; mode <= fallback.ModeClosed; mode++ {
+		m.degradedBy[mode] = m.degraded.WithLabelValues(mode.String())
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors, m.tierStale, m.degraded} {
 			if err := reg.Register(c); err != nil {
@@ -54,4 +62,14 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// countDegraded counts one answer taken by o's failure mode in
+// floodgate_degraded_responses_total.
+func (m *serverMetrics) countDegraded(o fallback.Outcome) {
+	if int(o.Mode) < len(m.degradedBy) && m.degradedBy[o.Mode] != nil {
+		m.degradedBy[o.Mode].Inc()
+		return
+	}
+	m.degraded.WithLabelValues(o.Mode.String()).Inc()
 }

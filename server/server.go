@@ -344,6 +344,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // SetDraining turns readiness off (true) or back on, without stopping.
 func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
 
+// CountDegraded counts one answer that o's failure mode took instead of
+// Redis in floodgate_degraded_responses_total, as the HTTP API counts its
+// own: for another API served beside s (floodgate serve passes it to its
+// gRPC service as envoyrls.Options.OnDegraded). It does nothing when o is
+// not degraded, and does not allocate.
+func (s *Server) CountDegraded(o fallback.Outcome) {
+	if o.Degraded {
+		s.metrics.countDegraded(o)
+	}
+}
+
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
 // readiness turns off, it waits ShutdownDelay, stops accepting connections
 // and waits up to DrainTimeout for in-flight requests, then closes the

@@ -22,7 +22,8 @@ import (
 // TestServeGRPCDegradedHeader: with Redis killed, serve's gRPC answers
 // decided by the fallback carry x-floodgate-degraded in
 // response_headers_to_add (and dynamic_metadata); while Redis decides they
-// carry neither.
+// carry neither. Each degraded gRPC answer is counted in /metrics'
+// floodgate_degraded_responses_total, as the HTTP API's are.
 func TestServeGRPCDegradedHeader(t *testing.T) {
 	rs := redistest.Start(t)
 	dir := t.TempDir()
@@ -66,6 +67,8 @@ func TestServeGRPCDegradedHeader(t *testing.T) {
 		d, resp := call()
 		return d == "" && resp.GetDynamicMetadata() == nil
 	})
+	const counter = `floodgate_degraded_responses_total{mode="local"}`
+	before := metricValue(t, svc.url, counter)
 	rs.Kill()
 	d, resp := call()
 	if !strings.HasPrefix(d, "local; reason=") || resp.GetOverallCode() != rlspb.RateLimitResponse_OK ||
@@ -73,6 +76,9 @@ func TestServeGRPCDegradedHeader(t *testing.T) {
 		t.Fatalf("Redis killed: x-floodgate-degraded %q, %v; want \"local; reason=...\", OK, dynamic_metadata degraded", d, resp)
 	}
 	t.Logf("Redis killed: x-floodgate-degraded: %s", d)
+	if after := metricValue(t, svc.url, counter); after != before+1 {
+		t.Fatalf("%s went from %v to %v over one degraded gRPC answer, want +1", counter, before, after)
+	}
 }
 
 // TestServeGRPCUsesServiceClock checks that gRPC decisions are stamped with

@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
+	"github.com/floodgate-rl/floodgate/fallback"
 )
 
 // envoyReloader loads the --envoy-config files and directories, or
@@ -38,12 +39,13 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // under the descriptors envoy holds (reloaded live), and returns a
 // function that stops it gracefully (bounded by --drain-timeout).
 // Decisions are stamped with now, the limiter's clock (disciplined to
-// Redis's with --clock-sync).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+// Redis's with --clock-sync). onDegraded counts the answers a failure
+// mode took (in the HTTP API's floodgate_degraded_responses_total).
+func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDegraded func(fallback.Outcome), envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now})
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now, OnDegraded: onDegraded})
 	if err != nil {
 		return nil, err
 	}

@@ -367,7 +367,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, clock.now, envoy, log)
+	stopGRPC, err := startGRPC(f, lim, clock.now, srv.CountDegraded, envoy, log)
 	if err != nil {
 		return err
 	}

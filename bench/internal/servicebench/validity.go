@@ -92,9 +92,10 @@ next:
 
 // notByRedis returns how many decisions service s reports having taken
 // without Redis, from its metrics. floodgate serve counts each decision
-// of its fallback store in rate_limit_fallback_total (both APIs) and each
-// HTTP answer so decided in floodgate_degraded_responses_total: the larger
-// is taken. envoy-compat answers a counter its local cache knows to be
+// of its fallback store in rate_limit_fallback_total and each answer so
+// decided in floodgate_degraded_responses_total (both for both APIs;
+// older builds counted only HTTP answers in the latter): the larger is
+// taken. envoy-compat answers a counter its local cache knows to be
 // over the limit without Redis (LOCAL_CACHE_SIZE_IN_BYTES, off by
 // default; its hits are counted under stat over_limit_with_local_cache).
 // envoyproxy/ratelimit has no fallback (its local cache is off by
