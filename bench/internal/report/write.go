@@ -23,13 +23,20 @@ const ChartFile = "benchmarks.svg"
 const MarkdownFile = "benchmarks.md"
 
 // Splice returns doc with the text between the markers replaced by
-// generated. A doc without markers gets them, with generated, appended. It
-// fails on a doc with a begin marker but no end marker after it.
+// generated (see SpliceBetween).
 func Splice(doc, generated string) (string, error) {
-	block := BeginMarker + "\n" + strings.TrimRight(generated, "\n") + "\n" + EndMarker
-	i := strings.Index(doc, BeginMarker)
+	return SpliceBetween(doc, BeginMarker, EndMarker, generated)
+}
+
+// SpliceBetween returns doc with the text between begin and end replaced
+// by generated. A doc without the markers gets them, with generated,
+// appended. It fails on a begin marker without an end marker after it, or
+// an end marker alone.
+func SpliceBetween(doc, begin, end, generated string) (string, error) {
+	block := begin + "\n" + strings.TrimRight(generated, "\n") + "\n" + end
+	i := strings.Index(doc, begin)
 	if i < 0 {
-		if strings.Contains(doc, EndMarker) {
+		if strings.Contains(doc, end) {
 			return "", errors.New("report: end marker without a begin marker")
 		}
 		if doc != "" && !strings.HasSuffix(doc, "\n") {
@@ -40,11 +47,11 @@ func Splice(doc, generated string) (string, error) {
 		}
 		return doc + block + "\n", nil
 	}
-	j := strings.Index(doc[i:], EndMarker)
+	j := strings.Index(doc[i:], end)
 	if j < 0 {
 		return "", errors.New("report: begin marker without an end marker")
 	}
-	return doc[:i] + block + doc[i+j+len(EndMarker):], nil
+	return doc[:i] + block + doc[i+j+len(end):], nil
 }
 
 // Write writes the chart to dir/benchmarks.svg and splices the Markdown

@@ -2,13 +2,14 @@ package servicebench
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/bench/internal/report"
 )
 
 // group is the rounds of one service, transport and caller count.
@@ -274,27 +275,8 @@ const (
 )
 
 // Splice returns doc with the text between the markers replaced by
-// generated; a doc without markers gets them, with generated, appended.
-// It fails on a begin marker without an end marker after it, or an end
-// marker alone.
+// generated; a doc without markers gets them, with generated, appended
+// (report.SpliceBetween).
 func Splice(doc, generated string) (string, error) {
-	block := BeginMarker + "\n" + strings.TrimRight(generated, "\n") + "\n" + EndMarker
-	i := strings.Index(doc, BeginMarker)
-	if i < 0 {
-		if strings.Contains(doc, EndMarker) {
-			return "", errors.New("servicebench: end marker without a begin marker")
-		}
-		if doc != "" && !strings.HasSuffix(doc, "\n") {
-			doc += "\n"
-		}
-		if doc != "" {
-			doc += "\n"
-		}
-		return doc + block + "\n", nil
-	}
-	j := strings.Index(doc[i:], EndMarker)
-	if j < 0 {
-		return "", errors.New("servicebench: begin marker without an end marker")
-	}
-	return doc[:i] + block + doc[i+j+len(EndMarker):], nil
+	return report.SpliceBetween(doc, BeginMarker, EndMarker, generated)
 }
