@@ -97,7 +97,8 @@ type worker struct {
 }
 
 // Run runs op under cfg and returns what it measured. Only operations that
-// start and end within the measured period count. Run returns early, with
+// start and end within the measured period count; the period lasts
+// Duration, or longer until at least one operation has counted. Run returns early, with
 // ctx's error, if ctx ends.
 func Run(ctx context.Context, cfg Config, op Op) (*Stats, error) {
 	if err := cfg.Validate(); err != nil {
@@ -107,6 +108,7 @@ func Run(ctx context.Context, cfg Config, op Op) (*Stats, error) {
 		return nil, fmt.Errorf("%w: nil op", ErrConfig)
 	}
 	var phase atomic.Int32
+	var measured atomic.Int64 // operations counted so far
 	workers := make([]worker, cfg.Workers)
 	var ready, wg sync.WaitGroup
 	start := make(chan struct{})
@@ -135,6 +137,7 @@ func Run(ctx context.Context, cfg Config, op Op) (*Stats, error) {
 					continue
 				}
 				w.hist.Record(d)
+				measured.Add(1)
 				switch {
 				case err != nil:
 					w.errors++
@@ -158,6 +161,12 @@ func Run(ctx context.Context, cfg Config, op Op) (*Stats, error) {
 		phase.Store(phaseMeasure)
 		t0 = time.Now()
 		stopped = wait(ctx, cfg.Duration)
+		// A period in which no operation both started and ended (a
+		// machine stalled for all of a short Duration) measured nothing:
+		// it lasts until one has.
+		for stopped == nil && measured.Load() == 0 {
+			stopped = wait(ctx, time.Millisecond)
+		}
 		phase.Store(phaseStop)
 		elapsed = time.Since(t0)
 		if cfg.MeasureEnd != nil {

@@ -211,6 +211,23 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
+// An operation slower than the whole measured period (a stalled machine
+// against a short Duration) still gets one measured: the period waits for
+// it rather than measuring nothing.
+func TestRunSlowerThanDuration(t *testing.T) {
+	op := func(context.Context, string) (bool, error) {
+		time.Sleep(20 * time.Millisecond)
+		return true, nil
+	}
+	st, err := Run(context.Background(), Config{Workers: 1, Duration: time.Millisecond, Keys: []string{"k"}}, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Allowed < 1 || st.Elapsed < 20*time.Millisecond {
+		t.Errorf("allowed %d in %v; want at least one operation, measured whole", st.Allowed, st.Elapsed)
+	}
+}
+
 func ExampleRun() {
 	op := func(_ context.Context, key string) (bool, error) { return key != "blocked", nil }
 	st, err := Run(context.Background(), Config{Workers: 2, Duration: 10 * time.Millisecond, Keys: []string{"blocked"}}, op)

@@ -134,8 +134,15 @@ func (c Config) Validate() error {
 }
 
 // Run runs the suite. It stops the redis-server it started before
-// returning, whatever happens.
-func Run(ctx context.Context, cfg Config) (*report.Run, error) {
+// returning, whatever happens. When ctx ends first, the error wraps ctx's
+// (a Redis command cut short by ctx's deadline reports a network
+// timeout of its own).
+func Run(ctx context.Context, cfg Config) (_ *report.Run, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+	}()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
