@@ -457,8 +457,7 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 	vars = append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
 	bin := floodgateBinary(t)
 	const listening = "floodgate envoy-compat listening"
-	recs, _ := launch(t, bin, c.Command[1:], vars, listening)
-	rec := recs[listening]
+	rec := launch(t, bin, c.Command[1:], vars, listening).Record(listening)
 	httpAddr, grpcAddr, debugAddr := rec["http"], rec["grpc"], rec["debug"]
 
 	// The probe turns 200 once Redis has answered.

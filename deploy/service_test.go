@@ -1,8 +1,6 @@
 package deploy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/proctest"
 )
 
 // These helpers run the floodgate binary the way the kit's files tell a
@@ -71,24 +69,6 @@ func TestMain(m *testing.M) {
 type service struct {
 	httpAddr string // from its "floodgate listening" log line
 	grpcAddr string // from its gRPC log line, when it serves gRPC
-	logs     *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // grpcListening is the log message of serve's gRPC listener.
@@ -104,86 +84,22 @@ func startService(t *testing.T, bin string, args, env []string, wantGRPC bool) *
 	if wantGRPC {
 		msgs = append(msgs, grpcListening)
 	}
-	recs, logs := launch(t, bin, args, env, msgs...)
-	s := &service{logs: logs, httpAddr: loopback(t, recs[msgs[0]]["addr"])}
+	p := launch(t, bin, args, env, msgs...)
+	s := &service{httpAddr: loopback(t, p.Record(msgs[0])["addr"])}
 	if wantGRPC {
-		s.grpcAddr = loopback(t, recs[grpcListening]["addr"])
+		s.grpcAddr = loopback(t, p.Record(grpcListening)["addr"])
 	}
 	return s
 }
 
 // launch execs bin with args and env (added to this process's
-// environment), waits until it has logged every message of msgs (JSON log
-// records) and returns those records' string fields by message. It stops
-// the process with SIGTERM in t.Cleanup and logs its output if t failed.
-func launch(t *testing.T, bin string, args, env []string, msgs ...string) (map[string]map[string]string, *syncBuffer) {
+// environment) and waits until it has logged every message of msgs (JSON
+// log records; see proctest.Start, which also stops it in t.Cleanup).
+func launch(t *testing.T, bin string, args, env []string, msgs ...string) *proctest.Proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	records := make(chan map[string]string)
-	waited := make(chan struct{}) // closed when launch stops reading records
-	defer close(waited)
-	exited := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			logs.Write([]byte(line + "\n"))
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) != nil {
-				continue
-			}
-			fields := map[string]string{}
-			for k, v := range rec {
-				if s, ok := v.(string); ok {
-					fields[k] = s
-				}
-			}
-			select {
-			case records <- fields:
-			case <-waited:
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(bin), logs)
-		}
-	})
-	got := map[string]map[string]string{}
-	deadline := time.After(60 * time.Second)
-	for len(got) < len(msgs) {
-		select {
-		case rec := <-records:
-			if slices.Contains(msgs, rec["msg"]) {
-				got[rec["msg"]] = rec
-			}
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("%s %s exited before logging %q: %v\n%s", bin, strings.Join(args, " "), msgs, err, logs)
-		case <-deadline:
-			t.Fatalf("%s %s: not all of %q logged within 60s\n%s", bin, strings.Join(args, " "), msgs, logs)
-		}
-	}
-	return got, logs
+	return proctest.Start(t, cmd, msgs...)
 }
 
 // loopback turns a listener address such as "[::]:41234" into one to dial.

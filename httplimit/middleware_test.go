@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/proctest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -247,27 +248,9 @@ func TestSpoofedForwardedFor(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestShadowRule(t *testing.T) {
 	lim := memLimiter(t)
-	var logs syncBuffer
+	var logs proctest.Buffer // safe for the server's goroutines
 	var mu sync.Mutex
 	var shadowed []string
 	enforced := fixedWindow(t, "enforced", 100, time.Minute)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,67 +18,27 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-rl/floodgate/internal/proctest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // compatProc is a running "floodgate envoy-compat" process.
 type compatProc struct {
+	*proctest.Proc
 	http, grpc, debug string
-	cmd               *exec.Cmd
-	logs              *syncBuffer
-	exited            chan error
 }
 
 // startCompat execs the binary as their Deployment would: only environment
 // variables, no flags. Ports 0 pick free ports, read back from the log.
 func startCompat(t *testing.T, env ...string) *compatProc {
 	t.Helper()
+	const listening = "floodgate envoy-compat listening"
 	cmd := exec.Command(binary(t), "envoy-compat")
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "GRPC_HOST=127.0.0.1",
 		"PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "LOG_FORMAT=json", "LOG_LEVEL=info"}, env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &compatProc{cmd: cmd, logs: &syncBuffer{}, exited: make(chan error, 1)}
-	ready := make(chan [3]string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.Write([]byte(line + "\n"))
-			var rec struct{ Msg, HTTP, GRPC, Debug string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate envoy-compat listening" {
-				ready <- [3]string{rec.HTTP, rec.GRPC, rec.Debug}
-			}
-		}
-		p.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-			}
-		}
-		if t.Failed() {
-			t.Logf("envoy-compat log:\n%s", p.logs)
-		}
-	})
-	select {
-	case a := <-ready:
-		p.http, p.grpc, p.debug = a[0], a[1], a[2]
-	case err := <-p.exited:
-		t.Fatalf("envoy-compat exited: %v\n%s", err, p.logs)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("envoy-compat did not start:\n%s", p.logs)
-	}
-	return p
+	p := proctest.Start(t, cmd, listening)
+	rec := p.Record(listening)
+	return &compatProc{Proc: p, http: rec["http"], grpc: rec["grpc"], debug: rec["debug"]}
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -219,19 +177,13 @@ func TestEnvoyCompatBinary(t *testing.T) {
 		return strings.Contains(out, "requests_per_unit=7")
 	})
 	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n")
-	waitFor(t, "rejection logged", func() bool { return strings.Contains(p.logs.String(), "Error loading new configuration") })
+	waitFor(t, "rejection logged", func() bool { return strings.Contains(p.Logs(), "Error loading new configuration") })
 	if _, out := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(out, "requests_per_unit=7") {
 		t.Errorf("after a bad file /rlconfig:\n%s", out)
 	}
 
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit after SIGTERM")
+	if err := p.Stop(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
 	}
 }
 
@@ -263,7 +215,7 @@ func TestServeEnvoyHeadersOffByDefault(t *testing.T) {
 	}{{nil, 0}, {[]string{"--envoy-response-headers"}, 3}} {
 		svc := startService(t, append([]string{"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir}, tc.flags...)...)
 		var grpcAddr string
-		for _, line := range strings.Split(svc.logs.String(), "\n") {
+		for _, line := range strings.Split(svc.Logs(), "\n") {
 			var rec struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
 				grpcAddr = rec.Addr

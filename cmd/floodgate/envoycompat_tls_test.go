@@ -153,7 +153,7 @@ func TestEnvoyCompatRedisTLS(t *testing.T) {
 				if code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); code == 200 {
 					t.Fatalf("became healthy")
 				}
-				return strings.Contains(p.logs.String(), "backend not reachable") && strings.Contains(p.logs.String(), tc.want)
+				return strings.Contains(p.Logs(), "backend not reachable") && strings.Contains(p.Logs(), tc.want)
 			})
 			if code, out := httpGet(t, "http://"+p.http+"/healthcheck"); code != 500 {
 				t.Errorf("healthcheck: %d %s, want 500", code, out)

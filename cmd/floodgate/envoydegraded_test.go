@@ -31,14 +31,14 @@ func TestServeGRPCDegradedHeader(t *testing.T) {
 	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpcdeg%d", time.Now().UnixNano()),
 		"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
 	var grpcAddr string
-	for _, line := range strings.Split(svc.logs.String(), "\n") {
+	for _, line := range strings.Split(svc.Logs(), "\n") {
 		var rec struct{ Msg, Addr string }
 		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
 			grpcAddr = rec.Addr
 		}
 	}
 	if grpcAddr == "" {
-		t.Fatalf("no gRPC address in the logs:\n%s", svc.logs.String())
+		t.Fatalf("no gRPC address in the logs:\n%s", svc.Logs())
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -94,7 +94,7 @@ func TestServeGRPCUsesServiceClock(t *testing.T) {
 		"--fallback-budget", "5s", "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
 	defer svc.stop(t)
 	var grpcAddr string
-	for _, line := range strings.Split(svc.logs.String(), "\n") {
+	for _, line := range strings.Split(svc.Logs(), "\n") {
 		var rec struct{ Msg, Addr string }
 		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
 			grpcAddr = rec.Addr

@@ -125,7 +125,7 @@ func TestServeTieredCheckUnderClientPause(t *testing.T) {
 		c := checkOn(t, svc.url, "/v1/check", api("after"))
 		return c.status == 200 && !c.resp.Degraded && c.degraded == ""
 	})
-	if logs := svc.logs.String(); strings.Count(logs, "tier lookup failed") > 1 {
+	if logs := svc.Logs(); strings.Count(logs, "tier lookup failed") > 1 {
 		t.Errorf("tier lookup warnings not rate-limited:\n%s", logs)
 	}
 }
@@ -229,7 +229,7 @@ func TestServeFirstCallsWithRedisDown(t *testing.T) {
 	t.Logf("worst of the next 49: %v", worst)
 	// go-redis's own messages (failed dials) go through the JSON logger.
 	sawRedis := false
-	for _, line := range strings.Split(strings.TrimSpace(svc.logs.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(svc.Logs()), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("a log line is not JSON: %q", line)
@@ -277,15 +277,16 @@ func TestServeShutdownWithSlowUpload(t *testing.T) {
 		t.Fatalf("check next to a slow upload: %d", c.status)
 	}
 	start := time.Now()
-	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := svc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-svc.exited:
+	case <-svc.Done():
+		err := svc.Err()
 		took := time.Since(start)
 		t.Logf("exited %v after SIGTERM: %v", took, err)
 		if err != nil {
-			t.Fatalf("serve exited with %v after SIGTERM with a slow upload open\n%s", err, svc.logs)
+			t.Fatalf("serve exited with %v after SIGTERM with a slow upload open\n%s", err, svc.Logs())
 		}
 		if took > 8*time.Second {
 			t.Fatalf("shutdown took %v with --drain-timeout 3s", took)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/proctest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -65,95 +64,28 @@ func TestMain(m *testing.M) {
 
 // service is a running "floodgate serve" process.
 type service struct {
-	url    string
-	cmd    *exec.Cmd
-	logs   *syncBuffer
-	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*proctest.Proc
+	url string
 }
 
 // startService execs the binary with serve args on a free port and waits
 // for its "listening" log line.
 func startService(t *testing.T, args ...string) *service {
 	t.Helper()
+	const listening = "floodgate listening"
 	cmd := exec.Command(binary(t), append([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &service{cmd: cmd, logs: &syncBuffer{}, exited: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			s.logs.Write([]byte(line + "\n"))
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate listening" {
-				addr <- rec.Addr
-			}
-		}
-		s.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-s.exited:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-			}
-		}
-		if t.Failed() {
-			t.Logf("service log:\n%s", s.logs)
-		}
-	})
-	select {
-	case a := <-addr:
-		s.url = "http://" + a
-	case err := <-s.exited:
-		t.Fatalf("serve exited before listening: %v\n%s", err, s.logs)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve did not start:\n%s", s.logs)
-	}
-	return s
+	p := proctest.Start(t, cmd, listening)
+	return &service{Proc: p, url: "http://" + p.Record(listening)["addr"]}
 }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (s *service) stop(t *testing.T) {
 	t.Helper()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	if err := s.Stop(t); err != nil {
+		t.Fatalf("serve exited with %v after SIGTERM", err)
 	}
-	select {
-	case err := <-s.exited:
-		if err != nil {
-			t.Fatalf("serve exited with %v after SIGTERM", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not stop within 20s of SIGTERM")
-	}
-	if !strings.Contains(s.logs.String(), "shutting down") {
-		t.Fatalf("no graceful shutdown in the log:\n%s", s.logs)
+	if !strings.Contains(s.Logs(), "shutting down") {
+		t.Fatalf("no graceful shutdown in the log:\n%s", s.Logs())
 	}
 }
 
@@ -280,7 +212,7 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 	// reject it before the next poll reads the whole broken one, so wait
 	// for the rejection of the broken content itself, with its position.
 	waitUntil(t, "the broken file to be rejected with its position", func() bool {
-		return strings.Contains(svc.logs.String(), `floodgate.yaml:4:13: policy \"fifty\" layers must be a list`)
+		return strings.Contains(svc.Logs(), `floodgate.yaml:4:13: policy \"fifty\" layers must be a list`)
 	})
 	if code, r := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "fifty", Identity: map[string]string{"user": "u1"}}); code != 200 || r.Limit != 60 || !r.Allowed {
 		t.Fatalf("after a rejected reload: %d %+v", code, r)
@@ -373,8 +305,8 @@ func TestServeInMemoryDefault(t *testing.T) {
 	if code != 200 || !r.Allowed || r.Tier != "free" || len(r.Layers) != 3 || r.Layers[1].Limit != 100 {
 		t.Fatalf("default api policy: %d %+v", code, r)
 	}
-	if !strings.Contains(svc.logs.String(), `"store":"memory"`) {
-		t.Fatalf("not in memory:\n%s", svc.logs)
+	if !strings.Contains(svc.Logs(), `"store":"memory"`) {
+		t.Fatalf("not in memory:\n%s", svc.Logs())
 	}
 	// Admin endpoints are off without a token.
 	req, _ := http.NewRequest("GET", svc.url+"/admin/v1/config", nil)
@@ -533,14 +465,14 @@ func TestServeEnvoyConfigReload(t *testing.T) {
 	}
 	svc := startService(t, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir, "--reload-interval", "50ms")
 	var grpcAddr string
-	for _, line := range strings.Split(svc.logs.String(), "\n") {
+	for _, line := range strings.Split(svc.Logs(), "\n") {
 		var rec struct{ Msg, Addr string }
 		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
 			grpcAddr = rec.Addr
 		}
 	}
 	if grpcAddr == "" {
-		t.Fatalf("no gRPC listening line:\n%s", svc.logs)
+		t.Fatalf("no gRPC listening line:\n%s", svc.Logs())
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -577,7 +509,7 @@ func TestServeEnvoyConfigReload(t *testing.T) {
 	waitUntil(t, "the edited descriptor limit", func() bool { return limit() == 40 })
 	replace(doc(50) + "  - key: [broken\n")
 	waitUntil(t, "the broken file to be rejected", func() bool {
-		return strings.Contains(svc.logs.String(), "Envoy descriptor configuration rejected")
+		return strings.Contains(svc.Logs(), "Envoy descriptor configuration rejected")
 	})
 	if l := limit(); l != 40 {
 		t.Fatalf("a broken file changed the limit to %d", l)

@@ -134,14 +134,14 @@ func TestServeAdminHardening(t *testing.T) {
 	}
 	svc := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--metrics-admin-only", "--pprof")
 	var adminURL string
-	for _, line := range strings.Split(svc.logs.String(), "\n") {
+	for _, line := range strings.Split(svc.Logs(), "\n") {
 		var rec struct{ Msg, Addr string }
 		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate admin listening" {
 			adminURL = "http://" + rec.Addr
 		}
 	}
 	if adminURL == "" {
-		t.Fatalf("no admin listener in the log:\n%s", svc.logs)
+		t.Fatalf("no admin listener in the log:\n%s", svc.Logs())
 	}
 	if code := adminGet(t, svc.url, "/admin/v1/config", e2eAdminToken); code != http.StatusNotFound {
 		t.Fatalf("admin API on the public address: %d, want 404", code)
@@ -168,7 +168,7 @@ func TestServeAdminHardening(t *testing.T) {
 	// The log is read from the process's stderr as it comes.
 	var logs string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if logs = svc.logs.String(); strings.Contains(logs, `"msg":"admin authentication failed"`) {
+		if logs = svc.Logs(); strings.Contains(logs, `"msg":"admin authentication failed"`) {
 			break
 		}
 	}
@@ -212,7 +212,7 @@ func TestServeRedisTLSAndPasswordFile(t *testing.T) {
 			t.Fatalf("check over TLS: %d %+v, want per-ip remaining %d", code, r, want)
 		}
 	}
-	if strings.Contains(svc.logs.String(), pw) {
+	if strings.Contains(svc.Logs(), pw) {
 		t.Fatal("the Redis password is in the log")
 	}
 	// config push takes the same flags.
@@ -246,7 +246,7 @@ func TestServeLoginSecretFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := startService(t, "--redis", "redis://"+rs.Addr, "--login-secret-file", open)
-	if logs := svc.logs.String(); !strings.Contains(logs, "secret file readable by group or others") || !strings.Contains(logs, `"mode":"0644"`) {
+	if logs := svc.Logs(); !strings.Contains(logs, "secret file readable by group or others") || !strings.Contains(logs, `"mode":"0644"`) {
 		t.Fatalf("no warning about a world-readable secret:\n%s", logs)
 	}
 }
@@ -309,7 +309,7 @@ func TestServeListenerTLS(t *testing.T) {
 		svc := startService(t, args...)
 		base := strings.Replace(svc.url, "http://", "https://", 1)
 		var grpcAddr string
-		for _, line := range strings.Split(svc.logs.String(), "\n") {
+		for _, line := range strings.Split(svc.Logs(), "\n") {
 			var rec struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
 				grpcAddr = rec.Addr
