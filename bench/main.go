@@ -14,11 +14,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/bench/internal/closedloop"
 	"github.com/floodgate-rl/floodgate/bench/internal/clusterbench"
 	"github.com/floodgate-rl/floodgate/bench/internal/report"
 	"github.com/floodgate-rl/floodgate/bench/internal/suite"
@@ -60,7 +60,7 @@ func run() error {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
 	var err error
-	if cfg.Concurrency, err = parseInts(concurrency); err != nil {
+	if cfg.Concurrency, err = closedloop.ParseCounts(concurrency); err != nil {
 		return fmt.Errorf("-concurrency: %w", err)
 	}
 	if only != "" {
@@ -98,16 +98,4 @@ func run() error {
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s/%s and %s/%s\n", out, report.MarkdownFile, out, report.ChartFile)
 	return nil
-}
-
-func parseInts(s string) ([]int, error) {
-	var ns []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, err
-		}
-		ns = append(ns, n)
-	}
-	return ns, nil
 }

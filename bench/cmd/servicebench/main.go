@@ -19,11 +19,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/bench/internal/closedloop"
 	"github.com/floodgate-rl/floodgate/bench/internal/servicebench"
 )
 
@@ -55,7 +55,7 @@ func run() error {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
 	var err error
-	if cfg.Concurrency, err = parseInts(concurrency); err != nil {
+	if cfg.Concurrency, err = closedloop.ParseCounts(concurrency); err != nil {
 		return fmt.Errorf("-concurrency: %w", err)
 	}
 	if cfg.Services, err = parseServices(services); err != nil {
@@ -119,18 +119,6 @@ func build(ctx context.Context, dir, pkg, bin string) error {
 		return fmt.Errorf("go build %s in %s: %w", pkg, dir, err)
 	}
 	return nil
-}
-
-func parseInts(s string) ([]int, error) {
-	var ns []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, err
-		}
-		ns = append(ns, n)
-	}
-	return ns, nil
 }
 
 func parseServices(s string) ([]servicebench.Service, error) {
