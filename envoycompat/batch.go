@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/coalesce"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 )
 
@@ -28,13 +29,13 @@ var incrScript = luascript.New(incrSource, luascript.Options{})
 // Coalescing (RedisStore on a single-server client). Each decision's
 // counter update costs Redis and the service about as much to send,
 // dispatch and answer as to apply, so while many decisions are under way
-// their updates share script calls. The batcher keeps at most maxInFlight
-// script calls in flight. An Incr that finds a call free and nobody waiting
-// is sent at once, alone, as without coalescing: a lone caller pays
-// nothing for it. Otherwise it joins the queue, and when a call completes
-// the oldest waiting updates (up to maxBatch counters, and at least one
-// whole Incr) leave together in the next call, in queue order. No
-// goroutine runs while nothing waits.
+// their updates share script calls. The batcher's queue
+// (internal/coalesce) keeps at most maxInFlight script calls in flight. An
+// Incr that finds a call free and nobody waiting is sent at once, alone,
+// as without coalescing: a lone caller pays nothing for it. Otherwise it
+// joins the queue, and when a call completes the oldest waiting updates
+// (up to maxBatch counters, and at least one whole Incr) leave together in
+// the next call, in queue order. No goroutine runs while nothing waits.
 //
 // Each Incr's counters are updated exactly as alone (INCRBY then EXPIRE
 // each, with its own increment and time to live), in one atomic script
@@ -44,14 +45,12 @@ var incrScript = luascript.New(incrSource, luascript.Options{})
 // may have written all of them; a counter whose INCRBY Redis refuses fails
 // its own Incr, and the others go on.
 type incrBatcher struct {
-	client      luascript.Client
-	maxBatch    int
-	maxInFlight int
-	off         bool // coalescing off: each Incr alone, at once
-
-	mu       sync.Mutex
-	queue    []*incrCall
-	inFlight int
+	client luascript.Client
+	off    bool // coalescing off: each Incr alone, at once
+	// q queues the Incr calls waiting for a script call (internal/coalesce):
+	// one group, each taking as many of a batch's maxBatch places as it
+	// has counters.
+	q *coalesce.Queue[*incrCall, struct{}]
 }
 
 // incrMaxInFlight is the number of script calls a batcher keeps in flight:
@@ -69,7 +68,9 @@ func newIncrBatcher(c redis.UniversalClient, maxBatch int) *incrBatcher {
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
 	}
-	return &incrBatcher{client: c, maxBatch: maxBatch, maxInFlight: incrMaxInFlight, off: maxBatch == 1}
+	b := &incrBatcher{client: c, off: maxBatch == 1}
+	b.q = coalesce.New[*incrCall, struct{}](maxBatch, incrMaxInFlight, b.run, expireIncr)
+	return b
 }
 
 // incrCall is one queued Incr. It holds its own copy of the keys,
@@ -83,6 +84,9 @@ type incrCall struct {
 	err  error
 	done chan struct{}
 }
+
+// Context returns the context the Incr was made under.
+func (c *incrCall) Context() context.Context { return c.ctx }
 
 var incrCallPool = sync.Pool{New: func() any { return &incrCall{done: make(chan struct{}, 1)} }}
 
@@ -132,32 +136,14 @@ func (b *incrBatcher) incr(ctx context.Context, ops []*Op) error {
 	if b.off {
 		return incrAlone(ctx, b.client, ops)
 	}
-	b.mu.Lock()
-	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
-		b.inFlight++
-		b.mu.Unlock()
+	c, queued := b.q.Join(struct{}{}, len(ops), func() *incrCall { return getIncrCall(ctx, ops) })
+	if !queued {
 		err := incrAlone(ctx, b.client, ops)
-		b.next()
+		b.q.Release()
 		return err
 	}
-	// Every call is busy: whenever the queue is not empty, all
-	// maxInFlight calls are in flight (only following frees a slot, and
-	// only when nobody waits). Wait for one of them to take this Incr.
-	c := getIncrCall(ctx, ops)
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
-	if stop := ctx.Done(); stop == nil {
-		<-c.done
-	} else {
-		select {
-		case <-c.done:
-		case <-stop:
-			select {
-			case <-c.done:
-			default:
-				return b.abandon(c)
-			}
-		}
+	if !b.q.Wait(c, c.done) {
+		return fmt.Errorf("%w: redis: %w (the update was sent and may have been applied)", floodgate.ErrIndeterminate, ctx.Err())
 	}
 	err := c.err
 	if err == nil {
@@ -201,80 +187,21 @@ func incrOne(ctx context.Context, client luascript.Client, op *Op) error {
 	return incrAlone(ctx, client, []*Op{op})
 }
 
-// abandon takes c out of the queue if it is still there (then nothing was
-// sent for it) or leaves it to the call it is in (then it may be applied).
-func (b *incrBatcher) abandon(c *incrCall) error {
-	b.mu.Lock()
-	for i, q := range b.queue {
-		if q == c {
-			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			b.mu.Unlock()
-			return fmt.Errorf("%w: redis: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, c.ctx.Err())
-		}
-	}
-	b.mu.Unlock()
-	return fmt.Errorf("%w: redis: %w (the update was sent and may have been applied)", floodgate.ErrIndeterminate, c.ctx.Err())
+// expireIncr answers c, whose context ended with err before it was sent:
+// nothing was written for it. It is the Queue's expire.
+func expireIncr(c *incrCall, err error) {
+	c.err = fmt.Errorf("%w: redis: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, err)
+	c.done <- struct{}{}
 }
 
-// next is called when a script call of the batcher's completes: it sends
-// the next batch from a new goroutine, so that the caller returns at once,
-// or frees the slot when nothing waits.
-func (b *incrBatcher) next() {
-	if run := b.following(); run != nil {
-		go b.loop(run)
-	}
-}
-
-// loop sends run, then the next batch, as long as updates wait: one
-// goroutine per busy slot rather than one per batch.
-func (b *incrBatcher) loop(run []*incrCall) {
-	for run != nil {
-		b.run(run)
-		run = b.following()
-	}
-}
-
-// following returns the next batch to send in the slot of a call that
-// just completed, or frees that slot and returns nil when nothing waits.
-func (b *incrBatcher) following() []*incrCall {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.queue) == 0 {
-		b.inFlight--
-		return nil
-	}
-	keys, n := 0, 0
-	for n < len(b.queue) && (n == 0 || keys+len(b.queue[n].keys) <= b.maxBatch) {
-		keys += len(b.queue[n].keys)
-		n++
-	}
-	run := make([]*incrCall, n)
-	copy(run, b.queue)
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
-	return run
-}
-
-// run sends calls as one script call and hands each its result.
+// run sends calls (none of them expired) as one script call and hands
+// each its result. It is the Queue's send.
 func (b *incrBatcher) run(calls []*incrCall) {
-	live := calls[:0]
-	for _, c := range calls {
-		if err := c.ctx.Err(); err != nil {
-			c.err = fmt.Errorf("%w: redis: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, err)
-			c.done <- struct{}{}
-			continue
-		}
-		live = append(live, c)
-	}
-	if len(live) == 0 {
-		return
-	}
-	ctx, cancel := batchContext(live)
+	ctx, cancel := coalesce.BatchContext(calls)
 	defer cancel()
 	f := getFrame()
 	defer putFrame(f)
-	for _, c := range live {
+	for _, c := range calls {
 		f.keys = append(f.keys, c.keys...)
 		f.nums = append(f.nums, c.nums...)
 	}
@@ -284,7 +211,7 @@ func (b *incrBatcher) run(calls []*incrCall) {
 		refused, err = splitReply(vals, len(f.keys))
 	}
 	at := 0
-	for _, c := range live {
+	for _, c := range calls {
 		n := len(c.keys)
 		if err != nil {
 			c.err = err
@@ -295,24 +222,6 @@ func (b *incrBatcher) run(calls []*incrCall) {
 		at += n
 		c.done <- struct{}{}
 	}
-}
-
-// batchContext returns the context a batch is sent under: the first
-// call's values, never cancelled by any one caller (the others still wait
-// for the reply), with the latest of the calls' deadlines, or none if one
-// of them has none (the client's own timeouts then bound the call).
-func batchContext(calls []*incrCall) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, c := range calls {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(calls[0].ctx), func() {}
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
 }
 
 // splitReply checks a reply of incr.lua for k keys and returns the

@@ -181,9 +181,7 @@ func waitQueued(t *testing.T, b *incrBatcher, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
+		q := b.q.Len()
 		if q == n {
 			return
 		}
@@ -250,9 +248,7 @@ func TestRedisStoreCoalesces(t *testing.T) {
 			t.Errorf("%s = %d (TTL %v), want %d with a TTL", key, got, ttl, w)
 		}
 	}
-	b.mu.Lock()
-	inFlight := b.inFlight
-	b.mu.Unlock()
+	inFlight := b.q.InFlight()
 	if inFlight != 0 {
 		t.Errorf("%d calls in flight after every Incr returned", inFlight)
 	}
@@ -263,9 +259,7 @@ func waitInFlight(t *testing.T, b *incrBatcher, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		b.mu.Lock()
-		f := b.inFlight
-		b.mu.Unlock()
+		f := b.q.InFlight()
 		if f == n {
 			return
 		}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/coalesce"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 )
 
@@ -21,13 +21,13 @@ import (
 // way. Decisions with a sliding log layer are never coalesced (see
 // coalescable).
 //
-// The batcher keeps at most maxInFlight script calls of coalesced
-// decisions in flight. A decision that finds a call free and nobody
-// waiting is sent at once, alone, exactly as without coalescing, so a lone
-// caller pays nothing for it. Otherwise it waits in the queue; whenever a
-// call completes, the queue's oldest decisions (up to maxBatch decided by
-// the oldest one's script) leave together in the next call. No goroutine
-// runs while nothing is queued.
+// The batcher's queue (internal/coalesce) keeps at most maxInFlight
+// script calls of coalesced decisions in flight. A decision that finds a
+// call free and nobody waiting is sent at once, alone, exactly as without
+// coalescing, so a lone caller pays nothing for it. Otherwise it waits in
+// the queue; whenever a call completes, the queue's oldest decisions (up
+// to maxBatch decided by the oldest one's script) leave together in the
+// next call. No goroutine runs while nothing is queued.
 //
 // A request in a batch is decided exactly as it would be alone, at its own
 // timestamp, and its state written with its own TTL; requests are decided
@@ -38,9 +38,10 @@ import (
 // request whose key holds something floodgate did not write fails alone,
 // with nothing written for it, and the others go on.
 type batcher struct {
-	s           *Store
-	maxBatch    int
-	maxInFlight int
+	s *Store
+	// q queues the decisions waiting for a call (internal/coalesce):
+	// grouped by script, each taking one of a batch's maxBatch places.
+	q *coalesce.Queue[*call, *luascript.Script]
 	// client is where the batches go: the Store's client, or on a Redis
 	// Cluster one primary's (node.go).
 	client luascript.Client
@@ -49,19 +50,17 @@ type batcher struct {
 	// is decided again through the Store's client (node.go).
 	node bool
 
-	mu       sync.Mutex
-	queue    []*call
-	inFlight int
-	frames   sync.Pool // *batchFrame
+	frames sync.Pool // *batchFrame
 }
 
 // call is one queued decision. The caller owns it until it is queued;
 // then the batcher fills res and err and signals done. A caller whose
-// context ends stops waiting and leaves the call to the batcher, which is
-// why the call holds its own copy of the layers. Calls are reused (see
-// getCall): a caller that got its answer puts its call back; an abandoned
-// one is left to the garbage collector, since the batcher may still write
-// to it.
+// context ends once a batch took its call stops waiting and leaves the
+// call to the batcher, which is why the call holds its own copy of the
+// layers. Calls are reused (see getCall): a caller that got its answer
+// (also the one a call taken back out of the queue gets) puts its call
+// back; an abandoned one is left to the garbage collector, since the
+// batcher may still write to it.
 type call struct {
 	ctx     context.Context
 	now     int64
@@ -76,6 +75,9 @@ type call struct {
 	retry   bool // a node's batch did not decide it (node.go): decide it again, directly
 	done    chan struct{}
 }
+
+// Context returns the context the decision was made under.
+func (c *call) Context() context.Context { return c.ctx }
 
 // callPool holds calls for reuse: a queued decision would otherwise
 // allocate its call and channel.
@@ -116,7 +118,8 @@ const (
 )
 
 func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
-	b := &batcher{s: s, maxBatch: maxBatch, maxInFlight: maxInFlight}
+	b := &batcher{s: s}
+	b.q = coalesce.New[*call, *luascript.Script](maxBatch, maxInFlight, b.run, expire)
 	var ps *periods
 	if s != nil {
 		b.client = s.client
@@ -142,33 +145,14 @@ func coalescable(layers []floodgate.Layer) *luascript.Script {
 // decide decides layers (checked, on one slot) with sc, coalescing them
 // with other decisions when calls are busy.
 func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, layers []floodgate.Layer, out []floodgate.Result) error {
-	b.mu.Lock()
-	if b.inFlight < b.maxInFlight && len(b.queue) == 0 {
-		b.inFlight++
-		b.mu.Unlock()
+	c, queued := b.q.Join(sc, 1, func() *call { return getCall(ctx, now, sc, layers) })
+	if !queued {
 		err := b.alone(ctx, now, layers, out)
-		b.next()
+		b.q.Release()
 		return err
 	}
-	// Every call is busy (whenever the queue is not empty, all
-	// maxInFlight calls are in flight: only next, at the end of a call,
-	// empties a slot, and it does so only when nobody waits). Wait for
-	// one of them to take this decision along.
-	c := getCall(ctx, now, sc, layers)
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
-	if stop := ctx.Done(); stop == nil {
-		<-c.done // a context that never ends: a plain receive, cheaper than a select
-	} else {
-		select {
-		case <-c.done:
-		case <-stop:
-			select {
-			case <-c.done:
-			default:
-				return b.abandon(c)
-			}
-		}
+	if !b.q.Wait(c, c.done) {
+		return fmt.Errorf("%w: redis: %w (the decision was sent and may have been made)", floodgate.ErrIndeterminate, ctx.Err())
 	}
 	err, retry := c.err, c.retry
 	if err == nil && !retry {
@@ -191,99 +175,30 @@ func (b *batcher) alone(ctx context.Context, now int64, layers []floodgate.Layer
 	return b.s.decideOnce(ctx, now, layers, out)
 }
 
-// abandon takes c out of the queue if it is still there (then nothing was
-// sent) or leaves it to the call it is in (then it may be decided).
-func (b *batcher) abandon(c *call) error {
-	b.mu.Lock()
-	for i, q := range b.queue {
-		if q == c {
-			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			b.mu.Unlock()
-			return fmt.Errorf("%w: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, c.ctx.Err())
-		}
-	}
-	b.mu.Unlock()
-	return fmt.Errorf("%w: redis: %w (the decision was sent and may have been made)", floodgate.ErrIndeterminate, c.ctx.Err())
+// expire answers c, whose context ended with err before it was sent:
+// nothing was written for it. It is the Queue's expire.
+func expire(c *call, err error) {
+	c.err = fmt.Errorf("%w: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, err)
+	c.done <- struct{}{}
 }
 
-// next is called when a script call of the batcher's completes: it sends
-// the next batch from a new goroutine, so that the caller returns at once,
-// or frees the slot when nothing waits.
-func (b *batcher) next() {
-	if run := b.following(); run != nil {
-		go b.loop(run)
-	}
-}
-
-// loop sends run, then the next batch, as long as decisions wait: one
-// goroutine per busy slot rather than one per batch.
-func (b *batcher) loop(run []*call) {
-	for run != nil {
-		b.run(run)
-		run = b.following()
-	}
-}
-
-// following returns the next batch to send in the slot of a call that
-// just completed, or frees that slot and returns nil when nothing waits.
-func (b *batcher) following() []*call {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.queue) == 0 {
-		b.inFlight--
-		return nil
-	}
-	return b.take()
-}
-
-// take removes from the queue and returns its oldest call and up to
-// maxBatch-1 more decided by the same script, in queue order. b.mu is
-// held.
-func (b *batcher) take() []*call {
-	sc := b.queue[0].script
-	run := make([]*call, 0, min(len(b.queue), b.maxBatch))
-	rest := b.queue[:0]
-	for _, c := range b.queue {
-		if len(run) < b.maxBatch && c.script == sc {
-			run = append(run, c)
-		} else {
-			rest = append(rest, c)
-		}
-	}
-	clear(b.queue[len(rest):])
-	b.queue = rest
-	return run
-}
-
-// run sends calls (one script) as one script call and hands each its
-// result.
+// run sends calls (one script, none of them expired) as one script call
+// and hands each its result. It is the Queue's send.
 func (b *batcher) run(calls []*call) {
-	live := calls[:0]
-	for _, c := range calls {
-		if err := c.ctx.Err(); err != nil {
-			c.err = fmt.Errorf("%w: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, err)
-			c.done <- struct{}{}
-			continue
-		}
-		live = append(live, c)
-	}
-	switch len(live) {
-	case 0:
-		return
-	case 1:
-		c := live[0]
+	if len(calls) == 1 {
+		c := calls[0]
 		c.err = b.alone(c.ctx, c.now, c.layers, c.res)
 		c.done <- struct{}{}
 		return
 	}
-	ctx, cancel := batchContext(live)
+	ctx, cancel := coalesce.BatchContext(calls)
 	defer cancel()
-	sc := live[0].script
+	sc := calls[0].script
 	f := b.frames.Get().(*batchFrame)
 	if sc == layersScript {
-		f.buildLayered(live)
+		f.buildLayered(calls)
 	} else {
-		f.build(live)
+		f.build(calls)
 	}
 	if b.node {
 		f.args = asNodeCall(f.args)
@@ -293,40 +208,22 @@ func (b *batcher) run(calls []*call) {
 	f.reset()
 	b.frames.Put(f)
 	if err == nil {
-		err = decodeBatch(vals, live, b.node)
+		err = decodeBatch(vals, calls, b.node)
 	} else if b.node && refused(err) {
 		// The primary refused the whole call: nothing ran. Each decision
 		// is decided again through the cluster client (node.go).
 		b.s.nodes.noteRefusal(err)
-		for _, c := range live {
+		for _, c := range calls {
 			c.retry = true
 		}
 		err = nil
 	}
-	for _, c := range live {
+	for _, c := range calls {
 		if err != nil {
 			c.err = err
 		}
 		c.done <- struct{}{}
 	}
-}
-
-// batchContext returns the context a batch is sent under: the first call's
-// values, never cancelled by any one caller (the others still wait for
-// the reply), with the latest of the calls' deadlines, or none if one of
-// them has none (the client's own timeouts then bound the call).
-func batchContext(calls []*call) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, c := range calls {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(calls[0].ctx), func() {}
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.WithoutCancel(calls[0].ctx), latest)
 }
 
 // Per-request error codes in a batch reply's reason slots (see

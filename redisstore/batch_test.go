@@ -266,19 +266,19 @@ func TestBatchAbandon(t *testing.T) {
 	b := e.store.batch
 	p := mustPolicy(t, floodgate.Policy{Name: "abandon", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute})
 	key := e.key(p, "x")
-	b.mu.Lock()
-	b.inFlight = b.maxInFlight // every call is busy: the decision must queue
-	b.mu.Unlock()
+	// Every call is busy, the only slot held as by a decision sent alone:
+	// the decision must queue. (mk is not called when a slot is free.)
+	if _, queued := b.q.Join(nil, 1, nil); queued {
+		t.Fatal("Join queued with a free slot")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err := e.one(ctx, time.Now().UnixMicro(), p, key, 1)
 	if !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v, want ErrStoreUnavailable wrapping the deadline", err)
 	}
-	b.mu.Lock()
-	queued := len(b.queue)
-	b.inFlight = 0
-	b.mu.Unlock()
+	queued := b.q.Len()
+	b.q.Release()
 	if queued != 0 {
 		t.Fatalf("%d decisions left in the queue", queued)
 	}
@@ -288,36 +288,6 @@ func TestBatchAbandon(t *testing.T) {
 	// The store still works.
 	if r, err := e.one(context.Background(), time.Now().UnixMicro(), p, key, 1); err != nil || !r.Allowed {
 		t.Fatalf("after abandon: %+v %v", r, err)
-	}
-}
-
-// TestBatchTake: a batch takes the oldest decision and the next ones of
-// its algorithm, up to the maximum, and leaves the others queued in order.
-func TestBatchTake(t *testing.T) {
-	b := newBatcher(nil, 3, 1)
-	mk := func(a floodgate.Algorithm, id string) *call {
-		return getCall(context.Background(), 0, fastScripts[a], []floodgate.Layer{{Policy: floodgate.Policy{Algorithm: a}, Key: id}})
-	}
-	fw, gc := floodgate.FixedWindow, floodgate.GCRA
-	b.queue = []*call{mk(gc, "1"), mk(fw, "2"), mk(gc, "3"), mk(gc, "4"), mk(fw, "5"), mk(gc, "6")}
-	keys := func(cs []*call) string {
-		var s []string
-		for _, c := range cs {
-			s = append(s, c.layers[0].Key)
-		}
-		return strings.Join(s, ",")
-	}
-	if got := keys(b.take()); got != "1,3,4" {
-		t.Fatalf("first batch %s, want 1,3,4", got)
-	}
-	if got := keys(b.queue); got != "2,5,6" {
-		t.Fatalf("left %s, want 2,5,6", got)
-	}
-	if got := keys(b.take()); got != "2,5" {
-		t.Fatalf("second batch %s, want 2,5", got)
-	}
-	if got := keys(b.take()); got != "6" || len(b.queue) != 0 {
-		t.Fatalf("third batch %s, left %d", got, len(b.queue))
 	}
 }
 
@@ -331,7 +301,7 @@ func TestBatchOptions(t *testing.T) {
 		}
 	}
 	s, err := New(c, Options{})
-	if err != nil || s.batch == nil || s.batch.maxBatch != DefaultMaxBatch || s.batch.maxInFlight != DefaultMaxInFlight {
+	if err != nil || s.batch == nil || s.batch.q.MaxBatch() != DefaultMaxBatch || s.batch.q.MaxInFlight() != DefaultMaxInFlight {
 		t.Fatalf("defaults: %+v %v", s.batch, err)
 	}
 	if s, _ := New(c, Options{MaxBatch: 1}); s.batch != nil {

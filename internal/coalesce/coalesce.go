@@ -1,0 +1,259 @@
+// Package coalesce holds the queue that lets concurrent requests to Redis
+// share script calls: redisstore's decisions and envoycompat's counter
+// updates both go through it.
+//
+// A Queue keeps at most maxInFlight calls in flight. A request that finds
+// a call free and nobody waiting is sent at once, alone, by its own caller,
+// so a lone caller pays nothing for the queue. Otherwise it waits; whenever
+// a call completes, the oldest waiting requests (up to maxBatch of room,
+// see Queue.Join) leave together in the next call, sent by a goroutine
+// that keeps the slot and sends batch after batch while requests wait: one
+// goroutine per busy slot, none while nothing waits.
+//
+// A caller whose context ends while its request waits takes the request
+// back out of the queue, and nothing is sent for it: it is answered as one
+// a batch finds expired. Once a batch has taken the request, the caller
+// stops waiting but the request goes out with the batch, which still
+// writes its answer (Queue.Wait reports false).
+package coalesce
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Request is the constraint on the requests a Queue holds: in practice a
+// pointer to the caller's record of one queued request, compared by
+// identity. Context returns the context the request was made under; a
+// Queue never sends a request whose context has ended.
+type Request interface {
+	comparable
+	Context() context.Context
+}
+
+// Queue coalesces requests of type C into batches. G groups the requests
+// that may share a batch: a batch only holds requests of one group (a
+// caller whose requests all mix uses struct{}). A Queue is safe for
+// concurrent use; it must be made with New.
+type Queue[C Request, G comparable] struct {
+	maxBatch    int
+	maxInFlight int
+	send        func(batch []C)
+	expire      func(c C, err error)
+
+	mu       sync.Mutex
+	waiting  []entry[C, G] // oldest first
+	inFlight int
+}
+
+// entry is one waiting request with what the batch cut reads of it.
+type entry[C Request, G comparable] struct {
+	c     C
+	group G
+	size  int
+}
+
+// New returns a Queue that keeps at most maxInFlight calls in flight (at
+// least 1) and fills a batch with at most maxBatch of room (at least 1).
+//
+// send sends a batch, oldest request first, as one call, and before it
+// returns gives every request of the batch its answer and wakes its
+// caller (the done channel it waits on in Wait). expire answers a request
+// whose context ended, with err, before it was sent (nothing is sent for
+// it), and wakes its caller likewise. Neither runs under the Queue's lock
+// nor twice for one request.
+func New[C Request, G comparable](maxBatch, maxInFlight int, send func(batch []C), expire func(c C, err error)) *Queue[C, G] {
+	return &Queue[C, G]{
+		maxBatch:    max(maxBatch, 1),
+		maxInFlight: max(maxInFlight, 1),
+		send:        send,
+		expire:      expire,
+	}
+}
+
+// Join lets a caller send its request alone or queues it. When a call is
+// free and nobody waits, Join takes the call's slot and returns queued
+// false: the caller sends its request itself, then calls Release. mk is
+// not called. Otherwise Join queues the request mk returns (mk runs under
+// the Queue's lock: it should only fill a record) and returns it: the
+// caller then calls Wait.
+//
+// group and size are the request's group (see Queue) and the room it takes
+// in a batch (redisstore counts decisions, envoycompat counters).
+func (q *Queue[C, G]) Join(group G, size int, mk func() C) (c C, queued bool) {
+	q.mu.Lock()
+	if q.inFlight < q.maxInFlight && len(q.waiting) == 0 {
+		q.inFlight++
+		q.mu.Unlock()
+		return c, false
+	}
+	// Every call is busy: whenever requests wait, all maxInFlight calls
+	// are in flight (only following frees a slot, and only when nobody
+	// waits). One of them will take this request along.
+	c = mk()
+	q.waiting = append(q.waiting, entry[C, G]{c: c, group: group, size: size})
+	q.mu.Unlock()
+	return c, true
+}
+
+// Release ends a call that Join let its caller send alone: the slot sends
+// the waiting requests, from a new goroutine so that the caller returns at
+// once, or is freed when nobody waits.
+func (q *Queue[C, G]) Release() {
+	if batch := q.following(); batch != nil {
+		go q.loop(batch)
+	}
+}
+
+// Wait waits until c, queued by Join, is answered (done receives) or its
+// context ends, and reports whether it was answered. When the context ends
+// while c still waits in the queue, Wait takes c out (nothing is or will be
+// sent for it), has expire answer it, and reports true. When it ends after
+// a batch took c, Wait reports false: c may be applied, and the batch
+// still writes its answer into c, which the caller must leave alone. An
+// answer that comes as the context ends counts.
+func (q *Queue[C, G]) Wait(c C, done <-chan struct{}) (answered bool) {
+	ctx := c.Context()
+	stop := ctx.Done()
+	if stop == nil {
+		<-done // a context that never ends: a plain receive, cheaper than a select
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-stop:
+		select {
+		case <-done:
+			return true
+		default:
+		}
+	}
+	if !q.withdraw(c) {
+		return false
+	}
+	q.expire(c, ctx.Err())
+	<-done // expire's signal, so that the record can be reused
+	return true
+}
+
+// withdraw takes c out of the queue and reports whether it was still
+// there.
+func (q *Queue[C, G]) withdraw(c C) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.waiting {
+		if q.waiting[i].c == c {
+			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			clear(q.waiting[len(q.waiting):][:1])
+			return true
+		}
+	}
+	return false
+}
+
+// loop sends batch, then the next, as long as requests wait: one
+// goroutine per busy slot rather than one per batch.
+func (q *Queue[C, G]) loop(batch []C) {
+	for batch != nil {
+		q.sendLive(batch)
+		batch = q.following()
+	}
+}
+
+// sendLive expires the requests of batch whose context has ended and sends
+// the others, if any.
+func (q *Queue[C, G]) sendLive(batch []C) {
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.Context().Err(); err != nil {
+			q.expire(c, err)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) > 0 {
+		q.send(live)
+	}
+}
+
+// following returns the next batch to send in the slot of a call that
+// just completed, or frees that slot and returns nil when nobody waits.
+func (q *Queue[C, G]) following() []C {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		q.inFlight--
+		return nil
+	}
+	return q.take()
+}
+
+// take removes from the queue and returns the oldest request and the next
+// ones of its group, in queue order, as long as their sizes add up to at
+// most maxBatch (the oldest goes even if it alone is larger). The first of
+// the group that does not fit ends the batch: it and every later request
+// stay queued, in order. q.mu is held.
+func (q *Queue[C, G]) take() []C {
+	group := q.waiting[0].group
+	batch := make([]C, 0, min(len(q.waiting), q.maxBatch))
+	rest := q.waiting[:0]
+	room, full := q.maxBatch, false
+	for _, e := range q.waiting {
+		if e.group != group {
+			rest = append(rest, e)
+			continue
+		}
+		if !full && (len(batch) == 0 || e.size <= room) {
+			batch = append(batch, e.c)
+			room -= e.size
+			continue
+		}
+		full = true
+		rest = append(rest, e)
+	}
+	clear(q.waiting[len(rest):])
+	q.waiting = rest
+	return batch
+}
+
+// Len returns the number of requests waiting in the queue.
+func (q *Queue[C, G]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
+}
+
+// InFlight returns the number of calls in flight: requests sent alone and
+// batches, counting a slot between two batches as busy.
+func (q *Queue[C, G]) InFlight() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.inFlight
+}
+
+// MaxBatch returns the room of a batch (see New).
+func (q *Queue[C, G]) MaxBatch() int { return q.maxBatch }
+
+// MaxInFlight returns the most calls the Queue keeps in flight.
+func (q *Queue[C, G]) MaxInFlight() int { return q.maxInFlight }
+
+// BatchContext returns the context a batch is sent under: the first
+// request's values, never cancelled by any one caller (the others still
+// wait for the reply), with the latest of the requests' deadlines, or none
+// if one of them has none (the client's own timeouts then bound the call).
+// The caller calls cancel once the call returns.
+func BatchContext[C Request](batch []C) (ctx context.Context, cancel context.CancelFunc) {
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.Context().Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].Context()), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].Context()), latest)
+}
