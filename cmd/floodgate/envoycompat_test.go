@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -214,13 +213,7 @@ func TestServeEnvoyHeadersOffByDefault(t *testing.T) {
 		want  int
 	}{{nil, 0}, {[]string{"--envoy-response-headers"}, 3}} {
 		svc := startService(t, append([]string{"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir}, tc.flags...)...)
-		var grpcAddr string
-		for _, line := range strings.Split(svc.Logs(), "\n") {
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
-				grpcAddr = rec.Addr
-			}
-		}
+		grpcAddr := svc.addr(t, grpcListening)
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)

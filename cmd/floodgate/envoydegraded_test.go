@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -30,16 +29,7 @@ func TestServeGRPCDegradedHeader(t *testing.T) {
 	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n")
 	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpcdeg%d", time.Now().UnixNano()),
 		"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
-	var grpcAddr string
-	for _, line := range strings.Split(svc.Logs(), "\n") {
-		var rec struct{ Msg, Addr string }
-		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
-			grpcAddr = rec.Addr
-		}
-	}
-	if grpcAddr == "" {
-		t.Fatalf("no gRPC address in the logs:\n%s", svc.Logs())
-	}
+	grpcAddr := svc.addr(t, grpcListening)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -93,13 +83,7 @@ func TestServeGRPCUsesServiceClock(t *testing.T) {
 	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix, "--clock-sync=false", "--clock-offset", "1h",
 		"--fallback-budget", "5s", "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
 	defer svc.stop(t)
-	var grpcAddr string
-	for _, line := range strings.Split(svc.Logs(), "\n") {
-		var rec struct{ Msg, Addr string }
-		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
-			grpcAddr = rec.Addr
-		}
-	}
+	grpcAddr := svc.addr(t, grpcListening)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

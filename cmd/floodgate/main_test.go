@@ -78,6 +78,21 @@ func startService(t *testing.T, args ...string) *service {
 	return &service{Proc: p, url: "http://" + p.Record(listening)["addr"]}
 }
 
+// grpcListening is the log message of serve's gRPC listener.
+const grpcListening = "floodgate gRPC (Envoy rate limit service) listening"
+
+// addr returns the address in the service's log record with message msg:
+// one of the listeners serve opens before its "floodgate listening" line
+// (gRPC, admin). It fails t if there is no such record.
+func (s *service) addr(t *testing.T, msg string) string {
+	t.Helper()
+	rec, ok := s.Logged(msg)
+	if !ok || rec["addr"] == "" {
+		t.Fatalf("no %q with an address in the log:\n%s", msg, s.Logs())
+	}
+	return rec["addr"]
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (s *service) stop(t *testing.T) {
 	t.Helper()
@@ -464,16 +479,7 @@ func TestServeEnvoyConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := startService(t, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir, "--reload-interval", "50ms")
-	var grpcAddr string
-	for _, line := range strings.Split(svc.Logs(), "\n") {
-		var rec struct{ Msg, Addr string }
-		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
-			grpcAddr = rec.Addr
-		}
-	}
-	if grpcAddr == "" {
-		t.Fatalf("no gRPC listening line:\n%s", svc.Logs())
-	}
+	grpcAddr := svc.addr(t, grpcListening)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -134,16 +134,7 @@ func TestServeAdminHardening(t *testing.T) {
 		t.Fatalf("--admin-addr without a token: exit %d: %s", code, out)
 	}
 	svc := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--metrics-admin-only", "--pprof")
-	var adminURL string
-	for _, line := range strings.Split(svc.Logs(), "\n") {
-		var rec struct{ Msg, Addr string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "floodgate admin listening" {
-			adminURL = "http://" + rec.Addr
-		}
-	}
-	if adminURL == "" {
-		t.Fatalf("no admin listener in the log:\n%s", svc.Logs())
-	}
+	adminURL := "http://" + svc.addr(t, "floodgate admin listening")
 	if code := adminGet(t, svc.url, "/admin/v1/config", e2eAdminToken); code != http.StatusNotFound {
 		t.Fatalf("admin API on the public address: %d, want 404", code)
 	}
@@ -309,13 +300,7 @@ func TestServeListenerTLS(t *testing.T) {
 		}
 		svc := startService(t, args...)
 		base := strings.Replace(svc.url, "http://", "https://", 1)
-		var grpcAddr string
-		for _, line := range strings.Split(svc.Logs(), "\n") {
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "floodgate gRPC") {
-				grpcAddr = rec.Addr
-			}
-		}
+		grpcAddr := svc.addr(t, grpcListening)
 		withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: f.ClientConfig(t)}}
 		resp, err := withCert.Get(base + "/healthz")
 		if err != nil {

@@ -182,6 +182,19 @@ func (p *Proc) Record(msg string) Record {
 	return p.records[msg]
 }
 
+// Logged returns the first JSON log record with message msg among what
+// the process has written to stderr so far, and false if there is none
+// yet. Unlike Record it reads the log as it is now, so it finds records
+// Start was not told to wait for, once they are written.
+func (p *Proc) Logged(msg string) (Record, bool) {
+	for line := range strings.Lines(p.Logs()) {
+		if rec, ok := parse([]byte(line)); ok && rec["msg"] == msg {
+			return rec, true
+		}
+	}
+	return nil, false
+}
+
 // Logs returns everything the process has written to stderr so far, one
 // line per line it wrote.
 func (p *Proc) Logs() string { return p.logs.String() }

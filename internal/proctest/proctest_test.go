@@ -126,6 +126,12 @@ func TestStartWaitsForRecords(t *testing.T) {
 	if p.Record("shutting down") != nil {
 		t.Errorf("Record of a message Start did not wait for: %v", p.Record("shutting down"))
 	}
+	if rec, ok := p.Logged("http listening"); !ok || rec["addr"] != "127.0.0.1:1" {
+		t.Errorf("Logged(http listening) = %v, %v, want the first record", rec, ok)
+	}
+	if rec, ok := p.Logged("shutting down"); ok {
+		t.Errorf("Logged(shutting down) = %v before SIGTERM", rec)
+	}
 	select {
 	case <-p.Done():
 		t.Fatal("Done closed while the process runs")
@@ -135,6 +141,9 @@ func TestStartWaitsForRecords(t *testing.T) {
 		t.Fatalf("Stop: %v, want a clean exit", err)
 	}
 	<-p.Done()
+	if _, ok := p.Logged("shutting down"); !ok {
+		t.Errorf("Logged(shutting down) found nothing after SIGTERM")
+	}
 	logs := p.Logs()
 	for _, want := range []string{"plain text first\n", `{"msg":"shutting down"}` + "\n"} {
 		if !strings.Contains(logs, want) {
