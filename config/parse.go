@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/yamlerr"
 )
 
 // Error is one problem in a configuration document, at a position.
@@ -77,52 +77,10 @@ func Parse(data []byte, filename string) (*Config, error) {
 	return c, nil
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // syntaxError turns a yaml.v3 error into an *Error with its line.
 func syntaxError(file string, data []byte, err error) error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		indent := strings.HasPrefix(m[2], "did not find expected key") || strings.HasPrefix(m[2], "did not find expected '-' indicator")
-		if bad := firstBadLine(data, line); indent && bad > line {
-			return &Error{File: file, Line: bad, Msg: fmt.Sprintf("YAML syntax: %s (check the indentation; the block starts at line %d)", m[2], line)}
-		}
-		return &Error{File: file, Line: line, Msg: "YAML syntax: " + m[2]}
-	}
-	return &Error{File: file, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
-}
-
-// maxBadLineSearch bounds the lines firstBadLine parses prefixes of.
-const maxBadLineSearch = 2000
-
-// firstBadLine returns the first line after from at which the document,
-// cut after that line, no longer parses, or 0. yaml.v3 reports some
-// errors, such as a key indented wrongly, at the line where the enclosing
-// block starts (often line 1 or 2), not where the mistake is: the first
-// prefix of the document that fails ends at the mistake. It parses at
-// most maxBadLineSearch prefixes, on the error path only.
-func firstBadLine(data []byte, from int) int {
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	end := 0
-	for i, l := range lines {
-		if len(l) == 0 {
-			break
-		}
-		end += len(l)
-		n := i + 1
-		if n <= from {
-			continue
-		}
-		if n > from+maxBadLineSearch {
-			return 0
-		}
-		var node yaml.Node
-		if yaml.Unmarshal(data[:end], &node) != nil {
-			return n
-		}
-	}
-	return 0
+	line, msg := yamlerr.Syntax(data, err)
+	return &Error{File: file, Line: line, Msg: msg}
 }
 
 type parser struct {

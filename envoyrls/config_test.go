@@ -166,6 +166,8 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{"empty file", "", 0, "no domain"},
 		{"syntax", "domain: a\ndescriptors: [\n", 2, "YAML syntax"},
+		{"indentation", "domain: a\n---\ndomain: b\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n     requests_per_unit: 1\n", 8,
+			"YAML syntax: did not find expected key (check the indentation; the block starts at line 4)"},
 		{"not a mapping", "- a\n- b\n", 1, "configuration must be a mapping"},
 		{"no domain", "descriptors: []\n", 1, "missing domain"},
 		{"empty domain", "domain: ''\n", 1, "domain is empty"},

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/yamlerr"
 )
 
 // ParseConfig parses a descriptor configuration in envoyproxy/ratelimit's
@@ -58,7 +57,7 @@ func ParseConfig(data []byte, filename string) (*Config, error) {
 			break
 		}
 		if err != nil {
-			return nil, p.syntaxError(err)
+			return nil, p.syntaxError(data, err)
 		}
 		if len(doc.Content) == 0 {
 			continue
@@ -154,16 +153,9 @@ func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[strin
 	return out, nil
 }
 
-// yamlLine finds the line number in a yaml.v3 syntax error.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func (p *parser) syntaxError(err error) error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &ConfigError{File: p.file, Line: line, Msg: "YAML syntax: " + m[2]}
-	}
-	return &ConfigError{File: p.file, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+func (p *parser) syntaxError(data []byte, err error) error {
+	line, msg := yamlerr.Syntax(data, err)
+	return &ConfigError{File: p.file, Line: line, Msg: msg}
 }
 
 func kindName(n *yaml.Node) string {
