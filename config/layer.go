@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/yamlerr"
 )
 
 var layerFields = []string{
@@ -173,7 +174,7 @@ func (p *parser) dimension(n *yaml.Node, what string) []string {
 func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config, pol *Policy, what string) map[string]floodgate.Policy {
 	n := t.val
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s tiers must be a mapping of tier name to limits, got %s", what, kindName(n))
+		p.errorf(n, "%s tiers must be a mapping of tier name to limits, got %s", what, yamlerr.Describe(n))
 		return nil
 	}
 	if pol.TierDimension == "" {

@@ -109,21 +109,6 @@ func resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "null"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "something else"
-}
-
 // field is one key of a mapping and its value.
 type field struct {
 	key, val *yaml.Node
@@ -135,7 +120,7 @@ func (p *parser) fields(n *yaml.Node, what string, known ...string) map[string]f
 	n = resolve(n)
 	out := map[string]field{}
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s must be a mapping, got %s", what, kindName(n))
+		p.errorf(n, "%s must be a mapping, got %s", what, yamlerr.Describe(n))
 		return out
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -169,7 +154,7 @@ func contains(list []string, s string) bool {
 
 func (p *parser) scalar(n *yaml.Node, what string) (string, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errorf(n, "%s must be a single value, got %s", what, kindName(n))
+		p.errorf(n, "%s must be a single value, got %s", what, yamlerr.Describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -235,7 +220,7 @@ func (p *parser) duration(n *yaml.Node, what string) (time.Duration, bool) {
 
 func (p *parser) list(n *yaml.Node, what string) []*yaml.Node {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "%s must be a list, got %s", what, kindName(n))
+		p.errorf(n, "%s must be a list, got %s", what, yamlerr.Describe(n))
 		return nil
 	}
 	return n.Content

@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/yamlerr"
 	"github.com/floodgate-rl/floodgate/quota"
 )
 
@@ -126,7 +127,7 @@ func (p *parser) keyed(n *yaml.Node, f map[string]field, kind string) (named, bo
 func (p *parser) tierLimits(t field, k named, c *Config, lo, hi int64) map[string]int64 {
 	n := t.val
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s tiers must be a mapping of tier name to limits, got %s", k.what, kindName(n))
+		p.errorf(n, "%s tiers must be a mapping of tier name to limits, got %s", k.what, yamlerr.Describe(n))
 		return nil
 	}
 	if k.tierDim == "" {

@@ -127,7 +127,7 @@ func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[strin
 		return nil, err
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, p.errAt(n, "%s must be a mapping, got %s", what, kindName(n))
+		return nil, p.errAt(n, "%s must be a mapping, got %s", what, yamlerr.Describe(n))
 	}
 	out := make(map[string]*yaml.Node, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -158,21 +158,9 @@ func (p *parser) syntaxError(data []byte, err error) error {
 	return &ConfigError{File: p.file, Line: line, Msg: msg}
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "nothing"
-}
-
 func (p *parser) str(n *yaml.Node, what string) (string, error) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return "", p.errAt(n, "%s must be a string, got %s", what, kindName(n))
+		return "", p.errAt(n, "%s must be a string, got %s", what, yamlerr.Describe(n))
 	}
 	return n.Value, nil
 }
@@ -184,12 +172,12 @@ func (p *parser) boolean(n *yaml.Node, what string) (bool, error) {
 			return b, nil
 		}
 	}
-	return false, p.errAt(n, "%s must be true or false, got %s", what, kindName(n))
+	return false, p.errAt(n, "%s must be true or false, got %s", what, yamlerr.Describe(n))
 }
 
 func (p *parser) integer(n *yaml.Node, what string, lo, hi int64) (int64, error) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		return 0, p.errAt(n, "%s must be an integer, got %s", what, kindName(n))
+		return 0, p.errAt(n, "%s must be an integer, got %s", what, yamlerr.Describe(n))
 	}
 	var v int64
 	if err := n.Decode(&v); err != nil || v < lo || v > hi {
@@ -249,7 +237,7 @@ func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		return p.errAt(n, "descriptors must be a list, got %s", kindName(n))
+		return p.errAt(n, "descriptors must be a list, got %s", yamlerr.Describe(n))
 	}
 	if depth > MaxDepth {
 		return p.errAt(n, "descriptors nested deeper than %d levels", MaxDepth)
@@ -449,7 +437,7 @@ func (p *parser) window(n *yaml.Node, f map[string]*yaml.Node) (time.Duration, e
 
 func (p *parser) replaces(n *yaml.Node, self string) ([]string, error) {
 	if n.Kind != yaml.SequenceNode {
-		return nil, p.errAt(n, "replaces must be a list of {name: ...}, got %s", kindName(n))
+		return nil, p.errAt(n, "replaces must be a list of {name: ...}, got %s", yamlerr.Describe(n))
 	}
 	var out []string
 	for _, item := range n.Content {

@@ -1,7 +1,7 @@
-// Package yamlerr turns the syntax errors of gopkg.in/yaml.v3 into a line
-// number and a message for the person who wrote the file. It is the one
-// reading of yaml.v3's error text for the packages that parse YAML
-// written by people (config, envoyrls).
+// Package yamlerr words the errors of YAML written by people: it turns the
+// syntax errors of gopkg.in/yaml.v3 into a line number and a message, and
+// names a node a value was wrong for ("got a list"). It is the one copy of
+// both for the packages that parse such files (config, envoyrls).
 package yamlerr
 
 import (
@@ -83,4 +83,22 @@ func parses(data []byte) bool {
 			return false
 		}
 	}
+}
+
+// Describe names n for a message such as "limit must be an integer, got
+// %s": "a mapping", "a list", "null", a scalar's value quoted, or
+// "something else" (an alias or a document node).
+func Describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
 }

@@ -54,3 +54,19 @@ func TestSyntaxNoLine(t *testing.T) {
 		t.Errorf("Syntax = %d, %q", line, msg)
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("a: &x {b: 1}\nc: [1]\nd:\ne: '7'\nf: *x\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	m := doc.Content[0].Content
+	for i, want := range []string{"a mapping", "a list", "null", `"7"`, "something else"} {
+		if got := Describe(m[2*i+1]); got != want {
+			t.Errorf("Describe(%s) = %q, want %q", m[2*i].Value, got, want)
+		}
+	}
+	if got := Describe(&doc); got != "something else" {
+		t.Errorf("Describe(document) = %q", got)
+	}
+}
