@@ -2,7 +2,9 @@ package doctor
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -423,12 +425,8 @@ func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]
 		if err != nil {
 			continue
 		}
-		f := strings.Fields(v) // "start count [previous]"
-		if len(f) < 2 {
-			continue
-		}
-		cnt, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
+		cnt, ok := windowCount(v)
+		if !ok {
 			continue
 		}
 		if fr := float64(cnt) / float64(g.o.limit); fr >= 0.9 {
@@ -441,6 +439,26 @@ func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]
 		lines[i] = h.line
 	}
 	return lines
+}
+
+// windowCount returns the count of a fixed or sliding window state as
+// redisstore writes it: in text, "start count [previous]"; in binary
+// (redisstore.BinaryState), a tag byte (1 fixed window, 3 sliding window)
+// and two or three little-endian doubles, start, count [, previous].
+func windowCount(v string) (int64, bool) {
+	if (len(v) == 17 && v[0] == 1) || (len(v) == 25 && v[0] == 3) {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[9:17])))
+		if f < 0 || f >= 1<<53 || f != math.Trunc(f) {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		return 0, false
+	}
+	cnt, err := strconv.ParseInt(f[1], 10, 64)
+	return cnt, err == nil
 }
 
 // bigLog is the member count from which a sorted-set state is worth a

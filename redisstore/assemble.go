@@ -40,6 +40,13 @@ import (
 //	release   general script only: the body of a function (key, cost, w,
 //	          iv, b, u1, u2, u3) that gives a reservation back and returns
 //	          what it gave.
+//
+// The blocks read and write their states through three slots per layout
+// (see stateLayouts): "@IS x@" is a Lua expression, true when v (the key's
+// value, a string) holds layout x in binary; "@UNPACK x@" its numbers, in
+// order; "@PACK x@(a, b, ...)" the state of those numbers in the format
+// the script writes (StateFormat): every script reads both formats, and
+// is assembled twice, once per format it writes.
 type fragment struct {
 	name   string // the short name: fw, sw, tb, gc, qt
 	algo   floodgate.Algorithm
@@ -94,24 +101,80 @@ func parseFragment(name string, a floodgate.Algorithm, src string) *fragment {
 	return f
 }
 
-// fill returns block with its slots filled.
-func (f *fragment) fill(block, bad, reserving string) string {
-	return strings.NewReplacer("@BAD@", bad, "@RESERVING@", reserving).Replace(f.blocks[block])
+// A stateLayout is one layout of an algorithm's state in binary: a tag
+// byte, then its numbers, each a little-endian IEEE 754 double (struct's
+// "d"; every number a state holds is an integer below 2^53, which a double
+// holds exactly, and the script's numbers are doubles already). The tag is
+// never an ASCII digit, which every text state starts with, and says which
+// algorithm and layout wrote the state, so that a key holding another
+// algorithm's state, or another layout, is read as a value floodgate did
+// not write, like any foreign value. A state is read as binary only when
+// its length is exactly its layout's, so struct.unpack never runs past the
+// end of a value (it would raise, and a raised error in a coalesced call
+// would fail every request of the call, not just this one).
+type stateLayout struct {
+	name   string // as in the slots: @IS name@, @UNPACK name@, @PACK name@
+	tag    byte
+	fields int
+}
+
+// stateLayouts are the binary layouts, tagged with the algorithm's value
+// (plus 0x10 for the buckets' layouts with reservation bookkeeping). The
+// text layouts they stand for are in each algorithm's file.
+var stateLayouts = []stateLayout{
+	{"fw", byte(floodgate.FixedWindow), 2},         // T N
+	{"sw", byte(floodgate.SlidingWindow), 3},       // T N P
+	{"tb", byte(floodgate.TokenBucket), 2},         // T N
+	{"tbr", 0x10 | byte(floodgate.TokenBucket), 5}, // T N H A R
+	{"gc", byte(floodgate.GCRA), 2},                // T L
+	{"gcr", 0x10 | byte(floodgate.GCRA), 4},        // T H A R
+	{"qt", byte(floodgate.Quota), 3},               // T N E
+}
+
+// stateNumber is struct's format of one number of a binary state.
+const stateNumber = "d"
+
+// size is the length in bytes of l's binary state.
+func (l stateLayout) size() int { return 1 + 8*l.fields }
+
+// slotFiller fills the state layouts' slots (see fragment) for a script
+// that writes format.
+func slotFiller(format StateFormat) []string {
+	var r []string
+	for _, l := range stateLayouts {
+		nums := strings.Repeat(stateNumber, l.fields)
+		r = append(r,
+			"@IS "+l.name+"@", fmt.Sprintf("(#v == %d and sbyte(v) == %d)", l.size(), l.tag),
+			"@UNPACK "+l.name+"@", fmt.Sprintf("sunpack('<%s', v, 2)", nums))
+		if format == TextState {
+			r = append(r, "@PACK "+l.name+"@(", fmt.Sprintf("sfmt('%s', ", strings.TrimSpace(strings.Repeat("%d ", l.fields))))
+		} else {
+			r = append(r, "@PACK "+l.name+"@(", fmt.Sprintf("spack('<B%s', %d, ", nums, l.tag))
+		}
+	}
+	return r
+}
+
+// fill returns block with its slots filled, for a script that writes
+// format.
+func (f *fragment) fill(format StateFormat, block, bad, reserving string) string {
+	return strings.NewReplacer(append(slotFiller(format), "@BAD@", bad, "@RESERVING@", reserving)...).Replace(f.blocks[block])
 }
 
 // The @BAD@ of the fast scripts: this request (or decision) fails alone.
 const badFast = "code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'\n        break"
 
-// fastSource is the single-layer script of f's algorithm.
-func (f *fragment) fastSource() string {
+// fastSource is the single-layer script of f's algorithm, writing
+// format.
+func (f *fragment) fastSource(format StateFormat) string {
 	var b strings.Builder
 	b.WriteString(luaFastHead)
 	fmt.Fprintf(&b, "    -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
 	b.WriteString(f.blocks["args"])
 	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")
-	b.WriteString(f.fill("read", badFast, "false"))
+	b.WriteString(f.fill(format, "read", badFast, "false"))
 	b.WriteString("    local ok, reason, rem, reset, retry, delay, ttl, keep = false, 1, 0, 0, 0, 0\n")
-	b.WriteString(f.fill("step", badFast, "false"))
+	b.WriteString(f.fill(format, "step", badFast, "false"))
 	wait := "retry" // the wait of the reply: the retry, or for GCRA's shaping the delay when admitted
 	if strings.Contains(f.blocks["step"], "delay =") {
 		wait = "ok and delay or retry"
@@ -132,9 +195,9 @@ func (f *fragment) fastSource() string {
 	return b.String()
 }
 
-// layersSource is the layered script: fast_layers.lua with one branch per
-// algorithm in place of its @STEPS@.
-func layersSource() string {
+// layersSource is the layered script writing format: fast_layers.lua with
+// one branch per algorithm in place of its @STEPS@.
+func layersSource(format StateFormat) string {
 	var b strings.Builder
 	for i, f := range fragments {
 		kw := "elseif"
@@ -142,7 +205,7 @@ func layersSource() string {
 			kw = "if"
 		}
 		fmt.Fprintf(&b, "          %s algo == %d then -- %s (lua/%s.lua)\n", kw, f.algo, f.algo, f.algo)
-		b.WriteString(indent(f.fill("read", badFast, "false")+f.fill("step", badFast, "false"), "      "))
+		b.WriteString(indent(f.fill(format, "read", badFast, "false")+f.fill(format, "step", badFast, "false"), "      "))
 	}
 	b.WriteString("          end\n")
 	if !strings.Contains(luaFastLayers, "@STEPS@\n") {
@@ -156,30 +219,31 @@ func layersSource() string {
 // holds something else), and X_decide(key, now, limit, w, b, md, iv,
 // cost, reserving), which returns ok, rem, reset, retry, delay, reason,
 // ttl, val, keep, u1, u2, u3 (nil when the key holds something else).
-func generalFunctions() string {
+// They write format.
+func generalFunctions(format StateFormat) string {
 	var b strings.Builder
 	for _, f := range fragments {
 		fmt.Fprintf(&b, "-- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
 		fmt.Fprintf(&b, "local function %s_read(key)\n  local v = redis.pcall('GET', key)\n  if type(v) == 'table' then\n    return nil\n  end\n", f.name)
-		b.WriteString(f.fill("read", "return nil", "reserving"))
+		b.WriteString(f.fill(format, "read", "return nil", "reserving"))
 		fmt.Fprintf(&b, "  return %s\nend\n\n", f.state)
 		fmt.Fprintf(&b, "local function %s_decide(key, now, limit, w, b, md, iv, cost, reserving)\n  local v = redis.pcall('GET', key)\n  if type(v) == 'table' then\n    return nil\n  end\n", f.name)
-		b.WriteString(f.fill("read", "return nil", "reserving"))
+		b.WriteString(f.fill(format, "read", "return nil", "reserving"))
 		b.WriteString("  local ok, reason, rem, reset, retry, delay, ttl, val, keep, u1, u2, u3 = false, 1, 0, 0, 0, 0\n")
-		b.WriteString(f.fill("step", "return nil", "reserving"))
-		b.WriteString(f.fill("reserved", "return nil", "reserving"))
+		b.WriteString(f.fill(format, "step", "return nil", "reserving"))
+		b.WriteString(f.fill(format, "reserved", "return nil", "reserving"))
 		b.WriteString("  return ok, rem, reset, retry, delay, reason, ttl, val, keep, u1, u2, u3\nend\n\n")
 	}
 	return b.String()
 }
 
-// releaseSource is release.lua with the algorithms' release functions in
-// place of its @RELEASES@.
-func releaseSource() string {
+// releaseSource is release.lua with the algorithms' release functions,
+// writing format, in place of its @RELEASES@.
+func releaseSource(format StateFormat) string {
 	var b strings.Builder
 	for _, f := range fragments {
 		fmt.Fprintf(&b, "  -- %s (lua/%s.lua)\n  local function %s_release(key, cost, w, iv, b, u1, u2, u3)\n", f.algo, f.algo, f.name)
-		b.WriteString(f.fill("release", "return 0", "false"))
+		b.WriteString(f.fill(format, "release", "return 0", "false"))
 		b.WriteString("  end\n\n")
 	}
 	if !strings.Contains(luaRelease, "  --@RELEASES@\n") {

@@ -16,37 +16,64 @@ import (
 // algorithm's blocks are in every script that decides it, so that the Lua
 // of an algorithm has one source.
 func TestAssembledScripts(t *testing.T) {
-	scripts := map[string]string{"general": source, "layered": layersSource()}
-	for _, f := range fragments {
-		scripts[f.algo.String()] = fastSources[f.algo]
-	}
-	for name, src := range scripts {
-		for _, slot := range []string{"@BAD@", "@RESERVING@", "@STEPS@", "@RELEASES@", "--@ "} {
-			if strings.Contains(src, slot) {
-				t.Errorf("%s: %q left in the script", name, slot)
+	for _, format := range []StateFormat{BinaryState, TextState} {
+		ss := scriptSets[format]
+		scripts := map[string]string{"general": ss.general.Source(), "layered": ss.layers.Source()}
+		if scripts["layered"] != layersSource(format) {
+			t.Errorf("%s: the layered script is not layersSource's", format)
+		}
+		for _, f := range fragments {
+			scripts[f.algo.String()] = ss.fast[f.algo].Source()
+		}
+		for name, src := range scripts {
+			for _, slot := range []string{"@BAD@", "@RESERVING@", "@STEPS@", "@RELEASES@", "--@ ", "@IS ", "@UNPACK ", "@PACK "} {
+				if strings.Contains(src, slot) {
+					t.Errorf("%s, %s: %q left in the script", format, name, slot)
+				}
+			}
+		}
+		// A line of a block that only that algorithm has: its state's
+		// encoding, in the format the scripts write.
+		fill := strings.NewReplacer(slotFiller(format)...)
+		want := "spack('<B"
+		if format == TextState {
+			want = "sfmt('%d "
+		}
+		for _, f := range fragments {
+			var mark string
+			for line := range strings.Lines(f.blocks["step"]) {
+				if strings.Contains(line, "@PACK ") {
+					mark = strings.TrimSpace(fill.Replace(line))
+					break
+				}
+			}
+			if !strings.Contains(mark, want) {
+				t.Fatalf("%s, %s: no state encoding %q in the step block: %q", format, f.algo, want, mark)
+			}
+			for _, name := range []string{"general", "layered", f.algo.String()} {
+				if !strings.Contains(scripts[name], mark) {
+					t.Errorf("%s, %s: the %s script lacks %q", format, f.algo, name, mark)
+				}
+			}
+			if !strings.Contains(scripts["general"], "local function "+f.name+"_release(") {
+				t.Errorf("%s, %s: the general script lacks its release", format, f.algo)
 			}
 		}
 	}
-	// A line of a block that only that algorithm has: its state's encoding.
-	for _, f := range fragments {
-		var mark string
-		for line := range strings.Lines(f.blocks["step"]) {
-			if strings.Contains(line, "sfmt(") {
-				mark = strings.TrimSpace(line)
-				break
-			}
+}
+
+// TestStateLayouts checks the binary layouts: tags that are no ASCII
+// digit (every text state starts with one), distinct tags and names.
+func TestStateLayouts(t *testing.T) {
+	tags, names := map[byte]bool{}, map[string]bool{}
+	for _, l := range stateLayouts {
+		if l.tag >= '0' && l.tag <= '9' {
+			t.Errorf("%s: tag %q is a digit", l.name, l.tag)
 		}
-		if mark == "" {
-			t.Fatalf("%s: no state encoding in the step block", f.algo)
+		if tags[l.tag] || names[l.name] {
+			t.Errorf("%s: tag %#x or name used twice", l.name, l.tag)
 		}
-		for _, name := range []string{"general", "layered", f.algo.String()} {
-			if !strings.Contains(scripts[name], mark) {
-				t.Errorf("%s: the %s script lacks %q", f.algo, name, mark)
-			}
-		}
-		if !strings.Contains(source, "local function "+f.name+"_release(") {
-			t.Errorf("%s: the general script lacks its release", f.algo)
-		}
+		tags[l.tag], names[l.name] = true, true
 	}
 }
 
@@ -55,9 +82,13 @@ func TestAssembledScripts(t *testing.T) {
 // the algorithm's single-layer script (Store.Decide), the general script
 // in its decide and reserve modes, and the layered script with one layer.
 // Every result must be algo.Step's, and the single-layer, general and
-// layered scripts must leave byte-for-byte the same state.
+// layered scripts must leave byte-for-byte the same state. It runs with a
+// Store of each state format.
 func TestEveryScriptDifferential(t *testing.T) {
-	e, _ := newEnv(t)
+	forEachFormat(t, testEveryScriptDifferential)
+}
+
+func testEveryScriptDifferential(t *testing.T, e *env) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	ctx := context.Background()
@@ -141,10 +172,10 @@ func (e *env) decideLayered(ctx context.Context, now int64, layers []floodgate.L
 		e.bound[l.Key] = ttlBound(l.Policy)
 	}
 	e.mu.Unlock()
-	c := getCall(ctx, now, layersScript, layers)
+	c := getCall(ctx, now, e.store.scripts.layers, layers)
 	f := new(batchFrame)
 	f.buildLayered([]*call{c})
-	vals, err := layersScript.RunInts(ctx, e.store.client, f.args)
+	vals, err := e.store.scripts.layers.RunInts(ctx, e.store.client, f.args)
 	if err != nil {
 		return nil, err
 	}

@@ -129,17 +129,17 @@ func newBatcher(s *Store, maxBatch, maxInFlight int) *batcher {
 	return b
 }
 
-// coalescable returns the script that decides layers in a batch (see
-// scriptFor), or nil if they are not decided in batches: a sliding log
-// layer's sorted-set reads would raise on a key of another type, and a
-// batch must never stop half done.
-func coalescable(layers []floodgate.Layer) *luascript.Script {
+// coalescable returns the script of ss that decides layers in a batch
+// (see scriptSet.scriptFor), or nil if they are not decided in batches: a
+// sliding log layer's sorted-set reads would raise on a key of another
+// type, and a batch must never stop half done.
+func (ss *scriptSet) coalescable(layers []floodgate.Layer) *luascript.Script {
 	for i := range layers {
 		if layers[i].Policy.Algorithm == floodgate.SlidingLog {
 			return nil
 		}
 	}
-	return scriptFor(layers)
+	return ss.scriptFor(layers)
 }
 
 // decide decides layers (checked, on one slot) with sc, coalescing them
@@ -195,7 +195,7 @@ func (b *batcher) run(calls []*call) {
 	defer cancel()
 	sc := calls[0].script
 	f := b.frames.Get().(*batchFrame)
-	if sc == layersScript {
+	if isLayers(sc) {
 		f.buildLayered(calls)
 	} else {
 		f.build(calls)

@@ -394,7 +394,7 @@ func TestBatchLayered(t *testing.T) {
 	// layer (never sent by the store) is refused before anything runs.
 	sl := mustPolicy(t, floodgate.Policy{Name: "log", Algorithm: floodgate.SlidingLog, Limit: 5, Window: time.Minute})
 	withLog := []floodgate.Layer{{Policy: sl, Key: e.key(sl, "d"), Cost: 1}, layers("d")[0]}
-	if coalescable(withLog) != nil {
+	if scriptSets[BinaryState].coalescable(withLog) != nil {
 		t.Fatal("a decision with a sliding log layer is coalesced")
 	}
 	calls = []*call{getCall(ctx, now, layersScript, layers("d")), getCall(ctx, now, layersScript, withLog)}
@@ -435,7 +435,7 @@ func TestBatchLayered(t *testing.T) {
 	if ok != 30 {
 		t.Fatalf("%d of 300 layered requests admitted, want exactly 30", ok)
 	}
-	if v := c.Get(ctx, e.key(user, "hot")).Val(); !strings.Contains(v, " 30 ") {
+	if v := asText(c.Get(ctx, e.key(user, "hot")).Val()); !strings.Contains(v, " 30 ") {
 		t.Fatalf("per-user state %q, want 30 counted", v)
 	}
 }
@@ -505,7 +505,7 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 	if n := commandCalls(t, c, "set") - sets; n != 4 {
 		t.Errorf("%d SETs for 4 distinct keys in one batch, want 4", n)
 	}
-	if v := c.Get(ctx, edgeKey).Val(); v != fmt.Sprintf("%d 5", base) {
+	if v := asText(c.Get(ctx, edgeKey).Val()); v != fmt.Sprintf("%d 5", base) {
 		t.Errorf("edge state %q, want %q (5 admitted in the window)", v, fmt.Sprintf("%d 5", base))
 	}
 	// The TTL is the last admitted decision's: the rest of the window after

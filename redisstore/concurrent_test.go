@@ -76,8 +76,8 @@ func testConcurrent(t *testing.T, e *env, rounds int) {
 	}
 }
 
-// TestConcurrent runs the concurrency proof on a standalone Redis.
+// TestConcurrent runs the concurrency proof on a standalone Redis, with a
+// Store of each state format.
 func TestConcurrent(t *testing.T) {
-	e, _ := newEnv(t)
-	testConcurrent(t, e, 20)
+	forEachFormat(t, func(t *testing.T, e *env) { testConcurrent(t, e, 20) })
 }

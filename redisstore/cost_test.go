@@ -22,7 +22,8 @@ import (
 // under valgrind --tool=callgrind (see docs/benchmarks.md): for each
 // shape it zeroes the counters, makes the calls, dumps the counters and
 // prints the instructions per decision, the command's parsing, dispatch
-// and reply included.
+// and reply included. FLOODGATE_COST_FORMAT=text measures a TextState
+// Store (default binary).
 func TestScriptInstructions(t *testing.T) {
 	addr, pid := os.Getenv("FLOODGATE_COST_ADDR"), os.Getenv("FLOODGATE_COST_PID")
 	if addr == "" || pid == "" {
@@ -31,7 +32,14 @@ func TestScriptInstructions(t *testing.T) {
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := New(c, Options{Coalesce: CoalesceOff})
+	format := BinaryState
+	if f := os.Getenv("FLOODGATE_COST_FORMAT"); f != "" {
+		var err error
+		if format, err = ParseStateFormat(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(c, Options{Coalesce: CoalesceOff, StateFormat: format})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +47,8 @@ func TestScriptInstructions(t *testing.T) {
 	edge := mustPolicy(t, floodgate.Policy{Name: "edge", Algorithm: floodgate.FixedWindow, Limit: 1 << 30, Window: time.Minute})
 	sw := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.SlidingWindow, Limit: 1 << 30, Window: time.Minute})
 	gc := mustPolicy(t, floodgate.Policy{Name: "gc", Algorithm: floodgate.GCRA, Limit: 1 << 20, Window: time.Hour})
+	tb := mustPolicy(t, floodgate.Policy{Name: "tb", Algorithm: floodgate.TokenBucket, Limit: 1 << 20, Window: time.Hour})
+	fw := mustPolicy(t, floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 1 << 30, Window: time.Minute})
 	qt := quotaPolicy(t, 1<<30, floodgate.PeriodMonth)
 	const ids = 500
 	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMicro()
@@ -60,9 +70,15 @@ func TestScriptInstructions(t *testing.T) {
 	}{
 		{"lone sliding window", []floodgate.Policy{sw}, 1},
 		{"lone GCRA", []floodgate.Policy{gc}, 1},
+		{"lone token bucket", []floodgate.Policy{tb}, 1},
+		{"lone fixed window", []floodgate.Policy{fw}, 1},
+		{"lone quota", []floodgate.Policy{qt}, 1},
 		{"lone 3 layers", []floodgate.Policy{edge, sw, qt}, 1},
 		{"coalesced sliding window (64 per call)", []floodgate.Policy{sw}, 64},
 		{"coalesced GCRA (64 per call)", []floodgate.Policy{gc}, 64},
+		{"coalesced token bucket (64 per call)", []floodgate.Policy{tb}, 64},
+		{"coalesced fixed window (64 per call)", []floodgate.Policy{fw}, 64},
+		{"coalesced quota (64 per call)", []floodgate.Policy{qt}, 64},
 		{"coalesced 3 layers (64 per call)", []floodgate.Policy{edge, sw, qt}, 64},
 	} {
 		const calls = 400
@@ -80,7 +96,7 @@ func TestScriptInstructions(t *testing.T) {
 				cs := make([]*call, shape.batch)
 				for d := range cs {
 					ls := layersFor(k*shape.batch+d, now, shape.ps...)
-					cs[d] = getCall(ctx, now, scriptFor(ls), ls)
+					cs[d] = getCall(ctx, now, s.scripts.scriptFor(ls), ls)
 				}
 				b.run(cs)
 				for _, c := range cs {

@@ -118,10 +118,11 @@ func randCost(r *rand.Rand, p floodgate.Policy) int64 {
 }
 
 // TestDifferential runs random requests through algo.Step and the
-// Redis store side by side: every result must be identical.
+// Redis store side by side, with a Store of each state format: every
+// result must be identical.
 func TestDifferential(t *testing.T) {
-	e, _ := newEnv(t)
-	testDifferential(t, e, uint64(time.Now().UnixNano()))
+	seed := uint64(time.Now().UnixNano())
+	forEachFormat(t, func(t *testing.T, e *env) { testDifferential(t, e, seed) })
 }
 
 func testDifferential(t *testing.T, e *env, seed uint64) {
@@ -215,7 +216,7 @@ func (e *env) decideGeneral(ctx context.Context, now int64, layers []floodgate.L
 	if reserve {
 		f.args = append(f.args, argReserve)
 	}
-	val, err := script.RunCommand(ctx, e.store.client, f.args)
+	val, err := e.store.scripts.general.RunCommand(ctx, e.store.client, f.args)
 	if err != nil {
 		return nil, err
 	}
@@ -233,9 +234,13 @@ func (e *env) decideGeneral(ctx context.Context, now int64, layers []floodgate.L
 // results and leave byte-for-byte the same states. Now and then both run
 // a reservation instead, which gives bucket states the long form
 // (bookkeeping for releases) that the layered script must then keep up to
-// date exactly as the general script does.
+// date exactly as the general script does. It runs with a Store of each
+// state format.
 func TestLayersScriptDifferential(t *testing.T) {
-	e, _ := newEnv(t)
+	forEachFormat(t, testLayersScriptDifferential)
+}
+
+func testLayersScriptDifferential(t *testing.T, e *env) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	ctx := context.Background()
@@ -290,7 +295,7 @@ func TestLayersScriptDifferential(t *testing.T) {
 				gb, err = e.decideGeneral(ctx, now, lb, true)
 			}
 		} else {
-			if sc := scriptFor(la); sc != layersScript {
+			if sc := e.store.scripts.scriptFor(la); sc != e.store.scripts.layers {
 				t.Fatal("Store.Decide would not use the layered script")
 			}
 			ga, err = e.decide(ctx, now, la)
@@ -311,7 +316,7 @@ func TestLayersScriptDifferential(t *testing.T) {
 			if va != vb {
 				t.Fatalf("seed %d, decision %d, layer %d (%v): the layered script left %q, the general one %q", seed, n, j, la[j].Policy, va, vb)
 			}
-			if strings.Count(va, " ") >= 3 && la[j].Policy.Algorithm != floodgate.Quota {
+			if longForm(va) && la[j].Policy.Algorithm != floodgate.Quota {
 				long++
 			}
 		}
@@ -327,9 +332,13 @@ func TestLayersScriptDifferential(t *testing.T) {
 // identities, so that decisions of one call share keys, and checks each
 // decision against the model applied in the call's order; the same
 // decisions, sent one by one through the general script on mirror keys,
-// must leave byte-for-byte the same states.
+// must leave byte-for-byte the same states. It runs with a Store of each
+// state format.
 func TestLayersScriptBatchDifferential(t *testing.T) {
-	e, _ := newEnv(t)
+	forEachFormat(t, testLayersScriptBatchDifferential)
+}
+
+func testLayersScriptBatchDifferential(t *testing.T, e *env) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	ctx := context.Background()
@@ -374,7 +383,7 @@ func TestLayersScriptBatchDifferential(t *testing.T) {
 				lb[j] = floodgate.Layer{Policy: p, Key: algo.KeyAt(e.prefix, p, "b"+id, now), Cost: cost}
 				e.bound[la[j].Key], e.bound[lb[j].Key] = ttlBound(p), ttlBound(p)
 			}
-			calls = append(calls, getCall(ctx, now, layersScript, la))
+			calls = append(calls, getCall(ctx, now, e.store.scripts.layers, la))
 			as, bs = append(as, la), append(bs, lb)
 		}
 		if same {
@@ -408,4 +417,19 @@ func TestLayersScriptBatchDifferential(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls under one set of policies, %d mixed", shared, mixed)
+}
+
+// longForm reports whether v is a bucket's state in its long form (with a
+// release's bookkeeping), in either format: "T N H A R" or "T H A R", or
+// the binary layouts tbr and gcr.
+func longForm(v string) bool {
+	if len(v) > 0 && (v[0] < '0' || v[0] > '9') {
+		for _, l := range stateLayouts {
+			if (l.name == "tbr" || l.name == "gcr") && len(v) == l.size() && v[0] == l.tag {
+				return true
+			}
+		}
+		return false
+	}
+	return strings.Count(v, " ") >= 3
 }

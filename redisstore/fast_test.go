@@ -322,7 +322,7 @@ func TestFastScriptConstants(t *testing.T) {
 		"QUOTA_GRACE": algo.QuotaGrace.Microseconds(),
 		"MAX_LAYERS":  floodgate.MaxLayers,
 	}
-	sources := map[string]string{"layers": layersSource()}
+	sources := map[string]string{"layers": layersSource(BinaryState)}
 	for a, src := range fastSources {
 		if src != "" {
 			sources[floodgate.Algorithm(a).String()] = src

@@ -2,7 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 	"github.com/redis/go-redis/v9"
@@ -63,6 +67,22 @@ func newEnv(t testing.TB, extraArgs ...string) (*env, *redistest.Server) {
 	srv := redistest.Start(t, extraArgs...)
 	c := srv.Client(t)
 	return newEnvOn(t, c, []*redis.Client{c}, Options{}), srv
+}
+
+// stateFormats are the formats the behaviour tests run a Store with.
+var stateFormats = []StateFormat{BinaryState, TextState}
+
+// forEachFormat runs f as a subtest per state format, each with its own
+// env (and prefix) on one private redis-server.
+func forEachFormat(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	for _, format := range stateFormats {
+		t.Run(format.String(), func(t *testing.T) {
+			f(t, newEnvOn(t, c, []*redis.Client{c}, Options{StateFormat: format}))
+		})
+	}
 }
 
 // newEnvOn returns an env deciding on client, whose primaries are nodes.
@@ -213,4 +233,27 @@ func allAlgorithms(t testing.TB, limit int64, window time.Duration) []floodgate.
 		ps = append(ps, mustPolicy(t, floodgate.Policy{Name: "p-" + a.String(), Algorithm: a, Limit: limit, Window: window}))
 	}
 	return ps
+}
+
+// scriptFor returns the BinaryState script that decides layers (see
+// scriptSet.scriptFor).
+func scriptFor(layers []floodgate.Layer) *luascript.Script {
+	return scriptSets[BinaryState].scriptFor(layers)
+}
+
+// asText returns state v in the text format: v itself if it is text (or
+// not a state), its numbers as text if it is a binary state of one of
+// stateLayouts.
+func asText(v string) string {
+	for _, l := range stateLayouts {
+		if len(v) == l.size() && v[0] == l.tag {
+			nums := make([]string, l.fields)
+			for i := range nums {
+				f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[1+8*i : 9+8*i])))
+				nums[i] = strconv.FormatFloat(f, 'f', -1, 64)
+			}
+			return strings.Join(nums, " ")
+		}
+	}
+	return v
 }

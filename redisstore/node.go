@@ -166,12 +166,14 @@ func nodeSource(src string) string {
 // layered script) to its node variant. It is immutable.
 var nodeScripts = func() map[*luascript.Script]*luascript.Script {
 	m := map[*luascript.Script]*luascript.Script{}
-	for _, sc := range fastScripts {
-		if sc != nil {
-			m[sc] = luascript.New(nodeSource(sc.Source()), luascript.Options{})
+	for _, ss := range scriptSets {
+		for _, sc := range ss.fast {
+			if sc != nil {
+				m[sc] = luascript.New(nodeSource(sc.Source()), luascript.Options{})
+			}
 		}
+		m[ss.layers] = luascript.New(nodeSource(ss.layers.Source()), luascript.Options{})
 	}
-	m[layersScript] = luascript.New(nodeSource(layersScript.Source()), luascript.Options{})
 	return m
 }()
 
@@ -211,7 +213,7 @@ func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int
 	f := s.frames.Get().(*frame)
 	f.build(now, layers, true)
 	f.args = asNodeCall(f.args)
-	vals, err := nodeScripts[layersScript].RunInts(ctx, node, f.args)
+	vals, err := nodeScripts[s.scripts.layers].RunInts(ctx, node, f.args)
 	f.reset()
 	s.frames.Put(f)
 	if err != nil {
@@ -258,7 +260,7 @@ func (s *Store) decideLast(ctx context.Context, now int64, p *part) bool {
 	if s.nodes == nil {
 		return false
 	}
-	sc := coalescable(p.layers)
+	sc := s.scripts.coalescable(p.layers)
 	if sc == nil {
 		return false
 	}
@@ -308,7 +310,7 @@ func (s *Store) reserveOnNode(ctx context.Context, now int64, p *part) bool {
 			return false
 		}
 	}
-	sc := coalescable(p.layers)
+	sc := s.scripts.coalescable(p.layers)
 	b := s.nodes.batcherFor(ctx, p.layers)
 	if sc == nil || b == nil {
 		return false

@@ -370,7 +370,7 @@ func testReleaseBuckets(t *testing.T, e *env, a floodgate.Algorithm, seed uint64
 // has none).
 func bucketState(t *testing.T, e *env, key string, p floodgate.Policy) (f, a, r int64) {
 	t.Helper()
-	v := e.get(t, key)
+	v := asText(e.get(t, key))
 	if v == "" {
 		return 0, -1, -1
 	}

@@ -43,58 +43,86 @@ var (
 	luaFastTail string
 )
 
-// source is the general script: common.lua, the algorithms' functions,
-// sliding_log.lua, layer.lua, release.lua (with the algorithms' releases)
-// and decide.lua. It decides every algorithm, one layer or many, in the
-// decide and reserve modes, and releases reservations. It is immutable.
-var source = luaCommon + generalFunctions() + luaSlidingLog + luaLayer + releaseSource() + luaDecide
+// scriptSet is the scripts of one StateFormat: all of them read states in
+// both formats and write that one. It is immutable.
+type scriptSet struct {
+	// general is the general script: common.lua, the algorithms'
+	// functions, sliding_log.lua, layer.lua, release.lua (with the
+	// algorithms' releases) and decide.lua. It decides every algorithm,
+	// one layer or many, in the decide and reserve modes, and releases
+	// reservations.
+	//
+	// It runs through luascript: EVALSHA, EVAL once on NOSCRIPT, never
+	// resent by go-redis, failures classified by luascript.Classify. Its
+	// Options are the zero value, so every error reply, the script's own
+	// "ERR floodgate: ..." ones included, wraps
+	// floodgate.ErrStoreUnavailable ("nothing was written"), as before the
+	// package used luascript. That holds for the decide and reserve modes:
+	// decide.lua reads and checks every layer, and raises every error it
+	// raises, before its first write. It does not hold for the release
+	// mode: release.lua checks its arguments first, then writes its marker
+	// and gives the layers back one by one, and a read of a key whose type
+	// changed since the reservation (WRONGTYPE) fails after those writes.
+	// So the class of a release's error is never used: Store.release keeps
+	// the error only as the reason the part's reservation may still be
+	// held, and splitError reports such a part as floodgate.ErrIndeterminate
+	// (see TestReleaseErrorAfterWrite).
+	general *luascript.Script
+	// fast are the single-layer scripts, by algorithm: each decides one
+	// layer exactly as a one-layer call of the general script would, on
+	// the same state, but defines no function (Redis runs a script's whole
+	// body on every call, so every function defined in it is created again
+	// each time; see lua/fast_head.lua), with the same machinery and error
+	// classes as general (a single-layer script makes every read and check
+	// before its one write). The sliding log has none (nil): its cost is
+	// in its sorted-set commands, so it stays on the general script.
+	fast [floodgate.Quota + 1]*luascript.Script
+	// layers decides layered decisions without a sliding log layer, one
+	// or many per call, exactly as the general script's decide mode would,
+	// but written out flat (lua/fast_layers.lua with the algorithms'
+	// blocks): the general script's functions cost about 40,000 server
+	// instructions per call to create. Its call is n, now and 6n layer
+	// arguments per decision, or the shared layout (see
+	// batchFrame.buildLayered).
+	layers *luascript.Script
+}
 
-// script runs source on Redis through luascript: EVALSHA, EVAL once on
-// NOSCRIPT, never resent by go-redis, failures classified by
-// luascript.Classify. It is immutable.
-//
-// Its Options are the zero value, so every error reply, the script's own
-// "ERR floodgate: ..." ones included, wraps floodgate.ErrStoreUnavailable
-// ("nothing was written"), as before the package used luascript. That
-// holds for the decide and reserve modes: decide.lua reads and checks every
-// layer, and raises every error it raises, before its first write. It does
-// not hold for the release mode: release.lua checks its arguments first,
-// then writes its marker and gives the layers back one by one, and a read
-// of a key whose type changed since the reservation (WRONGTYPE) fails after
-// those writes. So the class of a release's error is never used:
-// Store.release keeps the error only as the reason the part's reservation
-// may still be held, and splitError reports such a part as
-// floodgate.ErrIndeterminate (see TestReleaseErrorAfterWrite).
-var script = luascript.New(source, luascript.Options{})
-
-// fastSources are the single-layer scripts, by algorithm: each decides one
-// layer exactly as a one-layer call of the general script would, on the
-// same state, but defines no function (Redis runs a script's whole body on
-// every call, so every function defined in it is created again each time;
-// see lua/fast_head.lua). The sliding log has none: its cost is in
-// its sorted-set commands, so it stays on the general script. They are
-// immutable.
-var fastSources = func() (s [floodgate.Quota + 1]string) {
+func newScriptSet(format StateFormat) *scriptSet {
+	s := &scriptSet{
+		general: luascript.New(luaCommon+generalFunctions(format)+luaSlidingLog+luaLayer+releaseSource(format)+luaDecide, luascript.Options{}),
+		layers:  luascript.New(layersSource(format), luascript.Options{}),
+	}
 	for _, f := range fragments {
-		s[f.algo] = f.fastSource()
+		s.fast[f.algo] = luascript.New(f.fastSource(format), luascript.Options{})
 	}
 	return s
-}()
+}
 
-// fastScripts runs fastSources, by algorithm, with the same machinery and
-// error classes as script (a single-layer script makes every read and
-// check before its one write); nil where an algorithm has none. It is
-// immutable.
-var fastScripts = newFastScripts()
+// scriptSets are the scripts by the format they write. Both are built at
+// init (their sources and digests); Redis loads each script on its first
+// use (EVAL after NOSCRIPT), so a Store loads only its format's.
+var scriptSets = [...]*scriptSet{BinaryState: newScriptSet(BinaryState), TextState: newScriptSet(TextState)}
 
-func newFastScripts() [len(fastSources)]*luascript.Script {
-	var s [len(fastSources)]*luascript.Script
-	for a, src := range fastSources {
-		if src != "" {
-			s[a] = luascript.New(src, luascript.Options{})
+// The scripts writing the default format, BinaryState, and their sources,
+// by the names the tests use.
+var (
+	script       = scriptSets[BinaryState].general
+	source       = script.Source()
+	fastScripts  = scriptSets[BinaryState].fast
+	layersScript = scriptSets[BinaryState].layers
+	fastSources  = func() (s [len(fastScripts)]string) {
+		for a, sc := range fastScripts {
+			if sc != nil {
+				s[a] = sc.Source()
+			}
 		}
-	}
-	return s
+		return s
+	}()
+)
+
+// isLayers reports whether sc is a layered script (of either format).
+func isLayers(sc *luascript.Script) bool {
+	return sc == scriptSets[BinaryState].layers || sc == scriptSets[TextState].layers
 }
 
 // hasFastScript reports whether algorithm a has a single-layer script.
@@ -102,30 +130,22 @@ func hasFastScript(a floodgate.Algorithm) bool {
 	return int(a) < len(fastScripts) && fastScripts[a] != nil
 }
 
-// layersScript decides layered decisions without a sliding log layer,
-// one or many per call, exactly as the general script's decide mode would,
-// but written out flat (lua/fast_layers.lua with the algorithms' blocks):
-// the general script's functions cost about 40,000 server instructions per
-// call to create. Its call is n, now and 6n layer arguments per decision,
-// or the shared layout (see batchFrame.buildLayered). It is immutable.
-var layersScript = luascript.New(layersSource(), luascript.Options{})
-
-// scriptFor returns the script that decides layers: the algorithm's
+// scriptFor returns the script of ss that decides layers: the algorithm's
 // single-layer script for one layer, when it has one; the layered script
 // for several without a sliding log; else the general script.
-func scriptFor(layers []floodgate.Layer) *luascript.Script {
+func (ss *scriptSet) scriptFor(layers []floodgate.Layer) *luascript.Script {
 	if len(layers) == 1 {
 		if hasFastScript(layers[0].Policy.Algorithm) {
-			return fastScripts[layers[0].Policy.Algorithm]
+			return ss.fast[layers[0].Policy.Algorithm]
 		}
-		return script
+		return ss.general
 	}
 	for i := range layers {
 		if !hasFastScript(layers[i].Policy.Algorithm) { // the sliding log has none
-			return script
+			return ss.general
 		}
 	}
-	return layersScript
+	return ss.layers
 }
 
 // Pre-boxed command arguments, so building a call allocates nothing for them.

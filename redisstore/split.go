@@ -256,7 +256,7 @@ func (s *Store) reserve(ctx context.Context, now int64, p *part) {
 	f.build(now, p.layers, false)
 	f.args = append(f.args, argReserve)
 	p.sent = true
-	val, err := script.RunCommand(ctx, s.client, f.args)
+	val, err := s.scripts.general.RunCommand(ctx, s.client, f.args)
 	if err != nil {
 		p.err = fmt.Errorf("slot %d: %w", p.slot, err)
 		return
@@ -290,7 +290,7 @@ func (s *Store) probe(ctx context.Context, now int64, p *part) {
 	defer f.reset()
 	f.build(now, p.layers, false)
 	f.args = append(f.args, argProbe)
-	val, err := script.RunCommand(ctx, s.client, f.args)
+	val, err := s.scripts.general.RunCommand(ctx, s.client, f.args)
 	if err == nil {
 		err = decodeResults(val, p.layers, p.out, nil)
 	}
@@ -331,7 +331,7 @@ func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (boo
 	defer s.frames.Put(f)
 	defer f.reset()
 	f.buildRelease(now, layers, undo, marker, releaseMarkerTTL.Milliseconds())
-	val, err := script.RunCommand(ctx, s.client, f.args)
+	val, err := s.scripts.general.RunCommand(ctx, s.client, f.args)
 	if err != nil {
 		// err's class is not trusted here: a release may fail after it
 		// wrote (see script), so a failed release means only that the

@@ -252,10 +252,16 @@ func testSplitDifferential(t *testing.T, e *env, seed uint64) {
 // check on, so that every decision whose keys span slots is split exactly
 // as on a cluster.
 func TestSplit(t *testing.T) {
-	e, _ := newSplitEnv(t)
+	e, srv := newSplitEnv(t)
 	t.Run("all-or-nothing", func(t *testing.T) { testSplitAllOrNothing(t, e) })
 	t.Run("differential", func(t *testing.T) { testSplitDifferential(t, e, uint64(time.Now().UnixNano())) })
 	t.Run("release", func(t *testing.T) { testRelease(t, e) })
+	t.Run("text states", func(t *testing.T) {
+		c := srv.Client(t)
+		et := newEnvOn(t, c, []*redis.Client{c}, Options{SlotCheck: SlotCheckOn, StateFormat: TextState})
+		t.Run("differential", func(t *testing.T) { testSplitDifferential(t, et, uint64(time.Now().UnixNano())) })
+		t.Run("release", func(t *testing.T) { testRelease(t, et) })
+	})
 	// TestCluster runs the fan-in for every algorithm; here one window and
 	// one bucket.
 	t.Run("fan-in", func(t *testing.T) { testFanIn(t, e, floodgate.FixedWindow, floodgate.GCRA) })

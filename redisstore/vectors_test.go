@@ -6,9 +6,11 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/vectors"
 )
 
-// TestVectors runs the shared step vectors against a private Redis: every
-// result must equal the pure step function's exactly.
+// TestVectors runs the shared step vectors against a private Redis, with
+// a Store of each state format: every result must equal the pure step
+// function's exactly.
 func TestVectors(t *testing.T) {
-	e, _ := newEnv(t)
-	vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "redis-"+e.prefix, e.decider())
+	forEachFormat(t, func(t *testing.T, e *env) {
+		vectors.RunCases(t, append(vectors.All(), vectors.Calendar()...), "redis-"+e.prefix, e.decider())
+	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -107,10 +108,16 @@ func TestServeGRPCUsesServiceClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A sliding window's state starts with its window's start, in Unix
-	// microseconds.
-	f := strings.Fields(val)
-	start, err := strconv.ParseInt(f[0], 10, 64)
-	if err != nil {
+	// microseconds: in binary (the default state format) after its tag
+	// byte 3, as a little-endian double.
+	var start int64
+	if len(val) == 25 && val[0] == 3 {
+		var bits uint64
+		for i := 8; i >= 1; i-- {
+			bits = bits<<8 | uint64(val[i])
+		}
+		start = int64(math.Float64frombits(bits))
+	} else if start, err = strconv.ParseInt(strings.Fields(val + " ")[0], 10, 64); err != nil {
 		t.Fatalf("state %q: %v", val, err)
 	}
 	want := before.Add(time.Hour).Truncate(time.Minute)

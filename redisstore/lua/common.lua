@@ -9,6 +9,7 @@
 
 local fmod, floor, ceil = math.fmod, math.floor, math.ceil
 local sfmt, smatch = string.format, string.match
+local sbyte, spack, sunpack = string.byte, struct.pack, struct.unpack -- the states' binary layouts (assemble.go)
 
 -- Reasons, as floodgate.Reason.
 local NONE, LIMITED, EXCEEDS = 0, 1, 2

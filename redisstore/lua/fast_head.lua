@@ -59,6 +59,7 @@ local MIN_TTL = 1000
 local TTL_SLACK = 1000000
 local QUOTA_GRACE = 3600000000
 local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
+local sbyte, spack, sunpack = string.byte, struct.pack, struct.unpack -- the states' binary layouts
 -- KEYS and ARGV are globals, and every global read is a table lookup:
 -- read through locals, each costs Redis a few hundred instructions less.
 local KEYS, ARGV = KEYS, ARGV

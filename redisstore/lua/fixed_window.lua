@@ -1,6 +1,7 @@
 -- fixed_window.lua: floodgate.FixedWindow, the Lua of algo's
--- stepFixedWindow. State: the string "T N" (window start µs, count in it),
--- written with SET PX.
+-- stepFixedWindow. State: "T N" (window start µs, count in it), written
+-- with SET PX, in text or in binary (the layout fw; see the state layouts
+-- in redisstore/assemble.go, which says how every block reads both).
 --
 -- This file is the algorithm's only Lua. It is not run as it is: the Go
 -- package cuts it at its "--@" lines into blocks and assembles them into
@@ -25,11 +26,15 @@
 --@ read t, n
     local t, n = 0, 0
     if v then
-      local x, y = smatch(v, '^(%d+) (%d+)$')
-      if not x then
-        @BAD@
+      if @IS fw@ then
+        t, n = @UNPACK fw@
+      else
+        local x, y = smatch(v, '^(%d+) (%d+)$')
+        if not x then
+          @BAD@
+        end
+        t, n = tonumber(x), tonumber(y)
       end
-      t, n = tonumber(x), tonumber(y)
     end
 
 --@ step
@@ -50,7 +55,7 @@
     end
     if ok and cost > 0 then
       n = n + cost
-      ttl, val = start + w - now, sfmt('%d %d', start, n)
+      ttl, val = start + w - now, @PACK fw@(start, n)
     end
     rem, reset = limit - n, start + w
 
@@ -66,5 +71,5 @@
     if not t or t ~= u1 or n < cost then
       return 0
     end
-    redis.call('SET', key, sfmt('%d %d', t, n - cost), 'KEEPTTL')
+    redis.call('SET', key, @PACK fw@(t, n - cost), 'KEEPTTL')
     return cost

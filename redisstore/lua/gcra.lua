@@ -1,8 +1,9 @@
 -- gcra.lua: floodgate.GCRA (the leaky bucket as a meter), the Lua of
 -- algo's stepGCRA.
 --
--- State: the string "T L" (theoretical arrival time µs, and the time the
--- latest admitted request was decided at), written with SET PX; "T H A R"
+-- State: "T L" (theoretical arrival time µs, and the time the latest
+-- admitted request was decided at), written with SET PX, in text or in
+-- binary (the layout gc); "T H A R" (in binary the layout gcr)
 -- once the key has taken part in a split decision, with the same
 -- bookkeeping as token_bucket.lua (H latest decision time, which serves as
 -- L, A last time the bucket was found with no backlog, R µs returned by
@@ -41,21 +42,28 @@
 --@ read t, h, ha, hr, l
     local t, h, ha, hr, l = 0
     if v then
-      local x, c, d, e = smatch(v, '^(%d+) (%d+)$')
-      if x then
-        l = tonumber(c)
+      if @IS gc@ then
+        t, l = @UNPACK gc@
+      elseif @IS gcr@ then
+        t, h, ha, hr = @UNPACK gcr@
+        l = h
       else
-        x = smatch(v, '^(%d+)$')
-        if not x then
-          x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+        local x, c, d, e = smatch(v, '^(%d+) (%d+)$')
+        if x then
+          l = tonumber(c)
+        else
+          x = smatch(v, '^(%d+)$')
           if not x then
-            @BAD@
+            x, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+            if not x then
+              @BAD@
+            end
+            h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+            l = h
           end
-          h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
-          l = h
         end
+        t = tonumber(x)
       end
-      t = tonumber(x)
     end
 
 --@ step
@@ -108,9 +116,9 @@
         if now >= t then
           ha = now
         end
-        val = sfmt('%d %d %d %d', tat, h, ha, hr)
+        val = @PACK gcr@(tat, h, ha, hr)
       else
-        val = sfmt('%d %d', tat, now)
+        val = @PACK gc@(tat, now)
       end
     end
 
@@ -126,14 +134,19 @@
     if not v then
       return 0
     end
-    local t, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
-    if not t then
-      return 0 -- the short form: no bookkeeping, so nothing is known to be safe
+    local t, h, ca, cr
+    if @IS gcr@ then
+      t, h, ca, cr = @UNPACK gcr@
+    else
+      t, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
+      if not t then
+        return 0 -- the short form: no bookkeeping, so nothing is known to be safe
+      end
+      t, h, ca, cr = tonumber(t), tonumber(h), tonumber(ca), tonumber(cr)
     end
-    t, h, ca, cr = tonumber(t), tonumber(h), tonumber(ca), tonumber(cr)
     local back = bucket_refund(t, h, ca, cr, cost * iv, u1, u2, u3, cost * iv, key)
     if back <= 0 then
       return 0
     end
-    redis.call('SET', key, sfmt('%d %d %d %d', t - back, h, ca, cr + back), 'KEEPTTL')
+    redis.call('SET', key, @PACK gcr@(t - back, h, ca, cr + back), 'KEEPTTL')
     return back

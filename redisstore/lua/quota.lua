@@ -2,8 +2,9 @@
 -- period (start and end, Unix µs) is computed in Go, where the time zones
 -- are, and passed in the window and burst arguments (w and b below); each
 -- period has its own key, so a key's state is always its own period's.
--- State: the string "T N E" (period start, used, period end), written with
--- SET PX, or SET KEEPTTL over a state of the same period: its expiry
+-- State: "T N E" (period start, used, period end), in text or in binary
+-- (the layout qt), written with SET PX, or SET KEEPTTL over a state of
+-- the same period: its expiry
 -- depends on the period alone, so the key already expires where the new
 -- state would (see fast_head.lua).
 --
@@ -27,14 +28,18 @@
     end
 
 --@ read t, n, e
-    local t, n, e = 0, 0 -- e: the period end as stored, a string, read only to keep a TTL
+    local t, n, e = 0, 0 -- e: the period end as stored (a string in text), read only to keep a TTL
     if v then
-      local x, y
-      x, y, e = smatch(v, '^(%d+) (%d+) (%d+)$')
-      if not x then
-        @BAD@
+      if @IS qt@ then
+        t, n, e = @UNPACK qt@
+      else
+        local x, y
+        x, y, e = smatch(v, '^(%d+) (%d+) (%d+)$')
+        if not x then
+          @BAD@
+        end
+        t, n = tonumber(x), tonumber(y)
       end
-      t, n = tonumber(x), tonumber(y)
     end
 
 --@ step
@@ -52,7 +57,7 @@
     end
     if ok and cost > 0 then
       n = n + cost
-      ttl, val = stop - now + QUOTA_GRACE, sfmt('%d %d %d', start, n, stop)
+      ttl, val = stop - now + QUOTA_GRACE, @PACK qt@(start, n, stop)
       keep = e and t == start and tonumber(e) == stop
     end
     rem, reset = limit - n, stop
@@ -67,5 +72,5 @@
     if not t or t ~= u1 or n < cost then
       return 0
     end
-    redis.call('SET', key, sfmt('%d %d %d', t, n - cost, e), 'KEEPTTL')
+    redis.call('SET', key, @PACK qt@(t, n - cost, e), 'KEEPTTL')
     return cost

@@ -1,6 +1,7 @@
 -- sliding_window.lua: floodgate.SlidingWindow, the Lua of algo's
--- stepSlidingWindow. State: the string "T N P" (current window start µs,
--- count in it, count in the previous window), written with SET PX.
+-- stepSlidingWindow. State: "T N P" (current window start µs, count in
+-- it, count in the previous window), written with SET PX, in text or in
+-- binary (the layout sw).
 --
 -- This file is the algorithm's only Lua, cut into blocks at its "--@"
 -- lines and assembled into every script (see fixed_window.lua and
@@ -23,11 +24,15 @@
 --@ read t, n, p
     local t, n, p = 0, 0, 0
     if v then
-      local x, y, z = smatch(v, '^(%d+) (%d+) (%d+)$')
-      if not x then
-        @BAD@
+      if @IS sw@ then
+        t, n, p = @UNPACK sw@
+      else
+        local x, y, z = smatch(v, '^(%d+) (%d+) (%d+)$')
+        if not x then
+          @BAD@
+        end
+        t, n, p = tonumber(x), tonumber(y), tonumber(z)
       end
-      t, n, p = tonumber(x), tonumber(y), tonumber(z)
     end
 
 --@ step
@@ -87,7 +92,7 @@
       end
     end
     if ok and cost > 0 then
-      ttl, val = start + 2 * w - now, sfmt('%d %d %d', start, cur, prev)
+      ttl, val = start + 2 * w - now, @PACK sw@(start, cur, prev)
     end
     rem = limit - est
 
@@ -111,5 +116,5 @@
     else
       return 0
     end
-    redis.call('SET', key, sfmt('%d %d %d', t, n, p), 'KEEPTTL')
+    redis.call('SET', key, @PACK sw@(t, n, p), 'KEEPTTL')
     return cost

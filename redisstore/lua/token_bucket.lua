@@ -1,9 +1,10 @@
 -- token_bucket.lua: floodgate.TokenBucket, the Lua of algo's
 -- stepTokenBucket.
 --
--- State: the string "T N" (last refill time µs, tokens), written with SET
--- PX. Once the key has taken part in a split decision (a reserve, see
--- decide.lua) it is "T N H A R" until it expires, the three extra numbers
+-- State: "T N" (last refill time µs, tokens), written with SET PX, in
+-- text or in binary (the layout tb). Once the key has taken part in a
+-- split decision (a reserve, see decide.lua) it is "T N H A R" (in binary
+-- the layout tbr) until it expires, the three extra numbers
 -- being the bookkeeping a release needs (H the latest time any admitted
 -- request was decided at, A the time the bucket was last found full, R the
 -- µs of reservations returned so far; see bucket_refund in release.lua);
@@ -39,16 +40,22 @@
 --@ read t, n, h, ha, hr
     local t, n, h, ha, hr = 0, 0
     if v then
-      local x, y = smatch(v, '^(%d+) (%d+)$')
-      if not x then
-        local c, d, e
-        x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+      if @IS tb@ then
+        t, n = @UNPACK tb@
+      elseif @IS tbr@ then
+        t, n, h, ha, hr = @UNPACK tbr@
+      else
+        local x, y = smatch(v, '^(%d+) (%d+)$')
         if not x then
-          @BAD@
+          local c, d, e
+          x, y, c, d, e = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+          if not x then
+            @BAD@
+          end
+          h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
         end
-        h, ha, hr = tonumber(c), tonumber(d), tonumber(e)
+        t, n = tonumber(x), tonumber(y)
       end
-      t, n = tonumber(x), tonumber(y)
     end
 
 --@ step
@@ -95,9 +102,9 @@
         if full then
           ha = now
         end
-        val = sfmt('%d %d %d %d %d', last, tokens, h, ha, hr)
+        val = @PACK tbr@(last, tokens, h, ha, hr)
       else
-        val = sfmt('%d %d', last, tokens)
+        val = @PACK tb@(last, tokens)
       end
     end
     rem = tokens
@@ -121,15 +128,20 @@
     if not v then
       return 0
     end
-    local t, n, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
-    if not t then
-      return 0 -- the short form: no bookkeeping, so nothing is known to be safe
+    local t, n, h, ca, cr
+    if @IS tbr@ then
+      t, n, h, ca, cr = @UNPACK tbr@
+    else
+      t, n, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+      if not t then
+        return 0 -- the short form: no bookkeeping, so nothing is known to be safe
+      end
+      t, n, h, ca, cr = tonumber(t), tonumber(n), tonumber(h), tonumber(ca), tonumber(cr)
     end
-    t, n, h, ca, cr = tonumber(t), tonumber(n), tonumber(h), tonumber(ca), tonumber(cr)
     local back = bucket_refund(t + (b - n) * iv, h, ca, cr, cost * iv, u1, u2, u3, (b - n) * iv, key)
     if back <= 0 then
       return 0
     end
     local k = idiv(back + iv - 1, iv)
-    redis.call('SET', key, sfmt('%d %d %d %d %d', t + k * iv - back, n + k, h, ca, cr + back), 'KEEPTTL')
+    redis.call('SET', key, @PACK tbr@(t + k * iv - back, n + k, h, ca, cr + back), 'KEEPTTL')
     return k
