@@ -30,40 +30,41 @@ import (
 )
 
 type serveFlags struct {
-	addr            string
-	grpcAddr        string
-	envoyConfig     []string
-	envoyHeaders    bool
-	envoyEach       bool
-	configFile      string
-	configRedis     bool
-	reloadInterval  time.Duration
-	redisURL        string
-	sentinelAddrs   []string
-	sentinelMaster  string
-	clusterAddrs    []string
-	redisPool       int
-	redisTimeout    time.Duration
-	redisCoalesce   bool
-	prefix          string
-	adminToken      string
-	decisionTimeout time.Duration
-	fallbackMode    string
-	fallbackBudget  time.Duration
-	instances       int
-	drainTimeout    time.Duration
-	readTimeout     time.Duration
-	clockSync       bool
-	clockSkewWarn   time.Duration
-	clockOffset     time.Duration // hidden, for tests: shifts this process's clock
-	shutdownDelay   time.Duration
-	logFormat       string
-	logLevel        string
-	loginPrefix     string
-	loginSecretFile string
-	memoryMaxKeys   int
-	sec             securityFlags
-	tokenFromFlag   bool
+	addr             string
+	grpcAddr         string
+	envoyConfig      []string
+	envoyHeaders     bool
+	envoyEach        bool
+	configFile       string
+	configRedis      bool
+	reloadInterval   time.Duration
+	redisURL         string
+	sentinelAddrs    []string
+	sentinelMaster   string
+	clusterAddrs     []string
+	redisPool        int
+	redisTimeout     time.Duration
+	redisCoalesce    bool
+	redisStateFormat string
+	prefix           string
+	adminToken       string
+	decisionTimeout  time.Duration
+	fallbackMode     string
+	fallbackBudget   time.Duration
+	instances        int
+	drainTimeout     time.Duration
+	readTimeout      time.Duration
+	clockSync        bool
+	clockSkewWarn    time.Duration
+	clockOffset      time.Duration // hidden, for tests: shifts this process's clock
+	shutdownDelay    time.Duration
+	logFormat        string
+	logLevel         string
+	loginPrefix      string
+	loginSecretFile  string
+	memoryMaxKeys    int
+	sec              securityFlags
+	tokenFromFlag    bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -121,6 +122,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.IntVar(&f.redisPool, "redis-pool", 0, "Redis connections per node (default: 10 per CPU)")
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "read/write timeout of one Redis command")
 	fl.BoolVar(&f.redisCoalesce, "redis-coalesce", true, "coalesce concurrent decisions into one script call per Redis server (per primary with --redis-cluster, where a layered decision on one primary is then one atomic call); false sends every decision alone")
+	fl.StringVar(&f.redisStateFormat, "redis-state-format", "binary", "how the rate limits' states are written in Redis: binary (less work for Redis per decision) or text (readable by builds older than the binary format; set it on every upgraded instance during a rolling upgrade from such a build, then drop it). Both are always read")
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one decision")
@@ -191,6 +193,10 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		ready:     server.RedisReady(client),
 	}
 	var so redisstore.Options
+	if so.StateFormat, err = redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("--redis-state-format: %w", err)
+	}
 	if !f.redisCoalesce {
 		so.Coalesce = redisstore.CoalesceOff
 	}
@@ -273,6 +279,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if _, err := fallback.ParseMode(f.fallbackMode); err != nil && f.fallbackMode != "off" {
 		return fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
+	}
+	if _, err := redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
+		return fmt.Errorf("--redis-state-format %q: want binary or text", f.redisStateFormat)
 	}
 	reg := prometheus.NewRegistry()
 	if err := registerRuntime(reg); err != nil {
