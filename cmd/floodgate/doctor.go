@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"time"
 
@@ -17,6 +18,7 @@ func newDoctorCmd() *cobra.Command {
 	var (
 		opts    doctor.Options
 		rs      config.Redis
+		sec     securityFlags // only its Redis password and TLS flags
 		asJSON  bool
 		colour  string
 		timeout time.Duration
@@ -38,10 +40,13 @@ it read. Doctor only reads: its Redis client refuses any command that is
 not a read. Exit status 1 when any check fails, 0 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Redis = rs
 			if !rs.Enabled() {
 				return fmt.Errorf("give the deployment's Redis: --redis URL, --redis-sentinel with --redis-master, or --redis-cluster")
 			}
+			if err := sec.redisClientSettings(&rs, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))); err != nil {
+				return err
+			}
+			opts.Redis = rs
 			useColour, err := wantColour(colour, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -71,6 +76,7 @@ not a read. Exit status 1 when any check fails, 0 otherwise.`,
 	fl.StringSliceVar(&rs.SentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
 	fl.StringVar(&rs.SentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
 	fl.StringSliceVar(&rs.ClusterAddrs, "redis-cluster", nil, "Redis Cluster seed addresses (host:port,...)")
+	addRedisSecurityFlags(fl, &sec)
 	fl.StringVar(&opts.Prefix, "prefix", "fg", "the deployment's key prefix (serve --prefix)")
 	fl.StringVar(&opts.LoginPrefix, "login-prefix", "login", "the login guard's key prefix (serve --login-prefix)")
 	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -52,5 +56,46 @@ func TestDoctorExitStatusAndJSON(t *testing.T) {
 	}
 	if code := run(ctx, []string{"doctor"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "--redis") {
 		t.Fatalf("no Redis: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestDoctorRedisPasswordFile audits a Redis that requires a password the
+// way serve reaches it: --redis-password-file, with no password in the
+// URL. Without the file doctor cannot reach it; the password never shows
+// in the report.
+func TestDoctorRedisPasswordFile(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	ctx := context.Background()
+	const pw = "doctor-redis-password-from-a-file"
+	// redistest waits for an unauthenticated PING: require the password
+	// once the server runs, and drop it before the server stops.
+	if err := srv.Client(t).ConfigSet(ctx, "requirepass", pw).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: pw})
+		defer c.Close()
+		_ = c.ConfigSet(context.Background(), "requirepass", "").Err()
+	})
+	pwFile := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"doctor", "--redis", "redis://" + srv.Addr, "--prefix", "dp", "--latency-samples", "5"}
+
+	var out, errOut bytes.Buffer
+	if code := run(ctx, base, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "NOAUTH") {
+		t.Fatalf("without the password: exit %d, stderr %q, want 1 and NOAUTH", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run(ctx, append(base, "--redis-password-file", pwFile), &out, &errOut); code != 0 {
+		t.Fatalf("with --redis-password-file: exit %d, stderr %s\n%s", code, errOut.String(), out.String())
+	}
+	if !strings.Contains(out.String(), "[PASS] server") {
+		t.Fatalf("with --redis-password-file, no passing server check:\n%s", out.String())
+	}
+	if strings.Contains(out.String()+errOut.String(), pw) {
+		t.Fatalf("the Redis password is in doctor's output:\n%s\n%s", out.String(), errOut.String())
 	}
 }

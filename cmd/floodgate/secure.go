@@ -59,8 +59,8 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
 }
 
-// addRedisSecurityFlags registers the Redis password and TLS flags (serve
-// and config push share them).
+// addRedisSecurityFlags registers the Redis password and TLS flags (serve,
+// config push and doctor share them).
 func addRedisSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, for a --redis URL (or sentinel/cluster addresses) without one")
 	fl.BoolVar(&s.redisTLS, "redis-tls", false, "connect to Redis over TLS whatever the URL scheme (every sentinel, primary or cluster node too)")
