@@ -30,7 +30,10 @@ import (
 )
 
 func newEnvoyCompatCmd() *cobra.Command {
-	var reload time.Duration
+	var (
+		reload  time.Duration
+		gcFloor int
+	)
 	cmd := &cobra.Command{
 		Use:   "envoy-compat",
 		Short: "Run as a drop-in for envoyproxy/ratelimit (its environment, ports, config and answers)",
@@ -43,10 +46,16 @@ and Redis counters, so a Deployment of theirs can switch images without
 other changes. See docs/envoy.md for every setting.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stopGC, err := startGC(gcFloor)
+			if err != nil {
+				return err
+			}
+			defer stopGC()
 			return envoyCompat(cmd.Context(), cmd, os.LookupEnv, reload)
 		},
 	}
 	cmd.Flags().DurationVar(&reload, "reload-interval", time.Second, "how often the runtime directory is checked for changes")
+	addGCFlag(cmd.Flags(), &gcFloor)
 	return cmd
 }
 

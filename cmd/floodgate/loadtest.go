@@ -20,6 +20,7 @@ func newLoadtestCmd() *cobra.Command {
 		expectLimit, expBurst int64
 		quiet                 bool
 		mode                  string
+		gcFloor               int
 	)
 	cmd := &cobra.Command{
 		Use:   "loadtest",
@@ -59,6 +60,11 @@ would have denied, to compare with the share the service denied.
 					return fmt.Errorf("--expect-*: %w", err)
 				}
 			}
+			stopGC, err := startGC(gcFloor)
+			if err != nil {
+				return err
+			}
+			defer stopGC()
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			progress := cmd.ErrOrStderr()
@@ -74,6 +80,7 @@ would have denied, to compare with the share the service denied.
 		},
 	}
 	fl := cmd.Flags()
+	addGCFlag(fl, &gcFloor)
 	fl.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "service URL: http://host:port or grpc://host:port")
 	fl.StringVar(&mode, "mode", "", "API: http (POST /v1/check), grpc (ShouldRateLimit) or envoy-json (POST /json); default from the --target scheme")
 	fl.Float64Var(&o.Rate, "rate", 0, "arrival rate in requests per second (0: closed loop, as fast as the workers go)")

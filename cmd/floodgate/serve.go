@@ -63,6 +63,7 @@ type serveFlags struct {
 	loginPrefix      string
 	loginSecretFile  string
 	memoryMaxKeys    int
+	gcFloorMiB       int
 	sec              securityFlags
 	tokenFromFlag    bool
 }
@@ -140,6 +141,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
 	fl.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "identities the in-memory store (memory mode, and the local fallback on Redis) tracks at most; past it, one-off identities are evicted first (about 160 bytes per identity plus its key)")
 	addSecurityFlags(fl, &f.sec)
+	addGCFlag(fl, &f.gcFloorMiB)
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -283,6 +285,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if _, err := redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
 		return fmt.Errorf("--redis-state-format %q: want binary or text", f.redisStateFormat)
 	}
+	stopGC, err := startGC(f.gcFloorMiB)
+	if err != nil {
+		return err
+	}
+	defer stopGC()
 	reg := prometheus.NewRegistry()
 	if err := registerRuntime(reg); err != nil {
 		return err
