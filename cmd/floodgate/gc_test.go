@@ -33,3 +33,11 @@ func TestStartGC(t *testing.T) {
 	debug.SetGCPercent(before)
 	stop()
 }
+
+func TestGCFlagRefused(t *testing.T) {
+	for _, cmd := range []string{"serve", "loadtest", "envoy-compat"} {
+		if code, out := runCLI(t, cmd, "--gc-heap-floor-mib", "-5"); code == 0 || !strings.Contains(out, "--gc-heap-floor-mib -5") {
+			t.Errorf("%s: exit %d, %q; want a refusal naming the flag", cmd, code, out)
+		}
+	}
+}
