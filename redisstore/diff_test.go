@@ -261,14 +261,7 @@ func testLayersScriptDifferential(t *testing.T, e *env) {
 	reserves, long := 0, 0
 	for n := range 400 {
 		k := 2 + r.IntN(3)
-		idx := r.Perm(len(ps))
-		for j, pi := range idx { // a window or bucket first: it moves the clock
-			if ps[pi].Algorithm != floodgate.Quota {
-				idx[0], idx[j] = idx[j], idx[0]
-				break
-			}
-		}
-		idx = idx[:k]
+		idx := pickLayers(r, ps, k)
 		now = nextTime(r, ps[idx[0]], now)
 		build := func(id string) []floodgate.Layer {
 			layers := make([]floodgate.Layer, k)
@@ -432,4 +425,18 @@ func longForm(v string) bool {
 		return false
 	}
 	return strings.Count(v, " ") >= 3
+}
+
+// pickLayers returns the places in ps of k distinct policies for a random
+// layered decision, a window or a bucket first when there is one (its
+// layer moves the decision's clock).
+func pickLayers(r *rand.Rand, ps []floodgate.Policy, k int) []int {
+	idx := r.Perm(len(ps))
+	for j, pi := range idx {
+		if ps[pi].Algorithm != floodgate.Quota {
+			idx[0], idx[j] = idx[j], idx[0]
+			break
+		}
+	}
+	return idx[:k]
 }

@@ -71,14 +71,7 @@ func TestStateFormatsInterop(t *testing.T) {
 	paths := map[string]int{}
 	for n := range 600 {
 		k := 1 + r.IntN(3)
-		idx := r.Perm(len(ps))
-		for j, pi := range idx { // a window or bucket first: it moves the clock
-			if ps[pi].Algorithm != floodgate.Quota {
-				idx[0], idx[j] = idx[j], idx[0]
-				break
-			}
-		}
-		idx = idx[:k]
+		idx := pickLayers(r, ps, k)
 		now = nextTime(r, ps[idx[0]], now)
 		layers := make([]floodgate.Layer, k)
 		for j, pi := range idx {
