@@ -59,8 +59,8 @@ type Tuner struct {
 // (large enough, and holding a pointer, to stay out of the tiny
 // allocator, whose blocks are freed together).
 type sentinel struct {
-	t   *Tuner
-	pad [3]uint64
+	t *Tuner
+	_ [3]uint64
 }
 
 // Start keeps the heap goal at floor bytes or above. It returns nil, and
