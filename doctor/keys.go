@@ -444,9 +444,10 @@ func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]
 // windowCount returns the count of a fixed or sliding window state as
 // redisstore writes it: in text, "start count [previous]"; in binary
 // (redisstore.BinaryState), a tag byte (1 fixed window, 3 sliding window)
-// and two or three little-endian doubles, start, count [, previous].
+// and three or four little-endian doubles, start, count [, previous],
+// window length.
 func windowCount(v string) (int64, bool) {
-	if (len(v) == 17 && v[0] == 1) || (len(v) == 25 && v[0] == 3) {
+	if (len(v) == 25 && v[0] == 1) || (len(v) == 33 && v[0] == 3) {
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[9:17])))
 		if f < 0 || f >= 1<<53 || f != math.Trunc(f) {
 			return 0, false

@@ -115,20 +115,21 @@ func parseFragment(name string, a floodgate.Algorithm, src string) *fragment {
 type stateLayout struct {
 	name   string // as in the slots: @IS name@, @UNPACK name@, @PACK name@
 	tag    byte
-	fields int
+	fields int // the numbers of the binary layout
+	text   int // how many of them, the first, the text layout has
 }
 
 // stateLayouts are the binary layouts, tagged with the algorithm's value
 // (plus 0x10 for the buckets' layouts with reservation bookkeeping). The
 // text layouts they stand for are in each algorithm's file.
 var stateLayouts = []stateLayout{
-	{"fw", byte(floodgate.FixedWindow), 2},         // T N
-	{"sw", byte(floodgate.SlidingWindow), 3},       // T N P
-	{"tb", byte(floodgate.TokenBucket), 2},         // T N
-	{"tbr", 0x10 | byte(floodgate.TokenBucket), 5}, // T N H A R
-	{"gc", byte(floodgate.GCRA), 2},                // T L
-	{"gcr", 0x10 | byte(floodgate.GCRA), 4},        // T H A R
-	{"qt", byte(floodgate.Quota), 3},               // T N E
+	{"fw", byte(floodgate.FixedWindow), 3, 2},         // T N W (text: T N)
+	{"sw", byte(floodgate.SlidingWindow), 4, 3},       // T N P W (text: T N P)
+	{"tb", byte(floodgate.TokenBucket), 2, 2},         // T N
+	{"tbr", 0x10 | byte(floodgate.TokenBucket), 5, 5}, // T N H A R
+	{"gc", byte(floodgate.GCRA), 2, 2},                // T L
+	{"gcr", 0x10 | byte(floodgate.GCRA), 4, 4},        // T H A R
+	{"qt", byte(floodgate.Quota), 3, 3},               // T N E
 }
 
 // stateNumber is struct's format of one number of a binary state.
@@ -147,7 +148,9 @@ func slotFiller(format StateFormat) []string {
 			"@IS "+l.name+"@", fmt.Sprintf("(#v == %d and sbyte(v) == %d)", l.size(), l.tag),
 			"@UNPACK "+l.name+"@", fmt.Sprintf("sunpack('<%s', v, 2)", nums))
 		if format == TextState {
-			r = append(r, "@PACK "+l.name+"@(", fmt.Sprintf("sfmt('%s', ", strings.TrimSpace(strings.Repeat("%d ", l.fields))))
+			// string.format ignores the arguments past its format's: the
+			// numbers only the binary layout has.
+			r = append(r, "@PACK "+l.name+"@(", fmt.Sprintf("sfmt('%s', ", strings.TrimSpace(strings.Repeat("%d ", l.text))))
 		} else {
 			r = append(r, "@PACK "+l.name+"@(", fmt.Sprintf("spack('<B%s', %d, ", nums, l.tag))
 		}

@@ -442,9 +442,11 @@ func TestBatchLayered(t *testing.T) {
 
 // TestBatchSharedKeyReadAndWrittenOnce checks the layered batch's key
 // cache: decisions that share a layer's key (a global edge limit) in one
-// call read it once and write it once, with the state and TTL of the last
-// decision, and every decision sees the ones before it exactly as if each
-// had been sent alone.
+// call read it once and write it once, with the state of the last
+// decision and the TTL of the first admitted one (the later ones keep it:
+// a binary window state of the same start and length already expires at
+// the window's end), and every decision sees the ones before it exactly
+// as if each had been sent alone.
 func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
@@ -460,7 +462,7 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 	var calls []*call
 	var want [][]floodgate.Result
 	edgeState, userState := algo.State{}, map[string]algo.State{}
-	last := int64(0)
+	first := int64(0)
 	for i := range 8 {
 		now := base + int64(i+1)*1_000_000 // one second apart
 		id := fmt.Sprint("u", i%3)
@@ -473,7 +475,9 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 		res := []floodgate.Result{oe.Result, ou.Result}
 		if oe.Result.Allowed && ou.Result.Allowed {
 			edgeState, userState[id] = oe.State, ou.State
-			last = now
+			if first == 0 {
+				first = now
+			}
 		} else {
 			if oe.Result.Allowed {
 				res[0] = algo.Standing(edge, edgeState, now)
@@ -508,12 +512,12 @@ func TestBatchSharedKeyReadAndWrittenOnce(t *testing.T) {
 	if v := asText(c.Get(ctx, edgeKey).Val()); v != fmt.Sprintf("%d 5", base) {
 		t.Errorf("edge state %q, want %q (5 admitted in the window)", v, fmt.Sprintf("%d 5", base))
 	}
-	// The TTL is the last admitted decision's: the rest of the window after
-	// it, plus the slack, in whole milliseconds.
-	wantTTL := time.Duration(base+w.Microseconds()-last)*time.Microsecond + algo.TTLSlack
+	// The TTL is the first admitted decision's: the rest of the window
+	// after it, plus the slack, in whole milliseconds.
+	wantTTL := time.Duration(base+w.Microseconds()-first)*time.Microsecond + algo.TTLSlack
 	got := c.PTTL(ctx, edgeKey).Val()
 	if got > wantTTL+time.Millisecond || got < wantTTL-time.Second {
-		t.Errorf("edge key's TTL %v, want about %v (the last admitted decision's)", got, wantTTL)
+		t.Errorf("edge key's TTL %v, want about %v (the first admitted decision's)", got, wantTTL)
 	}
 }
 

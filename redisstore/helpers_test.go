@@ -247,7 +247,7 @@ func scriptFor(layers []floodgate.Layer) *luascript.Script {
 func asText(v string) string {
 	for _, l := range stateLayouts {
 		if len(v) == l.size() && v[0] == l.tag {
-			nums := make([]string, l.fields)
+			nums := make([]string, l.text) // the text layout's numbers, the first
 			for i := range nums {
 				f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[1+8*i : 9+8*i])))
 				nums[i] = strconv.FormatFloat(f, 'f', -1, 64)

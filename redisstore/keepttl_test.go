@@ -130,3 +130,68 @@ func TestWindowGrowthWritesTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowKeepTTL: a binary window state written over one of the same
+// window start and length keeps the key's TTL (SET KEEPTTL), alone and in
+// a layered call; over a text state, which does not record its window's
+// length, and with a Store writing text, the TTL is written each time.
+// The requests' clock runs hours apart inside one day-long window, so a
+// kept TTL and a fresh one differ by hours.
+func TestWindowKeepTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 10).UnixMicro() // a window ahead
+	t1, t2, t3 := day+time.Hour.Microseconds(), day+5*time.Hour.Microseconds(), day+9*time.Hour.Microseconds()
+	for _, format := range []StateFormat{BinaryState, TextState} {
+		e := newEnvOn(t, c, []*redis.Client{c}, Options{StateFormat: format})
+		for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow} {
+			for _, layered := range []bool{false, true} {
+				p := mustPolicy(t, floodgate.Policy{Name: "keep", Algorithm: alg, Limit: 1000, Window: 24 * time.Hour})
+				other := mustPolicy(t, floodgate.Policy{Name: "kother", Algorithm: floodgate.GCRA, Limit: 1000, Window: time.Minute})
+				id := fmt.Sprint("id-", format, "-", layered)
+				k, ok := e.key(p, id), e.key(other, id)
+				e.bound[k], e.bound[ok] = ttlBound(p), ttlBound(other)
+				end := day + 24*time.Hour.Microseconds()
+				if alg == floodgate.SlidingWindow {
+					end += 24 * time.Hour.Microseconds()
+				}
+				ttl := func(at int64) time.Duration { return time.Duration(end-at)*time.Microsecond + algo.TTLSlack }
+				for _, at := range []int64{t1, t2, t3} {
+					layers := []floodgate.Layer{{Policy: p, Key: k, Cost: 1}}
+					if layered {
+						layers = append(layers, floodgate.Layer{Policy: other, Key: ok, Cost: 1})
+					}
+					out := make([]floodgate.Result, len(layers))
+					if err := e.store.Decide(ctx, at, layers, out); err != nil || !out[0].Allowed {
+						t.Fatalf("%v %s layered=%v at %d: %+v %v", format, alg, layered, at, out, err)
+					}
+				}
+				want := ttl(t1) // kept since the first write
+				if format == TextState {
+					want = ttl(t3)
+				}
+				if got := c.PTTL(ctx, k).Val(); got > want+time.Millisecond || got < want-time.Second {
+					t.Errorf("%v %s layered=%v: TTL %v after three writes, want about %v", format, alg, layered, got, want)
+				}
+			}
+		}
+	}
+	// A text state of the same window, then a binary Store: the TTL is
+	// written (the text does not say the window's length).
+	e := newEnvOn(t, c, []*redis.Client{c}, Options{})
+	p := mustPolicy(t, floodgate.Policy{Name: "keep", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: 24 * time.Hour})
+	k := e.key(p, "from-text")
+	e.bound[k] = ttlBound(p)
+	if err := c.Set(ctx, k, fmt.Sprintf("%d 1", day), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]floodgate.Result, 1)
+	if err := e.store.Decide(ctx, t2, []floodgate.Layer{{Policy: p, Key: k, Cost: 1}}, out); err != nil || !out[0].Allowed || out[0].Remaining != 998 {
+		t.Fatalf("over a text state: %+v %v", out[0], err)
+	}
+	want := time.Duration(day+24*time.Hour.Microseconds()-t2)*time.Microsecond + algo.TTLSlack
+	if got := c.PTTL(ctx, k).Val(); got > want+time.Millisecond || got < want-time.Second {
+		t.Errorf("over a text state: TTL %v, want about %v (written, not the hour kept)", got, want)
+	}
+}

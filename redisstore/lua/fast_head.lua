@@ -38,18 +38,18 @@
 -- the key's value v: they either fill reply[ri + 1 .. ri + 4], setting val
 -- and px when there is a state to write, or set code and msg and break.
 --
--- px is the state's TTL in ms, or -1 to keep the key's TTL. A quota
--- state's expiry depends only on its period (its end plus the grace), so
--- a key whose stored state has the same period start and end already
--- expires where the new state would, and SET KEEPTTL writes it without
--- the expiry bookkeeping of SET PX (4,800 Redis instructions against
--- about 11,000). Its TTL was set by the period's first write, at that
--- writer's clock; like every TTL it is safe for callers whose clocks lag
--- by up to TTL_SLACK. The windows' states do not say their window's
--- length, so a policy whose window grew under the same name could meet
--- a state of the old window that starts where its own window does, and
--- keeping that key's shorter TTL would lose counts: they always write
--- their TTL.
+-- px is the state's TTL in ms, or -1 to keep the key's TTL. A state
+-- whose stored predecessor has the same period (a quota's start and end)
+-- or the same window (a binary window state's start and length) already
+-- expires where the new state would, so SET KEEPTTL writes it without the
+-- expiry bookkeeping of SET PX (4,800 Redis instructions against about
+-- 11,000). Its TTL was set by the period's or window's first write, at
+-- that writer's clock; like every TTL it is safe for callers whose clocks
+-- lag by up to TTL_SLACK. A text window state does not say its window's
+-- length, so a policy whose window grew under the same name could meet a
+-- state of the old window that starts where its own window does, and
+-- keeping that key's shorter TTL would lose counts: over a text state the
+-- TTL is always written.
 
 local MAX_NOW = 4503599627370496
 local MAX_LIMIT = 1099511627776

@@ -1,7 +1,14 @@
 -- fixed_window.lua: floodgate.FixedWindow, the Lua of algo's
--- stepFixedWindow. State: "T N" (window start µs, count in it), written
--- with SET PX, in text or in binary (the layout fw; see the state layouts
--- in redisstore/assemble.go, which says how every block reads both).
+-- stepFixedWindow. State: "T N" (window start µs, count in it), in text
+-- or in binary (the layout fw, "T N W": binary also records the window's
+-- length W; see the state layouts in redisstore/assemble.go, which says
+-- how every block reads both). Written with SET PX, or SET KEEPTTL over a
+-- binary state of the same window start and length, whose key's TTL
+-- already ends where this write's would (the window's end plus the
+-- slack). A text state does not say its window's length: after a
+-- policy's window grew under the same name, a state of the old window can
+-- start where the new one does, and keeping its shorter TTL would lose
+-- counts, so over a text state the TTL is always written.
 --
 -- This file is the algorithm's only Lua. It is not run as it is: the Go
 -- package cuts it at its "--@" lines into blocks and assembles them into
@@ -23,11 +30,11 @@
       break
     end
 
---@ read t, n
-    local t, n = 0, 0
+--@ read t, n, tw
+    local t, n, tw = 0, 0 -- tw: the window's length as stored (nil: not known)
     if v then
       if @IS fw@ then
-        t, n = @UNPACK fw@
+        t, n, tw = @UNPACK fw@
       else
         local x, y = smatch(v, '^(%d+) (%d+)$')
         if not x then
@@ -55,7 +62,8 @@
     end
     if ok and cost > 0 then
       n = n + cost
-      ttl, val = start + w - now, @PACK fw@(start, n)
+      ttl, val = start + w - now, @PACK fw@(start, n, w)
+      keep = t == start and tw == w
     end
     rem, reset = limit - n, start + w
 
@@ -67,9 +75,9 @@
     -- off the count, if the state is still in that window; once the
     -- window has ended the reservation has ended with it and nothing is
     -- done.
-    local t, n = fw_read(key)
+    local t, n, tw = fw_read(key)
     if not t or t ~= u1 or n < cost then
       return 0
     end
-    redis.call('SET', key, @PACK fw@(t, n - cost), 'KEEPTTL')
+    redis.call('SET', key, @PACK fw@(t, n - cost, tw or 0), 'KEEPTTL') -- 0: the length is not known
     return cost

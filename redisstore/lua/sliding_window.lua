@@ -1,7 +1,9 @@
 -- sliding_window.lua: floodgate.SlidingWindow, the Lua of algo's
 -- stepSlidingWindow. State: "T N P" (current window start µs, count in
--- it, count in the previous window), written with SET PX, in text or in
--- binary (the layout sw).
+-- it, count in the previous window), in text or in binary (the layout sw,
+-- "T N P W", W the window's length), written with SET PX, or SET KEEPTTL
+-- over a binary state of the same window start and length (see
+-- fixed_window.lua).
 --
 -- This file is the algorithm's only Lua, cut into blocks at its "--@"
 -- lines and assembled into every script (see fixed_window.lua and
@@ -21,11 +23,11 @@
       break
     end
 
---@ read t, n, p
-    local t, n, p = 0, 0, 0
+--@ read t, n, p, tw
+    local t, n, p, tw = 0, 0, 0 -- tw: the window's length as stored (nil: not known)
     if v then
       if @IS sw@ then
-        t, n, p = @UNPACK sw@
+        t, n, p, tw = @UNPACK sw@
       else
         local x, y, z = smatch(v, '^(%d+) (%d+) (%d+)$')
         if not x then
@@ -92,7 +94,8 @@
       end
     end
     if ok and cost > 0 then
-      ttl, val = start + 2 * w - now, @PACK sw@(start, cur, prev)
+      ttl, val = start + 2 * w - now, @PACK sw@(start, cur, prev, w)
+      keep = t == start and tw == w
     end
     rem = limit - est
 
@@ -105,7 +108,7 @@
     -- previous window's count if the state has moved on by one window (the
     -- reservation still weighs on the estimate there), and not at all
     -- later.
-    local t, n, p = sw_read(key)
+    local t, n, p, tw = sw_read(key)
     if not t then
       return 0
     end
@@ -116,5 +119,5 @@
     else
       return 0
     end
-    redis.call('SET', key, @PACK sw@(t, n, p), 'KEEPTTL')
+    redis.call('SET', key, @PACK sw@(t, n, p, tw or 0), 'KEEPTTL') -- 0: the length is not known
     return cost
