@@ -109,9 +109,10 @@ func TestServeGRPCUsesServiceClock(t *testing.T) {
 	}
 	// A sliding window's state starts with its window's start, in Unix
 	// microseconds: in binary (the default state format) after its tag
-	// byte 3, as a little-endian double.
+	// byte 3, as a little-endian double (then its counts and the window's
+	// length).
 	var start int64
-	if len(val) == 25 && val[0] == 3 {
+	if len(val) == 33 && val[0] == 3 {
 		var bits uint64
 		for i := 8; i >= 1; i-- {
 			bits = bits<<8 | uint64(val[i])
