@@ -120,6 +120,43 @@ func (r Redis) tlsConfig(on bool) (*tls.Config, error) {
 	return t.Config()
 }
 
+// SentinelTarget is how Client reaches the sentinels of a Sentinel
+// deployment.
+type SentinelTarget struct {
+	// Addrs are the sentinels' host:port addresses.
+	Addrs []string
+	// Master is the name the sentinels monitor the primary by.
+	Master string
+	// TLS is the configuration of the connections to the sentinels (and
+	// to the primary they name); nil for plain TCP.
+	TLS *tls.Config
+}
+
+// Sentinels returns how Client reaches the sentinels when r describes a
+// Sentinel deployment (sentinel addresses, or a redis-sentinel or
+// rediss-sentinel URL), with the same TLS settings, and false otherwise.
+// Tools that talk to the sentinels themselves (floodgate doctor) use it
+// so that they connect exactly as the limiter does.
+func (r Redis) Sentinels() (SentinelTarget, bool, error) {
+	if len(r.SentinelAddrs) > 0 {
+		if err := checkAddrs(r.SentinelAddrs); err != nil {
+			return SentinelTarget{}, true, err
+		}
+		tc, err := r.tlsConfig(false)
+		return SentinelTarget{Addrs: r.SentinelAddrs, Master: r.SentinelMaster, TLS: tc}, true, err
+	}
+	u, err := url.Parse(r.URL)
+	if r.URL == "" || err != nil || (u.Scheme != "redis-sentinel" && u.Scheme != "rediss-sentinel") {
+		return SentinelTarget{}, false, nil
+	}
+	m, err := parseMulti(u)
+	if err != nil {
+		return SentinelTarget{}, true, err
+	}
+	tc, err := r.tlsConfig(u.Scheme == "rediss-sentinel")
+	return SentinelTarget{Addrs: m.addrs, Master: u.Query().Get("master"), TLS: tc}, true, err
+}
+
 // credentials merges the URL's user and password with r.Password.
 func (r Redis) credentials(user, pass string) (string, string, error) {
 	if r.Password != "" {

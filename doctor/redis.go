@@ -30,7 +30,7 @@ func (r *run) primaries(ctx context.Context) ([]node, error) {
 			return nil, fmt.Errorf("unsupported client %T", r.client)
 		}
 		addr := c.Options().Addr
-		if len(r.opts.Redis.SentinelAddrs) > 0 || strings.HasPrefix(r.opts.Redis.URL, "redis-sentinel://") {
+		if _, ok := r.sentinels(); ok {
 			addr = "primary of " + r.opts.Redis.String()
 		}
 		return []node{{addr: addr, client: c}}, nil
@@ -175,7 +175,7 @@ func (r *run) redisChecks(ctx context.Context) {
 	if r.cluster != nil {
 		r.check(GroupRedis, "cluster", func(c *Check) { r.checkCluster(ctx, c) })
 	}
-	if addrs, _ := r.sentinelAddrs(); addrs != nil {
+	if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
 		r.check(GroupRedis, "sentinel", func(c *Check) { r.checkSentinel(ctx, c) })
 	}
 	r.check(GroupRedis, "latency", func(c *Check) { r.checkLatency(ctx, c, nodes) })

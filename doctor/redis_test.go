@@ -187,3 +187,22 @@ func field(info, name string) string {
 	}
 	return ""
 }
+
+// TestHealthySentinelOverTLS checks the Sentinel setup over TLS, reaching
+// the sentinels as the limiter does (their TLS ports, the same
+// certificates), in both spellings: sentinel addresses with TLS settings
+// and a rediss-sentinel URL. Before, the check dialled the sentinels in
+// plain TCP and failed on a deployment that works.
+func TestHealthySentinelOverTLS(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	f.AuthClients = true
+	s := redistest.StartSentinelTLS(t, f)
+	tlsOpts := &config.RedisTLS{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}
+	for _, r := range []config.Redis{
+		{SentinelAddrs: s.SentinelTLSAddrs, SentinelMaster: s.MasterName, TLS: tlsOpts},
+		{URL: "rediss-sentinel://" + strings.Join(s.SentinelTLSAddrs, ",") + "?master=" + s.MasterName, TLS: tlsOpts},
+	} {
+		rep := runDoctor(t, doctor.Options{Redis: r, Prefix: "st"})
+		want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, "3 of 3 sentinels", s.SentinelTLSAddrs[0])
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
@@ -144,36 +144,25 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 	}
 }
 
-// sentinelAddrs returns the Sentinel addresses and the primary's name, or
-// nil when the deployment does not use Sentinel.
-func (r *run) sentinelAddrs() ([]string, string) {
-	rs := r.opts.Redis
-	if len(rs.SentinelAddrs) > 0 {
-		return rs.SentinelAddrs, rs.SentinelMaster
+// sentinels returns how the limiter reaches the deployment's sentinels
+// (addresses, primary's name, TLS), and false when it does not use
+// Sentinel.
+func (r *run) sentinels() (config.SentinelTarget, bool) {
+	st, ok, err := r.opts.Redis.Sentinels()
+	if err != nil {
+		return config.SentinelTarget{}, false // Client reported it already
 	}
-	if strings.HasPrefix(rs.URL, "redis-sentinel://") {
-		u, err := url.Parse(rs.URL)
-		if err != nil {
-			return nil, ""
-		}
-		var addrs []string
-		for _, a := range strings.Split(u.Host, ",") {
-			if a != "" {
-				addrs = append(addrs, a)
-			}
-		}
-		return addrs, u.Query().Get("master")
-	}
-	return nil, ""
+	return st, ok
 }
 
 func (r *run) checkSentinel(ctx context.Context, c *Check) {
-	addrs, master := r.sentinelAddrs()
+	st, _ := r.sentinels()
+	addrs, master := st.Addrs, st.Master
 	c.Read = fmt.Sprintf("SENTINEL MASTER and SENTINEL CKQUORUM %s on each of %d sentinels", master, len(addrs))
 	up, quorumOK := 0, 0
 	worst := Pass
 	for _, a := range addrs {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS})
 		sc.AddHook(r.counter)
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		m, err := sc.Master(sctx, master).Result()
