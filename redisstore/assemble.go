@@ -11,7 +11,8 @@ import (
 // blocks by lines "--@ name". The blocks are text with named slots, and
 // assemble puts them, inlined, into every script that decides the
 // algorithm: its single-layer script (fast_head.lua, the blocks,
-// fast_tail.lua), the layered script (fast_layers.lua, one branch per
+// fast_tail.lua, and the blocks again in the head's section for a lone
+// request, which reads its numbers packed), the layered script (fast_layers.lua, one branch per
 // algorithm) and the general script (one function per algorithm). Redis
 // runs a script's whole body on every call and creates every function it
 // defines each time, so the fast scripts get the blocks as flat code and
@@ -19,11 +20,14 @@ import (
 //
 // The blocks, and what they read and set:
 //
-//	args      single-layer scripts only: reads the request's arguments
-//	          (ARGV, ai, nw, cs, shared, P) into now, limit, w, cost and,
-//	          as the algorithm needs, b (the effective burst; a quota's
-//	          period end), md and iv; sets code and msg and breaks on bad
-//	          ones.
+//	args N    single-layer scripts only: checks the request's numbers
+//	          N (a list of now, limit, w, b, md, cost: what the algorithm
+//	          reads), which the assembler reads into locals of those names
+//	          before the block, from the call's layout (see argReaders);
+//	          sets, as the algorithm needs, b (the effective burst; a
+//	          quota's period end) and iv; sets code and msg and breaks on
+//	          bad ones. @OTHER ALGORITHM@ is true when the request's
+//	          algorithm is not the block's.
 //	read S    declares the state locals S and parses them from v (the
 //	          key's value, a string, or false when there is no key); @BAD@
 //	          is what to do when v is not the algorithm's state.
@@ -51,7 +55,8 @@ type fragment struct {
 	name   string // the short name: fw, sw, tb, gc, qt
 	algo   floodgate.Algorithm
 	blocks map[string]string
-	state  string // the state locals the read block declares, e.g. "t, n"
+	state  string   // the state locals the read block declares, e.g. "t, n"
+	args   []string // the numbers the args block checks, in order, e.g. now, limit, w, cost
 }
 
 // fragments are the algorithms written as blocks, in the order of their
@@ -80,8 +85,19 @@ func parseFragment(name string, a floodgate.Algorithm, src string) *fragment {
 			if _, dup := f.blocks[cur]; dup {
 				panic(fmt.Sprintf("redisstore: lua for %s: block %q twice", name, cur))
 			}
-			if cur == "read" {
+			switch cur {
+			case "read":
 				f.state = fields[1]
+			case "args":
+				if len(fields) < 2 {
+					panic(fmt.Sprintf("redisstore: lua for %s: the args block names no number", name))
+				}
+				f.args = strings.Fields(fields[1])
+				for _, a := range f.args {
+					if _, ok := argPlace[a]; !ok {
+						panic(fmt.Sprintf("redisstore: lua for %s: the args block names %q", name, a))
+					}
+				}
 			}
 			f.blocks[cur] = ""
 			continue
@@ -167,22 +183,65 @@ func (f *fragment) fill(format StateFormat, block, bad, reserving string) string
 // The @BAD@ of the fast scripts: this request (or decision) fails alone.
 const badFast = "code, msg = -1, 'ERR floodgate: key ' .. key .. ' holds a value floodgate did not write'\n        break"
 
-// fastSource is the single-layer script of f's algorithm, writing
-// format.
-func (f *fragment) fastSource(format StateFormat) string {
+// argPlace is where each number an args block may name is among a
+// request's seven (now, then the six of layer_args: algorithm, limit,
+// window, burst, max delay, cost), as ARGV holds them in the calls of
+// several requests and as frame.buildLone packs them.
+var argPlace = map[string]int{"now": 0, "limit": 2, "w": 3, "b": 4, "md": 5, "cost": 6}
+
+// argReaders read each number an args block may name in a call of
+// several requests (see fast_head.lua: ai, nw, cs, shared and P): from
+// the shared policy arguments when the call has them, else from the
+// request's own, with the usual values compared as strings first (a
+// burst or max delay of 0, a cost of 1) to skip strtod.
+var argReaders = map[string]string{
+	"now":   "tonumber(ARGV[nw])",
+	"limit": "(shared and P[3] or tonumber(ARGV[ai + 3]))",
+	"w":     "(shared and P[4] or tonumber(ARGV[ai + 4]))",
+	"b":     "(shared and P[5] or ARGV[ai + 5] == '0' and 0 or tonumber(ARGV[ai + 5]))",
+	"md":    "(shared and P[6] or ARGV[ai + 6] == '0' and 0 or tonumber(ARGV[ai + 6]))",
+	"cost":  "(ARGV[cs] == '1' and 1 or tonumber(ARGV[cs]))",
+}
+
+// argsSource is f's args block for a call of several requests (lone
+// false) or for a lone request, whose one argument a holds its numbers
+// packed (see loneArgSize), with the reading of its numbers in front.
+func (f *fragment) argsSource(lone bool) string {
 	var b strings.Builder
-	b.WriteString(luaFastHead)
-	fmt.Fprintf(&b, "    -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
-	b.WriteString(f.blocks["args"])
-	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")
-	b.WriteString(f.fill(format, "read", badFast, "false"))
-	b.WriteString("    local ok, reason, rem, reset, retry, delay, ttl, keep = false, 1, 0, 0, 0, 0\n")
-	b.WriteString(f.fill(format, "step", badFast, "false"))
-	wait := "retry" // the wait of the reply: the retry, or for GCRA's shaping the delay when admitted
-	if strings.Contains(f.blocks["step"], "delay =") {
-		wait = "ok and delay or retry"
+	other := fmt.Sprintf("(shared and P[2] or ARGV[ai + 2]) ~= '%d'", f.algo)
+	if lone {
+		other = fmt.Sprintf("tag ~= %d", f.algo)
+		fmt.Fprintf(&b, "    if #a ~= %d then\n      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'\n      break\n    end\n", f.loneArgSize())
+		fmt.Fprintf(&b, "    local tag, %s = sunpack('<B%s', a)\n", strings.Join(f.args, ", "), strings.Repeat(stateNumber, len(f.args)))
+	} else {
+		r := make([]string, len(f.args))
+		for i, a := range f.args {
+			r[i] = argReaders[a]
+		}
+		fmt.Fprintf(&b, "    local %s =\n      %s\n", strings.Join(f.args, ", "), strings.Join(r, ",\n      "))
 	}
-	b.WriteString(`    if val then -- written by the tail
+	b.WriteString(strings.ReplaceAll(f.blocks["args"], "@OTHER ALGORITHM@", other))
+	return b.String()
+}
+
+// loneArgSize is the length in bytes of a lone request's argument for
+// f's algorithm: the algorithm as a byte, then the numbers f's args block
+// names, in its order, each a little-endian double (struct's "d", like
+// the states' numbers: every one is an integer below 2^53).
+func (f *fragment) loneArgSize() int { return 1 + 8*len(f.args) }
+
+// wait is the last integer of f's reply: the retry, or for GCRA's
+// shaping the delay when admitted.
+func (f *fragment) wait() string {
+	if strings.Contains(f.blocks["step"], "delay =") {
+		return "ok and delay or retry"
+	}
+	return "retry"
+}
+
+// fastPX sets px, the PX (ms) of a new state val, or -1 to keep the key's
+// TTL, in the fast scripts.
+const fastPX = `    if val then -- written by the tail
       if ttl < MIN_TTL then
         ttl = MIN_TTL
       end
@@ -192,9 +251,49 @@ func (f *fragment) fastSource(format StateFormat) string {
         px = -1 -- the key's TTL already ends where this one would
       end
     end
-`)
-	fmt.Fprintf(&b, "    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, rem, reset, %s\n", wait)
+`
+
+// fastSource is the single-layer script of f's algorithm, writing
+// format: fast_head.lua with loneSource in place of its @LONE@, the
+// blocks, fast_tail.lua.
+func (f *fragment) fastSource(format StateFormat) string {
+	var b strings.Builder
+	if strings.Count(luaFastHead, "--@LONE@\n") != 1 {
+		panic("redisstore: fast_head.lua has no @LONE@")
+	}
+	b.WriteString(strings.Replace(luaFastHead, "--@LONE@\n", f.loneSource(format), 1))
+	fmt.Fprintf(&b, "    -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
+	b.WriteString(f.argsSource(false))
+	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")
+	b.WriteString(f.fill(format, "read", badFast, "false"))
+	b.WriteString("    local ok, reason, rem, reset, retry, delay, ttl, keep = false, 1, 0, 0, 0, 0\n")
+	b.WriteString(f.fill(format, "step", badFast, "false"))
+	b.WriteString(fastPX)
+	fmt.Fprintf(&b, "    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, rem, reset, %s\n", f.wait())
 	b.WriteString(luaFastTail)
+	return b.String()
+}
+
+// loneSource is the section of f's single-layer script that decides a
+// lone request (see fast_head.lua): the same blocks, read from the packed
+// argument, with no loop around them, and one reply.
+func (f *fragment) loneSource(format StateFormat) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "if #ARGV == 1 and #KEYS == 1 then -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
+	b.WriteString("  local key, a = KEYS[1], ARGV[1]\n")
+	b.WriteString("  local code, msg, val, px\n")
+	b.WriteString("  local ok, reason, rem, reset, retry, delay, ttl, keep = false, 1, 0, 0, 0, 0\n")
+	b.WriteString("  repeat -- break ends the request early, with an error\n")
+	b.WriteString(f.argsSource(true))
+	b.WriteString("    local v = redis.pcall('GET', key)\n")
+	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")
+	b.WriteString(f.fill(format, "read", badFast, "false"))
+	b.WriteString(f.fill(format, "step", badFast, "false"))
+	b.WriteString(fastPX)
+	b.WriteString("  until true\n")
+	b.WriteString("  if code then\n    return redis.error_reply(msg)\n  end\n")
+	b.WriteString("  if val then\n    if px > 0 then\n      redis.call('SET', key, val, 'PX', sfmt('%d', px))\n    else\n      redis.call('SET', key, val, 'KEEPTTL')\n    end\n  end\n")
+	fmt.Fprintf(&b, "  return {reason, rem, reset, %s}\nend\n", f.wait())
 	return b.String()
 }
 

@@ -23,7 +23,8 @@ import (
 // shape it zeroes the counters, makes the calls, dumps the counters and
 // prints the instructions per decision, the command's parsing, dispatch
 // and reply included. FLOODGATE_COST_FORMAT=text measures a TextState
-// Store (default binary).
+// Store (default binary); FLOODGATE_COST_ONLY, a regular expression,
+// measures only the shapes whose names it matches.
 func TestScriptInstructions(t *testing.T) {
 	addr, pid := os.Getenv("FLOODGATE_COST_ADDR"), os.Getenv("FLOODGATE_COST_PID")
 	if addr == "" || pid == "" {
@@ -43,6 +44,7 @@ func TestScriptInstructions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	only := regexp.MustCompile(os.Getenv("FLOODGATE_COST_ONLY"))
 	prefix := uniquePrefix(t)
 	edge := mustPolicy(t, floodgate.Policy{Name: "edge", Algorithm: floodgate.FixedWindow, Limit: 1 << 30, Window: time.Minute})
 	sw := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.SlidingWindow, Limit: 1 << 30, Window: time.Minute})
@@ -81,6 +83,9 @@ func TestScriptInstructions(t *testing.T) {
 		{"coalesced quota (64 per call)", []floodgate.Policy{qt}, 64},
 		{"coalesced 3 layers (64 per call)", []floodgate.Policy{edge, sw, qt}, 64},
 	} {
+		if !only.MatchString(shape.name) {
+			continue
+		}
 		const calls = 400
 		b := newBatcher(s, 64, 1)
 		run := func(calls int, count bool) {

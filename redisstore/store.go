@@ -62,7 +62,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -307,7 +309,7 @@ func New(client Client, opts Options) (*Store, error) {
 	if coalesce && opts.MaxBatch > 1 {
 		s.batch = newBatcher(s, opts.MaxBatch, opts.MaxInFlight)
 	}
-	s.frames.New = func() any { return &frame{ps: &s.periods} }
+	s.frames.New = func() any { return newFrame(&s.periods) }
 	return s, nil
 }
 
@@ -397,7 +399,11 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	defer s.frames.Put(f)
 	defer f.reset()
 	sc := s.scripts.scriptFor(layers)
-	f.build(now, layers, sc == s.scripts.layers)
+	if len(layers) == 1 && sc != s.scripts.general {
+		f.buildLone(now, &layers[0])
+	} else {
+		f.build(now, layers, sc == s.scripts.layers)
+	}
 	vals, err := sc.RunInts(ctx, s.client, f.args)
 	if err != nil {
 		return err
@@ -453,6 +459,55 @@ type frame struct {
 	marker string // a release's marker key
 	// journals are a release's layers' journal keys (journalKey).
 	journals [floodgate.MaxLayers]string
+	// lone is a lone request's packed numbers (see buildLone), and
+	// loneArg, by algorithm, lone cut to that algorithm's length, as a
+	// command argument: go-redis writes a []byte as it is, and boxing
+	// the slices once per frame keeps building a call free of
+	// allocations.
+	lone    [1 + 8*6]byte
+	loneArg [floodgate.Quota + 1]any
+}
+
+// newFrame returns a frame for a Store with the quota periods ps.
+func newFrame(ps *periods) *frame {
+	f := &frame{ps: ps}
+	for a, places := range lonePlaces {
+		if places != nil {
+			f.loneArg[a] = f.lone[:1+8*len(places)]
+		}
+	}
+	return f
+}
+
+// lonePlaces are, by algorithm, the places among a request's seven
+// numbers (now, then putLayer's six) of those its single-layer script
+// reads from a lone request's argument, in order: the names its args
+// block lists (assemble.go). Nil for the sliding log, which has no
+// single-layer script.
+var lonePlaces = func() (p [floodgate.Quota + 1][]int) {
+	for _, f := range fragments {
+		for _, a := range f.args {
+			p[f.algo] = append(p[f.algo], argPlace[a])
+		}
+	}
+	return p
+}()
+
+// buildLone fills f for a lone request of l (checked, of an algorithm
+// with a single-layer script) at now: EVALSHA sha 1 key packed, packed
+// being the algorithm as a byte, then each number the script reads
+// (lonePlaces) as a little-endian double. Every such number is an
+// integer below 2^53 (check), which a double holds exactly.
+func (f *frame) buildLone(now int64, l *floodgate.Layer) {
+	var v [7]int64
+	v[0] = now
+	f.ps.putLayer(v[1:], now, l)
+	a := l.Policy.Algorithm
+	f.lone[0] = byte(a)
+	for i, p := range lonePlaces[a] {
+		binary.LittleEndian.PutUint64(f.lone[1+8*i:], math.Float64bits(float64(v[p])))
+	}
+	f.args = append(f.args[:0], nil, nil, argNumKeys[1], &l.Key, f.loneArg[a])
 }
 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit

@@ -16,13 +16,8 @@
 -- (redisstore/assemble.go, which also says what each block reads and
 -- sets).
 
---@ args
-    local now, limit, w, cost =
-      tonumber(ARGV[nw]),
-      (shared and P[3] or tonumber(ARGV[ai + 3])),
-      (shared and P[4] or tonumber(ARGV[ai + 4])),
-      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
-    if (shared and P[2] or ARGV[ai + 2]) ~= '1' or not (now and limit and w and cost) or
+--@ args now limit w cost
+    if @OTHER ALGORITHM@ or not (now and limit and w and cost) or
       now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or cost % 1 ~= 0 or
       now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or
       w < MIN_WINDOW or w > MAX_WINDOW or cost < 0 or cost > MAX_LIMIT then

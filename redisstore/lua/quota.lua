@@ -12,14 +12,8 @@
 -- lines and assembled into every script (see fixed_window.lua and
 -- redisstore/assemble.go).
 
---@ args
-    local now, limit, w, b, cost =
-      tonumber(ARGV[nw]),
-      (shared and P[3] or tonumber(ARGV[ai + 3])),
-      (shared and P[4] or tonumber(ARGV[ai + 4])),
-      (shared and P[5] or tonumber(ARGV[ai + 5])),
-      (ARGV[cs] == '1' and 1 or tonumber(ARGV[cs])) -- most requests cost 1: skip strtod
-    if (shared and P[2] or ARGV[ai + 2]) ~= '6' or not (now and limit and w and b and cost) or
+--@ args now limit w b cost
+    if @OTHER ALGORITHM@ or not (now and limit and w and b and cost) or
       now % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or b % 1 ~= 0 or cost % 1 ~= 0 or
       now < 0 or now > MAX_NOW or limit < 1 or limit > MAX_LIMIT or cost < 0 or cost > MAX_LIMIT or
       w < 0 or w > now or now >= b or b > MAX_NOW then

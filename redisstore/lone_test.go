@@ -1,0 +1,172 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/vectors"
+)
+
+// packLone packs a lone request's argument as frame.buildLone does, from
+// the seven numbers of a request (now, algorithm, limit, window, burst,
+// max delay, cost) given as doubles, so that a test can send what Go
+// never would: fractions, NaN, infinities.
+func packLone(a floodgate.Algorithm, tag byte, v [7]float64) []byte {
+	b := []byte{tag}
+	for _, p := range lonePlaces[a] {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v[p]))
+	}
+	return b
+}
+
+// TestLoneArgument checks that buildLone packs what the single-layer
+// scripts read: each algorithm's numbers, named by its args block, in
+// order, after the algorithm's byte.
+func TestLoneArgument(t *testing.T) {
+	now := vectors.T0.UnixMicro()
+	for _, p := range append(allAlgorithms(t, 10, time.Minute), quotaPolicy(t, 10, floodgate.PeriodDay)) {
+		if !hasFastScript(p.Algorithm) {
+			continue
+		}
+		l := floodgate.Layer{Policy: p, Key: "k", Cost: 3}
+		f := newFrame(nil)
+		f.buildLone(now, &l)
+		got, ok := f.args[4].([]byte)
+		if len(f.args) != 5 || !ok || f.args[3] != &l.Key || f.args[2] != argNumKeys[1] {
+			t.Fatalf("%s: command line %v", p.Algorithm, f.args)
+		}
+		var v [7]int64
+		v[0] = now
+		(*periods)(nil).putLayer(v[1:], now, &l)
+		var fv [7]float64
+		for i := range v {
+			fv[i] = float64(v[i])
+		}
+		if want := packLone(p.Algorithm, byte(p.Algorithm), fv); string(got) != string(want) {
+			t.Errorf("%s: packed %x, want %x", p.Algorithm, got, want)
+		}
+		if len(lonePlaces[p.Algorithm]) < 4 || lonePlaces[p.Algorithm][0] != 0 || lonePlaces[p.Algorithm][len(lonePlaces[p.Algorithm])-1] != 6 {
+			t.Errorf("%s: the lone layout %v does not start with now and end with the cost", p.Algorithm, lonePlaces[p.Algorithm])
+		}
+	}
+}
+
+// TestLoneScriptGuards sends the single-layer scripts lone requests with
+// malformed packed arguments directly: each must answer with an error
+// reply and write nothing, and a key holding a value floodgate did not
+// write must be refused and left alone.
+func TestLoneScriptGuards(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.nodes[0]
+	ctx := context.Background()
+	now := float64(vectors.T0.UnixMicro())
+	start := float64(vectors.T0.UnixMicro() - vectors.T0.UnixMicro()%86_400_000_000)
+	for a, src := range fastSources {
+		if src == "" {
+			continue
+		}
+		alg := floodgate.Algorithm(a)
+		t.Run(alg.String(), func(t *testing.T) {
+			key := []string{e.prefix + ":lone:" + alg.String()}
+			good := [7]float64{now, float64(a), 10, 60_000_000, 0, 0, 1}
+			if alg == floodgate.Quota {
+				good = [7]float64{now, float64(a), 10, start, start + 86_400_000_000, 0, 1}
+			}
+			with := func(i int, x float64) []byte {
+				v := good
+				v[i] = x
+				return packLone(alg, byte(a), v)
+			}
+			got, err := c.Eval(ctx, src, key, packLone(alg, byte(a), good)).Result()
+			if err != nil {
+				t.Fatalf("good call: %v", err)
+			}
+			if r, ok := got.([]any); !ok || len(r) != compactWidth || r[0] != int64(0) {
+				t.Fatalf("good call: reply %v, want %d integers, admitted", got, compactWidth)
+			}
+			if err := c.Del(ctx, key[0]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			goodArg := packLone(alg, byte(a), good)
+			bad := map[string][]any{
+				"short":           {goodArg[:len(goodArg)-1]},
+				"long":            {append(append([]byte(nil), goodArg...), 0)},
+				"empty":           {""},
+				"text":            {"1"},
+				"other algorithm": {packLone(alg, byte(a%6+1), good)},
+				"now fraction":    {with(0, now+0.5)},
+				"now negative":    {with(0, -1)},
+				"now too late":    {with(0, float64(maxNow)+1)},
+				"now nan":         {with(0, math.NaN())},
+				"now inf":         {with(0, math.Inf(1))},
+				"limit zero":      {with(2, 0)},
+				"limit too big":   {with(2, floodgate.MaxLimit+1)},
+				"limit nan":       {with(2, math.NaN())},
+				"cost negative":   {with(6, -1)},
+				"cost fraction":   {with(6, 1.5)},
+				"cost too big":    {with(6, floodgate.MaxLimit+1)},
+				"cost inf":        {with(6, math.Inf(1))},
+			}
+			switch alg {
+			case floodgate.Quota:
+				bad["period not begun"] = []any{with(3, now+1)}
+				bad["period over"] = []any{with(4, now)}
+				bad["period end fraction"] = []any{with(4, now+1e6+0.5)}
+			default:
+				bad["window too short"] = []any{with(3, 999)}
+				bad["window too long"] = []any{with(3, float64(floodgate.MaxWindow.Microseconds()+1))}
+				bad["window nan"] = []any{with(3, math.NaN())}
+			}
+			if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
+				v := good
+				v[2], v[3] = 10_000, 1000
+				bad["rate too fine"] = []any{packLone(alg, byte(a), v)}
+				bad["burst negative"] = []any{with(4, -1)}
+				bad["burst span"] = []any{with(4, floodgate.MaxLimit)}
+			}
+			if alg == floodgate.GCRA {
+				bad["max delay negative"] = []any{with(5, -1)}
+				bad["max delay too long"] = []any{with(5, 1<<50+1)}
+			}
+			for name, args := range bad {
+				err := c.Eval(ctx, src, key, args...).Err()
+				if err == nil || !strings.Contains(err.Error(), "floodgate: bad") {
+					t.Errorf("%s: got %v, want a floodgate argument error", name, err)
+				}
+			}
+			if err := c.Eval(ctx, src, []string{key[0], key[0] + "2"}, goodArg).Err(); err == nil || !strings.Contains(err.Error(), "floodgate: bad") {
+				t.Errorf("two keys: got %v, want a floodgate argument error", err)
+			}
+			if n := c.Exists(ctx, key[0]).Val(); n != 0 {
+				t.Fatal("a rejected call wrote its key")
+			}
+			for _, foreign := range []string{"1 2 3 4 5 6", "\x00abc"} {
+				if err := c.Set(ctx, key[0], foreign, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				err := c.Eval(ctx, src, key, goodArg).Err()
+				if err == nil || !strings.Contains(err.Error(), "did not write") {
+					t.Errorf("foreign value %q: got %v", foreign, err)
+				}
+				if v := c.Get(ctx, key[0]).Val(); v != foreign {
+					t.Errorf("foreign value changed to %q", v)
+				}
+			}
+			if err := c.Del(ctx, key[0]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.LPush(ctx, key[0], "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Eval(ctx, src, key, goodArg).Err(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("a list: got %v, want WRONGTYPE", err)
+			}
+			c.Del(ctx, key[0])
+		})
+	}
+}
