@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +45,7 @@ func run() error {
 	flag.IntVar(&cfg.Rounds, "rounds", 3, "rounds; in each, every cell once, the services interleaved")
 	flag.IntVar(&cfg.Identities, "identities", 10_000, "distinct identities")
 	flag.IntVar(&cfg.Connections, "connections", 0, "the load generator's gRPC connections (0: its default, one per 16 callers)")
-	flag.StringVar(&services, "services", "theirs,serve,compat", "comma-separated services: theirs (envoyproxy/ratelimit), serve, compat (envoy-compat)")
+	flag.StringVar(&services, "services", "theirs,serve,compat,floor", "comma-separated services: theirs (envoyproxy/ratelimit), serve, compat (envoy-compat), floor (a no-op handler on net/http and grpc-go, no Redis: what the libraries cost)")
 	flag.StringVar(&transports, "transports", "grpc,http", "comma-separated transports: grpc, http")
 	flag.StringVar(&cfg.Binaries.Floodgate, "floodgate", "", "floodgate binary (default: built from -repo)")
 	flag.StringVar(&cfg.Binaries.Theirs, "envoyratelimit", "", "envoyproxy/ratelimit binary (default: built from ./cmd/envoyratelimit)")
@@ -81,6 +82,12 @@ func run() error {
 	if cfg.Binaries.Theirs == "" {
 		cfg.Binaries.Theirs = filepath.Join(tmp, "envoyratelimit")
 		if err := build(ctx, ".", "./cmd/envoyratelimit", cfg.Binaries.Theirs); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(cfg.Services, servicebench.Floor) {
+		cfg.Binaries.Floor = filepath.Join(tmp, "nullservice")
+		if err := build(ctx, ".", "./cmd/nullservice", cfg.Binaries.Floor); err != nil {
 			return err
 		}
 	}
@@ -122,12 +129,12 @@ func build(ctx context.Context, dir, pkg, bin string) error {
 }
 
 func parseServices(s string) ([]servicebench.Service, error) {
-	names := map[string]servicebench.Service{"theirs": servicebench.Theirs, "serve": servicebench.Serve, "compat": servicebench.Compat}
+	names := map[string]servicebench.Service{"theirs": servicebench.Theirs, "serve": servicebench.Serve, "compat": servicebench.Compat, "floor": servicebench.Floor}
 	var out []servicebench.Service
 	for f := range strings.SplitSeq(s, ",") {
 		v, ok := names[strings.TrimSpace(f)]
 		if !ok {
-			return nil, fmt.Errorf("unknown service %q (want theirs, serve or compat)", f)
+			return nil, fmt.Errorf("unknown service %q (want theirs, serve, compat or floor)", f)
 		}
 		out = append(out, v)
 	}

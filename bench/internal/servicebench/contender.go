@@ -23,10 +23,16 @@ const (
 	// Compat is `floodgate envoy-compat`, with the same environment as
 	// Theirs.
 	Compat
+	// Floor is bench/cmd/nullservice: net/http and grpc-go with
+	// floodgate serve's server settings and a handler that answers a fixed
+	// "allowed" without deciding anything or talking to Redis. Its CPU per
+	// request is what those libraries cost on this machine, the floor
+	// under any service built on them.
+	Floor
 )
 
 // Services lists every service, envoyproxy/ratelimit first.
-var Services = []Service{Theirs, Serve, Compat}
+var Services = []Service{Theirs, Serve, Compat, Floor}
 
 // String returns the service's name in reports.
 func (s Service) String() string {
@@ -37,6 +43,8 @@ func (s Service) String() string {
 		return "floodgate serve"
 	case Compat:
 		return "floodgate envoy-compat"
+	case Floor:
+		return "floor: no-op handler, no Redis"
 	}
 	return fmt.Sprintf("Service(%d)", uint8(s))
 }
@@ -69,7 +77,7 @@ func (s Service) endpoint(t Transport) string {
 	switch {
 	case t == GRPC:
 		return "ShouldRateLimit"
-	case s == Serve:
+	case s == Serve, s == Floor:
 		return "POST /v1/check"
 	}
 	return "POST /json"
@@ -165,6 +173,8 @@ type Binaries struct {
 	Floodgate string
 	// Theirs is envoyproxy/ratelimit's service (bench/cmd/envoyratelimit).
 	Theirs string
+	// Floor is bench/cmd/nullservice; needed only when Floor is measured.
+	Floor string
 }
 
 // launch starts service s on Redis at redisAddr, with its files in dir,
@@ -187,6 +197,8 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	case Serve:
 		p, err = startProcess(b.Floodgate, serveArgs(dir, redisAddr, ports[0], ports[1]), nil, dir)
 		metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"
+	case Floor:
+		p, err = startProcess(b.Floor, []string{"-http", "127.0.0.1:" + strconv.Itoa(ports[0]), "-grpc", "127.0.0.1:" + strconv.Itoa(ports[1])}, nil, dir)
 	default:
 		return nil, loadgen.Options{}, "", fmt.Errorf("servicebench: unknown service %v", s)
 	}
@@ -197,7 +209,7 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	switch {
 	case t == GRPC:
 		o.Target, o.Mode = "grpc://127.0.0.1:"+strconv.Itoa(ports[1]), loadgen.GRPC
-	case s == Serve:
+	case s == Serve, s == Floor:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.HTTP
 	default:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.EnvoyJSON

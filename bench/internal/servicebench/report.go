@@ -190,8 +190,11 @@ func writeTable(b *strings.Builder, res *Result, t Transport) {
 		cpu := func(c Cell) float64 { return micros(c.CPUPerDecision()) }
 		var errs, denied int64
 		notByRedis, short := "0", ""
-		if g.service == Theirs {
+		switch g.service {
+		case Theirs:
 			notByRedis = "— (no fallback)"
+		case Floor:
+			notByRedis = "— (no Redis)"
 		}
 		var fallbacks int64
 		var invalidRounds, shortRounds []string

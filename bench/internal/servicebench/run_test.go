@@ -13,7 +13,7 @@ import (
 )
 
 func TestConfigValidation(t *testing.T) {
-	bins := Binaries{Floodgate: "x", Theirs: "y"}
+	bins := Binaries{Floodgate: "x", Theirs: "y", Floor: "z"}
 	tests := []struct {
 		name string
 		cfg  Config
@@ -24,6 +24,7 @@ func TestConfigValidation(t *testing.T) {
 		{"bad concurrency", Config{Binaries: bins, Concurrency: []int{0}, Duration: time.Second}, "concurrency 0"},
 		{"short", Config{Binaries: bins, Concurrency: []int{1}, Duration: time.Millisecond}, "duration"},
 		{"rounds", Config{Binaries: bins, Concurrency: []int{1}, Duration: time.Second, Rounds: -1}, "rounds"},
+		{"floor without its binary", Config{Binaries: Binaries{Floodgate: "x", Theirs: "y"}, Services: []Service{Floor}, Concurrency: []int{1}, Duration: time.Second}, "nullservice"},
 	}
 	for _, tt := range tests {
 		if _, err := Run(context.Background(), tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -67,10 +68,11 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 	redisproc.Require(t)
 	dir := t.TempDir()
-	bins := Binaries{Floodgate: filepath.Join(dir, "floodgate"), Theirs: filepath.Join(dir, "envoyratelimit")}
+	bins := Binaries{Floodgate: filepath.Join(dir, "floodgate"), Theirs: filepath.Join(dir, "envoyratelimit"), Floor: filepath.Join(dir, "nullservice")}
 	for _, b := range []struct{ dir, pkg, out string }{
 		{"../../..", "./cmd/floodgate", bins.Floodgate},
 		{"../..", "./cmd/envoyratelimit", bins.Theirs},
+		{"../..", "./cmd/nullservice", bins.Floor},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Dir = b.dir
@@ -88,6 +90,14 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("%d cells, want %d", got, want)
 	}
 	for _, c := range res.Cells {
+		if c.Service == Floor {
+			// No Redis: every check answered and allowed, and the
+			// service process charged CPU time.
+			if c.Decisions == 0 || c.Errors != 0 || c.Denied != 0 || c.KeyedCommands != 0 || c.ScriptCalls != 0 || c.CPU.Loadgen <= 0 {
+				t.Errorf("%v %v: %+v", c.Service, c.Transport, c)
+			}
+			continue
+		}
 		if c.Decisions == 0 || c.Errors != 0 || c.Denied != 0 || c.RedisCommands < c.Decisions/10 || c.P99 < c.P50 {
 			t.Errorf("%v %v: %+v", c.Service, c.Transport, c)
 		}
@@ -102,7 +112,7 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 	}
 	md := Markdown(res)
-	for _, want := range []string{"#### gRPC", "#### HTTP", "floodgate serve (POST /v1/check)", "envoyproxy/ratelimit (POST /json)"} {
+	for _, want := range []string{"#### gRPC", "#### HTTP", "floodgate serve (POST /v1/check)", "envoyproxy/ratelimit (POST /json)", "floor: no-op handler, no Redis (POST /v1/check)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
