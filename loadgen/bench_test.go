@@ -81,6 +81,10 @@ func BenchmarkRunGRPC(b *testing.B) {
 	benchRun(b, Options{Target: startOKGRPC(b)})
 }
 
+func BenchmarkRunGRPCGo(b *testing.B) {
+	benchRun(b, Options{Target: startOKGRPC(b), GRPCClient: GRPCGo})
+}
+
 func BenchmarkRunHTTP(b *testing.B) {
 	benchRun(b, Options{Target: startOKHTTP(b, `{"allowed":true,"remaining":1}`)})
 }

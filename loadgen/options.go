@@ -77,6 +77,46 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("%w: mode %q: want http, grpc or envoy-json", ErrInvalidOptions, s)
 }
 
+// GRPCClient selects the client the GRPC mode calls with.
+type GRPCClient uint8
+
+// The gRPC clients.
+const (
+	// RawGRPC, the zero value, is the load generator's own small HTTP/2
+	// client for its one call (x/net's HTTP/2 framing and HPACK, plaintext
+	// h2c): requests of the workers sharing a connection go out together
+	// in one write, the request's headers are encoded once and its message
+	// written around the identity. It costs the load generator a fraction
+	// of grpc-go's client.
+	RawGRPC GRPCClient = iota
+	// GRPCGo calls with google.golang.org/grpc's client, one ClientConn
+	// per connection.
+	GRPCGo
+)
+
+// String returns "raw" or "grpc-go".
+func (c GRPCClient) String() string {
+	switch c {
+	case RawGRPC:
+		return "raw"
+	case GRPCGo:
+		return "grpc-go"
+	}
+	return fmt.Sprintf("GRPCClient(%d)", uint8(c))
+}
+
+// ParseGRPCClient returns the GRPCClient named s ("raw" or "grpc-go"); ""
+// is RawGRPC.
+func ParseGRPCClient(s string) (GRPCClient, error) {
+	switch s {
+	case "", "raw":
+		return RawGRPC, nil
+	case "grpc-go":
+		return GRPCGo, nil
+	}
+	return 0, fmt.Errorf("%w: gRPC client %q: want raw or grpc-go", ErrInvalidOptions, s)
+}
+
 // WorkersPerConnection is how many workers share one gRPC connection by
 // default (Options.Connections).
 const WorkersPerConnection = 16
@@ -139,6 +179,9 @@ type Options struct {
 	// one per WorkersPerConnection workers, rounded up. HTTP modes keep up
 	// to one keep-alive connection per worker instead.
 	Connections int
+	// GRPCClient is the client of the GRPC mode; the zero value is
+	// RawGRPC.
+	GRPCClient GRPCClient
 	// Timeout bounds each request, measured by the load generator (no gRPC
 	// deadline is sent): a request still unanswered after Timeout is
 	// abandoned and counted as an error. Default 5s.
@@ -148,6 +191,10 @@ type Options struct {
 	// (much cheaper than net/http's client for the load generator); for
 	// https, a client whose transport keeps Concurrency idle connections.
 	HTTPClient *http.Client
+
+	// lastStreamID, when not zero, is the last stream ID of a raw gRPC
+	// connection (tests: a new connection after a few requests).
+	lastStreamID uint32
 }
 
 // withDefaults validates o and fills its defaults.
@@ -234,6 +281,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if math.IsNaN(o.ExpectedDenyRatio) || o.ExpectedDenyRatio < 0 || o.ExpectedDenyRatio > 1 {
 		return bad("expected deny ratio %v out of range 0..1", o.ExpectedDenyRatio)
+	}
+	if o.GRPCClient > GRPCGo {
+		return bad("gRPC client %v", o.GRPCClient)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second

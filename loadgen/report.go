@@ -11,6 +11,8 @@ type Report struct {
 	// Target and Mode are what was tested.
 	Target string
 	Mode   Mode
+	// GRPCClient is the client that called, in the GRPC mode.
+	GRPCClient GRPCClient
 	// TargetRate is the requested arrival rate (0: closed loop),
 	// Concurrency the number of workers, Identities the number of distinct
 	// identities.
@@ -62,7 +64,11 @@ func (r Report) String() string {
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(&b, "  %-18s %s\n", name, fmt.Sprintf(format, args...))
 	}
-	fmt.Fprintf(&b, "load test of %s (%v)\n", r.Target, r.Mode)
+	if r.Mode == GRPC {
+		fmt.Fprintf(&b, "load test of %s (%v, %v client)\n", r.Target, r.Mode, r.GRPCClient)
+	} else {
+		fmt.Fprintf(&b, "load test of %s (%v)\n", r.Target, r.Mode)
+	}
 	if r.TargetRate > 0 {
 		row("schedule", "open loop, %.1f req/s target, %d workers, %d identities", r.TargetRate, r.Concurrency, r.Identities)
 	} else {

@@ -267,6 +267,7 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 	rep := Report{
 		Target:      r.opts.Target,
 		Mode:        r.opts.Mode,
+		GRPCClient:  r.opts.GRPCClient,
 		TargetRate:  r.opts.Rate,
 		Concurrency: r.opts.Concurrency,
 		Identities:  r.opts.Identities,

@@ -70,6 +70,13 @@ func newSender(o Options) (sender, error) {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidOptions, o.Target, err)
 	}
 	ids := newIdentities(o)
+	if o.Mode == GRPC && o.GRPCClient == RawGRPC {
+		s, err := newRawGRPCSender(o, u.Host, ids)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
 	if o.Mode == GRPC {
 		s := &grpcSender{opts: o, ids: ids}
 		for range o.Connections {

@@ -19,7 +19,7 @@ func newLoadtestCmd() *cobra.Command {
 		expectAlg, expectWin  string
 		expectLimit, expBurst int64
 		quiet                 bool
-		mode                  string
+		mode, grpcClient      string
 		gcFloor               int
 	)
 	cmd := &cobra.Command{
@@ -31,7 +31,9 @@ Envoy's JSON API of envoyproxy/ratelimit and envoy-compat (--mode envoy-json
 --target http://host:port, POST /json),
 at a fixed arrival rate (--rate) or as fast as --concurrency workers allow,
 and report the rate achieved, allowed and denied counts, errors and latency
-percentiles.
+percentiles. Over gRPC it calls with its own small HTTP/2 client
+(plaintext h2c), which costs it a fraction of grpc-go's; --grpc-client
+grpc-go calls with grpc-go's client instead, to compare.
 
 With --expect-algorithm, --expect-limit and --expect-window describing the
 limit each identity has, the report also gives the share an exact limiter
@@ -45,6 +47,9 @@ would have denied, to compare with the share the service denied.
 			var err error
 			if o.Mode, err = loadgen.ParseMode(mode); err != nil {
 				return fmt.Errorf("--mode: %w", err)
+			}
+			if o.GRPCClient, err = loadgen.ParseGRPCClient(grpcClient); err != nil {
+				return fmt.Errorf("--grpc-client: %w", err)
 			}
 			if expectAlg != "" || expectLimit != 0 || expectWin != "" {
 				alg, err := floodgate.ParseAlgorithm(expectAlg)
@@ -93,6 +98,7 @@ would have denied, to compare with the share the service denied.
 	fl.StringVar(&o.Domain, "domain", "api", "domain (grpc and envoy-json)")
 	fl.Int64Var(&o.Cost, "cost", 1, "cost of each request")
 	fl.IntVar(&o.Connections, "connections", 0, fmt.Sprintf("gRPC connections the workers share (0: one per %d workers)", loadgen.WorkersPerConnection))
+	fl.StringVar(&grpcClient, "grpc-client", "raw", "gRPC client: raw (the load generator's own HTTP/2 client, cheapest) or grpc-go")
 	fl.DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long a request may wait for its answer before it counts as an error")
 	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio")
 	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has")

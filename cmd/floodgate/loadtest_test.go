@@ -44,6 +44,7 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"loadtest", "--mode", "json"}, `--mode: loadgen: invalid options: mode "json"`},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-client", "netty"}, `--grpc-client: loadgen: invalid options: gRPC client "netty"`},
 		{[]string{"loadtest", "--mode", "envoy-json", "--target", "grpc://127.0.0.1:1"}, "does not fit mode envoy-json"},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--concurrency", "2", "--connections", "3"}, "connections 3 out of range 1..2"},
 	} {

@@ -181,6 +181,10 @@ type Binaries struct {
 // and returns the process, the load generator's target for transport t,
 // and the URL of the service's Prometheus metrics ("" for
 // envoyproxy/ratelimit, which has no fallback to count).
+// LoadgenGRPCClient is the client the load generator calls gRPC services
+// with: its own HTTP/2 client, the cheapest for the machine it shares.
+const LoadgenGRPCClient = loadgen.RawGRPC
+
 func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process, loadgen.Options, string, error) {
 	ports, err := freePorts(3)
 	if err != nil {
@@ -209,6 +213,7 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	switch {
 	case t == GRPC:
 		o.Target, o.Mode = "grpc://127.0.0.1:"+strconv.Itoa(ports[1]), loadgen.GRPC
+		o.GRPCClient = LoadgenGRPCClient
 	case s == Serve, s == Floor:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.HTTP
 	default:

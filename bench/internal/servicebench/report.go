@@ -168,6 +168,7 @@ func Markdown(res *Result) string {
 func writeTable(b *strings.Builder, res *Result, t Transport) {
 	if t == GRPC {
 		b.WriteString("\n#### gRPC `ShouldRateLimit`, one descriptor {user: id}\n\n")
+		fmt.Fprintf(b, "The load generator calls with its %v gRPC client (`floodgate loadtest --grpc-client %v`).\n\n", LoadgenGRPCClient, LoadgenGRPCClient)
 	} else {
 		b.WriteString("\n#### HTTP: `POST /json` (Envoy's request as JSON; floodgate serve: `POST /v1/check`)\n\n")
 	}

@@ -1,0 +1,565 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2conn is one HTTP/2 connection over cleartext TCP (h2c with prior
+// knowledge) carrying unary gRPC calls for several workers, the small
+// client the raw gRPC sender needs on top of x/net's Framer and HPACK.
+//
+// A worker starts its call by appending HEADERS and DATA frames to a
+// shared buffer under mu and waking the writer goroutine, which sends
+// whatever accumulated in one write: with 16 workers on a connection, a
+// write usually carries several requests. The reader goroutine reads the
+// frames, decodes header blocks with the connection's HPACK decoder,
+// collects each stream's answer and hands it to the waiting worker
+// through the call's channel.
+//
+// It follows the protocol's rules for a client: preface and SETTINGS,
+// SETTINGS and PING acknowledged, the server's MAX_CONCURRENT_STREAMS
+// (callers wait for a free stream), flow control both ways (large receive
+// windows granted and replenished; DATA held back while the server's send
+// windows are exhausted), odd stream IDs up to a last one after which the
+// connection takes no new streams, GOAWAY (streams the server did not
+// take fail; no new streams), RST_STREAM. Any connection error fails
+// every call waiting on it; the connection is then closed and a new one
+// dialled for the next call.
+type h2conn struct {
+	nc   net.Conn
+	rfr  *http2.Framer  // read by readLoop only
+	dec  *hpack.Decoder // used by readLoop only, under mu
+	quit chan struct{}  // closed when the connection fails or is closed
+	wake chan struct{}  // tells writeLoop that pending has frames
+
+	// unusable is set once the connection takes no new streams (failed,
+	// closed, GOAWAY received or stream IDs used up).
+	unusable atomic.Bool
+
+	mu         sync.Mutex
+	cond       sync.Cond     // on mu: a stream finished or the connection ended
+	wfr        *http2.Framer // writes into pending, under mu
+	pending    []byte        // frames waiting for writeLoop
+	err        error         // why the connection ended; nil while it works
+	draining   bool          // no new streams
+	streams    map[uint32]*grpcCall
+	nextID     uint32 // the next stream ID
+	lastID     uint32 // the last stream ID this connection may use
+	maxStreams uint32 // the server's SETTINGS_MAX_CONCURRENT_STREAMS
+	sendWin    int64  // the connection's send window
+	initWin    int64  // the server's SETTINGS_INITIAL_WINDOW_SIZE
+	maxFrame   int64  // the server's SETTINGS_MAX_FRAME_SIZE
+	blocked    []*grpcCall
+	recvUsed   uint32 // DATA bytes received since the last connection WINDOW_UPDATE
+
+	hdrID   uint32    // the stream whose header block is being decoded
+	hdrCall *grpcCall // its call (nil: none, or forgotten)
+	hdrEnd  bool      // that block ends its stream
+}
+
+// grpcCall is one worker's call, reused from one request to the next.
+// Between start and the signal on done, its fields are the connection's,
+// written under its mu; after the signal, the worker's.
+type grpcCall struct {
+	done chan struct{} // receives one signal per call started
+	id   uint32
+
+	status      int // the answer's :status, 0 if none
+	grpcStatus  int // -1 if none
+	grpcMessage string
+	data        []byte // DATA received: the length-prefixed response message
+	err         error  // the call failed on the connection's side
+	unsent      []byte // DATA not yet sent for want of send window
+	sendWin     int64  // the stream's send window
+}
+
+// HTTP/2 limits of the raw client.
+const (
+	// h2RecvWindow is the receive window granted for each stream and for
+	// the connection, so that the server never waits for a WINDOW_UPDATE.
+	h2RecvWindow = 1 << 30
+	// h2MaxMessage bounds a response's DATA (the gRPC prefix and message).
+	h2MaxMessage = 64 << 10
+	// h2MaxPending bounds the frames waiting for the writer: past it the
+	// server is not reading and the connection is given up.
+	h2MaxPending = 16 << 20
+	// h2LastStreamID is the largest stream ID a client may use.
+	h2LastStreamID = 1<<31 - 1
+)
+
+// errConnGone says that a connection takes no new streams; the caller
+// gets or dials another.
+var errConnGone = errors.New("loadgen: the HTTP/2 connection takes no new streams")
+
+// errConnClosed ends connections closed by the load generator.
+var errConnClosed = errors.New("loadgen: connection closed")
+
+// pendingWriter appends the write Framer's frames to the connection's
+// pending buffer; it is used under the connection's mu.
+type pendingWriter struct{ c *h2conn }
+
+func (w pendingWriter) Write(p []byte) (int, error) {
+	w.c.pending = append(w.c.pending, p...)
+	return len(p), nil
+}
+
+// dialH2 connects to addr, exchanges prefaces and SETTINGS and starts the
+// connection's reader and writer on wg. Stream IDs go up to lastID. ctx
+// bounds the dial and the handshake.
+func dialH2(ctx context.Context, addr string, lastID uint32, wg *sync.WaitGroup) (*h2conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(aLongTimeAgo) })
+	c, err := handshakeH2(nc, lastID)
+	if !stop() {
+		err = ctx.Err() // the deadline was set: the connection is unusable
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); c.readLoop() }()
+	go func() { defer wg.Done(); c.writeLoop() }()
+	return c, nil
+}
+
+func handshakeH2(nc net.Conn, lastID uint32) (*h2conn, error) {
+	c := &h2conn{
+		nc:         nc,
+		quit:       make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		streams:    make(map[uint32]*grpcCall),
+		nextID:     1,
+		lastID:     lastID,
+		maxStreams: h2LastStreamID, // unlimited until the server says
+		sendWin:    65535,          // the initial windows of RFC 9113
+		initWin:    65535,
+		maxFrame:   16384,
+	}
+	c.cond.L = &c.mu
+	c.dec = hpack.NewDecoder(4096, c.onField)
+	c.dec.SetMaxStringLength(h2MaxMessage)
+	c.wfr = http2.NewFramer(pendingWriter{c}, nil)
+	c.rfr = http2.NewFramer(nil, bufio.NewReaderSize(nc, 32<<10))
+	c.rfr.SetMaxReadFrameSize(16384) // the default we leave unchanged
+	c.rfr.SetReuseFrames()
+
+	c.pending = append(c.pending, http2.ClientPreface...)
+	_ = c.wfr.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2RecvWindow},
+	)
+	_ = c.wfr.WriteWindowUpdate(0, h2RecvWindow-65535)
+	if _, err := nc.Write(c.pending); err != nil {
+		return nil, err
+	}
+	c.pending = c.pending[:0]
+	f, err := c.rfr.ReadFrame()
+	if err != nil {
+		return nil, fmt.Errorf("reading the server's SETTINGS: %w", err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok || sf.IsAck() {
+		return nil, fmt.Errorf("the server started with %v, not SETTINGS (is it an HTTP/2 server?)", f.Header().Type)
+	}
+	if err := c.settings(sf); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// start opens a stream for call with the request header block and the
+// message (kept until sent: the caller leaves it alone until done),
+// waiting for a free stream while the server's limit is reached. It
+// returns errConnGone when the connection takes no new streams, ctx's
+// error when ctx ends while waiting.
+func (c *h2conn) start(ctx context.Context, call *grpcCall, block, msg []byte) error {
+	c.mu.Lock()
+	var stop func() bool
+	for c.err == nil && !c.draining && uint32(len(c.streams)) >= c.maxStreams {
+		if err := ctx.Err(); err != nil {
+			c.cond.Signal() // a stream this waiter was woken for goes to another
+			c.mu.Unlock()
+			if stop != nil {
+				stop()
+			}
+			return err
+		}
+		if stop == nil {
+			stop = context.AfterFunc(ctx, func() {
+				c.mu.Lock()
+				c.cond.Broadcast()
+				c.mu.Unlock()
+			})
+		}
+		c.cond.Wait()
+	}
+	if stop != nil {
+		defer stop()
+	}
+	if c.err != nil || c.draining {
+		c.mu.Unlock()
+		return errConnGone
+	}
+	id := c.nextID
+	c.nextID += 2
+	if c.nextID > c.lastID {
+		c.draining = true
+		c.unusable.Store(true)
+	}
+	*call = grpcCall{done: call.done, id: id, grpcStatus: -1, data: call.data[:0], sendWin: c.initWin, unsent: msg}
+	c.streams[id] = call
+	_ = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true})
+	if !c.sendData(call) {
+		c.blocked = append(c.blocked, call)
+	}
+	c.flushLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+// cancel forgets call's stream, telling the server with RST_STREAM
+// (CANCEL), or, when its answer has already been handed over, drains it.
+func (c *h2conn) cancel(call *grpcCall) {
+	c.mu.Lock()
+	if c.streams[call.id] != call {
+		c.mu.Unlock()
+		<-call.done // handed over under mu: the signal is there
+		return
+	}
+	c.forget(call)
+	_ = c.wfr.WriteRSTStream(call.id, http2.ErrCodeCancel)
+	c.flushLocked()
+	c.closeIfIdle()
+	c.mu.Unlock()
+}
+
+// forget removes call's stream, under mu.
+func (c *h2conn) forget(call *grpcCall) {
+	delete(c.streams, call.id)
+	if call.unsent != nil {
+		for i, b := range c.blocked {
+			if b == call {
+				c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+				break
+			}
+		}
+		call.unsent = nil
+	}
+	c.cond.Signal()
+}
+
+// finish hands call's outcome to its worker, under mu.
+func (c *h2conn) finish(call *grpcCall, err error) {
+	if call.unsent != nil {
+		// The server answered before it had the whole request.
+		_ = c.wfr.WriteRSTStream(call.id, http2.ErrCodeCancel)
+		c.flushLocked()
+	}
+	c.forget(call)
+	call.err = err
+	call.done <- struct{}{}
+}
+
+// closeIfIdle closes a draining connection once its last stream ended,
+// under mu.
+func (c *h2conn) closeIfIdle() {
+	if c.draining && len(c.streams) == 0 {
+		c.failLocked(errConnClosed)
+	}
+}
+
+// sendData writes as much of call's unsent DATA as the send windows
+// allow, under mu, and reports whether all of it went.
+func (c *h2conn) sendData(call *grpcCall) bool {
+	for len(call.unsent) > 0 {
+		n := min(int64(len(call.unsent)), c.sendWin, call.sendWin, c.maxFrame)
+		if n <= 0 {
+			return false
+		}
+		last := n == int64(len(call.unsent))
+		_ = c.wfr.WriteData(call.id, last, call.unsent[:n])
+		c.sendWin -= n
+		call.sendWin -= n
+		call.unsent = call.unsent[n:]
+	}
+	call.unsent = nil
+	return true
+}
+
+// sendBlocked sends the DATA held back once windows open, under mu.
+func (c *h2conn) sendBlocked() {
+	kept := c.blocked[:0]
+	for _, call := range c.blocked {
+		if !c.sendData(call) {
+			kept = append(kept, call)
+		}
+	}
+	clear(c.blocked[len(kept):])
+	c.blocked = kept
+	c.flushLocked()
+}
+
+// flushLocked wakes the writer when frames are pending, under mu; it
+// gives the connection up when the server has stopped reading.
+func (c *h2conn) flushLocked() {
+	if len(c.pending) > h2MaxPending {
+		c.failLocked(errors.New("the server is not reading its connection"))
+		return
+	}
+	if len(c.pending) > 0 {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fail ends the connection with err.
+func (c *h2conn) fail(err error) {
+	c.mu.Lock()
+	c.failLocked(err)
+	c.mu.Unlock()
+}
+
+// failLocked ends the connection, under mu: every call on it fails with
+// err, waiting callers are woken, the socket is closed.
+func (c *h2conn) failLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err, c.draining = err, true
+	c.unusable.Store(true)
+	for _, call := range c.streams {
+		call.unsent = nil
+		call.err = err
+		call.done <- struct{}{}
+	}
+	clear(c.streams)
+	c.blocked = nil
+	c.cond.Broadcast()
+	close(c.quit)
+	c.nc.Close()
+}
+
+// writeLoop sends the pending frames, all that accumulated in one write.
+func (c *h2conn) writeLoop() {
+	var buf []byte
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.wake:
+		}
+		c.mu.Lock()
+		buf, c.pending = c.pending, buf[:0]
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			c.fail(fmt.Errorf("writing to the server: %w", err))
+			return
+		}
+	}
+}
+
+// readLoop reads and handles frames until the connection ends.
+func (c *h2conn) readLoop() {
+	for {
+		f, err := c.rfr.ReadFrame()
+		var se http2.StreamError
+		if errors.As(err, &se) {
+			// A frame malformed for its stream only: that stream fails.
+			c.mu.Lock()
+			if call := c.streams[se.StreamID]; call != nil {
+				_ = c.wfr.WriteRSTStream(se.StreamID, se.Code)
+				c.flushLocked()
+				c.finish(call, fmt.Errorf("stream error: %w", se))
+				c.closeIfIdle()
+			}
+			c.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("reading from the server: %w", err))
+			return
+		}
+		c.mu.Lock()
+		err = c.handle(f)
+		if err != nil {
+			c.failLocked(err)
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// handle acts on one frame from the server, under mu. An error is a
+// connection error.
+func (c *h2conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.DataFrame:
+		// Every DATA frame counts against the connection's window, those
+		// of forgotten streams too.
+		if c.recvUsed += f.Length; c.recvUsed >= h2RecvWindow/2 {
+			_ = c.wfr.WriteWindowUpdate(0, c.recvUsed)
+			c.recvUsed = 0
+			c.flushLocked()
+		}
+		call := c.streams[f.StreamID]
+		if call == nil {
+			return nil
+		}
+		if len(call.data)+len(f.Data()) > h2MaxMessage {
+			_ = c.wfr.WriteRSTStream(call.id, http2.ErrCodeCancel)
+			c.flushLocked()
+			c.finish(call, fmt.Errorf("response longer than %d bytes", h2MaxMessage))
+			c.closeIfIdle()
+			return nil
+		}
+		call.data = append(call.data, f.Data()...)
+		if f.StreamEnded() {
+			c.finish(call, nil)
+			c.closeIfIdle()
+		}
+	case *http2.HeadersFrame:
+		c.hdrID, c.hdrEnd = f.StreamID, f.StreamEnded()
+		c.hdrCall = c.streams[f.StreamID]
+		return c.headerBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+	case *http2.ContinuationFrame:
+		c.hdrCall = c.streams[c.hdrID] // nil if canceled since the HEADERS
+		return c.headerBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+	case *http2.RSTStreamFrame:
+		if call := c.streams[f.StreamID]; call != nil {
+			c.finish(call, fmt.Errorf("stream reset by the server (%v)", f.ErrCode))
+			c.closeIfIdle()
+		}
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := c.settings(f); err != nil {
+			return err
+		}
+		c.sendBlocked()
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			_ = c.wfr.WritePing(true, f.Data)
+			c.flushLocked()
+		}
+	case *http2.WindowUpdateFrame:
+		if f.StreamID == 0 {
+			if c.sendWin += int64(f.Increment); c.sendWin > h2LastStreamID {
+				return errors.New("the server's WINDOW_UPDATE overflows the connection's window")
+			}
+		} else if call := c.streams[f.StreamID]; call != nil {
+			call.sendWin += int64(f.Increment)
+		}
+		c.sendBlocked()
+	case *http2.GoAwayFrame:
+		c.draining = true
+		c.unusable.Store(true)
+		for id, call := range c.streams {
+			if id > f.LastStreamID {
+				c.finish(call, fmt.Errorf("the server is going away (GOAWAY, %v) and did not take the request", f.ErrCode))
+			}
+		}
+		c.cond.Broadcast()
+		c.closeIfIdle()
+	case *http2.PushPromiseFrame:
+		return errors.New("PUSH_PROMISE although push is disabled")
+	}
+	return nil // PRIORITY and unknown frame types are ignored
+}
+
+// settings applies the server's SETTINGS and acknowledges them, under mu.
+func (c *h2conn) settings(f *http2.SettingsFrame) error {
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingMaxConcurrentStreams:
+			c.maxStreams = s.Val
+			c.cond.Broadcast()
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - c.initWin
+			c.initWin = int64(s.Val)
+			for _, call := range c.streams {
+				call.sendWin += delta
+			}
+		case http2.SettingMaxFrameSize:
+			c.maxFrame = int64(s.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("the server's SETTINGS: %w", err)
+	}
+	_ = c.wfr.WriteSettingsAck()
+	c.flushLocked()
+	return nil
+}
+
+// headerBlock decodes a fragment of a header block, under mu; at the end
+// of a block that ends its stream, the call is finished. Blocks of
+// forgotten streams are decoded too, for the decoder's table.
+func (c *h2conn) headerBlock(frag []byte, end bool) error {
+	if _, err := c.dec.Write(frag); err != nil {
+		return fmt.Errorf("decoding the server's headers: %w", err)
+	}
+	if !end {
+		return nil
+	}
+	if err := c.dec.Close(); err != nil {
+		return fmt.Errorf("decoding the server's headers: %w", err)
+	}
+	if call := c.hdrCall; call != nil && c.hdrEnd {
+		c.finish(call, nil)
+		c.closeIfIdle()
+	}
+	c.hdrCall = nil
+	return nil
+}
+
+// onField records the fields of an answer the load generator reads; it
+// is the HPACK decoder's emit function.
+func (c *h2conn) onField(f hpack.HeaderField) {
+	call := c.hdrCall
+	if call == nil {
+		return
+	}
+	switch f.Name {
+	case ":status":
+		if f.Value == "200" {
+			call.status = 200
+		} else if n, err := strconv.Atoi(f.Value); err == nil {
+			call.status = n
+		}
+	case "grpc-status":
+		if f.Value == "0" {
+			call.grpcStatus = 0
+		} else if n, err := strconv.Atoi(f.Value); err == nil && n >= 0 {
+			call.grpcStatus = n
+		}
+	case "grpc-message":
+		call.grpcMessage = f.Value
+	}
+}

@@ -1,0 +1,301 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// rawGRPCSender calls ShouldRateLimit with the load generator's own small
+// gRPC client (h2conn) over Options.Connections connections, worker i on
+// connection i mod Connections: the request's header block is encoded
+// once, its message written by hand around the identity, the answer's
+// overall_code read without decoding the whole message. A connection that
+// ends is replaced by a new one at the next request.
+type rawGRPCSender struct {
+	addr   string
+	lastID uint32 // the last stream ID of a connection
+	block  []byte // the request's HPACK header block
+	ids    *identities
+	// The constant parts of the request message: the domain field, the
+	// descriptor entry's key field, the hits_addend field (empty for a
+	// cost of 1, the default).
+	domain, key, hits []byte
+
+	slots []h2slot
+	next  int
+
+	wg     sync.WaitGroup // the connections' goroutines
+	mu     sync.Mutex
+	conns  []*h2conn // the connections opened, to close at the end
+	closed bool
+}
+
+// h2slot holds the connection a group of workers shares.
+type h2slot struct {
+	c  atomic.Pointer[h2conn]
+	mu sync.Mutex // held while dialling
+}
+
+func newRawGRPCSender(o Options, host string, ids *identities) (*rawGRPCSender, error) {
+	s := &rawGRPCSender{addr: host, lastID: h2LastStreamID, ids: ids, slots: make([]h2slot, o.Connections)}
+	if o.lastStreamID != 0 {
+		s.lastID = o.lastStreamID
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{
+		{Name: ":method", Value: "POST"},
+		{Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: rlspb.RateLimitService_ShouldRateLimit_FullMethodName},
+		{Name: ":authority", Value: host},
+		{Name: "content-type", Value: "application/grpc"},
+		{Name: "te", Value: "trailers"},
+		{Name: "user-agent", Value: "floodgate-loadgen"},
+	} {
+		// Never indexed: the block leaves the server's dynamic table as it
+		// is, so the same bytes serve every request.
+		f.Sensitive = true
+		if err := enc.WriteField(f); err != nil {
+			return nil, err
+		}
+	}
+	if block.Len() > 16384 {
+		return nil, fmt.Errorf("%w: target %q: host too long", ErrInvalidOptions, o.Target)
+	}
+	s.block = block.Bytes()
+	s.domain = appendStringField(nil, 1, o.Domain)
+	s.key = appendStringField(nil, 1, o.IdentityKey)
+	if o.Cost != 1 {
+		s.hits = protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), uint64(o.Cost))
+	}
+	return s, nil
+}
+
+// appendStringField appends field num of type string, omitted when empty
+// as proto3 does.
+func appendStringField(b []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+// appendRequest appends the length-prefixed gRPC message of a
+// RateLimitRequest{domain, descriptors: [{entries: [{key, identity}]}],
+// hits_addend}, field by field as proto.Marshal orders them.
+func (s *rawGRPCSender) appendRequest(b []byte, identity string) []byte {
+	entry := len(s.key)
+	if identity != "" {
+		entry += protowire.SizeTag(2) + protowire.SizeBytes(len(identity))
+	}
+	desc := protowire.SizeTag(1) + protowire.SizeBytes(entry)
+	size := len(s.domain) + protowire.SizeTag(2) + protowire.SizeBytes(desc) + len(s.hits)
+	b = append(b, 0) // not compressed
+	b = binary.BigEndian.AppendUint32(b, uint32(size))
+	b = append(b, s.domain...)
+	b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.BytesType), uint64(desc))
+	b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.BytesType), uint64(entry))
+	b = append(b, s.key...)
+	b = appendStringField(b, 2, identity)
+	return append(b, s.hits...)
+}
+
+func (s *rawGRPCSender) worker() worker {
+	slot := &s.slots[s.next%len(s.slots)]
+	s.next++
+	return &rawGRPCWorker{s: s, slot: slot, call: grpcCall{done: make(chan struct{}, 1)}}
+}
+
+// conn returns the slot's connection, dialling a new one when it has none
+// that takes new streams.
+func (s *rawGRPCSender) conn(ctx context.Context, slot *h2slot) (*h2conn, error) {
+	if c := slot.c.Load(); c != nil && !c.unusable.Load() {
+		return c, nil
+	}
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if c := slot.c.Load(); c != nil && !c.unusable.Load() {
+		return c, nil
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errConnClosed
+	}
+	c, err := dialH2(ctx, s.addr, s.lastID, &s.wg)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	kept := s.conns[:0]
+	for _, old := range s.conns {
+		if !old.isClosed() {
+			kept = append(kept, old)
+		}
+	}
+	clear(s.conns[len(kept):])
+	s.conns = append(kept, c)
+	s.mu.Unlock()
+	slot.c.Store(c)
+	return c, nil
+}
+
+// isClosed reports whether the connection has ended.
+func (c *h2conn) isClosed() bool {
+	select {
+	case <-c.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *rawGRPCSender) close() error {
+	s.mu.Lock()
+	s.closed = true
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.fail(errConnClosed)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// rawGRPCWorker keeps its request message and call from one request to
+// the next.
+type rawGRPCWorker struct {
+	s    *rawGRPCSender
+	slot *h2slot
+	msg  []byte
+	call grpcCall
+}
+
+func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	w.msg = w.s.appendRequest(w.msg[:0], w.s.ids.string(id))
+	var c *h2conn
+	for attempt := 1; ; attempt++ {
+		var err error
+		if c, err = w.s.conn(ctx, w.slot); err != nil {
+			return false, err
+		}
+		err = c.start(ctx, &w.call, w.s.block, w.msg)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errConnGone) || attempt == 3 {
+			return false, err
+		}
+	}
+	select {
+	case <-w.call.done:
+	case <-ctx.Done():
+		c.cancel(&w.call)
+		return false, ctx.Err()
+	}
+	return w.call.result()
+}
+
+func (w *rawGRPCWorker) close() {}
+
+// result reads a finished call's outcome as the grpc-go client path does:
+// OK allowed, OVER_LIMIT denied, anything else an error.
+func (call *grpcCall) result() (bool, error) {
+	if call.err != nil {
+		return false, call.err
+	}
+	if call.grpcStatus < 0 {
+		if call.status != 200 {
+			return false, fmt.Errorf("HTTP status %d without grpc-status", call.status)
+		}
+		return false, errors.New("answer without grpc-status")
+	}
+	if call.grpcStatus != 0 {
+		return false, fmt.Errorf("rpc error: code = %v desc = %s", codes.Code(call.grpcStatus), decodeGRPCMessage(call.grpcMessage))
+	}
+	if call.status != 200 {
+		return false, fmt.Errorf("HTTP status %d", call.status)
+	}
+	code, err := overallCode(call.data)
+	if err != nil {
+		return false, err
+	}
+	switch c := rlspb.RateLimitResponse_Code(code); c {
+	case rlspb.RateLimitResponse_OK:
+		return true, nil
+	case rlspb.RateLimitResponse_OVER_LIMIT:
+		return false, nil
+	default:
+		return false, fmt.Errorf("overall_code %v", c)
+	}
+}
+
+// overallCode reads field 1 (overall_code) of the length-prefixed
+// RateLimitResponse in data, skipping the others; absent, it is 0
+// (UNKNOWN).
+func overallCode(data []byte) (int32, error) {
+	if len(data) < 5 {
+		return 0, fmt.Errorf("response of %d bytes, not a gRPC message", len(data))
+	}
+	if data[0] != 0 {
+		return 0, errors.New("compressed response (none was asked for)")
+	}
+	if n := binary.BigEndian.Uint32(data[1:5]); uint64(n) != uint64(len(data)-5) {
+		return 0, fmt.Errorf("response message of %d bytes announced, %d received", n, len(data)-5)
+	}
+	b := data[5:]
+	var code uint64
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, fmt.Errorf("malformed response: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			code, n = protowire.ConsumeVarint(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return 0, fmt.Errorf("malformed response: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return int32(code), nil
+}
+
+// decodeGRPCMessage undoes grpc-message's percent-encoding.
+func decodeGRPCMessage(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}

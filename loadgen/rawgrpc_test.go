@@ -1,0 +1,323 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate-rl/floodgate/envoyrls"
+)
+
+var grpcClients = []GRPCClient{RawGRPC, GRPCGo}
+
+// grpcServer serves rls (and counts the requests it received) on a
+// loopback port until the test ends; it returns the server and the
+// target.
+func grpcServer(t *testing.T, rls rlspb.RateLimitServiceServer, received *atomic.Int64, opts ...grpc.ServerOption) (*grpc.Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if received != nil {
+		opts = append(opts, grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			received.Add(1)
+			return h(ctx, req)
+		}))
+	}
+	gs := grpc.NewServer(opts...)
+	rlspb.RegisterRateLimitServiceServer(gs, rls)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = gs.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-done
+	})
+	return gs, "grpc://" + ln.Addr().String()
+}
+
+// rlsFunc is a RateLimitService answering with its function.
+type rlsFunc struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	f func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error)
+}
+
+func (s rlsFunc) ShouldRateLimit(ctx context.Context, r *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return s.f(ctx, r)
+}
+
+// Both clients get the same answers from Floodgate's envoyrls service
+// (3 per identity for the whole test, 7 identities, 300 requests).
+func TestGRPCClientsAgree(t *testing.T) {
+	cfg, err := envoyrls.ParseConfig([]byte(`
+domain: lg
+descriptors:
+  - key: user
+    rate_limit: {requests_per_unit: 3, window: 24h, algorithm: token_bucket}
+`), "lg.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoyrls.NewService(newLimiter(t), func() *envoyrls.Config { return cfg }, envoyrls.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var received atomic.Int64
+	_, target := grpcServer(t, svc, &received)
+	var reps []Report
+	for _, c := range grpcClients {
+		before := received.Load()
+		rep, err := Run(context.Background(), Options{
+			Target: target, Domain: "lg", GRPCClient: c, Concurrency: 20, Duration: time.Minute,
+			MaxRequests: 300, Identities: 7, Expect: slowBucket,
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, rep, received.Load()-before)
+		if rep.Errors != 0 || rep.Sent != 300 {
+			t.Fatalf("%v client: %+v", c, rep)
+		}
+		if got, want := rep.Allowed, wantAllowed(300, 7); got != want {
+			t.Errorf("%v client: allowed %d, want %d", c, got, want)
+		}
+		if want := "(grpc, " + c.String() + " client)"; !strings.Contains(rep.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+		reps = append(reps, rep)
+	}
+	if reps[0].Allowed != reps[1].Allowed || reps[0].Denied != reps[1].Denied {
+		t.Errorf("raw client: %d allowed, %d denied; grpc-go: %d, %d", reps[0].Allowed, reps[0].Denied, reps[1].Allowed, reps[1].Denied)
+	}
+}
+
+// A gRPC error status, or an answer neither OK nor OVER_LIMIT, is an
+// error, with the same message from both clients.
+func TestGRPCErrorsAreCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error)
+		want string
+	}{
+		{"status", func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+			return nil, status.Error(codes.ResourceExhausted, "quota 100% gone, \"é\"\nbye")
+		}, "rpc error: code = ResourceExhausted desc = quota 100% gone, \"é\"\nbye"},
+		{"unknown", func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+			return &rlspb.RateLimitResponse{}, nil
+		}, "overall_code UNKNOWN"},
+	} {
+		var received atomic.Int64
+		_, target := grpcServer(t, rlsFunc{f: tc.f}, &received)
+		for _, c := range grpcClients {
+			before := received.Load()
+			rep, err := Run(context.Background(), Options{Target: target, GRPCClient: c, Concurrency: 4, Duration: time.Minute, MaxRequests: 40}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCounts(t, rep, received.Load()-before)
+			if rep.Errors != 40 || len(rep.ErrorSamples) != 1 || rep.ErrorSamples[0].Message != tc.want {
+				t.Errorf("%s, %v client: %d errors of %d, samples %v; want every one %q", tc.name, c, rep.Errors, rep.Sent, rep.ErrorSamples, tc.want)
+			}
+		}
+	}
+}
+
+// A server stopping mid-run (listener and connections closed) fails the
+// requests in flight and those after; the run ends.
+func TestGRPCServerStops(t *testing.T) {
+	for _, graceful := range []bool{false, true} {
+		for _, c := range grpcClients {
+			var received atomic.Int64
+			var once sync.Once
+			var gs *grpc.Server
+			stopped := make(chan struct{})
+			gs, target := grpcServer(t, rlsFunc{f: func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+				if received.Add(1) == 100 {
+					once.Do(func() {
+						go func() {
+							defer close(stopped)
+							if graceful {
+								gs.GracefulStop() // GOAWAY, then the streams taken are answered
+							} else {
+								gs.Stop()
+							}
+						}()
+					})
+				}
+				return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+			}}, nil)
+			rep, err := Run(context.Background(), Options{Target: target, GRPCClient: c, Concurrency: 32, Duration: time.Minute, MaxRequests: 2000}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-stopped
+			t.Logf("graceful %v, %v client: %d allowed, %d errors: %v", graceful, c, rep.Allowed, rep.Errors, rep.ErrorSamples)
+			if rep.Sent != 2000 || rep.Allowed < 50 || rep.Errors == 0 || rep.Allowed > received.Load() {
+				t.Errorf("graceful %v, %v client: %d received, report %+v", graceful, c, received.Load(), rep)
+			}
+			if graceful && rep.Allowed != received.Load() {
+				t.Errorf("GracefulStop, %v client: %d received, %d answered", c, received.Load(), rep.Allowed)
+			}
+		}
+	}
+}
+
+// With the server's SETTINGS_MAX_CONCURRENT_STREAMS at 2, 16 workers per
+// connection wait for streams in turn; none is refused.
+func TestGRPCMaxConcurrentStreams(t *testing.T) {
+	var inFlight, most atomic.Int64
+	_, target := grpcServer(t, rlsFunc{f: func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+	}}, nil, grpc.MaxConcurrentStreams(2))
+	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 32, Connections: 2, Duration: time.Minute, MaxRequests: 1000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 0 || rep.Allowed != 1000 {
+		t.Errorf("report %+v", rep)
+	}
+	if m := most.Load(); m > 4 {
+		t.Errorf("%d requests in the server at once, over 2 per connection", m)
+	}
+}
+
+// A connection whose stream IDs run out takes no new streams; the next
+// request opens a new one.
+func TestRawGRPCNewConnectionAfterLastStreamID(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns connCounter
+	gs := grpc.NewServer(grpc.StatsHandler(&conns))
+	registerOKRLS(gs)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	o := Options{Target: "grpc://" + ln.Addr().String(), Concurrency: 4, Connections: 1, Duration: time.Minute, MaxRequests: 100}
+	o.lastStreamID = 9 // streams 1, 3, 5, 7 and 9
+	rep, err := Run(context.Background(), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 0 || rep.Allowed != 100 {
+		t.Errorf("report %+v", rep)
+	}
+	if n := conns.n.Load(); n != 20 {
+		t.Errorf("%d connections for 100 requests, 5 streams each; want 20", n)
+	}
+}
+
+// A request unanswered within Timeout is canceled with RST_STREAM: the
+// server's handler sees its context end; the worker goes on.
+func TestRawGRPCTimeoutCancelsTheStream(t *testing.T) {
+	var n atomic.Int64
+	canceled := make(chan struct{})
+	_, target := grpcServer(t, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		if n.Add(1) == 1 {
+			<-ctx.Done()
+			close(canceled)
+			return nil, ctx.Err()
+		}
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}, nil
+	}}, nil)
+	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: 4, Timeout: 50 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-canceled
+	if rep.Errors != 1 || rep.Denied != 3 || len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, "no answer within 50ms") {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// The raw client's request message is what proto.Marshal makes of the
+// same RateLimitRequest, for identities short and long and any cost.
+func TestRawGRPCRequestMessage(t *testing.T) {
+	for _, cost := range []int64{1, 7, 1 << 31} {
+		o := Options{Target: "grpc://127.0.0.1:1", Duration: time.Second, Domain: "edge", IdentityKey: "remote_address", Cost: cost}
+		o, err := o.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newRawGRPCSender(o, "127.0.0.1:1", newIdentities(o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, size := range []int{1, 20, 127, 128, 300, 20000} {
+			identity := strings.Repeat("x", size)
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(&rlspb.RateLimitRequest{
+				Domain: "edge",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+					{Key: "remote_address", Value: identity},
+				}}},
+				HitsAddend: map[bool]uint32{true: 0, false: uint32(cost)}[cost == 1],
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := s.appendRequest([]byte("junk"), identity)
+			if !bytes.Equal(got[:4], []byte("junk")) || got[4] != 0 || !bytes.Equal(got[9:], want) ||
+				int(got[5])<<24|int(got[6])<<16|int(got[7])<<8|int(got[8]) != len(want) {
+				t.Errorf("cost %d, identity of %d bytes: % x, want 00 <%d> % x", cost, size, got[4:], len(want), want)
+			}
+		}
+	}
+}
+
+// overallCode reads field 1 among the others, and refuses what is not
+// one whole gRPC message.
+func TestOverallCode(t *testing.T) {
+	frame := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte{0, byte(len(b) >> 24), byte(len(b) >> 16), byte(len(b) >> 8), byte(len(b))}, b...)
+	}
+	full := frame(&rlspb.RateLimitResponse{
+		OverallCode: rlspb.RateLimitResponse_OVER_LIMIT,
+		Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{
+			Code: rlspb.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 3, Unit: rlspb.RateLimitResponse_RateLimit_HOUR},
+		}},
+		ResponseHeadersToAdd: nil,
+		RawBody:              []byte("body"),
+	})
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want int32
+		err  string
+	}{
+		{"full", full, 2, ""},
+		{"empty message", frame(&rlspb.RateLimitResponse{}), 0, ""},
+		{"ok", frame(&rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}), 1, ""},
+		{"short", full[:3], 0, "not a gRPC message"},
+		{"truncated", full[:len(full)-1], 0, "announced"},
+		{"compressed", append([]byte{1}, full[1:]...), 0, "compressed"},
+		{"malformed", []byte{0, 0, 0, 0, 2, 0x08, 0x80}, 0, "malformed"},
+	} {
+		got, err := overallCode(tc.data)
+		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %d, %v; want %d, %q", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
