@@ -10,7 +10,8 @@
 # with LOADTEST (default FLOODGATE) loadtest at 64 callers over 10,000
 # identities for 2 s of warm-up then SECONDS (default 10), and prints one
 # line: decisions/s, the serve process's user+sys CPU per decision
-# (/proc/PID/stat over the measured window), its heap allocations per
+# (/proc/PID/stat over the measured window; for the redis store, its
+# redis-server's too), its heap allocations per
 # request (go_memstats_mallocs_total over the window), p50/p99 and the
 # decisions the fallback took (rate_limit_fallback_total: non-zero means
 # Redis missed the budget, as on an overloaded machine). OUTDIR (default
@@ -59,7 +60,8 @@ YAML
 
 RP=$(freeport)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --logfile "$WORK/redis.log" &
-PIDS+=($!)
+RPID=$!
+PIDS+=($RPID)
 for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -84,11 +86,13 @@ for store in ${STORES:-mem redis}; do
 		metric() { curl -s "127.0.0.1:$AP/metrics" | awk -v m="$1" '$1 ~ "^"m {s+=$2} END {printf "%d", s}'; }
 		m0=$(metric go_memstats_mallocs_total)
 		c0=$(awk '{print $14+$15}' "/proc/$SP/stat")
+		r0=$(awk '{print $14+$15}' "/proc/$RPID/stat")
 		curl -s -o "$OUT/$store-$api.cpu" "127.0.0.1:$AP/debug/pprof/profile?seconds=$((DUR - 2))" &
 		CP=$!
 		curl -s -o "$OUT/$store-$api.allocs0" "127.0.0.1:$AP/debug/pprof/allocs"
 		rep=$("$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration "${DUR}s" --identities 10000 --quiet)
 		c1=$(awk '{print $14+$15}' "/proc/$SP/stat")
+		r1=$(awk '{print $14+$15}' "/proc/$RPID/stat")
 		m1=$(metric go_memstats_mallocs_total)
 		wait "$CP"
 		curl -s -o "$OUT/$store-$api.allocs1" "127.0.0.1:$AP/debug/pprof/allocs"
@@ -97,12 +101,14 @@ for store in ${STORES:-mem redis}; do
 		n=$(awk '$1 == "requests" {print $2}' <<<"$rep")
 		rate=$(grep -oP '\(\K[0-9.]+(?= req/s)' <<<"$rep")
 		lat=$(awk '$1 == "latency" {print $3, $5}' <<<"$rep")
-		python3 - "$store" "$api" "$n" "$rate" "$c0" "$c1" "$TICK" "$m0" "$m1" "$fb" "$lat" <<'PY'
+		python3 - "$store" "$api" "$n" "$rate" "$c0" "$c1" "$TICK" "$m0" "$m1" "$fb" "$lat" "$r0" "$r1" <<'PY'
 import sys
-store, api, n, rate, c0, c1, tick, m0, m1, fb, lat = sys.argv[1:]
+store, api, n, rate, c0, c1, tick, m0, m1, fb, lat, r0, r1 = sys.argv[1:]
 n = max(int(n or 0), 1)
 cpu = (int(c1) - int(c0)) / int(tick)
-print(f"{store:5} {api:4}: {float(rate):8.0f} decisions/s  serve CPU {cpu*1e6/n:5.1f} µs/decision  "
+rcpu = (int(r1) - int(r0)) / int(tick)
+redis = f" + Redis {rcpu*1e6/n:4.1f}" if store == "redis" else ""
+print(f"{store:5} {api:4}: {float(rate):8.0f} decisions/s  serve CPU {cpu*1e6/n:5.1f}{redis} µs/decision  "
       f"{(int(m1)-int(m0))/n:4.0f} allocs/request  p50/p99 {lat}  fallback decisions {fb}")
 PY
 	done
