@@ -276,7 +276,8 @@ func (f *fragment) fastSource(format StateFormat) string {
 
 // loneSource is the section of f's single-layer script that decides a
 // lone request (see fast_head.lua): the same blocks, read from the packed
-// argument, with no loop around them, and one reply.
+// argument, with no loop around them, and its compactWidth integers
+// replied packed in one string (see decodeLone).
 func (f *fragment) loneSource(format StateFormat) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "if #ARGV == 1 and #KEYS == 1 then -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
@@ -293,7 +294,7 @@ func (f *fragment) loneSource(format StateFormat) string {
 	b.WriteString("  until true\n")
 	b.WriteString("  if code then\n    return redis.error_reply(msg)\n  end\n")
 	b.WriteString("  if val then\n    if px > 0 then\n      redis.call('SET', key, val, 'PX', sfmt('%d', px))\n    else\n      redis.call('SET', key, val, 'KEEPTTL')\n    end\n  end\n")
-	fmt.Fprintf(&b, "  return {reason, rem, reset, %s}\nend\n", f.wait())
+	fmt.Fprintf(&b, "  return spack('<%s', reason, rem, reset, %s)\nend\n", strings.Repeat(stateNumber, compactWidth), f.wait())
 	return b.String()
 }
 

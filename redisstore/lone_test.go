@@ -82,12 +82,14 @@ func TestLoneScriptGuards(t *testing.T) {
 				v[i] = x
 				return packLone(alg, byte(a), v)
 			}
-			got, err := c.Eval(ctx, src, key, packLone(alg, byte(a), good)).Result()
+			got, err := c.Eval(ctx, src, key, packLone(alg, byte(a), good)).Text()
 			if err != nil {
 				t.Fatalf("good call: %v", err)
 			}
-			if r, ok := got.([]any); !ok || len(r) != compactWidth || r[0] != int64(0) {
-				t.Fatalf("good call: reply %v, want %d integers, admitted", got, compactWidth)
+			p := floodgate.Policy{Algorithm: alg, Limit: 10, Window: time.Minute}
+			var out [1]floodgate.Result
+			if err := decodeLone(got, []floodgate.Layer{{Policy: p}}, out[:]); err != nil || !out[0].Allowed || out[0].Remaining != 9 {
+				t.Fatalf("good call: reply %q: %+v, %v; want admitted, 9 remaining", got, out[0], err)
 			}
 			if err := c.Del(ctx, key[0]).Err(); err != nil {
 				t.Fatal(err)

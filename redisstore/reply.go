@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -99,6 +101,24 @@ func decodeCompact(vals []int64, layers []floodgate.Layer, out []floodgate.Resul
 		out[i] = algo.ResultFromMicros(allowed, layers[i].Policy.Capacity(), remaining, resetAt, retry, delay, floodgate.Reason(reason))
 	}
 	return nil
+}
+
+// decodeLone is decodeCompact for a single-layer script's reply to a
+// lone request (see fast_head.lua): its compactWidth integers packed in
+// one string, each a little-endian double (struct's "d").
+func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) error {
+	if len(reply) != 8*compactWidth {
+		return fmt.Errorf("%w: a lone reply of %d bytes, want %d", floodgate.ErrBadReply, len(reply), 8*compactWidth)
+	}
+	var vals [compactWidth]int64
+	for i := range vals {
+		x := math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8])))
+		if x != math.Trunc(x) || math.Abs(x) >= 1<<53 { // NaN included
+			return fmt.Errorf("%w: a lone reply's value %d is %v, want an integer", floodgate.ErrBadReply, i, x)
+		}
+		vals[i] = int64(x)
+	}
+	return decodeCompact(vals[:], layers, out)
 }
 
 // released is what a release reply says about one layer.

@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -158,6 +160,51 @@ func TestDecodeCompact(t *testing.T) {
 		"negative wait":                {1, 0, 2_000_000, -5},
 	} {
 		if err := decodeCompact(vals, one, out[:1]); !errors.Is(err, floodgate.ErrBadReply) {
+			t.Errorf("%s: got %v, want ErrBadReply", name, err)
+		}
+	}
+}
+
+// TestDecodeLone feeds the lone reply decoder a good reply and every
+// wrong shape: each bad one must be an ErrBadReply, never a panic.
+func TestDecodeLone(t *testing.T) {
+	p := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second}
+	one := []floodgate.Layer{{Policy: p, Key: "k", Cost: 1}}
+	out := make([]floodgate.Result, 1)
+	pack := func(v ...float64) string {
+		var b []byte
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+		}
+		return string(b)
+	}
+	if err := decodeLone(pack(0, 9, 1<<52, 300), one, out); err != nil {
+		t.Fatal(err)
+	}
+	want := algo.ResultFromMicros(true, 10, 9, 1<<52, 0, 300, floodgate.ReasonNone)
+	if g := out[0]; g.Allowed != want.Allowed || g.Remaining != want.Remaining || !g.ResetAt.Equal(want.ResetAt) ||
+		g.RetryAfter != want.RetryAfter || g.Delay != want.Delay || g.Reason != want.Reason || g.Limit != 10 {
+		t.Errorf("got %+v, want %+v", g, want)
+	}
+	if err := decodeLone(pack(1, -3, 2_000_000, 70), one, out); err != nil || out[0].Allowed || out[0].RetryAfter != 70*time.Microsecond {
+		t.Errorf("denied, negative remaining: %+v, %v", out[0], err)
+	}
+	for name, reply := range map[string]string{
+		"empty":          "",
+		"short":          pack(0, 9, 2_000_000),
+		"long":           pack(0, 9, 2_000_000, 0, 0),
+		"one byte short": pack(0, 9, 2_000_000, 0)[1:],
+		"text":           "0 9 2000000 0",
+		"fraction":       pack(0, 9.5, 2_000_000, 0),
+		"nan":            pack(0, math.NaN(), 2_000_000, 0),
+		"inf":            pack(0, 9, math.Inf(1), 0),
+		"2^53":           pack(0, 9, 1<<53, 0),
+		"reason 3":       pack(3, 9, 2_000_000, 0),
+		"error code -1":  pack(-1, 0, 0, 0),
+		"negative reset": pack(0, 9, -1, 0),
+		"negative wait":  pack(1, 0, 2_000_000, -5),
+	} {
+		if err := decodeLone(reply, one, out); !errors.Is(err, floodgate.ErrBadReply) {
 			t.Errorf("%s: got %v, want ErrBadReply", name, err)
 		}
 	}

@@ -401,9 +401,13 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	sc := s.scripts.scriptFor(layers)
 	if len(layers) == 1 && sc != s.scripts.general {
 		f.buildLone(now, &layers[0])
-	} else {
-		f.build(now, layers, sc == s.scripts.layers)
+		reply, err := sc.RunString(ctx, s.client, f.args)
+		if err != nil {
+			return err
+		}
+		return decodeLone(reply, layers, out)
 	}
+	f.build(now, layers, sc == s.scripts.layers)
 	vals, err := sc.RunInts(ctx, s.client, f.args)
 	if err != nil {
 		return err

@@ -166,6 +166,27 @@ func (s *Script) RunInts(ctx context.Context, c Client, argv []any) ([]int64, er
 	return val, nil
 }
 
+// RunString is RunCommand for a script whose reply is one string (a
+// bulk string, such as values packed with struct.pack): go-redis reads it
+// straight into a string rather than boxing it into an any. A nil reply is
+// an error wrapping floodgate.ErrBadReply; a reply of another shape fails
+// as go-redis reports it (an integer is read as its decimal string, an
+// array is a parse error, classified as indeterminate: the script ran).
+func (s *Script) RunString(ctx context.Context, c Client, argv []any) (string, error) {
+	var val string
+	err := s.send(ctx, argv, func() error {
+		cmd := redis.NewStringCmd(ctx, argv...)
+		cmd.SetFirstKeyPos(3)
+		_ = c.Process(ctx, noRetryStringCmd{cmd})
+		val = cmd.Val()
+		return cmd.Err()
+	})
+	if err != nil {
+		return "", err
+	}
+	return val, nil
+}
+
 // send checks argv, then sends it with do: as EVALSHA, and as EVAL once
 // if the server answers NOSCRIPT. It returns do's error classified.
 func (s *Script) send(ctx context.Context, argv []any, do func() error) error {
@@ -185,7 +206,7 @@ func (s *Script) send(ctx context.Context, argv []any, do func() error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, redis.Nil):
-		return fmt.Errorf("%w: luascript: a nil reply, want an array of integers", floodgate.ErrBadReply)
+		return fmt.Errorf("%w: luascript: a nil reply", floodgate.ErrBadReply)
 	}
 	return s.classify(err)
 }
@@ -205,6 +226,13 @@ type noRetryIntsCmd struct{ *redis.IntSliceCmd }
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
 func (noRetryIntsCmd) NoRetry() bool { return true }
+
+// noRetryStringCmd is noRetryCmd for RunString.
+type noRetryStringCmd struct{ *redis.StringCmd }
+
+// NoRetry tells go-redis not to retry the command once it may have been
+// sent.
+func (noRetryStringCmd) NoRetry() bool { return true }
 
 // classify is Classify, with the script's own refusals (Options.Refusal)
 // reported as floodgate.ErrBadReply.

@@ -406,3 +406,32 @@ func TestRunInts(t *testing.T) {
 		t.Errorf("no key: %v, want ErrInvalidKey", err)
 	}
 }
+
+func TestRunString(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	argv := func() []any { return []any{nil, nil, 1, key} }
+	s := luascript.New("return struct.pack('<Bd', 7, 2.5)", luascript.Options{})
+	for range 2 { // EVAL after NOSCRIPT, then EVALSHA
+		got, err := s.RunString(ctx, c, argv())
+		if err != nil || got != "\x07\x00\x00\x00\x00\x00\x00\x04\x40" {
+			t.Fatalf("RunString: %q, %v", got, err)
+		}
+	}
+	for _, lua := range []string{"return nil", "return false"} {
+		if got, err := luascript.New(lua, luascript.Options{}).RunString(ctx, c, argv()); !errors.Is(err, floodgate.ErrBadReply) {
+			t.Errorf("%s: %q, %v; want ErrBadReply", lua, got, err)
+		}
+	}
+	if got, err := luascript.New("return {1, 2}", luascript.Options{}).RunString(ctx, c, argv()); err == nil {
+		t.Errorf("an array: accepted as %q", got)
+	}
+	_, err := luascript.New("return redis.error_reply('ERR nope')", luascript.Options{}).RunString(ctx, c, argv())
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Errorf("error reply: %v, want ErrStoreUnavailable", err)
+	}
+	if _, err := s.RunString(ctx, c, []any{nil, nil, 0}); !errors.Is(err, floodgate.ErrInvalidKey) {
+		t.Errorf("no key: %v, want ErrInvalidKey", err)
+	}
+}

@@ -29,7 +29,9 @@
 -- strtod), about 1,200 and 1,400-2,000 instructions apiece; one
 -- struct.unpack costs less than two of them. Its section is the
 -- algorithm's blocks again, assembled without the loop, the cache and
--- the reply table of the calls of several requests.
+-- the reply table of the calls of several requests, and it replies its
+-- four integers packed in one string ('<dddd'): Redis answers a table
+-- integer by integer, about 3,000 instructions more for four.
 --
 -- Reply: four integers per request: the reason (0: admitted, 1: limited,
 -- 2: the cost exceeds the capacity), remaining, resetAt µs, and the wait
