@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -365,6 +366,10 @@ func (c *h2conn) writeLoop() {
 			return
 		case <-c.wake:
 		}
+		// Let the workers already runnable (answers often arrive several
+		// at once) append their requests first, so that one write
+		// carries them all.
+		runtime.Gosched()
 		c.mu.Lock()
 		buf, c.pending = c.pending, buf[:0]
 		c.mu.Unlock()
