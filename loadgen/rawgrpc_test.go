@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,6 +319,44 @@ func TestOverallCode(t *testing.T) {
 		got, err := overallCode(tc.data)
 		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: %d, %v; want %d, %q", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// net/http's HTTP/2 server (cleartext) running grpc-go's handler grants
+// each stream a receive window of 7 bytes and 3 streams at once: the
+// raw client's DATA goes out 7 bytes at a time as WINDOW_UPDATEs come.
+func TestRawGRPCSmallSendWindow(t *testing.T) {
+	gs := grpc.NewServer()
+	registerOKRLS(gs)
+	var received atomic.Int64
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			received.Add(1)
+			gs.ServeHTTP(w, r)
+		}),
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 7, MaxConcurrentStreams: 3},
+	}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); gs.Stop() })
+	for _, c := range grpcClients {
+		before := received.Load()
+		rep, err := Run(context.Background(), Options{
+			Target: "grpc://" + ln.Addr().String(), GRPCClient: c, IdentityPrefix: strings.Repeat("long-", 40),
+			Concurrency: 16, Duration: time.Minute, MaxRequests: 300,
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, rep, received.Load()-before)
+		if rep.Errors != 0 || rep.Allowed != 300 {
+			t.Errorf("%v client: %+v", c, rep)
 		}
 	}
 }
