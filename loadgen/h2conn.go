@@ -387,20 +387,10 @@ func (c *h2conn) writeLoop() {
 func (c *h2conn) readLoop() {
 	for {
 		f, err := c.rfr.ReadFrame()
-		var se http2.StreamError
-		if errors.As(err, &se) {
-			// A frame malformed for its stream only: that stream fails.
-			c.mu.Lock()
-			if call := c.streams[se.StreamID]; call != nil {
-				_ = c.wfr.WriteRSTStream(se.StreamID, se.Code)
-				c.flushLocked()
-				c.finish(call, fmt.Errorf("stream error: %w", se))
-				c.closeIfIdle()
-			}
-			c.mu.Unlock()
-			continue
-		}
 		if err != nil {
+			if c.streamError(err) {
+				continue
+			}
 			c.fail(fmt.Errorf("reading from the server: %w", err))
 			return
 		}
@@ -414,6 +404,24 @@ func (c *h2conn) readLoop() {
 			return
 		}
 	}
+}
+
+// streamError fails the stream of a frame malformed for that stream only,
+// and reports whether err was such.
+func (c *h2conn) streamError(err error) bool {
+	var se http2.StreamError
+	if !errors.As(err, &se) {
+		return false
+	}
+	c.mu.Lock()
+	if call := c.streams[se.StreamID]; call != nil {
+		_ = c.wfr.WriteRSTStream(se.StreamID, se.Code)
+		c.flushLocked()
+		c.finish(call, fmt.Errorf("stream error: %w", se))
+		c.closeIfIdle()
+	}
+	c.mu.Unlock()
+	return true
 }
 
 // handle acts on one frame from the server, under mu. An error is a
