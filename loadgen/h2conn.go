@@ -84,6 +84,16 @@ type grpcCall struct {
 	sendWin     int64  // the stream's send window
 }
 
+// signal tells the worker that call has finished. The channel has room:
+// a call started is signalled once, and its worker takes the signal
+// before it starts the next.
+func (call *grpcCall) signal() {
+	select {
+	case call.done <- struct{}{}:
+	default:
+	}
+}
+
 // HTTP/2 limits of the raw client.
 const (
 	// h2RecvWindow is the receive window granted for each stream and for
@@ -273,7 +283,7 @@ func (c *h2conn) finish(call *grpcCall, err error) {
 	}
 	c.forget(call)
 	call.err = err
-	call.done <- struct{}{}
+	call.signal()
 }
 
 // closeIfIdle closes a draining connection once its last stream ended,
@@ -348,7 +358,7 @@ func (c *h2conn) failLocked(err error) {
 	for _, call := range c.streams {
 		call.unsent = nil
 		call.err = err
-		call.done <- struct{}{}
+		call.signal()
 	}
 	clear(c.streams)
 	c.blocked = nil

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -358,5 +360,45 @@ func TestRawGRPCSmallSendWindow(t *testing.T) {
 		if rep.Errors != 0 || rep.Allowed != 300 {
 			t.Errorf("%v client: %+v", c, rep)
 		}
+	}
+}
+
+// A server closing connections by age (GOAWAY, then the streams it took
+// are answered) costs no request: the clients move to new connections.
+func TestGRPCConnectionAge(t *testing.T) {
+	var received atomic.Int64
+	_, target := grpcServer(t, okRLS{}, &received, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 20 * time.Millisecond, MaxConnectionAgeGrace: time.Minute}))
+	for _, c := range grpcClients {
+		before := received.Load()
+		rep, err := Run(context.Background(), Options{Target: target, GRPCClient: c, Concurrency: 32, Duration: time.Minute, MaxRequests: 3000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkCounts(t, rep, received.Load()-before)
+		if rep.Errors != 0 || rep.Allowed != 3000 {
+			t.Errorf("%v client: %+v", c, rep)
+		}
+	}
+}
+
+// Canceling Run's context mid-run cancels the streams in flight; Run
+// returns the partial report.
+func TestRawGRPCCanceledMidRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var n atomic.Int64
+	_, target := grpcServer(t, rlsFunc{f: func(rctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		if n.Add(1) == 20 {
+			cancel()
+		}
+		<-rctx.Done() // never answers: the client's RST_STREAM ends it
+		return nil, rctx.Err()
+	}}, nil)
+	rep, err := Run(ctx, Options{Target: target, Concurrency: 32, Duration: time.Minute}, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if rep.Allowed != 0 || rep.Errors != rep.Sent {
+		t.Errorf("report %+v", rep)
 	}
 }
