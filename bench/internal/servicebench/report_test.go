@@ -39,6 +39,7 @@ func TestMarkdown(t *testing.T) {
 		"| 0.10 cores, median of the cells (range) |",
 		"Command: `cd bench && go run ./cmd/servicebench`.",
 		"10000 identities",
+		"The load generator calls with its raw gRPC client (`floodgate loadtest --grpc-client raw`).",
 		// theirs: median of 6000 and 4000; 60,000 and 40,000 decisions for
 		// 7 s of CPU: 116.7 and 175 µs, median 145.8.
 		"| 64 | envoyproxy/ratelimit | 5.0k (4.0k–6.0k) | 7.50 (5.00–10.0) / 30.0 (20.0–40.0) | 0 / 0 | 125.0 (100.0–150.0) + 20.8 (16.7–25.0) = 145.8 (116.7–175.0) | — (no fallback) | 2.00 + 0.10 (2.10) | 0.60 / 0.10 / 0.20 / 0.10 | 41.7 (33.3–50.0) | — |",
