@@ -282,18 +282,27 @@ func (f *fragment) loneSource(format StateFormat) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "if #ARGV == 1 and #KEYS == 1 then -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
 	b.WriteString("  local key, a = KEYS[1], ARGV[1]\n")
-	b.WriteString("  local code, msg, val, px\n")
+	b.WriteString("  local code, msg, val, px, v\n")
 	b.WriteString("  local ok, reason, rem, reset, retry, delay, ttl, keep = false, 1, 0, 0, 0, 0\n")
 	b.WriteString("  repeat -- break ends the request early, with an error\n")
 	b.WriteString(f.argsSource(true))
-	b.WriteString("    local v = redis.pcall('GET', key)\n")
+	b.WriteString("    v = redis.pcall('GET', key)\n")
 	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")
 	b.WriteString(f.fill(format, "read", badFast, "false"))
 	b.WriteString(f.fill(format, "step", badFast, "false"))
 	b.WriteString(fastPX)
 	b.WriteString("  until true\n")
 	b.WriteString("  if code then\n    return redis.error_reply(msg)\n  end\n")
-	b.WriteString("  if val then\n    if px > 0 then\n      redis.call('SET', key, val, 'PX', sfmt('%d', px))\n    else\n      redis.call('SET', key, val, 'KEEPTTL')\n    end\n  end\n")
+	b.WriteString(`  if val then
+    if px > 0 then
+      redis.call('SET', key, val, 'PX', sfmt('%d', px))
+    elseif #val == #v then -- the key's TTL kept, its value overwritten in place
+      redis.call('SETRANGE', key, '0', val)
+    else
+      redis.call('SET', key, val, 'KEEPTTL')
+    end
+  end
+`)
 	fmt.Fprintf(&b, "  return spack('<%s', reason, rem, reset, %s)\nend\n", strings.Repeat(stateNumber, compactWidth), f.wait())
 	return b.String()
 }

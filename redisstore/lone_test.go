@@ -3,13 +3,17 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
+	"github.com/redis/go-redis/v9"
 )
 
 // packLone packs a lone request's argument as frame.buildLone does, from
@@ -171,4 +175,56 @@ func TestLoneScriptGuards(t *testing.T) {
 			c.Del(ctx, key[0])
 		})
 	}
+}
+
+// TestLoneKeepTTLOtherLength checks the kept TTL's write when the new
+// state's length is not the old one's: a quota state of the same period
+// in the other format. The value is replaced whole (SET KEEPTTL, not
+// overwritten in place), its TTL kept, and the next decision reads it.
+func TestLoneKeepTTLOtherLength(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	p := quotaPolicy(t, 100, floodgate.PeriodDay)
+	now := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 3).Add(time.Hour).UnixMicro() // a period ahead
+	start, end := p.Calendar.BoundsMicros(now)
+	bin := string(spackQuota(start, 7, end))
+	for _, tc := range []struct {
+		format   StateFormat
+		old, new string
+	}{
+		{BinaryState, fmt.Sprintf("%d 7 %d", start, end), string(spackQuota(start, 8, end))},
+		{TextState, bin, fmt.Sprintf("%d 8 %d", start, end)},
+	} {
+		e := newEnvOn(t, c, []*redis.Client{c}, Options{StateFormat: tc.format})
+		k := algo.KeyAt(e.prefix, p, "other-length", now)
+		e.bound[k] = ttlBound(p)
+		if err := c.Set(ctx, k, tc.old, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]floodgate.Result, 1)
+		for i, want := range []int64{92, 91} {
+			if err := e.store.Decide(ctx, now, []floodgate.Layer{{Policy: p, Key: k, Cost: 1}}, out); err != nil || out[0].Remaining != want {
+				t.Fatalf("%v, decision %d: %+v %v, want %d remaining", tc.format, i, out[0], err, want)
+			}
+			if i == 0 {
+				if v := c.Get(ctx, k).Val(); v != tc.new {
+					t.Errorf("%v: wrote %q over %q, want %q", tc.format, v, tc.old, tc.new)
+				}
+			}
+		}
+		if got := c.PTTL(ctx, k).Val(); got > time.Hour || got < time.Hour-time.Minute {
+			t.Errorf("%v: TTL %v, want the hour kept", tc.format, got)
+		}
+	}
+}
+
+// spackQuota is a quota state in binary (the layout qt), as struct.pack
+// writes it.
+func spackQuota(start, n, end int64) []byte {
+	b := []byte{byte(floodgate.Quota)}
+	for _, x := range []int64{start, n, end} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
+	}
+	return b
 }

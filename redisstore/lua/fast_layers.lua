@@ -95,7 +95,7 @@ else
   a = 1
 end
 
-local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, keys to write
+local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, and the keys to write, each followed by its stored value's length (-1: no key)
 local reply -- four integers per layer, 4 nk in all
 local P, PP -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
 local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL) and the new state
@@ -262,7 +262,8 @@ while a <= na do
           local key, val = KEYS[k + i], W[o + 2]
           local old = px_of[key]
           if old == nil then
-            dirty[#dirty + 1] = key
+            local d, sv = #dirty, cache[key] -- not written yet in this call: the stored value
+            dirty[d + 1], dirty[d + 2] = key, sv and #sv or -1
           end
           if old == nil or px > 0 then -- a -1 leaves a PX decided earlier in the call, for the same end
             px_of[key] = px
@@ -298,13 +299,16 @@ while a <= na do
   k, r = k + n, r + 4 * n
 end
 
-for i = 1, #dirty do
+for i = 1, #dirty, 2 do
   local key = dirty[i]
   local px = px_of[key]
+  local val = cache[key]
   if px > 0 then
-    redis.call('SET', key, cache[key], 'PX', sfmt('%d', px))
+    redis.call('SET', key, val, 'PX', sfmt('%d', px))
+  elseif #val == dirty[i + 1] then -- the key's TTL kept, its value overwritten in place (see fast_head.lua)
+    redis.call('SETRANGE', key, '0', val)
   else
-    redis.call('SET', key, cache[key], 'KEEPTTL')
+    redis.call('SET', key, val, 'KEEPTTL')
   end
 end
 return reply

@@ -4,7 +4,8 @@
     if hot then
       local old = px_of[key]
       if old == nil then
-        dirty[#dirty + 1] = key
+        local d = #dirty -- not written yet in this call: v is the stored value
+        dirty[d + 1], dirty[d + 2] = key, v and #v or -1
       end
       if old == nil or px > 0 then -- a -1 leaves a PX decided earlier in the call, for the same end
         px_of[key] = px
@@ -12,6 +13,8 @@
       cache[key] = val
     elseif px > 0 then
       redis.call('SET', key, val, 'PX', sfmt('%d', px))
+    elseif #val == #v then -- the key's TTL kept, its value overwritten in place (see fast_head.lua)
+      redis.call('SETRANGE', key, '0', val)
     else
       redis.call('SET', key, val, 'KEEPTTL')
     end
@@ -23,13 +26,15 @@
   end
 end
 if hot then
-  for d = 1, #dirty do
+  for d = 1, #dirty, 2 do
     local key = dirty[d]
-    local px = px_of[key]
+    local px, val = px_of[key], cache[key]
     if px > 0 then
-      redis.call('SET', key, cache[key], 'PX', sfmt('%d', px))
+      redis.call('SET', key, val, 'PX', sfmt('%d', px))
+    elseif #val == dirty[d + 1] then
+      redis.call('SETRANGE', key, '0', val)
     else
-      redis.call('SET', key, cache[key], 'KEEPTTL')
+      redis.call('SET', key, val, 'KEEPTTL')
     end
   end
 end
