@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,14 @@ type h2conn struct {
 	maxFrame   int64  // the server's SETTINGS_MAX_FRAME_SIZE
 	blocked    []*grpcCall
 	recvUsed   uint32 // DATA bytes received since the last connection WINDOW_UPDATE
+
+	// The request's headers and the connection's HPACK encoder, used
+	// under mu in the order the blocks are written, so that its dynamic
+	// table matches the server's: after the first request a block is an
+	// index per field.
+	fields []hpack.HeaderField
+	enc    *hpack.Encoder
+	block  bytes.Buffer // the block being encoded
 
 	hdrID   uint32    // the stream whose header block is being decoded
 	hdrCall *grpcCall // its call (nil: none, or forgotten)
@@ -127,14 +136,14 @@ func (w pendingWriter) Write(p []byte) (int, error) {
 // dialH2 connects to addr, exchanges prefaces and SETTINGS and starts the
 // connection's reader and writer on wg. Stream IDs go up to lastID. ctx
 // bounds the dial and the handshake.
-func dialH2(ctx context.Context, addr string, lastID uint32, wg *sync.WaitGroup) (*h2conn, error) {
+func dialH2(ctx context.Context, addr string, lastID uint32, fields []hpack.HeaderField, wg *sync.WaitGroup) (*h2conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(aLongTimeAgo) })
-	c, err := handshakeH2(nc, lastID)
+	c, err := handshakeH2(nc, lastID, fields)
 	if !stop() {
 		err = ctx.Err() // the deadline was set: the connection is unusable
 	}
@@ -148,9 +157,10 @@ func dialH2(ctx context.Context, addr string, lastID uint32, wg *sync.WaitGroup)
 	return c, nil
 }
 
-func handshakeH2(nc net.Conn, lastID uint32) (*h2conn, error) {
+func handshakeH2(nc net.Conn, lastID uint32, fields []hpack.HeaderField) (*h2conn, error) {
 	c := &h2conn{
 		nc:         nc,
+		fields:     fields,
 		quit:       make(chan struct{}),
 		wake:       make(chan struct{}, 1),
 		streams:    make(map[uint32]*grpcCall),
@@ -162,6 +172,7 @@ func handshakeH2(nc net.Conn, lastID uint32) (*h2conn, error) {
 		maxFrame:   16384,
 	}
 	c.cond.L = &c.mu
+	c.enc = hpack.NewEncoder(&c.block)
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(h2MaxMessage)
 	c.wfr = http2.NewFramer(pendingWriter{c}, nil)
@@ -193,12 +204,12 @@ func handshakeH2(nc net.Conn, lastID uint32) (*h2conn, error) {
 	return c, nil
 }
 
-// start opens a stream for call with the request header block and the
+// start opens a stream for call with the request's headers and the
 // message (kept until sent: the caller leaves it alone until done),
 // waiting for a free stream while the server's limit is reached. It
 // returns errConnGone when the connection takes no new streams, ctx's
 // error when ctx ends while waiting.
-func (c *h2conn) start(ctx context.Context, call *grpcCall, block, msg []byte) error {
+func (c *h2conn) start(ctx context.Context, call *grpcCall, msg []byte) error {
 	c.mu.Lock()
 	var stop func() bool
 	for c.err == nil && !c.draining && uint32(len(c.streams)) >= c.maxStreams {
@@ -234,7 +245,11 @@ func (c *h2conn) start(ctx context.Context, call *grpcCall, block, msg []byte) e
 	}
 	*call = grpcCall{done: call.done, id: id, grpcStatus: -1, data: call.data[:0], sendWin: c.initWin, unsent: msg}
 	c.streams[id] = call
-	_ = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true})
+	c.block.Reset()
+	for _, f := range c.fields {
+		_ = c.enc.WriteField(f) // writes to a bytes.Buffer
+	}
+	_ = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.block.Bytes(), EndHeaders: true})
 	if !c.sendData(call) {
 		c.blocked = append(c.blocked, call)
 	}
@@ -530,6 +545,10 @@ func (c *h2conn) settings(f *http2.SettingsFrame) error {
 			}
 		case http2.SettingMaxFrameSize:
 			c.maxFrame = int64(s.Val)
+		case http2.SettingHeaderTableSize:
+			// The encoder's table may not outgrow the server's; a
+			// smaller size is announced in the next block.
+			c.enc.SetMaxDynamicTableSizeLimit(s.Val)
 		}
 		return nil
 	})

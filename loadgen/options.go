@@ -85,7 +85,8 @@ const (
 	// RawGRPC, the zero value, is the load generator's own small HTTP/2
 	// client for its one call (x/net's HTTP/2 framing and HPACK, plaintext
 	// h2c): requests of the workers sharing a connection go out together
-	// in one write, the request's headers are encoded once and its message
+	// in one write, the request's headers are indexed in HPACK's dynamic
+	// table as Envoy's and grpc-go's clients send them, and its message is
 	// written around the identity. It costs the load generator a fraction
 	// of grpc-go's client.
 	RawGRPC GRPCClient = iota

@@ -19,14 +19,15 @@ import (
 
 // rawGRPCSender calls ShouldRateLimit with the load generator's own small
 // gRPC client (h2conn) over Options.Connections connections, worker i on
-// connection i mod Connections: the request's header block is encoded
-// once, its message written by hand around the identity, the answer's
+// connection i mod Connections: the request's headers are encoded by
+// each connection's HPACK encoder (indexed after the first request, as
+// Envoy's and grpc-go's clients send them), its message written by hand around the identity, the answer's
 // overall_code read without decoding the whole message. A connection that
 // ends is replaced by a new one at the next request.
 type rawGRPCSender struct {
 	addr   string
-	lastID uint32 // the last stream ID of a connection
-	block  []byte // the request's HPACK header block
+	lastID uint32              // the last stream ID of a connection
+	fields []hpack.HeaderField // the request's headers
 	ids    *identities
 	// The constant parts of the request message: the domain field, the
 	// descriptor entry's key field, the hits_addend field (empty for a
@@ -53,9 +54,7 @@ func newRawGRPCSender(o Options, host string, ids *identities) (*rawGRPCSender, 
 	if o.lastStreamID != 0 {
 		s.lastID = o.lastStreamID
 	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range []hpack.HeaderField{
+	s.fields = []hpack.HeaderField{
 		{Name: ":method", Value: "POST"},
 		{Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: rlspb.RateLimitService_ShouldRateLimit_FullMethodName},
@@ -63,10 +62,11 @@ func newRawGRPCSender(o Options, host string, ids *identities) (*rawGRPCSender, 
 		{Name: "content-type", Value: "application/grpc"},
 		{Name: "te", Value: "trailers"},
 		{Name: "user-agent", Value: "floodgate-loadgen"},
-	} {
-		// Never indexed: the block leaves the server's dynamic table as it
-		// is, so the same bytes serve every request.
-		f.Sensitive = true
+	}
+	// The first block of a connection carries every field as a literal.
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range s.fields {
 		if err := enc.WriteField(f); err != nil {
 			return nil, err
 		}
@@ -74,7 +74,6 @@ func newRawGRPCSender(o Options, host string, ids *identities) (*rawGRPCSender, 
 	if block.Len() > 16384 {
 		return nil, fmt.Errorf("%w: target %q: host too long", ErrInvalidOptions, o.Target)
 	}
-	s.block = block.Bytes()
 	s.domain = appendStringField(nil, 1, o.Domain)
 	s.key = appendStringField(nil, 1, o.IdentityKey)
 	if o.Cost != 1 {
@@ -135,7 +134,7 @@ func (s *rawGRPCSender) conn(ctx context.Context, slot *h2slot) (*h2conn, error)
 	if closed {
 		return nil, errConnClosed
 	}
-	c, err := dialH2(ctx, s.addr, s.lastID, &s.wg)
+	c, err := dialH2(ctx, s.addr, s.lastID, s.fields, &s.wg)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +195,7 @@ func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
 		if c, err = w.s.conn(ctx, w.slot); err != nil {
 			return false, err
 		}
-		err = c.start(ctx, &w.call, w.s.block, w.msg)
+		err = c.start(ctx, &w.call, w.msg)
 		if err == nil {
 			break
 		}

@@ -15,6 +15,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -400,5 +401,90 @@ func TestRawGRPCCanceledMidRun(t *testing.T) {
 	}
 	if rep.Allowed != 0 || rep.Errors != rep.Sent {
 		t.Errorf("report %+v", rep)
+	}
+}
+
+// countingListener counts the bytes its connections read.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.n}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// The raw client's headers go through each connection's HPACK encoder:
+// after a connection's first request they are table indexes, as Envoy's
+// and grpc-go's clients send them, so the server reads about 65 bytes per
+// request instead of about 170 (every field a literal); every request
+// still carries every header. A server whose decoder keeps a table of
+// 1 byte (net/http's HTTP/2 server, SETTINGS_HEADER_TABLE_SIZE 1) gets
+// literals: the encoder follows the server's limit (indexes into a table
+// the server does not keep would fail every request).
+func TestRawGRPCHeadersIndexed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		table   int   // the server's decoder table size; 0: grpc-go's server
+		perReqs int64 // most bytes per request the server may read
+	}{
+		{"grpc-go server", 0, 80},
+		{"server keeping no table", 1, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read, bad atomic.Int64
+			gs := grpc.NewServer()
+			rlspb.RegisterRateLimitServiceServer(gs, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+				md, _ := metadata.FromIncomingContext(ctx)
+				if ua := md.Get("user-agent"); len(ua) != 1 || !strings.HasPrefix(ua[0], "floodgate-loadgen") {
+					bad.Add(1)
+				}
+				return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+			}})
+			cl := countingListener{ln, &read}
+			if tc.table == 0 {
+				done := make(chan struct{})
+				go func() { defer close(done); _ = gs.Serve(cl) }()
+				defer func() { gs.Stop(); <-done }()
+			} else {
+				srv := &http.Server{Handler: gs, HTTP2: &http.HTTP2Config{MaxDecoderHeaderTableSize: tc.table}}
+				srv.Protocols = new(http.Protocols)
+				srv.Protocols.SetUnencryptedHTTP2(true)
+				go func() { _ = srv.Serve(cl) }()
+				defer func() { srv.Close(); gs.Stop() }()
+			}
+			const n = 2000
+			rep, err := Run(context.Background(), Options{Target: "grpc://" + ln.Addr().String(), Concurrency: 4, Connections: 1, Duration: time.Minute, MaxRequests: n}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Errors != 0 || rep.Allowed != n || bad.Load() != 0 {
+				t.Fatalf("report %+v, %d requests with headers missing", rep, bad.Load())
+			}
+			if per := read.Load() / n; per > tc.perReqs {
+				t.Errorf("the server read %d bytes per request, want at most %d", per, tc.perReqs)
+			} else {
+				t.Logf("the server read %d bytes per request", per)
+			}
+		})
 	}
 }
