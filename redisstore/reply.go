@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -89,7 +88,9 @@ func decodeCompact(vals []int64, layers []floodgate.Layer, out []floodgate.Resul
 		v := vals[compactWidth*i : compactWidth*(i+1)]
 		reason, remaining, resetAt, wait := v[0], v[1], v[2], v[3]
 		if reason < int64(floodgate.ReasonNone) || reason > int64(floodgate.ReasonCostExceedsLimit) || resetAt < 0 || wait < 0 {
-			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, v)
+			// A copy of v: formatting v itself would make every caller's
+			// values escape (decodeLone's live on its stack).
+			return fmt.Errorf("%w: layer %d: inconsistent values %v", floodgate.ErrBadReply, i, [compactWidth]int64(v))
 		}
 		allowed := reason == int64(floodgate.ReasonNone)
 		var retry, delay int64
@@ -112,7 +113,11 @@ func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) 
 	}
 	var vals [compactWidth]int64
 	for i := range vals {
-		x := math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8])))
+		var u uint64 // little-endian, read from the string itself: converting it to []byte would allocate
+		for j := 8*i + 7; j >= 8*i; j-- {
+			u = u<<8 | uint64(reply[j])
+		}
+		x := math.Float64frombits(u)
 		if x != math.Trunc(x) || math.Abs(x) >= 1<<53 { // NaN included
 			return fmt.Errorf("%w: a lone reply's value %d is %v, want an integer", floodgate.ErrBadReply, i, x)
 		}
