@@ -12,7 +12,8 @@ import (
 // assemble puts them, inlined, into every script that decides the
 // algorithm: its single-layer script (fast_head.lua, the blocks,
 // fast_tail.lua, and the blocks again in the head's section for a lone
-// request, which reads its numbers packed), the layered script (fast_layers.lua, one branch per
+// request; a lone request and each request of a packed call read their
+// numbers from a packed record), the layered script (fast_layers.lua, one branch per
 // algorithm) and the general script (one function per algorithm). Redis
 // runs a script's whole body on every call and creates every function it
 // defines each time, so the fast scripts get the blocks as flat code and
@@ -205,20 +206,28 @@ var argReaders = map[string]string{
 
 // argsSource is f's args block for a call of several requests (lone
 // false) or for a lone request, whose one argument a holds its numbers
-// packed (see loneArgSize), with the reading of its numbers in front.
+// packed (see loneArgSize), with the reading of its numbers in front: in
+// a call of several, from the request's record at ai in A when the call
+// is packed (records laid out as a lone request's argument), else from
+// ARGV with argReaders.
 func (f *fragment) argsSource(lone bool) string {
 	var b strings.Builder
-	other := fmt.Sprintf("(shared and P[2] or ARGV[ai + 2]) ~= '%d'", f.algo)
+	other := fmt.Sprintf("tag ~= %d", f.algo)
 	if lone {
-		other = fmt.Sprintf("tag ~= %d", f.algo)
 		fmt.Fprintf(&b, "    if #a ~= %d then\n      code, msg = -2, 'ERR floodgate: bad arguments for layer 1'\n      break\n    end\n", f.loneArgSize())
 		fmt.Fprintf(&b, "    local tag, %s = sunpack('<B%s', a)\n", strings.Join(f.args, ", "), strings.Repeat(stateNumber, len(f.args)))
 	} else {
+		// tag: the request's algorithm as a number, or (decimal layouts)
+		// false when it is not this one's.
 		r := make([]string, len(f.args))
 		for i, a := range f.args {
 			r[i] = argReaders[a]
 		}
-		fmt.Fprintf(&b, "    local %s =\n      %s\n", strings.Join(f.args, ", "), strings.Join(r, ",\n      "))
+		names := strings.Join(f.args, ", ")
+		fmt.Fprintf(&b, "    local tag, %s\n", names)
+		fmt.Fprintf(&b, "    if packed then\n      tag, %s = sunpack('<B%s', A, ai)\n", names, strings.Repeat(stateNumber, len(f.args)))
+		fmt.Fprintf(&b, "    else\n      tag, %s =\n        (shared and P[2] or ARGV[ai + 2]) == '%d' and %d,\n        %s\n    end\n",
+			names, f.algo, f.algo, strings.Join(r, ",\n        "))
 	}
 	b.WriteString(strings.ReplaceAll(f.blocks["args"], "@OTHER ALGORITHM@", other))
 	return b.String()
@@ -261,7 +270,8 @@ func (f *fragment) fastSource(format StateFormat) string {
 	if strings.Count(luaFastHead, "--@LONE@\n") != 1 {
 		panic("redisstore: fast_head.lua has no @LONE@")
 	}
-	b.WriteString(strings.Replace(luaFastHead, "--@LONE@\n", f.loneSource(format), 1))
+	head := strings.ReplaceAll(luaFastHead, "@PACKED SIZE@", fmt.Sprint(f.loneArgSize()))
+	b.WriteString(strings.Replace(head, "--@LONE@\n", f.loneSource(format), 1))
 	fmt.Fprintf(&b, "    -- %s (lua/%s.lua), assembled by redisstore/assemble.go\n", f.algo, f.algo)
 	b.WriteString(f.argsSource(false))
 	b.WriteString("    if type(v) == 'table' then\n      code, msg = -1, v.err\n      break\n    end\n")

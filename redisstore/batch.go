@@ -194,8 +194,9 @@ func (b *batcher) run(calls []*call) {
 	ctx, cancel := coalesce.BatchContext(calls)
 	defer cancel()
 	sc := calls[0].script
+	layered := isLayers(sc)
 	f := b.frames.Get().(*batchFrame)
-	if isLayers(sc) {
+	if layered {
 		f.buildLayered(calls)
 	} else {
 		f.build(calls)
@@ -204,12 +205,22 @@ func (b *batcher) run(calls []*call) {
 		f.args = asNodeCall(f.args)
 		sc = nodeScripts[sc]
 	}
-	vals, err := sc.RunInts(ctx, b.client, f.args)
-	f.reset()
-	b.frames.Put(f)
+	var vals []int64
+	var err error
+	if layered {
+		vals, err = sc.RunInts(ctx, b.client, f.args)
+	} else {
+		var reply string
+		if reply, err = sc.RunString(ctx, b.client, f.args); err == nil {
+			vals, err = f.decodePacked(reply)
+		}
+	}
 	if err == nil {
 		err = decodeBatch(vals, calls, b.node)
-	} else if b.node && refused(err) {
+	}
+	f.reset()
+	b.frames.Put(f)
+	if err != nil && b.node && refused(err) {
 		// The primary refused the whole call: nothing ran. Each decision
 		// is decided again through the cluster client (node.go).
 		b.s.nodes.noteRefusal(err)
@@ -278,24 +289,35 @@ func keyList(layers []floodgate.Layer) string {
 	return fmt.Sprintf("keys %q", keys)
 }
 
-// batchFrame holds one batch's command arguments: EVALSHA sha numkeys
-// key... then either (now algorithm limit window burst maxdelay cost) per
-// request or, when every request has the same five policy arguments (the
-// usual case: one policy, many identities), those five once and (now cost)
-// per request. Numbers are passed as *int64 and keys as *string, which
+// batchFrame holds one batch's command arguments. For a single-layer
+// script: EVALSHA sha numkeys key... packed, packed being each request's
+// record (packRequest: its algorithm as a byte, then the numbers the
+// script reads as little-endian doubles), one after another; Redis turns
+// each argument into a Lua string and the script each number into a
+// number, which cost about as much as deciding, and struct.unpack reads a
+// record for less than one of them. For the layered script, see
+// buildLayered. Numbers are passed as *int64 and keys as *string, which
 // go-redis writes without boxing.
 type batchFrame struct {
-	ps   *periods // the Store's (nil: none)
-	args []any
-	nums []int64
-	seen map[string]struct{} // the keys of the batch, to tell whether one repeats
+	ps     *periods // the Store's (nil: none)
+	args   []any
+	nums   []int64
+	packed []byte              // a single-layer batch's records
+	vals   []int64             // a packed reply's integers (decodePacked)
+	seen   map[string]struct{} // the keys of the batch, to tell whether one repeats
 }
 
 // build fills f for a single-layer script (see batchFrame), with the
 // trailing "h" that tells the script to read and write a repeated key
 // once (lua/fast_head.lua) when requests share one: a hot identity.
 func (f *batchFrame) build(calls []*call) {
-	f.buildRequests(calls)
+	f.args = append(f.args[:0], nil, nil, len(calls))
+	f.packed = f.packed[:0]
+	for _, c := range calls {
+		f.args = append(f.args, &c.layers[0].Key)
+		f.packed = packRequest(f.packed, f.ps, c.now, &c.layers[0])
+	}
+	f.args = append(f.args, f.packed)
 	if f.repeats(calls) {
 		f.args = append(f.args, argHot)
 	}
@@ -314,40 +336,6 @@ func (f *batchFrame) repeats(calls []*call) bool {
 		f.seen[c.layers[0].Key] = struct{}{}
 	}
 	return false
-}
-
-// buildRequests fills f's command line for calls, without the "h".
-func (f *batchFrame) buildRequests(calls []*call) {
-	n := len(calls)
-	f.args = append(f.args[:0], nil, nil, n)
-	for _, c := range calls {
-		f.args = append(f.args, &c.layers[0].Key)
-	}
-	if cap(f.nums) < 7*n {
-		f.nums = make([]int64, 7*n)
-	}
-	f.nums = f.nums[:7*n]
-	shared := true
-	for i, c := range calls {
-		v := f.nums[7*i : 7*i+7]
-		v[0] = c.now
-		f.ps.putLayer(v[1:], c.now, &c.layers[0])
-		if [5]int64(v[1:6]) != [5]int64(f.nums[1:6]) {
-			shared = false
-		}
-	}
-	if !shared {
-		for j := range f.nums {
-			f.args = append(f.args, &f.nums[j])
-		}
-		return
-	}
-	for j := 1; j <= 5; j++ {
-		f.args = append(f.args, &f.nums[j])
-	}
-	for i := range calls {
-		f.args = append(f.args, &f.nums[7*i], &f.nums[7*i+6])
-	}
 }
 
 // buildLayered fills f for the layered script (lua/fast_layers.lua):

@@ -28,6 +28,56 @@ func packLone(a floodgate.Algorithm, tag byte, v [7]float64) []byte {
 	return b
 }
 
+// badRecords are requests of alg with one bad number each (good with one
+// number changed, or another algorithm's byte), packed as a lone request's
+// argument and a packed batch's record: the script must refuse each.
+func badRecords(alg floodgate.Algorithm, good [7]float64) map[string][]byte {
+	a := byte(alg)
+	with := func(i int, x float64) []byte {
+		v := good
+		v[i] = x
+		return packLone(alg, a, v)
+	}
+	now := good[0]
+	bad := map[string][]byte{
+		"other algorithm": packLone(alg, a%6+1, good),
+		"now fraction":    with(0, now+0.5),
+		"now negative":    with(0, -1),
+		"now too late":    with(0, float64(maxNow)+1),
+		"now nan":         with(0, math.NaN()),
+		"now inf":         with(0, math.Inf(1)),
+		"limit zero":      with(2, 0),
+		"limit too big":   with(2, floodgate.MaxLimit+1),
+		"limit nan":       with(2, math.NaN()),
+		"cost negative":   with(6, -1),
+		"cost fraction":   with(6, 1.5),
+		"cost too big":    with(6, floodgate.MaxLimit+1),
+		"cost inf":        with(6, math.Inf(1)),
+	}
+	switch alg {
+	case floodgate.Quota:
+		bad["period not begun"] = with(3, now+1)
+		bad["period over"] = with(4, now)
+		bad["period end fraction"] = with(4, now+1e6+0.5)
+	default:
+		bad["window too short"] = with(3, 999)
+		bad["window too long"] = with(3, float64(floodgate.MaxWindow.Microseconds()+1))
+		bad["window nan"] = with(3, math.NaN())
+	}
+	if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
+		v := good
+		v[2], v[3] = 10_000, 1000
+		bad["rate too fine"] = packLone(alg, a, v)
+		bad["burst negative"] = with(4, -1)
+		bad["burst span"] = with(4, floodgate.MaxLimit)
+	}
+	if alg == floodgate.GCRA {
+		bad["max delay negative"] = with(5, -1)
+		bad["max delay too long"] = with(5, 1<<50+1)
+	}
+	return bad
+}
+
 // TestLoneArgument checks that buildLone packs what the single-layer
 // scripts read: each algorithm's numbers, named by its args block, in
 // order, after the algorithm's byte.
@@ -81,11 +131,6 @@ func TestLoneScriptGuards(t *testing.T) {
 			if alg == floodgate.Quota {
 				good = [7]float64{now, float64(a), 10, start, start + 86_400_000_000, 0, 1}
 			}
-			with := func(i int, x float64) []byte {
-				v := good
-				v[i] = x
-				return packLone(alg, byte(a), v)
-			}
 			got, err := c.Eval(ctx, src, key, packLone(alg, byte(a), good)).Text()
 			if err != nil {
 				t.Fatalf("good call: %v", err)
@@ -100,44 +145,13 @@ func TestLoneScriptGuards(t *testing.T) {
 			}
 			goodArg := packLone(alg, byte(a), good)
 			bad := map[string][]any{
-				"short":           {goodArg[:len(goodArg)-1]},
-				"long":            {append(append([]byte(nil), goodArg...), 0)},
-				"empty":           {""},
-				"text":            {"1"},
-				"other algorithm": {packLone(alg, byte(a%6+1), good)},
-				"now fraction":    {with(0, now+0.5)},
-				"now negative":    {with(0, -1)},
-				"now too late":    {with(0, float64(maxNow)+1)},
-				"now nan":         {with(0, math.NaN())},
-				"now inf":         {with(0, math.Inf(1))},
-				"limit zero":      {with(2, 0)},
-				"limit too big":   {with(2, floodgate.MaxLimit+1)},
-				"limit nan":       {with(2, math.NaN())},
-				"cost negative":   {with(6, -1)},
-				"cost fraction":   {with(6, 1.5)},
-				"cost too big":    {with(6, floodgate.MaxLimit+1)},
-				"cost inf":        {with(6, math.Inf(1))},
+				"short": {goodArg[:len(goodArg)-1]},
+				"long":  {append(append([]byte(nil), goodArg...), 0)},
+				"empty": {""},
+				"text":  {"1"},
 			}
-			switch alg {
-			case floodgate.Quota:
-				bad["period not begun"] = []any{with(3, now+1)}
-				bad["period over"] = []any{with(4, now)}
-				bad["period end fraction"] = []any{with(4, now+1e6+0.5)}
-			default:
-				bad["window too short"] = []any{with(3, 999)}
-				bad["window too long"] = []any{with(3, float64(floodgate.MaxWindow.Microseconds()+1))}
-				bad["window nan"] = []any{with(3, math.NaN())}
-			}
-			if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
-				v := good
-				v[2], v[3] = 10_000, 1000
-				bad["rate too fine"] = []any{packLone(alg, byte(a), v)}
-				bad["burst negative"] = []any{with(4, -1)}
-				bad["burst span"] = []any{with(4, floodgate.MaxLimit)}
-			}
-			if alg == floodgate.GCRA {
-				bad["max delay negative"] = []any{with(5, -1)}
-				bad["max delay too long"] = []any{with(5, 1<<50+1)}
+			for name, rec := range badRecords(alg, good) {
+				bad[name] = []any{rec}
 			}
 			for name, args := range bad {
 				err := c.Eval(ctx, src, key, args...).Err()

@@ -113,17 +113,47 @@ func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) 
 	}
 	var vals [compactWidth]int64
 	for i := range vals {
-		var u uint64 // little-endian, read from the string itself: converting it to []byte would allocate
-		for j := 8*i + 7; j >= 8*i; j-- {
-			u = u<<8 | uint64(reply[j])
-		}
-		x := math.Float64frombits(u)
-		if x != math.Trunc(x) || math.Abs(x) >= 1<<53 { // NaN included
+		x, ok := packedInt(reply, i)
+		if !ok {
 			return fmt.Errorf("%w: a lone reply's value %d is %v, want an integer", floodgate.ErrBadReply, i, x)
 		}
 		vals[i] = int64(x)
 	}
 	return decodeCompact(vals[:], layers, out)
+}
+
+// decodePacked reads a packed batch's reply (see fast_tail.lua): its
+// integers, compactWidth per request, each a little-endian double, into
+// f.vals, which it returns. decodeBatch checks their number.
+func (f *batchFrame) decodePacked(reply string) ([]int64, error) {
+	if len(reply)%8 != 0 {
+		return nil, fmt.Errorf("%w: batch: a packed reply of %d bytes, not a multiple of 8", floodgate.ErrBadReply, len(reply))
+	}
+	n := len(reply) / 8
+	if cap(f.vals) < n {
+		f.vals = make([]int64, n)
+	}
+	f.vals = f.vals[:n]
+	for i := range f.vals {
+		x, ok := packedInt(reply, i)
+		if !ok {
+			return nil, fmt.Errorf("%w: batch: a packed reply's value %d is %v, want an integer", floodgate.ErrBadReply, i, x)
+		}
+		f.vals[i] = int64(x)
+	}
+	return f.vals, nil
+}
+
+// packedInt reads the i-th little-endian double of s (struct's "d"),
+// and reports whether it is an integer of magnitude below 2^53 (NaN and
+// infinities are not).
+func packedInt(s string, i int) (float64, bool) {
+	var u uint64 // read from the string itself: converting it to []byte would allocate
+	for j := 8*i + 7; j >= 8*i; j-- {
+		u = u<<8 | uint64(s[j])
+	}
+	x := math.Float64frombits(u)
+	return x, x == math.Trunc(x) && math.Abs(x) < 1<<53 // false for NaN
 }
 
 // released is what a release reply says about one layer.

@@ -503,15 +503,28 @@ var lonePlaces = func() (p [floodgate.Quota + 1][]int) {
 // (lonePlaces) as a little-endian double. Every such number is an
 // integer below 2^53 (check), which a double holds exactly.
 func (f *frame) buildLone(now int64, l *floodgate.Layer) {
+	a := l.Policy.Algorithm
+	packRequest(f.lone[:0], f.ps, now, l)
+	f.args = append(f.args[:0], nil, nil, argNumKeys[1], &l.Key, f.loneArg[a])
+}
+
+// packRequest appends to dst the record of a request of l (checked, of
+// an algorithm with a single-layer script) at now, as a lone request's
+// argument and a packed batch's records hold it: the algorithm as a
+// byte, then each number the script reads (lonePlaces) as a
+// little-endian double. Every such number is an integer below 2^53
+// (check), which a double holds exactly. ps are the Store's quota
+// periods (nil: none).
+func packRequest(dst []byte, ps *periods, now int64, l *floodgate.Layer) []byte {
 	var v [7]int64
 	v[0] = now
-	f.ps.putLayer(v[1:], now, l)
+	ps.putLayer(v[1:], now, l)
 	a := l.Policy.Algorithm
-	f.lone[0] = byte(a)
-	for i, p := range lonePlaces[a] {
-		binary.LittleEndian.PutUint64(f.lone[1+8*i:], math.Float64bits(float64(v[p])))
+	dst = append(dst, byte(a))
+	for _, p := range lonePlaces[a] {
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(float64(v[p])))
 	}
-	f.args = append(f.args[:0], nil, nil, argNumKeys[1], &l.Key, f.loneArg[a])
+	return dst
 }
 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit

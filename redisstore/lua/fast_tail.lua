@@ -38,4 +38,9 @@ if hot then
     end
   end
 end
+if packed then
+  -- The reply packed like a lone request's, four doubles per request, in
+  -- one string (see above).
+  return spack('<' .. srep('d', 4 * nk), unpack(reply))
+end
 return reply
