@@ -175,7 +175,7 @@ func (e *env) decideLayered(ctx context.Context, now int64, layers []floodgate.L
 	c := getCall(ctx, now, e.store.scripts.layers, layers)
 	f := new(batchFrame)
 	f.buildLayered([]*call{c})
-	vals, err := e.store.scripts.layers.RunInts(ctx, e.store.client, f.args)
+	vals, err := f.send(ctx, e.store.scripts.layers, e.store.client)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/floodgate-rl/floodgate"
@@ -205,16 +207,7 @@ func (b *batcher) run(calls []*call) {
 		f.args = asNodeCall(f.args)
 		sc = nodeScripts[sc]
 	}
-	var vals []int64
-	var err error
-	if layered {
-		vals, err = sc.RunInts(ctx, b.client, f.args)
-	} else {
-		var reply string
-		if reply, err = sc.RunString(ctx, b.client, f.args); err == nil {
-			vals, err = f.decodePacked(reply)
-		}
-	}
+	vals, err := f.send(ctx, sc, b.client)
 	if err == nil {
 		err = decodeBatch(vals, calls, b.node)
 	}
@@ -302,9 +295,25 @@ type batchFrame struct {
 	ps     *periods // the Store's (nil: none)
 	args   []any
 	nums   []int64
-	packed []byte              // a single-layer batch's records
+	packed []byte              // a packed call's numbers
 	vals   []int64             // a packed reply's integers (decodePacked)
 	seen   map[string]struct{} // the keys of the batch, to tell whether one repeats
+	// packedReply: the call is packed, and its reply is its integers
+	// packed in one string.
+	packedReply bool
+}
+
+// send runs f's call with sc on c and returns its reply's integers,
+// compactWidth per layer, which decodeBatch checks.
+func (f *batchFrame) send(ctx context.Context, sc *luascript.Script, c luascript.Client) ([]int64, error) {
+	if !f.packedReply {
+		return sc.RunInts(ctx, c, f.args)
+	}
+	reply, err := sc.RunString(ctx, c, f.args)
+	if err != nil {
+		return nil, err
+	}
+	return f.decodePacked(reply)
 }
 
 // build fills f for a single-layer script (see batchFrame), with the
@@ -318,6 +327,7 @@ func (f *batchFrame) build(calls []*call) {
 		f.packed = packRequest(f.packed, f.ps, c.now, &c.layers[0])
 	}
 	f.args = append(f.args, f.packed)
+	f.packedReply = true
 	if f.repeats(calls) {
 		f.args = append(f.args, argHot)
 	}
@@ -342,8 +352,9 @@ func (f *batchFrame) repeats(calls []*call) bool {
 // EVALSHA sha numkeys key... then, per decision, its number of layers n,
 // its now, and its 6n layer arguments; or, when every decision has the
 // same n layers with the same five policy arguments each (one set of
-// policies, many identities), "s", n and those 5n arguments once, then per
-// decision its now and its n costs.
+// policies, many identities), "p", n and those 5n arguments once, then
+// one argument packing, per decision, its now and its n costs, each a
+// little-endian double (the script's packed layout, answered packed).
 func (f *batchFrame) buildLayered(calls []*call) {
 	n := len(calls[0].layers)
 	keys, nums := 0, 0
@@ -382,23 +393,27 @@ func (f *batchFrame) buildLayered(calls []*call) {
 		}
 		return
 	}
-	f.args = append(f.args, argShared, argNumKeys[n])
+	f.args = append(f.args, argPacked, argNumKeys[n])
 	for i := range n {
 		for j := range 5 {
 			f.args = append(f.args, &f.nums[2+6*i+j])
 		}
 	}
+	f.packed = f.packed[:0]
 	for d := range calls {
 		v := f.nums[d*(2+6*n) : (d+1)*(2+6*n)]
-		f.args = append(f.args, &v[1])
+		f.packed = binary.LittleEndian.AppendUint64(f.packed, math.Float64bits(float64(v[1])))
 		for i := range n {
-			f.args = append(f.args, &v[7+6*i])
+			f.packed = binary.LittleEndian.AppendUint64(f.packed, math.Float64bits(float64(v[7+6*i])))
 		}
 	}
+	f.args = append(f.args, f.packed)
+	f.packedReply = true
 }
 
 // reset drops f's references to the calls before f is reused.
 func (f *batchFrame) reset() {
 	clear(f.args)
 	f.args = f.args[:0]
+	f.packedReply = false
 }

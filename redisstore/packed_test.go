@@ -211,3 +211,109 @@ func TestDecodePacked(t *testing.T) {
 		}
 	}
 }
+
+// TestPackedLongReply sends a single-layer script a packed batch whose
+// reply holds more numbers than Lua's unpack takes at once (its C
+// stack): the script packs it in parts, and every request is answered.
+func TestPackedLongReply(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.nodes[0]
+	ctx := context.Background()
+	now := float64(vectors.T0.UnixMicro())
+	alg := floodgate.SlidingWindow
+	rec := packLone(alg, byte(alg), [7]float64{now, float64(alg), 10, 60_000_000, 0, 0, 1})
+	const n = 2100 // 8,400 numbers
+	var keys []string
+	var arg []byte
+	for i := range n {
+		k := fmt.Sprintf("%s:long:%d", e.prefix, i)
+		e.bound[k] = time.Hour
+		keys = append(keys, k)
+		arg = append(arg, rec...)
+	}
+	reply, err := c.Eval(ctx, fastSources[alg], keys, arg).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := new(batchFrame).decodePacked(reply)
+	if err != nil || len(vals) != 4*n {
+		t.Fatalf("%d values, %v; want %d", len(vals), err, 4*n)
+	}
+	for i := range n {
+		if vals[4*i] != 0 || vals[4*i+1] != 9 {
+			t.Fatalf("request %d: %v, want admitted with 9 remaining", i, vals[4*i:4*i+4])
+		}
+	}
+}
+
+// TestLayersPackedGuards sends the layered script calls of its packed
+// layout directly: a packed argument of the wrong length fails the call
+// as a whole and writes nothing; a decision with a bad now or cost (NaN,
+// infinite, a fraction, negative) fails alone with the code -2; the reply
+// is packed.
+func TestLayersPackedGuards(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.nodes[0]
+	ctx := context.Background()
+	now := float64(vectors.T0.UnixMicro())
+	src := layersScript.Source()
+	head := []any{"p", 2, 1, 10, 60_000_000, 0, 0, 3, 10, 60_000_000, 0, 0}
+	pack := func(xs ...float64) []byte {
+		var b []byte
+		for _, x := range xs {
+			b = append(b, packLone(floodgate.FixedWindow, 0, [7]float64{x})[1:9]...)
+		}
+		return b
+	}
+	n := 0
+	keys := func(d int) []string {
+		var ks []string
+		for range 2 * d {
+			n++
+			k := fmt.Sprintf("%s:lpacked:%d", e.prefix, n)
+			e.bound[k] = time.Hour
+			ks = append(ks, k)
+		}
+		return ks
+	}
+	ks := keys(2)
+	for name, arg := range map[string][]byte{
+		"short": pack(now, 1, 1, now, 1)[:39],
+		"long":  pack(now, 1, 1, now, 1, 1, 0),
+		"one":   pack(now, 1, 1),
+	} {
+		if err := c.Eval(ctx, src, ks, append(head, arg)...).Err(); err == nil || !strings.Contains(err.Error(), "floodgate: bad call") {
+			t.Errorf("%s: got %v, want a floodgate call error", name, err)
+		}
+		if n := c.Exists(ctx, ks...).Val(); n != 0 {
+			t.Fatalf("%s: wrote %d keys", name, n)
+		}
+	}
+	for name, bad := range map[string][3]float64{
+		"now nan":       {math.NaN(), 1, 1},
+		"now inf":       {math.Inf(1), 1, 1},
+		"now fraction":  {now + 0.5, 1, 1},
+		"now negative":  {-1, 1, 1},
+		"cost nan":      {now, math.NaN(), 1},
+		"cost inf":      {now, 1, math.Inf(1)},
+		"cost fraction": {now, 1.5, 1},
+		"cost negative": {now, 1, -1},
+	} {
+		ks := keys(3)
+		reply, err := c.Eval(ctx, src, ks, append(head, pack(now, 1, 2, bad[0], bad[1], bad[2], now, 3, 1))...).Text()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		vals, err := new(batchFrame).decodePacked(reply)
+		if err != nil || len(vals) != 24 {
+			t.Fatalf("%s: %v %v", name, vals, err)
+		}
+		want := []int64{0, 9, 0, 8, -2, 0, -2, 0, 0, 7, 0, 9}
+		if got := []int64{vals[0], vals[1], vals[4], vals[5], vals[8], vals[9], vals[12], vals[13], vals[16], vals[17], vals[20], vals[21]}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: (reason, remaining) per layer %v, want %v", name, got, want)
+		}
+		if c.Exists(ctx, ks[2], ks[3]).Val() != 0 || c.Exists(ctx, ks[0], ks[1], ks[4], ks[5]).Val() != 4 {
+			t.Errorf("%s: the bad decision wrote, or a good one did not", name)
+		}
+	}
+}

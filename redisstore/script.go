@@ -82,7 +82,7 @@ type scriptSet struct {
 	// but written out flat (lua/fast_layers.lua with the algorithms'
 	// blocks): the general script's functions cost about 40,000 server
 	// instructions per call to create. Its call is n, now and 6n layer
-	// arguments per decision, or the shared layout (see
+	// arguments per decision, or the packed layout (see
 	// batchFrame.buildLayered).
 	layers *luascript.Script
 }
@@ -153,7 +153,7 @@ var (
 	argReserve any = "reserve"
 	argRelease any = "release"
 	argProbe   any = "probe"
-	argShared  any = "s" // the layered script's shared layout
+	argPacked  any = "p" // the layered script's packed layout
 	argHot     any = "h" // a single-layer batch in which a key repeats
 	// argNumKeys[n] is the decimal string n, the numkeys argument (a string,
 	// so go-redis's cluster routing reads it without formatting); a release

@@ -18,7 +18,12 @@
 -- decision has the same n layers under the same policies (the usual batch:
 -- one set of policies, many identities), the call may instead be 's', n,
 -- the five policy arguments of each layer once, then per decision its now
--- and its n costs. The call's shape is checked before anything is decided.
+-- and its n costs; or, as Go's Store sends it, 'p', n, the 5n policy
+-- arguments, then one argument packing each decision's now and n costs,
+-- each a little-endian double (struct's '<d'), read with one
+-- struct.unpack per decision instead of 1 + n arguments Redis turns into
+-- Lua strings and the script into numbers. The call's shape is checked
+-- before anything is decided.
 --
 -- Each decision reads every layer's state, decides every layer at its now,
 -- and writes the new states only if every layer admitted; a layer that
@@ -35,7 +40,9 @@
 --
 -- Reply: four integers per layer, decision after decision, as in the
 -- single-layer scripts (fast_head.lua): reason, remaining, resetAt µs, and
--- the wait (delay when admitted, retry when not). A decision that
+-- the wait (delay when admitted, retry when not); a call of the packed
+-- layout gets them packed in one string, each a little-endian double, as
+-- the single-layer scripts' packed calls. A decision that
 -- cannot be decided writes nothing and, when the call has several, gets
 -- zeros with the code -1 (a key holds a value floodgate did not write, or
 -- a key of another type) or -2 (bad arguments) for every layer,
@@ -53,21 +60,30 @@ local TTL_SLACK = 1000000
 local QUOTA_GRACE = 3600000000
 local fmod, floor, ceil, sfmt, smatch = math.fmod, math.floor, math.ceil, string.format, string.match
 local sbyte, spack, sunpack = string.byte, struct.pack, struct.unpack -- the states' binary layouts
+local srep, unpack, concat = string.rep, unpack, table.concat -- the packed layout's reply
 -- KEYS and ARGV are globals, and every global read is a table lookup:
 -- read through locals, each costs Redis a few hundred instructions less.
 local KEYS, ARGV = KEYS, ARGV
 
 local nk, na = #KEYS, #ARGV
-local shared = ARGV[1] == 's'
+local packed = ARGV[1] == 'p'
+local shared = packed or ARGV[1] == 's'
 local sn -- the number of layers of every decision, in the shared layout
 local a, k, nd = 1, 0, 0
+local A, CF, C -- the packed layout's argument, the format of one decision's numbers, and those numbers
 if shared then
   sn = tonumber(ARGV[2])
   if not sn or sn % 1 ~= 0 or sn < 1 or sn > MAX_LAYERS or nk % sn ~= 0 then
-    return redis.error_reply('ERR floodgate: bad call: want s, n, 5n policy arguments, then now and n costs per decision')
+    return redis.error_reply('ERR floodgate: bad call: want s (or p), n, 5n policy arguments, then now and n costs per decision')
   end
   nd = nk / sn
-  if nd < 1 or na ~= 2 + 5 * sn + nd * (1 + sn) then
+  if packed then
+    A = ARGV[na]
+    if nd < 1 or na ~= 3 + 5 * sn or #A ~= 8 * (1 + sn) * nd then
+      return redis.error_reply('ERR floodgate: bad call: want p, n, 5n policy arguments, then now and n costs per decision packed')
+    end
+    CF = '<' .. srep('d', 1 + sn)
+  elseif nd < 1 or na ~= 2 + 5 * sn + nd * (1 + sn) then
     return redis.error_reply('ERR floodgate: bad call: want s, n, 5n policy arguments, then now and n costs per decision')
   end
   for i = 1, sn do
@@ -76,6 +92,9 @@ if shared then
     end
   end
   a = 3 + 5 * sn
+  if packed then
+    a = 1 -- where the decision's numbers start in A
+  end
 else
   while a <= na do
     local n = tonumber(ARGV[a])
@@ -116,9 +135,12 @@ end
 local pa, pn -- where the previous decision's layer arguments started, and its number of layers
 k = 0
 local r = 0
-while a <= na do
+for _ = 1, nd do
   local n, now
-  if shared then
+  if packed then
+    C = {sunpack(CF, A, a)} -- now, then the n costs
+    n, now = sn, C[1]
+  elseif shared then
     n, now = sn, tonumber(ARGV[a])
   else
     n, now = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -142,8 +164,13 @@ while a <= na do
       if shared then
         x, cx = 5 * i - 2, a + i
       end
-      local cs = ARGV[cx]
-      local cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
+      local cost
+      if packed then
+        cost = C[i + 1]
+      else
+        local cs = ARGV[cx]
+        cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
+      end
       if not cost or cost % 1 ~= 0 or cost < 0 or cost > MAX_LIMIT then
         -- checked first, as layer_args reports bad arguments before a bad rate
         code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
@@ -291,7 +318,9 @@ while a <= na do
     end
     pa, pn = a + 2, n
   end
-  if shared then
+  if packed then
+    a = a + 8 + 8 * n
+  elseif shared then
     a = a + 1 + n
   else
     a = a + 2 + 6 * n
@@ -310,5 +339,24 @@ for i = 1, #dirty, 2 do
   else
     redis.call('SET', key, val, 'KEEPTTL')
   end
+end
+if packed then
+  -- The reply packed: its integers, four per layer, each a little-endian
+  -- double, in one string. unpack puts the numbers it returns on Lua's C
+  -- stack, which holds at most 8,000: a long reply is packed in parts of
+  -- 1,024.
+  local m = 4 * nk
+  if m <= 1024 then
+    return spack('<' .. srep('d', m), unpack(reply, 1, m))
+  end
+  local parts = {}
+  for x = 1, m, 1024 do
+    local y = x + 1023
+    if y > m then
+      y = m
+    end
+    parts[#parts + 1] = spack('<' .. srep('d', y - x + 1), unpack(reply, x, y))
+  end
+  return concat(parts)
 end
 return reply

@@ -39,8 +39,22 @@ if hot then
   end
 end
 if packed then
-  -- The reply packed like a lone request's, four doubles per request, in
-  -- one string (see above).
-  return spack('<' .. srep('d', 4 * nk), unpack(reply))
+  -- The reply packed: its integers, four per request, each a little-endian
+  -- double, in one string. unpack puts the numbers it returns on Lua's C
+  -- stack, which holds at most 8,000: a long reply is packed in parts of
+  -- 1,024.
+  local m = 4 * nk
+  if m <= 1024 then
+    return spack('<' .. srep('d', m), unpack(reply, 1, m))
+  end
+  local parts = {}
+  for x = 1, m, 1024 do
+    local y = x + 1023
+    if y > m then
+      y = m
+    end
+    parts[#parts + 1] = spack('<' .. srep('d', y - x + 1), unpack(reply, x, y))
+  end
+  return concat(parts)
 end
 return reply
