@@ -44,8 +44,12 @@ func (e *replyError) RedisError() {}
 type valueSetter interface{ SetVal(any) }
 
 // intsSetter is the part of *redis.IntSliceCmd that stores a reply (the
-// store reads decision replies as integers).
+// store reads a batch's layered replies as integers).
 type intsSetter interface{ SetVal([]int64) }
+
+// stringSetter is the part of *redis.StringCmd that stores a reply (the
+// store reads packed replies as one string).
+type stringSetter interface{ SetVal(string) }
 
 // Process sends cmd, an EVAL or EVALSHA built by the store
 // (name, script or SHA, numkeys, keys..., args...), and stores the reply
@@ -57,7 +61,8 @@ func (a *RueidisStoreClient) Process(ctx context.Context, cmd redis.Cmder) error
 	}
 	setter, isAny := cmd.(valueSetter)
 	ints, isInts := cmd.(intsSetter)
-	if !isAny && !isInts {
+	str, isString := cmd.(stringSetter)
+	if !isAny && !isInts && !isString {
 		return fail(fmt.Errorf("contender: rueidis adapter: command %T cannot hold a reply", cmd))
 	}
 	args := cmd.Args()
@@ -78,6 +83,14 @@ func (a *RueidisStoreClient) Process(ctx context.Context, cmd redis.Cmder) error
 	}
 	built := a.c.B().Arbitrary(strs[:3]...).Keys(strs[3 : 3+nkeys]...).Args(strs[3+nkeys:]...).Build()
 	res := a.c.Do(ctx, built)
+	if isString {
+		v, err := res.ToString()
+		if err != nil {
+			return fail(replyErr(err))
+		}
+		str.SetVal(v)
+		return nil
+	}
 	if isInts {
 		v, err := res.AsIntSlice()
 		if err != nil {

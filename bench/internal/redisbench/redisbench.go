@@ -51,6 +51,11 @@ type Result struct {
 	Args []string
 }
 
+// ErrBinaryArgument is returned for a command with an argument holding a
+// NUL byte (a script's packed binary argument): redis-benchmark formats
+// its command with strlen and would send it cut short.
+var ErrBinaryArgument = errors.New("redisbench: binary argument")
+
 // Args returns the command line (without the executable) for running
 // command under o.
 func (o Options) Args(command ...string) ([]string, error) {
@@ -65,6 +70,13 @@ func (o Options) Args(command ...string) ([]string, error) {
 	}
 	if len(command) == 0 {
 		return nil, fmt.Errorf("%w: no command", ErrConfig)
+	}
+	for i, a := range command {
+		if strings.IndexByte(a, 0) >= 0 {
+			// redis-benchmark formats its command with strlen: the
+			// argument would be cut at the NUL.
+			return nil, fmt.Errorf("%w: argument %d of the command holds a NUL byte, which redis-benchmark cannot send", ErrBinaryArgument, i)
+		}
 	}
 	if o.Pipeline == 0 {
 		o.Pipeline = 1

@@ -93,3 +93,15 @@ func TestRunAgainstServer(t *testing.T) {
 		t.Errorf("counters sum to %d, want 2000", sum)
 	}
 }
+
+// A command whose argument holds a NUL byte is refused before anything
+// runs: redis-benchmark would send it cut at the NUL.
+func TestBinaryArgumentRefused(t *testing.T) {
+	o := Options{Port: 7000, Requests: 1}
+	if _, err := o.Args("EVALSHA", "abc", "1", "k", "a\x00b"); !errors.Is(err, ErrBinaryArgument) {
+		t.Fatalf("err %v, want ErrBinaryArgument", err)
+	}
+	if _, err := o.Args("EVALSHA", "abc", "1", "k", "ab"); err != nil {
+		t.Fatal(err)
+	}
+}
