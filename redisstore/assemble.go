@@ -11,10 +11,10 @@ import (
 // blocks by lines "--@ name". The blocks are text with named slots, and
 // assemble puts them, inlined, into every script that decides the
 // algorithm: its single-layer script (fast_head.lua, the blocks,
-// fast_tail.lua, and the blocks again in the head's section for a lone
+// fast_tail.lua, fast_end.lua, and the blocks again in the head's section for a lone
 // request; a lone request and each request of a packed call read their
 // numbers from a packed record), the layered script (fast_layers.lua, one branch per
-// algorithm) and the general script (one function per algorithm). Redis
+// algorithm, then fast_end.lua) and the general script (one function per algorithm). Redis
 // runs a script's whole body on every call and creates every function it
 // defines each time, so the fast scripts get the blocks as flat code and
 // define no function.
@@ -264,7 +264,7 @@ const fastPX = `    if val then -- written by the tail
 
 // fastSource is the single-layer script of f's algorithm, writing
 // format: fast_head.lua with loneSource in place of its @LONE@, the
-// blocks, fast_tail.lua.
+// blocks, fast_tail.lua, fast_end.lua.
 func (f *fragment) fastSource(format StateFormat) string {
 	var b strings.Builder
 	if strings.Count(luaFastHead, "--@LONE@\n") != 1 {
@@ -281,6 +281,7 @@ func (f *fragment) fastSource(format StateFormat) string {
 	b.WriteString(fastPX)
 	fmt.Fprintf(&b, "    reply[ri + 1], reply[ri + 2], reply[ri + 3], reply[ri + 4] = reason, rem, reset, %s\n", f.wait())
 	b.WriteString(luaFastTail)
+	b.WriteString(luaFastEnd)
 	return b.String()
 }
 
@@ -333,7 +334,7 @@ func layersSource(format StateFormat) string {
 	if !strings.Contains(luaFastLayers, "@STEPS@\n") {
 		panic("redisstore: fast_layers.lua has no @STEPS@")
 	}
-	return strings.Replace(luaFastLayers, "          --@STEPS@\n", b.String(), 1)
+	return strings.Replace(luaFastLayers, "          --@STEPS@\n", b.String(), 1) + luaFastEnd
 }
 
 // generalFunctions are the algorithms' functions of the general script:

@@ -122,7 +122,7 @@ func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) 
 	return decodeCompact(vals[:], layers, out)
 }
 
-// decodePacked reads a packed batch's reply (see fast_tail.lua): its
+// decodePacked reads a packed batch's reply (see fast_end.lua): its
 // integers, compactWidth per request, each a little-endian double, into
 // f.vals, which it returns. decodeBatch checks their number.
 func (f *batchFrame) decodePacked(reply string) ([]int64, error) {

@@ -41,6 +41,8 @@ var (
 	luaFastHead string
 	//go:embed lua/fast_tail.lua
 	luaFastTail string
+	//go:embed lua/fast_end.lua
+	luaFastEnd string
 )
 
 // scriptSet is the scripts of one StateFormat: all of them read states in

@@ -328,35 +328,3 @@ for _ = 1, nd do
   k, r = k + n, r + 4 * n
 end
 
-for i = 1, #dirty, 2 do
-  local key = dirty[i]
-  local px = px_of[key]
-  local val = cache[key]
-  if px > 0 then
-    redis.call('SET', key, val, 'PX', sfmt('%d', px))
-  elseif #val == dirty[i + 1] then -- the key's TTL kept, its value overwritten in place (see fast_head.lua)
-    redis.call('SETRANGE', key, '0', val)
-  else
-    redis.call('SET', key, val, 'KEEPTTL')
-  end
-end
-if packed then
-  -- The reply packed: its integers, four per layer, each a little-endian
-  -- double, in one string. unpack puts the numbers it returns on Lua's C
-  -- stack, which holds at most 8,000: a long reply is packed in parts of
-  -- 1,024.
-  local m = 4 * nk
-  if m <= 1024 then
-    return spack('<' .. srep('d', m), unpack(reply, 1, m))
-  end
-  local parts = {}
-  for x = 1, m, 1024 do
-    local y = x + 1023
-    if y > m then
-      y = m
-    end
-    parts[#parts + 1] = spack('<' .. srep('d', y - x + 1), unpack(reply, x, y))
-  end
-  return concat(parts)
-end
-return reply
