@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 )
 
 // DefaultBudget is the primary call budget when Options.Budget is zero.
@@ -144,6 +145,9 @@ type Store struct {
 	obs        Observer
 	now        func() time.Time
 	breakers   *breakers
+	// ticks gives primary calls their budget deadlines, sharing a timer
+	// per millisecond instead of one per call (internal/deadline).
+	ticks *deadline.Ticks
 }
 
 // New returns a Store deciding with primary and, while primary fails, by
@@ -201,6 +205,7 @@ func New(primary, local floodgate.Store, opts Options) (*Store, error) {
 		opts.Now = time.Now
 	}
 	s := &Store{
+		ticks:      deadline.New(),
 		primary:    primary,
 		local:      local,
 		defMode:    opts.DefaultMode,
@@ -318,15 +323,13 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		return s.degrade(ctx, o, br, now, layers, out, ReasonBreakerOpen, ErrBreakerOpen)
 	}
 	start := time.Now()
-	cctx := ctx
-	if d, ok := ctx.Deadline(); !ok || d.Sub(start) > budget {
-		// No budget context (a cancelCtx and its timer) when the
-		// caller's deadline comes first anyway, as Envoy's (20 ms by
-		// default) does.
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, budget)
-		defer cancel()
-	}
+	// The budget's deadline shares its timer with the calls of the same
+	// millisecond and may come up to a millisecond early; the caller's
+	// deadline is kept when it comes first, as Envoy's (20 ms by default)
+	// does. A caller that cancels its context meanwhile gets its answer
+	// when the call returns, within the budget (internal/deadline).
+	cctx, cancel := s.ticks.WithTimeout(ctx, start, budget)
+	defer cancel()
 	err := s.primary.Decide(cctx, now, layers, out)
 	elapsed := time.Since(start)
 	if s.obs != nil {

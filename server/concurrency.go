@@ -172,7 +172,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	ctx, cancel := s.decisionContext(r)
 	defer cancel()
 	op, lim, tier, ok := s.leaseSetup(ctx, w, r, decodeAcquire)
 	if !ok {
@@ -205,7 +205,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	ctx, cancel := s.decisionContext(r)
 	defer cancel()
 	op, lim, _, ok := s.leaseSetup(ctx, w, r, decodeLease)
 	if !ok {
@@ -224,7 +224,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	ctx, cancel := s.decisionContext(r)
 	defer cancel()
 	op, lim, _, ok := s.leaseSetup(ctx, w, r, decodeLease)
 	if !ok {

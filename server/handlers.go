@@ -233,7 +233,7 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	ctx, cancel := s.decisionContext(r)
 	defer cancel()
 	o, err := s.decide(ctx, cfg, c)
 	if err != nil {
@@ -324,7 +324,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	out := BatchResponse{Results: make([]BatchItem, len(checks))}
 	// One deadline for the whole batch: once it has passed, the remaining
 	// checks are decided by their failure mode without calling Redis.
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	ctx, cancel := s.decisionContext(r)
 	defer cancel()
 	for i, c := range checks {
 		o, err := s.decide(ctx, cfg, c)

@@ -285,7 +285,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.DecisionTimeout)
+	ctx, cancel := s.decisionContext(r)
 	defer cancel()
 	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	q := eng.quota(op.quota.Name, tier)

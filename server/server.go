@@ -34,6 +34,7 @@ import (
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
 )
@@ -162,6 +163,7 @@ type Options struct {
 
 // Server serves the HTTP API. It is safe for concurrent use.
 type Server struct {
+	ticks    *deadline.Ticks // request deadlines (decisionContext)
 	lim      *floodgate.Limiter
 	cfg      *config.Holder
 	opts     Options
@@ -232,7 +234,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	s := &Server{lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics,
+	s := &Server{ticks: deadline.New(), lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics,
 		quotaStore: opts.QuotaStore, leaseStore: opts.ConcurrencyStore}
 	if s.quotaStore == nil {
 		if s.quotaStore, err = quota.NewMemoryStore(quota.MemoryOptions{}); err != nil {
@@ -455,4 +457,13 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, resp)
+}
+
+// decisionContext returns the context a request's store calls run under:
+// r's, bounded by DecisionTimeout. The deadline shares its timer with the
+// requests of the same millisecond and may come up to a millisecond early
+// (internal/deadline); a client that goes away does not cut the calls
+// short, which end by the deadline anyway.
+func (s *Server) decisionContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return s.ticks.WithTimeout(r.Context(), time.Now(), s.opts.DecisionTimeout)
 }

@@ -1,0 +1,140 @@
+// Package deadline gives requests deadlines that share their timers.
+//
+// context.WithTimeout gives every request a timer, a Done channel and,
+// under a cancellable parent (a server's request context), a place in the
+// parent's set of children: about 1.5 µs and four allocations per request
+// on a path that bounds every store call of every request, and twice that
+// when a request is bounded twice (a handler's timeout, then the store's
+// budget). A Ticks rounds deadlines down to a tick (a millisecond): every
+// context whose deadline falls on the same tick shares one underlying
+// context, its timer and its channel, so a request costs one small
+// allocation.
+//
+// The price, which the callers accept:
+//   - a deadline comes up to one tick early (never late), so durations
+//     shorter than MinShared ticks get a context.WithTimeout of their own;
+//   - the parent's cancellation is not passed on: a context from Ticks ends
+//     at its deadline, or earlier with the parent when the parent's own
+//     deadline comes first (the parent is then returned as it is). A caller
+//     that gives up therefore waits for its store call to finish or reach
+//     the deadline; the call is bounded either way.
+package deadline
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Tick is the granularity of the shared deadlines.
+const Tick = time.Millisecond
+
+// MinShared is the shortest duration, in ticks, whose deadline is shared:
+// the rounding then takes at most 1/MinShared of it.
+const MinShared = 16
+
+// ringSize is the number of ticks ahead a shared deadline can be (the
+// horizon, 4.096 s): later deadlines get a context.WithTimeout of their
+// own.
+const ringSize = 4096
+
+// Ticks hands out contexts with shared deadlines (see the package
+// documentation). It is safe for concurrent use and must be made with
+// New.
+type Ticks struct {
+	base time.Time // the origin of tick numbers, with a monotonic reading
+	ring [ringSize]atomic.Pointer[slot]
+}
+
+// slot is one tick's shared context.
+type slot struct {
+	tick int64
+	ctx  context.Context
+	// cancel releases ctx's timer; it is never called, since ctx ends at
+	// its deadline anyway, but it is kept so that the context is not
+	// mistaken for a leak.
+	cancel context.CancelFunc
+}
+
+// New returns a Ticks.
+func New() *Ticks {
+	return &Ticks{base: time.Now()}
+}
+
+// nop is the CancelFunc of a shared context: there is nothing to release.
+func nop() {}
+
+// WithTimeout returns a context that ends d after now (the caller's
+// time.Now(), which it usually has at hand), or up to one tick earlier,
+// and its CancelFunc, which the caller calls when done, as with
+// context.WithTimeout. The context carries parent's values. When parent
+// has ended already or ends first (its deadline is earlier), parent is
+// returned as it is. When d is shorter than MinShared ticks or longer
+// than the horizon, or now is before t was made, the context is
+// context.WithDeadline's.
+func (t *Ticks) WithTimeout(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
+	at := now.Add(d)
+	if pd, ok := parent.Deadline(); ok && !pd.After(at) {
+		return parent, nop
+	}
+	if parent.Err() != nil {
+		return parent, nop
+	}
+	since := now.Sub(t.base)
+	if d < MinShared*Tick || since < 0 {
+		return context.WithDeadline(parent, at)
+	}
+	tick := int64((since + d) / Tick)
+	if tick-int64(since/Tick) >= ringSize {
+		return context.WithDeadline(parent, at)
+	}
+	return &shared{Context: t.slot(tick).ctx, values: parent}, nop
+}
+
+// slot returns the slot of tick, made if need be.
+func (t *Ticks) slot(tick int64) *slot {
+	p := &t.ring[tick%ringSize]
+	for {
+		s := p.Load()
+		if s != nil && s.tick == tick {
+			return s
+		}
+		if s != nil && s.tick > tick {
+			// A later tick took the place: only a caller that was
+			// descheduled for a whole horizon gets here. Its deadline
+			// stays its own.
+			ctx, cancel := context.WithDeadline(context.Background(), t.base.Add(time.Duration(tick)*Tick))
+			return &slot{tick: tick, ctx: ctx, cancel: cancel}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), t.base.Add(time.Duration(tick)*Tick))
+		n := &slot{tick: tick, ctx: ctx, cancel: cancel}
+		if p.CompareAndSwap(s, n) {
+			return n
+		}
+		cancel() // another caller made the tick's slot first
+	}
+}
+
+// shared is a context from Ticks: Deadline, Done and Err are its tick's,
+// Value is its parent's.
+type shared struct {
+	context.Context // the tick's
+	values          context.Context
+}
+
+// Value returns the parent's value for key.
+func (c *shared) Value(key any) any { return c.values.Value(key) }
+
+// AfterFunc arranges for f to run once c ends, in its own goroutine, as
+// context.AfterFunc does, and returns a function that stops it. The
+// context package uses it when a context is derived from c, instead of a
+// goroutine watching c's Done channel.
+func (c *shared) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.Context, f)
+}
+
+// String describes c for debugging.
+func (c *shared) String() string {
+	d, _ := c.Deadline()
+	return "deadline.Shared(" + d.String() + ")"
+}

@@ -1,0 +1,199 @@
+package deadline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+type key struct{}
+
+func TestSharedDeadline(t *testing.T) {
+	ticks := New()
+	parent := context.WithValue(context.Background(), key{}, "v")
+	now := time.Now()
+	d := 50 * time.Millisecond
+	ctx, cancel := ticks.WithTimeout(parent, now, d)
+	defer cancel()
+	got, ok := ctx.Deadline()
+	if !ok {
+		t.Fatal("no deadline")
+	}
+	if want := now.Add(d); got.After(want) || !got.After(want.Add(-Tick)) {
+		t.Errorf("deadline %v after now, want in (%v, %v]", got.Sub(now), d-Tick, d)
+	}
+	if v := ctx.Value(key{}); v != "v" {
+		t.Errorf("Value = %v, want the parent's", v)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Err before the deadline = %v", ctx.Err())
+	}
+	// Another context of the same tick shares the channel.
+	ctx2, cancel2 := ticks.WithTimeout(context.Background(), now, d)
+	defer cancel2()
+	if ctx.Done() != ctx2.Done() {
+		t.Error("two contexts of one tick have different Done channels")
+	}
+	// One of another tick does not.
+	ctx3, cancel3 := ticks.WithTimeout(context.Background(), now.Add(5*Tick), d)
+	defer cancel3()
+	if ctx.Done() == ctx3.Done() {
+		t.Error("contexts of different ticks share a Done channel")
+	}
+	<-ctx.Done()
+	if end := time.Now(); end.Before(got) {
+		t.Errorf("Done closed %v before the deadline", got.Sub(end))
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Errorf("Err = %v, want DeadlineExceeded", ctx.Err())
+	}
+	if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		t.Errorf("Cause = %v, want DeadlineExceeded", context.Cause(ctx))
+	}
+}
+
+func TestParentEndsFirst(t *testing.T) {
+	ticks := New()
+	now := time.Now()
+	early, cancel := context.WithDeadline(context.Background(), now.Add(20*time.Millisecond))
+	defer cancel()
+	if ctx, _ := ticks.WithTimeout(early, now, time.Second); ctx != early {
+		t.Errorf("parent with an earlier deadline: got %v, want the parent", ctx)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if ctx, _ := ticks.WithTimeout(ended, now, time.Second); ctx != ended {
+		t.Errorf("ended parent: got %v, want the parent", ctx)
+	}
+	late, cancel := context.WithDeadline(context.Background(), now.Add(time.Hour))
+	defer cancel()
+	ctx, _ := ticks.WithTimeout(late, now, time.Second)
+	if d, _ := ctx.Deadline(); !d.Before(now.Add(time.Second + Tick)) {
+		t.Errorf("parent with a later deadline: deadline %v, want about 1s", d.Sub(now))
+	}
+}
+
+// TestOwnTimer covers the durations that get context.WithDeadline: too
+// short to round, beyond the horizon, a time before the Ticks.
+func TestOwnTimer(t *testing.T) {
+	ticks := New()
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		d    time.Duration
+	}{
+		{"short", now, MinShared*Tick - 1},
+		{"beyond the horizon", now, ringSize * Tick},
+		{"before New", ticks.base.Add(-Tick), time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := ticks.WithTimeout(context.Background(), tc.now, tc.d)
+			if d, _ := ctx.Deadline(); !d.Equal(tc.now.Add(tc.d)) {
+				t.Errorf("deadline %v, want exactly %v", d, tc.now.Add(tc.d))
+			}
+			cancel()
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				t.Errorf("after cancel: Err = %v, want Canceled (its own context)", ctx.Err())
+			}
+		})
+	}
+}
+
+// TestParentCancelNotPassedOn documents the trade: the shared context ends
+// at its deadline, not with its parent's cancellation.
+func TestParentCancelNotPassedOn(t *testing.T) {
+	ticks := New()
+	parent, cancel := context.WithCancel(context.Background())
+	ctx, _ := ticks.WithTimeout(parent, time.Now(), 30*time.Millisecond)
+	cancel()
+	if ctx.Err() != nil {
+		t.Errorf("Err after the parent's cancellation = %v, want nil until the deadline", ctx.Err())
+	}
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Errorf("Err = %v, want DeadlineExceeded", ctx.Err())
+	}
+}
+
+// TestDerived: contexts derived from a shared one end with it, through
+// AfterFunc rather than a goroutine per child, and keep their own
+// cancellation.
+func TestDerived(t *testing.T) {
+	ticks := New()
+	ctx, _ := ticks.WithTimeout(context.Background(), time.Now(), 20*time.Millisecond)
+	child, cancelChild := context.WithCancel(ctx)
+	defer cancelChild()
+	other, cancelOther := context.WithCancel(ctx)
+	cancelOther()
+	if !errors.Is(other.Err(), context.Canceled) {
+		t.Errorf("cancelled child: Err = %v", other.Err())
+	}
+	ran := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { close(ran) })
+	defer stop()
+	<-child.Done()
+	if !errors.Is(child.Err(), context.DeadlineExceeded) {
+		t.Errorf("child: Err = %v, want DeadlineExceeded (its parent's)", child.Err())
+	}
+	<-ran
+	if ctx.Err() == nil {
+		t.Error("the shared context has not ended")
+	}
+}
+
+// TestConcurrent has many goroutines take deadlines across ticks at once
+// (run with -race): each gets a deadline in its window and every one ends.
+func TestConcurrent(t *testing.T) {
+	ticks := New()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 200 {
+				now := time.Now()
+				d := time.Duration(16+(g*7+i)%40) * Tick
+				ctx, cancel := ticks.WithTimeout(context.Background(), now, d)
+				got, _ := ctx.Deadline()
+				if got.After(now.Add(d)) || !got.After(now.Add(d-Tick)) {
+					errs <- errors.New("deadline " + got.Sub(now).String() + " for " + d.String())
+					cancel()
+					return
+				}
+				if i%50 == 0 {
+					<-ctx.Done()
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func BenchmarkWithTimeout(b *testing.B) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("shared", func(b *testing.B) {
+		ticks := New()
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := ticks.WithTimeout(parent, time.Now(), 50*time.Millisecond)
+			_ = ctx.Err()
+			cancel()
+		}
+	})
+	b.Run("context.WithTimeout", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(parent, 50*time.Millisecond)
+			_ = ctx.Err()
+			cancel()
+		}
+	})
+}
