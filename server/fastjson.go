@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/jsonscan"
 )
 
 // The decision endpoints' JSON without reflection. A POST /v1/check body
@@ -19,30 +21,30 @@ import (
 // decodeCheckFast decodes body when it has the usual shape; ok is false
 // when it does not, and the caller must decode it with encoding/json.
 func decodeCheckFast(body []byte) (r CheckRequest, ok bool) {
-	d := fastDecoder{b: body}
-	if !d.byte('{') {
+	d := jsonscan.Decoder{B: body}
+	if !d.Byte('{') {
 		return r, false
 	}
 	var seenPolicy, seenIdentity, seenCost bool
-	for empty := d.byte('}'); !empty; {
-		key, ok := d.str()
-		if !ok || !d.byte(':') {
+	for empty := d.Byte('}'); !empty; {
+		key, ok := d.Str()
+		if !ok || !d.Byte(':') {
 			return r, false
 		}
 		switch {
 		case key == "policy" && !seenPolicy:
 			seenPolicy = true
-			if r.Policy, ok = d.str(); !ok {
+			if r.Policy, ok = d.Str(); !ok {
 				return r, false
 			}
 		case key == "identity" && !seenIdentity:
 			seenIdentity = true
-			if r.Identity, ok = d.stringMap(); !ok {
+			if r.Identity, ok = stringMap(&d); !ok {
 				return r, false
 			}
 		case key == "cost" && !seenCost:
 			seenCost = true
-			c, ok := d.int()
+			c, ok := d.Int()
 			if !ok {
 				return r, false
 			}
@@ -50,78 +52,31 @@ func decodeCheckFast(body []byte) (r CheckRequest, ok bool) {
 		default: // unknown, repeated or in another case
 			return r, false
 		}
-		if d.byte('}') {
+		if d.Byte('}') {
 			break
 		}
-		if !d.byte(',') {
+		if !d.Byte(',') {
 			return r, false
 		}
 	}
-	d.space()
-	return r, d.i == len(d.b)
-}
-
-// fastDecoder reads the JSON subset decodeCheckFast accepts.
-type fastDecoder struct {
-	b []byte
-	i int
-}
-
-func (d *fastDecoder) space() {
-	for d.i < len(d.b) {
-		switch d.b[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
-
-// byte skips white space and consumes c if it comes next.
-func (d *fastDecoder) byte(c byte) bool {
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == c {
-		d.i++
-		return true
-	}
-	return false
-}
-
-// str reads a string of printable ASCII without escapes.
-func (d *fastDecoder) str() (string, bool) {
-	if !d.byte('"') {
-		return "", false
-	}
-	start := d.i
-	for ; d.i < len(d.b); d.i++ {
-		switch c := d.b[d.i]; {
-		case c == '"':
-			s := string(d.b[start:d.i])
-			d.i++
-			return s, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return "", false
-		}
-	}
-	return "", false
+	return r, d.End()
 }
 
 // stringMap reads an object of strings, each key once.
-func (d *fastDecoder) stringMap() (map[string]string, bool) {
-	if !d.byte('{') {
+func stringMap(d *jsonscan.Decoder) (map[string]string, bool) {
+	if !d.Byte('{') {
 		return nil, false
 	}
 	m := make(map[string]string, 2)
-	if d.byte('}') {
+	if d.Byte('}') {
 		return m, true
 	}
 	for {
-		k, ok := d.str()
-		if !ok || !d.byte(':') {
+		k, ok := d.Str()
+		if !ok || !d.Byte(':') {
 			return nil, false
 		}
-		v, ok := d.str()
+		v, ok := d.Str()
 		if !ok {
 			return nil, false
 		}
@@ -129,43 +84,13 @@ func (d *fastDecoder) stringMap() (map[string]string, bool) {
 			return nil, false
 		}
 		m[k] = v
-		if d.byte('}') {
+		if d.Byte('}') {
 			return m, true
 		}
-		if !d.byte(',') {
+		if !d.Byte(',') {
 			return nil, false
 		}
 	}
-}
-
-// int reads an integer of at most 18 digits, without fraction or
-// exponent.
-func (d *fastDecoder) int() (int64, bool) {
-	d.space()
-	neg := d.i < len(d.b) && d.b[d.i] == '-'
-	if neg {
-		d.i++
-	}
-	start := d.i
-	var v int64
-	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
-		v = v*10 + int64(d.b[d.i]-'0')
-		d.i++
-	}
-	n := d.i - start
-	if n == 0 || n > 18 || (n > 1 && d.b[start] == '0') {
-		return 0, false
-	}
-	if d.i < len(d.b) {
-		switch d.b[d.i] {
-		case '.', 'e', 'E':
-			return 0, false
-		}
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
 }
 
 // appendCheckResponse appends r as encoding/json's Encoder writes it,
