@@ -1,6 +1,7 @@
 package envoycompat
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -91,43 +92,74 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // maxJSONBody bounds a POST /json body.
 const maxJSONBody = 1 << 20
 
+// jsonBuffers holds the request and response buffers of POST /json calls
+// in progress, reused across requests.
+var jsonBuffers = sync.Pool{New: func() any { return new(jsonBuffer) }}
+
+// jsonBuffer is one call's body and answer.
+type jsonBuffer struct {
+	in  bytes.Buffer
+	out []byte
+}
+
+// maxPooledJSON is the largest buffer put back in jsonBuffers: a rare big
+// body is left to the collector rather than kept.
+const maxPooledJSON = 64 << 10
+
+// jsonContentType is the Content-Type header of every /json answer,
+// shared (net/http only reads it).
+var jsonContentType = []string{"application/json"}
+
 // HTTPHandler serves their main HTTP port: /json (a RateLimitRequest in
 // protobuf JSON; the RateLimitResponse back, 429 when OVER_LIMIT, 400 for
 // a request that cannot be read or is refused) and /healthcheck.
 func (s *Service) HTTPHandler(h *Health) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", h)
-	mux.HandleFunc("/json", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-		if err != nil {
-			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
-			return
+	mux.HandleFunc("/json", s.serveJSON)
+	return mux
+}
+
+// serveJSON answers POST /json.
+func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
+	buf := jsonBuffers.Get().(*jsonBuffer)
+	defer func() {
+		if buf.in.Cap() <= maxPooledJSON && cap(buf.out) <= maxPooledJSON {
+			jsonBuffers.Put(buf)
 		}
-		var req rlspb.RateLimitRequest
-		if err := protojson.Unmarshal(body, &req); err != nil {
-			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
-			return
-		}
-		resp, err := s.ShouldRateLimit(r.Context(), &req)
-		if err != nil {
-			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
-			return
-		}
-		out, err := protojson.Marshal(resp)
-		if err != nil {
+	}()
+	buf.in.Reset()
+	if _, err := buf.in.ReadFrom(http.MaxBytesReader(w, r.Body, maxJSONBody)); err != nil {
+		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+		return
+	}
+	req, err := decodeRequest(buf.in.Bytes())
+	if err != nil {
+		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+		return
+	}
+	resp, err := s.ShouldRateLimit(r.Context(), req)
+	if err != nil {
+		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+		return
+	}
+	out, ok := appendResponse(buf.out[:0], resp)
+	if !ok {
+		if out, err = protojson.Marshal(resp); err != nil {
 			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		switch resp.GetOverallCode() {
-		case rlspb.RateLimitResponse_UNKNOWN:
-			w.WriteHeader(http.StatusInternalServerError)
-		case rlspb.RateLimitResponse_OVER_LIMIT:
-			w.WriteHeader(http.StatusTooManyRequests)
-		}
-		_, _ = w.Write(out)
-	})
-	return mux
+	} else {
+		buf.out = out
+	}
+	w.Header()["Content-Type"] = jsonContentType
+	switch resp.GetOverallCode() {
+	case rlspb.RateLimitResponse_UNKNOWN:
+		w.WriteHeader(http.StatusInternalServerError)
+	case rlspb.RateLimitResponse_OVER_LIMIT:
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(out)
 }
 
 // DebugHandler serves their debug port: /rlconfig (the configuration in

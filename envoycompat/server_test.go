@@ -1,0 +1,113 @@
+package envoycompat
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/health"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestHTTPJSONAnswersAsShouldRateLimit sends the same requests to two
+// services of the same configuration, one through POST /json on a real
+// HTTP server, the other by calling ShouldRateLimit: the answers must be
+// equal, with 200, 429 or 500 as the overall code says, and 400 for a
+// request refused.
+func TestHTTPJSONAnswersAsShouldRateLimit(t *testing.T) {
+	seq := []*rlspb.RateLimitRequest{
+		req(t, "cost", 5, "user=a"),
+		req(t, "cost", 16, "user=a"),
+		req(t, "cost", 1, "user=a"),
+		req(t, "cost", 0, "user=b"),
+		req(t, "cost", 19, "user=b"),
+		req(t, "cost", 7, "user=b+0"),
+		req(t, "cost", 0, "user=b+1"),
+		req(t, "cost", 1, "shadow=s"), req(t, "cost", 1, "shadow=s"), req(t, "cost", 1, "shadow=s"),
+		req(t, "cost", 1, "free=x"),
+		req(t, "cost", 1, "never=x", "user=z"),
+		req(t, "cost", 1, "q=a", "q=b"), req(t, "cost", 1, "q=a", "q=b"), req(t, "cost", 1, "q=a", "q=b"),
+		req(t, "cost", 1, "monthly=m"),
+		req(t, "cost", 2, "user=o;override=3/hour"), req(t, "cost", 2, "user=o;override=3/hour"),
+		req(t, "cost", 1, "user=ü 日本"),
+		req(t, "nowhere", 1, "user=a"),
+		req(t, "cost", 1, "nothing=here"),
+		req(t, "", 1, "user=a"),
+		req(t, "cost", 1),
+	}
+	options := map[string]Options{
+		"defaults":         {},
+		"headers":          {ResponseHeaders: true, LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"},
+		"global shadow":    {GlobalShadowMode: true},
+		"dynamic metadata": {DynamicMetadata: true},
+	}
+	stores(t, func(t *testing.T, mk func() Store) {
+		for name, opts := range options {
+			t.Run(name, func(t *testing.T) {
+				opts.CacheKeyPrefix = "direct_"
+				direct := newRig(t, mk(), opts, costConfig).svc
+				opts.CacheKeyPrefix = "http_"
+				viaHTTP := newRig(t, mk(), opts, costConfig).svc
+				srv := httptest.NewServer(viaHTTP.HTTPHandler(NewHealth(health.NewServer(), false)))
+				t.Cleanup(srv.Close)
+				seen := map[int]int{}
+				for i, rq := range seq {
+					body, err := protojson.Marshal(rq)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, wantErr := direct.ShouldRateLimit(context.Background(), rq)
+					code, ctype, out := postJSON(t, srv.URL+"/json", body)
+					seen[code]++
+					if wantErr != nil {
+						if code != http.StatusBadRequest {
+							t.Errorf("request %d %s: %d %s, want 400 (%v)", i, body, code, out, wantErr)
+						}
+						continue
+					}
+					wantCode := map[rlspb.RateLimitResponse_Code]int{rlspb.RateLimitResponse_OK: 200, rlspb.RateLimitResponse_OVER_LIMIT: 429}[want.GetOverallCode()]
+					if code != wantCode || ctype != "application/json" {
+						t.Errorf("request %d %s: %d %q, want %d application/json", i, body, code, ctype, wantCode)
+					}
+					got := new(rlspb.RateLimitResponse)
+					if err := protojson.Unmarshal(out, got); err != nil {
+						t.Fatalf("request %d %s: answer %s: %v", i, body, out, err)
+					}
+					if !proto.Equal(got, want) {
+						t.Errorf("request %d %s: answer %s, want %v", i, body, out, want)
+					}
+				}
+				if seen[200] == 0 || seen[400] == 0 || (seen[429] == 0 && !opts.GlobalShadowMode) {
+					t.Errorf("answers %v: want 200, 429 and 400 among them", seen)
+				}
+				for _, bad := range []string{"", "{not json", `{"domain":"cost","descriptors":[{"entries":[{"key":"user","value":"a"}]}],"bogus":1}`, strings.Repeat(" ", maxJSONBody+1)} {
+					if code, _, out := postJSON(t, srv.URL+"/json", []byte(bad)); code != http.StatusBadRequest {
+						t.Errorf("body %.40q: %d %s, want 400", bad, code, out)
+					}
+				}
+			})
+		}
+	})
+}
+
+// postJSON posts body and returns the status, Content-Type and body of
+// the answer.
+func postJSON(t *testing.T, url string, body []byte) (int, string, []byte) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), out
+}
