@@ -1,7 +1,10 @@
 package envoycompat
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,6 +13,9 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/health"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -63,4 +69,70 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		srv := redistest.Start(b)
 		run(b, service(b, &RedisStore{Client: srv.Client(b)}))
 	})
+}
+
+// BenchmarkJSONCodec decodes a usual POST /json body and encodes a usual
+// answer, with the fast path and with protojson, which the fast path
+// replaces for such bodies.
+func BenchmarkJSONCodec(b *testing.B) {
+	body := []byte(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u12345"}]}],"hitsAddend":1}`)
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{
+		Code:               rlspb.RateLimitResponse_OK,
+		CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 1_000_000_000, Unit: rlspb.RateLimitResponse_RateLimit_MINUTE},
+		LimitRemaining:     999_999_999,
+		DurationUntilReset: &durationpb.Duration{Seconds: 48},
+	}}}
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		var out []byte
+		for b.Loop() {
+			if _, ok := decodeRequestFast(body); !ok {
+				b.Fatal("fast path refuses the body")
+			}
+			var ok bool
+			if out, ok = appendResponse(out[:0], resp); !ok {
+				b.Fatal("fast path refuses the answer")
+			}
+		}
+	})
+	b.Run("protojson", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := protojson.Unmarshal(body, new(rlspb.RateLimitRequest)); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := protojson.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkServeJSON serves POST /json on the in-memory store, from the
+// request to the recorded answer (net/http's connection handling aside).
+func BenchmarkServeJSON(b *testing.B) {
+	svc, err := NewService(Options{Store: &MemoryStore{}, NearLimitRatio: 0.8})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := loadStrings(b, false, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000000}\n")
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	h := svc.HTTPHandler(NewHealth(health.NewServer(), false))
+	bodies := make([][]byte, 1000)
+	for i := range bodies {
+		bodies[i] = []byte(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u` + strconv.Itoa(i) + `"}]}],"hitsAddend":1}`)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", bytes.NewReader(bodies[i%len(bodies)])))
+		if w.Code != http.StatusOK {
+			b.Fatalf("%d %s", w.Code, w.Body)
+		}
+		i++
+	}
 }
