@@ -116,19 +116,31 @@ func (t *Ticks) slot(tick int64) *slot {
 }
 
 // shared is a context from Ticks: Deadline, Done and Err are its tick's,
-// Value is its parent's.
+// Value is its parent's, except for the context package's own key, which
+// finds the tick's context (see Value).
 type shared struct {
 	context.Context // the tick's
 	values          context.Context
 }
 
-// Value returns the parent's value for key.
-func (c *shared) Value(key any) any { return c.values.Value(key) }
+// Value returns the tick's context's value for key, if any, else the
+// parent's. The tick's context (context.WithDeadline of Background) holds
+// no value but the one the context package looks up to find the context
+// a context's cancellation comes from: the tick's, not the parent's.
+// Without it, context.Cause of c after its deadline would be the cause of
+// the parent's cancellation (a client that went away) rather than
+// DeadlineExceeded, and so would a derived context's.
+func (c *shared) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
+}
 
 // AfterFunc arranges for f to run once c ends, in its own goroutine, as
-// context.AfterFunc does, and returns a function that stops it. The
-// context package uses it when a context is derived from c, instead of a
-// goroutine watching c's Done channel.
+// context.AfterFunc does, and returns a function that stops it. (The
+// context package registers contexts derived from c, and context.AfterFunc
+// of c, with the tick's context directly, which Value lets it find.)
 func (c *shared) AfterFunc(f func()) (stop func() bool) {
 	return context.AfterFunc(c.Context, f)
 }

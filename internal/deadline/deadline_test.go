@@ -118,9 +118,9 @@ func TestParentCancelNotPassedOn(t *testing.T) {
 	}
 }
 
-// TestDerived: contexts derived from a shared one end with it, through
-// AfterFunc rather than a goroutine per child, and keep their own
-// cancellation.
+// TestDerived: contexts derived from a shared one end with it, registered
+// with the tick's context rather than watched by a goroutine per child, and
+// keep their own cancellation.
 func TestDerived(t *testing.T) {
 	ticks := New()
 	ctx, _ := ticks.WithTimeout(context.Background(), time.Now(), 20*time.Millisecond)
