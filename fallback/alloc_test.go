@@ -15,6 +15,21 @@ import (
 // small allocation, not context.WithTimeout's timer, channel and place
 // among the parent's children (internal/deadline).
 func TestDecideAllocatesOneBudgetContext(t *testing.T) {
+	testDecideAllocs(t, fallback.Options{}, 1)
+}
+
+// TestPartitionedDecideAllocatesTwoBudgetContexts: with a Partition (Redis
+// Cluster in serve), the partition lookup's bound is a shared deadline
+// too: one small allocation more, not a context.WithTimeout per decision.
+func TestPartitionedDecideAllocatesTwoBudgetContexts(t *testing.T) {
+	partition := func(context.Context, string) string { return "node-a" }
+	testDecideAllocs(t, fallback.Options{Partition: partition}, 2)
+}
+
+// testDecideAllocs checks that a decision under a cancellable parent
+// allocates at most want times.
+func testDecideAllocs(t *testing.T, opts fallback.Options, want float64) {
+	t.Helper()
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
@@ -26,7 +41,7 @@ func TestDecideAllocatesOneBudgetContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := fallback.New(primary, local, fallback.Options{})
+	st, err := fallback.New(primary, local, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +62,7 @@ func TestDecideAllocatesOneBudgetContext(t *testing.T) {
 		if err := st.Decide(parent, now, layers, out); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 1 {
-		t.Errorf("%.1f allocations per decision, want at most 1 (the budget's context)", n)
+	}); n > want {
+		t.Errorf("%.1f allocations per decision, want at most %.0f (the budget's shared deadlines)", n, want)
 	}
 }

@@ -312,7 +312,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	}
 	br := s.breakers.shared
 	if s.breakers.partition != nil {
-		pctx, pcancel := context.WithTimeout(ctx, budget)
+		// A shared deadline, like the call's below: with Redis Cluster
+		// this bounds every decision's partition lookup.
+		pctx, pcancel := s.ticks.WithTimeout(ctx, time.Now(), budget)
 		br = s.breakers.forKey(pctx, layers[0].Key)
 		pcancel()
 	}

@@ -79,7 +79,9 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 	if !ok {
 		return cfg.DefaultTier()
 	}
-	lctx, cancel := context.WithTimeout(ctx, s.opts.LookupTimeout)
+	// A shared deadline, as for the request's (decisionContext): a tiered
+	// request looks its tier up on every decision, mostly from a cache.
+	lctx, cancel := s.ticks.WithTimeout(ctx, time.Now(), s.opts.LookupTimeout)
 	t, ok, err := s.assign.Tier(lctx, tierDim, v)
 	cancel()
 	if err != nil {
