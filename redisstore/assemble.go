@@ -38,7 +38,7 @@ import (
 //	          rem, reset, retry and delay and, when the request consumed
 //	          something, ttl (µs, before MIN_TTL and TTL_SLACK), val (the
 //	          new state) and keep (the key's TTL already ends where ttl
-//	          would). @RESERVING@ is true when the call is a reservation,
+//	          would, or later: see ttlEnd). @RESERVING@ is true when the call is a reservation,
 //	          which starts the buckets' bookkeeping.
 //	reserved  general script only: sets u1, u2, u3, what a release needs
 //	          to give the request back.
@@ -132,21 +132,29 @@ func parseFragment(name string, a floodgate.Algorithm, src string) *fragment {
 type stateLayout struct {
 	name   string // as in the slots: @IS name@, @UNPACK name@, @PACK name@
 	tag    byte
-	fields int // the numbers of the binary layout
-	text   int // how many of them, the first, the text layout has
+	fields int  // the numbers of the binary layout
+	text   int  // how many of them, the first, the text layout has
+	older  bool // an older build's layout: read, never written (no @PACK)
 }
 
 // stateLayouts are the binary layouts, tagged with the algorithm's value
-// (plus 0x10 for the buckets' layouts with reservation bookkeeping). The
-// text layouts they stand for are in each algorithm's file.
+// (plus 0x10 for the buckets' layouts with reservation bookkeeping, plus
+// 0x40 for the buckets' layouts that end with the time their key's TTL
+// ends, E; see ttlEnd). The text layouts they stand for are in each
+// algorithm's file. The buckets' layouts without E are those of the
+// builds before it was recorded, still read.
 var stateLayouts = []stateLayout{
-	{"fw", byte(floodgate.FixedWindow), 3, 2},         // T N W (text: T N)
-	{"sw", byte(floodgate.SlidingWindow), 4, 3},       // T N P W (text: T N P)
-	{"tb", byte(floodgate.TokenBucket), 2, 2},         // T N
-	{"tbr", 0x10 | byte(floodgate.TokenBucket), 5, 5}, // T N H A R
-	{"gc", byte(floodgate.GCRA), 2, 2},                // T L
-	{"gcr", 0x10 | byte(floodgate.GCRA), 4, 4},        // T H A R
-	{"qt", byte(floodgate.Quota), 3, 3},               // T N E
+	{"fw", byte(floodgate.FixedWindow), 3, 2, false},         // T N W (text: T N)
+	{"sw", byte(floodgate.SlidingWindow), 4, 3, false},       // T N P W (text: T N P)
+	{"tb", 0x40 | byte(floodgate.TokenBucket), 3, 2, false},  // T N E (text: T N)
+	{"tbr", 0x50 | byte(floodgate.TokenBucket), 6, 5, false}, // T N H A R E (text: T N H A R)
+	{"gc", 0x40 | byte(floodgate.GCRA), 3, 2, false},         // T L E (text: T L)
+	{"gcr", 0x50 | byte(floodgate.GCRA), 5, 4, false},        // T H A R E (text: T H A R)
+	{"qt", byte(floodgate.Quota), 3, 3, false},               // T N E
+	{"tb0", byte(floodgate.TokenBucket), 2, 2, true},         // T N
+	{"tbr0", 0x10 | byte(floodgate.TokenBucket), 5, 5, true}, // T N H A R
+	{"gc0", byte(floodgate.GCRA), 2, 2, true},                // T L
+	{"gcr0", 0x10 | byte(floodgate.GCRA), 4, 4, true},        // T H A R
 }
 
 // stateNumber is struct's format of one number of a binary state.
@@ -164,6 +172,9 @@ func slotFiller(format StateFormat) []string {
 		r = append(r,
 			"@IS "+l.name+"@", fmt.Sprintf("(#v == %d and sbyte(v) == %d)", l.size(), l.tag),
 			"@UNPACK "+l.name+"@", fmt.Sprintf("sunpack('<%s', v, 2)", nums))
+		if l.older {
+			continue
+		}
 		if format == TextState {
 			// string.format ignores the arguments past its format's: the
 			// numbers only the binary layout has.
@@ -178,7 +189,43 @@ func slotFiller(format StateFormat) []string {
 // fill returns block with its slots filled, for a script that writes
 // format.
 func (f *fragment) fill(format StateFormat, block, bad, reserving string) string {
-	return strings.NewReplacer(append(slotFiller(format), "@BAD@", bad, "@RESERVING@", reserving)...).Replace(f.blocks[block])
+	return strings.NewReplacer(append(slotFiller(format), "@BAD@", bad, "@RESERVING@", reserving, "@TTL END@", ttlEnd(format))...).Replace(f.blocks[block])
+}
+
+// ttlEnd is the buckets' @TTL END@: where a token bucket's or GCRA's step
+// block, having set ttl (µs, the life its new state needs, before
+// MIN_TTL and TTL_SLACK) at now, decides the key's TTL from te, the time
+// (µs, at the clock of the request that set it) at which the key's TTL
+// ends as its state records it (nil: not recorded). A bucket's state
+// stops mattering at a time, its full time, after which it decides
+// exactly as an absent key does (a TAT in the past, a full bucket), so a
+// TTL that ends later is never wrong, only longer: when te is no earlier
+// than the end the new state needs, the key's TTL is kept (keep), as the
+// windows keep theirs. Otherwise, in binary, the TTL written is the life
+// needed plus as much again, at most the policy's window w more (a key
+// left idle outlives its state by at most w), and te becomes its end, so
+// the writes of the following requests keep it until the state needs
+// longer. In text, which does not record te, the TTL written is the one
+// needed. It leaves ttl at least MIN_TTL.
+func ttlEnd(format StateFormat) string {
+	keep := `      if ttl < MIN_TTL then
+        ttl = MIN_TTL
+      end
+      if te and now + ttl + TTL_SLACK <= te then
+        keep = true -- the key's TTL ends late enough
+`
+	if format == TextState {
+		return keep + "      end\n"
+	}
+	return keep + `      else
+        local more = ttl + TTL_SLACK -- the TTL written: the life needed twice, ...
+        if more > w then
+          more = w -- ... at most the window more
+        end
+        ttl = ttl + more
+        te = now + ttl + TTL_SLACK
+      end
+`
 }
 
 // The @BAD@ of the fast scripts: this request (or decision) fails alone.

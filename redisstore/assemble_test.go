@@ -26,7 +26,7 @@ func TestAssembledScripts(t *testing.T) {
 			scripts[f.algo.String()] = ss.fast[f.algo].Source()
 		}
 		for name, src := range scripts {
-			for _, slot := range []string{"@BAD@", "@RESERVING@", "@STEPS@", "@RELEASES@", "--@ ", "@IS ", "@UNPACK ", "@PACK "} {
+			for _, slot := range []string{"@BAD@", "@RESERVING@", "@TTL END@", "@STEPS@", "@RELEASES@", "--@ ", "@IS ", "@UNPACK ", "@PACK "} {
 				if strings.Contains(src, slot) {
 					t.Errorf("%s, %s: %q left in the script", format, name, slot)
 				}

@@ -132,7 +132,8 @@ func (e *env) decider() vectors.Decider {
 
 // ttlBound is the longest TTL a key of policy p may carry, plus
 // algo.TTLSlack and a millisecond of rounding: the window for windows (two for the sliding
-// window counter), burst × interval for buckets (plus MaxDelay for GCRA).
+// window counter), burst × interval for buckets (plus MaxDelay for GCRA),
+// which a bucket's TTL may outlive by as much again, at most its window.
 func ttlBound(p floodgate.Policy) time.Duration {
 	w := p.Window
 	var d time.Duration
@@ -149,6 +150,10 @@ func ttlBound(p floodgate.Policy) time.Duration {
 			b = p.Limit
 		}
 		d = time.Duration(b*(w.Microseconds()/p.Limit))*time.Microsecond + p.MaxDelay
+		// A bucket's TTL is written for twice the life its state needs,
+		// at most its window more (see ttlEnd).
+		life := max(d, time.Millisecond) + algo.TTLSlack
+		return life + min(life, w) + time.Millisecond
 	}
 	return max(d, time.Millisecond) + algo.TTLSlack + time.Millisecond
 }

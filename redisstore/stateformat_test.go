@@ -244,24 +244,28 @@ func TestStateFormatsRelease(t *testing.T) {
 // foreignValues are values floodgate did not write for a key of algorithm
 // a, each with why it is foreign.
 func foreignValues(a floodgate.Algorithm) map[string]string {
-	var own stateLayout
-	for _, l := range stateLayouts {
-		if l.tag == byte(a) {
-			own = l
-		}
-	}
 	pad := func(n int) string { return strings.Repeat("\x00", n) }
 	vals := map[string]string{
-		"a wrong tag of the right length": "\x7f" + pad(own.size()-1),
-		"the right tag, one byte short":   string(own.tag) + pad(own.size()-2),
-		"the right tag, one byte long":    string(own.tag) + pad(own.size()),
-		"the right tag alone":             string(own.tag),
-		"random bytes":                    "\xff\xfe\x01\x80garbage\x00\x13",
-		"a word":                          "not ours",
+		"random bytes": "\xff\xfe\x01\x80garbage\x00\x13",
+		"a word":       "not ours",
 	}
+	var own []stateLayout // the algorithm's layouts, those of older builds included
 	for _, l := range stateLayouts {
 		if l.tag&0x0f != byte(a) { // another algorithm's binary state
 			vals["a binary "+l.name+" state"] = string(l.tag) + pad(l.size()-1)
+		} else {
+			own = append(own, l)
+		}
+	}
+	for _, l := range own {
+		vals["a wrong tag of the "+l.name+" length"] = "\x7f" + pad(l.size()-1)
+		vals["the "+l.name+" tag, one byte short"] = string(l.tag) + pad(l.size()-2)
+		vals["the "+l.name+" tag, one byte long"] = string(l.tag) + pad(l.size())
+		vals["the "+l.name+" tag alone"] = string(l.tag)
+		for _, o := range own {
+			if o.size() != l.size() { // a layout's tag at another one's length
+				vals["the "+l.name+" tag at the "+o.name+" length"] = string(l.tag) + pad(o.size()-1)
+			}
 		}
 	}
 	if a != floodgate.SlidingWindow && a != floodgate.Quota {

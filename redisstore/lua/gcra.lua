@@ -32,13 +32,18 @@
       break
     end
 
---@ read t, h, ha, hr, l
-    local t, h, ha, hr, l = 0
+--@ read t, h, ha, hr, l, te
+    local t, h, ha, hr, l, te = 0 -- te: where the key's TTL ends (nil: not recorded)
     if v then
       if @IS gc@ then
-        t, l = @UNPACK gc@
+        t, l, te = @UNPACK gc@
       elseif @IS gcr@ then
-        t, h, ha, hr = @UNPACK gcr@
+        t, h, ha, hr, te = @UNPACK gcr@
+        l = h
+      elseif @IS gc0@ then
+        t, l = @UNPACK gc0@
+      elseif @IS gcr0@ then
+        t, h, ha, hr = @UNPACK gcr0@
         l = h
       else
         local x, c, d, e = smatch(v, '^(%d+) (%d+)$')
@@ -99,6 +104,7 @@
     reset = tat
     if ok and cost > 0 then
       ttl = tat - now
+@TTL END@
       if not h and @RESERVING@ then -- a reservation starts the bookkeeping
         h, ha, hr = now, 0, 0
       end
@@ -109,9 +115,9 @@
         if now >= t then
           ha = now
         end
-        val = @PACK gcr@(tat, h, ha, hr)
+        val = @PACK gcr@(tat, h, ha, hr, te)
       else
-        val = @PACK gc@(tat, now)
+        val = @PACK gc@(tat, now, te)
       end
     end
 
@@ -127,9 +133,11 @@
     if not v then
       return 0
     end
-    local t, h, ca, cr
+    local t, h, ca, cr, te
     if @IS gcr@ then
-      t, h, ca, cr = @UNPACK gcr@
+      t, h, ca, cr, te = @UNPACK gcr@
+    elseif @IS gcr0@ then
+      t, h, ca, cr = @UNPACK gcr0@
     else
       t, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+)$')
       if not t then
@@ -141,5 +149,5 @@
     if back <= 0 then
       return 0
     end
-    redis.call('SET', key, @PACK gcr@(t - back, h, ca, cr + back), 'KEEPTTL')
+    redis.call('SET', key, @PACK gcr@(t - back, h, ca, cr + back, te or 0), 'KEEPTTL') -- 0: the TTL's end is not known
     return back

@@ -31,13 +31,17 @@
       break
     end
 
---@ read t, n, h, ha, hr
-    local t, n, h, ha, hr = 0, 0
+--@ read t, n, h, ha, hr, te
+    local t, n, h, ha, hr, te = 0, 0 -- te: where the key's TTL ends (nil: not recorded)
     if v then
       if @IS tb@ then
-        t, n = @UNPACK tb@
+        t, n, te = @UNPACK tb@
       elseif @IS tbr@ then
-        t, n, h, ha, hr = @UNPACK tbr@
+        t, n, h, ha, hr, te = @UNPACK tbr@
+      elseif @IS tb0@ then
+        t, n = @UNPACK tb0@
+      elseif @IS tbr0@ then
+        t, n, h, ha, hr = @UNPACK tbr0@
       else
         local x, y = smatch(v, '^(%d+) (%d+)$')
         if not x then
@@ -86,6 +90,7 @@
     end
     if ok and cost > 0 then
       ttl = reset - now
+@TTL END@
       if not h and @RESERVING@ then -- a reservation starts the bookkeeping
         h, ha, hr = now, 0, 0
       end
@@ -96,9 +101,9 @@
         if full then
           ha = now
         end
-        val = @PACK tbr@(last, tokens, h, ha, hr)
+        val = @PACK tbr@(last, tokens, h, ha, hr, te)
       else
-        val = @PACK tb@(last, tokens)
+        val = @PACK tb@(last, tokens, te)
       end
     end
     rem = tokens
@@ -122,9 +127,11 @@
     if not v then
       return 0
     end
-    local t, n, h, ca, cr
+    local t, n, h, ca, cr, te
     if @IS tbr@ then
-      t, n, h, ca, cr = @UNPACK tbr@
+      t, n, h, ca, cr, te = @UNPACK tbr@
+    elseif @IS tbr0@ then
+      t, n, h, ca, cr = @UNPACK tbr0@
     else
       t, n, h, ca, cr = smatch(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
       if not t then
@@ -137,5 +144,5 @@
       return 0
     end
     local k = idiv(back + iv - 1, iv)
-    redis.call('SET', key, @PACK tbr@(t + k * iv - back, n + k, h, ca, cr + back), 'KEEPTTL')
+    redis.call('SET', key, @PACK tbr@(t + k * iv - back, n + k, h, ca, cr + back, te or 0), 'KEEPTTL') -- 0: the TTL's end is not known
     return k
