@@ -233,12 +233,17 @@ func TestLoneKeepTTLOtherLength(t *testing.T) {
 	}
 }
 
-// spackQuota is a quota state in binary (the layout qt), as struct.pack
-// writes it.
-func spackQuota(start, n, end int64) []byte {
-	b := []byte{byte(floodgate.Quota)}
-	for _, x := range []int64{start, n, end} {
+// spackState is a binary state of the layout tagged tag holding nums, as
+// struct.pack writes it.
+func spackState(tag byte, nums ...int64) []byte {
+	b := []byte{tag}
+	for _, x := range nums {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
 	}
 	return b
+}
+
+// spackQuota is a quota state in binary (the layout qt).
+func spackQuota(start, n, end int64) []byte {
+	return spackState(byte(floodgate.Quota), start, n, end)
 }
