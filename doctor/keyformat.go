@@ -156,7 +156,10 @@ const (
 )
 
 // layerTTL returns the longest TTL a state of p can have when written at
-// now: the time it stays meaningful, as the step functions compute it.
+// now: the time it stays meaningful, as the step functions compute it,
+// plus the slack; for a token bucket or GCRA as much again, at most the
+// window (redisstore writes a bucket's TTL that long, so that the
+// following writes keep it).
 func layerTTL(p floodgate.Policy, now time.Time) time.Duration {
 	var d time.Duration
 	switch p.Algorithm {
@@ -170,6 +173,8 @@ func layerTTL(p floodgate.Policy, now time.Time) time.Duration {
 			burst = p.Limit
 		}
 		d = time.Duration(float64(p.Window)*float64(burst)/float64(p.Limit)) + p.MaxDelay
+		life := max(d, time.Millisecond) + ttlSlack
+		return life + min(life, p.Window)
 	case floodgate.Quota:
 		_, end, _ := algo.QuotaPeriod(p, now.UnixMicro())
 		d = time.UnixMicro(end).Sub(now) + algo.QuotaGrace

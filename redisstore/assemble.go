@@ -38,8 +38,9 @@ import (
 //	          rem, reset, retry and delay and, when the request consumed
 //	          something, ttl (µs, before MIN_TTL and TTL_SLACK), val (the
 //	          new state) and keep (the key's TTL already ends where ttl
-//	          would, or later: see ttlEnd). @RESERVING@ is true when the call is a reservation,
-//	          which starts the buckets' bookkeeping.
+//	          would, or later: see ttlEnd). @RESERVING@ is true when the
+//	          call is a reservation, which starts the buckets'
+//	          bookkeeping; the buckets' @TTL END@ is ttlEnd.
 //	reserved  general script only: sets u1, u2, u3, what a release needs
 //	          to give the request back.
 //	release   general script only: the body of a function (key, cost, w,

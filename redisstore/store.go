@@ -165,9 +165,12 @@ const (
 	// instructions less per state read and written than on text
 	// (docs/benchmarks.md). A window state also records its window's
 	// length, so a write in the same window keeps the key's TTL (SET
-	// KEEPTTL) instead of setting it again. Builds of floodgate from
-	// before the binary format read such a state as a value floodgate did
-	// not write, and fail the decision.
+	// KEEPTTL) instead of setting it again; a token bucket or GCRA state
+	// records where its key's TTL ends, so a write whose state needs no
+	// longer keeps it. Builds of floodgate from before the binary format
+	// read such a state as a value floodgate did not write, and fail the
+	// decision, as builds from before the buckets recorded their TTL's end
+	// do for those (docs/operations.md).
 	BinaryState StateFormat = iota
 	// TextState writes each state as decimal numbers separated by spaces,
 	// which every build of floodgate reads. It is for a rolling upgrade

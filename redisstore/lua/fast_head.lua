@@ -63,7 +63,10 @@
 -- px is the state's TTL in ms, or -1 to keep the key's TTL. A state
 -- whose stored predecessor has the same period (a quota's start and end)
 -- or the same window (a binary window state's start and length) already
--- expires where the new state would, so SET KEEPTTL writes it without the
+-- expires where the new state would, and a bucket's (token bucket, GCRA)
+-- whose predecessor records a TTL that ends no earlier than the new state
+-- needs expires late enough (see ttlEnd in redisstore/assemble.go), so
+-- SET KEEPTTL writes it without the
 -- expiry bookkeeping of SET PX (4,800 Redis instructions against about
 -- 11,000); and when the new state is as long as the stored value (a
 -- binary state over one of its layout), SETRANGE key 0 overwrites the

@@ -31,9 +31,8 @@
 -- the request (a peek's numbers, marked admitted). States are read and
 -- written through a cache for the call: a key that several decisions of
 -- the call share (a global edge layer) is read once and written once, at
--- the end, with its last value and TTL (or, for a quota layer whose
--- stored state is of the same period, with SET KEEPTTL: see
--- fast_head.lua). (Redis 7.0 counts a PX from the
+-- the end, with its last value and TTL (or, for a state that keeps its
+-- key's TTL, in place or with SET KEEPTTL: see fast_head.lua). (Redis 7.0 counts a PX from the
 -- moment of the SET, so a key flushed at the end of a long call expires
 -- later than if it had been written at once, by at most the call's run
 -- time, far inside the TTL's one-second slack; never earlier.)

@@ -2,14 +2,19 @@
 -- algo's stepGCRA.
 --
 -- State: "T L" (theoretical arrival time µs, and the time the latest
--- admitted request was decided at), written with SET PX, in text or in
--- binary (the layout gc); "T H A R" (in binary the layout gcr)
+-- admitted request was decided at), in text or in binary (the layout gc,
+-- "T L E"); "T H A R" (in binary the layout gcr, "T H A R E")
 -- once the key has taken part in a split decision, with the same
 -- bookkeeping as token_bucket.lua (H latest decision time, which serves as
 -- L, A last time the bucket was found with no backlog, R µs returned by
 -- releases). A request whose now is before L (its instance's clock is
 -- behind) is decided at L, as the other algorithms decide at their state's
--- time; a plain "T", written before L was kept, is read with no L.
+-- time; a plain "T", written before L was kept, is read with no L. E,
+-- binary only, is where the key's TTL ends: a write keeps the TTL when
+-- its state needs no longer, and otherwise writes it with SET PX, longer
+-- than needed (see ttlEnd in redisstore/assemble.go: once its TAT is past,
+-- a state decides as no key does). The binary layouts without E, which
+-- older builds wrote (gc0, gcr0), are read too.
 --
 -- This file is the algorithm's only Lua, cut into blocks at its "--@"
 -- lines and assembled into every script (see fixed_window.lua and

@@ -1,14 +1,19 @@
 -- token_bucket.lua: floodgate.TokenBucket, the Lua of algo's
 -- stepTokenBucket.
 --
--- State: "T N" (last refill time µs, tokens), written with SET PX, in
--- text or in binary (the layout tb). Once the key has taken part in a
--- split decision (a reserve, see decide.lua) it is "T N H A R" (in binary
--- the layout tbr) until it expires, the three extra numbers
+-- State: "T N" (last refill time µs, tokens), in text or in binary (the
+-- layout tb, "T N E"). Once the key has taken part in a split decision (a
+-- reserve, see decide.lua) it is "T N H A R" (in binary the layout tbr,
+-- "T N H A R E") until it expires, the three extra numbers
 -- being the bookkeeping a release needs (H the latest time any admitted
 -- request was decided at, A the time the bucket was last found full, R the
 -- µs of reservations returned so far; see bucket_refund in release.lua);
--- decisions never read them, and keep them up to date.
+-- decisions never read them, and keep them up to date. E, binary only, is
+-- where the key's TTL ends: a write keeps the TTL when its state needs no
+-- longer, and otherwise writes it with SET PX, longer than needed (see
+-- ttlEnd in redisstore/assemble.go: a full bucket decides as no key
+-- does). The binary layouts without E, which older builds wrote (tb0,
+-- tbr0), are read too.
 --
 -- This file is the algorithm's only Lua, cut into blocks at its "--@"
 -- lines and assembled into every script (see fixed_window.lua and
