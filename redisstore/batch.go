@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/floodgate-rl/floodgate"
@@ -253,6 +254,10 @@ func decodeBatch(vals []int64, calls []*call, node bool) error {
 	for _, c := range calls {
 		part := vals[at : at+compactWidth*len(c.layers)]
 		at += len(part)
+		if slices.Contains(part, badValue) {
+			c.err = fmt.Errorf("%w: redis: the answer for %s is not a whole number below 2^53: a key may hold a value floodgate did not write", floodgate.ErrBadReply, keyList(c.layers))
+			continue
+		}
 		switch part[0] {
 		case codeForeign:
 			if node {

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/vectors"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestPackedBatchArgument checks that a single-layer batch's command line
@@ -199,15 +202,17 @@ func TestDecodePacked(t *testing.T) {
 	if vals, err := f.decodePacked(pack(0, -1, 1<<53-1, 7)); err != nil || len(vals) != 4 || vals[1] != -1 || vals[2] != 1<<53-1 {
 		t.Errorf("good reply: %v %v", vals, err)
 	}
+	if _, err := f.decodePacked(pack(1, 2)[:15]); err == nil {
+		t.Error("ragged: no error")
+	}
 	for name, reply := range map[string]string{
-		"ragged":   pack(1, 2)[:15],
 		"fraction": pack(1, 2.5),
-		"nan":      pack(math.NaN()),
-		"inf":      pack(math.Inf(-1)),
-		"2^53":     pack(1 << 53),
+		"nan":      pack(1, math.NaN()),
+		"inf":      pack(1, math.Inf(-1)),
+		"2^53":     pack(1, 1<<53),
 	} {
-		if _, err := f.decodePacked(reply); err == nil {
-			t.Errorf("%s: no error", name)
+		if vals, err := f.decodePacked(reply); err != nil || len(vals) != 2 || vals[0] != 1 || vals[1] != badValue {
+			t.Errorf("%s: %v %v, want [1 badValue]", name, vals, err)
 		}
 	}
 }
@@ -315,5 +320,50 @@ func TestLayersPackedGuards(t *testing.T) {
 		if c.Exists(ctx, ks[2], ks[3]).Val() != 0 || c.Exists(ctx, ks[0], ks[1], ks[4], ks[5]).Val() != 4 {
 			t.Errorf("%s: the bad decision wrote, or a good one did not", name)
 		}
+	}
+}
+
+// TestBatchNonsenseStateFailsAlone puts on one key a sliding window
+// state floodgate never writes but whose tag and length are right (its
+// count in the current window is NaN, or 1e300): the script decides it
+// into an answer that is no whole number, and only that request fails,
+// with ErrBadReply; the other requests of its batch are decided.
+func TestBatchNonsenseStateFailsAlone(t *testing.T) {
+	e, _ := newEnv(t)
+	c := e.client.(*redis.Client)
+	ctx := context.Background()
+	p := mustPolicy(t, floodgate.Policy{Name: "nonsense", Algorithm: floodgate.SlidingWindow, Limit: 5, Window: time.Minute})
+	now := vectors.T0.Add(time.Hour).UnixMicro()
+	w := p.Window.Microseconds()
+	start := now - now%w
+	for name, n := range map[string]float64{"NaN": math.NaN(), "1e300": 1e300, "-inf": math.Inf(-1)} {
+		t.Run(name, func(t *testing.T) {
+			k := func(id string) string { return e.key(p, name+id) }
+			state := []byte{byte(floodgate.SlidingWindow)}
+			for _, x := range []float64{float64(start), n, 0, float64(w)} {
+				state = binary.LittleEndian.AppendUint64(state, math.Float64bits(x))
+			}
+			bad := k("bad")
+			if err := c.Set(ctx, bad, state, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			calls := batchOf(p, now, k("a"), bad, k("b"))
+			for _, cl := range calls {
+				e.bound[cl.layers[0].Key] = time.Minute + ttlBound(p)
+			}
+			e.store.batch.run(calls)
+			for i, cl := range calls {
+				<-cl.done
+				if i == 1 {
+					if !errors.Is(cl.err, floodgate.ErrBadReply) || !strings.Contains(cl.err.Error(), bad) {
+						t.Errorf("the nonsense state's request: %+v %v, want ErrBadReply naming its key", cl.res[0], cl.err)
+					}
+					continue
+				}
+				if cl.err != nil || !cl.res[0].Allowed || cl.res[0].Remaining != 4 {
+					t.Errorf("batch request %d: %+v %v, want allowed with 4 left", i, cl.res[0], cl.err)
+				}
+			}
+		})
 	}
 }

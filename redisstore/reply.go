@@ -124,7 +124,9 @@ func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) 
 
 // decodePacked reads a packed batch's reply (see fast_end.lua): its
 // integers, compactWidth per request, each a little-endian double, into
-// f.vals, which it returns. decodeBatch checks their number.
+// f.vals, which it returns, with badValue for one that is not an integer
+// below 2^53. decodeBatch checks their number and fails the requests
+// with a bad value.
 func (f *batchFrame) decodePacked(reply string) ([]int64, error) {
 	if len(reply)%8 != 0 {
 		return nil, fmt.Errorf("%w: batch: a packed reply of %d bytes, not a multiple of 8", floodgate.ErrBadReply, len(reply))
@@ -137,12 +139,21 @@ func (f *batchFrame) decodePacked(reply string) ([]int64, error) {
 	for i := range f.vals {
 		x, ok := packedInt(reply, i)
 		if !ok {
-			return nil, fmt.Errorf("%w: batch: a packed reply's value %d is %v, want an integer", floodgate.ErrBadReply, i, x)
+			// Only this value's request fails (decodeBatch): a state
+			// with the right tag and length but numbers floodgate
+			// never writes (a NaN, 1e300) is decided into nonsense,
+			// and must not take the batch's other requests with it.
+			f.vals[i] = badValue
+			continue
 		}
 		f.vals[i] = int64(x)
 	}
 	return f.vals, nil
 }
+
+// badValue stands, in decodePacked's integers, for a value that is not
+// an integer of magnitude below 2^53 (which no valid answer holds).
+const badValue = math.MinInt64
 
 // packedInt reads the i-th little-endian double of s (struct's "d"),
 // and reports whether it is an integer of magnitude below 2^53 (NaN and
