@@ -332,7 +332,7 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every tier of a quota shares its usage; the tier only sets the
 	// limit the response reports.
-	ctx, cancel := s.decisionContext(r)
+	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
 	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	var res quota.Result

@@ -167,12 +167,12 @@ func (s *Server) leaseSetup(ctx context.Context, w http.ResponseWriter, r *http.
 }
 
 func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	enforce, err := enforceParam(r)
+	enforce, err := enforceParam(r.URL.RawQuery)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := s.decisionContext(r)
+	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
 	op, lim, tier, ok := s.leaseSetup(ctx, w, r, decodeAcquire)
 	if !ok {
@@ -205,7 +205,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.decisionContext(r)
+	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
 	op, lim, _, ok := s.leaseSetup(ctx, w, r, decodeLease)
 	if !ok {
@@ -224,7 +224,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.decisionContext(r)
+	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
 	op, lim, _, ok := s.leaseSetup(ctx, w, r, decodeLease)
 	if !ok {

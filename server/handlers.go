@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,11 @@ const ProblemTypePrefix = "urn:floodgate:problem:"
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
+	encodeJSON(w, v)
+}
+
+// encodeJSON writes v as every JSON answer is written.
+func encodeJSON(w io.Writer, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
@@ -43,7 +50,12 @@ func writeProblem(w http.ResponseWriter, p *problemError) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.status)
-	_ = json.NewEncoder(w).Encode(p.problem())
+	encodeProblem(w, p)
+}
+
+// encodeProblem writes p's body, as every transport sends it.
+func encodeProblem(w io.Writer, p *problemError) {
+	encodeJSON(w, p.problem())
 }
 
 func (p *problemError) problem() Problem {
@@ -64,12 +76,17 @@ func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return &problemError{status: http.StatusRequestEntityTooLarge, kind: "body-too-large",
-				detail: "the request body is larger than " + strconv.FormatInt(s.opts.MaxBodyBytes, 10) + " bytes"}
+			return s.bodyTooLarge()
 		}
 		return badRequest("unreadable-body", "reading the request body: %v", err)
 	}
 	return nil
+}
+
+// bodyTooLarge is the problem of a body over MaxBodyBytes.
+func (s *Server) bodyTooLarge() *problemError {
+	return &problemError{status: http.StatusRequestEntityTooLarge, kind: "body-too-large",
+		detail: "the request body is larger than " + strconv.FormatInt(s.opts.MaxBodyBytes, 10) + " bytes"}
 }
 
 // buffers recycles the request and answer buffers of the decision
@@ -93,17 +110,24 @@ func putBuffer(b *bytes.Buffer) {
 
 // fail writes err: a problemError as is, a decision failure as 503 or 500.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var p *problemError
-	if errors.As(err, &p) {
-		s.metrics.rejected.WithLabelValues(p.kind).Inc()
-		writeProblem(w, p)
-		return
-	}
-	p = s.decisionProblem(r.Context(), err)
-	if p.status == http.StatusServiceUnavailable {
+	p, retry := s.failure(r.Context(), err)
+	if retry {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeProblem(w, p)
+}
+
+// failure returns the problem answering err (a problemError as is, counted
+// as a rejection; a decision failure classified, counted and logged by
+// decisionProblem) and whether the answer carries Retry-After: 1 (a
+// decision failure answered with 503).
+func (s *Server) failure(ctx context.Context, err error) (p *problemError, retry bool) {
+	if errors.As(err, &p) {
+		s.metrics.rejected.WithLabelValues(p.kind).Inc()
+		return p, false
+	}
+	p = s.decisionProblem(ctx, err)
+	return p, p.status == http.StatusServiceUnavailable
 }
 
 // decisionProblem classifies a store failure, counts and logs it. The
@@ -158,8 +182,13 @@ func (s *Server) record(o outcome, route string) {
 func setHeaders(h http.Header, resp CheckResponse) {
 	setRateHeaders(h, resp.Limit, resp.Remaining, resp.Reset, resp.Allowed, resp.RetryAfterMS)
 	if resp.Degraded {
-		h.Set(DegradedHeader, resp.FailureMode+"; reason="+resp.DegradedReason)
+		h.Set(DegradedHeader, resp.degradedHeader())
 	}
+}
+
+// degradedHeader is the value of DegradedHeader on a degraded answer.
+func (r *CheckResponse) degradedHeader() string {
+	return r.FailureMode + "; reason=" + r.DegradedReason
 }
 
 // DegradedHeader is set on a decision taken by the policy's failure mode
@@ -177,33 +206,44 @@ var (
 	hdrRetryAfter = textproto.CanonicalMIMEHeaderKey("Retry-After")
 )
 
-// setRateHeaders writes X-RateLimit-Limit, X-RateLimit-Remaining,
-// X-RateLimit-Reset (Unix seconds; omitted when reset is 0) and, when
-// denied with a retry hint, Retry-After in whole seconds rounded up.
-func setRateHeaders(h http.Header, limit, remaining, reset int64, allowed bool, retryAfterMS int64) {
-	// One string holds every value and one array every header's slice.
-	var buf [4 * 20]byte
-	b := strconv.AppendInt(buf[:0], limit, 10)
-	nl := len(b)
+// rateHeaderNames are the headers of rateHeaderValues' segments.
+var rateHeaderNames = [4]string{hdrLimit, hdrRemaining, hdrReset, hdrRetryAfter}
+
+// appendRateHeaders appends the values of X-RateLimit-Limit,
+// X-RateLimit-Remaining, X-RateLimit-Reset (Unix seconds; empty, so
+// omitted, when reset is 0) and, when denied with a retry hint,
+// Retry-After in whole seconds rounded up (empty otherwise) to b; the
+// value of rateHeaderNames[i] is b[ends[i-1]:ends[i]] (from 0 for i = 0).
+func appendRateHeaders(b []byte, limit, remaining, reset int64, allowed bool, retryAfterMS int64) (_ []byte, ends [4]int) {
+	b = strconv.AppendInt(b, limit, 10)
+	ends[0] = len(b)
 	b = strconv.AppendInt(b, remaining, 10)
-	nr := len(b)
+	ends[1] = len(b)
 	if reset > 0 {
 		b = strconv.AppendInt(b, reset, 10)
 	}
-	nz := len(b)
+	ends[2] = len(b)
 	if !allowed && retryAfterMS > 0 {
 		b = strconv.AppendInt(b, (retryAfterMS+999)/1000, 10)
 	}
+	ends[3] = len(b)
+	return b, ends
+}
+
+// setRateHeaders sets the headers of appendRateHeaders on h.
+func setRateHeaders(h http.Header, limit, remaining, reset int64, allowed bool, retryAfterMS int64) {
+	// One string holds every value and one array every header's slice.
+	var buf [4 * 20]byte
+	b, ends := appendRateHeaders(buf[:0], limit, remaining, reset, allowed, retryAfterMS)
 	str := string(b)
 	vals := make([]string, 4)
-	vals[0], vals[1], vals[2], vals[3] = str[:nl], str[nl:nr], str[nr:nz], str[nz:]
-	h[hdrLimit] = vals[0:1:1]
-	h[hdrRemaining] = vals[1:2:2]
-	if reset > 0 {
-		h[hdrReset] = vals[2:3:3]
-	}
-	if !allowed && retryAfterMS > 0 {
-		h[hdrRetryAfter] = vals[3:4:4]
+	start := 0
+	for i, end := range ends {
+		if end > start {
+			vals[i] = str[start:end]
+			h[rateHeaderNames[i]] = vals[i : i+1 : i+1]
+		}
+		start = end
 	}
 }
 
@@ -222,39 +262,15 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 		s.fail(w, r, err)
 		return
 	}
-	enforce, err := enforceParam(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	cfg := s.cfg.Load()
-	c, err := decode(cfg, buf.Bytes()) // keeps no reference to the bytes
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	ctx, cancel := s.decisionContext(r)
-	defer cancel()
-	o, err := s.decide(ctx, cfg, c)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.record(o, r.URL.Path)
 	// The answer is written before the handler returns: its layers can
 	// live on the stack (a policy has few).
 	var layers [4]LayerResult
-	var resp CheckResponse
-	if len(o.layers) <= len(layers) {
-		resp = o.responseIn(layers[:len(o.layers)])
-	} else {
-		resp = o.response()
+	resp, status, err := s.decideOne(r.Context(), buf.Bytes(), r.URL.RawQuery, r.URL.Path, decode, layers[:])
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	setHeaders(w.Header(), resp)
-	status := http.StatusOK
-	if enforce && !resp.Allowed {
-		status = http.StatusTooManyRequests
-	}
 	out := appendCheckResponse(buf.AvailableBuffer(), &resp)
 	h := w.Header()
 	h[hdrContentType] = contentTypeJSON
@@ -262,13 +278,52 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 	_, _ = w.Write(out)
 }
 
+// decideOne is POST /v1/check and /v1/peek whatever the transport: it
+// decodes body (a request read in full, within MaxBodyBytes) with decode,
+// reads enforce from rawQuery (the request target's query, undecoded),
+// decides, records the decision under route and returns the answer and
+// its status, or the error to answer with (s.failure). The answer's
+// layers are in layers when they fit (a policy has few), so that a caller
+// writing it before it returns can keep them on its stack. ctx gives the
+// decision's context its values (not its cancellation).
+func (s *Server) decideOne(ctx context.Context, body []byte, rawQuery, route string, decode func(*config.Config, []byte) (check, error), layers []LayerResult) (CheckResponse, int, error) {
+	enforce, err := enforceParam(rawQuery)
+	if err != nil {
+		return CheckResponse{}, 0, err
+	}
+	cfg := s.cfg.Load()
+	c, err := decode(cfg, body) // keeps no reference to the bytes
+	if err != nil {
+		return CheckResponse{}, 0, err
+	}
+	dctx, cancel := s.decisionContext(ctx)
+	defer cancel()
+	o, err := s.decide(dctx, cfg, c)
+	if err != nil {
+		return CheckResponse{}, 0, err
+	}
+	s.record(o, route)
+	var resp CheckResponse
+	if len(o.layers) <= len(layers) {
+		resp = o.responseIn(layers[:len(o.layers)])
+	} else {
+		resp = o.response()
+	}
+	status := http.StatusOK
+	if enforce && !resp.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	return resp, status, nil
+}
+
 var (
 	hdrContentType  = textproto.CanonicalMIMEHeaderKey("Content-Type")
 	contentTypeJSON = []string{"application/json"} // never modified
 )
 
-func enforceParam(r *http.Request) (bool, error) {
-	v := queryParam(r, "enforce")
+// enforceParam reads the enforce parameter of rawQuery.
+func enforceParam(rawQuery string) (bool, error) {
+	v := queryParam(rawQuery, "enforce")
 	switch v {
 	case "", "0", "false":
 		return false, nil
@@ -278,12 +333,13 @@ func enforceParam(r *http.Request) (bool, error) {
 	return false, badRequest("invalid-parameter", "query parameter enforce=%q: want 1, true, 0 or false", clip(v, 40))
 }
 
-// queryParam returns r.URL.Query().Get(name), without parsing the whole
-// query when it holds nothing to unescape.
-func queryParam(r *http.Request, name string) string {
-	q := r.URL.RawQuery
+// queryParam returns url.ParseQuery(q).Get(name) (what an http.Request's
+// URL.Query().Get(name) returns), without parsing the whole query when it
+// holds nothing to unescape.
+func queryParam(q, name string) string {
 	if strings.ContainsAny(q, "%+;") {
-		return r.URL.Query().Get(name)
+		v, _ := url.ParseQuery(q)
+		return v.Get(name)
 	}
 	for q != "" {
 		var pair string
@@ -315,31 +371,44 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	cfg := s.cfg.Load()
-	checks, err := decodeBatch(cfg, body, s.opts.MaxBatch)
+	out, err := s.decideBatch(r.Context(), body, r.URL.Path)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decideBatch is POST /v1/check/batch whatever the transport: it decodes
+// body (read in full, within MaxBodyBytes), decides every check and
+// records them under route, and returns the answer (HTTP 200) or the
+// error to answer with (s.failure). ctx gives the decisions' context its
+// values (not its cancellation).
+func (s *Server) decideBatch(ctx context.Context, body []byte, route string) (BatchResponse, error) {
+	cfg := s.cfg.Load()
+	checks, err := decodeBatch(cfg, body, s.opts.MaxBatch)
+	if err != nil {
+		return BatchResponse{}, err
+	}
 	out := BatchResponse{Results: make([]BatchItem, len(checks))}
 	// One deadline for the whole batch: once it has passed, the remaining
 	// checks are decided by their failure mode without calling Redis.
-	ctx, cancel := s.decisionContext(r)
+	dctx, cancel := s.decisionContext(ctx)
 	defer cancel()
 	for i, c := range checks {
-		o, err := s.decide(ctx, cfg, c)
+		o, err := s.decide(dctx, cfg, c)
 		if err != nil {
 			var p *problemError
 			if !errors.As(err, &p) {
-				p = s.decisionProblem(r.Context(), err)
+				p = s.decisionProblem(ctx, err)
 			}
 			pr := p.problem()
 			out.Results[i].Error = &pr
 			continue
 		}
-		s.record(o, r.URL.Path)
+		s.record(o, route)
 		resp := o.response()
 		out.Results[i].CheckResponse = &resp
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }

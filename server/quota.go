@@ -269,7 +269,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		s.fail(w, r, err)
 		return
 	}
-	enforce, err := enforceParam(r)
+	enforce, err := enforceParam(r.URL.RawQuery)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -285,7 +285,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := s.decisionContext(r)
+	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
 	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	q := eng.quota(op.quota.Name, tier)

@@ -153,6 +153,9 @@ type Options struct {
 	// that every instance shares it. Default: a new in-process
 	// quota.MemoryStore.
 	QuotaStore quota.Store
+	// HTTPEngine is the HTTP server Serve runs (ParseHTTPEngine). Default
+	// NetHTTP.
+	HTTPEngine HTTPEngine
 	// ConcurrencyStore keeps the leases of the configuration's
 	// concurrency limits, under the limiter's key prefix: a
 	// concurrency.RedisStore on the limiter's Redis, so that every
@@ -192,6 +195,9 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if opts.DecisionTimeout < 0 || opts.MaxBodyBytes < 0 || opts.MaxBatch < 0 ||
 		opts.DrainTimeout < 0 || opts.ShutdownDelay < 0 || opts.LookupTimeout < 0 || opts.WarnEvery < 0 || opts.ReadTimeout < 0 {
 		return nil, errors.New("server: negative option")
+	}
+	if _, err := ParseHTTPEngine(string(opts.HTTPEngine)); err != nil {
+		return nil, err
 	}
 	if opts.AdminToken != "" {
 		if err := ValidateAdminToken(opts.AdminToken); err != nil {
@@ -362,8 +368,12 @@ func (s *Server) CountDegraded(o fallback.Outcome) {
 // and waits up to DrainTimeout for in-flight requests, then closes the
 // connections still open (a client still sending its request; each
 // request's reading is bounded by ReadTimeout anyway). It returns nil
-// after a shutdown, or the error that stopped serving.
+// after a shutdown, or the error that stopped serving. It serves with
+// Options.HTTPEngine.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.opts.HTTPEngine == FastHTTP {
+		return s.serveFast(ctx, ln)
+	}
 	hs := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
@@ -379,11 +389,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("server: %w", err)
 	case <-ctx.Done():
 	}
-	s.draining.Store(true)
-	s.log.Info("shutting down: readiness off, draining", "delay", s.opts.ShutdownDelay, "timeout", s.opts.DrainTimeout)
-	if s.opts.ShutdownDelay > 0 {
-		time.Sleep(s.opts.ShutdownDelay)
-	}
+	s.beginDrain()
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
@@ -397,6 +403,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil
+}
+
+// beginDrain starts a shutdown: readiness turns off, and it returns after
+// ShutdownDelay, when the listener is to stop accepting.
+func (s *Server) beginDrain() {
+	s.draining.Store(true)
+	s.log.Info("shutting down: readiness off, draining", "delay", s.opts.ShutdownDelay, "timeout", s.opts.DrainTimeout)
+	if s.opts.ShutdownDelay > 0 {
+		time.Sleep(s.opts.ShutdownDelay)
+	}
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
@@ -460,10 +476,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 }
 
 // decisionContext returns the context a request's store calls run under:
-// r's, bounded by DecisionTimeout. The deadline shares its timer with the
-// requests of the same millisecond and may come up to a millisecond early
-// (internal/deadline); a client that goes away does not cut the calls
-// short, which end by the deadline anyway.
-func (s *Server) decisionContext(r *http.Request) (context.Context, context.CancelFunc) {
-	return s.ticks.WithTimeout(r.Context(), time.Now(), s.opts.DecisionTimeout)
+// one with ctx's values (the request's), ending DecisionTimeout from now.
+// The deadline shares its timer with the requests of the same millisecond
+// and may come up to a millisecond early (internal/deadline); a client
+// that goes away does not cut the calls short, which end by the deadline
+// anyway.
+func (s *Server) decisionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return s.ticks.WithTimeout(ctx, time.Now(), s.opts.DecisionTimeout)
 }

@@ -1,0 +1,302 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// HTTPEngine names the HTTP/1.x server implementation Serve runs.
+type HTTPEngine string
+
+// The HTTP engines.
+const (
+	// NetHTTP is the standard library's net/http server (the default).
+	NetHTTP HTTPEngine = "net/http"
+	// FastHTTP is github.com/valyala/fasthttp: POST /v1/check,
+	// /v1/check/batch and /v1/peek are served natively, at a third of
+	// net/http's cost per request, every other endpoint through the
+	// net/http handler (fasthttpadaptor). HTTP/1.1 only; see
+	// docs/operations.md for what differs.
+	FastHTTP HTTPEngine = "fasthttp"
+)
+
+// ParseHTTPEngine returns the engine named s ("" is NetHTTP).
+func ParseHTTPEngine(s string) (HTTPEngine, error) {
+	switch e := HTTPEngine(s); e {
+	case "", NetHTTP:
+		return NetHTTP, nil
+	case FastHTTP:
+		return e, nil
+	}
+	return "", fmt.Errorf("server: HTTP engine %q: want %s or %s", s, NetHTTP, FastHTTP)
+}
+
+// fastReadBufferSize is fasthttp's buffer per connection, which bounds
+// the request line and headers together (net/http allows 1 MiB of
+// headers): a request whose headers do not fit is answered 431.
+const fastReadBufferSize = 64 << 10
+
+// fastBodySlack is how far past MaxBodyBytes fasthttp reads a body before
+// it gives up: the handlers answer bodies up to there themselves, as on
+// net/http (which reads and discards up to 256 KiB of a body a handler
+// left unread, to keep the connection).
+const fastBodySlack = 256 << 10
+
+// serveFast is Serve on fasthttp.
+func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
+	var conns connSet
+	fs := &fasthttp.Server{
+		Handler:      s.fastHandler(),
+		ErrorHandler: s.fastError,
+		// As Serve's http.Server: fasthttp's ReadTimeout bounds the
+		// header and the body together.
+		ReadTimeout:                  s.opts.ReadTimeout,
+		WriteTimeout:                 30 * time.Second,
+		IdleTimeout:                  2 * time.Minute,
+		ReadBufferSize:               fastReadBufferSize,
+		MaxRequestBodySize:           int(min(s.opts.MaxBodyBytes+fastBodySlack, 1<<30)),
+		NoDefaultServerHeader:        true, // net/http sends none
+		NoDefaultContentType:         true, // nor a Content-Type it was not given
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true, // Connection: close while draining, as net/http
+		Logger:                       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnState:                    conns.track,
+	}
+	done := make(chan error, 1)
+	go func() { done <- fs.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("server: %w", err)
+	case <-ctx.Done():
+	}
+	s.beginDrain()
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
+	defer cancel()
+	if err := fs.ShutdownWithContext(sctx); err != nil {
+		s.log.Warn("drain timeout reached: closing the connections still open", "timeout", s.opts.DrainTimeout, "error", err)
+		conns.closeAll()
+	}
+	if err := <-done; err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	return nil
+}
+
+// fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on
+// fasthttp's request, and every other request through the net/http
+// handler.
+func (s *Server) fastHandler() fasthttp.RequestHandler {
+	// The request's context is fasthttp's, which ends when the server
+	// shuts down: requests in flight then must finish (Serve's drain), as
+	// on net/http.
+	slow := fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mux.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
+	}))
+	return func(ctx *fasthttp.RequestCtx) {
+		defer s.recoverFast(ctx)
+		if ctx.IsPost() {
+			if route, query, ok := fastRoute(ctx.Request.Header.RequestURI()); ok {
+				switch route {
+				case "/v1/check":
+					s.fastSingle(ctx, route, query, decodeCheck)
+					return
+				case "/v1/peek":
+					s.fastSingle(ctx, route, query, decodePeek)
+					return
+				case "/v1/check/batch":
+					s.fastBatch(ctx, route)
+					return
+				}
+			}
+		}
+		slow(ctx)
+	}
+}
+
+// fastRoute splits an origin-form request target into its path, when it
+// is one of the natively served ones, and its query: the path and raw
+// query net/http's request would have. Any other target (absolute-form, a
+// path ServeMux would clean or redirect) goes to the net/http handler.
+func fastRoute(uri []byte) (route, query string, ok bool) {
+	path := uri
+	var q []byte
+	for i, c := range uri {
+		if c == '?' {
+			path, q = uri[:i], uri[i+1:]
+			break
+		}
+	}
+	for _, r := range [...]string{"/v1/check", "/v1/peek", "/v1/check/batch"} {
+		if string(path) == r {
+			return r, string(q), true
+		}
+	}
+	return "", "", false
+}
+
+// fastBody returns the request's body, or the problem of a body over
+// MaxBodyBytes (the connection then closes, as net/http's does).
+func (s *Server) fastBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
+	body := ctx.PostBody()
+	if int64(len(body)) > s.opts.MaxBodyBytes {
+		ctx.SetConnectionClose()
+		return nil, s.bodyTooLarge()
+	}
+	return body, nil
+}
+
+// fastSingle is single on fasthttp.
+func (s *Server) fastSingle(ctx *fasthttp.RequestCtx, route, query string, decode func(*config.Config, []byte) (check, error)) {
+	body, err := s.fastBody(ctx)
+	if err != nil {
+		s.fastFail(ctx, err)
+		return
+	}
+	var layers [4]LayerResult
+	resp, status, err := s.decideOne(context.Background(), body, query, route, decode, layers[:])
+	if err != nil {
+		s.fastFail(ctx, err)
+		return
+	}
+	h := &ctx.Response.Header
+	h.SetContentTypeBytes(contentTypeJSONBytes)
+	var buf [4 * 20]byte
+	vals, ends := appendRateHeaders(buf[:0], resp.Limit, resp.Remaining, resp.Reset, resp.Allowed, resp.RetryAfterMS)
+	start := 0
+	for i, end := range ends {
+		if end > start {
+			h.SetCanonical(rateHeaderNamesBytes[i], vals[start:end])
+		}
+		start = end
+	}
+	if resp.Degraded {
+		h.Set(DegradedHeader, resp.degradedHeader())
+	}
+	ctx.SetStatusCode(status)
+	out := getBuffer()
+	ctx.Response.AppendBody(appendCheckResponse(out.AvailableBuffer(), &resp))
+	putBuffer(out)
+}
+
+// fastBatch is handleBatch on fasthttp.
+func (s *Server) fastBatch(ctx *fasthttp.RequestCtx, route string) {
+	body, err := s.fastBody(ctx)
+	if err != nil {
+		s.fastFail(ctx, err)
+		return
+	}
+	out, err := s.decideBatch(context.Background(), body, route)
+	if err != nil {
+		s.fastFail(ctx, err)
+		return
+	}
+	ctx.Response.Header.SetContentTypeBytes(contentTypeJSONBytes)
+	ctx.SetStatusCode(http.StatusOK)
+	encodeJSON(ctx, out)
+}
+
+// fastFail is fail on fasthttp.
+func (s *Server) fastFail(ctx *fasthttp.RequestCtx, err error) {
+	p, retry := s.failure(context.Background(), err)
+	s.fastProblem(ctx, p)
+	if retry {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+}
+
+// fastProblem is writeProblem on fasthttp.
+func (s *Server) fastProblem(ctx *fasthttp.RequestCtx, p *problemError) {
+	ctx.Response.ResetBody()
+	ctx.Response.Header.SetContentType("application/problem+json")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetStatusCode(p.status)
+	encodeProblem(ctx, p)
+}
+
+// fastError answers the requests fasthttp could not read: a body over
+// fasthttp's limit with the problem the handlers answer a body over
+// MaxBodyBytes with, anything else as net/http answers it (plain text,
+// "431 Request Header Fields Too Large" or "400 Bad Request"). The
+// connection closes after it.
+func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		p := s.bodyTooLarge()
+		s.metrics.rejected.WithLabelValues(p.kind).Inc()
+		s.fastProblem(ctx, p)
+	case errors.As(err, &small):
+		ctx.Error("431 Request Header Fields Too Large", http.StatusRequestHeaderFieldsTooLarge)
+	default:
+		ctx.Error("400 Bad Request", http.StatusBadRequest)
+	}
+}
+
+// recoverFast answers a request whose handler panicked with 500 and closes
+// its connection, where fasthttp would let the panic end the process
+// (net/http logs it and closes the connection).
+func (s *Server) recoverFast(ctx *fasthttp.RequestCtx) {
+	if v := recover(); v != nil {
+		if v == http.ErrAbortHandler {
+			ctx.SetConnectionClose()
+			return
+		}
+		s.log.Error("panic serving a request", "path", string(ctx.Path()), "panic", fmt.Sprint(v))
+		ctx.Error("500 Internal Server Error", http.StatusInternalServerError)
+		ctx.SetConnectionClose()
+	}
+}
+
+var (
+	contentTypeJSONBytes = []byte("application/json")
+	rateHeaderNamesBytes = func() (b [4][]byte) {
+		for i, n := range rateHeaderNames {
+			b[i] = []byte(n)
+		}
+		return b
+	}()
+)
+
+// connSet tracks a fasthttp server's open connections, so that they can
+// be closed after the drain timeout (fasthttp's shutdown leaves them).
+type connSet struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// track is fasthttp.Server.ConnState.
+func (c *connSet) track(conn net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		c.mu.Lock()
+		if c.conns == nil {
+			c.conns = make(map[net.Conn]struct{})
+		}
+		c.conns[conn] = struct{}{}
+		c.mu.Unlock()
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		c.mu.Lock()
+		delete(c.conns, conn)
+		c.mu.Unlock()
+	}
+}
+
+// closeAll closes every connection still open.
+func (c *connSet) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for conn := range c.conns {
+		_ = conn.Close()
+	}
+}
