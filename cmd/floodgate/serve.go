@@ -32,6 +32,7 @@ import (
 type serveFlags struct {
 	addr             string
 	grpcAddr         string
+	httpServer       string
 	envoyConfig      []string
 	envoyHeaders     bool
 	envoyEach        bool
@@ -109,6 +110,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free one)")
+	fl.StringVar(&f.httpServer, "http-server", string(server.NetHTTP), "HTTP server of --addr: net/http, or fasthttp (about a third of the CPU per decision; HTTP/1.1 only, headers up to 64 KiB; see docs/operations.md)")
 	fl.StringVar(&f.grpcAddr, "grpc-addr", "", "also serve Envoy's rate limit gRPC API on this address (needs --envoy-config)")
 	fl.StringArrayVar(&f.envoyConfig, "envoy-config", nil, "descriptor configuration of the gRPC API in envoyproxy/ratelimit's YAML format: a file, or a directory of .yaml files; repeatable; reloaded when it changes")
 	fl.BoolVar(&f.envoyHeaders, "envoy-response-headers", false, "add X-RateLimit-Limit, -Remaining and -Reset to the gRPC answers for Envoy to return to clients")
@@ -285,6 +287,10 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if _, err := redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
 		return fmt.Errorf("--redis-state-format %q: want binary or text", f.redisStateFormat)
 	}
+	engine, err := server.ParseHTTPEngine(f.httpServer)
+	if err != nil {
+		return fmt.Errorf("--http-server %q: want %s or %s", f.httpServer, server.NetHTTP, server.FastHTTP)
+	}
 	stopGC, err := startGC(f.gcFloorMiB)
 	if err != nil {
 		return err
@@ -365,7 +371,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
 		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout, Clock: clock.now,
 		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay, ReadTimeout: f.readTimeout,
-		QuotaStore: b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget,
+		QuotaStore: b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget, HTTPEngine: engine,
 	}
 	if b.fb != nil {
 		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates
@@ -428,7 +434,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		}()
 	}
 
-	log.Info("floodgate listening", "addr", ln.Addr().String(), "store", b.describe, "config", cfg.Source(),
+	log.Info("floodgate listening", "addr", ln.Addr().String(), "http_server", engine, "store", b.describe, "config", cfg.Source(),
 		"version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
 		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "")
 	err = srv.Serve(ctx, ln)
