@@ -1,0 +1,73 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestServeFastHTTP runs the binary with --http-server fasthttp: decisions
+// (allowed, enforced denials with Retry-After), the endpoints served
+// through the net/http handler, HTTPS with client certificates (HTTP/1.1,
+// as net/http on that listener), and a graceful shutdown.
+func TestServeFastHTTP(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	for _, engine := range []string{"net/http", "fasthttp"} {
+		svc := startService(t, "--http-server", engine, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-client-ca-file", f.CA)
+		if !strings.Contains(svc.Logs(), `"http_server":"`+engine+`"`) {
+			t.Fatalf("%s: not in the log:\n%s", engine, svc.Logs())
+		}
+		base := strings.Replace(svc.url, "http://", "https://", 1)
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: f.ClientConfig(t), ForceAttemptHTTP2: true}}
+		var statuses []int
+		for range 102 {
+			resp, err := c.Post(base+"/v1/check?enforce=1", "application/json", strings.NewReader(`{"policy":"api","identity":{"user":"7"}}`))
+			if err != nil {
+				t.Fatalf("%s: %v", engine, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.Proto != "HTTP/1.1" || resp.TLS == nil {
+				t.Fatalf("%s: %s, TLS %v; want HTTP/1.1 over TLS", engine, resp.Proto, resp.TLS != nil)
+			}
+			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s: 429 without Retry-After", engine)
+			}
+			statuses = append(statuses, resp.StatusCode)
+		}
+		// The built-in example's api policy allows 100 an hour per user
+		// on the free tier.
+		if statuses[99] != 200 || statuses[100] != 429 || statuses[101] != 429 {
+			t.Fatalf("%s: statuses %v, want 100 × 200 then 429", engine, statuses)
+		}
+		for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200, "/nope": 404} {
+			resp, err := c.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want || resp.Header.Get("Server") != "" {
+				t.Fatalf("%s: GET %s: %d, Server %q; want %d and no Server header", engine, path, resp.StatusCode, resp.Header.Get("Server"), want)
+			}
+		}
+		noCert := f.ClientConfig(t)
+		noCert.Certificates = nil
+		if resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: noCert}}).Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s: HTTPS without a client certificate: %d, want a refused handshake", engine, resp.StatusCode)
+		}
+		svc.stop(t)
+	}
+}
+
+// TestServeRefusesUnknownHTTPServer: a bad --http-server value is refused
+// with an error naming the flag and the values it takes.
+func TestServeRefusesUnknownHTTPServer(t *testing.T) {
+	code, _, errOut := cli("serve", "--http-server", "nginx", "--addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, `--http-server "nginx": want net/http or fasthttp`) {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
