@@ -29,10 +29,17 @@ const (
 	// request is what those libraries cost on this machine, the floor
 	// under any service built on them.
 	Floor
+	// ServeFast is Serve with `--http-server fasthttp`, on HTTP only (its
+	// gRPC listener is Serve's).
+	ServeFast
 )
 
 // Services lists every service, envoyproxy/ratelimit first.
-var Services = []Service{Theirs, Serve, Compat, Floor}
+var Services = []Service{Theirs, Serve, ServeFast, Compat, Floor}
+
+// serves reports whether s is measured on t: every service but ServeFast
+// on both transports.
+func (s Service) serves(t Transport) bool { return s != ServeFast || t == HTTP }
 
 // String returns the service's name in reports.
 func (s Service) String() string {
@@ -41,6 +48,8 @@ func (s Service) String() string {
 		return "envoyproxy/ratelimit"
 	case Serve:
 		return "floodgate serve"
+	case ServeFast:
+		return "floodgate serve --http-server fasthttp"
 	case Compat:
 		return "floodgate envoy-compat"
 	case Floor:
@@ -77,7 +86,7 @@ func (s Service) endpoint(t Transport) string {
 	switch {
 	case t == GRPC:
 		return "ShouldRateLimit"
-	case s == Serve, s == Floor:
+	case s == Serve, s == ServeFast, s == Floor:
 		return "POST /v1/check"
 	}
 	return "POST /json"
@@ -198,8 +207,12 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	case Compat:
 		p, err = startProcess(b.Floodgate, []string{"envoy-compat"}, theirEnv(dir, redisAddr, ports[0], ports[1], ports[2]), dir)
 		metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metrics" // the debug listener
-	case Serve:
-		p, err = startProcess(b.Floodgate, serveArgs(dir, redisAddr, ports[0], ports[1]), nil, dir)
+	case Serve, ServeFast:
+		args := serveArgs(dir, redisAddr, ports[0], ports[1])
+		if s == ServeFast {
+			args = append(args, "--http-server", "fasthttp")
+		}
+		p, err = startProcess(b.Floodgate, args, nil, dir)
 		metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"
 	case Floor:
 		p, err = startProcess(b.Floor, []string{"-http", "127.0.0.1:" + strconv.Itoa(ports[0]), "-grpc", "127.0.0.1:" + strconv.Itoa(ports[1])}, nil, dir)
@@ -214,7 +227,7 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	case t == GRPC:
 		o.Target, o.Mode = "grpc://127.0.0.1:"+strconv.Itoa(ports[1]), loadgen.GRPC
 		o.GRPCClient = LoadgenGRPCClient
-	case s == Serve, s == Floor:
+	case s == Serve, s == ServeFast, s == Floor:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.HTTP
 	default:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.EnvoyJSON

@@ -173,12 +173,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Config: cfg, Start: time.Now(), LoadBefore: loadAvg()}
-	total := cfg.Rounds * len(cfg.Concurrency) * len(cfg.Transports) * len(cfg.Services)
+	cells := 0
+	for _, t := range cfg.Transports {
+		for _, s := range cfg.Services {
+			if s.serves(t) {
+				cells++
+			}
+		}
+	}
+	total := cfg.Rounds * len(cfg.Concurrency) * cells
 	for round := range cfg.Rounds {
 		for _, callers := range cfg.Concurrency {
 			for _, t := range cfg.Transports {
 				for i := range cfg.Services {
 					s := cfg.Services[(i+round)%len(cfg.Services)]
+					if !s.serves(t) {
+						continue
+					}
 					cell, err := runCell(ctx, cfg, s, t, callers, res)
 					// A cell can fail for reasons of the moment (a free port
 					// taken by another process before the service bound it):

@@ -102,7 +102,7 @@ next:
 // default, as the harness leaves it): it is not read.
 func notByRedis(s Service, ss []sample) float64 {
 	switch s {
-	case Serve:
+	case Serve, ServeFast:
 		return max(sumOf(ss, "rate_limit_fallback_total"), sumOf(ss, "floodgate_degraded_responses_total"))
 	case Compat:
 		return sumOf(ss, "floodgate_envoy_hits_total", `stat="over_limit_with_local_cache"`)
