@@ -227,10 +227,12 @@ func (s *Server) fastProblem(ctx *fasthttp.RequestCtx, p *problemError) {
 // fastError answers the requests fasthttp could not read: a body over
 // fasthttp's limit with the problem the handlers answer a body over
 // MaxBodyBytes with, anything else as net/http answers it (plain text,
-// "431 Request Header Fields Too Large" or "400 Bad Request"). The
-// connection closes after it.
+// "431 Request Header Fields Too Large" or "400 Bad Request"; a request
+// not read within ReadTimeout gets "408 Request Timeout", where net/http
+// closes silently). The connection closes after it.
 func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		p := s.bodyTooLarge()
@@ -238,6 +240,8 @@ func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
 		s.fastProblem(ctx, p)
 	case errors.As(err, &small):
 		ctx.Error("431 Request Header Fields Too Large", http.StatusRequestHeaderFieldsTooLarge)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		ctx.Error("408 Request Timeout", http.StatusRequestTimeout)
 	default:
 		ctx.Error("400 Bad Request", http.StatusBadRequest)
 	}
