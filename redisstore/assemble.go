@@ -352,22 +352,30 @@ func (f *fragment) loneSource(format StateFormat) string {
 	b.WriteString(fastPX)
 	b.WriteString("  until true\n")
 	b.WriteString("  if code then\n    return redis.error_reply(msg)\n  end\n")
-	b.WriteString(`  if val then
-    if px > 0 then
-      redis.call('SET', key, val, 'PX', sfmt('%d', px))
-    elseif #val == #v then -- the key's TTL kept, its value overwritten in place
-      redis.call('SETRANGE', key, '0', val)
-    else
-      redis.call('SET', key, val, 'KEEPTTL')
-    end
-  end
-`)
+	b.WriteString("  if val then\n")
+	b.WriteString(indent(writeState, "    "))
+	b.WriteString("  end\n")
 	fmt.Fprintf(&b, "  return spack('<%s', reason, rem, reset, %s)\nend\n", strings.Repeat(stateNumber, compactWidth), f.wait())
 	return b.String()
 }
 
+// writeState is the Lua of a lone request's (or lone decision's) write
+// of val, the new state of key, whose stored value is v (false: no key),
+// with px (ms, or -1: keep the key's TTL; see fast_head.lua): over a value
+// of its length, in place.
+const writeState = `if px > 0 then
+  redis.call('SET', key, val, 'PX', sfmt('%d', px))
+elseif #val == #v then -- the key's TTL kept, its value overwritten in place
+  redis.call('SETRANGE', key, '0', val)
+else
+  redis.call('SET', key, val, 'KEEPTTL')
+end
+`
+
 // layersSource is the layered script writing format: fast_layers.lua with
-// one branch per algorithm in place of its @STEPS@.
+// its regions copied into its lone section (copyRegions), writeState in
+// place of its @WRITE@, and one branch per algorithm in place of each
+// @STEPS@ (the loop's and the lone section's).
 func layersSource(format StateFormat) string {
 	var b strings.Builder
 	for i, f := range fragments {
@@ -379,10 +387,68 @@ func layersSource(format StateFormat) string {
 		b.WriteString(indent(f.fill(format, "read", badFast, "false")+f.fill(format, "step", badFast, "false"), "      "))
 	}
 	b.WriteString("          end\n")
-	if !strings.Contains(luaFastLayers, "@STEPS@\n") {
-		panic("redisstore: fast_layers.lua has no @STEPS@")
+	src := copyRegions(luaFastLayers)
+	if strings.Count(src, "          --@STEPS@\n") != 2 || strings.Count(src, "          --@WRITE@\n") != 1 {
+		panic("redisstore: fast_layers.lua: want @STEPS@ in its loop and its lone section, and one @WRITE@")
 	}
-	return strings.Replace(luaFastLayers, "          --@STEPS@\n", b.String(), 1) + luaFastEnd
+	src = strings.Replace(src, "          --@WRITE@\n", indent(writeState, "          "), 1)
+	return strings.ReplaceAll(src, "          --@STEPS@\n", b.String()) + luaFastEnd
+}
+
+// copyRegions returns src (a frame) with each of its regions, the lines
+// between "--@ name" and "--@ end name", copied in place of the line
+// "--@NAME@", and the regions' marker lines removed: the layered script's
+// lone section decides with its loop's text (fast_layers.lua). A region
+// unclosed, repeated or never copied is a programming error caught by
+// every test of the package: it panics at init.
+func copyRegions(src string) string {
+	regions := map[string]string{}
+	var frame strings.Builder
+	cur := ""
+	for line := range strings.Lines(src) {
+		t := strings.TrimSpace(line)
+		if name, ok := strings.CutPrefix(t, "--@ end "); ok {
+			if name != cur {
+				panic(fmt.Sprintf("redisstore: region %q ends inside %q", name, cur))
+			}
+			cur = ""
+			continue
+		}
+		if name, ok := strings.CutPrefix(t, "--@ "); ok {
+			if _, dup := regions[name]; dup || cur != "" {
+				panic(fmt.Sprintf("redisstore: region %q twice, or inside %q", name, cur))
+			}
+			cur, regions[name] = name, ""
+			continue
+		}
+		if cur != "" {
+			regions[cur] += line
+		}
+		frame.WriteString(line)
+	}
+	if cur != "" {
+		panic(fmt.Sprintf("redisstore: region %q not closed", cur))
+	}
+	var b strings.Builder
+	used := map[string]bool{}
+	for line := range strings.Lines(frame.String()) {
+		t := strings.TrimSpace(line)
+		if slot, ok := strings.CutPrefix(t, "--@"); ok && len(slot) > 1 && strings.HasSuffix(slot, "@") {
+			name := strings.ToLower(strings.TrimSuffix(slot, "@"))
+			if r, ok := regions[name]; ok {
+				b.WriteString(r)
+				used[name] = true
+				continue
+			}
+		}
+		b.WriteString(line)
+	}
+	for name := range regions {
+		if !used[name] {
+			panic(fmt.Sprintf("redisstore: region %q copied nowhere", name))
+		}
+	}
+	return b.String()
 }
 
 // generalFunctions are the algorithms' functions of the general script:

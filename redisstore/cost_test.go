@@ -75,6 +75,7 @@ func TestScriptInstructions(t *testing.T) {
 		{"lone token bucket", []floodgate.Policy{tb}, 1},
 		{"lone fixed window", []floodgate.Policy{fw}, 1},
 		{"lone quota", []floodgate.Policy{qt}, 1},
+		{"lone 2 layers", []floodgate.Policy{edge, sw}, 1},
 		{"lone 3 layers", []floodgate.Policy{edge, sw, qt}, 1},
 		{"coalesced sliding window (64 per call)", []floodgate.Policy{sw}, 64},
 		{"coalesced GCRA (64 per call)", []floodgate.Policy{gc}, 64},

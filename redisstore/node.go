@@ -203,17 +203,17 @@ func oneSlot(layers []floodgate.Layer) bool {
 
 // decideOnNode decides layers (checked, coalescable, every key on node by
 // the slot map) alone: through the cluster client when they share a slot;
-// otherwise by one call of the layered script's node variant on node,
-// and, if the node refuses that call (an error reply: nothing ran, for
+// otherwise by one call of the layered script's node variant on node
+// (its lone layout, packed: see buildLoneLayers), and, if the node refuses that call (an error reply: nothing ran, for
 // example a key it does not serve), through the split path.
 func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	if len(layers) == 1 || oneSlot(layers) {
 		return s.decideOnce(ctx, now, layers, out)
 	}
 	f := s.frames.Get().(*frame)
-	f.build(now, layers, true)
+	f.buildLoneLayers(now, layers)
 	f.args = asNodeCall(f.args)
-	vals, err := nodeScripts[s.scripts.layers].RunInts(ctx, node, f.args)
+	reply, err := nodeScripts[s.scripts.layers].RunString(ctx, node, f.args)
 	f.reset()
 	s.frames.Put(f)
 	if err != nil {
@@ -229,7 +229,7 @@ func (s *Store) decideOnNode(ctx context.Context, node luascript.Client, now int
 		}
 		return err
 	}
-	return decodeCompact(vals, layers, out)
+	return decodeLone(reply, layers, out)
 }
 
 // refused reports whether err is an error reply from Redis: the call was

@@ -104,14 +104,17 @@ func decodeCompact(vals []int64, layers []floodgate.Layer, out []floodgate.Resul
 	return nil
 }
 
-// decodeLone is decodeCompact for a single-layer script's reply to a
-// lone request (see fast_head.lua): its compactWidth integers packed in
-// one string, each a little-endian double (struct's "d").
+// decodeLone is decodeCompact for the reply to a lone request of a
+// single-layer script (see fast_head.lua) or a lone decision of the
+// layered script (fast_layers.lua): its compactWidth integers per layer
+// packed in one string, each a little-endian double (struct's "d").
 func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) error {
-	if len(reply) != 8*compactWidth {
-		return fmt.Errorf("%w: a lone reply of %d bytes, want %d", floodgate.ErrBadReply, len(reply), 8*compactWidth)
+	m := compactWidth * len(layers)
+	if len(reply) != 8*m || len(layers) > floodgate.MaxLayers {
+		return fmt.Errorf("%w: a lone reply of %d bytes, want %d", floodgate.ErrBadReply, len(reply), 8*m)
 	}
-	var vals [compactWidth]int64
+	var all [compactWidth * floodgate.MaxLayers]int64
+	vals := all[:m]
 	for i := range vals {
 		x, ok := packedInt(reply, i)
 		if !ok {
@@ -119,7 +122,7 @@ func decodeLone(reply string, layers []floodgate.Layer, out []floodgate.Result) 
 		}
 		vals[i] = int64(x)
 	}
-	return decodeCompact(vals[:], layers, out)
+	return decodeCompact(vals, layers, out)
 }
 
 // decodePacked reads a packed batch's reply (see fast_end.lua): its

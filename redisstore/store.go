@@ -402,23 +402,24 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	defer s.frames.Put(f)
 	defer f.reset()
 	sc := s.scripts.scriptFor(layers)
-	if len(layers) == 1 && sc != s.scripts.general {
-		f.buildLone(now, &layers[0])
+	if sc != s.scripts.general {
+		if sc == s.scripts.layers {
+			f.buildLoneLayers(now, layers)
+		} else {
+			f.buildLone(now, &layers[0])
+		}
 		reply, err := sc.RunString(ctx, s.client, f.args)
 		if err != nil {
 			return err
 		}
 		return decodeLone(reply, layers, out)
 	}
-	f.build(now, layers, sc == s.scripts.layers)
+	f.build(now, layers, false)
 	vals, err := sc.RunInts(ctx, s.client, f.args)
 	if err != nil {
 		return err
 	}
-	if sc == s.scripts.general {
-		return decodeInts(vals, layers, out, nil)
-	}
-	return decodeCompact(vals, layers, out)
+	return decodeInts(vals, layers, out, nil)
 }
 
 // maxNow bounds the timestamps Decide accepts: 2^52 µs, the year 2112, so
@@ -473,6 +474,11 @@ type frame struct {
 	// allocations.
 	lone    [1 + 8*6]byte
 	loneArg [floodgate.Quota + 1]any
+	// layered is a lone layered decision's packed numbers (see
+	// buildLoneLayers), and layeredArg, by number of layers n, layered
+	// cut to n layers' length, as a command argument.
+	layered    [8 + loneLayerSize*floodgate.MaxLayers]byte
+	layeredArg [floodgate.MaxLayers + 1]any
 }
 
 // newFrame returns a frame for a Store with the quota periods ps.
@@ -482,6 +488,9 @@ func newFrame(ps *periods) *frame {
 		if places != nil {
 			f.loneArg[a] = f.lone[:1+8*len(places)]
 		}
+	}
+	for n := range f.layeredArg {
+		f.layeredArg[n] = f.layered[:8+loneLayerSize*n]
 	}
 	return f
 }
@@ -511,6 +520,36 @@ func (f *frame) buildLone(now int64, l *floodgate.Layer) {
 	f.args = append(f.args[:0], nil, nil, argNumKeys[1], &l.Key, f.loneArg[a])
 }
 
+// loneLayerSize is the length in bytes of one layer's numbers in a lone
+// layered decision's argument: the algorithm as a byte, then limit,
+// window, burst, max delay and cost, each a little-endian double.
+const loneLayerSize = 1 + 8*5
+
+// buildLoneLayers fills f for a lone decision of layers (checked, two or
+// more, none a sliding log) with the layered script at now (see
+// lua/fast_layers.lua): EVALSHA sha n key... packed, packed being now as
+// a little-endian double, then per layer its algorithm as a byte and
+// putLayer's five other numbers as little-endian doubles (8 + 41n bytes,
+// read with one struct.unpack). Every such number is an integer below
+// 2^53 (check), which a double holds exactly.
+func (f *frame) buildLoneLayers(now int64, layers []floodgate.Layer) {
+	n := len(layers)
+	f.args = append(f.args[:0], nil, nil, argNumKeys[n])
+	for i := range layers {
+		f.args = append(f.args, &layers[i].Key)
+	}
+	b := binary.LittleEndian.AppendUint64(f.layered[:0], math.Float64bits(float64(now)))
+	for i := range layers {
+		var v [6]int64
+		f.ps.putLayer(v[:], now, &layers[i])
+		b = append(b, byte(v[0]))
+		for _, x := range v[1:] {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
+		}
+	}
+	f.args = append(f.args, f.layeredArg[n])
+}
+
 // packRequest appends to dst the record of a request of l (checked, of
 // an algorithm with a single-layer script) at now, as a lone request's
 // argument and a packed batch's records hold it: the algorithm as a
@@ -533,7 +572,9 @@ func packRequest(dst []byte, ps *periods, now int64, l *floodgate.Layer) []byte 
 // build fills f for a call: EVALSHA sha numkeys key... now (algorithm limit
 // window burst maxdelay cost)..., leaving f.args[0] and f.args[1] (the
 // command and the script) to script.RunCommand; counted puts the number of
-// layers before now, as the layered script's call has it.
+// layers before now, as the layered script's decimal layout has it (a
+// lone decision goes to that script packed, buildLoneLayers; the tests
+// compare the two).
 func (f *frame) build(now int64, layers []floodgate.Layer, counted bool) {
 	n := len(layers)
 	f.args = append(f.args[:0], nil, nil, argNumKeys[n])

@@ -25,6 +25,21 @@
 -- Lua strings and the script into numbers. The call's shape is checked
 -- before anything is decided.
 --
+-- A lone decision, the usual call when decisions are not queued behind
+-- others, has a layout of its own, as in the single-layer scripts: its n
+-- keys and ONE argument, its numbers packed with struct ('<' then 'd'
+-- for now, then per layer 'B' for the algorithm and 'ddddd' for limit,
+-- window, burst, max delay and cost: 8 + 41n bytes), read with one
+-- struct.unpack instead of 2 + 6n arguments Redis turns into Lua strings
+-- and the script into numbers (with 'n', the parsing of the request:
+-- about half of a lone three-layer decision's instructions;
+-- docs/benchmarks.md). Its section, first below, decides it with the
+-- same checks and passes as the loop over the decisions of the other
+-- layouts (the regions marked '--@ name' ... '--@ end name', which
+-- redisstore/assemble.go copies into the section's '--@NAME@' slots),
+-- without the loop, the cache's deferred writes and the layouts' parsing,
+-- writes each state as soon as the decision admits, and replies packed.
+--
 -- Each decision reads every layer's state, decides every layer at its now,
 -- and writes the new states only if every layer admitted; a layer that
 -- would have admitted in a denied decision reports its standing without
@@ -40,8 +55,9 @@
 -- Reply: four integers per layer, decision after decision, as in the
 -- single-layer scripts (fast_head.lua): reason, remaining, resetAt µs, and
 -- the wait (delay when admitted, retry when not); a call of the packed
--- layout gets them packed in one string, each a little-endian double, as
--- the single-layer scripts' packed calls. A decision that
+-- layout, and a lone decision sent packed, gets them packed in one
+-- string, each a little-endian double, as the single-layer scripts'
+-- packed calls. A decision that
 -- cannot be decided writes nothing and, when the call has several, gets
 -- zeros with the code -1 (a key holds a value floodgate did not write, or
 -- a key of another type) or -2 (bad arguments) for every layer,
@@ -65,6 +81,67 @@ local srep, unpack, concat = string.rep, unpack, table.concat -- the packed layo
 local KEYS, ARGV = KEYS, ARGV
 
 local nk, na = #KEYS, #ARGV
+local cache = {} -- values read or written (false: no key), by key
+local reply -- four integers per layer, 4 nk in all
+local P -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval)
+local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL) and the new state
+-- A call of three layers or fewer in all (a lone decision, the usual
+-- kind) gets its tables made at their size: growing a table one slot at a
+-- time reallocates it at every power of two, about a tenth of such a
+-- call. Redis reads a reply up to its first nil, so the reply's unused
+-- slots are cut off by one.
+if nk <= 3 then
+  reply = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  reply[4 * nk + 1] = nil
+  P = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  W = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+else
+  reply, P, W = {}, {}, {}
+end
+
+if na == 1 then -- a lone decision, packed (see above)
+  local A, n, k, r = ARGV[1], nk, 0, 0
+  if n < 1 or n > MAX_LAYERS or #A ~= 8 + 41 * n then
+    return redis.error_reply('ERR floodgate: bad call: want n keys and one argument of 8 + 41n packed bytes')
+  end
+  local C = {sunpack('<d' .. srep('Bddddd', n), A)} -- now, then per layer algorithm, limit, window, burst, max delay, cost
+  local now = C[1]
+  local code, msg
+  repeat -- break ends the decision early, with an error
+    --@NOW@
+    for i = 1, n do
+      local c, b = 6 * i - 4, 7 * i - 7 -- where layer i's numbers are in C, and go in P
+      local cost = C[c + 5]
+      --@COST@
+      local algo, limit, w, bu, md, iv = C[c], C[c + 1], C[c + 2], C[c + 3], C[c + 4]
+      do
+        --@POLICY@
+      end
+      --@PERIOD@
+      P[b + 1], P[b + 2], P[b + 3], P[b + 4], P[b + 5], P[b + 6], P[b + 7] = algo, limit, w, bu, md, cost, iv
+    end
+    if code then
+      break
+    end
+    --@PASSES@
+    if all then
+      for i = 1, n do
+        local o = 7 * i - 7
+        local px = W[o + 1]
+        if px ~= 0 then
+          local key, val = KEYS[i], W[o + 2]
+          local v = cache[key] -- the stored value
+          --@WRITE@
+        end
+      end
+    end
+  until true
+  if code then
+    return redis.error_reply(msg)
+  end
+  return spack('<' .. srep('d', 4 * n), unpack(reply, 1, 4 * n))
+end
+
 local packed = ARGV[1] == 'p'
 local shared = packed or ARGV[1] == 's'
 local sn -- the number of layers of every decision, in the shared layout
@@ -113,23 +190,10 @@ else
   a = 1
 end
 
-local cache, px_of, dirty = {}, {}, {} -- see above: values read or written (false: no key), deferred PX, and the keys to write, each followed by its stored value's length (-1: no key)
-local reply -- four integers per layer, 4 nk in all
-local P, PP -- this decision's layer arguments, seven per layer (algorithm, limit, window, burst, max delay, cost, interval), and the previous one's
-local W -- per layer, what to write: PX ms (0: nothing; -1: keep the key's TTL) and the new state
--- A call of three layers or fewer in all (a lone decision, the usual
--- kind) gets its tables made at their size: growing a table one slot at a
--- time reallocates it at every power of two, about a tenth of such a
--- call. Redis reads a reply up to its first nil, so the reply's unused
--- slots are cut off by one.
+local px_of, dirty = {}, {} -- see above: the deferred PX, and the keys to write, each followed by its stored value's length (-1: no key)
+local PP = {} -- the previous decision's layer arguments (as P)
 if nk <= 3 then
-  reply = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-  reply[4 * nk + 1] = nil
-  P = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
   PP = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-  W = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-else
-  reply, P, PP, W = {}, {}, {}, {}
 end
 local pa, pn -- where the previous decision's layer arguments started, and its number of layers
 k = 0
@@ -146,10 +210,12 @@ for _ = 1, nd do
   end
   local code, msg
   repeat -- break ends this decision early, with an error code
+    --@ now
     if not now or now % 1 ~= 0 or now < 0 or now > MAX_NOW then
       code, msg = -2, 'ERR floodgate: bad now'
       break
     end
+    --@ end now
 
     -- The layers' arguments, checked. The five policy arguments are taken
     -- from the previous decision's when they are the very strings it had
@@ -170,11 +236,13 @@ for _ = 1, nd do
         local cs = ARGV[cx]
         cost = cs == '1' and 1 or tonumber(cs) -- most requests cost 1: skip strtod
       end
+      --@ cost
       if not cost or cost % 1 ~= 0 or cost < 0 or cost > MAX_LIMIT then
         -- checked first, as layer_args reports bad arguments before a bad rate
         code, msg = -2, sfmt('ERR floodgate: bad arguments for layer %d', i)
         break
       end
+      --@ end cost
       local q = not shared and pa and pn == n and pa + 6 * i - 6 -- the previous decision's arguments (per-decision layout)
       local algo, limit, w, bu, md, iv
       if shared and pa then
@@ -191,6 +259,7 @@ for _ = 1, nd do
         limit, w = tonumber(ARGV[x + 1]), tonumber(ARGV[x + 2])
         bu = sb == '0' and 0 or tonumber(sb)
         md = sm == '0' and 0 or tonumber(sm)
+        --@ policy
         if not (algo and limit and w and bu and md) or
           algo % 1 ~= 0 or limit % 1 ~= 0 or w % 1 ~= 0 or bu % 1 ~= 0 or md % 1 ~= 0 or
           algo < 1 or algo > 6 or algo == 2 or limit < 1 or limit > MAX_LIMIT or md < 0 or md > MAX_SPAN or
@@ -210,11 +279,14 @@ for _ = 1, nd do
             break
           end
         end
+        --@ end policy
       end
+      --@ period
       if algo == 6 and not (w <= now and now < bu) then
         code, msg = -2, sfmt('ERR floodgate: bad quota period for layer %d', i)
         break
       end
+      --@ end period
       if shared and pa then
         P[b + 6] = cost
       else
@@ -225,6 +297,7 @@ for _ = 1, nd do
       break
     end
 
+    --@ passes
     -- Pass 1 decides every layer; if one denies, pass 2 gives each layer
     -- that would have admitted a request its standing (cost 0, nothing
     -- consumed). The states are the decision's own: nothing is written
@@ -279,6 +352,7 @@ for _ = 1, nd do
     if code then
       break
     end
+    --@ end passes
 
     if all then
       for i = 1, n do
