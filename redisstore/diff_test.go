@@ -226,12 +226,37 @@ func (e *env) decideGeneral(ctx context.Context, now int64, layers []floodgate.L
 	return out, decodeReply(val, layers, out)
 }
 
+// decideLayersDecimal decides layers (a lone decision) with the layered
+// script in its decimal layout (n, now, 6n arguments), as batches of
+// decisions under different policies send them, for comparison with the
+// packed lone call Store.Decide sends.
+func (e *env) decideLayersDecimal(ctx context.Context, now int64, layers []floodgate.Layer) ([]floodgate.Result, error) {
+	out := make([]floodgate.Result, len(layers))
+	if err := e.store.check(now, layers, out); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	for _, l := range layers {
+		e.bound[l.Key] = ttlBound(l.Policy)
+	}
+	e.mu.Unlock()
+	f := new(frame)
+	f.build(now, layers, true)
+	vals, err := e.store.scripts.layers.RunInts(ctx, e.store.client, f.args)
+	if err != nil {
+		return nil, err
+	}
+	return out, decodeCompact(vals, layers, out)
+}
+
 // TestLayersScriptDifferential runs random layered decisions (two to four
 // layers of fixed window, sliding window, token bucket, GCRA and quota
-// policies, on shared keys) against the model, each twice: through the
-// layered script (Store.Decide, which must pick it) on one identity's keys
-// and through the general script on another's. Both must give the model's
-// results and leave byte-for-byte the same states. Now and then both run
+// policies, on shared keys) against the model, each three times: through
+// the layered script (Store.Decide, which must pick it, a lone decision
+// sent packed) on one identity's keys, through the general script on
+// another's, and through the layered script's decimal layout on a third's.
+// All must give the model's results and leave byte-for-byte the same
+// states. Now and then both run
 // a reservation instead, which gives bucket states the long form
 // (bookkeeping for releases) that the layered script must then keep up to
 // date exactly as the general script does. It runs with a Store of each
@@ -245,7 +270,7 @@ func testLayersScriptDifferential(t *testing.T, e *env) {
 	t.Logf("seed %d", seed)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(seed, 7))
-	ma, mb := newModel(), newModel()
+	ma, mb, mc := newModel(), newModel(), newModel()
 	var ps []floodgate.Policy
 	for i := range 8 {
 		ps = append(ps, randPolicy(t, r, []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA}[i%4], 20+i))
@@ -270,16 +295,17 @@ func testLayersScriptDifferential(t *testing.T, e *env) {
 			}
 			return layers
 		}
-		for _, l := range append(build("a"), build("b")...) {
-			now = max(now, ma.earliest(l.Key), mb.earliest(l.Key))
+		for _, l := range append(append(build("a"), build("b")...), build("c")...) {
+			now = max(now, ma.earliest(l.Key), mb.earliest(l.Key), mc.earliest(l.Key))
 		}
-		la, lb := build("a"), build("b")
+		la, lb, lc := build("a"), build("b"), build("c")
 		for j := range la {
 			la[j].Cost = randCost(r, la[j].Policy)
 			lb[j].Cost = la[j].Cost
+			lc[j].Cost = la[j].Cost
 		}
 		reserve := r.IntN(8) == 0
-		var ga, gb []floodgate.Result
+		var ga, gb, gc []floodgate.Result
 		var err error
 		if reserve {
 			reserves++
@@ -287,19 +313,28 @@ func testLayersScriptDifferential(t *testing.T, e *env) {
 			if err == nil {
 				gb, err = e.decideGeneral(ctx, now, lb, true)
 			}
+			if err == nil {
+				gc, err = e.decideGeneral(ctx, now, lc, true)
+			}
 		} else {
 			if sc := e.store.scripts.scriptFor(la); sc != e.store.scripts.layers {
 				t.Fatal("Store.Decide would not use the layered script")
 			}
-			ga, err = e.decide(ctx, now, la)
+			ga, err = e.decide(ctx, now, la) // a lone decision: packed
 			if err == nil {
 				gb, err = e.decideGeneral(ctx, now, lb, false)
+			}
+			if err == nil {
+				gc, err = e.decideLayersDecimal(ctx, now, lc)
 			}
 		}
 		if err != nil {
 			t.Fatalf("seed %d, decision %d (reserve %v): %v", seed, n, reserve, err)
 		}
 		wa, wb := ma.decide(now, la), mb.decide(now, lb)
+		if wc := mc.decide(now, lc); !sameResults(gc, wc) {
+			t.Fatalf("seed %d, decision %d (reserve %v) at %d, layers %+v: the decimal layout got %+v, want %+v", seed, n, reserve, now, lc, gc, wc)
+		}
 		if !sameResults(ga, wa) || !sameResults(gb, wb) {
 			t.Fatalf("seed %d, decision %d (reserve %v) at %d, layers %+v:\n got %+v\n and %+v\nwant %+v", seed, n, reserve, now, la, ga, gb, wa)
 		}
@@ -308,6 +343,9 @@ func testLayersScriptDifferential(t *testing.T, e *env) {
 			vb, _ := e.rd.Get(ctx, lb[j].Key).Result()
 			if va != vb {
 				t.Fatalf("seed %d, decision %d, layer %d (%v): the layered script left %q, the general one %q", seed, n, j, la[j].Policy, va, vb)
+			}
+			if vc, _ := e.rd.Get(ctx, lc[j].Key).Result(); vc != va {
+				t.Fatalf("seed %d, decision %d, layer %d (%v): the packed lone call left %q, the decimal layout %q", seed, n, j, la[j].Policy, va, vc)
 			}
 			if longForm(va) && la[j].Policy.Algorithm != floodgate.Quota {
 				long++

@@ -337,6 +337,40 @@ func testNodeLayered(t *testing.T, cn *clusterNodes, s *Store) {
 		t.Errorf("release markers %q (%v): a decision was split", markers, err)
 	}
 	t.Logf("%d decisions in %d script calls; %d admitted; rerouted %d", users*perUser+users, calls, total, s.nodes.rerouted.Load())
+
+	// A lone decision whose keys lie in several slots of one primary goes
+	// to the layered script's node variant, packed (decideOnNode): its
+	// peek gives what the peeks above gave; with a value floodgate did
+	// not write on its user key, the node refuses it and the split path
+	// fails it as alone elsewhere, and its other keys are not written.
+	ctx := context.Background()
+	b := s.nodes.batcherFor(ctx, layersOf(0, 1))
+	ls := layersOf(0, 0)
+	if oneSlot(ls) {
+		t.Fatal("the lone decision's keys share a slot")
+	}
+	if err := s.decideOnNode(ctx, b.client, now, ls, out); err != nil {
+		t.Fatal(err)
+	}
+	if a := admitted[0].Load(); out[1].Remaining != userLimit-a || out[2].Remaining != quotaLimit-a || out[0].Remaining != 0 {
+		t.Errorf("lone on the node: %+v, want %d and %d left on the user's layers", out, userLimit-a, quotaLimit-a)
+	}
+	node := cn.nodes[cn.owner(t, Slot(edgeKey))]
+	kept := map[string]snapshot{}
+	for _, l := range ls {
+		kept[l.Key] = snap(t, node, l.Key)
+	}
+	if err := node.Set(ctx, ls[1].Key, "not ours", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	kept[ls[1].Key] = snap(t, node, ls[1].Key)
+	ls = layersOf(0, 1)
+	if err := s.decideOnNode(ctx, b.client, now, ls, out); err == nil || !strings.Contains(err.Error(), "did not write") {
+		t.Errorf("lone on the node, a foreign value: %v, want a value floodgate did not write", err)
+	}
+	for _, l := range ls {
+		untouched(t, node, l.Key, kept[l.Key])
+	}
 }
 
 // testNodeStaleMap: a batch sent to a primary that no longer serves one

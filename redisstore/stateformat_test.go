@@ -278,8 +278,9 @@ func foreignValues(a floodgate.Algorithm) map[string]string {
 
 // TestStateFormatsForeignValues puts values floodgate did not write
 // (foreignValues) on keys of every algorithm, and decides them with a
-// Store of each format, alone, in a coalesced batch of single-layer
-// requests and in a coalesced batch of layered decisions: each such
+// Store of each format, alone (one layer, and a layered decision on
+// either layer), in a coalesced batch of single-layer requests and in a
+// coalesced batch of layered decisions: each such
 // request fails alone, with the error of any foreign value (wrapping
 // ErrStoreUnavailable, "did not write"), the value is left as it was, and
 // the other requests of the batch are decided.
@@ -333,6 +334,21 @@ func TestStateFormatsForeignValues(t *testing.T) {
 							{Policy: p, Key: id, Cost: 1},
 						}
 					}
+					// A lone layered decision (sent packed), the foreign
+					// value on either layer: it fails, and the other
+					// layer's key is not written.
+					fresh := algo.KeyAt(eb.prefix, edge, fmt.Sprint(e.opts.StateFormat, why, "lone edge"), now)
+					for _, ls := range [][]floodgate.Layer{
+						{{Policy: edge, Key: fresh, Cost: 1}, {Policy: p, Key: foreign, Cost: 1}},
+						{{Policy: p, Key: foreign, Cost: 1}, {Policy: edge, Key: fresh, Cost: 1}},
+					} {
+						_, err = e.decide(ctx, now, ls)
+						isForeign("layered, alone", err)
+						if n := c.Exists(ctx, fresh).Val(); n != 0 {
+							t.Errorf("layered, alone: the other layer's key was written")
+						}
+					}
+
 					lc := []*call{getCall(ctx, now, e.store.scripts.layers, layers(k("la"))), getCall(ctx, now, e.store.scripts.layers, layers(foreign)), getCall(ctx, now, e.store.scripts.layers, layers(k("lb")))}
 					for _, cl := range lc {
 						for _, l := range cl.layers {
