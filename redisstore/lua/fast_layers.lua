@@ -35,8 +35,9 @@
 -- about half of a lone three-layer decision's instructions;
 -- docs/benchmarks.md). Its section, first below, decides it with the
 -- same checks and passes as the loop over the decisions of the other
--- layouts (the regions marked '--@ name' ... '--@ end name', which
--- redisstore/assemble.go copies into the section's '--@NAME@' slots),
+-- layouts (the loop's regions, between marker comments that name them,
+-- which copyRegions in redisstore/assemble.go copies into the section's
+-- slots of their names),
 -- without the loop, the cache's deferred writes and the layouts' parsing,
 -- writes each state as soon as the decision admits, and replies packed.
 --
