@@ -85,7 +85,8 @@ type scriptSet struct {
 	// blocks): the general script's functions cost about 40,000 server
 	// instructions per call to create. Its call is n, now and 6n layer
 	// arguments per decision, or the packed layout (see
-	// batchFrame.buildLayered).
+	// batchFrame.buildLayered); a lone decision's is its keys and one
+	// packed argument (frame.buildLoneLayers).
 	layers *luascript.Script
 }
 
