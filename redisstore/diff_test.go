@@ -202,15 +202,10 @@ func sameResults(got, want []floodgate.Result) bool {
 // gives bucket states their long form), for comparison with the layered
 // script.
 func (e *env) decideGeneral(ctx context.Context, now int64, layers []floodgate.Layer, reserve bool) ([]floodgate.Result, error) {
-	out := make([]floodgate.Result, len(layers))
-	if err := e.store.check(now, layers, out); err != nil {
+	out, err := e.checked(now, layers)
+	if err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	for _, l := range layers {
-		e.bound[l.Key] = ttlBound(l.Policy)
-	}
-	e.mu.Unlock()
 	f := new(frame)
 	f.build(now, layers, false)
 	if reserve {
@@ -226,11 +221,9 @@ func (e *env) decideGeneral(ctx context.Context, now int64, layers []floodgate.L
 	return out, decodeReply(val, layers, out)
 }
 
-// decideLayersDecimal decides layers (a lone decision) with the layered
-// script in its decimal layout (n, now, 6n arguments), as batches of
-// decisions under different policies send them, for comparison with the
-// packed lone call Store.Decide sends.
-func (e *env) decideLayersDecimal(ctx context.Context, now int64, layers []floodgate.Layer) ([]floodgate.Result, error) {
+// checked checks a decision of layers at now as Store.Decide does,
+// records its keys' TTL bounds and returns its results' slice.
+func (e *env) checked(now int64, layers []floodgate.Layer) ([]floodgate.Result, error) {
 	out := make([]floodgate.Result, len(layers))
 	if err := e.store.check(now, layers, out); err != nil {
 		return nil, err
@@ -240,6 +233,18 @@ func (e *env) decideLayersDecimal(ctx context.Context, now int64, layers []flood
 		e.bound[l.Key] = ttlBound(l.Policy)
 	}
 	e.mu.Unlock()
+	return out, nil
+}
+
+// decideLayersDecimal decides layers (a lone decision) with the layered
+// script in its decimal layout (n, now, 6n arguments), as batches of
+// decisions under different policies send them, for comparison with the
+// packed lone call Store.Decide sends.
+func (e *env) decideLayersDecimal(ctx context.Context, now int64, layers []floodgate.Layer) ([]floodgate.Result, error) {
+	out, err := e.checked(now, layers)
+	if err != nil {
+		return nil, err
+	}
 	f := new(frame)
 	f.build(now, layers, true)
 	vals, err := e.store.scripts.layers.RunInts(ctx, e.store.client, f.args)
