@@ -19,6 +19,7 @@ package coalesce
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -155,9 +156,19 @@ func (q *Queue[C, G]) withdraw(c C) bool {
 
 // loop sends batch, then the next, as long as requests wait: one
 // goroutine per busy slot rather than one per batch.
+//
+// Between two batches it yields the processor once: the callers the
+// batch just woke are ready to run, and those that come straight back
+// (a caller deciding request after request) join the queue before it is
+// cut, instead of finding it nearly empty and going one by one or in the
+// batch after. Meanwhile the other calls in flight keep the server busy.
+// With 64 callers on two cores this made the batches larger and raised a
+// single Redis's decisions/s by 10–15 % and a Cluster's by about 16 %,
+// for less CPU per decision (docs/benchmarks.md).
 func (q *Queue[C, G]) loop(batch []C) {
 	for batch != nil {
 		q.sendLive(batch)
+		runtime.Gosched()
 		batch = q.following()
 	}
 }

@@ -375,3 +375,57 @@ func TestBatchContext(t *testing.T) {
 		t.Errorf("deadline %v, want none (a request has none)", d)
 	}
 }
+
+// TestBatchingCallersComingBack: on one processor, the callers a
+// batch wakes that join again at once (callers deciding request after
+// request) ride in the slot's next batch: the slot yields before it cuts
+// the queue. Without the yield, the slot finds the queue empty every
+// time, frees itself, and the first caller back goes alone, once per
+// round; with it, that happens at most when the scheduler's fairness
+// check runs the slot first (about one schedule in 61), so the test
+// allows a quarter of the rounds. It runs without the race detector
+// (which randomizes the scheduler): `make test` runs the tests named
+// Batching a second time without it.
+func TestBatchingCallersComingBack(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector randomizes the scheduler this test reads")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const n, rounds = 8, 40
+	q := New[*req, int](64, 1, func(b []*req) {
+		for _, r := range b {
+			answer(r)
+		}
+	}, expireReq)
+	holdSlots(t, q, 1)
+	var wg sync.WaitGroup
+	var alone atomic.Int64
+	var queued sync.WaitGroup
+	queued.Add(n)
+	for i := range n {
+		wg.Go(func() {
+			for round := range rounds {
+				r, ok := q.Join(0, 1, func() *req { return newReq(context.Background(), i, 0, 1) })
+				if round == 0 {
+					queued.Done()
+				}
+				if !ok {
+					alone.Add(1)
+					runtime.Gosched() // its call's round trip, in which others join
+					q.Release()
+					continue
+				}
+				if !q.Wait(r, r.done) || r.answer != i+1000 {
+					t.Errorf("caller %d: answer %d", i, r.answer)
+				}
+			}
+		})
+	}
+	queued.Wait()
+	q.Release() // the first batch: all n
+	wg.Wait()
+	if a := alone.Load(); a > rounds/4 {
+		t.Errorf("%d of %d requests went alone, want at most %d: the callers coming back did not ride together", a, n*rounds, rounds/4)
+	}
+	waitIdle(t, q)
+}
