@@ -9,11 +9,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/proctest"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -31,24 +31,6 @@ var bothEngines = []struct {
 	name   string
 	engine server.HTTPEngine
 }{{"nethttp", server.NetHTTP}, {"fasthttp", server.FastHTTP}}
-
-// logBuffer collects a server's log lines; it is safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // rawCheck is POST /v1/check for user on the wire, with extra header
 // lines (each ending in CRLF).
@@ -209,7 +191,7 @@ func TestShutdownClosesUnfinishedRequests(t *testing.T) {
 	for _, eng := range bothEngines {
 		for _, c := range cases {
 			t.Run(eng.name+"/"+strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-				var logs logBuffer
+				var logs proctest.Buffer
 				e := serveEngine(t, eng.engine, engineConfig, memStore(t), func(o *server.Options) {
 					o.DrainTimeout = 200 * time.Millisecond
 					o.ReadTimeout = time.Hour
