@@ -73,24 +73,7 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		Logger:                       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnState:                    conns.track,
 	}
-	done := make(chan error, 1)
-	go func() { done <- fs.Serve(ln) }()
-	select {
-	case err := <-done:
-		return fmt.Errorf("server: %w", err)
-	case <-ctx.Done():
-	}
-	s.beginDrain()
-	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
-	defer cancel()
-	if err := fs.ShutdownWithContext(sctx); err != nil {
-		s.log.Warn("drain timeout reached: closing the connections still open", "timeout", s.opts.DrainTimeout, "error", err)
-		conns.closeAll()
-	}
-	if err := <-done; err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
-	return nil
+	return s.serveAndDrain(ctx, func() error { return fs.Serve(ln) }, fs.ShutdownWithContext, conns.closeAll)
 }
 
 // fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on

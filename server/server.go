@@ -382,8 +382,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	return s.serveAndDrain(ctx, func() error { return hs.Serve(ln) }, hs.Shutdown, func() { _ = hs.Close() })
+}
+
+// serveAndDrain runs serve (an engine serving its listener) until it
+// fails or ctx ends, then shuts it down as Serve documents: beginDrain,
+// shutdown (which stops accepting and waits for the requests in flight)
+// bounded by DrainTimeout, then closeAll for the connections still open.
+// serve's error after a shutdown (http.ErrServerClosed) is no error.
+func (s *Server) serveAndDrain(ctx context.Context, serve func() error, shutdown func(context.Context) error, closeAll func()) error {
 	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ln) }()
+	go func() { done <- serve() }()
 	select {
 	case err := <-done:
 		return fmt.Errorf("server: %w", err)
@@ -392,12 +401,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.beginDrain()
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
+	if err := shutdown(sctx); err != nil {
 		// What is left after the drain timeout is not a decision (those
 		// are bounded by DecisionTimeout) but a connection that has not
 		// finished sending its request: cut it and exit cleanly.
 		s.log.Warn("drain timeout reached: closing the connections still open", "timeout", s.opts.DrainTimeout, "error", err)
-		_ = hs.Close()
+		closeAll()
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("server: %w", err)
