@@ -129,20 +129,14 @@ type shared struct {
 // a context's cancellation comes from: the tick's, not the parent's.
 // Without it, context.Cause of c after its deadline would be the cause of
 // the parent's cancellation (a client that went away) rather than
-// DeadlineExceeded, and so would a derived context's.
+// DeadlineExceeded, and so would a derived context's. With it, a context
+// derived from c (and context.AfterFunc of c) registers with the tick's
+// context, instead of a goroutine watching c's Done channel.
 func (c *shared) Value(key any) any {
 	if v := c.Context.Value(key); v != nil {
 		return v
 	}
 	return c.values.Value(key)
-}
-
-// AfterFunc arranges for f to run once c ends, in its own goroutine, as
-// context.AfterFunc does, and returns a function that stops it. (The
-// context package registers contexts derived from c, and context.AfterFunc
-// of c, with the tick's context directly, which Value lets it find.)
-func (c *shared) AfterFunc(f func()) (stop func() bool) {
-	return context.AfterFunc(c.Context, f)
 }
 
 // String describes c for debugging.

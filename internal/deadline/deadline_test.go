@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -124,6 +125,18 @@ func TestParentCancelNotPassedOn(t *testing.T) {
 func TestDerived(t *testing.T) {
 	ticks := New()
 	ctx, _ := ticks.WithTimeout(context.Background(), time.Now(), 20*time.Millisecond)
+	before := runtime.NumGoroutine()
+	var many []context.CancelFunc
+	for range 1000 {
+		_, cancel := context.WithCancel(ctx)
+		many = append(many, cancel)
+	}
+	if n := runtime.NumGoroutine() - before; n > 100 {
+		t.Errorf("1000 derived contexts started %d goroutines, want none", n)
+	}
+	for _, cancel := range many {
+		cancel()
+	}
 	child, cancelChild := context.WithCancel(ctx)
 	defer cancelChild()
 	other, cancelOther := context.WithCancel(ctx)
