@@ -118,8 +118,6 @@ func TestLoneScriptGuards(t *testing.T) {
 	e, _ := newEnv(t)
 	c := e.nodes[0]
 	ctx := context.Background()
-	now := float64(vectors.T0.UnixMicro())
-	start := float64(vectors.T0.UnixMicro() - vectors.T0.UnixMicro()%86_400_000_000)
 	for a, src := range fastSources {
 		if src == "" {
 			continue
@@ -127,10 +125,7 @@ func TestLoneScriptGuards(t *testing.T) {
 		alg := floodgate.Algorithm(a)
 		t.Run(alg.String(), func(t *testing.T) {
 			key := []string{e.prefix + ":lone:" + alg.String()}
-			good := [7]float64{now, float64(a), 10, 60_000_000, 0, 0, 1}
-			if alg == floodgate.Quota {
-				good = [7]float64{now, float64(a), 10, start, start + 86_400_000_000, 0, 1}
-			}
+			good := goodLoneNumbers(alg)
 			got, err := c.Eval(ctx, src, key, packLone(alg, byte(a), good)).Text()
 			if err != nil {
 				t.Fatalf("good call: %v", err)
@@ -246,4 +241,16 @@ func spackState(tag byte, nums ...int64) []byte {
 // spackQuota is a quota state in binary (the layout qt).
 func spackQuota(start, n, end int64) []byte {
 	return spackState(byte(floodgate.Quota), start, n, end)
+}
+
+// goodLoneNumbers returns the numbers of a valid lone request of alg at
+// vectors.T0 (now, algorithm, limit 10, then its policy's numbers, cost
+// 1), as packLone takes them: a window of a minute, or the quota's day.
+func goodLoneNumbers(alg floodgate.Algorithm) [7]float64 {
+	now := float64(vectors.T0.UnixMicro())
+	if alg == floodgate.Quota {
+		start := float64(vectors.T0.UnixMicro() - vectors.T0.UnixMicro()%86_400_000_000)
+		return [7]float64{now, float64(alg), 10, start, start + 86_400_000_000, 0, 1}
+	}
+	return [7]float64{now, float64(alg), 10, 60_000_000, 0, 0, 1}
 }

@@ -70,18 +70,13 @@ func TestPackedBatchGuards(t *testing.T) {
 	e, _ := newEnv(t)
 	c := e.nodes[0]
 	ctx := context.Background()
-	now := float64(vectors.T0.UnixMicro())
-	start := float64(vectors.T0.UnixMicro() - vectors.T0.UnixMicro()%86_400_000_000)
 	for a, src := range fastSources {
 		if src == "" {
 			continue
 		}
 		alg := floodgate.Algorithm(a)
 		t.Run(alg.String(), func(t *testing.T) {
-			good := [7]float64{now, float64(a), 10, 60_000_000, 0, 0, 1}
-			if alg == floodgate.Quota {
-				good = [7]float64{now, float64(a), 10, start, start + 86_400_000_000, 0, 1}
-			}
+			good := goodLoneNumbers(alg)
 			rec := packLone(alg, byte(a), good)
 			n := 0
 			keys := func() []string {
