@@ -73,7 +73,40 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		Logger:                       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ConnState:                    conns.track,
 	}
-	return s.serveAndDrain(ctx, func() error { return fs.Serve(ln) }, fs.ShutdownWithContext, conns.closeAll)
+	// fasthttp's shutdown closes the listeners its Serve has registered
+	// and returns at once when there are none: a shutdown that came
+	// before the serving goroutine reached fs.Serve (a context that ended
+	// as Serve was called) would leave that Serve to start afterwards and
+	// serve for ever. The shutdown therefore waits until fs.Serve accepts
+	// (it registers the listener first) or has returned.
+	sl := &acceptSignal{Listener: ln, accepting: make(chan struct{})}
+	exited := make(chan struct{})
+	serve := func() error {
+		defer close(exited)
+		return fs.Serve(sl)
+	}
+	shutdown := func(ctx context.Context) error {
+		select {
+		case <-sl.accepting:
+		case <-exited:
+		}
+		return fs.ShutdownWithContext(ctx)
+	}
+	return s.serveAndDrain(ctx, serve, shutdown, conns.closeAll)
+}
+
+// acceptSignal is a listener that closes accepting when Accept is first
+// called.
+type acceptSignal struct {
+	net.Listener
+	once      sync.Once
+	accepting chan struct{}
+}
+
+// Accept implements net.Listener.
+func (l *acceptSignal) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.accepting) })
+	return l.Listener.Accept()
 }
 
 // fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on

@@ -2,17 +2,23 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/proctest"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -287,6 +293,54 @@ func TestShutdownKeepAliveRequestWhileDraining(t *testing.T) {
 			}
 			expectClosed(t, busy, busyR, "connection of the decision answered while draining")
 			expectServeReturned(t, e)
+		})
+	}
+}
+
+// TestServeReturnsWhenCancelledBeforeServing: a Serve whose context has
+// already ended (a SIGTERM as the process starts) shuts down at once and
+// returns, on both engines, leaving its listener closed. fasthttp's
+// ShutdownWithContext does nothing when its Serve has not yet registered
+// the listener, and that Serve, started a moment later, then serves for
+// ever: on one processor the serving goroutine only runs once Serve
+// waits for it, after the shutdown, so the old code hung here every time.
+func TestServeReturnsWhenCancelledBeforeServing(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, eng := range bothEngines {
+		t.Run(eng.name, func(t *testing.T) {
+			holder, err := config.NewHolder(parse(t, engineConfig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := floodgate.New(memStore(t), floodgate.Options{Prefix: uniquePrefix(t), Clock: fixedClock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := server.New(lim, holder, server.Options{Registerer: prometheus.NewRegistry(), HTTPEngine: eng.engine})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ctx, ln) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Serve: %v", err)
+				}
+			case <-time.After(shutdownWait):
+				t.Fatalf("Serve had not returned %v after being called with an ended context", shutdownWait)
+			}
+			if conn, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+				conn.Close()
+				t.Error("the listener still accepts connections after Serve returned")
+			}
 		})
 	}
 }
