@@ -81,7 +81,9 @@ func (t *Ticks) WithTimeout(parent context.Context, now time.Time, d time.Durati
 		return parent, nop
 	}
 	since := now.Sub(t.base)
-	if d < MinShared*Tick || since < 0 {
+	if d < MinShared*Tick || d > ringSize*Tick || since < 0 {
+		// (A d beyond the horizon is let go here, before since + d,
+		// which overflows for the longest durations.)
 		return context.WithDeadline(parent, at)
 	}
 	tick := int64((since + d) / Tick)

@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -89,6 +90,12 @@ func TestOwnTimer(t *testing.T) {
 		{"short", now, MinShared*Tick - 1},
 		{"beyond the horizon", now, ringSize * Tick},
 		{"before New", ticks.base.Add(-Tick), time.Second},
+		// Durations whose tick would overflow int64 once the Ticks has
+		// run a while (serve --decision-timeout 2562047h, after 47
+		// minutes): the old code computed a negative tick and indexed
+		// its ring with it (a panic).
+		{"the longest duration", ticks.base.Add(time.Hour), math.MaxInt64},
+		{"overflowing after 47 minutes", ticks.base.Add(47 * time.Minute), 2562047 * time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := ticks.WithTimeout(context.Background(), tc.now, tc.d)
