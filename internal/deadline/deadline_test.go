@@ -131,11 +131,15 @@ func TestParentCancelNotPassedOn(t *testing.T) {
 // keep their own cancellation.
 func TestDerived(t *testing.T) {
 	ticks := New()
-	ctx, _ := ticks.WithTimeout(context.Background(), time.Now(), 20*time.Millisecond)
+	// The goroutine count and the child's own cancellation are checked
+	// under a shared context far from its end (a 20 ms one could end
+	// during the 1000 WithCancel calls on a loaded machine under the race
+	// detector, and a child then starts with its parent's Err).
+	long, _ := ticks.WithTimeout(context.Background(), time.Now(), 4*time.Second) // shared: within the horizon
 	before := runtime.NumGoroutine()
 	var many []context.CancelFunc
 	for range 1000 {
-		_, cancel := context.WithCancel(ctx)
+		_, cancel := context.WithCancel(long)
 		many = append(many, cancel)
 	}
 	if n := runtime.NumGoroutine() - before; n > 100 {
@@ -144,13 +148,14 @@ func TestDerived(t *testing.T) {
 	for _, cancel := range many {
 		cancel()
 	}
-	child, cancelChild := context.WithCancel(ctx)
-	defer cancelChild()
-	other, cancelOther := context.WithCancel(ctx)
+	other, cancelOther := context.WithCancel(long)
 	cancelOther()
 	if !errors.Is(other.Err(), context.Canceled) {
 		t.Errorf("cancelled child: Err = %v", other.Err())
 	}
+	ctx, _ := ticks.WithTimeout(context.Background(), time.Now(), 20*time.Millisecond)
+	child, cancelChild := context.WithCancel(ctx)
+	defer cancelChild()
 	ran := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { close(ran) })
 	defer stop()
