@@ -73,8 +73,8 @@ type Reason uint8
 const (
 	// ReasonNone: the primary store decided.
 	ReasonNone Reason = iota
-	// ReasonTimeout: the primary did not answer within the budget (or the
-	// caller's deadline, if shorter).
+	// ReasonTimeout: the primary did not answer within the budget (or four
+	// fifths of the caller's time left, if shorter).
 	ReasonTimeout
 	// ReasonUnavailable: the primary failed before applying anything
 	// (floodgate.ErrStoreUnavailable): refused connection, no route...

@@ -72,8 +72,10 @@ type Options struct {
 	// decision, so it can follow a configuration reloaded live (for
 	// example a policy's on_redis_failure). Keep it fast.
 	ModeFor func(policy string) Mode
-	// Budget bounds each primary call (the caller's deadline still applies
-	// when earlier). Zero means DefaultBudget (50ms); at most MaxBudget.
+	// Budget bounds each primary call. When the caller's deadline leaves
+	// less than the budget, the call gets four fifths of the time left, so
+	// that the failure mode answers before that deadline. Zero means
+	// DefaultBudget (50ms); at most MaxBudget.
 	Budget time.Duration
 	// Budgets sets the budget per policy name. A decision over several
 	// layers uses the smallest of its layers' budgets. Copied by New.
@@ -326,11 +328,17 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	}
 	start := time.Now()
 	// The budget's deadline shares its timer with the calls of the same
-	// millisecond and may come up to a millisecond early; the caller's
-	// deadline is kept when it comes first, as Envoy's (20 ms by default)
-	// does. A caller that cancels its context meanwhile gets its answer
-	// when the call returns, within the budget (internal/deadline).
-	cctx, cancel := s.ticks.WithTimeout(ctx, start, budget)
+	// millisecond and may come up to a millisecond early. A caller's
+	// deadline earlier than the budget (Envoy's is 20 ms by default)
+	// shortens the call so that it ends a fifth of the caller's time
+	// before that deadline: the failure mode then answers while the
+	// caller still waits, and the failure counts against Redis. Ending
+	// the call at the caller's deadline itself answered too late, and a
+	// gRPC caller that gave up first cancelled the call, which the
+	// breaker does not count: a stalled Redis then never opened it. A
+	// caller that cancels its context meanwhile gets its answer when the
+	// call returns, within the budget (internal/deadline).
+	cctx, cancel := s.ticks.WithTimeout(ctx, start, callBound(ctx, start, budget))
 	defer cancel()
 	err := s.primary.Decide(cctx, now, layers, out)
 	elapsed := time.Since(start)
@@ -398,6 +406,19 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 		br.release(t, verdictFailure)
 	}
 	return err
+}
+
+// callBound returns how long a primary call started at start may take:
+// the budget, or, when the caller's deadline leaves less than that, four
+// fifths of the caller's time left, so that the failure mode can answer
+// before the caller's deadline.
+func callBound(ctx context.Context, start time.Time, budget time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if left := d.Sub(start); left-left/5 < budget {
+			return max(left-left/5, 0)
+		}
+	}
+	return budget
 }
 
 // isCallerError reports errors caused by the request itself, which say

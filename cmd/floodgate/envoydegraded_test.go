@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,4 +126,75 @@ func TestServeGRPCUsesServiceClock(t *testing.T) {
 	if got := time.UnixMicro(start); got.Before(want.Add(-time.Minute)) || got.After(want.Add(time.Minute)) {
 		t.Fatalf("window starts at %v, want about %v (the service's clock, an hour ahead)", got, want)
 	}
+}
+
+// TestServeGRPCAnswersBeforeCallerDeadlineWhenRedisStalls: a gRPC caller
+// whose deadline is shorter than the fallback budget (Envoy's filter
+// calls with 20 ms; --fallback-budget is 50 ms) gets the fallback's
+// answer before its deadline when Redis stalls (SIGSTOP: connections open,
+// nothing answers), and the breaker opens. Scaled here to a 200 ms
+// deadline and a 1 s budget so that a loaded machine has room. Before,
+// the Redis call ended only at the caller's deadline, too late to answer;
+// and the client's cancellation (RST_STREAM), arriving before the
+// server's own timer, made the failure nobody's fault: the breaker stayed
+// closed and every call timed out for as long as Redis stalled (50 of 53
+// calls with Envoy's 20 ms over a 1.5 s stall).
+func TestServeGRPCAnswersBeforeCallerDeadlineWhenRedisStalls(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpcstall%d", time.Now().UnixNano()),
+		"--fallback-budget", "1s", "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlspb.NewRateLimitServiceClient(conn)
+	const deadline = 200 * time.Millisecond
+	call := func(user string, d time.Duration) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}})
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if strings.EqualFold(h.GetKey(), "x-floodgate-degraded") {
+				return h.GetValue(), err
+			}
+		}
+		return "", err
+	}
+	waitUntil(t, "a central gRPC decision", func() bool {
+		d, err := call("warm", 10*time.Second)
+		return err == nil && d == ""
+	})
+	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) }
+	t.Cleanup(resume)
+	const calls = 20
+	answered := 0
+	for i := range calls {
+		d, err := call(fmt.Sprint("u", i), deadline)
+		if err == nil {
+			if !strings.HasPrefix(d, "local; reason=") {
+				t.Fatalf("call %d with Redis stalled: answered, x-floodgate-degraded %q; want a local decision", i, d)
+			}
+			answered++
+		}
+	}
+	state := metricValue(t, svc.url, `rate_limit_breaker_state{partition="primary"}`)
+	t.Logf("Redis stalled: %d of %d calls with a %v deadline answered; breaker state %v", answered, calls, deadline, state)
+	if answered < calls/2 {
+		t.Fatalf("%d of %d calls with a %v deadline answered while Redis stalled (--fallback-budget 1s); want the fallback to answer them before their deadline", answered, calls, deadline)
+	}
+	if state != 2 {
+		t.Fatalf("breaker state %v after %d calls on a stalled Redis, want 2 (open)", state, calls)
+	}
+	resume()
+	waitUntil(t, "a central gRPC decision after Redis resumed", func() bool {
+		d, err := call("after", 10*time.Second)
+		return err == nil && d == ""
+	})
 }
