@@ -14,11 +14,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -251,7 +254,18 @@ func TestEnginesAnswerAlike(t *testing.T) {
 // and one with the local fallback answers degraded decisions, alike on
 // both engines.
 func TestEnginesAnswerStoreFailuresAlike(t *testing.T) {
-	plain, rs := redisStore(t)
+	// One dial attempt: with the server killed, a decision fails at once
+	// with "connection refused" (reason unavailable) on both engines.
+	// go-redis's default of five attempts 100 ms apart made the reason
+	// depend on the machine's load: a decision whose dials outlasted the
+	// fallback's budget was degraded with reason timeout instead.
+	rs := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	plain, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	degraded := func() floodgate.Store {
 		local, err := memstore.New(memstore.Options{})
 		if err != nil {

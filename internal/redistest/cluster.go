@@ -164,6 +164,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                 append([]string(nil), c.Addrs...),
 		ContextTimeoutEnabled: true,
+		PoolTimeout:           PoolTimeout,
 	})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc

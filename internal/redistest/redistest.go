@@ -271,13 +271,24 @@ func (s *Server) launch() error {
 	return nil
 }
 
+// PoolTimeout is how long the clients of Client and Cluster.Client wait
+// for a free connection. go-redis's default (its read timeout plus a
+// second, 4 s) is too short for the tests that start a couple of thousand
+// decisions at one instant (the fan-in proofs) when the machine is also
+// busy with other packages' tests: waiting for a connection is not what
+// they test, so they wait longer instead of failing with a pool timeout.
+// Tests of the pool timeout itself make clients of their own.
+const PoolTimeout = 30 * time.Second
+
 // Client returns a go-redis client for the server with ContextTimeoutEnabled
-// set. The client is closed in t.Cleanup, before the server is stopped.
+// set and a PoolTimeout of PoolTimeout. The client is closed in t.Cleanup,
+// before the server is stopped.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{
 		Addr:                  s.Addr,
 		ContextTimeoutEnabled: true,
+		PoolTimeout:           PoolTimeout,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
