@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,11 +47,19 @@ func (p provider) ConfigUpdateEvent() <-chan theirprovider.ConfigUpdateEvent { r
 
 func (provider) Stop() {}
 
+// settableClock is a clock a test moves, for both services.
+type settableClock struct{ unix atomic.Int64 }
+
+func (c *settableClock) UnixNow() int64 { return c.unix.Load() }
+
+func (c *settableClock) now() time.Time { return time.Unix(c.unix.Load(), 0) }
+
 // settings are the options both services run with.
 type sideSettings struct {
 	stop       bool
 	localCache int
 	headers    bool
+	clock      *settableClock // nil: fixedClock
 }
 
 // theirService builds their service (their fixed window cache on Redis at
@@ -68,7 +77,11 @@ func theirService(t *testing.T, addr, prefix string, s sideSettings, doc string)
 	if s.localCache > 0 {
 		lc = freecache.NewCache(s.localCache)
 	}
-	cache := theirredis.NewFixedRateLimitCacheImpl(client, nil, fixedClock{}, rand.New(rand.NewSource(1)), 0, lc, 0.8, prefix, sm, s.stop)
+	var clock interface{ UnixNow() int64 } = fixedClock{}
+	if s.clock != nil {
+		clock = s.clock
+	}
+	cache := theirredis.NewFixedRateLimitCacheImpl(client, nil, clock, rand.New(rand.NewSource(1)), 0, lc, 0.8, prefix, sm, s.stop)
 	cfg, err := theirLoad([]envoycompat.File{{Name: "config.side.yaml", Data: []byte(doc)}}, false)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +89,7 @@ func theirService(t *testing.T, addr, prefix string, s sideSettings, doc string)
 	ch := make(chan theirprovider.ConfigUpdateEvent, 1)
 	ch <- oneConfig{cfg}
 	hc := theirserver.NewHealthChecker(health.NewServer(), "ratelimit", false)
-	return theirservice.NewService(cache, provider{ch}, sm, hc, fixedClock{}, false, false, false)
+	return theirservice.NewService(cache, provider{ch}, sm, hc, clock, false, false, false)
 }
 
 // ourService builds envoycompat's service on the same Redis.
@@ -87,6 +100,9 @@ func ourService(t *testing.T, rdb *redistest.Server, prefix string, s sideSettin
 		StopIncrementWhenOverLimit: s.stop, LocalCacheBytes: s.localCache, ResponseHeaders: s.headers,
 		LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset",
 		Now: fixedClock{}.now,
+	}
+	if s.clock != nil {
+		opts.Now = s.clock.now
 	}
 	svc, err := envoycompat.NewService(opts)
 	if err != nil {
@@ -249,5 +265,50 @@ func TestSharedCounters(t *testing.T) {
 	keys := rdb.Client(t).Keys(context.Background(), "side_key2_shared_*").Val()
 	if len(keys) != 1 || rdb.Client(t).Get(context.Background(), keys[0]).Val() != "24" {
 		t.Fatalf("keys %v: want one counter holding 24", keys)
+	}
+}
+
+// TestResetsAtWindowEdges moves both services' clock to the first and
+// last seconds of windows of every unit and compares the answers: limits
+// reached exactly, then passed, and the time until reset on each side of
+// an edge (a request at the last second of a window, then at the first
+// second of the next one, which starts a fresh counter).
+func TestResetsAtWindowEdges(t *testing.T) {
+	rdb := redistest.Start(t)
+	const cfg = `domain: edge
+descriptors:
+  - key: s
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: h
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: d
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: mo
+    rate_limit: {unit: month, requests_per_unit: 2}
+  - key: y
+    rate_limit: {unit: year, requests_per_unit: 2}
+`
+	units := map[string]int64{"s": 1, "m": 60, "h": 3600, "d": 86_400, "mo": 30 * 86_400, "y": 365 * 86_400}
+	for i, s := range []sideSettings{{}, {stop: true}, {headers: true}} {
+		clock := new(settableClock)
+		s.clock = clock
+		theirs := theirService(t, rdb.Addr, fmt.Sprintf("te%d_", i), s, cfg)
+		ours := ourService(t, rdb, fmt.Sprintf("oe%d_", i), s, cfg)
+		for _, base := range []int64{1_800_001_212, 1_900_000_000} {
+			for unit, length := range units {
+				start := (base/length + 1) * length                  // the first second of a window
+				for _, at := range []int64{-1, -1, -1, 0, 0, 0, 1} { // seconds from an edge
+					clock.unix.Store(start + at)
+					req := request(step{"edge", 1, []string{fmt.Sprintf("%s=%d", unit, start), unit + "=x"}, 1})
+					tr, terr := theirs.ShouldRateLimit(context.Background(), req)
+					or, oerr := ours.ShouldRateLimit(context.Background(), req)
+					if (terr == nil) != (oerr == nil) || !proto.Equal(tr, or) {
+						t.Fatalf("settings %d, unit %s at %d%+d:\ntheirs %v %v\nours   %v %v", i, unit, start, at, tr, terr, or, oerr)
+					}
+				}
+			}
+		}
 	}
 }
