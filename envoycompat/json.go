@@ -1,6 +1,8 @@
 package envoycompat
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
 	"strconv"
 
@@ -366,4 +368,23 @@ func appendString(b []byte, s string) ([]byte, bool) {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"'), true
+}
+
+// marshalCompact writes resp with protojson without white space.
+// protojson puts a space after some separators in some builds and not in
+// others (on purpose, so that nobody relies on its layout); the body is
+// compacted so that every build of envoy-compat writes the same bytes,
+// the layout of appendResponse and of envoyproxy/ratelimit's builds that
+// add no space.
+func marshalCompact(resp *rlspb.RateLimitResponse) ([]byte, error) {
+	b, err := protojson.Marshal(resp)
+	if err != nil {
+		return nil, err
+	}
+	var c bytes.Buffer
+	c.Grow(len(b))
+	if err := json.Compact(&c, b); err != nil {
+		return nil, err
+	}
+	return c.Bytes(), nil
 }

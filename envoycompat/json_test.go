@@ -373,3 +373,46 @@ func TestAppendResponseKnowsEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrideText checks the limit override text of the dynamic
+// metadata: protobuf's text format with one space between fields in
+// every build (String's spacing varies between builds).
+func TestOverrideText(t *testing.T) {
+	for _, c := range []struct {
+		o    *ratelimitv3.RateLimitDescriptor_RateLimitOverride
+		want string
+	}{
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}, "requests_per_unit:2 unit:MINUTE"},
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{Unit: typev3.RateLimitUnit_HOUR}, "unit:HOUR"},
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7}, "requests_per_unit:7"},
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{}, ""},
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99}, "requests_per_unit:1 unit:99"},
+	} {
+		got := overrideText(c.o)
+		if got != c.want {
+			t.Errorf("overrideText(%v) = %q, want %q", c.o, got, c.want)
+		}
+		if s := strings.Join(strings.Fields(c.o.String()), " "); s != got {
+			t.Errorf("overrideText(%v) = %q, String gives %q", c.o, got, s)
+		}
+	}
+}
+
+// TestMarshalCompact checks that a response protojson writes (one
+// appendResponse leaves to it) has no white space outside its strings.
+func TestMarshalCompact(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"domain": "d", "descriptors": []any{map[string]any{"entries": []any{"a=b c"}, "limit": "requests_per_unit:2 unit:MINUTE"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, DynamicMetadata: md,
+		Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{Code: rlspb.RateLimitResponse_OK, LimitRemaining: 3}}}
+	b, err := marshalCompact(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"overallCode":"OK","statuses":[{"code":"OK","limitRemaining":3}],"dynamicMetadata":{"descriptors":[{"entries":["a=b c"],"limit":"requests_per_unit:2 unit:MINUTE"}],"domain":"d"}}`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 // doLimit counts the request in the counter of every limited descriptor
@@ -197,7 +199,7 @@ func dynamicMetadata(req *rlspb.RateLimitRequest, passed []int, limits []*Limit)
 		}
 		df["entries"] = structpb.NewListValue(&structpb.ListValue{Values: es})
 		if d.GetLimit() != nil {
-			df["limit"] = structpb.NewStringValue(d.GetLimit().String())
+			df["limit"] = structpb.NewStringValue(overrideText(d.GetLimit()))
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			df["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
@@ -233,4 +235,32 @@ func mergeStruct(dst, src *structpb.Struct) {
 			mergeStruct(ds, ss)
 		}
 	}
+}
+
+// overrideText is a limit override in protobuf's text format on one line,
+// as envoyproxy/ratelimit's dynamic metadata carries it
+// ("requests_per_unit:2 unit:MINUTE"). The message's String method
+// separates the fields with one space in some builds and two in others
+// (on purpose); this writes one, every time. An override carrying
+// unknown fields is left to String.
+func overrideText(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) string {
+	if len(o.ProtoReflect().GetUnknown()) > 0 {
+		return o.String()
+	}
+	var b []byte
+	if n := o.GetRequestsPerUnit(); n != 0 {
+		b = strconv.AppendUint(append(b, "requests_per_unit:"...), uint64(n), 10)
+	}
+	if u := o.GetUnit(); u != 0 {
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, "unit:"...)
+		if name, ok := typev3.RateLimitUnit_name[int32(u)]; ok {
+			b = append(b, name...)
+		} else {
+			b = strconv.AppendInt(b, int64(u), 10)
+		}
+	}
+	return string(b)
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Health components, as theirs names them.
@@ -145,7 +144,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	out, ok := appendResponse(buf.out[:0], resp)
 	if !ok {
-		if out, err = protojson.Marshal(resp); err != nil {
+		if out, err = marshalCompact(resp); err != nil {
 			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 			return
 		}

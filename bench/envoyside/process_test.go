@@ -3,6 +3,7 @@ package envoyside
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -239,17 +240,22 @@ func doHTTP(t *testing.T, method, url, body string) httpAnswer {
 	return httpAnswer{resp.StatusCode, resp.Header.Get("Content-Type"), string(b)}
 }
 
-// sameJSON compares two /json answers: status, content type, and the
-// body as a RateLimitResponse when both are one, else byte for byte.
-// (protojson varies its white space from one binary to another on
-// purpose, so equal messages are what the bodies must carry.)
+// sameJSON compares their /json answer a with ours b: status, content
+// type, and the body as a RateLimitResponse when both are one, else byte
+// for byte. protojson varies its white space from one build to another
+// on purpose, so theirs may carry spaces; ours must be compact, as their
+// builds without spaces write it.
 func sameJSON(a, b httpAnswer) bool {
 	if a.code != b.code || a.ctype != b.ctype {
 		return false
 	}
 	var ra, rb rlspb.RateLimitResponse
 	if protojson.Unmarshal([]byte(a.body), &ra) == nil && protojson.Unmarshal([]byte(b.body), &rb) == nil {
-		return proto.Equal(textSpaces(moduleMetadata(&ra)), textSpaces(&rb))
+		var c bytes.Buffer
+		if json.Compact(&c, []byte(b.body)) != nil || c.String() != b.body {
+			return false
+		}
+		return proto.Equal(textSpaces(moduleMetadata(&ra)), &rb)
 	}
 	return a.body == b.body
 }
@@ -270,8 +276,9 @@ func moduleMetadata(r *rlspb.RateLimitResponse) *rlspb.RateLimitResponse {
 }
 
 // textSpaces undoes the spacing protobuf's text format varies on purpose
-// from one build to another (two spaces between fields in some builds):
-// their dynamic metadata carries a limit override as that text.
+// from one build to another (two spaces between fields in some builds) in
+// their answer: their dynamic metadata carries a limit override as that
+// text. Ours must have one space (compared as it is).
 func textSpaces(r *rlspb.RateLimitResponse) *rlspb.RateLimitResponse {
 	md := r.GetDynamicMetadata()
 	if md == nil {
@@ -331,7 +338,7 @@ func (p *pair) compareOnce(t *testing.T, seq []action, sfx string) string {
 			tr, terr := p.theirs.rls.ShouldRateLimit(ctx, req)
 			or, oerr := p.ours.rls.ShouldRateLimit(ctx, req)
 			ts, ost := status.Convert(terr), status.Convert(oerr)
-			if ts.Code() != ost.Code() || ts.Message() != ost.Message() || !proto.Equal(textSpaces(moduleMetadata(tr)), textSpaces(proto.Clone(or).(*rlspb.RateLimitResponse))) {
+			if ts.Code() != ost.Code() || ts.Message() != ost.Message() || !proto.Equal(textSpaces(moduleMetadata(tr)), or) {
 				return fmt.Sprintf("#%d.%d gRPC %v\ntheirs %v %v\nours   %v %v", i, k, withSuffix(a.req, sfx), tr, terr, or, oerr)
 			}
 		}
@@ -448,6 +455,7 @@ var processCases = []struct {
 	{"empty value", []action{g("side", 1, 2, "user=")}},
 	{"many descriptors", []action{g("side", 1, 1, "key2=1{s}", "key2=2{s}", "key2=3{s}", "key2=4{s}", "key2=5{s}", "key2=6{s}", "key2=7{s}", "key2=8{s}", "key2=9{s}", "key2=10{s}", "key2=11{s}", "key2=12{s}", "key2=13{s}", "key2=14{s}", "key2=15{s}", "key2=16{s}", "key2=17{s}", "key2=18{s}")}},
 	{"same counter twice in one request", []action{g("side", 1, 11, "key3={s}", "key3={s}")}},
+	{"limit overrides", []action{g("side", 1, 3, "key2={s}@2/MINUTE"), g("side", 2, 2, "other={s}@3/HOUR", "key3={s}@5/SECOND+1")}},
 	{"empty domain", []action{g("", 1, 1, "key2={s}")}},
 	{"no descriptors", []action{g("side", 1, 1)}},
 	{"json: limits and errors", []action{

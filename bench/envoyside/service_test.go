@@ -12,6 +12,7 @@ import (
 	"github.com/coocood/freecache"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	theirconfig "github.com/envoyproxy/ratelimit/src/config"
 	theirprovider "github.com/envoyproxy/ratelimit/src/provider"
 	theirredis "github.com/envoyproxy/ratelimit/src/redis"
@@ -156,7 +157,8 @@ descriptors:
 `
 
 // step is one request: domain, request hits_addend, descriptors
-// ("k=v,k2=v2", "+N" for the descriptor's own hits_addend), repeated n
+// ("k=v,k2=v2", "+N" for the descriptor's own hits_addend, then "@N/UNIT"
+// for a limit override), repeated n
 // times.
 type step struct {
 	domain string
@@ -202,6 +204,13 @@ func request(s step) *rlspb.RateLimitRequest {
 			own, d = wrapperspb.UInt64(v), base
 		}
 		rd := &ratelimitv3.RateLimitDescriptor{HitsAddend: own}
+		if base, o, ok := strings.Cut(d, "@"); ok { // "@N/UNIT": a limit override
+			n, unit, _ := strings.Cut(o, "/")
+			var v uint32
+			fmt.Sscan(n, &v)
+			rd.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: v, Unit: typev3.RateLimitUnit(typev3.RateLimitUnit_value[unit])}
+			d = base
+		}
 		for _, kv := range strings.Split(d, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			rd.Entries = append(rd.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v})
