@@ -189,7 +189,10 @@ func startSvc(t *testing.T, name, bin string, args []string, env map[string]stri
 
 // pair is their service and envoy-compat over the same configuration
 // and environment, each on its own redis-server.
-type pair struct{ theirs, ours *svcProc }
+type pair struct {
+	theirs, ours         *svcProc
+	theirRedis, ourRedis *redistest.Server
+}
 
 func startPair(t *testing.T, env map[string]string, config string) *pair {
 	t.Helper()
@@ -213,8 +216,9 @@ func startPair(t *testing.T, env map[string]string, config string) *pair {
 	}
 	r1, r2 := redistest.Start(t), redistest.Start(t)
 	return &pair{
-		theirs: startSvc(t, "theirs", theirBin, nil, all, r1.Addr, dir),
-		ours:   startSvc(t, "ours", ourBin, []string{"envoy-compat"}, all, r2.Addr, dir),
+		theirs:     startSvc(t, "theirs", theirBin, nil, all, r1.Addr, dir),
+		ours:       startSvc(t, "ours", ourBin, []string{"envoy-compat"}, all, r2.Addr, dir),
+		theirRedis: r1, ourRedis: r2,
 	}
 }
 
@@ -578,5 +582,34 @@ func TestProcessesWithoutConfig(t *testing.T) {
 				t.Errorf("/rlconfig:\ntheirs %+v\nours   %+v", ta, oa)
 			}
 		})
+	}
+}
+
+// TestProcessesRedisDown stops both redis-servers under running services:
+// both answer gRPC with an error of code Unknown (the messages differ:
+// each names its own client's error), /json with 400, and keep
+// /healthcheck at 200 (theirs probes Redis only with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+func TestProcessesRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts both services")
+	}
+	p := startPair(t, map[string]string{"REDIS_TIMEOUT": "1s"}, processConfig)
+	p.compare(t, "before", []action{g("side", 1, 1, "key2={s}")})
+	p.theirRedis.Stop()
+	p.ourRedis.Stop()
+	req := request(step{"side", 1, []string{"key2=down"}, 1})
+	_, terr := p.theirs.rls.ShouldRateLimit(context.Background(), req)
+	_, oerr := p.ours.rls.ShouldRateLimit(context.Background(), req)
+	if terr == nil || status.Code(terr) != status.Code(oerr) {
+		t.Errorf("gRPC with Redis down: theirs %v, ours %v", terr, oerr)
+	}
+	body := `{"domain":"side","descriptors":[{"entries":[{"key":"key2","value":"down"}]}]}`
+	for _, c := range []struct{ method, path, body string }{{"POST", "/json", body}, {"GET", "/healthcheck", ""}} {
+		ta := doHTTP(t, c.method, p.theirs.http+c.path, c.body)
+		oa := doHTTP(t, c.method, p.ours.http+c.path, c.body)
+		if ta != oa {
+			t.Errorf("%s %s with Redis down:\ntheirs %+v\nours   %+v", c.method, c.path, ta, oa)
+		}
 	}
 }
