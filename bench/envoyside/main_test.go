@@ -9,5 +9,9 @@ import (
 
 func TestMain(m *testing.M) {
 	logrus.SetLevel(logrus.ErrorLevel) // their packages log every connection at warning level
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir) // the binaries process_test.go built
+	}
+	os.Exit(code)
 }
