@@ -327,8 +327,9 @@ func TestRedisStoreContexts(t *testing.T) {
 }
 
 // TestRedisStoreBatchContexts: an Incr whose context ends after it left
-// the queue for a batch gives ErrIndeterminate, and the batch goes on: the
-// batch's other Incr is applied. The two calls sent alone before
+// the queue for a batch gives ErrIndeterminate (or, if the batch had not
+// been sent yet, is dropped unsent), and the batch goes on: the batch's
+// other Incr is applied. The two calls sent alone before
 // have a deadline that passes while Redis is held, so that the queued two
 // leave together while it is still held.
 func TestRedisStoreBatchContexts(t *testing.T) {
@@ -371,17 +372,26 @@ func TestRedisStoreBatchContexts(t *testing.T) {
 			t.Errorf("Incr %d held past its deadline = %v, want ErrIndeterminate", i, err)
 		}
 	}
-	if !errors.Is(cancelledErr, floodgate.ErrIndeterminate) || !errors.Is(cancelledErr, context.Canceled) {
-		t.Errorf("Incr cancelled in a sent batch = %v, want ErrIndeterminate wrapping context.Canceled", cancelledErr)
+	// The batch left the queue before the cancellation, but its slot's
+	// goroutine checks the contexts just before it sends (internal/coalesce,
+	// sendLive): when that check came after cancel (a slow goroutine start
+	// on a busy machine), the Incr was dropped unsent and says so; when it
+	// came before, the Incr went out in the batch and may have been
+	// applied (the batch still runs once Redis is let go), which is what
+	// ErrIndeterminate says. Both keep their word below.
+	sent := errors.Is(cancelledErr, floodgate.ErrIndeterminate)
+	switch {
+	case !errors.Is(cancelledErr, context.Canceled):
+		t.Errorf("Incr cancelled after its batch left the queue = %v, want an error wrapping context.Canceled", cancelledErr)
+	case !sent && !errors.Is(cancelledErr, floodgate.ErrStoreUnavailable):
+		t.Errorf("Incr cancelled after its batch left the queue = %v, want ErrIndeterminate (sent) or ErrStoreUnavailable (dropped unsent)", cancelledErr)
 	}
 	if otherErr != nil || other.Result != 2 {
 		t.Errorf("the batch's other Incr: %v, result %d, want 2", otherErr, other.Result)
 	}
-	// Taken from the queue, it was in the batch (applied when Redis was
-	// let go) or about to be checked by it (then dropped): either way it
-	// may have been applied, which is what the error says.
-	if got, ttl := counter(t, admin, "bctx_cancelled"); got > 1 || (got == 1 && ttl <= 0) {
-		t.Errorf("bctx_cancelled = %d (TTL %v), want 0, or 1 with a TTL", got, ttl)
+	got, ttl := counter(t, admin, "bctx_cancelled")
+	if got > 1 || (got == 1 && ttl <= 0) || (!sent && got != 0) {
+		t.Errorf("bctx_cancelled = %d (TTL %v) with %v, want 0 if dropped unsent, else 0 or 1 with a TTL", got, ttl, cancelledErr)
 	}
 }
 
