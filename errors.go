@@ -14,6 +14,9 @@ var (
 	// ErrNilStore reports a nil Store given to New: pass memstore.New's or
 	// redisstore.New's store.
 	ErrNilStore = errors.New("floodgate: New needs a store, got nil (use memstore.New or redisstore.New)")
+	// ErrInvalidTime reports a decision time outside the range the stores
+	// decide at (see ValidateTime).
+	ErrInvalidTime = errors.New("floodgate: invalid time")
 	// ErrInvalidLayers reports an empty or too long list of layers.
 	ErrInvalidLayers = errors.New("floodgate: invalid layers")
 	// ErrStoreUnavailable reports that the store could not be reached and

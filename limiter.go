@@ -166,6 +166,9 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 		return Result{}, err
 	}
 	us := now.UnixMicro()
+	if err := ValidateTime(us); err != nil {
+		return Result{}, err
+	}
 	f := framePool.Get().(*frame)
 	var key string
 	if l.borrow && p.Algorithm != Quota {
@@ -207,6 +210,24 @@ var framePool = sync.Pool{New: func() any { return new(frame) }}
 func ValidateCost(cost int64) error {
 	if cost < 0 || cost > MaxCost {
 		return fmt.Errorf("%w: cost %d out of range 0..%d", ErrInvalidCost, cost, int64(MaxCost))
+	}
+	return nil
+}
+
+// MaxTimeMicros is the latest decision time, in Unix microseconds: 2^52,
+// in September 2112. Below it every sum the algorithms compute from a time
+// stays under 2^53, exact in the Redis scripts' doubles.
+const MaxTimeMicros = 1 << 52
+
+// ValidateTime reports, wrapped in ErrInvalidTime, a decision time (Unix
+// microseconds, as Store.Decide takes it) outside 1..MaxTimeMicros: the
+// Unix epoch itself, the times before it (such as the zero time.Time's) and
+// those after MaxTimeMicros. A state stamped at the epoch would read as no
+// state at all.
+func ValidateTime(now int64) error {
+	if now < 1 || now > MaxTimeMicros {
+		return fmt.Errorf("%w: time %s (%dµs) out of range: after the Unix epoch, up to %s",
+			ErrInvalidTime, time.UnixMicro(now).UTC().Format(time.RFC3339Nano), now, time.UnixMicro(MaxTimeMicros).UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -306,6 +327,9 @@ func (l *Limiter) appendLayers(dst []Layer, now time.Time, cost int64, specs []L
 		return nil, fmt.Errorf("%w: %d layers (want 1..%d)", ErrInvalidLayers, len(specs), MaxLayers)
 	}
 	if err := ValidateCost(cost); err != nil {
+		return nil, err
+	}
+	if err := ValidateTime(us); err != nil {
 		return nil, err
 	}
 	layers := dst[:len(specs)]

@@ -160,6 +160,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
 		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
 	}
+	if err := floodgate.ValidateTime(now); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}

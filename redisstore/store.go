@@ -422,9 +422,9 @@ func (s *Store) decideOnce(ctx context.Context, now int64, layers []floodgate.La
 	return decodeInts(vals, layers, out, nil)
 }
 
-// maxNow bounds the timestamps Decide accepts: 2^52 µs, the year 2112, so
-// every sum the script computes stays below 2^53.
-const maxNow = 1 << 52
+// maxNow bounds the timestamps Decide accepts (floodgate.MaxTimeMicros):
+// 2^52 µs, the year 2112, so every sum the script computes stays below 2^53.
+const maxNow = floodgate.MaxTimeMicros
 
 // check validates a call before anything is sent.
 func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Result) error {
@@ -434,8 +434,9 @@ func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Resul
 	if len(out) != len(layers) {
 		return fmt.Errorf("%w: %d results for %d layers", floodgate.ErrInvalidLayers, len(out), len(layers))
 	}
-	if now < 0 || now > maxNow {
-		return fmt.Errorf("%w: time %dµs out of range 0..%d", floodgate.ErrInvalidLayers, now, int64(maxNow))
+	if err := floodgate.ValidateTime(now); err != nil {
+		// Still an ErrInvalidLayers too, as before ErrInvalidTime.
+		return fmt.Errorf("%w: %w", floodgate.ErrInvalidLayers, err)
 	}
 	for i := range layers {
 		l := &layers[i]
