@@ -425,7 +425,8 @@ func callBound(ctx context.Context, start time.Time, budget time.Duration) time.
 // nothing about the primary's health and would fail the same anywhere.
 func isCallerError(err error) bool {
 	return errors.Is(err, floodgate.ErrInvalidPolicy) || errors.Is(err, floodgate.ErrInvalidCost) ||
-		errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidLayers)
+		errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidLayers) ||
+		errors.Is(err, floodgate.ErrInvalidTime)
 }
 
 // classify returns the fallback reason for a primary error. Indeterminate
