@@ -324,7 +324,10 @@ func (p Policy) interval() int64 { return p.Window.Microseconds() / p.Limit }
 
 // Capacity returns the most a policy can admit at once: Burst (or Limit) for
 // the bucket algorithms, Limit for the others. A request whose cost exceeds
-// Capacity is always denied with ReasonCostExceedsLimit.
+// Capacity is always denied with ReasonCostExceedsLimit, except under a GCRA
+// policy with MaxDelay: it shapes, so it admits, with a Delay, any cost
+// that fits in Burst plus MaxDelay's worth of emission intervals
+// (MaxDelay/(Window/Limit)), and refuses outright only a larger one.
 func (p Policy) Capacity() int64 {
 	switch p.Algorithm {
 	case TokenBucket, GCRA:

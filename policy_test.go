@@ -1,6 +1,7 @@
 package floodgate_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -153,5 +154,25 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 	if !errors.Is(err, floodgate.ErrInvalidPolicy) {
 		t.Errorf("Validate() = %v, want ErrInvalidPolicy", err)
+	}
+}
+
+// TestShapingAdmitsAboveCapacity pins what Policy.Capacity documents for
+// GCRA with MaxDelay: a cost above the burst that fits within the burst
+// plus MaxDelay's intervals is admitted with a Delay; one more unit is
+// refused outright.
+func TestShapingAdmitsAboveCapacity(t *testing.T) {
+	ctx := context.Background()
+	p := floodgate.Must(floodgate.NewGCRA("shape", 10, time.Second, 2)) // one unit per 100ms
+	p.MaxDelay = 500 * time.Millisecond
+	at := time.Unix(1_800_000_000, 0)
+	l := newMem(t)
+	r, err := l.AllowAt(ctx, at, p, "u", p.Capacity()+5)
+	if err != nil || !r.Allowed || r.Delay != 500*time.Millisecond {
+		t.Fatalf("cost %d: %+v, %v; want admitted with a 500ms delay", p.Capacity()+5, r, err)
+	}
+	r, err = newMem(t).AllowAt(ctx, at, p, "u", p.Capacity()+6)
+	if err != nil || r.Allowed || r.Reason != floodgate.ReasonCostExceedsLimit || r.RetryAfter != 0 {
+		t.Fatalf("cost %d: %+v, %v; want cost_exceeds_limit", p.Capacity()+6, r, err)
 	}
 }

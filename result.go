@@ -16,7 +16,9 @@ const (
 	// request of the same cost can pass.
 	ReasonLimited
 	// ReasonCostExceedsLimit: the cost is larger than the policy's
-	// Capacity, so the request can never pass; RetryAfter is zero.
+	// Capacity (for GCRA with MaxDelay, than Capacity plus what MaxDelay
+	// allows; see Policy.Capacity), so the request can never pass;
+	// RetryAfter is zero.
 	ReasonCostExceedsLimit
 	// ReasonOtherLayer: this layer would have admitted the request, but
 	// another layer of the same decision denied it, so nothing was consumed.
