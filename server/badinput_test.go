@@ -45,6 +45,13 @@ func TestBadInput(t *testing.T) {
 		{"empty batch", "/v1/check/batch", `{"requests":[]}`, 400, "invalid-batch", "at least one"},
 		{"too many batch items", "/v1/check/batch", `{"requests":[` + strings.Repeat(item+",", 3) + item + `]}`, 400, "batch-too-large", "4 checks (max 3)"},
 		{"one bad batch item", "/v1/check/batch", `{"requests":[` + item + `,{"policy":"fifty","identity":{"user":"victim"},"cost":-5}]}`, 400, "invalid-cost", "requests[1]: cost -5"},
+		{"policy twice", "/v1/check", `{"policy":"nope","identity":{"user":"victim"},"policy":"fifty"}`, 400, "duplicate-field", `field "policy" appears twice`},
+		{"policy twice in two cases", "/v1/check", `{"policy":"nope","identity":{"user":"victim"},"Policy":"fifty"}`, 400, "duplicate-field", `field "Policy" appears twice`},
+		{"identity value twice", "/v1/check", `{"policy":"fifty","identity":{"user":"someone","user":"victim"}}`, 400, "duplicate-field", `field "identity.user" appears twice`},
+		{"cost twice", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":1,"cost":2}`, 400, "duplicate-field", `field "cost" appears twice`},
+		{"identity twice on peek", "/v1/peek", `{"policy":"fifty","identity":{"user":"a"},"identity":{"user":"victim"}}`, 400, "duplicate-field", `field "identity" appears twice`},
+		{"duplicate in a batch item", "/v1/check/batch", `{"requests":[` + item + `,{"policy":"fifty","identity":{"user":"x","user":"victim"}}]}`, 400, "duplicate-field", `field "requests[1].identity.user" appears twice`},
+		{"requests twice", "/v1/check/batch", `{"requests":[` + item + `],"requests":[` + item + `]}`, 400, "duplicate-field", `field "requests" appears twice`},
 		{"too many identity values", "/v1/check", `{"policy":"fifty","identity":{` + manyValues(17) + `}}`, 400, "invalid-identity", "17 values (max 16)"},
 	}
 	for _, tc := range tests {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -79,7 +80,89 @@ func decodeJSON(body []byte, v any, known string) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
 	}
+	if name, dup := duplicateField(body); dup {
+		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", name)
+	}
 	return nil
+}
+
+// duplicateField reports the first name that appears twice in one object
+// of body (a valid JSON document), as a path such as "requests[1].policy".
+// encoding/json keeps the last of the two and matches field names without
+// regard to case, so names are compared as it compares them: a body whose
+// "policy" is read differently by another parser (one that keeps the
+// first) is refused rather than decided under either. The keys of an
+// identity object, a map, are compared exactly, as encoding/json fills
+// the map (their case is checked with the identity).
+func duplicateField(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	name, dup, _ := duplicateIn(dec, "", false)
+	return name, dup
+}
+
+// identityName is the identity field's name, folded.
+var identityName = foldName("identity")
+
+// duplicateIn reads one value from dec, whose path is path; exact says
+// that an object's keys are compared exactly (a map's) rather than folded.
+func duplicateIn(dec *json.Decoder, path string, exact bool) (string, bool, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", false, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]struct{}{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", false, err
+			}
+			k, _ := kt.(string)
+			name := k
+			if path != "" {
+				name = path + "." + k
+			}
+			fk := foldName(k)
+			key := fk
+			if exact {
+				key = k
+			}
+			if _, ok := seen[key]; ok {
+				return name, true, nil
+			}
+			seen[key] = struct{}{}
+			if n, dup, err := duplicateIn(dec, name, fk == identityName); dup || err != nil {
+				return n, dup, err
+			}
+		}
+		_, err = dec.Token()
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if n, dup, err := duplicateIn(dec, fmt.Sprintf("%s[%d]", path, i), false); dup || err != nil {
+				return n, dup, err
+			}
+		}
+		_, err = dec.Token()
+	}
+	return "", false, err
+}
+
+// foldName maps every rune of s to the smallest of its case variants
+// (Unicode simple folding, as encoding/json folds field names), so that
+// names equal without regard to case map to the same string.
+func foldName(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		b.WriteRune(m)
+	}
+	return b.String()
 }
 
 func jsonProblem(err error, known string) error {
