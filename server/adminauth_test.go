@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -139,5 +140,21 @@ func TestSeparateAdminListener(t *testing.T) {
 	e2 := start(t, layered, memStore(t), nil)
 	if r := e2.do("GET", "/admin/v1/config", testToken, nil); r.status != http.StatusOK {
 		t.Fatalf("default public admin endpoint: %d", r.status)
+	}
+}
+
+// TestNegativeOptionNamed: server.New names the negative option it refuses
+// (it said "server: negative option", whichever of eight it was).
+func TestNegativeOptionNamed(t *testing.T) {
+	holder, _ := config.NewHolder(parse(t, layered))
+	lim, _ := floodgate.New(memStore(t), floodgate.Options{})
+	for name, opts := range map[string]server.Options{
+		"DecisionTimeout is negative: -1s": {DecisionTimeout: -time.Second},
+		"MaxBodyBytes is negative: -5":     {MaxBodyBytes: -5},
+		"ReadTimeout is negative: -1ms":    {ReadTimeout: -time.Millisecond},
+	} {
+		if _, err := server.New(lim, holder, opts); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%+v: %v; want an error naming %q", opts, err, name)
+		}
 	}
 }

@@ -192,9 +192,19 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if lim == nil || cfg == nil {
 		return nil, errors.New("server: nil limiter or configuration")
 	}
-	if opts.DecisionTimeout < 0 || opts.MaxBodyBytes < 0 || opts.MaxBatch < 0 ||
-		opts.DrainTimeout < 0 || opts.ShutdownDelay < 0 || opts.LookupTimeout < 0 || opts.WarnEvery < 0 || opts.ReadTimeout < 0 {
-		return nil, errors.New("server: negative option")
+	for _, o := range []struct {
+		name string
+		neg  bool
+		v    any
+	}{
+		{"DecisionTimeout", opts.DecisionTimeout < 0, opts.DecisionTimeout}, {"MaxBodyBytes", opts.MaxBodyBytes < 0, opts.MaxBodyBytes},
+		{"MaxBatch", opts.MaxBatch < 0, opts.MaxBatch}, {"DrainTimeout", opts.DrainTimeout < 0, opts.DrainTimeout},
+		{"ShutdownDelay", opts.ShutdownDelay < 0, opts.ShutdownDelay}, {"LookupTimeout", opts.LookupTimeout < 0, opts.LookupTimeout},
+		{"WarnEvery", opts.WarnEvery < 0, opts.WarnEvery}, {"ReadTimeout", opts.ReadTimeout < 0, opts.ReadTimeout},
+	} {
+		if o.neg {
+			return nil, fmt.Errorf("server: option %s is negative: %v", o.name, o.v)
+		}
 	}
 	if _, err := ParseHTTPEngine(string(opts.HTTPEngine)); err != nil {
 		return nil, err

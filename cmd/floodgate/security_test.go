@@ -395,3 +395,19 @@ func TestServeSignedConfigFromRedis(t *testing.T) {
 		t.Fatalf("signed config: %+v", r)
 	}
 }
+
+// TestServeRefusesNegativeDurations: every duration flag of serve refuses a
+// negative value, naming the flag, before anything starts (the config file
+// named here does not exist: the flag is what is wrong first). Before,
+// --reload-interval, --redis-timeout and --clock-skew-warn took one
+// silently (the first as its default, the others as no timeout and no
+// warning), and the rest failed with "server: negative option".
+func TestServeRefusesNegativeDurations(t *testing.T) {
+	for _, fl := range []string{"--reload-interval", "--redis-timeout", "--decision-timeout", "--fallback-budget",
+		"--clock-skew-warn", "--drain-timeout", "--read-timeout", "--shutdown-delay"} {
+		code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--config", filepath.Join(t.TempDir(), "none.yaml"), fl+"=-1s")
+		if code == 0 || !strings.Contains(out, fl+" -1s: must not be negative") {
+			t.Errorf("%s=-1s: exit %d: %s", fl, code, out)
+		}
+	}
+}

@@ -267,9 +267,31 @@ func initialConfig(ctx context.Context, f serveFlags, b *backend, keys config.Ke
 	return config.Default()
 }
 
+// checkDurations refuses a negative duration flag, naming it: none of them
+// means anything below zero, and some would otherwise take one silently
+// (as their default, or as no timeout at all).
+func checkDurations(f *serveFlags) error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--reload-interval", f.reloadInterval}, {"--redis-timeout", f.redisTimeout}, {"--decision-timeout", f.decisionTimeout},
+		{"--fallback-budget", f.fallbackBudget}, {"--clock-skew-warn", f.clockSkewWarn}, {"--drain-timeout", f.drainTimeout},
+		{"--read-timeout", f.readTimeout}, {"--shutdown-delay", f.shutdownDelay},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %v: must not be negative", d.flag, d.v)
+		}
+	}
+	return nil
+}
+
 func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	log, err := newLogger(cmd.ErrOrStderr(), f.logFormat, f.logLevel)
 	if err != nil {
+		return err
+	}
+	if err := checkDurations(&f); err != nil {
 		return err
 	}
 	if err := resolveSecrets(&f, f.tokenFromFlag, log); err != nil {
