@@ -138,6 +138,12 @@ func (s *Service) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rls
 	if len(req.GetDescriptors()) == 0 {
 		return nil, &RequestError{"rate limit descriptor list must not be empty"}
 	}
+	for i, d := range req.GetDescriptors() {
+		// A counter is a Redis integer: INCRBY takes at most 2^63-1.
+		if h := d.GetHitsAddend(); h != nil && h.GetValue() > math.MaxInt64 {
+			return nil, &RequestError{fmt.Sprintf("descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), int64(math.MaxInt64))}
+		}
+	}
 	cfg := s.cfg.Load()
 	if cfg == nil {
 		return nil, &RequestError{"no rate limit configuration loaded"}

@@ -2,6 +2,7 @@ package envoycompat
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -445,5 +447,51 @@ func TestPerSecondRedis(t *testing.T) {
 	}
 	if mc.Get(ctx, minKey).Val() != "1" || pc.Exists(ctx, minKey).Val() != 0 {
 		t.Errorf("per-minute counter not (only) on the main Redis")
+	}
+}
+
+// TestHugeHitsAddend: a descriptor's hits_addend (a uint64) above the
+// largest INCRBY takes (2^63-1) is a request error, counted as one, that
+// changes no counter. Before, Redis refused it as a store error (logged and
+// counted as a Redis error), and the in-memory store added it, wrapping
+// its counter around past 2^64 so that the key admitted again.
+func TestHugeHitsAddend(t *testing.T) {
+	stores(t, func(t *testing.T, mk func() Store) {
+		r := newRig(t, mk(), Options{}, costConfig)
+		for _, d := range []string{"user=h+9223372036854775808", "user=h+18446744073709551615"} {
+			_, err := r.client.ShouldRateLimit(context.Background(), req(t, "cost", 0, "user=g", d))
+			if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "descriptor 1: hits_addend") {
+				t.Fatalf("%s: %v; want a request error naming descriptor 1's hits_addend", d, err)
+			}
+		}
+		if got := testutil.ToFloat64(r.metrics.serviceError); got != 2 {
+			t.Errorf("service errors %v, want 2", got)
+		}
+		if got := testutil.ToFloat64(r.metrics.redisError); got != 0 {
+			t.Errorf("redis errors %v, want 0", got)
+		}
+		check(t, "untouched", r.call(t, req(t, "cost", 1, "user=g")), okc, st{okc, 20, mins, 19})
+		check(t, "untouched", r.call(t, req(t, "cost", 1, "user=h")), okc, st{okc, 20, mins, 19})
+	})
+}
+
+// TestMemoryCounterOverflow: the in-memory store refuses an increment that
+// would take a counter past 2^63-1, as Redis's INCRBY does, and leaves it
+// as it was (it wrapped around past 2^64 before).
+func TestMemoryCounterOverflow(t *testing.T) {
+	s := &MemoryStore{Now: func() time.Time { return fixedNow }}
+	ctx := context.Background()
+	op := func(n uint64) *Op { return &Op{Key: "k", TTL: time.Minute, N: n} }
+	if err := s.Incr(ctx, []*Op{op(math.MaxInt64)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := s.Incr(ctx, []*Op{op(math.MaxInt64)}); !errors.Is(err, floodgate.ErrStoreUnavailable) {
+			t.Fatalf("increment past 2^63-1: %v", err)
+		}
+	}
+	o := op(0)
+	if err := s.Incr(ctx, []*Op{o}); err != nil || o.Result != math.MaxInt64 {
+		t.Fatalf("counter %d, %v; want 2^63-1", o.Result, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -216,6 +217,13 @@ func (s *MemoryStore) Incr(_ context.Context, ops []*Op) error {
 	limit := s.MaxKeys
 	if limit <= 0 {
 		limit = 1_000_000
+	}
+	for _, op := range ops {
+		// As Redis's INCRBY: a count past 2^63-1 is refused, not wrapped
+		// around (before any op is applied).
+		if e, ok := s.m[op.Key]; ok && now.Before(e.exp) && op.N > math.MaxInt64-min(e.n, math.MaxInt64) || op.N > math.MaxInt64 {
+			return fmt.Errorf("%w: envoycompat: increment %d of %q would overflow its counter", floodgate.ErrStoreUnavailable, op.N, op.Key)
+		}
 	}
 	for _, op := range ops {
 		e, ok := s.m[op.Key]
