@@ -422,6 +422,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Once the first signal has started the shutdown, a second one ends
+	// the process at once (the signals' default action), as an operator
+	// pressing Ctrl-C again or a supervisor repeating SIGTERM expects,
+	// rather than waiting out --shutdown-delay and the drain.
+	context.AfterFunc(ctx, stop)
 	waitAdmin, err := startAdmin(ctx, &f.sec, srv, log)
 	if err != nil {
 		return err
