@@ -54,7 +54,7 @@ func testDecideAllocs(t *testing.T, opts fallback.Options, want float64) {
 	parent, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_ = parent.Done() // a server's request context has its channel already
-	now := time.Now().UnixNano()
+	now := time.Now().UnixMicro()
 	if err := st.Decide(parent, now, layers, out); err != nil {
 		t.Fatal(err)
 	}
