@@ -68,7 +68,7 @@ type request struct {
 	markerAt               int64 // when the current period's marker expires
 	maxPending, maxSettled int64
 	cur                    keySet
-	prev                   keySet // settle only
+	prev                   keySet // settle and reserve only
 }
 
 // status is the first element of a store's reply.
@@ -194,6 +194,9 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 			cur.held -= held
 			curDirty, ok = true, false
 		}
+		if !ok && prev != nil && reservedBefore(req, prev, &rep) {
+			break
+		}
 		switch {
 		case ok:
 			rep.status = stReplayed
@@ -216,13 +219,32 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 		cur.used = req.amount
 		curDirty = true
 	}
-	if req.op != opSettle {
+	if req.op != opSettle && !rep.inPrev {
 		rep.used, rep.held = cur.used, cur.held
 	}
 	return cur, curDirty, prevDirty, rep
 }
 
 // settle is step's settle branch. It reports whether prev was written.
+// reservedBefore handles a reserve of an id the previous period knows: one
+// settled there is refused (stSettledID), one still held there is
+// replayed with that period's standing. A retry of a reserve, or of the
+// whole reserve-and-settle, that crosses the period boundary must neither
+// hold the estimate again nor charge the work twice. It reports whether
+// the previous period answered.
+func reservedBefore(req *request, prev *ledger, rep *reply) bool {
+	if _, ok := prev.settled.get(req.id); ok {
+		rep.status, rep.inPrev = stSettledID, true
+		return true
+	}
+	if _, at, ok := prev.holds.lookup(req.id); ok && at > req.now {
+		rep.status, rep.inPrev = stReplayed, true
+		rep.used, rep.held = prev.used, prev.held
+		return true
+	}
+	return false
+}
+
 func settle(req *request, cur, prev *ledger, curDirty *bool, rep *reply) bool {
 	now := req.now
 	target := cur

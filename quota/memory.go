@@ -75,7 +75,7 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	cs := sh.Get(req.cur.usage)
 	var prev *ledger
 	ps := sh.Get(req.prev.usage)
-	if req.op == opSettle {
+	if req.op == opSettle || req.op == opReserve {
 		prev = ps.live(now)
 	}
 	cur := cs.live(now)

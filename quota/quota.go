@@ -325,7 +325,7 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 		cur:        newKeySet(base),
 	}
 	var prev Period
-	if op == opSettle {
+	if op == opSettle || op == opReserve {
 		prev = cal.Previous(period)
 		req.prev = newKeySet(q.keyBase(identity, prev))
 		req.prevExpireAt = prev.End.Add(q.opts.Grace).UnixMicro()
@@ -334,14 +334,14 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 	if err != nil {
 		return Result{}, fmt.Errorf("quota %q %s: %w", q.policy.Name, op, err)
 	}
+	if rep.inPrev {
+		period = prev
+	}
 	switch rep.status {
 	case stLost:
 		return Result{}, fmt.Errorf("%w: quota %q period %s: usage missing while its marker remains; restore it with Restore", ErrQuotaStateLost, q.policy.Name, period.Key)
 	case stSettledID:
 		return Result{}, fmt.Errorf("%w: quota %q: request id %q was settled in period %s", ErrAlreadySettled, q.policy.Name, id, period.Key)
-	}
-	if rep.inPrev {
-		period = prev
 	}
 	return q.result(now, period, rep), nil
 }

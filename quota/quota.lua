@@ -5,7 +5,8 @@
 -- KEYS[2] sorted set of live holds: member id, score expiry (Unix µs)
 -- KEYS[3] sorted set of settlement outcomes: member id, score expiry
 -- KEYS[4] marker, written with the usage and outliving it
--- KEYS[5..7] (settle only) the previous period's usage, holds and outcomes
+-- KEYS[5..7] (settle and reserve) the previous period's usage, holds and
+--   outcomes
 -- ARGV: op (c check, r reserve, s settle, x restore), now, limit, amount,
 --   id, hold, keep, expire_at, prev_expire_at, marker_at, max_pending,
 --   max_settled, max_trim, max_used. Times are the caller's Unix µs; the
@@ -34,7 +35,7 @@ if not (now and limit and amount and hold and keep and expire_at and prev_expire
     or (op ~= 'c' and op ~= 'r' and op ~= 's' and op ~= 'x')
     or limit < 1 or amount < 0 or amount > max_used or hold < 1 or keep < 1
     or max_pending < 1 or max_settled < 1 or max_trim < 1
-    or #KEYS < 4 or (op == 's' and #KEYS < 7) or (op ~= 'c' and op ~= 'x' and id == '') then
+    or #KEYS < 4 or ((op == 's' or op == 'r') and #KEYS < 7) or (op ~= 'c' and op ~= 'x' and id == '') then
   return redis.error_reply('ERR floodgate quota: invalid arguments')
 end
 
@@ -135,7 +136,24 @@ elseif op == 'r' then
     elseif at then
       live = true
     end
-    if live then
+    -- An id the previous period knows was reserved before the boundary:
+    -- settled there, it is refused; still held there, it is replayed with
+    -- that period's standing (neither holds nor charges twice).
+    if not live and redis.call('EXISTS', KEYS[5]) == 1 then
+      if redis.call('HEXISTS', KEYS[5], 's:' .. id) == 1 then
+        status, in_prev = 6, 1
+      else
+        local pat = tonumber(redis.call('ZSCORE', KEYS[6], id))
+        if pat and pat > now then
+          status, in_prev = 4, 1
+          local p = redis.call('HMGET', KEYS[5], 'used', 'held')
+          r_used, r_held = tonumber(p[1]) or 0, tonumber(p[2]) or 0
+        end
+      end
+    end
+    if in_prev == 1 then
+      -- answered by the previous period
+    elseif live then
       status = 4
     elseif amount > limit then
       status = 2

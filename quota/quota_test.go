@@ -82,6 +82,21 @@ func quotaCases(t *testing.T) []qcase {
 			{"retry replays from the day before", 17*time.Hour + 3*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Replayed: true, Period: "2026-12-10"}, nil},
 			{"check counts on the new day", 17*time.Hour + 4*m, opCheck, "", 1, view{Allowed: true, Used: 1, Remaining: 999, Charged: 1, Period: "2026-12-11"}, nil},
 		}},
+		{name: "reserve retried across the boundary", policy: Policy{Name: "daily", Limit: 1000, Calendar: Calendar{Unit: Day, Location: ny}}, steps: []qstep{
+			{"reserve at 23:59 new york", 17*time.Hour - m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Period: "2026-12-10"}, nil},
+			{"a retry at 00:01 replays the day before's hold", 17*time.Hour + m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Replayed: true, Period: "2026-12-10"}, nil},
+			{"the new day holds nothing", 17*time.Hour + 2*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
+			{"settle goes to the day before", 17*time.Hour + 3*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 100, Period: "2026-12-10"}, nil},
+			{"reserve of the id settled the day before", 17*time.Hour + 4*m, opReserve, "r1", 400, view{}, ErrAlreadySettled},
+			{"a settle retry still replays", 17*time.Hour + 5*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Replayed: true, Period: "2026-12-10"}, nil},
+			{"the new day is still untouched", 17*time.Hour + 6*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
+		}},
+		{name: "settled before midnight, reserved again after", policy: Policy{Name: "daily", Limit: 1000, Calendar: Calendar{Unit: Day, Location: ny}}, steps: []qstep{
+			{"reserve", 17*time.Hour - 2*m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Period: "2026-12-10"}, nil},
+			{"settle at 23:59", 17*time.Hour - m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 100, Period: "2026-12-10"}, nil},
+			{"reserve of the settled id at 00:01", 17*time.Hour + m, opReserve, "r1", 400, view{}, ErrAlreadySettled},
+			{"the new day holds nothing", 17*time.Hour + 2*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
+		}},
 		{name: "settle without reserve", policy: monthly(1000), steps: []qstep{
 			{"charged", 0, opSettle, "x", 70, view{Allowed: true, Used: 70, Remaining: 930, Charged: 70, Unmatched: true, Period: dec}, nil},
 			{"cancel a hold with actual 0", m, opReserve, "y", 500, view{Allowed: true, Used: 70, Reserved: 500, Remaining: 430, Period: dec}, nil},

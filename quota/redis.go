@@ -50,7 +50,7 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
 	keys := make([]string, 4, 7)
 	keys[0], keys[1], keys[2], keys[3] = req.cur.usage, req.cur.holds, req.cur.settled, req.cur.marker
-	if req.op == opSettle {
+	if req.op == opSettle || req.op == opReserve {
 		keys = append(keys, req.prev.usage, req.prev.holds, req.prev.settled)
 	}
 	v, err := quotaScript.Run(ctx, s.client, keys,

@@ -355,7 +355,7 @@ func (s *Server) operationProblem(ctx context.Context, err error) error {
 			detail: "the quota's usage for this period is missing from the store (deleted, evicted or lost in a failover), so nothing was decided; fail closed and have an operator restore it (POST /admin/v1/quota/restore)"}
 	case errors.Is(err, quota.ErrAlreadySettled):
 		return &problemError{status: http.StatusConflict, kind: "quota-already-settled",
-			detail: "this request_id was already settled in this period; use a new id for new work: " + err.Error()}
+			detail: "this request_id was already settled in this period (or, for a reserve, in the previous one); use a new id for new work: " + err.Error()}
 	case errors.Is(err, floodgate.ErrInvalidKey), errors.Is(err, floodgate.ErrInvalidCost):
 		return badRequest("invalid-request", "%v", err)
 	}
