@@ -12,7 +12,8 @@
 //     is never settled is released by itself after Options.HoldTTL.
 //
 // Usage is stored per identity and period under a key naming the period
-// ("2026-12"), which expires after the period ends plus Options.Grace. A
+// ("2026-12"), which expires after the period ends plus Options.Grace (or,
+// if later, Options.HoldTTL or Options.SettledTTL after its last write). A
 // marker written in the same step outlives it, so a usage counter that
 // vanishes mid-period (deleted, evicted) is reported as ErrQuotaStateLost
 // instead of silently starting a fresh allowance.
@@ -306,10 +307,27 @@ func (q *Quota) keyBase(identity string, p Period) string {
 	return q.opts.Prefix + ":" + q.policy.Name + ":q:{" + floodgate.EncodeIdentity(identity) + "}:" + q.policy.Calendar.StorageTag(p)
 }
 
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id string, amount int64) (Result, error) {
 	cal := q.policy.Calendar
 	period := cal.PeriodAt(now)
 	base := q.keyBase(identity, period)
+	// A period's keys live until its end plus Grace, and at least as long
+	// as what this step may write into them: a hold (HoldTTL) or a
+	// settlement outcome (SettledTTL). Without the second bound a hold
+	// made just before midnight, or an outcome written just after it into
+	// the previous period, vanished with that period's keys Grace after
+	// midnight: its settlement, or a retry of it, was then charged again
+	// to the new period.
+	outlive := now.Add(max(q.opts.HoldTTL, q.opts.SettledTTL))
+	expireAt := later(period.End.Add(q.opts.Grace), outlive)
 	req := request{
 		op:         op,
 		now:        now.UnixMicro(),
@@ -318,8 +336,8 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 		id:         id,
 		hold:       q.opts.HoldTTL.Microseconds(),
 		keep:       q.opts.SettledTTL.Microseconds(),
-		expireAt:   period.End.Add(q.opts.Grace).UnixMicro(),
-		markerAt:   period.End.Add(q.opts.Grace + markerExtra).UnixMicro(),
+		expireAt:   expireAt.UnixMicro(),
+		markerAt:   expireAt.Add(markerExtra).UnixMicro(),
 		maxPending: int64(q.opts.MaxPending),
 		maxSettled: int64(q.opts.MaxSettled),
 		cur:        newKeySet(base),
@@ -328,7 +346,7 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 	if op == opSettle || op == opReserve {
 		prev = cal.Previous(period)
 		req.prev = newKeySet(q.keyBase(identity, prev))
-		req.prevExpireAt = prev.End.Add(q.opts.Grace).UnixMicro()
+		req.prevExpireAt = later(prev.End.Add(q.opts.Grace), outlive).UnixMicro()
 	}
 	rep, err := q.store.apply(ctx, &req)
 	if err != nil {

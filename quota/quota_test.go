@@ -97,6 +97,17 @@ func quotaCases(t *testing.T) []qcase {
 			{"reserve of the settled id at 00:01", 17*time.Hour + m, opReserve, "r1", 400, view{}, ErrAlreadySettled},
 			{"the new day holds nothing", 17*time.Hour + 2*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
 		}},
+		{name: "settled after midnight, retried past the grace", policy: Policy{Name: "daily", Limit: 1000, Calendar: Calendar{Unit: Day, Location: ny}}, steps: []qstep{
+			{"reserve at 23:55", 17*time.Hour - 5*m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Period: "2026-12-10"}, nil},
+			{"settle at 00:04 goes to the day before", 17*time.Hour + 4*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 100, Period: "2026-12-10"}, nil},
+			{"a retry at 01:01, inside the settled ttl, replays", 17*time.Hour + 61*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Replayed: true, Period: "2026-12-10"}, nil},
+			{"the new day is untouched", 17*time.Hour + 62*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
+		}},
+		{name: "hold longer than the grace", policy: Policy{Name: "daily", Limit: 1000, Calendar: Calendar{Unit: Day, Location: ny}}, opts: Options{HoldTTL: 3 * time.Hour}, steps: []qstep{
+			{"reserve at 23:59", 17*time.Hour - m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Period: "2026-12-10"}, nil},
+			{"settle at 01:30, inside the hold, goes to the day before", 17*time.Hour + 90*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Charged: 300, Refunded: 100, Period: "2026-12-10"}, nil},
+			{"the new day is untouched", 17*time.Hour + 91*m, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-11"}, nil},
+		}},
 		{name: "settle without reserve", policy: monthly(1000), steps: []qstep{
 			{"charged", 0, opSettle, "x", 70, view{Allowed: true, Used: 70, Remaining: 930, Charged: 70, Unmatched: true, Period: dec}, nil},
 			{"cancel a hold with actual 0", m, opReserve, "y", 500, view{Allowed: true, Used: 70, Reserved: 500, Remaining: 430, Period: dec}, nil},

@@ -69,6 +69,52 @@ func TestRedisKeysHaveTTLs(t *testing.T) {
 	}
 }
 
+// TestRedisKeysOutliveHoldsAndOutcomes checks that a period's keys live at
+// least as long as what was just written into them, past the period's end
+// plus grace: a hold made at 23:59 with a 3h HoldTTL, and a settlement
+// outcome written at 00:04 into the day before (kept SettledTTL, 1h).
+// Keys that expired Grace (1h) after midnight took them along, so the
+// settlement, or its retry, was charged again to the new day. The step
+// table shows the charge on the memory store, whose clock is the caller's;
+// Redis expires keys on its own clock, so here the TTLs are compared.
+func TestRedisKeysOutliveHoldsAndOutcomes(t *testing.T) {
+	s, c := newRedisStore(t)
+	ctx := context.Background()
+	p := Policy{Name: "late", Limit: 1000, Calendar: Calendar{Unit: Day}}
+	midnight := time.Date(2026, 12, 11, 0, 0, 0, 0, time.UTC)
+	minTTL := func(t *testing.T, key string, want time.Duration) {
+		t.Helper()
+		if got := c.PTTL(ctx, key).Val(); got < want-time.Second {
+			t.Errorf("PTTL %s = %v, want at least %v", key, got, want)
+		}
+	}
+
+	long := newQuota(t, s, p, Options{Prefix: "hold", HoldTTL: 3 * time.Hour})
+	at := midnight.Add(-time.Minute)
+	if _, err := long.ReserveAt(ctx, at, "u", "r1", 10); err != nil {
+		t.Fatal(err)
+	}
+	minTTL(t, usageKey(long, "u", at), 3*time.Hour)
+	minTTL(t, newKeySet(long.keyBase("u", long.PeriodAt(at))).holds, 3*time.Hour)
+
+	q := newQuota(t, s, p, Options{Prefix: "settle"})
+	if _, err := q.ReserveAt(ctx, midnight.Add(-5*time.Minute), "u", "r1", 10); err != nil {
+		t.Fatal(err)
+	}
+	after := midnight.Add(4 * time.Minute)
+	r, err := q.SettleAt(ctx, after, "u", "r1", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Period.Key != "2026-12-10" || r.Charged != 7 {
+		t.Fatalf("settle after midnight: period %s charged %d, want 2026-12-10 and 7", r.Period.Key, r.Charged)
+	}
+	before := newKeySet(q.keyBase("u", r.Period))
+	for _, k := range []string{before.usage, before.settled} {
+		minTTL(t, k, time.Hour) // the outcome is kept SettledTTL from 00:04
+	}
+}
+
 // TestRedisScriptCacheFlushed: after SCRIPT FLUSH (a restart, a failover)
 // EVALSHA fails with NOSCRIPT and the store falls back to EVAL.
 func TestRedisScriptCacheFlushed(t *testing.T) {
