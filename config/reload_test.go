@@ -277,3 +277,63 @@ func TestRedisWatchPollsWhenNotificationIsMissed(t *testing.T) {
 	}
 	waitFor(t, "the polled configuration", func() bool { return limitOf(t, h) == 25 })
 }
+
+// TestWatchFileNoticesAnotherFileWithTheSameStamp swaps the file behind
+// the watched path for another one of the same size and modification time:
+// a Kubernetes-style "..data" symbolic link moved to another directory
+// whose files carry a fixed time, as Nix store paths (time 1) and
+// archives unpacked with their times do, or a rename of a copy made with
+// cp -p / rsync -t. The content changed, so it must apply.
+func TestWatchFileNoticesAnotherFileWithTheSameStamp(t *testing.T) {
+	dir := t.TempDir()
+	fixed := time.Unix(1, 0)
+	for i, d := range []string{"..2026_12_03_1", "..2026_12_03_2"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, d, "floodgate.yaml")
+		if err := os.WriteFile(f, []byte(doc("1", 10+i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f, fixed, fixed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(target, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("..2026_12_03_1")
+	path := filepath.Join(dir, "floodgate.yaml")
+	if err := os.Symlink(filepath.Join("..data", "floodgate.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	h, r, _ := newReloader(t, doc("1", 1))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.WatchFile(ctx, path, 20*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the first file to apply", func() bool { return limitOf(t, h) == 10 })
+
+	link("..2026_12_03_2")
+	waitFor(t, "the swapped-in file (same size and time, other content) to apply", func() bool { return limitOf(t, h) == 11 })
+
+	// A plain rename of a copy that kept the old file's time and size.
+	cp := path + ".new"
+	if err := os.WriteFile(cp, []byte(doc("1", 12)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(cp, fixed, fixed); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the renamed copy with the old time and size to apply", func() bool { return limitOf(t, h) == 12 })
+}

@@ -11,11 +11,16 @@ import (
 )
 
 // stamp is what a poll saw of one file: enough to notice that it changed
-// without reading it.
+// without reading it. info identifies the file itself (device and inode),
+// so that another file put in its place, by a rename or by swapping the
+// symbolic link it is reached through, counts as a change even when it has
+// the same size and modification time (files with a fixed time, such as
+// Nix store paths or unpacked archives, or a copy made with cp -p).
 type stamp struct {
 	path string
 	mod  time.Time
 	size int64
+	info os.FileInfo
 }
 
 // file is one read file of a watched set.
@@ -37,7 +42,8 @@ type poller struct {
 }
 
 // poll returns the files' contents and true when any file was added,
-// removed, or changed its modification time or size since the last
+// removed, replaced by another file, or changed its modification time or
+// size since the last
 // successful poll. A failure to list, stat or read returns the error and
 // makes the next poll read everything again.
 func (p *poller) poll() ([]file, bool, error) {
@@ -53,7 +59,7 @@ func (p *poller) poll() ([]file, bool, error) {
 			p.last = nil
 			return nil, false, err
 		}
-		stamps[i] = stamp{path: path, mod: fi.ModTime(), size: fi.Size()}
+		stamps[i] = stamp{path: path, mod: fi.ModTime(), size: fi.Size(), info: fi}
 	}
 	if p.last != nil && sameStamps(p.last, stamps) {
 		return nil, false, nil
@@ -76,15 +82,17 @@ func sameStamps(a, b []stamp) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].path != b[i].path || !a[i].mod.Equal(b[i].mod) || a[i].size != b[i].size {
+		if a[i].path != b[i].path || !a[i].mod.Equal(b[i].mod) || a[i].size != b[i].size || !os.SameFile(a[i].info, b[i].info) {
 			return false
 		}
 	}
 	return true
 }
 
-// WatchFile polls path every interval (default 1s) and applies its content
-// whenever its modification time, size or content hash changes. It returns
+// WatchFile polls path every interval (default 1s) and reads it whenever
+// its modification time or size changes or another file takes its place
+// (a rename, a symbolic link swapped); it applies what it read when the
+// content hash differs. It returns
 // when ctx ends. A file that disappears or turns invalid leaves the last
 // good configuration active; fixing the file applies it.
 func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Duration) {
