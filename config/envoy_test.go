@@ -286,3 +286,38 @@ func writeTemp(t *testing.T, content string) string {
 	writeFile(t, path, content)
 	return path
 }
+
+// TestEnvoyReloaderNoticesAnotherFileWithTheSameStamp renames over a
+// descriptor file another one of the same size and modification time (a
+// copy that kept its time, as cp -p, rsync -t and unpacked archives
+// make): its content is new, so the reload applies it.
+func TestEnvoyReloaderNoticesAnotherFileWithTheSameStamp(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.yaml")
+	fixed := time.Unix(1, 0)
+	put := func(doc string) {
+		t.Helper()
+		tmp := filepath.Join(dir, ".a.yaml.tmp")
+		writeFile(t, tmp, doc)
+		if err := os.Chtimes(tmp, fixed, fixed); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(envoyDoc("a", 1))
+	er, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := er.Load()
+	put(envoyDoc("a", 2))
+	cfg, err := er.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg == before {
+		t.Fatal("a file of the same size and time renamed over a.yaml was not read")
+	}
+}
