@@ -321,3 +321,30 @@ func TestEnvoyReloaderNoticesAnotherFileWithTheSameStamp(t *testing.T) {
 		t.Fatal("a file of the same size and time renamed over a.yaml was not read")
 	}
 }
+
+// TestEnvoyReloaderAppliesAFileCutAfterADescriptor is why envoy.md asks
+// for files to be replaced, not written in place: a poll that reads a
+// file cut after a complete descriptor reads a valid set, and applies it
+// without the descriptors still to come.
+func TestEnvoyReloaderAppliesAFileCutAfterADescriptor(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a.yaml")
+	full := envoyDoc("a", 1) + "  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	if err := os.WriteFile(a, []byte(full), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	er, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first half of an in-place rewrite, as a poll can read it.
+	if err := os.WriteFile(a, []byte(envoyDoc("a", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := er.Reload(); err != nil {
+		t.Fatalf("a file cut after a descriptor: %v, want it applied", err)
+	}
+	if n := len(er.Load().Rules()); n != 1 {
+		t.Fatalf("%d rules after the cut file, want 1", n)
+	}
+}
