@@ -1,13 +1,18 @@
 package config_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -188,4 +193,73 @@ func TestSignedConfiguration(t *testing.T) {
 	if limitOf(t, h) != 30 {
 		t.Fatal("an unsigned document was applied")
 	}
+}
+
+// TestUnsignedDocumentIsRejectedNotUnreadable: a document in Redis that
+// fails the signature check was read fine and refused, so it counts as
+// result="invalid" (what RateLimitConfigRejected alerts on), once per
+// document, with the "configuration rejected" log line, not as an
+// unreadable source counted again at every poll.
+func TestUnsignedDocumentIsRejectedNotUnreadable(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	keys, _ := config.KeysFor(fmt.Sprintf("unsigned%d", time.Now().UnixNano()))
+	key := []byte("0123456789abcdef0123456789abcdef-sign")
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("1", 10)), config.PublishOptions{SignKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	initial, err := config.Parse([]byte(doc("0", 1)), "initial.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := config.NewHolder(initial)
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKey: key, Registerer: reg,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.WatchRedis(wctx, client, keys, 20*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the signed version to apply", func() bool { return limitOf(t, h) == 10 })
+
+	client.Set(ctx, keys.Config, doc("2", 20), 0)
+	waitFor(t, "the unsigned document to count as invalid", func() bool { return reloads(t, reg, "invalid") == 1 })
+	time.Sleep(200 * time.Millisecond) // ten polls of the same document
+	if inv, e := reloads(t, reg, "invalid"), reloads(t, reg, "error"); inv != 1 || e != 0 {
+		t.Fatalf("invalid %d, error %d after polling one unsigned document; want 1 and 0", inv, e)
+	}
+	if limitOf(t, h) != 10 {
+		t.Fatal("the unsigned document was applied")
+	}
+	if !strings.Contains(logs.String(), "configuration rejected") {
+		t.Fatalf("no rejection in the log:\n%s", logs.String())
+	}
+	// Signed again, it applies.
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("3", 30)), config.PublishOptions{SignKey: key, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the signed version 3 to apply", func() bool { return limitOf(t, h) == 30 })
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

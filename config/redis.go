@@ -264,9 +264,6 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		data, err := getDoc(fctx, client, keys)
-		if err == nil && r.verify != nil {
-			err = Verify(data, r.verify)
-		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.sourceError(&lastErr, source, err)
@@ -274,10 +271,21 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			return
 		}
 		lastErr = ""
-		if sum := hashOf(data); sum != lastSum {
-			lastSum = sum
-			_, _ = r.ApplyVersioned(data, source)
+		sum := hashOf(data)
+		if sum == lastSum {
+			return
 		}
+		lastSum = sum
+		// A document failing the signature check was read fine and is
+		// refused like an invalid one: counted and logged once, as
+		// result="invalid", which RateLimitConfigRejected alerts on.
+		if r.verify != nil {
+			if err := Verify(data, r.verify); err != nil {
+				r.reject(source, err)
+				return
+			}
+		}
+		_, _ = r.ApplyVersioned(data, source)
 	}
 	fetch()
 	for {

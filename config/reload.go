@@ -72,8 +72,9 @@ type ReloaderOptions struct {
 	// in the same metrics under their own source.
 	Registerer prometheus.Registerer
 	// VerifyKey, when set, makes WatchRedis apply only documents signed
-	// under it (Sign; "floodgate config push --sign-key-file"). Default
-	// nil: documents are not checked.
+	// under it (Sign; "floodgate config push --sign-key-file"); another
+	// document is rejected and counted as ResultInvalid. Default nil:
+	// documents are not checked.
 	VerifyKey []byte
 }
 
@@ -192,9 +193,7 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		err = checkVersion(c, active)
 	}
 	if err != nil {
-		r.metrics.count(ResultInvalid)
-		r.log.Error("configuration rejected; keeping the last good one",
-			"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
+		r.rejectLocked(active, source, err)
 		return active, err
 	}
 	if c.Hash() == active.Hash() {
@@ -206,6 +205,20 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		"previous_version", active.Version(), "policies", len(c.Policies()),
 		"quotas", len(c.Quotas()), "concurrency_limits", len(c.ConcurrencyLimits()))
 	return c, nil
+}
+
+// reject counts and logs a document refused before parsing (a bad
+// signature).
+func (r *Reloader) reject(source string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rejectLocked(r.holder.Load(), source, err)
+}
+
+func (r *Reloader) rejectLocked(active *Config, source string, err error) {
+	r.metrics.count(ResultInvalid)
+	r.log.Error("configuration rejected; keeping the last good one",
+		"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
 }
 
 func checkVersion(c, active *Config) error {
