@@ -52,6 +52,12 @@ func TestBadInput(t *testing.T) {
 		{"identity twice on peek", "/v1/peek", `{"policy":"fifty","identity":{"user":"a"},"identity":{"user":"victim"}}`, 400, "duplicate-field", `field "identity" appears twice`},
 		{"duplicate in a batch item", "/v1/check/batch", `{"requests":[` + item + `,{"policy":"fifty","identity":{"user":"x","user":"victim"}}]}`, 400, "duplicate-field", `field "requests[1].identity.user" appears twice`},
 		{"requests twice", "/v1/check/batch", `{"requests":[` + item + `],"requests":[` + item + `]}`, 400, "duplicate-field", `field "requests" appears twice`},
+		{"identity not UTF-8", "/v1/check", "{\"policy\":\"fifty\",\"identity\":{\"user\":\"victim\xff\"}}", 400, "malformed-json", "not UTF-8 text (invalid byte 0xff at byte 44)"},
+		{"quota identity not UTF-8", "/v1/quota/check", "{\"quota\":\"q\",\"identity\":{\"user\":\"\xe9\"}}", 400, "malformed-json", "not UTF-8 text"},
+		{"lone high surrogate", "/v1/check", `{"policy":"fifty","identity":{"user":"victim\ud800"}}`, 400, "malformed-json", `escape \ud800 at byte 44 is half of a UTF-16 surrogate pair`},
+		{"lone low surrogate", "/v1/check", `{"policy":"fifty","identity":{"user":"\udc00victim"}}`, 400, "malformed-json", `escape \udc00 at byte 38`},
+		{"surrogates reversed", "/v1/check", `{"policy":"fifty","identity":{"user":"\uDC00\uD800"}}`, 400, "malformed-json", `escape \uDC00`},
+		{"high surrogate then a character", "/v1/check/batch", `{"requests":[{"policy":"fifty","identity":{"user":"\ud83dx"}}]}`, 400, "malformed-json", `escape \ud83d`},
 		{"too many identity values", "/v1/check", `{"policy":"fifty","identity":{` + manyValues(17) + `}}`, 400, "invalid-identity", "17 values (max 16)"},
 	}
 	for _, tc := range tests {
@@ -67,6 +73,42 @@ func TestBadInput(t *testing.T) {
 	// rejected batch included.
 	if p := e.peek("fifty", id("user", "victim")); p.Remaining != 50 {
 		t.Fatalf("bad requests consumed: remaining %d of 50", p.Remaining)
+	}
+}
+
+// TestIdentityTextNotFolded: identity values that encoding/json would all
+// read as U+FFFD (bytes that are not UTF-8, lone surrogate escapes) are
+// refused rather than counted on one shared counter, while real text,
+// escaped or not, is counted under its own value.
+func TestIdentityTextNotFolded(t *testing.T) {
+	e := start(t, layered, memStore(t), nil)
+	body := func(v string) string { return `{"policy":"fifty","identity":{"user":"` + v + `"}}` }
+	// An attacker's spellings that would land on U+FFFD.
+	for _, v := range []string{"\xff", "\xfe", "\xc3", `\ud800`, `\udbff`, `\udfff`} {
+		if r := e.post("/v1/check", body(v)); r.status != 400 {
+			t.Fatalf("%q: status %d %s, want 400", v, r.status, r.body)
+		}
+	}
+	if p := e.peek("fifty", id("user", "\ufffd")); p.Remaining != 50 {
+		t.Fatalf("U+FFFD's counter was spent by refused values: remaining %d of 50", p.Remaining)
+	}
+	// Text: a pair escaped, the same character raw, an escaped backslash
+	// before "u", and U+FFFD itself are each accepted.
+	for _, tc := range []struct{ raw, value string }{
+		{`\ud83d\ude00`, "\U0001F600"},
+		{"\U0001F600", "\U0001F600"},
+		{`a\\ud800`, `a\ud800`},
+		{`\ufffd`, "\ufffd"},
+		{`\u00e9`, "\u00e9"},
+	} {
+		if r := e.post("/v1/check", body(tc.raw)); r.status != 200 {
+			t.Fatalf("%s: status %d %s, want 200", tc.raw, r.status, r.body)
+		}
+	}
+	for v, want := range map[string]int64{"\U0001F600": 48, `a\ud800`: 49, "\ufffd": 49, "\u00e9": 49} {
+		if p := e.peek("fifty", id("user", v)); p.Remaining != want {
+			t.Fatalf("%q: remaining %d, want %d", v, p.Remaining, want)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -83,7 +84,71 @@ func decodeJSON(body []byte, v any, known string) error {
 	if name, dup := duplicateField(body); dup {
 		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", name)
 	}
+	return invalidText(body)
+}
+
+// invalidText reports a body (valid JSON) whose strings are not all
+// Unicode text: bytes that are not UTF-8, or a \u escape of a UTF-16
+// surrogate without its other half. encoding/json reads each such byte
+// or escape as U+FFFD, so "\xff" and "\xfe", or "\ud800" and "\udbff",
+// would be one identity and share one counter: they are refused instead.
+func invalidText(body []byte) error {
+	if !utf8.Valid(body) {
+		off := 0
+		for off < len(body) {
+			r, n := utf8.DecodeRune(body[off:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			off += n
+		}
+		return badRequest("malformed-json", "the body is not UTF-8 text (invalid byte %#x at byte %d); send JSON in UTF-8", body[off], off)
+	}
+	if off, esc, ok := loneSurrogate(body); ok {
+		return badRequest("malformed-json", "the escape %s at byte %d is half of a UTF-16 surrogate pair; send the whole pair or the character itself", esc, off)
+	}
 	return nil
+}
+
+// loneSurrogate finds, in the strings of a valid JSON document, a \uXXXX
+// escape of a surrogate that is not a high one directly followed by the
+// escape of a low one, and reports it and its offset.
+func loneSurrogate(body []byte) (int, string, bool) {
+	if !bytes.Contains(body, []byte(`\u`)) {
+		return 0, "", false
+	}
+	surrogate := func(i int) (rune, bool) { // the \u escape at i, if a surrogate
+		if i+6 > len(body) || body[i] != '\\' || body[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(body[i+2:i+6]), 16, 16)
+		if err != nil || v < 0xd800 || v > 0xdfff {
+			return 0, false
+		}
+		return rune(v), true
+	}
+	inString := false
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString:
+			r, ok := surrogate(i)
+			switch {
+			case !ok:
+				i++ // the escaped byte
+			case r < 0xdc00:
+				if lo, ok := surrogate(i + 6); ok && lo >= 0xdc00 {
+					i += 11
+					continue
+				}
+				return i, string(body[i : i+6]), true
+			default:
+				return i, string(body[i : i+6]), true
+			}
+		}
+	}
+	return 0, "", false
 }
 
 // duplicateField reports the first name that appears twice in one object
