@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
@@ -15,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/metrics"
 )
 
 // envoyReloader loads the --envoy-config files and directories, or
@@ -40,12 +42,14 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // function that stops it gracefully (bounded by --drain-timeout).
 // Decisions are stamped with now, the limiter's clock (disciplined to
 // Redis's with --clock-sync). onDegraded counts the answers a failure
-// mode took (in the HTTP API's floodgate_degraded_responses_total).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDegraded func(fallback.Outcome), envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+// mode took (in the HTTP API's floodgate_degraded_responses_total);
+// decided counts the decisions (see countGRPCDecision).
+func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDegraded func(fallback.Outcome), decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now, OnDegraded: onDegraded})
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now, OnDegraded: onDegraded,
+		Observe: func(o envoyrls.Observation) { countGRPCDecision(decided, o) }})
 	if err != nil {
 		return nil, err
 	}
@@ -81,4 +85,24 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDeg
 		}
 		<-done
 	}, nil
+}
+
+// grpcRoute is the route label of the decisions of the gRPC API: its
+// method, as the HTTP API's route is its endpoint.
+const grpcRoute = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// countGRPCDecision counts one descriptor of a gRPC answer in
+// rate_limit_allowed_total or rate_limit_denied_total, under the
+// descriptor's policy, route grpcRoute and no tier: denied when its own
+// limit refused it (not in shadow mode), allowed when the request was
+// admitted. A descriptor within its limit whose request another descriptor
+// refused is not counted (the request was not admitted, and not by it).
+// A denied one's identity goes to the top-K as "<policy>:<identity>".
+func countGRPCDecision(m *metrics.Metrics, o envoyrls.Observation) {
+	switch {
+	case o.Code == rlspb.RateLimitResponse_OVER_LIMIT && !o.Shadow:
+		m.Decision(metrics.Labels{Policy: o.Policy, Route: grpcRoute}, o.Policy+":"+o.Identity, false)
+	case o.Overall == rlspb.RateLimitResponse_OK:
+		m.Decision(metrics.Labels{Policy: o.Policy, Route: grpcRoute}, "", true)
+	}
 }

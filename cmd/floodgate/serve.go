@@ -411,7 +411,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, clock.now, srv.CountDegraded, envoy, log)
+	stopGRPC, err := startGRPC(f, lim, clock.now, srv.CountDegraded, m, envoy, log)
 	if err != nil {
 		return err
 	}
