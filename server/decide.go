@@ -207,6 +207,8 @@ func ceilMillis(d time.Duration) int64 {
 }
 
 func layerResult(l *config.Layer, r floodgate.Result, tier string) LayerResult {
+	// reset_at is the instant reset names: both rounded up to the second.
+	reset := ceilSeconds(r.ResetAt)
 	return LayerResult{
 		Name:         l.Name,
 		Dimension:    l.Dimension(),
@@ -214,8 +216,8 @@ func layerResult(l *config.Layer, r floodgate.Result, tier string) LayerResult {
 		Allowed:      r.Allowed,
 		Limit:        r.Limit,
 		Remaining:    r.Remaining,
-		Reset:        ceilSeconds(r.ResetAt),
-		ResetAt:      r.ResetAt.UTC().Format(time.RFC3339),
+		Reset:        reset,
+		ResetAt:      time.Unix(reset, 0).UTC().Format(time.RFC3339),
 		RetryAfterMS: ceilMillis(r.RetryAfter),
 		DelayMS:      ceilMillis(r.Delay),
 		Reason:       r.Reason.String(),
