@@ -69,10 +69,13 @@ func TestBatchFloodOfLoginIdentities(t *testing.T) {
 	if r := e.check("login", alice, 0); r.Allowed {
 		t.Fatalf("alice past her limit after the flood: %+v", r)
 	}
-	// User 42's per-user layer kept its count (100 a minute, 2 used). The
-	// edge layer may have rolled into a new minute, a key stored anew.
-	if r := e.check("api", user, 0); !r.Allowed || r.Layers[1].Remaining != 97 {
-		t.Fatalf("user 42 after the flood: %+v, want per-user remaining 97", r)
+	// User 42's per-user layer kept its count (100 a minute, 2 used): 97
+	// left after this third check, or 98 when the minute turned during the
+	// test (the sliding window then weighs the first two a little less
+	// than whole); an evicted count would leave 99. The edge layer may have
+	// rolled into a new minute, a key stored anew.
+	if r := e.check("api", user, 0); !r.Allowed || r.Layers[1].Remaining < 97 || r.Layers[1].Remaining > 98 {
+		t.Fatalf("user 42 after the flood: %+v, want per-user remaining 97 (98 across a minute's turn)", r)
 	}
 	// A new identity on every policy is decided, not refused.
 	if r := e.check("login", id("account", "newcomer", "ip", "192.0.2.9"), 0); !r.Allowed {
