@@ -1,7 +1,8 @@
 // Package floodgate is a rate limiter whose every decision is one atomic step.
 //
 // A [Policy] describes one limit: an [Algorithm] (fixed window, sliding log,
-// sliding window counter, token bucket or GCRA), a limit per window and, for
+// sliding window counter, token bucket, GCRA, or a quota per calendar day,
+// week or month: [NewQuota]), a limit per window (or per period) and, for
 // the bucket algorithms, a burst. A [Limiter] applies policies to identities
 // (a user id, an API key, an IP address...) against a [Store]: the in-memory
 // store in package memstore, or Redis through package redisstore, where each
