@@ -100,7 +100,8 @@ type RedisAssignmentsOptions struct {
 	// within TTL. Default 5s.
 	TTL time.Duration
 	// MaxEntries caps the cache. When it is full, expired entries are
-	// dropped, and if none are, the whole cache is. Default 100,000.
+	// dropped, and then others until at most three quarters of
+	// MaxEntries remain. Default 100,000.
 	MaxEntries int
 	// Guard, if set, runs every Redis read (fn) of a lookup, for example
 	// through the circuit breaker of the limiter's store
@@ -205,18 +206,28 @@ func (a *RedisAssignments) LastKnown(dimension, value string) (tier string, ok, 
 	return c.tier, c.ok, hit
 }
 
+// remember caches c for field f. A full cache first drops its expired
+// entries and then, if that left more than three quarters of MaxEntries,
+// arbitrary others down to that: each pass over the cache is paid for by
+// at least a quarter of MaxEntries new entries, so a stream of new
+// identities cannot make every lookup scan the whole cache (as dropping
+// only the few entries that had just expired did).
 func (a *RedisAssignments) remember(f string, c cached) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.cache[f]; !ok && len(a.cache) >= a.max {
 		now := time.Now()
+		keep := a.max - max(a.max/4, 1)
 		for k, v := range a.cache {
 			if !now.Before(v.expires) {
 				delete(a.cache, k)
 			}
 		}
-		if len(a.cache) >= a.max {
-			clear(a.cache)
+		for k := range a.cache {
+			if len(a.cache) <= keep {
+				break
+			}
+			delete(a.cache, k)
 		}
 	}
 	a.cache[f] = c
