@@ -46,7 +46,7 @@ type securityFlags struct {
 }
 
 func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
-	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints (and /metrics) on this address only, not on --addr; bind it to a private interface, e.g. 127.0.0.1:9090")
+	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints on this address only, not on --addr, and /metrics here too (it stays on --addr unless --metrics-admin-only); bind it to a private interface, e.g. 127.0.0.1:9090")
 	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
 	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
 	fl.BoolVar(&s.pprof, "pprof", false, "serve Go runtime profiles (net/http/pprof, /debug/pprof/) on --admin-addr only, without the token; off by default")
