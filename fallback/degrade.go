@@ -2,9 +2,11 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -32,6 +34,29 @@ type Outcome struct {
 	// Err is the primary's error (ErrBreakerOpen when it was not called),
 	// or, when Decide returned an error, that error. Nil on success.
 	Err error
+
+	// spent is the part of the next decision's budget that earlier calls
+	// of the same request used (SpendBudget); Decide takes it.
+	spent time.Duration
+}
+
+// errBudgetSpent is the cause of a decision taken by the failure mode
+// because earlier Redis calls of its request (a tier lookup) used its
+// whole budget.
+var errBudgetSpent = errors.New("fallback: the budget was spent on earlier calls of the request")
+
+// SpendBudget records that d of the budget of the next decision made with
+// ctx went on earlier calls to the primary's backend for the same request
+// (a tier lookup through Store.Call, say): that decision's call gets the
+// budget less d, and when nothing is left it is taken by the failure mode
+// at once (ReasonTimeout) without calling the primary, so that a stalled
+// backend delays a request by one budget, not one per call. ctx must
+// carry an Outcome (NewContext, NewOutcomeContext); otherwise SpendBudget
+// does nothing. Calls add up until a decision takes them.
+func SpendBudget(ctx context.Context, d time.Duration) {
+	if o := outcomeFrom(ctx); o != nil && d > 0 {
+		o.spent += d
+	}
 }
 
 type outcomeKey struct{}

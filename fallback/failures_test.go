@@ -383,3 +383,65 @@ func TestSetInstancesAndModeFor(t *testing.T) {
 		t.Fatalf("ModeFor closed: allowed %v, outcome %+v", r.Allowed, o)
 	}
 }
+
+// TestSpendBudget: time that earlier calls of a request spent (a tier
+// lookup) comes out of the next decision's budget; when none is left the
+// failure mode decides at once without calling the primary, which is not
+// blamed again. Spending is taken by one decision only.
+func TestSpendBudget(t *testing.T) {
+	const budget = 10 * time.Second // long: only a spent budget ends the hanging call below at once
+	f := newFixture(t, fallback.Options{Budget: budget})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	f.primary.set(nil, false, true) // the primary hangs until its context ends
+
+	var o fallback.Outcome
+	ctx := fallback.NewContext(context.Background(), &o)
+	fallback.SpendBudget(ctx, budget/2)
+	fallback.SpendBudget(ctx, budget/2) // spending adds up
+	res, err := f.lim.Allow(ctx, p, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := f.primary.calls.Load(); calls != 0 {
+		t.Fatalf("the primary was called %d times with the whole budget spent", calls)
+	}
+	if !res.Allowed || !o.Degraded || o.Mode != fallback.ModeLocal || o.Reason != fallback.ReasonTimeout {
+		t.Fatalf("%+v, outcome %+v; want a local decision for a spent budget", res, o)
+	}
+	if got := f.rec.count("local/timeout"); got != 1 {
+		t.Fatalf("local/timeout fallbacks = %d, want 1", got)
+	}
+	if s := f.store.BreakerState(); s != fallback.BreakerClosed {
+		t.Fatalf("breaker %v: a spent budget must not count against the primary", s)
+	}
+
+	// The next decision with the same context has its whole budget.
+	f.primary.set(nil, false, false)
+	if _, err := f.lim.Allow(ctx, p, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if calls := f.primary.calls.Load(); calls != 1 || o.Degraded {
+		t.Fatalf("after the spent decision: %d primary calls, outcome %+v; want the primary to decide", calls, o)
+	}
+
+	// Part of the budget spent: the primary is called with the second left.
+	fallback.SpendBudget(ctx, budget-time.Second)
+	if _, err := f.lim.Allow(ctx, p, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if calls := f.primary.calls.Load(); calls != 2 || o.Degraded {
+		t.Fatalf("with a second left: %d primary calls, outcome %+v; want the primary to decide", calls, o)
+	}
+	if d := f.primary.lastBound(); d <= 0 || d > time.Second {
+		t.Fatalf("the call had %v left; want at most the second the lookup left", d)
+	}
+
+	// Without an Outcome in the context, spending does nothing.
+	fallback.SpendBudget(context.Background(), budget)
+	if _, err := f.lim.Allow(context.Background(), p, "u2"); err != nil {
+		t.Fatal(err)
+	}
+	if calls := f.primary.calls.Load(); calls != 3 {
+		t.Fatalf("%d primary calls; want the decision without an Outcome made by the primary", calls)
+	}
+}

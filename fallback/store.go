@@ -74,8 +74,9 @@ type Options struct {
 	ModeFor func(policy string) Mode
 	// Budget bounds each primary call. When the caller's deadline leaves
 	// less than the budget, the call gets four fifths of the time left, so
-	// that the failure mode answers before that deadline. Zero means
-	// DefaultBudget (50ms); at most MaxBudget.
+	// that the failure mode answers before that deadline; time spent on
+	// earlier calls of the same request (SpendBudget) comes out of it.
+	// Zero means DefaultBudget (50ms); at most MaxBudget.
 	Budget time.Duration
 	// Budgets sets the budget per policy name. A decision over several
 	// layers uses the smallest of its layers' budgets. Copied by New.
@@ -312,13 +313,28 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	for _, l := range layers[1:] {
 		budget = min(budget, s.Budget(l.Policy.Name))
 	}
+	if o != nil && o.spent != 0 {
+		// Earlier Redis calls of the same request (a tier lookup) used
+		// part of the budget: Redis delays a request by one budget at
+		// most, not one per call.
+		budget -= o.spent
+		o.spent = 0
+		if budget <= 0 {
+			return s.degrade(ctx, o, s.breakers.shared, now, layers, out, ReasonTimeout, errBudgetSpent)
+		}
+	}
 	br := s.breakers.shared
 	if s.breakers.partition != nil {
 		// A shared deadline, like the call's below: with Redis Cluster
-		// this bounds every decision's partition lookup.
-		pctx, pcancel := s.ticks.WithTimeout(ctx, time.Now(), budget)
+		// this bounds every decision's partition lookup, whose time
+		// comes out of the call's budget.
+		pstart := time.Now()
+		pctx, pcancel := s.ticks.WithTimeout(ctx, pstart, budget)
 		br = s.breakers.forKey(pctx, layers[0].Key)
 		pcancel()
+		if budget -= time.Since(pstart); budget <= 0 {
+			return s.degrade(ctx, o, br, now, layers, out, ReasonTimeout, errBudgetSpent)
+		}
 	}
 	t := br.acquire()
 	if t == ticketDenied {

@@ -20,9 +20,18 @@ type scripted struct {
 	inner *memstore.Store
 	calls atomic.Int64
 	mu    sync.Mutex
-	fail  error // returned (after the inner decision when applied) if set
-	apply bool  // apply the decision before failing (an indeterminate failure)
-	hang  bool  // block until the context ends
+	fail  error         // returned (after the inner decision when applied) if set
+	apply bool          // apply the decision before failing (an indeterminate failure)
+	hang  bool          // block until the context ends
+	bound time.Duration // the time left to the last call's deadline
+}
+
+// lastBound returns the time the last call had left to its deadline when
+// it started (0 without a deadline).
+func (s *scripted) lastBound() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bound
 }
 
 func newScripted(t *testing.T) *scripted {
@@ -43,6 +52,10 @@ func (s *scripted) set(fail error, apply, hang bool) {
 func (s *scripted) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	s.calls.Add(1)
 	s.mu.Lock()
+	s.bound = 0
+	if d, ok := ctx.Deadline(); ok {
+		s.bound = time.Until(d)
+	}
 	fail, apply, hang := s.fail, s.apply, s.hang
 	s.mu.Unlock()
 	if hang {

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/quota"
 )
 
@@ -81,9 +82,20 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 	}
 	// A shared deadline, as for the request's (decisionContext): a tiered
 	// request looks its tier up on every decision, mostly from a cache.
-	lctx, cancel := s.ticks.WithTimeout(ctx, time.Now(), s.opts.LookupTimeout)
+	start := time.Now()
+	lctx, cancel := s.ticks.WithTimeout(ctx, start, s.opts.LookupTimeout)
 	t, ok, err := s.assign.Tier(lctx, tierDim, v)
+	// The lookup's time comes out of the decision's fallback budget
+	// (when ctx carries the decision's Outcome): with Redis stalled, a
+	// request waits one budget, not one for the lookup and one more for
+	// the decision. A lookup that reached its own deadline spent all of
+	// it (shared deadline timers may fire up to a millisecond early).
+	spent := time.Since(start)
+	if errors.Is(lctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		spent = max(spent, s.opts.LookupTimeout)
+	}
 	cancel()
+	fallback.SpendBudget(ctx, spent)
 	if err != nil {
 		s.metrics.tierErrors.Inc()
 		used := "default"

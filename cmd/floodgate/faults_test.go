@@ -349,3 +349,47 @@ func TestServeRedisOutOfMemory(t *testing.T) {
 	})
 	t.Logf("central again %v after memory was freed", time.Since(freed))
 }
+
+// TestServeTierLookupSharesTheFallbackBudget: a check on a tiered policy
+// makes two Redis calls, the tier lookup and the decision. With Redis
+// stalled (SIGSTOP) each used to wait a whole --fallback-budget, so the
+// answer came after two budgets (0.10 s with the default 50 ms) and each
+// check counted two Redis failures. Now the lookup's time comes out of
+// the decision's budget: once the lookup has timed out, the decision is
+// taken by the failure mode at once, without a second call to Redis.
+func TestServeTierLookupSharesTheFallbackBudget(t *testing.T) {
+	rs := redistest.Start(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("tierbudget%d", time.Now().UnixNano()),
+		"--fallback-budget", "300ms", "--decision-timeout", "10s")
+	api := func(user string) server.CheckRequest {
+		return server.CheckRequest{Policy: "api", Identity: map[string]string{"user": user}}
+	}
+	waitCentral(t, svc.url, api("warm"))
+	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) }
+	t.Cleanup(resume)
+	const errorsTotal = "rate_limit_redis_errors_total"
+	for i := range 2 {
+		if metricValue(t, svc.url, `rate_limit_breaker_state{partition="primary"}`) == 2 {
+			break // open: later checks make no Redis call at all
+		}
+		before := metricValue(t, svc.url, errorsTotal)
+		// A user never seen: its tier is not cached, so it is looked up.
+		c := checkOn(t, svc.url, "/v1/check", api(fmt.Sprint("stalled-", i)))
+		failed := metricValue(t, svc.url, errorsTotal) - before
+		t.Logf("check %d with Redis stalled: %v, status %d, degraded %q, %v Redis calls failed", i, c.took, c.status, c.degraded, failed)
+		if c.status != 200 || !c.resp.Degraded || !c.resp.Allowed {
+			t.Fatalf("check %d with Redis stalled: status %d %+v; want allowed by the local fallback", i, c.status, c.resp)
+		}
+		if failed != 1 {
+			t.Fatalf("check %d with Redis stalled: %v Redis calls failed; want 1 (the tier lookup, whose time out spends the decision's budget)", i, failed)
+		}
+		if c.degraded != "local; reason=timeout" {
+			t.Fatalf("check %d: X-Floodgate-Degraded %q, want %q", i, c.degraded, "local; reason=timeout")
+		}
+	}
+	resume()
+	waitCentral(t, svc.url, api("after"))
+}
