@@ -42,9 +42,13 @@ invalid.`,
 					}
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %d policies, %d quotas, %d concurrency limits, tiers %s, default %s)\n",
-					file, cfg.Version(), len(cfg.Policies()), len(cfg.Quotas()), len(cfg.ConcurrencyLimits()),
-					strings.Join(cfg.Tiers(), ", "), cfg.DefaultTier())
+				tiers := "tier " + cfg.DefaultTier()
+				if len(cfg.Tiers()) > 1 {
+					tiers = "tiers " + strings.Join(cfg.Tiers(), ", ") + ", default " + cfg.DefaultTier()
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %s, %s, %s, %s)\n",
+					file, cfg.Version(), counted(len(cfg.Policies()), "policy", "policies"), counted(len(cfg.Quotas()), "quota", "quotas"),
+					counted(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
 			}
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", failed, len(files))}
@@ -131,7 +135,7 @@ published document again only announces it.`,
 				}
 				return &exitError{code: 1}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%d policies) to %s, key %s\n", cfg.Version(), len(cfg.Policies()), rs, keys.Config)
+			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%s) to %s, key %s\n", cfg.Version(), counted(len(cfg.Policies()), "policy", "policies"), rs, keys.Config)
 			return nil
 		},
 	}
@@ -157,4 +161,12 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// counted is n with the noun for its number: "1 policy", "2 policies".
+func counted(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
