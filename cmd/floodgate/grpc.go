@@ -57,6 +57,15 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDeg
 	if err != nil {
 		return nil, err
 	}
+	// A connection must finish its TLS and HTTP/2 handshakes within
+	// --read-timeout, as an HTTP request must arrive whole (gRPC's
+	// default is 120 s: idle sockets held that long run the process out
+	// of file descriptors).
+	setup := f.readTimeout
+	if setup == 0 {
+		setup = 5 * time.Second // server.Options.ReadTimeout's default
+	}
+	gopts = append(gopts, grpc.ConnectionTimeout(setup))
 	ln, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)

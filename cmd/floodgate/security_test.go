@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
@@ -410,4 +412,47 @@ func TestServeRefusesNegativeDurations(t *testing.T) {
 			t.Errorf("%s=-1s: exit %d: %s", fl, code, out)
 		}
 	}
+}
+
+// TestServeGRPCConnectionSetupBounded: a client that opens a connection to
+// --grpc-addr and never completes the HTTP/2 (or TLS) handshake is cut
+// after --read-timeout, as a slow HTTP request is, rather than held for
+// gRPC's default of two minutes: idle sockets opened faster than that
+// would otherwise run the process out of file descriptors.
+func TestServeGRPCConnectionSetupBounded(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--read-timeout", "500ms", "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	conn, err := net.Dial("tcp", svc.addr(t, grpcListening))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The server's SETTINGS frame comes first; then, without our preface,
+	// the connection must end. 30 s is far beyond the 500 ms asked for
+	// and far below gRPC's default 120 s.
+	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("a connection that never sent the HTTP/2 preface was still open after 30 s")
+	}
+	// The service still answers a real client.
+	gc, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rlspb.NewRateLimitServiceClient(gc).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+	}}); err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	svc.stop(t)
 }

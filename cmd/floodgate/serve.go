@@ -137,7 +137,7 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 	fl.DurationVar(&f.clockOffset, "clock-offset", 0, "testing only: shift this process's clock")
 	_ = fl.MarkHidden("clock-offset")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
-	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut)")
+	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
