@@ -305,6 +305,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	err = client.Ping(pctx).Err()
 	cancel()
 	if err != nil {
+		if why, replaces := r.sentinelDiagnosis(ctx); replaces {
+			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %s", opts.Redis.String(), why)
+		} else if why != "" {
+			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %s (%w)", opts.Redis.String(), why, err)
+		}
 		return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %w", opts.Redis.String(), err)
 	}
 	r.loadConfig(ctx)

@@ -206,3 +206,24 @@ func TestHealthySentinelOverTLS(t *testing.T) {
 		want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, "3 of 3 sentinels", s.SentinelTLSAddrs[0])
 	}
 }
+
+// TestSentinelWrongMasterName: sentinels that answer but monitor no
+// primary by the name given are not "unreachable" (go-redis's words): the
+// error says the name is unknown to them and to check --redis-master.
+func TestSentinelWrongMasterName(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: "no-such-primary"}, Prefix: "wm"})
+	if err == nil {
+		t.Fatal("doctor.Run with an unknown master name: no error")
+	}
+	for _, want := range []string{`no primary named "no-such-primary"`, "--redis-master", s.SentinelAddrs[0]} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("error %q calls sentinels that answered unreachable", err)
+	}
+}

@@ -383,3 +383,41 @@ func (r *run) latencyFail() time.Duration {
 	}
 	return latencyFail
 }
+
+// sentinelDiagnosis says why a Sentinel deployment could not be reached
+// when the sentinels themselves answer: go-redis reports every sentinel
+// "unreachable" when they all answer that they monitor no primary by the
+// name given. It asks each sentinel for the primary's address (SENTINEL
+// GET-MASTER-ADDR-BY-NAME) and returns "" when r is not a Sentinel
+// deployment or no sentinel answers; replaces reports a diagnosis that
+// makes go-redis's error wrong (the name is unknown, nothing unreachable).
+func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool) {
+	st, ok := r.sentinels()
+	if !ok {
+		return "", false
+	}
+	var unknown, primaries []string
+	for _, a := range st.Addrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1})
+		sc.AddHook(r.counter)
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		addr, err := sc.GetMasterAddrByName(sctx, st.Master).Result()
+		cancel()
+		_ = sc.Close()
+		switch {
+		case errors.Is(err, redis.Nil):
+			unknown = append(unknown, a)
+		case err == nil && len(addr) == 2:
+			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))
+		}
+	}
+	switch {
+	case len(unknown) > 0 && len(primaries) == 0:
+		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
+			strings.Join(unknown, ", "), st.Master), true
+	case len(primaries) > 0:
+		return fmt.Sprintf("the sentinels answer (%s), but that primary does not: check it is up and reachable from here, and its password",
+			strings.Join(primaries, "; ")), false
+	}
+	return "", false
+}

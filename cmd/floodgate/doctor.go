@@ -37,7 +37,8 @@ monitoring (--prometheus).
 
 Every check prints pass, warn or fail with its evidence, the fix and what
 it read. Doctor only reads: its Redis client refuses any command that is
-not a read. Exit status 1 when any check fails, 0 otherwise.`,
+not a read. Exit status 1 when any check fails, 0 otherwise; 1 too, with no
+report, when it cannot audit (a bad flag, Redis unreachable).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !rs.Enabled() {
