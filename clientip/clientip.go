@@ -11,9 +11,9 @@
 //
 // Addresses are normalised: an IPv4-mapped IPv6 address (::ffff:192.0.2.1)
 // is the IPv4 address it maps, and IPv6 zones are dropped. [Resolver.Key]
-// can group IPv6 clients by network (for example /64, the block one
-// customer usually holds) so that rotating through one's own /64 does not
-// buy more requests.
+// groups IPv6 clients by network, by default their /64 (the block one
+// subscriber usually holds, and can pick any of its 2^64 addresses from),
+// so that rotating through one's own /64 does not buy more requests.
 package clientip
 
 import (
@@ -24,6 +24,10 @@ import (
 	"net/netip"
 	"strings"
 )
+
+// DefaultIPv6Prefix is the IPv6 network length a Resolver counts as one
+// client when Options.IPv6Prefix is 0.
+const DefaultIPv6Prefix = 64
 
 // ErrInvalidOptions reports a Resolver configuration that cannot be used.
 var ErrInvalidOptions = errors.New("clientip: invalid options")
@@ -70,10 +74,11 @@ type Options struct {
 	// Header is the forwarding header the trusted proxies append to.
 	// Default XForwardedFor.
 	Header Header
-	// IPv6Prefix, when non-zero, makes Key return the client's IPv6
-	// network of that many bits instead of its full address, e.g. 64 to
-	// count a whole /64 as one client. 0 (default) or 1..128. IPv4 clients
-	// are never grouped.
+	// IPv6Prefix is the length of the IPv6 network Key counts as one
+	// client: 1..127 give the network ("2001:db8:1:2::/64"), 128 the full
+	// address ("2001:db8:1:2::7"). Default (0) 64: a client given a /64
+	// can send from any of its addresses, so counting each address
+	// alone would give it 2^64 budgets. IPv4 clients are never grouped.
 	IPv6Prefix int
 }
 
@@ -93,6 +98,9 @@ func New(opts Options) (*Resolver, error) {
 	}
 	if opts.IPv6Prefix < 0 || opts.IPv6Prefix > 128 {
 		return nil, fmt.Errorf("%w: IPv6 prefix %d out of range 0..128", ErrInvalidOptions, opts.IPv6Prefix)
+	}
+	if opts.IPv6Prefix == 0 {
+		opts.IPv6Prefix = DefaultIPv6Prefix
 	}
 	r := &Resolver{header: opts.Header, field: opts.Header.String(), ipv6Prefix: opts.IPv6Prefix}
 	for i, p := range opts.TrustedProxies {
@@ -185,9 +193,10 @@ func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
 	return client, nil
 }
 
-// Key returns the identity to rate limit the request's client under: the
-// client address in its canonical text form ("192.0.2.1", "2001:db8::1"),
-// or, with Options.IPv6Prefix set, its IPv6 network ("2001:db8:1:2::/64").
+// Key returns the identity to rate limit the request's client under: an
+// IPv4 client's address in its canonical text form ("192.0.2.1"), an IPv6
+// client's network of Options.IPv6Prefix bits ("2001:db8:1:2::/64" by
+// default), or its address ("2001:db8::1") when that is 128.
 func (r *Resolver) Key(req *http.Request) (string, error) {
 	a, err := r.ClientIP(req)
 	if err != nil {
@@ -197,10 +206,10 @@ func (r *Resolver) Key(req *http.Request) (string, error) {
 }
 
 // Group returns the identity of address a as Key would: its canonical
-// text, or its IPv6 network when Options.IPv6Prefix is set.
+// text, or its IPv6 network of Options.IPv6Prefix bits.
 func (r *Resolver) Group(a netip.Addr) string {
 	a = normalise(a)
-	if r.ipv6Prefix != 0 && a.Is6() {
+	if r.ipv6Prefix < 128 && a.Is6() {
 		p, err := a.Prefix(r.ipv6Prefix)
 		if err == nil {
 			return p.String()

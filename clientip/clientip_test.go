@@ -157,9 +157,34 @@ func TestKeyGroupsIPv6(t *testing.T) {
 			t.Errorf("Key(%s) = %q, want %q", tt.remote, got, tt.want)
 		}
 	}
-	full := mustResolver(t, Options{})
+	full := mustResolver(t, Options{IPv6Prefix: 128})
 	if got, _ := full.Key(request("[2001:db8:1:2:aaaa::1]:1", "X")); got != "2001:db8:1:2:aaaa::1" {
 		t.Errorf("ungrouped Key = %q", got)
+	}
+}
+
+// TestKeyGroupsIPv6ByDefault: with the zero Options, an IPv6 client that
+// sends from many addresses of its /64 is one client, so a per-IP limit
+// cannot be escaped by picking a new source address for each request.
+// (Before, each address was a client of its own.)
+func TestKeyGroupsIPv6ByDefault(t *testing.T) {
+	r := mustResolver(t, Options{})
+	seen := map[string]bool{}
+	for _, remote := range []string{"[2001:db8:1:2::1]:1", "[2001:db8:1:2::2]:1", "[2001:db8:1:2:ffff:ffff:ffff:ffff]:9", "[2001:db8:1:2::1%eth0]:1"} {
+		got, err := r.Key(request(remote, "X-Forwarded-For"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[got] = true
+	}
+	if len(seen) != 1 || !seen["2001:db8:1:2::/64"] {
+		t.Fatalf("keys of one /64 = %v, want only 2001:db8:1:2::/64", seen)
+	}
+	if got := r.Group(netip.MustParseAddr("2001:db8:1:3::1")); got != "2001:db8:1:3::/64" {
+		t.Fatalf("Group of the next /64 = %q", got)
+	}
+	if got := r.Group(netip.MustParseAddr("::ffff:192.0.2.7")); got != "192.0.2.7" {
+		t.Fatalf("Group of an IPv4-mapped address = %q, want 192.0.2.7", got)
 	}
 }
 

@@ -69,9 +69,10 @@ func Route(mux *http.ServeMux) KeyFunc {
 }
 
 // IP returns a KeyFunc giving the client address as res resolves it
-// (trusted proxies, IPv6 grouping). A peer that is not an IP address is
-// reported as an error that is not ErrNoKey (the server is misconfigured
-// for a per-IP limit), answered with 500.
+// (trusted proxies; an IPv6 client's /64 network unless
+// clientip.Options.IPv6Prefix says otherwise). A peer that is not an IP
+// address is reported as an error that is not ErrNoKey (the server is
+// misconfigured for a per-IP limit), answered with 500.
 func IP(res *clientip.Resolver) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		return res.Key(r)
