@@ -128,6 +128,8 @@ func (m *manifests) checkWiring(t *testing.T, dir string) {
 					port = p.HTTPGet.Port
 				case p.TCPSocket != nil:
 					port = p.TCPSocket.Port
+				case p.GRPC != nil:
+					port = intstr.FromInt32(p.GRPC.Port)
 				}
 				if containerPort(c, port) == 0 {
 					t.Errorf("%s: container %s probes port %s, which it does not declare", dir, c.Name, port.String())
@@ -433,8 +435,11 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 		t.Errorf("%s: terminationGracePeriodSeconds %d < the 10s envoy-compat drains for", where, grace)
 	}
 
-	if c.ReadinessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != c.ReadinessProbe.HTTPGet.Path {
-		t.Fatalf("%s: want HTTP probes on one endpoint (envoyproxy/ratelimit's /healthcheck)", where)
+	if c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/healthcheck" || c.LivenessProbe == nil {
+		t.Fatalf("%s: want readiness on envoyproxy/ratelimit's /healthcheck, and a liveness probe", where)
+	}
+	if c.LivenessProbe.GRPC != nil && containerPort(c, intstr.FromString("grpc")) != int(c.LivenessProbe.GRPC.Port) {
+		t.Errorf("%s: gRPC liveness probe on %d, not the grpc port", where, c.LivenessProbe.GRPC.Port)
 	}
 
 	// Run it: the mounts under a temporary root, RUNTIME_ROOT moved there.
