@@ -16,7 +16,11 @@ type MemoryOptions struct {
 	// account names cannot exhaust memory. When it is reached and no
 	// expired state can be reclaimed, an operation that would add a state
 	// fails with floodgate.ErrStoreFull (and a login endpoint should then
-	// fail closed). Default 1,000,000.
+	// fail closed). For a second after a look at every state found none
+	// expired, further looks sample the states (a full store does not
+	// cost every refused attempt a pass over all of them), so a state
+	// that expires in that second may be reclaimed a little later.
+	// Default 1,000,000.
 	MaxKeys int
 }
 

@@ -16,8 +16,10 @@ type MemoryOptions struct {
 	Shards int
 	// MaxKeys caps the number of identity periods held at once; when it
 	// is reached and nothing expired can be reclaimed, an operation that
-	// would create a new one fails with floodgate.ErrStoreFull. Default
-	// 1,000,000.
+	// would create a new one fails with floodgate.ErrStoreFull. (For a
+	// second after a look at every period of a partition found none
+	// expired, further looks sample it, so one that expires in that
+	// second may be reclaimed a little later.) Default 1,000,000.
 	MaxKeys int
 }
 

@@ -28,6 +28,9 @@ const (
 	sweepEvery  = 64
 	sweepBatch  = 32
 	sweepVisits = 4
+	// fullRetry is how long (µs) after a pass over a whole full shard
+	// failed to make room Room samples instead of passing again.
+	fullRetry = 1_000_000
 )
 
 // Map is a string-keyed map of V split into shards. A caller locks the
@@ -45,6 +48,7 @@ type Shard[V any] struct {
 	mu      sync.Mutex
 	entries map[string]V
 	writes  uint32
+	fullAt  int64 // when a pass over every entry last failed to make room; 0: not since the last success
 	perCap  int
 	dead    func(v V, now int64) bool
 }
@@ -125,14 +129,31 @@ func (s *Shard[V]) Cap() int { return s.perCap }
 
 // Room reports whether n more entries fit in the shard. When they do not,
 // it first drops every dead entry of the shard (at now) and looks again.
-// A caller that would add entries asks before changing anything, so that a
-// full shard refuses an operation without applying part of it.
+// After such a pass has failed to make room, the passes of the next
+// fullRetry (of now's clock, microseconds) look at a bounded sample
+// instead of every entry: a shard full of live entries (a flood of new
+// identities) would otherwise make every refused operation visit all of
+// them under the shard's lock. A caller that would add entries asks
+// before changing anything, so that a full shard refuses an operation
+// without applying part of it.
 func (s *Shard[V]) Room(now int64, n int) bool {
 	if len(s.entries)+n <= s.perCap {
 		return true
 	}
+	if since := now - s.fullAt; s.fullAt != 0 && since >= 0 && since < fullRetry {
+		s.sweep(now, max(n, sweepBatch))
+		return len(s.entries)+n <= s.perCap
+	}
 	s.sweep(now, len(s.entries))
-	return len(s.entries)+n <= s.perCap
+	if len(s.entries)+n <= s.perCap {
+		s.fullAt = 0
+		return true
+	}
+	s.fullAt = now
+	if s.fullAt == 0 {
+		s.fullAt = -1 // 0 means no failed pass
+	}
+	return false
 }
 
 // Wrote counts a write to the shard. Every 64th write drops up to 32 dead

@@ -106,6 +106,61 @@ func TestRoom(t *testing.T) {
 	}
 }
 
+// TestFullShardIsNotRescannedPerRefusal: a shard full of live entries
+// refuses new ones; after one pass over every entry, the refusals of the
+// next second look at a bounded sample each, not at every entry again
+// (before: a flood of new identities into a full store cost each refused
+// request a pass over the whole shard under its lock). Entries dying in
+// that second are still found by the samples, and after it a whole pass
+// runs again.
+func TestFullShardIsNotRescannedPerRefusal(t *testing.T) {
+	const n = 2000
+	visits := 0
+	m, err := New(Options{Shards: 1, MaxKeys: n}, func(e *entry, now int64) bool {
+		visits++
+		return now >= e.until
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := m.Lock("")
+	defer sh.Unlock()
+	for i := range n {
+		sh.Put(fmt.Sprint(i), &entry{until: 10_000_000})
+	}
+	const refusals = 200
+	for i := range refusals {
+		if sh.Room(int64(1000+i), 1) {
+			t.Fatal("room in a shard full of live entries")
+		}
+	}
+	if limit := n + refusals*sweepVisits*sweepBatch; visits > limit {
+		t.Fatalf("%d refusals visited %d entries, want at most %d (one whole pass, then samples)", refusals, visits, limit)
+	}
+	// One entry dies: a sample finds it within a few calls, as new
+	// identities keep coming.
+	sh.Put("0", &entry{until: 5000})
+	found := false
+	for i := range 1000 {
+		if sh.Room(int64(6000+i), 1) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatal("samples never found the dead entry")
+	}
+	// A second later, refusals pass over the whole shard again.
+	sh.Put("0", &entry{until: 10_000_000})
+	visits = 0
+	if sh.Room(int64(1000+1_000_000), 1) {
+		t.Fatal("room in a shard full of live entries")
+	}
+	if visits != n {
+		t.Fatalf("the pass a second later visited %d entries, want all %d", visits, n)
+	}
+}
+
 // TestWroteSweeps: every 64th write drops dead entries, 32 at most, and
 // never a live one.
 func TestWroteSweeps(t *testing.T) {
