@@ -28,6 +28,16 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 	case f.grpcAddr != "" && len(f.envoyConfig) == 0:
 		return nil, errors.New("--grpc-addr needs --envoy-config (descriptors in envoyproxy/ratelimit's YAML format)")
 	case f.grpcAddr == "":
+		// The flags that only shape the gRPC API are refused without it,
+		// rather than silently ignored.
+		for _, g := range []struct {
+			name string
+			set  bool
+		}{{"--grpc-reflection", f.sec.grpcReflection}, {"--envoy-response-headers", f.envoyHeaders}, {"--envoy-count-each-descriptor", f.envoyEach}} {
+			if g.set {
+				return nil, fmt.Errorf("%s needs --grpc-addr (and --envoy-config)", g.name)
+			}
+		}
 		return nil, nil
 	}
 	er, err := config.NewEnvoyReloader(f.envoyConfig, config.ReloaderOptions{Logger: log, Registerer: reg})
