@@ -32,6 +32,8 @@ var readOnly = map[string]bool{
 	// Sent by go-redis itself when a connection opens.
 	"hello": true, "auth": true, "select": true, "client setinfo": true, "client setname": true, "readonly": true,
 	"client maint_notifications": true,
+	// Sent by go-redis's Cluster client to learn each command's keys.
+	"command": true,
 }
 
 // ReadOnlyCommands returns the commands doctor's Redis client sends; it

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -44,9 +45,14 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 			if !rs.Enabled() {
 				return fmt.Errorf("give the deployment's Redis: --redis URL, --redis-sentinel with --redis-master, or --redis-cluster")
 			}
-			if err := sec.redisClientSettings(&rs, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))); err != nil {
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if err := sec.redisClientSettings(&rs, log); err != nil {
 				return err
 			}
+			// go-redis's own lines (a failed dial per retry) as structured
+			// records, each at most once a minute: the report, or the
+			// error, says what went wrong.
+			redis.SetLogger(newRedisLogger(log, time.Minute))
 			opts.Redis = rs
 			useColour, err := wantColour(colour, cmd.OutOrStdout())
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,5 +98,45 @@ func TestDoctorRedisPasswordFile(t *testing.T) {
 	}
 	if strings.Contains(out.String()+errOut.String(), pw) {
 		t.Fatalf("the Redis password is in doctor's output:\n%s\n%s", out.String(), errOut.String())
+	}
+}
+
+// TestDoctorStderrOnCluster runs the binary's doctor against a healthy
+// Cluster and against a closed port: go-redis's own log lines used to
+// reach stderr raw ("redis: 2026/12/03 ... osscluster.go:3074: getting
+// command info: doctor: refusing a command that is not a read: COMMAND",
+// nine times on a healthy 3-primary Cluster, and a "failed to dial" line
+// per retry with Redis down), outside doctor's report. Now the Cluster
+// client's COMMAND is a permitted read, and go-redis's lines go through a
+// structured logger, each at most once.
+func TestDoctorStderrOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	code, out := runCLI(t, "doctor", "--redis-cluster", strings.Join(c.Addrs, ","), "--prefix", "dcs", "--latency-samples", "5", "--rate-window", "-1s", "--color", "never")
+	if code != 0 && code != 1 {
+		t.Fatalf("doctor on a Cluster: exit %d\n%s", code, out)
+	}
+	if strings.Contains(out, "refusing") || strings.Contains(out, "osscluster.go") {
+		t.Errorf("doctor on a healthy Cluster wrote go-redis noise:\n%s", out)
+	}
+	if !strings.Contains(out, "[PASS] cluster") {
+		t.Errorf("no passing cluster check:\n%s", out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	code, out = runCLI(t, "doctor", "--redis", "redis://"+closed, "--timeout", "30s")
+	if code != 1 || !strings.Contains(out, "cannot reach Redis") {
+		t.Fatalf("doctor with Redis down: exit %d, want 1 and 'cannot reach Redis'\n%s", code, out)
+	}
+	if n := strings.Count(out, "failed to dial"); n > 1 {
+		t.Errorf("doctor with Redis down wrote %d 'failed to dial' lines, want at most one:\n%s", n, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(line, "redis: ") {
+			t.Errorf("unstructured go-redis line: %s", line)
+		}
 	}
 }
