@@ -265,8 +265,8 @@ func (s *MemoryStore) Get(_ context.Context, ops []*Op) ([]uint64, error) {
 // overCache remembers counters found over their limit until their window
 // ends (their LOCAL_CACHE_SIZE_IN_BYTES), so that later requests for them
 // are answered OVER_LIMIT without asking the store. It holds at most max
-// keys; when full, expired keys are dropped, then new keys are not
-// remembered.
+// keys; when full, expired keys are dropped, then arbitrary others until
+// three quarters of max remain.
 type overCache struct {
 	mu  sync.Mutex
 	max int
@@ -301,14 +301,24 @@ func (c *overCache) add(key string, ttl time.Duration, now time.Time) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) >= c.max {
+	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
+		// Expired keys go first, then arbitrary others until a quarter
+		// of the room is free: forgetting a key only sends its next
+		// request to the store, and each pass over the cache is paid
+		// for by a quarter of max new keys (keeping it full of live keys
+		// made every new over-limit key pass over all of them under the
+		// lock that every request's has takes).
+		keep := c.max - max(c.max/4, 1)
 		for k, exp := range c.m {
 			if !now.Before(exp) {
 				delete(c.m, k)
 			}
 		}
-		if len(c.m) >= c.max {
-			return
+		for k := range c.m {
+			if len(c.m) <= keep {
+				break
+			}
+			delete(c.m, k)
 		}
 	}
 	c.m[key] = now.Add(ttl)
