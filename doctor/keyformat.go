@@ -24,7 +24,7 @@ const (
 	kindTiers              // prefix:tiers, the tier assignments
 	kindLogin              // {loginprefix}:{a,i,p}:id (package loginguard)
 	kindDemo               // prefix:naive:{id}, the incident demo's naive counter
-	kindProbe              // prefix:probe, the breaker's background probe key (fallback.RedisProbe)
+	kindProbe              // prefix:probe, or prefix:probe:{N} on a Cluster primary: the breaker's background probe key (fallback.RedisProbe)
 	kindFleet              // prefix:instances, the instances' heartbeats (package fleet)
 	kindJournal            // <a tb or gc decision key>:rq, a bucket's release journal (redisstore)
 )
@@ -49,7 +49,7 @@ func parseKey(prefix, loginPrefix, key string) parsedKey {
 	if key == prefix+":tiers" {
 		return parsedKey{kind: kindTiers}
 	}
-	if key == prefix+":probe" {
+	if key == prefix+":probe" || isClusterProbe(prefix, key) {
 		return parsedKey{kind: kindProbe}
 	}
 	if key == prefix+":instances" {
@@ -220,4 +220,23 @@ func owners(cfg *config.Config) map[string]*owner {
 			maxTTL: func(time.Time) time.Duration { return ttl + ttlSlack }}
 	}
 	return out
+}
+
+// isClusterProbe reports whether key is a Redis Cluster primary's probe
+// key, prefix:probe:{N} with N decimal (fallback.RedisProbe).
+func isClusterProbe(prefix, key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+":probe:{")
+	if !ok {
+		return false
+	}
+	n, ok := strings.CutSuffix(rest, "}")
+	if !ok || n == "" || len(n) > 6 {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,9 @@ package fallback
 
 import (
 	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,24 +29,79 @@ func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, key str
 	}
 }
 
-// RedisProbe returns an Options.Probe for a go-redis client. For
-// DefaultPartition it writes key (SET with a 10s expiry), so that a Redis
-// that answers PING but refuses writes (out of memory under maxmemory
-// noeviction, a replica after a failover, paused writes) is not taken for
-// healthy. For a Redis Cluster partition (see ClusterPartition) it PINGs
-// the primary of that address; a primary no longer in the cluster's map
-// is reported healthy, as no key maps to it any more.
+// RedisProbe returns an Options.Probe for a go-redis client. It writes a
+// key (SET with a 10s expiry), so that a Redis that answers PING but
+// refuses writes (out of memory under maxmemory noeviction, a replica after
+// a failover, paused writes, a Cluster node answering CLUSTERDOWN) is not
+// taken for healthy. For DefaultPartition the key is key itself, through
+// c. For a Redis Cluster partition (see ClusterPartition) it is key plus a
+// hash tag, key:{N}, whose slot that primary serves in cc's slot map, sent
+// to that primary's own connection (no redirection to another node); a
+// primary no longer in the cluster's map is reported healthy, as no key
+// maps to it any more. (It used to PING the primary: a primary refusing
+// writes then passed every probe, and its breaker opened and closed twice
+// a second for as long as the fault lasted.)
 func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, partition string) error {
+	var tags sync.Map // partition -> int, the last hash tag found for it
 	return func(ctx context.Context, partition string) error {
 		cc, ok := c.(*redis.ClusterClient)
 		if !ok || partition == DefaultPartition {
 			return c.Set(ctx, key, "1", 10*time.Second).Err()
 		}
-		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			if n.Options().Addr != partition {
-				return nil
-			}
-			return n.Ping(ctx).Err()
-		})
+		node, k, err := clusterProbeKey(ctx, cc, &tags, key, partition)
+		if err != nil || node == nil {
+			return err
+		}
+		return node.Set(ctx, k, "1", 10*time.Second).Err()
 	}
+}
+
+// probeTagLimit bounds the hash tags tried for a primary's probe key: with
+// its slots anywhere in the 16384, one in a few thousand tags finds even a
+// primary serving a single slot.
+const probeTagLimit = 200_000
+
+// clusterProbeKey returns the client of primary addr and a key, base:{N},
+// in a slot it serves according to cc's slot map, starting from the tag
+// found last time; a nil client (and no error) when no primary of the map
+// has that address or none of the tags tried lands on it.
+func clusterProbeKey(ctx context.Context, cc *redis.ClusterClient, tags *sync.Map, base, addr string) (*redis.Client, string, error) {
+	start := 0
+	if v, ok := tags.Load(addr); ok {
+		start = v.(int)
+	}
+	for i := 0; i < probeTagLimit; i++ {
+		n := (start + i) % probeTagLimit
+		k := base + ":{" + strconv.Itoa(n) + "}"
+		node, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			return nil, "", err
+		}
+		if node.Options().Addr == addr {
+			tags.Store(addr, n)
+			return node, k, nil
+		}
+		if i == 0 {
+			if served, err := servedBy(ctx, cc, addr); err != nil || !served {
+				return nil, "", err
+			}
+		}
+	}
+	return nil, "", nil
+}
+
+// servedBy reports whether addr is a primary in cc's slot map (which
+// ForEachMaster reloads first).
+func servedBy(ctx context.Context, cc *redis.ClusterClient, addr string) (bool, error) {
+	var found atomic.Bool
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		if n.Options().Addr == addr {
+			found.Store(true)
+		}
+		return nil
+	})
+	if found.Load() {
+		return true, nil
+	}
+	return false, err
 }
