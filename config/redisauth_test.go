@@ -52,3 +52,38 @@ func TestRedisPasswordOutsideTheURL(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisURLSecretsNeverInMessages: a password in a URL's query string
+// (go-redis takes it only in the user part, so such a URL is refused) or
+// in an unparsable URL is hidden in the refusal and in String, as the
+// user part's password always was: the error reaches the log and stderr.
+func TestRedisURLSecretsNeverInMessages(t *testing.T) {
+	const secret = "S3cretPassw0rd"
+	for _, u := range []string{
+		"redis://127.0.0.1:6379/0?password=" + secret,
+		"redis://:" + secret + "@127.0.0.1:6379/0?bogus=1",
+		"redis://127.0.0.1:6379/0?pasword=" + secret,
+		"redis-sentinel://127.0.0.1:26379/0?master=m&password=" + secret,
+		"redis-cluster://127.0.0.1:7000?password=" + secret,
+		"redis://127.0.0.1:6379/0?password=" + secret + "%zz",
+		"redis://:" + secret + "%zz@127.0.0.1:6379/0",
+		"nosuchscheme://:" + secret + "@127.0.0.1:6379/0",
+	} {
+		r := config.Redis{URL: u}
+		if s := r.String(); strings.Contains(s, secret) {
+			t.Errorf("String() of %q = %q", u, s)
+		}
+		c, err := r.Client()
+		if err == nil {
+			c.Close() // go-redis reads no query it cannot parse
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%q: error shows the password: %v", u, err)
+		}
+	}
+	// The parameters that are not secrets stay readable.
+	if s := (config.Redis{URL: "redis-sentinel://127.0.0.1:26379/0?master=mymaster"}).String(); !strings.Contains(s, "master=mymaster") {
+		t.Errorf("String() hides the master name: %q", s)
+	}
+}

@@ -222,13 +222,13 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), err)
+		return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), urlError(err))
 	}
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
 		o, err := redis.ParseURL(r.URL)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), err)
+			return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), urlError(err))
 		}
 		if o.Username, o.Password, err = r.credentials(o.Username, o.Password); err != nil {
 			return nil, err
@@ -363,16 +363,60 @@ func checkAddrs(addrs []string) error {
 	return nil
 }
 
-// redact hides a URL's password in messages.
+// plainURLParams are the URL query parameters shown as they are in
+// messages (the settings go-redis and Floodgate read, none a secret);
+// any other parameter's value, "password" or a misspelling of it for one,
+// is hidden.
+var plainURLParams = map[string]bool{
+	"master": true, "db": true, "protocol": true, "client_name": true,
+	"dial_timeout": true, "read_timeout": true, "write_timeout": true, "context_timeout_enabled": true,
+	"pool_fifo": true, "pool_size": true, "pool_timeout": true, "min_idle_conns": true, "max_idle_conns": true,
+	"max_active_conns": true, "conn_max_idle_time": true, "conn_max_lifetime": true,
+	"max_retries": true, "min_retry_backoff": true, "max_retry_backoff": true, "skip_verify": true,
+}
+
+// redact hides a URL's password in messages: the user part's, and the
+// value of every query parameter but plainURLParams.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if i := strings.LastIndex(raw, "@"); i >= 0 {
-			return "...@" + raw[i+1:]
+	if err != nil {
+		// Keep the host and path only: the user part and the query
+		// may hold a password.
+		rest := raw
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			rest = "...@" + rest[i+1:]
 		}
-		return raw
+		if i := strings.Index(rest, "?"); i >= 0 {
+			rest = rest[:i] + "?..."
+		}
+		return rest
+	}
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = "..."
+		} else {
+			for k, vs := range q {
+				if !plainURLParams[k] {
+					for i := range vs {
+						vs[i] = "xxxxx"
+					}
+				}
+			}
+			u.RawQuery = q.Encode()
+		}
 	}
 	return u.Redacted()
+}
+
+// urlError returns err without the URL a *url.Error carries (it may hold
+// a password).
+func urlError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // String describes the settings without passwords, for logs.
