@@ -452,3 +452,32 @@ func TestParseHTTPEngine(t *testing.T) {
 		t.Error("New accepted HTTPEngine h2o")
 	}
 }
+
+// TestHeadersBoundedOnBothEngines: a request whose headers exceed
+// MaxHeaderBytes (64 KiB) is answered 431 by either engine, and the server
+// goes on serving. net/http used to read up to 1 MiB of headers, so each
+// connection sending a large unfinished header held about 1 MiB until
+// the read timeout (300 such connections: 350 MB).
+func TestHeadersBoundedOnBothEngines(t *testing.T) {
+	big := "POST /v1/check HTTP/1.1\r\nHost: x\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("a", 1000)+"\r\n", 80) + "\r\n"
+	for _, engine := range []server.HTTPEngine{server.NetHTTP, server.FastHTTP} {
+		e := serveEngine(t, engine, engineConfig, memStore(t), nil)
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		// The server may answer and close before it has read all of it.
+		_, _ = conn.Write([]byte(big))
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 431 ") {
+			t.Errorf("%s: 80 KB of headers: %q %v, want HTTP/1.1 431", engine, line, err)
+		}
+		resp, err := http.Post(e.url+"/v1/check", "application/json", strings.NewReader(check("api", "after")))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: after the large header: %v %v", engine, resp, err)
+		}
+		resp.Body.Close()
+	}
+}

@@ -320,6 +320,13 @@ func (s *Server) routes() {
 	s.mux, s.adminMux = withProblems(mux), withProblems(admin)
 }
 
+// MaxHeaderBytes bounds a request's line and headers on both engines (the
+// size of fasthttp's read buffer; net/http allows a few KiB more): a
+// request with more is answered 431. net/http's default, 1 MiB, let each
+// connection sending an unfinished header hold about 1 MiB until
+// --read-timeout cut it (300 connections: 350 MB).
+const MaxHeaderBytes = fastReadBufferSize
+
 // AdminHandler returns the handler of the admin listener: the admin
 // endpoints, GET /metrics and GET /healthz. Serve it on a private address
 // (ServeAdmin), with Options.SeparateAdmin so that the public handler does
@@ -336,6 +343,7 @@ func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	done := make(chan error, 1)
@@ -390,6 +398,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s.serveAndDrain(ctx, func() error { return hs.Serve(ln) }, hs.Shutdown, func() { _ = hs.Close() })
