@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/duration"
 	"github.com/floodgate-rl/floodgate/internal/yamlerr"
 )
 
@@ -241,27 +242,7 @@ func FormatDuration(d time.Duration) string {
 // ParseDuration parses a Go duration ("90s", "1h30m") or a whole number of
 // days ("1d", "30d"). The result must be positive.
 func ParseDuration(s string) (time.Duration, error) {
-	var d time.Duration
-	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
-		if len(days) > 4 {
-			return 0, fmt.Errorf("duration %q is too long", s)
-		}
-		n, err := strconv.Atoi(days)
-		if err != nil {
-			return 0, fmt.Errorf("invalid duration %q", s)
-		}
-		d = time.Duration(n) * 24 * time.Hour
-	} else {
-		var err error
-		d, err = time.ParseDuration(s)
-		if err != nil {
-			return 0, fmt.Errorf("invalid duration %q (want e.g. 500ms, 1m, 1h or 30d)", s)
-		}
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("duration %q must be positive", s)
-	}
-	return d, nil
+	return duration.Parse(s)
 }
 
 // calendar parses a quota layer's period, timezone and anchor_day.

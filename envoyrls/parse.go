@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/duration"
 	"github.com/floodgate-rl/floodgate/internal/yamlerr"
 )
 
@@ -35,7 +36,7 @@ import (
 //	      name: per_ip               # optional, for replaces
 //	      replaces: [{name: other}]  # optional
 //	      algorithm: fixed_window    # extension: fixed_window (default), sliding_window, sliding_log, token_bucket, gcra
-//	      window: 90s                # extension: any duration instead of unit
+//	      window: 90s                # extension: any duration (or 30d) instead of unit
 //	      burst: 20                  # extension: token_bucket and gcra only
 //	    descriptors: [...]           # nested entries
 //
@@ -406,9 +407,9 @@ func (p *parser) window(n *yaml.Node, f map[string]*yaml.Node) (time.Duration, e
 		if err != nil {
 			return 0, err
 		}
-		w, err := time.ParseDuration(s)
+		w, err := duration.Parse(s)
 		if err != nil {
-			return 0, p.errAt(wn, "window %q: want a duration such as 90s, 1m30s or 250ms", s)
+			return 0, p.errAt(wn, "window %q: want a positive duration such as 90s, 1m30s, 250ms or 30d", s)
 		}
 		return w, nil
 	case un != nil:
