@@ -481,3 +481,30 @@ func TestHeadersBoundedOnBothEngines(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestFastHTTPRefusesOversizedBodyBeforeReadingIt: a body announced
+// larger than MaxBodyBytes is answered 413 as soon as its headers are
+// read, on both engines, without waiting for (and buffering) the body.
+// fasthttp used to read up to 256 KiB past the limit first, so a client
+// sending such a body slowly held about 600 KB per connection for the
+// whole read timeout.
+func TestFastHTTPRefusesOversizedBodyBeforeReadingIt(t *testing.T) {
+	for _, engine := range []server.HTTPEngine{server.NetHTTP, server.FastHTTP} {
+		e := serveEngine(t, engine, engineConfig, memStore(t), func(o *server.Options) { o.ReadTimeout = time.Minute })
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Ten bytes of a 200,000-byte body; the rest never comes. The
+		// answer must not wait for the read timeout (a minute).
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := conn.Write([]byte("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n{\"policy\":")); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if err != nil || !strings.HasPrefix(line, "HTTP/1.1 413 ") {
+			t.Errorf("%s: a 200,000-byte body announced, 10 bytes sent: %q %v, want HTTP/1.1 413 at once", engine, line, err)
+		}
+	}
+}

@@ -43,15 +43,9 @@ func ParseHTTPEngine(s string) (HTTPEngine, error) {
 }
 
 // fastReadBufferSize is fasthttp's buffer per connection, which bounds
-// the request line and headers together (net/http allows 1 MiB of
-// headers): a request whose headers do not fit is answered 431.
+// the request line and headers together (as MaxHeaderBytes bounds them on
+// net/http): a request whose headers do not fit is answered 431.
 const fastReadBufferSize = 64 << 10
-
-// fastBodySlack is how far past MaxBodyBytes fasthttp reads a body before
-// it gives up: the handlers answer bodies up to there themselves, as on
-// net/http (which reads and discards up to 256 KiB of a body a handler
-// left unread, to keep the connection).
-const fastBodySlack = 256 << 10
 
 // serveFast is Serve on fasthttp.
 func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
@@ -61,11 +55,15 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		ErrorHandler: s.fastError,
 		// As Serve's http.Server: fasthttp's ReadTimeout bounds the
 		// header and the body together.
-		ReadTimeout:                  s.opts.ReadTimeout,
-		WriteTimeout:                 30 * time.Second,
-		IdleTimeout:                  2 * time.Minute,
-		ReadBufferSize:               fastReadBufferSize,
-		MaxRequestBodySize:           int(min(s.opts.MaxBodyBytes+fastBodySlack, 1<<30)),
+		ReadTimeout:    s.opts.ReadTimeout,
+		WriteTimeout:   30 * time.Second,
+		IdleTimeout:    2 * time.Minute,
+		ReadBufferSize: fastReadBufferSize,
+		// fasthttp reads a whole body before the handler runs: it stops
+		// at MaxBodyBytes (fastError answers the same 413 problem as the
+		// handlers), so a slow client holds no more than that. (A 256 KiB
+		// margin let each connection hold about 600 KB.)
+		MaxRequestBodySize:           int(min(s.opts.MaxBodyBytes, 1<<30)),
 		NoDefaultServerHeader:        true, // net/http sends none
 		NoDefaultContentType:         true, // nor a Content-Type it was not given
 		DisablePreParseMultipartForm: true,

@@ -73,6 +73,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 
 // readBodyInto reads at most the configured body size into buf.
 func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request) error {
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		// Announced too large: answered at once, not after reading
+		// MaxBodyBytes of it, and the rest is not waited for.
+		w.Header().Set("Connection", "close")
+		return s.bodyTooLarge()
+	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
