@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/loginguard"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestHealthyStandalonePassesClean(t *testing.T) {
@@ -149,6 +150,49 @@ func TestClusterMissingSlotsFails(t *testing.T) {
 	if c.Fix == "" {
 		t.Fatal("no fix")
 	}
+}
+
+// TestClusterOpenSlotWarns leaves a slot half-moved, as a resharding
+// stopped between CLUSTER SETSLOT MIGRATING/IMPORTING and SETSLOT NODE
+// leaves it: the cluster check used to pass it ("all 16384 slots
+// served"), though a decision whose keys are split between the two nodes
+// then fails until the move is finished or undone.
+func TestClusterOpenSlotWarns(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	cfg := publish(t, cc, "os", testConfig)
+	traffic(t, cc, "os", cfg)
+	opts := doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "os", Scan: doctor.ScanOptions{MaxTime: 30 * time.Second}}
+
+	ctx := context.Background()
+	from, to := cl.Nodes[0].Client(t), cl.Nodes[1].Client(t)
+	fromID, err := from.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	toID, err := to.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := to.Do(ctx, "CLUSTER", "SETSLOT", "100", "IMPORTING", fromID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := from.Do(ctx, "CLUSTER", "SETSLOT", "100", "MIGRATING", toID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := runDoctor(t, opts)
+	c := want(t, rep, doctor.GroupRedis, "cluster", doctor.Warn, cl.Addrs[0]+": 100 migrating", cl.Addrs[1]+": 100 importing")
+	if !strings.Contains(c.Fix, "redis-cli --cluster fix") {
+		t.Errorf("fix %q does not say how to finish or undo the move", c.Fix)
+	}
+
+	for _, n := range []*redis.Client{from, to} {
+		if err := n.Do(ctx, "CLUSTER", "SETSLOT", "100", "STABLE").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupRedis, "cluster", doctor.Pass, "all 16384 slots served")
 }
 
 func TestHealthySentinelPasses(t *testing.T) {

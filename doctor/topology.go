@@ -64,9 +64,10 @@ func joinRanges(rs []slotRange, most int) string {
 }
 
 // checkCluster reads every primary's own view of the cluster: its state,
-// and which slots it sees served.
+// which slots it sees served, and its slots being migrated or imported
+// (a resharding in progress, or one that stopped half-way).
 func (r *run) checkCluster(ctx context.Context, c *Check) {
-	c.Read = "CLUSTER INFO and CLUSTER SLOTS on each primary"
+	c.Read = "CLUSTER INFO, CLUSTER SLOTS and CLUSTER NODES on each primary"
 	nodes, err := r.primaries(ctx)
 	if err != nil && len(nodes) == 0 {
 		c.Status, c.Summary = Fail, "cannot list the primaries: "+err.Error()
@@ -74,6 +75,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 	}
 	worst := Pass
 	var worstMissing []slotRange
+	var open []string // per primary, its slots in MIGRATING or IMPORTING state
 	noReplica := 0
 	for _, n := range nodes {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -86,6 +88,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 		}
 		//lint:ignore SA1019 CLUSTER SLOTS is deprecated but served by every Redis since 3.0; CLUSTER SHARDS needs 7.0.
 		slots, err := n.client.ClusterSlots(cctx).Result()
+		nodesOut, nodesErr := n.client.ClusterNodes(cctx).Result()
 		cancel()
 		ci := parseInfo(info)
 		line := fmt.Sprintf("%s: cluster_state %s, slots assigned %s, ok %s, pfail %s, fail %s, known nodes %s",
@@ -119,6 +122,15 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 				}
 			}
 		}
+		if nodesErr == nil {
+			if mig := openSlots(nodesOut); len(mig) > 0 {
+				worst = max(worst, Warn)
+				open = append(open, n.addr+": "+strings.Join(mig, ", "))
+				line += "; open slots: " + strings.Join(mig, ", ")
+			}
+		} else {
+			line += fmt.Sprintf("; CLUSTER NODES failed: %v", nodesErr)
+		}
 		c.Evidence = append(c.Evidence, line)
 	}
 	c.Status = worst
@@ -133,6 +145,10 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 	case worst == Fail:
 		c.Summary = "a primary reports the cluster down or could not be read"
 		c.Fix = "run redis-cli --cluster check HOST:PORT and fix what it reports"
+	case worst == Warn && len(open) > 0:
+		c.Summary = "slots are being moved between primaries (MIGRATING/IMPORTING): " + strings.Join(open, "; ") +
+			". While a slot is open, a decision whose keys are split between the two nodes fails with TRYAGAIN and is taken by the fallback"
+		c.Fix = "if no resharding is running, the last one stopped half-way: finish or undo it with redis-cli --cluster fix HOST:PORT (redis-cli --cluster check HOST:PORT lists open slots)"
 	case worst == Warn:
 		c.Summary = "some slots are in PFAIL or FAIL state"
 		c.Fix = "a node is unreachable from others: check it and the network; run redis-cli --cluster check HOST:PORT"
@@ -420,4 +436,29 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 			strings.Join(primaries, "; ")), false
 	}
 	return "", false
+}
+
+// openSlots returns the slots that CLUSTER NODES output says this node
+// ("myself") is migrating to another node ("3000 migrating") or importing
+// from one ("3000 importing"), from the entries [slot->-id] and [slot-<-id].
+func openSlots(clusterNodes string) []string {
+	var out []string
+	for _, line := range strings.Split(clusterNodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !slices.Contains(strings.Split(f[2], ","), "myself") {
+			continue
+		}
+		for _, e := range f[8:] {
+			if !strings.HasPrefix(e, "[") {
+				continue
+			}
+			e = strings.Trim(e, "[]")
+			if slot, _, ok := strings.Cut(e, "->-"); ok {
+				out = append(out, slot+" migrating")
+			} else if slot, _, ok := strings.Cut(e, "-<-"); ok {
+				out = append(out, slot+" importing")
+			}
+		}
+	}
+	return out
 }
