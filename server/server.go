@@ -85,7 +85,8 @@ type Options struct {
 	MetricsAdminOnly bool
 	// Profiling serves the Go runtime profiles of net/http/pprof under
 	// GET /debug/pprof/ on the admin handler only (never on the public
-	// one), without the admin token, as /metrics is there. Profiles
+	// one), without the admin token, as /metrics is there; not
+	// /debug/pprof/cmdline, as the command line may hold secrets. Profiles
 	// reveal the program's internals and a CPU profile costs CPU while it
 	// runs: bind the admin listener to a private address. Default false.
 	Profiling bool
@@ -299,8 +300,10 @@ func (s *Server) routes() {
 		admin.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	}
 	if s.opts.Profiling {
+		// Not /debug/pprof/cmdline: the command line may carry secrets
+		// (--admin-token, a Redis URL with its password), and these
+		// profiles are served without the token.
 		admin.HandleFunc("GET /debug/pprof/", pprof.Index)
-		admin.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 		admin.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		admin.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		admin.HandleFunc("GET /debug/pprof/trace", pprof.Trace)

@@ -156,6 +156,12 @@ func TestServeAdminHardening(t *testing.T) {
 	if code := adminGet(t, svc.url, "/debug/pprof/heap", ""); code != http.StatusNotFound {
 		t.Fatalf("/debug/pprof/heap on the public address: %d, want 404", code)
 	}
+	// Not the command line, which anyone reaching the admin listener
+	// could read without the token: it may hold --admin-token or a Redis
+	// URL with its password.
+	if code := adminGet(t, adminURL, "/debug/pprof/cmdline", ""); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/cmdline on --admin-addr: %d, want 404", code)
+	}
 	if code := adminGet(t, adminURL, "/admin/v1/config", "wrong-token"); code != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %d", code)
 	}
