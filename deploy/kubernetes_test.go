@@ -376,6 +376,13 @@ func TestKubernetesFloodgate(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// And the liveness probe passes: a restart would not bring Redis back.
+	addrs := map[string]string{"http": s.httpAddr, "grpc": s.grpcAddr}
+	for i := range int(max(c.LivenessProbe.FailureThreshold, 3)) + 1 {
+		if !runProbe(t, c, c.LivenessProbe, addrs) {
+			t.Fatalf("%s: Redis down: liveness probe %d failed (%s)", where, i+1, probeString(c.LivenessProbe))
+		}
+	}
 }
 
 func durationFlag(t *testing.T, flags map[string]string, name string, def time.Duration) time.Duration {
