@@ -29,6 +29,17 @@ import (
 	"github.com/floodgate-rl/floodgate/envoycompat"
 )
 
+// envoy-compat's listeners bound slow and idle clients, which their
+// settings leave open (a /json body sent a byte at a time, or a gRPC
+// connection that never sends its preface, held a connection for ever or
+// for gRPC's default 120 s): a request, or a gRPC connection's setup, must
+// arrive within compatReadTimeout, and an idle HTTP keep-alive connection
+// is closed after compatIdleTimeout.
+const (
+	compatReadTimeout = 10 * time.Second
+	compatIdleTimeout = 2 * time.Minute
+)
+
 func newEnvoyCompatCmd() *cobra.Command {
 	var (
 		reload  time.Duration
@@ -120,7 +131,8 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	httpAddr, debugAddr, grpcAddr := s.Addresses()
 	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
-	}), grpc.NumStreamWorkers(grpcMaxStreams)) // as serve's --grpc-stream-workers: no stack growth per request
+	}), grpc.NumStreamWorkers(grpcMaxStreams), // as serve's --grpc-stream-workers: no stack growth per request
+		grpc.ConnectionTimeout(compatReadTimeout)) // not gRPC's 120 s for a connection that never sends its preface
 	svc.Register(gs)
 	healthpb.RegisterHealthServer(gs, gh)
 	reflection.Register(gs)
@@ -145,8 +157,8 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		return fmt.Errorf("debug listener %s: %w", debugAddr, err)
 	}
 	servers := []*http.Server{
-		{Handler: svc.HTTPHandler(h), ReadHeaderTimeout: 10 * time.Second},
-		{Handler: svc.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second},
+		{Handler: svc.HTTPHandler(h), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout},
+		{Handler: svc.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout},
 	}
 	listeners := []net.Listener{hln, dln}
 	if s.UsePrometheus {
@@ -159,7 +171,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		}
 		mux := http.NewServeMux()
 		mux.Handle(s.PrometheusPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout})
 		listeners = append(listeners, pln)
 	}
 

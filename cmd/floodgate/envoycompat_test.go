@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -284,4 +287,46 @@ func TestEnvoyCompatHealthFollowsRedis(t *testing.T) {
 	}
 	rdb.Restart(t)
 	waitFor(t, "healthcheck OK", func() bool { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code == 200 })
+}
+
+// TestEnvoyCompatCutsSlowClients: a /json request whose body never
+// finishes, and a gRPC connection that never sends its preface, are cut
+// after the compat read timeout (10 s) instead of held: the HTTP listener
+// had only a header timeout, so a body sent slowly kept its connection
+// for ever, and gRPC waited 120 s for a preface.
+func TestEnvoyCompatCutsSlowClients(t *testing.T) {
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
+	p := startCompat(t, "BACKEND_TYPE=memory", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false")
+	var wg sync.WaitGroup
+	for _, tc := range []struct{ name, addr, send string }{
+		{"HTTP body never finished", p.http, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\":"},
+		{"gRPC preface never sent", p.grpc, ""},
+	} {
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", tc.addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			if _, err := conn.Write([]byte(tc.send)); err != nil {
+				t.Error(err)
+				return
+			}
+			// 60 s: far beyond the 10 s asked for, far below gRPC's 120 s
+			// default and the HTTP listener's none.
+			_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+			_, err = io.Copy(io.Discard, conn)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Errorf("%s: the connection was still open after 60 s", tc.name)
+			}
+		})
+	}
+	wg.Wait()
 }
