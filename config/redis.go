@@ -239,9 +239,10 @@ func digits(s string) int {
 }
 
 // WatchRedis applies the document under keys.Config whenever a message
-// arrives on keys.Channel, and also every poll (default 10s) in case a
-// message was missed while disconnected. Documents go through
-// ApplyVersioned. It returns when ctx ends.
+// arrives on keys.Channel, whenever the subscription is made again after a
+// lost connection, and also every poll (default 10s) in case a message was
+// missed otherwise. Documents go through ApplyVersioned. It returns when
+// ctx ends.
 func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient, keys Keys, poll time.Duration) {
 	if poll <= 0 {
 		poll = 10 * time.Second
@@ -254,7 +255,11 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, _ = sub.Receive(rctx)
 	cancel()
-	msgs := sub.Channel()
+	// With the subscriptions: go-redis resubscribes after a lost
+	// connection (a node failed over, a primary demoted, a network cut)
+	// and the confirmation arrives here, so that a document published while
+	// nobody was listening is read at once rather than at the next poll.
+	msgs := sub.ChannelWithSubscriptions()
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	source := "redis:" + keys.Config

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/faulttest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -276,6 +278,54 @@ func TestRedisWatchPollsWhenNotificationIsMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the polled configuration", func() bool { return limitOf(t, h) == 25 })
+}
+
+// TestRedisWatchReadsOnResubscribe stores a document while the watcher's
+// subscription is down, as happens when the node it listens on fails over
+// (a Redis Cluster primary killed: its replica took over 3 s later, and a
+// floodgate config push then waited 8.5 s for the poll): nobody heard the
+// announcement, and the watcher must read the document as soon as it has
+// subscribed again, not at the next poll (an hour here). The watcher
+// reaches Redis through a proxy whose connections are reset and then held
+// in a black hole while the document is stored.
+func TestRedisWatchReadsOnResubscribe(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := rs.Client(t)
+	proxy, err := faulttest.NewProxy(rs.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true})
+	keys, _ := config.KeysFor(fmt.Sprintf("rs%d", time.Now().UnixNano()))
+	h, r, _ := newReloader(t, doc("1", 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.WatchRedis(ctx, client, keys, time.Hour); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; client.Close() })
+	subscribers := func() int64 {
+		n, err := admin.PubSubNumSub(ctx, keys.Channel).Result()
+		if err != nil {
+			return -1
+		}
+		return n[keys.Channel]
+	}
+	waitFor(t, "the watcher to subscribe", func() bool { return subscribers() == 1 })
+
+	proxy.SetBlackhole(true)
+	proxy.ResetConnections()
+	waitFor(t, "the subscription to be gone", func() bool { return subscribers() == 0 })
+	// Stored and announced while nobody listens.
+	if err := admin.Set(ctx, keys.Config, doc("2", 25), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Publish(ctx, keys.Channel, "2").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetBlackhole(false)
+	proxy.ResetConnections()
+	waitFor(t, "the watcher to subscribe again", func() bool { return subscribers() == 1 })
+	waitFor(t, "the document stored while the subscription was down", func() bool { return limitOf(t, h) == 25 })
 }
 
 // TestWatchFileNoticesAnotherFileWithTheSameStamp swaps the file behind
