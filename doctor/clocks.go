@@ -90,9 +90,11 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 		if err == nil {
 			c.Read += fmt.Sprintf("; %d TIME calls", timeSamples)
 		}
-		worst := Pass
+		worst, unread := Pass, 0
 		for _, in := range ins {
-			if in.readyStatus == 0 {
+			if line, ok := metricsUnread(in); ok {
+				unread++
+				c.Evidence = append(c.Evidence, line)
 				continue
 			}
 			// The instance's wall clock from its Date header, to the second,
@@ -132,6 +134,12 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 			}
 		}
 		c.Status = worst
+		if worst == Pass && unread > 0 {
+			c.Status = Warn
+			c.Summary = fmt.Sprintf("the clock discipline of %d instance(s) is unknown: their /metrics could not be read", unread)
+			c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
+			return
+		}
 		switch worst {
 		case Fail:
 			c.Summary = "an instance's clock is off by more than 2s and not disciplined: its windows open and close early or late, and its quota periods turn at the wrong time"

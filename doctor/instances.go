@@ -68,8 +68,11 @@ func (r *run) scrape(ctx context.Context, base string) (map[string]*dto.MetricFa
 	if err != nil {
 		return nil, err
 	}
+	if code == http.StatusNotFound {
+		return nil, fmt.Errorf("status 404 (an instance run with --metrics-admin-only serves /metrics on its --admin-addr only, and doctor reads /readyz and /metrics from the one --instance URL: its metrics checks cannot be made)")
+	}
 	if code != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: status %d", code)
+		return nil, fmt.Errorf("status %d", code)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	return p.TextToMetricFamilies(strings.NewReader(string(body)))
@@ -161,6 +164,21 @@ func labels(m *dto.Metric) map[string]string {
 	return out
 }
 
+// metricsUnread returns the evidence line of an instance whose /metrics
+// could not be read (unreachable, or /metrics refused), and false when
+// they were read.
+func metricsUnread(in *instance) (string, bool) {
+	switch {
+	case in.metrics != nil:
+		return "", false
+	case in.readyStatus == 0:
+		return fmt.Sprintf("%s: unreachable, nothing read: %v", in.url, in.err), true
+	case in.err != nil:
+		return fmt.Sprintf("%s: %v", in.url, in.err), true
+	}
+	return fmt.Sprintf("%s: /metrics not read", in.url), true
+}
+
 // notExported is the evidence line of a metric an instance does not have.
 func notExported(url, name string) string {
 	return fmt.Sprintf("%s: %s not exported by this version", url, name)
@@ -229,8 +247,13 @@ func (r *run) instanceChecks(ctx context.Context) {
 	})
 	r.check(GroupInstances, "breakers", func(c *Check) {
 		c.Read = read + " (no extra request)"
-		worst, seen := Pass, false
+		worst, seen, unread := Pass, false, 0
 		for _, in := range ins {
+			if line, ok := metricsUnread(in); ok {
+				unread++
+				c.Evidence = append(c.Evidence, line)
+				continue
+			}
 			f, ok := in.metrics[metricBreaker]
 			if !ok {
 				continue
@@ -250,6 +273,9 @@ func (r *run) instanceChecks(ctx context.Context) {
 		}
 		c.Status = worst
 		switch {
+		case worst == Pass && unread > 0:
+			c.Status, c.Summary = Warn, fmt.Sprintf("the breakers of %d instance(s) are unknown: their /metrics could not be read", unread)
+			c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
 		case !seen:
 			c.Status, c.Summary = Info, "no instance exports "+metricBreaker+" (not exported by this version, or no Redis call yet)"
 		case worst == Fail:
@@ -291,9 +317,11 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 	if r.opts.RateWindow > 0 {
 		c.Read += fmt.Sprintf(", /metrics again after %v for the current rates", r.opts.RateWindow)
 	}
-	worst := Pass
+	worst, unread := Pass, 0
 	for _, in := range ins {
-		if in.metrics == nil {
+		if line, ok := metricsUnread(in); ok {
+			unread++
+			c.Evidence = append(c.Evidence, line)
 			continue
 		}
 		allowed, _ := sum(in.metrics, metricAllowed, nil)
@@ -327,6 +355,13 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 		}
 	}
 	c.Status = worst
+	switch {
+	case worst == Pass && unread > 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("the fallback and denial counts of %d instance(s) are unknown: their /metrics could not be read", unread)
+		c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
+		return
+	}
 	switch worst {
 	case Fail:
 		c.Summary = "an instance is deciding by its fallback right now: limits are per instance, not global"

@@ -37,6 +37,9 @@ type instanceOptions struct {
 	// discipline syncs the instance's clock to Redis's TIME with
 	// clocksync, as a production instance should.
 	discipline bool
+	// metricsAdminOnly serves no /metrics on the instance's URL, as
+	// serve --metrics-admin-only does.
+	metricsAdminOnly bool
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
@@ -78,7 +81,7 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(lim, holder, server.Options{Registerer: reg, Gatherer: reg, Metrics: m,
+	srv, err := server.New(lim, holder, server.Options{Registerer: reg, Gatherer: reg, Metrics: m, MetricsAdminOnly: o.metricsAdminOnly,
 		Ready: func(ctx context.Context) error { return client.Ping(ctx).Err() }})
 	if err != nil {
 		t.Fatal(err)
@@ -171,4 +174,34 @@ func TestInstanceWithoutMetricsWarns(t *testing.T) {
 		Instances: []string{hs.URL}, RateWindow: -1})
 	want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, "not exported by this version")
 	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass)
+}
+
+// TestInstancesWhoseMetricsCannotBeRead: an instance whose /metrics is not
+// on its URL (serve --metrics-admin-only) and an unreachable one. Their
+// clocks, breakers and fallback counts are unknown, and the report says so
+// and why: it used to pass the clock and fallback checks for the
+// unreachable one ("every instance disciplines its clock", "no fallback
+// decisions") and to call the 404 "not exported by this version".
+func TestInstancesWhoseMetricsCannotBeRead(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "mr", testConfig)
+	a := startInstance(t, client, "mr", instanceOptions{doc: testConfig, discipline: true, metricsAdminOnly: true})
+	gone := httptest.NewServer(nil)
+	gone.Close()
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "mr",
+		Instances: []string{a.url, gone.URL}, RateWindow: -1})
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, a.url+": GET /metrics: status 404", "--metrics-admin-only", gone.URL+": unreachable")
+	want(t, rep, doctor.GroupInstances, "breakers", doctor.Warn, a.url+": GET /metrics: status 404", gone.URL+": unreachable")
+	c := want(t, rep, doctor.GroupInstances, "fallback-and-denials", doctor.Warn, a.url+": GET /metrics: status 404", gone.URL+": unreachable")
+	if strings.Contains(c.Summary, "fallback decisions since start") {
+		t.Fatalf("fallback-and-denials blames fallback decisions it never read:\n%s", text(rep))
+	}
+	for _, ch := range rep.Checks {
+		for _, e := range ch.Evidence {
+			if strings.Contains(e, "not exported by this version") {
+				t.Errorf("%s/%s: %q", ch.Group, ch.Name, e)
+			}
+		}
+	}
 }
