@@ -62,7 +62,12 @@ type Backend interface {
 // dimension before the password is checked (increment first, then
 // compare: a burst of parallel guesses cannot all pass a check made
 // before any failure is recorded); Failure turns it into a failure, Success
-// and Abandon settle it. The guard never learns whether an account exists: its
+// and Abandon settle it. Settle with a context the client cannot cancel
+// (context.WithoutCancel(r.Context())): net/http cancels a request's
+// context when the client closes its side of the connection, and a
+// Failure that fails on it leaves the guess uncounted (only in progress
+// until Options.AttemptTimeout), while a half-closed client can still
+// read the answer. The guard never learns whether an account exists: its
 // decisions, keys and store calls depend only on the name as typed.
 type Guard struct {
 	backend Backend

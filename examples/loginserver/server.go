@@ -115,7 +115,12 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusInternalServerError, "cannot identify the client", 0)
 		return
 	}
-	ctx := r.Context()
+	// Not r.Context(): net/http cancels it when the client closes its
+	// side of the connection, and a guess whose Failure then failed would
+	// not count (the client can still read the answer on a half-closed
+	// connection). The guard's calls are bounded by the store's own
+	// timeouts.
+	ctx := context.WithoutCancel(r.Context())
 	v, err := s.cfg.Guard.Check(ctx, user, ip)
 	switch {
 	case errors.Is(err, loginguard.ErrInvalidAccount):

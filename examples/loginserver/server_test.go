@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -309,5 +310,61 @@ func TestGuardDownFailsClosed(t *testing.T) {
 	var p map[string]any
 	if err := json.Unmarshal([]byte(a.body), &p); err != nil || p["status"] != float64(503) || p["detail"] != "login is temporarily unavailable" {
 		t.Fatalf("body %s: %v", a.body, err)
+	}
+}
+
+// TestGuessCountsWhenClientHangsUp: a client that sends its guess and
+// closes its side of the connection (net/http then cancels the request's
+// context) while the password is being checked still has the guess
+// counted as a failure. Before, the guard's Failure ran with the canceled
+// context and failed: the guess was never counted, only left in progress
+// until AttemptTimeout, and the client could still read the answer on its
+// half-open connection, so guesses were free.
+func TestGuessCountsWhenClientHangsUp(t *testing.T) {
+	st, backend := memBackends(t)
+	clk := &testClock{t: time.Unix(1_800_000_000, 0)}
+	limiter, err := floodgate.New(st, floodgate.Options{Prefix: "loginserver-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := floodgate.NewSlidingWindow("login-per-ip", 20, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := loginguard.New(backend, loginguard.Options{Secret: []byte("loginserver-test-secret-0123456789"), Clock: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips, err := clientip.New(clientip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A password check long enough (about a second) for the server to
+	// see the client's end of stream while it runs.
+	h, err := newHandler(config{Limiter: limiter, PerIP: policy, Guard: guard, IPs: ips, Iterations: 1_000_000, Clock: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	form := url.Values{"username": {"demo"}, "password": {"wrong guess"}}.Encode()
+	fmt.Fprintf(conn, "POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s", len(form), form)
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(conn)
+	st2, err := guard.Status(context.Background(), "demo", netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.Account.Failures != 1 {
+		t.Fatalf("the guess of a client that hung up counted %d failures (pending %d), want 1; it was answered %.40q", st2.Account.Failures, st2.Account.Pending, answer)
 	}
 }
