@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -243,4 +244,113 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 	redistest.AuditTTL(t, c, "*")
+}
+
+// TestRedisClusterSlotHalfMoved reserves while a resharding has moved one
+// of the identity's keys to another primary and not yet the others: the
+// node refuses the script with TRYAGAIN (nothing ran), and the call used
+// to fail at once (serve answered /v1/quota/reserve 503). It must be sent
+// again until the move is finished, and then count once.
+func TestRedisClusterSlotHalfMoved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t)
+	c := cl.Client(t)
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q := newQuota(t, s, Policy{Name: "hm", Limit: 1000, Calendar: Calendar{Unit: Day}}, Options{Prefix: "hm"})
+	at := q.PeriodAt(t0).Start.Add(time.Hour)
+	if r, err := q.ReserveAt(ctx, at, "alice", "job-1", 10); err != nil || !r.Allowed {
+		t.Fatalf("first reserve: %+v, %v", r, err)
+	}
+	key := usageKey(q, "alice", t0)
+	slot, err := c.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to *redis.Client
+	for _, n := range cl.Nodes {
+		cli := n.Client(t)
+		if n.Addr == owner.Options().Addr {
+			from = cli
+		} else if to == nil {
+			to = cli
+		}
+	}
+	fromID, toID := from.ClusterMyID(ctx).Val(), to.ClusterMyID(ctx).Val()
+	keys, err := from.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+	if err != nil || len(keys) < 2 {
+		t.Fatalf("keys in slot %d: %v, %v (want the quota's keys, two or more)", slot, keys, err)
+	}
+	toHost, toPort, _ := strings.Cut(to.Options().Addr, ":")
+	sl := strconv.FormatInt(slot, 10)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", sl, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", sl, "MIGRATING", toID).Err())
+	must(from.Do(ctx, "MIGRATE", toHost, toPort, "", 0, 5000, "KEYS", keys[0]).Err())
+	tryAgains := func() int {
+		info := from.Info(ctx, "errorstats").Val()
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_TRYAGAIN:count="); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	before := tryAgains()
+
+	type result struct {
+		r   Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		r, err := q.ReserveAt(rctx, at, "alice", "job-2", 10)
+		done <- result{r, err}
+	}()
+	// Finish the move only once the reserve has been refused at least once.
+	deadline := time.Now().Add(20 * time.Second)
+	for tryAgains() == before {
+		select {
+		case res := <-done:
+			t.Fatalf("reserve on a half-moved slot returned before the move was finished: %+v, %v", res.r, res.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reserve was never refused with TRYAGAIN")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	must(from.Do(ctx, append([]any{"MIGRATE", toHost, toPort, "", 0, 5000, "KEYS"}, anys(keys[1:])...)...).Err())
+	for _, n := range cl.Nodes {
+		must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", sl, "NODE", toID).Err())
+	}
+	res := <-done
+	if res.err != nil || !res.r.Allowed || res.r.Reserved != 20 {
+		t.Fatalf("reserve across the move: %+v, %v (want allowed, 20 reserved)", res.r, res.err)
+	}
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

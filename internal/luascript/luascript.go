@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/redis/go-redis/v9"
@@ -114,7 +115,11 @@ func (s *Script) Run(ctx context.Context, c Client, keys []string, args ...any) 
 //
 // It sends EVALSHA first. A NOSCRIPT reply is Redis refusing the command
 // itself, so nothing ran, and RunCommand sends EVAL once: the script runs
-// at most once per call. It sends nothing else again, and marks both
+// at most once per call. A TRYAGAIN reply is a Redis Cluster node
+// refusing a call whose keys a resharding has split between it and
+// another node, so nothing ran either, and RunCommand sends the call again
+// (2 ms later, then twice as long each time up to 50 ms) until it is
+// answered otherwise or ctx ends. It sends nothing else again, and marks both
 // commands so that go-redis does not resend them after a timeout or a
 // broken connection either (whatever the client's MaxRetries), since the
 // script may have run; a cluster client still follows MOVED and ASK
@@ -196,11 +201,28 @@ func (s *Script) send(ctx context.Context, argv []any, do func() error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	argv[0], argv[1] = "evalsha", s.shaArg
-	err := do()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		argv[0], argv[1] = "eval", s.srcArg
-		err = do()
+	attempt := func() error {
+		argv[0], argv[1] = "evalsha", s.shaArg
+		err := do()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			argv[0], argv[1] = "eval", s.srcArg
+			err = do()
+		}
+		return err
+	}
+	err := attempt()
+	// TRYAGAIN: a Redis Cluster slot is being moved and this call's keys
+	// are split between the two nodes, so neither ran it. Moving a batch
+	// of keys takes milliseconds: send it again while ctx allows.
+	for wait := tryAgainFirst; err != nil && redis.HasErrorPrefix(err, "TRYAGAIN"); wait = min(2*wait, tryAgainMax) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return s.classify(err)
+		case <-t.C:
+		}
+		err = attempt()
 	}
 	switch {
 	case err == nil:
@@ -210,6 +232,13 @@ func (s *Script) send(ctx context.Context, argv []any, do func() error) error {
 	}
 	return s.classify(err)
 }
+
+// tryAgainFirst and tryAgainMax bound the waits between the sends of a
+// call refused with TRYAGAIN (doubling from the first to the most).
+const (
+	tryAgainFirst = 2 * time.Millisecond
+	tryAgainMax   = 50 * time.Millisecond
+)
 
 // noRetryCmd is a redis.Cmd that go-redis must not send twice: a script
 // resent after a read timeout or a reset connection could run twice and
