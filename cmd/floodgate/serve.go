@@ -286,12 +286,40 @@ func checkDurations(f *serveFlags) error {
 	return nil
 }
 
+// redisOnlyFlags set up the connection to Redis or what is kept there:
+// without a Redis address they would be silently unused, and an instance
+// meant to share its counters (through Sentinel, say, with
+// --redis-master given but --redis-sentinel forgotten) would count alone
+// in its own memory.
+var redisOnlyFlags = []string{
+	"redis-master", "redis-password-file", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
+	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "instances",
+	"login-prefix",
+}
+
+// checkRedisFlags refuses a flag of redisOnlyFlags set on the command line
+// when no Redis is given (--redis, --redis-sentinel or --redis-cluster).
+func checkRedisFlags(cmd *cobra.Command, f *serveFlags) error {
+	if f.redisURL != "" || len(f.sentinelAddrs) > 0 || len(f.clusterAddrs) > 0 {
+		return nil
+	}
+	for _, name := range redisOnlyFlags {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s needs --redis, --redis-sentinel or --redis-cluster (without one, serve keeps every count in this process's memory)", name)
+		}
+	}
+	return nil
+}
+
 func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	log, err := newLogger(cmd.ErrOrStderr(), f.logFormat, f.logLevel)
 	if err != nil {
 		return err
 	}
 	if err := checkDurations(&f); err != nil {
+		return err
+	}
+	if err := checkRedisFlags(cmd, &f); err != nil {
 		return err
 	}
 	if err := resolveSecrets(&f, f.tokenFromFlag, log); err != nil {
