@@ -16,6 +16,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 )
 
 // Options configures a Service: each field is the envoyproxy/ratelimit
@@ -61,8 +63,13 @@ type Options struct {
 	Metrics *Metrics
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
-	// Log receives store errors (at error level); nil logs nothing.
+	// Log receives store errors (at error level), at most one per
+	// LogEvery (the next one says how many were suppressed): in a Redis
+	// outage every request fails. Nil logs nothing.
 	Log *slog.Logger
+	// LogEvery is the least time between two store error lines; default
+	// 10s.
+	LogEvery time.Duration
 }
 
 // Service answers Envoy's ShouldRateLimit as envoyproxy/ratelimit does,
@@ -71,6 +78,7 @@ type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
 
 	opts  Options
+	log   *ratelog.Log // opts.Log, rate-limited; nil when it is nil
 	cfg   atomic.Pointer[Config]
 	local *overCache
 	rndMu sync.Mutex
@@ -95,10 +103,20 @@ func NewService(opts Options) (*Service, error) {
 	if opts.ExpirationJitterMax < 0 {
 		return nil, fmt.Errorf("envoycompat: ExpirationJitterMax %v is negative", opts.ExpirationJitterMax)
 	}
+	if opts.LogEvery < 0 {
+		return nil, fmt.Errorf("envoycompat: LogEvery %v is negative", opts.LogEvery)
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Service{opts: opts, local: newOverCache(opts.LocalCacheBytes), rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}, nil
+	if opts.LogEvery == 0 {
+		opts.LogEvery = 10 * time.Second
+	}
+	s := &Service{opts: opts, local: newOverCache(opts.LocalCacheBytes), rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	if opts.Log != nil {
+		s.log = ratelog.New(opts.Log, opts.LogEvery)
+	}
+	return s, nil
 }
 
 // SetConfig makes cfg the configuration later requests are decided under.
@@ -124,8 +142,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 				m.redisError.Inc()
 			}
 		}
-		if !isReq && s.opts.Log != nil {
-			s.opts.Log.Error("ShouldRateLimit: store error", "domain", req.GetDomain(), "error", err)
+		if !isReq && s.log != nil {
+			s.log.Error(ctx, "store error", "ShouldRateLimit: store error", "domain", req.GetDomain(), "error", err)
 		}
 	}
 	return resp, err

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -114,41 +112,4 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 		return cfg.DefaultTier()
 	}
 	return t
-}
-
-// rateLimitedLog logs each kind of warning at most once per interval,
-// saying how many were suppressed since the last one. Safe for concurrent
-// use.
-type rateLimitedLog struct {
-	log   *slog.Logger
-	every time.Duration
-
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-func newRateLimitedLog(log *slog.Logger, every time.Duration) *rateLimitedLog {
-	return &rateLimitedLog{log: log, every: every, last: map[string]time.Time{}, held: map[string]int{}}
-}
-
-// Warn logs msg at warn level under kind, unless a warning of that kind
-// was logged less than the interval ago (then it is only counted). kind
-// must come from a closed set.
-func (l *rateLimitedLog) Warn(kind, msg string, args ...any) {
-	now := time.Now()
-	l.mu.Lock()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		l.held[kind]++
-		l.mu.Unlock()
-		return
-	}
-	l.last[kind] = now
-	suppressed := l.held[kind]
-	l.held[kind] = 0
-	l.mu.Unlock()
-	if suppressed > 0 {
-		args = append(args, "suppressed", suppressed)
-	}
-	l.log.Warn(msg, args...)
 }

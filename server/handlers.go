@@ -136,7 +136,8 @@ func (s *Server) failure(ctx context.Context, err error) (p *problemError, retry
 	return p, p.status == http.StatusServiceUnavailable
 }
 
-// decisionProblem classifies a store failure, counts and logs it. The
+// decisionProblem classifies a store failure, counts and logs it (at
+// most once per WarnEvery for each kind of failure). The
 // problem's detail says what kind of failure it was, never the store's own
 // error (addresses, keys, server messages): that goes to the log only.
 func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
@@ -158,7 +159,9 @@ func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
 		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity)"
 	}
 	s.metrics.errors.WithLabelValues(reason).Inc()
-	s.log.ErrorContext(ctx, "decision failed", "reason", reason, "error", err)
+	// Logged at most once per WarnEvery for each reason: in a store
+	// outage every request fails.
+	s.warn.Error(ctx, "decision failed: "+reason, "decision failed", "reason", reason, "error", err)
 	return p
 }
 

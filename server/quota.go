@@ -350,7 +350,7 @@ func quotaResponse(op quotaOp, tier string, res quota.Result) QuotaResponse {
 func (s *Server) operationProblem(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, quota.ErrQuotaStateLost):
-		s.log.ErrorContext(ctx, "quota state lost; refusing until it is restored", "error", err)
+		s.warn.Error(ctx, "quota state lost", "quota state lost; refusing until it is restored", "error", err)
 		return &problemError{status: http.StatusConflict, kind: "quota-state-lost",
 			detail: "the quota's usage for this period is missing from the store (deleted, evicted or lost in a failover), so nothing was decided; fail closed and have an operator restore it (POST /admin/v1/quota/restore)"}
 	case errors.Is(err, quota.ErrAlreadySettled):

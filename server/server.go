@@ -35,6 +35,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
 )
@@ -130,9 +131,10 @@ type Options struct {
 	// circuit breaker of the decisions (the *fallback.Store the limiter
 	// decides with). Nil: they are only bounded by DecisionTimeout.
 	Breaker Breaker
-	// WarnEvery is the least time between two warnings of one kind (a tier
-	// lookup failing, say); the ones in between are counted in the next.
-	// Default 10s.
+	// WarnEvery is the least time between two log lines of one kind on a
+	// failure path met per request (a tier lookup failing, a decision
+	// failing for one reason, a quota's state lost); the ones in between
+	// are counted in the next one's "suppressed". Default 10s.
 	WarnEvery time.Duration
 	// ReadTimeout bounds reading one request, body included, so that a
 	// client sending its body slowly cannot hold a connection (and
@@ -177,7 +179,7 @@ type Server struct {
 	decided  *metrics.Metrics
 	mux      http.Handler
 	draining atomic.Bool
-	warn     *rateLimitedLog
+	warn     *ratelog.Log
 
 	quotaStore quota.Store
 	leaseStore concurrency.Store
@@ -266,7 +268,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.warn = newRateLimitedLog(s.log, opts.WarnEvery)
+	s.warn = ratelog.New(s.log, opts.WarnEvery)
 	if s.adminGuard, err = newAdminGuard(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
