@@ -104,12 +104,23 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 
 // redisLogger routes go-redis's log lines (dial failures, pool and
 // cluster state messages) into the service's slog logger at warn level,
-// each distinct message format at most once per interval.
+// each distinct message format at most once per interval; but a failover
+// notice (alwaysLogged) is never held back.
 type redisLogger struct {
 	log   *slog.Logger
 	every time.Duration
 	mu    sync.Mutex
 	last  map[string]time.Time
+}
+
+// alwaysLogged reports whether go-redis's line of format says a failover
+// happened ("sentinel: new master=%q addr=%q": the client now writes to
+// another server). Such lines are rare and an operator needs each one, so
+// they are not rate-limited: rate-limiting by format hid a failover within
+// the interval of the start (whose first master is logged in the same
+// format) or of another failover.
+func alwaysLogged(format string) bool {
+	return strings.HasPrefix(format, "sentinel: new master")
 }
 
 func newRedisLogger(log *slog.Logger, every time.Duration) *redisLogger {
@@ -118,6 +129,10 @@ func newRedisLogger(log *slog.Logger, every time.Duration) *redisLogger {
 
 // Printf implements go-redis's internal.Logging.
 func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if alwaysLogged(format) {
+		l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+		return
+	}
 	now := time.Now()
 	l.mu.Lock()
 	if t, ok := l.last[format]; ok && now.Sub(t) < l.every {

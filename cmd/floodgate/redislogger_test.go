@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func (w *lockedWriter) count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Count(w.b.String(), s)
+}
+
+// TestRedisLoggerKeepsFailoverNotices: go-redis says "sentinel: new
+// master" when its failover client first finds the primary and again on
+// each failover. The logger rate-limited go-redis's lines per format, so a
+// failover within the interval of the start (or of another failover) was
+// never logged. Run on a real Sentinel set-up and a real failover, with an
+// interval of an hour: both notices must be logged, while a repeated
+// ordinary line still is not.
+func TestRedisLoggerKeepsFailoverNotices(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	out := &lockedWriter{}
+	rl := newRedisLogger(slog.New(slog.NewTextHandler(out, nil)), time.Hour)
+	redis.SetLogger(rl)
+	t.Cleanup(func() { redis.SetLogger(newRedisLogger(slog.New(slog.DiscardHandler), time.Hour)) })
+
+	c := s.FailoverClient(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := out.count("sentinel: new master"); n != 1 {
+		t.Fatalf("%d \"new master\" lines after the first connection, want 1:\n%s", n, out.String())
+	}
+	s.Failover(t)
+	primary := s.Primary.Client(t)
+	waitUntil(t, "the client writing to the new primary", func() bool {
+		return c.Set(ctx, "k", "2", 0).Err() == nil && primary.Get(ctx, "k").Val() == "2"
+	})
+	// The client may write to the new primary before its sentinel
+	// subscription has reported the switch: wait for the notice, bounded.
+	deadline := time.Now().Add(15 * time.Second)
+	for out.count("sentinel: new master") < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := out.count("sentinel: new master"); n != 2 {
+		t.Fatalf("%d \"new master\" lines after a failover, want 2 (the failover notice was held back):\n%s", n, out.String())
+	}
+	if !strings.Contains(out.String(), s.Primary.Addr) {
+		t.Errorf("the failover notice does not name the new primary %s:\n%s", s.Primary.Addr, out.String())
+	}
+
+	// Other lines are still rate-limited by format.
+	rl.Printf(ctx, "redis: connection pool: failed to dial after %d attempts: %v", 5, "refused")
+	rl.Printf(ctx, "redis: connection pool: failed to dial after %d attempts: %v", 5, "refused")
+	if n := out.count("failed to dial"); n != 1 {
+		t.Errorf("%d lines for a repeated dial failure within the interval, want 1", n)
+	}
+}
