@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -116,6 +117,16 @@ func TestCompose(t *testing.T) {
 	}
 	if !strings.Contains(flags["redis"], "//redis:6379") {
 		t.Errorf("floodgate --redis %q does not name the compose file's redis service", flags["redis"])
+	}
+	// Termination: serve turns readiness off, serves on for
+	// --shutdown-delay, drains HTTP for up to --drain-timeout, then gRPC
+	// for up to --drain-timeout again. Docker kills the container
+	// stop_grace_period (default 10 s) after its SIGTERM.
+	delay, drain := durationFlag(t, flags, "shutdown-delay", 0), durationFlag(t, flags, "drain-timeout", 10*time.Second)
+	if fg.StopGracePeriod == nil {
+		t.Errorf("%s: floodgate has no stop_grace_period: Docker's 10 s default kills it before the worst-case drain (%v)", composeFile, delay+2*drain)
+	} else if grace, need := time.Duration(*fg.StopGracePeriod), delay+2*drain; grace < need {
+		t.Errorf("%s: floodgate stop_grace_period %v < shutdown delay + 2 × drain timeout = %v", composeFile, grace, need)
 	}
 	published := map[uint32]bool{}
 	for _, pc := range fg.Ports {
