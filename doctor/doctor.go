@@ -24,6 +24,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoyrls"
 )
 
 // ErrInvalidOptions reports Options that Run cannot use.
@@ -166,6 +167,11 @@ type Options struct {
 	// otherwise the configuration stored in Redis under <prefix>:config is
 	// read, and when there is none, the configuration checks say so.
 	ConfigFile string
+	// EnvoyConfig, when set, are the Envoy descriptor configuration files
+	// and directories the instances run (serve --envoy-config): the keys
+	// of their descriptors are then known owners, not "keys of no known
+	// policy". Unreadable or invalid, Run fails.
+	EnvoyConfig []string
 	// Instances are base URLs of running `floodgate serve` instances, e.g.
 	// "http://10.0.0.5:8080". Empty skips the instance checks.
 	Instances []string
@@ -278,7 +284,8 @@ type run struct {
 	cfg          *config.Config               // nil when none could be read
 	cfgErr       error                        // why cfg is nil
 	cfgSource    string
-	instances    []*instance // read once, by the first check that needs them
+	envoy        *envoyrls.Config // the descriptors of Options.EnvoyConfig; nil without
+	instances    []*instance      // read once, by the first check that needs them
 }
 
 // Run audits the deployment and returns the report. It fails only when
@@ -288,12 +295,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	var envoy *envoyrls.Config
+	if len(opts.EnvoyConfig) > 0 {
+		er, err := config.NewEnvoyReloader(opts.EnvoyConfig, config.ReloaderOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("doctor: Envoy descriptor configuration: %w", err)
+		}
+		envoy = er.Load()
+	}
 	client, err := opts.Redis.Client()
 	if err != nil {
 		return nil, fmt.Errorf("doctor: %w", err)
 	}
 	defer client.Close()
-	r := &run{opts: opts, client: client, counter: &counter{}, info: map[string]map[string]string{}}
+	r := &run{opts: opts, client: client, counter: &counter{}, info: map[string]map[string]string{}, envoy: envoy}
 	r.counter.attach(client)
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc

@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoyrls"
 )
 
 // keyKind is what a key under the prefix holds, read from its name.
@@ -221,6 +222,27 @@ func owners(cfg *config.Config) map[string]*owner {
 	}
 	return out
 }
+
+// addEnvoyOwners adds to out the policies of envoy's descriptors (serve
+// --envoy-config): their keys are prefix:<derived policy name>:<alg>:{id}.
+func addEnvoyOwners(out map[string]*owner, envoy *envoyrls.Config) {
+	if envoy == nil {
+		return
+	}
+	for _, rule := range envoy.Rules() {
+		p := rule.Policy
+		if p.Name == "" || p.Limit == 0 {
+			continue // unlimited or denying: never stored
+		}
+		alg := shortAlg[p.Algorithm]
+		out[p.Name+"/"+alg] = &owner{name: p.Name, alg: alg, limit: p.Limit,
+			maxTTL: func(now time.Time) time.Duration { return layerTTL(p, now) }}
+	}
+}
+
+// envoyDerivedName matches the policy names envoyrls derives for
+// descriptors and limit overrides: a readable part, "-" and 12 hex digits.
+var envoyDerivedName = regexp.MustCompile(`-[0-9a-f]{12}$`)
 
 // isClusterProbe reports whether key is a Redis Cluster primary's probe
 // key, prefix:probe:{N} with N decimal (fallback.RedisProbe).

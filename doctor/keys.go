@@ -153,6 +153,7 @@ func (r *run) keyChecks(ctx context.Context) {
 		return
 	}
 	own := owners(r.cfg)
+	addEnvoyOwners(own, r.envoy)
 	now := r.opts.Now()
 	r.check(GroupKeys, "ttl", func(c *Check) { r.checkTTLs(c, res, own, now) })
 	r.check(GroupKeys, "policies", func(c *Check) { r.checkPolicies(ctx, c, res, own) })
@@ -242,6 +243,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 	stats := map[string]*ownerStats{}
 	var unknown, stale []string
 	staleOwners := map[string]int{}
+	envoyLike := 0 // stale keys named as Envoy descriptors' policies are
 	byOwner := map[string][]int{}
 	for i, k := range res.keys {
 		label := ""
@@ -268,9 +270,12 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			label = "instance heartbeats"
 		default:
 			label = k.parsed.owner + " (" + k.parsed.alg + ")"
-			if r.cfg != nil && ownerOf(own, k.parsed) == nil {
+			if (r.cfg != nil || r.envoy != nil) && ownerOf(own, k.parsed) == nil {
 				staleOwners[label]++
 				stale = append(stale, k.name)
+				if envoyDerivedName.MatchString(k.parsed.owner) {
+					envoyLike++
+				}
 			}
 		}
 		st := stats[label]
@@ -363,6 +368,13 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 		}
 		c.Summary = "keys of no known policy under the prefix: " + strings.Join(parts, "; ")
 		c.Fix = "keys of a removed or renamed policy expire by their TTL; keys of no Floodgate format mean another application shares the prefix: give Floodgate its own prefix (serve --prefix) or its own database"
+		if envoyLike > 0 {
+			if r.envoy == nil {
+				c.Summary += fmt.Sprintf("; %d of them are named as Envoy descriptors' keys are (serve --envoy-config): pass doctor the same --envoy-config to match them", envoyLike)
+			} else {
+				c.Summary += fmt.Sprintf("; %d of them are named as Envoy descriptors' keys are: of descriptors no longer in --envoy-config, or of limit overrides Envoy sent", envoyLike)
+			}
+		}
 	case r.cfg == nil:
 		c.Status = Info
 		c.Summary = fmt.Sprintf("%d key(s) by owner; no configuration to match them against (%v)", len(res.keys), r.cfgErr)

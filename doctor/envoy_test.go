@@ -1,0 +1,82 @@
+package doctor_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/envoyrls"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/redisstore"
+)
+
+const envoyDescriptors = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+// TestEnvoyDescriptorKeys: the keys serve writes for its --envoy-config
+// descriptors were reported as "keys of no known policy", doctor having no
+// way to know them. Given the same descriptor configuration
+// (Options.EnvoyConfig, doctor --envoy-config) it recognises them; without
+// it, the warning says they are named as Envoy descriptors' keys are.
+func TestEnvoyDescriptorKeys(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "ev", testConfig)
+	traffic(t, client, "ev", cfg)
+
+	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	if err := os.WriteFile(file, []byte(envoyDescriptors), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	er, err := config.NewEnvoyReloader([]string{file}, config.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(store, floodgate.Options{Prefix: "ev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoyrls.NewService(lim, er.Load, envoyrls.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"192.0.2.1", "192.0.2.2"} {
+		req := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: addr}}},
+		}}
+		if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := envoyrls.PolicyName("edge", envoyrls.Entry{Key: "remote_address"})
+
+	opts := doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ev"}
+	rep := runDoctor(t, opts)
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Warn, policy+" (fw) ×2", "2 of them are named as Envoy descriptors' keys are (serve --envoy-config)")
+
+	opts.EnvoyConfig = []string{file}
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, policy+" (fw): 2 key(s)")
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
+
+	// An unreadable descriptor configuration stops doctor with the error.
+	opts.EnvoyConfig = []string{filepath.Join(t.TempDir(), "missing.yaml")}
+	if _, err := doctor.Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("doctor with a missing --envoy-config: %v, want an error naming the file", err)
+	}
+}
