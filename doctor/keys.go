@@ -243,7 +243,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 	stats := map[string]*ownerStats{}
 	var unknown, stale []string
 	staleOwners := map[string]int{}
-	envoyLike := 0 // stale keys named as Envoy descriptors' policies are
+	envoyLike := 0 // stale keys whose owner has an envoyrls-derived name
 	byOwner := map[string][]int{}
 	for i, k := range res.keys {
 		label := ""
