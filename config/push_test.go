@@ -1,14 +1,12 @@
 package config_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
 
 func TestCompareVersions(t *testing.T) {
@@ -215,7 +214,7 @@ func TestUnsignedDocumentIsRejectedNotUnreadable(t *testing.T) {
 	}
 	h, _ := config.NewHolder(initial)
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKey: key, Registerer: reg,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -244,22 +243,4 @@ func TestUnsignedDocumentIsRejectedNotUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the signed version 3 to apply", func() bool { return limitOf(t, h) == 30 })
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

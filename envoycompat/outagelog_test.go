@@ -1,33 +1,15 @@
 package envoycompat
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRedisOutageLogsOncePerInterval: with Redis stopped every request
 // fails, and each used to log its own "ShouldRateLimit: store error" line:
@@ -35,7 +17,7 @@ func (s *syncBuffer) String() string {
 // logged and the next ones within LogEvery are only counted.
 func TestRedisOutageLogsOncePerInterval(t *testing.T) {
 	srv := redistest.Start(t)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	r := newRig(t, &RedisStore{Client: srv.Client(t)}, Options{
 		Log: slog.New(slog.NewTextHandler(logs, nil)), LogEvery: time.Hour,
 	}, integrationConfig)
