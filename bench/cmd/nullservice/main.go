@@ -8,9 +8,11 @@
 // of floodgate serve's size, with the X-RateLimit-* headers serve sends)
 // and Envoy's ShouldRateLimit on -grpc (a fixed OK), with the HTTP server
 // timeouts and gRPC server options floodgate serve uses by default and
-// its garbage collector setting (a 64 MiB heap floor).
+// its garbage collector setting (a 64 MiB heap floor). -http-server
+// fasthttp serves HTTP on fasthttp with the settings of floodgate serve
+// --http-server fasthttp instead of net/http.
 //
-//	nullservice -http 127.0.0.1:8080 -grpc 127.0.0.1:8081
+//	nullservice -http 127.0.0.1:8080 -grpc 127.0.0.1:8081 [-http-server fasthttp]
 package main
 
 import (
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
@@ -52,9 +55,13 @@ func main() {
 func run() error {
 	httpAddr := flag.String("http", "127.0.0.1:8080", "HTTP listen address")
 	grpcAddr := flag.String("grpc", "127.0.0.1:8081", "gRPC listen address")
+	engine := flag.String("http-server", "net/http", "HTTP server: net/http or fasthttp")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	if *engine != "net/http" && *engine != "fasthttp" {
+		return fmt.Errorf("-http-server %q: want net/http or fasthttp", *engine)
 	}
 	if os.Getenv("GOGC") == "" {
 		defer gctune.Start(64 << 20).Stop() // as floodgate serve's --gc-heap-floor-mib default
@@ -91,7 +98,13 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errs := make(chan error, 2)
-	go func() { errs <- hs.Serve(hl) }()
+	var fs *fasthttp.Server
+	if *engine == "fasthttp" {
+		fs = fastServer()
+		go func() { errs <- fs.Serve(hl) }()
+	} else {
+		go func() { errs <- hs.Serve(hl) }()
+	}
 	go func() { errs <- gs.Serve(gl) }()
 	fmt.Fprintf(os.Stderr, "nullservice: HTTP on %s, gRPC on %s\n", hl.Addr(), gl.Addr())
 	select {
@@ -101,7 +114,11 @@ func run() error {
 	gs.Stop()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = hs.Shutdown(sctx)
+	if fs != nil {
+		_ = fs.ShutdownWithContext(sctx)
+	} else {
+		_ = hs.Shutdown(sctx)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -148,4 +165,43 @@ func (allowAll) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) 
 		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: 999_999_999}
 	}
 	return resp, nil
+}
+
+// fastServer is the HTTP server on fasthttp, with floodgate serve
+// --http-server fasthttp's settings (server.Server's serveFast): the same
+// answers as answer's.
+func fastServer() *fasthttp.Server {
+	check, envoy := []byte("/v1/check"), []byte("/json")
+	return &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			var body []byte
+			switch path := ctx.Path(); {
+			case !ctx.IsPost():
+				ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+				return
+			case bytes.Equal(path, check):
+				body = checkAnswer
+			case bytes.Equal(path, envoy):
+				body = jsonAnswer
+			default:
+				ctx.SetStatusCode(fasthttp.StatusNotFound)
+				return
+			}
+			_ = ctx.PostBody() // read whole before the handler runs, as serve's
+			h := &ctx.Response.Header
+			h.SetContentType("application/json")
+			h.Set("X-Ratelimit-Limit", "1000000000")
+			h.Set("X-Ratelimit-Remaining", "999999999")
+			h.Set("X-Ratelimit-Reset", "1796212345")
+			ctx.SetBody(body)
+		},
+		ReadTimeout:                  5 * time.Second,
+		WriteTimeout:                 30 * time.Second,
+		IdleTimeout:                  2 * time.Minute,
+		ReadBufferSize:               64 << 10,
+		MaxRequestBodySize:           1 << 20,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+	}
 }
