@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -65,6 +66,13 @@ const (
 type adminGuard struct {
 	lim    *floodgate.Limiter
 	policy floodgate.Policy
+	// mu makes one authentication's look at its network's failures, the
+	// token's comparison and the count of a failure one step: without it,
+	// concurrent wrong tokens all passed the look before any was counted,
+	// and far more than AdminFailureLimit were compared in a window. Admin
+	// calls are rare and the step takes microseconds, so one lock for all
+	// networks costs nothing worth sharding for.
+	mu sync.Mutex
 }
 
 func newAdminGuard() (*adminGuard, error) {
@@ -102,19 +110,27 @@ func callerNetwork(remoteAddr string) string {
 	return ip.String()
 }
 
-// blocked reports whether network has used up its failures, and how long
-// until it may try again.
-func (g *adminGuard) blocked(ctx context.Context, network string) (bool, time.Duration) {
-	r, err := g.lim.Peek(ctx, g.policy, network)
-	if err != nil || r.Remaining > 0 {
-		return false, 0
+// authenticate runs one authentication from network: when network has
+// used up its failures it returns blocked and how long until it may try
+// again, without calling valid; otherwise it returns valid's verdict,
+// counting a failure when it is false. The three steps are atomic for all
+// callers, so that at most AdminFailureLimit wrong tokens from one
+// network are ever compared within AdminFailureWindow.
+func (g *adminGuard) authenticate(network string, valid func() bool) (ok, blocked bool, wait time.Duration) {
+	// Not the request's context: a client that hangs up (or half-closes
+	// its connection, and still reads the answer) must not have its
+	// failure go uncounted. The store is in memory and does not block.
+	ctx := context.Background()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r, err := g.lim.Peek(ctx, g.policy, network); err == nil && r.Remaining <= 0 {
+		return false, true, max(r.RetryAfter, time.Second)
 	}
-	return true, max(r.RetryAfter, time.Second)
-}
-
-// failed counts one failed authentication from network.
-func (g *adminGuard) failed(ctx context.Context, network string) {
+	if valid() {
+		return true, false, 0
+	}
 	_, _ = g.lim.Allow(ctx, g.policy, network)
+	return false, false, 0
 }
 
 // statusRecorder remembers the status an admin handler answered with.
@@ -148,8 +164,14 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 				detail: "the admin API is disabled: start the server with --admin-token-file, --admin-token or FLOODGATE_ADMIN_TOKEN"})
 			return
 		}
-		network := callerNetwork(r.RemoteAddr)
-		if blocked, wait := s.adminGuard.blocked(r.Context(), network); blocked {
+		token, hasToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		ok, blocked, wait := s.adminGuard.authenticate(callerNetwork(r.RemoteAddr), func() bool {
+			// Compare digests so that neither the content nor the length
+			// of the token leaks through timing.
+			want, got := sha256.Sum256([]byte(s.opts.AdminToken)), sha256.Sum256([]byte(token))
+			return hasToken && subtle.ConstantTimeCompare(want[:], got[:]) == 1
+		})
+		if blocked {
 			s.log.Warn("admin request refused: too many failed authentications", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			secs := int64((wait + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
@@ -157,12 +179,7 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 				detail: fmt.Sprintf("too many failed admin authentications from this network; retry after %d seconds", secs)})
 			return
 		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		// Compare digests so that neither the content nor the length of
-		// the token leaks through timing.
-		want, got := sha256.Sum256([]byte(s.opts.AdminToken)), sha256.Sum256([]byte(token))
-		if !ok || subtle.ConstantTimeCompare(want[:], got[:]) != 1 {
-			s.adminGuard.failed(r.Context(), network)
+		if !ok {
 			s.log.Warn("admin authentication failed", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate-admin"`)
 			s.fail(w, r, &problemError{status: http.StatusUnauthorized, kind: "unauthorized",

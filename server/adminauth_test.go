@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,5 +159,89 @@ func TestNegativeOptionNamed(t *testing.T) {
 		if _, err := server.New(lim, holder, opts); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%+v: %v; want an error naming %q", opts, err, name)
 		}
+	}
+}
+
+// fromAddr returns a client whose connections come from the loopback
+// address ip (any of 127.0.0.0/8 on Linux), keeping up to conns of them
+// open: a network of its own to the admin guard.
+func fromAddr(t *testing.T, ip net.IP, conns int) *http.Client {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: conns, DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// getStatus sends GET url with token and returns the answer's status (0
+// after failing t).
+func getStatus(t *testing.T, c *http.Client, url, token string) int {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestConcurrentAdminGuessesBounded: wrong tokens sent at once from one
+// network, over connections opened beforehand, are compared at most
+// AdminFailureLimit times (401); every other one is refused unread (429),
+// and so is the right token from that network afterwards, while another
+// network is served. Several networks (loopback addresses) in turn, on
+// both engines. (The guard looked at the failures, compared, then
+// counted: guesses in flight together all passed the look before any was
+// counted. The guesses are long, 48 KB, so that comparing them takes a
+// while; even so, on two cores about one round in five let an 11th or
+// 12th guess through, and 2 × 24 rounds all passing is about 1 in 10 000.)
+func TestConcurrentAdminGuessesBounded(t *testing.T) {
+	const networks, guesses = 24, 20
+	long := strings.Repeat("wrong-guess-", 4000) // 48 000 bytes, within MaxHeaderBytes
+	for _, engine := range []server.HTTPEngine{server.NetHTTP, server.FastHTTP} {
+		t.Run(string(engine), func(t *testing.T) {
+			e := serveEngine(t, engine, engineConfig, memStore(t), nil)
+			for k := range networks {
+				ip := net.IPv4(127, 0, 1, byte(k+1))
+				c := fromAddr(t, ip, guesses)
+				var ready, done sync.WaitGroup
+				start := make(chan struct{})
+				statuses := make(chan int, guesses)
+				for i := range guesses {
+					ready.Add(1)
+					done.Go(func() {
+						getStatus(t, c, e.url+"/healthz", "") // opens (or reuses) a connection
+						ready.Done()
+						<-start
+						statuses <- getStatus(t, c, e.url+"/admin/v1/config", fmt.Sprintf("%s%03d", long, i))
+					})
+				}
+				ready.Wait()
+				close(start)
+				done.Wait()
+				close(statuses)
+				got := map[int]int{}
+				for s := range statuses {
+					got[s]++
+				}
+				if want := map[int]int{http.StatusUnauthorized: server.AdminFailureLimit, http.StatusTooManyRequests: guesses - server.AdminFailureLimit}; fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("%d wrong tokens at once from %v answered %v (status: count); want %v", guesses, ip, got, want)
+				}
+				if s := getStatus(t, c, e.url+"/admin/v1/config", testToken); s != http.StatusTooManyRequests {
+					t.Fatalf("right token from %v after its failures: %d, want 429", ip, s)
+				}
+			}
+			if s := getStatus(t, fromAddr(t, net.IPv4(127, 0, 2, 1), 1), e.url+"/admin/v1/config", testToken); s != http.StatusOK {
+				t.Fatalf("right token from another network: %d, want 200", s)
+			}
+		})
 	}
 }
