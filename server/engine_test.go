@@ -136,6 +136,10 @@ func send(t *testing.T, c *http.Client, base string, x exchange) answer {
 		req.Header.Set("Authorization", "Bearer "+x.token)
 	}
 	for k, v := range x.header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := c.Do(req)
@@ -184,7 +188,8 @@ func check(policy, user string) string {
 // headers and body agree, decisions (allowed, denied, enforced, more
 // layers than the stack keeps, escaped bodies the fast decoder leaves to
 // encoding/json), every kind of bad input, batch, peek, quota,
-// concurrency, probes, metrics and admin with and without its token.
+// concurrency, probes, metrics, admin with and without its token, and
+// requests from browser pages of other origins.
 func TestEnginesAnswerAlike(t *testing.T) {
 	std := serveEngine(t, server.NetHTTP, engineConfig, memStore(t), nil)
 	fast := serveEngine(t, server.FastHTTP, engineConfig, memStore(t), nil)
@@ -231,6 +236,11 @@ func TestEnginesAnswerAlike(t *testing.T) {
 		{method: "POST", path: "/v1/quota/check", body: `{"quota":"none"}`},
 		{method: "POST", path: "/v1/concurrency/acquire", body: `{"limiter":"five","identity":{"user":"a"}}`},
 		{method: "POST", path: "/v1/concurrency/acquire?enforce=1", body: `{"limiter":"nope","identity":{"user":"a"}}`},
+		{method: "POST", path: "/v1/check", body: check("api", "xo"), header: map[string]string{"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}},
+		{method: "POST", path: "/v1/check/batch", body: `{"requests":[` + check("api", "xo") + `]}`, header: map[string]string{"Origin": "http://evil.example", "Host": "floodgate.internal:8080"}},
+		{method: "POST", path: "/v1/quota/check", body: `{"quota":"tokens","identity":{"api_key":"k"}}`, header: map[string]string{"Sec-Fetch-Site": "same-site"}},
+		{method: "GET", path: "/admin/v1/config", header: map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{method: "POST", path: "/v1/check", body: check("api", "xo"), header: map[string]string{"Sec-Fetch-Site": "same-origin"}},
 		{method: "GET", path: "/healthz"},
 		{method: "HEAD", path: "/healthz"},
 		{method: "GET", path: "/readyz"},

@@ -108,7 +108,8 @@ func (l *acceptSignal) Accept() (net.Conn, error) {
 }
 
 // fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on
-// fasthttp's request, and every other request through the net/http
+// fasthttp's request (refusing cross-origin browser requests as the
+// net/http handler does), and every other request through the net/http
 // handler.
 func (s *Server) fastHandler() fasthttp.RequestHandler {
 	// The request's context is fasthttp's, which ends when the server
@@ -121,6 +122,10 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 		defer s.recoverFast(ctx)
 		if ctx.IsPost() {
 			if route, query, ok := fastRoute(ctx.Request.Header.RequestURI()); ok {
+				if err := s.fastCrossOrigin(ctx, route); err != nil {
+					s.fastFail(ctx, err)
+					return
+				}
 				switch route {
 				case "/v1/check":
 					s.fastSingle(ctx, route, query, decodeCheck)

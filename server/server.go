@@ -10,7 +10,8 @@
 // was allowed or not — the body and the X-RateLimit-* headers say — unless
 // the caller asks for ?enforce=1, which turns a denial into 429 with
 // Retry-After. Bad input gets a 4xx application/problem+json body that says
-// exactly what is wrong, and consumes nothing.
+// exactly what is wrong, and consumes nothing; so does a request a browser
+// sends from a page of another origin (403, Options.TrustedOrigins).
 package server
 
 import (
@@ -140,6 +141,17 @@ type Options struct {
 	// client sending its body slowly cannot hold a connection (and
 	// shutdown) for long. Default 5s.
 	ReadTimeout time.Duration
+	// TrustedOrigins are the origins whose pages may call the API from a
+	// browser, each as browsers send it in the Origin header
+	// ("https://app.example.com", with the port unless it is the scheme's
+	// default; ValidateTrustedOrigin): a request a browser sends from a
+	// page of any other origin, with a method other than GET, HEAD or
+	// OPTIONS (any method on the admin endpoints), is refused with 403
+	// cross-origin-request and changes nothing. Requests with neither
+	// Sec-Fetch-Site nor Origin (curl, server-side clients) are never
+	// refused. Default none. New refuses an entry ValidateTrustedOrigin
+	// refuses.
+	TrustedOrigins []string
 	// MaxBodyBytes caps request bodies. Default DefaultMaxBodyBytes (64 KiB).
 	MaxBodyBytes int64
 	// MaxBatch caps the checks of one batch. Default DefaultMaxBatch (100).
@@ -187,6 +199,7 @@ type Server struct {
 
 	adminMux   http.Handler
 	adminGuard *adminGuard
+	xorigin    *http.CrossOriginProtection
 }
 
 // New returns a Server deciding with lim under the configuration held by
@@ -269,6 +282,9 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.warn = ratelog.New(s.log, opts.WarnEvery)
+	if s.xorigin, err = newCrossOrigin(opts.TrustedOrigins); err != nil {
+		return nil, err
+	}
 	if s.adminGuard, err = newAdminGuard(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -322,7 +338,8 @@ func (s *Server) routes() {
 		m.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
 		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
 	}
-	s.mux, s.adminMux = withProblems(mux), withProblems(admin)
+	// Before routing: a refused request learns nothing of the routes.
+	s.mux, s.adminMux = s.refuseCrossOrigin(withProblems(mux)), s.refuseCrossOrigin(withProblems(admin))
 }
 
 // MaxHeaderBytes bounds a request's line and headers on both engines (the

@@ -71,3 +71,56 @@ func TestServeRefusesUnknownHTTPServer(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestServeTrustedOrigin: serve refuses, on both HTTP servers, a decision a
+// browser sends from a page of another origin (403, nothing counted), and
+// serves one from a --trusted-origin page, one from curl, and one of the
+// same origin.
+func TestServeTrustedOrigin(t *testing.T) {
+	for _, engine := range []string{"net/http", "fasthttp"} {
+		svc := startService(t, "--http-server", engine, "--trusted-origin", "https://app.example.com", "--trusted-origin", "http://localhost:3000")
+		checkFrom := func(header map[string]string) int {
+			t.Helper()
+			req, err := http.NewRequest("POST", svc.url+"/v1/check", strings.NewReader(`{"policy":"api","identity":{"user":"7"}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", engine, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		for _, c := range []struct {
+			header map[string]string
+			want   int
+		}{
+			{map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example", "Content-Type": "text/plain"}, 403},
+			{map[string]string{"Origin": "http://localhost:3001"}, 403},
+			{map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://app.example.com"}, 200},
+			{map[string]string{"Origin": "http://localhost:3000"}, 200},
+			{map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 200},
+			{map[string]string{"Sec-Fetch-Site": "same-origin"}, 200},
+		} {
+			if got := checkFrom(c.header); got != c.want {
+				t.Errorf("%s: check with %v: %d, want %d", engine, c.header, got, c.want)
+			}
+		}
+		// The built-in api policy allows 100 an hour: 4 were served.
+		resp, err := http.Post(svc.url+"/v1/peek", "application/json", strings.NewReader(`{"policy":"api","identity":{"user":"7"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(raw), `"remaining":96`) {
+			t.Errorf("%s: peek after 4 served and 2 refused checks: %s, want remaining 96", engine, raw)
+		}
+		svc.stop(t)
+	}
+}

@@ -451,6 +451,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--pprof"}, "--pprof needs --admin-addr"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-stream-workers", "-1"}, "--grpc-stream-workers -1: want 0..16384"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--trusted-origin", "https://app.example.com/"}, `--trusted-origin: server: invalid trusted origin "https://app.example.com/": an origin has no path`},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--trusted-origin", "app.example.com"}, `--trusted-origin: server: invalid trusted origin "app.example.com": want scheme://host[:port]`},
 		{[]string{"serve", "--fallback", "sideways"}, `--fallback "sideways": want local, open, closed or off`},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"}, "needs --envoy-config"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--envoy-config", "edge.yaml"}, "--envoy-config needs --grpc-addr"},

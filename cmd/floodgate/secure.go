@@ -22,8 +22,8 @@ import (
 	"github.com/floodgate-rl/floodgate/server"
 )
 
-// securityFlags are serve's flags for secrets, TLS to Redis and the admin
-// listener.
+// securityFlags are serve's flags for secrets, TLS to Redis, the admin
+// listener and the origins trusted to call the API from browsers.
 type securityFlags struct {
 	adminAddr         string
 	adminTokenFile    string
@@ -43,12 +43,14 @@ type securityFlags struct {
 	grpcWorkers       int
 	verifyKeyFile     string
 	verifyKey         []byte // read from verifyKeyFile
+	trustedOrigins    []string
 }
 
 func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints on this address only, not on --addr, and /metrics here too (it stays on --addr unless --metrics-admin-only); bind it to a private interface, e.g. 127.0.0.1:9090")
 	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
 	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
+	fl.StringArrayVar(&s.trustedOrigins, "trusted-origin", nil, "origin (scheme://host[:port], as browsers send it in Origin) whose web pages may call the API from a browser; repeatable. Requests a browser sends from a page of any other origin (Sec-Fetch-Site cross-site or same-site, or an Origin not matching Host) are refused with 403 unless they are GET, HEAD or OPTIONS (on the admin endpoints whatever the method); curl and server-side clients are never refused")
 	fl.BoolVar(&s.pprof, "pprof", false, "serve Go runtime profiles (net/http/pprof, /debug/pprof/) on --admin-addr only, without the token; off by default")
 	addRedisSecurityFlags(fl, s)
 	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file)")
@@ -217,6 +219,11 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 	if s.pprof && s.adminAddr == "" {
 		return errors.New("--pprof needs --admin-addr: profiles are served on the admin listener only")
 	}
+	for _, o := range s.trustedOrigins {
+		if err := server.ValidateTrustedOrigin(o); err != nil {
+			return fmt.Errorf("--trusted-origin: %w", err)
+		}
+	}
 	if s.verifyKeyFile != "" {
 		if !f.configRedis {
 			return errors.New("--config-verify-key-file needs --config-from-redis")
@@ -248,8 +255,10 @@ func (s *securityFlags) redisSettings(rs *config.Redis) {
 	}
 }
 
-// serverOptions sets the admin listener's options.
+// serverOptions sets the admin listener's options and the trusted
+// origins.
 func (s *securityFlags) serverOptions(o *server.Options) {
+	o.TrustedOrigins = s.trustedOrigins
 	o.SeparateAdmin = s.adminAddr != ""
 	o.MetricsAdminOnly = s.metricsAdminOnly
 	o.Profiling = s.pprof

@@ -98,7 +98,9 @@ invalid new configuration is rejected and the last good one stays active.
 Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 /v1/quota/check, /status, /reserve, /settle; POST /v1/concurrency/acquire,
 /release, /renew; GET /metrics, /healthz, /readyz; admin endpoints under
-/admin/v1/ with --admin-token.`,
+/admin/v1/ with --admin-token. Requests a browser sends from a page of
+another origin are refused (403) unless --trusted-origin names it; clients
+that are not browsers are not affected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
