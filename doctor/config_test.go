@@ -42,7 +42,7 @@ func TestConfigRisksWarn(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "cr", ConfigFile: file})
-	want(t, rep, doctor.GroupConfig, "validates", doctor.Pass, file, `version "3"`)
+	want(t, rep, doctor.GroupConfig, "validates", doctor.Pass, file, `version "3", 1 policy, 0 quotas, 0 concurrency limits, tier default`)
 	want(t, rep, doctor.GroupConfig, "sliding-logs", doctor.Warn, "search.exact: sliding_log limit 20000")
 	want(t, rep, doctor.GroupConfig, "hot-keys-and-slots", doctor.Warn, "search.edge")
 	want(t, rep, doctor.GroupConfig, "shadow", doctor.Warn, "search.trial")

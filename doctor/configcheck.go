@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // bigSlidingLog is the sliding-log limit from which the config check
@@ -26,9 +27,13 @@ func (r *run) configChecks(ctx context.Context) {
 		switch {
 		case r.cfg != nil:
 			c.Status = Pass
-			c.Summary = fmt.Sprintf("%s is valid: version %q, %d policies, %d quotas, %d concurrency limits, tiers %s (default %s)",
-				r.cfgSource, r.cfg.Version(), len(r.cfg.Policies()), len(r.cfg.Quotas()), len(r.cfg.ConcurrencyLimits()),
-				strings.Join(r.cfg.Tiers(), ", "), r.cfg.DefaultTier())
+			tiers := "tier " + r.cfg.DefaultTier()
+			if len(r.cfg.Tiers()) > 1 {
+				tiers = fmt.Sprintf("tiers %s (default %s)", strings.Join(r.cfg.Tiers(), ", "), r.cfg.DefaultTier())
+			}
+			c.Summary = fmt.Sprintf("%s is valid: version %q, %s, %s, %s, %s", r.cfgSource, r.cfg.Version(),
+				plural.Count(len(r.cfg.Policies()), "policy", "policies"), plural.Count(len(r.cfg.Quotas()), "quota", "quotas"),
+				plural.Count(len(r.cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
 		case errors.Is(r.cfgErr, config.ErrNotFound):
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no configuration in Redis under %s:config and no --config given: the checks that need the policies were skipped", r.opts.Prefix)
@@ -77,7 +82,8 @@ func (r *run) checkTiers(ctx context.Context, c *Check) {
 		c.Fix = "write your own configuration and run the instances with --config FILE or --config-from-redis"
 	default:
 		c.Status = Pass
-		c.Summary = fmt.Sprintf("tiers (%s) and limits come from %s; %d policies and quotas depend on the tier", strings.Join(r.cfg.Tiers(), ", "), r.cfgSource, tiered)
+		c.Summary = fmt.Sprintf("tiers (%s) and limits come from %s; %s on the tier", strings.Join(r.cfg.Tiers(), ", "), r.cfgSource,
+			plural.Count(tiered, "policy or quota depends", "policies and quotas depend"))
 	}
 }
 
@@ -140,12 +146,12 @@ func (r *run) checkSlots(c *Check) {
 		c.Fix = "set shards: N on the layer (the limit is split over N keys, on different Cluster slots)"
 	case len(split) > 0 && r.cluster != nil:
 		c.Status = Info
-		c.Summary = fmt.Sprintf("%d policies span several Cluster slots (their identities hash apart): each of their decisions is split into a reserve per slot and a release if one denies, two round trips instead of one", len(split))
+		c.Summary = fmt.Sprintf("%s several Cluster slots (their identities hash apart): each of their decisions is split into a reserve per slot and a release if one denies, two round trips instead of one", plural.Count(len(split), "policy spans", "policies span"))
 	default:
 		c.Status = Pass
 		c.Summary = "no global layer on a single key"
 		if len(split) > 0 {
-			c.Summary += fmt.Sprintf("; %d policies would span slots on a Cluster", len(split))
+			c.Summary += "; " + plural.Count(len(split), "policy", "policies") + " would span slots on a Cluster"
 		}
 	}
 }

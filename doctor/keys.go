@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // scannedKey is one key the scan met.
@@ -135,9 +137,9 @@ func (r *run) keyChecks(ctx context.Context) {
 	var res scanResult
 	r.check(GroupKeys, "scan", func(c *Check) {
 		res = r.scan(ctx, nodes)
-		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %d primary(ies), paced %v between batches, capped at %d keys and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
-			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, len(nodes), r.opts.Scan.Pause, r.opts.Scan.MaxKeys, r.opts.Scan.MaxTime)
-		c.Evidence = append(c.Evidence, fmt.Sprintf("%d keys in %d SCAN calls, %v", len(res.keys), res.calls, res.elapsed.Round(time.Millisecond)))
+		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %d primary(ies), paced %v between batches, capped at %s and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
+			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, len(nodes), r.opts.Scan.Pause, plural.Count(r.opts.Scan.MaxKeys, "key", "keys"), r.opts.Scan.MaxTime)
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s in %s, %v", plural.Count(len(res.keys), "key", "keys"), plural.Count(res.calls, "SCAN call", "SCAN calls"), res.elapsed.Round(time.Millisecond)))
 		c.Evidence = append(c.Evidence, firstN(res.errs, 5)...)
 		switch {
 		case len(res.errs) > 0:
@@ -342,7 +344,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			line += fmt.Sprintf(", ~%s each (MEMORY USAGE of %d), ~%s in all", formatBytes(avg), st.sampled, formatBytes(avg*int64(st.keys)))
 		}
 		if st.members > 0 {
-			line += fmt.Sprintf(", %d sorted-set members", st.members)
+			line += ", " + plural.Count(st.members, "sorted-set member", "sorted-set members")
 		}
 		c.Evidence = append(c.Evidence, line)
 	}
@@ -380,7 +382,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 		c.Summary = fmt.Sprintf("%d key(s) by owner; no configuration to match them against (%v)", len(res.keys), r.cfgErr)
 	default:
 		c.Status = Pass
-		c.Summary = fmt.Sprintf("every key belongs to a configured policy (%d owners)", len(labels))
+		c.Summary = fmt.Sprintf("every key belongs to a configured policy (%s)", plural.Count(len(labels), "owner", "owners"))
 	}
 }
 
@@ -497,7 +499,7 @@ func (r *run) checkLogs(c *Check, res scanResult, own map[string]*owner) {
 			big++
 		}
 		if i < 5 {
-			line := fmt.Sprintf("%s: %d members", k.name, k.card)
+			line := k.name + ": " + plural.Count(k.card, "member", "members")
 			if o := ownerOf(own, k.parsed); o != nil && o.limit > 0 {
 				line += fmt.Sprintf(" (limit %d)", o.limit)
 			}
@@ -511,5 +513,5 @@ func (r *run) checkLogs(c *Check, res scanResult, own map[string]*owner) {
 		return
 	}
 	c.Status = Pass
-	c.Summary = fmt.Sprintf("%d sorted set(s), the largest with %d members", len(logs), logs[0].card)
+	c.Summary = fmt.Sprintf("%d sorted set(s), the largest with %s", len(logs), plural.Count(logs[0].card, "member", "members"))
 }

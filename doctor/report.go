@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // ANSI colours of the verdicts on a terminal.
@@ -30,8 +32,8 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		return code + s + colourReset
 	}
 	fmt.Fprintf(bw, "%s\n", paint(colourBold, "floodgate doctor: "+r.Target))
-	fmt.Fprintf(bw, "%s\n", paint(colourDim, fmt.Sprintf("started %s, took %v, %d Redis commands in all (reads only)",
-		r.Started.UTC().Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.RedisCommands)))
+	fmt.Fprintf(bw, "%s\n", paint(colourDim, fmt.Sprintf("started %s, took %v, %s in all (reads only)",
+		r.Started.UTC().Format(time.RFC3339), r.Duration.Round(time.Millisecond), plural.Count(r.RedisCommands, "Redis command", "Redis commands"))))
 	group := ""
 	for _, c := range r.Checks {
 		if c.Group != group {

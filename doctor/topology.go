@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
@@ -153,7 +154,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 		c.Summary = "some slots are in PFAIL or FAIL state"
 		c.Fix = "a node is unreachable from others: check it and the network; run redis-cli --cluster check HOST:PORT"
 	default:
-		c.Summary = fmt.Sprintf("cluster_state ok on %d primaries, all 16384 slots served", len(nodes))
+		c.Summary = fmt.Sprintf("cluster_state ok on %s, all 16384 slots served", plural.Count(len(nodes), "primary", "primaries"))
 		if noReplica > 0 {
 			c.Summary += "; some slot ranges have no replica, so a failed primary takes its slots down"
 		}
@@ -325,7 +326,7 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 		}
 		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 		a, b := percentile(samples, 0.5), percentile(samples, 0.99)
-		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe from this host: %d calls, p50 %v, p99 %v, max %v", n.addr, len(samples), a.Round(time.Microsecond), b.Round(time.Microsecond), samples[len(samples)-1].Round(time.Microsecond)))
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe from this host: %s, p50 %v, p99 %v, max %v", n.addr, plural.Count(len(samples), "call", "calls"), a.Round(time.Microsecond), b.Round(time.Microsecond), samples[len(samples)-1].Round(time.Microsecond)))
 		if b >= p99 {
 			p50, p99 = a, b
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -47,8 +48,8 @@ invalid.`,
 					tiers = "tiers " + strings.Join(cfg.Tiers(), ", ") + ", default " + cfg.DefaultTier()
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %s, %s, %s, %s)\n",
-					file, cfg.Version(), counted(len(cfg.Policies()), "policy", "policies"), counted(len(cfg.Quotas()), "quota", "quotas"),
-					counted(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
+					file, cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), plural.Count(len(cfg.Quotas()), "quota", "quotas"),
+					plural.Count(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
 			}
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", failed, len(files))}
@@ -135,7 +136,7 @@ published document again only announces it.`,
 				}
 				return &exitError{code: 1}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%s) to %s, key %s\n", cfg.Version(), counted(len(cfg.Policies()), "policy", "policies"), rs, keys.Config)
+			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%s) to %s, key %s\n", cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), rs, keys.Config)
 			return nil
 		},
 	}
@@ -161,12 +162,4 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
-}
-
-// counted is n with the noun for its number: "1 policy", "2 policies".
-func counted(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
