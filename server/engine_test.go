@@ -518,3 +518,36 @@ func TestFastHTTPRefusesOversizedBodyBeforeReadingIt(t *testing.T) {
 		}
 	}
 }
+
+// TestEnginesAnswerOversizedBodiesWhileSent: a client still sending a body
+// over MaxBodyBytes when the server answers 413 at the headers gets that
+// answer, on both engines, not a reset connection. fasthttp closed the
+// connection with the body unread, so the kernel reset it and Go's client,
+// still writing, reported "broken pipe" instead of the answer; the
+// connection now lingers, reading what the client sends, before it closes
+// (as net/http's does). Several requests each, as the old failure depended
+// on how much of the body the client had written when the reset came.
+func TestEnginesAnswerOversizedBodiesWhileSent(t *testing.T) {
+	body := strings.Repeat(" ", 200<<10) + check("api", "a")
+	for _, engine := range []server.HTTPEngine{server.NetHTTP, server.FastHTTP} {
+		t.Run(string(engine), func(t *testing.T) {
+			e := serveEngine(t, engine, engineConfig, memStore(t), nil)
+			c := &http.Client{Transport: &http.Transport{}}
+			defer c.CloseIdleConnections()
+			for i := range 20 {
+				resp, err := c.Post(e.url+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				raw, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatalf("request %d: reading the answer: %v", i, err)
+				}
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(raw), "body-too-large") {
+					t.Fatalf("request %d: %d %s, want 413 body-too-large", i, resp.StatusCode, raw)
+				}
+			}
+		})
+	}
+}

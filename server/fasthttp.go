@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -101,10 +104,80 @@ type acceptSignal struct {
 	accepting chan struct{}
 }
 
-// Accept implements net.Listener.
+// Accept implements net.Listener. Its connections linger on close after
+// an error answer (lingerConn).
 func (l *acceptSignal) Accept() (net.Conn, error) {
 	l.once.Do(func() { close(l.accepting) })
-	return l.Listener.Accept()
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		// Embedding *tls.Conn keeps its Handshake and ConnectionState,
+		// by which fasthttp knows the request came over TLS.
+		return &lingerTLSConn{Conn: tc}, nil
+	}
+	return &lingerConn{Conn: c}, nil
+}
+
+// Lingering after an error answer: how long, and how much of what the
+// client still sends is read and dropped.
+const (
+	lingerTime  = 500 * time.Millisecond
+	lingerBytes = 1 << 20
+)
+
+// lingerConn is a connection that fasthttp closes after an answer sent
+// before the request was read to its end (413 at the headers for a body
+// over MaxBodyBytes, 431, 400). Closed at once with the client's body
+// unread, the kernel resets it, and a client still sending that body
+// (Go's http.Client among them) gets the reset ("broken pipe") instead of
+// the answer. Marked by lingerOnClose, Close first shuts the writing side
+// (the answer is out) and reads what the client still sends until it
+// closes, for lingerTime and lingerBytes at most, as net/http does.
+type lingerConn struct {
+	net.Conn
+	linger atomic.Bool
+}
+
+func (c *lingerConn) lingerOnClose() { c.linger.Store(true) }
+
+// Close implements net.Conn.
+func (c *lingerConn) Close() error {
+	if c.linger.Load() {
+		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+			lingerBeforeClose(c.Conn, cw.CloseWrite)
+		}
+	}
+	return c.Conn.Close()
+}
+
+// lingerTLSConn is lingerConn over TLS.
+type lingerTLSConn struct {
+	*tls.Conn
+	linger atomic.Bool
+}
+
+func (c *lingerTLSConn) lingerOnClose() { c.linger.Store(true) }
+
+// Close implements net.Conn.
+func (c *lingerTLSConn) Close() error {
+	if c.linger.Load() {
+		lingerBeforeClose(c.Conn, c.Conn.CloseWrite)
+	}
+	return c.Conn.Close()
+}
+
+// lingerBeforeClose shuts c's writing side and reads and drops what the
+// peer still sends, until it closes, lingerBytes or lingerTime.
+func lingerBeforeClose(c net.Conn, closeWrite func() error) {
+	if closeWrite() != nil {
+		return
+	}
+	if c.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, lingerBytes))
 }
 
 // fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on
@@ -252,6 +325,11 @@ func (s *Server) fastProblem(ctx *fasthttp.RequestCtx, p *problemError) {
 // not read within ReadTimeout gets "408 Request Timeout", where net/http
 // closes silently). The connection closes after it.
 func (s *Server) fastError(ctx *fasthttp.RequestCtx, err error) {
+	// fasthttp closes the connection after this answer, with whatever
+	// of the request is left unread.
+	if lc, ok := ctx.Conn().(interface{ lingerOnClose() }); ok {
+		lc.lingerOnClose()
+	}
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	switch {
