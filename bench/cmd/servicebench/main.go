@@ -45,7 +45,7 @@ func run() error {
 	flag.IntVar(&cfg.Rounds, "rounds", 3, "rounds; in each, every cell once, the services interleaved")
 	flag.IntVar(&cfg.Identities, "identities", 10_000, "distinct identities")
 	flag.IntVar(&cfg.Connections, "connections", 0, "the load generator's gRPC connections (0: its default, one per 16 callers)")
-	flag.StringVar(&services, "services", "theirs,serve,serve-fasthttp,compat,floor", "comma-separated services: theirs (envoyproxy/ratelimit), serve, serve-fasthttp (serve --http-server fasthttp; HTTP only), compat (envoy-compat), floor (a no-op handler on net/http and grpc-go, no Redis: what the libraries cost)")
+	flag.StringVar(&services, "services", "theirs,serve,serve-fasthttp,compat,floor,floor-fasthttp", "comma-separated services: theirs (envoyproxy/ratelimit), serve, serve-fasthttp (serve --http-server fasthttp; HTTP only), compat (envoy-compat), floor (a no-op handler on net/http and grpc-go, no Redis: what the libraries cost), floor-fasthttp (the no-op handler on fasthttp; HTTP only)")
 	flag.StringVar(&transports, "transports", "grpc,http", "comma-separated transports: grpc, http")
 	flag.StringVar(&cfg.Binaries.Floodgate, "floodgate", "", "floodgate binary (default: built from -repo)")
 	flag.StringVar(&cfg.Binaries.Theirs, "envoyratelimit", "", "envoyproxy/ratelimit binary (default: built from ./cmd/envoyratelimit)")
@@ -85,7 +85,7 @@ func run() error {
 			return err
 		}
 	}
-	if slices.Contains(cfg.Services, servicebench.Floor) {
+	if slices.Contains(cfg.Services, servicebench.Floor) || slices.Contains(cfg.Services, servicebench.FloorFast) {
 		cfg.Binaries.Floor = filepath.Join(tmp, "nullservice")
 		if err := build(ctx, ".", "./cmd/nullservice", cfg.Binaries.Floor); err != nil {
 			return err
@@ -129,12 +129,12 @@ func build(ctx context.Context, dir, pkg, bin string) error {
 }
 
 func parseServices(s string) ([]servicebench.Service, error) {
-	names := map[string]servicebench.Service{"theirs": servicebench.Theirs, "serve": servicebench.Serve, "serve-fasthttp": servicebench.ServeFast, "compat": servicebench.Compat, "floor": servicebench.Floor}
+	names := map[string]servicebench.Service{"theirs": servicebench.Theirs, "serve": servicebench.Serve, "serve-fasthttp": servicebench.ServeFast, "compat": servicebench.Compat, "floor": servicebench.Floor, "floor-fasthttp": servicebench.FloorFast}
 	var out []servicebench.Service
 	for f := range strings.SplitSeq(s, ",") {
 		v, ok := names[strings.TrimSpace(f)]
 		if !ok {
-			return nil, fmt.Errorf("unknown service %q (want theirs, serve, serve-fasthttp, compat or floor)", f)
+			return nil, fmt.Errorf("unknown service %q (want theirs, serve, serve-fasthttp, compat, floor or floor-fasthttp)", f)
 		}
 		out = append(out, v)
 	}

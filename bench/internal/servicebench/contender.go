@@ -32,14 +32,21 @@ const (
 	// ServeFast is Serve with `--http-server fasthttp`, on HTTP only (its
 	// gRPC listener is Serve's).
 	ServeFast
+	// FloorFast is Floor's HTTP on fasthttp (nullservice -http-server
+	// fasthttp), with serve --http-server fasthttp's settings: the floor
+	// under ServeFast. HTTP only.
+	FloorFast
 )
 
 // Services lists every service, envoyproxy/ratelimit first.
-var Services = []Service{Theirs, Serve, ServeFast, Compat, Floor}
+var Services = []Service{Theirs, Serve, ServeFast, Compat, Floor, FloorFast}
 
 // serves reports whether s is measured on t: every service but ServeFast
-// on both transports.
-func (s Service) serves(t Transport) bool { return s != ServeFast || t == HTTP }
+// and FloorFast on both transports, those two on HTTP only.
+func (s Service) serves(t Transport) bool { return (s != ServeFast && s != FloorFast) || t == HTTP }
+
+// floor reports whether s is a no-op service (no Redis).
+func (s Service) floor() bool { return s == Floor || s == FloorFast }
 
 // String returns the service's name in reports.
 func (s Service) String() string {
@@ -54,6 +61,8 @@ func (s Service) String() string {
 		return "floodgate envoy-compat"
 	case Floor:
 		return "floor: no-op handler, no Redis"
+	case FloorFast:
+		return "floor on fasthttp: no-op handler, no Redis"
 	}
 	return fmt.Sprintf("Service(%d)", uint8(s))
 }
@@ -86,7 +95,7 @@ func (s Service) endpoint(t Transport) string {
 	switch {
 	case t == GRPC:
 		return "ShouldRateLimit"
-	case s == Serve, s == ServeFast, s == Floor:
+	case s == Serve, s == ServeFast, s.floor():
 		return "POST /v1/check"
 	}
 	return "POST /json"
@@ -182,7 +191,8 @@ type Binaries struct {
 	Floodgate string
 	// Theirs is envoyproxy/ratelimit's service (bench/cmd/envoyratelimit).
 	Theirs string
-	// Floor is bench/cmd/nullservice; needed only when Floor is measured.
+	// Floor is bench/cmd/nullservice; needed only when Floor or FloorFast
+	// is measured.
 	Floor string
 }
 
@@ -214,8 +224,12 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 		}
 		p, err = startProcess(b.Floodgate, args, nil, dir)
 		metricsURL = "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"
-	case Floor:
-		p, err = startProcess(b.Floor, []string{"-http", "127.0.0.1:" + strconv.Itoa(ports[0]), "-grpc", "127.0.0.1:" + strconv.Itoa(ports[1])}, nil, dir)
+	case Floor, FloorFast:
+		args := []string{"-http", "127.0.0.1:" + strconv.Itoa(ports[0]), "-grpc", "127.0.0.1:" + strconv.Itoa(ports[1])}
+		if s == FloorFast {
+			args = append(args, "-http-server", "fasthttp")
+		}
+		p, err = startProcess(b.Floor, args, nil, dir)
 	default:
 		return nil, loadgen.Options{}, "", fmt.Errorf("servicebench: unknown service %v", s)
 	}
@@ -227,7 +241,7 @@ func launch(b Binaries, s Service, t Transport, dir, redisAddr string) (*process
 	case t == GRPC:
 		o.Target, o.Mode = "grpc://127.0.0.1:"+strconv.Itoa(ports[1]), loadgen.GRPC
 		o.GRPCClient = LoadgenGRPCClient
-	case s == Serve, s == ServeFast, s == Floor:
+	case s == Serve, s == ServeFast, s.floor():
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.HTTP
 	default:
 		o.Target, o.Mode = "http://127.0.0.1:"+strconv.Itoa(ports[0]), loadgen.EnvoyJSON

@@ -194,7 +194,7 @@ func writeTable(b *strings.Builder, res *Result, t Transport) {
 		switch g.service {
 		case Theirs:
 			notByRedis = "— (no fallback)"
-		case Floor:
+		case Floor, FloorFast:
 			notByRedis = "— (no Redis)"
 		}
 		var fallbacks int64

@@ -116,7 +116,7 @@ func (c *Config) withDefaults() error {
 	if c.Binaries.Floodgate == "" || c.Binaries.Theirs == "" {
 		return errors.New("servicebench: both binaries are required")
 	}
-	if c.Binaries.Floor == "" && slices.Contains(c.Services, Floor) {
+	if c.Binaries.Floor == "" && slices.ContainsFunc(c.Services, Service.floor) {
 		return errors.New("servicebench: the floor service needs its binary (bench/cmd/nullservice)")
 	}
 	// The services run in their own directories: a relative path would
@@ -312,7 +312,7 @@ func runCell(ctx context.Context, cfg Config, s Service, t Transport, callers in
 	cell.ScriptCalls = byKindAfter.Scripts - byKindBefore.Scripts
 	cell.KeyedCommands = byKindAfter.Keyed - byKindBefore.Keyed
 	cell.NotByRedis = int64(fbAfter - fbBefore)
-	if cell.Decisions > 0 && cell.RedisCommands <= 0 && s != Floor {
+	if cell.Decisions > 0 && cell.RedisCommands <= 0 && !s.floor() {
 		return cell, fmt.Errorf("no Redis command was processed for %d decisions: the service did not count them", cell.Decisions)
 	}
 	if cell.Invalid() {

@@ -214,5 +214,5 @@ const KeyedNeeded = 2
 // of floodgate serve that holds one identity twice and reads and writes
 // it once, may take a little off).
 func keyedShort(c Cell) bool {
-	return c.Service != Floor && c.Decisions > 0 && float64(c.KeyedCommands) < 0.95*KeyedNeeded*float64(c.Decisions)
+	return !c.Service.floor() && c.Decisions > 0 && float64(c.KeyedCommands) < 0.95*KeyedNeeded*float64(c.Decisions)
 }
