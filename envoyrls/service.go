@@ -52,9 +52,13 @@ type Options struct {
 	// CountEachDescriptor decides each descriptor on its own, as
 	// envoyproxy/ratelimit counts them: a request is counted in every
 	// descriptor whose limit admits it, even when another descriptor is
-	// over its limit (one store round trip per descriptor). Default false:
-	// all descriptors are decided together, all-or-nothing, in one round
-	// trip.
+	// over its limit (one store round trip per descriptor). With a
+	// fallback.Store, the request's decisions share one budget: once a
+	// call to Redis has timed out, the remaining descriptors are decided
+	// by their failure mode at once (reason timeout), so that a stalled
+	// Redis delays the request by one budget, not one per descriptor.
+	// Default false: all descriptors are decided together,
+	// all-or-nothing, in one round trip.
 	CountEachDescriptor bool
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
@@ -187,7 +191,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	}
 	defer p.release()
 	now := s.opts.Clock()
-	ctx, fo := fallback.NewOutcomeContext(ctx)
+	ctx, fo := fallback.NewRequestContext(ctx)
 	var degraded fallback.Outcome
 	results, err := s.decide(ctx, now, p, func() {
 		// Each decision overwrites fo: the answer is degraded when any

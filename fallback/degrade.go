@@ -2,7 +2,6 @@ package fallback
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -31,19 +30,44 @@ type Outcome struct {
 	Mode Mode
 	// Reason says why the primary did not decide. ReasonNone when it did.
 	Reason Reason
-	// Err is the primary's error (ErrBreakerOpen when it was not called),
-	// or, when Decide returned an error, that error. Nil on success.
+	// Err is the primary's error (ErrBreakerOpen when it was not called
+	// because the breaker is open, ErrBudgetSpent when earlier calls of
+	// the same request had used the budget), or, when Decide returned an
+	// error, that error. Nil on success.
 	Err error
 
 	// spent is the part of the next decision's budget that earlier calls
 	// of the same request used (SpendBudget); Decide takes it.
 	spent time.Duration
+	// failed is, in a request's Outcome (NewRequestContext), the time the
+	// failed primary calls of its decisions took, MaxBudget once a call
+	// of the request timed out. It comes out of the budget of each later
+	// decision of the request.
+	failed time.Duration
+	// request marks the Outcome of NewRequestContext.
+	request bool
 }
 
-// errBudgetSpent is the cause of a decision taken by the failure mode
-// because earlier Redis calls of its request (a tier lookup) used its
-// whole budget.
-var errBudgetSpent = errors.New("fallback: the budget was spent on earlier calls of the request")
+// set records v as the outcome of a decision, which took what SpendBudget
+// recorded, keeping what o holds for the request it belongs to.
+func (o *Outcome) set(v Outcome) {
+	v.failed, v.request = o.failed, o.request
+	*o = v
+}
+
+// fail records a failed primary call of o's request that took d, or
+// that timed out, which takes the whole budget: with Redis stalled, the
+// request's later decisions do not wait again. It does nothing for an
+// Outcome that is not a request's.
+func (o *Outcome) fail(d time.Duration, timedOut bool) {
+	if o == nil || !o.request {
+		return
+	}
+	if timedOut {
+		d = MaxBudget
+	}
+	o.failed = min(o.failed+max(d, 0), MaxBudget)
+}
 
 // SpendBudget records that d of the budget of the next decision made with
 // ctx went on earlier calls to the primary's backend for the same request
@@ -51,8 +75,9 @@ var errBudgetSpent = errors.New("fallback: the budget was spent on earlier calls
 // budget less d, and when nothing is left it is taken by the failure mode
 // at once (ReasonTimeout) without calling the primary, so that a stalled
 // backend delays a request by one budget, not one per call. ctx must
-// carry an Outcome (NewContext, NewOutcomeContext); otherwise SpendBudget
-// does nothing. Calls add up until a decision takes them.
+// carry an Outcome (NewContext, NewOutcomeContext, NewRequestContext);
+// otherwise SpendBudget does nothing. Calls add up until a decision takes
+// them.
 func SpendBudget(ctx context.Context, d time.Duration) {
 	if o := outcomeFrom(ctx); o != nil && d > 0 {
 		o.spent += d
@@ -72,6 +97,27 @@ func NewContext(ctx context.Context, o *Outcome) context.Context {
 // Outcome, as NewContext does, in one allocation instead of two.
 func NewOutcomeContext(ctx context.Context) (context.Context, *Outcome) {
 	c := &outcomeCtx{Context: ctx}
+	return c, &c.o
+}
+
+// NewRequestContext is NewOutcomeContext for all the decisions of one
+// request: the checks of a batch, the descriptors of an Envoy request
+// decided one by one, a decision made again without its shadow layers.
+// They share one budget for a failing primary: the time the failed
+// primary calls of the request's decisions took comes out of each later
+// decision's budget, and a call that timed out (a decision's, or one made
+// through Store.Call) takes all of it. Once it is used up, the request's
+// remaining decisions are taken by the failure mode at once, with
+// ReasonTimeout and ErrBudgetSpent, and its remaining Store.Call calls
+// return ErrBudgetSpent, without calling the primary.
+// A stalled primary then delays the request by one budget and counts one
+// failure toward the breaker, not one per decision; a primary that
+// answers is asked for every decision, as without it. Use a new one per
+// request: nothing made with it after one of its calls timed out reaches
+// the primary. The Outcome must not be shared by concurrent decisions.
+func NewRequestContext(ctx context.Context) (context.Context, *Outcome) {
+	c := &outcomeCtx{Context: ctx}
+	c.o.request = true
 	return c, &c.o
 }
 
@@ -124,7 +170,7 @@ func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64,
 		if err := s.decideLocal(ctx, now, layers, modes[:len(layers)], out); err != nil {
 			err = fmt.Errorf("%w: primary: %w; local: %w", floodgate.ErrStoreUnavailable, cause, err)
 			if o != nil {
-				*o = Outcome{Err: err}
+				o.set(Outcome{Err: err})
 			}
 			return err
 		}
@@ -138,7 +184,7 @@ func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64,
 		s.onFallback(reason, cause)
 	}
 	if o != nil {
-		*o = Outcome{Degraded: true, Mode: mode, Reason: reason, Err: cause}
+		o.set(Outcome{Degraded: true, Mode: mode, Reason: reason, Err: cause})
 	}
 	return nil
 }

@@ -13,6 +13,12 @@ var (
 	// Outcome.Err) for a decision that did not go to the primary store
 	// because the circuit breaker is open.
 	ErrBreakerOpen = errors.New("fallback: circuit breaker open")
+	// ErrBudgetSpent is the error recorded in Outcome.Err (and passed to
+	// OnFallback) for a decision taken by the failure mode without
+	// calling the primary store because earlier calls of the same request
+	// had used its budget (SpendBudget, NewRequestContext); Store.Call
+	// returns it without calling its function in that case.
+	ErrBudgetSpent = errors.New("fallback: the budget was spent on earlier calls of the request")
 )
 
 // Mode says how a policy is decided while the primary store is failing.
@@ -74,7 +80,10 @@ const (
 	// ReasonNone: the primary store decided.
 	ReasonNone Reason = iota
 	// ReasonTimeout: the primary did not answer within the budget (or four
-	// fifths of the caller's time left, if shorter).
+	// fifths of the caller's time left, if shorter), or was not asked
+	// because earlier calls of the same request had used the budget (a
+	// tier lookup, a decision of the same batch that timed out: Err is
+	// ErrBudgetSpent) or the caller's deadline had passed.
 	ReasonTimeout
 	// ReasonUnavailable: the primary failed before applying anything
 	// (floodgate.ErrStoreUnavailable): refused connection, no route...

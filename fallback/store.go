@@ -9,7 +9,10 @@
 // with the local store at a wider per-instance limit, ModeOpen admits,
 // ModeClosed denies. A circuit breaker stops calling a dead primary, lets a
 // few probes through after a jittered pause, and returns to central counting
-// by itself once they succeed.
+// by itself once they succeed. The decisions of one request (a batch of
+// checks; NewRequestContext) share one budget for a failing primary: once
+// one of its calls has timed out, the rest are taken by the failure mode
+// at once.
 //
 // A failure that may have happened after the primary applied the decision
 // (floodgate.ErrIndeterminate) is never retried against the primary: a retry
@@ -75,7 +78,9 @@ type Options struct {
 	// Budget bounds each primary call. When the caller's deadline leaves
 	// less than the budget, the call gets four fifths of the time left, so
 	// that the failure mode answers before that deadline; time spent on
-	// earlier calls of the same request (SpendBudget) comes out of it.
+	// earlier calls of the same request (SpendBudget), and the time the
+	// failed calls of a request's earlier decisions took
+	// (NewRequestContext), come out of it.
 	// Zero means DefaultBudget (50ms); at most MaxBudget.
 	Budget time.Duration
 	// Budgets sets the budget per policy name. A decision over several
@@ -290,11 +295,14 @@ func (s *Store) BreakerStates() map[string]BreakerState { return s.breakers.stat
 // Decide implements floodgate.Store. It asks the primary store under the
 // layers' budget unless the breaker is open; when the primary fails it
 // decides by the failure mode and returns nil. A context whose deadline
-// has already passed is decided by the failure mode at once (ReasonTimeout)
-// without asking the primary. It returns an error only for invalid layers
-// (the primary's floodgate.ErrInvalid* errors, returned as they are), when
-// the caller's context was cancelled (the primary's error), or when ModeLocal's local store fails too (wrapping
-// floodgate.ErrStoreUnavailable and both errors).
+// has already passed, or whose request's earlier calls used the budget
+// (SpendBudget; NewRequestContext, after a call timed out), is decided by
+// the failure mode at once (ReasonTimeout) without asking the primary. It
+// returns an error only for invalid layers (the primary's
+// floodgate.ErrInvalid* errors, returned as they are), when the caller's
+// context was cancelled (the primary's error), or when ModeLocal's local
+// store fails too (wrapping floodgate.ErrStoreUnavailable and both
+// errors).
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
 		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
@@ -313,14 +321,15 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	for _, l := range layers[1:] {
 		budget = min(budget, s.Budget(l.Policy.Name))
 	}
-	if o != nil && o.spent != 0 {
-		// Earlier Redis calls of the same request (a tier lookup) used
-		// part of the budget: Redis delays a request by one budget at
-		// most, not one per call.
-		budget -= o.spent
+	if o != nil && o.spent+o.failed != 0 {
+		// Earlier Redis calls of the same request (a tier lookup, the
+		// failed calls of its earlier decisions) used part of the
+		// budget: Redis delays a request by one budget at most, not one
+		// per call, and a stalled Redis is blamed once per request.
+		budget -= o.spent + o.failed
 		o.spent = 0
 		if budget <= 0 {
-			return s.degrade(ctx, o, s.breakers.shared, now, layers, out, ReasonTimeout, errBudgetSpent)
+			return s.degrade(ctx, o, s.breakers.shared, now, layers, out, ReasonTimeout, ErrBudgetSpent)
 		}
 	}
 	br := s.breakers.shared
@@ -333,7 +342,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		br = s.breakers.forKey(pctx, layers[0].Key)
 		pcancel()
 		if budget -= time.Since(pstart); budget <= 0 {
-			return s.degrade(ctx, o, br, now, layers, out, ReasonTimeout, errBudgetSpent)
+			return s.degrade(ctx, o, br, now, layers, out, ReasonTimeout, ErrBudgetSpent)
 		}
 	}
 	t := br.acquire()
@@ -364,7 +373,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	if err == nil {
 		br.release(t, verdictSuccess)
 		if o != nil {
-			*o = Outcome{}
+			o.set(Outcome{})
 		}
 		return nil
 	}
@@ -372,11 +381,12 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		// Not the primary's fault: bad input, or a caller that gave up.
 		br.release(t, verdictNeutral)
 		if o != nil {
-			*o = Outcome{Err: err}
+			o.set(Outcome{Err: err})
 		}
 		return err
 	}
 	br.release(t, verdictFailure)
+	o.fail(elapsed, timedOut(cctx, err))
 	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
 }
 
@@ -385,7 +395,10 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // key's partition (DefaultPartition when key is ""), so that it is not
 // made while the breaker is open and its failures count toward opening
 // it. It returns ErrBreakerOpen without calling fn when the breaker is
-// open, and otherwise fn's error. A failure of fn counts toward opening
+// open, ErrBudgetSpent without calling fn when ctx is a request's
+// (NewRequestContext) whose failed calls have used the budget
+// (Options.Budget; a call of fn that times out uses all of it), and
+// otherwise fn's error. A failure of fn counts toward opening
 // the breaker; a success does not count as one toward keeping it closed
 // (or closing it), as only decisions vouch for the primary's health. fn
 // runs under ctx as given (no budget is
@@ -401,14 +414,19 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 	if err := ctx.Err(); err != nil {
 		return err // the caller's time ran out before the call: not the backend's fault
 	}
+	o := outcomeFrom(ctx)
+	if o != nil && o.failed >= s.budget {
+		return ErrBudgetSpent
+	}
 	t := br.acquire()
 	if t == ticketDenied {
 		return ErrBreakerOpen
 	}
 	start := time.Now()
 	err := fn(ctx)
+	elapsed := time.Since(start)
 	if s.obs != nil {
-		s.obs.ObservePrimary(time.Since(start), err)
+		s.obs.ObservePrimary(elapsed, err)
 	}
 	switch {
 	case err == nil:
@@ -420,8 +438,20 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 		br.release(t, verdictNeutral)
 	default:
 		br.release(t, verdictFailure)
+		if timedOut(ctx, err) {
+			// The request's budget is gone. The time of a call that
+			// failed at once is the caller's to spend (SpendBudget, as
+			// a tier lookup does), not to count twice.
+			o.fail(elapsed, true)
+		}
 	}
 	return err
+}
+
+// timedOut reports a failed call that ran out of time: its context's
+// deadline passed, or err says so.
+func timedOut(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // callBound returns how long a primary call started at start may take:

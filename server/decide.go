@@ -30,17 +30,18 @@ func (s *Server) tierOf(ctx context.Context, cfg *config.Config, c check) string
 
 // decide runs one check as one all-or-nothing decision over the policy's
 // layers. ctx carries the request's decision deadline, which bounds the
-// tier lookup and the store calls together. Shadow layers are decided and
-// counted with the others, but never deny: if only shadow layers denied,
-// the enforced layers are decided again without them (a second store
-// call, made only in that case).
-func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o outcome, err error) {
-	ctx, fo := fallback.NewOutcomeContext(ctx)
+// tier lookup and the store calls together, and fo, the request's
+// fallback outcome (fallback.NewRequestContext), shared by its checks:
+// once a Redis call of the request has timed out, its remaining checks
+// are decided by their failure mode without waiting for Redis again.
+// Shadow layers are decided and counted with the others, but never deny:
+// if only shadow layers denied, the enforced layers are decided again
+// without them (a second store call, made only in that case).
+func (s *Server) decide(ctx context.Context, fo *fallback.Outcome, cfg *config.Config, c check) (o outcome, err error) {
 	o = outcome{check: c, tier: s.tierOf(ctx, cfg, c)}
 	defer func() {
-		if fo.Degraded {
-			o.degraded = *fo
-			s.metrics.countDegraded(*fo)
+		if err == nil && o.degraded.Degraded {
+			s.metrics.countDegraded(o.degraded)
 		}
 	}()
 	specs, err := cfg.Specs(c.policy, o.tier, c.identity, c.peek)
@@ -48,9 +49,13 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 		return o, badRequest("invalid-identity", "%s", err)
 	}
 	o.specs = specs // fresh from Specs, and nothing below changes it
+	clearOutcome(fo)
 	dec, err := s.lim.AllowLayers(ctx, c.cost, specs...)
 	if err != nil {
 		return o, err
+	}
+	if fo.Degraded {
+		o.degraded = *fo
 	}
 	o.layers = dec.Layers
 	var enforcedBuf [floodgate.MaxLayers]int
@@ -91,13 +96,13 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 		for j, i := range enforced {
 			sub[j] = specs[i]
 		}
-		first := *fo
+		clearOutcome(fo)
 		dec2, err := s.lim.AllowLayers(ctx, c.cost, sub...)
 		if err != nil {
 			return o, err
 		}
-		if first.Degraded && !fo.Degraded {
-			*fo = first
+		if fo.Degraded && !o.degraded.Degraded {
+			o.degraded = *fo
 		}
 		for j, i := range enforced {
 			o.layers[i] = dec2.Layers[j]
@@ -108,6 +113,12 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, c check) (o out
 		}
 	}
 	return o, nil
+}
+
+// clearOutcome forgets the outcome of the request's previous decision,
+// which fo still holds; what the request shares (its failed calls) stays.
+func clearOutcome(fo *fallback.Outcome) {
+	fo.Degraded, fo.Mode, fo.Reason, fo.Err = false, 0, fallback.ReasonNone, nil
 }
 
 // leastRemaining returns, among the layers at idx (all layers when idx is

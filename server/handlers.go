@@ -307,7 +307,8 @@ func (s *Server) decideOne(ctx context.Context, body []byte, rawQuery, route str
 	}
 	dctx, cancel := s.decisionContext(ctx)
 	defer cancel()
-	o, err := s.decide(dctx, cfg, c)
+	dctx, fo := fallback.NewRequestContext(dctx)
+	o, err := s.decide(dctx, fo, cfg, c)
 	if err != nil {
 		return CheckResponse{}, 0, err
 	}
@@ -401,11 +402,16 @@ func (s *Server) decideBatch(ctx context.Context, body []byte, route string) (Ba
 	}
 	out := BatchResponse{Results: make([]BatchItem, len(checks))}
 	// One deadline for the whole batch: once it has passed, the remaining
-	// checks are decided by their failure mode without calling Redis.
+	// checks are decided by their failure mode without calling Redis. One
+	// fallback budget too: once a Redis call of the batch has timed out
+	// (Redis stalled), the remaining checks are decided by their failure
+	// mode at once, so that the batch waits one budget, not one per
+	// check, and counts one failure toward the breaker.
 	dctx, cancel := s.decisionContext(ctx)
 	defer cancel()
+	dctx, fo := fallback.NewRequestContext(dctx)
 	for i, c := range checks {
-		o, err := s.decide(dctx, cfg, c)
+		o, err := s.decide(dctx, fo, cfg, c)
 		if err != nil {
 			var p *problemError
 			if !errors.As(err, &p) {

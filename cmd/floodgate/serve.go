@@ -132,7 +132,7 @@ that are not browsers are not affected.`,
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one decision")
 	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails, for policies without on_redis_failure: local (in-memory limiter), open (allow), closed (deny), or off (answer 503, for every policy)")
-	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a decision's Redis calls (its tier lookup and its decision, together) may take before the fallback decides")
+	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a request's Redis calls may take before the fallback decides (a check's tier lookup and decision share it; once a call of a batch or Envoy request has timed out, its other checks are decided by the fallback at once)")
 	fl.IntVar(&f.instances, "instances", 1, "least number of instances sharing Redis; the local fallback divides limits by the larger of this and the live count (instances heartbeat into <prefix>:instances)")
 	fl.BoolVar(&f.clockSync, "clock-sync", true, "on Redis, stamp decisions with Redis's TIME (measured every 10s) rather than this machine's clock, so that instances agree")
 	fl.DurationVar(&f.clockSkewWarn, "clock-skew-warn", 100*time.Millisecond, "log a warning when this machine's clock is further than this from Redis's")
