@@ -51,6 +51,6 @@ bench-lib:
 	cd bench && $(GO) run . -only redis_rate,tiny,fg-sw,fg-gcra,fg-layers -concurrency 1,64,256 -rounds 5 -duration 3s -skip algorithms,redis-benchmark,memory,inmemory,flood,hotkey
 
 ## bench-services: envoyproxy/ratelimit, serve and envoy-compat side by side
-## (about 4 minutes; writes between the servicebench markers of docs/benchmarks.md).
+## (about 6 minutes; writes between the servicebench markers of docs/benchmarks.md).
 bench-services:
 	cd bench && $(GO) run ./cmd/servicebench -out ../docs/benchmarks.md

@@ -6,7 +6,7 @@
 // (or, with -out, writes it between the servicebench markers of that file)
 // with decisions/s, latency and CPU time per process.
 //
-//	cd bench && go run ./cmd/servicebench                       # 3 rounds of 5s cells, about 4 minutes
+//	cd bench && go run ./cmd/servicebench                       # 3 rounds of 5s cells, about 6 minutes
 //	cd bench && go run ./cmd/servicebench -out ../docs/benchmarks.md -duration 10s
 package main
 
