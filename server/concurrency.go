@@ -188,7 +188,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := "concurrency/" + op.limit.Name + ":" + op.identity
-	s.decided.Decision(metrics.Labels{Policy: op.limit.Name, Route: r.URL.Path, Tier: tier}, key, res.Allowed)
+	s.decided.Decision(metrics.Labels{Policy: op.limit.Name, Route: routeOf(r), Tier: tier}, key, res.Allowed)
 	resp := AcquireResponse{
 		Acquired: res.Allowed, Limiter: op.limit.Name, Tier: tier,
 		InFlight: res.InFlight, Limit: res.Limit, Remaining: res.Remaining, RetryAfterMS: ceilMillis(res.RetryAfter),

@@ -71,6 +71,15 @@ func newCrossOrigin(origins []string) (*http.CrossOriginProtection, error) {
 // crossOrigin returns the problem refusing r when a browser sent it from a
 // page of an origin other than the service's and not trusted, or nil.
 func (s *Server) crossOrigin(r *http.Request) error {
+	if origin := r.Header.Get("Origin"); origin != "" && (hasUpper(r.Host) || hasUpper(origin)) {
+		// Hosts are compared in lower case, as fasthttp hands them on
+		// (net/http keeps the Host as sent): both engines then refuse
+		// and serve the same requests. Browsers send both in lower case.
+		lower := *r
+		lower.Host = strings.ToLower(r.Host)
+		lower.Header = http.Header{"Origin": {strings.ToLower(origin)}, "Sec-Fetch-Site": r.Header.Values("Sec-Fetch-Site")}
+		r = &lower
+	}
 	err := s.xorigin.Check(r)
 	if err == nil && strings.HasPrefix(r.URL.Path, "/admin/") {
 		switch r.Method {
@@ -93,6 +102,16 @@ func (s *Server) crossOrigin(r *http.Request) error {
 	return &problemError{status: http.StatusForbidden, kind: "cross-origin-request",
 		detail: "refused a request a browser sent from a page of another origin (" + why + "); nothing was counted. " +
 			"Call the API from servers, or list the page's origin in floodgate serve --trusted-origin"}
+}
+
+// hasUpper reports whether s has an upper-case ASCII letter.
+func hasUpper(s string) bool {
+	for i := range len(s) {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // refuseCrossOrigin serves h, answering the requests crossOrigin refuses

@@ -165,6 +165,17 @@ func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
 	return p
 }
 
+// routeOf returns the path of the endpoint serving r, for metrics labels:
+// the path of the pattern it was routed by, a string of the server's own.
+// (On fasthttp, r.URL.Path is a view of a buffer that the next request on
+// the connection overwrites: kept in a label, it changed under it.)
+func routeOf(r *http.Request) string {
+	if _, path, ok := strings.Cut(r.Pattern, " "); ok {
+		return path
+	}
+	return strings.Clone(r.URL.Path)
+}
+
 // record counts a decided (non-peek) outcome; route is the API endpoint
 // that decided it.
 func (s *Server) record(o outcome, route string) {
@@ -274,7 +285,7 @@ func (s *Server) single(w http.ResponseWriter, r *http.Request, decode func(*con
 	// The answer is written before the handler returns: its layers can
 	// live on the stack (a policy has few).
 	var layers [4]LayerResult
-	resp, status, err := s.decideOne(r.Context(), buf.Bytes(), r.URL.RawQuery, r.URL.Path, decode, layers[:])
+	resp, status, err := s.decideOne(r.Context(), buf.Bytes(), r.URL.RawQuery, routeOf(r), decode, layers[:])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -381,7 +392,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out, err := s.decideBatch(r.Context(), body, r.URL.Path)
+	out, err := s.decideBatch(r.Context(), body, routeOf(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return

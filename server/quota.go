@@ -309,7 +309,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 	}
 	if (kind == quotaCheck || kind == quotaReserve) && !res.Replayed {
 		key := "quota/" + op.quota.Name + ":" + op.identity
-		s.decided.Decision(metrics.Labels{Policy: op.quota.Name, Route: r.URL.Path, Tier: tier}, key, res.Allowed)
+		s.decided.Decision(metrics.Labels{Policy: op.quota.Name, Route: routeOf(r), Tier: tier}, key, res.Allowed)
 	}
 	resp := quotaResponse(op, tier, res)
 	fr := res.Floodgate()
