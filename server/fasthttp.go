@@ -115,9 +115,9 @@ func (l *acceptSignal) Accept() (net.Conn, error) {
 	if tc, ok := c.(*tls.Conn); ok {
 		// Embedding *tls.Conn keeps its Handshake and ConnectionState,
 		// by which fasthttp knows the request came over TLS.
-		return &lingerTLSConn{Conn: tc}, nil
+		return &lingerTLSConn{Conn: tc, linger: lingering{time: lingerTime}}, nil
 	}
-	return &lingerConn{Conn: c}, nil
+	return &lingerConn{Conn: c, linger: lingering{time: lingerTime}}, nil
 }
 
 // Lingering after an error answer: how long, and how much of what the
@@ -132,21 +132,22 @@ const (
 // over MaxBodyBytes, 431, 400). Closed at once with the client's body
 // unread, the kernel resets it, and a client still sending that body
 // (Go's http.Client among them) gets the reset ("broken pipe") instead of
-// the answer. Marked by lingerOnClose, Close first shuts the writing side
-// (the answer is out) and reads what the client still sends until it
-// closes, for lingerTime and lingerBytes at most, as net/http does.
+// the answer. Marked by lingerOnClose, its first Close shuts the writing
+// side (the answer is out) and lingers (lingerBeforeClose); a second
+// Close, as closeAll makes at the drain timeout while fasthttp's lingers,
+// closes at once.
 type lingerConn struct {
 	net.Conn
-	linger atomic.Bool
+	linger lingering
 }
 
-func (c *lingerConn) lingerOnClose() { c.linger.Store(true) }
+func (c *lingerConn) lingerOnClose() { c.linger.marked.Store(true) }
 
 // Close implements net.Conn.
 func (c *lingerConn) Close() error {
-	if c.linger.Load() {
+	if c.linger.start() {
 		if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-			lingerBeforeClose(c.Conn, cw.CloseWrite)
+			lingerBeforeClose(c.Conn, cw.CloseWrite, c.linger.time)
 		}
 	}
 	return c.Conn.Close()
@@ -155,29 +156,45 @@ func (c *lingerConn) Close() error {
 // lingerTLSConn is lingerConn over TLS.
 type lingerTLSConn struct {
 	*tls.Conn
-	linger atomic.Bool
+	linger lingering
 }
 
-func (c *lingerTLSConn) lingerOnClose() { c.linger.Store(true) }
+func (c *lingerTLSConn) lingerOnClose() { c.linger.marked.Store(true) }
 
 // Close implements net.Conn.
 func (c *lingerTLSConn) Close() error {
-	if c.linger.Load() {
-		lingerBeforeClose(c.Conn, c.Conn.CloseWrite)
+	if c.linger.start() {
+		lingerBeforeClose(c.Conn, c.Conn.CloseWrite, c.linger.time)
 	}
 	return c.Conn.Close()
 }
 
+// lingering is when and how long a connection lingers on close.
+type lingering struct {
+	marked, started atomic.Bool
+	time            time.Duration // lingerTime
+}
+
+// start reports whether a Close is to linger: the first one after
+// lingerOnClose.
+func (l *lingering) start() bool { return l.marked.Load() && l.started.CompareAndSwap(false, true) }
+
 // lingerBeforeClose shuts c's writing side and reads and drops what the
-// peer still sends, until it closes, lingerBytes or lingerTime.
-func lingerBeforeClose(c net.Conn, closeWrite func() error) {
+// peer still sends, until it closes or d has passed. After lingerBytes it
+// stops reading and waits out d, as net/http waits: closed while the
+// peer still sends, the connection is reset, and a reset that comes
+// before the peer has read the answer loses it.
+func lingerBeforeClose(c net.Conn, closeWrite func() error, d time.Duration) {
 	if closeWrite() != nil {
 		return
 	}
-	if c.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+	deadline := time.Now().Add(d)
+	if c.SetReadDeadline(deadline) != nil {
 		return
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(c, lingerBytes))
+	if n, err := io.Copy(io.Discard, io.LimitReader(c, lingerBytes)); n == lingerBytes && err == nil {
+		time.Sleep(time.Until(deadline))
+	}
 }
 
 // fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on
