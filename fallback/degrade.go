@@ -40,10 +40,15 @@ type Outcome struct {
 	// of the same request used (SpendBudget); Decide takes it.
 	spent time.Duration
 	// failed is, in a request's Outcome (NewRequestContext), the time the
-	// failed primary calls of its decisions took, MaxBudget once a call
-	// of the request timed out. It comes out of the budget of each later
-	// decision of the request.
+	// failed primary calls of its decisions and Store.Call calls took,
+	// MaxBudget once a call of the request timed out. It comes out of the
+	// budget of each later decision of the request.
 	failed time.Duration
+	// counted is the part of failed that the request's failed Store.Call
+	// calls since its last decision took: the caller spends their time
+	// for that decision too (SpendBudget, as a tier lookup does), which
+	// does not count it again.
+	counted time.Duration
 	// request marks the Outcome of NewRequestContext.
 	request bool
 }
@@ -69,6 +74,16 @@ func (o *Outcome) fail(d time.Duration, timedOut bool) {
 	o.failed = min(o.failed+max(d, 0), MaxBudget)
 }
 
+// failCall is fail for a failed Store.Call call, whose time the caller
+// may also spend (SpendBudget) for the decision it serves.
+func (o *Outcome) failCall(d time.Duration, timedOut bool) {
+	if o == nil || !o.request {
+		return
+	}
+	o.fail(d, timedOut)
+	o.counted += max(d, 0)
+}
+
 // SpendBudget records that d of the budget of the next decision made with
 // ctx went on earlier calls to the primary's backend for the same request
 // (a tier lookup through Store.Call, say): that decision's call gets the
@@ -80,7 +95,11 @@ func (o *Outcome) fail(d time.Duration, timedOut bool) {
 // them.
 func SpendBudget(ctx context.Context, d time.Duration) {
 	if o := outcomeFrom(ctx); o != nil && d > 0 {
-		o.spent += d
+		// The time of the request's failed Store.Call calls is in
+		// o.failed already.
+		n := min(d, o.counted)
+		o.counted -= n
+		o.spent += d - n
 	}
 }
 
@@ -103,10 +122,10 @@ func NewOutcomeContext(ctx context.Context) (context.Context, *Outcome) {
 // NewRequestContext is NewOutcomeContext for all the decisions of one
 // request: the checks of a batch, the descriptors of an Envoy request
 // decided one by one, a decision made again without its shadow layers.
-// They share one budget for a failing primary: the time the failed
-// primary calls of the request's decisions took comes out of each later
-// decision's budget, and a call that timed out (a decision's, or one made
-// through Store.Call) takes all of it. Once it is used up, the request's
+// They share one budget for a failing primary: the time the request's
+// failed primary calls took (its decisions' and its Store.Call calls')
+// comes out of each later decision's budget, and a call that timed out
+// takes all of it. Once it is used up, the request's
 // remaining decisions are taken by the failure mode at once, with
 // ReasonTimeout and ErrBudgetSpent, and its remaining Store.Call calls
 // return ErrBudgetSpent, without calling the primary.

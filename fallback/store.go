@@ -327,7 +327,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		// budget: Redis delays a request by one budget at most, not one
 		// per call, and a stalled Redis is blamed once per request.
 		budget -= o.spent + o.failed
-		o.spent = 0
+		o.spent, o.counted = 0, 0
 		if budget <= 0 {
 			return s.degrade(ctx, o, s.breakers.shared, now, layers, out, ReasonTimeout, ErrBudgetSpent)
 		}
@@ -438,12 +438,12 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 		br.release(t, verdictNeutral)
 	default:
 		br.release(t, verdictFailure)
-		if timedOut(ctx, err) {
-			// The request's budget is gone. The time of a call that
-			// failed at once is the caller's to spend (SpendBudget, as
-			// a tier lookup does), not to count twice.
-			o.fail(elapsed, true)
-		}
+		// The request's budget pays for the failed call (all of it if
+		// the call timed out), as for a failed decision: a Redis whose
+		// lookups fail slowly (go-redis redialling a refused
+		// connection) delays the request by one budget in all, not by
+		// one lookup per check.
+		o.failCall(elapsed, timedOut(ctx, err))
 	}
 	return err
 }

@@ -135,3 +135,64 @@ func TestRequestRetriesFastFailures(t *testing.T) {
 		t.Fatalf("%v Redis calls failed for %d decisions of one request on a Redis refusing connections; want %d (each asks)", failed, n, n)
 	}
 }
+
+// TestRequestCountsFailedCalls: a request's Store.Call call (a tier
+// lookup) that fails without timing out is paid for by the request's
+// budget, as a failed decision is. Here the lookup fails after 200 ms
+// (Redis's BLPOP timeout: never sooner) with a budget of 100 ms: the
+// request's later lookups and decisions are then taken at once
+// (ErrBudgetSpent) without calling Redis. Before, only the decision the
+// lookup served paid for it (SpendBudget) and every later check of the
+// request looked its tier up again, so a batch on a Redis whose lookups
+// failed slowly (go-redis redialling a refused connection) could wait one
+// lookup per check: in one run of serve with --fallback-budget 300ms and
+// Redis killed, a batch of 8 tiered checks took 0.47 s (4 unavailable,
+// then the breaker opened). A new request asks Redis again.
+func TestRequestCountsFailedCalls(t *testing.T) {
+	leakCheck(t)
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr)
+	r := newRig(t, c, fallback.Options{
+		Budget:  100 * time.Millisecond,
+		Breaker: fallback.BreakerOptions{FailureThreshold: 1000, FailureRate: -1},
+	})
+	p := policy(t, "lookups", 100)
+	r.waitCentral(p)
+	errNoTier := errors.New("lookup failed")
+	calls := 0
+	lookup := func(ctx context.Context) error {
+		calls++
+		if err := c.BLPop(ctx, 200*time.Millisecond, t.Name()+":empty").Err(); !errors.Is(err, redis.Nil) {
+			return err
+		}
+		return errNoTier
+	}
+	// What serve's tierFor does: the lookup, through the breaker, then
+	// its time spent for the decision it serves.
+	ctx, o := fallback.NewRequestContext(context.Background())
+	lookupThenDecide := func(user string) error {
+		t.Helper()
+		start := time.Now()
+		err := r.store.Call(ctx, "", lookup)
+		fallback.SpendBudget(ctx, time.Since(start))
+		if _, derr := r.lim.Allow(ctx, p, user); derr != nil {
+			t.Fatalf("decision for %s: %v", user, derr)
+		}
+		return err
+	}
+	if err := lookupThenDecide("a"); !errors.Is(err, errNoTier) || !o.Degraded || o.Reason != fallback.ReasonTimeout {
+		t.Fatalf("first check: lookup %v, outcome %+v; want the lookup's error and a degraded decision (timeout)", err, *o)
+	}
+	if err := lookupThenDecide("b"); !errors.Is(err, fallback.ErrBudgetSpent) || !o.Degraded || !errors.Is(o.Err, fallback.ErrBudgetSpent) {
+		t.Fatalf("second check of the request: lookup %v, outcome %+v; want ErrBudgetSpent for both, without calling Redis", err, *o)
+	}
+	if calls != 1 {
+		t.Fatalf("%d lookups made for one request; want 1", calls)
+	}
+
+	ctx, o = fallback.NewRequestContext(context.Background())
+	if _, err := r.lim.Allow(ctx, p, "c"); err != nil || o.Degraded {
+		t.Fatalf("a new request: outcome %+v, error %v; want Redis's decision", *o, err)
+	}
+	r.waitCentral(p)
+}
