@@ -98,7 +98,8 @@ invalid new configuration is rejected and the last good one stays active.
 Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 /v1/quota/check, /status, /reserve, /settle; POST /v1/concurrency/acquire,
 /release, /renew; GET /metrics, /healthz, /readyz; admin endpoints under
-/admin/v1/ with --admin-token. Requests a browser sends from a page of
+/admin/v1/ with --admin-token. Requests other than GET, HEAD and OPTIONS
+(any request, on the admin endpoints) that a browser sends from a page of
 another origin are refused (403) unless --trusted-origin names it; clients
 that are not browsers are not affected.`,
 		Args: cobra.NoArgs,
