@@ -24,7 +24,12 @@ import (
 // Content-Type. The admin endpoints refuse such requests whatever their
 // method, so that a page cannot use up its visitor's network's admin
 // failures with GETs either (where the browser says where the request came
-// from: Sec-Fetch-Site is sent to HTTPS and localhost only).
+// from: Sec-Fetch-Site is sent to HTTPS and localhost only); so do the
+// runtime profiles of --pprof, served without the token, so that a page
+// cannot have its visitor's browser start CPU profiles and execution
+// traces (which slow the service while they run) with an image's GET.
+// An operator opening them (typed in the address bar, or links of the
+// profiles' own index page) and go tool pprof are served.
 
 // ErrInvalidOrigin reports a trusted origin no browser would send.
 var ErrInvalidOrigin = errors.New("server: invalid trusted origin")
@@ -81,12 +86,13 @@ func (s *Server) crossOrigin(r *http.Request) error {
 		r = &lower
 	}
 	err := s.xorigin.Check(r)
-	if err == nil && strings.HasPrefix(r.URL.Path, "/admin/") {
+	if err == nil && (strings.HasPrefix(r.URL.Path, "/admin/") || strings.HasPrefix(r.URL.Path, "/debug/pprof/")) {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 			// Checked as a POST would be: Check lets safe methods
 			// through, but a wrong or missing token counts a failure
-			// against the caller's network.
+			// against the caller's network, and a profile costs the
+			// service CPU while it runs.
 			unsafe := *r
 			unsafe.Method = http.MethodPost
 			err = s.xorigin.Check(&unsafe)

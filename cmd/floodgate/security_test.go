@@ -114,9 +114,29 @@ func adminGet(t *testing.T, base, path, token string) int {
 	return resp.StatusCode
 }
 
+// getWith answers GET url sent with the headers h.
+func getWith(t *testing.T, url string, h map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // TestServeAdminHardening runs the binary: weak tokens are refused at
 // start, the token comes from a file, the admin API and /metrics live on
-// --admin-addr only, and admin calls are logged with the caller's address.
+// --admin-addr only (with --pprof's profiles, which pages of other sites
+// cannot reach through a browser), and admin calls are logged with the
+// caller's address.
 func TestServeAdminHardening(t *testing.T) {
 	for _, args := range [][]string{
 		{"--admin-token", "a"},
@@ -155,6 +175,29 @@ func TestServeAdminHardening(t *testing.T) {
 	}
 	if code := adminGet(t, svc.url, "/debug/pprof/heap", ""); code != http.StatusNotFound {
 		t.Fatalf("/debug/pprof/heap on the public address: %d, want 404", code)
+	}
+	// A page of another site cannot have its visitor's browser start
+	// profiles (an image's GET would do): refused whatever the method, as
+	// the admin API is; the operator's own browser and go tool pprof are
+	// served.
+	for _, h := range []map[string]string{
+		{"Sec-Fetch-Site": "cross-site"},
+		{"Sec-Fetch-Site": "same-site"},
+		{"Origin": "https://evil.example"},
+	} {
+		if code := getWith(t, adminURL+"/debug/pprof/profile?seconds=1", h); code != http.StatusForbidden {
+			t.Fatalf("/debug/pprof/profile with %v: %d, want 403", h, code)
+		}
+	}
+	for _, h := range []map[string]string{
+		nil,                               // go tool pprof, curl
+		{"Sec-Fetch-Site": "none"},        // typed in the address bar
+		{"Sec-Fetch-Site": "same-origin"}, // a link of the index page
+		{"Origin": adminURL},
+	} {
+		if code := getWith(t, adminURL+"/debug/pprof/heap", h); code != http.StatusOK {
+			t.Fatalf("/debug/pprof/heap with %v: %d, want 200", h, code)
+		}
 	}
 	// Not the command line, which anyone reaching the admin listener
 	// could read without the token: it may hold --admin-token or a Redis
