@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 )
 
 // DefaultMaxHitsAddend is the largest hits_addend accepted by default.
@@ -62,6 +63,15 @@ type Options struct {
 	CountEachDescriptor bool
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
+	// Timeout bounds the store calls of one request, as floodgate serve's
+	// --decision-timeout bounds an HTTP check's: they end this long after
+	// the request arrived, or at the caller's deadline when that comes
+	// first (the deadline may come up to a millisecond early: see
+	// internal/deadline). A request whose store failed for want of time
+	// under Timeout, the caller's deadline not yet passed, is answered
+	// UNAVAILABLE. Default 0: only the caller's deadline (Envoy sends its
+	// filter's timeout) and the store's own timeouts bound them.
+	Timeout time.Duration
 	// OnDegraded, when set, is called once for every answer that carries
 	// the degraded header (see DegradedHeader) with the failure mode's
 	// outcome, for metrics (floodgate serve counts it in
@@ -106,6 +116,7 @@ type Service struct {
 	cfg    func() *Config
 	opts   Options
 	limits limits
+	ticks  *deadline.Ticks // request deadlines under Options.Timeout
 }
 
 var _ rlspb.RateLimitServiceServer = (*Service)(nil)
@@ -141,7 +152,11 @@ func NewService(lim *floodgate.Limiter, cfg func() *Config, opts Options) (*Serv
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("%w: negative timeout %v", ErrInvalidOptions, opts.Timeout)
+	}
 	return &Service{
+		ticks:  deadline.New(),
 		lim:    lim,
 		cfg:    cfg,
 		opts:   opts,
@@ -190,6 +205,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	defer p.release()
+	caller, own := ctx, false // own: the store calls end at Options.Timeout, before the caller's deadline
+	if s.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = s.ticks.WithTimeout(ctx, time.Now(), s.opts.Timeout)
+		defer cancel()
+		own = ctx != caller
+	}
 	now := s.opts.Clock()
 	ctx, fo := fallback.NewRequestContext(ctx)
 	var degraded fallback.Outcome
@@ -201,7 +223,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	})
 	if err != nil {
-		return nil, storeStatus(ctx, err)
+		return nil, storeStatus(caller, own, err)
 	}
 	resp := s.response(now, p, results)
 	if degraded.Degraded {
@@ -317,10 +339,13 @@ func ownDenial(r floodgate.Result) bool {
 	return !r.Allowed && r.Reason != floodgate.ReasonOtherLayer
 }
 
-// storeStatus maps a store error to a gRPC status.
-func storeStatus(ctx context.Context, err error) error {
+// storeStatus maps a store error to a gRPC status. ctx is the caller's
+// context; own says the store calls ran under a deadline of the service's
+// own (Options.Timeout) that came before the caller's: the store then ran
+// out of the service's time, not the caller's, which is UNAVAILABLE.
+func storeStatus(ctx context.Context, own bool, err error) error {
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || !own && errors.Is(err, context.DeadlineExceeded):
 		return status.Errorf(codes.DeadlineExceeded, "envoyrls: %v", err)
 	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
 		return status.Errorf(codes.Canceled, "envoyrls: %v", err)

@@ -15,7 +15,9 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -197,4 +199,73 @@ func TestServeGRPCAnswersBeforeCallerDeadlineWhenRedisStalls(t *testing.T) {
 		d, err := call("after", 10*time.Second)
 		return err == nil && d == ""
 	})
+}
+
+// TestServeGRPCDecisionTimeout: --decision-timeout bounds a gRPC request's
+// store calls as it bounds an HTTP check's. With Redis stalled (SIGSTOP)
+// and a budget and Redis timeout far longer than --decision-timeout, a
+// gRPC call whose own deadline is longer still is answered soon after
+// --decision-timeout: by the fallback (it has four fifths of it), or,
+// with --fallback off, UNAVAILABLE, the service's time having run out,
+// not the caller's. Before, the gRPC API ignored --decision-timeout: the
+// call waited for the caller's deadline, the budget or the Redis timeout
+// (8 s here, or DEADLINE_EXCEEDED at the caller's 10 s with --fallback
+// off; by hand, 2.05 s per call with the defaults and --fallback off,
+// where the HTTP check answered 503 after its 1 s).
+func TestServeGRPCDecisionTimeout(t *testing.T) {
+	const (
+		decisionTimeout = 300 * time.Millisecond
+		callerDeadline  = 10 * time.Second
+		bound           = 4 * time.Second // half of what the old code took, 13 times what it should
+	)
+	for _, tc := range []struct {
+		fallback string
+		wantCode codes.Code
+	}{{"local", codes.OK}, {"off", codes.Unavailable}} {
+		t.Run("fallback-"+tc.fallback, func(t *testing.T) {
+			rs := redistest.Start(t)
+			dir := t.TempDir()
+			writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
+			svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpctimeout%d", time.Now().UnixNano()),
+				"--fallback", tc.fallback, "--fallback-budget", "10s", "--redis-timeout", "20s", "--decision-timeout", decisionTimeout.String(),
+				"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+			conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			client := rlspb.NewRateLimitServiceClient(conn)
+			call := func(user string) (degraded string, took time.Duration, err error) {
+				ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)
+				defer cancel()
+				start := time.Now()
+				resp, err := client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge",
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: user}}}}})
+				took = time.Since(start)
+				for _, h := range resp.GetResponseHeadersToAdd() {
+					if strings.EqualFold(h.GetKey(), "x-floodgate-degraded") {
+						degraded = h.GetValue()
+					}
+				}
+				return degraded, took, err
+			}
+			waitUntil(t, "a central gRPC decision", func() bool {
+				d, _, err := call("warm")
+				return err == nil && d == ""
+			})
+			stallRedis(t, rs)
+			d, took, err := call("stalled")
+			t.Logf("--fallback %s, Redis stalled: answered after %v (--decision-timeout %v, caller's deadline %v): degraded %q, error %v",
+				tc.fallback, took, decisionTimeout, callerDeadline, d, err)
+			if code := status.Code(err); code != tc.wantCode {
+				t.Fatalf("--fallback %s, Redis stalled: code %v (%v), want %v", tc.fallback, code, err, tc.wantCode)
+			}
+			if tc.wantCode == codes.OK && !strings.HasPrefix(d, "local; reason=") {
+				t.Fatalf("--fallback local, Redis stalled: x-floodgate-degraded %q, want a local decision", d)
+			}
+			if took > bound {
+				t.Fatalf("--fallback %s, Redis stalled: answered after %v; want it bounded by --decision-timeout %v (at most %v here)", tc.fallback, took, decisionTimeout, bound)
+			}
+		})
+	}
 }

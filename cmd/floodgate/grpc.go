@@ -48,7 +48,8 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 }
 
 // startGRPC serves Envoy's rate limit API on --grpc-addr when it is set,
-// under the descriptors envoy holds (reloaded live), and returns a
+// under the descriptors envoy holds (reloaded live), each request's store
+// calls bounded by --decision-timeout as an HTTP check's, and returns a
 // function that stops it gracefully (bounded by --drain-timeout).
 // Decisions are stamped with now, the limiter's clock (disciplined to
 // Redis's with --clock-sync). onDegraded counts the answers a failure
@@ -58,7 +59,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDeg
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now, OnDegraded: onDegraded,
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now, OnDegraded: onDegraded, Timeout: f.decisionTimeout,
 		Observe: func(o envoyrls.Observation) { countGRPCDecision(decided, o) }})
 	if err != nil {
 		return nil, err
