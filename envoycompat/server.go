@@ -112,11 +112,27 @@ var jsonContentType = []string{"application/json"}
 // HTTPHandler serves their main HTTP port: /json (a RateLimitRequest in
 // protobuf JSON; the RateLimitResponse back, 429 when OVER_LIMIT, 400 for
 // a request that cannot be read or is refused) and /healthcheck.
+//
+// Unlike theirs, /json refuses (403) a request a browser sent from a page
+// of another origin (Sec-Fetch-Site cross-site or same-site, or an Origin
+// not matching Host), through net/http's CrossOriginProtection: a page on
+// any site could otherwise make its visitor's browser POST a text/plain
+// form (no CORS preflight) to a service it can reach and spend anyone's
+// limits. Envoy, services and curl send neither header and are served as
+// by theirs.
 func (s *Service) HTTPHandler(h *Health) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", h)
-	mux.HandleFunc("/json", s.serveJSON)
+	xo := http.NewCrossOriginProtection()
+	xo.SetDenyHandler(http.HandlerFunc(refuseCrossOrigin))
+	mux.Handle("/json", xo.Handler(http.HandlerFunc(s.serveJSON)))
 	return mux
+}
+
+// refuseCrossOrigin answers a /json request refused as sent by a browser
+// from a page of another origin; nothing was counted.
+func refuseCrossOrigin(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "Forbidden: a browser sent this request from a page of another origin; nothing was counted", http.StatusForbidden)
 }
 
 // serveJSON answers POST /json.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/health"
@@ -110,4 +111,61 @@ func postJSON(t *testing.T, url string, body []byte) (int, string, []byte) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, resp.Header.Get("Content-Type"), out
+}
+
+// TestJSONRefusesCrossOriginBrowsers: a POST /json a browser sends from a
+// page of another origin, JSON in a text/plain form included, is answered
+// 403 and counts nothing; requests without the browser's headers (Envoy,
+// curl) and same-origin ones are served.
+func TestJSONRefusesCrossOriginBrowsers(t *testing.T) {
+	svc := newRig(t, &MemoryStore{Now: func() time.Time { return fixedNow }}, Options{}, costConfig).svc
+	srv := httptest.NewServer(svc.HTTPHandler(NewHealth(health.NewServer(), false)))
+	t.Cleanup(srv.Close)
+	body := `{"domain":"cost","descriptors":[{"entries":[{"key":"user","value":"xo"}]}]}`
+	post := func(h map[string]string) (int, string) {
+		t.Helper()
+		rq, err := http.NewRequest("POST", srv.URL+"/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range h {
+			rq.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(rq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	remaining := func() uint32 { // after counting one more
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(context.Background(), req(t, "cost", 1, "user=xo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatuses()[0].GetLimitRemaining()
+	}
+	before := remaining()
+	for _, h := range []map[string]string{
+		{"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"},
+		{"Sec-Fetch-Site": "same-site"},
+		{"Origin": "https://evil.example", "Content-Type": "application/x-www-form-urlencoded"},
+	} {
+		if code, out := post(h); code != http.StatusForbidden || !strings.Contains(out, "nothing was counted") {
+			t.Fatalf("POST /json with %v: %d %s, want 403", h, code, out)
+		}
+	}
+	if got := remaining(); got != before-1 {
+		t.Fatalf("remaining after the refused requests and one more: %d, want %d", got, before-1)
+	}
+	for _, h := range []map[string]string{nil, {"Sec-Fetch-Site": "same-origin"}, {"Origin": srv.URL}} {
+		if code, out := post(h); code != http.StatusOK {
+			t.Fatalf("POST /json with %v: %d %s, want 200", h, code, out)
+		}
+	}
+	if got := remaining(); got != before-5 {
+		t.Fatalf("remaining after 3 served requests and one more: %d, want %d", got, before-5)
+	}
 }
