@@ -12,9 +12,11 @@
 # line: decisions/s, the serve process's user+sys CPU per decision
 # (/proc/PID/stat over the measured window; for the redis store, its
 # redis-server's too), its heap allocations per
-# request (go_memstats_mallocs_total over the window), p50/p99 and the
+# request (go_memstats_mallocs_total over the window), p50/p99, the
 # decisions the fallback took (rate_limit_fallback_total: non-zero means
-# Redis missed the budget, as on an overloaded machine). OUTDIR (default
+# Redis missed the budget, as on an overloaded machine) and, for the redis
+# store, the script calls per decision (EVAL* and EVALSHA* of INFO
+# commandstats over the window: fewer means larger coalesced calls). OUTDIR (default
 # ./svcprofile) gets each cell's CPU profile (SECONDS-2 s) and allocation
 # profiles at the start and end of the window: compare them with
 #   go tool pprof -top FLOODGATE OUTDIR/mem-grpc.cpu
@@ -85,6 +87,8 @@ for store in ${STORES:-mem redis}; do
 		"$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration 2s --identities 10000 --quiet >/dev/null
 		metric() { curl -s "127.0.0.1:$AP/metrics" | awk -v m="$1" '$1 ~ "^"m {s+=$2} END {printf "%d", s}'; }
 		m0=$(metric go_memstats_mallocs_total)
+		calls() { redis-cli -p "$RP" info commandstats | awk -F'[=,:]' '/^cmdstat_eval/ {s+=$3} END {printf "%d", s}'; }
+		e0=$(calls)
 		c0=$(awk '{print $14+$15}' "/proc/$SP/stat")
 		r0=$(awk '{print $14+$15}' "/proc/$RPID/stat")
 		curl -s -o "$OUT/$store-$api.cpu" "127.0.0.1:$AP/debug/pprof/profile?seconds=$((DUR - 2))" &
@@ -94,6 +98,7 @@ for store in ${STORES:-mem redis}; do
 		c1=$(awk '{print $14+$15}' "/proc/$SP/stat")
 		r1=$(awk '{print $14+$15}' "/proc/$RPID/stat")
 		m1=$(metric go_memstats_mallocs_total)
+		e1=$(calls)
 		wait "$CP"
 		curl -s -o "$OUT/$store-$api.allocs1" "127.0.0.1:$AP/debug/pprof/allocs"
 		fb=$(metric rate_limit_fallback_total)
@@ -101,15 +106,16 @@ for store in ${STORES:-mem redis}; do
 		n=$(awk '$1 == "requests" {print $2}' <<<"$rep")
 		rate=$(grep -oP '\(\K[0-9.]+(?= req/s)' <<<"$rep")
 		lat=$(awk '$1 == "latency" {print $3, $5}' <<<"$rep")
-		python3 - "$store" "$api" "$n" "$rate" "$c0" "$c1" "$TICK" "$m0" "$m1" "$fb" "$lat" "$r0" "$r1" <<'PY'
+		python3 - "$store" "$api" "$n" "$rate" "$c0" "$c1" "$TICK" "$m0" "$m1" "$fb" "$lat" "$r0" "$r1" "$e0" "$e1" <<'PY'
 import sys
-store, api, n, rate, c0, c1, tick, m0, m1, fb, lat, r0, r1 = sys.argv[1:]
+store, api, n, rate, c0, c1, tick, m0, m1, fb, lat, r0, r1, e0, e1 = sys.argv[1:]
 n = max(int(n or 0), 1)
 cpu = (int(c1) - int(c0)) / int(tick)
 rcpu = (int(r1) - int(r0)) / int(tick)
 redis = f" + Redis {rcpu*1e6/n:4.1f}" if store == "redis" else ""
+calls = f"  script calls {(int(e1)-int(e0))/n:.3f}/decision" if store == "redis" else ""
 print(f"{store:5} {api:4}: {float(rate):8.0f} decisions/s  serve CPU {cpu*1e6/n:5.1f}{redis} µs/decision  "
-      f"{(int(m1)-int(m0))/n:4.0f} allocs/request  p50/p99 {lat}  fallback decisions {fb}")
+      f"{(int(m1)-int(m0))/n:4.0f} allocs/request  p50/p99 {lat}  fallback decisions {fb}{calls}")
 PY
 	done
 done
