@@ -241,7 +241,7 @@ type UnlockRequest struct {
 func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 	if s.opts.LoginGuard == nil {
 		s.fail(w, r, &problemError{status: http.StatusNotImplemented, kind: "login-guard-disabled",
-			detail: "this server has no login guard (serve with --redis and --login-secret)"})
+			detail: "this server has no login guard (serve with --redis and --login-secret-file)"})
 		return
 	}
 	body, err := s.readBody(w, r)

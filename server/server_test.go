@@ -467,8 +467,14 @@ func TestAdminLoginUnlock(t *testing.T) {
 		t.Fatalf("still locked after unlock: %+v", st.Account)
 	}
 	plain := start(t, layered, memStore(t), nil)
-	if r := plain.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"}); r.status != 501 {
+	r := plain.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"})
+	if r.status != 501 {
 		t.Fatalf("unlock without a guard: %d", r.status)
+	}
+	// The answer names the flag that enables the guard, as serve --help
+	// spells it (there is no --login-secret).
+	if !strings.Contains(string(r.body), "--login-secret-file") {
+		t.Errorf("unlock without a guard: %s, want it to name --login-secret-file", r.body)
 	}
 }
 
