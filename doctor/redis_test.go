@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -269,5 +270,32 @@ func TestSentinelWrongMasterName(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("error %q calls sentinels that answered unreachable", err)
+	}
+}
+
+// TestSentinelsUnreachable: when no sentinel answers, the error says so
+// and why for each (connection refused), as docs/operations.md promises
+// ("the message says why"); it used to be go-redis's bare "context
+// deadline exceeded".
+func TestSentinelsUnreachable(t *testing.T) {
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{SentinelAddrs: addrs, SentinelMaster: "main"}, Prefix: "su"})
+	if err == nil {
+		t.Fatal("doctor.Run with no sentinel listening: no error")
+	}
+	for _, want := range []string{"no sentinel answers", addrs[0], addrs[1], "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

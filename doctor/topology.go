@@ -401,19 +401,22 @@ func (r *run) latencyFail() time.Duration {
 	return latencyFail
 }
 
-// sentinelDiagnosis says why a Sentinel deployment could not be reached
-// when the sentinels themselves answer: go-redis reports every sentinel
-// "unreachable" when they all answer that they monitor no primary by the
-// name given. It asks each sentinel for the primary's address (SENTINEL
+// sentinelDiagnosis says why a Sentinel deployment could not be reached:
+// go-redis reports every sentinel "unreachable" when they all answer that
+// they monitor no primary by the name given, and only its deadline
+// ("context deadline exceeded") when no sentinel answers at all. It asks
+// each sentinel for the primary's address (SENTINEL
 // GET-MASTER-ADDR-BY-NAME) and returns "" when r is not a Sentinel
-// deployment or no sentinel answers; replaces reports a diagnosis that
-// makes go-redis's error wrong (the name is unknown, nothing unreachable).
+// deployment; when no sentinel answers, the diagnosis names each one's
+// error (connection refused, a TLS failure...). replaces reports a
+// diagnosis that makes go-redis's error useless or wrong (the name is
+// unknown, nothing unreachable; or no sentinel answers).
 func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool) {
 	st, ok := r.sentinels()
 	if !ok {
 		return "", false
 	}
-	var unknown, primaries []string
+	var unknown, primaries, failed []string
 	for _, a := range st.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1})
 		sc.AddHook(r.counter)
@@ -426,9 +429,14 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 			unknown = append(unknown, a)
 		case err == nil && len(addr) == 2:
 			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))
+		case err != nil:
+			failed = append(failed, fmt.Sprintf("%s: %v", a, err))
 		}
 	}
 	switch {
+	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0:
+		return fmt.Sprintf("no sentinel answers (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",
+			strings.Join(failed, "; ")), true
 	case len(unknown) > 0 && len(primaries) == 0:
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
 			strings.Join(unknown, ", "), st.Master), true
