@@ -127,7 +127,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Name: "rate_limit_allowed_total", Help: "Requests admitted by the rate limiter.", ConstLabels: cl,
 		}, decision),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rate_limit_denied_total", Help: "Requests denied by the rate limiter (answered 429).", ConstLabels: cl,
+			Name: "rate_limit_denied_total", Help: "Requests denied by the rate limiter (whether the caller answered them 429 or not).", ConstLabels: cl,
 		}, decision),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "rate_limit_redis_latency_seconds", Help: "Duration of rate limit decisions on the primary store (Redis), failures included.",
