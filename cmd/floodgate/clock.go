@@ -114,12 +114,21 @@ func startHeartbeat(f serveFlags, b *backend, now func() time.Time, reg promethe
 // every breaker change (rare: an outage opens it once, recovery closes it).
 type breakerLog struct {
 	*metrics.Metrics
-	log *slog.Logger
+	log  *slog.Logger
+	seen *sync.Map // partitions whose breaker has reported its first state
 }
 
-// ObserveBreaker implements fallback.Observer.
+// ObserveBreaker implements fallback.Observer. A breaker's first report,
+// its closed state when it is made, is not logged: it says nothing of
+// Redis (serve makes the default partition's breaker at start, whether
+// Redis is up or not), and "deciding with Redis" followed at once by the
+// breaker opening would mislead whoever reads the log of a start with
+// Redis down.
 func (b breakerLog) ObserveBreaker(partition string, s fallback.BreakerState) {
 	b.Metrics.ObserveBreaker(partition, s)
+	if _, known := b.seen.LoadOrStore(partition, struct{}{}); !known && s == fallback.BreakerClosed {
+		return
+	}
 	if s == fallback.BreakerClosed {
 		b.log.Info("circuit breaker closed: deciding with Redis", "partition", partition)
 		return

@@ -185,3 +185,33 @@ func TestServeClockSkewTwoInstances(t *testing.T) {
 		t.Fatalf("without discipline %d admitted: the test no longer shows the fault it guards against", unsynced)
 	}
 }
+
+// TestServeBreakerLogWithRedisDownAtStart: a serve started while Redis is
+// down does not log "circuit breaker closed: deciding with Redis" (the
+// breaker's state when it is made, which says nothing of Redis); it logs
+// the breaker opening once checks fail, and closing again, with that
+// line, once Redis is back.
+func TestServeBreakerLogWithRedisDownAtStart(t *testing.T) {
+	const closedMsg = "circuit breaker closed: deciding with Redis"
+	rs := redistest.Start(t)
+	rs.Kill()
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("brklog%d", time.Now().UnixNano()))
+	check := func() {
+		post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}})
+	}
+	waitUntil(t, "the breaker to open", func() bool {
+		check()
+		_, ok := svc.Logged("circuit breaker open: decisions taken by each policy's failure mode")
+		return ok
+	})
+	if _, ok := svc.Logged(closedMsg); ok {
+		t.Fatalf("%q logged with Redis down since the start:\n%s", closedMsg, svc.Logs())
+	}
+	rs.Restart(t)
+	waitUntil(t, "the breaker to close once Redis is back", func() bool {
+		check()
+		_, ok := svc.Logged(closedMsg)
+		return ok
+	})
+	svc.stop(t)
+}

@@ -232,7 +232,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		client.Close()
 		return nil, fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
 	}
-	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Observer: breakerLog{m, log},
+	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Observer: breakerLog{m, log, new(sync.Map)},
 		OnFallback: func(r fallback.Reason, err error) {
 			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
 		},
