@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/fallback"
 )
 
 // RedisReady returns a readiness check (Options.Ready) for the Redis the
@@ -21,17 +23,35 @@ import (
 //     talking to the demoted primary is not ready until it follows the
 //     sentinels).
 //
+// With probeKey set, each such primary must also take a write: a SET of
+// probeKey (on a Cluster, of a key in one of that primary's slots), with a
+// 10 s expiry, as the breaker's background probe (fallback.RedisProbe) is.
+// A Redis out of memory (maxmemory with noeviction) still answers ROLE
+// and CLUSTER INFO but refuses every decision's script; without the write
+// it was reported ready until enough decisions had failed to open the
+// breaker, which light traffic may never do.
+//
 // The check's error names the node and what it said.
-func RedisReady(client redis.UniversalClient) func(ctx context.Context) error {
+func RedisReady(client redis.UniversalClient, probeKey string) func(ctx context.Context) error {
+	var probe func(ctx context.Context, partition string) error
+	if probeKey != "" {
+		probe = fallback.RedisProbe(client, probeKey)
+	}
 	return func(ctx context.Context) error {
 		if cc, ok := client.(*redis.ClusterClient); ok {
-			return clusterReady(ctx, cc)
+			return clusterReady(ctx, cc, probe)
 		}
-		return primaryReady(ctx, client)
+		if err := primaryReady(ctx, client); err != nil || probe == nil {
+			return err
+		}
+		if err := probe(ctx, fallback.DefaultPartition); err != nil {
+			return fmt.Errorf("redis: a write was refused: %w", err)
+		}
+		return nil
 	}
 }
 
-func clusterReady(ctx context.Context, cc *redis.ClusterClient) error {
+func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx context.Context, partition string) error) error {
 	var mu sync.Mutex
 	var errs []error
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
@@ -44,6 +64,11 @@ func clusterReady(ctx context.Context, cc *redis.ClusterClient) error {
 				}
 			}
 			err = fmt.Errorf("cluster_state:%s", state)
+		}
+		if err == nil && probe != nil {
+			if err = probe(ctx, n.Options().Addr); err != nil {
+				err = fmt.Errorf("a write was refused: %w", err)
+			}
 		}
 		if err != nil {
 			mu.Lock()

@@ -393,3 +393,35 @@ func TestServeTierLookupSharesTheFallbackBudget(t *testing.T) {
 	resume()
 	waitCentral(t, svc.url, api("after"))
 }
+
+// TestServeReadyzRedisRefusingWrites: /readyz is 503 while Redis refuses
+// writes (maxmemory with noeviction), as every decision then fails, even
+// before any decision has failed: readiness writes the breaker's probe key.
+// Before, it asked only ROLE, which a Redis out of memory answers: /readyz
+// stayed 200 "ready" while every check was degraded, until enough checks
+// had failed to open the breaker (none here).
+func TestServeReadyzRedisRefusingWrites(t *testing.T) {
+	rs := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("readyoom%d", time.Now().UnixNano()))
+	waitUntil(t, "readyz 200 on a healthy Redis", func() bool {
+		code, _ := readyz(t, svc.url)
+		return code == 200
+	})
+	adm := pauseClient(t, rs.Addr)
+	ctx := context.Background()
+	if err := adm.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := readyz(t, svc.url)
+	t.Logf("readyz with Redis refusing writes: %d %s", code, body)
+	if code != 503 || !strings.Contains(body, "OOM") {
+		t.Fatalf("readyz with Redis refusing writes (OOM): %d %s; want 503 naming OOM", code, body)
+	}
+	if err := adm.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "readyz 200 once Redis takes writes again", func() bool {
+		code, _ := readyz(t, svc.url)
+		return code == 200
+	})
+}
