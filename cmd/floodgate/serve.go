@@ -446,6 +446,15 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// left, once the heartbeat runs, is closed when this instance has
+	// left the live count (see below): waited for last, after the drains
+	// it overlaps.
+	var left chan struct{}
+	defer func() {
+		if left != nil {
+			<-left
+		}
+	}()
 	defer stopGRPC()
 	ln, err := f.sec.listen(f.addr, "--addr")
 	if err != nil {
@@ -484,12 +493,24 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { _ = hb.Run(wctx) })
-		defer func() {
+		ran := make(chan struct{})
+		wg.Go(func() { defer close(ran); _ = hb.Run(wctx) })
+		// A stopping instance leaves the live count at once, when the
+		// shutdown starts (the signal ends wctx), not after
+		// --shutdown-delay and the drains: the others widen their local
+		// limits at their next beat, and the second the leave may wait
+		// for a stalled Redis passes during the delay and the drains,
+		// not after them.
+		// It leaves once its last beat has ended, so that no beat
+		// still in flight puts it back.
+		left = make(chan struct{})
+		context.AfterFunc(wctx, func() {
+			defer close(left)
+			<-ran
 			lctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = hb.Leave(lctx)
-		}()
+		})
 	}
 
 	log.Info("floodgate listening", "addr", ln.Addr().String(), "http_server", engine, "store", b.describe, "config", cfg.Source(),

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestServeSecondSignalExits: a second SIGTERM during the shutdown's
@@ -47,4 +51,52 @@ func TestServeSecondSignalExits(t *testing.T) {
 	if strings.Contains(s.Logs(), "floodgate stopped") {
 		t.Errorf("serve logged a clean stop after the second SIGTERM:\n%s", s.Logs())
 	}
+}
+
+// TestServeLeavesLiveCountAtOnce: a stopping instance leaves the live
+// count (<prefix>:instances) when the shutdown starts, while it still
+// serves out --shutdown-delay, as docs/operations.md says ("a stopping
+// instance leaves at once"). Before, it left only after the delay and the
+// drains (a minute here), the others counting it all that time, and with
+// Redis stalled the leave's second came on top of the drains.
+func TestServeLeavesLiveCountAtOnce(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("leave%d", time.Now().UnixNano())
+	s := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix, "--shutdown-delay", "1m")
+	c := pauseClient(t, rs.Addr)
+	ctx := context.Background()
+	members := func() int64 {
+		n, err := c.ZCard(ctx, prefix+":instances").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitUntil(t, "the instance in the live count", func() bool { return members() == 1 })
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the shutdown", func() bool {
+		_, ok := s.Logged("shutting down: readiness off, draining")
+		return ok
+	})
+	// The set's own expiry would empty it in some seconds whatever the
+	// instance does (it no longer beats): take it away, so that only
+	// the instance leaving can.
+	if err := c.Persist(ctx, prefix+":instances").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the instance out of the live count after SIGTERM", func() bool { return members() == 0 })
+	if code, body := readyz(t, s.url); code != 503 || !strings.Contains(body, "draining") {
+		t.Fatalf("readyz once the instance left, during its minute of --shutdown-delay: %d %s; want 503 draining", code, body)
+	}
+	select {
+	case <-s.Done():
+		t.Fatalf("serve exited during its --shutdown-delay: %v\n%s", s.Err(), s.Logs())
+	default:
+	}
+	if err := s.Signal(syscall.SIGTERM); err != nil { // the second ends it at once
+		t.Fatal(err)
+	}
+	<-s.Done()
 }
