@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // hostOffsetWarn is the offset between this host and Redis above which the
@@ -85,7 +87,7 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 	}
 	ins := r.readInstances(ctx)
 	r.check(GroupClocks, "instances", func(c *Check) {
-		c.Read = fmt.Sprintf("%s and %s from /metrics, and the Date header of /readyz, of %d instance(s)", metricSkew, metricSyncRTT, len(ins))
+		c.Read = fmt.Sprintf("%s and %s from /metrics, and the Date header of /readyz, of %s", metricSkew, metricSyncRTT, plural.Count(len(ins), "instance", "instances"))
 		redisOff, _, err := r.hostOffset(ctx)
 		if err == nil {
 			c.Read += fmt.Sprintf("; %d TIME calls", timeSamples)
@@ -136,7 +138,7 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 		c.Status = worst
 		if worst == Pass && unread > 0 {
 			c.Status = Warn
-			c.Summary = fmt.Sprintf("the clock discipline of %d instance(s) is unknown: their /metrics could not be read", unread)
+			c.Summary = fmt.Sprintf("the clock discipline of %s is unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
 			c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -72,7 +73,7 @@ func (r *run) checkTiers(ctx context.Context, c *Check) {
 	n, err := r.client.HLen(hctx, keys.Tiers).Result()
 	cancel()
 	if err == nil {
-		c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %d tier assignment(s)", keys.Tiers, n))
+		c.Evidence = append(c.Evidence, keys.Tiers+" holds "+plural.Count(n, "tier assignment", "tier assignments"))
 	}
 	def, _ := config.Default()
 	switch {
@@ -106,7 +107,7 @@ func (r *run) checkBigLogs(c *Check) {
 	if len(big) > 0 {
 		c.Status = Warn
 		c.Evidence = big
-		c.Summary = fmt.Sprintf("%d sliding-log layer(s) with a limit of %d or more: each identity's key keeps one member per request admitted in the window", len(big), bigSlidingLog)
+		c.Summary = fmt.Sprintf("%s with a limit of %d or more: each identity's key keeps one member per request admitted in the window", plural.Count(len(big), "sliding-log layer", "sliding-log layers"), bigSlidingLog)
 		c.Fix = "use sliding_window (two counters per identity, close to exact) for large limits; keep sliding_log for small exact ones such as 5 logins per 15 minutes"
 		return
 	}
@@ -142,7 +143,7 @@ func (r *run) checkSlots(c *Check) {
 	switch {
 	case len(hot) > 0:
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("%d global layer(s) keep their whole limit on one key: every request of every identity writes it, one hot key on one Redis node", len(hot))
+		c.Summary = plural.Count(len(hot), "global layer keeps its", "global layers keep their") + " whole limit on one key: every request of every identity writes it, one hot key on one Redis node"
 		c.Fix = "set shards: N on the layer (the limit is split over N keys, on different Cluster slots)"
 	case len(split) > 0 && r.cluster != nil:
 		c.Status = Info
@@ -168,12 +169,12 @@ func (r *run) checkShadow(c *Check) {
 	}
 	for _, in := range r.instances {
 		if v, ok := sum(in.metrics, metricShadowDenied, nil); ok {
-			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %.0f request(s) a shadow layer would have denied", in.url, v))
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %.0f %s a shadow layer would have denied", in.url, math.Round(v), plural.Word(math.Round(v), "request", "requests")))
 		}
 	}
 	if len(shadow) > 0 {
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("%d layer(s) in shadow mode count but never deny: %s", len(shadow), strings.Join(shadow, ", "))
+		c.Summary = plural.Count(len(shadow), "layer in shadow mode counts", "layers in shadow mode count") + " but never deny: " + strings.Join(shadow, ", ")
 		c.Fix = "once its numbers look right, enforce the layer (remove shadow: true) or remove it; a shadow layer left on protects nothing"
 		return
 	}

@@ -71,7 +71,7 @@ func TestEnvoyDescriptorKeys(t *testing.T) {
 
 	opts.EnvoyConfig = []string{file}
 	rep = runDoctor(t, opts)
-	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, policy+" (fw): 2 key(s)")
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, policy+" (fw): 2 keys,")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
 
 	// An unreadable descriptor configuration stops doctor with the error.

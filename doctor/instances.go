@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // The metric names doctor reads from an instance's /metrics (package
@@ -192,7 +194,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		return
 	}
 	ins := r.readInstances(ctx)
-	read := fmt.Sprintf("GET /readyz and /metrics of %d instance(s)", len(ins))
+	read := "GET /readyz and /metrics of " + plural.Count(len(ins), "instance", "instances")
 	r.check(GroupInstances, "ready", func(c *Check) {
 		c.Read = read
 		bad := 0
@@ -209,11 +211,11 @@ func (r *run) instanceChecks(ctx context.Context) {
 			}
 		}
 		if bad > 0 {
-			c.Status, c.Summary = Fail, fmt.Sprintf("%d of %d instance(s) not ready", bad, len(ins))
+			c.Status, c.Summary = Fail, fmt.Sprintf("%d of %s", bad, plural.Count(len(ins), "instance not ready", "instances not ready"))
 			c.Fix = "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down"
 			return
 		}
-		c.Status, c.Summary = Pass, fmt.Sprintf("all %d instance(s) ready", len(ins))
+		c.Status, c.Summary = Pass, plural.Word(len(ins), "", "all ")+plural.Count(len(ins), "instance ready", "instances ready")
 	})
 	r.check(GroupInstances, "config-version", func(c *Check) {
 		c.Read = read + " (no extra request)"
@@ -274,7 +276,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		c.Status = worst
 		switch {
 		case worst == Pass && unread > 0:
-			c.Status, c.Summary = Warn, fmt.Sprintf("the breakers of %d instance(s) are unknown: their /metrics could not be read", unread)
+			c.Status, c.Summary = Warn, fmt.Sprintf("the breakers of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
 			c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
 		case !seen:
 			c.Status, c.Summary = Info, "no instance exports "+metricBreaker+" (not exported by this version, or no Redis call yet)"
@@ -358,7 +360,7 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 	switch {
 	case worst == Pass && unread > 0:
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("the fallback and denial counts of %d instance(s) are unknown: their /metrics could not be read", unread)
+		c.Summary = fmt.Sprintf("the fallback and denial counts of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
 		c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
 		return
 	}

@@ -100,7 +100,7 @@ func TestInstancesHealthyPassClean(t *testing.T) {
 	b := startInstance(t, client, "ih", instanceOptions{doc: testConfig, discipline: true})
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ih",
 		Instances: []string{a.url, b.url}, RateWindow: 200 * time.Millisecond})
-	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass, "all 2 instance(s) ready")
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass, "all 2 instances ready")
 	want(t, rep, doctor.GroupInstances, "config-version", doctor.Pass, `version "7"`)
 	want(t, rep, doctor.GroupClocks, "instances", doctor.Pass, "disciplined to Redis")
 	want(t, rep, doctor.GroupConfig, "failure-mode", doctor.Pass, "(login) fail closed")
@@ -173,7 +173,9 @@ func TestInstanceWithoutMetricsWarns(t *testing.T) {
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "im",
 		Instances: []string{hs.URL}, RateWindow: -1})
 	want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, "not exported by this version")
-	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass)
+	if c := want(t, rep, doctor.GroupInstances, "ready", doctor.Pass); c.Summary != "1 instance ready" {
+		t.Errorf("ready: %q, want %q", c.Summary, "1 instance ready")
+	}
 }
 
 // TestInstancesWhoseMetricsCannotBeRead: an instance whose /metrics is not
@@ -192,7 +194,9 @@ func TestInstancesWhoseMetricsCannotBeRead(t *testing.T) {
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "mr",
 		Instances: []string{a.url, gone.URL}, RateWindow: -1})
 	want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, a.url+": GET /metrics: status 404", "--metrics-admin-only", gone.URL+": unreachable")
-	want(t, rep, doctor.GroupInstances, "breakers", doctor.Warn, a.url+": GET /metrics: status 404", gone.URL+": unreachable")
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Fail, "1 of 2 instances not ready")
+	want(t, rep, doctor.GroupInstances, "breakers", doctor.Warn, "the breakers of 2 instances are unknown: their /metrics could not be read",
+		a.url+": GET /metrics: status 404", gone.URL+": unreachable")
 	c := want(t, rep, doctor.GroupInstances, "fallback-and-denials", doctor.Warn, a.url+": GET /metrics: status 404", gone.URL+": unreachable")
 	if strings.Contains(c.Summary, "fallback decisions since start") {
 		t.Fatalf("fallback-and-denials blames fallback decisions it never read:\n%s", text(rep))

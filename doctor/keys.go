@@ -137,13 +137,13 @@ func (r *run) keyChecks(ctx context.Context) {
 	var res scanResult
 	r.check(GroupKeys, "scan", func(c *Check) {
 		res = r.scan(ctx, nodes)
-		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %d primary(ies), paced %v between batches, capped at %s and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
-			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, len(nodes), r.opts.Scan.Pause, plural.Count(r.opts.Scan.MaxKeys, "key", "keys"), r.opts.Scan.MaxTime)
+		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %s, paced %v between batches, capped at %s and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
+			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, plural.Count(len(nodes), "primary", "primaries"), r.opts.Scan.Pause, plural.Count(r.opts.Scan.MaxKeys, "key", "keys"), r.opts.Scan.MaxTime)
 		c.Evidence = append(c.Evidence, fmt.Sprintf("%s in %s, %v", plural.Count(len(res.keys), "key", "keys"), plural.Count(res.calls, "SCAN call", "SCAN calls"), res.elapsed.Round(time.Millisecond)))
 		c.Evidence = append(c.Evidence, firstN(res.errs, 5)...)
 		switch {
 		case len(res.errs) > 0:
-			c.Status, c.Summary = Warn, fmt.Sprintf("the scan met %d error(s); the key checks below saw part of the keys", len(res.errs))
+			c.Status, c.Summary = Warn, "the scan met "+plural.Count(len(res.errs), "error", "errors")+"; the key checks below saw part of the keys"
 			c.Fix = "check every primary's reachability"
 		case res.truncated:
 			c.Status, c.Summary = Info, "a sample: "+res.why+"; the key checks below judge the keys seen"
@@ -210,25 +210,29 @@ func (r *run) checkTTLs(c *Check, res scanResult, own map[string]*owner, now tim
 	}
 	sort.Strings(immortal)
 	if len(immortal) > 0 {
-		c.Evidence = append(c.Evidence, fmt.Sprintf("%d key(s) without a TTL: %s", len(immortal), strings.Join(firstN(immortal, 5), ", ")))
+		c.Evidence = append(c.Evidence, plural.Count(len(immortal), "key", "keys")+" without a TTL: "+strings.Join(firstN(immortal, 5), ", "))
 	}
 	if len(long) > 0 {
 		sort.Strings(long)
-		c.Evidence = append(c.Evidence, fmt.Sprintf("%d key(s) with a TTL longer than their policy justifies:", len(long)))
+		c.Evidence = append(c.Evidence, plural.Count(len(long), "key with a TTL longer than its policy justifies:", "keys with a TTL longer than their policy justifies:"))
 		c.Evidence = append(c.Evidence, firstN(long, 5)...)
 	}
 	switch {
 	case len(immortal) > 0:
 		c.Status = Fail
-		c.Summary = fmt.Sprintf("%d key(s) under the prefix have no TTL: they never expire, so their identities keep old counts (or a lockout) for ever and memory only grows", len(immortal))
+		c.Summary = plural.Count(len(immortal), "key under the prefix has no TTL: it never expires, so its identity keeps", "keys under the prefix have no TTL: they never expire, so their identities keep") +
+			" old counts (or a lockout) for ever and memory only grows"
 		c.Fix = "Floodgate's scripts set the TTL with every write, so something else wrote these (a manual SET, a PERSIST, another tool sharing the prefix): find it, then EXPIRE or DEL the keys listed"
 	case len(long) > 0:
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("%d key(s) live longer than their policy needs", len(long))
+		c.Summary = plural.Count(len(long), "key lives longer than its policy needs", "keys live longer than their policy needs")
 		c.Fix = "a policy whose window shrank keeps its old keys until they expire, which is harmless; otherwise another writer sets these TTLs: find it"
 	default:
 		c.Status = Pass
-		c.Summary = fmt.Sprintf("every one of %d key(s) has a TTL within its policy's bound", len(res.keys))
+		c.Summary = "every one of " + plural.Count(len(res.keys), "key", "keys") + " has a TTL within its policy's bound"
+		if len(res.keys) == 1 {
+			c.Summary = "the 1 key has a TTL within its policy's bound"
+		}
 	}
 }
 
@@ -334,11 +338,11 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			stats[s.label].memory += v
 		}
 	}
-	c.Read = fmt.Sprintf("the scan's key names; MEMORY USAGE on %d sampled key(s), pipelined", sampled)
+	c.Read = "the scan's key names; MEMORY USAGE on " + plural.Count(sampled, "sampled key", "sampled keys") + ", pipelined"
 	sort.Slice(labels, func(i, j int) bool { return stats[labels[i]].keys > stats[labels[j]].keys })
 	for _, l := range labels {
 		st := stats[l]
-		line := fmt.Sprintf("%s: %d key(s)", l, st.keys)
+		line := l + ": " + plural.Count(st.keys, "key", "keys")
 		if st.sampled > 0 && st.memory > 0 {
 			avg := st.memory / int64(st.sampled)
 			line += fmt.Sprintf(", ~%s each (MEMORY USAGE of %d), ~%s in all", formatBytes(avg), st.sampled, formatBytes(avg*int64(st.keys)))
@@ -358,7 +362,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 		var parts []string
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
-			parts = append(parts, fmt.Sprintf("%d key(s) of no Floodgate format (e.g. %s)", len(unknown), strings.Join(firstN(unknown, 3), ", ")))
+			parts = append(parts, fmt.Sprintf("%s of no Floodgate format (e.g. %s)", plural.Count(len(unknown), "key", "keys"), strings.Join(firstN(unknown, 3), ", ")))
 		}
 		if len(stale) > 0 {
 			var names []string
@@ -366,7 +370,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 				names = append(names, fmt.Sprintf("%s ×%d", n, k))
 			}
 			sort.Strings(names)
-			parts = append(parts, fmt.Sprintf("%d key(s) of policies the configuration does not define (%s)", len(stale), strings.Join(firstN(names, 5), ", ")))
+			parts = append(parts, fmt.Sprintf("%s the configuration does not define (%s)", plural.Count(len(stale), "key of a policy", "keys of policies"), strings.Join(firstN(names, 5), ", ")))
 		}
 		c.Summary = "keys of no known policy under the prefix: " + strings.Join(parts, "; ")
 		c.Fix = "keys of a removed or renamed policy expire by their TTL; keys of no Floodgate format mean another application shares the prefix: give Floodgate its own prefix (serve --prefix) or its own database"
@@ -379,7 +383,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 		}
 	case r.cfg == nil:
 		c.Status = Info
-		c.Summary = fmt.Sprintf("%d key(s) by owner; no configuration to match them against (%v)", len(res.keys), r.cfgErr)
+		c.Summary = fmt.Sprintf("%s by owner; no configuration to match %s against (%v)", plural.Count(len(res.keys), "key", "keys"), plural.Word(len(res.keys), "it", "them"), r.cfgErr)
 	default:
 		c.Status = Pass
 		c.Summary = fmt.Sprintf("every key belongs to a configured policy (%s)", plural.Count(len(labels), "owner", "owners"))
@@ -508,10 +512,13 @@ func (r *run) checkLogs(c *Check, res scanResult, own map[string]*owner) {
 	}
 	if big > 0 {
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("%d sorted set(s) hold %d or more members (about 1 MB each, and every decision on them does O(log n) work)", big, bigLog)
+		c.Summary = fmt.Sprintf("%s %d or more members (about 1 MB each, and every decision on %s does O(log n) work)", plural.Count(big, "sorted set holds", "sorted sets hold"), bigLog, plural.Word(big, "it", "them"))
 		c.Fix = "a sliding log keeps one member per admitted request: for large limits use sliding_window (two counters, about as exact) instead"
 		return
 	}
 	c.Status = Pass
-	c.Summary = fmt.Sprintf("%d sorted set(s), the largest with %s", len(logs), plural.Count(logs[0].card, "member", "members"))
+	c.Summary = "1 sorted set, with " + plural.Count(logs[0].card, "member", "members")
+	if len(logs) > 1 {
+		c.Summary = fmt.Sprintf("%d sorted sets, the largest with %s", len(logs), plural.Count(logs[0].card, "member", "members"))
+	}
 }

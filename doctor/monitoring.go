@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // ShippedAlerts are the alerting rules of deploy/prometheus/alerts.yml, which
@@ -89,7 +91,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			c.Fix = "add them to the scrape configuration (the instance label must be their host:port)"
 		default:
 			c.Status = Pass
-			c.Summary = fmt.Sprintf("Floodgate metrics scraped from %d target(s)", len(data.Result))
+			c.Summary = "Floodgate metrics scraped from " + plural.Count(len(data.Result), "target", "targets")
 		}
 	})
 	var groups struct {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // minVersion is the oldest Redis the scripts run on: they write states
@@ -160,7 +162,7 @@ func (r *run) redisChecks(ctx context.Context) {
 		c.Status = worst
 		switch worst {
 		case Pass:
-			c.Summary = fmt.Sprintf("%d primary(ies), all at Redis 6.0 or later (scripts need EVALSHA and SET KEEPTTL)", len(nodes))
+			c.Summary = plural.Count(len(nodes), "primary", "primaries") + plural.Word(len(nodes), ", at", ", all at") + " Redis 6.0 or later (scripts need EVALSHA and SET KEEPTTL)"
 		case Warn:
 			c.Summary = "could not read every version"
 		default:
@@ -290,7 +292,7 @@ func (r *run) checkMemory(c *Check) {
 		c.Fix = "plan more memory before traffic grows; see the Keys group for what uses it"
 	case unlimited > 0:
 		worst = Warn
-		c.Summary = fmt.Sprintf("%d primary(ies) without maxmemory: Redis grows until the host kills it", unlimited)
+		c.Summary = plural.Count(unlimited, "primary", "primaries") + " without maxmemory: Redis grows until the host kills it"
 		c.Fix = "set maxmemory (below the host's memory, leaving room for fork and buffers) with maxmemory-policy noeviction"
 	default:
 		c.Summary = "every primary has headroom under maxmemory"
@@ -341,7 +343,7 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 	switch {
 	case quotas && aofOff > 0:
 		c.Status = Fail
-		c.Summary = fmt.Sprintf("quotas are configured but %d primary(ies) run without AOF: a restart or failover loses acknowledged usage since the last snapshot, and customers get it again", aofOff)
+		c.Summary = "quotas are configured but " + plural.Count(aofOff, "primary runs", "primaries run") + " without AOF: a restart or failover loses acknowledged usage since the last snapshot, and customers get it again"
 		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary holding quotas; keep replicas so a failover does not lose the last second either"
 	case broken > 0:
 		c.Status = Warn
@@ -381,7 +383,7 @@ func (r *run) checkReplication(_ context.Context, c *Check) {
 		if n == 0 {
 			without++
 		}
-		line := fmt.Sprintf("%s: primary with %d replica(s)", addr, n)
+		line := addr + ": primary with " + plural.Count(n, "replica", "replicas")
 		for i := 0; i < n; i++ {
 			s := info[fmt.Sprintf("slave%d", i)]
 			line += "; " + s
@@ -405,7 +407,7 @@ func (r *run) checkReplication(_ context.Context, c *Check) {
 		c.Fix = "check the replica's log and the network; a failover to a lagging replica loses the counters it missed"
 	case without > 0:
 		c.Status = Info
-		c.Summary = fmt.Sprintf("%d primary(ies) without replicas: a failed primary loses its counters, and the fallback decides until it is back", without)
+		c.Summary = plural.Count(without, "primary", "primaries") + " without replicas: a failed primary loses its counters, and the fallback decides until it is back"
 	default:
 		c.Summary = "every primary has online replicas"
 	}

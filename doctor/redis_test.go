@@ -40,8 +40,8 @@ func TestHealthyStandalonePassesClean(t *testing.T) {
 	clean(t, rep)
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "appendonly yes", "tokens")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
-	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 key(s)", "login.per-account (sl): 3 key(s)",
-		"tokens (q): ", "reports (cc): 1 key(s)", "login guard: 3 key(s)")
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 keys", "login.per-account (sl): 3 keys",
+		"tokens (q): ", "reports (cc): 1 key,", "login guard: 3 keys")
 	if rep.RedisCommands == 0 {
 		t.Fatal("the report counts no Redis commands")
 	}
@@ -57,13 +57,23 @@ func TestKeyWithoutTTLFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nt"})
-	c := want(t, rep, doctor.GroupKeys, "ttl", doctor.Fail, "nt:api.per-user:sw:{rmallory}", "1 key(s) without a TTL")
+	c := want(t, rep, doctor.GroupKeys, "ttl", doctor.Fail, "nt:api.per-user:sw:{rmallory}", "1 key without a TTL",
+		"1 key under the prefix has no TTL: it never expires, so its identity keeps old counts")
 	if c.Fix == "" {
 		t.Fatal("a failed check must say how to fix it")
 	}
 	if rep.Worst() != doctor.Fail {
 		t.Fatalf("worst is %v, want fail", rep.Worst())
 	}
+	// Two more: the summary and evidence count them in the plural.
+	for _, k := range []string{"nt:api.per-user:sw:{rtrudy}", "nt:login.per-account:sl:{reve}"} {
+		if err := client.Set(context.Background(), k, "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nt"})
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Fail, "3 keys without a TTL: nt:api.per-user:sw:{rmallory}, nt:api.per-user:sw:{rtrudy}, nt:login.per-account:sl:{reve}",
+		"3 keys under the prefix have no TTL: they never expire, so their identities keep old counts")
 	// The configuration document and tier hash have no TTL by design.
 	if n, _ := client.Exists(context.Background(), "nt:config").Result(); n != 1 {
 		t.Fatal("nt:config should exist")
@@ -200,7 +210,36 @@ func TestHealthySentinelPasses(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "se"})
 	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, "3 of 3 sentinels")
-	want(t, rep, doctor.GroupRedis, "replication", doctor.Pass, "1 replica(s)")
+	want(t, rep, doctor.GroupRedis, "replication", doctor.Pass, "primary with 1 replica;")
+	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, ", 1 replica, 2 other sentinels, quorum")
+}
+
+// TestReplicationCountsReplicas: a primary with two replicas is reported
+// "primary with 2 replicas" (it read "2 replica(s)"); the Sentinel test
+// above checks the singular.
+func TestReplicationCountsReplicas(t *testing.T) {
+	primary := redistest.Start(t, healthyRedis...)
+	for i := 0; i < 2; i++ {
+		redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	}
+	client := primary.Client(t)
+	// Wait (up to a minute) until both replicas are linked and online.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		info, err := client.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "connected_slaves:2") && strings.Count(info, "state=online") == 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the replicas never came online: %v\n%s", err, info)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + primary.Addr}, Prefix: "rr"})
+	want(t, rep, doctor.GroupRedis, "replication", doctor.Pass, primary.Addr+": primary with 2 replicas;", "every primary has online replicas")
+	want(t, rep, doctor.GroupRedis, "server", doctor.Pass, "1 primary, at Redis 6.0 or later")
 }
 
 func TestRunChangesNothing(t *testing.T) {

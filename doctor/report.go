@@ -50,7 +50,7 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		}
 		read := "read: " + c.Read
 		if c.RedisCommands > 0 {
-			read += fmt.Sprintf(" (%d Redis command(s))", c.RedisCommands)
+			read += " (" + plural.Count(c.RedisCommands, "Redis command", "Redis commands") + ")"
 		}
 		fmt.Fprintf(bw, "         %s\n", paint(colourDim, read))
 	}

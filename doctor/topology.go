@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,7 +142,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 		for _, m := range worstMissing {
 			n += m.end - m.start + 1
 		}
-		c.Summary = fmt.Sprintf("%d hash slot(s) are served by no primary (%s): every decision whose keys hash there fails and is taken by the fallback", n, joinRanges(worstMissing, 5))
+		c.Summary = fmt.Sprintf("%s by no primary (%s): every decision whose keys hash there fails and is taken by the fallback", plural.Count(n, "hash slot is served", "hash slots are served"), joinRanges(worstMissing, 5))
 		c.Fix = "assign the slots again (redis-cli --cluster fix HOST:PORT, or CLUSTER ADDSLOTSRANGE on the node that should own them) and check that cluster_state is ok on every node"
 	case worst == Fail:
 		c.Summary = "a primary reports the cluster down or could not be read"
@@ -194,8 +195,9 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		q, qerr := sc.CkQuorum(sctx, master).Result()
 		cancel()
 		_ = sc.Close()
-		line := fmt.Sprintf("%s: %s at %s:%s flags %s, %s replica(s), %s other sentinel(s), quorum %s",
-			a, master, m["ip"], m["port"], m["flags"], m["num-slaves"], m["num-other-sentinels"], m["quorum"])
+		line := fmt.Sprintf("%s: %s at %s:%s flags %s, %s, %s, quorum %s",
+			a, master, m["ip"], m["port"], m["flags"], countField(m["num-slaves"], "replica", "replicas"),
+			countField(m["num-other-sentinels"], "other sentinel", "other sentinels"), m["quorum"])
 		if qerr != nil {
 			worst = Fail
 			line += "; CKQUORUM: " + qerr.Error()
@@ -470,4 +472,16 @@ func openSlots(clusterNodes string) []string {
 		}
 	}
 	return out
+}
+
+// countField writes a count Redis reported as text (a field of SENTINEL
+// MASTER) with the noun that agrees with it: countField("1", "replica",
+// "replicas") is "1 replica". A field that is not an integer is written
+// as it is, with many.
+func countField(field, one, many string) string {
+	n, err := strconv.Atoi(field)
+	if err != nil {
+		return field + " " + many
+	}
+	return plural.Count(n, one, many)
 }
