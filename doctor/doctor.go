@@ -169,7 +169,8 @@ type Options struct {
 	ConfigFile string
 	// EnvoyConfig, when set, are the Envoy descriptor configuration files
 	// and directories the instances run (serve --envoy-config): the keys
-	// of their descriptors are then known owners, not "keys of no known
+	// of their descriptors, and of the limit overrides Envoy sends in
+	// their domains, are then known owners, not "keys of no known
 	// policy". Unreadable or invalid, Run fails.
 	EnvoyConfig []string
 	// Instances are base URLs of running `floodgate serve` instances, e.g.

@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -63,16 +66,36 @@ func TestEnvoyDescriptorKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A limit override Envoy sent: 3 per 5 minutes, a policy of its own.
+	override := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.3"}},
+		Limit:   &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)},
+	}}}
+	if _, err := svc.ShouldRateLimit(context.Background(), override); err != nil {
+		t.Fatal(err)
+	}
 	policy := envoyrls.PolicyName("edge", envoyrls.Entry{Key: "remote_address"})
 
 	opts := doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ev"}
 	rep := runDoctor(t, opts)
-	want(t, rep, doctor.GroupKeys, "policies", doctor.Warn, policy+" (fw) ×2", "2 of them are named as Envoy descriptors' keys are (serve --envoy-config)")
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Warn, policy+" (fw) ×2", "edge.override.5m0s-", "3 of them are named as Envoy descriptors' keys are (serve --envoy-config)")
 
+	// Given the descriptors, the override's key is known too (it was
+	// reported as a key of a policy the configuration does not define),
+	// and its TTL is bounded by the override's 5 minutes.
 	opts.EnvoyConfig = []string{file}
 	rep = runDoctor(t, opts)
-	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, policy+" (fw): 2 keys,")
+	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, policy+" (fw): 2 keys,", "edge.override.5m0s-")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
+	keys, _, err := client.Scan(context.Background(), 0, "ev:edge.override.5m0s-*", 100).Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the override's keys: %v, %v", keys, err)
+	}
+	if err := client.Expire(context.Background(), keys[0], time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Warn, "1 key lives longer than its policy needs", keys[0]+": TTL 1h0m0s, policy allows at most 5m")
 
 	// An unreadable descriptor configuration stops doctor with the error.
 	opts.EnvoyConfig = []string{filepath.Join(t.TempDir(), "missing.yaml")}

@@ -240,6 +240,33 @@ func addEnvoyOwners(out map[string]*owner, envoy *envoyrls.Config) {
 	}
 }
 
+// addOverrideOwners adds to out the owners of the keys of keys that limit
+// overrides Envoy sent wrote: envoyrls decides an override under a
+// fixed-window policy named after its domain and window
+// (prefix:<domain>.override.<window>-<hash>:fw:{id}), so such a key
+// belongs to a domain of envoy and lives at most the window (plus the
+// slack). The limit is each request's own: the owner has none.
+func addOverrideOwners(out map[string]*owner, envoy *envoyrls.Config, keys []scannedKey) {
+	if envoy == nil {
+		return
+	}
+	tried := map[string]bool{}
+	for _, k := range keys {
+		name := k.parsed.owner
+		if k.parsed.alg != "fw" || tried[name] || out[name+"/fw"] != nil || !envoyDerivedName.MatchString(name) {
+			continue
+		}
+		tried[name] = true
+		_, window, ok := envoy.OverrideWindow(name)
+		if !ok {
+			continue
+		}
+		p := floodgate.Policy{Name: name, Algorithm: floodgate.FixedWindow, Limit: 1, Window: window}
+		out[name+"/fw"] = &owner{name: name, alg: "fw",
+			maxTTL: func(now time.Time) time.Duration { return layerTTL(p, now) }}
+	}
+}
+
 // envoyDerivedName matches the policy names envoyrls derives for
 // descriptors and limit overrides: a readable part, "-" and 12 hex digits.
 var envoyDerivedName = regexp.MustCompile(`-[0-9a-f]{12}$`)

@@ -156,6 +156,7 @@ func (r *run) keyChecks(ctx context.Context) {
 	}
 	own := owners(r.cfg)
 	addEnvoyOwners(own, r.envoy)
+	addOverrideOwners(own, r.envoy, res.keys)
 	now := r.opts.Now()
 	r.check(GroupKeys, "ttl", func(c *Check) { r.checkTTLs(c, res, own, now) })
 	r.check(GroupKeys, "policies", func(c *Check) { r.checkPolicies(ctx, c, res, own) })
@@ -378,7 +379,7 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 			if r.envoy == nil {
 				c.Summary += fmt.Sprintf("; %d of them are named as Envoy descriptors' keys are (serve --envoy-config): pass doctor the same --envoy-config to match them", envoyLike)
 			} else {
-				c.Summary += fmt.Sprintf("; %d of them are named as Envoy descriptors' keys are: of descriptors no longer in --envoy-config, or of limit overrides Envoy sent", envoyLike)
+				c.Summary += fmt.Sprintf("; %d of them are named as Envoy descriptors' keys are: of descriptors (or of limit overrides in domains) no longer in --envoy-config", envoyLike)
 			}
 		}
 	case r.cfg == nil:

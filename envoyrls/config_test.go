@@ -298,6 +298,54 @@ func TestPolicyNamesAreValidAndDistinct(t *testing.T) {
 	}
 }
 
+// TestOverrideWindow: the policy names of limit overrides are read back
+// to their domain and window, for domains whose name is cut from the
+// readable part (the window then guessed) or has bytes replaced; names
+// of descriptors, of unconfigured domains and with another hash are not
+// overrides.
+func TestOverrideWindow(t *testing.T) {
+	long := strings.Repeat("d", 45)   // readable part cut inside ".override."
+	longer := strings.Repeat("e", 60) // cut inside the domain
+	doc := ""
+	for _, d := range []string{"edge", "edge/v2", "edge.override.1m0s", long, longer} {
+		doc += "---\ndomain: " + d + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+	}
+	cfg, err := ParseConfig([]byte(doc), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	windows := []time.Duration{time.Second, 90 * time.Second, time.Minute, 2 * time.Hour, 24 * time.Hour, 7 * 24 * time.Hour, floodgate.MaxWindow}
+	for _, d := range cfg.Domains() {
+		for _, w := range windows {
+			name := overridePolicyName(d, w)
+			gotD, gotW, ok := cfg.OverrideWindow(name)
+			if !ok || gotD != d || gotW != w {
+				t.Errorf("OverrideWindow(%q) (domain %q, window %v): %q, %v, %v", name, d, w, gotD, gotW, ok)
+			}
+		}
+	}
+	// A window of 1001 seconds is no multiplier up to 1000 of any unit:
+	// read back only while the name shows it.
+	if _, w, ok := cfg.OverrideWindow(overridePolicyName("edge", 1001*time.Second)); !ok || w != 1001*time.Second {
+		t.Errorf("1001s in edge: %v, %v", w, ok)
+	}
+	good := overridePolicyName("edge", time.Minute)
+	for _, name := range []string{
+		PolicyName("edge", Entry{Key: "user"}),
+		PolicyName("edge.override.1m0s", Entry{Key: "user"}),
+		overridePolicyName("other", time.Minute),
+		good[:len(good)-1] + "x",
+		good[:len(good)-13],
+		"edge.override.1m0s",
+		"",
+		"-0123456789ab",
+	} {
+		if d, w, ok := cfg.OverrideWindow(name); ok {
+			t.Errorf("OverrideWindow(%q): %q, %v, want not an override", name, d, w)
+		}
+	}
+}
+
 func TestIdentityIsInjective(t *testing.T) {
 	cases := [][]Entry{
 		{{"user", "alice"}},

@@ -58,19 +58,83 @@ func writeField(h hashWriter, s string) {
 	h.Write([]byte(s))
 }
 
+// readableLen is the longest readable part of a derived name.
+const readableLen = floodgate.MaxNameLen - nameHashLen - 1
+
 func derivedName(readable string, sum []byte) string {
-	limit := floodgate.MaxNameLen - nameHashLen - 1
 	b := make([]byte, 0, floodgate.MaxNameLen)
-	for i := 0; i < len(readable) && len(b) < limit; i++ {
-		c := readable[i]
+	b = appendReadable(b, readable)
+	b = append(b, '-')
+	b = append(b, hex.EncodeToString(sum)[:nameHashLen]...)
+	return string(b)
+}
+
+// appendReadable appends to b the readable part of a derived name made of
+// s: s cut to readableLen bytes, bytes outside [A-Za-z0-9_.-] replaced by
+// "_".
+func appendReadable(b []byte, s string) []byte {
+	for i := 0; i < len(s) && i < readableLen; i++ {
+		c := s[i]
 		if !nameByte(c) {
 			c = '_'
 		}
 		b = append(b, c)
 	}
-	b = append(b, '-')
-	b = append(b, hex.EncodeToString(sum)[:nameHashLen]...)
-	return string(b)
+	return b
+}
+
+// maxGuessedMultiplier bounds the windows OverrideWindow tries for a name
+// whose readable part was cut before the end of the window: unit_multiplier
+// 1 to this many seconds, minutes, hours or days.
+const maxGuessedMultiplier = 1000
+
+// OverrideWindow reports whether name is the policy name the limit
+// overrides Envoy sends in one of c's domains are decided under (see
+// overridePolicyName: one fixed-window policy per domain and window
+// length), and if so returns the domain and the window, requests_per_unit
+// counting per unit × unit_multiplier. A name is recognised when its hash
+// is the one of that domain and window, so names of descriptors and of
+// other domains are not. When the domain is so long that the window is
+// cut from the readable part, the windows of multipliers up to 1000 of
+// each unit are tried (a few thousand hashes); longer ones are not
+// recognised. It is safe for concurrent use.
+func (c *Config) OverrideWindow(name string) (domain string, window time.Duration, ok bool) {
+	dash := len(name) - nameHashLen - 1
+	if dash < 0 || name[dash] != '-' {
+		return "", 0, false
+	}
+	readable := name[:dash]
+	for _, d := range c.Domains() {
+		head := string(appendReadable(nil, d+".override."))
+		rest, found := strings.CutPrefix(readable, head)
+		if !found {
+			continue
+		}
+		if len(readable) < readableLen {
+			// The readable part ends with the whole window.
+			w, err := time.ParseDuration(rest)
+			if err == nil && validOverrideWindow(w) && w.String() == rest && overridePolicyName(d, w) == name {
+				return d, w, true
+			}
+			continue
+		}
+		for _, unit := range []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+			for m := time.Duration(1); m <= maxGuessedMultiplier && m*unit <= floodgate.MaxWindow; m++ {
+				w := m * unit
+				if strings.HasPrefix(w.String(), rest) && overridePolicyName(d, w) == name {
+					return d, w, true
+				}
+			}
+		}
+	}
+	return "", 0, false
+}
+
+// validOverrideWindow reports whether w is the window of some limit
+// override overrideLimit accepts: a whole number of seconds up to
+// floodgate.MaxWindow (unit_multiplier of SECOND).
+func validOverrideWindow(w time.Duration) bool {
+	return w >= time.Second && w%time.Second == 0 && w <= floodgate.MaxWindow
 }
 
 func nameByte(c byte) bool {

@@ -9,8 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -139,4 +146,106 @@ func TestDoctorStderrOnCluster(t *testing.T) {
 			t.Errorf("unstructured go-redis line: %s", line)
 		}
 	}
+}
+
+// TestDoctorEnvoyLimitOverrideKeys: the keys serve writes for limit
+// overrides Envoy sends (prefix:<domain>.override.<window>-<hash>:fw:{id},
+// one policy per domain and window) are known to doctor given the same
+// --envoy-config: their owner is the domain's overrides, their TTL bound
+// the override's window. They used to be reported as keys of policies
+// the configuration does not define, and their TTL went unchecked.
+func TestDoctorEnvoyLimitOverrideKeys(t *testing.T) {
+	rs := redistest.Start(t, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	dir := t.TempDir()
+	envoyFile := filepath.Join(dir, "edge.yaml")
+	writeFileAtomic(t, envoyFile, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n")
+	cfgFile := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFileAtomic(t, cfgFile, "version: \"1\"\npolicies:\n  - name: api\n    layers:\n      - {name: per-user, algorithm: sliding_window, limit: 100, window: 1m, dimension: user}\n")
+	svc := startService(t, "--redis", "redis://"+rs.Addr, "--prefix", "dov", "--config", cfgFile,
+		"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlspb.NewRateLimitServiceClient(conn)
+	client := rs.Client(t)
+	ctx := context.Background()
+	// Two overrides (7 a minute; 100 per 2 hours) and the configured limit.
+	for _, d := range []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}},
+			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.2"}},
+			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100, Unit: typev3.RateLimitUnit_HOUR, UnitMultiplier: wrapperspb.UInt32(2)}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.3"}}},
+	} {
+		key := ""
+		// The first decisions may be taken by the fallback (scripts loading
+		// on a loaded machine): ask until Redis holds the key.
+		waitUntil(t, "a key in Redis for "+d.GetEntries()[0].GetValue(), func() bool {
+			if _, err := rls.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}}); err != nil {
+				t.Fatalf("ShouldRateLimit: %v", err)
+			}
+			keys, _, err := client.Scan(ctx, 0, "dov:*{rremote_address=*"+d.GetEntries()[0].GetValue()+"}", 1000).Result()
+			if err != nil || len(keys) == 0 {
+				return false
+			}
+			key = keys[0]
+			return true
+		})
+		t.Logf("%s: %s", d.GetEntries()[0].GetValue(), key)
+	}
+
+	doctorJSON := func() map[string]doctorCheck {
+		t.Helper()
+		_, out := runCLI(t, "doctor", "--redis", "redis://"+rs.Addr, "--prefix", "dov", "--config", cfgFile, "--envoy-config", dir,
+			"--latency-samples", "5", "--rate-window", "-1s", "--json")
+		var rep struct {
+			Checks []doctorCheck `json:"checks"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("doctor --json: %v\n%s", err, out)
+		}
+		m := map[string]doctorCheck{}
+		for _, c := range rep.Checks {
+			m[c.Group+"/"+c.Name] = c
+		}
+		return m
+	}
+	checks := doctorJSON()
+	for _, name := range []string{"Keys/policies", "Keys/ttl"} {
+		t.Logf("%s: %s: %s\n\t%s", name, checks[name].Status, checks[name].Summary, strings.Join(checks[name].Evidence, "\n\t"))
+	}
+	if c := checks["Keys/policies"]; c.Status != "pass" || !strings.Contains(c.Summary, "every key belongs to a configured policy") {
+		t.Errorf("Keys/policies with override keys: %s %q\n%s", c.Status, c.Summary, strings.Join(c.Evidence, "\n"))
+	}
+	if c := checks["Keys/ttl"]; c.Status != "pass" {
+		t.Errorf("Keys/ttl with override keys: %s %q\n%s", c.Status, c.Summary, strings.Join(c.Evidence, "\n"))
+	}
+
+	// An override key of a one-minute window that lives 2 hours is beyond
+	// its bound; the 2-hour override's keys are not.
+	keys, _, err := client.Scan(ctx, 0, "dov:edge.override.1m0s-*", 1000).Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the 1-minute override's keys: %v, %v", keys, err)
+	}
+	if err := client.Expire(ctx, keys[0], 2*time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	checks = doctorJSON()
+	c := checks["Keys/ttl"]
+	t.Logf("Keys/ttl: %s: %s\n\t%s", c.Status, c.Summary, strings.Join(c.Evidence, "\n\t"))
+	if c.Status != "warn" || !strings.Contains(strings.Join(c.Evidence, "\n"), keys[0]+": TTL 2h0m0s, policy allows at most 1m") ||
+		strings.Contains(strings.Join(c.Evidence, "\n"), "override.2h0m0s") {
+		t.Errorf("Keys/ttl with a 1-minute override key living 2h: %s %q\n%s", c.Status, c.Summary, strings.Join(c.Evidence, "\n"))
+	}
+}
+
+// doctorCheck is one check of doctor --json.
+type doctorCheck struct {
+	Group    string   `json:"group"`
+	Name     string   `json:"name"`
+	Status   string   `json:"status"`
+	Summary  string   `json:"summary"`
+	Evidence []string `json:"evidence"`
 }
