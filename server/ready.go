@@ -86,6 +86,13 @@ func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx c
 func primaryReady(ctx context.Context, c redis.UniversalClient) error {
 	v, err := c.Do(ctx, "ROLE").Slice()
 	if err != nil {
+		// A stalled or unreachable server's error often does not say
+		// which (context deadline exceeded): name it.
+		if rc, ok := c.(*redis.Client); ok {
+			if addr := rc.Options().Addr; addr != "" && addr != "FailoverClient" && !strings.Contains(err.Error(), addr) {
+				return fmt.Errorf("redis %s: %w", addr, err)
+			}
+		}
 		return fmt.Errorf("redis: %w", err)
 	}
 	if len(v) == 0 {

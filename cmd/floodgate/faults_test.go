@@ -425,3 +425,22 @@ func TestServeReadyzRedisRefusingWrites(t *testing.T) {
 		return code == 200
 	})
 }
+
+// TestServeReadyzNamesStalledRedis: with Redis stalled (SIGSTOP), /readyz's
+// error names the server, as docs/operations.md says of its body. Before,
+// it said only "redis: context deadline exceeded" (and so it did for a
+// killed Redis while go-redis kept redialling, several seconds by hand).
+func TestServeReadyzNamesStalledRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("readystall%d", time.Now().UnixNano()))
+	waitUntil(t, "readyz 200 on a healthy Redis", func() bool {
+		code, _ := readyz(t, svc.url)
+		return code == 200
+	})
+	stallRedis(t, rs)
+	code, body := readyz(t, svc.url)
+	t.Logf("readyz with Redis stalled: %d %s", code, body)
+	if code != 503 || !strings.Contains(body, rs.Addr) {
+		t.Fatalf("readyz with Redis stalled: %d %s; want 503 naming %s", code, body, rs.Addr)
+	}
+}
