@@ -40,20 +40,47 @@ func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, key str
 // primary no longer in the cluster's map is reported healthy, as no key
 // maps to it any more. (It used to PING the primary: a primary refusing
 // writes then passed every probe, and its breaker opened and closed twice
-// a second for as long as the fault lasted.)
+// a second for as long as the fault lasted.) A redirection (ASK while the
+// key's slot migrates away during a resharding, MOVED once it has) is not
+// a refusal: the probe tries the primary's next slot, up to
+// probeRedirectTries of them, and reports it healthy if every one
+// redirects.
 func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, partition string) error {
-	var tags sync.Map // partition -> int, the last hash tag found for it
+	var tags sync.Map // partition -> int, the hash tag to try first for it
 	return func(ctx context.Context, partition string) error {
 		cc, ok := c.(*redis.ClusterClient)
 		if !ok || partition == DefaultPartition {
 			return c.Set(ctx, key, "1", 10*time.Second).Err()
 		}
-		node, k, err := clusterProbeKey(ctx, cc, &tags, key, partition)
-		if err != nil || node == nil {
-			return err
+		for range probeRedirectTries {
+			node, k, tag, err := clusterProbeKey(ctx, cc, &tags, key, partition)
+			if err != nil || node == nil {
+				return err
+			}
+			err = node.Set(ctx, k, "1", 10*time.Second).Err()
+			if !redirected(err) {
+				return err
+			}
+			// k's slot is leaving the primary, or has left it:
+			// search on from the next tag, in another slot.
+			tags.Store(partition, (tag+1)%probeTagLimit)
 		}
-		return node.Set(ctx, k, "1", 10*time.Second).Err()
+		return nil
 	}
+}
+
+// probeRedirectTries bounds the slots RedisProbe tries on a primary that
+// redirects its probe key: a resharding migrates one slot at a time, so
+// the next one tried is almost always settled.
+const probeRedirectTries = 3
+
+// redirected reports whether err is a Cluster redirection, ASK or MOVED.
+func redirected(err error) bool {
+	if _, ok := redis.IsAskError(err); ok {
+		return true
+	}
+	_, ok := redis.IsMovedError(err)
+	return ok
 }
 
 // probeTagLimit bounds the hash tags tried for a primary's probe key: with
@@ -62,10 +89,11 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 const probeTagLimit = 200_000
 
 // clusterProbeKey returns the client of primary addr and a key, base:{N},
-// in a slot it serves according to cc's slot map, starting from the tag
-// found last time; a nil client (and no error) when no primary of the map
-// has that address or none of the tags tried lands on it.
-func clusterProbeKey(ctx context.Context, cc *redis.ClusterClient, tags *sync.Map, base, addr string) (*redis.Client, string, error) {
+// in a slot it serves according to cc's slot map, and N, starting from the
+// tag stored in tags for addr (the one found last time); a nil client (and
+// no error) when no primary of the map has that address or none of the
+// tags tried lands on it.
+func clusterProbeKey(ctx context.Context, cc *redis.ClusterClient, tags *sync.Map, base, addr string) (*redis.Client, string, int, error) {
 	start := 0
 	if v, ok := tags.Load(addr); ok {
 		start = v.(int)
@@ -75,19 +103,19 @@ func clusterProbeKey(ctx context.Context, cc *redis.ClusterClient, tags *sync.Ma
 		k := base + ":{" + strconv.Itoa(n) + "}"
 		node, err := cc.MasterForKey(ctx, k)
 		if err != nil {
-			return nil, "", err
+			return nil, "", 0, err
 		}
 		if node.Options().Addr == addr {
 			tags.Store(addr, n)
-			return node, k, nil
+			return node, k, n, nil
 		}
 		if i == 0 {
 			if served, err := servedBy(ctx, cc, addr); err != nil || !served {
-				return nil, "", err
+				return nil, "", 0, err
 			}
 		}
 	}
-	return nil, "", nil
+	return nil, "", 0, nil
 }
 
 // servedBy reports whether addr is a primary in cc's slot map (which

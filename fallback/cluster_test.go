@@ -2,6 +2,8 @@ package fallback_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,5 +68,77 @@ func TestRedisProbeClusterPrimaryRefusingWrites(t *testing.T) {
 	}
 	if err := probe(ctx, "127.0.0.1:1"); err != nil {
 		t.Errorf("probe of an address no longer in the cluster's map: %v (no key maps to it: healthy)", err)
+	}
+}
+
+// TestRedisProbeClusterSlotMigrating: a primary whose probe key's slot is
+// migrating away (a resharding) answers the key's SET with ASK, which is
+// not a refusal: the probe tries the primary's next slot. Before, the
+// probe failed for as long as that slot migrated; as every instance's
+// readiness (server.RedisReady) writes the same key, every instance was
+// reported unready at once. A primary refusing writes is still reported
+// so when its probe slot migrates.
+func TestRedisProbeClusterSlotMigrating(t *testing.T) {
+	c := redistest.StartCluster(t)
+	cc := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cc.Ping(ctx).Err(); err != nil { // loads the slot map
+		t.Fatal(err)
+	}
+	const base = "fgtest:probe"
+	probe := fallback.RedisProbe(cc, base)
+	if err := probe(ctx, c.Addrs[0]); err != nil {
+		t.Fatalf("probe of healthy primary %s: %v", c.Addrs[0], err)
+	}
+	// The probe's key on node 0: the first tag whose slot node 0 serves.
+	var key string
+	for n := 0; key == ""; n++ {
+		k := fmt.Sprintf("%s:{%d}", base, n)
+		m, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == c.Addrs[0] {
+			key = k
+		}
+	}
+	src := redis.NewClient(&redis.Options{Addr: c.Addrs[0]})
+	defer src.Close()
+	dst := redis.NewClient(&redis.Options{Addr: c.Addrs[1]})
+	defer dst.Close()
+	slot, err := src.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Set(ctx, key, "1", time.Second).Err(); err == nil || !strings.HasPrefix(err.Error(), "ASK ") {
+		t.Fatalf("SET %s on %s with slot %d migrating: %v, want ASK: the fault is not set up", key, c.Addrs[0], slot, err)
+	}
+	if err := probe(ctx, c.Addrs[0]); err != nil {
+		t.Errorf("probe of primary %s while slot %d of its probe key migrates: %v (a redirection, not a refusal)", c.Addrs[0], slot, err)
+	}
+	if err := src.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A new probe starts at the migrating slot again.
+	if err := fallback.RedisProbe(cc, base)(ctx, c.Addrs[0]); err == nil {
+		t.Errorf("probe of primary %s refusing writes (OOM) while slot %d migrates reported it healthy", c.Addrs[0], slot)
 	}
 }

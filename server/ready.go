@@ -25,7 +25,9 @@ import (
 //
 // With probeKey set, each such primary must also take a write: a SET of
 // probeKey (on a Cluster, of a key in one of that primary's slots), with a
-// 10 s expiry, as the breaker's background probe (fallback.RedisProbe) is.
+// 10 s expiry, as the breaker's background probe (fallback.RedisProbe) is
+// (a Cluster slot migrating away during a resharding redirects the write,
+// which is no refusal: another slot of the primary is tried).
 // A Redis out of memory (maxmemory with noeviction) still answers ROLE
 // and CLUSTER INFO but refuses every decision's script; without the write
 // it was reported ready until enough decisions had failed to open the
