@@ -329,6 +329,17 @@ func TestOverrideWindow(t *testing.T) {
 	if _, w, ok := cfg.OverrideWindow(overridePolicyName("edge", 1001*time.Second)); !ok || w != 1001*time.Second {
 		t.Errorf("1001s in edge: %v, %v", w, ok)
 	}
+	// A readable part that fills its 51 bytes exactly, not cut: the
+	// window it shows is read, though no multiplier up to 1000 of a unit
+	// gives it.
+	exact := strings.Repeat("f", readableLen-len(".override.")-len((5000*time.Second).String()))
+	cfg2, err := ParseConfig([]byte("domain: "+exact+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), "t2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, w, ok := cfg2.OverrideWindow(overridePolicyName(exact, 5000*time.Second)); !ok || w != 5000*time.Second {
+		t.Errorf("5000s in a domain of %d bytes (the readable part just fits): %v, %v", len(exact), w, ok)
+	}
 	good := overridePolicyName("edge", time.Minute)
 	for _, name := range []string{
 		PolicyName("edge", Entry{Key: "user"}),

@@ -97,7 +97,7 @@ const maxGuessedMultiplier = 1000
 // other domains are not. When the domain is so long that the window is
 // cut from the readable part, the windows of multipliers up to 1000 of
 // each unit are tried (a few thousand hashes); longer ones are not
-// recognised. It is safe for concurrent use.
+// recognised then. It is safe for concurrent use.
 func (c *Config) OverrideWindow(name string) (domain string, window time.Duration, ok bool) {
 	dash := len(name) - nameHashLen - 1
 	if dash < 0 || name[dash] != '-' {
@@ -110,12 +110,14 @@ func (c *Config) OverrideWindow(name string) (domain string, window time.Duratio
 		if !found {
 			continue
 		}
+		// The readable part ends with the whole window, unless it was
+		// cut (it then fills readableLen bytes; so it does when it just
+		// fits).
+		w, err := time.ParseDuration(rest)
+		if err == nil && validOverrideWindow(w) && w.String() == rest && overridePolicyName(d, w) == name {
+			return d, w, true
+		}
 		if len(readable) < readableLen {
-			// The readable part ends with the whole window.
-			w, err := time.ParseDuration(rest)
-			if err == nil && validOverrideWindow(w) && w.String() == rest && overridePolicyName(d, w) == name {
-				return d, w, true
-			}
 			continue
 		}
 		for _, unit := range []time.Duration{time.Second, time.Minute, time.Hour, 24 * time.Hour} {
