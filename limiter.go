@@ -106,6 +106,13 @@ func New(store Store, opts Options) (*Limiter, error) {
 // Prefix returns the limiter's key prefix.
 func (l *Limiter) Prefix() string { return l.prefix }
 
+// Now returns the time the limiter stamps its decisions with: its
+// Options.Clock (time.Now by default), e.g. a clocksync.Clock's Now. Code
+// that decides through the limiter at a time of its own (AllowLayersAt),
+// or stamps quotas and leases beside its decisions, reads the time here so
+// that one clock, disciplined to Redis or not, stamps them all.
+func (l *Limiter) Now() time.Time { return l.clock() }
+
 // Key returns the storage key the limiter uses for identity under p (for a
 // Quota policy, the key of the current period).
 func (l *Limiter) Key(p Policy, identity string) string {

@@ -61,7 +61,9 @@ type Options struct {
 	// Default false: all descriptors are decided together,
 	// all-or-nothing, in one round trip.
 	CountEachDescriptor bool
-	// Clock returns the current time. Default time.Now.
+	// Clock returns the time decisions are stamped with (and
+	// DurationUntilReset measured from). Default: the limiter's
+	// (floodgate.Limiter.Now), e.g. disciplined to Redis by clocksync.
 	Clock func() time.Time
 	// Timeout bounds the store calls of one request, as floodgate serve's
 	// --decision-timeout bounds an HTTP check's: they end this long after
@@ -150,7 +152,7 @@ func NewService(lim *floodgate.Limiter, cfg func() *Config, opts Options) (*Serv
 		}
 	}
 	if opts.Clock == nil {
-		opts.Clock = time.Now
+		opts.Clock = lim.Now
 	}
 	if opts.Timeout < 0 {
 		return nil, fmt.Errorf("%w: negative timeout %v", ErrInvalidOptions, opts.Timeout)

@@ -131,7 +131,10 @@ type Options struct {
 	// Timeout bounds each store call, on top of the request's own context.
 	// Zero (default) adds no deadline of its own.
 	Timeout time.Duration
-	// Clock returns the current time. Default time.Now.
+	// Clock returns the time decisions are stamped with. Default: the
+	// decider's own clock when it has a Now method (a *floodgate.Limiter
+	// does: its Options.Clock, e.g. disciplined to Redis by clocksync),
+	// else time.Now.
 	Clock func() time.Time
 	// Logger receives shadow denials (Info), store failures (Warn) and
 	// rejected keys or costs (Info). Nil (default) logs nothing. Log
@@ -172,6 +175,9 @@ func New(d Decider, rules []Rule, opts Options) (*Middleware, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
+		if c, ok := d.(interface{ Now() time.Time }); ok {
+			opts.Clock = c.Now
+		}
 	}
 	m := &Middleware{decider: d, opts: opts}
 	names := make(map[string]int, len(rules))

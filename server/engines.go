@@ -37,10 +37,7 @@ func (s *Server) enginesFor(cfg *config.Config) (*engines, error) {
 				continue
 			}
 			opts := q.Options()
-			opts.Prefix = prefix
-			if s.opts.Clock != nil {
-				opts.Clock = s.opts.Clock
-			}
+			opts.Prefix, opts.Clock = prefix, s.opts.Clock
 			built, err := quota.New(s.quotaStore, p, opts)
 			if err != nil {
 				return nil, fmt.Errorf("server: quota %q tier %q: %w", q.Name, tier, err)

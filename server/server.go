@@ -117,8 +117,10 @@ type Options struct {
 	// load balancer keeps sending traffic to the fallback rather than
 	// to no limiter at all. Draining is 503 either way.
 	ServesDegraded bool
-	// Clock is the time quotas and concurrency leases are stamped with
-	// (the limiter's clock, disciplined to Redis). Default time.Now.
+	// Clock is the time quotas and concurrency leases are stamped with.
+	// Default: the limiter's (floodgate.Limiter.Now), which stamps the
+	// checks, so that all three follow one clock (disciplined to Redis by
+	// serve).
 	Clock func() time.Time
 	// DecisionTimeout bounds every store call a request makes: the tier
 	// lookup, the decision (all checks of a batch together) or the quota
@@ -232,6 +234,9 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	}
 	if opts.DecisionTimeout == 0 {
 		opts.DecisionTimeout = time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = lim.Now
 	}
 	if opts.LookupTimeout == 0 {
 		opts.LookupTimeout = 50 * time.Millisecond

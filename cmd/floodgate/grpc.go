@@ -51,15 +51,15 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // under the descriptors envoy holds (reloaded live), each request's store
 // calls bounded by --decision-timeout as an HTTP check's, and returns a
 // function that stops it gracefully (bounded by --drain-timeout).
-// Decisions are stamped with now, the limiter's clock (disciplined to
-// Redis's with --clock-sync). onDegraded counts the answers a failure
+// Decisions are stamped with the limiter's clock (disciplined to Redis's
+// with --clock-sync). onDegraded counts the answers a failure
 // mode took (in the HTTP API's floodgate_degraded_responses_total);
 // decided counts the decisions (see countGRPCDecision).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, now func() time.Time, onDegraded func(fallback.Outcome), decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+func startGRPC(f serveFlags, lim *floodgate.Limiter, onDegraded func(fallback.Outcome), decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, Clock: now, OnDegraded: onDegraded, Timeout: f.decisionTimeout,
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, OnDegraded: onDegraded, Timeout: f.decisionTimeout,
 		Observe: func(o envoyrls.Observation) { countGRPCDecision(decided, o) }})
 	if err != nil {
 		return nil, err

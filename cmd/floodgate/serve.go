@@ -391,6 +391,8 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// The service's one clock: the HTTP server's quotas and leases and the
+	// gRPC API's decisions read it from lim (floodgate.Limiter.Now).
 	lim, err := floodgate.New(b.store, floodgate.Options{Prefix: f.prefix, Clock: clock.now})
 	if err != nil {
 		return err
@@ -422,7 +424,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	opts := server.Options{
 		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
-		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout, Clock: clock.now,
+		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout,
 		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay, ReadTimeout: f.readTimeout,
 		QuotaStore: b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget, HTTPEngine: engine,
 	}
@@ -442,7 +444,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, clock.now, srv.CountDegraded, m, envoy, log)
+	stopGRPC, err := startGRPC(f, lim, srv.CountDegraded, m, envoy, log)
 	if err != nil {
 		return err
 	}
