@@ -338,3 +338,27 @@ func TestSentinelsUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelAddressOfRedis: a sentinel address that is a Redis server's
+// (its port instead of the sentinel's, a common slip) answers, with an
+// error: the diagnosis says the server answered and what, not that no
+// sentinel answers (it said "no sentinel answers (ADDR: ERR unknown
+// command 'sentinel' ...): check ... that the sentinels are up and
+// reachable", sending the reader to the network).
+func TestSentinelAddressOfRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{SentinelAddrs: []string{rs.Addr}, SentinelMaster: "main"}, Prefix: "sr"})
+	if err == nil {
+		t.Fatal("doctor.Run with a Redis server as the sentinel: no error")
+	}
+	for _, want := range []string{"no sentinel gives the address of primary \"main\"", rs.Addr + ": ERR unknown command", "not a Redis server's"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "no sentinel answers") {
+		t.Errorf("error %q says no sentinel answers: one did, with an error", err)
+	}
+}

@@ -410,7 +410,9 @@ func (r *run) latencyFail() time.Duration {
 // each sentinel for the primary's address (SENTINEL
 // GET-MASTER-ADDR-BY-NAME) and returns "" when r is not a Sentinel
 // deployment; when no sentinel answers, the diagnosis names each one's
-// error (connection refused, a TLS failure...). replaces reports a
+// error (connection refused, a TLS failure...), and so it does when they
+// answer with errors (a Redis server's address given: ERR unknown command
+// 'sentinel'; NOAUTH), saying they answered. replaces reports a
 // diagnosis that makes go-redis's error useless or wrong (the name is
 // unknown, nothing unreachable; or no sentinel answers).
 func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool) {
@@ -419,6 +421,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 		return "", false
 	}
 	var unknown, primaries, failed []string
+	answered := false // some server answered with an error reply
 	for _, a := range st.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1})
 		sc.AddHook(r.counter)
@@ -432,13 +435,20 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 		case err == nil && len(addr) == 2:
 			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))
 		case err != nil:
-			failed = append(failed, fmt.Sprintf("%s: %v", a, err))
+			failed = append(failed, fmt.Sprintf("%s: %v", a, strings.TrimSpace(err.Error())))
+			var reply redis.Error
+			answered = answered || errors.As(err, &reply)
 		}
 	}
 	switch {
-	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0:
+	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && !answered:
 		return fmt.Sprintf("no sentinel answers (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",
 			strings.Join(failed, "; ")), true
+	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0:
+		// A reply such as ERR unknown command 'sentinel' (a Redis
+		// server's address given) or NOAUTH: the server is reachable.
+		return fmt.Sprintf("no sentinel gives the address of primary %q (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL: a sentinel's port, 26379 by default, not a Redis server's) and the sentinels' password",
+			st.Master, strings.Join(failed, "; ")), true
 	case len(unknown) > 0 && len(primaries) == 0:
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
 			strings.Join(unknown, ", "), st.Master), true
