@@ -102,16 +102,11 @@ const e2eAdminToken = "e2e-admin-token-0123456789abcdefghij"
 // status.
 func adminGet(t *testing.T, base, path, token string) int {
 	t.Helper()
-	req, _ := http.NewRequest("GET", base+path, nil)
+	var h map[string]string
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		h = map[string]string{"Authorization": "Bearer " + token}
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return getWith(t, base+path, h)
 }
 
 // getWith answers GET url sent with the headers h.
