@@ -22,13 +22,7 @@ import (
 // RateLimitBreakerOpen, which needs two minutes open, never fired). The
 // probe used to PING the primary.
 func TestRedisProbeClusterPrimaryRefusingWrites(t *testing.T) {
-	c := redistest.StartCluster(t)
-	cc := c.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := cc.Ping(ctx).Err(); err != nil { // loads the slot map
-		t.Fatal(err)
-	}
+	c, cc, ctx := startCluster(t)
 	probe := fallback.RedisProbe(cc, "fgtest:probe")
 
 	for _, addr := range c.Addrs {
@@ -79,13 +73,7 @@ func TestRedisProbeClusterPrimaryRefusingWrites(t *testing.T) {
 // reported unready at once. A primary refusing writes is still reported
 // so when its probe slot migrates.
 func TestRedisProbeClusterSlotMigrating(t *testing.T) {
-	c := redistest.StartCluster(t)
-	cc := c.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := cc.Ping(ctx).Err(); err != nil { // loads the slot map
-		t.Fatal(err)
-	}
+	c, cc, ctx := startCluster(t)
 	const base = "fgtest:probe"
 	probe := fallback.RedisProbe(cc, base)
 	if err := probe(ctx, c.Addrs[0]); err != nil {
@@ -141,4 +129,18 @@ func TestRedisProbeClusterSlotMigrating(t *testing.T) {
 	if err := fallback.RedisProbe(cc, base)(ctx, c.Addrs[0]); err == nil {
 		t.Errorf("probe of primary %s refusing writes (OOM) while slot %d migrates reported it healthy", c.Addrs[0], slot)
 	}
+}
+
+// startCluster starts a Redis Cluster and returns it, a client whose slot
+// map is loaded, and a context bounding the test's calls (30 s).
+func startCluster(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, context.Context) {
+	t.Helper()
+	c := redistest.StartCluster(t)
+	cc := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := cc.Ping(ctx).Err(); err != nil { // loads the slot map
+		t.Fatal(err)
+	}
+	return c, cc, ctx
 }
