@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,7 +357,8 @@ policies:
 // is off meanwhile; new connections are refused afterwards; Serve returns
 // nil.
 func TestFastHTTPShutdownDrains(t *testing.T) {
-	st := &gatedStore{Store: memStore(t), entered: make(chan struct{}), release: make(chan struct{})}
+	st := newGatedStore(t)
+	defer st.open()
 	e := serveEngine(t, server.FastHTTP, engineConfig, st, func(o *server.Options) { o.DrainTimeout = time.Minute })
 	type result struct {
 		status int
@@ -382,7 +384,7 @@ func TestFastHTTPShutdownDrains(t *testing.T) {
 		t.Fatalf("Serve returned %v with a request in flight", err)
 	default:
 	}
-	close(st.release)
+	st.open()
 	r := <-got
 	if r.err != nil || r.status != 200 || !strings.Contains(r.body, `"allowed":true`) {
 		t.Fatalf("request in flight at shutdown: %d %q %v, want an allowed decision", r.status, r.body, r.err)
@@ -396,20 +398,34 @@ func TestFastHTTPShutdownDrains(t *testing.T) {
 	}
 }
 
-// gatedStore holds the first decision until release is closed, telling
-// entered when it arrives.
+// gatedStore holds the first decision until open is called, telling
+// entered when it arrives; later decisions, concurrent ones included, go
+// through. (It held them with a sync.Once, whose Do makes every caller
+// wait for the first: a request the test sent while the first was held
+// was never answered, and the test waited for it.)
 type gatedStore struct {
 	floodgate.Store
-	once    sync.Once
+	first   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
+	opened  sync.Once
 }
 
+// newGatedStore returns a gatedStore over a memory store. A test defers
+// its open, so that a failure before the test opens it does not leave
+// the held decision holding Serve's drain (and the test) for ever.
+func newGatedStore(t *testing.T) *gatedStore {
+	return &gatedStore{Store: memStore(t), entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+// open lets the held decision go on; it may be called more than once.
+func (s *gatedStore) open() { s.opened.Do(func() { close(s.release) }) }
+
 func (s *gatedStore) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
-	s.once.Do(func() {
+	if s.first.CompareAndSwap(false, true) {
 		close(s.entered)
 		<-s.release
-	})
+	}
 	return s.Store.Decide(ctx, now, layers, out)
 }
 

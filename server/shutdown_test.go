@@ -248,7 +248,8 @@ func TestShutdownClosesIdleKeepAlive(t *testing.T) {
 func TestShutdownKeepAliveRequestWhileDraining(t *testing.T) {
 	for _, eng := range bothEngines {
 		t.Run(eng.name, func(t *testing.T) {
-			st := &gatedStore{Store: memStore(t), entered: make(chan struct{}), release: make(chan struct{})}
+			st := newGatedStore(t)
+			defer st.open()
 			e := serveEngine(t, eng.engine, engineConfig, st, func(o *server.Options) { o.DrainTimeout = time.Hour })
 			// The keep-alive connection, answered once (no decision:
 			// the store's gate is for the request in flight).
@@ -285,7 +286,7 @@ func TestShutdownKeepAliveRequestWhileDraining(t *testing.T) {
 				t.Fatalf("request on a keep-alive connection while draining: %v, want an answer or the connection closed", err)
 			}
 
-			close(st.release)
+			st.open()
 			resp, body := readAnswer(t, busyR, "decision in flight at shutdown")
 			if resp.StatusCode != 200 || !strings.Contains(body, `"allowed":true`) || !resp.Close {
 				t.Fatalf("decision in flight at shutdown: %d close=%v %s, want an allowed decision with Connection: close",
