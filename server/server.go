@@ -55,6 +55,9 @@ type LoginUnlocker interface {
 	UnlockIP(ctx context.Context, ip netip.Addr) error
 }
 
+// DefaultDecisionTimeout is Options.DecisionTimeout's default.
+const DefaultDecisionTimeout = time.Second
+
 // Options configures a Server. The zero value is ready to use.
 type Options struct {
 	// Logger receives request errors and admin actions. Default: discard.
@@ -124,7 +127,7 @@ type Options struct {
 	Clock func() time.Time
 	// DecisionTimeout bounds every store call a request makes: the tier
 	// lookup, the decision (all checks of a batch together) or the quota
-	// or lease operation. Default 1s.
+	// or lease operation. Default (0) DefaultDecisionTimeout.
 	DecisionTimeout time.Duration
 	// LookupTimeout bounds a tier lookup, within DecisionTimeout, so that
 	// a slow Redis leaves the decision its own time. Default 50ms (the
@@ -233,7 +236,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 		}
 	}
 	if opts.DecisionTimeout == 0 {
-		opts.DecisionTimeout = time.Second
+		opts.DecisionTimeout = DefaultDecisionTimeout
 	}
 	if opts.Clock == nil {
 		opts.Clock = lim.Now

@@ -214,20 +214,24 @@ func TestServeGRPCAnswersBeforeCallerDeadlineWhenRedisStalls(t *testing.T) {
 // where the HTTP check answered 503 after its 1 s).
 func TestServeGRPCDecisionTimeout(t *testing.T) {
 	const (
-		decisionTimeout = 300 * time.Millisecond
-		callerDeadline  = 10 * time.Second
-		bound           = 4 * time.Second // half of what the old code took, 13 times what it should
+		callerDeadline = 10 * time.Second
+		bound          = 4 * time.Second // half of what the old code took, 4 to 13 times what it should
 	)
+	// --decision-timeout 0 is the HTTP API's default, 1 s: so it is the
+	// gRPC API's (it took 0 as no bound: DEADLINE_EXCEEDED at the caller's
+	// 10 s).
 	for _, tc := range []struct {
-		fallback string
-		wantCode codes.Code
-	}{{"local", codes.OK}, {"off", codes.Unavailable}} {
-		t.Run("fallback-"+tc.fallback, func(t *testing.T) {
+		fallback        string
+		decisionTimeout string
+		wantCode        codes.Code
+	}{{"local", "300ms", codes.OK}, {"off", "300ms", codes.Unavailable}, {"off", "0", codes.Unavailable}} {
+		decisionTimeout := tc.decisionTimeout
+		t.Run("fallback-"+tc.fallback+"-timeout-"+decisionTimeout, func(t *testing.T) {
 			rs := redistest.Start(t)
 			dir := t.TempDir()
 			writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
 			svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpctimeout%d", time.Now().UnixNano()),
-				"--fallback", tc.fallback, "--fallback-budget", "10s", "--redis-timeout", "20s", "--decision-timeout", decisionTimeout.String(),
+				"--fallback", tc.fallback, "--fallback-budget", "10s", "--redis-timeout", "20s", "--decision-timeout", decisionTimeout,
 				"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
 			conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {

@@ -131,7 +131,7 @@ that are not browsers are not affected.`,
 	fl.StringVar(&f.redisStateFormat, "redis-state-format", "binary", "how the rate limits' states are written in Redis: binary (less work for Redis per decision) or text (readable by builds older than the binary format; set it on every upgraded instance during a rolling upgrade from such a build, then drop it). Both are always read")
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
-	fl.DurationVar(&f.decisionTimeout, "decision-timeout", time.Second, "deadline of one request's Redis calls: an HTTP check (a batch shares one) or a gRPC ShouldRateLimit")
+	fl.DurationVar(&f.decisionTimeout, "decision-timeout", server.DefaultDecisionTimeout, "deadline of one request's Redis calls: an HTTP check (a batch shares one) or a gRPC ShouldRateLimit (0: the default)")
 	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails, for policies without on_redis_failure: local (in-memory limiter), open (allow), closed (deny), or off (answer 503, for every policy)")
 	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a request's Redis calls may take before the fallback decides (a check's tier lookup and decision share it; once a call of a batch or Envoy request has timed out, its other checks are decided by the fallback at once)")
 	fl.IntVar(&f.instances, "instances", 1, "least number of instances sharing Redis; the local fallback divides limits by the larger of this and the live count (instances heartbeat into <prefix>:instances)")
@@ -321,6 +321,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if err := checkDurations(&f); err != nil {
 		return err
+	}
+	if f.decisionTimeout == 0 {
+		// The HTTP API (server.Options) takes 0 as its default; the gRPC
+		// API (envoyrls.Options.Timeout) would take it as no bound.
+		f.decisionTimeout = server.DefaultDecisionTimeout
 	}
 	if err := checkRedisFlags(cmd, &f); err != nil {
 		return err
