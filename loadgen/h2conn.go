@@ -26,7 +26,12 @@ import (
 // write usually carries several requests. The reader goroutine reads the
 // frames, decodes header blocks with the connection's HPACK decoder,
 // collects each stream's answer and hands it to the waiting worker
-// through the call's channel.
+// through the call's channel. In closed loop (a call with then) the
+// reader starts the worker's next request itself instead, and writes the
+// requests it started once it has handled every frame it has: a worker
+// goroutine then wakes only when its chain ends (the run is over, an
+// error, a timeout), and the writer goroutine only for requests the
+// workers start.
 //
 // It follows the protocol's rules for a client: preface and SETTINGS,
 // SETTINGS and PING acknowledged, the server's MAX_CONCURRENT_STREAMS
@@ -40,6 +45,7 @@ import (
 type h2conn struct {
 	nc   net.Conn
 	rfr  *http2.Framer  // read by readLoop only
+	br   *bufio.Reader  // rfr's buffer, read by readLoop only
 	dec  *hpack.Decoder // used by readLoop only, under mu
 	quit chan struct{}  // closed when the connection fails or is closed
 	wake chan struct{}  // tells writeLoop that pending has frames
@@ -48,8 +54,14 @@ type h2conn struct {
 	// closed, GOAWAY received or stream IDs used up).
 	unusable atomic.Bool
 
+	// wmu is held by the goroutine that takes pending and writes it, so
+	// that writes leave in the order their frames were queued; it is
+	// taken before mu.
+	wmu sync.Mutex
+
 	mu         sync.Mutex
 	cond       sync.Cond     // on mu: a stream finished or the connection ended
+	reading    bool          // readLoop is handling a frame and sends pending itself
 	wfr        *http2.Framer // writes into pending, under mu
 	pending    []byte        // frames waiting for writeLoop
 	err        error         // why the connection ended; nil while it works
@@ -82,6 +94,11 @@ type h2conn struct {
 // written under its mu; after the signal, the worker's.
 type grpcCall struct {
 	done chan struct{} // receives one signal per call started
+	// then, when set, is asked under the connection's mu, by the
+	// goroutine that finished the call without an error on the
+	// connection's side, for the next request to start on it at once;
+	// false wakes the worker instead. It stays across calls.
+	then func(call *grpcCall) (msg []byte, ok bool)
 	id   uint32
 
 	status      int // the answer's :status, 0 if none
@@ -176,7 +193,8 @@ func handshakeH2(nc net.Conn, lastID uint32, fields []hpack.HeaderField) (*h2con
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(h2MaxMessage)
 	c.wfr = http2.NewFramer(pendingWriter{c}, nil)
-	c.rfr = http2.NewFramer(nil, bufio.NewReaderSize(nc, 32<<10))
+	c.br = bufio.NewReaderSize(nc, 32<<10)
+	c.rfr = http2.NewFramer(nil, c.br)
 	c.rfr.SetMaxReadFrameSize(16384) // the default we leave unchanged
 	c.rfr.SetReuseFrames()
 
@@ -237,13 +255,26 @@ func (c *h2conn) start(ctx context.Context, call *grpcCall, msg []byte) error {
 		c.mu.Unlock()
 		return errConnGone
 	}
+	c.startLocked(call, msg)
+	c.mu.Unlock()
+	return nil
+}
+
+// canStartLocked reports whether a new stream can start at once, under mu.
+func (c *h2conn) canStartLocked() bool {
+	return c.err == nil && !c.draining && uint32(len(c.streams)) < c.maxStreams
+}
+
+// startLocked opens a stream for call with the request's headers and
+// msg, under mu, when canStartLocked.
+func (c *h2conn) startLocked(call *grpcCall, msg []byte) {
 	id := c.nextID
 	c.nextID += 2
 	if c.nextID > c.lastID {
 		c.draining = true
 		c.unusable.Store(true)
 	}
-	*call = grpcCall{done: call.done, id: id, grpcStatus: -1, data: call.data[:0], sendWin: c.initWin, unsent: msg}
+	*call = grpcCall{done: call.done, then: call.then, id: id, grpcStatus: -1, data: call.data[:0], sendWin: c.initWin, unsent: msg}
 	c.streams[id] = call
 	c.block.Reset()
 	for _, f := range c.fields {
@@ -254,8 +285,6 @@ func (c *h2conn) start(ctx context.Context, call *grpcCall, msg []byte) error {
 		c.blocked = append(c.blocked, call)
 	}
 	c.flushLocked()
-	c.mu.Unlock()
-	return nil
 }
 
 // cancel forgets call's stream, telling the server with RST_STREAM
@@ -298,6 +327,12 @@ func (c *h2conn) finish(call *grpcCall, err error) {
 	}
 	c.forget(call)
 	call.err = err
+	if call.then != nil && err == nil && c.canStartLocked() {
+		if msg, ok := call.then(call); ok {
+			c.startLocked(call, msg)
+			return
+		}
+	}
 	call.signal()
 }
 
@@ -347,7 +382,7 @@ func (c *h2conn) flushLocked() {
 		c.failLocked(errors.New("the server is not reading its connection"))
 		return
 	}
-	if len(c.pending) > 0 {
+	if len(c.pending) > 0 && !c.reading {
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -395,21 +430,45 @@ func (c *h2conn) writeLoop() {
 		// at once) append their requests first, so that one write
 		// carries them all.
 		runtime.Gosched()
-		c.mu.Lock()
-		buf, c.pending = c.pending, buf[:0]
-		c.mu.Unlock()
-		if len(buf) == 0 {
-			continue
-		}
-		if _, err := c.nc.Write(buf); err != nil {
+		if err := c.writePending(&buf); err != nil {
 			c.fail(fmt.Errorf("writing to the server: %w", err))
 			return
 		}
 	}
 }
 
+// writePending sends the pending frames in one write, swapping the
+// pending buffer with *buf.
+func (c *h2conn) writePending(buf *[]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	*buf, c.pending = c.pending, (*buf)[:0]
+	c.mu.Unlock()
+	if len(*buf) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(*buf)
+	return err
+}
+
+// frameBuffered reports whether a whole frame is in the read buffer, so
+// that reading it will not wait for the server; readLoop only.
+func (c *h2conn) frameBuffered() bool {
+	if c.br.Buffered() < 9 {
+		return false
+	}
+	h, _ := c.br.Peek(3) // buffered: does not read
+	return c.br.Buffered() >= 9+int(h[0])<<16|int(h[1])<<8|int(h[2])
+}
+
 // readLoop reads and handles frames until the connection ends.
+//
+// Frames queued while it handles a frame (a chained call's next request,
+// acknowledgements, window updates) are not handed to writeLoop: it
+// writes them itself, all at once, before it would wait for the server.
 func (c *h2conn) readLoop() {
+	var buf []byte
 	for {
 		f, err := c.rfr.ReadFrame()
 		if err != nil {
@@ -420,13 +479,22 @@ func (c *h2conn) readLoop() {
 			return
 		}
 		c.mu.Lock()
+		c.reading = true
 		err = c.handle(f)
+		c.reading = false
 		if err != nil {
 			c.failLocked(err)
 		}
+		flush := err == nil && len(c.pending) > 0 && !c.frameBuffered()
 		c.mu.Unlock()
 		if err != nil {
 			return
+		}
+		if flush {
+			if err := c.writePending(&buf); err != nil {
+				c.fail(fmt.Errorf("writing to the server: %w", err))
+				return
+			}
 		}
 	}
 }

@@ -182,6 +182,30 @@ type rawGRPCWorker struct {
 	slot *h2slot
 	msg  []byte
 	call grpcCall
+	ch   *chain // set in closed loop: answers start the next request
+}
+
+// chain makes the worker's answers start its next requests on the same
+// connection from the connection's reader, without waking the worker.
+func (w *rawGRPCWorker) chain(ch *chain) {
+	w.ch = ch
+	w.call.then = w.then
+}
+
+// then is the call's then in closed loop: an answer that is allowed or
+// denied is recorded and the next request built; anything else goes to
+// the worker.
+func (w *rawGRPCWorker) then(call *grpcCall) ([]byte, bool) {
+	allowed, err := call.result()
+	if err != nil {
+		return nil, false
+	}
+	id, ok := w.ch.next(allowed)
+	if !ok {
+		return nil, false
+	}
+	w.msg = w.s.appendRequest(w.msg[:0], w.s.ids.string(id))
+	return w.msg, true
 }
 
 func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
@@ -189,6 +213,7 @@ func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
 		return false, err
 	}
 	w.msg = w.s.appendRequest(w.msg[:0], w.s.ids.string(id))
+	done := w.call.done
 	var c *h2conn
 	for attempt := 1; ; attempt++ {
 		var err error
@@ -203,8 +228,10 @@ func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
 			return false, err
 		}
 	}
+	// The channel, not the field: a chained call's fields are rewritten
+	// by the connection's reader meanwhile.
 	select {
-	case <-w.call.done:
+	case <-done:
 	case <-ctx.Done():
 		c.cancel(&w.call)
 		return false, ctx.Err()

@@ -253,6 +253,32 @@ func TestRawGRPCTimeoutCancelsTheStream(t *testing.T) {
 	}
 }
 
+// In closed loop the connection's reader starts a worker's next request
+// when an answer comes and re-arms the timeout: one that then goes
+// unanswered still times out after Timeout (without the timer the run
+// would wait for it until the test's deadline), counted once as an
+// error, and the chain goes on.
+func TestRawGRPCTimeoutMidChain(t *testing.T) {
+	var n atomic.Int64
+	canceled := make(chan struct{})
+	_, target := grpcServer(t, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		if n.Add(1) == 3 {
+			<-ctx.Done()
+			close(canceled)
+			return nil, ctx.Err()
+		}
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+	}}, nil)
+	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: 6, Timeout: 200 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-canceled
+	if rep.Errors != 1 || rep.Allowed != 5 || rep.Sent != 6 || n.Load() != 6 || len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, "no answer within 200ms") {
+		t.Errorf("report %+v, server saw %d", rep, n.Load())
+	}
+}
+
 // The raw client's request message is what proto.Marshal makes of the
 // same RateLimitRequest, for identities short and long and any cost.
 func TestRawGRPCRequestMessage(t *testing.T) {

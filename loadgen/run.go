@@ -59,6 +59,9 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 		close(jobs)
 	} else {
 		for _, w := range workers {
+			if c, ok := w.w.(chainer); ok {
+				c.chain(&chain{r: r, w: w, stop: stopCtx})
+			}
 			wg.Go(func() {
 				defer w.stop()
 				for stopCtx.Err() == nil && r.claim() {
@@ -140,7 +143,9 @@ func (r *run) one(w *workerState, at time.Time) {
 	if r.model != nil {
 		r.model.observe(id, time.Now(), r.opts.Cost)
 	}
+	w.at = at
 	allowed, err := w.w.send(w.begin(), id)
+	at = w.at // a chaining worker's last request began later
 	if timedOut := w.end(); timedOut && err != nil {
 		err = fmt.Errorf("no answer within %v (the timeout)", r.opts.Timeout)
 	}
@@ -158,6 +163,54 @@ func (r *run) one(w *workerState, at time.Time) {
 }
 
 // nextIdentity hands out identity numbers round robin.
+// chainer is a worker that can start its next request itself, in the
+// goroutine that received the answer, instead of waking its own goroutine
+// for each request (closed loop only).
+type chainer interface {
+	chain(*chain)
+}
+
+// chain lets a chaining worker record a request and start the next one
+// without its goroutine, which meanwhile waits in send for the last
+// request of the chain; that one it returns and run.one records.
+type chain struct {
+	r    *run
+	w    *workerState
+	stop context.Context // the run's end
+}
+
+// next records the worker's request in flight, answered (allowed or
+// denied), and claims the next: its identity, the moment it is due set
+// in the worker state and the timeout timer re-armed. It returns false,
+// recording nothing, when the run is over or the request has timed out:
+// the worker's send then returns the answer and run.one records it.
+// It is called in the goroutine that has the answer, while the worker's
+// goroutine waits in send.
+func (ch *chain) next(allowed bool) (id int, ok bool) {
+	r, w := ch.r, ch.w
+	if ch.stop.Err() != nil || !r.claim() {
+		return 0, false
+	}
+	if !w.timer.Stop() {
+		r.seq.Add(-1) // timed out: the worker reports it
+		return 0, false
+	}
+	now := time.Now()
+	w.h.Record(now.Sub(w.at))
+	if allowed {
+		r.allowed.Add(1)
+	} else {
+		r.denied.Add(1)
+	}
+	id = r.nextIdentity()
+	if r.model != nil {
+		r.model.observe(id, now, r.opts.Cost)
+	}
+	w.at = now
+	w.timer.Reset(w.timeout)
+	return id, true
+}
+
 func (r *run) nextIdentity() int {
 	return int((r.rr.Add(1) - 1) % int64(r.opts.Identities))
 }
@@ -171,6 +224,8 @@ type workerState struct {
 	h       *Histogram
 	timeout time.Duration
 	parent  context.Context
+
+	at time.Time // when the request in flight was due
 
 	ctx    context.Context // nil until the first request and after a timeout
 	cancel context.CancelFunc
