@@ -62,7 +62,7 @@ const (
 )
 
 // adminGuard counts failed admin authentications per client network, in a
-// memory store of its own (bounded; it evicts).
+// memory store of its own (bounded; it evicts), on the clock now.
 type adminGuard struct {
 	lim    *floodgate.Limiter
 	policy floodgate.Policy
@@ -75,16 +75,19 @@ type adminGuard struct {
 	mu sync.Mutex
 }
 
-func newAdminGuard() (*adminGuard, error) {
+func newAdminGuard(now func() time.Time) (*adminGuard, error) {
 	st, err := memstore.New(memstore.Options{Shards: 4, MaxKeys: 100_000})
 	if err != nil {
 		return nil, err
 	}
-	lim, err := floodgate.New(st, floodgate.Options{Prefix: "admin-auth"})
+	lim, err := floodgate.New(st, floodgate.Options{Prefix: "admin-auth", Clock: now})
 	if err != nil {
 		return nil, err
 	}
-	p, err := floodgate.NewSlidingWindow("admin-failures", AdminFailureLimit, AdminFailureWindow)
+	// A sliding log, exact in any interval of AdminFailureWindow: a sliding
+	// window counter let about twice AdminFailureLimit wrong tokens be
+	// compared within one window when the failures bunched at a boundary.
+	p, err := floodgate.NewSlidingLog("admin-failures", AdminFailureLimit, AdminFailureWindow)
 	if err != nil {
 		return nil, err
 	}

@@ -293,7 +293,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if s.xorigin, err = newCrossOrigin(opts.TrustedOrigins); err != nil {
 		return nil, err
 	}
-	if s.adminGuard, err = newAdminGuard(); err != nil {
+	if s.adminGuard, err = newAdminGuard(time.Now); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	if s.assign == nil {
