@@ -162,7 +162,6 @@ func (r *run) one(w *workerState, at time.Time) {
 	}
 }
 
-// nextIdentity hands out identity numbers round robin.
 // chainer is a worker that can start its next request itself, in the
 // goroutine that received the answer, instead of waking its own goroutine
 // for each request (closed loop only).
@@ -211,6 +210,7 @@ func (ch *chain) next(allowed bool) (id int, ok bool) {
 	return id, true
 }
 
+// nextIdentity hands out identity numbers round robin.
 func (r *run) nextIdentity() int {
 	return int((r.rr.Add(1) - 1) % int64(r.opts.Identities))
 }
