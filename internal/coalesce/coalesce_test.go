@@ -429,3 +429,77 @@ func TestBatchingCallersComingBack(t *testing.T) {
 	}
 	waitIdle(t, q)
 }
+
+// TestLeaderAfterBatch: once a batch has been cut, a request that finds a
+// call free and nobody waiting leads the next batch instead of going
+// alone: the requests on their way when it yields ride with it, in one
+// call. A caller alone again (the batch it led held only itself) sends
+// alone as before.
+func TestLeaderAfterBatch(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector randomizes the scheduler this test reads")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var calls []int
+	q := New[*req, int](64, 1, func(b []*req) {
+		calls = append(calls, len(b))
+		for _, r := range b {
+			answer(r)
+		}
+	}, expireReq)
+
+	// A batch of two: the queue is now under load.
+	holdSlots(t, q, 1)
+	var first sync.WaitGroup
+	for i := range 2 {
+		r, queued := q.Join(0, 1, func() *req { return newReq(context.Background(), i, 0, 1) })
+		if !queued {
+			t.Fatal("queued false with the only call busy")
+		}
+		first.Go(func() { q.Wait(r, r.done) })
+	}
+	q.Release()
+	first.Wait()
+	waitIdle(t, q)
+
+	const n = 8
+	var wg sync.WaitGroup
+	var alone atomic.Int64
+	for i := range n {
+		wg.Go(func() {
+			r, queued := q.Join(0, 1, func() *req { return newReq(context.Background(), 10+i, 0, 1) })
+			if !queued {
+				alone.Add(1)
+				q.Release()
+				return
+			}
+			if !q.Wait(r, r.done) || r.answer != 1010+i {
+				t.Errorf("caller %d: answer %d", i, r.answer)
+			}
+		})
+	}
+	wg.Wait()
+	waitIdle(t, q)
+	if a := alone.Load(); a != 0 || len(calls) != 2 || calls[1] != n {
+		t.Fatalf("%d went alone; calls %v, want [2 %d]", a, calls, n)
+	}
+
+	// One caller now: it leads a batch of itself, then goes alone.
+	for i := range 3 {
+		r, queued := q.Join(0, 1, func() *req { return newReq(context.Background(), 20+i, 0, 1) })
+		if queued != (i == 0) {
+			t.Fatalf("request %d: queued %v", i, queued)
+		}
+		if queued {
+			if !q.Wait(r, r.done) || r.answer != 1020 {
+				t.Fatalf("request %d: answer %d", i, r.answer)
+			}
+		} else {
+			q.Release()
+		}
+		waitIdle(t, q)
+	}
+	if len(calls) != 3 || calls[2] != 1 {
+		t.Fatalf("calls %v, want [2 %d 1]", calls, n)
+	}
+}
