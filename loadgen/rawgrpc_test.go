@@ -231,51 +231,44 @@ func TestRawGRPCNewConnectionAfterLastStreamID(t *testing.T) {
 }
 
 // A request unanswered within Timeout is canceled with RST_STREAM: the
-// server's handler sees its context end; the worker goes on.
+// server's handler sees its context end, the request counts once as an
+// error, and the worker goes on. Mid-chain (closed loop: the connection's
+// reader started the request when the previous answer came), the reader
+// re-armed the timeout for it; without that the run would wait for it
+// until the test's deadline.
 func TestRawGRPCTimeoutCancelsTheStream(t *testing.T) {
-	var n atomic.Int64
-	canceled := make(chan struct{})
-	_, target := grpcServer(t, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-		if n.Add(1) == 1 {
-			<-ctx.Done()
-			close(canceled)
-			return nil, ctx.Err()
-		}
-		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}, nil
-	}}, nil)
-	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: 4, Timeout: 50 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-canceled
-	if rep.Errors != 1 || rep.Denied != 3 || len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, "no answer within 50ms") {
-		t.Errorf("report %+v", rep)
-	}
-}
-
-// In closed loop the connection's reader starts a worker's next request
-// when an answer comes and re-arms the timeout: one that then goes
-// unanswered still times out after Timeout (without the timer the run
-// would wait for it until the test's deadline), counted once as an
-// error, and the chain goes on.
-func TestRawGRPCTimeoutMidChain(t *testing.T) {
-	var n atomic.Int64
-	canceled := make(chan struct{})
-	_, target := grpcServer(t, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-		if n.Add(1) == 3 {
-			<-ctx.Done()
-			close(canceled)
-			return nil, ctx.Err()
-		}
-		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
-	}}, nil)
-	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: 6, Timeout: 200 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-canceled
-	if rep.Errors != 1 || rep.Allowed != 5 || rep.Sent != 6 || n.Load() != 6 || len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, "no answer within 200ms") {
-		t.Errorf("report %+v, server saw %d", rep, n.Load())
+	for _, tt := range []struct {
+		name          string
+		hang, total   int64 // which request goes unanswered, of how many
+		timeout       time.Duration
+		code          rlspb.RateLimitResponse_Code
+		allowed, deny int64
+	}{
+		{"first request", 1, 4, 50 * time.Millisecond, rlspb.RateLimitResponse_OVER_LIMIT, 0, 3},
+		{"mid chain", 3, 6, 200 * time.Millisecond, rlspb.RateLimitResponse_OK, 5, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var n atomic.Int64
+			canceled := make(chan struct{})
+			_, target := grpcServer(t, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+				if n.Add(1) == tt.hang {
+					<-ctx.Done()
+					close(canceled)
+					return nil, ctx.Err()
+				}
+				return &rlspb.RateLimitResponse{OverallCode: tt.code}, nil
+			}}, nil)
+			rep, err := Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: tt.total, Timeout: tt.timeout}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-canceled
+			want := "no answer within " + tt.timeout.String()
+			if rep.Errors != 1 || rep.Allowed != tt.allowed || rep.Denied != tt.deny || rep.Sent != tt.total || n.Load() != tt.total ||
+				len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, want) {
+				t.Errorf("report %+v, server saw %d", rep, n.Load())
+			}
+		})
 	}
 }
 

@@ -87,9 +87,10 @@ func New[C Request, G comparable](maxBatch, maxInFlight int, send func(batch []C
 // before Join returns: it takes the slot, queues its request, yields the
 // processor once, and sends the batch the queue then holds (its request
 // and those that came meanwhile) in its own goroutine, as a slot's loop
-// would; its Wait then finds the answer there. Measured on serve at 64
-// callers, this made 17 % fewer script calls than sending such a request
-// alone, for 5–6 % more decisions/s (docs/benchmarks.md).
+// would; its Wait then finds the answer there. On serve at 64 callers
+// this made about a fifth fewer script calls than sending such a request
+// alone, and more decisions/s in three interleaved pairs (1–9 %; see
+// docs/benchmarks.md).
 //
 // group and size are the request's group (see Queue) and the room it takes
 // in a batch (redisstore counts decisions, envoycompat counters).
