@@ -1,0 +1,203 @@
+package rlswire
+
+import (
+	"strings"
+	"testing"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// sameAsProto decodes b with DecodeRequest and with proto.Unmarshal and
+// fails t unless both fail or both give equal messages.
+func sameAsProto(t *testing.T, b []byte) {
+	t.Helper()
+	want := &rlspb.RateLimitRequest{}
+	wantErr := proto.Unmarshal(b, want)
+	got := &rlspb.RateLimitRequest{Domain: "left over"}
+	gotErr := DecodeRequest(b, got)
+	switch {
+	case (gotErr != nil) != (wantErr != nil):
+		t.Fatalf("DecodeRequest(%x) error = %v, proto.Unmarshal's %v", b, gotErr, wantErr)
+	case gotErr != nil:
+		if !proto.Equal(got, &rlspb.RateLimitRequest{}) {
+			t.Fatalf("DecodeRequest(%x) failed (%v) but left %v", b, gotErr, got)
+		}
+	case !proto.Equal(got, want):
+		t.Fatalf("DecodeRequest(%x) = %v, proto.Unmarshal gives %v", b, got, want)
+	}
+}
+
+// requests are requests of the shapes Envoy sends and a few it should
+// not, marshaled by protobuf-go.
+func requests() []*rlspb.RateLimitRequest {
+	entry := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
+		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	return []*rlspb.RateLimitRequest{
+		{},
+		{Domain: "api"},
+		{Domain: "api", Descriptors: []*ratelimitpb.RateLimitDescriptor{{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{entry("user", "u-1")}}}},
+		{Domain: "edge", HitsAddend: 3, Descriptors: []*ratelimitpb.RateLimitDescriptor{
+			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{entry("remote_address", "10.0.0.1"), entry("path", "/login")}},
+			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{entry("user", "ü-2")},
+				Limit: &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typepb.RateLimitUnit_HOUR,
+					UnitMultiplier: wrapperspb.UInt32(3)},
+				HitsAddend: wrapperspb.UInt64(1 << 40), IsNegativeHits: true},
+			{},
+			{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{entry("", ""), entry("k", "")}},
+		}},
+		{Domain: strings.Repeat("d", 2000), Descriptors: []*ratelimitpb.RateLimitDescriptor{{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{entry("user", strings.Repeat("v", 300))}}}},
+	}
+}
+
+func TestDecodeRequestMatchesProto(t *testing.T) {
+	for _, m := range requests() {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsProto(t, b)
+		got := &rlspb.RateLimitRequest{}
+		if err := DecodeRequest(b, got); err != nil || !proto.Equal(got, m) {
+			t.Fatalf("DecodeRequest(Marshal(%v)) = %v, %v", m, got, err)
+		}
+	}
+}
+
+// TestDecodeRequestEdges covers what a hand-written decoder gets wrong:
+// fields out of order or repeated, known fields with another wire type,
+// unknown fields and groups, bad UTF-8, truncation.
+func TestDecodeRequestEdges(t *testing.T) {
+	tag := protowire.AppendTag
+	str := func(b []byte, num protowire.Number, s string) []byte {
+		return protowire.AppendString(tag(b, num, protowire.BytesType), s)
+	}
+	msg := func(b []byte, num protowire.Number, m []byte) []byte {
+		return protowire.AppendBytes(tag(b, num, protowire.BytesType), m)
+	}
+	vint := func(b []byte, num protowire.Number, v uint64) []byte {
+		return protowire.AppendVarint(tag(b, num, protowire.VarintType), v)
+	}
+	entry := str(str(nil, 1, "user"), 2, "u-1")
+	over := vint(vint(nil, 1, 5), 2, 2)
+	cases := []struct {
+		name string
+		b    []byte
+	}{
+		{"descriptor before domain", str(msg(nil, 2, msg(nil, 1, entry)), 1, "api")},
+		{"domain twice: last wins", str(str(nil, 1, "a"), 1, "b")},
+		{"hits addend twice", vint(vint(nil, 3, 1), 3, 9)},
+		{"hits addend overflows uint32", vint(nil, 3, 1<<33+5)},
+		{"override in two parts: merged", msg(msg(nil, 2, msg(msg(nil, 2, vint(nil, 1, 5)), 2, vint(nil, 2, 3))), 2, msg(nil, 1, entry))},
+		{"override, multiplier twice", msg(nil, 2, msg(nil, 2, msg(msg(over, 3, vint(nil, 1, 4)), 3, vint(nil, 1, 6))))},
+		{"hits addend wrapper twice", msg(nil, 2, msg(msg(nil, 3, vint(nil, 1, 2)), 3, nil))},
+		{"negative hits as 2", msg(nil, 2, vint(nil, 4, 2))},
+		{"unknown enum unit", msg(nil, 2, msg(nil, 2, vint(nil, 2, 99)))},
+		{"domain as varint: unknown", vint(nil, 1, 5)},
+		{"descriptors as varint: unknown", vint(nil, 2, 5)},
+		{"hits addend as bytes: unknown", str(nil, 3, "x")},
+		{"entry as fixed32: unknown", msg(nil, 2, protowire.AppendFixed32(tag(nil, 1, protowire.Fixed32Type), 7))},
+		{"entry key as varint", msg(nil, 2, msg(nil, 1, vint(nil, 1, 1)))},
+		{"unknown fields everywhere", str(msg(str(nil, 9, "x"), 2, msg(vint(nil, 7, 1), 1, str(entry, 5, "z"))), 100, "y")},
+		{"unknown in wrappers", msg(nil, 2, msg(msg(nil, 3, vint(nil, 2, 1)), 2, msg(nil, 3, str(nil, 9, "q"))))},
+		{"group", tag(protowire.AppendFixed64(tag(tag(nil, 5, protowire.StartGroupType), 1, protowire.Fixed64Type), 1), 5, protowire.EndGroupType)},
+		{"unterminated group", tag(nil, 5, protowire.StartGroupType)},
+		{"stray end group", tag(nil, 5, protowire.EndGroupType)},
+		{"field number 0", vint(nil, 0, 1)},
+		{"bad UTF-8 domain", str(nil, 1, "\xff")},
+		{"bad UTF-8 key", msg(nil, 2, msg(nil, 1, str(nil, 1, "a\xc3")))},
+		{"bad UTF-8 value", msg(nil, 2, msg(nil, 1, str(nil, 2, "\xed\xa0\x80")))},
+		{"bad UTF-8 in a large request", str(str(nil, 1, strings.Repeat("a", 3000)), 1, "\xff")},
+		{"truncated length", []byte{0x0a, 0x05, 'a'}},
+		{"truncated varint", []byte{0x18, 0x80}},
+		{"truncated tag", []byte{0x80}},
+		{"truncated descriptor", msg(nil, 2, []byte{0x0a, 0x09})},
+		{"truncated entry", msg(nil, 2, msg(nil, 1, []byte{0x0a, 0x09, 'a'}))},
+		{"many descriptors and entries", msg(msg(msg(nil, 2, msg(msg(nil, 1, entry), 1, entry)), 2, nil), 2, msg(msg(msg(nil, 1, entry), 3, nil), 1, entry))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { sameAsProto(t, c.b) })
+	}
+}
+
+// TestDecodeRequestKeepsNoReference checks that the decoded strings do
+// not point into the buffer gRPC reuses.
+func TestDecodeRequestKeepsNoReference(t *testing.T) {
+	for _, m := range requests() {
+		b, _ := proto.Marshal(m)
+		got := &rlspb.RateLimitRequest{}
+		if err := DecodeRequest(b, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range b {
+			b[i] = 0
+		}
+		if !proto.Equal(got, m) {
+			t.Fatalf("after the buffer was overwritten: %v, want %v", got, m)
+		}
+	}
+}
+
+// TestDecodeRequestListsDoNotShare checks that appending to one decoded
+// descriptor's entries does not overwrite the next one's.
+func TestDecodeRequestListsDoNotShare(t *testing.T) {
+	m := requests()[3]
+	b, _ := proto.Marshal(m)
+	got := &rlspb.RateLimitRequest{}
+	if err := DecodeRequest(b, got); err != nil {
+		t.Fatal(err)
+	}
+	got.Descriptors[0].Entries = append(got.Descriptors[0].Entries, &ratelimitpb.RateLimitDescriptor_Entry{Key: "x"})
+	got.Descriptors = append(got.Descriptors[:1], got.Descriptors[1:]...)
+	if !proto.Equal(got.Descriptors[1], m.Descriptors[1]) {
+		t.Fatalf("descriptor 1 = %v after appending to descriptor 0, want %v", got.Descriptors[1], m.Descriptors[1])
+	}
+}
+
+func TestDecodeRequestAllocations(t *testing.T) {
+	b, _ := proto.Marshal(requests()[2])
+	m := &rlspb.RateLimitRequest{}
+	got := testing.AllocsPerRun(100, func() {
+		if err := DecodeRequest(b, m); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// One for the descriptor with its entry, one for the strings.
+	if got > 2 {
+		t.Fatalf("DecodeRequest of one descriptor with one entry: %v allocations, want at most 2", got)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	for _, m := range requests() {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	f.Add([]byte{0x12, 0x04, 0x0a, 0x02, 0x0a, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) { sameAsProto(t, b) })
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	buf, _ := proto.Marshal(requests()[2])
+	b.Run("rlswire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := DecodeRequest(buf, &rlspb.RateLimitRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := proto.Unmarshal(buf, &rlspb.RateLimitRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
