@@ -27,7 +27,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-rl/floodgate/envoycompat"
-	"github.com/floodgate-rl/floodgate/internal/rlswire"
 )
 
 // envoy-compat's listeners bound slow and idle clients, which their
@@ -130,11 +129,12 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	_ = rl.Load() // as theirs: a bad configuration is logged and the service starts without one
 
 	httpAddr, debugAddr, grpcAddr := s.Addresses()
-	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
-		MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
-	}), grpc.NumStreamWorkers(grpcMaxStreams), // as serve's --grpc-stream-workers: no stack growth per request
-		grpc.ConnectionTimeout(compatReadTimeout), // not gRPC's 120 s for a connection that never sends its preface
-		grpc.ForceServerCodecV2(rlswire.Codec{}))  // Envoy's messages without protobuf-go's reflection, as serve
+	gs := grpc.NewServer(append(grpcWireOptions(), // as serve's
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
+		}), grpc.NumStreamWorkers(grpcMaxStreams), // as serve's --grpc-stream-workers: no stack growth per request
+		grpc.ConnectionTimeout(compatReadTimeout))..., // not gRPC's 120 s for a connection that never sends its preface
+	)
 	svc.Register(gs)
 	healthpb.RegisterHealthServer(gs, gh)
 	reflection.Register(gs)
