@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate/internal/gctune"
+	"github.com/floodgate-rl/floodgate/internal/rlswire"
 )
 
 // checkAnswer is what floodgate serve answers POST /v1/check for a
@@ -86,8 +87,11 @@ func run() error {
 		IdleTimeout:       2 * time.Minute,
 	}
 	// floodgate serve's default gRPC server options (cmd/floodgate's
-	// grpcServerOptions, without TLS).
+	// grpcServerOptions, without TLS, and grpcWireOptions: rlswire's codec
+	// and static flow-control windows).
 	gs := grpc.NewServer(
+		grpc.ForceServerCodecV2(rlswire.Codec{}),
+		grpc.StaticStreamWindowSize(64<<10), grpc.StaticConnWindowSize(1<<20),
 		grpc.MaxConcurrentStreams(256),
 		grpc.MaxRecvMsgSize(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
