@@ -118,6 +118,10 @@ func (m *Metrics) domainNotFound(domain string) {
 		if len(m.notFoundSeries) >= m.max {
 			domain = otherLabel
 		} else {
+			// A copy: the request's strings may share one allocation
+			// with the whole request (internal/rlswire), which a
+			// series kept for the process's life would keep too.
+			domain = strings.Clone(domain)
 			m.notFoundSeries[domain] = true
 		}
 	}
