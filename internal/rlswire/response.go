@@ -22,47 +22,83 @@ func AppendResponse(b []byte, m *rlspb.RateLimitResponse) ([]byte, error) {
 	return appendResponse(b, m), nil
 }
 
+// Every field these messages have is numbered below 16, so a tag is one
+// byte. As protobuf-go does for proto3, a scalar field (varint, string,
+// bytes) that holds its zero value is not written; a message field is
+// written whenever it is set, empty or not; fields go in the order of
+// their numbers.
+
+// varintSize is the size of varint field holding v.
+func varintSize(v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeVarint(v)
+}
+
+// appendVarint appends varint field num holding v.
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+}
+
+// stringSize is the size of a string (or bytes) field holding n bytes.
+func stringSize(n int) int {
+	if n == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeBytes(n)
+}
+
+// appendString appends string field num holding v.
+func appendString(b []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+// messageSize is the size of a set message field whose fields take n
+// bytes.
+func messageSize(n int) int { return 1 + protowire.SizeBytes(n) }
+
+// appendMessage appends the tag and length of message field num whose
+// fields take n bytes; the caller appends the fields.
+func appendMessage(b []byte, num protowire.Number, n int) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(n))
+}
+
 // responseSize is the size of m in wire format, for a plain m.
 func responseSize(m *rlspb.RateLimitResponse) int {
-	n := 0
-	if m.OverallCode != 0 {
-		n += 1 + protowire.SizeVarint(uint64(m.OverallCode))
-	}
+	n := varintSize(uint64(m.OverallCode))
 	for _, s := range m.Statuses {
-		n += 1 + protowire.SizeBytes(statusSize(s))
+		n += messageSize(statusSize(s))
 	}
 	for _, h := range m.ResponseHeadersToAdd {
-		n += 1 + protowire.SizeBytes(headerSize(h))
+		n += messageSize(headerSize(h))
 	}
 	for _, h := range m.RequestHeadersToAdd {
-		n += 1 + protowire.SizeBytes(headerSize(h))
+		n += messageSize(headerSize(h))
 	}
-	if len(m.RawBody) > 0 {
-		n += 1 + protowire.SizeBytes(len(m.RawBody))
-	}
-	return n
+	return n + stringSize(len(m.RawBody))
 }
 
 // appendResponse appends plain m.
 func appendResponse(b []byte, m *rlspb.RateLimitResponse) []byte {
-	if m.OverallCode != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(m.OverallCode))
-	}
+	b = appendVarint(b, 1, uint64(m.OverallCode))
 	for _, s := range m.Statuses {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(statusSize(s)))
-		b = appendStatus(b, s)
+		b = appendStatus(appendMessage(b, 2, statusSize(s)), s)
 	}
 	for _, h := range m.ResponseHeadersToAdd {
-		b = appendHeader(b, 3, h)
+		b = appendHeader(appendMessage(b, 3, headerSize(h)), h)
 	}
 	for _, h := range m.RequestHeadersToAdd {
-		b = appendHeader(b, 4, h)
+		b = appendHeader(appendMessage(b, 4, headerSize(h)), h)
 	}
 	if len(m.RawBody) > 0 {
-		b = protowire.AppendTag(b, 5, protowire.BytesType)
-		b = protowire.AppendBytes(b, m.RawBody)
+		b = protowire.AppendBytes(protowire.AppendTag(b, 5, protowire.BytesType), m.RawBody)
 	}
 	return b
 }
@@ -98,132 +134,67 @@ func plain(m *rlspb.RateLimitResponse) bool {
 
 // statusSize is the size of a descriptor status's fields.
 func statusSize(s *rlspb.RateLimitResponse_DescriptorStatus) int {
-	n := 0
-	if s.Code != 0 {
-		n += 1 + protowire.SizeVarint(uint64(s.Code))
-	}
+	n := varintSize(uint64(s.Code)) + varintSize(uint64(s.LimitRemaining))
 	if s.CurrentLimit != nil {
-		n += 1 + protowire.SizeBytes(limitSize(s.CurrentLimit))
-	}
-	if s.LimitRemaining != 0 {
-		n += 1 + protowire.SizeVarint(uint64(s.LimitRemaining))
+		n += messageSize(limitSize(s.CurrentLimit))
 	}
 	if s.DurationUntilReset != nil {
-		n += 1 + protowire.SizeBytes(durationSize(s.DurationUntilReset))
+		n += messageSize(durationSize(s.DurationUntilReset))
 	}
 	return n
 }
 
 // appendStatus appends a descriptor status's fields.
 func appendStatus(b []byte, s *rlspb.RateLimitResponse_DescriptorStatus) []byte {
-	if s.Code != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(s.Code))
-	}
+	b = appendVarint(b, 1, uint64(s.Code))
 	if l := s.CurrentLimit; l != nil {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(limitSize(l)))
-		// protobuf-go writes fields in the order of their numbers:
-		// name (3, declared first) after requests_per_unit and unit.
-		if l.RequestsPerUnit != 0 {
-			b = protowire.AppendTag(b, 1, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(l.RequestsPerUnit))
-		}
-		if l.Unit != 0 {
-			b = protowire.AppendTag(b, 2, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(l.Unit))
-		}
-		if l.Name != "" {
-			b = protowire.AppendTag(b, 3, protowire.BytesType)
-			b = protowire.AppendString(b, l.Name)
-		}
-		if u := l.UnitMultiplier; u != nil {
-			b = protowire.AppendTag(b, 4, protowire.BytesType)
-			if u.Value != 0 {
-				b = protowire.AppendVarint(b, uint64(1+protowire.SizeVarint(uint64(u.Value))))
-				b = protowire.AppendTag(b, 1, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(u.Value))
-			} else {
-				b = protowire.AppendVarint(b, 0)
-			}
-		}
+		b = appendLimit(appendMessage(b, 2, limitSize(l)), l)
 	}
-	if s.LimitRemaining != 0 {
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(s.LimitRemaining))
-	}
+	b = appendVarint(b, 3, uint64(s.LimitRemaining))
 	if d := s.DurationUntilReset; d != nil {
-		b = protowire.AppendTag(b, 4, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(durationSize(d)))
-		if d.Seconds != 0 {
-			b = protowire.AppendTag(b, 1, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(d.Seconds))
-		}
-		if d.Nanos != 0 {
-			b = protowire.AppendTag(b, 2, protowire.VarintType)
-			b = protowire.AppendVarint(b, uint64(int64(d.Nanos))) // int32: negative ones take ten bytes
-		}
+		b = appendDuration(appendMessage(b, 4, durationSize(d)), d)
 	}
 	return b
 }
 
 // limitSize is the size of a RateLimit's fields.
 func limitSize(l *rlspb.RateLimitResponse_RateLimit) int {
-	n := 0
-	if l.RequestsPerUnit != 0 {
-		n += 1 + protowire.SizeVarint(uint64(l.RequestsPerUnit))
-	}
-	if l.Unit != 0 {
-		n += 1 + protowire.SizeVarint(uint64(l.Unit))
-	}
-	if l.Name != "" {
-		n += 1 + protowire.SizeBytes(len(l.Name))
-	}
+	n := varintSize(uint64(l.RequestsPerUnit)) + varintSize(uint64(l.Unit)) + stringSize(len(l.Name))
 	if u := l.UnitMultiplier; u != nil {
-		m := 0
-		if u.Value != 0 {
-			m = 1 + protowire.SizeVarint(uint64(u.Value))
-		}
-		n += 1 + protowire.SizeBytes(m)
+		n += messageSize(varintSize(uint64(u.Value)))
 	}
 	return n
 }
 
-// durationSize is the size of a Duration's fields.
+// appendLimit appends a RateLimit's fields: name (3, declared first)
+// after requests_per_unit and unit.
+func appendLimit(b []byte, l *rlspb.RateLimitResponse_RateLimit) []byte {
+	b = appendVarint(b, 1, uint64(l.RequestsPerUnit))
+	b = appendVarint(b, 2, uint64(l.Unit))
+	b = appendString(b, 3, l.Name)
+	if u := l.UnitMultiplier; u != nil {
+		b = appendVarint(appendMessage(b, 4, varintSize(uint64(u.Value))), 1, uint64(u.Value))
+	}
+	return b
+}
+
+// durationSize is the size of a Duration's fields. Nanos is an int32: a
+// negative one is written sign-extended, in ten bytes.
 func durationSize(d *durationpb.Duration) int {
-	n := 0
-	if d.Seconds != 0 {
-		n += 1 + protowire.SizeVarint(uint64(d.Seconds))
-	}
-	if d.Nanos != 0 {
-		n += 1 + protowire.SizeVarint(uint64(int64(d.Nanos)))
-	}
-	return n
+	return varintSize(uint64(d.Seconds)) + varintSize(uint64(int64(d.Nanos)))
+}
+
+// appendDuration appends a Duration's fields.
+func appendDuration(b []byte, d *durationpb.Duration) []byte {
+	return appendVarint(appendVarint(b, 1, uint64(d.Seconds)), 2, uint64(int64(d.Nanos)))
 }
 
 // headerSize is the size of a HeaderValue's key and value.
 func headerSize(h *corepb.HeaderValue) int {
-	n := 0
-	if h.Key != "" {
-		n += 1 + protowire.SizeBytes(len(h.Key))
-	}
-	if h.Value != "" {
-		n += 1 + protowire.SizeBytes(len(h.Value))
-	}
-	return n
+	return stringSize(len(h.Key)) + stringSize(len(h.Value))
 }
 
-// appendHeader appends header h as field num.
-func appendHeader(b []byte, num protowire.Number, h *corepb.HeaderValue) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(headerSize(h)))
-	if h.Key != "" {
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendString(b, h.Key)
-	}
-	if h.Value != "" {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendString(b, h.Value)
-	}
-	return b
+// appendHeader appends a HeaderValue's key and value.
+func appendHeader(b []byte, h *corepb.HeaderValue) []byte {
+	return appendString(appendString(b, 1, h.Key), 2, h.Value)
 }
