@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-rl/floodgate/envoycompat"
+	"github.com/floodgate-rl/floodgate/internal/rlswire"
 )
 
 // envoy-compat's listeners bound slow and idle clients, which their
@@ -129,7 +130,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	_ = rl.Load() // as theirs: a bad configuration is logged and the service starts without one
 
 	httpAddr, debugAddr, grpcAddr := s.Addresses()
-	gs := grpc.NewServer(append(grpcWireOptions(), // as serve's
+	gs := grpc.NewServer(append(rlswire.ServerOptions(), // as serve's
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
 		}), grpc.NumStreamWorkers(grpcMaxStreams), // as serve's --grpc-stream-workers: no stack growth per request

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/metrics"
 )
 
@@ -77,7 +78,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, onDegraded func(fallback.Ou
 		setup = 5 * time.Second // server.Options.ReadTimeout's default
 	}
 	gopts = append(gopts, grpc.ConnectionTimeout(setup))
-	gopts = append(gopts, grpcWireOptions()...)
+	gopts = append(gopts, rlswire.ServerOptions()...)
 	ln, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)

@@ -13,6 +13,8 @@
 // writes. The fuzz tests hold both against protobuf-go. Every other
 // message, and a response with a field these encoders do not write (quota,
 // dynamic metadata, unknown fields), goes through protobuf-go unchanged.
+// ServerOptions installs the codec, with the flow-control windows such a
+// server wants.
 package rlswire
 
 import (

@@ -87,17 +87,15 @@ func run() error {
 		IdleTimeout:       2 * time.Minute,
 	}
 	// floodgate serve's default gRPC server options (cmd/floodgate's
-	// grpcServerOptions, without TLS, and grpcWireOptions: rlswire's codec
+	// grpcServerOptions, without TLS, and rlswire.ServerOptions: the codec
 	// and static flow-control windows).
-	gs := grpc.NewServer(
-		grpc.ForceServerCodecV2(rlswire.Codec{}),
-		grpc.StaticStreamWindowSize(64<<10), grpc.StaticConnWindowSize(1<<20),
+	gs := grpc.NewServer(append(rlswire.ServerOptions(),
 		grpc.MaxConcurrentStreams(256),
 		grpc.MaxRecvMsgSize(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 		grpc.NumStreamWorkers(256),
-	)
+	)...)
 	rlspb.RegisterRateLimitServiceServer(gs, allowAll{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,9 +1,9 @@
-package main
+package rlswire
 
 import (
 	"bytes"
 	"context"
-	binenc "encoding/binary"
+	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -29,18 +29,18 @@ func (okService) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest)
 	return resp, nil
 }
 
-// TestGRPCWireOptions calls a gRPC server built with grpcWireOptions over
+// TestServerOptions calls a gRPC server built with ServerOptions over
 // raw HTTP/2 frames, as Envoy does: every request is answered OK, decoded
 // and encoded right (through rlswire's codec), and the server sends no PING
 // of its own (gRPC's dynamic windows send one per round trip of a busy
 // connection for bandwidth estimation; the static windows send none) and
 // advertises the static stream window.
-func TestGRPCWireOptions(t *testing.T) {
+func TestServerOptions(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpcWireOptions()...)
+	gs := grpc.NewServer(ServerOptions()...)
 	rlspb.RegisterRateLimitServiceServer(gs, okService{})
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
@@ -60,7 +60,7 @@ func TestGRPCWireOptions(t *testing.T) {
 	}
 	req, _ := proto.Marshal(&rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitpb.RateLimitDescriptor{
 		{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "user", Value: "u-1"}}}}})
-	msg := binenc.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
+	msg := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
 	msg = append(msg, req...)
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
@@ -123,7 +123,7 @@ func TestGRPCWireOptions(t *testing.T) {
 	if pings != 0 {
 		t.Errorf("the server sent %d PINGs over %d requests, want none (static flow-control windows)", pings, requests)
 	}
-	if window != grpcStreamWindow {
-		t.Errorf("initial stream window %d, want %d", window, grpcStreamWindow)
+	if window != StreamWindow {
+		t.Errorf("initial stream window %d, want %d", window, StreamWindow)
 	}
 }

@@ -1,0 +1,32 @@
+package rlswire
+
+import "google.golang.org/grpc"
+
+// The static flow-control windows of ServerOptions.
+const (
+	StreamWindow = 64 << 10
+	ConnWindow   = 1 << 20
+)
+
+// ServerOptions are the gRPC server options for Envoy's rate limit API,
+// whose messages are a few dozen bytes, shared by floodgate serve,
+// envoy-compat and the benchmarks' no-op service:
+//
+//   - Codec: Envoy's two messages decoded and encoded without protobuf-go's
+//     reflection (the same messages and bytes), every other message by
+//     gRPC's own codec;
+//   - static flow-control windows (StreamWindow per stream, ConnWindow per
+//     connection): gRPC's dynamic windows, made for large messages on
+//     links with a long round trip, send a PING for bandwidth estimation
+//     on every round trip of a busy connection, which the client must
+//     answer; rate limit requests never need more than the static windows.
+//
+// Together 4–6 µs less of the service's CPU per decision (serve on Redis,
+// 64 callers; docs/benchmarks.md).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(Codec{}),
+		grpc.StaticStreamWindowSize(StreamWindow),
+		grpc.StaticConnWindowSize(ConnWindow),
+	}
+}
