@@ -9,9 +9,13 @@
 // yields the processor once, so that the requests already on their way
 // join it, then sends them all together). Otherwise it waits; whenever
 // a call completes, the oldest waiting requests (up to maxBatch of room,
-// see Queue.Join) leave together in the next call, sent by a goroutine
-// that keeps the slot and sends batch after batch while requests wait: one
-// goroutine per busy slot, none while nothing waits.
+// see Queue.Join) leave together in the next call, sent by a sender
+// goroutine that keeps the slot and sends batch after batch while
+// requests wait. A sender whose slot has nothing more to send waits up to
+// SenderIdle for the next busy slot before it ends, so that under load the
+// same few goroutines send every batch (at most one per slot in use):
+// their stacks have grown to what a Redis call needs once, not once per
+// busy period.
 //
 // A caller whose context ends while its request waits takes the request
 // back out of the queue, and nothing is sent for it: it is answered as one
@@ -50,7 +54,19 @@ type Queue[C Request, G comparable] struct {
 	waiting  []entry[C, G] // oldest first
 	inFlight int
 	recent   int // requests in the last call cut: 1 alone, else its batch's
+
+	// idle hands a busy slot's first batch to a sender that waits for
+	// one (unbuffered: a send succeeds only while a sender waits).
+	idle chan []C
 }
+
+// SenderIdle is how long a sender goroutine whose slot has nothing more
+// to send waits for another busy slot before it ends. A new goroutine
+// starts with a small stack, and sending a script call through go-redis
+// grew it by copying (runtime.copystack: about 2 % of serve's CPU at 64
+// callers when each busy period had a goroutine of its own). Short
+// enough that a Queue nobody uses any more holds no goroutine for long.
+const SenderIdle = 200 * time.Millisecond
 
 // entry is one waiting request with what the batch cut reads of it.
 type entry[C Request, G comparable] struct {
@@ -74,6 +90,7 @@ func New[C Request, G comparable](maxBatch, maxInFlight int, send func(batch []C
 		maxInFlight: max(maxInFlight, 1),
 		send:        send,
 		expire:      expire,
+		idle:        make(chan []C),
 	}
 }
 
@@ -134,16 +151,45 @@ func (q *Queue[C, G]) lead() {
 	q.mu.Unlock()
 	q.sendLive(batch)
 	if next := q.following(); next != nil {
-		go q.loop(next)
+		q.hand(next)
 	}
 }
 
 // Release ends a call that Join let its caller send alone: the slot sends
-// the waiting requests, from a new goroutine so that the caller returns at
-// once, or is freed when nobody waits.
+// the waiting requests, from a sender goroutine so that the caller returns
+// at once, or is freed when nobody waits.
 func (q *Queue[C, G]) Release() {
 	if batch := q.following(); batch != nil {
-		go q.loop(batch)
+		q.hand(batch)
+	}
+}
+
+// hand gives batch, the first of a busy slot, to a sender that waits for
+// work, or to a new one when none waits.
+func (q *Queue[C, G]) hand(batch []C) {
+	select {
+	case q.idle <- batch:
+	default:
+		go q.sender(batch)
+	}
+}
+
+// sender sends batch and the slot's next ones (loop), then waits up to
+// SenderIdle for another busy slot's first batch, and so on; it ends when
+// none comes in time. Senders never outnumber the slots in use by more
+// than those waiting, and none is left SenderIdle after the last batch.
+func (q *Queue[C, G]) sender(batch []C) {
+	q.loop(batch)
+	t := time.NewTimer(SenderIdle)
+	defer t.Stop()
+	for {
+		select {
+		case batch = <-q.idle:
+			q.loop(batch)
+			t.Reset(SenderIdle)
+		case <-t.C:
+			return
+		}
 	}
 }
 
@@ -194,8 +240,8 @@ func (q *Queue[C, G]) withdraw(c C) bool {
 	return false
 }
 
-// loop sends batch, then the next, as long as requests wait: one
-// goroutine per busy slot rather than one per batch.
+// loop sends batch, then the next, as long as requests wait: one sender
+// per busy slot rather than one goroutine per batch.
 //
 // Between two batches it yields the processor once: the callers the
 // batch just woke are ready to run, and those that come straight back

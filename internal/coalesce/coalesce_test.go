@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -501,5 +502,83 @@ func TestLeaderAfterBatch(t *testing.T) {
 	}
 	if len(calls) != 3 || calls[2] != 1 {
 		t.Fatalf("calls %v, want [2 %d 1]", calls, n)
+	}
+}
+
+// goroutineID returns the id of the calling goroutine, from the first
+// line of its stack trace ("goroutine N [running]:").
+func goroutineID() string {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	line = line[len("goroutine "):]
+	for i, c := range line {
+		if c == ' ' {
+			return string(line[:i])
+		}
+	}
+	return string(line)
+}
+
+// goroutineAlive reports whether the goroutine with id is still running.
+func goroutineAlive(id string) bool {
+	buf := make([]byte, 1<<20)
+	all := string(buf[:runtime.Stack(buf, true)])
+	return strings.Contains(all, "goroutine "+id+" [")
+}
+
+// TestSendersReused: the batches of successive busy periods are sent by
+// the same sender goroutine, which waits for the next busy slot instead
+// of ending (a new goroutine per busy period grew its stack every time);
+// it ends once no slot has been busy for SenderIdle.
+func TestSendersReused(t *testing.T) {
+	var mu sync.Mutex
+	senders := map[string]int{}
+	q := New[*req, int](8, 1, func(b []*req) {
+		id := goroutineID()
+		mu.Lock()
+		senders[id]++
+		mu.Unlock()
+		for _, r := range b {
+			answer(r)
+		}
+	}, expireReq)
+	const periods = 20
+	for p := range periods {
+		// A caller sends alone and one request queues behind it (a batch
+		// of one, so that the next period's first caller goes alone too).
+		holdSlots(t, q, 1)
+		var rs []*req
+		for i := range 1 {
+			r, queued := q.Join(0, 1, func() *req { return newReq(context.Background(), p*10+i, 0, 1) })
+			if !queued {
+				t.Fatalf("period %d: request %d sent alone with the call busy", p, i)
+			}
+			rs = append(rs, r)
+		}
+		q.Release() // a sender takes the waiting batch
+		for _, r := range rs {
+			if !q.Wait(r, r.done) || r.answer != r.id+1000 {
+				t.Fatalf("period %d: request %d answered %d", p, r.id, r.answer)
+			}
+		}
+		waitIdle(t, q)
+		time.Sleep(2 * time.Millisecond) // the sender is back waiting for work
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(senders) != 1 {
+		t.Fatalf("%d sender goroutines for %d busy periods (%v), want one reused", len(senders), periods, senders)
+	}
+	for id, n := range senders {
+		if n != periods {
+			t.Errorf("sender %s sent %d batches, want %d", id, n, periods)
+		}
+		deadline := time.Now().Add(SenderIdle + 5*time.Second)
+		for goroutineAlive(id) {
+			if time.Now().After(deadline) {
+				t.Fatalf("sender %s still running %v after the last batch", id, SenderIdle+5*time.Second)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
