@@ -23,6 +23,7 @@
 #   go tool pprof -sample_index=alloc_objects -top -diff_base OUTDIR/mem-grpc.allocs0 FLOODGATE OUTDIR/mem-grpc.allocs1
 # STORES (default "mem redis") and APIS (default "grpc http") pick the
 # cells, CALLERS (default 64) the load generator's concurrency.
+# LOADTEST_ARGS adds flags to the load generator (e.g. "--connections 8").
 # SERVE_ARGS adds flags to serve, e.g. SERVE_ARGS="--fallback-budget 1s"
 # so that a Redis slowed by a busy machine does not hand decisions to the
 # local fallback (which would make the cell measure that instead).
@@ -84,7 +85,8 @@ for store in ${STORES:-mem redis}; do
 		for _ in $(seq 100); do curl -sf "127.0.0.1:$HP/healthz" >/dev/null && break; sleep 0.1; done
 		target=grpc://127.0.0.1:$GP
 		[ "$api" = http ] && target=http://127.0.0.1:$HP
-		"$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration 2s --identities 10000 --quiet >/dev/null
+		# shellcheck disable=SC2086 # LOADTEST_ARGS is split on purpose
+		"$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration 2s --identities 10000 --quiet ${LOADTEST_ARGS:-} >/dev/null
 		metric() { curl -s "127.0.0.1:$AP/metrics" | awk -v m="$1" '$1 ~ "^"m {s+=$2} END {printf "%d", s}'; }
 		m0=$(metric go_memstats_mallocs_total)
 		calls() { redis-cli -p "$RP" info commandstats | awk -F'[=,:]' '/^cmdstat_eval/ {s+=$3} END {printf "%d", s}'; }
@@ -94,7 +96,8 @@ for store in ${STORES:-mem redis}; do
 		curl -s -o "$OUT/$store-$api.cpu" "127.0.0.1:$AP/debug/pprof/profile?seconds=$((DUR - 2))" &
 		CP=$!
 		curl -s -o "$OUT/$store-$api.allocs0" "127.0.0.1:$AP/debug/pprof/allocs"
-		rep=$("$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration "${DUR}s" --identities 10000 --quiet)
+		# shellcheck disable=SC2086 # LOADTEST_ARGS is split on purpose
+		rep=$("$LT" loadtest --target "$target" --concurrency "${CALLERS:-64}" --duration "${DUR}s" --identities 10000 --quiet ${LOADTEST_ARGS:-})
 		c1=$(awk '{print $14+$15}' "/proc/$SP/stat")
 		r1=$(awk '{print $14+$15}' "/proc/$RPID/stat")
 		m1=$(metric go_memstats_mallocs_total)
