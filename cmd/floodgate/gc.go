@@ -15,7 +15,7 @@ const defaultGCFloorMiB = 64
 // addGCFlag adds --gc-heap-floor-mib to fl.
 func addGCFlag(fl *pflag.FlagSet, mib *int) {
 	fl.IntVar(mib, "gc-heap-floor-mib", defaultGCFloorMiB,
-		"let the heap grow to this many MiB between garbage collections while the live heap is small (fewer collections per request; memory stays within the larger of this and twice the live heap); 0 leaves Go's default; ignored when GOGC is set")
+		"let the heap grow to this many MiB between garbage collections while the live heap is small, but to no more than 11 times the live heap (fewer collections per request; memory stays within the larger of this and twice the live heap); 0 leaves Go's default; ignored when GOGC is set")
 }
 
 // startGC starts the heap floor of --gc-heap-floor-mib; the returned

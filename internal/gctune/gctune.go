@@ -4,7 +4,10 @@
 // of short-lived request objects a second. With GOGC's default of 100 the
 // goal is twice the live heap, so such a process collects many times a
 // second; a floor of a few tens of megabytes spaces the cycles out and
-// costs at most the floor in memory. Once the live heap is half the floor
+// costs at most the floor in memory. The goal never exceeds 11 times the
+// live heap (MaxPercent): with the 5 MB or so a busy serve keeps live,
+// that is about 60 MB, so floors above that change nothing until the
+// live heap grows. Once the live heap is half the floor
 // or more, the standard 100 % applies again, so the heap never exceeds
 // the larger of the floor and twice the live heap (GOMEMLIMIT still
 // bounds it as usual).
