@@ -85,6 +85,15 @@ type Options struct {
 	// unlimited or replaced ones), for metrics and logs. It runs on the
 	// request's goroutine: keep it fast.
 	Observe func(Observation)
+	// OnError, when set, is called once for every request whose store
+	// decision failed, with the store's error, before the request is
+	// answered: for metrics and logs (floodgate serve counts it in
+	// floodgate_decision_errors_total and logs it, as its HTTP API does
+	// its own failures). The answer's status message says what kind of
+	// failure it was, never the store's error, which may name addresses,
+	// keys or a server's messages. It runs on the request's goroutine
+	// with the caller's context: keep it fast.
+	OnError func(ctx context.Context, err error)
 }
 
 // Observation is one descriptor decided by the service.
@@ -225,6 +234,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	})
 	if err != nil {
+		if s.opts.OnError != nil {
+			s.opts.OnError(caller, err)
+		}
 		return nil, storeStatus(caller, own, err)
 	}
 	resp := s.response(now, p, results)
@@ -344,15 +356,23 @@ func ownDenial(r floodgate.Result) bool {
 // storeStatus maps a store error to a gRPC status. ctx is the caller's
 // context; own says the store calls ran under a deadline of the service's
 // own (Options.Timeout) that came before the caller's: the store then ran
-// out of the service's time, not the caller's, which is UNAVAILABLE.
+// out of the service's time, not the caller's, which is UNAVAILABLE. The
+// message says what kind of failure it was; the store's own error (a
+// Redis address, a key, a server's message) is not in it (see
+// Options.OnError). Errors of the service's own making (a policy the
+// store cannot decide) keep their text: it names no backend.
 func storeStatus(ctx context.Context, own bool, err error) error {
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || !own && errors.Is(err, context.DeadlineExceeded):
-		return status.Errorf(codes.DeadlineExceeded, "envoyrls: %v", err)
+		return status.Error(codes.DeadlineExceeded, "envoyrls: the decision did not finish before the caller's deadline")
 	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
-		return status.Errorf(codes.Canceled, "envoyrls: %v", err)
+		return status.Error(codes.Canceled, "envoyrls: the request was canceled")
 	case errors.Is(err, floodgate.ErrInvalidPolicy), errors.Is(err, floodgate.ErrInvalidLayers), errors.Is(err, floodgate.ErrInvalidCost):
 		return status.Errorf(codes.Internal, "envoyrls: %v", err)
+	case errors.Is(err, floodgate.ErrIndeterminate):
+		return status.Error(codes.Unavailable, "envoyrls: the rate limit store failed after the request was sent; it may have been counted")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.Unavailable, "envoyrls: the decision did not finish in time")
 	}
-	return status.Errorf(codes.Unavailable, "envoyrls: %v", err)
+	return status.Error(codes.Unavailable, "envoyrls: the rate limit store is unavailable; nothing was counted")
 }

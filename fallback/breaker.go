@@ -404,9 +404,10 @@ func (b *breaker) snapshot() (BreakerState, time.Duration) {
 	return b.state, 0
 }
 
-// retryHint is how long a ModeClosed denial asks the client to wait: until
-// the breaker lets probes through, or one base open period when it is not
-// open.
+// retryHint is how long a ModeClosed denial asks the client to wait: with
+// a prober, the probes it takes to close (ProbeInterval × ProbeSuccesses,
+// whether it is open yet or not); without, until the breaker lets probes
+// through, or one base open period when it is not open.
 func (b *breaker) retryHint() time.Duration {
 	if b.prober != nil {
 		return b.opts.ProbeInterval * time.Duration(b.opts.ProbeSuccesses)

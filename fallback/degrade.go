@@ -16,8 +16,8 @@ import (
 //
 // A degraded result is an ordinary floodgate.Result: in ModeOpen it is
 // allowed with Remaining computed as if the identity were fresh; in
-// ModeClosed it is denied with floodgate.ReasonLimited and RetryAfter until
-// the breaker next lets a probe through; in ModeLocal it is the local
+// ModeClosed it is denied with floodgate.ReasonLimited and RetryAfter the
+// earliest the breaker can close (see ModeClosed); in ModeLocal it is the local
 // store's result, whose Limit is the widened local limit. Outcome is how a
 // caller tells these apart from the primary's decisions, for example to add
 // a response header or skip billing.

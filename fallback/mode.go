@@ -39,7 +39,10 @@ const (
 	// unbounded.
 	ModeOpen
 	// ModeClosed denies every request (Reason floodgate.ReasonLimited,
-	// RetryAfter until the breaker next probes the primary). Meant for
+	// RetryAfter the earliest the breaker can close: with background
+	// probes (Options.Probe), the probe interval times the successes it
+	// needs; without, until it next lets a call through, or one open
+	// period when it is not open). Meant for
 	// login protection and billing, where admitting too much costs more
 	// than refusing. Over-admission: none.
 	ModeClosed

@@ -411,6 +411,13 @@ func (s *Server) CountDegraded(o fallback.Outcome) {
 	}
 }
 
+// DecisionFailed classifies a failed decision of another API served
+// beside s, counts it in floodgate_decision_errors_total and logs it (at
+// most once per WarnEvery for each reason), as the HTTP API does its own
+// failures: floodgate serve passes it to its gRPC service as
+// envoyrls.Options.OnError.
+func (s *Server) DecisionFailed(ctx context.Context, err error) { s.decisionProblem(ctx, err) }
+
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
 // readiness turns off, it waits ShutdownDelay, stops accepting connections
 // and waits up to DrainTimeout for in-flight requests, then closes the

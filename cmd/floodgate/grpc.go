@@ -15,9 +15,9 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
-	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // envoyReloader loads the --envoy-config files and directories, or
@@ -53,14 +53,17 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // calls bounded by --decision-timeout as an HTTP check's, and returns a
 // function that stops it gracefully (bounded by --drain-timeout).
 // Decisions are stamped with the limiter's clock (disciplined to Redis's
-// with --clock-sync). onDegraded counts the answers a failure
-// mode took (in the HTTP API's floodgate_degraded_responses_total);
-// decided counts the decisions (see countGRPCDecision).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, onDegraded func(fallback.Outcome), decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+// with --clock-sync). The HTTP API's server srv counts the answers a
+// failure mode took (floodgate_degraded_responses_total) and counts and
+// logs the decisions that failed (floodgate_decision_errors_total, the
+// "decision failed" log line), as it does its own; decided counts the
+// decisions (see countGRPCDecision).
+func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
-	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach, OnDegraded: onDegraded, Timeout: f.decisionTimeout,
+	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach,
+		OnDegraded: srv.CountDegraded, OnError: srv.DecisionFailed, Timeout: f.decisionTimeout,
 		Observe: func(o envoyrls.Observation) { countGRPCDecision(decided, o) }})
 	if err != nil {
 		return nil, err

@@ -225,6 +225,10 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		return nil, err
 	}
 	if f.fallbackMode == "off" {
+		// No fallback store to report the decisions made on Redis:
+		// they are reported here, as the fallback store reports its
+		// primary's.
+		b.store = observedStore{primary, m}
 		return b, nil
 	}
 	mode, err := fallback.ParseMode(f.fallbackMode)
@@ -449,7 +453,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, srv.CountDegraded, m, envoy, log)
+	stopGRPC, err := startGRPC(f, lim, srv, m, envoy, log)
 	if err != nil {
 		return err
 	}
@@ -583,4 +587,21 @@ func warnCrossSlot(log *slog.Logger, cfg *config.Config) {
 		log.Info("on Redis Cluster, these policies' layers key on different identities, so in different slots: a decision is one call when its slots lie on one primary, and split over the primaries (two round trips) otherwise",
 			"policies", strings.Join(bad, ","))
 	}
+}
+
+// observedStore is the Redis store serve decides on with --fallback off:
+// it reports every decision, its duration and its error, to obs
+// (rate_limit_redis_latency_seconds, rate_limit_redis_errors_total), as
+// the fallback store reports its primary's calls otherwise.
+type observedStore struct {
+	floodgate.Store
+	obs interface{ ObservePrimary(time.Duration, error) }
+}
+
+// Decide implements floodgate.Store.
+func (o observedStore) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	start := time.Now()
+	err := o.Store.Decide(ctx, now, layers, out)
+	o.obs.ObservePrimary(time.Since(start), err)
+	return err
 }
