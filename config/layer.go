@@ -74,7 +74,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 			}
 		}
 		if v, ok := f["window"]; ok {
-			base.Window, _ = p.duration(v.val, what+" window")
+			base.Window = p.window(v.val, what)
 		} else {
 			p.errorf(n, "%s has no window", what)
 		}
@@ -210,7 +210,7 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 			pt.Limit, _ = p.integer(x.val, tw+" limit", 1, floodgate.MaxLimit)
 		}
 		if x, ok := f["window"]; ok {
-			pt.Window, _ = p.duration(x.val, tw+" window")
+			pt.Window = p.window(x.val, tw)
 		}
 		if x, ok := f["burst"]; ok {
 			pt.Burst, _ = p.integer(x.val, tw+" burst", 1, floodgate.MaxLimit)
@@ -245,6 +245,18 @@ func ParseDuration(s string) (time.Duration, error) {
 	return duration.Parse(s)
 }
 
+// window parses a layer's (or a tier override's) window and checks its
+// range here, so that it is reported with the layer's other problems: the
+// policy's own check (floodgate.Policy.Validate, the same range) runs only
+// once every field it reads is valid.
+func (p *parser) window(n *yaml.Node, what string) time.Duration {
+	d, ok := p.duration(n, what+" window")
+	if ok && (d < floodgate.MinWindow || d > floodgate.MaxWindow) {
+		p.errorf(n, "%s window %s out of range %s..%s", what, FormatDuration(d), FormatDuration(floodgate.MinWindow), FormatDuration(floodgate.MaxWindow))
+	}
+	return d
+}
+
 // calendar parses a quota layer's period, timezone and anchor_day.
 func (p *parser) calendar(n *yaml.Node, f map[string]field, pol *floodgate.Policy, what string) {
 	if v, ok := f["window"]; ok {
@@ -267,10 +279,12 @@ func (p *parser) calendar(n *yaml.Node, f map[string]field, pol *floodgate.Polic
 		if s, ok := p.scalar(v.val, what+" timezone"); ok {
 			loc, err := time.LoadLocation(s)
 			if err != nil || s == "" || s == "Local" {
+				// Reported, and anchor_day still checked below: every
+				// problem of the layer at once.
 				p.errorf(v.val, "%s: unknown IANA time zone %q (e.g. UTC, Europe/Berlin, America/New_York)", what, s)
-				return
+			} else {
+				pol.Calendar.Location = loc
 			}
-			pol.Calendar.Location = loc
 		}
 	}
 	if v, ok := f["anchor_day"]; ok {

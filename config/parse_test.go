@@ -189,7 +189,11 @@ func TestParseErrors(t *testing.T) {
 		{"text limit", layer("algorithm: gcra, limit: lots, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit must be a whole number, got "lots"`},
 		{"bad window", layer("algorithm: gcra, limit: 5, window: 1 minute, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: invalid duration "1 minute"`},
 		{"negative window", layer("algorithm: gcra, limit: 5, window: -1m, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: duration "-1m" must be positive`},
-		{"window too long", layer("algorithm: fixed_window, limit: 5, window: 500d, dimension: user"), `e.yaml:5:9: layer "l" of policy "p": policy "p.l": window 500d out of range 1ms..400d`},
+		{"window too long", layer("algorithm: fixed_window, limit: 5, window: 500d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 500d out of range 1ms..400d`},
+		// Every problem of a layer at once: the window's range and a
+		// quota's anchor_day are checked even when another field is bad.
+		{"bad limit and window", layer("algorithm: fixed_window, limit: 0, window: 401d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 401d out of range 1ms..400d`},
+		{"bad zone and anchor_day", layer("algorithm: quota, limit: 10, period: anchored_month, anchor_day: 32, dimension: user, timezone: Mars/Base"), `layer "l" of policy "p" anchor_day 32 out of range 1..31`},
 		{"burst on fixed window", layer(ok + ", burst: 5"), `burst applies to token_bucket and gcra only`},
 		{"max_delay on token bucket", layer("algorithm: token_bucket, limit: 5, window: 1s, max_delay: 1s, dimension: user"), `max delay applies to gcra only`},
 		{"no dimension", layer("algorithm: gcra, limit: 5, window: 1s"), `e.yaml:5:9: layer "l" of policy "p" has no dimension`},

@@ -244,3 +244,22 @@ func TestUnsignedDocumentIsRejectedNotUnreadable(t *testing.T) {
 	}
 	waitFor(t, "the signed version 3 to apply", func() bool { return limitOf(t, h) == 30 })
 }
+
+// TestPublishRedisUnreachable: a push that cannot reach Redis says so, and
+// does not suggest --force, which is for a stored document too large to
+// check (it used to say "the stored document cannot be checked (use
+// --force to replace it)" for a refused connection or a wrong password).
+func TestPublishRedisUnreachable(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	keys, _ := config.KeysFor(fmt.Sprintf("pushdown%d", time.Now().UnixNano()))
+	rs.Kill()
+	for _, force := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := config.PublishWith(ctx, client, keys, []byte(doc("1", 10)), config.PublishOptions{Force: force})
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "--force") || !strings.Contains(err.Error(), "reading") {
+			t.Fatalf("push with Redis down (force %v): %v; want the failed read, without advice to use --force", force, err)
+		}
+	}
+}

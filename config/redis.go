@@ -168,7 +168,12 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		old = nil
 	case err != nil:
 		var bad *Error
-		if !errors.As(err, &bad) || !opts.Force {
+		if !errors.As(err, &bad) {
+			// Redis unreachable, refusing the credentials, a TLS
+			// mismatch: nothing a forced push would get past.
+			return nil, err
+		}
+		if !opts.Force {
 			return nil, fmt.Errorf("config: the stored document cannot be checked (use --force to replace it): %w", err)
 		}
 		old, overwrite = nil, true // an oversized stored document, replaced on purpose

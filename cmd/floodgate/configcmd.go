@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -111,9 +112,14 @@ published document again only announces it.`,
 			if !rs.Enabled() {
 				return errors.New("push needs --redis (or --redis-sentinel with --redis-master, or --redis-cluster)")
 			}
-			if err := sec.redisClientSettings(&rs, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))); err != nil {
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			if err := sec.redisClientSettings(&rs, log); err != nil {
 				return err
 			}
+			// go-redis's own lines (a failed dial, retried) in the
+			// command's log format, each kind once: the error the push
+			// ends with says what failed.
+			redis.SetLogger(newRedisLogger(log, time.Minute))
 			client, err := rs.Client()
 			if err != nil {
 				return err
