@@ -184,7 +184,9 @@ func Load(files []File, merge bool) (cfg *Config, err error) {
 	cfg = &Config{domains: map[string]*node{}}
 	for _, f := range files {
 		if len(f.Data) > MaxFileSize {
-			return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("file is %d bytes (max %d)", len(f.Data), MaxFileSize)}
+			// Larger, not "N bytes": a file read from disk is read up to
+			// one byte past the limit only (readLimited).
+			return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}
 		}
 		root, err := cfg.parseFile(f)
 		if err != nil {

@@ -97,3 +97,20 @@ func TestRuntimeSignature(t *testing.T) {
 		t.Error("watch-root signature unchanged after the root link was replaced")
 	}
 }
+
+// TestRuntimeOversizedFile: a file above MaxFileSize refuses the
+// configuration, naming the file and the limit; the error does not give a
+// size, since only one byte past the limit is read (it said "file is
+// 4194305 bytes" of a 4.4 MB file).
+func TestRuntimeOversizedFile(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "rl", "config", "big.yaml"), "domain: d\n"+strings.Repeat("#", MaxFileSize+200_000))
+	files, err := Runtime{Root: root, Subdirectory: "rl", AppDirectory: "config"}.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(files, false)
+	if err == nil || !strings.Contains(err.Error(), "big.yaml: file is larger than 4194304 bytes") {
+		t.Fatalf("Load of a %d-byte file: %v, want it refused as larger than %d bytes", MaxFileSize+200_010, err, MaxFileSize)
+	}
+}

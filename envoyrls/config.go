@@ -85,10 +85,10 @@ type Config struct {
 
 // domain is the descriptor tree of one domain.
 type domain struct {
-	name string
-	file string
-	line int
-	root *node
+	name         string
+	file         string
+	line, column int // of the domain's value
+	root         *node
 }
 
 // node is one configured descriptor: an entry key, an optional value
@@ -241,7 +241,7 @@ func MergeConfigs(cfgs ...*Config) (*Config, error) {
 		}
 		for name, d := range c.domains {
 			if o := out.domains[name]; o != nil {
-				return nil, &ConfigError{File: d.file, Line: d.line, Msg: fmt.Sprintf("domain %q is already defined in %s:%d", name, o.file, o.line)}
+				return nil, &ConfigError{File: d.file, Line: d.line, Column: d.column, Msg: fmt.Sprintf("domain %q is already defined in %s:%d:%d", name, o.file, o.line, o.column)}
 			}
 			out.domains[name] = d
 		}

@@ -404,7 +404,8 @@ func TestMergeConfigs(t *testing.T) {
 	if got := strings.Join(m.Domains(), ","); got != "a,b" || len(m.Rules()) != 1 {
 		t.Errorf("merged domains %q, %d rules", got, len(m.Rules()))
 	}
-	if _, err := MergeConfigs(a, a); err == nil || !strings.Contains(err.Error(), `domain "a" is already defined in a.yaml:1`) {
+	// Both places as file:line:column, as every other configuration error.
+	if _, err := MergeConfigs(a, a); err == nil || !strings.Contains(err.Error(), `a.yaml:1:9: domain "a" is already defined in a.yaml:1:9`) {
 		t.Errorf("merging a domain twice: %v", err)
 	}
 }

@@ -222,7 +222,7 @@ func (p *parser) domain(n *yaml.Node) (*domain, error) {
 			return nil, err
 		}
 	}
-	d := &domain{name: name, file: p.file, line: dn.Line, root: newNode("", "", n.Line)}
+	d := &domain{name: name, file: p.file, line: dn.Line, column: dn.Column, root: newNode("", "", n.Line)}
 	if dl := f["descriptors"]; dl != nil {
 		if err := p.descriptors(dl, d, d.root, nil, 1); err != nil {
 			return nil, err
