@@ -263,3 +263,38 @@ func TestPublishRedisUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishOverInvalidStoredDocument: a stored document that is not a
+// valid versioned configuration (written by other means than push, and
+// refused by every instance, which still run an older document) is
+// replaced without Force only by a version at least the one it declares:
+// a lower one, or any over a document declaring none, could roll the
+// instances back unseen (push used to replace it, whatever the versions).
+// TestRedisPublishAndWatch pushes version 4 over a broken "version: 3".
+func TestPublishOverInvalidStoredDocument(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	for name, stored := range map[string]string{
+		"invalid":         "version: \"9\"\npolicies: []\n",
+		"invalid YAML":    "version: 9 # a comment\npolicies: [\n",
+		"without version": doc("", 10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			keys, _ := config.KeysFor(fmt.Sprintf("pushinvalid%d", time.Now().UnixNano()))
+			if err := client.Set(ctx, keys.Config, stored, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := config.Publish(ctx, client, keys, []byte(doc("1", 10)))
+			if err == nil || !strings.Contains(err.Error(), "--force") {
+				t.Fatalf("push over a stored document that is %s: %v, want a refusal asking for --force", name, err)
+			}
+			if got, _ := client.Get(ctx, keys.Config).Result(); got != stored {
+				t.Fatalf("the refused push changed the stored document to %q", got)
+			}
+			if _, err := config.PublishWith(ctx, client, keys, []byte(doc("1", 10)), config.PublishOptions{Force: true}); err != nil {
+				t.Fatalf("forced push over a stored document that is %s: %v", name, err)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"crypto/sha1"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -181,7 +182,24 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 	sum := ""
 	if old != nil {
 		sum = fmt.Sprintf("%x", sha1.Sum(old))
-		if cur, perr := Parse(old, "redis:"+keys.Config); perr == nil && cur.Version() != "" {
+		cur, perr := Parse(old, "redis:"+keys.Config)
+		if perr == nil && cur.Version() == "" {
+			perr = errors.New("it has no version")
+		}
+		if perr != nil && !opts.Force {
+			// Written by other means than push and refused by every
+			// instance, which still runs an older document: a push
+			// below the version it declares could roll them back
+			// unseen, so that takes Force, as any rollback does.
+			declared := declaredVersion(old)
+			switch {
+			case declared == "":
+				return nil, fmt.Errorf("config: the stored document is not a valid configuration and declares no version, so the version it replaces is unknown (use --force to replace it): %w", perr)
+			case CompareVersions(c.Version(), declared) < 0:
+				return nil, fmt.Errorf("%w: version %q is older than the %q the stored document declares (it is not a valid configuration: %v); use --force to replace it", ErrVersionConflict, c.Version(), declared, perr)
+			}
+		}
+		if perr == nil {
 			switch cmp := CompareVersions(c.Version(), cur.Version()); {
 			case cmp == 0 && cur.Hash() != c.Hash():
 				return nil, fmt.Errorf("%w: version %q is already published with different content; bump the version", ErrVersionConflict, c.Version())
@@ -207,6 +225,19 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, err)
 	}
 	return c, nil
+}
+
+// declaredRE finds a document's top-level version field without parsing
+// the document, which may not parse.
+var declaredRE = regexp.MustCompile(`(?m)^version:[ \t]*["']?([^"'\s#]+)`)
+
+// declaredVersion returns the version a document that does not parse
+// declares on a top-level version line, or "".
+func declaredVersion(doc []byte) string {
+	if m := declaredRE.FindSubmatch(doc); m != nil {
+		return string(m[1])
+	}
+	return ""
 }
 
 // CompareVersions compares two configuration versions in natural order

@@ -154,7 +154,7 @@ published document again only announces it.`,
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	addRedisSecurityFlags(fl, &sec)
-	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), or replace an unreadable stored document")
+	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), or replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB")
 	return cmd
 }
 
