@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -187,7 +188,15 @@ func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64,
 		decideClosed(br, now, layers, modes[:len(layers)], out)
 	case ModeLocal:
 		if err := s.decideLocal(ctx, now, layers, modes[:len(layers)], out); err != nil {
-			err = fmt.Errorf("%w: primary: %w; local: %w", floodgate.ErrStoreUnavailable, cause, err)
+			if errors.Is(err, floodgate.ErrInvalidPolicy) {
+				// A LocalPolicy that returns an unusable policy is a
+				// configuration error, not an outage: reported as such, a
+				// caller that fails open on an unavailable store does not
+				// stop limiting because of it.
+				err = fmt.Errorf("fallback: local decision (primary: %v): %w", cause, err)
+			} else {
+				err = fmt.Errorf("%w: primary: %w; local: %w", floodgate.ErrStoreUnavailable, cause, err)
+			}
 			if o != nil {
 				o.set(Outcome{Err: err})
 			}

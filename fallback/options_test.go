@@ -122,8 +122,10 @@ func TestLocalPolicyMustKeepIdentity(t *testing.T) {
 			layers := []floodgate.Layer{{Policy: p, Key: "fg:api:fw:{ru}", Cost: 1}}
 			out := make([]floodgate.Result, 1)
 			err = s.Decide(context.Background(), time.Now().UnixMicro(), layers, out)
-			if !errors.Is(err, floodgate.ErrInvalidPolicy) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
-				t.Fatalf("Decide = %v, want ErrInvalidPolicy within ErrStoreUnavailable", err)
+			// A configuration error, not an outage: a caller that fails
+			// open on ErrStoreUnavailable must not stop limiting for it.
+			if !errors.Is(err, floodgate.ErrInvalidPolicy) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+				t.Fatalf("Decide = %v, want ErrInvalidPolicy and not ErrStoreUnavailable", err)
 			}
 		})
 	}

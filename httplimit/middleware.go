@@ -118,7 +118,21 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 	// A full store is never failed open: whoever picks the keys (an API key
 	// header, say) could fill it on purpose and switch every rule off,
 	// global caps included. Shadow rules never refuse anything.
-	if shadow || (m.opts.FailureMode == FailOpen && !errors.Is(err, floodgate.ErrStoreFull)) {
+	if shadow {
+		return true
+	}
+	// A policy the store refuses at decision time (a fallback store's
+	// LocalPolicy that returns an invalid policy, say) is a configuration
+	// error, not an outage: failing open would switch the limit off until
+	// someone reads the logs.
+	if errors.Is(err, floodgate.ErrInvalidPolicy) {
+		writeProblem(w, Problem{
+			Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError,
+			Detail: "the rate limiter is misconfigured",
+		}, nil)
+		return false
+	}
+	if m.opts.FailureMode == FailOpen && !errors.Is(err, floodgate.ErrStoreFull) {
 		return true
 	}
 	writeProblem(w, Problem{

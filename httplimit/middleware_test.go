@@ -18,8 +18,10 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clientip"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/proctest"
+	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -325,6 +327,16 @@ func TestShadowOnly(t *testing.T) {
 // floodgate.ErrStoreUnavailable, a genuine store error.
 func deadStore(t testing.TB) *floodgate.Limiter {
 	t.Helper()
+	l, err := floodgate.New(deadRedisStore(t), floodgate.Options{Prefix: "dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// deadRedisStore returns a Redis store whose server is not there.
+func deadRedisStore(t testing.TB) *redisstore.Store {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -337,11 +349,7 @@ func deadStore(t testing.TB) *floodgate.Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := floodgate.New(st, floodgate.Options{Prefix: "dead"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return st
 }
 
 func TestStoreFailureModes(t *testing.T) {
@@ -373,6 +381,43 @@ func TestStoreFailureModes(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(errs) != 1 || !errors.Is(errs[0], floodgate.ErrStoreUnavailable) {
+				t.Fatalf("OnStoreError got %v", errs)
+			}
+		})
+	}
+}
+
+// TestMisconfiguredFallbackIsNotFailedOpen: a fallback store whose
+// LocalPolicy returns an invalid policy, with Redis down, is answered 500
+// in either mode; in fail-open mode it used to serve every request with no
+// limit at all.
+func TestMisconfiguredFallbackIsNotFailedOpen(t *testing.T) {
+	primary := deadRedisStore(t)
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := fallback.New(primary, local, fallback.Options{LocalPolicy: func(p floodgate.Policy) floodgate.Policy { p.Limit = 0; return p }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fb.Close() })
+	lim, err := floodgate.New(fb, floodgate.Options{Prefix: "misconf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var errs []error
+			srv := serve(t, lim, []httplimit.Rule{{Policy: fixedWindow(t, "api", 1, time.Minute)}},
+				httplimit.Options{FailureMode: mode, OnStoreError: func(_ *http.Request, err error, _ bool) { errs = append(errs, err) }})
+			for i := range 3 {
+				resp := get(t, srv.Client(), srv.URL)
+				if resp.status != http.StatusInternalServerError || string(resp.body) == "ok" || resp.problem.Status != 500 {
+					t.Fatalf("request %d: %d %q, want 500", i, resp.status, resp.body)
+				}
+			}
+			if len(errs) != 3 || !errors.Is(errs[0], floodgate.ErrInvalidPolicy) {
 				t.Fatalf("OnStoreError got %v", errs)
 			}
 		})

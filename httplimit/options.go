@@ -34,7 +34,10 @@
 // that reports itself full (floodgate.ErrStoreFull) is always answered
 // 503: its keys may be chosen by the client, and failing open would let a
 // client switch the limits off by filling it. (memstore never reports
-// full: it evicts.)
+// full: it evicts.) A store that refuses a policy at decision time
+// (floodgate.ErrInvalidPolicy: a fallback store's LocalPolicy that returns
+// an invalid policy) is a configuration error, answered 500 in either
+// mode.
 package httplimit
 
 import (
@@ -95,7 +98,8 @@ const (
 	// the error to Options.OnStoreError and the logger. It is the default:
 	// for throughput limits an outage of the limiter should not become an
 	// outage of the service. floodgate.ErrStoreFull is the exception: it
-	// is answered as in FailClosed, since a client could cause it.
+	// is answered as in FailClosed, since a client could cause it; and
+	// floodgate.ErrInvalidPolicy, a configuration error, is answered 500.
 	FailOpen FailureMode = iota
 	// FailClosed answers 503 Service Unavailable with Retry-After: 1 and a
 	// problem+json body. Use it where admitting unlimited traffic is worse
