@@ -19,8 +19,11 @@ var (
 	ErrInvalidTime = errors.New("floodgate: invalid time")
 	// ErrInvalidLayers reports an empty or too long list of layers.
 	ErrInvalidLayers = errors.New("floodgate: invalid layers")
-	// ErrStoreUnavailable reports that the store could not be reached and
-	// the decision was certainly not applied (nothing was written).
+	// ErrStoreUnavailable reports that the store could not decide and the
+	// decision was certainly not applied (nothing was written): it could
+	// not be reached, or it refused the call (on Redis, any error reply:
+	// OOM, READONLY, a key of the wrong type or holding a value floodgate
+	// did not write, which the error's text names).
 	ErrStoreUnavailable = errors.New("floodgate: store unavailable")
 	// ErrIndeterminate reports that the store failed after the request may
 	// have been applied (for example a connection reset after the script was

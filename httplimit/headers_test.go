@@ -142,6 +142,29 @@ func TestIETFHeaders(t *testing.T) {
 	}
 }
 
+// TestIETFHeadersQuota: a calendar quota advertises the length of its
+// current period as its window (it has no Window; it used to say w=0).
+func TestIETFHeadersQuota(t *testing.T) {
+	q, err := floodgate.NewQuota("monthly", 100, floodgate.Calendar{Unit: floodgate.PeriodMonth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		now  time.Time
+		want string
+	}{
+		{time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC), `"monthly";q=100;w=2678400`}, // 31 days
+		{time.Date(2027, 2, 10, 0, 0, 0, 0, time.UTC), `"monthly";q=100;w=2419200`},  // 28 days
+	} {
+		now := tc.now
+		srv := serve(t, memLimiter(t), []httplimit.Rule{{Policy: q}}, httplimit.Options{IETFHeaders: true, Clock: func() time.Time { return now }})
+		resp := get(t, srv.Client(), srv.URL)
+		if got := resp.header.Get("RateLimit-Policy"); got != tc.want {
+			t.Errorf("%v: RateLimit-Policy = %s, want %s", now, got, tc.want)
+		}
+	}
+}
+
 func TestCostExceedsLimit(t *testing.T) {
 	rec := &recorder{Decider: memLimiter(t)}
 	cost := func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64) }

@@ -79,11 +79,22 @@ func setRateHeaders(h http.Header, d floodgate.Decision, rules []Rule, now time.
 		}
 		p, l := rule.Policy, d.Layers[i]
 		// Policy names are [A-Za-z0-9_.-], valid inside an sf-string.
-		pol.WriteString(`"` + p.Name + `";q=` + itoa(p.Limit) + ";w=" + itoa(ceilSeconds(p.Window)))
+		pol.WriteString(`"` + p.Name + `";q=` + itoa(p.Limit) + ";w=" + itoa(ceilSeconds(quotaWindow(p, now))))
 		cur.WriteString(`"` + p.Name + `";r=` + itoa(l.Remaining) + ";t=" + itoa(ceilSeconds(l.ResetAt.Sub(now))))
 	}
 	h.Set("RateLimit-Policy", pol.String())
 	h.Set("RateLimit", cur.String())
+}
+
+// quotaWindow returns the length of p's window at now: for a calendar
+// quota, which has no Window, the length of the period now falls in (a
+// month of 28 to 31 days, a day of 23 to 25 hours across a DST change).
+func quotaWindow(p floodgate.Policy, now time.Time) time.Duration {
+	if p.Algorithm == floodgate.Quota {
+		period := p.Calendar.PeriodAt(now)
+		return period.End.Sub(period.Start)
+	}
+	return p.Window
 }
 
 // resetSeconds returns t in Unix seconds, rounded up so a client waiting
