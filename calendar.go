@@ -74,17 +74,25 @@ type Calendar struct {
 // Validate reports, wrapped in ErrInvalidPolicy, why c cannot cut
 // time into periods.
 func (c Calendar) Validate() error {
+	if msg := c.problem(); msg != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidPolicy, msg)
+	}
+	return nil
+}
+
+// problem says why c cannot cut time into periods, or returns "".
+func (c Calendar) problem() string {
 	if c.Unit < PeriodDay || c.Unit > PeriodAnchoredMonth {
-		return fmt.Errorf("%w: quota calendar: unknown unit %d", ErrInvalidPolicy, c.Unit)
+		return fmt.Sprintf("quota calendar: unknown unit %d (want day, week, month or anchored_month)", c.Unit)
 	}
 	if c.Unit == PeriodAnchoredMonth {
 		if c.AnchorDay < 1 || c.AnchorDay > 31 {
-			return fmt.Errorf("%w: quota calendar: anchor day %d out of range 1..31", ErrInvalidPolicy, c.AnchorDay)
+			return fmt.Sprintf("quota calendar: anchor day %d out of range 1..31", c.AnchorDay)
 		}
 	} else if c.AnchorDay != 0 {
-		return fmt.Errorf("%w: quota calendar: anchor day applies to anchored_month only, got %d for %s", ErrInvalidPolicy, c.AnchorDay, c.Unit)
+		return fmt.Sprintf("quota calendar: anchor day applies to anchored_month only, got %d for %s", c.AnchorDay, c.Unit)
 	}
-	return nil
+	return ""
 }
 
 // Period is one concrete quota period.

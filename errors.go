@@ -37,3 +37,7 @@ var (
 	// ErrBadReply reports a store reply of an unexpected type or shape.
 	ErrBadReply = errors.New("floodgate: bad store reply")
 )
+
+// errNilContext is returned for a nil context.Context, which would
+// otherwise panic deep in a store.
+var errNilContext = errors.New("floodgate: nil context (use context.Background())")

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,11 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if store == nil {
 		return nil, ErrNilStore
 	}
+	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
+		// A nil *memstore.Store (say) in the interface: every decision
+		// would panic.
+		return nil, fmt.Errorf("%w (a nil %T)", ErrNilStore, store)
+	}
 	if opts.Prefix == "" {
 		opts.Prefix = "fg"
 	}
@@ -166,6 +172,9 @@ func (l *Limiter) Wait(ctx context.Context, p Policy, identity string, cost int6
 
 // AllowAt is AllowN at the given time.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity string, cost int64) (Result, error) {
+	if ctx == nil {
+		return Result{}, errNilContext
+	}
 	if err := p.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -246,8 +255,9 @@ type LayerSpec struct {
 	Policy   Policy
 	Identity string
 	// Cost overrides the decision's cost for this layer when positive, e.g.
-	// a quota layer counting tokens while the others count requests. Use
-	// Peek to make a layer check without consuming.
+	// a quota layer counting tokens while the others count requests; 0
+	// takes the decision's cost, and a negative cost is refused
+	// (ErrInvalidCost). Use Peek to make a layer check without consuming.
 	Cost int64
 	// Peek makes this layer check (cost 0) without consuming.
 	Peek bool
@@ -270,8 +280,8 @@ type Decision struct {
 // (for example in X-RateLimit-* headers). For a denied decision its Allowed
 // is false even if that layer alone would have admitted the request.
 func (d Decision) Result() Result {
-	if len(d.Layers) == 0 {
-		return Result{}
+	if d.Binding < 0 || d.Binding >= len(d.Layers) {
+		return Result{} // no layers, or a Decision not built by NewDecision
 	}
 	r := d.Layers[d.Binding]
 	r.Allowed = d.Allowed
@@ -290,6 +300,9 @@ func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, 
 	// The layers go to the store in a pooled array (a Store keeps no
 	// reference to them once Decide returns); only the results, which the
 	// Decision returns, are allocated.
+	if ctx == nil {
+		return Decision{}, errNilContext
+	}
 	f := layersPool.Get().(*layersFrame)
 	defer putLayers(f)
 	layers, err := l.appendLayers(f.layers[:0], now, cost, specs)
@@ -343,6 +356,9 @@ func (l *Limiter) appendLayers(dst []Layer, now time.Time, cost int64, specs []L
 	for i, s := range specs {
 		if err := s.Policy.Validate(); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if s.Cost < 0 {
+			return nil, fmt.Errorf("layer %d: %w: layer cost %d is negative (0 takes the decision's cost)", i, ErrInvalidCost, s.Cost)
 		}
 		c := cost
 		if s.Cost > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +43,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	if _, err := l.AllowLayers(ctx, 1, floodgate.LayerSpec{Policy: p, Identity: "u"}, floodgate.LayerSpec{Policy: p, Identity: "u"}); !errors.Is(err, floodgate.ErrInvalidLayers) {
 		t.Errorf("duplicate layers: err = %v", err)
+	}
+	if _, err := l.AllowLayers(ctx, 1, floodgate.LayerSpec{Policy: p, Identity: "u", Cost: -5}); !errors.Is(err, floodgate.ErrInvalidCost) {
+		t.Errorf("negative layer cost: err = %v", err)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := l.Allow(nil, p, "u"); err == nil || !strings.Contains(err.Error(), "nil context") {
+		t.Errorf("nil context: err = %v", err)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := l.AllowLayers(nil, 1, floodgate.LayerSpec{Policy: p, Identity: "u"}); err == nil || !strings.Contains(err.Error(), "nil context") {
+		t.Errorf("nil context, layers: err = %v", err)
 	}
 	r, err := l.Peek(ctx, p, "u")
 	if err != nil || r.Remaining != 5 {
@@ -114,6 +126,32 @@ func TestNewNilStore(t *testing.T) {
 	_, err := floodgate.New(nil, floodgate.Options{})
 	if !errors.Is(err, floodgate.ErrNilStore) || errors.Is(err, floodgate.ErrInvalidPolicy) {
 		t.Errorf("New(nil) = %v, want ErrNilStore (and not ErrInvalidPolicy)", err)
+	}
+	// A nil pointer in the interface used to be accepted, and every
+	// decision then panicked.
+	var st *memstore.Store
+	if _, err := floodgate.New(st, floodgate.Options{}); !errors.Is(err, floodgate.ErrNilStore) || !strings.Contains(err.Error(), "*memstore.Store") {
+		t.Errorf("New((*memstore.Store)(nil)) = %v, want ErrNilStore naming the type", err)
+	}
+}
+
+// TestDecisionResultOutOfRange: a Decision not built by NewDecision, its
+// Binding past its layers, gives the zero Result instead of panicking.
+func TestDecisionResultOutOfRange(t *testing.T) {
+	for _, d := range []floodgate.Decision{{Binding: 5, Layers: []floodgate.Result{{}}}, {Binding: -1, Layers: []floodgate.Result{{}}}, {}} {
+		if r := d.Result(); r != (floodgate.Result{}) {
+			t.Errorf("%+v.Result() = %+v, want the zero Result", d, r)
+		}
+	}
+}
+
+// TestCalendarErrorSaysItOnce: a quota with no calendar unit is reported
+// with one prefix and the units to choose from.
+func TestCalendarErrorSaysItOnce(t *testing.T) {
+	_, err := floodgate.NewQuota("a", 10, floodgate.Calendar{})
+	want := `floodgate: invalid policy: policy "a": quota calendar: unknown unit 0 (want day, week, month or anchored_month)`
+	if !errors.Is(err, floodgate.ErrInvalidPolicy) || err.Error() != want {
+		t.Errorf("NewQuota with Calendar{}: %v, want %s", err, want)
 	}
 }
 

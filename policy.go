@@ -242,8 +242,8 @@ func (p Policy) Validate() error {
 		bad("limit %d out of range 1..%d", p.Limit, int64(MaxLimit))
 	}
 	if p.Algorithm == Quota {
-		if err := p.Calendar.Validate(); err != nil {
-			bad("%v", err)
+		if msg := p.Calendar.problem(); msg != "" {
+			bad("%s", msg)
 		}
 		if p.Window != 0 || p.Burst != 0 || p.MaxDelay != 0 {
 			bad("quota takes a calendar, not window, burst or max delay")
