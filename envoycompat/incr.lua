@@ -9,6 +9,11 @@
 -- (the key holds something other than an integer, the sum would overflow,
 -- or the server refuses writes): nothing was written for that key and its
 -- value slot is 0. The other keys are updated all the same.
+--
+-- A counter saturates at 2^52: one past it is set back to 2^52 (every
+-- limit is far below it), so that a huge hits_addend cannot push a counter
+-- where Redis refuses the next INCRBY (2^63-1) or where Lua's doubles, and
+-- so this script's replies, stop being exact (2^53).
 if #ARGV ~= 2 * #KEYS then
   return redis.error_reply('floodgate envoy-compat: want 2 arguments per key, got ' .. #ARGV .. ' for ' .. #KEYS .. ' keys')
 end
@@ -16,6 +21,10 @@ local out, refused = {}, {}
 for i = 1, #KEYS do
   local n = redis.pcall('INCRBY', KEYS[i], ARGV[2 * i - 1])
   if type(n) == 'number' then
+    if n > 4503599627370496 then
+      redis.call('SET', KEYS[i], '4503599627370496')
+      n = 4503599627370496
+    end
     redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
     out[i] = n
   else

@@ -287,13 +287,27 @@ func resetSeconds(u rlspb.RateLimitResponse_RateLimit_Unit, unix int64) int64 {
 	return d - unix%d
 }
 
+// MaxHitsAddend is the most a descriptor adds to its counter in one
+// request: a larger hits_addend counts as MaxHitsAddend. Every limit
+// (requests_per_unit, a uint32) is far below it, so the answer is the
+// same, and the counters stay exact (see MaxCounter).
+const MaxHitsAddend = 1 << 40
+
+// MaxCounter is where a counter saturates: an update that would take it
+// past MaxCounter sets it to MaxCounter (incr.lua, MemoryStore), so that
+// no request can make a counter fail every later update of its window
+// (Redis refuses an INCRBY past 2^63-1, and the script's Lua numbers are
+// exact only up to 2^53).
+const MaxCounter = 1 << 52
+
 // hitsAddends returns each descriptor's cost: its own hits_addend when
-// set (0 included), else the request's, at least 1.
+// set (0 included), else the request's, at least 1; at most
+// MaxHitsAddend.
 func hitsAddends(req *rlspb.RateLimitRequest) []uint64 {
 	out := make([]uint64, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		if h := d.GetHitsAddend(); h != nil {
-			out[i] = h.GetValue()
+			out[i] = min(h.GetValue(), MaxHitsAddend)
 		} else {
 			out[i] = max(1, uint64(req.GetHitsAddend()))
 		}

@@ -475,9 +475,48 @@ func TestHugeHitsAddend(t *testing.T) {
 	})
 }
 
+// TestLargestHitsAddendSaturates: the largest hits_addend accepted
+// (2^63-1) counts as MaxHitsAddend, over the limit, and the requests
+// after it are answered over the limit too; a counter saturates at
+// MaxCounter. It used to take
+// the Redis counter to 2^63-1, answered as a bad reply (Lua's doubles
+// read it as -2^63), and every later request of the window failed, which
+// Envoy's default failure_mode_deny: false turns into no limit at all.
+func TestLargestHitsAddendSaturates(t *testing.T) {
+	stores(t, func(t *testing.T, mk func() Store) {
+		store := mk()
+		r := newRig(t, store, Options{}, costConfig)
+		check(t, "2^63-1", r.call(t, req(t, "cost", 0, "user=h+9223372036854775807")), over, st{over, 20, mins, 0})
+		for i := range 3 {
+			check(t, "after "+itoa(int64(i)), r.call(t, req(t, "cost", 1, "user=h")), over, st{over, 20, mins, 0})
+		}
+		check(t, "another user", r.call(t, req(t, "cost", 1, "user=g")), okc, st{okc, 20, mins, 19})
+		key := "cost_user_h_" + itoa(fixedNow.Unix()/60*60)
+		got, err := store.Get(context.Background(), []*Op{{Key: key}})
+		if err != nil || got[0] != MaxHitsAddend+3 {
+			t.Fatalf("counter %s = %v, %v; want %d", key, got, err, uint64(MaxHitsAddend+3))
+		}
+		// The store saturates at MaxCounter, whatever comes after.
+		for i, n := range []uint64{MaxCounter - 1, 5, MaxHitsAddend, 0} {
+			op := &Op{Key: "saturated", N: n, TTL: time.Minute}
+			want := uint64(MaxCounter)
+			if i == 0 {
+				want = MaxCounter - 1
+			}
+			if err := store.Incr(context.Background(), []*Op{op}); err != nil || op.Result != want {
+				t.Fatalf("increment %d by %d: %d, %v; want %d", i, n, op.Result, err, want)
+			}
+		}
+		if got := testutil.ToFloat64(r.metrics.redisError) + testutil.ToFloat64(r.metrics.serviceError); got != 0 {
+			t.Errorf("errors %v, want 0", got)
+		}
+	})
+}
+
 // TestMemoryCounterOverflow: the in-memory store refuses an increment that
 // would take a counter past 2^63-1, as Redis's INCRBY does, and leaves it
-// as it was (it wrapped around past 2^64 before).
+// as it was (it wrapped around past 2^64 before); an increment that fits
+// saturates at MaxCounter, as incr.lua does.
 func TestMemoryCounterOverflow(t *testing.T) {
 	s := &MemoryStore{Now: func() time.Time { return fixedNow }}
 	ctx := context.Background()
@@ -491,7 +530,7 @@ func TestMemoryCounterOverflow(t *testing.T) {
 		}
 	}
 	o := op(0)
-	if err := s.Incr(ctx, []*Op{o}); err != nil || o.Result != math.MaxInt64 {
-		t.Fatalf("counter %d, %v; want 2^63-1", o.Result, err)
+	if err := s.Incr(ctx, []*Op{o}); err != nil || o.Result != MaxCounter {
+		t.Fatalf("counter %d, %v; want 2^52", o.Result, err)
 	}
 }

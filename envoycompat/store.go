@@ -240,7 +240,7 @@ func (s *MemoryStore) Incr(_ context.Context, ops []*Op) error {
 				return ErrStoreFull
 			}
 		}
-		e.n += op.N
+		e.n = min(e.n+op.N, MaxCounter) // as incr.lua: saturates
 		e.exp = now.Add(op.TTL)
 		s.m[op.Key] = e
 		op.Result = e.n
