@@ -578,3 +578,38 @@ func TestEnginesAnswerOversizedBodiesWhileSent(t *testing.T) {
 		}
 	}
 }
+
+// TestStalledBodyIsA408WithoutAddresses: a body that stops arriving is
+// answered 408 (net/http; fasthttp answers its own plain 408) with a
+// problem that names no socket address, and one cut short by the client
+// 400 "ended before its announced length". net/http's problem detail
+// used to carry the read error, "read tcp 127.0.0.1:…->127.0.0.1:…: i/o
+// timeout".
+func TestStalledBodyIsA408WithoutAddresses(t *testing.T) {
+	e := serveEngine(t, server.NetHTTP, engineConfig, memStore(t), func(o *server.Options) { o.ReadTimeout = 300 * time.Millisecond })
+	for _, tc := range []struct {
+		name, status, detail string
+		closeWrite           bool
+	}{
+		{"stalled", "408", "the request body did not arrive within the server's read timeout", false},
+		{"cut short", "400", "the request body ended before its announced length", true},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := conn.Write([]byte("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 39\r\n\r\n{\"policy\":\"api\"")); err != nil {
+			t.Fatal(err)
+		}
+		if tc.closeWrite {
+			_ = conn.(*net.TCPConn).CloseWrite()
+		}
+		raw, err := io.ReadAll(conn)
+		conn.Close()
+		text := string(raw)
+		if !strings.HasPrefix(text, "HTTP/1.1 "+tc.status+" ") || !strings.Contains(text, tc.detail) || strings.Contains(text, "127.0.0.1") {
+			t.Errorf("%s: %q (%v), want %s %q without an address", tc.name, text, err, tc.status, tc.detail)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -84,9 +85,27 @@ func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.
 		if errors.As(err, &tooBig) {
 			return s.bodyTooLarge()
 		}
-		return badRequest("unreadable-body", "reading the request body: %v", err)
+		return unreadableBody(err)
 	}
 	return nil
+}
+
+// unreadableBody is the problem of a body that could not be read: it says
+// why without the connection's addresses, which the errors of a failed
+// read carry.
+func unreadableBody(err error) *problemError {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return &problemError{status: http.StatusRequestTimeout, kind: "body-timeout",
+			detail: "the request body did not arrive within the server's read timeout"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("unreadable-body", "the request body ended before its announced length")
+	case errors.As(err, new(*net.OpError)):
+		return badRequest("unreadable-body", "reading the request body: the connection failed")
+	}
+	// A malformed chunked encoding, say: net/http's own words.
+	return badRequest("unreadable-body", "reading the request body: %v", err)
 }
 
 // bodyTooLarge is the problem of a body over MaxBodyBytes.
