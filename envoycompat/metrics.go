@@ -32,6 +32,12 @@ const MaxSeries = 2000
 
 const otherLabel = "_other"
 
+// MaxDomainLabel is the longest unknown domain name, in bytes, that
+// floodgate_envoy_domain_not_found_total gives a series of its own; longer
+// ones are counted under "_other" (a client could otherwise make each of
+// the MaxSeries series megabytes long).
+const MaxDomainLabel = 256
+
 // stat names, the values of label stat.
 const (
 	statTotalHits      = "total_hits"
@@ -115,7 +121,10 @@ func (m *Metrics) add(l *Limit, stat string, n uint64) {
 func (m *Metrics) domainNotFound(domain string) {
 	m.mu.Lock()
 	if !m.notFoundSeries[domain] {
-		if len(m.notFoundSeries) >= m.max {
+		// A series per domain name, kept for the process's life: past
+		// MaxSeries names, or for a name longer than any configured
+		// domain would sensibly be, the count goes to "_other".
+		if len(m.notFoundSeries) >= m.max || len(domain) > MaxDomainLabel {
 			domain = otherLabel
 		} else {
 			// A copy: the request's strings may share one allocation

@@ -1,6 +1,7 @@
 package envoycompat
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,5 +41,25 @@ func TestMetricsBounded(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(m.notFound); got != 3 {
 		t.Errorf("%d domain series, want 3", got)
+	}
+}
+
+// TestLongUnknownDomainsShareOneSeries: an unknown domain longer than
+// MaxDomainLabel is counted under "_other" from the first request; ten
+// 3 MB names used to make ten 3 MB series (and a 30 MB /metrics).
+func TestLongUnknownDomainsShareOneSeries(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		m.domainNotFound(strings.Repeat("D", MaxDomainLabel+1+i))
+	}
+	m.domainNotFound(strings.Repeat("d", MaxDomainLabel))
+	if got := testutil.ToFloat64(m.notFound.WithLabelValues(otherLabel)); got != 10 {
+		t.Errorf("domain _other = %v, want 10", got)
+	}
+	if got := testutil.CollectAndCount(m.notFound); got != 2 {
+		t.Errorf("%d domain series, want 2 (_other and the name of %d bytes)", got, MaxDomainLabel)
 	}
 }

@@ -113,7 +113,7 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	}
 	d := c.domains[req.GetDomain()]
 	if d == nil {
-		return nil, invalidRequest("unknown domain %q", req.GetDomain())
+		return nil, invalidRequest("unknown domain %q", clip(req.GetDomain(), 80))
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {

@@ -301,6 +301,7 @@ func TestInvalidRequestsConsumeNothing(t *testing.T) {
 	}{
 		{"empty domain", request("", desc("user=hal")), "domain is empty"},
 		{"unknown domain", request("nope", desc("user=hal")), `unknown domain "nope"`},
+		{"long unknown domain, clipped", request(strings.Repeat("é", 100_000), desc("user=hal")), `unknown domain "` + strings.Repeat("é", 40) + `..."`},
 		{"no descriptors", request("api"), "no descriptors"},
 		{"too many descriptors", request("api", many...), "17 descriptors (max 16)"},
 		{"huge request hits", withHits(1001, desc("user=hal")), "hits_addend 1001 above the maximum 1000"},

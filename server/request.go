@@ -82,7 +82,10 @@ func decodeJSON(body []byte, v any, known string) error {
 		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
 	}
 	if name, dup := duplicateField(body); dup {
-		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", name)
+		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", clip(name, 80))
+	}
+	if name, ok := miscasedField(body); ok {
+		return badRequest("unknown-field", "unknown field %q: field names are lower case (did you mean %q?)", clip(name, 80), clip(strings.ToLower(name), 80))
 	}
 	return invalidText(body)
 }
@@ -164,6 +167,70 @@ func duplicateField(body []byte) (string, bool) {
 	dec.UseNumber()
 	name, dup, _ := duplicateIn(dec, "", false)
 	return name, dup
+}
+
+// miscasedField reports the first field name of body (a valid JSON
+// document that encoding/json decoded) that is not written exactly as
+// the field is named: encoding/json matches names without regard to
+// case, so "POLICY", or "coſt" with a long s, was read as the field. The
+// names of every request field are lower-case ASCII; the keys of an
+// identity object, a map, are the client's own.
+func miscasedField(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	name, bad, _ := miscasedIn(dec, false)
+	return name, bad
+}
+
+// miscasedIn reads one value from dec; anyKeys says the value, if an
+// object, is a map whose keys are not field names.
+func miscasedIn(dec *json.Decoder, anyKeys bool) (string, bool, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", false, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", false, err
+			}
+			k, _ := kt.(string)
+			if !anyKeys && !lowerName(k) {
+				return k, true, nil
+			}
+			if n, bad, err := miscasedIn(dec, !anyKeys && k == "identity"); bad || err != nil {
+				return n, bad, err
+			}
+		}
+		_, err = dec.Token()
+	case json.Delim('['):
+		for dec.More() {
+			if n, bad, err := miscasedIn(dec, false); bad || err != nil {
+				return n, bad, err
+			}
+		}
+		_, err = dec.Token()
+	}
+	return "", false, err
+}
+
+// wholeNumber reports whether s is a JSON integer (digits, perhaps after
+// a minus sign).
+func wholeNumber(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// lowerName reports whether s is made of a-z, 0-9 and '_' only.
+func lowerName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 // identityName is the identity field's name, folded.
@@ -250,6 +317,9 @@ func jsonProblem(err error, known string) error {
 		case strings.HasPrefix(field, "identity"):
 			want = "an object of dimension → string value"
 		case strings.HasSuffix(field, "cost"), field == "estimate", field == "actual", field == "used":
+			if n, ok := strings.CutPrefix(typ.Value, "number "); ok && wholeNumber(n) {
+				return badRequest("malformed-json", "field %q: %s is out of range 0..%d", field, clip(n, 40), int64(floodgate.MaxCost))
+			}
 			want = "a whole number"
 		case want == "string":
 			want = "a string"
@@ -258,7 +328,7 @@ func jsonProblem(err error, known string) error {
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return badRequest("unknown-field", "unknown field %s (known fields: %s)", name, known)
+		return badRequest("unknown-field", "unknown field %s (known fields: %s)", clip(name, 80), known)
 	}
 	return badRequest("malformed-json", "malformed JSON: %s", strings.TrimPrefix(msg, "json: "))
 }
