@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -240,5 +241,30 @@ func TestMemoryStoreFull(t *testing.T) {
 	// swept and c fits.
 	if r, err := l.AcquireAt(ctx, t0.Add(2*DefaultLeaseTTL), "c"); err != nil || r.InFlight != 1 {
 		t.Fatalf("c after expiry: %+v, %v", r, err)
+	}
+}
+
+// TestMemoryStoreMaxKeysExact: a MemoryStore with MaxKeys 10 (default 64
+// partitions) tracks exactly 10 identities, refusing the rest with
+// ErrStoreFull (it used to round per partition and track 64).
+func TestMemoryStoreMaxKeysExact(t *testing.T) {
+	m, err := NewMemoryStore(MemoryOptions{MaxKeys: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := newLimiter(t, m, Policy{Name: "exact", Limit: 5}, "exact")
+	held := 0
+	for i := range 2000 {
+		_, err := l.AcquireAt(ctx, t0, fmt.Sprint("id", i))
+		switch {
+		case err == nil:
+			held++
+		case !errors.Is(err, floodgate.ErrStoreFull):
+			t.Fatalf("id%d: %v, want nil or ErrStoreFull", i, err)
+		}
+	}
+	if held != 10 || m.sets.Len() != 10 {
+		t.Fatalf("%d identities admitted, %d tracked; want 10 of each", held, m.sets.Len())
 	}
 }

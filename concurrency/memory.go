@@ -12,11 +12,16 @@ import (
 // MemoryOptions configures a MemoryStore. The zero value is ready to use.
 type MemoryOptions struct {
 	// Shards is the number of independently locked partitions, rounded up
-	// to a power of two. Default 64; at most 65,536.
+	// to a power of two, and lowered to MaxKeys when MaxKeys is smaller.
+	// Default 64; at most 65,536.
 	Shards int
-	// MaxKeys caps the identities tracked at once; an Acquire for a new
-	// identity beyond it fails with floodgate.ErrStoreFull. Default
-	// 1,000,000.
+	// MaxKeys caps the identities tracked at once, exactly. Each partition
+	// holds its share: MaxKeys divided by the number of partitions, the
+	// first MaxKeys%partitions one more, so the shares add up to MaxKeys.
+	// An identity belongs to one partition (by a hash of its key); an
+	// Acquire for a new identity whose partition is full of live ones
+	// fails with floodgate.ErrStoreFull, even while other partitions have
+	// room. Default 1,000,000.
 	MaxKeys int
 }
 

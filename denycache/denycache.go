@@ -50,19 +50,24 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
-	// MaxEntries caps the number of cached denials; the least recently used
-	// is evicted beyond it. Default 10,000.
+	// MaxEntries caps the number of cached denials, exactly. Each shard
+	// holds its share: MaxEntries divided by the number of shards, the
+	// first MaxEntries%shards shards one more, so the shares add up to
+	// MaxEntries. A denial cached in a full shard evicts that shard's least
+	// recently used one, even while other shards have room. Default 10,000.
 	MaxEntries int
 	// MaxTTL is the longest a cached denial answers, whatever its
 	// RetryAfter, so that a reset made outside this process is noticed at
 	// most MaxTTL later. Default 10s; 1ms..floodgate.MaxWindow.
 	MaxTTL time.Duration
 	// Shards is the number of independently locked partitions, rounded up
-	// to a power of two. Default 16; at most 1,024.
+	// to a power of two, and lowered to MaxEntries when MaxEntries is
+	// smaller. Default 16; at most 1,024.
 	Shards int
 }
 
@@ -73,16 +78,15 @@ type Store struct {
 	next   floodgate.Store
 	seed   maphash.Seed
 	shards []shard
-	mask   uint64
-	perCap int
 	maxTTL int64 // µs
 	saved  atomic.Uint64
 }
 
 type shard struct {
-	mu  sync.Mutex
-	m   map[string]*list.Element // of *entry, by key
-	lru list.List                // front = most recently used
+	mu     sync.Mutex
+	m      map[string]*list.Element // of *entry, by key
+	lru    list.List                // front = most recently used
+	perCap int                      // entries before the least recently used is evicted
 }
 
 // entry is the last denial of one key on its own account.
@@ -118,16 +122,11 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 	if opts.Shards == 0 {
 		opts.Shards = 16
 	}
-	n := 1
-	for n < opts.Shards {
-		n <<= 1
-	}
-	s := &Store{
-		next: next, seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1),
-		perCap: max(opts.MaxEntries/n, 1), maxTTL: opts.MaxTTL.Microseconds(),
-	}
+	caps := shardmap.Split(opts.Shards, opts.MaxEntries)
+	s := &Store{next: next, seed: maphash.MakeSeed(), shards: make([]shard, len(caps)), maxTTL: opts.MaxTTL.Microseconds()}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*list.Element)
+		s.shards[i].perCap = caps[i]
 	}
 	return s, nil
 }
@@ -161,7 +160,9 @@ func (s *Store) Forget(key string) {
 	}
 }
 
-func (s *Store) shardOf(key string) *shard { return &s.shards[maphash.String(s.seed, key)&s.mask] }
+func (s *Store) shardOf(key string) *shard {
+	return &s.shards[shardmap.Index(maphash.String(s.seed, key), len(s.shards))]
+}
 
 // Decide implements floodgate.Store: it answers from the cache when every
 // layer is covered by a remembered denial, and otherwise asks the wrapped
@@ -250,7 +251,7 @@ func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result) {
 		return
 	}
 	sh.m[l.Key] = sh.lru.PushFront(ent)
-	for sh.lru.Len() > s.perCap {
+	for sh.lru.Len() > sh.perCap {
 		old := sh.lru.Back()
 		sh.lru.Remove(old)
 		delete(sh.m, old.Value.(*entry).key)

@@ -3,6 +3,7 @@ package denycache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,6 +240,26 @@ func TestBounded(t *testing.T) {
 	l.AllowAt(ctx, t0, p, "a", 1) // evicted: asks the store
 	if cnt.calls.Load() != before+1 {
 		t.Fatalf("evicted entry answered")
+	}
+}
+
+// TestMaxEntriesExact: a cache holds exactly MaxEntries denials after many
+// more, whatever MaxEntries and the shard count (it used to round per
+// shard: MaxEntries 10 held 16 with the default 16 shards, {MaxEntries 10,
+// Shards 3} held 8).
+func TestMaxEntriesExact(t *testing.T) {
+	ctx := context.Background()
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute})
+	for _, o := range []Options{{MaxEntries: 1}, {MaxEntries: 10}, {MaxEntries: 100}, {MaxEntries: 10, Shards: 3}, {MaxEntries: 1001, Shards: 16}} {
+		l, c, _ := cached(t, newMem(t), o)
+		for i := range 5000 {
+			id := fmt.Sprint(i)
+			l.AllowAt(ctx, t0, p, id, 1)
+			l.AllowAt(ctx, t0, p, id, 1) // denied, cached
+		}
+		if got := c.Len(); got != o.MaxEntries {
+			t.Errorf("%+v: holds %d denials after 5000, want %d", o, got, o.MaxEntries)
+		}
 	}
 }
 

@@ -242,3 +242,28 @@ func TestMemoryPerKey(t *testing.T) {
 	runtime.KeepAlive(st)
 	runtime.KeepAlive(keys)
 }
+
+// TestMaxKeysExact: a store holds exactly MaxKeys identities after many
+// more distinct ones, whatever MaxKeys and the shard count (it used to
+// round per shard: MaxKeys 1, 10 and 100 all held 64, one per default
+// shard, and {MaxKeys 10, Shards 3} held 8).
+func TestMaxKeysExact(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	p, _ := floodgate.NewFixedWindow("cap", 1, time.Hour)
+	for _, o := range []memstore.Options{{MaxKeys: 1}, {MaxKeys: 10}, {MaxKeys: 100}, {MaxKeys: 10, Shards: 3}, {MaxKeys: 1000, Shards: 1}, {MaxKeys: 1001, Shards: 16}} {
+		l, st := newLimiter(t, o)
+		const ids = 5000
+		for i := range ids {
+			if _, err := l.AllowAt(ctx, now, p, fmt.Sprint(i), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := st.Len(); got != o.MaxKeys {
+			t.Errorf("%+v: holds %d identities after %d, want %d", o, got, ids, o.MaxKeys)
+		}
+		if got, want := st.Evictions(), uint64(ids-o.MaxKeys); got != want {
+			t.Errorf("%+v: %d evictions, want %d", o, got, want)
+		}
+	}
+}

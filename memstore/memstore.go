@@ -15,22 +15,32 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/internal/monoclock"
+	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// Shards is the number of independently locked partitions of the key
-	// space, rounded up to a power of two. Default 64.
+	// space, rounded up to a power of two, and lowered to MaxKeys when
+	// MaxKeys is smaller. Default 64; at most 65,536.
 	Shards int
 	// MaxKeys caps the number of identities tracked at once, so a flood of
-	// distinct identities cannot exhaust memory. It is split evenly over
-	// the shards. A new identity in a full shard takes the place of an
-	// expired entry or, when there is none, of the least recently used
-	// identity decided only once (see Store), so a decision never fails
-	// because the store is full. Each tracked identity costs about 160
-	// bytes plus its key (TestMemoryPerKey measured 136 at 100,000
-	// identities and 157 at 1,000,000, the map's fill varying), so the
-	// default bound is about 190 MB with 30-byte keys. Default 1,000,000.
+	// distinct identities cannot exhaust memory. Each shard holds its
+	// share: MaxKeys divided by the number of shards, the first
+	// MaxKeys%shards shards one more, so the shares add up to exactly
+	// MaxKeys (with MaxKeys 10 and the default 64 shards, 10 shards of
+	// one). An identity belongs to one shard (by a hash of its key); a new
+	// identity whose shard is full takes the place of an expired entry of
+	// that shard or, when there is none, of the shard's least recently
+	// used identity decided only once (see Store), even while other shards
+	// have room, so a decision never fails because the store is full. (A
+	// layered decision whose layers' new keys share a full shard with
+	// nothing else to evict there may take it past its share by up to
+	// floodgate.MaxLayers-1 entries until its next eviction.) Each tracked
+	// identity costs about 160 bytes plus its key (TestMemoryPerKey
+	// measured 136 at 100,000 identities and 157 at 1,000,000, the map's
+	// fill varying), so the default bound is about 190 MB with 30-byte
+	// keys. Default 1,000,000.
 	MaxKeys int
 }
 
@@ -58,8 +68,6 @@ type Options struct {
 type Store struct {
 	seed   maphash.Seed
 	shards []shard
-	mask   uint64
-	perCap int
 	clock  *monoclock.Clock
 }
 
@@ -100,22 +108,17 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = 1_000_000
 	}
-	n := 1
-	for n < opts.Shards {
-		n <<= 1
-	}
+	caps := shardmap.Split(opts.Shards, opts.MaxKeys)
 	s := &Store{
 		seed:   maphash.MakeSeed(),
-		shards: make([]shard, n),
-		mask:   uint64(n - 1),
-		perCap: max(opts.MaxKeys/n, 1),
+		shards: make([]shard, len(caps)),
 		clock:  monoclock.New(),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.entries = make(map[string]*entry)
-		sh.perCap = s.perCap
-		sh.protCap = s.perCap * protectedShare / 5
+		sh.perCap = caps[i]
+		sh.protCap = sh.perCap * protectedShare / 5
 		sh.lazy = uint32(max(sh.protCap/2, 1))
 		sh.probation.init()
 		sh.protected.init()
@@ -151,7 +154,9 @@ func (s *Store) Len() int {
 	return n
 }
 
-func (s *Store) shardOf(key string) int { return int(maphash.String(s.seed, key) & s.mask) }
+func (s *Store) shardOf(key string) int {
+	return shardmap.Index(maphash.String(s.seed, key), len(s.shards))
+}
 
 // Decide implements floodgate.Store: all layers are decided under their
 // shards' locks (taken in ascending order), and committed only if every

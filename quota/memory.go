@@ -12,14 +12,20 @@ import (
 // MemoryOptions configures a MemoryStore. The zero value is ready to use.
 type MemoryOptions struct {
 	// Shards is the number of independently locked partitions, rounded up
-	// to a power of two. Default 64; at most 65,536.
+	// to a power of two, and lowered to MaxKeys when MaxKeys is smaller.
+	// Default 64; at most 65,536.
 	Shards int
-	// MaxKeys caps the number of identity periods held at once; when it
-	// is reached and nothing expired can be reclaimed, an operation that
-	// would create a new one fails with floodgate.ErrStoreFull. (For a
-	// second after a look at every period of a partition found none
-	// expired, further looks sample it, so one that expires in that
-	// second may be reclaimed a little later.) Default 1,000,000.
+	// MaxKeys caps the number of identity periods held at once, exactly.
+	// Each partition holds its share: MaxKeys divided by the number of
+	// partitions, the first MaxKeys%partitions one more, so the shares add
+	// up to MaxKeys. An identity's periods belong to one partition (by a
+	// hash of its hash tag); when that partition is full and nothing
+	// expired in it can be reclaimed, an operation that would create a new
+	// period fails with floodgate.ErrStoreFull, even while other
+	// partitions have room. (For a second after a look at every period of
+	// a partition found none expired, further looks sample it, so one that
+	// expires in that second may be reclaimed a little later.) Default
+	// 1,000,000.
 	MaxKeys int
 }
 

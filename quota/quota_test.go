@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -332,5 +333,33 @@ func TestResultFloodgate(t *testing.T) {
 		if got := tt.in.Floodgate(); got != tt.want {
 			t.Errorf("%+v.Floodgate() = %+v, want %+v", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestMemoryStoreMaxKeysExact: a MemoryStore with MaxKeys 10 (default 64
+// partitions) holds exactly 10 identity periods, refusing the rest with
+// ErrStoreFull (it used to round per partition and hold 64).
+func TestMemoryStoreMaxKeysExact(t *testing.T) {
+	m, err := NewMemoryStore(MemoryOptions{MaxKeys: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := New(m, monthly(100), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held := 0
+	for i := range 2000 {
+		_, err := q.CheckAt(ctx, t0, fmt.Sprint("id", i), 1)
+		switch {
+		case err == nil:
+			held++
+		case !errors.Is(err, floodgate.ErrStoreFull):
+			t.Fatalf("id%d: %v, want nil or ErrStoreFull", i, err)
+		}
+	}
+	if held != 10 || m.slots.Len() != 10 {
+		t.Fatalf("%d identities admitted, %d periods held; want 10 of each", held, m.slots.Len())
 	}
 }

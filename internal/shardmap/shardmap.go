@@ -7,17 +7,20 @@ package shardmap
 import (
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 )
 
 // Options configures a Map. The zero value is ready to use.
 type Options struct {
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two. Default 64; at most 65,536.
+	// power of two, and lowered to MaxKeys when MaxKeys is smaller (every
+	// shard holds at least one entry). Default 64; at most 65,536.
 	Shards int
-	// MaxKeys caps the entries held at once. It is split evenly over the
-	// shards, each holding at least one, so a shard can be full while
-	// others are not. Default 1,000,000.
+	// MaxKeys caps the entries held at once, exactly: each shard holds its
+	// share, MaxKeys divided by the number of shards, the first
+	// MaxKeys%shards shards one more, so the shares add up to MaxKeys. A
+	// shard can so be full while others are not. Default 1,000,000.
 	MaxKeys int
 }
 
@@ -40,7 +43,6 @@ const (
 type Map[V any] struct {
 	seed   maphash.Seed
 	shards []Shard[V]
-	mask   uint64
 }
 
 // Shard is one part of a Map: its entries, under one mutex.
@@ -74,15 +76,43 @@ func New[V any](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = 1_000_000
 	}
-	n := 1
-	for n < opts.Shards {
-		n <<= 1
-	}
-	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], n), mask: uint64(n - 1)}
+	caps := Split(opts.Shards, opts.MaxKeys)
+	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(caps))}
 	for i := range m.shards {
-		m.shards[i] = Shard[V]{entries: make(map[string]V), perCap: max(opts.MaxKeys/n, 1), dead: dead}
+		m.shards[i] = Shard[V]{entries: make(map[string]V), perCap: caps[i], dead: dead}
 	}
 	return m, nil
+}
+
+// Split returns the caps of the shards an in-memory store splits maxKeys
+// entries over, one per shard: shards (at least 1) rounded up to a power
+// of two, but no more shards than maxKeys (at least 1), each cap
+// maxKeys/len, the first maxKeys%len one more, so the caps add up to
+// exactly maxKeys. Reach a shard with Index.
+func Split(shards, maxKeys int) []int {
+	maxKeys = max(maxKeys, 1)
+	n := 1
+	for n < shards {
+		n <<= 1
+	}
+	n = min(n, maxKeys)
+	caps := make([]int, n)
+	for i := range caps {
+		caps[i] = maxKeys / n
+		if i < maxKeys%n {
+			caps[i]++
+		}
+	}
+	return caps
+}
+
+// Index returns which of n shards a 64-bit hash falls in, spreading
+// uniform hashes evenly whether or not n is a power of two (the high word
+// of hash×n, which costs one multiplication where a modulo costs a
+// division).
+func Index(hash uint64, n int) int {
+	hi, _ := bits.Mul64(hash, uint64(n))
+	return int(hi)
 }
 
 // Lock locks and returns the shard for hashKey. Entries that must change
@@ -90,7 +120,7 @@ func New[V any](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
 // one hashKey, such as their common hash tag. The caller unlocks the shard
 // when it is done.
 func (m *Map[V]) Lock(hashKey string) *Shard[V] {
-	sh := &m.shards[maphash.String(m.seed, hashKey)&m.mask]
+	sh := &m.shards[Index(maphash.String(m.seed, hashKey), len(m.shards))]
 	sh.mu.Lock()
 	return sh
 }

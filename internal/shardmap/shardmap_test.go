@@ -41,13 +41,75 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{Options{}, 64, 1_000_000 / 64},
 		{Options{Shards: 5, MaxKeys: 80}, 8, 10},
-		{Options{Shards: 1 << 16, MaxKeys: 10}, 1 << 16, 1},
+		{Options{Shards: 1 << 16, MaxKeys: 10}, 10, 1},
 		{Options{Shards: 1, MaxKeys: 3}, 1, 3},
 	} {
 		m := newMap(t, tc.opts)
 		if len(m.shards) != tc.shards || m.shards[0].Cap() != tc.perCap {
 			t.Errorf("%+v: %d shards of %d, want %d of %d", tc.opts, len(m.shards), m.shards[0].Cap(), tc.shards, tc.perCap)
 		}
+	}
+}
+
+// TestMaxKeysExact: the shards' caps add up to MaxKeys, whatever it and the
+// shard count, with no more shards than MaxKeys (it used to be rounded per
+// shard: MaxKeys 1, 10 and 100 all held 64 entries, {MaxKeys 10, Shards
+// 3} held 8), and a Map filled with many more keys than that holds exactly
+// MaxKeys.
+func TestMaxKeysExact(t *testing.T) {
+	for _, tc := range []struct {
+		opts   Options
+		shards int
+	}{
+		{Options{MaxKeys: 1}, 1},
+		{Options{MaxKeys: 10}, 10},
+		{Options{MaxKeys: 100}, 64},
+		{Options{MaxKeys: 10, Shards: 3}, 4},
+		{Options{MaxKeys: 1000, Shards: 1}, 1},
+		{Options{MaxKeys: 1001, Shards: 16}, 16},
+	} {
+		m := newMap(t, tc.opts)
+		caps := 0
+		for i := range m.shards {
+			caps += m.shards[i].Cap()
+		}
+		if got := len(m.shards); got != tc.shards || caps != tc.opts.MaxKeys {
+			t.Errorf("%+v: %d shards holding %d, want %d holding %d", tc.opts, got, caps, tc.shards, tc.opts.MaxKeys)
+		}
+		for i := range 20 * tc.opts.MaxKeys {
+			k := fmt.Sprint("k", i)
+			sh := m.Lock(k)
+			if sh.Room(0, 1) {
+				sh.Put(k, &entry{until: 1})
+			}
+			sh.Unlock()
+		}
+		if got := m.Len(); got != tc.opts.MaxKeys {
+			t.Errorf("%+v: holds %d after %d distinct keys, want %d", tc.opts, got, 20*tc.opts.MaxKeys, tc.opts.MaxKeys)
+		}
+	}
+}
+
+// TestIndexSpreads: Index maps hashes into 0..n-1, for powers of two and
+// others alike, and spreads evenly hashes spread evenly.
+func TestIndexSpreads(t *testing.T) {
+	for _, n := range []int{1, 3, 10, 64, 1000} {
+		counts := make([]int, n)
+		const per = 100
+		step := ^uint64(0) / uint64(n*per)
+		for i := range uint64(n * per) {
+			// Evenly spaced hashes over the whole 64-bit range, each in
+			// the middle of its step.
+			counts[Index(i*step+step/2, n)]++
+		}
+		for i, c := range counts {
+			if c != per {
+				t.Fatalf("n=%d: shard %d got %d of %d evenly spaced hashes, want %d", n, i, c, n*per, per)
+			}
+		}
+	}
+	if got := Index(^uint64(0), 7); got != 6 {
+		t.Errorf("Index(max, 7) = %d, want 6", got)
 	}
 }
 
