@@ -3,17 +3,24 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // Handler wraps next: every request is decided against the rules before
 // next sees it. Its signature makes m.Handler a
-// func(http.Handler) http.Handler.
+// func(http.Handler) http.Handler. Like http.ServeMux.Handle, it panics
+// at once when next is nil (a nil http.HandlerFunc or pointer included),
+// rather than on the first request it admits.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if nilcheck.IsNil(next) {
+		panic(fmt.Sprintf("httplimit: Middleware.Handler: nil handler (%T)", next))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if m.admit(w, r) {
 			next.ServeHTTP(w, r)

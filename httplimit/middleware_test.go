@@ -469,6 +469,7 @@ func TestNewValidates(t *testing.T) {
 		opts  httplimit.Options
 	}{
 		{"nil decider", nil, []httplimit.Rule{{Policy: ok}}, httplimit.Options{}},
+		{"nil *floodgate.Limiter", (*floodgate.Limiter)(nil), []httplimit.Rule{{Policy: ok}}, httplimit.Options{}},
 		{"no rules", lim, nil, httplimit.Options{}},
 		{"invalid policy", lim, []httplimit.Rule{{Policy: bad}}, httplimit.Options{}},
 		{"duplicate names", lim, []httplimit.Rule{{Policy: ok}, {Policy: ok, Shadow: true}}, httplimit.Options{}},
@@ -480,6 +481,64 @@ func TestNewValidates(t *testing.T) {
 		if _, err := httplimit.New(tt.d, tt.rules, tt.opts); !errors.Is(err, httplimit.ErrInvalidOptions) {
 			t.Errorf("%s: err = %v, want ErrInvalidOptions", tt.name, err)
 		}
+	}
+}
+
+// TestNewRefusesUnusableKeys: a rule whose Key was built from an argument
+// it cannot use is refused by New with ErrInvalidOptions, naming the
+// function (they used to be accepted, then IP(nil), User(nil) and
+// Join(nil) panicked on the first request and Header("") answered every
+// request 400); the same functions with usable arguments are accepted.
+func TestNewRefusesUnusableKeys(t *testing.T) {
+	lim := memLimiter(t)
+	res, err := clientip.New(clientip.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fixedWindow(t, "k", 1, time.Minute)
+	for _, tt := range []struct {
+		name string
+		key  httplimit.KeyFunc
+		want string
+	}{
+		{"IP(nil)", httplimit.IP(nil), "httplimit.IP: nil resolver"},
+		{"User(nil)", httplimit.User(nil), "httplimit.User: nil lookup"},
+		{"Header(\"\")", httplimit.Header(""), `httplimit.Header: invalid header name ""`},
+		{"Header with a space", httplimit.Header("X Key"), `httplimit.Header: invalid header name "X Key"`},
+		{"Join()", httplimit.Join(), "httplimit.Join: no parts"},
+		{"Join(nil)", httplimit.Join(nil), "httplimit.Join: part 0 is nil"},
+		{"Join with IP(nil)", httplimit.Join(httplimit.Route(nil), httplimit.IP(nil)), "httplimit.Join: part 1: httplimit.IP: nil resolver"},
+	} {
+		m, err := httplimit.New(lim, []httplimit.Rule{{Policy: p, Key: tt.key}}, httplimit.Options{})
+		if m != nil || !errors.Is(err, httplimit.ErrInvalidOptions) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: New = %v, %v; want ErrInvalidOptions saying %q", tt.name, m, err, tt.want)
+		}
+	}
+	user := func(context.Context) (string, bool) { return "u", true }
+	for _, key := range []httplimit.KeyFunc{httplimit.IP(res), httplimit.User(user), httplimit.Header("X-API-Key"), httplimit.Join(httplimit.Route(nil), httplimit.IP(res))} {
+		if _, err := httplimit.New(lim, []httplimit.Rule{{Policy: p, Key: key}}, httplimit.Options{}); err != nil {
+			t.Errorf("usable key refused: %v", err)
+		}
+	}
+}
+
+// TestHandlerNilPanicsAtOnce: Handler(nil) panics when it is called, with
+// a message naming it, as http.ServeMux.Handle does, instead of returning
+// a handler that panics on the first request it admits.
+func TestHandlerNilPanicsAtOnce(t *testing.T) {
+	m, err := httplimit.New(memLimiter(t), []httplimit.Rule{{Policy: fixedWindow(t, "h", 1, time.Minute)}}, httplimit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, next := range []http.Handler{nil, http.HandlerFunc(nil)} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "httplimit: Middleware.Handler: nil handler") {
+					t.Errorf("Handler(%#v): recovered %v, want a panic naming Middleware.Handler", next, r)
+				}
+			}()
+			m.Handler(next)
+		}()
 	}
 }
 

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // Sentinel errors.
@@ -163,10 +164,13 @@ type Middleware struct {
 }
 
 // New returns a Middleware deciding rules with d (usually a
-// *floodgate.Limiter).
+// *floodgate.Limiter). It fails with ErrInvalidOptions when d is nil (a
+// nil *floodgate.Limiter included), a rule's policy is invalid or shared,
+// or a rule's Key was built from an argument it cannot use (IP(nil),
+// User(nil), Header(""), Join with no or a nil part).
 func New(d Decider, rules []Rule, opts Options) (*Middleware, error) {
-	if d == nil {
-		return nil, fmt.Errorf("%w: nil decider", ErrInvalidOptions)
+	if nilcheck.IsNil(d) {
+		return nil, fmt.Errorf("%w: nil decider (%T)", ErrInvalidOptions, d)
 	}
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidOptions)
@@ -188,6 +192,9 @@ func New(d Decider, rules []Rule, opts Options) (*Middleware, error) {
 	for i, r := range rules {
 		if err := r.Policy.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: rule %d: %w", ErrInvalidOptions, i, err)
+		}
+		if err := keyError(r.Key); err != nil {
+			return nil, fmt.Errorf("%w: rule %d (%s): %w", ErrInvalidOptions, i, r.Policy.Name, err)
 		}
 		if j, dup := names[r.Policy.Name]; dup {
 			return nil, fmt.Errorf("%w: rules %d and %d share policy name %q", ErrInvalidOptions, j, i, r.Policy.Name)
