@@ -19,8 +19,15 @@ import (
 // A threshold of 0 skips its rung; the others must not decrease (Captcha
 // <= Delay <= Lock). Failures are forgotten Window after the dimension's
 // last attempt, and a lock always ends after Lockout: nothing is permanent.
-// The zero Ladder means the dimension's defaults (see Options); a zero
-// Window or Lockout alone means that field's default.
+//
+// The zero Ladder, Ladder{}, means the dimension's defaults (see Options).
+// Any other Ladder is taken as it is, its thresholds included: a zero
+// Window or Lockout means that field's default, but zero thresholds are
+// never filled in. So a Ladder whose three thresholds are 0 and which sets
+// Window or Lockout switches the dimension off: its failures are still
+// counted, but never require a CAPTCHA, a delay or a lock. To switch off
+// the pair dimension, for example, set Pair to Ladder{Window: time.Minute};
+// to change only a default's window, copy the default and set its Window.
 type Ladder struct {
 	// Captcha is the failure count from which a CAPTCHA is required.
 	Captcha int64
@@ -77,8 +84,9 @@ type Options struct {
 	// Keep it stable (a new secret starts every counter afresh) and
 	// readable by the service only.
 	Secret []byte
-	// Account, IP and Pair are the ladders of the three dimensions.
-	// Defaults DefaultAccount, DefaultIP and DefaultPair.
+	// Account, IP and Pair are the ladders of the three dimensions. A
+	// zero Ladder means DefaultAccount, DefaultIP and DefaultPair; one
+	// with no thresholds switches its dimension off (see Ladder).
 	Account, IP, Pair Ladder
 	// IPv4Prefix and IPv6Prefix group client addresses into networks for
 	// the IP and pair dimensions. Defaults 32 (each IPv4 address) and 64
@@ -120,9 +128,12 @@ type params struct {
 	strict         bool
 }
 
+// withDefaults returns def for the zero Ladder, and l with def's Window
+// and Lockout in place of zero ones otherwise: its thresholds, zero or
+// not, are kept (all zero switch the dimension off).
 func (l Ladder) withDefaults(def Ladder) Ladder {
-	if l.Captcha == 0 && l.Delay == 0 && l.Lock == 0 {
-		l.Captcha, l.Delay, l.Lock = def.Captcha, def.Delay, def.Lock
+	if l == (Ladder{}) {
+		return def
 	}
 	if l.Window == 0 {
 		l.Window = def.Window
