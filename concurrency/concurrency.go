@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // Bounds on policies.
@@ -136,8 +137,8 @@ type Limiter struct {
 
 // New returns a Limiter enforcing p against store.
 func New(store Store, p Policy, opts Options) (*Limiter, error) {
-	if store == nil {
-		return nil, fmt.Errorf("%w: concurrency: nil store", floodgate.ErrInvalidPolicy)
+	if nilcheck.IsNil(store) {
+		return nil, fmt.Errorf("%w: concurrency: nil store (%T)", floodgate.ErrInvalidPolicy, store)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

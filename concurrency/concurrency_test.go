@@ -212,6 +212,16 @@ func TestBadInput(t *testing.T) {
 	if _, err := New(nil, Policy{Name: "x", Limit: 1}, Options{}); err == nil {
 		t.Error("New accepted a nil store")
 	}
+	// A nil pointer inside the interface used to be accepted, then panic on
+	// the first Acquire.
+	for _, s := range []Store{(*MemoryStore)(nil), (*RedisStore)(nil)} {
+		if l, err := New(s, Policy{Name: "x", Limit: 1}, Options{}); l != nil || !errors.Is(err, floodgate.ErrInvalidPolicy) {
+			t.Errorf("New(%T(nil)) = %v, %v; want ErrInvalidPolicy", s, l, err)
+		}
+	}
+	if s, err := NewRedisStore((*redis.Client)(nil)); s != nil || !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("NewRedisStore(nil *redis.Client) = %v, %v; want ErrInvalidPolicy", s, err)
+	}
 	if _, err := New(m, Policy{Name: "x", Limit: 1}, Options{Prefix: "{x}"}); !errors.Is(err, floodgate.ErrInvalidKey) {
 		t.Errorf("bad prefix: %v", err)
 	}

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
 
@@ -101,8 +102,8 @@ type entry struct {
 
 // New returns a Store caching the denials of next.
 func New(next floodgate.Store, opts Options) (*Store, error) {
-	if next == nil {
-		return nil, fmt.Errorf("%w: denycache: nil store", floodgate.ErrInvalidPolicy)
+	if nilcheck.IsNil(next) {
+		return nil, fmt.Errorf("%w: denycache: nil store (%T)", floodgate.ErrInvalidPolicy, next)
 	}
 	if opts.MaxEntries < 0 {
 		return nil, fmt.Errorf("%w: denycache: max entries %d is negative", floodgate.ErrInvalidPolicy, opts.MaxEntries)

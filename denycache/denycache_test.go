@@ -285,6 +285,9 @@ func TestBadInput(t *testing.T) {
 	if cnt.calls.Load() != 0 {
 		t.Errorf("bad input reached the store")
 	}
+	if s, err := New((*memstore.Store)(nil), Options{}); s != nil || !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("New of a nil *memstore.Store = %v, %v; want ErrInvalidPolicy", s, err)
+	}
 	for _, o := range []Options{{MaxEntries: -1}, {MaxTTL: time.Microsecond}, {Shards: 2000}} {
 		if _, err := New(cnt, o); !errors.Is(err, floodgate.ErrInvalidPolicy) {
 			t.Errorf("New(%+v) = %v", o, err)

@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // Sentinel errors. Store failures wrap floodgate.ErrStoreUnavailable
@@ -79,8 +81,8 @@ type Guard struct {
 
 // New returns a Guard storing its state in backend.
 func New(backend Backend, opts Options) (*Guard, error) {
-	if backend == nil {
-		return nil, fmt.Errorf("%w: nil backend", ErrInvalidOptions)
+	if nilcheck.IsNil(backend) {
+		return nil, fmt.Errorf("%w: nil backend (%T)", ErrInvalidOptions, backend)
 	}
 	p, err := compile(&opts)
 	if err != nil {

@@ -220,6 +220,13 @@ func TestNewValidatesOptions(t *testing.T) {
 	if _, err := New(nil, ok(Options{})); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("nil backend: %v", err)
 	}
+	// A nil pointer inside the interface used to be accepted, then panic on
+	// the first Check.
+	for _, b := range []Backend{(*Memory)(nil), (*Redis)(nil)} {
+		if g, err := New(b, ok(Options{})); g != nil || !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%T(nil) backend: %v, %v; want ErrInvalidOptions", b, g, err)
+		}
+	}
 	if _, err := NewMemory(MemoryOptions{MaxKeys: -1}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("negative MaxKeys: %v", err)
 	}

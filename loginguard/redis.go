@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,8 +64,8 @@ type Redis struct {
 // NewRedis returns a Redis backend storing its keys under prefix (1..64
 // bytes of [A-Za-z0-9_.:-]). It sends nothing.
 func NewRedis(client Client, prefix string) (*Redis, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOptions)
+	if nilcheck.IsNil(client) {
+		return nil, fmt.Errorf("%w: nil redis client (%T)", ErrInvalidOptions, client)
 	}
 	if err := floodgate.ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)

@@ -229,6 +229,9 @@ func TestNewRedisValidates(t *testing.T) {
 	if _, err := NewRedis(nil, "ok"); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("nil client: %v", err)
 	}
+	if _, err := NewRedis((*redis.Client)(nil), "ok"); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nil *redis.Client: %v, want ErrInvalidOptions", err)
+	}
 }
 
 func TestDecodeReplyRejectsJunk(t *testing.T) {

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // Bounds on quota parameters. They keep every quantity below 2^53, so the
@@ -187,8 +188,8 @@ type Quota struct {
 
 // New returns a Quota enforcing p against store.
 func New(store Store, p Policy, opts Options) (*Quota, error) {
-	if store == nil {
-		return nil, fmt.Errorf("%w: quota: nil store", floodgate.ErrInvalidPolicy)
+	if nilcheck.IsNil(store) {
+		return nil, fmt.Errorf("%w: quota: nil store (%T)", floodgate.ErrInvalidPolicy, store)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

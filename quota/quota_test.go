@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/redis/go-redis/v9"
 )
 
 // t0 is the step tables' origin: 21 days 12 hours before the end of
@@ -312,6 +313,16 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := NewRedisStore(nil); err == nil {
 		t.Error("NewRedisStore accepted a nil client")
+	}
+	// A nil pointer inside the interface used to be accepted, then panic on
+	// first use.
+	for _, s := range []Store{(*MemoryStore)(nil), (*RedisStore)(nil)} {
+		if q, err := New(s, good, Options{}); q != nil || !errors.Is(err, floodgate.ErrInvalidPolicy) {
+			t.Errorf("New(%T(nil)) = %v, %v; want ErrInvalidPolicy", s, q, err)
+		}
+	}
+	if s, err := NewRedisStore((*redis.Client)(nil)); s != nil || !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("NewRedisStore(nil *redis.Client) = %v, %v; want ErrInvalidPolicy", s, err)
 	}
 }
 

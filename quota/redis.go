@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,8 +42,8 @@ type RedisStore struct {
 
 // NewRedisStore returns a RedisStore using client. It sends nothing.
 func NewRedisStore(client Client) (*RedisStore, error) {
-	if client == nil {
-		return nil, fmt.Errorf("%w: quota redis store: nil client", floodgate.ErrInvalidPolicy)
+	if nilcheck.IsNil(client) {
+		return nil, fmt.Errorf("%w: quota redis store: nil client (%T)", floodgate.ErrInvalidPolicy, client)
 	}
 	return &RedisStore{client: client}, nil
 }

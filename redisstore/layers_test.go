@@ -202,6 +202,13 @@ func TestSlotCheck(t *testing.T) {
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("New accepted a nil client")
 	}
+	// A nil pointer inside the interface used to be accepted, then panic on
+	// the first decision.
+	for _, c := range []Client{(*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		if s, err := New(c, Options{}); s != nil || err == nil {
+			t.Fatalf("New(%T(nil)) = %v, %v; want an error", c, s, err)
+		}
+	}
 }
 
 // TestDeniedDecisionReportsStanding: a layer that would have admitted a

@@ -70,6 +70,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -255,8 +256,8 @@ type Store struct {
 // New returns a Store deciding on client. It sends nothing: the script is
 // loaded on first use (EVAL after a NOSCRIPT reply, then EVALSHA).
 func New(client Client, opts Options) (*Store, error) {
-	if client == nil {
-		return nil, fmt.Errorf("redisstore: nil client")
+	if nilcheck.IsNil(client) {
+		return nil, fmt.Errorf("redisstore: nil client (%T)", client)
 	}
 	s := &Store{client: client}
 	switch opts.SlotCheck {
