@@ -313,8 +313,16 @@ func ValidateIdentityValue(dim, value string) error {
 // under tier: one per layer, in order. With peek every layer only checks.
 // It fails with ErrMissingIdentity or ErrInvalidIdentity when values lack
 // or malform what a layer needs, and with ErrUnknownTier for an undefined
-// tier ("" means the configuration's default tier).
+// tier ("" means the configuration's default tier). A nil p (a policy
+// Config.Policy did not find) or a nil c is an error, not a panic; a nil
+// values holds no identity value.
 func (c *Config) Specs(p *Policy, tier string, values map[string]string, peek bool) ([]floodgate.LayerSpec, error) {
+	if c == nil {
+		return nil, errors.New("config: Specs: nil configuration")
+	}
+	if p == nil {
+		return nil, errors.New("config: Specs: nil policy")
+	}
 	if tier == "" {
 		tier = c.defaultTier
 	}

@@ -146,6 +146,27 @@ policies:
 	}
 }
 
+// TestSpecsNilPolicy: Specs of a nil policy (one Config.Policy did not
+// find), or on a nil Config, is an error saying so; it used to panic.
+func TestSpecsNilPolicy(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+policies:
+  - name: p
+    layers: [{name: all, algorithm: fixed_window, limit: 10, window: 1s, dimension: global}]
+`), "nil.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if specs, err := cfg.Specs(nil, "", nil, false); specs != nil || err == nil || !strings.Contains(err.Error(), "nil policy") {
+		t.Errorf("nil policy: %v, %v; want an error naming the nil policy", specs, err)
+	}
+	p, _ := cfg.Policy("p")
+	var none *config.Config
+	if specs, err := none.Specs(p, "", nil, false); specs != nil || err == nil || !strings.Contains(err.Error(), "nil configuration") {
+		t.Errorf("nil configuration: %v, %v; want an error naming the nil configuration", specs, err)
+	}
+}
+
 // TestCompositeIdentityNoCollision: value tuples that would collide when
 // simply joined stay distinct.
 func TestCompositeIdentityNoCollision(t *testing.T) {

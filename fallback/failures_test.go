@@ -357,6 +357,21 @@ func TestCallGoesThroughTheBreaker(t *testing.T) {
 	}
 }
 
+// TestCallNilFunction: Call with a nil fn returns an error saying so, for
+// the shared breaker and a key's alike, and leaves the breaker as it was
+// (it used to panic).
+func TestCallNilFunction(t *testing.T) {
+	f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1, OpenFor: time.Hour}})
+	for _, key := range []string{"", "k"} {
+		if err := f.store.Call(context.Background(), key, nil); err == nil || !strings.Contains(err.Error(), "nil function") {
+			t.Errorf("Call(%q, nil) = %v, want an error naming the nil function", key, err)
+		}
+	}
+	if f.store.BreakerState() != fallback.BreakerClosed {
+		t.Fatalf("breaker %v after nil calls, want closed", f.store.BreakerState())
+	}
+}
+
 // TestSetInstancesAndModeFor: the local limit follows SetInstances, and
 // ModeFor overrides Modes at every decision.
 func TestSetInstancesAndModeFor(t *testing.T) {

@@ -23,6 +23,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}{
 		{"nil primary", nil, m, Options{}},
 		{"nil local", m, nil, Options{}},
+		{"nil *memstore.Store primary", (*memstore.Store)(nil), m, Options{}},
+		{"nil *memstore.Store local", m, (*memstore.Store)(nil), Options{}},
 		{"bad default mode", m, m, Options{DefaultMode: 9}},
 		{"bad policy mode", m, m, Options{Modes: map[string]Mode{"api": 0}}},
 		{"negative budget", m, m, Options{Budget: -time.Millisecond}},

@@ -34,6 +34,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // DefaultBudget is the primary call budget when Options.Budget is zero.
@@ -162,11 +163,11 @@ type Store struct {
 // each policy's failure mode, using local for ModeLocal. It reports
 // invalid options wrapped in ErrInvalidOptions.
 func New(primary, local floodgate.Store, opts Options) (*Store, error) {
-	if primary == nil {
-		return nil, fmt.Errorf("%w: nil primary store", ErrInvalidOptions)
+	if nilcheck.IsNil(primary) {
+		return nil, fmt.Errorf("%w: nil primary store (%T)", ErrInvalidOptions, primary)
 	}
-	if local == nil {
-		return nil, fmt.Errorf("%w: nil local store", ErrInvalidOptions)
+	if nilcheck.IsNil(local) {
+		return nil, fmt.Errorf("%w: nil local store (%T)", ErrInvalidOptions, local)
 	}
 	if opts.DefaultMode == 0 {
 		opts.DefaultMode = ModeLocal
@@ -405,8 +406,12 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // added): bound ctx as the operation needs. fn should return nil for
 // errors that say nothing about the backend's health (bad input, a reply
 // the caller does not like); an error after ctx was cancelled by the
-// caller is not counted either.
+// caller is not counted either. A nil fn is an error, returned before
+// the breaker is consulted.
 func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return errors.New("fallback: Call: nil function")
+	}
 	br := s.breakers.shared
 	if key != "" {
 		br = s.breakers.forKey(ctx, key)
