@@ -95,6 +95,32 @@ func TestKnownIdentitiesSurviveAJunkFlood(t *testing.T) {
 	}
 }
 
+// TestSmallStoreKeepsKnownIdentities: with a small MaxKeys the shards are
+// fewer, not smaller, so a denied user survives a flood of one-off
+// identities. MaxKeys 100 used to give 64 shards of one or two, none with
+// a protected part: 300 one-offs evicted the user, who came back fresh.
+func TestSmallStoreKeepsKnownIdentities(t *testing.T) {
+	for _, maxKeys := range []int{20, 100, 500} {
+		t.Run(fmt.Sprint(maxKeys), func(t *testing.T) {
+			l, _ := newLimiter(t, memstore.Options{MaxKeys: maxKeys})
+			p, _ := floodgate.NewFixedWindow("login", 3, time.Hour)
+			now := time.Now()
+			for range 3 {
+				allow(t, l, now, p, "mallory")
+			}
+			if r := allow(t, l, now, p, "mallory"); r.Allowed {
+				t.Fatalf("mallory's 4th request admitted: %+v", r)
+			}
+			for i := range 3 * maxKeys {
+				allow(t, l, now, p, fmt.Sprint("one-off-", i))
+			}
+			if r := allow(t, l, now, p, "mallory"); r.Allowed {
+				t.Fatalf("mallory admitted again after %d one-off identities: %+v", 3*maxKeys, r)
+			}
+		})
+	}
+}
+
 // TestRepeatedJunkCannotEvictTheProtected: identities made "known" by a
 // second request fill at most the protected part of a shard; a user active
 // between two of their bursts stays at its front and is kept.

@@ -21,15 +21,17 @@ import (
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// Shards is the number of independently locked partitions of the key
-	// space, rounded up to a power of two, and lowered to MaxKeys when
-	// MaxKeys is smaller. Default 64; at most 65,536.
+	// space, rounded up to a power of two; lowered, when MaxKeys is small,
+	// so that each shard holds at least 16 identities (or MaxKeys, if
+	// fewer), which keeps room for the protected identities of every
+	// shard. Default 64; at most 65,536.
 	Shards int
 	// MaxKeys caps the number of identities tracked at once, so a flood of
 	// distinct identities cannot exhaust memory. Each shard holds its
 	// share: MaxKeys divided by the number of shards, the first
 	// MaxKeys%shards shards one more, so the shares add up to exactly
-	// MaxKeys (with MaxKeys 10 and the default 64 shards, 10 shards of
-	// one). An identity belongs to one shard (by a hash of its key); a new
+	// MaxKeys (with MaxKeys 100 and the default 64 shards, 8 shards of
+	// 12 or 13). An identity belongs to one shard (by a hash of its key); a new
 	// identity whose shard is full takes the place of an expired entry of
 	// that shard or, when there is none, of the shard's least recently
 	// used identity decided only once (see Store), even while other shards
@@ -94,6 +96,10 @@ type entry struct {
 	at         uint32 // its list's pushes when it was put at the front
 }
 
+// minShare is the fewest identities a shard is given when MaxKeys allows:
+// New uses fewer shards rather than smaller ones.
+const minShare = 16
+
 // New returns an empty Store.
 func New(opts Options) (*Store, error) {
 	if opts.Shards < 0 || opts.Shards > 1<<16 {
@@ -108,6 +114,9 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = 1_000_000
 	}
+	// A shard of a few identities would have no protected part (four
+	// fifths of one is none): a small store gets fewer, larger shards.
+	opts.Shards = min(opts.Shards, max(1, opts.MaxKeys/minShare))
 	caps := shardmap.Split(opts.Shards, opts.MaxKeys)
 	s := &Store{
 		seed:   maphash.MakeSeed(),
