@@ -167,7 +167,7 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 				detail: "the admin API is disabled: start the server with --admin-token-file, --admin-token or FLOODGATE_ADMIN_TOKEN"})
 			return
 		}
-		token, hasToken := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		token, hasToken := bearerToken(r.Header.Get("Authorization"))
 		ok, blocked, wait := s.adminGuard.authenticate(callerNetwork(r.RemoteAddr), func() bool {
 			// Compare digests so that neither the content nor the length
 			// of the token leaks through timing.
@@ -193,4 +193,17 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 		h(rec, r)
 		s.log.Info("admin call", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "status", rec.status)
 	}
+}
+
+// bearerToken returns the token of an Authorization header value of the
+// Bearer scheme, whose name is matched without regard to case (RFC 9110
+// §11.1: "bearer" and "BEARER" are Bearer) and followed by one or more
+// spaces.
+func bearerToken(v string) (string, bool) {
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
 }

@@ -53,6 +53,34 @@ func adminCall(h http.Handler, remote, token string) *httptest.ResponseRecorder 
 	return rr
 }
 
+// TestBearerSchemeIgnoresCase: the Bearer scheme's name matches in any
+// case (RFC 9110 §11.1), with one or more spaces before the token; other
+// schemes and an empty token are refused. "bearer <token>" used to be 401.
+func TestBearerSchemeIgnoresCase(t *testing.T) {
+	e := start(t, layered, memStore(t), nil)
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{
+		{"Bearer " + testToken, http.StatusOK},
+		{"bearer " + testToken, http.StatusOK},
+		{"BEARER  " + testToken, http.StatusOK},
+		{"Basic " + testToken, http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+		{"Bearer ", http.StatusUnauthorized},
+		{"Bearer" + testToken, http.StatusUnauthorized},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/admin/v1/config", nil)
+		req.RemoteAddr = "192.0.2.9:1234"
+		req.Header.Set("Authorization", tc.header)
+		rr := httptest.NewRecorder()
+		e.srv.ServeHTTP(rr, req)
+		if rr.Code != tc.want {
+			t.Errorf("Authorization: %q: %d, want %d", strings.Replace(tc.header, testToken, "<token>", 1), rr.Code, tc.want)
+		}
+	}
+}
+
 // TestAdminFailuresThrottled: a network that guessed wrong
 // AdminFailureLimit times is refused (429, even with the right token)
 // while other networks are not; IPv6 addresses of one /64 share a count.
