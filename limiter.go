@@ -248,6 +248,43 @@ func ValidateTime(now int64) error {
 	return nil
 }
 
+// CheckLayers reports why a Store cannot decide layers at now into out:
+// no layers or more than MaxLayers, out of another length, a time out of
+// range (ErrInvalidTime, within ErrInvalidLayers), an invalid policy or
+// cost, an empty key, or one key used by two layers. The stores of this
+// module call it first in Decide, so that a caller that skips the
+// Limiter's checks gets the same errors from every store and nothing
+// is decided.
+func CheckLayers(now int64, layers []Layer, out []Result) error {
+	if len(layers) == 0 || len(layers) > MaxLayers {
+		return fmt.Errorf("%w: %d layers (want 1..%d)", ErrInvalidLayers, len(layers), MaxLayers)
+	}
+	if len(out) != len(layers) {
+		return fmt.Errorf("%w: %d results for %d layers", ErrInvalidLayers, len(out), len(layers))
+	}
+	if err := ValidateTime(now); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidLayers, err)
+	}
+	for i := range layers {
+		l := &layers[i]
+		if err := l.Policy.Validate(); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if err := ValidateCost(l.Cost); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if l.Key == "" {
+			return fmt.Errorf("%w: layer %d has an empty key", ErrInvalidKey, i)
+		}
+		for j := range i {
+			if layers[j].Key == l.Key {
+				return fmt.Errorf("%w: layers %d and %d use the same key %q", ErrInvalidLayers, j, i, l.Key)
+			}
+		}
+	}
+	return nil
+}
+
 // LayerSpec names one layer of a layered decision: a policy and the
 // identity it applies to (for example "" or "global" for a server-wide
 // layer, a user id for a per-user layer).

@@ -74,8 +74,10 @@ func (p Policy) Validate() error {
 	if p.Limit < 1 || p.Limit > MaxLimit {
 		return fmt.Errorf("%w: concurrency policy %q: limit %d out of range 1..%d", floodgate.ErrInvalidPolicy, p.Name, p.Limit, MaxLimit)
 	}
-	if ttl := p.leaseTTL(); ttl < time.Millisecond || ttl > MaxLeaseTTL || ttl%time.Microsecond != 0 {
-		return fmt.Errorf("%w: concurrency policy %q: lease TTL %v out of range 1ms..%v (whole microseconds)", floodgate.ErrInvalidPolicy, p.Name, p.LeaseTTL, MaxLeaseTTL)
+	if ttl := p.leaseTTL(); ttl < time.Millisecond || ttl > MaxLeaseTTL {
+		return fmt.Errorf("%w: concurrency policy %q: lease TTL %v out of range 1ms..%v", floodgate.ErrInvalidPolicy, p.Name, p.LeaseTTL, MaxLeaseTTL)
+	} else if ttl%time.Microsecond != 0 {
+		return fmt.Errorf("%w: concurrency policy %q: lease TTL %v is not a whole number of microseconds", floodgate.ErrInvalidPolicy, p.Name, p.LeaseTTL)
 	}
 	return nil
 }
@@ -177,6 +179,9 @@ func (l *Limiter) Acquire(ctx context.Context, identity string) (Result, error) 
 
 // AcquireAt is Acquire at the given time.
 func (l *Limiter) AcquireAt(ctx context.Context, now time.Time, identity string) (Result, error) {
+	if err := checkCall(ctx, now); err != nil {
+		return Result{}, err
+	}
 	req := request{op: opAcquire, key: l.Key(identity), id: rand.Text(), now: now.UnixMicro(), limit: l.policy.Limit, ttl: l.ttl}
 	rep, err := l.store.apply(ctx, &req)
 	if err != nil {
@@ -200,6 +205,9 @@ func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
 
 // ReleaseAt is Release at the given time.
 func (l *Limiter) ReleaseAt(ctx context.Context, now time.Time, lease Lease) (bool, error) {
+	if err := checkCall(ctx, now); err != nil {
+		return false, err
+	}
 	if err := validLeaseID(lease.ID); err != nil {
 		return false, err
 	}
@@ -219,6 +227,9 @@ func (l *Limiter) Renew(ctx context.Context, lease Lease) (Lease, error) {
 
 // RenewAt is Renew at the given time.
 func (l *Limiter) RenewAt(ctx context.Context, now time.Time, lease Lease) (Lease, error) {
+	if err := checkCall(ctx, now); err != nil {
+		return Lease{}, err
+	}
 	if err := validLeaseID(lease.ID); err != nil {
 		return Lease{}, err
 	}
@@ -231,6 +242,16 @@ func (l *Limiter) RenewAt(ctx context.Context, now time.Time, lease Lease) (Leas
 	}
 	lease.Expires = time.UnixMicro(rep.at)
 	return lease, nil
+}
+
+// checkCall refuses a nil context and, as floodgate.Limiter does, a time
+// before the Unix epoch (the zero time.Time's) or past
+// floodgate.MaxTimeMicros.
+func checkCall(ctx context.Context, now time.Time) error {
+	if ctx == nil {
+		return errors.New("concurrency: nil context (use context.Background())")
+	}
+	return floodgate.ValidateTime(now.UnixMicro())
 }
 
 func validLeaseID(id string) error {

@@ -183,6 +183,18 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("renew %q: %v", id, err)
 			}
 		}
+		for _, at := range []time.Time{{}, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+			if _, err := l.AcquireAt(ctx, at, "u"); !errors.Is(err, floodgate.ErrInvalidTime) {
+				t.Errorf("acquire at %v: %v, want ErrInvalidTime (a lease was taken before)", at, err)
+			}
+			if _, err := l.RenewAt(ctx, at, Lease{Identity: "u", ID: "x"}); !errors.Is(err, floodgate.ErrInvalidTime) {
+				t.Errorf("renew at %v: %v, want ErrInvalidTime", at, err)
+			}
+		}
+		//lint:ignore SA1012 a nil context is the bad input under test
+		if _, err := l.AcquireAt(nil, t0, "u"); err == nil || !strings.Contains(err.Error(), "nil context") {
+			t.Errorf("nil context: %v", err)
+		}
 		if ok, err := l.ReleaseAt(ctx, t0, Lease{Identity: "nobody", ID: "unknown"}); ok || err != nil {
 			t.Errorf("release of an unknown lease: %v, %v", ok, err)
 		}

@@ -108,8 +108,10 @@ func (p *parser) concurrencyLimit(n *yaml.Node, c *Config) *ConcurrencyLimit {
 	}
 	if v, ok := f["lease_ttl"]; ok {
 		if d, ok := p.duration(v.val, k.what+" lease_ttl"); ok {
-			if d < time.Millisecond || d > concurrency.MaxLeaseTTL || d%time.Microsecond != 0 {
-				p.errorf(v.val, "%s lease_ttl %s out of range 1ms..%s (whole microseconds)", k.what, FormatDuration(d), FormatDuration(concurrency.MaxLeaseTTL))
+			if d < time.Millisecond || d > concurrency.MaxLeaseTTL {
+				p.errorf(v.val, "%s lease_ttl %s out of range 1ms..%s", k.what, FormatDuration(d), FormatDuration(concurrency.MaxLeaseTTL))
+			} else if d%time.Microsecond != 0 {
+				p.errorf(v.val, "%s lease_ttl %s is not a whole number of microseconds", k.what, FormatDuration(d))
 			}
 			l.base.LeaseTTL = d
 		}

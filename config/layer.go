@@ -228,9 +228,11 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 	return out
 }
 
-// FormatDuration writes d as ParseDuration reads it back, in the form the
-// documentation uses: whole days as "30d", anything else as Go writes it
-// ("1m0s", "36h0m0s").
+// FormatDuration writes d in the form the documentation uses: whole days
+// as "30d", anything else as Go writes it ("1m0s", "36h0m0s").
+// ParseDuration reads back every positive d it writes; 0 and negative
+// durations are written too ("0s", "-1m0s"), for messages, but are not
+// valid durations of a configuration.
 func FormatDuration(d time.Duration) string {
 	const day = 24 * time.Hour
 	if d >= day && d%day == 0 {

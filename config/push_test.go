@@ -154,6 +154,10 @@ func TestSignedConfiguration(t *testing.T) {
 		t.Fatalf("a signed document read without verifying: %v", err)
 	}
 	signed, _ := client.Get(ctx, keys.Config).Result()
+	// A missing or short key is said to be one, not "another key".
+	if err := config.Verify([]byte(signed), nil); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "verification key of 0 bytes") {
+		t.Fatalf("Verify with no key: %v, want ErrInvalid naming the key", err)
+	}
 	otherKey, err := config.Sign([]byte(doc("2", 20)), []byte("another-key-0123456789abcdef012345"))
 	if err != nil {
 		t.Fatal(err)

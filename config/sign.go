@@ -39,8 +39,13 @@ func Sign(data, key []byte) ([]byte, error) {
 }
 
 // Verify checks the signature line Sign appends to data against key and
-// fails, wrapping ErrSignature, when it is missing or wrong.
+// fails, wrapping ErrSignature, when it is missing or wrong, and wrapping
+// ErrInvalid when key is shorter than MinSignKeyLen.
 func Verify(data, key []byte) error {
+	if len(key) < MinSignKeyLen {
+		// No document can be signed under such a key (see Sign).
+		return fmt.Errorf("%w: verification key of %d bytes, want at least %d", ErrInvalid, len(key), MinSignKeyLen)
+	}
 	body, sig := splitSignature(data)
 	if sig == nil {
 		return fmt.Errorf("%w: the document is not signed (push it with --sign-key-file)", ErrSignature)

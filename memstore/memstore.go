@@ -171,10 +171,9 @@ func (s *Store) shardOf(key string) int {
 // shards' locks (taken in ascending order), and committed only if every
 // layer admits.
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
-	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
-		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
-	}
-	if err := floodgate.ValidateTime(now); err != nil {
+	// As redisstore: layers the Limiter did not check (a caller of
+	// Decide itself) are refused, not decided under a zero policy.
+	if err := floodgate.CheckLayers(now, layers, out); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

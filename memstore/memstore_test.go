@@ -257,3 +257,36 @@ func TestDeniedDecisionReportsStanding(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideRefusesUncheckedLayers: Decide called directly, without the
+// Limiter's checks, refuses what redisstore refuses, and decides nothing.
+// A zero policy used to return nil with a zero result, and a negative cost
+// a denial with a retry of 17 minutes.
+func TestDecideRefusesUncheckedLayers(t *testing.T) {
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	p, _ := floodgate.NewFixedWindow("p", 3, time.Minute)
+	for _, tc := range []struct {
+		name   string
+		layers []floodgate.Layer
+		want   error
+	}{
+		{"zero policy", []floodgate.Layer{{Key: "k{a}", Cost: 1}}, floodgate.ErrInvalidPolicy},
+		{"negative cost", []floodgate.Layer{{Policy: p, Key: "k{a}", Cost: -1}}, floodgate.ErrInvalidCost},
+		{"empty key", []floodgate.Layer{{Policy: p, Cost: 1}}, floodgate.ErrInvalidKey},
+		{"one key twice", []floodgate.Layer{{Policy: p, Key: "k{a}", Cost: 1}, {Policy: p, Key: "k{a}", Cost: 1}}, floodgate.ErrInvalidLayers},
+	} {
+		out := make([]floodgate.Result, len(tc.layers))
+		if err := st.Decide(ctx, now, tc.layers, out); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	out := make([]floodgate.Result, 1)
+	if err := st.Decide(ctx, now, []floodgate.Layer{{Policy: p, Key: "k{a}"}}, out); err != nil || out[0].Remaining != 3 || st.Len() != 0 {
+		t.Fatalf("after the refusals: %+v, %v, %d keys; want 3 remaining and nothing stored", out[0], err, st.Len())
+	}
+}

@@ -30,6 +30,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -317,6 +318,15 @@ func later(a, b time.Time) time.Time {
 }
 
 func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id string, amount int64) (Result, error) {
+	if ctx == nil {
+		return Result{}, errors.New("quota: nil context (use context.Background())")
+	}
+	// As floodgate.Limiter: a time before the Unix epoch (the zero
+	// time.Time's) or past floodgate.MaxTimeMicros is refused, not
+	// charged to a period such as "0001-01".
+	if err := floodgate.ValidateTime(now.UnixMicro()); err != nil {
+		return Result{}, err
+	}
 	cal := q.policy.Calendar
 	period := cal.PeriodAt(now)
 	base := q.keyBase(identity, period)

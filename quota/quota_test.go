@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,6 +259,11 @@ func TestBadInput(t *testing.T) {
 			{"request id too long", func() (Result, error) { return q.SettleAt(ctx, t0, "u", long, 1) }, floodgate.ErrInvalidKey},
 			{"restore negative", func() (Result, error) { return q.RestoreAt(ctx, t0, "u", -1) }, floodgate.ErrInvalidCost},
 			{"restore too large", func() (Result, error) { return q.RestoreAt(ctx, t0, "u", MaxUsed+1) }, floodgate.ErrInvalidCost},
+			// Charged to period "0001-01" and "3000-01" before.
+			{"zero time", func() (Result, error) { return q.CheckAt(ctx, time.Time{}, "u", 1) }, floodgate.ErrInvalidTime},
+			{"year 3000", func() (Result, error) {
+				return q.ReserveAt(ctx, time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), "u", "r", 1)
+			}, floodgate.ErrInvalidTime},
 		} {
 			if _, err := tt.call(); !errors.Is(err, tt.want) {
 				t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
@@ -270,6 +276,10 @@ func TestBadInput(t *testing.T) {
 			if keys := b.client.Keys(ctx, "bad:*").Val(); len(keys) != 0 {
 				t.Fatalf("bad input wrote keys %v", keys)
 			}
+		}
+		//lint:ignore SA1012 a nil context is the bad input under test
+		if _, err := q.CheckAt(nil, t0, "u", 1); err == nil || !strings.Contains(err.Error(), "nil context") {
+			t.Errorf("nil context: %v", err)
 		}
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()

@@ -429,34 +429,7 @@ const maxNow = floodgate.MaxTimeMicros
 
 // check validates a call before anything is sent.
 func (s *Store) check(now int64, layers []floodgate.Layer, out []floodgate.Result) error {
-	if len(layers) == 0 || len(layers) > floodgate.MaxLayers {
-		return fmt.Errorf("%w: %d layers (want 1..%d)", floodgate.ErrInvalidLayers, len(layers), floodgate.MaxLayers)
-	}
-	if len(out) != len(layers) {
-		return fmt.Errorf("%w: %d results for %d layers", floodgate.ErrInvalidLayers, len(out), len(layers))
-	}
-	if err := floodgate.ValidateTime(now); err != nil {
-		// Still an ErrInvalidLayers too, as before ErrInvalidTime.
-		return fmt.Errorf("%w: %w", floodgate.ErrInvalidLayers, err)
-	}
-	for i := range layers {
-		l := &layers[i]
-		if err := l.Policy.Validate(); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := floodgate.ValidateCost(l.Cost); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if l.Key == "" {
-			return fmt.Errorf("%w: layer %d has an empty key", floodgate.ErrInvalidKey, i)
-		}
-		for j := range i {
-			if layers[j].Key == l.Key {
-				return fmt.Errorf("%w: layers %d and %d use the same key %q", floodgate.ErrInvalidLayers, j, i, l.Key)
-			}
-		}
-	}
-	return nil
+	return floodgate.CheckLayers(now, layers, out)
 }
 
 // frame holds one call's command arguments. Numbers are passed as *int64
