@@ -40,6 +40,13 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 		p.errorf(name.val, "layer %v", err)
 		return nil
 	}
+	if derivedLike(l.Name) {
+		// "edge" + "user-f1a3c26b9ee4" is the name serve derives for an
+		// Envoy descriptor user of domain edge: the HTTP layer would count
+		// on that descriptor's keys.
+		p.errorf(name.val, "layer name %q ends in '-' and 12 hex digits, the shape of the policy names derived for Envoy descriptors (docs/envoy.md), whose counters it could share; rename it", l.Name)
+		return nil
+	}
 	what := fmt.Sprintf("layer %q of policy %q", l.Name, pol.Name)
 	full := pol.Name + "." + l.Name
 	if len(full) > floodgate.MaxNameLen {
@@ -226,6 +233,22 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 		}
 	}
 	return out
+}
+
+// derivedLike reports whether a layer name ends as the policy names
+// derived for Envoy descriptors do (envoyrls.PolicyName): '-' and 12
+// lower-case hex digits.
+func derivedLike(name string) bool {
+	const n = 12
+	if len(name) < n+1 || name[len(name)-n-1] != '-' {
+		return false
+	}
+	for _, c := range name[len(name)-n:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // FormatDuration writes d in the form the documentation uses: whole days
