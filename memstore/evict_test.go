@@ -95,6 +95,19 @@ func TestKnownIdentitiesSurviveAJunkFlood(t *testing.T) {
 	}
 }
 
+// TestSmallStoreShares: below 1,024 identities a store has fewer shards,
+// a power of two, each holding at least 16 (one shard below 32).
+func TestSmallStoreShares(t *testing.T) {
+	for _, tc := range []struct{ maxKeys, shards, least int }{
+		{1, 1, 1}, {31, 1, 31}, {32, 2, 16}, {100, 4, 25}, {1023, 32, 31}, {1024, 64, 16}, {1_000_000, 64, 15625},
+	} {
+		_, st := newLimiter(t, memstore.Options{MaxKeys: tc.maxKeys})
+		if got, least := st.ShardCaps(); len(got) != tc.shards || least != tc.least {
+			t.Errorf("MaxKeys %d: %d shards, the smallest holding %d; want %d and %d", tc.maxKeys, len(got), least, tc.shards, tc.least)
+		}
+	}
+}
+
 // TestSmallStoreKeepsKnownIdentities: with a small MaxKeys the shards are
 // fewer, not smaller, so a denied user survives a flood of one-off
 // identities. MaxKeys 100 used to give 64 shards of one or two, none with

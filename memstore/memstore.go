@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"strings"
 	"sync"
 
@@ -22,9 +23,10 @@ import (
 type Options struct {
 	// Shards is the number of independently locked partitions of the key
 	// space, rounded up to a power of two; lowered, when MaxKeys is small,
-	// so that each shard holds at least 16 identities (or MaxKeys, if
-	// fewer), which keeps room for the protected identities of every
-	// shard. Default 64; at most 65,536.
+	// to the largest power of two whose shards hold at least 16
+	// identities each (one shard when MaxKeys is below 32), which keeps
+	// room for the protected identities of every shard. Default 64; at
+	// most 65,536.
 	Shards int
 	// MaxKeys caps the number of identities tracked at once, so a flood of
 	// distinct identities cannot exhaust memory. Each shard holds its
@@ -116,7 +118,8 @@ func New(opts Options) (*Store, error) {
 	}
 	// A shard of a few identities would have no protected part (four
 	// fifths of one is none): a small store gets fewer, larger shards.
-	opts.Shards = min(opts.Shards, max(1, opts.MaxKeys/minShare))
+	limit := 1 << (bits.Len(uint(max(1, opts.MaxKeys/minShare))) - 1) // a power of two, as shard counts are
+	opts.Shards = min(opts.Shards, limit)
 	caps := shardmap.Split(opts.Shards, opts.MaxKeys)
 	s := &Store{
 		seed:   maphash.MakeSeed(),
