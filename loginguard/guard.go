@@ -102,11 +102,13 @@ func New(backend Backend, opts Options) (*Guard, error) {
 // checked. When the verdict lets it proceed (Allow or CaptchaRequired) the
 // attempt is counted as in progress until Failure or Success settles it
 // (or Options.AttemptTimeout passes). On error nothing can be said about
-// the attempt: refuse it (fail closed).
+// the attempt: refuse it (fail closed). The Verdict returned with an error
+// is Locked (Proceed reports false), so that a caller that looks only at
+// the Verdict refuses too.
 func (g *Guard) Check(ctx context.Context, account string, ip netip.Addr) (Verdict, error) {
 	r, now, err := g.run(ctx, opCheck, account, ip)
 	if err != nil {
-		return Verdict{}, err
+		return Verdict{Action: Locked}, err
 	}
 	return g.verdict(r, now), nil
 }
@@ -170,13 +172,30 @@ func (g *Guard) Status(ctx context.Context, account string, ip netip.Addr) (Stat
 }
 
 // Unlock forgets an account's failures and lock (an administrator's
-// action). Per-pair and per-IP state is untouched.
+// action). Per-pair and per-IP state is untouched: UnlockPair and
+// UnlockIP lift those.
 func (g *Guard) Unlock(ctx context.Context, account string) error {
-	acct, err := NormalizeAccount(account)
+	acct, err := accountKey(account)
 	if err != nil {
 		return err
 	}
 	return g.backend.remove(ctx, DimAccount, g.digest('a', acct, ""))
+}
+
+// UnlockPair forgets the failures and lock of account from the network
+// ip belongs to: an owner who mistyped their password until the pair
+// locked (an administrator's action). The account's and the network's own
+// state is untouched.
+func (g *Guard) UnlockPair(ctx context.Context, account string, ip netip.Addr) error {
+	acct, err := accountKey(account)
+	if err != nil {
+		return err
+	}
+	network, err := g.network(ip)
+	if err != nil {
+		return err
+	}
+	return g.backend.remove(ctx, DimPair, g.digest('p', acct, network))
 }
 
 // UnlockIP forgets the failures and lock of the network ip belongs to.
@@ -190,7 +209,7 @@ func (g *Guard) UnlockIP(ctx context.Context, ip netip.Addr) error {
 
 // run normalises the inputs, derives the three ids and runs o.
 func (g *Guard) run(ctx context.Context, o op, account string, ip netip.Addr) (reply, int64, error) {
-	acct, err := NormalizeAccount(account)
+	acct, err := accountKey(account)
 	if err != nil {
 		return reply{}, 0, err
 	}
@@ -254,8 +273,41 @@ func (g *Guard) digest(tag byte, a, b string) string {
 	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
+// accountKey returns the form of account its counters are keyed by:
+// NormalizeAccount's, without accents (the nonspacing marks of its
+// canonical decomposition). Applications look accounts up accent
+// sensitively (NormalizeAccount's form) or not (MySQL's *_unicode_ci and
+// *_ai_ci collations take "alicé" for "alice"); keyed without accents,
+// "alicé", "alicè" or "alice" with marks stacked on it never get budgets
+// of their own for what such a lookup takes as one account.
+func accountKey(account string) (string, error) {
+	acct, err := NormalizeAccount(account)
+	if err != nil {
+		return "", err
+	}
+	d := norm.NFD.String(acct)
+	if strings.IndexFunc(d, isMark) < 0 {
+		return acct, nil
+	}
+	if k := norm.NFC.String(strings.Map(dropMark, d)); k != "" {
+		return k, nil
+	}
+	return acct, nil // marks alone: keep them rather than key "" for all
+}
+
+func isMark(r rune) bool { return unicode.Is(unicode.Mn, r) }
+
+// dropMark maps nonspacing marks to -1.
+func dropMark(r rune) rune {
+	if isMark(r) {
+		return -1
+	}
+	return r
+}
+
 // NormalizeAccount returns the canonical form of an account name, the one
-// its counters are keyed by. In order, it:
+// to look it up by (its counters are keyed by that form without accents,
+// see Guard). In order, it:
 //
 //  1. drops every invisible code point: controls (general category Cc,
 //     NUL, tab and newline included), format characters (Cf: soft hyphen
@@ -271,8 +323,10 @@ func (g *Guard) digest(tag byte, a, b string) string {
 //
 // So "Alice", " alice ", "ＡＬＩＣＥ", "alice\u200b" and "al\u00adice" share
 // one set of counters: an application whose user lookup ignores such
-// differences (as *_unicode_ci collations do) sees one account, and so
-// must the guard. Merging spellings errs on the safe side: two spellings
+// differences (as case-insensitive collations do) sees one account, and so
+// must the guard. Accents are kept here, but the guard keys counters
+// without them (MySQL's *_unicode_ci collations also ignore accents:
+// "alicé" and "alice" share one set of counters). Merging spellings errs on the safe side: two spellings
 // the application might treat as one account must never get two budgets.
 // Letters that only look alike ("аlice" with a Cyrillic а) stay distinct:
 // lookups do not merge them either. Inner spaces are kept.

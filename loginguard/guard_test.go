@@ -100,8 +100,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"zero address", "alice", netip.Addr{}, ErrInvalidIP},
 	}
 	for _, tt := range tests {
-		if _, err := g.Check(ctx, tt.account, tt.ip); !errors.Is(err, tt.want) {
-			t.Errorf("Check %s: err = %v, want %v", tt.name, err, tt.want)
+		// The verdict that comes with the error refuses too: a caller that
+		// ignored the error used to get the zero Verdict, Allow.
+		if v, err := g.Check(ctx, tt.account, tt.ip); !errors.Is(err, tt.want) || v.Proceed() {
+			t.Errorf("Check %s: %v, err = %v; want %v and a verdict that does not proceed", tt.name, v, err, tt.want)
 		}
 		if _, err := g.Failure(ctx, tt.account, tt.ip); !errors.Is(err, tt.want) {
 			t.Errorf("Failure %s: err = %v, want %v", tt.name, err, tt.want)
@@ -316,5 +318,76 @@ func TestContextCanceled(t *testing.T) {
 	}
 	if mem.Len() != 0 {
 		t.Fatal("a canceled call wrote")
+	}
+}
+
+// TestUnlockPair: UnlockPair lifts the lock an owner's own failures set on
+// their account from their address, and leaves the account's and the
+// address's own counts alone; Unlock and UnlockIP do not lift it.
+func TestUnlockPair(t *testing.T) {
+	for name, mk := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			g := newGuard(t, mk(t, "unlockpair"), Options{})
+			ctx := context.Background()
+			owner := netip.MustParseAddr("203.0.113.77")
+			for range 10 {
+				if _, err := g.Failure(ctx, "bob", owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := g.Status(ctx, "bob", owner)
+			if err != nil || st.Pair.LockedUntil.IsZero() {
+				t.Fatalf("pair not locked after 10 failures: %+v %v", st.Pair, err)
+			}
+			if err := g.Unlock(ctx, "bob"); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.UnlockIP(ctx, owner); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := g.Status(ctx, "bob", owner); st.Pair.LockedUntil.IsZero() {
+				t.Fatalf("Unlock and UnlockIP lifted the pair's lock: %+v", st.Pair)
+			}
+			if err := g.UnlockPair(ctx, "Bob", owner); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := g.Status(ctx, "bob", owner); !st.Pair.LockedUntil.IsZero() || st.Pair.Failures != 0 {
+				t.Fatalf("pair after UnlockPair: %+v", st.Pair)
+			}
+			if err := g.UnlockPair(ctx, "", owner); !errors.Is(err, ErrInvalidAccount) {
+				t.Errorf("UnlockPair of an empty account: %v", err)
+			}
+			if err := g.UnlockPair(ctx, "bob", netip.Addr{}); !errors.Is(err, ErrInvalidIP) {
+				t.Errorf("UnlockPair of the zero address: %v", err)
+			}
+		})
+	}
+}
+
+// TestAccentsShareCounters: spellings of one name that differ only in
+// accents, or in marks stacked on it, share one set of counters (a lookup
+// under MySQL's *_unicode_ci takes them all for "alice"); each used to get
+// a budget of its own. NormalizeAccount still keeps the accents.
+func TestAccentsShareCounters(t *testing.T) {
+	g := newGuard(t, newPure(), Options{})
+	ctx := context.Background()
+	ip := netip.MustParseAddr("198.51.100.20")
+	spellings := []string{"alice", "alicé", "alice\u0301\u0301", "ÁLİCE", "alicè"}
+	for i := range 20 {
+		if _, err := g.Failure(ctx, spellings[i%len(spellings)], netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range spellings {
+		st, err := g.Status(ctx, s, ip)
+		if err != nil || st.Account.Failures != 20 {
+			t.Errorf("%q: %d account failures (%v), want the 20 of all spellings", s, st.Account.Failures, err)
+		}
+	}
+	if n, _ := NormalizeAccount("Alicé"); n != "alicé" {
+		t.Errorf("NormalizeAccount(Alicé) = %q, want the accent kept", n)
+	}
+	if st, _ := g.Status(ctx, "bob", ip); st.Account.Failures != 0 {
+		t.Errorf("bob: %d failures, want 0", st.Account.Failures)
 	}
 }

@@ -20,6 +20,13 @@ type MemoryOptions struct {
 	// expired, further looks sample the states (a full store does not
 	// cost every refused attempt a pass over all of them), so a state
 	// that expires in that second may be reclaimed a little later.
+	// Refusing rather than evicting keeps a flood from lifting real
+	// locks, but the flood then refuses every login: a failure adds up to
+	// three states (account, address, pair; about 140 bytes each), so
+	// failures from about MaxKeys/3 distinct addresses and accounts within
+	// the states' lifetime (the longest of the windows and lockouts) take
+	// logins down until states expire. Size MaxKeys for that, watch for
+	// ErrStoreFull, or use the Redis backend, bounded by Redis's memory.
 	// Default 1,000,000.
 	MaxKeys int
 }

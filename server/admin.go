@@ -285,6 +285,15 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.Account != "" && req.IP != "" {
+		// The owner's own lock from their address (their mistyped
+		// passwords), which neither the account's nor the address's
+		// unlock lifts.
+		if err := s.opts.LoginGuard.UnlockPair(r.Context(), req.Account, ip); err != nil {
+			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking the account from the address: " + err.Error()})
+			return
+		}
+	}
 	s.log.Info("admin login unlock", "account_given", req.Account != "", "ip_given", req.IP != "")
 	writeJSON(w, http.StatusOK, map[string]bool{"unlocked": true})
 }

@@ -53,6 +53,9 @@ type LoginUnlocker interface {
 	Unlock(ctx context.Context, account string) error
 	// UnlockIP forgets the failures and lock of ip's network.
 	UnlockIP(ctx context.Context, ip netip.Addr) error
+	// UnlockPair forgets the failures and lock of account from ip's
+	// network.
+	UnlockPair(ctx context.Context, account string, ip netip.Addr) error
 }
 
 // DefaultDecisionTimeout is Options.DecisionTimeout's default.

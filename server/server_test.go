@@ -466,6 +466,24 @@ func TestAdminLoginUnlock(t *testing.T) {
 	if st, _ := guard.Status(ctx, "alice", probe); !st.Account.LockedUntil.IsZero() || st.Account.Failures != 0 {
 		t.Fatalf("still locked after unlock: %+v", st.Account)
 	}
+	// The owner's own failures from their address lock the pair, which
+	// an unlock naming both the account and the address lifts too (it
+	// used to answer unlocked and leave the pair locked).
+	owner := netip.MustParseAddr("203.0.113.77")
+	for range 10 {
+		if _, err := guard.Failure(ctx, "bob", owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _ := guard.Status(ctx, "bob", owner); st.Pair.LockedUntil.IsZero() {
+		t.Fatalf("pair not locked after 10 failures: %+v", st.Pair)
+	}
+	if r := e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "BOB", IP: "203.0.113.77"}); r.status != 200 {
+		t.Fatalf("unlock bob: %d %s", r.status, r.body)
+	}
+	if st, _ := guard.Status(ctx, "bob", owner); !st.Pair.LockedUntil.IsZero() || st.Pair.Failures != 0 {
+		t.Fatalf("pair still locked after unlocking the account and the address: %+v", st.Pair)
+	}
 	plain := start(t, layered, memStore(t), nil)
 	r := plain.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"})
 	if r.status != 501 {
