@@ -107,7 +107,13 @@ type Options struct {
 	// failure and no attempt in progress within the pair's window) gets
 	// CaptchaRequired instead: the owner can still log in from a clean
 	// place by solving a CAPTCHA, while each attacking address gets at most
-	// one CAPTCHA-gated guess before its own pair is no longer clean.
+	// one CAPTCHA-gated guess before its own pair is no longer clean: the
+	// CAPTCHA is then all that stands between an attacker with many
+	// addresses and the password (one guess per address per pair window).
+	// Strict mode closes that, at a price: anyone who knows the account
+	// name can keep its owner locked out from everywhere by failing often
+	// enough to renew the lock, and only an administrator's Unlock ends
+	// it early.
 	StrictAccountLock bool
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
