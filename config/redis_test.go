@@ -116,7 +116,9 @@ func TestRedisSettings(t *testing.T) {
 		{config.Redis{URL: "redis-sentinel://:secret@h:1/x?master=m"}, `database "x"`},
 		{config.Redis{SentinelAddrs: []string{"h:1"}}, "master name"},
 		{config.Redis{ClusterAddrs: []string{"h:99999"}}, "invalid port"},
-		{config.Redis{URL: "redis://:pw@h:1/0", PoolSize: -1}, "negative"},
+		{config.Redis{URL: "redis://:pw@h:1/0", PoolSize: -1}, "pool size -1 out of range 0..10000"},
+		{config.Redis{URL: "redis://:pw@h:1/0", PoolSize: 100_000_000}, "pool size 100000000 out of range 0..10000"},
+		{config.Redis{URL: "redis://:pw@h:1/0", CommandTimeout: -time.Second}, "command timeout -1s is negative"},
 	}
 	for _, tc := range bad {
 		_, err := tc.r.Client()

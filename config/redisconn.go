@@ -43,7 +43,8 @@ type Redis struct {
 	// ClusterAddrs are Redis Cluster seed node addresses, instead of a
 	// redis-cluster:// URL.
 	ClusterAddrs []string
-	// PoolSize is the connection pool size per node. Default 10 per CPU
+	// PoolSize is the connection pool size per node, at most MaxPoolSize
+	// (go-redis allocates the pool's slots up front). Default 10 per CPU
 	// (go-redis's default).
 	PoolSize int
 	// DialTimeout bounds connecting. Default 2s.
@@ -186,8 +187,13 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 	if n != 1 {
 		return nil, fmt.Errorf("%w: give exactly one of a URL, sentinel addresses or cluster addresses", ErrRedisURL)
 	}
-	if r.PoolSize < 0 || r.DialTimeout < 0 || r.CommandTimeout < 0 {
-		return nil, fmt.Errorf("%w: negative pool size or timeout", ErrRedisURL)
+	switch {
+	case r.PoolSize < 0 || r.PoolSize > MaxPoolSize:
+		return nil, fmt.Errorf("%w: pool size %d out of range 0..%d (0: the default)", ErrRedisURL, r.PoolSize, MaxPoolSize)
+	case r.DialTimeout < 0:
+		return nil, fmt.Errorf("%w: dial timeout %v is negative", ErrRedisURL, r.DialTimeout)
+	case r.CommandTimeout < 0:
+		return nil, fmt.Errorf("%w: command timeout %v is negative", ErrRedisURL, r.CommandTimeout)
 	}
 	if r.DialTimeout == 0 {
 		r.DialTimeout = 2 * time.Second
@@ -431,3 +437,8 @@ func (r Redis) String() string {
 	}
 	return "none"
 }
+
+// MaxPoolSize bounds Redis.PoolSize: far more connections than one Redis
+// serves well, and few enough that the pool's up-front allocation stays
+// small (100,000,000 ran serve out of memory).
+const MaxPoolSize = 10_000

@@ -213,8 +213,12 @@ func (o Options) withDefaults() (Options, error) {
 	case o.Mode == 0 && u.Scheme == "grpc":
 		o.Mode = GRPC
 	case (o.Mode == HTTP || o.Mode == EnvoyJSON) && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && u.Scheme == "grpc":
+	case o.Mode == 0:
+		return bad("target %q: unknown scheme %q (want http, https or grpc)", o.Target, u.Scheme)
+	case o.Mode == GRPC:
+		return bad("target %q: mode grpc needs a grpc:// target", o.Target)
 	default:
-		return bad("target %q: scheme %q does not fit mode %v (want http, https or grpc)", o.Target, u.Scheme, o.Mode)
+		return bad("target %q: mode %v needs an http:// or https:// target", o.Target, o.Mode)
 	}
 	if math.IsNaN(o.Rate) || o.Rate < 0 || o.Rate > MaxRate {
 		return bad("rate %v out of range 0..%d", o.Rate, MaxRate)

@@ -20,6 +20,8 @@ func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Validate, publish or print configuration",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRun,
 	}
 	cmd.AddCommand(newConfigValidateCmd(), newConfigPushCmd(), newConfigExampleCmd())
 	return cmd
@@ -134,6 +136,9 @@ published document again only announces it.`,
 					return fmt.Errorf("--sign-key-file: %w", err)
 				}
 				key = []byte(strings.TrimSpace(string(raw)))
+				if len(key) < config.MinSignKeyLen {
+					return fmt.Errorf("--sign-key-file %s: a key of %d bytes, want at least %d", sign, len(key), config.MinSignKeyLen)
+				}
 			}
 			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force, SignKey: key})
 			if err != nil {

@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -17,6 +20,8 @@ func newDemoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Demonstrations",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRun,
 	}
 	cmd.AddCommand(newIncidentCmd())
 	return cmd
@@ -40,6 +45,9 @@ the 2 requests that fit. Runs in memory, or against a real Redis with
 --redis (its keys get a unique prefix and are deleted afterwards).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Limit < 1 || opts.Requests < 1 {
+				return fmt.Errorf("--limit %d, --requests %d: want at least 1 each", opts.Limit, opts.Requests)
+			}
 			opts.Start = start
 			opts.StartAtZero = cmd.Flags().Changed("start") && start == 0
 			prefix := "fgdemo-" + randomHex(6)
@@ -48,6 +56,10 @@ the 2 requests that fit. Runs in memory, or against a real Redis with
 			if redisURL == "" {
 				env, err = incident.Memory(prefix)
 			} else {
+				// go-redis's own lines (a failed dial per retry) as
+				// structured records, at most once a minute each: the
+				// error says what went wrong.
+				redis.SetLogger(newRedisLogger(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)), time.Minute))
 				rs := config.Redis{URL: redisURL, PoolSize: max(opts.Requests, 64)}
 				client, cerr := rs.Client()
 				if cerr != nil {
@@ -82,4 +94,21 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// groupRun is the RunE of a command that only groups others ("config",
+// "demo"): alone it prints its help; with an argument, which names no
+// subcommand of it, it fails, so that a mistyped subcommand is an error
+// (exit status 1) rather than a help page and success.
+func groupRun(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	names := make([]string, 0, len(cmd.Commands()))
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	return fmt.Errorf("unknown command %q for %q (want one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
 )
@@ -44,6 +45,9 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !rs.Enabled() {
 				return fmt.Errorf("give the deployment's Redis: --redis URL, --redis-sentinel with --redis-master, or --redis-cluster")
+			}
+			if err := checkDoctorFlags(opts, timeout); err != nil {
+				return err
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if err := sec.redisClientSettings(&rs, log); err != nil {
@@ -101,6 +105,33 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 	fl.IntVar(&opts.LatencySamples, "latency-samples", 50, "timed calls of the latency probe script")
 	fl.DurationVar(&timeout, "timeout", 2*time.Minute, "bound on the whole run")
 	return cmd
+}
+
+// checkDoctorFlags refuses, naming the flag, values doctor.Options would
+// take for its defaults (0) or refuse without the flag's name, and a
+// timeout that would pass for Redis being unreachable.
+func checkDoctorFlags(opts doctor.Options, timeout time.Duration) error {
+	if timeout <= 0 {
+		return fmt.Errorf("--timeout %v: want a positive duration (the bound on the whole run)", timeout)
+	}
+	if err := floodgate.ValidatePrefix(opts.Prefix); err != nil {
+		return fmt.Errorf("--prefix: %w", err)
+	}
+	for _, c := range []struct {
+		flag string
+		n    int
+	}{
+		{"--scan-max-keys", opts.Scan.MaxKeys}, {"--scan-count", opts.Scan.Count},
+		{"--memory-samples", opts.Scan.MemorySamples}, {"--latency-samples", opts.LatencySamples},
+	} {
+		if c.n < 1 {
+			return fmt.Errorf("%s %d: want at least 1", c.flag, c.n)
+		}
+	}
+	if opts.Scan.MaxTime <= 0 {
+		return fmt.Errorf("--scan-max-time %v: want a positive duration", opts.Scan.MaxTime)
+	}
+	return nil
 }
 
 // wantColour decides whether to colour output written to w.

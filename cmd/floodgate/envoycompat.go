@@ -72,6 +72,9 @@ other changes. See docs/envoy.md for every setting.`,
 }
 
 func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (string, bool), reload time.Duration) error {
+	if reload <= 0 {
+		return fmt.Errorf("--reload-interval %v: want a positive duration (how often the runtime directory is checked)", reload)
+	}
 	s, err := envoycompat.FromEnv(lookup)
 	if err != nil {
 		return err

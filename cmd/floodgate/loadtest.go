@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,7 +53,21 @@ would have denied, to compare with the share the service denied.
 			if o.GRPCClient, err = loadgen.ParseGRPCClient(grpcClient); err != nil {
 				return fmt.Errorf("--grpc-client: %w", err)
 			}
-			if expectAlg != "" || expectLimit != 0 || expectWin != "" {
+			if err := checkLoadtestFlags(cmd, o); err != nil {
+				return err
+			}
+			if expectAlg != "" || expectLimit != 0 || expectWin != "" || expBurst != 0 {
+				for _, f := range []struct {
+					name string
+					set  bool
+				}{{"--expect-algorithm", expectAlg != ""}, {"--expect-limit", expectLimit != 0}, {"--expect-window", expectWin != ""}} {
+					if !f.set {
+						return fmt.Errorf("%s is missing: --expect-algorithm, --expect-limit and --expect-window describe the limit together", f.name)
+					}
+				}
+				if o.ExpectedDenyRatio != 0 {
+					return errors.New("--expected-deny-ratio and --expect-* exclude each other: give one")
+				}
 				alg, err := floodgate.ParseAlgorithm(expectAlg)
 				if err != nil {
 					return fmt.Errorf("--expect-algorithm: %w", err)
@@ -81,6 +97,11 @@ would have denied, to compare with the share the service denied.
 				return err
 			}
 			fmt.Fprint(cmd.OutOrStdout(), rep)
+			if rep.Sent > 0 && rep.Errors == rep.Sent {
+				// Nothing was measured: say so in the exit status, for
+				// scripts and CI, as well as in the report.
+				return fmt.Errorf("every one of the %d requests failed (see the report's errors)", rep.Sent)
+			}
 			return nil
 		},
 	}
@@ -107,4 +128,27 @@ would have denied, to compare with the share the service denied.
 	fl.Float64Var(&o.ExpectedDenyRatio, "expected-deny-ratio", 0, "expected share of denials (0..1), instead of --expect-*")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines")
 	return cmd
+}
+
+// checkLoadtestFlags refuses, naming the flag, values loadgen would
+// otherwise take for its defaults (0) or refuse without the flag's name.
+func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
+	for _, c := range []struct {
+		flag string
+		n    int64
+	}{{"--concurrency", int64(o.Concurrency)}, {"--identities", int64(o.Identities)}, {"--cost", o.Cost}} {
+		if c.n < 1 {
+			return fmt.Errorf("%s %d: want at least 1", c.flag, c.n)
+		}
+	}
+	if o.Connections < 0 {
+		return fmt.Errorf("--connections %d: want 0 (one per %d workers) or 1 up to --concurrency", o.Connections, loadgen.WorkersPerConnection)
+	}
+	if cmd.Flags().Changed("connections") && o.Mode != loadgen.GRPC && !strings.HasPrefix(o.Target, "grpc://") {
+		return errors.New("--connections applies to gRPC targets only (HTTP workers each keep their own connection)")
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestLoadtestEnvoyJSON(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	code, out, errOut := cli("loadtest", "--mode", "envoy-json", "--target", srv.URL, "--domain", "lt",
-		"--concurrency", "3", "--connections", "1", "--timeout", "2s", "--requests", "30", "--identities", "5", "--quiet")
+		"--concurrency", "3", "--timeout", "2s", "--requests", "30", "--identities", "5", "--quiet")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -45,12 +46,28 @@ func TestLoadtestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"loadtest", "--mode", "json"}, `--mode: loadgen: invalid options: mode "json"`},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-client", "netty"}, `--grpc-client: loadgen: invalid options: gRPC client "netty"`},
-		{[]string{"loadtest", "--mode", "envoy-json", "--target", "grpc://127.0.0.1:1"}, "does not fit mode envoy-json"},
+		{[]string{"loadtest", "--mode", "envoy-json", "--target", "grpc://127.0.0.1:1"}, "mode envoy-json needs an http:// or https:// target"},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--concurrency", "2", "--connections", "3"}, "connections 3 out of range 1..2"},
 	} {
 		code, _, errOut := cli(tc.args...)
 		if code != 1 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestLoadtestFailsWhenNothingAnswers: a run in which every request
+// failed (nothing listens on the target) exits 1 saying so; it used to
+// print its report and exit 0.
+func TestLoadtestFailsWhenNothingAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	code, out, errOut := cli("loadtest", "--target", "http://"+addr, "--duration", "200ms", "--concurrency", "2", "--quiet")
+	if code != 1 || !strings.Contains(errOut, "requests failed") || !strings.Contains(out, "errors") {
+		t.Fatalf("exit %d, stderr %q, report %q; want 1, the report, and a line saying every request failed", code, errOut, out)
 	}
 }

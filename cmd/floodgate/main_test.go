@@ -460,6 +460,26 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"demo", "incident", "--start", "2000"}, "start 2000 out of range"},
 		{[]string{"config", "push", "nofile.yaml"}, "no such file"},
 		{[]string{"nosuchcommand"}, "unknown command"},
+		// Found by a walk of every command's flags: a panic, an
+		// out-of-memory crash, exit 0 for a mistyped subcommand, and
+		// errors that did not name their flag.
+		{[]string{"config", "nope"}, `unknown command "nope" for "floodgate config" (want one of: example, push, validate)`},
+		{[]string{"demo", "nope"}, `unknown command "nope" for "floodgate demo"`},
+		{[]string{"demo", "incident", "--limit", "0"}, "--limit 0, --requests 50: want at least 1 each"},
+		{[]string{"envoy-compat", "--reload-interval", "0"}, "--reload-interval 0s: want a positive duration"},
+		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-pool", "100000000"}, "--redis-pool 100000000: out of range 0..10000"},
+		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-timeout", "-1s"}, "--redis-timeout -1s"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--tls-key-file", "/nonexistent"}, "--tls-key-file needs --tls-cert-file"},
+		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--timeout", "0"}, "--timeout 0s: want a positive duration"},
+		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "-1"}, "--latency-samples -1: want at least 1"},
+		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--prefix", ""}, "--prefix"},
+		{[]string{"loadtest", "--target", "ftp://x:1"}, `unknown scheme "ftp"`},
+		{[]string{"loadtest", "--mode", "grpc", "--target", "http://x:1"}, "mode grpc needs a grpc:// target"},
+		{[]string{"loadtest", "--expect-limit", "10"}, "--expect-algorithm is missing"},
+		{[]string{"loadtest", "--expect-algorithm", "gcra", "--expect-limit", "10", "--expect-window", "1m", "--expected-deny-ratio", "0.5"}, "exclude each other"},
+		{[]string{"loadtest", "--concurrency", "0"}, "--concurrency 0: want at least 1"},
+		{[]string{"loadtest", "--target", "grpc://x:1", "--connections", "-1"}, "--connections -1: want 0"},
+		{[]string{"loadtest", "--connections", "2"}, "--connections applies to gRPC targets only"},
 	} {
 		code, _, errOut := cli(tc.args...)
 		if code != 1 || !strings.Contains(errOut, tc.want) {

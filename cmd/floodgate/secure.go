@@ -95,6 +95,12 @@ func (s *securityFlags) serverTLS() (*tls.Config, error) {
 		}
 		return nil, nil
 	}
+	switch {
+	case s.tlsCertFile == "":
+		return nil, errors.New("--tls-key-file needs --tls-cert-file (the certificate of that key)")
+	case s.tlsKeyFile == "":
+		return nil, errors.New("--tls-cert-file needs --tls-key-file (the certificate's private key)")
+	}
 	cert, err := tls.LoadX509KeyPair(s.tlsCertFile, s.tlsKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)

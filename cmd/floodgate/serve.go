@@ -175,6 +175,12 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	if err != nil {
 		return nil, fmt.Errorf("--memory-max-keys: %w", err)
 	}
+	if f.redisPool < 0 || f.redisPool > config.MaxPoolSize {
+		return nil, fmt.Errorf("--redis-pool %d: out of range 0..%d (0: 10 per CPU)", f.redisPool, config.MaxPoolSize)
+	}
+	if f.redisTimeout < 0 {
+		return nil, fmt.Errorf("--redis-timeout %v: want 0 (the default, 1s) or a positive duration", f.redisTimeout)
+	}
 	rs := config.Redis{URL: f.redisURL, SentinelAddrs: f.sentinelAddrs, SentinelMaster: f.sentinelMaster,
 		ClusterAddrs: f.clusterAddrs, PoolSize: f.redisPool, CommandTimeout: f.redisTimeout}
 	f.sec.redisSettings(&rs)
