@@ -41,6 +41,9 @@ With --expect-algorithm, --expect-limit and --expect-window describing the
 limit each identity has, the report also gives the share an exact limiter
 would have denied, to compare with the share the service denied.
 
+Exit status 1 when the run could not start (a bad flag) or when every
+request failed (nothing measured; the report is printed all the same).
+
   floodgate loadtest --target http://127.0.0.1:8080 --policy api \
     --rate 2000 --duration 30s --identities 100 \
     --expect-algorithm sliding_window --expect-limit 100 --expect-window 1m`,
