@@ -78,9 +78,12 @@ func (r *run) checkTiers(ctx context.Context, c *Check) {
 	def, _ := config.Default()
 	switch {
 	case def != nil && r.cfg.Hash() == def.Hash():
+		// The same document whether the instances read it from the
+		// binary, a copy in a file or a copy pushed to Redis: the
+		// example's limits, not ones written for this deployment.
 		c.Status = Warn
-		c.Summary = "the configuration is the built-in example: tiers and limits come from the binary, not from your file or Redis"
-		c.Fix = "write your own configuration and run the instances with --config FILE or --config-from-redis"
+		c.Summary = fmt.Sprintf("the configuration (%s) is the built-in example, unchanged: its tiers and limits are the example's, not ones written for this deployment", r.cfgSource)
+		c.Fix = "write your own configuration (floodgate config example prints the example to start from) and run the instances with --config FILE, or push it with floodgate config push for --config-from-redis"
 	default:
 		c.Status = Pass
 		c.Summary = fmt.Sprintf("tiers (%s) and limits come from %s; %s on the tier", strings.Join(r.cfg.Tiers(), ", "), r.cfgSource,

@@ -319,12 +319,19 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 	if r.opts.RateWindow > 0 {
 		c.Read += fmt.Sprintf(", /metrics again after %v for the current rates", r.opts.RateWindow)
 	}
-	worst, unread := Pass, 0
+	worst, unread, noRate := Pass, 0, 0
 	for _, in := range ins {
 		if line, ok := metricsUnread(in); ok {
 			unread++
 			c.Evidence = append(c.Evidence, line)
 			continue
+		}
+		if r.opts.RateWindow > 0 && in.later == nil {
+			// The second scrape did not happen (the run's time ran out
+			// first, or it failed): the counts since start are known,
+			// the current rates are not.
+			noRate++
+			c.Evidence = append(c.Evidence, in.url+": no second /metrics scrape (the run's --timeout ended first, or it failed): current rates unknown")
 		}
 		allowed, _ := sum(in.metrics, metricAllowed, nil)
 		denied, _ := sum(in.metrics, metricDenied, nil)
@@ -358,6 +365,11 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 	}
 	c.Status = worst
 	switch {
+	case worst == Pass && noRate > 0 && unread == 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("no fallback decisions since start, but the current rates of %s are unknown: the second scrape did not happen", plural.Count(noRate, "instance", "instances"))
+		c.Fix = fmt.Sprintf("run doctor with a --timeout longer than --rate-window (%v) plus the other checks", r.opts.RateWindow)
+		return
 	case worst == Pass && unread > 0:
 		c.Status = Warn
 		c.Summary = fmt.Sprintf("the fallback and denial counts of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))

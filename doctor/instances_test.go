@@ -209,3 +209,22 @@ func TestInstancesWhoseMetricsCannotBeRead(t *testing.T) {
 		}
 	}
 }
+
+// TestRatesUnknownWhenTheRunEndsFirst: a run whose time ends during the
+// rate window says the current rates are unknown (warn) instead of passing
+// with a read line that claims a second scrape that never happened.
+func TestRatesUnknownWhenTheRunEndsFirst(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "ir", testConfig)
+	traffic(t, client, "ir", cfg)
+	a := startInstance(t, client, "ir", instanceOptions{doc: testConfig, discipline: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rep, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ir",
+		Instances: []string{a.url}, RateWindow: time.Hour, LatencySamples: 5, LatencyWarn: 5 * time.Second, LatencyFail: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("doctor.Run: %v", err)
+	}
+	want(t, rep, doctor.GroupInstances, "fallback-and-denials", doctor.Warn, "current rates of 1 instance are unknown", "no second /metrics scrape")
+}

@@ -349,6 +349,13 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 		c.Status = Warn
 		c.Summary = "the last RDB save or AOF write failed on a primary"
 		c.Fix = "read the Redis log: a full disk or a fork failure stops persistence"
+	case r.cfg == nil && aofOff > 0:
+		// Without the configuration (none in Redis, no --config) nothing
+		// says whether the instances count quotas: the built-in example
+		// they run without --config does.
+		c.Status = Warn
+		c.Summary = "the configuration is unknown (see config validates), and " + plural.Count(aofOff, "primary runs", "primaries run") + " without AOF: if the instances count quotas (the built-in example does), a restart or failover loses acknowledged usage"
+		c.Fix = "give doctor the instances' configuration (--config FILE, or push it with floodgate config push); with quotas, CONFIG SET appendonly yes on every primary"
 	case !quotas:
 		c.Status = Pass
 		c.Summary = "no quotas configured: rate-limit counters are short-lived, losing them admits at most one window more"

@@ -132,6 +132,11 @@ func TestNoPersistenceWithQuotasFails(t *testing.T) {
 	// The same server without quotas configured: short-lived counters only.
 	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nq"})
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "no quotas configured")
+
+	// No configuration to read: whether quotas are counted is unknown
+	// (the built-in example counts them), not "no quotas configured".
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "none"})
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Warn, "the configuration is unknown")
 }
 
 func TestClusterMissingSlotsFails(t *testing.T) {
