@@ -1,10 +1,14 @@
 package envoycompat
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func write(t *testing.T, path, data string) {
@@ -112,5 +116,31 @@ func TestRuntimeOversizedFile(t *testing.T) {
 	_, err = Load(files, false)
 	if err == nil || !strings.Contains(err.Error(), "big.yaml: file is larger than 4194304 bytes") {
 		t.Fatalf("Load of a %d-byte file: %v, want it refused as larger than %d bytes", MaxFileSize+200_010, err, MaxFileSize)
+	}
+}
+
+// TestReloaderWarnsWithoutFiles: a runtime directory that holds no
+// descriptor file (or does not exist) loads an empty configuration, as
+// theirs, and says so at warning level with the directory it looked in;
+// it used to log only "Successfully loaded new configuration".
+func TestReloaderWarnsWithoutFiles(t *testing.T) {
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(Options{Store: &MemoryStore{}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "nope")
+	rl := &Reloader{Runtime: Runtime{Root: missing, Subdirectory: "ratelimit"}, Service: svc, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	if err := rl.Load(); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "no descriptor files found") || !strings.Contains(out, missing) {
+		t.Errorf("log %q: want a warning naming %s", out, missing)
 	}
 }

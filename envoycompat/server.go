@@ -244,6 +244,12 @@ func (r *Reloader) Load() error {
 				names[i] = f.Name
 			}
 			r.Log.Info("Successfully loaded new configuration", "files", names, "domains", cfg.Domains())
+			if len(files) == 0 {
+				// Loaded all the same, as theirs: an empty configuration,
+				// under which every domain is unknown and answered OK
+				// without a limit. Most often a wrong RUNTIME_* path.
+				r.Log.Warn("no descriptor files found: every domain is unknown and answered OK without a limit; check RUNTIME_ROOT, RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY", "dir", r.Runtime.dir())
+			}
 			return nil
 		}
 	}
