@@ -44,7 +44,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 		// "edge" + "user-f1a3c26b9ee4" is the name serve derives for an
 		// Envoy descriptor user of domain edge: the HTTP layer would count
 		// on that descriptor's keys.
-		p.errorf(name.val, "layer name %q ends in '-' and 12 hex digits, the shape of the policy names derived for Envoy descriptors (docs/envoy.md), whose counters it could share; rename it", l.Name)
+		p.errorf(name.val, "layer name %q ends in '-' and 12 hex digits (letters and digits), the shape of the policy names derived for Envoy descriptors (docs/envoy.md), whose counters it could share; rename it", l.Name)
 		return nil
 	}
 	what := fmt.Sprintf("layer %q of policy %q", l.Name, pol.Name)
@@ -237,18 +237,26 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 
 // derivedLike reports whether a layer name ends as the policy names
 // derived for Envoy descriptors do (envoyrls.PolicyName): '-' and 12
-// lower-case hex digits.
+// lower-case hex digits, among them both a letter and a digit. Numbers
+// ("sku-123456789012") are left alone: a name made of them was valid
+// before this check and is what a hash gives only once in about 300.
 func derivedLike(name string) bool {
 	const n = 12
 	if len(name) < n+1 || name[len(name)-n-1] != '-' {
 		return false
 	}
+	letter, digit := false, false
 	for _, c := range name[len(name)-n:] {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		switch {
+		case c >= '0' && c <= '9':
+			digit = true
+		case c >= 'a' && c <= 'f':
+			letter = true
+		default:
 			return false
 		}
 	}
-	return true
+	return letter && digit
 }
 
 // FormatDuration writes d in the form the documentation uses: whole days

@@ -203,7 +203,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown top field", "polices: []\n", `e.yaml:1:1: unknown field "polices" in the configuration`},
 		{"no policies", "version: 1\n", `e.yaml:1:1: missing field "policies"`},
 		{"empty policies", "policies: []\n", "e.yaml:1:11: policies is empty"},
-		{"layer named like an Envoy descriptor", head + "      - {name: user-f1a3c26b9ee4, " + ok + "}\n", `e.yaml:5:16: layer name "user-f1a3c26b9ee4" ends in '-' and 12 hex digits, the shape of the policy names derived for Envoy descriptors`},
+		{"layer named like an Envoy descriptor", head + "      - {name: user-f1a3c26b9ee4, " + ok + "}\n", `e.yaml:5:16: layer name "user-f1a3c26b9ee4" ends in '-' and 12 hex digits (letters and digits), the shape of the policy names derived for Envoy descriptors`},
 		{"unknown layer field", layer(ok + ", limt: 5"), `e.yaml:5:84: unknown field "limt" in a layer of policy "p"`},
 		{"bad algorithm", layer("algorithm: leaky, limit: 10, window: 1m, dimension: user"), `e.yaml:5:30: layer "l" of policy "p": unknown algorithm "leaky"`},
 		{"zero limit", layer("algorithm: gcra, limit: 0, window: 1m, dimension: user"), `e.yaml:5:43: layer "l" of policy "p" limit 0 out of range 1..`},
@@ -390,6 +390,18 @@ func TestParseReportsFieldAndPolicyProblemsTogether(t *testing.T) {
 	for _, want := range []string{`dimension name "User"`, "burst applies to token_bucket and gcra only"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("errors %q lack %q", err, want)
+		}
+	}
+}
+
+// TestNumericLayerNamesStillParse: a layer name ending in '-' and 12
+// digits (a SKU, an account number) is not the shape of a derived Envoy
+// name, which mixes hex letters and digits, and parses as before.
+func TestNumericLayerNamesStillParse(t *testing.T) {
+	for _, name := range []string{"sku-123456789012", "acct-000000000001", "user-abcdefabcdef"} {
+		doc := "version: 1\npolicies:\n  - name: p\n    layers:\n      - {name: " + name + ", algorithm: fixed_window, limit: 10, window: 1m, dimension: user}\n"
+		if _, err := config.Parse([]byte(doc), "n.yaml"); err != nil {
+			t.Errorf("layer %s: %v", name, err)
 		}
 	}
 }

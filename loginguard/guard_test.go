@@ -248,39 +248,31 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 }
 
-// TestLadderWithoutThresholdsSwitchesOff: a Ladder that sets Window or
-// Lockout but no threshold switches its dimension off, as "a threshold of
-// 0 skips its rung" says: 50 failures of one account at one address never
-// get more than Allow with the pair dimension off and the others high. It
-// used to get the default thresholds (a CAPTCHA after 3 failures, a delay
-// after 5). The zero Ladder still means the default.
-func TestLadderWithoutThresholdsSwitchesOff(t *testing.T) {
+// TestLadderWithoutThresholdsRefused: a Ladder that sets Window or
+// Lockout but no threshold is refused, naming the dimension: builds before
+// 2026-12-04 gave it the default thresholds, and taking it as no rung at
+// all would switch the dimension off unnoticed. The zero Ladder still
+// means the default, and a default with only its window changed works.
+func TestLadderWithoutThresholdsRefused(t *testing.T) {
 	mem, err := NewMemory(MemoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, off := range []Ladder{{Window: time.Hour}, {Lockout: time.Hour}} {
-		g := newGuard(t, mem, Options{Account: high, IP: high, Pair: off})
-		pair := g.p.dims[DimPair-1]
-		want := ladder{window: off.withDefaults(DefaultPair).Window.Microseconds(), lockout: off.withDefaults(DefaultPair).Lockout.Microseconds()}
-		if pair != want || want.window == 0 || want.lockout == 0 {
-			t.Fatalf("%+v: pair ladder %+v, want %+v", off, pair, want)
-		}
-		ctx := context.Background()
-		account, ip := fmt.Sprintf("off-%v-%v", off.Window, off.Lockout), addr("192.0.2.7")
-		for i := range 50 {
-			v, err := g.Check(ctx, account, ip)
-			if err != nil || v.Action != Allow {
-				t.Fatalf("%+v: attempt %d: %v, %v; want allow", off, i, v, err)
-			}
-			if _, err := g.Failure(ctx, account, ip); err != nil {
-				t.Fatal(err)
-			}
+	for _, l := range []Ladder{{Window: time.Hour}, {Lockout: time.Hour}} {
+		_, err := New(mem, Options{Secret: testSecret, Pair: l})
+		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "pair ladder: no threshold set") {
+			t.Errorf("Pair %+v: %v, want ErrInvalidOptions naming the pair ladder", l, err)
 		}
 	}
 	g := newGuard(t, mem, Options{})
 	if got, want := g.p.dims[DimPair-1].delay, DefaultPair.Delay; got != want {
 		t.Fatalf("zero Ladder: pair delay %d, want the default %d", got, want)
+	}
+	l := DefaultPair
+	l.Window = time.Hour
+	g = newGuard(t, mem, Options{Pair: l})
+	if got := g.p.dims[DimPair-1]; got.delay != DefaultPair.Delay || got.window != time.Hour.Microseconds() {
+		t.Fatalf("default with its window changed: %+v", got)
 	}
 }
 

@@ -23,11 +23,11 @@ import (
 // The zero Ladder, Ladder{}, means the dimension's defaults (see Options).
 // Any other Ladder is taken as it is, its thresholds included: a zero
 // Window or Lockout means that field's default, but zero thresholds are
-// never filled in. So a Ladder whose three thresholds are 0 and which sets
-// Window or Lockout switches the dimension off: its failures are still
-// counted, but never require a CAPTCHA, a delay or a lock. To switch off
-// the pair dimension, for example, set Pair to Ladder{Window: time.Minute};
-// to change only a default's window, copy the default and set its Window.
+// never filled in. A Ladder that sets Window or Lockout and no threshold
+// is refused (ErrInvalidOptions): builds before 2026-12-04 gave it the
+// default thresholds, and taking it now as no rung at all would switch
+// the dimension off unnoticed. To change only a default's window, copy
+// the default and set its Window (l := DefaultPair; l.Window = time.Hour).
 type Ladder struct {
 	// Captcha is the failure count from which a CAPTCHA is required.
 	Captcha int64
@@ -136,7 +136,7 @@ type params struct {
 
 // withDefaults returns def for the zero Ladder, and l with def's Window
 // and Lockout in place of zero ones otherwise: its thresholds, zero or
-// not, are kept (all zero switch the dimension off).
+// not, are kept (validate refuses all zero).
 func (l Ladder) withDefaults(def Ladder) Ladder {
 	if l == (Ladder{}) {
 		return def
@@ -153,6 +153,9 @@ func (l Ladder) withDefaults(def Ladder) Ladder {
 func (l Ladder) validate(name string) (ladder, error) {
 	bad := func(format string, args ...any) (ladder, error) {
 		return ladder{}, fmt.Errorf("%w: %s ladder: %s", ErrInvalidOptions, name, fmt.Sprintf(format, args...))
+	}
+	if l.Captcha == 0 && l.Delay == 0 && l.Lock == 0 {
+		return bad("no threshold set (Captcha, Delay and Lock are 0): give at least one (0 skips its rung), or leave the Ladder zero for the defaults")
 	}
 	last := int64(0)
 	for _, t := range []struct {

@@ -32,8 +32,8 @@ type Options struct {
 	// distinct identities cannot exhaust memory. Each shard holds its
 	// share: MaxKeys divided by the number of shards, the first
 	// MaxKeys%shards shards one more, so the shares add up to exactly
-	// MaxKeys (with MaxKeys 100 and the default 64 shards, 8 shards of
-	// 12 or 13). An identity belongs to one shard (by a hash of its key); a new
+	// MaxKeys (with MaxKeys 100 and the default 64 shards, 4 shards of
+	// 25: see Shards). An identity belongs to one shard (by a hash of its key); a new
 	// identity whose shard is full takes the place of an expired entry of
 	// that shard or, when there is none, of the shard's least recently
 	// used identity decided only once (see Store), even while other shards

@@ -81,10 +81,10 @@ func decodeJSON(body []byte, v any, known string) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
 	}
-	if name, dup := duplicateField(body); dup {
+	switch name, problem := fieldProblem(body); problem {
+	case duplicated:
 		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", clip(name, 80))
-	}
-	if name, ok := miscasedField(body); ok {
+	case miscased:
 		return badRequest("unknown-field", "unknown field %q: field names are lower case (did you mean %q?)", clip(name, 80), clip(strings.ToLower(name), 80))
 	}
 	return invalidText(body)
@@ -154,66 +154,83 @@ func loneSurrogate(body []byte) (int, string, bool) {
 	return 0, "", false
 }
 
-// duplicateField reports the first name that appears twice in one object
-// of body (a valid JSON document), as a path such as "requests[1].policy".
-// encoding/json keeps the last of the two and matches field names without
-// regard to case, so names are compared as it compares them: a body whose
-// "policy" is read differently by another parser (one that keeps the
-// first) is refused rather than decided under either. The keys of an
-// identity object, a map, are compared exactly, as encoding/json fills
-// the map (their case is checked with the identity).
-func duplicateField(body []byte) (string, bool) {
+// A field problem fieldProblem finds.
+const (
+	duplicated = iota + 1
+	miscased
+)
+
+// fieldProblem reports, in one pass over body (a valid JSON document that
+// encoding/json decoded), the first name that appears twice in one object
+// (duplicated), as a path such as "requests[1].policy", or the first field
+// name not written exactly as the field is named (miscased).
+//
+// encoding/json keeps the last of two equal names and matches field names
+// without regard to case, so names are compared as it compares them: a
+// body whose "policy" is read differently by another parser (one that
+// keeps the first) is refused rather than decided under either. And since
+// it matches "POLICY", or "coſt" with a long s, to the field, such a name
+// is refused too: every request field is named in lower-case ASCII. The
+// keys of an identity object, a map, are the client's own: they are
+// compared exactly, as encoding/json fills the map (their case is checked
+// with the identity), and may be written in any case.
+func fieldProblem(body []byte) (string, int) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	name, dup, _ := duplicateIn(dec, "", false)
-	return name, dup
+	name, problem, _ := fieldProblemIn(dec, "", false)
+	return name, problem
 }
 
-// miscasedField reports the first field name of body (a valid JSON
-// document that encoding/json decoded) that is not written exactly as
-// the field is named: encoding/json matches names without regard to
-// case, so "POLICY", or "coſt" with a long s, was read as the field. The
-// names of every request field are lower-case ASCII; the keys of an
-// identity object, a map, are the client's own.
-func miscasedField(body []byte) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	name, bad, _ := miscasedIn(dec, false)
-	return name, bad
-}
+// identityName is the identity field's name, folded.
+var identityName = foldName("identity")
 
-// miscasedIn reads one value from dec; anyKeys says the value, if an
-// object, is a map whose keys are not field names.
-func miscasedIn(dec *json.Decoder, anyKeys bool) (string, bool, error) {
+// fieldProblemIn reads one value from dec, whose path is path; mapKeys
+// says that an object's keys are a map's (compared exactly, any case)
+// rather than field names (folded, lower case).
+func fieldProblemIn(dec *json.Decoder, path string, mapKeys bool) (string, int, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		return "", false, err
+		return "", 0, err
 	}
 	switch tok {
 	case json.Delim('{'):
+		seen := map[string]struct{}{}
 		for dec.More() {
 			kt, err := dec.Token()
 			if err != nil {
-				return "", false, err
+				return "", 0, err
 			}
 			k, _ := kt.(string)
-			if !anyKeys && !lowerName(k) {
-				return k, true, nil
+			name := k
+			if path != "" {
+				name = path + "." + k
 			}
-			if n, bad, err := miscasedIn(dec, !anyKeys && k == "identity"); bad || err != nil {
-				return n, bad, err
+			fk := foldName(k)
+			key := fk
+			if mapKeys {
+				key = k
+			}
+			if _, ok := seen[key]; ok {
+				return name, duplicated, nil
+			}
+			seen[key] = struct{}{}
+			if !mapKeys && !lowerName(k) {
+				return k, miscased, nil
+			}
+			if n, problem, err := fieldProblemIn(dec, name, !mapKeys && fk == identityName); problem != 0 || err != nil {
+				return n, problem, err
 			}
 		}
 		_, err = dec.Token()
 	case json.Delim('['):
-		for dec.More() {
-			if n, bad, err := miscasedIn(dec, false); bad || err != nil {
-				return n, bad, err
+		for i := 0; dec.More(); i++ {
+			if n, problem, err := fieldProblemIn(dec, fmt.Sprintf("%s[%d]", path, i), false); problem != 0 || err != nil {
+				return n, problem, err
 			}
 		}
 		_, err = dec.Token()
 	}
-	return "", false, err
+	return "", 0, err
 }
 
 // wholeNumber reports whether s is a JSON integer (digits, perhaps after
@@ -231,54 +248,6 @@ func lowerName(s string) bool {
 		}
 	}
 	return true
-}
-
-// identityName is the identity field's name, folded.
-var identityName = foldName("identity")
-
-// duplicateIn reads one value from dec, whose path is path; exact says
-// that an object's keys are compared exactly (a map's) rather than folded.
-func duplicateIn(dec *json.Decoder, path string, exact bool) (string, bool, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return "", false, err
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]struct{}{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return "", false, err
-			}
-			k, _ := kt.(string)
-			name := k
-			if path != "" {
-				name = path + "." + k
-			}
-			fk := foldName(k)
-			key := fk
-			if exact {
-				key = k
-			}
-			if _, ok := seen[key]; ok {
-				return name, true, nil
-			}
-			seen[key] = struct{}{}
-			if n, dup, err := duplicateIn(dec, name, fk == identityName); dup || err != nil {
-				return n, dup, err
-			}
-		}
-		_, err = dec.Token()
-	case json.Delim('['):
-		for i := 0; dec.More(); i++ {
-			if n, dup, err := duplicateIn(dec, fmt.Sprintf("%s[%d]", path, i), false); dup || err != nil {
-				return n, dup, err
-			}
-		}
-		_, err = dec.Token()
-	}
-	return "", false, err
 }
 
 // foldName maps every rune of s to the smallest of its case variants
