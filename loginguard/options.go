@@ -111,9 +111,9 @@ type Options struct {
 	// CAPTCHA is then all that stands between an attacker with many
 	// addresses and the password (one guess per address per pair window).
 	// Strict mode closes that, at a price: anyone who knows the account
-	// name can keep its owner locked out from everywhere by failing often
-	// enough to renew the lock, and only an administrator's Unlock ends
-	// it early.
+	// name can lock its owner out from every address, and lock it again
+	// with Lock failures each time a lock ends; only an administrator's
+	// Unlock ends a lock early.
 	StrictAccountLock bool
 	// Clock returns the current time. Default time.Now.
 	Clock func() time.Time
