@@ -78,6 +78,28 @@ func TestServeFailureModePerPolicyAndLiveInstances(t *testing.T) {
 	}
 }
 
+// TestServeFallbackFactorWidens: --fallback-factor widens the local
+// fallback's limits (SPEC: "fails open to a local in-memory limiter with a
+// configurable, wider limit"); serve had no way to, only --instances to
+// narrow them.
+func TestServeFallbackFactorWidens(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "floodgate.yaml")
+	if err := os.WriteFile(cfgPath, []byte(e2eConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--config", cfgPath,
+		"--prefix", fmt.Sprintf("factor%d", time.Now().UnixNano()), "--fallback-factor", "2.5")
+	bob := server.CheckRequest{Policy: "fifty", Identity: map[string]string{"user": "bob"}}
+	waitCentral(t, svc.url, bob)
+	rs.Kill()
+	c := checkOn(t, svc.url, "/v1/check", bob)
+	if c.status != 200 || c.resp.FailureMode != "local" || c.resp.Limit != 125 {
+		t.Fatalf("fifty with Redis down and --fallback-factor 2.5: %d %+v; want the local limit 50 × 2.5 = 125", c.status, c.resp)
+	}
+}
+
 // TestServeReadyzTellsTheTruth reproduces F5: /readyz was one PING and
 // stayed 200 with cluster_state:fail and every breaker open. Now it asks
 // every primary of the cluster and reports the breakers.

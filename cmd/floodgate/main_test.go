@@ -469,6 +469,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"envoy-compat", "--reload-interval", "0"}, "--reload-interval 0s: want a positive duration"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-pool", "100000000"}, "--redis-pool 100000000: out of range 0..10000"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-timeout", "-1s"}, "--redis-timeout -1s"},
+		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--fallback-factor", "0.5"}, "--fallback-factor 0.5: want 1..1000"},
+		{[]string{"serve", "--fallback-factor", "2"}, "--fallback-factor"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--tls-key-file", "/nonexistent"}, "--tls-key-file needs --tls-cert-file"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--timeout", "0"}, "--timeout 0s: want a positive duration"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "-1"}, "--latency-samples -1: want at least 1"},

@@ -53,6 +53,7 @@ type serveFlags struct {
 	fallbackMode     string
 	fallbackBudget   time.Duration
 	instances        int
+	fallbackFactor   float64
 	drainTimeout     time.Duration
 	readTimeout      time.Duration
 	clockSync        bool
@@ -135,6 +136,7 @@ that are not browsers are not affected.`,
 	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails, for policies without on_redis_failure: local (in-memory limiter), open (allow), closed (deny), or off (answer 503, for every policy)")
 	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a request's Redis calls may take before the fallback decides (a check's tier lookup and decision share it; once a call of a batch or Envoy request has timed out, its other checks are decided by the fallback at once; 0: the default)")
 	fl.IntVar(&f.instances, "instances", 1, "least number of instances sharing Redis; the local fallback divides limits by the larger of this and the live count (instances heartbeat into <prefix>:instances)")
+	fl.Float64Var(&f.fallbackFactor, "fallback-factor", 1, "multiplies each limit of the local fallback after that division (rounded up), so that load spread unevenly over the instances is not denied early: 2 lets each instance admit twice its share while Redis is down (at most twice the limit in all); 1..1000")
 	fl.BoolVar(&f.clockSync, "clock-sync", true, "on Redis, stamp decisions with Redis's TIME (measured every 10s) rather than this machine's clock, so that instances agree")
 	fl.DurationVar(&f.clockSkewWarn, "clock-skew-warn", 100*time.Millisecond, "log a warning when this machine's clock is further than this from Redis's")
 	fl.DurationVar(&f.clockOffset, "clock-offset", 0, "testing only: shift this process's clock")
@@ -242,7 +244,11 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		client.Close()
 		return nil, fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
 	}
-	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Observer: breakerLog{m, log, new(sync.Map)},
+	if f.fallbackFactor < 1 || f.fallbackFactor > 1000 || f.fallbackFactor != f.fallbackFactor {
+		client.Close()
+		return nil, fmt.Errorf("--fallback-factor %v: want 1..1000 (1: each instance its share of the limit)", f.fallbackFactor)
+	}
+	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Factor: f.fallbackFactor, Observer: breakerLog{m, log, new(sync.Map)},
 		OnFallback: func(r fallback.Reason, err error) {
 			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
 		},
@@ -306,7 +312,7 @@ func checkDurations(f *serveFlags) error {
 // in its own memory.
 var redisOnlyFlags = []string{
 	"redis-master", "redis-password-file", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
-	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "instances",
+	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "instances", "fallback-factor",
 	"login-prefix",
 }
 
