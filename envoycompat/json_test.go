@@ -387,6 +387,10 @@ func TestOverrideText(t *testing.T) {
 		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7}, "requests_per_unit:7"},
 		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{}, ""},
 		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99}, "requests_per_unit:1 unit:99"},
+		// The multiplier, a wrapper message, was left out (a walk beside
+		// theirs found "unit_multiplier:{value:2}" missing).
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(2)}, "requests_per_unit:3 unit:MINUTE unit_multiplier:{value:2}"},
+		{&ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(0)}, "requests_per_unit:3 unit:MINUTE unit_multiplier:{}"},
 	} {
 		got := overrideText(c.o)
 		if got != c.want {

@@ -239,7 +239,7 @@ func mergeStruct(dst, src *structpb.Struct) {
 
 // overrideText is a limit override in protobuf's text format on one line,
 // as envoyproxy/ratelimit's dynamic metadata carries it
-// ("requests_per_unit:2 unit:MINUTE"). The message's String method
+// ("requests_per_unit:2 unit:MINUTE unit_multiplier:{value:2}"). The message's String method
 // separates the fields with one space in some builds and two in others
 // (on purpose); this writes one, every time. An override carrying
 // unknown fields is left to String.
@@ -261,6 +261,16 @@ func overrideText(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) string {
 		} else {
 			b = strconv.AppendInt(b, int64(u), 10)
 		}
+	}
+	if m := o.GetUnitMultiplier(); m != nil {
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, "unit_multiplier:{"...)
+		if v := m.GetValue(); v != 0 {
+			b = strconv.AppendUint(append(b, "value:"...), uint64(v), 10)
+		}
+		b = append(b, '}')
 	}
 	return string(b)
 }
