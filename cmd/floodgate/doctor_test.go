@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,12 +127,7 @@ func TestDoctorStderrOnCluster(t *testing.T) {
 	if !strings.Contains(out, "[PASS] cluster") {
 		t.Errorf("no passing cluster check:\n%s", out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	closed := closedAddr(t)
 	code, out = runCLI(t, "doctor", "--redis", "redis://"+closed, "--timeout", "30s")
 	if code != 1 || !strings.Contains(out, "cannot reach Redis") {
 		t.Fatalf("doctor with Redis down: exit %d, want 1 and 'cannot reach Redis'\n%s", code, out)

@@ -206,13 +206,7 @@ func TestServeRecoversSoonAfterOutage(t *testing.T) {
 // TestServeFirstCallsWithRedisDown: with --redis at a closed port, checks
 // are decided by the fallback, bounded by the budget, and say so.
 func TestServeFirstCallsWithRedisDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	svc := startService(t, "--redis", "redis://"+addr+"/0")
+	svc := startService(t, "--redis", "redis://"+closedAddr(t)+"/0")
 	var worst time.Duration
 	for i := range 50 {
 		c := checkOn(t, svc.url, "/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": fmt.Sprint("u", i)}})

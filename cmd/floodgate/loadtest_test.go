@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -60,13 +59,7 @@ func TestLoadtestFlagErrors(t *testing.T) {
 // failed (nothing listens on the target) exits 1 saying so; it used to
 // print its report and exit 0.
 func TestLoadtestFailsWhenNothingAnswers(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	code, out, errOut := cli("loadtest", "--target", "http://"+addr, "--duration", "200ms", "--concurrency", "2", "--quiet")
+	code, out, errOut := cli("loadtest", "--target", "http://"+closedAddr(t), "--duration", "200ms", "--concurrency", "2", "--quiet")
 	if code != 1 || !strings.Contains(errOut, "requests failed") || !strings.Contains(out, "errors") {
 		t.Fatalf("exit %d, stderr %q, report %q; want 1, the report, and a line saying every request failed", code, errOut, out)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -560,4 +561,17 @@ func TestServeEnvoyConfigReload(t *testing.T) {
 		}
 	}
 	svc.stop(t)
+}
+
+// closedAddr returns a loopback address nothing listens on: a port just
+// taken and let go.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }
