@@ -3,11 +3,12 @@ package floodgate
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // Layer is one policy applied to one stored key within a decision.
@@ -91,7 +92,7 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if store == nil {
 		return nil, ErrNilStore
 	}
-	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
+	if nilcheck.IsNil(store) {
 		// A nil *memstore.Store (say) in the interface: every decision
 		// would panic.
 		return nil, fmt.Errorf("%w (a nil %T)", ErrNilStore, store)

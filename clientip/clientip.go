@@ -23,6 +23,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // DefaultIPv6Prefix is the IPv6 network length a Resolver counts as one
@@ -234,14 +236,5 @@ func ParseRemoteAddr(s string) (netip.Addr, error) {
 			return normalise(a), nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("%w: peer address %q is not an IP address", ErrNoAddress, truncate(s))
-}
-
-// truncate shortens s for an error message.
-func truncate(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
-	}
-	return s
+	return netip.Addr{}, fmt.Errorf("%w: peer address %q is not an IP address", ErrNoAddress, clip.Text(s, 64))
 }

@@ -3,7 +3,6 @@ package envoyrls
 import (
 	"errors"
 	"fmt"
-	"unicode/utf8"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of these with
@@ -51,16 +50,4 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 // invalidRequest returns an error wrapping ErrInvalidRequest.
 func invalidRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
-}
-
-// clip shortens s, a client's string quoted in an error, to at most n
-// bytes (cut at a character boundary) and "...".
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // plan is what one request asks for: per descriptor, the rule it matched,
@@ -113,7 +114,7 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	}
 	d := c.domains[req.GetDomain()]
 	if d == nil {
-		return nil, invalidRequest("unknown domain %q", clip(req.GetDomain(), 80))
+		return nil, invalidRequest("unknown domain %q", clip.Text(req.GetDomain(), 80))
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {

@@ -328,7 +328,8 @@ func dropMark(r rune) rune {
 // without them (MySQL's *_unicode_ci collations also ignore accents:
 // "alicé" and "alice" share one set of counters). Builds before
 // 2026-12-04 keyed them with their accents: after an upgrade from one,
-// the failures and locks of names with accents start afresh, once. Merging spellings errs on the safe side: two spellings
+// the failures and locks of names with accents start afresh, once.
+// Merging spellings errs on the safe side: two spellings
 // the application might treat as one account must never get two budgets.
 // Letters that only look alike ("аlice" with a Cyrillic а) stay distinct:
 // lookups do not merge them either. Inner spaces are kept.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/quota"
@@ -77,7 +78,7 @@ func (s *Server) resetKeys(cfg *config.Config, req ResetRequest) (keys, layers [
 	}
 	p, ok := cfg.Policy(req.Policy)
 	if !ok {
-		return nil, nil, badRequest("unknown-policy", "unknown policy %q (configured: %s)", clip(req.Policy, 80), policyNames(cfg))
+		return nil, nil, badRequest("unknown-policy", "unknown policy %q (configured: %s)", clip.Text(req.Policy, 80), policyNames(cfg))
 	}
 	if len(req.Identity) > MaxIdentityValues {
 		return nil, nil, badRequest("invalid-identity", "identity has %d values (max %d)", len(req.Identity), MaxIdentityValues)
@@ -90,7 +91,7 @@ func (s *Server) resetKeys(cfg *config.Config, req ResetRequest) (keys, layers [
 	named := map[string]bool{}
 	for _, n := range req.Layers {
 		if _, ok := p.Layer(n); !ok {
-			return nil, nil, badRequest("unknown-layer", "policy %q has no layer %q", p.Name, clip(n, 80))
+			return nil, nil, badRequest("unknown-layer", "policy %q has no layer %q", p.Name, clip.Text(n, 80))
 		}
 		named[n] = true
 	}
@@ -153,7 +154,7 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 	}
 	cfg := s.cfg.Load()
 	if req.Tier != "" && !cfg.HasTier(req.Tier) {
-		s.fail(w, r, badRequest("unknown-tier", "unknown tier %q (configured: %s)", clip(req.Tier, 80), strings.Join(cfg.Tiers(), ", ")))
+		s.fail(w, r, badRequest("unknown-tier", "unknown tier %q (configured: %s)", clip.Text(req.Tier, 80), strings.Join(cfg.Tiers(), ", ")))
 		return
 	}
 	if err := s.assign.SetTier(r.Context(), req.Dimension, req.Value, req.Tier); err != nil {
@@ -187,7 +188,7 @@ func (s *Server) handleTopDenied(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("n"); v != "" {
 		x, err := strconv.Atoi(v)
 		if err != nil || x < 1 || x > topk.MaxCapacity {
-			s.fail(w, r, badRequest("invalid-parameter", "n=%q: want a number in 1..%d", clip(v, 20), topk.MaxCapacity))
+			s.fail(w, r, badRequest("invalid-parameter", "n=%q: want a number in 1..%d", clip.Text(v, 20), topk.MaxCapacity))
 			return
 		}
 		n = x
@@ -261,7 +262,7 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 	var ip netip.Addr
 	if req.IP != "" {
 		if ip, err = netip.ParseAddr(req.IP); err != nil {
-			s.fail(w, r, badRequest("invalid-unlock", "ip %q is not an IP address", clip(req.IP, 80)))
+			s.fail(w, r, badRequest("invalid-unlock", "ip %q is not an IP address", clip.Text(req.IP, 80)))
 			return
 		}
 	}

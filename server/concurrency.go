@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/metrics"
 )
 
@@ -98,7 +99,7 @@ func decodeLimiter(cfg *config.Config, name string, values map[string]string) (l
 	}
 	l, ok := cfg.ConcurrencyLimit(name)
 	if !ok {
-		return leaseOp{}, badRequest("unknown-limiter", "unknown concurrency limiter %q", clip(name, 80))
+		return leaseOp{}, badRequest("unknown-limiter", "unknown concurrency limiter %q", clip.Text(name, 80))
 	}
 	if err := validateIdentity(values); err != nil {
 		return leaseOp{}, err
@@ -237,7 +238,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	})
 	if errors.Is(err, concurrency.ErrLeaseLost) {
 		s.fail(w, r, &problemError{status: http.StatusConflict, kind: "lease-lost",
-			detail: "lease " + strconv.Quote(clip(op.leaseID, 80)) + " is no longer held (released, or expired and its slot possibly taken): stop the work or acquire a new lease"})
+			detail: "lease " + strconv.Quote(clip.Text(op.leaseID, 80)) + " is no longer held (released, or expired and its slot possibly taken): stop the work or acquire a new lease"})
 		return
 	}
 	if err != nil {

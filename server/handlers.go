@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/metrics"
 )
 
@@ -370,7 +371,7 @@ func enforceParam(rawQuery string) (bool, error) {
 	case "1", "true":
 		return true, nil
 	}
-	return false, badRequest("invalid-parameter", "query parameter enforce=%q: want 1, true, 0 or false", clip(v, 40))
+	return false, badRequest("invalid-parameter", "query parameter enforce=%q: want 1, true, 0 or false", clip.Text(v, 40))
 }
 
 // queryParam returns url.ParseQuery(q).Get(name) (what an http.Request's

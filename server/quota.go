@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
 )
@@ -146,7 +147,7 @@ func decodeQuota(cfg *config.Config, name string, values map[string]string) (quo
 	}
 	q, ok := cfg.Quota(name)
 	if !ok {
-		return quotaOp{}, badRequest("unknown-quota", "unknown quota %q", clip(name, 80))
+		return quotaOp{}, badRequest("unknown-quota", "unknown quota %q", clip.Text(name, 80))
 	}
 	if err := validateIdentity(values); err != nil {
 		return quotaOp{}, err

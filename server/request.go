@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // Limits on requests.
@@ -83,9 +84,9 @@ func decodeJSON(body []byte, v any, known string) error {
 	}
 	switch name, problem := fieldProblem(body); problem {
 	case duplicated:
-		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", clip(name, 80))
+		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", clip.Text(name, 80))
 	case miscased:
-		return badRequest("unknown-field", "unknown field %q: field names are lower case (did you mean %q?)", clip(name, 80), clip(strings.ToLower(name), 80))
+		return badRequest("unknown-field", "unknown field %q: field names are lower case (did you mean %q?)", clip.Text(name, 80), clip.Text(strings.ToLower(name), 80))
 	}
 	return invalidText(body)
 }
@@ -287,7 +288,7 @@ func jsonProblem(err error, known string) error {
 			want = "an object of dimension → string value"
 		case strings.HasSuffix(field, "cost"), field == "estimate", field == "actual", field == "used":
 			if n, ok := strings.CutPrefix(typ.Value, "number "); ok && wholeNumber(n) {
-				return badRequest("malformed-json", "field %q: %s is out of range 0..%d", field, clip(n, 40), int64(floodgate.MaxCost))
+				return badRequest("malformed-json", "field %q: %s is out of range 0..%d", field, clip.Text(n, 40), int64(floodgate.MaxCost))
 			}
 			want = "a whole number"
 		case want == "string":
@@ -297,7 +298,7 @@ func jsonProblem(err error, known string) error {
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return badRequest("unknown-field", "unknown field %s (known fields: %s)", clip(name, 80), known)
+		return badRequest("unknown-field", "unknown field %s (known fields: %s)", clip.Text(name, 80), known)
 	}
 	return badRequest("malformed-json", "malformed JSON: %s", strings.TrimPrefix(msg, "json: "))
 }
@@ -319,7 +320,7 @@ func validate(cfg *config.Config, policy string, identity map[string]string, cos
 	}
 	p, ok := cfg.Policy(policy)
 	if !ok {
-		return check{}, badRequest("unknown-policy", "%sunknown policy %q (GET /admin/v1/config lists them)", where, clip(policy, 80))
+		return check{}, badRequest("unknown-policy", "%sunknown policy %q (GET /admin/v1/config lists them)", where, clip.Text(policy, 80))
 	}
 	if len(identity) > MaxIdentityValues {
 		return check{}, badRequest("invalid-identity", "%sidentity has %d values (max %d)", where, len(identity), MaxIdentityValues)
@@ -347,13 +348,6 @@ func validate(cfg *config.Config, policy string, identity map[string]string, cos
 		c.cost = 0
 	}
 	return c, nil
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 func policyNames(cfg *config.Config) string {
@@ -453,7 +447,7 @@ func printableID(field, id string, maxLen int, kind string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {
-			return badRequest(kind, "%s %q: byte %d (%#x) is not printable ASCII", field, clip(id, 80), i, c)
+			return badRequest(kind, "%s %q: byte %d (%#x) is not printable ASCII", field, clip.Text(id, 80), i, c)
 		}
 	}
 	return nil
