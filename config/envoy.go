@@ -36,6 +36,8 @@ type EnvoyReloader struct {
 	lastSum string // hash of the files last applied or rejected
 	lastErr string
 	files   []string // the files of the active configuration
+
+	now chan struct{} // CheckNow's requests to Watch
 }
 
 // NewEnvoyReloader reads the descriptor configuration from paths — files,
@@ -52,11 +54,11 @@ func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, err
 	if err != nil {
 		return nil, err
 	}
-	r := &EnvoyReloader{paths: append([]string(nil), paths...), log: opts.Logger, metrics: m}
+	r := &EnvoyReloader{paths: append([]string(nil), paths...), log: opts.Logger, metrics: m, now: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.poller = poller{list: func() ([]string, error) { return yamlFiles(r.paths) }, read: readEnvoyFile}
+	r.poller = poller{list: func() ([]string, error) { return yamlFiles(r.paths) }, read: readEnvoyFile, invalid: isEnvoyConfigError}
 	files, _, err := r.poller.poll()
 	if err != nil {
 		return nil, fmt.Errorf("config: Envoy descriptor configuration: %w", err)
@@ -92,6 +94,15 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	files, changed, err := r.poller.poll()
+	var bad *invalidFile
+	if errors.As(err, &bad) {
+		r.readable()
+		r.lastSum = "" // read the files whole again when they change
+		r.metrics.count(ResultInvalid)
+		r.log.Error("Envoy descriptor configuration rejected; keeping the last good one",
+			"paths", r.paths, "error", bad.err, "active_files", r.files)
+		return r.p.Load(), bad.err
+	}
 	if err != nil {
 		r.metrics.count(ResultError)
 		if msg := err.Error(); msg != r.lastErr {
@@ -103,7 +114,7 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	if !changed {
 		return r.p.Load(), nil
 	}
-	r.lastErr = ""
+	r.readable()
 	sum := envoySum(files)
 	if sum == r.lastSum {
 		return r.p.Load(), nil
@@ -124,7 +135,35 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	return cfg, nil
 }
 
-// Watch calls Reload every interval (default 1s) until ctx ends. A file
+// readable notes a successful read after a failed one: it logs that the
+// files can be read again, so that the failure's error line has an end.
+func (r *EnvoyReloader) readable() {
+	if r.lastErr != "" {
+		r.lastErr = ""
+		r.log.Info("Envoy descriptor configuration readable again", "paths", r.paths)
+	}
+}
+
+// isEnvoyConfigError reports an error of readEnvoyFile that is the file's
+// content's fault (too large), not the file system's.
+func isEnvoyConfigError(err error) bool {
+	var e *envoyrls.ConfigError
+	return errors.As(err, &e)
+}
+
+// CheckNow makes the running Watch reload at once rather than at its next
+// poll, reading every file whatever its modification time and size say,
+// as floodgate serve does on SIGHUP. It does not wait; requests made while
+// one is pending are merged.
+func (r *EnvoyReloader) CheckNow() {
+	select {
+	case r.now <- struct{}{}:
+	default:
+	}
+}
+
+// Watch calls Reload every interval (default 1s) until ctx ends, and at
+// once after CheckNow. A file
 // that disappears, turns unreadable or invalid leaves the last good
 // configuration active; fixing it applies it. Directories are listed
 // again on every poll, so adding or removing a file in one counts as a
@@ -140,6 +179,11 @@ func (r *EnvoyReloader) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			_, _ = r.Reload()
+		case <-r.now:
+			r.mu.Lock()
+			r.poller.last = nil // read every file whatever its stamp says
+			r.mu.Unlock()
 			_, _ = r.Reload()
 		}
 	}

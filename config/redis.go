@@ -81,6 +81,16 @@ func LoadRedisVerified(ctx context.Context, client redis.UniversalClient, keys K
 func getDoc(ctx context.Context, client redis.UniversalClient, keys Keys) ([]byte, error) {
 	n, err := client.StrLen(ctx, keys.Config).Result()
 	if err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+			// Not a document at all: the key's content is at fault, as
+			// with one too large, not the connection.
+			kind := "another type"
+			if t, terr := client.Type(ctx, keys.Config).Result(); terr == nil {
+				kind = "a " + t
+			}
+			return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("the key holds %s, not a string document; not read", kind)}
+		}
 		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
 	}
 	if n > MaxSize {
@@ -177,7 +187,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		if !opts.Force {
 			return nil, fmt.Errorf("config: the stored document cannot be checked (use --force to replace it): %w", err)
 		}
-		old, overwrite = nil, true // an oversized stored document, replaced on purpose
+		old, overwrite = nil, true // an oversized document or a key of another type, replaced on purpose
 	}
 	sum := ""
 	if old != nil {
@@ -277,8 +287,8 @@ func digits(s string) int {
 // WatchRedis applies the document under keys.Config whenever a message
 // arrives on keys.Channel, whenever the subscription is made again after a
 // lost connection, and also every poll (default 10s) in case a message was
-// missed otherwise. Documents go through ApplyVersioned. It returns when
-// ctx ends.
+// missed otherwise, and at once after CheckNow. Documents go through
+// ApplyVersioned. It returns when ctx ends.
 func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient, keys Keys, poll time.Duration) {
 	if poll <= 0 {
 		poll = 10 * time.Second
@@ -300,18 +310,31 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 	defer t.Stop()
 	source := "redis:" + keys.Config
 	lastSum := r.holder.Load().Hash()
-	var lastErr string
+	var lastErr, lastBad string
 	fetch := func() {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		data, err := getDoc(fctx, client, keys)
+		var bad *Error
+		if errors.As(err, &bad) {
+			// Read, but never a valid document (too large, not a
+			// string): counted and logged once as invalid, like a
+			// document that does not parse, until it changes.
+			r.readable(&lastErr, source)
+			if msg := bad.Error(); msg != lastBad {
+				lastBad, lastSum = msg, ""
+				r.reject(source, bad)
+			}
+			return
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.sourceError(&lastErr, source, err)
 			}
 			return
 		}
-		lastErr = ""
+		lastBad = ""
+		r.readable(&lastErr, source)
 		sum := hashOf(data)
 		if sum == lastSum {
 			return
@@ -339,6 +362,8 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			}
 			fetch()
 		case <-t.C:
+			fetch()
+		case <-r.now:
 			fetch()
 		}
 	}

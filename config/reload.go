@@ -145,6 +145,7 @@ type Reloader struct {
 	metrics *reloadMetrics
 	mu      sync.Mutex
 	verify  []byte
+	now     chan struct{} // CheckNow's requests to the watcher
 }
 
 // NewReloader returns a Reloader updating h. Its reloads are counted under
@@ -157,7 +158,7 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reloader{holder: h, log: opts.Logger, metrics: m, verify: opts.VerifyKey}
+	r := &Reloader{holder: h, log: opts.Logger, metrics: m, verify: opts.VerifyKey, now: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -233,6 +234,35 @@ func checkVersion(c, active *Config) error {
 
 // sourceError counts and logs a source that could not be read, once per
 // distinct message so that a missing file does not log every second.
+// CheckNow makes the running WatchFile or WatchRedis read its source at
+// once rather than at its next poll (a file is read whatever its
+// modification time and size say), as floodgate serve does on SIGHUP. It
+// does not wait; requests made while one is pending are merged, and
+// without a watcher running it does nothing until one starts.
+func (r *Reloader) CheckNow() {
+	select {
+	case r.now <- struct{}{}:
+	default:
+	}
+}
+
+// readable notes a successful read of source: after a failed one (*last
+// set), it logs that the source can be read again, so that the failure's
+// error line has an end.
+func (r *Reloader) readable(last *string, source string) {
+	if *last != "" {
+		*last = ""
+		r.log.Info("configuration source readable again", "source", source)
+	}
+}
+
+// isConfigError reports an error of ReadFile that is the file's content's
+// fault (too large), not the file system's.
+func isConfigError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
 func (r *Reloader) sourceError(last *string, source string, err error) {
 	r.metrics.count(ResultError)
 	if msg := err.Error(); msg != *last {
@@ -262,6 +292,9 @@ func ReadFile(path string) ([]byte, error) {
 func LoadFile(path string) (*Config, error) {
 	data, err := ReadFile(path)
 	if err != nil {
+		if isConfigError(err) {
+			return nil, err // it names the file already
+		}
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(data, path)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,14 +39,29 @@ type poller struct {
 	list func() ([]string, error)
 	// read reads one file, bounding its size.
 	read func(path string) ([]byte, error)
-	last []stamp // nil until a poll read every file
+	// invalid reports a read error that is the file's content's fault
+	// (it is larger than read allows): the file was read, so the poll
+	// returns it as an *invalidFile, once per change of the files, rather
+	// than as an unreadable source on every poll. Nil: none is.
+	invalid func(error) bool
+	last    []stamp // nil until a poll read every file
 }
+
+// invalidFile is a poll's error for a file that was read but can never be
+// valid (see poller.invalid). Reloaders count it as result="invalid", as
+// they count content that fails to parse.
+type invalidFile struct{ err error }
+
+func (e *invalidFile) Error() string { return e.err.Error() }
+func (e *invalidFile) Unwrap() error { return e.err }
 
 // poll returns the files' contents and true when any file was added,
 // removed, replaced by another file, or changed its modification time or
-// size since the last
-// successful poll. A failure to list, stat or read returns the error and
-// makes the next poll read everything again.
+// size since the last successful poll. A failure to list, stat or read
+// returns the error and makes the next poll read everything again, but for
+// a file whose content is at fault (see invalid): that returns an
+// *invalidFile and true, and the next poll reads again only once the files
+// change.
 func (p *poller) poll() ([]file, bool, error) {
 	paths, err := p.list()
 	if err != nil {
@@ -68,6 +84,10 @@ func (p *poller) poll() ([]file, bool, error) {
 	for i, path := range paths {
 		data, err := p.read(path)
 		if err != nil {
+			if p.invalid != nil && p.invalid(err) {
+				p.last = stamps
+				return nil, true, &invalidFile{err: err}
+			}
 			p.last = nil
 			return nil, false, err
 		}
@@ -101,15 +121,24 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	p := &poller{list: func() ([]string, error) { return []string{path}, nil }, read: ReadFile}
+	p := &poller{list: func() ([]string, error) { return []string{path}, nil }, read: ReadFile, invalid: isConfigError}
 	lastSum, lastErr := r.holder.Load().Hash(), ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.now:
+			p.last = nil // read the file whatever its stamp says
 		}
 		files, changed, err := p.poll()
+		var bad *invalidFile
+		if errors.As(err, &bad) {
+			r.readable(&lastErr, path)
+			lastSum = "" // the file changed: read it whole again when it does
+			r.reject(path, bad.err)
+			continue
+		}
 		if err != nil {
 			r.sourceError(&lastErr, path, err)
 			continue
@@ -117,7 +146,7 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 		if !changed {
 			continue
 		}
-		lastErr = ""
+		r.readable(&lastErr, path)
 		if sum := hashOf(files[0].data); sum != lastSum {
 			lastSum = sum
 			_, _ = r.Apply(files[0].data, path)

@@ -22,6 +22,7 @@ var ShippedAlerts = []string{
 	"RateLimitBreakerOpen",
 	"RateLimitClockSkew",
 	"RateLimitConfigRejected",
+	"RateLimitConfigUnreadable",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.

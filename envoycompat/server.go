@@ -218,6 +218,10 @@ type Reloader struct {
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	HealthyWithConfig bool
 	Log               *slog.Logger
+	// Now, when set, makes Watch load the configuration at once on every
+	// receive, changed or not (floodgate envoy-compat sends here on
+	// SIGHUP).
+	Now <-chan struct{}
 
 	sig string
 }
@@ -259,7 +263,7 @@ func (r *Reloader) Load() error {
 }
 
 // Watch reloads whenever the runtime signature changes, polling every
-// interval, until ctx ends.
+// interval, and on every receive from Now, until ctx ends.
 func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -267,6 +271,9 @@ func (r *Reloader) Watch(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.Now:
+			_ = r.Load()
+			continue
 		case <-t.C:
 		}
 		if sig := r.Runtime.Signature(); sig != r.sig {

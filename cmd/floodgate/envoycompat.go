@@ -75,6 +75,9 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	if reload <= 0 {
 		return fmt.Errorf("--reload-interval %v: want a positive duration (how often the runtime directory is checked)", reload)
 	}
+	if reload < minReloadInterval {
+		return fmt.Errorf("--reload-interval %v: want at least %v; each poll reads the runtime directory, and a shorter one only burns CPU", reload, minReloadInterval)
+	}
 	s, err := envoycompat.FromEnv(lookup)
 	if err != nil {
 		return err
@@ -128,8 +131,14 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	if err != nil {
 		return err
 	}
+	// SIGHUP loads the runtime directory at once; it never stops the
+	// process (the signal's default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	now := make(chan struct{})
 	rl := &envoycompat.Reloader{Runtime: s.RuntimeOf(), Merge: s.MergeDomainConfig, Service: svc, Metrics: m,
-		Health: h, HealthyWithConfig: s.HealthyWithAtLeastOneConfigLoaded, Log: log}
+		Health: h, HealthyWithConfig: s.HealthyWithAtLeastOneConfigLoaded, Log: log, Now: now}
 	_ = rl.Load() // as theirs: a bad configuration is logged and the service starts without one
 
 	httpAddr, debugAddr, grpcAddr := s.Addresses()
@@ -185,6 +194,21 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	wctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); wg.Wait() }()
 	wg.Go(func() { rl.Watch(wctx, reload) })
+	wg.Go(func() {
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-hup:
+			}
+			log.Info("SIGHUP: loading the runtime directory now", "root", s.RuntimeRoot, "subdirectory", s.RuntimeSubdirectory)
+			select {
+			case now <- struct{}{}:
+			case <-wctx.Done():
+				return
+			}
+		}
+	})
 	wg.Go(func() { watchStore(wctx, store, h, log) })
 	errc := make(chan error, len(servers)+1)
 	wg.Go(func() { errc <- gs.Serve(gln) })

@@ -34,8 +34,14 @@ type compatProc struct {
 // variables, no flags. Ports 0 pick free ports, read back from the log.
 func startCompat(t *testing.T, env ...string) *compatProc {
 	t.Helper()
+	return startCompatArgs(t, nil, env...)
+}
+
+// startCompatArgs is startCompat with flags after "envoy-compat".
+func startCompatArgs(t *testing.T, args []string, env ...string) *compatProc {
+	t.Helper()
 	const listening = "floodgate envoy-compat listening"
-	cmd := exec.Command(binary(t), "envoy-compat")
+	cmd := exec.Command(binary(t), append([]string{"envoy-compat"}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "GRPC_HOST=127.0.0.1",
 		"PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "LOG_FORMAT=json", "LOG_LEVEL=info"}, env...)
 	p := proctest.Start(t, cmd, listening)

@@ -468,6 +468,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"demo", "nope"}, `unknown command "nope" for "floodgate demo"`},
 		{[]string{"demo", "incident", "--limit", "0"}, "--limit 0, --requests 50: want at least 1 each"},
 		{[]string{"envoy-compat", "--reload-interval", "0"}, "--reload-interval 0s: want a positive duration"},
+		{[]string{"envoy-compat", "--reload-interval", "1ns"}, "--reload-interval 1ns: want at least 10ms"},
+		{[]string{"serve", "--reload-interval", "1ns"}, "--reload-interval 1ns: want at least 10ms"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-pool", "100000000"}, "--redis-pool 100000000: out of range 0..10000"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-timeout", "-1s"}, "--redis-timeout -1s"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--fallback-factor", "0.5"}, "--fallback-factor 0.5: want 1..1000"},

@@ -121,7 +121,7 @@ that are not browsers are not affected.`,
 	fl.BoolVar(&f.envoyEach, "envoy-count-each-descriptor", false, "count a request in every descriptor whose limit admits it, as envoyproxy/ratelimit does (default: all-or-nothing across descriptors; needs --grpc-addr)")
 	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")
 	fl.BoolVar(&f.configRedis, "config-from-redis", false, "read the configuration from Redis (key <prefix>:config) and apply every published change")
-	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration and Envoy descriptor files are checked for changes (0: the default)")
+	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration and Envoy descriptor files are checked for changes, at least 10ms (0: the default; SIGHUP checks at once)")
 	fl.StringVar(&f.redisURL, "redis", "", "Redis URL: redis://host:port/db, rediss://..., redis-sentinel://h1:p,h2:p/db?master=NAME or redis-cluster://h1:p,h2:p")
 	fl.StringSliceVar(&f.sentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
 	fl.StringVar(&f.sentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
@@ -302,8 +302,15 @@ func checkDurations(f *serveFlags) error {
 			return fmt.Errorf("%s %v: must not be negative", d.flag, d.v)
 		}
 	}
+	if f.reloadInterval > 0 && f.reloadInterval < minReloadInterval {
+		return fmt.Errorf("--reload-interval %v: want at least %v (0: the default, 1s); each poll stats the files, and a shorter one only burns CPU", f.reloadInterval, minReloadInterval)
+	}
 	return nil
 }
+
+// minReloadInterval is the shortest --reload-interval serve and
+// envoy-compat take: a nanosecond's poll kept a core busy.
+const minReloadInterval = 10 * time.Millisecond
 
 // redisOnlyFlags set up the connection to Redis or what is kept there:
 // without a Redis address they would be silently unused, and an instance
@@ -508,6 +515,13 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if envoy != nil {
 		wg.Go(func() { envoy.Watch(wctx, f.reloadInterval) })
 	}
+	// SIGHUP reads the configuration sources at once instead of at their
+	// next poll; it never stops the service (the signal's default action,
+	// which a supervisor sending the customary "reload" would not expect).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Go(func() { onHangup(wctx, hup, &f, reloader, envoy, log) })
 	if clock.sync != nil {
 		wg.Go(func() { _ = clock.sync.Run(wctx) })
 	}
@@ -616,4 +630,37 @@ func (o observedStore) Decide(ctx context.Context, now int64, layers []floodgate
 	err := o.Store.Decide(ctx, now, layers, out)
 	o.obs.ObservePrimary(time.Since(start), err)
 	return err
+}
+
+// onHangup answers every SIGHUP on hup, until ctx ends, by asking the
+// running watchers to read their sources at once: the policies' file or
+// Redis document (reloader) and the Envoy descriptor files (envoy, nil
+// without --envoy-config). What they read is applied, rejected and logged
+// as at any poll.
+func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader *config.Reloader, envoy *config.EnvoyReloader, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		var sources []string
+		switch {
+		case f.configFile != "":
+			sources = append(sources, f.configFile)
+			reloader.CheckNow()
+		case f.configRedis:
+			sources = append(sources, "redis")
+			reloader.CheckNow()
+		}
+		if envoy != nil {
+			sources = append(sources, envoy.Files()...)
+			envoy.CheckNow()
+		}
+		if len(sources) == 0 {
+			log.Info("SIGHUP: nothing to reload (the built-in configuration; no --config, --config-from-redis or --envoy-config)")
+			continue
+		}
+		log.Info("SIGHUP: reading the configuration now", "sources", sources)
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,4 +101,76 @@ func TestServeLeavesLiveCountAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-s.Done()
+}
+
+// TestServeHangupReloads: SIGHUP, the customary "reload" of supervisors
+// and operators, reads the configuration file at once (here, with a poll
+// an hour away) and never stops serve, with or without a file to read;
+// before, the signal's default action ended the process without a word.
+func TestServeHangupReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	doc := func(limit int) string {
+		return fmt.Sprintf("version: \"1\"\npolicies:\n  - name: api\n    layers:\n      - {name: u, algorithm: fixed_window, limit: %d, window: 1m, dimension: user}\n", limit)
+	}
+	writeFileAtomic(t, path, doc(5))
+	svc := startService(t, "--config", path, "--reload-interval", "1h")
+	defer svc.stop(t)
+	limit := func() int64 {
+		t.Helper()
+		code, r := post(t, svc.url+"/v1/peek", map[string]any{"policy": "api", "identity": map[string]string{"user": "u"}})
+		if code != 200 {
+			t.Fatalf("peek: status %d", code)
+		}
+		return r.Limit
+	}
+	if got := limit(); got != 5 {
+		t.Fatalf("limit %d, want 5", got)
+	}
+	writeFileAtomic(t, path, doc(7))
+	if err := svc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SIGHUP to apply the new file", func() bool { return limit() == 7 })
+	waitFor(t, "the SIGHUP to be logged", func() bool { return strings.Contains(svc.Logs(), "SIGHUP: reading the configuration now") })
+	select {
+	case <-svc.Done():
+		t.Fatalf("serve exited after SIGHUP: %v\n%s", svc.Err(), svc.Logs())
+	default:
+	}
+
+	bare := startService(t)
+	defer bare.stop(t)
+	if err := bare.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SIGHUP to be logged", func() bool { return strings.Contains(bare.Logs(), "SIGHUP: nothing to reload") })
+	if code, _ := post(t, bare.url+"/v1/check", map[string]any{"policy": "api", "identity": map[string]string{"user": "u"}}); code != 200 {
+		t.Fatalf("after SIGHUP without a configuration file: status %d", code)
+	}
+}
+
+// TestEnvoyCompatHangupReloads: envoy-compat loads its runtime directory
+// on SIGHUP (here with a poll an hour away) and keeps running.
+func TestEnvoyCompatHangupReloads(t *testing.T) {
+	rdb := redistest.Start(t)
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(cfgDir, "a.yaml"), "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	c := startCompatArgs(t, []string{"--reload-interval", "1h"}, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit")
+	writeFileAtomic(t, filepath.Join(cfgDir, "b.yaml"), "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	if err := c.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SIGHUP to load domain b", func() bool {
+		code, body := httpGet(t, "http://"+c.debug+"/rlconfig")
+		return code == 200 && strings.Contains(body, "b.user")
+	})
+	select {
+	case <-c.Done():
+		t.Fatalf("envoy-compat exited after SIGHUP: %v\n%s", c.Err(), c.Logs())
+	default:
+	}
 }

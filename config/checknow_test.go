@@ -1,0 +1,244 @@
+package config_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoyrls"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// logBuffer is a slog handler's output that tests read while a watcher
+// writes it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newLoggedReloader(t *testing.T, initial string) (*config.Holder, *config.Reloader, *prometheus.Registry, *logBuffer) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(initial), "initial.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := config.NewHolder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, logs := prometheus.NewRegistry(), &logBuffer{}
+	r, err := config.NewReloader(h, config.ReloaderOptions{Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, r, reg, logs
+}
+
+// oversized is a valid configuration padded with comments past
+// config.MaxSize: readable, and never valid.
+func oversized(version string, limit int) string {
+	return doc(version, limit) + strings.Repeat("# padding\n", config.MaxSize/10+1)
+}
+
+// A configuration file over the size limit is readable and invalid: it
+// counts once as result="invalid" (which RateLimitConfigRejected alerts
+// on), not as an unreadable source on every poll.
+func TestWatchFileOversizedIsInvalid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, doc("1", 10))
+	h, r, reg, logs := newLoggedReloader(t, doc("1", 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.WatchFile(ctx, path, 10*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	writeFile(t, path, oversized("2", 20))
+	waitFor(t, "the oversized file to be rejected", func() bool { return reloads(t, reg, "invalid") == 1 })
+	time.Sleep(150 * time.Millisecond) // about 15 polls
+	if inv, e := reloads(t, reg, "invalid"), reloads(t, reg, "error"); inv != 1 || e > 0 {
+		t.Fatalf("invalid %d, error %d after the oversized file stayed: want it counted once as invalid", inv, e)
+	}
+	if limitOf(t, h) != 10 {
+		t.Fatal("the oversized file replaced the configuration")
+	}
+	if !strings.Contains(logs.String(), "file is larger than") {
+		t.Fatalf("the rejection was not logged with its reason:\n%s", logs)
+	}
+	writeFile(t, path, doc("3", 30))
+	waitFor(t, "the fixed file to apply", func() bool { return limitOf(t, h) == 30 })
+}
+
+// After a failed read, the first good one says so in the log, so that the
+// error line has an end.
+func TestWatchFileSaysReadableAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, doc("1", 10))
+	_, r, reg, logs := newLoggedReloader(t, doc("1", 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.WatchFile(ctx, path, 10*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	moved := path + ".away"
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the missing file to count as an error", func() bool { return reloads(t, reg, "error") >= 1 })
+	if err := os.Rename(moved, path); err != nil { // the same file, the same content
+		t.Fatal(err)
+	}
+	waitFor(t, "the log to say the file is readable again", func() bool {
+		return strings.Contains(logs.String(), "configuration source readable again")
+	})
+	if a := reloads(t, reg, "applied"); a != 0 {
+		t.Fatalf("applied %d: the same content must not be applied again", a)
+	}
+}
+
+// CheckNow reads the file at once, even when its modification time and
+// size are those of the last poll (an edit in place within the file
+// system's clock tick, a copy with cp -p); the next poll would not.
+func TestWatchFileCheckNow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, doc("1", 10))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, r, _, _ := newLoggedReloader(t, doc("1", 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.WatchFile(ctx, path, time.Hour); close(done) }() // no poll during the test
+	t.Cleanup(func() { cancel(); <-done })
+
+	// The same size, in place (the same inode), the old modification time.
+	if err := os.WriteFile(path, []byte(doc("1", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	r.CheckNow()
+	waitFor(t, "CheckNow to apply the edited file", func() bool { return limitOf(t, h) == 20 })
+}
+
+// The Envoy descriptor files: an oversized one counts once as invalid,
+// and CheckNow reloads at once.
+func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rl.yaml")
+	writeFile(t, path, envoyDoc("api", 10))
+	reg := prometheus.NewRegistry()
+	r, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Watch(ctx, 10*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	writeFile(t, path, envoyDoc("api", 10)+strings.Repeat("# padding\n", envoyrls.MaxConfigSize/10+1))
+	waitFor(t, "the oversized file to be rejected", func() bool { return reloadsOf(t, reg, "envoy", "invalid") == 1 })
+	time.Sleep(150 * time.Millisecond)
+	if inv, e := reloadsOf(t, reg, "envoy", "invalid"), reloadsOf(t, reg, "envoy", "error"); inv != 1 || e > 0 {
+		t.Fatalf("invalid %d, error %d after the oversized file stayed: want it counted once as invalid", inv, e)
+	}
+	if got := r.Load().Domains(); len(got) != 1 || got[0] != "api" {
+		t.Fatalf("domains %v: the oversized file replaced the configuration", got)
+	}
+	cancel()
+	<-done
+
+	// CheckNow: an in-place edit of the same size and modification time.
+	writeFile(t, path, envoyDoc("api", 10))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { r.Watch(ctx2, time.Hour); close(done2) }()
+	t.Cleanup(func() { cancel2(); <-done2 })
+	r.CheckNow()
+	waitFor(t, "the restored file to apply", func() bool { return reloadsOf(t, reg, "envoy", "applied") >= 1 })
+	applied := reloadsOf(t, reg, "envoy", "applied")
+	if err := os.WriteFile(path, []byte(envoyDoc("web", 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	r.CheckNow()
+	waitFor(t, "CheckNow to apply the edited file", func() bool {
+		d := r.Load().Domains()
+		return len(d) == 1 && d[0] == "web"
+	})
+	if a := reloadsOf(t, reg, "envoy", "applied"); a != applied+1 {
+		t.Fatalf("applied %d, want %d", a, applied+1)
+	}
+}
+
+// A key of another type under <prefix>:config is never a document: the
+// watcher counts it once as invalid, a push refuses it without --force and
+// replaces it with.
+func TestRedisWrongTypeDocument(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	keys, err := config.KeysFor(fmt.Sprintf("wt%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := client.HSet(ctx, keys.Config, "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	h, r, reg, _ := newLoggedReloader(t, doc("1", 10))
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.WatchRedis(wctx, client, keys, 20*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the hash to be rejected", func() bool { return reloads(t, reg, "invalid") == 1 })
+	time.Sleep(150 * time.Millisecond)
+	if inv, e := reloads(t, reg, "invalid"), reloads(t, reg, "error"); inv != 1 || e > 0 {
+		t.Fatalf("invalid %d, error %d: want the hash counted once as invalid", inv, e)
+	}
+
+	_, err = config.PublishWith(ctx, client, keys, []byte(doc("2", 20)), config.PublishOptions{})
+	if err == nil || !strings.Contains(err.Error(), "the key holds a hash, not a string document") || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("push over a hash without force: %v", err)
+	}
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("2", 20)), config.PublishOptions{Force: true}); err != nil {
+		t.Fatalf("push over a hash with force: %v", err)
+	}
+	waitFor(t, "the pushed document to apply", func() bool { return limitOf(t, h) == 20 })
+	if typ := client.Type(ctx, keys.Config).Val(); typ != "string" {
+		t.Fatalf("the key is a %s after the forced push", typ)
+	}
+	if _, err := config.LoadRedis(ctx, client, keys); err != nil && !errors.Is(err, config.ErrNotFound) {
+		t.Fatal(err)
+	}
+}
