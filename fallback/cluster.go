@@ -44,7 +44,10 @@ func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, key str
 // key's slot migrates away during a resharding, MOVED once it has) is not
 // a refusal: the probe tries the primary's next slot, up to
 // probeRedirectTries of them, and reports it healthy if every one
-// redirects.
+// redirects. A failed probe of a partition reloads cc's slot map (in the
+// background), so that a primary replaced by its replica is found gone
+// from the map by the next probe, rather than after whatever else
+// reloads it.
 func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, partition string) error {
 	var tags sync.Map // partition -> int, the hash tag to try first for it
 	return func(ctx context.Context, partition string) error {
@@ -54,12 +57,27 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 		}
 		for range probeRedirectTries {
 			node, k, tag, err := clusterProbeKey(ctx, cc, &tags, key, partition)
-			if err != nil || node == nil {
+			if err != nil {
+				cc.ReloadState(ctx)
 				return err
 			}
+			if node == nil {
+				return nil
+			}
 			err = node.Set(ctx, k, "1", 10*time.Second).Err()
-			if !redirected(err) {
+			if err != nil && !redirected(err) {
+				// The slot map may be out of date: the primary
+				// failed and a replica took its slots. Nothing else
+				// reloads it while this partition's breaker is open
+				// (no decision reaches the cluster client), so the
+				// probe does; the next probe finds the partition
+				// gone from the map, healthy, and the decisions go to
+				// the new primary.
+				cc.ReloadState(ctx)
 				return err
+			}
+			if err == nil {
+				return nil
 			}
 			// k's slot is leaving the primary, or has left it:
 			// search on from the next tag, in another slot.

@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +144,68 @@ func startCluster(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, conte
 		t.Fatal(err)
 	}
 	return c, cc, ctx
+}
+
+// TestRedisProbeClusterFailover: a primary killed and replaced by its
+// replica. Its partition's probe must report it healthy (gone from the
+// slot map) once the replica has taken its slots, with nothing else using
+// the cluster client meanwhile, as while its breaker is open no decision
+// reaches the client. Before, the probe kept writing to the dead address
+// from the cached slot map until something else (serve's /readyz) reloaded
+// it: 16–32 s of fallback after the replica had taken over.
+func TestRedisProbeClusterFailover(t *testing.T) {
+	c, cc, ctx := startCluster(t)
+	replica := c.AddReplica(t, 0)
+	probe := fallback.RedisProbe(cc, "fgtest:probe")
+	if err := probe(ctx, c.Addrs[0]); err != nil {
+		t.Fatalf("probe of healthy primary %s: %v", c.Addrs[0], err)
+	}
+	c.Nodes[0].Kill()
+
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	promoted := time.Now().Add(30 * time.Second)
+	for {
+		info, err := rc.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			break
+		}
+		if time.Now().After(promoted) {
+			t.Fatalf("replica %s not promoted 30 s after its primary was killed", replica.Addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Probe as the breaker does (every 200 ms here), and nothing else.
+	deadline := time.Now().Add(5 * time.Second)
+	var err error
+	for {
+		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = probe(pctx, c.Addrs[0])
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe of the failed-over primary %s still failing 5 s after its replica took over: %v", c.Addrs[0], err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The slot map the decisions' partitions are read from has moved on:
+	// the dead primary's slots are the replica's.
+	onReplica := 0
+	for n := range 300 {
+		node, err := cc.MasterForKey(context.Background(), "k{"+strconv.Itoa(n)+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch node.Options().Addr {
+		case c.Addrs[0]:
+			t.Fatalf("key k{%d} still maps to the dead primary %s", n, c.Addrs[0])
+		case replica.Addr:
+			onReplica++
+		}
+	}
+	if onReplica == 0 {
+		t.Fatalf("no key of 300 maps to the promoted replica %s", replica.Addr)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -54,35 +55,71 @@ func RedisReady(client redis.UniversalClient, probeKey string) func(ctx context.
 }
 
 func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx context.Context, partition string) error) error {
+	// ForEachMaster reloads the slot map first, from a node of its
+	// choice; a stalled node chosen there used to take the whole check's
+	// time, so that every primary's own check then failed with "context
+	// deadline exceeded" and the error named healthy nodes. The listing
+	// gets a third of the time (it falls back to the cached map), each
+	// primary's check the rest.
+	lctx, cancel := listingContext(ctx)
 	var mu sync.Mutex
-	var errs []error
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		info, err := n.ClusterInfo(ctx).Result()
-		if err == nil && !strings.Contains(info, "cluster_state:ok") {
-			state := "unknown"
-			for _, line := range strings.Split(info, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_state:"); ok {
-					state = v
-				}
-			}
-			err = fmt.Errorf("cluster_state:%s", state)
-		}
-		if err == nil && probe != nil {
-			if err = probe(ctx, n.Options().Addr); err != nil {
-				err = fmt.Errorf("a write was refused: %w", err)
-			}
-		}
-		if err != nil {
-			mu.Lock()
-			errs = append(errs, fmt.Errorf("redis cluster node %s: %w", n.Options().Addr, err))
-			mu.Unlock()
-		}
+	var nodes []*redis.Client
+	err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
 		return nil
 	})
-	if err != nil {
+	cancel()
+	if len(nodes) == 0 {
+		if err == nil {
+			err = errors.New("no primary in the slot map")
+		}
 		return fmt.Errorf("redis cluster: %w", err)
 	}
+	var errs []error
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			if err := nodeReady(ctx, n, probe); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("redis cluster node %s: %w", n.Options().Addr, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// listingContext bounds the slot map's reload to a third of ctx's time
+// (a second without a deadline).
+func listingContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithTimeout(ctx, time.Until(d)/3)
+	}
+	return context.WithTimeout(ctx, time.Second)
+}
+
+// nodeReady checks one Cluster primary: CLUSTER INFO says
+// cluster_state:ok and, with probe, it takes a write.
+func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Context, partition string) error) error {
+	info, err := n.ClusterInfo(ctx).Result()
+	if err == nil && !strings.Contains(info, "cluster_state:ok") {
+		state := "unknown"
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_state:"); ok {
+				state = v
+			}
+		}
+		err = fmt.Errorf("cluster_state:%s", state)
+	}
+	if err == nil && probe != nil {
+		if err = probe(ctx, n.Options().Addr); err != nil {
+			err = fmt.Errorf("a write was refused: %w", err)
+		}
+	}
+	return err
 }
 
 func primaryReady(ctx context.Context, c redis.UniversalClient) error {

@@ -273,3 +273,50 @@ func TestServeGRPCDecisionTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestServeEnvoyDomainKeepsItsOwnFailureMode: an Envoy domain named like a
+// policy of --config does not take that policy's on_redis_failure. The
+// store names an Envoy descriptor "domain.key-<hash>", and the failure
+// mode was looked up by the part before the first dot, so domain "edge"
+// took HTTP policy "edge"'s closed mode (every Envoy request OVER_LIMIT
+// while Redis was down); an open policy would have let the domain through
+// unlimited. Envoy descriptors take --fallback (local by default).
+func TestServeEnvoyDomainKeepsItsOwnFailureMode(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n")
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFileAtomic(t, cfg, "version: \"1\"\npolicies:\n  - name: edge\n    on_redis_failure: closed\n    layers:\n      - {name: per-user, algorithm: fixed_window, limit: 1000, window: 1m, dimension: user}\n")
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("edgemode%d", time.Now().UnixNano()),
+		"--config", cfg, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlspb.NewRateLimitServiceClient(conn)
+	rs.Kill()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}})
+		cancel()
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		var degraded string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			if strings.EqualFold(h.GetKey(), "x-floodgate-degraded") {
+				degraded = h.GetValue()
+			}
+		}
+		if resp.GetOverallCode() != rlspb.RateLimitResponse_OK || !strings.HasPrefix(degraded, "local; reason=") {
+			t.Fatalf("Envoy domain edge with Redis down: %v, x-floodgate-degraded %q; want OK by the local fallback (--fallback), not policy edge's closed mode", resp.GetOverallCode(), degraded)
+		}
+	}
+	// The HTTP policy keeps its own mode.
+	code, r := post(t, svc.url+"/v1/check", map[string]any{"policy": "edge", "identity": map[string]string{"user": "a"}})
+	if code != 200 || r.Allowed {
+		t.Fatalf("HTTP policy edge (on_redis_failure: closed) with Redis down: status %d, allowed %v; want a denial", code, r.Allowed)
+	}
+}

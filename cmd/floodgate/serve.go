@@ -392,10 +392,22 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		if holder == nil {
 			return 0
 		}
-		name, _, _ := strings.Cut(layer, ".") // the store sees "policy.layer"
-		if p, ok := holder.Load().Policy(name); ok && p.OnRedisFailure != "" {
-			mode, _ := fallback.ParseMode(p.OnRedisFailure)
-			return mode
+		// The store sees "policy.layer" for the configuration's
+		// policies; an Envoy descriptor's derived name also starts with
+		// "domain.", so a policy and a domain of one name must not share
+		// a failure mode: only a layer the policy has takes the policy's
+		// (a derived name's tail, "key-<hex>", is no valid layer name).
+		// Envoy descriptors take --fallback.
+		name, rest, _ := strings.Cut(layer, ".")
+		p, ok := holder.Load().Policy(name)
+		if !ok || p.OnRedisFailure == "" {
+			return 0
+		}
+		for i := range p.Layers {
+			if p.Layers[i].Name == rest {
+				mode, _ := fallback.ParseMode(p.OnRedisFailure)
+				return mode
+			}
 		}
 		return 0
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,65 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// AddReplica starts a cluster node that replicates Nodes[primary] (CLUSTER
+// MEET, then CLUSTER REPLICATE) and waits until it is in sync and every
+// node knows it. A replica takes over its primary's slots when the primary
+// fails (after the cluster's node timeout, 5 s here). The replica is not
+// added to Nodes or Addrs, which list the primaries the cluster started
+// with.
+func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
+	t.Helper()
+	s := newServer(t, []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000",
+	})
+	s.bus = true
+	s.boot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	pc, rc := adminClient(c.Addrs[primary]), adminClient(s.Addr)
+	defer pc.Close()
+	defer rc.Close()
+	id, err := pc.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER MYID of %s: %v", c.Addrs[primary], err)
+	}
+	if err := rc.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[primary].Port)).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER MEET from %s: %v", s.Addr, err)
+	}
+	// The replica must know the primary's ID before it can replicate it.
+	err = poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		return rc.ClusterReplicate(ctx, id).Err()
+	})
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER REPLICATE %s on %s: %v%s", id, s.Addr, err, s.logTail())
+	}
+	err = poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		info, err := rc.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if got := infoField(info, "master_link_status"); got != "up" {
+			return fmt.Errorf("master_link_status %q", got)
+		}
+		for i, n := range c.Addrs {
+			cl := adminClient(n)
+			info, err := cl.ClusterInfo(ctx).Result()
+			cl.Close()
+			if err != nil {
+				return err
+			}
+			if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(len(c.Addrs)+1) {
+				return fmt.Errorf("node %d knows %s nodes", i, got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: replica %s of %s not in sync: %v%s", s.Addr, c.Addrs[primary], err, s.logTail())
+	}
+	return s
 }
