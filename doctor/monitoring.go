@@ -19,6 +19,7 @@ var ShippedAlerts = []string{
 	"RateLimitDenyRatioHigh",
 	"RateLimitRedisLatencyHigh",
 	"RateLimitFallbackActive",
+	"RateLimitDecisionErrors",
 	"RateLimitBreakerOpen",
 	"RateLimitClockSkew",
 	"RateLimitConfigRejected",

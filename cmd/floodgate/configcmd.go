@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
@@ -28,16 +31,39 @@ func newConfigCmd() *cobra.Command {
 }
 
 func newConfigValidateCmd() *cobra.Command {
-	return &cobra.Command{
+	var envoy bool
+	cmd := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check configuration files; print every problem with file:line:column",
 		Long: `Check configuration files without starting anything. Every problem is
 printed as file:line:column: what is wrong. Exit status 1 if any file is
-invalid.`,
+invalid.
+
+A file is read as floodgate's policies (--config) unless it is an Envoy
+descriptor file (envoyproxy/ratelimit's format, serve --envoy-config): one
+with a top-level domain and no top-level policies, or any file with
+--envoy. Envoy descriptor files given together are also checked as one set
+(no domain twice), as serve reads a directory of them.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			failed := 0
+			var envoyFiles []string
+			var envoyCfgs []*envoyrls.Config
 			for _, file := range files {
+				if envoy || isEnvoyFile(file) {
+					c, err := validateEnvoyFile(file)
+					if err != nil {
+						failed++
+						for _, e := range flatten(err) {
+							fmt.Fprintln(cmd.ErrOrStderr(), e)
+						}
+						continue
+					}
+					envoyFiles, envoyCfgs = append(envoyFiles, file), append(envoyCfgs, c)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (Envoy descriptors, domain %q, %s)\n",
+						file, strings.Join(c.Domains(), ", "), plural.Count(len(c.Rules()), "rule", "rules"))
+					continue
+				}
 				cfg, err := config.LoadFile(file)
 				if err != nil {
 					failed++
@@ -54,12 +80,55 @@ invalid.`,
 					file, cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), plural.Count(len(cfg.Quotas()), "quota", "quotas"),
 					plural.Count(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
 			}
+			if len(envoyCfgs) > 1 {
+				if _, err := envoyrls.MergeConfigs(envoyCfgs...); err != nil {
+					failed++
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s together: %v\n", strings.Join(envoyFiles, ", "), err)
+				}
+			}
 			if failed > 0 {
 				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", failed, len(files))}
 			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&envoy, "envoy", false, "read every file as an Envoy descriptor file (envoyproxy/ratelimit's format, serve --envoy-config)")
+	return cmd
+}
+
+// envoyTopLevel finds the top-level keys that tell an Envoy descriptor file
+// (domain) from a policies file (policies).
+var (
+	envoyDomainRE   = regexp.MustCompile(`(?m)^domain[ \t]*:`)
+	policiesFieldRE = regexp.MustCompile(`(?m)^policies[ \t]*:`)
+)
+
+// isEnvoyFile reports a file with a top-level domain and no top-level
+// policies; an unreadable file is not (config.LoadFile says why).
+func isEnvoyFile(file string) bool {
+	data, err := config.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	return envoyDomainRE.Match(data) && !policiesFieldRE.Match(data)
+}
+
+// validateEnvoyFile reads and parses one Envoy descriptor file as serve
+// --envoy-config does.
+func validateEnvoyFile(file string) (*envoyrls.Config, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, envoyrls.MaxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", file, err)
+	}
+	if len(data) > envoyrls.MaxConfigSize {
+		return nil, fmt.Errorf("%s: file is larger than %d bytes", file, envoyrls.MaxConfigSize)
+	}
+	return envoyrls.ParseConfig(data, file)
 }
 
 // flatten lists the errors joined in err, one per line.

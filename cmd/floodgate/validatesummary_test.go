@@ -35,3 +35,39 @@ func TestConfigValidateSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigValidateEnvoyFiles: config validate checks Envoy descriptor
+// files as serve --envoy-config reads them (docs/operations.md points to it
+// when RateLimitConfigRejected fires for source="envoy"); it used to read
+// them as policies files and refuse every valid one ("unknown field
+// domain").
+func TestConfigValidateEnvoyFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	edge := write("edge.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 50}\n")
+	if code, out, errOut := cli("config", "validate", edge); code != 0 || !strings.Contains(out, `edge.yaml: OK (Envoy descriptors, domain "edge", 2 rules)`) {
+		t.Fatalf("valid Envoy file: exit %d, %q %q", code, out, errOut)
+	}
+	bad := write("bad.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minut, requests_per_unit: 5}\n")
+	if code, _, errOut := cli("config", "validate", bad); code != 1 || !strings.Contains(errOut, `bad.yaml:4:24: unknown unit "minut"`) {
+		t.Fatalf("invalid Envoy file: exit %d, %q", code, errOut)
+	}
+	again := write("again.yaml", "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	if code, _, errOut := cli("config", "validate", edge, again); code != 1 || !strings.Contains(errOut, `domain "edge" is already defined`) {
+		t.Fatalf("two files of one domain: exit %d, %q", code, errOut)
+	}
+	// --envoy reads any file so, a policies file included.
+	policies := write("p.yaml", "policies:\n  - name: p\n    layers:\n      - {name: l, algorithm: fixed_window, limit: 1, window: 1s, dimension: user}\n")
+	if code, _, _ := cli("config", "validate", "--envoy", policies); code != 1 {
+		t.Fatalf("a policies file with --envoy: exit %d, want 1", code)
+	}
+	if code, out, _ := cli("config", "validate", policies); code != 0 || !strings.Contains(out, "p.yaml: OK (version") {
+		t.Fatalf("a policies file: exit %d, %q", code, out)
+	}
+}
