@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/quota"
 )
 
@@ -108,7 +109,17 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 		s.warn.Warn("tier lookup failed", "tier lookup failed; using the last known tier, or the default tier",
 			"policy", what, "used", used, "error", err)
 	}
-	if !ok || !cfg.HasTier(t) {
+	if !ok {
+		return cfg.DefaultTier()
+	}
+	if !cfg.HasTier(t) {
+		// Assigned, but to a tier this configuration does not define
+		// (a typo such as "PRO" for "pro", or a tier since removed):
+		// the identity gets the default tier's limits, which may be a
+		// customer's downgrade, so say so.
+		s.metrics.tierUnknown.Inc()
+		s.warn.Warn("unknown tier", "an identity is assigned a tier the configuration does not define; using the default tier",
+			"policy", what, "dimension", tierDim, "tier", clip.Text(t, 64), "default_tier", cfg.DefaultTier(), "configured", cfg.Tiers())
 		return cfg.DefaultTier()
 	}
 	return t

@@ -18,6 +18,7 @@ type serverMetrics struct {
 	rejected     *prometheus.CounterVec
 	tierErrors   prometheus.Counter
 	tierStale    prometheus.Counter
+	tierUnknown  prometheus.Counter
 	degraded     *prometheus.CounterVec
 	// degradedBy holds degraded's children by mode, resolved once so that
 	// counting a degraded answer looks nothing up.
@@ -46,6 +47,10 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: "floodgate_tier_lookup_stale_total",
 			Help: "Failed tier lookups answered with the last tier seen for the identity (the others used the default tier).",
 		}),
+		tierUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_tier_unknown_total",
+			Help: "Tier lookups that found an assigned tier the configuration does not define (a typo, or a tier removed); the default tier was used.",
+		}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_degraded_responses_total",
 			Help: "Decisions answered while degraded (taken by the failure mode instead of Redis), by failure mode.",
@@ -55,7 +60,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		m.degradedBy[mode] = m.degraded.WithLabelValues(mode.String())
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors, m.tierStale, m.degraded} {
+		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: registering metrics: %w", err)
 			}

@@ -296,6 +296,29 @@ func TestTierAssignment(t *testing.T) {
 	}
 }
 
+// TestUnknownAssignedTierIsCounted: an identity assigned a tier the
+// configuration no longer defines (here "pro", removed by a reload; in
+// Redis, any value written by hand, such as "PRO" for "pro") gets the
+// default tier, counted in floodgate_tier_unknown_total. It used to fall
+// back without a trace, quietly downgrading a customer.
+func TestUnknownAssignedTierIsCounted(t *testing.T) {
+	e := start(t, layered, memStore(t), nil)
+	if r := e.do("POST", "/admin/v1/tier", testToken, server.TierRequest{Dimension: "user", Value: "vip", Tier: "pro"}); r.status != 200 {
+		t.Fatalf("set tier: %d %s", r.status, r.body)
+	}
+	if _, err := e.reloader.Apply([]byte(strings.NewReplacer("[free, pro]", "[free, gold]", "{pro: {limit: 6}}", "{gold: {limit: 6}}").Replace(layered)), "gold.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	r := e.check("api", id("user", "vip"), 0)
+	if r.Tier != "free" || r.Layers[1].Limit != 5 {
+		t.Fatalf("identity assigned the removed tier pro: %+v, want the default tier", r)
+	}
+	m := e.do("GET", "/metrics", "", nil)
+	if !strings.Contains(string(m.body), "floodgate_tier_unknown_total 1") {
+		t.Fatalf("floodgate_tier_unknown_total not 1:\n%s", m.body)
+	}
+}
+
 func TestAdminAuthResetAndTopDenied(t *testing.T) {
 	e := start(t, layered, memStore(t), nil)
 	if r := e.do("GET", "/admin/v1/top-denied", "", nil); r.status != 401 || r.header.Get("WWW-Authenticate") == "" {
