@@ -24,6 +24,8 @@ var ShippedAlerts = []string{
 	"RateLimitClockSkew",
 	"RateLimitConfigRejected",
 	"RateLimitConfigUnreadable",
+	"RateLimitEnvoyCompatErrors",
+	"RateLimitEnvoyCompatConfigRejected",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.
