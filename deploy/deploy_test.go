@@ -18,10 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/server"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"gopkg.in/yaml.v3"
 )
 
@@ -58,9 +63,35 @@ func exported(t *testing.T) map[string]bool {
 	if _, err := r.Apply([]byte("not: [valid"), "test"); err == nil {
 		t.Fatal("an invalid configuration was applied")
 	}
-	mfs, err := reg.Gather()
+	// The HTTP API's own metrics (floodgate_decision_errors_total, ...).
+	ms, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	lim, err := floodgate.New(ms, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (serve registers the library's metrics with them: a registry of
+	// their own)
+	sreg := prometheus.NewRegistry()
+	if _, err := server.New(lim, h, server.Options{Registerer: sreg}); err != nil {
+		t.Fatal(err)
+	}
+	// envoy-compat's: another process, scraped by the same Prometheus.
+	ereg := prometheus.NewRegistry()
+	em, err := envoycompat.NewMetrics(ereg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	em.ConfigLoaded(false)
+	var mfs []*dto.MetricFamily
+	for _, g := range []*prometheus.Registry{reg, sreg, ereg} {
+		got, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mfs = append(mfs, got...)
 	}
 	names := map[string]bool{}
 	for _, mf := range mfs {

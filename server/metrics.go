@@ -59,6 +59,11 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	for mode := fallback.ModeLocal; mode <= fallback.ModeClosed; mode++ {
 		m.degradedBy[mode] = m.degraded.WithLabelValues(mode.String())
 	}
+	// Every reason's series exists from the start, at 0, so that a rate
+	// (RateLimitDecisionErrors) sees the first failures as an increase.
+	for _, reason := range []string{"store_unavailable", "indeterminate", "timeout", "internal"} {
+		m.errors.WithLabelValues(reason)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded} {
 			if err := reg.Register(c); err != nil {
