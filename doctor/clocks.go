@@ -139,7 +139,7 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 		if worst == Pass && unread > 0 {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("the clock discipline of %s is unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
-			c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
+			c.Fix = metricsFix
 			return
 		}
 		switch worst {

@@ -3,9 +3,11 @@ package doctor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -46,7 +48,28 @@ type instance struct {
 	later         map[string]*dto.MetricFamily // a second scrape, for rates
 	laterAt       time.Time
 	err           error
+	// metricsURL is the base URL /metrics was read from: url, or the
+	// instance's admin address given as another --instance (serve
+	// --metrics-admin-only), empty when none was read.
+	metricsURL string
+	// metrics404 is set when url answered /metrics with 404 (serve
+	// --metrics-admin-only serves it on --admin-addr only).
+	metrics404 bool
+	// notFloodgate says why url's /readyz is not a Floodgate instance's
+	// answer (an admin address, another service); empty when it is. Its
+	// readiness and configuration version are then unknown.
+	notFloodgate string
+	// admin is set when url is an admin address: /readyz is not
+	// Floodgate's, /metrics has Floodgate's series.
+	admin bool
 }
+
+// metricsAdminOnlyHint says how doctor reads the metrics of an instance
+// run with --metrics-admin-only.
+const metricsAdminOnlyHint = "an instance run with --metrics-admin-only serves /metrics on its --admin-addr only: give that address too, as another --instance (same host), and doctor reads /metrics there"
+
+// metricsFix is the fix of a check that could not read some /metrics.
+const metricsFix = "give doctor each instance's main address (--addr), which serves /readyz; for instances run with --metrics-admin-only, give their admin address (--admin-addr) too, as another --instance on the same host: doctor reads /metrics there"
 
 func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -65,13 +88,16 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 	return body, resp.Header, resp.StatusCode, time.Since(t0), err
 }
 
+// errMetrics404 is the error of a /metrics answered 404.
+var errMetrics404 = errors.New("status 404 (" + metricsAdminOnlyHint + ")")
+
 func (r *run) scrape(ctx context.Context, base string) (map[string]*dto.MetricFamily, error) {
 	body, _, code, _, err := r.get(ctx, base+"/metrics")
 	if err != nil {
 		return nil, err
 	}
 	if code == http.StatusNotFound {
-		return nil, fmt.Errorf("status 404 (an instance run with --metrics-admin-only serves /metrics on its --admin-addr only, and doctor reads /readyz and /metrics from the one --instance URL: its metrics checks cannot be made)")
+		return nil, errMetrics404
 	}
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("status %d", code)
@@ -97,24 +123,40 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 		}
 		in.readyStatus = code
 		var ready struct {
-			Status        string `json:"status"`
-			Error         string `json:"error"`
-			ConfigVersion string `json:"config_version"`
+			Status        *string `json:"status"`
+			Error         string  `json:"error"`
+			ConfigVersion *string `json:"config_version"`
 		}
-		if err := json.Unmarshal(body, &ready); err != nil {
-			in.err = fmt.Errorf("GET /readyz: not a Floodgate answer: %v", err)
+		jerr := json.Unmarshal(body, &ready)
+		if jerr != nil || ready.Status == nil || ready.ConfigVersion == nil || (code != http.StatusOK && code != http.StatusServiceUnavailable) {
+			// Not Floodgate's /readyz: an admin address (no /readyz there:
+			// a 404 problem, which is JSON too), or another service.
+			// /metrics tells an admin address.
+			m, merr := r.scrape(ctx, in.url)
+			if merr == nil && hasFloodgateSeries(m) {
+				in.admin = true
+				in.metrics, in.metricsAt, in.metricsURL = m, time.Now(), in.url
+				in.notFloodgate = fmt.Sprintf("GET /readyz answered HTTP %d, but /metrics has Floodgate's series: this is an instance's admin address (--admin-addr), which serves no /readyz", code)
+			} else {
+				in.notFloodgate = fmt.Sprintf("GET /readyz answered HTTP %d%s: this URL did not answer as a Floodgate instance", code, bodyHint(code, body))
+				in.err = errors.New(in.notFloodgate)
+			}
 			continue
 		}
-		in.ready, in.readyErr, in.configVersion = ready.Status, ready.Error, ready.ConfigVersion
+		in.ready, in.readyErr, in.configVersion = *ready.Status, ready.Error, *ready.ConfigVersion
 		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
 			in.date, in.dateAt = d, local.Add(rtt/2)
 		}
 		in.metrics, err = r.scrape(ctx, in.url)
 		in.metricsAt = time.Now()
 		if err != nil {
+			in.metrics404 = errors.Is(err, errMetrics404)
 			in.err = fmt.Errorf("GET /metrics: %v", err)
+		} else {
+			in.metricsURL = in.url
 		}
 	}
+	r.instances = pairAdmins(r.instances)
 	if r.opts.RateWindow > 0 {
 		select {
 		case <-ctx.Done():
@@ -125,12 +167,79 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			if in.metrics == nil {
 				continue
 			}
-			if m, err := r.scrape(ctx, in.url); err == nil {
+			if m, err := r.scrape(ctx, in.metricsURL); err == nil {
 				in.later, in.laterAt = m, time.Now()
 			}
 		}
 	}
 	return r.instances
+}
+
+// bodyHint says, for an answer to /readyz that is not Floodgate's, what
+// the URL probably is.
+func bodyHint(code int, body []byte) string {
+	if code == http.StatusNotFound {
+		return " (no /readyz there: is this an admin address, --admin-addr? give the instance's main --addr)"
+	}
+	if len(body) == 0 {
+		return ", with an empty body"
+	}
+	return ""
+}
+
+// hasFloodgateSeries reports whether a /metrics answer has any of
+// Floodgate's metric families.
+func hasFloodgateSeries(m map[string]*dto.MetricFamily) bool {
+	for name := range m {
+		if strings.HasPrefix(name, "rate_limit_") || strings.HasPrefix(name, "floodgate_") {
+			return true
+		}
+	}
+	return false
+}
+
+// pairAdmins joins each instance whose /metrics is on its admin address
+// only (serve --metrics-admin-only: its main URL answered /metrics 404)
+// with that admin address, when it was given as another --instance: the
+// one admin address on the same host, with one such instance there. The
+// joined instance reads /metrics from the admin address, which leaves the
+// list. Other admin addresses stay, unpaired: their metrics are read, their
+// readiness and configuration version are unknown.
+func pairAdmins(ins []*instance) []*instance {
+	host := func(u string) string {
+		pu, err := url.Parse(u)
+		if err != nil {
+			return u
+		}
+		return pu.Hostname()
+	}
+	mains, admins := map[string][]*instance{}, map[string][]*instance{}
+	for _, in := range ins {
+		switch {
+		case in.admin:
+			admins[host(in.url)] = append(admins[host(in.url)], in)
+		case in.metrics404:
+			mains[host(in.url)] = append(mains[host(in.url)], in)
+		}
+	}
+	joined := map[*instance]bool{}
+	for h, ms := range mains {
+		as := admins[h]
+		if len(ms) != 1 || len(as) != 1 {
+			continue
+		}
+		m, a := ms[0], as[0]
+		m.metrics, m.metricsAt, m.metricsURL = a.metrics, a.metricsAt, a.url
+		m.metrics404, m.err = false, nil
+		joined[a] = true
+	}
+	out := ins[:0]
+	for _, in := range ins {
+		if !joined[in] {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // sum adds up the values of every series of a counter or gauge family,
@@ -197,22 +306,54 @@ func (r *run) instanceChecks(ctx context.Context) {
 	read := "GET /readyz and /metrics of " + plural.Count(len(ins), "instance", "instances")
 	r.check(GroupInstances, "ready", func(c *Check) {
 		c.Read = read
-		bad := 0
+		bad, foreign, admins := 0, 0, 0
 		for _, in := range ins {
 			switch {
 			case in.err != nil && in.readyStatus == 0:
 				bad++
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: unreachable: %v", in.url, in.err))
+			case in.notFloodgate != "":
+				foreign++
+				if in.admin {
+					admins++
+				}
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s", in.url, in.notFloodgate))
 			case in.readyStatus != http.StatusOK:
 				bad++
-				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s (HTTP %d) %s", in.url, in.ready, in.readyStatus, in.readyErr))
+				line := fmt.Sprintf("%s: %s (HTTP %d)", in.url, in.ready, in.readyStatus)
+				if in.readyErr != "" {
+					line += ": " + in.readyErr
+				}
+				c.Evidence = append(c.Evidence, line)
 			default:
-				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: ready, config version %q", in.url, in.configVersion))
+				line := fmt.Sprintf("%s: ready, config version %q", in.url, in.configVersion)
+				if in.metricsURL != "" && in.metricsURL != in.url {
+					line += "; /metrics read on its admin address " + in.metricsURL
+				}
+				c.Evidence = append(c.Evidence, line)
 			}
 		}
-		if bad > 0 {
-			c.Status, c.Summary = Fail, fmt.Sprintf("%d of %s", bad, plural.Count(len(ins), "instance not ready", "instances not ready"))
-			c.Fix = "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down"
+		if bad > 0 || foreign > 0 {
+			var parts []string
+			if bad > 0 {
+				parts = append(parts, fmt.Sprintf("%d of %s", bad, plural.Count(len(ins), "instance not ready", "instances not ready")))
+			}
+			if foreign > 0 {
+				parts = append(parts, fmt.Sprintf("%d of %s not answer /readyz as a Floodgate instance, so %s readiness is unknown", foreign, plural.Count(len(ins), "URL does", "URLs do"), plural.Word(foreign, "its", "their")))
+			}
+			c.Status, c.Summary = Fail, strings.Join(parts, "; ")
+			var fixes []string
+			if bad > 0 {
+				fixes = append(fixes, "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down")
+			}
+			if foreign > 0 {
+				f := "give each instance's main address (serve --addr), which serves /readyz"
+				if admins > 0 {
+					f += "; an admin address (--admin-addr) serves only /metrics and the admin API: with --metrics-admin-only, give it as well as the main address (same host), and doctor reads /metrics there"
+				}
+				fixes = append(fixes, f)
+			}
+			c.Fix = strings.Join(fixes, "; ")
 			return
 		}
 		c.Status, c.Summary = Pass, plural.Word(len(ins), "", "all ")+plural.Count(len(ins), "instance ready", "instances ready")
@@ -220,8 +361,12 @@ func (r *run) instanceChecks(ctx context.Context) {
 	r.check(GroupInstances, "config-version", func(c *Check) {
 		c.Read = read + " (no extra request)"
 		versions := map[string][]string{}
+		var unknown []string // instances whose version is unknown: not a Floodgate /readyz
 		for _, in := range ins {
-			if in.readyStatus != 0 {
+			switch {
+			case in.notFloodgate != "":
+				unknown = append(unknown, in.url)
+			case in.readyStatus != 0:
 				versions[in.configVersion] = append(versions[in.configVersion], in.url)
 			}
 		}
@@ -231,6 +376,21 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Evidence = append(c.Evidence, fmt.Sprintf("version %q: %s", v, strings.Join(urls, ", ")))
 		}
 		sort.Strings(c.Evidence)
+		if len(unknown) > 0 {
+			c.Evidence = append(c.Evidence, "version unknown (no Floodgate /readyz answer): "+strings.Join(unknown, ", "))
+		}
+		defer func() {
+			if len(unknown) == 0 || len(versions) == 0 {
+				return
+			}
+			// The verdict above is about the instances whose version is
+			// known; say that the others' is not.
+			c.Summary += fmt.Sprintf("; the version of %s is unknown (%s did not answer /readyz as a Floodgate instance)", plural.Count(len(unknown), "URL", "URLs"), plural.Word(len(unknown), "it", "they"))
+			if c.Status == Pass {
+				c.Status = Warn
+				c.Fix = "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
+			}
+		}()
 		switch {
 		case len(versions) > 1:
 			sort.Strings(vs)
@@ -241,8 +401,14 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("instances run version %q, but %s holds version %q", vs[0], r.cfgSource, r.cfg.Version())
 			c.Fix = "the instances have not applied the current document (rejected, or not watching it): check their logs"
+		case len(versions) == 1 && len(unknown) > 0:
+			c.Status, c.Summary = Pass, fmt.Sprintf("every instance whose version is known runs configuration version %q", vs[0])
 		case len(versions) == 1:
 			c.Status, c.Summary = Pass, fmt.Sprintf("every instance runs configuration version %q", vs[0])
+		case len(unknown) > 0:
+			c.Status = Warn
+			c.Summary = fmt.Sprintf("the configuration version of %s is unknown: %s did not answer /readyz as a Floodgate instance", plural.Count(len(unknown), "URL", "URLs"), plural.Word(len(unknown), "it", "they"))
+			c.Fix = "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
 		default:
 			c.Status, c.Summary = Warn, "no instance answered"
 		}
@@ -277,7 +443,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		switch {
 		case worst == Pass && unread > 0:
 			c.Status, c.Summary = Warn, fmt.Sprintf("the breakers of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
-			c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
+			c.Fix = metricsFix
 		case !seen:
 			c.Status, c.Summary = Info, "no instance exports "+metricBreaker+" (not exported by this version, or no Redis call yet)"
 		case worst == Fail:
@@ -373,7 +539,7 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 	case worst == Pass && unread > 0:
 		c.Status = Warn
 		c.Summary = fmt.Sprintf("the fallback and denial counts of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
-		c.Fix = "give doctor a URL of each instance that serves both /readyz and /metrics"
+		c.Fix = metricsFix
 		return
 	}
 	switch worst {

@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -24,6 +25,7 @@ import (
 // a real HTTP listener, deciding on client under prefix.
 type instance struct {
 	url      string
+	adminURL string // the admin listener (server.AdminHandler): /metrics, no /readyz
 	reloader *config.Reloader
 	reg      *prometheus.Registry
 }
@@ -88,7 +90,9 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return &instance{url: hs.URL, reloader: rl, reg: reg}
+	as := httptest.NewServer(srv.AdminHandler())
+	t.Cleanup(as.Close)
+	return &instance{url: hs.URL, adminURL: as.URL, reloader: rl, reg: reg}
 }
 
 func TestInstancesHealthyPassClean(t *testing.T) {
@@ -227,4 +231,72 @@ func TestRatesUnknownWhenTheRunEndsFirst(t *testing.T) {
 		t.Fatalf("doctor.Run: %v", err)
 	}
 	want(t, rep, doctor.GroupInstances, "fallback-and-denials", doctor.Warn, "current rates of 1 instance are unknown", "no second /metrics scrape")
+}
+
+// TestInstanceURLNotFloodgate: an --instance URL whose /readyz is not
+// Floodgate's. The admin listener (no /readyz: a 404 problem) was
+// reported "ready: http://...:  (HTTP 404) " with an empty reason, and
+// config-version then claimed the instances run version "" while Redis
+// holds another: a mismatch that does not exist. Now the ready check says
+// the URL is an admin address (its /metrics has Floodgate's series) or
+// not a Floodgate instance, and config-version says the version is
+// unknown.
+func TestInstanceURLNotFloodgate(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	doc := strings.Replace(testConfig, `version: "7"`, `version: "deploy-1"`, 1)
+	publish(t, client, "nf", doc)
+	a := startInstance(t, client, "nf", instanceOptions{doc: doc, discipline: true})
+	other := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(other.Close)
+
+	for _, tc := range []struct {
+		url      string
+		mentions []string
+	}{
+		{a.adminURL, []string{a.adminURL + ": GET /readyz answered HTTP 404, but /metrics has Floodgate's series: this is an instance's admin address (--admin-addr)"}},
+		{other.URL, []string{other.URL + ": GET /readyz answered HTTP 404 (no /readyz there: is this an admin address, --admin-addr? give the instance's main --addr): this URL did not answer as a Floodgate instance"}},
+	} {
+		rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nf",
+			Instances: []string{tc.url}, RateWindow: -1})
+		c := want(t, rep, doctor.GroupInstances, "ready", doctor.Fail, append(tc.mentions, "1 of 1 URL does not answer /readyz as a Floodgate instance")...)
+		if !strings.Contains(c.Fix, "main address (serve --addr)") {
+			t.Errorf("ready fix %q does not say to give the main --addr", c.Fix)
+		}
+		c = want(t, rep, doctor.GroupInstances, "config-version", doctor.Warn, "the configuration version of 1 URL is unknown", "version unknown (no Floodgate /readyz answer): "+tc.url)
+		if strings.Contains(c.Summary, `version ""`) || strings.Contains(c.Fix, "have not applied") {
+			t.Errorf("config-version claims a version mismatch for an unknown version:\n%s", text(rep))
+		}
+	}
+	// With the main address too: the known version is reported, the
+	// admin address's as unknown, not as a mismatch.
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nf",
+		Instances: []string{a.url, a.adminURL}, RateWindow: -1})
+	want(t, rep, doctor.GroupInstances, "config-version", doctor.Warn, `every instance whose version is known runs configuration version "deploy-1"; the version of 1 URL is unknown`)
+}
+
+// TestMetricsAdminOnlyWithAdminURL: an instance run with
+// --metrics-admin-only serves /readyz on its main address and /metrics on
+// its admin address only. Given both, doctor reads each where it is, and
+// every instance check passes; given the main one alone, the metrics
+// checks say how to give the admin address.
+func TestMetricsAdminOnlyWithAdminURL(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "ma", testConfig)
+	a := startInstance(t, client, "ma", instanceOptions{doc: testConfig, discipline: true, metricsAdminOnly: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ma",
+		Instances: []string{a.url, a.adminURL}, RateWindow: 200 * time.Millisecond})
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass, "1 instance ready", a.url+`: ready, config version "7"; /metrics read on its admin address `+a.adminURL)
+	want(t, rep, doctor.GroupInstances, "config-version", doctor.Pass, `every instance runs configuration version "7"`)
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Pass, a.url+": disciplined to Redis")
+	want(t, rep, doctor.GroupInstances, "breakers", doctor.Info)
+	want(t, rep, doctor.GroupInstances, "fallback-and-denials", doctor.Pass, a.url+" since start")
+
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ma",
+		Instances: []string{a.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, "give that address too, as another --instance (same host)")
+	if !strings.Contains(c.Fix, "--admin-addr") {
+		t.Errorf("fix %q does not name the admin address", c.Fix)
+	}
 }

@@ -354,8 +354,15 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 		c.Evidence = append(c.Evidence, line)
 	}
 	c.Evidence = firstN(c.Evidence, 15)
-	if hot := r.hotIdentities(ctx, res, own); len(hot) > 0 {
+	hot, gets := r.hotIdentities(ctx, res, own)
+	if len(hot) > 0 {
 		c.Evidence = append(c.Evidence, "identities at or near the default tier's limit: "+strings.Join(firstN(hot, 5), "; "))
+	}
+	if gets > 0 {
+		// Name every command the count below adds up.
+		c.Read = "the scan's key names; MEMORY USAGE on " + plural.Count(sampled, "sampled key", "sampled keys") +
+			" and GET of " + plural.Count(gets, "window counter", "window counters") +
+			" (fixed and sliding windows: the identities near their limit), pipelined"
 	}
 	switch {
 	case len(unknown) > 0 || len(stale) > 0:
@@ -394,8 +401,8 @@ func (r *run) checkPolicies(ctx context.Context, c *Check, res scanResult, own m
 // hotIdentities reads the state of the sampled window counters (GET of
 // fixed and sliding window keys) and the sliding logs' sizes, and returns
 // the identities whose count is at 90% or more of the default tier's
-// limit, fullest first.
-func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]*owner) []string {
+// limit, fullest first, and the number of GETs it sent.
+func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]*owner) ([]string, int) {
 	type hot struct {
 		line string
 		frac float64
@@ -457,7 +464,7 @@ func (r *run) hotIdentities(ctx context.Context, res scanResult, own map[string]
 	for i, h := range out {
 		lines[i] = h.line
 	}
-	return lines
+	return lines, len(gets)
 }
 
 // windowCount returns the count of a fixed or sliding window state as

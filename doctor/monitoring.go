@@ -78,7 +78,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 		}
 		sort.Strings(c.Evidence)
 		var missing []string
-		for _, in := range r.opts.Instances {
+		for _, in := range r.scrapeTargets(c) {
 			u, err := url.Parse(in)
 			if err == nil && !scraped[u.Host] {
 				missing = append(missing, u.Host)
@@ -108,6 +108,10 @@ func (r *run) monitoringChecks(ctx context.Context) {
 				Health    string `json:"health"`
 				LastError string `json:"lastError"`
 				Type      string `json:"type"`
+				Alerts    []struct {
+					Labels map[string]string `json:"labels"`
+					State  string            `json:"state"`
+				} `json:"alerts"`
 			} `json:"rules"`
 		} `json:"groups"`
 	}
@@ -169,25 +173,104 @@ func (r *run) monitoringChecks(ctx context.Context) {
 				if !shipped[rule.Name] {
 					continue
 				}
-				switch rule.State {
-				case "firing":
-					firing = append(firing, rule.Name)
-				case "pending":
-					pending = append(pending, rule.Name)
+				// One rule has an alert per series (per instance, policy,
+				// source...), each firing or pending on its own: a rule
+				// firing for one instance can be pending for another.
+				seen := false
+				for _, a := range rule.Alerts {
+					switch a.State {
+					case "firing":
+						firing = append(firing, alertName(rule.Name, a.Labels))
+						seen = true
+					case "pending":
+						pending = append(pending, alertName(rule.Name, a.Labels))
+						seen = true
+					}
+				}
+				if !seen {
+					switch rule.State {
+					case "firing":
+						firing = append(firing, rule.Name)
+					case "pending":
+						pending = append(pending, rule.Name)
+					}
 				}
 			}
+		}
+		sort.Strings(firing)
+		sort.Strings(pending)
+		for _, a := range firing {
+			c.Evidence = append(c.Evidence, "firing: "+a)
+		}
+		for _, a := range pending {
+			c.Evidence = append(c.Evidence, "pending (about to fire): "+a)
+		}
+		c.Evidence = firstN(c.Evidence, 20)
+		var parts []string
+		if len(firing) > 0 {
+			parts = append(parts, "firing: "+strings.Join(firstN(firing, 5), ", "))
+		}
+		if len(pending) > 0 {
+			parts = append(parts, "pending (about to fire): "+strings.Join(firstN(pending, 5), ", "))
 		}
 		switch {
 		case len(firing) > 0:
 			c.Status = Fail
-			c.Summary = "firing: " + strings.Join(firing, ", ")
+			c.Summary = strings.Join(parts, "; ")
 			c.Fix = "follow docs/operations.md, When an alert fires"
 		case len(pending) > 0:
 			c.Status = Warn
-			c.Summary = "pending (about to fire): " + strings.Join(pending, ", ")
+			c.Summary = strings.Join(parts, "; ")
 			c.Fix = "follow docs/operations.md, When an alert fires"
 		default:
 			c.Status, c.Summary = Pass, "no Floodgate alert firing or pending"
 		}
 	})
+}
+
+// alertLabels are the labels that tell one alert of a rule from another,
+// in the order they are printed.
+var alertLabels = []string{"instance", "policy", "source", "partition", "mode", "reason"}
+
+// alertName names one alert of a rule with its identifying labels, e.g.
+// RateLimitConfigRejected{instance="10.0.0.5:8080", source="redis"}.
+func alertName(rule string, labels map[string]string) string {
+	var parts []string
+	for _, l := range alertLabels {
+		if v, ok := labels[l]; ok && v != "" {
+			parts = append(parts, fmt.Sprintf("%s=%q", l, v))
+		}
+	}
+	if len(parts) == 0 {
+		if v := labels["job"]; v != "" {
+			parts = append(parts, fmt.Sprintf("job=%q", v))
+		}
+	}
+	if len(parts) == 0 {
+		return rule
+	}
+	return rule + "{" + strings.Join(parts, ", ") + "}"
+}
+
+// scrapeTargets returns the base URLs whose /metrics Prometheus should
+// scrape: each instance's, where doctor read them (its admin address when
+// it was given for an instance run with --metrics-admin-only). An instance
+// whose /metrics is on an admin address doctor was not given is left out,
+// with an evidence line on c.
+func (r *run) scrapeTargets(c *Check) []string {
+	if r.instances == nil {
+		return r.opts.Instances
+	}
+	var out []string
+	for _, in := range r.instances {
+		switch {
+		case in.metricsURL != "":
+			out = append(out, in.metricsURL)
+		case in.metrics404:
+			c.Evidence = append(c.Evidence, in.url+": serves no /metrics (--metrics-admin-only): its admin address, the scrape target, was not given, so whether Prometheus scrapes it is not checked")
+		default:
+			out = append(out, in.url)
+		}
+	}
+	return out
 }

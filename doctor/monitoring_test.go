@@ -251,3 +251,46 @@ func TestMonitoringWithRealPrometheus(t *testing.T) {
 	want(t, rep, doctor.GroupMonitoring, "scraped", doctor.Fail, "no Floodgate metric")
 	want(t, rep, doctor.GroupMonitoring, "alert-rules", doctor.Fail, "none of the shipped alert rules")
 }
+
+// TestAlertsListedWithLabels: the alerts check printed "firing:
+// RateLimitDenyRatioHigh, RateLimitConfigRejected" without labels, and
+// left out an alert pending at the same time. A real Prometheus with
+// rules named as the shipped ones (one firing on a rejected reload, one
+// pending for an hour) shows both, with their identifying labels.
+func TestAlertsListedWithLabels(t *testing.T) {
+	requirePrometheus(t)
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "pl", testConfig)
+	in := startInstance(t, client, "pl", instanceOptions{doc: testConfig, discipline: true})
+	u, _ := url.Parse(in.url)
+	if _, err := in.reloader.Apply([]byte("version: [broken"), "test"); err == nil {
+		t.Fatal("a broken document was accepted")
+	}
+	rules := filepath.Join(t.TempDir(), "rules.yml")
+	if err := os.WriteFile(rules, []byte(`groups:
+  - name: test
+    rules:
+      - alert: RateLimitConfigRejected
+        expr: floodgate_config_reload_total{result="invalid"} > 0
+      - alert: RateLimitDenyRatioHigh
+        expr: up{job="floodgate"} == 1
+        for: 1h
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prom := startPrometheus(t, []string{rules}, []string{u.Host})
+	if !waitFor(60*time.Second, nil, func() bool {
+		return alertState(prom, "RateLimitConfigRejected") == "firing" && alertState(prom, "RateLimitDenyRatioHigh") == "pending"
+	}) {
+		t.Fatal("the test alerts never fired and pended")
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "pl",
+		Instances: []string{in.url}, PrometheusURL: prom, RateWindow: -1})
+	firing := fmt.Sprintf(`RateLimitConfigRejected{instance=%q, source=`, u.Host)
+	pending := fmt.Sprintf(`RateLimitDenyRatioHigh{instance=%q}`, u.Host)
+	c := want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail, "firing: "+firing, "pending (about to fire): "+pending)
+	if !strings.Contains(c.Summary, pending) {
+		t.Errorf("the summary leaves out the pending alert: %q", c.Summary)
+	}
+}

@@ -131,6 +131,7 @@ func (r *run) redisChecks(ctx context.Context) {
 		}
 		var versions []string
 		worst := Pass
+		replicas := 0
 		for _, n := range nodes {
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			s, err := n.client.Info(ictx).Result()
@@ -147,7 +148,15 @@ func (r *run) redisChecks(ctx context.Context) {
 			if v := info["valkey_version"]; v != "" {
 				name, ver = "valkey", v
 			}
-			versions = append(versions, fmt.Sprintf("%s %s %s (%s)", n.addr, name, ver, info["redis_mode"]))
+			line := fmt.Sprintf("%s %s %s (%s)", n.addr, name, ver, info["redis_mode"])
+			if role := info["role"]; role != "" && role != "master" {
+				// Reached a replica where a primary was expected (a
+				// replica's URL given): say so here, not only in the
+				// replication check.
+				replicas++
+				line += ", role " + replicaRole(role)
+			}
+			versions = append(versions, line)
 			v, ok := parseVersion(info["redis_version"])
 			switch {
 			case !ok:
@@ -162,7 +171,7 @@ func (r *run) redisChecks(ctx context.Context) {
 		c.Status = worst
 		switch worst {
 		case Pass:
-			c.Summary = plural.Count(len(nodes), "primary", "primaries") + plural.Word(len(nodes), ", at", ", all at") + " Redis 6.0 or later (scripts need EVALSHA and SET KEEPTTL)"
+			c.Summary = serversCount(len(nodes), replicas) + plural.Word(len(nodes), ", at", ", all at") + " Redis 6.0 or later (scripts need EVALSHA and SET KEEPTTL)"
 		case Warn:
 			c.Summary = "could not read every version"
 		default:
@@ -181,6 +190,29 @@ func (r *run) redisChecks(ctx context.Context) {
 		r.check(GroupRedis, "sentinel", func(c *Check) { r.checkSentinel(ctx, c) })
 	}
 	r.check(GroupRedis, "latency", func(c *Check) { r.checkLatency(ctx, c, nodes) })
+}
+
+// replicaRole names INFO's role field for people ("slave" is a replica).
+func replicaRole(role string) string {
+	if role == "slave" {
+		return "replica"
+	}
+	return role
+}
+
+// serversCount says how many servers the server check read, and how many
+// of them are replicas rather than primaries (a replica's address given
+// where Floodgate needs the primary; the replication check fails it).
+func serversCount(n, replicas int) string {
+	switch {
+	case replicas == 0:
+		return plural.Count(n, "primary", "primaries")
+	case replicas == n && n == 1:
+		return "1 replica, not a primary (see replication)"
+	case replicas == n:
+		return plural.Count(n, "server", "servers") + ", all replicas, no primary (see replication)"
+	}
+	return fmt.Sprintf("%d servers, %d of them %s (see replication)", n, replicas, plural.Word(replicas, "a replica, not a primary", "replicas, not primaries"))
 }
 
 // policyMeaning says what an eviction policy does to Floodgate's keys.

@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -40,8 +41,17 @@ func TestHealthyStandalonePassesClean(t *testing.T) {
 	clean(t, rep)
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "appendonly yes", "tokens")
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
-	want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 keys", "login.per-account (sl): 3 keys",
+	pc := want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 keys", "login.per-account (sl): 3 keys",
 		"tokens (q): ", "reports (cc): 1 key,", "login guard: 3 keys")
+	// The read line names every command it counts: MEMORY USAGE and the
+	// GETs of the window counters (identities near their limit).
+	var mem, gets int
+	if _, err := fmt.Sscanf(pc.Read[strings.Index(pc.Read, "MEMORY USAGE on "):], "MEMORY USAGE on %d sampled keys and GET of %d window counters", &mem, &gets); err != nil {
+		t.Fatalf("policies read line %q: %v", pc.Read, err)
+	}
+	if int64(mem+gets) != pc.RedisCommands || gets == 0 {
+		t.Fatalf("policies read line %q: %d + %d commands named, %d counted", pc.Read, mem, gets, pc.RedisCommands)
+	}
 	if rep.RedisCommands == 0 {
 		t.Fatal("the report counts no Redis commands")
 	}
@@ -216,7 +226,7 @@ func TestHealthySentinelPasses(t *testing.T) {
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "se"})
 	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, "3 of 3 sentinels")
 	want(t, rep, doctor.GroupRedis, "replication", doctor.Pass, "primary with 1 replica;")
-	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, ", 1 replica, 2 other sentinels, quorum")
+	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Pass, ", 1 replica up, 2 other sentinels, quorum", "to 1 replica they consider up")
 }
 
 // TestReplicationCountsReplicas: a primary with two replicas is reported
@@ -365,5 +375,102 @@ func TestSentinelAddressOfRedis(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "no sentinel answers") {
 		t.Errorf("error %q says no sentinel answers: one did, with an error", err)
+	}
+}
+
+// TestLatencyProbeFailureIsNotLatency: with slots deleted the cluster is
+// down and the probe's calls fail with CLUSTERDOWN. The latency check
+// used to say "script round trip p99 446µs is above 50ms, the default
+// decision budget, or the probe failed" and to send the reader to
+// SLOWLOG; it now says the probe failed, how many calls of how many, the
+// first error, and a fix about the cluster.
+func TestLatencyProbeFailureIsNotLatency(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	publish(t, cc, "lf", testConfig)
+	opts := doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "lf", Scan: doctor.ScanOptions{MaxTime: 30 * time.Second}}
+	ctx := context.Background()
+	node := cl.Nodes[2].Client(t)
+	args := []any{"CLUSTER", "DELSLOTS"}
+	for s := 10923; s <= 16383; s++ {
+		args = append(args, strconv.Itoa(s))
+	}
+	if err := node.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The node sees the cluster down (full coverage is required); the
+	// others still count the slots as its own.
+	for _, i := range []int{2} {
+		c := cl.Nodes[i].Client(t)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:fail") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never saw the cluster down: %v\n%s", cl.Addrs[i], err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	rep := runDoctor(t, opts)
+	c := want(t, rep, doctor.GroupRedis, "latency", doctor.Fail, "the latency probe failed: ", " calls failed, on ", "CLUSTERDOWN")
+	t.Logf("latency: %s\n%s\nfix: %s", c.Summary, strings.Join(c.Evidence, "\n"), c.Fix)
+	if strings.Contains(c.Summary, "is above") {
+		t.Errorf("latency summary blames latency for a failed probe: %q", c.Summary)
+	}
+	if !strings.Contains(c.Fix, "the cluster is down") || strings.Contains(c.Fix, "SLOWLOG") {
+		t.Errorf("latency fix %q is not about the cluster being down", c.Fix)
+	}
+}
+
+// TestServerReportsReplica: pointed at a replica, the server check said
+// "1 primary" while the replication check said doctor reached a replica.
+func TestServerReportsReplica(t *testing.T) {
+	primary := redistest.Start(t, healthyRedis...)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + replica.Addr}, Prefix: "sr"})
+	c := want(t, rep, doctor.GroupRedis, "server", doctor.Pass, "1 replica, not a primary (see replication)", replica.Addr+" redis ", "role replica")
+	if strings.Contains(c.Summary, "primary,") || strings.HasPrefix(c.Summary, "1 primary") {
+		t.Errorf("server summary %q calls the replica a primary", c.Summary)
+	}
+	want(t, rep, doctor.GroupRedis, "replication", doctor.Fail, "doctor reached a replica")
+}
+
+// TestSentinelDeadReplicaAfterFailover: after a failover, the old primary
+// is listed by the sentinels as a replica of the new one; killed, it is
+// flagged s_down. The sentinel check passed "1 replica" on num-slaves;
+// it now counts the replicas the sentinels consider up, and warns that
+// there is none to fail over to.
+func TestSentinelDeadReplicaAfterFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	s.Failover(t)
+	old := s.Replica // the old primary
+	old.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, a := range s.SentinelAddrs {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a})
+		for {
+			rs, err := sc.Replicas(ctx, s.MasterName).Result()
+			down := false
+			for _, r := range rs {
+				down = down || (r["ip"]+":"+r["port"] == old.Addr && strings.Contains(r["flags"], "s_down"))
+			}
+			if down {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("sentinel %s never flagged %s down: %v %v", a, old.Addr, err, rs)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = sc.Close()
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "sd"})
+	c := want(t, rep, doctor.GroupRedis, "sentinel", doctor.Warn, "no replica of "+s.MasterName+" is up for the sentinels", "0 replicas up (of 1 known; down: "+old.Addr+" (", "s_down")
+	if c.Fix == "" {
+		t.Fatal("no fix")
 	}
 }

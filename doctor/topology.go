@@ -176,9 +176,15 @@ func (r *run) sentinels() (config.SentinelTarget, bool) {
 func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	st, _ := r.sentinels()
 	addrs, master := st.Addrs, st.Master
-	c.Read = fmt.Sprintf("SENTINEL MASTER and SENTINEL CKQUORUM %s on each of %d sentinels", master, len(addrs))
+	c.Read = fmt.Sprintf("SENTINEL MASTER, SENTINEL REPLICAS and SENTINEL CKQUORUM %s on each of %d sentinels", master, len(addrs))
 	up, quorumOK := 0, 0
 	worst := Pass
+	// The fewest replicas any answering sentinel considers up, and the
+	// replicas some sentinel knows but considers down: after a failover
+	// the dead old primary stays listed (num-slaves counts it), flagged
+	// s_down, and cannot be failed over to.
+	minUp, maxKnown := -1, 0
+	var downReplicas []string
 	for _, a := range addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS})
 		sc.AddHook(r.counter)
@@ -192,11 +198,38 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			continue
 		}
 		up++
+		replicas, rerr := sc.Replicas(sctx, master).Result()
 		q, qerr := sc.CkQuorum(sctx, master).Result()
 		cancel()
 		_ = sc.Close()
+		var replicaText string
+		if rerr != nil {
+			replicaText = countField(m["num-slaves"], "replica", "replicas") + " (SENTINEL REPLICAS failed: " + rerr.Error() + ")"
+		} else {
+			n := 0
+			var down []string
+			for _, rp := range replicas {
+				if replicaUp(rp["flags"]) {
+					n++
+					continue
+				}
+				d := fmt.Sprintf("%s:%s (%s)", rp["ip"], rp["port"], rp["flags"])
+				down = append(down, d)
+				if !slices.Contains(downReplicas, d) {
+					downReplicas = append(downReplicas, d)
+				}
+			}
+			replicaText = plural.Count(n, "replica", "replicas") + " up"
+			if len(down) > 0 {
+				replicaText += fmt.Sprintf(" (of %d known; down: %s)", len(replicas), strings.Join(down, ", "))
+			}
+			if minUp < 0 || n < minUp {
+				minUp = n
+			}
+			maxKnown = max(maxKnown, len(replicas))
+		}
 		line := fmt.Sprintf("%s: %s at %s:%s flags %s, %s, %s, quorum %s",
-			a, master, m["ip"], m["port"], m["flags"], countField(m["num-slaves"], "replica", "replicas"),
+			a, master, m["ip"], m["port"], m["flags"], replicaText,
 			countField(m["num-other-sentinels"], "other sentinel", "other sentinels"), m["quorum"])
 		if qerr != nil {
 			worst = Fail
@@ -210,20 +243,47 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		}
 		c.Evidence = append(c.Evidence, line)
 	}
+	noReplicaUp := minUp == 0 && maxKnown > 0
+	if noReplicaUp {
+		worst = max(worst, Warn)
+	}
 	if up*2 <= len(addrs) {
 		worst = Fail
 	}
 	c.Status = worst
-	switch worst {
-	case Pass:
+	switch {
+	case worst == Pass:
 		c.Summary = fmt.Sprintf("%d of %d sentinels see %s up and can reach a quorum to fail over", up, len(addrs), master)
-	case Warn:
+		switch {
+		case minUp > 0:
+			c.Summary += fmt.Sprintf(", to %s they consider up", plural.Count(minUp, "replica", "replicas"))
+		case minUp == 0:
+			c.Summary += ", but it has no replica to fail over to"
+		}
+	case worst == Warn && noReplicaUp:
+		c.Summary = fmt.Sprintf("no replica of %s is up for the sentinels: the %s they know %s down (%s), so a failed primary could not be replaced",
+			master, plural.Word(maxKnown, "replica", "replicas"), plural.Word(maxKnown, "is", "are"), strings.Join(firstN(downReplicas, 3), ", "))
+		c.Fix = "start a replica of the current primary (a dead old primary is listed until it comes back as a replica, or SENTINEL RESET " + master + " forgets it)"
+	case worst == Warn:
 		c.Summary = "a sentinel is unreachable or flags the primary as down"
 		c.Fix = "check every sentinel's log and reachability; failover needs a majority of them"
 	default:
 		c.Summary = fmt.Sprintf("only %d of %d sentinels answer, or the quorum cannot be reached: a failed primary would not be replaced", up, len(addrs))
 		c.Fix = "start the missing sentinels (at least three, on separate hosts) and check SENTINEL CKQUORUM"
 	}
+}
+
+// replicaUp reports whether a replica's SENTINEL REPLICAS flags say the
+// sentinel considers it up: not subjectively or objectively down, not
+// disconnected.
+func replicaUp(flags string) bool {
+	for _, f := range strings.Split(flags, ",") {
+		switch f {
+		case "s_down", "o_down", "disconnected":
+			return false
+		}
+	}
+	return true
 }
 
 // probeTarget is a primary and a probe key in a slot it serves.
@@ -271,26 +331,47 @@ func (r *run) probeTargets(ctx context.Context, nodes []node) []probeTarget {
 	return out
 }
 
+// probeResult is what the probe of one primary measured.
+type probeResult struct {
+	samples  []time.Duration // round trips of the successful calls, the first call excepted
+	calls    int             // calls made
+	failed   int             // calls that failed
+	firstErr error           // the first failure
+}
+
+// maxProbeFailures is the number of failed calls after which the probe of
+// a primary stops: enough to tell a passing error from a lasting one
+// without piling timeouts onto a primary that does not answer.
+const maxProbeFailures = 3
+
 // probe times up to LatencySamples calls of the probe script on one
 // primary, for at most 3s; the first call, which may load the script, is
-// not kept.
-func (r *run) probe(ctx context.Context, t probeTarget) ([]time.Duration, error) {
-	var samples []time.Duration
+// not kept. A failed call is counted, not timed.
+func (r *run) probe(ctx context.Context, t probeTarget) probeResult {
+	var res probeResult
 	deadline := time.Now().Add(3 * time.Second)
-	for i := 0; i < r.opts.LatencySamples && time.Now().Before(deadline); i++ {
+	for i := 0; i < r.opts.LatencySamples && time.Now().Before(deadline) && res.failed < maxProbeFailures; i++ {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		t0 := time.Now()
 		err := probeScript.Run(pctx, t.client, []string{t.key}).Err()
 		d := time.Since(t0)
 		cancel()
+		res.calls++
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return samples, err
+			res.failed++
+			if res.firstErr == nil {
+				res.firstErr = err
+			}
+			if ctx.Err() != nil {
+				break // the run's time is over: every further call fails the same way
+			}
+			continue
 		}
 		if i > 0 {
-			samples = append(samples, d)
+			res.samples = append(res.samples, d)
 		}
 	}
-	return samples, nil
+	return res
 }
 
 // probeScript is the latency probe: one read of one key's TTL, under the
@@ -315,17 +396,29 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 	c.Read = fmt.Sprintf("up to %d EVALSHA of a read-only probe script (PTTL of a %s:doctor:probe key) within 3s on each primary; INFO commandstats and LATENCY LATEST on each primary", r.opts.LatencySamples, r.opts.Prefix)
-	worst := Pass
+	latency := Pass            // the verdict of the successful calls alone
 	var p50, p99 time.Duration // of the slowest primary
-	for _, n := range r.probeTargets(ctx, nodes) {
-		samples, err := r.probe(ctx, n)
-		if err != nil {
-			worst = Fail
-			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe failed: %v", n.addr, err))
+	timed := 0                 // primaries with at least one timed call
+	calls, failed, failedOn := 0, 0, 0
+	var firstErr error
+	var firstErrAddr string
+	targets := r.probeTargets(ctx, nodes)
+	for _, n := range targets {
+		res := r.probe(ctx, n)
+		calls += res.calls
+		if res.failed > 0 {
+			failed += res.failed
+			failedOn++
+			if firstErr == nil {
+				firstErr, firstErrAddr = res.firstErr, n.addr
+			}
+			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe failed: %d of %s failed, first: %v", n.addr, res.failed, plural.Count(res.calls, "call", "calls"), res.firstErr))
 		}
+		samples := res.samples
 		if len(samples) == 0 {
 			continue
 		}
+		timed++
 		sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 		a, b := percentile(samples, 0.5), percentile(samples, 0.99)
 		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: probe from this host: %s, p50 %v, p99 %v, max %v", n.addr, plural.Count(len(samples), "call", "calls"), a.Round(time.Microsecond), b.Round(time.Microsecond), samples[len(samples)-1].Round(time.Microsecond)))
@@ -334,13 +427,12 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 		}
 		switch {
 		case b > r.latencyFail():
-			worst = Fail
+			latency = Fail
 		case b > r.latencyWarn():
-			worst = max(worst, Warn)
+			latency = max(latency, Warn)
 		}
 	}
-	if p99 == 0 && worst == Pass {
-		worst = Warn
+	if timed == 0 && failed == 0 {
 		c.Evidence = append(c.Evidence, "no probe could be timed")
 	}
 	for _, n := range nodes {
@@ -369,17 +461,74 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 			}
 		}
 	}
-	c.Status = worst
-	switch worst {
+	// What the successful calls measured, on its own.
+	var measured, latencyFix string
+	switch latency {
 	case Pass:
-		c.Summary = fmt.Sprintf("script round trip p50 %v, p99 %v on the slowest primary (warn above %v)", p50.Round(time.Microsecond), p99.Round(time.Microsecond), r.latencyWarn())
+		measured = fmt.Sprintf("script round trip p50 %v, p99 %v on the slowest primary (warn above %v)", p50.Round(time.Microsecond), p99.Round(time.Microsecond), r.latencyWarn())
 	case Warn:
-		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v, or could not be measured", p99.Round(time.Microsecond), r.latencyWarn())
-		c.Fix = "look for slow commands (SLOWLOG GET), a busy or swapping host, or a far network; decisions near the budget fall back"
+		measured = fmt.Sprintf("script round trip p99 %v is above %v", p99.Round(time.Microsecond), r.latencyWarn())
+		latencyFix = "look for slow commands (SLOWLOG GET), a busy or swapping host, or a far network; decisions near the budget fall back"
 	default:
-		c.Summary = fmt.Sprintf("script round trip p99 %v is above %v, the default decision budget, or the probe failed", p99.Round(time.Microsecond), r.latencyFail())
-		c.Fix = "decisions this slow are taken by the fallback: fix Redis's latency (SLOWLOG GET, host load, network) before relying on it"
+		measured = fmt.Sprintf("script round trip p99 %v is above %v, the default decision budget", p99.Round(time.Microsecond), r.latencyFail())
+		latencyFix = "decisions this slow are taken by the fallback: fix Redis's latency (SLOWLOG GET, host load, network) before relying on it"
 	}
+	switch {
+	case failed > 0:
+		// A failed call measures nothing: the verdict is the failure, and
+		// the fix is the failure's, not Redis's latency.
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("the latency probe failed: %d of %s failed, on %d of %s (first: %s: %v)",
+			failed, plural.Count(calls, "call", "calls"), failedOn, plural.Count(len(targets), "primary", "primaries"), firstErrAddr, firstErr)
+		c.Fix = r.probeFailureFix(ctx, firstErr)
+		switch {
+		case timed == 0:
+			c.Summary += "; no call succeeded, so the latency is unknown"
+		case latency == Pass:
+			c.Summary += fmt.Sprintf("; the successful calls took p99 %v (below %v)", p99.Round(time.Microsecond), r.latencyWarn())
+		default:
+			c.Summary += "; of the successful calls, " + measured
+			c.Fix += "; and " + latencyFix
+		}
+	case timed == 0 && calls > 0:
+		c.Status = Warn
+		c.Summary = "script round trip could not be measured: only the first call of each primary was made, and it is not timed (it may load the script)"
+		c.Fix = "give more --latency-samples (the default is 50)"
+	case timed == 0:
+		c.Status = Warn
+		c.Summary = "script round trip could not be measured: no primary to probe"
+		c.Fix = "check that the Cluster's slots are assigned (CLUSTER SLOTS) and the primaries reachable"
+	default:
+		c.Status, c.Summary, c.Fix = latency, measured, latencyFix
+	}
+}
+
+// probeFailureFix says what to do about the error that failed the latency
+// probe: it is not a latency problem.
+func (r *run) probeFailureFix(ctx context.Context, err error) string {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	switch {
+	case ctx.Err() != nil:
+		return "doctor's own time ran out (--timeout, default 2m) before the probe could finish: run it again with a longer --timeout"
+	case strings.HasPrefix(msg, "CLUSTERDOWN"):
+		return "the cluster is down (slots served by no node, or a primary failed without a replica to take over): decisions on its slots fail too; see the cluster check, run redis-cli --cluster check HOST:PORT and fix the slots (redis-cli --cluster fix HOST:PORT) or bring the primary back"
+	case strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "ASK"), strings.HasPrefix(msg, "MOVED"):
+		return "the probe's slot is being moved between primaries: finish or undo the resharding (redis-cli --cluster fix HOST:PORT)"
+	case errors.Is(err, context.DeadlineExceeded), strings.Contains(msg, "i/o timeout"):
+		return "a primary did not answer a probe call within 1s: check that it is up and not blocked (a long command, a fork, swapping) and the network from this host"
+	case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOPERM"):
+		return "the probe was refused: give doctor the password and ACL user Floodgate uses (EVALSHA and EVAL must be allowed)"
+	case strings.HasPrefix(msg, "BUSY"):
+		return "a script is running too long on that primary (BUSY): every decision waits behind it; find it (SCRIPT KILL once identified) and check the instances' scripts"
+	case strings.HasPrefix(msg, "LOADING"):
+		return "that primary is loading its dataset after a restart: decisions fail until it is done; run doctor again afterwards"
+	case strings.Contains(msg, "connection refused"), strings.Contains(msg, "EOF"), strings.Contains(msg, "connection reset"):
+		return "a primary does not answer: check that it is up and reachable from this host"
+	}
+	return "read the error: the probe is one EVALSHA of a read-only script, and decisions make the same kind of call, so they fail the same way"
 }
 
 func orZero(s string) string {
