@@ -155,6 +155,7 @@ func (ss *scriptSet) scriptFor(layers []floodgate.Layer) *luascript.Script {
 var (
 	argReserve any = "reserve"
 	argRelease any = "release"
+	argBare    any = "bare" // a release without a marker (Store.release)
 	argProbe   any = "probe"
 	argPacked  any = "p" // the layered script's packed layout
 	argHot     any = "h" // a single-layer batch in which a key repeats

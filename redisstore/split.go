@@ -11,6 +11,8 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
+	"github.com/redis/go-redis/v9"
 )
 
 // releaseMarkerTTL is how long a release's marker lives: a second release
@@ -330,8 +332,44 @@ func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (boo
 	f := s.frames.Get().(*frame)
 	defer s.frames.Put(f)
 	defer f.reset()
-	f.buildRelease(now, layers, undo, marker, releaseMarkerTTL.Milliseconds())
-	val, err := s.scripts.general.RunCommand(ctx, s.client, f.args)
+	f.buildRelease(now, layers, undo, marker, true, releaseMarkerTTL.Milliseconds())
+	val, err := s.scripts.general.RunCommand(ctx, s.relClient, f.args)
+	if _, moving := errors.AsType[*slotMoving](err); moving {
+		// The part's slot is being moved between primaries, and the
+		// marker, a new key, is on neither node (see slotMoving): the
+		// release ran nowhere. Its bare form names only keys that exist
+		// (the layers' keys, which the reservation wrote, and their
+		// journals), so the node that holds them runs it: the source, or
+		// the target after the ASK redirection go-redis follows. It has no
+		// marker: this release is sent once, under a marker no other
+		// release uses, so the marker guards only against a resend, and
+		// nothing resends it (a script command is never resent, and
+		// TRYAGAIN means that nothing ran). A bucket layer whose journal
+		// does not exist yet makes even that refused: then it goes without
+		// the journals, and its bucket layers are given back by the rule
+		// before the journals, never more than the reservation still
+		// holds, possibly less. A part without bucket layers goes without
+		// journals at once.
+		journals := false
+		for i := range layers {
+			journals = journals || keepsJournal(layers[i].Policy.Algorithm)
+		}
+		// The last form goes through the Store's client: a TRYAGAIN then
+		// (the layers' keys split between the nodes by a MIGRATE under
+		// way) is sent again until ctx ends.
+		c := s.client
+		if journals {
+			c = s.relClient
+		}
+		f.reset()
+		f.buildRelease(now, layers, undo, "", journals, releaseMarkerTTL.Milliseconds())
+		val, err = s.scripts.general.RunCommand(ctx, c, f.args)
+		if _, moving := errors.AsType[*slotMoving](err); moving && journals {
+			f.reset()
+			f.buildRelease(now, layers, undo, "", false, releaseMarkerTTL.Milliseconds())
+			val, err = s.scripts.general.RunCommand(ctx, s.client, f.args)
+		}
+	}
 	if err != nil {
 		// err's class is not trusted here: a release may fail after it
 		// wrote (see script), so a failed release means only that the
@@ -353,6 +391,39 @@ func (s *Store) release(ctx context.Context, now int64, p *part, id uint64) (boo
 	}
 	return applied, rel
 }
+
+// releaseClient is the client a release is first sent through: the Store's,
+// with a TRYAGAIN reply turned into a *slotMoving error, so that the script
+// machinery (luascript), which sends a call refused with TRYAGAIN again
+// until the caller's context ends, hands it back at once.
+type releaseClient struct{ luascript.Client }
+
+// Process sends cmd, and replaces a TRYAGAIN reply with a *slotMoving.
+func (c releaseClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	err := c.Client.Process(ctx, cmd)
+	// Err, rather than Process's result, waits for the reply even on a
+	// deferred client such as an asynchronous AutoPipeliner.
+	if e := cmd.Err(); e != nil && redis.HasErrorPrefix(e, "TRYAGAIN") {
+		m := &slotMoving{msg: e.Error()}
+		cmd.SetErr(m)
+		return m
+	}
+	return err
+}
+
+// slotMoving is a release refused with TRYAGAIN: its slot is being moved
+// between primaries (MIGRATING on one, IMPORTING on the other), and its
+// keys are not all on one of them. That is the case of every release
+// during the whole move: its marker and journals do not exist anywhere,
+// while the layers' keys do, on the source until MIGRATE moves them, and
+// Redis runs a call naming several keys of a migrating slot only on a node
+// that holds them all (Redis 7.0: the source answers TRYAGAIN while it
+// holds some of them and ASK once it holds none; the target, asked, answers
+// TRYAGAIN while one is missing). Nothing ran. It is deliberately not a
+// redis.Error, so that luascript does not send the call again.
+type slotMoving struct{ msg string }
+
+func (e *slotMoving) Error() string { return e.msg }
 
 // splitError is the error of a split decision some part of which failed.
 // It wraps floodgate.ErrIndeterminate when a reservation may be kept (a
@@ -394,6 +465,12 @@ func journalKey(key string) string {
 		return "{" + key + "}:rq"
 	}
 	return key + ":rq"
+}
+
+// keepsJournal reports whether a layer of algorithm a keeps a release
+// journal (the buckets do, see journalKey).
+func keepsJournal(a floodgate.Algorithm) bool {
+	return a == floodgate.TokenBucket || a == floodgate.GCRA
 }
 
 // markerKey returns the key of a release marker for a reservation on key:

@@ -240,7 +240,10 @@ type Store struct {
 	// script runs on (the same method set), converted once here rather
 	// than on every call.
 	client luascript.Client
-	slots  bool
+	// relClient is client, for a split decision's releases (see
+	// releaseClient).
+	relClient luascript.Client
+	slots     bool
 	// inflight counts, per Redis Cluster slot, the split decisions in
 	// flight that have keys there (nil when the slot check is off).
 	inflight *[SlotCount]atomic.Int32
@@ -260,6 +263,7 @@ func New(client Client, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: nil client (%T)", client)
 	}
 	s := &Store{client: client}
+	s.relClient = releaseClient{s.client}
 	switch opts.SlotCheck {
 	case SlotCheckAuto:
 		_, s.slots = client.(*redis.ClusterClient)
@@ -342,8 +346,11 @@ func New(client Client, opts Options) (*Store, error) {
 // holds capacity from its reserve to its release; if the release fails
 // (the caller's context ends, Redis is unreachable), the capacity stays
 // taken until the layer recovers by itself (its window ends, its bucket
-// refills, its log entry expires) and Decide still returns the denial. See
-// docs/layered.md.
+// refills, its log entry expires) and Decide still returns the denial,
+// which is the decision whatever the release did. A release refused
+// because its slot is being moved between primaries (TRYAGAIN) is sent
+// again at once in a form the node holding the keys runs (see
+// Store.release). See docs/layered.md.
 //
 // Decide validates its input (errors wrap floodgate.ErrInvalidPolicy,
 // ErrInvalidCost or ErrInvalidLayers, and nothing is sent); store failures
@@ -571,22 +578,40 @@ func (f *frame) build(now int64, layers []floodgate.Layer, counted bool) {
 }
 
 // buildRelease fills f for a release of layers (each with the three numbers
-// its reservation replied): EVALSHA sha numkeys key... marker "release" now
-// markerPX (algorithm limit window burst maxdelay cost u1 u2 u3)...
-func (f *frame) buildRelease(now int64, layers []floodgate.Layer, undo [][undoWidth]int64, marker string, markerPX int64) {
+// its reservation replied): EVALSHA sha numkeys key... marker journal...
+// "release" now markerPX (algorithm limit window burst maxdelay cost u1 u2
+// u3)...; with an empty marker, a bare release (see Store.release):
+// EVALSHA sha numkeys key... [journal...] "bare" now markerPX ..., with the
+// journals when journals is set, a layer that keeps none (not a bucket)
+// named by its own key there, so that every key named exists.
+func (f *frame) buildRelease(now int64, layers []floodgate.Layer, undo [][undoWidth]int64, marker string, journals bool, markerPX int64) {
 	n := len(layers)
 	f.marker = marker
-	f.args = append(f.args[:0], nil, nil, argNumKeys[2*n+1])
+	mode, k := argRelease, 2*n+1
+	if marker == "" {
+		mode, k = argBare, n
+		if journals {
+			k = 2 * n
+		}
+	}
+	f.args = append(f.args[:0], nil, nil, argNumKeys[k])
 	for i := range layers {
 		f.args = append(f.args, &layers[i].Key)
 	}
-	f.args = append(f.args, &f.marker)
-	for i := range layers {
-		f.journals[i] = journalKey(layers[i].Key)
-		f.args = append(f.args, &f.journals[i])
+	if marker != "" {
+		f.args = append(f.args, &f.marker)
+	}
+	if marker != "" || journals {
+		for i := range layers {
+			f.journals[i] = journalKey(layers[i].Key)
+			if marker == "" && !keepsJournal(layers[i].Policy.Algorithm) {
+				f.journals[i] = layers[i].Key
+			}
+			f.args = append(f.args, &f.journals[i])
+		}
 	}
 	f.nums[0], f.nums[1] = now, markerPX
-	f.args = append(f.args, argRelease, &f.nums[0], &f.nums[1])
+	f.args = append(f.args, mode, &f.nums[0], &f.nums[1])
 	for i := range layers {
 		v := f.nums[2+9*i : 11+9*i]
 		f.ps.putLayer(v[:6], now, &layers[i])

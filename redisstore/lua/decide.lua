@@ -13,7 +13,7 @@
 --            (a layer that would admit reports its standing). A split
 --            decision denied before its last part was sent asks that part
 --            for its results this way.
---   release  ARGV[1] is 'release': see release.lua.
+--   release  ARGV[1] is 'release' (or 'bare'): see release.lua.
 --
 -- Phase 1 reads every layer's state and computes its result; phase 2 runs
 -- only if every layer admitted and writes each consuming layer's new state
@@ -136,16 +136,18 @@ end
 local nkeys, nargv = #KEYS, #ARGV
 local reserve, probe = false, false
 if nargv ~= 1 + 6 * nkeys then
-  -- A release's keys: its layers', its marker, then (from callers that
-  -- send them) each layer's release journal.
+  -- A release's keys: its layers', its marker (none for a bare
+  -- release), then (from callers that send them) each layer's release
+  -- journal.
   local rn = (nargv - 3) / 9
-  if ARGV[1] == 'release' and rn >= 1 and rn <= MAX_LAYERS and rn % 1 == 0 and
-    (nkeys == rn + 1 or nkeys == 2 * rn + 1) then
+  local m = ARGV[1] == 'release' and 1 or 0
+  if (m == 1 or ARGV[1] == 'bare') and rn >= 1 and rn <= MAX_LAYERS and rn % 1 == 0 and
+    (nkeys == rn + m or nkeys == 2 * rn + m) then
     local now = arg(2, 0, MAX_NOW)
     if now == nil then
       return redis.error_reply('ERR floodgate: bad now')
     end
-    return release(rn, now, nkeys == 2 * rn + 1)
+    return release(rn, now, nkeys == 2 * rn + m, m == 1)
   end
   local mode = ARGV[nargv]
   if (mode ~= 'reserve' and mode ~= 'probe') or nargv ~= 2 + 6 * nkeys then

@@ -6,7 +6,15 @@
 -- caller sends them, the layers' release journals (journalKey in split.go;
 -- a bucket release reads and writes its layer's, see bucket_refund;
 -- without them a bucket release assumes every release since its
--- reservation moved it, as before the journals). ARGV[1] is 'release', ARGV[2]
+-- reservation moved it, as before the journals). ARGV[1] is 'release', or
+-- 'bare' for a bare release: one without a marker, whose KEYS are the
+-- layers' keys alone (KEYS[1..n]), or those and the journals
+-- (KEYS[n+1..2n], a layer that keeps none named by its own key). A bare
+-- release touches only keys that exist, which a Redis Cluster node that
+-- is migrating their slot runs wherever those keys are: a new key (a
+-- marker, a journal not yet written) makes a call naming keys of a
+-- migrating slot refused with TRYAGAIN until the move ends (see
+-- Store.release). ARGV[2] is
 -- now (the decision's time), ARGV[3] the marker's TTL in ms; then nine
 -- arguments per layer: the six of the decision (layer_args) and the three
 -- numbers the reservation replied for it.
@@ -24,7 +32,7 @@
 -- else), and the layer's standing after the release as a peek sees it
 -- (remaining, resetAt µs).
 
-local function release(n, now, journals)
+local function release(n, now, journals, marked)
   -- The releases of the algorithms are defined here rather than in their
   -- files, so that they are created only when a release runs: Redis runs
   -- the whole script on every call, and every function defined at its top
@@ -184,17 +192,35 @@ local function release(n, now, journals)
       new[#new + 1] = after[i + 1]
       new[#new + 1] = sfmt('%016d:%d', c - cost, k)
     end
-    -- When the entry and those after it are the whole set, the ZREM
-    -- empties it and Redis deletes the key, TTL and all; the ZADD would
-    -- then recreate it without one. So the renamed entries are written
-    -- back with the TTL the key had (time stands still inside a script,
-    -- so PTTL then PEXPIRE restores the same instant). A key found
-    -- without a TTL (which no floodgate script leaves) gets the longest a
-    -- log needs: its newest entry's life plus the slack.
+    -- The renamed entries are added before the old names are removed, so
+    -- the set never empties on the way: an emptied key is deleted, and on
+    -- a Redis Cluster node migrating the key's slot, writing it again
+    -- would be refused halfway through the script. A new name may equal
+    -- an old one (an entry renamed to the name of the one before it): it
+    -- stays, with its new score. The renamed entries keep the TTL the key
+    -- had (time stands still inside a script, so PTTL then PEXPIRE
+    -- restores the same instant). A key found without a TTL (which no
+    -- floodgate script leaves) gets the longest a log needs: its newest
+    -- entry's life plus the slack.
     if #new > 0 then
       local ttl = redis.call('PTTL', key)
-      redis.call('ZREM', key, member, unpack(old))
       redis.call('ZADD', key, unpack(new))
+      local kept = {}
+      for i = 2, #new, 2 do
+        kept[new[i]] = true
+      end
+      local gone = {}
+      if not kept[member] then
+        gone[1] = member
+      end
+      for i = 1, #old do
+        if not kept[old[i]] then
+          gone[#gone + 1] = old[i]
+        end
+      end
+      if #gone > 0 then
+        redis.call('ZREM', key, unpack(gone))
+      end
       if ttl < 0 then
         local last = tonumber(after[#after])
         if last < at then
@@ -229,13 +255,16 @@ local function release(n, now, journals)
     end
     ls[i] = {algo, limit, w, burst, md, cost, u1, u2, u3}
   end
-  local fresh = redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', int(px))
+  local fresh = true
+  if marked then
+    fresh = redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', int(px))
+  end
   local reply = {fresh and 1 or 0}
   for i = 1, n do
     local l, key = ls[i], KEYS[i]
     local algo, limit, w, burst, md, cost, u1, u2, u3 = l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9]
     local back = 0
-    jkey, jpx = journals and KEYS[n + 1 + i], px
+    jkey, jpx = journals and KEYS[(marked and n + 1 or n) + i], px
     if fresh then
       if algo == 1 then
         back = fw_release(key, cost, w, 0, burst, u1, u2, u3)
