@@ -390,17 +390,21 @@ func TestLatencyProbeFailureIsNotLatency(t *testing.T) {
 	publish(t, cc, "lf", testConfig)
 	opts := doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "lf", Scan: doctor.ScanOptions{MaxTime: 30 * time.Second}}
 	ctx := context.Background()
-	node := cl.Nodes[2].Client(t)
 	args := []any{"CLUSTER", "DELSLOTS"}
 	for s := 10923; s <= 16383; s++ {
 		args = append(args, strconv.Itoa(s))
 	}
-	if err := node.Do(ctx, args...).Err(); err != nil {
-		t.Fatal(err)
+	// Deleted on every node, so that every node's view (doctor loads the
+	// slot map from any of them) has those slots unserved and the cluster
+	// down (full coverage is required): deleted on their owner alone, a
+	// map loaded from another node still had them served, and the probe
+	// of the other two primaries passed.
+	for i := range cl.Nodes {
+		if err := cl.Nodes[i].Client(t).Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The node sees the cluster down (full coverage is required); the
-	// others still count the slots as its own.
-	for _, i := range []int{2} {
+	for i := range cl.Nodes {
 		c := cl.Nodes[i].Client(t)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
