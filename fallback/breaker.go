@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -210,6 +211,7 @@ type breaker struct {
 // prober runs background health probes of an open breaker's partition.
 type prober struct {
 	probe   func(ctx context.Context) error
+	gone    func()        // called once the probe reports ErrPartitionGone, after the breaker closed
 	timeout time.Duration // of one probe
 	stop    <-chan struct{}
 	wg      *sync.WaitGroup
@@ -364,6 +366,21 @@ func (b *breaker) probeLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), b.prober.timeout)
 		err := b.prober.probe(ctx)
 		cancel()
+		if errors.Is(err, ErrPartitionGone) {
+			// Nothing is behind this breaker any more: close it (a
+			// caller holding it goes to the primary, which redirects)
+			// and let the Store forget it.
+			b.mu.Lock()
+			b.probing = false
+			if b.state == BreakerOpen {
+				b.close()
+			}
+			b.mu.Unlock()
+			if b.prober.gone != nil {
+				b.prober.gone()
+			}
+			return
+		}
 		if err != nil {
 			ok = 0
 			continue

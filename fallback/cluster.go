@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,8 @@ func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, key str
 // c. For a Redis Cluster partition (see ClusterPartition) it is key plus a
 // hash tag, key:{N}, whose slot that primary serves in cc's slot map, sent
 // to that primary's own connection (no redirection to another node); a
-// primary no longer in the cluster's map is reported healthy, as no key
-// maps to it any more. (It used to PING the primary: a primary refusing
+// primary no longer in the cluster's map is reported gone
+// (ErrPartitionGone): no key maps to it any more. (It used to PING the primary: a primary refusing
 // writes then passed every probe, and its breaker opened and closed twice
 // a second for as long as the fault lasted.) A redirection (ASK while the
 // key's slot migrates away during a resharding, MOVED once it has) is not
@@ -62,7 +63,7 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 				return err
 			}
 			if node == nil {
-				return nil
+				return fmt.Errorf("%w: %s is no primary in the cluster's slot map", ErrPartitionGone, partition)
 			}
 			err = node.Set(ctx, k, "1", 10*time.Second).Err()
 			if err != nil && !redirected(err) {

@@ -2,6 +2,7 @@ package fallback_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -61,8 +62,8 @@ func TestRedisProbeClusterPrimaryRefusingWrites(t *testing.T) {
 	if err := probe(ctx, c.Addrs[1]); err != nil {
 		t.Errorf("probe of primary %s after its memory was freed: %v", c.Addrs[1], err)
 	}
-	if err := probe(ctx, "127.0.0.1:1"); err != nil {
-		t.Errorf("probe of an address no longer in the cluster's map: %v (no key maps to it: healthy)", err)
+	if err := probe(ctx, "127.0.0.1:1"); !errors.Is(err, fallback.ErrPartitionGone) {
+		t.Errorf("probe of an address no longer in the cluster's map: %v, want ErrPartitionGone (no key maps to it)", err)
 	}
 }
 
@@ -147,8 +148,9 @@ func startCluster(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, conte
 }
 
 // TestRedisProbeClusterFailover: a primary killed and replaced by its
-// replica. Its partition's probe must report it healthy (gone from the
-// slot map) once the replica has taken its slots, with nothing else using
+// replica. Its partition's probe must report it gone from the slot map
+// (ErrPartitionGone: its breaker closes and is dropped) once the replica
+// has taken its slots, with nothing else using
 // the cluster client meanwhile, as while its breaker is open no decision
 // reaches the client. Before, the probe kept writing to the dead address
 // from the cached slot map until something else (serve's /readyz) reloaded
@@ -182,7 +184,7 @@ func TestRedisProbeClusterFailover(t *testing.T) {
 		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err = probe(pctx, c.Addrs[0])
 		cancel()
-		if err == nil {
+		if errors.Is(err, fallback.ErrPartitionGone) {
 			break
 		}
 		if time.Now().After(deadline) {

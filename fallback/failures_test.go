@@ -460,3 +460,90 @@ func TestSpendBudget(t *testing.T) {
 		t.Fatalf("%d primary calls; want the decision without an Outcome made by the primary", calls)
 	}
 }
+
+// forgetter is a recorder that also records forgotten partitions.
+type forgetter struct {
+	recorder
+	mu        sync.Mutex
+	forgotten []string
+}
+
+func (f *forgetter) ForgetBreaker(partition string) {
+	f.mu.Lock()
+	f.forgotten = append(f.forgotten, partition)
+	f.mu.Unlock()
+}
+
+// TestGonePartitionIsForgotten: a partition whose probe says it is gone
+// (ErrPartitionGone: a Cluster primary failed over to its replica, no
+// longer in the slot map) has its breaker closed and dropped, and the
+// observer told, so that readiness and the breaker metric stop listing a
+// node that serves nothing (they listed it "closed" for ever). The other
+// partitions stay.
+func TestGonePartitionIsForgotten(t *testing.T) {
+	inner, _ := memstore.New(memstore.Options{})
+	local, _ := memstore.New(memstore.Options{})
+	primary := &partitioned{inner: inner, bad: "{rnodeA"}
+	var gone atomic.Bool
+	obs := &forgetter{}
+	st, err := fallback.New(primary, local, fallback.Options{
+		Observer: obs,
+		Breaker:  fallback.BreakerOptions{FailureThreshold: 2, ProbeInterval: 5 * time.Millisecond, ProbeSuccesses: 3},
+		Partition: func(_ context.Context, key string) string {
+			if strings.Contains(key, "{rnodeA") {
+				return "A"
+			}
+			return "B"
+		},
+		Probe: func(_ context.Context, partition string) error {
+			if partition == "A" && gone.Load() {
+				return fmt.Errorf("%w: A left the slot map", fallback.ErrPartitionGone)
+			}
+			if partition == "A" {
+				return errors.New("A down")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lim, _ := floodgate.New(st, floodgate.Options{})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 100, time.Hour))
+	for i := range 4 {
+		_, _ = lim.Allow(context.Background(), p, fmt.Sprint("nodeA-", i))
+		_, _ = lim.Allow(context.Background(), p, fmt.Sprint("nodeB-", i))
+	}
+	if s := st.BreakerStates(); s["A"] != fallback.BreakerOpen || s["B"] != fallback.BreakerClosed {
+		t.Fatalf("breaker states %v, want A open, B closed", s)
+	}
+	time.Sleep(30 * time.Millisecond) // probes keep failing: A stays
+	if _, ok := st.BreakerStates()["A"]; !ok {
+		t.Fatal("partition A dropped while its probes only failed")
+	}
+	gone.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := st.BreakerStates()
+		if _, ok := s["A"]; !ok {
+			if s["B"] != fallback.BreakerClosed {
+				t.Fatalf("breaker states %v after A was forgotten, want B still closed", s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition A still listed 10 s after its probe said it is gone: %v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	obs.mu.Lock()
+	forgotten := append([]string(nil), obs.forgotten...)
+	obs.mu.Unlock()
+	if len(forgotten) != 1 || forgotten[0] != "A" {
+		t.Fatalf("observer told to forget %v, want [A]", forgotten)
+	}
+	if st.BreakerState() != fallback.BreakerClosed {
+		t.Fatalf("worst breaker state %v after A was forgotten", st.BreakerState())
+	}
+}

@@ -59,10 +59,28 @@ func (b *breakers) create(name string) *breaker {
 	if b.probe != nil {
 		br.prober = &prober{
 			probe:   func(ctx context.Context) error { return b.probe(ctx, name) },
+			gone:    func() { b.forget(name, br) },
 			timeout: b.probeTime, stop: b.stop, wg: &b.wg,
 		}
 	}
 	return br
+}
+
+// forget drops br, the breaker of partition name, when it is still the
+// one kept for name (never the shared one), and tells the observer.
+func (b *breakers) forget(name string, br *breaker) {
+	if br == b.shared {
+		return
+	}
+	b.mu.Lock()
+	kept := b.m[name] == br
+	if kept {
+		delete(b.m, name)
+	}
+	b.mu.Unlock()
+	if f, ok := b.obs.(BreakerForgetter); ok && kept {
+		f.ForgetBreaker(name)
+	}
 }
 
 // forKey returns the breaker guarding key.

@@ -61,6 +61,22 @@ type Observer interface {
 	ObserveBreaker(partition string, s BreakerState)
 }
 
+// BreakerForgetter is implemented by an Observer that keeps something per
+// partition (a metric series): ForgetBreaker is called when the Store
+// drops a partition's breaker because the partition is gone (its probe
+// returned ErrPartitionGone).
+type BreakerForgetter interface {
+	ForgetBreaker(partition string)
+}
+
+// ErrPartitionGone is returned (wrapped or not) by an Options.Probe whose
+// partition no longer exists: a Redis Cluster primary no longer in the
+// slot map (failed over to its replica, or removed). Its breaker closes and
+// is dropped, so that BreakerStates (readiness) and the breaker metric stop
+// listing a node that serves nothing; a key that maps to that name again
+// gets a new breaker.
+var ErrPartitionGone = errors.New("fallback: the partition is gone")
+
 // Options configures a Store. The zero value is ready to use: every policy
 // falls back to the local store at its own limit per instance, primary
 // calls have a 50ms budget, and the breaker uses its defaults.

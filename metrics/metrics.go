@@ -256,6 +256,13 @@ func (m *Metrics) ObserveBreaker(partition string, s fallback.BreakerState) {
 	m.breaker.WithLabelValues(partition).Set(float64(s))
 }
 
+// ForgetBreaker implements fallback.BreakerForgetter: the breaker of a
+// partition that is gone (a Cluster primary no longer in the slot map) has
+// no series any more.
+func (m *Metrics) ForgetBreaker(partition string) {
+	m.breaker.DeleteLabelValues(partition)
+}
+
 // ObserveClock implements clocksync.Observer.
 func (m *Metrics) ObserveClock(offset, rtt time.Duration) {
 	m.skew.Set(offset.Seconds())

@@ -115,9 +115,12 @@ func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Cont
 		err = fmt.Errorf("cluster_state:%s", state)
 	}
 	if err == nil && probe != nil {
-		if err = probe(ctx, n.Options().Addr); err != nil {
-			err = fmt.Errorf("a write was refused: %w", err)
+		// A primary gone from the slot map since the listing serves no
+		// key: nothing to be ready for.
+		if err = probe(ctx, n.Options().Addr); err != nil && !errors.Is(err, fallback.ErrPartitionGone) {
+			return fmt.Errorf("a write was refused: %w", err)
 		}
+		return nil
 	}
 	return err
 }
