@@ -232,8 +232,6 @@ func checkVersion(c, active *Config) error {
 	return nil
 }
 
-// sourceError counts and logs a source that could not be read, once per
-// distinct message so that a missing file does not log every second.
 // CheckNow makes the running WatchFile or WatchRedis read its source at
 // once rather than at its next poll (a file is read whatever its
 // modification time and size say), as floodgate serve does on SIGHUP. It
@@ -263,6 +261,8 @@ func isConfigError(err error) bool {
 	return errors.As(err, &e)
 }
 
+// sourceError counts and logs a source that could not be read, once per
+// distinct message so that a missing file does not log every second.
 func (r *Reloader) sourceError(last *string, source string, err error) {
 	r.metrics.count(ResultError)
 	if msg := err.Error(); msg != *last {

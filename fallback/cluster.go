@@ -54,7 +54,13 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 	return func(ctx context.Context, partition string) error {
 		cc, ok := c.(*redis.ClusterClient)
 		if !ok || partition == DefaultPartition {
-			return c.Set(ctx, key, "1", 10*time.Second).Err()
+			err := c.Set(ctx, key, "1", 10*time.Second).Err()
+			if err != nil && ok {
+				// As below: the key's primary may have been replaced
+				// by its replica, which a stale slot map does not know.
+				cc.ReloadState(ctx)
+			}
+			return err
 		}
 		for range probeRedirectTries {
 			node, k, tag, err := clusterProbeKey(ctx, cc, &tags, key, partition)

@@ -66,19 +66,23 @@ func (b *breakers) create(name string) *breaker {
 	return br
 }
 
-// forget drops br, the breaker of partition name, when it is still the
-// one kept for name (never the shared one), and tells the observer.
+// forget drops br, the breaker of partition name (never the shared one),
+// and tells the observer, unless a newer breaker has taken the name since
+// (its series is its own). br may already be dropped: a caller that held
+// it reopened it, and its series came back with it. Under b.mu, as the
+// creation of a breaker for name (forKey) is, so that the two reports
+// reach the observer in order.
 func (b *breakers) forget(name string, br *breaker) {
 	if br == b.shared {
 		return
 	}
 	b.mu.Lock()
-	kept := b.m[name] == br
-	if kept {
-		delete(b.m, name)
+	defer b.mu.Unlock()
+	if cur, ok := b.m[name]; ok && cur != br {
+		return
 	}
-	b.mu.Unlock()
-	if f, ok := b.obs.(BreakerForgetter); ok && kept {
+	delete(b.m, name)
+	if f, ok := b.obs.(BreakerForgetter); ok {
 		f.ForgetBreaker(name)
 	}
 }

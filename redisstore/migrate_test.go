@@ -246,3 +246,115 @@ func testSplitDuringMigration(t *testing.T, cn *clusterNodes, s *Store) {
 		decisions.Load(), []int64{perPhase[0].Load(), perPhase[1].Load(), perPhase[2].Load(), perPhase[3].Load()},
 		indeterminate.Load(), unavailable.Load(), slow.Load(), kept)
 }
+
+// TestSlidingLogWhileSlotMigrates: a sliding log whose set would empty
+// during a script, on the source node of a slot being migrated. Redis
+// deletes an emptied set, and a script that then touches the key again is
+// refused there ("non local key"), after what it already wrote stays
+// written. Two ways it happened: a decision that trimmed a log holding
+// only expired entries before adding its own (the other layer of the
+// decision was counted, and the call reported as failed), and a split
+// decision's release of a reservation that was the log's only entry (the
+// release failed half done, the other layers kept their reservation).
+// Now a decision adds before it trims, and a release that empties the log
+// does not read it again.
+func TestSlidingLogWhileSlotMigrates(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cn := &clusterNodes{t: t, cl: cl}
+	for _, n := range cl.Nodes {
+		c := n.Client(t)
+		id, err := c.ClusterMyID(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cn.nodes = append(cn.nodes, c)
+		cn.ids = append(cn.ids, id)
+	}
+	cn.loadScripts(t)
+	s, err := New(cl.Client(t), Options{Coalesce: CoalesceOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prefix := uniquePrefix(t)
+	fw := mustPolicy(t, floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour})
+	sl := mustPolicy(t, floodgate.Policy{Name: "sl", Algorithm: floodgate.SlidingLog, Limit: 1000, Window: time.Second})
+	layers := []floodgate.Layer{
+		{Policy: fw, Key: floodgate.Key(prefix, fw, "x"), Cost: 1},
+		{Policy: sl, Key: floodgate.Key(prefix, sl, "x"), Cost: 1},
+	}
+	slot := Slot(layers[0].Key)
+	from := cn.owner(t, slot)
+	to := (from + 1) % len(cn.nodes)
+	src, dst := cn.nodes[from], cn.nodes[to]
+	count := func() int64 {
+		t.Helper()
+		n, err := src.Get(ctx, layers[0].Key).Int64()
+		if err != nil {
+			// the fixed window's state is binary: read its standing instead
+			out := make([]floodgate.Result, 1)
+			peek := []floodgate.Layer{layers[0]}
+			peek[0].Cost = 0
+			if err := s.Decide(ctx, time.Now().UnixMicro(), peek, out); err != nil {
+				t.Fatal(err)
+			}
+			return fw.Limit - out[0].Remaining
+		}
+		return n
+	}
+	now := time.Now().UnixMicro()
+	out := make([]floodgate.Result, 2)
+	// A first decision, 10 s ago: the log's entry has expired since.
+	if err := s.Decide(ctx, now-10_000_000, layers, out); err != nil || !out[0].Allowed || !out[1].Allowed {
+		t.Fatalf("first decision: %v, %+v", err, out)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dst.Do(ctx, "cluster", "setslot", slot, "importing", cn.ids[from]).Err())
+	must(src.Do(ctx, "cluster", "setslot", slot, "migrating", cn.ids[to]).Err())
+	t.Cleanup(func() {
+		for _, n := range cn.nodes {
+			_ = n.Do(context.Background(), "cluster", "setslot", slot, "node", cn.ids[from]).Err()
+		}
+	})
+
+	// The decision trims the log's only (expired) entry.
+	if err := s.Decide(ctx, now, layers, out); err != nil || !out[0].Allowed || !out[1].Allowed {
+		t.Fatalf("decision on the migrating slot, the log holding only an expired entry: %v, %+v", err, out)
+	}
+	if n := src.ZCard(ctx, layers[1].Key).Val(); n != 1 {
+		t.Fatalf("the log holds %d entries after the decision, want 1", n)
+	}
+	if c := count(); c != 2 {
+		t.Fatalf("the fixed window counts %d, want 2", c)
+	}
+
+	// A split decision's reservation, 5 s later: the log's entry of the
+	// decision above has expired, the reservation is its only entry.
+	later := now + 5_000_000
+	p := part{slot: slot, layers: append([]floodgate.Layer(nil), layers...)}
+	s.reserve(ctx, later, &p)
+	if p.err != nil || !p.held {
+		t.Fatalf("reserve: %v, held %v, %+v", p.err, p.held, p.out)
+	}
+	if c := count(); c != 3 {
+		t.Fatalf("the fixed window counts %d after the reservation, want 3", c)
+	}
+	applied, _ := s.release(ctx, later, &p, 0xfeed)
+	if p.relErr != nil || !applied {
+		t.Fatalf("release of the log's only entry on the migrating slot: applied %v, %v", applied, p.relErr)
+	}
+	if c := count(); c != 2 {
+		t.Fatalf("the fixed window counts %d after the release, want 2 (the reservation given back)", c)
+	}
+	if n := src.Exists(ctx, layers[1].Key).Val(); n != 0 {
+		t.Fatalf("the log still exists after its only entry was released")
+	}
+	if r := p.out[1]; !r.Allowed || r.Remaining != sl.Limit {
+		t.Fatalf("the emptied log's standing %+v, want all %d remaining", r, sl.Limit)
+	}
+}

@@ -346,7 +346,7 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	var res quota.Result
-	err = s.guard(ctx, func(ctx context.Context) (err error) {
+	err = s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
 		res, err = eng.quota(op.quota.Name, tier).Restore(ctx, op.identity, *req.Used)
 		return err
 	})

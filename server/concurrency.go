@@ -180,7 +180,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res concurrency.Result
-	err = s.guard(ctx, func(ctx context.Context) (err error) {
+	err = s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
 		res, err = lim.Acquire(ctx, op.identity)
 		return err
 	})
@@ -213,7 +213,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var released bool
-	err := s.guard(ctx, func(ctx context.Context) (err error) {
+	err := s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
 		released, err = lim.Release(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
 		return err
 	})
@@ -232,7 +232,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var lease concurrency.Lease
-	err := s.guard(ctx, func(ctx context.Context) (err error) {
+	err := s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
 		lease, err = lim.Renew(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
 		return err
 	})

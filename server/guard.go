@@ -31,16 +31,19 @@ type LastKnownTiers interface {
 	LastKnown(dimension, value string) (tier string, ok, found bool)
 }
 
-// guard runs fn, a quota or lease operation, through the breaker when
-// there is one. Errors that say nothing about the backend's health (bad
-// input, a lost quota state, an already settled id, a lost lease) do not
-// count toward opening it.
-func (s *Server) guard(ctx context.Context, fn func(ctx context.Context) error) error {
+// guard runs fn, a quota or lease operation on identity's keys, through
+// the breaker when there is one: on a Redis Cluster, the breaker of the
+// primary serving identity's slot (the keys of quotas and leases carry the
+// identity's hash tag, as floodgate.Key's do), so that one primary failing
+// does not stop the operations of identities on the others. Errors that
+// say nothing about the backend's health (bad input, a lost quota state,
+// an already settled id, a lost lease) do not count toward opening it.
+func (s *Server) guard(ctx context.Context, identity string, fn func(ctx context.Context) error) error {
 	if s.opts.Breaker == nil {
 		return fn(ctx)
 	}
 	var opErr error
-	err := s.opts.Breaker.Call(ctx, "", func(ctx context.Context) error {
+	err := s.opts.Breaker.Call(ctx, "{"+floodgate.EncodeIdentity(identity)+"}", func(ctx context.Context) error {
 		opErr = fn(ctx)
 		if isLogicalError(opErr) {
 			return nil

@@ -291,7 +291,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	q := eng.quota(op.quota.Name, tier)
 	var res quota.Result
-	err = s.guard(ctx, func(ctx context.Context) (err error) {
+	err = s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
 		switch kind {
 		case quotaCheck:
 			res, err = q.Check(ctx, op.identity, op.amount)

@@ -30,8 +30,11 @@ func TestClusterReadyNamesTheStalledNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(stalled.Pid, syscall.SIGCONT) })
-	// Several checks: the node a reload asks is chosen at random.
-	for i := range 6 {
+	// Several checks (the node a reload asks is chosen at random), all
+	// within the cluster's node timeout (5 s): after it, the healthy
+	// primaries mark the stalled one failed and report cluster_state:fail
+	// themselves, rightly.
+	for i := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := ready(ctx)
 		cancel()

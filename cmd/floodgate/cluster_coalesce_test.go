@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,5 +50,88 @@ func TestServeClusterCoalesce(t *testing.T) {
 				t.Fatalf("%d of 130 admitted, want exactly the per-user limit of 100", got)
 			}
 		})
+	}
+}
+
+// TestServeClusterQuotaOnePrimaryDown: on a Redis Cluster with one
+// primary down (and the others serving: cluster-require-full-coverage
+// no), quota operations of identities on the healthy primaries keep
+// working. They went through one breaker for the whole cluster, so the
+// failures of the dead primary's identities opened it and every quota and
+// lease call answered 503 (21–43 s in an outside walk of a failover); they
+// now go through the breaker of the identity's primary, as decisions do.
+func TestServeClusterQuotaOnePrimaryDown(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		if err := n.Client(t).ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := fmt.Sprintf("qd%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis-cluster://"+strings.Join(c.Addrs, ","), "--prefix", prefix)
+	postRaw := func(url, body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status := func(key string) int {
+		t.Helper()
+		code, _ := postRaw(svc.url+"/v1/quota/status", fmt.Sprintf(`{"quota":"llm-tokens","identity":{"api_key":%q}}`, key))
+		return code
+	}
+	reserve := func(key string) int {
+		t.Helper()
+		code, _ := postRaw(svc.url+"/v1/quota/reserve", fmt.Sprintf(`{"quota":"llm-tokens","identity":{"api_key":%q},"request_id":"r1","estimate":10}`, key))
+		return code
+	}
+	// Give 30 identities a quota key, then find which primary holds each.
+	for i := range 30 {
+		if code := reserve(fmt.Sprint("k", i)); code != 200 {
+			t.Fatalf("reserve for k%d: status %d", i, code)
+		}
+	}
+	nodeOf := map[string]int{}
+	for i, n := range c.Nodes {
+		keys, err := n.Client(t).Keys(ctx, prefix+":llm-tokens:q:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			for j := range 30 {
+				if strings.Contains(k, fmt.Sprintf("{rk%d}", j)) {
+					nodeOf[fmt.Sprint("k", j)] = i
+				}
+			}
+		}
+	}
+	var onDead, onLive string
+	for key, n := range nodeOf {
+		switch {
+		case n == 2 && onDead == "":
+			onDead = key
+		case n == 0 && onLive == "":
+			onLive = key
+		}
+	}
+	if onDead == "" || onLive == "" {
+		t.Fatalf("no identity on node 2 or node 0: %v", nodeOf)
+	}
+	c.Nodes[2].Kill()
+	// The dead primary's identity fails until its breaker opens.
+	for range 20 {
+		if code := status(onDead); code == 200 {
+			t.Fatalf("quota status of %s, on the killed primary: 200", onDead)
+		}
+	}
+	for i := range 5 {
+		if code := status(onLive); code != 200 {
+			t.Fatalf("quota status %d of %s, on a healthy primary, with another primary down: status %d, want 200", i, onLive, code)
+		}
 	}
 }

@@ -396,7 +396,8 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		// policies; an Envoy descriptor's derived name also starts with
 		// "domain.", so a policy and a domain of one name must not share
 		// a failure mode: only a layer the policy has takes the policy's
-		// (a derived name's tail, "key-<hex>", is no valid layer name).
+		// (a derived name's tail, the descriptor key, a dash and 12 hex
+		// digits, is refused as a layer name).
 		// Envoy descriptors take --fallback.
 		name, rest, _ := strings.Cut(layer, ".")
 		p, ok := holder.Load().Policy(name)

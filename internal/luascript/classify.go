@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,11 @@ import (
 //     a script is never cut in half. Reads of keys of the wrong type fail
 //     before that write, and the writes themselves (SET, HSET, ZADD,
 //     PEXPIRE on keys already read with the right type) cannot fail.
+//     The exception is a Redis Cluster node migrating the keys' slot: a
+//     script touching a key that is not there (deleted during the script,
+//     as a set emptied by ZREM) is stopped with "non local key", possibly
+//     after it wrote, so that error is indeterminate. Floodgate's scripts
+//     avoid it (a set is added to before it is trimmed).
 //   - The client closed, the pool timing out or exhausted, a failed dial:
 //     the command was never written to a connection.
 //   - A context error: go-redis returns one only before the command is
@@ -39,6 +45,9 @@ func Classify(err error) error {
 	}
 	var rerr redis.Error
 	var oerr *net.OpError
+	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "non local key") {
+		return fmt.Errorf("%w: redis: %w", floodgate.ErrIndeterminate, err)
+	}
 	switch {
 	case errors.As(err, &rerr),
 		errors.Is(err, redis.ErrClosed),

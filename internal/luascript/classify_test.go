@@ -39,6 +39,7 @@ func TestClassify(t *testing.T) {
 		{"broken pipe while writing", write, floodgate.ErrIndeterminate},
 		{"eof", io.EOF, floodgate.ErrIndeterminate},
 		{"unknown", errors.New("something else"), floodgate.ErrIndeterminate},
+		{"script stopped on a migrating slot", replyError("ERR Script attempted to access a non local key in a cluster node script"), floodgate.ErrIndeterminate},
 	} {
 		got := luascript.Classify(tc.err)
 		if !errors.Is(got, tc.want) || !errors.Is(got, tc.err) {
@@ -56,6 +57,12 @@ func TestClassify(t *testing.T) {
 		t.Errorf("Classify(nil) = %v", err)
 	}
 }
+
+// replyError is an error reply of Redis, as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
 
 // TestInts checks the reply decoder without a server.
 func TestInts(t *testing.T) {

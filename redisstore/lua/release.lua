@@ -163,7 +163,8 @@ local function release(n, now, journals, marked)
   -- their CUM lowered by the cost; names keep their order and the live sum
   -- is exact again. If the entry is gone (expired and dropped) or more than
   -- SL_RELEASE_CAP entries follow it, nothing is done: the capacity comes
-  -- back when the entry expires. It returns the cost given back.
+  -- back when the entry expires. It returns the cost given back, and
+  -- whether the set was emptied (the reservation was its only entry).
   local function sl_release(key, cost, w, at, now)
     local same = redis.call('ZREVRANGEBYSCORE', key, int(at), int(at), 'LIMIT', '0', int(SL_RELEASE_CAP))
     local member
@@ -175,18 +176,18 @@ local function release(n, now, journals, marked)
       end
     end
     if not member then
-      return 0
+      return 0, false
     end
     local rank = redis.call('ZRANK', key, member)
     local after = redis.call('ZRANGE', key, int(rank + 1), int(rank + 1 + SL_RELEASE_CAP), 'WITHSCORES')
     if #after > 2 * SL_RELEASE_CAP then
-      return 0
+      return 0, false
     end
     local old, new = {}, {}
     for i = 1, #after, 2 do
       local c, k = sl_member(after[i])
       if not c then
-        return 0 -- a member floodgate did not write: leave the set alone
+        return 0, false -- a member floodgate did not write: leave the set alone
       end
       old[#old + 1] = after[i]
       new[#new + 1] = after[i + 1]
@@ -233,9 +234,16 @@ local function release(n, now, journals, marked)
       end
       redis.call('PEXPIRE', key, int(ttl))
     else
+      -- The set empties when the reservation was its only entry: Redis
+      -- then deletes the key, and the standing after the release is
+      -- known without reading it (reading a key deleted in a slot being
+      -- migrated fails the script, on the source node, with the release
+      -- half done).
+      local emptied = redis.call('ZCARD', key) == 1
       redis.call('ZREM', key, member)
+      return cost, emptied
     end
-    return cost
+    return cost, false
   end
 
   local px = arg(3, 1, 86400000)
@@ -263,7 +271,7 @@ local function release(n, now, journals, marked)
   for i = 1, n do
     local l, key = ls[i], KEYS[i]
     local algo, limit, w, burst, md, cost, u1, u2, u3 = l[1], l[2], l[3], l[4], l[5], l[6], l[7], l[8], l[9]
-    local back = 0
+    local back, emptied = 0, false
     jkey, jpx = journals and KEYS[(marked and n + 1 or n) + i], px
     if fresh then
       if algo == 1 then
@@ -273,14 +281,17 @@ local function release(n, now, journals, marked)
       elseif algo == 6 then
         back = qt_release(key, cost, w, 0, burst, u1, u2, u3)
       elseif algo == 2 then
-        back = sl_release(key, cost, w, u1, now)
+        back, emptied = sl_release(key, cost, w, u1, now)
       elseif algo == 4 then
         back = tb_release(key, cost, w, idiv(w, limit), burst, u1, u2, u3)
       else
         back = gc_release(key, cost, w, idiv(w, limit), burst, u1, u2, u3)
       end
     end
-    local ok, rem, reset = step(key, algo, limit, w, burst, md, 0, now, false)
+    local ok, rem, reset = true, limit, now -- an emptied log's standing, as a peek of no key
+    if not emptied then
+      ok, rem, reset = step(key, algo, limit, w, burst, md, 0, now, false)
+    end
     local j = 4 * i - 2
     if ok == nil then
       reply[j], reply[j + 1], reply[j + 2], reply[j + 3] = back, 0, 0, 0

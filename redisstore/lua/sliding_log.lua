@@ -95,12 +95,16 @@ local function sl_step(key, now, limit, w, cost)
   return allowed, limit - sum, reset, retry, 0, reason, now, lastCum + cost, cost, reset - now
 end
 
--- sl_write drops the expired members (if the set was not empty) and adds
--- the new one.
+-- sl_write adds the new member and then drops the expired ones (if the
+-- set was not empty). In that order the set never empties on the way: an
+-- emptied key is deleted, and on a Redis Cluster node migrating the key's
+-- slot, writing it again would be refused halfway through the script,
+-- after other layers were written. The new member is never expired (its
+-- score is at, above at - w) and its name is new (CUM increases).
 local function sl_write(key, at, cum, cost, px, w)
+  redis.call('ZADD', key, int(at), sfmt('%016d:%d', cum, cost))
   if cum > cost then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - w))
   end
-  redis.call('ZADD', key, int(at), sfmt('%016d:%d', cum, cost))
   redis.call('PEXPIRE', key, int(px))
 end
