@@ -10,7 +10,7 @@
 // latency is too high, requests fail, or the service cannot keep up.
 
 import http from 'k6/http';
-import { check, fail } from 'k6';
+import { check, fail, sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Rate } from 'k6/metrics';
 
@@ -41,12 +41,18 @@ const P99_MS = num('P99_MS', 50);
 // that every run starts with fresh counters, is chosen once in setup():
 // init code runs once per VU, and each VU would pick its own.
 const RUN_ID = __ENV.RUN_ID || '';
+const ALIGN = (__ENV.ALIGN || 'true') !== 'false';
 
 // The share of 429s an exact limiter gives: each identity gets
 // RATE*DURATION_S/USERS requests, spread evenly, and may pass LIMIT per
-// WINDOW_S (LIMIT at once when the run is shorter than the window). A
-// fixed window that the run happens to straddle lets up to one window
-// more through: set EXPECTED_429_RATIO to override the estimate.
+// WINDOW_S (LIMIT at once when the run is shorter than the window). That
+// holds when the run lies within one window: Floodgate's windows start at
+// multiples of their length since the Unix epoch, and a run straddling a
+// boundary lets more through (a fixed window up to one window more; the
+// built-in api policy's sliding window a share depending on when the run
+// starts), so setup() waits for the next window when the run would
+// straddle one (ALIGN=false skips the wait). EXPECTED_429_RATIO
+// overrides the estimate (and skips the wait).
 function expected429Ratio() {
   if (__ENV.EXPECTED_429_RATIO) {
     return num('EXPECTED_429_RATIO', 0);
@@ -67,6 +73,8 @@ const unexpected = new Counter('unexpected_status'); // neither 200 nor 429
 http.setResponseCallback(http.expectedStatuses(200, 429));
 
 export const options = {
+  // setup() may wait up to a window for the next one to start.
+  setupTimeout: `${Math.ceil(WINDOW_S) + 30}s`,
   scenarios: {
     check: {
       executor: 'constant-arrival-rate',
@@ -102,6 +110,16 @@ export function setup() {
     fail(`POST ${BASE_URL}/v1/check answered ${res.status}: ${res.body}; is floodgate serve running with policy "${POLICY}"?`);
   }
   console.log(`identities ${runId}-0..${USERS - 1}; expected 429 ratio ${(100 * EXPECTED).toFixed(1)}% (accepting ${(100 * LOW).toFixed(1)}%..${(100 * HIGH).toFixed(1)}%)`);
+  if (ALIGN && !__ENV.EXPECTED_429_RATIO && DURATION_S + 2 < WINDOW_S) {
+    // Start the run so that it ends inside the window it starts in (2 s
+    // spare for k6 to start the scenario).
+    const into = (Date.now() / 1000) % WINDOW_S;
+    if (into + DURATION_S + 2 > WINDOW_S) {
+      const wait = WINDOW_S - into + 0.2;
+      console.log(`waiting ${wait.toFixed(1)} s for the next ${WINDOW_S} s window to start, so that the run lies within one (ALIGN=false skips this)`);
+      sleep(wait);
+    }
+  }
   return { runId };
 }
 

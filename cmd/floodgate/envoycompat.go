@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 )
@@ -251,7 +253,10 @@ func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Hea
 	last := ""
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := store.Get(pctx, []*envoycompat.Op{{Key: "floodgate-envoy-compat-health-probe"}})
+		// Both servers, with REDIS_PERSECOND: per-second limits are
+		// decided on the second.
+		_, err := store.Get(pctx, []*envoycompat.Op{{Key: "floodgate-envoy-compat-health-probe"},
+			{Key: "floodgate-envoy-compat-health-probe", PerSecond: true}})
 		cancel()
 		if err == nil {
 			h.Set(envoycompat.ComponentRedis, true)
@@ -299,7 +304,9 @@ func compatStore(s envoycompat.Settings) (envoycompat.Store, func(), error) {
 func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalClient, error) {
 	user, pass := splitAuth(r.Auth)
 	var tlsCfg *tls.Config
-	if r.TLS {
+	// A rediss:// URL connects over TLS too: with the REDIS_TLS_* files,
+	// not go-redis's defaults (which ignored REDIS_TLS_CACERT).
+	if r.TLS || strings.HasPrefix(strings.ToLower(r.URL), "rediss://") {
 		var err error
 		if tlsCfg, err = compatTLS(r); err != nil {
 			return nil, fmt.Errorf("%s_TLS: %w", prefix, err)
@@ -314,7 +321,12 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		if strings.HasPrefix(r.URL, "redis://") || strings.HasPrefix(r.URL, "rediss://") || strings.HasPrefix(r.URL, "unix://") {
 			o, err := redis.ParseURL(r.URL)
 			if err != nil {
-				return nil, fmt.Errorf("%s_URL: %w", prefix, err)
+				// The parser's error quotes the URL, password and all.
+				var ue *url.Error
+				if errors.As(err, &ue) {
+					err = ue.Err
+				}
+				return nil, fmt.Errorf("%s_URL %s: %w", prefix, config.Redis{URL: r.URL}, err)
 			}
 			o.PoolSize, o.ContextTimeoutEnabled = r.PoolSize, true
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.Timeout, r.Timeout, r.Timeout
@@ -337,17 +349,36 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		if len(urls) < 2 {
 			return nil, fmt.Errorf("%s_URL: want <master name>,<sentinel1>,...,<sentinelN>", prefix)
 		}
+		if err := hostPorts(urls[1:], prefix); err != nil {
+			return nil, err
+		}
 		suser, spass := splitAuth(r.SentinelAuth)
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: urls[0], SentinelAddrs: urls[1:],
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: tlsCfg,
 			PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
 			ContextTimeoutEnabled: true}), nil
 	case "cluster":
+		if err := hostPorts(urls, prefix); err != nil {
+			return nil, err
+		}
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: urls, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
 			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true}), nil
 	}
 	return nil, fmt.Errorf("%s_TYPE=%s: want single, sentinel or cluster", prefix, r.Type)
+}
+
+// hostPorts checks that every address of a sentinel or cluster REDIS_URL
+// is host:port, as theirs takes them: a URL there (redis://user:pass@...)
+// was dialled as an address, and go-redis logged it, password and all, on
+// every retry. The error names the address's position, not its text.
+func hostPorts(addrs []string, prefix string) error {
+	for i, a := range addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" || strings.ContainsAny(a, "@/") {
+			return fmt.Errorf("%s_URL: address %d of the list is not host:port (credentials go in %s_AUTH)", prefix, i+1, prefix)
+		}
+	}
+	return nil
 }
 
 // splitAuth reads "user:password" or "password".
@@ -362,6 +393,9 @@ func splitAuth(auth string) (user, pass string) {
 func compatTLS(r envoycompat.RedisSettings) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if r.TLSClientCert != "" || r.TLSClientKey != "" {
+		if r.TLSClientCert == "" || r.TLSClientKey == "" {
+			return nil, errors.New("client certificate: REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together (one is set, the other not)")
+		}
 		cert, err := tls.LoadX509KeyPair(r.TLSClientCert, r.TLSClientKey)
 		if err != nil {
 			return nil, fmt.Errorf("client certificate: %w", err)

@@ -211,6 +211,54 @@ func TestEnvoyCompatRefusesBadSettings(t *testing.T) {
 	}
 }
 
+// TestEnvoyCompatURLErrorsHidePasswords: a malformed REDIS_URL stops the
+// start with an error that names the setting but not the password in it
+// (the URL parser's error quoted the URL whole, and a sentinel or cluster
+// address given as a URL was dialled and logged, password and all, on
+// every retry).
+func TestEnvoyCompatURLErrorsHidePasswords(t *testing.T) {
+	const secret = "S3cretPassw0rd"
+	for _, env := range [][]string{
+		{"REDIS_URL=rediss://:" + secret + "@127.0.0.1:6379:bad"},
+		{"REDIS_URL=redis://:" + secret + "%zz@127.0.0.1:6379"},
+		{"REDIS_TYPE=sentinel", "REDIS_URL=main,redis://:" + secret + "@127.0.0.1:26379"},
+		{"REDIS_TYPE=cluster", "REDIS_URL=redis://:" + secret + "@127.0.0.1:7000,127.0.0.1:7001"},
+	} {
+		// Bounded: with the address dialled, the process kept retrying.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, binary(t), "envoy-compat")
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "REDIS_SOCKET_TYPE=tcp",
+			"RUNTIME_ROOT=" + t.TempDir()}, env...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "REDIS_URL") {
+			t.Errorf("%v: %v\n%s\nwant a failure naming REDIS_URL", env, err, out)
+		}
+		if strings.Contains(string(out), secret) {
+			t.Errorf("%v: the password is in the output:\n%s", env, out)
+		}
+	}
+}
+
+// TestEnvoyCompatHealthNeedsPerSecondRedis: with REDIS_PERSECOND, the
+// per-second Redis must answer too before /healthcheck says OK: per-second
+// limits are decided there (it probed the main Redis only, and said OK
+// while every per-second decision failed).
+func TestEnvoyCompatHealthNeedsPerSecondRedis(t *testing.T) {
+	rdb := redistest.Start(t)
+	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+t.TempDir(),
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+closedAddr(t))
+	waitFor(t, "the per-second Redis reported unreachable", func() bool {
+		return strings.Contains(p.Logs(), "backend not reachable")
+	})
+	for range 3 {
+		if code, out := httpGet(t, "http://"+p.http+"/healthcheck"); code != 500 {
+			t.Fatalf("healthcheck with the per-second Redis unreachable: %d %s, want 500", code, out)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
 // TestServeEnvoyHeadersOffByDefault: serve adds no response headers to its
 // gRPC answers unless --envoy-response-headers is given (it used to add
 // them always).

@@ -102,6 +102,9 @@ func TestEnvoyCompatRedisTLS(t *testing.T) {
 		"system roots only": base(rdb.TLSAddr, "sysonly", append([]string{"REDIS_TLS=true", "SSL_CERT_FILE=" + f.CA}, client...)...),
 		"wrong name, skip hostname verification": base(wrongName, "skip", append([]string{"REDIS_TLS=true", "REDIS_TLS_CACERT=" + f.CA,
 			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true"}, client...)...),
+		// A rediss:// URL uses the REDIS_TLS_* files without REDIS_TLS
+		// (it used go-redis's defaults and ignored the CA).
+		"rediss URL without REDIS_TLS": base("rediss://"+rdb.TLSAddr, "rediss", append([]string{"REDIS_TLS_CACERT=" + f.CA}, client...)...),
 	}
 	for name, env := range good {
 		t.Run(name, func(t *testing.T) {
@@ -125,7 +128,7 @@ func TestEnvoyCompatRedisTLS(t *testing.T) {
 		})
 	}
 	// The counters are in the TLS server (read here over its plain port).
-	for _, prefix := range []string{"good", "sys", "sysonly", "skip"} {
+	for _, prefix := range []string{"good", "sys", "sysonly", "skip", "rediss"} {
 		keys := rdb.Client(t).Keys(context.Background(), prefix+"_d_a_x_*").Val()
 		if len(keys) != 1 || rdb.Client(t).Get(context.Background(), keys[0]).Val() != "3" {
 			t.Errorf("%s: counter keys %v, want one holding 3", prefix, keys)

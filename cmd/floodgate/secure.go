@@ -189,10 +189,25 @@ func readSecretFile(path, flag string, log *slog.Logger) (string, error) {
 	if v == "" {
 		return "", fmt.Errorf("%s: %s is empty", flag, path)
 	}
+	warnMode(st, path, flag, log)
+	return v, nil
+}
+
+// warnIfShared warns when the file at path (none when empty; an unreadable
+// one is reported by whatever reads it) is readable by group or others.
+func warnIfShared(path, flag string, log *slog.Logger) {
+	if path == "" {
+		return
+	}
+	if st, err := os.Stat(path); err == nil {
+		warnMode(st, path, flag, log)
+	}
+}
+
+func warnMode(st os.FileInfo, path, flag string, log *slog.Logger) {
 	if st.Mode().Perm()&0o077 != 0 {
 		log.Warn("secret file readable by group or others; make it readable by this user only (chmod 600)", "flag", flag, "file", path, "mode", fmt.Sprintf("%04o", st.Mode().Perm()))
 	}
-	return v, nil
 }
 
 // resolveSecrets reads the secret files named by the flags into f.
@@ -215,6 +230,10 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 	}
 	if s.adminAddr != "" && f.adminToken == "" {
 		return errors.New("--admin-addr needs an admin token (--admin-token-file)")
+	}
+	// Private keys are secrets too: warn as for the secret files above.
+	for _, k := range []struct{ flag, path string }{{"--tls-key-file", s.tlsKeyFile}, {"--redis-key-file", s.redisKeyFile}} {
+		warnIfShared(k.path, k.flag, log)
 	}
 	if s.metricsAdminOnly && s.adminAddr == "" {
 		return errors.New("--metrics-admin-only needs --admin-addr")

@@ -500,3 +500,25 @@ func TestServeGRPCConnectionSetupBounded(t *testing.T) {
 	}
 	svc.stop(t)
 }
+
+// TestServeWarnsOnSharedKeyFile: a TLS private key readable by group or
+// others is warned about at start, as the secret files are (it was not).
+func TestServeWarnsOnSharedKeyFile(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	key, err := os.ReadFile(f.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(t.TempDir(), "server.key")
+	if err := os.WriteFile(shared, key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	svc := startService(t, "--tls-cert-file", f.Cert, "--tls-key-file", shared)
+	rec, ok := svc.Logged("secret file readable by group or others; make it readable by this user only (chmod 600)")
+	if !ok || rec["flag"] != "--tls-key-file" {
+		t.Fatalf("no warning for a 0644 --tls-key-file:\n%s", svc.Logs())
+	}
+}
