@@ -58,7 +58,7 @@ func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, err
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.poller = poller{list: func() ([]string, error) { return yamlFiles(r.paths) }, read: readEnvoyFile, invalid: isEnvoyConfigError}
+	r.poller = poller{list: func() ([]string, error) { return yamlFiles(r.paths) }, read: ReadEnvoyFile, invalid: isEnvoyConfigError}
 	files, _, err := r.poller.poll()
 	if err != nil {
 		return nil, fmt.Errorf("config: Envoy descriptor configuration: %w", err)
@@ -144,7 +144,7 @@ func (r *EnvoyReloader) readable() {
 	}
 }
 
-// isEnvoyConfigError reports an error of readEnvoyFile that is the file's
+// isEnvoyConfigError reports an error of ReadEnvoyFile that is the file's
 // content's fault (too large), not the file system's.
 func isEnvoyConfigError(err error) bool {
 	var e *envoyrls.ConfigError
@@ -207,9 +207,10 @@ func parseEnvoy(files []file) (*envoyrls.Config, error) {
 	return envoyrls.MergeConfigs(cfgs...)
 }
 
-// readEnvoyFile reads a descriptor file of at most envoyrls.MaxConfigSize
-// bytes.
-func readEnvoyFile(path string) ([]byte, error) {
+// ReadEnvoyFile reads an Envoy descriptor file of at most
+// envoyrls.MaxConfigSize bytes, as EnvoyReloader does; a larger one is an
+// *envoyrls.ConfigError naming it.
+func ReadEnvoyFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

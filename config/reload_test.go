@@ -35,19 +35,7 @@ func limitOf(t *testing.T, h *config.Holder) int64 {
 
 func newReloader(t *testing.T, initial string) (*config.Holder, *config.Reloader, *prometheus.Registry) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(initial), "initial.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := config.NewHolder(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	r, err := config.NewReloader(h, config.ReloaderOptions{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, r, reg, _ := newLoggedReloader(t, initial)
 	return h, r, reg
 }
 

@@ -34,17 +34,7 @@ import (
 func TestClusterSplitDuringMigration(t *testing.T) {
 	t.Parallel() // mostly waits for servers to form
 	cl := redistest.StartCluster(t)
-	cn := &clusterNodes{t: t, cl: cl}
-	for _, n := range cl.Nodes {
-		c := n.Client(t)
-		id, err := c.ClusterMyID(context.Background()).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cn.nodes = append(cn.nodes, c)
-		cn.ids = append(cn.ids, id)
-	}
-	cn.loadScripts(t)
+	cn := newClusterNodes(t, cl)
 	cc := cl.Client(t)
 	for _, tc := range []struct {
 		name string
@@ -260,17 +250,7 @@ func testSplitDuringMigration(t *testing.T, cn *clusterNodes, s *Store) {
 // does not read it again.
 func TestSlidingLogWhileSlotMigrates(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	cn := &clusterNodes{t: t, cl: cl}
-	for _, n := range cl.Nodes {
-		c := n.Client(t)
-		id, err := c.ClusterMyID(context.Background()).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cn.nodes = append(cn.nodes, c)
-		cn.ids = append(cn.ids, id)
-	}
-	cn.loadScripts(t)
+	cn := newClusterNodes(t, cl)
 	s, err := New(cl.Client(t), Options{Coalesce: CoalesceOff})
 	if err != nil {
 		t.Fatal(err)

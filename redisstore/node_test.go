@@ -25,17 +25,7 @@ import (
 func TestClusterNodes(t *testing.T) {
 	t.Parallel() // mostly waits for servers to form
 	cl := redistest.StartCluster(t)
-	cn := &clusterNodes{t: t, cl: cl}
-	for _, n := range cl.Nodes {
-		c := n.Client(t)
-		id, err := c.ClusterMyID(context.Background()).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cn.nodes = append(cn.nodes, c)
-		cn.ids = append(cn.ids, id)
-	}
-	cn.loadScripts(t)
+	cn := newClusterNodes(t, cl)
 	cc := cl.Client(t)
 	s, err := New(cc, Options{})
 	if err != nil {
@@ -60,6 +50,24 @@ type clusterNodes struct {
 	cl    *redistest.Cluster
 	nodes []*redis.Client
 	ids   []string
+}
+
+// newClusterNodes returns the handle on cl's primaries, with the Store's
+// scripts loaded on each.
+func newClusterNodes(t *testing.T, cl *redistest.Cluster) *clusterNodes {
+	t.Helper()
+	cn := &clusterNodes{t: t, cl: cl}
+	for _, n := range cl.Nodes {
+		c := n.Client(t)
+		id, err := c.ClusterMyID(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cn.nodes = append(cn.nodes, c)
+		cn.ids = append(cn.ids, id)
+	}
+	cn.loadScripts(t)
+	return cn
 }
 
 // owner returns the index of the primary that serves slot, asking the

@@ -161,18 +161,18 @@ func (s *Server) failure(ctx context.Context, err error) (p *problemError, retry
 // problem's detail says what kind of failure it was, never the store's own
 // error (addresses, keys, server messages): that goes to the log only.
 func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
-	reason, p := "internal", &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the decision failed; the service log has the details"}
+	reason, p := reasonInternal, &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the decision failed; the service log has the details"}
 	switch {
 	case errors.Is(err, floodgate.ErrIndeterminate):
-		reason = "indeterminate"
+		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
 			detail: "the rate limit store failed after the request was sent; it may have been counted"}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull), errors.Is(err, fallback.ErrBreakerOpen):
-		reason = "store_unavailable"
+		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
 			detail: "the rate limit store is unavailable; nothing was counted"}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		reason = "timeout"
+		reason = reasonTimeout
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
 			detail: "the decision did not finish in time"}
 	case errors.Is(err, floodgate.ErrInvalidLayers):

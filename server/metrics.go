@@ -25,6 +25,14 @@ type serverMetrics struct {
 	degradedBy [fallback.ModeClosed + 1]prometheus.Counter
 }
 
+// The reasons of floodgate_decision_errors_total.
+const (
+	reasonStoreUnavailable = "store_unavailable"
+	reasonIndeterminate    = "indeterminate"
+	reasonTimeout          = "timeout"
+	reasonInternal         = "internal"
+)
+
 func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	m := &serverMetrics{
 		shadowDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -61,7 +69,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	}
 	// Every reason's series exists from the start, at 0, so that a rate
 	// (RateLimitDecisionErrors) sees the first failures as an increase.
-	for _, reason := range []string{"store_unavailable", "indeterminate", "timeout", "internal"} {
+	for _, reason := range []string{reasonStoreUnavailable, reasonIndeterminate, reasonTimeout, reasonInternal} {
 		m.errors.WithLabelValues(reason)
 	}
 	if reg != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"regexp"
@@ -106,7 +105,7 @@ var (
 // isEnvoyFile reports a file with a top-level domain and no top-level
 // policies; an unreadable file is not (config.LoadFile says why).
 func isEnvoyFile(file string) bool {
-	data, err := config.ReadFile(file)
+	data, err := config.ReadEnvoyFile(file) // the larger of the two limits
 	if err != nil {
 		return false
 	}
@@ -116,17 +115,13 @@ func isEnvoyFile(file string) bool {
 // validateEnvoyFile reads and parses one Envoy descriptor file as serve
 // --envoy-config does.
 func validateEnvoyFile(file string) (*envoyrls.Config, error) {
-	f, err := os.Open(file)
+	data, err := config.ReadEnvoyFile(file)
 	if err != nil {
+		var ce *envoyrls.ConfigError
+		if errors.As(err, &ce) {
+			return nil, err // too large: it names the file already
+		}
 		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, envoyrls.MaxConfigSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", file, err)
-	}
-	if len(data) > envoyrls.MaxConfigSize {
-		return nil, fmt.Errorf("%s: file is larger than %d bytes", file, envoyrls.MaxConfigSize)
 	}
 	return envoyrls.ParseConfig(data, file)
 }
