@@ -36,6 +36,14 @@ var (
 	ErrStoreFull = errors.New("floodgate: store full")
 	// ErrBadReply reports a store reply of an unexpected type or shape.
 	ErrBadReply = errors.New("floodgate: bad store reply")
+	// ErrForeignValue reports that a key the decision needs holds a value
+	// floodgate did not write (on Redis, a foreign value or a key of the
+	// wrong type), always together with ErrStoreUnavailable: nothing was
+	// written. It is one identity's key that is unusable, not the store:
+	// the fallback store decides such a decision locally without counting
+	// it toward opening its circuit breaker, so that one bad key cannot
+	// send every identity's decisions to the fallback.
+	ErrForeignValue = errors.New("floodgate: foreign value")
 )
 
 // errNilContext is returned for a nil context.Context, which would

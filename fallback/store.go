@@ -402,6 +402,13 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 		return err
 	}
+	if errors.Is(err, floodgate.ErrForeignValue) {
+		// One identity's key holds something floodgate did not write: the
+		// primary answered, and counting it would let that one key open
+		// the breaker for every identity. Decided locally all the same.
+		br.release(t, verdictNeutral)
+		return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
+	}
 	br.release(t, verdictFailure)
 	o.fail(elapsed, timedOut(cctx, err))
 	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
@@ -455,7 +462,7 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 		// can be made: with Redis out of memory, tier lookups succeed
 		// while every decision fails. Only decisions vouch for health.
 		br.release(t, verdictNeutral)
-	case isCallerError(err) || errors.Is(ctx.Err(), context.Canceled):
+	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(ctx.Err(), context.Canceled):
 		br.release(t, verdictNeutral)
 	default:
 		br.release(t, verdictFailure)

@@ -112,7 +112,13 @@ func (r *rig) probesDegraded() int64 { return r.probes.Load() }
 
 func newRig(t *testing.T, client redisstore.Client, opts fallback.Options) *rig {
 	t.Helper()
-	primary, err := redisstore.New(client, redisstore.Options{})
+	return newRigWith(t, client, redisstore.Options{}, opts)
+}
+
+// newRigWith is newRig with the Redis store's options.
+func newRigWith(t *testing.T, client redisstore.Client, so redisstore.Options, opts fallback.Options) *rig {
+	t.Helper()
+	primary, err := redisstore.New(client, so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,21 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/httplimit"
+	"github.com/floodgate-rl/floodgate/internal/proctest"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -141,5 +146,45 @@ func TestRedisDownFailureModes(t *testing.T) {
 	// Back to central counting by itself (the restarted server is empty).
 	if r := get(t, closed.Client(), closed.URL); r.status != 200 || r.header.Get("X-RateLimit-Remaining") != "99" {
 		t.Fatalf("after restart: %d %v", r.status, r.header)
+	}
+}
+
+// TestStoreErrorLogHasNoIdentity: a key holding a value floodgate did not
+// write fails the decision with an error naming the key; the middleware's
+// log carries it with the identity replaced, as Options.Logger promises
+// (an outside walk found API keys and client addresses in it).
+func TestStoreErrorLogHasNoIdentity(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	st, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(st, floodgate.Options{Prefix: "httplimit-redact"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fixedWindow(t, "per-key", 100, time.Minute)
+	if err := client.Set(context.Background(), l.Key(p, "secret-api-key-123"), "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logs proctest.Buffer
+	var seen atomic.Value
+	h := serve(t, l, []httplimit.Rule{{Policy: p, Key: httplimit.Header("X-API-Key")}}, httplimit.Options{
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+		OnStoreError: func(_ *http.Request, err error, _ bool) { seen.Store(err.Error()) },
+	})
+	if r := get(t, h.Client(), h.URL, "X-API-Key", "secret-api-key-123"); r.status != 200 {
+		t.Fatalf("fail-open request: %d", r.status)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "store failed") || !strings.Contains(out, "httplimit-redact:per-key:fw:{…}") {
+		t.Fatalf("no store failure with the key redacted in the log:\n%s", out)
+	}
+	if strings.Contains(out, "secret-api-key-123") {
+		t.Fatalf("identity in the log:\n%s", out)
+	}
+	if s, _ := seen.Load().(string); !strings.Contains(s, "secret-api-key-123") {
+		t.Fatalf("OnStoreError got %q, want the error as it is", s)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -118,7 +119,7 @@ func (m *Middleware) decide(ctx context.Context, now time.Time, cost int64, spec
 
 // storeFailed applies the failure mode and reports whether to serve.
 func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, shadow bool) bool {
-	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed", slog.String("error", err.Error()), slog.Bool("shadow", shadow), slog.String("failure_mode", m.opts.FailureMode.String()))
+	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed", slog.String("error", redactKeys(err.Error())), slog.Bool("shadow", shadow), slog.String("failure_mode", m.opts.FailureMode.String()))
 	if m.opts.OnStoreError != nil {
 		m.opts.OnStoreError(r, err, shadow)
 	}
@@ -218,6 +219,35 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 	if m.opts.OnShadowDeny != nil {
 		m.opts.OnShadowDeny(r, p, res)
 	}
+}
+
+// redactKeys returns s with the identity part of every storage key in it
+// (the {hash tag} floodgate.Key wraps it in) replaced by {…}: store errors
+// name the key they failed on ("key fg:api:fw:{ruser42} holds a value
+// floodgate did not write"), and the log must not carry identities.
+func redactKeys(s string) string {
+	if !strings.Contains(s, "{") {
+		return s
+	}
+	var b strings.Builder
+	for {
+		open := strings.IndexByte(s, '{')
+		if open < 0 {
+			break
+		}
+		end := strings.IndexByte(s[open:], '}')
+		if end < 0 {
+			// An unclosed tag (a truncated message): drop the rest.
+			b.WriteString(s[:open])
+			b.WriteString("{…")
+			return b.String()
+		}
+		b.WriteString(s[:open])
+		b.WriteString("{…}")
+		s = s[open+end+1:]
+	}
+	b.WriteString(s)
+	return b.String()
 }
 
 func (m *Middleware) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {

@@ -22,7 +22,9 @@
 //     end, or when the bucket is full again;
 //   - a denial is 429 Too Many Requests with Retry-After (whole seconds,
 //     rounded up, at least 1) and an application/problem+json body (RFC
-//     9457) of type [Problem];
+//     9457) of type [Problem]; a request whose cost exceeds a limit
+//     outright (reason cost_exceeds_limit) gets no Retry-After, since
+//     waiting will not help;
 //   - optionally, the IETF draft's RateLimit-Policy and RateLimit fields
 //     (draft-ietf-httpapi-ratelimit-headers-10), one list member per
 //     enforced rule.
@@ -143,7 +145,9 @@ type Options struct {
 	Clock func() time.Time
 	// Logger receives shadow denials (Info), store failures (Warn) and
 	// rejected keys or costs (Info). Nil (default) logs nothing. Log
-	// records never contain identities (keys, users, addresses).
+	// records never contain identities (keys, users, addresses): a store
+	// error naming a key is logged with the key's identity part (its
+	// {hash tag}) replaced by {…}; OnStoreError gets the error as it is.
 	Logger *slog.Logger
 	// OnShadowDeny, when set, is called for every request a shadow rule
 	// would have denied, with the rule's policy and its result.

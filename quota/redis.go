@@ -23,7 +23,9 @@ var quotaScript = luascript.New(quotaLua, luascript.Options{Refusal: "floodgate 
 // Client is the part of a go-redis v9 client a RedisStore uses:
 // *redis.Client, *redis.ClusterClient and the failover clients satisfy it.
 // Set ContextTimeoutEnabled on the client so that a call's context deadline
-// bounds the whole round trip.
+// bounds the whole round trip. A *replicawait.Client in its place has each
+// operation answered only once Redis replicas have it, so that a failover
+// cannot lose an answered operation.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }

@@ -264,7 +264,7 @@ func decodeBatch(vals []int64, calls []*call, node bool) error {
 				c.retry = true
 				continue
 			}
-			c.err = fmt.Errorf("%w: redis: a key of %s holds a value floodgate did not write", floodgate.ErrStoreUnavailable, keyList(c.layers))
+			c.err = fmt.Errorf("%w: %w: redis: a key of %s holds a value floodgate did not write", floodgate.ErrStoreUnavailable, floodgate.ErrForeignValue, keyList(c.layers))
 			continue
 		case codeBadArgs:
 			c.err = fmt.Errorf("%w: redis: the script refused the arguments for %s", floodgate.ErrStoreUnavailable, keyList(c.layers))

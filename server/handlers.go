@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/replicawait"
 )
 
 // Problem is an RFC 9457 problem details body (application/problem+json).
@@ -163,6 +164,10 @@ func (s *Server) failure(ctx context.Context, err error) (p *problemError, retry
 func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
 	reason, p := reasonInternal, &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the decision failed; the service log has the details"}
 	switch {
+	case errors.Is(err, replicawait.ErrNotReplicated):
+		reason = reasonIndeterminate
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
+			detail: "the operation was applied on the Redis primary, but too few of its replicas confirmed it in time (--redis-wait-replicas), so a failover could still lose it; retry it with the same request_id"}
 	case errors.Is(err, floodgate.ErrIndeterminate):
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",

@@ -21,6 +21,7 @@ func TestRedisFlagsNeedRedis(t *testing.T) {
 		{"--redis-tls"},
 		{"--redis-pool", "5"},
 		{"--redis-coalesce=false"},
+		{"--redis-wait-replicas", "1"},
 		{"--instances", "3"},
 		{"--login-prefix", "lg"},
 	} {

@@ -26,6 +26,7 @@ import (
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -47,6 +48,8 @@ type serveFlags struct {
 	redisTimeout     time.Duration
 	redisCoalesce    bool
 	redisStateFormat string
+	waitReplicas     int
+	waitTimeout      time.Duration
 	prefix           string
 	adminToken       string
 	decisionTimeout  time.Duration
@@ -130,6 +133,8 @@ that are not browsers are not affected.`,
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "read/write timeout of one Redis command (0: the default)")
 	fl.BoolVar(&f.redisCoalesce, "redis-coalesce", true, "coalesce concurrent decisions into one script call per Redis server (per primary with --redis-cluster, where a layered decision on one primary is then one atomic call); false sends every decision alone")
 	fl.StringVar(&f.redisStateFormat, "redis-state-format", "binary", "how the rate limits' states are written in Redis: binary (less work for Redis per decision) or text (readable by builds older than the binary format; set it on every upgraded instance during a rolling upgrade from such a build, then drop it). Both are always read")
+	fl.IntVar(&f.waitReplicas, "redis-wait-replicas", 0, "answer a quota or lease operation only once this many replicas of its Redis primary have it (Redis WAIT on the same connection), so that a failover cannot lose an operation already answered; one not confirmed within --redis-wait-timeout fails with 503 store-not-replicated (it was applied on the primary: retry it with the same request_id). 0 (the default) answers without waiting; rate limit decisions never wait")
+	fl.DurationVar(&f.waitTimeout, "redis-wait-timeout", replicawait.DefaultTimeout, "how long a quota or lease operation waits for --redis-wait-replicas (0: the default)")
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", server.DefaultDecisionTimeout, "deadline of one request's Redis calls: an HTTP check (a batch shares one) or a gRPC ShouldRateLimit (0: the default)")
@@ -223,12 +228,32 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	b.store = primary
 	// Quotas and leases live in the same Redis; they have no local
 	// fallback (a quota counted per instance would multiply the allowance),
-	// so their operations fail with 503 while Redis is down.
-	if b.quotas, err = quota.NewRedisStore(client); err != nil {
+	// so their operations fail with 503 while Redis is down. With
+	// --redis-wait-replicas they are answered once replicated.
+	var durable quota.Client = client
+	if f.waitReplicas == 0 && f.waitTimeout != replicawait.DefaultTimeout {
+		client.Close()
+		return nil, errors.New("--redis-wait-timeout needs --redis-wait-replicas")
+	}
+	if f.waitReplicas != 0 {
+		if f.waitReplicas < 0 || f.waitReplicas > replicawait.MaxReplicas {
+			client.Close()
+			return nil, fmt.Errorf("--redis-wait-replicas %d: out of range 0..%d (0: do not wait)", f.waitReplicas, replicawait.MaxReplicas)
+		}
+		if f.waitTimeout < 0 {
+			client.Close()
+			return nil, fmt.Errorf("--redis-wait-timeout %v: want 0 (the default, %v) or a positive duration", f.waitTimeout, replicawait.DefaultTimeout)
+		}
+		if durable, err = replicawait.New(client, replicawait.Options{Replicas: f.waitReplicas, Timeout: f.waitTimeout}); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("--redis-wait-replicas: %w", err)
+		}
+	}
+	if b.quotas, err = quota.NewRedisStore(durable); err != nil {
 		client.Close()
 		return nil, err
 	}
-	if b.leases, err = concurrency.NewRedisStore(client); err != nil {
+	if b.leases, err = concurrency.NewRedisStore(durable); err != nil {
 		client.Close()
 		return nil, err
 	}
@@ -319,7 +344,7 @@ const minReloadInterval = 10 * time.Millisecond
 // in its own memory.
 var redisOnlyFlags = []string{
 	"redis-master", "redis-password-file", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
-	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "instances", "fallback-factor",
+	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "redis-wait-replicas", "redis-wait-timeout", "instances", "fallback-factor",
 	"login-prefix",
 }
 

@@ -29,7 +29,10 @@ import (
 //     script touching a key that is not there (deleted during the script,
 //     as a set emptied by ZREM) is stopped with "non local key", possibly
 //     after it wrote, so that error is indeterminate. Floodgate's scripts
-//     avoid it (a set is added to before it is trimmed).
+//     avoid it (a set is added to before it is trimmed). A key holding a
+//     value floodgate did not write (a script's own refusal saying so, or
+//     WRONGTYPE) also wraps floodgate.ErrForeignValue: one key is
+//     unusable, the store is not.
 //   - The client closed, the pool timing out or exhausted, a failed dial:
 //     the command was never written to a connection.
 //   - A context error: go-redis returns one only before the command is
@@ -47,6 +50,9 @@ func Classify(err error) error {
 	var oerr *net.OpError
 	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "non local key") {
 		return fmt.Errorf("%w: redis: %w", floodgate.ErrIndeterminate, err)
+	}
+	if errors.As(err, &rerr) && (strings.Contains(rerr.Error(), "holds a value floodgate did not write") || redis.HasErrorPrefix(err, "WRONGTYPE")) {
+		return fmt.Errorf("%w: %w: redis: %w", floodgate.ErrStoreUnavailable, floodgate.ErrForeignValue, err)
 	}
 	switch {
 	case errors.As(err, &rerr),
