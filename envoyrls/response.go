@@ -95,7 +95,16 @@ func descriptorStatus(st *rlspb.RateLimitResponse_DescriptorStatus, reset *durat
 	case dp.denies:
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 		st.CurrentLimit = dp.limit
-		st.DurationUntilReset = reset // zero
+		// requests_per_unit 0 never admits; like envoyproxy/ratelimit,
+		// say when the unit's current window ends rather than zero, which
+		// a client reads as "retry now".
+		if u, ok := unitLength(dp.limit.GetUnit()); ok {
+			if m := int64(max(dp.limit.GetUnitMultiplier().GetValue(), 1)); m <= math.MaxInt64/int64(u) {
+				w := u * time.Duration(m)
+				setDuration(reset, w-time.Duration(now.UnixNano()%int64(w)))
+			}
+		}
+		st.DurationUntilReset = reset
 	case dp.layer >= 0:
 		r := results[dp.layer]
 		st.CurrentLimit = dp.limit

@@ -256,6 +256,18 @@ func TestZeroLimitDeniesWithoutConsuming(t *testing.T) {
 	wantStatus(t, "user peeked", resp.GetStatuses()[0], ok, 3, 3)
 	wantStatus(t, "blocked", resp.GetStatuses()[1], over, 0, 0)
 	wantStatus(t, "user untouched", r.call(t, request("api", desc("user=gina"))).GetStatuses()[0], ok, 2, 3)
+
+	// Its reset is the end of the unit's window (a second here), as
+	// envoyproxy/ratelimit answers, not zero ("retry now, for ever").
+	at := t0.Add(250 * time.Millisecond)
+	r = newMemRig(t, apiConfig, Options{ResponseHeaders: true, Clock: func() time.Time { return at }})
+	resp = r.call(t, request("api", desc("blocked=yes")))
+	if got := resp.GetStatuses()[0].GetDurationUntilReset().AsDuration(); got != 750*time.Millisecond {
+		t.Errorf("blocked duration_until_reset %v, want 750ms (the rest of the second)", got)
+	}
+	if h := headers(resp); h["X-RateLimit-Reset"] != "1" || h["X-RateLimit-Limit"] != "0" {
+		t.Errorf("blocked headers %v, want reset 1, limit 0", h)
+	}
 }
 
 func TestAlgorithmFromConfig(t *testing.T) {

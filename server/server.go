@@ -503,6 +503,28 @@ type readyResponse struct {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	resp, status := s.readiness(r.Context(), r.URL.Query().Get("degraded") == "ok")
+	writeJSON(w, status, resp)
+}
+
+// Serving reports what GET /readyz?degraded=ok answers, the readiness
+// the deploy kit probes: nil while the service takes requests and decides
+// them (centrally, or degraded when Options.ServesDegraded), an error
+// saying why not otherwise (draining, or the store unable to decide). The
+// gRPC health service of serve follows it.
+func (s *Server) Serving(ctx context.Context) error {
+	resp, status := s.readiness(ctx, true)
+	if status == http.StatusOK {
+		return nil
+	}
+	if resp.Error != "" {
+		return fmt.Errorf("%s: %s", resp.Status, resp.Error)
+	}
+	return errors.New(resp.Status)
+}
+
+// readiness is GET /readyz's answer; degradedOK is its ?degraded=ok.
+func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse, int) {
 	cfg := s.cfg.Load()
 	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source()}
 	status := http.StatusOK
@@ -528,7 +550,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		resp.Status, status = "draining", http.StatusServiceUnavailable
 		problems = nil
 	case s.opts.Ready != nil:
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if err := s.opts.Ready(ctx); err != nil {
 			problems = append([]string{err.Error()}, problems...)
@@ -536,11 +558,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(problems) > 0 {
 		resp.Status, resp.Error = "degraded", strings.Join(problems, "; ")
-		if !s.opts.ServesDegraded || r.URL.Query().Get("degraded") != "ok" {
+		if !s.opts.ServesDegraded || !degradedOK {
 			status = http.StatusServiceUnavailable
 		}
 	}
-	writeJSON(w, status, resp)
+	return resp, status
 }
 
 // decisionContext returns the context a request's store calls run under:

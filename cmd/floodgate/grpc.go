@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate-rl/floodgate"
@@ -88,6 +91,8 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	}
 	gs := grpc.NewServer(gopts...)
 	svc.Register(gs)
+	gh := health.NewServer()
+	healthpb.RegisterHealthServer(gs, gh)
 	if f.sec.grpcReflection {
 		reflection.Register(gs) // so grpcurl and friends can list and call the service
 	}
@@ -98,9 +103,12 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 			log.Error("gRPC server stopped", "error", err)
 		}
 	}()
+	stopHealth := followServing(gh, srv)
 	log.Info("floodgate gRPC (Envoy rate limit service) listening", "addr", ln.Addr().String(),
 		"envoy_config", envoy.Files(), "domains", envoy.Load().Domains())
 	return func() {
+		stopHealth()
+		gh.Shutdown() // NOT_SERVING for every service while the calls drain
 		stopped := make(chan struct{})
 		go func() { gs.GracefulStop(); close(stopped) }()
 		select {
@@ -110,6 +118,51 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 		}
 		<-done
 	}, nil
+}
+
+// healthServices are the names serve's gRPC health service answers for,
+// besides "" (the whole server): envoyproxy/ratelimit's ("ratelimit"),
+// so that its probes keep working after a switch, and the rate limit
+// service's full name.
+var healthServices = []string{"", "ratelimit", rlspb.RateLimitService_ServiceDesc.ServiceName}
+
+// healthEvery is how often serve's gRPC health status is brought in line
+// with its readiness.
+const healthEvery = time.Second
+
+// followServing sets gh's status for healthServices from srv.Serving (what
+// GET /readyz?degraded=ok answers) now and every healthEvery, until the
+// returned function is called: SERVING while serve takes and decides
+// requests, degraded ones included; NOT_SERVING while it drains or cannot
+// decide (--fallback off with Redis down).
+func followServing(gh *health.Server, srv *server.Server) (stop func()) {
+	set := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), healthEvery)
+		defer cancel()
+		st := healthpb.HealthCheckResponse_SERVING
+		if srv.Serving(ctx) != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		for _, name := range healthServices {
+			gh.SetServingStatus(name, st)
+		}
+	}
+	set()
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(healthEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				set()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 // grpcRoute is the route label of the decisions of the gRPC API: its
