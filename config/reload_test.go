@@ -374,4 +374,14 @@ func TestWatchFileNoticesAnotherFileWithTheSameStamp(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the renamed copy with the old time and size to apply", func() bool { return limitOf(t, h) == 12 })
+
+	// A rewrite in place, same size, the old time put back (cp -p or
+	// rsync --inplace -t over the file): only its ctime tells.
+	if err := os.WriteFile(path, []byte(doc("1", 13)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fixed, fixed); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the file rewritten in place with its old time and size to apply", func() bool { return limitOf(t, h) == 13 })
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/filestamp"
 )
 
 // stamp is what a poll saw of one file: enough to notice that it changed
@@ -19,8 +21,7 @@ import (
 // Nix store paths or unpacked archives, or a copy made with cp -p).
 type stamp struct {
 	path string
-	mod  time.Time
-	size int64
+	at   filestamp.Stamp // size, modification and status change times
 	info os.FileInfo
 }
 
@@ -56,8 +57,10 @@ func (e *invalidFile) Error() string { return e.err.Error() }
 func (e *invalidFile) Unwrap() error { return e.err }
 
 // poll returns the files' contents and true when any file was added,
-// removed, replaced by another file, or changed its modification time or
-// size since the last successful poll. A failure to list, stat or read
+// removed, replaced by another file, or changed its modification time,
+// size or (on Linux) status change time since the last successful poll:
+// the last catches a rewrite in place that keeps the size and puts the
+// old modification time back (cp -p, rsync --inplace -t). A failure to list, stat or read
 // returns the error and makes the next poll read everything again, but for
 // a file whose content is at fault (see invalid): that returns an
 // *invalidFile and true, and the next poll reads again only once the files
@@ -75,7 +78,7 @@ func (p *poller) poll() ([]file, bool, error) {
 			p.last = nil
 			return nil, false, err
 		}
-		stamps[i] = stamp{path: path, mod: fi.ModTime(), size: fi.Size(), info: fi}
+		stamps[i] = stamp{path: path, at: filestamp.Of(fi), info: fi}
 	}
 	if p.last != nil && sameStamps(p.last, stamps) {
 		return nil, false, nil
@@ -102,7 +105,7 @@ func sameStamps(a, b []stamp) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].path != b[i].path || !a[i].mod.Equal(b[i].mod) || a[i].size != b[i].size || !os.SameFile(a[i].info, b[i].info) {
+		if a[i].path != b[i].path || !a[i].at.Equal(b[i].at) || !os.SameFile(a[i].info, b[i].info) {
 			return false
 		}
 	}

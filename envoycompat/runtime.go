@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/filestamp"
 )
 
 // Runtime locates the configuration files as envoyproxy/ratelimit's
@@ -107,8 +109,10 @@ func readLimited(path string) ([]byte, error) {
 
 // Signature summarises what a reload depends on: with WatchRoot, where the
 // Root symbolic link points (theirs reloads only when Root is replaced);
-// otherwise the names, sizes and modification times of the files. A
-// change of signature triggers a reload.
+// otherwise the names, sizes, modification times and (on Linux) status
+// change times of the files, the last so that a rewrite in place keeping
+// the size and the old modification time is seen. A change of signature
+// triggers a reload.
 func (r Runtime) Signature() string {
 	h := sha256.New()
 	if r.WatchRoot {
@@ -125,10 +129,12 @@ func (r Runtime) Signature() string {
 		if err != nil {
 			return nil
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", path, info.Size(), info.ModTime().UnixNano())
+		at := filestamp.Of(info)
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00", path, at.Size, at.Mod.UnixNano(), at.Change)
 		if info.Mode()&fs.ModeSymlink != 0 {
 			if st, err := os.Stat(path); err == nil {
-				fmt.Fprintf(h, "%d\x00%d\x00", st.Size(), st.ModTime().UnixNano())
+				at := filestamp.Of(st)
+				fmt.Fprintf(h, "%d\x00%d\x00%d\x00", at.Size, at.Mod.UnixNano(), at.Change)
 			}
 		}
 		return nil

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -89,6 +91,23 @@ func TestRuntimeSignature(t *testing.T) {
 	}
 	if dir.Signature() == d0 {
 		t.Error("directory signature unchanged after an edit")
+	}
+	// A rewrite in place keeping the size and putting the old time back
+	// (cp -p or rsync --inplace -t over the file): found by a walk beside
+	// envoyproxy/ratelimit, which reloaded it while the signature missed it.
+	a := filepath.Join(root, "v1", "rl", "config", "a.yaml")
+	fi, err := os.Stat(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := dir.Signature()
+	time.Sleep(20 * time.Millisecond)
+	write(t, a, "EDITED IN PLACE")
+	if err := os.Chtimes(a, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS == "linux" && dir.Signature() == d1 {
+		t.Error("directory signature unchanged after a rewrite in place with the old size and time")
 	}
 	tmp := filepath.Join(root, "next")
 	if err := os.Symlink(filepath.Join(root, "v2"), tmp); err != nil {

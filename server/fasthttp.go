@@ -307,6 +307,10 @@ func (s *Server) fastBatch(ctx *fasthttp.RequestCtx, route string) {
 		s.fastFail(ctx, err)
 		return
 	}
+	if err := batchQuery(string(ctx.URI().QueryString())); err != nil {
+		s.fastFail(ctx, err)
+		return
+	}
 	out, err := s.decideBatch(context.Background(), body, route)
 	if err != nil {
 		s.fastFail(ctx, err)

@@ -417,12 +417,27 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := batchQuery(r.URL.RawQuery); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	out, err := s.decideBatch(r.Context(), body, routeOf(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// batchQuery refuses ?enforce on POST /v1/check/batch, which answers 200
+// with each check's own "allowed" (there is no one 429 for a batch whose
+// checks went different ways): ignored, it let a client believe denied
+// checks were enforced.
+func batchQuery(rawQuery string) error {
+	if queryParam(rawQuery, "enforce") != "" {
+		return badRequest("invalid-parameter", "query parameter enforce: not taken by /v1/check/batch, which answers 200 with each check's \"allowed\"; use /v1/check?enforce=1 for a 429")
+	}
+	return nil
 }
 
 // decideBatch is POST /v1/check/batch whatever the transport: it decodes

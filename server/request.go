@@ -267,6 +267,39 @@ func foldName(s string) string {
 	return b.String()
 }
 
+// describeType names what a JSON value of Go type t must be, in the
+// API's words rather than Go's ("an array of checks", not
+// "[]server.CheckRequest").
+func describeType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		if e := t.Elem(); e == reflect.TypeFor[CheckRequest]() {
+			return "an array of checks ({\"policy\", \"identity\", \"cost\"} objects)"
+		}
+		return "an array"
+	case reflect.Struct:
+		if t == reflect.TypeFor[CheckRequest]() {
+			return "a check object ({\"policy\", \"identity\", \"cost\"})"
+		}
+		return "an object"
+	}
+	return "another JSON type"
+}
+
 func jsonProblem(err error, known string) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
@@ -280,7 +313,7 @@ func jsonProblem(err error, known string) error {
 		if field == "" {
 			return badRequest("malformed-json", "the body must be a JSON object, got a JSON %s", typ.Value)
 		}
-		want := typ.Type.String()
+		want := describeType(typ.Type)
 		switch {
 		case strings.HasPrefix(field, "identity") && typ.Type.Kind() == reflect.String:
 			return badRequest("malformed-json", "field %q: identity values must be strings, got a JSON %s", field, typ.Value)
@@ -291,8 +324,6 @@ func jsonProblem(err error, known string) error {
 				return badRequest("malformed-json", "field %q: %s is out of range 0..%d", field, clip.Text(n, 40), int64(floodgate.MaxCost))
 			}
 			want = "a whole number"
-		case want == "string":
-			want = "a string"
 		}
 		return badRequest("malformed-json", "field %q must be %s, got a JSON %s", field, want, typ.Value)
 	}
@@ -397,6 +428,12 @@ func decodePeek(cfg *config.Config, body []byte) (check, error) {
 func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error) {
 	var r BatchRequest
 	if err := decodeJSON(body, &r, "requests"); err != nil {
+		var p *problemError
+		if errors.As(err, &p) && p.kind == "unknown-field" {
+			if ip := batchItemProblem(body); ip != nil {
+				return nil, ip
+			}
+		}
 		return nil, err
 	}
 	if len(r.Requests) == 0 {
@@ -414,6 +451,32 @@ func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error)
 		out[i] = c
 	}
 	return out, nil
+}
+
+// batchItemProblem returns the problem of the first item of a batch body
+// with an unknown field, its index and the item's own fields named, or
+// nil when no item has one (the unknown field is the batch's own).
+// encoding/json reports an unknown field without saying where it is.
+func batchItemProblem(body []byte) error {
+	var raw struct {
+		Requests []json.RawMessage `json:"requests"`
+	}
+	if json.Unmarshal(body, &raw) != nil {
+		return nil
+	}
+	for i, item := range raw.Requests {
+		dec := json.NewDecoder(bytes.NewReader(item))
+		dec.DisallowUnknownFields()
+		var c CheckRequest
+		if err := dec.Decode(&c); err != nil {
+			var p *problemError
+			if errors.As(jsonProblem(err, "policy, identity, cost"), &p) && p.kind == "unknown-field" {
+				p.detail = fmt.Sprintf("requests[%d]: %s", i, p.detail)
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // validateIdentity checks the shape of a request's identity values: how
