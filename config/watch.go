@@ -157,6 +157,12 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 	}
 }
 
+// EnvoyFiles returns the descriptor files serve --envoy-config reads for
+// paths: each path that is a file, and the .yaml and .yml files directly
+// inside each directory (sorted; names starting with a dot skipped). A
+// directory without any is an error, and so is a file named twice.
+func EnvoyFiles(paths []string) ([]string, error) { return yamlFiles(paths) }
+
 // yamlFiles returns the files paths name: each path that is a file, and
 // the .yaml and .yml files directly inside each path that is a directory
 // (sorted, skipping names that start with a dot, such as editors' swap

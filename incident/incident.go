@@ -122,10 +122,15 @@ func (r Report) String() string {
 	line("naive GET → compare → INCR:", r.Naive)
 	line("floodgate (one atomic step):", r.Atomic)
 	b.WriteString("\n")
-	if n := r.OverLimit(r.Naive); n > 0 {
+	switch n := r.OverLimit(r.Naive); {
+	case n > 0 && r.Naive.Allowed == o.Requests:
 		fmt.Fprintf(&b, "The naive limiter let %d requests too many through: every request read the\n", n)
 		b.WriteString("counter before any of them wrote it. Each command is atomic; the sequence is not.\n")
-	} else {
+	case n > 0:
+		fmt.Fprintf(&b, "The naive limiter let %d requests too many through: %d requests read the counter\n", n, r.Naive.Allowed)
+		b.WriteString("while it was still under the limit, before the others' writes reached it. Each\n")
+		b.WriteString("command is atomic; the sequence is not.\n")
+	default:
 		b.WriteString("The naive limiter happened not to overshoot this time; the race is still there.\n")
 	}
 	if r.OverLimit(r.Atomic) == 0 {

@@ -123,3 +123,25 @@ func TestIncidentOptions(t *testing.T) {
 		t.Fatalf("from zero: %+v", r)
 	}
 }
+
+// TestReportSaysWhatHappened: the explanation matches the numbers: "every
+// request read the counter first" only when every request got through (an
+// outside run on Redis let 12 to 43 of 50 through and printed it each
+// time).
+func TestReportSaysWhatHappened(t *testing.T) {
+	opts := incident.Options{Limit: 1000, Start: 998, Requests: 50}
+	for _, tc := range []struct {
+		naive      incident.Outcome
+		want, nots string
+	}{
+		{incident.Outcome{Allowed: 50, Final: 1048}, "48 requests too many through: every request read the", "50 requests read"},
+		{incident.Outcome{Allowed: 12, Final: 1010}, "10 requests too many through: 12 requests read the counter", "every request"},
+		{incident.Outcome{Allowed: 2, Final: 1000}, "happened not to overshoot", "too many"},
+	} {
+		r := incident.Report{Options: opts, Backend: "test", Naive: tc.naive, Atomic: incident.Outcome{Allowed: 2, Final: 1000}}
+		out := r.String()
+		if !strings.Contains(out, tc.want) || strings.Contains(out, tc.nots) {
+			t.Errorf("naive %+v: report\n%s\nwant %q, not %q", tc.naive, out, tc.want, tc.nots)
+		}
+	}
+}

@@ -44,7 +44,7 @@ unreachable, request refused).`,
 			}
 			c, err := server.NewClient(addr, nil)
 			if err != nil {
-				return err
+				return fmt.Errorf("--addr %q: want the service's URL, such as http://127.0.0.1:8080", addr)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()

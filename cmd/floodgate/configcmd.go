@@ -41,15 +41,21 @@ invalid.
 A file is read as floodgate's policies (--config) unless it is an Envoy
 descriptor file (envoyproxy/ratelimit's format, serve --envoy-config): one
 with a top-level domain and no top-level policies, or any file with
---envoy. Envoy descriptor files given together are also checked as one set
-(no domain twice), as serve reads a directory of them.`,
+--envoy. A directory is read as serve --envoy-config reads one: its .yaml
+and .yml files, as Envoy descriptor files. Envoy descriptor files given
+together are also checked as one set (no domain twice), as serve reads a
+directory of them.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, files []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files, fromDir, err := expandConfigArgs(args)
+			if err != nil {
+				return err
+			}
 			failed := 0
 			var envoyFiles []string
 			var envoyCfgs []*envoyrls.Config
 			for _, file := range files {
-				if envoy || isEnvoyFile(file) {
+				if envoy || fromDir[file] || isEnvoyFile(file) {
 					c, err := validateEnvoyFile(file)
 					if err != nil {
 						failed++
@@ -79,20 +85,49 @@ with a top-level domain and no top-level policies, or any file with
 					file, cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), plural.Count(len(cfg.Quotas()), "quota", "quotas"),
 					plural.Count(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
 			}
+			merged := true
 			if len(envoyCfgs) > 1 {
 				if _, err := envoyrls.MergeConfigs(envoyCfgs...); err != nil {
-					failed++
+					merged = false
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s together: %v\n", strings.Join(envoyFiles, ", "), err)
 				}
 			}
-			if failed > 0 {
+			switch {
+			case failed > 0 && !merged:
+				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid, and the valid Envoy descriptor files do not go together", failed, len(files))}
+			case failed > 0:
 				return &exitError{code: 1, err: fmt.Errorf("%d of %d files invalid", failed, len(files))}
+			case !merged:
+				return &exitError{code: 1, err: fmt.Errorf("each file is valid, but the %d Envoy descriptor files do not go together (serve --envoy-config would refuse them)", len(envoyFiles))}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&envoy, "envoy", false, "read every file as an Envoy descriptor file (envoyproxy/ratelimit's format, serve --envoy-config)")
 	return cmd
+}
+
+// expandConfigArgs returns validate's files: each argument that is a file
+// (or cannot be read: LoadFile says why), and the descriptor files of
+// each directory, as serve --envoy-config lists them; fromDir marks the
+// latter, which are Envoy descriptor files whatever they hold.
+func expandConfigArgs(args []string) (files []string, fromDir map[string]bool, err error) {
+	fromDir = map[string]bool{}
+	for _, a := range args {
+		if fi, err := os.Stat(a); err != nil || !fi.IsDir() {
+			files = append(files, a)
+			continue
+		}
+		inDir, err := config.EnvoyFiles([]string{a})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", a, err)
+		}
+		for _, f := range inDir {
+			files = append(files, f)
+			fromDir[f] = true
+		}
+	}
+	return files, fromDir, nil
 }
 
 // envoyTopLevel finds the top-level keys that tell an Envoy descriptor file

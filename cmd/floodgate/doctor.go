@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,12 +19,13 @@ import (
 
 func newDoctorCmd() *cobra.Command {
 	var (
-		opts    doctor.Options
-		rs      config.Redis
-		sec     securityFlags // only its Redis password and TLS flags
-		asJSON  bool
-		colour  string
-		timeout time.Duration
+		opts          doctor.Options
+		rs            config.Redis
+		sec           securityFlags // only its Redis password and TLS flags
+		asJSON        bool
+		colour        string
+		timeout       time.Duration
+		verifyKeyFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -52,6 +54,19 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if err := sec.redisClientSettings(&rs, log); err != nil {
 				return err
+			}
+			if verifyKeyFile != "" {
+				if opts.ConfigFile != "" {
+					return errors.New("--config-verify-key-file checks the configuration in Redis: not with --config")
+				}
+				k, err := readSecretFile(verifyKeyFile, "--config-verify-key-file", log)
+				if err != nil {
+					return err
+				}
+				if len(k) < config.MinSignKeyLen {
+					return fmt.Errorf("--config-verify-key-file: %d bytes, want at least %d", len(k), config.MinSignKeyLen)
+				}
+				opts.VerifyKey = []byte(k)
 			}
 			// go-redis's own lines (a failed dial per retry) as structured
 			// records, each at most once a minute: the report, or the
@@ -91,6 +106,7 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 	fl.StringVar(&opts.Prefix, "prefix", "fg", "the deployment's key prefix (serve --prefix)")
 	fl.StringVar(&opts.LoginPrefix, "login-prefix", "login", "the login guard's key prefix (serve --login-prefix)")
 	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")
+	fl.StringVar(&verifyKeyFile, "config-verify-key-file", "", "the key the instances verify the configuration in Redis with (serve --config-verify-key-file): a stored document not signed under it fails, as the instances refuse it")
 	fl.StringArrayVar(&opts.EnvoyConfig, "envoy-config", nil, "the Envoy descriptor configuration the instances run (serve --envoy-config): a file, or a directory of .yaml files; repeatable. Its descriptors' keys, and those of limit overrides in its domains, are then known, not keys of no known policy")
 	fl.StringArrayVar(&opts.Instances, "instance", nil, "base URL of a running instance, e.g. http://10.0.0.5:8080; repeatable (for an instance run with --metrics-admin-only, give its admin address too: /metrics is read there)")
 	fl.DurationVar(&opts.RateWindow, "rate-window", 2*time.Second, "time between the two scrapes of each instance's /metrics that give the current fallback and denial rates (negative: one scrape)")

@@ -444,7 +444,8 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"check", "--id", "user"}, `--id "user": want dimension=value`},
 		{[]string{"check", "--id", "user=1", "--id", "user=2"}, `dimension "user" given twice`},
-		{[]string{"check", "--addr", "ftp://x", "--id", "user=1"}, "must be an http://"},
+		{[]string{"check", "--addr", "ftp://x", "--id", "user=1"}, `--addr "ftp://x": want the service's URL, such as http://127.0.0.1:8080`},
+		{[]string{"check", "--addr", "127.0.0.1:8080", "--id", "user=1"}, `--addr "127.0.0.1:8080": want the service's URL`},
 		{[]string{"serve", "--redis", "http://x:1"}, `scheme "http"`},
 		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},

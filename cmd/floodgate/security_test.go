@@ -429,12 +429,24 @@ func TestServeSignedConfigFromRedis(t *testing.T) {
 	if code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile); code == 0 || !strings.Contains(out, "not signed") {
 		t.Fatalf("serve on an unsigned document: exit %d: %s", code, out)
 	}
+	// doctor given the instances' key fails the document they refuse (it
+	// passed it: it had no way to know).
+	doctorArgs := []string{"doctor", "--redis", url, "--prefix", prefix, "--latency-samples", "3"}
+	if _, out := runCLI(t, append(doctorArgs, "--config-verify-key-file", keyFile)...); !strings.Contains(out, "[FAIL] validates") || !strings.Contains(out, "not signed") {
+		t.Fatalf("doctor with the key on an unsigned document:\n%s", out)
+	}
+	if _, out := runCLI(t, doctorArgs...); !strings.Contains(out, "[PASS] validates") {
+		t.Fatalf("doctor without the key on an unsigned document:\n%s", out)
+	}
 	// Signing changes the stored document, so it takes a new version.
 	if err := os.WriteFile(file, []byte("version: \"2\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 7, window: 1m, dimension: user}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix, "--sign-key-file", keyFile); code != 0 {
 		t.Fatalf("signed push: %d %s %s", code, out, errOut)
+	}
+	if _, out := runCLI(t, append(doctorArgs, "--config-verify-key-file", keyFile)...); !strings.Contains(out, "[PASS] validates") {
+		t.Fatalf("doctor with the key on a signed document:\n%s", out)
 	}
 	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile, "--fallback", "off")
 	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); r.Limit != 7 {

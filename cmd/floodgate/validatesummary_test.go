@@ -59,8 +59,28 @@ func TestConfigValidateEnvoyFiles(t *testing.T) {
 		t.Fatalf("invalid Envoy file: exit %d, %q", code, errOut)
 	}
 	again := write("again.yaml", "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
-	if code, _, errOut := cli("config", "validate", edge, again); code != 1 || !strings.Contains(errOut, `domain "edge" is already defined`) {
+	if code, _, errOut := cli("config", "validate", edge, again); code != 1 || !strings.Contains(errOut, `domain "edge" is already defined`) ||
+		!strings.Contains(errOut, "each file is valid, but the 2 Envoy descriptor files do not go together") || strings.Contains(errOut, "1 of 2 files invalid") {
 		t.Fatalf("two files of one domain: exit %d, %q", code, errOut)
+	}
+	// A directory, as serve --envoy-config takes one (with or without
+	// --envoy): its .yaml and .yml files, as Envoy descriptor files. It
+	// said "read envoy: is a directory".
+	sub := filepath.Join(dir, "envoy")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("envoy/a.yaml", "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	write("envoy/b.yml", "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	write("envoy/notes.txt", "not read")
+	for _, args := range [][]string{{sub}, {"--envoy", sub + "/"}} {
+		code, out, errOut := cli(append([]string{"config", "validate"}, args...)...)
+		if code != 0 || !strings.Contains(out, `a.yaml: OK (Envoy descriptors, domain "a"`) || !strings.Contains(out, `b.yml: OK (Envoy descriptors, domain "b"`) || strings.Contains(out, "notes") {
+			t.Fatalf("validate %v: exit %d, %q %q", args, code, out, errOut)
+		}
+	}
+	if code, _, errOut := cli("config", "validate", sub, edge, again); code != 1 || !strings.Contains(errOut, `domain "edge" is already defined`) {
+		t.Fatalf("a directory and two files of one domain: exit %d, %q", code, errOut)
 	}
 	// --envoy reads any file so, a policies file included.
 	policies := write("p.yaml", "policies:\n  - name: p\n    layers:\n      - {name: l, algorithm: fixed_window, limit: 1, window: 1s, dimension: user}\n")
