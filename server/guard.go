@@ -125,7 +125,7 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 		// the identity gets the default tier's limits, which may be a
 		// customer's downgrade, so say so.
 		s.metrics.tierUnknown.Inc()
-		s.warn.Warn("unknown tier", "an identity is assigned a tier the configuration does not define; using the default tier",
+		s.warn.Warn("unknown tier", "unknown tier: an identity is assigned a tier the configuration does not define; using the default tier",
 			"policy", what, "dimension", tierDim, "tier", clip.Text(t, 64), "default_tier", cfg.DefaultTier(), "configured", cfg.Tiers())
 		return cfg.DefaultTier()
 	}
