@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/tlsreload"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -42,7 +43,10 @@ type securityFlags struct {
 	grpcReflection    bool
 	grpcWorkers       int
 	verifyKeyFile     string
-	verifyKey         []byte // read from verifyKeyFile
+	verifyKey         []byte       // read from verifyKeyFile
+	log               *slog.Logger // set by resolveSecrets, for the certificate's reloads
+	cert              *tlsreload.Cert
+	tlsConf           *tls.Config // built once by serverTLS, shared by the listeners
 	trustedOrigins    []string
 }
 
@@ -53,7 +57,7 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringArrayVar(&s.trustedOrigins, "trusted-origin", nil, "origin (scheme://host[:port], as browsers send it in Origin) whose web pages may call the API from a browser; repeatable. Requests a browser sends from a page of any other origin (Sec-Fetch-Site cross-site or same-site, or an Origin not matching Host) are refused with 403 unless they are GET, HEAD or OPTIONS (on the admin endpoints whatever the method); curl and server-side clients are never refused")
 	fl.BoolVar(&s.pprof, "pprof", false, "serve Go runtime profiles (net/http/pprof, /debug/pprof/) on --admin-addr only, without the token; off by default")
 	addRedisSecurityFlags(fl, s)
-	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file)")
+	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file); both files are read again when they change (every --reload-interval, and on SIGHUP), for new connections")
 	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
 	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
 	fl.IntVar(&s.grpcWorkers, "grpc-stream-workers", grpcMaxStreams, "goroutines kept to run gRPC requests, each reused for many (a request finding none free gets a new goroutine); 0 starts a goroutine per request")
@@ -87,8 +91,13 @@ func (s *securityFlags) redisClientSettings(rs *config.Redis, log *slog.Logger) 
 }
 
 // serverTLS returns the TLS configuration of the listeners, or nil when
-// --tls-cert-file is not given.
+// --tls-cert-file is not given: built once, and shared, with the
+// certificate served from s.cert, which reloadTLS loads again when its
+// files change.
 func (s *securityFlags) serverTLS() (*tls.Config, error) {
+	if s.tlsConf != nil {
+		return s.tlsConf, nil
+	}
 	if s.tlsCertFile == "" && s.tlsKeyFile == "" {
 		if s.tlsClientCAFile != "" {
 			return nil, errors.New("--tls-client-ca-file needs --tls-cert-file and --tls-key-file")
@@ -101,11 +110,11 @@ func (s *securityFlags) serverTLS() (*tls.Config, error) {
 	case s.tlsKeyFile == "":
 		return nil, errors.New("--tls-cert-file needs --tls-key-file (the certificate's private key)")
 	}
-	cert, err := tls.LoadX509KeyPair(s.tlsCertFile, s.tlsKeyFile)
+	cert, err := tlsreload.Load(s.tlsCertFile, s.tlsKeyFile, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
 	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	c := &tls.Config{GetCertificate: cert.GetCertificate, MinVersion: tls.VersionTLS12}
 	if s.tlsClientCAFile != "" {
 		pem, err := os.ReadFile(s.tlsClientCAFile)
 		if err != nil {
@@ -117,6 +126,7 @@ func (s *securityFlags) serverTLS() (*tls.Config, error) {
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
+	s.cert, s.tlsConf = cert, c
 	return c, nil
 }
 
@@ -213,6 +223,7 @@ func warnMode(st os.FileInfo, path, flag string, log *slog.Logger) {
 // resolveSecrets reads the secret files named by the flags into f.
 func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 	s := &f.sec
+	s.log = log
 	if s.adminTokenFile != "" {
 		if tokenFromFlag {
 			return errors.New("give either --admin-token or --admin-token-file, not both")

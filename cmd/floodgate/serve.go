@@ -124,7 +124,7 @@ that are not browsers are not affected.`,
 	fl.BoolVar(&f.envoyEach, "envoy-count-each-descriptor", false, "count a request in every descriptor whose limit admits it, as envoyproxy/ratelimit does (default: all-or-nothing across descriptors; needs --grpc-addr)")
 	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")
 	fl.BoolVar(&f.configRedis, "config-from-redis", false, "read the configuration from Redis (key <prefix>:config) and apply every published change")
-	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration and Envoy descriptor files are checked for changes, at least 10ms (0: the default; SIGHUP checks at once)")
+	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration, Envoy descriptor and TLS certificate files are checked for changes, at least 10ms (0: the default; SIGHUP checks at once)")
 	fl.StringVar(&f.redisURL, "redis", "", "Redis URL: redis://host:port/db, rediss://..., redis-sentinel://h1:p,h2:p/db?master=NAME or redis-cluster://h1:p,h2:p")
 	fl.StringSliceVar(&f.sentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
 	fl.StringVar(&f.sentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
@@ -510,6 +510,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// The listeners' TLS, built here once so that the copies of f share
+	// it and its certificate, which is watched below.
+	if _, err := f.sec.serverTLS(); err != nil {
+		return err
+	}
 	stopGRPC, err := startGRPC(f, lim, srv, m, envoy, log)
 	if err != nil {
 		return err
@@ -552,6 +557,18 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if envoy != nil {
 		wg.Go(func() { envoy.Watch(wctx, f.reloadInterval) })
+	}
+	if cert := f.sec.cert; cert != nil {
+		// A renewed certificate is served to new connections without a
+		// restart, checked as often as the configuration.
+		wg.Go(func() { cert.Watch(wctx, f.reloadInterval) })
+		expiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_tls_certificate_expiry_timestamp_seconds",
+			Help: "When the TLS certificate served on the listeners (--tls-cert-file, reloaded when it changes) expires, in Unix seconds.",
+		}, func() float64 { return float64(cert.NotAfter().Unix()) })
+		if err := reg.Register(expiry); err != nil {
+			return err
+		}
 	}
 	// SIGHUP reads the configuration sources at once instead of at their
 	// next poll; it never stops the service (the signal's default action,
@@ -695,8 +712,12 @@ func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader
 			sources = append(sources, envoy.Files()...)
 			envoy.CheckNow()
 		}
+		if f.sec.cert != nil {
+			sources = append(sources, f.sec.tlsCertFile)
+			_, _ = f.sec.cert.Reload() // logs what it did
+		}
 		if len(sources) == 0 {
-			log.Info("SIGHUP: nothing to reload (the built-in configuration; no --config, --config-from-redis or --envoy-config)")
+			log.Info("SIGHUP: nothing to reload (the built-in configuration; no --config, --config-from-redis, --envoy-config or --tls-cert-file)")
 			continue
 		}
 		log.Info("SIGHUP: reading the configuration now", "sources", sources)

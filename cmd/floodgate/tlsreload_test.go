@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestServeTLSCertificateRenewed: serve loads --tls-cert-file and
+// --tls-key-file again when they change (polled every --reload-interval,
+// or at once on SIGHUP), and new HTTPS and gRPC connections get the
+// renewed certificate without a restart; a half-written renewal (the new
+// certificate beside the old key) keeps the old pair served. Rotating a
+// certificate took a restart.
+func TestServeTLSCertificateRenewed(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	envoyDir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(envoyDir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	leafDER := func(file string) []byte {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(data)
+		return blk.Bytes
+	}
+	put := func(dir string, f redistest.TLSFiles, keyToo bool) {
+		t.Helper()
+		for _, c := range [][2]string{{f.Cert, "tls.crt"}, {f.Key, "tls.key"}} {
+			if c[1] == "tls.key" && !keyToo {
+				continue
+			}
+			data, err := os.ReadFile(c[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, c[1]), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// served returns the certificates the HTTPS and the gRPC listeners
+	// present to a new connection.
+	served := func(svc *service) (httpsCert, grpcCert []byte) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // compared by hand
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, strings.Replace(svc.url, "http://", "https://", 1)+"/healthz", nil)
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatalf("HTTPS: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		httpsCert = resp.TLS.PeerCertificates[0].Raw
+		var mu sync.Mutex
+		tc := &tls.Config{InsecureSkipVerify: true, VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			mu.Lock()
+			grpcCert = raw[0]
+			mu.Unlock()
+			return nil
+		}}
+		conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		}})
+		if err != nil {
+			t.Fatalf("gRPC over TLS: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return httpsCert, grpcCert
+	}
+	serving := func(svc *service, f redistest.TLSFiles) bool {
+		h, g := served(svc)
+		want := leafDER(f.Cert)
+		return bytes.Equal(h, want) && bytes.Equal(g, want)
+	}
+	start := func(interval string) (*service, string) {
+		dir := t.TempDir()
+		put(dir, a, true)
+		return startService(t, "--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"),
+			"--grpc-addr", "127.0.0.1:0", "--envoy-config", envoyDir, "--reload-interval", interval), dir
+	}
+
+	t.Run("polled", func(t *testing.T) {
+		svc, dir := start("50ms")
+		defer svc.stop(t)
+		if !serving(svc, a) {
+			t.Fatal("not serving the first certificate")
+		}
+		put(dir, b, false) // the certificate first, the key not yet
+		time.Sleep(300 * time.Millisecond)
+		if !serving(svc, a) {
+			t.Fatal("a certificate without its key replaced the good pair")
+		}
+		put(dir, b, true)
+		waitUntil(t, "the renewed certificate on HTTPS and gRPC", func() bool { return serving(svc, b) })
+		if !strings.Contains(svc.Logs(), "TLS certificate reloaded") || !strings.Contains(svc.Logs(), "TLS certificate not reloaded") {
+			t.Fatalf("the log lacks the refused and the applied reload:\n%s", svc.Logs())
+		}
+		leaf, err := x509.ParseCertificate(leafDER(b.Cert))
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics := strings.Replace(svc.url, "http://", "https://", 1) + "/metrics"
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+		resp, err := (&http.Client{Transport: tr}).Get(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got float64
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "floodgate_tls_certificate_expiry_timestamp_seconds "); ok {
+				fmt.Sscan(v, &got)
+			}
+		}
+		if int64(got) != leaf.NotAfter.Unix() {
+			t.Fatalf("floodgate_tls_certificate_expiry_timestamp_seconds %v, want the renewed certificate's %d", got, leaf.NotAfter.Unix())
+		}
+	})
+
+	t.Run("SIGHUP", func(t *testing.T) {
+		svc, dir := start("1h")
+		defer svc.stop(t)
+		put(dir, b, true)
+		if err := svc.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the certificate read on SIGHUP", func() bool { return serving(svc, b) })
+	})
+}
