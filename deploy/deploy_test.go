@@ -85,6 +85,10 @@ func exported(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	em.ConfigLoaded(false)
+	// serve with --tls-cert-file.
+	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
+		t.Fatal(err)
+	}
 	var mfs []*dto.MetricFamily
 	for _, g := range []*prometheus.Registry{reg, sreg, ereg} {
 		got, err := g.Gather()

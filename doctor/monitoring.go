@@ -26,6 +26,7 @@ var ShippedAlerts = []string{
 	"RateLimitConfigUnreadable",
 	"RateLimitEnvoyCompatErrors",
 	"RateLimitEnvoyCompatConfigRejected",
+	"RateLimitTLSCertificateExpiring",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.

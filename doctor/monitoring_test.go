@@ -230,7 +230,7 @@ func TestMonitoringWithRealPrometheus(t *testing.T) {
 		Instances: []string{in.url}, PrometheusURL: prom, RateWindow: -1}
 	rep := runDoctor(t, opts)
 	want(t, rep, doctor.GroupMonitoring, "scraped", doctor.Pass, u.Host)
-	want(t, rep, doctor.GroupMonitoring, "alert-rules", doctor.Pass, "all 11 shipped alert rules")
+	want(t, rep, doctor.GroupMonitoring, "alert-rules", doctor.Pass, "all 12 shipped alert rules")
 	want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Pass)
 
 	// A configuration change rejected: RateLimitConfigRejected fires.

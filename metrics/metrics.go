@@ -268,3 +268,19 @@ func (m *Metrics) ObserveClock(offset, rtt time.Duration) {
 	m.skew.Set(offset.Seconds())
 	m.rtt.Set(rtt.Seconds())
 }
+
+// TLSExpiryMetric is the name of the gauge RegisterTLSExpiry registers.
+const TLSExpiryMetric = "floodgate_tls_certificate_expiry_timestamp_seconds"
+
+// RegisterTLSExpiry registers on reg a gauge of when the TLS certificate
+// the listeners serve expires, in Unix seconds, read from notAfter at each
+// scrape (the certificate may be reloaded meanwhile).
+func RegisterTLSExpiry(reg prometheus.Registerer, notAfter func() time.Time) error {
+	if reg == nil || notAfter == nil {
+		return fmt.Errorf("%w: RegisterTLSExpiry needs a registerer and a notAfter function", ErrInvalidOptions)
+	}
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: TLSExpiryMetric,
+		Help: "When the TLS certificate served on the listeners (--tls-cert-file, reloaded when it changes) expires, in Unix seconds.",
+	}, func() float64 { return float64(notAfter().Unix()) }))
+}

@@ -562,11 +562,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		// A renewed certificate is served to new connections without a
 		// restart, checked as often as the configuration.
 		wg.Go(func() { cert.Watch(wctx, f.reloadInterval) })
-		expiry := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "floodgate_tls_certificate_expiry_timestamp_seconds",
-			Help: "When the TLS certificate served on the listeners (--tls-cert-file, reloaded when it changes) expires, in Unix seconds.",
-		}, func() float64 { return float64(cert.NotAfter().Unix()) })
-		if err := reg.Register(expiry); err != nil {
+		if err := metrics.RegisterTLSExpiry(reg, cert.NotAfter); err != nil {
 			return err
 		}
 	}
