@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -51,6 +52,11 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 }
 
 func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
+	if req.op == opCheck && req.amount == 0 {
+		// A status consumes nothing: with a replicawait.Client it need
+		// not wait for replicas (it answered 503 while they lagged).
+		ctx = replicawait.WithoutWait(ctx)
+	}
 	keys := make([]string, 4, 7)
 	keys[0], keys[1], keys[2], keys[3] = req.cur.usage, req.cur.holds, req.cur.settled, req.cur.marker
 	if req.op == opSettle || req.op == opReserve {

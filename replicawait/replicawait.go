@@ -1,6 +1,6 @@
 // Package replicawait makes a Redis client's writes wait for replicas
-// before they are answered: a Client sends each command on a connection of
-// its own and then, on that same connection, Redis's WAIT, and fails the
+// before they are answered: a Client sends each command followed, on the
+// same connection and in one round trip, by Redis's WAIT, and fails the
 // command unless enough replicas acknowledged it.
 //
 // Redis replicates asynchronously. A primary answers a write before any
@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +44,23 @@ const MaxReplicas = 16
 // on the primary but that fewer than Options.Replicas replicas
 // acknowledged within Options.Timeout: a failover now may lose it.
 var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
+
+// ErrBusy is wrapped by the error of a command that was not sent: when
+// its context ended, Options.MaxConcurrent commands were still waiting
+// for their replicas (which lag, or are gone). Nothing was applied. The
+// error also wraps the context's.
+var ErrBusy = errors.New("replicawait: too many commands waiting for replicas")
+
+// WithoutWait returns ctx marked so that a Client sends the commands made
+// under it through its go-redis client as they are, without WAIT and
+// outside the MaxConcurrent bound: for a command whose writes the caller
+// does not need kept through a failover, such as a quota's status (a
+// check of cost 0, which only trims what expired).
+func WithoutWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, withoutWaitKey{}, true)
+}
+
+type withoutWaitKey struct{}
 
 // ErrUnsupported is wrapped by New's error for a client whose connections
 // it cannot pin (anything but *redis.Client, which includes the Sentinel
@@ -61,6 +79,14 @@ type Options struct {
 	// up to a millisecond); the command's context deadline bounds it too.
 	// Zero means DefaultTimeout.
 	Timeout time.Duration
+	// MaxConcurrent bounds the commands in progress at once: each holds a
+	// connection of the client's pool until its replicas answer (up to
+	// Timeout while they lag, which should stay below the client's
+	// ReadTimeout: it is cut to 90 % of it), and rate limit decisions sharing the pool
+	// must still find one. A command beyond the bound waits for a place,
+	// within its context. Zero means half the client's pool size (per
+	// node on a Redis Cluster), at least 1.
+	MaxConcurrent int
 }
 
 // Client sends commands through a go-redis client and waits for replicas
@@ -72,6 +98,7 @@ type Client struct {
 	cluster *redis.ClusterClient
 	n       int
 	timeout time.Duration
+	places  chan struct{} // MaxConcurrent
 }
 
 // New returns a Client sending through c: a *redis.Client (a single server
@@ -86,40 +113,71 @@ func New(c redis.UniversalClient, o Options) (*Client, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("replicawait: Timeout %v: want a positive duration, or 0 for the default %v", o.Timeout, DefaultTimeout)
 	}
+	if o.MaxConcurrent < 0 {
+		return nil, fmt.Errorf("replicawait: MaxConcurrent %d: want a positive bound, or 0 for half the pool", o.MaxConcurrent)
+	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
 	}
 	w := &Client{n: o.Replicas, timeout: o.Timeout}
+	pool := 0
 	switch c := c.(type) {
 	case *redis.Client:
 		if c == nil {
 			return nil, errors.New("replicawait: nil client")
 		}
-		w.single = c
+		w.single, pool = c, c.Options().PoolSize
 	case *redis.ClusterClient:
 		if c == nil {
 			return nil, errors.New("replicawait: nil client")
 		}
-		w.cluster = c
+		w.cluster, pool = c, c.Options().PoolSize
 	default:
 		return nil, fmt.Errorf("%w: client %T: want *redis.Client (single server or Sentinel) or *redis.ClusterClient", ErrUnsupported, c)
 	}
+	if o.MaxConcurrent == 0 {
+		o.MaxConcurrent = max(pool/2, 1)
+	}
+	w.places = make(chan struct{}, o.MaxConcurrent)
 	return w, nil
 }
 
-// Process sends cmd on a connection taken from the pool for it alone and,
-// once Redis answered it without an error, sends WAIT on that connection.
-// WAIT counts the replicas that have received this connection's writes up
-// to then, cmd's included. When fewer than Options.Replicas did within
+// maxRedirects bounds the MOVED and ASK replies a command follows on a
+// Redis Cluster (go-redis's default for its own commands).
+const maxRedirects = 3
+
+// Process sends cmd, followed on the same connection by WAIT, in one
+// pipeline. WAIT counts the replicas that have received this connection's
+// writes up to then, cmd's included. When fewer than Options.Replicas did within
 // Options.Timeout, or WAIT fails, cmd's error is set to one wrapping
-// ErrNotReplicated (cmd's reply is kept), and Process returns it. A cmd
-// that failed is returned as it failed, without waiting.
+// ErrNotReplicated (and no error of Redis's or the context's: cmd did run),
+// cmd's reply is kept, and Process returns it. A cmd that failed is
+// returned as it failed, without waiting. At most Options.MaxConcurrent
+// commands are in progress; one that finds no place before ctx ends fails
+// unsent (ErrBusy). A ctx marked by WithoutWait sends cmd through the
+// go-redis client as it is.
 //
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
-// the primary of that key's slot as the client's map has it, and a MOVED
-// or ASK reply (the slot moved, so nothing ran) fails cmd as Redis
-// answered it, after asking the client to reload its map.
+// the primary of that key's slot as the client's map has it. A MOVED reply
+// (the slot moved: nothing ran) sends it again to the node named, and an
+// ASK reply (the slot is moving and this key has gone) to the node named
+// after ASKING, up to three redirections, as go-redis does for its own
+// commands; a MOVED reply also has the client reload its map.
 func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
+	if ctx.Value(withoutWaitKey{}) != nil {
+		if c.cluster != nil {
+			return c.cluster.Process(ctx, cmd)
+		}
+		return c.single.Process(ctx, cmd)
+	}
+	select {
+	case c.places <- struct{}{}:
+		defer func() { <-c.places }()
+	case <-ctx.Done():
+		err := fmt.Errorf("%w (%d in progress): %w", ErrBusy, cap(c.places), ctx.Err())
+		cmd.SetErr(err)
+		return err
+	}
 	node := c.single
 	if c.cluster != nil {
 		key, ok := scriptKey(cmd.Args())
@@ -134,32 +192,87 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 			return err
 		}
 	}
-	conn := node.Conn()
-	defer conn.Close()
-	if err := conn.Process(ctx, cmd); err != nil {
-		if c.cluster != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
-			c.cluster.ReloadState(ctx)
+	asking := false
+	for redirects := 0; ; redirects++ {
+		err := c.run(ctx, node, cmd, asking)
+		if c.cluster == nil || err == nil || redirects == maxRedirects {
+			return err
 		}
-		return err
+		addr, moved := redis.IsMovedError(err)
+		askAddr, ask := redis.IsAskError(err)
+		if !moved && !ask {
+			return err
+		}
+		if moved {
+			c.cluster.ReloadState(ctx)
+		} else {
+			addr = askAddr
+		}
+		next := c.master(ctx, addr)
+		if next == nil {
+			return err // nothing ran; the map is being reloaded
+		}
+		node, asking = next, ask
+		cmd.SetErr(nil)
 	}
+}
+
+// run sends cmd (after ASKING when asking) and WAIT to node in one
+// pipeline, on one connection, in one round trip. go-redis does not send
+// again a pipeline holding a command marked NoRetry (the scripts' are), so
+// a broken connection cannot run the script twice. WAIT goes out even
+// when cmd fails (a NOSCRIPT, say), and its answer is then ignored.
+func (c *Client) run(ctx context.Context, node *redis.Client, cmd redis.Cmder, asking bool) error {
 	timeout := c.timeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
-	if timeout < time.Millisecond {
-		timeout = time.Millisecond // WAIT 0 would wait for ever
+	if rt := node.Options().ReadTimeout; rt > 0 {
+		// The pipeline's reply must come within the client's read
+		// timeout, WAIT's included.
+		timeout = min(timeout, rt-rt/10)
 	}
-	got, err := conn.Wait(ctx, c.n, timeout.Round(time.Millisecond)).Result()
+	timeout = max(timeout.Round(time.Millisecond), time.Millisecond) // WAIT 0 would wait for ever
+	pipe := node.Pipeline()
+	if asking {
+		_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+	}
+	_ = pipe.Process(ctx, cmd)
+	wait := redis.NewIntCmd(ctx, "wait", c.n, timeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	if err := cmd.Err(); err != nil {
+		return err
+	}
+	got, err := wait.Result()
 	switch {
 	case err != nil:
-		err = fmt.Errorf("%w: WAIT %d: %w", ErrNotReplicated, c.n, err)
+		// %v, not %w: cmd ran, whatever WAIT's failure (an error reply, a
+		// timeout) would say about a command that failed by itself.
+		err = fmt.Errorf("%w: WAIT %d: %v", ErrNotReplicated, c.n, err)
 	case got < int64(c.n):
-		err = fmt.Errorf("%w: %d of %d replicas within %v; a failover may lose it", ErrNotReplicated, got, c.n, timeout.Round(time.Millisecond))
+		err = fmt.Errorf("%w: %d of %d replicas within %v; a failover may lose it", ErrNotReplicated, got, c.n, timeout)
 	default:
 		return nil
 	}
 	cmd.SetErr(err)
 	return err
+}
+
+// master returns the client of the Cluster primary at addr, or nil when
+// the client's map has none there.
+func (c *Client) master(ctx context.Context, addr string) *redis.Client {
+	var mu sync.Mutex
+	var found *redis.Client
+	_ = c.cluster.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			mu.Lock()
+			found = m
+			mu.Unlock()
+		}
+		return nil
+	})
+	return found
 }
 
 // scriptKey returns the first key of a script call's arguments (EVAL,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -91,6 +92,7 @@ func TestNewRefuses(t *testing.T) {
 		{"negative replicas", single, replicawait.Options{Replicas: -1}},
 		{"too many replicas", single, replicawait.Options{Replicas: replicawait.MaxReplicas + 1}},
 		{"negative timeout", single, replicawait.Options{Replicas: 1, Timeout: -time.Second}},
+		{"negative bound", single, replicawait.Options{Replicas: 1, MaxConcurrent: -1}},
 		{"ring", ring, replicawait.Options{Replicas: 1}},
 		{"nil client", nilClient, replicawait.Options{Replicas: 1}},
 		{"nil interface", nil, replicawait.Options{Replicas: 1}},
@@ -281,7 +283,7 @@ func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	c.AddReplica(t, 0)
 	cc := c.Client(t)
-	w, err := replicawait.New(cc, replicawait.Options{Replicas: 1, Timeout: 30 * time.Millisecond})
+	w, err := replicawait.New(cc, replicawait.Options{Replicas: 1, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,4 +356,182 @@ func BenchmarkQuotaCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestWaitFailureIsIndeterminate: WAIT refused after the script ran (here
+// by an ACL without it; a primary demoted between the two answers the
+// same way) says the operation may have been applied, never that nothing
+// was written: the primary did apply it.
+func TestWaitFailureIsIndeterminate(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	admin := s.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nowait", "on", ">nowait-password", "~*", "&*", "+@all", "-wait").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Username: "nowait", Password: "nowait-password", ContextTimeoutEnabled: true})
+	defer c.Close()
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = newQuota(t, w, 1000).Reserve(ctx, "tenant-1", "req-1", 10)
+	if !errors.Is(err, replicawait.ErrNotReplicated) || !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("Reserve with WAIT refused: err = %v, want ErrNotReplicated and ErrIndeterminate, not ErrStoreUnavailable", err)
+	}
+	if r, err := newQuota(t, admin, 1000).Status(ctx, "tenant-1"); err != nil || r.Reserved != 10 {
+		t.Fatalf("Status = %+v, %v; want the reservation applied", r, err)
+	}
+}
+
+// TestBoundedConnections: operations waiting for replicas that do not
+// answer hold at most MaxConcurrent of the pool's connections (default:
+// half), so other commands on the same client (rate limit decisions, in
+// serve) still get one; an operation finding no place before its context
+// ends fails unsent.
+func TestBoundedConnections(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 4, PoolTimeout: 5 * time.Second, ContextTimeoutEnabled: true})
+	defer c.Close()
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, w, 1<<20)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = q.Check(context.Background(), fmt.Sprint("tenant-", i), 1) // no replica: each waits 2s
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the first two hold their connections
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.Set(ctx, "other", "x", 0).Err(); err != nil {
+		t.Fatalf("another command on the pool while operations wait for replicas: %v", err)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	if _, err := q.Check(short, "tenant-x", 1); !errors.Is(err, replicawait.ErrBusy) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("an operation finding no place: err = %v, want ErrBusy and ErrStoreUnavailable (not sent)", err)
+	}
+	// A status does not wait: neither for a place nor for replicas.
+	sctx, cancel3 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel3()
+	if _, err := q.Status(sctx, "tenant-x"); err != nil {
+		t.Fatalf("Status while operations wait for replicas: %v", err)
+	}
+	wg.Wait()
+}
+
+// TestClusterSlotMoving: a quota reserve whose keys are being moved to
+// another primary follows the ASK redirection (ASKING, the script and WAIT
+// on one connection of the new owner), which answers TRYAGAIN until the
+// move is finished, and then the MOVED one; it is answered once the new
+// owner's replica has it.
+func TestClusterSlotMoving(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	ctx := context.Background()
+	w, err := replicawait.New(cc, replicawait.Options{Replicas: 1, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, w, 1000)
+	tag := "{" + floodgate.EncodeIdentity("alice") + "}"
+	owner, err := cc.MasterForKey(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromI, toI int
+	for i, a := range cl.Addrs {
+		if a == owner.Options().Addr {
+			fromI = i
+		}
+	}
+	toI = (fromI + 1) % len(cl.Addrs)
+	cl.AddReplica(t, fromI)
+	cl.AddReplica(t, toI)
+	if _, err := q.Reserve(ctx, "alice", "job-1", 10); err != nil {
+		t.Fatalf("Reserve before the move: %v", err)
+	}
+	from, to := cl.Nodes[fromI].Client(t), cl.Nodes[toI].Client(t)
+	slot := redisSlot(t, from, tag)
+	fromID, toID := from.ClusterMyID(ctx).Val(), to.ClusterMyID(ctx).Val()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
+	keys, err := from.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys in slot %d: %v %v", slot, keys, err)
+	}
+	args := []any{"MIGRATE", "127.0.0.1", cl.Nodes[toI].Port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	must(from.Do(ctx, args...).Err())
+	tryAgains := func() int {
+		for _, line := range strings.Split(to.Info(ctx, "errorstats").Val(), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_TRYAGAIN:count="); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	before := tryAgains()
+	// The keys are on the new owner now: the old one answers ASK, and the
+	// new one, asked, runs a call only once it holds every key the call
+	// names (the previous period's do not exist): TRYAGAIN until the move
+	// is finished. The reserve must get through then.
+	done := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := q.Reserve(rctx, "alice", "job-2", 20)
+		done <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for tryAgains() == before {
+		select {
+		case err := <-done:
+			t.Fatalf("Reserve during the move returned before it was finished: %v (ASK not followed to the new owner?)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the new owner never answered TRYAGAIN: the ASK redirection was not followed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	for i := range cl.Nodes {
+		must(cl.Nodes[i].Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err())
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Reserve across the move: %v", err)
+	}
+	r, err := q.Reserve(ctx, "alice", "job-3", 30)
+	if err != nil {
+		t.Fatalf("Reserve after the move: %v", err)
+	}
+	if r.Reserved != 60 {
+		t.Fatalf("reserved %d after three reservations, want 60", r.Reserved)
+	}
+}
+
+func redisSlot(t *testing.T, c *redis.Client, key string) int64 {
+	t.Helper()
+	n, err := c.ClusterKeySlot(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -48,6 +48,7 @@ func TestBadInput(t *testing.T) {
 		{"items not an array", "/v1/check/batch", `{"requests":{}}`, 400, "malformed-json", `field "requests" must be an array of checks ({"policy", "identity", "cost"} objects), got a JSON object`},
 		{"item not an object", "/v1/check/batch", `{"requests":[1]}`, 400, "malformed-json", `field "requests" must be a check object ({"policy", "identity", "cost"}), got a JSON number`},
 		{"enforce on a batch", "/v1/check/batch?enforce=1", `{"requests":[` + item + `]}`, 400, "invalid-parameter", `enforce: not taken by /v1/check/batch`},
+		{"bad enforce on a batch", "/v1/check/batch?enforce=yes", `{"requests":[` + item + `]}`, 400, "invalid-parameter", `enforce="yes": want 1, true, 0 or false`},
 		{"too many batch items", "/v1/check/batch", `{"requests":[` + strings.Repeat(item+",", 3) + item + `]}`, 400, "batch-too-large", "4 checks (max 3)"},
 		{"one bad batch item", "/v1/check/batch", `{"requests":[` + item + `,{"policy":"fifty","identity":{"user":"victim"},"cost":-5}]}`, 400, "invalid-cost", "requests[1]: cost -5"},
 		{"cost past 2^64", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":18446744073709551616}`, 400, "malformed-json", `field "cost": 18446744073709551616 is out of range 0..1099511627776`},

@@ -59,11 +59,12 @@ func (s *Server) guard(ctx context.Context, identity string, fn func(ctx context
 
 // isLogicalError reports errors that come with an answer from the store,
 // or from bad input, rather than from a failing backend. An operation the
-// primary applied but too few replicas confirmed (replicawait) is one: the
-// primary is healthy, and opening its breaker would send the rate limit
-// decisions, which never wait for replicas, to the fallback.
+// primary applied but too few replicas confirmed (replicawait), or one not
+// sent because too many were waiting for replicas, is one: the primary is
+// healthy, and opening its breaker would send the rate limit decisions,
+// which never wait for replicas, to the fallback.
 func isLogicalError(err error) bool {
-	return errors.Is(err, replicawait.ErrNotReplicated) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost) ||
+	return errors.Is(err, replicawait.ErrNotReplicated) || errors.Is(err, replicawait.ErrBusy) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost) ||
 		errors.Is(err, floodgate.ErrInvalidPolicy) || errors.Is(err, quota.ErrQuotaStateLost) ||
 		errors.Is(err, quota.ErrAlreadySettled) || errors.Is(err, concurrency.ErrLeaseLost) ||
 		errors.Is(err, config.ErrInvalid)

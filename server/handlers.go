@@ -167,7 +167,11 @@ func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
 	case errors.Is(err, replicawait.ErrNotReplicated):
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
-			detail: "the operation was applied on the Redis primary, but too few of its replicas confirmed it in time (--redis-wait-replicas), so a failover could still lose it; retry it with the same request_id"}
+			detail: "the Redis primary applied the operation, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; a reserve or settle retried with the same request_id is applied once, a check or acquire retried is counted again (an acquire then holds a second slot until its lease expires)"}
+	case errors.Is(err, replicawait.ErrBusy):
+		reason = reasonStoreUnavailable
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
+			detail: "nothing was applied: the operations before it are still waiting for the Redis replicas to confirm them (--redis-wait-replicas); retry later"}
 	case errors.Is(err, floodgate.ErrIndeterminate):
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
@@ -429,12 +433,16 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// batchQuery refuses ?enforce on POST /v1/check/batch, which answers 200
-// with each check's own "allowed" (there is no one 429 for a batch whose
-// checks went different ways): ignored, it let a client believe denied
-// checks were enforced.
+// batchQuery refuses ?enforce=1 (or true) on POST /v1/check/batch, which
+// answers 200 with each check's own "allowed" (there is no one 429 for a
+// batch whose checks went different ways): ignored, it let a client
+// believe denied checks were enforced.
 func batchQuery(rawQuery string) error {
-	if queryParam(rawQuery, "enforce") != "" {
+	enforce, err := enforceParam(rawQuery)
+	if err != nil {
+		return err
+	}
+	if enforce {
 		return badRequest("invalid-parameter", "query parameter enforce: not taken by /v1/check/batch, which answers 200 with each check's \"allowed\"; use /v1/check?enforce=1 for a 429")
 	}
 	return nil

@@ -92,7 +92,8 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	gs := grpc.NewServer(gopts...)
 	svc.Register(gs)
 	gh := health.NewServer()
-	healthpb.RegisterHealthServer(gs, gh)
+	watchers := make(chan struct{}) // closed at shutdown: ends the Watch streams
+	healthpb.RegisterHealthServer(gs, healthService{gh, watchers})
 	if f.sec.grpcReflection {
 		reflection.Register(gs) // so grpcurl and friends can list and call the service
 	}
@@ -109,6 +110,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	return func() {
 		stopHealth()
 		gh.Shutdown() // NOT_SERVING for every service while the calls drain
+		close(watchers)
 		stopped := make(chan struct{})
 		go func() { gs.GracefulStop(); close(stopped) }()
 		select {
@@ -119,6 +121,38 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 		<-done
 	}, nil
 }
+
+// healthService is grpc-go's health server whose Watch streams end at
+// shutdown (once they have said NOT_SERVING): GracefulStop waits for every
+// stream, and a client watching health (grpc-go's client-side health
+// checking does) held the shutdown for the whole --drain-timeout.
+type healthService struct {
+	*health.Server
+	shutdown <-chan struct{}
+}
+
+// Watch is health.Server's Watch under a context that also ends at
+// shutdown.
+func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.shutdown:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return h.Server.Watch(req, watchStream{stream, ctx})
+}
+
+// watchStream is a Watch stream with another context.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }
 
 // healthServices are the names serve's gRPC health service answers for,
 // besides "" (the whole server): envoyproxy/ratelimit's ("ratelimit"),

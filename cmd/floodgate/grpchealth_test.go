@@ -54,16 +54,31 @@ func TestServeGRPCHealth(t *testing.T) {
 	}
 
 	t.Run("draining", func(t *testing.T) {
-		svc := startService(t, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir, "--shutdown-delay", "4s")
+		svc := startService(t, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir, "--shutdown-delay", "4s", "--drain-timeout", "60s")
 		c := dial(t, svc)
 		if !all(t, c, healthpb.HealthCheckResponse_SERVING) {
 			t.Fatal("not SERVING after the start")
+		}
+		// A client watching health (grpc-go's client-side health checking
+		// does) must not hold the shutdown for the drain timeout.
+		wctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		watch, err := c.Watch(wctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := watch.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("Watch: %v %v", r, err)
 		}
 		if err := svc.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
 		waitUntil(t, "NOT_SERVING while draining", func() bool { return all(t, c, healthpb.HealthCheckResponse_NOT_SERVING) })
-		<-svc.Done()
+		select {
+		case <-svc.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve still running 30s after SIGTERM (shutdown delay 4s): the Watch stream held the drain")
+		}
 	})
 
 	t.Run("redis down without fallback", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,6 +72,7 @@ type serveFlags struct {
 	gcFloorMiB       int
 	sec              securityFlags
 	tokenFromFlag    bool
+	waitTimeoutSet   bool // --redis-wait-timeout given
 }
 
 func newServeCmd() *cobra.Command {
@@ -109,6 +111,7 @@ that are not browsers are not affected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
+			f.waitTimeoutSet = cmd.Flags().Changed("redis-wait-timeout")
 			if !f.tokenFromFlag {
 				f.adminToken = os.Getenv("FLOODGATE_ADMIN_TOKEN")
 			}
@@ -231,7 +234,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	// so their operations fail with 503 while Redis is down. With
 	// --redis-wait-replicas they are answered once replicated.
 	var durable quota.Client = client
-	if f.waitReplicas == 0 && f.waitTimeout != replicawait.DefaultTimeout {
+	if f.waitReplicas == 0 && f.waitTimeoutSet {
 		client.Close()
 		return nil, errors.New("--redis-wait-timeout needs --redis-wait-replicas")
 	}
@@ -248,6 +251,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 			client.Close()
 			return nil, fmt.Errorf("--redis-wait-replicas: %w", err)
 		}
+		warnFewReplicas(client, f.waitReplicas, log)
 	}
 	if b.quotas, err = quota.NewRedisStore(durable); err != nil {
 		client.Close()
@@ -331,6 +335,36 @@ func checkDurations(f *serveFlags) error {
 		return fmt.Errorf("--reload-interval %v: want at least %v (0: the default, 1s); each poll stats the files, and a shorter one only burns CPU", f.reloadInterval, minReloadInterval)
 	}
 	return nil
+}
+
+// warnFewReplicas logs each Redis primary with fewer replicas connected
+// than --redis-wait-replicas asks for: every quota and lease operation on
+// it will answer 503 until enough are. A primary that cannot be asked now
+// (Redis down at start) is not reported.
+func warnFewReplicas(client redis.UniversalClient, want int, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return nil
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				if n, err := strconv.Atoi(v); err == nil && n < want {
+					log.Warn("the Redis primary has fewer replicas connected than --redis-wait-replicas: its quota and lease operations answer 503 store-not-replicated until enough are",
+						"primary", c.Options().Addr, "replicas", n, "redis_wait_replicas", want)
+				}
+			}
+		}
+		return nil
+	}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		_ = check(ctx, c)
+	}
 }
 
 // minReloadInterval is the shortest --reload-interval serve and

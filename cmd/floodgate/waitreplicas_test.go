@@ -24,6 +24,9 @@ func TestServeWaitReplicas(t *testing.T) {
 	rs := redistest.Start(t)
 	svc := startService(t, "--redis", "redis://"+rs.Addr, "--redis-wait-replicas", "1", "--redis-wait-timeout", "30ms")
 	defer svc.stop(t)
+	if !strings.Contains(svc.Logs(), "fewer replicas connected than --redis-wait-replicas") {
+		t.Errorf("no warning at start about the primary without a replica:\n%s", svc.Logs())
+	}
 
 	reserve := `{"quota":"llm-tokens","identity":{"api_key":"k1"},"request_id":"job-1","estimate":100}`
 	for i := range 10 {
@@ -31,6 +34,10 @@ func TestServeWaitReplicas(t *testing.T) {
 		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-not-replicated") {
 			t.Fatalf("reserve #%d without a replica: %d %s; want 503 store-not-replicated", i+1, code, body)
 		}
+	}
+	// A status consumes nothing: it is answered without waiting.
+	if code, body := postBody(t, svc.url+"/v1/quota/status", `{"quota":"llm-tokens","identity":{"api_key":"k1"}}`); code != http.StatusOK {
+		t.Fatalf("status without a replica: %d %s; want 200", code, body)
 	}
 	code, body := postBody(t, svc.url+"/v1/concurrency/acquire", `{"limiter":"reports","identity":{"user":"u1"}}`)
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-not-replicated") {

@@ -191,6 +191,11 @@ func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 	pc, rc := adminClient(c.Addrs[primary]), adminClient(s.Addr)
 	defer pc.Close()
 	defer rc.Close()
+	info, err := pc.ClusterInfo(ctx).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER INFO of %s: %v", c.Addrs[primary], err)
+	}
+	known, _ := strconv.Atoi(infoField(info, "cluster_known_nodes")) // replicas added before included
 	id, err := pc.ClusterMyID(ctx).Result()
 	if err != nil {
 		t.Fatalf("redistest: CLUSTER MYID of %s: %v", c.Addrs[primary], err)
@@ -220,7 +225,7 @@ func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 			if err != nil {
 				return err
 			}
-			if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(len(c.Addrs)+1) {
+			if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(known+1) {
 				return fmt.Errorf("node %d knows %s nodes", i, got)
 			}
 		}
