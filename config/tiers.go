@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 // Assignments stores which tier an identity is on (for example "API key
@@ -170,9 +172,15 @@ func (a *RedisAssignments) Tier(ctx context.Context, dimension, value string) (s
 	read := func(ctx context.Context) error {
 		var err error
 		tier, err = a.client.HGet(ctx, a.key, f).Result()
-		if errors.Is(err, redis.Nil) {
+		switch {
+		case errors.Is(err, redis.Nil):
 			tier = ""
 			return nil
+		case redis.HasErrorPrefix(err, "WRONGTYPE"):
+			// The tiers key holds something else: Redis is fine (the
+			// guard's breaker must not open for every decision), the
+			// assignments are unreadable.
+			return fmt.Errorf("%w: %w: %s is not a hash: %w", floodgate.ErrStoreUnavailable, floodgate.ErrForeignValue, a.key, err)
 		}
 		return err
 	}

@@ -1,11 +1,16 @@
 package config
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestTierCacheSweepFreesAQuarter: a full tier cache holding one expired
@@ -39,5 +44,24 @@ func TestTierCacheSweepFreesAQuarter(t *testing.T) {
 	}
 	if _, _, found := a.LastKnown("user", "new"); !found {
 		t.Fatal("the newest entry is not cached")
+	}
+}
+
+// TestTiersKeyOfAnotherType: a tiers key that is not a hash fails the
+// lookup with floodgate.ErrForeignValue, which the service's breaker does
+// not count against Redis (it opened for every decision).
+func TestTiersKeyOfAnotherType(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	if err := client.Set(ctx, "fgt:tiers", "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewRedisAssignments(client, "fgt:tiers", RedisAssignmentsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Tier(ctx, "user", "42"); !errors.Is(err, floodgate.ErrForeignValue) || !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("Tier on a string key: %v, want ErrForeignValue and ErrStoreUnavailable", err)
 	}
 }

@@ -318,14 +318,23 @@ func TestCallGoesThroughTheBreaker(t *testing.T) {
 	ctx := context.Background()
 	calls := 0
 	bad := func(context.Context) error { calls++; return fmt.Errorf("%w: nope", floodgate.ErrInvalidKey) }
+	foreign := func(context.Context) error {
+		calls++
+		return fmt.Errorf("%w: %w: WRONGTYPE", floodgate.ErrStoreUnavailable, floodgate.ErrForeignValue)
+	}
 	down := func(context.Context) error { calls++; return errors.New("connection refused") }
 	for range 5 {
 		if err := f.store.Call(ctx, "", bad); !errors.Is(err, floodgate.ErrInvalidKey) {
 			t.Fatalf("Call = %v", err)
 		}
+		// One key holding what floodgate did not write (a tiers hash set
+		// as a string, say) says nothing about Redis's health.
+		if err := f.store.Call(ctx, "", foreign); !errors.Is(err, floodgate.ErrForeignValue) {
+			t.Fatalf("Call = %v", err)
+		}
 	}
 	if f.store.BreakerState() != fallback.BreakerClosed {
-		t.Fatal("caller errors opened the breaker")
+		t.Fatal("caller errors or foreign values opened the breaker")
 	}
 	_ = f.store.Call(ctx, "", down)
 	_ = f.store.Call(ctx, "k", down)
