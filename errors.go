@@ -49,3 +49,20 @@ var (
 // errNilContext is returned for a nil context.Context, which would
 // otherwise panic deep in a store.
 var errNilContext = errors.New("floodgate: nil context (use context.Background())")
+
+// FailedKeyError is wrapped by a store's error when a decision whose
+// layers it decided in several calls (a Redis Cluster decision whose keys
+// span primaries) failed in the call for Key. A store that keeps a
+// circuit breaker per partition (fallback.Store) blames that failure on
+// Key's partition, not on the first layer's, which may be healthy.
+type FailedKeyError struct {
+	// Key is a key of the call that failed.
+	Key string
+	// Err is the failure.
+	Err error
+}
+
+func (e *FailedKeyError) Error() string { return e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *FailedKeyError) Unwrap() error { return e.Err }

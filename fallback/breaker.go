@@ -250,6 +250,14 @@ func (b *breaker) acquire() ticket {
 	return ticketProbe
 }
 
+// isOpen reports whether acquire would deny a call now: the breaker is
+// open and not yet letting half-open probes through. It changes nothing.
+func (b *breaker) isOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == BreakerOpen && (b.prober != nil || b.now().Before(b.openUntil))
+}
+
 // release records the outcome of a call that acquire let through.
 func (b *breaker) release(t ticket, v verdict) {
 	b.mu.Lock()

@@ -362,6 +362,16 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			return s.degrade(ctx, o, br, now, layers, out, ReasonTimeout, ErrBudgetSpent)
 		}
 	}
+	if s.breakers.partition != nil && len(layers) > 1 {
+		// The other layers may live on other partitions (a Redis Cluster
+		// decision split over primaries): one whose breaker is open
+		// cannot be decided there, so neither can the decision.
+		for _, l := range layers[1:] {
+			if other := s.breakers.forKey(ctx, l.Key); other != br && other.isOpen() {
+				return s.degrade(ctx, o, other, now, layers, out, ReasonBreakerOpen, ErrBreakerOpen)
+			}
+		}
+	}
 	t := br.acquire()
 	if t == ticketDenied {
 		// No budget context (and its timer) on this path: while the
@@ -409,7 +419,25 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		br.release(t, verdictNeutral)
 		return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
 	}
-	br.release(t, verdictFailure)
+	var fk *floodgate.FailedKeyError
+	if s.breakers.partition != nil && errors.As(err, &fk) {
+		if other := s.breakers.forKey(ctx, fk.Key); other != br {
+			// The call that failed went to another partition (a split
+			// Cluster decision): blame its breaker, not the first
+			// layer's, whose primary may be healthy (a dead primary
+			// opened the breaker of the one holding a global layer,
+			// and every identity's decisions went to the fallback).
+			br.release(t, verdictNeutral)
+			if ot := other.acquire(); ot != ticketDenied {
+				other.release(ot, verdictFailure)
+			}
+			br = other
+			t = ticketDenied
+		}
+	}
+	if t != ticketDenied {
+		br.release(t, verdictFailure)
+	}
 	o.fail(elapsed, timedOut(cctx, err))
 	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
 }

@@ -429,7 +429,9 @@ func (e *slotMoving) Error() string { return e.msg }
 // It wraps floodgate.ErrIndeterminate when a reservation may be kept (a
 // reserve whose outcome is unknown, or a committed part whose release was
 // not confirmed), and floodgate.ErrStoreUnavailable otherwise: every part
-// either wrote nothing or was released.
+// either wrote nothing or was released; and a floodgate.FailedKeyError
+// naming the failed part's key, so that a breaker per Cluster primary
+// blames that part's primary.
 func splitError(parts []part) error {
 	var unavailable, indeterminate error
 	for i := range parts {
@@ -437,11 +439,11 @@ func splitError(parts []part) error {
 		switch {
 		case p.err != nil && errors.Is(p.err, floodgate.ErrIndeterminate):
 			if indeterminate == nil {
-				indeterminate = p.err
+				indeterminate = &floodgate.FailedKeyError{Key: p.layers[0].Key, Err: p.err}
 			}
 		case p.err != nil:
 			if unavailable == nil {
-				unavailable = p.err
+				unavailable = &floodgate.FailedKeyError{Key: p.layers[0].Key, Err: p.err}
 			}
 		case p.relErr != nil:
 			if indeterminate == nil {

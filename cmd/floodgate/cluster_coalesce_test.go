@@ -135,3 +135,82 @@ func TestServeClusterQuotaOnePrimaryDown(t *testing.T) {
 		}
 	}
 }
+
+// TestServeClusterLayeredOnePrimaryDown: with one primary dead, the
+// built-in api policy's decisions (a global edge layer on one primary, the
+// per-user layers on the user's) of users on the dead primary fail there
+// and open that primary's breaker only; users whose layers all live on
+// healthy primaries stay central. The failures were blamed on the first
+// layer's partition, the edge's healthy primary: its breaker opened and
+// every user's decisions went to the fallback (an outside walk admitted
+// 100 centrally and 100 locally per user in one minute).
+func TestServeClusterLayeredOnePrimaryDown(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		if err := n.Client(t).ConfigSet(ctx, "cluster-require-full-coverage", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := c.Client(t)
+	nodeOf := func(tag string) int {
+		t.Helper()
+		m, err := admin.MasterForKey(ctx, tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range c.Addrs {
+			if a == m.Options().Addr {
+				return i
+			}
+		}
+		t.Fatalf("no node for %s", tag)
+		return -1
+	}
+	edge := nodeOf("{rglobal}")
+	dead := (edge + 1) % 3
+	live := (edge + 2) % 3
+	var userDead, userLive string
+	for i := 0; (userDead == "" || userLive == "") && i < 1000; i++ {
+		u := fmt.Sprint("u", i)
+		switch nodeOf("{r" + u + "}") {
+		case dead:
+			if userDead == "" {
+				userDead = u
+			}
+		case live:
+			if userLive == "" {
+				userLive = u
+			}
+		}
+	}
+	svc := startService(t, "--redis", "redis-cluster://"+strings.Join(c.Addrs, ","), "--prefix", fmt.Sprintf("ld%d", time.Now().UnixNano()))
+	check := func(user string) (degraded string) {
+		t.Helper()
+		resp, err := http.Post(svc.url+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","identity":{"user":"`+user+`"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("check for %s: status %d", user, resp.StatusCode)
+		}
+		return resp.Header.Get("X-Floodgate-Degraded")
+	}
+	if d := check(userLive); d != "" {
+		t.Fatalf("before the kill: %s degraded (%s)", userLive, d)
+	}
+	c.Nodes[dead].Kill()
+	for range 30 {
+		check(userDead) // fails on the dead primary, then its breaker is open
+	}
+	if d := check(userDead); !strings.Contains(d, "breaker_open") {
+		t.Fatalf("%s, on the dead primary, after 30 failures: degraded %q, want breaker_open", userDead, d)
+	}
+	for i := range 20 {
+		if d := check(userLive); d != "" {
+			t.Fatalf("check %d of %s (layers on the healthy primaries %s and %s): degraded %q, want central", i, userLive, c.Addrs[edge], c.Addrs[live], d)
+		}
+	}
+}
