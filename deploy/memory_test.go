@@ -2,21 +2,27 @@ package deploy
 
 import (
 	"strconv"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // TestKubernetesMemoryBudget: the Floodgate Deployment's memory limit
-// holds the process under load (about 100 MiB resident, see the manifest's
-// comment) plus the local fallback's identities at their bound
-// (--memory-max-keys; about 160 bytes each plus a key of about 30,
-// docs/operations.md "The memory store's bound"). The bound's default,
-// 1,000,000 identities (about 190 MB), did not fit the 256Mi limit: a pod
-// would be OOM-killed during the Redis outage the fallback is for, when
-// many identities arrive.
+// holds the process under load (about 100 MiB resident, fallback empty)
+// plus the local fallback's identities at their bound (--memory-max-keys)
+// at about 450 bytes each at the peak: about 240 live (an outside walk
+// measured 122 MB of live heap for 500,000), doubled by the garbage
+// collector's room. 500,000 identities peaked at 307-313 MiB resident
+// (gRPC load, Redis down; 277 MB against the old 256Mi limit, which the
+// kernel would have enforced by killing the pod in the outage the
+// fallback is for). GOMEMLIMIT must be set below the container's limit
+// (the runtime collects harder near it; the kernel kills at the limit),
+// and above the budget, or the collector would run without end.
 func TestKubernetesMemoryBudget(t *testing.T) {
 	const (
 		base        = 100 << 20 // resident under load, fallback empty
-		perIdentity = 190       // bytes, key included
+		perIdentity = 450       // bytes at the peak, key and GC room included
 		defaultKeys = 1_000_000 // serve's --memory-max-keys default
 	)
 	m := loadManifests(t, "kubernetes/floodgate")
@@ -40,5 +46,27 @@ func TestKubernetesMemoryBudget(t *testing.T) {
 		t.Errorf("%s: memory limit %s (%d bytes) is below %d MiB under load plus %d fallback identities × %d bytes = %d bytes: set --memory-max-keys or raise the limit",
 			where, limit.String(), limit.Value(), base>>20, keys, perIdentity, need)
 	}
-	t.Logf("%s: %d MiB + %d identities × %d B = %.0f MiB of a %s limit", where, base>>20, keys, perIdentity, float64(need)/(1<<20), limit.String())
+	var soft int64
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" {
+			continue
+		}
+		if e.Value == "" {
+			t.Fatalf("%s: GOMEMLIMIT from %v, want a value below the limit (the limit itself leaves the runtime no room)", where, e.ValueFrom)
+		}
+		q, err := resource.ParseQuantity(strings.TrimSuffix(e.Value, "B")) // Go's "320MiB" is Kubernetes' "320Mi"
+		if err != nil {
+			t.Fatalf("%s: GOMEMLIMIT=%q: %v", where, e.Value, err)
+		}
+		soft = q.Value()
+	}
+	switch {
+	case soft == 0:
+		t.Errorf("%s: no GOMEMLIMIT", where)
+	case soft > limit.Value()*9/10:
+		t.Errorf("%s: GOMEMLIMIT %d bytes is above 90 %% of the %s limit", where, soft, limit.String())
+	case soft < need:
+		t.Errorf("%s: GOMEMLIMIT %d bytes is below the %d bytes the process needs at its bound: the collector would run without end", where, soft, need)
+	}
+	t.Logf("%s: %d MiB + %d identities × %d B = %.0f MiB; GOMEMLIMIT %.0f MiB; limit %s", where, base>>20, keys, perIdentity, float64(need)/(1<<20), float64(soft)/(1<<20), limit.String())
 }
