@@ -30,6 +30,26 @@ func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, key str
 	}
 }
 
+// ClusterPartitions returns an Options.Partitions for Redis Cluster: the
+// addresses of the primaries in the slot map, as ClusterPartition names
+// them, after reloading the map (one CLUSTER SLOTS per call).
+func ClusterPartitions(cc *redis.ClusterClient) func(ctx context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		var mu sync.Mutex
+		var out []string
+		err := cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			out = append(out, n.Options().Addr)
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
 // RedisProbe returns an Options.Probe for a go-redis client. It writes a
 // key (SET with a 10s expiry), so that a Redis that answers PING but
 // refuses writes (out of memory under maxmemory noeviction, a replica after

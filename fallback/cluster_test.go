@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -209,5 +213,90 @@ func TestRedisProbeClusterFailover(t *testing.T) {
 	}
 	if onReplica == 0 {
 		t.Fatalf("no key of 300 maps to the promoted replica %s", replica.Addr)
+	}
+}
+
+// TestDemotedPrimaryIsSwept: a primary demoted by a coordinated failover
+// (CLUSTER FAILOVER on its replica: no failure anywhere, so its breaker
+// never opens and no probe runs) leaves BreakerStates within a sweep of
+// Options.Partitions, and the new primary's breaker comes with its first
+// decision. Before, the demoted primary stayed listed, closed, for good
+// (an outside walk saw two of them for minutes in /readyz).
+func TestDemotedPrimaryIsSwept(t *testing.T) {
+	c, cc, ctx := startCluster(t)
+	replica := c.AddReplica(t, 0)
+	local, _ := memstore.New(memstore.Options{})
+	primary, err := redisstore.New(cc, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &forgetter{}
+	st, err := fallback.New(primary, local, fallback.Options{
+		Observer:       obs,
+		Partition:      fallback.ClusterPartition(cc),
+		Partitions:     fallback.ClusterPartitions(cc),
+		PartitionSweep: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lim, err := floodgate.New(st, floodgate.Options{Prefix: "fgsweep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := floodgate.NewFixedWindow("api", 1000, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decideAll := func() {
+		t.Helper()
+		for i := range 60 {
+			var o fallback.Outcome
+			if _, err := lim.Allow(fallback.NewContext(ctx, &o), p, "u"+strconv.Itoa(i)); err != nil || o.Degraded {
+				t.Fatalf("decision %d: %v %+v", i, err, o)
+			}
+		}
+	}
+	decideAll()
+	if _, ok := st.BreakerStates()[c.Addrs[0]]; !ok {
+		t.Fatalf("no breaker for primary %s after 60 identities: %v", c.Addrs[0], st.BreakerStates())
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	if err := rc.ClusterFailover(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		states := st.BreakerStates()
+		if _, ok := states[c.Addrs[0]]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demoted primary %s still listed 20 s after CLUSTER FAILOVER: %v", c.Addrs[0], states)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		var o fallback.Outcome
+		_, err := lim.Allow(fallback.NewContext(ctx, &o), p, "u0")
+		if err == nil && !o.Degraded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions not central after the failover: %v %+v", err, o)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	decideAll()
+	states := st.BreakerStates()
+	if _, ok := states[replica.Addr]; !ok {
+		t.Fatalf("no breaker for the new primary %s: %v", replica.Addr, states)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if !slices.Contains(obs.forgotten, c.Addrs[0]) {
+		t.Fatalf("the observer forgot %v, want %s among them", obs.forgotten, c.Addrs[0])
 	}
 }

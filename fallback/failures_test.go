@@ -556,3 +556,82 @@ func TestGonePartitionIsForgotten(t *testing.T) {
 		t.Fatalf("worst breaker state %v after A was forgotten", st.BreakerState())
 	}
 }
+
+// TestSweepDropsOnlyClosedGonePartitions: Options.Partitions drops the
+// closed breaker of a partition it no longer lists, keeps an open one (its
+// probe decides) and a listed one, and an empty or failed listing drops
+// nothing.
+func TestSweepDropsOnlyClosedGonePartitions(t *testing.T) {
+	inner, _ := memstore.New(memstore.Options{})
+	local, _ := memstore.New(memstore.Options{})
+	primary := &partitioned{inner: inner, bad: "{rnodeA"}
+	var mu sync.Mutex
+	listed, failing := []string{"A", "B", "C"}, false
+	obs := &forgetter{}
+	st, err := fallback.New(primary, local, fallback.Options{
+		Observer: obs,
+		Breaker:  fallback.BreakerOptions{FailureThreshold: 1, OpenFor: time.Hour},
+		Partition: func(_ context.Context, key string) string {
+			for _, p := range []string{"A", "B", "C"} {
+				if strings.Contains(key, "{rnode"+p) {
+					return p
+				}
+			}
+			return ""
+		},
+		Partitions: func(context.Context) ([]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if failing {
+				return nil, errors.New("cluster unreachable")
+			}
+			return append([]string(nil), listed...), nil
+		},
+		PartitionSweep: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lim, _ := floodgate.New(st, floodgate.Options{})
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 100, time.Hour))
+	for _, id := range []string{"nodeA-1", "nodeB-1", "nodeC-1"} {
+		_, _ = lim.Allow(context.Background(), p, id)
+	}
+	if s := st.BreakerStates(); s["A"] != fallback.BreakerOpen || s["B"] != fallback.BreakerClosed || s["C"] != fallback.BreakerClosed {
+		t.Fatalf("breaker states %v, want A open, B and C closed", s)
+	}
+	set := func(l []string, fail bool) {
+		mu.Lock()
+		listed, failing = l, fail
+		mu.Unlock()
+	}
+	set(nil, false) // empty: taken for a failed listing
+	time.Sleep(50 * time.Millisecond)
+	set([]string{"A"}, true)
+	time.Sleep(50 * time.Millisecond)
+	if s := st.BreakerStates(); len(s) != 4 {
+		t.Fatalf("breaker states %v after empty and failed listings, want all kept", s)
+	}
+	set([]string{"B"}, false) // A and C gone
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := st.BreakerStates()
+		_, hasC := s["C"]
+		if !hasC {
+			if s["A"] != fallback.BreakerOpen || s["B"] != fallback.BreakerClosed {
+				t.Fatalf("breaker states %v, want A (open) and B kept", s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("C still listed: %v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if fmt.Sprint(obs.forgotten) != "[C]" {
+		t.Fatalf("forgotten %v, want [C]", obs.forgotten)
+	}
+}

@@ -87,6 +87,47 @@ func (b *breakers) forget(name string, br *breaker) {
 	}
 }
 
+// sweep drops, every interval until close, the closed breakers of
+// partitions that list no longer names (see Options.Partitions).
+func (b *breakers) sweep(list func(ctx context.Context) ([]string, error), every time.Duration) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			names, err := list(ctx)
+			cancel()
+			if err != nil || len(names) == 0 {
+				continue // an empty listing is taken for a failed one
+			}
+			live := make(map[string]bool, len(names))
+			for _, n := range names {
+				live[n] = true
+			}
+			b.mu.RLock()
+			var gone []*breaker
+			for name, br := range b.m {
+				if !live[name] {
+					gone = append(gone, br)
+				}
+			}
+			b.mu.RUnlock()
+			for _, br := range gone {
+				if st, _ := br.snapshot(); st == BreakerClosed {
+					b.forget(br.name, br)
+				}
+			}
+		}
+	}()
+}
+
 // forKey returns the breaker guarding key.
 func (b *breakers) forKey(ctx context.Context, key string) *breaker {
 	if b.partition == nil {

@@ -124,11 +124,25 @@ type Options struct {
 	// serving the key's slot (see ClusterPartition), so that one dead
 	// primary opens only its own breaker and keys on the others keep
 	// central counting. A decision uses the breaker of its first layer's
-	// key (a decision's keys share one slot). "" means DefaultPartition.
-	// At most MaxPartitions breakers are kept. Nil: one breaker.
-	// Partition is called with the decision's context, already bounded by
-	// its budget.
+	// key; one whose layers span partitions (a Redis Cluster decision
+	// split over primaries) is decided by its failure mode while any of
+	// their breakers is open, and a failure the primary reports with a
+	// floodgate.FailedKeyError counts against that key's partition. ""
+	// means DefaultPartition. At most MaxPartitions breakers are kept.
+	// Nil: one breaker. Partition is called with the decision's context,
+	// already bounded by its budget.
 	Partition func(ctx context.Context, key string) string
+	// Partitions, if set with Partition, lists the partitions that exist
+	// now (for Redis Cluster, the primaries of the slot map: see
+	// ClusterPartitions). Every PartitionSweep, a closed breaker whose
+	// partition is no longer listed is dropped, and forgotten by the
+	// Observer (BreakerForgetter): a primary demoted by a coordinated
+	// failover, whose breaker never opened (an open one's Probe finds
+	// its partition gone). A listing that fails drops nothing. Close
+	// stops the sweep. Nil: such breakers stay, closed.
+	Partitions func(ctx context.Context) ([]string, error)
+	// PartitionSweep is how often Partitions is called. Zero means 10s.
+	PartitionSweep time.Duration
 	// Probe, if set, checks the health of the primary's partition (see
 	// Partition; DefaultPartition without it), for example with a PING or
 	// a small write. While a breaker is open, Probe is called in the
@@ -246,11 +260,21 @@ func New(primary, local floodgate.Store, opts Options) (*Store, error) {
 	}
 	s.instances.Store(int64(opts.Instances))
 	s.breakers = newBreakers(opts.Breaker, opts.Now, opts.Observer, opts.Partition, opts.Probe, opts.Budget)
+	if opts.Partition != nil && opts.Partitions != nil {
+		every := opts.PartitionSweep
+		if every <= 0 {
+			every = DefaultPartitionSweep
+		}
+		s.breakers.sweep(opts.Partitions, every)
+	}
 	return s, nil
 }
 
-// Close stops the background health probes (Options.Probe) and waits for
-// them to return. The Store keeps deciding; an open breaker then stays
+// DefaultPartitionSweep is Options.PartitionSweep's default.
+const DefaultPartitionSweep = 10 * time.Second
+
+// Close stops the background health probes (Options.Probe) and the sweep
+// of gone partitions (Options.Partitions), and waits for them to return. The Store keeps deciding; an open breaker then stays
 // open. Close is safe to call more than once.
 func (s *Store) Close() { s.breakers.close() }
 

@@ -219,17 +219,22 @@ func testSplitDuringMigration(t *testing.T, cn *clusterNodes, s *Store) {
 	}
 	// A denied decision consumes nothing: every org layer holds only its
 	// setup request, plus at most what indeterminate decisions may have
-	// kept.
+	// kept, and what the denials whose release did not finish within the
+	// budget kept: such a denial answers the denial, standings counting
+	// the reservation (see Store.release), rather than an error that
+	// would send the caller to a failure mode that may admit. Those took
+	// the whole budget (slow); on an idle machine there are none (a CI
+	// run under load saw 9, and org layers keeping 8).
 	kept := int64(0)
 	for _, l := range orgs {
 		got := standing(l) - 1
 		kept += got
-		if got < 0 || got > indeterminate.Load() {
+		if got < 0 || got > indeterminate.Load()+slow.Load() {
 			t.Errorf("org layer %s holds %d requests of denied decisions; %d decisions were indeterminate, %d unavailable, %d plain denials took the whole %v budget, of %d",
 				l.Policy.Name, got, indeterminate.Load(), unavailable.Load(), slow.Load(), budget, decisions.Load())
 		}
 	}
-	if got := standing(layer(user, userID)); got > indeterminate.Load() {
+	if got := standing(layer(user, userID)); got > indeterminate.Load()+slow.Load() {
 		t.Errorf("user holds %d requests of denied decisions; %d were indeterminate", got, indeterminate.Load())
 	}
 	t.Logf("%d decisions (by phase %v), %d indeterminate, %d unavailable, %d slow plain denials; org layers kept %d",

@@ -287,6 +287,10 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		fo.Partition = fallback.ClusterPartition(cc)
+		// A primary demoted by a coordinated failover leaves /readyz and
+		// rate_limit_breaker_state within a sweep, even if its breaker
+		// never opened.
+		fo.Partitions = fallback.ClusterPartitions(cc)
 	}
 	if b.fb, err = fallback.New(primary, local, fo); err != nil {
 		client.Close()
