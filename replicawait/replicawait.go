@@ -15,7 +15,9 @@
 // those stores, floodgate.ErrIndeterminate: the primary did apply it, and
 // it may survive or not). Retrying such an operation with the same request
 // id is safe: a reserve or a settle already applied is replayed, not
-// applied twice; a quota check, which has no id, may be counted twice.
+// applied twice; a quota check or a lease acquire, which have no id, may
+// be counted twice (an acquire then holds a second slot until its lease
+// expires).
 //
 // This narrows what a failover can lose to what was never acknowledged; it
 // does not make Redis strongly consistent (a replica that acknowledged a
@@ -43,7 +45,7 @@ const MaxReplicas = 16
 // ErrNotReplicated is wrapped by the error of a command that Redis ran
 // on the primary but that fewer than Options.Replicas replicas
 // acknowledged within Options.Timeout: a failover now may lose it.
-var ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
+var ErrNotReplicated = errors.New("replicawait: write not acknowledged by enough replicas")
 
 // ErrBusy is wrapped by the error of a command that was not sent: when
 // its context ended, Options.MaxConcurrent commands were still waiting
