@@ -148,6 +148,15 @@ func New(c redis.UniversalClient, o Options) (*Client, error) {
 // Redis Cluster (go-redis's default for its own commands).
 const maxRedirects = 3
 
+// promotedTries and promotedWait bound the wait for the slot map to name
+// the primary a MOVED reply names: during a failover the replica just
+// promoted is known to the other nodes within milliseconds (an outside
+// walk saw MOVED answered 503 for about 5 ms when it was not waited for).
+const (
+	promotedTries = 20
+	promotedWait  = 10 * time.Millisecond
+)
+
 // Process sends cmd, followed on the same connection by WAIT, in one
 // pipeline. WAIT counts the replicas that have received this connection's
 // writes up to then, cmd's included. When fewer than Options.Replicas did within
@@ -161,10 +170,11 @@ const maxRedirects = 3
 //
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
 // the primary of that key's slot as the client's map has it. A MOVED reply
-// (the slot moved: nothing ran) sends it again to the node named, and an
-// ASK reply (the slot is moving and this key has gone) to the node named
-// after ASKING, up to three redirections, as go-redis does for its own
-// commands; a MOVED reply also has the client reload its map.
+// (the slot moved: nothing ran) sends it again to the node named, once
+// the client's map (reloaded) names it a primary, for up to 200 ms within
+// ctx, and an ASK reply (the slot is moving and this key has gone) to the
+// node named after ASKING, up to three redirections, as go-redis does for
+// its own commands.
 func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 	if ctx.Value(withoutWaitKey{}) != nil {
 		if c.cluster != nil {
@@ -211,8 +221,18 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 			addr = askAddr
 		}
 		next := c.master(ctx, addr)
+		for try := 0; next == nil && try < promotedTries; try++ {
+			// MOVED names a replica promoted a moment ago (a failover):
+			// the node the map is read from may not know it yet.
+			select {
+			case <-ctx.Done():
+				return err // nothing ran
+			case <-time.After(promotedWait):
+			}
+			next = c.master(ctx, addr)
+		}
 		if next == nil {
-			return err // nothing ran; the map is being reloaded
+			return err // nothing ran; the map does not name that primary yet
 		}
 		node, asking = next, ask
 		cmd.SetErr(nil)

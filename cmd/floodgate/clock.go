@@ -135,3 +135,14 @@ func (b breakerLog) ObserveBreaker(partition string, s fallback.BreakerState) {
 	}
 	b.log.Warn("circuit breaker "+s.String()+": decisions taken by each policy's failure mode", "partition", partition)
 }
+
+// ForgetBreaker implements fallback.BreakerForgetter: the partition's
+// breaker was dropped (a Cluster primary no longer in the slot map). Its
+// series go, the drop is logged, and a breaker made again for the same
+// address (the node promoted back) starts unlogged, as a new one does: it
+// was logged "closed: deciding with Redis" with no open state before.
+func (b breakerLog) ForgetBreaker(partition string) {
+	b.Metrics.ForgetBreaker(partition)
+	b.seen.Delete(partition)
+	b.log.Info("circuit breaker dropped: no longer a Redis primary", "partition", partition)
+}
