@@ -20,41 +20,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// startPair starts a primary and a replica of it, and waits until the
-// replica's link is up.
-func startPair(t *testing.T) (primary, replica *redistest.Server) {
+// startPair starts a primary and a replica of it, linked.
+func startPair(t testing.TB) (primary, replica *redistest.Server) {
 	t.Helper()
 	primary = redistest.Start(t)
-	replica = redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	rc := replica.Client(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		info, err := rc.Info(context.Background(), "replication").Result()
-		if err == nil && containsLine(info, "master_link_status:up") {
-			return primary, replica
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s never linked to %s: %v %s", replica.Addr, primary.Addr, err, info)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func containsLine(s, line string) bool {
-	for len(s) > 0 {
-		i := 0
-		for i < len(s) && s[i] != '\n' {
-			i++
-		}
-		if l := s[:i]; l == line || l == line+"\r" {
-			return true
-		}
-		if i == len(s) {
-			break
-		}
-		s = s[i+1:]
-	}
-	return false
+	return primary, redistest.StartReplica(t, primary)
 }
 
 func newQuota(t *testing.T, c quota.Client, limit int64) *quota.Quota {
@@ -320,16 +290,7 @@ func TestCluster(t *testing.T) {
 // BenchmarkQuotaCheck measures one quota check on a primary with a
 // replica on this machine, answered at once and answered once replicated.
 func BenchmarkQuotaCheck(b *testing.B) {
-	primary := redistest.Start(b)
-	replica := redistest.Start(b, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
-	rc := replica.Client(b)
-	for {
-		info, err := rc.Info(context.Background(), "replication").Result()
-		if err == nil && containsLine(info, "master_link_status:up") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	primary, _ := startPair(b)
 	pc := primary.Client(b)
 	w, err := replicawait.New(pc, replicawait.Options{Replicas: 1})
 	if err != nil {

@@ -58,11 +58,7 @@ func TestServeWaitReplicas(t *testing.T) {
 		t.Fatalf("rate_limit_fallback_total = %v: decisions left Redis because quota operations were not replicated", got)
 	}
 
-	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(rs.Port))
-	waitUntil(t, "the replica's link to the primary", func() bool {
-		info, err := replica.Client(t).Info(context.Background(), "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	})
+	redistest.StartReplica(t, rs)
 	code, body = postBody(t, svc.url+"/v1/quota/reserve", reserve)
 	var r struct {
 		Allowed  bool  `json:"allowed"`

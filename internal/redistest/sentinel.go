@@ -116,6 +116,20 @@ func startSentinel(t testing.TB, f *TLSFiles) *Sentinel {
 	return s
 }
 
+// StartReplica starts a server replicating primary (--replicaof) and
+// waits until its link to primary is up; it fails the test if that takes
+// longer than 30s. It is stopped in t.Cleanup, as Start's servers are.
+func StartReplica(t testing.TB, primary *Server, extraArgs ...string) *Server {
+	t.Helper()
+	r := Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}, extraArgs...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+	defer cancel()
+	if err := waitReplicaLinked(ctx, r); err != nil {
+		t.Fatalf("redistest: replica %s of %s not linked: %v%s", r.Addr, primary.Addr, err, r.logTail())
+	}
+	return r
+}
+
 // waitReplicaLinked waits until r reports master_link_status:up.
 func waitReplicaLinked(ctx context.Context, r *Server) error {
 	c := adminClient(r.Addr)
