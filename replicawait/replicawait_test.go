@@ -82,7 +82,7 @@ func TestNewRefuses(t *testing.T) {
 func TestAnsweredOnceReplicated(t *testing.T) {
 	primary, replica := startPair(t)
 	pc := primary.Client(t)
-	w, err := replicawait.New(pc, replicawait.Options{Replicas: 1, Timeout: 50 * time.Millisecond})
+	w, err := replicawait.New(pc, replicawait.Options{Replicas: 1, Timeout: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

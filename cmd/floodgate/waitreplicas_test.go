@@ -59,7 +59,16 @@ func TestServeWaitReplicas(t *testing.T) {
 	}
 
 	redistest.StartReplica(t, rs)
-	code, body = postBody(t, svc.url+"/v1/quota/reserve", reserve)
+	// Retried as a client would on 503 store-not-replicated: a 30ms WAIT
+	// can still expire on a loaded machine (a CI run saw it once), and
+	// every retry must be the same single hold.
+	for range 20 {
+		code, body = postBody(t, svc.url+"/v1/quota/reserve", reserve)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-not-replicated") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	var r struct {
 		Allowed  bool  `json:"allowed"`
 		Replayed bool  `json:"replayed"`

@@ -117,8 +117,9 @@ func startSentinel(t testing.TB, f *TLSFiles) *Sentinel {
 }
 
 // StartReplica starts a server replicating primary (--replicaof) and
-// waits until its link to primary is up; it fails the test if that takes
-// longer than 30s. It is stopped in t.Cleanup, as Start's servers are.
+// waits until its link to primary is up and primary counts it for WAIT
+// (it lists the replica online and a WAIT 1 is acknowledged); it fails
+// the test if that takes longer than 30s. It is stopped in t.Cleanup, as Start's servers are.
 func StartReplica(t testing.TB, primary *Server, extraArgs ...string) *Server {
 	t.Helper()
 	r := Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}, extraArgs...)...)
@@ -127,7 +128,39 @@ func StartReplica(t testing.TB, primary *Server, extraArgs ...string) *Server {
 	if err := waitReplicaLinked(ctx, r); err != nil {
 		t.Fatalf("redistest: replica %s of %s not linked: %v%s", r.Addr, primary.Addr, err, r.logTail())
 	}
+	if err := waitReplicaOnline(ctx, primary.Addr, r.Port); err != nil {
+		t.Fatalf("redistest: primary %s does not count replica %s: %v%s", primary.Addr, r.Addr, err, primary.logTail())
+	}
 	return r
+}
+
+// waitReplicaOnline waits until the primary at addr lists the replica on
+// port as online and answers a WAIT 1 with at least one acknowledgement.
+// A replica's master_link_status is up before that: after a diskless sync
+// the primary streams to it, and counts it for WAIT, only once its first
+// REPLCONF ACK arrives (up to a second later), so a test's short
+// WAIT timeout could expire meanwhile.
+func waitReplicaOnline(ctx context.Context, addr string, port int) error {
+	c := adminClient(addr)
+	defer c.Close()
+	want := "port=" + strconv.Itoa(port) + ",state=online,"
+	return poll(ctx, 50*time.Millisecond, func(ctx context.Context) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, want) {
+			return fmt.Errorf("INFO replication does not list %q", want)
+		}
+		n, err := c.Do(ctx, "WAIT", 1, 500).Int64()
+		if err != nil {
+			return err
+		}
+		if n < 1 {
+			return fmt.Errorf("WAIT 1 500 acknowledged by %d replicas", n)
+		}
+		return nil
+	})
 }
 
 // waitReplicaLinked waits until r reports master_link_status:up.
