@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,7 +58,7 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	addRedisSecurityFlags(fl, s)
 	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file); both files are read again when they change (every --reload-interval, and on SIGHUP), for new connections")
 	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
-	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file)")
+	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file; read again when it changes, as the certificate)")
 	fl.IntVar(&s.grpcWorkers, "grpc-stream-workers", grpcMaxStreams, "goroutines kept to run gRPC requests, each reused for many (a request finding none free gets a new goroutine); 0 starts a goroutine per request")
 	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
 	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
@@ -110,22 +109,11 @@ func (s *securityFlags) serverTLS() (*tls.Config, error) {
 	case s.tlsKeyFile == "":
 		return nil, errors.New("--tls-cert-file needs --tls-key-file (the certificate's private key)")
 	}
-	cert, err := tlsreload.Load(s.tlsCertFile, s.tlsKeyFile, s.log)
+	cert, err := tlsreload.Load(tlsreload.Files{Cert: s.tlsCertFile, Key: s.tlsKeyFile, ClientCAs: s.tlsClientCAFile}, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)
+		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-client-ca-file: %w", err)
 	}
-	c := &tls.Config{GetCertificate: cert.GetCertificate, MinVersion: tls.VersionTLS12}
-	if s.tlsClientCAFile != "" {
-		pem, err := os.ReadFile(s.tlsClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-client-ca-file: %s holds no PEM certificate", s.tlsClientCAFile)
-		}
-		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
+	c := cert.ServerConfig()
 	s.cert, s.tlsConf = cert, c
 	return c, nil
 }

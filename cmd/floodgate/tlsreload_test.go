@@ -157,3 +157,69 @@ func TestServeTLSCertificateRenewed(t *testing.T) {
 		waitUntil(t, "the certificate read on SIGHUP", func() bool { return serving(svc, b) })
 	})
 }
+
+// TestServeClientCAsRenewed: serve reads --tls-client-ca-file again when
+// it changes, as it does the certificate: after the authority of the
+// client certificates is replaced on disk, new HTTPS and gRPC connections
+// with the retired authority's certificates are refused and the new
+// one's admitted, without a restart. The file was read at start only.
+func TestServeClientCAsRenewed(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	envoyDir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(envoyDir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	caFile := filepath.Join(t.TempDir(), "clients-ca.pem")
+	copyCA := func(from string) {
+		t.Helper()
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFileAtomic(t, caFile, string(data))
+	}
+	copyCA(a.CA)
+	svc := startService(t, "--tls-cert-file", a.Cert, "--tls-key-file", a.Key, "--tls-client-ca-file", caFile,
+		"--grpc-addr", "127.0.0.1:0", "--envoy-config", envoyDir, "--reload-interval", "50ms")
+	defer svc.stop(t)
+	clientA, clientB := a.ClientConfig(t), b.ClientConfig(t)
+	clientB.RootCAs = clientA.RootCAs // the server's certificate is a's
+	https := func(tc *tls.Config) bool {
+		tr := &http.Transport{TLSClientConfig: tc}
+		defer tr.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, strings.Replace(svc.url, "http://", "https://", 1)+"/healthz", nil)
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	grpcOK := func(tc *tls.Config) bool {
+		conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		}})
+		return err == nil
+	}
+	if !https(clientA) || !grpcOK(clientA) {
+		t.Fatal("a client of the authority on file refused")
+	}
+	if https(clientB) || grpcOK(clientB) {
+		t.Fatal("a client of another authority admitted")
+	}
+	copyCA(b.CA)
+	waitUntil(t, "the new client authority on HTTPS and gRPC", func() bool { return https(clientB) && grpcOK(clientB) })
+	if https(clientA) || grpcOK(clientA) {
+		t.Fatal("the retired authority's client still admitted")
+	}
+	if !strings.Contains(svc.Logs(), `"client_cas":1`) {
+		t.Fatalf("the reload is not logged with the client authorities:\n%s", svc.Logs())
+	}
+}

@@ -1,13 +1,16 @@
-// Package tlsreload serves a TLS certificate from PEM files and loads it
+// Package tlsreload serves a TLS certificate from PEM files, and checks
+// client certificates against a PEM file of authorities, and loads them
 // again when the files change, so that a certificate renewed on disk (by
-// cert-manager, certbot, a secret volume's update) is used by new
-// connections without a restart.
+// cert-manager, certbot, a secret volume's update) or a client authority
+// added or retired is used by new connections without a restart.
 package tlsreload
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,18 +22,28 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/filestamp"
 )
 
-// Cert is a certificate and its key read from two PEM files. Its
-// GetCertificate method, set as a tls.Config's, hands every new
-// connection the pair last loaded successfully; connections already open
-// keep theirs. It is safe for concurrent use.
+// Files names the PEM files of a Cert.
+type Files struct {
+	Cert, Key string // the certificate (and its chain) and its private key
+	// ClientCAs, when set, holds the authorities that sign the client
+	// certificates every connection must present (mutual TLS).
+	ClientCAs string
+}
+
+// Cert is a certificate and its key read from two PEM files, and the
+// client authorities of a third when mutual TLS is on. The tls.Config of
+// its ServerConfig hands every new connection the pair last loaded
+// successfully, and checks its client certificate against the
+// authorities last loaded; connections already open keep theirs. It is
+// safe for concurrent use.
 type Cert struct {
-	certFile, keyFile string
-	log               *slog.Logger
+	files Files
+	log   *slog.Logger
 
 	cur atomic.Pointer[loaded]
 
 	mu      sync.Mutex // serialises Reload
-	seen    [2]seenFile
+	seen    []seenFile
 	lastErr string
 }
 
@@ -38,6 +51,8 @@ type loaded struct {
 	pair     *tls.Certificate
 	notAfter time.Time
 	subject  string
+	roots    *x509.CertPool // the client authorities; nil without
+	nRoots   int
 }
 
 type seenFile struct {
@@ -45,15 +60,16 @@ type seenFile struct {
 	info os.FileInfo
 }
 
-// Load reads the pair from certFile and keyFile (as tls.LoadX509KeyPair
-// does) and returns a Cert serving it. It fails when either file cannot
-// be read or the two do not make a pair. log receives the reloads (nil:
-// none are logged).
-func Load(certFile, keyFile string, log *slog.Logger) (*Cert, error) {
+// Load reads the pair from f.Cert and f.Key (as tls.LoadX509KeyPair
+// does), and the client authorities from f.ClientCAs if set, and returns
+// a Cert serving them. It fails when a file cannot be read, the two do
+// not make a pair, or f.ClientCAs holds no PEM certificate. log receives
+// the reloads (nil: none are logged).
+func Load(f Files, log *slog.Logger) (*Cert, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cert{certFile: certFile, keyFile: keyFile, log: log}
+	c := &Cert{files: f, log: log}
 	seen, err := c.stat()
 	if err != nil {
 		return nil, err
@@ -73,16 +89,56 @@ func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return c.cur.Load().pair, nil
 }
 
+// ServerConfig returns a new TLS 1.2+ server configuration that serves
+// the pair last loaded and, with Files.ClientCAs, requires a client
+// certificate that chains to the authorities last loaded and is meant
+// for client authentication, as tls.RequireAndVerifyClientCert does with
+// fixed ClientCAs. The check runs in VerifyConnection, on resumed
+// sessions too, so a retired authority stops admitting its certificates
+// at the next connection; the handshake's certificate request names no
+// authorities, so a client holding several certificates must be given
+// the right one.
+func (c *Cert) ServerConfig() *tls.Config {
+	tc := &tls.Config{GetCertificate: c.GetCertificate, MinVersion: tls.VersionTLS12}
+	if c.files.ClientCAs != "" {
+		tc.ClientAuth = tls.RequireAnyClientCert
+		tc.VerifyConnection = c.verifyClient
+	}
+	return tc
+}
+
+// verifyClient checks the client's certificate chain against the
+// authorities last loaded.
+func (c *Cert) verifyClient(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tlsreload: the client presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, ic := range cs.PeerCertificates[1:] {
+		inter.AddCert(ic)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots:         c.cur.Load().roots,
+		Intermediates: inter,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return fmt.Errorf("tlsreload: client certificate refused: %w", err)
+	}
+	return nil
+}
+
 // NotAfter is when the certificate served expires.
 func (c *Cert) NotAfter() time.Time { return c.cur.Load().notAfter }
 
-// Reload loads the pair again if either file changed since the last
-// successful load (its size, modification or status change time, or the
+// Reload loads the pair and the client authorities again if any of
+// their files changed since the last successful load (its size, modification or status change time, or the
 // file itself, as when a symbolic link is swapped), and reports whether
 // it now serves a new one. A pair that fails to load (a key that does not
 // match the certificate, which happens between the writes of the two
-// files, or a file half written) leaves the last good pair in place and
-// is tried again at the next Reload; its error is returned and logged
+// files, or a file half written), or client authorities that do not
+// parse, leave the last good ones in place and are tried again at the
+// next Reload; its error is returned and logged
 // once until it changes.
 func (c *Cert) Reload() (bool, error) {
 	c.mu.Lock()
@@ -104,7 +160,11 @@ func (c *Cert) Reload() (bool, error) {
 	}
 	old := c.cur.Swap(l)
 	c.seen, c.lastErr = seen, ""
-	c.log.Info("TLS certificate reloaded", "cert_file", c.certFile, "subject", l.subject, "not_after", l.notAfter, "previous_not_after", old.notAfter)
+	attrs := []any{"cert_file", c.files.Cert, "subject", l.subject, "not_after", l.notAfter, "previous_not_after", old.notAfter}
+	if c.files.ClientCAs != "" {
+		attrs = append(attrs, "client_ca_file", c.files.ClientCAs, "client_cas", l.nRoots, "previous_client_cas", old.nRoots)
+	}
+	c.log.Info("TLS certificate reloaded", attrs...)
 	return true, nil
 }
 
@@ -122,9 +182,13 @@ func (c *Cert) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func (c *Cert) stat() ([2]seenFile, error) {
-	var out [2]seenFile
-	for i, name := range []string{c.certFile, c.keyFile} {
+func (c *Cert) stat() ([]seenFile, error) {
+	names := []string{c.files.Cert, c.files.Key}
+	if c.files.ClientCAs != "" {
+		names = append(names, c.files.ClientCAs)
+	}
+	out := make([]seenFile, len(names))
+	for i, name := range names {
 		fi, err := os.Stat(name)
 		if err != nil {
 			return out, err
@@ -134,7 +198,10 @@ func (c *Cert) stat() ([2]seenFile, error) {
 	return out, nil
 }
 
-func same(a, b [2]seenFile) bool {
+func same(a, b []seenFile) bool {
+	if len(a) != len(b) {
+		return false
+	}
 	for i := range a {
 		if a[i].info == nil || b[i].info == nil || !a[i].at.Equal(b[i].at) || !os.SameFile(a[i].info, b[i].info) {
 			return false
@@ -144,7 +211,7 @@ func same(a, b [2]seenFile) bool {
 }
 
 func (c *Cert) load() (*loaded, error) {
-	pair, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	pair, err := tls.LoadX509KeyPair(c.files.Cert, c.files.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -157,5 +224,43 @@ func (c *Cert) load() (*loaded, error) {
 			return nil, fmt.Errorf("tlsreload: %w", err)
 		}
 	}
-	return &loaded{pair: &pair, notAfter: leaf.NotAfter, subject: leaf.Subject.String()}, nil
+	l := &loaded{pair: &pair, notAfter: leaf.NotAfter, subject: leaf.Subject.String()}
+	if c.files.ClientCAs != "" {
+		if l.roots, l.nRoots, err = readRoots(c.files.ClientCAs); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// readRoots reads the PEM certificates of file into a pool; it fails
+// when the file holds none, a CERTIFICATE block that does not parse, or
+// anything but PEM blocks and space (other block types are skipped).
+func readRoots(file string) (*x509.CertPool, int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	pool, n := x509.NewCertPool(), 0
+	for len(bytes.TrimSpace(data)) > 0 {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			// A bundle cut short (caught while being written) would
+			// otherwise load without its last authorities.
+			return nil, 0, fmt.Errorf("tlsreload: %s: data after certificate %d is not PEM (a file half written?)", file, n)
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, 0, fmt.Errorf("tlsreload: %s: certificate %d: %w", file, n+1, err)
+		}
+		pool.AddCert(cert)
+		n++
+	}
+	if n == 0 {
+		return nil, 0, fmt.Errorf("tlsreload: %s holds no PEM certificate", file)
+	}
+	return pool, n, nil
 }

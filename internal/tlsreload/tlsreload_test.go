@@ -3,9 +3,14 @@ package tlsreload_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,25 +67,11 @@ func TestReloadServesTheRenewedCertificate(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	copyFile(t, a.Cert, certFile)
 	copyFile(t, a.Key, keyFile)
-	c, err := tlsreload.Load(certFile, keyFile, nil)
+	c, err := tlsreload.Load(tlsreload.Files{Cert: certFile, Key: keyFile}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: c.GetCertificate, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _ = conn.(*tls.Conn).Handshake(); conn.Close() }()
-		}
-	}()
-	addr := ln.Addr().String()
+	addr := listen(t, c.ServerConfig())
 	if !bytes.Equal(served(t, addr), der(t, a.Cert)) {
 		t.Fatal("not serving the first certificate")
 	}
@@ -129,14 +120,182 @@ func TestReloadServesTheRenewedCertificate(t *testing.T) {
 
 func TestLoadRefuses(t *testing.T) {
 	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
-	for name, files := range map[string][2]string{
-		"missing certificate": {filepath.Join(t.TempDir(), "none.pem"), a.Key},
-		"missing key":         {a.Cert, filepath.Join(t.TempDir(), "none.pem")},
-		"key of another pair": {a.Cert, b.Key},
-		"key as certificate":  {a.Key, a.Key},
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caPEM, err := os.ReadFile(a.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]tlsreload.Files{
+		"missing certificate":        {Cert: filepath.Join(dir, "none.pem"), Key: a.Key},
+		"missing key":                {Cert: a.Cert, Key: filepath.Join(dir, "none.pem")},
+		"key of another pair":        {Cert: a.Cert, Key: b.Key},
+		"key as certificate":         {Cert: a.Key, Key: a.Key},
+		"missing client CAs":         {Cert: a.Cert, Key: a.Key, ClientCAs: filepath.Join(dir, "none.pem")},
+		"client CAs empty":           {Cert: a.Cert, Key: a.Key, ClientCAs: write("empty.pem", "\n")},
+		"client CAs a key only":      {Cert: a.Cert, Key: a.Key, ClientCAs: a.Key},
+		"client CAs not PEM":         {Cert: a.Cert, Key: a.Key, ClientCAs: write("text.pem", "not a certificate")},
+		"client CAs cut short":       {Cert: a.Cert, Key: a.Key, ClientCAs: write("cut.pem", string(caPEM)+string(caPEM[:len(caPEM)/2]))},
+		"client CA that won't parse": {Cert: a.Cert, Key: a.Key, ClientCAs: write("bad.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")},
 	} {
-		if _, err := tlsreload.Load(files[0], files[1], nil); err == nil {
+		if _, err := tlsreload.Load(f, nil); err == nil {
 			t.Errorf("%s: Load succeeded", name)
 		}
+	}
+}
+
+// listen serves TLS handshakes with tc on a loopback port until the test
+// ends and returns its address.
+func listen(t *testing.T, tc *tls.Config) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// The client learns of a refused certificate when it
+				// reads (TLS 1.3), so the server writes a byte.
+				if conn.(*tls.Conn).Handshake() == nil {
+					_, _ = conn.Write([]byte{1})
+				}
+				conn.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// admitted reports whether a client with tc completes a handshake with
+// addr and reads the byte the server writes after it.
+func admitted(addr string, tc *tls.Config) bool {
+	conn, err := tls.Dial("tcp", addr, tc)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	return err == nil
+}
+
+// TestClientCAsReloaded: with Files.ClientCAs, a client must present a
+// certificate of those authorities; when the file changes, the next
+// connections are checked against the new authorities (an authority
+// retired refuses its clients, one added admits them), and a file that
+// does not parse keeps the last good authorities.
+func TestClientCAsReloaded(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "ca.pem")
+	copyFile(t, a.CA, caFile)
+	c, err := tlsreload.Load(tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: caFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listen(t, c.ServerConfig())
+	clientA, clientB := a.ClientConfig(t), b.ClientConfig(t)
+	clientB.RootCAs = clientA.RootCAs // both trust the server's CA, a's
+	noCert := a.ClientConfig(t)
+	noCert.Certificates = nil
+	if !admitted(addr, clientA) {
+		t.Fatal("a client of the authority on file refused")
+	}
+	if admitted(addr, clientB) || admitted(addr, noCert) {
+		t.Fatal("a client of another authority, or without a certificate, admitted")
+	}
+
+	copyFile(t, b.CA, caFile) // a retired, b in its place
+	if changed, err := c.Reload(); !changed || err != nil {
+		t.Fatalf("Reload of new client CAs = %v, %v", changed, err)
+	}
+	if admitted(addr, clientA) || !admitted(addr, clientB) {
+		t.Fatal("after the swap: the retired authority's client admitted, or the new one's refused")
+	}
+
+	if err := os.WriteFile(caFile, []byte("-----BEGIN CERTIFICATE-----\nAAAA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := c.Reload(); changed || err == nil {
+		t.Fatalf("Reload of a broken CA file = %v, %v; want an error", changed, err)
+	}
+	if !admitted(addr, clientB) || admitted(addr, clientA) {
+		t.Fatal("a broken CA file changed who is admitted")
+	}
+
+	// Both authorities in one bundle, as while clients move over.
+	pa, _ := os.ReadFile(a.CA)
+	pb, _ := os.ReadFile(b.CA)
+	if err := os.WriteFile(caFile, append(pa, pb...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := c.Reload(); !changed || err != nil {
+		t.Fatalf("Reload of a two-authority bundle = %v, %v", changed, err)
+	}
+	if !admitted(addr, clientA) || !admitted(addr, clientB) {
+		t.Fatal("a bundle of both authorities does not admit both clients")
+	}
+}
+
+// TestClientCertificateForServersRefused: a certificate of the right
+// authority that is not for client authentication is refused, as
+// tls.RequireAndVerifyClientCert refuses it; one that is, is admitted.
+func TestClientCertificateForServersRefused(t *testing.T) {
+	a := redistest.GenerateTLS(t)
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(serial int64, usage x509.ExtKeyUsage) tls.Certificate {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "leaf"},
+			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	}
+	c, err := tlsreload.Load(tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: caFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listen(t, c.ServerConfig())
+	tc := a.ClientConfig(t)
+	tc.Certificates = []tls.Certificate{leaf(2, x509.ExtKeyUsageServerAuth)}
+	if admitted(addr, tc) {
+		t.Fatal("a certificate for server authentication only admitted as a client's")
+	}
+	tc.Certificates = []tls.Certificate{leaf(3, x509.ExtKeyUsageClientAuth)}
+	if !admitted(addr, tc) {
+		t.Fatal("a client certificate of the authority refused")
 	}
 }
