@@ -43,8 +43,9 @@ type Backend interface {
 	// run applies o to the states of the three ids (account, IP, pair) at
 	// now, atomically, and returns the step's reply.
 	run(ctx context.Context, o op, now int64, ids *[numDims]string, p *params) (reply, error)
-	// remove deletes the state of one dimension's id.
-	remove(ctx context.Context, d Dimension, id string) error
+	// remove deletes, atomically, the state of every dimension whose id
+	// is not empty and reports which of them had any.
+	remove(ctx context.Context, ids *[numDims]string) ([numDims]bool, error)
 }
 
 // Guard protects a login endpoint against password guessing. It is safe
@@ -104,7 +105,10 @@ func New(backend Backend, opts Options) (*Guard, error) {
 // (or Options.AttemptTimeout passes). On error nothing can be said about
 // the attempt: refuse it (fail closed). The Verdict returned with an error
 // is Locked (Proceed reports false), so that a caller that looks only at
-// the Verdict refuses too.
+// the Verdict refuses too; its RetryAfter and By are zero, as nothing is
+// known of when the attempt could proceed: answer such a refusal as the
+// store's failure (503, as examples/loginserver does), not with a
+// Retry-After of 0.
 func (g *Guard) Check(ctx context.Context, account string, ip netip.Addr) (Verdict, error) {
 	r, now, err := g.run(ctx, opCheck, account, ip)
 	if err != nil {
@@ -115,11 +119,12 @@ func (g *Guard) Check(ctx context.Context, account string, ip netip.Addr) (Verdi
 
 // Failure records that the attempt's password (or CAPTCHA, or second
 // factor) was wrong. It reports the dimensions this failure locked and
-// what the next attempt would get.
+// what the next attempt would get. On error the failure may not be
+// counted, and the Outcome's Next is Locked, as Check's Verdict on error.
 func (g *Guard) Failure(ctx context.Context, account string, ip netip.Addr) (Outcome, error) {
 	r, now, err := g.run(ctx, opFailure, account, ip)
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{Next: Verdict{Action: Locked}}, err
 	}
 	o := Outcome{Next: g.verdict(r, now), Locked: r.crossed}
 	for d := range numDims {
@@ -151,11 +156,12 @@ func (g *Guard) Abandon(ctx context.Context, account string, ip netip.Addr) erro
 }
 
 // Status returns the account's and address's standing without counting
-// anything, for administration and tests.
+// anything, for administration and tests. On error its Verdict is
+// Locked, as Check's.
 func (g *Guard) Status(ctx context.Context, account string, ip netip.Addr) (Status, error) {
 	r, now, err := g.run(ctx, opPeek, account, ip)
 	if err != nil {
-		return Status{}, err
+		return Status{Verdict: Verdict{Action: Locked}}, err
 	}
 	st := Status{Verdict: g.verdict(r, now)}
 	for d, ds := range []*DimensionStatus{&st.Account, &st.IP, &st.Pair} {
@@ -173,13 +179,14 @@ func (g *Guard) Status(ctx context.Context, account string, ip netip.Addr) (Stat
 
 // Unlock forgets an account's failures and lock (an administrator's
 // action). Per-pair and per-IP state is untouched: UnlockPair and
-// UnlockIP lift those.
+// UnlockIP lift those, and Lift lifts any of them at once.
 func (g *Guard) Unlock(ctx context.Context, account string) error {
 	acct, err := accountKey(account)
 	if err != nil {
 		return err
 	}
-	return g.backend.remove(ctx, DimAccount, g.digest('a', acct, ""))
+	_, err = g.backend.remove(ctx, &[numDims]string{DimAccount - 1: g.digest('a', acct, "")})
+	return err
 }
 
 // UnlockPair forgets the failures and lock of account from the network
@@ -195,7 +202,8 @@ func (g *Guard) UnlockPair(ctx context.Context, account string, ip netip.Addr) e
 	if err != nil {
 		return err
 	}
-	return g.backend.remove(ctx, DimPair, g.digest('p', acct, network))
+	_, err = g.backend.remove(ctx, &[numDims]string{DimPair - 1: g.digest('p', acct, network)})
+	return err
 }
 
 // UnlockIP forgets the failures and lock of the network ip belongs to.
@@ -204,7 +212,53 @@ func (g *Guard) UnlockIP(ctx context.Context, ip netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	return g.backend.remove(ctx, DimIP, g.digest('i', network, ""))
+	_, err = g.backend.remove(ctx, &[numDims]string{DimIP - 1: g.digest('i', network, "")})
+	return err
+}
+
+// Lifted reports which states a Lift found and forgot: a dimension with
+// no failures, attempts or lock on record (never seen, expired, already
+// lifted, or kept under another secret, prefix or network size than this
+// Guard's) is false.
+type Lifted struct {
+	Account, IP, Pair bool
+}
+
+// Any reports whether Lift forgot anything.
+func (l Lifted) Any() bool { return l.Account || l.IP || l.Pair }
+
+// Lift forgets, in one atomic step, the failures and lock of account
+// (unless it is ""), of the network ip belongs to (unless ip is the zero
+// Addr), and with both, of account from that network (the owner's own
+// mistyped passwords, which neither of the others lifts). It reports
+// which of them had any state. Giving neither is ErrInvalidAccount.
+func (g *Guard) Lift(ctx context.Context, account string, ip netip.Addr) (Lifted, error) {
+	if account == "" && !ip.IsValid() {
+		return Lifted{}, fmt.Errorf("%w: give an account, an address or both", ErrInvalidAccount)
+	}
+	var ids [numDims]string
+	var acct, network string
+	var err error
+	if account != "" {
+		if acct, err = accountKey(account); err != nil {
+			return Lifted{}, err
+		}
+		ids[DimAccount-1] = g.digest('a', acct, "")
+	}
+	if ip.IsValid() {
+		if network, err = g.network(ip); err != nil {
+			return Lifted{}, err
+		}
+		ids[DimIP-1] = g.digest('i', network, "")
+	}
+	if account != "" && ip.IsValid() {
+		ids[DimPair-1] = g.digest('p', acct, network)
+	}
+	had, err := g.backend.remove(ctx, &ids)
+	if err != nil {
+		return Lifted{}, err
+	}
+	return Lifted{Account: had[DimAccount-1], IP: had[DimIP-1], Pair: had[DimPair-1]}, nil
 }
 
 // run normalises the inputs, derives the three ids and runs o.

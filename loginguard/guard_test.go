@@ -30,11 +30,11 @@ func (b *recordingBackend) run(ctx context.Context, o op, now int64, ids *[numDi
 	return b.Backend.run(ctx, o, now, ids, p)
 }
 
-func (b *recordingBackend) remove(ctx context.Context, d Dimension, id string) error {
+func (b *recordingBackend) remove(ctx context.Context, ids *[numDims]string) ([numDims]bool, error) {
 	b.mu.Lock()
-	b.calls = append(b.calls, fmt.Sprintf("remove dim=%v key=%d", d, len(id)))
+	b.calls = append(b.calls, fmt.Sprintf("remove keys=%d/%d/%d", len(ids[0]), len(ids[1]), len(ids[2])))
 	b.mu.Unlock()
-	return b.Backend.remove(ctx, d, id)
+	return b.Backend.remove(ctx, ids)
 }
 
 // TestUniformForUnknownAccounts: the same login flow for an account that
@@ -305,8 +305,16 @@ func TestContextCanceled(t *testing.T) {
 	g := newGuard(t, mem, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := g.Check(ctx, "a", addr("203.0.113.9")); !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v", err)
+	if v, err := g.Check(ctx, "a", addr("203.0.113.9")); !errors.Is(err, floodgate.ErrStoreUnavailable) || !errors.Is(err, context.Canceled) || v.Proceed() {
+		t.Fatalf("Check = %v, %v; want a refusal and the store's error", v, err)
+	}
+	// Every answer that comes with an error refuses, for a caller that
+	// looks only at the verdict.
+	if o, err := g.Failure(ctx, "a", addr("203.0.113.9")); err == nil || o.Next.Proceed() {
+		t.Fatalf("Failure = %+v, %v; want Next to refuse", o, err)
+	}
+	if st, err := g.Status(ctx, "a", addr("203.0.113.9")); err == nil || st.Verdict.Proceed() {
+		t.Fatalf("Status = %+v, %v; want its Verdict to refuse", st, err)
 	}
 	if mem.Len() != 0 {
 		t.Fatal("a canceled call wrote")
@@ -351,6 +359,57 @@ func TestUnlockPair(t *testing.T) {
 			}
 			if err := g.UnlockPair(ctx, "bob", netip.Addr{}); !errors.Is(err, ErrInvalidIP) {
 				t.Errorf("UnlockPair of the zero address: %v", err)
+			}
+		})
+	}
+}
+
+// TestLift: Lift forgets the dimensions it is given in one step and
+// reports which had state: the account, the address, and with both the
+// pair; a second Lift, or one under another secret, finds nothing.
+func TestLift(t *testing.T) {
+	for name, mk := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			b := mk(t, "lift")
+			g := newGuard(t, b, Options{})
+			ctx := context.Background()
+			owner := netip.MustParseAddr("203.0.113.77")
+			for range 10 {
+				if _, err := g.Failure(ctx, "bob", owner); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := newGuard(t, b, Options{Secret: []byte(strings.Repeat("o", MinSecretLen))})
+			if l, err := other.Lift(ctx, "bob", owner); err != nil || l.Any() {
+				t.Fatalf("Lift under another secret = %+v, %v; want nothing found", l, err)
+			}
+			if l, err := g.Lift(ctx, "", netip.MustParseAddr("198.51.100.1")); err != nil || l.Any() {
+				t.Fatalf("Lift of an address never seen = %+v, %v", l, err)
+			}
+			if l, err := g.Lift(ctx, "BOB", owner); err != nil || l != (Lifted{Account: true, IP: true, Pair: true}) {
+				t.Fatalf("Lift of a locked owner = %+v, %v; want all three", l, err)
+			}
+			st, err := g.Status(ctx, "bob", owner)
+			if err != nil || st.Verdict.Action != Allow || st.Account.Failures+st.IP.Failures+st.Pair.Failures != 0 {
+				t.Fatalf("after Lift: %+v, %v", st, err)
+			}
+			if l, err := g.Lift(ctx, "bob", owner); err != nil || l.Any() {
+				t.Fatalf("second Lift = %+v, %v; want nothing found", l, err)
+			}
+			if _, err := g.Failure(ctx, "bob", owner); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := g.Lift(ctx, "bob", netip.Addr{}); err != nil || l != (Lifted{Account: true}) {
+				t.Fatalf("Lift of the account only = %+v, %v", l, err)
+			}
+			if l, err := g.Lift(ctx, "", owner); err != nil || l != (Lifted{IP: true}) {
+				t.Fatalf("Lift of the address only = %+v, %v", l, err)
+			}
+			if _, err := g.Lift(ctx, "", netip.Addr{}); !errors.Is(err, ErrInvalidAccount) {
+				t.Errorf("Lift of nothing: %v", err)
+			}
+			if _, err := g.Lift(ctx, "\x00", owner); !errors.Is(err, ErrInvalidAccount) {
+				t.Errorf("Lift of a NUL account: %v", err)
 			}
 		})
 	}

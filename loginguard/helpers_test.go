@@ -62,11 +62,17 @@ func (b *pureBackend) run(ctx context.Context, o op, now int64, ids *[numDims]st
 	return r, nil
 }
 
-func (b *pureBackend) remove(ctx context.Context, d Dimension, id string) error {
+func (b *pureBackend) remove(ctx context.Context, ids *[numDims]string) ([numDims]bool, error) {
+	var had [numDims]bool
 	b.mu.Lock()
-	delete(b.m, memTags[d-1]+id)
+	for d, id := range ids {
+		if id != "" {
+			_, had[d] = b.m[memTags[d]+id]
+			delete(b.m, memTags[d]+id)
+		}
+	}
 	b.mu.Unlock()
-	return nil
+	return had, nil
 }
 
 // backends returns the three backends every shared test runs against:

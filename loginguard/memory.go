@@ -116,12 +116,23 @@ func (m *Memory) run(ctx context.Context, o op, now int64, ids *[numDims]string,
 	return r, nil
 }
 
-func (m *Memory) remove(ctx context.Context, d Dimension, id string) error {
+func (m *Memory) remove(ctx context.Context, ids *[numDims]string) ([numDims]bool, error) {
+	var had [numDims]bool
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
+		return had, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
 	}
+	mono := m.mono()
 	sh := m.states.Lock("")
-	sh.Delete(memTags[d-1] + id)
+	for d, id := range ids {
+		if id == "" {
+			continue
+		}
+		k := memTags[d] + id
+		if e := sh.Get(k); e != nil {
+			had[d] = e.expires > mono
+			sh.Delete(k)
+		}
+	}
 	sh.Unlock()
-	return nil
+	return had, nil
 }

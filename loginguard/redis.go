@@ -110,11 +110,26 @@ func (b *Redis) run(ctx context.Context, o op, now int64, ids *[numDims]string, 
 	return decodeReply(val)
 }
 
-func (b *Redis) remove(ctx context.Context, d Dimension, id string) error {
-	if _, err := unlockScript.Run(ctx, b.client, []string{b.key(int(d)-1, id)}); err != nil {
-		return fmt.Errorf("loginguard: %w", err)
+func (b *Redis) remove(ctx context.Context, ids *[numDims]string) ([numDims]bool, error) {
+	var had [numDims]bool
+	keys, dims := make([]string, 0, numDims), make([]int, 0, numDims)
+	for d, id := range ids {
+		if id != "" {
+			keys, dims = append(keys, b.key(d, id)), append(dims, d)
+		}
 	}
-	return nil
+	val, err := unlockScript.Run(ctx, b.client, keys)
+	if err != nil {
+		return had, fmt.Errorf("loginguard: %w", err)
+	}
+	n := make([]int64, len(keys))
+	if err := luascript.Ints(val, n); err != nil {
+		return had, fmt.Errorf("loginguard: %w", err)
+	}
+	for i, d := range dims {
+		had[d] = n[i] > 0
+	}
+	return had, nil
 }
 
 // decodeReply checks and decodes a script's reply: action, until, by,

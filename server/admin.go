@@ -270,33 +270,52 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("invalid-unlock", "account is %d bytes (max %d)", len(req.Account), MaxUnlockAccountLen))
 		return
 	}
-	if req.Account != "" {
-		if err := s.opts.LoginGuard.Unlock(r.Context(), req.Account); err != nil {
-			if errors.Is(err, loginguard.ErrInvalidAccount) {
-				s.fail(w, r, badRequest("invalid-unlock", "%v", err))
-				return
-			}
-			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking the account: " + err.Error()})
+	lifted, err := s.opts.LoginGuard.Lift(r.Context(), req.Account, ip)
+	if err != nil {
+		if errors.Is(err, loginguard.ErrInvalidAccount) || errors.Is(err, loginguard.ErrInvalidIP) {
+			s.fail(w, r, badRequest("invalid-unlock", "%v", err))
 			return
 		}
+		// One atomic step: nothing was lifted.
+		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking (nothing was lifted): " + err.Error()})
+		return
 	}
-	if req.IP != "" {
-		if err := s.opts.LoginGuard.UnlockIP(r.Context(), ip); err != nil {
-			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking the address: " + err.Error()})
-			return
-		}
+	resp := UnlockResponse{Unlocked: lifted.Any(), Cleared: UnlockCleared{Account: lifted.Account, IP: lifted.IP, Pair: lifted.Pair}}
+	if !resp.Unlocked {
+		resp.Detail = "no failures or lock on record for this " + unlockSubject(req) + " under --login-prefix " + strconv.Quote(s.opts.LoginPrefix) +
+			": nothing to lift; if the application's guard refuses it, check that serve has the application's secret (--login-secret-file, read trimmed of surrounding space), key prefix and network sizes (--login-ipv4-prefix, --login-ipv6-prefix)"
 	}
-	if req.Account != "" && req.IP != "" {
-		// The owner's own lock from their address (their mistyped
-		// passwords), which neither the account's nor the address's
-		// unlock lifts.
-		if err := s.opts.LoginGuard.UnlockPair(r.Context(), req.Account, ip); err != nil {
-			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking the account from the address: " + err.Error()})
-			return
-		}
+	s.log.Info("admin login unlock", "account_given", req.Account != "", "ip_given", req.IP != "",
+		"cleared_account", lifted.Account, "cleared_ip", lifted.IP, "cleared_pair", lifted.Pair)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// UnlockResponse answers POST /admin/v1/login/unlock: Unlocked is whether
+// any state was found and forgotten, Cleared which.
+type UnlockResponse struct {
+	Unlocked bool          `json:"unlocked"`
+	Cleared  UnlockCleared `json:"cleared"`
+	// Detail, when nothing was found, says why that can be.
+	Detail string `json:"detail,omitempty"`
+}
+
+// UnlockCleared lists the states an unlock forgot: the account's, the
+// address's, and the account's from that address (given both).
+type UnlockCleared struct {
+	Account bool `json:"account"`
+	IP      bool `json:"ip"`
+	Pair    bool `json:"pair"`
+}
+
+// unlockSubject names what an unlock request gave.
+func unlockSubject(req UnlockRequest) string {
+	switch {
+	case req.Account != "" && req.IP != "":
+		return "account or address"
+	case req.Account != "":
+		return "account"
 	}
-	s.log.Info("admin login unlock", "account_given", req.Account != "", "ip_given", req.IP != "")
-	writeJSON(w, http.StatusOK, map[string]bool{"unlocked": true})
+	return "address"
 }
 
 // RestoreRequest is the body of POST /admin/v1/quota/restore: set an

@@ -37,6 +37,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
+	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
 )
@@ -49,13 +50,10 @@ type Resetter interface {
 
 // LoginUnlocker lifts login lockouts (package loginguard's Guard).
 type LoginUnlocker interface {
-	// Unlock forgets an account's failures and lock.
-	Unlock(ctx context.Context, account string) error
-	// UnlockIP forgets the failures and lock of ip's network.
-	UnlockIP(ctx context.Context, ip netip.Addr) error
-	// UnlockPair forgets the failures and lock of account from ip's
-	// network.
-	UnlockPair(ctx context.Context, account string, ip netip.Addr) error
+	// Lift forgets, in one step, the failures and lock of account
+	// (unless ""), of ip's network (unless the zero Addr) and, with both,
+	// of account from that network, and reports which had any.
+	Lift(ctx context.Context, account string, ip netip.Addr) (loginguard.Lifted, error)
 }
 
 // DefaultDecisionTimeout is Options.DecisionTimeout's default.
@@ -109,6 +107,9 @@ type Options struct {
 	// lockouts of the login guard that shares its store (same Redis,
 	// prefix and secret).
 	LoginGuard LoginUnlocker
+	// LoginPrefix is that guard's key prefix, named in an unlock that
+	// found nothing to lift.
+	LoginPrefix string
 	// Ready reports whether the backing store is usable, for GET /readyz:
 	// RedisReady checks every node the service needs. Nil means always
 	// ready.

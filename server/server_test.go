@@ -483,8 +483,16 @@ func TestAdminLoginUnlock(t *testing.T) {
 	if r := e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{IP: "not-an-ip"}); r.status != 400 {
 		t.Fatalf("bad ip: %d", r.status)
 	}
-	if r := e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice", IP: "192.0.2.3"}); r.status != 200 {
-		t.Fatalf("unlock: %d %s", r.status, r.body)
+	r := e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice", IP: "192.0.2.3"})
+	if r.status != 200 || !strings.Contains(string(r.body), `"unlocked":true`) || !strings.Contains(string(r.body), `"account":true`) {
+		t.Fatalf("unlock: %d %s; want unlocked, the account cleared", r.status, r.body)
+	}
+	// Nothing left to lift: the answer says so rather than "unlocked"
+	// (an unlock under another secret or prefix than the application's
+	// also finds nothing, and answered unlocked).
+	r = e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"})
+	if r.status != 200 || !strings.Contains(string(r.body), `"unlocked":false`) || !strings.Contains(string(r.body), "nothing to lift") {
+		t.Fatalf("unlock of nothing: %d %s; want unlocked false and why", r.status, r.body)
 	}
 	if st, _ := guard.Status(ctx, "alice", probe); !st.Account.LockedUntil.IsZero() || st.Account.Failures != 0 {
 		t.Fatalf("still locked after unlock: %+v", st.Account)
@@ -501,14 +509,15 @@ func TestAdminLoginUnlock(t *testing.T) {
 	if st, _ := guard.Status(ctx, "bob", owner); st.Pair.LockedUntil.IsZero() {
 		t.Fatalf("pair not locked after 10 failures: %+v", st.Pair)
 	}
-	if r := e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "BOB", IP: "203.0.113.77"}); r.status != 200 {
-		t.Fatalf("unlock bob: %d %s", r.status, r.body)
+	if r := e.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "BOB", IP: "203.0.113.77"}); r.status != 200 ||
+		!strings.Contains(string(r.body), `"cleared":{"account":true,"ip":true,"pair":true}`) {
+		t.Fatalf("unlock bob: %d %s; want all three cleared", r.status, r.body)
 	}
 	if st, _ := guard.Status(ctx, "bob", owner); !st.Pair.LockedUntil.IsZero() || st.Pair.Failures != 0 {
 		t.Fatalf("pair still locked after unlocking the account and the address: %+v", st.Pair)
 	}
 	plain := start(t, layered, memStore(t), nil)
-	r := plain.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"})
+	r = plain.do("POST", "/admin/v1/login/unlock", testToken, server.UnlockRequest{Account: "alice"})
 	if r.status != 501 {
 		t.Fatalf("unlock without a guard: %d", r.status)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -286,6 +288,78 @@ func TestServeLoginSecretFile(t *testing.T) {
 	svc := startService(t, "--redis", "redis://"+rs.Addr, "--login-secret-file", open)
 	if logs := svc.Logs(); !strings.Contains(logs, "secret file readable by group or others") || !strings.Contains(logs, `"mode":"0644"`) {
 		t.Fatalf("no warning about a world-readable secret:\n%s", logs)
+	}
+	// Without an admin token the unlock endpoint it enables is off: said
+	// at start.
+	if logs := svc.Logs(); !strings.Contains(logs, "POST /admin/v1/login/unlock answers 403 admin-disabled") {
+		t.Fatalf("no warning that the unlock endpoint is off without an admin token:\n%s", logs)
+	}
+}
+
+// TestServeLoginUnlockNetworkSize: an application's guard that counts
+// IPv4 clients by /24 locks a network; serve unlocks it only with the
+// same --login-ipv4-prefix, and says when it found nothing to lift (it
+// answered "unlocked" and left the lock in place: serve had no such
+// flag).
+func TestServeLoginUnlockNetworkSize(t *testing.T) {
+	rs := redistest.Start(t)
+	secret := "0123456789abcdef0123456789abcdef-login"
+	secretFile := filepath.Join(t.TempDir(), "login-secret")
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	backend, err := loginguard.NewRedis(rs.Client(t), "login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := loginguard.New(backend, loginguard.Options{Secret: []byte(secret), IPv4Prefix: 24,
+		IP: loginguard.Ladder{Captcha: 1, Delay: 2, Lock: 3, Lockout: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	attacker := netip.MustParseAddr("198.19.5.7")
+	for i := range 5 {
+		if _, err := app.Failure(ctx, fmt.Sprintf("user%d", i), attacker); err != nil {
+			t.Fatal(err)
+		}
+	}
+	locked := func() bool {
+		st, err := app.Status(ctx, "someone", netip.MustParseAddr("198.19.5.200"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !st.IP.LockedUntil.IsZero()
+	}
+	if !locked() {
+		t.Fatal("the /24 is not locked")
+	}
+	unlock := func(svc *service) string {
+		req, _ := http.NewRequest(http.MethodPost, svc.url+"/admin/v1/login/unlock", strings.NewReader(`{"ip":"198.19.5.7"}`))
+		req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("unlock: %d %s", resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	def := startService(t, "--redis", "redis://"+rs.Addr, "--login-secret-file", secretFile, "--admin-token", e2eAdminToken)
+	if body := unlock(def); !strings.Contains(body, `"unlocked":false`) || !strings.Contains(body, "--login-ipv4-prefix") || !locked() {
+		t.Fatalf("unlock by /32 of a /24 lock: %s (locked %v); want unlocked false naming --login-ipv4-prefix, still locked", body, locked())
+	}
+	def.stop(t)
+	same := startService(t, "--redis", "redis://"+rs.Addr, "--login-secret-file", secretFile, "--admin-token", e2eAdminToken, "--login-ipv4-prefix", "24")
+	defer same.stop(t)
+	if body := unlock(same); !strings.Contains(body, `"unlocked":true`) || !strings.Contains(body, `"ip":true`) || locked() {
+		t.Fatalf("unlock with --login-ipv4-prefix 24: %s (locked %v); want the /24 unlocked", body, locked())
+	}
+	if code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--redis", "redis://"+rs.Addr, "--login-secret-file", secretFile, "--login-ipv4-prefix", "40"); code == 0 || !strings.Contains(out, "--login-ipv4-prefix") {
+		t.Fatalf("--login-ipv4-prefix 40: exit %d: %s", code, out)
 	}
 }
 

@@ -68,6 +68,8 @@ type serveFlags struct {
 	logLevel         string
 	loginPrefix      string
 	loginSecretFile  string
+	loginIPv4Prefix  int
+	loginIPv6Prefix  int
 	memoryMaxKeys    int
 	gcFloorMiB       int
 	sec              securityFlags
@@ -153,7 +155,9 @@ that are not browsers are not affected.`,
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes) (0: the default)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
-	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard")
+	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard (its loginguard.NewRedis prefix)")
+	fl.IntVar(&f.loginIPv4Prefix, "login-ipv4-prefix", 32, "network size, in bits, that login guard counts IPv4 clients by (its Options.IPv4Prefix)")
+	fl.IntVar(&f.loginIPv6Prefix, "login-ipv6-prefix", 64, "network size, in bits, that login guard counts IPv6 clients by (its Options.IPv6Prefix)")
 	fl.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "identities the in-memory store (memory mode, and the local fallback on Redis) tracks at most; past it, one-off identities are evicted first (about 160 bytes per identity plus its key)")
 	addSecurityFlags(fl, &f.sec)
 	addGCFlag(fl, &f.gcFloorMiB)
@@ -540,6 +544,10 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if opts.LoginGuard, err = loginGuard(f, b, log); err != nil {
 		return err
 	}
+	opts.LoginPrefix = f.loginPrefix
+	if opts.LoginGuard != nil && f.adminToken == "" {
+		log.Warn("--login-secret-file is set but the admin endpoints are off (no --admin-token or $FLOODGATE_ADMIN_TOKEN): POST /admin/v1/login/unlock answers 403 admin-disabled")
+	}
 	srv, err := server.New(lim, holder, opts)
 	if err != nil {
 		return err
@@ -664,9 +672,9 @@ func loginGuard(f serveFlags, b *backend, log *slog.Logger) (server.LoginUnlocke
 	if err != nil {
 		return nil, fmt.Errorf("--login-prefix: %w", err)
 	}
-	g, err := loginguard.New(backend, loginguard.Options{Secret: []byte(secret)})
+	g, err := loginguard.New(backend, loginguard.Options{Secret: []byte(secret), IPv4Prefix: f.loginIPv4Prefix, IPv6Prefix: f.loginIPv6Prefix})
 	if err != nil {
-		return nil, fmt.Errorf("--login-secret-file: %w", err)
+		return nil, fmt.Errorf("--login-secret-file, --login-ipv4-prefix, --login-ipv6-prefix: %w", err)
 	}
 	return g, nil
 }

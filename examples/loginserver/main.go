@@ -15,7 +15,11 @@
 // get exactly the same answers as wrong passwords.
 //
 // By default state is in memory; with -redis it lives in Redis and is
-// shared by every instance (which must then share -secret-file).
+// shared by every instance (which must then share -secret-file), under
+// the key prefix "loginserver": to lift its lockouts with floodgate
+// serve's POST /admin/v1/login/unlock, run serve with the same Redis,
+// --login-secret-file (both read the file trimmed of surrounding space)
+// and --login-prefix loginserver.
 package main
 
 import (

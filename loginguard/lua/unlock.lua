@@ -1,5 +1,10 @@
--- unlock.lua: forget one dimension's state (an administrator's unlock).
-if #KEYS ~= 1 then
-  return redis.error_reply('loginguard: want 1 key, got ' .. #KEYS)
+-- unlock.lua: forget the state of one to three dimensions at once (an
+-- administrator's unlock); answers, per key, 1 if it held state, else 0.
+if #KEYS < 1 or #KEYS > 3 then
+  return redis.error_reply('loginguard: want 1 to 3 keys, got ' .. #KEYS)
 end
-return redis.call('DEL', KEYS[1])
+local out = {}
+for i, k in ipairs(KEYS) do
+  out[i] = redis.call('DEL', k)
+end
+return out
