@@ -569,3 +569,41 @@ func TestRedisStorePerSecondConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisStoreTimeoutCountsTheWait: with Timeout set, an Incr that
+// waits in the queue behind script calls held by a stalled Redis ends at
+// its own Timeout from its call, the wait included, whatever the client's
+// read timeout (a minute here). Without it, a queued call waited for a
+// call in flight to fail and then for its own: nearly twice REDIS_TIMEOUT
+// (an outside walk measured up to 3.8 s with REDIS_TIMEOUT=2s).
+func TestRedisStoreTimeoutCountsTheWait(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer c.Close()
+	s := &RedisStore{Client: c, Timeout: 300 * time.Millisecond}
+	if err := s.Incr(context.Background(), []*Op{{Key: "bound_warm", N: 1, TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	unpause := pause(t, admin)
+	defer unpause()
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = s.Incr(context.Background(), []*Op{{Key: "bound_" + strconv.Itoa(i), N: 1, TTL: time.Minute}})
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Incr calls held by a paused Redis did not end at their Timeout")
+	}
+	for i, err := range errs {
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) && !errors.Is(err, floodgate.ErrIndeterminate) {
+			t.Errorf("Incr %d: %v, want a store error", i, err)
+		}
+	}
+}

@@ -25,6 +25,10 @@ type Settings struct {
 
 	ForceStartWithoutInitialConfig    bool
 	HealthyWithAtLeastOneConfigLoaded bool
+	// RedisHealthCheckActiveConnection keeps probing Redis once it has
+	// answered, so that health turns bad again while it does not
+	// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+	RedisHealthCheckActiveConnection bool
 
 	UsePrometheus  bool
 	PrometheusAddr string
@@ -87,7 +91,6 @@ var Ignored = map[string]string{
 	"REDIS_PERSECOND_PIPELINE_LIMIT":               "as REDIS_PIPELINE_LIMIT",
 	"REDIS_CLUSTER_PIPELINE_PARALLELISM":           "the cluster client sends to every node at once",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": "as REDIS_CLUSTER_PIPELINE_PARALLELISM",
-	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":         "health follows the first successful PING",
 	"REDIS_POOL_ON_EMPTY_BEHAVIOR":                 "WAIT is the only behaviour (theirs refuses the others too)",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR":       "as REDIS_POOL_ON_EMPTY_BEHAVIOR",
 	"REDIS_STARTUP_INITIAL_INTERVAL":               "the service starts without waiting for Redis; health says when it is reachable",
@@ -123,6 +126,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 
 		ForceStartWithoutInitialConfig:    e.boolean("FORCE_START_WITHOUT_INITIAL_CONFIG", false),
 		HealthyWithAtLeastOneConfigLoaded: e.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false),
+		RedisHealthCheckActiveConnection:  e.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false),
 
 		UsePrometheus:  e.boolean("USE_PROMETHEUS", false),
 		PrometheusAddr: e.str("PROMETHEUS_ADDR", ":9090"),

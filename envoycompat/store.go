@@ -72,6 +72,12 @@ type RedisStore struct {
 	// even beyond it). 0 means DefaultMaxBatch; 1 turns coalescing off:
 	// each Incr is one script call of its own, sent at once.
 	MaxBatch int
+	// Timeout bounds each Incr and Get on Client from the moment it is
+	// called, the wait for a busy script call included (REDIS_TIMEOUT);
+	// PerSecondTimeout on PerSecond (REDIS_PERSECOND_TIMEOUT). 0: only
+	// the caller's context and the client's own timeouts bound them, so
+	// a call could wait for one in flight and then for its own.
+	Timeout, PerSecondTimeout time.Duration
 
 	once            sync.Once
 	main, perSecond *incrBatcher // nil: no coalescing on that client
@@ -127,17 +133,37 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 		if len(mine) == 0 {
 			continue
 		}
-		var err error
-		if b := s.batcherFor(c); b != nil {
-			err = b.incr(ctx, mine)
-		} else {
-			err = incrEach(ctx, c, mine)
-		}
-		if err != nil {
+		if err := s.incrOn(ctx, c, perSecond, mine); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// incrOn applies ops, all of client c's, within the client's timeout.
+func (s *RedisStore) incrOn(ctx context.Context, c redis.UniversalClient, perSecond bool, ops []*Op) error {
+	ctx, cancel := s.bound(ctx, perSecond)
+	defer cancel()
+	if b := s.batcherFor(c); b != nil {
+		return b.incr(ctx, ops)
+	}
+	return incrEach(ctx, c, ops)
+}
+
+// bound returns ctx with the timeout of the Client (or the PerSecond
+// client) unless ctx ends sooner.
+func (s *RedisStore) bound(ctx context.Context, perSecond bool) (context.Context, context.CancelFunc) {
+	d := s.Timeout
+	if perSecond && s.PerSecond != nil {
+		d = s.PerSecondTimeout
+	}
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // incrEach updates each op's counter with its own script call, all sent at
@@ -160,7 +186,9 @@ func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
 func (s *RedisStore) Get(ctx context.Context, ops []*Op) ([]uint64, error) {
 	out := make([]uint64, len(ops))
 	for i, op := range ops {
-		v, err := s.client(op.PerSecond).Get(ctx, op.Key).Result()
+		gctx, cancel := s.bound(ctx, op.PerSecond)
+		v, err := s.client(op.PerSecond).Get(gctx, op.Key).Result()
+		cancel()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}

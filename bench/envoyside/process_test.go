@@ -615,3 +615,41 @@ func TestProcessesRedisDown(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessesActiveHealthCheck: with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true, both services turn
+// /healthcheck to 500 once their Redis is gone (theirs when its last
+// connection closes, ours at its next probe); ours ignored the setting and
+// stayed 200.
+func TestProcessesActiveHealthCheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts both services")
+	}
+	p := startPair(t, map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true", "REDIS_TIMEOUT": "1s"}, processConfig)
+	p.compare(t, "before", []action{g("side", 1, 1, "key2={s}")})
+	for _, side := range []string{p.theirs.http, p.ours.http} {
+		if a := doHTTP(t, "GET", side+"/healthcheck", ""); a.code != 200 {
+			t.Fatalf("%s/healthcheck before: %+v", side, a)
+		}
+	}
+	p.theirRedis.Stop()
+	p.ourRedis.Stop()
+	req := request(step{"side", 1, []string{"key2=down"}, 1})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// A request makes theirs notice the closed connections (it
+		// waits for Redis with no bound of its own: the deadline ends it).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = p.theirs.rls.ShouldRateLimit(ctx, req)
+		cancel()
+		ta := doHTTP(t, "GET", p.theirs.http+"/healthcheck", "")
+		oa := doHTTP(t, "GET", p.ours.http+"/healthcheck", "")
+		if ta.code == 500 && oa.code == 500 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthcheck with Redis gone: theirs %d, ours %d; want 500 from both", ta.code, oa.code)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -341,6 +342,53 @@ func TestEnvoyCompatHealthFollowsRedis(t *testing.T) {
 	}
 	rdb.Restart(t)
 	waitFor(t, "healthcheck OK", func() bool { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code == 200 })
+}
+
+// TestEnvoyCompatActiveHealthCheck: with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true, /healthcheck and gRPC health
+// turn not serving when Redis goes away after it had answered, and back
+// when it returns, as theirs does when its last connection closes (the
+// setting was ignored: health stayed good for good). Without it, health
+// stays good, as theirs.
+func TestEnvoyCompatActiveHealthCheck(t *testing.T) {
+	rdb := redistest.Start(t)
+	active := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+t.TempDir(), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true")
+	passive := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+t.TempDir())
+	health := func(p *compatProc) int { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code }
+	waitFor(t, "both healthy", func() bool { return health(active) == 200 && health(passive) == 200 })
+	conn, err := grpc.NewClient(active.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	grpcStatus := func() healthpb.HealthCheckResponse_ServingStatus {
+		hr, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hr.GetStatus()
+	}
+	rdb.Kill()
+	waitFor(t, "healthcheck 500 with Redis gone", func() bool {
+		return health(active) == 500 && grpcStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	if code := health(passive); code != 200 {
+		t.Fatalf("without the setting, healthcheck %d with Redis gone; want 200 (as theirs)", code)
+	}
+	if !strings.Contains(active.Logs(), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION") {
+		t.Errorf("the health change is not logged:\n%s", active.Logs())
+	}
+	// go-redis's own complaints (failed dials) are in the service's JSON
+	// log too: they were plain text lines among the JSON.
+	for _, line := range strings.Split(strings.TrimSpace(active.Logs()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a log line that is not JSON (LOG_FORMAT=json): %s", line)
+		}
+	}
+	rdb.Restart(t)
+	waitFor(t, "healthcheck OK again", func() bool {
+		return health(active) == 200 && grpcStatus() == healthpb.HealthCheckResponse_SERVING
+	})
 }
 
 // TestEnvoyCompatCutsSlowClients: a /json request whose body never
