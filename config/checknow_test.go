@@ -242,3 +242,59 @@ func TestRedisWrongTypeDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// CheckNow (SIGHUP) judges the stored document again: one rejected before
+// (oversized, not parsing) is counted and logged again, so the operator
+// who sent the signal sees why it is still not applied; an unchanged
+// valid one logs "configuration unchanged". The Redis watcher skipped a
+// document it had seen, and said nothing.
+func TestCheckNowJudgesAgain(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	keys, err := config.KeysFor(fmt.Sprintf("again%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, doc("1", 10))
+	ctx := context.Background()
+	if err := client.Set(ctx, keys.Config, doc("1", 10), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"file", "redis"} {
+		t.Run(src, func(t *testing.T) {
+			_, r, reg, logs := newLoggedReloader(t, doc("1", 10))
+			wctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			put := func(data string) {
+				if src == "file" {
+					writeFile(t, path, data)
+				} else if err := client.Set(ctx, keys.Config, data, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			go func() {
+				if src == "file" {
+					r.WatchFile(wctx, path, time.Hour)
+				} else {
+					r.WatchRedis(wctx, client, keys, time.Hour)
+				}
+				close(done)
+			}()
+			t.Cleanup(func() { cancel(); <-done; put(doc("1", 10)) })
+			r.CheckNow()
+			waitFor(t, "configuration unchanged in the log", func() bool { return strings.Contains(logs.String(), "configuration unchanged") })
+			for i, bad := range []string{oversized("2", 20), "version: \"3\"\npolicies: [oops\n"} {
+				put(bad)
+				for n := 1; n <= 2; n++ {
+					r.CheckNow()
+					want := 2*i + n
+					waitFor(t, fmt.Sprintf("rejection %d counted", want), func() bool { return reloads(t, reg, "invalid") == want })
+				}
+			}
+			if got := strings.Count(logs.String(), "configuration rejected"); got != 4 {
+				t.Fatalf("%d rejections logged, want 4 (each document twice):\n%s", got, logs)
+			}
+		})
+	}
+}

@@ -311,7 +311,7 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 	source := "redis:" + keys.Config
 	lastSum := r.holder.Load().Hash()
 	var lastErr, lastBad string
-	fetch := func() {
+	fetch := func(forced bool) {
 		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		data, err := getDoc(fctx, client, keys)
@@ -337,6 +337,9 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		r.readable(&lastErr, source)
 		sum := hashOf(data)
 		if sum == lastSum {
+			if forced {
+				r.unchanged(source)
+			}
 			return
 		}
 		lastSum = sum
@@ -351,7 +354,7 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		}
 		_, _ = r.ApplyVersioned(data, source)
 	}
-	fetch()
+	fetch(false)
 	for {
 		select {
 		case <-ctx.Done():
@@ -360,11 +363,14 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			if !ok {
 				return
 			}
-			fetch()
+			fetch(false)
 		case <-t.C:
-			fetch()
+			fetch(false)
 		case <-r.now:
-			fetch()
+			// Judge the document again against the active configuration:
+			// one rejected before is rejected (and logged) again.
+			lastBad, lastSum = "", r.holder.Load().Hash()
+			fetch(true)
 		}
 	}
 }

@@ -244,6 +244,13 @@ func (r *Reloader) CheckNow() {
 	}
 }
 
+// unchanged logs that a read asked for (CheckNow: SIGHUP) found the
+// active configuration.
+func (r *Reloader) unchanged(source string) {
+	active := r.holder.Load()
+	r.log.Info("configuration unchanged", "source", source, "version", active.Version())
+}
+
 // readable notes a successful read of source: after a failed one (*last
 // set), it logs that the source can be read again, so that the failure's
 // error line has an end.

@@ -127,12 +127,16 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 	p := &poller{list: func() ([]string, error) { return []string{path}, nil }, read: ReadFile, invalid: isConfigError}
 	lastSum, lastErr := r.holder.Load().Hash(), ""
 	for {
+		forced := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-r.now:
-			p.last = nil // read the file whatever its stamp says
+			// Read the file whatever its stamp says, and judge it again
+			// against the active configuration: a document rejected
+			// before is rejected (and logged) again.
+			p.last, lastSum, forced = nil, r.holder.Load().Hash(), true
 		}
 		files, changed, err := p.poll()
 		var bad *invalidFile
@@ -153,6 +157,8 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 		if sum := hashOf(files[0].data); sum != lastSum {
 			lastSum = sum
 			_, _ = r.Apply(files[0].data, path)
+		} else if forced {
+			r.unchanged(path)
 		}
 	}
 }
