@@ -150,6 +150,14 @@ func TestSignedConfiguration(t *testing.T) {
 	if err != nil || cfg.Version() != "1" {
 		t.Fatalf("signed document: %v", err)
 	}
+	// An unsigned push over a signed document would split a fleet whose
+	// verifying instances refuse it: refused unless forced.
+	if _, err := config.PublishWith(ctx, client, keys, []byte(doc("2", 20)), config.PublishOptions{}); !errors.Is(err, config.ErrSignature) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("unsigned push over a signed document: %v, want ErrSignature naming --force", err)
+	}
+	if cfg, err := config.LoadRedisVerified(ctx, client, keys, key); err != nil || cfg.Version() != "1" {
+		t.Fatalf("after the refused push: %v %v; want the signed version 1 still stored", cfg, err)
+	}
 	if _, err := config.LoadRedis(ctx, client, keys); err != nil {
 		t.Fatalf("a signed document read without verifying: %v", err)
 	}

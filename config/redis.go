@@ -191,6 +191,12 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 	}
 	sum := ""
 	if old != nil {
+		if opts.SignKey == nil && !opts.Force && isSigned(old) {
+			// Instances started with --config-verify-key-file would
+			// refuse it and stay on the old document while the others
+			// apply it: the fleet split.
+			return nil, fmt.Errorf("%w: the stored document is signed and this one is not: instances started with --config-verify-key-file would refuse it while the others apply it; sign it (--sign-key-file), or use --force if no instance verifies any more", ErrSignature)
+		}
 		sum = fmt.Sprintf("%x", sha1.Sum(old))
 		cur, perr := Parse(old, "redis:"+keys.Config)
 		if perr == nil && cur.Version() == "" {

@@ -73,3 +73,9 @@ func splitSignature(data []byte) (body, sig []byte) {
 	}
 	return data, nil
 }
+
+// isSigned reports whether data ends with a signature line (valid or not).
+func isSigned(data []byte) bool {
+	_, sig := splitSignature(data)
+	return sig != nil
+}

@@ -239,6 +239,9 @@ published document again only announces it.`,
 					return fmt.Errorf("--sign-key-file %s: a key of %d bytes, want at least %d", sign, len(key), config.MinSignKeyLen)
 				}
 			}
+			// What the push replaces, to warn of names it drops (read
+			// apart from the push: a warning, not a check).
+			prev, _ := config.LoadRedis(ctx, client, keys)
 			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force, SignKey: key})
 			if err != nil {
 				for _, e := range flatten(err) {
@@ -247,6 +250,9 @@ published document again only announces it.`,
 				return &exitError{code: 1}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%s) to %s, key %s\n", cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), rs, keys.Config)
+			for _, w := range droppedNames(prev, cfg) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			return nil
 		},
 	}
@@ -258,7 +264,7 @@ published document again only announces it.`,
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	addRedisSecurityFlags(fl, &sec)
-	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), or replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB")
+	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB, or replace a signed document with an unsigned one")
 	return cmd
 }
 
@@ -272,4 +278,43 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// droppedNames lists the policies, quotas and concurrency limits that prev
+// defines and next does not, each with what its callers now get; nil when
+// prev is nil.
+func droppedNames(prev, next *config.Config) []string {
+	if prev == nil {
+		return nil
+	}
+	var out []string
+	drop := func(kind, problem string, old, cur []string) {
+		have := map[string]bool{}
+		for _, n := range cur {
+			have[n] = true
+		}
+		for _, n := range old {
+			if !have[n] {
+				out = append(out, fmt.Sprintf("version %q drops %s %q, which version %q defined: requests naming it get 400 %s", next.Version(), kind, n, prev.Version(), problem))
+			}
+		}
+	}
+	names := func(c *config.Config) (p, q, l []string) {
+		for _, x := range c.Policies() {
+			p = append(p, x.Name)
+		}
+		for _, x := range c.Quotas() {
+			q = append(q, x.Name)
+		}
+		for _, x := range c.ConcurrencyLimits() {
+			l = append(l, x.Name)
+		}
+		return p, q, l
+	}
+	op, oq, ol := names(prev)
+	np, nq, nl := names(next)
+	drop("policy", "unknown-policy", op, np)
+	drop("quota", "unknown-quota", oq, nq)
+	drop("concurrency limit", "unknown-limiter", ol, nl)
+	return out
 }

@@ -400,6 +400,15 @@ func TestConfigPushVersionRules(t *testing.T) {
 	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); r.Limit != 30 {
 		t.Fatalf("served config: %+v, want the rolled-back limit 30", r)
 	}
+	// A push that drops a policy callers use says so (it said only
+	// "published").
+	renamed := filepath.Join(dir, "renamed.yaml")
+	if err := os.WriteFile(renamed, []byte("version: \"5\"\npolicies:\n  - name: q\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 7, window: 1m, dimension: user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := push(renamed); code != 0 || !strings.Contains(out, `warning: version "5" drops policy "p", which version "1" defined: requests naming it get 400 unknown-policy`) {
+		t.Fatalf("push dropping a policy: %d %s; want a warning naming it", code, out)
+	}
 }
 
 // TestServeListenerTLS runs the binary with --tls-cert-file,
