@@ -263,7 +263,7 @@ func TestCheckNowJudgesAgain(t *testing.T) {
 	}
 	for _, src := range []string{"file", "redis"} {
 		t.Run(src, func(t *testing.T) {
-			_, r, reg, logs := newLoggedReloader(t, doc("1", 10))
+			h, r, reg, logs := newLoggedReloader(t, doc("1", 10))
 			wctx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			put := func(data string) {
@@ -295,6 +295,15 @@ func TestCheckNowJudgesAgain(t *testing.T) {
 			if got := strings.Count(logs.String(), "configuration rejected"); got != 4 {
 				t.Fatalf("%d rejections logged, want 4 (each document twice):\n%s", got, logs)
 			}
+			// The Holder says the source holds something else than what
+			// runs (GET /admin/v1/config shows it), until it holds what
+			// runs again.
+			if rej := h.LastRejected(); rej == nil || !strings.Contains(rej.Error, "YAML syntax") || rej.At.IsZero() {
+				t.Fatalf("LastRejected = %+v, want the document that does not parse", rej)
+			}
+			put(doc("1", 10))
+			r.CheckNow()
+			waitFor(t, "the rejection forgotten once the source holds the active document", func() bool { return h.LastRejected() == nil })
 		})
 	}
 }

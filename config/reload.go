@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,7 +17,16 @@ import (
 // reader sees either the old or the new configuration, never a mix. It is
 // safe for concurrent use.
 type Holder struct {
-	p atomic.Pointer[Config]
+	p        atomic.Pointer[Config]
+	rejected atomic.Pointer[Rejection]
+}
+
+// Rejection describes the last document a Reloader refused since the
+// active configuration was applied.
+type Rejection struct {
+	Source string    `json:"source"`
+	Error  string    `json:"error"`
+	At     time.Time `json:"at"`
 }
 
 // NewHolder returns a Holder whose active configuration is initial.
@@ -33,7 +43,16 @@ func NewHolder(initial *Config) (*Holder, error) {
 func (h *Holder) Load() *Config { return h.p.Load() }
 
 // store makes c the active configuration.
-func (h *Holder) store(c *Config) { h.p.Store(c) }
+func (h *Holder) store(c *Config) {
+	h.p.Store(c)
+	h.rejected.Store(nil)
+}
+
+// LastRejected returns the last document refused since the active
+// configuration was applied (invalid, unsigned, over the size limit), or
+// nil if none was: while it is set, the source holds something other than
+// what runs.
+func (h *Holder) LastRejected() *Rejection { return h.rejected.Load() }
 
 // Reload results, the values of the result label of
 // floodgate_config_reload_total.
@@ -198,6 +217,7 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		return active, err
 	}
 	if c.Hash() == active.Hash() {
+		r.holder.rejected.Store(nil) // the source holds what runs again
 		return active, nil
 	}
 	r.holder.store(c)
@@ -217,6 +237,7 @@ func (r *Reloader) reject(source string, err error) {
 }
 
 func (r *Reloader) rejectLocked(active *Config, source string, err error) {
+	r.holder.rejected.Store(&Rejection{Source: source, Error: err.Error(), At: time.Now().UTC()})
 	r.metrics.count(ResultInvalid)
 	r.log.Error("configuration rejected; keeping the last good one",
 		"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
@@ -247,6 +268,7 @@ func (r *Reloader) CheckNow() {
 // unchanged logs that a read asked for (CheckNow: SIGHUP) found the
 // active configuration.
 func (r *Reloader) unchanged(source string) {
+	r.holder.rejected.Store(nil)
 	active := r.holder.Load()
 	r.log.Info("configuration unchanged", "source", source, "version", active.Version())
 }

@@ -215,11 +215,16 @@ type ConfigInfo struct {
 	// concurrency limits.
 	Quotas            []string `json:"quotas,omitempty"`
 	ConcurrencyLimits []string `json:"concurrency_limits,omitempty"`
+	// Rejected, when set, is the last document of the source refused
+	// since this configuration was applied: the source holds something
+	// else than what runs (fix it, or push it again).
+	Rejected *config.Rejection `json:"rejected,omitempty"`
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	cfg := s.cfg.Load()
-	info := ConfigInfo{Version: cfg.Version(), Source: cfg.Source(), Hash: cfg.Hash(), DefaultTier: cfg.DefaultTier(), Tiers: cfg.Tiers()}
+	info := ConfigInfo{Version: cfg.Version(), Source: cfg.Source(), Hash: cfg.Hash(), DefaultTier: cfg.DefaultTier(), Tiers: cfg.Tiers(),
+		Rejected: s.cfg.LastRejected()}
 	for _, p := range cfg.Policies() {
 		info.Policies = append(info.Policies, p.Name)
 	}

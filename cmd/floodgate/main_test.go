@@ -233,6 +233,20 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 	if code, r := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "fifty", Identity: map[string]string{"user": "u1"}}); code != 200 || r.Limit != 60 || !r.Allowed {
 		t.Fatalf("after a rejected reload: %d %+v", code, r)
 	}
+	// The admin API says the file holds something else than what runs
+	// (only the log and a counter did).
+	req, _ := http.NewRequest(http.MethodGet, svc.url+"/admin/v1/config", nil)
+	req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info server.ConfigInfo
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil || info.Rejected == nil || !strings.Contains(info.Rejected.Error, "layers must be a list") {
+		t.Fatalf("GET /admin/v1/config after a rejected reload: %+v %v; want the rejection", info, err)
+	}
 
 	// Readiness follows Redis.
 	if code := get(t, svc.url+"/readyz"); code != 200 {
