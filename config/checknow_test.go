@@ -151,8 +151,8 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rl.yaml")
 	writeFile(t, path, envoyDoc("api", 10))
-	reg := prometheus.NewRegistry()
-	r, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{Registerer: reg})
+	reg, logs := prometheus.NewRegistry(), &logBuffer{}
+	r, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,8 +183,20 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	done2 := make(chan struct{})
 	go func() { r.Watch(ctx2, time.Hour); close(done2) }()
 	t.Cleanup(func() { cancel2(); <-done2 })
+	// The oversized file is judged again on CheckNow (it was skipped as
+	// seen), then the restored file is the active one: unchanged.
+	writeFile(t, path, envoyDoc("api", 10)+strings.Repeat("# padding\n", envoyrls.MaxConfigSize/10+1))
 	r.CheckNow()
-	waitFor(t, "the restored file to apply", func() bool { return reloadsOf(t, reg, "envoy", "applied") >= 1 })
+	waitFor(t, "the oversized file rejected again", func() bool { return reloadsOf(t, reg, "envoy", "invalid") == 2 })
+	writeFile(t, path, envoyDoc("api", 10))
+	fi, err = os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.CheckNow()
+	waitFor(t, "the restored file found unchanged", func() bool {
+		return strings.Contains(logs.String(), "Envoy descriptor configuration unchanged")
+	})
 	applied := reloadsOf(t, reg, "envoy", "applied")
 	if err := os.WriteFile(path, []byte(envoyDoc("web", 10)), 0o644); err != nil {
 		t.Fatal(err)

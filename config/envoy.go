@@ -33,7 +33,9 @@ type EnvoyReloader struct {
 
 	mu      sync.Mutex // serialises reloads and guards what follows
 	poller  poller
-	lastSum string // hash of the files last applied or rejected
+	lastSum   string // hash of the files last applied or rejected
+	activeSum string // hash of the files applied
+	forced    bool   // the next Reload was asked for (CheckNow): say when nothing changed
 	lastErr string
 	files   []string // the files of the active configuration
 
@@ -69,6 +71,7 @@ func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, err
 	}
 	r.p.Store(cfg)
 	r.lastSum = envoySum(files)
+	r.activeSum = r.lastSum
 	r.files = filePaths(files)
 	return r, nil
 }
@@ -116,7 +119,12 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	}
 	r.readable()
 	sum := envoySum(files)
+	forced := r.forced
+	r.forced = false
 	if sum == r.lastSum {
+		if forced {
+			r.log.Info("Envoy descriptor configuration unchanged", "files", r.files)
+		}
 		return r.p.Load(), nil
 	}
 	r.lastSum = sum
@@ -128,7 +136,7 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 		return r.p.Load(), err
 	}
 	old := r.p.Swap(cfg)
-	r.files = filePaths(files)
+	r.files, r.activeSum = filePaths(files), sum
 	r.metrics.count(ResultApplied)
 	r.log.Info("Envoy descriptor configuration applied", "files", r.files, "domains", cfg.Domains(),
 		"rules", len(cfg.Rules()), "previous_domains", old.Domains())
@@ -182,7 +190,10 @@ func (r *EnvoyReloader) Watch(ctx context.Context, interval time.Duration) {
 			_, _ = r.Reload()
 		case <-r.now:
 			r.mu.Lock()
-			r.poller.last = nil // read every file whatever its stamp says
+			// Read every file whatever its stamp says, and judge them
+			// again against the active configuration: files rejected
+			// before are rejected (and logged) again.
+			r.poller.last, r.lastSum, r.forced = nil, r.activeSum, true
 			r.mu.Unlock()
 			_, _ = r.Reload()
 		}
