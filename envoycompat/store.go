@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 )
 
 // Op is one counter update: add N to the counter Key, creating it with
@@ -81,6 +82,7 @@ type RedisStore struct {
 
 	once            sync.Once
 	main, perSecond *incrBatcher // nil: no coalescing on that client
+	ticks           *deadline.Ticks
 }
 
 // DefaultMaxBatch is RedisStore.MaxBatch's default.
@@ -96,7 +98,17 @@ func (s *RedisStore) client(perSecond bool) redis.UniversalClient {
 // batcherFor returns the batcher of c (the Store's Client or PerSecond), or
 // nil when c is not a client of one server.
 func (s *RedisStore) batcherFor(c redis.UniversalClient) *incrBatcher {
+	s.init()
+	if c == s.Client {
+		return s.main
+	}
+	return s.perSecond
+}
+
+// init makes the batchers and the deadline ticks, once.
+func (s *RedisStore) init() {
 	s.once.Do(func() {
+		s.ticks = deadline.New()
 		s.main = newIncrBatcher(s.Client, s.MaxBatch)
 		if s.PerSecond != nil && s.PerSecond != s.Client {
 			s.perSecond = newIncrBatcher(s.PerSecond, s.MaxBatch)
@@ -104,10 +116,6 @@ func (s *RedisStore) batcherFor(c redis.UniversalClient) *incrBatcher {
 			s.perSecond = s.main
 		}
 	})
-	if c == s.Client {
-		return s.main
-	}
-	return s.perSecond
 }
 
 // Incr implements Store. The counters of Client and those of PerSecond
@@ -160,10 +168,11 @@ func (s *RedisStore) bound(ctx context.Context, perSecond bool) (context.Context
 	if d <= 0 {
 		return ctx, func() {}
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
+	// Shared timers (internal/deadline): a context.WithTimeout per
+	// request cost about 1.5 µs and four allocations. The parent's
+	// cancellation is not passed on; the deadline bounds the call anyway.
+	s.init()
+	return s.ticks.WithTimeout(ctx, time.Now(), d)
 }
 
 // incrEach updates each op's counter with its own script call, all sent at

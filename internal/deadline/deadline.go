@@ -8,7 +8,8 @@
 // budget). A Ticks rounds deadlines down to a tick (a millisecond): every
 // context whose deadline falls on the same tick shares one underlying
 // context, its timer and its channel, so a request costs one small
-// allocation.
+// allocation. Beyond 4 s ahead, deadlines are rounded down to 64 ms
+// (CoarseTick) instead, up to about 4.4 minutes ahead.
 //
 // The price, which the callers accept:
 //   - a deadline comes up to one tick early (never late), so durations
@@ -34,16 +35,22 @@ const Tick = time.Millisecond
 const MinShared = 16
 
 // ringSize is the number of ticks ahead a shared deadline can be (the
-// horizon, 4.096 s): later deadlines get a context.WithTimeout of their
-// own.
+// horizon, 4.096 s); later deadlines are shared on coarse ticks.
 const ringSize = 4096
+
+// CoarseTick is the granularity of the shared deadlines beyond the
+// horizon of Tick (4.096 s), up to ringSize coarse ticks ahead (about 4.4
+// minutes): such a deadline comes up to 64 ms (1.6 %) early. Later ones
+// get a context.WithDeadline of their own.
+const CoarseTick = 64 * Tick
 
 // Ticks hands out contexts with shared deadlines (see the package
 // documentation). It is safe for concurrent use and must be made with
 // New.
 type Ticks struct {
-	base time.Time // the origin of tick numbers, with a monotonic reading
-	ring [ringSize]atomic.Pointer[slot]
+	base   time.Time // the origin of tick numbers, with a monotonic reading
+	ring   [ringSize]atomic.Pointer[slot] // of Tick
+	coarse [ringSize]atomic.Pointer[slot] // of CoarseTick
 }
 
 // slot is one tick's shared context.
@@ -81,21 +88,24 @@ func (t *Ticks) WithTimeout(parent context.Context, now time.Time, d time.Durati
 		return parent, nop
 	}
 	since := now.Sub(t.base)
-	if d < MinShared*Tick || d > ringSize*Tick || since < 0 {
+	if d < MinShared*Tick || d > ringSize*CoarseTick || since < 0 {
 		// (A d beyond the horizon is let go here, before since + d,
 		// which overflows for the longest durations.)
 		return context.WithDeadline(parent, at)
 	}
-	tick := int64((since + d) / Tick)
-	if tick-int64(since/Tick) >= ringSize {
-		return context.WithDeadline(parent, at)
+	// On the finest ring whose horizon reaches the deadline.
+	if tick := int64((since + d) / Tick); tick-int64(since/Tick) < ringSize {
+		return &shared{Context: t.slot(&t.ring, Tick, tick).ctx, values: parent}, nop
 	}
-	return &shared{Context: t.slot(tick).ctx, values: parent}, nop
+	if tick := int64((since + d) / CoarseTick); tick-int64(since/CoarseTick) < ringSize {
+		return &shared{Context: t.slot(&t.coarse, CoarseTick, tick).ctx, values: parent}, nop
+	}
+	return context.WithDeadline(parent, at)
 }
 
-// slot returns the slot of tick, made if need be.
-func (t *Ticks) slot(tick int64) *slot {
-	p := &t.ring[tick%ringSize]
+// slot returns the slot of tick (of unit) in ring, made if need be.
+func (t *Ticks) slot(ring *[ringSize]atomic.Pointer[slot], unit time.Duration, tick int64) *slot {
+	p := &ring[tick%ringSize]
 	for {
 		s := p.Load()
 		if s != nil && s.tick == tick {
@@ -105,10 +115,10 @@ func (t *Ticks) slot(tick int64) *slot {
 			// A later tick took the place: only a caller that was
 			// descheduled for a whole horizon gets here. Its deadline
 			// stays its own.
-			ctx, cancel := context.WithDeadline(context.Background(), t.base.Add(time.Duration(tick)*Tick))
+			ctx, cancel := context.WithDeadline(context.Background(), t.base.Add(time.Duration(tick)*unit))
 			return &slot{tick: tick, ctx: ctx, cancel: cancel}
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), t.base.Add(time.Duration(tick)*Tick))
+		ctx, cancel := context.WithDeadline(context.Background(), t.base.Add(time.Duration(tick)*unit))
 		n := &slot{tick: tick, ctx: ctx, cancel: cancel}
 		if p.CompareAndSwap(s, n) {
 			return n

@@ -77,6 +77,48 @@ func TestParentEndsFirst(t *testing.T) {
 	}
 }
 
+// TestCoarseDeadline: a duration beyond the fine horizon (REDIS_TIMEOUT's
+// default 10 s, say) is shared on a CoarseTick: up to 64 ms early, never
+// late, one Done channel for every context of the coarse tick; the fine
+// horizon itself stays fine.
+func TestCoarseDeadline(t *testing.T) {
+	ticks := New()
+	now := time.Now()
+	for _, tc := range []struct {
+		d    time.Duration
+		unit time.Duration
+	}{
+		{(ringSize - 1) * Tick, Tick},
+		{ringSize * Tick, CoarseTick},
+		{10 * time.Second, CoarseTick},
+		{(ringSize - 1) * CoarseTick, CoarseTick},
+	} {
+		ctx, cancel := ticks.WithTimeout(context.Background(), now, tc.d)
+		got, _ := ctx.Deadline()
+		if want := now.Add(tc.d); got.After(want) || !got.After(want.Add(-tc.unit)) {
+			t.Errorf("%v: deadline %v after now, want in (%v, %v]", tc.d, got.Sub(now), tc.d-tc.unit, tc.d)
+		}
+		if _, own := ctx.(*shared); !own {
+			t.Errorf("%v: a context of its own, want a shared one", tc.d)
+		}
+		cancel()
+		if ctx.Err() != nil {
+			t.Errorf("%v: cancel ended a shared context: %v", tc.d, ctx.Err())
+		}
+	}
+	a, _ := ticks.WithTimeout(context.Background(), now, 10*time.Second)
+	b, _ := ticks.WithTimeout(context.Background(), now.Add(time.Millisecond), 10*time.Second)
+	c, _ := ticks.WithTimeout(context.Background(), now.Add(CoarseTick), 10*time.Second)
+	da, _ := a.Deadline()
+	db, _ := b.Deadline()
+	if da.Equal(db) != (a.Done() == b.Done()) {
+		t.Error("two contexts of one coarse tick have different Done channels, or of two ticks the same")
+	}
+	if a.Done() == c.Done() {
+		t.Error("contexts a coarse tick apart share a Done channel")
+	}
+}
+
 // TestOwnTimer covers the durations that get context.WithDeadline: too
 // short to round, beyond the horizon, a time before the Ticks.
 func TestOwnTimer(t *testing.T) {
@@ -88,7 +130,7 @@ func TestOwnTimer(t *testing.T) {
 		d    time.Duration
 	}{
 		{"short", now, MinShared*Tick - 1},
-		{"beyond the horizon", now, ringSize * Tick},
+		{"beyond the coarse horizon", now, ringSize*CoarseTick + 1},
 		{"before New", ticks.base.Add(-Tick), time.Second},
 		// Durations whose tick would overflow int64 once the Ticks has
 		// run a while (serve --decision-timeout 2562047h, after 47
