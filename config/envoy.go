@@ -31,13 +31,13 @@ type EnvoyReloader struct {
 	log     *slog.Logger
 	metrics *reloadMetrics
 
-	mu      sync.Mutex // serialises reloads and guards what follows
-	poller  poller
+	mu        sync.Mutex // serialises reloads and guards what follows
+	poller    poller
 	lastSum   string // hash of the files last applied or rejected
 	activeSum string // hash of the files applied
 	forced    bool   // the next Reload was asked for (CheckNow): say when nothing changed
-	lastErr string
-	files   []string // the files of the active configuration
+	lastErr   string
+	files     []string // the files of the active configuration
 
 	now chan struct{} // CheckNow's requests to Watch
 }

@@ -48,7 +48,7 @@ const CoarseTick = 64 * Tick
 // documentation). It is safe for concurrent use and must be made with
 // New.
 type Ticks struct {
-	base   time.Time // the origin of tick numbers, with a monotonic reading
+	base   time.Time                      // the origin of tick numbers, with a monotonic reading
 	ring   [ringSize]atomic.Pointer[slot] // of Tick
 	coarse [ringSize]atomic.Pointer[slot] // of CoarseTick
 }
