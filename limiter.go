@@ -327,7 +327,9 @@ func (d Decision) Result() Result {
 }
 
 // AllowLayers decides a request of the given cost against every layer as
-// one all-or-nothing operation in one store call (one Redis round trip): if
+// one all-or-nothing operation in one store call (one Redis round trip on a
+// single server or a Sentinel-managed primary; on a Cluster, layers whose
+// keys lie on several primaries take two or three, see docs/layered.md): if
 // any layer denies, no layer consumes anything.
 func (l *Limiter) AllowLayers(ctx context.Context, cost int64, specs ...LayerSpec) (Decision, error) {
 	return l.AllowLayersAt(ctx, l.clock(), cost, specs...)

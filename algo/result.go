@@ -33,7 +33,7 @@ func (r *stepResult) fill(out *floodgate.Result, limit int64) {
 // ResultFromMicros builds a Result from the integer fields a store computed
 // (for example decoded from a Lua reply). Times are Unix microseconds,
 // durations microseconds. limit is the Result's Limit: pass the policy's
-// Capacity, as Step does, so that a fresh identity's Remaining equals it.
+// Capacity, as Step does, so that Remaining counts down from it.
 func ResultFromMicros(allowed bool, limit, remaining, resetAtMicros, retryMicros, delayMicros int64, reason floodgate.Reason) floodgate.Result {
 	var out floodgate.Result
 	r := stepResult{allowed, remaining, resetAtMicros, retryMicros, delayMicros, reason}

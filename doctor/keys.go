@@ -512,6 +512,12 @@ func (r *run) checkLogs(c *Check, res scanResult, own map[string]*owner) {
 		}
 		if i < 5 {
 			line := k.name + ": " + plural.Count(k.card, "member", "members")
+			switch k.parsed.alg {
+			case "cc":
+				line += ", a concurrency limit's lease set"
+			case "sl":
+				line += ", a sliding log"
+			}
 			if o := ownerOf(own, k.parsed); o != nil && o.limit > 0 {
 				line += fmt.Sprintf(" (limit %d)", o.limit)
 			}

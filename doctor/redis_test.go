@@ -43,6 +43,9 @@ func TestHealthyStandalonePassesClean(t *testing.T) {
 	want(t, rep, doctor.GroupKeys, "ttl", doctor.Pass)
 	pc := want(t, rep, doctor.GroupKeys, "policies", doctor.Pass, "api.per-user (sw): 3 keys", "login.per-account (sl): 3 keys",
 		"tokens (q): ", "reports (cc): 1 key,", "login guard: 3 keys")
+	// The sorted sets are told apart: a lease set is not a sliding log.
+	want(t, rep, doctor.GroupKeys, "sliding-logs", doctor.Pass, "hs:reports:cc:{ru1}: 1 member, a concurrency limit's lease set",
+		"hs:login.per-account:sl:")
 	// The read line names every command it counts: MEMORY USAGE and the
 	// GETs of the window counters (identities near their limit).
 	var mem, gets int

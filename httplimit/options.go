@@ -5,15 +5,17 @@
 // key, an authenticated user, a route pattern, a client IP, or a
 // combination). The enforced rules are decided together as one
 // all-or-nothing layered decision (floodgate.Limiter.AllowLayers), in one
-// store round trip; a request denied by one rule consumes nothing in the
-// others.
+// store call (one round trip but on a Redis Cluster whose primaries hold
+// the rules' keys apart); a request denied by one rule consumes nothing in
+// the others.
 //
 // Responses follow the conventions clients already understand:
 //
 //   - every limited response carries X-RateLimit-Limit, X-RateLimit-Remaining
 //     and X-RateLimit-Reset (Unix seconds), taken from the binding layer
 //     (floodgate.Decision.Result). Limit is the most that layer can
-//     admit at once, so a fresh identity's Remaining equals it: the
+//     admit at once, so a fresh identity's Remaining is Limit less the
+//     request's cost (60 then 59 on its first request at cost 1): the
 //     policy's Limit for fixed window, sliding log, sliding window and
 //     quota (Remaining: what is left in the window or period), its Burst
 //     for token bucket and GCRA (Remaining: the tokens, or bursts, left

@@ -48,6 +48,10 @@ the 2 requests that fit. Runs in memory, or against a real Redis with
 			if opts.Limit < 1 || opts.Requests < 1 {
 				return fmt.Errorf("--limit %d, --requests %d: want at least 1 each", opts.Limit, opts.Requests)
 			}
+			if opts.Gap <= 0 {
+				// The library reads a zero Gap as its default (2ms).
+				return fmt.Errorf("--gap %v: want above 0 (1ns for next to no pause)", opts.Gap)
+			}
 			opts.Start = start
 			opts.StartAtZero = cmd.Flags().Changed("start") && start == 0
 			prefix := "fgdemo-" + randomHex(6)

@@ -461,6 +461,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"check", "--addr", "ftp://x", "--id", "user=1"}, `--addr "ftp://x": want the service's URL, such as http://127.0.0.1:8080`},
 		{[]string{"check", "--addr", "127.0.0.1:8080", "--id", "user=1"}, `--addr "127.0.0.1:8080": want the service's URL`},
 		{[]string{"serve", "--redis", "http://x:1"}, `scheme "http"`},
+		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 (1ns for next to no pause)"},
 		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},
 		{[]string{"serve", "--prefix", "bad prefix"}, "--prefix"},
