@@ -269,6 +269,23 @@ func (m *Metrics) ObserveClock(offset, rtt time.Duration) {
 	m.rtt.Set(rtt.Seconds())
 }
 
+// TLSClientRefusedMetric is the name of the counter
+// RegisterTLSClientRefused registers.
+const TLSClientRefusedMetric = "floodgate_tls_client_certificates_refused_total"
+
+// RegisterTLSClientRefused registers on reg a counter of the client
+// certificates the listeners refused (mutual TLS), read from refused at
+// each scrape.
+func RegisterTLSClientRefused(reg prometheus.Registerer, refused func() uint64) error {
+	if reg == nil || refused == nil {
+		return fmt.Errorf("%w: RegisterTLSClientRefused needs a registerer and a refused function", ErrInvalidOptions)
+	}
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: TLSClientRefusedMetric,
+		Help: "Client certificates refused by the listeners (--tls-client-ca-file): not of the authorities, not for client authentication, or expired.",
+	}, func() float64 { return float64(refused()) }))
+}
+
 // TLSExpiryMetric is the name of the gauge RegisterTLSExpiry registers.
 const TLSExpiryMetric = "floodgate_tls_certificate_expiry_timestamp_seconds"
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -271,5 +272,32 @@ func TestConcurrentAdminGuessesBounded(t *testing.T) {
 				t.Fatalf("right token from another network: %d, want 200", s)
 			}
 		})
+	}
+}
+
+// TestAdminCrossOriginLogged: an admin request a browser sent from
+// another origin is refused and, as every admin call, in the log with its
+// caller (it was refused silently); a burst of them writes one line.
+func TestAdminCrossOriginLogged(t *testing.T) {
+	var logs syncbuf.Buffer
+	e := start(t, layered, memStore(t), func(o *server.Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	for range 5 {
+		req := httptest.NewRequest(http.MethodGet, "/admin/v1/config", nil)
+		req.RemoteAddr = "203.0.113.5:4000"
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Origin", "https://evil.example")
+		rr := httptest.NewRecorder()
+		e.srv.ServeHTTP(rr, req)
+		if rr.Code != http.StatusForbidden {
+			t.Fatalf("cross-site admin request: %d, want 403", rr.Code)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "admin request refused: sent by a browser from another origin"); n != 1 ||
+		!strings.Contains(out, `"caller":"203.0.113.5:4000"`) || !strings.Contains(out, `"origin":"https://evil.example"`) {
+		t.Fatalf("%d log lines for 5 cross-origin admin requests, want 1 naming the caller and origin:\n%s", n, out)
 	}
 }

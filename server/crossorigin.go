@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // Requests a browser sends on behalf of a page of another origin are
@@ -125,6 +127,13 @@ func hasUpper(s string) bool {
 func (s *Server) refuseCrossOrigin(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := s.crossOrigin(r); err != nil {
+			if strings.HasPrefix(r.URL.Path, "/admin/") {
+				// Audited as every admin call is, at most one line per
+				// interval: a web page could make its visitors' browsers
+				// send these by the thousand.
+				s.warn.Warn("admin-cross-origin", "admin request refused: sent by a browser from another origin", "caller", r.RemoteAddr,
+					"method", r.Method, "path", r.URL.Path, "origin", clip.Text(r.Header.Get("Origin"), 200), "sec_fetch_site", clip.Text(r.Header.Get("Sec-Fetch-Site"), 40))
+			}
 			s.fail(w, r, err)
 			return
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -71,7 +70,7 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		NoDefaultContentType:         true, // nor a Content-Type it was not given
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true, // Connection: close while draining, as net/http
-		Logger:                       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Logger:                       s.serverLog(),
 		ConnState:                    conns.track,
 	}
 	// fasthttp's shutdown closes the listeners its Serve has registered

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -378,7 +379,7 @@ func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          s.serverLog(),
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
@@ -440,7 +441,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:          s.serverLog(),
 	}
 	return s.serveAndDrain(ctx, func() error { return hs.Serve(ln) }, hs.Shutdown, func() { _ = hs.Close() })
 }
@@ -574,4 +575,25 @@ func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse,
 // anyway.
 func (s *Server) decisionContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return s.ticks.WithTimeout(ctx, time.Now(), s.opts.DecisionTimeout)
+}
+
+// serverLog is the log.Logger of the HTTP servers: their lines as warnings
+// in the service's log, but failed TLS handshakes (a client without a
+// certificate, or with one refused, a scanner) at most one per
+// Options.WarnEvery, with the count held back: one line each let any
+// client write the log as fast as it could connect.
+func (s *Server) serverLog() *log.Logger {
+	return log.New(serverLogWriter{s}, "", 0)
+}
+
+type serverLogWriter struct{ s *Server }
+
+func (w serverLogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	if strings.Contains(line, "TLS handshake error") {
+		w.s.warn.Warn("tls-handshake", "TLS handshake failed", "detail", line)
+	} else {
+		w.s.log.Warn(line)
+	}
+	return len(p), nil
 }

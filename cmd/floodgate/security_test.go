@@ -442,6 +442,18 @@ func TestServeListenerTLS(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("HTTPS without a client certificate: %d, want a refused handshake", resp.StatusCode)
 		}
+		// Refused handshakes are logged at most once per interval: one
+		// line each let any client fill the log.
+		for range 20 {
+			if conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), noCert); err == nil {
+				_, _ = conn.Read(make([]byte, 1))
+				conn.Close()
+			}
+		}
+		waitUntil(t, "a failed handshake logged", func() bool { return strings.Contains(svc.Logs(), "TLS handshake failed") })
+		if n := strings.Count(svc.Logs(), "TLS handshake"); n > 2 {
+			t.Fatalf("%d lines about failed TLS handshakes for 21 refused clients, want them rate-limited:\n%s", n, svc.Logs())
+		}
 		if resp, err := http.Get(svc.url + "/healthz"); err == nil && resp.StatusCode == 200 {
 			t.Fatal("plain HTTP answered on a TLS listener")
 		}

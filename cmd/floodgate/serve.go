@@ -611,6 +611,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		if err := metrics.RegisterTLSExpiry(reg, cert.NotAfter); err != nil {
 			return err
 		}
+		if f.sec.tlsClientCAFile != "" {
+			if err := metrics.RegisterTLSClientRefused(reg, cert.Refused); err != nil {
+				return err
+			}
+		}
 	}
 	// SIGHUP reads the configuration sources at once instead of at their
 	// next poll; it never stops the service (the signal's default action,

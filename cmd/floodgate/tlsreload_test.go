@@ -222,4 +222,27 @@ func TestServeClientCAsRenewed(t *testing.T) {
 	if !strings.Contains(svc.Logs(), `"client_cas":1`) {
 		t.Fatalf("the reload is not logged with the client authorities:\n%s", svc.Logs())
 	}
+	// The refusals are counted and logged with the certificate's issuer,
+	// so the clients still on a retired authority can be found.
+	if !strings.Contains(svc.Logs(), "TLS client certificate refused") {
+		t.Fatalf("no refused client certificate in the log:\n%s", svc.Logs())
+	}
+	mreq, _ := http.NewRequest(http.MethodGet, strings.Replace(svc.url, "http://", "https://", 1)+"/metrics", nil)
+	mtr := &http.Transport{TLSClientConfig: clientB}
+	defer mtr.CloseIdleConnections()
+	mresp, err := (&http.Client{Transport: mtr}).Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mbody, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	var refused float64
+	for _, line := range strings.Split(string(mbody), "\n") {
+		if v, ok := strings.CutPrefix(line, "floodgate_tls_client_certificates_refused_total "); ok {
+			fmt.Sscan(v, &refused)
+		}
+	}
+	if refused < 4 { // b's HTTPS and gRPC before the swap, a's after
+		t.Fatalf("floodgate_tls_client_certificates_refused_total = %v, want at least 4", refused)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/filestamp"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 )
 
 // Files names the PEM files of a Cert.
@@ -34,25 +35,39 @@ type Files struct {
 // client authorities of a third when mutual TLS is on. The tls.Config of
 // its ServerConfig hands every new connection the pair last loaded
 // successfully, and checks its client certificate against the
-// authorities last loaded; connections already open keep theirs. It is
-// safe for concurrent use.
+// authorities last loaded; connections already open keep theirs. The
+// pair and the authorities are reloaded apart: a broken file of one
+// does not hold up the other. It is safe for concurrent use.
 type Cert struct {
 	files Files
 	log   *slog.Logger
+	// refusedLog writes the client certificates refused, at most one
+	// line per 10 s with the count of those it held back.
+	refusedLog *ratelog.Log
 
-	cur atomic.Pointer[loaded]
+	pair    atomic.Pointer[pairState]
+	cas     atomic.Pointer[caState] // nil without Files.ClientCAs
+	refused atomic.Uint64
 
-	mu      sync.Mutex // serialises Reload
-	seen    []seenFile
-	lastErr string
+	mu           sync.Mutex // serialises Reload
+	pairFs, caFs watched
 }
 
-type loaded struct {
+type pairState struct {
 	pair     *tls.Certificate
 	notAfter time.Time
 	subject  string
-	roots    *x509.CertPool // the client authorities; nil without
-	nRoots   int
+}
+
+type caState struct {
+	roots *x509.CertPool
+	n     int
+}
+
+// watched is what a Reload saw of a set of files.
+type watched struct {
+	seen    []seenFile
+	lastErr string
 }
 
 type seenFile struct {
@@ -63,30 +78,47 @@ type seenFile struct {
 // Load reads the pair from f.Cert and f.Key (as tls.LoadX509KeyPair
 // does), and the client authorities from f.ClientCAs if set, and returns
 // a Cert serving them. It fails when a file cannot be read, the two do
-// not make a pair, or f.ClientCAs holds no PEM certificate. log receives
-// the reloads (nil: none are logged).
+// not make a pair, or f.ClientCAs holds no PEM certificate; a
+// certificate that has expired is served, with an error logged. log
+// receives the reloads and the refused client certificates (nil: none
+// are logged).
 func Load(f Files, log *slog.Logger) (*Cert, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cert{files: f, log: log}
-	seen, err := c.stat()
+	c := &Cert{files: f, log: log, refusedLog: ratelog.New(log, 10*time.Second)}
+	seen, err := stat(f.Cert, f.Key)
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.load()
+	p, err := loadPair(f.Cert, f.Key)
 	if err != nil {
 		return nil, err
 	}
-	c.cur.Store(l)
-	c.seen = seen
+	if time.Now().After(p.notAfter) {
+		log.Error("the TLS certificate has expired: clients that verify it refuse every connection", "cert_file", f.Cert, "subject", p.subject, "not_after", p.notAfter)
+	}
+	c.pair.Store(p)
+	c.pairFs.seen = seen
+	if f.ClientCAs != "" {
+		seen, err := stat(f.ClientCAs)
+		if err != nil {
+			return nil, err
+		}
+		ca, err := loadCAs(f.ClientCAs)
+		if err != nil {
+			return nil, err
+		}
+		c.cas.Store(ca)
+		c.caFs.seen = seen
+	}
 	return c, nil
 }
 
 // GetCertificate returns the pair last loaded; it is a
 // tls.Config.GetCertificate.
 func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return c.cur.Load().pair, nil
+	return c.pair.Load().pair, nil
 }
 
 // ServerConfig returns a new TLS 1.2+ server configuration that serves
@@ -108,63 +140,107 @@ func (c *Cert) ServerConfig() *tls.Config {
 }
 
 // verifyClient checks the client's certificate chain against the
-// authorities last loaded.
+// authorities last loaded; a refusal is counted (Refused) and logged,
+// with the certificate's subject and issuer, so that the clients still on
+// a retired authority can be found.
 func (c *Cert) verifyClient(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
+		c.refused.Add(1)
 		return errors.New("tlsreload: the client presented no certificate")
 	}
 	inter := x509.NewCertPool()
 	for _, ic := range cs.PeerCertificates[1:] {
 		inter.AddCert(ic)
 	}
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		Roots:         c.cur.Load().roots,
+	leaf := cs.PeerCertificates[0]
+	_, err := leaf.Verify(x509.VerifyOptions{
+		Roots:         c.cas.Load().roots,
 		Intermediates: inter,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
 	if err != nil {
+		c.refused.Add(1)
+		c.refusedLog.Warn("client-certificate-refused", "TLS client certificate refused", "subject", leaf.Subject.String(),
+			"issuer", leaf.Issuer.String(), "not_after", leaf.NotAfter, "resumed", cs.DidResume, "error", err)
 		return fmt.Errorf("tlsreload: client certificate refused: %w", err)
 	}
 	return nil
 }
 
-// NotAfter is when the certificate served expires.
-func (c *Cert) NotAfter() time.Time { return c.cur.Load().notAfter }
+// Refused counts the client certificates refused since Load (presented
+// ones that do not chain to the authorities, are not for client
+// authentication or have expired); handshakes without any certificate
+// are refused by crypto/tls before the check and are not counted.
+func (c *Cert) Refused() uint64 { return c.refused.Load() }
 
-// Reload loads the pair and the client authorities again if any of
-// their files changed since the last successful load (its size, modification or status change time, or the
-// file itself, as when a symbolic link is swapped), and reports whether
-// it now serves a new one. A pair that fails to load (a key that does not
-// match the certificate, which happens between the writes of the two
-// files, or a file half written), or client authorities that do not
-// parse, leave the last good ones in place and are tried again at the
-// next Reload; its error is returned and logged
-// once until it changes.
+// NotAfter is when the certificate served expires.
+func (c *Cert) NotAfter() time.Time { return c.pair.Load().notAfter }
+
+// Reload loads the pair again if its files changed since its last
+// successful load (their size, modification or status change time, or
+// the file itself, as when a symbolic link is swapped), and the client
+// authorities again if theirs did, and reports whether it now serves
+// anything new. A pair that fails to load (a key that does not match the
+// certificate, which happens between the writes of the two files, or a
+// file half written), or whose certificate has expired, leaves the last
+// good pair in place; client authorities that do not parse leave the last
+// good ones; each is tried again at the next Reload, apart from the
+// other. The errors are returned and logged once until they change.
 func (c *Cert) Reload() (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	seen, err := c.stat()
-	if err == nil && same(seen, c.seen) {
+	pairNew, pairErr := c.reloadPair()
+	caNew, caErr := false, error(nil)
+	if c.files.ClientCAs != "" {
+		caNew, caErr = c.reloadCAs()
+	}
+	return pairNew || caNew, errors.Join(pairErr, caErr)
+}
+
+func (c *Cert) reloadPair() (bool, error) {
+	seen, err := stat(c.files.Cert, c.files.Key)
+	if err == nil && same(seen, c.pairFs.seen) {
 		return false, nil
 	}
-	var l *loaded
+	var p *pairState
 	if err == nil {
-		l, err = c.load()
+		p, err = loadPair(c.files.Cert, c.files.Key)
+	}
+	if err == nil && time.Now().After(p.notAfter) {
+		err = fmt.Errorf("tlsreload: the certificate in %s expired at %v", c.files.Cert, p.notAfter.UTC())
 	}
 	if err != nil {
-		if msg := err.Error(); msg != c.lastErr {
-			c.lastErr = msg
+		if msg := err.Error(); msg != c.pairFs.lastErr {
+			c.pairFs.lastErr = msg
 			c.log.Error("TLS certificate not reloaded; serving the last good one", "error", err, "not_after", c.NotAfter())
 		}
 		return false, err
 	}
-	old := c.cur.Swap(l)
-	c.seen, c.lastErr = seen, ""
-	attrs := []any{"cert_file", c.files.Cert, "subject", l.subject, "not_after", l.notAfter, "previous_not_after", old.notAfter}
-	if c.files.ClientCAs != "" {
-		attrs = append(attrs, "client_ca_file", c.files.ClientCAs, "client_cas", l.nRoots, "previous_client_cas", old.nRoots)
+	old := c.pair.Swap(p)
+	c.pairFs = watched{seen: seen}
+	c.log.Info("TLS certificate reloaded", "cert_file", c.files.Cert, "subject", p.subject, "not_after", p.notAfter, "previous_not_after", old.notAfter)
+	return true, nil
+}
+
+func (c *Cert) reloadCAs() (bool, error) {
+	seen, err := stat(c.files.ClientCAs)
+	if err == nil && same(seen, c.caFs.seen) {
+		return false, nil
 	}
-	c.log.Info("TLS certificate reloaded", attrs...)
+	var ca *caState
+	if err == nil {
+		ca, err = loadCAs(c.files.ClientCAs)
+	}
+	if err != nil {
+		if msg := err.Error(); msg != c.caFs.lastErr {
+			c.caFs.lastErr = msg
+			c.log.Error("TLS client authorities not reloaded; checking clients against the last good ones", "error", err, "client_cas", c.cas.Load().n)
+		}
+		return false, err
+	}
+	old := c.cas.Swap(ca)
+	c.caFs = watched{seen: seen}
+	c.log.Info("TLS client authorities reloaded", "client_ca_file", c.files.ClientCAs, "client_cas", ca.n, "previous_client_cas", old.n)
 	return true, nil
 }
 
@@ -182,11 +258,7 @@ func (c *Cert) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func (c *Cert) stat() ([]seenFile, error) {
-	names := []string{c.files.Cert, c.files.Key}
-	if c.files.ClientCAs != "" {
-		names = append(names, c.files.ClientCAs)
-	}
+func stat(names ...string) ([]seenFile, error) {
 	out := make([]seenFile, len(names))
 	for i, name := range names {
 		fi, err := os.Stat(name)
@@ -210,8 +282,8 @@ func same(a, b []seenFile) bool {
 	return true
 }
 
-func (c *Cert) load() (*loaded, error) {
-	pair, err := tls.LoadX509KeyPair(c.files.Cert, c.files.Key)
+func loadPair(certFile, keyFile string) (*pairState, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -224,13 +296,15 @@ func (c *Cert) load() (*loaded, error) {
 			return nil, fmt.Errorf("tlsreload: %w", err)
 		}
 	}
-	l := &loaded{pair: &pair, notAfter: leaf.NotAfter, subject: leaf.Subject.String()}
-	if c.files.ClientCAs != "" {
-		if l.roots, l.nRoots, err = readRoots(c.files.ClientCAs); err != nil {
-			return nil, err
-		}
+	return &pairState{pair: &pair, notAfter: leaf.NotAfter, subject: leaf.Subject.String()}, nil
+}
+
+func loadCAs(file string) (*caState, error) {
+	roots, n, err := readRoots(file)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
+	return &caState{roots: roots, n: n}, nil
 }
 
 // readRoots reads the PEM certificates of file into a pool; it fails

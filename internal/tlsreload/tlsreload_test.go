@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,5 +298,112 @@ func TestClientCertificateForServersRefused(t *testing.T) {
 	tc.Certificates = []tls.Certificate{leaf(3, x509.ExtKeyUsageClientAuth)}
 	if !admitted(addr, tc) {
 		t.Fatal("a client certificate of the authority refused")
+	}
+}
+
+// writeSelfSigned writes a self-signed server certificate valid from
+// notBefore to notAfter, and its key, as PEM files in dir.
+func writeSelfSigned(t *testing.T, dir string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "expired"},
+		NotBefore: notBefore, NotAfter: notAfter, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "self.crt"), filepath.Join(dir, "self.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestRenewalNotHeldByBrokenCAs: the pair and the client authorities
+// reload apart: a CA file that does not parse keeps the last good
+// authorities but does not keep a renewed certificate from being served
+// (one unit, it did, until the CA file was fixed); an expired
+// certificate put in place of a valid one is refused.
+func TestRenewalNotHeldByBrokenCAs(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	dir := t.TempDir()
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem")
+	copyFile(t, a.Cert, certFile)
+	copyFile(t, a.Key, keyFile)
+	copyFile(t, a.CA, caFile)
+	c, err := tlsreload.Load(tlsreload.Files{Cert: certFile, Key: keyFile, ClientCAs: caFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listen(t, c.ServerConfig())
+	clientA := a.ClientConfig(t)
+	clientA.InsecureSkipVerify = true // the served certificate changes; compared by hand
+	servedTo := func() []byte {
+		conn, err := tls.Dial("tcp", addr, clientA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Raw
+	}
+
+	if err := os.WriteFile(caFile, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, b.Cert, certFile)
+	copyFile(t, b.Key, keyFile)
+	changed, err := c.Reload()
+	if !changed || err == nil {
+		t.Fatalf("Reload of a renewed pair beside a broken CA file = %v, %v; want the pair applied and the CA error", changed, err)
+	}
+	if !bytes.Equal(servedTo(), der(t, b.Cert)) {
+		t.Fatal("a broken CA file held up the renewed certificate")
+	}
+	if !admitted(addr, clientA) {
+		t.Fatal("the broken CA file replaced the last good authorities")
+	}
+
+	exp, expKey := writeSelfSigned(t, t.TempDir(), time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+	copyFile(t, exp, certFile)
+	copyFile(t, expKey, keyFile)
+	if changed, err := c.Reload(); changed || err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("Reload of an expired certificate = %v, %v; want it refused as expired", changed, err)
+	}
+	if !bytes.Equal(servedTo(), der(t, b.Cert)) {
+		t.Fatal("an expired certificate replaced a valid one")
+	}
+}
+
+// TestRefusedCounted: each client certificate refused is counted.
+func TestRefusedCounted(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	c, err := tlsreload.Load(tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: a.CA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listen(t, c.ServerConfig())
+	clientB := b.ClientConfig(t)
+	clientB.RootCAs = a.ClientConfig(t).RootCAs
+	for range 3 {
+		if admitted(addr, clientB) {
+			t.Fatal("a client of another authority admitted")
+		}
+	}
+	if !admitted(addr, a.ClientConfig(t)) {
+		t.Fatal("a client of the authority refused")
+	}
+	if got := c.Refused(); got != 3 {
+		t.Fatalf("Refused() = %d, want 3", got)
 	}
 }
