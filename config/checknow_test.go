@@ -174,11 +174,6 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	<-done
 
 	// CheckNow: an in-place edit of the same size and modification time.
-	writeFile(t, path, envoyDoc("api", 10))
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan struct{})
 	go func() { r.Watch(ctx2, time.Hour); close(done2) }()
@@ -189,7 +184,7 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	r.CheckNow()
 	waitFor(t, "the oversized file rejected again", func() bool { return reloadsOf(t, reg, "envoy", "invalid") == 2 })
 	writeFile(t, path, envoyDoc("api", 10))
-	fi, err = os.Stat(path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -590,9 +590,18 @@ type serverLogWriter struct{ s *Server }
 
 func (w serverLogWriter) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
-	if strings.Contains(line, "TLS handshake error") {
+	// fasthttp quotes the bytes of a request it could not parse, headers
+	// and all (an Authorization header's admin token, a cookie): cut them.
+	if i := strings.Index(line, "contents: "); i >= 0 {
+		line = line[:i] + "contents not logged"
+	}
+	switch {
+	case strings.Contains(line, "TLS handshake error"):
 		w.s.warn.Warn("tls-handshake", "TLS handshake failed", "detail", line)
-	} else {
+	case strings.Contains(line, "error when serving connection"):
+		// One per malformed request: any client could fill the log.
+		w.s.warn.Warn("http-serve-error", "HTTP request not served", "detail", line)
+	default:
 		w.s.log.Warn(line)
 	}
 	return len(p), nil

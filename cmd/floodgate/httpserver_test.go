@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -122,5 +125,32 @@ func TestServeTrustedOrigin(t *testing.T) {
 			t.Errorf("%s: peek after 4 served and 2 refused checks: %s, want remaining 96", engine, raw)
 		}
 		svc.stop(t)
+	}
+}
+
+// TestServeMalformedRequestNotLogged: a request fasthttp cannot parse is
+// logged without its bytes (it quoted them, an Authorization header's
+// admin token included, once per request) and at most once per interval.
+func TestServeMalformedRequestNotLogged(t *testing.T) {
+	svc := startService(t, "--http-server", "fasthttp", "--admin-token", e2eAdminToken)
+	defer svc.stop(t)
+	addr := strings.TrimPrefix(svc.url, "http://")
+	for range 5 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /admin/v1/config HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", e2eAdminToken)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.ReadAll(conn)
+		conn.Close()
+	}
+	waitUntil(t, "the malformed request logged", func() bool { return strings.Contains(svc.Logs(), "HTTP request not served") })
+	logs := svc.Logs()
+	if strings.Contains(logs, e2eAdminToken) {
+		t.Fatalf("the admin token is in the log:\n%s", logs)
+	}
+	if n := strings.Count(logs, "HTTP request not served"); n != 1 {
+		t.Fatalf("%d lines for 5 malformed requests, want 1 (rate-limited):\n%s", n, logs)
 	}
 }
