@@ -256,6 +256,11 @@ func fastRoute(uri []byte) (route, query string, ok bool) {
 // fastBody returns the request's body, or the problem of a body over
 // MaxBodyBytes (the connection then closes, as net/http's does).
 func (s *Server) fastBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
+	if ce := ctx.Request.Header.ContentEncoding(); len(ce) > 0 {
+		if err := contentEncoding(string(ce)); err != nil {
+			return nil, err
+		}
+	}
 	body := ctx.PostBody()
 	if int64(len(body)) > s.opts.MaxBodyBytes {
 		ctx.SetConnectionClose()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -76,6 +77,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 
 // readBodyInto reads at most the configured body size into buf.
 func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request) error {
+	if err := contentEncoding(r.Header.Get("Content-Encoding")); err != nil {
+		return err
+	}
 	if r.ContentLength > s.opts.MaxBodyBytes {
 		// Announced too large: answered at once, not after reading
 		// MaxBodyBytes of it, and the rest is not waited for.
@@ -90,6 +94,18 @@ func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.
 		return unreadableBody(err)
 	}
 	return nil
+}
+
+// contentEncoding refuses a request body sent compressed (or in any
+// coding but identity): it was read as JSON as it came, a gzip body
+// failing as "malformed JSON at byte 1" and plain JSON labelled gzip
+// decided as if unlabelled.
+func contentEncoding(v string) error {
+	if v == "" || strings.EqualFold(strings.TrimSpace(v), "identity") {
+		return nil
+	}
+	return &problemError{status: http.StatusUnsupportedMediaType, kind: "unsupported-content-encoding",
+		detail: fmt.Sprintf("Content-Encoding %q: send the body uncompressed (no Content-Encoding, or identity)", clip.Text(v, 40))}
 }
 
 // unreadableBody is the problem of a body that could not be read: it says

@@ -154,3 +154,42 @@ func TestServeMalformedRequestNotLogged(t *testing.T) {
 		t.Fatalf("%d lines for 5 malformed requests, want 1 (rate-limited):\n%s", n, logs)
 	}
 }
+
+// TestServeRefusesContentEncoding: a body sent with a Content-Encoding
+// (gzip, br) is refused with 415 and counts nothing, on both HTTP servers
+// and on the natively served and the other routes: it was read as JSON as
+// it came (gzip failing as malformed JSON, plain JSON labelled gzip
+// decided).
+func TestServeRefusesContentEncoding(t *testing.T) {
+	for _, engine := range []string{"net/http", "fasthttp"} {
+		svc := startService(t, "--http-server", engine)
+		post := func(path, body, encoding string) (int, string) {
+			req, _ := http.NewRequest(http.MethodPost, svc.url+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if encoding != "" {
+				req.Header.Set("Content-Encoding", encoding)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(raw)
+		}
+		check := `{"policy":"api","identity":{"user":"ce"}}`
+		for _, tc := range []struct{ path, body, enc string }{
+			{"/v1/check", check, "gzip"},
+			{"/v1/check/batch", `{"requests":[` + check + `]}`, "br"},
+			{"/v1/quota/check", `{"quota":"llm-tokens","identity":{"api_key":"ce"},"amount":1}`, "GZIP"},
+		} {
+			if code, body := post(tc.path, tc.body, tc.enc); code != http.StatusUnsupportedMediaType || !strings.Contains(body, "unsupported-content-encoding") {
+				t.Fatalf("%s: %s with Content-Encoding %s: %d %s; want 415 unsupported-content-encoding", engine, tc.path, tc.enc, code, body)
+			}
+		}
+		if code, body := post("/v1/peek", check, "identity"); code != 200 || !strings.Contains(body, `"remaining":100`) {
+			t.Fatalf("%s: peek after the refused checks: %d %s; want 100 remaining (nothing counted)", engine, code, body)
+		}
+		svc.stop(t)
+	}
+}
