@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"unsafe"
+
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // EncodeIdentity maps any identity (any bytes, any length) to a short
@@ -58,11 +60,11 @@ var identityBytes = func() (t [256]bool) {
 // storage keys: it must be 1..64 bytes from [A-Za-z0-9_.:-].
 func ValidatePrefix(prefix string) error {
 	if prefix == "" || len(prefix) > MaxPrefixLen {
-		return fmt.Errorf("%w: prefix %q must be 1..%d bytes", ErrInvalidKey, prefix, MaxPrefixLen)
+		return fmt.Errorf("%w: prefix %q (%d bytes) must be 1..%d bytes", ErrInvalidKey, clip.Text(prefix, 80), len(prefix), MaxPrefixLen)
 	}
 	for i := 0; i < len(prefix); i++ {
 		if c := prefix[i]; !isNameByte(c) && c != ':' {
-			return fmt.Errorf("%w: prefix %q: byte %q not in [A-Za-z0-9_.:-]", ErrInvalidKey, prefix, c)
+			return fmt.Errorf("%w: prefix %q: byte %q not in [A-Za-z0-9_.:-]", ErrInvalidKey, clip.Text(prefix, 80), c)
 		}
 	}
 	return nil

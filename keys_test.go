@@ -1,6 +1,7 @@
 package floodgate_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,18 @@ func TestValidatePrefix(t *testing.T) {
 	for _, bad := range []string{"", "{x}", "a b", strings.Repeat("a", 65), "a\n"} {
 		if err := floodgate.ValidatePrefix(bad); err == nil {
 			t.Errorf("ValidatePrefix(%q) = nil", bad)
+		}
+	}
+	// An error quotes a long input clipped, not whole (a 1 MiB prefix
+	// made a 1 MiB error).
+	huge := strings.Repeat("x", 1<<20)
+	_, policyErr := floodgate.NewFixedWindow(huge, 1, time.Second)
+	for name, err := range map[string]error{
+		"prefix":      floodgate.ValidatePrefix(huge),
+		"policy name": policyErr,
+	} {
+		if err == nil || len(err.Error()) > 400 || !strings.Contains(err.Error(), "...") {
+			t.Errorf("%s of 1 MiB: error of %d bytes, want it clipped: %.200v", name, len(fmt.Sprint(err)), err)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // Algorithm selects how a [Policy] counts. The zero value is invalid.
@@ -363,11 +365,11 @@ func durationText(d time.Duration) string {
 
 func validName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("policy name %q must be 1..%d characters", name, MaxNameLen)
+		return fmt.Errorf("policy name %q (%d bytes) must be 1..%d characters", clip.Text(name, 80), len(name), MaxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		if !isNameByte(name[i]) {
-			return fmt.Errorf("policy name %q: character %q not in [A-Za-z0-9_.-]", name, name[i])
+			return fmt.Errorf("policy name %q: character %q not in [A-Za-z0-9_.-]", clip.Text(name, 80), name[i])
 		}
 	}
 	return nil

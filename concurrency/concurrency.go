@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
@@ -256,7 +257,7 @@ func checkCall(ctx context.Context, now time.Time) error {
 
 func validLeaseID(id string) error {
 	if id == "" || len(id) > MaxLeaseIDLen {
-		return fmt.Errorf("%w: lease id %q must be 1..%d bytes", floodgate.ErrInvalidKey, id, MaxLeaseIDLen)
+		return fmt.Errorf("%w: lease id %q (%d bytes) must be 1..%d bytes", floodgate.ErrInvalidKey, clip.Text(id, 80), len(id), MaxLeaseIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 )
 
 // Errors returned by this package wrap one of these with %w.
@@ -298,7 +299,7 @@ func identityValue(kind, name string, values map[string]string, dim string) (str
 // or longer than MaxIdentityValueLen.
 func ValidateIdentityValue(dim, value string) error {
 	if err := validDimension(dim); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidIdentity, err)
+		return fmt.Errorf("%w: identity dimension %v", ErrInvalidIdentity, err)
 	}
 	if value == "" {
 		return fmt.Errorf("%w: identity value %q is empty", ErrInvalidIdentity, dim)
@@ -348,7 +349,7 @@ func hashOf(data []byte) string {
 // validDimension checks a dimension or tier name: 1..32 of [a-z0-9_-].
 func validDimension(s string) error {
 	if s == "" || len(s) > MaxDimensionLen {
-		return fmt.Errorf("name %q must be 1..%d characters", s, MaxDimensionLen)
+		return fmt.Errorf("name %q (%d bytes) must be 1..%d characters", clip.Text(s, 80), len(s), MaxDimensionLen)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -363,7 +364,7 @@ func validDimension(s string) error {
 // which joins them in storage keys).
 func validName(s string) error {
 	if s == "" || len(s) > floodgate.MaxNameLen {
-		return fmt.Errorf("name %q must be 1..%d characters", s, floodgate.MaxNameLen)
+		return fmt.Errorf("name %q (%d bytes) must be 1..%d characters", clip.Text(s, 80), len(s), floodgate.MaxNameLen)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]

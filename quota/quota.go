@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
@@ -288,7 +289,7 @@ func (q *Quota) RestoreAt(ctx context.Context, now time.Time, identity string, u
 
 func validRequestID(id string) error {
 	if id == "" || len(id) > MaxRequestIDLen {
-		return fmt.Errorf("%w: quota request id %q must be 1..%d bytes", floodgate.ErrInvalidKey, id, MaxRequestIDLen)
+		return fmt.Errorf("%w: quota request id %q (%d bytes) must be 1..%d bytes", floodgate.ErrInvalidKey, clip.Text(id, 80), len(id), MaxRequestIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c > '~' {

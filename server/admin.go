@@ -85,7 +85,7 @@ func (s *Server) resetKeys(cfg *config.Config, req ResetRequest) (keys, layers [
 	}
 	for dim, v := range req.Identity {
 		if err := config.ValidateIdentityValue(dim, v); err != nil {
-			return nil, nil, badRequest("invalid-identity", "%v", err)
+			return nil, nil, badRequest("invalid-identity", "%s", identityDetail(err))
 		}
 	}
 	named := map[string]bool{}
@@ -149,7 +149,7 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := config.ValidateIdentityValue(req.Dimension, req.Value); err != nil {
-		s.fail(w, r, badRequest("invalid-identity", "%v", err))
+		s.fail(w, r, badRequest("invalid-identity", "%s", identityDetail(err)))
 		return
 	}
 	cfg := s.cfg.Load()
@@ -169,7 +169,7 @@ func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := TierRequest{Dimension: q.Get("dimension"), Value: q.Get("value")}
 	if err := config.ValidateIdentityValue(req.Dimension, req.Value); err != nil {
-		s.fail(w, r, badRequest("invalid-identity", "%v (pass ?dimension=...&value=...)", err))
+		s.fail(w, r, badRequest("invalid-identity", "%s (pass ?dimension=...&value=...)", identityDetail(err)))
 		return
 	}
 	t, ok, err := s.assign.Tier(r.Context(), req.Dimension, req.Value)

@@ -70,6 +70,8 @@ func TestBadInput(t *testing.T) {
 		{"lone low surrogate", "/v1/check", `{"policy":"fifty","identity":{"user":"\udc00victim"}}`, 400, "malformed-json", `escape \udc00 at byte 38`},
 		{"surrogates reversed", "/v1/check", `{"policy":"fifty","identity":{"user":"\uDC00\uD800"}}`, 400, "malformed-json", `escape \uDC00`},
 		{"high surrogate then a character", "/v1/check/batch", `{"requests":[{"policy":"fifty","identity":{"user":"\ud83dx"}}]}`, 400, "malformed-json", `escape \ud83d`},
+		{"empty dimension name", "/v1/check", `{"policy":"fifty","identity":{"user":"victim","":"1"}}`, 400, "invalid-identity", `identity dimension name "" (0 bytes) must be 1..32 characters`},
+		{"huge dimension name is clipped", "/v1/check", `{"policy":"fifty","identity":{"user":"victim","` + strings.Repeat("u", 60000) + `":"1"}}`, 400, "invalid-identity", strings.Repeat("u", 80) + `..." (60000 bytes) must be 1..32`},
 		{"too many identity values", "/v1/check", `{"policy":"fifty","identity":{` + manyValues(17) + `}}`, 400, "invalid-identity", "17 values (max 16)"},
 	}
 	for _, tc := range tests {

@@ -109,7 +109,7 @@ func decodeLimiter(cfg *config.Config, name string, values map[string]string) (l
 	}
 	id, err := l.Identity(values)
 	if err != nil {
-		return leaseOp{}, badRequest("invalid-identity", "%v", err)
+		return leaseOp{}, badRequest("invalid-identity", "%s", identityDetail(err))
 	}
 	return leaseOp{limit: l, values: values, identity: id}, nil
 }

@@ -157,7 +157,7 @@ func decodeQuota(cfg *config.Config, name string, values map[string]string) (quo
 	}
 	id, err := q.Identity(values)
 	if err != nil {
-		return quotaOp{}, badRequest("invalid-identity", "%v", err)
+		return quotaOp{}, badRequest("invalid-identity", "%s", identityDetail(err))
 	}
 	return quotaOp{quota: q, values: values, identity: id}, nil
 }

@@ -358,7 +358,7 @@ func validate(cfg *config.Config, policy string, identity map[string]string, cos
 	}
 	for dim, v := range identity {
 		if err := config.ValidateIdentityValue(dim, v); err != nil {
-			return check{}, badRequest("invalid-identity", "%s%s", where, strings.TrimPrefix(err.Error(), config.ErrInvalidIdentity.Error()+": "))
+			return check{}, badRequest("invalid-identity", "%s%s", where, identityDetail(err))
 		}
 	}
 	for _, l := range p.Layers {
@@ -514,4 +514,10 @@ func printableID(field, id string, maxLen int, kind string) error {
 		}
 	}
 	return nil
+}
+
+// identityDetail is the text of an identity error for a client: without
+// the config package's prefix.
+func identityDetail(err error) string {
+	return strings.TrimPrefix(err.Error(), config.ErrInvalidIdentity.Error()+": ")
 }
