@@ -68,6 +68,10 @@ func Parse(data []byte, filename string) (*Config, error) {
 		return nil, &Error{File: filename, Line: line, Column: 1, Msg: "more than one YAML document (remove the second '---')"}
 	}
 	p := &parser{file: filename}
+	p.noTags(&doc)
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
 	c := p.document(&doc)
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -88,16 +92,37 @@ type parser struct {
 	errs []error
 }
 
+// noTags reports every node written with an explicit YAML tag (!!binary,
+// !!float, !custom): the tags were ignored, a "!!binary aGVsbG8=" version
+// read as the text "aGVsbG8=".
+func (p *parser) noTags(n *yaml.Node) {
+	if n == nil || n.Kind == yaml.AliasNode {
+		return
+	}
+	if n.Style&yaml.TaggedStyle != 0 {
+		p.errorf(n, "YAML tag %s is not supported: write the value without it", n.Tag)
+	}
+	for _, c := range n.Content {
+		p.noTags(c)
+	}
+}
+
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	e := &Error{File: p.file, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	for _, old := range p.errs {
+		// A value reached through several aliases is reported once.
+		if o, ok := old.(*Error); ok && *o == *e {
+			return
+		}
+	}
 	if len(p.errs) == maxErrors {
 		p.errs = append(p.errs, &Error{File: p.file, Msg: "too many errors; stopping"})
 	}
 	if len(p.errs) > maxErrors {
 		return
-	}
-	e := &Error{File: p.file, Msg: fmt.Sprintf(format, args...)}
-	if n != nil {
-		e.Line, e.Column = n.Line, n.Column
 	}
 	p.errs = append(p.errs, e)
 }

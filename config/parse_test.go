@@ -243,6 +243,10 @@ func TestParseErrors(t *testing.T) {
 		{"override invalid", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {pro: {burst: 5}}}\n", `tier "pro": policy "p.l": burst applies to token_bucket and gcra only`},
 		{"tier_dimension global", "policies:\n  - name: p\n    tier_dimension: global\n    layers:\n      - {name: l, " + ok + "}\n", `tier_dimension cannot be "global"`},
 		{"alias to bad value", "x: &bad -3\n", `unknown field "x"`},
+		// Tags were ignored: a "!!binary" version was applied as its text.
+		{"binary tag", "version: !!binary aGVsbG8=\n" + head[11:] + "      - {name: l, " + ok + "}\n", `e.yaml:1:10: YAML tag !!binary is not supported`},
+		{"float tag", layer("algorithm: gcra, limit: !!float 10, window: 1m, dimension: user"), `YAML tag !!float is not supported`},
+		{"local tag", "version: 1\npolicies:\n  - name: !custom p\n    layers:\n      - {name: l, " + ok + "}\n", `e.yaml:3:11: YAML tag !custom is not supported`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -403,5 +407,22 @@ func TestNumericLayerNamesStillParse(t *testing.T) {
 		if _, err := config.Parse([]byte(doc), "n.yaml"); err != nil {
 			t.Errorf("layer %s: %v", name, err)
 		}
+	}
+}
+
+// TestParseAliasErrorsOnce: a bad value reached through several aliases
+// is reported once, not once per alias (ten identical lines, up to the cap
+// of 20, hid any other problem).
+func TestParseAliasErrorsOnce(t *testing.T) {
+	doc := "version: 1\npolicies: [&bad [1], *bad, *bad, *bad, *bad]\nquotas: 3\n"
+	_, err := config.Parse([]byte(doc), "a.yaml")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	if n := strings.Count(err.Error(), "policy must be a mapping"); n != 1 {
+		t.Fatalf("the aliased bad policy reported %d times, want once:\n%v", n, err)
+	}
+	if !strings.Contains(err.Error(), "quotas") {
+		t.Fatalf("the other problem is missing:\n%v", err)
 	}
 }
