@@ -41,6 +41,7 @@ type instance struct {
 	ready         string // "ready", "degraded", "draining"
 	readyErr      string
 	configVersion string
+	store         string    // "memory" or "redis" from /readyz; "" from builds that do not say
 	date          time.Time // the Date header of /readyz
 	dateAt        time.Time // local time at the middle of that request
 	metrics       map[string]*dto.MetricFamily
@@ -126,6 +127,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			Status        *string `json:"status"`
 			Error         string  `json:"error"`
 			ConfigVersion *string `json:"config_version"`
+			Store         string  `json:"store"`
 		}
 		jerr := json.Unmarshal(body, &ready)
 		if jerr != nil || ready.Status == nil || ready.ConfigVersion == nil || (code != http.StatusOK && code != http.StatusServiceUnavailable) {
@@ -143,7 +145,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			}
 			continue
 		}
-		in.ready, in.readyErr, in.configVersion = *ready.Status, ready.Error, *ready.ConfigVersion
+		in.ready, in.readyErr, in.configVersion, in.store = *ready.Status, ready.Error, *ready.ConfigVersion, ready.Store
 		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
 			in.date, in.dateAt = d, local.Add(rtt/2)
 		}
@@ -306,9 +308,14 @@ func (r *run) instanceChecks(ctx context.Context) {
 	read := "GET /readyz and /metrics of " + plural.Count(len(ins), "instance", "instances")
 	r.check(GroupInstances, "ready", func(c *Check) {
 		c.Read = read
-		bad, foreign, admins := 0, 0, 0
+		bad, foreign, admins, memory := 0, 0, 0, 0
 		for _, in := range ins {
 			switch {
+			case in.store == "memory":
+				// Ready, but deciding on its own: its limits are not the
+				// deployment's, shared through this Redis.
+				memory++
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: runs in memory (serve without --redis): it decides alone, not through this Redis", in.url))
 			case in.err != nil && in.readyStatus == 0:
 				bad++
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: unreachable: %v", in.url, in.err))
@@ -333,8 +340,11 @@ func (r *run) instanceChecks(ctx context.Context) {
 				c.Evidence = append(c.Evidence, line)
 			}
 		}
-		if bad > 0 || foreign > 0 {
+		if bad > 0 || foreign > 0 || memory > 0 {
 			var parts []string
+			if memory > 0 {
+				parts = append(parts, fmt.Sprintf("%d of %s in memory, not on Redis: each admits its own limit", memory, plural.Count(len(ins), "instance runs", "instances run")))
+			}
 			if bad > 0 {
 				parts = append(parts, fmt.Sprintf("%d of %s", bad, plural.Count(len(ins), "instance not ready", "instances not ready")))
 			}
@@ -343,6 +353,9 @@ func (r *run) instanceChecks(ctx context.Context) {
 			}
 			c.Status, c.Summary = Fail, strings.Join(parts, "; ")
 			var fixes []string
+			if memory > 0 {
+				fixes = append(fixes, "start every instance with the deployment's --redis (or check that doctor was given the right instances)")
+			}
 			if bad > 0 {
 				fixes = append(fixes, "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down")
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
@@ -42,6 +43,8 @@ type instanceOptions struct {
 	// metricsAdminOnly serves no /metrics on the instance's URL, as
 	// serve --metrics-admin-only does.
 	metricsAdminOnly bool
+	// memory decides in memory, as serve without --redis does.
+	memory bool
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
@@ -75,7 +78,14 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 		}
 		now = clk.Now
 	}
-	store, err := redisstore.New(client, redisstore.Options{})
+	var store floodgate.Store
+	kind, ready := "redis", func(ctx context.Context) error { return client.Ping(ctx).Err() }
+	if o.memory {
+		kind, ready = "memory", nil
+		store, err = memstore.New(memstore.Options{})
+	} else {
+		store, err = redisstore.New(client, redisstore.Options{})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +94,7 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 		t.Fatal(err)
 	}
 	srv, err := server.New(lim, holder, server.Options{Registerer: reg, Gatherer: reg, Metrics: m, MetricsAdminOnly: o.metricsAdminOnly,
-		Ready: func(ctx context.Context) error { return client.Ping(ctx).Err() }})
+		Ready: ready, Store: kind})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,4 +309,21 @@ func TestMetricsAdminOnlyWithAdminURL(t *testing.T) {
 	if !strings.Contains(c.Fix, "--admin-addr") {
 		t.Errorf("fix %q does not name the admin address", c.Fix)
 	}
+}
+
+// TestInstanceInMemoryFails: an instance that runs in memory (serve
+// without --redis) among a Redis deployment's is ready, but decides
+// alone: the ready check fails it and says so, and the clock check does
+// not blame its clock (it passed as "1 instance ready", with only a clock
+// warning to hint at it).
+func TestInstanceInMemoryFails(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "mm", testConfig)
+	a := startInstance(t, client, "mm", instanceOptions{doc: testConfig, discipline: true})
+	b := startInstance(t, client, "mm", instanceOptions{doc: testConfig, memory: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "mm",
+		Instances: []string{a.url, b.url}, RateWindow: -1})
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Fail, "1 of 2 instances run in memory", b.url+": runs in memory")
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Pass, b.url+": runs in memory")
 }

@@ -111,6 +111,10 @@ type Options struct {
 	// LoginPrefix is that guard's key prefix, named in an unlock that
 	// found nothing to lift.
 	LoginPrefix string
+	// Store names the kind of store decisions are made on, "memory" or
+	// "redis", for GET /readyz (floodgate doctor checks that every
+	// instance of a Redis deployment uses Redis). Empty: not reported.
+	Store string
 	// Ready reports whether the backing store is usable, for GET /readyz:
 	// RedisReady checks every node the service needs. Nil means always
 	// ready.
@@ -502,6 +506,8 @@ type readyResponse struct {
 	// ConfigVersion and ConfigSource describe the configuration loaded.
 	ConfigVersion string `json:"config_version"`
 	ConfigSource  string `json:"config_source"`
+	// Store is Options.Store: memory or redis.
+	Store string `json:"store,omitempty"`
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
@@ -528,7 +534,7 @@ func (s *Server) Serving(ctx context.Context) error {
 // readiness is GET /readyz's answer; degradedOK is its ?degraded=ok.
 func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse, int) {
 	cfg := s.cfg.Load()
-	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source()}
+	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), Store: s.opts.Store}
 	status := http.StatusOK
 	var problems []string
 	if s.opts.Breakers != nil {

@@ -545,6 +545,10 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	opts.LoginPrefix = f.loginPrefix
+	opts.Store = "memory"
+	if b.client != nil {
+		opts.Store = "redis"
+	}
 	if opts.LoginGuard != nil && f.adminToken == "" {
 		log.Warn("--login-secret-file is set but the admin endpoints are off (no --admin-token or $FLOODGATE_ADMIN_TOKEN): POST /admin/v1/login/unlock answers 403 admin-disabled")
 	}
