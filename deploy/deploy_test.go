@@ -168,7 +168,8 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"rate_limit_allowed_total", "rate_limit_denied_total", "rate_limit_redis_latency_seconds_bucket",
-		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds"} {
+		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds",
+		"floodgate_decision_errors_total", "floodgate_envoy_should_rate_limit_errors_total"} {
 		if !queried[want] {
 			t.Errorf("the dashboard shows no panel of %s", want)
 		}
