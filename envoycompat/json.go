@@ -285,16 +285,18 @@ func appendStatus(b []byte, st *rlspb.RateLimitResponse_DescriptorStatus) (_ []b
 		}
 		b = appendKey(b, &sep, "currentLimit")
 		lsep := byte('{')
+		// The fields in the proto's declaration order, as protojson
+		// writes them: name (field 3) is declared first.
+		if n := l.GetName(); n != "" {
+			if b, ok = appendString(appendKey(b, &lsep, "name"), n); !ok {
+				return b, false
+			}
+		}
 		if n := l.GetRequestsPerUnit(); n != 0 {
 			b = strconv.AppendUint(appendKey(b, &lsep, "requestsPerUnit"), uint64(n), 10)
 		}
 		if u := l.GetUnit(); u != rlspb.RateLimitResponse_RateLimit_UNKNOWN {
 			if b, ok = appendEnum(appendKey(b, &lsep, "unit"), rlspb.RateLimitResponse_RateLimit_Unit_name, int32(u)); !ok {
-				return b, false
-			}
-		}
-		if n := l.GetName(); n != "" {
-			if b, ok = appendString(appendKey(b, &lsep, "name"), n); !ok {
 				return b, false
 			}
 		}

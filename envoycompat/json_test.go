@@ -278,6 +278,12 @@ func checkEncode(t *testing.T, resp *rlspb.RateLimitResponse) bool {
 	if !proto.Equal(back, resp) {
 		t.Errorf("%s reads back as %v, want %v", body, back, resp)
 	}
+	// The same bytes as protojson's compact output, as theirs writes
+	// them: a limit's name came after its unit, where protojson puts it
+	// first (the proto declares it first).
+	if want, err := marshalCompact(resp); err != nil || string(want) != body {
+		t.Errorf("appendResponse(%v) =\n%s\nprotojson writes\n%s (%v)", resp, body, want, err)
+	}
 	return true
 }
 
