@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -150,12 +151,25 @@ func (w pendingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// dialH2 connects to addr, exchanges prefaces and SETTINGS and starts the
-// connection's reader and writer on wg. Stream IDs go up to lastID. ctx
-// bounds the dial and the handshake.
-func dialH2(ctx context.Context, addr string, lastID uint32, fields []hpack.HeaderField, wg *sync.WaitGroup) (*h2conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+// dialH2 connects to addr (over TLS with tlsConf, offering only h2),
+// exchanges prefaces and SETTINGS and starts the connection's reader and
+// writer on wg. Stream IDs go up to lastID. ctx bounds the dial and the
+// handshakes.
+func dialH2(ctx context.Context, addr string, tlsConf *tls.Config, lastID uint32, fields []hpack.HeaderField, wg *sync.WaitGroup) (*h2conn, error) {
+	var nc net.Conn
+	var err error
+	if tlsConf != nil {
+		tc := tlsConf.Clone()
+		tc.NextProtos = []string{"h2"}
+		nc, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", addr)
+		if err == nil && nc.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
+			nc.Close()
+			return nil, fmt.Errorf("loadgen: %s did not agree to HTTP/2 over TLS (ALPN h2)", addr)
+		}
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

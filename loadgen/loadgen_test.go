@@ -291,9 +291,9 @@ func TestOptionsValidation(t *testing.T) {
 	}{
 		{"no target", Options{Duration: time.Second}, "target"},
 		{"bad scheme", Options{Target: "ftp://x:1", Duration: time.Second}, `scheme "ftp"`},
-		{"mode mismatch", Options{Target: "http://x:1", Mode: GRPC, Duration: time.Second}, "mode grpc needs a grpc:// target"},
+		{"mode mismatch", Options{Target: "http://x:1", Mode: GRPC, Duration: time.Second}, "mode grpc needs a grpc:// or grpcs:// target"},
 		{"mode mismatch, http", Options{Target: "grpc://x:1", Mode: HTTP, Duration: time.Second}, "mode http needs an http:// or https:// target"},
-		{"unknown scheme", Options{Target: "ftp://x:1", Duration: time.Second}, `unknown scheme "ftp" (want http, https or grpc)`},
+		{"unknown scheme", Options{Target: "ftp://x:1", Duration: time.Second}, `unknown scheme "ftp" (want http, https, grpc or grpcs)`},
 		{"path", Options{Target: "http://x:1/v1/check", Duration: time.Second}, "want http://host:port"},
 		{"no duration", Options{Target: "http://x:1"}, "duration 0s"},
 		{"negative rate", Options{Target: "http://x:1", Duration: time.Second, Rate: -1}, "rate -1"},

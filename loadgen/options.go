@@ -12,6 +12,7 @@ package loadgen
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -133,7 +134,8 @@ const (
 // Options configures a load test. Only Target and Duration are required.
 type Options struct {
 	// Target is the service's base URL: "http://host:port" (or https) for
-	// the HTTP API, "grpc://host:port" for the gRPC API.
+	// the HTTP API, "grpc://host:port" (or grpcs, over TLS) for the gRPC
+	// API.
 	Target string
 	// Mode selects the API; zero infers it from Target's scheme.
 	Mode Mode
@@ -192,6 +194,12 @@ type Options struct {
 	// (much cheaper than net/http's client for the load generator); for
 	// https, a client whose transport keeps Concurrency idle connections.
 	HTTPClient *http.Client
+	// TLS configures the client side of TLS for https and grpcs targets:
+	// the authorities to trust (RootCAs; nil: the system's, which
+	// SSL_CERT_FILE can name) and a client certificate for services that
+	// require one (--tls-client-ca-file). Not used with HTTPClient set.
+	// Nil means the defaults.
+	TLS *tls.Config
 
 	// lastStreamID, when not zero, is the last stream ID of a raw gRPC
 	// connection (tests: a new connection after a few requests).
@@ -205,18 +213,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	u, err := url.Parse(o.Target)
 	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return bad("target %q: want http://host:port or grpc://host:port", o.Target)
+		return bad("target %q: want http://host:port or grpc://host:port (https, grpcs over TLS)", o.Target)
 	}
 	switch {
 	case o.Mode == 0 && (u.Scheme == "http" || u.Scheme == "https"):
 		o.Mode = HTTP
-	case o.Mode == 0 && u.Scheme == "grpc":
+	case o.Mode == 0 && (u.Scheme == "grpc" || u.Scheme == "grpcs"):
 		o.Mode = GRPC
-	case (o.Mode == HTTP || o.Mode == EnvoyJSON) && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && u.Scheme == "grpc":
+	case (o.Mode == HTTP || o.Mode == EnvoyJSON) && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && (u.Scheme == "grpc" || u.Scheme == "grpcs"):
 	case o.Mode == 0:
-		return bad("target %q: unknown scheme %q (want http, https or grpc)", o.Target, u.Scheme)
+		return bad("target %q: unknown scheme %q (want http, https, grpc or grpcs)", o.Target, u.Scheme)
 	case o.Mode == GRPC:
-		return bad("target %q: mode grpc needs a grpc:// target", o.Target)
+		return bad("target %q: mode grpc needs a grpc:// or grpcs:// target", o.Target)
 	default:
 		return bad("target %q: mode %v needs an http:// or https:// target", o.Target, o.Mode)
 	}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 // ends is replaced by a new one at the next request.
 type rawGRPCSender struct {
 	addr   string
+	tls    *tls.Config         // nil: plain TCP
 	lastID uint32              // the last stream ID of a connection
 	fields []hpack.HeaderField // the request's headers
 	ids    *identities
@@ -49,14 +51,18 @@ type h2slot struct {
 	mu sync.Mutex // held while dialling
 }
 
-func newRawGRPCSender(o Options, host string, ids *identities) (*rawGRPCSender, error) {
-	s := &rawGRPCSender{addr: host, lastID: h2LastStreamID, ids: ids, slots: make([]h2slot, o.Connections)}
+func newRawGRPCSender(o Options, host string, ids *identities, tlsConf *tls.Config) (*rawGRPCSender, error) {
+	s := &rawGRPCSender{addr: host, lastID: h2LastStreamID, ids: ids, slots: make([]h2slot, o.Connections), tls: tlsConf}
+	scheme := "http"
+	if tlsConf != nil {
+		scheme = "https"
+	}
 	if o.lastStreamID != 0 {
 		s.lastID = o.lastStreamID
 	}
 	s.fields = []hpack.HeaderField{
 		{Name: ":method", Value: "POST"},
-		{Name: ":scheme", Value: "http"},
+		{Name: ":scheme", Value: scheme},
 		{Name: ":path", Value: rlspb.RateLimitService_ShouldRateLimit_FullMethodName},
 		{Name: ":authority", Value: host},
 		{Name: "content-type", Value: "application/grpc"},
@@ -134,7 +140,7 @@ func (s *rawGRPCSender) conn(ctx context.Context, slot *h2slot) (*h2conn, error)
 	if closed {
 		return nil, errConnClosed
 	}
-	c, err := dialH2(ctx, s.addr, s.lastID, s.fields, &s.wg)
+	c, err := dialH2(ctx, s.addr, s.tls, s.lastID, s.fields, &s.wg)
 	if err != nil {
 		return nil, err
 	}

@@ -281,7 +281,7 @@ func TestRawGRPCRequestMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := newRawGRPCSender(o, "127.0.0.1:1", newIdentities(o))
+		s, err := newRawGRPCSender(o, "127.0.0.1:1", newIdentities(o), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

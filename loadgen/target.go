@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -70,8 +72,18 @@ func newSender(o Options) (sender, error) {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidOptions, o.Target, err)
 	}
 	ids := newIdentities(o)
+	var tlsConf *tls.Config // for https and grpcs
+	if u.Scheme == "https" || u.Scheme == "grpcs" {
+		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.TLS != nil {
+			tlsConf = o.TLS.Clone()
+		}
+		if tlsConf.ServerName == "" {
+			tlsConf.ServerName = u.Hostname()
+		}
+	}
 	if o.Mode == GRPC && o.GRPCClient == RawGRPC {
-		s, err := newRawGRPCSender(o, u.Host, ids)
+		s, err := newRawGRPCSender(o, u.Host, ids, tlsConf)
 		if err != nil {
 			return nil, err
 		}
@@ -79,8 +91,12 @@ func newSender(o Options) (sender, error) {
 	}
 	if o.Mode == GRPC {
 		s := &grpcSender{opts: o, ids: ids}
+		creds := insecure.NewCredentials()
+		if tlsConf != nil {
+			creds = credentials.NewTLS(tlsConf)
+		}
 		for range o.Connections {
-			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(creds))
 			if err != nil {
 				s.close()
 				return nil, fmt.Errorf("loadgen: grpc client for %s: %w", u.Host, err)
@@ -92,6 +108,7 @@ func newSender(o Options) (sender, error) {
 	client := o.HTTPClient
 	if client == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsConf
 		tr.MaxIdleConns = o.Concurrency
 		tr.MaxIdleConnsPerHost = o.Concurrency
 		client = &http.Client{Transport: tr}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ func newCheckCmd() *cobra.Command {
 		cost         int64
 		peek, asJSON bool
 		timeout      time.Duration
+		clientTLS    clientTLSFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "check",
@@ -42,7 +44,17 @@ unreachable, request refused).`,
 			if err != nil {
 				return err
 			}
-			c, err := server.NewClient(addr, nil)
+			tc, err := clientTLS.config()
+			if err != nil {
+				return err
+			}
+			var hc *http.Client
+			if tc != nil {
+				tr := http.DefaultTransport.(*http.Transport).Clone()
+				tr.TLSClientConfig = tc
+				hc = &http.Client{Transport: tr}
+			}
+			c, err := server.NewClient(addr, hc)
 			if err != nil {
 				return fmt.Errorf("--addr %q: want the service's URL, such as http://127.0.0.1:8080", addr)
 			}
@@ -77,7 +89,8 @@ unreachable, request refused).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&addr, "addr", "http://127.0.0.1:8080", "base URL of the service")
+	fl.StringVar(&addr, "addr", "http://127.0.0.1:8080", "base URL of the service (https: see --tls-*)")
+	clientTLS.add(fl)
 	fl.StringVar(&policy, "policy", "api", "policy name")
 	fl.StringArrayVar(&ids, "id", nil, "identity value as dimension=value, e.g. user=42 (repeatable)")
 	fl.Int64Var(&cost, "cost", 1, "cost of the request")

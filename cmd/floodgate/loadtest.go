@@ -22,6 +22,7 @@ func newLoadtestCmd() *cobra.Command {
 		expectLimit, expBurst int64
 		quiet                 bool
 		mode, grpcClient      string
+		clientTLS             clientTLSFlags
 		gcFloor               int
 	)
 	cmd := &cobra.Command{
@@ -57,6 +58,9 @@ request failed (nothing measured; the report is printed all the same).
 				return fmt.Errorf("--grpc-client: %w", err)
 			}
 			if err := checkLoadtestFlags(cmd, o); err != nil {
+				return err
+			}
+			if o.TLS, err = clientTLS.config(); err != nil {
 				return err
 			}
 			if expectAlg != "" || expectLimit != 0 || expectWin != "" || expBurst != 0 {
@@ -110,7 +114,8 @@ request failed (nothing measured; the report is printed all the same).
 	}
 	fl := cmd.Flags()
 	addGCFlag(fl, &gcFloor)
-	fl.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "service URL: http://host:port or grpc://host:port")
+	fl.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "service URL: http://host:port or grpc://host:port (https, grpcs: over TLS, see --tls-*)")
+	clientTLS.add(fl)
 	fl.StringVar(&mode, "mode", "", "API: http (POST /v1/check), grpc (ShouldRateLimit) or envoy-json (POST /json); default from the --target scheme")
 	fl.Float64Var(&o.Rate, "rate", 0, "arrival rate in requests per second (0: closed loop, as fast as the workers go)")
 	fl.IntVar(&o.Concurrency, "concurrency", 10, "workers (requests in flight at most)")
@@ -147,7 +152,7 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 	if o.Connections < 0 {
 		return fmt.Errorf("--connections %d: want 0 (one per %d workers) or 1 up to --concurrency", o.Connections, loadgen.WorkersPerConnection)
 	}
-	if cmd.Flags().Changed("connections") && o.Mode != loadgen.GRPC && !strings.HasPrefix(o.Target, "grpc://") {
+	if cmd.Flags().Changed("connections") && o.Mode != loadgen.GRPC && !strings.HasPrefix(o.Target, "grpc://") && !strings.HasPrefix(o.Target, "grpcs://") {
 		return errors.New("--connections applies to gRPC targets only (HTTP workers each keep their own connection)")
 	}
 	if o.Timeout <= 0 {

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"net"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/health"
 
 	"github.com/floodgate-rl/floodgate/envoycompat"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestLoadtestEnvoyJSON drives envoy-compat's POST /json handler (in
@@ -63,4 +66,55 @@ func TestLoadtestFailsWhenNothingAnswers(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "requests failed") || !strings.Contains(out, "errors") {
 		t.Fatalf("exit %d, stderr %q, report %q; want 1, the report, and a line saying every request failed", code, errOut, out)
 	}
+}
+
+// TestLoadtestAndCheckOverMutualTLS: loadtest (grpcs:// with the raw and
+// the grpc-go client, and https://) and check (https://) reach a service
+// that requires client certificates, given --tls-ca-file,
+// --tls-cert-file and --tls-key-file; without a certificate they fail.
+// loadtest had no TLS for gRPC, and neither could present a certificate.
+func TestLoadtestAndCheckOverMutualTLS(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	envoyDir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(envoyDir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	svc := startService(t, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-client-ca-file", f.CA,
+		"--grpc-addr", "127.0.0.1:0", "--envoy-config", envoyDir)
+	defer svc.stop(t)
+	tlsArgs := []string{"--tls-ca-file", f.CA, "--tls-cert-file", f.ClientCert, "--tls-key-file", f.ClientKey}
+	grpcs := "grpcs://localhost:" + portOf(t, svc.addr(t, grpcListening))
+	https := strings.Replace(svc.url, "http://127.0.0.1", "https://localhost", 1)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"grpcs raw", []string{"--target", grpcs, "--domain", "edge", "--identities", "2"}, "allowed            10\n"},
+		{"grpcs grpc-go", []string{"--target", grpcs, "--domain", "edge", "--identities", "2", "--grpc-client", "grpc-go"}, "allowed            10\n"},
+		{"https", []string{"--target", https, "--policy", "api", "--identities", "1"}, "allowed            20\n"},
+	} {
+		args := append([]string{"loadtest", "--requests", "20", "--concurrency", "2", "--quiet"}, tc.args...)
+		code, out, errOut := cli(append(args, tlsArgs...)...)
+		if code != 0 || !strings.Contains(out, tc.want) || !strings.Contains(out, "errors             0\n") {
+			t.Fatalf("%s: exit %d\n%s%s\nwant %q and no errors", tc.name, code, out, errOut, tc.want)
+		}
+		if code, out, errOut := cli(append(args, "--tls-ca-file", f.CA)...); code != 1 {
+			t.Fatalf("%s without a client certificate: exit %d\n%s%s; want every request failed, exit 1", tc.name, code, out, errOut)
+		}
+	}
+	if code, out, errOut := cli(append([]string{"check", "--addr", https, "--policy", "api", "--id", "user=tls"}, tlsArgs...)...); code != 0 || !strings.Contains(out, "ALLOWED") {
+		t.Fatalf("check over mutual TLS: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := cli("check", "--addr", https, "--policy", "api", "--id", "user=tls", "--tls-cert-file", f.ClientCert); code != 1 || !strings.Contains(errOut, "--tls-cert-file needs --tls-key-file") {
+		t.Fatalf("check with a certificate and no key: exit %d, %s", code, errOut)
+	}
+}
+
+// portOf returns the port of a host:port address.
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
