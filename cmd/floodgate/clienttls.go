@@ -18,7 +18,7 @@ type clientTLSFlags struct {
 }
 
 func (c *clientTLSFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&c.caFile, "tls-ca-file", "", "PEM authorities to trust for an https or grpcs target, instead of the system's")
+	fl.StringVar(&c.caFile, "tls-ca-file", "", "PEM authorities to trust for https (and grpcs) services, instead of the system's")
 	fl.StringVar(&c.certFile, "tls-cert-file", "", "PEM client certificate to present (services run with --tls-client-ca-file); needs --tls-key-file")
 	fl.StringVar(&c.keyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
@@ -26,6 +27,7 @@ func newDoctorCmd() *cobra.Command {
 		colour        string
 		timeout       time.Duration
 		verifyKeyFile string
+		clientTLS     clientTLSFlags // for https instances and Prometheus
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -73,6 +75,15 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 			// error, says what went wrong.
 			redis.SetLogger(newRedisLogger(log, time.Minute))
 			opts.Redis = rs
+			tc, err := clientTLS.config()
+			if err != nil {
+				return err
+			}
+			if tc != nil {
+				tr := http.DefaultTransport.(*http.Transport).Clone()
+				tr.TLSClientConfig = tc
+				opts.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: tr}
+			}
 			useColour, err := wantColour(colour, cmd.OutOrStdout())
 			if err != nil {
 				return err
@@ -106,6 +117,7 @@ report, when it cannot audit (a bad flag, Redis unreachable).`,
 	fl.StringVar(&opts.Prefix, "prefix", "fg", "the deployment's key prefix (serve --prefix)")
 	fl.StringVar(&opts.LoginPrefix, "login-prefix", "login", "the login guard's key prefix (serve --login-prefix)")
 	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")
+	clientTLS.add(fl)
 	fl.StringVar(&verifyKeyFile, "config-verify-key-file", "", "the key the instances verify the configuration in Redis with (serve --config-verify-key-file): a stored document not signed under it fails, as the instances refuse it")
 	fl.StringArrayVar(&opts.EnvoyConfig, "envoy-config", nil, "the Envoy descriptor configuration the instances run (serve --envoy-config): a file, or a directory of .yaml files; repeatable. Its descriptors' keys, and those of limit overrides in its domains, are then known, not keys of no known policy")
 	fl.StringArrayVar(&opts.Instances, "instance", nil, "base URL of a running instance, e.g. http://10.0.0.5:8080; repeatable (for an instance run with --metrics-admin-only, give its admin address too: /metrics is read there)")

@@ -118,3 +118,22 @@ func portOf(t *testing.T, addr string) string {
 	}
 	return port
 }
+
+// TestDoctorOverMutualTLS: doctor reads an instance that requires client
+// certificates when given --tls-cert-file and --tls-key-file (it could
+// not present one).
+func TestDoctorOverMutualTLS(t *testing.T) {
+	rs := redistest.Start(t)
+	f := redistest.GenerateTLS(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-client-ca-file", f.CA)
+	defer svc.stop(t)
+	https := strings.Replace(svc.url, "http://127.0.0.1", "https://localhost", 1)
+	args := []string{"doctor", "--redis", "redis://" + rs.Addr, "--instance", https, "--tls-ca-file", f.CA}
+	_, out, errOut := cli(append(args, "--tls-cert-file", f.ClientCert, "--tls-key-file", f.ClientKey)...)
+	if !strings.Contains(out, "[PASS] ready") {
+		t.Fatalf("doctor with a client certificate:\n%s%s\nwant the instance ready", out, errOut)
+	}
+	if _, out, _ := cli(args...); strings.Contains(out, "[PASS] ready") {
+		t.Fatalf("doctor without a client certificate read the instance:\n%s", out)
+	}
+}
