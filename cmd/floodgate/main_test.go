@@ -498,7 +498,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "-1"}, "--latency-samples -1: want at least 1"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--prefix", ""}, "--prefix"},
 		{[]string{"loadtest", "--target", "ftp://x:1"}, `unknown scheme "ftp"`},
-		{[]string{"loadtest", "--mode", "grpc", "--target", "http://x:1"}, "mode grpc needs a grpc:// target"},
+		{[]string{"loadtest", "--mode", "grpc", "--target", "http://x:1"}, "mode grpc needs a grpc:// or grpcs:// target"},
 		{[]string{"loadtest", "--expect-limit", "10"}, "--expect-algorithm is missing"},
 		{[]string{"loadtest", "--expect-algorithm", "gcra", "--expect-limit", "10", "--expect-window", "1m", "--expected-deny-ratio", "0.5"}, "exclude each other"},
 		{[]string{"loadtest", "--concurrency", "0"}, "--concurrency 0: want at least 1"},
