@@ -64,6 +64,11 @@ func startCluster(t testing.TB, f *TLSFiles) *Cluster {
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000",
+			// A primary's second replica stays its own: with migration
+			// on (Redis's default), it moved to a primary without any
+			// (an orphaned master) within seconds, and a test waiting
+			// for two replicas of one primary never saw them.
+			"--cluster-allow-replica-migration", "no",
 		}
 		if f != nil {
 			args = append(args, "--tls-cluster", "yes", "--tls-replication", "yes")
@@ -183,6 +188,7 @@ func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "5000",
+		"--cluster-allow-replica-migration", "no", // see StartCluster
 	})
 	s.bus = true
 	s.boot(t)

@@ -134,6 +134,20 @@ func StartReplica(t testing.TB, primary *Server, extraArgs ...string) *Server {
 	return r
 }
 
+// WaitReplicaOnline waits, up to a minute, until the primary at addr lists
+// replica as online and acknowledges a WAIT 1: until then a coordinated
+// CLUSTER FAILOVER of that replica, or a WAIT for it, can time out (a
+// replica added a moment ago may still wait for its diskless sync, 5 s,
+// or redo it after a dropped link). It fails t otherwise.
+func WaitReplicaOnline(t testing.TB, addr string, replica *Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := waitReplicaOnline(ctx, addr, replica.Port); err != nil {
+		t.Fatalf("redistest: primary %s does not count replica %s: %v%s", addr, replica.Addr, err, replica.logTail())
+	}
+}
+
 // waitReplicaOnline waits until the primary at addr lists the replica on
 // port as online and answers a WAIT 1 with at least one acknowledgement.
 // A replica's master_link_status is up before that: after a diskless sync
