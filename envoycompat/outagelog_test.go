@@ -2,10 +2,16 @@ package envoycompat
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
@@ -32,5 +38,36 @@ func TestRedisOutageLogsOncePerInterval(t *testing.T) {
 	got := strings.Count(logs.String(), "ShouldRateLimit: store error")
 	if got != 1 {
 		t.Fatalf("%d store error lines for %d failing requests, want 1:\n%s", got, n, logs.String())
+	}
+}
+
+// TestStalledRedisAnswersUnknown: a request whose Redis work ends at its
+// REDIS_TIMEOUT (Redis stalled) is answered with gRPC code Unknown, as
+// every store error and as theirs; grpc-go turned the deadline inside the
+// error into DeadlineExceeded (an outside walk: 117 of 120).
+func TestStalledRedisAnswersUnknown(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	// As envoy-compat's client: the context's deadline ends a command.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	r := newRig(t, &RedisStore{Client: c, Timeout: 200 * time.Millisecond}, Options{}, integrationConfig)
+	r.call(t, req(t, "another", 1, "key2=up"))
+	unpause := pause(t, admin)
+	defer unpause()
+	// Several at once: the first ones' script calls in flight, the
+	// others waiting for them (their error wraps the deadline).
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = r.client.ShouldRateLimit(context.Background(), req(t, "another", 1, fmt.Sprintf("key2=stalled%d", i)))
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if status.Code(err) != codes.Unknown {
+			t.Errorf("request %d with Redis stalled: %v (code %v), want code Unknown", i, err, status.Code(err))
+		}
 	}
 }

@@ -153,7 +153,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.ShouldRateLimit(r.Context(), req)
+	resp, err := s.shouldRateLimit(r.Context(), req)
 	if err != nil {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return

@@ -16,6 +16,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
 )
@@ -129,8 +131,23 @@ func (s *Service) Config() *Config { return s.cfg.Load() }
 func (s *Service) Register(gs *grpc.Server) { rlspb.RegisterRateLimitServiceServer(gs, s) }
 
 // ShouldRateLimit implements the RateLimitService API. A *RequestError or
-// a store error is returned as is (gRPC code Unknown, as theirs).
+// a store error is returned with gRPC code Unknown, as theirs: a store
+// error that ended at the request's deadline (REDIS_TIMEOUT) too, which
+// grpc-go would otherwise answer DeadlineExceeded.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		var re *RequestError
+		if !errors.As(err, &re) {
+			return resp, status.Error(codes.Unknown, err.Error())
+		}
+	}
+	return resp, err
+}
+
+// shouldRateLimit is ShouldRateLimit with the store's error as it is,
+// for POST /json.
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	if err != nil {
 		var re *RequestError

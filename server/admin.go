@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/loginguard"
@@ -281,8 +282,13 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, badRequest("invalid-unlock", "%v", err))
 			return
 		}
-		// One atomic step: nothing was lifted.
-		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "unlocking (nothing was lifted): " + err.Error()})
+		// One atomic step: all of it was lifted or none, and when the
+		// script was sent but its answer lost, which is not known.
+		what := "unlocking (nothing was lifted): "
+		if errors.Is(err, floodgate.ErrIndeterminate) {
+			what = "unlocking (the unlock was sent and may have been applied; retrying is harmless): "
+		}
+		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: what + err.Error()})
 		return
 	}
 	resp := UnlockResponse{Unlocked: lifted.Any(), Cleared: UnlockCleared{Account: lifted.Account, IP: lifted.IP, Pair: lifted.Pair}}

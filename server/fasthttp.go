@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -256,8 +257,9 @@ func fastRoute(uri []byte) (route, query string, ok bool) {
 // fastBody returns the request's body, or the problem of a body over
 // MaxBodyBytes (the connection then closes, as net/http's does).
 func (s *Server) fastBody(ctx *fasthttp.RequestCtx) ([]byte, error) {
-	if ce := ctx.Request.Header.ContentEncoding(); len(ce) > 0 {
-		if err := contentEncoding(string(ce)); err != nil {
+	if ces := ctx.Request.Header.PeekAll(fasthttp.HeaderContentEncoding); len(ces) > 0 {
+		// Every line of the header, as on net/http.
+		if err := contentEncoding(string(bytes.Join(ces, []byte{','}))); err != nil {
 			return nil, err
 		}
 	}

@@ -77,7 +77,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 
 // readBodyInto reads at most the configured body size into buf.
 func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.Request) error {
-	if err := contentEncoding(r.Header.Get("Content-Encoding")); err != nil {
+	// Every line of the header: "identity" then "gzip" on two lines is
+	// "identity, gzip".
+	if err := contentEncoding(strings.Join(r.Header.Values("Content-Encoding"), ",")); err != nil {
 		return err
 	}
 	if r.ContentLength > s.opts.MaxBodyBytes {
@@ -101,7 +103,16 @@ func (s *Server) readBodyInto(buf *bytes.Buffer, w http.ResponseWriter, r *http.
 // failing as "malformed JSON at byte 1" and plain JSON labelled gzip
 // decided as if unlabelled.
 func contentEncoding(v string) error {
-	if v == "" || strings.EqualFold(strings.TrimSpace(v), "identity") {
+	if v == "" {
+		return nil
+	}
+	ok := true
+	for c := range strings.SplitSeq(v, ",") {
+		if !strings.EqualFold(strings.TrimSpace(c), "identity") {
+			ok = false // another coding, or an empty element
+		}
+	}
+	if ok {
 		return nil
 	}
 	return &problemError{status: http.StatusUnsupportedMediaType, kind: "unsupported-content-encoding",

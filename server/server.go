@@ -602,7 +602,8 @@ func (w serverLogWriter) Write(p []byte) (int, error) {
 		line = line[:i] + "contents not logged"
 	}
 	switch {
-	case strings.Contains(line, "TLS handshake error"):
+	case strings.Contains(line, "TLS handshake error"), strings.Contains(line, "error when serving connection") && strings.Contains(line, "tls: "):
+		// net/http's words, and fasthttp's for the same failure.
 		w.s.warn.Warn("tls-handshake", "TLS handshake failed", "detail", line)
 	case strings.Contains(line, "error when serving connection"):
 		// One per malformed request: any client could fill the log.

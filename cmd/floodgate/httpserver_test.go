@@ -166,8 +166,10 @@ func TestServeRefusesContentEncoding(t *testing.T) {
 		post := func(path, body, encoding string) (int, string) {
 			req, _ := http.NewRequest(http.MethodPost, svc.url+path, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
-			if encoding != "" {
-				req.Header.Set("Content-Encoding", encoding)
+			for _, e := range strings.Split(encoding, "|") { // one header line each
+				if e != "" {
+					req.Header.Add("Content-Encoding", e)
+				}
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -182,6 +184,10 @@ func TestServeRefusesContentEncoding(t *testing.T) {
 			{"/v1/check", check, "gzip"},
 			{"/v1/check/batch", `{"requests":[` + check + `]}`, "br"},
 			{"/v1/quota/check", `{"quota":"llm-tokens","identity":{"api_key":"ce"},"amount":1}`, "GZIP"},
+			// Two lines are one list, "identity, gzip": the second line
+			// was not read.
+			{"/v1/check", check, "identity|gzip"},
+			{"/v1/check", check, "identity, br"},
 		} {
 			if code, body := post(tc.path, tc.body, tc.enc); code != http.StatusUnsupportedMediaType || !strings.Contains(body, "unsupported-content-encoding") {
 				t.Fatalf("%s: %s with Content-Encoding %s: %d %s; want 415 unsupported-content-encoding", engine, tc.path, tc.enc, code, body)

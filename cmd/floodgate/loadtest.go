@@ -29,14 +29,18 @@ func newLoadtestCmd() *cobra.Command {
 		Use:   "loadtest",
 		Short: "Drive a running service with checks and report rate, denials and latency",
 		Long: `Send rate-limit checks to a running service, over HTTP/JSON
-(--target http://host:port), Envoy's gRPC API (--target grpc://host:port) or
+(--target http://host:port, or https://), Envoy's gRPC API (--target
+grpc://host:port, or grpcs:// over TLS) or
 Envoy's JSON API of envoyproxy/ratelimit and envoy-compat (--mode envoy-json
 --target http://host:port, POST /json),
 at a fixed arrival rate (--rate) or as fast as --concurrency workers allow,
 and report the rate achieved, allowed and denied counts, errors and latency
 percentiles. Over gRPC it calls with its own small HTTP/2 client
-(plaintext h2c), which costs it a fraction of grpc-go's; --grpc-client
-grpc-go calls with grpc-go's client instead, to compare.
+(h2c, or h2 over TLS for grpcs://), which costs it a fraction of
+grpc-go's; --grpc-client grpc-go calls with grpc-go's client instead, to
+compare. --tls-ca-file, --tls-cert-file and --tls-key-file set the TLS of
+https:// and grpcs:// targets (a service run with --tls-client-ca-file
+needs the certificate).
 
 With --expect-algorithm, --expect-limit and --expect-window describing the
 limit each identity has, the report also gives the share an exact limiter
@@ -62,6 +66,9 @@ request failed (nothing measured; the report is printed all the same).
 			}
 			if o.TLS, err = clientTLS.config(); err != nil {
 				return err
+			}
+			if o.TLS != nil && !strings.HasPrefix(o.Target, "https://") && !strings.HasPrefix(o.Target, "grpcs://") {
+				return fmt.Errorf("--tls-* flags apply to https:// and grpcs:// targets, not %q (a TLS listener wants https:// or grpcs://)", o.Target)
 			}
 			if expectAlg != "" || expectLimit != 0 || expectWin != "" || expBurst != 0 {
 				for _, f := range []struct {

@@ -50,6 +50,8 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-client", "netty"}, `--grpc-client: loadgen: invalid options: gRPC client "netty"`},
 		{[]string{"loadtest", "--mode", "envoy-json", "--target", "grpc://127.0.0.1:1"}, "mode envoy-json needs an http:// or https:// target"},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--concurrency", "2", "--connections", "3"}, "connections 3 out of range 1..2"},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--tls-ca-file", "/nonexistent"}, "--tls-ca-file: open /nonexistent"},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--tls-cert-file", "x"}, "--tls-cert-file needs --tls-key-file"},
 	} {
 		code, _, errOut := cli(tc.args...)
 		if code != 1 || !strings.Contains(errOut, tc.want) {
@@ -100,6 +102,11 @@ func TestLoadtestAndCheckOverMutualTLS(t *testing.T) {
 		if code, out, errOut := cli(append(args, "--tls-ca-file", f.CA)...); code != 1 {
 			t.Fatalf("%s without a client certificate: exit %d\n%s%s; want every request failed, exit 1", tc.name, code, out, errOut)
 		}
+	}
+	// The TLS flags with a plaintext target: said, not ignored.
+	plain := strings.Replace(grpcs, "grpcs://", "grpc://", 1)
+	if code, _, errOut := cli(append([]string{"loadtest", "--target", plain, "--requests", "1", "--quiet"}, tlsArgs...)...); code != 1 || !strings.Contains(errOut, "--tls-* flags apply to https:// and grpcs:// targets") {
+		t.Fatalf("loadtest with --tls-* and a grpc:// target: exit %d, %s", code, errOut)
 	}
 	if code, out, errOut := cli(append([]string{"check", "--addr", https, "--policy", "api", "--id", "user=tls"}, tlsArgs...)...); code != 0 || !strings.Contains(out, "ALLOWED") {
 		t.Fatalf("check over mutual TLS: exit %d\n%s%s", code, out, errOut)
