@@ -162,14 +162,14 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		SocketType: e.str("REDIS_SOCKET_TYPE", "unix"), Type: e.str("REDIS_TYPE", "SINGLE"),
 		URL: e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"), PoolSize: int(e.int64("REDIS_POOL_SIZE", 10)),
 		Auth: e.str("REDIS_AUTH", ""), TLS: e.boolean("REDIS_TLS", false), SentinelAuth: e.str("REDIS_SENTINEL_AUTH", ""),
-		Timeout:       e.duration("REDIS_TIMEOUT", 10*time.Second),
+		Timeout:       e.timeout("REDIS_TIMEOUT"),
 		TLSClientCert: tlsCert, TLSClientKey: tlsKey, TLSCACert: tlsCA, TLSSkipHostnameVerification: skip,
 	}
 	s.PerSecond = RedisSettings{
 		SocketType: e.str("REDIS_PERSECOND_SOCKET_TYPE", "unix"), Type: e.str("REDIS_PERSECOND_TYPE", "SINGLE"),
 		URL: e.str("REDIS_PERSECOND_URL", "/var/run/nutcracker/ratelimitpersecond.sock"), PoolSize: int(e.int64("REDIS_PERSECOND_POOL_SIZE", 10)),
 		Auth: e.str("REDIS_PERSECOND_AUTH", ""), TLS: e.boolean("REDIS_PERSECOND_TLS", false), SentinelAuth: e.str("REDIS_PERSECOND_SENTINEL_AUTH", ""),
-		Timeout:       e.duration("REDIS_PERSECOND_TIMEOUT", 10*time.Second),
+		Timeout:       e.timeout("REDIS_PERSECOND_TIMEOUT"),
 		TLSClientCert: tlsCert, TLSClientKey: tlsKey, TLSCACert: tlsCA, TLSSkipHostnameVerification: skip,
 	}
 	if ct := e.str("CONFIG_TYPE", "FILE"); ct != "FILE" && e.err == nil {
@@ -316,6 +316,18 @@ func (e *envReader) float32(name string, def float32) float32 {
 		e.fail(name, v, "a number")
 	}
 	return float32(f)
+}
+
+// timeout reads a Redis timeout (default 10s): negative ones, which made
+// every dial fail at once (and /healthcheck stay 500), are refused; 0 is
+// go-redis's defaults and no bound of a request's own.
+func (e *envReader) timeout(name string) time.Duration {
+	d := e.duration(name, 10*time.Second)
+	if d < 0 {
+		v, _ := e.raw(name)
+		e.fail(name, v, "a duration of 0 or more, such as 10s")
+	}
+	return d
 }
 
 func (e *envReader) duration(name string, def time.Duration) time.Duration {

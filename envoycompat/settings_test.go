@@ -62,6 +62,8 @@ func TestSettingsRefused(t *testing.T) {
 		{"SHADOW_MODE=maybe", "SHADOW_MODE"},
 		{"NEAR_LIMIT_RATIO=2", "NEAR_LIMIT_RATIO"},
 		{"REDIS_TIMEOUT=soon", "REDIS_TIMEOUT"},
+		{"REDIS_TIMEOUT=-1s", `REDIS_TIMEOUT="-1s": want a duration of 0 or more`},
+		{"REDIS_PERSECOND_TIMEOUT=-5", "REDIS_PERSECOND_TIMEOUT"},
 		{"BACKEND_TYPE=memcache", "memcached"},
 		{"BACKEND_TYPE=etcd", "BACKEND_TYPE"},
 		{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_TYPE"},
