@@ -464,6 +464,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 (1ns for next to no pause)"},
 		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-ipv4-prefix", "24"}, "describe the login guard that --login-secret-file enables"},
 		{[]string{"serve", "--prefix", "bad prefix"}, "--prefix"},
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--pprof"}, "--pprof needs --admin-addr"},

@@ -668,6 +668,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 // the applications' Redis, prefix and secret, so it derives the same keys.
 func loginGuard(f serveFlags, b *backend, log *slog.Logger) (server.LoginUnlocker, error) {
 	if f.loginSecretFile == "" {
+		if f.loginIPv4Prefix != 32 || f.loginIPv6Prefix != 64 || f.loginPrefix != "login" {
+			return nil, errors.New("--login-prefix, --login-ipv4-prefix and --login-ipv6-prefix describe the login guard that --login-secret-file enables: give it too")
+		}
 		return nil, nil
 	}
 	if b.client == nil {
@@ -681,9 +684,12 @@ func loginGuard(f serveFlags, b *backend, log *slog.Logger) (server.LoginUnlocke
 	if err != nil {
 		return nil, fmt.Errorf("--login-prefix: %w", err)
 	}
+	if len(secret) < loginguard.MinSecretLen {
+		return nil, fmt.Errorf("--login-secret-file: a secret of %d bytes, want at least %d", len(secret), loginguard.MinSecretLen)
+	}
 	g, err := loginguard.New(backend, loginguard.Options{Secret: []byte(secret), IPv4Prefix: f.loginIPv4Prefix, IPv6Prefix: f.loginIPv6Prefix})
 	if err != nil {
-		return nil, fmt.Errorf("--login-secret-file, --login-ipv4-prefix, --login-ipv6-prefix: %w", err)
+		return nil, fmt.Errorf("--login-ipv4-prefix, --login-ipv6-prefix: %w", err)
 	}
 	return g, nil
 }
@@ -765,6 +771,9 @@ func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader
 		}
 		if f.sec.cert != nil {
 			sources = append(sources, f.sec.tlsCertFile)
+			if f.sec.tlsClientCAFile != "" {
+				sources = append(sources, f.sec.tlsClientCAFile)
+			}
 			_, _ = f.sec.cert.Reload() // logs what it did
 		}
 		if len(sources) == 0 {
