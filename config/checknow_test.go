@@ -314,3 +314,20 @@ func TestCheckNowJudgesAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyActiveAgainEndsTheRejection: after a rejected document, reading
+// the active one again (a poll after the file was put back) forgets the
+// rejection and logs it, so that the rejection's error line has an end
+// (it logged nothing).
+func TestApplyActiveAgainEndsTheRejection(t *testing.T) {
+	h, r, _, logs := newLoggedReloader(t, doc("1", 10))
+	if _, err := r.Apply([]byte("policies: [oops"), "f.yaml"); err == nil || h.LastRejected() == nil {
+		t.Fatalf("a broken document: %v, rejected %v", err, h.LastRejected())
+	}
+	if _, err := r.Apply([]byte(doc("1", 10)), "f.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if h.LastRejected() != nil || !strings.Contains(logs.String(), "configuration source holds the active configuration again") {
+		t.Fatalf("after the active document again: rejected %v, log:\n%s", h.LastRejected(), logs)
+	}
+}

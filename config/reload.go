@@ -217,7 +217,11 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		return active, err
 	}
 	if c.Hash() == active.Hash() {
-		r.holder.rejected.Store(nil) // the source holds what runs again
+		// The source holds what runs again: after a rejection, say so,
+		// so that its error line has an end.
+		if r.holder.rejected.Swap(nil) != nil {
+			r.log.Info("configuration source holds the active configuration again", "source", source, "version", active.Version())
+		}
 		return active, nil
 	}
 	r.holder.store(c)
