@@ -164,20 +164,13 @@ func TestServeRefusesContentEncoding(t *testing.T) {
 	for _, engine := range []string{"net/http", "fasthttp"} {
 		svc := startService(t, "--http-server", engine)
 		post := func(path, body, encoding string) (int, string) {
-			req, _ := http.NewRequest(http.MethodPost, svc.url+path, strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
+			h := http.Header{}
 			for _, e := range strings.Split(encoding, "|") { // one header line each
 				if e != "" {
-					req.Header.Add("Content-Encoding", e)
+					h.Add("Content-Encoding", e)
 				}
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(raw)
+			return postWith(t, svc.url+path, body, h)
 		}
 		check := `{"policy":"api","identity":{"user":"ce"}}`
 		for _, tc := range []struct{ path, body, enc string }{

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -128,20 +127,10 @@ func TestServeTLSCertificateRenewed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		metrics := strings.Replace(svc.url, "http://", "https://", 1) + "/metrics"
 		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
-		resp, err := (&http.Client{Transport: tr}).Get(metrics)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var got float64
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, "floodgate_tls_certificate_expiry_timestamp_seconds "); ok {
-				fmt.Sscan(v, &got)
-			}
-		}
+		defer tr.CloseIdleConnections()
+		got := metricSumWith(t, &http.Client{Transport: tr}, strings.Replace(svc.url, "http://", "https://", 1)+"/metrics",
+			"floodgate_tls_certificate_expiry_timestamp_seconds")
 		if int64(got) != leaf.NotAfter.Unix() {
 			t.Fatalf("floodgate_tls_certificate_expiry_timestamp_seconds %v, want the renewed certificate's %d", got, leaf.NotAfter.Unix())
 		}
@@ -227,21 +216,10 @@ func TestServeClientCAsRenewed(t *testing.T) {
 	if !strings.Contains(svc.Logs(), "TLS client certificate refused") {
 		t.Fatalf("no refused client certificate in the log:\n%s", svc.Logs())
 	}
-	mreq, _ := http.NewRequest(http.MethodGet, strings.Replace(svc.url, "http://", "https://", 1)+"/metrics", nil)
 	mtr := &http.Transport{TLSClientConfig: clientB}
 	defer mtr.CloseIdleConnections()
-	mresp, err := (&http.Client{Transport: mtr}).Do(mreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mbody, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
-	var refused float64
-	for _, line := range strings.Split(string(mbody), "\n") {
-		if v, ok := strings.CutPrefix(line, "floodgate_tls_client_certificates_refused_total "); ok {
-			fmt.Sscan(v, &refused)
-		}
-	}
+	refused := metricSumWith(t, &http.Client{Transport: mtr}, strings.Replace(svc.url, "http://", "https://", 1)+"/metrics",
+		"floodgate_tls_client_certificates_refused_total")
 	if refused < 4 { // b's HTTPS and gRPC before the swap, a's after
 		t.Fatalf("floodgate_tls_client_certificates_refused_total = %v, want at least 4", refused)
 	}

@@ -81,6 +81,12 @@ func TestServeWaitReplicas(t *testing.T) {
 
 func postBody(t *testing.T, url, body string) (int, string) {
 	t.Helper()
+	return postWith(t, url, body, nil)
+}
+
+// postWith is postBody sending the header lines of h too.
+func postWith(t *testing.T, url, body string, h http.Header) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
@@ -88,6 +94,11 @@ func postBody(t *testing.T, url, body string) (int, string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, vs := range h {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +112,13 @@ func postBody(t *testing.T, url, body string) (int, string) {
 // when there are none.
 func metricSum(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	return metricSumWith(t, http.DefaultClient, url, name)
+}
+
+// metricSumWith is metricSum read with c (an HTTPS listener's client).
+func metricSumWith(t *testing.T, c *http.Client, url, name string) float64 {
+	t.Helper()
+	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
