@@ -123,8 +123,11 @@ func (f FailureMode) String() string {
 	return fmt.Sprintf("FailureMode(%d)", uint8(f))
 }
 
-// CostFunc returns what a request costs (0..floodgate.MaxCost; 0 only
-// checks). An error, or a cost out of range, answers the request with 400.
+// CostFunc returns what a request costs (0..floodgate.MaxCost). Cost 0
+// charges nothing but is not free: it is served only while a request of
+// cost 1 would be, and answered 429 once the limit is used up. To exempt
+// requests (health checks), route them around the middleware. An error, or
+// a cost out of range, answers the request with 400.
 type CostFunc func(r *http.Request) (int64, error)
 
 // Options configures a Middleware. The zero value is ready to use.

@@ -20,7 +20,11 @@
 //
 // Two stores have identical semantics: MemoryStore (in process) and
 // RedisStore (one Lua script per operation, all keys of one identity in one
-// Redis Cluster slot).
+// Redis Cluster slot), as long as the times given to the ...At methods keep
+// pace with real time: Redis expires a period's keys on its own clock, the
+// memory store at the times it is given, so a simulation that jumps ahead
+// by hours finds a finished period still in Redis (and a settlement in it
+// replayed) that the memory store has already dropped.
 //
 // Worst-case over-admission: none. Check and Reserve admit only what fits in
 // Limit - Used - Reserved. Usage can exceed the limit only through Settle,
@@ -107,9 +111,12 @@ type Options struct {
 	// HoldTTL is how long a reservation holds its estimate when it is
 	// never settled. Default 10 minutes; 1ms..floodgate.MaxWindow.
 	HoldTTL time.Duration
-	// SettledTTL is how long a settlement's outcome is remembered, the
-	// window within which a repeated Settle of the same id is recognised
-	// and changes nothing. Default 1h; 1ms..floodgate.MaxWindow.
+	// SettledTTL is how long at least a settlement's outcome is
+	// remembered, the window within which a repeated Settle of the same id
+	// is recognised and changes nothing. An outcome written into the
+	// previous period (a reservation settled after midnight) is kept as
+	// long as that period's keys, which may be longer. Default 1h;
+	// 1ms..floodgate.MaxWindow.
 	SettledTTL time.Duration
 	// MaxPending caps the live reservations of one identity in one period;
 	// further Reserves are denied with ReasonTooManyPending. Default
@@ -253,7 +260,7 @@ func (q *Quota) ReserveAt(ctx context.Context, now time.Time, identity, requestI
 // added to the usage, even when that overruns the limit (the result then
 // says Exhausted). Settle is idempotent: settling an id again within
 // Options.SettledTTL, from any instance, changes nothing and returns the
-// first outcome with Replayed set. Settling an id with no live reservation
+// first outcome with Replayed set (see Options.SettledTTL). Settling an id with no live reservation
 // charges actual and reports Unmatched. A reservation made in the previous
 // period is settled there. Settle with actual 0 cancels a reservation.
 func (q *Quota) Settle(ctx context.Context, identity, requestID string, actual int64) (Result, error) {
