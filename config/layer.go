@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +52,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 	what := fmt.Sprintf("layer %q of policy %q", l.Name, pol.Name)
 	full := pol.Name + "." + l.Name
 	if len(full) > floodgate.MaxNameLen {
-		p.errorf(name.val, "%s: %q is %d characters; policy and layer names together must fit in %d", what, full, len(full), floodgate.MaxNameLen-1)
+		p.errorf(name.val, "%s: %q is %d characters; policy and layer names with the dot between them must fit in %d", what, full, len(full), floodgate.MaxNameLen)
 		return nil
 	}
 	bad := len(p.errs)
@@ -125,10 +127,31 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 	if t, ok := f["tiers"]; ok {
 		l.overrides = p.overrides(t, base, l.Shards, c, pol, what)
 	}
+	if v, ok := f["cost"]; ok && l.Cost > 0 {
+		p.costFits(v.val, l.base, l.Cost, what)
+		for _, tier := range slices.Sorted(maps.Keys(l.overrides)) {
+			p.costFits(v.val, l.overrides[tier], l.Cost, fmt.Sprintf("%s tier %q", what, tier))
+		}
+	}
 	if len(p.errs) > bad {
 		return nil
 	}
 	return l
+}
+
+// costFits refuses a layer's fixed cost that its policy can never admit:
+// every request would be denied with cost_exceeds_limit.
+func (p *parser) costFits(n *yaml.Node, pol floodgate.Policy, cost int64, what string) {
+	most := pol.Capacity()
+	if pol.Algorithm == floodgate.GCRA && pol.MaxDelay > 0 {
+		// A shaping GCRA admits, with a delay, what fits in its burst
+		// plus MaxDelay's worth of emission intervals.
+		iv := pol.Window.Microseconds() / pol.Limit
+		most = (most*iv + pol.MaxDelay.Microseconds()) / iv
+	}
+	if cost > most {
+		p.errorf(n, "%s: cost %d exceeds the %d its policy (%s) can ever admit at once, so every request would be denied", what, cost, most, pol)
+	}
 }
 
 // shard divides a sharded layer's limit (and burst) over its shards and

@@ -185,6 +185,18 @@ func (p *parser) scalar(n *yaml.Node, what string) (string, bool) {
 	return n.Value, true
 }
 
+// unquoted returns a number's or a boolean's text, refusing it quoted: a
+// quoted "2" is text in YAML, and taking it as a number would make the
+// same mistake pass or fail by how it is spelled ("yes" is refused).
+func (p *parser) unquoted(n *yaml.Node, what, kind string) (string, bool) {
+	s, ok := p.scalar(n, what)
+	if ok && n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		p.errorf(n, "%s must be %s, got the quoted text %q: write it without quotes", what, kind, s)
+		return "", false
+	}
+	return s, ok
+}
+
 func (p *parser) str(n *yaml.Node, what string) string {
 	s, _ := p.scalar(n, what)
 	return s
@@ -193,7 +205,7 @@ func (p *parser) str(n *yaml.Node, what string) string {
 // integer parses a whole number (underscores allowed between digits, as in
 // 10_000) in min..max.
 func (p *parser) integer(n *yaml.Node, what string, min, max int64) (int64, bool) {
-	s, ok := p.scalar(n, what)
+	s, ok := p.unquoted(n, what, "a whole number")
 	if !ok {
 		return 0, false
 	}
@@ -216,7 +228,7 @@ func (p *parser) integer(n *yaml.Node, what string, min, max int64) (int64, bool
 }
 
 func (p *parser) boolean(n *yaml.Node, what string) bool {
-	s, ok := p.scalar(n, what)
+	s, ok := p.unquoted(n, what, "true or false")
 	if !ok {
 		return false
 	}

@@ -186,7 +186,7 @@ func (p *parser) quota(n *yaml.Node, c *Config) *Quota {
 	p.calendar(n, f, &cal, k.what)
 	q.base.Calendar = cal.Calendar
 	if v, ok := f["soft_threshold"]; ok {
-		if s, ok := p.scalar(v.val, k.what+" soft_threshold"); ok {
+		if s, ok := p.unquoted(v.val, k.what+" soft_threshold", "a fraction"); ok {
 			x, err := strconv.ParseFloat(s, 64)
 			if err != nil || !(x > 0 && x <= 1) {
 				p.errorf(v.val, "%s soft_threshold must be a fraction of the limit above 0 and at most 1 (e.g. 0.8), got %q", k.what, s)

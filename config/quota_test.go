@@ -100,6 +100,7 @@ func TestParseQuotaAndConcurrencyErrors(t *testing.T) {
 	tests := []struct {
 		name, doc, want string
 	}{
+		{"quoted soft threshold", quota(okQ + `, soft_threshold: "0.5"`), `soft_threshold must be a fraction, got the quoted text "0.5"`},
 		{"unknown quota field", quota(okQ + ", window: 1h"), `e.yaml:3:62: unknown field "window" in a quota (known fields: name, limit, period, timezone, anchor_day, dimension, tier_dimension, soft_threshold, hold, tiers)`},
 		{"quota no name", tiers + "quotas:\n  - {" + okQ + "}\n", `e.yaml:3:5: a quota has no name`},
 		{"quota bad name", tiers + "quotas:\n  - {name: a.b, " + okQ + "}\n", `e.yaml:3:12: quota name "a.b": character '.' not in`},
