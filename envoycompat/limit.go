@@ -141,7 +141,7 @@ func (s *Service) status(key string, l *Limit, before, after uint64, overLocal b
 	case after > limit:
 		over = true
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-		nearThr := uint64(math.Floor(float64(float32(limit) * s.opts.NearLimitRatio)))
+		nearThr := nearThreshold(limit, s.opts.NearLimitRatio)
 		if before >= limit {
 			m.add(l, statOverLimit, hits)
 		} else {
@@ -152,7 +152,7 @@ func (s *Service) status(key string, l *Limit, before, after uint64, overLocal b
 	default:
 		st.Code = rlspb.RateLimitResponse_OK
 		st.LimitRemaining = uint32(limit - after)
-		nearThr := uint64(math.Floor(float64(float32(limit) * s.opts.NearLimitRatio)))
+		nearThr := nearThreshold(limit, s.opts.NearLimitRatio)
 		if after > nearThr {
 			if before >= nearThr {
 				m.add(l, statNearLimit, hits)
@@ -273,4 +273,15 @@ func overrideText(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) string {
 		b = append(b, '}')
 	}
 	return string(b)
+}
+
+// nearThreshold is the count above which hits are near_limit: the limit
+// times ratio, rounded down as theirs does in float32, or the limit itself
+// (none is near) for a ratio outside 0..1, where theirs computes a
+// threshold above the limit or a platform-dependent one.
+func nearThreshold(limit uint64, ratio float32) uint64 {
+	if !(ratio >= 0 && ratio <= 1) {
+		return limit
+	}
+	return uint64(math.Floor(float64(float32(limit) * ratio)))
 }

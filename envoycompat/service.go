@@ -35,12 +35,13 @@ type Options struct {
 	// seconds to each counter's time to live
 	// (EXPIRATION_JITTER_MAX_SECONDS).
 	ExpirationJitterMax time.Duration
-	// LocalCacheBytes, when positive, remembers counters found over their
+	// LocalCacheBytes, when not 0, remembers counters found over their
 	// limit until their window ends, answering them without the store
-	// (LOCAL_CACHE_SIZE_IN_BYTES).
+	// (LOCAL_CACHE_SIZE_IN_BYTES); below MinLocalCacheBytes (negative
+	// too) it is MinLocalCacheBytes, as in theirs.
 	LocalCacheBytes int
 	// NearLimitRatio is the share of a limit above which hits count as
-	// near_limit (NEAR_LIMIT_RATIO).
+	// near_limit (NEAR_LIMIT_RATIO); outside 0..1 (NaN too) none does.
 	NearLimitRatio float32
 	// StopIncrementWhenOverLimit stops counting a request in every
 	// descriptor but the ones it takes over their limit
@@ -98,9 +99,6 @@ func (e *RequestError) Error() string { return e.Msg }
 func NewService(opts Options) (*Service, error) {
 	if opts.Store == nil {
 		return nil, errors.New("envoycompat: Options.Store is required")
-	}
-	if opts.NearLimitRatio < 0 || opts.NearLimitRatio > 1 || math.IsNaN(float64(opts.NearLimitRatio)) {
-		return nil, fmt.Errorf("envoycompat: NearLimitRatio %v out of range 0..1", opts.NearLimitRatio)
 	}
 	if opts.ExpirationJitterMax < 0 {
 		return nil, fmt.Errorf("envoycompat: ExpirationJitterMax %v is negative", opts.ExpirationJitterMax)

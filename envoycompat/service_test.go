@@ -225,6 +225,24 @@ func TestIntegrationSequence(t *testing.T) {
 	}
 }
 
+// TestNearLimitRatioOutsideRange: a NEAR_LIMIT_RATIO above 1 or below 0
+// counts no hit as near_limit, within or over the limit; the subtraction
+// of the over-limit path used to wrap around for a threshold above the
+// limit.
+func TestNearLimitRatioOutsideRange(t *testing.T) {
+	for _, ratio := range []float32{1.5, -1} {
+		r := newRig(t, &MemoryStore{}, Options{NearLimitRatio: ratio}, basicIntegration, integrationConfig)
+		for range 25 {
+			r.call(t, req(t, "another", 1, "key2=alone"))
+		}
+		for stat, want := range map[string]float64{statOverLimit: 5, statNearLimit: 0, statWithinLimit: 20} {
+			if got := testutil.ToFloat64(r.metrics.perLimit.WithLabelValues("another", "key2", stat)); got != want {
+				t.Errorf("ratio %v: %s of another.key2 = %v, want %v", ratio, stat, got, want)
+			}
+		}
+	}
+}
+
 const costConfig = `
 domain: cost
 descriptors:

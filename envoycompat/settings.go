@@ -2,7 +2,6 @@ package envoycompat
 
 import (
 	"fmt"
-	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -53,6 +52,12 @@ type Settings struct {
 	Redis          RedisSettings
 	RedisPerSecond bool
 	PerSecond      RedisSettings
+
+	// Adjusted lists the values FromEnv took as envoyproxy/ratelimit
+	// takes them rather than as written (a negative
+	// EXPIRATION_JITTER_MAX_SECONDS is no jitter), one line each, for the
+	// service to log: a deployment that starts with theirs starts here.
+	Adjusted []string
 }
 
 // RedisSettings are the REDIS_* (or REDIS_PERSECOND_*) settings of one
@@ -181,8 +186,46 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	if e.err != nil {
 		return Settings{}, e.err
 	}
+	s.adjust()
 	return s, s.validate()
 }
+
+// adjust takes the values theirs starts with but reads in its own way as
+// theirs reads them, noting each in Adjusted; the values theirs cannot
+// start with (a negative pool size) are left for validate and the Redis
+// setup to refuse.
+func (s *Settings) adjust() {
+	note := func(format string, args ...any) { s.Adjusted = append(s.Adjusted, fmt.Sprintf(format, args...)) }
+	if r := s.NearLimitRatio; !(r >= 0 && r <= 1) {
+		note("NEAR_LIMIT_RATIO=%v is outside 0..1: near_limit is never counted", r)
+	}
+	if s.ExpirationJitterMaxSeconds < 0 {
+		note("EXPIRATION_JITTER_MAX_SECONDS=%d is negative: no expiration jitter", s.ExpirationJitterMaxSeconds)
+		s.ExpirationJitterMaxSeconds = 0
+	}
+	if b := s.LocalCacheSizeInBytes; b != 0 && b < MinLocalCacheBytes {
+		note("LOCAL_CACHE_SIZE_IN_BYTES=%d is below %d: the local cache holds %d bytes, as freecache's minimum in theirs", b, MinLocalCacheBytes, MinLocalCacheBytes)
+		s.LocalCacheSizeInBytes = MinLocalCacheBytes
+	}
+	for _, r := range []struct {
+		name string
+		rs   *RedisSettings
+	}{{"REDIS_POOL_SIZE", &s.Redis}, {"REDIS_PERSECOND_POOL_SIZE", &s.PerSecond}} {
+		if r.rs.PoolSize == 0 && (r.name == "REDIS_POOL_SIZE" || s.RedisPerSecond) {
+			note("%s=0: a pool of %d connections, radix's default in theirs", r.name, DefaultZeroPoolSize)
+			r.rs.PoolSize = DefaultZeroPoolSize
+		}
+	}
+}
+
+// MinLocalCacheBytes is the smallest local cache: theirs gives freecache
+// LOCAL_CACHE_SIZE_IN_BYTES, which takes any smaller size, negative ones
+// too, as 512 KiB.
+const MinLocalCacheBytes = 512 << 10
+
+// DefaultZeroPoolSize is the pool a REDIS_POOL_SIZE of 0 gets: radix, the
+// client of theirs, makes 0 its default of 4 connections.
+const DefaultZeroPoolSize = 4
 
 func (s Settings) validate() error {
 	switch strings.ToLower(s.BackendType) {
@@ -191,15 +234,6 @@ func (s Settings) validate() error {
 		return fmt.Errorf("BACKEND_TYPE=memcache: memcached is not supported; use redis")
 	default:
 		return fmt.Errorf("BACKEND_TYPE=%s: want redis (or memory, Floodgate's in-process store)", s.BackendType)
-	}
-	if s.NearLimitRatio < 0 || s.NearLimitRatio > 1 || math.IsNaN(float64(s.NearLimitRatio)) {
-		return fmt.Errorf("NEAR_LIMIT_RATIO=%v: want 0..1", s.NearLimitRatio)
-	}
-	if s.ExpirationJitterMaxSeconds < 0 {
-		return fmt.Errorf("EXPIRATION_JITTER_MAX_SECONDS=%d: must not be negative", s.ExpirationJitterMaxSeconds)
-	}
-	if s.LocalCacheSizeInBytes < 0 {
-		return fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES=%d: must not be negative", s.LocalCacheSizeInBytes)
 	}
 	for name, h := range map[string]string{"LIMIT_LIMIT_HEADER": s.LimitHeader, "LIMIT_REMAINING_HEADER": s.RemainingHeader, "LIMIT_RESET_HEADER": s.ResetHeader} {
 		if s.ResponseHeadersEnabled && !validHeader(h) {

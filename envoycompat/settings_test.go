@@ -1,6 +1,7 @@
 package envoycompat
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -47,11 +48,47 @@ func TestSettingsRead(t *testing.T) {
 		t.Errorf("grpc address %s", g)
 	}
 	o := s.Options()
-	if !o.GlobalShadowMode || !o.StopIncrementWhenOverLimit || !o.ResponseHeaders || o.ResetHeader != "X-Reset" || o.NearLimitRatio != 0.5 || o.LocalCacheBytes != 1024 {
+	if !o.GlobalShadowMode || !o.StopIncrementWhenOverLimit || !o.ResponseHeaders || o.ResetHeader != "X-Reset" || o.NearLimitRatio != 0.5 || o.LocalCacheBytes != MinLocalCacheBytes {
 		t.Errorf("options %+v", o)
 	}
 	if s.Redis.Type != "cluster" || s.Redis.Timeout != 250*time.Millisecond || !s.MergeDomainConfig {
 		t.Errorf("settings %+v", s)
+	}
+}
+
+// TestSettingsTakenAsTheirs: values envoyproxy/ratelimit starts with,
+// though it reads them in its own way, start this service too, read the
+// same way and noted in Adjusted; they stopped the start before, so that a
+// deployment changed only in its image crash-looped (outside walk).
+func TestSettingsTakenAsTheirs(t *testing.T) {
+	for _, tc := range []struct {
+		kv   []string
+		want string
+		got  func(Settings) bool
+	}{
+		{[]string{"NEAR_LIMIT_RATIO=1.5"}, "near_limit is never counted", func(s Settings) bool { return s.NearLimitRatio == 1.5 }},
+		{[]string{"NEAR_LIMIT_RATIO=-1"}, "near_limit is never counted", func(s Settings) bool { return s.NearLimitRatio == -1 }},
+		{[]string{"EXPIRATION_JITTER_MAX_SECONDS=-1"}, "no expiration jitter", func(s Settings) bool { return s.Options().ExpirationJitterMax == 0 }},
+		{[]string{"LOCAL_CACHE_SIZE_IN_BYTES=-5"}, "holds 524288 bytes", func(s Settings) bool { return s.Options().LocalCacheBytes == MinLocalCacheBytes }},
+		{[]string{"LOCAL_CACHE_SIZE_IN_BYTES=100"}, "holds 524288 bytes", func(s Settings) bool { return s.Options().LocalCacheBytes == MinLocalCacheBytes }},
+		{[]string{"REDIS_POOL_SIZE=0"}, "REDIS_POOL_SIZE=0: a pool of 4", func(s Settings) bool { return s.Redis.PoolSize == 4 }},
+		{[]string{"REDIS_PERSECOND=true", "REDIS_PERSECOND_POOL_SIZE=0"}, "REDIS_PERSECOND_POOL_SIZE=0: a pool of 4", func(s Settings) bool { return s.PerSecond.PoolSize == 4 }},
+	} {
+		s, err := FromEnv(env(tc.kv...))
+		if err != nil {
+			t.Errorf("%v: %v, want a start as theirs", tc.kv, err)
+			continue
+		}
+		if len(s.Adjusted) != 1 || !strings.Contains(s.Adjusted[0], tc.want) || !tc.got(s) {
+			t.Errorf("%v: adjusted %q, settings %+v; want one note with %q", tc.kv, s.Adjusted, s, tc.want)
+		}
+	}
+	s, err := FromEnv(env("LOCAL_CACHE_SIZE_IN_BYTES=1048576", "NEAR_LIMIT_RATIO=1", "EXPIRATION_JITTER_MAX_SECONDS=0", "REDIS_PERSECOND_POOL_SIZE=0"))
+	if err != nil || len(s.Adjusted) != 0 || s.LocalCacheSizeInBytes != 1<<20 {
+		t.Errorf("values read as written: %v, %q, %+v", err, s.Adjusted, s)
+	}
+	if _, err := NewService(Options{Store: &MemoryStore{}, NearLimitRatio: float32(math.NaN())}); err != nil {
+		t.Errorf("NewService with a NaN near-limit ratio: %v", err)
 	}
 }
 
@@ -60,7 +97,7 @@ func TestSettingsRefused(t *testing.T) {
 		{"PORT=http", "PORT"},
 		{"PORT=70000", "PORT"},
 		{"SHADOW_MODE=maybe", "SHADOW_MODE"},
-		{"NEAR_LIMIT_RATIO=2", "NEAR_LIMIT_RATIO"},
+		{"NEAR_LIMIT_RATIO=x", "NEAR_LIMIT_RATIO"},
 		{"REDIS_TIMEOUT=soon", "REDIS_TIMEOUT"},
 		{"REDIS_TIMEOUT=-1s", `REDIS_TIMEOUT="-1s": want a duration of 0 or more`},
 		{"REDIS_PERSECOND_TIMEOUT=-5", "REDIS_PERSECOND_TIMEOUT"},
@@ -68,7 +105,7 @@ func TestSettingsRefused(t *testing.T) {
 		{"BACKEND_TYPE=etcd", "BACKEND_TYPE"},
 		{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_TYPE"},
 		{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_USE_TLS"},
-		{"EXPIRATION_JITTER_MAX_SECONDS=-1", "EXPIRATION_JITTER_MAX_SECONDS"},
+		{"EXPIRATION_JITTER_MAX_SECONDS=soon", "EXPIRATION_JITTER_MAX_SECONDS"},
 	} {
 		if _, err := FromEnv(env(tc.kv, "LIMIT_RESPONSE_HEADERS_ENABLED=false")); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.kv, err, tc.want)

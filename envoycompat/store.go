@@ -311,9 +311,10 @@ type overCache struct {
 }
 
 func newOverCache(bytes int) *overCache {
-	if bytes <= 0 {
+	if bytes == 0 {
 		return nil
 	}
+	bytes = max(bytes, MinLocalCacheBytes)
 	// about 64 bytes of overhead per entry besides the key
 	return &overCache{max: max(bytes/128, 1), m: map[string]time.Time{}}
 }

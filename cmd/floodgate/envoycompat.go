@@ -103,6 +103,9 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 			log.Warn("setting ignored", "name", name, "why", why)
 		}
 	}
+	for _, a := range s.Adjusted {
+		log.Warn("setting taken as envoyproxy/ratelimit takes it", "detail", a)
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends
@@ -330,7 +333,9 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		}
 	}
 	if r.PoolSize <= 0 {
-		return nil, fmt.Errorf("%s_POOL_SIZE=%d: want at least 1", prefix, r.PoolSize)
+		// 0 was made radix's default by FromEnv; theirs panics on a
+		// negative size.
+		return nil, fmt.Errorf("%s_POOL_SIZE=%d: want at least 1 (0: %d connections)", prefix, r.PoolSize, envoycompat.DefaultZeroPoolSize)
 	}
 	urls := strings.Split(r.URL, ",")
 	switch strings.ToLower(r.Type) {

@@ -212,6 +212,33 @@ func TestEnvoyCompatRefusesBadSettings(t *testing.T) {
 	}
 }
 
+// TestEnvoyCompatStartsWithTheirOddSettings: settings theirs starts with,
+// reading them in its own way, start this service too, each logged as
+// taken; they stopped the start before (outside walk: a deployment
+// changed only in its image would crash-loop).
+func TestEnvoyCompatStartsWithTheirOddSettings(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(root, "config", "a.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	p := startCompat(t, "BACKEND_TYPE=memory", "RUNTIME_ROOT="+root, "RUNTIME_WATCH_ROOT=false", "NEAR_LIMIT_RATIO=1.5",
+		"EXPIRATION_JITTER_MAX_SECONDS=-1", "LOCAL_CACHE_SIZE_IN_BYTES=-5", "REDIS_POOL_SIZE=0")
+	for _, want := range []string{"NEAR_LIMIT_RATIO=1.5", "EXPIRATION_JITTER_MAX_SECONDS=-1", "LOCAL_CACHE_SIZE_IN_BYTES=-5", "REDIS_POOL_SIZE=0"} {
+		if !strings.Contains(p.Logs(), want) || !strings.Contains(p.Logs(), "setting taken as envoyproxy/ratelimit takes it") {
+			t.Errorf("no log line for %s:\n%s", want, p.Logs())
+		}
+	}
+	for i, want := range []string{`"overallCode":"OK"`, `"overallCode":"OVER_LIMIT"`} {
+		if code, out := httpPost(t, "http://"+p.http+"/json", `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`); !strings.Contains(out, want) {
+			t.Errorf("request %d: %d %s, want %s", i+1, code, out, want)
+		}
+	}
+	if err := p.Stop(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+}
+
 // TestEnvoyCompatURLErrorsHidePasswords: a malformed REDIS_URL stops the
 // start with an error that names the setting but not the password in it
 // (the URL parser's error quoted the URL whole, and a sentinel or cluster
