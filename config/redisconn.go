@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/sentinelfollow"
 )
 
 // ErrRedisURL reports Redis connection settings that cannot be used.
@@ -178,6 +180,31 @@ func (r Redis) Enabled() bool {
 // ContextTimeoutEnabled so that every call honours its context's deadline.
 // It does not connect; the first command does.
 func (r Redis) Client() (redis.UniversalClient, error) {
+	c, _, err := r.FollowingClient()
+	return c, err
+}
+
+// FollowingClient is Client, and for a Sentinel deployment also a
+// sentinelfollow.Follower that keeps the client on the primary a majority
+// of the sentinels name (nil otherwise): run its Run for as long as the
+// client serves, as floodgate serve does. go-redis alone follows one
+// sentinel, which leaves the old primary seconds late when it leads the
+// failover.
+func (r Redis) FollowingClient() (redis.UniversalClient, *sentinelfollow.Follower, error) {
+	var follow *sentinelfollow.Follower
+	failover := func(o *redis.FailoverOptions) *redis.Client {
+		o = r.failover(o)
+		follow = sentinelfollow.New(o)
+		return redis.NewFailoverClient(o)
+	}
+	c, err := r.client(failover)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, follow, nil
+}
+
+func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redis.UniversalClient, error) {
 	n := 0
 	for _, set := range []bool{r.URL != "", len(r.SentinelAddrs) > 0, len(r.ClusterAddrs) > 0} {
 		if set {
@@ -213,9 +240,9 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return redis.NewFailoverClient(r.failover(&redis.FailoverOptions{
+		return failover(&redis.FailoverOptions{
 			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs, Password: r.Password, TLSConfig: tc,
-		})), nil
+		}), nil
 	case len(r.ClusterAddrs) > 0:
 		if err := checkAddrs(r.ClusterAddrs); err != nil {
 			return nil, err
@@ -270,9 +297,9 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return redis.NewFailoverClient(r.failover(&redis.FailoverOptions{
+		return failover(&redis.FailoverOptions{
 			MasterName: master, SentinelAddrs: o.addrs, Username: o.user, Password: o.pass, DB: o.db, TLSConfig: tc,
-		})), nil
+		}), nil
 	case "redis-cluster", "rediss-cluster":
 		o, err := parseMulti(u)
 		if err != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
+	"github.com/floodgate-rl/floodgate/internal/sentinelfollow"
 )
 
 // envoy-compat's listeners bound slow and idle clients, which their
@@ -128,7 +129,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	// go-redis's own lines (a failed dial, a pool's trouble) go to the
 	// service's log, in its format, at most one a kind per 10 s.
 	redis.SetLogger(newRedisLogger(log, 10*time.Second))
-	store, closeStore, err := compatStore(s)
+	store, closeStore, err := compatStore(ctx, s, log)
 	if err != nil {
 		return err
 	}
@@ -297,31 +298,51 @@ func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Hea
 	}
 }
 
-// compatStore builds the counter store the settings name.
-func compatStore(s envoycompat.Settings) (envoycompat.Store, func(), error) {
+// compatStore builds the counter store the settings name. A client of a
+// Sentinel deployment follows the primary most sentinels name
+// (sentinelfollow) until the returned function closes the clients.
+func compatStore(ctx context.Context, s envoycompat.Settings, log *slog.Logger) (envoycompat.Store, func(), error) {
 	if strings.EqualFold(s.BackendType, "memory") {
 		return &envoycompat.MemoryStore{}, func() {}, nil
 	}
-	main, err := compatRedis(s.Redis, "REDIS")
+	fctx, stopFollow := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var clients []redis.UniversalClient
+	closeAll := func() {
+		stopFollow()
+		wg.Wait()
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}
+	open := func(r envoycompat.RedisSettings, prefix string) (redis.UniversalClient, error) {
+		c, follow, err := compatRedis(r, prefix)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, c)
+		if follow != nil {
+			wg.Go(func() { follow.Run(fctx, log) })
+		}
+		return c, nil
+	}
+	main, err := open(s.Redis, "REDIS")
 	if err != nil {
+		closeAll()
 		return nil, nil, err
 	}
 	st := &envoycompat.RedisStore{Client: main, Timeout: s.Redis.Timeout, PerSecondTimeout: s.PerSecond.Timeout}
-	closeAll := func() { main.Close() }
 	if s.RedisPerSecond {
-		ps, err := compatRedis(s.PerSecond, "REDIS_PERSECOND")
-		if err != nil {
-			main.Close()
+		if st.PerSecond, err = open(s.PerSecond, "REDIS_PERSECOND"); err != nil {
+			closeAll()
 			return nil, nil, err
 		}
-		st.PerSecond = ps
-		closeAll = func() { main.Close(); ps.Close() }
 	}
 	return st, closeAll, nil
 }
 
 // compatRedis builds a go-redis client from their REDIS_* settings.
-func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalClient, error) {
+func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalClient, *sentinelfollow.Follower, error) {
 	user, pass := splitAuth(r.Auth)
 	var tlsCfg *tls.Config
 	// A rediss:// URL connects over TLS too: with the REDIS_TLS_* files,
@@ -329,13 +350,13 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 	if r.TLS || strings.HasPrefix(strings.ToLower(r.URL), "rediss://") {
 		var err error
 		if tlsCfg, err = compatTLS(r); err != nil {
-			return nil, fmt.Errorf("%s_TLS: %w", prefix, err)
+			return nil, nil, fmt.Errorf("%s_TLS: %w", prefix, err)
 		}
 	}
 	if r.PoolSize <= 0 {
 		// 0 was made radix's default by FromEnv; theirs panics on a
 		// negative size.
-		return nil, fmt.Errorf("%s_POOL_SIZE=%d: want at least 1 (0: %d connections)", prefix, r.PoolSize, envoycompat.DefaultZeroPoolSize)
+		return nil, nil, fmt.Errorf("%s_POOL_SIZE=%d: want at least 1 (0: %d connections)", prefix, r.PoolSize, envoycompat.DefaultZeroPoolSize)
 	}
 	urls := strings.Split(r.URL, ",")
 	switch strings.ToLower(r.Type) {
@@ -348,7 +369,7 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 				if errors.As(err, &ue) {
 					err = ue.Err
 				}
-				return nil, fmt.Errorf("%s_URL %s: %w", prefix, config.Redis{URL: r.URL}, err)
+				return nil, nil, fmt.Errorf("%s_URL %s: %w", prefix, config.Redis{URL: r.URL}, err)
 			}
 			o.PoolSize, o.ContextTimeoutEnabled, o.DialerRetries = r.PoolSize, true, compatDialAttempts
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.Timeout, r.Timeout, r.Timeout
@@ -358,36 +379,38 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 			if r.Auth != "" {
 				o.Username, o.Password = user, pass
 			}
-			return redis.NewClient(o), nil
+			return redis.NewClient(o), nil, nil
 		}
 		network := strings.ToLower(r.SocketType)
 		if network != "tcp" && network != "unix" {
-			return nil, fmt.Errorf("%s_SOCKET_TYPE=%s: want tcp or unix", prefix, r.SocketType)
+			return nil, nil, fmt.Errorf("%s_SOCKET_TYPE=%s: want tcp or unix", prefix, r.SocketType)
 		}
 		return redis.NewClient(&redis.Options{Network: network, Addr: r.URL, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
-			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil
+			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil, nil
 	case "sentinel":
 		if len(urls) < 2 {
-			return nil, fmt.Errorf("%s_URL: want <master name>,<sentinel1>,...,<sentinelN>", prefix)
+			return nil, nil, fmt.Errorf("%s_URL: want <master name>,<sentinel1>,...,<sentinelN>", prefix)
 		}
 		if err := hostPorts(urls[1:], prefix); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		suser, spass := splitAuth(r.SentinelAuth)
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: urls[0], SentinelAddrs: urls[1:],
+		o := &redis.FailoverOptions{MasterName: urls[0], SentinelAddrs: urls[1:],
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: tlsCfg,
 			PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
-			ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil
+			ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}
+		follow := sentinelfollow.New(o)
+		return redis.NewFailoverClient(o), follow, nil
 	case "cluster":
 		if err := hostPorts(urls, prefix); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: urls, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
-			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil
+			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil, nil
 	}
-	return nil, fmt.Errorf("%s_TYPE=%s: want single, sentinel or cluster", prefix, r.Type)
+	return nil, nil, fmt.Errorf("%s_TYPE=%s: want single, sentinel or cluster", prefix, r.Type)
 }
 
 // compatDialAttempts is how many times a connection to Redis is dialled

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/sentinelfollow"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -171,8 +172,9 @@ type backend struct {
 	store     floodgate.Store
 	quotas    quota.Store
 	leases    concurrency.Store
-	client    redis.UniversalClient // nil in memory
-	fb        *fallback.Store       // nil in memory and with --fallback off
+	client    redis.UniversalClient    // nil in memory
+	follow    *sentinelfollow.Follower // on Sentinel only
+	fb        *fallback.Store          // nil in memory and with --fallback off
 	local     *memstore.Store
 	resetters []server.Resetter
 	ready     func(ctx context.Context) error
@@ -211,11 +213,11 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		}
 		return b, nil
 	}
-	client, err := rs.Client()
+	client, follow, err := rs.FollowingClient()
 	if err != nil {
 		return nil, err
 	}
-	b := &backend{client: client, local: local, describe: "redis " + rs.String(),
+	b := &backend{client: client, follow: follow, local: local, describe: "redis " + rs.String(),
 		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
 		ready:     server.RedisReady(client, f.prefix+":probe"), // the breaker's probe key
 	}
@@ -485,6 +487,14 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if b.client != nil {
 		defer b.client.Close()
+	}
+	if b.follow != nil {
+		// Keeps the client on the primary most sentinels name, until the
+		// client is closed (the defers run in reverse).
+		fctx, stopFollow := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); b.follow.Run(fctx, log) }()
+		defer func() { stopFollow(); <-done }()
 	}
 	if b.fb != nil {
 		defer b.fb.Close()
