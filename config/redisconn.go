@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-rl/floodgate/internal/sentinelfollow"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
 // ErrRedisURL reports Redis connection settings that cannot be used.

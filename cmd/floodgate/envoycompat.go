@@ -30,7 +30,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
-	"github.com/floodgate-rl/floodgate/internal/sentinelfollow"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
 // envoy-compat's listeners bound slow and idle clients, which their

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/internal/sentinelfollow"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
 // TestFollowsTheLeaderSentinelsFailover: a client whose go-redis sentinel
