@@ -78,8 +78,19 @@ type Options struct {
 	// connected fails every write after Timeout.
 	Replicas int
 	// Timeout bounds each wait for the replicas (WAIT's timeout, rounded
-	// up to a millisecond); the command's context deadline bounds it too.
-	// Zero means DefaultTimeout.
+	// to a millisecond, at least 1 ms); the time left until the command's
+	// context deadline bounds it too. Zero means DefaultTimeout.
+	//
+	// Redis ends a WAIT at the first tick of its server clock after the
+	// timeout (a tick is 1000/hz ms: 100 ms at the default hz 10), so a
+	// command its replicas do not acknowledge is answered up to one tick
+	// later than Timeout: against redis-server 7.0.15 at hz 10, Timeout
+	// 20 ms or 50 ms took about 100 ms, 150 ms about 200 ms, 250 ms about
+	// 300 ms. The same holds for a context deadline: a client with
+	// ContextTimeoutEnabled stops reading at the deadline (the command
+	// then fails with the context's error, its outcome unknown), one
+	// without it waits for Redis's answer, up to a tick after the
+	// deadline.
 	Timeout time.Duration
 	// MaxConcurrent bounds the commands in progress at once: each holds a
 	// connection of the client's pool until its replicas answer (up to
@@ -162,11 +173,19 @@ const (
 // writes up to then, cmd's included. When fewer than Options.Replicas did within
 // Options.Timeout, or WAIT fails, cmd's error is set to one wrapping
 // ErrNotReplicated (and no error of Redis's or the context's: cmd did run),
-// cmd's reply is kept, and Process returns it. A cmd that failed is
-// returned as it failed, without waiting. At most Options.MaxConcurrent
+// cmd's reply is kept, and Process returns it. At most Options.MaxConcurrent
 // commands are in progress; one that finds no place before ctx ends fails
 // unsent (ErrBusy). A ctx marked by WithoutWait sends cmd through the
 // go-redis client as it is.
+//
+// WAIT goes out with cmd, before cmd's answer is known, so Redis runs it
+// whatever cmd's outcome. A cmd that failed (a NOSCRIPT, a WRONGTYPE) is
+// returned with its own error, unchanged, but only once WAIT has answered:
+// while the replicas lag or are missing, a failed cmd takes as long as an
+// unacknowledged one, Options.Timeout rounded up to Redis's next tick (see
+// Options.Timeout), and a script sent again as EVAL after a NOSCRIPT
+// waits twice. Skipping the wait after a failure would cost every
+// successful command a second round trip.
 //
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
 // the primary of that key's slot as the client's map has it. A MOVED reply
@@ -243,7 +262,8 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 // pipeline, on one connection, in one round trip. go-redis does not send
 // again a pipeline holding a command marked NoRetry (the scripts' are), so
 // a broken connection cannot run the script twice. WAIT goes out even
-// when cmd fails (a NOSCRIPT, say), and its answer is then ignored.
+// when cmd fails (a NOSCRIPT, say), and Redis runs it (taking up to the
+// timeout); its answer is then ignored.
 func (c *Client) run(ctx context.Context, node *redis.Client, cmd redis.Cmder, asking bool) error {
 	timeout := c.timeout
 	if d, ok := ctx.Deadline(); ok {

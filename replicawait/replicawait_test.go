@@ -141,7 +141,7 @@ func TestAnsweredOnceReplicated(t *testing.T) {
 
 // TestNoReplica: a primary without replicas fails every write after the
 // timeout instead of answering it as durable; a failed script is returned
-// as it failed, without waiting.
+// as it failed, but only after WAIT's timeout (WAIT was sent with it).
 func TestNoReplica(t *testing.T) {
 	s := redistest.Start(t)
 	w, err := replicawait.New(s.Client(t), replicawait.Options{Replicas: 1, Timeout: 20 * time.Millisecond})
@@ -166,8 +166,12 @@ func TestNoReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := redis.NewCmd(context.Background(), "eval", "return redis.call('HGET', KEYS[1], 'f')", 1, "wrongtype")
+	start := time.Now()
 	if err := w.Process(context.Background(), cmd); err == nil || errors.Is(err, replicawait.ErrNotReplicated) {
 		t.Fatalf("Process of a refused script: err = %v, want Redis's WRONGTYPE", err)
+	}
+	if took := time.Since(start); took < 20*time.Millisecond {
+		t.Errorf("Process of a refused script took %v; want at least the 20ms Timeout: WAIT is pipelined with it and runs anyway", took)
 	}
 }
 
