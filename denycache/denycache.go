@@ -12,17 +12,32 @@
 // answer), and Saved counts one round trip saved.
 //
 // Why this never admits what the store would deny: the cache only ever
-// answers with denials; everything else goes to the store. And a cached
-// denial is one the store would repeat: until T, a layer's room for its key
-// can only shrink (other requests consume, a denied request consumes
-// nothing, and time has not yet freed enough for c), and a larger cost fits
-// even less; the store's step functions also never let an earlier clock
-// free room. Since a denied decision writes nothing, skipping the store
-// leaves its state exactly as the store alone would have. The package's
-// differential test checks all this against the bare store with random
-// traffic: same decisions, same binding layer, same reasons; a cached
-// RetryAfter can only be shorter (it is exact for the cost that was
-// denied, and a larger cost may need longer).
+// answers with denials; everything else goes to the store. Since a denied
+// decision writes nothing, skipping the store leaves its state exactly as
+// the store alone would have.
+//
+// While every caller of the store decides on one clock, a cached denial is
+// also one the store would repeat: until T, a layer's room for its key can
+// only shrink (other requests consume, a denied request consumes nothing,
+// and time has not yet freed enough for c), and a larger cost fits even
+// less. The package's differential test checks this against the bare store
+// with random traffic on one clock: same decisions, same binding layer,
+// same reasons; a cached RetryAfter can only be shorter (it is exact for
+// the cost that was denied, and a larger cost may need longer).
+//
+// Clocks that disagree make the cache deny what the store would admit,
+// never the reverse, by at most the disagreement. A key's state keeps the
+// latest time it was decided at, and the store decides a now earlier than
+// that at that time (see algo.Step). So when another instance whose clock
+// is d ahead of this one's decides the key, the room its time frees is
+// there for this instance's requests too, up to d before T on this
+// instance's clock, while the cache still denies them until T; the same
+// happens when this instance's clock steps back by d after it learnt the
+// denial (and MaxTTL then runs d longer in real time). Such a denial comes
+// with a RetryAfter up to d longer than the store's. The under-admission is
+// bounded per entry by the skew between the instances sharing the store, or
+// the step, and by the entry's life; disciplined clocks (clocksync, see
+// docs/operations.md) keep it within their error.
 //
 // Layered decisions: answered locally only when all their layers are cached
 // denials, because then every layer's outcome is known. A decision in which

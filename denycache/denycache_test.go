@@ -328,3 +328,64 @@ func TestConcurrentFlood(t *testing.T) {
 		t.Fatalf("%d store calls and %d saved for 12,800 requests", cnt.calls.Load(), c.Saved())
 	}
 }
+
+// TestSkewUnderAdmits pins the bound the package documentation states for
+// clocks that disagree: an instance whose clock is 3s ahead frees, for the
+// whole store, room this instance's cached denial expects only later. The
+// cache then denies what the store would admit (under-admission, never
+// over-admission), and only until the instant T it learnt, less than the
+// skew later.
+func TestSkewUnderAdmits(t *testing.T) {
+	ctx := context.Background()
+	mem := newMem(t)
+	c, err := New(mem, Options{MaxTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPolicy(t, floodgate.Policy{Name: "skew", Algorithm: floodgate.TokenBucket, Limit: 5, Window: 5 * time.Second})
+	layer := []floodgate.Layer{{Policy: p, Key: "dc:skew:tenant-1", Cost: 1}}
+	decide := func(st floodgate.Store, now time.Time) floodgate.Result {
+		t.Helper()
+		out := make([]floodgate.Result, 1)
+		if err := st.Decide(ctx, now.UnixMicro(), layer, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	// This instance drains the bucket and learns the denial: cost 1 fits
+	// again at T = t0 + 1s.
+	for i := range 5 {
+		if r := decide(c, t0); !r.Allowed {
+			t.Fatalf("request %d at t0: %+v, want allowed", i+1, r)
+		}
+	}
+	if r := decide(c, t0); r.Allowed || r.RetryAfter != time.Second {
+		t.Fatalf("6th request at t0: %+v, want denied with RetryAfter 1s", r)
+	}
+	// Another instance, its clock 3s ahead, decides the same key: on its
+	// clock 3 tokens have come back, and it takes one.
+	const skew = 3 * time.Second
+	if r := decide(mem, t0.Add(skew)); !r.Allowed {
+		t.Fatalf("the instance ahead: %+v, want allowed", r)
+	}
+	at := t0.Add(500 * time.Millisecond)
+	cached := decide(c, at)
+	if cached.Allowed {
+		t.Fatalf("cache at t0+500ms: %+v, want the cached denial", cached)
+	}
+	if c.Saved() != 1 {
+		t.Fatalf("Saved = %d, want 1: the denial at t0+500ms should come from the cache", c.Saved())
+	}
+	// The store alone would admit it now: that is the under-admission,
+	// lasting less than the skew.
+	if r := decide(mem, at); !r.Allowed {
+		t.Fatalf("store at t0+500ms: %+v, want allowed (the instance ahead freed room)", r)
+	}
+	if cached.RetryAfter <= 0 || cached.RetryAfter >= skew {
+		t.Fatalf("cached RetryAfter %v: want in (0, %v): the under-admission is bounded by the skew", cached.RetryAfter, skew)
+	}
+	// At T the cache hands the key back to the store.
+	if r := decide(c, t0.Add(time.Second)); !r.Allowed {
+		t.Fatalf("cache at T = t0+1s: %+v, want the store's admission", r)
+	}
+}
