@@ -103,12 +103,25 @@ func (c RedisCounter) Delete(ctx context.Context, key string) error {
 }
 
 // Memory returns an environment in process memory, with keys under prefix.
+// Its Forget resets the keys in its store, so that every Run on it starts
+// from the same state.
 func Memory(prefix string) (Env, error) {
 	st, err := memstore.New(memstore.Options{})
 	if err != nil {
 		return Env{}, err
 	}
-	return Env{Backend: "in memory", Counter: &MemoryCounter{}, Store: st, Prefix: prefix}, nil
+	return Env{
+		Backend: "in memory",
+		Counter: &MemoryCounter{},
+		Store:   st,
+		Prefix:  prefix,
+		Forget: func(_ context.Context, keys ...string) error {
+			for _, k := range keys {
+				st.Reset(k)
+			}
+			return nil
+		},
+	}, nil
 }
 
 // Redis returns an environment on a real Redis through client, with keys

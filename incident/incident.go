@@ -151,12 +151,16 @@ type Env struct {
 	// Prefix starts every key the scene writes; it must be valid for
 	// floodgate.ValidatePrefix and unique to this run.
 	Prefix string
-	// Forget deletes the keys of Floodgate's store after the run (nil when
-	// nothing needs deleting).
+	// Forget deletes the keys of Floodgate's store after the run. Nil
+	// leaves them: a later Run with the same Prefix on the same Store then
+	// starts from the counts this one left (Memory and Redis set it).
 	Forget func(ctx context.Context, keys ...string) error
 }
 
-// Run plays the scene with both limiters and deletes what it wrote.
+// Run plays the scene with both limiters and deletes what it wrote: the
+// naive counter through env.Counter, Floodgate's state through env.Forget
+// (Memory's and Redis's environments have one), so that runs on one
+// environment are alike.
 func Run(ctx context.Context, env Env, opts Options) (Report, error) {
 	if err := opts.normalize(); err != nil {
 		return Report{}, err

@@ -145,3 +145,32 @@ func TestReportSaysWhatHappened(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryRunsAgain: Run deletes what it wrote on a Memory environment
+// too, so a second run on the same environment starts from the same
+// state: with the defaults it presets the counter again, and with limit 1
+// Floodgate admits the one request that fits both times (an outside walk
+// saw the second run refused, or admit 0 of a limit of 1, when Memory's
+// store kept the first run's count).
+func TestMemoryRunsAgain(t *testing.T) {
+	ctx := context.Background()
+	for _, o := range []incident.Options{
+		{Gap: time.Millisecond},
+		{Limit: 1, Requests: 5, Gap: time.Millisecond},
+		{Limit: 10, StartAtZero: true, Requests: 4, Gap: time.Millisecond},
+	} {
+		env, err := incident.Memory("demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for run := 1; run <= 2; run++ {
+			r, err := incident.Run(ctx, env, o)
+			if err != nil {
+				t.Fatalf("%+v, run %d: %v", o, run, err)
+			}
+			if want := r.Fits(); r.Atomic.Allowed != want || r.Atomic.Final != r.Options.Start+int64(want) {
+				t.Fatalf("%+v, run %d: floodgate %+v, want %d allowed, counter %d", o, run, r.Atomic, want, r.Options.Start+int64(want))
+			}
+		}
+	}
+}
