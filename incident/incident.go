@@ -23,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // ErrInvalidOptions reports options out of range.
@@ -160,13 +161,15 @@ type Env struct {
 // Run plays the scene with both limiters and deletes what it wrote: the
 // naive counter through env.Counter, Floodgate's state through env.Forget
 // (Memory's and Redis's environments have one), so that runs on one
-// environment are alike.
+// environment are alike. It refuses an environment without a counter or a
+// store, including a nil pointer in one, or a RedisCounter without a
+// client, with an error wrapping ErrInvalidOptions.
 func Run(ctx context.Context, env Env, opts Options) (Report, error) {
 	if err := opts.normalize(); err != nil {
 		return Report{}, err
 	}
-	if env.Counter == nil || env.Store == nil {
-		return Report{}, fmt.Errorf("%w: environment lacks a counter or a store", ErrInvalidOptions)
+	if err := env.check(); err != nil {
+		return Report{}, err
 	}
 	if err := floodgate.ValidatePrefix(env.Prefix); err != nil {
 		return Report{}, err
@@ -180,6 +183,29 @@ func Run(ctx context.Context, env Env, opts Options) (Report, error) {
 		return rep, fmt.Errorf("incident: floodgate: %w", err)
 	}
 	return rep, nil
+}
+
+// check refuses an environment whose counter or store is missing: nil, or
+// a nil pointer (or a RedisCounter without a client) that would panic on
+// first use.
+func (env Env) check() error {
+	switch c := env.Counter.(type) {
+	case RedisCounter:
+		if nilcheck.IsNil(c.Client) {
+			return fmt.Errorf("%w: environment's RedisCounter has no client (%T)", ErrInvalidOptions, c.Client)
+		}
+	case *RedisCounter:
+		if c != nil && nilcheck.IsNil(c.Client) {
+			return fmt.Errorf("%w: environment's RedisCounter has no client (%T)", ErrInvalidOptions, c.Client)
+		}
+	}
+	if nilcheck.IsNil(env.Counter) {
+		return fmt.Errorf("%w: environment lacks a counter (%T)", ErrInvalidOptions, env.Counter)
+	}
+	if nilcheck.IsNil(env.Store) {
+		return fmt.Errorf("%w: environment lacks a store (%T)", ErrInvalidOptions, env.Store)
+	}
+	return nil
 }
 
 // NaiveAllow is the limiter of the incident, kept as an example of what not

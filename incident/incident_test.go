@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-rl/floodgate/incident"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/memstore"
 )
 
 // check asserts what must hold in every run: Floodgate admits exactly what
@@ -172,5 +175,32 @@ func TestMemoryRunsAgain(t *testing.T) {
 				t.Fatalf("%+v, run %d: floodgate %+v, want %d allowed, counter %d", o, run, r.Atomic, want, r.Options.Start+int64(want))
 			}
 		}
+	}
+}
+
+// TestRunRefusesNilClients: nil pointers inside an Env's interfaces are
+// refused with an error, not a panic on first use.
+func TestRunRefusesNilClients(t *testing.T) {
+	ctx := context.Background()
+	mem, err := incident.Memory("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  incident.Env
+	}{
+		{"nil MemoryCounter", incident.Env{Counter: (*incident.MemoryCounter)(nil), Store: mem.Store, Prefix: "demo"}},
+		{"nil *RedisCounter", incident.Env{Counter: (*incident.RedisCounter)(nil), Store: mem.Store, Prefix: "demo"}},
+		{"RedisCounter without client", incident.Env{Counter: incident.RedisCounter{}, Store: mem.Store, Prefix: "demo"}},
+		{"RedisCounter with a nil client", incident.Env{Counter: incident.RedisCounter{Client: (*redis.Client)(nil)}, Store: mem.Store, Prefix: "demo"}},
+		{"*RedisCounter with a nil client", incident.Env{Counter: &incident.RedisCounter{Client: (*redis.Client)(nil)}, Store: mem.Store, Prefix: "demo"}},
+		{"nil memstore", incident.Env{Counter: mem.Counter, Store: (*memstore.Store)(nil), Prefix: "demo"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := incident.Run(ctx, tc.env, incident.Options{Requests: 2, Gap: time.Millisecond}); !errors.Is(err, incident.ErrInvalidOptions) {
+				t.Fatalf("Run: err = %v, want ErrInvalidOptions", err)
+			}
+		})
 	}
 }
