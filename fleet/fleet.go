@@ -31,13 +31,24 @@ var beatLua string
 
 var beatScript = redis.NewScript(beatLua)
 
+// Bounds of Options.Interval and Options.TTL. An instance silent for a day
+// is not live by any measure, and each one counted too many divides the
+// local fallback's limits by one more: MaxTTL guards against a TTL typed in
+// the wrong unit. MaxInterval is the longest Interval a TTL within MaxTTL
+// can follow (the TTL must cover two beats).
+const (
+	MinInterval = 10 * time.Millisecond
+	MaxInterval = MaxTTL / 2
+	MaxTTL      = 24 * time.Hour
+)
+
 // Options configures a Heartbeat. The zero value is ready to use.
 type Options struct {
-	// Interval is the time between two beats in Run. Default 2s; at
-	// least 10ms.
+	// Interval is the time between two beats in Run. Default 2s;
+	// MinInterval (10ms) to MaxInterval (12h).
 	Interval time.Duration
 	// TTL is how long an instance that stopped beating still counts.
-	// Default 3 × Interval; at least 2 × Interval.
+	// Default 3 × Interval, at most MaxTTL (24h); 2 × Interval to MaxTTL.
 	TTL time.Duration
 	// Now returns the current time, the beats' scores: pass a clock
 	// disciplined to Redis (package clocksync) so that instances with
@@ -69,7 +80,10 @@ type Heartbeat struct {
 	gauge  prometheus.Gauge
 }
 
-// New returns the heartbeat of instance id into the sorted set key.
+// New returns the heartbeat of instance id into the sorted set key. It
+// sends nothing. It refuses, with an error wrapping ErrInvalidOptions, a
+// nil client, an empty key or id, and options out of their documented
+// bounds.
 func New(client Client, key, id string, opts Options) (*Heartbeat, error) {
 	switch {
 	case client == nil:
@@ -78,17 +92,19 @@ func New(client Client, key, id string, opts Options) (*Heartbeat, error) {
 		return nil, fmt.Errorf("%w: empty key or instance id", ErrInvalidOptions)
 	case len(id) > 256:
 		return nil, fmt.Errorf("%w: instance id of %d bytes (max 256)", ErrInvalidOptions, len(id))
-	case opts.Interval != 0 && opts.Interval < 10*time.Millisecond:
-		return nil, fmt.Errorf("%w: interval %v below 10ms", ErrInvalidOptions, opts.Interval)
+	case opts.Interval != 0 && opts.Interval < MinInterval:
+		return nil, fmt.Errorf("%w: interval %v below %v", ErrInvalidOptions, opts.Interval, MinInterval)
+	case opts.Interval > MaxInterval:
+		return nil, fmt.Errorf("%w: interval %v above %v (the TTL, at least 2 × interval, is at most %v)", ErrInvalidOptions, opts.Interval, MaxInterval, MaxTTL)
 	}
 	if opts.Interval == 0 {
 		opts.Interval = 2 * time.Second
 	}
 	if opts.TTL == 0 {
-		opts.TTL = 3 * opts.Interval
+		opts.TTL = min(3*opts.Interval, MaxTTL)
 	}
-	if opts.TTL < 2*opts.Interval || opts.TTL > 24*time.Hour {
-		return nil, fmt.Errorf("%w: TTL %v out of range 2×interval (%v)..24h", ErrInvalidOptions, opts.TTL, 2*opts.Interval)
+	if opts.TTL < 2*opts.Interval || opts.TTL > MaxTTL {
+		return nil, fmt.Errorf("%w: TTL %v out of range 2 × interval (%v) to %v", ErrInvalidOptions, opts.TTL, 2*opts.Interval, MaxTTL)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,6 +95,9 @@ func TestFleetOptions(t *testing.T) {
 		{"empty id", "k", "", fleet.Options{}},
 		{"short interval", "k", "a", fleet.Options{Interval: time.Millisecond}},
 		{"ttl below two beats", "k", "a", fleet.Options{Interval: time.Second, TTL: time.Second}},
+		{"negative interval", "k", "a", fleet.Options{Interval: -time.Second}},
+		{"interval above MaxInterval", "k", "a", fleet.Options{Interval: fleet.MaxInterval + time.Second}},
+		{"ttl above MaxTTL", "k", "a", fleet.Options{Interval: time.Hour, TTL: 72 * time.Hour}},
 	} {
 		if _, err := fleet.New(client, tc.key, tc.id, tc.opts); !errors.Is(err, fleet.ErrInvalidOptions) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", tc.name, err)
@@ -101,5 +105,43 @@ func TestFleetOptions(t *testing.T) {
 	}
 	if _, err := fleet.New(nil, "k", "a", fleet.Options{}); !errors.Is(err, fleet.ErrInvalidOptions) {
 		t.Errorf("nil client: %v", err)
+	}
+}
+
+// TestFleetIntervalBounds: every Interval up to MaxInterval can be set
+// without a TTL (the default, 3 × Interval, stops at MaxTTL); an outside
+// walk found any Interval above 8h refused for a TTL it had not set, and
+// none above 12h possible. The error for a longer one names the bound.
+func TestFleetIntervalBounds(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		interval, ttl, want time.Duration
+	}{
+		{time.Second, 0, 3 * time.Second},
+		{8 * time.Hour, 0, fleet.MaxTTL},
+		{10 * time.Hour, 0, fleet.MaxTTL},
+		{fleet.MaxInterval, 0, fleet.MaxTTL},
+		{fleet.MaxInterval, fleet.MaxTTL, fleet.MaxTTL},
+		{time.Hour, 2 * time.Hour, 2 * time.Hour},
+	} {
+		key := fmt.Sprintf("fleet%d:instances", time.Now().UnixNano())
+		h, err := fleet.New(client, key, "a", fleet.Options{Interval: tc.interval, TTL: tc.ttl})
+		if err != nil {
+			t.Fatalf("interval %v, TTL %v: %v", tc.interval, tc.ttl, err)
+		}
+		if _, err := h.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The set expires after two TTLs.
+		got, err := client.PTTL(ctx, key).Result()
+		if err != nil || got <= 2*tc.want-time.Minute || got > 2*tc.want {
+			t.Errorf("interval %v, TTL %v: set expires in %v (%v), want 2 × %v", tc.interval, tc.ttl, got, err, tc.want)
+		}
+	}
+	_, err := fleet.New(client, "k", "a", fleet.Options{Interval: 13 * time.Hour})
+	if !errors.Is(err, fleet.ErrInvalidOptions) || !strings.Contains(err.Error(), "above 12h0m0s") {
+		t.Errorf("interval 13h: %v, want ErrInvalidOptions naming the 12h maximum", err)
 	}
 }
