@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
 // ErrInvalidOptions reports arguments New cannot use.
@@ -82,12 +84,12 @@ type Heartbeat struct {
 
 // New returns the heartbeat of instance id into the sorted set key. It
 // sends nothing. It refuses, with an error wrapping ErrInvalidOptions, a
-// nil client, an empty key or id, and options out of their documented
-// bounds.
+// nil client (a nil *redis.Client in the interface included), an empty
+// key or id, and options out of their documented bounds.
 func New(client Client, key, id string, opts Options) (*Heartbeat, error) {
 	switch {
-	case client == nil:
-		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
+	case nilcheck.IsNil(client):
+		return nil, fmt.Errorf("%w: nil Redis client (%T)", ErrInvalidOptions, client)
 	case key == "" || id == "":
 		return nil, fmt.Errorf("%w: empty key or instance id", ErrInvalidOptions)
 	case len(id) > 256:

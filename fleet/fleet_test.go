@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -103,8 +104,12 @@ func TestFleetOptions(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidOptions", tc.name, err)
 		}
 	}
-	if _, err := fleet.New(nil, "k", "a", fleet.Options{}); !errors.Is(err, fleet.ErrInvalidOptions) {
-		t.Errorf("nil client: %v", err)
+	// A nil pointer in the interface is refused too: it is not == nil, and
+	// an outside walk saw New accept one and Beat then panic.
+	for _, c := range []fleet.Client{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		if _, err := fleet.New(c, "k", "a", fleet.Options{}); !errors.Is(err, fleet.ErrInvalidOptions) {
+			t.Errorf("nil client %T: %v, want ErrInvalidOptions", c, err)
+		}
 	}
 }
 
