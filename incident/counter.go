@@ -127,6 +127,15 @@ func Memory(prefix string) (Env, error) {
 // Redis returns an environment on a real Redis through client, with keys
 // under prefix (make it unique: the run deletes its keys afterwards, and
 // only those). describe names the server in the report.
+//
+// Before the bursts, the environment's Warm opens as many connections of
+// client's pool as the burst has requests (at most its PoolSize; on a
+// Redis Cluster, on every primary), each answering a PING, and leaves them
+// idle in the pool. A fresh pool would otherwise dial during the naive
+// burst, spreading it out so that many requests read the counter after
+// others had written it: an outside walk of the demo with a 64-connection
+// pool saw 4 to 29 of 50 requests through, where a warm client let all
+// 50. Another client type (a Ring) is not warmed.
 func Redis(client redis.UniversalClient, prefix, describe string) (Env, error) {
 	st, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
@@ -140,5 +149,39 @@ func Redis(client redis.UniversalClient, prefix, describe string) (Env, error) {
 		Forget: func(ctx context.Context, keys ...string) error {
 			return client.Del(ctx, keys...).Err()
 		},
+		Warm: func(ctx context.Context, n int) error {
+			switch c := client.(type) {
+			case *redis.Client:
+				return warmPool(ctx, c, n)
+			case *redis.ClusterClient:
+				return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+					return warmPool(ctx, m, n)
+				})
+			}
+			return nil
+		},
 	}, nil
+}
+
+// warmPool opens n connections of c's pool (at most its PoolSize), sends a
+// PING on each, and returns them to the pool. Each is held until all have
+// answered, so the pool cannot hand one connection out twice and ends with
+// n open. They are opened one after the other: go-redis's Conns, dialing
+// at once, race on their client's options (its race detector says so).
+func warmPool(ctx context.Context, c *redis.Client, n int) error {
+	n = min(n, c.Options().PoolSize)
+	conns := make([]*redis.Conn, 0, n)
+	defer func() {
+		for _, cn := range conns {
+			_ = cn.Close()
+		}
+	}()
+	for i := range n {
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err := cn.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("connection %d of %d: %w", i+1, n, err)
+		}
+	}
+	return nil
 }

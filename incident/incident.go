@@ -156,6 +156,10 @@ type Env struct {
 	// leaves them: a later Run with the same Prefix on the same Store then
 	// starts from the counts this one left (Memory and Redis set it).
 	Forget func(ctx context.Context, keys ...string) error
+	// Warm, if set, readies the backend for n requests at once before the
+	// bursts, so that they race over open connections instead of dialing
+	// (Redis sets it; nil when there is nothing to prepare).
+	Warm func(ctx context.Context, n int) error
 }
 
 // Run plays the scene with both limiters and deletes what it wrote: the
@@ -175,6 +179,11 @@ func Run(ctx context.Context, env Env, opts Options) (Report, error) {
 		return Report{}, err
 	}
 	rep := Report{Options: opts, Backend: env.Backend}
+	if env.Warm != nil {
+		if err := env.Warm(ctx, opts.Requests); err != nil {
+			return rep, fmt.Errorf("incident: opening connections for the burst: %w", err)
+		}
+	}
 	var err error
 	if rep.Naive, err = runNaive(ctx, env, opts); err != nil {
 		return rep, fmt.Errorf("incident: naive limiter: %w", err)

@@ -42,7 +42,11 @@ count 998 all read 998, all passed, and the counter reached 1048.
 
 The same burst then goes through Floodgate's limiter, which lets exactly
 the 2 requests that fit. Runs in memory, or against a real Redis with
---redis (its keys get a unique prefix and are deleted afterwards).`,
+--redis (its keys get a unique prefix and are deleted afterwards; the
+connections the burst needs are opened before it, as in a running
+application's pool, so that it races over open connections rather than
+dialing). The race is real, not scripted: a loaded machine may let a few
+fewer through.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Limit < 1 || opts.Requests < 1 {
