@@ -24,6 +24,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // ErrInvalidOptions reports options out of range.
@@ -114,8 +115,8 @@ func (r Report) OverLimit(o Outcome) int { return max(o.Allowed-r.Fits(), 0) }
 func (r Report) String() string {
 	o := r.Options
 	var b strings.Builder
-	fmt.Fprintf(&b, "The incident (%s): limit %d requests per hour per API key, counter at %d,\n", r.Backend, o.Limit, o.Start)
-	fmt.Fprintf(&b, "%d requests arrive at the same moment. %d of them fit under the limit.\n\n", o.Requests, r.Fits())
+	fmt.Fprintf(&b, "The incident (%s): limit %s per hour per API key, counter at %d,\n", r.Backend, plural.Count(o.Limit, "request", "requests"), o.Start)
+	fmt.Fprintf(&b, "%s at the same moment. %d of them %s under the limit.\n\n", plural.Count(o.Requests, "request arrives", "requests arrive"), r.Fits(), plural.Word(r.Fits(), "fits", "fit"))
 	line := func(name string, oc Outcome) {
 		pad := strings.Repeat(" ", max(30-utf8.RuneCountInString(name), 1))
 		fmt.Fprintf(&b, "  %s%s%4d allowed, counter %d → %d, %d over the limit\n", name, pad, oc.Allowed, o.Start, oc.Final, r.OverLimit(oc))
@@ -125,10 +126,10 @@ func (r Report) String() string {
 	b.WriteString("\n")
 	switch n := r.OverLimit(r.Naive); {
 	case n > 0 && r.Naive.Allowed == o.Requests:
-		fmt.Fprintf(&b, "The naive limiter let %d requests too many through: every request read the\n", n)
+		fmt.Fprintf(&b, "The naive limiter let %s too many through: every request read the\n", plural.Count(n, "request", "requests"))
 		b.WriteString("counter before any of them wrote it. Each command is atomic; the sequence is not.\n")
 	case n > 0:
-		fmt.Fprintf(&b, "The naive limiter let %d requests too many through: %d requests read the counter\n", n, r.Naive.Allowed)
+		fmt.Fprintf(&b, "The naive limiter let %s too many through: %s the counter\n", plural.Count(n, "request", "requests"), plural.Count(r.Naive.Allowed, "request read", "requests read"))
 		b.WriteString("while it was still under the limit, before the others' writes reached it. Each\n")
 		b.WriteString("command is atomic; the sequence is not.\n")
 	default:

@@ -151,6 +151,44 @@ func TestReportSaysWhatHappened(t *testing.T) {
 	}
 }
 
+// TestReportCountsAgree: counts of one take the singular ("limit 1
+// request per hour", "let 1 request too many"; an outside walk saw "1
+// requests").
+func TestReportCountsAgree(t *testing.T) {
+	for _, tc := range []struct {
+		r          incident.Report
+		want, nots []string
+	}{
+		{
+			incident.Report{Options: incident.Options{Limit: 1, Requests: 3}, Naive: incident.Outcome{Allowed: 2, Final: 2}, Atomic: incident.Outcome{Allowed: 1, Final: 1}},
+			[]string{"limit 1 request per hour", "3 requests arrive at the same moment. 1 of them fits under", "let 1 request too many through: 2 requests read the counter"},
+			[]string{"1 requests", "1 of them fit "},
+		},
+		{
+			incident.Report{Options: incident.Options{Limit: 5, Start: 3, Requests: 4}, Naive: incident.Outcome{Allowed: 4, Final: 7}, Atomic: incident.Outcome{Allowed: 2, Final: 5}},
+			[]string{"limit 5 requests per hour", "4 requests arrive", "2 of them fit under", "let 2 requests too many through: every request"},
+			[]string{"fits"},
+		},
+		{
+			incident.Report{Options: incident.Options{Limit: 2, Start: 1, Requests: 1}, Naive: incident.Outcome{Allowed: 1, Final: 2}, Atomic: incident.Outcome{Allowed: 1, Final: 2}},
+			[]string{"1 request arrives at the same moment. 1 of them fits"},
+			[]string{"1 requests"},
+		},
+	} {
+		out := tc.r.String()
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("report lacks %q:\n%s", w, out)
+			}
+		}
+		for _, n := range tc.nots {
+			if strings.Contains(out, n) {
+				t.Errorf("report has %q:\n%s", n, out)
+			}
+		}
+	}
+}
+
 // TestMemoryRunsAgain: Run deletes what it wrote on a Memory environment
 // too, so a second run on the same environment starts from the same
 // state: with the defaults it presets the counter again, and with limit 1
