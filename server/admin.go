@@ -167,8 +167,15 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	req := TierRequest{Dimension: q.Get("dimension"), Value: q.Get("value")}
+	var req TierRequest
+	var err error
+	if req.Dimension, err = queryParam(r.URL.RawQuery, "dimension"); err == nil {
+		req.Value, err = queryParam(r.URL.RawQuery, "value")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if err := config.ValidateIdentityValue(req.Dimension, req.Value); err != nil {
 		s.fail(w, r, badRequest("invalid-identity", "%s (pass ?dimension=...&value=...)", identityDetail(err)))
 		return
@@ -186,7 +193,12 @@ func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleTopDenied(w http.ResponseWriter, r *http.Request) {
 	n := 10
-	if v := r.URL.Query().Get("n"); v != "" {
+	v, err := queryParam(r.URL.RawQuery, "n")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if v != "" {
 		x, err := strconv.Atoi(v)
 		if err != nil || x < 1 || x > topk.MaxCapacity {
 			s.fail(w, r, badRequest("invalid-parameter", "n=%q: want a number in 1..%d", clip.Text(v, 20), topk.MaxCapacity))

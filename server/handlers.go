@@ -400,7 +400,10 @@ var (
 
 // enforceParam reads the enforce parameter of rawQuery.
 func enforceParam(rawQuery string) (bool, error) {
-	v := queryParam(rawQuery, "enforce")
+	v, err := queryParam(rawQuery, "enforce")
+	if err != nil {
+		return false, err
+	}
 	switch v {
 	case "", "0", "false":
 		return false, nil
@@ -410,22 +413,42 @@ func enforceParam(rawQuery string) (bool, error) {
 	return false, badRequest("invalid-parameter", "query parameter enforce=%q: want 1, true, 0 or false", clip.Text(v, 40))
 }
 
-// queryParam returns url.ParseQuery(q).Get(name) (what an http.Request's
-// URL.Query().Get(name) returns), without parsing the whole query when it
-// holds nothing to unescape.
-func queryParam(q, name string) string {
+// queryParam returns the value of the parameter name in q, a request
+// target's query (undecoded): what url.ParseQuery(q).Get(name) returns
+// (an http.Request's URL.Query().Get(name)), without parsing the whole
+// query when it holds nothing to unescape. A parameter given more than
+// once is an invalid-parameter problem, as a repeated JSON field is: Go
+// reads the first of its values, other servers and proxies the last, so
+// "?enforce=1&enforce=0" was enforced here and not where it was checked.
+func queryParam(q, name string) (string, error) {
 	if strings.ContainsAny(q, "%+;") {
-		v, _ := url.ParseQuery(q)
-		return v.Get(name)
+		vs, _ := url.ParseQuery(q)
+		if n := len(vs[name]); n > 1 {
+			return "", repeatedParam(name, n)
+		}
+		return vs.Get(name), nil
 	}
+	var v string
+	n := 0
 	for q != "" {
 		var pair string
 		pair, q, _ = strings.Cut(q, "&")
-		if k, v, _ := strings.Cut(pair, "="); k == name {
-			return v
+		if k, val, _ := strings.Cut(pair, "="); k == name {
+			if n == 0 {
+				v = val
+			}
+			n++
 		}
 	}
-	return ""
+	if n > 1 {
+		return "", repeatedParam(name, n)
+	}
+	return v, nil
+}
+
+// repeatedParam is the problem of a query parameter given n times.
+func repeatedParam(name string, n int) error {
+	return badRequest("invalid-parameter", "query parameter %s is given %d times; give it once", name, n)
 }
 
 // BatchItem is one result of a batch: either a decision or the problem

@@ -511,7 +511,12 @@ type readyResponse struct {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	resp, status := s.readiness(r.Context(), r.URL.Query().Get("degraded") == "ok")
+	degraded, err := queryParam(r.URL.RawQuery, "degraded")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	resp, status := s.readiness(r.Context(), degraded == "ok")
 	writeJSON(w, status, resp)
 }
 
