@@ -369,7 +369,13 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 	}
 	rep, err := q.store.apply(ctx, &req)
 	if err != nil {
-		return Result{}, fmt.Errorf("quota %q %s: %w", q.policy.Name, op, err)
+		// A check of cost 0 is a status, and its error says so: a log
+		// line reading "check" suggested something was consumed.
+		name := op.String()
+		if op == opCheck && amount == 0 {
+			name = "status"
+		}
+		return Result{}, fmt.Errorf("quota %q %s: %w", q.policy.Name, name, err)
 	}
 	if rep.inPrev {
 		period = prev

@@ -283,8 +283,12 @@ func TestBadInput(t *testing.T) {
 		}
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := q.CheckAt(cancelled, t0, "u", 1); !errors.Is(err, floodgate.ErrStoreUnavailable) {
-			t.Fatalf("cancelled context: %v, want ErrStoreUnavailable", err)
+		if _, err := q.CheckAt(cancelled, t0, "u", 1); !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), " check: ") {
+			t.Fatalf("cancelled context: %v, want ErrStoreUnavailable naming the check", err)
+		}
+		// A status's error names the status: no check was sent.
+		if _, err := q.Status(cancelled, "u"); !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), " status: ") {
+			t.Fatalf("status with a cancelled context: %v, want ErrStoreUnavailable naming the status", err)
 		}
 	})
 }

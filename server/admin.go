@@ -393,7 +393,7 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), err))
+		s.fail(w, r, s.operationProblem(r.Context(), opQuotaRestore, err))
 		return
 	}
 	s.log.Info("admin quota restore", "quota", op.quota.Name, "period", res.Period.Key, "used", *req.Used)

@@ -185,7 +185,7 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), err))
+		s.fail(w, r, s.operationProblem(r.Context(), opAcquire, err))
 		return
 	}
 	key := "concurrency/" + op.limit.Name + ":" + op.identity
@@ -218,7 +218,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), err))
+		s.fail(w, r, s.operationProblem(r.Context(), opRelease, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, ReleaseResponse{Released: released, Limiter: op.limit.Name, LeaseID: op.leaseID})
@@ -242,7 +242,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), err))
+		s.fail(w, r, s.operationProblem(r.Context(), opRenew, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, RenewResponse{Renewed: true, Limiter: op.limit.Name, LeaseID: op.leaseID, ExpiresAt: leaseTime(lease.Expires)})

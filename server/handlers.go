@@ -180,16 +180,21 @@ func (s *Server) failure(ctx context.Context, err error) (p *problemError, retry
 		s.metrics.rejected.WithLabelValues(p.kind).Inc()
 		return p, false
 	}
-	p = s.decisionProblem(ctx, err)
+	op := opRequest
+	if f := (*storeFailure)(nil); errors.As(err, &f) {
+		op, err = f.op, f.err
+	}
+	p = s.decisionProblem(ctx, op, err)
 	return p, p.status == http.StatusServiceUnavailable
 }
 
-// decisionProblem classifies a store failure, counts and logs it (at
-// most once per WarnEvery for each kind of failure). The
-// problem's detail says what kind of failure it was, never the store's own
-// error (addresses, keys, server messages): that goes to the log only.
-func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
-	reason, p := reasonInternal, &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the decision failed; the service log has the details"}
+// decisionProblem classifies a store failure of op, counts and logs it
+// (at most once per WarnEvery for each kind of failure). The problem's
+// detail says what kind of failure it was and what op may have done,
+// never the store's own error (addresses, keys, server messages): that
+// goes to the log only.
+func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *problemError {
+	reason, p := reasonInternal, &problemError{status: http.StatusInternalServerError, kind: "internal", detail: "the " + op.name + " failed; the service log has the details"}
 	switch {
 	case errors.Is(err, replicawait.ErrNotReplicated):
 		reason = reasonIndeterminate
@@ -199,25 +204,32 @@ func (s *Server) decisionProblem(ctx context.Context, err error) *problemError {
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
 			detail: "nothing was applied: the operations before it are still waiting for the Redis replicas to confirm them (--redis-wait-replicas); retry later"}
+	case errors.Is(err, floodgate.ErrIndeterminate) && op.readOnly():
+		// The call was sent and its answer lost (the metric says so),
+		// but a read consumed nothing either way: for the client that
+		// is an unavailable store, not an indeterminate outcome.
+		reason = reasonIndeterminate
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
+			detail: "the rate limit store failed after the " + op.name + " was sent, and its answer was lost; a " + op.name + " consumes nothing, so nothing was counted: send it again"}
 	case errors.Is(err, floodgate.ErrIndeterminate):
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
-			detail: "the rate limit store failed after the request was sent; it may have been counted"}
+			detail: "the rate limit store failed after the " + op.name + " was sent, and its answer was lost; " + op.mayHave}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
-			detail: "the rate limit store is unavailable; nothing was counted"}
+			detail: "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		reason = reasonTimeout
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
-			detail: "the decision did not finish in time"}
+			detail: "the " + op.name + " did not finish in time"}
 	case errors.Is(err, floodgate.ErrInvalidLayers):
 		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity)"
 	}
 	s.metrics.errors.WithLabelValues(reason).Inc()
 	// Logged at most once per WarnEvery for each reason: in a store
 	// outage every request fails.
-	s.warn.Error(ctx, "decision failed: "+reason, "decision failed", "reason", reason, "error", err)
+	s.warn.Error(ctx, "decision failed: "+reason, "decision failed", "reason", reason, "operation", op.name, "error", err)
 	return p
 }
 
@@ -377,7 +389,11 @@ func (s *Server) decideOne(ctx context.Context, body []byte, rawQuery, route str
 	dctx, fo := fallback.NewRequestContext(dctx)
 	o, err := s.decide(dctx, fo, cfg, c)
 	if err != nil {
-		return CheckResponse{}, 0, err
+		op := opCheck
+		if c.peek {
+			op = opPeek
+		}
+		return CheckResponse{}, 0, op.failed(err)
 	}
 	s.record(o, route)
 	var resp CheckResponse
@@ -524,7 +540,7 @@ func (s *Server) decideBatch(ctx context.Context, body []byte, route string) (Ba
 		if err != nil {
 			var p *problemError
 			if !errors.As(err, &p) {
-				p = s.decisionProblem(ctx, err)
+				p = s.decisionProblem(ctx, opCheck, err)
 			}
 			pr := p.problem()
 			out.Results[i].Error = &pr

@@ -248,6 +248,19 @@ const (
 	quotaSettle
 )
 
+// operation is the store operation of k.
+func (k quotaKind) operation() operation {
+	switch k {
+	case quotaStatus:
+		return opQuotaStatus
+	case quotaReserve:
+		return opQuotaReserve
+	case quotaSettle:
+		return opQuotaSettle
+	}
+	return opQuotaCheck
+}
+
 func (s *Server) handleQuotaCheck(w http.ResponseWriter, r *http.Request) {
 	s.quotaOp(w, r, quotaCheck, decodeQuotaCheck)
 }
@@ -305,7 +318,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		return err
 	})
 	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), err))
+		s.fail(w, r, s.operationProblem(r.Context(), kind.operation(), err))
 		return
 	}
 	if (kind == quotaCheck || kind == quotaReserve) && !res.Replayed {
@@ -345,10 +358,10 @@ func quotaResponse(op quotaOp, tier string, res quota.Result) QuotaResponse {
 	}
 }
 
-// operationProblem classifies the failure of a quota or concurrency
+// operationProblem classifies the failure of op, a quota or concurrency
 // operation: the conditions a caller must act on become 409 problems;
-// store failures are returned as they are, for fail to classify.
-func (s *Server) operationProblem(ctx context.Context, err error) error {
+// store failures are returned marked with op, for fail to classify.
+func (s *Server) operationProblem(ctx context.Context, op operation, err error) error {
 	switch {
 	case errors.Is(err, quota.ErrQuotaStateLost):
 		s.warn.Error(ctx, "quota state lost", "quota state lost; refusing until it is restored", "error", err)
@@ -360,5 +373,5 @@ func (s *Server) operationProblem(ctx context.Context, err error) error {
 	case errors.Is(err, floodgate.ErrInvalidKey), errors.Is(err, floodgate.ErrInvalidCost):
 		return badRequest("invalid-request", "%v", err)
 	}
-	return err
+	return op.failed(err)
 }

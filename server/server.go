@@ -425,7 +425,7 @@ func (s *Server) CountDegraded(o fallback.Outcome) {
 // most once per WarnEvery for each reason), as the HTTP API does its own
 // failures: floodgate serve passes it to its gRPC service as
 // envoyrls.Options.OnError.
-func (s *Server) DecisionFailed(ctx context.Context, err error) { s.decisionProblem(ctx, err) }
+func (s *Server) DecisionFailed(ctx context.Context, err error) { s.decisionProblem(ctx, opCheck, err) }
 
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
 // readiness turns off, it waits ShutdownDelay, stops accepting connections

@@ -1,0 +1,58 @@
+package server
+
+import "errors"
+
+// operation is what a request asked of the store. A store failure's
+// problem names it and says what a call that failed after it was sent
+// may have done (which depends on the operation: a status changes
+// nothing, a release may have freed its slot), and its log line names
+// it.
+type operation struct {
+	// name is the operation as the problem and the log name it, e.g.
+	// "quota status".
+	name string
+	// mayHave says what the operation may have done when the store
+	// failed after it was sent, and what to do about it; empty for an
+	// operation that only reads, which consumed nothing whether or not
+	// it ran.
+	mayHave string
+}
+
+// The operations the API sends to the store.
+var (
+	opRequest = operation{name: "request", mayHave: "it may have been counted"}
+	opCheck   = operation{name: "check", mayHave: "it may have been counted (a check has no id: sent again, it may count twice)"}
+	opPeek    = operation{name: "peek"}
+
+	opQuotaCheck   = operation{name: "quota check", mayHave: "it may have been counted (a check has no id: sent again, it may count twice)"}
+	opQuotaStatus  = operation{name: "quota status"}
+	opQuotaReserve = operation{name: "quota reserve", mayHave: "the estimate may be held: send the reserve again with the same request_id (a hold already made is replayed, not made twice)"}
+	opQuotaSettle  = operation{name: "quota settle", mayHave: "it may have been settled: send the settle again with the same request_id (a settlement already made is replayed, not charged twice)"}
+	opQuotaRestore = operation{name: "quota restore", mayHave: "the usage may have been set: restoring it again is harmless"}
+
+	opAcquire = operation{name: "lease acquire", mayHave: "a slot may have been taken under a lease_id this answer cannot give; it frees itself when its lease_ttl ends"}
+	opRelease = operation{name: "lease release", mayHave: "the lease may have been released: release it again (releasing is idempotent: \"released\": false then means it already was)"}
+	opRenew   = operation{name: "lease renew", mayHave: "the lease may have been renewed: renew it again (a live lease is extended from now; 409 lease-lost means it is no longer held)"}
+)
+
+// readOnly reports an operation that consumes nothing.
+func (op operation) readOnly() bool { return op.mayHave == "" }
+
+// failed returns err, the failure of op, for fail to answer: a problem
+// as it is, a store failure marked with op.
+func (op operation) failed(err error) error {
+	var p *problemError
+	if errors.As(err, &p) {
+		return err
+	}
+	return &storeFailure{op: op, err: err}
+}
+
+// storeFailure is a store failure of an operation.
+type storeFailure struct {
+	op  operation
+	err error
+}
+
+func (f *storeFailure) Error() string { return f.op.name + ": " + f.err.Error() }
+func (f *storeFailure) Unwrap() error { return f.err }

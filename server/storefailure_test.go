@@ -1,0 +1,117 @@
+package server_test
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/concurrency"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/quota"
+	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// TestStalledStoreFailureNamesTheOperation: with Redis stalled (SIGSTOP:
+// each call is sent and its answer never comes), a failed operation's
+// 503 says what that operation may have done, and its log line names it.
+// A quota status and a peek consume nothing, so they are answered
+// store-unavailable saying nothing was counted; a release says the lease
+// may have been released; a quota check, that it may have been counted.
+// Before, every one of them was "store-indeterminate ... it may have been
+// counted", and a status was logged as `quota "hundred" check: ...`.
+func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	st, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := quota.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := concurrency.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	e := start(t, limits, st, func(o *server.Options) {
+		o.QuotaStore, o.ConcurrencyStore = qs, cs
+		o.DecisionTimeout = 300 * time.Millisecond
+		o.WarnEvery = time.Nanosecond // every failure logged
+		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+	u := id("user", "stalled")
+	_, lease := e.acquire("/v1/concurrency/acquire", server.AcquireRequest{Limiter: "five", Identity: u})
+	if !lease.Acquired {
+		t.Fatalf("acquire on a healthy Redis: %+v", lease)
+	}
+	// Each failure below costs the client its connection, and one dialled
+	// to a stalled Redis fails before anything is sent (its handshake
+	// gets no answer): the pool holds enough connections, ready, for each
+	// operation to be sent on one.
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { _ = client.Do(ctx, "BLPOP", uniquePrefix(t), "0.1").Err() })
+	}
+	wg.Wait()
+	if idle := client.PoolStats().IdleConns; idle < 8 {
+		t.Fatalf("%d connections ready, want 8", idle)
+	}
+	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) })
+
+	tests := []struct {
+		path      string
+		body      any
+		kind      string
+		operation string
+		detail    []string // each in the problem's detail
+	}{
+		{"/v1/quota/status", server.QuotaStatusRequest{Quota: "hundred", Identity: u}, "store-unavailable", "quota status",
+			[]string{"after the quota status was sent, and its answer was lost", "nothing was counted"}},
+		{"/v1/peek", server.PeekRequest{Policy: "api", Identity: u}, "store-unavailable", "peek",
+			[]string{"after the peek was sent, and its answer was lost", "nothing was counted"}},
+		{"/v1/concurrency/release", server.LeaseRequest{Limiter: "five", Identity: u, LeaseID: lease.LeaseID}, "store-indeterminate", "lease release",
+			[]string{"after the lease release was sent", "the lease may have been released: release it again"}},
+		{"/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u}, "store-indeterminate", "quota check",
+			[]string{"after the quota check was sent", "it may have been counted"}},
+	}
+	for _, tc := range tests {
+		r := e.post(tc.path, tc.body)
+		p := problemOf(t, r)
+		ok := r.status == 503 && p.Type == server.ProblemTypePrefix+tc.kind && r.header.Get("Retry-After") == "1"
+		for _, d := range tc.detail {
+			ok = ok && strings.Contains(p.Detail, d)
+		}
+		if tc.kind == "store-unavailable" && strings.Contains(p.Detail, "may have") {
+			ok = false
+		}
+		if !ok {
+			t.Errorf("%s with Redis stalled: %d %s %q; want 503 %s saying %q", tc.path, r.status, p.Type, p.Detail, tc.kind, tc.detail)
+		}
+	}
+	failed := logs.lines(t, "decision failed")
+	for _, tc := range tests {
+		found := false
+		for _, rec := range failed {
+			if rec["operation"] != tc.operation {
+				continue
+			}
+			found = true
+			if msg, _ := rec["error"].(string); tc.operation == "quota status" && (!strings.Contains(msg, `quota "hundred" status: `) || strings.Contains(msg, "check")) {
+				t.Errorf("a failed status is logged with error %q; want it named a status, not a check", msg)
+			}
+		}
+		if !found {
+			t.Errorf("no \"decision failed\" line with operation %q in %v", tc.operation, failed)
+		}
+	}
+}
