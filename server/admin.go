@@ -359,7 +359,7 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req RestoreRequest
-	if err := decodeJSON(body, &req, "quota, identity, used"); err != nil {
+	if err := decodeJSON(body, &req, "quota, identity, used", restoreUsed); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -373,8 +373,8 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("missing-cost", "field \"used\" is required: the usage to set for the current period"))
 		return
 	}
-	if *req.Used < 0 || *req.Used > quota.MaxUsed {
-		s.fail(w, r, badRequest("invalid-cost", "used %d out of range 0..%d", *req.Used, int64(quota.MaxUsed)))
+	if err := restoreUsed.check("", *req.Used); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	eng, err := s.enginesFor(cfg)

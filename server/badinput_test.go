@@ -51,7 +51,7 @@ func TestBadInput(t *testing.T) {
 		{"bad enforce on a batch", "/v1/check/batch?enforce=yes", `{"requests":[` + item + `]}`, 400, "invalid-parameter", `enforce="yes": want 1, true, 0 or false`},
 		{"too many batch items", "/v1/check/batch", `{"requests":[` + strings.Repeat(item+",", 3) + item + `]}`, 400, "batch-too-large", "4 checks (max 3)"},
 		{"one bad batch item", "/v1/check/batch", `{"requests":[` + item + `,{"policy":"fifty","identity":{"user":"victim"},"cost":-5}]}`, 400, "invalid-cost", "requests[1]: cost -5"},
-		{"cost past 2^64", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":18446744073709551616}`, 400, "malformed-json", `field "cost": 18446744073709551616 is out of range 0..1099511627776`},
+		{"cost past 2^64", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":18446744073709551616}`, 400, "invalid-cost", `cost 18446744073709551616 out of range 1..1099511627776 (use /v1/peek`},
 		{"cost in exponent form", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cost":1e3}`, 400, "malformed-json", `field "cost" must be a whole number, got a JSON number 1e3`},
 		{"field in upper case", "/v1/check", `{"POLICY":"fifty","identity":{"user":"victim"}}`, 400, "unknown-field", `unknown field "POLICY": field names are lower case (did you mean "policy"?)`},
 		{"field with a long s", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"co\u017ft":1}`, 400, "unknown-field", `unknown field "coſt"`},

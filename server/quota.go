@@ -162,31 +162,31 @@ func decodeQuota(cfg *config.Config, name string, values map[string]string) (quo
 	return quotaOp{quota: q, values: values, identity: id}, nil
 }
 
-// amount validates a cost-like field in lo..floodgate.MaxCost; nil means
-// def, or an error when def is negative (the field is required).
-func amount(field string, v *int64, lo, def int64, hint string) (int64, error) {
+// amount validates a whole-number field of range r; nil means def, or an
+// error when def is negative (the field is required).
+func amount(r numberRange, v *int64, def int64) (int64, error) {
 	if v == nil {
 		if def < 0 {
-			return 0, badRequest("missing-cost", "field %q is required%s", field, hint)
+			return 0, badRequest("missing-cost", "field %q is required%s", r.field, r.hint)
 		}
 		return def, nil
 	}
-	if *v < lo || *v > floodgate.MaxCost {
-		return 0, badRequest("invalid-cost", "%s %d out of range %d..%d%s", field, *v, lo, int64(floodgate.MaxCost), hint)
+	if err := r.check("", *v); err != nil {
+		return 0, err
 	}
 	return *v, nil
 }
 
 func decodeQuotaCheck(cfg *config.Config, body []byte) (quotaOp, error) {
 	var r QuotaCheckRequest
-	if err := decodeJSON(body, &r, "quota, identity, cost"); err != nil {
+	if err := decodeJSON(body, &r, "quota, identity, cost", quotaCost); err != nil {
 		return quotaOp{}, err
 	}
 	op, err := decodeQuota(cfg, r.Quota, r.Identity)
 	if err != nil {
 		return op, err
 	}
-	op.amount, err = amount("cost", r.Cost, 1, 1, " (use /v1/quota/status to look without consuming)")
+	op.amount, err = amount(quotaCost, r.Cost, 1)
 	return op, err
 }
 
@@ -214,27 +214,27 @@ func decodeQuotaRequest(cfg *config.Config, quota string, identity map[string]st
 
 func decodeQuotaReserve(cfg *config.Config, body []byte) (quotaOp, error) {
 	var r QuotaReserveRequest
-	if err := decodeJSON(body, &r, "quota, identity, request_id, estimate"); err != nil {
+	if err := decodeJSON(body, &r, "quota, identity, request_id, estimate", reserveEstimate); err != nil {
 		return quotaOp{}, err
 	}
 	op, err := decodeQuotaRequest(cfg, r.Quota, r.Identity, r.RequestID)
 	if err != nil {
 		return op, err
 	}
-	op.amount, err = amount("estimate", r.Estimate, 1, -1, " (the most the work may cost)")
+	op.amount, err = amount(reserveEstimate, r.Estimate, -1)
 	return op, err
 }
 
 func decodeQuotaSettle(cfg *config.Config, body []byte) (quotaOp, error) {
 	var r QuotaSettleRequest
-	if err := decodeJSON(body, &r, "quota, identity, request_id, actual"); err != nil {
+	if err := decodeJSON(body, &r, "quota, identity, request_id, actual", settleActual); err != nil {
 		return quotaOp{}, err
 	}
 	op, err := decodeQuotaRequest(cfg, r.Quota, r.Identity, r.RequestID)
 	if err != nil {
 		return op, err
 	}
-	op.amount, err = amount("actual", r.Actual, 0, -1, " (the real cost; 0 cancels the reservation)")
+	op.amount, err = amount(settleActual, r.Actual, -1)
 	return op, err
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/clip"
+	"github.com/floodgate-rl/floodgate/quota"
 )
 
 // Limits on requests.
@@ -68,16 +69,50 @@ func badRequest(kind, format string, args ...any) *problemError {
 	return &problemError{status: 400, kind: kind, detail: fmt.Sprintf(format, args...)}
 }
 
+// numberRange is the range of a whole-number field of a request body.
+// A value outside it, however large (past int64 too), is the same
+// invalid-cost problem.
+type numberRange struct {
+	field  string // the field's name, e.g. "cost"
+	lo, hi int64
+	hint   string // appended to the problem's detail, e.g. " (the real cost; ...)"
+}
+
+// The whole-number fields of the API's requests.
+var (
+	checkCost       = numberRange{"cost", 1, floodgate.MaxCost, " (use /v1/peek to check without consuming)"}
+	quotaCost       = numberRange{"cost", 1, floodgate.MaxCost, " (use /v1/quota/status to look without consuming)"}
+	reserveEstimate = numberRange{"estimate", 1, floodgate.MaxCost, " (the most the work may cost)"}
+	settleActual    = numberRange{"actual", 0, floodgate.MaxCost, " (the real cost; 0 cancels the reservation)"}
+	restoreUsed     = numberRange{"used", 0, quota.MaxUsed, ""}
+)
+
+// problem is the problem of value, a whole number as sent, out of r;
+// where prefixes it (e.g. "requests[3]: ").
+func (r numberRange) problem(where, value string) *problemError {
+	return badRequest("invalid-cost", "%s%s %s out of range %d..%d%s", where, r.field, value, r.lo, r.hi, r.hint)
+}
+
+// check returns r's problem when v is outside r.
+func (r numberRange) check(where string, v int64) error {
+	if v < r.lo || v > r.hi {
+		return r.problem(where, strconv.FormatInt(v, 10))
+	}
+	return nil
+}
+
 // decodeJSON decodes exactly one JSON object from body into v, rejecting
-// unknown fields and trailing data, with messages naming what is wrong.
-func decodeJSON(body []byte, v any, known string) error {
+// unknown fields and trailing data, with messages naming what is wrong;
+// known lists the fields, numbers gives the ranges of the whole-number
+// ones (for a value too large for v's int64).
+func decodeJSON(body []byte, v any, known string, numbers ...numberRange) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("malformed-json", "the request body is empty; send a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonProblem(err, known)
+		return jsonProblem(err, known, numbers)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
@@ -300,7 +335,9 @@ func describeType(t reflect.Type) string {
 	return "another JSON type"
 }
 
-func jsonProblem(err error, known string) error {
+// jsonProblem is the problem of err, encoding/json's error decoding a
+// body whose fields are known, with the whole-number fields of numbers.
+func jsonProblem(err error, known string, numbers []numberRange) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -319,11 +356,15 @@ func jsonProblem(err error, known string) error {
 			return badRequest("malformed-json", "field %q: identity values must be strings, got a JSON %s", field, typ.Value)
 		case strings.HasPrefix(field, "identity"):
 			want = "an object of dimension → string value"
-		case strings.HasSuffix(field, "cost"), field == "estimate", field == "actual", field == "used":
-			if n, ok := strings.CutPrefix(typ.Value, "number "); ok && wholeNumber(n) {
-				return badRequest("malformed-json", "field %q: %s is out of range 0..%d", field, clip.Text(n, 40), int64(floodgate.MaxCost))
+		}
+		// A whole number too large for an int64 is out of the field's
+		// range as one just past its maximum is (decodeBatch says which
+		// item).
+		name := field[strings.LastIndexByte(field, '.')+1:]
+		for _, r := range numbers {
+			if n, ok := strings.CutPrefix(typ.Value, "number "); ok && r.field == name && wholeNumber(n) {
+				return r.problem("", clip.Text(n, 40))
 			}
-			want = "a whole number"
 		}
 		return badRequest("malformed-json", "field %q must be %s, got a JSON %s", field, want, typ.Value)
 	}
@@ -370,8 +411,8 @@ func validate(cfg *config.Config, policy string, identity map[string]string, cos
 	}
 	c := check{policy: p, identity: identity, cost: 1, peek: peek}
 	if cost != nil {
-		if *cost < 1 || *cost > floodgate.MaxCost {
-			return check{}, badRequest("invalid-cost", "%scost %d out of range 1..%d (use /v1/peek to check without consuming)", where, *cost, int64(floodgate.MaxCost))
+		if err := checkCost.check(where, *cost); err != nil {
+			return check{}, err
 		}
 		c.cost = *cost
 	}
@@ -407,7 +448,7 @@ func decodeCheck(cfg *config.Config, body []byte) (check, error) {
 	r, ok := decodeCheckFast(body)
 	if !ok {
 		r = CheckRequest{}
-		if err := decodeJSON(body, &r, "policy, identity, cost"); err != nil {
+		if err := decodeJSON(body, &r, "policy, identity, cost", checkCost); err != nil {
 			return check{}, err
 		}
 	}
@@ -427,9 +468,9 @@ func decodePeek(cfg *config.Config, body []byte) (check, error) {
 // item must be valid before any is decided.
 func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error) {
 	var r BatchRequest
-	if err := decodeJSON(body, &r, "requests"); err != nil {
+	if err := decodeJSON(body, &r, "requests", checkCost); err != nil {
 		var p *problemError
-		if errors.As(err, &p) && p.kind == "unknown-field" {
+		if errors.As(err, &p) && (p.kind == "unknown-field" || p.kind == "invalid-cost") {
 			if ip := batchItemProblem(body); ip != nil {
 				return nil, ip
 			}
@@ -454,9 +495,10 @@ func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error)
 }
 
 // batchItemProblem returns the problem of the first item of a batch body
-// with an unknown field, its index and the item's own fields named, or
-// nil when no item has one (the unknown field is the batch's own).
-// encoding/json reports an unknown field without saying where it is.
+// with an unknown field or a cost too large for an int64, its index and
+// the item's own fields named, or nil when no item has one (the unknown
+// field is the batch's own). encoding/json reports either without saying
+// which item it is in.
 func batchItemProblem(body []byte) error {
 	var raw struct {
 		Requests []json.RawMessage `json:"requests"`
@@ -470,7 +512,7 @@ func batchItemProblem(body []byte) error {
 		var c CheckRequest
 		if err := dec.Decode(&c); err != nil {
 			var p *problemError
-			if errors.As(jsonProblem(err, "policy, identity, cost"), &p) && p.kind == "unknown-field" {
+			if errors.As(jsonProblem(err, "policy, identity, cost", []numberRange{checkCost}), &p) && (p.kind == "unknown-field" || p.kind == "invalid-cost") {
 				p.detail = fmt.Sprintf("requests[%d]: %s", i, p.detail)
 				return p
 			}
