@@ -106,6 +106,7 @@ func (r numberRange) check(where string, v int64) error {
 // known lists the fields, numbers gives the ranges of the whole-number
 // ones (for a value too large for v's int64).
 func decodeJSON(body []byte, v any, known string, numbers ...numberRange) error {
+	body = withoutBOM(body)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("malformed-json", "the request body is empty; send a JSON object")
 	}
@@ -113,6 +114,12 @@ func decodeJSON(body []byte, v any, known string, numbers ...numberRange) error 
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonProblem(err, known, numbers)
+	}
+	// encoding/json decodes null into a struct as nothing at all (every
+	// other value that is not an object is an UnmarshalTypeError): it
+	// was answered as a body missing its fields, "policy" first.
+	if bytes.TrimLeft(body, " \t\r\n")[0] != '{' {
+		return badRequest("malformed-json", "the body must be a JSON object, got a JSON null")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
@@ -124,6 +131,23 @@ func decodeJSON(body []byte, v any, known string, numbers ...numberRange) error 
 		return badRequest("unknown-field", "unknown field %q: field names are lower case (did you mean %q?)", clip.Text(name, 80), clip.Text(strings.ToLower(name), 80))
 	}
 	return invalidText(body)
+}
+
+// utf8BOM is the byte order mark, U+FEFF, in UTF-8.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// withoutBOM returns body without the byte order mark it may start with
+// (as Windows tools, PowerShell's among them, write UTF-8 text): RFC 8259
+// lets a JSON parser ignore it, and encoding/json refused it as "invalid
+// character 'ï'". The mark becomes three spaces, in a copy, so that the
+// offsets problems give still count from the body's first byte.
+func withoutBOM(body []byte) []byte {
+	if !bytes.HasPrefix(body, utf8BOM) {
+		return body
+	}
+	b := bytes.Clone(body)
+	copy(b, "   ")
+	return b
 }
 
 // invalidText reports a body (valid JSON) whose strings are not all
@@ -467,6 +491,7 @@ func decodePeek(cfg *config.Config, body []byte) (check, error) {
 // decodeBatch decodes and validates a POST /v1/check/batch body: every
 // item must be valid before any is decided.
 func decodeBatch(cfg *config.Config, body []byte, maxItems int) ([]check, error) {
+	body = withoutBOM(body) // for batchItemProblem too
 	var r BatchRequest
 	if err := decodeJSON(body, &r, "requests", checkCost); err != nil {
 		var p *problemError
