@@ -42,6 +42,10 @@ type CheckRequest struct {
 }
 
 // PeekRequest is the body of POST /v1/peek: a check that consumes nothing.
+// Its answer is the identity's standing only when not Degraded: a
+// degraded peek (Redis slow or down) reports what the policy's failure
+// mode would decide, e.g. a fresh identity in open mode, whatever Redis
+// holds.
 type PeekRequest struct {
 	// Policy names a policy of the active configuration.
 	Policy string `json:"policy"`
