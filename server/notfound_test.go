@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // TestUnknownRouteIsProblem: a path the API does not have (404) and a
@@ -30,5 +32,28 @@ func TestUnknownRouteIsProblem(t *testing.T) {
 	}
 	if r := e.do("GET", "/healthz", "", nil); r.status != http.StatusOK {
 		t.Errorf("GET /healthz: %d", r.status)
+	}
+}
+
+// TestUncleanPathRedirects: a path not in clean form is answered 307 to
+// the clean path, query kept, on both HTTP servers, and nothing is
+// counted (as docs/configuration.md says).
+func TestUncleanPathRedirects(t *testing.T) {
+	for _, engine := range []server.HTTPEngine{server.NetHTTP, server.FastHTTP} {
+		e := serveEngine(t, engine, engineConfig, memStore(t), nil)
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, path := range []string{"//v1/check?enforce=1", "/v1/./check?enforce=1", "/v1/x/../check?enforce=1"} {
+			resp, err := c.Post(e.url+path, "application/json", strings.NewReader(check("api", "unclean")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusTemporaryRedirect || loc != "/v1/check?enforce=1" {
+				t.Errorf("%s %s: %d Location %q; want 307 to /v1/check?enforce=1", engine, path, resp.StatusCode, loc)
+			}
+		}
+		if a := send(t, c, e.url, exchange{method: "POST", path: "/v1/peek", body: check("api", "unclean")}); !strings.Contains(a.body, `"remaining":2,`) {
+			t.Errorf("%s: after the redirected checks: %s; want nothing counted", engine, a.body)
+		}
 	}
 }
