@@ -33,6 +33,11 @@ func newCheckCmd() *cobra.Command {
 
   floodgate check --addr http://127.0.0.1:8080 --policy api --id user=42 --cost 1
 
+A decision the service took without Redis (its fallback: Redis down, slow
+or its circuit breaker open) is marked with a DEGRADED line naming the
+failure mode and the reason: it is not the shared count, and the exit
+status is still that of the decision.
+
 Exit status: 0 allowed, 2 denied, 1 on any error (bad flags, service
 unreachable, request refused).`,
 		Args: cobra.NoArgs,
@@ -123,6 +128,9 @@ func printDecision(w io.Writer, r server.CheckResponse, now time.Time) {
 		verdict = "DENIED"
 	}
 	fmt.Fprintf(w, "%s  policy %s, tier %s, decided by layer %q\n", verdict, r.Policy, r.Tier, r.Binding)
+	if r.Degraded {
+		fmt.Fprintf(w, "DEGRADED: decided by the fallback (mode %s, reason %s): not the shared count; %s\n", r.FailureMode, r.DegradedReason, degradedMeaning(r.FailureMode))
+	}
 	fmt.Fprintf(w, "  limit %d, remaining %d, resets %s (in %s)\n", r.Limit, r.Remaining, r.ResetAt, until(r.Reset, now))
 	if !r.Allowed {
 		if r.RetryAfterMS > 0 {
@@ -144,6 +152,20 @@ func printDecision(w io.Writer, r server.CheckResponse, now time.Time) {
 		}
 		fmt.Fprintf(w, "  - %-16s %-14s %-8s %d/%d left  %s\n", l.Name, l.Algorithm, l.Dimension, l.Remaining, l.Limit, state)
 	}
+}
+
+// degradedMeaning says what a decision taken by the failure mode named
+// mode means for the caller.
+func degradedMeaning(mode string) string {
+	switch mode {
+	case "local":
+		return "this instance counted alone, at its local share of the limit"
+	case "open":
+		return "admitted without counting"
+	case "closed":
+		return "denied while Redis cannot decide"
+	}
+	return "Redis did not decide"
 }
 
 func until(unix int64, now time.Time) time.Duration {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// TestCheckDegraded: with serve's Redis killed, check's text output says
+// the decision was the fallback's (mode and reason), not the shared
+// count, and keeps the decision's exit status; while Redis decides it
+// says nothing of the kind. It used to print a plain ALLOWED.
+func TestCheckDegraded(t *testing.T) {
+	rs := redistest.Start(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("chkdeg%d", time.Now().UnixNano()))
+	defer svc.stop(t)
+	check := func() (int, string, string) {
+		return cli("check", "--addr", svc.url, "--policy", "api", "--id", "user=deg")
+	}
+	// The first decisions (script loading on a loaded machine) may miss
+	// the fallback's budget: wait for one that Redis took.
+	waitUntil(t, "a decision Redis took", func() bool {
+		code, out, _ := check()
+		return code == 0 && !strings.Contains(out, "DEGRADED")
+	})
+	rs.Kill()
+	code, out, errOut := check()
+	if code != 0 || !strings.Contains(out, "ALLOWED") || !strings.Contains(out, "\nDEGRADED: decided by the fallback (mode local, reason ") ||
+		!strings.Contains(out, "not the shared count") {
+		t.Fatalf("check with Redis killed: exit %d\n%s%s\nwant exit 0, ALLOWED and a DEGRADED line naming mode local", code, out, errOut)
+	}
+}
+
+// TestCheckPrintsDegradedClosed: a denial by the closed failure mode says
+// so, with what it means.
+func TestCheckPrintsDegradedClosed(t *testing.T) {
+	var b strings.Builder
+	printDecision(&b, checkResponse(false, "closed", "timeout"), time.Unix(0, 0))
+	want := "DEGRADED: decided by the fallback (mode closed, reason timeout): not the shared count; denied while Redis cannot decide\n"
+	if out := b.String(); !strings.HasPrefix(out, "DENIED") || !strings.Contains(out, want) {
+		t.Fatalf("printDecision of a closed-mode denial:\n%s\nwant DENIED and %q", out, want)
+	}
+	b.Reset()
+	printDecision(&b, checkResponse(true, "", ""), time.Unix(0, 0))
+	if strings.Contains(b.String(), "DEGRADED") {
+		t.Fatalf("printDecision of a decision Redis took:\n%s\nwant no DEGRADED line", b.String())
+	}
+}
+
+// checkResponse is an answer of policy api, degraded when mode is set.
+func checkResponse(allowed bool, mode, reason string) server.CheckResponse {
+	return server.CheckResponse{Allowed: allowed, Policy: "api", Limit: 100, Degraded: mode != "", FailureMode: mode, DegradedReason: reason}
+}
