@@ -78,22 +78,51 @@ func TestEnvoyJSONClosedLoop(t *testing.T) {
 
 func TestEnvoyJSONAnswers(t *testing.T) {
 	tests := []struct {
-		status  int
-		body    string
-		allowed bool
-		err     string
+		status            int
+		body              string
+		allowed, degraded bool
+		err               string
 	}{
-		{200, `{"overallCode":"OK","statuses":[{"code":"OK"}]}`, true, ""},
-		{200, `{"statuses":[{"code":"OK"}], "overallCode": "OK"}`, true, ""}, // protojson may add spaces
-		{429, `{"overallCode":"OVER_LIMIT"}`, false, ""},
-		{200, `{"statuses":[{"code":"OK","overallCode":"OK"}]}`, false, "without"}, // nested, not the answer's
-		{200, `not json`, false, "without"},
-		{500, `boom`, false, "HTTP 500: boom"},
+		{200, `{"overallCode":"OK","statuses":[{"code":"OK"}]}`, true, false, ""},
+		{200, `{"statuses":[{"code":"OK"}], "overallCode": "OK"}`, true, false, ""}, // protojson may add spaces
+		{429, `{"overallCode":"OVER_LIMIT"}`, false, false, ""},
+		{200, `{"statuses":[{"code":"OK","overallCode":"OK"}]}`, false, false, "without"}, // nested, not the answer's
+		{200, `not json`, false, false, "without"},
+		{500, `boom`, false, false, "HTTP 500: boom"},
+		// Degraded, as floodgate serve marks its gRPC answers.
+		{200, `{"overallCode":"OK","responseHeadersToAdd":[{"key":"X-RateLimit-Limit","value":"5"},{"key":"x-floodgate-degraded","value":"local; reason=timeout"}]}`, true, true, ""},
+		{429, `{"overallCode":"OVER_LIMIT","dynamicMetadata":{"failure_mode":"closed","degraded":true}}`, false, true, ""},
+		{200, `{"overallCode":"OK","responseHeadersToAdd":[{"key":"X-RateLimit-Limit","value":"X-Floodgate-Degraded"}],"dynamicMetadata":{"degraded":false}}`, true, false, ""},
 	}
 	for _, tt := range tests {
-		allowed, err := envoyJSONAnswer(tt.status, []byte(tt.body))
-		if allowed != tt.allowed || (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
-			t.Errorf("%d %s: %v, %v; want %v, error containing %q", tt.status, tt.body, allowed, err, tt.allowed, tt.err)
+		v, err := envoyJSONAnswer(tt.status, []byte(tt.body))
+		if v.allowed != tt.allowed || v.degraded != tt.degraded || (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%d %s: %+v, %v; want allowed %v, degraded %v, error containing %q", tt.status, tt.body, v, err, tt.allowed, tt.degraded, tt.err)
+		}
+	}
+}
+
+// checkAnswer reads "allowed" and "degraded" wherever they stand among
+// the answer's own members.
+func TestCheckAnswer(t *testing.T) {
+	tests := []struct {
+		status            int
+		body              string
+		allowed, degraded bool
+		err               string
+	}{
+		{200, `{"allowed":true,"layers":[{"degraded":true}]}`, true, false, ""},
+		{200, `{"allowed":false,"reason":"limited"}`, false, false, ""},
+		{200, `{"allowed":true,"layers":[],"degraded":true,"failure_mode":"local","degraded_reason":"timeout"}`, true, true, ""},
+		{429, `{"allowed":false,"degraded":true,"failure_mode":"closed"}`, false, true, ""},
+		{429, ``, false, false, ""},
+		{200, `{"degraded":true}`, false, false, "without a boolean"},
+		{503, `{"status":503}`, false, false, "HTTP 503"},
+	}
+	for _, tt := range tests {
+		v, err := checkAnswer(tt.status, []byte(tt.body))
+		if v.allowed != tt.allowed || v.degraded != tt.degraded || (tt.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%d %s: %+v, %v; want allowed %v, degraded %v, error containing %q", tt.status, tt.body, v, err, tt.allowed, tt.degraded, tt.err)
 		}
 	}
 }

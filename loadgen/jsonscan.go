@@ -7,36 +7,76 @@ package loadgen
 // decoding the rest of it; it is not a validator: a malformed document
 // may yield nil or a value.
 func topLevelValue(data []byte, key string) []byte {
+	var found []byte
+	eachTopLevel(data, func(name, value []byte) bool {
+		if string(name) == key {
+			found = value
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// eachTopLevel calls f with the name (as written, without its quotes)
+// and the raw value of each member of the object data, in order, until f
+// returns false or the object ends. It stops quietly at the first
+// malformed member, or at once when data is not an object.
+func eachTopLevel(data []byte, f func(name, value []byte) bool) {
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
-		return nil
+		return
 	}
 	i++
 	for {
 		i = skipSpace(data, i)
 		if i >= len(data) || data[i] != '"' {
-			return nil
+			return
 		}
 		end := skipString(data, i)
 		if end < 0 {
-			return nil
+			return
 		}
 		name := data[i+1 : end-1]
 		i = skipSpace(data, end)
 		if i >= len(data) || data[i] != ':' {
-			return nil
+			return
 		}
 		start := skipSpace(data, i+1)
 		end = skipValue(data, start)
-		if end < 0 {
-			return nil
-		}
-		if string(name) == key {
-			return data[start:end]
+		if end < 0 || !f(name, data[start:end]) {
+			return
 		}
 		i = skipSpace(data, end)
 		if i >= len(data) || data[i] != ',' {
-			return nil
+			return
+		}
+		i++
+	}
+}
+
+// eachElement calls f with the raw value of each element of the array
+// data, in order, until f returns false or the array ends. It stops
+// quietly at the first malformed element, or at once when data is not an
+// array.
+func eachElement(data []byte, f func(elem []byte) bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '[' {
+		return
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == ']' {
+		return
+	}
+	for {
+		start := skipSpace(data, i)
+		end := skipValue(data, start)
+		if end < 0 || !f(data[start:end]) {
+			return
+		}
+		i = skipSpace(data, end)
+		if i >= len(data) || data[i] != ',' {
+			return
 		}
 		i++
 	}

@@ -202,11 +202,11 @@ func (w *rawGRPCWorker) chain(ch *chain) {
 // denied is recorded and the next request built; anything else goes to
 // the worker.
 func (w *rawGRPCWorker) then(call *grpcCall) ([]byte, bool) {
-	allowed, err := call.result()
+	v, err := call.result()
 	if err != nil {
 		return nil, false
 	}
-	id, ok := w.ch.next(allowed)
+	id, ok := w.ch.next(v)
 	if !ok {
 		return nil, false
 	}
@@ -214,9 +214,9 @@ func (w *rawGRPCWorker) then(call *grpcCall) ([]byte, bool) {
 	return w.msg, true
 }
 
-func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
+func (w *rawGRPCWorker) send(ctx context.Context, id int) (verdict, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return verdict{}, err
 	}
 	w.msg = w.s.appendRequest(w.msg[:0], w.s.ids.string(id))
 	done := w.call.done
@@ -224,14 +224,14 @@ func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
 	for attempt := 1; ; attempt++ {
 		var err error
 		if c, err = w.s.conn(ctx, w.slot); err != nil {
-			return false, err
+			return verdict{}, err
 		}
 		err = c.start(ctx, &w.call, w.msg)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, errConnGone) || attempt == 3 {
-			return false, err
+			return verdict{}, err
 		}
 	}
 	// The channel, not the field: a chained call's fields are rewritten
@@ -240,7 +240,7 @@ func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
 	case <-done:
 	case <-ctx.Done():
 		c.cancel(&w.call)
-		return false, ctx.Err()
+		return verdict{}, ctx.Err()
 	}
 	return w.call.result()
 }
@@ -248,69 +248,97 @@ func (w *rawGRPCWorker) send(ctx context.Context, id int) (bool, error) {
 func (w *rawGRPCWorker) close() {}
 
 // result reads a finished call's outcome as the grpc-go client path does:
-// OK allowed, OVER_LIMIT denied, anything else an error.
-func (call *grpcCall) result() (bool, error) {
+// OK allowed, OVER_LIMIT denied, anything else an error; degraded when
+// its response_headers_to_add hold DegradedHeader.
+func (call *grpcCall) result() (verdict, error) {
 	if call.err != nil {
-		return false, call.err
+		return verdict{}, call.err
 	}
 	if call.grpcStatus < 0 {
 		if call.status != 200 {
-			return false, fmt.Errorf("HTTP status %d without grpc-status", call.status)
+			return verdict{}, fmt.Errorf("HTTP status %d without grpc-status", call.status)
 		}
-		return false, errors.New("answer without grpc-status")
+		return verdict{}, errors.New("answer without grpc-status")
 	}
 	if call.grpcStatus != 0 {
-		return false, fmt.Errorf("rpc error: code = %v desc = %s", codes.Code(call.grpcStatus), decodeGRPCMessage(call.grpcMessage))
+		return verdict{}, fmt.Errorf("rpc error: code = %v desc = %s", codes.Code(call.grpcStatus), decodeGRPCMessage(call.grpcMessage))
 	}
 	if call.status != 200 {
-		return false, fmt.Errorf("HTTP status %d", call.status)
+		return verdict{}, fmt.Errorf("HTTP status %d", call.status)
 	}
-	code, err := overallCode(call.data)
+	code, degraded, err := readResponse(call.data)
 	if err != nil {
-		return false, err
+		return verdict{}, err
 	}
 	switch c := rlspb.RateLimitResponse_Code(code); c {
 	case rlspb.RateLimitResponse_OK:
-		return true, nil
+		return verdict{allowed: true, degraded: degraded}, nil
 	case rlspb.RateLimitResponse_OVER_LIMIT:
-		return false, nil
+		return verdict{degraded: degraded}, nil
 	default:
-		return false, fmt.Errorf("overall_code %v", c)
+		return verdict{}, fmt.Errorf("overall_code %v", c)
 	}
 }
 
-// overallCode reads field 1 (overall_code) of the length-prefixed
-// RateLimitResponse in data, skipping the others; absent, it is 0
-// (UNKNOWN).
-func overallCode(data []byte) (int32, error) {
+// readResponse reads field 1 (overall_code) of the length-prefixed
+// RateLimitResponse in data, absent 0 (UNKNOWN), and whether one of its
+// field 3 (response_headers_to_add) entries is DegradedHeader, skipping
+// the rest.
+func readResponse(data []byte) (code int32, degraded bool, err error) {
 	if len(data) < 5 {
-		return 0, fmt.Errorf("response of %d bytes, not a gRPC message", len(data))
+		return 0, false, fmt.Errorf("response of %d bytes, not a gRPC message", len(data))
 	}
 	if data[0] != 0 {
-		return 0, errors.New("compressed response (none was asked for)")
+		return 0, false, errors.New("compressed response (none was asked for)")
 	}
 	if n := binary.BigEndian.Uint32(data[1:5]); uint64(n) != uint64(len(data)-5) {
-		return 0, fmt.Errorf("response message of %d bytes announced, %d received", n, len(data)-5)
+		return 0, false, fmt.Errorf("response message of %d bytes announced, %d received", n, len(data)-5)
 	}
 	b := data[5:]
-	var code uint64
+	var c uint64
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, fmt.Errorf("malformed response: %w", protowire.ParseError(n))
+			return 0, false, fmt.Errorf("malformed response: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			code, n = protowire.ConsumeVarint(b)
-		} else {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			c, n = protowire.ConsumeVarint(b)
+		case num == 3 && typ == protowire.BytesType:
+			var header []byte
+			header, n = protowire.ConsumeBytes(b)
+			degraded = degraded || isDegradedHeader(header)
+		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if n < 0 {
-			return 0, fmt.Errorf("malformed response: %w", protowire.ParseError(n))
+			return 0, false, fmt.Errorf("malformed response: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
 	}
-	return int32(code), nil
+	return int32(c), degraded, nil
+}
+
+// isDegradedHeader reports whether the HeaderValue message m has the key
+// (field 1) DegradedHeader, in any case.
+func isDegradedHeader(m []byte) bool {
+	for len(m) > 0 {
+		num, typ, n := protowire.ConsumeTag(m)
+		if n < 0 {
+			return false
+		}
+		m = m[n:]
+		if num == 1 && typ == protowire.BytesType {
+			key, n := protowire.ConsumeBytes(m)
+			return n >= 0 && asciiEqualFold(key, DegradedHeader)
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, m); n < 0 {
+			return false
+		}
+		m = m[n:]
+	}
+	return false
 }
 
 // decodeGRPCMessage undoes grpc-message's percent-encoding.

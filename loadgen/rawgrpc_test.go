@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -306,9 +307,10 @@ func TestRawGRPCRequestMessage(t *testing.T) {
 	}
 }
 
-// overallCode reads field 1 among the others, and refuses what is not
-// one whole gRPC message.
-func TestOverallCode(t *testing.T) {
+// readResponse reads field 1 among the others and the degraded header
+// among response_headers_to_add, and refuses what is not one whole gRPC
+// message.
+func TestReadResponse(t *testing.T) {
 	frame := func(m proto.Message) []byte {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -321,26 +323,34 @@ func TestOverallCode(t *testing.T) {
 		Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{{
 			Code: rlspb.RateLimitResponse_OVER_LIMIT, CurrentLimit: &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 3, Unit: rlspb.RateLimitResponse_RateLimit_HOUR},
 		}},
-		ResponseHeadersToAdd: nil,
+		ResponseHeadersToAdd: []*corepb.HeaderValue{{Key: "X-RateLimit-Limit", Value: "3"}},
 		RawBody:              []byte("body"),
 	})
+	degraded := frame(&rlspb.RateLimitResponse{
+		OverallCode: rlspb.RateLimitResponse_OK,
+		ResponseHeadersToAdd: []*corepb.HeaderValue{{Key: "X-RateLimit-Limit", Value: "3"},
+			{Key: "x-floodgate-degraded", Value: "local; reason=breaker_open"}},
+	})
 	for _, tc := range []struct {
-		name string
-		data []byte
-		want int32
-		err  string
+		name     string
+		data     []byte
+		want     int32
+		degraded bool
+		err      string
 	}{
-		{"full", full, 2, ""},
-		{"empty message", frame(&rlspb.RateLimitResponse{}), 0, ""},
-		{"ok", frame(&rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}), 1, ""},
-		{"short", full[:3], 0, "not a gRPC message"},
-		{"truncated", full[:len(full)-1], 0, "announced"},
-		{"compressed", append([]byte{1}, full[1:]...), 0, "compressed"},
-		{"malformed", []byte{0, 0, 0, 0, 2, 0x08, 0x80}, 0, "malformed"},
+		{"full", full, 2, false, ""},
+		{"empty message", frame(&rlspb.RateLimitResponse{}), 0, false, ""},
+		{"ok", frame(&rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}), 1, false, ""},
+		{"degraded", degraded, 1, true, ""},
+		{"header value only", frame(&rlspb.RateLimitResponse{ResponseHeadersToAdd: []*corepb.HeaderValue{{Key: "X", Value: DegradedHeader}}}), 0, false, ""},
+		{"short", full[:3], 0, false, "not a gRPC message"},
+		{"truncated", full[:len(full)-1], 0, false, "announced"},
+		{"compressed", append([]byte{1}, full[1:]...), 0, false, "compressed"},
+		{"malformed", []byte{0, 0, 0, 0, 2, 0x08, 0x80}, 0, false, "malformed"},
 	} {
-		got, err := overallCode(tc.data)
-		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("%s: %d, %v; want %d, %q", tc.name, got, err, tc.want, tc.err)
+		got, deg, err := readResponse(tc.data)
+		if got != tc.want || deg != tc.degraded || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %d, %v, %v; want %d, %v, %q", tc.name, got, deg, err, tc.want, tc.degraded, tc.err)
 		}
 	}
 }

@@ -27,14 +27,15 @@ type rawWorker struct {
 	addr string
 	head []byte // request line and headers up to "Content-Length: "
 
-	conn   net.Conn
-	br     *bufio.Reader
-	used   bool            // conn has carried a complete exchange
-	ctx    context.Context // the context whose end aborts conn's I/O
-	unhook func() bool     // stops that
-	body   []byte
-	req    []byte
-	answer []byte
+	conn     net.Conn
+	br       *bufio.Reader
+	used     bool            // conn has carried a complete exchange
+	ctx      context.Context // the context whose end aborts conn's I/O
+	unhook   func() bool     // stops that
+	body     []byte
+	req      []byte
+	answer   []byte
+	degraded bool // the last answer carried DegradedHeader
 }
 
 // aLongTimeAgo is a deadline in the past: I/O on a connection given it
@@ -46,9 +47,9 @@ func newRawWorker(s *httpSender, host, requestURI string) *rawWorker {
 	return &rawWorker{s: s, addr: host, head: []byte(head)}
 }
 
-func (w *rawWorker) send(ctx context.Context, id int) (bool, error) {
+func (w *rawWorker) send(ctx context.Context, id int) (verdict, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return verdict{}, err
 	}
 	s := w.s
 	w.body = append(w.body[:0], s.head...)
@@ -70,16 +71,22 @@ func (w *rawWorker) send(ctx context.Context, id int) (bool, error) {
 	}
 	if err != nil {
 		w.drop()
-		return false, err
+		return verdict{}, err
 	}
-	return s.decide(status, answer)
+	v, err := s.decide(status, answer)
+	if err == nil && w.degraded {
+		v.degraded = true
+	}
+	return v, err
 }
 
 // errNothingRead marks a failure before the first byte of the answer.
 var errNothingRead = errors.New("connection closed before the answer")
 
-// exchange writes w.req and reads the answer's status and body.
+// exchange writes w.req and reads the answer's status and body, and sets
+// w.degraded to whether it carried DegradedHeader.
 func (w *rawWorker) exchange(ctx context.Context) (int, []byte, error) {
+	w.degraded = false
 	if w.conn == nil {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", w.addr)
@@ -143,6 +150,8 @@ func (w *rawWorker) exchange(ctx context.Context) (int, []byte, error) {
 			chunked = asciiEqualFold(value, "chunked")
 		case asciiEqualFold(name, "Connection"):
 			closing = asciiEqualFold(value, "close")
+		case asciiEqualFold(name, DegradedHeader):
+			w.degraded = true
 		}
 	}
 	const limit = 64 << 10

@@ -25,6 +25,14 @@ type Report struct {
 	Sent int64
 	// Allowed and Denied count the checks the service answered.
 	Allowed, Denied int64
+	// Degraded counts the answers among Allowed and Denied that the
+	// service marked as taken by its fallback instead of the shared count
+	// in Redis: over HTTP, "degraded": true or the X-Floodgate-Degraded
+	// header; over gRPC and Envoy's JSON API, an X-Floodgate-Degraded
+	// entry in response_headers_to_add (or, JSON, "degraded": true in
+	// dynamicMetadata). Such answers say nothing of the shared limit:
+	// with Redis down, a perfect-looking run may be all of them.
+	Degraded int64
 	// Errors counts requests that failed (transport errors, timeouts,
 	// unexpected statuses).
 	Errors int64
@@ -78,6 +86,11 @@ func (r Report) String() string {
 	row("requests", "%d (%.1f req/s achieved)", r.Sent, r.AchievedRate)
 	row("allowed", "%d", r.Allowed)
 	row("denied (429)", "%d", r.Denied)
+	if r.Degraded > 0 {
+		row("degraded", "%d (%.2f%% of the answers: taken by the fallback, not the shared count)", r.Degraded, 100*ratio(r.Degraded, r.Allowed+r.Denied))
+	} else {
+		row("degraded", "%d", r.Degraded)
+	}
 	row("errors", "%d", r.Errors)
 	if r.TargetRate > 0 {
 		row("dropped", "%d", r.Dropped)
@@ -86,6 +99,9 @@ func (r Report) String() string {
 		row("429 ratio", "%.2f%% (expected %.2f%%, difference %+.2f points)", 100*r.DenyRatio, 100*r.ExpectedDenyRatio, 100*(r.DenyRatio-r.ExpectedDenyRatio))
 	} else {
 		row("429 ratio", "%.2f%% (no expectation given)", 100*r.DenyRatio)
+	}
+	if r.HasExpected && r.Degraded > 0 {
+		fmt.Fprintf(&b, "  warning: %d answers were degraded: the deny ratio is not the shared limiter's, and the comparison with the expected one does not hold\n", r.Degraded)
 	}
 	l := r.Latency
 	row("latency", "p50 %v  p90 %v  p99 %v  p99.9 %v", dur(l.P50), dur(l.P90), dur(l.P99), dur(l.P999))

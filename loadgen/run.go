@@ -90,6 +90,7 @@ type run struct {
 	seq                            atomic.Int64 // requests claimed
 	rr                             atomic.Int64 // identities handed out
 	allowed, denied, errs, dropped atomic.Int64
+	degraded                       atomic.Int64 // of allowed and denied
 	mu                             sync.Mutex
 	errorSamples                   map[string]int64
 }
@@ -144,7 +145,7 @@ func (r *run) one(w *workerState, at time.Time) {
 		r.model.observe(id, time.Now(), r.opts.Cost)
 	}
 	w.at = at
-	allowed, err := w.w.send(w.begin(), id)
+	v, err := w.w.send(w.begin(), id)
 	at = w.at // a chaining worker's last request began later
 	if timedOut := w.end(); timedOut && err != nil {
 		err = fmt.Errorf("no answer within %v (the timeout)", r.opts.Timeout)
@@ -155,10 +156,18 @@ func (r *run) one(w *workerState, at time.Time) {
 		return
 	}
 	w.h.Record(time.Since(at))
-	if allowed {
+	r.count(v)
+}
+
+// count records an answered request.
+func (r *run) count(v verdict) {
+	if v.allowed {
 		r.allowed.Add(1)
 	} else {
 		r.denied.Add(1)
+	}
+	if v.degraded {
+		r.degraded.Add(1)
 	}
 }
 
@@ -185,7 +194,7 @@ type chain struct {
 // the worker's send then returns the answer and run.one records it.
 // It is called in the goroutine that has the answer, while the worker's
 // goroutine waits in send.
-func (ch *chain) next(allowed bool) (id int, ok bool) {
+func (ch *chain) next(v verdict) (id int, ok bool) {
 	r, w := ch.r, ch.w
 	if ch.stop.Err() != nil || !r.claim() {
 		return 0, false
@@ -196,11 +205,7 @@ func (ch *chain) next(allowed bool) (id int, ok bool) {
 	}
 	now := time.Now()
 	w.h.Record(now.Sub(w.at))
-	if allowed {
-		r.allowed.Add(1)
-	} else {
-		r.denied.Add(1)
-	}
+	r.count(v)
 	id = r.nextIdentity()
 	if r.model != nil {
 		r.model.observe(id, now, r.opts.Cost)
@@ -307,8 +312,8 @@ func (r *run) startProgress(w io.Writer, start time.Time) func() {
 func (r *run) writeLine(w io.Writer, elapsed time.Duration) {
 	a, d, e := r.allowed.Load(), r.denied.Load(), r.errs.Load()
 	done := a + d + e
-	fmt.Fprintf(w, "\r%6.1fs  %8d sent  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  errors %d  dropped %d   ",
-		elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), e, r.dropped.Load())
+	fmt.Fprintf(w, "\r%6.1fs  %8d sent  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d   ",
+		elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load())
 }
 
 func ratio(part, whole int64) float64 {
@@ -329,6 +334,7 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 		Elapsed:     elapsed,
 		Allowed:     r.allowed.Load(),
 		Denied:      r.denied.Load(),
+		Degraded:    r.degraded.Load(),
 		Errors:      r.errs.Load(),
 		Dropped:     r.dropped.Load(),
 		Latency: Latencies{

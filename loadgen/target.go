@@ -31,12 +31,25 @@ type sender interface {
 	close() error
 }
 
-// worker sends one check at a time and says whether it was allowed. A
+// worker sends one check at a time and says what the answer was. A
 // worker is used by one goroutine; close releases what it holds.
 type worker interface {
-	send(ctx context.Context, id int) (allowed bool, err error)
+	send(ctx context.Context, id int) (verdict, error)
 	close()
 }
+
+// verdict is what a worker read in an answer: allowed or denied, and
+// whether the service marked it degraded (taken by its fallback instead
+// of the shared count in Redis).
+type verdict struct {
+	allowed, degraded bool
+}
+
+// DegradedHeader is the header (HTTP) or response_headers_to_add entry
+// (Envoy's gRPC and JSON APIs) with which floodgate serve marks an answer
+// its fallback took instead of Redis, as server.DegradedHeader and
+// envoyrls.Options.DegradedHeader name it by default.
+const DegradedHeader = "X-Floodgate-Degraded"
 
 // maxIdentityTable is the most identities formatted ahead of a run (about
 // 20 bytes each); past it, each request formats its own.
@@ -151,7 +164,7 @@ type httpSender struct {
 	opts       Options
 	head, tail string
 	idHead     string
-	decide     func(status int, body []byte) (bool, error)
+	decide     func(status int, body []byte) (verdict, error)
 	// raw selects rawWorker (plain http, no HTTPClient given), which
 	// connects to host and posts to requestURI.
 	raw              bool
@@ -185,7 +198,7 @@ type httpWorker struct {
 	lr     io.LimitedReader
 }
 
-func (w *httpWorker) send(ctx context.Context, id int) (bool, error) {
+func (w *httpWorker) send(ctx context.Context, id int) (verdict, error) {
 	s := w.s
 	w.body = append(w.body[:0], s.head...)
 	w.body = append(w.body, s.idHead...)
@@ -195,7 +208,7 @@ func (w *httpWorker) send(ctx context.Context, id int) (bool, error) {
 	if w.req == nil || w.ctx != ctx {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, nil)
 		if err != nil {
-			return false, err
+			return verdict{}, err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		w.rc = io.NopCloser(&w.rd)
@@ -207,7 +220,7 @@ func (w *httpWorker) send(ctx context.Context, id int) (bool, error) {
 	resp, err := s.client.Do(w.req)
 	if err != nil {
 		*w = httpWorker{s: s}
-		return false, err
+		return verdict{}, err
 	}
 	w.answer.Reset()
 	w.lr = io.LimitedReader{R: resp.Body, N: 64 << 10}
@@ -216,44 +229,90 @@ func (w *httpWorker) send(ctx context.Context, id int) (bool, error) {
 	w.lr.R = nil
 	if err != nil {
 		*w = httpWorker{s: s}
-		return false, fmt.Errorf("reading the response: %w", err)
+		return verdict{}, fmt.Errorf("reading the response: %w", err)
 	}
-	return s.decide(resp.StatusCode, w.answer.Bytes())
+	v, err := s.decide(resp.StatusCode, w.answer.Bytes())
+	if err == nil && resp.Header.Get(DegradedHeader) != "" {
+		v.degraded = true
+	}
+	return v, err
 }
 
 func (w *httpWorker) close() {}
 
 // checkAnswer reads an answer of POST /v1/check: 200 with a boolean
-// "allowed", or 429.
-func checkAnswer(status int, body []byte) (bool, error) {
+// "allowed", or 429; either degraded when it holds "degraded": true.
+// (The worker also takes the DegradedHeader header for degraded.)
+func checkAnswer(status int, body []byte) (verdict, error) {
 	switch status {
-	case http.StatusOK:
-		switch string(topLevelValue(body, "allowed")) {
-		case "true":
-			return true, nil
-		case "false":
-			return false, nil
+	case http.StatusOK, http.StatusTooManyRequests:
+		var allowed, degraded []byte
+		eachTopLevel(body, func(name, value []byte) bool {
+			switch string(name) {
+			case "allowed":
+				allowed = value
+			case "degraded":
+				degraded = value
+			}
+			return true
+		})
+		v := verdict{degraded: string(degraded) == "true"}
+		switch {
+		case status == http.StatusTooManyRequests:
+		case string(allowed) == "true":
+			v.allowed = true
+		case string(allowed) != "false":
+			return verdict{}, fmt.Errorf("HTTP 200 without a boolean \"allowed\": %s", clip(body))
 		}
-		return false, fmt.Errorf("HTTP 200 without a boolean \"allowed\": %s", clip(body))
-	case http.StatusTooManyRequests:
-		return false, nil
+		return v, nil
 	}
-	return false, fmt.Errorf("HTTP %d: %s", status, clip(body))
+	return verdict{}, fmt.Errorf("HTTP %d: %s", status, clip(body))
 }
 
 // envoyJSONAnswer reads an answer of Envoy's POST /json: 200 with
-// "overallCode": "OK", or 429 (OVER_LIMIT).
-func envoyJSONAnswer(status int, body []byte) (bool, error) {
+// "overallCode": "OK", or 429 (OVER_LIMIT); either degraded when its
+// "responseHeadersToAdd" hold DegradedHeader or its "dynamicMetadata"
+// "degraded": true, as Envoy's gRPC answer of floodgate serve would be
+// marked (envoy-compat and envoyproxy/ratelimit mark none).
+func envoyJSONAnswer(status int, body []byte) (verdict, error) {
 	switch status {
-	case http.StatusOK:
-		if string(topLevelValue(body, "overallCode")) == `"OK"` {
-			return true, nil
+	case http.StatusOK, http.StatusTooManyRequests:
+		var code []byte
+		var v verdict
+		eachTopLevel(body, func(name, value []byte) bool {
+			switch string(name) {
+			case "overallCode":
+				code = value
+			case "responseHeadersToAdd":
+				v.degraded = v.degraded || holdsDegradedHeader(value)
+			case "dynamicMetadata":
+				v.degraded = v.degraded || string(topLevelValue(value, "degraded")) == "true"
+			}
+			return true
+		})
+		switch {
+		case status == http.StatusTooManyRequests:
+		case string(code) == `"OK"`:
+			v.allowed = true
+		default:
+			return verdict{}, fmt.Errorf("HTTP 200 without \"overallCode\": \"OK\": %s", clip(body))
 		}
-		return false, fmt.Errorf("HTTP 200 without \"overallCode\": \"OK\": %s", clip(body))
-	case http.StatusTooManyRequests:
-		return false, nil
+		return v, nil
 	}
-	return false, fmt.Errorf("HTTP %d: %s", status, clip(body))
+	return verdict{}, fmt.Errorf("HTTP %d: %s", status, clip(body))
+}
+
+// holdsDegradedHeader reports whether list, a JSON array of Envoy's
+// HeaderValue objects ({"key": ..., "value": ...}), has one whose key is
+// DegradedHeader, in any case.
+func holdsDegradedHeader(list []byte) bool {
+	found := false
+	eachElement(list, func(elem []byte) bool {
+		key := topLevelValue(elem, "key")
+		found = len(key) == len(DegradedHeader)+2 && asciiEqualFold(key[1:len(key)-1], DegradedHeader)
+		return !found
+	})
+	return found
 }
 
 // clip keeps error messages short and on one line.
@@ -313,17 +372,24 @@ type grpcWorker struct {
 	resp  *rlspb.RateLimitResponse
 }
 
-func (w *grpcWorker) send(ctx context.Context, id int) (bool, error) {
+func (w *grpcWorker) send(ctx context.Context, id int) (verdict, error) {
 	w.entry.Value = w.ids.string(id)
 	if err := w.conn.Invoke(ctx, rlspb.RateLimitService_ShouldRateLimit_FullMethodName, w.req, w.resp); err != nil {
-		return false, err
+		return verdict{}, err
+	}
+	var v verdict
+	for _, h := range w.resp.GetResponseHeadersToAdd() {
+		if strings.EqualFold(h.GetKey(), DegradedHeader) {
+			v.degraded = true
+		}
 	}
 	switch code := w.resp.GetOverallCode(); code {
 	case rlspb.RateLimitResponse_OK:
-		return true, nil
+		v.allowed = true
+		return v, nil
 	case rlspb.RateLimitResponse_OVER_LIMIT:
-		return false, nil
+		return v, nil
 	default:
-		return false, fmt.Errorf("overall_code %v", code)
+		return verdict{}, fmt.Errorf("overall_code %v", code)
 	}
 }

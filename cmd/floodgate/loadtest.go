@@ -46,8 +46,17 @@ With --expect-algorithm, --expect-limit and --expect-window describing the
 limit each identity has, the report also gives the share an exact limiter
 would have denied, to compare with the share the service denied.
 
-Exit status 1 when the run could not start (a bad flag) or when every
-request failed (nothing measured; the report is printed all the same).
+Answers the service marks degraded, taken by its fallback while Redis
+fails rather than by the shared count ("degraded": true or the
+X-Floodgate-Degraded header over HTTP; an X-Floodgate-Degraded entry in
+response_headers_to_add over gRPC and Envoy's JSON API), are counted on the
+report's degraded line. They do not measure the shared limit: with an
+expectation (--expect-* or --expected-deny-ratio) a run with any of them
+fails, the report saying why.
+
+Exit status 1 when the run could not start (a bad flag), when every
+request failed (nothing measured), or when an expectation was given and
+some answers were degraded; the report is printed all the same.
 
   floodgate loadtest --target http://127.0.0.1:8080 --policy api \
     --rate 2000 --duration 30s --identities 100 \
@@ -115,6 +124,12 @@ request failed (nothing measured; the report is printed all the same).
 				// Nothing was measured: say so in the exit status, for
 				// scripts and CI, as well as in the report.
 				return fmt.Errorf("every one of the %d requests failed (see the report's errors)", rep.Sent)
+			}
+			if rep.HasExpected && rep.Degraded > 0 {
+				// The deny ratio then mixes the fallback's decisions with
+				// the shared limiter's: comparing it with an exact
+				// limiter's would pass or fail for the wrong reason.
+				return fmt.Errorf("%d of the %d answers were degraded (taken by the fallback, not the shared count): the deny ratio does not measure the limit expected", rep.Degraded, rep.Allowed+rep.Denied)
 			}
 			return nil
 		},

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/health"
 
@@ -142,5 +144,38 @@ func TestDoctorOverMutualTLS(t *testing.T) {
 	}
 	if _, out, _ := cli(args...); strings.Contains(out, "[PASS] ready") {
 		t.Fatalf("doctor without a client certificate read the instance:\n%s", out)
+	}
+}
+
+// TestLoadtestDegraded: against a serve whose Redis was killed, loadtest
+// counts the fallback's answers as degraded over HTTP and gRPC (both
+// clients), and with --expect-* the run fails saying why, the report
+// printed all the same. It used to report a perfect run.
+func TestLoadtestDegraded(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("ltdeg%d", time.Now().UnixNano()),
+		"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	defer svc.stop(t)
+	grpcTarget := "grpc://" + svc.addr(t, grpcListening)
+	rs.Kill()
+	base := []string{"loadtest", "--requests", "20", "--concurrency", "2", "--identities", "3", "--quiet"}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"http", []string{"--target", svc.url}},
+		{"grpc raw", []string{"--target", grpcTarget, "--domain", "edge"}},
+		{"grpc grpc-go", []string{"--target", grpcTarget, "--domain", "edge", "--grpc-client", "grpc-go"}},
+	} {
+		code, out, errOut := cli(append(base, tc.args...)...)
+		if code != 0 || !strings.Contains(out, "allowed            20\n") || !strings.Contains(out, "degraded           20 (100.00% of the answers") {
+			t.Fatalf("%s: exit %d\n%s%s\nwant exit 0, 20 allowed, all degraded", tc.name, code, out, errOut)
+		}
+	}
+	code, out, errOut := cli(append(base, "--target", svc.url, "--expect-algorithm", "fixed_window", "--expect-limit", "100", "--expect-window", "1h")...)
+	if code != 1 || !strings.Contains(out, "warning: 20 answers were degraded") || !strings.Contains(errOut, "20 of the 20 answers were degraded") {
+		t.Fatalf("with --expect-*: exit %d\n%s%s\nwant exit 1, the report's warning and the reason", code, out, errOut)
 	}
 }
