@@ -311,3 +311,33 @@ func TestOptionsValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenLoopStopsAtTheEnd: against a server that never answers, an
+// open-loop run sends one request per worker and nothing after its
+// duration: the arrivals queued behind the stuck workers are dropped, not
+// sent once the workers' requests time out. It used to send them after
+// the end.
+func TestOpenLoopStopsAtTheEnd(t *testing.T) {
+	var received atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	rep, err := Run(context.Background(), Options{Target: srv.URL, Rate: 200, Concurrency: 2, Duration: 300 * time.Millisecond, Timeout: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // time for a late request to arrive
+	if got := received.Load(); got != 2 || rep.Sent != 2 || rep.Errors != 2 {
+		t.Fatalf("server received %d requests, report %+v; want the 2 the workers sent before the end, both errors", got, rep)
+	}
+	if rep.Dropped < 50 {
+		t.Errorf("dropped %d; want the arrivals of 300ms at 200/s less the 2 sent", rep.Dropped)
+	}
+}

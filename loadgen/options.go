@@ -145,10 +145,12 @@ type Options struct {
 	// Concurrency is the number of workers, so the most requests in flight
 	// at once. In open loop, an arrival that finds every worker busy and
 	// the queue (Concurrency long) full is dropped and counted in
-	// Report.Dropped, as k6 counts dropped_iterations. Default 10.
+	// Report.Dropped, as k6 counts dropped_iterations, and so is one still
+	// queued when Duration ends. Default 10.
 	Concurrency int
 	// Duration is how long new requests are started (1ms..MaxDuration);
-	// requests in flight at the end are waited for.
+	// requests in flight at the end are waited for (up to Timeout), and
+	// none is started after it.
 	Duration time.Duration
 	// MaxRequests, when positive, stops the test after that many requests
 	// even if Duration has not elapsed.

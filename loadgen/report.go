@@ -37,7 +37,8 @@ type Report struct {
 	// unexpected statuses).
 	Errors int64
 	// Dropped counts open-loop arrivals that were never sent because every
-	// worker was busy and the queue full: the service could not keep up.
+	// worker was busy and the queue full, or because they were still
+	// queued when the duration ended: the service could not keep up.
 	Dropped int64
 	// AchievedRate is Sent per second of Elapsed.
 	AchievedRate float64

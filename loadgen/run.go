@@ -51,6 +51,13 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 			wg.Go(func() {
 				defer w.stop()
 				for at := range jobs {
+					if stopCtx.Err() != nil {
+						// Queued behind busy workers until the end:
+						// not sent after it.
+						r.seq.Add(-1)
+						r.dropped.Add(1)
+						continue
+					}
 					r.one(w, at)
 				}
 			})

@@ -141,7 +141,7 @@ some answers were degraded; the report is printed all the same.
 	fl.StringVar(&mode, "mode", "", "API: http (POST /v1/check), grpc (ShouldRateLimit) or envoy-json (POST /json); default from the --target scheme")
 	fl.Float64Var(&o.Rate, "rate", 0, "arrival rate in requests per second (0: closed loop, as fast as the workers go)")
 	fl.IntVar(&o.Concurrency, "concurrency", 10, "workers (requests in flight at most)")
-	fl.DurationVar(&o.Duration, "duration", 10*time.Second, "how long to send requests")
+	fl.DurationVar(&o.Duration, "duration", 10*time.Second, "how long to send requests (none is sent after it: with --rate, arrivals still queued then count as dropped)")
 	fl.Int64Var(&o.MaxRequests, "requests", 0, "stop after this many requests (0: no limit)")
 	fl.IntVar(&o.Identities, "identities", 1, "distinct identities, used round robin")
 	fl.StringVar(&o.IdentityKey, "identity-key", "user", "identity dimension (http) or descriptor key (grpc, envoy-json)")
