@@ -78,6 +78,35 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("%w: mode %q: want http, grpc or envoy-json", ErrInvalidOptions, s)
 }
 
+// ModeOf returns the Mode a run of Options{Target: target, Mode: m}
+// speaks: m, or when m is zero the one target's scheme implies (HTTP for
+// http and https, GRPC for grpc and grpcs). It returns an error wrapping
+// ErrInvalidOptions for a target that is not a service's base URL or
+// does not fit m.
+func ModeOf(target string, m Mode) (Mode, error) {
+	bad := func(format string, args ...any) (Mode, error) {
+		return 0, fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return bad("target %q: want http://host:port or grpc://host:port (https, grpcs over TLS)", target)
+	}
+	web, grpc := u.Scheme == "http" || u.Scheme == "https", u.Scheme == "grpc" || u.Scheme == "grpcs"
+	switch {
+	case m == 0 && web:
+		return HTTP, nil
+	case m == 0 && grpc:
+		return GRPC, nil
+	case (m == HTTP || m == EnvoyJSON) && web, m == GRPC && grpc:
+		return m, nil
+	case m == 0:
+		return bad("target %q: unknown scheme %q (want http, https, grpc or grpcs)", target, u.Scheme)
+	case m == GRPC:
+		return bad("target %q: mode grpc needs a grpc:// or grpcs:// target", target)
+	}
+	return bad("target %q: mode %v needs an http:// or https:// target", target, m)
+}
+
 // GRPCClient selects the client the GRPC mode calls with.
 type GRPCClient uint8
 
@@ -213,22 +242,9 @@ func (o Options) withDefaults() (Options, error) {
 	bad := func(format string, args ...any) (Options, error) {
 		return Options{}, fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
 	}
-	u, err := url.Parse(o.Target)
-	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return bad("target %q: want http://host:port or grpc://host:port (https, grpcs over TLS)", o.Target)
-	}
-	switch {
-	case o.Mode == 0 && (u.Scheme == "http" || u.Scheme == "https"):
-		o.Mode = HTTP
-	case o.Mode == 0 && (u.Scheme == "grpc" || u.Scheme == "grpcs"):
-		o.Mode = GRPC
-	case (o.Mode == HTTP || o.Mode == EnvoyJSON) && (u.Scheme == "http" || u.Scheme == "https"), o.Mode == GRPC && (u.Scheme == "grpc" || u.Scheme == "grpcs"):
-	case o.Mode == 0:
-		return bad("target %q: unknown scheme %q (want http, https, grpc or grpcs)", o.Target, u.Scheme)
-	case o.Mode == GRPC:
-		return bad("target %q: mode grpc needs a grpc:// or grpcs:// target", o.Target)
-	default:
-		return bad("target %q: mode %v needs an http:// or https:// target", o.Target, o.Mode)
+	var err error
+	if o.Mode, err = ModeOf(o.Target, o.Mode); err != nil {
+		return Options{}, err
 	}
 	if math.IsNaN(o.Rate) || o.Rate < 0 || o.Rate > MaxRate {
 		return bad("rate %v out of range 0..%d", o.Rate, MaxRate)

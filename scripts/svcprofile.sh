@@ -23,7 +23,8 @@
 #   go tool pprof -sample_index=alloc_objects -top -diff_base OUTDIR/mem-grpc.allocs0 FLOODGATE OUTDIR/mem-grpc.allocs1
 # STORES (default "mem redis") and APIS (default "grpc http") pick the
 # cells, CALLERS (default 64) the load generator's concurrency.
-# LOADTEST_ARGS adds flags to the load generator (e.g. "--connections 8").
+# LOADTEST_ARGS adds flags to the load generator (e.g. "--connections 8",
+# with APIS=grpc: loadtest refuses a flag its target does not use).
 # SERVE_ARGS adds flags to serve, e.g. SERVE_ARGS="--fallback-budget 1s"
 # so that a Redis slowed by a busy machine does not hand decisions to the
 # local fallback (which would make the cell measure that instead).

@@ -49,6 +49,9 @@ unreachable, request refused).`,
 			if err != nil {
 				return err
 			}
+			if err := clientTLS.refuseUnlessTLS(cmd.Flags(), addr, "https"); err != nil {
+				return err
+			}
 			tc, err := clientTLS.config()
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -21,6 +22,25 @@ func (c *clientTLSFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&c.caFile, "tls-ca-file", "", "PEM authorities to trust for https (and grpcs) services, instead of the system's")
 	fl.StringVar(&c.certFile, "tls-cert-file", "", "PEM client certificate to present (services run with --tls-client-ca-file); needs --tls-key-file")
 	fl.StringVar(&c.keyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+}
+
+// refuseUnlessTLS refuses the flags, when any is set, for a target that
+// is not a TLS one: the flag's name, the schemes it applies to and the
+// target, as "--tls-ca-file applies to https:// targets only, not
+// "http://127.0.0.1:8080" (a TLS listener wants https://)".
+func (c *clientTLSFlags) refuseUnlessTLS(fl *pflag.FlagSet, target string, schemes ...string) error {
+	for _, s := range schemes {
+		if strings.HasPrefix(target, s+"://") {
+			return nil
+		}
+	}
+	for _, name := range []string{"tls-ca-file", "tls-cert-file", "tls-key-file"} {
+		if fl.Changed(name) {
+			want := strings.Join(schemes, ":// or ") + "://"
+			return fmt.Errorf("--%s applies to %s targets only, not %q (a TLS listener wants %s)", name, want, target, want)
+		}
+	}
+	return nil
 }
 
 // config returns the TLS configuration the flags describe, or nil when

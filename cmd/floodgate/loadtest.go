@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -40,7 +39,9 @@ percentiles. Over gRPC it calls with its own small HTTP/2 client
 grpc-go's; --grpc-client grpc-go calls with grpc-go's client instead, to
 compare. --tls-ca-file, --tls-cert-file and --tls-key-file set the TLS of
 https:// and grpcs:// targets (a service run with --tls-client-ca-file
-needs the certificate).
+needs the certificate). A flag the target does not use is refused when
+set: --policy but for the HTTP API, --domain for it, --grpc-client and
+--connections but for gRPC, --tls-* but for https:// and grpcs://.
 
 With --expect-algorithm, --expect-limit and --expect-window describing the
 limit each identity has, the report also gives the share an exact limiter
@@ -73,11 +74,11 @@ some answers were degraded; the report is printed all the same.
 			if err := checkLoadtestFlags(cmd, o); err != nil {
 				return err
 			}
-			if o.TLS, err = clientTLS.config(); err != nil {
+			if err := clientTLS.refuseUnlessTLS(cmd.Flags(), o.Target, "https", "grpcs"); err != nil {
 				return err
 			}
-			if o.TLS != nil && !strings.HasPrefix(o.Target, "https://") && !strings.HasPrefix(o.Target, "grpcs://") {
-				return fmt.Errorf("--tls-* flags apply to https:// and grpcs:// targets, not %q (a TLS listener wants https:// or grpcs://)", o.Target)
+			if o.TLS, err = clientTLS.config(); err != nil {
+				return err
 			}
 			if expectAlg != "" || expectLimit != 0 || expectWin != "" || expBurst != 0 {
 				for _, f := range []struct {
@@ -161,8 +162,27 @@ some answers were degraded; the report is printed all the same.
 }
 
 // checkLoadtestFlags refuses, naming the flag, values loadgen would
-// otherwise take for its defaults (0) or refuse without the flag's name.
+// otherwise take for its defaults (0) or refuse without the flag's name,
+// and flags set explicitly that the target's API does not use.
 func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
+	mode, err := loadgen.ModeOf(o.Target, o.Mode)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name    string
+		applies bool
+		why     string
+	}{
+		{"connections", mode == loadgen.GRPC, "gRPC targets only (HTTP workers each keep their own connection)"},
+		{"grpc-client", mode == loadgen.GRPC, "gRPC targets only (grpc:// or grpcs://)"},
+		{"domain", mode != loadgen.HTTP, "gRPC and envoy-json targets only (the HTTP API takes --policy)"},
+		{"policy", mode == loadgen.HTTP, "the HTTP API only (gRPC and envoy-json take --domain)"},
+	} {
+		if cmd.Flags().Changed(f.name) && !f.applies {
+			return fmt.Errorf("--%s applies to %s", f.name, f.why)
+		}
+	}
 	for _, c := range []struct {
 		flag string
 		n    int64
@@ -173,9 +193,6 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 	}
 	if o.Connections < 0 {
 		return fmt.Errorf("--connections %d: want 0 (one per %d workers) or 1 up to --concurrency", o.Connections, loadgen.WorkersPerConnection)
-	}
-	if cmd.Flags().Changed("connections") && o.Mode != loadgen.GRPC && !strings.HasPrefix(o.Target, "grpc://") && !strings.HasPrefix(o.Target, "grpcs://") {
-		return errors.New("--connections applies to gRPC targets only (HTTP workers each keep their own connection)")
 	}
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)

@@ -52,8 +52,18 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-client", "netty"}, `--grpc-client: loadgen: invalid options: gRPC client "netty"`},
 		{[]string{"loadtest", "--mode", "envoy-json", "--target", "grpc://127.0.0.1:1"}, "mode envoy-json needs an http:// or https:// target"},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--concurrency", "2", "--connections", "3"}, "connections 3 out of range 1..2"},
-		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--tls-ca-file", "/nonexistent"}, "--tls-ca-file: open /nonexistent"},
-		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--tls-cert-file", "x"}, "--tls-cert-file needs --tls-key-file"},
+		{[]string{"loadtest", "--target", "grpcs://127.0.0.1:1", "--tls-ca-file", "/nonexistent"}, "--tls-ca-file: open /nonexistent"},
+		{[]string{"loadtest", "--target", "grpcs://127.0.0.1:1", "--tls-cert-file", "x"}, "--tls-cert-file needs --tls-key-file"},
+		// Flags the target's API does not use, set explicitly: refused
+		// as --connections was, where they used to be ignored.
+		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--grpc-client", "grpc-go"}, "--grpc-client applies to gRPC targets only (grpc:// or grpcs://)"},
+		{[]string{"loadtest", "--mode", "envoy-json", "--grpc-client", "raw"}, "--grpc-client applies to gRPC targets only"},
+		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--domain", "edge"}, "--domain applies to gRPC and envoy-json targets only (the HTTP API takes --policy)"},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--policy", "api"}, "--policy applies to the HTTP API only (gRPC and envoy-json take --domain)"},
+		{[]string{"loadtest", "--mode", "envoy-json", "--policy", "api"}, "--policy applies to the HTTP API only"},
+		{[]string{"loadtest", "--mode", "envoy-json", "--connections", "1"}, "--connections applies to gRPC targets only"},
+		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--tls-key-file", "k"}, `--tls-key-file applies to https:// or grpcs:// targets only, not "http://127.0.0.1:1" (a TLS listener wants https:// or grpcs://)`},
+		{[]string{"check", "--addr", "http://127.0.0.1:1", "--tls-ca-file", "ca.pem"}, `--tls-ca-file applies to https:// targets only, not "http://127.0.0.1:1" (a TLS listener wants https://)`},
 	} {
 		code, _, errOut := cli(tc.args...)
 		if code != 1 || !strings.Contains(errOut, tc.want) {
@@ -105,10 +115,14 @@ func TestLoadtestAndCheckOverMutualTLS(t *testing.T) {
 			t.Fatalf("%s without a client certificate: exit %d\n%s%s; want every request failed, exit 1", tc.name, code, out, errOut)
 		}
 	}
-	// The TLS flags with a plaintext target: said, not ignored.
+	// The TLS flags with a plaintext target: said, not ignored, by
+	// loadtest and check alike.
 	plain := strings.Replace(grpcs, "grpcs://", "grpc://", 1)
-	if code, _, errOut := cli(append([]string{"loadtest", "--target", plain, "--requests", "1", "--quiet"}, tlsArgs...)...); code != 1 || !strings.Contains(errOut, "--tls-* flags apply to https:// and grpcs:// targets") {
+	if code, _, errOut := cli(append([]string{"loadtest", "--target", plain, "--requests", "1", "--quiet"}, tlsArgs...)...); code != 1 || !strings.Contains(errOut, `--tls-ca-file applies to https:// or grpcs:// targets only, not "grpc://`) {
 		t.Fatalf("loadtest with --tls-* and a grpc:// target: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := cli(append([]string{"check", "--addr", svc.url, "--id", "user=tls"}, tlsArgs...)...); code != 1 || !strings.Contains(errOut, `--tls-ca-file applies to https:// targets only, not "http://`) {
+		t.Fatalf("check with --tls-* and an http:// address: exit %d, %s", code, errOut)
 	}
 	if code, out, errOut := cli(append([]string{"check", "--addr", https, "--policy", "api", "--id", "user=tls"}, tlsArgs...)...); code != 0 || !strings.Contains(out, "ALLOWED") {
 		t.Fatalf("check over mutual TLS: exit %d\n%s%s", code, out, errOut)
