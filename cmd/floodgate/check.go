@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,6 +45,9 @@ unreachable, request refused).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if timeout <= 0 {
 				return fmt.Errorf("--timeout %v must be positive", timeout)
+			}
+			if policy == "" {
+				return errors.New(`--policy "": want a value (leave the flag out for its default: api)`)
 			}
 			identity, err := parseIDs(ids)
 			if err != nil {

@@ -165,6 +165,13 @@ some answers were degraded; the report is printed all the same.
 // otherwise take for its defaults (0) or refuse without the flag's name,
 // and flags set explicitly that the target's API does not use.
 func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
+	// An empty string is loadgen's "default": given explicitly, it would
+	// send the default's name instead of the empty one asked for.
+	for _, name := range []string{"identity-key", "policy", "domain", "mode", "grpc-client"} {
+		if f := cmd.Flags().Lookup(name); f.Changed && f.Value.String() == "" {
+			return fmt.Errorf("--%s \"\": want a value (leave the flag out for its default: %s)", name, emptyDefault(f.DefValue))
+		}
+	}
 	mode, err := loadgen.ModeOf(o.Target, o.Mode)
 	if err != nil {
 		return err
@@ -198,4 +205,12 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	}
 	return nil
+}
+
+// emptyDefault describes a flag's default value for a message.
+func emptyDefault(def string) string {
+	if def == "" {
+		return "from the --target scheme"
+	}
+	return def
 }

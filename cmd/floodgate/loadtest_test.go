@@ -63,6 +63,14 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"loadtest", "--mode", "envoy-json", "--policy", "api"}, "--policy applies to the HTTP API only"},
 		{[]string{"loadtest", "--mode", "envoy-json", "--connections", "1"}, "--connections applies to gRPC targets only"},
 		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--tls-key-file", "k"}, `--tls-key-file applies to https:// or grpcs:// targets only, not "http://127.0.0.1:1" (a TLS listener wants https:// or grpcs://)`},
+		// Empty values given explicitly: refused, where loadgen used to
+		// send its defaults (user, api) instead.
+		{[]string{"loadtest", "--identity-key", ""}, `--identity-key "": want a value (leave the flag out for its default: user)`},
+		{[]string{"loadtest", "--policy", ""}, `--policy "": want a value (leave the flag out for its default: api)`},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--domain", ""}, `--domain "": want a value (leave the flag out for its default: api)`},
+		{[]string{"loadtest", "--mode", ""}, `--mode "": want a value (leave the flag out for its default: from the --target scheme)`},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-client", ""}, `--grpc-client "": want a value (leave the flag out for its default: raw)`},
+		{[]string{"check", "--policy", ""}, `--policy "": want a value (leave the flag out for its default: api)`},
 		{[]string{"check", "--addr", "http://127.0.0.1:1", "--tls-ca-file", "ca.pem"}, `--tls-ca-file applies to https:// targets only, not "http://127.0.0.1:1" (a TLS listener wants https://)`},
 	} {
 		code, _, errOut := cli(tc.args...)
