@@ -80,14 +80,15 @@ some answers were degraded; the report is printed all the same.
 			if o.TLS, err = clientTLS.config(); err != nil {
 				return err
 			}
-			if expectAlg != "" || expectLimit != 0 || expectWin != "" || expBurst != 0 {
-				for _, f := range []struct {
-					name string
-					set  bool
-				}{{"--expect-algorithm", expectAlg != ""}, {"--expect-limit", expectLimit != 0}, {"--expect-window", expectWin != ""}} {
-					if !f.set {
-						return fmt.Errorf("%s is missing: --expect-algorithm, --expect-limit and --expect-window describe the limit together", f.name)
+			fl := cmd.Flags()
+			if fl.Changed("expect-algorithm") || fl.Changed("expect-limit") || fl.Changed("expect-window") || fl.Changed("expect-burst") {
+				for _, name := range []string{"expect-algorithm", "expect-limit", "expect-window"} {
+					if !fl.Changed(name) {
+						return fmt.Errorf("--%s is missing: --expect-algorithm, --expect-limit and --expect-window describe the limit together", name)
 					}
+				}
+				if expectLimit < 1 {
+					return fmt.Errorf("--expect-limit %d: out of range 1..%d", expectLimit, int64(floodgate.MaxLimit))
 				}
 				if o.ExpectedDenyRatio != 0 {
 					return errors.New("--expected-deny-ratio and --expect-* exclude each other: give one")
@@ -95,6 +96,9 @@ some answers were degraded; the report is printed all the same.
 				alg, err := floodgate.ParseAlgorithm(expectAlg)
 				if err != nil {
 					return fmt.Errorf("--expect-algorithm: %w", err)
+				}
+				if alg == floodgate.Quota {
+					return errors.New("--expect-algorithm quota: a quota counts per calendar period (day, week, month), not per window, and cannot be described here: give --expected-deny-ratio instead")
 				}
 				win, err := config.ParseDuration(expectWin)
 				if err != nil {
@@ -152,8 +156,8 @@ some answers were degraded; the report is printed all the same.
 	fl.IntVar(&o.Connections, "connections", 0, fmt.Sprintf("gRPC connections the workers share (0: one per %d workers)", loadgen.WorkersPerConnection))
 	fl.StringVar(&grpcClient, "grpc-client", "raw", "gRPC client: raw (the load generator's own HTTP/2 client, cheapest) or grpc-go")
 	fl.DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long a request may wait for its answer before it counts as an error")
-	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio")
-	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has")
+	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio (not quota: see --expected-deny-ratio)")
+	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has (at least 1)")
 	fl.StringVar(&expectWin, "expect-window", "", "window of that limit (e.g. 1m)")
 	fl.Int64Var(&expBurst, "expect-burst", 0, "burst of that limit (bucket algorithms)")
 	fl.Float64Var(&o.ExpectedDenyRatio, "expected-deny-ratio", 0, "expected share of denials (0..1), instead of --expect-*")

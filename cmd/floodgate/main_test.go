@@ -501,6 +501,12 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"loadtest", "--target", "ftp://x:1"}, `unknown scheme "ftp"`},
 		{[]string{"loadtest", "--mode", "grpc", "--target", "http://x:1"}, "mode grpc needs a grpc:// or grpcs:// target"},
 		{[]string{"loadtest", "--expect-limit", "10"}, "--expect-algorithm is missing"},
+		// An outside walk: --expect-limit 0 was said to be missing, and a
+		// quota could not be described (a calendar period is no window).
+		{[]string{"loadtest", "--expect-algorithm", "gcra", "--expect-limit", "0", "--expect-window", "1m"}, "--expect-limit 0: out of range 1..1099511627776"},
+		{[]string{"loadtest", "--expect-algorithm", "gcra", "--expect-limit", "-5", "--expect-window", "1m"}, "--expect-limit -5: out of range 1..1099511627776"},
+		{[]string{"loadtest", "--expect-algorithm", "quota", "--expect-limit", "10", "--expect-window", "month"}, "--expect-algorithm quota: a quota counts per calendar period (day, week, month), not per window, and cannot be described here: give --expected-deny-ratio instead"},
+		{[]string{"loadtest", "--expect-burst", "5"}, "--expect-algorithm is missing"},
 		{[]string{"loadtest", "--expect-algorithm", "gcra", "--expect-limit", "10", "--expect-window", "1m", "--expected-deny-ratio", "0.5"}, "exclude each other"},
 		{[]string{"loadtest", "--concurrency", "0"}, "--concurrency 0: want at least 1"},
 		{[]string{"loadtest", "--target", "grpc://x:1", "--connections", "-1"}, "--connections -1: want 0"},
