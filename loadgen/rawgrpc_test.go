@@ -101,8 +101,13 @@ descriptors:
 		if got, want := rep.Allowed, wantAllowed(300, 7); got != want {
 			t.Errorf("%v client: allowed %d, want %d", c, got, want)
 		}
-		if want := "(grpc, " + c.String() + " client)"; !strings.Contains(rep.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, rep)
+		for _, want := range []string{"(grpc, " + c.String() + " client)", "  over_limit         ", "  over-limit ratio   "} {
+			if !strings.Contains(rep.String(), want) {
+				t.Errorf("report lacks %q:\n%s", want, rep)
+			}
+		}
+		if strings.Contains(rep.String(), "429") {
+			t.Errorf("a gRPC report speaks of 429s:\n%s", rep)
 		}
 		reps = append(reps, rep)
 	}

@@ -23,7 +23,8 @@ type Report struct {
 	Elapsed time.Duration
 	// Sent is the number of requests completed: Allowed + Denied + Errors.
 	Sent int64
-	// Allowed and Denied count the checks the service answered.
+	// Allowed and Denied count the checks the service answered; a denial
+	// is a 429 over the HTTP API, OVER_LIMIT over Envoy's.
 	Allowed, Denied int64
 	// Degraded counts the answers among Allowed and Denied that the
 	// service marked as taken by its fallback instead of the shared count
@@ -42,7 +43,8 @@ type Report struct {
 	Dropped int64
 	// AchievedRate is Sent per second of Elapsed.
 	AchievedRate float64
-	// DenyRatio is Denied / (Allowed + Denied): the share of 429s.
+	// DenyRatio is Denied / (Allowed + Denied): the share of 429s (of
+	// OVER_LIMIT answers over Envoy's APIs).
 	DenyRatio float64
 	// ExpectedDenyRatio is the share an exact limiter would have denied
 	// (from Options.Expect or Options.ExpectedDenyRatio); meaningful only
@@ -85,8 +87,9 @@ func (r Report) String() string {
 	}
 	row("elapsed", "%v", r.Elapsed.Round(time.Millisecond))
 	row("requests", "%d (%.1f req/s achieved)", r.Sent, r.AchievedRate)
+	denied, ratioLabel := r.Mode.deniedLabels()
 	row("allowed", "%d", r.Allowed)
-	row("denied (429)", "%d", r.Denied)
+	row(denied, "%d", r.Denied)
 	if r.Degraded > 0 {
 		row("degraded", "%d (%.2f%% of the answers: taken by the fallback, not the shared count)", r.Degraded, 100*ratio(r.Degraded, r.Allowed+r.Denied))
 	} else {
@@ -97,9 +100,9 @@ func (r Report) String() string {
 		row("dropped", "%d", r.Dropped)
 	}
 	if r.HasExpected {
-		row("429 ratio", "%.2f%% (expected %.2f%%, difference %+.2f points)", 100*r.DenyRatio, 100*r.ExpectedDenyRatio, 100*(r.DenyRatio-r.ExpectedDenyRatio))
+		row(ratioLabel, "%.2f%% (expected %.2f%%, difference %+.2f points)", 100*r.DenyRatio, 100*r.ExpectedDenyRatio, 100*(r.DenyRatio-r.ExpectedDenyRatio))
 	} else {
-		row("429 ratio", "%.2f%% (no expectation given)", 100*r.DenyRatio)
+		row(ratioLabel, "%.2f%% (no expectation given)", 100*r.DenyRatio)
 	}
 	if r.HasExpected && r.Degraded > 0 {
 		fmt.Fprintf(&b, "  warning: %d answers were degraded: the deny ratio is not the shared limiter's, and the comparison with the expected one does not hold\n", r.Degraded)
@@ -119,6 +122,16 @@ func (r Report) String() string {
 		row(label, "%d× %s", e.Count, e.Message)
 	}
 	return b.String()
+}
+
+// deniedLabels names a denial as the mode's API answers it, for the
+// report's count and ratio: a 429 over the HTTP API, OVER_LIMIT over
+// Envoy's (gRPC, and JSON whose 429 carries "overallCode": "OVER_LIMIT").
+func (m Mode) deniedLabels() (count, ratio string) {
+	if m == GRPC || m == EnvoyJSON {
+		return "over_limit", "over-limit ratio"
+	}
+	return "denied (429)", "429 ratio"
 }
 
 // dur rounds a latency for display: 3 significant digits.

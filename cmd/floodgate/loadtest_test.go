@@ -36,7 +36,7 @@ func TestLoadtestEnvoyJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"(envoy-json)", "requests           30 ", "allowed            10\n", "denied (429)       20\n", "errors             0\n"} {
+	for _, want := range []string{"(envoy-json)", "requests           30 ", "allowed            10\n", "over_limit         20\n", "over-limit ratio   66.67%", "errors             0\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
