@@ -82,6 +82,16 @@ for a decision with "floodgate check", and see the race it prevents with
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(), newCheckCmd(), newConfigCmd(), newDemoCmd(), newLoadtestCmd(), newDoctorCmd())
 	root.AddCommand(newEnvoyCompatCmd())
+	// cobra's completion command, made now rather than at Execute, so
+	// that an unknown shell ("completion tcsh") fails as a mistyped
+	// subcommand of config or demo does, instead of printing the help
+	// and exiting 0.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = cobra.ArbitraryArgs, groupRun
+		}
+	}
 	return root
 }
 

@@ -519,6 +519,24 @@ func TestFlagErrors(t *testing.T) {
 	}
 }
 
+// TestCompletion: a shell completion has no script for fails (exit 1)
+// naming those there are, as a mistyped subcommand does; it used to print
+// the help and exit 0. The known ones still print their script.
+func TestCompletion(t *testing.T) {
+	code, out, errOut := cli("completion", "tcsh")
+	if want := `unknown command "tcsh" for "floodgate completion" (want one of: bash, fish, powershell, zsh)`; code != 1 || out != "" || !strings.Contains(errOut, want) {
+		t.Fatalf("completion tcsh: exit %d, stdout %q, stderr %q; want 1, nothing, and %q", code, out, errOut, want)
+	}
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		if code, out, errOut := cli("completion", shell); code != 0 || !strings.Contains(out, "floodgate") || errOut != "" {
+			t.Errorf("completion %s: exit %d, %d bytes, stderr %q; want 0 and a script", shell, code, len(out), errOut)
+		}
+	}
+	if code, out, _ := cli("completion"); code != 0 || !strings.Contains(out, "Available Commands") {
+		t.Errorf("completion alone: exit %d\n%s\nwant its help, exit 0", code, out)
+	}
+}
+
 // TestServeEnvoyConfigReload runs the binary's gRPC API with a directory
 // of descriptor files: an edited file applies without a restart, a broken
 // one is rejected (logged and counted) and the last good limits stay.
