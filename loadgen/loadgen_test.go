@@ -300,6 +300,9 @@ func TestOptionsValidation(t *testing.T) {
 		{"huge concurrency", Options{Target: "http://x:1", Duration: time.Second, Concurrency: MaxConcurrency + 1}, "concurrency"},
 		{"identities", Options{Target: "http://x:1", Duration: time.Second, Identities: -2}, "identities -2"},
 		{"cost", Options{Target: "http://x:1", Duration: time.Second, Cost: -1}, "cost -1"},
+		{"cost over HTTP", Options{Target: "http://x:1", Duration: time.Second, Cost: floodgate.MaxCost + 1}, "cost 1099511627777 out of range 1..1099511627776 (the HTTP API's largest cost)"},
+		{"cost over gRPC", Options{Target: "grpc://x:1", Duration: time.Second, Cost: 1 << 32}, "cost 4294967296 out of range 1..4294967295 (Envoy's hits_addend is a uint32)"},
+		{"cost over Envoy JSON", Options{Target: "http://x:1", Mode: EnvoyJSON, Duration: time.Second, Cost: 1 << 32}, "cost 4294967296 out of range 1..4294967295"},
 		{"expect", Options{Target: "http://x:1", Duration: time.Second, Expect: floodgate.Policy{Algorithm: floodgate.FixedWindow, Limit: 0, Window: time.Second}}, "expect"},
 		{"ratio", Options{Target: "http://x:1", Duration: time.Second, ExpectedDenyRatio: 1.5}, "expected deny ratio 1.5"},
 		{"max requests", Options{Target: "http://x:1", Duration: time.Second, MaxRequests: -1}, "max requests -1"},
@@ -339,5 +342,29 @@ func TestOpenLoopStopsAtTheEnd(t *testing.T) {
 	}
 	if rep.Dropped < 50 {
 		t.Errorf("dropped %d; want the arrivals of 300ms at 200/s less the 2 sent", rep.Dropped)
+	}
+}
+
+// TestHTTPCostBeyondUint32: over the HTTP API a cost may exceed Envoy's
+// 32-bit hits_addend, up to the API's own largest; it used to be
+// refused above 2^32-1 whatever the transport.
+func TestHTTPCostBeyondUint32(t *testing.T) {
+	var bodies atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Cost int64 }
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Cost != floodgate.MaxCost {
+			http.Error(w, "unexpected cost", http.StatusBadRequest)
+			return
+		}
+		bodies.Add(1)
+		w.Write([]byte(`{"allowed":true}`))
+	}))
+	t.Cleanup(srv.Close)
+	rep, err := Run(context.Background(), Options{Target: srv.URL, Concurrency: 1, Duration: time.Minute, MaxRequests: 3, Cost: floodgate.MaxCost}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Allowed != 3 || bodies.Load() != 3 {
+		t.Fatalf("report %+v, %d bodies with cost %d; want 3 allowed", rep, bodies.Load(), int64(floodgate.MaxCost))
 	}
 }

@@ -107,6 +107,25 @@ func ModeOf(target string, m Mode) (Mode, error) {
 	return bad("target %q: mode %v needs an http:// or https:// target", target, m)
 }
 
+// MaxCost returns the largest Options.Cost a run in mode m can send: over
+// the HTTP API floodgate.MaxCost, the largest cost a check may have; over
+// Envoy's APIs (GRPC, EnvoyJSON) math.MaxUint32, since the cost travels
+// as the request's hits_addend, a uint32.
+func MaxCost(m Mode) int64 {
+	if m == HTTP {
+		return floodgate.MaxCost
+	}
+	return math.MaxUint32
+}
+
+// costBound says why MaxCost(m) is the bound, for messages.
+func costBound(m Mode) string {
+	if m == HTTP {
+		return "the HTTP API's largest cost"
+	}
+	return "Envoy's hits_addend is a uint32"
+}
+
 // GRPCClient selects the client the GRPC mode calls with.
 type GRPCClient uint8
 
@@ -198,7 +217,8 @@ type Options struct {
 	Policy string
 	// Domain is the domain sent to the gRPC API. Default "api".
 	Domain string
-	// Cost is each request's cost (hits_addend over gRPC). Default 1.
+	// Cost is each request's cost (hits_addend over Envoy's APIs), up to
+	// MaxCost(Mode). Default 1.
 	Cost int64
 	// Expect is the limit the target applies to each identity, used to
 	// compute the expected deny ratio by replaying every request sent, at
@@ -299,8 +319,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Cost == 0 {
 		o.Cost = 1
 	}
-	if o.Cost < 1 || o.Cost > math.MaxUint32 {
-		return bad("cost %d out of range 1..%d", o.Cost, int64(math.MaxUint32))
+	if o.Cost < 1 || o.Cost > MaxCost(o.Mode) {
+		return bad("cost %d out of range 1..%d (%s)", o.Cost, MaxCost(o.Mode), costBound(o.Mode))
 	}
 	if o.Expect != (floodgate.Policy{}) {
 		if o.Expect.Name == "" {

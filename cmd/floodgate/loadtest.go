@@ -152,7 +152,7 @@ some answers were degraded; the report is printed all the same.
 	fl.StringVar(&o.IdentityKey, "identity-key", "user", "identity dimension (http) or descriptor key (grpc, envoy-json)")
 	fl.StringVar(&o.Policy, "policy", "api", "policy name (HTTP)")
 	fl.StringVar(&o.Domain, "domain", "api", "domain (grpc and envoy-json)")
-	fl.Int64Var(&o.Cost, "cost", 1, "cost of each request")
+	fl.Int64Var(&o.Cost, "cost", 1, fmt.Sprintf("cost of each request: 1..%d over HTTP, 1..%d over Envoy's APIs (hits_addend is a uint32)", loadgen.MaxCost(loadgen.HTTP), loadgen.MaxCost(loadgen.GRPC)))
 	fl.IntVar(&o.Connections, "connections", 0, fmt.Sprintf("gRPC connections the workers share (0: one per %d workers)", loadgen.WorkersPerConnection))
 	fl.StringVar(&grpcClient, "grpc-client", "raw", "gRPC client: raw (the load generator's own HTTP/2 client, cheapest) or grpc-go")
 	fl.DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long a request may wait for its answer before it counts as an error")
@@ -201,6 +201,12 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 		if c.n < 1 {
 			return fmt.Errorf("%s %d: want at least 1", c.flag, c.n)
 		}
+	}
+	if o.Cost > loadgen.MaxCost(mode) {
+		if mode == loadgen.HTTP {
+			return fmt.Errorf("--cost %d: out of range 1..%d (the HTTP API's largest cost)", o.Cost, loadgen.MaxCost(mode))
+		}
+		return fmt.Errorf("--cost %d: out of range 1..%d over Envoy's APIs (the cost is sent as hits_addend, a uint32; the HTTP API takes up to %d)", o.Cost, loadgen.MaxCost(mode), loadgen.MaxCost(loadgen.HTTP))
 	}
 	if o.Connections < 0 {
 		return fmt.Errorf("--connections %d: want 0 (one per %d workers) or 1 up to --concurrency", o.Connections, loadgen.WorkersPerConnection)

@@ -63,6 +63,11 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"loadtest", "--mode", "envoy-json", "--policy", "api"}, "--policy applies to the HTTP API only"},
 		{[]string{"loadtest", "--mode", "envoy-json", "--connections", "1"}, "--connections applies to gRPC targets only"},
 		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--tls-key-file", "k"}, `--tls-key-file applies to https:// or grpcs:// targets only, not "http://127.0.0.1:1" (a TLS listener wants https:// or grpcs://)`},
+		// A cost beyond Envoy's 32-bit hits_addend: refused over its
+		// APIs only, saying why.
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--cost", "4294967296"}, "--cost 4294967296: out of range 1..4294967295 over Envoy's APIs (the cost is sent as hits_addend, a uint32; the HTTP API takes up to 1099511627776)"},
+		{[]string{"loadtest", "--mode", "envoy-json", "--cost", "4294967296"}, "--cost 4294967296: out of range 1..4294967295 over Envoy's APIs"},
+		{[]string{"loadtest", "--cost", "1099511627777"}, "--cost 1099511627777: out of range 1..1099511627776 (the HTTP API's largest cost)"},
 		// Empty values given explicitly: refused, where loadgen used to
 		// send its defaults (user, api) instead.
 		{[]string{"loadtest", "--identity-key", ""}, `--identity-key "": want a value (leave the flag out for its default: user)`},
@@ -199,5 +204,17 @@ func TestLoadtestDegraded(t *testing.T) {
 	code, out, errOut := cli(append(base, "--target", svc.url, "--expect-algorithm", "fixed_window", "--expect-limit", "100", "--expect-window", "1h")...)
 	if code != 1 || !strings.Contains(out, "warning: 20 answers were degraded") || !strings.Contains(errOut, "20 of the 20 answers were degraded") {
 		t.Fatalf("with --expect-*: exit %d\n%s%s\nwant exit 1, the report's warning and the reason", code, out, errOut)
+	}
+}
+
+// TestLoadtestCostBeyondUint32: serve's HTTP API takes a cost above
+// 2^32-1, so loadtest sends it (answered, denied: no layer admits that
+// much) where it used to refuse it.
+func TestLoadtestCostBeyondUint32(t *testing.T) {
+	svc := startService(t)
+	defer svc.stop(t)
+	code, out, errOut := cli("loadtest", "--target", svc.url, "--cost", "4294967296", "--requests", "2", "--concurrency", "1", "--quiet")
+	if code != 0 || !strings.Contains(out, "denied (429)       2\n") || !strings.Contains(out, "errors             0\n") {
+		t.Fatalf("exit %d\n%s%s\nwant 2 answered denials, no errors", code, out, errOut)
 	}
 }
