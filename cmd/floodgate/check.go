@@ -39,6 +39,10 @@ or its circuit breaker open) is marked with a DEGRADED line naming the
 failure mode and the reason: it is not the shared count, and the exit
 status is still that of the decision.
 
+With --json it prints the service's JSON answer, or when the service
+refuses the request (400, 503...) its problem JSON (type, title, status,
+detail), with exit status 1.
+
 Exit status: 0 allowed, 2 denied, 1 on any error (bad flags, service
 unreachable, request refused).`,
 		Args: cobra.NoArgs,
@@ -81,13 +85,21 @@ unreachable, request refused).`,
 			} else {
 				resp, err = c.Check(ctx, server.CheckRequest{Policy: policy, Identity: identity, Cost: &cost})
 			}
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
 			if err != nil {
+				// The service's refusal (400, 503...) is an answer too:
+				// --json gives it to the script reading stdout.
+				var pe *server.ProblemError
+				if asJSON && errors.As(err, &pe) {
+					if err := enc.Encode(pe.Problem); err != nil {
+						return err
+					}
+				}
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
 				if err := enc.Encode(resp); err != nil {
 					return err
 				}
@@ -107,7 +119,7 @@ unreachable, request refused).`,
 	fl.StringArrayVar(&ids, "id", nil, "identity value as dimension=value, e.g. user=42 (repeatable)")
 	fl.Int64Var(&cost, "cost", 1, "cost of the request")
 	fl.BoolVar(&peek, "peek", false, "only report the standing, consuming nothing")
-	fl.BoolVar(&asJSON, "json", false, "print the service's JSON response")
+	fl.BoolVar(&asJSON, "json", false, "print the service's JSON response (its problem JSON when it refuses the request)")
 	fl.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
 	return cmd
 }

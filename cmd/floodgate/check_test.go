@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -54,4 +55,18 @@ func TestCheckPrintsDegradedClosed(t *testing.T) {
 // checkResponse is an answer of policy api, degraded when mode is set.
 func checkResponse(allowed bool, mode, reason string) server.CheckResponse {
 	return server.CheckResponse{Allowed: allowed, Policy: "api", Limit: 100, Degraded: mode != "", FailureMode: mode, DegradedReason: reason}
+}
+
+// TestCheckJSONProblem: with --json, a request the service refuses
+// prints its problem JSON on stdout, exit status 1; it used to print
+// nothing there.
+func TestCheckJSONProblem(t *testing.T) {
+	svc := startService(t)
+	defer svc.stop(t)
+	code, out, errOut := cli("check", "--addr", svc.url, "--policy", "nope", "--id", "user=1", "--json")
+	var p server.Problem
+	if err := json.Unmarshal([]byte(out), &p); code != 1 || err != nil || p.Status != 400 || p.Type != server.ProblemTypePrefix+"unknown-policy" ||
+		!strings.Contains(p.Detail, `"nope"`) || !strings.Contains(errOut, "400") {
+		t.Fatalf("check --json of an unknown policy: exit %d, stdout %q (%v), stderr %q; want 1, the 400 problem JSON, and the error", code, out, err, errOut)
+	}
 }
