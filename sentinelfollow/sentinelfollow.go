@@ -187,22 +187,35 @@ func (f *Follower) Kick() {
 }
 
 // check asks every sentinel at once and moves to the primary a majority
-// of them names, if it is another than the current one.
+// of them names, if it is another than the current one. It decides as
+// soon as a majority agrees: a sentinel that is frozen (connections open,
+// nothing answered) would otherwise hold every move up by askTimeout.
 func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	answers := make([]string, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Go(func() {
+	answers := make(chan string, len(clients))
+	for _, c := range clients {
+		go func() {
 			v, err := c.GetMasterAddrByName(ctx, f.master).Result()
-			if err == nil && len(v) == 2 {
-				answers[i] = net.JoinHostPort(v[0], v[1])
+			if err != nil || len(v) != 2 {
+				answers <- ""
+				return
 			}
-		})
+			answers <- net.JoinHostPort(v[0], v[1])
+		}()
 	}
-	wg.Wait()
-	named := majority(answers, len(f.sentinels))
+	named := ""
+	count := map[string]int{}
+	for range clients {
+		a := <-answers
+		if a == "" {
+			continue
+		}
+		if count[a]++; 2*count[a] > len(f.sentinels) {
+			named = a
+			break
+		}
+	}
 	if named == "" {
 		return
 	}
@@ -218,22 +231,6 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 	if moved && onMove != nil {
 		onMove(from, named)
 	}
-}
-
-// majority returns the address more than half of n sentinels gave, or "".
-func majority(answers []string, n int) string {
-	count := map[string]int{}
-	for _, a := range answers {
-		if a != "" {
-			count[a]++
-		}
-	}
-	for a, c := range count {
-		if 2*c > n {
-			return a
-		}
-	}
-	return ""
 }
 
 // dial is the client's dialer: go-redis passes the address its sentinel

@@ -1,0 +1,50 @@
+package sentinelfollow
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestCheckDoesNotWaitForAFrozenSentinel: with one sentinel of three
+// frozen (SIGSTOP: connections open, nothing answered), a check decides as
+// soon as the other two agree. It waited for every answer before, up to
+// askTimeout, which an outside walk saw delay a move by half a second (1.5
+// s of writes to the old primary instead of 1).
+func TestCheckDoesNotWaitForAFrozenSentinel(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	o := &redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs}
+	f := New(o)
+	clients := make([]*redis.SentinelClient, len(s.SentinelAddrs))
+	for i, a := range s.SentinelAddrs {
+		clients[i] = redis.NewSentinelClient(f.opts(a))
+		defer clients[i].Close()
+	}
+	ctx := context.Background()
+	f.check(ctx, clients) // connections open to all three
+	if got := f.Primary(); got != s.Primary.Addr {
+		t.Fatalf("Primary() = %q, want %s", got, s.Primary.Addr)
+	}
+	frozen := s.Sentinels[2]
+	if err := syscall.Kill(frozen.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(frozen.Pid, syscall.SIGCONT) }()
+	f.mu.Lock()
+	f.current = "" // so that the check below must decide again
+	f.mu.Unlock()
+	start := time.Now()
+	f.check(ctx, clients)
+	took := time.Since(start)
+	if got := f.Primary(); got != s.Primary.Addr {
+		t.Fatalf("with a sentinel frozen, Primary() = %q, want %s", got, s.Primary.Addr)
+	}
+	if took >= askTimeout*4/5 {
+		t.Errorf("with a sentinel frozen a check took %v: it waited for the frozen one (askTimeout %v)", took, askTimeout)
+	}
+}
