@@ -21,7 +21,7 @@ import (
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Validate, publish or print configuration",
+		Short: "Validate or publish configuration, or print the built-in example",
 		Args:  cobra.ArbitraryArgs,
 		RunE:  groupRun,
 	}
