@@ -1,7 +1,12 @@
 -- One heartbeat of the fleet's sorted set KEYS[1]: ARGV[1] is the
--- instance id, ARGV[2] now in Unix milliseconds, ARGV[3] the TTL in
--- milliseconds. Returns the number of live instances.
+-- instance id, ARGV[2] now in Unix milliseconds, or "" for Redis's own
+-- TIME, ARGV[3] the TTL in milliseconds. Returns the number of live
+-- instances.
 local now = tonumber(ARGV[2])
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local ttl = tonumber(ARGV[3])
 if not now or not ttl or ttl <= 0 then
   return redis.error_reply("ERR fleet: bad arguments")

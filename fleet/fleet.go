@@ -16,6 +16,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -52,9 +53,11 @@ type Options struct {
 	// TTL is how long an instance that stopped beating still counts.
 	// Default 3 × Interval, at most MaxTTL (24h); 2 × Interval to MaxTTL.
 	TTL time.Duration
-	// Now returns the current time, the beats' scores: pass a clock
-	// disciplined to Redis (package clocksync) so that instances with
-	// skewed clocks agree. Default time.Now.
+	// Now, if set, returns the time the beats are scored with. Default
+	// (nil): Redis's own TIME, read in the beat's script, so that
+	// instances whose clocks disagree still agree on who is live (scored
+	// with its own clock, an instance 10 s ahead dropped every other one
+	// from the set at each beat: outside walk).
 	Now func() time.Time
 	// OnCount, if set, receives the count after every successful beat.
 	OnCount func(n int)
@@ -108,14 +111,11 @@ func New(client Client, key, id string, opts Options) (*Heartbeat, error) {
 	if opts.TTL < 2*opts.Interval || opts.TTL > MaxTTL {
 		return nil, fmt.Errorf("%w: TTL %v out of range 2 × interval (%v) to %v", ErrInvalidOptions, opts.TTL, 2*opts.Interval, MaxTTL)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	h := &Heartbeat{client: client, key: key, id: id, opts: opts}
 	if opts.Registerer != nil {
 		h.gauge = prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_instances_live",
-			Help: "Instances heartbeating into Redis at the last successful beat (0 before the first); the local fallback divides limits by it.",
+			Help: "Instances heartbeating into Redis at the last successful beat (0 before the first).",
 		})
 		if err := opts.Registerer.Register(h.gauge); err != nil {
 			return nil, fmt.Errorf("fleet: %w", err)
@@ -128,7 +128,10 @@ func New(client Client, key, id string, opts Options) (*Heartbeat, error) {
 // longer than the TTL, and returns how many instances are alive (this one
 // included).
 func (h *Heartbeat) Beat(ctx context.Context) (int, error) {
-	now := h.opts.Now().UnixMilli()
+	now := "" // Redis's TIME
+	if h.opts.Now != nil {
+		now = strconv.FormatInt(h.opts.Now().UnixMilli(), 10)
+	}
 	n, err := beatScript.Run(ctx, h.client, []string{h.key}, h.id, now, h.opts.TTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("fleet: heartbeat: %w", err)

@@ -85,16 +85,40 @@ func (w skewWatch) ObserveClock(offset, rtt time.Duration) {
 	}
 }
 
+// Heartbeat timing of serve's instances: a beat every heartbeatInterval,
+// an instance silent for heartbeatTTL no longer counted.
+const (
+	heartbeatInterval = 2 * time.Second
+	heartbeatTTL      = 3 * heartbeatInterval
+)
+
 // startHeartbeat makes this instance count in the live instance count
 // that the local fallback divides limits by (never fewer than
-// --instances).
-func startHeartbeat(f serveFlags, b *backend, now func() time.Time, reg prometheus.Registerer, log *slog.Logger) (*fleet.Heartbeat, error) {
+// --instances). The beats are scored by Redis's own clock (TIME), so that
+// an instance whose clock runs ahead does not drop the others from the
+// count. After Redis has been unreachable, the count held before is kept
+// for one TTL of beats: a Redis back empty is refilled by the instances'
+// beats one by one, and an outage again in that time found counts of 1
+// and 2 among three instances (an outside walk: 55 admitted against a
+// limit of 30).
+func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *slog.Logger) (*fleet.Heartbeat, error) {
 	host, _ := os.Hostname()
 	id := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano(), 36))
 	var mu sync.Mutex
-	var lastWarn time.Time
-	return fleet.New(b.client, f.prefix+":instances", id, fleet.Options{Now: now, Registerer: reg,
+	var lastWarn, holdUntil time.Time
+	counted, failing := 0, false
+	return fleet.New(b.client, f.prefix+":instances", id, fleet.Options{Interval: heartbeatInterval, TTL: heartbeatTTL, Registerer: reg,
 		OnCount: func(n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			if failing {
+				failing, holdUntil = false, now.Add(heartbeatTTL)
+			}
+			if now.Before(holdUntil) {
+				n = max(n, counted)
+			}
+			counted = n
 			if b.fb != nil {
 				b.fb.SetInstances(max(n, f.instances))
 			}
@@ -102,11 +126,16 @@ func startHeartbeat(f serveFlags, b *backend, now func() time.Time, reg promethe
 		OnError: func(err error) {
 			mu.Lock()
 			defer mu.Unlock()
+			failing = true
 			if time.Since(lastWarn) < time.Minute {
 				return
 			}
 			lastWarn = time.Now()
-			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "error", err)
+			if counted == 0 {
+				log.Warn("instance heartbeat failed before any count: the local fallback divides limits by --instances until Redis answers; set it to the usual number of instances", "instances", max(f.instances, 1), "error", err)
+				return
+			}
+			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "instances", max(counted, f.instances), "error", err)
 		}})
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -125,6 +126,64 @@ func TestServeReadyzTellsTheTruth(t *testing.T) {
 	if code != 503 || r.Status != "degraded" || r.Breakers == nil {
 		t.Fatalf("readyz with a primary lost: %d %s", code, body)
 	}
+}
+
+// TestServeFleetCountIgnoresInstanceClocks: an instance whose clock runs
+// 10 s ahead, undisciplined (--clock-sync=false), counts and is counted
+// like the others: the beats are scored by Redis's TIME. Scored by the
+// instance's clock, each of its beats dropped the other instance from the
+// set as silent for longer than the TTL (outside walk: counts of 1 and 2
+// among three instances, 73 admitted during an outage against 44). The
+// divisor the fallback uses is exported as floodgate_fallback_instances.
+func TestServeFleetCountIgnoresInstanceClocks(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("fleetclock%d", time.Now().UnixNano())
+	args := []string{"--redis", "redis://" + rs.Addr + "/0", "--prefix", prefix}
+	a := startService(t, args...)
+	b := startService(t, append(args, "--clock-offset", "10s", "--clock-sync=false", "--instances", "3")...)
+	waitUntil(t, "both instances counting two live instances", func() bool {
+		return metricValue(t, a.url, "floodgate_instances_live") == 2 && metricValue(t, b.url, "floodgate_instances_live") == 2
+	})
+	// Three more beats: the count stays 2 on both.
+	time.Sleep(3 * heartbeatInterval)
+	for _, svc := range []*service{a, b} {
+		if n := metricValue(t, svc.url, "floodgate_instances_live"); n != 2 {
+			t.Errorf("%s: floodgate_instances_live %v after three beats, want 2", svc.url, n)
+		}
+	}
+	if n := metricValue(t, a.url, "floodgate_fallback_instances"); n != 2 {
+		t.Errorf("floodgate_fallback_instances %v with 2 live, want 2", n)
+	}
+	if n := metricValue(t, b.url, "floodgate_fallback_instances"); n != 3 {
+		t.Errorf("floodgate_fallback_instances %v with 2 live and --instances 3, want 3", n)
+	}
+}
+
+// TestServeFleetCountHeldAfterRedisReturns: after Redis has been away,
+// the instance count held before is kept for one TTL of beats, since a
+// Redis back empty is refilled by the instances' beats one by one. Here
+// the other instance is gone for good, so the count comes down to 1, but
+// only after the hold; it fell at the first beat before, and an outside
+// walk whose Redis failed again within those seconds saw three instances
+// each admit by counts of 1, 2 and 3 (55 against a limit of 30).
+func TestServeFleetCountHeldAfterRedisReturns(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("fleethold%d", time.Now().UnixNano())
+	args := []string{"--redis", "redis://" + rs.Addr + "/0", "--prefix", prefix}
+	a := startService(t, args...)
+	b := startService(t, args...)
+	waitUntil(t, "two live instances", func() bool { return metricValue(t, a.url, "floodgate_instances_live") == 2 })
+	rs.Kill()
+	if err := b.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * heartbeatInterval) // a beat or two fail
+	rs.Restart(t)
+	waitUntil(t, "a beat after Redis returned", func() bool { return metricValue(t, a.url, "floodgate_instances_live") == 1 })
+	if n := metricValue(t, a.url, "floodgate_fallback_instances"); n != 2 {
+		t.Fatalf("floodgate_fallback_instances %v at the first beat after Redis returned, want the 2 held", n)
+	}
+	waitUntil(t, "the count down to 1 after the hold", func() bool { return metricValue(t, a.url, "floodgate_fallback_instances") == 1 })
 }
 
 // TestServeReadyzSentinelFailover: behind Sentinel, readiness asks the

@@ -505,6 +505,14 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}, func() float64 { return float64(b.local.Evictions()) })); err != nil {
 		return err
 	}
+	if b.fb != nil {
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_fallback_instances",
+			Help: "What the local fallback divides each limit by: the live instance count (floodgate_instances_live, held for a TTL after Redis comes back) or --instances, whichever is larger.",
+		}, func() float64 { return float64(b.fb.Instances()) })); err != nil {
+			return err
+		}
+	}
 	clock, err := startClock(ctx, f, b, m, log)
 	if err != nil {
 		return err
@@ -642,7 +650,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		wg.Go(func() { _ = clock.sync.Run(wctx) })
 	}
 	if b.client != nil {
-		hb, err := startHeartbeat(f, b, clock.now, reg, log)
+		hb, err := startHeartbeat(f, b, reg, log)
 		if err != nil {
 			return err
 		}
