@@ -152,10 +152,28 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 func (s *RedisStore) incrOn(ctx context.Context, c redis.UniversalClient, perSecond bool, ops []*Op) error {
 	ctx, cancel := s.bound(ctx, perSecond)
 	defer cancel()
+	var err error
 	if b := s.batcherFor(c); b != nil {
-		return b.incr(ctx, ops)
+		err = b.incr(ctx, ops)
+	} else {
+		err = incrEach(ctx, c, ops)
 	}
-	return incrEach(ctx, c, ops)
+	if err != nil {
+		reloadSlots(c)
+	}
+	return err
+}
+
+// reloadSlots makes a Cluster client reload its slot map, in the
+// background, after a failed call: the failed node's replica may have
+// taken its slots. go-redis alone reloads it once a minute, and an outside
+// walk saw envoy-compat fail the requests of a killed primary's slots for
+// 38-40 s after the replica was promoted (theirs: 1-2 s). Reloads are
+// coalesced (one at a time, 200 ms apart).
+func reloadSlots(c redis.UniversalClient) {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
 }
 
 // bound returns ctx with the timeout of the Client (or the PerSecond
@@ -202,6 +220,7 @@ func (s *RedisStore) Get(ctx context.Context, ops []*Op) ([]uint64, error) {
 			continue
 		}
 		if err != nil {
+			reloadSlots(s.client(op.PerSecond))
 			return nil, fmt.Errorf("redis: GET %s: %w", op.Key, err)
 		}
 		n, err := strconv.ParseUint(v, 10, 64)
