@@ -61,6 +61,13 @@ type Options struct {
 	Now func() time.Time
 	// OnCount, if set, receives the count after every successful beat.
 	OnCount func(n int)
+	// OnRejoin, if set, is called, before OnCount, by a beat that found
+	// this instance missing from the set after an earlier beat had put it
+	// there: the set was lost (a Redis restarted empty, a failover to a
+	// replica without it) or this instance was silent for longer than the
+	// TTL. The other instances are then coming back one beat at a time,
+	// and the count is low until they all have.
+	OnRejoin func()
 	// OnError, if set, receives the error of every failed beat in Run.
 	OnError func(err error)
 	// Registerer, if set, receives the floodgate_instances_live gauge.
@@ -82,6 +89,7 @@ type Heartbeat struct {
 	id     string
 	opts   Options
 	count  atomic.Int64
+	joined atomic.Bool // a beat has put this instance in the set
 	gauge  prometheus.Gauge
 }
 
@@ -132,9 +140,16 @@ func (h *Heartbeat) Beat(ctx context.Context) (int, error) {
 	if h.opts.Now != nil {
 		now = strconv.FormatInt(h.opts.Now().UnixMilli(), 10)
 	}
-	n, err := beatScript.Run(ctx, h.client, []string{h.key}, h.id, now, h.opts.TTL.Milliseconds()).Int64()
+	r, err := beatScript.Run(ctx, h.client, []string{h.key}, h.id, now, h.opts.TTL.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("fleet: heartbeat: %w", err)
+	}
+	if len(r) != 2 {
+		return 0, fmt.Errorf("fleet: heartbeat: reply of %d values, want 2", len(r))
+	}
+	n, added := r[0], r[1] == 1
+	if added && h.joined.Swap(true) && h.opts.OnRejoin != nil {
+		h.opts.OnRejoin()
 	}
 	if n < 1 || n > 1_000_000 {
 		return 0, fmt.Errorf("fleet: heartbeat: count %d out of range", n)

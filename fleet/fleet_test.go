@@ -150,3 +150,35 @@ func TestFleetIntervalBounds(t *testing.T) {
 		t.Errorf("interval 13h: %v, want ErrInvalidOptions naming the 12h maximum", err)
 	}
 }
+
+// TestOnRejoin: a beat that finds this instance gone from the set after an
+// earlier beat had put it there (the set lost: a Redis restarted empty
+// between two beats, which no beat sees fail) calls OnRejoin, once; the
+// first beat does not.
+func TestOnRejoin(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	key := fmt.Sprintf("fleet%d:instances", time.Now().UnixNano())
+	rejoined := 0
+	h, err := fleet.New(client, key, "a", fleet.Options{OnRejoin: func() { rejoined++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct {
+		lose bool
+		want int
+	}{{false, 0}, {false, 0}, {true, 1}, {false, 1}} {
+		if step.lose {
+			if err := client.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := h.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rejoined != step.want {
+			t.Fatalf("beat %d (set lost before: %v): OnRejoin called %d times, want %d", i+1, step.lose, rejoined, step.want)
+		}
+	}
+}

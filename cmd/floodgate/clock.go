@@ -96,8 +96,9 @@ const (
 // that the local fallback divides limits by (never fewer than
 // --instances). The beats are scored by Redis's own clock (TIME), so that
 // an instance whose clock runs ahead does not drop the others from the
-// count. After Redis has been unreachable, the count held before is kept
-// for one TTL of beats: a Redis back empty is refilled by the instances'
+// count. After Redis has been unreachable, or has lost the set without a
+// failed beat (restarted between two beats), the count held before is
+// kept for one TTL of beats: a Redis back empty is refilled by the instances'
 // beats one by one, and an outage again in that time found counts of 1
 // and 2 among three instances (an outside walk: 55 admitted against a
 // limit of 30).
@@ -108,6 +109,13 @@ func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *sl
 	var lastWarn, holdUntil time.Time
 	counted, failing := 0, false
 	return fleet.New(b.client, f.prefix+":instances", id, fleet.Options{Interval: heartbeatInterval, TTL: heartbeatTTL, Registerer: reg,
+		OnRejoin: func() {
+			// Redis lost the set without a failed beat (restarted
+			// between two): hold the count as after a failure.
+			mu.Lock()
+			defer mu.Unlock()
+			failing = true
+		},
 		OnCount: func(n int) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -186,6 +186,32 @@ func TestServeFleetCountHeldAfterRedisReturns(t *testing.T) {
 	waitUntil(t, "the count down to 1 after the hold", func() bool { return metricValue(t, a.url, "floodgate_fallback_instances") == 1 })
 }
 
+// TestServeFleetCountHeldAfterTheSetIsLost: a Redis that loses the
+// instance set between two beats (restarted at once by a supervisor; here
+// the set deleted) fails no beat, yet the instances re-register one at a
+// time: the count held before is kept for one TTL of beats all the same.
+// An outside re-walk restarting Redis that fast saw the hold skipped and
+// 54 admitted during the next outage against a limit of 30.
+func TestServeFleetCountHeldAfterTheSetIsLost(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("fleetlost%d", time.Now().UnixNano())
+	args := []string{"--redis", "redis://" + rs.Addr + "/0", "--prefix", prefix}
+	a := startService(t, args...)
+	b := startService(t, args...)
+	waitUntil(t, "two live instances", func() bool { return metricValue(t, a.url, "floodgate_instances_live") == 2 })
+	if err := b.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Client(t).Del(context.Background(), prefix+":instances").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a beat after the set was lost", func() bool { return metricValue(t, a.url, "floodgate_instances_live") == 1 })
+	if n := metricValue(t, a.url, "floodgate_fallback_instances"); n != 2 {
+		t.Fatalf("floodgate_fallback_instances %v at the first beat after the set was lost, want the 2 held", n)
+	}
+	waitUntil(t, "the count down to 1 after the hold", func() bool { return metricValue(t, a.url, "floodgate_fallback_instances") == 1 })
+}
+
 // TestServeReadyzSentinelFailover: behind Sentinel, readiness asks the
 // primary's ROLE and is 200 again once the client follows a failover; the
 // move to the primary most sentinels name is logged (sentinelfollow,
