@@ -283,5 +283,6 @@ func nearThreshold(limit uint64, ratio float32) uint64 {
 	if !(ratio >= 0 && ratio <= 1) {
 		return limit
 	}
-	return uint64(math.Floor(float64(float32(limit) * ratio)))
+	// float32 rounding can take limit×1 above a limit past 2^24.
+	return min(uint64(math.Floor(float64(float32(limit)*ratio))), limit)
 }

@@ -552,3 +552,14 @@ func TestMemoryCounterOverflow(t *testing.T) {
 		t.Fatalf("counter %d, %v; want 2^52", o.Result, err)
 	}
 }
+
+// TestNearThresholdNeverAboveLimit: float32 rounding took limit × 1 above
+// a limit past 2^24 (16777219 → 16777220), and the over-limit path's
+// subtraction wrapped (review).
+func TestNearThresholdNeverAboveLimit(t *testing.T) {
+	for _, limit := range []uint64{0, 1, 20, 1 << 24, 1<<24 + 3, 1<<32 - 1} {
+		if got := nearThreshold(limit, 1); got > limit {
+			t.Errorf("nearThreshold(%d, 1) = %d, above the limit", limit, got)
+		}
+	}
+}

@@ -148,7 +148,9 @@ func (h *Heartbeat) Beat(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("fleet: heartbeat: reply of %d values, want 2", len(r))
 	}
 	n, added := r[0], r[1] == 1
-	if added && h.joined.Swap(true) && h.opts.OnRejoin != nil {
+	// Any successful beat has put this instance in the set, whether or
+	// not its reply said so (a first beat whose reply was lost).
+	if was := h.joined.Swap(true); added && was && h.opts.OnRejoin != nil {
 		h.opts.OnRejoin()
 	}
 	if n < 1 || n > 1_000_000 {

@@ -48,3 +48,33 @@ func TestCheckDoesNotWaitForAFrozenSentinel(t *testing.T) {
 		t.Errorf("with a sentinel frozen a check took %v: it waited for the frozen one (askTimeout %v)", took, askTimeout)
 	}
 }
+
+// TestLeftPrimariesSteerOnlyWhileCurrent: every primary left since stays
+// left (after A→B→C both A and B), until named again; and the client is
+// steered only while Run runs and a majority answered recently (a review
+// found only the last left primary tracked, and the steering kept after
+// Run had returned).
+func TestLeftPrimariesSteerOnlyWhileCurrent(t *testing.T) {
+	f := New(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s1:1", "s2:1", "s3:1"}})
+	f.mu.Lock()
+	f.running, f.current, f.named = true, "c:1", time.Now()
+	f.left["a:1"], f.left["b:1"] = struct{}{}, struct{}{}
+	f.mu.Unlock()
+	for addr, want := range map[string]bool{"a:1": true, "b:1": true, "c:1": false, "s1:1": false} {
+		if got := f.isLeft(addr); got != want {
+			t.Errorf("isLeft(%s) = %v, want %v", addr, got, want)
+		}
+	}
+	f.mu.Lock()
+	f.named = time.Now().Add(-staleAfter - time.Second)
+	f.mu.Unlock()
+	if f.isLeft("a:1") {
+		t.Error("a stale view still steers the client")
+	}
+	f.mu.Lock()
+	f.named, f.running = time.Now(), false
+	f.mu.Unlock()
+	if f.isLeft("a:1") {
+		t.Error("the view steers the client after Run returned")
+	}
+}

@@ -58,8 +58,10 @@ type Follower struct {
 	kick      chan struct{}
 
 	mu      sync.Mutex
-	current string // the primary a majority named last; "" before the first answer
-	left    string // the primary left for current; "" if none
+	current string              // the primary a majority named last; "" before the first answer
+	left    map[string]struct{} // every primary left since, until named again
+	named   time.Time           // when a majority last answered
+	running bool                // Run is running
 	onMove  func(from, to string)
 }
 
@@ -72,6 +74,7 @@ func New(o *redis.FailoverOptions) *Follower {
 		master:    o.MasterName,
 		sentinels: append([]string(nil), o.SentinelAddrs...),
 		kick:      make(chan struct{}, 1),
+		left:      map[string]struct{}{},
 	}
 	tc, timeout := o.TLSConfig, o.DialTimeout
 	if timeout <= 0 {
@@ -125,6 +128,12 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f.mu.Lock()
+	f.running = true
+	defer func() {
+		f.mu.Lock()
+		f.running = false
+		f.mu.Unlock()
+	}()
 	if f.onMove == nil {
 		f.onMove = func(from, to string) {
 			log.Warn("the sentinels name a new Redis primary: connections to the old one are dropped", "master", f.master, "old", from, "new", to)
@@ -223,9 +232,10 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 	from := f.current
 	moved := from != "" && from != named
 	if moved {
-		f.left = from
+		f.left[from] = struct{}{}
 	}
-	f.current = named
+	delete(f.left, named)
+	f.current, f.named = named, time.Now()
 	onMove := f.onMove
 	f.mu.Unlock()
 	if moved && onMove != nil {
@@ -237,11 +247,11 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 // names. A dial to the primary the Follower left goes to the one a
 // majority names instead: go-redis's sentinel has not switched yet.
 func (f *Follower) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	f.mu.Lock()
-	if addr == f.left && f.current != "" {
+	if f.isLeft(addr) {
+		f.mu.Lock()
 		addr = f.current
+		f.mu.Unlock()
 	}
-	f.mu.Unlock()
 	c, err := f.dialer(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -249,11 +259,21 @@ func (f *Follower) dial(ctx context.Context, network, addr string) (net.Conn, er
 	return &conn{Conn: c, addr: addr, f: f}, nil
 }
 
+// isLeft reports whether addr is a primary the Follower left, while its
+// view is current: Run is running and a majority answered within
+// staleAfter. Otherwise the client is as go-redis alone makes it.
 func (f *Follower) isLeft(addr string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return addr == f.left
+	if !f.running || f.current == "" || time.Since(f.named) > staleAfter {
+		return false
+	}
+	_, ok := f.left[addr]
+	return ok
 }
+
+// staleAfter is how long a majority's answer steers the client.
+const staleAfter = 3 * Interval
 
 // conn is a connection of the client, to addr.
 type conn struct {

@@ -107,14 +107,23 @@ func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *sl
 	id := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano(), 36))
 	var mu sync.Mutex
 	var lastWarn, holdUntil time.Time
-	counted, failing := 0, false
+	// counted is the last count a beat returned; holdFrom the count held
+	// after a failure or a lost set: the one in use when it began, kept
+	// while failures recur within a hold.
+	counted, used, holdFrom, failing := 0, 0, 0, false
+	fail := func() { // with mu held
+		if !failing && !time.Now().Before(holdUntil) {
+			holdFrom = used
+		}
+		failing = true
+	}
 	return fleet.New(b.client, f.prefix+":instances", id, fleet.Options{Interval: heartbeatInterval, TTL: heartbeatTTL, Registerer: reg,
 		OnRejoin: func() {
 			// Redis lost the set without a failed beat (restarted
 			// between two): hold the count as after a failure.
 			mu.Lock()
 			defer mu.Unlock()
-			failing = true
+			fail()
 		},
 		OnCount: func(n int) {
 			mu.Lock()
@@ -123,18 +132,18 @@ func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *sl
 			if failing {
 				failing, holdUntil = false, now.Add(heartbeatTTL)
 			}
+			counted, used = n, n
 			if now.Before(holdUntil) {
-				n = max(n, counted)
+				used = max(n, holdFrom)
 			}
-			counted = n
 			if b.fb != nil {
-				b.fb.SetInstances(max(n, f.instances))
+				b.fb.SetInstances(max(used, f.instances))
 			}
 		},
 		OnError: func(err error) {
 			mu.Lock()
 			defer mu.Unlock()
-			failing = true
+			fail()
 			if time.Since(lastWarn) < time.Minute {
 				return
 			}
@@ -143,7 +152,7 @@ func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *sl
 				log.Warn("instance heartbeat failed before any count: the local fallback divides limits by --instances until Redis answers; set it to the usual number of instances", "instances", max(f.instances, 1), "error", err)
 				return
 			}
-			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "instances", max(counted, f.instances), "error", err)
+			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "instances", max(used, f.instances), "error", err)
 		}})
 }
 

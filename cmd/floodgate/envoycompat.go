@@ -305,7 +305,9 @@ func compatStore(ctx context.Context, s envoycompat.Settings, log *slog.Logger) 
 	if strings.EqualFold(s.BackendType, "memory") {
 		return &envoycompat.MemoryStore{}, func() {}, nil
 	}
-	fctx, stopFollow := context.WithCancel(ctx)
+	// The followers outlive the shutdown signal: requests drain after it,
+	// and stop only when the clients are closed.
+	fctx, stopFollow := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	var clients []redis.UniversalClient
 	closeAll := func() {
