@@ -56,24 +56,20 @@ func TestCheckDoesNotWaitForAFrozenSentinel(t *testing.T) {
 // Run had returned).
 func TestLeftPrimariesSteerOnlyWhileCurrent(t *testing.T) {
 	f := New(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"s1:1", "s2:1", "s3:1"}})
-	f.mu.Lock()
-	f.running, f.current, f.named = true, "c:1", time.Now()
-	f.left["a:1"], f.left["b:1"] = struct{}{}, struct{}{}
-	f.mu.Unlock()
+	f.steer.Store(&steering{left: map[string]struct{}{"a:1": {}, "b:1": {}}, to: "c:1", until: time.Now().Add(staleAfter)})
 	for addr, want := range map[string]bool{"a:1": true, "b:1": true, "c:1": false, "s1:1": false} {
 		if got := f.isLeft(addr); got != want {
 			t.Errorf("isLeft(%s) = %v, want %v", addr, got, want)
 		}
 	}
-	f.mu.Lock()
-	f.named = time.Now().Add(-staleAfter - time.Second)
-	f.mu.Unlock()
+	f.steer.Store(&steering{left: map[string]struct{}{"a:1": {}}, to: "c:1", until: time.Now().Add(-time.Second)})
 	if f.isLeft("a:1") {
 		t.Error("a stale view still steers the client")
 	}
-	f.mu.Lock()
-	f.named, f.running = time.Now(), false
-	f.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.steer.Store(&steering{left: map[string]struct{}{"a:1": {}}, to: "c:1", until: time.Now().Add(staleAfter)})
+	f.Run(ctx, nil) // returns at once: ctx is done
 	if f.isLeft("a:1") {
 		t.Error("the view steers the client after Run returned")
 	}

@@ -28,9 +28,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,12 +59,24 @@ type Follower struct {
 	dialer    func(ctx context.Context, network, addr string) (net.Conn, error)
 	kick      chan struct{}
 
+	// steer is what the client's dials and health checks read, without
+	// a lock (a check runs at every connection taken from the pool): nil
+	// while nothing was left or Run is not running.
+	steer atomic.Pointer[steering]
+
 	mu      sync.Mutex
 	current string              // the primary a majority named last; "" before the first answer
 	left    map[string]struct{} // every primary left since, until named again
-	named   time.Time           // when a majority last answered
-	running bool                // Run is running
 	onMove  func(from, to string)
+}
+
+// steering is a snapshot of the primaries left, the one to go to instead,
+// and until when the snapshot holds (staleAfter after the majority's
+// answer it was made from).
+type steering struct {
+	left  map[string]struct{}
+	to    string
+	until time.Time
 }
 
 // New returns a Follower for the failover client o describes, and sets
@@ -127,13 +141,8 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	defer f.steer.Store(nil) // without Run, the client is go-redis's alone
 	f.mu.Lock()
-	f.running = true
-	defer func() {
-		f.mu.Lock()
-		f.running = false
-		f.mu.Unlock()
-	}()
 	if f.onMove == nil {
 		f.onMove = func(from, to string) {
 			log.Warn("the sentinels name a new Redis primary: connections to the old one are dropped", "master", f.master, "old", from, "new", to)
@@ -235,7 +244,12 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 		f.left[from] = struct{}{}
 	}
 	delete(f.left, named)
-	f.current, f.named = named, time.Now()
+	f.current = named
+	if len(f.left) == 0 {
+		f.steer.Store(nil)
+	} else {
+		f.steer.Store(&steering{left: maps.Clone(f.left), to: named, until: time.Now().Add(staleAfter)})
+	}
 	onMove := f.onMove
 	f.mu.Unlock()
 	if moved && onMove != nil {
@@ -247,10 +261,10 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 // names. A dial to the primary the Follower left goes to the one a
 // majority names instead: go-redis's sentinel has not switched yet.
 func (f *Follower) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if f.isLeft(addr) {
-		f.mu.Lock()
-		addr = f.current
-		f.mu.Unlock()
+	if s := f.steering(); s != nil {
+		if _, left := s.left[addr]; left {
+			addr = s.to
+		}
 	}
 	c, err := f.dialer(ctx, network, addr)
 	if err != nil {
@@ -259,16 +273,24 @@ func (f *Follower) dial(ctx context.Context, network, addr string) (net.Conn, er
 	return &conn{Conn: c, addr: addr, f: f}, nil
 }
 
-// isLeft reports whether addr is a primary the Follower left, while its
-// view is current: Run is running and a majority answered within
-// staleAfter. Otherwise the client is as go-redis alone makes it.
+// steering returns the steering in force: one made while Run runs, from
+// a majority's answer within staleAfter; nil otherwise, and the client is
+// then as go-redis alone makes it.
+func (f *Follower) steering() *steering {
+	s := f.steer.Load()
+	if s == nil || time.Now().After(s.until) {
+		return nil
+	}
+	return s
+}
+
+// isLeft reports whether addr is a primary the steering in force left.
 func (f *Follower) isLeft(addr string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.running || f.current == "" || time.Since(f.named) > staleAfter {
+	s := f.steering()
+	if s == nil {
 		return false
 	}
-	_, ok := f.left[addr]
+	_, ok := s.left[addr]
 	return ok
 }
 

@@ -14,11 +14,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
+	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -103,6 +106,21 @@ func redisStore(t *testing.T) (*redisstore.Store, *redistest.Server) {
 		t.Fatal(err)
 	}
 	return st, rs
+}
+
+// redisQuotaLeases returns the quota and lease stores on client, for
+// server.Options' QuotaStore and ConcurrencyStore.
+func redisQuotaLeases(t *testing.T, client redis.UniversalClient) (*quota.RedisStore, *concurrency.RedisStore) {
+	t.Helper()
+	qs, err := quota.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := concurrency.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qs, cs
 }
 
 // reply is an HTTP response read in full.

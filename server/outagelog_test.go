@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
-	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -45,14 +43,7 @@ func (l *lockedBuffer) lines(t *testing.T, msg string) []map[string]any {
 func TestStoreOutageLogsOncePerInterval(t *testing.T) {
 	st, rs := redisStore(t)
 	client := rs.Client(t)
-	qs, err := quota.NewRedisStore(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := concurrency.NewRedisStore(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	qs, cs := redisQuotaLeases(t, client)
 	logs := &lockedBuffer{}
 	e := start(t, limits, st, func(o *server.Options) {
 		o.QuotaStore, o.ConcurrencyStore = qs, cs

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -49,14 +48,7 @@ func backends(t *testing.T, yaml string, run func(t *testing.T, e *env)) {
 	t.Run("redis", func(t *testing.T) {
 		st, rs := redisStore(t)
 		client := rs.Client(t)
-		qs, err := quota.NewRedisStore(client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cs, err := concurrency.NewRedisStore(client)
-		if err != nil {
-			t.Fatal(err)
-		}
+		qs, cs := redisQuotaLeases(t, client)
 		run(t, start(t, yaml, st, func(o *server.Options) { o.QuotaStore, o.ConcurrencyStore = qs, cs }))
 	})
 }
@@ -368,14 +360,7 @@ func TestQuotaAndLeasesOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := quota.NewRedisStore(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := concurrency.NewRedisStore(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	qs, cs := redisQuotaLeases(t, client)
 	e := start(t, limits, st, func(o *server.Options) { o.QuotaStore, o.ConcurrencyStore = qs, cs })
 	users := []string{"a", "b", "c", "d", "e", "f"} // spread over the three primaries
 	var wg sync.WaitGroup

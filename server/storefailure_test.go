@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -24,20 +22,14 @@ import (
 // Before, every one of them was "store-indeterminate ... it may have been
 // counted", and a status was logged as `quota "hundred" check: ...`.
 func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
+	// One client for every store: the warmed pool below serves them all.
 	rs := redistest.Start(t)
 	client := rs.Client(t)
 	st, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := quota.NewRedisStore(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := concurrency.NewRedisStore(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	qs, cs := redisQuotaLeases(t, client)
 	logs := &lockedBuffer{}
 	e := start(t, limits, st, func(o *server.Options) {
 		o.QuotaStore, o.ConcurrencyStore = qs, cs
