@@ -302,7 +302,7 @@ func ValidateIdentityValue(dim, value string) error {
 		return fmt.Errorf("%w: identity dimension %v", ErrInvalidIdentity, err)
 	}
 	if value == "" {
-		return fmt.Errorf("%w: identity value %q is empty", ErrInvalidIdentity, dim)
+		return fmt.Errorf("%w: identity value %q is empty or null; send a non-empty string", ErrInvalidIdentity, dim)
 	}
 	if len(value) > MaxIdentityValueLen {
 		return fmt.Errorf("%w: identity value %q is %d bytes (max %d)", ErrInvalidIdentity, dim, len(value), MaxIdentityValueLen)

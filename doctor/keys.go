@@ -106,6 +106,7 @@ func (r *run) inspect(ctx context.Context, n node, batch []string, res *scanResu
 		}
 	}
 	_, _ = pipe.Exec(ctx)
+	r.askImporting(ctx, n, batch, parsed, ttls, cards)
 	for i, k := range batch {
 		ttl, err := ttls[i].Result()
 		if err != nil {
@@ -123,6 +124,39 @@ func (r *run) inspect(ctx context.Context, n node, batch []string, res *scanResu
 		}
 		res.keys = append(res.keys, sk)
 	}
+}
+
+// askImporting reads again, each after ASKING, the keys of a batch whose
+// PTTL node n answered with a redirection: keys SCAN found on n in a slot
+// n is importing (a resharding under way, or left half done), which n
+// serves only to a command preceded by ASKING. Without it they were
+// reported as scan errors.
+func (r *run) askImporting(ctx context.Context, n node, batch []string, parsed []parsedKey, ttls []*redis.DurationCmd, cards []*redis.IntCmd) {
+	var again []int
+	for i := range batch {
+		if err := ttls[i].Err(); err != nil && isRedirection(err) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	pipe := n.client.Pipeline()
+	for _, i := range again {
+		pipe.Do(ctx, "ASKING")
+		ttls[i] = pipe.PTTL(ctx, batch[i])
+		if cards[i] != nil {
+			pipe.Do(ctx, "ASKING")
+			cards[i] = pipe.ZCard(ctx, batch[i])
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// isRedirection reports a Cluster redirection (MOVED or ASK) error.
+func isRedirection(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // keyChecks runs the Keys group on one scan.

@@ -34,6 +34,10 @@ var readOnly = map[string]bool{
 	"client maint_notifications": true,
 	// Sent by go-redis's Cluster client to learn each command's keys.
 	"command": true,
+	// Sent before a PTTL or ZCARD of a key SCAN found in a slot its node
+	// is importing (a resharding under way): it changes nothing but lets
+	// the next command read that key.
+	"asking": true,
 }
 
 // ReadOnlyCommands returns the commands doctor's Redis client sends; it

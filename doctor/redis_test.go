@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/loginguard"
+	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -203,16 +204,39 @@ func TestClusterOpenSlotWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Written before the move starts: a migrating node answers ASK for a
+	// key it does not hold.
+	moved := slotKey(t, from, "os:stray:", 100)
+	if err := from.Set(ctx, moved, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	if err := to.Do(ctx, "CLUSTER", "SETSLOT", "100", "IMPORTING", fromID).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := from.Do(ctx, "CLUSTER", "SETSLOT", "100", "MIGRATING", toID).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// A key of slot 100 already moved: the importing node holds it but
+	// serves it only after ASKING. Its PTTL was reported as a scan error
+	// ("MOVED 100 ..."), and the key checks missed it (a walk during a
+	// resharding). It has no TTL, so the ttl check must name it.
+	host, port, _ := strings.Cut(cl.Addrs[1], ":")
+	if err := from.Migrate(ctx, host, port, moved, 0, 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
 	rep := runDoctor(t, opts)
 	c := want(t, rep, doctor.GroupRedis, "cluster", doctor.Warn, cl.Addrs[0]+": 100 migrating", cl.Addrs[1]+": 100 importing")
 	if !strings.Contains(c.Fix, "redis-cli --cluster fix") {
 		t.Errorf("fix %q does not say how to finish or undo the move", c.Fix)
+	}
+	want(t, rep, doctor.GroupKeys, "scan", doctor.Pass)
+	want(t, rep, doctor.GroupKeys, "ttl", doctor.Fail, moved)
+	if err := to.Do(ctx, "ASKING").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.Del(ctx, moved).Err(); err != nil {
+		// Through the cluster client: it follows the ASK redirection.
+		t.Fatal(err)
 	}
 
 	for _, n := range []*redis.Client{from, to} {
@@ -480,4 +504,21 @@ func TestSentinelDeadReplicaAfterFailover(t *testing.T) {
 	if c.Fix == "" {
 		t.Fatal("no fix")
 	}
+}
+
+// slotKey returns a key starting with prefix that hashes to slot, asking
+// node for the slots of candidate hash tags.
+func slotKey(t *testing.T, node *redis.Client, prefix string, slot int64) string {
+	t.Helper()
+	for i := range 200_000 {
+		k := fmt.Sprintf("%s{t%d}", prefix, i)
+		if int64(redisstore.Slot(k)) == slot {
+			if got, err := node.ClusterKeySlot(context.Background(), k).Result(); err != nil || got != slot {
+				t.Fatalf("CLUSTER KEYSLOT %s = %d, %v; want %d", k, got, err, slot)
+			}
+			return k
+		}
+	}
+	t.Fatalf("no hash tag found for slot %d", slot)
+	return ""
 }

@@ -101,8 +101,13 @@ func New(backend Backend, opts Options) (*Guard, error) {
 
 // Check decides a login attempt by account from ip before its password is
 // checked. When the verdict lets it proceed (Allow or CaptchaRequired) the
-// attempt is counted as in progress until Failure or Success settles it
-// (or Options.AttemptTimeout passes). On error nothing can be said about
+// attempt is counted as in progress until Failure, Success or Abandon
+// settles it (or Options.AttemptTimeout passes). Settle each attempt
+// Check let through exactly once, and only those: attempts in progress
+// are one count per dimension, not a record per attempt, so a settle
+// without its Check (or a second one) settles another attempt in
+// progress from the same account, address or pair, which then no longer
+// holds back parallel guesses. On error nothing can be said about
 // the attempt: refuse it (fail closed). The Verdict returned with an error
 // is Locked (Proceed reports false), so that a caller that looks only at
 // the Verdict refuses too; its RetryAfter and By are zero, as nothing is

@@ -96,7 +96,7 @@ func (m *Memory) run(ctx context.Context, o op, now int64, ids *[numDims]string,
 		}
 	}
 	if added > 0 && !sh.Room(mono, added) {
-		return reply{}, fmt.Errorf("%w: %d login states held (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
+		return reply{}, fmt.Errorf("loginguard: %w: %d login states held (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
 	}
 	for d, k := range keys {
 		s := r.states[d]

@@ -38,7 +38,11 @@ var (
 // Client is the part of a go-redis v9 client the Redis backend uses.
 // *redis.Client, *redis.ClusterClient and the failover clients satisfy it.
 // Set ContextTimeoutEnabled on the client so a call's deadline bounds the
-// whole round trip.
+// whole round trip, and call the Guard with a context that has a deadline
+// (a login handler's own, or a second or less): without one, a stalled
+// Redis holds each call until the client's own timeouts give up (5 s per
+// call with go-redis's defaults in a walk, so 15 s for Check, Failure and
+// Success), and the login request with it.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }

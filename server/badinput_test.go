@@ -29,6 +29,7 @@ func TestBadInput(t *testing.T) {
 		{"missing identity", "/v1/check", `{"policy":"fifty"}`, 400, "missing-identity", `needs identity value "user"`},
 		{"wrong dimension", "/v1/check", `{"policy":"fifty","identity":{"ip":"1.2.3.4"}}`, 400, "missing-identity", `needs identity value "user"`},
 		{"empty value", "/v1/check", `{"policy":"fifty","identity":{"user":""}}`, 400, "invalid-identity", "is empty"},
+		{"null value", "/v1/check", `{"policy":"fifty","identity":{"user":null}}`, 400, "invalid-identity", `identity value "user" is empty or null`},
 		{"bad dimension name", "/v1/check", `{"policy":"fifty","identity":{"user":"victim","Bad Name":"x"}}`, 400, "invalid-identity", "not in [a-z0-9_-]"},
 		{"huge value", "/v1/check", `{"policy":"fifty","identity":{"user":"` + strings.Repeat("v", 2000) + `"}}`, 400, "invalid-identity", "2000 bytes (max 1024)"},
 		{"numeric value", "/v1/check", `{"policy":"fifty","identity":{"user":42}}`, 400, "malformed-json", `identity values must be strings, got a JSON number`},

@@ -217,8 +217,12 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 			detail: "the rate limit store failed after the " + op.name + " was sent, and its answer was lost; " + op.mayHave}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
-		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
-			detail: "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"}
+		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"
+		if op.readOnly() {
+			// A read counts nothing whether or not it runs.
+			detail = "the rate limit store is unavailable, so the " + op.name + " could not be read (it counts nothing): send it again later"
+		}
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: detail}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		reason = reasonTimeout
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",

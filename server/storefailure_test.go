@@ -107,3 +107,40 @@ func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
 		}
 	}
 }
+
+// TestDownStoreReadSaysNothingWasRead: with Redis gone, a quota status
+// (which counts nothing) is answered 503 store-unavailable saying it could
+// not be read, not that it "was not applied, so nothing was counted" (a
+// walk's finding: a status never counts); a quota check still says
+// nothing was counted.
+func TestDownStoreReadSaysNothingWasRead(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	st, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, cs := redisQuotaLeases(t, client)
+	e := start(t, limits, st, func(o *server.Options) {
+		o.QuotaStore, o.ConcurrencyStore = qs, cs
+		o.DecisionTimeout = 300 * time.Millisecond
+	})
+	rs.Kill()
+	u := id("user", "gone")
+	tests := []struct {
+		path   string
+		body   any
+		want   string
+		refuse string
+	}{
+		{"/v1/quota/status", server.QuotaStatusRequest{Quota: "hundred", Identity: u}, "the quota status could not be read (it counts nothing)", "applied"},
+		{"/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u}, "the quota check was not applied, so nothing was counted", "could not be read"},
+	}
+	for _, tc := range tests {
+		r := e.post(tc.path, tc.body)
+		p := problemOf(t, r)
+		if r.status != 503 || p.Type != server.ProblemTypePrefix+"store-unavailable" || !strings.Contains(p.Detail, tc.want) || strings.Contains(p.Detail, tc.refuse) {
+			t.Errorf("%s with Redis down: %d %s %q; want 503 store-unavailable saying %q", tc.path, r.status, p.Type, p.Detail, tc.want)
+		}
+	}
+}

@@ -774,30 +774,38 @@ func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader
 			return
 		case <-hup:
 		}
+		// Named first, read after: each read logs what it found, and the
+		// watchers run on goroutines of their own, so logging after
+		// waking them could put their result before this line.
 		var sources []string
 		switch {
 		case f.configFile != "":
 			sources = append(sources, f.configFile)
-			reloader.CheckNow()
 		case f.configRedis:
 			sources = append(sources, "redis")
-			reloader.CheckNow()
 		}
 		if envoy != nil {
 			sources = append(sources, envoy.Files()...)
-			envoy.CheckNow()
 		}
 		if f.sec.cert != nil {
 			sources = append(sources, f.sec.tlsCertFile)
 			if f.sec.tlsClientCAFile != "" {
 				sources = append(sources, f.sec.tlsClientCAFile)
 			}
-			_, _ = f.sec.cert.Reload() // logs what it did
 		}
 		if len(sources) == 0 {
 			log.Info("SIGHUP: nothing to reload (the built-in configuration; no --config, --config-from-redis, --envoy-config or --tls-cert-file)")
 			continue
 		}
 		log.Info("SIGHUP: reading the configuration now", "sources", sources)
+		if f.configFile != "" || f.configRedis {
+			reloader.CheckNow()
+		}
+		if envoy != nil {
+			envoy.CheckNow()
+		}
+		if f.sec.cert != nil {
+			_, _ = f.sec.cert.Reload() // logs what it did
+		}
 	}
 }

@@ -132,6 +132,18 @@ func TestServeHangupReloads(t *testing.T) {
 	}
 	waitFor(t, "the SIGHUP to apply the new file", func() bool { return limit() == 7 })
 	waitFor(t, "the SIGHUP to be logged", func() bool { return strings.Contains(svc.Logs(), "SIGHUP: reading the configuration now") })
+	// The signal's line comes before what the read found (a walk saw
+	// "configuration unchanged" logged before it).
+	if logs := svc.Logs(); strings.Index(logs, "SIGHUP: reading the configuration now") > strings.LastIndex(logs, "configuration applied") {
+		t.Fatalf("the read's result was logged before the SIGHUP line:\n%s", logs)
+	}
+	if err := svc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unchanged file to be logged", func() bool { return strings.Contains(svc.Logs(), "configuration unchanged") })
+	if logs := svc.Logs(); strings.LastIndex(logs, "SIGHUP: reading the configuration now") > strings.Index(logs, "configuration unchanged") {
+		t.Fatalf("the second read's result was logged before its SIGHUP line:\n%s", logs)
+	}
 	select {
 	case <-svc.Done():
 		t.Fatalf("serve exited after SIGHUP: %v\n%s", svc.Err(), svc.Logs())
