@@ -331,3 +331,74 @@ func TestApplyActiveAgainEndsTheRejection(t *testing.T) {
 		t.Fatalf("after the active document again: rejected %v, log:\n%s", h.LastRejected(), logs)
 	}
 }
+
+// TestUnreadableSourceIsHeld: while the source cannot be read (the file
+// deleted, the Redis key deleted), Holder.Unreadable says so with the
+// error and since when, whatever an earlier rejection says; a successful
+// read clears it. A walk found GET /admin/v1/config showing only a stale
+// rejection while the source held nothing.
+func TestUnreadableSourceIsHeld(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	keys, err := config.KeysFor(fmt.Sprintf("unread%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	ctx := context.Background()
+	for _, src := range []string{"file", "redis"} {
+		t.Run(src, func(t *testing.T) {
+			put := func(data string) {
+				if src == "file" {
+					writeFile(t, path, data)
+				} else if err := client.Set(ctx, keys.Config, data, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			remove := func() {
+				if src == "file" {
+					if err := os.Remove(path); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := client.Del(ctx, keys.Config).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(doc("1", 10))
+			h, r, reg, _ := newLoggedReloader(t, doc("1", 10))
+			wctx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				if src == "file" {
+					r.WatchFile(wctx, path, time.Hour)
+				} else {
+					r.WatchRedis(wctx, client, keys, time.Hour)
+				}
+				close(done)
+			}()
+			t.Cleanup(func() { cancel(); <-done })
+			put("version: \"1\"\npolicies: [oops\n")
+			r.CheckNow()
+			waitFor(t, "the broken document rejected", func() bool { return h.LastRejected() != nil })
+			if h.Unreadable() != nil {
+				t.Fatalf("Unreadable = %+v while the source was read", h.Unreadable())
+			}
+			remove()
+			r.CheckNow()
+			waitFor(t, "the source reported unreadable", func() bool { return h.Unreadable() != nil })
+			first := *h.Unreadable()
+			if first.Error == "" || first.At.IsZero() {
+				t.Fatalf("Unreadable = %+v, want an error and a time", first)
+			}
+			time.Sleep(20 * time.Millisecond)
+			r.CheckNow()
+			waitFor(t, "a second failed read", func() bool { return reloads(t, reg, "error") == 2 })
+			if u := h.Unreadable(); !u.At.Equal(first.At) {
+				t.Fatalf("a second failure moved since from %v to %v: want the first failure's time", first.At, u.At)
+			}
+			put(doc("1", 10))
+			r.CheckNow()
+			waitFor(t, "Unreadable cleared by a good read", func() bool { return h.Unreadable() == nil })
+		})
+	}
+}

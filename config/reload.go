@@ -17,8 +17,9 @@ import (
 // reader sees either the old or the new configuration, never a mix. It is
 // safe for concurrent use.
 type Holder struct {
-	p        atomic.Pointer[Config]
-	rejected atomic.Pointer[Rejection]
+	p          atomic.Pointer[Config]
+	rejected   atomic.Pointer[Rejection]
+	unreadable atomic.Pointer[Rejection]
 }
 
 // Rejection describes the last document a Reloader refused since the
@@ -53,6 +54,12 @@ func (h *Holder) store(c *Config) {
 // nil if none was: while it is set, the source holds something other than
 // what runs.
 func (h *Holder) LastRejected() *Rejection { return h.rejected.Load() }
+
+// Unreadable returns, while a Reloader's last read of its source failed
+// (a file deleted or unreadable, a dangling symbolic link, a Redis key
+// gone or Redis down), that failure: its source, its error and when the
+// failures began (At). It is nil once a read succeeds again.
+func (h *Holder) Unreadable() *Rejection { return h.unreadable.Load() }
 
 // Reload results, the values of the result label of
 // floodgate_config_reload_total.
@@ -281,6 +288,7 @@ func (r *Reloader) unchanged(source string) {
 // set), it logs that the source can be read again, so that the failure's
 // error line has an end.
 func (r *Reloader) readable(last *string, source string) {
+	r.holder.unreadable.Store(nil)
 	if *last != "" {
 		*last = ""
 		r.log.Info("configuration source readable again", "source", source)
@@ -298,6 +306,11 @@ func isConfigError(err error) bool {
 // distinct message so that a missing file does not log every second.
 func (r *Reloader) sourceError(last *string, source string, err error) {
 	r.metrics.count(ResultError)
+	since := time.Now().UTC()
+	if u := r.holder.unreadable.Load(); u != nil && u.Source == source {
+		since = u.At // failing since the first failure of the streak
+	}
+	r.holder.unreadable.Store(&Rejection{Source: source, Error: err.Error(), At: since})
 	if msg := err.Error(); msg != *last {
 		*last = msg
 		r.log.Error("configuration source unreadable; keeping the last good configuration", "source", source, "error", err)

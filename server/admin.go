@@ -232,12 +232,17 @@ type ConfigInfo struct {
 	// since this configuration was applied: the source holds something
 	// else than what runs (fix it, or push it again).
 	Rejected *config.Rejection `json:"rejected,omitempty"`
+	// Unreadable, when set, says that the last read of the source failed
+	// (a file deleted, a dangling link, the Redis key gone or Redis down)
+	// and since when (at): what runs is the last good configuration, and
+	// nothing the source holds now can be known.
+	Unreadable *config.Rejection `json:"unreadable,omitempty"`
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	cfg := s.cfg.Load()
 	info := ConfigInfo{Version: cfg.Version(), Source: cfg.Source(), Hash: cfg.Hash(), DefaultTier: cfg.DefaultTier(), Tiers: cfg.Tiers(),
-		Rejected: s.cfg.LastRejected()}
+		Rejected: s.cfg.LastRejected(), Unreadable: s.cfg.Unreadable()}
 	for _, p := range cfg.Policies() {
 		info.Policies = append(info.Policies, p.Name)
 	}

@@ -247,6 +247,34 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 	if err != nil || info.Rejected == nil || !strings.Contains(info.Rejected.Error, "layers must be a list") {
 		t.Fatalf("GET /admin/v1/config after a rejected reload: %+v %v; want the rejection", info, err)
 	}
+	// A file deleted: the admin API says the source is unreadable (a walk
+	// saw only the stale rejection there), until the file is back.
+	configInfo := func() server.ConfigInfo {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, svc.url+"/admin/v1/config", nil)
+		req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var info server.ConfigInfo
+		if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	if err := os.Remove(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the deleted file reported unreadable", func() bool {
+		u := configInfo().Unreadable
+		return u != nil && strings.Contains(u.Error, "no such file") && !u.At.IsZero()
+	})
+	if err := os.WriteFile(cfgPath, []byte("version: 2\npolicies:\n  - name: fifty\n    layers: oops\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the file readable again", func() bool { return configInfo().Unreadable == nil })
 
 	// Readiness follows Redis.
 	if code := get(t, svc.url+"/readyz"); code != 200 {
