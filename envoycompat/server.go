@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-rl/floodgate/internal/crossorigin"
 )
 
 // Health components, as theirs names them.
@@ -113,26 +115,44 @@ var jsonContentType = []string{"application/json"}
 // protobuf JSON; the RateLimitResponse back, 429 when OVER_LIMIT, 400 for
 // a request that cannot be read or is refused) and /healthcheck.
 //
-// Unlike theirs, /json refuses (403) a request a browser sent from a page
-// of another origin (Sec-Fetch-Site cross-site or same-site, or an Origin
-// not matching Host), through net/http's CrossOriginProtection: a page on
-// any site could otherwise make its visitor's browser POST a text/plain
-// form (no CORS preflight) to a service it can reach and spend anyone's
-// limits. Envoy, services and curl send neither header and are served as
-// by theirs.
+// Unlike theirs, /json refuses (403), counting nothing, a request other
+// than GET, HEAD and OPTIONS that a browser sent on behalf of a web page
+// (internal/crossorigin): one carrying an Origin header, whatever it is,
+// or without one a Sec-Fetch-Site naming another site. A page on any site
+// could otherwise make its visitor's browser POST a text/plain form (no
+// CORS preflight) to a service it can reach and spend anyone's limits;
+// the service serves no page of its own, and a page whose DNS name is
+// rebound to its address (DNS rebinding) sends an Origin matching the
+// Host. Envoy, services and curl send neither header and are served as by
+// theirs.
 func (s *Service) HTTPHandler(h *Health) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", h)
-	xo := http.NewCrossOriginProtection()
-	xo.SetDenyHandler(http.HandlerFunc(refuseCrossOrigin))
-	mux.Handle("/json", xo.Handler(http.HandlerFunc(s.serveJSON)))
+	mux.Handle("/json", refuseBrowsers(http.HandlerFunc(s.serveJSON)))
 	return mux
 }
 
-// refuseCrossOrigin answers a /json request refused as sent by a browser
-// from a page of another origin; nothing was counted.
-func refuseCrossOrigin(w http.ResponseWriter, _ *http.Request) {
-	http.Error(w, "Forbidden: a browser sent this request from a page of another origin; nothing was counted", http.StatusForbidden)
+// refuseBrowsers serves h, answering 403 the requests HTTPHandler
+// documents as refused; nothing was counted.
+func refuseBrowsers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			site, origin := r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin")
+			switch crossorigin.Check(nil, site, origin) {
+			case crossorigin.UntrustedOrigin:
+				http.Error(w, fmt.Sprintf("Forbidden: a browser sent this request on behalf of a web page (Origin %.100q), "+
+					"and this service serves no page that sends it: the page is another site's, or one whose DNS name points to this service "+
+					"(DNS rebinding); nothing was counted", origin), http.StatusForbidden)
+				return
+			case crossorigin.CrossSite:
+				http.Error(w, "Forbidden: a browser sent this request from a page of another site; nothing was counted", http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // serveJSON answers POST /json.

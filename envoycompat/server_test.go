@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -113,14 +114,17 @@ func postJSON(t *testing.T, url string, body []byte) (int, string, []byte) {
 	return resp.StatusCode, resp.Header.Get("Content-Type"), out
 }
 
-// TestJSONRefusesCrossOriginBrowsers: a POST /json a browser sends from a
-// page of another origin, JSON in a text/plain form included, is answered
-// 403 and counts nothing; requests without the browser's headers (Envoy,
-// curl) and same-origin ones are served.
+// TestJSONRefusesCrossOriginBrowsers: a POST /json a browser sends on
+// behalf of a web page (any Origin, the service's own and a rebound
+// name's included, or a Sec-Fetch-Site naming another site), JSON in a
+// text/plain form included, is answered 403 and counts nothing; requests
+// without the browser's headers (Envoy, curl) are served, and so are ones
+// with Sec-Fetch-Site same-origin or none without Origin.
 func TestJSONRefusesCrossOriginBrowsers(t *testing.T) {
 	svc := newRig(t, &MemoryStore{Now: func() time.Time { return fixedNow }}, Options{}, costConfig).svc
 	srv := httptest.NewServer(svc.HTTPHandler(NewHealth(health.NewServer(), false)))
 	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
 	body := `{"domain":"cost","descriptors":[{"entries":[{"key":"user","value":"xo"}]}]}`
 	post := func(h map[string]string) (int, string) {
 		t.Helper()
@@ -129,6 +133,10 @@ func TestJSONRefusesCrossOriginBrowsers(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, v := range h {
+			if k == "Host" {
+				rq.Host = v
+				continue
+			}
 			rq.Header.Set(k, v)
 		}
 		resp, err := http.DefaultClient.Do(rq)
@@ -152,6 +160,10 @@ func TestJSONRefusesCrossOriginBrowsers(t *testing.T) {
 		{"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"},
 		{"Sec-Fetch-Site": "same-site"},
 		{"Origin": "https://evil.example", "Content-Type": "application/x-www-form-urlencoded"},
+		// Its own origin, and a page whose DNS name is rebound to the
+		// service's address (DNS rebinding): it serves no page.
+		{"Origin": srv.URL},
+		{"Origin": "http://attacker.example:" + port, "Sec-Fetch-Site": "same-origin", "Host": "attacker.example:" + port},
 	} {
 		if code, out := post(h); code != http.StatusForbidden || !strings.Contains(out, "nothing was counted") {
 			t.Fatalf("POST /json with %v: %d %s, want 403", h, code, out)
@@ -160,7 +172,7 @@ func TestJSONRefusesCrossOriginBrowsers(t *testing.T) {
 	if got := remaining(); got != before-1 {
 		t.Fatalf("remaining after the refused requests and one more: %d, want %d", got, before-1)
 	}
-	for _, h := range []map[string]string{nil, {"Sec-Fetch-Site": "same-origin"}, {"Origin": srv.URL}} {
+	for _, h := range []map[string]string{nil, {"Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"}} {
 		if code, out := post(h); code != http.StatusOK {
 			t.Fatalf("POST /json with %v: %d %s, want 200", h, code, out)
 		}

@@ -10,28 +10,37 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/floodgate-rl/floodgate/internal/clip"
+	"github.com/floodgate-rl/floodgate/internal/crossorigin"
 )
 
-// Requests a browser sends on behalf of a page of another origin are
-// refused: a page on any web site, open in the browser of someone who can
-// reach the service (on an intranet, on localhost), can make that browser
-// POST a form (text/plain or application/x-www-form-urlencoded, which
-// needs no CORS preflight) to the API and so spend someone's rate limit
-// or quota. Every method but GET, HEAD and OPTIONS, on every endpoint,
-// goes through the standard library's http.CrossOriginProtection: a
-// request whose Sec-Fetch-Site says it came from another site, or whose
-// Origin does not match its Host, is answered 403 cross-origin-request and
-// changes nothing. A request with neither header (curl, server-side
-// clients, anything but a browser) is served as before, whatever its
-// Content-Type. The admin endpoints refuse such requests whatever their
-// method, so that a page cannot use up its visitor's network's admin
-// failures with GETs either (where the browser says where the request came
-// from: Sec-Fetch-Site is sent to HTTPS and localhost only); so do the
-// runtime profiles of --pprof, served without the token, so that a page
-// cannot have its visitor's browser start CPU profiles and execution
-// traces (which slow the service while they run) with an image's GET.
-// An operator opening them (typed in the address bar, or links of the
-// profiles' own index page) and go tool pprof are served.
+// Requests a browser sends on behalf of a web page are refused unless the
+// page's origin is trusted: a page on any web site, open in the browser of
+// someone who can reach the service (on an intranet, on localhost), can
+// make that browser POST a form (text/plain or
+// application/x-www-form-urlencoded, which needs no CORS preflight) to the
+// API and so spend someone's rate limit or quota. Floodgate serves no page
+// that sends such requests, so every method but GET, HEAD and OPTIONS, on
+// every endpoint, is refused with 403 cross-origin-request, changing
+// nothing, when it carries an Origin header that is not exactly one of
+// Options.TrustedOrigins, even one matching the request's Host: a page
+// whose DNS name its owner has rebound to the service's address (DNS
+// rebinding) sends its own name as both Host and Origin, and its browser
+// says Sec-Fetch-Site: same-origin. Without Origin (browsers send it with
+// every POST), a request whose Sec-Fetch-Site names another site is
+// refused too (internal/crossorigin). A request with neither header
+// (curl, server-side clients, anything but a browser) is served as
+// before, whatever its Content-Type. The admin endpoints apply the rule
+// whatever their method, so that a page cannot use up its visitor's
+// network's admin failures with GETs either (where the browser says where
+// the request came from: Sec-Fetch-Site is sent to HTTPS and localhost
+// only); so do the runtime profiles of --pprof, served without the token,
+// so that a page cannot have its visitor's browser start CPU profiles and
+// execution traces (which slow the service while they run) with an
+// image's GET. An operator opening them (typed in the address bar, or
+// links of the profiles' own index page: GETs without Origin) and go tool
+// pprof are served. GETs are not refused elsewhere: a rebound page can
+// read what they answer (/v1/peek is a POST, but /metrics and /readyz are
+// GETs) unless Options.AllowedHosts refuses its Host.
 
 // ErrInvalidOrigin reports a trusted origin no browser would send.
 var ErrInvalidOrigin = errors.New("server: invalid trusted origin")
@@ -61,65 +70,56 @@ func ValidateTrustedOrigin(origin string) error {
 	return nil
 }
 
-// newCrossOrigin returns the protection trusting origins.
-func newCrossOrigin(origins []string) (*http.CrossOriginProtection, error) {
-	c := http.NewCrossOriginProtection()
+// newCrossOrigin returns the set of trusted origins, refusing one
+// ValidateTrustedOrigin refuses.
+func newCrossOrigin(origins []string) (*crossorigin.Trusted, error) {
 	for _, o := range origins {
 		if err := ValidateTrustedOrigin(o); err != nil {
 			return nil, err
 		}
-		if err := c.AddTrustedOrigin(o); err != nil {
-			return nil, fmt.Errorf("%w %q: %w", ErrInvalidOrigin, o, err)
-		}
 	}
-	return c, nil
+	return crossorigin.New(origins), nil
 }
 
-// crossOrigin returns the problem refusing r when a browser sent it from a
-// page of an origin other than the service's and not trusted, or nil.
+// checkedAsUnsafe reports whether a request with method to path is
+// refused from untrusted pages: every method but GET, HEAD and OPTIONS,
+// and every method under /admin/ and /debug/pprof/, where a wrong or
+// missing token counts a failure against the caller's network and a
+// profile costs the service CPU while it runs.
+func checkedAsUnsafe(method, path string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return strings.HasPrefix(path, "/admin/") || strings.HasPrefix(path, "/debug/pprof/")
+	}
+	return true
+}
+
+// crossOrigin returns the problem refusing r when a browser sent it on
+// behalf of a page whose origin is not trusted, or nil.
 func (s *Server) crossOrigin(r *http.Request) error {
-	if origin := r.Header.Get("Origin"); origin != "" && (hasUpper(r.Host) || hasUpper(origin)) {
-		// Hosts are compared in lower case, as fasthttp hands them on
-		// (net/http keeps the Host as sent): both engines then refuse
-		// and serve the same requests. Browsers send both in lower case.
-		lower := *r
-		lower.Host = strings.ToLower(r.Host)
-		lower.Header = http.Header{"Origin": {strings.ToLower(origin)}, "Sec-Fetch-Site": r.Header.Values("Sec-Fetch-Site")}
-		r = &lower
-	}
-	err := s.xorigin.Check(r)
-	if err == nil && (strings.HasPrefix(r.URL.Path, "/admin/") || strings.HasPrefix(r.URL.Path, "/debug/pprof/")) {
-		switch r.Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
-			// Checked as a POST would be: Check lets safe methods
-			// through, but a wrong or missing token counts a failure
-			// against the caller's network, and a profile costs the
-			// service CPU while it runs.
-			unsafe := *r
-			unsafe.Method = http.MethodPost
-			err = s.xorigin.Check(&unsafe)
-		}
-	}
-	if err == nil {
+	if !checkedAsUnsafe(r.Method, r.URL.Path) {
 		return nil
 	}
-	why := fmt.Sprintf("Origin %.100q does not match Host %.100q", r.Header.Get("Origin"), r.Host)
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
-		why = fmt.Sprintf("Sec-Fetch-Site: %.40s", site)
-	}
-	return &problemError{status: http.StatusForbidden, kind: "cross-origin-request",
-		detail: "refused a request a browser sent from a page of another origin (" + why + "); nothing was counted. " +
-			"Call the API from servers, or list the page's origin in floodgate serve --trusted-origin"}
+	site, origin := r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin")
+	return originProblem(crossorigin.Check(s.xorigin, site, origin), site, origin)
 }
 
-// hasUpper reports whether s has an upper-case ASCII letter.
-func hasUpper(s string) bool {
-	for i := range len(s) {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			return true
-		}
+// originProblem returns the problem of verdict v on a request carrying
+// Sec-Fetch-Site site and Origin origin, or nil when v is Served.
+func originProblem(v crossorigin.Verdict, site, origin string) error {
+	var why string
+	switch v {
+	case crossorigin.Served:
+		return nil
+	case crossorigin.UntrustedOrigin:
+		why = fmt.Sprintf("refused a request a browser sent on behalf of a web page (Origin %.100q): floodgate serves no page that sends it, "+
+			"so the page is another site's, or one whose DNS name points to this service (DNS rebinding: its Origin then matches the Host)", origin)
+	default:
+		why = fmt.Sprintf("refused a request a browser sent from a page of another site (Sec-Fetch-Site: %.40s)", site)
 	}
-	return false
+	return &problemError{status: http.StatusForbidden, kind: "cross-origin-request",
+		detail: why + "; nothing was counted. Call the API from servers, or list the page's origin " +
+			"(a page proxied under the service's own origin too) with floodgate serve --trusted-origin"}
 }
 
 // refuseCrossOrigin serves h, answering the requests crossOrigin refuses
@@ -146,23 +146,14 @@ var (
 	originBytes       = []byte("Origin")
 )
 
-// fastCrossOrigin is crossOrigin for a POST to route served natively on
-// fasthttp. A request without Sec-Fetch-Site and Origin (not from a
-// browser) costs two header lookups and no allocation; one with either is
-// checked by crossOrigin on an http.Request holding them, so that both
-// engines apply the same rule.
-func (s *Server) fastCrossOrigin(ctx *fasthttp.RequestCtx, route string) error {
+// fastCrossOrigin is crossOrigin for a POST served natively on fasthttp:
+// the same rule, on the headers' bytes. It allocates nothing unless it
+// refuses.
+func (s *Server) fastCrossOrigin(ctx *fasthttp.RequestCtx) error {
 	h := &ctx.Request.Header
 	site, origin := h.PeekBytes(secFetchSiteBytes), h.PeekBytes(originBytes)
-	if len(site) == 0 && len(origin) == 0 {
-		return nil
+	if v := crossorigin.Check(s.xorigin, site, origin); v != crossorigin.Served {
+		return originProblem(v, string(site), string(origin))
 	}
-	r := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: route}, Host: string(ctx.Host()), Header: http.Header{}}
-	if len(site) > 0 {
-		r.Header.Set("Sec-Fetch-Site", string(site))
-	}
-	if len(origin) > 0 {
-		r.Header.Set("Origin", string(origin))
-	}
-	return s.crossOrigin(r)
+	return nil
 }

@@ -249,7 +249,8 @@ func TestEnginesAnswerAlike(t *testing.T) {
 		{method: "POST", path: "/v1/concurrency/acquire?enforce=1", body: `{"limiter":"nope","identity":{"user":"a"}}`},
 		{method: "POST", path: "/v1/check", body: check("api", "xo"), header: map[string]string{"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}},
 		{method: "POST", path: "/v1/check/batch", body: `{"requests":[` + check("api", "xo") + `]}`, header: map[string]string{"Origin": "http://evil.example", "Host": "floodgate.internal:8080"}},
-		// Hosts in upper case: fasthttp lowers the Host it hands on.
+		// Hosts in upper case (fasthttp lowers the Host it hands on),
+		// Origins matching them or not: refused alike.
 		{method: "POST", path: "/v1/check", body: check("api", "xh"), header: map[string]string{"Origin": "http://Floodgate.Internal:8080", "Host": "Floodgate.Internal:8080"}},
 		{method: "POST", path: "/v1/check", body: check("api", "xh"), header: map[string]string{"Origin": "http://floodgate.internal:8080", "Host": "Floodgate.Internal:8080"}},
 		{method: "POST", path: "/v1/quota/check", body: `{"quota":"tokens","identity":{"api_key":"k"}}`, header: map[string]string{"Origin": "http://Floodgate.Internal:8080", "Host": "floodgate.internal:8080"}},

@@ -15,8 +15,8 @@ import (
 )
 
 // fastCheckServer is a Server on memstore with one policy that never
-// denies, and its fasthttp handler.
-func fastCheckServer(tb testing.TB) (*Server, fasthttp.RequestHandler) {
+// denies, and its fasthttp handler; mutate, if any, changes its options.
+func fastCheckServer(tb testing.TB, mutate ...func(*Options)) (*Server, fasthttp.RequestHandler) {
 	tb.Helper()
 	cfg, err := config.Parse([]byte(`
 version: "1"
@@ -44,7 +44,11 @@ policies:
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := New(lim, holder, Options{Registerer: prometheus.NewRegistry()})
+	opts := Options{Registerer: prometheus.NewRegistry()}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	srv, err := New(lim, holder, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -58,6 +62,7 @@ func fastCheck(tb testing.TB, h fasthttp.RequestHandler, ctx *fasthttp.RequestCt
 	ctx.Response.Reset()
 	ctx.Request.Header.SetMethod(fasthttp.MethodPost)
 	ctx.Request.SetRequestURI("/v1/check")
+	ctx.Request.Header.SetHost("floodgate.internal:8080")
 	ctx.Request.SetBody(body)
 	h(ctx)
 	if ctx.Response.StatusCode() != fasthttp.StatusOK {
@@ -110,6 +115,25 @@ func TestFastCheckAnswerAllocates(t *testing.T) {
 // the JSON answer.
 func BenchmarkFastCheck(b *testing.B) {
 	_, h := fastCheckServer(b)
+	var ctx fasthttp.RequestCtx
+	bodies := make([][]byte, 10_000)
+	for i := range bodies {
+		bodies[i] = []byte(`{"policy":"api","identity":{"user":"u` + strconv.Itoa(i) + `"},"cost":1}`)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		fastCheck(b, h, &ctx, bodies[i%len(bodies)])
+		i++
+	}
+}
+
+// BenchmarkFastCheckAllowedHost is BenchmarkFastCheck with
+// Options.AllowedHosts, the request's Host the last name listed.
+func BenchmarkFastCheckAllowedHost(b *testing.B) {
+	_, h := fastCheckServer(b, func(o *Options) {
+		o.AllowedHosts = []string{"floodgate.example.com", "*.floodgate.example.net", "floodgate.internal"}
+	})
 	var ctx fasthttp.RequestCtx
 	bodies := make([][]byte, 10_000)
 	for i := range bodies {

@@ -198,9 +198,9 @@ func lingerBeforeClose(c net.Conn, closeWrite func() error, d time.Duration) {
 }
 
 // fastHandler serves POST /v1/check, /v1/check/batch and /v1/peek on
-// fasthttp's request (refusing cross-origin browser requests as the
-// net/http handler does), and every other request through the net/http
-// handler.
+// fasthttp's request (refusing Hosts not allowed and browser requests of
+// untrusted pages as the net/http handler does), and every other request
+// through the net/http handler.
 func (s *Server) fastHandler() fasthttp.RequestHandler {
 	// The request's context is fasthttp's, which ends when the server
 	// shuts down: requests in flight then must finish (Serve's drain), as
@@ -212,7 +212,11 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 		defer s.recoverFast(ctx)
 		if ctx.IsPost() {
 			if route, query, ok := fastRoute(ctx.Request.Header.RequestURI()); ok {
-				if err := s.fastCrossOrigin(ctx, route); err != nil {
+				if err := s.fastHost(ctx); err != nil {
+					s.fastFail(ctx, err)
+					return
+				}
+				if err := s.fastCrossOrigin(ctx); err != nil {
 					s.fastFail(ctx, err)
 					return
 				}

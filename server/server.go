@@ -11,7 +11,9 @@
 // the caller asks for ?enforce=1, which turns a denial into 429 with
 // Retry-After. Bad input gets a 4xx application/problem+json body that says
 // exactly what is wrong, and consumes nothing; so does a request a browser
-// sends from a page of another origin (403, Options.TrustedOrigins).
+// sends on behalf of a web page not trusted (403, Options.TrustedOrigins),
+// and one addressed to a host name not allowed (421,
+// Options.AllowedHosts).
 package server
 
 import (
@@ -36,6 +38,7 @@ import (
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/crossorigin"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/loginguard"
@@ -158,14 +161,29 @@ type Options struct {
 	// TrustedOrigins are the origins whose pages may call the API from a
 	// browser, each as browsers send it in the Origin header
 	// ("https://app.example.com", with the port unless it is the scheme's
-	// default; ValidateTrustedOrigin): a request a browser sends from a
-	// page of any other origin, with a method other than GET, HEAD or
-	// OPTIONS (any method on the admin endpoints), is refused with 403
-	// cross-origin-request and changes nothing. Requests with neither
-	// Sec-Fetch-Site nor Origin (curl, server-side clients) are never
-	// refused. Default none. New refuses an entry ValidateTrustedOrigin
-	// refuses.
+	// default; ValidateTrustedOrigin). A request with a method other than
+	// GET, HEAD or OPTIONS (any method on the admin endpoints and the
+	// profiles of Profiling) is refused with 403 cross-origin-request,
+	// changing nothing, when it carries any other Origin, even one
+	// matching its Host (Floodgate serves no page that sends such
+	// requests, and a page whose DNS name is rebound to the service's
+	// address sends that name as both), or, without Origin, a
+	// Sec-Fetch-Site naming another site. Requests with neither header
+	// (curl, server-side clients) are never refused. Default none. New
+	// refuses an entry ValidateTrustedOrigin refuses.
 	TrustedOrigins []string
+	// AllowedHosts, when not empty, are the host names requests must be
+	// addressed to (ValidateAllowedHost: "floodgate.example.com", or
+	// "*.example.com" for every name under example.com; in any case):
+	// every HTTP request, on the public handler and on AdminHandler,
+	// whose Host, port aside, is neither one of them nor an IP address
+	// nor localhost is answered 421 host-not-allowed before anything else
+	// and changes nothing. This keeps out a web page whose DNS name is
+	// rebound to the service's address (DNS rebinding), which could
+	// otherwise read what GETs answer (/metrics, /readyz, the profiles of
+	// Profiling) through its visitors' browsers. Default none: every
+	// Host is served. New refuses an entry ValidateAllowedHost refuses.
+	AllowedHosts []string
 	// MaxBodyBytes caps request bodies. Default DefaultMaxBodyBytes (64 KiB).
 	MaxBodyBytes int64
 	// MaxBatch caps the checks of one batch. Default DefaultMaxBatch (100).
@@ -213,7 +231,8 @@ type Server struct {
 
 	adminMux   http.Handler
 	adminGuard *adminGuard
-	xorigin    *http.CrossOriginProtection
+	xorigin    *crossorigin.Trusted
+	hosts      *allowedHosts // nil: every Host
 }
 
 // New returns a Server deciding with lim under the configuration held by
@@ -302,6 +321,9 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	if s.xorigin, err = newCrossOrigin(opts.TrustedOrigins); err != nil {
 		return nil, err
 	}
+	if s.hosts, err = newAllowedHosts(opts.AllowedHosts); err != nil {
+		return nil, err
+	}
 	if s.adminGuard, err = newAdminGuard(time.Now); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -356,7 +378,7 @@ func (s *Server) routes() {
 		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
 	}
 	// Before routing: a refused request learns nothing of the routes.
-	s.mux, s.adminMux = s.refuseCrossOrigin(withProblems(mux)), s.refuseCrossOrigin(withProblems(admin))
+	s.mux, s.adminMux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux))), s.refuseHost(s.refuseCrossOrigin(withProblems(admin)))
 }
 
 // MaxHeaderBytes bounds a request's line and headers on both engines (the

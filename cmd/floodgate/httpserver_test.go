@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +107,9 @@ func TestServeTrustedOrigin(t *testing.T) {
 		}{
 			{map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example", "Content-Type": "text/plain"}, 403},
 			{map[string]string{"Origin": "http://localhost:3001"}, 403},
+			// Its own origin (floodgate serves no page): what a page of a
+			// DNS name rebound to 127.0.0.1 sends, Host included.
+			{map[string]string{"Origin": svc.url, "Sec-Fetch-Site": "same-origin"}, 403},
 			{map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://app.example.com"}, 200},
 			{map[string]string{"Origin": "http://localhost:3000"}, 200},
 			{map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 200},
@@ -122,7 +127,66 @@ func TestServeTrustedOrigin(t *testing.T) {
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if !strings.Contains(string(raw), `"remaining":96`) {
-			t.Errorf("%s: peek after 4 served and 2 refused checks: %s, want remaining 96", engine, raw)
+			t.Errorf("%s: peek after 4 served and 3 refused checks: %s, want remaining 96", engine, raw)
+		}
+		svc.stop(t)
+	}
+}
+
+// TestServeAllowedHost: with --allowed-host, serve answers 421 on both
+// HTTP servers and on --admin-addr to a request addressed to any other
+// name (a page's, rebound to 127.0.0.1), and serves the listed names, IP
+// addresses and localhost.
+func TestServeAllowedHost(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, engine := range []string{"net/http", "fasthttp"} {
+		svc := startService(t, "--http-server", engine, "--allowed-host", "floodgate.internal", "--allowed-host", "*.floodgate.example",
+			"--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0")
+		adminURL := "http://" + svc.addr(t, "floodgate admin listening")
+		do := func(method, url, host, body string) (int, string) {
+			t.Helper()
+			req, err := http.NewRequest(method, url, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if host != "" {
+				req.Host = host
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", engine, err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, string(raw)
+		}
+		const check = `{"policy":"api","identity":{"user":"7"}}`
+		for _, c := range []struct {
+			method, url, host string
+			want              int
+		}{
+			{"POST", svc.url + "/v1/check", "attacker.example:30020", 421},
+			{"GET", svc.url + "/metrics", "attacker.example:30020", 421},
+			{"GET", adminURL + "/metrics", "attacker.example:9090", 421},
+			{"POST", svc.url + "/v1/check", "", 200},
+			{"POST", svc.url + "/v1/check", "floodgate.internal:8080", 200},
+			{"POST", svc.url + "/v1/check", "eu.floodgate.example", 200},
+			{"POST", svc.url + "/v1/check", "localhost:8080", 200},
+			{"POST", svc.url + "/v1/check", "[::1]:8080", 200},
+			{"GET", adminURL + "/metrics", "localhost:9090", 200},
+		} {
+			code, body := do(c.method, c.url, c.host, check)
+			if code != c.want || (code == 421 && !strings.Contains(body, `"type":"urn:floodgate:problem:host-not-allowed"`)) {
+				t.Errorf("%s: %s %s to Host %q: %d %s, want %d", engine, c.method, c.url, c.host, code, body, c.want)
+			}
+		}
+		// 5 served of the api policy's 100 an hour, the refused one not
+		// counted.
+		if _, body := do("POST", svc.url+"/v1/peek", "", check); !strings.Contains(body, `"remaining":95`) {
+			t.Errorf("%s: peek after 5 served and 1 refused checks: %s, want remaining 95", engine, body)
 		}
 		svc.stop(t)
 	}

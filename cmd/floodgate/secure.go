@@ -23,7 +23,8 @@ import (
 )
 
 // securityFlags are serve's flags for secrets, TLS to Redis, the admin
-// listener and the origins trusted to call the API from browsers.
+// listener, the origins trusted to call the API from browsers and the
+// host names requests must be addressed to.
 type securityFlags struct {
 	adminAddr         string
 	adminTokenFile    string
@@ -47,13 +48,15 @@ type securityFlags struct {
 	cert              *tlsreload.Cert
 	tlsConf           *tls.Config // built once by serverTLS, shared by the listeners
 	trustedOrigins    []string
+	allowedHosts      []string
 }
 
 func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints on this address only, not on --addr, and /metrics here too (it stays on --addr unless --metrics-admin-only); bind it to a private interface, e.g. 127.0.0.1:9090")
 	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
 	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
-	fl.StringArrayVar(&s.trustedOrigins, "trusted-origin", nil, "origin (scheme://host[:port], as browsers send it in Origin) whose web pages may call the API from a browser; repeatable. Requests a browser sends from a page of any other origin (Sec-Fetch-Site cross-site or same-site, or an Origin not matching Host) are refused with 403 unless they are GET, HEAD or OPTIONS (on the admin endpoints whatever the method); curl and server-side clients are never refused")
+	fl.StringArrayVar(&s.trustedOrigins, "trusted-origin", nil, "origin (scheme://host[:port], as browsers send it in Origin) whose web pages may call the API from a browser; repeatable. A request other than GET, HEAD and OPTIONS (on the admin endpoints and --pprof, any request) that carries any other Origin, even one matching Host (floodgate serves no page; a page of a DNS name rebound to this address sends its own), or, without Origin, a Sec-Fetch-Site of cross-site or same-site, is refused with 403; curl and server-side clients are never refused")
+	fl.StringArrayVar(&s.allowedHosts, "allowed-host", nil, "host name HTTP requests to --addr and --admin-addr must be addressed to (the Host header without its port, in any case; *.example.com for every name under example.com); repeatable. With any given, a request whose Host is none of them, nor an IP address, nor localhost, is refused with 421, so that a web page whose DNS name is rebound to this address (DNS rebinding) cannot read /metrics, /readyz or the profiles through its visitors' browsers. Default: every Host is served")
 	fl.BoolVar(&s.pprof, "pprof", false, "serve Go runtime profiles (net/http/pprof, /debug/pprof/) on --admin-addr only, without the token; off by default")
 	addRedisSecurityFlags(fl, s)
 	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file); both files are read again when they change (every --reload-interval, and on SIGHUP), for new connections")
@@ -248,6 +251,11 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 			return fmt.Errorf("--trusted-origin: %w", err)
 		}
 	}
+	for _, h := range s.allowedHosts {
+		if err := server.ValidateAllowedHost(h); err != nil {
+			return fmt.Errorf("--allowed-host: %w", err)
+		}
+	}
 	if s.verifyKeyFile != "" {
 		if !f.configRedis {
 			return errors.New("--config-verify-key-file needs --config-from-redis")
@@ -279,10 +287,11 @@ func (s *securityFlags) redisSettings(rs *config.Redis) {
 	}
 }
 
-// serverOptions sets the admin listener's options and the trusted
-// origins.
+// serverOptions sets the admin listener's options, the trusted origins
+// and the allowed hosts.
 func (s *securityFlags) serverOptions(o *server.Options) {
 	o.TrustedOrigins = s.trustedOrigins
+	o.AllowedHosts = s.allowedHosts
 	o.SeparateAdmin = s.adminAddr != ""
 	o.MetricsAdminOnly = s.metricsAdminOnly
 	o.Profiling = s.pprof

@@ -108,9 +108,15 @@ Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 /v1/quota/check, /status, /reserve, /settle; POST /v1/concurrency/acquire,
 /release, /renew; GET /metrics, /healthz, /readyz; admin endpoints under
 /admin/v1/ with --admin-token. Requests other than GET, HEAD and OPTIONS
-(any request, on the admin endpoints) that a browser sends from a page of
-another origin are refused (403) unless --trusted-origin names it; clients
-that are not browsers are not affected.`,
+(any request, on the admin endpoints) that a browser sends on behalf of a
+web page (with an Origin header, or a Sec-Fetch-Site of another site) are
+refused (403) unless --trusted-origin names that Origin: floodgate serves
+no page, and a page whose DNS name is rebound to this address sends an
+Origin matching the Host. GETs such as
+/metrics and /readyz stay readable by such a page unless --allowed-host
+lists the names clients use (any other Host but IP addresses and
+localhost is then refused with 421). Clients that are not browsers are
+not affected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
