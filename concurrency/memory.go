@@ -1,12 +1,12 @@
 package concurrency
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/shardmap"
+	"github.com/floodgate-rl/floodgate/internal/zset"
 )
 
 // MemoryOptions configures a MemoryStore. The zero value is ready to use.
@@ -21,8 +21,19 @@ type MemoryOptions struct {
 	// An identity belongs to one partition (by a hash of its key); an
 	// Acquire for a new identity whose partition is full of live ones
 	// fails with floodgate.ErrStoreFull, even while other partitions have
-	// room. Default 1,000,000.
+	// room. Default 1,000,000. An identity costs about 240 bytes of heap
+	// with its first lease and a 64-byte identity (an 83-byte key;
+	// longer keys add their bytes; TestMemoryPerLease).
 	MaxKeys int
+	// MaxLeases caps the leases held at once by all identities together,
+	// exactly: a policy's Limit bounds them per identity, not per store.
+	// An Acquire that would take one when none is free fails with
+	// floodgate.ErrStoreFull, after dropping every expired lease it can
+	// reach (see shardmap.Shard.TakeUnits). Every tracked identity holds
+	// a lease, so there are never more identities than MaxLeases either.
+	// Default 1,000,000. A lease beyond an identity's first costs about
+	// 115 bytes of heap (TestMemoryPerLease).
+	MaxLeases int
 }
 
 // MemoryStore is an in-process lease Store with the same semantics as
@@ -33,20 +44,27 @@ type MemoryStore struct {
 	sets *shardmap.Map[*leaseSet] // by key
 }
 
-// leaseSet is one identity's leases: id → expiry, and a min-heap of
-// expiries whose stale items (released or renewed leases) are skipped.
+// leaseSet is one identity's leases: lease ids ordered by expiry, like the
+// sorted set of the Redis form.
 type leaseSet struct {
-	exp map[string]int64
-	h   leaseHeap
+	zset.Set[struct{}]
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
-	sets, err := shardmap.New(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys}, (*leaseSet).gone)
+	sets, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, MaxUnits: opts.MaxLeases},
+		(*leaseSet).gone, shardmap.Units[*leaseSet]{Of: (*leaseSet).Len, Tidy: (*leaseSet).trim})
 	if err != nil {
 		return nil, fmt.Errorf("%w: concurrency memory store: %w", floodgate.ErrInvalidPolicy, err)
 	}
 	return &MemoryStore{sets: sets}, nil
+}
+
+// Len returns the leases the store holds (expired ones not yet dropped
+// included), a moment's value under concurrent use.
+func (m *MemoryStore) Len() int {
+	held, _ := m.sets.Units()
+	return held
 }
 
 func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
@@ -57,10 +75,12 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	defer sh.Unlock()
 	set := sh.Get(req.key)
 	if set != nil {
+		n := set.Len()
 		set.trim(req.now)
+		sh.AddUnits(set.Len() - n)
 	}
 	defer func() {
-		if set != nil && len(set.exp) == 0 {
+		if set != nil && set.Len() == 0 {
 			sh.Delete(req.key)
 		}
 	}()
@@ -68,43 +88,49 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	case opAcquire:
 		live := int64(0)
 		if set != nil {
-			live = int64(len(set.exp))
+			live = int64(set.Len())
 		}
 		if live >= req.limit {
 			return reply{count: live, at: set.earliest()}, nil
 		}
-		if set == nil {
-			if !sh.Room(req.now, 1) {
-				return reply{}, fmt.Errorf("%w: %d identities in shard (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
-			}
-			set = &leaseSet{exp: make(map[string]int64)}
-			sh.Put(req.key, set)
-		}
-		if _, dup := set.exp[req.id]; dup {
+		if set != nil && set.Has(req.id) {
 			return reply{}, fmt.Errorf("%w: lease id %q already held", floodgate.ErrBadReply, req.id)
 		}
+		if set == nil && !sh.Room(req.now, 1) {
+			return reply{}, fmt.Errorf("%w: %d identities in shard (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
+		}
+		if !sh.TakeUnits(req.now, 1) {
+			held, most := m.sets.Units()
+			return reply{}, fmt.Errorf("%w: %d leases held (cap %d)", floodgate.ErrStoreFull, held, most)
+		}
+		if set == nil {
+			set = new(leaseSet)
+			sh.Put(req.key, set)
+		}
 		at := req.now + req.ttl
-		set.put(req.id, at)
+		set.Add(req.id, struct{}{}, at)
 		sh.Wrote(req.now)
 		return reply{ok: true, count: live + 1, at: at}, nil
 	case opRelease:
 		if set == nil {
 			return reply{}, nil
 		}
-		_, held := set.exp[req.id]
-		delete(set.exp, req.id)
-		set.maybeCompact()
+		held := set.Has(req.id)
+		if held {
+			set.Remove(req.id)
+			sh.AddUnits(-1)
+		}
 		return reply{ok: held}, nil
 	default: // renew
 		if set == nil {
 			return reply{}, nil
 		}
-		at, held := set.exp[req.id]
+		_, at, held := set.Get(req.id)
 		if !held {
 			return reply{}, nil
 		}
 		at = max(at, req.now+req.ttl)
-		set.put(req.id, at)
+		set.SetExpiry(req.id, at)
 		return reply{ok: true, at: at}, nil
 	}
 }
@@ -113,74 +139,21 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 // the holders crashed, and the identity's set can go.
 func (s *leaseSet) gone(now int64) bool {
 	s.trim(now)
-	return len(s.exp) == 0
+	return s.Len() == 0
 }
 
 // trim drops every lease expired at now. Each lease is popped once, so the
 // cost is amortized over the acquisitions.
 func (s *leaseSet) trim(now int64) {
-	for len(s.h) > 0 {
-		top := s.h[0]
-		if at, ok := s.exp[top.id]; ok && at == top.at {
-			if at > now {
-				return
-			}
-			delete(s.exp, top.id)
+	for {
+		if _, _, ok := s.PopExpired(now); !ok {
+			return
 		}
-		heap.Pop(&s.h)
 	}
 }
 
 // earliest returns the earliest live expiry; trim must have run.
 func (s *leaseSet) earliest() int64 {
-	for len(s.h) > 0 {
-		top := s.h[0]
-		if at, ok := s.exp[top.id]; ok && at == top.at {
-			return at
-		}
-		heap.Pop(&s.h)
-	}
-	return 0
-}
-
-func (s *leaseSet) put(id string, at int64) {
-	s.exp[id] = at
-	heap.Push(&s.h, leaseItem{at: at, id: id})
-	s.maybeCompact()
-}
-
-// maybeCompact rebuilds the heap when stale items dominate it.
-func (s *leaseSet) maybeCompact() {
-	if len(s.h) <= 2*len(s.exp)+32 {
-		return
-	}
-	h := make(leaseHeap, 0, len(s.exp))
-	for id, at := range s.exp {
-		h = append(h, leaseItem{at: at, id: id})
-	}
-	heap.Init(&h)
-	s.h = h
-}
-
-type leaseItem struct {
-	at int64
-	id string
-}
-
-type leaseHeap []leaseItem
-
-func (h leaseHeap) Len() int { return len(h) }
-func (h leaseHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].id < h[j].id
-}
-func (h leaseHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *leaseHeap) Push(x any)   { *h = append(*h, x.(leaseItem)) }
-func (h *leaseHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return it
+	_, at, _ := s.First()
+	return at
 }

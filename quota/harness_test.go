@@ -34,6 +34,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 			if sl := sh.Get(key); sl == nil || sl.l == nil {
 				t.Fatalf("no usage under %q", key)
 			} else {
+				sh.AddUnits(-sl.records())
 				sl.l = nil
 			}
 		}})

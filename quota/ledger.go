@@ -1,8 +1,9 @@
 package quota
 
 import (
-	"container/heap"
 	"fmt"
+
+	"github.com/floodgate-rl/floodgate/internal/zset"
 )
 
 // opKind is a quota operation.
@@ -102,16 +103,19 @@ type outcome struct {
 }
 
 // ledger is one identity's state in one period, the in-memory form of the
-// keys in a keySet: usage fields, holds and settlement records.
+// keys in a keySet: usage fields, holds (request id → estimate) and
+// settlement records (request id → outcome), each ordered by expiry like
+// the sorted sets of the Redis form. A new ledger allocates nothing
+// beyond itself (80 bytes) until it holds something.
 type ledger struct {
 	used, held int64
-	holds      expiring[int64]
-	settled    expiring[outcome]
+	holds      zset.Set[int64]
+	settled    zset.Set[outcome]
 }
 
-func newLedger() *ledger {
-	return &ledger{holds: newExpiring[int64](), settled: newExpiring[outcome]()}
-}
+// records returns how many holds and settlement records l keeps: what the
+// memory store counts against MemoryOptions.MaxRecords.
+func (l *ledger) records() int { return l.holds.Len() + l.settled.Len() }
 
 // trim removes up to maxTrim expired holds, giving their estimates back,
 // and up to maxTrim expired settlement records. It reports whether it
@@ -119,7 +123,7 @@ func newLedger() *ledger {
 func (l *ledger) trim(now int64) bool {
 	changed := false
 	for range maxTrim {
-		_, amt, ok := l.holds.popExpired(now)
+		_, amt, ok := l.holds.PopExpired(now)
 		if !ok {
 			break
 		}
@@ -127,7 +131,7 @@ func (l *ledger) trim(now int64) bool {
 		changed = true
 	}
 	for range maxTrim {
-		if _, _, ok := l.settled.popExpired(now); !ok {
+		if _, _, ok := l.settled.PopExpired(now); !ok {
 			break
 		}
 		changed = true
@@ -137,7 +141,7 @@ func (l *ledger) trim(now int64) bool {
 
 // earliestHold returns the expiry of the oldest live hold, or 0.
 func (l *ledger) earliestHold() int64 {
-	if _, at, ok := l.holds.first(); ok {
+	if _, at, ok := l.holds.First(); ok {
 		return at
 	}
 	return 0
@@ -156,7 +160,7 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 		if req.op != opRestore && markerLive {
 			return nil, false, false, reply{status: stLost}
 		}
-		cur = newLedger()
+		cur = new(ledger)
 	} else {
 		curDirty = cur.trim(now)
 	}
@@ -184,13 +188,13 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 			denyHint(req.amount)
 		}
 	case opReserve:
-		if _, ok := cur.settled.get(req.id); ok {
+		if cur.settled.Has(req.id) {
 			rep.status = stSettledID
 			break
 		}
-		held, at, ok := cur.holds.lookup(req.id)
+		held, at, ok := cur.holds.Get(req.id)
 		if ok && at <= now { // expired, not trimmed yet
-			cur.holds.remove(req.id)
+			cur.holds.Remove(req.id)
 			cur.held -= held
 			curDirty, ok = true, false
 		}
@@ -202,12 +206,12 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 			rep.status = stReplayed
 		case req.amount > req.limit:
 			rep.status = stTooLarge
-		case int64(cur.holds.len()) >= req.maxPending:
+		case int64(cur.holds.Len()) >= req.maxPending:
 			rep.status = stTooManyPending
 			rep.hint = cur.earliestHold()
 		case cur.used+cur.held+req.amount <= req.limit:
 			cur.held += req.amount
-			cur.holds.add(req.id, req.amount, now+req.hold)
+			cur.holds.Add(req.id, req.amount, now+req.hold)
 			curDirty = true
 		default:
 			rep.status = stDenied
@@ -225,6 +229,30 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 	return cur, curDirty, prevDirty, rep
 }
 
+// addsRecord reports whether step may add a hold or a settlement outcome
+// for req, given the current and previous periods' ledgers (nil when
+// missing): for a reserve or settle of an id that neither knows, as
+// step's branches below decide. A reserve of an id whose hold expired
+// replaces it; a settle of a held id turns the hold into an outcome; a
+// replay adds nothing.
+func addsRecord(req *request, cur, prev *ledger) bool {
+	if req.op != opReserve && req.op != opSettle {
+		return false
+	}
+	if cur != nil && (cur.holds.Has(req.id) || cur.settled.Has(req.id)) {
+		return false
+	}
+	if prev != nil {
+		if prev.settled.Has(req.id) {
+			return false
+		}
+		if _, at, ok := prev.holds.Get(req.id); ok && at > req.now {
+			return false
+		}
+	}
+	return true
+}
+
 // settle is step's settle branch. It reports whether prev was written.
 // reservedBefore handles a reserve of an id the previous period knows: one
 // settled there is refused (stSettledID), one still held there is
@@ -233,11 +261,11 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 // hold the estimate again nor charge the work twice. It reports whether
 // the previous period answered.
 func reservedBefore(req *request, prev *ledger, rep *reply) bool {
-	if _, ok := prev.settled.get(req.id); ok {
+	if prev.settled.Has(req.id) {
 		rep.status, rep.inPrev = stSettledID, true
 		return true
 	}
-	if _, at, ok := prev.holds.lookup(req.id); ok && at > req.now {
+	if _, at, ok := prev.holds.Get(req.id); ok && at > req.now {
 		rep.status, rep.inPrev = stReplayed, true
 		rep.used, rep.held = prev.used, prev.held
 		return true
@@ -248,25 +276,25 @@ func reservedBefore(req *request, prev *ledger, rep *reply) bool {
 func settle(req *request, cur, prev *ledger, curDirty *bool, rep *reply) bool {
 	now := req.now
 	target := cur
-	if o, ok := cur.settled.get(req.id); ok {
+	if o, _, ok := cur.settled.Get(req.id); ok {
 		replay(rep, o)
 		return false
 	}
-	est, at, held := cur.holds.lookup(req.id)
+	est, at, held := cur.holds.Get(req.id)
 	if held {
-		cur.holds.remove(req.id)
+		cur.holds.Remove(req.id)
 		cur.held -= est
 		*curDirty = true
 		held = at > now // an expired hold no longer covers the cost
 	} else if prev != nil {
-		if o, ok := prev.settled.get(req.id); ok {
+		if o, _, ok := prev.settled.Get(req.id); ok {
 			replay(rep, o)
 			rep.inPrev = true
 			return false
 		}
-		if pest, pat, ok := prev.holds.lookup(req.id); ok && pat > now {
+		if pest, pat, ok := prev.holds.Get(req.id); ok && pat > now {
 			target, est, held = prev, pest, true
-			prev.holds.remove(req.id)
+			prev.holds.Remove(req.id)
 			prev.held -= est
 			rep.inPrev = true
 		}
@@ -279,12 +307,12 @@ func settle(req *request, cur, prev *ledger, curDirty *bool, rep *reply) bool {
 	} else {
 		rep.unmatched = true
 	}
-	target.settled.add(req.id, outcome{
+	target.settled.Add(req.id, outcome{
 		used: target.used, held: target.held, charged: rep.charged,
 		refunded: rep.refunded, unmatched: rep.unmatched,
 	}, now+req.keep)
-	if int64(target.settled.len()) > req.maxSettled {
-		target.settled.popFirst()
+	if int64(target.settled.Len()) > req.maxSettled {
+		target.settled.PopFirst()
 	}
 	rep.used, rep.held = target.used, target.held
 	if target == cur {
@@ -298,115 +326,4 @@ func replay(rep *reply, o outcome) {
 	rep.status = stReplayed
 	rep.used, rep.held = o.used, o.held
 	rep.charged, rep.refunded, rep.unmatched = o.charged, o.refunded, o.unmatched
-}
-
-// expiring is a map of ids to values with expiry times, ordered like a
-// Redis sorted set: by expiry, then by id bytes. Removed entries leave
-// stale heap items behind, skipped by their sequence number and compacted
-// away when they dominate.
-type expiring[V any] struct {
-	vals map[string]expItem[V]
-	h    expHeap
-	seq  uint64
-}
-
-type expItem[V any] struct {
-	v   V
-	at  int64
-	seq uint64
-}
-
-func newExpiring[V any]() expiring[V] { return expiring[V]{vals: make(map[string]expItem[V])} }
-
-func (e *expiring[V]) len() int { return len(e.vals) }
-
-func (e *expiring[V]) get(id string) (V, bool) {
-	it, ok := e.vals[id]
-	return it.v, ok
-}
-
-func (e *expiring[V]) lookup(id string) (V, int64, bool) {
-	it, ok := e.vals[id]
-	return it.v, it.at, ok
-}
-
-// add inserts id, which must not be present.
-func (e *expiring[V]) add(id string, v V, at int64) {
-	e.seq++
-	e.vals[id] = expItem[V]{v: v, at: at, seq: e.seq}
-	heap.Push(&e.h, heapItem{at: at, id: id, seq: e.seq})
-}
-
-func (e *expiring[V]) remove(id string) {
-	delete(e.vals, id)
-	if len(e.h) > 2*len(e.vals)+32 {
-		e.compact()
-	}
-}
-
-// first returns the entry that sorts first, skipping stale heap items.
-func (e *expiring[V]) first() (string, int64, bool) {
-	for len(e.h) > 0 {
-		top := e.h[0]
-		if it, ok := e.vals[top.id]; ok && it.seq == top.seq {
-			return top.id, top.at, true
-		}
-		heap.Pop(&e.h)
-	}
-	return "", 0, false
-}
-
-// popFirst removes the entry that sorts first.
-func (e *expiring[V]) popFirst() {
-	if id, _, ok := e.first(); ok {
-		heap.Pop(&e.h)
-		delete(e.vals, id)
-	}
-}
-
-// popExpired removes and returns the first entry if it expired at now.
-func (e *expiring[V]) popExpired(now int64) (string, V, bool) {
-	id, at, ok := e.first()
-	if !ok || at > now {
-		var zero V
-		return "", zero, false
-	}
-	v := e.vals[id].v
-	heap.Pop(&e.h)
-	delete(e.vals, id)
-	return id, v, true
-}
-
-func (e *expiring[V]) compact() {
-	h := make(expHeap, 0, len(e.vals))
-	for id, it := range e.vals {
-		h = append(h, heapItem{at: it.at, id: id, seq: it.seq})
-	}
-	heap.Init(&h)
-	e.h = h
-}
-
-type heapItem struct {
-	at  int64
-	id  string
-	seq uint64
-}
-
-// expHeap is a min-heap in Redis sorted-set order.
-type expHeap []heapItem
-
-func (h expHeap) Len() int { return len(h) }
-func (h expHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].id < h[j].id
-}
-func (h expHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *expHeap) Push(x any)   { *h = append(*h, x.(heapItem)) }
-func (h *expHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return it
 }

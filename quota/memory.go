@@ -25,8 +25,22 @@ type MemoryOptions struct {
 	// partitions have room. (For a second after a look at every period of
 	// a partition found none expired, further looks sample it, so one that
 	// expires in that second may be reclaimed a little later.) Default
-	// 1,000,000.
+	// 1,000,000. A period costs about 250 bytes of heap with a 64-byte
+	// identity (a 94-byte key; longer keys add their bytes), plus what
+	// MaxRecords counts (TestMemoryPerPeriod).
 	MaxKeys int
+	// MaxRecords caps the reservations and settlement outcomes held at
+	// once by all periods together, exactly. Options.MaxPending and
+	// Options.MaxSettled bound them per period, not per store: without
+	// this cap, periods × (MaxPending + MaxSettled) records could be held.
+	// A Reserve or Settle that would add one (a request id neither the
+	// current nor the previous period knows) when none is free fails with
+	// floodgate.ErrStoreFull, after dropping every expired one it can
+	// reach (see shardmap.Shard.TakeUnits); settling a held reservation
+	// adds none. Default 1,000,000. A record costs 160 to 280 bytes of
+	// heap with a request id of MaxRequestIDLen bytes, depending on how
+	// many its period holds (TestMemoryPerRecord).
+	MaxRecords int
 }
 
 // MemoryStore is an in-process quota Store with the same semantics as
@@ -40,8 +54,8 @@ type MemoryStore struct {
 	slots *shardmap.Map[*slot]
 }
 
-// slot is one identity period: its ledger (nil once lost) and the
-// expiries of the ledger and of its marker, in Unix µs.
+// slot is one identity period: its ledger (nil once lost or expired) and
+// the expiries of the ledger and of its marker, in Unix µs.
 type slot struct {
 	l        *ledger
 	expireAt int64
@@ -50,11 +64,20 @@ type slot struct {
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
-	slots, err := shardmap.New(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys}, (*slot).dead)
+	slots, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, MaxUnits: opts.MaxRecords},
+		(*slot).dead, shardmap.Units[*slot]{Of: (*slot).records, Tidy: (*slot).tidy})
 	if err != nil {
 		return nil, fmt.Errorf("%w: quota memory store: %w", floodgate.ErrInvalidPolicy, err)
 	}
 	return &MemoryStore{slots: slots}, nil
+}
+
+// Len returns the identity periods the store holds (expired ones not yet
+// dropped included) and the reservations and settlement outcomes in them,
+// a moment's values under concurrent use.
+func (m *MemoryStore) Len() (periods, records int) {
+	records, _ = m.slots.Units()
+	return m.slots.Len(), records
 }
 
 // lock locks and returns the shard of a key, the one of its hash tag.
@@ -73,6 +96,31 @@ func (sl *slot) markerLive(now int64) bool { return sl != nil && now < sl.marker
 
 func (sl *slot) dead(now int64) bool { return sl.live(now) == nil && !sl.markerLive(now) }
 
+// records returns the reservations and settlement outcomes sl holds,
+// expired or not.
+func (sl *slot) records() int {
+	if sl == nil || sl.l == nil {
+		return 0
+	}
+	return sl.l.records()
+}
+
+// tidy drops, when the store is short of records, what expired at now: the
+// whole ledger once the period's usage expired, else every expired hold
+// (giving its estimate back) and outcome, which operations on the period
+// drop 64 of each at a time.
+func (sl *slot) tidy(now int64) {
+	if sl.l == nil {
+		return
+	}
+	if sl.live(now) == nil {
+		sl.l = nil
+		return
+	}
+	for sl.l.trim(now) {
+	}
+}
+
 func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	if err := ctx.Err(); err != nil {
 		return reply{}, fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, err)
@@ -88,12 +136,27 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	}
 	cur := cs.live(now)
 	if cs != nil && cur == nil && cs.l != nil {
-		cs.l = nil // expired: forget the ledger, keep the marker's expiry
+		// Expired: forget the ledger, keep the marker's expiry.
+		sh.AddUnits(-cs.records())
+		cs.l = nil
 	}
-	// Make room before deciding, so that a full store changes nothing.
+	// Make room before deciding, so that a full store changes nothing:
+	// for a new period, and for a record a reserve or settle may add.
 	if cs == nil && !sh.Room(now, 1) {
 		return reply{}, fmt.Errorf("%w: %d quota periods in shard (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
 	}
+	taken := 0
+	if addsRecord(req, cur, prev) {
+		if !sh.TakeUnits(now, 1) {
+			held, most := m.slots.Units()
+			return reply{}, fmt.Errorf("%w: %d quota reservations and settlement outcomes held (cap %d)", floodgate.ErrStoreFull, held, most)
+		}
+		taken = 1
+	}
+	// Room may have dropped ps (dead, so prev is nil and the step leaves
+	// it alone) and TakeUnits tidied entries, each counting what it
+	// freed: count from here.
+	before := cs.records() + ps.records()
 	l, curDirty, prevDirty, rep := step(req, cur, cs.markerLive(now), prev)
 	if curDirty {
 		if cs == nil {
@@ -105,6 +168,7 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	if prevDirty {
 		ps.expireAt = req.prevExpireAt
 	}
+	sh.AddUnits(cs.records() + ps.records() - before - taken)
 	sh.Wrote(now)
 	return rep, nil
 }

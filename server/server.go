@@ -198,7 +198,7 @@ type Options struct {
 	// QuotaStore keeps the usage of the configuration's quotas, under the
 	// limiter's key prefix: a quota.RedisStore on the limiter's Redis, so
 	// that every instance shares it. Default: a new in-process
-	// quota.MemoryStore.
+	// quota.MemoryStore with the default bounds of quota.MemoryOptions.
 	QuotaStore quota.Store
 	// HTTPEngine is the HTTP server Serve runs (ParseHTTPEngine). Default
 	// NetHTTP.
@@ -207,7 +207,8 @@ type Options struct {
 	// concurrency limits, under the limiter's key prefix: a
 	// concurrency.RedisStore on the limiter's Redis, so that every
 	// instance shares it. Default: a new in-process
-	// concurrency.MemoryStore.
+	// concurrency.MemoryStore with the default bounds of
+	// concurrency.MemoryOptions.
 	ConcurrencyStore concurrency.Store
 }
 

@@ -529,6 +529,14 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-timeout", "-1s"}, "--redis-timeout -1s"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--fallback-factor", "0.5"}, "--fallback-factor 0.5: want 1..1000"},
 		{[]string{"serve", "--fallback-factor", "2"}, "--fallback-factor"},
+		// An outside walk grew a memory-mode process past 1 GB through
+		// the quota endpoints: the stores of quotas and leases have
+		// bounds of their own now, checked at start.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--memory-max-quota-periods", "0"}, "--memory-max-quota-periods 0: want at least 1"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--memory-max-quota-records", "-5"}, "--memory-max-quota-records -5: want at least 1"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--memory-max-leases", "0"}, "--memory-max-leases 0: want at least 1"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--memory-max-leases", "10"}, "--memory-max-leases applies in memory mode only: with --redis, --redis-sentinel or --redis-cluster, quotas and leases are kept in Redis"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis-cluster", "127.0.0.1:1", "--memory-max-quota-periods", "10"}, "--memory-max-quota-periods applies in memory mode only"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--tls-key-file", "/nonexistent"}, "--tls-key-file needs --tls-cert-file"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--timeout", "0"}, "--timeout 0s: want a positive duration"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "-1"}, "--latency-samples -1: want at least 1"},

@@ -97,6 +97,72 @@ func TestServeMemoryMaxKeysEvicts(t *testing.T) {
 	}
 }
 
+// TestServeMemoryQuotaBounds runs the real binary in memory mode with
+// small bounds on quota periods, quota records and leases: past each, the
+// operation that needs one more is answered 503 store-unavailable (nothing
+// counted) while what is held goes on being served. An outside walk grew
+// a memory-mode process past 1 GB with distinct identities and request
+// ids before: the quota store held a million periods whatever
+// --memory-max-keys said, and reservations without a bound across
+// identities.
+func TestServeMemoryQuotaBounds(t *testing.T) {
+	svc := startService(t, "--memory-max-quota-periods", "3", "--memory-max-quota-records", "4", "--memory-max-leases", "2")
+	reserve := func(key, id string) (int, string) {
+		return postBody(t, svc.url+"/v1/quota/reserve", fmt.Sprintf(`{"quota":"llm-tokens","identity":{"api_key":%q},"request_id":%q,"estimate":1}`, key, id))
+	}
+	full := func(what string, code int, body string) {
+		t.Helper()
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-unavailable") {
+			t.Fatalf("%s: %d %s; want 503 store-unavailable", what, code, body)
+		}
+	}
+	// Each of the (three) partitions holds one period: 40 identities
+	// fill them all, but for a chance of 3×(2/3)^40.
+	var held []string
+	for i := range 40 {
+		key := fmt.Sprint("k", i)
+		switch code, body := reserve(key, "r0"); code {
+		case 200:
+			held = append(held, key)
+		default:
+			full("a period beyond 3", code, body)
+		}
+	}
+	if len(held) != 3 {
+		t.Fatalf("%d identities held, want 3", len(held))
+	}
+	if code, body := reserve(held[0], "r1"); code != 200 {
+		t.Fatalf("a 4th reservation, for %s: %d %s", held[0], code, body)
+	}
+	code, body := reserve(held[1], "r1")
+	full("a 5th reservation", code, body)
+	if code, body := postBody(t, svc.url+"/v1/quota/settle", fmt.Sprintf(`{"quota":"llm-tokens","identity":{"api_key":%q},"request_id":"r0","actual":1}`, held[0])); code != 200 {
+		t.Fatalf("settling a held reservation: %d %s", code, body)
+	}
+	acquire := func(user string) (int, string) {
+		return postBody(t, svc.url+"/v1/concurrency/acquire", fmt.Sprintf(`{"limiter":"reports","identity":{"user":%q}}`, user))
+	}
+	for _, user := range []string{"u0", "u0"} {
+		if code, body := acquire(user); code != 200 {
+			t.Fatalf("acquire for %s: %d %s", user, code, body)
+		}
+	}
+	code, body = acquire("u1")
+	full("a 3rd lease", code, body)
+	code, body = acquire("u0")
+	full("a 3rd lease of a held identity", code, body)
+	for _, m := range []struct {
+		store     string
+		held, max float64
+	}{{"quota_periods", 3, 3}, {"quota_records", 4, 4}, {"leases", 2, 2}} {
+		held := metricValue(t, svc.url, fmt.Sprintf("floodgate_memory_store_entries{store=%q}", m.store))
+		most := metricValue(t, svc.url, fmt.Sprintf("floodgate_memory_store_entries_max{store=%q}", m.store))
+		if held != m.held || most != m.max {
+			t.Errorf("%s: %v held of %v on /metrics, want %v of %v", m.store, held, most, m.held, m.max)
+		}
+	}
+}
+
 // e2eAdminToken is a token strong enough for server.ValidateAdminToken.
 const e2eAdminToken = "e2e-admin-token-0123456789abcdefghij"
 

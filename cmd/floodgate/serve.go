@@ -72,6 +72,9 @@ type serveFlags struct {
 	loginIPv4Prefix  int
 	loginIPv6Prefix  int
 	memoryMaxKeys    int
+	memoryMaxPeriods int // quota identity periods, memory mode
+	memoryMaxRecords int // quota reservations and outcomes, memory mode
+	memoryMaxLeases  int // concurrency leases, memory mode
 	gcFloorMiB       int
 	sec              securityFlags
 	tokenFromFlag    bool
@@ -166,12 +169,68 @@ not affected.`,
 	fl.IntVar(&f.loginIPv4Prefix, "login-ipv4-prefix", 32, "network size, in bits, that login guard counts IPv4 clients by (its Options.IPv4Prefix)")
 	fl.IntVar(&f.loginIPv6Prefix, "login-ipv6-prefix", 64, "network size, in bits, that login guard counts IPv6 clients by (its Options.IPv6Prefix)")
 	fl.IntVar(&f.memoryMaxKeys, "memory-max-keys", 1_000_000, "identities the in-memory store (memory mode, and the local fallback on Redis) tracks at most; past it, one-off identities are evicted first (about 160 bytes per identity plus its key)")
+	fl.IntVar(&f.memoryMaxPeriods, "memory-max-quota-periods", defaultMaxQuotaPeriods, fmt.Sprintf("in memory mode, the quota identity periods (one identity's usage of one quota in one period) held at most; past it, quota operations for identities not held answer 503 until held periods end (a monthly quota's are kept until 25 hours after its month): about %d bytes each, %d MB at the default", quotaPeriodBytes, defaultMaxQuotaPeriods*quotaPeriodBytes/1_000_000))
+	fl.IntVar(&f.memoryMaxRecords, "memory-max-quota-records", defaultMaxQuotaRecords, fmt.Sprintf("in memory mode, the quota reservations and settlement outcomes (each settle's, kept an hour for retries) held at most, all identities together; past it, reserves and settles of request ids not held answer 503 until some expire: at most about %d bytes each, %d MB at the default", quotaRecordBytes, defaultMaxQuotaRecords*quotaRecordBytes/1_000_000))
+	fl.IntVar(&f.memoryMaxLeases, "memory-max-leases", defaultMaxLeases, fmt.Sprintf("in memory mode, the concurrency leases held at most, all identities together; past it, acquires answer 503 until leases are released or expire: at most about %d bytes each, %d MB at the default", leaseBytes, defaultMaxLeases*leaseBytes/1_000_000))
 	addSecurityFlags(fl, &f.sec)
 	addGCFlag(fl, &f.gcFloorMiB)
 	fl.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
 }
+
+// The bounds of the stores that keep quotas and leases in memory mode:
+// their defaults, and the heap an entry costs at most, from
+// TestMemoryPerPeriod and TestMemoryPerRecord (package quota) and
+// TestMemoryPerLease (package concurrency), rounded up: 250 bytes a period
+// with a 64-byte identity (94-byte keys; the key's bytes beyond count
+// once more), up to 280 a reservation or outcome with a 128-byte request
+// id, and 242 an identity with one lease (each further lease 115). The
+// defaults hold at most 25 + 75 + 25 MB of live heap.
+const (
+	defaultMaxQuotaPeriods = 100_000
+	defaultMaxQuotaRecords = 250_000
+	defaultMaxLeases       = 100_000
+	quotaPeriodBytes       = 250
+	quotaRecordBytes       = 300
+	leaseBytes             = 250
+)
+
+// registerMemoryBounds registers, in memory mode, what the stores of
+// quotas and leases hold and the most they may (their flags), by store:
+// quota_periods, quota_records, leases.
+func registerMemoryBounds(reg prometheus.Registerer, f serveFlags, b *backend) error {
+	for _, s := range []struct {
+		store string
+		max   int
+		held  func() int
+	}{
+		{"quota_periods", f.memoryMaxPeriods, func() int { n, _ := b.memQuotas.Len(); return n }},
+		{"quota_records", f.memoryMaxRecords, func() int { _, n := b.memQuotas.Len(); return n }},
+		{"leases", f.memoryMaxLeases, b.memLeases.Len},
+	} {
+		labels := prometheus.Labels{"store": s.store}
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "floodgate_memory_store_entries",
+			Help:        "Entries the in-memory stores of memory mode hold for quotas and concurrency limits, by store: quota_periods, quota_records (reservations and settlement outcomes), leases. Past floodgate_memory_store_entries_max, operations needing one more answer 503.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(s.held()) })); err != nil {
+			return err
+		}
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "floodgate_memory_store_entries_max",
+			Help:        "The most entries each in-memory store of memory mode holds: --memory-max-quota-periods, --memory-max-quota-records, --memory-max-leases.",
+			ConstLabels: labels,
+		}, func() float64 { return float64(s.max) })); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memoryOnlyFlags bound what memory mode keeps in this process; with
+// Redis they would be silently unused.
+var memoryOnlyFlags = []string{"memory-max-quota-periods", "memory-max-quota-records", "memory-max-leases"}
 
 // backend is the store a service decides with, and what goes with it.
 type backend struct {
@@ -182,6 +241,8 @@ type backend struct {
 	follow    *sentinelfollow.Follower // on Sentinel only
 	fb        *fallback.Store          // nil in memory and with --fallback off
 	local     *memstore.Store
+	memQuotas *quota.MemoryStore       // nil on Redis
+	memLeases *concurrency.MemoryStore // nil on Redis
 	resetters []server.Resetter
 	ready     func(ctx context.Context) error
 	describe  string
@@ -210,13 +271,23 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		if f.configRedis {
 			return nil, errors.New("--config-from-redis needs --redis, --redis-sentinel or --redis-cluster")
 		}
+		for _, v := range []struct {
+			name string
+			n    int
+		}{{"memory-max-quota-periods", f.memoryMaxPeriods}, {"memory-max-quota-records", f.memoryMaxRecords}, {"memory-max-leases", f.memoryMaxLeases}} {
+			if v.n < 1 {
+				return nil, fmt.Errorf("--%s %d: want at least 1", v.name, v.n)
+			}
+		}
 		b := &backend{store: local, local: local, resetters: []server.Resetter{server.MemoryResetter{Store: local}}, describe: "memory"}
-		if b.quotas, err = quota.NewMemoryStore(quota.MemoryOptions{}); err != nil {
-			return nil, err
+		if b.memQuotas, err = quota.NewMemoryStore(quota.MemoryOptions{MaxKeys: f.memoryMaxPeriods, MaxRecords: f.memoryMaxRecords}); err != nil {
+			return nil, fmt.Errorf("--memory-max-quota-periods, --memory-max-quota-records: %w", err)
 		}
-		if b.leases, err = concurrency.NewMemoryStore(concurrency.MemoryOptions{}); err != nil {
-			return nil, err
+		// Every identity tracked holds a lease: the leases bound them.
+		if b.memLeases, err = concurrency.NewMemoryStore(concurrency.MemoryOptions{MaxKeys: f.memoryMaxLeases, MaxLeases: f.memoryMaxLeases}); err != nil {
+			return nil, fmt.Errorf("--memory-max-leases: %w", err)
 		}
+		b.quotas, b.leases = b.memQuotas, b.memLeases
 		return b, nil
 	}
 	client, follow, err := rs.FollowingClient()
@@ -400,8 +471,14 @@ var redisOnlyFlags = []string{
 
 // checkRedisFlags refuses a flag of redisOnlyFlags set on the command line
 // when no Redis is given (--redis, --redis-sentinel or --redis-cluster).
+// It refuses a flag of memoryOnlyFlags when Redis is given.
 func checkRedisFlags(cmd *cobra.Command, f *serveFlags) error {
 	if f.redisURL != "" || len(f.sentinelAddrs) > 0 || len(f.clusterAddrs) > 0 {
+		for _, name := range memoryOnlyFlags {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s applies in memory mode only: with --redis, --redis-sentinel or --redis-cluster, quotas and leases are kept in Redis (bound them with its maxmemory)", name)
+			}
+		}
 		return nil
 	}
 	for _, name := range redisOnlyFlags {
@@ -510,6 +587,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		Help: "Live identities the in-memory store (memory mode or local fallback) dropped to make room for new ones (--memory-max-keys).",
 	}, func() float64 { return float64(b.local.Evictions()) })); err != nil {
 		return err
+	}
+	if b.memQuotas != nil {
+		if err := registerMemoryBounds(reg, f, b); err != nil {
+			return err
+		}
 	}
 	if b.fb != nil {
 		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -1,7 +1,9 @@
 // Package shardmap is the bookkeeping Floodgate's in-memory stores share: a
 // string-keyed map split into shards, each under its own mutex, holding at
 // most a fixed number of entries, whose dead entries are dropped a few at
-// a time as writes come in rather than by a background goroutine.
+// a time as writes come in rather than by a background goroutine. A
+// counted Map (NewCounted) also caps, across its shards, what its entries
+// hold inside them: a quota period's reservations, an identity's leases.
 package shardmap
 
 import (
@@ -9,6 +11,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // Options configures a Map. The zero value is ready to use.
@@ -22,6 +25,10 @@ type Options struct {
 	// MaxKeys%shards shards one more, so the shares add up to MaxKeys. A
 	// shard can so be full while others are not. Default 1,000,000.
 	MaxKeys int
+	// MaxUnits caps, in a Map made by NewCounted, the units all its
+	// entries hold together (see Units), exactly, across shards. Default
+	// 1,000,000. New refuses it.
+	MaxUnits int
 }
 
 // Sweeping: every sweepEvery writes to a shard drop up to sweepBatch dead
@@ -43,10 +50,18 @@ const (
 type Map[V any] struct {
 	seed   maphash.Seed
 	shards []Shard[V]
+	// The units of a counted Map (NewCounted); zero Units when uncounted.
+	units    Units[V]
+	maxUnits int64
+	held     atomic.Int64 // units held, by every shard
+	// unitsFullAt is when (µs of the callers' clock) the last pass over
+	// every shard to free units began; 0: never.
+	unitsFullAt atomic.Int64
 }
 
 // Shard is one part of a Map: its entries, under one mutex.
 type Shard[V any] struct {
+	m       *Map[V]
 	mu      sync.Mutex
 	entries map[string]V
 	writes  uint32
@@ -61,6 +76,13 @@ type Shard[V any] struct {
 // locked and may tidy the entry as it goes. The error describes the first
 // invalid option, for the caller to wrap in its own sentinel.
 func New[V any](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
+	if opts.MaxUnits != 0 {
+		return nil, fmt.Errorf("max units %d on a map that counts none", opts.MaxUnits)
+	}
+	return build(opts, dead, Units[V]{})
+}
+
+func build[V any](opts Options, dead func(v V, now int64) bool, units Units[V]) (*Map[V], error) {
 	if opts.Shards < 0 || opts.Shards > 1<<16 {
 		return nil, fmt.Errorf("shards %d out of range 0..65536", opts.Shards)
 	}
@@ -77,9 +99,9 @@ func New[V any](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
 		opts.MaxKeys = 1_000_000
 	}
 	caps := Split(opts.Shards, opts.MaxKeys)
-	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(caps))}
+	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(caps)), units: units, maxUnits: int64(opts.MaxUnits)}
 	for i := range m.shards {
-		m.shards[i] = Shard[V]{entries: make(map[string]V), perCap: caps[i], dead: dead}
+		m.shards[i] = Shard[V]{m: m, entries: make(map[string]V), perCap: caps[i], dead: dead}
 	}
 	return m, nil
 }
@@ -148,7 +170,9 @@ func (s *Shard[V]) Get(key string) V { return s.entries[key] }
 // Put sets the entry of key. A caller adding keys checks Room first.
 func (s *Shard[V]) Put(key string, v V) { s.entries[key] = v }
 
-// Delete removes the entry of key, if any.
+// Delete removes the entry of key, if any. It gives back none of the
+// entry's units: the caller deletes only entries that hold none, or gives
+// theirs back with AddUnits.
 func (s *Shard[V]) Delete(key string) { delete(s.entries, key) }
 
 // Len returns the number of entries in the shard, dead ones included.
@@ -194,17 +218,22 @@ func (s *Shard[V]) Wrote(now int64) {
 	}
 }
 
-// sweep drops up to limit dead entries, visiting at most sweepVisits×limit.
-// Map iteration starts at a random entry, so successive sweeps cover the
-// whole shard.
+// sweep drops up to limit dead entries, visiting at most sweepVisits×limit,
+// and gives back the units of those it drops (and those that dead freed
+// tidying). Map iteration starts at a random entry, so successive sweeps
+// cover the whole shard.
 func (s *Shard[V]) sweep(now int64, limit int) {
 	seen, freed := 0, 0
 	for k, v := range s.entries {
+		u := s.m.unitsOf(v)
 		if s.dead(v, now) {
 			delete(s.entries, k)
+			s.m.held.Add(-int64(u))
 			if freed++; freed >= limit {
 				return
 			}
+		} else if d := s.m.unitsOf(v) - u; d != 0 {
+			s.m.held.Add(int64(d))
 		}
 		if seen++; seen >= sweepVisits*limit {
 			return

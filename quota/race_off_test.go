@@ -1,0 +1,5 @@
+//go:build !race
+
+package quota
+
+const raceEnabled = false
