@@ -68,7 +68,7 @@ func Example() {
 	// application/problem+json {"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit \"per-ip\" exceeded; retry after 50 seconds","policy":"per-ip","reason":"limited","retry_after":50,"limit":2,"reset":1796119260}
 }
 
-// Layered limits behind a trusted proxy: 100 requests per minute per API
+// Layered limits: 100 requests per minute per API
 // key and 1,000 per minute for the whole server, decided together; the
 // IETF draft fields are on. A request without an API key is refused with
 // 400 because the per-key rule is required.

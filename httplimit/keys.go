@@ -38,11 +38,18 @@ func Header(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := strings.TrimSpace(r.Header.Get(canonical))
 		if v == "" {
-			return "", fmt.Errorf("%w: header %s missing", ErrNoKey, canonical)
+			return "", &missingHeader{name: canonical}
 		}
 		return v, nil
 	}
 }
+
+// missingHeader is ErrNoKey for a request without the header a Header
+// key reads: the 400 names the header, which the client can then send.
+type missingHeader struct{ name string }
+
+func (e *missingHeader) Error() string { return ErrNoKey.Error() + ": header " + e.name + " missing" }
+func (e *missingHeader) Unwrap() error { return ErrNoKey }
 
 // User returns a KeyFunc reading the authenticated user that an earlier
 // middleware stored in the request context; lookup returns the user id

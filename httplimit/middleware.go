@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
 // Handler wraps next: every request is decided against the rules before
@@ -88,7 +89,7 @@ func (m *Middleware) specs(w http.ResponseWriter, r *http.Request, rules []Rule)
 				m.log(r.Context(), slog.LevelInfo, "rate limit: request without key", slog.String("policy", rule.Policy.Name), slog.String("error", err.Error()))
 				writeProblem(w, Problem{
 					Type: "about:blank", Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest,
-					Detail: "this request does not identify its client as rate limit policy " + quote(rule.Policy.Name) + " requires",
+					Detail: "this request does not identify its client as rate limit policy " + quote(rule.Policy.Name) + " requires" + missingWhat(err),
 					Policy: rule.Policy.Name,
 				}, nil)
 				return nil, nil, false
@@ -174,7 +175,7 @@ func (m *Middleware) deny(w http.ResponseWriter, d floodgate.Decision, rules []R
 			" admits at most " + itoa(p.Capacity()) + " at once: it can never be admitted, so retrying will not help"
 	} else {
 		secs := retryAfterSeconds(res.RetryAfter)
-		prob.Detail = "rate limit " + quote(p.Name) + " exceeded; retry after " + itoa(secs) + " seconds"
+		prob.Detail = "rate limit " + quote(p.Name) + " exceeded; retry after " + plural.Count(secs, "second", "seconds")
 		prob.RetryAfter = secs
 		extra = map[string]string{"Retry-After": itoa(secs)}
 	}
@@ -254,4 +255,14 @@ func (m *Middleware) log(ctx context.Context, level slog.Level, msg string, attr
 	if m.opts.Logger != nil {
 		m.opts.Logger.LogAttrs(ctx, level, msg, attrs...)
 	}
+}
+
+// missingWhat names, for a 400, what the request lacks when the key says
+// (a Header key: the header to send); other keys' errors stay in the log.
+func missingWhat(err error) string {
+	var mh *missingHeader
+	if errors.As(err, &mh) {
+		return ": send the " + mh.name + " header"
+	}
+	return ""
 }

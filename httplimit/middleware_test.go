@@ -85,6 +85,10 @@ func TestKeyRequiredAndOptional(t *testing.T) {
 	if resp.status != 400 || resp.problem.Policy != "required" || resp.header.Get("X-RateLimit-Limit") != "" {
 		t.Fatalf("missing required key: %d %+v", resp.status, resp.problem)
 	}
+	// The 400 names the header to send (it did not).
+	if !strings.HasSuffix(resp.problem.Detail, ": send the X-Tenant header") {
+		t.Fatalf("missing required key: detail %q does not name the header", resp.problem.Detail)
+	}
 	// Without an API key only the tenant rule applies, again and again.
 	for range 3 {
 		if resp := get(t, c, srv.URL, "X-Tenant", "t1"); resp.status != 200 || resp.header.Get("X-RateLimit-Limit") != "10" {
@@ -557,5 +561,21 @@ func TestKeyFuncFailure(t *testing.T) {
 	body, _ := io.ReadAll(rr.Body)
 	if rr.Code != 500 || !bytes.Contains(body, []byte(`"status":500`)) {
 		t.Fatalf("%d %s", rr.Code, body)
+	}
+}
+
+// TestRetryAfterOneSecond: a denial one second from its retry says "retry
+// after 1 second" (it read "1 seconds").
+func TestRetryAfterOneSecond(t *testing.T) {
+	lim := memLimiter(t)
+	perKey := fixedWindow(t, "per-key", 1, time.Second)
+	srv := serve(t, lim, []httplimit.Rule{{Policy: perKey, Key: httplimit.Header("X-API-Key")}}, httplimit.Options{})
+	c := srv.Client()
+	if r := get(t, c, srv.URL, "X-API-Key", "k"); r.status != 200 {
+		t.Fatalf("first request: %d", r.status)
+	}
+	r := get(t, c, srv.URL, "X-API-Key", "k")
+	if r.status != 429 || r.header.Get("Retry-After") != "1" || !strings.HasSuffix(r.problem.Detail, "retry after 1 second") {
+		t.Fatalf("second request: %d Retry-After %q detail %q; want 429, 1, \"... retry after 1 second\"", r.status, r.header.Get("Retry-After"), r.problem.Detail)
 	}
 }

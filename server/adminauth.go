@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
@@ -179,7 +180,7 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 			secs := int64((wait + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 			s.fail(w, r, &problemError{status: http.StatusTooManyRequests, kind: "admin-throttled",
-				detail: fmt.Sprintf("too many failed admin authentications from this network; retry after %d seconds", secs)})
+				detail: "too many failed admin authentications from this network; retry after " + plural.Count(secs, "second", "seconds")})
 			return
 		}
 		if !ok {

@@ -23,7 +23,7 @@ func withProblems(mux *http.ServeMux) http.Handler {
 		switch rec.status {
 		case http.StatusNotFound:
 			writeProblem(w, &problemError{status: http.StatusNotFound, kind: "not-found",
-				detail: "no endpoint " + r.URL.Path + "; the API is under /v1/ (see README.md)"})
+				detail: "no endpoint " + r.URL.Path + "; " + apiEndpoints})
 		case http.StatusMethodNotAllowed:
 			allow := rec.header.Get("Allow")
 			w.Header().Set("Allow", allow)
@@ -54,3 +54,9 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 	}
 	return len(b), nil
 }
+
+// apiEndpoints lists the API's endpoints for a 404: "under /v1/" told
+// nothing to a client that was already there.
+const apiEndpoints = "the API's endpoints are POST /v1/check, /v1/check/batch, /v1/peek, " +
+	"/v1/quota/{check,status,reserve,settle} and /v1/concurrency/{acquire,release,renew}, " +
+	"GET /healthz and /readyz (see README.md)"

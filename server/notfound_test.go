@@ -17,7 +17,7 @@ func TestUnknownRouteIsProblem(t *testing.T) {
 	if r.status != http.StatusNotFound {
 		t.Fatalf("status %d, want 404", r.status)
 	}
-	if p := problemOf(t, r); !strings.HasSuffix(p.Type, "not-found") || !strings.Contains(p.Detail, "/v1/chekc") {
+	if p := problemOf(t, r); !strings.HasSuffix(p.Type, "not-found") || !strings.Contains(p.Detail, "/v1/chekc") || !strings.Contains(p.Detail, "POST /v1/check,") {
 		t.Errorf("404 problem %+v", p)
 	}
 	r = e.do("GET", "/v1/check", "", nil)

@@ -420,7 +420,7 @@ func validate(cfg *config.Config, policy string, identity map[string]string, cos
 	}
 	p, ok := cfg.Policy(policy)
 	if !ok {
-		return check{}, badRequest("unknown-policy", "%sunknown policy %q (GET /admin/v1/config, with the admin token, lists them)", where, clip.Text(policy, 80))
+		return check{}, badRequest("unknown-policy", "%sunknown policy %q: the service's configuration lists its policies (its --config file; floodgate config example prints the built-in one; GET /admin/v1/config when the admin API is on)", where, clip.Text(policy, 80))
 	}
 	if len(identity) > MaxIdentityValues {
 		return check{}, badRequest("invalid-identity", "%sidentity has %d values (max %d)", where, len(identity), MaxIdentityValues)

@@ -97,6 +97,10 @@ unreachable, request refused).`,
 						return err
 					}
 				}
+				if errors.As(err, &pe) && strings.HasSuffix(pe.Problem.Type, "missing-identity") {
+					// The service's hint is the JSON field; here it is a flag.
+					return fmt.Errorf("%w; with floodgate check, give each identity value as --id dimension=value (e.g. --id user=42)", err)
+				}
 				return err
 			}
 			if asJSON {

@@ -70,3 +70,14 @@ func TestCheckJSONProblem(t *testing.T) {
 		t.Fatalf("check --json of an unknown policy: exit %d, stdout %q (%v), stderr %q; want 1, the 400 problem JSON, and the error", code, out, err, errOut)
 	}
 }
+
+// TestCheckMissingIdentityNamesTheFlag: without --id, the service's hint is
+// its JSON field; check adds the flag a command-line user needs.
+func TestCheckMissingIdentityNamesTheFlag(t *testing.T) {
+	svc := startService(t)
+	defer svc.stop(t)
+	code, _, errOut := cli("check", "--addr", svc.url, "--policy", "api")
+	if code != 1 || !strings.Contains(errOut, `needs identity value "user"`) || !strings.Contains(errOut, "--id dimension=value (e.g. --id user=42)") {
+		t.Fatalf("check without --id: exit %d, stderr %q; want 1 and a hint naming --id", code, errOut)
+	}
+}
