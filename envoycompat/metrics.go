@@ -48,7 +48,15 @@ const (
 	statOverLimitLocal = "over_limit_with_local_cache"
 )
 
+// The values of label result of floodgate_envoy_config_load_total.
+const (
+	configLoadSuccess = "success"
+	configLoadError   = "error"
+)
+
 // NewMetrics registers the metrics with reg.
+// floodgate_envoy_config_load_total has both its results from the start,
+// at 0.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		perLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -84,6 +92,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	// Every result from the start, at 0 (as serve's
+	// floodgate_config_reload_total): a series created by the first
+	// failed load would start at 1, and increase() over it stays 0, so
+	// RateLimitEnvoyCompatConfigRejected would miss a process's first
+	// rejected configuration.
+	for _, r := range []string{configLoadSuccess, configLoadError} {
+		m.configLoad.WithLabelValues(r)
+	}
 	return m, nil
 }
 
@@ -93,9 +109,9 @@ func (m *Metrics) ConfigLoaded(ok bool) {
 		return
 	}
 	if ok {
-		m.configLoad.WithLabelValues("success").Inc()
+		m.configLoad.WithLabelValues(configLoadSuccess).Inc()
 	} else {
-		m.configLoad.WithLabelValues("error").Inc()
+		m.configLoad.WithLabelValues(configLoadError).Inc()
 	}
 }
 

@@ -1,6 +1,9 @@
 package envoycompat
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -61,5 +64,64 @@ func TestLongUnknownDomainsShareOneSeries(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(m.notFound); got != 2 {
 		t.Errorf("%d domain series, want 2 (_other and the name of %d bytes)", got, MaxDomainLabel)
+	}
+}
+
+// TestConfigLoadSeriesStartAtZero: /metrics shows
+// floodgate_envoy_config_load_total{result="error"} at 0 before any load
+// failed. It used to appear only at the first failure, at 1, so
+// increase() over it stayed 0 and RateLimitEnvoyCompatConfigRejected
+// (deploy/prometheus/alerts.yml) missed a process's first rejected
+// configuration.
+func TestConfigLoadSeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(Options{Store: &MemoryStore{}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.DebugHandler(reg))
+	t.Cleanup(srv.Close)
+	scrape := func() string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(body)
+	}
+	for _, tc := range []struct {
+		name string
+		load func()
+		want []string
+	}{
+		{"before any load", func() {}, []string{
+			`floodgate_envoy_config_load_total{result="error"} 0`,
+			`floodgate_envoy_config_load_total{result="success"} 0`,
+		}},
+		{"after a good load", func() { m.ConfigLoaded(true) }, []string{
+			`floodgate_envoy_config_load_total{result="error"} 0`,
+			`floodgate_envoy_config_load_total{result="success"} 1`,
+		}},
+		{"after a failed load", func() { m.ConfigLoaded(false) }, []string{
+			`floodgate_envoy_config_load_total{result="error"} 1`,
+			`floodgate_envoy_config_load_total{result="success"} 1`,
+		}},
+	} {
+		tc.load()
+		got := scrape()
+		for _, w := range tc.want {
+			if !strings.Contains(got, w+"\n") {
+				t.Errorf("%s: /metrics lacks %q:\n%s", tc.name, w, got)
+			}
+		}
 	}
 }
