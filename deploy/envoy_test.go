@@ -190,6 +190,53 @@ func TestEnvoyExample(t *testing.T) {
 	checkEnvoyRoutes(t, "in process", svc.ShouldRateLimit)
 }
 
+// TestEnvoyRemoteAddressIsThePeer: every HTTP connection manager of
+// envoy.yaml whose routes or virtual hosts send remote_address sets
+// use_remote_address. With Envoy's default (false) the address sent is
+// the last one of X-Forwarded-For, which the client writes: rotating it
+// would give each request a new per-address counter.
+func TestEnvoyRemoteAddressIsThePeer(t *testing.T) {
+	b := loadBootstrap(t, envoyFile)
+	usesRemote := func(limits []*routev3.RateLimit) bool {
+		for _, l := range limits {
+			for _, a := range l.GetActions() {
+				if a.GetRemoteAddress() != nil {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				if f.GetTypedConfig().MessageName() != "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager" {
+					continue
+				}
+				hcm := unpack(t, f.GetTypedConfig(), &hcmv3.HttpConnectionManager{})
+				remote := false
+				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					remote = remote || usesRemote(vh.GetRateLimits())
+					for _, r := range vh.GetRoutes() {
+						remote = remote || usesRemote(r.GetRoute().GetRateLimits())
+					}
+				}
+				if !remote {
+					continue
+				}
+				checked++
+				if !hcm.GetUseRemoteAddress().GetValue() {
+					t.Errorf("listener %s: rate limits on remote_address without use_remote_address: true (Envoy would send the client's own X-Forwarded-For)", l.GetName())
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatalf("no listener of %s sends remote_address", envoyFile)
+	}
+}
+
 // memService returns Floodgate's Envoy service on an in-memory store,
 // loaded with ratelimit.yaml as --envoy-config does, at a fixed instant in
 // the middle of a minute so that no per-minute window turns during a test.
