@@ -32,21 +32,39 @@ import (
 
 var metricName = regexp.MustCompile(`\b(rate_limit|floodgate)_[a-z_]+`)
 
-// exported returns the names of the series package metrics exposes,
-// histogram series included.
+// exported returns the names of the series serve and envoy-compat
+// expose once each vector has a series, histogram series included.
 func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	serve, compat := families(t, true)
+	names := map[string]bool{}
+	for _, m := range []map[string]bool{serve, compat} {
+		for n := range m {
+			names[n] = true
+		}
+	}
+	return names
+}
+
+// families returns the names of the series each service exposes, from
+// registries of its own as in the two processes: with traffic, after
+// every vector has been touched (a series each); without, as a process
+// that has decided nothing yet shows them.
+func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Touch every vector so that each has a series to gather.
-	m.Decision(metrics.Labels{Policy: "p"}, "id", true)
-	m.Decision(metrics.Labels{Policy: "p"}, "id", false)
-	m.ObservePrimary(time.Millisecond, errors.New("x"))
-	m.ObserveBreaker(fallback.DefaultPartition, fallback.BreakerClosed)
-	m.ObserveClock(0, time.Millisecond)
+	if traffic {
+		// Touch every vector so that each has a series to gather.
+		m.Decision(metrics.Labels{Policy: "p"}, "id", true)
+		m.Decision(metrics.Labels{Policy: "p"}, "id", false)
+		m.ObservePrimary(time.Millisecond, errors.New("x"))
+		m.ObserveBreaker(fallback.DefaultPartition, fallback.BreakerClosed)
+		m.ObserveClock(0, time.Millisecond)
+	}
 	// The service's configuration reload metrics.
 	def, err := config.Default()
 	if err != nil {
@@ -60,8 +78,10 @@ func exported(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Apply([]byte("not: [valid"), "test"); err == nil {
-		t.Fatal("an invalid configuration was applied")
+	if traffic {
+		if _, err := r.Apply([]byte("not: [valid"), "test"); err == nil {
+			t.Fatal("an invalid configuration was applied")
+		}
 	}
 	// The HTTP API's own metrics (floodgate_decision_errors_total, ...).
 	ms, err := memstore.New(memstore.Options{})
@@ -78,31 +98,38 @@ func exported(t *testing.T) map[string]bool {
 	if _, err := server.New(lim, h, server.Options{Registerer: sreg}); err != nil {
 		t.Fatal(err)
 	}
+	// serve with --tls-cert-file.
+	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
+		t.Fatal(err)
+	}
 	// envoy-compat's: another process, scraped by the same Prometheus.
 	ereg := prometheus.NewRegistry()
 	em, err := envoycompat.NewMetrics(ereg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	em.ConfigLoaded(false)
-	// serve with --tls-cert-file.
-	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
-		t.Fatal(err)
+	if traffic {
+		em.ConfigLoaded(false)
 	}
-	var mfs []*dto.MetricFamily
-	for _, g := range []*prometheus.Registry{reg, sreg, ereg} {
-		got, err := g.Gather()
+	return gathered(t, reg, sreg), gathered(t, ereg)
+}
+
+// gathered returns the names of the series the registries expose,
+// histogram series included.
+func gathered(t *testing.T, regs ...*prometheus.Registry) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, g := range regs {
+		mfs, err := g.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
-		mfs = append(mfs, got...)
-	}
-	names := map[string]bool{}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
-		if mf.GetType().String() == "HISTOGRAM" {
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				names[mf.GetName()+s] = true
+		for _, mf := range mfs {
+			names[mf.GetName()] = true
+			if mf.GetType() == dto.MetricType_HISTOGRAM {
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					names[mf.GetName()+s] = true
+				}
 			}
 		}
 	}
@@ -130,8 +157,18 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dash struct {
-		UID    string `json:"uid"`
-		Title  string `json:"title"`
+		UID        string `json:"uid"`
+		Title      string `json:"title"`
+		Templating struct {
+			List []struct {
+				Name       string `json:"name"`
+				Type       string `json:"type"`
+				Definition string `json:"definition"`
+				// an object for a query variable, a string for a
+				// data source variable
+				Query json.RawMessage `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
 		Panels []struct {
 			ID      int    `json:"id"`
 			Type    string `json:"type"`
@@ -166,6 +203,42 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 				queried[n] = true
 			}
 		}
+	}
+	// The job variable filters every panel: each service's job must be
+	// among its values from the process's start, before any traffic, so
+	// it must read a family each exports then (envoy-compat exports none
+	// of rate_limit_*, and serve its decisions only once it decided).
+	serve, compat := families(t, false)
+	job := false
+	for _, v := range dash.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var q struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(v.Query, &q); err != nil {
+			t.Fatalf("variable %s: query: %v", v.Name, err)
+		}
+		if v.Definition != q.Query {
+			t.Errorf("variable %s: definition %q differs from its query %q", v.Name, v.Definition, q.Query)
+		}
+		checkNames(t, "variable "+v.Name, q.Query, names)
+		if v.Name != "job" {
+			continue
+		}
+		job = true
+		for _, svc := range []struct {
+			name     string
+			families map[string]bool
+		}{{"serve", serve}, {"envoy-compat", compat}} {
+			if !slices.ContainsFunc(metricName.FindAllString(q.Query, -1), func(n string) bool { return svc.families[n] }) {
+				t.Errorf("variable job (%s) reads no family %s exports from its start: its job cannot be selected", q.Query, svc.name)
+			}
+		}
+	}
+	if !job {
+		t.Error("the dashboard has no job variable")
 	}
 	for _, want := range []string{"rate_limit_allowed_total", "rate_limit_denied_total", "rate_limit_redis_latency_seconds_bucket",
 		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds",
