@@ -357,3 +357,41 @@ func TestContainerfileStages(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerBuildContext sends the repository's root as the build
+// context, as `docker build -f deploy/Containerfile .` and compose.yaml
+// do, through its .dockerignore, into an image of its own, and runs the
+// Containerfile's source stage's command on what arrived: the binary must
+// build from it. Git's data, the documentation and the other modules must
+// have stayed out.
+func TestContainerBuildContext(t *testing.T) {
+	run, _ := podman(t)
+	dir := t.TempDir()
+	cf := filepath.Join(dir, "Containerfile")
+	if err := os.WriteFile(cf, []byte("FROM scratch\nCOPY . /ctx/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if _, err := run("build", "-q", "-f", cf, "-o", "type=local,dest="+out, ".."); err != nil {
+		t.Fatal(err)
+	}
+	ctx := filepath.Join(out, "ctx")
+	for _, p := range []string{"go.mod", "go.sum", "deploy/build-image.sh", "deploy/Containerfile", "cmd/floodgate", "redisstore/lua"} {
+		if _, err := os.Stat(filepath.Join(ctx, p)); err != nil {
+			t.Errorf("the build context lacks %s: %v", p, err)
+		}
+	}
+	for _, p := range []string{".git", "docs", "bench", "deploy/kubernetes", "deploy/go.mod"} {
+		if _, err := os.Lstat(filepath.Join(ctx, p)); err == nil {
+			t.Errorf("the build context holds %s (.dockerignore should keep it out)", p)
+		}
+	}
+	bin := filepath.Join(dir, "bin")
+	build := exec.Command("bash", "deploy/build-image.sh", "--binary-only", bin)
+	build.Dir = ctx
+	build.Env = append(os.Environ(), "VERSION=v0.0.0-context")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("the source stage's build-image.sh --binary-only on the build context: %v\n%s", err, b)
+	}
+	checkStatic(t, filepath.Join(bin, "floodgate"), "v0.0.0-context")
+}
