@@ -63,9 +63,13 @@ const (
 	GroupInstances  = "Instances"
 	GroupConfig     = "Config"
 	GroupMonitoring = "Monitoring"
+	// GroupRun holds the check "deadline", present only when the run's
+	// context ended (Options' ctx, the command's --timeout) before every
+	// check had read what it needs.
+	GroupRun = "Run"
 )
 
-var groupOrder = []string{GroupRedis, GroupKeys, GroupClocks, GroupInstances, GroupConfig, GroupMonitoring}
+var groupOrder = []string{GroupRedis, GroupKeys, GroupClocks, GroupInstances, GroupConfig, GroupMonitoring, GroupRun}
 
 // Check is one line of the report.
 type Check struct {
@@ -278,6 +282,7 @@ func (o *Options) validate() error {
 
 // run is the state of one Run, shared by the checks.
 type run struct {
+	ctx     context.Context // the run's, bounding every read
 	opts    Options
 	client  redis.UniversalClient
 	counter *counter
@@ -285,13 +290,15 @@ type run struct {
 
 	// Learned by earlier checks, used by later ones.
 	info         map[string]map[string]string // INFO of each primary, by address
-	primaryAddrs []string                     // primary addresses, in order
+	primaryAddrs []string                     // primary addresses whose INFO was read, in order
+	nodeCount    int                          // primaries the server check tried to read
 	cluster      *redis.ClusterClient         // nil unless Cluster
 	cfg          *config.Config               // nil when none could be read
 	cfgErr       error                        // why cfg is nil
 	cfgSource    string
 	envoy        *envoyrls.Config // the descriptors of Options.EnvoyConfig; nil without
 	instances    []*instance      // read once, by the first check that needs them
+	deadlineIn   string           // the check during which the run's context ended
 }
 
 // Run audits the deployment and returns the report. It fails only when
@@ -314,7 +321,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("doctor: %w", err)
 	}
 	defer client.Close()
-	r := &run{opts: opts, client: client, counter: &counter{}, info: map[string]map[string]string{}, envoy: envoy}
+	r := &run{ctx: ctx, opts: opts, client: client, counter: &counter{}, info: map[string]map[string]string{}, envoy: envoy}
 	r.counter.attach(client)
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		r.cluster = cc
@@ -341,6 +348,17 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	r.instanceChecks(ctx)
 	r.configChecks(ctx)
 	r.monitoringChecks(ctx)
+	if err := ctx.Err(); err != nil {
+		r.check(GroupRun, "deadline", func(c *Check) {
+			c.Read = "nothing (the run's own deadline)"
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("the run ended (%v) after %v, before every check had read what it needs: the checks that read after it are incomplete and say so", err, time.Since(start).Round(time.Millisecond))
+			if r.deadlineIn != "" {
+				c.Evidence = append(c.Evidence, "the time ran out during "+r.deadlineIn)
+			}
+			c.Fix = deadlineFix
+		})
+	}
 
 	r.report.Duration = time.Since(start)
 	r.report.RedisCommands = r.counter.n.Load()
@@ -361,9 +379,18 @@ func sortChecks(cs []Check) {
 // sends, and appends its result to the report.
 func (r *run) check(group, name string, fn func(c *Check)) {
 	c := Check{Group: group, Name: name}
-	before := r.counter.n.Load()
+	before, failedBefore := r.counter.n.Load(), r.counter.mark()
+	ctx := r.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	live := ctx.Err() == nil
 	fn(&c)
+	if live && ctx.Err() != nil {
+		r.deadlineIn = "the check " + group + "/" + name
+	}
 	c.RedisCommands = r.counter.n.Load() - before
+	r.judgeFailures(ctx, &c, r.counter.failures(failedBefore))
 	if c.Status == 0 {
 		c.Status = Info
 	}

@@ -32,6 +32,15 @@ type scanResult struct {
 	why       string
 	elapsed   time.Duration
 	errs      []string
+	firstErr  error // the error of errs[0]
+}
+
+// fail records a read error of the scan.
+func (res *scanResult) fail(line string, err error) {
+	if res.firstErr == nil {
+		res.firstErr = err
+	}
+	res.errs = append(res.errs, line)
 }
 
 // scan walks the keys matching the deployment's prefix and the login
@@ -61,7 +70,7 @@ outer:
 				res.calls++
 				if err != nil {
 					cancel()
-					res.errs = append(res.errs, fmt.Sprintf("%s: SCAN: %v", n.addr, err))
+					res.fail(fmt.Sprintf("%s: SCAN: %v", n.addr, err), err)
 					break
 				}
 				if room := r.opts.Scan.MaxKeys - len(res.keys); len(batch) > room {
@@ -76,7 +85,7 @@ outer:
 				if r.opts.Scan.Pause > 0 {
 					select {
 					case <-ctx.Done():
-						res.errs = append(res.errs, ctx.Err().Error())
+						res.fail(ctx.Err().Error(), ctx.Err())
 						break outer
 					case <-time.After(r.opts.Scan.Pause):
 					}
@@ -110,7 +119,7 @@ func (r *run) inspect(ctx context.Context, n node, batch []string, res *scanResu
 	for i, k := range batch {
 		ttl, err := ttls[i].Result()
 		if err != nil {
-			res.errs = append(res.errs, fmt.Sprintf("%s: PTTL %s: %v", n.addr, k, err))
+			res.fail(fmt.Sprintf("%s: PTTL %s: %v", n.addr, k, err), err)
 			continue
 		}
 		if ttl == -2*time.Nanosecond {
@@ -171,6 +180,10 @@ func (r *run) keyChecks(ctx context.Context) {
 	var res scanResult
 	r.check(GroupKeys, "scan", func(c *Check) {
 		res = r.scan(ctx, nodes)
+		if err != nil {
+			// Some primaries could not be listed: the scan missed their keys.
+			res.fail("listing the primaries: "+err.Error(), err)
+		}
 		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %s, paced %v between batches, capped at %s and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
 			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, plural.Count(len(nodes), "primary", "primaries"), r.opts.Scan.Pause, plural.Count(r.opts.Scan.MaxKeys, "key", "keys"), r.opts.Scan.MaxTime)
 		c.Evidence = append(c.Evidence, fmt.Sprintf("%s in %s, %v", plural.Count(len(res.keys), "key", "keys"), plural.Count(res.calls, "SCAN call", "SCAN calls"), res.elapsed.Round(time.Millisecond)))
@@ -178,7 +191,23 @@ func (r *run) keyChecks(ctx context.Context) {
 		switch {
 		case len(res.errs) > 0:
 			c.Status, c.Summary = Warn, "the scan met "+plural.Count(len(res.errs), "error", "errors")+"; the key checks below saw part of the keys"
-			c.Fix = "check every primary's reachability"
+			if len(res.keys) == 0 {
+				c.Summary = "the scan met " + plural.Count(len(res.errs), "error", "errors") + " and read no key; the key checks below have nothing to judge"
+			}
+			switch classify(ctx, res.firstErr) {
+			case errNoPerm:
+				c.Summary = "Redis refused the scan's reads (" + res.firstErr.Error() + "): " + c.Summary
+				c.Fix = permissionFix()
+			case errUnreachable:
+				c.Status = Fail
+				c.Summary = "Redis did not answer the scan (" + res.firstErr.Error() + "): " + c.Summary
+				c.Fix = unreachableFix
+			case errDeadline:
+				c.Status = Fail
+				c.Fix = deadlineFix
+			default:
+				c.Fix = "read the errors above: the scan sends SCAN, PTTL and ZCARD on every primary"
+			}
 		case res.truncated:
 			c.Status, c.Summary = Info, "a sample: "+res.why+"; the key checks below judge the keys seen"
 		default:
@@ -192,9 +221,25 @@ func (r *run) keyChecks(ctx context.Context) {
 	addEnvoyOwners(own, r.envoy)
 	addOverrideOwners(own, r.envoy, res.keys)
 	now := r.opts.Now()
-	r.check(GroupKeys, "ttl", func(c *Check) { r.checkTTLs(c, res, own, now) })
-	r.check(GroupKeys, "policies", func(c *Check) { r.checkPolicies(ctx, c, res, own) })
-	r.check(GroupKeys, "sliding-logs", func(c *Check) { r.checkLogs(c, res, own) })
+	r.check(GroupKeys, "ttl", func(c *Check) { r.checkTTLs(c, res, own, now); partialScan(c, res) })
+	r.check(GroupKeys, "policies", func(c *Check) { r.checkPolicies(ctx, c, res, own); partialScan(c, res) })
+	r.check(GroupKeys, "sliding-logs", func(c *Check) { r.checkLogs(c, res, own); partialScan(c, res) })
+}
+
+// partialScan makes a key check that judged the keys of a scan that
+// failed on some reads warn instead of passing: it saw only part of the
+// keys, or none.
+func partialScan(c *Check, res scanResult) {
+	if len(res.errs) == 0 || c.Status > Pass {
+		return
+	}
+	c.Status = Warn
+	if len(res.keys) == 0 {
+		c.Summary = "not checked: the scan read no key (see scan: " + res.firstErr.Error() + ")"
+	} else {
+		c.Summary = fmt.Sprintf("only part of the keys checked, the scan failed on some reads (see scan: %v): %s", res.firstErr, c.Summary)
+	}
+	c.Fix = "fix what stopped the scan (see the scan check) and run doctor again"
 }
 
 func firstN(s []string, n int) []string {

@@ -2,10 +2,12 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -40,6 +42,13 @@ var readOnly = map[string]bool{
 	"asking": true,
 }
 
+// connSetup are the commands go-redis sends itself when a connection
+// opens.
+var connSetup = map[string]bool{
+	"hello": true, "auth": true, "select": true, "client setinfo": true, "client setname": true, "readonly": true,
+	"client maint_notifications": true,
+}
+
 // ReadOnlyCommands returns the commands doctor's Redis client sends; it
 // refuses any other with ErrRefused before sending it. EVALSHA and EVAL
 // carry only doctor's own latency probe, a script that reads one key's TTL.
@@ -69,10 +78,82 @@ func commandName(cmd redis.Cmder) string {
 	return name
 }
 
-// counter is a go-redis hook that counts the commands sent and refuses any
-// that is not a read.
+// counter is a go-redis hook that counts the commands sent, refuses any
+// that is not a read, and records the reads that failed.
 type counter struct {
 	n atomic.Int64
+
+	mu     sync.Mutex
+	failed []failedRead // in the order they failed
+}
+
+// failedRead is one command whose reply was an error other than the
+// expected ones (see expectedErr).
+type failedRead struct {
+	cmd string // the command's name, upper case, e.g. "HLEN"
+	err error
+}
+
+// failures returns the reads that failed since the first from failed
+// (an index returned by mark).
+func (c *counter) failures(from int) []failedRead {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]failedRead(nil), c.failed[min(from, len(c.failed)):]...)
+}
+
+// mark returns the number of failed reads so far, for failures.
+func (c *counter) mark() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.failed)
+}
+
+// record notes the commands of cmds that failed with an error a check
+// must not ignore: each command's own error, or, when none has one, err,
+// the error of the call (go-redis does not always set it on the command,
+// e.g. for a context already done). The commands go-redis sends itself when a
+// connection opens are not noted: an older server refuses some of them
+// (CLIENT SETINFO before Redis 7.2) and go-redis carries on.
+func (c *counter) record(err error, cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if cmd.Err() != nil {
+			// The commands carry their own errors: err is one of them.
+			err = nil
+			break
+		}
+	}
+	for _, cmd := range cmds {
+		if connSetup[commandName(cmd)] {
+			continue
+		}
+		e := cmd.Err()
+		if e == nil {
+			e = err
+		}
+		if err := e; err != nil && !expectedErr(err) {
+			c.mu.Lock()
+			c.failed = append(c.failed, failedRead{cmd: strings.ToUpper(commandName(cmd)), err: err})
+			c.mu.Unlock()
+		}
+	}
+}
+
+// expectedErr reports the errors that are part of a successful read: a
+// missing key (redis.Nil), a script to load before its first EVALSHA
+// (NOSCRIPT, then EVAL), and the Cluster redirections the client or the
+// scan follows (MOVED, ASK, TRYAGAIN).
+func expectedErr(err error) bool {
+	if errors.Is(err, redis.Nil) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"NOSCRIPT ", "MOVED ", "ASK ", "TRYAGAIN "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // attach adds the hook to client and, for a Cluster, to every node client
@@ -106,9 +187,12 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook {
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if err := c.allow(cmd); err != nil {
+			c.record(err, cmd)
 			return err
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		c.record(err, cmd)
+		return err
 	}
 }
 
@@ -117,9 +201,12 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
 			if err := c.allow(cmd); err != nil {
+				c.record(err, cmd)
 				return err
 			}
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		c.record(err, cmds...)
+		return err
 	}
 }

@@ -131,14 +131,23 @@ func (r *run) redisChecks(ctx context.Context) {
 		}
 		var versions []string
 		worst := Pass
-		replicas := 0
+		replicas, old := 0, 0
+		var infoErr error // the worst INFO failure
+		r.nodeCount = len(nodes)
 		for _, n := range nodes {
 			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			s, err := n.client.Info(ictx).Result()
 			cancel()
 			if err != nil {
 				worst = Fail
-				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: INFO failed: %v", n.addr, err))
+				if infoErr == nil || classify(ctx, err) > classify(ctx, infoErr) {
+					infoErr = err
+				}
+				line := fmt.Sprintf("%s: INFO failed: %v", n.addr, err)
+				if h := r.tlsHint(err); h != "" {
+					line += " (" + h + ")"
+				}
+				c.Evidence = append(c.Evidence, line)
 				continue
 			}
 			info := parseInfo(s)
@@ -163,7 +172,7 @@ func (r *run) redisChecks(ctx context.Context) {
 				worst = max(worst, Warn)
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: cannot read the version %q", n.addr, info["redis_version"]))
 			case versionLess(v, minVersion):
-				worst = Fail
+				worst, old = Fail, old+1
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s is older than 6.0: the scripts' SET ... KEEPTTL fails there", n.addr, info["redis_version"]))
 			}
 		}
@@ -175,8 +184,31 @@ func (r *run) redisChecks(ctx context.Context) {
 		case Warn:
 			c.Summary = "could not read every version"
 		default:
-			c.Summary = "a primary cannot run Floodgate's scripts or could not be read"
-			c.Fix = "upgrade to Redis 6.0 or later (tested with 7.0) or Valkey, and make every primary reachable"
+			var parts, fixes []string
+			if old > 0 {
+				parts = append(parts, plural.Count(old, "primary is", "primaries are")+" older than Redis 6.0 and cannot run Floodgate's scripts")
+				fixes = append(fixes, "upgrade to Redis 6.0 or later (tested with 7.0) or Valkey")
+			}
+			if infoErr != nil {
+				parts = append(parts, fmt.Sprintf("INFO could not be read on %d of %s (%v)", len(nodes)-len(r.primaryAddrs),
+					plural.Count(len(nodes), "primary", "primaries"), infoErr))
+				switch classify(ctx, infoErr) {
+				case errNoPerm:
+					fixes = append(fixes, permissionFix())
+				case errDeadline:
+					fixes = append(fixes, deadlineFix)
+				case errUnreachable:
+					f := unreachableFix
+					if h := r.tlsHint(infoErr); h != "" {
+						f += "; " + h
+					}
+					fixes = append(fixes, f)
+				default:
+					fixes = append(fixes, "read the INFO error above (a proxy or managed service that does not serve INFO cannot be audited)")
+				}
+			}
+			c.Summary = strings.Join(parts, "; ")
+			c.Fix = strings.Join(fixes, "; ")
 		}
 	})
 	r.check(GroupRedis, "maxmemory-policy", r.checkEviction)
@@ -190,6 +222,22 @@ func (r *run) redisChecks(ctx context.Context) {
 		r.check(GroupRedis, "sentinel", func(c *Check) { r.checkSentinel(ctx, c) })
 	}
 	r.check(GroupRedis, "latency", func(c *Check) { r.checkLatency(ctx, c, nodes) })
+}
+
+// partialPrimaries makes a check judged on the INFO of some primaries
+// only (the server check could not read the others) say how many it read,
+// and warn rather than pass on them.
+func (r *run) partialPrimaries(c *Check) {
+	read := len(r.primaryAddrs)
+	if read == 0 || read >= r.nodeCount {
+		return
+	}
+	c.Evidence = append(c.Evidence, fmt.Sprintf("%d of %s read: the server check says why the others could not be", read, plural.Count(r.nodeCount, "primary", "primaries")))
+	if c.Status <= Pass {
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("only %d of %s read: %s", read, plural.Count(r.nodeCount, "primary", "primaries"), c.Summary)
+		c.Fix = "make every primary reachable (the server check says why its INFO failed) and run doctor again: the primaries not read were not checked"
+	}
 }
 
 // replicaRole names INFO's role field for people ("slave" is a replica).
@@ -231,6 +279,7 @@ func policyMeaning(policy string) (Status, string) {
 }
 
 func (r *run) checkEviction(c *Check) {
+	defer r.partialPrimaries(c)
 	c.Read = "INFO memory (from the server check, no extra command)"
 	if len(r.primaryAddrs) == 0 {
 		c.Status, c.Summary = Warn, "no primary could be read"
@@ -283,6 +332,7 @@ func formatBytes(n int64) string {
 }
 
 func (r *run) checkMemory(c *Check) {
+	defer r.partialPrimaries(c)
 	c.Read = "INFO memory (from the server check, no extra command)"
 	if len(r.primaryAddrs) == 0 {
 		c.Status, c.Summary = Warn, "no primary could be read"
@@ -333,6 +383,7 @@ func (r *run) checkMemory(c *Check) {
 }
 
 func (r *run) checkPersistence(ctx context.Context, c *Check) {
+	defer r.partialPrimaries(c)
 	c.Read = "INFO persistence (from the server check) and CONFIG GET save on each primary"
 	quotas, names := r.quotasConfigured()
 	if len(r.primaryAddrs) == 0 {
@@ -348,11 +399,13 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 	aofOff, broken := 0, 0
 	for _, addr := range r.primaryAddrs {
 		info := r.info[addr]
-		save := "unknown (CONFIG GET refused)"
+		save := "unknown (no client for this primary)"
 		if cl := nodes[addr]; cl != nil {
 			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			if m, err := cl.ConfigGet(gctx, "save").Result(); err == nil {
 				save = fmt.Sprintf("%q", m["save"])
+			} else {
+				save = fmt.Sprintf("unknown (CONFIG GET failed: %v)", err)
 			}
 			cancel()
 		}
@@ -405,6 +458,7 @@ func onOff(b bool) string {
 }
 
 func (r *run) checkReplication(_ context.Context, c *Check) {
+	defer r.partialPrimaries(c)
 	c.Read = "INFO replication (from the server check, no extra command)"
 	if len(r.primaryAddrs) == 0 {
 		c.Status, c.Summary = Warn, "no primary could be read"

@@ -1,0 +1,152 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
+)
+
+// errClass sorts a failed read by what the reader should do about it.
+type errClass uint8
+
+const (
+	// errOther is any other error reply (ERR unknown command...).
+	errOther errClass = iota
+	// errNoPerm is a read the ACL user may not send (NOPERM, NOAUTH,
+	// WRONGPASS).
+	errNoPerm
+	// errUnreachable is a Redis that did not answer: a timeout, a
+	// refused or reset connection, an EOF.
+	errUnreachable
+	// errDeadline is the run's own time (Options' ctx, --timeout) over.
+	errDeadline
+)
+
+// classify says what kind of failure err is; ctx is the run's context.
+func classify(ctx context.Context, err error) errClass {
+	msg := err.Error()
+	var reply redis.Error
+	switch {
+	case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		return errDeadline
+	case strings.HasPrefix(msg, "NOPERM"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"):
+		return errNoPerm
+	case errors.As(err, &reply):
+		return errOther
+	}
+	return errUnreachable
+}
+
+// permissionFix is the fix of a read the ACL user may not send.
+func permissionFix() string {
+	return "grant doctor's ACL user these reads: " + strings.Join(ReadOnlyCommands(), ", ") +
+		" (e.g. ACL SETUSER NAME +@read +info +config|get +cluster|info +cluster|slots +cluster|nodes +memory|usage +latency|latest +time +evalsha +eval +script|load), or run doctor as the user Floodgate uses"
+}
+
+// unreachableFix is the fix of a Redis that stopped answering.
+const unreachableFix = "Redis stopped answering (a timeout, a refused or closed connection): check that every Redis node is up, not blocked (a long command, a fork, swapping, a stopped process) and reachable from this host, then run doctor again"
+
+// deadlineFix is the fix of reads cut short by the run's deadline.
+const deadlineFix = "doctor's time ran out (--timeout, default 2m) before these reads: if Redis answered slowly or not at all, check it first (see the checks above); otherwise run doctor again with a longer --timeout"
+
+// tlsHint returns a hint when err looks like a TLS mismatch: a TLS client
+// whose handshake a plaintext server never answers (a timeout), or a
+// plaintext client a TLS-only server closes (EOF, a reset), and "" when
+// it does not.
+func (r *run) tlsHint(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	// rediss://, or --redis-tls (or a CA file, a certificate) given.
+	tlsOn := r.opts.Redis.TLS != nil || strings.HasPrefix(r.opts.Redis.URL, "rediss")
+	switch {
+	case tlsOn && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "i/o timeout") ||
+		strings.Contains(msg, "first record does not look like a TLS handshake") || strings.Contains(msg, "tls:")):
+		return "doctor speaks TLS to Redis (rediss:// or --redis-tls): the server may not speak TLS; use redis:// without --redis-tls for a plaintext server"
+	case !tlsOn && (errors.Is(err, io.EOF) || strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset")):
+		return "the server closed the connection: is it TLS-only? use rediss:// or --redis-tls (with --redis-ca-file)"
+	}
+	return ""
+}
+
+// failedReads describes failed reads for a check's evidence: the count,
+// and the first few commands with their errors.
+func failedReads(fs []failedRead) []string {
+	lines := []string{plural.Count(len(fs), "Redis read", "Redis reads") + " failed:"}
+	seen := map[string]int{}
+	var order []string
+	for _, f := range fs {
+		k := f.cmd + ": " + f.err.Error()
+		if seen[k] == 0 {
+			order = append(order, k)
+		}
+		seen[k]++
+	}
+	for i, k := range order {
+		if i == 3 {
+			lines = append(lines, fmt.Sprintf("… %d other errors", len(order)-3))
+			break
+		}
+		if n := seen[k]; n > 1 {
+			k += fmt.Sprintf(" (×%d)", n)
+		}
+		lines = append(lines, "  "+k)
+	}
+	return lines
+}
+
+// judgeFailures makes a check whose Redis reads failed say so: it adds
+// the failures to the evidence, and a check that would pass (or only
+// inform) on what it could read warns (an error reply: NOPERM, an unknown
+// command) or fails (Redis did not answer, or the run's time ran out),
+// with the fix of the worst failure.
+func (r *run) judgeFailures(ctx context.Context, c *Check, fs []failedRead) {
+	if len(fs) == 0 {
+		return
+	}
+	c.Evidence = append(c.Evidence, failedReads(fs)...)
+	worst := errOther
+	var worstErr error
+	for _, f := range fs {
+		if k := classify(ctx, f.err); k > worst || worstErr == nil {
+			worst, worstErr = max(worst, k), f.err
+		}
+	}
+	if c.Status >= Warn && c.Fix != "" {
+		return // the check judged the failure itself
+	}
+	st, fix := Warn, "read the errors above: doctor could not read everything this check needs"
+	what := "a read failed (" + worstErr.Error() + ")"
+	switch worst {
+	case errNoPerm:
+		fix = permissionFix()
+		what = "Redis refused a read (" + worstErr.Error() + ")"
+	case errUnreachable:
+		st, fix = Fail, unreachableFix
+		what = "Redis did not answer (" + worstErr.Error() + ")"
+		if h := r.tlsHint(worstErr); h != "" {
+			fix += "; " + h
+		}
+	case errDeadline:
+		st, fix = Fail, deadlineFix
+		what = "the run's time ran out (" + worstErr.Error() + ")"
+	}
+	if c.Status < st {
+		if c.Summary != "" {
+			c.Summary = what + ", so this is from partial data: " + c.Summary
+		} else {
+			c.Summary = what
+		}
+		c.Status = st
+	}
+	if c.Fix == "" {
+		c.Fix = fix
+	}
+}
