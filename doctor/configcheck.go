@@ -39,6 +39,24 @@ func (r *run) configChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no configuration in Redis under %s:config and no --config given: the checks that need the policies were skipped", r.opts.Prefix)
 			c.Fix = "give doctor the file the instances run (--config FILE), or publish it to Redis (floodgate config push FILE) and run the instances with --config-from-redis"
+		case errors.Is(r.cfgErr, config.ErrSignature):
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("%s is refused: %v", r.cfgSource, r.cfgErr)
+			c.Fix = "give doctor the key the instances verify with (--config-verify-key-file, the file of serve's --config-verify-key-file), or sign the document again under that key (floodgate config push --sign-key-file FILE); instances started with --config-verify-key-file refuse a document their key did not sign and keep their last good configuration"
+		case r.opts.ConfigFile == "" && !isParseError(r.cfgErr):
+			// Reading the document failed: nothing is known of its content.
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("%s could not be read: %v; the checks that need the policies were skipped", r.cfgSource, r.cfgErr)
+			switch classify(r.ctxOrBackground(), r.cfgErr) {
+			case errNoPerm:
+				c.Fix = permissionFix()
+			case errDeadline:
+				c.Fix = deadlineFix
+			case errUnreachable:
+				c.Fix = unreachableFix
+			default:
+				c.Fix = "read the error: doctor reads the document with GET, STRLEN and GETRANGE of " + r.opts.Prefix + ":config"
+			}
 		default:
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s does not validate: %v", r.cfgSource, r.cfgErr)
@@ -53,6 +71,13 @@ func (r *run) configChecks(ctx context.Context) {
 	r.check(GroupConfig, "hot-keys-and-slots", r.checkSlots)
 	r.check(GroupConfig, "shadow", r.checkShadow)
 	r.check(GroupConfig, "failure-mode", r.checkFailureMode)
+}
+
+// isParseError reports an error about the configuration document itself
+// (its syntax, its values), not about reading it.
+func isParseError(err error) bool {
+	var ce *config.Error
+	return errors.As(err, &ce)
 }
 
 func (r *run) checkTiers(ctx context.Context, c *Check) {
@@ -75,6 +100,8 @@ func (r *run) checkTiers(ctx context.Context, c *Check) {
 	if err == nil {
 		c.Evidence = append(c.Evidence, keys.Tiers+" holds "+plural.Count(n, "tier assignment", "tier assignments"))
 	}
+	// A failed HLEN is in the evidence and the verdict: r.check judges the
+	// check on the reads that failed (judgeFailures).
 	def, _ := config.Default()
 	switch {
 	case def != nil && r.cfg.Hash() == def.Hash():

@@ -380,10 +380,7 @@ func sortChecks(cs []Check) {
 func (r *run) check(group, name string, fn func(c *Check)) {
 	c := Check{Group: group, Name: name}
 	before, failedBefore := r.counter.n.Load(), r.counter.mark()
-	ctx := r.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := r.ctxOrBackground()
 	live := ctx.Err() == nil
 	fn(&c)
 	if live && ctx.Err() != nil {
@@ -395,6 +392,15 @@ func (r *run) check(group, name string, fn func(c *Check)) {
 		c.Status = Info
 	}
 	r.report.Checks = append(r.report.Checks, c)
+}
+
+// ctxOrBackground returns the run's context, or a background one for a
+// run built by a test without one.
+func (r *run) ctxOrBackground() context.Context {
+	if r.ctx == nil {
+		return context.Background()
+	}
+	return r.ctx
 }
 
 // loadConfig reads the configuration the instances run: the file when one
