@@ -299,6 +299,8 @@ type run struct {
 	envoy        *envoyrls.Config // the descriptors of Options.EnvoyConfig; nil without
 	instances    []*instance      // read once, by the first check that needs them
 	deadlineIn   string           // the check during which the run's context ended
+	scanned      bool             // the key scan ran
+	scannedKeys  int              // keys the scan found under the prefixes
 }
 
 // Run audits the deployment and returns the report. It fails only when

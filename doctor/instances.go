@@ -41,6 +41,8 @@ type instance struct {
 	ready         string // "ready", "degraded", "draining"
 	readyErr      string
 	configVersion string
+	configSource  string    // where the instance read its configuration: a file, or redis:<prefix>:config
+	configHash    string    // the SHA-256 of its document; "" from builds whose /readyz does not say
 	store         string    // "memory" or "redis" from /readyz; "" from builds that do not say
 	date          time.Time // the Date header of /readyz
 	dateAt        time.Time // local time at the middle of that request
@@ -127,6 +129,8 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			Status        *string `json:"status"`
 			Error         string  `json:"error"`
 			ConfigVersion *string `json:"config_version"`
+			ConfigSource  string  `json:"config_source"`
+			ConfigHash    string  `json:"config_hash"`
 			Store         string  `json:"store"`
 		}
 		jerr := json.Unmarshal(body, &ready)
@@ -146,6 +150,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			continue
 		}
 		in.ready, in.readyErr, in.configVersion, in.store = *ready.Status, ready.Error, *ready.ConfigVersion, ready.Store
+		in.configSource, in.configHash = ready.ConfigSource, ready.ConfigHash
 		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
 			in.date, in.dateAt = d, local.Add(rtt/2)
 		}
@@ -404,6 +409,13 @@ func (r *run) instanceChecks(ctx context.Context) {
 				c.Fix = "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
 			}
 		}()
+		if diff := differentContents(ins); len(diff) > 0 {
+			c.Evidence = append(c.Evidence, diff...)
+			c.Status = Fail
+			c.Summary = "instances run different configurations under one version: the same request gets different limits depending on the instance"
+			c.Fix = "give every change a new version and publish one configuration to all (floodgate config push with --config-from-redis, or the same file everywhere)"
+			return
+		}
 		switch {
 		case len(versions) > 1:
 			sort.Strings(vs)
@@ -414,6 +426,10 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("instances run version %q, but %s holds version %q", vs[0], r.cfgSource, r.cfg.Version())
 			c.Fix = "the instances have not applied the current document (rejected, or not watching it): check their logs"
+		case len(versions) == 1 && r.cfg != nil && sameHash(ins) != "" && sameHash(ins) != r.cfg.Hash():
+			c.Status = Warn
+			c.Summary = fmt.Sprintf("instances run version %q, but not the document %s holds under that version (hash %s, theirs %s)", vs[0], r.cfgSource, short(r.cfg.Hash()), short(sameHash(ins)))
+			c.Fix = "give every change a new version; check that doctor was given the instances' configuration (--config FILE, or the one in Redis)"
 		case len(versions) == 1 && len(unknown) > 0:
 			c.Status, c.Summary = Pass, fmt.Sprintf("every instance whose version is known runs configuration version %q", vs[0])
 		case len(versions) == 1:
@@ -426,6 +442,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Status, c.Summary = Warn, "no instance answered"
 		}
 	})
+	r.check(GroupInstances, "redis-and-prefix", func(c *Check) { r.checkSameRedis(ctx, c, ins) })
 	r.check(GroupInstances, "breakers", func(c *Check) {
 		c.Read = read + " (no extra request)"
 		worst, seen, unread := Pass, false, 0

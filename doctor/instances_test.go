@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate/clocksync"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -100,6 +101,20 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
+	if !o.memory {
+		// Its heartbeats in <prefix>:instances, as serve's.
+		hb, err := fleet.New(client, prefix+":instances", hs.URL, fleet.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hb.Beat(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = hb.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
 	as := httptest.NewServer(srv.AdminHandler())
 	t.Cleanup(as.Close)
 	return &instance{url: hs.URL, adminURL: as.URL, reloader: rl, reg: reg}

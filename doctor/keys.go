@@ -180,6 +180,7 @@ func (r *run) keyChecks(ctx context.Context) {
 	var res scanResult
 	r.check(GroupKeys, "scan", func(c *Check) {
 		res = r.scan(ctx, nodes)
+		r.scanned, r.scannedKeys = true, len(res.keys)
 		if err != nil {
 			// Some primaries could not be listed: the scan missed their keys.
 			res.fail("listing the primaries: "+err.Error(), err)
@@ -210,6 +211,12 @@ func (r *run) keyChecks(ctx context.Context) {
 			}
 		case res.truncated:
 			c.Status, c.Summary = Info, "a sample: "+res.why+"; the key checks below judge the keys seen"
+		case len(res.keys) == 0 && len(r.opts.Instances) > 0:
+			// Running instances write their heartbeats (and their counters)
+			// under the prefix: none means they use another one.
+			c.Status = Warn
+			c.Summary = fmt.Sprintf("no key under %s:* or {%s}:*, though instances are given: the prefix may be wrong (see Instances/redis-and-prefix)", r.opts.Prefix, r.opts.LoginPrefix)
+			c.Fix = "give doctor the --prefix (and --login-prefix) the instances run with (serve --prefix), and their Redis"
 		default:
 			c.Status, c.Summary = Pass, fmt.Sprintf("scanned every key under the prefixes (%d)", len(res.keys))
 		}

@@ -526,9 +526,13 @@ type readyResponse struct {
 	// Breakers are the circuit breakers' states by partition (closed,
 	// half_open or open), when the store has breakers.
 	Breakers map[string]string `json:"breakers,omitempty"`
-	// ConfigVersion and ConfigSource describe the configuration loaded.
+	// ConfigVersion and ConfigSource describe the configuration loaded;
+	// ConfigHash is the hex SHA-256 of its document, so that instances
+	// running different contents under one version can be told apart
+	// (floodgate doctor compares them).
 	ConfigVersion string `json:"config_version"`
 	ConfigSource  string `json:"config_source"`
+	ConfigHash    string `json:"config_hash"`
 	// Store is Options.Store: memory or redis.
 	Store string `json:"store,omitempty"`
 }
@@ -562,7 +566,7 @@ func (s *Server) Serving(ctx context.Context) error {
 // readiness is GET /readyz's answer; degradedOK is its ?degraded=ok.
 func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse, int) {
 	cfg := s.cfg.Load()
-	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), Store: s.opts.Store}
+	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), ConfigHash: cfg.Hash(), Store: s.opts.Store}
 	status := http.StatusOK
 	var problems []string
 	if s.opts.Breakers != nil {

@@ -1,0 +1,136 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/plural"
+)
+
+// short returns the first 8 hex digits of a hash, for people.
+func short(h string) string {
+	if len(h) > 8 {
+		return h[:8] + "…"
+	}
+	return h
+}
+
+// differentContents returns, for each configuration version that the
+// instances run with more than one document (their /readyz config_hash
+// differs), an evidence line naming each hash and its instances; nil
+// when every version has one document (or the hashes are unknown).
+func differentContents(ins []*instance) []string {
+	byVersion := map[string]map[string][]string{}
+	for _, in := range ins {
+		if in.notFloodgate != "" || in.readyStatus == 0 || in.configHash == "" {
+			continue
+		}
+		if byVersion[in.configVersion] == nil {
+			byVersion[in.configVersion] = map[string][]string{}
+		}
+		byVersion[in.configVersion][in.configHash] = append(byVersion[in.configVersion][in.configHash], in.url)
+	}
+	var out []string
+	for v, hashes := range byVersion {
+		if len(hashes) < 2 {
+			continue
+		}
+		var parts []string
+		for h, urls := range hashes {
+			parts = append(parts, fmt.Sprintf("hash %s on %s", short(h), strings.Join(urls, ", ")))
+		}
+		sort.Strings(parts)
+		out = append(out, fmt.Sprintf("version %q has %d different documents: %s", v, len(hashes), strings.Join(parts, "; ")))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sameHash returns the configuration hash every instance that reports one
+// runs, or "" when none reports one or they differ.
+func sameHash(ins []*instance) string {
+	h := ""
+	for _, in := range ins {
+		if in.configHash == "" || in.notFloodgate != "" {
+			continue
+		}
+		if h != "" && in.configHash != h {
+			return ""
+		}
+		h = in.configHash
+	}
+	return h
+}
+
+// checkSameRedis checks that the instances decide on the Redis and under
+// the prefix doctor audits: the prefix of a configuration they read from
+// Redis (/readyz config_source "redis:<prefix>:config"), and their
+// heartbeats in <prefix>:instances (package fleet: one member per live
+// instance), which serve writes every 2s.
+func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
+	fleetKey := r.opts.Prefix + ":instances"
+	c.Read = "ZCARD " + fleetKey + ", and the config_source of the instances' /readyz already read"
+	onRedis := 0
+	var traffic float64
+	var otherPrefix []string
+	for _, in := range ins {
+		if in.notFloodgate != "" || in.readyStatus == 0 || in.store == "memory" {
+			continue
+		}
+		onRedis++
+		if a, ok := sum(in.metrics, metricAllowed, nil); ok {
+			traffic += a
+		}
+		if d, ok := sum(in.metrics, metricDenied, nil); ok {
+			traffic += d
+		}
+		if p, ok := strings.CutPrefix(in.configSource, "redis:"); ok {
+			if p, ok = strings.CutSuffix(p, ":config"); ok && p != r.opts.Prefix {
+				otherPrefix = append(otherPrefix, fmt.Sprintf("%s reads its configuration from %s:config: its --prefix is %q, not %q", in.url, p, p, r.opts.Prefix))
+			}
+		}
+	}
+	if onRedis == 0 {
+		c.Status, c.Summary = Info, "no instance that answered decides on Redis: nothing to compare"
+		return
+	}
+	zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	beats, err := r.client.ZCard(zctx, fleetKey).Result()
+	cancel()
+	if err != nil {
+		c.Status, c.Summary = Warn, fmt.Sprintf("could not read %s (%v): whether the instances use this Redis is unknown", fleetKey, err)
+		return
+	}
+	c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %s on this Redis; %s on Redis answered", fleetKey,
+		plural.Count(beats, "live instance heartbeat", "live instance heartbeats"), plural.Count(onRedis, "instance", "instances")))
+	c.Evidence = append(c.Evidence, otherPrefix...)
+	noKeys := r.scanned && r.scannedKeys == 0
+	if noKeys {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("the scan found no key under %s: while the instances have decided %.0f requests", r.opts.Prefix, traffic))
+	}
+	const fix = "give doctor the Redis and the prefix the instances run with (serve --redis, --redis-sentinel or --redis-cluster, and --prefix): doctor audited another Redis or another prefix than theirs"
+	switch {
+	case len(otherPrefix) > 0:
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("the instances use another prefix than %q: doctor audited keys they do not use", r.opts.Prefix)
+		c.Fix = fix
+	case beats == 0 && (noKeys || traffic > 0):
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: they decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Fix = fix
+	case beats == 0:
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: they may decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Fix = fix
+	case beats < int64(onRedis):
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("%s in %s for %s given: some of them may decide on another Redis or under another --prefix", plural.Count(beats, "heartbeat", "heartbeats"), fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Fix = fix
+	default:
+		c.Status = Pass
+		c.Summary = fmt.Sprintf("the instances heartbeat into this Redis under prefix %q (%s)", r.opts.Prefix, plural.Count(beats, "live instance", "live instances"))
+	}
+}

@@ -1,0 +1,60 @@
+package doctor_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestInstancesOnAnotherPrefixOrRedis: doctor given another --prefix
+// than the instances' (fgx for fg), or another Redis than theirs, passed
+// everything on 0 keys. It now says the prefix may be wrong (scan) and
+// fails the instances' redis-and-prefix check: no heartbeat of theirs in
+// <prefix>:instances on the Redis audited.
+func TestInstancesOnAnotherPrefixOrRedis(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "ap", testConfig)
+	traffic(t, client, "ap", cfg)
+	a := startInstance(t, client, "ap", instanceOptions{doc: testConfig, discipline: true})
+	other := redistest.Start(t, healthyRedis...)
+	for _, tc := range []struct {
+		name, redis, prefix string
+	}{
+		{"another prefix", srv.Addr, "apx"},
+		{"another Redis", other.Addr, "ap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + tc.redis}, Prefix: tc.prefix,
+				Instances: []string{a.url}, RateWindow: -1})
+			want(t, rep, doctor.GroupKeys, "scan", doctor.Warn, "the prefix may be wrong")
+			c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail, "no instance heartbeats in "+tc.prefix+":instances")
+			if !strings.Contains(c.Fix, "--prefix") || !strings.Contains(c.Fix, "--redis") {
+				t.Errorf("fix %q", c.Fix)
+			}
+		})
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ap", Instances: []string{a.url}, RateWindow: -1})
+	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "1 live instance")
+}
+
+// TestInstancesOnOneVersionWithDifferentContents: two instances run
+// version "7" with different documents. config-version passed ("every
+// instance runs configuration version"); it now fails, naming both
+// hashes and their instances.
+func TestInstancesOnOneVersionWithDifferentContents(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "dc", testConfig)
+	a := startInstance(t, client, "dc", instanceOptions{doc: testConfig, discipline: true})
+	b := startInstance(t, client, "dc", instanceOptions{doc: strings.Replace(testConfig, "limit: 100\n", "limit: 200\n", 1), discipline: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "dc",
+		Instances: []string{a.url, b.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupInstances, "config-version", doctor.Fail, `version "7" has 2 different documents`, "on "+a.url, "on "+b.url)
+	if c.Fix == "" {
+		t.Error("no fix")
+	}
+}
