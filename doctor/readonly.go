@@ -29,7 +29,7 @@ var readOnly = map[string]bool{
 	"sentinel master": true, "sentinel replicas": true, "sentinel sentinels": true, "sentinel ckquorum": true,
 	"sentinel get-master-addr-by-name": true,
 	// The latency probe: a fixed script that only reads (PTTL of one key),
-	// see probeScript.
+	// see probeScript; allow refuses any other script (ownScript).
 	"evalsha": true, "eval": true, "script load": true,
 	// Sent by go-redis itself when a connection opens.
 	"hello": true, "auth": true, "select": true, "client setinfo": true, "client setname": true, "readonly": true,
@@ -50,8 +50,9 @@ var connSetup = map[string]bool{
 }
 
 // ReadOnlyCommands returns the commands doctor's Redis client sends; it
-// refuses any other with ErrRefused before sending it. EVALSHA and EVAL
-// carry only doctor's own latency probe, a script that reads one key's TTL.
+// refuses any other with ErrRefused before sending it. EVALSHA, EVAL and
+// SCRIPT LOAD are allowed only with doctor's own latency probe, a script
+// that reads one key's TTL: any other script is refused too.
 func ReadOnlyCommands() []string {
 	out := make([]string, 0, len(readOnly))
 	for c := range readOnly {
@@ -166,8 +167,33 @@ func (c *counter) attach(client redis.UniversalClient) {
 	client.AddHook(c)
 }
 
+// ownScript reports whether a script command carries doctor's own
+// probe script, the only one it sends: EVAL and SCRIPT LOAD of its
+// source, EVALSHA of its SHA-1. Any other script could write.
+func ownScript(name string, cmd redis.Cmder) bool {
+	args := cmd.Args()
+	arg := func(i int) string {
+		if len(args) <= i {
+			return ""
+		}
+		return fmt.Sprint(args[i])
+	}
+	switch name {
+	case "eval":
+		return arg(1) == probeSource
+	case "evalsha":
+		return strings.EqualFold(arg(1), probeScript.Hash())
+	case "script load":
+		return arg(2) == probeSource
+	}
+	return true
+}
+
 func (c *counter) allow(cmd redis.Cmder) error {
-	if name := commandName(cmd); !readOnly[name] {
+	if name := commandName(cmd); !readOnly[name] || !ownScript(name, cmd) {
+		if readOnly[name] {
+			name += " of a script that is not doctor's probe"
+		}
 		err := fmt.Errorf("%w: %s", ErrRefused, strings.ToUpper(name))
 		cmd.SetErr(err)
 		return err

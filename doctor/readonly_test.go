@@ -24,6 +24,10 @@ func TestCounterRefusesWrites(t *testing.T) {
 		"EXPIRE":     c.Expire(ctx, "w:x", time.Second),
 		"FLUSHALL":   c.FlushAll(ctx),
 		"CONFIG SET": c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru"),
+		// Scripts other than doctor's probe: the guard let any through.
+		"EVAL":        c.Eval(ctx, "return redis.call('SET', KEYS[1], '1')", []string{"w:eval"}),
+		"EVALSHA":     c.EvalSha(ctx, "0123456789012345678901234567890123456789", []string{"w:x"}),
+		"SCRIPT LOAD": c.ScriptLoad(ctx, "return redis.call('DEL', KEYS[1])"),
 	} {
 		if !errors.Is(cmd.Err(), ErrRefused) {
 			t.Errorf("%s: error %v, want ErrRefused", name, cmd.Err())
@@ -40,7 +44,10 @@ func TestCounterRefusesWrites(t *testing.T) {
 	}
 	// Nothing reached the server.
 	plain := srv.Client(t)
-	if n := plain.Exists(ctx, "w:set", "w:pipe").Val(); n != 0 {
+	if err := probeScript.Run(ctx, c, []string{"w:probe"}).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("the probe script refused: %v", err)
+	}
+	if n := plain.Exists(ctx, "w:set", "w:pipe", "w:eval").Val(); n != 0 {
 		t.Fatalf("%d refused keys were written", n)
 	}
 	if p := plain.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]; p != "noeviction" {
