@@ -123,7 +123,7 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 				line := fmt.Sprintf("%s: no clock sync round measured (%s is 0): timestamps are its raw clock", in.url, metricSyncRTT)
 				st := Warn
 				if haveDate {
-					line += fmt.Sprintf("; its Date header is %+.0fs from Redis's clock", dateOff.Seconds())
+					line += fmt.Sprintf("; its Date header is %s from Redis's clock", signedSeconds(dateOff))
 					if abs(dateOff) > dateFail {
 						st = Fail
 					}
@@ -144,7 +144,7 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 		if worst == Pass && unread > 0 {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("the clock discipline of %s is unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
-			c.Fix = metricsFix
+			c.Fix = unreadFix(ins)
 			return
 		}
 		switch worst {
@@ -158,4 +158,14 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 			c.Summary = fmt.Sprintf("every instance disciplines its clock to Redis, within %v", skewWarn)
 		}
 	})
+}
+
+// signedSeconds writes d to the second with its sign, "0s" when it rounds
+// to zero (not "-0s").
+func signedSeconds(d time.Duration) string {
+	n := d.Round(time.Second) / time.Second
+	if n == 0 {
+		return "0s"
+	}
+	return fmt.Sprintf("%+ds", n)
 }

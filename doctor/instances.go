@@ -91,6 +91,33 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 	return body, resp.Header, resp.StatusCode, time.Since(t0), err
 }
 
+// unreadFix is the fix of a check that could not read the /metrics of
+// some of ins: an instance that did not answer at all (connection
+// refused, a timeout) is down or unreachable, not given by the wrong
+// address; the address advice is for the others.
+func unreadFix(ins []*instance) string {
+	var down []string
+	other := false
+	for _, in := range ins {
+		switch {
+		case in.metrics != nil:
+		case in.readyStatus == 0 && in.notFloodgate == "":
+			down = append(down, in.url)
+		default:
+			other = true
+		}
+	}
+	if len(down) == 0 {
+		return metricsFix
+	}
+	fix := fmt.Sprintf("%s did not answer at all (%s): check that %s up and reachable from this host", strings.Join(down, ", "),
+		"connection refused or timed out", plural.Word(len(down), "it is", "they are"))
+	if other {
+		fix += "; for the others: " + metricsFix
+	}
+	return fix
+}
+
 // errMetrics404 is the error of a /metrics answered 404.
 var errMetrics404 = errors.New("status 404 (" + metricsAdminOnlyHint + ")")
 
@@ -334,7 +361,8 @@ func (r *run) instanceChecks(ctx context.Context) {
 				bad++
 				line := fmt.Sprintf("%s: %s (HTTP %d)", in.url, in.ready, in.readyStatus)
 				if in.readyErr != "" {
-					line += ": " + in.readyErr
+					// A Cluster's error spans lines: keep the report's layout.
+					line += ": " + strings.Join(strings.Fields(strings.ReplaceAll(in.readyErr, "\n", "; ")), " ")
 				}
 				c.Evidence = append(c.Evidence, line)
 			default:
@@ -473,7 +501,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		switch {
 		case worst == Pass && unread > 0:
 			c.Status, c.Summary = Warn, fmt.Sprintf("the breakers of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
-			c.Fix = metricsFix
+			c.Fix = unreadFix(ins)
 		case !seen:
 			c.Status, c.Summary = Info, "no instance exports "+metricBreaker+" (not exported by this version, or no Redis call yet)"
 		case worst == Fail:
@@ -569,7 +597,7 @@ func (r *run) checkRates(c *Check, ins []*instance, read string) {
 	case worst == Pass && unread > 0:
 		c.Status = Warn
 		c.Summary = fmt.Sprintf("the fallback and denial counts of %s are unknown: %s /metrics could not be read", plural.Count(unread, "instance", "instances"), plural.Word(unread, "its", "their"))
-		c.Fix = metricsFix
+		c.Fix = unreadFix(ins)
 		return
 	}
 	switch worst {

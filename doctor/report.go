@@ -41,12 +41,12 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 			fmt.Fprintf(bw, "\n%s\n", paint(colourBold, group))
 		}
 		tag := fmt.Sprintf("[%s]", strings.ToUpper(c.Status.String()))
-		fmt.Fprintf(bw, "  %s %s: %s\n", paint(statusColour[c.Status], tag), c.Name, c.Summary)
+		fmt.Fprintf(bw, "  %s %s: %s\n", paint(statusColour[c.Status], tag), c.Name, indent(c.Summary))
 		for _, e := range c.Evidence {
-			fmt.Fprintf(bw, "         %s\n", e)
+			fmt.Fprintf(bw, "         %s\n", indent(e))
 		}
 		if c.Fix != "" && c.Status >= Warn {
-			fmt.Fprintf(bw, "         %s %s\n", paint(colourBold, "fix:"), c.Fix)
+			fmt.Fprintf(bw, "         %s %s\n", paint(colourBold, "fix:"), indent(c.Fix))
 		}
 		read := "read: " + c.Read
 		if c.RedisCommands > 0 {
@@ -57,6 +57,12 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 	fmt.Fprintf(bw, "\n%s: %d fail, %d warn, %d pass, %d info\n", paint(statusColour[r.Worst()], strings.ToUpper(r.Worst().String())),
 		r.Count(Fail), r.Count(Warn), r.Count(Pass), r.Count(Info))
 	return bw.Flush()
+}
+
+// indent keeps a text that spans lines (an error from Redis) in the
+// report's layout: its continuation lines are indented as evidence is.
+func indent(s string) string {
+	return strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n           ")
 }
 
 // WriteJSON writes the report as one indented JSON document.
