@@ -340,6 +340,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		} else if why != "" {
 			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %s (%w)", opts.Redis.String(), why, err)
 		}
+		if h := r.tlsHint(err); h != "" {
+			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %w (%s)", opts.Redis.String(), err, h)
+		}
 		return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %w", opts.Redis.String(), err)
 	}
 	r.loadConfig(ctx)
