@@ -162,5 +162,17 @@ func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	}
 	l.last[format] = now
 	l.mu.Unlock()
-	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+	l.log.Log(ctx, redisLineLevel(format), "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// redisLineLevel is the level of one of go-redis's lines: Info for those
+// that report a healthy step (the sentinel it asks, a sentinel it learned
+// of), Warn for the others (failures, a switch of primary). A healthy
+// Sentinel set-up logged a warning at every start ("sentinel: selected
+// addr=..."), in serve and in doctor alike.
+func redisLineLevel(format string) slog.Level {
+	if strings.HasPrefix(format, "sentinel: selected addr") || strings.HasPrefix(format, "sentinel: discovered new sentinel") {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
 }

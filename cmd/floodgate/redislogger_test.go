@@ -66,3 +66,18 @@ func TestRedisLoggerKeepsFailoverNotices(t *testing.T) {
 		t.Errorf("%d lines for a repeated dial failure within the interval, want 1", n)
 	}
 }
+
+// TestRedisLoggerHealthyStepsAreInfo: go-redis's report of the sentinel it
+// picked is logged at Info, not Warn (every healthy start warned); a dial
+// failure stays a warning.
+func TestRedisLoggerHealthyStepsAreInfo(t *testing.T) {
+	out := &lockedWriter{}
+	rl := newRedisLogger(slog.New(slog.NewTextHandler(out, nil)), time.Hour)
+	ctx := context.Background()
+	rl.Printf(ctx, "sentinel: selected addr=%s masterAddr=%s", "127.0.0.1:26379", "127.0.0.1:6379")
+	rl.Printf(ctx, "redis: connection pool: failed to dial after %d attempts: %v", 5, "refused")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[1], "level=WARN") {
+		t.Fatalf("want the selected sentinel at INFO and the dial failure at WARN, got:\n%s", out.String())
+	}
+}
