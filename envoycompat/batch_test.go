@@ -570,6 +570,32 @@ func TestRedisStorePerSecondConcurrent(t *testing.T) {
 	}
 }
 
+// TestRedisStorePerSecondDownIsIndeterminate: with the per-second server
+// down, a request whose other counters were written on the main server
+// fails as indeterminate, not as "store unavailable" (nothing written),
+// which an outside walk saw answered while the main counters moved; one
+// with only per-second counters is still unavailable.
+func TestRedisStorePerSecondDownIsIndeterminate(t *testing.T) {
+	ms, ps := redistest.Start(t), redistest.Start(t)
+	mc := ms.Client(t)
+	pc := redis.NewClient(&redis.Options{Addr: ps.Addr, MaxRetries: -1})
+	defer pc.Close()
+	s := &RedisStore{Client: mc, PerSecond: pc}
+	ps.Kill()
+	ctx := context.Background()
+	err := s.Incr(ctx, []*Op{{Key: "psd_minute", N: 1, TTL: time.Minute}, {Key: "psd_second", N: 1, TTL: time.Second, PerSecond: true}})
+	if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("Incr with the per-second server down: %v; want ErrIndeterminate only (the minute counter was written)", err)
+	}
+	if got, _ := counter(t, mc, "psd_minute"); got != 1 {
+		t.Fatalf("psd_minute = %d, want 1", got)
+	}
+	err = s.Incr(ctx, []*Op{{Key: "psd_second", N: 1, TTL: time.Second, PerSecond: true}})
+	if !errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("Incr of a per-second counter alone with its server down: %v; want ErrStoreUnavailable", err)
+	}
+}
+
 // TestRedisStoreTimeoutCountsTheWait: with Timeout set, an Incr that
 // waits in the queue behind script calls held by a stalled Redis ends at
 // its own Timeout from its call, the wait included, whatever the client's

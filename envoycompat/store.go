@@ -124,6 +124,7 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 	if s.Client == nil {
 		return fmt.Errorf("%w: envoycompat: RedisStore.Client is nil", floodgate.ErrStoreUnavailable)
 	}
+	applied := false // some counters were written by an earlier call
 	for _, perSecond := range []bool{false, true} {
 		c := s.client(perSecond)
 		if perSecond && c == s.Client {
@@ -142,8 +143,15 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 			continue
 		}
 		if err := s.incrOn(ctx, c, perSecond, mine); err != nil {
+			if applied && errors.Is(err, floodgate.ErrStoreUnavailable) {
+				// The main server's counters were written: the request
+				// was not "certainly not applied" (an outside walk saw
+				// that said with the per-second server down).
+				return fmt.Errorf("%w: the request's counters on the main Redis were updated, those of its per-second limits were not: %v", floodgate.ErrIndeterminate, err)
+			}
 			return err
 		}
+		applied = true
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package luascript
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -33,8 +34,12 @@ import (
 //     value floodgate did not write (a script's own refusal saying so, or
 //     WRONGTYPE) also wraps floodgate.ErrForeignValue: one key is
 //     unusable, the store is not.
-//   - The client closed, the pool timing out or exhausted, a failed dial:
-//     the command was never written to a connection.
+//   - The client closed, the pool timing out or exhausted, a failed dial,
+//     a TLS handshake the client broke off (the server's certificate not
+//     trusted or not for its name, a server that does not speak TLS): the
+//     command was never written to a connection. A TLS alert from the
+//     server stays indeterminate: under TLS 1.3 one refusing the client's
+//     certificate can come after the client wrote.
 //   - A context error: go-redis returns one only before the command is
 //     written (while waiting for a pooled connection, or between attempts,
 //     and it makes no second attempt at a Script's commands). Once the
@@ -48,6 +53,8 @@ func Classify(err error) error {
 	}
 	var rerr redis.Error
 	var oerr *net.OpError
+	var verr *tls.CertificateVerificationError
+	var herr tls.RecordHeaderError
 	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "non local key") {
 		return fmt.Errorf("%w: redis: %w", floodgate.ErrIndeterminate, err)
 	}
@@ -60,6 +67,11 @@ func Classify(err error) error {
 		errors.Is(err, redis.ErrPoolTimeout),
 		errors.Is(err, redis.ErrPoolExhausted),
 		errors.As(err, &oerr) && oerr.Op == "dial",
+		// A TLS handshake that failed on the client's side (the server's
+		// certificate refused, or a server that does not speak TLS):
+		// nothing is written to a connection before its handshake ends.
+		errors.As(err, &verr),
+		errors.As(err, &herr),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, err)

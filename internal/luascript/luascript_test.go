@@ -2,6 +2,7 @@ package luascript_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -433,5 +434,32 @@ func TestRunString(t *testing.T) {
 	}
 	if _, err := s.RunString(ctx, c, []any{nil, nil, 0}); !errors.Is(err, floodgate.ErrInvalidKey) {
 		t.Errorf("no key: %v, want ErrInvalidKey", err)
+	}
+}
+
+// TestTLSHandshakeRefusedIsUnavailable: a TLS handshake the client breaks
+// off (here the server's certificate, signed by an authority it does not
+// trust) wrote nothing, so it is
+// ErrStoreUnavailable; an outside walk saw it called "outcome
+// indeterminate".
+func TestTLSHandshakeRefusedIsUnavailable(t *testing.T) {
+	files := redistest.GenerateTLS(t)
+	srv := redistest.StartTLS(t, files)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		addr string
+		cfg  *tls.Config
+	}{
+		{"unknown authority", srv.TLSAddr, &tls.Config{MinVersion: tls.VersionTLS12}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: tc.addr, TLSConfig: tc.cfg, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 2 * time.Second})
+			defer c.Close()
+			_, err := counter.Run(ctx, c, []string{uniqueKey(t)})
+			if !errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, floodgate.ErrIndeterminate) {
+				t.Fatalf("got %v, want ErrStoreUnavailable (nothing was written before the handshake)", err)
+			}
+		})
 	}
 }
