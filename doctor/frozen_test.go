@@ -2,6 +2,8 @@ package doctor_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -63,4 +65,28 @@ func TestRedisFreezesDuringTheRun(t *testing.T) {
 	if rep.Worst() != doctor.Fail {
 		t.Fatalf("worst %v, want fail:\n%s", rep.Worst(), text(rep))
 	}
+}
+
+// TestInstancesNotReadBeforeTheDeadline: an instance doctor's own time ran
+// out before reading is reported as not read, with the --timeout fix, not
+// as down (a re-walk saw "2 of 2 instances not ready ... unreachable" and
+// "check that they are up" while they were serving).
+func TestInstancesNotReadBeforeTheDeadline(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // answers nothing before the run's end
+	}))
+	defer slow.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rep, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nr", Instances: []string{slow.URL},
+		LatencySamples: 5, LatencyWarn: 5 * time.Second, LatencyFail: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("doctor.Run: %v", err)
+	}
+	c := want(t, rep, doctor.GroupInstances, "ready", doctor.Warn, "1 of 1 instance not read: doctor's time ran out first", "see Run/deadline")
+	if !strings.Contains(c.Fix, "--timeout") || strings.Contains(c.Fix, "up and reachable") {
+		t.Errorf("ready fix %q: want the --timeout fix, not a reachability one", c.Fix)
+	}
+	want(t, rep, doctor.GroupRun, "deadline", doctor.Fail)
 }

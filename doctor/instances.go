@@ -98,6 +98,9 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 func unreadFix(ins []*instance) string {
 	var down []string
 	other := false
+	if n := notRead(ins); n > 0 {
+		return deadlineFix
+	}
 	for _, in := range ins {
 		switch {
 		case in.metrics != nil:
@@ -136,6 +139,30 @@ func (r *run) scrape(ctx context.Context, base string) (map[string]*dto.MetricFa
 	return p.TextToMetricFamilies(strings.NewReader(string(body)))
 }
 
+// errNotRead marks an instance doctor did not read because the run's own
+// time ran out (--timeout): a re-walk saw such instances reported down,
+// with the advice to check that they were up, while they were serving.
+var errNotRead = errors.New("not read: doctor's time ran out (--timeout) before it was; see Run/deadline")
+
+// runOver returns err, or errNotRead when the run's context is over.
+func runOver(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errNotRead
+	}
+	return err
+}
+
+// notRead counts the instances doctor's time ran out before reading.
+func notRead(ins []*instance) int {
+	n := 0
+	for _, in := range ins {
+		if errors.Is(in.err, errNotRead) {
+			n++
+		}
+	}
+	return n
+}
+
 // readInstances reads /readyz and /metrics of every instance, then
 // /metrics again after RateWindow, so that rates can be computed.
 func (r *run) readInstances(ctx context.Context) []*instance {
@@ -148,7 +175,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 		local := r.opts.Now()
 		body, hdr, code, rtt, err := r.get(ctx, in.url+"/readyz")
 		if err != nil {
-			in.err = err
+			in.err = runOver(ctx, err)
 			continue
 		}
 		in.readyStatus = code
@@ -185,7 +212,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 		in.metricsAt = time.Now()
 		if err != nil {
 			in.metrics404 = errors.Is(err, errMetrics404)
-			in.err = fmt.Errorf("GET /metrics: %v", err)
+			in.err = runOver(ctx, fmt.Errorf("GET /metrics: %v", err))
 		} else {
 			in.metricsURL = in.url
 		}
@@ -316,6 +343,8 @@ func metricsUnread(in *instance) (string, bool) {
 	switch {
 	case in.metrics != nil:
 		return "", false
+	case errors.Is(in.err, errNotRead):
+		return fmt.Sprintf("%s: %v", in.url, in.err), true
 	case in.readyStatus == 0:
 		return fmt.Sprintf("%s: unreachable, nothing read: %v", in.url, in.err), true
 	case in.err != nil:
@@ -348,6 +377,8 @@ func (r *run) instanceChecks(ctx context.Context) {
 				// deployment's, shared through this Redis.
 				memory++
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: runs in memory (serve without --redis): it decides alone, not through this Redis", in.url))
+			case errors.Is(in.err, errNotRead):
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %v", in.url, in.err))
 			case in.err != nil && in.readyStatus == 0:
 				bad++
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: unreachable: %v", in.url, in.err))
@@ -400,6 +431,11 @@ func (r *run) instanceChecks(ctx context.Context) {
 				fixes = append(fixes, f)
 			}
 			c.Fix = strings.Join(fixes, "; ")
+			return
+		}
+		if n := notRead(ins); n > 0 {
+			c.Status, c.Fix = Warn, deadlineFix
+			c.Summary = fmt.Sprintf("%d of %s: doctor's time ran out first, so %s readiness is unknown", n, plural.Count(len(ins), "instance not read", "instances not read"), plural.Word(n, "its", "their"))
 			return
 		}
 		c.Status, c.Summary = Pass, plural.Word(len(ins), "", "all ")+plural.Count(len(ins), "instance ready", "instances ready")
@@ -466,6 +502,8 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("the configuration version of %s is unknown: %s did not answer /readyz as a Floodgate instance", plural.Count(len(unknown), "URL", "URLs"), plural.Word(len(unknown), "it", "they"))
 			c.Fix = "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
+		case notRead(ins) > 0:
+			c.Status, c.Summary, c.Fix = Warn, "no instance was read before doctor's time ran out", deadlineFix
 		default:
 			c.Status, c.Summary = Warn, "no instance answered"
 		}

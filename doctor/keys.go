@@ -237,6 +237,13 @@ func (r *run) keyChecks(ctx context.Context) {
 // failed on some reads warn instead of passing: it saw only part of the
 // keys, or none.
 func partialScan(c *Check, res scanResult) {
+	if len(res.errs) == 0 && len(res.keys) == 0 && c.Status == Pass && !res.truncated {
+		// Nothing judged is no pass: a re-walk with the wrong --prefix read
+		// "every one of 0 keys has a TTL".
+		c.Status = Info
+		c.Summary = "no key under the prefix: nothing to judge (a new deployment, or another prefix than the instances': see Instances/redis-and-prefix)"
+		return
+	}
 	if len(res.errs) == 0 || c.Status > Pass {
 		return
 	}

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +47,7 @@ func classify(ctx context.Context, err error) errClass {
 // permissionFix is the fix of a read the ACL user may not send.
 func permissionFix() string {
 	return "grant doctor's ACL user these reads: " + strings.Join(ReadOnlyCommands(), ", ") +
-		" (e.g. ACL SETUSER NAME +@read +info +config|get +cluster|info +cluster|slots +cluster|nodes +memory|usage +latency|latest +time +evalsha +eval +script|load), or run doctor as the user Floodgate uses"
+		" (those a server lacks, such as CLIENT SETINFO before Redis 7.2 or SENTINEL on a data node, are not needed there; e.g. ACL SETUSER NAME +@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking), or run doctor as the user Floodgate uses"
 }
 
 // unreachableFix is the fix of a Redis that stopped answering.
@@ -66,7 +67,11 @@ func (r *run) tlsHint(err error) string {
 	msg := err.Error()
 	// rediss://, or --redis-tls (or a CA file, a certificate) given.
 	tlsOn := r.opts.Redis.TLS != nil || strings.HasPrefix(r.opts.Redis.URL, "rediss")
+	var verr *tls.CertificateVerificationError
 	switch {
+	case tlsOn && errors.As(err, &verr):
+		// The server speaks TLS; its certificate is what doctor refused.
+		return "the server speaks TLS, but its certificate was refused: give doctor the authority that signed it (--redis-ca-file), and the name it is issued for (--redis-server-name) when it is not the address dialled"
 	case tlsOn && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "i/o timeout") ||
 		strings.Contains(msg, "first record does not look like a TLS handshake") || strings.Contains(msg, "tls:")):
 		return "doctor speaks TLS to Redis (rediss:// or --redis-tls): the server may not speak TLS; use redis:// without --redis-tls for a plaintext server"

@@ -24,6 +24,9 @@ func TestTLSMismatchHint(t *testing.T) {
 	}{
 		{"plaintext to TLS", config.Redis{URL: "redis://" + srv.TLSAddr}, "is it TLS-only? use rediss:// or --redis-tls"},
 		{"TLS to plaintext", config.Redis{URL: "redis://" + srv.Addr, TLS: &config.RedisTLS{CAFile: f.CA}}, "the server may not speak TLS"},
+		// The server speaks TLS; its certificate is not trusted: the fix
+		// is the CA file, not plaintext (a re-walk got the plaintext hint).
+		{"untrusted certificate", config.Redis{URL: "rediss://" + srv.TLSAddr}, "its certificate was refused: give doctor the authority that signed it (--redis-ca-file)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
