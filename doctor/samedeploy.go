@@ -132,5 +132,11 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	default:
 		c.Status = Pass
 		c.Summary = fmt.Sprintf("the instances heartbeat into this Redis under prefix %q (%s)", r.opts.Prefix, plural.Count(beats, "live instance", "live instances"))
+		if extra := beats - int64(onRedis); extra > 0 {
+			// A re-walk's third instance, running another document under
+			// the same version, went unseen.
+			c.Summary += fmt.Sprintf("; %s than the %s given, which doctor did not audit (give each with --instance)",
+				plural.Count(extra, "more", "more"), plural.Count(onRedis, "instance", "instances"))
+		}
 	}
 }

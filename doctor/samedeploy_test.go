@@ -38,7 +38,15 @@ func TestInstancesOnAnotherPrefixOrRedis(t *testing.T) {
 		})
 	}
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ap", Instances: []string{a.url}, RateWindow: -1})
-	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "1 live instance")
+	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "1 live instance")
+	if strings.Contains(c.Summary, "did not audit") {
+		t.Errorf("summary %q: every live instance was given", c.Summary)
+	}
+	// A second live instance doctor was not given is named (a re-walk's
+	// third instance ran another document unseen).
+	startInstance(t, client, "ap", instanceOptions{doc: testConfig, discipline: true})
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ap", Instances: []string{a.url}, RateWindow: -1})
+	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "2 live instances", "1 more than the 1 instance given, which doctor did not audit")
 }
 
 // TestInstancesOnOneVersionWithDifferentContents: two instances run
