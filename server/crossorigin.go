@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -66,6 +67,15 @@ func ValidateTrustedOrigin(origin string) error {
 		return fmt.Errorf("%w %q: write it in lower case, as browsers send it", ErrInvalidOrigin, origin)
 	case (u.Scheme == "https" && u.Port() == "443") || (u.Scheme == "http" && u.Port() == "80"):
 		return fmt.Errorf("%w %q: browsers leave out the default port: write %s://%s", ErrInvalidOrigin, origin, u.Scheme, u.Hostname())
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%w %q: a web page's origin is http:// or https://", ErrInvalidOrigin, origin)
+	case strings.Contains(u.Hostname(), "*"):
+		return fmt.Errorf("%w %q: an origin is matched exactly, without wildcards: list each origin", ErrInvalidOrigin, origin)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%w %q: port %s is not 1..65535", ErrInvalidOrigin, origin, p)
+		}
 	}
 	return nil
 }

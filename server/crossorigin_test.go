@@ -161,6 +161,11 @@ func TestTrustedOriginValidated(t *testing.T) {
 		"https://app.example.com:443": "write https://app.example.com",
 		"http://app.example.com:80":   "write http://app.example.com",
 		"https://a b.example":         "invalid",
+		// Accepted before, never matched (a re-walk).
+		"https://*.example.com":         "without wildcards",
+		"ftp://x":                       "http:// or https://",
+		"https://app.example.com:0":     "port 0 is not 1..65535",
+		"https://app.example.com:99999": "port 99999 is not 1..65535",
 	} {
 		err := server.ValidateTrustedOrigin(origin)
 		if !errors.Is(err, server.ErrInvalidOrigin) || !strings.Contains(err.Error(), why) {

@@ -215,7 +215,13 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
 			detail: "the rate limit store failed after the " + op.name + " was sent, and its answer was lost; " + op.mayHave}
-	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, floodgate.ErrStoreFull), errors.Is(err, fallback.ErrBreakerOpen):
+	case errors.Is(err, floodgate.ErrStoreFull):
+		// The client could not tell a full store from a down one (a
+		// re-walk): the type stays, the detail says which.
+		reason = reasonStoreUnavailable
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
+			detail: "the in-memory store is full (serve's --memory-max-quota-periods, --memory-max-quota-records or --memory-max-leases bound it), so the " + op.name + " was not applied and nothing was counted; room comes back as entries expire"}
+	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
 		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"
 		if op.readOnly() {

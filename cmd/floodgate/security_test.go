@@ -112,8 +112,8 @@ func TestServeMemoryQuotaBounds(t *testing.T) {
 	}
 	full := func(what string, code int, body string) {
 		t.Helper()
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-unavailable") {
-			t.Fatalf("%s: %d %s; want 503 store-unavailable", what, code, body)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-unavailable") || !strings.Contains(body, "the in-memory store is full") {
+			t.Fatalf("%s: %d %s; want 503 store-unavailable saying the store is full", what, code, body)
 		}
 	}
 	// Each of the (three) partitions holds one period: 40 identities
