@@ -10,20 +10,8 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/heapsize"
 )
-
-// heapGrowth returns the live heap f leaves behind, after a collection,
-// keeping what f returns alive.
-func heapGrowth(f func() any) int64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	kept := f()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(kept)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
-}
 
 // TestMemoryPerLease measures the heap an identity with one lease costs
 // in a MemoryStore (set, map entry, key, lease and its 26-byte id), with
@@ -39,7 +27,7 @@ func TestMemoryPerLease(t *testing.T) {
 	ctx := context.Background()
 	var m *MemoryStore
 	var l *Limiter
-	perIdentity := heapGrowth(func() any {
+	perIdentity := heapsize.Growth(func() any {
 		var err error
 		if m, err = NewMemoryStore(MemoryOptions{MaxKeys: 2 * n, MaxLeases: 2 * n}); err != nil {
 			t.Fatal(err)
@@ -52,7 +40,7 @@ func TestMemoryPerLease(t *testing.T) {
 		}
 		return m
 	}) / n
-	perLease := heapGrowth(func() any {
+	perLease := heapsize.Growth(func() any {
 		for i := range 10_000 {
 			if r, err := l.AcquireAt(ctx, t0, "one"); err != nil || !r.Allowed {
 				t.Fatalf("acquire %d: %+v, %v", i, r, err)

@@ -11,20 +11,8 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/heapsize"
 )
-
-// heapGrowth returns the live heap f leaves behind, after a collection,
-// keeping what f returns alive.
-func heapGrowth(f func() any) int64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	kept := f()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(kept)
-	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
-}
 
 // memQuota is the quota the memory tests measure with: the name of the
 // built-in example's, monthly.
@@ -74,7 +62,7 @@ func TestMemoryPerPeriod(t *testing.T) {
 		}, 440},
 	} {
 		var m *MemoryStore
-		grew := heapGrowth(func() any {
+		grew := heapsize.Growth(func() any {
 			var err error
 			if m, err = NewMemoryStore(MemoryOptions{MaxKeys: 2 * n, MaxRecords: 2 * n}); err != nil {
 				t.Fatal(err)
@@ -117,7 +105,7 @@ func TestMemoryPerRecord(t *testing.T) {
 		identity := func(p int) string { return longID(p, floodgate.MaxIdentityLen) }
 		var m *MemoryStore
 		var q *Quota
-		heapGrowth(func() any {
+		heapsize.Growth(func() any {
 			var err error
 			if m, err = NewMemoryStore(MemoryOptions{MaxRecords: 2 * records}); err != nil {
 				t.Fatal(err)
@@ -130,7 +118,7 @@ func TestMemoryPerRecord(t *testing.T) {
 			}
 			return m
 		})
-		held := heapGrowth(func() any {
+		held := heapsize.Growth(func() any {
 			for p := range periods {
 				for i := range perPeriod {
 					if r, err := q.ReserveAt(ctx, t0, identity(p), longID(i, MaxRequestIDLen), 1); err != nil || !r.Allowed {
@@ -142,7 +130,7 @@ func TestMemoryPerRecord(t *testing.T) {
 		}) / records
 		// Settling the holds frees theirs and keeps the outcomes: their
 		// cost is what the holds cost and what settling them added.
-		settled := held + heapGrowth(func() any {
+		settled := held + heapsize.Growth(func() any {
 			for p := range periods {
 				for i := range perPeriod {
 					if _, err := q.SettleAt(ctx, t0, identity(p), longID(i, MaxRequestIDLen), 1); err != nil {
