@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-rl/floodgate/algo"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
+	"github.com/floodgate-rl/floodgate/fleet"
 )
 
 // keyKind is what a key under the prefix holds, read from its name.
@@ -53,7 +54,7 @@ func parseKey(prefix, loginPrefix, key string) parsedKey {
 	if key == prefix+":probe" || isClusterProbe(prefix, key) {
 		return parsedKey{kind: kindProbe}
 	}
-	if key == prefix+":instances" {
+	if key == fleet.Key(prefix) {
 		return parsedKey{kind: kindFleet}
 	}
 	if lp := "{" + loginPrefix + "}:"; strings.HasPrefix(key, lp) {

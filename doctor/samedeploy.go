@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
@@ -71,7 +72,7 @@ func sameHash(ins []*instance) string {
 // heartbeats in <prefix>:instances (package fleet: one member per live
 // instance), which serve writes every 2s.
 func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
-	fleetKey := r.opts.Prefix + ":instances"
+	fleetKey := fleet.Key(r.opts.Prefix)
 	c.Read = "ZCARD " + fleetKey + ", and the config_source of the instances' /readyz already read"
 	onRedis := 0
 	var traffic float64

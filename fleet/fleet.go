@@ -93,6 +93,10 @@ type Heartbeat struct {
 	gauge  prometheus.Gauge
 }
 
+// Key returns the sorted set the instances of floodgate serve under key
+// prefix beat into, "<prefix>:instances" (doctor reads it too).
+func Key(prefix string) string { return prefix + ":instances" }
+
 // New returns the heartbeat of instance id into the sorted set key. It
 // sends nothing. It refuses, with an error wrapping ErrInvalidOptions, a
 // nil client (a nil *redis.Client in the interface included), an empty

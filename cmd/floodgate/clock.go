@@ -117,7 +117,7 @@ func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *sl
 		}
 		failing = true
 	}
-	return fleet.New(b.client, f.prefix+":instances", id, fleet.Options{Interval: heartbeatInterval, TTL: heartbeatTTL, Registerer: reg,
+	return fleet.New(b.client, fleet.Key(f.prefix), id, fleet.Options{Interval: heartbeatInterval, TTL: heartbeatTTL, Registerer: reg,
 		OnRejoin: func() {
 			// Redis lost the set without a failed beat (restarted
 			// between two): hold the count as after a failure.
