@@ -344,7 +344,7 @@ func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, 
 		return Decision{}, errNilContext
 	}
 	f := layersPool.Get().(*layersFrame)
-	defer putLayers(f)
+	defer putLayers(f, len(specs))
 	layers, err := l.appendLayers(f.layers[:0], now, cost, specs)
 	if err != nil {
 		return Decision{}, err
@@ -363,10 +363,11 @@ type layersFrame struct {
 
 var layersPool = sync.Pool{New: func() any { return new(layersFrame) }}
 
-// putLayers clears f's layers (dropping their keys and policies) and
-// returns f to the pool.
-func putLayers(f *layersFrame) {
-	clear(f.layers[:])
+// putLayers clears the first n of f's layers, the most a decision of n
+// specs can have filled (dropping their keys and policies; the others are
+// clear already), and returns f to the pool.
+func putLayers(f *layersFrame, n int) {
+	clear(f.layers[:min(n, len(f.layers))])
 	layersPool.Put(f)
 }
 

@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -43,6 +44,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	if _, err := l.AllowLayers(ctx, 1, floodgate.LayerSpec{Policy: p, Identity: "u"}, floodgate.LayerSpec{Policy: p, Identity: "u"}); !errors.Is(err, floodgate.ErrInvalidLayers) {
 		t.Errorf("duplicate layers: err = %v", err)
+	}
+	many := make([]floodgate.LayerSpec, floodgate.MaxLayers+1) // more than a pooled frame holds
+	for i := range many {
+		many[i] = floodgate.LayerSpec{Policy: p, Identity: fmt.Sprint("u", i)}
+	}
+	if _, err := l.AllowLayers(ctx, 1, many...); !errors.Is(err, floodgate.ErrInvalidLayers) {
+		t.Errorf("%d layers: err = %v", len(many), err)
 	}
 	if _, err := l.AllowLayers(ctx, 1, floodgate.LayerSpec{Policy: p, Identity: "u", Cost: -5}); !errors.Is(err, floodgate.ErrInvalidCost) {
 		t.Errorf("negative layer cost: err = %v", err)
