@@ -44,11 +44,11 @@ var (
 	// it toward opening its circuit breaker, so that one bad key cannot
 	// send every identity's decisions to the fallback.
 	ErrForeignValue = errors.New("floodgate: foreign value")
+	// ErrNilContext reports a nil context.Context given to a decision
+	// (which would otherwise panic deep in a store): pass
+	// context.Background() or the request's context. Nothing was counted.
+	ErrNilContext = errors.New("floodgate: nil context (use context.Background())")
 )
-
-// errNilContext is returned for a nil context.Context, which would
-// otherwise panic deep in a store.
-var errNilContext = errors.New("floodgate: nil context (use context.Background())")
 
 // FailedKeyError is wrapped by a store's error when a decision whose
 // layers it decided in several calls (a Redis Cluster decision whose keys

@@ -174,7 +174,7 @@ func (l *Limiter) Wait(ctx context.Context, p Policy, identity string, cost int6
 // AllowAt is AllowN at the given time.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity string, cost int64) (Result, error) {
 	if ctx == nil {
-		return Result{}, errNilContext
+		return Result{}, ErrNilContext
 	}
 	if err := p.Validate(); err != nil {
 		return Result{}, err
@@ -341,7 +341,7 @@ func (l *Limiter) AllowLayersAt(ctx context.Context, now time.Time, cost int64, 
 	// reference to them once Decide returns); only the results, which the
 	// Decision returns, are allocated.
 	if ctx == nil {
-		return Decision{}, errNilContext
+		return Decision{}, ErrNilContext
 	}
 	f := layersPool.Get().(*layersFrame)
 	defer putLayers(f, len(specs))

@@ -250,7 +250,7 @@ func (l *Limiter) RenewAt(ctx context.Context, now time.Time, lease Lease) (Leas
 // floodgate.MaxTimeMicros.
 func checkCall(ctx context.Context, now time.Time) error {
 	if ctx == nil {
-		return errors.New("concurrency: nil context (use context.Background())")
+		return fmt.Errorf("concurrency: %w", floodgate.ErrNilContext)
 	}
 	return floodgate.ValidateTime(now.UnixMicro())
 }

@@ -14,6 +14,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/floodgate-rl/floodgate"
+
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 
@@ -190,7 +192,7 @@ func (g *Guard) Unlock(ctx context.Context, account string) error {
 	if err != nil {
 		return err
 	}
-	_, err = g.backend.remove(ctx, &[numDims]string{DimAccount - 1: g.digest('a', acct, "")})
+	_, err = g.remove(ctx, &[numDims]string{DimAccount - 1: g.digest('a', acct, "")})
 	return err
 }
 
@@ -207,7 +209,7 @@ func (g *Guard) UnlockPair(ctx context.Context, account string, ip netip.Addr) e
 	if err != nil {
 		return err
 	}
-	_, err = g.backend.remove(ctx, &[numDims]string{DimPair - 1: g.digest('p', acct, network)})
+	_, err = g.remove(ctx, &[numDims]string{DimPair - 1: g.digest('p', acct, network)})
 	return err
 }
 
@@ -217,7 +219,7 @@ func (g *Guard) UnlockIP(ctx context.Context, ip netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	_, err = g.backend.remove(ctx, &[numDims]string{DimIP - 1: g.digest('i', network, "")})
+	_, err = g.remove(ctx, &[numDims]string{DimIP - 1: g.digest('i', network, "")})
 	return err
 }
 
@@ -259,15 +261,29 @@ func (g *Guard) Lift(ctx context.Context, account string, ip netip.Addr) (Lifted
 	if account != "" && ip.IsValid() {
 		ids[DimPair-1] = g.digest('p', acct, network)
 	}
-	had, err := g.backend.remove(ctx, &ids)
+	had, err := g.remove(ctx, &ids)
 	if err != nil {
 		return Lifted{}, err
 	}
 	return Lifted{Account: had[DimAccount-1], IP: had[DimIP-1], Pair: had[DimPair-1]}, nil
 }
 
+// remove forgets the states of ids (those not "") in one atomic step.
+func (g *Guard) remove(ctx context.Context, ids *[numDims]string) ([numDims]bool, error) {
+	if ctx == nil {
+		return [numDims]bool{}, errNilContext
+	}
+	return g.backend.remove(ctx, ids)
+}
+
+// errNilContext refuses a nil context, which would panic in a backend.
+var errNilContext = fmt.Errorf("loginguard: %w", floodgate.ErrNilContext)
+
 // run normalises the inputs, derives the three ids and runs o.
 func (g *Guard) run(ctx context.Context, o op, account string, ip netip.Addr) (reply, int64, error) {
+	if ctx == nil {
+		return reply{}, 0, errNilContext
+	}
 	acct, err := accountKey(account)
 	if err != nil {
 		return reply{}, 0, err

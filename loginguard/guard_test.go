@@ -321,6 +321,47 @@ func TestContextCanceled(t *testing.T) {
 	}
 }
 
+// TestNilContext: every method refuses a nil context with
+// floodgate.ErrNilContext (it used to panic in the backend), refusing the
+// attempt, on both backends, and writes nothing.
+//
+//lint:file-ignore SA1012 a nil context is the bad input under test
+func TestNilContext(t *testing.T) {
+	for name, mk := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			g := newGuard(t, mk(t, "nilctx"), Options{})
+			ip := addr("203.0.113.9")
+			if v, err := g.Check(nil, "a", ip); !errors.Is(err, floodgate.ErrNilContext) || v.Proceed() {
+				t.Errorf("Check = %v, %v; want a refusal and ErrNilContext", v, err)
+			}
+			if o, err := g.Failure(nil, "a", ip); !errors.Is(err, floodgate.ErrNilContext) || o.Next.Proceed() {
+				t.Errorf("Failure = %+v, %v", o, err)
+			}
+			if st, err := g.Status(nil, "a", ip); !errors.Is(err, floodgate.ErrNilContext) || st.Verdict.Proceed() {
+				t.Errorf("Status = %+v, %v", st, err)
+			}
+			for what, err := range map[string]error{
+				"Success":    g.Success(nil, "a", ip),
+				"Abandon":    g.Abandon(nil, "a", ip),
+				"Unlock":     g.Unlock(nil, "a"),
+				"UnlockPair": g.UnlockPair(nil, "a", ip),
+				"UnlockIP":   g.UnlockIP(nil, ip),
+			} {
+				if !errors.Is(err, floodgate.ErrNilContext) {
+					t.Errorf("%s: err = %v, want ErrNilContext", what, err)
+				}
+			}
+			if _, err := g.Lift(nil, "a", ip); !errors.Is(err, floodgate.ErrNilContext) {
+				t.Errorf("Lift: err = %v", err)
+			}
+			st, err := g.Status(context.Background(), "a", ip)
+			if err != nil || st.Account.Failures+st.Account.Pending+st.IP.Failures+st.Pair.Failures != 0 {
+				t.Errorf("after the nil contexts: %+v, %v; want nothing recorded", st, err)
+			}
+		})
+	}
+}
+
 // TestUnlockPair: UnlockPair lifts the lock an owner's own failures set on
 // their account from their address, and leaves the account's and the
 // address's own counts alone; Unlock and UnlockIP do not lift it.

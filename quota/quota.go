@@ -34,7 +34,6 @@ package quota
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -327,7 +326,7 @@ func later(a, b time.Time) time.Time {
 
 func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id string, amount int64) (Result, error) {
 	if ctx == nil {
-		return Result{}, errors.New("quota: nil context (use context.Background())")
+		return Result{}, fmt.Errorf("quota: %w", floodgate.ErrNilContext)
 	}
 	// As floodgate.Limiter: a time before the Unix epoch (the zero
 	// time.Time's) or past floodgate.MaxTimeMicros is refused, not

@@ -278,7 +278,7 @@ func TestBadInput(t *testing.T) {
 			}
 		}
 		//lint:ignore SA1012 a nil context is the bad input under test
-		if _, err := q.CheckAt(nil, t0, "u", 1); err == nil || !strings.Contains(err.Error(), "nil context") {
+		if _, err := q.CheckAt(nil, t0, "u", 1); !errors.Is(err, floodgate.ErrNilContext) {
 			t.Errorf("nil context: %v", err)
 		}
 		cancelled, cancel := context.WithCancel(ctx)
