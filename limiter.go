@@ -126,7 +126,11 @@ func (l *Limiter) Key(p Policy, identity string) string {
 	return l.keyAt(p, identity, l.clock().UnixMicro())
 }
 
-// Allow decides one request of cost 1 by identity under p.
+// Allow decides one request of cost 1 by identity under p. The identity
+// may be any string, "" included: every caller passing "" shares one
+// count (a global limit), so a caller that could not tell who is asking
+// should refuse the request rather than pass "" (httplimit treats a key
+// function's "" as no key).
 func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Result, error) {
 	return l.AllowN(ctx, p, identity, 1)
 }

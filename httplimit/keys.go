@@ -15,9 +15,13 @@ import (
 )
 
 // KeyFunc returns the identity a request is counted under. It fails with
-// an error wrapping ErrNoKey when the request does not carry that identity.
-// The identity may be any string: storage keys encode it safely
-// (floodgate.EncodeIdentity), hashing anything long or unusual.
+// an error wrapping ErrNoKey when the request does not carry that identity;
+// an empty identity with a nil error is taken as ErrNoKey too (a rule
+// whose requests all share one budget has a nil Key instead), so that a
+// KeyFunc that forgets the error cannot put every request without an
+// identity in one bucket. The identity may be any other string: storage
+// keys encode it safely (floodgate.EncodeIdentity), hashing anything long
+// or unusual.
 type KeyFunc func(r *http.Request) (string, error)
 
 // Unmatched is the identity Route gives a request that matches no pattern,

@@ -80,6 +80,12 @@ func (m *Middleware) specs(w http.ResponseWriter, r *http.Request, rules []Rule)
 		id := ""
 		if rule.Key != nil {
 			v, err := rule.Key(r)
+			if err == nil && v == "" {
+				// A KeyFunc that found no identity but said nothing: not
+				// the server-wide budget (that is a nil Key), or every
+				// such request would share one client's limit.
+				err = errEmptyKey
+			}
 			switch {
 			case err == nil:
 				id = v
@@ -259,6 +265,9 @@ func (m *Middleware) log(ctx context.Context, level slog.Level, msg string, attr
 
 // missingWhat names, for a 400, what the request lacks when the key says
 // (a Header key: the header to send); other keys' errors stay in the log.
+// errEmptyKey is ErrNoKey for a KeyFunc that returned "" and no error.
+var errEmptyKey = fmt.Errorf("%w: the key function returned an empty identity", ErrNoKey)
+
 func missingWhat(err error) string {
 	var mh *missingHeader
 	if errors.As(err, &mh) {

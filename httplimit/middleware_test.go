@@ -103,6 +103,41 @@ func TestKeyRequiredAndOptional(t *testing.T) {
 	}
 }
 
+// TestEmptyKeyIsNoKey: a KeyFunc returning "" and no error is taken as
+// ErrNoKey (400 for a required rule, skipped for an optional one), not as
+// one identity every such request shares (it was: a limit of 1 admitted
+// one request without the cookie and refused every other client's).
+func TestEmptyKeyIsNoKey(t *testing.T) {
+	lim := memLimiter(t)
+	cookie := func(r *http.Request) (string, error) { // forgets ErrNoKey
+		c, err := r.Cookie("session")
+		if err != nil {
+			return "", nil
+		}
+		return c.Value, nil
+	}
+	srv := serve(t, lim, []httplimit.Rule{
+		{Policy: fixedWindow(t, "required", 1, time.Minute), Key: cookie},
+	}, httplimit.Options{})
+	for range 3 {
+		if resp := get(t, srv.Client(), srv.URL); resp.status != 400 || resp.problem.Policy != "required" {
+			t.Fatalf("no session: %d %+v; want 400 naming the policy", resp.status, resp.problem)
+		}
+	}
+	if resp := get(t, srv.Client(), srv.URL, "Cookie", "session=s1"); resp.status != 200 {
+		t.Fatalf("a session after the refusals: %d (they must count nothing)", resp.status)
+	}
+	opt := serve(t, memLimiter(t), []httplimit.Rule{
+		{Policy: fixedWindow(t, "all", 10, time.Minute)},
+		{Policy: fixedWindow(t, "per-session", 1, time.Minute), Key: cookie, Optional: true},
+	}, httplimit.Options{})
+	for range 3 {
+		if resp := get(t, opt.Client(), opt.URL); resp.status != 200 || resp.header.Get("X-RateLimit-Limit") != "10" {
+			t.Fatalf("optional rule, no session: %d %v; want 200 under the shared rule only", resp.status, resp.header)
+		}
+	}
+}
+
 type userKey struct{}
 
 func TestUserKey(t *testing.T) {
