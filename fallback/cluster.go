@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -54,7 +53,12 @@ func ClusterPartitions(cc *redis.ClusterClient) func(ctx context.Context) ([]str
 // key (SET with a 10s expiry), so that a Redis that answers PING but
 // refuses writes (out of memory under maxmemory noeviction, a replica after
 // a failover, paused writes, a Cluster node answering CLUSTERDOWN) is not
-// taken for healthy. For DefaultPartition the key is key itself, through
+// taken for healthy; and it writes it from a script, sent as the
+// decisions' are (EVALSHA, then EVAL when the server has not got it), so
+// that a Redis user allowed SET but not EVALSHA, whose every decision is
+// refused with NOPERM, is not taken for healthy either (a plain SET passed
+// every probe there, and the breaker opened and closed about twice a
+// second). For DefaultPartition the key is key itself, through
 // c. For a Redis Cluster partition (see ClusterPartition) it is key plus a
 // hash tag, key:{N}, whose slot that primary serves in cc's slot map, sent
 // to that primary's own connection (no redirection to another node); a
@@ -74,7 +78,7 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 	return func(ctx context.Context, partition string) error {
 		cc, ok := c.(*redis.ClusterClient)
 		if !ok || partition == DefaultPartition {
-			err := c.Set(ctx, key, "1", 10*time.Second).Err()
+			err := probeScript.Run(ctx, c, []string{key}).Err()
 			if err != nil && ok {
 				// As below: the key's primary may have been replaced
 				// by its replica, which a stale slot map does not know.
@@ -91,7 +95,7 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 			if node == nil {
 				return fmt.Errorf("%w: %s is no primary in the cluster's slot map", ErrPartitionGone, partition)
 			}
-			err = node.Set(ctx, k, "1", 10*time.Second).Err()
+			err = probeScript.Run(ctx, node, []string{k}).Err()
 			if err != nil && !redirected(err) {
 				// The slot map may be out of date: the primary
 				// failed and a replica took its slots. Nothing else
@@ -120,6 +124,10 @@ func RedisProbe(c redis.UniversalClient, key string) func(ctx context.Context, p
 const probeRedirectTries = 3
 
 // redirected reports whether err is a Cluster redirection, ASK or MOVED.
+// probeScript is RedisProbe's write: the SET a plain command would do,
+// with the 10 s expiry, run as a script.
+var probeScript = redis.NewScript(`return redis.call('SET', KEYS[1], '1', 'EX', 10)`)
+
 func redirected(err error) bool {
 	if _, ok := redis.IsAskError(err); ok {
 		return true

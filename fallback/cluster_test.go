@@ -300,3 +300,42 @@ func TestDemotedPrimaryIsSwept(t *testing.T) {
 		t.Fatalf("the observer forgot %v, want %s among them", obs.forgotten, c.Addrs[0])
 	}
 }
+
+// TestRedisProbeNeedsScripts: the probe writes through a script, as the
+// decisions do, so a Redis user allowed SET but not EVALSHA (every
+// decision refused with NOPERM) fails it. With a plain SET the probe
+// passed, the breaker closed after every three probes and opened again
+// after ten refused decisions (an outside walk of serve saw ten open and
+// ten close lines in six seconds, and /readyz, which writes the same way,
+// flapping between 200 and 503).
+func TestRedisProbeNeedsScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	for _, rule := range [][]any{
+		{"ACL", "SETUSER", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval"},
+		{"ACL", "SETUSER", "noevalsha", "on", ">pw", "~*", "&*", "+@all", "-evalsha"},
+		{"ACL", "SETUSER", "scripts", "on", ">pw", "~*", "&*", "+@all"},
+	} {
+		if err := admin.Do(ctx, rule...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for user, healthy := range map[string]bool{"noscripts": false, "noevalsha": false, "scripts": true} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw"})
+		if err := c.Set(ctx, "fgtest:x", "1", time.Minute).Err(); err != nil {
+			t.Fatalf("%s: SET: %v (the user must be allowed SET)", user, err)
+		}
+		err := fallback.RedisProbe(c, "fgtest:probe")(ctx, fallback.DefaultPartition)
+		switch {
+		case healthy && err != nil:
+			t.Errorf("%s: probe: %v, want healthy", user, err)
+		case !healthy && (err == nil || !strings.Contains(err.Error(), "NOPERM")):
+			t.Errorf("%s: probe: %v, want its NOPERM refusal", user, err)
+		}
+		c.Close()
+	}
+	if ttl := admin.TTL(ctx, "fgtest:probe").Val(); ttl <= 0 || ttl > 10*time.Second {
+		t.Errorf("probe key's TTL %v, want its 10 s expiry", ttl)
+	}
+}
