@@ -35,7 +35,7 @@ type EnvoyReloader struct {
 	poller    poller
 	lastSum   string // hash of the files last applied or rejected
 	activeSum string // hash of the files applied
-	forced    bool   // the next Reload was asked for (CheckNow): say when nothing changed
+	forced    bool   // the next Reload was asked for (CheckNow): judge and log what it finds
 	lastErr   string
 	files     []string // the files of the active configuration
 
@@ -96,6 +96,10 @@ func (r *EnvoyReloader) Files() []string {
 func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A read asked for (CheckNow) is this one, whatever it finds: it
+	// does not carry over to a later poll.
+	forced := r.forced
+	r.forced = false
 	files, changed, err := r.poller.poll()
 	var bad *invalidFile
 	if errors.As(err, &bad) {
@@ -108,7 +112,7 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	}
 	if err != nil {
 		r.metrics.count(ResultError)
-		if msg := err.Error(); msg != r.lastErr {
+		if msg := err.Error(); msg != r.lastErr || forced {
 			r.lastErr = msg
 			r.log.Error("Envoy descriptor configuration unreadable; keeping the last good one", "paths", r.paths, "error", err)
 		}
@@ -119,15 +123,14 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	}
 	r.readable()
 	sum := envoySum(files)
-	forced := r.forced
-	r.forced = false
-	if sum == r.lastSum {
-		if forced {
-			r.log.Info("Envoy descriptor configuration unchanged", "files", r.files)
-		}
+	if sum == r.lastSum && !forced {
 		return r.p.Load(), nil
 	}
 	r.lastSum = sum
+	if forced && sum == r.activeSum {
+		r.log.Info("Envoy descriptor configuration unchanged", "files", r.files)
+		return r.p.Load(), nil
+	}
 	cfg, err := parseEnvoy(files)
 	if err != nil {
 		r.metrics.count(ResultInvalid)
@@ -192,8 +195,11 @@ func (r *EnvoyReloader) Watch(ctx context.Context, interval time.Duration) {
 			r.mu.Lock()
 			// Read every file whatever its stamp says, and judge them
 			// again against the active configuration: files rejected
-			// before are rejected (and logged) again.
-			r.poller.last, r.lastSum, r.forced = nil, r.activeSum, true
+			// before are rejected (and logged) again, unreadable ones
+			// logged again. lastSum stays what the last read found: set
+			// to the active hash here, it outlived a read that failed,
+			// and a later poll logged this request's "unchanged".
+			r.poller.last, r.forced = nil, true
 			r.mu.Unlock()
 			_, _ = r.Reload()
 		}

@@ -327,7 +327,7 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			// string): counted and logged once as invalid, like a
 			// document that does not parse, until it changes.
 			r.readable(&lastErr, source)
-			if msg := bad.Error(); msg != lastBad {
+			if msg := bad.Error(); msg != lastBad || forced {
 				lastBad, lastSum = msg, ""
 				r.reject(source, bad)
 			}
@@ -335,20 +335,21 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				r.sourceError(&lastErr, source, err)
+				r.sourceError(&lastErr, source, err, forced)
 			}
 			return
 		}
 		lastBad = ""
 		r.readable(&lastErr, source)
 		sum := hashOf(data)
-		if sum == lastSum {
-			if forced {
-				r.unchanged(source)
-			}
+		if sum == lastSum && !forced {
 			return
 		}
 		lastSum = sum
+		if forced && sum == r.holder.Load().Hash() {
+			r.unchanged(source)
+			return
+		}
 		// A document failing the signature check was read fine and is
 		// refused like an invalid one: counted and logged once, as
 		// result="invalid", which RateLimitConfigRejected alerts on.
@@ -374,8 +375,11 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			fetch(false)
 		case <-r.now:
 			// Judge the document again against the active configuration:
-			// one rejected before is rejected (and logged) again.
-			lastBad, lastSum = "", r.holder.Load().Hash()
+			// one rejected before is rejected (and logged) again, and an
+			// unreadable key is logged again. fetch(true) does so without
+			// touching lastSum first: set to the active hash here, it
+			// outlived a read that failed, and the active document
+			// pushed back was then skipped as seen, its rejection kept.
 			fetch(true)
 		}
 	}

@@ -303,15 +303,17 @@ func isConfigError(err error) bool {
 }
 
 // sourceError counts and logs a source that could not be read, once per
-// distinct message so that a missing file does not log every second.
-func (r *Reloader) sourceError(last *string, source string, err error) {
+// distinct message so that a missing file does not log every second; a
+// read asked for (forced: CheckNow, SIGHUP) logs it whatever, as its
+// outcome.
+func (r *Reloader) sourceError(last *string, source string, err error, forced bool) {
 	r.metrics.count(ResultError)
 	since := time.Now().UTC()
 	if u := r.holder.unreadable.Load(); u != nil && u.Source == source {
 		since = u.At // failing since the first failure of the streak
 	}
 	r.holder.unreadable.Store(&Rejection{Source: source, Error: err.Error(), At: since})
-	if msg := err.Error(); msg != *last {
+	if msg := err.Error(); msg != *last || forced {
 		*last = msg
 		r.log.Error("configuration source unreadable; keeping the last good configuration", "source", source, "error", err)
 	}

@@ -135,8 +135,11 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 		case <-r.now:
 			// Read the file whatever its stamp says, and judge it again
 			// against the active configuration: a document rejected
-			// before is rejected (and logged) again.
-			p.last, lastSum, forced = nil, r.holder.Load().Hash(), true
+			// before is rejected (and logged) again. lastSum stays what
+			// the last read found: set to the active hash here, it
+			// outlived a read that failed, and the active document
+			// coming back was then skipped as seen, its rejection kept.
+			p.last, forced = nil, true
 		}
 		files, changed, err := p.poll()
 		var bad *invalidFile
@@ -147,19 +150,21 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 			continue
 		}
 		if err != nil {
-			r.sourceError(&lastErr, path, err)
+			r.sourceError(&lastErr, path, err, forced)
 			continue
 		}
 		if !changed {
 			continue
 		}
 		r.readable(&lastErr, path)
-		if sum := hashOf(files[0].data); sum != lastSum {
-			lastSum = sum
-			_, _ = r.Apply(files[0].data, path)
-		} else if forced {
+		sum := hashOf(files[0].data)
+		switch {
+		case forced && sum == r.holder.Load().Hash():
 			r.unchanged(path)
+		case forced || sum != lastSum:
+			_, _ = r.Apply(files[0].data, path)
 		}
+		lastSum = sum
 	}
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // TestServeSecondSignalExits: a second SIGTERM during the shutdown's
@@ -184,5 +188,57 @@ func TestEnvoyCompatHangupReloads(t *testing.T) {
 	case <-c.Done():
 		t.Fatalf("envoy-compat exited after SIGHUP: %v\n%s", c.Err(), c.Logs())
 	default:
+	}
+}
+
+// TestServeSIGHUPWhileConfigUnreadable: a SIGHUP while the --config file
+// is missing logs its outcome (the file unreadable, with the error), and
+// once the file holds the active configuration again GET
+// /admin/v1/config's rejected is cleared, as without the SIGHUP. A config
+// walk found rejected kept until the next SIGHUP or a new version, and
+// the SIGHUP logging nothing but its own line.
+func TestServeSIGHUPWhileConfigUnreadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	good := "version: \"h1\"\npolicies:\n  - name: api\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 5, window: 1m, dimension: user}\n"
+	writeFileAtomic(t, path, good)
+	svc := startService(t, "--config", path, "--reload-interval", "50ms", "--admin-token", e2eAdminToken)
+	defer svc.stop(t)
+	rejected := func() *config.Rejection {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, svc.url+"/admin/v1/config", nil)
+		req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var info server.ConfigInfo
+		if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+			t.Fatal(err)
+		}
+		return info.Rejected
+	}
+	const unreadable = "configuration source unreadable; keeping the last good configuration"
+	writeFileAtomic(t, path, "")
+	waitFor(t, "the empty file rejected", func() bool { return rejected() != nil })
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the missing file logged", func() bool { return strings.Count(svc.Logs(), unreadable) == 1 })
+	if err := svc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(svc.Logs(), unreadable) < 2 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if logs := svc.Logs(); strings.Count(logs, unreadable) != 2 {
+		t.Errorf("the SIGHUP's outcome, the file unreadable, was not logged:\n%s", logs)
+	} else if strings.LastIndex(logs, "SIGHUP: reading the configuration now") > strings.LastIndex(logs, unreadable) {
+		t.Errorf("the SIGHUP's outcome was logged before its SIGHUP line:\n%s", logs)
+	}
+	writeFileAtomic(t, path, good)
+	waitFor(t, "rejected cleared once the file holds the active configuration again", func() bool { return rejected() == nil })
+	if logs := svc.Logs(); !strings.Contains(logs, "configuration source holds the active configuration again") {
+		t.Fatalf("the end of the rejection was not logged:\n%s", logs)
 	}
 }
