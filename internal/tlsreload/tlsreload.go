@@ -130,13 +130,30 @@ func (c *Cert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // at the next connection; the handshake's certificate request names no
 // authorities, so a client holding several certificates must be given
 // the right one.
+//
+// Under TLS 1.2 it offers only ECDHE key exchange with AEAD ciphers
+// (AES-GCM, ChaCha20-Poly1305), as grpc-go's credentials do on the gRPC
+// listener: Go's defaults also accept the CBC-SHA1 suites, which an
+// outside walk found the HTTPS and admin listeners taking. (TLS 1.3's
+// suites are all AEAD and not configurable.)
 func (c *Cert) ServerConfig() *tls.Config {
-	tc := &tls.Config{GetCertificate: c.GetCertificate, MinVersion: tls.VersionTLS12}
+	tc := &tls.Config{GetCertificate: c.GetCertificate, MinVersion: tls.VersionTLS12, CipherSuites: AEADSuites()}
 	if c.files.ClientCAs != "" {
 		tc.ClientAuth = tls.RequireAnyClientCert
 		tc.VerifyConnection = c.verifyClient
 	}
 	return tc
+}
+
+// AEADSuites returns the TLS 1.2 cipher suites a server configuration of
+// this package offers: ECDHE key exchange with AES-GCM or
+// ChaCha20-Poly1305.
+func AEADSuites() []uint16 {
+	return []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+	}
 }
 
 // verifyClient checks the client's certificate chain against the

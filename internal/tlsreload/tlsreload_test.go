@@ -407,3 +407,41 @@ func TestRefusedCounted(t *testing.T) {
 		t.Fatalf("Refused() = %d, want 3", got)
 	}
 }
+
+// TestServerConfigOffersAEADOnly: under TLS 1.2 the server takes only
+// ECDHE with an AEAD cipher; a client offering nothing but the CBC-SHA1
+// suites (which Go's defaults accept, and which the HTTPS and admin
+// listeners used to take) is refused, one offering AES-GCM is served, and
+// TLS 1.1 is refused.
+func TestServerConfigOffersAEADOnly(t *testing.T) {
+	a := redistest.GenerateTLS(t)
+	c, err := tlsreload.Load(tlsreload.Files{Cert: a.Cert, Key: a.Key}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listen(t, c.ServerConfig())
+	dial := func(min, max uint16, suites ...uint16) error {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{
+			InsecureSkipVerify: true, // only the suite is under test
+			MinVersion:         min, MaxVersion: max, CipherSuites: suites,
+		})
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	cbc := []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA}
+	if err := dial(tls.VersionTLS12, tls.VersionTLS12, cbc...); err == nil {
+		t.Error("a TLS 1.2 client offering only CBC-SHA1 suites was served")
+	}
+	if err := dial(tls.VersionTLS12, tls.VersionTLS12, tlsreload.AEADSuites()...); err != nil {
+		t.Errorf("a TLS 1.2 client offering the AEAD suites: %v", err)
+	}
+	if err := dial(tls.VersionTLS13, tls.VersionTLS13); err != nil {
+		t.Errorf("a TLS 1.3 client: %v", err)
+	}
+	if err := dial(tls.VersionTLS11, tls.VersionTLS11); err == nil {
+		t.Error("a TLS 1.1 client was served")
+	}
+}
