@@ -42,7 +42,13 @@ func (s BreakerState) String() string {
 type BreakerOptions struct {
 	// FailureThreshold is how many consecutive failed primary calls open
 	// the breaker. Default 10: a few timeouts in a row under CPU
-	// saturation must not send traffic to the fallback.
+	// saturation must not send traffic to the fallback. Calls that were
+	// in flight together when one of them failed count once: a stall of a
+	// fifth of a second times out every call sent during it at once (an
+	// outside walk saw ten concurrent decisions open the breaker of a
+	// Cluster primary frozen for 185 ms), which is one event, not ten; a
+	// primary that stays down fails the calls sent after each failure too,
+	// and they count.
 	FailureThreshold int
 	// FailureRate opens the breaker when, over the last Window, at least
 	// MinCalls calls were made and at least this fraction of them failed.
@@ -198,9 +204,10 @@ type breaker struct {
 
 	mu        sync.Mutex
 	state     BreakerState
-	failures  int // consecutive failures while closed
-	successes int // successful probes since half-open
-	inFlight  int // probes in flight
+	failures  int    // consecutive failures while closed
+	gen       uint64 // counted failures so far: a call admitted before the last one fails with it
+	successes int    // successful probes since half-open
+	inFlight  int    // probes in flight
 	openFor   time.Duration
 	openUntil time.Time // end of the open period (monotonic reading)
 	rnd       *rand.Rand
@@ -231,23 +238,30 @@ func newBreaker(name string, opts BreakerOptions, now func() time.Time, onChange
 
 // acquire says whether a call may go to the primary, and as what.
 func (b *breaker) acquire() ticket {
+	t, _ := b.acquireGen()
+	return t
+}
+
+// acquireGen is acquire, also returning the breaker's failure generation
+// at admission, for releaseGen.
+func (b *breaker) acquireGen() (ticket, uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case BreakerClosed:
-		return ticketNormal
+		return ticketNormal, b.gen
 	case BreakerOpen:
 		if b.prober != nil || b.now().Before(b.openUntil) {
-			return ticketDenied
+			return ticketDenied, b.gen
 		}
 		b.setState(BreakerHalfOpen)
 		b.successes, b.inFlight = 0, 0
 	}
 	if b.inFlight >= b.opts.HalfOpenProbes {
-		return ticketDenied
+		return ticketDenied, b.gen
 	}
 	b.inFlight++
-	return ticketProbe
+	return ticketProbe, b.gen
 }
 
 // isOpen reports whether acquire would deny a call now: the breaker is
@@ -258,8 +272,21 @@ func (b *breaker) isOpen() bool {
 	return b.state == BreakerOpen && (b.prober != nil || b.now().Before(b.openUntil))
 }
 
-// release records the outcome of a call that acquire let through.
+// release records the outcome of a call that acquire let through, a
+// failure counting toward FailureThreshold whatever else failed while it
+// was in flight.
 func (b *breaker) release(t ticket, v verdict) {
+	b.mu.Lock()
+	gen := b.gen
+	b.mu.Unlock()
+	b.releaseGen(t, v, gen)
+}
+
+// releaseGen records the outcome of a call that acquireGen let through at
+// failure generation gen: a failure after another failure was counted
+// since gen (the two calls were in flight together) does not count toward
+// FailureThreshold again. It counts in the failure rate all the same.
+func (b *breaker) releaseGen(t ticket, v verdict, gen uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch t {
@@ -272,7 +299,10 @@ func (b *breaker) release(t ticket, v verdict) {
 			b.failures = 0
 			b.count(false)
 		case verdictFailure:
-			b.failures++
+			if gen == b.gen {
+				b.failures++
+				b.gen++
+			}
 			if rate := b.count(true); b.failures >= b.opts.FailureThreshold || rate {
 				b.open()
 			}

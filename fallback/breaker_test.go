@@ -161,6 +161,53 @@ func TestBreakerOptionsValidate(t *testing.T) {
 	}
 }
 
+// TestBreakerCountsAStallOnce: calls in flight together that fail
+// together (a stall times out every call sent during it) count once
+// toward FailureThreshold; calls sent after a failure and failing in turn
+// (a primary that stays down) count each. Before, 12 concurrent timeouts
+// of one 185 ms stall opened a Cluster primary's breaker (an outside
+// walk), sending its identities to the fallback for 0.6 s.
+func TestBreakerCountsAStallOnce(t *testing.T) {
+	b, clk, changes := newTestBreaker(t, BreakerOptions{})
+	for range 100 { // traffic before (the failure rate stays below a half)
+		tk, gen := b.acquireGen()
+		b.releaseGen(tk, verdictSuccess, gen)
+	}
+	for range 3 { // three stalls, each failing 12 calls in flight together
+		var tickets []ticket
+		var gens []uint64
+		for range 12 {
+			tk, gen := b.acquireGen()
+			tickets, gens = append(tickets, tk), append(gens, gen)
+		}
+		clk.advance(50 * time.Millisecond)
+		for i, tk := range tickets {
+			b.releaseGen(tk, verdictFailure, gens[i])
+		}
+		if len(*changes) != 0 {
+			t.Fatalf("a stall failing 12 calls in flight together changed the state: %v, want closed", *changes)
+		}
+		for range 100 { // between stalls, successes
+			tk, gen := b.acquireGen()
+			b.releaseGen(tk, verdictSuccess, gen)
+		}
+		clk.advance(time.Second)
+	}
+	// A primary that stays down: each call is sent after the last one
+	// failed, and each counts.
+	for i := range 10 {
+		if st, _ := b.snapshot(); st != BreakerClosed {
+			t.Fatalf("open after %d sequential failures, want 10", i)
+		}
+		tk, gen := b.acquireGen()
+		clk.advance(50 * time.Millisecond)
+		b.releaseGen(tk, verdictFailure, gen)
+	}
+	if st, _ := b.snapshot(); st != BreakerOpen {
+		t.Fatalf("after 10 sequential failures: %v, want open", st)
+	}
+}
+
 // TestBreakerIgnoresScatteredTimeouts replays what CPU saturation did to
 // the old breaker (5 consecutive failures opened it): bursts of 5 timeouts
 // among successes. With the defaults (10 in a row, or half of at least 10

@@ -396,7 +396,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			}
 		}
 	}
-	t := br.acquire()
+	t, gen := br.acquireGen()
 	if t == ticketDenied {
 		// No budget context (and its timer) on this path: while the
 		// breaker is open, a decision costs what a local one costs.
@@ -460,7 +460,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 	}
 	if t != ticketDenied {
-		br.release(t, verdictFailure)
+		br.releaseGen(t, verdictFailure, gen)
 	}
 	o.fail(elapsed, timedOut(cctx, err))
 	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
@@ -498,7 +498,7 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 	if o != nil && o.failed >= s.budget {
 		return ErrBudgetSpent
 	}
-	t := br.acquire()
+	t, gen := br.acquireGen()
 	if t == ticketDenied {
 		return ErrBreakerOpen
 	}
@@ -517,7 +517,7 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(ctx.Err(), context.Canceled):
 		br.release(t, verdictNeutral)
 	default:
-		br.release(t, verdictFailure)
+		br.releaseGen(t, verdictFailure, gen)
 		// The request's budget pays for the failed call (all of it if
 		// the call timed out), as for a failed decision: a Redis whose
 		// lookups fail slowly (go-redis redialling a refused
