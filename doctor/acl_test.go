@@ -66,3 +66,33 @@ func TestConfigSignedUnderAnotherKey(t *testing.T) {
 		t.Errorf("fix %q", c.Fix)
 	}
 }
+
+// TestLatencyProbeRefusedWarns: doctor run as an ACL user without EVALSHA
+// and EVAL (ACL SETUSER weak on >pw ~* +ping +info +@connection). Redis
+// refused the probe script with NOPERM and the latency check failed, with
+// the fix "give doctor the password and ACL user Floodgate uses", while
+// every other refused read warns with the reads to grant: the latency
+// could not be measured, nothing was found wrong. It now warns, and its
+// fix names what to grant, as the documented ACL line does.
+func TestLatencyProbeRefusedWarns(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "lp", testConfig)
+	if err := client.Do(context.Background(), "ACL", "SETUSER", "weak", "on", ">pw", "~*", "+ping", "+info", "+@connection").Err(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "fg.yaml")
+	if err := os.WriteFile(file, []byte(testConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://weak:pw@" + srv.Addr}, Prefix: "lp", ConfigFile: file})
+	c := want(t, rep, doctor.GroupRedis, "latency", doctor.Warn, "Redis refused the latency probe", "NOPERM", "evalsha", "the latency is unknown")
+	for _, w := range []string{"grant doctor's ACL user these reads: EVALSHA, EVAL and SCRIPT LOAD", "+evalsha +eval +script|load"} {
+		if !strings.Contains(c.Fix, w) {
+			t.Errorf("latency fix %q does not say %q", c.Fix, w)
+		}
+	}
+	if strings.Contains(c.Fix, "password") || strings.Contains(c.Summary, "failed:") {
+		t.Errorf("latency: %q, fix %q", c.Summary, c.Fix)
+	}
+}

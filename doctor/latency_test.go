@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 
@@ -38,5 +39,44 @@ func TestLatencyWhenTheRunsTimeIsOver(t *testing.T) {
 	}
 	if !strings.Contains(ch.Fix, "--timeout") || strings.Contains(ch.Fix, "SLOWLOG") {
 		t.Errorf("fix %q is not about doctor's --timeout", ch.Fix)
+	}
+}
+
+// TestLatencyProbeRefusedAndUnreachable: a refused probe (NOPERM) alone
+// warns (TestLatencyProbeRefusedWarns); with a primary that does not
+// answer as well, the check still fails, with the fix of the failure and
+// then the grant.
+func TestLatencyProbeRefusedAndUnreachable(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "weak", "on", ">pw", "~*", "+ping", "+info", "+@connection").Err(); err != nil {
+		t.Fatal(err)
+	}
+	weak := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "weak", Password: "pw", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = weak.Close() })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := l.Addr().String()
+	l.Close()
+	down := redis.NewClient(&redis.Options{Addr: gone, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = down.Close() })
+	r := &run{opts: Options{Prefix: "lr", LatencySamples: 5}, client: weak, counter: &counter{}}
+
+	var ch Check
+	r.checkLatency(context.Background(), &ch, []node{{addr: srv.Addr, client: weak}})
+	if ch.Status != Warn || !strings.Contains(ch.Summary, "NOPERM") || !strings.Contains(ch.Fix, "+evalsha +eval +script|load") {
+		t.Fatalf("refused alone: %+v", ch)
+	}
+
+	ch = Check{}
+	r.checkLatency(context.Background(), &ch, []node{{addr: srv.Addr, client: weak}, {addr: gone, client: down}})
+	if ch.Status != Fail {
+		t.Fatalf("status %v, want fail: %+v", ch.Status, ch)
+	}
+	if !strings.Contains(ch.Fix, "a primary does not answer") || !strings.Contains(ch.Fix, "for the refused calls: grant doctor's ACL user") {
+		t.Errorf("fix %q", ch.Fix)
 	}
 }

@@ -44,10 +44,28 @@ func classify(ctx context.Context, err error) errClass {
 	return errUnreachable
 }
 
+// doctorACL is the ACL rule list that lets doctor make every read it
+// makes (docs/operations.md gives the same line).
+const doctorACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking"
+
+// grantFix is the fix of reads the ACL user may not send: reads names
+// them, acl is the rules that grant them.
+func grantFix(reads, acl string) string {
+	return "grant doctor's ACL user these reads: " + reads + " (" + acl + "), or run doctor as the user Floodgate uses"
+}
+
 // permissionFix is the fix of a read the ACL user may not send.
 func permissionFix() string {
-	return "grant doctor's ACL user these reads: " + strings.Join(ReadOnlyCommands(), ", ") +
-		" (those a server lacks, such as CLIENT SETINFO before Redis 7.2 or SENTINEL on a data node, are not needed there; e.g. ACL SETUSER NAME +@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking), or run doctor as the user Floodgate uses"
+	return grantFix(strings.Join(ReadOnlyCommands(), ", "),
+		"those a server lacks, such as CLIENT SETINFO before Redis 7.2 or SENTINEL on a data node, are not needed there; e.g. ACL SETUSER NAME "+doctorACL)
+}
+
+// probePermissionFix is the fix of a latency probe the ACL user may not
+// run: its script is sent with EVALSHA, loaded with SCRIPT LOAD or sent
+// with EVAL when Redis does not have it.
+func probePermissionFix() string {
+	return grantFix("EVALSHA, EVAL and SCRIPT LOAD of its probe script",
+		"ACL SETUSER NAME +evalsha +eval +script|load; every read doctor makes: ACL SETUSER NAME "+doctorACL)
 }
 
 // unreachableFix is the fix of a Redis that stopped answering.

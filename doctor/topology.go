@@ -336,7 +336,9 @@ type probeResult struct {
 	samples  []time.Duration // round trips of the successful calls, the first call excepted
 	calls    int             // calls made
 	failed   int             // calls that failed
+	refused  int             // failed calls Redis refused to doctor's ACL user (NOPERM...)
 	firstErr error           // the first failure
+	otherErr error           // the first failure that is not a refusal
 }
 
 // maxProbeFailures is the number of failed calls after which the probe of
@@ -359,6 +361,11 @@ func (r *run) probe(ctx context.Context, t probeTarget) probeResult {
 		res.calls++
 		if err != nil && !errors.Is(err, redis.Nil) {
 			res.failed++
+			if classify(ctx, err) == errNoPerm {
+				res.refused++
+			} else if res.otherErr == nil {
+				res.otherErr = err
+			}
 			if res.firstErr == nil {
 				res.firstErr = err
 			}
@@ -403,8 +410,8 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 	latency := Pass            // the verdict of the successful calls alone
 	var p50, p99 time.Duration // of the slowest primary
 	timed := 0                 // primaries with at least one timed call
-	calls, failed, failedOn := 0, 0, 0
-	var firstErr error
+	calls, failed, failedOn, refused := 0, 0, 0, 0
+	var firstErr, otherErr error
 	var firstErrAddr string
 	targets := r.probeTargets(ctx, nodes)
 	for _, n := range targets {
@@ -412,6 +419,10 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 		calls += res.calls
 		if res.failed > 0 {
 			failed += res.failed
+			refused += res.refused
+			if otherErr == nil {
+				otherErr = res.otherErr
+			}
 			failedOn++
 			if firstErr == nil {
 				firstErr, firstErrAddr = res.firstErr, n.addr
@@ -478,13 +489,34 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 		latencyFix = "decisions this slow are taken by the fallback: fix Redis's latency (SLOWLOG GET, host load, network) before relying on it"
 	}
 	switch {
+	case failed > 0 && refused == failed:
+		// Redis refused the probe script to doctor's ACL user, as it
+		// refuses other reads: the latency could not be measured, which
+		// is not a latency found wrong. Decisions run as Floodgate's own
+		// user, whose permissions this says nothing about.
+		c.Status = max(Warn, latency)
+		c.Summary = fmt.Sprintf("Redis refused the latency probe (%s: %v): doctor's ACL user may not run its probe script, on %d of %s",
+			firstErrAddr, firstErr, failedOn, plural.Count(len(targets), "primary", "primaries"))
+		c.Fix = probePermissionFix()
+		switch {
+		case timed == 0:
+			c.Summary += "; the latency is unknown (not measured, not found wrong)"
+		case latency == Pass:
+			c.Summary += fmt.Sprintf("; the other calls took p99 %v (below %v)", p99.Round(time.Microsecond), r.latencyWarn())
+		default:
+			c.Summary += "; of the other calls, " + measured
+			c.Fix += "; and " + latencyFix
+		}
 	case failed > 0:
 		// A failed call measures nothing: the verdict is the failure, and
 		// the fix is the failure's, not Redis's latency.
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("the latency probe failed: %d of %s failed, on %d of %s (first: %s: %v)",
 			failed, plural.Count(calls, "call", "calls"), failedOn, plural.Count(len(targets), "primary", "primaries"), firstErrAddr, firstErr)
-		c.Fix = r.probeFailureFix(ctx, firstErr)
+		c.Fix = r.probeFailureFix(ctx, otherErr)
+		if refused > 0 {
+			c.Fix += "; for the refused calls: " + probePermissionFix()
+		}
 		switch {
 		case timed == 0:
 			c.Summary += "; no call succeeded, so the latency is unknown"
@@ -523,8 +555,6 @@ func (r *run) probeFailureFix(ctx context.Context, err error) string {
 		return "the probe's slot is being moved between primaries: finish or undo the resharding (redis-cli --cluster fix HOST:PORT)"
 	case errors.Is(err, context.DeadlineExceeded), strings.Contains(msg, "i/o timeout"):
 		return "a primary did not answer a probe call within 1s: check that it is up and not blocked (a long command, a fork, swapping) and the network from this host"
-	case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOPERM"):
-		return "the probe was refused: give doctor the password and ACL user Floodgate uses (EVALSHA and EVAL must be allowed)"
 	case strings.HasPrefix(msg, "BUSY"):
 		return "a script is running too long on that primary (BUSY): every decision waits behind it; find it (SCRIPT KILL once identified) and check the instances' scripts"
 	case strings.HasPrefix(msg, "LOADING"):
