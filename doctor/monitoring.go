@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"sort"
 	"strings"
@@ -168,7 +169,8 @@ func (r *run) monitoringChecks(ctx context.Context) {
 		for _, a := range ShippedAlerts {
 			shipped[a] = true
 		}
-		var firing, pending []string
+		ours := r.alertScope(c)
+		var firing, pending, ignored []string
 		for _, g := range groups.Groups {
 			for _, rule := range g.Rules {
 				if !shipped[rule.Name] {
@@ -179,6 +181,13 @@ func (r *run) monitoringChecks(ctx context.Context) {
 				// firing for one instance can be pending for another.
 				seen := false
 				for _, a := range rule.Alerts {
+					if (a.State == "firing" || a.State == "pending") && !ours(a.Labels["instance"]) {
+						// Another deployment's instance, scraped by the
+						// same Prometheus.
+						ignored = append(ignored, a.State+": "+alertName(rule.Name, a.Labels))
+						seen = true
+						continue
+					}
 					switch a.State {
 					case "firing":
 						firing = append(firing, alertName(rule.Name, a.Labels))
@@ -207,6 +216,18 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			c.Evidence = append(c.Evidence, "pending (about to fire): "+a)
 		}
 		c.Evidence = firstN(c.Evidence, 20)
+		ignoredNote := ""
+		if len(ignored) > 0 {
+			sort.Strings(ignored)
+			ignoredNote = fmt.Sprintf(" (%s of other instances than those given ignored)", plural.Count(len(ignored), "alert", "alerts"))
+			c.Evidence = append(c.Evidence, fmt.Sprintf("ignored, %s whose instance label is none of the given instances' (another deployment scraped by this Prometheus):", plural.Count(len(ignored), "alert", "alerts")))
+			for _, a := range firstN(ignored, 5) {
+				c.Evidence = append(c.Evidence, "  "+a)
+			}
+			if len(ignored) > 5 {
+				c.Evidence = append(c.Evidence, fmt.Sprintf("  … %d others", len(ignored)-5))
+			}
+		}
 		var parts []string
 		if len(firing) > 0 {
 			parts = append(parts, "firing: "+strings.Join(firstN(firing, 5), ", "))
@@ -217,12 +238,14 @@ func (r *run) monitoringChecks(ctx context.Context) {
 		switch {
 		case len(firing) > 0:
 			c.Status = Fail
-			c.Summary = strings.Join(parts, "; ")
+			c.Summary = strings.Join(parts, "; ") + ignoredNote
 			c.Fix = "follow docs/operations.md, When an alert fires"
 		case len(pending) > 0:
 			c.Status = Warn
-			c.Summary = strings.Join(parts, "; ")
+			c.Summary = strings.Join(parts, "; ") + ignoredNote
 			c.Fix = "follow docs/operations.md, When an alert fires"
+		case len(ignored) > 0:
+			c.Status, c.Summary = Pass, "no Floodgate alert firing or pending for the given instances"+ignoredNote
 		default:
 			c.Status, c.Summary = Pass, "no Floodgate alert firing or pending"
 		}
@@ -251,6 +274,60 @@ func alertName(rule string, labels map[string]string) string {
 		return rule
 	}
 	return rule + "{" + strings.Join(parts, ", ") + "}"
+}
+
+// alertScope returns whether an alert whose instance label is instance
+// concerns the deployment audited, for a Prometheus that may scrape
+// several: without --instance URLs every alert does; with them, an alert
+// without an instance label (an aggregate) does, and one with a label does
+// when it is the host:port of a given URL or of the address doctor read
+// an instance's /metrics from (its admin address, for an instance run
+// with --metrics-admin-only), the scrape targets. For an instance whose
+// /metrics is on an admin address doctor was not given, any label on its
+// host counts, since its scrape target's port is unknown.
+func (r *run) alertScope(c *Check) func(instance string) bool {
+	if len(r.opts.Instances) == 0 {
+		return func(string) bool { return true }
+	}
+	addrs, hosts := map[string]bool{}, map[string]bool{}
+	add := func(raw string) {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return
+		}
+		addrs[u.Host] = true
+		if u.Port() == "" {
+			// Prometheus's instance label may carry the scheme's port.
+			port := "80"
+			if u.Scheme == "https" {
+				port = "443"
+			}
+			addrs[net.JoinHostPort(u.Hostname(), port)] = true
+		}
+	}
+	// The given URLs include the admin addresses given for instances run
+	// with --metrics-admin-only: every metricsURL is one of them.
+	for _, u := range r.opts.Instances {
+		add(u)
+	}
+	for _, in := range r.instances {
+		if in.metricsURL == "" && in.metrics404 {
+			if u, err := url.Parse(in.url); err == nil {
+				hosts[u.Hostname()] = true
+				c.Evidence = append(c.Evidence, in.url+": serves no /metrics (--metrics-admin-only) and its admin address was not given: alerts of any instance on "+u.Hostname()+" are counted as its")
+			}
+		}
+	}
+	return func(instance string) bool {
+		if instance == "" || addrs[instance] {
+			return true
+		}
+		h, _, err := net.SplitHostPort(instance)
+		if err != nil {
+			h = instance
+		}
+		return hosts[h]
+	}
 }
 
 // scrapeTargets returns the base URLs whose /metrics Prometheus should

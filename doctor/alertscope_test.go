@@ -1,0 +1,174 @@
+package doctor_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// fakeAlert is one alert of a rule on fakePrometheus.
+type fakeAlert struct {
+	rule, state string
+	labels      map[string]string
+}
+
+// fakePrometheus answers doctor's two Prometheus requests: the scraped
+// series (one per target) and the shipped alert rules, with the alerts
+// set by set.
+type fakePrometheus struct {
+	URL     string
+	mu      sync.Mutex
+	targets []string
+	alerts  []fakeAlert
+}
+
+func startFakePrometheus(t *testing.T, targets ...string) *fakePrometheus {
+	t.Helper()
+	p := &fakePrometheus{targets: targets}
+	hs := httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(hs.Close)
+	p.URL = hs.URL
+	return p
+}
+
+func (p *fakePrometheus) set(alerts ...fakeAlert) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.alerts = alerts
+}
+
+func (p *fakePrometheus) serve(w http.ResponseWriter, req *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var data any
+	switch req.URL.Path {
+	case "/api/v1/query":
+		var result []any
+		for _, tg := range p.targets {
+			result = append(result, map[string]any{"metric": map[string]string{"job": "floodgate", "instance": tg}, "value": []any{0, "3"}})
+		}
+		data = map[string]any{"resultType": "vector", "result": result}
+	case "/api/v1/rules":
+		var rules []any
+		for _, name := range doctor.ShippedAlerts {
+			state, alerts := "inactive", []any{}
+			for _, a := range p.alerts {
+				if a.rule != name {
+					continue
+				}
+				alerts = append(alerts, map[string]any{"labels": a.labels, "state": a.state})
+				if state != "firing" {
+					state = a.state
+				}
+			}
+			rules = append(rules, map[string]any{"name": name, "state": state, "health": "ok", "type": "alerting", "alerts": alerts})
+		}
+		data = map[string]any{"groups": []any{map[string]any{"name": "floodgate", "file": "alerts.yml", "rules": rules}}}
+	default:
+		http.NotFound(w, req)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data})
+}
+
+func host(t *testing.T, u string) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pu.Host
+}
+
+// TestAlertsOfOtherInstancesIgnored: one Prometheus scraping several
+// deployments, doctor --instance http://127.0.0.1:32630 failed with
+// "firing: RateLimitBreakerOpen{instance="127.0.0.1:32610"...}", another
+// deployment's alert. With --instance URLs, an alert counts when its
+// instance label is a given URL's host:port (the admin address's, for an
+// instance whose /metrics is there) or when it has none (an aggregate);
+// the others are listed as ignored, with their count. Without --instance
+// every alert counts, as before.
+func TestAlertsOfOtherInstancesIgnored(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "as", testConfig)
+	a := startInstance(t, client, "as", instanceOptions{doc: testConfig, discipline: true})
+	// Run with --metrics-admin-only: Prometheus scrapes its admin address.
+	b := startInstance(t, client, "as", instanceOptions{doc: testConfig, discipline: true, metricsAdminOnly: true})
+	const other = "127.0.0.1:1" // another deployment's instance
+	prom := startFakePrometheus(t, host(t, a.url), host(t, b.adminURL), other)
+	opts := doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "as",
+		Instances: []string{a.url, b.url, b.adminURL}, PrometheusURL: prom.URL, RateWindow: -1}
+	otherOpen := fakeAlert{"RateLimitBreakerOpen", "firing", map[string]string{"instance": other, "partition": "primary"}}
+	otherName := fmt.Sprintf(`RateLimitBreakerOpen{instance=%q, partition="primary"}`, other)
+
+	// Only another instance's alerts: they are ignored, and counted.
+	prom.set(otherOpen, fakeAlert{"RateLimitDenyRatioHigh", "pending", map[string]string{"instance": other}})
+	rep := runDoctor(t, opts)
+	c := want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Pass, "no Floodgate alert firing or pending for the given instances",
+		"2 alerts of other instances than those given ignored", "firing: "+otherName)
+	if strings.Contains(c.Summary, "firing:") {
+		t.Errorf("summary %q names another instance's alert as firing", c.Summary)
+	}
+	want(t, rep, doctor.GroupMonitoring, "scraped", doctor.Pass)
+
+	// The given instances' alerts count: a's by its URL, b's by its admin
+	// address, the scrape target.
+	prom.set(otherOpen,
+		fakeAlert{"RateLimitConfigRejected", "firing", map[string]string{"instance": host(t, b.adminURL), "source": "redis"}},
+		fakeAlert{"RateLimitDenyRatioHigh", "pending", map[string]string{"instance": host(t, a.url)}})
+	rep = runDoctor(t, opts)
+	c = want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail,
+		fmt.Sprintf(`firing: RateLimitConfigRejected{instance=%q`, host(t, b.adminURL)),
+		fmt.Sprintf(`pending (about to fire): RateLimitDenyRatioHigh{instance=%q}`, host(t, a.url)),
+		"1 alert of other instances than those given ignored")
+	if strings.Contains(c.Summary, other) {
+		t.Errorf("summary %q names another instance's alert", c.Summary)
+	}
+
+	// An alert without an instance label (an aggregate) counts.
+	prom.set(otherOpen, fakeAlert{"RateLimit429Spike", "firing", map[string]string{"job": "floodgate"}})
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail, `firing: RateLimit429Spike{job="floodgate"}`, "1 alert of other instances")
+
+	// Without --instance, every alert counts, as before.
+	prom.set(otherOpen)
+	opts.Instances = nil
+	rep = runDoctor(t, opts)
+	c = want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail, "firing: "+otherName)
+	if strings.Contains(c.Summary, "ignored") {
+		t.Errorf("summary %q ignores alerts without --instance", c.Summary)
+	}
+}
+
+// TestAlertsOfAnUnpairedAdminOnlyInstance: an instance run with
+// --metrics-admin-only whose admin address doctor was not given is scraped
+// on a port doctor does not know: an alert of any instance on its host
+// counts, rather than being ignored as another deployment's.
+func TestAlertsOfAnUnpairedAdminOnlyInstance(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "au", testConfig)
+	b := startInstance(t, client, "au", instanceOptions{doc: testConfig, discipline: true, metricsAdminOnly: true})
+	prom := startFakePrometheus(t, host(t, b.adminURL))
+	prom.set(fakeAlert{"RateLimitBreakerOpen", "firing", map[string]string{"instance": host(t, b.adminURL), "partition": "primary"}},
+		fakeAlert{"RateLimitClockSkew", "firing", map[string]string{"instance": "10.9.9.9:8080"}})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "au",
+		Instances: []string{b.url}, PrometheusURL: prom.URL, RateWindow: -1})
+	c := want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail,
+		fmt.Sprintf(`firing: RateLimitBreakerOpen{instance=%q`, host(t, b.adminURL)), "1 alert of other instances than those given ignored",
+		"alerts of any instance on 127.0.0.1 are counted as its")
+	if strings.Contains(c.Summary, "10.9.9.9") {
+		t.Errorf("summary %q counts another host's alert", c.Summary)
+	}
+}
