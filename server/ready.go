@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -130,12 +131,17 @@ func primaryReady(ctx context.Context, c redis.UniversalClient) error {
 	if err != nil {
 		// A stalled or unreachable server's error often does not say
 		// which (context deadline exceeded): name it.
+		hint := ""
 		if rc, ok := c.(*redis.Client); ok {
+			if rc.Options().TLSConfig == nil && errors.Is(err, io.EOF) {
+				// A TLS-only Redis closes a plaintext connection at once.
+				hint = " (the server closed the connection: if it serves TLS only, connect with rediss:// or --redis-tls)"
+			}
 			if addr := rc.Options().Addr; addr != "" && addr != "FailoverClient" && !strings.Contains(err.Error(), addr) {
-				return fmt.Errorf("redis %s: %w", addr, err)
+				return fmt.Errorf("redis %s: %w%s", addr, err, hint)
 			}
 		}
-		return fmt.Errorf("redis: %w", err)
+		return fmt.Errorf("redis: %w%s", err, hint)
 	}
 	if len(v) == 0 {
 		return errors.New("redis: empty ROLE reply")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestClusterReadyNamesTheStalledNode: with one Cluster primary stalled
@@ -49,5 +50,25 @@ func TestClusterReadyNamesTheStalledNode(t *testing.T) {
 				t.Errorf("check %d: the error names healthy primary %s: %v", i, healthy, err)
 			}
 		}
+	}
+}
+
+// TestReadyHintsAtTLS: a plaintext client of a Redis that serves TLS only
+// sees the connection closed (EOF); the readiness error says what that
+// likely means (it said only "EOF").
+func TestReadyHintsAtTLS(t *testing.T) {
+	srv := redistest.StartTLS(t, redistest.GenerateTLS(t))
+	plain := redis.NewClient(&redis.Options{Addr: srv.TLSAddr, MaxRetries: -1})
+	t.Cleanup(func() { plain.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := server.RedisReady(plain, "fgtest:probe")(ctx)
+	if err == nil || !strings.Contains(err.Error(), srv.TLSAddr) || !strings.Contains(err.Error(), "rediss://") {
+		t.Fatalf("plaintext client of a TLS-only Redis: %v; want an error naming the server and rediss://", err)
+	}
+	good := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { good.Close() })
+	if err := server.RedisReady(good, "fgtest:probe")(ctx); err != nil {
+		t.Fatalf("plaintext client of the plaintext port: %v", err)
 	}
 }
