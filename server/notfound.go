@@ -35,6 +35,21 @@ func withProblems(mux *http.ServeMux) http.Handler {
 	})
 }
 
+// healthOnly serves mux, the routes of HealthHandler, and answers every
+// other request, whatever its path or method, 404 with a problem body
+// saying what that listener serves.
+func healthOnly(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		writeProblem(w, &problemError{status: http.StatusNotFound, kind: "not-found",
+			detail: "no endpoint " + r.Method + " " + r.URL.Path + " on the health listener (floodgate serve --health-addr), " +
+				"which serves GET and HEAD /healthz and /readyz only; the API, /metrics and the admin endpoints are on the other listeners"})
+	})
+}
+
 // headerRecorder is a ResponseWriter that keeps the status and headers
 // written to it and discards the body.
 type headerRecorder struct {

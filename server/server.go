@@ -175,10 +175,10 @@ type Options struct {
 	// AllowedHosts, when not empty, are the host names requests must be
 	// addressed to (ValidateAllowedHost: "floodgate.example.com", or
 	// "*.example.com" for every name under example.com; in any case):
-	// every HTTP request, on the public handler and on AdminHandler,
-	// whose Host, port aside, is neither one of them nor an IP address
-	// nor localhost is answered 421 host-not-allowed before anything else
-	// and changes nothing. This keeps out a web page whose DNS name is
+	// every HTTP request, on the public handler, AdminHandler and
+	// HealthHandler, whose Host, port aside, is neither one of them nor
+	// an IP address nor localhost is answered 421 host-not-allowed before
+	// anything else and changes nothing. This keeps out a web page whose DNS name is
 	// rebound to the service's address (DNS rebinding), which could
 	// otherwise read what GETs answer (/metrics, /readyz, the profiles of
 	// Profiling) through its visitors' browsers. Default none: every
@@ -231,6 +231,7 @@ type Server struct {
 	eng        atomic.Pointer[engines]
 
 	adminMux   http.Handler
+	healthMux  http.Handler
 	adminGuard *adminGuard
 	xorigin    *crossorigin.Trusted
 	hosts      *allowedHosts // nil: every Host
@@ -380,6 +381,12 @@ func (s *Server) routes() {
 	}
 	// Before routing: a refused request learns nothing of the routes.
 	s.mux, s.adminMux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux))), s.refuseHost(s.refuseCrossOrigin(withProblems(admin)))
+	// The probes' listener: GETs (and HEADs) only, which the cross-origin
+	// rule never refuses; the Host rule applies as on the others.
+	health := http.NewServeMux()
+	health.HandleFunc("GET /healthz", s.handleHealth)
+	health.HandleFunc("GET /readyz", s.handleReady)
+	s.healthMux = s.refuseHost(healthOnly(health))
 }
 
 // MaxHeaderBytes bounds a request's line and headers on both engines (the
@@ -399,8 +406,37 @@ func (s *Server) AdminHandler() http.Handler { return s.adminMux }
 // waiting up to DrainTimeout for admin calls in flight. It returns nil
 // after a shutdown, or the error that stopped serving.
 func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	return s.serveAside(ctx, ln, s.adminMux, "admin")
+}
+
+// HealthHandler returns the handler of the probes' listener: GET and HEAD
+// /healthz and /readyz, the handlers (and query parameters, such as
+// /readyz?degraded=ok) of the public handler, readiness off while Serve
+// drains as there; every other request is answered 404, and a Host that
+// AllowedHosts refuses 421. It serves no metrics, no admin endpoint, no
+// API and no profile, so that it can be served without TLS (ServeHealth)
+// to probes that cannot present a client certificate, such as kubelet's,
+// while the other listeners require one. /readyz says why the service is
+// not ready, as on the public handler: serve it on a private address
+// (the pod network).
+func (s *Server) HealthHandler() http.Handler { return s.healthMux }
+
+// ServeHealth serves HealthHandler on ln, as ServeAdmin does
+// AdminHandler: until ctx ends, then shuts down, waiting up to
+// DrainTimeout for probes in flight. To have probes see readiness off
+// during Serve's drain, end ctx once Serve has returned. It returns nil
+// after a shutdown, or the error that stopped serving.
+func (s *Server) ServeHealth(ctx context.Context, ln net.Listener) error {
+	return s.serveAside(ctx, ln, s.healthMux, "health")
+}
+
+// serveAside serves h, the handler of a listener beside Serve's (name,
+// in errors), with net/http on ln until ctx ends, then shuts down,
+// waiting up to DrainTimeout for the requests in flight. It returns nil
+// after a shutdown, or the error that stopped serving.
+func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler, name string) error {
 	hs := &http.Server{
-		Handler:           s.adminMux,
+		Handler:           h,
 		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      30 * time.Second,
@@ -412,7 +448,7 @@ func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
 	go func() { done <- hs.Serve(ln) }()
 	select {
 	case err := <-done:
-		return fmt.Errorf("server: admin: %w", err)
+		return fmt.Errorf("server: %s: %w", name, err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
@@ -421,7 +457,7 @@ func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
 		_ = hs.Close()
 	}
 	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("server: admin: %w", err)
+		return fmt.Errorf("server: %s: %w", name, err)
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 // host names requests must be addressed to.
 type securityFlags struct {
 	adminAddr         string
+	healthAddr        string
 	adminTokenFile    string
 	metricsAdminOnly  bool
 	pprof             bool
@@ -53,15 +54,16 @@ type securityFlags struct {
 
 func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.adminAddr, "admin-addr", "", "serve the admin endpoints on this address only, not on --addr, and /metrics here too (it stays on --addr unless --metrics-admin-only); bind it to a private interface, e.g. 127.0.0.1:9090")
+	fl.StringVar(&s.healthAddr, "health-addr", "", "also serve GET and HEAD /healthz and /readyz (as on --addr, ?degraded=ok and draining included), and nothing else (404), on this address, always over plain HTTP: no TLS and no client certificate even with --tls-cert-file and --tls-client-ca-file. For kubelet or load balancer probes when mutual TLS is on, as they cannot present a client certificate: point the probes here, e.g. :8086. /readyz tells why the service is not ready, as on --addr: bind it to the pod network or a private interface only")
 	fl.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin bearer token (instead of --admin-token, which shows in the process list); at least 32 characters, e.g. from: openssl rand -hex 32")
 	fl.BoolVar(&s.metricsAdminOnly, "metrics-admin-only", false, "serve /metrics only on --admin-addr, not on --addr")
 	fl.StringArrayVar(&s.trustedOrigins, "trusted-origin", nil, "origin (scheme://host[:port], as browsers send it in Origin) whose web pages may call the API from a browser; repeatable. A request other than GET, HEAD and OPTIONS (on the admin endpoints and --pprof, any request) that carries any other Origin, even one matching Host (floodgate serves no page; a page of a DNS name rebound to this address sends its own), or, without Origin, a Sec-Fetch-Site of cross-site or same-site, is refused with 403; curl and server-side clients are never refused")
-	fl.StringArrayVar(&s.allowedHosts, "allowed-host", nil, "host name HTTP requests to --addr and --admin-addr must be addressed to (the Host header without its port, in any case; *.example.com for every name under example.com); repeatable. With any given, a request whose Host is none of them, nor an IP address, nor localhost, is refused with 421, so that a web page whose DNS name is rebound to this address (DNS rebinding) cannot read /metrics, /readyz or the profiles through its visitors' browsers. Default: every Host is served")
+	fl.StringArrayVar(&s.allowedHosts, "allowed-host", nil, "host name HTTP requests to --addr, --admin-addr and --health-addr must be addressed to (the Host header without its port, in any case; *.example.com for every name under example.com); repeatable. With any given, a request whose Host is none of them, nor an IP address, nor localhost, is refused with 421, so that a web page whose DNS name is rebound to this address (DNS rebinding) cannot read /metrics, /readyz or the profiles through its visitors' browsers. Default: every Host is served")
 	fl.BoolVar(&s.pprof, "pprof", false, "serve Go runtime profiles (net/http/pprof, /debug/pprof/) on --admin-addr only, without the token; off by default")
 	addRedisSecurityFlags(fl, s)
-	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file); both files are read again when they change (every --reload-interval, and on SIGHUP), for new connections")
+	fl.StringVar(&s.tlsCertFile, "tls-cert-file", "", "serve HTTPS on --addr (and --admin-addr; never on --health-addr) and TLS on --grpc-addr with this PEM certificate (with --tls-key-file); both files are read again when they change (every --reload-interval, and on SIGHUP), for new connections")
 	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
-	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener (mutual TLS; needs --tls-cert-file; read again when it changes, as the certificate)")
+	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener but --health-addr (mutual TLS; probes that cannot present one use --health-addr; needs --tls-cert-file; read again when it changes, as the certificate)")
 	fl.IntVar(&s.grpcWorkers, "grpc-stream-workers", grpcMaxStreams, "goroutines kept to run gRPC requests, each reused for many (a request finding none free gets a new goroutine); 0 starts a goroutine per request")
 	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
 	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
@@ -317,4 +319,66 @@ func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *
 		}
 	})
 	return func() { cancel(); wg.Wait() }, nil
+}
+
+// startHealth listens on --health-addr, if set, over plain HTTP whatever
+// the TLS flags (kubelet's probes present no client certificate), and
+// serves the probes there until ctx ends or stop is called; stop returns
+// once it has stopped. Unlike the admin listener it is given no signal
+// context: serve stops it after the drain, so that probes see /readyz
+// answer 503 draining during --shutdown-delay, as on --addr, rather than
+// a refused connection.
+func startHealth(ctx context.Context, s *securityFlags, srv *server.Server, log *slog.Logger) (stop func(), err error) {
+	if s.healthAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", s.healthAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--health-addr: %w", err)
+	}
+	log.Info("floodgate health listening", "addr", ln.Addr().String(), "tls", false, "serves", "GET/HEAD /healthz, /readyz")
+	hctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.ServeHealth(hctx, ln); err != nil {
+			log.Error("health listener stopped", "error", err)
+		}
+	})
+	return func() { cancel(); wg.Wait() }, nil
+}
+
+// checkHealthAddr refuses a --health-addr that is the address of another
+// listener (--addr, --grpc-addr, --admin-addr): the same port, on the
+// same host or where either listens on every interface. Port 0 (a free
+// port, picked for each) conflicts with nothing.
+func checkHealthAddr(f *serveFlags) error {
+	h := f.sec.healthAddr
+	if h == "" {
+		return nil
+	}
+	for _, o := range []struct{ flag, addr string }{{"--addr", f.addr}, {"--grpc-addr", f.grpcAddr}, {"--admin-addr", f.sec.adminAddr}} {
+		if sameListenAddr(h, o.addr) {
+			return fmt.Errorf("--health-addr %s is the address of %s (%s): the health listener needs a port of its own, e.g. --health-addr :8086", h, o.flag, o.addr)
+		}
+	}
+	return nil
+}
+
+// sameListenAddr reports whether listening on a and on b would take the
+// same port: equal ports but 0, on equal hosts or where either is a
+// wildcard ("", 0.0.0.0, ::).
+func sameListenAddr(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	ah, ap, aerr := net.SplitHostPort(a)
+	bh, bp, berr := net.SplitHostPort(b)
+	if aerr != nil || berr != nil {
+		return a == b
+	}
+	if ap != bp || ap == "0" {
+		return false
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return strings.EqualFold(ah, bh) || wild(ah) || wild(bh)
 }

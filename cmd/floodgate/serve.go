@@ -119,7 +119,12 @@ Origin matching the Host. GETs such as
 /metrics and /readyz stay readable by such a page unless --allowed-host
 lists the names clients use (any other Host but IP addresses and
 localhost is then refused with 421). Clients that are not browsers are
-not affected.`,
+not affected.
+
+With mutual TLS (--tls-client-ca-file) every listener requires a client
+certificate, which kubelet's and most load balancers' probes cannot
+present: --health-addr serves GET /healthz and /readyz, and nothing else,
+over plain HTTP on an address of its own for them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
@@ -505,6 +510,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err := checkRedisFlags(cmd, &f); err != nil {
 		return err
 	}
+	if err := checkHealthAddr(&f); err != nil {
+		return err
+	}
 	if err := resolveSecrets(&f, f.tokenFromFlag, log); err != nil {
 		return err
 	}
@@ -689,6 +697,13 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// The probes' listener outlives the signal: it is stopped once the
+	// drain has ended (this defer runs after Serve has returned).
+	waitHealth, err := startHealth(ctx, &f.sec, srv, log)
+	if err != nil {
+		return err
+	}
+	defer waitHealth()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends
