@@ -94,7 +94,7 @@ func TestCompose(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if want := []string{"envoy", "floodgate", "grafana", "prometheus", "redis"}; !slices.Equal(names, want) {
+	if want := []string{"admin-token", "envoy", "floodgate", "grafana", "prometheus", "redis"}; !slices.Equal(names, want) {
 		t.Fatalf("services %v, want %v", names, want)
 	}
 
@@ -132,9 +132,13 @@ func TestCompose(t *testing.T) {
 	for _, pc := range fg.Ports {
 		published[pc.Target] = true
 	}
-	if !published[httpPort] || !published[grpcPort] {
-		t.Errorf("floodgate publishes %v, want %d and %d", fg.Ports, httpPort, grpcPort)
+	adminPort := uint32(port(t, composeFile, flags["admin-addr"]))
+	if !published[httpPort] || !published[grpcPort] || !published[adminPort] {
+		t.Errorf("floodgate publishes %v, want %d, %d and %d (admin)", fg.Ports, httpPort, grpcPort, adminPort)
 	}
+	checkComposeLoopback(t, p)
+	token, tokenMount := checkComposeAdminToken(t, p, flags["admin-token-file"])
+	fgMounts = append(fgMounts, tokenMount)
 
 	// Envoy loads the example and reaches Floodgate by its service name.
 	envoy := p.Services["envoy"]
@@ -160,6 +164,93 @@ func TestCompose(t *testing.T) {
 	srv := redistest.Start(t)
 	s := runAsContainer(t, composeFile, fg.Command, fgMounts, "redis://"+srv.Addr+"/0")
 	checkServing(t, composeFile, s)
+	checkAdmin(t, composeFile, s, token)
+}
+
+// checkComposeLoopback checks that every port the compose file publishes
+// is on the host's loopback only: Floodgate's APIs and Envoy's admin
+// authenticate no caller, Prometheus neither, Grafana lets anyone view.
+func checkComposeLoopback(t *testing.T, p *types.Project) {
+	t.Helper()
+	for name, svc := range p.Services {
+		for _, pc := range svc.Ports {
+			if pc.HostIP != "127.0.0.1" {
+				t.Errorf("%s: service %s publishes %d on %q, not on 127.0.0.1: every interface of the host would serve it", composeFile, name, pc.Target, pc.HostIP)
+			}
+		}
+	}
+}
+
+// checkComposeAdminToken checks how Floodgate gets its admin token
+// (--admin-token-file, file): from a named volume that the admin-token
+// service fills before Floodgate starts and Floodgate mounts read-only.
+// It runs that service's script here, in a temporary directory standing
+// for the volume (chown a no-op unless root), and returns the token it
+// wrote and the mount of that directory where Floodgate mounts the volume.
+func checkComposeAdminToken(t *testing.T, p *types.Project, file string) (string, mount) {
+	t.Helper()
+	fg, gen := p.Services["floodgate"], p.Services["admin-token"]
+	volumeAt := func(svc types.ServiceConfig, dir string) *types.ServiceVolumeConfig {
+		for i, v := range svc.Volumes {
+			if v.Type == types.VolumeTypeVolume && strings.TrimSuffix(v.Target, "/") == dir {
+				return &svc.Volumes[i]
+			}
+		}
+		return nil
+	}
+	dir := filepath.ToSlash(filepath.Dir(file))
+	fv := volumeAt(fg, dir)
+	if fv == nil {
+		t.Fatalf("%s: floodgate --admin-token-file %s is not in a named volume mounted at %s", composeFile, file, dir)
+	}
+	if !fv.ReadOnly {
+		t.Errorf("%s: floodgate mounts volume %s read-write", composeFile, fv.Source)
+	}
+	if dep, ok := fg.DependsOn["admin-token"]; !ok || dep.Condition != types.ServiceConditionCompletedSuccessfully {
+		t.Errorf("%s: floodgate does not wait for admin-token to complete: %+v", composeFile, fg.DependsOn)
+	}
+	var gv *types.ServiceVolumeConfig
+	for i, v := range gen.Volumes {
+		if v.Source == fv.Source {
+			gv = &gen.Volumes[i]
+		}
+	}
+	if gv == nil || gv.ReadOnly {
+		t.Fatalf("%s: admin-token does not write volume %s", composeFile, fv.Source)
+	}
+	if !slices.Equal([]string(gen.Entrypoint), []string{"sh", "-c"}) || len(gen.Command) != 1 {
+		t.Fatalf("%s: admin-token runs %q %q, want sh -c and one script", composeFile, gen.Entrypoint, gen.Command)
+	}
+	script := gen.Command[0]
+	written := strings.TrimSuffix(gv.Target, "/") + "/" + filepath.Base(file)
+	for _, want := range []string{"chown 65532:65532 " + written, "chmod 0400 " + written} {
+		if !strings.Contains(script, want) {
+			t.Errorf("%s: admin-token's script does not %q (the image's user must read it, alone)", composeFile, want)
+		}
+	}
+	tmp := t.TempDir()
+	script = strings.ReplaceAll(script, strings.TrimSuffix(gv.Target, "/")+"/", tmp+"/")
+	if os.Geteuid() != 0 {
+		script = "chown() { :; }; " + script
+	}
+	for range 2 { // the second run, at the next up, keeps the token
+		if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+			t.Fatalf("admin-token's script: %v\n%s", err, out)
+		}
+	}
+	path := filepath.Join(tmp, filepath.Base(file))
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o400 {
+		t.Errorf("admin-token's token file: %v %v, want mode 0400", info.Mode(), err)
+	}
+	token := string(raw)
+	if len(token) != 64 || strings.Trim(token, "0123456789abcdef") != "" {
+		t.Errorf("admin-token wrote %q, want 64 hex digits", token)
+	}
+	return token, mount{target: dir, source: tmp}
 }
 
 // checkComposePrometheus checks that Prometheus loads the kit's

@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -80,8 +82,9 @@ func port(t *testing.T, where, addr string) int {
 
 // runAsContainer starts the floodgate binary with a container's serve
 // command made to run on this machine: every file flag (--config,
-// --envoy-config) is mapped through the container's mounts to this
-// repository, both listen addresses keep their host part with a free port,
+// --envoy-config, --admin-token-file) is mapped through the container's
+// mounts to this repository (or to the test's stand-ins for Secrets and
+// volumes), every listen address keeps its host part with a free port,
 // and, when redisURL is not empty, --redis is replaced by it. It fails t
 // when a file flag points outside the mounts or at a missing file.
 func runAsContainer(t *testing.T, where string, args []string, mounts []mount, redisURL string) *service {
@@ -90,7 +93,7 @@ func runAsContainer(t *testing.T, where string, args []string, mounts []mount, r
 	local := []string{"serve"}
 	for name, value := range flags {
 		switch name {
-		case "config", "envoy-config", "login-secret-file":
+		case "config", "envoy-config", "login-secret-file", "admin-token-file":
 			p, ok := hostPath(mounts, value)
 			if !ok {
 				t.Fatalf("%s: --%s %s is not under any mount", where, name, value)
@@ -99,7 +102,7 @@ func runAsContainer(t *testing.T, where string, args []string, mounts []mount, r
 				t.Fatalf("%s: --%s %s: %v", where, name, value, err)
 			}
 			value = p
-		case "addr", "grpc-addr":
+		case "addr", "grpc-addr", "admin-addr":
 			host, _, err := net.SplitHostPort(value)
 			if err != nil {
 				t.Fatalf("%s: --%s %q: %v", where, name, value, err)
@@ -112,7 +115,44 @@ func runAsContainer(t *testing.T, where string, args []string, mounts []mount, r
 		}
 		local = append(local, "--"+name+"="+value)
 	}
-	return startService(t, floodgateBinary(t), local, nil, flags["grpc-addr"] != "")
+	return startService(t, floodgateBinary(t), local, nil, flags["grpc-addr"] != "", flags["admin-addr"] != "")
+}
+
+// checkAdmin checks the admin listener of a serve run with --admin-addr
+// and the admin token token: /admin/v1/top-denied (the alert runbooks'
+// endpoint) answers there with the token and 401 without it, and not on
+// the API's address; /metrics answers on both (serve keeps it on --addr
+// unless --metrics-admin-only).
+func checkAdmin(t *testing.T, where string, s *service, token string) {
+	t.Helper()
+	if s.adminAddr == "" {
+		t.Fatalf("%s: no admin listener", where)
+	}
+	const path = "/admin/v1/top-denied?n=5"
+	if code, body := getWith(t, s.adminAddr, path, "Bearer "+token); code != 200 || !strings.Contains(body, `"top"`) {
+		t.Errorf("%s: GET %s on the admin address with the token: %d %s", where, path, code, body)
+	}
+	if code, body := getWith(t, s.adminAddr, path, ""); code != 401 {
+		t.Errorf("%s: GET %s on the admin address without the token: %d %s, want 401", where, path, code, body)
+	}
+	if code, body := getWith(t, s.httpAddr, path, "Bearer "+token); code != 404 {
+		t.Errorf("%s: GET %s on --addr: %d %s, want 404 (admin endpoints on --admin-addr only)", where, path, code, body)
+	}
+	for _, a := range []string{s.httpAddr, s.adminAddr} {
+		if code, body := get(t, a, "/metrics"); code != 200 || !strings.Contains(body, "rate_limit_") {
+			t.Errorf("%s: GET /metrics on %s: %d, no rate_limit_ metrics", where, a, code)
+		}
+	}
+}
+
+// adminToken returns a random admin token, as openssl rand -hex 32 makes.
+func adminToken(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }
 
 // checkServing checks what a deployment relies on: the probe endpoints

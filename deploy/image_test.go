@@ -133,7 +133,7 @@ func TestContainerImage(t *testing.T) {
 	srv := redistest.Start(t)
 	args := withFlag(cfg.Cmd, "addr", net.JoinHostPort(host, "0"))
 	args = append(args, "--redis", "redis://"+srv.Addr)
-	s := startService(t, bin, args, nil, false)
+	s := startService(t, bin, args, nil, false, false)
 	if code, body := get(t, s.httpAddr, "/healthz"); code != 200 {
 		t.Errorf("GET /healthz: %d %s", code, body)
 	}

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,6 +36,7 @@ type manifests struct {
 	services    []*corev1.Service
 	configMaps  []*corev1.ConfigMap
 	pdbs        []*policyv1.PodDisruptionBudget
+	netpols     []*networkingv1.NetworkPolicy
 }
 
 // documentSep splits a YAML stream into documents.
@@ -75,6 +80,9 @@ func loadManifests(t *testing.T, dir string) *manifests {
 			case "policy/v1 PodDisruptionBudget":
 				p := &policyv1.PodDisruptionBudget{}
 				m.pdbs, obj = append(m.pdbs, p), p
+			case "networking.k8s.io/v1 NetworkPolicy":
+				p := &networkingv1.NetworkPolicy{}
+				m.netpols, obj = append(m.netpols, p), p
 			default:
 				t.Fatalf("%s: not a kind the kit ships", where)
 			}
@@ -98,9 +106,9 @@ func stripComments(doc string) string {
 }
 
 // checkWiring checks what the API server would not: selectors select the
-// pod templates, Services and probes name ports that exist, every
-// container has resource requests and a memory limit, and every ConfigMap
-// volume names a ConfigMap of the directory.
+// pod templates, Services, NetworkPolicies and probes name ports that
+// exist, every container has resource requests and a memory limit, and
+// every ConfigMap volume names a ConfigMap of the directory.
 func (m *manifests) checkWiring(t *testing.T, dir string) {
 	t.Helper()
 	for _, d := range m.deployments {
@@ -155,6 +163,97 @@ func (m *manifests) checkWiring(t *testing.T, dir string) {
 			t.Errorf("%s: PodDisruptionBudget %s selects no Deployment's pods (%v)", dir, p.Name, err)
 		}
 	}
+	for _, np := range m.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		d := m.selected(sel)
+		if err != nil || d == nil {
+			t.Errorf("%s: NetworkPolicy %s selects no Deployment's pods (%v)", dir, np.Name, err)
+			continue
+		}
+		for _, r := range np.Spec.Ingress {
+			for _, p := range r.Ports {
+				if p.Port != nil && containerPort(d.Spec.Template.Spec.Containers[0], *p.Port) == 0 {
+					t.Errorf("%s: NetworkPolicy %s admits port %s, which Deployment %s does not declare", dir, np.Name, p.Port.String(), d.Name)
+				}
+			}
+		}
+	}
+}
+
+// clientLabel is the label, on a caller's pods (and, for callers in other
+// namespaces, on their namespace), that the kit's NetworkPolicies admit
+// to the decision APIs.
+const clientLabel = "floodgate.io/client"
+
+// checkNetworkPolicy checks the directory's one NetworkPolicy against d,
+// whose container is c: it selects d's pods and restricts their ingress;
+// every rule names its sources (pods chosen by label) and its ports; the
+// API ports (apiPorts, container port names) are admitted to the pods
+// labelled clientLabel=true (in the policy's namespace, or in namespaces
+// labelled so too), and any other source only to the scrape port of the
+// prometheus.io/port annotation, which some source (Prometheus) is
+// admitted to.
+func checkNetworkPolicy(t *testing.T, where string, m *manifests, d *appsv1.Deployment, c corev1.Container, apiPorts ...string) {
+	t.Helper()
+	if len(m.netpols) != 1 {
+		t.Fatalf("%s: want one NetworkPolicy (the APIs authenticate no caller), have %d", where, len(m.netpols))
+	}
+	np := m.netpols[0]
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("%s: NetworkPolicy %s does not select the Deployment's pods (%v)", where, np.Name, err)
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("%s: NetworkPolicy %s policyTypes %v: without Ingress it restricts nothing", where, np.Name, np.Spec.PolicyTypes)
+	}
+	scrape, _ := strconv.Atoi(d.Spec.Template.Annotations["prometheus.io/port"])
+	fromClients := map[int]bool{}
+	scraped := false
+	for i, r := range np.Spec.Ingress {
+		rule := fmt.Sprintf("%s: NetworkPolicy %s ingress rule %d", where, np.Name, i+1)
+		if len(r.From) == 0 {
+			t.Errorf("%s admits every source", rule)
+		}
+		if len(r.Ports) == 0 {
+			t.Errorf("%s admits every port", rule)
+		}
+		var ports []int
+		for _, p := range r.Ports {
+			if p.Port == nil || p.EndPort != nil {
+				t.Errorf("%s admits a range of ports or every port: %+v", rule, p)
+				continue
+			}
+			ports = append(ports, containerPort(c, *p.Port))
+		}
+		for _, peer := range r.From {
+			if peer.IPBlock != nil || peer.PodSelector == nil || len(peer.PodSelector.MatchLabels) == 0 {
+				t.Errorf("%s: source %+v is not pods chosen by label", rule, peer)
+				continue
+			}
+			client := peer.PodSelector.MatchLabels[clientLabel] == "true"
+			if client && peer.NamespaceSelector != nil && peer.NamespaceSelector.MatchLabels[clientLabel] != "true" {
+				t.Errorf("%s: callers in namespaces %v, which did not opt in with %s=true", rule, peer.NamespaceSelector, clientLabel)
+			}
+			for _, n := range ports {
+				switch {
+				case client:
+					fromClients[n] = true
+				case n != scrape:
+					t.Errorf("%s admits port %d to pods %v, which are not labelled %s=true, and it is not the scrape port %d", rule, n, peer.PodSelector.MatchLabels, clientLabel, scrape)
+				default:
+					scraped = true
+				}
+			}
+		}
+	}
+	for _, name := range apiPorts {
+		if n := containerPort(c, intstr.FromString(name)); !fromClients[n] {
+			t.Errorf("%s: NetworkPolicy %s does not admit port %s (%d) to the pods labelled %s=true", where, np.Name, name, n, clientLabel)
+		}
+	}
+	if !scraped {
+		t.Errorf("%s: NetworkPolicy %s admits no scraper to the prometheus.io/port %d", where, np.Name, scrape)
+	}
 }
 
 func (m *manifests) configMap(name string) *corev1.ConfigMap {
@@ -197,23 +296,48 @@ func (m *manifests) onlyDeployment(t *testing.T) (*appsv1.Deployment, corev1.Con
 	return d, d.Spec.Template.Spec.Containers[0]
 }
 
-// materialize writes the ConfigMap volumes of d's container below a
-// temporary directory, root, at root+mountPath as the kubelet would mount
-// them, and returns the mounts and root.
-func (m *manifests) materialize(t *testing.T, d *appsv1.Deployment, c corev1.Container) (mounts []mount, root string) {
+// materialize writes the ConfigMap and Secret volumes of d's container
+// below a temporary directory, root, at root+mountPath as the kubelet
+// would mount them, and returns the mounts and root. secrets holds the
+// test's Secrets, by name then key; a Secret volume naming another fails t.
+func (m *manifests) materialize(t *testing.T, d *appsv1.Deployment, c corev1.Container, secrets map[string]map[string]string) (mounts []mount, root string) {
 	t.Helper()
 	root = t.TempDir()
 	for _, vm := range c.VolumeMounts {
 		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Name != vm.Name || v.ConfigMap == nil {
+			if v.Name != vm.Name || (v.ConfigMap == nil && v.Secret == nil) {
 				continue
 			}
 			dir := filepath.Join(root, filepath.FromSlash(vm.MountPath))
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			for k, data := range m.configMap(v.ConfigMap.Name).Data {
-				if err := os.WriteFile(filepath.Join(dir, k), []byte(data), 0o644); err != nil {
+			var files map[string]string
+			mode := os.FileMode(0o644)
+			if v.ConfigMap != nil {
+				files = m.configMap(v.ConfigMap.Name).Data
+			} else {
+				data, ok := secrets[v.Secret.SecretName]
+				if !ok {
+					t.Fatalf("Deployment %s mounts Secret %s, which the test does not make", d.Name, v.Secret.SecretName)
+				}
+				if v.Secret.DefaultMode != nil {
+					mode = os.FileMode(*v.Secret.DefaultMode)
+				}
+				files = data
+				if len(v.Secret.Items) > 0 {
+					files = map[string]string{}
+					for _, it := range v.Secret.Items {
+						val, ok := data[it.Key]
+						if !ok {
+							t.Fatalf("Deployment %s mounts key %s of Secret %s, which the test's Secret lacks", d.Name, it.Key, v.Secret.SecretName)
+						}
+						files[it.Path] = val
+					}
+				}
+			}
+			for k, data := range files {
+				if err := os.WriteFile(filepath.Join(dir, k), []byte(data), mode); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -315,7 +439,8 @@ func TestKubernetesFloodgate(t *testing.T) {
 		}
 	}
 
-	// The Redis URL comes from the Secret docs/deploy.md tells to create.
+	// The Redis URL comes from a Secret, and so does the admin token
+	// (below); docs/deploy.md tells to create both before applying.
 	env := map[string]string{}
 	var secret *corev1.SecretKeySelector
 	for _, e := range c.Env {
@@ -333,8 +458,20 @@ func TestKubernetesFloodgate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if create := fmt.Sprintf("kubectl create secret generic %s --from-literal=%s=", secret.Name, secret.Key); !bytes.Contains(docs, []byte(create)) {
-		t.Errorf("docs/deploy.md does not say %q", create)
+	tokenSecret, tokenKey := checkAdminManifest(t, where, m, d, c, flags)
+	apply := bytes.Index(docs, []byte("kubectl apply -f deploy/kubernetes/floodgate/"))
+	for _, sk := range [][2]string{{secret.Name, secret.Key}, {tokenSecret, tokenKey}} {
+		create := fmt.Sprintf("kubectl create secret generic %s --from-literal=%s=", sk[0], sk[1])
+		if i := bytes.Index(docs, []byte(create)); i < 0 || apply < 0 || i > apply {
+			t.Errorf("docs/deploy.md does not say %q before kubectl apply -f deploy/kubernetes/floodgate/", create)
+		}
+	}
+
+	// Who reaches the pods: the NetworkPolicy, and docs/deploy.md's way
+	// of admitting a caller.
+	checkNetworkPolicy(t, where, m, d, c, "http", "grpc")
+	if label := clientLabel + `: "true"`; !bytes.Contains(docs, []byte(label)) {
+		t.Errorf("docs/deploy.md does not tell to label callers' pods %s", label)
 	}
 
 	// The Deployment's arguments, run here.
@@ -349,7 +486,8 @@ func TestKubernetesFloodgate(t *testing.T) {
 	for i, a := range c.Args {
 		args[i] = expand(t, a, env)
 	}
-	mounts, _ := m.materialize(t, d, c)
+	token := adminToken(t)
+	mounts, _ := m.materialize(t, d, c, map[string]map[string]string{tokenSecret: {tokenKey: token}})
 	s := runAsContainer(t, where, args, mounts, "")
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		if code, body := get(t, s.httpAddr, p.HTTPGet.Path); code != 200 {
@@ -360,6 +498,7 @@ func TestKubernetesFloodgate(t *testing.T) {
 		t.Errorf("%s: GET %s: %d, no rate_limit_ metrics", where, ann["prometheus.io/path"], code)
 	}
 	checkServing(t, where, s)
+	checkAdmin(t, where, s, token)
 
 	// Redis down: plain /readyz turns 503, the readiness probe stays 200
 	// (degraded) because the local fallback decides.
@@ -383,6 +522,93 @@ func TestKubernetesFloodgate(t *testing.T) {
 			t.Fatalf("%s: Redis down: liveness probe %d failed (%s)", where, i+1, probeString(c.LivenessProbe))
 		}
 	}
+}
+
+// checkAdminManifest checks how the Deployment serves the admin endpoints
+// (the alert runbooks read /admin/v1/top-denied): on the pod's loopback
+// (--admin-addr), a port no Service, NetworkPolicy or container port
+// names, with the token in a file (--admin-token-file) of a required
+// Secret volume readable by its owner only. It returns the Secret's name
+// and the key that holds the token.
+func checkAdminManifest(t *testing.T, where string, m *manifests, d *appsv1.Deployment, c corev1.Container, flags map[string]string) (secret, key string) {
+	t.Helper()
+	addr, file := flags["admin-addr"], flags["admin-token-file"]
+	if addr == "" || file == "" {
+		t.Fatalf("%s: --admin-addr %q, --admin-token-file %q: the admin endpoints the runbooks use are off", where, addr, file)
+	}
+	if _, ok := flags["admin-token"]; ok {
+		t.Errorf("%s: --admin-token shows the token in the process list; use --admin-token-file", where)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("%s: --admin-addr %q is not on the pod's loopback: other pods could reach the admin endpoints", where, addr)
+	}
+	admin := port(t, where, addr)
+	for _, cp := range c.Ports {
+		if int(cp.ContainerPort) == admin {
+			t.Errorf("%s: container port %s is the admin port %d", where, cp.Name, admin)
+		}
+	}
+	for _, s := range m.services {
+		for _, p := range s.Spec.Ports {
+			if int(p.Port) == admin || p.TargetPort.IntValue() == admin {
+				t.Errorf("%s: Service %s exposes the admin port %d", where, s.Name, admin)
+			}
+		}
+	}
+	for _, np := range m.netpols {
+		for _, r := range np.Spec.Ingress {
+			for _, p := range r.Ports {
+				if p.Port == nil || p.Port.IntValue() == admin {
+					t.Errorf("%s: NetworkPolicy %s admits the admin port %d", where, np.Name, admin)
+				}
+			}
+		}
+	}
+
+	// The token file: a key of a Secret volume.
+	var vol *corev1.Volume
+	for _, vm := range c.VolumeMounts {
+		if strings.HasPrefix(file, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			for i, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == vm.Name {
+					vol = &d.Spec.Template.Spec.Volumes[i]
+				}
+			}
+			if !vm.ReadOnly {
+				t.Errorf("%s: the admin token's volume is mounted read-write", where)
+			}
+		}
+	}
+	if vol == nil || vol.Secret == nil {
+		t.Fatalf("%s: --admin-token-file %s is not in a Secret volume", where, file)
+	}
+	sv := vol.Secret
+	// serve refuses to start without the file, so a missing Secret must
+	// hold the pod in ContainerCreating (Secret not found), not start it
+	// to crash.
+	if sv.Optional != nil && *sv.Optional {
+		t.Errorf("%s: Secret %s is optional, but serve refuses to start without --admin-token-file", where, sv.SecretName)
+	}
+	missing := exec.Command(floodgateBinary(t), "serve", "--addr=127.0.0.1:0", "--admin-addr=127.0.0.1:0", "--admin-token-file="+filepath.Join(t.TempDir(), "token"))
+	if out, err := missing.CombinedOutput(); err == nil || !strings.Contains(string(out), "--admin-token-file") {
+		t.Errorf("serve with a missing --admin-token-file: %v %s; want a refusal (the Secret is required because of it)", err, out)
+	}
+	if sv.DefaultMode == nil || *sv.DefaultMode&0o077 != 0 {
+		t.Errorf("%s: Secret volume %s's defaultMode %v: want the token readable by its owner only (0400)", where, vol.Name, sv.DefaultMode)
+	}
+	// The image's user (65532:65532) reads the root-owned file through
+	// the pod's fsGroup.
+	if sc := d.Spec.Template.Spec.SecurityContext; sc == nil || sc.FSGroup == nil || *sc.FSGroup != 65532 {
+		t.Errorf("%s: no fsGroup 65532: the image's user could not read the token file", where)
+	}
+	key = filepath.Base(file)
+	for _, it := range sv.Items {
+		if it.Path == key {
+			key = it.Key
+		}
+	}
+	return sv.SecretName, key
 }
 
 func durationFlag(t *testing.T, flags map[string]string, name string, def time.Duration) time.Duration {
@@ -452,7 +678,8 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 	// Run it: the mounts under a temporary root, RUNTIME_ROOT moved there.
 	redistest.Require(t)
 	srv := redistest.Start(t)
-	mounts, root := m.materialize(t, d, c)
+	checkNetworkPolicy(t, where, m, d, c, "http", "grpc")
+	mounts, root := m.materialize(t, d, c, nil)
 	if _, ok := hostPath(mounts, env["RUNTIME_ROOT"]+"/"+env["RUNTIME_SUBDIRECTORY"]+"/config/x"); !ok {
 		t.Fatalf("%s: nothing is mounted at $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config", where)
 	}

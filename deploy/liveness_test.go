@@ -85,7 +85,7 @@ func TestKubernetesEnvoyCompatLivenessWithoutRedis(t *testing.T) {
 	if c.LivenessProbe == nil || c.ReadinessProbe == nil {
 		t.Fatal("want liveness and readiness probes")
 	}
-	_, root := m.materialize(t, d, c)
+	_, root := m.materialize(t, d, c, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -67,27 +67,38 @@ func TestMain(m *testing.M) {
 
 // service is a running floodgate process.
 type service struct {
-	httpAddr string // from its "floodgate listening" log line
-	grpcAddr string // from its gRPC log line, when it serves gRPC
+	httpAddr  string // from its "floodgate listening" log line
+	grpcAddr  string // from its gRPC log line, when it serves gRPC
+	adminAddr string // from its admin log line, when it has --admin-addr
 }
 
-// grpcListening is the log message of serve's gRPC listener.
-const grpcListening = "floodgate gRPC (Envoy rate limit service) listening"
+const (
+	// grpcListening is the log message of serve's gRPC listener.
+	grpcListening = "floodgate gRPC (Envoy rate limit service) listening"
+	// adminListening is the log message of serve's --admin-addr listener.
+	adminListening = "floodgate admin listening"
+)
 
 // startService execs bin with args and env (added to this process's
 // environment) and waits for its listening log lines (JSON, the default
-// format): the HTTP one always, the gRPC one when wantGRPC. It stops the
-// process with SIGTERM in t.Cleanup.
-func startService(t *testing.T, bin string, args, env []string, wantGRPC bool) *service {
+// format): the HTTP one always, the gRPC one when wantGRPC, the admin one
+// when wantAdmin. It stops the process with SIGTERM in t.Cleanup.
+func startService(t *testing.T, bin string, args, env []string, wantGRPC, wantAdmin bool) *service {
 	t.Helper()
 	msgs := []string{"floodgate listening"}
 	if wantGRPC {
 		msgs = append(msgs, grpcListening)
 	}
+	if wantAdmin {
+		msgs = append(msgs, adminListening)
+	}
 	p := launch(t, bin, args, env, msgs...)
 	s := &service{httpAddr: loopback(t, p.Record(msgs[0])["addr"])}
 	if wantGRPC {
 		s.grpcAddr = loopback(t, p.Record(grpcListening)["addr"])
+	}
+	if wantAdmin {
+		s.adminAddr = loopback(t, p.Record(adminListening)["addr"])
 	}
 	return s
 }
@@ -118,11 +129,21 @@ func loopback(t *testing.T, addr string) string {
 // get returns the status and body of GET http://addr/path.
 func get(t *testing.T, addr, path string) (int, string) {
 	t.Helper()
+	return getWith(t, addr, path, "")
+}
+
+// getWith returns the status and body of GET http://addr/path sent with
+// authorization as its Authorization header (none when empty).
+func getWith(t *testing.T, addr, path, authorization string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
