@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +67,9 @@ type instance struct {
 	// admin is set when url is an admin address: /readyz is not
 	// Floodgate's, /metrics has Floodgate's series.
 	admin bool
+	// tlsFix is the fix of an instance doctor could not read for a TLS
+	// reason (tlsFailure): nothing was read; "" for any other.
+	tlsFix string
 }
 
 // metricsAdminOnlyHint says how doctor reads the metrics of an instance
@@ -92,7 +97,8 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 }
 
 // unreadFix is the fix of a check that could not read the /metrics of
-// some of ins: an instance that did not answer at all (connection
+// some of ins: an instance doctor could not read for a TLS reason gets
+// its TLS fix (tlsFixes); one that did not answer at all (connection
 // refused, a timeout) is down or unreachable, not given by the wrong
 // address; the address advice is for the others.
 func unreadFix(ins []*instance) string {
@@ -104,22 +110,85 @@ func unreadFix(ins []*instance) string {
 	for _, in := range ins {
 		switch {
 		case in.metrics != nil:
+		case in.tlsFix != "":
 		case in.readyStatus == 0 && in.notFloodgate == "":
 			down = append(down, in.url)
 		default:
 			other = true
 		}
 	}
-	if len(down) == 0 {
+	fixes := tlsFixes(ins)
+	if len(down) > 0 {
+		fixes = append(fixes, fmt.Sprintf("%s did not answer at all (%s): check that %s up and reachable from this host", strings.Join(down, ", "),
+			"connection refused or timed out", plural.Word(len(down), "it is", "they are")))
+	}
+	switch {
+	case len(fixes) == 0:
 		return metricsFix
+	case other:
+		fixes = append(fixes, "for the others: "+metricsFix)
 	}
-	fix := fmt.Sprintf("%s did not answer at all (%s): check that %s up and reachable from this host", strings.Join(down, ", "),
-		"connection refused or timed out", plural.Word(len(down), "it is", "they are"))
-	if other {
-		fix += "; for the others: " + metricsFix
-	}
-	return fix
+	return strings.Join(fixes, "; ")
 }
+
+// tlsFixes returns the TLS fixes of ins (their tlsFix), each once, after
+// the URLs it is for, in the order of ins.
+func tlsFixes(ins []*instance) []string {
+	urls := map[string][]string{}
+	var order []string
+	for _, in := range ins {
+		if in.tlsFix == "" {
+			continue
+		}
+		if urls[in.tlsFix] == nil {
+			order = append(order, in.tlsFix)
+		}
+		urls[in.tlsFix] = append(urls[in.tlsFix], in.url)
+	}
+	out := make([]string, 0, len(order))
+	for _, f := range order {
+		out = append(out, strings.Join(urls[f], ", ")+": "+f)
+	}
+	return out
+}
+
+// httpsAnswer is the start of the body net/http answers, with status 400,
+// to a plain HTTP request on a TLS listener (serve --tls-cert-file).
+const httpsAnswer = "Client sent an HTTP request to an HTTPS server"
+
+// tlsFailure returns the fix of an instance URL u that doctor could not
+// read for a TLS reason: err, the error of its request, is a certificate
+// doctor refused or a TLS alert about doctor's client certificate, or the
+// scheme is the wrong one (plain HTTP to a TLS listener, which fasthttp
+// closes without an answer, or TLS to a plain one). It returns "" for any
+// other error: the instance did not answer.
+func tlsFailure(u string, err error) string {
+	var unknown x509.UnknownAuthorityError
+	var verr *tls.CertificateVerificationError
+	msg := err.Error()
+	plain := strings.HasPrefix(u, "http://")
+	switch {
+	case errors.As(err, &unknown):
+		return "its certificate is signed by an authority doctor does not trust: give doctor the CA that signed the instance's certificate (--tls-ca-file)"
+	case errors.As(err, &verr):
+		return "doctor refused its certificate (see the error): give doctor the CA that signed it (--tls-ca-file), and the instance's URL with a name or IP address its certificate carries"
+	case clientCertAlert(err) == "certificate required":
+		return "the instance requires a client certificate (serve --tls-client-ca-file), and doctor presented none: give doctor one that the instance's --tls-client-ca-file trusts (--tls-cert-file, --tls-key-file)"
+	case clientCertAlert(err) != "":
+		return "the instance refused doctor's client certificate: give doctor one that the instance's --tls-client-ca-file trusts (--tls-cert-file, --tls-key-file)"
+	case plain && (errors.Is(err, io.EOF) || strings.Contains(msg, "EOF") || strings.Contains(msg, "server closed the connection") ||
+		strings.Contains(msg, "connection reset")):
+		return "the instance closed the connection without an answer, as a TLS listener does to plain HTTP (serve --tls-cert-file with --http-server fasthttp): if it serves TLS, give its URL as https:// (with --tls-ca-file, and --tls-cert-file, --tls-key-file when it requires client certificates)"
+	case !plain && (strings.Contains(msg, "server gave HTTP response to HTTPS client") ||
+		strings.Contains(msg, "first record does not look like a TLS handshake")):
+		return "the instance does not serve TLS: give its URL as http://"
+	}
+	return ""
+}
+
+// httpsFix is the fix of an http:// URL that net/http answered with
+// httpsAnswer.
+const httpsFix = "the instance serves TLS (serve --tls-cert-file): give its URL as https:// (with --tls-ca-file, and --tls-cert-file, --tls-key-file when it requires client certificates)"
 
 // errMetrics404 is the error of a /metrics answered 404.
 var errMetrics404 = errors.New("status 404 (" + metricsAdminOnlyHint + ")")
@@ -176,6 +245,16 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 		body, hdr, code, rtt, err := r.get(ctx, in.url+"/readyz")
 		if err != nil {
 			in.err = runOver(ctx, err)
+			if in.err == err {
+				in.tlsFix = tlsFailure(in.url, err)
+			}
+			continue
+		}
+		if code == http.StatusBadRequest && strings.HasPrefix(in.url, "http://") && strings.HasPrefix(string(body), httpsAnswer) {
+			// Plain HTTP to a TLS listener: nothing of the instance read
+			// (a re-walk was told to give the instance's main address).
+			in.err = fmt.Errorf("GET /readyz answered HTTP %d %q", code, strings.TrimSpace(string(body)))
+			in.tlsFix = httpsFix
 			continue
 		}
 		in.readyStatus = code
@@ -345,6 +424,8 @@ func metricsUnread(in *instance) (string, bool) {
 		return "", false
 	case errors.Is(in.err, errNotRead):
 		return fmt.Sprintf("%s: %v", in.url, in.err), true
+	case in.tlsFix != "":
+		return fmt.Sprintf("%s: nothing read: %v", in.url, in.err), true
 	case in.readyStatus == 0:
 		return fmt.Sprintf("%s: unreachable, nothing read: %v", in.url, in.err), true
 	case in.err != nil:
@@ -369,9 +450,12 @@ func (r *run) instanceChecks(ctx context.Context) {
 	read := "GET /readyz and /metrics of " + plural.Count(len(ins), "instance", "instances")
 	r.check(GroupInstances, "ready", func(c *Check) {
 		c.Read = read
-		bad, foreign, admins, memory := 0, 0, 0, 0
+		bad, foreign, admins, memory, tlsBad := 0, 0, 0, 0, 0
 		for _, in := range ins {
 			switch {
+			case in.tlsFix != "":
+				tlsBad++
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: not read: %v", in.url, in.err))
 			case in.store == "memory":
 				// Ready, but deciding on its own: its limits are not the
 				// deployment's, shared through this Redis.
@@ -404,8 +488,12 @@ func (r *run) instanceChecks(ctx context.Context) {
 				c.Evidence = append(c.Evidence, line)
 			}
 		}
-		if bad > 0 || foreign > 0 || memory > 0 {
+		if bad > 0 || foreign > 0 || memory > 0 || tlsBad > 0 {
 			var parts []string
+			if tlsBad > 0 {
+				parts = append(parts, fmt.Sprintf("%d of %s not read (TLS failed, or the URL's scheme is not the instance's), so %s readiness is unknown", tlsBad,
+					plural.Count(len(ins), "instance", "instances"), plural.Word(tlsBad, "its", "their")))
+			}
 			if memory > 0 {
 				parts = append(parts, fmt.Sprintf("%d of %s in memory, not on Redis: each admits its own limit", memory, plural.Count(len(ins), "instance runs", "instances run")))
 			}
@@ -416,7 +504,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 				parts = append(parts, fmt.Sprintf("%d of %s not answer /readyz as a Floodgate instance, so %s readiness is unknown", foreign, plural.Count(len(ins), "URL does", "URLs do"), plural.Word(foreign, "its", "their")))
 			}
 			c.Status, c.Summary = Fail, strings.Join(parts, "; ")
-			var fixes []string
+			fixes := tlsFixes(ins)
 			if memory > 0 {
 				fixes = append(fixes, "start every instance with the deployment's --redis (or check that doctor was given the right instances)")
 			}
@@ -505,7 +593,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		case notRead(ins) > 0:
 			c.Status, c.Summary, c.Fix = Warn, "no instance was read before doctor's time ran out", deadlineFix
 		default:
-			c.Status, c.Summary = Warn, "no instance answered"
+			c.Status, c.Summary, c.Fix = Warn, "no instance answered", unreadFix(ins)
 		}
 	})
 	r.check(GroupInstances, "redis-and-prefix", func(c *Check) { r.checkSameRedis(ctx, c, ins) })

@@ -2,6 +2,9 @@ package doctor_test
 
 import (
 	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/tlsreload"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -46,6 +50,12 @@ type instanceOptions struct {
 	metricsAdminOnly bool
 	// memory decides in memory, as serve without --redis does.
 	memory bool
+	// tls serves the instance's URL over TLS as serve does with
+	// --tls-cert-file and --tls-key-file (tls.Cert and tls.Key), and
+	// --tls-client-ca-file tls.CA when tls.AuthClients; nil: plain HTTP.
+	tls *redistest.TLSFiles
+	// engine is the HTTP server of a TLS instance (serve --http-server).
+	engine server.HTTPEngine
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
@@ -95,15 +105,21 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 		t.Fatal(err)
 	}
 	srv, err := server.New(lim, holder, server.Options{Registerer: reg, Gatherer: reg, Metrics: m, MetricsAdminOnly: o.metricsAdminOnly,
-		Ready: ready, Store: kind})
+		Ready: ready, Store: kind, HTTPEngine: o.engine})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
+	var url string
+	if o.tls != nil {
+		url = serveTLS(t, srv, *o.tls)
+	} else {
+		hs := httptest.NewServer(srv)
+		t.Cleanup(hs.Close)
+		url = hs.URL
+	}
 	if !o.memory {
 		// Its heartbeats in <prefix>:instances, as serve's.
-		hb, err := fleet.New(client, prefix+":instances", hs.URL, fleet.Options{})
+		hb, err := fleet.New(client, prefix+":instances", url, fleet.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +133,37 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	}
 	as := httptest.NewServer(srv.AdminHandler())
 	t.Cleanup(as.Close)
-	return &instance{url: hs.URL, adminURL: as.URL, reloader: rl, reg: reg}
+	return &instance{url: url, adminURL: as.URL, reloader: rl, reg: reg}
+}
+
+// serveTLS serves srv (with its engine) on a TLS listener configured as
+// serve's (internal/tlsreload, f's server certificate, and f's CA for
+// client certificates when f.AuthClients) until the test ends, and
+// returns its https:// URL.
+func serveTLS(t *testing.T, srv *server.Server, f redistest.TLSFiles) string {
+	t.Helper()
+	files := tlsreload.Files{Cert: f.Cert, Key: f.Key}
+	if f.AuthClients {
+		files.ClientCAs = f.CA
+	}
+	cert, err := tlsreload.Load(files, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, tls.NewListener(ln, cert.ServerConfig())) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "https://" + ln.Addr().String()
 }
 
 func TestInstancesHealthyPassClean(t *testing.T) {

@@ -74,10 +74,34 @@ const unreachableFix = "Redis stopped answering (a timeout, a refused or closed 
 // deadlineFix is the fix of reads cut short by the run's deadline.
 const deadlineFix = "doctor's time ran out (--timeout, default 2m) before these reads: if Redis answered slowly or not at all, check it first (see the checks above); otherwise run doctor again with a longer --timeout"
 
+// clientCertAlerts are the TLS alerts a server sends about the client's
+// certificate, as Go reports them ("remote error: tls: certificate
+// required"): none presented to a server that requires one (Redis with
+// tls-auth-clients yes; serve with --tls-client-ca-file, over TLS 1.3), or
+// one it refused (Redis: unknown certificate authority; serve: bad
+// certificate). The server speaks TLS.
+var clientCertAlerts = []string{
+	"certificate required", "bad certificate", "unknown certificate authority",
+	"unknown certificate", "expired certificate", "revoked certificate", "unsupported certificate",
+}
+
+// clientCertAlert returns the alert of err when it is one of
+// clientCertAlerts the server sent, and "" when it is not.
+func clientCertAlert(err error) string {
+	msg := err.Error()
+	for _, a := range clientCertAlerts {
+		if strings.Contains(msg, "remote error: tls: "+a) {
+			return a
+		}
+	}
+	return ""
+}
+
 // tlsHint returns a hint when err looks like a TLS mismatch: a TLS client
 // whose handshake a plaintext server never answers (a timeout), or a
-// plaintext client a TLS-only server closes (EOF, a reset), and "" when
-// it does not.
+// plaintext client a TLS-only server closes (EOF, a reset); or a TLS
+// server that refused doctor's certificate, or the lack of one; and ""
+// when it does not.
 func (r *run) tlsHint(err error) string {
 	if err == nil {
 		return ""
@@ -90,6 +114,16 @@ func (r *run) tlsHint(err error) string {
 	case tlsOn && errors.As(err, &verr):
 		// The server speaks TLS; its certificate is what doctor refused.
 		return "the server speaks TLS, but its certificate was refused: give doctor the authority that signed it (--redis-ca-file), and the name it is issued for (--redis-server-name) when it is not the address dialled"
+	case tlsOn && clientCertAlert(err) == "certificate required":
+		// The server's alert: it asked for a client certificate and got
+		// none (a re-walk got the plaintext hint).
+		return "the server speaks TLS and requires a client certificate (tls-auth-clients), which doctor did not present: give doctor a certificate and its key (--redis-cert-file, --redis-key-file) signed by an authority in the server's tls-ca-cert-file"
+	case tlsOn && clientCertAlert(err) != "":
+		return "the server speaks TLS and refused doctor's client certificate: give doctor a certificate and its key (--redis-cert-file, --redis-key-file) signed by an authority in the server's tls-ca-cert-file"
+	case tlsOn && strings.Contains(msg, "remote error: tls: "):
+		// Another alert (a handshake failure, a protocol version): the
+		// server speaks TLS too.
+		return "the server speaks TLS, but refused doctor's handshake (its alert above): check the TLS versions and ciphers it accepts (tls-protocols, tls-ciphersuites; doctor offers TLS 1.2 and 1.3)"
 	case tlsOn && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(msg, "i/o timeout") ||
 		strings.Contains(msg, "first record does not look like a TLS handshake") || strings.Contains(msg, "tls:")):
 		return "doctor speaks TLS to Redis (rediss:// or --redis-tls): the server may not speak TLS; use redis:// without --redis-tls for a plaintext server"

@@ -38,3 +38,60 @@ func TestTLSMismatchHint(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSClientCertificateHint: a Redis that requires a client
+// certificate (tls-auth-clients yes) refused doctor's handshake with the
+// alert "certificate required" (none given) or "unknown certificate
+// authority" (one of another authority), and doctor said the server may
+// not speak TLS and to use redis:// for a plaintext server. The hint now
+// names the client certificate flags; the plaintext hint stays for a TLS
+// client to a plaintext server.
+func TestTLSClientCertificateHint(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	f.AuthClients = true
+	other := redistest.GenerateTLS(t)
+	srv := redistest.StartTLS(t, f)
+	plaintext := "the server may not speak TLS"
+	for _, tc := range []struct {
+		name   string
+		redis  config.Redis
+		hints  []string
+		refuse string
+	}{
+		{"no client certificate", config.Redis{URL: "rediss://" + srv.TLSAddr, TLS: &config.RedisTLS{CAFile: f.CA}},
+			[]string{"remote error: tls: certificate required", "requires a client certificate (tls-auth-clients), which doctor did not present",
+				"(--redis-cert-file, --redis-key-file) signed by an authority in the server's tls-ca-cert-file"}, plaintext},
+		{"client certificate of another authority", config.Redis{URL: "rediss://" + srv.TLSAddr,
+			TLS: &config.RedisTLS{CAFile: f.CA, CertFile: other.ClientCert, KeyFile: other.ClientKey}},
+			[]string{"remote error: tls: unknown certificate authority", "refused doctor's client certificate",
+				"(--redis-cert-file, --redis-key-file) signed by an authority in the server's tls-ca-cert-file"}, plaintext},
+		// Still right: the plaintext port never answers the handshake.
+		{"TLS to plaintext", config.Redis{URL: "rediss://" + srv.Addr, TLS: &config.RedisTLS{CAFile: f.CA}},
+			[]string{plaintext}, "client certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := doctor.Run(ctx, doctor.Options{Redis: tc.redis, Prefix: "tc"})
+			if err == nil {
+				t.Fatal("doctor.Run: no error")
+			}
+			for _, h := range tc.hints {
+				if !strings.Contains(err.Error(), h) {
+					t.Errorf("error %v, want %q", err, h)
+				}
+			}
+			if strings.Contains(err.Error(), tc.refuse) {
+				t.Errorf("error %v: %q is the wrong hint", err, tc.refuse)
+			}
+		})
+	}
+	// With the right certificate, doctor reads: the server is the one
+	// the hints are about.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{URL: "rediss://" + srv.TLSAddr,
+		TLS: &config.RedisTLS{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, Prefix: "tc", RateWindow: -1, LatencySamples: 2}); err != nil {
+		t.Fatalf("doctor.Run with the client certificate: %v", err)
+	}
+}

@@ -3,7 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,4 +250,57 @@ type doctorCheck struct {
 	Status   string   `json:"status"`
 	Summary  string   `json:"summary"`
 	Evidence []string `json:"evidence"`
+}
+
+// TestDoctorTLSHintsNameItsFlags: doctor against a Redis and an https
+// instance that require a client certificate, given none. The Redis hint
+// said the server "may not speak TLS", the instance checks that it "did
+// not answer at all"; both now name doctor's client certificate flags
+// (and these are doctor's flags).
+func TestDoctorTLSHintsNameItsFlags(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	f.AuthClients = true
+	rs := redistest.StartTLS(t, f, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	flags := newDoctorCmd().Flags()
+	for _, name := range []string{"redis-ca-file", "redis-cert-file", "redis-key-file", "tls-ca-file", "tls-cert-file", "tls-key-file"} {
+		if flags.Lookup(name) == nil {
+			t.Fatalf("doctor has no --%s flag", name)
+		}
+	}
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"doctor", "--redis", "rediss://" + rs.TLSAddr, "--redis-ca-file", f.CA, "--timeout", "30s"}, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "requires a client certificate") ||
+		!strings.Contains(errOut.String(), "--redis-cert-file, --redis-key-file") || strings.Contains(errOut.String(), "may not speak TLS") {
+		t.Fatalf("Redis without a client certificate: exit %d, stderr %s", code, errOut.String())
+	}
+
+	// An https instance that requires a client certificate (a TLS 1.3
+	// handshake, as serve --tls-client-ca-file's).
+	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(http.NotFoundHandler())
+	hs.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs: f.ClientConfig(t).RootCAs, MinVersion: tls.VersionTLS12}
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	plain := redistest.Start(t, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	out.Reset()
+	errOut.Reset()
+	code = run(ctx, []string{"doctor", "--redis", "redis://" + plain.Addr, "--prefix", "dt", "--latency-samples", "5", "--rate-window", "-1s",
+		"--instance", hs.URL, "--tls-ca-file", f.CA, "--color", "never"}, &out, &errOut)
+	if code != 1 {
+		t.Fatalf("instance without a client certificate: exit %d, stderr %s\n%s", code, errOut.String(), out.String())
+	}
+	for _, m := range []string{"requires a client certificate", "(--tls-cert-file, --tls-key-file)"} {
+		if !strings.Contains(out.String(), "fix: "+hs.URL+": ") || !strings.Contains(out.String(), m) {
+			t.Errorf("the report does not say %q in a fix for %s:\n%s", m, hs.URL, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "did not answer at all") {
+		t.Errorf("the report says the instance did not answer:\n%s", out.String())
+	}
 }
