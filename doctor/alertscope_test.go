@@ -172,3 +172,28 @@ func TestAlertsOfAnUnpairedAdminOnlyInstance(t *testing.T) {
 		t.Errorf("summary %q counts another host's alert", c.Summary)
 	}
 }
+
+// TestAlertsOfAnInstanceReachedByAnotherAddress: doctor reaching an
+// instance through kubectl port-forward (localhost:N) while Prometheus
+// scrapes the pod's IP cannot tell its alerts from another deployment's;
+// they used to be ignored as another's, and a pending breaker alert of
+// the audited pod passed. Every alert counts then, and the evidence says
+// why.
+func TestAlertsOfAnInstanceReachedByAnotherAddress(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "pf", testConfig)
+	a := startInstance(t, client, "pf", instanceOptions{doc: testConfig, discipline: true})
+	const podIP = "10.1.2.3:8080" // the scrape target; doctor is given a's loopback URL
+	prom := startFakePrometheus(t, podIP)
+	prom.set(fakeAlert{"RateLimitBreakerOpen", "pending", map[string]string{"instance": podIP, "partition": "primary"}})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "pf",
+		Instances: []string{a.url}, PrometheusURL: prom.URL, RateWindow: -1})
+	if sc := want(t, rep, doctor.GroupMonitoring, "scraped", doctor.Warn, host(t, a.url)); !strings.Contains(sc.Fix, "kubectl port-forward") {
+		t.Errorf("scraped fix %q does not say a port-forward explains it", sc.Fix)
+	}
+	c := want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Warn, fmt.Sprintf(`RateLimitBreakerOpen{instance=%q`, podIP))
+	if strings.Contains(c.Summary, "ignored") {
+		t.Errorf("summary %q ignores the audited instance's alert", c.Summary)
+	}
+}

@@ -293,6 +293,7 @@ type run struct {
 	primaryAddrs []string                     // primary addresses whose INFO was read, in order
 	nodeCount    int                          // primaries the server check tried to read
 	cluster      *redis.ClusterClient         // nil unless Cluster
+	unscraped    []string                     // given instances' host:port found as no Prometheus instance label
 	cfg          *config.Config               // nil when none could be read
 	cfgErr       error                        // why cfg is nil
 	cfgSource    string
