@@ -207,9 +207,19 @@ func warnIfShared(path, flag string, log *slog.Logger) {
 	}
 }
 
+// warnMode warns about a secret file others may read or write, or its
+// group may write, or its group may read when that group is not one of
+// this process's. A file only readable by a group of this process (a
+// Kubernetes Secret volume with the pod's fsGroup: mode 0440, which the
+// process cannot change on the read-only volume) is noted at Info level.
 func warnMode(st os.FileInfo, path, flag string, log *slog.Logger) {
-	if st.Mode().Perm()&0o077 != 0 {
-		log.Warn("secret file readable by group or others; make it readable by this user only (chmod 600)", "flag", flag, "file", path, "mode", fmt.Sprintf("%04o", st.Mode().Perm()))
+	perm := st.Mode().Perm()
+	switch {
+	case perm&0o077 == 0:
+	case perm&0o037 == 0 && groupIsOurs(st):
+		log.Info("secret file readable by its group, a group of this process (as a Kubernetes Secret volume with the pod's fsGroup makes it); others cannot read it", "flag", flag, "file", path, "mode", fmt.Sprintf("%04o", perm))
+	default:
+		log.Warn("secret file readable by group or others; make it readable by this user only (chmod 600)", "flag", flag, "file", path, "mode", fmt.Sprintf("%04o", perm))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -674,6 +675,37 @@ func TestServeGRPCConnectionSetupBounded(t *testing.T) {
 		t.Fatalf("ShouldRateLimit: %v", err)
 	}
 	svc.stop(t)
+}
+
+// TestServeNotesGroupReadableSecret: a secret file only its group can
+// read, the group being this process's (what a Kubernetes Secret volume
+// with the pod's fsGroup gives: 0440, which the process cannot chmod on
+// the read-only volume), is noted at Info level, not warned about with
+// advice it cannot follow (the deploy kit's pods warned at every start).
+func TestServeNotesGroupReadableSecret(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("file groups are a Unix notion")
+	}
+	f := redistest.GenerateTLS(t)
+	key, err := os.ReadFile(f.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grouped := filepath.Join(t.TempDir(), "server.key") // created with this process's group
+	if err := os.WriteFile(grouped, key, 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(grouped, 0o440); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	svc := startService(t, "--tls-cert-file", f.Cert, "--tls-key-file", grouped)
+	if _, ok := svc.Logged("secret file readable by group or others; make it readable by this user only (chmod 600)"); ok {
+		t.Fatalf("warned about a 0440 key of this process's group:\n%s", svc.Logs())
+	}
+	rec, ok := svc.Logged("secret file readable by its group, a group of this process (as a Kubernetes Secret volume with the pod's fsGroup makes it); others cannot read it")
+	if !ok || rec["level"] != "INFO" || rec["mode"] != "0440" {
+		t.Fatalf("no Info note for a 0440 --tls-key-file:\n%s", svc.Logs())
+	}
 }
 
 // TestServeWarnsOnSharedKeyFile: a TLS private key readable by group or
