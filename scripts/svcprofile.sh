@@ -25,9 +25,11 @@
 # cells, CALLERS (default 64) the load generator's concurrency.
 # LOADTEST_ARGS adds flags to the load generator (e.g. "--connections 8",
 # with APIS=grpc: loadtest refuses a flag its target does not use).
-# SERVE_ARGS adds flags to serve, e.g. SERVE_ARGS="--fallback-budget 1s"
-# so that a Redis slowed by a busy machine does not hand decisions to the
-# local fallback (which would make the cell measure that instead).
+# SERVE_ARGS adds flags to serve in every cell; SERVE_REDIS_ARGS in the
+# redis cells only, e.g. SERVE_REDIS_ARGS="--fallback-budget 1s" so that a
+# Redis slowed by a busy machine does not hand decisions to the local
+# fallback (which would make the cell measure that instead): serve refuses
+# the flags of Redis (--fallback-budget among them) in memory.
 # Every process it starts is stopped by its pid. Needs redis-server, curl,
 # awk and python3.
 set -euo pipefail
@@ -71,13 +73,14 @@ for _ in $(seq 50); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0
 TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 TICK=$(getconf CLK_TCK)
 echo "$(date -u +%FT%TZ) $(uptime)"
-echo "floodgate: $BIN; load generator: $LT; ${DUR}s per cell, ${CALLERS:-64} callers, 10000 identities; serve flags added: ${SERVE_ARGS:-none}"
+echo "floodgate: $BIN; load generator: $LT; ${DUR}s per cell, ${CALLERS:-64} callers, 10000 identities; serve flags added: ${SERVE_ARGS:-none}, on Redis: ${SERVE_REDIS_ARGS:-none}"
 for store in ${STORES:-mem redis}; do
 	for api in ${APIS:-grpc http}; do
 		HP=$(freeport); GP=$(freeport); AP=$(freeport)
 		args=(serve --addr "127.0.0.1:$HP" --grpc-addr "127.0.0.1:$GP" --admin-addr "127.0.0.1:$AP" --admin-token "$TOKEN" --pprof
 			--config "$WORK/floodgate.yaml" --envoy-config "$WORK/envoy.yaml" --log-level warn)
-		[ "$store" = redis ] && args+=(--redis "redis://127.0.0.1:$RP/0" --prefix "svcp$RANDOM")
+		# shellcheck disable=SC2206 # SERVE_REDIS_ARGS is split on purpose
+		[ "$store" = redis ] && args+=(--redis "redis://127.0.0.1:$RP/0" --prefix "svcp$RANDOM" ${SERVE_REDIS_ARGS:-})
 		# shellcheck disable=SC2206 # SERVE_ARGS is split on purpose
 		args+=(${SERVE_ARGS:-})
 		"$BIN" "${args[@]}" 2>"$WORK/serve.log" &

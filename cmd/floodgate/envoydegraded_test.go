@@ -230,9 +230,13 @@ func TestServeGRPCDecisionTimeout(t *testing.T) {
 			rs := redistest.Start(t)
 			dir := t.TempDir()
 			writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
-			svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("grpctimeout%d", time.Now().UnixNano()),
-				"--fallback", tc.fallback, "--fallback-budget", "10s", "--redis-timeout", "20s", "--decision-timeout", decisionTimeout,
-				"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+			args := []string{"--redis", "redis://" + rs.Addr + "/0", "--prefix", fmt.Sprintf("grpctimeout%d", time.Now().UnixNano()),
+				"--fallback", tc.fallback, "--redis-timeout", "20s", "--decision-timeout", decisionTimeout,
+				"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir}
+			if tc.fallback != "off" { // serve refuses a budget it would not use
+				args = append(args, "--fallback-budget", "10s")
+			}
+			svc := startService(t, args...)
 			conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)

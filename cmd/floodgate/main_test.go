@@ -532,6 +532,13 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-timeout", "-1s"}, "--redis-timeout -1s"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--fallback-factor", "0.5"}, "--fallback-factor 0.5: want 1..1000"},
 		{[]string{"serve", "--fallback-factor", "2"}, "--fallback-factor"},
+		// An outside walk: in memory mode these did nothing, silently.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--fallback", "closed"}, "--fallback needs --redis, --redis-sentinel or --redis-cluster (without one, serve keeps every count in this process's memory)"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--fallback", "off", "--fallback-budget", "1s"}, "--fallback needs --redis, --redis-sentinel or --redis-cluster"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--fallback-budget", "10ms"}, "--fallback-budget needs --redis, --redis-sentinel or --redis-cluster"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--clock-sync=false"}, "--clock-sync needs --redis, --redis-sentinel or --redis-cluster"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--clock-skew-warn", "5s"}, "--clock-skew-warn needs --redis, --redis-sentinel or --redis-cluster"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--fallback", "off", "--fallback-budget", "10ms"}, "--fallback-budget is unused with --fallback off: no fallback decides, and --decision-timeout bounds each decision (drop --fallback-budget, or pick another --fallback)"},
 		// An outside walk grew a memory-mode process past 1 GB through
 		// the quota endpoints: the stores of quotas and leases have
 		// bounds of their own now, checked at start.

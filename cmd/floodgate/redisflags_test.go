@@ -24,6 +24,14 @@ func TestRedisFlagsNeedRedis(t *testing.T) {
 		{"--redis-wait-replicas", "1"},
 		{"--instances", "3"},
 		{"--login-prefix", "lg"},
+		// An outside walk: these were taken silently in memory mode,
+		// where nothing fails over and no clock is disciplined; a user
+		// of --fallback closed believed the service failed closed.
+		{"--fallback", "closed"},
+		{"--fallback", "local"},
+		{"--fallback-budget", "10ms"},
+		{"--clock-sync=false"},
+		{"--clock-skew-warn", "5s"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var out, errOut bytes.Buffer

@@ -472,17 +472,26 @@ var redisOnlyFlags = []string{
 	"redis-master", "redis-password-file", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
 	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "redis-wait-replicas", "redis-wait-timeout", "instances", "fallback-factor",
 	"login-prefix",
+	// What serve does when Redis fails, and its clock's discipline to
+	// Redis's: in memory there is no Redis to fail or to read the time
+	// from. --fallback closed was taken silently, and its user believed
+	// the service failed closed.
+	"fallback", "fallback-budget", "clock-sync", "clock-skew-warn",
 }
 
 // checkRedisFlags refuses a flag of redisOnlyFlags set on the command line
 // when no Redis is given (--redis, --redis-sentinel or --redis-cluster).
-// It refuses a flag of memoryOnlyFlags when Redis is given.
+// It refuses a flag of memoryOnlyFlags when Redis is given, and
+// --fallback-budget with --fallback off.
 func checkRedisFlags(cmd *cobra.Command, f *serveFlags) error {
 	if f.redisURL != "" || len(f.sentinelAddrs) > 0 || len(f.clusterAddrs) > 0 {
 		for _, name := range memoryOnlyFlags {
 			if cmd.Flags().Changed(name) {
 				return fmt.Errorf("--%s applies in memory mode only: with --redis, --redis-sentinel or --redis-cluster, quotas and leases are kept in Redis (bound them with its maxmemory)", name)
 			}
+		}
+		if f.fallbackMode == "off" && cmd.Flags().Changed("fallback-budget") {
+			return errors.New("--fallback-budget is unused with --fallback off: no fallback decides, and --decision-timeout bounds each decision (drop --fallback-budget, or pick another --fallback)")
 		}
 		return nil
 	}
@@ -507,6 +516,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		// API (envoyrls.Options.Timeout) would take it as no bound.
 		f.decisionTimeout = server.DefaultDecisionTimeout
 	}
+	// An invalid --fallback is named as such, before the check that
+	// refuses any --fallback in memory mode.
+	if _, err := fallback.ParseMode(f.fallbackMode); err != nil && f.fallbackMode != "off" {
+		return fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
+	}
 	if err := checkRedisFlags(cmd, &f); err != nil {
 		return err
 	}
@@ -521,9 +535,6 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	keys, err := config.KeysFor(f.prefix)
 	if err != nil {
 		return fmt.Errorf("--prefix: %w", err)
-	}
-	if _, err := fallback.ParseMode(f.fallbackMode); err != nil && f.fallbackMode != "off" {
-		return fmt.Errorf("--fallback %q: want local, open, closed or off", f.fallbackMode)
 	}
 	if _, err := redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
 		return fmt.Errorf("--redis-state-format %q: want binary or text", f.redisStateFormat)
