@@ -139,6 +139,10 @@ const (
 // gets or dials another.
 var errConnGone = errors.New("loadgen: the HTTP/2 connection takes no new streams")
 
+// errNotHTTP2 marks a server that does not speak HTTP/2 (an HTTP/1 one,
+// say), as a gRPC service does.
+var errNotHTTP2 = errors.New("not an HTTP/2 server")
+
 // errConnClosed ends connections closed by the load generator.
 var errConnClosed = errors.New("loadgen: connection closed")
 
@@ -223,12 +227,17 @@ func handshakeH2(nc net.Conn, lastID uint32, fields []hpack.HeaderField) (*h2con
 	}
 	c.pending = c.pending[:0]
 	f, err := c.rfr.ReadFrame()
+	if errors.Is(err, http2.ErrFrameTooLarge) {
+		// An HTTP/1 server's answer, read as a frame header, announces
+		// megabytes.
+		return nil, fmt.Errorf("reading the server's SETTINGS: %w: %w", errNotHTTP2, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the server's SETTINGS: %w", err)
 	}
 	sf, ok := f.(*http2.SettingsFrame)
 	if !ok || sf.IsAck() {
-		return nil, fmt.Errorf("the server started with %v, not SETTINGS (is it an HTTP/2 server?)", f.Header().Type)
+		return nil, fmt.Errorf("the server started with %v, not SETTINGS: %w", f.Header().Type, errNotHTTP2)
 	}
 	if err := c.settings(sf); err != nil {
 		return nil, err

@@ -251,6 +251,11 @@ type Options struct {
 	// require one (--tls-client-ca-file). Not used with HTTPClient set.
 	// Nil means the defaults.
 	TLS *tls.Config
+	// ProgressLines ends each of Run's progress lines with a newline, for
+	// a log or a file, instead of rewriting one line in place with a
+	// carriage return, which only a terminal shows as meant (a CI log
+	// got the whole run on one line).
+	ProgressLines bool
 
 	// lastStreamID, when not zero, is the last stream ID of a raw gRPC
 	// connection (tests: a new connection after a few requests).

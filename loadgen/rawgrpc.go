@@ -15,6 +15,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -261,7 +262,9 @@ func (call *grpcCall) result() (verdict, error) {
 		return verdict{}, errors.New("answer without grpc-status")
 	}
 	if call.grpcStatus != 0 {
-		return verdict{}, fmt.Errorf("rpc error: code = %v desc = %s", codes.Code(call.grpcStatus), decodeGRPCMessage(call.grpcMessage))
+		// A status error, as grpc-go's client returns: the same text, and
+		// status.Code reads its code (Preflight does).
+		return verdict{}, status.Error(codes.Code(call.grpcStatus), decodeGRPCMessage(call.grpcMessage))
 	}
 	if call.status != 200 {
 		return verdict{}, fmt.Errorf("HTTP status %d", call.status)

@@ -16,7 +16,8 @@ import (
 // Run sends checks to opts.Target for opts.Duration (or until
 // opts.MaxRequests were sent) and returns the report. When progress is
 // not nil, a live status line ("\r"-rewritten) is written to it once per
-// second, and a final newline at the end.
+// second, and a final newline at the end; with opts.ProgressLines, a line
+// of its own each second, and one at the end.
 //
 // Run returns an error wrapping ErrInvalidOptions for bad options, and the
 // partial report with ctx's error when ctx ends first. Failed requests
@@ -312,15 +313,24 @@ func (r *run) startProgress(w io.Writer, start time.Time) func() {
 		close(done)
 		wg.Wait()
 		r.writeLine(w, time.Since(start))
-		fmt.Fprintln(w)
+		if !r.opts.ProgressLines {
+			fmt.Fprintln(w)
+		}
 	}
 }
 
+// writeLine writes the progress line: after a carriage return and with
+// spaces to cover a longer last one, or, with ProgressLines, ended by a
+// newline.
 func (r *run) writeLine(w io.Writer, elapsed time.Duration) {
 	a, d, e := r.allowed.Load(), r.denied.Load(), r.errs.Load()
 	done := a + d + e
-	fmt.Fprintf(w, "\r%6.1fs  %8d sent  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d   ",
-		elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load())
+	start, end := "\r", "   "
+	if r.opts.ProgressLines {
+		start, end = "", "\n"
+	}
+	fmt.Fprintf(w, "%s%6.1fs  %8d sent  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
+		start, elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load(), end)
 }
 
 func ratio(part, whole int64) float64 {

@@ -266,7 +266,27 @@ func checkAnswer(status int, body []byte) (verdict, error) {
 		}
 		return v, nil
 	}
-	return verdict{}, fmt.Errorf("HTTP %d: %s", status, clip(body))
+	return verdict{}, newStatusError(status, body)
+}
+
+// statusError is an HTTP answer other than allowed or denied: its status
+// and the start of its body (a copy: the worker reuses its buffer).
+type statusError struct {
+	status int
+	body   []byte // at most maxStatusErrorBody bytes
+}
+
+// maxStatusErrorBody is the most of an answer's body a statusError keeps:
+// enough for a problem document's detail.
+const maxStatusErrorBody = 4 << 10
+
+func newStatusError(status int, body []byte) *statusError {
+	return &statusError{status: status, body: bytes.Clone(body[:min(len(body), maxStatusErrorBody)])}
+}
+
+// Error is "HTTP status: body", the body clipped to one short line.
+func (e *statusError) Error() string {
+	return fmt.Sprintf("HTTP %d: %s", e.status, clip(e.body))
 }
 
 // envoyJSONAnswer reads an answer of Envoy's POST /json: 200 with
@@ -299,7 +319,7 @@ func envoyJSONAnswer(status int, body []byte) (verdict, error) {
 		}
 		return v, nil
 	}
-	return verdict{}, fmt.Errorf("HTTP %d: %s", status, clip(body))
+	return verdict{}, newStatusError(status, body)
 }
 
 // holdsDegradedHeader reports whether list, a JSON array of Envoy's

@@ -170,12 +170,18 @@ func wantColour(mode string, w io.Writer) (bool, error) {
 	case "never":
 		return false, nil
 	case "auto":
-		f, ok := w.(*os.File)
-		if !ok || os.Getenv("NO_COLOR") != "" {
-			return false, nil
-		}
-		st, err := f.Stat()
-		return err == nil && st.Mode()&os.ModeCharDevice != 0, nil
+		return os.Getenv("NO_COLOR") == "" && isTerminal(w), nil
 	}
 	return false, fmt.Errorf("--color %q: want auto, always or never", mode)
+}
+
+// isTerminal reports whether w is a terminal (a character device: a
+// terminal, or /dev/null); not a file, a pipe or a buffer.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

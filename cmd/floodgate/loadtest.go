@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -55,9 +58,22 @@ report's degraded line. They do not measure the shared limit: with an
 expectation (--expect-* or --expected-deny-ratio) a run with any of them
 fails, the report saying why.
 
-Exit status 1 when the run could not start (a bad flag), when every
-request failed (nothing measured), or when an expectation was given and
-some answers were degraded; the report is printed all the same.
+Before the run, one request is sent (for an identity the run does not
+use; it is not counted in the report or in --requests, and is sent apart
+from --rate's schedule). When it fails in a way every request of the run
+would (nothing listens at --target; an HTTP 4xx other than 429, such as an
+unknown --policy; gRPC INVALID_ARGUMENT, such as an unknown --domain), the
+run is not started: loadtest exits 1 saying why. An answer allowed or
+denied, or another failure (a timeout, a 503 while the service's Redis is
+down), starts the run.
+
+Progress goes to stderr once a second (--quiet: none): one line rewritten
+in place on a terminal, a line of its own each time otherwise (a log).
+
+Exit status 1 when the run could not start (a bad flag, or the request
+before it refused: no report), when every request failed (nothing
+measured), or when an expectation was given and some answers were
+degraded (in these two, the report is printed all the same).
 
   floodgate loadtest --target http://127.0.0.1:8080 --policy api \
     --rate 2000 --duration 30s --identities 100 \
@@ -119,6 +135,14 @@ some answers were degraded; the report is printed all the same.
 			progress := cmd.ErrOrStderr()
 			if quiet {
 				progress = nil
+			}
+			o.ProgressLines = !isTerminal(progress)
+			if err := loadgen.Preflight(ctx, o); err != nil {
+				var pe *loadgen.PreflightError
+				if errors.As(err, &pe) {
+					return fmt.Errorf("%s (the one request sent before the run; the run was not started)", explainPreflight(pe, o))
+				}
+				return err
 			}
 			rep, err := loadgen.Run(ctx, o, progress)
 			if err != nil {
@@ -223,4 +247,38 @@ func emptyDefault(def string) string {
 		return "from the --target scheme"
 	}
 	return def
+}
+
+// explainPreflight says why the request sent before a run failed, as a
+// new user needs it: what is wrong and the flag that sets it.
+func explainPreflight(e *loadgen.PreflightError, o loadgen.Options) string {
+	switch {
+	case e.Unreachable:
+		return fmt.Sprintf("nothing answers at --target %s: %v; is the service running, and is this its address?", e.Target, e.Err)
+	case e.NotHTTP2:
+		return fmt.Sprintf("%s does not speak HTTP/2, as a gRPC service does (%v); is --target the service's gRPC address (serve's --grpc-addr), or an HTTP one (http://)?", e.Target, e.Err)
+	case e.GRPCCode == codes.InvalidArgument && strings.Contains(e.Detail, "unknown domain"):
+		return fmt.Sprintf("unknown domain %q: the service's Envoy configuration has none by that name; set --domain", domainOf(o))
+	case e.GRPCCode == codes.InvalidArgument:
+		return fmt.Sprintf("the service refused the request as invalid: %s; check --domain, --identity-key and --cost", e.Detail)
+	case e.GRPCCode == codes.Unimplemented:
+		return fmt.Sprintf("%s does not serve Envoy's rate limit gRPC API (ShouldRateLimit: %s); is --target the service's gRPC address (serve's --grpc-addr)?", e.Target, e.Detail)
+	case e.GRPCCode != codes.OK:
+		return fmt.Sprintf("the service refused the call: %v: %s", e.GRPCCode, e.Detail)
+	case strings.HasSuffix(e.ProblemType, ":unknown-policy"):
+		return fmt.Sprintf("HTTP %d: %s; set --policy", e.HTTPStatus, e.Detail)
+	case e.HTTPStatus == http.StatusNotFound && e.Mode == loadgen.EnvoyJSON:
+		return fmt.Sprintf("HTTP 404 for POST /json: %s is not an Envoy JSON API (envoy-compat's or envoyproxy/ratelimit's HTTP address); floodgate serve's HTTP API is --mode http", e.Target)
+	case e.HTTPStatus == http.StatusNotFound:
+		return fmt.Sprintf("HTTP 404 for POST /v1/check: %s is not floodgate serve's HTTP API (its --addr); for envoy-compat's or envoyproxy/ratelimit's, give --mode envoy-json", e.Target)
+	}
+	return fmt.Sprintf("the service refused the request: HTTP %d: %s", e.HTTPStatus, e.Detail)
+}
+
+// domainOf returns the domain a run of o sends.
+func domainOf(o loadgen.Options) string {
+	if o.Domain == "" {
+		return "api"
+	}
+	return o.Domain
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,12 +88,88 @@ func TestLoadtestFlagErrors(t *testing.T) {
 }
 
 // TestLoadtestFailsWhenNothingAnswers: a run in which every request
-// failed (nothing listens on the target) exits 1 saying so; it used to
-// print its report and exit 0.
+// failed (here every one a 503) exits 1 saying so; it used to print its
+// report and exit 0. With nothing listening on the target, the request
+// sent before the run says so and the run does not start.
 func TestLoadtestFailsWhenNothingAnswers(t *testing.T) {
-	code, out, errOut := cli("loadtest", "--target", "http://"+closedAddr(t), "--duration", "200ms", "--concurrency", "2", "--quiet")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"detail":"store unavailable"}`, http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	code, out, errOut := cli("loadtest", "--target", srv.URL, "--duration", "200ms", "--concurrency", "2", "--quiet")
 	if code != 1 || !strings.Contains(errOut, "requests failed") || !strings.Contains(out, "errors") {
 		t.Fatalf("exit %d, stderr %q, report %q; want 1, the report, and a line saying every request failed", code, errOut, out)
+	}
+	addr := closedAddr(t)
+	code, out, errOut = cli("loadtest", "--target", "http://"+addr, "--duration", "200ms", "--concurrency", "2", "--quiet")
+	if want := "floodgate: nothing answers at --target http://" + addr + ": dial tcp " + addr + ": connect: connection refused; is the service running, and is this its address? (the one request sent before the run; the run was not started)\n"; code != 1 || errOut != want || out != "" {
+		t.Fatalf("nothing listening: exit %d, stderr %q, report %q; want 1, no report, and %q", code, errOut, out, want)
+	}
+}
+
+// TestLoadtestPreflight: a target that refuses the request sent before
+// the run as every request of the run would be refused (an unknown
+// policy: HTTP 400; an unknown domain: gRPC INVALID_ARGUMENT) fails at
+// once, exit 1, saying why and which flag to set, having sent that one
+// request. An outside walk's runs sent 9,952 HTTP 400s in a second, and
+// a run of gRPC calls for a domain the service did not have its whole
+// --duration.
+func TestLoadtestPreflight(t *testing.T) {
+	var received atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		received.Add(1)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"type":"urn:floodgate:problem:unknown-policy","title":"Bad Request","status":400,"detail":"unknown policy \"nope\": the service's configuration lists its policies"}`))
+	}))
+	defer srv.Close()
+	start := time.Now()
+	code, out, errOut := cli("loadtest", "--target", srv.URL, "--policy", "nope", "--duration", "10s", "--quiet")
+	want := `floodgate: HTTP 400: unknown policy "nope": the service's configuration lists its policies; set --policy (the one request sent before the run; the run was not started)` + "\n"
+	if code != 1 || errOut != want || out != "" || received.Load() != 1 || time.Since(start) > 5*time.Second {
+		t.Fatalf("unknown policy: exit %d after %v, %d requests, stderr %q, report %q; want 1 at once, one request, no report, and %q", code, time.Since(start), received.Load(), errOut, out, want)
+	}
+
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
+	svc := startService(t, "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	defer svc.stop(t)
+	target := "grpc://" + svc.addr(t, grpcListening)
+	for _, client := range []string{"raw", "grpc-go"} {
+		code, out, errOut := cli("loadtest", "--target", target, "--grpc-client", client, "--duration", "10s", "--quiet")
+		want := `floodgate: unknown domain "api": the service's Envoy configuration has none by that name; set --domain (the one request sent before the run; the run was not started)` + "\n"
+		if code != 1 || errOut != want || out != "" {
+			t.Fatalf("unknown domain, %s client: exit %d, stderr %q, report %q; want 1, no report, and %q", client, code, errOut, out, want)
+		}
+	}
+	// The domain it has: the run starts, and the request before it is not
+	// one of --requests.
+	code, out, errOut = cli("loadtest", "--target", target, "--domain", "edge", "--requests", "7", "--quiet")
+	if code != 0 || !strings.Contains(out, "requests           7 ") || !strings.Contains(out, "allowed            7\n") {
+		t.Fatalf("known domain: exit %d\n%s%s\nwant 7 requests, 7 allowed", code, out, errOut)
+	}
+	// A target that is not a gRPC service: said at once too.
+	code, _, errOut = cli("loadtest", "--target", strings.Replace(svc.url, "http://", "grpc://", 1), "--duration", "10s", "--quiet")
+	if code != 1 || !strings.Contains(errOut, "does not speak HTTP/2, as a gRPC service does") {
+		t.Fatalf("grpc:// at an HTTP/1 address: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestLoadtestProgressNotATerminal: with stderr not a terminal (here a
+// buffer; a CI log), each progress line ends with a newline, without the
+// carriage return a terminal rewrites a line with: a CI log of a run used
+// to hold one giant line.
+func TestLoadtestProgressNotATerminal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(`{"allowed":true}`))
+	}))
+	defer srv.Close()
+	code, out, errOut := cli("loadtest", "--target", srv.URL, "--rate", "100", "--duration", "1200ms")
+	if code != 0 || !strings.Contains(out, "errors             0\n") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if n := strings.Count(errOut, "\n"); strings.Contains(errOut, "\r") || n < 1 || !strings.HasSuffix(errOut, "\n") || !strings.Contains(errOut, " sent ") {
+		t.Fatalf("progress on stderr %q: want lines each ended by a newline, no carriage return", errOut)
 	}
 }
 
