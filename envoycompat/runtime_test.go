@@ -163,3 +163,44 @@ func TestReloaderWarnsWithoutFiles(t *testing.T) {
 		t.Errorf("log %q: want a warning naming %s", out, missing)
 	}
 }
+
+// TestReloaderRejectedWithNoneInForce: a configuration rejected when none
+// was loaded yet (at start) is logged as leaving no configuration in
+// force, where it used to say "keeping the one in force" of one that did
+// not exist; once one is loaded, a rejected one keeps it, and says so.
+func TestReloaderRejectedWithNoneInForce(t *testing.T) {
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(Options{Store: &MemoryStore{}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	file := filepath.Join(root, "ratelimit", "config", "edge.yaml")
+	write(t, file, "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n")
+	rl := &Reloader{Runtime: Runtime{Root: root, Subdirectory: "ratelimit"}, Service: svc, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	const none = "no configuration in force: every request is answered with an error until a valid one is loaded"
+	if err := rl.Load(); err == nil {
+		t.Fatal("Load of an invalid configuration: no error")
+	}
+	if out := logs.String(); !strings.Contains(out, "Error loading new configuration; "+none) || strings.Contains(out, "keeping the one in force") {
+		t.Errorf("log at start %q: want %q, not that one is kept", out, none)
+	}
+	write(t, file, "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	if err := rl.Load(); err != nil {
+		t.Fatalf("Load of a valid configuration: %v", err)
+	}
+	logs.Reset()
+	write(t, file, "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n")
+	if err := rl.Load(); err == nil {
+		t.Fatal("Load of an invalid configuration: no error")
+	}
+	if out := logs.String(); !strings.Contains(out, "Error loading new configuration; keeping the one in force") || strings.Contains(out, none) {
+		t.Errorf("log after a good one %q: want that it is kept", out)
+	}
+}

@@ -278,6 +278,11 @@ func (r *Reloader) Load() error {
 		}
 	}
 	r.Metrics.ConfigLoaded(false)
+	if r.Service.Config() == nil {
+		// At start, or after nothing but rejected ones: none is in force.
+		r.Log.Error("Error loading new configuration; no configuration in force: every request is answered with an error until a valid one is loaded", "error", err)
+		return err
+	}
 	r.Log.Error("Error loading new configuration; keeping the one in force", "error", err)
 	return err
 }
