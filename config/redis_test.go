@@ -108,6 +108,14 @@ func TestRedisSettings(t *testing.T) {
 		{config.Redis{}, "exactly one"},
 		{config.Redis{URL: "redis://h:1", ClusterAddrs: []string{"h:2"}}, "exactly one"},
 		{config.Redis{URL: "http://h:1"}, `scheme "http"`},
+		// host:port, as redis-cli takes it: an outside walk got the URL
+		// parser's "first path segment in URL cannot contain colon", or
+		// the scheme "localhost".
+		{config.Redis{URL: "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://), such as redis://127.0.0.1:6380/0`},
+		{config.Redis{URL: "localhost:6380"}, `"localhost:6380": no scheme: want redis://host:port/db (or rediss://), such as redis://localhost:6380/0`},
+		{config.Redis{URL: "[::1]:6380"}, `such as redis://[::1]:6380/0`},
+		{config.Redis{URL: "localhost"}, `"localhost": no scheme: want redis://host:port/db (or rediss://)`},
+		{config.Redis{URL: "u:secret@h:6380/0"}, `"...@h:6380/0": no scheme: want redis://host:port/db (or rediss://)`},
 		{config.Redis{URL: "redis-sentinel://h:1,h:2/0"}, "needs ?master=NAME"},
 		{config.Redis{URL: "redis-sentinel://h:1?master=m&x=1"}, `unknown URL parameter "x"`},
 		{config.Redis{URL: "redis-cluster://h:1,h:2/3"}, "only database 0"},

@@ -68,6 +68,8 @@ func TestRedisURLSecretsNeverInMessages(t *testing.T) {
 		"redis://127.0.0.1:6379/0?password=" + secret + "%zz",
 		"redis://:" + secret + "%zz@127.0.0.1:6379/0",
 		"nosuchscheme://:" + secret + "@127.0.0.1:6379/0",
+		"user:" + secret + "@127.0.0.1:6379/0", // no scheme: "user" read as one
+		":" + secret + "@127.0.0.1:6379",
 	} {
 		r := config.Redis{URL: u}
 		if s := r.String(); strings.Contains(s, secret) {

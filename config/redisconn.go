@@ -254,6 +254,13 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Password: r.Password, TLSConfig: tc})), nil
 	}
 	u, err := url.Parse(r.URL)
+	if !strings.Contains(r.URL, "://") && (err != nil || !knownSchemes[u.Scheme]) {
+		// host:port, as redis-cli and envoyproxy/ratelimit's REDIS_URL
+		// take it: url.Parse read "127.0.0.1:6380" as a path ("first path
+		// segment in URL cannot contain colon") and "localhost:6380" as
+		// the scheme "localhost". (unix:/path is a URL.)
+		return nil, fmt.Errorf("%w: %q: no scheme: %s", ErrRedisURL, redactUnparsed(r.URL), schemeHint(r.URL))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), urlError(err))
 	}
@@ -408,21 +415,42 @@ var plainURLParams = map[string]bool{
 	"max_retries": true, "min_retry_backoff": true, "max_retry_backoff": true, "skip_verify": true,
 }
 
+// redactUnparsed hides the password of a URL that is not parsed (or
+// has no scheme): it keeps the host and path only, since the user part
+// and the query may hold one.
+func redactUnparsed(raw string) string {
+	rest := raw
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "...@" + rest[i+1:]
+	}
+	if i := strings.Index(rest, "?"); i >= 0 {
+		rest = rest[:i] + "?..."
+	}
+	return rest
+}
+
+// knownSchemes are the schemes of the URLs client takes.
+var knownSchemes = map[string]bool{"redis": true, "rediss": true, "unix": true,
+	"redis-sentinel": true, "rediss-sentinel": true, "redis-cluster": true, "rediss-cluster": true}
+
+// schemeHint says what --redis wants, for a value without a scheme; for
+// a bare host:port, with that address.
+func schemeHint(raw string) string {
+	const want = "want redis://host:port/db (or rediss://)"
+	if _, _, err := net.SplitHostPort(raw); err == nil && !strings.ContainsAny(raw, "@/?") {
+		return want + ", such as redis://" + raw + "/0"
+	}
+	return want
+}
+
 // redact hides a URL's password in messages: the user part's, and the
 // value of every query parameter but plainURLParams.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
-		// Keep the host and path only: the user part and the query
-		// may hold a password.
-		rest := raw
-		if i := strings.LastIndex(rest, "@"); i >= 0 {
-			rest = "...@" + rest[i+1:]
-		}
-		if i := strings.Index(rest, "?"); i >= 0 {
-			rest = rest[:i] + "?..."
-		}
-		return rest
+	if err != nil || u.Opaque != "" {
+		// An opaque one is most likely user:password@host:port without
+		// a scheme, its user read as one.
+		return redactUnparsed(raw)
 	}
 	if u.RawQuery != "" {
 		q, err := url.ParseQuery(u.RawQuery)

@@ -489,6 +489,15 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"check", "--addr", "ftp://x", "--id", "user=1"}, `--addr "ftp://x": want the service's URL, such as http://127.0.0.1:8080`},
 		{[]string{"check", "--addr", "127.0.0.1:8080", "--id", "user=1"}, `--addr "127.0.0.1:8080": want the service's URL`},
 		{[]string{"serve", "--redis", "http://x:1"}, `scheme "http"`},
+		// An outside walk: host:port, as redis-cli takes it, got the URL
+		// parser's "first path segment in URL cannot contain colon", or
+		// the scheme "localhost"; every command taking --redis says what
+		// it wants.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "127.0.0.1:6380"}, `config: invalid Redis connection settings: "127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://), such as redis://127.0.0.1:6380/0`},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "localhost:6380"}, `"localhost:6380": no scheme: want redis://host:port/db (or rediss://), such as redis://localhost:6380/0`},
+		{[]string{"doctor", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
+		{[]string{"config", "push", "../../deploy/config/floodgate.yaml", "--redis", "localhost:6380"}, `"localhost:6380": no scheme: want redis://host:port/db (or rediss://)`},
+		{[]string{"demo", "incident", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
 		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 (1ns for next to no pause)"},
 		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},
