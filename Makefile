@@ -23,8 +23,11 @@ test:
 test-short:
 	$(GO) test -short -count=1 ./...
 
+## vet: fails when gofmt -l lists files (gofmt -l itself exits 0), then
+## go vet.
 vet:
-	gofmt -l . && $(GO) vet ./...
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
 
 ## lint: staticcheck (installed from the module proxy).
 lint:
