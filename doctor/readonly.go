@@ -23,6 +23,8 @@ var readOnly = map[string]bool{
 	"ping": true, "info": true, "time": true, "config get": true,
 	"cluster info": true, "cluster slots": true, "cluster shards": true, "cluster nodes": true,
 	"scan": true, "pttl": true, "ttl": true, "type": true, "zcard": true, "hlen": true,
+	// The fleet's heartbeats, with the time of each one's last beat.
+	"zrange": true,
 	// Reading the configuration document (config.LoadRedis).
 	"get": true, "getrange": true, "strlen": true, "exists": true,
 	"memory usage": true, "latency latest": true,

@@ -66,6 +66,10 @@ func sameHash(ins []*instance) string {
 	return h
 }
 
+// staleBeat is the age past which a heartbeat (beating every 2 s) is taken
+// for an instance that stopped.
+const staleBeat = 3 * time.Second
+
 // checkSameRedis checks that the instances decide on the Redis and under
 // the prefix doctor audits: the prefix of a configuration they read from
 // Redis (/readyz config_source "redis:<prefix>:config"), and their
@@ -73,7 +77,7 @@ func sameHash(ins []*instance) string {
 // instance), which serve writes every 2s.
 func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	fleetKey := fleet.Key(r.opts.Prefix)
-	c.Read = "ZCARD " + fleetKey + ", and the config_source of the instances' /readyz already read"
+	c.Read = "ZRANGE " + fleetKey + " 0 -1 WITHSCORES and TIME, and the config_source of the instances' /readyz already read"
 	onRedis := 0
 	var traffic float64
 	var otherPrefix []string
@@ -99,11 +103,40 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		return
 	}
 	zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	beats, err := r.client.ZCard(zctx, fleetKey).Result()
+	members, err := r.client.ZRangeWithScores(zctx, fleetKey, 0, -1).Result()
+	var now time.Time
+	if err == nil {
+		now, err = r.client.Time(zctx).Result()
+	}
 	cancel()
 	if err != nil {
 		c.Status, c.Summary = Warn, fmt.Sprintf("could not read %s (%v): whether the instances use this Redis is unknown", fleetKey, err)
 		return
+	}
+	// A heartbeat is scored with the Redis time of its last beat (every
+	// 2 s); one older than staleBeat stopped: an instance that ended
+	// without leaving (killed), whose member stays until the others'
+	// beats drop it, 6 s after its last beat. It is no live instance.
+	var beats int64
+	var stale []string
+	for _, m := range members {
+		age := now.Sub(time.UnixMilli(int64(m.Score)))
+		if age > staleBeat {
+			stale = append(stale, fmt.Sprintf("%v (last beat %.1f s ago)", m.Member, age.Seconds()))
+			continue
+		}
+		beats++
+	}
+	staleNote := ""
+	if len(stale) > 0 {
+		staleNote = fmt.Sprintf("; %s stopped beating (an instance that ended without leaving, such as one killed: it is dropped 6 s after its last beat): %s",
+			plural.Count(len(stale), "heartbeat", "heartbeats"), strings.Join(stale, ", "))
+	}
+	unanswered := 0
+	for _, in := range ins {
+		if in.readyStatus == 0 {
+			unanswered++
+		}
 	}
 	c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %s on this Redis; %s on Redis answered", fleetKey,
 		plural.Count(beats, "live instance heartbeat", "live instance heartbeats"), plural.Count(onRedis, "instance", "instances")))
@@ -136,8 +169,13 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		if extra := beats - int64(onRedis); extra > 0 {
 			// A re-walk's third instance, running another document under
 			// the same version, went unseen.
-			c.Summary += fmt.Sprintf("; %s than the %s given, which doctor did not audit (give each with --instance)",
+			c.Summary += fmt.Sprintf("; %s than the %s given that answered, which doctor did not audit (give each with --instance)",
 				plural.Count(extra, "more", "more"), plural.Count(onRedis, "instance", "instances"))
+			if unanswered > 0 {
+				// A given instance killed in the last 3 s still looks live.
+				c.Summary += fmt.Sprintf(", or %s given that did not answer and stopped in the last %v", plural.Count(unanswered, "instance", "instances"), staleBeat)
+			}
 		}
 	}
+	c.Summary += staleNote
 }

@@ -3,10 +3,12 @@ package doctor_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestInstancesOnAnotherPrefixOrRedis: doctor given another --prefix
@@ -46,7 +48,7 @@ func TestInstancesOnAnotherPrefixOrRedis(t *testing.T) {
 	// third instance ran another document unseen).
 	startInstance(t, client, "ap", instanceOptions{doc: testConfig, discipline: true})
 	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ap", Instances: []string{a.url}, RateWindow: -1})
-	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "2 live instances", "1 more than the 1 instance given, which doctor did not audit")
+	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "2 live instances", "1 more than the 1 instance given that answered, which doctor did not audit")
 }
 
 // TestInstancesOnOneVersionWithDifferentContents: two instances run
@@ -64,5 +66,30 @@ func TestInstancesOnOneVersionWithDifferentContents(t *testing.T) {
 	c := want(t, rep, doctor.GroupInstances, "config-version", doctor.Fail, `version "7" has 2 different documents`, "on "+a.url, "on "+b.url)
 	if c.Fix == "" {
 		t.Error("no fix")
+	}
+}
+
+// TestStoppedHeartbeatIsNoLiveInstance: an instance killed without
+// leaving keeps its heartbeat until the others' beats drop it, 6 s after
+// its last beat. doctor counted it live and told the operator to give "1
+// more" instance with --instance, one they had given; a heartbeat whose
+// last beat is over 3 s old is now reported as stopped, with its id and
+// age, and not counted.
+func TestStoppedHeartbeatIsNoLiveInstance(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "sb", testConfig)
+	a := startInstance(t, client, "sb", instanceOptions{doc: testConfig, discipline: true})
+	now, err := client.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ZAdd(t.Context(), "sb:instances", redis.Z{Score: float64(now.Add(-4 * time.Second).UnixMilli()), Member: "killed-pod"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "sb", Instances: []string{a.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "1 live instance", "1 heartbeat stopped beating", "killed-pod (last beat 4.")
+	if strings.Contains(c.Summary, "did not audit") {
+		t.Errorf("summary %q counts the stopped heartbeat as an instance not given", c.Summary)
 	}
 }
