@@ -45,6 +45,47 @@ func TestLoadtestEnvoyJSON(t *testing.T) {
 	}
 }
 
+// TestLoadtestIdentityPrefix: each run has its own identities by default
+// (fresh counters); --identity-prefix makes runs share them, as one
+// loadtest per instance of a fleet must to test a shared limit (an
+// outside walk could not, and wrote its own client).
+func TestLoadtestIdentityPrefix(t *testing.T) {
+	svc, err := envoycompat.NewService(envoycompat.Options{Store: &envoycompat.MemoryStore{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := envoycompat.Load([]envoycompat.File{{Name: "config.lt.yaml", Data: []byte("domain: lt\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	srv := httptest.NewServer(svc.HTTPHandler(envoycompat.NewHealth(health.NewServer(), false)))
+	t.Cleanup(srv.Close)
+	run := func(extra ...string) string {
+		t.Helper()
+		args := append([]string{"loadtest", "--mode", "envoy-json", "--target", srv.URL, "--domain", "lt",
+			"--concurrency", "1", "--timeout", "2s", "--requests", "2", "--identities", "1", "--quiet"}, extra...)
+		code, out, errOut := cli(args...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		return out
+	}
+	for i, tc := range []struct {
+		extra []string
+		want  string
+	}{
+		{nil, "allowed            2\n"},
+		{nil, "allowed            2\n"}, // fresh identities again
+		{[]string{"--identity-prefix", "shared-"}, "allowed            2\n"},
+		{[]string{"--identity-prefix", "shared-"}, "over_limit         2\n"}, // the same identity: its limit is spent
+	} {
+		if out := run(tc.extra...); !strings.Contains(out, tc.want) {
+			t.Errorf("run %d %v: report lacks %q:\n%s", i+1, tc.extra, tc.want, out)
+		}
+	}
+}
+
 func TestLoadtestFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
