@@ -145,21 +145,32 @@ func TestWatchFileCheckNow(t *testing.T) {
 	waitFor(t, "CheckNow to apply the edited file", func() bool { return limitOf(t, h) == 20 })
 }
 
-// The Envoy descriptor files: an oversized one counts once as invalid,
-// and CheckNow reloads at once.
-func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
+// watchEnvoy starts an Envoy descriptor reloader on a directory holding
+// rl.yaml (domain api, 10 per second), watched every interval until the
+// test ends or stop is called, and returns it, its metrics' registry, its
+// log, the file and stop (which returns once Watch has).
+func watchEnvoy(t *testing.T, interval time.Duration) (r *config.EnvoyReloader, reg *prometheus.Registry, logs *logBuffer, path string, stop func()) {
+	t.Helper()
 	dir := t.TempDir()
-	path := filepath.Join(dir, "rl.yaml")
+	path = filepath.Join(dir, "rl.yaml")
 	writeFile(t, path, envoyDoc("api", 10))
-	reg, logs := prometheus.NewRegistry(), &logBuffer{}
+	reg, logs = prometheus.NewRegistry(), &logBuffer{}
 	r, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.Watch(ctx, 10*time.Millisecond); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	go func() { r.Watch(ctx, interval); close(done) }()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return r, reg, logs, path, stop
+}
+
+// The Envoy descriptor files: an oversized one counts once as invalid,
+// and CheckNow reloads at once.
+func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
+	r, reg, logs, path, stop := watchEnvoy(t, 10*time.Millisecond)
 
 	writeFile(t, path, envoyDoc("api", 10)+strings.Repeat("# padding\n", envoyrls.MaxConfigSize/10+1))
 	waitFor(t, "the oversized file to be rejected", func() bool { return reloadsOf(t, reg, "envoy", "invalid") == 1 })
@@ -170,8 +181,7 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	if got := r.Load().Domains(); len(got) != 1 || got[0] != "api" {
 		t.Fatalf("domains %v: the oversized file replaced the configuration", got)
 	}
-	cancel()
-	<-done
+	stop()
 
 	// CheckNow: an in-place edit of the same size and modification time.
 	ctx2, cancel2 := context.WithCancel(context.Background())

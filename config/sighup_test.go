@@ -3,14 +3,12 @@ package config_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -156,18 +154,7 @@ func TestCheckNowLogsUnreadable(t *testing.T) {
 // asked for (a config walk found the request, and the active files' hash
 // it set as last read, outliving the failed read).
 func TestEnvoyCheckNowWhileUnreadable(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rl.yaml")
-	writeFile(t, path, envoyDoc("api", 10))
-	reg, logs := prometheus.NewRegistry(), &logBuffer{}
-	r, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Watch(ctx, 20*time.Millisecond); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, reg, logs, path, _ := watchEnvoy(t, 20*time.Millisecond)
 
 	const line = "Envoy descriptor configuration unreadable; keeping the last good one"
 	count := func() int { return strings.Count(logs.String(), line) }

@@ -138,14 +138,11 @@ func TestRuntimeOversizedFile(t *testing.T) {
 	}
 }
 
-// TestReloaderWarnsWithoutFiles: a runtime directory that holds no
-// descriptor file (or does not exist) loads an empty configuration, as
-// theirs, and says so at warning level with the directory it looked in;
-// it used to log only "Successfully loaded new configuration".
-func TestReloaderWarnsWithoutFiles(t *testing.T) {
-	var logs bytes.Buffer
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+// newMemService returns a Service on a MemoryStore and its Metrics, on a
+// registry of its own.
+func newMemService(t *testing.T) (*Service, *Metrics) {
+	t.Helper()
+	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +150,16 @@ func TestReloaderWarnsWithoutFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return svc, m
+}
+
+// TestReloaderWarnsWithoutFiles: a runtime directory that holds no
+// descriptor file (or does not exist) loads an empty configuration, as
+// theirs, and says so at warning level with the directory it looked in;
+// it used to log only "Successfully loaded new configuration".
+func TestReloaderWarnsWithoutFiles(t *testing.T) {
+	var logs bytes.Buffer
+	svc, m := newMemService(t)
 	missing := filepath.Join(t.TempDir(), "nope")
 	rl := &Reloader{Runtime: Runtime{Root: missing, Subdirectory: "ratelimit"}, Service: svc, Metrics: m,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -170,15 +177,7 @@ func TestReloaderWarnsWithoutFiles(t *testing.T) {
 // not exist; once one is loaded, a rejected one keeps it, and says so.
 func TestReloaderRejectedWithNoneInForce(t *testing.T) {
 	var logs bytes.Buffer
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := NewService(Options{Store: &MemoryStore{}, Metrics: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, m := newMemService(t)
 	root := t.TempDir()
 	file := filepath.Join(root, "ratelimit", "config", "edge.yaml")
 	write(t, file, "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n")

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -17,20 +16,7 @@ import (
 // until the test ends and returns its URL.
 func serveHealth(t *testing.T, srv *server.Server) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeHealth(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("ServeHealth: %v", err)
-		}
-	})
-	return "http://" + ln.Addr().String()
+	return serveAside(t, srv.ServeHealth, "ServeHealth")
 }
 
 // TestHealthHandler: the health listener (serve --health-addr) answers GET

@@ -143,9 +143,16 @@ func mapPairs(h map[string]string) []string {
 	return out
 }
 
-// serveAdmin serves e's admin handler with ServeAdmin on 127.0.0.1 until
-// the test ends and returns its URL.
+// serveAdmin serves srv's admin handler with ServeAdmin on 127.0.0.1
+// until the test ends and returns its URL.
 func serveAdmin(t *testing.T, srv *server.Server) string {
+	t.Helper()
+	return serveAside(t, srv.ServeAdmin, "ServeAdmin")
+}
+
+// serveAside runs serve (a Server's ServeAdmin or ServeHealth, named
+// name in errors) on 127.0.0.1 until the test ends and returns its URL.
+func serveAside(t *testing.T, serve func(context.Context, net.Listener) error, name string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,11 +160,11 @@ func serveAdmin(t *testing.T, srv *server.Server) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.ServeAdmin(ctx, ln) }()
+	go func() { done <- serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("ServeAdmin: %v", err)
+			t.Errorf("%s: %v", name, err)
 		}
 	})
 	return "http://" + ln.Addr().String()

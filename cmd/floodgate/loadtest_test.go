@@ -17,10 +17,10 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
-// TestLoadtestEnvoyJSON drives envoy-compat's POST /json handler (in
-// memory, 2 per user per hour) with loadtest --mode envoy-json: every
-// request answered, 2 of each identity's allowed.
-func TestLoadtestEnvoyJSON(t *testing.T) {
+// envoyJSONServer serves envoy-compat's POST /json in memory, domain "lt",
+// 2 per user per hour, until the test ends.
+func envoyJSONServer(t *testing.T) *httptest.Server {
+	t.Helper()
 	svc, err := envoycompat.NewService(envoycompat.Options{Store: &envoycompat.MemoryStore{}, NearLimitRatio: 0.8})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,14 @@ func TestLoadtestEnvoyJSON(t *testing.T) {
 	svc.SetConfig(cfg)
 	srv := httptest.NewServer(svc.HTTPHandler(envoycompat.NewHealth(health.NewServer(), false)))
 	t.Cleanup(srv.Close)
+	return srv
+}
 
+// TestLoadtestEnvoyJSON drives envoy-compat's POST /json handler (in
+// memory, 2 per user per hour) with loadtest --mode envoy-json: every
+// request answered, 2 of each identity's allowed.
+func TestLoadtestEnvoyJSON(t *testing.T) {
+	srv := envoyJSONServer(t)
 	code, out, errOut := cli("loadtest", "--mode", "envoy-json", "--target", srv.URL, "--domain", "lt",
 		"--concurrency", "3", "--timeout", "2s", "--requests", "30", "--identities", "5", "--quiet")
 	if code != 0 {
@@ -50,17 +57,7 @@ func TestLoadtestEnvoyJSON(t *testing.T) {
 // loadtest per instance of a fleet must to test a shared limit (an
 // outside walk could not, and wrote its own client).
 func TestLoadtestIdentityPrefix(t *testing.T) {
-	svc, err := envoycompat.NewService(envoycompat.Options{Store: &envoycompat.MemoryStore{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := envoycompat.Load([]envoycompat.File{{Name: "config.lt.yaml", Data: []byte("domain: lt\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.SetConfig(cfg)
-	srv := httptest.NewServer(svc.HTTPHandler(envoycompat.NewHealth(health.NewServer(), false)))
-	t.Cleanup(srv.Close)
+	srv := envoyJSONServer(t)
 	run := func(extra ...string) string {
 		t.Helper()
 		args := append([]string{"loadtest", "--mode", "envoy-json", "--target", srv.URL, "--domain", "lt",

@@ -321,14 +321,21 @@ func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *
 		return nil, err
 	}
 	log.Info("floodgate admin listening", "addr", ln.Addr().String(), "metrics_admin_only", s.metricsAdminOnly)
-	actx, cancel := context.WithCancel(ctx)
+	return serveAside(ctx, ln, srv.ServeAdmin, "admin listener stopped", log), nil
+}
+
+// serveAside runs serve (Server.ServeAdmin or ServeHealth) on ln until
+// ctx ends or the stop it returns is called; stop returns once serve has
+// returned. An error that stopped serving is logged with msg.
+func serveAside(ctx context.Context, ln net.Listener, serve func(context.Context, net.Listener) error, msg string, log *slog.Logger) (stop func()) {
+	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := srv.ServeAdmin(actx, ln); err != nil {
-			log.Error("admin listener stopped", "error", err)
+		if err := serve(sctx, ln); err != nil {
+			log.Error(msg, "error", err)
 		}
 	})
-	return func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }
 
 // startHealth listens on --health-addr, if set, over plain HTTP whatever
@@ -347,14 +354,7 @@ func startHealth(ctx context.Context, s *securityFlags, srv *server.Server, log 
 		return nil, fmt.Errorf("--health-addr: %w", err)
 	}
 	log.Info("floodgate health listening", "addr", ln.Addr().String(), "tls", false, "serves", "GET/HEAD /healthz, /readyz")
-	hctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := srv.ServeHealth(hctx, ln); err != nil {
-			log.Error("health listener stopped", "error", err)
-		}
-	})
-	return func() { cancel(); wg.Wait() }, nil
+	return serveAside(ctx, ln, srv.ServeHealth, "health listener stopped", log), nil
 }
 
 // checkHealthAddr refuses a --health-addr that is the address of another
