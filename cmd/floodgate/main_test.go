@@ -251,18 +251,7 @@ func TestServeOnRedisEndToEnd(t *testing.T) {
 	// saw only the stale rejection there), until the file is back.
 	configInfo := func() server.ConfigInfo {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, svc.url+"/admin/v1/config", nil)
-		req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var info server.ConfigInfo
-		if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
-			t.Fatal(err)
-		}
-		return info
+		return adminConfigInfo(t, svc.url)
 	}
 	if err := os.Remove(cfgPath); err != nil {
 		t.Fatal(err)
@@ -682,4 +671,22 @@ func closedAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// adminConfigInfo reads GET /admin/v1/config of the service at url (run
+// with --admin-token e2eAdminToken).
+func adminConfigInfo(t *testing.T, url string) server.ConfigInfo {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url+"/admin/v1/config", nil)
+	req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info server.ConfigInfo
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	return info
 }

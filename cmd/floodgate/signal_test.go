@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
-	"github.com/floodgate-rl/floodgate/server"
 )
 
 // TestServeSecondSignalExits: a second SIGTERM during the shutdown's
@@ -205,18 +202,7 @@ func TestServeSIGHUPWhileConfigUnreadable(t *testing.T) {
 	defer svc.stop(t)
 	rejected := func() *config.Rejection {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, svc.url+"/admin/v1/config", nil)
-		req.Header.Set("Authorization", "Bearer "+e2eAdminToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var info server.ConfigInfo
-		if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
-			t.Fatal(err)
-		}
-		return info.Rejected
+		return adminConfigInfo(t, svc.url).Rejected
 	}
 	const unreadable = "configuration source unreadable; keeping the last good configuration"
 	writeFileAtomic(t, path, "")
