@@ -311,7 +311,9 @@ func (s *securityFlags) serverOptions(o *server.Options) {
 
 // startAdmin listens on --admin-addr, if set, and serves the admin
 // handler there until ctx ends or stop is called; stop returns once it
-// has stopped.
+// has stopped. As the probes' listener, it is given no signal context:
+// serve stops it after the drain, so that the metrics of a draining
+// instance can be scraped until it stops.
 func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *slog.Logger) (stop func(), err error) {
 	if s.adminAddr == "" {
 		return func() {}, nil

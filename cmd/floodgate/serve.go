@@ -708,13 +708,21 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	// The probes' listener outlives the signal: it is stopped once the
-	// drain has ended (this defer runs after Serve has returned).
+	// The probes' and the admin listeners outlive the signal: they are
+	// stopped once the drain has ended (these defers run after Serve has
+	// returned), so that probes see /readyz answer 503 draining, and
+	// Prometheus scrapes the metrics of a draining instance (with
+	// --metrics-admin-only, served there only) until its last answer.
 	waitHealth, err := startHealth(ctx, &f.sec, srv, log)
 	if err != nil {
 		return err
 	}
 	defer waitHealth()
+	waitAdmin, err := startAdmin(ctx, &f.sec, srv, log)
+	if err != nil {
+		return err
+	}
+	defer waitAdmin()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends
@@ -722,11 +730,6 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	// pressing Ctrl-C again or a supervisor repeating SIGTERM expects,
 	// rather than waiting out --shutdown-delay and the drain.
 	context.AfterFunc(ctx, stop)
-	waitAdmin, err := startAdmin(ctx, &f.sec, srv, log)
-	if err != nil {
-		return err
-	}
-	defer waitAdmin()
 
 	var wg sync.WaitGroup
 	wctx, cancelWatch := context.WithCancel(ctx)

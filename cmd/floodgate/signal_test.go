@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,4 +228,34 @@ func TestServeSIGHUPWhileConfigUnreadable(t *testing.T) {
 	if logs := svc.Logs(); !strings.Contains(logs, "configuration source holds the active configuration again") {
 		t.Fatalf("the end of the rejection was not logged:\n%s", logs)
 	}
+}
+
+// TestServeAdminOutlivesSignal: the admin listener serves through
+// --shutdown-delay and the drain, as the probes' listener does, so that
+// the metrics of a draining instance (with --metrics-admin-only, served
+// there only) are scraped until it stops; it used to close at SIGTERM.
+func TestServeAdminOutlivesSignal(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--metrics-admin-only", "--shutdown-delay", "1m")
+	adminURL := "http://" + s.addr(t, "floodgate admin listening")
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the shutdown", func() bool {
+		_, ok := s.Logged("shutting down: readiness off, draining")
+		return ok
+	})
+	if code := adminGet(t, adminURL, "/metrics", ""); code != http.StatusOK {
+		t.Fatalf("/metrics on --admin-addr during --shutdown-delay: %d, want 200", code)
+	}
+	if code := adminGet(t, adminURL, "/admin/v1/config", e2eAdminToken); code != http.StatusOK {
+		t.Fatalf("admin API on --admin-addr during --shutdown-delay: %d, want 200", code)
+	}
+	if err := s.Signal(syscall.SIGTERM); err != nil { // the second ends it at once
+		t.Fatal(err)
+	}
+	<-s.Done()
 }
