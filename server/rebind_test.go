@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
@@ -363,4 +364,29 @@ func TestEnginesRefuseHostsAlike(t *testing.T) {
 			exchange{method: "GET", path: "/admin/v1/config", header: h})
 	}
 	compareEngines(t, std, fast, xs)
+}
+
+// TestProfileSecondsBounded: a CPU profile or trace asking for more than
+// MaxProfileSeconds, or for a duration that is not a whole number of
+// seconds, is refused 400 at once, instead of holding the process's one
+// profiler (net/http/pprof accepted seconds=100000 and held it for a
+// day); one within the bound is served.
+func TestProfileSecondsBounded(t *testing.T) {
+	e := serveEngine(t, server.NetHTTP, crossOriginConfig, memStore(t), func(o *server.Options) {
+		o.SeparateAdmin, o.Profiling = true, true
+	})
+	admin := serveAdmin(t, e.srv)
+	c := &http.Client{Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	for _, path := range []string{"/debug/pprof/profile", "/debug/pprof/trace"} {
+		for _, v := range []string{"100000", "301", "0", "-1", "1.5", "x"} {
+			a := send(t, c, admin, exchange{method: "GET", path: path + "?seconds=" + v})
+			if a.status != http.StatusBadRequest || !strings.Contains(a.body, "from 1 to 300") {
+				t.Fatalf("GET %s?seconds=%s: %d %q, want 400 naming the bound", path, v, a.status, a.body)
+			}
+		}
+		if a := send(t, c, admin, exchange{method: "GET", path: path + "?seconds=1"}); a.status != http.StatusOK {
+			t.Fatalf("GET %s?seconds=1: %d %s, want 200", path, a.status, a.body)
+		}
+	}
 }

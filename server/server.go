@@ -98,7 +98,10 @@ type Options struct {
 	// one), without the admin token, as /metrics is there; not
 	// /debug/pprof/cmdline, as the command line may hold secrets. Profiles
 	// reveal the program's internals and a CPU profile costs CPU while it
-	// runs: bind the admin listener to a private address. Default false.
+	// runs: bind the admin listener to a private address. A CPU profile or
+	// trace lasts at most MaxProfileSeconds (a longer one is refused 400),
+	// so that no caller holds the process's one profiler for hours.
+	// Default false.
 	Profiling bool
 	// Assignments holds per-identity tier assignments. Default: a new
 	// in-process config.MemoryAssignments.
@@ -363,9 +366,9 @@ func (s *Server) routes() {
 		// (--admin-token, a Redis URL with its password), and these
 		// profiles are served without the token.
 		admin.HandleFunc("GET /debug/pprof/", pprof.Index)
-		admin.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		admin.HandleFunc("GET /debug/pprof/profile", boundedProfile(pprof.Profile))
 		admin.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		admin.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		admin.HandleFunc("GET /debug/pprof/trace", boundedProfile(pprof.Trace))
 	}
 	for _, m := range []*http.ServeMux{admin, mux} {
 		if m == mux && s.opts.SeparateAdmin {
