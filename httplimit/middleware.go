@@ -56,6 +56,9 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if len(specs) > 0 {
 		d, err := m.decide(r.Context(), now, cost, specs)
+		if err != nil && m.requestEnded(w, r, err) {
+			return false
+		}
 		if err != nil {
 			return m.storeFailed(w, r, err, false)
 		}
@@ -122,6 +125,36 @@ func (m *Middleware) decide(ctx context.Context, now time.Time, cost int64, spec
 		defer cancel()
 	}
 	return m.decider.AllowLayersAt(ctx, now, cost, specs...)
+}
+
+// statusClientClosedRequest is the status written for a request whose
+// client went away before its decision: nginx's 499, which no client reads
+// but access logs and status-recording wrappers around the middleware
+// show for what it is.
+const statusClientClosedRequest = 499
+
+// requestEnded reports whether r's own context ended (its client went
+// away, or a deadline set around the middleware passed) before the store
+// call that failed with err returned. Such a request was decided by
+// nobody: it is neither served nor counted as a store failure, whatever
+// the FailureMode, since a client could otherwise get past a used-up limit
+// by closing its side of the connection, and each one would be reported as
+// an outage. requestEnded answers it with a status and no body: 499 when
+// the request was cancelled, 503 when its deadline passed. Options.Timeout
+// expiring alone is not the request's end: that is a store failure.
+func (m *Middleware) requestEnded(w http.ResponseWriter, r *http.Request, err error) bool {
+	cerr := r.Context().Err()
+	if cerr == nil {
+		return false
+	}
+	m.log(r.Context(), slog.LevelDebug, "rate limit: request ended before its decision", slog.String("error", redactKeys(err.Error())), slog.String("request", cerr.Error()))
+	status := statusClientClosedRequest
+	if errors.Is(cerr, context.DeadlineExceeded) {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	return true
 }
 
 // storeFailed applies the failure mode and reports whether to serve.
@@ -212,7 +245,11 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 	}
 	d, err := m.decide(r.Context(), now, cost, specs)
 	if err != nil {
-		m.storeFailed(w, r, err, true)
+		// The enforced rules admitted the request: it is served whatever
+		// happened here, but a client that has gone is no store failure.
+		if r.Context().Err() == nil {
+			m.storeFailed(w, r, err, true)
+		}
 		return
 	}
 	if d.Allowed {

@@ -475,24 +475,6 @@ func TestDefaultFailureModeIsOpen(t *testing.T) {
 	}
 }
 
-func TestTimeoutCancelsStoreCall(t *testing.T) {
-	// An already expired deadline: memstore refuses the call with
-	// ErrStoreUnavailable, and the closed mode answers 503.
-	lim := memLimiter(t)
-	m, err := httplimit.New(lim, []httplimit.Rule{{Policy: fixedWindow(t, "api", 1, time.Minute)}}, httplimit.Options{FailureMode: httplimit.FailClosed, Clock: fixedClock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
-	if rr.Code != 503 {
-		t.Fatalf("status %d", rr.Code)
-	}
-}
-
 func TestNewValidates(t *testing.T) {
 	lim := memLimiter(t)
 	ok := fixedWindow(t, "ok", 1, time.Minute)

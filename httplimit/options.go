@@ -41,7 +41,9 @@
 // full: it evicts.) A store that refuses a policy at decision time
 // (floodgate.ErrInvalidPolicy: a fallback store's LocalPolicy that returns
 // an invalid policy) is a configuration error, answered 500 in either
-// mode.
+// mode. A request whose own context ends while its decision is being
+// made (its client went away) is not a store failure: it is answered with
+// a status and no body, and never served (see Options.OnStoreError).
 package httplimit
 
 import (
@@ -105,6 +107,18 @@ const (
 	// outage of the service. floodgate.ErrStoreFull is the exception: it
 	// is answered as in FailClosed, since a client could cause it; and
 	// floodgate.ErrInvalidPolicy, a configuration error, is answered 500.
+	//
+	// A store call that misses Options.Timeout is a failure too, so under
+	// FailOpen every request whose decision is slow is served uncounted:
+	// a burst that slows the store down (one client can send it) gets past
+	// the limit. A walk against limit 100 with Timeout 100ms and 500
+	// concurrent requests from one client saw up to 101 served on memstore, 164
+	// on one Redis and up to 500 on a Redis Cluster; with Timeout 5s,
+	// exactly 100 on each. Where that matters, give a Timeout that the
+	// store misses only when it is really failing, use FailClosed, or wrap
+	// the store in package fallback, which decides a call that misses its
+	// budget with a local store at a per-instance limit (fallback.ModeLocal)
+	// rather than admitting it.
 	FailOpen FailureMode = iota
 	// FailClosed answers 503 Service Unavailable with Retry-After: 1 and a
 	// problem+json body. Use it where admitting unlimited traffic is worse
@@ -141,15 +155,22 @@ type Options struct {
 	// limited responses. Default off.
 	IETFHeaders bool
 	// Timeout bounds each store call, on top of the request's own context.
-	// Zero (default) adds no deadline of its own.
+	// A call that misses it is a store failure, decided by FailureMode
+	// (with FailOpen: served uncounted, see there). Zero (default) adds no
+	// deadline of its own: a stalled store then holds each request until
+	// the store client's own timeouts (a go-redis client's ReadTimeout, 3s
+	// by default: a request cancelled by its client's departure does not
+	// end a call already waiting for Redis's reply; only a deadline does).
+	// A request whose client has gone is not served, see OnStoreError.
 	Timeout time.Duration
 	// Clock returns the time decisions are stamped with. Default: the
 	// decider's own clock when it has a Now method (a *floodgate.Limiter
 	// does: its Options.Clock, e.g. disciplined to Redis by clocksync),
 	// else time.Now.
 	Clock func() time.Time
-	// Logger receives shadow denials (Info), store failures (Warn) and
-	// rejected keys or costs (Info). Nil (default) logs nothing. Log
+	// Logger receives shadow denials (Info), store failures (Warn),
+	// rejected keys or costs (Info) and requests whose client went away
+	// before their decision (Debug). Nil (default) logs nothing. Log
 	// records never contain identities (keys, users, addresses): a store
 	// error naming a key is logged with the key's identity part (its
 	// {hash tag}) replaced by {…}; OnStoreError gets the error as it is.
@@ -160,6 +181,17 @@ type Options struct {
 	// OnStoreError, when set, is called for every store failure, whatever
 	// the FailureMode, with shadow reporting whether only shadow rules
 	// were affected.
+	//
+	// A store call that fails after the request's own context has ended
+	// is not a store failure, and is not reported here or logged as one:
+	// the client closed the connection (or its half of it: net/http
+	// cancels the context then), or a deadline set around the middleware
+	// passed. Whatever the FailureMode, such a request is not served, so
+	// that a client cannot get past a used-up limit by hanging up; the
+	// middleware writes only a status, 499 (nginx's "client closed
+	// request", for access logs) when the request was cancelled and 503
+	// when its deadline passed, and no body. Options.Timeout expiring is
+	// the store's failure, not the request's end.
 	OnStoreError func(r *http.Request, err error, shadow bool)
 }
 

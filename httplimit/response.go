@@ -14,7 +14,9 @@ import (
 const ProblemContentType = "application/problem+json"
 
 // Problem is the RFC 9457 problem details body of every response the
-// middleware writes itself (429, 503, 400, 500). Type is "about:blank", so
+// middleware writes itself (429, 503, 400, 500), but for a request whose
+// client went away before its decision, which gets no body (see
+// Options.OnStoreError). Type is "about:blank", so
 // Title is the status text; the extension members say which policy denied
 // the request and why.
 type Problem struct {

@@ -79,7 +79,11 @@ import (
 // NewFailoverClusterClient) and *redis.AutoPipeliner all satisfy it.
 //
 // Set ContextTimeoutEnabled on the client so that a call's context deadline
-// bounds the whole round trip.
+// bounds the whole round trip. Cancelling a context that has no deadline
+// does not end a call whose command is already sent: it waits for the
+// reply or the client's ReadTimeout (3s by default; measured with Redis
+// paused by CLIENT PAUSE). Give calls a deadline (httplimit's
+// Options.Timeout, say) to bound them.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
