@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -213,5 +214,47 @@ func TestCostFunc(t *testing.T) {
 		if step.status == 400 && (resp.problem.Status != 400 || resp.header.Get("Content-Type") != httplimit.ProblemContentType) {
 			t.Fatalf("cost %s: problem %+v", step.cost, resp.problem)
 		}
+	}
+}
+
+// TestNestedMiddlewaresHeaders: an outer per-IP middleware with the IETF
+// fields around an inner per-route one. The response describes one
+// middleware, the inner: a walk found the inner's X-RateLimit-* beside
+// the outer's RateLimit and RateLimit-Policy when the inner had no
+// IETFHeaders, two policies in one response.
+func TestNestedMiddlewaresHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		innerIETF             bool
+		wantPolicy, wantLimit string
+	}{
+		{"inner without IETF fields", false, "", ""},
+		{"inner with IETF fields", true, `"per-route";q=3;w=60`, `"per-route";r=2;t=50`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := memLimiter(t)
+			outer, err := httplimit.New(lim, []httplimit.Rule{{Policy: fixedWindow(t, "per-ip", 10, time.Minute)}},
+				httplimit.Options{IETFHeaders: true, Clock: fixedClock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, err := httplimit.New(lim, []httplimit.Rule{{Policy: fixedWindow(t, "per-route", 3, time.Minute)}},
+				httplimit.Options{IETFHeaders: tc.innerIETF, Clock: fixedClock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(outer.Handler(inner.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))))
+			t.Cleanup(srv.Close)
+			resp := get(t, srv.Client(), srv.URL)
+			if resp.status != 200 || resp.header.Get("X-RateLimit-Limit") != "3" || resp.header.Get("X-RateLimit-Remaining") != "2" {
+				t.Fatalf("status %d, X-RateLimit-* %v, want the inner's 3 and 2", resp.status, resp.header)
+			}
+			if got := resp.header.Get("RateLimit-Policy"); got != tc.wantPolicy {
+				t.Errorf("RateLimit-Policy = %q, want %q", got, tc.wantPolicy)
+			}
+			if got := resp.header.Get("RateLimit"); got != tc.wantLimit {
+				t.Errorf("RateLimit = %q, want %q", got, tc.wantLimit)
+			}
+		})
 	}
 }

@@ -44,6 +44,13 @@
 // mode. A request whose own context ends while its decision is being
 // made (its client went away) is not a store failure: it is answered with
 // a status and no body, and never served (see Options.OnStoreError).
+//
+// Middlewares can be nested (an outer per-IP one, an inner per-route
+// one): each decides its own rules, and the headers of the response are
+// the innermost deciding middleware's — it replaces X-RateLimit-* and
+// RateLimit-Policy and RateLimit, deleting the last two when it has no
+// IETFHeaders of its own. A middleware whose store failed open writes no
+// headers and leaves the outer one's.
 package httplimit
 
 import (

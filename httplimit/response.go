@@ -64,13 +64,17 @@ func writeProblem(w http.ResponseWriter, p Problem, extra map[string]string) {
 
 // setRateHeaders writes the X-RateLimit-* fields of the binding layer and,
 // with ietf, the draft RateLimit-Policy and RateLimit fields of every
-// layer.
+// layer. It replaces those an outer middleware wrote, the IETF fields
+// included when ietf is off (it deletes them): one response describes one
+// middleware's rules, the innermost's.
 func setRateHeaders(h http.Header, d floodgate.Decision, rules []Rule, now time.Time, ietf bool) {
 	res := d.Result()
 	h.Set("X-RateLimit-Limit", itoa(res.Limit))
 	h.Set("X-RateLimit-Remaining", itoa(res.Remaining))
 	h.Set("X-RateLimit-Reset", itoa(resetSeconds(res.ResetAt)))
 	if !ietf {
+		h.Del("RateLimit-Policy")
+		h.Del("RateLimit")
 		return
 	}
 	var pol, cur strings.Builder
