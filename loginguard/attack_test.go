@@ -270,3 +270,55 @@ func TestAttackInvisibleSpellings(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackCherokeeSpellings: one address guessing at a Cherokee name,
+// spreading its guesses over the name's 8 case variants and never
+// waiting, reaches the password check 5 times, the pair's Delay rung, as
+// with one spelling; and an admin unlocking by the stored (normalised)
+// name reaches the counters. The variants used to normalise apart (40
+// password checks: 5 per spelling), and the normal form to another key.
+func TestAttackCherokeeSpellings(t *testing.T) {
+	spellings := cherokeeSpellings("ᏣᎳᎩ")
+	for name, mk := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			c := &clock{t: t0}
+			g := newGuard(t, mk(t, "lgchr"), Options{Clock: c.now})
+			ctx := context.Background()
+			ip := netip.MustParseAddr("198.51.100.30")
+			checked := 0
+			for i := range 80 {
+				if out, _ := login(t, g, spellings[i%len(spellings)], ip, false, solvedCaptcha); out == passwordChecked {
+					checked++
+				}
+			}
+			if want := int(DefaultPair.Delay); checked != want {
+				t.Errorf("%d password checks over %d spellings, want %d", checked, len(spellings), want)
+			}
+			first, err := g.Status(ctx, spellings[0], ip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sp := range spellings[1:] {
+				st, err := g.Status(ctx, sp, ip)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Account != first.Account || st.Pair != first.Pair {
+					t.Errorf("%+q: account %+v, pair %+v; %+q: %+v, %+v", sp, st.Account, st.Pair, spellings[0], first.Account, first.Pair)
+				}
+			}
+			stored, err := NormalizeAccount(spellings[len(spellings)-1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l, err := g.Lift(ctx, stored, ip); err != nil || l != (Lifted{Account: true, IP: true, Pair: true}) {
+				t.Fatalf("Lift(%+q) = %+v, %v; want all three", stored, l, err)
+			}
+			for _, sp := range spellings {
+				if st, err := g.Status(ctx, sp, ip); err != nil || st.Account.Failures+st.Pair.Failures != 0 {
+					t.Errorf("%+q after Lift of %+q: %+v, %v", sp, stored, st, err)
+				}
+			}
+		})
+	}
+}

@@ -393,8 +393,21 @@ func dropMark(r rune) rune {
 //     Hangul fillers, ...);
 //  2. applies Unicode compatibility normalisation (NFKC), so full-width
 //     "ＡＬＩＣＥ", ligatures and composed or decomposed accents agree;
-//  3. case-folds, and normalises again;
+//  3. case-folds as Unicode's CaseFolding.txt does, and normalises
+//     again;
 //  4. trims surrounding white space.
+//
+// Its result is its own canonical form (NormalizeAccount of it is itself),
+// so a name stored in this form, or given to Unlock or Lift, reaches the
+// counters of the spellings it came from.
+//
+// Case folding takes Cherokee to its capitals, as the standard does.
+// Builds before 2026-12-05 swapped Cherokee's cases instead (lowercase to
+// capitals and capitals to lowercase), so each case variant of such a name
+// had counters of its own: after an upgrade from one, the failures and
+// locks of names with Cherokee letters start afresh, once, and an
+// application that stores names in this form finds such a name again
+// under NormalizeAccount of its stored form.
 //
 // So "Alice", " alice ", "ＡＬＩＣＥ", "alice\u200b" and "al\u00adice" share
 // one set of counters: an application whose user lookup ignores such
@@ -420,12 +433,36 @@ func NormalizeAccount(account string) (string, error) {
 	}
 	s := strings.Map(dropInvisible, account)
 	s = norm.NFKC.String(s)
-	s = norm.NFKC.String(cases.Fold().String(s))
+	s = norm.NFKC.String(fold(s))
 	s = strings.TrimSpace(strings.Map(dropInvisible, s))
 	if s == "" {
 		return "", fmt.Errorf("%w: empty", ErrInvalidAccount)
 	}
 	return s, nil
+}
+
+// fold case-folds s as Unicode's CaseFolding.txt does. cases.Fold
+// (golang.org/x/text v0.44.0) gets one script wrong: it swaps Cherokee's
+// cases instead of folding them (golang/go#46101), so "ᏣᎳᎩ" folded to
+// "ꮳꮃꭹ" and "ꮳꮃꭹ" to "ᏣᎳᎩ", and a name of k Cherokee letters had 2^k
+// spellings with budgets of their own. fold maps Cherokee small letters
+// to the capitals CaseFolding.txt folds them to; with a cases.Fold that
+// folds them right it changes nothing.
+func fold(s string) string {
+	return strings.Map(foldCherokee, cases.Fold().String(s))
+}
+
+// foldCherokee maps Cherokee small letters (U+AB70–U+ABBF and
+// U+13F8–U+13FD) to their capitals (U+13A0–U+13EF and U+13F0–U+13F5), the
+// direction of Unicode's case folding for Cherokee.
+func foldCherokee(r rune) rune {
+	switch {
+	case r >= 0xab70 && r <= 0xabbf:
+		return r - 0xab70 + 0x13a0
+	case r >= 0x13f8 && r <= 0x13fd:
+		return r - 0x13f8 + 0x13f0
+	}
+	return r
 }
 
 // dropInvisible maps the code points NormalizeAccount drops to -1.
