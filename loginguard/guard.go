@@ -436,7 +436,7 @@ func NormalizeAccount(account string) (string, error) {
 	s = norm.NFKC.String(fold(s))
 	s = strings.TrimSpace(strings.Map(dropInvisible, s))
 	if s == "" {
-		return "", fmt.Errorf("%w: empty", ErrInvalidAccount)
+		return "", fmt.Errorf("%w: empty once invisible characters and surrounding white space are dropped", ErrInvalidAccount)
 	}
 	return s, nil
 }

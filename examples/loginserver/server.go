@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -124,7 +125,7 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 	v, err := s.cfg.Guard.Check(ctx, user, ip)
 	switch {
 	case errors.Is(err, loginguard.ErrInvalidAccount):
-		problem(w, http.StatusBadRequest, "a username is required", 0)
+		problem(w, http.StatusBadRequest, invalidUsername(user, err), 0)
 		return
 	case err != nil:
 		s.unavailable(w, err)
@@ -168,6 +169,19 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Logger.Info("login: lock set", "dimensions", o.Locked.String())
 	}
 	reply(w, http.StatusUnauthorized, loginResponse{Status: "invalid_credentials", CaptchaRequired: o.Next.Action >= loginguard.CaptchaRequired})
+}
+
+// invalidUsername returns the detail of the answer to a username the
+// guard refused (err wraps ErrInvalidAccount): that one is required when
+// none was sent, else why this one is refused, in loginguard's words
+// ("invalid username: not valid UTF-8", "... 1025 bytes, at most 1024",
+// "... empty once invisible characters ... are dropped").
+func invalidUsername(user string, err error) string {
+	if user == "" {
+		return "a username is required"
+	}
+	reason := strings.TrimPrefix(err.Error(), loginguard.ErrInvalidAccount.Error()+": ")
+	return "invalid username: " + reason
 }
 
 // passwordMatches hashes password in every case, against the user's hash

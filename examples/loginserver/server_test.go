@@ -224,6 +224,46 @@ func TestUnknownUserLooksTheSame(t *testing.T) {
 	}
 }
 
+// TestInvalidUsernameSaysWhy: a username that is sent but refused gets a
+// 400 saying why (it used to say "a username is required", as for one
+// not sent, hiding the reason); a missing or empty one is still asked for.
+func TestInvalidUsernameSaysWhy(t *testing.T) {
+	clk := &testClock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	store, backend := memBackends(t)
+	srv := start(t, store, backend, clk)
+	tests := []struct{ name, body, detail string }{
+		{"missing", "password=x", "a username is required"},
+		{"empty", "username=&password=x", "a username is required"},
+		{"not UTF-8", "username=%FF%FE&password=x", "invalid username: not valid UTF-8"},
+		{"too long", "username=" + strings.Repeat("a", loginguard.MaxAccountLen+1) + "&password=x", "invalid username: 1025 bytes, at most 1024"},
+		{"invisible only", "username=%E2%80%8B%E2%80%8B&password=x", "invalid username: empty once invisible characters and surrounding white space are dropped"},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/login", strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", "203.0.113.9")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Detail string `json:"detail"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusBadRequest || p.Detail != tt.detail {
+			t.Errorf("%s: %d %q (%v), want 400 %q", tt.name, resp.StatusCode, p.Detail, err, tt.detail)
+		}
+	}
+	// The refusals counted nothing: the address can still log in.
+	if a := post(t, srv, "203.0.113.9", "demo", demoPassword, ""); a.status != http.StatusOK {
+		t.Fatalf("after the refusals: %d %s", a.status, a.body)
+	}
+}
+
 // commandCalls returns the calls of the given commands from INFO
 // commandstats of a private test server.
 func commandCalls(t *testing.T, c *redis.Client, names ...string) map[string]int {
