@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -87,5 +88,65 @@ func TestRedisURLSecretsNeverInMessages(t *testing.T) {
 	// The parameters that are not secrets stay readable.
 	if s := (config.Redis{URL: "redis-sentinel://127.0.0.1:26379/0?master=mymaster"}).String(); !strings.Contains(s, "master=mymaster") {
 		t.Errorf("String() hides the master name: %q", s)
+	}
+}
+
+// TestRedisSentinelPassword: behind sentinels that require a password of
+// their own, the client and its Follower reach them with SentinelPassword
+// (the data nodes' Password alone got "all sentinels ... unreachable:
+// NOAUTH", for ever); without it the error says where the sentinels'
+// password is given, and Sentinels hands it to the tools that ask them
+// (doctor). Sentinel credentials without sentinels are refused.
+func TestRedisSentinelPassword(t *testing.T) {
+	const pw = "sentinel-and-data-pw-0123"
+	s := redistest.StartSentinel(t)
+	s.RequirePass(t, pw)
+	url := "redis-sentinel://" + strings.Join(s.SentinelAddrs, ",") + "/0?master=" + s.MasterName
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c, follow, err := config.Redis{URL: url, Password: pw, SentinelPassword: pw}.FollowingClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING with the sentinels' password: %v", err)
+	}
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); follow.Run(fctx, nil) }()
+	for follow.Primary() == "" && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if got := follow.Primary(); got != s.Primary.Addr {
+		t.Fatalf("the Follower's primary: %q, want %s (the sentinels answer it with their password only)", got, s.Primary.Addr)
+	}
+
+	bare, err := config.Redis{URL: url, Password: pw}.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	err = bare.Ping(ctx).Err()
+	if err == nil || !strings.Contains(err.Error(), "NOAUTH") || !strings.Contains(err.Error(), "--redis-sentinel-password-file") {
+		t.Fatalf("PING without the sentinels' password: %v, want NOAUTH and where to give it", err)
+	}
+
+	st, ok, err := config.Redis{URL: url, SentinelUsername: "default", SentinelPassword: pw}.Sentinels()
+	if !ok || err != nil || st.Username != "default" || st.Password != pw {
+		t.Fatalf("Sentinels() = %+v, %v, %v; want the sentinels' user and password", st, ok, err)
+	}
+
+	for _, r := range []config.Redis{
+		{URL: "redis://127.0.0.1:6390/0", SentinelPassword: pw},
+		{URL: "redis-cluster://127.0.0.1:7000", SentinelPassword: pw},
+		{ClusterAddrs: []string{"127.0.0.1:7000"}, SentinelUsername: "u"},
+	} {
+		if _, err := r.Client(); !errors.Is(err, config.ErrRedisURL) || strings.Contains(err.Error(), pw) {
+			t.Errorf("%s with sentinel credentials: %v, want ErrRedisURL without the password", r, err)
+		}
 	}
 }

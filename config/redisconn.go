@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -58,6 +59,13 @@ type Redis struct {
 	// when the URL carries no password; a URL with a password and a
 	// Password together are refused. Default: the URL's.
 	Password string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves (a Sentinel deployment only), which are set up apart from
+	// the data nodes (requirepass or an ACL user in sentinel.conf): the
+	// URL's user and password, and Password, go to the primary only.
+	// Default: none, as go-redis does — sentinels without a password
+	// refuse an AUTH, so the data nodes' password is not sent to them.
+	SentinelUsername, SentinelPassword string
 	// TLS, when set, makes every connection TLS — to the server, every
 	// sentinel and the primary they name, or every cluster node — verified
 	// against TLS.CAFile (default: the system's roots) and under
@@ -133,6 +141,9 @@ type SentinelTarget struct {
 	// TLS is the configuration of the connections to the sentinels (and
 	// to the primary they name); nil for plain TCP.
 	TLS *tls.Config
+	// Username and Password authenticate to the sentinels
+	// (Redis.SentinelUsername, Redis.SentinelPassword); empty for none.
+	Username, Password string
 }
 
 // Sentinels returns how Client reaches the sentinels when r describes a
@@ -146,7 +157,8 @@ func (r Redis) Sentinels() (SentinelTarget, bool, error) {
 			return SentinelTarget{}, true, err
 		}
 		tc, err := r.tlsConfig(false)
-		return SentinelTarget{Addrs: r.SentinelAddrs, Master: r.SentinelMaster, TLS: tc}, true, err
+		return SentinelTarget{Addrs: r.SentinelAddrs, Master: r.SentinelMaster, TLS: tc,
+			Username: r.SentinelUsername, Password: r.SentinelPassword}, true, err
 	}
 	u, err := url.Parse(r.URL)
 	if r.URL == "" || err != nil || (u.Scheme != "redis-sentinel" && u.Scheme != "rediss-sentinel") {
@@ -157,7 +169,8 @@ func (r Redis) Sentinels() (SentinelTarget, bool, error) {
 		return SentinelTarget{}, true, err
 	}
 	tc, err := r.tlsConfig(u.Scheme == "rediss-sentinel")
-	return SentinelTarget{Addrs: m.addrs, Master: u.Query().Get("master"), TLS: tc}, true, err
+	return SentinelTarget{Addrs: m.addrs, Master: u.Query().Get("master"), TLS: tc,
+		Username: r.SentinelUsername, Password: r.SentinelPassword}, true, err
 }
 
 // credentials merges the URL's user and password with r.Password.
@@ -195,7 +208,9 @@ func (r Redis) FollowingClient() (redis.UniversalClient, *sentinelfollow.Followe
 	failover := func(o *redis.FailoverOptions) *redis.Client {
 		o = r.failover(o)
 		follow = sentinelfollow.New(o)
-		return redis.NewFailoverClient(o)
+		c := redis.NewFailoverClient(o)
+		c.AddHook(sentinelAuthHint{})
+		return c
 	}
 	c, err := r.client(failover)
 	if err != nil {
@@ -242,9 +257,13 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		}
 		return failover(&redis.FailoverOptions{
 			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs, Password: r.Password, TLSConfig: tc,
+			SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		}), nil
 	case len(r.ClusterAddrs) > 0:
 		if err := checkAddrs(r.ClusterAddrs); err != nil {
+			return nil, err
+		}
+		if err := r.noSentinelAuth(); err != nil {
 			return nil, err
 		}
 		tc, err := r.tlsConfig(false)
@@ -263,6 +282,11 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", ErrRedisURL, redact(r.URL), urlError(err))
+	}
+	if u.Scheme != "redis-sentinel" && u.Scheme != "rediss-sentinel" {
+		if err := r.noSentinelAuth(); err != nil {
+			return nil, err
+		}
 	}
 	switch u.Scheme {
 	case "redis", "rediss", "unix":
@@ -306,6 +330,7 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		}
 		return failover(&redis.FailoverOptions{
 			MasterName: master, SentinelAddrs: o.addrs, Username: o.user, Password: o.pass, DB: o.db, TLSConfig: tc,
+			SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		}), nil
 	case "redis-cluster", "rediss-cluster":
 		o, err := parseMulti(u)
@@ -325,6 +350,48 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: o.addrs, Username: o.user, Password: o.pass, TLSConfig: tc})), nil
 	}
 	return nil, fmt.Errorf("%w: %q: scheme %q (want redis, rediss, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster)", ErrRedisURL, redact(r.URL), u.Scheme)
+}
+
+// noSentinelAuth refuses sentinel credentials given for a deployment
+// without sentinels: they would be silently unused.
+func (r Redis) noSentinelAuth() error {
+	if r.SentinelUsername != "" || r.SentinelPassword != "" {
+		return fmt.Errorf("%w: a sentinel user name or password, but no sentinels (give sentinel addresses or a redis-sentinel URL)", ErrRedisURL)
+	}
+	return nil
+}
+
+// sentinelAuthHint is a hook of failover clients: when the sentinels
+// refuse to answer for want of their own password (NOAUTH), or refuse the
+// one given (WRONGPASS; or an AUTH to sentinels that have none), the dial
+// error says where their password is given. go-redis reports it as "all
+// sentinels specified in configuration are unreachable", which sends the
+// reader to the network.
+type sentinelAuthHint struct{}
+
+func (sentinelAuthHint) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil && strings.Contains(err.Error(), "all sentinels specified in configuration are unreachable") {
+			var reply redis.Error
+			if errors.As(err, &reply) {
+				msg := reply.Error()
+				switch {
+				case strings.HasPrefix(msg, "NOAUTH"):
+					err = fmt.Errorf("%w (the sentinels require a password of their own: give it apart from the primary's, with floodgate's --redis-sentinel-password-file)", err)
+				case strings.HasPrefix(msg, "WRONGPASS"), strings.Contains(msg, "without any password configured"):
+					err = fmt.Errorf("%w (the sentinels refuse the sentinel user name or password given: check --redis-sentinel-username and --redis-sentinel-password-file, which go to the sentinels only)", err)
+				}
+			}
+		}
+		return c, err
+	}
+}
+
+func (sentinelAuthHint) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (sentinelAuthHint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func (r Redis) apply(o *redis.Options) {

@@ -186,7 +186,8 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	minUp, maxKnown := -1, 0
 	var downReplicas []string
 	for _, a := range addrs {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS})
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS,
+			Username: st.Username, Password: st.Password})
 		sc.AddHook(r.counter)
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		m, err := sc.Master(sctx, master).Result()
@@ -606,7 +607,8 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 	var unknown, primaries, failed []string
 	answered := false // some server answered with an error reply
 	for _, a := range st.Addrs {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1})
+		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1,
+			Username: st.Username, Password: st.Password})
 		sc.AddHook(r.counter)
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		addr, err := sc.GetMasterAddrByName(sctx, st.Master).Result()
@@ -630,7 +632,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0:
 		// A reply such as ERR unknown command 'sentinel' (a Redis
 		// server's address given) or NOAUTH: the server is reachable.
-		return fmt.Sprintf("no sentinel gives the address of primary %q (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL: a sentinel's port, 26379 by default, not a Redis server's) and the sentinels' password",
+		return fmt.Sprintf("no sentinel gives the address of primary %q (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL: a sentinel's port, 26379 by default, not a Redis server's) and the sentinels' own password (--redis-sentinel-password-file; --redis-password-file goes to the primary only)",
 			st.Master, strings.Join(failed, "; ")), true
 	case len(unknown) > 0 && len(primaries) == 0:
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",

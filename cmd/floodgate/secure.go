@@ -33,6 +33,9 @@ type securityFlags struct {
 	pprof             bool
 	redisPasswordFile string
 	redisPassword     string // read from redisPasswordFile
+	sentinelUser      string
+	sentinelPassFile  string
+	sentinelPassword  string // read from sentinelPassFile
 	redisTLS          bool
 	redisCAFile       string
 	redisCertFile     string
@@ -72,7 +75,9 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 // addRedisSecurityFlags registers the Redis password and TLS flags (serve,
 // config push and doctor share them).
 func addRedisSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
-	fl.StringVar(&s.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, for a --redis URL (or sentinel/cluster addresses) without one")
+	fl.StringVar(&s.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, for a --redis URL (or sentinel/cluster addresses) without one; behind Sentinel it goes to the primary only (the sentinels' own: --redis-sentinel-password-file)")
+	fl.StringVar(&s.sentinelPassFile, "redis-sentinel-password-file", "", "file holding the password of the sentinels themselves (their requirepass, or their ACL user's with --redis-sentinel-username), when they require one; often the primary's, but never sent unless given here (sentinels without a password refuse it)")
+	fl.StringVar(&s.sentinelUser, "redis-sentinel-username", "", "ACL user name to authenticate to the sentinels with (with --redis-sentinel-password-file; default: their default user)")
 	fl.BoolVar(&s.redisTLS, "redis-tls", false, "connect to Redis over TLS whatever the URL scheme (every sentinel, primary or cluster node too)")
 	fl.StringVar(&s.redisCAFile, "redis-ca-file", "", "PEM certificate authorities to verify Redis servers with (implies --redis-tls; default: the system's)")
 	fl.StringVar(&s.redisCertFile, "redis-cert-file", "", "PEM client certificate for Redis servers that require one (implies --redis-tls; with --redis-key-file)")
@@ -83,6 +88,16 @@ func addRedisSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 // redisClientSettings reads the Redis password file, if any, and adds the
 // password and TLS flags to rs.
 func (s *securityFlags) redisClientSettings(rs *config.Redis, log *slog.Logger) error {
+	if err := s.readRedisSecrets(log); err != nil {
+		return err
+	}
+	s.redisSettings(rs)
+	return nil
+}
+
+// readRedisSecrets reads the Redis password file and the sentinels'
+// password file, if given.
+func (s *securityFlags) readRedisSecrets(log *slog.Logger) error {
 	if s.redisPasswordFile != "" {
 		pw, err := readSecretFile(s.redisPasswordFile, "--redis-password-file", log)
 		if err != nil {
@@ -90,7 +105,16 @@ func (s *securityFlags) redisClientSettings(rs *config.Redis, log *slog.Logger) 
 		}
 		s.redisPassword = pw
 	}
-	s.redisSettings(rs)
+	if s.sentinelUser != "" && s.sentinelPassFile == "" {
+		return errors.New("--redis-sentinel-username needs --redis-sentinel-password-file (the user's password)")
+	}
+	if s.sentinelPassFile != "" {
+		pw, err := readSecretFile(s.sentinelPassFile, "--redis-sentinel-password-file", log)
+		if err != nil {
+			return err
+		}
+		s.sentinelPassword = pw
+	}
 	return nil
 }
 
@@ -281,19 +305,13 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 		}
 		s.verifyKey = []byte(k)
 	}
-	if s.redisPasswordFile != "" {
-		pw, err := readSecretFile(s.redisPasswordFile, "--redis-password-file", log)
-		if err != nil {
-			return err
-		}
-		s.redisPassword = pw
-	}
-	return nil
+	return s.readRedisSecrets(log)
 }
 
 // redisSettings adds the password and TLS flags to rs.
 func (s *securityFlags) redisSettings(rs *config.Redis) {
 	rs.Password = s.redisPassword
+	rs.SentinelUsername, rs.SentinelPassword = s.sentinelUser, s.sentinelPassword
 	if s.redisTLS || s.redisCAFile != "" || s.redisCertFile != "" || s.redisKeyFile != "" || s.redisServerName != "" {
 		rs.TLS = &config.RedisTLS{CAFile: s.redisCAFile, CertFile: s.redisCertFile, KeyFile: s.redisKeyFile, ServerName: s.redisServerName}
 	}

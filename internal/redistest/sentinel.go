@@ -324,3 +324,55 @@ func (s *Sentinel) logTails() string {
 	}
 	return b.String()
 }
+
+// RequirePass makes every process of s require password pw from its
+// default user: the primary and the replica (requirepass, and masterauth
+// so that replication goes on), and the sentinels (ACL SETUSER default:
+// Sentinel has no CONFIG SET), which are given pw to reach the servers
+// (SENTINEL SET auth-pass) and each other (SENTINEL CONFIG SET
+// sentinel-pass). A t.Cleanup, run before the processes are stopped,
+// drops the passwords again. It fails the test on any error.
+func (s *Sentinel) RequirePass(t testing.TB, pw string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+	defer cancel()
+	var steps []func() error
+	for _, n := range []*Server{s.Primary, s.Replica} {
+		c := adminClient(n.Addr)
+		defer c.Close()
+		steps = append(steps,
+			func() error { return c.ConfigSet(ctx, "masterauth", pw).Err() },
+			func() error { return c.ConfigSet(ctx, "requirepass", pw).Err() })
+	}
+	for _, addr := range s.SentinelAddrs {
+		sc := adminClient(addr) // for Do; SENTINEL is a command as any other
+		defer sc.Close()
+		steps = append(steps,
+			func() error { return sc.Do(ctx, "SENTINEL", "SET", s.MasterName, "auth-pass", pw).Err() },
+			func() error { return sc.Do(ctx, "SENTINEL", "CONFIG", "SET", "sentinel-pass", pw).Err() },
+			func() error { return sc.Do(ctx, "ACL", "SETUSER", "default", "on", "resetpass", ">"+pw).Err() })
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("redistest: requiring a password: %v%s", err, s.logTails())
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
+		defer cancel()
+		for _, addr := range s.SentinelAddrs {
+			o := adminOptions(addr)
+			o.Password = pw
+			sc := redis.NewClient(o)
+			_ = sc.Do(ctx, "ACL", "SETUSER", "default", "nopass").Err()
+			_ = sc.Close()
+		}
+		for _, n := range []*Server{s.Primary, s.Replica} {
+			o := adminOptions(n.Addr)
+			o.Password = pw
+			c := redis.NewClient(o)
+			_ = c.ConfigSet(ctx, "requirepass", "").Err()
+			_ = c.Close()
+		}
+	})
+}
