@@ -186,7 +186,7 @@ func entriesOf(d *ratelimitv3.RateLimitDescriptor) []Entry {
 // hits_addend), hits_addend when set, and the merged metadata of the
 // descriptors that passed.
 func dynamicMetadata(req *rlspb.RateLimitRequest, passed []int, limits []*Limit) *structpb.Struct {
-	f := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	f := map[string]*structpb.Value{"domain": structpb.NewStringValue(utf8Text(req.GetDomain()))}
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
 		if d == nil {
@@ -195,7 +195,7 @@ func dynamicMetadata(req *rlspb.RateLimitRequest, passed []int, limits []*Limit)
 		df := map[string]*structpb.Value{}
 		es := make([]*structpb.Value, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
-			es = append(es, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+			es = append(es, structpb.NewStringValue(utf8Text(e.GetKey()+"="+e.GetValue())))
 		}
 		df["entries"] = structpb.NewListValue(&structpb.ListValue{Values: es})
 		if d.GetLimit() != nil {

@@ -3,6 +3,7 @@ package envoycompat
 import (
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -119,7 +120,7 @@ func (m *Metrics) add(l *Limit, stat string, n uint64) {
 	if m == nil || n == 0 {
 		return
 	}
-	full := l.MetricKey()
+	full := utf8Text(l.MetricKey())
 	domain, key, _ := strings.Cut(full, ".")
 	m.mu.Lock()
 	k := [2]string{domain, key}
@@ -134,7 +135,24 @@ func (m *Metrics) add(l *Limit, stat string, n uint64) {
 	m.perLimit.WithLabelValues(k[0], k[1], stat).Add(float64(n))
 }
 
+// utf8Text is s where text must be UTF-8: a label value (Prometheus
+// requires it: WithLabelValues panics on anything else) and a string of
+// the dynamic metadata (protobuf requires it: the response could not be
+// encoded, and the call failed). It is s when s is UTF-8, else s with
+// each run of bytes that is not UTF-8 replaced by U+FFFD. Envoy sends
+// domains and descriptor entries that are not UTF-8 (internal/rlswire
+// keeps them; detailed_metric and value_to_metric put values in the key
+// label). Two such strings may then read the same; the counters, keyed
+// by the bytes, stay apart.
+func utf8Text(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 func (m *Metrics) domainNotFound(domain string) {
+	domain = utf8Text(domain)
 	m.mu.Lock()
 	if !m.notFoundSeries[domain] {
 		// A series per domain name, kept for the process's life: past

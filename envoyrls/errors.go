@@ -47,7 +47,48 @@ func (e *ConfigError) Error() string {
 // Unwrap makes every ConfigError match ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
-// invalidRequest returns an error wrapping ErrInvalidRequest.
-func invalidRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+// Rejection is why the service refused a request before deciding it (see
+// Options.OnRejected): one of a closed set, fit for a metric label.
+type Rejection string
+
+// The Rejections.
+const (
+	// RejectNoConfig: no configuration loaded (UNAVAILABLE).
+	RejectNoConfig Rejection = "no_config"
+	// RejectDomain: an empty or unknown domain.
+	RejectDomain Rejection = "domain"
+	// RejectDescriptors: no descriptors, or more than MaxDescriptors.
+	RejectDescriptors Rejection = "descriptors"
+	// RejectDescriptor: a descriptor that is null or has no entries or
+	// more than MaxDepth, or an entry that is null, has an empty key or
+	// is longer than MaxEntryLen.
+	RejectDescriptor Rejection = "descriptor"
+	// RejectHitsAddend: a hits_addend above the maximum, or
+	// is_negative_hits.
+	RejectHitsAddend Rejection = "hits_addend"
+	// RejectLimitOverride: a limit override that cannot be applied.
+	RejectLimitOverride Rejection = "limit_override"
+)
+
+// Rejections returns every Rejection, for metrics that start each series
+// at 0.
+func Rejections() []Rejection {
+	return []Rejection{RejectNoConfig, RejectDomain, RejectDescriptors, RejectDescriptor, RejectHitsAddend, RejectLimitOverride}
+}
+
+// requestError is an invalid request: why, and what it says. It wraps
+// ErrInvalidRequest.
+type requestError struct {
+	reason Rejection
+	msg    string
+}
+
+func (e *requestError) Error() string { return ErrInvalidRequest.Error() + ": " + e.msg }
+
+func (e *requestError) Unwrap() error { return ErrInvalidRequest }
+
+// invalidRequest returns an error wrapping ErrInvalidRequest, refused for
+// reason.
+func invalidRequest(reason Rejection, format string, args ...any) error {
+	return &requestError{reason: reason, msg: fmt.Sprintf(format, args...)}
 }

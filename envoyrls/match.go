@@ -110,23 +110,23 @@ type limits struct {
 // entry is at fault. The caller may release the plan once done with it.
 func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	if req.GetDomain() == "" {
-		return nil, invalidRequest("domain is empty")
+		return nil, invalidRequest(RejectDomain, "domain is empty")
 	}
 	d := c.domains[req.GetDomain()]
 	if d == nil {
-		return nil, invalidRequest("unknown domain %q", clip.Text(req.GetDomain(), 80))
+		return nil, invalidRequest(RejectDomain, "unknown domain %q", clip.Text(req.GetDomain(), 80))
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {
-		return nil, invalidRequest("no descriptors")
+		return nil, invalidRequest(RejectDescriptors, "no descriptors")
 	}
 	if len(descs) > MaxDescriptors {
-		return nil, invalidRequest("%d descriptors (max %d)", len(descs), MaxDescriptors)
+		return nil, invalidRequest(RejectDescriptors, "%d descriptors (max %d)", len(descs), MaxDescriptors)
 	}
 	cost := int64(1)
 	if h := int64(req.GetHitsAddend()); h != 0 {
 		if h > lim.maxHits {
-			return nil, invalidRequest("hits_addend %d above the maximum %d", h, lim.maxHits)
+			return nil, invalidRequest(RejectHitsAddend, "hits_addend %d above the maximum %d", h, lim.maxHits)
 		}
 		cost = h
 	}
@@ -218,31 +218,31 @@ func (dp *descPlan) policy() floodgate.Policy {
 // otherwise.
 func checkDescriptor(i int, desc *ratelimitv3.RateLimitDescriptor, cost int64, lim limits) (int64, error) {
 	if desc == nil {
-		return 0, invalidRequest("descriptor %d is null", i)
+		return 0, invalidRequest(RejectDescriptor, "descriptor %d is null", i)
 	}
 	if len(desc.GetEntries()) == 0 {
-		return 0, invalidRequest("descriptor %d has no entries", i)
+		return 0, invalidRequest(RejectDescriptor, "descriptor %d has no entries", i)
 	}
 	if len(desc.GetEntries()) > MaxDepth {
-		return 0, invalidRequest("descriptor %d has %d entries (max %d)", i, len(desc.GetEntries()), MaxDepth)
+		return 0, invalidRequest(RejectDescriptor, "descriptor %d has %d entries (max %d)", i, len(desc.GetEntries()), MaxDepth)
 	}
 	if desc.GetIsNegativeHits() {
-		return 0, invalidRequest("descriptor %d: is_negative_hits (refunding hits) is not supported", i)
+		return 0, invalidRequest(RejectHitsAddend, "descriptor %d: is_negative_hits (refunding hits) is not supported", i)
 	}
 	if h := desc.GetHitsAddend(); h != nil {
 		if h.GetValue() > uint64(lim.maxHits) {
-			return 0, invalidRequest("descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), lim.maxHits)
+			return 0, invalidRequest(RejectHitsAddend, "descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), lim.maxHits)
 		}
 		cost = int64(h.GetValue())
 	}
 	for j, e := range desc.GetEntries() {
 		switch {
 		case e == nil:
-			return 0, invalidRequest("descriptor %d entry %d is null", i, j)
+			return 0, invalidRequest(RejectDescriptor, "descriptor %d entry %d is null", i, j)
 		case e.GetKey() == "":
-			return 0, invalidRequest("descriptor %d entry %d has an empty key", i, j)
+			return 0, invalidRequest(RejectDescriptor, "descriptor %d entry %d has an empty key", i, j)
 		case len(e.GetKey()) > MaxEntryLen || len(e.GetValue()) > MaxEntryLen:
-			return 0, invalidRequest("descriptor %d entry %d is longer than %d bytes", i, j, MaxEntryLen)
+			return 0, invalidRequest(RejectDescriptor, "descriptor %d entry %d is longer than %d bytes", i, j, MaxEntryLen)
 		}
 	}
 	return cost, nil
@@ -254,13 +254,13 @@ func overrideLimit(i int, domain string, o *ratelimitv3.RateLimitDescriptor_Rate
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	length, ok := unitLength(unit)
 	if !ok || unit == rlspb.RateLimitResponse_RateLimit_WEEK {
-		return invalidRequest("descriptor %d: limit override unit %s is not supported (want SECOND, MINUTE, HOUR or DAY)", i, o.GetUnit())
+		return invalidRequest(RejectLimitOverride, "descriptor %d: limit override unit %s is not supported (want SECOND, MINUTE, HOUR or DAY)", i, o.GetUnit())
 	}
 	mult := int64(1)
 	if m := o.GetUnitMultiplier(); m != nil {
 		mult = int64(m.GetValue())
 		if mult < 1 || time.Duration(mult) > floodgate.MaxWindow/length {
-			return invalidRequest("descriptor %d: limit override unit_multiplier %d out of range 1..%d", i, mult, int64(floodgate.MaxWindow/length))
+			return invalidRequest(RejectLimitOverride, "descriptor %d: limit override unit_multiplier %d out of range 1..%d", i, mult, int64(floodgate.MaxWindow/length))
 		}
 	}
 	window := time.Duration(mult) * length
@@ -275,7 +275,7 @@ func overrideLimit(i int, domain string, o *ratelimitv3.RateLimitDescriptor_Rate
 	}
 	dp.override = floodgate.Policy{Name: overridePolicyName(domain, window), Algorithm: floodgate.FixedWindow, Limit: int64(rpu), Window: window}
 	if err := dp.override.Validate(); err != nil {
-		return invalidRequest("descriptor %d: limit override: %v", i, err)
+		return invalidRequest(RejectLimitOverride, "descriptor %d: limit override: %v", i, err)
 	}
 	return nil
 }

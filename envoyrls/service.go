@@ -94,6 +94,14 @@ type Options struct {
 	// keys or a server's messages. It runs on the request's goroutine
 	// with the caller's context: keep it fast.
 	OnError func(ctx context.Context, err error)
+	// OnRejected, when set, is called once for every request refused
+	// before any decision, with why: INVALID_ARGUMENT (see
+	// ErrInvalidRequest), or UNAVAILABLE with no configuration loaded
+	// (floodgate serve counts it in floodgate_grpc_rejected_total). A
+	// message that is not a RateLimitRequest at all is refused by gRPC
+	// before the service sees it. It runs on the request's goroutine:
+	// keep it fast.
+	OnRejected func(Rejection)
 }
 
 // Observation is one descriptor decided by the service.
@@ -209,10 +217,16 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	cfg := s.cfg()
 	if cfg == nil {
+		s.rejected(RejectNoConfig)
 		return nil, status.Error(codes.Unavailable, "envoyrls: no rate limit configuration loaded")
 	}
 	p, err := cfg.plan(req, s.limits)
 	if err != nil {
+		reason := RejectDescriptor // every error of plan is a requestError
+		if re, ok := errors.AsType[*requestError](err); ok {
+			reason = re.reason
+		}
+		s.rejected(reason)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	defer p.release()
@@ -250,6 +264,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		s.observe(req.GetDomain(), p, resp)
 	}
 	return resp, nil
+}
+
+// rejected calls Options.OnRejected, when set, with reason.
+func (s *Service) rejected(reason Rejection) {
+	if s.opts.OnRejected != nil {
+		s.opts.OnRejected(reason)
+	}
 }
 
 func (s *Service) observe(domain string, p *plan, resp *rlspb.RateLimitResponse) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/fallback"
 )
 
@@ -16,6 +17,7 @@ type serverMetrics struct {
 	shadowDenied *prometheus.CounterVec
 	errors       *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
+	grpcRejected *prometheus.CounterVec
 	tierErrors   prometheus.Counter
 	tierStale    prometheus.Counter
 	tierUnknown  prometheus.Counter
@@ -47,6 +49,10 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: "floodgate_http_rejected_total",
 			Help: "HTTP requests rejected before any decision, by problem type.",
 		}, []string{"problem"}),
+		grpcRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_grpc_rejected_total",
+			Help: "gRPC ShouldRateLimit calls refused before any decision, by reason: no_config, domain, descriptors, descriptor, hits_addend or limit_override.",
+		}, []string{"reason"}),
 		tierErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_tier_lookup_errors_total",
 			Help: "Tier assignment lookups that failed (Redis down or slow, or its breaker open); the last known tier or the default tier was used.",
@@ -72,8 +78,11 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	for _, reason := range []string{reasonStoreUnavailable, reasonIndeterminate, reasonTimeout, reasonInternal} {
 		m.errors.WithLabelValues(reason)
 	}
+	for _, reason := range envoyrls.Rejections() {
+		m.grpcRejected.WithLabelValues(string(reason))
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded} {
+		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.grpcRejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: registering metrics: %w", err)
 			}

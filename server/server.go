@@ -37,6 +37,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/crossorigin"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
@@ -480,6 +481,15 @@ func (s *Server) CountDegraded(o fallback.Outcome) {
 	if o.Degraded {
 		s.metrics.countDegraded(o)
 	}
+}
+
+// CountGRPCRejected counts one call of Envoy's gRPC API served beside s
+// that was refused before any decision, in floodgate_grpc_rejected_total
+// under reason (floodgate serve passes it to its gRPC service as
+// envoyrls.Options.OnRejected), as floodgate_http_rejected_total counts
+// the HTTP API's.
+func (s *Server) CountGRPCRejected(reason envoyrls.Rejection) {
+	s.metrics.grpcRejected.WithLabelValues(string(reason)).Inc()
 }
 
 // DecisionFailed classifies a failed decision of another API served

@@ -57,16 +57,17 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // function that stops it gracefully (bounded by --drain-timeout).
 // Decisions are stamped with the limiter's clock (disciplined to Redis's
 // with --clock-sync). The HTTP API's server srv counts the answers a
-// failure mode took (floodgate_degraded_responses_total) and counts and
+// failure mode took (floodgate_degraded_responses_total), counts and
 // logs the decisions that failed (floodgate_decision_errors_total, the
-// "decision failed" log line), as it does its own; decided counts the
+// "decision failed" log line), as it does its own, and counts the calls
+// refused (floodgate_grpc_rejected_total); decided counts the
 // decisions (see countGRPCDecision).
 func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
 	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach,
-		OnDegraded: srv.CountDegraded, OnError: srv.DecisionFailed, Timeout: f.decisionTimeout,
+		OnDegraded: srv.CountDegraded, OnError: srv.DecisionFailed, OnRejected: srv.CountGRPCRejected, Timeout: f.decisionTimeout,
 		Observe: func(o envoyrls.Observation) { countGRPCDecision(decided, o) }})
 	if err != nil {
 		return nil, err

@@ -5,12 +5,16 @@
 // CPU per decision, more than matching the descriptors and building the
 // answer together (docs/benchmarks.md).
 //
-// The results are exactly protobuf-go's: a request decodes to a message
-// proto.Equal to what proto.Unmarshal gives (unknown fields kept, last
-// value wins for scalars, repeated occurrences of a message field merged),
-// with an error where proto.Unmarshal has one (bad wire format, a string
-// that is not UTF-8); a response encodes to the bytes proto.Marshal
-// writes. The fuzz tests hold both against protobuf-go. Every other
+// The results are protobuf-go's but for one leniency: a request decodes
+// to a message proto.Equal to what proto.Unmarshal gives (unknown fields
+// kept, last value wins for scalars, repeated occurrences of a message
+// field merged), with an error where proto.Unmarshal has one for bad wire
+// format; a string field that is not UTF-8, which proto.Unmarshal refuses,
+// is kept byte for byte. Envoy's C++ protobuf sends such strings (a header
+// value with a byte 0xff copied into a descriptor entry; it only logs
+// them), and refusing the whole request would make Envoy's rate limit call
+// fail, and the request pass unlimited with failure_mode_deny false. A
+// response encodes to the bytes proto.Marshal writes. The fuzz tests hold both against protobuf-go. Every other
 // message, and a response with a field these encoders do not write (quota,
 // dynamic metadata, unknown fields), goes through protobuf-go unchanged.
 // ServerOptions installs the codec, with the flow-control windows such a
@@ -19,8 +23,6 @@ package rlswire
 
 import (
 	"errors"
-	"fmt"
-	"unicode/utf8"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -60,8 +62,9 @@ type decoder struct {
 }
 
 // DecodeRequest decodes b, a RateLimitRequest in protobuf wire format, into
-// m, replacing what m held, as proto.Unmarshal would. On error m is reset
-// to its zero value. m keeps no reference to b.
+// m, replacing what m held, as proto.Unmarshal would, but keeping string
+// fields that are not UTF-8 as they came (see the package comment). On
+// error m is reset to its zero value. m keeps no reference to b.
 func DecodeRequest(b []byte, m *rlspb.RateLimitRequest) error {
 	proto.Reset(m)
 	nd, ne, err := count(b)
@@ -149,16 +152,14 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 }
 
 // text returns field v, found at offset off of the request, as a string
-// (a substring of the shared copy when there is one), checking that it is
-// UTF-8 as proto3 requires of a string field.
-func (d *decoder) text(v []byte, off int, field string) (string, error) {
-	if !utf8.Valid(v) {
-		return "", fmt.Errorf("rlswire: string field %s contains invalid UTF-8", field)
-	}
+// (a substring of the shared copy when there is one), byte for byte: not
+// checked for UTF-8, which proto3 requires of a string field and Envoy does
+// not always send (see the package comment).
+func (d *decoder) text(v []byte, off int) string {
 	if d.whole != "" {
-		return d.whole[off : off+len(v)], nil
+		return d.whole[off : off+len(v)]
 	}
-	return string(v), nil
+	return string(v)
 }
 
 // field is one field read by fields: its number, wire type, value (the
@@ -222,9 +223,8 @@ func (d *decoder) request(b []byte, m *rlspb.RateLimitRequest) error {
 	return fields(b, 0, func(f field) error {
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType:
-			s, err := d.text(f.value, f.off, "envoy.service.ratelimit.v3.RateLimitRequest.domain")
-			m.Domain = s
-			return err
+			m.Domain = d.text(f.value, f.off)
+			return nil
 		case f.num == 2 && f.typ == protowire.BytesType:
 			// The descriptors are decoded in order into the
 			// preallocated ones, which count found.
@@ -282,16 +282,15 @@ func (d *decoder) descriptor(b []byte, base int, m *ratelimitpb.RateLimitDescrip
 // entry decodes the fields of a descriptor entry at offset base.
 func (d *decoder) entry(b []byte, base int, m *ratelimitpb.RateLimitDescriptor_Entry) error {
 	return fields(b, base, func(f field) error {
-		var err error
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType:
-			m.Key, err = d.text(f.value, f.off, "envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.Entry.key")
+			m.Key = d.text(f.value, f.off)
 		case f.num == 2 && f.typ == protowire.BytesType:
-			m.Value, err = d.text(f.value, f.off, "envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.Entry.value")
+			m.Value = d.text(f.value, f.off)
 		default:
 			unknown(m, f)
 		}
-		return err
+		return nil
 	})
 }
 

@@ -1,7 +1,9 @@
 package rlswire
 
 import (
+	"bytes"
 	"strings"
+	"sync"
 	"testing"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -9,27 +11,175 @@ import (
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // sameAsProto decodes b with DecodeRequest and with proto.Unmarshal and
-// fails t unless both fail or both give equal messages.
+// fails t unless both fail or both give equal messages; a string field
+// that is not UTF-8, which proto.Unmarshal refuses, must decode as
+// proto.Unmarshal decodes it into bytesTwin's message, byte for byte.
 func sameAsProto(t *testing.T, b []byte) {
 	t.Helper()
-	want := &rlspb.RateLimitRequest{}
-	wantErr := proto.Unmarshal(b, want)
+	twin := dynamicpb.NewMessage(bytesTwin(t))
+	twinErr := proto.Unmarshal(b, twin)
 	got := &rlspb.RateLimitRequest{Domain: "left over"}
 	gotErr := DecodeRequest(b, got)
 	switch {
-	case (gotErr != nil) != (wantErr != nil):
-		t.Fatalf("DecodeRequest(%x) error = %v, proto.Unmarshal's %v", b, gotErr, wantErr)
+	case (gotErr != nil) != (twinErr != nil):
+		t.Fatalf("DecodeRequest(%x) error = %v, proto.Unmarshal's (strings as bytes) %v", b, gotErr, twinErr)
 	case gotErr != nil:
 		if !proto.Equal(got, &rlspb.RateLimitRequest{}) {
 			t.Fatalf("DecodeRequest(%x) failed (%v) but left %v", b, gotErr, got)
 		}
-	case !proto.Equal(got, want):
+		return
+	case !sameFields(got.ProtoReflect(), twin):
+		t.Fatalf("DecodeRequest(%x) = %v, differs from proto.Unmarshal's (strings as bytes) %v", b, got, twin)
+	}
+	want := &rlspb.RateLimitRequest{}
+	if err := proto.Unmarshal(b, want); err == nil && !proto.Equal(got, want) {
 		t.Fatalf("DecodeRequest(%x) = %v, proto.Unmarshal gives %v", b, got, want)
 	}
+}
+
+// bytesTwin returns a RateLimitRequest descriptor whose string fields (in
+// it and in the messages it holds) are bytes fields, which proto.Unmarshal
+// takes as they come: the reference for strings that are not UTF-8.
+func bytesTwin(t *testing.T) protoreflect.MessageDescriptor {
+	t.Helper()
+	twinOnce.Do(func() {
+		local := &protoregistry.Files{}
+		for _, fd := range []protoreflect.FileDescriptor{
+			(&ratelimitpb.RateLimitDescriptor{}).ProtoReflect().Descriptor().ParentFile(),
+			(&rlspb.RateLimitRequest{}).ProtoReflect().Descriptor().ParentFile(),
+		} {
+			fdp := protodesc.ToFileDescriptorProto(fd)
+			for _, m := range fdp.GetMessageType() {
+				toBytes(m)
+			}
+			twinFile, err := protodesc.NewFile(fdp, chainResolver{local})
+			if err != nil {
+				twinErr = err
+				return
+			}
+			if err := local.RegisterFile(twinFile); err != nil {
+				twinErr = err
+				return
+			}
+		}
+		d, err := local.FindDescriptorByName("envoy.service.ratelimit.v3.RateLimitRequest")
+		twinDesc, twinErr = d.(protoreflect.MessageDescriptor), err
+	})
+	if twinErr != nil {
+		t.Fatal(twinErr)
+	}
+	return twinDesc
+}
+
+var (
+	twinOnce sync.Once
+	twinDesc protoreflect.MessageDescriptor
+	twinErr  error
+)
+
+// toBytes makes the string fields of m and its nested messages bytes.
+func toBytes(m *descriptorpb.DescriptorProto) {
+	for _, f := range m.GetField() {
+		if f.GetType() == descriptorpb.FieldDescriptorProto_TYPE_STRING {
+			f.Type = descriptorpb.FieldDescriptorProto_TYPE_BYTES.Enum()
+		}
+	}
+	for _, n := range m.GetNestedType() {
+		toBytes(n)
+	}
+}
+
+// chainResolver finds files and descriptors in the twin files first, then
+// among the generated ones.
+type chainResolver struct{ local *protoregistry.Files }
+
+func (r chainResolver) FindFileByPath(path string) (protoreflect.FileDescriptor, error) {
+	if fd, err := r.local.FindFileByPath(path); err == nil {
+		return fd, nil
+	}
+	return protoregistry.GlobalFiles.FindFileByPath(path)
+}
+
+func (r chainResolver) FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error) {
+	if d, err := r.local.FindDescriptorByName(name); err == nil {
+		return d, nil
+	}
+	return protoregistry.GlobalFiles.FindDescriptorByName(name)
+}
+
+// sameFields reports whether got, a generated message, holds what want,
+// its bytes twin, holds: the same fields set to the same values (a string
+// equal to the bytes of its twin field), and the same unknown fields (their
+// tags compared by value: dynamicpb keeps a tag's bytes as they came).
+func sameFields(got, want protoreflect.Message) bool {
+	if !bytes.Equal(minimalTags(got.GetUnknown()), minimalTags(want.GetUnknown())) {
+		return false
+	}
+	fields := got.Descriptor().Fields()
+	for i := range fields.Len() {
+		gf := fields.Get(i)
+		wf := want.Descriptor().Fields().ByNumber(gf.Number())
+		if got.Has(gf) != want.Has(wf) {
+			return false
+		}
+		if !got.Has(gf) {
+			continue
+		}
+		if gf.IsList() {
+			gl, wl := got.Get(gf).List(), want.Get(wf).List()
+			if gl.Len() != wl.Len() {
+				return false
+			}
+			for j := range gl.Len() {
+				if !sameValue(gf, gl.Get(j), wl.Get(j)) {
+					return false
+				}
+			}
+		} else if !sameValue(gf, got.Get(gf), want.Get(wf)) {
+			return false
+		}
+	}
+	return true
+}
+
+// minimalTags returns unknown fields b with each tag written in the fewest
+// bytes.
+func minimalTags(b []byte) []byte {
+	var out []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return append(out, b...)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return append(out, b...)
+		}
+		out = append(protowire.AppendTag(out, num, typ), b[n:n+m]...)
+		b = b[n+m:]
+	}
+	return out
+}
+
+// sameValue compares one value of field f of a generated message with its
+// twin's.
+func sameValue(f protoreflect.FieldDescriptor, got, want protoreflect.Value) bool {
+	switch f.Kind() {
+	case protoreflect.MessageKind:
+		return sameFields(got.Message(), want.Message())
+	case protoreflect.StringKind:
+		return got.String() == string(want.Bytes())
+	}
+	return got.Equal(want)
 }
 
 // requests are requests of the shapes Envoy sends and a few it should
@@ -71,7 +221,8 @@ func TestDecodeRequestMatchesProto(t *testing.T) {
 
 // TestDecodeRequestEdges covers what a hand-written decoder gets wrong:
 // fields out of order or repeated, known fields with another wire type,
-// unknown fields and groups, bad UTF-8, truncation.
+// unknown fields and groups, bad UTF-8 (kept, where proto.Unmarshal fails),
+// truncation.
 func TestDecodeRequestEdges(t *testing.T) {
 	tag := protowire.AppendTag
 	str := func(b []byte, num protowire.Number, s string) []byte {
@@ -109,10 +260,10 @@ func TestDecodeRequestEdges(t *testing.T) {
 		{"unterminated group", tag(nil, 5, protowire.StartGroupType)},
 		{"stray end group", tag(nil, 5, protowire.EndGroupType)},
 		{"field number 0", vint(nil, 0, 1)},
-		{"bad UTF-8 domain", str(nil, 1, "\xff")},
-		{"bad UTF-8 key", msg(nil, 2, msg(nil, 1, str(nil, 1, "a\xc3")))},
-		{"bad UTF-8 value", msg(nil, 2, msg(nil, 1, str(nil, 2, "\xed\xa0\x80")))},
-		{"bad UTF-8 in a large request", str(str(nil, 1, strings.Repeat("a", 3000)), 1, "\xff")},
+		{"bad UTF-8 domain: kept", str(nil, 1, "\xff")},
+		{"bad UTF-8 key: kept", msg(nil, 2, msg(nil, 1, str(nil, 1, "a\xc3")))},
+		{"bad UTF-8 value: kept", msg(nil, 2, msg(nil, 1, str(nil, 2, "\xed\xa0\x80")))},
+		{"bad UTF-8 in a large request: kept", str(str(nil, 1, strings.Repeat("a", 3000)), 1, "\xff")},
 		{"truncated length", []byte{0x0a, 0x05, 'a'}},
 		{"truncated varint", []byte{0x18, 0x80}},
 		{"truncated tag", []byte{0x80}},
