@@ -58,8 +58,13 @@ type instance struct {
 	// --metrics-admin-only), empty when none was read.
 	metricsURL string
 	// metrics404 is set when url answered /metrics with 404 (serve
-	// --metrics-admin-only serves it on --admin-addr only).
+	// --metrics-admin-only serves it on --admin-addr only; a probes'
+	// address, --health-addr, serves none).
 	metrics404 bool
+	// probes is set when url is an instance's probes' address (serve
+	// --health-addr): its /readyz is the instance's, but it serves no
+	// /metrics, whatever --metrics-admin-only.
+	probes bool
 	// notFloodgate says why url's /readyz is not a Floodgate instance's
 	// answer (an admin address, another service); empty when it is. Its
 	// readiness and configuration version are then unknown.
@@ -70,6 +75,15 @@ type instance struct {
 	// tlsFix is the fix of an instance doctor could not read for a TLS
 	// reason (tlsFailure): nothing was read; "" for any other.
 	tlsFix string
+}
+
+// noMetricsWhy says why the instance's url serves no /metrics (when
+// metrics404 is set): a probes' address, or --metrics-admin-only.
+func (in *instance) noMetricsWhy() string {
+	if in.probes {
+		return "a probes' address, --health-addr"
+	}
+	return "--metrics-admin-only"
 }
 
 // metricsAdminOnlyHint says how doctor reads the metrics of an instance
@@ -102,7 +116,7 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 // refused, a timeout) is down or unreachable, not given by the wrong
 // address; the address advice is for the others.
 func unreadFix(ins []*instance) string {
-	var down []string
+	var down, probes []string
 	other := false
 	if n := notRead(ins); n > 0 {
 		return deadlineFix
@@ -111,6 +125,8 @@ func unreadFix(ins []*instance) string {
 		switch {
 		case in.metrics != nil:
 		case in.tlsFix != "":
+		case in.probes:
+			probes = append(probes, in.url)
 		case in.readyStatus == 0 && in.notFloodgate == "":
 			down = append(down, in.url)
 		default:
@@ -121,6 +137,10 @@ func unreadFix(ins []*instance) string {
 	if len(down) > 0 {
 		fixes = append(fixes, fmt.Sprintf("%s did not answer at all (%s): check that %s up and reachable from this host", strings.Join(down, ", "),
 			"connection refused or timed out", plural.Word(len(down), "it is", "they are")))
+	}
+	if len(probes) > 0 {
+		fixes = append(fixes, fmt.Sprintf("%s %s probes' address (serve --health-addr), which serves no /metrics: for each, %s", strings.Join(probes, ", "),
+			plural.Word(len(probes), "is an instance's", "are instances'"), probesFix))
 	}
 	switch {
 	case len(fixes) == 0:
@@ -193,12 +213,26 @@ const httpsFix = "the instance serves TLS (serve --tls-cert-file): give its URL 
 // errMetrics404 is the error of a /metrics answered 404.
 var errMetrics404 = errors.New("status 404 (" + metricsAdminOnlyHint + ")")
 
+// probesFix is the fix for a probes' address given as an instance.
+const probesFix = "give the instance's main address (--addr) instead, which serves /readyz and /metrics (and its --admin-addr too when it runs with --metrics-admin-only)"
+
+// errProbes is the error of a /metrics answered 404 by a probes' address
+// (serve --health-addr), which a walk was told to fix by giving the admin
+// address of an instance that had no --metrics-admin-only.
+var errProbes = errors.New("status 404: this is the instance's probes' address (serve --health-addr), which serves only /healthz and /readyz: " + probesFix)
+
+// probesAnswer is in the 404 of a probes' address to any other path.
+const probesAnswer = "on the health listener (floodgate serve --health-addr)"
+
 func (r *run) scrape(ctx context.Context, base string) (map[string]*dto.MetricFamily, error) {
 	body, _, code, _, err := r.get(ctx, base+"/metrics")
 	if err != nil {
 		return nil, err
 	}
 	if code == http.StatusNotFound {
+		if strings.Contains(string(body), probesAnswer) {
+			return nil, errProbes
+		}
 		return nil, errMetrics404
 	}
 	if code != http.StatusOK {
@@ -290,7 +324,8 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 		in.metrics, err = r.scrape(ctx, in.url)
 		in.metricsAt = time.Now()
 		if err != nil {
-			in.metrics404 = errors.Is(err, errMetrics404)
+			in.probes = errors.Is(err, errProbes)
+			in.metrics404 = in.probes || errors.Is(err, errMetrics404)
 			in.err = runOver(ctx, fmt.Errorf("GET /metrics: %v", err))
 		} else {
 			in.metricsURL = in.url

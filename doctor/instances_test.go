@@ -32,6 +32,7 @@ import (
 type instance struct {
 	url      string
 	adminURL string // the admin listener (server.AdminHandler): /metrics, no /readyz
+	probeURL string // the probes' listener (server.HealthHandler): /readyz, no /metrics
 	reloader *config.Reloader
 	reg      *prometheus.Registry
 }
@@ -133,7 +134,9 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	}
 	as := httptest.NewServer(srv.AdminHandler())
 	t.Cleanup(as.Close)
-	return &instance{url: url, adminURL: as.URL, reloader: rl, reg: reg}
+	ps := httptest.NewServer(srv.HealthHandler())
+	t.Cleanup(ps.Close)
+	return &instance{url: url, adminURL: as.URL, probeURL: ps.URL, reloader: rl, reg: reg}
 }
 
 // serveTLS serves srv (with its engine) on a TLS listener configured as
@@ -371,6 +374,36 @@ func TestMetricsAdminOnlyWithAdminURL(t *testing.T) {
 		t.Errorf("fix %q does not name the admin address", c.Fix)
 	}
 }
+
+// TestProbesAddressGiven: an instance's probes' address (serve
+// --health-addr) given as the instance answers its /readyz but serves no
+// /metrics. Doctor says which address it is and to give the main one; it
+// told a walk the instance ran with --metrics-admin-only (it did not) and
+// to give its admin address.
+func TestProbesAddressGiven(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "pa", testConfig)
+	a := startInstance(t, client, "pa", instanceOptions{doc: testConfig, discipline: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "pa",
+		Instances: []string{a.probeURL}, RateWindow: -1})
+	want(t, rep, doctor.GroupInstances, "ready", doctor.Pass, "1 instance ready")
+	c := want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, a.probeURL+": GET /metrics: status 404: this is the instance's probes' address (serve --health-addr)")
+	if !strings.Contains(c.Fix, a.probeURL+" is an instance's probes' address") || !strings.Contains(c.Fix, "main address (--addr) instead") {
+		t.Errorf("fix %q does not say to give the main address instead of the probes' one", c.Fix)
+	}
+	for _, ch := range rep.Checks {
+		for _, e := range append(ch.Evidence, ch.Fix) {
+			if strings.Contains(e, metricsAdminOnlyText) {
+				t.Errorf("%s/%s blames --metrics-admin-only for a probes' address: %q", ch.Group, ch.Name, e)
+			}
+		}
+	}
+}
+
+// metricsAdminOnlyText is in doctor's advice for an instance run with
+// --metrics-admin-only.
+const metricsAdminOnlyText = "an instance run with --metrics-admin-only serves /metrics"
 
 // TestInstanceInMemoryFails: an instance that runs in memory (serve
 // without --redis) among a Redis deployment's is ready, but decides

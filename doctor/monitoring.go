@@ -325,7 +325,7 @@ func (r *run) alertScope(c *Check) func(instance string) bool {
 		if in.metricsURL == "" && in.metrics404 {
 			if u, err := url.Parse(in.url); err == nil {
 				hosts[u.Hostname()] = true
-				c.Evidence = append(c.Evidence, in.url+": serves no /metrics (--metrics-admin-only) and its admin address was not given: alerts of any instance on "+u.Hostname()+" are counted as its")
+				c.Evidence = append(c.Evidence, in.url+": serves no /metrics ("+in.noMetricsWhy()+") and its admin address was not given: alerts of any instance on "+u.Hostname()+" are counted as its")
 			}
 		}
 	}
@@ -356,7 +356,7 @@ func (r *run) scrapeTargets(c *Check) []string {
 		case in.metricsURL != "":
 			out = append(out, in.metricsURL)
 		case in.metrics404:
-			c.Evidence = append(c.Evidence, in.url+": serves no /metrics (--metrics-admin-only): its admin address, the scrape target, was not given, so whether Prometheus scrapes it is not checked")
+			c.Evidence = append(c.Evidence, in.url+": serves no /metrics ("+in.noMetricsWhy()+"): the address Prometheus scrapes was not given, so whether it scrapes the instance is not checked")
 		default:
 			out = append(out, in.url)
 		}
