@@ -136,7 +136,9 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, identity string) (Result,
 }
 
 // Peek reports identity's current standing under p without consuming
-// anything (a decision of cost 0).
+// anything (a decision of cost 0): whether a request of cost 1 would be
+// admitted now and, under a GCRA policy with MaxDelay, the Delay it would
+// be told to wait, or else its RetryAfter.
 func (l *Limiter) Peek(ctx context.Context, p Policy, identity string) (Result, error) {
 	return l.AllowN(ctx, p, identity, 0)
 }
@@ -157,12 +159,14 @@ func (l *Limiter) AllowN(ctx context.Context, p Policy, identity string, cost in
 // policy with MaxDelay: traffic shaping) sleeps through that delay before
 // returning, so the caller can act at once. A denied request is returned
 // at once, without waiting (its RetryAfter says how long to wait before
-// asking again). If ctx ends during the sleep, Wait returns the result
-// with ctx's error: the request was admitted and its cost consumed, but
-// its slot has not come yet.
+// asking again), and so is a peek (cost 0): it consumed nothing, so there
+// is nothing to wait for, and its Delay is what a request of cost 1 would
+// wait. If ctx ends during the sleep, Wait returns the result with ctx's
+// error: the request was admitted and its cost consumed, but its slot has
+// not come yet.
 func (l *Limiter) Wait(ctx context.Context, p Policy, identity string, cost int64) (Result, error) {
 	r, err := l.AllowN(ctx, p, identity, cost)
-	if err != nil || !r.Allowed || r.Delay <= 0 {
+	if err != nil || !r.Allowed || r.Delay <= 0 || cost == 0 {
 		return r, err
 	}
 	t := time.NewTimer(r.Delay)

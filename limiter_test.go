@@ -209,3 +209,51 @@ func TestWaitSleepsThroughTheDelay(t *testing.T) {
 		t.Fatalf("cancelled: %+v %v", r, err)
 	}
 }
+
+// TestPeekReportsTheShapingDelay: a peek under a GCRA policy with
+// MaxDelay reports the Delay a request of cost 1 would get now (it
+// reported 0 while the next check waited), and Wait does not sleep
+// through a peek's Delay: nothing was consumed.
+func TestPeekReportsTheShapingDelay(t *testing.T) {
+	store, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	lim, err := floodgate.New(store, floodgate.Options{Clock: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One unit per 400ms, bursts of 5, up to 1s of shaping.
+	p := floodgate.Must(floodgate.NewGCRA("peekdelay", 5, 2*time.Second, 5))
+	p.MaxDelay = time.Second
+	ctx := context.Background()
+	if r, err := lim.AllowN(ctx, p, "u", 5); err != nil || !r.Allowed || r.Delay != 0 {
+		t.Fatalf("burst: %+v %v", r, err)
+	}
+	peek, err := lim.Peek(ctx, p, "u")
+	if err != nil || !peek.Allowed || peek.Remaining != 0 {
+		t.Fatalf("peek: %+v %v", peek, err)
+	}
+	r, err := lim.AllowN(ctx, p, "u", 1)
+	if err != nil || !r.Allowed {
+		t.Fatalf("check: %+v %v", r, err)
+	}
+	if got, want := peek.Delay, 400*time.Millisecond; got != want || r.Delay != want {
+		t.Errorf("peek's Delay %v, the next check's %v; want both %v", got, r.Delay, want)
+	}
+	// Wait on a peek returns at once: with one unit an hour shaped up to
+	// 2h, a peek after the first unit reports an hour's Delay, which a
+	// sleeping Wait would end by the context's deadline.
+	q := floodgate.Must(floodgate.NewGCRA("peekwait", 1, time.Hour, 1))
+	q.MaxDelay = 2 * time.Hour
+	if _, err := lim.AllowN(ctx, q, "v", 1); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	waited, err := lim.Wait(wctx, q, "v", 0)
+	if err != nil || !waited.Allowed || waited.Delay != time.Hour {
+		t.Fatalf("Wait(cost 0): %+v %v, want admitted with Delay 1h, at once", waited, err)
+	}
+}

@@ -66,7 +66,8 @@ type Result struct {
 	RetryAfter time.Duration
 	// Delay is, for an allowed GCRA request with MaxDelay set, how long the
 	// caller should wait before acting on it so that the output rate is
-	// smooth (e.g. 40ms); zero otherwise.
+	// smooth (e.g. 40ms); for a peek, the Delay a request of cost 1 would
+	// get now; zero otherwise.
 	Delay time.Duration
 	// Reason says why the request was denied; ReasonNone when allowed.
 	Reason Reason

@@ -274,8 +274,12 @@ func stepGCRA(o *Transition, p *floodgate.Policy, s *State, now, cost int64) ste
 	case cost > (tol+maxDelay)/iv:
 		r.reason = floodgate.ReasonCostExceedsLimit
 	case cost == 0:
+		// A peek reports what a request of cost 1 would get now: admitted
+		// with the delay it would be told to wait, or its retry.
 		r.allowed = tat+iv-now <= tol+maxDelay
-		if !r.allowed {
+		if r.allowed {
+			r.delay = max(tat+iv-now-tol, 0)
+		} else {
 			r.reason = floodgate.ReasonLimited
 			r.retry = tat + iv - now - tol - maxDelay
 		}

@@ -42,7 +42,9 @@ type CheckRequest struct {
 }
 
 // PeekRequest is the body of POST /v1/peek: a check that consumes nothing.
-// Its answer is the identity's standing only when not Degraded: a
+// Its answer says whether a check of cost 1 would be admitted now and, on
+// a GCRA layer with max_delay, the delay_ms it would be told to wait.
+// It is the identity's standing only when not Degraded: a
 // degraded peek (Redis slow or down) reports what the policy's failure
 // mode would decide, e.g. a fresh identity in open mode, whatever Redis
 // holds.

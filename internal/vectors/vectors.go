@@ -174,11 +174,17 @@ func All() []Case {
 			Name:   "gcra_shaping",
 			Policy: floodgate.Policy{Name: "v-shape", Algorithm: floodgate.GCRA, Limit: 10, Window: s, Burst: 1, MaxDelay: 250 * ms},
 			Steps: []Step{
+				{Name: "fresh (peek): no delay", At: 0, Cost: 0, Allowed: true, Remaining: 1, ResetAt: 0},
 				{Name: "conforms", At: 0, Cost: 1, Allowed: true, Remaining: 0, ResetAt: 100 * ms},
+				// A peek reports the delay a request of cost 1 would get.
+				{Name: "peek: the next waits 100ms", At: 0, Cost: 0, Allowed: true, Remaining: 0, ResetAt: 100 * ms, Delay: 100 * ms},
 				{Name: "delayed 100ms", At: 0, Cost: 1, Allowed: true, Remaining: 0, ResetAt: 200 * ms, Delay: 100 * ms},
 				{Name: "delayed 200ms", At: 0, Cost: 1, Allowed: true, Remaining: 0, ResetAt: 300 * ms, Delay: 200 * ms},
+				{Name: "peek beyond max delay", At: 0, Cost: 0, Remaining: 0, RetryAfter: 50 * ms, ResetAt: 300 * ms, Reason: limited},
 				{Name: "beyond max delay", At: 0, Cost: 1, Remaining: 0, RetryAfter: 50 * ms, ResetAt: 300 * ms, Reason: limited},
 				{Name: "cost beyond burst+delay", At: 0, Cost: 4, Remaining: 0, ResetAt: 300 * ms, Reason: exceeds},
+				{Name: "peek later: the next waits 50ms", At: 250 * ms, Cost: 0, Allowed: true, Remaining: 0, ResetAt: 300 * ms, Delay: 50 * ms},
+				{Name: "delayed 50ms", At: 250 * ms, Cost: 1, Allowed: true, Remaining: 0, ResetAt: 400 * ms, Delay: 50 * ms},
 			},
 		},
 		{

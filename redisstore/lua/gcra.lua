@@ -81,10 +81,14 @@
     local most = tol + md -- with the shaping allowance
     if cost > (most - fmod(most, iv)) / iv then
       reason = 2
-    elseif cost == 0 then
+    elseif cost == 0 then -- a peek: what a cost of 1 would get now
       ok = tat + iv - now <= most
       if ok then
         reason = 0
+        delay = tat + iv - now - tol
+        if delay < 0 then
+          delay = 0
+        end
       else
         retry = tat + iv - now - most
       end
