@@ -143,7 +143,12 @@ const (
 type Policy struct {
 	// Name namespaces the policy's keys, so two policies never share state.
 	// 1 to 64 characters from [A-Za-z0-9_.-]. Changing a policy's limits
-	// while keeping its Name keeps the identities' current state.
+	// while keeping its Name keeps the identities' current state, which
+	// the count algorithms hold as counts (a lower Limit applies to what
+	// was used), TokenBucket as the tokens left (capped at the new Burst:
+	// a lower limit does not apply to what was used) and GCRA as a time
+	// (what was used counts as that time in the new Window/Limit
+	// intervals); docs/configuration.md works through examples.
 	Name string
 	// Algorithm selects how requests are counted.
 	Algorithm Algorithm
@@ -163,7 +168,12 @@ type Policy struct {
 	Burst int64
 	// MaxDelay, for GCRA only, admits a request that would conform within
 	// MaxDelay and reports in Result.Delay how long to wait before acting on
-	// it (shaping instead of denying). Zero disables shaping.
+	// it (shaping instead of denying). Zero disables shaping. It admits
+	// requests beyond Burst at once, each with its Delay, up to Burst +
+	// MaxDelay/(Window/Limit) units (see Capacity): e.g. 5 per 2s, Burst 5,
+	// MaxDelay 1s admits a cost of 7 with a Delay of 800ms. That is
+	// shaping, not over-admission, when callers wait out the Delay (Wait
+	// does).
 	MaxDelay time.Duration
 }
 

@@ -46,3 +46,58 @@ func TestFreshRemainingEqualsLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyChangeKeepsState pins what docs/configuration.md says a
+// change of limit, burst or window does to an identity's state, per
+// algorithm: counts keep what was used, a token bucket keeps its tokens
+// left (capped at the new burst), and GCRA keeps its time, read in the
+// new interval. Each row spends under one policy, then counts what a
+// peek reports and how many units of cost 1 pass at once under another.
+func TestPolicyChangeKeepsState(t *testing.T) {
+	const h = time.Hour
+	pol := func(a floodgate.Algorithm, limit int64, window time.Duration, burst int64) floodgate.Policy {
+		return floodgate.Must(floodgate.Policy{Name: "change", Algorithm: a, Limit: limit, Window: window, Burst: burst}, nil)
+	}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixMicro()
+	for _, c := range []struct {
+		name     string
+		old, new floodgate.Policy
+		spent    int64
+		want     int64
+	}{
+		{"sliding_window limit 400 to 150", pol(floodgate.SlidingWindow, 400, 100*h, 0), pol(floodgate.SlidingWindow, 150, 100*h, 0), 200, 0},
+		{"sliding_window limit 400 to 800", pol(floodgate.SlidingWindow, 400, 100*h, 0), pol(floodgate.SlidingWindow, 800, 100*h, 0), 200, 600},
+		{"token_bucket limit 400 to 150", pol(floodgate.TokenBucket, 400, 100*h, 0), pol(floodgate.TokenBucket, 150, 100*h, 0), 200, 150},
+		{"token_bucket limit 400 to 800", pol(floodgate.TokenBucket, 400, 100*h, 0), pol(floodgate.TokenBucket, 800, 100*h, 0), 200, 200},
+		{"token_bucket burst 10 to 3", pol(floodgate.TokenBucket, 100, 100*h, 10), pol(floodgate.TokenBucket, 100, 100*h, 3), 1, 3},
+		{"token_bucket burst 10 to 50", pol(floodgate.TokenBucket, 100, 100*h, 10), pol(floodgate.TokenBucket, 100, 100*h, 50), 10, 0},
+		{"token_bucket window 100h to 200h", pol(floodgate.TokenBucket, 400, 100*h, 0), pol(floodgate.TokenBucket, 400, 200*h, 0), 200, 200},
+		{"gcra limit 400 to 150", pol(floodgate.GCRA, 400, 100*h, 0), pol(floodgate.GCRA, 150, 100*h, 0), 200, 75},
+		{"gcra limit 400 to 800", pol(floodgate.GCRA, 400, 100*h, 0), pol(floodgate.GCRA, 800, 100*h, 0), 200, 400},
+		{"gcra burst 10 to 3", pol(floodgate.GCRA, 100, 100*h, 10), pol(floodgate.GCRA, 100, 100*h, 3), 1, 2},
+		{"gcra burst 10 to 50", pol(floodgate.GCRA, 100, 100*h, 10), pol(floodgate.GCRA, 100, 100*h, 50), 10, 40},
+		{"gcra window 100h to 200h", pol(floodgate.GCRA, 400, 100*h, 0), pol(floodgate.GCRA, 400, 200*h, 0), 200, 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := algo.Step(c.old, algo.State{}, now, c.spent)
+			if !o.Result.Allowed {
+				t.Fatalf("spending %d: %+v", c.spent, o.Result)
+			}
+			s := o.State
+			if got := algo.Step(c.new, s, now, 0).Result.Remaining; got != c.want {
+				t.Errorf("peek after the change: remaining %d, want %d", got, c.want)
+			}
+			var passed int64
+			for ; passed <= c.want; passed++ {
+				o := algo.Step(c.new, s, now, 1)
+				if !o.Result.Allowed {
+					break
+				}
+				s = o.State
+			}
+			if passed != c.want {
+				t.Errorf("after the change %d more passed, want %d", passed, c.want)
+			}
+		})
+	}
+}
