@@ -16,7 +16,7 @@ package memstore
 // place in the shard, and only if it found none evicts the least recently
 // used entry of probation, or of protected when probation is empty. (An
 // expired entry that neither look finds may so outlive a live one-off
-// identity; the periodic sweep reclaims it later.) A flood of
+// identity; the sweeps reclaim it later: see sweep.go.) A flood of
 // identities seen once so only ever evicts other identities seen once:
 // an identity decided twice stays tracked exactly, whatever the flood's
 // size, until identities decided more recently and more than once fill
@@ -126,6 +126,7 @@ func (sh *shard) insert(key string, e *entry) {
 	e.key = key
 	e.seg = segProbation
 	sh.entries[key] = e
+	sh.peak = max(sh.peak, len(sh.entries))
 	sh.probation.pushFront(e)
 }
 

@@ -9,3 +9,20 @@ func (s *Store) ShardCaps() (caps []int, least int) {
 	}
 	return caps, least
 }
+
+// Peaks returns the most entries each shard's map has held since it was
+// made.
+func (s *Store) Peaks() []int {
+	var p []int
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		p = append(p, sh.peak)
+		sh.mu.Unlock()
+	}
+	return p
+}
+
+// Sweeping reports whether the background sweep's timer is armed or
+// running.
+func (s *Store) Sweeping() bool { return s.sweeping.Load() }

@@ -12,6 +12,8 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -46,6 +48,15 @@ type Options struct {
 	// fill varying), so the default bound is about 190 MB with 30-byte
 	// keys. Default 1,000,000.
 	MaxKeys int
+	// SweepInterval is how often a Store holding entries visits all of
+	// them to delete the expired ones (see Sweep), so that the memory of
+	// identities no longer in use is given back without traffic. A
+	// sweep costs about 180 ns of CPU per entry visited (0.18 s for a
+	// million live entries on a loaded 2-core machine: 0.6 % of a CPU at
+	// the default), the shards' locks held sweepBatch entries at a time.
+	// Default 30 s; negative turns the background sweep off (Sweep, and
+	// the few expired entries writes reclaim as they go, still work).
+	SweepInterval time.Duration
 }
 
 // Store is an in-memory floodgate.Store. It is safe for concurrent use.
@@ -58,6 +69,13 @@ type Options struct {
 // early, well inside the second of slack every TTL carries
 // (algo.TTLSlack). The timer stops when the Store has not been used
 // for a second, so a Store needs no Close.
+//
+// Expired entries are deleted by a sweep every Options.SweepInterval,
+// run by a timer while the Store holds entries, which stops once it is
+// empty (so it also needs no Close; no goroutine exists between sweeps):
+// memory follows the live identities, up to an interval late. An
+// abandoned Store is so kept from the garbage collector until its last
+// entry has expired.
 //
 // At its bound (Options.MaxKeys) the Store evicts rather than refuses: a
 // new identity replaces an expired entry if one is found, else the least
@@ -73,6 +91,10 @@ type Store struct {
 	seed   maphash.Seed
 	shards []shard
 	clock  *monoclock.Clock
+
+	sweepInterval time.Duration
+	sweeping      atomic.Bool // the background sweep's timer is armed or running
+	sweepMu       sync.Mutex  // one Sweep at a time
 }
 
 type shard struct {
@@ -83,6 +105,7 @@ type shard struct {
 	protCap   int    // entries the protected list may hold
 	lazy      uint32 // pushes before a protected entry is moved again (see touch)
 	entries   map[string]*entry
+	peak      int  // the most entries since entries was made (see Sweep)
 	probation list // see evict.go
 	protected list
 	evictions uint64
@@ -116,15 +139,19 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = 1_000_000
 	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = defaultSweepInterval
+	}
 	// A shard of a few identities would have no protected part (four
 	// fifths of one is none): a small store gets fewer, larger shards.
 	limit := 1 << (bits.Len(uint(max(1, opts.MaxKeys/minShare))) - 1) // a power of two, as shard counts are
 	opts.Shards = min(opts.Shards, limit)
 	caps := shardmap.Split(opts.Shards, opts.MaxKeys)
 	s := &Store{
-		seed:   maphash.MakeSeed(),
-		shards: make([]shard, len(caps)),
-		clock:  monoclock.New(),
+		seed:          maphash.MakeSeed(),
+		shards:        make([]shard, len(caps)),
+		clock:         monoclock.New(),
+		sweepInterval: opts.SweepInterval,
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -154,7 +181,8 @@ func (s *Store) Evictions() uint64 {
 }
 
 // Len returns the number of identities currently stored, expired ones not
-// yet reclaimed included.
+// yet reclaimed included (the sweep deletes them within
+// Options.SweepInterval).
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
@@ -263,6 +291,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 				sh.makeRoom(mono, ents[:len(layers)])
 				e = &entry{}
 				sh.insert(strings.Clone(l.Key), e)
+				s.armSweeper()
 			}
 			ents[i] = e
 		}
@@ -305,6 +334,7 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 		sh.makeRoom(mono, nil)
 		e = &entry{}
 		sh.insert(strings.Clone(l.Key), e) // see Decide
+		s.armSweeper()
 	}
 	e.state = compact(o.State)
 	e.expires = mono + o.TTL
@@ -316,8 +346,7 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 var zeroState algo.State
 
 // wrote counts a write and, every sweepEvery writes, reclaims a few
-// expired entries, so memory follows the live identities without a
-// background goroutine.
+// expired entries of a busy shard between the background sweeps.
 func (sh *shard) wrote(mono int64) {
 	sh.writes++
 	if sh.writes%sweepEvery == 0 {
