@@ -98,6 +98,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	if _, err := server.New(lim, h, server.Options{Registerer: sreg}); err != nil {
 		t.Fatal(err)
 	}
+	// serve's in-memory stores.
+	if err := metrics.RegisterMemoryStore(reg, "ratelimit", 1_000_000, ms.Len); err != nil {
+		t.Fatal(err)
+	}
 	// serve with --tls-cert-file.
 	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
 		t.Fatal(err)

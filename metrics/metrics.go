@@ -301,3 +301,35 @@ func RegisterTLSExpiry(reg prometheus.Registerer, notAfter func() time.Time) err
 		Help: "When the TLS certificate served on the listeners (--tls-cert-file, reloaded when it changes) expires, in Unix seconds.",
 	}, func() float64 { return float64(notAfter().Unix()) }))
 }
+
+// MemoryStoreMetric is the name of the gauge of a store's entries that
+// RegisterMemoryStore registers; MemoryStoreMaxMetric that of its bound.
+const (
+	MemoryStoreMetric    = "floodgate_memory_store_entries"
+	MemoryStoreMaxMetric = "floodgate_memory_store_entries_max"
+)
+
+// RegisterMemoryStore registers on reg, labelled store, two gauges of an
+// in-memory store of floodgate serve: the entries it holds, read from held
+// at each scrape, and the most it may hold, most. Stores are ratelimit
+// (the memstore of memory mode or of the local fallback, which evicts at
+// its bound) and, in memory mode, quota_periods, quota_records and leases
+// (which refuse).
+func RegisterMemoryStore(reg prometheus.Registerer, store string, most int, held func() int) error {
+	if reg == nil || store == "" || held == nil {
+		return fmt.Errorf("%w: RegisterMemoryStore needs a registerer, a store name and a held function", ErrInvalidOptions)
+	}
+	labels := prometheus.Labels{"store": store}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        MemoryStoreMetric,
+		Help:        "Entries the in-memory stores hold, by store: ratelimit (rate limit identities, in memory mode or the local fallback; at floodgate_memory_store_entries_max it evicts, see floodgate_memstore_evictions_total) and, in memory mode, quota_periods, quota_records (reservations and settlement outcomes), leases (at the max, operations needing one more answer 503). Expired entries not yet swept included.",
+		ConstLabels: labels,
+	}, func() float64 { return float64(held()) })); err != nil {
+		return err
+	}
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        MemoryStoreMaxMetric,
+		Help:        "The most entries each in-memory store holds: --memory-max-keys (ratelimit), --memory-max-quota-periods, --memory-max-quota-records, --memory-max-leases.",
+		ConstLabels: labels,
+	}, func() float64 { return float64(most) }))
+}

@@ -204,3 +204,40 @@ func TestNewRejects(t *testing.T) {
 		t.Fatalf("failed New changed the registry: %d series, then %d", before, after)
 	}
 }
+
+// TestRegisterMemoryStore: each store's entries (read at the scrape) and
+// bound are exported under its store label, the rate limit store's too.
+func TestRegisterMemoryStore(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	held := 3
+	for _, s := range []struct {
+		name string
+		most int
+	}{{"ratelimit", 640}, {"leases", 100}} {
+		if err := metrics.RegisterMemoryStore(reg, s.name, s.most, func() int { return held }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = 7
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`floodgate_memory_store_entries{store="ratelimit"} 7`,
+		`floodgate_memory_store_entries_max{store="ratelimit"} 640`,
+		`floodgate_memory_store_entries{store="leases"} 7`,
+		`floodgate_memory_store_entries_max{store="leases"} 100`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("no %s in:\n%s", want, body)
+		}
+	}
+	if err := metrics.RegisterMemoryStore(reg, "", 1, func() int { return 0 }); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("no store name: %v, want ErrInvalidOptions", err)
+	}
+}

@@ -93,6 +93,14 @@ func TestServeMemoryMaxKeysEvicts(t *testing.T) {
 	if v := metricValue(t, svc.url, "floodgate_memstore_evictions_total"); v < 1000 {
 		t.Fatalf("floodgate_memstore_evictions_total %v, want thousands", v)
 	}
+	// How full the store is (absent before: only the quota and lease
+	// stores had it). A login decision has two layers, which may take a
+	// full shard one past its share.
+	held := metricValue(t, svc.url, `floodgate_memory_store_entries{store="ratelimit"}`)
+	most := metricValue(t, svc.url, `floodgate_memory_store_entries_max{store="ratelimit"}`)
+	if most != 640 || held < 600 || held > 640+64 {
+		t.Fatalf("ratelimit store: %v held of %v on /metrics, want about 640 of 640", held, most)
+	}
 	if code, out := runCLI(t, "serve", "--memory-max-keys", "0"); code == 0 || !strings.Contains(out, "--memory-max-keys 0") {
 		t.Fatalf("--memory-max-keys 0: exit %d: %s", code, out)
 	}

@@ -201,32 +201,25 @@ const (
 	leaseBytes             = 250
 )
 
-// registerMemoryBounds registers, in memory mode, what the stores of
-// quotas and leases hold and the most they may (their flags), by store:
-// quota_periods, quota_records, leases.
+// registerMemoryBounds registers what the in-memory stores hold and the
+// most they may (their flags), by store: ratelimit (the memstore of
+// memory mode or of the local fallback, in both modes) and, in memory
+// mode, quota_periods, quota_records, leases.
 func registerMemoryBounds(reg prometheus.Registerer, f serveFlags, b *backend) error {
-	for _, s := range []struct {
+	type bound struct {
 		store string
 		max   int
 		held  func() int
-	}{
-		{"quota_periods", f.memoryMaxPeriods, func() int { n, _ := b.memQuotas.Len(); return n }},
-		{"quota_records", f.memoryMaxRecords, func() int { _, n := b.memQuotas.Len(); return n }},
-		{"leases", f.memoryMaxLeases, b.memLeases.Len},
-	} {
-		labels := prometheus.Labels{"store": s.store}
-		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "floodgate_memory_store_entries",
-			Help:        "Entries the in-memory stores of memory mode hold for quotas and concurrency limits, by store: quota_periods, quota_records (reservations and settlement outcomes), leases. Past floodgate_memory_store_entries_max, operations needing one more answer 503.",
-			ConstLabels: labels,
-		}, func() float64 { return float64(s.held()) })); err != nil {
-			return err
-		}
-		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "floodgate_memory_store_entries_max",
-			Help:        "The most entries each in-memory store of memory mode holds: --memory-max-quota-periods, --memory-max-quota-records, --memory-max-leases.",
-			ConstLabels: labels,
-		}, func() float64 { return float64(s.max) })); err != nil {
+	}
+	bounds := []bound{{"ratelimit", f.memoryMaxKeys, b.local.Len}}
+	if b.memQuotas != nil {
+		bounds = append(bounds,
+			bound{"quota_periods", f.memoryMaxPeriods, func() int { n, _ := b.memQuotas.Len(); return n }},
+			bound{"quota_records", f.memoryMaxRecords, func() int { _, n := b.memQuotas.Len(); return n }},
+			bound{"leases", f.memoryMaxLeases, b.memLeases.Len})
+	}
+	for _, s := range bounds {
+		if err := metrics.RegisterMemoryStore(reg, s.store, s.max, s.held); err != nil {
 			return err
 		}
 	}
@@ -607,10 +600,8 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}, func() float64 { return float64(b.local.Evictions()) })); err != nil {
 		return err
 	}
-	if b.memQuotas != nil {
-		if err := registerMemoryBounds(reg, f, b); err != nil {
-			return err
-		}
+	if err := registerMemoryBounds(reg, f, b); err != nil {
+		return err
 	}
 	if b.fb != nil {
 		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
