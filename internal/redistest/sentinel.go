@@ -44,6 +44,8 @@ type Sentinel struct {
 	// SentinelTLSAddrs are their TLS addresses (StartSentinelTLS), in the
 	// same order; empty strings otherwise.
 	SentinelTLSAddrs []string
+	// pass is the sentinels' password once RequirePass has set one.
+	pass string
 }
 
 // StartSentinel starts a primary, a replica and three sentinels, and waits
@@ -226,7 +228,9 @@ func (s *Sentinel) waitSentinelsReady(ctx context.Context) error {
 func (s *Sentinel) eachSentinel(ctx context.Context, check func(context.Context, *redis.SentinelClient) error) error {
 	clients := make([]*redis.SentinelClient, len(s.SentinelAddrs))
 	for i, addr := range s.SentinelAddrs {
-		clients[i] = adminSentinel(addr)
+		o := adminOptions(addr)
+		o.Password = s.pass
+		clients[i] = redis.NewSentinelClient(o)
 		defer clients[i].Close()
 	}
 	return poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
@@ -356,6 +360,14 @@ func (s *Sentinel) RequirePass(t testing.TB, pw string) {
 		if err := step(); err != nil {
 			t.Fatalf("redistest: requiring a password: %v%s", err, s.logTails())
 		}
+	}
+	// The sentinels lose their links to the nodes when those start asking
+	// for the password, and see the primary disconnected and the replica
+	// down until they have linked again with auth-pass: a test reading
+	// them at once saw "0 replicas up".
+	s.pass = pw
+	if err := s.waitSentinelsReady(ctx); err != nil {
+		t.Fatalf("redistest: sentinels not settled after requiring a password: %v%s", err, s.logTails())
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), sentinelTimeout)
