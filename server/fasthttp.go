@@ -74,6 +74,12 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		Logger:                       s.serverLog(),
 		ConnState:                    conns.track,
 	}
+	if hook := s.opts.ConnState; hook != nil {
+		fs.ConnState = func(c net.Conn, st fasthttp.ConnState) {
+			conns.track(c, st)
+			hook(c, netHTTPState(st))
+		}
+	}
 	// fasthttp's shutdown closes the listeners its Serve has registered
 	// and returns at once when there are none: a shutdown that came
 	// before the serving goroutine reached fs.Serve (a context that ended
@@ -401,6 +407,21 @@ var (
 		return b
 	}()
 )
+
+// netHTTPState returns net/http's name of fasthttp's connection state st.
+func netHTTPState(st fasthttp.ConnState) http.ConnState {
+	switch st {
+	case fasthttp.StateNew:
+		return http.StateNew
+	case fasthttp.StateActive:
+		return http.StateActive
+	case fasthttp.StateIdle:
+		return http.StateIdle
+	case fasthttp.StateHijacked:
+		return http.StateHijacked
+	}
+	return http.StateClosed
+}
 
 // connSet tracks a fasthttp server's open connections, so that they can
 // be closed after the drain timeout (fasthttp's shutdown leaves them).

@@ -207,6 +207,12 @@ type Options struct {
 	// HTTPEngine is the HTTP server Serve runs (ParseHTTPEngine). Default
 	// NetHTTP.
 	HTTPEngine HTTPEngine
+	// ConnState, when set, is called as Serve's connections change state,
+	// as http.Server.ConnState is, on either engine (fasthttp's states
+	// given as net/http's): floodgate serve passes the Track of the
+	// connection limit its listener is wrapped in (internal/connlimit),
+	// which closes the connection idle longest to make room. Default nil.
+	ConnState func(net.Conn, http.ConnState)
 	// ConcurrencyStore keeps the leases of the configuration's
 	// concurrency limits, under the limiter's key prefix: a
 	// concurrency.RedisStore on the limiter's Redis, so that every
@@ -518,6 +524,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          s.serverLog(),
+		ConnState:         s.opts.ConnState,
 	}
 	return s.serveAndDrain(ctx, func() error { return hs.Serve(ln) }, hs.Shutdown, func() { _ = hs.Close() })
 }

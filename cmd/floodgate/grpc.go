@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
+	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/server"
@@ -61,8 +62,9 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // logs the decisions that failed (floodgate_decision_errors_total, the
 // "decision failed" log line), as it does its own, and counts the calls
 // refused (floodgate_grpc_rejected_total); decided counts the
-// decisions (see countGRPCDecision).
-func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, log *slog.Logger) (stop func(), err error) {
+// decisions (see countGRPCDecision). Its connections take places in
+// conns, the budget --addr's share (nil: none).
+func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, conns *connlimit.Limit, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
 	}
@@ -89,6 +91,14 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	ln, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-addr: %w", err)
+	}
+	if conns != nil {
+		// gRPC tells no idle connections (its own close after 5 idle
+		// minutes, rlswire.ServerOptions): they are never closed to make
+		// room. Wrapped, the connection is no *net.TCPConn, and grpc-go
+		// sets no TCP_USER_TIMEOUT on it (keepalive pings still find a
+		// dead peer).
+		ln = conns.Listener(ln, "grpc")
 	}
 	gs := grpc.NewServer(gopts...)
 	svc.Register(gs)

@@ -498,6 +498,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:9091", "--envoy-config", "edge.yaml", "--health-addr", ":9091"}, "--health-addr :9091 is the address of --grpc-addr (127.0.0.1:9091)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:9090", "--health-addr", "127.0.0.1:9090"}, "--health-addr 127.0.0.1:9090 is the address of --admin-addr (0.0.0.0:9090)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-stream-workers", "-1"}, "--grpc-stream-workers -1: want 0..16384"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--max-connections", "-1"}, "--max-connections -1: want 0 (derived from the file descriptor limit) or more"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--trusted-origin", "https://app.example.com/"}, `--trusted-origin: server: invalid trusted origin "https://app.example.com/": an origin has no path`},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--trusted-origin", "app.example.com"}, `--trusted-origin: server: invalid trusted origin "app.example.com": want scheme://host[:port]`},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--allowed-host", ""}, `--allowed-host: server: invalid allowed host "": empty: give a host name, e.g. floodgate.example.com`},

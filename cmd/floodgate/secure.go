@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/tlsreload"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -148,8 +149,9 @@ func (s *securityFlags) serverTLS() (*tls.Config, error) {
 }
 
 // listen listens on addr (flag names it in errors), with TLS when
-// configured.
-func (s *securityFlags) listen(addr, flag string) (net.Listener, error) {
+// configured, its connections counted in conns (nil: not counted) under
+// the TLS.
+func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit) (net.Listener, error) {
 	tc, err := s.serverTLS()
 	if err != nil {
 		return nil, err
@@ -157,6 +159,9 @@ func (s *securityFlags) listen(addr, flag string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	if conns != nil {
+		ln = conns.Listener(ln, "http")
 	}
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)
@@ -336,7 +341,7 @@ func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *
 	if s.adminAddr == "" {
 		return func() {}, nil
 	}
-	ln, err := s.listen(s.adminAddr, "--admin-addr")
+	ln, err := s.listen(s.adminAddr, "--admin-addr", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -76,6 +77,7 @@ type serveFlags struct {
 	memoryMaxRecords int // quota reservations and outcomes, memory mode
 	memoryMaxLeases  int // concurrency leases, memory mode
 	gcFloorMiB       int
+	maxConns         int
 	sec              securityFlags
 	tokenFromFlag    bool
 	waitTimeoutSet   bool // --redis-wait-timeout given
@@ -168,6 +170,7 @@ over plain HTTP on an address of its own for them.`,
 	_ = fl.MarkHidden("clock-offset")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes) (0: the default)")
+	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together; at it, a new connection closes the keep-alive connection idle longest, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard (its loginguard.NewRedis prefix)")
@@ -504,6 +507,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err := checkDurations(&f); err != nil {
 		return err
 	}
+	if f.maxConns < 0 {
+		return fmt.Errorf("--max-connections %d: want 0 (derived from the file descriptor limit) or more", f.maxConns)
+	}
 	if f.decisionTimeout == 0 {
 		// The HTTP API (server.Options) takes 0 as its default; the gRPC
 		// API (envoyrls.Options.Timeout) would take it as no bound.
@@ -657,6 +663,13 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		opts.ServesDegraded = true
 	}
 	f.sec.serverOptions(&opts)
+	conns, err := connLimit(f, reg, log)
+	if err != nil {
+		return err
+	}
+	if conns != nil {
+		opts.ConnState = conns.Track
+	}
 	if opts.LoginGuard, err = loginGuard(f, b, log); err != nil {
 		return err
 	}
@@ -681,7 +694,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if _, err := f.sec.serverTLS(); err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, srv, m, envoy, log)
+	stopGRPC, err := startGRPC(f, lim, srv, m, envoy, conns, log)
 	if err != nil {
 		return err
 	}
@@ -695,7 +708,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		}
 	}()
 	defer stopGRPC()
-	ln, err := f.sec.listen(f.addr, "--addr")
+	ln, err := f.sec.listen(f.addr, "--addr", conns)
 	if err != nil {
 		return err
 	}
@@ -784,10 +797,31 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 
 	log.Info("floodgate listening", "addr", ln.Addr().String(), "http_server", engine, "store", b.describe, "config", cfg.Source(),
 		"version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
-		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "")
+		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max())
 	err = srv.Serve(ctx, ln)
 	log.Info("floodgate stopped", "error", err)
 	return err
+}
+
+// connLimit returns the budget of connections --addr and --grpc-addr
+// share: --max-connections, or by default connlimit.Default of the file
+// descriptor limit; nil when neither is known (a system without the
+// limit). A --max-connections above that default is warned of: it leaves
+// less than the reserve, and a flood of connections can then run Redis's
+// and the admin listener's out of descriptors.
+func connLimit(f serveFlags, reg prometheus.Registerer, log *slog.Logger) (*connlimit.Limit, error) {
+	nofile, known := connlimit.FileLimit()
+	n := f.maxConns
+	switch {
+	case n == 0 && !known:
+		return nil, nil
+	case n == 0:
+		n = connlimit.Default(nofile)
+	case known && n > connlimit.Default(nofile):
+		log.Warn("--max-connections leaves fewer file descriptors than the default reserve: a flood of connections may leave none for Redis and the admin listener",
+			"max_connections", n, "file_limit", nofile, "default", connlimit.Default(nofile))
+	}
+	return connlimit.New(n, reg)
 }
 
 // loginGuard returns the guard whose lockouts the admin API lifts: one with

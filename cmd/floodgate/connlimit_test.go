@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/proctest"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// TestServeIdleFloodLeavesDescriptors runs the binary under a file
+// descriptor limit of 256 (the default connection limit is then 128) and
+// opens 400 connections to --addr that each send one check and then sit
+// idle, as keep-alive clients do: every one is answered (the one idle
+// longest is closed to make room), and afterwards the admin listener, the
+// probes' listener and decisions on Redis (whose pool needs descriptors of
+// its own) still answer. Without the limit the process ran out of
+// descriptors at about 245 connections and no listener accepted any more.
+func TestServeIdleFloodLeavesDescriptors(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to lower the file limit with")
+	}
+	const (
+		nofile = 256
+		flood  = 400
+		limit  = 128 // connlimit.Default(256)
+	)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.Start(t)
+	for _, engine := range []string{"net/http", "fasthttp"} {
+		t.Run(strings.ReplaceAll(engine, "/", ""), func(t *testing.T) {
+			args := []string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), binary(t), "serve",
+				"--addr", "127.0.0.1:0", "--log-format", "json", "--http-server", engine,
+				"--redis", "redis://" + rs.Addr + "/0", "--prefix", fmt.Sprintf("idleflood%d", time.Now().UnixNano()),
+				"--admin-addr", "127.0.0.1:0", "--admin-token-file", tokenFile, "--health-addr", "127.0.0.1:0"}
+			p := proctest.Start(t, exec.Command("sh", args...), "floodgate listening")
+			addr := p.Record("floodgate listening")["addr"]
+			svc := &service{Proc: p, url: "http://" + addr}
+			admin, health := "http://"+svc.addr(t, "floodgate admin listening"), "http://"+svc.addr(t, healthListening)
+
+			const check = `{"policy":"api","identity":{"user":"flood"}}`
+			req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(check), check)
+			conns := make([]net.Conn, 0, flood)
+			t.Cleanup(func() {
+				for _, c := range conns {
+					_ = c.Close()
+				}
+			})
+			for i := range flood {
+				c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+				if err != nil {
+					t.Fatalf("connection %d: %v", i, err)
+				}
+				conns = append(conns, c)
+				// 10 s bounds a hang: a connection never accepted.
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := io.WriteString(c, req); err != nil {
+					t.Fatalf("connection %d: %v", i, err)
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					t.Fatalf("connection %d of %d idle ones, under a file limit of %d: %v\n%s", i, flood, nofile, err, tail(p.Logs()))
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("connection %d: %d", i, resp.StatusCode)
+				}
+			}
+			client := &http.Client{Timeout: 10 * time.Second}
+			for _, u := range []string{admin + "/healthz", health + "/readyz"} {
+				resp, err := client.Get(u)
+				if err != nil {
+					t.Fatalf("GET %s with %d idle connections on --addr: %v", u, flood, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("GET %s with %d idle connections on --addr: %d %s", u, flood, resp.StatusCode, body)
+				}
+			}
+			resp, err := client.Post(svc.url+"/v1/check", "application/json", strings.NewReader(check))
+			if err != nil {
+				t.Fatalf("a check with %d idle connections on --addr: %v", flood, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get(server.DegradedHeader) != "" {
+				t.Fatalf("a check with %d idle connections on --addr: %d, degraded %q; want 200 decided on Redis", flood, resp.StatusCode, resp.Header.Get(server.DegradedHeader))
+			}
+			if got := metricValue(t, admin, "floodgate_connections_max"); got != limit {
+				t.Errorf("floodgate_connections_max %v under a file limit of %d, want %d", got, nofile, limit)
+			}
+			if open := metricValue(t, admin, `floodgate_connections_open{listener="http"}`); open > limit {
+				t.Errorf("floodgate_connections_open %v, above the limit %d", open, limit)
+			}
+			if closed := metricValue(t, admin, "floodgate_connections_idle_closed_total"); closed < flood-limit {
+				t.Errorf("floodgate_connections_idle_closed_total %v, want at least %d", closed, flood-limit)
+			}
+			if strings.Contains(p.Logs(), "too many open files") {
+				t.Errorf("the process ran out of file descriptors:\n%s", tail(p.Logs()))
+			}
+		})
+	}
+}
+
+// tail returns the last 20 lines of logs.
+func tail(logs string) string {
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
+}

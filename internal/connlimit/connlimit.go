@@ -1,0 +1,242 @@
+// Package connlimit caps the connections listeners hold open at once, so
+// that the clients of a public listener cannot use up the process's file
+// descriptors, which its other listeners, its Redis connections and its
+// files need as well: past the file limit every accept fails (EMFILE) and
+// every dial too, on any listener.
+//
+// A Limit is a budget of connections shared by the listeners it wraps
+// (Listener). Accept takes a place in the budget, and the connection gives
+// it back when it is closed. With the budget spent, Accept first closes the
+// connection that has been idle longest (a keep-alive connection between
+// two requests, as Track, the HTTP servers' connection state hook, learns),
+// so that clients with a request are served before idle ones; with none
+// idle, it waits until a connection closes or turns idle, and newcomers
+// wait in the kernel's listen backlog meanwhile (each listener holds the
+// one it accepted, waiting for its place).
+package connlimit
+
+import (
+	"container/list"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Limit is a budget of open connections shared by the listeners it wraps.
+// It is safe for concurrent use.
+type Limit struct {
+	max int
+	sem chan struct{} // one token per connection open
+
+	mu      sync.Mutex
+	idle    map[net.Conn]*list.Element // by the connection a server reports
+	order   list.List                  // of net.Conn, idle longest first
+	waiters int                        // Accepts waiting for a place
+	changed chan struct{}              // closed when a connection turns idle while some wait
+
+	open       *prometheus.GaugeVec
+	idleNow    prometheus.Gauge
+	idleClosed prometheus.Counter
+	waits      prometheus.Counter
+}
+
+// New returns a Limit of max connections open at once (at least 1), whose
+// metrics are registered with reg (nil: not registered):
+// floodgate_connections_max, floodgate_connections_open by listener,
+// floodgate_connections_idle, floodgate_connections_idle_closed_total and
+// floodgate_connections_waits_total.
+func New(max int, reg prometheus.Registerer) (*Limit, error) {
+	if max < 1 {
+		return nil, errors.New("connlimit: the limit must be at least 1")
+	}
+	l := &Limit{
+		max:     max,
+		sem:     make(chan struct{}, max),
+		idle:    make(map[net.Conn]*list.Element),
+		changed: make(chan struct{}),
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_connections_open",
+			Help: "Connections open on the public listeners, by listener (http: --addr, grpc: --grpc-addr); together at most floodgate_connections_max.",
+		}, []string{"listener"}),
+		idleNow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_connections_idle",
+			Help: "Keep-alive connections of the public HTTP listener idle between two requests: the first closed when a new connection needs a place.",
+		}),
+		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_connections_idle_closed_total",
+			Help: "Idle keep-alive connections closed to make room for a new connection, the public listeners being at floodgate_connections_max.",
+		}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_connections_waits_total",
+			Help: "Times a public listener stopped accepting at floodgate_connections_max with no idle connection to close: new connections waited in the listen backlog.",
+		}),
+	}
+	if reg != nil {
+		limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "floodgate_connections_max",
+			Help: "Connections the public listeners (--addr, --grpc-addr) hold open at once at most (--max-connections).",
+		}, func() float64 { return float64(max) })
+		for _, c := range []prometheus.Collector{limit, l.open, l.idleNow, l.idleClosed, l.waits} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return l, nil
+}
+
+// Max returns the most connections l lets be open at once, or 0 when l
+// is nil (no limit).
+func (l *Limit) Max() int {
+	if l == nil {
+		return 0
+	}
+	return l.max
+}
+
+// Listener returns ln whose Accept takes a place in l's budget first,
+// and whose connections give it back when closed. name labels its
+// connections in floodgate_connections_open. Wrap the plain TCP listener,
+// under any TLS, so that the place is given back when the socket closes.
+func (l *Limit) Listener(ln net.Listener, name string) net.Listener {
+	return &listener{Listener: ln, lim: l, open: l.open.WithLabelValues(name), done: make(chan struct{})}
+}
+
+// Track is an http.Server's ConnState hook: it learns which connections
+// are idle, for Accept to close the one idle longest when the budget is
+// spent. c is the connection the server reports (over TLS, the tls.Conn
+// wrapping a connection of Listener).
+func (l *Limit) Track(c net.Conn, st http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.idle[c]; ok {
+		l.order.Remove(e)
+		delete(l.idle, c)
+		l.idleNow.Dec()
+	}
+	if st != http.StateIdle {
+		return
+	}
+	l.idle[c] = l.order.PushBack(c)
+	l.idleNow.Inc()
+	if l.waiters > 0 {
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
+}
+
+// acquire takes a place in the budget, closing the connection idle
+// longest when there is none, and waiting when none is idle either (until
+// a place comes back, or a connection turns idle and is closed), or until
+// done is closed (net.ErrClosed).
+func (l *Limit) acquire(done <-chan struct{}) error {
+	select {
+	case l.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	counted := false
+	l.mu.Lock()
+	l.waiters++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.waiters--
+		l.mu.Unlock()
+	}()
+	for {
+		l.mu.Lock()
+		var victim net.Conn
+		if e := l.order.Front(); e != nil {
+			victim = l.order.Remove(e).(net.Conn)
+			delete(l.idle, victim)
+			l.idleNow.Dec()
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		switch {
+		case victim != nil:
+			l.idleClosed.Inc()
+			// Its place comes back when the socket closes; over TLS the
+			// close first sends an alert, which may wait for the client.
+			go victim.Close()
+		case !counted:
+			l.waits.Inc()
+			counted = true
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return nil
+		case <-changed:
+		case <-done:
+			return net.ErrClosed
+		}
+	}
+}
+
+func (l *Limit) release() { <-l.sem }
+
+// listener is a net.Listener whose connections take places in lim.
+type listener struct {
+	net.Listener
+	lim  *Limit
+	open prometheus.Gauge
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close: ends a waiting Accept
+}
+
+// Accept accepts a connection, then takes a place in the budget for it,
+// closing the connection idle longest or waiting when there is none.
+// Taking the place only once a connection has come (one descriptor more
+// while it waits) keeps idle connections open until someone needs their
+// place: a server calls Accept again as soon as it has a connection.
+func (ln *listener) Accept() (net.Conn, error) {
+	c, err := ln.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if err := ln.lim.acquire(ln.done); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	ln.open.Inc()
+	return &conn{Conn: c, ln: ln}, nil
+}
+
+// Close closes the listener and ends an Accept waiting for a place.
+func (ln *listener) Close() error {
+	ln.closeOnce.Do(func() { close(ln.done) })
+	return ln.Listener.Close()
+}
+
+// conn is a connection holding a place, given back on its first Close.
+type conn struct {
+	net.Conn
+	ln   *listener
+	once sync.Once
+}
+
+// CloseWrite shuts the writing side of a TCP connection, as
+// net.TCPConn's does (fasthttp's lingering close, server/fasthttp.go,
+// looks for it).
+func (c *conn) CloseWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return errors.New("connlimit: the connection has no CloseWrite")
+	}
+	return cw.CloseWrite()
+}
+
+// Close closes the connection and gives its place back.
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.ln.open.Dec()
+		c.ln.lim.release()
+	})
+	return err
+}
