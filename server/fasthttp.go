@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -86,7 +87,9 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 	// as Serve was called) would leave that Serve to start afterwards and
 	// serve for ever. The shutdown therefore waits until fs.Serve accepts
 	// (it registers the listener first) or has returned.
-	sl := &acceptSignal{Listener: ln, accepting: make(chan struct{})}
+	sl := &acceptSignal{Listener: ln, accepting: make(chan struct{}), retrying: func(err error, wait time.Duration) {
+		s.warn.Warn("accept-retry", "accepting a connection failed; retrying", "error", err, "retry_in", wait)
+	}}
 	exited := make(chan struct{})
 	serve := func() error {
 		defer close(exited)
@@ -103,18 +106,30 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 }
 
 // acceptSignal is a listener that closes accepting when Accept is first
-// called.
+// called, and retries an accept that failed for want of file descriptors.
 type acceptSignal struct {
 	net.Listener
 	once      sync.Once
 	accepting chan struct{}
+	retrying  func(err error, wait time.Duration) // told of each retry
 }
 
 // Accept implements net.Listener. Its connections linger on close after
-// an error answer (lingerConn).
+// an error answer (lingerConn). An accept failing for want of file
+// descriptors (EMFILE, ENFILE) is retried after a pause growing from 5 ms
+// to 1 s, as net/http's Serve does: fasthttp's returns on every error but
+// a timeout, and serve then ended, its other listeners with it, as soon as
+// the process ran out of descriptors.
 func (l *acceptSignal) Accept() (net.Conn, error) {
 	l.once.Do(func() { close(l.accepting) })
+	var wait time.Duration
 	c, err := l.Listener.Accept()
+	for err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) {
+		wait = min(max(2*wait, 5*time.Millisecond), time.Second)
+		l.retrying(err, wait)
+		time.Sleep(wait)
+		c, err = l.Listener.Accept()
+	}
 	if err != nil {
 		return nil, err
 	}

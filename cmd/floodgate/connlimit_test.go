@@ -120,3 +120,59 @@ func tail(logs string) string {
 	lines := strings.Split(strings.TrimSpace(logs), "\n")
 	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
+
+// TestServeFasthttpSurvivesNoDescriptors: with --http-server fasthttp and
+// a --max-connections above what the file limit allows, a flood of idle
+// connections runs the process out of descriptors; serve retries its
+// accepts, as on net/http, and answers again once the clients have gone.
+// fasthttp's Serve returned on the first EMFILE, and serve exited.
+func TestServeFasthttpSurvivesNoDescriptors(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to lower the file limit with")
+	}
+	const nofile, flood = 128, 200
+	args := []string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), binary(t), "serve",
+		"--addr", "127.0.0.1:0", "--log-format", "json", "--http-server", "fasthttp", "--max-connections", "100000"}
+	p := proctest.Start(t, exec.Command("sh", args...), "floodgate listening")
+	if _, ok := p.Logged("--max-connections leaves fewer file descriptors than the default reserve: a flood of connections may leave none for Redis and the admin listener"); !ok {
+		t.Errorf("no warning of --max-connections above the default:\n%s", p.Logs())
+	}
+	url := "http://" + p.Record("floodgate listening")["addr"]
+	conns := make([]net.Conn, 0, flood)
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		conns = conns[:0]
+	}
+	t.Cleanup(closeAll)
+	const check = `{"policy":"api","identity":{"user":"flood"}}`
+	req := fmt.Sprintf("POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(check), check)
+	for i := range flood {
+		c, err := net.DialTimeout("tcp", p.Record("floodgate listening")["addr"], 10*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		_, _ = io.WriteString(c, req)
+	}
+	waitUntil(t, "the accepts to fail for want of descriptors", func() bool {
+		_, ok := p.Logged("accepting a connection failed; retrying")
+		return ok
+	})
+	closeAll()
+	select {
+	case <-p.Done():
+		t.Fatalf("serve exited once out of descriptors: %v\n%s", p.Err(), tail(p.Logs()))
+	default:
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	waitUntil(t, "a check answered after the flood", func() bool {
+		resp, err := client.Post(url+"/v1/check", "application/json", strings.NewReader(check))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
