@@ -698,6 +698,15 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	// "floodgate stopped" is logged last, once every listener has
+	// drained and the instance has left the live count: a walk saw it
+	// 10 s before the process ended, gRPC and the probes still served.
+	served, serveErr := false, error(nil)
+	defer func() {
+		if served {
+			log.Info("floodgate stopped", "error", serveErr)
+		}
+	}()
 	// left, once the heartbeat runs, is closed when this instance has
 	// left the live count (see below): waited for last, after the drains
 	// it overlaps.
@@ -798,9 +807,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	log.Info("floodgate listening", "addr", ln.Addr().String(), "http_server", engine, "store", b.describe, "config", cfg.Source(),
 		"version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
 		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max())
-	err = srv.Serve(ctx, ln)
-	log.Info("floodgate stopped", "error", err)
-	return err
+	serveErr = srv.Serve(ctx, ln)
+	served = true
+	return serveErr
 }
 
 // connLimit returns the budget of connections --addr and --grpc-addr

@@ -259,3 +259,43 @@ func TestServeAdminOutlivesSignal(t *testing.T) {
 	}
 	<-s.Done()
 }
+
+// TestServeLogsStoppedLast: "floodgate stopped" is logged once every
+// listener has drained, here the admin listener holding a 3-second delta
+// profile; it was logged as the main listener stopped, while the admin,
+// probes' and gRPC listeners still served (10 s in a walk).
+func TestServeLogsStoppedLast(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, "--admin-token-file", tokenFile, "--admin-addr", "127.0.0.1:0", "--pprof")
+	adminURL := "http://" + s.addr(t, "floodgate admin listening")
+	held := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(adminURL + "/debug/pprof/heap?seconds=3")
+		if err != nil {
+			held <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	time.Sleep(300 * time.Millisecond) // the profile under way
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "floodgate stopped in the log", func() bool {
+		_, ok := s.Logged("floodgate stopped")
+		return ok
+	})
+	select {
+	case code := <-held:
+		if code != http.StatusOK {
+			t.Fatalf("the profile held across the shutdown answered %d, want 200", code)
+		}
+	default:
+		t.Fatalf("floodgate stopped logged while the admin listener still served a profile:\n%s", s.Logs())
+	}
+	<-s.Done()
+}
