@@ -378,7 +378,7 @@ func TestProfileSecondsBounded(t *testing.T) {
 	admin := serveAdmin(t, e.srv)
 	c := &http.Client{Timeout: 10 * time.Second}
 	defer c.CloseIdleConnections()
-	for _, path := range []string{"/debug/pprof/profile", "/debug/pprof/trace"} {
+	for _, path := range []string{"/debug/pprof/profile", "/debug/pprof/trace", "/debug/pprof/heap", "/debug/pprof/allocs", "/debug/pprof/mutex"} {
 		for _, v := range []string{"100000", "301", "0", "-1", "1.5", "x"} {
 			a := send(t, c, admin, exchange{method: "GET", path: path + "?seconds=" + v})
 			if a.status != http.StatusBadRequest || !strings.Contains(a.body, "from 1 to 300") {

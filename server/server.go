@@ -99,9 +99,11 @@ type Options struct {
 	// one), without the admin token, as /metrics is there; not
 	// /debug/pprof/cmdline, as the command line may hold secrets. Profiles
 	// reveal the program's internals and a CPU profile costs CPU while it
-	// runs: bind the admin listener to a private address. A CPU profile or
-	// trace lasts at most MaxProfileSeconds (a longer one is refused 400),
-	// so that no caller holds the process's one profiler for hours.
+	// runs: bind the admin listener to a private address. A CPU profile, a
+	// trace or a delta profile (heap?seconds=N) lasts at most
+	// MaxProfileSeconds (a longer one is refused 400), so that no caller
+	// holds the process's one CPU profiler, or a request the shutdown
+	// waits for, for hours.
 	// Default false.
 	Profiling bool
 	// Assignments holds per-identity tier assignments. Default: a new
@@ -372,7 +374,7 @@ func (s *Server) routes() {
 		// Not /debug/pprof/cmdline: the command line may carry secrets
 		// (--admin-token, a Redis URL with its password), and these
 		// profiles are served without the token.
-		admin.HandleFunc("GET /debug/pprof/", pprof.Index)
+		admin.HandleFunc("GET /debug/pprof/", boundedProfile(pprof.Index))
 		admin.HandleFunc("GET /debug/pprof/profile", boundedProfile(pprof.Profile))
 		admin.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		admin.HandleFunc("GET /debug/pprof/trace", boundedProfile(pprof.Trace))
