@@ -50,7 +50,11 @@
 // the innermost deciding middleware's — it replaces X-RateLimit-* and
 // RateLimit-Policy and RateLimit, deleting the last two when it has no
 // IETFHeaders of its own. A middleware whose store failed open writes no
-// headers and leaves the outer one's.
+// headers and leaves the outer one's, and so does an inner middleware's
+// own 400 (no key) or 503 (store failed closed): such an answer carries
+// the outer middleware's rate limit headers, and its body names the inner
+// policy. Clients that read the headers of a non-2xx answer should read
+// them only from a 429.
 package httplimit
 
 import (
@@ -165,7 +169,7 @@ type Options struct {
 	// A call that misses it is a store failure, decided by FailureMode
 	// (with FailOpen: served uncounted, see there). Zero (default) adds no
 	// deadline of its own: a stalled store then holds each request until
-	// the store client's own timeouts (a go-redis client's ReadTimeout, 3s
+	// the store client's own timeouts (a go-redis client's ReadTimeout, 5s
 	// by default: a request cancelled by its client's departure does not
 	// end a call already waiting for Redis's reply; only a deadline does).
 	// A request whose client has gone is not served, see OnStoreError.

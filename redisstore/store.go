@@ -81,7 +81,7 @@ import (
 // Set ContextTimeoutEnabled on the client so that a call's context deadline
 // bounds the whole round trip. Cancelling a context that has no deadline
 // does not end a call whose command is already sent: it waits for the
-// reply or the client's ReadTimeout (3s by default; measured with Redis
+// reply or the client's ReadTimeout (5s by default in go-redis v9.23; measured with Redis
 // paused by CLIENT PAUSE). Give calls a deadline (httplimit's
 // Options.Timeout, say) to bound them.
 type Client interface {

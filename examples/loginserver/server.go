@@ -27,6 +27,8 @@ const (
 	// demoCaptcha is the token the demo accepts as a solved CAPTCHA. A real
 	// server verifies the token with its CAPTCHA provider instead.
 	demoCaptcha = "solved"
+	// maxBody bounds a login form's size, in bytes.
+	maxBody = 4 << 10
 )
 
 // config is what the server is built from; main fills it from flags.
@@ -104,8 +106,12 @@ func (s *server) hash(password string) ([]byte, error) {
 // steps as known ones (the guard, a full PBKDF2 computation, the same
 // answer), so neither the response nor the work reveals which names exist.
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is over %d bytes", maxBody), 0)
+			return
+		}
 		problem(w, http.StatusBadRequest, "malformed form", 0)
 		return
 	}

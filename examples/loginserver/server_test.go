@@ -238,6 +238,11 @@ func TestInvalidUsernameSaysWhy(t *testing.T) {
 		{"too long", "username=" + strings.Repeat("a", loginguard.MaxAccountLen+1) + "&password=x", "invalid username: 1025 bytes, at most 1024"},
 		{"invisible only", "username=%E2%80%8B%E2%80%8B&password=x", "invalid username: empty once invisible characters and surrounding white space are dropped"},
 	}
+	// A form over 4 KiB, a long password or a username of escapes,
+	// says so; it said "malformed form".
+	tests = append(tests,
+		struct{ name, body, detail string }{"long password", "username=demo&password=" + strings.Repeat("a", 4100), "the form is over 4096 bytes"},
+		struct{ name, body, detail string }{"escapes", "username=" + strings.Repeat("%FF", 2000) + "&password=x", "the form is over 4096 bytes"})
 	for _, tt := range tests {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/login", strings.NewReader(tt.body))
 		if err != nil {
@@ -254,8 +259,12 @@ func TestInvalidUsernameSaysWhy(t *testing.T) {
 		}
 		err = json.NewDecoder(resp.Body).Decode(&p)
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusBadRequest || p.Detail != tt.detail {
-			t.Errorf("%s: %d %q (%v), want 400 %q", tt.name, resp.StatusCode, p.Detail, err, tt.detail)
+		want := http.StatusBadRequest
+		if strings.HasPrefix(tt.detail, "the form is over") {
+			want = http.StatusRequestEntityTooLarge
+		}
+		if err != nil || resp.StatusCode != want || p.Detail != tt.detail {
+			t.Errorf("%s: %d %q (%v), want %d %q", tt.name, resp.StatusCode, p.Detail, err, want, tt.detail)
 		}
 	}
 	// The refusals counted nothing: the address can still log in.
