@@ -512,7 +512,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--redis-wait-replicas", "17"}, "--redis-wait-replicas 17: out of range 0..16 (0: do not wait)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--redis-wait-replicas", "1", "--redis-wait-timeout", "-1s"}, "--redis-wait-timeout -1s: want 0 (the default, 200ms) or a positive duration"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--redis-wait-timeout", "1s"}, "--redis-wait-timeout needs --redis-wait-replicas"},
-		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis-sentinel-password-file", "pw"}, "--redis-sentinel-password-file needs --redis, --redis-sentinel or --redis-cluster"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis-sentinel-password-file", "pw"}, "--redis-sentinel-password-file needs sentinels: --redis-sentinel (with --redis-master) or a redis-sentinel:// --redis URL"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis-sentinel://127.0.0.1:1?master=m", "--redis-sentinel-username", "u"}, "--redis-sentinel-username needs --redis-sentinel-password-file"},
 		{[]string{"doctor", "--redis", "redis-sentinel://127.0.0.1:1?master=m", "--redis-sentinel-username", "u"}, "--redis-sentinel-username needs --redis-sentinel-password-file"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"}, "needs --envoy-config"},

@@ -493,6 +493,11 @@ func checkRedisFlags(cmd *cobra.Command, f *serveFlags) error {
 	}
 	for _, name := range redisOnlyFlags {
 		if cmd.Flags().Changed(name) {
+			if strings.HasPrefix(name, "redis-sentinel-") {
+				// Not "needs --redis": a walk added a redis:// URL and
+				// was refused again, for want of sentinels.
+				return fmt.Errorf("--%s needs sentinels: --redis-sentinel (with --redis-master) or a redis-sentinel:// --redis URL", name)
+			}
 			return fmt.Errorf("--%s needs --redis, --redis-sentinel or --redis-cluster (without one, serve keeps every count in this process's memory)", name)
 		}
 	}
