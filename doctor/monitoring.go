@@ -23,6 +23,7 @@ var ShippedAlerts = []string{
 	"RateLimitDecisionErrors",
 	"RateLimitBreakerOpen",
 	"RateLimitClockSkew",
+	"RateLimitMemoryStoreFull",
 	"RateLimitConfigRejected",
 	"RateLimitConfigUnreadable",
 	"RateLimitEnvoyCompatErrors",
