@@ -130,7 +130,7 @@ func TestAlertsOfOtherInstancesIgnored(t *testing.T) {
 	rep = runDoctor(t, opts)
 	c = want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail,
 		fmt.Sprintf(`firing: RateLimitConfigRejected{instance=%q`, host(t, b.adminURL)),
-		fmt.Sprintf(`pending (about to fire): RateLimitDenyRatioHigh{instance=%q}`, host(t, a.url)),
+		fmt.Sprintf(`pending (condition true, not yet for its for: duration): RateLimitDenyRatioHigh{instance=%q}`, host(t, a.url)),
 		"1 alert of other instances than those given ignored")
 	if strings.Contains(c.Summary, other) {
 		t.Errorf("summary %q names another instance's alert", c.Summary)

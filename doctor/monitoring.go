@@ -215,7 +215,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			c.Evidence = append(c.Evidence, "firing: "+a)
 		}
 		for _, a := range pending {
-			c.Evidence = append(c.Evidence, "pending (about to fire): "+a)
+			c.Evidence = append(c.Evidence, "pending (condition true, not yet for its for: duration): "+a)
 		}
 		c.Evidence = firstN(c.Evidence, 20)
 		ignoredNote := ""
@@ -235,7 +235,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			parts = append(parts, "firing: "+strings.Join(firstN(firing, 5), ", "))
 		}
 		if len(pending) > 0 {
-			parts = append(parts, "pending (about to fire): "+strings.Join(firstN(pending, 5), ", "))
+			parts = append(parts, "pending (condition true, not yet for its for: duration): "+strings.Join(firstN(pending, 5), ", "))
 		}
 		switch {
 		case len(firing) > 0:
