@@ -11,38 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate-rl/floodgate/internal/rawrls"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 )
-
-// rawCodec sends its message's bytes as they are: requests whose strings
-// are not UTF-8, which protobuf-go will not marshal.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-// rawRequest is the wire format of a request of one descriptor of
-// entries (key, value, key, value...), its strings written as they are.
-func rawRequest(domain string, entries ...string) []byte {
-	str := func(b []byte, num protowire.Number, s string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
-	}
-	var desc []byte
-	for i := 0; i+1 < len(entries); i += 2 {
-		desc = protowire.AppendBytes(protowire.AppendTag(desc, 1, protowire.BytesType), str(str(nil, 1, entries[i]), 2, entries[i+1]))
-	}
-	return protowire.AppendBytes(protowire.AppendTag(str(nil, 1, domain), 2, protowire.BytesType), desc)
-}
 
 // TestInvalidUTF8OverGRPC serves, as envoy-compat does (rlswire's server
 // options), requests whose domain and descriptor values are not UTF-8, as
@@ -91,7 +64,7 @@ func TestInvalidUTF8OverGRPC(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var out []byte
-		if err := conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &req, &out, grpc.ForceCodecV2(rawCodec{})); err != nil {
+		if err := conn.Invoke(ctx, rawrls.Method, &req, &out, grpc.ForceCodecV2(rawrls.Codec{})); err != nil {
 			t.Fatalf("request %q: %v", req, err)
 		}
 		resp := &rlspb.RateLimitResponse{}
@@ -106,12 +79,12 @@ func TestInvalidUTF8OverGRPC(t *testing.T) {
 		want    rlspb.RateLimitResponse_Code
 		entries []any
 	}{
-		{"0xff", rawRequest("d", "api_key", "\xff"), rlspb.RateLimitResponse_OK, []any{"api_key=\uFFFD"}},
-		{"0xfe, a counter of its own", rawRequest("d", "api_key", "\xfe"), rlspb.RateLimitResponse_OK, nil},
-		{"U+FFFD, a counter of its own", rawRequest("d", "api_key", "\uFFFD"), rlspb.RateLimitResponse_OK, nil},
-		{"0xff again, over its limit", rawRequest("d", "api_key", "\xff"), rlspb.RateLimitResponse_OVER_LIMIT, nil},
-		{"detailed_metric", rawRequest("d", "path", "/a\xffb"), rlspb.RateLimitResponse_OK, []any{"path=/a\uFFFDb"}},
-		{"unknown domain", rawRequest("\xff\xfe", "api_key", "k"), rlspb.RateLimitResponse_OK, nil},
+		{"0xff", rawrls.Request("d", "api_key", "\xff"), rlspb.RateLimitResponse_OK, []any{"api_key=\uFFFD"}},
+		{"0xfe, a counter of its own", rawrls.Request("d", "api_key", "\xfe"), rlspb.RateLimitResponse_OK, nil},
+		{"U+FFFD, a counter of its own", rawrls.Request("d", "api_key", "\uFFFD"), rlspb.RateLimitResponse_OK, nil},
+		{"0xff again, over its limit", rawrls.Request("d", "api_key", "\xff"), rlspb.RateLimitResponse_OVER_LIMIT, nil},
+		{"detailed_metric", rawrls.Request("d", "path", "/a\xffb"), rlspb.RateLimitResponse_OK, []any{"path=/a\uFFFDb"}},
+		{"unknown domain", rawrls.Request("\xff\xfe", "api_key", "k"), rlspb.RateLimitResponse_OK, nil},
 	} {
 		resp := call(step.req)
 		if resp.GetOverallCode() != step.want {

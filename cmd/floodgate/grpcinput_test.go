@@ -13,39 +13,22 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate-rl/floodgate/internal/rawrls"
 )
-
-// rawCodec sends its message's bytes as they are: requests whose strings
-// are not UTF-8, which protobuf-go will not marshal and Envoy sends.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "proto" }
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
 
 // rawShouldRateLimit sends the request of one descriptor with one entry,
 // its strings written as they are, UTF-8 or not, and returns the answer.
 func rawShouldRateLimit(t *testing.T, conn *grpc.ClientConn, domain, key, value string) (*rlspb.RateLimitResponse, error) {
 	t.Helper()
-	str := func(b []byte, num protowire.Number, s string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
-	}
-	desc := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), str(str(nil, 1, key), 2, value))
-	req := protowire.AppendBytes(protowire.AppendTag(str(nil, 1, domain), 2, protowire.BytesType), desc)
+	req := rawrls.Request(domain, key, value)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []byte
-	if err := conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &req, &out, grpc.ForceCodecV2(rawCodec{})); err != nil {
+	if err := conn.Invoke(ctx, rawrls.Method, &req, &out, grpc.ForceCodecV2(rawrls.Codec{})); err != nil {
 		return nil, err
 	}
 	resp := &rlspb.RateLimitResponse{}
