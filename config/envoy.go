@@ -35,6 +35,7 @@ type EnvoyReloader struct {
 	poller    poller
 	lastSum   string // hash of the files last applied or rejected
 	activeSum string // hash of the files applied
+	rejected  bool   // the files last read were rejected
 	forced    bool   // the next Reload was asked for (CheckNow): judge and log what it finds
 	lastErr   string
 	files     []string // the files of the active configuration
@@ -105,6 +106,7 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	if errors.As(err, &bad) {
 		r.readable()
 		r.lastSum = "" // read the files whole again when they change
+		r.rejected = true
 		r.metrics.count(ResultInvalid)
 		r.log.Error("Envoy descriptor configuration rejected; keeping the last good one",
 			"paths", r.paths, "error", bad.err, "active_files", r.files)
@@ -127,19 +129,30 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 		return r.p.Load(), nil
 	}
 	r.lastSum = sum
-	if forced && sum == r.activeSum {
-		r.log.Info("Envoy descriptor configuration unchanged", "files", r.files)
+	if sum == r.activeSum {
+		// The files hold what runs (again, after a rejection): nothing
+		// changes in force, so it is not counted as applied, as the
+		// policies Reloader does not count it.
+		switch {
+		case forced:
+			r.log.Info("Envoy descriptor configuration unchanged", "files", r.files)
+		case r.rejected:
+			r.log.Info("Envoy descriptor configuration holds the active configuration again", "files", r.files)
+		}
+		r.rejected = false
+		r.metrics.setRejected(false)
 		return r.p.Load(), nil
 	}
 	cfg, err := parseEnvoy(files)
 	if err != nil {
+		r.rejected = true
 		r.metrics.count(ResultInvalid)
 		r.log.Error("Envoy descriptor configuration rejected; keeping the last good one",
 			"files", filePaths(files), "error", err, "active_files", r.files)
 		return r.p.Load(), err
 	}
 	old := r.p.Swap(cfg)
-	r.files, r.activeSum = filePaths(files), sum
+	r.files, r.activeSum, r.rejected = filePaths(files), sum, false
 	r.metrics.count(ResultApplied)
 	r.log.Info("Envoy descriptor configuration applied", "files", r.files, "domains", cfg.Domains(),
 		"rules", len(cfg.Rules()), "previous_domains", old.Domains())

@@ -75,8 +75,9 @@ const (
 )
 
 // Reloaded configurations, the values of the source label of
-// floodgate_config_reload_total and
-// floodgate_config_last_reload_success_timestamp_seconds.
+// floodgate_config_reload_total,
+// floodgate_config_last_reload_success_timestamp_seconds and
+// floodgate_config_source_rejected.
 const (
 	// SourcePolicies is the service configuration (policies, quotas,
 	// concurrency limits and tiers), from a file or from Redis.
@@ -93,9 +94,13 @@ type ReloaderOptions struct {
 	Logger *slog.Logger
 	// Registerer, when set, gets floodgate_config_reload_total{source,result}
 	// (result applied, invalid or error) and
-	// floodgate_config_last_reload_success_timestamp_seconds{source}. A
-	// Reloader and an EnvoyReloader may share one Registerer: they count
-	// in the same metrics under their own source.
+	// floodgate_config_last_reload_success_timestamp_seconds{source}
+	// (the active configuration's apply; restoring the active content
+	// after a rejection is not one) and
+	// floodgate_config_source_rejected{source} (1 while the source's
+	// latest document is rejected, 0 once it holds one that is applied or
+	// the active one again). A Reloader and an EnvoyReloader may share one
+	// Registerer: they count in the same metrics under their own source.
 	Registerer prometheus.Registerer
 	// VerifyKey, when set, makes WatchRedis apply only documents signed
 	// under it (Sign; "floodgate config push --sign-key-file"); another
@@ -109,6 +114,8 @@ type reloadMetrics struct {
 	source  string
 	reloads *prometheus.CounterVec
 	lastOK  *prometheus.GaugeVec
+	// rejected is 1 while the source's latest document was rejected.
+	rejected *prometheus.GaugeVec
 }
 
 func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics, error) {
@@ -122,6 +129,10 @@ func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics,
 			Name: "floodgate_config_last_reload_success_timestamp_seconds",
 			Help: "Unix time the active configuration of each source was applied.",
 		}, []string{"source"}),
+		rejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_config_source_rejected",
+			Help: "1 while the latest document read from the source was rejected (the last good configuration stays active), 0 once the source holds one that is applied or the active one again.",
+		}, []string{"source"}),
 	}
 	if reg != nil {
 		var err error
@@ -131,11 +142,15 @@ func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics,
 		if m.lastOK, err = registerShared(reg, m.lastOK); err != nil {
 			return nil, err
 		}
+		if m.rejected, err = registerShared(reg, m.rejected); err != nil {
+			return nil, err
+		}
 	}
 	for _, res := range []string{ResultApplied, ResultInvalid, ResultError} {
 		m.reloads.WithLabelValues(source, res)
 	}
 	m.lastOK.WithLabelValues(source).SetToCurrentTime()
+	m.rejected.WithLabelValues(source).Set(0)
 	return m, nil
 }
 
@@ -155,11 +170,29 @@ func registerShared[C prometheus.Collector](reg prometheus.Registerer, c C) (C, 
 	return c, fmt.Errorf("config: registering metrics: %w", err)
 }
 
+// count counts one reload's result; an applied or invalid one also sets
+// floodgate_config_source_rejected (an error leaves it: an unreadable
+// source holds what it held).
 func (m *reloadMetrics) count(result string) {
 	m.reloads.WithLabelValues(m.source, result).Inc()
-	if result == ResultApplied {
+	switch result {
+	case ResultApplied:
 		m.lastOK.WithLabelValues(m.source).SetToCurrentTime()
+		m.setRejected(false)
+	case ResultInvalid:
+		m.setRejected(true)
 	}
+}
+
+// setRejected sets floodgate_config_source_rejected: whether the source's
+// latest document was rejected. A read finding the active configuration
+// again sets it to false without counting an apply.
+func (m *reloadMetrics) setRejected(rejected bool) {
+	v := 0.0
+	if rejected {
+		v = 1
+	}
+	m.rejected.WithLabelValues(m.source).Set(v)
 }
 
 // Reloader validates new configuration documents and swaps them into a
@@ -226,9 +259,11 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 	if c.Hash() == active.Hash() {
 		// The source holds what runs again: after a rejection, say so,
 		// so that its error line has an end.
+		// It is not counted as applied: nothing changed in force.
 		if r.holder.rejected.Swap(nil) != nil {
 			r.log.Info("configuration source holds the active configuration again", "source", source, "version", active.Version())
 		}
+		r.metrics.setRejected(false)
 		return active, nil
 	}
 	r.holder.store(c)
@@ -280,6 +315,7 @@ func (r *Reloader) CheckNow() {
 // active configuration.
 func (r *Reloader) unchanged(source string) {
 	r.holder.rejected.Store(nil)
+	r.metrics.setRejected(false)
 	active := r.holder.Load()
 	r.log.Info("configuration unchanged", "source", source, "version", active.Version())
 }

@@ -217,11 +217,6 @@ func TestMonitoringWithRealPrometheus(t *testing.T) {
 	publish(t, client, "pm", testConfig)
 	in := startInstance(t, client, "pm", instanceOptions{doc: testConfig, discipline: true})
 	u, _ := url.Parse(in.url)
-	// Create the rejected-reload series before the first scrape, so that a
-	// later rejection is an increase Prometheus can see.
-	if _, err := in.reloader.Apply([]byte("version: [broken"), "test"); err == nil {
-		t.Fatal("a broken document was accepted")
-	}
 	prom := startPrometheus(t, []string{shippedRules}, []string{u.Host})
 	if !waitFor(60*time.Second, nil, func() bool { return promQuery(prom, `floodgate_config_reload_total`) > 0 }) {
 		t.Fatal("prometheus never scraped the instance")
@@ -233,16 +228,26 @@ func TestMonitoringWithRealPrometheus(t *testing.T) {
 	want(t, rep, doctor.GroupMonitoring, "alert-rules", doctor.Pass, fmt.Sprintf("all %d shipped alert rules", len(doctor.ShippedAlerts)))
 	want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Pass)
 
-	// A configuration change rejected: RateLimitConfigRejected fires.
-	time.Sleep(2500 * time.Millisecond) // two scrapes of the first value
+	// A configuration change rejected: RateLimitConfigRejected fires
+	// (after its minute), and resolves once the source holds the active
+	// configuration again: the walk's doctor failed on it for 15 minutes
+	// after the fix.
 	if _, err := in.reloader.Apply([]byte("version: [broken"), "test"); err == nil {
 		t.Fatal("a broken document was accepted")
 	}
-	if !waitFor(60*time.Second, nil, func() bool { return alertState(prom, "RateLimitConfigRejected") == "firing" }) {
+	if !waitFor(120*time.Second, nil, func() bool { return alertState(prom, "RateLimitConfigRejected") == "firing" }) {
 		t.Fatal("RateLimitConfigRejected never fired")
 	}
 	rep = runDoctor(t, opts)
 	want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail, "RateLimitConfigRejected")
+	if _, err := in.reloader.Apply([]byte(testConfig), "test"); err != nil {
+		t.Fatalf("restoring the active configuration: %v", err)
+	}
+	if !waitFor(30*time.Second, nil, func() bool { return alertState(prom, "RateLimitConfigRejected") == "inactive" }) {
+		t.Fatalf("RateLimitConfigRejected still %s after the source holds the active configuration again", alertState(prom, "RateLimitConfigRejected"))
+	}
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Pass)
 
 	// A Prometheus with no rules and no scrape of Floodgate.
 	bare := startPrometheus(t, nil, nil)

@@ -656,6 +656,8 @@ func TestServeEnvoyConfigReload(t *testing.T) {
 		`floodgate_config_reload_total{result="applied",source="envoy"} 1`,
 		`floodgate_config_reload_total{result="invalid",source="envoy"} 1`,
 		`floodgate_config_reload_total{result="applied",source="policies"} 0`,
+		`floodgate_config_source_rejected{source="envoy"} 1`,
+		`floodgate_config_source_rejected{source="policies"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
