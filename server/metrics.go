@@ -81,6 +81,12 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	for _, reason := range envoyrls.Rejections() {
 		m.grpcRejected.WithLabelValues(string(reason))
 	}
+	// Every problem type a request can be refused with exists from the
+	// start too, at 0: a series created by the first rejection starts at
+	// 1, and increase() over it misses that rejection.
+	for _, problem := range rejectionProblems() {
+		m.rejected.WithLabelValues(problem)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.grpcRejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded} {
 			if err := reg.Register(c); err != nil {
@@ -89,6 +95,35 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// rejectionProblems returns the problem types (Problem.Type without
+// ProblemTypePrefix) that floodgate_http_rejected_total counts: those of
+// the requests refused before any decision, and of admin requests
+// refused. Decision failures (internal, store-*: counted in
+// floodgate_decision_errors_total, but for store-unavailable, which the
+// admin API answers too) and unknown paths or methods (not-found,
+// method-not-allowed) are not among them. TestRejectionProblemsAreComplete
+// checks the list against the problems the package constructs.
+func rejectionProblems() []string {
+	return []string{
+		// Request bodies and parameters (400).
+		"batch-too-large", "duplicate-field", "invalid-batch", "invalid-cost",
+		"invalid-identity", "invalid-lease-id", "invalid-parameter", "invalid-request",
+		"invalid-request-id", "invalid-unlock", "malformed-json", "missing-cost",
+		"missing-identity", "missing-lease-id", "missing-limiter", "missing-policy",
+		"missing-quota", "missing-request-id", "nothing-to-reset", "unknown-field",
+		"unknown-layer", "unknown-limiter", "unknown-policy", "unknown-quota",
+		"unknown-tier", "unreadable-body",
+		// Transport: bodies, origins, hosts.
+		"body-timeout", "body-too-large", "unsupported-content-encoding",
+		"cross-origin-request", "host-not-allowed",
+		// Leases and quotas.
+		"lease-lost", "quota-already-settled", "quota-state-lost",
+		// The admin API.
+		"admin-disabled", "admin-throttled", "unauthorized", "login-guard-disabled",
+		"reset-unsupported", "store-unavailable",
+	}
 }
 
 // countDegraded counts one answer taken by o's failure mode in
