@@ -176,3 +176,61 @@ func TestServeFasthttpSurvivesNoDescriptors(t *testing.T) {
 		return resp.StatusCode == 200
 	})
 }
+
+// TestServeGRPCFloodLeavesHTTP opens more connections to --grpc-addr than
+// --max-connections that each send the HTTP/2 preface and an empty
+// SETTINGS frame and then nothing, as a client holding connections does:
+// gRPC closes them only after 5 idle minutes and they are never closed for
+// room, so they hold half the budget at most, and checks on --addr are
+// still answered. Before, they held every place (256 under ulimit -n 512)
+// and no check on --addr was answered for minutes.
+func TestServeGRPCFloodLeavesHTTP(t *testing.T) {
+	const (
+		limit = 40
+		flood = 60
+	)
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n")
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--max-connections", fmt.Sprint(limit), "--grpc-addr", "127.0.0.1:0", "--envoy-config", dir,
+		"--admin-addr", "127.0.0.1:0", "--admin-token-file", tokenFile)
+	grpcAddr, admin := svc.addr(t, grpcListening), "http://"+svc.addr(t, "floodgate admin listening")
+	// The client connection preface and an empty SETTINGS frame: the
+	// HTTP/2 handshake done, no stream.
+	preface := "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+	conns := make([]net.Conn, 0, flood)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for i := range flood {
+		c, err := net.DialTimeout("tcp", grpcAddr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if _, err := io.WriteString(c, preface); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	const open = `floodgate_connections_open{listener="grpc"}`
+	waitUntil(t, "the gRPC listener to hold its half", func() bool { return metricValue(t, admin, open) >= limit/2 })
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 3 {
+		resp, err := client.Post(svc.url+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","identity":{"user":"flood"}}`))
+		if err != nil {
+			t.Fatalf("check %d with %d held connections on --grpc-addr (%v open): %v", i, flood, metricValue(t, admin, open), err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("check %d with %d held connections on --grpc-addr: %d", i, flood, resp.StatusCode)
+		}
+	}
+	if got := metricValue(t, admin, open); got > limit/2 {
+		t.Errorf("%s %v, want at most %d (half of --max-connections %d)", open, got, limit/2, limit)
+	}
+}

@@ -63,7 +63,7 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // "decision failed" log line), as it does its own, and counts the calls
 // refused (floodgate_grpc_rejected_total); decided counts the
 // decisions (see countGRPCDecision). Its connections take places in
-// conns, the budget --addr's share (nil: none).
+// conns, the budget --addr's share (nil: none), half of it at most.
 func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, conns *connlimit.Limit, log *slog.Logger) (stop func(), err error) {
 	if envoy == nil {
 		return func() {}, nil
@@ -94,11 +94,14 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	}
 	if conns != nil {
 		// gRPC tells no idle connections (its own close after 5 idle
-		// minutes, rlswire.ServerOptions): they are never closed to make
-		// room. Wrapped, the connection is no *net.TCPConn, and grpc-go
+		// minutes, grpcServerOptions): they are never closed to make
+		// room, so they hold half the budget at most, and a client
+		// holding connections open (300 that sent the HTTP/2 preface
+		// and nothing more held all 256 places) leaves --addr the other
+		// half. Wrapped, the connection is no *net.TCPConn, and grpc-go
 		// sets no TCP_USER_TIMEOUT on it (keepalive pings still find a
 		// dead peer).
-		ln = conns.Listener(ln, "grpc")
+		ln = conns.Listener(ln, "grpc", max(conns.Max()/2, 1))
 	}
 	gs := grpc.NewServer(gopts...)
 	svc.Register(gs)

@@ -161,7 +161,7 @@ func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit) (net.L
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if conns != nil {
-		ln = conns.Listener(ln, "http")
+		ln = conns.Listener(ln, "http", 0)
 	}
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)

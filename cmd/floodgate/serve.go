@@ -170,7 +170,7 @@ over plain HTTP on an address of its own for them.`,
 	_ = fl.MarkHidden("clock-offset")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes) (0: the default)")
-	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together; at it, a new connection closes the keep-alive connection idle longest, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
+	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together (--grpc-addr half of them at most); at it, a new connection closes the keep-alive connection idle longest once idle 1 s, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard (its loginguard.NewRedis prefix)")
@@ -818,7 +818,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 }
 
 // connLimit returns the budget of connections --addr and --grpc-addr
-// share: --max-connections, or by default connlimit.Default of the file
+// share (--grpc-addr half of it at most, startGRPC): --max-connections, or by default connlimit.Default of the file
 // descriptor limit; nil when neither is known (a system without the
 // limit). A --max-connections above that default is warned of: it leaves
 // less than the reserve, and a flood of connections can then run Redis's

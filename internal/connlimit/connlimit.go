@@ -8,11 +8,15 @@
 // (Listener). Accept takes a place in the budget, and the connection gives
 // it back when it is closed. With the budget spent, Accept first closes the
 // connection that has been idle longest (a keep-alive connection between
-// two requests, as Track, the HTTP servers' connection state hook, learns),
-// so that clients with a request are served before idle ones; with none
-// idle, it waits until a connection closes or turns idle, and newcomers
-// wait in the kernel's listen backlog meanwhile (each listener holds the
-// one it accepted, waiting for its place).
+// two requests, as Track, the HTTP servers' connection state hook, learns)
+// once it has been idle MinIdle, so that clients with a request are served
+// before idle ones and a busy keep-alive client, idle for a moment between
+// two requests, is not closed for a newcomer that may never send one; with
+// none idle that long, it waits until a connection closes or has been idle
+// MinIdle, and newcomers wait in the kernel's listen backlog meanwhile
+// (each listener holds the one it accepted, waiting for its place). A
+// listener may be held to part of the budget (Listener's most), so that
+// connections it cannot reclaim leave room for the other listeners.
 package connlimit
 
 import (
@@ -21,9 +25,17 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// MinIdle is how long a connection must have been idle before it is
+// closed to make room: a keep-alive client between two requests is idle
+// for a round trip and its own work (microseconds to milliseconds), so a
+// second tells a client that has paused from one that is busy, while the
+// newcomer waits at most that long for the place.
+const MinIdle = time.Second
 
 // Limit is a budget of open connections shared by the listeners it wraps.
 // It is safe for concurrent use.
@@ -32,8 +44,9 @@ type Limit struct {
 	sem chan struct{} // one token per connection open
 
 	mu      sync.Mutex
+	now     func() time.Time           // time.Now; tests set another clock
 	idle    map[net.Conn]*list.Element // by the connection a server reports
-	order   list.List                  // of net.Conn, idle longest first
+	order   list.List                  // of idleConn, idle longest first
 	waiters int                        // Accepts waiting for a place
 	changed chan struct{}              // closed when a connection turns idle while some wait
 
@@ -55,6 +68,7 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 	l := &Limit{
 		max:     max,
 		sem:     make(chan struct{}, max),
+		now:     time.Now,
 		idle:    make(map[net.Conn]*list.Element),
 		changed: make(chan struct{}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -63,7 +77,7 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 		}, []string{"listener"}),
 		idleNow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_connections_idle",
-			Help: "Keep-alive connections of the public HTTP listener idle between two requests: the first closed when a new connection needs a place.",
+			Help: "Keep-alive connections of the public HTTP listener idle between two requests: the one idle longest is closed when a new connection needs a place, once idle 1 s.",
 		}),
 		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_connections_idle_closed_total",
@@ -71,7 +85,7 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 		}),
 		waits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_connections_waits_total",
-			Help: "Times a public listener stopped accepting at floodgate_connections_max with no idle connection to close: new connections waited in the listen backlog.",
+			Help: "Times a public listener stopped accepting at floodgate_connections_max (or its own share of it) with no connection idle 1 s to close: new connections waited in the listen backlog.",
 		}),
 	}
 	if reg != nil {
@@ -99,10 +113,24 @@ func (l *Limit) Max() int {
 
 // Listener returns ln whose Accept takes a place in l's budget first,
 // and whose connections give it back when closed. name labels its
-// connections in floodgate_connections_open. Wrap the plain TCP listener,
-// under any TLS, so that the place is given back when the socket closes.
-func (l *Limit) Listener(ln net.Listener, name string) net.Listener {
-	return &listener{Listener: ln, lim: l, open: l.open.WithLabelValues(name), done: make(chan struct{})}
+// connections in floodgate_connections_open. most, when above 0 and below
+// l's Max, holds ln to that many of the budget's places, leaving the rest
+// to the other listeners: give it to a listener whose connections are not
+// closed for room (no Track), so that a flood of them cannot shut the
+// others out. Wrap the plain TCP listener, under any TLS, so that the
+// place is given back when the socket closes.
+func (l *Limit) Listener(ln net.Listener, name string, most int) net.Listener {
+	w := &listener{Listener: ln, lim: l, open: l.open.WithLabelValues(name), done: make(chan struct{})}
+	if most > 0 && most < l.max {
+		w.own = make(chan struct{}, most)
+	}
+	return w
+}
+
+// idleConn is a connection idle since a time.
+type idleConn struct {
+	c     net.Conn
+	since time.Time
 }
 
 // Track is an http.Server's ConnState hook: it learns which connections
@@ -120,7 +148,7 @@ func (l *Limit) Track(c net.Conn, st http.ConnState) {
 	if st != http.StateIdle {
 		return
 	}
-	l.idle[c] = l.order.PushBack(c)
+	l.idle[c] = l.order.PushBack(idleConn{c, l.now()})
 	l.idleNow.Inc()
 	if l.waiters > 0 {
 		close(l.changed)
@@ -129,9 +157,10 @@ func (l *Limit) Track(c net.Conn, st http.ConnState) {
 }
 
 // acquire takes a place in the budget, closing the connection idle
-// longest when there is none, and waiting when none is idle either (until
-// a place comes back, or a connection turns idle and is closed), or until
-// done is closed (net.ErrClosed).
+// longest when there is none and it has been idle MinIdle, and waiting
+// otherwise (until a place comes back, or a connection turns idle, or the
+// one idle longest reaches MinIdle and is closed), or until done is closed
+// (net.ErrClosed).
 func (l *Limit) acquire(done <-chan struct{}) error {
 	select {
 	case l.sem <- struct{}{}:
@@ -147,34 +176,66 @@ func (l *Limit) acquire(done <-chan struct{}) error {
 		l.waiters--
 		l.mu.Unlock()
 	}()
-	for {
-		l.mu.Lock()
-		var victim net.Conn
-		if e := l.order.Front(); e != nil {
-			victim = l.order.Remove(e).(net.Conn)
-			delete(l.idle, victim)
-			l.idleNow.Dec()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		changed := l.changed
-		l.mu.Unlock()
+	}()
+	for {
+		victim, wait := l.victim()
+		var ripe <-chan time.Time
 		switch {
 		case victim != nil:
 			l.idleClosed.Inc()
 			// Its place comes back when the socket closes; over TLS the
 			// close first sends an alert, which may wait for the client.
 			go victim.Close()
-		case !counted:
+		case wait > 0:
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			ripe = timer.C
+		}
+		if victim == nil && !counted {
 			l.waits.Inc()
 			counted = true
 		}
+		l.mu.Lock()
+		changed := l.changed
+		l.mu.Unlock()
 		select {
 		case l.sem <- struct{}{}:
 			return nil
 		case <-changed:
+		case <-ripe:
 		case <-done:
 			return net.ErrClosed
 		}
 	}
+}
+
+// victim takes the connection idle longest off the idle ones and returns
+// it when it has been idle MinIdle; otherwise it returns how long until it
+// will have been (0: none is idle).
+func (l *Limit) victim() (net.Conn, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.order.Front()
+	if e == nil {
+		return nil, 0
+	}
+	ic := e.Value.(idleConn)
+	// A clock stepped back counts as no time idle, not as a long one.
+	if age := l.now().Sub(ic.since); age < MinIdle {
+		return nil, MinIdle - max(age, 0)
+	}
+	l.order.Remove(e)
+	delete(l.idle, ic.c)
+	l.idleNow.Dec()
+	return ic.c, 0
 }
 
 func (l *Limit) release() { <-l.sem }
@@ -184,13 +245,16 @@ type listener struct {
 	net.Listener
 	lim  *Limit
 	open prometheus.Gauge
+	own  chan struct{} // one token per connection of ln open; nil: no share of its own
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: ends a waiting Accept
 }
 
-// Accept accepts a connection, then takes a place in the budget for it,
-// closing the connection idle longest or waiting when there is none.
+// Accept accepts a connection, then takes a place in the budget for it
+// (first in the listener's own share, if it has one, waiting for a place
+// there), closing the connection idle longest or waiting when there is
+// none.
 // Taking the place only once a connection has come (one descriptor more
 // while it waits) keeps idle connections open until someone needs their
 // place: a server calls Accept again as soon as it has a connection.
@@ -199,12 +263,33 @@ func (ln *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if ln.own != nil {
+		select {
+		case ln.own <- struct{}{}:
+		default:
+			ln.lim.waits.Inc()
+			select {
+			case ln.own <- struct{}{}:
+			case <-ln.done:
+				_ = c.Close()
+				return nil, net.ErrClosed
+			}
+		}
+	}
 	if err := ln.lim.acquire(ln.done); err != nil {
+		ln.release()
 		_ = c.Close()
 		return nil, err
 	}
 	ln.open.Inc()
 	return &conn{Conn: c, ln: ln}, nil
+}
+
+// release gives back a place in ln's own share, if it has one.
+func (ln *listener) release() {
+	if ln.own != nil {
+		<-ln.own
+	}
 }
 
 // Close closes the listener and ends an Accept waiting for a place.
@@ -237,6 +322,7 @@ func (c *conn) Close() error {
 	c.once.Do(func() {
 		c.ln.open.Dec()
 		c.ln.lim.release()
+		c.ln.release()
 	})
 	return err
 }

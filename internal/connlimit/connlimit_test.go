@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func serve(t *testing.T, lim *connlimit.Limit, hold <-chan struct{}) string {
 		}),
 		ConnState: lim.Track,
 	}
-	go func() { _ = hs.Serve(lim.Listener(raw, "http")) }()
+	go func() { _ = hs.Serve(lim.Listener(raw, "http", 0)) }()
 	t.Cleanup(func() { _ = hs.Close() })
 	return raw.Addr().String()
 }
@@ -183,7 +184,7 @@ func TestCloseEndsWaitingAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := lim.Listener(raw, "http")
+	ln := lim.Listener(raw, "http", 0)
 	c1 := dial(t, raw.Addr().String())
 	first, err := ln.Accept()
 	if err != nil {
@@ -212,7 +213,7 @@ func TestClosingGivesPlaceBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := lim.Listener(raw, "grpc")
+	ln := lim.Listener(raw, "grpc", 0)
 	defer ln.Close()
 	for i := range 3 {
 		dial(t, raw.Addr().String())
@@ -248,5 +249,111 @@ func TestDefault(t *testing.T) {
 func TestNewRefusesNoPlace(t *testing.T) {
 	if _, err := connlimit.New(0, nil); err == nil {
 		t.Error("New(0): no error")
+	}
+}
+
+// clock is a time tests set by hand, safe for concurrent use.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestBusyClientNotClosedForRoom: at the limit, a keep-alive client idle
+// for less than MinIdle between two requests keeps its connection, and
+// the newcomer waits; once the client has been idle MinIdle, it is closed
+// and the newcomer served. Before, it was closed at once: a flood of
+// connections that never finish a request evicted busy clients (8
+// concurrent clients fell from 8,236 to 3,027 requests a second).
+func TestBusyClientNotClosedForRoom(t *testing.T) {
+	lim, reg := newLimit(t, 1)
+	clk := &clock{now: time.Unix(1_000_000, 0)}
+	connlimit.SetClock(lim, clk.Now)
+	addr := serve(t, lim, nil)
+	a := dial(t, addr)
+	a.get(t, "/")
+	eventually(t, "a idle", func() bool { return metric(t, reg, "floodgate_connections_idle") == 1 })
+	b := dial(t, addr) // in the listen backlog
+	b.send(t, "/")
+	eventually(t, "a wait counted", func() bool { return metric(t, reg, "floodgate_connections_waits_total") == 1 })
+	// No time has passed: a is still served.
+	a.get(t, "/")
+	eventually(t, "a idle again", func() bool { return metric(t, reg, "floodgate_connections_idle") == 1 })
+	if got := metric(t, reg, "floodgate_connections_idle_closed_total"); got != 0 {
+		t.Fatalf("idle closed before MinIdle: %v, want 0", got)
+	}
+	clk.add(connlimit.MinIdle)
+	if code, err := b.answer(); err != nil || code != 200 {
+		t.Fatalf("the waiting connection once a was idle MinIdle: %d, %v", code, err)
+	}
+	if _, err := a.answer(); !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("the connection idle MinIdle: %v, want it closed", err)
+	}
+	if got := metric(t, reg, "floodgate_connections_idle_closed_total"); got != 1 {
+		t.Errorf("idle closed: %v, want 1", got)
+	}
+}
+
+// TestListenerShare: a listener held to a share of the budget waits at
+// its share while the budget has room, the other listener takes the rest,
+// and a place given back in the share lets the waiting one in.
+func TestListenerShare(t *testing.T) {
+	lim, reg := newLimit(t, 3)
+	listen := func(name string, most int) (net.Listener, string) {
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := lim.Listener(raw, name, most)
+		t.Cleanup(func() { _ = ln.Close() })
+		return ln, raw.Addr().String()
+	}
+	g, gaddr := listen("grpc", 1)
+	h, haddr := listen("http", 0)
+	accept := func(ln net.Listener) <-chan net.Conn {
+		ch := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err == nil {
+				t.Cleanup(func() { _ = c.Close() })
+				ch <- c
+			}
+			close(ch)
+		}()
+		return ch
+	}
+	dial(t, gaddr)
+	first := <-accept(g)
+	dial(t, gaddr)
+	second := accept(g)
+	eventually(t, "a wait counted", func() bool { return metric(t, reg, "floodgate_connections_waits_total") == 1 })
+	for i := range 2 {
+		dial(t, haddr)
+		if c := <-accept(h); c == nil {
+			t.Fatalf("http connection %d not accepted", i)
+		}
+	}
+	if got := metric(t, reg, "floodgate_connections_open"); got != 3 {
+		t.Errorf("open: %v, want 3", got)
+	}
+	select {
+	case c := <-second:
+		t.Fatalf("accepted past the listener's share: %v", c)
+	default:
+	}
+	_ = first.Close()
+	if c := <-second; c == nil {
+		t.Fatal("the waiting grpc connection not accepted once the first closed")
 	}
 }
