@@ -47,19 +47,7 @@ func TestServerOptions(t *testing.T) {
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
 
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	fr := dialHTTP2(t, ln.Addr().String())
 	req, _ := proto.Marshal(&rlspb.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitpb.RateLimitDescriptor{
 		{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "user", Value: "u-1"}}}}})
 	msg := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(req)))
@@ -182,19 +170,7 @@ func TestServerOptionsBoundMetadata(t *testing.T) {
 	// "closed" when the server closed the connection.
 	call := func(fields, size int) string {
 		t.Helper()
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = conn.Close() }()
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-			t.Fatal(err)
-		}
-		fr := http2.NewFramer(conn, conn)
-		if err := fr.WriteSettings(); err != nil {
-			t.Fatal(err)
-		}
+		fr := dialHTTP2(t, ln.Addr().String())
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)
 		for _, f := range envoyHeaders {
@@ -264,4 +240,25 @@ func TestServerOptionsBoundMetadata(t *testing.T) {
 			t.Errorf("Envoy's headers and %d fields of %d bytes: %s, want refused %v", c.fields, c.size, got, c.refused)
 		}
 	}
+}
+
+// dialHTTP2 opens a connection to addr, closed when the test ends, with
+// a 10-second deadline, sends the HTTP/2 client preface and an empty
+// SETTINGS frame, and returns its framer.
+func dialHTTP2(t *testing.T, addr string) *http2.Framer {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return fr
 }
