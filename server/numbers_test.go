@@ -54,3 +54,44 @@ func TestNumberTooLargeForInt64IsOutOfRange(t *testing.T) {
 		t.Fatalf("refused requests were counted: %+v", p)
 	}
 }
+
+// TestNullNumberIsRefused: a whole-number field sent as JSON null is
+// refused with a problem naming it, on every endpoint, and nothing is
+// counted. encoding/json decodes null as if the field were absent: a
+// quota check with "cost": null was charged the default cost of 1, and a
+// reserve's null estimate was told the field was missing.
+func TestNullNumberIsRefused(t *testing.T) {
+	e := start(t, limits, memStore(t), nil)
+	u := `"identity":{"user":"victim"}`
+	tests := []struct {
+		name, path, token, body, field string
+	}{
+		{"check cost", "/v1/check", "", `{"policy":"api",` + u + `,"cost":null}`, "cost"},
+		{"batch item cost", "/v1/check/batch", "", `{"requests":[{"policy":"api",` + u + `},{"policy":"api",` + u + `,"cost":null}]}`, "requests[1].cost"},
+		{"quota check cost", "/v1/quota/check", "", `{"quota":"hundred",` + u + `,"cost":null}`, "cost"},
+		{"reserve estimate", "/v1/quota/reserve", "", `{"quota":"hundred",` + u + `,"request_id":"r","estimate":null}`, "estimate"},
+		{"settle actual", "/v1/quota/settle", "", `{"quota":"hundred",` + u + `,"request_id":"r","actual":null}`, "actual"},
+		{"restore used", "/admin/v1/quota/restore", testToken, `{"quota":"hundred",` + u + `,"used":null}`, "used"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", tc.path, tc.token, tc.body)
+			p := problemOf(t, r)
+			if want := `field "` + tc.field + `" is null: send a whole number`; r.status != 400 || p.Type != server.ProblemTypePrefix+"malformed-json" || !strings.HasPrefix(p.Detail, want) {
+				t.Errorf("%d %s %q\nwant 400 malformed-json starting %q", r.status, p.Type, p.Detail, want)
+			}
+		})
+	}
+	// An identity value is the client's string, whatever its name: a null
+	// one named "cost" is an identity problem, not a number's.
+	r := e.do("POST", "/v1/check", "", `{"policy":"api","identity":{"user":"victim","cost":null}}`)
+	if p := problemOf(t, r); r.status != 400 || p.Type != server.ProblemTypePrefix+"invalid-identity" {
+		t.Errorf("identity value named cost: %d %s %q, want 400 invalid-identity", r.status, p.Type, p.Detail)
+	}
+	if st := e.quotaStatus("hundred", id("user", "victim")); st.Used != 0 || st.Reserved != 0 {
+		t.Fatalf("refused requests changed the quota: %+v", st)
+	}
+	if p := e.peek("api", id("user", "victim")); p.Remaining != p.Limit {
+		t.Fatalf("refused requests were counted: %+v", p)
+	}
+}

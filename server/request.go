@@ -130,7 +130,13 @@ func decodeJSON(body []byte, v any, known string, numbers ...numberRange) error 
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "unexpected data after the JSON object (at byte %d)", dec.InputOffset())
 	}
-	switch name, problem := fieldProblem(body); problem {
+	switch name, problem := fieldProblem(body, numbers); problem {
+	case nullNumber:
+		for _, r := range numbers {
+			if r.field == name[strings.LastIndexByte(name, '.')+1:] {
+				return badRequest("malformed-json", "field %q is null: send a whole number %d..%d%s, or leave the field out where it is optional", clip.Text(name, 80), r.lo, r.hi, r.hint)
+			}
+		}
 	case duplicated:
 		return badRequest("duplicate-field", "field %q appears twice in one object; send each field once", clip.Text(name, 80))
 	case miscased:
@@ -224,12 +230,20 @@ func loneSurrogate(body []byte) (int, string, bool) {
 const (
 	duplicated = iota + 1
 	miscased
+	nullNumber
 )
 
 // fieldProblem reports, in one pass over body (a valid JSON document that
 // encoding/json decoded), the first name that appears twice in one object
 // (duplicated), as a path such as "requests[1].policy", or the first field
-// name not written exactly as the field is named (miscased).
+// name not written exactly as the field is named (miscased), or the first
+// whole-number field of numbers whose value is null (nullNumber).
+//
+// encoding/json decodes null into a number field as if the field were
+// absent: {"cost": null} was charged the default cost of 1 without a word.
+// A client sending null most likely lost the value on its way (a
+// serializer writing a missing number as null), so it is refused, as a
+// string or fraction there is.
 //
 // encoding/json keeps the last of two equal names and matches field names
 // without regard to case, so names are compared as it compares them: a
@@ -240,10 +254,10 @@ const (
 // keys of an identity object, a map, are the client's own: they are
 // compared exactly, as encoding/json fills the map (their case is checked
 // with the identity), and may be written in any case.
-func fieldProblem(body []byte) (string, int) {
+func fieldProblem(body []byte, numbers []numberRange) (string, int) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	name, problem, _ := fieldProblemIn(dec, "", false)
+	name, problem, _ := fieldProblemIn(dec, "", false, numbers)
 	return name, problem
 }
 
@@ -253,12 +267,19 @@ var identityName = foldName("identity")
 // fieldProblemIn reads one value from dec, whose path is path; mapKeys
 // says that an object's keys are a map's (compared exactly, any case)
 // rather than field names (folded, lower case).
-func fieldProblemIn(dec *json.Decoder, path string, mapKeys bool) (string, int, error) {
+func fieldProblemIn(dec *json.Decoder, path string, mapKeys bool, numbers []numberRange) (string, int, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return "", 0, err
 	}
 	switch tok {
+	case nil:
+		field := path[strings.LastIndexByte(path, '.')+1:]
+		for _, r := range numbers {
+			if r.field == field {
+				return path, nullNumber, nil
+			}
+		}
 	case json.Delim('{'):
 		seen := map[string]struct{}{}
 		for dec.More() {
@@ -283,14 +304,20 @@ func fieldProblemIn(dec *json.Decoder, path string, mapKeys bool) (string, int, 
 			if !mapKeys && !lowerName(k) {
 				return k, miscased, nil
 			}
-			if n, problem, err := fieldProblemIn(dec, name, !mapKeys && fk == identityName); problem != 0 || err != nil {
+			// An identity's values are the client's strings: one named
+			// like a number field is not that field.
+			nums := numbers
+			if mapKeys {
+				nums = nil
+			}
+			if n, problem, err := fieldProblemIn(dec, name, !mapKeys && fk == identityName, nums); problem != 0 || err != nil {
 				return n, problem, err
 			}
 		}
 		_, err = dec.Token()
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
-			if n, problem, err := fieldProblemIn(dec, fmt.Sprintf("%s[%d]", path, i), false); problem != 0 || err != nil {
+			if n, problem, err := fieldProblemIn(dec, fmt.Sprintf("%s[%d]", path, i), false, numbers); problem != 0 || err != nil {
 				return n, problem, err
 			}
 		}
