@@ -46,6 +46,11 @@ func (r *run) hostOffset(ctx context.Context) (offset, rtt time.Duration, err er
 }
 
 func (r *run) clockChecks(ctx context.Context) {
+	if r.down != nil {
+		r.skipped(GroupClocks, "host-offset", "Redis's TIME not read, so this host's offset to Redis's clock is unknown")
+		r.instanceClockChecks(ctx)
+		return
+	}
 	r.check(GroupClocks, "host-offset", func(c *Check) {
 		c.Read = fmt.Sprintf("%d TIME calls (the one with the smallest round trip is kept)", timeSamples)
 		off, rtt, err := r.hostOffset(ctx)
@@ -88,7 +93,13 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 	ins := r.readInstances(ctx)
 	r.check(GroupClocks, "instances", func(c *Check) {
 		c.Read = fmt.Sprintf("%s and %s from /metrics, and the Date header of /readyz, of %s", metricSkew, metricSyncRTT, plural.Count(len(ins), "instance", "instances"))
-		redisOff, _, err := r.hostOffset(ctx)
+		var redisOff time.Duration
+		err := r.down
+		if err == nil {
+			redisOff, _, err = r.hostOffset(ctx)
+		} else {
+			c.Evidence = append(c.Evidence, "Redis's TIME not read (Redis is unreachable): no instance's Date header compared with Redis's clock")
+		}
 		if err == nil {
 			c.Read += fmt.Sprintf("; %d TIME calls", timeSamples)
 		}

@@ -39,6 +39,11 @@ func (r *run) configChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no configuration in Redis under %s:config and no --config given: the checks that need the policies were skipped", r.opts.Prefix)
 			c.Fix = "give doctor the file the instances run (--config FILE), or publish it to Redis (floodgate config push FILE) and run the instances with --config-from-redis"
+		case r.down != nil && r.opts.ConfigFile == "":
+			c.Read = "nothing (Redis is unreachable: " + r.opts.Prefix + ":config not read)"
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("%s could not be read, Redis is unreachable (see Redis/reachable): nothing is known of the configuration the instances run; the checks that need the policies were skipped", r.cfgSource)
+			c.Fix = "bring Redis back (see Redis/reachable), or give doctor the file the instances run (--config FILE) to check it now"
 		case errors.Is(r.cfgErr, config.ErrSignature):
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s is refused: %v", r.cfgSource, r.cfgErr)
@@ -94,11 +99,16 @@ func (r *run) checkTiers(ctx context.Context, c *Check) {
 		}
 	}
 	keys, _ := config.KeysFor(r.opts.Prefix)
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	n, err := r.client.HLen(hctx, keys.Tiers).Result()
-	cancel()
-	if err == nil {
-		c.Evidence = append(c.Evidence, keys.Tiers+" holds "+plural.Count(n, "tier assignment", "tier assignments"))
+	if r.down != nil {
+		c.Read = "the configuration (" + keys.Tiers + " not read: Redis is unreachable)"
+		c.Evidence = append(c.Evidence, keys.Tiers+" not read (Redis is unreachable): the tier assignments are unknown")
+	} else {
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := r.client.HLen(hctx, keys.Tiers).Result()
+		cancel()
+		if err == nil {
+			c.Evidence = append(c.Evidence, keys.Tiers+" holds "+plural.Count(n, "tier assignment", "tier assignments"))
+		}
 	}
 	// A failed HLEN is in the evidence and the verdict: r.check judges the
 	// check on the reads that failed (judgeFailures).

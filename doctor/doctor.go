@@ -302,11 +302,20 @@ type run struct {
 	deadlineIn   string           // the check during which the run's context ended
 	scanned      bool             // the key scan ran
 	scannedKeys  int              // keys the scan found under the prefixes
+	// down is the error of the reachability probe when Redis did not
+	// answer it, nil when it did: the checks that read Redis are then
+	// skipped (see unreachable).
+	down error
 }
 
 // Run audits the deployment and returns the report. It fails only when
-// the options are unusable or Redis cannot be reached at all; every other
-// problem is a check in the report. ctx bounds the whole run.
+// the options are unusable (or the Envoy configuration or the Redis
+// settings cannot be loaded); every other problem is a check in the
+// report. A Redis that does not answer the first PING is one too: the
+// check Redis/reachable fails with the diagnosis and the fix, every check
+// that reads Redis is reported skipped without sending anything more, and
+// the checks that do not need Redis (the instances, a --config file,
+// Prometheus) run as usual. ctx bounds the whole run.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -332,19 +341,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	r.report = &Report{Target: fmt.Sprintf("%s, prefix %q", opts.Redis.String(), opts.Prefix), Started: opts.Now()}
 	start := time.Now()
 
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	err = client.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		if why, replaces := r.sentinelDiagnosis(ctx); replaces {
-			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %s", opts.Redis.String(), why)
-		} else if why != "" {
-			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %s (%w)", opts.Redis.String(), why, err)
-		}
-		if h := r.tlsHint(err); h != "" {
-			return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %w (%s)", opts.Redis.String(), err, h)
-		}
-		return nil, fmt.Errorf("doctor: cannot reach Redis (%s): %w", opts.Redis.String(), err)
+		// A report all the same: what does not need Redis (the instances,
+		// a --config file, Prometheus) is what an operator wants to know
+		// while Redis is down.
+		r.unreachable(ctx, err)
 	}
 	r.loadConfig(ctx)
 
@@ -410,7 +414,8 @@ func (r *run) ctxOrBackground() context.Context {
 }
 
 // loadConfig reads the configuration the instances run: the file when one
-// is given, else the one stored in Redis.
+// is given, else the one stored in Redis (not read when Redis is
+// unreachable: cfgErr is then the probe's error).
 func (r *run) loadConfig(ctx context.Context) {
 	if r.opts.ConfigFile != "" {
 		r.cfgSource = r.opts.ConfigFile
@@ -423,6 +428,10 @@ func (r *run) loadConfig(ctx context.Context) {
 		return
 	}
 	r.cfgSource = "redis:" + keys.Config
+	if r.down != nil {
+		r.cfgErr = r.down
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r.cfg, r.cfgErr = config.LoadRedisVerified(cctx, r.client, keys, r.opts.VerifyKey)

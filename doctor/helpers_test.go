@@ -200,3 +200,22 @@ func clean(t *testing.T, rep *doctor.Report) {
 		t.Fatalf("a healthy set-up should pass clean, got %d warn, %d fail:\n%s", rep.Count(doctor.Warn), rep.Count(doctor.Fail), text(rep))
 	}
 }
+
+// unreachable runs doctor against a Redis it cannot reach: Run returns a
+// report, not an error, whose check Redis/reachable fails. It returns
+// that check's summary, evidence and fix as one text, for the tests of
+// what it says.
+func unreachable(t *testing.T, opts doctor.Options) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := doctor.Run(ctx, opts)
+	if err != nil {
+		t.Fatalf("doctor.Run with Redis unreachable: %v, want a report", err)
+	}
+	c := want(t, rep, doctor.GroupRedis, "reachable", doctor.Fail)
+	if c.Fix == "" || rep.Worst() != doctor.Fail {
+		t.Fatalf("Redis/reachable: fix %q, worst %v:\n%s", c.Fix, rep.Worst(), text(rep))
+	}
+	return c.Summary + "\n" + strings.Join(c.Evidence, "\n") + "\nfix: " + c.Fix
+}

@@ -168,8 +168,13 @@ func isRedirection(err error) bool {
 	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
-// keyChecks runs the Keys group on one scan.
+// keyChecks runs the Keys group on one scan; with Redis unreachable, it
+// reports the group skipped.
 func (r *run) keyChecks(ctx context.Context) {
+	if r.down != nil {
+		r.skipped(GroupKeys, "skipped", "no key scanned under "+r.opts.Prefix+":* or {"+r.opts.LoginPrefix+"}:*, so scan, ttl, policies and sliding-logs not run")
+		return
+	}
 	nodes, err := r.primaries(ctx)
 	if err != nil && len(nodes) == 0 {
 		r.check(GroupKeys, "scan", func(c *Check) {

@@ -117,8 +117,21 @@ func (r *run) quotasConfigured() (bool, string) {
 	return len(names) > 0, strings.Join(names, ", ")
 }
 
-// redisChecks runs the Redis group.
+// redisChecks runs the Redis group; with Redis unreachable, it reports
+// its checks skipped.
 func (r *run) redisChecks(ctx context.Context) {
+	if r.down != nil {
+		names := []string{"server", "maxmemory-policy", "memory", "persistence", "replication"}
+		if r.cluster != nil {
+			names = append(names, "cluster")
+		}
+		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
+			names = append(names, "sentinel")
+		}
+		names = append(names, "latency")
+		r.skipped(GroupRedis, "skipped", "not run: "+strings.Join(names, ", "))
+		return
+	}
 	var nodes []node
 	var nodesErr error
 	r.check(GroupRedis, "server", func(c *Check) {

@@ -102,6 +102,20 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		c.Status, c.Summary = Info, "no instance that answered decides on Redis: nothing to compare"
 		return
 	}
+	if r.down != nil {
+		// Only the instances' own answers can be judged.
+		c.Read = "the config_source of the instances' /readyz already read (" + fleetKey + " not read: Redis is unreachable)"
+		c.Evidence = append(c.Evidence, otherPrefix...)
+		if len(otherPrefix) > 0 {
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("the instances use another prefix than %q; their heartbeats in %s not read: Redis is unreachable (see Redis/reachable)", r.opts.Prefix, fleetKey)
+			c.Fix = "give doctor the Redis and the prefix the instances run with (serve --redis, --redis-sentinel or --redis-cluster, and --prefix)"
+			return
+		}
+		c.Status = Info
+		c.Summary = fmt.Sprintf("skipped, Redis is unreachable (see Redis/reachable): the heartbeats in %s not read, so whether the instances decide on this Redis is unknown", fleetKey)
+		return
+	}
 	zctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	members, err := r.client.ZRangeWithScores(zctx, fleetKey, 0, -1).Result()
 	var now time.Time

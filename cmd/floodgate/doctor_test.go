@@ -73,8 +73,8 @@ func TestDoctorExitStatusAndJSON(t *testing.T) {
 
 // TestDoctorRedisPasswordFile audits a Redis that requires a password the
 // way serve reaches it: --redis-password-file, with no password in the
-// URL. Without the file doctor cannot reach it; the password never shows
-// in the report.
+// URL. Without the file doctor cannot reach it, and its report says so
+// (NOAUTH) and names the flag; the password never shows in the report.
 func TestDoctorRedisPasswordFile(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
 	ctx := context.Background()
@@ -96,8 +96,9 @@ func TestDoctorRedisPasswordFile(t *testing.T) {
 	base := []string{"doctor", "--redis", "redis://" + srv.Addr, "--prefix", "dp", "--latency-samples", "5"}
 
 	var out, errOut bytes.Buffer
-	if code := run(ctx, base, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "NOAUTH") {
-		t.Fatalf("without the password: exit %d, stderr %q, want 1 and NOAUTH", code, errOut.String())
+	if code := run(ctx, base, &out, &errOut); code != 1 || !strings.Contains(out.String(), "[FAIL] reachable") ||
+		!strings.Contains(out.String(), "NOAUTH") || !strings.Contains(out.String(), "fix: give doctor the user and password the instances use: --redis-password-file") {
+		t.Fatalf("without the password: exit %d, want 1 and a report saying NOAUTH and --redis-password-file; stderr %q\n%s", code, errOut.String(), out.String())
 	}
 	out.Reset()
 	errOut.Reset()
@@ -119,7 +120,9 @@ func TestDoctorRedisPasswordFile(t *testing.T) {
 // nine times on a healthy 3-primary Cluster, and a "failed to dial" line
 // per retry with Redis down), outside doctor's report. Now the Cluster
 // client's COMMAND is a permitted read, and go-redis's lines go through a
-// structured logger, each at most once.
+// structured logger, each at most once. With Redis down, doctor printed
+// only "doctor: cannot reach Redis (...)": it now prints its report, the
+// Redis check failing and the checks that read Redis skipped, and exits 1.
 func TestDoctorStderrOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	code, out := runCLI(t, "doctor", "--redis-cluster", strings.Join(c.Addrs, ","), "--prefix", "dcs", "--latency-samples", "5", "--rate-window", "-1s", "--color", "never")
@@ -133,9 +136,16 @@ func TestDoctorStderrOnCluster(t *testing.T) {
 		t.Errorf("no passing cluster check:\n%s", out)
 	}
 	closed := closedAddr(t)
-	code, out = runCLI(t, "doctor", "--redis", "redis://"+closed, "--timeout", "30s")
-	if code != 1 || !strings.Contains(out, "cannot reach Redis") {
-		t.Fatalf("doctor with Redis down: exit %d, want 1 and 'cannot reach Redis'\n%s", code, out)
+	code, out = runCLI(t, "doctor", "--redis", "redis://"+closed, "--timeout", "30s", "--color", "never")
+	for _, want := range []string{"[FAIL] reachable: cannot reach Redis (redis://" + closed + "): dial tcp", "connection refused",
+		"fix: Redis stopped answering", "[INFO] skipped: skipped, Redis is unreachable", "[FAIL] validates: redis:fg:config could not be read, Redis is unreachable",
+		"\nFAIL: 2 fail"} {
+		if code != 1 || !strings.Contains(out, want) {
+			t.Fatalf("doctor with Redis down: exit %d, want 1 and a report saying %q\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, "doctor: cannot reach Redis") {
+		t.Errorf("doctor with Redis down still ends with an error instead of its report:\n%s", out)
 	}
 	if n := strings.Count(out, "failed to dial"); n > 1 {
 		t.Errorf("doctor with Redis down wrote %d 'failed to dial' lines, want at most one:\n%s", n, out)
@@ -270,9 +280,9 @@ func TestDoctorTLSHintsNameItsFlags(t *testing.T) {
 	ctx := context.Background()
 	var out, errOut bytes.Buffer
 	code := run(ctx, []string{"doctor", "--redis", "rediss://" + rs.TLSAddr, "--redis-ca-file", f.CA, "--timeout", "30s"}, &out, &errOut)
-	if code != 1 || !strings.Contains(errOut.String(), "requires a client certificate") ||
-		!strings.Contains(errOut.String(), "--redis-cert-file, --redis-key-file") || strings.Contains(errOut.String(), "may not speak TLS") {
-		t.Fatalf("Redis without a client certificate: exit %d, stderr %s", code, errOut.String())
+	if code != 1 || !strings.Contains(out.String(), "requires a client certificate") ||
+		!strings.Contains(out.String(), "--redis-cert-file, --redis-key-file") || strings.Contains(out.String(), "may not speak TLS") {
+		t.Fatalf("Redis without a client certificate: exit %d, stderr %s\n%s", code, errOut.String(), out.String())
 	}
 
 	// An https instance that requires a client certificate (a TLS 1.3

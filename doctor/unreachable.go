@@ -1,0 +1,83 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// probeTimeout bounds the reachability probe, the PING Run sends before
+// any check: a Redis that accepts connections and never answers costs the
+// run this long, once.
+const probeTimeout = 5 * time.Second
+
+// authFix is the fix of a Redis that refused doctor's connection for its
+// credentials (NOAUTH, WRONGPASS).
+const authFix = "give doctor the user and password the instances use: --redis-password-file (or user:password@ in the URL), and for sentinels that require their own, --redis-sentinel-password-file and --redis-sentinel-username; then run doctor again"
+
+// sentinelFix is the fix of a Sentinel deployment the probe could not
+// reach, when the sentinels' answers diagnosed why (see sentinelDiagnosis).
+const sentinelFix = "act on the diagnosis above (the sentinel addresses, --redis-master, the sentinels' password), check that the primary they name is up and reachable from this host, then run doctor again"
+
+// unreachable records the failed reachability probe (err is the PING's
+// error) as the check Redis/reachable, which fails with the diagnosis
+// Run's error gave before it made a report: the sentinels' answers
+// (sentinelDiagnosis), a TLS hint (tlsHint), the address. From then on
+// every check that reads Redis is skipped and says so (see skipped), so
+// that a Redis that is down costs the run one probe, not a timeout per
+// check.
+func (r *run) unreachable(ctx context.Context, err error) {
+	r.down = err
+	target := r.opts.Redis.String()
+	r.check(GroupRedis, "reachable", func(c *Check) {
+		c.Read = "PING, bounded by 5s (one attempt: Redis did not answer it, so no other Redis read was made)"
+		c.Status = Fail
+		why, replaces := r.sentinelDiagnosis(ctx)
+		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
+			c.Read = "PING, bounded by 5s, and SENTINEL GET-MASTER-ADDR-BY-NAME on each sentinel (no other Redis read was made)"
+		}
+		hint := r.tlsHint(err)
+		switch {
+		case replaces:
+			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %s", target, why)
+			c.Evidence = append(c.Evidence, "PING: "+err.Error())
+		case why != "":
+			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %s (%v)", target, why, err)
+		case hint != "":
+			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %v (%s)", target, err, hint)
+		default:
+			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %v", target, err)
+		}
+		c.Summary += "; the checks that read Redis were skipped"
+		msg := err.Error()
+		switch class := classify(r.ctxOrBackground(), err); {
+		case class == errDeadline:
+			c.Fix = deadlineFix
+		case hint != "":
+			c.Fix = hint
+		case why != "":
+			c.Fix = sentinelFix
+		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"):
+			c.Fix = authFix
+		case class == errNoPerm:
+			c.Fix = permissionFix()
+		case class == errOther:
+			c.Fix = "Redis answered doctor's PING with an error (above): fix what it says (LOADING: wait until it has loaded its data), then run doctor again"
+		default:
+			c.Fix = unreachableFix
+		}
+	})
+}
+
+// skipped records the check group/name as not run because Redis is
+// unreachable (Redis/reachable failed): what says what it would have
+// read or judged. Its status is Info: the reachable check already fails
+// the run.
+func (r *run) skipped(group, name, what string) {
+	r.check(group, name, func(c *Check) {
+		c.Status = Info
+		c.Summary = "skipped, Redis is unreachable (see Redis/reachable): " + what
+		c.Read = "nothing (Redis is unreachable)"
+	})
+}
