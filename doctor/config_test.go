@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -114,4 +115,24 @@ func TestBrokenSentinelSetUp(t *testing.T) {
 	// Doctor pointed at the replica instead of the primary.
 	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + s.Replica.Addr}, Prefix: "bs"})
 	want(t, rep, doctor.GroupRedis, "replication", doctor.Fail, "role slave")
+}
+
+// TestConfigGoneFromRedisUnderInstancesFails: instances that read their
+// configuration from Redis and a key that is gone (a Redis restarted
+// without persistence) fail the check, naming the instances: one started
+// now would find no configuration. Before, it was the warning of a
+// deployment that keeps its configuration in files.
+func TestConfigGoneFromRedisUnderInstancesFails(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	in := startInstance(t, client, "gone", instanceOptions{doc: testConfig, source: "redis:gone:config"})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "gone", Instances: []string{in.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupConfig, "validates", doctor.Fail, "but 1 instance read theirs from it")
+	if len(c.Evidence) != 1 || !strings.Contains(c.Evidence[0], in.url+` runs version "7" from redis:gone:config`) {
+		t.Errorf("evidence %q, want the instance and its version", c.Evidence)
+	}
+	// Instances on a file: the warning it was.
+	file := startInstance(t, client, "gone", instanceOptions{doc: testConfig})
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "gone", Instances: []string{file.url}, RateWindow: -1})
+	want(t, rep, doctor.GroupConfig, "validates", doctor.Warn, "no configuration in Redis under gone:config and no --config given")
 }

@@ -39,6 +39,22 @@ func (r *run) configChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no configuration in Redis under %s:config and no --config given: the checks that need the policies were skipped", r.opts.Prefix)
 			c.Fix = "give doctor the file the instances run (--config FILE), or publish it to Redis (floodgate config push FILE) and run the instances with --config-from-redis"
+			// Instances that read it from there keep the document they
+			// applied, but one started now finds none: the key was
+			// deleted, or Redis lost it (restarted without persistence).
+			var from []string
+			for _, in := range r.readInstances(ctx) {
+				if in.configSource == r.cfgSource {
+					from = append(from, fmt.Sprintf("%s runs version %q from %s", in.url, in.configVersion, in.configSource))
+				}
+			}
+			if len(from) > 0 {
+				c.Status = Fail
+				c.Summary = fmt.Sprintf("no configuration in Redis under %s:config, but %s read theirs from it: they keep the one they applied, an instance started now finds none; the checks that need the policies were skipped",
+					r.opts.Prefix, plural.Count(len(from), "instance", "instances"))
+				c.Evidence = from
+				c.Fix = "publish the configuration the instances run again (floodgate config push FILE; --force if a lower version than theirs), and find out how it went: a deleted key, or a Redis restarted without persistence (see Redis/persistence)"
+			}
 		case r.down != nil && r.opts.ConfigFile == "":
 			c.Read = "nothing (Redis is unreachable: " + r.opts.Prefix + ":config not read)"
 			c.Status = Fail

@@ -57,11 +57,19 @@ type instanceOptions struct {
 	tls *redistest.TLSFiles
 	// engine is the HTTP server of a TLS instance (serve --http-server).
 	engine server.HTTPEngine
+	// source is where the instance says it read doc (/readyz
+	// config_source), e.g. "redis:<prefix>:config"; default
+	// "instance.yaml".
+	source string
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
 	t.Helper()
-	cfg, err := config.Parse([]byte(o.doc), "instance.yaml")
+	source := o.source
+	if source == "" {
+		source = "instance.yaml"
+	}
+	cfg, err := config.Parse([]byte(o.doc), source)
 	if err != nil {
 		t.Fatal(err)
 	}
