@@ -21,6 +21,7 @@ type Metrics struct {
 	redisError     prometheus.Counter
 	globalShadow   prometheus.Counter
 	configLoad     *prometheus.CounterVec
+	configRejected prometheus.Gauge
 	mu             sync.Mutex
 	series         map[[2]string]bool
 	notFoundSeries map[string]bool
@@ -57,7 +58,7 @@ const (
 
 // NewMetrics registers the metrics with reg.
 // floodgate_envoy_config_load_total has both its results from the start,
-// at 0.
+// at 0, and floodgate_envoy_config_rejected is 0 until a load fails.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		perLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -84,11 +85,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "floodgate_envoy_config_load_total",
 			Help: "Configuration loads, by result: success or error.",
 		}, []string{"result"}),
+		configRejected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_envoy_config_rejected",
+			Help: "1 while the runtime directory holds files that failed to load (the configuration in force stays; none if no load succeeded yet), 0 once they load or are the ones in force again.",
+		}),
 		series:         map[[2]string]bool{},
 		notFoundSeries: map[string]bool{},
 		max:            MaxSeries,
 	}
-	for _, c := range []prometheus.Collector{m.perLimit, m.notFound, m.serviceError, m.redisError, m.globalShadow, m.configLoad} {
+	for _, c := range []prometheus.Collector{m.perLimit, m.notFound, m.serviceError, m.redisError, m.globalShadow, m.configLoad, m.configRejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -104,16 +109,30 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// ConfigLoaded counts a configuration load.
+// ConfigLoaded counts a configuration load and sets
+// floodgate_envoy_config_rejected: 0 after a load that succeeded, 1 after
+// one that failed. RateLimitEnvoyCompatConfigRejected fires on the gauge.
 func (m *Metrics) ConfigLoaded(ok bool) {
 	if m == nil {
 		return
 	}
 	if ok {
 		m.configLoad.WithLabelValues(configLoadSuccess).Inc()
+		m.configRejected.Set(0)
 	} else {
 		m.configLoad.WithLabelValues(configLoadError).Inc()
+		m.configRejected.Set(1)
 	}
+}
+
+// configRestored sets floodgate_envoy_config_rejected to 0 without
+// counting a load: the runtime directory holds the files in force again,
+// after a rejection, and nothing changes in force.
+func (m *Metrics) configRestored() {
+	if m == nil {
+		return
+	}
+	m.configRejected.Set(0)
 }
 
 func (m *Metrics) add(l *Limit, stat string, n uint64) {

@@ -2,6 +2,7 @@ package envoycompat
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -139,5 +140,29 @@ func (r Runtime) Signature() string {
 		}
 		return nil
 	})
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// fileNames returns the keys of files, in order.
+func fileNames(files []File) []string {
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Name
+	}
+	return names
+}
+
+// filesSum is a hash of files' keys and contents, in order: two reads
+// with the same sum hold the same configuration.
+func filesSum(files []File) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range files {
+		for _, b := range [][]byte{[]byte(f.Name), f.Data} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+			h.Write(n[:])
+			h.Write(b)
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func write(t *testing.T, path, data string) {
@@ -201,5 +202,73 @@ func TestReloaderRejectedWithNoneInForce(t *testing.T) {
 	}
 	if out := logs.String(); !strings.Contains(out, "Error loading new configuration; keeping the one in force") || strings.Contains(out, none) {
 		t.Errorf("log after a good one %q: want that it is kept", out)
+	}
+}
+
+// TestReloaderRejectedGauge: floodgate_envoy_config_rejected is 0 from the
+// start, 1 after a failed load (at start-up too, with none in force) and 0
+// after one that succeeds; after a rejection, the files in force put back
+// clear it without being applied again or counted as a load, and the log
+// says so.
+func TestReloaderRejectedGauge(t *testing.T) {
+	var logs bytes.Buffer
+	svc, m := newMemService(t)
+	root := t.TempDir()
+	file := filepath.Join(root, "ratelimit", "config", "edge.yaml")
+	const (
+		bad   = "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n"
+		good  = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+		newer = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 6}\n"
+	)
+	rl := &Reloader{Runtime: Runtime{Root: root, Subdirectory: "ratelimit"}, Service: svc, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	check := func(step string, rejected, success, failed float64) {
+		t.Helper()
+		if got := testutil.ToFloat64(m.configRejected); got != rejected {
+			t.Errorf("%s: floodgate_envoy_config_rejected = %v, want %v", step, got, rejected)
+		}
+		if got := testutil.ToFloat64(m.configLoad.WithLabelValues(configLoadSuccess)); got != success {
+			t.Errorf("%s: loads succeeded = %v, want %v", step, got, success)
+		}
+		if got := testutil.ToFloat64(m.configLoad.WithLabelValues(configLoadError)); got != failed {
+			t.Errorf("%s: loads failed = %v, want %v", step, got, failed)
+		}
+	}
+	check("before any load", 0, 0, 0)
+	write(t, file, bad)
+	_ = rl.Load()
+	check("started with a bad file", 1, 0, 1)
+	write(t, file, good)
+	if err := rl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	check("fixed", 0, 1, 1)
+	active := svc.Config()
+
+	write(t, file, bad)
+	_ = rl.Load()
+	check("rejected", 1, 1, 2)
+	logs.Reset()
+	write(t, file, good)
+	if err := rl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	check("restored", 0, 1, 2)
+	if svc.Config() != active {
+		t.Error("restoring the files in force applied them again")
+	}
+	if out := logs.String(); !strings.Contains(out, "runtime directory holds the configuration in force again") || strings.Contains(out, "Successfully loaded") {
+		t.Errorf("log of the restore %q: want that the files in force are back, not a load", out)
+	}
+
+	write(t, file, bad)
+	_ = rl.Load()
+	write(t, file, newer)
+	if err := rl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	check("a new file after a rejection", 0, 2, 3)
+	if svc.Config() == active {
+		t.Error("the new file was not applied")
 	}
 }

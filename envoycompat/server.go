@@ -243,14 +243,25 @@ type Reloader struct {
 	// SIGHUP).
 	Now <-chan struct{}
 
-	sig string
+	sig       string
+	activeSum string // filesSum of the files of the configuration in force
+	rejected  bool   // the last load failed
 }
 
 // Load reads and applies the configuration once; the error says why it
-// was not applied.
+// was not applied. After a failed load, files that are those of the
+// configuration in force again are not applied nor counted as a load
+// (nothing changes in force): floodgate_envoy_config_rejected goes back
+// to 0 and the log says so.
 func (r *Reloader) Load() error {
 	r.sig = r.Runtime.Signature()
 	files, err := r.Runtime.Files()
+	if err == nil && r.rejected && r.Service.Config() != nil && filesSum(files) == r.activeSum {
+		r.rejected = false
+		r.Metrics.configRestored()
+		r.Log.Info("runtime directory holds the configuration in force again", "files", fileNames(files))
+		return nil
+	}
 	if err == nil {
 		var cfg *Config
 		cfg, err = Load(files, r.Merge)
@@ -259,15 +270,12 @@ func (r *Reloader) Load() error {
 				r.Log.Warn("envoy-compat configuration: " + w)
 			}
 			r.Service.SetConfig(cfg)
+			r.activeSum, r.rejected = filesSum(files), false
 			r.Metrics.ConfigLoaded(true)
 			if r.Health != nil && r.HealthyWithConfig {
 				r.Health.Set(ComponentConfig, !cfg.Empty())
 			}
-			names := make([]string, len(files))
-			for i, f := range files {
-				names[i] = f.Name
-			}
-			r.Log.Info("Successfully loaded new configuration", "files", names, "domains", cfg.Domains())
+			r.Log.Info("Successfully loaded new configuration", "files", fileNames(files), "domains", cfg.Domains())
 			if len(files) == 0 {
 				// Loaded all the same, as theirs: an empty configuration,
 				// under which every domain is unknown and answered OK
@@ -277,6 +285,7 @@ func (r *Reloader) Load() error {
 			return nil
 		}
 	}
+	r.rejected = true
 	r.Metrics.ConfigLoaded(false)
 	if r.Service.Config() == nil {
 		// At start, or after nothing but rejected ones: none is in force.

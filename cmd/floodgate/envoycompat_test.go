@@ -459,3 +459,74 @@ func TestEnvoyCompatCutsSlowClients(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestEnvoyCompatConfigRejectedGauge: floodgate_envoy_config_rejected on
+// /metrics is 1 while the runtime directory holds files that failed to
+// load (at start-up too, where envoy-compat runs without a configuration)
+// and 0 once they load, or are the files in force again; putting those
+// back is not counted as a load. RateLimitEnvoyCompatConfigRejected fires
+// on it: on increase(floodgate_envoy_config_load_total{result="error"}
+// [15m]) it kept firing for 15 minutes after the fix.
+func TestEnvoyCompatConfigRejectedGauge(t *testing.T) {
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(cfgDir, "edge.yaml")
+	const bad = "domain: edge\ndescriptors:\n  - key: a\n    value: 1.5\n"
+	writeFileAtomic(t, file, bad)
+	p := startCompatArgs(t, []string{"--reload-interval", "50ms"}, "BACKEND_TYPE=memory", "RUNTIME_ROOT="+root,
+		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false")
+	metric := func(name string) string {
+		t.Helper()
+		_, out := httpGet(t, "http://"+p.debug+"/metrics")
+		for line := range strings.Lines(out) {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "absent"
+	}
+	const gauge = "floodgate_envoy_config_rejected"
+	success := `floodgate_envoy_config_load_total{result="success"}`
+	expect := func(what, name, want string) {
+		t.Helper()
+		if got := metric(name); got != want {
+			t.Fatalf("%s: %s = %s, want %s\n%s", what, name, got, want, p.Logs())
+		}
+	}
+	settle := func(what, want string) {
+		t.Helper()
+		waitFor(t, what, func() bool { return metric(gauge) == want })
+	}
+	expect("started with a bad directory", gauge, "1")
+
+	writeFileAtomic(t, file, compatConfig)
+	settle("the fixed directory to clear the gauge", "0")
+	expect("the fixed directory", success, "1")
+
+	writeFileAtomic(t, file, bad)
+	settle("a bad file to set the gauge", "1")
+
+	// The files in force put back: cleared, not counted as a load.
+	writeFileAtomic(t, file, compatConfig)
+	settle("the restored file to clear the gauge", "0")
+	expect("the restored file", success, "1")
+	if logs := p.Logs(); !strings.Contains(logs, "runtime directory holds the configuration in force again") {
+		t.Errorf("the restore was not logged:\n%s", logs)
+	}
+
+	// A new configuration that loads, after a rejection, clears it too.
+	writeFileAtomic(t, file, bad)
+	settle("a bad file to set the gauge again", "1")
+	writeFileAtomic(t, file, strings.Replace(compatConfig, "requests_per_unit: 100", "requests_per_unit: 7", 1))
+	settle("a new good file to clear the gauge", "0")
+	expect("a new good file", success, "2")
+	if _, out := httpGet(t, "http://"+p.debug+"/rlconfig"); !strings.Contains(out, "requests_per_unit=7") {
+		t.Errorf("/rlconfig after the new file:\n%s", out)
+	}
+	if err := p.Stop(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+}
