@@ -72,7 +72,8 @@ func TestLongUnknownDomainsShareOneSeries(t *testing.T) {
 // failed. It used to appear only at the first failure, at 1, so
 // increase() over it stayed 0 and RateLimitEnvoyCompatConfigRejected
 // (deploy/prometheus/alerts.yml) missed a process's first rejected
-// configuration.
+// configuration. floodgate_envoy_config_rejected, which the alert reads
+// now, is there at 0 from the start too.
 func TestConfigLoadSeriesStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
@@ -106,6 +107,7 @@ func TestConfigLoadSeriesStartAtZero(t *testing.T) {
 		{"before any load", func() {}, []string{
 			`floodgate_envoy_config_load_total{result="error"} 0`,
 			`floodgate_envoy_config_load_total{result="success"} 0`,
+			`floodgate_envoy_config_rejected 0`,
 		}},
 		{"after a good load", func() { m.ConfigLoaded(true) }, []string{
 			`floodgate_envoy_config_load_total{result="error"} 0`,
@@ -114,6 +116,7 @@ func TestConfigLoadSeriesStartAtZero(t *testing.T) {
 		{"after a failed load", func() { m.ConfigLoaded(false) }, []string{
 			`floodgate_envoy_config_load_total{result="error"} 1`,
 			`floodgate_envoy_config_load_total{result="success"} 1`,
+			`floodgate_envoy_config_rejected 1`,
 		}},
 	} {
 		tc.load()
