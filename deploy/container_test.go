@@ -85,7 +85,8 @@ func port(t *testing.T, where, addr string) int {
 // --envoy-config, --admin-token-file) is mapped through the container's
 // mounts to this repository (or to the test's stand-ins for Secrets and
 // volumes), every listen address keeps its host part with a free port,
-// and, when redisURL is not empty, --redis is replaced by it. It fails t
+// and, when redisURL is not empty, --redis is replaced by it (the
+// service's healthAddr is set when it has --health-addr). It fails t
 // when a file flag points outside the mounts or at a missing file.
 func runAsContainer(t *testing.T, where string, args []string, mounts []mount, redisURL string) *service {
 	t.Helper()
@@ -102,7 +103,7 @@ func runAsContainer(t *testing.T, where string, args []string, mounts []mount, r
 				t.Fatalf("%s: --%s %s: %v", where, name, value, err)
 			}
 			value = p
-		case "addr", "grpc-addr", "admin-addr":
+		case "addr", "grpc-addr", "admin-addr", "health-addr":
 			host, _, err := net.SplitHostPort(value)
 			if err != nil {
 				t.Fatalf("%s: --%s %q: %v", where, name, value, err)
@@ -115,7 +116,11 @@ func runAsContainer(t *testing.T, where string, args []string, mounts []mount, r
 		}
 		local = append(local, "--"+name+"="+value)
 	}
-	return startService(t, floodgateBinary(t), local, nil, flags["grpc-addr"] != "", flags["admin-addr"] != "")
+	s := startService(t, floodgateBinary(t), local, nil, flags["grpc-addr"] != "", flags["admin-addr"] != "")
+	if flags["health-addr"] != "" {
+		s.healthAddr = s.recordedAddr(t, healthListening)
+	}
+	return s
 }
 
 // checkAdmin checks the admin listener of a serve run with --admin-addr

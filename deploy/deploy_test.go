@@ -9,15 +9,19 @@
 package deploy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
@@ -114,8 +118,62 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	}
 	if traffic {
 		em.ConfigLoaded(false)
+		compatTraffic(t, em)
 	}
 	return gathered(t, reg, sreg), gathered(t, ereg)
+}
+
+// compatTraffic decides two requests of one descriptor whose limit is 1
+// a minute with envoy-compat's service, counting into m: one within the
+// limit, one over it, so that the per-limit counters have series.
+func compatTraffic(t *testing.T, m *envoycompat.Metrics) {
+	t.Helper()
+	cfg, err := envoycompat.Load([]envoycompat.File{{Name: "config.yaml", Data: []byte(
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoycompat.NewService(envoycompat.Options{Store: &countStore{}, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	req := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	for range 2 {
+		if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// countStore is an envoycompat.Store in memory, without expiry.
+type countStore struct {
+	mu sync.Mutex
+	n  map[string]uint64
+}
+
+func (s *countStore) Incr(_ context.Context, ops []*envoycompat.Op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n = map[string]uint64{}
+	}
+	for _, op := range ops {
+		s.n[op.Key] += op.N
+		op.Result = s.n[op.Key]
+	}
+	return nil
+}
+
+func (s *countStore) Get(_ context.Context, ops []*envoycompat.Op) ([]uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint64, len(ops))
+	for i, op := range ops {
+		out[i] = s.n[op.Key]
+	}
+	return out, nil
 }
 
 // gathered returns the names of the series the registries expose,
@@ -246,7 +304,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 	for _, want := range []string{"rate_limit_allowed_total", "rate_limit_denied_total", "rate_limit_redis_latency_seconds_bucket",
 		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds",
-		"floodgate_decision_errors_total", "floodgate_envoy_should_rate_limit_errors_total"} {
+		"floodgate_decision_errors_total", "floodgate_envoy_should_rate_limit_errors_total", "floodgate_envoy_hits_total"} {
 		if !queried[want] {
 			t.Errorf("the dashboard shows no panel of %s", want)
 		}

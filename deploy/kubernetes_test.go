@@ -107,11 +107,14 @@ func stripComments(doc string) string {
 
 // checkWiring checks what the API server would not: selectors select the
 // pod templates, Services, NetworkPolicies and probes name ports that
-// exist, every container has resource requests and a memory limit, and
-// every ConfigMap volume names a ConfigMap of the directory.
+// exist, every container has resource requests and a memory limit, every
+// ConfigMap volume names a ConfigMap of the directory, and every pod
+// meets Pod Security "restricted" and goes without a service account
+// token (checkPodSecurity).
 func (m *manifests) checkWiring(t *testing.T, dir string) {
 	t.Helper()
 	for _, d := range m.deployments {
+		checkPodSecurity(t, dir, d)
 		tmpl := labels.Set(d.Spec.Template.Labels)
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || !sel.Matches(tmpl) {
@@ -176,6 +179,73 @@ func (m *manifests) checkWiring(t *testing.T, dir string) {
 					t.Errorf("%s: NetworkPolicy %s admits port %s, which Deployment %s does not declare", dir, np.Name, p.Port.String(), d.Name)
 				}
 			}
+		}
+	}
+}
+
+// checkPodSecurity checks that d's pods would be admitted to a namespace
+// enforcing Pod Security "restricted" (its checks the kit's manifests could
+// fail: no host namespaces, no privileged container, only volume types it
+// allows, runAsNonRoot and no user 0, seccomp RuntimeDefault or Localhost,
+// allowPrivilegeEscalation false, every capability dropped and none added
+// but NET_BIND_SERVICE), and that they get no service account token
+// (automountServiceAccountToken: false): no container of the kit calls
+// the Kubernetes API, and a token mounted for nothing is a credential for
+// whoever takes the container over.
+func checkPodSecurity(t *testing.T, dir string, d *appsv1.Deployment) {
+	t.Helper()
+	where := fmt.Sprintf("%s: Deployment %s", dir, d.Name)
+	spec := d.Spec.Template.Spec
+	if a := spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("%s: automountServiceAccountToken %v, want false (no container calls the Kubernetes API)", where, a)
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: uses the host's namespaces", where)
+	}
+	for _, v := range spec.Volumes {
+		if v.ConfigMap == nil && v.Secret == nil && v.EmptyDir == nil && v.Projected == nil && v.DownwardAPI == nil && v.PersistentVolumeClaim == nil {
+			t.Errorf("%s: volume %s is of a type Pod Security restricted refuses", where, v.Name)
+		}
+	}
+	pod := spec.SecurityContext
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		cw := where + " container " + c.Name
+		sc := c.SecurityContext
+		if sc == nil {
+			sc = &corev1.SecurityContext{}
+		}
+		nonRoot := sc.RunAsNonRoot
+		if nonRoot == nil {
+			nonRoot = pod.RunAsNonRoot
+		}
+		if nonRoot == nil || !*nonRoot {
+			t.Errorf("%s: runAsNonRoot is not true", cw)
+		}
+		for _, u := range []*int64{pod.RunAsUser, sc.RunAsUser} {
+			if u != nil && *u == 0 {
+				t.Errorf("%s: runAsUser 0", cw)
+			}
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil {
+			seccomp = pod.SeccompProfile
+		}
+		if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+			t.Errorf("%s: seccompProfile %v, want RuntimeDefault", cw, seccomp)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: privileged", cw)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: allowPrivilegeEscalation is not false", cw)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("%s: capabilities do not drop ALL", cw)
+		} else if add := slices.DeleteFunc(slices.Clone(sc.Capabilities.Add), func(c corev1.Capability) bool { return c == "NET_BIND_SERVICE" }); len(add) > 0 {
+			t.Errorf("%s: adds capabilities %v", cw, add)
 		}
 	}
 }
@@ -414,6 +484,7 @@ func TestKubernetesFloodgate(t *testing.T) {
 	if c.ReadinessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet == nil {
 		t.Fatalf("%s: the probes must be HTTP GETs", where)
 	}
+	checkHealthListener(t, where, m, c, flags)
 	// Readiness stays on while the local fallback decides (degraded=ok):
 	// a Redis outage must not take every pod out of the Service.
 	if c.ReadinessProbe.HTTPGet.Path != "/readyz?degraded=ok" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
@@ -459,6 +530,18 @@ func TestKubernetesFloodgate(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokenSecret, tokenKey := checkAdminManifest(t, where, m, d, c, flags)
+	// A local cluster (kind) is loaded with an image of the manifest's
+	// name: build-image.sh must be given it in full, as podman would name
+	// a short one localhost/NAME and make:image tags floodgate:$VERSION.
+	full := c.Image
+	if !strings.Contains(full, "/") {
+		full = "docker.io/library/" + full // a short name's registry
+	}
+	for _, cmd := range []string{"deploy/build-image.sh " + full, "kind load docker-image " + c.Image, "kind load image-archive"} {
+		if !bytes.Contains(docs, []byte(cmd)) {
+			t.Errorf("docs/deploy.md does not say %q: a local cluster would not find the manifest's image %s", cmd, c.Image)
+		}
+	}
 	apply := bytes.Index(docs, []byte("kubectl apply -f deploy/kubernetes/floodgate/"))
 	for _, sk := range [][2]string{{secret.Name, secret.Key}, {tokenSecret, tokenKey}} {
 		create := fmt.Sprintf("kubectl create secret generic %s --from-literal=%s=", sk[0], sk[1])
@@ -489,9 +572,12 @@ func TestKubernetesFloodgate(t *testing.T) {
 	token := adminToken(t)
 	mounts, _ := m.materialize(t, d, c, map[string]map[string]string{tokenSecret: {tokenKey: token}})
 	s := runAsContainer(t, where, args, mounts, "")
+	// The probes as the kubelet runs them, on the listeners their ports
+	// name: readiness and liveness on --health-addr.
+	addrs := map[string]string{"http": s.httpAddr, "grpc": s.grpcAddr, "health": s.healthAddr}
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
-		if code, body := get(t, s.httpAddr, p.HTTPGet.Path); code != 200 {
-			t.Errorf("%s: probe GET %s: %d %s", where, p.HTTPGet.Path, code, body)
+		if !runProbe(t, c, p, addrs) {
+			t.Errorf("%s: probe %s failed", where, probeString(p))
 		}
 	}
 	if code, body := get(t, s.httpAddr, ann["prometheus.io/path"]); code != 200 || !strings.Contains(body, "rate_limit_") {
@@ -504,9 +590,10 @@ func TestKubernetesFloodgate(t *testing.T) {
 	// (degraded) because the local fallback decides.
 	srv.Kill()
 	deadline := time.Now().Add(30 * time.Second)
+	readiness := addrs[c.ReadinessProbe.HTTPGet.Port.String()]
 	for {
 		code, body := get(t, s.httpAddr, "/readyz")
-		pcode, pbody := get(t, s.httpAddr, c.ReadinessProbe.HTTPGet.Path)
+		pcode, pbody := get(t, readiness, c.ReadinessProbe.HTTPGet.Path)
 		if code == 503 && pcode == 200 && strings.Contains(pbody, `"degraded"`) {
 			break
 		}
@@ -516,10 +603,49 @@ func TestKubernetesFloodgate(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// And the liveness probe passes: a restart would not bring Redis back.
-	addrs := map[string]string{"http": s.httpAddr, "grpc": s.grpcAddr}
 	for i := range int(max(c.LivenessProbe.FailureThreshold, 3)) + 1 {
 		if !runProbe(t, c, c.LivenessProbe, addrs) {
 			t.Fatalf("%s: Redis down: liveness probe %d failed (%s)", where, i+1, probeString(c.LivenessProbe))
+		}
+	}
+}
+
+// checkHealthListener checks where the Deployment's probes go: to
+// --health-addr (serve's listener of /healthz and /readyz only, outside
+// --max-connections), on a container port of its own named in no Service
+// port and no NetworkPolicy rule. On --addr, which --max-connections
+// caps, a flood of slow connections held /healthz 8.6 s past the probes'
+// 2 s timeout (an outside walk, 2026-12-05): the kubelet would restart
+// the pod under attack.
+func checkHealthListener(t *testing.T, where string, m *manifests, c corev1.Container, flags map[string]string) {
+	t.Helper()
+	addr := flags["health-addr"]
+	if addr == "" {
+		t.Fatalf("%s: no --health-addr: the probes would share --addr, and its connection limit, with every client", where)
+	}
+	health := port(t, where, addr)
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if got := containerPort(c, p.HTTPGet.Port); got != health {
+			t.Errorf("%s: probe %s on port %d, want --health-addr's %d", where, probeString(p), got, health)
+		}
+	}
+	if health == port(t, where, flags["addr"]) || health == port(t, where, flags["grpc-addr"]) {
+		t.Errorf("%s: --health-addr %s shares a port with --addr or --grpc-addr", where, addr)
+	}
+	for _, s := range m.services {
+		for _, p := range s.Spec.Ports {
+			if int(p.Port) == health || containerPort(c, p.TargetPort) == health {
+				t.Errorf("%s: Service %s port %s exposes the health port %d (its /readyz names a failing Redis node)", where, s.Name, p.Name, health)
+			}
+		}
+	}
+	for _, np := range m.netpols {
+		for _, r := range np.Spec.Ingress {
+			for _, p := range r.Ports {
+				if p.Port != nil && containerPort(c, *p.Port) == health {
+					t.Errorf("%s: NetworkPolicy %s admits pods to the health port %d; the kubelet probes from the node", where, np.Name, health)
+				}
+			}
 		}
 	}
 }
@@ -664,9 +790,8 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 	if ann["prometheus.io/port"] != strconv.Itoa(compatDefaults["DEBUG_PORT"]) || ann["prometheus.io/path"] != "/metrics" {
 		t.Errorf("%s: Prometheus annotations %v, want the debug port's /metrics", where, ann)
 	}
-	if grace := *d.Spec.Template.Spec.TerminationGracePeriodSeconds; grace < 10 {
-		t.Errorf("%s: terminationGracePeriodSeconds %d < the 10s envoy-compat drains for", where, grace)
-	}
+	checkCompatTermination(t, where, d, c)
+	checkCompatHardening(t, where, m, d, c)
 
 	if c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/healthcheck" || c.LivenessProbe == nil {
 		t.Fatalf("%s: want readiness on envoyproxy/ratelimit's /healthcheck, and a liveness probe", where)
@@ -727,12 +852,29 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 		defer cancel()
 		return client.ShouldRateLimit(ctx, req)
 	})
+	// After Envoy's routes, some allowed and some refused: the
+	// dashboard's series of envoy-compat decisions are on the scrape,
+	// with the labels and values its queries select.
+	_, body := get(t, debugAddr, ann["prometheus.io/path"])
+	checkDashboardCompatSeries(t, where, body)
 }
 
 // TestKubernetesDevRedis decodes the Redis manifest for trying the kit.
+// Its pod must pass Pod Security "restricted" (loadManifests checks
+// that), which the official redis image allows by starting as its redis
+// user, 999:999 (its entrypoint drops from root to it only when started
+// as root).
 func TestKubernetesDevRedis(t *testing.T) {
 	m := loadManifests(t, "kubernetes/dev")
 	if len(m.deployments) != 1 || len(m.services) != 1 || m.services[0].Name != "redis" {
 		t.Fatalf("want a redis Deployment and Service, have %d and %d", len(m.deployments), len(m.services))
+	}
+	d, c := m.onlyDeployment(t)
+	if !strings.HasPrefix(c.Image, "docker.io/library/redis:") {
+		t.Fatalf("Deployment %s runs %s: the user below is the official redis image's", d.Name, c.Image)
+	}
+	sc := d.Spec.Template.Spec.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 999 || sc.RunAsGroup == nil || *sc.RunAsGroup != 999 || sc.FSGroup == nil || *sc.FSGroup != 999 {
+		t.Errorf("Deployment %s: pod securityContext %+v, want runAsUser, runAsGroup and fsGroup 999 (the image's redis user)", d.Name, sc)
 	}
 }

@@ -2,10 +2,7 @@ package deploy
 
 import (
 	"strconv"
-	"strings"
 	"testing"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // TestKubernetesMemoryBudget: the Floodgate Deployment's memory limit
@@ -49,20 +46,7 @@ func TestKubernetesMemoryBudget(t *testing.T) {
 		t.Errorf("%s: memory limit %s (%d bytes) is below %d MiB under load plus %d fallback identities × %d bytes = %d bytes: set --memory-max-keys or raise the limit",
 			where, limit.String(), limit.Value(), base>>20, keys, perIdentity, need)
 	}
-	var soft int64
-	for _, e := range c.Env {
-		if e.Name != "GOMEMLIMIT" {
-			continue
-		}
-		if e.Value == "" {
-			t.Fatalf("%s: GOMEMLIMIT from %v, want a value below the limit (the limit itself leaves the runtime no room)", where, e.ValueFrom)
-		}
-		q, err := resource.ParseQuantity(strings.TrimSuffix(e.Value, "B")) // Go's "320MiB" is Kubernetes' "320Mi"
-		if err != nil {
-			t.Fatalf("%s: GOMEMLIMIT=%q: %v", where, e.Value, err)
-		}
-		soft = q.Value()
-	}
+	soft := goMemLimit(t, where, c)
 	switch {
 	case soft == 0:
 		t.Errorf("%s: no GOMEMLIMIT", where)

@@ -67,9 +67,23 @@ func TestMain(m *testing.M) {
 
 // service is a running floodgate process.
 type service struct {
-	httpAddr  string // from its "floodgate listening" log line
-	grpcAddr  string // from its gRPC log line, when it serves gRPC
-	adminAddr string // from its admin log line, when it has --admin-addr
+	proc       *proctest.Proc
+	httpAddr   string // from its "floodgate listening" log line
+	grpcAddr   string // from its gRPC log line, when it serves gRPC
+	adminAddr  string // from its admin log line, when it has --admin-addr
+	healthAddr string // from its health log line, when it has --health-addr (runAsContainer)
+}
+
+// recordedAddr returns the address of the listener whose log message is
+// msg, which the process logs with its listeners (before its HTTP
+// listening line), or fails t when it has not logged it.
+func (s *service) recordedAddr(t *testing.T, msg string) string {
+	t.Helper()
+	rec, ok := s.proc.Logged(msg)
+	if !ok {
+		t.Fatalf("the process did not log %q", msg)
+	}
+	return loopback(t, rec["addr"])
 }
 
 const (
@@ -77,6 +91,9 @@ const (
 	grpcListening = "floodgate gRPC (Envoy rate limit service) listening"
 	// adminListening is the log message of serve's --admin-addr listener.
 	adminListening = "floodgate admin listening"
+	// healthListening is the log message of serve's --health-addr
+	// listener.
+	healthListening = "floodgate health listening"
 )
 
 // startService execs bin with args and env (added to this process's
@@ -93,7 +110,7 @@ func startService(t *testing.T, bin string, args, env []string, wantGRPC, wantAd
 		msgs = append(msgs, adminListening)
 	}
 	p := launch(t, bin, args, env, msgs...)
-	s := &service{httpAddr: loopback(t, p.Record(msgs[0])["addr"])}
+	s := &service{proc: p, httpAddr: loopback(t, p.Record(msgs[0])["addr"])}
 	if wantGRPC {
 		s.grpcAddr = loopback(t, p.Record(grpcListening)["addr"])
 	}
