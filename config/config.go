@@ -11,6 +11,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -64,9 +65,15 @@ const DefaultTierName = "default"
 // Config is one complete, validated configuration. It is immutable and safe
 // for concurrent use; obtain it from Parse, Default or a Holder.
 type Config struct {
-	version     string
-	source      string
-	hash        string
+	version string
+	source  string
+	hash    string
+	// spaceHash and bodyHash hash the document with its spacing
+	// normalised (normalizeSpace), whole and without its signature
+	// line: they tell, in a refusal, what differs between two documents
+	// of one version.
+	spaceHash   string
+	bodyHash    string
 	defaultTier string
 	tiers       []string
 	policies    []*Policy
@@ -344,6 +351,21 @@ func (c *Config) Specs(p *Policy, tier string, values map[string]string, peek bo
 func hashOf(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// normalizeSpace returns data with CR LF line ends made LF, the spaces and
+// tabs ending each line removed and the empty lines ending it dropped:
+// what a shell's "$(cat FILE)", an editor or a Windows checkout change
+// without changing the document's meaning.
+func normalizeSpace(data []byte) []byte {
+	lines := bytes.Split(data, []byte("\n"))
+	for i, l := range lines {
+		lines[i] = bytes.TrimRight(l, " \t\r")
+	}
+	for len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	return bytes.Join(lines, []byte("\n"))
 }
 
 // validDimension checks a dimension or tier name: 1..32 of [a-z0-9_-].

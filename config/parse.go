@@ -78,6 +78,8 @@ func Parse(data []byte, filename string) (*Config, error) {
 	}
 	c.source = filename
 	c.hash = hashOf(data)
+	body, _ := splitSignature(data)
+	c.spaceHash, c.bodyHash = hashOf(normalizeSpace(data)), hashOf(normalizeSpace(body))
 	return c, nil
 }
 

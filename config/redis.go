@@ -124,10 +124,18 @@ type PublishOptions struct {
 	// SignKey, when set, signs the document (Sign) before storing it, for
 	// instances that verify (ReloaderOptions.VerifyKey).
 	SignKey []byte
-	// Force publishes a version older than the stored one (a rollback).
-	// A version already published with other content is refused even so:
+	// Force publishes a version older than the stored one (a rollback),
+	// replaces a stored document that cannot be checked (invalid, over
+	// MaxSize, not a string), and replaces a signed document with one
+	// unsigned or signed under another key (a key rotation, once every
+	// verifying instance has the new key). A version already published with other content is refused even so:
 	// instances that applied it would keep it (see ApplyVersioned).
 	Force bool
+
+	// beforeStore, when set, runs between the checks against the stored
+	// document and the compare-and-swap that stores the new one: tests
+	// race another push there.
+	beforeStore func()
 }
 
 // Publish is PublishWith without options.
@@ -135,17 +143,44 @@ func Publish(ctx context.Context, client redis.UniversalClient, keys Keys, data 
 	return PublishWith(ctx, client, keys, data, PublishOptions{})
 }
 
-// casScript stores ARGV[2] under KEYS[1] only if the value there still has
-// the SHA-1 ARGV[1] ("" for no value), so two pushes racing cannot both
-// pass the version checks against the same old document.
-var casScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-local sum = ''
-if cur then sum = redis.sha1hex(cur) end
-if sum ~= ARGV[1] then return 0 end
+// casScript stores ARGV[2] under KEYS[1] only if what is there still has
+// the fingerprint ARGV[1] (see fingerprintScript), so two pushes racing
+// cannot both pass the version checks against the same old document, nor
+// a forced push replace, unseen, one another push stored meanwhile.
+var casScript = redis.NewScript(fingerprintLua + `
+if fingerprint(KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1
 `)
+
+// fingerprintScript returns the fingerprint of what KEYS[1] holds: "" for
+// nothing, the SHA-1 of a string's value (what fingerprintOf computes of a
+// document read), "type:" and the type of another value. It is read only
+// to replace what cannot be read as a document (over MaxSize, not a
+// string), and so is computed by Redis, whatever its size.
+var fingerprintScript = redis.NewScript(fingerprintLua + `
+return fingerprint(KEYS[1])
+`)
+
+// fingerprintLua defines the fingerprint function of casScript and
+// fingerprintScript.
+const fingerprintLua = `
+local function fingerprint(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'none' then return '' end
+  if t ~= 'string' then return 'type:' .. t end
+  return redis.sha1hex(redis.call('GET', key))
+end
+`
+
+// fingerprintOf returns the fingerprint casScript compares of a document
+// read: "" for none, else its SHA-1 in hex.
+func fingerprintOf(doc []byte) string {
+	if doc == nil {
+		return ""
+	}
+	return fmt.Sprintf("%x", sha1.Sum(doc))
+}
 
 // PublishWith validates data and, only if it is valid and has a version,
 // stores it under keys.Config and announces its version on keys.Channel,
@@ -163,6 +198,10 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		if err != nil {
 			return nil, err
 		}
+		if len(signed) > MaxSize && len(data) <= MaxSize {
+			// config validate passed the file: say what took it over.
+			return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("signed, the document is %d bytes (max %d): the signature line adds %d bytes to the %d of the file; shorten it by %d bytes", len(signed), MaxSize, len(signed)-len(data), len(data), len(signed)-MaxSize)}
+		}
 		data = signed
 	}
 	c, err := Parse(data, "redis:"+keys.Config)
@@ -173,7 +212,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		return nil, &Error{File: c.Source(), Msg: "a shared configuration needs a version field"}
 	}
 	old, err := getDoc(ctx, client, keys)
-	overwrite := false
+	sum := ""
 	switch {
 	case errors.Is(err, ErrNotFound):
 		old = nil
@@ -187,17 +226,20 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		if !opts.Force {
 			return nil, fmt.Errorf("config: the stored document cannot be checked (use --force to replace it): %w", err)
 		}
-		old, overwrite = nil, true // an oversized document or a key of another type, replaced on purpose
-	}
-	sum := ""
-	if old != nil {
-		if opts.SignKey == nil && !opts.Force && isSigned(old) {
-			// Instances started with --config-verify-key-file would
-			// refuse it and stay on the old document while the others
-			// apply it: the fleet split.
-			return nil, fmt.Errorf("%w: the stored document is signed and this one is not: instances started with --config-verify-key-file would refuse it while the others apply it; sign it (--sign-key-file), or use --force if no instance verifies any more", ErrSignature)
+		// An oversized document or a key of another type, replaced on
+		// purpose: still only if nothing else is stored meanwhile.
+		old = nil
+		if sum, err = fingerprintScript.Run(ctx, client, []string{keys.Config}).Text(); err != nil {
+			return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
 		}
-		sum = fmt.Sprintf("%x", sha1.Sum(old))
+	}
+	if old != nil {
+		if !opts.Force && isSigned(old) {
+			if err := signedConflict(old, opts.SignKey); err != nil {
+				return nil, err
+			}
+		}
+		sum = fingerprintOf(old)
 		cur, perr := Parse(old, "redis:"+keys.Config)
 		if perr == nil && cur.Version() == "" {
 			perr = errors.New("it has no version")
@@ -224,11 +266,10 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 			}
 		}
 	}
-	if overwrite {
-		if err := client.Set(ctx, keys.Config, data, 0).Err(); err != nil {
-			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
-		}
-	} else if old == nil || !bytes.Equal(old, data) {
+	if opts.beforeStore != nil {
+		opts.beforeStore()
+	}
+	if old == nil || !bytes.Equal(old, data) {
 		ok, err := casScript.Run(ctx, client, []string{keys.Config}, sum, data).Int()
 		if err != nil {
 			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
@@ -241,6 +282,21 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, err)
 	}
 	return c, nil
+}
+
+// signedConflict returns why a push of a document signed under key (nil:
+// unsigned) over the signed document old would split the fleet, or nil
+// when it would not: instances started with --config-verify-key-file
+// verify with the key that signed old, would refuse the new document and
+// stay on old while the others apply it.
+func signedConflict(old, key []byte) error {
+	if key == nil {
+		return fmt.Errorf("%w: the stored document is signed and this one is not: instances started with --config-verify-key-file would refuse it while the others apply it; sign it (--sign-key-file), or use --force if no instance verifies any more", ErrSignature)
+	}
+	if err := Verify(old, key); err != nil {
+		return fmt.Errorf("%w: the stored document is signed under another key than --sign-key-file's (or was changed after signing): instances verifying with that key (--config-verify-key-file) would refuse this one and stay on the stored one while the others apply it; sign it with that key, or use --force once every verifying instance has this key", ErrSignature)
+	}
+	return nil
 }
 
 // declaredRE finds a document's top-level version field without parsing

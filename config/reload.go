@@ -99,7 +99,10 @@ type ReloaderOptions struct {
 	// after a rejection is not one) and
 	// floodgate_config_source_rejected{source} (1 while the source's
 	// latest document is rejected, 0 once it holds one that is applied or
-	// the active one again). A Reloader and an EnvoyReloader may share one
+	// the active one again); a Reloader also gets
+	// floodgate_config_version_regressions_total (documents applied by
+	// ApplyVersioned whose version is not newer than the active one's; 0
+	// from the start). A Reloader and an EnvoyReloader may share one
 	// Registerer: they count in the same metrics under their own source.
 	Registerer prometheus.Registerer
 	// VerifyKey, when set, makes WatchRedis apply only documents signed
@@ -202,9 +205,12 @@ type Reloader struct {
 	holder  *Holder
 	log     *slog.Logger
 	metrics *reloadMetrics
-	mu      sync.Mutex
-	verify  []byte
-	now     chan struct{} // CheckNow's requests to the watcher
+	// regressions counts versioned documents applied over a newer
+	// active version (floodgate_config_version_regressions_total).
+	regressions prometheus.Counter
+	mu          sync.Mutex
+	verify      []byte
+	now         chan struct{} // CheckNow's requests to the watcher
 }
 
 // NewReloader returns a Reloader updating h. Its reloads are counted under
@@ -217,7 +223,16 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reloader{holder: h, log: opts.Logger, metrics: m, verify: opts.VerifyKey, now: make(chan struct{}, 1)}
+	regressions := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_config_version_regressions_total",
+		Help: "Configurations from Redis applied although their version is not newer than the active one's: a Redis restored from an older snapshot, a wiped Redis pushed to again, or a forced rollback (config push --force).",
+	})
+	if opts.Registerer != nil {
+		if regressions, err = registerShared(opts.Registerer, regressions); err != nil {
+			return nil, err
+		}
+	}
+	r := &Reloader{holder: h, log: opts.Logger, metrics: m, regressions: regressions, verify: opts.VerifyKey, now: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -239,7 +254,13 @@ func (r *Reloader) Apply(data []byte, source string) (*Config, error) {
 // ApplyVersioned is Apply for a shared source such as Redis, where the
 // version field tells instances apart: the document must have a version,
 // and a document with the active version but other content is rejected
-// (bump the version to change it).
+// (bump the version to change it). A document whose version is not newer
+// than the active one (CompareVersions) is applied, as a forced rollback
+// must be, but logged at WARN ("configuration applied: the version is not
+// newer than the previous one") and counted in
+// floodgate_config_version_regressions_total: the store going back
+// (restored from an older snapshot, wiped and pushed to again) looks the
+// same.
 func (r *Reloader) ApplyVersioned(data []byte, source string) (*Config, error) {
 	return r.apply(data, source, true)
 }
@@ -268,9 +289,18 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 	}
 	r.holder.store(c)
 	r.metrics.count(ResultApplied)
-	r.log.Info("configuration applied", "source", source, "version", c.Version(),
+	attrs := []any{"source", source, "version", c.Version(),
 		"previous_version", active.Version(), "policies", len(c.Policies()),
-		"quotas", len(c.Quotas()), "concurrency_limits", len(c.ConcurrencyLimits()))
+		"quotas", len(c.Quotas()), "concurrency_limits", len(c.ConcurrencyLimits())}
+	if versioned && active.Version() != "" && CompareVersions(c.Version(), active.Version()) <= 0 {
+		// Not refused: a forced rollback is legitimate. But the same
+		// step back, unasked, is how a store's loss shows.
+		r.regressions.Inc()
+		r.log.Warn("configuration applied: the version is not newer than the previous one",
+			append(attrs, "likely_cause", "a forced rollback (config push --force), or the store went back: Redis restored from an older snapshot, or wiped and pushed to again")...)
+		return c, nil
+	}
+	r.log.Info("configuration applied", attrs...)
 	return c, nil
 }
 
@@ -294,7 +324,23 @@ func checkVersion(c, active *Config) error {
 		return &Error{File: c.Source(), Msg: "a shared configuration needs a version field"}
 	}
 	if c.Version() == active.Version() && c.Hash() != active.Hash() {
-		return &Error{File: c.Source(), Msg: fmt.Sprintf("version %q is already active with different content; bump the version to change it", c.Version())}
+		// Refused even when only the spacing differs: the hash is the
+		// document's identity across the fleet (/readyz config_hash,
+		// floodgate doctor), and an instance started now loads the
+		// stored bytes, so taking them for the active document would
+		// leave one version under two hashes with nothing flagging it.
+		// The refusal keeps floodgate_config_source_rejected at 1 until
+		// the document is pushed again.
+		var what string
+		switch {
+		case c.spaceHash == active.spaceHash:
+			what = "content that differs from this document only in spacing or line ends (a final newline, CR LF, trailing spaces: redis-cli set KEY \"$(cat FILE)\" drops the final newline); store it with floodgate config push FILE, or bump the version to change it"
+		case c.bodyHash == active.bodyHash:
+			what = "the same content under another signature line (signed under another key, or one of the two unsigned); bump the version to change it"
+		default:
+			what = "different content; bump the version to change it"
+		}
+		return &Error{File: c.Source(), Msg: fmt.Sprintf("version %q is already active with %s", c.Version(), what)}
 	}
 	return nil
 }

@@ -79,3 +79,15 @@ func isSigned(data []byte) bool {
 	_, sig := splitSignature(data)
 	return sig != nil
 }
+
+// SignedLen returns the length in bytes of what Sign returns for data,
+// under any key: config validate uses it to warn of a file that a
+// signature line takes over MaxSize.
+func SignedLen(data []byte) int {
+	body, _ := splitSignature(data)
+	n := len(body)
+	if n > 0 && body[n-1] != '\n' {
+		n++
+	}
+	return n + len(signaturePrefix) + hex.EncodedLen(sha256.Size) + 1
+}

@@ -25,7 +25,7 @@ func TestBadInput(t *testing.T) {
 		{"trailing data", "/v1/check", item + `{"x":1}`, 400, "malformed-json", "unexpected data after"},
 		{"unknown field", "/v1/check", `{"policy":"fifty","identity":{"user":"victim"},"cots":1}`, 400, "unknown-field", `unknown field "cots"`},
 		{"missing policy", "/v1/check", `{"identity":{"user":"victim"}}`, 400, "missing-policy", `"policy" is required`},
-		{"unknown policy", "/v1/check", `{"policy":"nope","identity":{"user":"victim"}}`, 400, "unknown-policy", `unknown policy "nope": the service's configuration lists its policies (its --config file; floodgate config example prints the built-in one; GET /admin/v1/config when the admin API is on)`},
+		{"unknown policy", "/v1/check", `{"policy":"nope","identity":{"user":"victim"}}`, 400, "unknown-policy", `unknown policy "nope": the service's configuration lists its policies (its --config file; GET /admin/v1/config when the admin API is on)`},
 		{"missing identity", "/v1/check", `{"policy":"fifty"}`, 400, "missing-identity", `needs identity value "user"`},
 		{"wrong dimension", "/v1/check", `{"policy":"fifty","identity":{"ip":"1.2.3.4"}}`, 400, "missing-identity", `needs identity value "user"`},
 		{"empty value", "/v1/check", `{"policy":"fifty","identity":{"user":""}}`, 400, "invalid-identity", "is empty"},

@@ -449,7 +449,7 @@ func validate(cfg *config.Config, policy string, identity map[string]string, cos
 	}
 	p, ok := cfg.Policy(policy)
 	if !ok {
-		return check{}, badRequest("unknown-policy", "%sunknown policy %q: the service's configuration lists its policies (its --config file; floodgate config example prints the built-in one; GET /admin/v1/config when the admin API is on)", where, clip.Text(policy, 80))
+		return check{}, badRequest("unknown-policy", "%sunknown policy %q: the service's configuration lists its policies (%s; GET /admin/v1/config when the admin API is on)", where, clip.Text(policy, 80), configOrigin(cfg))
 	}
 	if len(identity) > MaxIdentityValues {
 		return check{}, badRequest("invalid-identity", "%sidentity has %d values (max %d)", where, len(identity), MaxIdentityValues)
@@ -620,4 +620,18 @@ func printableID(field, id string, maxLen int, kind string) error {
 // the config package's prefix.
 func identityDetail(err error) string {
 	return strings.TrimPrefix(err.Error(), config.ErrInvalidIdentity.Error()+": ")
+}
+
+// configOrigin says, for callers told a name is unknown, where the
+// configuration cfg lists its names: the kind of source only, not the
+// file name or Redis key (callers need not learn the deployment's paths).
+func configOrigin(cfg *config.Config) string {
+	switch src := cfg.Source(); {
+	case strings.HasPrefix(src, "redis:"):
+		return "in Redis, published with floodgate config push"
+	case src == config.DefaultName:
+		return "the built-in example, printed by floodgate config example"
+	default:
+		return "its --config file"
+	}
 }

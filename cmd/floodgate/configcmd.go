@@ -84,6 +84,9 @@ directory of them.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %s, %s, %s, %s)\n",
 					file, cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), plural.Count(len(cfg.Quotas()), "quota", "quotas"),
 					plural.Count(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
+				if w := signedSizeWarning(file); w != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), w)
+				}
 			}
 			merged := true
 			if len(envoyCfgs) > 1 {
@@ -241,7 +244,7 @@ published document again only announces it.`,
 			}
 			// What the push replaces, to warn of names it drops (read
 			// apart from the push: a warning, not a check).
-			prev, _ := config.LoadRedis(ctx, client, keys)
+			prev, prevErr := config.LoadRedis(ctx, client, keys)
 			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force, SignKey: key})
 			if err != nil {
 				for _, e := range flatten(err) {
@@ -250,6 +253,13 @@ published document again only announces it.`,
 				return &exitError{code: 1}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%s) to %s, key %s\n", cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), rs, keys.Config)
+			if errors.Is(prevErr, config.ErrNotFound) {
+				// Nothing to compare with: after Redis lost the key
+				// (wiped, or restored from a snapshot older than the
+				// first push), a lower version than the fleet runs
+				// goes through without --force.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: no configuration was stored under %s: published version %q without comparing it to another; instances running a newer one go back to this one (they log it at WARN and count it in floodgate_config_version_regressions_total)\n", keys.Config, cfg.Version())
+			}
 			for _, w := range droppedNames(prev, cfg) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
@@ -278,6 +288,23 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// signedSizeWarning returns a warning when file, valid, would be over
+// config.MaxSize once config push --sign-key-file adds its signature
+// line, or "" when it would not (or cannot be read: validate has just
+// read it).
+func signedSizeWarning(file string) string {
+	data, err := config.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	n := config.SignedLen(data)
+	if n <= config.MaxSize {
+		return ""
+	}
+	return fmt.Sprintf("%s: warning: signed (config push --sign-key-file), it would be %d bytes, over the %d-byte limit: the signature line adds %d bytes; push would refuse it signed",
+		file, n, config.MaxSize, n-len(data))
 }
 
 // droppedNames lists the policies, quotas and concurrency limits that prev
