@@ -189,8 +189,11 @@ Every "floodgate serve --config-from-redis" instance applies it within a
 moment. Bump the version with every change: a version already published
 with other content is refused (instances would otherwise run two documents
 under one version), and so is a version lower than the published one
-(natural order: "9" < "10") unless --force (a rollback). Pushing the
-published document again only announces it.`,
+(natural order: "9" < "10") unless --force (a rollback). Over a signed
+document, a push unsigned or signed with another key is refused unless
+--force (instances verifying with the old key would refuse it). With no
+document stored there is nothing to compare with: push warns of it.
+Pushing the published document again only announces it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := config.KeysFor(prefix)
@@ -274,7 +277,7 @@ published document again only announces it.`,
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	addRedisSecurityFlags(fl, &sec)
-	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB, or replace a signed document with an unsigned one")
+	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB, or replace a signed document with an unsigned one or one signed with another key (a key rotation)")
 	return cmd
 }
 
