@@ -53,7 +53,7 @@ func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, err
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%w: no Envoy descriptor configuration file or directory given", ErrInvalid)
 	}
-	m, err := newReloadMetrics(opts.Registerer, SourceEnvoy)
+	m, err := newReloadMetrics(opts.Registerer, SourceEnvoy, true)
 	if err != nil {
 		return nil, err
 	}

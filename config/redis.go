@@ -346,10 +346,15 @@ func digits(s string) int {
 	return n
 }
 
+// PendingPoll is how often WatchRedis reads the document while its
+// Holder has no configuration (NewPendingHolder).
+const PendingPoll = time.Second
+
 // WatchRedis applies the document under keys.Config whenever a message
 // arrives on keys.Channel, whenever the subscription is made again after a
 // lost connection, and also every poll (default 10s) in case a message was
-// missed otherwise, and at once after CheckNow. Documents go through
+// missed otherwise (every PendingPoll while the Holder has no
+// configuration yet), and at once after CheckNow. Documents go through
 // ApplyVersioned. It returns when ctx ends.
 func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient, keys Keys, poll time.Duration) {
 	if poll <= 0 {
@@ -418,6 +423,17 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		_, _ = r.ApplyVersioned(data, source)
 	}
 	fetch(false)
+	// While no configuration is active (NewPendingHolder), the instance
+	// decides nothing: the document is then read every second too, so
+	// that Redis coming back (whose subscription go-redis may make again
+	// only after the document was announced) or a document stored by
+	// other means than push is applied within a second, not a poll.
+	var pending <-chan time.Time
+	if !r.holder.Loaded() {
+		pt := time.NewTicker(min(poll, PendingPoll))
+		defer pt.Stop()
+		pending = pt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -428,6 +444,12 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			}
 			fetch(false)
 		case <-t.C:
+			fetch(false)
+		case <-pending:
+			if r.holder.Loaded() {
+				pending = nil // the deferred Stop ends it
+				continue
+			}
 			fetch(false)
 		case <-r.now:
 			// Judge the document again against the active configuration:

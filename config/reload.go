@@ -18,6 +18,7 @@ import (
 // safe for concurrent use.
 type Holder struct {
 	p          atomic.Pointer[Config]
+	loaded     atomic.Bool // false from NewPendingHolder until the first apply
 	rejected   atomic.Pointer[Rejection]
 	unreadable atomic.Pointer[Rejection]
 }
@@ -37,7 +38,54 @@ func NewHolder(initial *Config) (*Holder, error) {
 	}
 	h := &Holder{}
 	h.p.Store(initial)
+	h.loaded.Store(true)
 	return h, nil
+}
+
+// NewPendingHolder returns a Holder with no configuration yet, for a
+// service whose configuration source (named source, such as
+// "redis:fg:config") could not give a valid one at start: Load returns an
+// empty configuration (no version, hash, policies, quotas, concurrency
+// limits or tiers; its Source is source) and NotLoaded says why, until a
+// Reloader applies the first valid document. initial, when not nil, is the
+// failure of the read made at start: a document refused (an error matching
+// ErrInvalid or ErrSignature) is kept as LastRejected, any other failure
+// (the key missing, Redis unreachable) as Unreadable, so that NotLoaded
+// says why before a watcher has read the source itself.
+func NewPendingHolder(source string, initial error) *Holder {
+	h := &Holder{}
+	h.p.Store(&Config{source: source})
+	if initial != nil {
+		r := &Rejection{Source: source, Error: initial.Error(), At: time.Now().UTC()}
+		if errors.Is(initial, ErrInvalid) || errors.Is(initial, ErrSignature) {
+			h.rejected.Store(r)
+		} else {
+			h.unreadable.Store(r)
+		}
+	}
+	return h
+}
+
+// Loaded reports whether the Holder has a configuration: always, but from
+// NewPendingHolder until the first document is applied.
+func (h *Holder) Loaded() bool { return h.loaded.Load() }
+
+// NotLoaded returns nil once the Holder has a configuration, and until
+// then (NewPendingHolder) an error saying why it has none, naming the
+// source: its last read failed (Unreadable), its document was refused
+// (LastRejected), or it has not been read yet.
+func (h *Holder) NotLoaded() error {
+	if h.loaded.Load() {
+		return nil
+	}
+	source := h.p.Load().Source()
+	if u := h.unreadable.Load(); u != nil {
+		return fmt.Errorf("no configuration loaded: %s cannot be read: %s", u.Source, u.Error)
+	}
+	if r := h.rejected.Load(); r != nil {
+		return fmt.Errorf("no configuration loaded: the document in %s was rejected: %s", r.Source, r.Error)
+	}
+	return fmt.Errorf("no configuration loaded: %s has not been read yet", source)
 }
 
 // Load returns the active configuration.
@@ -46,6 +94,7 @@ func (h *Holder) Load() *Config { return h.p.Load() }
 // store makes c the active configuration.
 func (h *Holder) store(c *Config) {
 	h.p.Store(c)
+	h.loaded.Store(true)
 	h.rejected.Store(nil)
 }
 
@@ -121,7 +170,9 @@ type reloadMetrics struct {
 	rejected *prometheus.GaugeVec
 }
 
-func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics, error) {
+// newReloadMetrics returns the metrics of source; loaded says whether a
+// configuration of it is active (the last apply is then now).
+func newReloadMetrics(reg prometheus.Registerer, source string, loaded bool) (*reloadMetrics, error) {
 	m := &reloadMetrics{
 		source: source,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -130,7 +181,7 @@ func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics,
 		}, []string{"source", "result"}),
 		lastOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_last_reload_success_timestamp_seconds",
-			Help: "Unix time the active configuration of each source was applied.",
+			Help: "Unix time the active configuration of each source was applied (0 while a service started with --config-from-redis has none).",
 		}, []string{"source"}),
 		rejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_source_rejected",
@@ -152,7 +203,11 @@ func newReloadMetrics(reg prometheus.Registerer, source string) (*reloadMetrics,
 	for _, res := range []string{ResultApplied, ResultInvalid, ResultError} {
 		m.reloads.WithLabelValues(source, res)
 	}
-	m.lastOK.WithLabelValues(source).SetToCurrentTime()
+	if loaded {
+		m.lastOK.WithLabelValues(source).SetToCurrentTime()
+	} else {
+		m.lastOK.WithLabelValues(source).Set(0)
+	}
 	m.rejected.WithLabelValues(source).Set(0)
 	return m, nil
 }
@@ -219,7 +274,7 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil holder", ErrInvalid)
 	}
-	m, err := newReloadMetrics(opts.Registerer, SourcePolicies)
+	m, err := newReloadMetrics(opts.Registerer, SourcePolicies, h.Loaded())
 	if err != nil {
 		return nil, err
 	}
@@ -315,9 +370,20 @@ func (r *Reloader) reject(source string, err error) {
 func (r *Reloader) rejectLocked(active *Config, source string, err error) {
 	r.holder.rejected.Store(&Rejection{Source: source, Error: err.Error(), At: time.Now().UTC()})
 	r.metrics.count(ResultInvalid)
+	if !r.holder.Loaded() {
+		r.log.Error(noConfigRejected, "source", source, "error", err)
+		return
+	}
 	r.log.Error("configuration rejected; keeping the last good one",
 		"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
 }
+
+// The log messages of a source failing while no configuration is active
+// (NewPendingHolder).
+const (
+	noConfigRejected   = "configuration rejected; no configuration is active: decisions answer 503 no-configuration until the source holds a valid one"
+	noConfigUnreadable = "configuration source unreadable; no configuration is active: decisions answer 503 no-configuration until the source holds a valid one"
+)
 
 func checkVersion(c, active *Config) error {
 	if c.Version() == "" {
@@ -397,6 +463,10 @@ func (r *Reloader) sourceError(last *string, source string, err error, forced bo
 	r.holder.unreadable.Store(&Rejection{Source: source, Error: err.Error(), At: since})
 	if msg := err.Error(); msg != *last || forced {
 		*last = msg
+		if !r.holder.Loaded() {
+			r.log.Error(noConfigUnreadable, "source", source, "error", err)
+			return
+		}
 		r.log.Error("configuration source unreadable; keeping the last good configuration", "source", source, "error", err)
 	}
 }

@@ -237,12 +237,20 @@ type ConfigInfo struct {
 	// and since when (at): what runs is the last good configuration, and
 	// nothing the source holds now can be known.
 	Unreadable *config.Rejection `json:"unreadable,omitempty"`
+	// NoConfiguration, when set, says that no configuration is loaded
+	// yet and why (serve --config-from-redis started while the Redis
+	// document could not be used): every decision answers 503
+	// no-configuration, and the other fields describe an empty one.
+	NoConfiguration string `json:"no_configuration,omitempty"`
 }
 
 func (s *Server) handleConfig(w http.ResponseWriter, _ *http.Request) {
 	cfg := s.cfg.Load()
 	info := ConfigInfo{Version: cfg.Version(), Source: cfg.Source(), Hash: cfg.Hash(), DefaultTier: cfg.DefaultTier(), Tiers: cfg.Tiers(),
 		Rejected: s.cfg.LastRejected(), Unreadable: s.cfg.Unreadable()}
+	if why := s.cfg.NotLoaded(); why != nil {
+		info.NoConfiguration = why.Error()
+	}
 	for _, p := range cfg.Policies() {
 		info.Policies = append(info.Policies, p.Name)
 	}

@@ -241,6 +241,10 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 					s.fastFail(ctx, err)
 					return
 				}
+				if err := s.noConfiguration(); err != nil {
+					s.fastFail(ctx, err)
+					return
+				}
 				switch route {
 				case "/v1/check":
 					s.fastSingle(ctx, route, query, decodeCheck)

@@ -162,6 +162,31 @@ func putBuffer(b *bytes.Buffer) {
 	}
 }
 
+// configured is h while the service has a configuration; before its first
+// one (config.NewPendingHolder) it answers 503 no-configuration with
+// Retry-After, deciding and counting nothing.
+func (s *Server) configured(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.noConfiguration(); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// noConfiguration returns nil while the service has a configuration, and
+// the 503 no-configuration problem, saying why it has none, before its
+// first one: nothing may be decided under a configuration nobody gave.
+func (s *Server) noConfiguration() error {
+	why := s.cfg.NotLoaded()
+	if why == nil {
+		return nil
+	}
+	return &problemError{status: http.StatusServiceUnavailable, kind: "no-configuration", retry: true,
+		detail: "this instance has no configuration yet, so nothing was decided or counted (" + why.Error() + "); it answers once the source holds a valid document"}
+}
+
 // fail writes err: a problemError as is, a decision failure as 503 or 500.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p, retry := s.failure(r.Context(), err)
@@ -174,11 +199,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // failure returns the problem answering err (a problemError as is, counted
 // as a rejection; a decision failure classified, counted and logged by
 // decisionProblem) and whether the answer carries Retry-After: 1 (a
-// decision failure answered with 503).
+// decision failure answered with 503, or a problemError that asks for it).
 func (s *Server) failure(ctx context.Context, err error) (p *problemError, retry bool) {
 	if errors.As(err, &p) {
 		s.metrics.rejected.WithLabelValues(p.kind).Inc()
-		return p, false
+		return p, p.retry
 	}
 	op := opRequest
 	if f := (*storeFailure)(nil); errors.As(err, &f) {

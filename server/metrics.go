@@ -118,6 +118,8 @@ func rejectionProblems() []string {
 		// Transport: bodies, origins, hosts.
 		"body-timeout", "body-too-large", "unsupported-content-encoding",
 		"cross-origin-request", "host-not-allowed",
+		// No configuration yet (serve --config-from-redis).
+		"no-configuration",
 		// Leases and quotas.
 		"lease-lost", "quota-already-settled", "quota-state-lost",
 		// The admin API.

@@ -67,6 +67,7 @@ type problemError struct {
 	status int
 	kind   string // the problem type's slug
 	detail string
+	retry  bool // answered with Retry-After: 1
 }
 
 func (e *problemError) Error() string { return e.detail }

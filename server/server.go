@@ -348,18 +348,21 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	return s, nil
 }
 
+// routes builds the handlers. The API and the admin endpoints that read
+// the configuration answer 503 no-configuration while there is none
+// (configured).
 func (s *Server) routes() {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", s.handleCheck)
-	mux.HandleFunc("POST /v1/check/batch", s.handleBatch)
-	mux.HandleFunc("POST /v1/peek", s.handlePeek)
-	mux.HandleFunc("POST /v1/quota/check", s.handleQuotaCheck)
-	mux.HandleFunc("POST /v1/quota/status", s.handleQuotaStatus)
-	mux.HandleFunc("POST /v1/quota/reserve", s.handleQuotaReserve)
-	mux.HandleFunc("POST /v1/quota/settle", s.handleQuotaSettle)
-	mux.HandleFunc("POST /v1/concurrency/acquire", s.handleAcquire)
-	mux.HandleFunc("POST /v1/concurrency/release", s.handleRelease)
-	mux.HandleFunc("POST /v1/concurrency/renew", s.handleRenew)
+	mux.HandleFunc("POST /v1/check", s.configured(s.handleCheck))
+	mux.HandleFunc("POST /v1/check/batch", s.configured(s.handleBatch))
+	mux.HandleFunc("POST /v1/peek", s.configured(s.handlePeek))
+	mux.HandleFunc("POST /v1/quota/check", s.configured(s.handleQuotaCheck))
+	mux.HandleFunc("POST /v1/quota/status", s.configured(s.handleQuotaStatus))
+	mux.HandleFunc("POST /v1/quota/reserve", s.configured(s.handleQuotaReserve))
+	mux.HandleFunc("POST /v1/quota/settle", s.configured(s.handleQuotaSettle))
+	mux.HandleFunc("POST /v1/concurrency/acquire", s.configured(s.handleAcquire))
+	mux.HandleFunc("POST /v1/concurrency/release", s.configured(s.handleRelease))
+	mux.HandleFunc("POST /v1/concurrency/renew", s.configured(s.handleRenew))
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	if s.opts.Gatherer != nil && !s.opts.MetricsAdminOnly {
@@ -383,13 +386,13 @@ func (s *Server) routes() {
 		if m == mux && s.opts.SeparateAdmin {
 			break
 		}
-		m.HandleFunc("POST /admin/v1/reset", s.admin(s.handleReset))
-		m.HandleFunc("POST /admin/v1/tier", s.admin(s.handleSetTier))
+		m.HandleFunc("POST /admin/v1/reset", s.admin(s.configured(s.handleReset)))
+		m.HandleFunc("POST /admin/v1/tier", s.admin(s.configured(s.handleSetTier)))
 		m.HandleFunc("GET /admin/v1/tier", s.admin(s.handleGetTier))
 		m.HandleFunc("GET /admin/v1/top-denied", s.admin(s.handleTopDenied))
 		m.HandleFunc("GET /admin/v1/config", s.admin(s.handleConfig))
 		m.HandleFunc("POST /admin/v1/login/unlock", s.admin(s.handleLoginUnlock))
-		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.handleQuotaRestore))
+		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.configured(s.handleQuotaRestore)))
 	}
 	// Before routing: a refused request learns nothing of the routes.
 	s.mux, s.adminMux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux))), s.refuseHost(s.refuseCrossOrigin(withProblems(admin)))
@@ -577,7 +580,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 // readyResponse is the body of GET /readyz.
 type readyResponse struct {
 	// Status is ready, degraded (the store or a breaker is not healthy:
-	// decisions are not central) or draining.
+	// decisions are not central), no-configuration (none loaded yet:
+	// decisions answer 503; Error says why) or draining.
 	Status string `json:"status"`
 	// Error says what is not healthy.
 	Error string `json:"error,omitempty"`
@@ -659,6 +663,10 @@ func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse,
 		if !s.opts.ServesDegraded || !degradedOK {
 			status = http.StatusServiceUnavailable
 		}
+	}
+	if why := s.cfg.NotLoaded(); why != nil && !s.draining.Load() {
+		// Nothing can be decided, degraded or not.
+		resp.Status, resp.Error, status = "no-configuration", strings.Join(append([]string{why.Error()}, problems...), "; "), http.StatusServiceUnavailable
 	}
 	return resp, status
 }

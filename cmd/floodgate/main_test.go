@@ -489,6 +489,10 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"demo", "incident", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
 		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 (1ns for next to no pause)"},
 		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
+		// Refused before Redis is dialled (it took 2 s of dialling), and
+		// before the Redis flags are checked.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--config", "c.yaml", "--config-from-redis"}, "give either --config or --config-from-redis, not both"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "redis://127.0.0.1:1", "--redis-pool", "100000000", "--config", "c.yaml", "--config-from-redis"}, "give either --config or --config-from-redis, not both"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-secret-file", "x"}, "--login-secret-file needs --redis"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--login-ipv4-prefix", "24"}, "describe the login guard that --login-secret-file enables"},
 		{[]string{"serve", "--prefix", "bad prefix"}, "--prefix"},

@@ -581,7 +581,9 @@ func TestServeListenerTLS(t *testing.T) {
 }
 
 // TestServeSignedConfigFromRedis: with --config-verify-key-file the
-// service starts only on a document pushed with --sign-key-file.
+// service applies only a document pushed with --sign-key-file: started on
+// an unsigned one, it runs without a configuration (not ready, 503) until
+// a signed one is pushed.
 func TestServeSignedConfigFromRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	prefix := fmt.Sprintf("signed%d", time.Now().UnixNano())
@@ -598,8 +600,14 @@ func TestServeSignedConfigFromRedis(t *testing.T) {
 	if code, out, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 0 {
 		t.Fatalf("unsigned push: %d %s %s", code, out, errOut)
 	}
-	if code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile); code == 0 || !strings.Contains(out, "not signed") {
-		t.Fatalf("serve on an unsigned document: exit %d: %s", code, out)
+	// It starts on an unsigned document, refusing it: not ready, deciding
+	// nothing, until a signed one is pushed.
+	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile, "--fallback", "off")
+	if code, body := getBody(t, svc.url+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not signed") {
+		t.Fatalf("serve on an unsigned document: /readyz %d %s; want 503 saying it is not signed", code, body)
+	}
+	if code, _ := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); code != http.StatusServiceUnavailable {
+		t.Fatalf("peek on an unsigned document: %d, want 503", code)
 	}
 	// doctor given the instances' key fails the document they refuse (it
 	// passed it: it had no way to know).
@@ -620,7 +628,7 @@ func TestServeSignedConfigFromRedis(t *testing.T) {
 	if _, out := runCLI(t, append(doctorArgs, "--config-verify-key-file", keyFile)...); !strings.Contains(out, "[PASS] validates") {
 		t.Fatalf("doctor with the key on a signed document:\n%s", out)
 	}
-	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile, "--fallback", "off")
+	waitUntil(t, "the signed document to apply", func() bool { return get(t, svc.url+"/readyz") == http.StatusOK })
 	if _, r := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); r.Limit != 7 {
 		t.Fatalf("signed config: %+v", r)
 	}

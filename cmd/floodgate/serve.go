@@ -108,6 +108,11 @@ from Redis (--config-from-redis; publish with "floodgate config push"), or
 the built-in example. The Envoy descriptors of the gRPC API come from
 --envoy-config (files or directories, reloaded when they change). An
 invalid new configuration is rejected and the last good one stays active.
+With --config-from-redis, a Redis document that cannot be used at start
+(the key missing, Redis unreachable, the document invalid or not signed
+with --config-verify-key-file's key) does not stop the service: it starts
+with no configuration, logs why, answers /readyz and the HTTP API with 503
+(problem no-configuration) and applies the first valid document it reads.
 
 Endpoints: POST /v1/check, /v1/check/batch, /v1/peek; POST
 /v1/quota/check, /status, /reserve, /settle; POST /v1/concurrency/acquire,
@@ -384,23 +389,37 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	return b, nil
 }
 
-// initialConfig loads the configuration the service starts with.
-func initialConfig(ctx context.Context, f serveFlags, b *backend, keys config.Keys) (*config.Config, error) {
+// initialHolder holds the configuration the service starts with: the
+// --config file (an error if it cannot be used: the operator fixes it on
+// this machine), the built-in example, or the Redis document. A Redis
+// document that cannot be used (the key missing, Redis unreachable, the
+// document invalid or not signed with --config-verify-key-file's key) is
+// no reason to exit: every restart would then fail until someone fixed
+// Redis, and a supervisor's back-off would delay the instance past the
+// fix. The holder then has no configuration (config.NewPendingHolder):
+// /readyz answers 503 and the API 503 no-configuration, saying why, until
+// the watcher applies the first valid document.
+func initialHolder(ctx context.Context, f serveFlags, b *backend, keys config.Keys) (*config.Holder, error) {
+	var cfg *config.Config
+	var err error
 	switch {
-	case f.configFile != "" && f.configRedis:
-		return nil, errors.New("give either --config or --config-from-redis, not both")
 	case f.configFile != "":
-		return config.LoadFile(f.configFile)
+		cfg, err = config.LoadFile(f.configFile)
 	case f.configRedis:
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		c, err := config.LoadRedisVerified(lctx, b.client, keys, f.sec.verifyKey)
-		if errors.Is(err, config.ErrNotFound) {
-			return nil, fmt.Errorf("%w; store one with: floodgate config push FILE --redis URL --prefix %s", err, f.prefix)
+		cfg, err = config.LoadRedisVerified(lctx, b.client, keys, f.sec.verifyKey)
+		if err != nil {
+			// The watcher reads it again at once and logs why.
+			return config.NewPendingHolder("redis:"+keys.Config, err), nil
 		}
-		return c, err
+	default:
+		cfg, err = config.Default()
 	}
-	return config.Default()
+	if err != nil {
+		return nil, err
+	}
+	return config.NewHolder(cfg)
 }
 
 // checkDurations refuses a negative duration flag, naming it: none of them
@@ -511,6 +530,10 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if err := checkDurations(&f); err != nil {
 		return err
+	}
+	if f.configFile != "" && f.configRedis {
+		// Refused before anything dials Redis.
+		return errors.New("give either --config or --config-from-redis, not both")
 	}
 	if f.maxConns < 0 {
 		return fmt.Errorf("--max-connections %d: want 0 (derived from the file descriptor limit) or more", f.maxConns)
@@ -632,14 +655,10 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := initialConfig(ctx, f, b, keys)
-	if err != nil {
+	if holder, err = initialHolder(ctx, f, b, keys); err != nil {
 		return err
 	}
-	holder, err = config.NewHolder(cfg)
-	if err != nil {
-		return err
-	}
+	cfg := holder.Load() // empty while none is loaded
 	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg, VerifyKey: f.sec.verifyKey})
 	if err != nil {
 		return err
@@ -810,7 +829,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 
 	log.Info("floodgate listening", "addr", ln.Addr().String(), "http_server", engine, "store", b.describe, "config", cfg.Source(),
-		"version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
+		"config_loaded", holder.Loaded(), "version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
 		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max())
 	serveErr = srv.Serve(ctx, ln)
 	served = true
