@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
@@ -210,6 +211,7 @@ func (r Redis) FollowingClient() (redis.UniversalClient, *sentinelfollow.Followe
 		follow = sentinelfollow.New(o)
 		c := redis.NewFailoverClient(o)
 		c.AddHook(sentinelAuthHint{})
+		c.AddHook(redisnil.MasterHook(o.MasterName))
 		return c
 	}
 	c, err := r.client(failover)

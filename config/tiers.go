@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 )
 
 // Assignments stores which tier an identity is on (for example "API key
@@ -173,7 +174,7 @@ func (a *RedisAssignments) Tier(ctx context.Context, dimension, value string) (s
 		var err error
 		tier, err = a.client.HGet(ctx, a.key, f).Result()
 		switch {
-		case errors.Is(err, redis.Nil):
+		case redisnil.IsReply(err):
 			tier = ""
 			return nil
 		case redis.HasErrorPrefix(err, "WRONGTYPE"):

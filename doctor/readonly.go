@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -11,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 )
 
 // ErrRefused reports a command doctor's Redis client would not send because
@@ -147,7 +148,7 @@ func (c *counter) record(err error, cmds ...redis.Cmder) {
 // (NOSCRIPT, then EVAL), and the Cluster redirections the client or the
 // scan follows (MOVED, ASK, TRYAGAIN).
 func expectedErr(err error) bool {
-	if errors.Is(err, redis.Nil) {
+	if redisnil.IsReply(err) {
 		return true
 	}
 	msg := err.Error()

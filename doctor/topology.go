@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/plural"
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
 
@@ -360,7 +361,7 @@ func (r *run) probe(ctx context.Context, t probeTarget) probeResult {
 		d := time.Since(t0)
 		cancel()
 		res.calls++
-		if err != nil && !errors.Is(err, redis.Nil) {
+		if err != nil && !redisnil.IsReply(err) {
 			res.failed++
 			if classify(ctx, err) == errNoPerm {
 				res.refused++
@@ -615,7 +616,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 		cancel()
 		_ = sc.Close()
 		switch {
-		case errors.Is(err, redis.Nil):
+		case redisnil.IsReply(err):
 			unknown = append(unknown, a)
 		case err == nil && len(addr) == 2:
 			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 )
 
 // Op is one counter update: add N to the counter Key, creating it with
@@ -203,7 +204,9 @@ func (s *RedisStore) bound(ctx context.Context, perSecond bool) (context.Context
 
 // incrEach updates each op's counter with its own script call, all sent at
 // once: on a Redis Cluster (or a Ring) the keys of one decision lie on any
-// node.
+// node. When some counters were updated and the others failed (a node
+// down), the error wraps floodgate.ErrIndeterminate, not
+// floodgate.ErrStoreUnavailable: the request was partly counted.
 func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
 	if len(ops) == 1 {
 		return incrOne(ctx, c, ops[0])
@@ -214,7 +217,20 @@ func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
 		wg.Go(func() { errs[i] = incrOne(ctx, c, ops[i]) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err == nil {
+		return nil
+	}
+	failed := 0
+	for _, e := range errs {
+		if e != nil {
+			failed++
+		}
+	}
+	if failed < len(ops) && !errors.Is(err, floodgate.ErrIndeterminate) {
+		return fmt.Errorf("%w: %d of the request's %d counters were updated, the others failed: %v", floodgate.ErrIndeterminate, len(ops)-failed, len(ops), err)
+	}
+	return err
 }
 
 // Get implements Store.
@@ -224,7 +240,7 @@ func (s *RedisStore) Get(ctx context.Context, ops []*Op) ([]uint64, error) {
 		gctx, cancel := s.bound(ctx, op.PerSecond)
 		v, err := s.client(op.PerSecond).Get(gctx, op.Key).Result()
 		cancel()
-		if errors.Is(err, redis.Nil) {
+		if redisnil.IsReply(err) {
 			continue
 		}
 		if err != nil {

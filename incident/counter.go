@@ -2,13 +2,13 @@ package incident
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -86,7 +86,7 @@ func (c RedisCounter) Set(ctx context.Context, key string, v int64) error {
 // Get implements Counter.
 func (c RedisCounter) Get(ctx context.Context, key string) (int64, error) {
 	n, err := c.Client.Get(ctx, key).Int64()
-	if errors.Is(err, redis.Nil) {
+	if redisnil.IsReply(err) {
 		return 0, nil
 	}
 	return n, err

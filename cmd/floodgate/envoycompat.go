@@ -29,6 +29,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
@@ -403,7 +404,9 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 			PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
 			ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}
 		follow := sentinelfollow.New(o)
-		return redis.NewFailoverClient(o), follow, nil
+		c := redis.NewFailoverClient(o)
+		c.AddHook(redisnil.MasterHook(o.MasterName))
+		return c, follow, nil
 	case "cluster":
 		if err := hostPorts(urls, prefix); err != nil {
 			return nil, nil, err

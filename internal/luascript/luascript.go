@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -135,7 +136,7 @@ func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, err
 		// Err, rather than Process's result, waits for the reply even on a
 		// deferred client such as an asynchronous AutoPipeliner.
 		err := cmd.Err()
-		if errors.Is(err, redis.Nil) {
+		if redisnil.IsReply(err) {
 			// go-redis reports a nil reply (the script returned nil or
 			// false) as an error; it is a reply like any other, for the
 			// caller's decoder to accept or refuse.
@@ -227,7 +228,7 @@ func (s *Script) send(ctx context.Context, argv []any, do func() error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, redis.Nil):
+	case redisnil.IsReply(err):
 		return fmt.Errorf("%w: luascript: a nil reply", floodgate.ErrBadReply)
 	}
 	return s.classify(err)
