@@ -53,7 +53,7 @@ func (r *run) configChecks(ctx context.Context) {
 				c.Summary = fmt.Sprintf("no configuration in Redis under %s:config, but %s read theirs from it: they keep the one they applied, an instance started now finds none; the checks that need the policies were skipped",
 					r.opts.Prefix, plural.Count(len(from), "instance", "instances"))
 				c.Evidence = from
-				c.Fix = "publish the configuration the instances run again (floodgate config push FILE; --force if a lower version than theirs), and find out how it went: a deleted key, or a Redis restarted without persistence (see Redis/persistence)"
+				c.Fix = "publish the configuration the instances run again (floodgate config push FILE: over nothing stored it needs no --force, whatever its version; push the version they run, or a newer one, as instances that apply a lower one count it in floodgate_config_version_regressions_total), and find out how it went: a deleted key, or a Redis restarted without persistence (see Redis/persistence)"
 			}
 		case r.down != nil && r.opts.ConfigFile == "":
 			c.Read = "nothing (Redis is unreachable: " + r.opts.Prefix + ":config not read)"
