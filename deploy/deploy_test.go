@@ -26,11 +26,13 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 )
 
@@ -104,6 +106,16 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	}
 	// serve's in-memory stores.
 	if err := metrics.RegisterMemoryStore(reg, "ratelimit", 1_000_000, ms.Len); err != nil {
+		t.Fatal(err)
+	}
+	// serve on Redis: its heartbeat's live count and its fallback's
+	// divisor (New sends nothing).
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { rc.Close() })
+	if _, err := fleet.New(rc, fleet.Key("fg"), "id", fleet.Options{Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := metrics.RegisterFallbackInstances(reg, func() int { return 1 }); err != nil {
 		t.Fatal(err)
 	}
 	// serve with --tls-cert-file.
@@ -304,7 +316,8 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 	for _, want := range []string{"rate_limit_allowed_total", "rate_limit_denied_total", "rate_limit_redis_latency_seconds_bucket",
 		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds",
-		"floodgate_decision_errors_total", "floodgate_envoy_should_rate_limit_errors_total", "floodgate_envoy_hits_total"} {
+		"floodgate_decision_errors_total", "floodgate_envoy_should_rate_limit_errors_total", "floodgate_envoy_hits_total",
+		"floodgate_instances_live", "floodgate_fallback_instances"} {
 		if !queried[want] {
 			t.Errorf("the dashboard shows no panel of %s", want)
 		}

@@ -30,6 +30,7 @@ var ShippedAlerts = []string{
 	"RateLimitEnvoyCompatErrors",
 	"RateLimitEnvoyCompatConfigRejected",
 	"RateLimitTLSCertificateExpiring",
+	"RateLimitFleetCountMismatch",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.

@@ -302,6 +302,23 @@ func RegisterTLSExpiry(reg prometheus.Registerer, notAfter func() time.Time) err
 	}, func() float64 { return float64(notAfter().Unix()) }))
 }
 
+// FallbackInstancesMetric is the name of the gauge
+// RegisterFallbackInstances registers.
+const FallbackInstancesMetric = "floodgate_fallback_instances"
+
+// RegisterFallbackInstances registers on reg the gauge of what the local
+// fallback of floodgate serve divides each limit by, read from divisor at
+// each scrape.
+func RegisterFallbackInstances(reg prometheus.Registerer, divisor func() int) error {
+	if reg == nil || divisor == nil {
+		return fmt.Errorf("%w: RegisterFallbackInstances needs a registerer and a divisor function", ErrInvalidOptions)
+	}
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: FallbackInstancesMetric,
+		Help: "What the local fallback divides each limit by: the live instance count (floodgate_instances_live, held for a TTL after Redis comes back) or --instances, whichever is larger.",
+	}, func() float64 { return float64(divisor()) }))
+}
+
 // MemoryStoreMetric is the name of the gauge of a store's entries that
 // RegisterMemoryStore registers; MemoryStoreMaxMetric that of its bound.
 const (

@@ -241,3 +241,27 @@ func TestRegisterMemoryStore(t *testing.T) {
 		t.Errorf("no store name: %v, want ErrInvalidOptions", err)
 	}
 }
+
+// TestRegisterFallbackInstances: the fallback's divisor is read at each
+// scrape; nil arguments are refused.
+func TestRegisterFallbackInstances(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := 1
+	if err := metrics.RegisterFallbackInstances(reg, func() int { return n }); err != nil {
+		t.Fatal(err)
+	}
+	n = 4
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || mfs[0].GetName() != metrics.FallbackInstancesMetric || mfs[0].GetMetric()[0].GetGauge().GetValue() != 4 {
+		t.Fatalf("gathered %v, want %s 4", mfs, metrics.FallbackInstancesMetric)
+	}
+	if err := metrics.RegisterFallbackInstances(nil, func() int { return 1 }); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil registerer: %v, want ErrInvalidOptions", err)
+	}
+	if err := metrics.RegisterFallbackInstances(reg, nil); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil divisor: %v, want ErrInvalidOptions", err)
+	}
+}

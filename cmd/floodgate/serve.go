@@ -638,10 +638,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	if b.fb != nil {
-		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "floodgate_fallback_instances",
-			Help: "What the local fallback divides each limit by: the live instance count (floodgate_instances_live, held for a TTL after Redis comes back) or --instances, whichever is larger.",
-		}, func() float64 { return float64(b.fb.Instances()) })); err != nil {
+		if err := metrics.RegisterFallbackInstances(reg, b.fb.Instances); err != nil {
 			return err
 		}
 	}
