@@ -31,6 +31,11 @@ const (
 	metricSkew         = "rate_limit_clock_skew_seconds"
 	metricSyncRTT      = "rate_limit_clock_sync_rtt_seconds"
 	metricShadowDenied = "rate_limit_shadow_denied_total"
+	// metricInstancesLive is the fleet's count at an instance's last
+	// beat (package fleet); metricFallbackInstances what its local
+	// fallback divides each limit by (serve).
+	metricInstancesLive     = "floodgate_instances_live"
+	metricFallbackInstances = "floodgate_fallback_instances"
 )
 
 // maxBody caps what doctor reads from one HTTP answer.
@@ -46,6 +51,7 @@ type instance struct {
 	configSource  string    // where the instance read its configuration: a file, or redis:<prefix>:config
 	configHash    string    // the SHA-256 of its document; "" from builds whose /readyz does not say
 	store         string    // "memory" or "redis" from /readyz; "" from builds that do not say
+	heartbeatID   string    // its member of <prefix>:instances from /readyz; "" from builds that do not say
 	date          time.Time // the Date header of /readyz
 	dateAt        time.Time // local time at the middle of that request
 	metrics       map[string]*dto.MetricFamily
@@ -299,6 +305,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			ConfigSource  string  `json:"config_source"`
 			ConfigHash    string  `json:"config_hash"`
 			Store         string  `json:"store"`
+			HeartbeatID   string  `json:"heartbeat_id"`
 		}
 		jerr := json.Unmarshal(body, &ready)
 		if jerr != nil || ready.Status == nil || ready.ConfigVersion == nil || (code != http.StatusOK && code != http.StatusServiceUnavailable) {
@@ -317,7 +324,7 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			continue
 		}
 		in.ready, in.readyErr, in.configVersion, in.store = *ready.Status, ready.Error, *ready.ConfigVersion, ready.Store
-		in.configSource, in.configHash = ready.ConfigSource, ready.ConfigHash
+		in.configSource, in.configHash, in.heartbeatID = ready.ConfigSource, ready.ConfigHash, ready.HeartbeatID
 		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
 			in.date, in.dateAt = d, local.Add(rtt/2)
 		}
@@ -632,6 +639,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		}
 	})
 	r.check(GroupInstances, "redis-and-prefix", func(c *Check) { r.checkSameRedis(ctx, c, ins) })
+	r.check(GroupInstances, "fallback-divisor", func(c *Check) { r.checkDivisor(c, ins, read) })
 	r.check(GroupInstances, "breakers", func(c *Check) {
 		c.Read = read + " (no extra request)"
 		worst, seen, unread := Pass, false, 0

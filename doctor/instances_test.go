@@ -3,6 +3,7 @@ package doctor_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +36,7 @@ type instance struct {
 	probeURL string // the probes' listener (server.HealthHandler): /readyz, no /metrics
 	reloader *config.Reloader
 	reg      *prometheus.Registry
+	hbID     string // its member of <prefix>:instances ("" in memory)
 }
 
 // instanceOptions says how to start an instance.
@@ -61,6 +63,12 @@ type instanceOptions struct {
 	// config_source), e.g. "redis:<prefix>:config"; default
 	// "instance.yaml".
 	source string
+	// divisor, if set, is exported as floodgate_fallback_instances, as
+	// serve's local fallback does.
+	divisor func() int
+	// noHeartbeatID leaves heartbeat_id out of /readyz, as versions
+	// before it did.
+	noHeartbeatID bool
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
@@ -113,8 +121,21 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(lim, holder, server.Options{Registerer: reg, Gatherer: reg, Metrics: m, MetricsAdminOnly: o.metricsAdminOnly,
-		Ready: ready, Store: kind, HTTPEngine: o.engine})
+	hbID := ""
+	if !o.memory {
+		hbID = fmt.Sprintf("%s/%d", t.Name(), time.Now().UnixNano())
+	}
+	if o.divisor != nil {
+		if err := metrics.RegisterFallbackInstances(reg, o.divisor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	so := server.Options{Registerer: reg, Gatherer: reg, Metrics: m, MetricsAdminOnly: o.metricsAdminOnly,
+		Ready: ready, Store: kind, HTTPEngine: o.engine}
+	if !o.noHeartbeatID {
+		so.HeartbeatID = hbID
+	}
+	srv, err := server.New(lim, holder, so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +149,7 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	}
 	if !o.memory {
 		// Its heartbeats in <prefix>:instances, as serve's.
-		hb, err := fleet.New(client, prefix+":instances", url, fleet.Options{})
+		hb, err := fleet.New(client, prefix+":instances", hbID, fleet.Options{Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +165,7 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	t.Cleanup(as.Close)
 	ps := httptest.NewServer(srv.HealthHandler())
 	t.Cleanup(ps.Close)
-	return &instance{url: url, adminURL: as.URL, probeURL: ps.URL, reloader: rl, reg: reg}
+	return &instance{url: url, adminURL: as.URL, probeURL: ps.URL, reloader: rl, reg: reg, hbID: hbID}
 }
 
 // serveTLS serves srv (with its engine) on a TLS listener configured as

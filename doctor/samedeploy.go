@@ -66,6 +66,55 @@ func sameHash(ins []*instance) string {
 	return h
 }
 
+// outsideTheSet compares the instances given that decide on Redis with
+// the live heartbeats of fleetKey (live, beats of them). odd has a line
+// for each instance outside the set: one whose /readyz heartbeat_id is
+// not in it (certain is then set), or, from a version that reports no id,
+// one whose floodgate_instances_live differs from beats. notGiven names
+// the live heartbeats of no instance given, sorted; it is nil when some
+// instance reported no id (which heartbeat is whose is then unknown).
+func outsideTheSet(ins []*instance, live map[string]bool, beats int64, fleetKey string) (odd []string, certain bool, notGiven []string) {
+	given := map[string]bool{}
+	allIDs := true
+	for _, in := range ins {
+		if in.notFloodgate != "" || in.readyStatus == 0 || in.store == "memory" {
+			continue
+		}
+		n, counted := sum(in.metrics, metricInstancesLive, nil)
+		counts := fmt.Sprintf("it counts %s", plural.Count(int64(n), "live instance", "live instances"))
+		switch {
+		case in.heartbeatID != "":
+			given[in.heartbeatID] = true
+			if live[in.heartbeatID] {
+				continue
+			}
+			certain = true
+			line := fmt.Sprintf("%s: its heartbeat %s is not among the %d live in %s", in.url, in.heartbeatID, beats, fleetKey)
+			if counted {
+				line += "; " + counts
+			}
+			odd = append(odd, line)
+		default:
+			allIDs = false
+			if counted && int64(n) != beats {
+				odd = append(odd, fmt.Sprintf("%s: %s, %s holds %d (its /readyz names no heartbeat_id, an older version; a join or a leave in the last 2 s explains a difference too)",
+					in.url, counts, fleetKey, beats))
+			}
+		}
+	}
+	if !allIDs {
+		return odd, certain, nil
+	}
+	notGiven = []string{}
+	for id := range live {
+		if !given[id] {
+			notGiven = append(notGiven, id)
+		}
+	}
+	sort.Strings(notGiven)
+	return odd, certain, notGiven
+}
+
 // staleBeat is the age past which a heartbeat (beating every 2 s) is taken
 // for an instance that stopped.
 const staleBeat = 3 * time.Second
@@ -133,6 +182,7 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	// beats drop it, 6 s after its last beat. It is no live instance.
 	var beats int64
 	var stale []string
+	live := map[string]bool{}
 	for _, m := range members {
 		age := now.Sub(time.UnixMilli(int64(m.Score)))
 		if age > staleBeat {
@@ -140,6 +190,7 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 			continue
 		}
 		beats++
+		live[fmt.Sprint(m.Member)] = true
 	}
 	staleNote := ""
 	if len(stale) > 0 {
@@ -155,9 +206,22 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %s on this Redis; %s on Redis answered", fleetKey,
 		plural.Count(beats, "live instance heartbeat", "live instance heartbeats"), plural.Count(onRedis, "instance", "instances")))
 	c.Evidence = append(c.Evidence, otherPrefix...)
+	odd, certain, notGiven := outsideTheSet(ins, live, beats, fleetKey)
+	c.Evidence = append(c.Evidence, odd...)
 	noKeys := r.scanned && r.scannedKeys == 0
 	if noKeys {
 		c.Evidence = append(c.Evidence, fmt.Sprintf("the scan found no key under %s: while the instances have decided %.0f requests", r.opts.Prefix, traffic))
+	}
+	// notGivenNote names the heartbeats of instances doctor was not given
+	// (known when every instance given on Redis reported its id).
+	notGivenNote := ""
+	if len(notGiven) > 0 {
+		notGivenNote = fmt.Sprintf("; %s of instances doctor was not given, and did not audit (give each with --instance): %s",
+			plural.Count(len(notGiven), "heartbeat", "heartbeats"), strings.Join(notGiven, ", "))
+		if unanswered > 0 {
+			// A given instance killed in the last 3 s still looks live.
+			notGivenNote += fmt.Sprintf(", or of %s given that did not answer and stopped in the last %v", plural.Count(unanswered, "instance", "instances"), staleBeat)
+		}
 	}
 	const fix = "give doctor the Redis and the prefix the instances run with (serve --redis, --redis-sentinel or --redis-cluster, and --prefix): doctor audited another Redis or another prefix than theirs"
 	switch {
@@ -173,6 +237,21 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		c.Status = Warn
 		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: they may decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"))
 		c.Fix = fix
+	case len(odd) > 0:
+		// Some instances are in the set and some not: the odd ones run
+		// with another --prefix or Redis, not doctor (a walk's fourth
+		// instance under fgx was reported as "3 heartbeats in
+		// fg:instances for 4 instances given", with a fix blaming
+		// doctor's flags).
+		c.Status = Warn
+		if certain {
+			c.Status = Fail
+		}
+		c.Summary = fmt.Sprintf("%d of the %s given %s outside %s (%s): %s --prefix or Redis likely differs from the others'",
+			len(odd), plural.Count(onRedis, "instance", "instances"), plural.Word(len(odd), "is", "are"), fleetKey,
+			plural.Count(beats, "live heartbeat", "live heartbeats"), plural.Word(len(odd), "its", "their"))
+		c.Fix = "start the instances named with the Redis and --prefix of the instances whose heartbeats are in " + fleetKey +
+			" and restart them: each keeps counters of its own (a limit is admitted once more through it), and its fallback divides limits by the instances it counts"
 	case beats < int64(onRedis):
 		c.Status = Warn
 		c.Summary = fmt.Sprintf("%s in %s for %s given: some of them may decide on another Redis or under another --prefix", plural.Count(beats, "heartbeat", "heartbeats"), fleetKey, plural.Count(onRedis, "instance", "instances"))
@@ -180,7 +259,7 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	default:
 		c.Status = Pass
 		c.Summary = fmt.Sprintf("the instances heartbeat into this Redis under prefix %q (%s)", r.opts.Prefix, plural.Count(beats, "live instance", "live instances"))
-		if extra := beats - int64(onRedis); extra > 0 {
+		if extra := beats - int64(onRedis); extra > 0 && notGiven == nil {
 			// A re-walk's third instance, running another document under
 			// the same version, went unseen.
 			c.Summary += fmt.Sprintf("; %s than the %s given that answered, which doctor did not audit (give each with --instance)",
@@ -190,6 +269,9 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 				c.Summary += fmt.Sprintf(", or %s given that did not answer and stopped in the last %v", plural.Count(unanswered, "instance", "instances"), staleBeat)
 			}
 		}
+	}
+	if beats > 0 {
+		c.Summary += notGivenNote
 	}
 	c.Summary += staleNote
 }

@@ -2,6 +2,7 @@ package doctor_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,9 +47,104 @@ func TestInstancesOnAnotherPrefixOrRedis(t *testing.T) {
 	}
 	// A second live instance doctor was not given is named (a re-walk's
 	// third instance ran another document unseen).
-	startInstance(t, client, "ap", instanceOptions{doc: testConfig, discipline: true})
+	b := startInstance(t, client, "ap", instanceOptions{doc: testConfig, discipline: true})
 	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ap", Instances: []string{a.url}, RateWindow: -1})
-	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "2 live instances", "1 more than the 1 instance given that answered, which doctor did not audit")
+	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Pass, "2 live instances",
+		"1 heartbeat of instances doctor was not given, and did not audit (give each with --instance): "+b.hbID)
+}
+
+// TestOddInstanceOutsideTheFleetNamed: of four instances, one ran with
+// --prefix odx instead of od. doctor said "3 heartbeats in od:instances
+// for 4 instances given" with a fix blaming doctor's own --redis and
+// --prefix. It now fails naming the odd instance, by the heartbeat id its
+// /readyz reports and the count it exports, and says its --prefix or
+// Redis differs; a live heartbeat of no instance given is named by its
+// id, as the docs said.
+func TestOddInstanceOutsideTheFleetNamed(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "od", testConfig)
+	var urls []string
+	for range 3 {
+		urls = append(urls, startInstance(t, client, "od", instanceOptions{doc: testConfig, discipline: true}).url)
+	}
+	odd := startInstance(t, client, "odx", instanceOptions{doc: testConfig, discipline: true})
+	opts := doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "od", Instances: append(urls, odd.url), RateWindow: -1}
+	rep := runDoctor(t, opts)
+	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail,
+		"1 of the 4 instances given is outside od:instances (3 live heartbeats): its --prefix or Redis likely differs",
+		odd.url+": its heartbeat "+odd.hbID+" is not among the 3 live in od:instances; it counts 1 live instance")
+	if strings.Contains(c.Fix, "doctor audited") || !strings.Contains(c.Fix, "--prefix") {
+		t.Errorf("fix %q: want the odd instance's --prefix, not doctor's", c.Fix)
+	}
+	for _, u := range urls {
+		if strings.Contains(strings.Join(c.Evidence, "\n"), u+":") {
+			t.Errorf("evidence names %s, which is in the set:\n%s", u, strings.Join(c.Evidence, "\n"))
+		}
+	}
+
+	// An instance in the set that doctor was not given is named.
+	extra := startInstance(t, client, "od", instanceOptions{doc: testConfig, discipline: true})
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail, "1 of the 4 instances given is outside od:instances (4 live heartbeats)",
+		"1 heartbeat of instances doctor was not given, and did not audit (give each with --instance): "+extra.hbID)
+}
+
+// TestOddInstanceOfAnOlderVersionNamedByItsCount: an instance whose
+// /readyz names no heartbeat id (a version before heartbeat_id) is judged
+// by the count it exports: one under another prefix counts 1 against the
+// set's 2, and is named, as a warning.
+func TestOddInstanceOfAnOlderVersionNamedByItsCount(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "oo", testConfig)
+	a := startInstance(t, client, "oo", instanceOptions{doc: testConfig, discipline: true})
+	b := startInstance(t, client, "oo", instanceOptions{doc: testConfig, discipline: true})
+	old := startInstance(t, client, "oox", instanceOptions{doc: testConfig, discipline: true, noHeartbeatID: true})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "oo",
+		Instances: []string{a.url, b.url, old.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Warn, "1 of the 3 instances given is outside oo:instances",
+		old.url+": it counts 1 live instance, oo:instances holds 2 (its /readyz names no heartbeat_id")
+	if strings.Contains(c.Summary, "not given") {
+		t.Errorf("summary %q names heartbeats not given, though one instance's id is unknown", c.Summary)
+	}
+}
+
+// TestFallbackDivisorOfEachInstance: doctor run during an outage showed no
+// fleet view. The instances' fallback divisors
+// (floodgate_fallback_instances) are now reported, and one dividing by 1
+// in a fleet of three (started during the outage) fails then; with Redis
+// up it warns, and three at 3 pass.
+func TestFallbackDivisorOfEachInstance(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "fd", testConfig)
+	three := func() int { return 3 }
+	a := startInstance(t, client, "fd", instanceOptions{doc: testConfig, discipline: true, divisor: three})
+	b := startInstance(t, client, "fd", instanceOptions{doc: testConfig, discipline: true, divisor: three})
+	divC := 1
+	var mu sync.Mutex
+	c := startInstance(t, client, "fd", instanceOptions{doc: testConfig, discipline: true, divisor: func() int { mu.Lock(); defer mu.Unlock(); return divC }})
+	opts := doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "fd", Instances: []string{a.url, b.url, c.url}, RateWindow: -1}
+
+	rep := runDoctor(t, opts)
+	want(t, rep, doctor.GroupInstances, "fallback-divisor", doctor.Warn,
+		"1 of 3 instances' fallbacks divide each limit by fewer than the fleet's 3 ("+c.url+" by 1): it admits more than its share while deciding without Redis",
+		"admits the whole limit", a.url+": the fallback divides each limit by 3 (it counts ")
+
+	mu.Lock()
+	divC = 3
+	mu.Unlock()
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupInstances, "fallback-divisor", doctor.Pass, "every fallback divides each limit by the fleet's 3 instances or more")
+
+	mu.Lock()
+	divC = 1
+	mu.Unlock()
+	srv.Stop()
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupInstances, "fallback-divisor", doctor.Fail, "("+c.url+" by 1): it admits more than its share now that Redis is unreachable",
+		c.url+": the fallback divides each limit by 1")
 }
 
 // TestInstancesOnOneVersionWithDifferentContents: two instances run

@@ -124,6 +124,11 @@ type Options struct {
 	// "redis", for GET /readyz (floodgate doctor checks that every
 	// instance of a Redis deployment uses Redis). Empty: not reported.
 	Store string
+	// HeartbeatID is the id this instance heartbeats into
+	// <prefix>:instances under (package fleet), for GET /readyz:
+	// floodgate doctor tells by it which instances are in the set it
+	// reads. Empty: not reported (an instance without Redis).
+	HeartbeatID string
 	// Ready reports whether the backing store is usable, for GET /readyz:
 	// RedisReady checks every node the service needs. Nil means always
 	// ready.
@@ -597,6 +602,8 @@ type readyResponse struct {
 	ConfigHash    string `json:"config_hash"`
 	// Store is Options.Store: memory or redis.
 	Store string `json:"store,omitempty"`
+	// HeartbeatID is Options.HeartbeatID.
+	HeartbeatID string `json:"heartbeat_id,omitempty"`
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
@@ -628,7 +635,7 @@ func (s *Server) Serving(ctx context.Context) error {
 // readiness is GET /readyz's answer; degradedOK is its ?degraded=ok.
 func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse, int) {
 	cfg := s.cfg.Load()
-	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), ConfigHash: cfg.Hash(), Store: s.opts.Store}
+	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), ConfigHash: cfg.Hash(), Store: s.opts.Store, HeartbeatID: s.opts.HeartbeatID}
 	status := http.StatusOK
 	var problems []string
 	if s.opts.Breakers != nil {

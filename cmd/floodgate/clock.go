@@ -92,6 +92,13 @@ const (
 	heartbeatTTL      = 3 * heartbeatInterval
 )
 
+// heartbeatID returns this process's id in the live instance count,
+// host:pid:start time (base 36 nanoseconds), which /readyz reports.
+func heartbeatID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano(), 36))
+}
+
 // startHeartbeat makes this instance count in the live instance count
 // that the local fallback divides limits by (never fewer than
 // --instances). The beats are scored by Redis's own clock (TIME), so that
@@ -102,9 +109,8 @@ const (
 // beats one by one, and an outage again in that time found counts of 1
 // and 2 among three instances (an outside walk: 55 admitted against a
 // limit of 30).
-func startHeartbeat(f serveFlags, b *backend, reg prometheus.Registerer, log *slog.Logger) (*fleet.Heartbeat, error) {
-	host, _ := os.Hostname()
-	id := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano(), 36))
+// id is heartbeatID's.
+func startHeartbeat(f serveFlags, b *backend, id string, reg prometheus.Registerer, log *slog.Logger) (*fleet.Heartbeat, error) {
 	var mu sync.Mutex
 	var lastWarn, holdUntil time.Time
 	// counted is the last count a beat returned; holdFrom the count held

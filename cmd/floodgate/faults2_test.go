@@ -159,6 +159,27 @@ func TestServeFleetCountIgnoresInstanceClocks(t *testing.T) {
 	}
 }
 
+// TestServeReadyzNamesItsHeartbeat: /readyz reports the id the instance
+// heartbeats into <prefix>:instances under, so that floodgate doctor can
+// tell which instances are in the set (a walk's instance under another
+// prefix was only counted: "3 heartbeats for 4 instances given").
+func TestServeReadyzNamesItsHeartbeat(t *testing.T) {
+	rs := redistest.Start(t)
+	prefix := fmt.Sprintf("hbid%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix)
+	code, body := readyz(t, svc.url)
+	var r struct {
+		HeartbeatID string `json:"heartbeat_id"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil || code != 200 || r.HeartbeatID == "" {
+		t.Fatalf("readyz %d %s: want a heartbeat_id (%v)", code, body, err)
+	}
+	waitUntil(t, "its heartbeat in "+prefix+":instances", func() bool {
+		_, err := rs.Client(t).ZScore(t.Context(), prefix+":instances", r.HeartbeatID).Result()
+		return err == nil
+	})
+}
+
 // TestServeFleetCountHeldAfterRedisReturns: after Redis has been away,
 // the instance count held before is kept for one TTL of beats, since a
 // Redis back empty is refilled by the instances' beats one by one. Here

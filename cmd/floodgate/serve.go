@@ -697,7 +697,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	opts.LoginPrefix = f.loginPrefix
 	opts.Store = "memory"
 	if b.client != nil {
-		opts.Store = "redis"
+		opts.Store, opts.HeartbeatID = "redis", heartbeatID()
 	}
 	if opts.LoginGuard != nil && f.adminToken == "" {
 		log.Warn("--login-secret-file is set but the admin endpoints are off (no --admin-token or $FLOODGATE_ADMIN_TOKEN): POST /admin/v1/login/unlock answers 403 admin-disabled")
@@ -801,7 +801,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		wg.Go(func() { _ = clock.sync.Run(wctx) })
 	}
 	if b.client != nil {
-		hb, err := startHeartbeat(f, b, reg, log)
+		hb, err := startHeartbeat(f, b, opts.HeartbeatID, reg, log)
 		if err != nil {
 			return err
 		}
