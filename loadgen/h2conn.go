@@ -168,7 +168,7 @@ func dialH2(ctx context.Context, addr string, tlsConf *tls.Config, lastID uint32
 		nc, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", addr)
 		if err == nil && nc.(*tls.Conn).ConnectionState().NegotiatedProtocol != "h2" {
 			nc.Close()
-			return nil, fmt.Errorf("loadgen: %s did not agree to HTTP/2 over TLS (ALPN h2)", addr)
+			return nil, fmt.Errorf("loadgen: %s did not agree to HTTP/2 over TLS (ALPN h2): %w", addr, errNotHTTP2)
 		}
 	} else {
 		var d net.Dialer

@@ -145,7 +145,7 @@ func TestHTTPClosedLoop(t *testing.T) {
 	}
 	srv.mu.Unlock()
 	out := progress.String()
-	if !strings.HasPrefix(out, "\r") || !strings.HasSuffix(out, "\n") || !strings.Contains(out, "sent") {
+	if !strings.HasPrefix(out, "\r") || !strings.HasSuffix(out, "\n") || !strings.Contains(out, " done ") {
 		t.Errorf("progress output %q", out)
 	}
 	s := rep.String()
@@ -306,6 +306,15 @@ func TestOptionsValidation(t *testing.T) {
 		{"expect", Options{Target: "http://x:1", Duration: time.Second, Expect: floodgate.Policy{Algorithm: floodgate.FixedWindow, Limit: 0, Window: time.Second}}, "expect"},
 		{"ratio", Options{Target: "http://x:1", Duration: time.Second, ExpectedDenyRatio: 1.5}, "expected deny ratio 1.5"},
 		{"max requests", Options{Target: "http://x:1", Duration: time.Second, MaxRequests: -1}, "max requests -1"},
+		// An outside walk: no port, or one out of range, ran at a million
+		// "requests" a second of dial errors; user information was
+		// accepted and not sent.
+		{"no port", Options{Target: "http://127.0.0.1", Duration: time.Second}, `target "http://127.0.0.1": no port: want http://127.0.0.1:PORT`},
+		{"no port, grpc", Options{Target: "grpc://localhost/", Duration: time.Second}, "no port: want grpc://localhost:PORT"},
+		{"port out of range", Options{Target: "http://127.0.0.1:99999", Duration: time.Second}, "port 99999 out of range 1..65535"},
+		{"port 0", Options{Target: "grpc://127.0.0.1:0", Duration: time.Second}, "port 0 out of range 1..65535"},
+		{"user information", Options{Target: "http://user:secret@127.0.0.1:1", Duration: time.Second}, `target "http://user:xxxxx@127.0.0.1:1": user information in the URL is not used`},
+		{"expect and ratio", Options{Target: "http://x:1", Duration: time.Second, Expect: slowBucket, HasExpectedDenyRatio: true}, "exclude each other"},
 	}
 	for _, tt := range tests {
 		_, err := Run(context.Background(), tt.opts, nil)

@@ -5,9 +5,14 @@
 // errors, and latency percentiles from an HDR-style histogram.
 //
 // It runs open loop (a fixed arrival rate, as k6's constant-arrival-rate
-// executor does, measuring latency from each request's scheduled time so
-// that a slow server cannot hide its queueing) or closed loop (each worker
-// sends its next request as soon as the previous one returns).
+// executor does) or closed loop (each worker sends its next request as
+// soon as the previous one returns). In open loop the latency of a request
+// is measured from its scheduled time, so that queueing behind busy
+// workers shows in it, but only for arrivals that were sent: an arrival
+// that finds every worker busy and the queue full is dropped, counted
+// in Report.Dropped and not timed, so when a slow server makes many
+// arrivals drop, the percentiles understate its queueing (the report
+// warns when more than MaxDroppedShare of the arrivals were dropped).
 package loadgen
 
 import (
@@ -19,6 +24,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -90,6 +96,17 @@ func ModeOf(target string, m Mode) (Mode, error) {
 	u, err := url.Parse(target)
 	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return bad("target %q: want http://host:port or grpc://host:port (https, grpcs over TLS)", target)
+	}
+	if u.User != nil {
+		// Nothing would send them: the service takes no credentials in
+		// the URL (a client certificate authenticates, see Options.TLS).
+		return bad("target %q: user information in the URL is not used by any API the load generator speaks: remove it (a service that requires clients to authenticate takes a client certificate)", u.Redacted())
+	}
+	if u.Port() == "" {
+		return bad("target %q: no port: want %s://%s:PORT", target, u.Scheme, u.Hostname())
+	}
+	if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+		return bad("target %q: port %s out of range 1..65535", target, u.Port())
 	}
 	web, grpc := u.Scheme == "http" || u.Scheme == "https", u.Scheme == "grpc" || u.Scheme == "grpcs"
 	switch {
@@ -191,14 +208,17 @@ type Options struct {
 	// closed loop. At most MaxRate.
 	Rate float64
 	// Concurrency is the number of workers, so the most requests in flight
-	// at once. In open loop, an arrival that finds every worker busy and
-	// the queue (Concurrency long) full is dropped and counted in
+	// at once. In open loop, arrivals wait for a free worker in a queue of
+	// Concurrency arrivals; one that finds every worker busy and the queue
+	// full, at any time of the run, is dropped and counted in
 	// Report.Dropped, as k6 counts dropped_iterations, and so is one still
-	// queued when Duration ends. Default 10.
+	// queued when Duration ends. A dropped arrival is never sent nor
+	// timed. Default 10.
 	Concurrency int
 	// Duration is how long new requests are started (1ms..MaxDuration);
-	// requests in flight at the end are waited for (up to Timeout), and
-	// none is started after it.
+	// requests in flight at the end are waited for (up to Timeout, so
+	// Report.Elapsed may exceed Duration by up to Timeout), and none is
+	// started after it.
 	Duration time.Duration
 	// MaxRequests, when positive, stops the test after that many requests
 	// even if Duration has not elapsed.
@@ -221,13 +241,18 @@ type Options struct {
 	// MaxCost(Mode). Default 1.
 	Cost int64
 	// Expect is the limit the target applies to each identity, used to
-	// compute the expected deny ratio by replaying every request sent, at
-	// the moment it was sent, through algo.Step. The zero Policy
+	// compute the expected deny ratio by replaying every request answered
+	// (allowed or denied), at the moment it was sent, through algo.Step:
+	// the same requests as the deny ratio observed. The zero Policy
 	// means unknown; its Name may be left empty.
 	Expect floodgate.Policy
 	// ExpectedDenyRatio (0..1) is used as the expected deny ratio when
-	// Expect is not set; leave both zero when unknown.
+	// Expect is not set and ExpectedDenyRatio is positive or
+	// HasExpectedDenyRatio is set; leave all three zero when unknown.
 	ExpectedDenyRatio float64
+	// HasExpectedDenyRatio says ExpectedDenyRatio is given even when it
+	// is 0 (no denial expected).
+	HasExpectedDenyRatio bool
 	// Connections is the number of gRPC connections the workers share,
 	// worker i using connection i mod Connections (1..Concurrency). Default
 	// one per WorkersPerConnection workers, rounded up. HTTP modes keep up
@@ -337,6 +362,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if math.IsNaN(o.ExpectedDenyRatio) || o.ExpectedDenyRatio < 0 || o.ExpectedDenyRatio > 1 {
 		return bad("expected deny ratio %v out of range 0..1", o.ExpectedDenyRatio)
+	}
+	if o.ExpectedDenyRatio > 0 {
+		o.HasExpectedDenyRatio = true
+	}
+	if o.HasExpectedDenyRatio && o.Expect != (floodgate.Policy{}) {
+		return bad("expect and expected deny ratio exclude each other: give one")
 	}
 	if o.GRPCClient > GRPCGo {
 		return bad("gRPC client %v", o.GRPCClient)

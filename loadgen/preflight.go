@@ -19,7 +19,12 @@ import (
 // a client error (an HTTP status 4xx but 408 and 429; a gRPC status
 // INVALID_ARGUMENT, UNIMPLEMENTED, UNAUTHENTICATED or PERMISSION_DENIED),
 // nothing listens at its address (connection refused, or no such host),
-// or a gRPC target does not speak HTTP/2 (RawGRPC client only).
+// a gRPC target does not speak HTTP/2 (RawGRPC client only), or the
+// request got no answer for another reason of transport: the connection
+// reset or closed unanswered (an http:// target that is a gRPC port, a
+// grpc:// one that speaks TLS), TLS failed (an https:// or grpcs:// target
+// that does not speak it, a certificate not trusted, a client certificate
+// required).
 type PreflightError struct {
 	// Target is Options.Target; Mode the API spoken.
 	Target string
@@ -43,6 +48,9 @@ type PreflightError struct {
 	// NotHTTP2 is set when a GRPC target does not speak HTTP/2 (an
 	// HTTP/1 server, say), as the RawGRPC client found.
 	NotHTTP2 bool
+	// Transport is set when the request got no answer for another reason
+	// of transport (see PreflightError); Err says which.
+	Transport bool
 	// Err is the request's (or the connection's) error.
 	Err error
 }
@@ -62,7 +70,7 @@ func (e *PreflightError) Unwrap() error { return e.Err }
 // that is not running. A run against such a target would only hammer it
 // with requests bound to fail (9,952 HTTP 400s in a second, in an outside
 // walk). It returns nil when the request is allowed or denied, and when
-// it fails otherwise (a timeout, a 5xx, gRPC UNAVAILABLE: a service
+// it fails otherwise (a timeout, a 5xx, gRPC UNAVAILABLE sent by the service: a service
 // whose store is down may recover, and that is what a run measures). It
 // returns an error wrapping ErrInvalidOptions for bad options, and ctx's
 // error when ctx ends first. The request is bounded by opts.Timeout.
@@ -116,6 +124,10 @@ func Preflight(ctx context.Context, opts Options) error {
 	pe.Err = err
 	if errors.Is(err, errNotHTTP2) {
 		pe.NotHTTP2 = true
+		return pe
+	}
+	if transportError(err) {
+		pe.Transport = true
 		return pe
 	}
 	var se *statusError

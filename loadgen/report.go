@@ -19,9 +19,18 @@ type Report struct {
 	TargetRate  float64
 	Concurrency int
 	Identities  int
-	// Elapsed is the wall time from the first request to the last answer.
+	// Elapsed is the wall time from the first request to the last answer:
+	// Duration, or less when the run stopped early (MaxRequests, or
+	// interrupted), plus the wait for the requests in flight at the end
+	// (up to Options.Timeout).
 	Elapsed time.Duration
-	// Sent is the number of requests completed: Allowed + Denied + Errors.
+	// Duration is Options.Duration, the time the run was to send for.
+	Duration time.Duration
+	// Interrupted is set when the run's context ended before Duration
+	// (Ctrl-C): the report covers what ran until then.
+	Interrupted bool
+	// Sent is the number of requests sent and completed, answered or
+	// failed: Allowed + Denied + Errors.
 	Sent int64
 	// Allowed and Denied count the checks the service answered; a denial
 	// is a 429 over the HTTP API, OVER_LIMIT over Envoy's.
@@ -37,12 +46,16 @@ type Report struct {
 	// Errors counts requests that failed (transport errors, timeouts,
 	// unexpected statuses).
 	Errors int64
-	// Dropped counts open-loop arrivals that were never sent because every
-	// worker was busy and the queue full, or because they were still
-	// queued when the duration ended: the service could not keep up.
+	// Dropped counts open-loop arrivals that were never sent, nor timed,
+	// because every worker was busy and the queue (Concurrency long) full,
+	// at any time of the run, or because they were still queued when the
+	// duration ended: the service could not keep up, or the generator
+	// lacked workers.
 	Dropped int64
-	// AchievedRate is Sent per second of Elapsed.
-	AchievedRate float64
+	// AchievedRate is Sent per second of Elapsed; AnsweredRate is
+	// Allowed + Denied per second of Elapsed, which failures (a storm of
+	// refused connections, say) do not inflate.
+	AchievedRate, AnsweredRate float64
 	// DenyRatio is Denied / (Allowed + Denied): the share of 429s (of
 	// OVER_LIMIT answers over Envoy's APIs).
 	DenyRatio float64
@@ -52,11 +65,16 @@ type Report struct {
 	ExpectedDenyRatio float64
 	HasExpected       bool
 	// Latency summarises the answered requests' latencies (from their
-	// scheduled time in open loop).
+	// scheduled time in open loop); dropped arrivals and failed requests
+	// are not in it.
 	Latency Latencies
 	// ErrorSamples are the most frequent error messages with their counts.
 	ErrorSamples []ErrorCount
 }
+
+// MaxDroppedShare is the share of open-loop arrivals dropped above which
+// the report warns that its latencies understate the queueing.
+const MaxDroppedShare = 0.01
 
 // Latencies are latency percentiles, accurate to 0.8%.
 type Latencies struct {
@@ -85,8 +103,12 @@ func (r Report) String() string {
 	} else {
 		row("schedule", "closed loop, %d workers, %d identities", r.Concurrency, r.Identities)
 	}
-	row("elapsed", "%v", r.Elapsed.Round(time.Millisecond))
-	row("requests", "%d (%.1f req/s achieved)", r.Sent, r.AchievedRate)
+	if r.Interrupted {
+		row("elapsed", "%v (interrupted after %.1fs of %v: the report covers what ran)", r.Elapsed.Round(time.Millisecond), r.Elapsed.Seconds(), r.Duration)
+	} else {
+		row("elapsed", "%v", r.Elapsed.Round(time.Millisecond))
+	}
+	row("requests", "%d (%.1f req/s achieved, %.1f/s answered)", r.Sent, r.AchievedRate, r.AnsweredRate)
 	denied, ratioLabel := r.Mode.deniedLabels()
 	row("allowed", "%d", r.Allowed)
 	row(denied, "%d", r.Denied)
@@ -95,9 +117,18 @@ func (r Report) String() string {
 	} else {
 		row("degraded", "%d", r.Degraded)
 	}
-	row("errors", "%d", r.Errors)
+	if r.Errors > 0 {
+		row("errors", "%d (%.2f%% of the requests sent: not a clean run)", r.Errors, 100*ratio(r.Errors, r.Sent))
+	} else {
+		row("errors", "%d", r.Errors)
+	}
 	if r.TargetRate > 0 {
-		row("dropped", "%d", r.Dropped)
+		arrivals := r.Sent + r.Dropped
+		if r.Dropped > 0 {
+			row("dropped", "%d (%.2f%% of the arrivals: never sent nor timed)", r.Dropped, 100*ratio(r.Dropped, arrivals))
+		} else {
+			row("dropped", "%d", r.Dropped)
+		}
 	}
 	if r.HasExpected {
 		row(ratioLabel, "%.2f%% (expected %.2f%%, difference %+.2f points)", 100*r.DenyRatio, 100*r.ExpectedDenyRatio, 100*(r.DenyRatio-r.ExpectedDenyRatio))
@@ -107,9 +138,21 @@ func (r Report) String() string {
 	if r.HasExpected && r.Degraded > 0 {
 		fmt.Fprintf(&b, "  warning: %d answers were degraded: the deny ratio is not the shared limiter's, and the comparison with the expected one does not hold\n", r.Degraded)
 	}
+	if r.TargetRate > 0 && ratio(r.Dropped, r.Sent+r.Dropped) > MaxDroppedShare {
+		fmt.Fprintf(&b, "  warning: %.2f%% of the arrivals were dropped (every worker busy and the queue of %d full): the service could not keep up at %.1f req/s, or the generator lacked workers (raise --concurrency); the latency percentiles, of the requests sent only, understate the queueing\n", 100*ratio(r.Dropped, r.Sent+r.Dropped), r.Concurrency, r.TargetRate)
+	}
 	l := r.Latency
-	row("latency", "p50 %v  p90 %v  p99 %v  p99.9 %v", dur(l.P50), dur(l.P90), dur(l.P99), dur(l.P999))
-	row("", "min %v  mean %v  max %v", dur(l.Min), dur(l.Mean), dur(l.Max))
+	switch {
+	case r.Allowed+r.Denied == 0:
+		row("latency", "no answers")
+	default:
+		label := "latency"
+		if r.Errors > 0 || r.Dropped > 0 {
+			label = "latency (answered)"
+		}
+		row(label, "p50 %v  p90 %v  p99 %v  p99.9 %v", dur(l.P50), dur(l.P90), dur(l.P99), dur(l.P999))
+		row("", "min %v  mean %v  max %v", dur(l.Min), dur(l.Mean), dur(l.Max))
+	}
 	for i, e := range r.ErrorSamples {
 		if i == 5 {
 			row("", "… %d more distinct errors", len(r.ErrorSamples)-5)

@@ -2,12 +2,23 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -20,8 +31,15 @@ import (
 // of its own each second, and one at the end.
 //
 // Run returns an error wrapping ErrInvalidOptions for bad options, and the
-// partial report with ctx's error when ctx ends first. Failed requests
-// are not errors of Run: they are counted in Report.Errors.
+// partial report with ctx's error when ctx ends first: no request is
+// started after that, those in flight are given up to InterruptGrace (at
+// most opts.Timeout) to be answered, then abandoned and counted as
+// errors, and the report is marked Interrupted. Failed requests are not
+// errors of Run: they are counted in Report.Errors. A worker whose
+// request failed in transport (no answer: the connection refused, reset
+// or closed, TLS failed) waits before its next, 10ms doubling after each
+// such failure in a row up to 1s, so that a service restarting is not
+// met by a storm of instant failures.
 func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -38,13 +56,21 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	deadline := start.Add(o.Duration)
 	stopCtx, stop := context.WithDeadline(ctx, deadline)
 	defer stop()
+	// The requests in flight when ctx ends are given a grace to be
+	// answered, then abandoned.
+	reqCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	stopGrace := context.AfterFunc(ctx, func() {
+		time.AfterFunc(min(InterruptGrace, o.Timeout), abandon)
+	})
+	defer stopGrace()
 
 	stopProgress := r.startProgress(progress, start)
 	hists := make([]Histogram, o.Concurrency)
 	var wg sync.WaitGroup
 	workers := make([]*workerState, o.Concurrency)
 	for i := range workers {
-		workers[i] = &workerState{w: snd.worker(), h: &hists[i], timeout: o.Timeout, parent: ctx}
+		workers[i] = &workerState{w: snd.worker(), h: &hists[i], timeout: o.Timeout, parent: reqCtx}
 	}
 	if o.Rate > 0 {
 		jobs := make(chan time.Time, o.Concurrency)
@@ -60,10 +86,11 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 						continue
 					}
 					r.one(w, at)
+					w.backOff(stopCtx)
 				}
 			})
 		}
-		r.schedule(stopCtx, start, jobs)
+		r.schedule(stopCtx, start, deadline, jobs)
 		close(jobs)
 	} else {
 		for _, w := range workers {
@@ -74,6 +101,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 				defer w.stop()
 				for stopCtx.Err() == nil && r.claim() {
 					r.one(w, time.Now())
+					w.backOff(stopCtx)
 				}
 			})
 		}
@@ -86,8 +114,21 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	for i := range hists {
 		h.Merge(&hists[i])
 	}
-	return r.report(elapsed, &h), ctx.Err()
+	rep := r.report(elapsed, &h)
+	rep.Interrupted = ctx.Err() != nil
+	return rep, ctx.Err()
 }
+
+// InterruptGrace is how long Run waits for the requests in flight once
+// its context ends (or Options.Timeout, if shorter).
+const InterruptGrace = time.Second
+
+// The pause of a worker after a transport error: minBackoff after the
+// first, doubling after each in a row up to maxBackoff.
+const (
+	minBackoff = 10 * time.Millisecond
+	maxBackoff = time.Second
+)
 
 // run is the shared state of one load test.
 type run struct {
@@ -113,9 +154,10 @@ func (r *run) claim() bool {
 	return true
 }
 
-// schedule emits arrival times at opts.Rate until ctx ends or MaxRequests
-// arrivals were emitted. An arrival that finds the queue full is dropped.
-func (r *run) schedule(ctx context.Context, start time.Time, jobs chan<- time.Time) {
+// schedule emits arrival times at opts.Rate from start until ctx ends,
+// the next arrival would be due at or after end, or MaxRequests arrivals
+// were emitted. An arrival that finds the queue full is dropped.
+func (r *run) schedule(ctx context.Context, start, end time.Time, jobs chan<- time.Time) {
 	interval := float64(time.Second) / r.opts.Rate
 	var emitted int64
 	timer := time.NewTimer(0)
@@ -124,10 +166,13 @@ func (r *run) schedule(ctx context.Context, start time.Time, jobs chan<- time.Ti
 		now := time.Now()
 		due := int64(float64(now.Sub(start))/interval) + 1
 		for ; emitted < due; emitted++ {
-			if !r.claim() {
+			at := start.Add(time.Duration(float64(emitted) * interval))
+			// Not one due at the end, nor once the run is over: it could
+			// only be dropped (a timer firing with the end used to
+			// count a drop in healthy runs).
+			if !at.Before(end) || ctx.Err() != nil || !r.claim() {
 				return
 			}
-			at := start.Add(time.Duration(float64(emitted) * interval))
 			select {
 			case jobs <- at:
 			default:
@@ -136,6 +181,9 @@ func (r *run) schedule(ctx context.Context, start time.Time, jobs chan<- time.Ti
 			}
 		}
 		next := start.Add(time.Duration(float64(emitted) * interval))
+		if !next.Before(end) {
+			return
+		}
 		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
@@ -147,25 +195,42 @@ func (r *run) schedule(ctx context.Context, start time.Time, jobs chan<- time.Ti
 
 // one sends a claimed request and records it. at is when it was
 // due: latency counts from then, so queueing behind a slow server shows.
+//
+// The expectation's model is given the answered requests only, at the
+// time each was sent: a request that failed may not have reached the
+// service, and the deny ratio it is compared with is over the answers.
+// After a transport error it sets the worker's backoff; an answer, or
+// another error, resets it.
 func (r *run) one(w *workerState, at time.Time) {
-	id := r.nextIdentity()
-	if r.model != nil {
-		r.model.observe(id, time.Now(), r.opts.Cost)
-	}
-	w.at = at
-	v, err := w.w.send(w.begin(), id)
+	w.id, w.sent, w.at = r.nextIdentity(), time.Now(), at
+	v, err := w.w.send(w.begin(), w.id)
 	at = w.at // a chaining worker's last request began later
-	if timedOut := w.end(); timedOut && err != nil {
-		err = fmt.Errorf("no answer within %v (the timeout)", r.opts.Timeout)
-	}
-	if err != nil {
-		r.errs.Add(1)
-		r.sample(err)
+	timedOut := w.end()
+	switch {
+	case err == nil:
+		w.backoff = 0
+		r.model.observe(w.id, w.sent, r.opts.Cost)
+		w.h.Record(time.Since(at))
+		r.count(v)
 		return
+	case timedOut:
+		err = fmt.Errorf("no answer within %v (the timeout)", r.opts.Timeout)
+		w.backoff = 0
+	case w.parent.Err() != nil:
+		err = errAbandoned
+		w.backoff = 0
+	case transportError(err):
+		w.backoff = min(max(2*w.backoff, minBackoff), maxBackoff)
+	default:
+		w.backoff = 0
 	}
-	w.h.Record(time.Since(at))
-	r.count(v)
+	r.errs.Add(1)
+	r.sample(err)
 }
+
+// errAbandoned is the error of a request still in flight InterruptGrace
+// after the run was interrupted.
+var errAbandoned = errors.New("abandoned unanswered when the run was interrupted")
 
 // count records an answered request.
 func (r *run) count(v verdict) {
@@ -214,11 +279,9 @@ func (ch *chain) next(v verdict) (id int, ok bool) {
 	now := time.Now()
 	w.h.Record(now.Sub(w.at))
 	r.count(v)
+	r.model.observe(w.id, w.sent, r.opts.Cost)
 	id = r.nextIdentity()
-	if r.model != nil {
-		r.model.observe(id, now, r.opts.Cost)
-	}
-	w.at = now
+	w.id, w.sent, w.at = id, now, now
 	w.timer.Reset(w.timeout)
 	return id, true
 }
@@ -238,7 +301,13 @@ type workerState struct {
 	timeout time.Duration
 	parent  context.Context
 
-	at time.Time // when the request in flight was due
+	at   time.Time // when the request in flight was due
+	sent time.Time // when it was sent
+	id   int       // its identity
+
+	// backoff is the pause before the next request after a transport
+	// error; 0 after an answer.
+	backoff time.Duration
 
 	ctx    context.Context // nil until the first request and after a timeout
 	cancel context.CancelFunc
@@ -265,6 +334,19 @@ func (w *workerState) end() (timedOut bool) {
 	w.cancel()
 	w.ctx = nil
 	return w.parent.Err() == nil // canceled by the caller is not a timeout
+}
+
+// backOff waits w.backoff, or until stop ends.
+func (w *workerState) backOff(stop context.Context) {
+	if w.backoff == 0 {
+		return
+	}
+	t := time.NewTimer(w.backoff)
+	defer t.Stop()
+	select {
+	case <-stop.Done():
+	case <-t.C:
+	}
 }
 
 // stop releases the worker, the context and its timer.
@@ -329,7 +411,7 @@ func (r *run) writeLine(w io.Writer, elapsed time.Duration) {
 	if r.opts.ProgressLines {
 		start, end = "", "\n"
 	}
-	fmt.Fprintf(w, "%s%6.1fs  %8d sent  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
+	fmt.Fprintf(w, "%s%6.1fs  %8d done  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
 		start, elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load(), end)
 }
 
@@ -361,11 +443,13 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 	}
 	rep.Sent = rep.Allowed + rep.Denied + rep.Errors
 	rep.AchievedRate = float64(rep.Sent) / max(elapsed.Seconds(), 1e-9)
+	rep.AnsweredRate = float64(rep.Allowed+rep.Denied) / max(elapsed.Seconds(), 1e-9)
+	rep.Duration = r.opts.Duration
 	rep.DenyRatio = ratio(rep.Denied, rep.Allowed+rep.Denied)
 	switch {
 	case r.model != nil:
 		rep.ExpectedDenyRatio, rep.HasExpected = r.model.denyRatio(), true
-	case r.opts.ExpectedDenyRatio > 0:
+	case r.opts.HasExpectedDenyRatio:
 		rep.ExpectedDenyRatio, rep.HasExpected = r.opts.ExpectedDenyRatio, true
 	}
 	r.mu.Lock()
@@ -380,8 +464,9 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 	return rep
 }
 
-// model replays the requests through algo.Step to know how many an
-// exact limiter applying Expect would have allowed. It is safe for
+// model replays the answered requests through algo.Step, each at the
+// time it was sent, to know how many an exact limiter applying Expect
+// would have allowed of them. It is safe for
 // concurrent use; a nil *model records nothing.
 type model struct {
 	p       floodgate.Policy
@@ -398,6 +483,7 @@ func newModel(p floodgate.Policy) *model {
 	return &model{p: p, states: map[int]algo.State{}}
 }
 
+// observe replays a request of identity id sent at at.
 func (m *model) observe(id int, at time.Time, cost int64) {
 	if m == nil {
 		return
@@ -418,4 +504,36 @@ func (m *model) denyRatio() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return ratio(m.total-m.allowed, m.total)
+}
+
+// transportError reports whether err is a failure to get any answer from
+// the service: the connection refused, reset or closed, TLS failed, the
+// service does not speak HTTP/2 (gRPC), grpc-go's UNAVAILABLE for a
+// connection that failed. An answer the load generator could not take
+// (an HTTP status, a gRPC status the service sent, a malformed body) and a
+// timeout are not.
+func transportError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return false
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection error")
+	}
+	var (
+		op      *net.OpError
+		ue      *url.Error
+		rh      tls.RecordHeaderError
+		cv      *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		alert   tls.AlertError
+	)
+	return errors.As(err, &op) || errors.As(err, &ue) || errors.As(err, &rh) || errors.As(err, &cv) ||
+		errors.As(err, &unknown) || errors.As(err, &alert) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, errNothingRead) || errors.Is(err, errNotHTTP2) || errors.Is(err, errConnClosed) || errors.Is(err, errConnGone)
 }

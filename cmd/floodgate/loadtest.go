@@ -1,11 +1,19 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
+	"net/url"
+	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,22 +66,50 @@ report's degraded line. They do not measure the shared limit: with an
 expectation (--expect-* or --expected-deny-ratio) a run with any of them
 fails, the report saying why.
 
+With --expect-*, the expected share is computed over the answered
+requests (allowed or denied), each at the time it was sent, as the
+observed share is: failed requests are in neither.
+
+With --rate, arrivals wait for a free worker in a queue of --concurrency
+arrivals; one that finds every worker busy and the queue full (at any
+time of the run), or still queued when --duration ends, is dropped: never
+sent nor timed, and counted on the report's dropped line. Latencies are
+of the answered requests, from each one's scheduled time; when more than
+1% of the arrivals were dropped, the report warns that the service could
+not keep up (or the generator lacked workers) and that the percentiles
+understate the queueing.
+
+A worker whose request got no answer for a reason of transport (the
+connection refused, reset or closed, TLS failed) waits before its next:
+10ms, doubling after each such failure in a row up to 1s, until an
+answer. The report gives the rate achieved over the requests sent and
+over those answered.
+
 Before the run, one request is sent (for an identity the run does not
 use; it is not counted in the report or in --requests, and is sent apart
 from --rate's schedule). When it fails in a way every request of the run
-would (nothing listens at --target; an HTTP 4xx other than 429, such as an
+would (nothing listens at --target; the connection reset or closed
+unanswered, or TLS failed, as for a --target of the wrong scheme or port
+or an untrusted certificate; an HTTP 4xx other than 429, such as an
 unknown --policy; gRPC INVALID_ARGUMENT, such as an unknown --domain), the
 run is not started: loadtest exits 1 saying why. An answer allowed or
 denied, or another failure (a timeout, a 503 while the service's Redis is
 down), starts the run.
 
+Ctrl-C (SIGINT) or SIGTERM during the run stops it: no request is sent
+after it, those in flight are given up to 1s (at most --timeout) to be
+answered, and the report of what ran is printed, marked "interrupted
+after ... of ...".
+
 Progress goes to stderr once a second (--quiet: none): one line rewritten
 in place on a terminal, a line of its own each time otherwise (a log).
 
 Exit status 1 when the run could not start (a bad flag, or the request
-before it refused: no report), when every request failed (nothing
-measured), or when an expectation was given and some answers were
-degraded (in these two, the report is printed all the same).
+before it refused: no report), when any request failed (the report's
+errors), or when an expectation was given and some answers were
+degraded (in these two, the report is printed all the same); 130 when
+interrupted by SIGINT, 143 by SIGTERM (128 plus the signal's number, as
+shells report it), after the report.
 
   floodgate loadtest --target http://127.0.0.1:8080 --policy api \
     --rate 2000 --duration 30s --identities 100 \
@@ -97,6 +133,7 @@ degraded (in these two, the report is printed all the same).
 				return err
 			}
 			fl := cmd.Flags()
+			o.HasExpectedDenyRatio = fl.Changed("expected-deny-ratio")
 			if fl.Changed("expect-algorithm") || fl.Changed("expect-limit") || fl.Changed("expect-window") || fl.Changed("expect-burst") {
 				for _, name := range []string{"expect-algorithm", "expect-limit", "expect-window"} {
 					if !fl.Changed(name) {
@@ -106,7 +143,7 @@ degraded (in these two, the report is printed all the same).
 				if expectLimit < 1 {
 					return fmt.Errorf("--expect-limit %d: out of range 1..%d", expectLimit, int64(floodgate.MaxLimit))
 				}
-				if o.ExpectedDenyRatio != 0 {
+				if o.HasExpectedDenyRatio {
 					return errors.New("--expected-deny-ratio and --expect-* exclude each other: give one")
 				}
 				alg, err := floodgate.ParseAlgorithm(expectAlg)
@@ -130,7 +167,7 @@ degraded (in these two, the report is printed all the same).
 				return err
 			}
 			defer stopGC()
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, caught, stop := notifyInterrupt(cmd.Context())
 			defer stop()
 			progress := cmd.ErrOrStderr()
 			if quiet {
@@ -142,17 +179,28 @@ degraded (in these two, the report is printed all the same).
 				if errors.As(err, &pe) {
 					return fmt.Errorf("%s (the one request sent before the run; the run was not started)", explainPreflight(pe, o))
 				}
+				if ctx.Err() != nil && cmd.Context().Err() == nil {
+					return interrupted(caught(), "before the run started: nothing was sent")
+				}
 				return err
 			}
 			rep, err := loadgen.Run(ctx, o, progress)
-			if err != nil {
+			if err != nil && !rep.Interrupted {
 				return err
 			}
 			fmt.Fprint(cmd.OutOrStdout(), rep)
+			if rep.Interrupted {
+				return interrupted(caught(), fmt.Sprintf("after %.1fs of %v (the report covers what ran)", rep.Elapsed.Seconds(), o.Duration))
+			}
 			if rep.Sent > 0 && rep.Errors == rep.Sent {
 				// Nothing was measured: say so in the exit status, for
 				// scripts and CI, as well as in the report.
 				return fmt.Errorf("every one of the %d requests failed (see the report's errors)", rep.Sent)
+			}
+			if rep.Errors > 0 {
+				// The answers measured are not all that was asked: a
+				// service restarting mid-run, say, is no clean run.
+				return fmt.Errorf("%d of the %d requests failed (see the report's errors): not a clean run", rep.Errors, rep.Sent)
 			}
 			if rep.HasExpected && rep.Degraded > 0 {
 				// The deny ratio then mixes the fallback's decisions with
@@ -168,9 +216,9 @@ degraded (in these two, the report is printed all the same).
 	fl.StringVar(&o.Target, "target", "http://127.0.0.1:8080", "service URL: http://host:port or grpc://host:port (https, grpcs: over TLS, see --tls-*)")
 	clientTLS.add(fl)
 	fl.StringVar(&mode, "mode", "", "API: http (POST /v1/check), grpc (ShouldRateLimit) or envoy-json (POST /json); default from the --target scheme")
-	fl.Float64Var(&o.Rate, "rate", 0, "arrival rate in requests per second (0: closed loop, as fast as the workers go)")
-	fl.IntVar(&o.Concurrency, "concurrency", 10, "workers (requests in flight at most)")
-	fl.DurationVar(&o.Duration, "duration", 10*time.Second, "how long to send requests (none is sent after it: with --rate, arrivals still queued then count as dropped)")
+	fl.Float64Var(&o.Rate, "rate", 0, fmt.Sprintf("arrival rate in requests per second, at most %d (0: closed loop, as fast as the workers go)", loadgen.MaxRate))
+	fl.IntVar(&o.Concurrency, "concurrency", 10, "workers (requests in flight at most); with --rate also the length of the queue of arrivals waiting for a worker (an arrival finding it full is dropped)")
+	fl.DurationVar(&o.Duration, "duration", 10*time.Second, fmt.Sprintf("how long to send requests, 1ms..%v (none is sent after it: with --rate, arrivals still queued then count as dropped); the requests in flight then are waited for, so elapsed may exceed it by up to --timeout", loadgen.MaxDuration))
 	fl.Int64Var(&o.MaxRequests, "requests", 0, "stop after this many requests (0: no limit)")
 	fl.IntVar(&o.Identities, "identities", 1, "distinct identities, used round robin, named PREFIX0, PREFIX1... (see --identity-prefix)")
 	fl.StringVar(&o.IdentityPrefix, "identity-prefix", "", "start of every identity's name (default: lg, 8 random hex digits and -, so that each run starts on fresh counters); give the same to several runs, or to one loadtest per instance of a fleet, to have them share identities")
@@ -184,7 +232,7 @@ degraded (in these two, the report is printed all the same).
 	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio (not quota: see --expected-deny-ratio)")
 	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has (at least 1)")
 	fl.StringVar(&expectWin, "expect-window", "", "window of that limit (e.g. 1m)")
-	fl.Int64Var(&expBurst, "expect-burst", 0, "burst of that limit (bucket algorithms)")
+	fl.Int64Var(&expBurst, "expect-burst", 0, "burst of that limit (token_bucket, gcra; 0: the limit, the service's default too)")
 	fl.Float64Var(&o.ExpectedDenyRatio, "expected-deny-ratio", 0, "expected share of denials (0..1), instead of --expect-*")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines")
 	return cmd
@@ -239,7 +287,63 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 	if o.Timeout <= 0 {
 		return fmt.Errorf("--timeout %v: want a positive duration", o.Timeout)
 	}
+	if math.IsNaN(o.Rate) || o.Rate < 0 || o.Rate > loadgen.MaxRate {
+		return fmt.Errorf("--rate %v: out of range 0..%d (0: closed loop)", o.Rate, loadgen.MaxRate)
+	}
+	if o.Duration < time.Millisecond || o.Duration > loadgen.MaxDuration {
+		return fmt.Errorf("--duration %v: out of range 1ms..%v", o.Duration, loadgen.MaxDuration)
+	}
+	if o.MaxRequests < 0 {
+		return fmt.Errorf("--requests %d: want 0 (no limit) or more", o.MaxRequests)
+	}
+	if f := cmd.Flags().Lookup("expected-deny-ratio"); f.Changed && (math.IsNaN(o.ExpectedDenyRatio) || o.ExpectedDenyRatio < 0 || o.ExpectedDenyRatio > 1) {
+		return fmt.Errorf("--expected-deny-ratio %v: out of range 0..1", o.ExpectedDenyRatio)
+	}
 	return nil
+}
+
+// notifyInterrupt returns a context canceled at the first SIGINT or
+// SIGTERM, a function returning the signal caught (nil when none), and
+// one to stop listening.
+func notifyInterrupt(parent context.Context) (context.Context, func() os.Signal, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	var (
+		mu     sync.Mutex
+		caught os.Signal
+	)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			mu.Lock()
+			caught = sig
+			mu.Unlock()
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() os.Signal {
+			mu.Lock()
+			defer mu.Unlock()
+			return caught
+		}, func() {
+			signal.Stop(sigs)
+			close(done)
+			cancel()
+		}
+}
+
+// interrupted is the error of a run interrupted by sig (nil: its
+// context ended otherwise): exit status 128 plus the signal's number, as
+// a shell reports a process the signal ended, else 1.
+func interrupted(sig os.Signal, what string) error {
+	err := fmt.Errorf("interrupted %s", what)
+	if s, ok := sig.(syscall.Signal); ok {
+		return &exitError{code: 128 + int(s), err: fmt.Errorf("interrupted by %v %s", sig, what)}
+	}
+	return err
 }
 
 // emptyDefault describes a flag's default value for a message.
@@ -256,6 +360,8 @@ func explainPreflight(e *loadgen.PreflightError, o loadgen.Options) string {
 	switch {
 	case e.Unreachable:
 		return fmt.Sprintf("nothing answers at --target %s: %v; is the service running, and is this its address?", e.Target, e.Err)
+	case e.Transport:
+		return fmt.Sprintf("no answer from --target %s: %v; %s", e.Target, e.Err, transportHint(e))
 	case e.NotHTTP2:
 		return fmt.Sprintf("%s does not speak HTTP/2, as a gRPC service does (%v); is --target the service's gRPC address (serve's --grpc-addr), or an HTTP one (http://)?", e.Target, e.Err)
 	case e.GRPCCode == codes.InvalidArgument && strings.Contains(e.Detail, "unknown domain"):
@@ -282,4 +388,39 @@ func domainOf(o loadgen.Options) string {
 		return "api"
 	}
 	return o.Domain
+}
+
+// transportHint says what likely made the request before the run get no
+// answer, and the flag or scheme that fixes it.
+func transportHint(e *loadgen.PreflightError) string {
+	scheme := ""
+	if u, err := url.Parse(e.Target); err == nil {
+		scheme = u.Scheme
+	}
+	tlsScheme := scheme == "https" || scheme == "grpcs"
+	plain := map[string]string{"https": "http", "grpcs": "grpc"}[scheme]
+	secure := map[string]string{"http": "https", "grpc": "grpcs"}[scheme]
+	var (
+		unknown x509.UnknownAuthorityError
+		cv      *tls.CertificateVerificationError
+		rh      tls.RecordHeaderError
+	)
+	msg := e.Err.Error()
+	switch {
+	case errors.As(e.Err, &unknown) || strings.Contains(msg, "certificate signed by unknown authority"):
+		return "the service's certificate is signed by an authority this machine does not trust: give its CA with --tls-ca-file"
+	case errors.As(e.Err, &cv):
+		return "the service's certificate does not verify: check --target's host name and --tls-ca-file"
+	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate"):
+		return "the service requires a client certificate (its --tls-client-ca-file): give --tls-cert-file and --tls-key-file"
+	case tlsScheme && (errors.As(e.Err, &rh) || strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")):
+		return fmt.Sprintf("the service does not speak TLS at this address: use %s://", plain)
+	case scheme == "grpc" && errors.Is(e.Err, io.EOF):
+		return "the connection was closed before the server's SETTINGS: is it TLS? use grpcs://"
+	case scheme == "http":
+		return "the connection was closed without an answer: is --target the service's HTTP address (serve's --addr)? A gRPC one (--grpc-addr) wants grpc://, a TLS one " + secure + "://"
+	case tlsScheme:
+		return "TLS with the service failed: check the scheme, the port and --tls-*"
+	}
+	return "is --target the service's gRPC address (serve's --grpc-addr), and plaintext? A TLS one wants grpcs://"
 }

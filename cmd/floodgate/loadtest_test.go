@@ -5,9 +5,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,6 +117,17 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--domain", ""}, `--domain "": want a value (leave the flag out for its default: api)`},
 		{[]string{"loadtest", "--mode", ""}, `--mode "": want a value (leave the flag out for its default: from the --target scheme)`},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-client", ""}, `--grpc-client "": want a value (leave the flag out for its default: raw)`},
+		// Errors that did not name their flag, and targets that ran at a
+		// million "requests" a second of dial errors or sent no user
+		// information.
+		{[]string{"loadtest", "--rate", "-5"}, "--rate -5: out of range 0..1000000 (0: closed loop)"},
+		{[]string{"loadtest", "--duration", "0s"}, "--duration 0s: out of range 1ms..24h0m0s"},
+		{[]string{"loadtest", "--requests", "-1"}, "--requests -1: want 0 (no limit) or more"},
+		{[]string{"loadtest", "--expected-deny-ratio", "1.5"}, "--expected-deny-ratio 1.5: out of range 0..1"},
+		{[]string{"loadtest", "--target", "http://127.0.0.1"}, `target "http://127.0.0.1": no port: want http://127.0.0.1:PORT`},
+		{[]string{"loadtest", "--target", "http://127.0.0.1:99999"}, "port 99999 out of range 1..65535"},
+		{[]string{"loadtest", "--target", "http://u:pw@127.0.0.1:1"}, `target "http://u:xxxxx@127.0.0.1:1": user information in the URL is not used`},
+		{[]string{"loadtest", "--expect-algorithm", "gcra", "--expect-limit", "10", "--expect-window", "1m", "--expected-deny-ratio", "0"}, "exclude each other"},
 		{[]string{"check", "--policy", ""}, `--policy "": want a value (leave the flag out for its default: api)`},
 		{[]string{"check", "--addr", "http://127.0.0.1:1", "--tls-ca-file", "ca.pem"}, `--tls-ca-file applies to https:// targets only, not "http://127.0.0.1:1" (a TLS listener wants https://)`},
 	} {
@@ -206,7 +219,7 @@ func TestLoadtestProgressNotATerminal(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "errors             0\n") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
-	if n := strings.Count(errOut, "\n"); strings.Contains(errOut, "\r") || n < 1 || !strings.HasSuffix(errOut, "\n") || !strings.Contains(errOut, " sent ") {
+	if n := strings.Count(errOut, "\n"); strings.Contains(errOut, "\r") || n < 1 || !strings.HasSuffix(errOut, "\n") || !strings.Contains(errOut, " done ") {
 		t.Fatalf("progress on stderr %q: want lines each ended by a newline, no carriage return", errOut)
 	}
 }
@@ -332,5 +345,74 @@ func TestLoadtestCostBeyondUint32(t *testing.T) {
 	code, out, errOut := cli("loadtest", "--target", svc.url, "--cost", "4294967296", "--requests", "2", "--concurrency", "1", "--quiet")
 	if code != 0 || !strings.Contains(out, "denied (429)       2\n") || !strings.Contains(out, "errors             0\n") {
 		t.Fatalf("exit %d\n%s%s\nwant 2 answered denials, no errors", code, out, errOut)
+	}
+}
+
+// TestLoadtestErrorsFailTheRun: a run in which some requests failed (a
+// 503 of every other here) exits 1 saying so, and its report says so;
+// it used to exit 0. --expected-deny-ratio 0 is an expectation, which
+// was taken for none.
+func TestLoadtestErrorsFailTheRun(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n.Add(1)%2 == 0 {
+			http.Error(w, `{"detail":"store unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte(`{"allowed":true}`))
+	}))
+	defer srv.Close()
+	code, out, errOut := cli("loadtest", "--target", srv.URL, "--requests", "10", "--concurrency", "1", "--expected-deny-ratio", "0", "--quiet")
+	if code != 1 || !strings.Contains(errOut, "5 of the 10 requests failed (see the report's errors): not a clean run") ||
+		!strings.Contains(out, "errors             5 (50.00% of the requests sent: not a clean run)") ||
+		!strings.Contains(out, "429 ratio          0.00% (expected 0.00%, difference +0.00 points)") {
+		t.Fatalf("exit %d, stderr %q, report:\n%s\nwant 1, the errors said, an expectation of 0", code, errOut, out)
+	}
+}
+
+// TestLoadtestInterrupted: SIGINT mid-run prints the report of what ran,
+// marked interrupted, and exits 130 (SIGTERM 143); the report used to be
+// thrown away ("floodgate: context canceled", exit 1).
+func TestLoadtestInterrupted(t *testing.T) {
+	svc := startService(t)
+	defer svc.stop(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		var stdout, stderr strings.Builder
+		cmd := exec.Command(binary(t), "loadtest", "--target", svc.url, "--rate", "100", "--duration", "30s", "--quiet")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_ = cmd.Wait()
+		out := stdout.String()
+		if want := 128 + int(sig); cmd.ProcessState.ExitCode() != want || !strings.Contains(out, "(interrupted after 1.") || !strings.Contains(out, "of 30s: the report covers what ran)") ||
+			!strings.Contains(stderr.String(), "interrupted by "+sig.String()) || time.Since(start) > 5*time.Second {
+			t.Fatalf("%v: exit %d after %v, stderr %q, report:\n%s\nwant %d at once, the report marked interrupted", sig, cmd.ProcessState.ExitCode(), time.Since(start), stderr.String(), out, want)
+		}
+	}
+}
+
+// TestLoadtestPreflightTransport: a grpc:// target that speaks TLS fails
+// the run at once with a hint to use grpcs://; it used to run its whole
+// duration of "reading the server's SETTINGS: EOF".
+func TestLoadtestPreflightTransport(t *testing.T) {
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	tlsSrv.EnableHTTP2 = true
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	addr := strings.TrimPrefix(tlsSrv.URL, "https://")
+	start := time.Now()
+	code, out, errOut := cli("loadtest", "--target", "grpc://"+addr, "--duration", "10s", "--quiet")
+	if code != 1 || out != "" || !strings.Contains(errOut, "is it TLS? use grpcs://") || time.Since(start) > 5*time.Second {
+		t.Fatalf("grpc:// at TLS: exit %d after %v, stderr %q, report %q; want 1 at once and the hint", code, time.Since(start), errOut, out)
+	}
+	code, _, errOut = cli("loadtest", "--target", tlsSrv.URL, "--duration", "10s", "--quiet")
+	if code != 1 || !strings.Contains(errOut, "give its CA with --tls-ca-file") {
+		t.Fatalf("untrusted certificate: exit %d, stderr %q; want 1 and the hint", code, errOut)
 	}
 }
