@@ -148,7 +148,9 @@ func TestGRPCErrorsAreCounted(t *testing.T) {
 }
 
 // A server stopping mid-run (listener and connections closed) fails the
-// requests in flight and those after; the run ends.
+// requests in flight and those after; the run ends. The workers back off
+// after the failures (up to 1s each time), so the run ends at its
+// Duration, well short of MaxRequests.
 func TestGRPCServerStops(t *testing.T) {
 	for _, graceful := range []bool{false, true} {
 		for _, c := range grpcClients {
@@ -171,13 +173,13 @@ func TestGRPCServerStops(t *testing.T) {
 				}
 				return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
 			}}, nil)
-			rep, err := Run(context.Background(), Options{Target: target, GRPCClient: c, Concurrency: 32, Duration: time.Minute, MaxRequests: 2000}, nil)
+			rep, err := Run(context.Background(), Options{Target: target, GRPCClient: c, Concurrency: 32, Duration: 2 * time.Second, MaxRequests: 2000}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			<-stopped
 			t.Logf("graceful %v, %v client: %d allowed, %d errors: %v", graceful, c, rep.Allowed, rep.Errors, rep.ErrorSamples)
-			if rep.Sent != 2000 || rep.Allowed < 50 || rep.Errors == 0 || rep.Allowed > received.Load() {
+			if rep.Sent > 2000 || rep.Errors > 32*12 || rep.Allowed < 50 || rep.Errors == 0 || rep.Allowed > received.Load() {
 				t.Errorf("graceful %v, %v client: %d received, report %+v", graceful, c, received.Load(), rep)
 			}
 			if graceful && rep.Allowed != received.Load() {
