@@ -74,6 +74,15 @@ func splitSignature(data []byte) (body, sig []byte) {
 	return data, nil
 }
 
+// Unsigned returns data without the signature line Sign appends, or data
+// itself when its last line is not one: the document as signed, which is
+// the one given to Sign but for the final newline Sign adds to a document
+// that lacks one.
+func Unsigned(data []byte) []byte {
+	body, _ := splitSignature(data)
+	return body
+}
+
 // isSigned reports whether data ends with a signature line (valid or not).
 func isSigned(data []byte) bool {
 	_, sig := splitSignature(data)

@@ -144,6 +144,9 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 			default:
 				off := time.Duration(skew * float64(time.Second))
 				line := fmt.Sprintf("%s: disciplined to Redis, measured offset %v (± %v)", in.url, off.Round(time.Millisecond), time.Duration(rtt*float64(time.Second)/2).Round(time.Microsecond))
+				if r.down != nil {
+					line += " at its last sync, before Redis became unreachable"
+				}
 				if abs(off) > skewWarn {
 					worst = max(worst, Warn)
 					line += fmt.Sprintf(": its clock is %v from Redis's (corrected in its timestamps)", abs(off).Round(time.Millisecond))
@@ -158,13 +161,18 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 			c.Fix = unreadFix(ins)
 			return
 		}
-		switch worst {
-		case Fail:
+		switch {
+		case worst == Fail:
 			c.Summary = "an instance's clock is off by more than 2s and not disciplined: its windows open and close early or late, and its quota periods turn at the wrong time"
 			c.Fix = "fix NTP on that host, and run instances with their clock disciplined to Redis (clocksync)"
-		case Warn:
+		case worst == Warn:
 			c.Summary = "an instance's clock is more than 1s from Redis's, or its clock discipline cannot be seen"
 			c.Fix = "fix NTP on the hosts (chronyc tracking); instances that discipline their clock to Redis (clocksync) correct the offset, but a large one means the host clock is broken"
+		case r.down != nil:
+			// Redis is unreachable: no instance can sync now, and the
+			// values read are those of the last sync, not fresh ones.
+			c.Status = Info
+			c.Summary = fmt.Sprintf("every instance's clock was within %v of Redis's at its last sync; Redis is unreachable (see Redis/reachable), so none can sync now: these are the values as of then, not current ones", skewWarn)
 		default:
 			c.Summary = fmt.Sprintf("every instance disciplines its clock to Redis, within %v", skewWarn)
 		}

@@ -42,18 +42,35 @@ func (r *run) configChecks(ctx context.Context) {
 			// Instances that read it from there keep the document they
 			// applied, but one started now finds none: the key was
 			// deleted, or Redis lost it (restarted without persistence).
-			var from []string
+			// An instance that never applied one (no-configuration) has
+			// none to keep.
+			var from, none []string
 			for _, in := range r.readInstances(ctx) {
-				if in.configSource == r.cfgSource {
+				switch {
+				case in.configSource != r.cfgSource:
+				case in.noConfiguration():
+					none = append(none, fmt.Sprintf("%s reads it and has no configuration (/readyz no-configuration): it answers every HTTP decision 503", in.url))
+				default:
 					from = append(from, fmt.Sprintf("%s runs version %q from %s", in.url, in.configVersion, in.configSource))
 				}
 			}
-			if len(from) > 0 {
+			if len(from)+len(none) > 0 {
 				c.Status = Fail
-				c.Summary = fmt.Sprintf("no configuration in Redis under %s:config, but %s read theirs from it: they keep the one they applied, an instance started now finds none; the checks that need the policies were skipped",
-					r.opts.Prefix, plural.Count(len(from), "instance", "instances"))
-				c.Evidence = from
+				var parts []string
+				if len(from) > 0 {
+					parts = append(parts, fmt.Sprintf("%s read theirs from it: %s the one %s applied, an instance started now finds none",
+						plural.Count(len(from), "instance", "instances"), plural.Word(len(from), "it keeps", "they keep"), plural.Word(len(from), "it", "they")))
+				}
+				if len(none) > 0 {
+					parts = append(parts, fmt.Sprintf("%s %s none: %s every HTTP decision 503 until a document is pushed",
+						plural.Count(len(none), "instance", "instances"), plural.Word(len(none), "reading it has", "reading it have"), plural.Word(len(none), "it answers", "they answer")))
+				}
+				c.Summary = fmt.Sprintf("no configuration in Redis under %s:config, but %s; the checks that need the policies were skipped", r.opts.Prefix, strings.Join(parts, "; "))
+				c.Evidence = append(from, none...)
 				c.Fix = "publish the configuration the instances run again (floodgate config push FILE: over nothing stored it needs no --force, whatever its version; push the version they run, or a newer one, as instances that apply a lower one count it in floodgate_config_version_regressions_total), and find out how it went: a deleted key, or a Redis restarted without persistence (see Redis/persistence)"
+				if len(from) == 0 {
+					c.Fix = "publish the configuration the instances are to run (floodgate config push FILE: over nothing stored it needs no --force): an instance with none applies the first valid document it reads; find out why there is none: never pushed, a deleted key, or a Redis restarted without persistence (see Redis/persistence)"
+				}
 			}
 		case r.down != nil && r.opts.ConfigFile == "":
 			c.Read = "nothing (Redis is unreachable: " + r.opts.Prefix + ":config not read)"

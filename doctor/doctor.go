@@ -89,7 +89,9 @@ type Check struct {
 	// Read says what the check read, e.g. "INFO memory on 3 primaries".
 	Read string `json:"read"`
 	// RedisCommands is the number of Redis commands the check sent (0 when
-	// it read only HTTP endpoints or files).
+	// it read only HTTP endpoints or files), not counting those go-redis
+	// sends itself when it opens a connection (HELLO, AUTH, SELECT, CLIENT
+	// SETINFO, ...).
 	RedisCommands int64 `json:"redis_commands"`
 }
 
@@ -103,7 +105,8 @@ type Report struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Checks are the checks in report order (grouped).
 	Checks []Check `json:"checks"`
-	// RedisCommands is the number of Redis commands the whole run sent.
+	// RedisCommands is the number of Redis commands the whole run sent,
+	// counted as Check.RedisCommands.
 	RedisCommands int64 `json:"redis_commands"`
 }
 

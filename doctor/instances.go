@@ -476,6 +476,17 @@ func metricsUnread(in *instance) (string, bool) {
 	return fmt.Sprintf("%s: /metrics not read", in.url), true
 }
 
+// noConfigurationFix is the fix of an instance with no configuration.
+const noConfigurationFix = "push a valid configuration document (floodgate config push FILE) under the instances' --prefix: an instance started with --config-from-redis applies the first valid one it reads; its /readyz error says why it has none (the key missing, Redis unreachable, a document refused)"
+
+// noConfiguration reports an instance that runs with no configuration
+// (serve --config-from-redis started without a usable document): its
+// /readyz says "no-configuration", and its HTTP API answers every
+// decision 503.
+func (in *instance) noConfiguration() bool {
+	return in.notFloodgate == "" && in.ready == "no-configuration"
+}
+
 // notExported is the evidence line of a metric an instance does not have.
 func notExported(url, name string) string {
 	return fmt.Sprintf("%s: %s not exported by this version", url, name)
@@ -492,7 +503,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 	read := "GET /readyz and /metrics of " + plural.Count(len(ins), "instance", "instances")
 	r.check(GroupInstances, "ready", func(c *Check) {
 		c.Read = read
-		bad, foreign, admins, memory, tlsBad := 0, 0, 0, 0, 0
+		bad, foreign, admins, memory, tlsBad, noConf := 0, 0, 0, 0, 0, 0
 		for _, in := range ins {
 			switch {
 			case in.tlsFix != "":
@@ -516,6 +527,9 @@ func (r *run) instanceChecks(ctx context.Context) {
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: %s", in.url, in.notFloodgate))
 			case in.readyStatus != http.StatusOK:
 				bad++
+				if in.noConfiguration() {
+					noConf++
+				}
 				line := fmt.Sprintf("%s: %s (HTTP %d)", in.url, in.ready, in.readyStatus)
 				if in.readyErr != "" {
 					// A Cluster's error spans lines: keep the report's layout.
@@ -551,7 +565,11 @@ func (r *run) instanceChecks(ctx context.Context) {
 				fixes = append(fixes, "start every instance with the deployment's --redis (or check that doctor was given the right instances)")
 			}
 			if bad > 0 {
-				fixes = append(fixes, "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down")
+				f := "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down"
+				if noConf > 0 {
+					f += ", one with no-configuration has no usable configuration document (see Instances/config-version): push one (floodgate config push FILE)"
+				}
+				fixes = append(fixes, f)
 			}
 			if foreign > 0 {
 				f := "give each instance's main address (serve --addr), which serves /readyz"
@@ -574,10 +592,18 @@ func (r *run) instanceChecks(ctx context.Context) {
 		c.Read = read + " (no extra request)"
 		versions := map[string][]string{}
 		var unknown []string // instances whose version is unknown: not a Floodgate /readyz
+		var noConf []string  // instances with no configuration at all
 		for _, in := range ins {
 			switch {
 			case in.notFloodgate != "":
 				unknown = append(unknown, in.url)
+			case in.noConfiguration():
+				noConf = append(noConf, in.url)
+				line := in.url + ": no configuration (/readyz no-configuration)"
+				if in.readyErr != "" {
+					line += ": " + in.readyErr
+				}
+				c.Evidence = append(c.Evidence, line)
 			case in.readyStatus != 0:
 				versions[in.configVersion] = append(versions[in.configVersion], in.url)
 			}
@@ -591,6 +617,24 @@ func (r *run) instanceChecks(ctx context.Context) {
 		if len(unknown) > 0 {
 			c.Evidence = append(c.Evidence, "version unknown (no Floodgate /readyz answer): "+strings.Join(unknown, ", "))
 		}
+		defer func() {
+			// Runs last: an instance with no configuration fails the
+			// check whatever the others run.
+			if len(noConf) == 0 {
+				return
+			}
+			others, othersFix := c.Summary, c.Fix
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("%d of %s no configuration (version \"\", /readyz no-configuration): %s every HTTP decision 503 problem no-configuration",
+				len(noConf), plural.Count(len(ins), "instance has", "instances have"), plural.Word(len(noConf), "it answers", "they answer"))
+			c.Fix = noConfigurationFix
+			if len(versions) > 0 || len(unknown) > 0 {
+				c.Summary += "; the others: " + strings.Replace(others, "every instance runs", "each runs", 1)
+				if othersFix != "" {
+					c.Fix += "; " + othersFix
+				}
+			}
+		}()
 		defer func() {
 			if len(unknown) == 0 || len(versions) == 0 {
 				return
@@ -620,6 +664,10 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("instances run version %q, but %s holds version %q", vs[0], r.cfgSource, r.cfg.Version())
 			c.Fix = "the instances have not applied the current document (rejected, or not watching it): check their logs"
+		case len(versions) == 1 && r.cfg != nil && sameHash(ins) != "" && sameHash(ins) != r.cfg.Hash() && r.runSigned(ctx, c, sameHash(ins)):
+			c.Status = Pass
+			c.Summary = fmt.Sprintf("every instance runs configuration version %q: the file %s, signed (config push --sign-key-file: their hash %s covers the signature line of %s:config)",
+				vs[0], r.opts.ConfigFile, short(sameHash(ins)), r.opts.Prefix)
 		case len(versions) == 1 && r.cfg != nil && sameHash(ins) != "" && sameHash(ins) != r.cfg.Hash():
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("instances run version %q, but not the document %s holds under that version (hash %s, theirs %s)", vs[0], r.cfgSource, short(r.cfg.Hash()), short(sameHash(ins)))

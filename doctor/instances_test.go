@@ -69,6 +69,11 @@ type instanceOptions struct {
 	// noHeartbeatID leaves heartbeat_id out of /readyz, as versions
 	// before it did.
 	noHeartbeatID bool
+	// pending starts the instance with no configuration, as serve
+	// --config-from-redis does when the document under source is
+	// unusable at start (config.NewPendingHolder, here the key missing):
+	// doc is unused, source must be given.
+	pending bool
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
@@ -77,13 +82,17 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	if source == "" {
 		source = "instance.yaml"
 	}
-	cfg, err := config.Parse([]byte(o.doc), source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, err := config.NewHolder(cfg)
-	if err != nil {
-		t.Fatal(err)
+	var holder *config.Holder
+	if o.pending {
+		holder = config.NewPendingHolder(source, fmt.Errorf("%w (key %q)", config.ErrNotFound, strings.TrimPrefix(source, "redis:")))
+	} else {
+		cfg, err := config.Parse([]byte(o.doc), source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if holder, err = config.NewHolder(cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	rl, err := config.NewReloader(holder, config.ReloaderOptions{Registerer: reg})

@@ -26,6 +26,7 @@ var ShippedAlerts = []string{
 	"RateLimitMemoryStoreFull",
 	"RateLimitConfigRejected",
 	"RateLimitConfigUnreadable",
+	"RateLimitNoConfiguration",
 	"RateLimitConfigVersionRegressed",
 	"RateLimitEnvoyCompatErrors",
 	"RateLimitEnvoyCompatConfigRejected",

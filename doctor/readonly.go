@@ -82,7 +82,8 @@ func commandName(cmd redis.Cmder) string {
 	return name
 }
 
-// counter is a go-redis hook that counts the commands sent, refuses any
+// counter is a go-redis hook that counts the commands doctor sends (not
+// the connection setup go-redis sends itself, see connSetup), refuses any
 // that is not a read, and records the reads that failed.
 type counter struct {
 	n atomic.Int64
@@ -193,7 +194,8 @@ func ownScript(name string, cmd redis.Cmder) bool {
 }
 
 func (c *counter) allow(cmd redis.Cmder) error {
-	if name := commandName(cmd); !readOnly[name] || !ownScript(name, cmd) {
+	name := commandName(cmd)
+	if !readOnly[name] || !ownScript(name, cmd) {
 		if readOnly[name] {
 			name += " of a script that is not doctor's probe"
 		}
@@ -201,7 +203,11 @@ func (c *counter) allow(cmd redis.Cmder) error {
 		cmd.SetErr(err)
 		return err
 	}
-	c.n.Add(1)
+	if !connSetup[name] {
+		// Doctor's own commands only: the ones go-redis sends itself
+		// on each new connection (HELLO, AUTH, ...) are the client's.
+		c.n.Add(1)
+	}
 	return nil
 }
 

@@ -51,7 +51,9 @@ func TestRedisDownStillReports(t *testing.T) {
 	want(t, rep, doctor.GroupRedis, "skipped", doctor.Info, "Redis is unreachable", "server, maxmemory-policy, memory, persistence, replication, latency")
 	want(t, rep, doctor.GroupKeys, "skipped", doctor.Info, "Redis is unreachable", "no key scanned")
 	want(t, rep, doctor.GroupClocks, "host-offset", doctor.Info, "Redis is unreachable")
-	want(t, rep, doctor.GroupClocks, "instances", doctor.Pass, "disciplined to Redis", "Redis's TIME not read")
+	// The instances cannot sync with Redis down: their values are those
+	// of their last sync, not fresh ones, and do not pass as such.
+	want(t, rep, doctor.GroupClocks, "instances", doctor.Info, "at its last sync", "none can sync now", "Redis's TIME not read")
 	want(t, rep, doctor.GroupInstances, "ready", doctor.Fail, "1 of 1 instance not ready", in.url+": degraded (HTTP 503)")
 	want(t, rep, doctor.GroupInstances, "config-version", doctor.Pass, `version "7"`)
 	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Info, "Redis is unreachable", "rd:instances not read")
@@ -152,9 +154,21 @@ func TestRedisSilentBoundsTheRun(t *testing.T) {
 	}
 	want(t, rep, doctor.GroupKeys, "skipped", doctor.Info)
 	want(t, rep, doctor.GroupConfig, "validates", doctor.Pass)
-	// The probe's PING (and the commands go-redis sends on the connection
-	// it opened), then nothing.
+	// The probe's PING, then nothing. The count is doctor's own commands:
+	// a re-walk read "2 Redis commands in all" beside "no other Redis
+	// read was made" (go-redis's HELLO on the connection it opened was
+	// counted), and "PING, bounded by 5s" of a PING that timed out after
+	// the command timeout, 1s.
 	noCheckReadRedis(t, rep)
+	if rep.RedisCommands != 1 {
+		t.Errorf("the run sent %d Redis commands, want 1 (the PING):\n%s", rep.RedisCommands, text(rep))
+	}
+	if !strings.Contains(c.Read, "each answer by 1s") || strings.Contains(c.Read, "PING, bounded by 5s") {
+		t.Errorf("Redis/reachable read %q does not name the command timeout that bounded the PING", c.Read)
+	}
+	if rep.Duration > 4*time.Second {
+		t.Errorf("the run took %v: the PING was to time out after 1s", rep.Duration)
+	}
 	if _, ok := rep.Find(doctor.GroupRun, "deadline"); ok {
 		t.Errorf("the run ran out of time:\n%s", text(rep))
 	}

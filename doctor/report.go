@@ -32,7 +32,7 @@ func (r *Report) WriteText(w io.Writer, colour bool) error {
 		return code + s + colourReset
 	}
 	fmt.Fprintf(bw, "%s\n", paint(colourBold, "floodgate doctor: "+r.Target))
-	fmt.Fprintf(bw, "%s\n", paint(colourDim, fmt.Sprintf("started %s, took %v, %s in all (reads only)",
+	fmt.Fprintf(bw, "%s\n", paint(colourDim, fmt.Sprintf("started %s, took %v, %s in all (reads only, besides the client's connection setup)",
 		r.Started.UTC().Format(time.RFC3339), r.Duration.Round(time.Millisecond), plural.Count(r.RedisCommands, "Redis command", "Redis commands"))))
 	group := ""
 	for _, c := range r.Checks {

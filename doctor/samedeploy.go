@@ -1,12 +1,17 @@
 package doctor
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 )
@@ -274,4 +279,50 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		c.Summary += notGivenNote
 	}
 	c.Summary += staleNote
+}
+
+// runSigned reports whether instances whose configuration hash is hash
+// run the --config file signed: the document under <prefix>:config (read
+// with one GETRANGE, bounded to config.MaxSize bytes) hashes to hash, and
+// without its signature line it is the file, byte for byte (but for the
+// final newline config.Sign adds to a file without one). The instances'
+// hash covers the signature line, the file's does not, so a signed fleet
+// given the file it runs differed otherwise. It reads nothing, and
+// returns false, without a --config file or with Redis unreachable.
+func (r *run) runSigned(ctx context.Context, c *Check, hash string) bool {
+	if r.opts.ConfigFile == "" || r.down != nil {
+		return false
+	}
+	keys, err := config.KeysFor(r.opts.Prefix)
+	if err != nil {
+		return false
+	}
+	c.Read = strings.TrimSuffix(c.Read, " (no extra request)") + ", and GETRANGE " + keys.Config + " (one Redis command: is the instances' document the file, signed?)"
+	file, err := os.ReadFile(r.opts.ConfigFile)
+	if err != nil {
+		return false
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stored, err := r.client.GetRange(gctx, keys.Config, 0, config.MaxSize).Bytes()
+	if err != nil || len(stored) == 0 {
+		return false
+	}
+	if sum := sha256.Sum256(stored); hex.EncodeToString(sum[:]) != hash {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds another document (hash %s), not the instances'", keys.Config, short(hex.EncodeToString(sum[:]))))
+		return false
+	}
+	body := config.Unsigned(stored)
+	if len(body) == len(stored) {
+		return false // not signed: the instances run another document
+	}
+	if len(file) > 0 && file[len(file)-1] != '\n' {
+		file = append(file, '\n')
+	}
+	if !bytes.Equal(body, file) {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds the instances' document, signed, but without its signature line it is not %s", keys.Config, r.opts.ConfigFile))
+		return false
+	}
+	c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds the instances' document (hash %s): %s with a signature line", keys.Config, short(hash), r.opts.ConfigFile))
+	return true
 }

@@ -5,12 +5,33 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/config"
 )
 
 // probeTimeout bounds the reachability probe, the PING Run sends before
 // any check: a Redis that accepts connections and never answers costs the
 // run this long, once.
 const probeTimeout = 5 * time.Second
+
+// probeRead says what the reachability probe read and what bounded it:
+// one PING (and the connection setup go-redis sends before it, HELLO and
+// the like), connecting within the dial timeout a try (go-redis's
+// defaults: 5 tries, 100ms apart), and each answer within
+// the command timeout (config.Redis's defaults, 2s and 1s, when rc leaves
+// them zero), the whole probe within probeTimeout. A Redis that accepts
+// the connection and never answers fails it after the command timeout,
+// not probeTimeout: a re-walk saw "bounded by 5s" on a timeout after 1s.
+func probeRead(rc config.Redis) string {
+	dial, cmd := rc.DialTimeout, rc.CommandTimeout
+	if dial == 0 {
+		dial = 2 * time.Second
+	}
+	if cmd == 0 {
+		cmd = time.Second
+	}
+	return fmt.Sprintf("1 PING (and the client's connection setup), one attempt: connecting bounded by %v a try (go-redis tries up to 5 times, 100ms apart), each answer by %v, the whole probe by %v", dial, cmd, probeTimeout)
+}
 
 // authFix is the fix of a Redis that refused doctor's connection for its
 // credentials (NOAUTH, WRONGPASS).
@@ -31,11 +52,11 @@ func (r *run) unreachable(ctx context.Context, err error) {
 	r.down = err
 	target := r.opts.Redis.String()
 	r.check(GroupRedis, "reachable", func(c *Check) {
-		c.Read = "PING, bounded by 5s (one attempt: Redis did not answer it, so no other Redis read was made)"
+		c.Read = probeRead(r.opts.Redis) + " (Redis did not answer it, so no other Redis read was made)"
 		c.Status = Fail
 		why, replaces := r.sentinelDiagnosis(ctx)
 		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
-			c.Read = "PING, bounded by 5s, and SENTINEL GET-MASTER-ADDR-BY-NAME on each sentinel (no other Redis read was made)"
+			c.Read = probeRead(r.opts.Redis) + ", and SENTINEL GET-MASTER-ADDR-BY-NAME on each sentinel (no other Redis read was made)"
 		}
 		hint := r.tlsHint(err)
 		switch {

@@ -73,10 +73,11 @@ otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 				}
 				opts.VerifyKey = []byte(k)
 			}
-			// go-redis's own lines (a failed dial per retry) as structured
-			// records, each at most once a minute: the report, or the
-			// error, says what went wrong.
-			redis.SetLogger(newRedisLogger(log, time.Minute))
+			// go-redis's own lines (a failed dial per retry, a sentinel
+			// selected) are dropped: the report, or the error, says what
+			// went wrong, and a re-walk saw a "redis client ... failed to
+			// dial" line printed before the report of a Redis down.
+			redis.SetLogger(newRedisLogger(slog.New(slog.DiscardHandler), time.Minute))
 			opts.Redis = rs
 			tc, err := clientTLS.config()
 			if err != nil {
