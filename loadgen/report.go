@@ -27,8 +27,11 @@ type Report struct {
 	// Duration is Options.Duration, the time the run was to send for.
 	Duration time.Duration
 	// Interrupted is set when the run's context ended before Duration
-	// (Ctrl-C): the report covers what ran until then.
-	Interrupted bool
+	// (Ctrl-C): the report covers what ran until then. InterruptedAfter is
+	// when, from the start; Elapsed adds the wait for the requests then
+	// in flight (up to InterruptGrace), and the rates are over Elapsed.
+	Interrupted      bool
+	InterruptedAfter time.Duration
 	// Sent is the number of requests sent and completed, answered or
 	// failed: Allowed + Denied + Errors.
 	Sent int64
@@ -104,7 +107,8 @@ func (r Report) String() string {
 		row("schedule", "closed loop, %d workers, %d identities", r.Concurrency, r.Identities)
 	}
 	if r.Interrupted {
-		row("elapsed", "%v (interrupted after %.1fs of %v: the report covers what ran)", r.Elapsed.Round(time.Millisecond), r.Elapsed.Seconds(), r.Duration)
+		row("elapsed", "%v (interrupted after %.1fs of %v, then %.1fs waiting for the answers in flight: the report covers what ran, its rates the whole elapsed time)",
+			r.Elapsed.Round(time.Millisecond), r.InterruptedAfter.Seconds(), r.Duration, (r.Elapsed - r.InterruptedAfter).Seconds())
 	} else {
 		row("elapsed", "%v", r.Elapsed.Round(time.Millisecond))
 	}

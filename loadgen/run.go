@@ -60,7 +60,9 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	// answered, then abandoned.
 	reqCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
+	var interruptedAfter atomic.Int64 // ns since start; 0: not interrupted
 	stopGrace := context.AfterFunc(ctx, func() {
+		interruptedAfter.Store(int64(max(time.Since(start), 1)))
 		time.AfterFunc(min(InterruptGrace, o.Timeout), abandon)
 	})
 	defer stopGrace()
@@ -116,6 +118,13 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	}
 	rep := r.report(elapsed, &h)
 	rep.Interrupted = ctx.Err() != nil
+	if rep.Interrupted {
+		rep.InterruptedAfter = time.Duration(interruptedAfter.Load())
+		if rep.InterruptedAfter == 0 || rep.InterruptedAfter > elapsed {
+			// The context ended as the run did.
+			rep.InterruptedAfter = elapsed
+		}
+	}
 	return rep, ctx.Err()
 }
 

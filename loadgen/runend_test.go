@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -58,7 +59,7 @@ func TestInterruptedRunAnswersInFlight(t *testing.T) {
 	if !rep.Interrupted || rep.Errors != 0 || rep.Allowed < 4 || rep.Allowed != received.Load() {
 		t.Errorf("report %+v, server received %d; want interrupted, every request answered, none failed", rep, received.Load())
 	}
-	if s := rep.String(); !strings.Contains(s, "(interrupted after 0.") || !strings.Contains(s, " of 10s: the report covers what ran)") {
+	if s := rep.String(); !strings.Contains(s, "(interrupted after 0.") || !strings.Contains(s, " of 10s, then ") {
 		t.Errorf("report does not say it was interrupted:\n%s", s)
 	}
 }
@@ -81,6 +82,14 @@ func TestInterruptAbandonsAfterGrace(t *testing.T) {
 	}
 	if s := rep.String(); !strings.Contains(s, "latency            no answers\n") {
 		t.Errorf("report with nothing answered:\n%s", s)
+	}
+	// The interrupt came at 100ms; the grace after it is said apart (it
+	// used to be reported as interrupted after the whole elapsed time).
+	if rep.InterruptedAfter < 100*time.Millisecond || rep.InterruptedAfter > 500*time.Millisecond {
+		t.Errorf("InterruptedAfter %v, want about 100ms", rep.InterruptedAfter)
+	}
+	if s := rep.String(); !regexp.MustCompile(`\(interrupted after 0\.[1-4]s of 10s, then [12]\.\ds waiting for the answers in flight`).MatchString(s) {
+		t.Errorf("report does not tell the interrupt from the grace:\n%s", s)
 	}
 }
 

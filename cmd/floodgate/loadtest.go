@@ -378,6 +378,9 @@ func explainPreflight(e *loadgen.PreflightError, o loadgen.Options) string {
 		return fmt.Sprintf("HTTP 404 for POST /json: %s is not an Envoy JSON API (envoy-compat's or envoyproxy/ratelimit's HTTP address); floodgate serve's HTTP API is --mode http", e.Target)
 	case e.HTTPStatus == http.StatusNotFound:
 		return fmt.Sprintf("HTTP 404 for POST /v1/check: %s is not floodgate serve's HTTP API (its --addr); for envoy-compat's or envoyproxy/ratelimit's, give --mode envoy-json", e.Target)
+	case e.HTTPStatus == http.StatusBadRequest && strings.HasPrefix(e.Target, "http://") && strings.Contains(e.Detail, "HTTP request to an HTTPS server"):
+		// Go's net/http server answers plain HTTP on a TLS port so.
+		return fmt.Sprintf("HTTP 400: %s: the service serves HTTPS at this address; use https://%s (with --tls-ca-file for a private authority)", e.Detail, strings.TrimPrefix(e.Target, "http://"))
 	}
 	return fmt.Sprintf("the service refused the request: HTTP %d: %s", e.HTTPStatus, e.Detail)
 }

@@ -390,7 +390,7 @@ func TestLoadtestInterrupted(t *testing.T) {
 		start := time.Now()
 		_ = cmd.Wait()
 		out := stdout.String()
-		if want := 128 + int(sig); cmd.ProcessState.ExitCode() != want || !strings.Contains(out, "(interrupted after 1.") || !strings.Contains(out, "of 30s: the report covers what ran)") ||
+		if want := 128 + int(sig); cmd.ProcessState.ExitCode() != want || !strings.Contains(out, "(interrupted after 1.") || !strings.Contains(out, "of 30s, then ") ||
 			!strings.Contains(stderr.String(), "interrupted by "+sig.String()) || time.Since(start) > 5*time.Second {
 			t.Fatalf("%v: exit %d after %v, stderr %q, report:\n%s\nwant %d at once, the report marked interrupted", sig, cmd.ProcessState.ExitCode(), time.Since(start), stderr.String(), out, want)
 		}
@@ -414,5 +414,11 @@ func TestLoadtestPreflightTransport(t *testing.T) {
 	code, _, errOut = cli("loadtest", "--target", tlsSrv.URL, "--duration", "10s", "--quiet")
 	if code != 1 || !strings.Contains(errOut, "give its CA with --tls-ca-file") {
 		t.Fatalf("untrusted certificate: exit %d, stderr %q; want 1 and the hint", code, errOut)
+	}	// http:// at an HTTPS port: Go's server answers 400 "Client sent an
+	// HTTP request to an HTTPS server", which the hint turns into the
+	// scheme to use.
+	code, _, errOut = cli("loadtest", "--target", "http://"+addr, "--duration", "10s", "--quiet")
+	if code != 1 || !strings.Contains(errOut, "the service serves HTTPS at this address; use https://"+addr) {
+		t.Fatalf("http:// at HTTPS: exit %d, stderr %q; want 1 and the hint", code, errOut)
 	}
 }
