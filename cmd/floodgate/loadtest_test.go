@@ -414,7 +414,8 @@ func TestLoadtestPreflightTransport(t *testing.T) {
 	code, _, errOut = cli("loadtest", "--target", tlsSrv.URL, "--duration", "10s", "--quiet")
 	if code != 1 || !strings.Contains(errOut, "give its CA with --tls-ca-file") {
 		t.Fatalf("untrusted certificate: exit %d, stderr %q; want 1 and the hint", code, errOut)
-	} // http:// at an HTTPS port: Go's server answers 400 "Client sent an
+	}
+	// http:// at an HTTPS port: Go's server answers 400 "Client sent an
 	// HTTP request to an HTTPS server", which the hint turns into the
 	// scheme to use.
 	code, _, errOut = cli("loadtest", "--target", "http://"+addr, "--duration", "10s", "--quiet")
