@@ -143,7 +143,13 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "  warning: %d answers were degraded: the deny ratio is not the shared limiter's, and the comparison with the expected one does not hold\n", r.Degraded)
 	}
 	if r.TargetRate > 0 && ratio(r.Dropped, r.Sent+r.Dropped) > MaxDroppedShare {
-		fmt.Fprintf(&b, "  warning: %.2f%% of the arrivals were dropped (every worker busy and the queue of %d full): the service could not keep up at %.1f req/s, or the generator lacked workers (raise --concurrency); the latency percentiles, of the requests sent only, understate the queueing\n", 100*ratio(r.Dropped, r.Sent+r.Dropped), r.Concurrency, r.TargetRate)
+		cause := fmt.Sprintf("the service could not keep up at %.1f req/s, or the generator lacked workers (raise --concurrency)", r.TargetRate)
+		if r.Errors > 0 {
+			// Workers pause after transport errors (up to a second each):
+			// an outage drops arrivals however many workers there are.
+			cause = fmt.Sprintf("workers pausing after the %d failed requests (a service down or restarting), the service not keeping up at %.1f req/s, or the generator lacking workers (raise --concurrency)", r.Errors, r.TargetRate)
+		}
+		fmt.Fprintf(&b, "  warning: %.2f%% of the arrivals were dropped (every worker busy and the queue of %d full): %s; the latency percentiles, of the requests sent only, understate the queueing\n", 100*ratio(r.Dropped, r.Sent+r.Dropped), r.Concurrency, cause)
 	}
 	l := r.Latency
 	switch {

@@ -246,3 +246,19 @@ func TestPreflightTransportFailures(t *testing.T) {
 		t.Errorf("grpcs:// trusted: %v", err)
 	}
 }
+
+// TestDroppedDuringOutageNamesTheBackoff: arrivals dropped in a run with
+// failed requests are put down to the workers' pause after transport
+// errors first; the warning only said the service could not keep up and
+// told to raise --concurrency, which does not help during an outage.
+func TestDroppedDuringOutageNamesTheBackoff(t *testing.T) {
+	rep := Report{TargetRate: 200, Concurrency: 4, Identities: 1, Elapsed: 5 * time.Second, Duration: 5 * time.Second,
+		Sent: 400, Allowed: 310, Errors: 90, Dropped: 572}
+	if s := rep.String(); !strings.Contains(s, "workers pausing after the 90 failed requests (a service down or restarting)") {
+		t.Errorf("report:\n%s", s)
+	}
+	rep.Errors, rep.Allowed = 0, 400
+	if s := rep.String(); !strings.Contains(s, "the service could not keep up at 200.0 req/s") || strings.Contains(s, "workers pausing") {
+		t.Errorf("report without errors:\n%s", s)
+	}
+}
