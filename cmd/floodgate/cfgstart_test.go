@@ -86,7 +86,7 @@ func TestServeStartsWithoutUsableRedisConfig(t *testing.T) {
 			}
 			waitUntil(t, "the failure's log line", func() bool { _, ok := svc.Logged(msg); return ok })
 			for _, path := range []string{"/readyz", "/readyz?degraded=ok"} {
-				code, body := getBody(t, svc.url+path)
+				code, body := httpGet(t, svc.url+path)
 				var ready struct{ Status, Error string }
 				_ = json.Unmarshal([]byte(body), &ready)
 				if code != http.StatusServiceUnavailable || ready.Status != "no-configuration" || !strings.Contains(ready.Error, "redis:"+key) || !strings.Contains(ready.Error, reason) {
@@ -160,7 +160,7 @@ func TestServeStartsWithoutUsableRedisConfig(t *testing.T) {
 			pushed := time.Now()
 			for get(t, svc.url+"/readyz") != http.StatusOK {
 				if time.Since(pushed) > 5*time.Second {
-					_, body := getBody(t, svc.url+"/readyz")
+					_, body := httpGet(t, svc.url+"/readyz")
 					t.Fatalf("not ready 5 s after the push (pub/sub or the read every second while none is active applies it; the usual poll is every 10 s): %s", body)
 				}
 				time.Sleep(25 * time.Millisecond)
@@ -175,18 +175,6 @@ func TestServeStartsWithoutUsableRedisConfig(t *testing.T) {
 			svc.stop(t)
 		})
 	}
-}
-
-// getBody is get returning the body too.
-func getBody(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
 }
 
 // postFull posts body as JSON and returns the status, headers and body.

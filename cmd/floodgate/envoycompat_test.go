@@ -63,13 +63,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 func httpPost(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, _, b := postFull(t, url, body)
+	return code, b
 }
 
 // waitFor polls cond every 50 ms for up to 30 s.

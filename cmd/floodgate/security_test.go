@@ -603,7 +603,7 @@ func TestServeSignedConfigFromRedis(t *testing.T) {
 	// It starts on an unsigned document, refusing it: not ready, deciding
 	// nothing, until a signed one is pushed.
 	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile, "--fallback", "off")
-	if code, body := getBody(t, svc.url+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not signed") {
+	if code, body := httpGet(t, svc.url+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not signed") {
 		t.Fatalf("serve on an unsigned document: /readyz %d %s; want 503 saying it is not signed", code, body)
 	}
 	if code, _ := post(t, svc.url+"/v1/peek", server.PeekRequest{Policy: "p", Identity: map[string]string{"user": "a"}}); code != http.StatusServiceUnavailable {
