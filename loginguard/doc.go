@@ -36,4 +36,12 @@
 // passed in ARGV. Check counts an attempt it lets through before the
 // password is verified, so parallel guesses cannot all slip past a check
 // made before the first failure was recorded.
+//
+// On Redis the guard's memory is Redis's: a Redis restarted without
+// persistence (or with only periodic snapshots, from the last one) has
+// forgotten every failure count and lockout, and an attacker's next
+// guesses start from a clean record. Run it on a Redis with AOF (as
+// billing quotas need; floodgate doctor's persistence check) when
+// lockouts must outlive a restart, and keep maxmemory-policy noeviction:
+// an evicted state lifts its lockout early.
 package loginguard
