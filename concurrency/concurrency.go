@@ -115,10 +115,12 @@ type Result struct {
 	InFlight int64
 	// Remaining is Limit - InFlight, floored at zero.
 	Remaining int64
-	// RetryAfter is, when denied, when the earliest live lease expires by
-	// itself, e.g. 41s: an upper bound on the wait unless leases are
-	// renewed (releases usually free a slot much sooner). Zero when
-	// allowed.
+	// RetryAfter is, when denied, when enough live leases expire by
+	// themselves to free a slot, e.g. 41s: the earliest expiry while the
+	// leases fill the limit, a later one when more are in flight than the
+	// limit (it was lowered, or the identity's tier changed, while they
+	// were held). An upper bound on the wait unless leases are renewed
+	// (releases usually free a slot much sooner). Zero when allowed.
 	RetryAfter time.Duration
 }
 
@@ -298,8 +300,8 @@ type request struct {
 }
 
 // reply is a store's answer. For acquire: ok = taken, count = live leases
-// after, at = the new lease's expiry, or when denied the earliest live
-// expiry. For release: ok = a live lease was freed. For renew: ok = still
+// after, at = the new lease's expiry, or when denied when a slot frees by
+// expiry alone (see Result.RetryAfter). For release: ok = a live lease was freed. For renew: ok = still
 // held, at = its new expiry.
 type reply struct {
 	ok    bool

@@ -171,6 +171,39 @@ func TestLeaseLifecycle(t *testing.T) {
 	})
 }
 
+// TestRetryAfterOverLimit: after the limit is lowered below the leases
+// held (a reload, a tier change), a denied acquire's RetryAfter is when
+// enough of them expire to free a slot, not the earliest expiry, which
+// leaves the identity still over its limit.
+func TestRetryAfterOverLimit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s Store, _ *redis.Client) {
+		ctx := context.Background()
+		wide := newLimiter(t, s, Policy{Name: "over", Limit: 4, LeaseTTL: time.Minute}, "over")
+		for i := range 4 {
+			if r, err := wide.AcquireAt(ctx, t0.Add(time.Duration(i)*10*time.Second), "u"); err != nil || !r.Allowed {
+				t.Fatalf("acquire %d: %+v, %v", i, r, err)
+			}
+		} // the leases expire at +60s, +70s, +80s and +90s
+		narrow := newLimiter(t, s, Policy{Name: "over", Limit: 2, LeaseTTL: time.Minute}, "over")
+		for _, tc := range []struct {
+			at, want time.Duration
+			inFlight int64
+		}{
+			{40 * time.Second, 40 * time.Second, 4}, // below 2 once three expired: +80s
+			{65 * time.Second, 15 * time.Second, 3}, // two more to go: +80s
+			{75 * time.Second, 5 * time.Second, 2},  // at the limit: the earliest, +80s
+		} {
+			r, err := narrow.AcquireAt(ctx, t0.Add(tc.at), "u")
+			if err != nil || r.Allowed || r.InFlight != tc.inFlight || r.RetryAfter != tc.want {
+				t.Fatalf("acquire at +%v: %+v, %v; want denied, %d in flight, retry after %v", tc.at, r, err, tc.inFlight, tc.want)
+			}
+		}
+		if r, err := narrow.AcquireAt(ctx, t0.Add(80*time.Second), "u"); err != nil || !r.Allowed {
+			t.Fatalf("acquire at +80s, when the retry said: %+v, %v; want allowed", r, err)
+		}
+	})
+}
+
 func TestBadInput(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s Store, c *redis.Client) {
 		ctx := context.Background()

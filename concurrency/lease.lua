@@ -7,7 +7,8 @@
 --   max_trim
 -- Reply: {ok, count, at}
 --   acquire: ok 1 = taken, count = live leases after, at = its expiry;
---            ok 0 = full, count = live leases, at = earliest live expiry
+--            ok 0 = full, count = live leases, at = when a slot frees by
+--            expiry alone: the (live - limit + 1)-th earliest live expiry
 --   release: ok 1 = a live lease was freed
 --   renew:   ok 1 = still held, at = its new expiry
 
@@ -45,7 +46,9 @@ end
 if op == 'a' then
   local live = redis.call('ZCOUNT', K, '(' .. int(now), '+inf')
   if live >= limit then
-    local first = redis.call('ZRANGEBYSCORE', K, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    -- A slot frees when live falls below limit: at the (live - limit + 1)-th
+    -- earliest expiry, the earliest while the leases fill the limit.
+    local first = redis.call('ZRANGEBYSCORE', K, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', live - limit, 1)
     return {0, live, tonumber(first[2]) or 0}
   end
   local at = now + ttl

@@ -91,7 +91,7 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 			live = int64(set.Len())
 		}
 		if live >= req.limit {
-			return reply{count: live, at: set.earliest()}, nil
+			return reply{count: live, at: set.freeing(live - req.limit)}, nil
 		}
 		if set != nil && set.Has(req.id) {
 			return reply{}, fmt.Errorf("%w: lease id %q already held", floodgate.ErrBadReply, req.id)
@@ -152,8 +152,12 @@ func (s *leaseSet) trim(now int64) {
 	}
 }
 
-// earliest returns the earliest live expiry; trim must have run.
-func (s *leaseSet) earliest() int64 {
-	_, at, _ := s.First()
+// freeing returns when the live leases fall below the limit by
+// themselves, over live leases of which over are above it (live - limit):
+// the expiry of the (over+1)-th earliest, the earliest one while the
+// leases fill the limit exactly, a later one after the limit was lowered
+// below them. trim must have run.
+func (s *leaseSet) freeing(over int64) int64 {
+	at, _ := s.NthExpiry(int(over))
 	return at
 }

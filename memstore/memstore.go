@@ -84,7 +84,9 @@ type Options struct {
 // real users) are kept in a protected part of up to four fifths of the
 // bound, so a flood of distinct one-off identities, however large, evicts
 // only other one-off identities and never changes the decisions of known
-// ones. An evicted identity starts afresh if it comes back, like one whose
+// ones. The protected part is itself least recently used first: a flood of
+// identities each decided twice, enough to fill it, pushes out the known
+// identities idle meanwhile. An evicted identity starts afresh if it comes back, like one whose
 // state expired: size MaxKeys for the live identities of the longest
 // window and watch Evictions.
 type Store struct {

@@ -12,7 +12,10 @@
 // size gives the memory back.
 package zset
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // IndexFrom is the size above which a Set indexes its ids with a map;
 // up to it, finding an id scans at most this many entries.
@@ -122,6 +125,25 @@ func (s *Set[V]) First() (id string, at int64, ok bool) {
 		return "", 0, false
 	}
 	return s.items[0].id, s.items[0].at, true
+}
+
+// NthExpiry returns the expiry of the id that sorts n-th (from 0), and
+// false when the set holds n ids or fewer. It copies the expiries and
+// selects in them: linear in the set's size, for a rare question (n 0 is
+// First's, in constant time).
+func (s *Set[V]) NthExpiry(n int) (at int64, ok bool) {
+	if n < 0 || n >= len(s.items) {
+		return 0, false
+	}
+	if n == 0 {
+		return s.items[0].at, true
+	}
+	ats := make([]int64, len(s.items))
+	for i := range s.items {
+		ats[i] = s.items[i].at
+	}
+	slices.Sort(ats)
+	return ats[n], true
 }
 
 // PopFirst removes the id that sorts first, if any.

@@ -49,6 +49,13 @@ func check(t *testing.T, step int, s *Set[int64], m model) {
 	} else if _, _, ok := s.First(); ok {
 		t.Fatalf("step %d: First of an empty set", step)
 	}
+	ids := m.sorted()
+	for _, n := range []int{0, 1, len(ids) / 2, len(ids) - 1, len(ids), -1} {
+		at, ok := s.NthExpiry(n)
+		if want := n >= 0 && n < len(ids); ok != want || ok && at != m[ids[n]][1] {
+			t.Fatalf("step %d: NthExpiry(%d) = %d, %v of %d ids", step, n, at, ok, len(ids))
+		}
+	}
 	for i := 1; i < len(s.items); i++ {
 		if s.items[i].before(&s.items[(i-1)/2]) {
 			t.Fatalf("step %d: heap order broken at %d", step, i)
