@@ -12,7 +12,10 @@
 // After a few failures the answer asks for a CAPTCHA (send captcha=solved,
 // the demo's stand-in for a real provider's token), then attempts are
 // delayed (429 with Retry-After), then locked for a while. Unknown names
-// get exactly the same answers as wrong passwords.
+// get exactly the same answers as wrong passwords. A locked account still
+// lets an address with a clean record in with a CAPTCHA, so that its owner
+// can log in; -strict-account-lock locks it for every address (then anyone
+// who knows the name can lock its owner out until the lock ends).
 //
 // By default state is in memory; with -redis it lives in Redis and is
 // shared by every instance (which must then share -secret-file), under
@@ -44,13 +47,16 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "loginserver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run serves until ctx ends.
+func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("loginserver", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	redisAddr := fs.String("redis", "", "Redis address (host:port); empty keeps all state in memory")
@@ -58,6 +64,7 @@ func run(args []string) error {
 	perIP := fs.Int64("per-ip", 20, "POST /login requests per minute per client IP")
 	iterations := fs.Int("iterations", 600_000, "PBKDF2-SHA256 iterations per password check")
 	secretFile := fs.String("secret-file", "", "file holding the guard's HMAC secret (required with -redis); empty draws a random one")
+	strict := fs.Bool("strict-account-lock", false, "apply an account's lock and delays to every address (loginguard.Options.StrictAccountLock): without it, a clean account+address pair passes a locked account with a CAPTCHA, so the owner can still log in, and so can each of an attacker's addresses once per pair window")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,7 +113,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	guard, err := loginguard.New(backend, loginguard.Options{Secret: secret})
+	guard, err := loginguard.New(backend, loginguard.Options{Secret: secret, StrictAccountLock: *strict})
 	if err != nil {
 		return err
 	}
@@ -119,8 +126,6 @@ func run(args []string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	logger.Info("listening", "addr", *addr, "redis", *redisAddr != "")
 	if err := serve(ctx, srv); err != nil && !errors.Is(err, http.ErrServerClosed) {

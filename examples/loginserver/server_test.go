@@ -417,3 +417,73 @@ func TestGuessCountsWhenClientHangsUp(t *testing.T) {
 		t.Fatalf("the guess of a client that hung up counted %d failures (pending %d), want 1; it was answered %.40q", st2.Account.Failures, st2.Account.Pending, answer)
 	}
 }
+
+// TestStrictAccountLockFlag runs the command as a user would, with and
+// without -strict-account-lock: after bots from 30 addresses lock the
+// account, the owner from a clean address gets in with a CAPTCHA by
+// default, and is refused (429) in strict mode.
+func TestStrictAccountLockFlag(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			args := []string{"-addr", addr, "-trusted-proxies", "127.0.0.0/8", "-iterations", "1000", "-per-ip", "1000"}
+			if strict {
+				args = append(args, "-strict-account-lock")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, args) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("run: %v", err)
+				}
+			})
+			for i := 0; ; i++ { // wait for the listener, bounded
+				c, err := net.Dial("tcp", addr)
+				if err == nil {
+					c.Close()
+					break
+				}
+				if i == 500 {
+					t.Fatalf("loginserver never listened on %s: %v", addr, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for i := range 30 {
+				bot := fmt.Sprintf("198.51.100.%d", i+1)
+				for j := range 3 {
+					postTo(t, addr, bot, fmt.Sprintf("bot-%d-%d", i, j), "junk")
+				}
+			}
+			status, body := postTo(t, addr, "2001:db8:aa::10", demoPassword, demoCaptcha)
+			if want := map[bool]int{false: 200, true: 429}[strict]; status != want {
+				t.Fatalf("owner from a clean address with a CAPTCHA: %d %s, want %d", status, body, want)
+			}
+		})
+	}
+}
+
+// postTo posts a login of "demo" to the server at addr, as from ip.
+func postTo(t *testing.T, addr, ip, password, captcha string) (int, string) {
+	t.Helper()
+	form := url.Values{"username": {"demo"}, "password": {password}, "captcha": {captcha}}
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/login", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Forwarded-For", ip)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
