@@ -483,7 +483,34 @@ func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+	if r.Close && r.ContentLength != 0 {
+		lingerAfterClose(w, r)
+	}
+}
+
+// lingerAfterClose has net/http linger before closing a connection whose
+// client asked for the close (Connection: close, or HTTP/1.0) and whose
+// body the handler left unread, as an answer given at the headers (413
+// for a body announced too large, 403, 404, 421, 415) leaves it.
+// net/http shuts its writing side and waits half a second before closing
+// after an answer that left a large body unread, but not when the client
+// asked for the close: it then closed at once, the kernel reset the
+// connection over the unread body, and a client still sending it got
+// "connection reset" instead of the answer. Reading one byte past a limit
+// of none through http.MaxBytesReader marks the response as having cut
+// the body short (what it does for a body over its limit), which has
+// net/http linger as it does otherwise. A body read to its end gives EOF
+// at once, and nothing changes; a client that sends nothing more within
+// lingerTime is not waited for.
+func lingerAfterClose(w http.ResponseWriter, r *http.Request) {
+	if http.NewResponseController(w).SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	var one [1]byte
+	_, _ = http.MaxBytesReader(w, r.Body, 0).Read(one[:])
+}
 
 // SetDraining turns readiness off (true) or back on, without stopping.
 func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
