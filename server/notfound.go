@@ -8,7 +8,9 @@ import (
 // withProblems serves mux, answering the requests it has no route for
 // (404) or no route for with that method (405, with its Allow header) with
 // an application/problem+json body like every other error of the API,
-// instead of ServeMux's plain text.
+// instead of ServeMux's plain text. The detail names the path as the
+// request sent it (escaped): decoded, /v1%2fcheck read "/v1/check", an
+// endpoint that exists.
 func withProblems(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -23,12 +25,12 @@ func withProblems(mux *http.ServeMux) http.Handler {
 		switch rec.status {
 		case http.StatusNotFound:
 			writeProblem(w, &problemError{status: http.StatusNotFound, kind: "not-found",
-				detail: "no endpoint " + r.URL.Path + "; " + apiEndpoints})
+				detail: "no endpoint " + r.URL.EscapedPath() + "; " + apiEndpoints})
 		case http.StatusMethodNotAllowed:
 			allow := rec.header.Get("Allow")
 			w.Header().Set("Allow", allow)
 			writeProblem(w, &problemError{status: http.StatusMethodNotAllowed, kind: "method-not-allowed",
-				detail: r.Method + " " + r.URL.Path + " is not allowed; use " + strings.ReplaceAll(allow, ",", " or")})
+				detail: r.Method + " " + r.URL.EscapedPath() + " is not allowed; use " + strings.ReplaceAll(allow, ",", " or")})
 		default:
 			mux.ServeHTTP(w, r)
 		}
@@ -45,7 +47,7 @@ func healthOnly(mux *http.ServeMux) http.Handler {
 			return
 		}
 		writeProblem(w, &problemError{status: http.StatusNotFound, kind: "not-found",
-			detail: "no endpoint " + r.Method + " " + r.URL.Path + " on the health listener (floodgate serve --health-addr), " +
+			detail: "no endpoint " + r.Method + " " + r.URL.EscapedPath() + " on the health listener (floodgate serve --health-addr), " +
 				"which serves GET and HEAD /healthz and /readyz only; the API, /metrics and the admin endpoints are on the other listeners"})
 	})
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,6 +55,28 @@ func TestUncleanPathRedirects(t *testing.T) {
 		}
 		if a := send(t, c, e.url, exchange{method: "POST", path: "/v1/peek", body: check("api", "unclean")}); !strings.Contains(a.body, `"remaining":2,`) {
 			t.Errorf("%s: after the redirected checks: %s; want nothing counted", engine, a.body)
+		}
+	}
+}
+
+// TestNotFoundNamesThePathAsSent: a 404 names the path as the request
+// sent it, escapes and all, on both engines: /v1%2fcheck used to be
+// answered "no endpoint /v1/check", naming an endpoint that exists.
+func TestNotFoundNamesThePathAsSent(t *testing.T) {
+	for _, engine := range []server.HTTPEngine{server.NetHTTP, server.FastHTTP} {
+		e := serveEngine(t, engine, engineConfig, memStore(t), nil)
+		req, err := http.NewRequest("POST", e.url+"/v1%2fcheck", strings.NewReader(check("api", "escaped")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"no endpoint /v1%2fcheck; `) {
+			t.Errorf("%s: POST /v1%%2fcheck: %d %s; want 404 naming /v1%%2fcheck", engine, resp.StatusCode, body)
 		}
 	}
 }
