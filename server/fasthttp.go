@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -229,8 +230,27 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 	slow := fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mux.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
 	}))
+	// A request target with a fragment ("/v1/check#x", which no client
+	// sends) is no endpoint to net/http, whose ServeMux sees the '#' in
+	// the path; fasthttp, and its adaptor, cut the fragment off and served
+	// /v1/check. It is answered the 404 net/http answers, after the same
+	// Host and cross-origin rules.
+	fragment := fasthttpadaptor.NewFastHTTPHandler(s.refuseHost(s.refuseCrossOrigin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.EscapedPath()
+		if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+			path = u.EscapedPath() // the fragment kept, as net/http keeps it
+		}
+		writeProblem(w, notFound(path))
+	}))))
 	return func(ctx *fasthttp.RequestCtx) {
 		defer s.recoverFast(ctx)
+		if s.fastRefuse(ctx) {
+			return
+		}
+		if bytes.IndexByte(ctx.Request.Header.RequestURI(), '#') >= 0 {
+			fragment(ctx)
+			return
+		}
 		if ctx.IsPost() {
 			if route, query, ok := fastRoute(ctx.Request.Header.RequestURI()); ok {
 				if err := s.fastHost(ctx); err != nil {
@@ -261,6 +281,38 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 		slow(ctx)
 	}
 }
+
+// fastRefuse answers, as net/http answers them before any handler runs,
+// the requests fasthttp would serve that net/http refuses: a protocol
+// version other than HTTP/1.x (505) and an Expect other than 100-continue
+// (417). It reports whether it answered; the connection then closes, as
+// on net/http, and nothing is decided or counted. (A Transfer-Encoding of
+// identity, which net/http answers 501, cannot be told: fasthttp drops
+// the header as it parses it; see docs/operations.md.)
+func (s *Server) fastRefuse(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	switch {
+	case !bytes.HasPrefix(h.Protocol(), http1Bytes):
+		ctx.Error("505 HTTP Version Not Supported: unsupported protocol version", http.StatusHTTPVersionNotSupported)
+	case unmetExpectation(h.PeekBytes(expectBytes)):
+		ctx.Response.ResetBody()
+		ctx.SetStatusCode(http.StatusExpectationFailed)
+	default:
+		return false
+	}
+	ctx.SetConnectionClose()
+	return true
+}
+
+func unmetExpectation(expect []byte) bool {
+	return len(expect) > 0 && !bytes.EqualFold(bytes.TrimSpace(expect), continueBytes)
+}
+
+var (
+	http1Bytes    = []byte("HTTP/1.")
+	expectBytes   = []byte(fasthttp.HeaderExpect)
+	continueBytes = []byte("100-continue")
+)
 
 // fastRoute splits an origin-form request target into its path, when it
 // is one of the natively served ones, and its query: the path and raw

@@ -24,8 +24,7 @@ func withProblems(mux *http.ServeMux) http.Handler {
 		h.ServeHTTP(rec, r)
 		switch rec.status {
 		case http.StatusNotFound:
-			writeProblem(w, &problemError{status: http.StatusNotFound, kind: "not-found",
-				detail: "no endpoint " + r.URL.EscapedPath() + "; " + apiEndpoints})
+			writeProblem(w, notFound(r.URL.EscapedPath()))
 		case http.StatusMethodNotAllowed:
 			allow := rec.header.Get("Allow")
 			w.Header().Set("Allow", allow)
@@ -35,6 +34,12 @@ func withProblems(mux *http.ServeMux) http.Handler {
 			mux.ServeHTTP(w, r)
 		}
 	})
+}
+
+// notFound is the problem of a request for path (escaped), which the API
+// has no endpoint for.
+func notFound(path string) *problemError {
+	return &problemError{status: http.StatusNotFound, kind: "not-found", detail: "no endpoint " + path + "; " + apiEndpoints}
 }
 
 // healthOnly serves mux, the routes of HealthHandler, and answers every
