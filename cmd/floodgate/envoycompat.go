@@ -111,10 +111,8 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends
-	// the process at once (the signals' default action), as an operator
-	// pressing Ctrl-C again or a supervisor repeating SIGTERM expects,
-	// rather than waiting for the drain.
-	context.AfterFunc(ctx, stop)
+	// the process at once, logged and by that signal, as in serve.
+	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log) })
 
 	reg := prometheus.NewRegistry()
 	if err := registerRuntime(reg); err != nil {

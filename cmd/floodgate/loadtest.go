@@ -419,7 +419,7 @@ func transportHint(e *loadgen.PreflightError) string {
 	case tlsScheme && (errors.As(e.Err, &rh) || strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")):
 		return fmt.Sprintf("the service does not speak TLS at this address: use %s://", plain)
 	case scheme == "grpc" && errors.Is(e.Err, io.EOF):
-		return "the connection was closed before the server's SETTINGS: is it TLS? use grpcs://"
+		return "the connection was closed before an answer: a TLS listener (use grpcs://), or a service shutting down or restarting (try again)"
 	case scheme == "http":
 		return "the connection was closed without an answer: is --target the service's HTTP address (serve's --addr)? A gRPC one (--grpc-addr) wants grpc://, a TLS one " + secure + "://"
 	case tlsScheme:

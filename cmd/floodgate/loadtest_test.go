@@ -408,7 +408,7 @@ func TestLoadtestPreflightTransport(t *testing.T) {
 	addr := strings.TrimPrefix(tlsSrv.URL, "https://")
 	start := time.Now()
 	code, out, errOut := cli("loadtest", "--target", "grpc://"+addr, "--duration", "10s", "--quiet")
-	if code != 1 || out != "" || !strings.Contains(errOut, "is it TLS? use grpcs://") || time.Since(start) > 5*time.Second {
+	if code != 1 || out != "" || !strings.Contains(errOut, "a TLS listener (use grpcs://)") || time.Since(start) > 5*time.Second {
 		t.Fatalf("grpc:// at TLS: exit %d after %v, stderr %q, report %q; want 1 at once and the hint", code, time.Since(start), errOut, out)
 	}
 	code, _, errOut = cli("loadtest", "--target", tlsSrv.URL, "--duration", "10s", "--quiet")

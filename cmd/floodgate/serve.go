@@ -173,7 +173,7 @@ over plain HTTP on an address of its own for them.`,
 	fl.DurationVar(&f.clockSkewWarn, "clock-skew-warn", 100*time.Millisecond, "log a warning when this machine's clock is further than this from Redis's")
 	fl.DurationVar(&f.clockOffset, "clock-offset", 0, "testing only: shift this process's clock")
 	_ = fl.MarkHidden("clock-offset")
-	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests, per server: HTTP, then gRPC (with --grpc-addr, up to twice this in all)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes) (0: the default)")
 	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together (--grpc-addr half of them at most); at it, a new connection closes the keep-alive connection idle longest once idle 1 s, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
@@ -760,10 +760,12 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends
-	// the process at once (the signals' default action), as an operator
-	// pressing Ctrl-C again or a supervisor repeating SIGTERM expects,
-	// rather than waiting out --shutdown-delay and the drain.
-	context.AfterFunc(ctx, stop)
+	// the process at once, as an operator pressing Ctrl-C again or a
+	// supervisor repeating SIGTERM expects, rather than waiting out
+	// --shutdown-delay and the drain: it is logged, then raised again with
+	// its default action, so the process dies by it (exit status 130 or
+	// 143 in a shell) and the log says why the drain was abandoned.
+	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log) })
 
 	var wg sync.WaitGroup
 	wctx, cancelWatch := context.WithCancel(ctx)
@@ -980,4 +982,19 @@ func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader
 			_, _ = f.sec.cert.Reload() // logs what it did
 		}
 	}
+}
+
+// endOnSecondSignal replaces the first signal's handling (stop, which
+// lets NotifyContext's channel go) with one that logs a second SIGINT or
+// SIGTERM and raises it again with its default action.
+func endOnSecondSignal(stop func(), log *slog.Logger) {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
+	stop()
+	go func() {
+		sig := (<-again).(syscall.Signal)
+		log.Error("second signal: exiting at once, abandoning the shutdown (delay and drain)", "signal", sig.String())
+		signal.Reset(sig)
+		_ = syscall.Kill(os.Getpid(), sig)
+	}()
 }

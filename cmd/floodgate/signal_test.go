@@ -55,6 +55,9 @@ func TestServeSecondSignalExits(t *testing.T) {
 	if strings.Contains(s.Logs(), "floodgate stopped") {
 		t.Errorf("serve logged a clean stop after the second SIGTERM:\n%s", s.Logs())
 	}
+	if _, ok := s.Logged("second signal: exiting at once, abandoning the shutdown (delay and drain)"); !ok {
+		t.Errorf("serve did not log why it ended:\n%s", s.Logs())
+	}
 }
 
 // TestServeLeavesLiveCountAtOnce: a stopping instance leaves the live
