@@ -164,16 +164,23 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	if s.GrpcUDS != "" {
 		network = "unix"
 	}
-	gln, err := net.Listen(network, grpcAddr)
+	// Like theirs, the TCP listeners let another instance listen on the
+	// same ports (SO_REUSEPORT, on Linux), sharing new connections.
+	lc := net.ListenConfig{Control: reusePort}
+	glc := lc
+	if network == "unix" {
+		glc = net.ListenConfig{}
+	}
+	gln, err := glc.Listen(ctx, network, grpcAddr)
 	if err != nil {
 		return fmt.Errorf("gRPC listener %s: %w", grpcAddr, err)
 	}
-	hln, err := net.Listen("tcp", httpAddr)
+	hln, err := lc.Listen(ctx, "tcp", httpAddr)
 	if err != nil {
 		gln.Close()
 		return fmt.Errorf("HTTP listener %s: %w", httpAddr, err)
 	}
-	dln, err := net.Listen("tcp", debugAddr)
+	dln, err := lc.Listen(ctx, "tcp", debugAddr)
 	if err != nil {
 		gln.Close()
 		hln.Close()
