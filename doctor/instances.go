@@ -565,7 +565,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 				fixes = append(fixes, "start every instance with the deployment's --redis (or check that doctor was given the right instances)")
 			}
 			if bad > 0 {
-				f := "read the instance's log and /readyz error: a degraded instance cannot reach Redis, a draining one is shutting down"
+				f := "read the instance's log and /readyz error: a degraded instance cannot reach Redis or is refused by it (NOPERM: its ACL user lacks a grant, see docs/operations.md), a draining one is shutting down"
 				if noConf > 0 {
 					f += ", one with no-configuration has no usable configuration document (see Instances/config-version): push one (floodgate config push FILE)"
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -36,16 +37,51 @@ import (
 // breaker, which light traffic may never do.
 //
 // The check's error names the node and what it said.
+//
+// An ACL user refused ROLE (NOPERM: ROLE is in @dangerous, which
+// production ACLs often take away) is not unready for it: the server is
+// judged by the write (or, without probeKey, by a PING) alone. A replica
+// behind the address then still fails the write (READONLY), but is no
+// longer named as a replica; without probeKey it is not noticed at all.
+// RedisReadyLog says so once in a log.
 func RedisReady(client redis.UniversalClient, probeKey string) func(ctx context.Context) error {
+	return RedisReadyLog(client, probeKey, nil)
+}
+
+// RedisReadyLog is RedisReady, warning once in log (nil: nowhere) when
+// the ACL user may not send ROLE: the grant to add (+role) and what the
+// check does without it.
+func RedisReadyLog(client redis.UniversalClient, probeKey string, log *slog.Logger) func(ctx context.Context) error {
 	var probe func(ctx context.Context, partition string) error
 	if probeKey != "" {
 		probe = fallback.RedisProbe(client, probeKey)
 	}
+	var warnOnce sync.Once
 	return func(ctx context.Context) error {
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			return clusterReady(ctx, cc, probe)
 		}
-		if err := primaryReady(ctx, client); err != nil || probe == nil {
+		err := primaryReady(ctx, client)
+		if errors.Is(err, errRoleRefused) {
+			warnOnce.Do(func() {
+				if log == nil {
+					return
+				}
+				lost := "a replica behind the address fails the readiness write (READONLY) but is not named as a replica"
+				if probe == nil {
+					lost = "a replica behind the address is not noticed"
+				}
+				log.Warn("redis: the ACL user may not send ROLE (NOPERM): readiness judges the server by a write and PING only; grant +role to the user to have it checked that the server is a primary", "lost", lost, "error", err)
+			})
+			if probe == nil {
+				if perr := client.Ping(ctx).Err(); perr != nil {
+					return addrErr(client, perr)
+				}
+				return nil
+			}
+			err = nil
+		}
+		if err != nil || probe == nil {
 			return err
 		}
 		if err := probe(ctx, fallback.DefaultPartition); err != nil {
@@ -126,22 +162,16 @@ func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Cont
 	return err
 }
 
+// errRoleRefused wraps a NOPERM reply to ROLE.
+var errRoleRefused = errors.New("ROLE refused to the ACL user")
+
 func primaryReady(ctx context.Context, c redis.UniversalClient) error {
 	v, err := c.Do(ctx, "ROLE").Slice()
 	if err != nil {
-		// A stalled or unreachable server's error often does not say
-		// which (context deadline exceeded): name it.
-		hint := ""
-		if rc, ok := c.(*redis.Client); ok {
-			if rc.Options().TLSConfig == nil && errors.Is(err, io.EOF) {
-				// A TLS-only Redis closes a plaintext connection at once.
-				hint = " (the server closed the connection: if it serves TLS only, connect with rediss:// or --redis-tls)"
-			}
-			if addr := rc.Options().Addr; addr != "" && addr != "FailoverClient" && !strings.Contains(err.Error(), addr) {
-				return fmt.Errorf("redis %s: %w%s", addr, err, hint)
-			}
+		if strings.HasPrefix(err.Error(), "NOPERM") {
+			return fmt.Errorf("%w: %w", errRoleRefused, err)
 		}
-		return fmt.Errorf("redis: %w%s", err, hint)
+		return addrErr(c, err)
 	}
 	if len(v) == 0 {
 		return errors.New("redis: empty ROLE reply")
@@ -150,4 +180,20 @@ func primaryReady(ctx context.Context, c redis.UniversalClient) error {
 		return fmt.Errorf("redis: the server is a %s, not a primary: writes would fail", role)
 	}
 	return nil
+}
+
+// addrErr names the server in err: a stalled or unreachable server's
+// error often does not say which (context deadline exceeded).
+func addrErr(c redis.UniversalClient, err error) error {
+	hint := ""
+	if rc, ok := c.(*redis.Client); ok {
+		if rc.Options().TLSConfig == nil && errors.Is(err, io.EOF) {
+			// A TLS-only Redis closes a plaintext connection at once.
+			hint = " (the server closed the connection: if it serves TLS only, connect with rediss:// or --redis-tls)"
+		}
+		if addr := rc.Options().Addr; addr != "" && addr != "FailoverClient" && !strings.Contains(err.Error(), addr) {
+			return fmt.Errorf("redis %s: %w%s", addr, err, hint)
+		}
+	}
+	return fmt.Errorf("redis: %w%s", err, hint)
 }

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -70,5 +72,64 @@ func TestReadyHintsAtTLS(t *testing.T) {
 	t.Cleanup(func() { good.Close() })
 	if err := server.RedisReady(good, "fgtest:probe")(ctx); err != nil {
 		t.Fatalf("plaintext client of the plaintext port: %v", err)
+	}
+}
+
+// aclUser makes user (password pw) on srv with the given rules and
+// returns a client of it.
+func aclUser(t *testing.T, srv *redistest.Server, user string, rules ...string) *redis.Client {
+	t.Helper()
+	admin := srv.Client(t)
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	if err := admin.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestReadyWithoutRole: an ACL user refused ROLE (the common production
+// "+@all -@dangerous", ROLE being in @dangerous) decides fine, and the
+// readiness check passes on its write (it was 503 with the NOPERM
+// forever), warning once that +role is missing; a replica behind such a
+// user still fails it (the write is refused), and one behind a user with
+// ROLE is named as a replica.
+func TestReadyWithoutRole(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	primary := redistest.Start(t)
+	prod := []string{"~fgtest:*", "&fgtest:*", "+@all", "-@dangerous"}
+	c := aclUser(t, primary, "app", prod...)
+	if err := c.Do(ctx, "ROLE").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("ROLE by a user without @dangerous: %v; want NOPERM (the test's premise)", err)
+	}
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ready := server.RedisReadyLog(c, "fgtest:probe", log)
+	for i := range 3 {
+		if err := ready(ctx); err != nil {
+			t.Fatalf("check %d, primary, user without ROLE: %v", i, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "+role") || !strings.Contains(logs.String(), "replica") {
+		t.Errorf("log after three checks: %q; want one WARN naming +role and what is lost (the replica)", logs.String())
+	}
+	// Without a probe key, PING judges.
+	if err := server.RedisReady(c, "")(ctx); err != nil {
+		t.Fatalf("primary, user without ROLE, no probe key: %v", err)
+	}
+
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	rc := aclUser(t, replica, "app", prod...)
+	if err := server.RedisReady(rc, "fgtest:probe")(ctx); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Errorf("replica, user without ROLE: %v; want the write refused (READONLY)", err)
+	}
+	withRole := aclUser(t, replica, "app2", append(prod, "+role")...)
+	if err := server.RedisReady(withRole, "fgtest:probe")(ctx); err == nil || !strings.Contains(err.Error(), "not a primary") {
+		t.Errorf("replica, user with ROLE: %v; want it named not a primary", err)
 	}
 }

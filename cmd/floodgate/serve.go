@@ -302,7 +302,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	}
 	b := &backend{client: client, follow: follow, local: local, describe: "redis " + rs.String(),
 		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
-		ready:     server.RedisReady(client, f.prefix+":probe"), // the breaker's probe key
+		ready:     server.RedisReadyLog(client, f.prefix+":probe", log), // the breaker's probe key
 	}
 	var so redisstore.Options
 	if so.StateFormat, err = redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
