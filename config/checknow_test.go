@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // logBuffer is a slog handler's output that tests read while a watcher
@@ -410,5 +411,41 @@ func TestUnreadableSourceIsHeld(t *testing.T) {
 			r.CheckNow()
 			waitFor(t, "Unreadable cleared by a good read", func() bool { return h.Unreadable() == nil })
 		})
+	}
+}
+
+// An ACL user without the announcement channel (Redis 7's default
+// acl-pubsub-default resetchannels) is refused the subscription with
+// NOPERM. The watcher dropped that error and fell back on the poll in
+// silence; it now says so once, naming the channel, the grant and that
+// changes wait for the poll, and the poll still applies them.
+func TestRedisWatchSaysSubscriptionRefused(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := rs.Client(t)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nochan", "reset", "on", ">pw", "~sr:*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr, Username: "nochan", Password: "pw"})
+	t.Cleanup(func() { client.Close() })
+	keys, _ := config.KeysFor("sr")
+	h, r, _, logs := newLoggedReloader(t, doc("1", 10))
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.WatchRedis(wctx, client, keys, 50*time.Millisecond); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	if _, err := config.Publish(ctx, admin, keys, []byte(doc("2", 20))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the poll to apply version 2", func() bool { return limitOf(t, h) == 20 })
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 {
+		t.Fatalf("%d WARN lines, want one about the refused subscription:\n%s", n, out)
+	}
+	for _, want := range []string{"channel=sr:config:changed", "NOPERM", `&sr:config:changed (or &sr:*)`, "poll"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not name %q:\n%s", want, out)
+		}
 	}
 }

@@ -366,7 +366,17 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 	// retrying in the background and the poll covers the gap), then fetch
 	// once to catch a document stored before the subscription existed.
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, _ = sub.Receive(rctx)
+	if _, err := sub.Receive(rctx); err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
+		// An ACL user without the channel (Redis 7's default
+		// acl-pubsub-default resetchannels gives none) is refused the
+		// subscription for good: say so, once, as only the poll is left.
+		grant := "&" + keys.Channel
+		if p, ok := strings.CutSuffix(keys.Channel, ":config:changed"); ok {
+			grant += " (or &" + p + ":*)"
+		}
+		r.log.Warn("configuration changes are not announced to this instance: Redis refused the subscription to their channel; they are applied by the poll, up to its interval after a push, until the ACL user is granted the channel and the instance restarted",
+			"channel", keys.Channel, "error", err, "grant", grant, "poll", poll)
+	}
 	cancel()
 	// With the subscriptions: go-redis resubscribes after a lost
 	// connection (a node failed over, a primary demoted, a network cut)
