@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -110,7 +111,12 @@ func (r *run) tlsHint(err error) string {
 	// rediss://, or --redis-tls (or a CA file, a certificate) given.
 	tlsOn := r.opts.Redis.TLS != nil || strings.HasPrefix(r.opts.Redis.URL, "rediss")
 	var verr *tls.CertificateVerificationError
+	var invalid x509.CertificateInvalidError
 	switch {
+	case tlsOn && errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		// Trusted and for the right name, but out of its dates: no
+		// flag of doctor's makes it valid.
+		return "the server speaks TLS, but its certificate has expired or is not yet valid (the dates in the error): renew the server's certificate (its tls-cert-file; check its dates: openssl x509 -noout -dates -in FILE), or check this host's clock if the dates look right"
 	case tlsOn && errors.As(err, &verr):
 		// The server speaks TLS; its certificate is what doctor refused.
 		return "the server speaks TLS, but its certificate was refused: give doctor the authority that signed it (--redis-ca-file), and the name it is issued for (--redis-server-name) when it is not the address dialled"
@@ -118,6 +124,8 @@ func (r *run) tlsHint(err error) string {
 		// The server's alert: it asked for a client certificate and got
 		// none (a re-walk got the plaintext hint).
 		return "the server speaks TLS and requires a client certificate (tls-auth-clients), which doctor did not present: give doctor a certificate and its key (--redis-cert-file, --redis-key-file) signed by an authority in the server's tls-ca-cert-file"
+	case tlsOn && clientCertAlert(err) == "expired certificate":
+		return "the server speaks TLS and refused doctor's client certificate as expired or not yet valid: renew it (--redis-cert-file; check its dates: openssl x509 -noout -dates -in FILE), or check the server's clock if the dates look right"
 	case tlsOn && clientCertAlert(err) != "":
 		return "the server speaks TLS and refused doctor's client certificate: give doctor a certificate and its key (--redis-cert-file, --redis-key-file) signed by an authority in the server's tls-ca-cert-file"
 	case tlsOn && strings.Contains(msg, "remote error: tls: "):

@@ -89,3 +89,42 @@ func TestTLSClientCertificateHint(t *testing.T) {
 		t.Fatalf("doctor.Run with the client certificate: %v", err)
 	}
 }
+
+// TestTLSExpiredCertificateHint: a Redis serving an expired certificate
+// (x509: certificate has expired or is not yet valid) got the fix to give
+// doctor --redis-ca-file and --redis-server-name, which cannot help: the
+// fix is now to renew the server's certificate (or check the clock). A
+// Redis that refuses doctor's expired client certificate (the alert
+// "expired certificate") gets the same for doctor's certificate.
+func TestTLSExpiredCertificateHint(t *testing.T) {
+	server := redistest.GenerateTLSExpired(t, redistest.TLSExpired{Server: true})
+	srv := redistest.StartTLS(t, server)
+	client := redistest.GenerateTLSExpired(t, redistest.TLSExpired{Client: true})
+	client.AuthClients = true
+	mtls := redistest.StartTLS(t, client)
+	for _, tc := range []struct {
+		name  string
+		redis config.Redis
+		hints []string
+	}{
+		{"expired server certificate", config.Redis{URL: "rediss://" + srv.TLSAddr, TLS: &config.RedisTLS{CAFile: server.CA}},
+			[]string{"certificate has expired", "renew the server's certificate", "openssl x509 -noout -dates"}},
+		{"expired client certificate", config.Redis{URL: "rediss://" + mtls.TLSAddr,
+			TLS: &config.RedisTLS{CAFile: client.CA, CertFile: client.ClientCert, KeyFile: client.ClientKey}},
+			[]string{"expired certificate", "refused doctor's client certificate as expired", "renew it (--redis-cert-file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := unreachable(t, doctor.Options{Redis: tc.redis, Prefix: "te"})
+			for _, h := range tc.hints {
+				if !strings.Contains(got, h) {
+					t.Errorf("Redis/reachable says %q, want %q", got, h)
+				}
+			}
+			for _, wrong := range []string{"--redis-server-name", "--redis-ca-file", "signed by an authority"} {
+				if strings.Contains(got, wrong) {
+					t.Errorf("Redis/reachable says %q: %q cannot fix a certificate out of its dates", got, wrong)
+				}
+			}
+		})
+	}
+}

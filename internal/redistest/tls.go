@@ -36,6 +36,24 @@ type TLSFiles struct {
 // signs (ECDSA P-256, valid for an hour) in a directory under t.TempDir().
 func GenerateTLS(t testing.TB) TLSFiles {
 	t.Helper()
+	return generateTLS(t, TLSExpired{})
+}
+
+// TLSExpired says which certificates GenerateTLSExpired makes expired.
+type TLSExpired struct {
+	Server, Client bool
+}
+
+// GenerateTLSExpired is GenerateTLS with the certificates e names expired
+// an hour ago (valid from two hours ago), the CA and the others valid.
+// Redis loads an expired certificate and serves it.
+func GenerateTLSExpired(t testing.TB, e TLSExpired) TLSFiles {
+	t.Helper()
+	return generateTLS(t, e)
+}
+
+func generateTLS(t testing.TB, e TLSExpired) TLSFiles {
+	t.Helper()
 	dir := t.TempDir()
 	f := TLSFiles{
 		CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server-key.pem"),
@@ -58,11 +76,15 @@ func GenerateTLS(t testing.TB) TLSFiles {
 		t.Fatal(err)
 	}
 	writePEM(t, f.CA, "CERTIFICATE", caDER)
-	leaf := func(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string) {
+	leaf := func(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string, expired bool) {
 		key := newKey(t)
+		from, until := now.Add(-time.Minute), now.Add(time.Hour)
+		if expired {
+			from, until = now.Add(-2*time.Hour), now.Add(-time.Hour)
+		}
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
+			NotBefore: from, NotAfter: until,
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
 			DNSNames: []string{"localhost", f.ServerName}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		}
@@ -79,8 +101,8 @@ func GenerateTLS(t testing.TB) TLSFiles {
 	}
 	// The server certificate also authenticates a replica or sentinel to
 	// the server it connects to.
-	leaf(2, "redis server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, f.Cert, f.Key)
-	leaf(3, "floodgate client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, f.ClientCert, f.ClientKey)
+	leaf(2, "redis server", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, f.Cert, f.Key, e.Server)
+	leaf(3, "floodgate client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, f.ClientCert, f.ClientKey, e.Client)
 	return f
 }
 
