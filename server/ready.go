@@ -67,11 +67,11 @@ func RedisReadyLog(client redis.UniversalClient, probeKey string, log *slog.Logg
 				if log == nil {
 					return
 				}
-				lost := "a replica behind the address fails the readiness write (READONLY) but is not named as a replica"
+				judged, lost := "the probe's write", "a replica behind the address fails the write (READONLY) but is not named as a replica"
 				if probe == nil {
-					lost = "a replica behind the address is not noticed"
+					judged, lost = "PING", "a replica behind the address is not noticed"
 				}
-				log.Warn("redis: the ACL user may not send ROLE (NOPERM): readiness judges the server by a write and PING only; grant +role to the user to have it checked that the server is a primary", "lost", lost, "error", err)
+				log.Warn("redis: the ACL user may not send ROLE (NOPERM), so readiness cannot check that the server is a primary; grant the user +role", "judged_by", judged, "lost", lost, "error", err)
 			})
 			if probe == nil {
 				if perr := client.Ping(ctx).Err(); perr != nil {
