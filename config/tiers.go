@@ -169,7 +169,24 @@ func (a *RedisAssignments) Tier(ctx context.Context, dimension, value string) (s
 	if hit && now.Before(c.expires) {
 		return c.tier, c.ok, nil
 	}
+	return a.read(ctx, f, now)
+}
+
+// FreshTier is Tier without the cache: it always asks Redis (through
+// Guard), and caches the answer as Tier does. The admin API reads with it,
+// so that an assignment another instance just made shows at once.
+func (a *RedisAssignments) FreshTier(ctx context.Context, dimension, value string) (string, bool, error) {
+	f, err := assignmentField(dimension, value)
+	if err != nil {
+		return "", false, err
+	}
+	return a.read(ctx, f, time.Now())
+}
+
+// read asks Redis for field f and caches the answer.
+func (a *RedisAssignments) read(ctx context.Context, f string, now time.Time) (string, bool, error) {
 	var tier string
+	var err error
 	read := func(ctx context.Context) error {
 		var err error
 		tier, err = a.client.HGet(ctx, a.key, f).Result()

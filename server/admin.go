@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -63,12 +64,12 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, rs := range s.opts.Resetters {
 		if err := rs.ResetKeys(r.Context(), keys...); err != nil {
-			s.log.Error("admin reset failed", "policy", req.Policy, "error", err)
-			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: "resetting: " + err.Error()})
+			s.log.Error("admin reset failed", "policy", req.Policy, "identity", identityLog(req.Identity), "error", err)
+			s.fail(w, r, storeUnavailable("resetting (some of the keys may have been deleted; retrying is harmless)"))
 			return
 		}
 	}
-	s.log.Info("admin reset", "policy", req.Policy, "layers", layers, "keys", len(keys))
+	s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys))
 	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: len(keys)})
 }
 
@@ -138,36 +139,73 @@ type TierRequest struct {
 	Tier string `json:"tier"`
 }
 
+// tierBody is TierRequest as decoded: a missing or null "tier" is told
+// from an empty one, which removes the assignment.
+type tierBody struct {
+	Dimension string  `json:"dimension"`
+	Value     string  `json:"value"`
+	Tier      *string `json:"tier"`
+}
+
 func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	var req TierRequest
-	if err := decodeJSON(body, &req, "dimension, value, tier"); err != nil {
+	var in tierBody
+	if err := decodeJSON(body, &in, "dimension, value, tier"); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if err := config.ValidateIdentityValue(req.Dimension, req.Value); err != nil {
+	if err := config.ValidateIdentityValue(in.Dimension, in.Value); err != nil {
 		s.fail(w, r, badRequest("invalid-identity", "%s", identityDetail(err)))
 		return
 	}
 	cfg := s.cfg.Load()
+	if in.Tier == nil {
+		// A body without "tier" (or with null) removed the assignment:
+		// a forgotten field must not downgrade an identity.
+		s.fail(w, r, badRequest("missing-tier", "field \"tier\" is required: a configured tier (%s), or \"\" to remove the assignment", strings.Join(cfg.Tiers(), ", ")))
+		return
+	}
+	req := TierRequest{Dimension: in.Dimension, Value: in.Value, Tier: *in.Tier}
 	if req.Tier != "" && !cfg.HasTier(req.Tier) {
 		s.fail(w, r, badRequest("unknown-tier", "unknown tier %q (configured: %s)", clip.Text(req.Tier, 80), strings.Join(cfg.Tiers(), ", ")))
 		return
 	}
 	if err := s.assign.SetTier(r.Context(), req.Dimension, req.Value, req.Tier); err != nil {
-		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
+		if errors.Is(err, config.ErrTooManyAssignments) {
+			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
+			return
+		}
+		s.log.Error("admin tier assignment failed", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "error", err)
+		s.fail(w, r, storeUnavailable("storing the tier assignment (it may have been applied; retrying is harmless)"))
 		return
 	}
-	s.log.Info("admin tier assignment", "dimension", req.Dimension, "tier", req.Tier)
+	s.log.Info("admin tier assignment", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier)
 	writeJSON(w, http.StatusOK, req)
 }
 
+// TierInfo is the body of GET /admin/v1/tier: the identity, the tier
+// stored for it (Tier, "" when none), read from the store, not from the
+// instance's cache, and the tier decisions keyed by it use (Effective):
+// Tier when the configuration defines it, the default tier otherwise.
+type TierInfo struct {
+	Dimension string `json:"dimension"`
+	Value     string `json:"value"`
+	Tier      string `json:"tier"`
+	Effective string `json:"effective"`
+}
+
+// FreshTiers is implemented by Assignments with a cache in front of
+// their store (config.RedisAssignments): FreshTier reads the store.
+type FreshTiers interface {
+	FreshTier(ctx context.Context, dimension, value string) (string, bool, error)
+}
+
 func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
-	var req TierRequest
+	var req TierInfo
 	var err error
 	if req.Dimension, err = queryParam(r.URL.RawQuery, "dimension"); err == nil {
 		req.Value, err = queryParam(r.URL.RawQuery, "value")
@@ -180,13 +218,23 @@ func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("invalid-identity", "%s (pass ?dimension=...&value=...)", identityDetail(err)))
 		return
 	}
-	t, ok, err := s.assign.Tier(r.Context(), req.Dimension, req.Value)
+	lookup := s.assign.Tier
+	if f, ok := s.assign.(FreshTiers); ok {
+		lookup = f.FreshTier
+	}
+	t, ok, err := lookup(r.Context(), req.Dimension, req.Value)
 	if err != nil {
-		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
+		s.log.Error("admin tier lookup failed", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "error", err)
+		s.fail(w, r, storeUnavailable("reading the tier assignment"))
 		return
 	}
+	cfg := s.cfg.Load()
+	req.Effective = cfg.DefaultTier()
 	if ok {
 		req.Tier = t
+		if cfg.HasTier(t) {
+			req.Effective = t
+		}
 	}
 	writeJSON(w, http.StatusOK, req)
 }
@@ -309,11 +357,12 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 		}
 		// One atomic step: all of it was lifted or none, and when the
 		// script was sent but its answer lost, which is not known.
-		what := "unlocking (nothing was lifted): "
+		what := "unlocking (nothing was lifted)"
 		if errors.Is(err, floodgate.ErrIndeterminate) {
-			what = "unlocking (the unlock was sent and may have been applied; retrying is harmless): "
+			what = "unlocking (the unlock was sent and may have been applied; retrying is harmless)"
 		}
-		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: what + err.Error()})
+		s.log.Error("admin login unlock failed", "account_given", req.Account != "", "ip_given", req.IP != "", "error", err)
+		s.fail(w, r, storeUnavailable(what))
 		return
 	}
 	resp := UnlockResponse{Unlocked: lifted.Any(), Cleared: UnlockCleared{Account: lifted.Account, IP: lifted.IP, Pair: lifted.Pair}}
@@ -411,6 +460,32 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("admin quota restore", "quota", op.quota.Name, "period", res.Period.Key, "used", *req.Used)
 	writeJSON(w, http.StatusOK, quotaResponse(op, tier, res))
+}
+
+// storeUnavailable is the problem of an admin call whose store operation
+// failed: what it was doing, never the store's error (addresses, keys,
+// server messages), which the handler logs, as the API's problems do.
+func storeUnavailable(what string) *problemError {
+	return &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
+		detail: what + ": the store failed or did not answer; the service log has the error"}
+}
+
+// identityLog renders identity values for an admin audit line, each value
+// clipped: "dimension=value" pairs in dimension order.
+func identityLog(id map[string]string) string {
+	dims := make([]string, 0, len(id))
+	for d := range id {
+		dims = append(dims, d)
+	}
+	sort.Strings(dims)
+	var b strings.Builder
+	for i, d := range dims {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(clip.Text(d, 64) + "=" + clip.Text(id[d], 200))
+	}
+	return b.String()
 }
 
 // MaxUnlockAccountLen is the longest account name an unlock accepts.

@@ -112,7 +112,7 @@ func rejectionProblems() []string {
 		"invalid-identity", "invalid-lease-id", "invalid-parameter", "invalid-request",
 		"invalid-request-id", "invalid-unlock", "malformed-json", "missing-cost",
 		"missing-identity", "missing-lease-id", "missing-limiter", "missing-policy",
-		"missing-quota", "missing-request-id", "nothing-to-reset", "unknown-field",
+		"missing-quota", "missing-request-id", "missing-tier", "nothing-to-reset", "unknown-field",
 		"unknown-layer", "unknown-limiter", "unknown-policy", "unknown-quota",
 		"unknown-tier", "unreadable-body",
 		// Transport: bodies, origins, hosts.
