@@ -10,8 +10,9 @@ import (
 // an application/problem+json body like every other error of the API,
 // instead of ServeMux's plain text. The detail names the path as the
 // request sent it (escaped): decoded, /v1%2fcheck read "/v1/check", an
-// endpoint that exists.
-func withProblems(mux *http.ServeMux) http.Handler {
+// endpoint that exists. endpoints lists what the listener serves, for the
+// 404's detail (apiEndpoints, or adminEndpoints on the admin listener).
+func withProblems(mux *http.ServeMux, endpoints string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
@@ -24,7 +25,7 @@ func withProblems(mux *http.ServeMux) http.Handler {
 		h.ServeHTTP(rec, r)
 		switch rec.status {
 		case http.StatusNotFound:
-			writeProblem(w, notFound(r.URL.EscapedPath()))
+			writeProblem(w, notFound(r.URL.EscapedPath(), endpoints))
 		case http.StatusMethodNotAllowed:
 			allow := rec.header.Get("Allow")
 			w.Header().Set("Allow", allow)
@@ -36,10 +37,10 @@ func withProblems(mux *http.ServeMux) http.Handler {
 	})
 }
 
-// notFound is the problem of a request for path (escaped), which the API
-// has no endpoint for.
-func notFound(path string) *problemError {
-	return &problemError{status: http.StatusNotFound, kind: "not-found", detail: "no endpoint " + path + "; " + apiEndpoints}
+// notFound is the problem of a request for path (escaped), which the
+// listener serving endpoints has no endpoint for.
+func notFound(path, endpoints string) *problemError {
+	return &problemError{status: http.StatusNotFound, kind: "not-found", detail: "no endpoint " + path + "; " + endpoints}
 }
 
 // healthOnly serves mux, the routes of HealthHandler, and answers every
@@ -82,3 +83,18 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 const apiEndpoints = "the API's endpoints are POST /v1/check, /v1/check/batch, /v1/peek, " +
 	"/v1/quota/{check,status,reserve,settle} and /v1/concurrency/{acquire,release,renew}, " +
 	"GET /healthz and /readyz (see README.md)"
+
+// adminEndpoints lists the admin listener's endpoints (floodgate serve
+// --admin-addr) for a 404: it serves neither the API nor /readyz, which
+// apiEndpoints names.
+func adminEndpoints(metrics, profiling bool) string {
+	get := "GET /admin/v1/tier, /admin/v1/top-denied, /admin/v1/config, /healthz"
+	if metrics {
+		get += ", /metrics"
+	}
+	if profiling {
+		get += ", /debug/pprof/"
+	}
+	return "the admin listener's endpoints are POST /admin/v1/reset, /admin/v1/tier, /admin/v1/login/unlock, /admin/v1/quota/restore, " +
+		get + "; the API and /readyz are on --addr (see docs/configuration.md, Admin endpoints)"
+}

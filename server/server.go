@@ -400,7 +400,8 @@ func (s *Server) routes() {
 		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.configured(s.handleQuotaRestore)))
 	}
 	// Before routing: a refused request learns nothing of the routes.
-	s.mux, s.adminMux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux))), s.refuseHost(s.refuseCrossOrigin(withProblems(admin)))
+	s.mux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux, apiEndpoints)))
+	s.adminMux = s.refuseHost(s.refuseCrossOrigin(withProblems(admin, adminEndpoints(s.opts.Gatherer != nil, s.opts.Profiling))))
 	// The probes' listener: GETs (and HEADs) only, which the cross-origin
 	// rule never refuses; the Host rule applies as on the others.
 	health := http.NewServeMux()
