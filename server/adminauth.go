@@ -159,8 +159,9 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 // admin wraps an admin handler with bearer-token authentication, the
 // throttling of failures and an audit log line per call (Info for every
-// authenticated call, Warn for every refusal), each with the caller's
-// address.
+// authenticated call, Warn for every failed authentication; the refusals
+// of a throttled network at most once per WarnEvery, with the count
+// suppressed), each with the caller's address.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.opts.AdminToken == "" {
@@ -176,7 +177,10 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 			return hasToken && subtle.ConstantTimeCompare(want[:], got[:]) == 1
 		})
 		if blocked {
-			s.log.Warn("admin request refused: too many failed authentications", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			// At most one line per interval, as the cross-origin
+			// refusals: a refused guesser may keep sending by the
+			// thousand, and the failures before were each logged.
+			s.warn.Warn("admin-throttled", "admin request refused: too many failed authentications", "caller", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			secs := int64((wait + time.Second - 1) / time.Second)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 			s.fail(w, r, &problemError{status: http.StatusTooManyRequests, kind: "admin-throttled",
