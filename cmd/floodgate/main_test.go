@@ -499,6 +499,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--pprof"}, "--pprof needs --admin-addr"},
 		{[]string{"serve", "--addr", "127.0.0.1:8086", "--health-addr", "127.0.0.1:8086"}, "--health-addr 127.0.0.1:8086 is the address of --addr (127.0.0.1:8086): the health listener needs a port of its own, e.g. --health-addr :8086"},
+		// It failed later with "bind: address already in use".
+		{[]string{"serve", "--addr", "127.0.0.1:38886", "--admin-addr", "127.0.0.1:38886"}, "--admin-addr 127.0.0.1:38886 is the address of --addr (127.0.0.1:38886): the admin listener needs a port of its own, e.g. --admin-addr 127.0.0.1:9090"},
+		{[]string{"serve", "--addr", "127.0.0.1:38887", "--grpc-addr", "127.0.0.1:38888", "--admin-addr", "127.0.0.1:38888"}, "--admin-addr 127.0.0.1:38888 is the address of --grpc-addr (127.0.0.1:38888)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:9091", "--envoy-config", "edge.yaml", "--health-addr", ":9091"}, "--health-addr :9091 is the address of --grpc-addr (127.0.0.1:9091)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:9090", "--health-addr", "127.0.0.1:9090"}, "--health-addr 127.0.0.1:9090 is the address of --admin-addr (0.0.0.0:9090)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-stream-workers", "-1"}, "--grpc-stream-workers -1: want 0..16384"},

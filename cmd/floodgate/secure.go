@@ -399,6 +399,19 @@ func checkHealthAddr(f *serveFlags) error {
 	return nil
 }
 
+// checkAdminAddr refuses an --admin-addr that is the address of --addr or
+// --grpc-addr, as checkHealthAddr does (it failed later with "bind:
+// address already in use").
+func checkAdminAddr(f *serveFlags) error {
+	a := f.sec.adminAddr
+	for _, o := range []struct{ flag, addr string }{{"--addr", f.addr}, {"--grpc-addr", f.grpcAddr}} {
+		if sameListenAddr(a, o.addr) {
+			return fmt.Errorf("--admin-addr %s is the address of %s (%s): the admin listener needs a port of its own, e.g. --admin-addr 127.0.0.1:9090", a, o.flag, o.addr)
+		}
+	}
+	return nil
+}
+
 // sameListenAddr reports whether listening on a and on b would take the
 // same port: equal ports but 0, on equal hosts or where either is a
 // wildcard ("", 0.0.0.0, ::).

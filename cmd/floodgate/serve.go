@@ -554,6 +554,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err := checkHealthAddr(&f); err != nil {
 		return err
 	}
+	if err := checkAdminAddr(&f); err != nil {
+		return err
+	}
 	if err := resolveSecrets(&f, f.tokenFromFlag, log); err != nil {
 		return err
 	}
