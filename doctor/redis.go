@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
@@ -115,6 +116,34 @@ func (r *run) quotasConfigured() (bool, string) {
 		names = append(names, q.Name)
 	}
 	return len(names) > 0, strings.Join(names, ", ")
+}
+
+// tierAssignments reports whether the configuration tiers any limit by an
+// identity (tier_dimension), and how many tier assignments the hash
+// holds: -1 when it was not read (Redis unreachable) or the read failed.
+func (r *run) tierAssignments(ctx context.Context) (tiered bool, assigned int64, key string) {
+	keys, _ := config.KeysFor(r.opts.Prefix)
+	key, assigned = keys.Tiers, -1
+	if r.cfg != nil {
+		for _, p := range r.cfg.Policies() {
+			tiered = tiered || p.Tiered()
+		}
+		for _, q := range r.cfg.Quotas() {
+			tiered = tiered || q.Tiered()
+		}
+		for _, l := range r.cfg.ConcurrencyLimits() {
+			tiered = tiered || l.Tiered()
+		}
+	}
+	if r.down != nil || r.client == nil {
+		return tiered, -1, key
+	}
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := r.client.HLen(hctx, key).Result(); err == nil {
+		assigned = n
+	}
+	return tiered, assigned, key
 }
 
 // redisChecks runs the Redis group; with Redis unreachable, it reports
@@ -399,6 +428,10 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 	defer r.partialPrimaries(c)
 	c.Read = "INFO persistence (from the server check) and CONFIG GET save on each primary"
 	quotas, names := r.quotasConfigured()
+	tiered, assigned, tiersKey := r.tierAssignments(ctx)
+	if assigned >= 0 {
+		c.Read += ", HLEN " + tiersKey
+	}
 	if len(r.primaryAddrs) == 0 {
 		c.Status, c.Summary = Warn, "no primary could be read"
 		return
@@ -438,11 +471,25 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 	if quotas {
 		c.Evidence = append(c.Evidence, "quotas configured: "+names)
 	}
+	if assigned >= 0 {
+		c.Evidence = append(c.Evidence, tiersKey+" holds "+plural.Count(assigned, "tier assignment", "tier assignments"))
+	}
+	// Tier assignments are written once and read for good: a Redis that
+	// comes back empty drops them all, and every assigned identity falls
+	// to the default tier without an error anywhere.
+	tiersLost := plural.Count(aofOff, "primary runs", "primaries run") + " without AOF: a restart or failover loses the assignments made since the last snapshot (every one without snapshots), and their identities fall to the default tier with no error or log line"
 	switch {
 	case quotas && aofOff > 0:
 		c.Status = Fail
 		c.Summary = "quotas are configured but " + plural.Count(aofOff, "primary runs", "primaries run") + " without AOF: a restart or failover loses acknowledged usage since the last snapshot, and customers get it again"
+		if assigned > 0 {
+			c.Summary += "; the " + plural.Count(assigned, "tier assignment", "tier assignments") + " in " + tiersKey + " would be lost with it"
+		}
 		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary holding quotas; keep replicas so a failover does not lose the last second either"
+	case assigned > 0 && aofOff > 0:
+		c.Status = Fail
+		c.Summary = plural.Count(assigned, "tier assignment is", "tier assignments are") + " stored in " + tiersKey + " but " + tiersLost
+		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary; keep the assignments' source of truth elsewhere too (billing) to assign them again with POST /admin/v1/tier"
 	case broken > 0:
 		c.Status = Warn
 		c.Summary = "the last RDB save or AOF write failed on a primary"
@@ -454,9 +501,16 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 		c.Status = Warn
 		c.Summary = "the configuration is unknown (see config validates), and " + plural.Count(aofOff, "primary runs", "primaries run") + " without AOF: if the instances count quotas (the built-in example does), a restart or failover loses acknowledged usage"
 		c.Fix = "give doctor the instances' configuration (--config FILE, or push it with floodgate config push); with quotas, CONFIG SET appendonly yes on every primary"
+	case tiered && aofOff > 0:
+		c.Status = Warn
+		c.Summary = "limits are tiered (tier_dimension) and " + plural.Count(aofOff, "primary runs", "primaries run") + " without AOF: no tier assignment is stored yet, but once some are, a restart or failover loses the assignments made since the last snapshot (every one without snapshots), and their identities fall to the default tier with no error or log line"
+		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary before assigning tiers"
 	case !quotas:
 		c.Status = Pass
 		c.Summary = "no quotas configured: rate-limit counters are short-lived, losing them admits at most one window more"
+		if aofOff == 0 && (tiered || assigned > 0) {
+			c.Summary = "no quotas configured, and AOF is on where the tier assignments are kept"
+		}
 	default:
 		c.Status = Pass
 		c.Summary = "AOF is on wherever quotas are counted"

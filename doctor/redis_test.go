@@ -139,11 +139,12 @@ func TestNoPersistenceWithQuotasFails(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "noeviction") // --appendonly no
 	client := srv.Client(t)
 	publish(t, client, "qa", testConfigQuota)
-	publish(t, client, "nq", testConfig)
+	publish(t, client, "nq", untieredConfig)
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "qa"})
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Fail, "appendonly no", "quotas configured: tokens")
 
-	// The same server without quotas configured: short-lived counters only.
+	// The same server without quotas or tiers configured: short-lived
+	// counters only.
 	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nq"})
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "no quotas configured")
 
@@ -151,6 +152,55 @@ func TestNoPersistenceWithQuotasFails(t *testing.T) {
 	// (the built-in example counts them), not "no quotas configured".
 	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "none"})
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Warn, "the configuration is unknown")
+}
+
+// untieredConfig has neither quotas nor tiered limits: nothing in Redis
+// outlives a window.
+const untieredConfig = `version: "1"
+policies:
+  - name: api
+    layers:
+      - {name: per-user, algorithm: sliding_window, limit: 100, window: 1m, dimension: user}
+`
+
+// TestNoPersistenceWithTierAssignments: tier assignments live in Redis
+// for good, so a primary without AOF fails the persistence check when
+// the hash holds some (a restart drops them and their identities fall to
+// the default tier silently), and warns when limits are tiered but
+// nothing is assigned yet; with AOF on, it passes.
+func TestNoPersistenceWithTierAssignments(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "noeviction") // --appendonly no
+	client := srv.Client(t)
+	ctx := context.Background()
+	publish(t, client, "ta", testConfig)
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ta"})
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Warn, "limits are tiered", "ta:tiers holds 0 tier assignments")
+
+	if err := client.HSet(ctx, "ta:tiers", "user=u1", "pro", "user=u2", "pro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ta"})
+	c := want(t, rep, doctor.GroupRedis, "persistence", doctor.Fail, "2 tier assignments are stored in ta:tiers", "fall to the default tier")
+	if !strings.Contains(c.Read, "HLEN ta:tiers") {
+		t.Errorf("read line %q does not name the HLEN", c.Read)
+	}
+
+	// Assignments stored without a configuration to read: still lost.
+	if err := client.HSet(ctx, "nc:tiers", "user=u1", "pro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "nc"})
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Fail, "1 tier assignment is stored in nc:tiers")
+
+	// With AOF on, the same assignments pass.
+	aof := redistest.Start(t, healthyRedis...)
+	ac := aof.Client(t)
+	publish(t, ac, "ta", testConfig)
+	if err := ac.HSet(ctx, "ta:tiers", "user=u1", "pro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + aof.Addr}, Prefix: "ta"})
+	want(t, rep, doctor.GroupRedis, "persistence", doctor.Pass, "AOF is on where the tier assignments are kept", "ta:tiers holds 1 tier assignment")
 }
 
 func TestClusterMissingSlotsFails(t *testing.T) {
