@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/internal/plural"
@@ -86,6 +87,9 @@ directory of them.`,
 					plural.Count(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
 				if w := signedSizeWarning(file); w != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), w)
+				}
+				for _, w := range tierWindowWarnings(cfg) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", file, w)
 				}
 			}
 			merged := true
@@ -291,6 +295,34 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// tierWindowWarnings returns a warning for each layer whose tier sets
+// another window than the default tier's: every tier of a layer shares
+// its state, so moving an identity between such tiers is a window change
+// (docs/configuration.md, Identities and keys), which a fixed_window or
+// sliding_window layer may count from zero.
+func tierWindowWarnings(cfg *config.Config) []string {
+	var out []string
+	def := cfg.DefaultTier()
+	for _, p := range cfg.Policies() {
+		for _, l := range p.Layers {
+			base := l.Policy(def)
+			for _, t := range cfg.Tiers() {
+				pt := l.Policy(t)
+				if t == def || pt.Window == base.Window {
+					continue
+				}
+				what := "its state is read at the other rate"
+				if a := pt.Algorithm; a == floodgate.FixedWindow || a == floodgate.SlidingWindow {
+					what = "it may start a fresh count, up to one more limit per change"
+				}
+				out = append(out, fmt.Sprintf("layer %q of policy %q: tier %q sets window %s, the default tier %q has %s: the tiers share the layer's state, so moving an identity between them is a window change (%s, %s); override limit or burst only to keep the state as it is",
+					l.Name, p.Name, t, pt.Window, def, base.Window, pt.Algorithm, what))
+			}
+		}
+	}
+	return out
 }
 
 // signedSizeWarning returns a warning when file, valid, would be over
