@@ -51,7 +51,10 @@ type Observer interface {
 // Options configures a Clock. The zero value is ready to use.
 type Options struct {
 	// Interval is the time between rounds in Run. Default 10s; at least
-	// 10ms.
+	// 10ms. Until a round first succeeds, Run tries again every second
+	// (or every Interval, if shorter): a Clock started while Redis was
+	// unreachable stamps requests with the uncorrected local clock only
+	// until Redis answers, not until the next Interval.
 	Interval time.Duration
 	// Samples is the number of TIME calls per round; the one with the
 	// smallest round trip is kept. Default 5; 1..100.
@@ -59,7 +62,12 @@ type Options struct {
 	// Keep is the number of rounds whose best sample is remembered; the
 	// offset comes from the best of them, so one round disturbed by load
 	// does not move the clock. Keep × Interval should stay well below the
-	// time it takes clocks to drift apart (1 minute at the defaults).
+	// time it takes clocks to drift apart (1 minute at the defaults). A
+	// round's sample that contradicts a remembered one (their offsets
+	// differ by more than half their round trips added, plus StepSlack,
+	// so that both cannot be right) means a clock stepped since: the
+	// remembered samples it contradicts are dropped, and the offset
+	// follows the step at once instead of after Keep rounds.
 	// Default 6; 1..1000.
 	Keep int
 	// Timeout bounds each TIME call. Default 500ms.
@@ -71,6 +79,15 @@ type Options struct {
 	// OnError, if set, receives the error of every failed round in Run.
 	OnError func(error)
 }
+
+// StepSlack is what two samples' offsets may differ by beyond their
+// round trips' uncertainty (half of each) before Sync takes the difference
+// for a clock step: TIME's one-microsecond resolution and a minute of
+// drift of clocks a few tens of parts per million apart fit in it.
+const StepSlack = time.Millisecond
+
+// firstRetry is how soon Run tries again while no round has succeeded.
+const firstRetry = time.Second
 
 // sample is one TIME measurement.
 type sample struct {
@@ -93,8 +110,8 @@ type Clock struct {
 	rtt    atomic.Int64 // ns, of the sample offset comes from; 0 before the first round
 
 	mu     sync.Mutex // serializes rounds
-	rounds []sample   // best sample of each of the last Keep rounds (ring)
-	next   int
+	rounds []sample   // best sample of each of the last Keep rounds, oldest first
+	keep   int
 }
 
 // New returns a Clock measuring its offset against src.
@@ -138,6 +155,7 @@ func New(src TimeSource, opts Options) (*Clock, error) {
 		obs:      opts.Observer,
 		onError:  opts.OnError,
 		rounds:   make([]sample, 0, opts.Keep),
+		keep:     opts.Keep,
 	}, nil
 }
 
@@ -159,9 +177,10 @@ func (c *Clock) Offset() (offset, rtt time.Duration, synced bool) {
 
 // Sync runs one round: Samples TIME calls, the best of which joins the
 // last Keep rounds' best samples, and the offset becomes that of the
-// smallest round trip among them. It returns an error wrapping ErrNoSample
-// (and the last call's error) when no call succeeded, leaving the offset
-// unchanged.
+// smallest round trip among them. Remembered samples the new one
+// contradicts (see Options.Keep) are dropped first: a clock stepped. It
+// returns an error wrapping ErrNoSample (and the last call's error) when
+// no call succeeded, leaving the offset unchanged.
 func (c *Clock) Sync(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -183,12 +202,16 @@ func (c *Clock) Sync(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%w: %w", ErrNoSample, lastErr)
 	}
-	if len(c.rounds) < cap(c.rounds) {
-		c.rounds = append(c.rounds, best)
-	} else {
-		c.rounds[c.next] = best
-		c.next = (c.next + 1) % len(c.rounds)
+	kept := c.rounds[:0]
+	for _, s := range c.rounds {
+		if consistent(s, best) {
+			kept = append(kept, s)
+		}
 	}
+	if len(kept) == c.keep {
+		kept = append(kept[:0], kept[1:]...)
+	}
+	c.rounds = append(kept, best)
 	chosen := c.rounds[0]
 	for _, s := range c.rounds[1:] {
 		if s.rtt < chosen.rtt {
@@ -201,6 +224,18 @@ func (c *Clock) Sync(ctx context.Context) error {
 		c.obs.ObserveClock(chosen.offset, chosen.rtt)
 	}
 	return nil
+}
+
+// consistent reports whether samples a and b can both be right: the true
+// offset lies within half a sample's round trip of its estimate, so two
+// estimates of one unchanged offset differ by at most half their round
+// trips added (plus StepSlack).
+func consistent(a, b sample) bool {
+	d := a.offset - b.offset
+	if d < 0 {
+		d = -d
+	}
+	return d <= (a.rtt+b.rtt)/2+StepSlack
 }
 
 // measure takes one sample: the offset of Redis's clock from the midpoint
@@ -221,20 +256,26 @@ func (c *Clock) measure(ctx context.Context) (sample, error) {
 	return sample{offset: server.Sub(sent.Add(rtt / 2)), rtt: rtt}, nil
 }
 
-// Run calls Sync at once and then every Interval until ctx ends, reporting
+// Run calls Sync at once and then every Interval until ctx ends (every
+// second, or Interval if shorter, until a round first succeeds), reporting
 // failed rounds to OnError; it returns ctx's error. Run it in its own
 // goroutine: go c.Run(ctx).
 func (c *Clock) Run(ctx context.Context) error {
-	ticker := time.NewTicker(c.interval)
-	defer ticker.Stop()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
-		if err := c.Sync(ctx); err != nil && ctx.Err() == nil && c.onError != nil {
-			c.onError(err)
-		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-ticker.C:
+		case <-t.C:
 		}
+		if err := c.Sync(ctx); err != nil && ctx.Err() == nil && c.onError != nil {
+			c.onError(err)
+		}
+		wait := c.interval
+		if _, _, synced := c.Offset(); !synced {
+			wait = min(wait, firstRetry)
+		}
+		t.Reset(wait)
 	}
 }

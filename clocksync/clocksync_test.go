@@ -204,3 +204,71 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowsAStep: after the local clock steps (NTP correcting a large
+// error, a VM resumed), the next round's sample contradicts the
+// remembered ones, which are dropped: the offset follows the step at once.
+// It used to keep the pre-step sample, with its smaller round trip, for
+// Keep rounds (a minute at the defaults), stamping requests 5 s off.
+func TestFollowsAStep(t *testing.T) {
+	src := &scriptedSource{local: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), offset: 2 * time.Second,
+		delays: [][2]time.Duration{{time.Millisecond, time.Millisecond}}}
+	c, err := clocksync.New(src, clocksync.Options{Samples: 1, Keep: 6, Now: src.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The local clock steps 5 s forward; the server's does not. Later
+	// rounds are slower (3 ms) than the remembered ones (2 ms).
+	src.mu.Lock()
+	src.local = src.local.Add(5 * time.Second)
+	src.offset -= 5 * time.Second
+	src.delays = [][2]time.Duration{{3 * time.Millisecond, 3 * time.Millisecond}}
+	src.mu.Unlock()
+	if err := c.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if off, rtt, _ := c.Offset(); off != -3*time.Second || rtt != 6*time.Millisecond {
+		t.Fatalf("after a 5 s step: offset %v rtt %v, want -3s from the new round (6ms)", off, rtt)
+	}
+	// A later faster round consistent with the new offset wins again; a
+	// slow one does not displace it.
+	for _, d := range []time.Duration{time.Millisecond, 20 * time.Millisecond} {
+		src.mu.Lock()
+		src.delays = [][2]time.Duration{{d, d}}
+		src.mu.Unlock()
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if off, rtt, _ := c.Offset(); off != -3*time.Second || rtt != 2*time.Millisecond {
+			t.Fatalf("round of %v each way: offset %v rtt %v, want -3s at 2ms", d, off, rtt)
+		}
+	}
+}
+
+// TestRunRetriesUntilFirstSync: a Clock whose first round fails (Redis
+// down when the service starts) tries again every second, not every
+// Interval: with an Interval of an hour it is synced once Redis is back.
+// It used to wait for the next Interval (10 s in serve), stamping requests
+// with the uncorrected clock meanwhile.
+func TestRunRetriesUntilFirstSync(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	c, err := clocksync.New(srv.Client(t), clocksync.Options{Interval: time.Hour, Samples: 1, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = c.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond) // the first round fails
+	if _, _, synced := c.Offset(); synced {
+		t.Fatal("synced with Redis down")
+	}
+	srv.Restart(t)
+	waitFor(t, "a synced clock after Redis came back", func() bool { _, _, synced := c.Offset(); return synced })
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,24 +37,35 @@ func startClock(ctx context.Context, f serveFlags, b *backend, m *metrics.Metric
 	if b.client == nil || !f.clockSync {
 		return serviceClock{now: local}, nil
 	}
+	// The skew warning and the failed-round warning are each logged at
+	// most once a minute, apart: one must not hide the other.
 	var mu sync.Mutex
-	var lastWarn time.Time
+	var lastSkewWarn, lastSyncWarn time.Time
+	var synced atomic.Bool // a round has succeeded: logged once, when it first does
 	obs := skewWatch{m: m, limit: f.clockSkewWarn, warn: func(offset, rtt time.Duration) {
 		mu.Lock()
 		defer mu.Unlock()
-		if time.Since(lastWarn) < time.Minute {
+		if time.Since(lastSkewWarn) < time.Minute {
 			return
 		}
-		lastWarn = time.Now()
+		lastSkewWarn = time.Now()
 		log.Warn("this machine's clock is off Redis's; decisions use Redis's time", "skew", offset.String(), "rtt", rtt.String(), "warn_above", f.clockSkewWarn.String())
+	}, first: func(offset, rtt time.Duration) {
+		if !synced.Swap(true) {
+			log.Info("clock disciplined to Redis", "skew", offset.String(), "rtt", rtt.String())
+		}
 	}}
 	c, err := clocksync.New(b.client, clocksync.Options{Now: local, Observer: obs, OnError: func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if time.Since(lastWarn) < time.Minute {
+		if time.Since(lastSyncWarn) < time.Minute {
 			return
 		}
-		lastWarn = time.Now()
+		lastSyncWarn = time.Now()
+		if !synced.Load() {
+			log.Warn("clock sync with Redis failed, and no round has succeeded yet: decisions use the local clock, uncorrected, until one does (tried every second)", "error", err)
+			return
+		}
 		log.Warn("clock sync with Redis failed; keeping the last offset", "error", err)
 	}})
 	if err != nil {
@@ -62,24 +74,29 @@ func startClock(ctx context.Context, f serveFlags, b *backend, m *metrics.Metric
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := c.Sync(sctx); err != nil {
-		log.Warn("clock sync with Redis failed at startup; using the local clock until it succeeds", "error", err)
-	} else {
-		off, rtt, _ := c.Offset()
-		log.Info("clock disciplined to Redis", "skew", off.String(), "rtt", rtt.String())
+		mu.Lock()
+		lastSyncWarn = time.Now()
+		mu.Unlock()
+		log.Warn("clock sync with Redis failed at startup; using the local clock until it succeeds (tried every second)", "error", err)
 	}
 	return serviceClock{now: c.Now, sync: c}, nil
 }
 
-// skewWatch feeds the skew gauges and warns above a limit.
+// skewWatch feeds the skew gauges, warns above a limit and reports each
+// successful round to first (which logs the first one).
 type skewWatch struct {
 	m     *metrics.Metrics
 	limit time.Duration
 	warn  func(offset, rtt time.Duration)
+	first func(offset, rtt time.Duration)
 }
 
 // ObserveClock implements clocksync.Observer.
 func (w skewWatch) ObserveClock(offset, rtt time.Duration) {
 	w.m.ObserveClock(offset, rtt)
+	if w.first != nil {
+		w.first(offset, rtt)
+	}
 	if w.limit > 0 && (offset > w.limit || offset < -w.limit) {
 		w.warn(offset, rtt)
 	}

@@ -117,3 +117,34 @@ func edgeReset(t *testing.T, c server.CheckResponse) time.Time {
 	t.Fatalf("no layer edge in %+v", c)
 	return time.Time{}
 }
+
+// TestServeSyncsClockOnceRedisAnswers: an instance started while Redis is
+// down, its clock 90 s ahead, disciplines its clock within a second or so
+// of Redis answering (the walk: it stamped requests 90 s ahead for up to
+// the 10 s sync interval, admitting a second limit beside synced
+// instances), logs "clock disciplined to Redis" then (it logged nothing),
+// and its failed rounds before say that decisions use the local clock.
+func TestServeSyncsClockOnceRedisAnswers(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Kill()
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--clock-offset", "90s")
+	defer svc.stop(t)
+	if _, ok := svc.Logged("clock sync with Redis failed at startup; using the local clock until it succeeds (tried every second)"); !ok {
+		t.Fatalf("no start-up sync failure in the log:\n%s", svc.Logs())
+	}
+	rs.Restart(t)
+	deadline := time.Now().Add(30 * time.Second) // generous: clocksync's TestRunRetriesUntilFirstSync checks the retry
+	for {
+		if rec, ok := svc.Logged("clock disciplined to Redis"); ok {
+			skew, err := time.ParseDuration(rec["skew"])
+			if err != nil || skew > -89*time.Second || skew < -91*time.Second {
+				t.Fatalf("disciplined with skew %q, want about -90s", rec["skew"])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"clock disciplined to Redis\" within 30 s of Redis answering:\n%s", svc.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
