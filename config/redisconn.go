@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
@@ -272,7 +273,7 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		if err != nil {
 			return nil, err
 		}
-		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Password: r.Password, TLSConfig: tc})), nil
+		return clusterslots.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Password: r.Password, TLSConfig: tc})), nil
 	}
 	u, err := url.Parse(r.URL)
 	if !strings.Contains(r.URL, "://") && (err != nil || !knownSchemes[u.Scheme]) {
@@ -349,7 +350,7 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		if err != nil {
 			return nil, err
 		}
-		return redis.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: o.addrs, Username: o.user, Password: o.pass, TLSConfig: tc})), nil
+		return clusterslots.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: o.addrs, Username: o.user, Password: o.pass, TLSConfig: tc})), nil
 	}
 	return nil, fmt.Errorf("%w: %q: scheme %q (want redis, rediss, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster)", ErrRedisURL, redact(r.URL), u.Scheme)
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
+	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
@@ -416,7 +417,7 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		if err := hostPorts(urls, prefix); err != nil {
 			return nil, nil, err
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: urls, Username: user, Password: pass,
+		return clusterslots.NewClusterClient(&redis.ClusterOptions{Addrs: urls, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
 			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil, nil
 	}

@@ -242,3 +242,107 @@ func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 	}
 	return s
 }
+
+// AddPrimary starts a cluster node, joins it to the cluster (CLUSTER
+// MEET) as a primary serving no slot, and waits until every primary knows
+// it. Move slots to it with Reshard. It is not added to Nodes or Addrs.
+func (c *Cluster) AddPrimary(t testing.TB) *Server {
+	t.Helper()
+	s := newServer(t, []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000",
+		"--cluster-allow-replica-migration", "no", // see StartCluster
+	})
+	s.bus = true
+	s.boot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	pc, nc := adminClient(c.Addrs[0]), adminClient(s.Addr)
+	defer pc.Close()
+	defer nc.Close()
+	info, err := pc.ClusterInfo(ctx).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER INFO of %s: %v", c.Addrs[0], err)
+	}
+	known, _ := strconv.Atoi(infoField(info, "cluster_known_nodes"))
+	if err := nc.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER MEET from %s: %v", s.Addr, err)
+	}
+	err = poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		for _, a := range append([]string{s.Addr}, c.Addrs...) {
+			cl := adminClient(a)
+			info, err := cl.ClusterInfo(ctx).Result()
+			cl.Close()
+			if err != nil {
+				return err
+			}
+			if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(known+1) {
+				return fmt.Errorf("node %s knows %s nodes", a, got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: primary %s not known to the cluster: %v%s", s.Addr, err, s.logTail())
+	}
+	return s
+}
+
+// NodeID returns the cluster node ID of s (CLUSTER MYID).
+func NodeID(t testing.TB, s *Server) string {
+	t.Helper()
+	cl := adminClient(s.Addr)
+	defer cl.Close()
+	id, err := cl.ClusterMyID(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER MYID of %s: %v", s.Addr, err)
+	}
+	return id
+}
+
+// Reshard moves n slots from node from to node to with redis-cli
+// --cluster reshard (keys and all, as an operator does), asking through
+// seed. redis-cli refuses to start while the nodes disagree about the
+// configuration (just after a node joined, or a previous move): it is run
+// again until it succeeds, for up to 30 s.
+func Reshard(t testing.TB, seed string, from, to *Server, n int) {
+	t.Helper()
+	redisCLI(t, "--cluster", "reshard", seed, "--cluster-from", NodeID(t, from), "--cluster-to", NodeID(t, to),
+		"--cluster-slots", strconv.Itoa(n), "--cluster-yes")
+}
+
+// DelNode removes s from the cluster with redis-cli --cluster del-node
+// (every other node forgets it, and s is reset: CLUSTER RESET SOFT),
+// leaving s running, as a one-node cluster serving no slot. s must serve
+// no slot (Reshard them away first).
+func DelNode(t testing.TB, seed string, s *Server) {
+	t.Helper()
+	redisCLI(t, "--cluster", "del-node", seed, NodeID(t, s))
+}
+
+// redisCLI runs redis-cli with args, again (every 500 ms, for up to
+// clusterTimeout) while it fails before doing anything: its check of the
+// cluster found the nodes disagreeing, which they do for a moment after a
+// change.
+func redisCLI(t testing.TB, args ...string) {
+	t.Helper()
+	cli := requireTool(t, "redis-cli")
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	for {
+		cmd := exec.CommandContext(ctx, cli, args...)
+		cmd.SysProcAttr = sysProcAttr()
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil || strings.Contains(string(out), "Moving slot") {
+			t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
