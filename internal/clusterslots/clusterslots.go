@@ -12,7 +12,8 @@
 // none, until a later reload picked a node still in the cluster.
 //
 // NewClusterClient's client refuses, on each of its node connections, a
-// CLUSTER SLOTS answer that assigns no slot, and one that assigns fewer
+// CLUSTER SLOTS answer (but those asked under Unguarded) that assigns no
+// slot, and one that assigns fewer
 // slots than the last answer taken, so that go-redis asks the next node
 // instead (it tries each known node in turn, and keeps the map it has when
 // none answers). A smaller map is taken when three answers in a row say
@@ -83,12 +84,22 @@ func (g *Guard) Check(n int) error {
 // DialHook is the next hook's.
 func (g *Guard) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// unguarded is the context key of Unguarded.
+type unguarded struct{}
+
+// Unguarded returns ctx under which a CLUSTER SLOTS answer is passed on as
+// the node gave it, and not counted: for callers that read the map
+// themselves (floodgate doctor reports each node's).
+func Unguarded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unguarded{}, true)
+}
+
 // ProcessHook checks CLUSTER SLOTS answers, and passes other commands on.
 func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		sc, ok := cmd.(*redis.ClusterSlotsCmd)
-		if !ok || err != nil || sc.Err() != nil {
+		if !ok || err != nil || sc.Err() != nil || ctx.Value(unguarded{}) != nil {
 			return err
 		}
 		if err := g.Check(Covered(sc.Val())); err != nil {

@@ -86,3 +86,31 @@ func TestDelNodeLeftRunning(t *testing.T) {
 	}
 	t.Logf("plain go-redis client: %d of 60 reloads took the removed node's empty map", plainEmpty)
 }
+
+// TestUnguardedPassesTheAnswer: under Unguarded, a node's CLUSTER SLOTS
+// answer reaches the caller as the node gave it, even one the guard
+// refuses (floodgate doctor reports each node's map): here that of a node
+// removed from its cluster, serving no slot, asked through a guard that
+// took a full map.
+func TestUnguardedPassesTheAnswer(t *testing.T) {
+	c := redistest.StartCluster(t)
+	lone := c.AddPrimary(t)
+	redistest.DelNode(t, c.Addrs[0], lone) // a one-node cluster with no slot
+	ctx := context.Background()
+	g := &Guard{}
+	if err := g.Check(Slots); err != nil {
+		t.Fatal(err)
+	}
+	lc := redis.NewClient(&redis.Options{Addr: lone.Addr})
+	t.Cleanup(func() { _ = lc.Close() })
+	lc.AddHook(g)
+	//lint:ignore SA1019 CLUSTER SLOTS is what the guard watches.
+	if _, err := lc.ClusterSlots(ctx).Result(); !errors.Is(err, ErrRefused) {
+		t.Fatalf("guarded: %v, want ErrRefused", err)
+	}
+	//lint:ignore SA1019 as above.
+	got, err := lc.ClusterSlots(Unguarded(ctx)).Result()
+	if err != nil || len(got) != 0 {
+		t.Fatalf("unguarded: %v, %v; want the empty map", got, err)
+	}
+}
