@@ -118,6 +118,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	if err := metrics.RegisterFallbackInstances(reg, func() int { return 1 }); err != nil {
 		t.Fatal(err)
 	}
+	// serve on Redis: its split decisions' failed releases.
+	if err := metrics.RegisterSplitReleaseFailures(reg, func() int64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
 	// serve with --tls-cert-file.
 	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
 		t.Fatal(err)

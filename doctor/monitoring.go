@@ -28,6 +28,7 @@ var ShippedAlerts = []string{
 	"RateLimitConfigUnreadable",
 	"RateLimitNoConfiguration",
 	"RateLimitConfigVersionRegressed",
+	"RateLimitSplitReleaseFailed",
 	"RateLimitEnvoyCompatErrors",
 	"RateLimitEnvoyCompatConfigRejected",
 	"RateLimitTLSCertificateExpiring",

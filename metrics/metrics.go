@@ -319,6 +319,23 @@ func RegisterFallbackInstances(reg prometheus.Registerer, divisor func() int) er
 	}, func() float64 { return float64(divisor()) }))
 }
 
+// SplitReleaseFailuresMetric is the name of the counter
+// RegisterSplitReleaseFailures registers.
+const SplitReleaseFailuresMetric = "floodgate_split_release_failures_total"
+
+// RegisterSplitReleaseFailures registers on reg the counter of the parts of
+// split decisions (keys in several Redis Cluster slots) whose release
+// failed, read from count at each scrape (redisstore.Store.ReleaseFailures).
+func RegisterSplitReleaseFailures(reg prometheus.Registerer, count func() int64) error {
+	if reg == nil || count == nil {
+		return fmt.Errorf("%w: RegisterSplitReleaseFailures needs a registerer and a count function", ErrInvalidOptions)
+	}
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: SplitReleaseFailuresMetric,
+		Help: "Parts of decisions split over Redis Cluster slots whose release failed after another part denied the request (or failed): their layers keep the denied request's charge until their windows or periods end.",
+	}, func() float64 { return float64(count()) }))
+}
+
 // MemoryStoreMetric is the name of the gauge of a store's entries that
 // RegisterMemoryStore registers; MemoryStoreMaxMetric that of its bound.
 const (

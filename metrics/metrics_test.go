@@ -265,3 +265,27 @@ func TestRegisterFallbackInstances(t *testing.T) {
 		t.Errorf("nil divisor: %v, want ErrInvalidOptions", err)
 	}
 }
+
+// TestRegisterSplitReleaseFailures: the count is read at each scrape, as
+// a counter; nil arguments are refused.
+func TestRegisterSplitReleaseFailures(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var n int64
+	if err := metrics.RegisterSplitReleaseFailures(reg, func() int64 { return n }); err != nil {
+		t.Fatal(err)
+	}
+	n = 3
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || mfs[0].GetName() != metrics.SplitReleaseFailuresMetric || mfs[0].GetMetric()[0].GetCounter().GetValue() != 3 {
+		t.Fatalf("gathered %v, want %s 3", mfs, metrics.SplitReleaseFailuresMetric)
+	}
+	if err := metrics.RegisterSplitReleaseFailures(nil, func() int64 { return 0 }); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil registerer: %v, want ErrInvalidOptions", err)
+	}
+	if err := metrics.RegisterSplitReleaseFailures(reg, nil); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil count: %v, want ErrInvalidOptions", err)
+	}
+}

@@ -17,10 +17,15 @@ import (
 // cuttingProxy forwards TCP connections to a Redis server and, when armed,
 // cuts the connection that carries the next EVALSHA right after the server
 // has answered it, before the client sees the answer: the command ran, the
-// client gets EOF. It serves only loopback connections of one test.
+// client gets EOF. It serves only loopback connections of one test. With
+// match set (before the first connection), it cuts the next command
+// (EVALSHA or EVAL) that contains match instead; with sticky set too,
+// every such command until disarmed.
 type cuttingProxy struct {
 	ln     net.Listener
 	target string
+	match  []byte
+	sticky bool
 	armed  atomic.Bool
 	cuts   atomic.Int64
 	wg     sync.WaitGroup
@@ -62,7 +67,8 @@ func (p *cuttingProxy) accept() {
 			for {
 				n, err := c.Read(buf)
 				if n > 0 {
-					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) && p.armed.CompareAndSwap(true, false) {
+					if (p.match == nil && bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) || p.match != nil && bytes.Contains(buf[:n], p.match)) &&
+						(p.sticky && p.armed.Load() || p.armed.CompareAndSwap(true, false)) {
 						cut.Store(true)
 					}
 					if _, err := s.Write(buf[:n]); err != nil {

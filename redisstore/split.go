@@ -138,6 +138,14 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 			}
 			s.release(ctx, now, p, rand.Uint64())
 		})
+		for i := range parts {
+			if p := &parts[i]; p.relErr != nil {
+				s.releaseFailures.Add(1)
+				if s.onReleaseFailure != nil {
+					s.onReleaseFailure(fmt.Errorf("slot %d: %w", p.slot, p.relErr))
+				}
+			}
+		}
 		if !failed && lp != nil && lp.err != nil {
 			failed = true
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -483,6 +484,68 @@ func TestMarkerKey(t *testing.T) {
 	for _, key := range []string{"a}b", "{}x", "x{}y{z}"} { // no hash tag, and a '}'
 		if _, err := markerKey(key, 1); !errors.Is(err, floodgate.ErrInvalidKey) {
 			t.Errorf("markerKey(%q): %v, want ErrInvalidKey", key, err)
+		}
+	}
+}
+
+// TestSplitReleaseFailureCounted: a split decision that another part
+// denies releases the part it reserved; when that release fails (here:
+// its connection cut before the reply, so whether it gave back is not
+// known), the request is denied all the same, with no error, and the
+// part may keep its reservation: nothing but the Store's count
+// (ReleaseFailures) and its report (Options.OnReleaseFailure), once per
+// failed part, says so. A release that works counts nothing.
+func TestSplitReleaseFailureCounted(t *testing.T) {
+	e, srv := newSplitEnv(t)
+	px := startCuttingProxy(t, srv.Addr)
+	// Every release is cut: go-redis sends a cut command again (a
+	// release may be: its marker makes a second one give nothing), so a
+	// single cut is not a failure.
+	px.match, px.sticky = []byte("$7\r\nrelease\r\n"), true // the release script's first argument
+	pc := redis.NewClient(&redis.Options{Addr: px.ln.Addr().String(), ContextTimeoutEnabled: true})
+	defer pc.Close()
+	var failures []error
+	s, err := New(pc, Options{SlotCheck: SlotCheckOn, OnReleaseFailure: func(err error) { failures = append(failures, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := vectors.T0.Add(12 * time.Hour).UnixMicro()
+	// The global layer admits more per hour than the user's, so it is
+	// reserved last: the user's part is reserved, then the global one
+	// denies, and the user's part is released.
+	user := layered(t, "user", floodgate.FixedWindow, 10)
+	global := layered(t, "global", floodgate.FixedWindow, 100)
+	u, g := e.apart(t, user, global, "rf", "g-rf", now)
+	ul, gl := e.layerAt(user, u, now, 1), e.layerAt(global, g, now, 1)
+	if _, err := e.decide(ctx, now, []floodgate.Layer{withCost(gl, 100)}); err != nil {
+		t.Fatal(err)
+	}
+	e.decide(ctx, now, []floodgate.Layer{withCost(ul, 0)}) // records the key's TTL bound
+	out := make([]floodgate.Result, 2)
+	if err := s.Decide(ctx, now, []floodgate.Layer{ul, gl}, out); err != nil || out[0].Remaining != 10 || out[1].Allowed {
+		t.Fatalf("a denial released: %+v, %v", out, err)
+	}
+	if n := s.ReleaseFailures(); n != 0 || len(failures) != 0 {
+		t.Fatalf("%d release failures counted (%v), want none", n, failures)
+	}
+	px.armed.Store(true)
+	for i := 1; i <= 2; i++ {
+		cuts := px.cuts.Load()
+		err := s.Decide(ctx, now, []floodgate.Layer{ul, gl}, out)
+		if px.cuts.Load() == cuts {
+			t.Fatalf("decision %d: the proxy cut no release", i)
+		}
+		// The request is denied all the same, and the user's layer
+		// reports what it holds: the reservation, which may be kept.
+		if err != nil || out[1].Allowed || out[0].Remaining != 9 {
+			t.Fatalf("decision %d: %+v, %v; want the denial, the user's layer at 9", i, out, err)
+		}
+		if n := s.ReleaseFailures(); n != int64(i) || len(failures) != i {
+			t.Fatalf("after %d failed releases: ReleaseFailures %d, %d reported", i, n, len(failures))
+		}
+		if msg := failures[i-1].Error(); !strings.Contains(msg, fmt.Sprintf("slot %d", Slot(ul.Key))) {
+			t.Fatalf("reported %q, want the user's slot, %d", msg, Slot(ul.Key))
 		}
 	}
 }

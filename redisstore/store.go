@@ -155,6 +155,18 @@ type Options struct {
 	// in. Every Store reads both. Default BinaryState; TextState only
 	// during a rolling upgrade (see StateFormat).
 	StateFormat StateFormat
+	// OnReleaseFailure, when set, is called, on the deciding goroutine,
+	// for each part of a split decision (keys in several Redis Cluster
+	// slots) whose reservation could not be given back: another part
+	// denied the request or failed, and the release of this part failed
+	// (err says how, and names the slot). Its layers keep the reservation
+	// until their keys' windows or periods end, charged for a request
+	// that was not admitted. The decision itself is answered as without
+	// the failure: a denial when another part denied (the request is
+	// denied either way, so nothing else tells of the kept charge), an
+	// error wrapping floodgate.ErrIndeterminate when another part failed.
+	// Store.ReleaseFailures counts them.
+	OnReleaseFailure func(err error)
 }
 
 // StateFormat is the format a Store writes the algorithms' states in (the
@@ -258,7 +270,16 @@ type Store struct {
 	batch      *batcher    // nil: coalescing off, or per primary (nodes)
 	nodes      *nodeRouter // coalescing per Redis Cluster primary (node.go); nil: off
 	periods    periods     // the quota period last sent
+	// releaseFailures counts the parts of split decisions whose release
+	// failed; onReleaseFailure is Options.OnReleaseFailure.
+	releaseFailures  atomic.Int64
+	onReleaseFailure func(error)
 }
+
+// ReleaseFailures returns how many parts of split decisions (keys in
+// several Redis Cluster slots) kept a reservation because their release
+// failed (see Options.OnReleaseFailure), since the Store was made.
+func (s *Store) ReleaseFailures() int64 { return s.releaseFailures.Load() }
 
 // New returns a Store deciding on client. It sends nothing: the script is
 // loaded on first use (EVAL after a NOSCRIPT reply, then EVALSHA).
@@ -266,7 +287,7 @@ func New(client Client, opts Options) (*Store, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("redisstore: nil client (%T)", client)
 	}
-	s := &Store{client: client}
+	s := &Store{client: client, onReleaseFailure: opts.OnReleaseFailure}
 	s.relClient = releaseClient{s.client}
 	switch opts.SlotCheck {
 	case SlotCheckAuto:

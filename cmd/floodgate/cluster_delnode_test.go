@@ -139,4 +139,7 @@ func TestServeClusterDelNodeLeftRunning(t *testing.T) {
 			t.Errorf("layer %s: remaining %d, want %d (charged only for the admitted)", l.Name, l.Remaining, 1000-30)
 		}
 	}
+	if v := metricValue(t, svc.url, "floodgate_split_release_failures_total"); v != 0 {
+		t.Errorf("floodgate_split_release_failures_total %v, want 0", v)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -249,10 +250,16 @@ type backend struct {
 	local     *memstore.Store
 	memQuotas *quota.MemoryStore       // nil on Redis
 	memLeases *concurrency.MemoryStore // nil on Redis
+	redis     *redisstore.Store        // the decisions' store on Redis; nil in memory
 	resetters []server.Resetter
 	ready     func(ctx context.Context) error
 	describe  string
 }
+
+// splitReleaseLogEvery is the least time between two log lines of failed
+// split releases, as server.Options.WarnEvery's default for the other
+// failures met per request.
+const splitReleaseLogEvery = 10 * time.Second
 
 // newBackend returns the store. modeFor gives a policy's failure mode
 // from the live configuration (0: --fallback's).
@@ -312,12 +319,19 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	if !f.redisCoalesce {
 		so.Coalesce = redisstore.CoalesceOff
 	}
+	// A split decision's part whose release failed keeps its charge
+	// (floodgate_split_release_failures_total): nothing else says so,
+	// the request being denied either way.
+	relLog := ratelog.New(log, splitReleaseLogEvery)
+	so.OnReleaseFailure = func(err error) {
+		relLog.Warn("split release", "split decision: a denied request's charge kept on some layers (their release failed), until their windows or periods end", "error", err)
+	}
 	primary, err := redisstore.New(client, so)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	b.store = primary
+	b.store, b.redis = primary, primary
 	// Quotas and leases live in the same Redis; they have no local
 	// fallback (a quota counted per instance would multiply the allowance),
 	// so their operations fail with 503 while Redis is down. With
@@ -636,6 +650,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		Help: "Live identities the in-memory store (memory mode or local fallback) dropped to make room for new ones (--memory-max-keys).",
 	}, func() float64 { return float64(b.local.Evictions()) })); err != nil {
 		return err
+	}
+	if b.redis != nil {
+		if err := metrics.RegisterSplitReleaseFailures(reg, b.redis.ReleaseFailures); err != nil {
+			return err
+		}
 	}
 	if err := registerMemoryBounds(reg, f, b); err != nil {
 		return err
