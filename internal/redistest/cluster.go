@@ -224,23 +224,29 @@ func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 		if got := infoField(info, "master_link_status"); got != "up" {
 			return fmt.Errorf("master_link_status %q", got)
 		}
-		for i, n := range c.Addrs {
-			cl := adminClient(n)
-			info, err := cl.ClusterInfo(ctx).Result()
-			cl.Close()
-			if err != nil {
-				return err
-			}
-			if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(known+1) {
-				return fmt.Errorf("node %d knows %s nodes", i, got)
-			}
-		}
-		return nil
+		return allKnow(ctx, c.Addrs, known+1)
 	})
 	if err != nil {
 		t.Fatalf("redistest: replica %s of %s not in sync: %v%s", s.Addr, c.Addrs[primary], err, s.logTail())
 	}
 	return s
+}
+
+// allKnow reports an error unless every node of addrs knows n nodes
+// (CLUSTER INFO's cluster_known_nodes).
+func allKnow(ctx context.Context, addrs []string, n int) error {
+	for _, a := range addrs {
+		cl := adminClient(a)
+		info, err := cl.ClusterInfo(ctx).Result()
+		cl.Close()
+		if err != nil {
+			return err
+		}
+		if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(n) {
+			return fmt.Errorf("node %s knows %s nodes", a, got)
+		}
+	}
+	return nil
 }
 
 // AddPrimary starts a cluster node, joins it to the cluster (CLUSTER
@@ -270,18 +276,7 @@ func (c *Cluster) AddPrimary(t testing.TB) *Server {
 		t.Fatalf("redistest: CLUSTER MEET from %s: %v", s.Addr, err)
 	}
 	err = poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
-		for _, a := range append([]string{s.Addr}, c.Addrs...) {
-			cl := adminClient(a)
-			info, err := cl.ClusterInfo(ctx).Result()
-			cl.Close()
-			if err != nil {
-				return err
-			}
-			if got := infoField(info, "cluster_known_nodes"); got != strconv.Itoa(known+1) {
-				return fmt.Errorf("node %s knows %s nodes", a, got)
-			}
-		}
-		return nil
+		return allKnow(ctx, append([]string{s.Addr}, c.Addrs...), known+1)
 	})
 	if err != nil {
 		t.Fatalf("redistest: primary %s not known to the cluster: %v%s", s.Addr, err, s.logTail())
