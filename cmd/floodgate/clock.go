@@ -171,11 +171,14 @@ func startHeartbeat(f serveFlags, b *backend, id string, reg prometheus.Register
 				return
 			}
 			lastWarn = time.Now()
-			if counted == 0 {
+			switch {
+			case b.fb == nil: // --fallback off: the count only feeds floodgate_instances_live
+				log.Warn("instance heartbeat failed", "error", err)
+			case counted == 0:
 				log.Warn("instance heartbeat failed before any count: the local fallback divides limits by --instances until Redis answers; set it to the usual number of instances", "instances", max(f.instances, 1), "error", err)
-				return
+			default:
+				log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "instances", max(used, f.instances), "error", err)
 			}
-			log.Warn("instance heartbeat failed; the fallback keeps the last instance count", "instances", max(used, f.instances), "error", err)
 		}})
 }
 

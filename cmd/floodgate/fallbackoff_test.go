@@ -87,3 +87,21 @@ func TestServeFallbackOffReportsFailures(t *testing.T) {
 		return ok && rec["reason"] == "indeterminate"
 	})
 }
+
+// TestServeFallbackOffHeartbeatWarning: with --fallback off and Redis
+// unreachable, a failed heartbeat is logged without the advice about the
+// local fallback's divisor, which does not exist then (a deploy kit walk:
+// the log told operators a fallback divided limits by --instances).
+func TestServeFallbackOffHeartbeatWarning(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Kill()
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--fallback", "off", "--instances", "3")
+	defer svc.stop(t)
+	waitUntil(t, "a heartbeat failure in the log", func() bool {
+		_, ok := svc.Logged("instance heartbeat failed")
+		return ok
+	})
+	if strings.Contains(svc.Logs(), "local fallback") {
+		t.Fatalf("the log speaks of a local fallback with --fallback off:\n%s", svc.Logs())
+	}
+}
