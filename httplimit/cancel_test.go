@@ -32,6 +32,7 @@ type watched struct {
 	started  chan struct{} // one per store call begun
 	arrived  chan struct{} // one per request that waits for its client to go
 	statuses chan int      // one per request the middleware is done with
+	ended    chan struct{} // one per request with X-Signal-Gone whose context ended
 	mu       sync.Mutex
 	errs     []error
 	logs     proctest.Buffer
@@ -39,10 +40,12 @@ type watched struct {
 
 // watch serves rules on d behind a real server. A request with the header
 // X-Wait-Gone reaches the middleware only once its context has ended, so
-// its decision is made for a client that has certainly gone.
+// its decision is made for a client that has certainly gone. One with the
+// header X-Signal-Gone reaches it at once, and signals ended when its
+// context ends (its client went) while the middleware holds it.
 func watch(t *testing.T, d httplimit.Decider, rules []httplimit.Rule, opts httplimit.Options) *watched {
 	t.Helper()
-	w := &watched{started: make(chan struct{}, 100), arrived: make(chan struct{}, 100), statuses: make(chan int, 100)}
+	w := &watched{started: make(chan struct{}, 100), arrived: make(chan struct{}, 100), statuses: make(chan int, 100), ended: make(chan struct{}, 100)}
 	opts.Clock = fixedClock
 	opts.Logger = slog.New(slog.NewTextHandler(&w.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts.OnStoreError = func(_ *http.Request, err error, _ bool) {
@@ -62,6 +65,12 @@ func watch(t *testing.T, d httplimit.Decider, rules []httplimit.Rule, opts httpl
 		if r.Header.Get("X-Wait-Gone") != "" {
 			w.arrived <- struct{}{}
 			<-r.Context().Done()
+		}
+		if r.Header.Get("X-Signal-Gone") != "" {
+			go func() {
+				<-r.Context().Done()
+				w.ended <- struct{}{}
+			}()
 		}
 		sw := &statusWriter{ResponseWriter: rw}
 		h.ServeHTTP(sw, r)

@@ -62,6 +62,13 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		if err != nil {
 			return m.storeFailed(w, r, err, false)
 		}
+		// The store may answer after the client has gone (a go-redis
+		// call already waiting for Redis's reply is not ended by the
+		// request's cancellation): such a request is not served either,
+		// though what the store admitted stays counted.
+		if m.decidedTooLate(w, r, d.Allowed) {
+			return false
+		}
 		setRateHeaders(w.Header(), d, rules, now, m.opts.IETFHeaders)
 		if !d.Allowed {
 			m.deny(w, d, rules, cost)
@@ -148,13 +155,33 @@ func (m *Middleware) requestEnded(w http.ResponseWriter, r *http.Request, err er
 		return false
 	}
 	m.log(r.Context(), slog.LevelDebug, "rate limit: request ended before its decision", slog.String("error", redactKeys(err.Error())), slog.String("request", cerr.Error()))
+	writeEnded(w, cerr)
+	return true
+}
+
+// decidedTooLate reports whether r's own context ended while its decision
+// was made (the store answered anyway), and then answers it as
+// requestEnded does, without a body. counted says whether the decision
+// admitted the request, and so consumed its cost.
+func (m *Middleware) decidedTooLate(w http.ResponseWriter, r *http.Request, counted bool) bool {
+	cerr := r.Context().Err()
+	if cerr == nil {
+		return false
+	}
+	m.log(r.Context(), slog.LevelDebug, "rate limit: request ended while it was decided", slog.String("request", cerr.Error()), slog.Bool("counted", counted))
+	writeEnded(w, cerr)
+	return true
+}
+
+// writeEnded answers a request whose context ended (cerr) with a status
+// and no body: 499 when it was cancelled, 503 when its deadline passed.
+func writeEnded(w http.ResponseWriter, cerr error) {
 	status := statusClientClosedRequest
 	if errors.Is(cerr, context.DeadlineExceeded) {
 		status = http.StatusServiceUnavailable
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	return true
 }
 
 // storeFailed applies the failure mode and reports whether to serve.

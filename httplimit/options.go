@@ -43,7 +43,9 @@
 // an invalid policy) is a configuration error, answered 500 in either
 // mode. A request whose own context ends while its decision is being
 // made (its client went away) is not a store failure: it is answered with
-// a status and no body, and never served (see Options.OnStoreError).
+// a status and no body, and never served (see Options.OnStoreError) — also
+// when the store's answer arrives after the client went and admits it;
+// that admission stays counted against the limit.
 //
 // Middlewares can be nested (an outer per-IP one, an inner per-route
 // one): each decides its own rules, and the headers of the response are
@@ -172,7 +174,9 @@ type Options struct {
 	// the store client's own timeouts (a go-redis client's ReadTimeout, 5s
 	// by default: a request cancelled by its client's departure does not
 	// end a call already waiting for Redis's reply; only a deadline does).
-	// A request whose client has gone is not served, see OnStoreError.
+	// A request whose client has gone is not served, see OnStoreError:
+	// neither when its store call fails nor when it succeeds after the
+	// client went (the admission then stays counted).
 	Timeout time.Duration
 	// Clock returns the time decisions are stamped with. Default: the
 	// decider's own clock when it has a Now method (a *floodgate.Limiter
@@ -181,7 +185,7 @@ type Options struct {
 	Clock func() time.Time
 	// Logger receives shadow denials (Info), store failures (Warn),
 	// rejected keys or costs (Info) and requests whose client went away
-	// before their decision (Debug). Nil (default) logs nothing. Log
+	// before they were served (Debug). Nil (default) logs nothing. Log
 	// records never contain identities (keys, users, addresses): a store
 	// error naming a key is logged with the key's identity part (its
 	// {hash tag}) replaced by {…}; OnStoreError gets the error as it is.
@@ -201,8 +205,11 @@ type Options struct {
 	// that a client cannot get past a used-up limit by hanging up; the
 	// middleware writes only a status, 499 (nginx's "client closed
 	// request", for access logs) when the request was cancelled and 503
-	// when its deadline passed, and no body. Options.Timeout expiring is
-	// the store's failure, not the request's end.
+	// when its deadline passed, and no body. The same goes for a store
+	// call that succeeds after the request's context ended (logged at
+	// Debug as "request ended while it was decided"): what it admitted
+	// stays counted, but the request is not served. Options.Timeout
+	// expiring is the store's failure, not the request's end.
 	OnStoreError func(r *http.Request, err error, shadow bool)
 }
 
