@@ -69,6 +69,11 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		if m.decidedTooLate(w, r, d.Allowed) {
 			return false
 		}
+		if d.Allowed && cost > 0 {
+			if delay := shapingDelay(d); delay > 0 && !m.waitOut(w, r, delay) {
+				return false
+			}
+		}
 		setRateHeaders(w.Header(), d, rules, now, m.opts.IETFHeaders)
 		if !d.Allowed {
 			m.deny(w, d, rules, cost)
@@ -171,6 +176,35 @@ func (m *Middleware) decidedTooLate(w http.ResponseWriter, r *http.Request, coun
 	m.log(r.Context(), slog.LevelDebug, "rate limit: request ended while it was decided", slog.String("request", cerr.Error()), slog.Bool("counted", counted))
 	writeEnded(w, cerr)
 	return true
+}
+
+// shapingDelay returns how long an admitted decision asks its caller to
+// wait before acting on it: the longest Delay of its layers (GCRA policies
+// with MaxDelay), zero when none shapes.
+func shapingDelay(d floodgate.Decision) time.Duration {
+	var delay time.Duration
+	for _, l := range d.Layers {
+		delay = max(delay, l.Delay)
+	}
+	return delay
+}
+
+// waitOut holds an admitted request for the Delay its shaping policy gave
+// it, as floodgate.Limiter.Wait does, and reports whether it may be served.
+// A request whose context ends first is answered as requestEnded does
+// (499 or 503, no body) and not served; its admission stays counted.
+func (m *Middleware) waitOut(w http.ResponseWriter, r *http.Request, delay time.Duration) bool {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		cerr := r.Context().Err()
+		m.log(r.Context(), slog.LevelDebug, "rate limit: request ended while it waited out its shaping delay", slog.String("request", cerr.Error()), slog.Duration("delay", delay))
+		writeEnded(w, cerr)
+		return false
+	}
 }
 
 // writeEnded answers a request whose context ended (cerr) with a status

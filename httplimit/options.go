@@ -47,6 +47,17 @@
 // when the store's answer arrives after the client went and admits it;
 // that admission stays counted against the limit.
 //
+// A GCRA policy with MaxDelay shapes rather than denies: it admits a
+// request that would conform within MaxDelay and gives it a Delay
+// (floodgate.Result.Delay). The middleware waits that Delay out before
+// calling the next handler, as floodgate.Limiter.Wait does (the longest
+// Delay of the enforced rules; none for a request of cost 0, which
+// consumes nothing), so such a policy spaces the requests it serves
+// instead of serving them all at once. The wait holds the request's
+// goroutine; a request whose client goes during it is answered 499 with
+// no body and not served, its admission still counted. Shadow rules are
+// never waited for.
+//
 // Middlewares can be nested (an outer per-IP one, an inner per-route
 // one): each decides its own rules, and the headers of the response are
 // the innermost deciding middleware's — it replaces X-RateLimit-* and
