@@ -60,7 +60,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 		if err != nil {
-			return m.storeFailed(w, r, err, false)
+			return m.storeFailed(w, r, err, false, rules)
 		}
 		// The store may answer after the client has gone (a go-redis
 		// call already waiting for Redis's reply is not ended by the
@@ -218,8 +218,19 @@ func writeEnded(w http.ResponseWriter, cerr error) {
 	w.WriteHeader(status)
 }
 
+// policyNames returns the names of rules, comma-separated.
+func policyNames(rules []Rule) string {
+	names := make([]string, len(rules))
+	for i, r := range rules {
+		names[i] = r.Policy.Name
+	}
+	return strings.Join(names, ",")
+}
+
 // storeFailed applies the failure mode and reports whether to serve.
-func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, shadow bool) bool {
+// rules are the enforced rules whose decision failed, named in the body
+// of a refusal.
+func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, shadow bool, rules []Rule) bool {
 	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed", slog.String("error", redactKeys(err.Error())), slog.Bool("shadow", shadow), slog.String("failure_mode", m.opts.FailureMode.String()))
 	if m.opts.OnStoreError != nil {
 		m.opts.OnStoreError(r, err, shadow)
@@ -238,6 +249,7 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 		writeProblem(w, Problem{
 			Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError,
 			Detail: "the rate limiter is misconfigured",
+			Policy: policyNames(rules),
 		}, nil)
 		return false
 	}
@@ -247,6 +259,7 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 	writeProblem(w, Problem{
 		Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable,
 		Detail:     "the rate limiter is unavailable; try again shortly",
+		Policy:     policyNames(rules),
 		RetryAfter: 1,
 	}, map[string]string{"Retry-After": "1"})
 	return false
@@ -309,7 +322,7 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 		// The enforced rules admitted the request: it is served whatever
 		// happened here, but a client that has gone is no store failure.
 		if r.Context().Err() == nil {
-			m.storeFailed(w, r, err, true)
+			m.storeFailed(w, r, err, true, rules)
 		}
 		return
 	}

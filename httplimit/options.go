@@ -65,8 +65,9 @@
 // IETFHeaders of its own. A middleware whose store failed open writes no
 // headers and leaves the outer one's, and so does an inner middleware's
 // own 400 (no key) or 503 (store failed closed): such an answer carries
-// the outer middleware's rate limit headers, and its body names the inner
-// policy. Clients that read the headers of a non-2xx answer should read
+// the outer middleware's rate limit headers, and its body's "policy"
+// names the inner policy (for a 503, every enforced policy of the failed
+// decision, comma-separated). Clients that read the headers of a non-2xx answer should read
 // them only from a 429.
 package httplimit
 

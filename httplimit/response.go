@@ -28,7 +28,10 @@ type Problem struct {
 	Status int `json:"status"`
 	// Detail explains this occurrence in English.
 	Detail string `json:"detail,omitempty"`
-	// Policy is the name of the policy that denied the request.
+	// Policy is the name of the policy that denied the request (429), or
+	// that the request carries no key for (400). For a 503 (store failed
+	// closed) or a 500 (a policy the store refuses) it names the enforced
+	// policies of the failed decision, comma-separated ("per-key,global").
 	Policy string `json:"policy,omitempty"`
 	// Reason is the floodgate.Reason of the denial: "limited", or
 	// "cost_exceeds_limit" for a request that can never be admitted.
