@@ -24,6 +24,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		panic(fmt.Sprintf("httplimit: Middleware.Handler: nil handler (%T)", next))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.opts.Skip != nil && m.opts.Skip(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		if m.admit(w, r) {
 			next.ServeHTTP(w, r)
 		}

@@ -58,6 +58,10 @@
 // no body and not served, its admission still counted. Shadow rules are
 // never waited for.
 //
+// Options.Skip exempts requests (health checks, CORS preflight): they
+// reach the next handler undecided, uncounted and without rate limit
+// headers.
+//
 // Middlewares can be nested (an outer per-IP one, an inner per-route
 // one): each decides its own rules, and the headers of the response are
 // the innermost deciding middleware's — it replaces X-RateLimit-* and
@@ -165,12 +169,18 @@ func (f FailureMode) String() string {
 // CostFunc returns what a request costs (0..floodgate.MaxCost). Cost 0
 // charges nothing but is not free: it is served only while a request of
 // cost 1 would be, and answered 429 once the limit is used up. To exempt
-// requests (health checks), route them around the middleware. An error, or
+// requests (health checks), use Options.Skip. An error, or
 // a cost out of range, answers the request with 400.
 type CostFunc func(r *http.Request) (int64, error)
 
 // Options configures a Middleware. The zero value is ready to use.
 type Options struct {
+	// Skip, when set, is asked first about every request: one it returns
+	// true for is passed to the next handler undecided — not counted, no
+	// rate limit headers, no Cost asked — for example health checks or
+	// CORS preflight requests (r.Method == http.MethodOptions). Default:
+	// every request is decided.
+	Skip func(r *http.Request) bool
 	// Cost prices each request. Default: every request costs 1.
 	Cost CostFunc
 	// FailureMode chooses what happens when the store fails. Default
