@@ -52,7 +52,9 @@ type Redis struct {
 	// (go-redis allocates the pool's slots up front). Default 10 per CPU
 	// (go-redis's default).
 	PoolSize int
-	// DialTimeout bounds connecting. Default 2s.
+	// DialTimeout bounds connecting. Default 2s. A connection is dialled
+	// once per attempt (not go-redis's five times with backoff), so a
+	// refused one fails the command at once.
 	DialTimeout time.Duration
 	// CommandTimeout bounds reading and writing one command when the
 	// caller's context has no earlier deadline. Default 1s.
@@ -397,8 +399,16 @@ func (sentinelAuthHint) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return next
 }
 
+// dialAttempts is how many times a connection to Redis is dialled before
+// the command that needed it fails: once. go-redis's default, five with
+// backoff (about 400 ms against a refused connection), outlasted every
+// decision's budget (50 ms by default, --fallback-budget), so a Redis that
+// is down was reported as reason timeout rather than unavailable until the
+// breaker opened. The next command dials afresh.
+const dialAttempts = 1
+
 func (r Redis) apply(o *redis.Options) {
-	o.ContextTimeoutEnabled = true
+	o.ContextTimeoutEnabled, o.DialerRetries = true, dialAttempts
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	if r.PoolSize > 0 {
 		o.PoolSize = r.PoolSize
@@ -406,14 +416,14 @@ func (r Redis) apply(o *redis.Options) {
 }
 
 func (r Redis) failover(o *redis.FailoverOptions) *redis.FailoverOptions {
-	o.ContextTimeoutEnabled = true
+	o.ContextTimeoutEnabled, o.DialerRetries = true, dialAttempts
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	o.PoolSize = r.PoolSize
 	return o
 }
 
 func (r Redis) cluster(o *redis.ClusterOptions) *redis.ClusterOptions {
-	o.ContextTimeoutEnabled = true
+	o.ContextTimeoutEnabled, o.DialerRetries = true, dialAttempts
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	o.PoolSize = r.PoolSize
 	return o
