@@ -113,7 +113,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends
 	// the process at once, logged and by that signal, as in serve.
-	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log) })
+	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log, "abandoning the drain") })
 
 	reg := prometheus.NewRegistry()
 	if err := registerRuntime(reg); err != nil {

@@ -787,7 +787,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	// --shutdown-delay and the drain: it is logged, then raised again with
 	// its default action, so the process dies by it (exit status 130 or
 	// 143 in a shell) and the log says why the drain was abandoned.
-	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log) })
+	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log, "abandoning the shutdown (delay and drain)") })
 
 	var wg sync.WaitGroup
 	wctx, cancelWatch := context.WithCancel(ctx)
@@ -1008,14 +1008,15 @@ func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader
 
 // endOnSecondSignal replaces the first signal's handling (stop, which
 // lets NotifyContext's channel go) with one that logs a second SIGINT or
-// SIGTERM and raises it again with its default action.
-func endOnSecondSignal(stop func(), log *slog.Logger) {
+// SIGTERM ("second signal: exiting at once, " and abandoned, what it
+// cuts short) and raises it again with its default action.
+func endOnSecondSignal(stop func(), log *slog.Logger, abandoned string) {
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
 	stop()
 	go func() {
 		sig := (<-again).(syscall.Signal)
-		log.Error("second signal: exiting at once, abandoning the shutdown (delay and drain)", "signal", sig.String())
+		log.Error("second signal: exiting at once, "+abandoned, "signal", sig.String())
 		signal.Reset(sig)
 		_ = syscall.Kill(os.Getpid(), sig)
 	}()
