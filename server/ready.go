@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,18 +51,26 @@ func RedisReady(client redis.UniversalClient, probeKey string) func(ctx context.
 
 // RedisReadyLog is RedisReady, warning once in log (nil: nowhere) when
 // the ACL user may not send ROLE: the grant to add (+role) and what the
-// check does without it.
+// check does without it. After a refusal ROLE is not sent again for
+// RoleRetry, so that a probe every few seconds does not add a NOPERM to
+// Redis's ACL LOG each time; a grant made meanwhile is used from then on.
 func RedisReadyLog(client redis.UniversalClient, probeKey string, log *slog.Logger) func(ctx context.Context) error {
 	var probe func(ctx context.Context, partition string) error
 	if probeKey != "" {
 		probe = fallback.RedisProbe(client, probeKey)
 	}
 	var warnOnce sync.Once
+	var refusedAt atomic.Int64 // Unix ns of ROLE's last NOPERM; 0: none
 	return func(ctx context.Context) error {
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			return clusterReady(ctx, cc, probe)
 		}
-		err := primaryReady(ctx, client)
+		var err error
+		if at := refusedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < RoleRetry {
+			err = errRoleRefused
+		} else if err = primaryReady(ctx, client); errors.Is(err, errRoleRefused) {
+			refusedAt.Store(time.Now().UnixNano())
+		}
 		if errors.Is(err, errRoleRefused) {
 			warnOnce.Do(func() {
 				if log == nil {
@@ -161,6 +170,10 @@ func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Cont
 	}
 	return err
 }
+
+// RoleRetry is how long readiness goes without sending ROLE after the ACL
+// user was refused it.
+const RoleRetry = 10 * time.Minute
 
 // errRoleRefused wraps a NOPERM reply to ROLE.
 var errRoleRefused = errors.New("ROLE refused to the ACL user")

@@ -118,6 +118,18 @@ func TestReadyWithoutRole(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "+role") || !strings.Contains(logs.String(), "replica") {
 		t.Errorf("log after three checks: %q; want one WARN naming +role and what is lost (the replica)", logs.String())
 	}
+	// ROLE was sent once by the checks (and once by the premise above):
+	// not again after its refusal, which would add to Redis's ACL LOG at
+	// every probe.
+	entries, err := primary.Client(t).ACLLog(ctx, 10).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Object == "role" && e.Count != 2 {
+			t.Errorf("ACL LOG counts %d refusals of ROLE after the premise and three checks, want 2", e.Count)
+		}
+	}
 	// Without a probe key, PING judges.
 	if err := server.RedisReady(c, "")(ctx); err != nil {
 		t.Fatalf("primary, user without ROLE, no probe key: %v", err)
