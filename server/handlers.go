@@ -246,6 +246,15 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
 			detail: "the in-memory store is full (serve's --memory-max-quota-periods, --memory-max-quota-records or --memory-max-leases bound it), so the " + op.name + " was not applied and nothing was counted; room comes back as entries expire"}
+	case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		// The caller's own deadline ended (or it went) before the store
+		// answered: the store's error then wraps "store unavailable"
+		// (nothing was sent or applied), which counted a caller's short
+		// deadline as Redis being down (an outside walk: 18 gRPC calls
+		// with a 3 ms deadline on a stalled Redis).
+		reason = reasonTimeout
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
+			detail: "the " + op.name + " did not finish in time"}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
 		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"

@@ -1,0 +1,62 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate"
+)
+
+// TestCallerDeadlineCountsAsTimeout: a decision whose caller's deadline
+// ended (or that the caller left) before the store answered is counted as
+// reason timeout, not store_unavailable, although the store wraps the
+// context's error as "store unavailable" (nothing was sent). A walk's 18
+// gRPC calls with a 3 ms deadline on a stalled Redis counted as Redis
+// being down. A store failure with the caller still waiting keeps its
+// class.
+func TestCallerDeadlineCountsAsTimeout(t *testing.T) {
+	e := start(t, errorsYAML, memStore(t), nil)
+	errorsOf := func(reason string) float64 {
+		t.Helper()
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "floodgate_decision_errors_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == reason {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatalf("no floodgate_decision_errors_total{reason=%q}", reason)
+		return 0
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.srv.DecisionFailed(gone, fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, context.Canceled))
+	if got := errorsOf("timeout"); got != 1 {
+		t.Errorf("timeout errors after a call the caller left: %v, want 1", got)
+	}
+	if got := errorsOf("store_unavailable"); got != 0 {
+		t.Errorf("store_unavailable errors after a call the caller left: %v, want 0", got)
+	}
+	e.srv.DecisionFailed(context.Background(), fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, context.DeadlineExceeded))
+	if got := errorsOf("store_unavailable"); got != 1 {
+		t.Errorf("store_unavailable errors after a store failure with the caller waiting: %v, want 1", got)
+	}
+}
+
+const errorsYAML = `
+version: "1"
+policies:
+  - name: api
+    layers:
+      - {name: per-user, algorithm: fixed_window, limit: 10, window: 1m, dimension: user}
+`
