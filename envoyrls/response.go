@@ -53,7 +53,9 @@ func (s *Service) response(now time.Time, p *plan, results []floodgate.Result) *
 				closest, forced = st, true
 			}
 		}
-		if !forced && st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
+		// A shadow descriptor, watched but not enforced, never describes
+		// the request to its client: its limit is not one it is held to.
+		if !forced && !dp.shadow && st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
 			closest = st
 		}
 	}

@@ -28,10 +28,11 @@ type Options struct {
 	// always add up to a valid cost.
 	MaxHitsAddend int64
 	// ResponseHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset to response_headers_to_add, for the descriptor
-	// closest to its limit (the first one over it, if any), as
-	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. Reset
-	// is in whole seconds from now. Default off.
+	// X-RateLimit-Reset to response_headers_to_add, for the enforced
+	// descriptor closest to its limit (the first one over it, if any), as
+	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED;
+	// shadow_mode descriptors never describe the request. Reset is in
+	// whole seconds from now. Default off.
 	ResponseHeaders bool
 	// LimitHeader, RemainingHeader and ResetHeader rename those headers.
 	// Defaults "X-RateLimit-Limit", "X-RateLimit-Remaining" and

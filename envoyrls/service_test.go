@@ -104,6 +104,27 @@ func TestStatusesOverallCodeAndHeaders(t *testing.T) {
 	wantStatus(t, "bob", r.call(t, request("api", desc("user=bob"))).GetStatuses()[0], ok, 2, 3)
 }
 
+// TestShadowDescriptorSetsNoHeaders: a shadow descriptor over its limit,
+// in a request another descriptor admits, does not give the client its
+// limit in the headers (it is watched, not enforced); the enforced one
+// does. (An outside walk: X-RateLimit-Limit 1, Remaining 0 on an allowed
+// request.)
+func TestShadowDescriptorSetsNoHeaders(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{ResponseHeaders: true})
+	r.call(t, request("api", desc("shadow=s1"), desc("ten=t1")))
+	resp := r.call(t, request("api", desc("shadow=s1"), desc("ten=t1")))
+	if resp.GetOverallCode() != ok || resp.GetStatuses()[0].GetCode() != over {
+		t.Fatalf("second request: overall %v, shadow %v; want OK with the shadow descriptor over", resp.GetOverallCode(), resp.GetStatuses()[0].GetCode())
+	}
+	if h := headers(resp); h["X-RateLimit-Limit"] != "10" || h["X-RateLimit-Remaining"] != "8" {
+		t.Errorf("headers %v, want the enforced descriptor's (10, 8 left)", h)
+	}
+	// A request of shadow descriptors only gets no headers.
+	if h := r.call(t, request("api", desc("shadow=s2"))).GetResponseHeadersToAdd(); len(h) != 0 {
+		t.Errorf("headers of a shadow-only request: %v", h)
+	}
+}
+
 func TestHeadersOffByDefaultAndRenamed(t *testing.T) {
 	r := newMemRig(t, apiConfig, Options{})
 	if h := r.call(t, request("api", desc("user=a"))).GetResponseHeadersToAdd(); len(h) != 0 {
