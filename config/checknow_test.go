@@ -190,7 +190,9 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	go func() { r.Watch(ctx2, time.Hour); close(done2) }()
 	t.Cleanup(func() { cancel2(); <-done2 })
 	// The oversized file is judged again on CheckNow (it was skipped as
-	// seen), then the restored file is the active one: unchanged.
+	// seen), then the restored file is the active one: the rejection is
+	// over (logged so, a walk found "unchanged" there), and a CheckNow
+	// after that finds it unchanged.
 	writeFile(t, path, envoyDoc("api", 10)+strings.Repeat("# padding\n", envoyrls.MaxConfigSize/10+1))
 	r.CheckNow()
 	waitFor(t, "the oversized file rejected again", func() bool { return reloadsOf(t, reg, "envoy", "invalid") == 2 })
@@ -198,6 +200,13 @@ func TestEnvoyReloaderOversizedAndCheckNow(t *testing.T) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	r.CheckNow()
+	waitFor(t, "the restored file found active again", func() bool {
+		return strings.Contains(logs.String(), "Envoy descriptor configuration holds the active configuration again")
+	})
+	if strings.Contains(logs.String(), "Envoy descriptor configuration unchanged") {
+		t.Fatalf("a restore after a rejection logged as unchanged:\n%s", logs.String())
 	}
 	r.CheckNow()
 	waitFor(t, "the restored file found unchanged", func() bool {

@@ -134,10 +134,10 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 		// changes in force, so it is not counted as applied, as the
 		// policies Reloader does not count it.
 		switch {
+		case r.rejected: // a SIGHUP's forced read too: say the rejection is over
+			r.log.Info("Envoy descriptor configuration holds the active configuration again", "files", r.files)
 		case forced:
 			r.log.Info("Envoy descriptor configuration unchanged", "files", r.files)
-		case r.rejected:
-			r.log.Info("Envoy descriptor configuration holds the active configuration again", "files", r.files)
 		}
 		r.rejected = false
 		r.metrics.setRejected(false)
