@@ -9,13 +9,15 @@ run:
 	$(GO) run ./cmd/floodgate serve
 
 ## test: every test, with the race detector, in shuffled order: this
-## module's (and its allocation and batching tests again without it: the
-## detector changes what they count), then the benchmark harness's (its own
+## module's (and the tests that skip themselves under the detector again
+## without it: allocation counts, memory per entry, batching; the detector
+## changes what they count; TestMakeTestRunsRaceSkippedTests checks the
+## pattern), then the benchmark harness's (its own
 ## module, bench/), then the deploy kit's (its own module, deploy/: image,
 ## manifests, Envoy, compose).
 test:
 	$(GO) test -race -shuffle=on -count=1 ./...
-	$(GO) test -count=1 -run 'Allocates|Batching' ./...
+	$(GO) test -count=1 -run 'Allocat|Batching|MemoryPer|LeaderAfterBatch' ./...
 	cd bench && $(GO) test -race -shuffle=on -count=1 ./...
 	cd deploy && $(GO) test -race -shuffle=on -count=1 ./...
 
