@@ -198,10 +198,12 @@ type Options struct {
 	// Scan bounds the key scan.
 	Scan ScanOptions
 	// LatencySamples is the number of timed script calls of the latency
-	// check. Default 50; 1..1000.
+	// check, made 50ms apart (less when they would take over 2.5s) within
+	// 3s. Default 50; 1..1000.
 	LatencySamples int
 	// LatencyWarn and LatencyFail are the p99 round trips of the latency
-	// probe above which it warns and fails. Defaults 10ms and 50ms (the
+	// probe, and the latencies of a LATENCY LATEST event of the last
+	// minute, above which it warns and fails. Defaults 10ms and 50ms (the
 	// shipped alert's threshold and the fallback's default budget).
 	LatencyWarn, LatencyFail time.Duration
 	// HTTPClient reads instances and Prometheus. Default: a client with a

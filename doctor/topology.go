@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -351,13 +352,41 @@ type probeResult struct {
 // without piling timeouts onto a primary that does not answer.
 const maxProbeFailures = 3
 
+// probeGap and probeSpread pace the latency probe: a pause separates
+// each call from the one before, so that the calls spread over the probe's
+// window and a Redis stalled most of the time (a long command, a fork,
+// swapping) is sampled while it stalls. Calls made back to back, in a
+// millisecond, passed a Redis blocked 90% of the time with p99 52µs (an
+// outside walk): they all fell in one pause between two stalls.
+const (
+	probeGap    = 50 * time.Millisecond
+	probeSpread = 2500 * time.Millisecond
+)
+
+// probeInterval is the pause between two probe calls: 50 ms, less when
+// samples × 50 ms would exceed probeSpread.
+func probeInterval(samples int) time.Duration {
+	if samples <= 1 {
+		return 0
+	}
+	return min(probeGap, probeSpread/time.Duration(samples))
+}
+
 // probe times up to LatencySamples calls of the probe script on one
-// primary, for at most 3s; the first call, which may load the script, is
-// not kept. A failed call is counted, not timed.
+// primary, paused probeInterval apart, for at most 3s; the first call,
+// which may load the script, is not kept. A failed call is counted, not
+// timed.
 func (r *run) probe(ctx context.Context, t probeTarget) probeResult {
 	var res probeResult
 	deadline := time.Now().Add(3 * time.Second)
+	gap := probeInterval(r.opts.LatencySamples)
 	for i := 0; i < r.opts.LatencySamples && time.Now().Before(deadline) && res.failed < maxProbeFailures; i++ {
+		if i > 0 && gap > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(gap):
+			}
+		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		t0 := time.Now()
 		err := probeScript.Run(pctx, t.client, []string{t.key}).Err()
@@ -411,16 +440,31 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
-	c.Read = fmt.Sprintf("up to %d EVALSHA of a read-only probe script (PTTL of a %s:doctor:probe key) within 3s on each primary; INFO commandstats and LATENCY LATEST on each primary", r.opts.LatencySamples, r.opts.Prefix)
+	c.Read = fmt.Sprintf("up to %d EVALSHA of a read-only probe script (PTTL of a %s:doctor:probe key), %v apart, within 3s on each primary; INFO commandstats and LATENCY LATEST on each primary (and CONFIG GET latency-monitor-threshold where it has no event)", r.opts.LatencySamples, r.opts.Prefix, probeInterval(r.opts.LatencySamples))
 	latency := Pass            // the verdict of the successful calls alone
 	var p50, p99 time.Duration // of the slowest primary
 	timed := 0                 // primaries with at least one timed call
 	calls, failed, failedOn, refused := 0, 0, 0, 0
 	var firstErr, otherErr error
 	var firstErrAddr string
+	eventStatus := Pass // the verdict of LATENCY LATEST's recent events
+	var eventWorst latencyEvent
+	var eventAddr string
+	var eventAge time.Duration
 	targets := r.probeTargets(ctx, nodes)
-	for _, n := range targets {
-		res := r.probe(ctx, n)
+	// The primaries are probed at once, each over the same window.
+	results := make([]probeResult, len(targets))
+	var wg sync.WaitGroup
+	for i, n := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = r.probe(ctx, n)
+		}()
+	}
+	wg.Wait()
+	for i, n := range targets {
+		res := results[i]
 		calls += res.calls
 		if res.failed > 0 {
 			failed += res.failed
@@ -469,17 +513,40 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 			}
 		}
 		ev, err := n.client.Do(sctx, "LATENCY", "LATEST").Slice()
-		cancel()
 		if err == nil {
 			if len(ev) == 0 {
-				c.Evidence = append(c.Evidence, n.addr+": LATENCY LATEST has no events (none above latency-monitor-threshold, or the monitor is off)")
+				line := n.addr + ": LATENCY LATEST has no events"
+				if m, err := n.client.ConfigGet(sctx, "latency-monitor-threshold").Result(); err == nil && m["latency-monitor-threshold"] == "0" {
+					line += ": the latency monitor is off (latency-monitor-threshold 0), so Redis records no stall; CONFIG SET latency-monitor-threshold 100 (and in redis.conf) has it record every event of 100 ms or more"
+				} else if err == nil {
+					line += fmt.Sprintf(" (none of %s ms or more, latency-monitor-threshold)", m["latency-monitor-threshold"])
+				}
+				c.Evidence = append(c.Evidence, line)
 			}
+			now := r.redisNow(n.addr)
 			for _, e := range ev {
-				if f, ok := e.([]any); ok && len(f) >= 4 {
-					c.Evidence = append(c.Evidence, fmt.Sprintf("%s: latency event %v: latest %v ms, max %v ms", n.addr, f[0], f[2], f[3]))
+				le, ok := parseLatencyEvent(e)
+				if !ok {
+					continue
+				}
+				age := max(now.Sub(le.at), 0)
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: latency event %s: latest %d ms, %v ago, max %d ms", n.addr, le.name, le.latest.Milliseconds(), age.Round(time.Second), le.max.Milliseconds()))
+				if age > recentEvent {
+					continue
+				}
+				st := Pass
+				switch {
+				case le.latest > r.latencyFail():
+					st = Fail
+				case le.latest > r.latencyWarn():
+					st = Warn
+				}
+				if st > eventStatus || (st == eventStatus && st > Pass && le.latest > eventWorst.latest) {
+					eventStatus, eventWorst, eventAddr, eventAge = st, le, n.addr, age
 				}
 			}
 		}
+		cancel()
 	}
 	// What the successful calls measured, on its own.
 	var measured, latencyFix string
@@ -542,6 +609,66 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 	default:
 		c.Status, c.Summary, c.Fix = latency, measured, latencyFix
 	}
+	if eventStatus > Pass && eventStatus >= c.Status {
+		// Redis itself saw a stall the probe may have missed: a latency
+		// event of the last minute above the thresholds.
+		limit := r.latencyWarn()
+		if eventStatus == Fail {
+			limit = r.latencyFail()
+		}
+		ev := fmt.Sprintf("Redis recorded a latency event %v ago on %s: %s took %d ms (above %v; LATENCY LATEST)", eventAge.Round(time.Second), eventAddr, eventWorst.name, eventWorst.latest.Milliseconds(), limit)
+		if c.Status > Pass {
+			c.Summary = ev + "; " + c.Summary
+		} else {
+			c.Summary = ev + "; the probe measured " + measured
+		}
+		fix := "while Redis stalls every decision waits, and those past the budget fall back: find what blocks it (LATENCY HISTORY " + eventWorst.name + ", LATENCY DOCTOR, SLOWLOG GET; a long command, a fork for persistence, swapping)"
+		if c.Fix == "" {
+			c.Fix = fix
+		} else {
+			c.Fix = fix + "; " + c.Fix
+		}
+		c.Status = eventStatus
+	}
+}
+
+// recentEvent is how old a LATENCY LATEST event may be and still judge
+// the latency check: older ones are listed only.
+const recentEvent = time.Minute
+
+// latencyEvent is one entry of LATENCY LATEST.
+type latencyEvent struct {
+	name        string
+	at          time.Time // of the latest event
+	latest, max time.Duration
+}
+
+// parseLatencyEvent parses one entry of LATENCY LATEST: the event's name,
+// the Unix time of its latest occurrence, its latency and the highest
+// since the event was first recorded, in milliseconds.
+func parseLatencyEvent(e any) (latencyEvent, bool) {
+	f, ok := e.([]any)
+	if !ok || len(f) < 4 {
+		return latencyEvent{}, false
+	}
+	name, ok := f[0].(string)
+	at, ok1 := f[1].(int64)
+	latest, ok2 := f[2].(int64)
+	most, ok3 := f[3].(int64)
+	if !ok || !ok1 || !ok2 || !ok3 {
+		return latencyEvent{}, false
+	}
+	return latencyEvent{name: name, at: time.Unix(at, 0), latest: time.Duration(latest) * time.Millisecond, max: time.Duration(most) * time.Millisecond}, true
+}
+
+// redisNow is Redis's clock on the primary addr, from its INFO
+// (server_time_usec, read by the server check) when it has it, else this
+// host's.
+func (r *run) redisNow(addr string) time.Time {
+	if us, err := strconv.ParseInt(r.info[addr]["server_time_usec"], 10, 64); err == nil && us > 0 {
+		return time.UnixMicro(us)
+	}
+	return r.opts.Now()
 }
 
 // probeFailureFix says what to do about the error that failed the latency

@@ -134,7 +134,7 @@ otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 	fl.IntVar(&opts.Scan.Count, "scan-count", 200, "COUNT hint of each SCAN call")
 	fl.DurationVar(&opts.Scan.Pause, "scan-pause", 2*time.Millisecond, "pause between SCAN batches (negative: none)")
 	fl.IntVar(&opts.Scan.MemorySamples, "memory-samples", 300, "most keys whose MEMORY USAGE is read")
-	fl.IntVar(&opts.LatencySamples, "latency-samples", 50, "timed calls of the latency probe script")
+	fl.IntVar(&opts.LatencySamples, "latency-samples", 50, "timed calls of the latency probe script, 50ms apart (less when they would take over 2.5s), within 3s")
 	fl.DurationVar(&timeout, "timeout", 2*time.Minute, "bound on the whole run")
 	return cmd
 }
