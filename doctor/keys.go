@@ -33,6 +33,9 @@ type scanResult struct {
 	elapsed   time.Duration
 	errs      []string
 	firstErr  error // the error of errs[0]
+	// cardErrs are the keys named as sorted sets (sliding logs, lease
+	// sets) whose ZCARD failed, with the error: their sizes are unknown.
+	cardErrs []string
 }
 
 // fail records a read error of the scan.
@@ -129,6 +132,8 @@ func (r *run) inspect(ctx context.Context, n node, batch []string, res *scanResu
 		if cards[i] != nil {
 			if c, err := cards[i].Result(); err == nil {
 				sk.card = c
+			} else {
+				res.cardErrs = append(res.cardErrs, fmt.Sprintf("%s: %v", k, err))
 			}
 		}
 		res.keys = append(res.keys, sk)
@@ -598,6 +603,20 @@ func (r *run) checkLogs(c *Check, res scanResult, own map[string]*owner) {
 			logs = append(logs, k)
 		}
 	}
+	defer func() {
+		// A set whose ZCARD failed was not judged: the check does not
+		// pass on the others (a walk read "no sliding-log or lease sets"
+		// after a ZCARD of an :sl: key failed with WRONGTYPE).
+		if len(res.cardErrs) == 0 || c.Status > Pass {
+			return
+		}
+		c.Status = Warn
+		c.Evidence = append(c.Evidence, "ZCARD failed on "+plural.Count(len(res.cardErrs), "key", "keys")+": "+strings.Join(firstN(res.cardErrs, 3), "; "))
+		c.Summary = fmt.Sprintf("the size of %s named as %s is unknown, %s ZCARD failed (see the evidence); of the others: %s",
+			plural.Count(len(res.cardErrs), "key", "keys"), plural.Word(len(res.cardErrs), "a sliding log or lease set", "sliding logs or lease sets"),
+			plural.Word(len(res.cardErrs), "its", "their"), c.Summary)
+		c.Fix = "a key of another type under a sliding log's or lease set's name (WRONGTYPE) was written by something other than Floodgate (a manual SET, another application sharing the prefix): find the writer, then delete the key; give Floodgate its own prefix (serve --prefix) or database"
+	}()
 	if len(logs) == 0 {
 		c.Status, c.Summary = Pass, "no sliding-log or lease sets among the keys seen"
 		return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -146,6 +147,7 @@ func (r *run) tlsHint(err error) string {
 func failedReads(fs []failedRead) []string {
 	lines := []string{plural.Count(len(fs), "Redis read", "Redis reads") + " failed:"}
 	seen := map[string]int{}
+	keys := map[string][]string{} // the keys of WRONGTYPE errors, by line
 	var order []string
 	for _, f := range fs {
 		k := f.cmd + ": " + f.err.Error()
@@ -153,16 +155,23 @@ func failedReads(fs []failedRead) []string {
 			order = append(order, k)
 		}
 		seen[k]++
+		if f.key != "" && !slices.Contains(keys[k], f.key) {
+			keys[k] = append(keys[k], f.key)
+		}
 	}
 	for i, k := range order {
 		if i == 3 {
 			lines = append(lines, fmt.Sprintf("… %d other errors", len(order)-3))
 			break
 		}
+		line := k
 		if n := seen[k]; n > 1 {
-			k += fmt.Sprintf(" (×%d)", n)
+			line += fmt.Sprintf(" (×%d)", n)
 		}
-		lines = append(lines, "  "+k)
+		if ks := keys[k]; len(ks) > 0 {
+			line += ", on " + strings.Join(firstN(ks, 3), ", ")
+		}
+		lines = append(lines, "  "+line)
 	}
 	return lines
 }

@@ -97,6 +97,9 @@ type counter struct {
 type failedRead struct {
 	cmd string // the command's name, upper case, e.g. "HLEN"
 	err error
+	// key is the key a WRONGTYPE error was about: a key of another type
+	// than its name says, which the report names. Empty otherwise.
+	key string
 }
 
 // failures returns the reads that failed since the first from failed
@@ -138,7 +141,11 @@ func (c *counter) record(err error, cmds ...redis.Cmder) {
 		}
 		if err := e; err != nil && !expectedErr(err) {
 			c.mu.Lock()
-			c.failed = append(c.failed, failedRead{cmd: strings.ToUpper(commandName(cmd)), err: err})
+			f := failedRead{cmd: strings.ToUpper(commandName(cmd)), err: err}
+			if args := cmd.Args(); strings.HasPrefix(err.Error(), "WRONGTYPE") && len(args) > 1 {
+				f.key = fmt.Sprint(args[1])
+			}
+			c.failed = append(c.failed, f)
 			c.mu.Unlock()
 		}
 	}
