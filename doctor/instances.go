@@ -112,9 +112,17 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 		return nil, nil, 0, 0, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err == nil && len(body) > maxBody {
+		// Cut at the cap, the answer would not parse, and its parser's
+		// error ("unexpected end of JSON input") would hide why.
+		return nil, resp.Header, resp.StatusCode, time.Since(t0), fmt.Errorf("%w: GET %s answered more than %d MiB", errTooLarge, url, maxBody>>20)
+	}
 	return body, resp.Header, resp.StatusCode, time.Since(t0), err
 }
+
+// errTooLarge is the error of an HTTP answer over doctor's cap (maxBody).
+var errTooLarge = errors.New("answer over doctor's cap, not read")
 
 // unreadFix is the fix of a check that could not read the /metrics of
 // some of ins: an instance doctor could not read for a TLS reason gets

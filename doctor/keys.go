@@ -254,6 +254,13 @@ func partialScan(c *Check, res scanResult) {
 		c.Summary = "no key under the prefix: nothing to judge (a new deployment, or another prefix than the instances': see Instances/redis-and-prefix)"
 		return
 	}
+	if res.truncated && len(res.errs) == 0 && c.Status == Pass {
+		// A capped scan is a sample: the pass is about the keys seen
+		// (a walk read "every one of 10000 keys has a TTL" after the
+		// scan stopped at its cap).
+		c.Summary = fmt.Sprintf("of the %s sampled: %s; the scan stopped (%s: --scan-max-keys, --scan-max-time), so keys beyond were not checked",
+			plural.Count(len(res.keys), "key", "keys"), c.Summary, res.why)
+	}
 	if len(res.errs) == 0 || c.Status > Pass {
 		return
 	}

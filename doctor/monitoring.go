@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -37,6 +38,14 @@ var ShippedAlerts = []string{
 
 // floodgateSeries selects every series of Floodgate's metrics.
 const floodgateSeries = `{__name__=~"rate_limit_.+|floodgate_.+"}`
+
+// promFix is the fix of a Prometheus API call that failed with err.
+func promFix(err error) string {
+	if errors.Is(err, errTooLarge) {
+		return fmt.Sprintf("doctor reads at most %d MiB of an answer: check that the --prometheus URL is a Prometheus's, and whether it holds that many series or rules", maxBody>>20)
+	}
+	return "check the --prometheus URL and that this host can reach it"
+}
 
 // promGet calls a Prometheus HTTP API path and decodes its data into out.
 func (r *run) promGet(ctx context.Context, path string, out any) error {
@@ -75,7 +84,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 		}
 		if err := r.promGet(ctx, "/api/v1/query?query="+url.QueryEscape(q), &data); err != nil {
 			c.Status, c.Summary = Fail, "cannot query Prometheus: "+err.Error()
-			c.Fix = "check the --prometheus URL and that this host can reach it"
+			c.Fix = promFix(err)
 			return
 		}
 		scraped := map[string]bool{}
@@ -128,6 +137,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 		c.Read = "Prometheus GET /api/v1/rules?type=alert"
 		if rulesErr != nil {
 			c.Status, c.Summary = Fail, "cannot read the rules: "+rulesErr.Error()
+			c.Fix = promFix(rulesErr)
 			return
 		}
 		loaded := map[string]bool{}

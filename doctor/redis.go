@@ -381,7 +381,7 @@ func (r *run) checkMemory(c *Check) {
 		return
 	}
 	worst := Pass
-	unlimited := 0
+	unlimited, full := 0, 0
 	for _, addr := range r.primaryAddrs {
 		info := r.info[addr]
 		used, _ := strconv.ParseInt(info["used_memory"], 10, 64)
@@ -397,6 +397,9 @@ func (r *run) checkMemory(c *Check) {
 			continue
 		}
 		frac := float64(used) / float64(maxmem)
+		if frac >= 1 {
+			full++
+		}
 		st := Pass
 		switch {
 		case frac >= 0.9:
@@ -408,6 +411,9 @@ func (r *run) checkMemory(c *Check) {
 		c.Evidence = append(c.Evidence, fmt.Sprintf("%s: used %s of maxmemory %s (%.1f%%)", addr, formatBytes(used), formatBytes(maxmem), 100*frac))
 	}
 	switch {
+	case full > 0:
+		c.Summary = plural.Count(full, "primary is", "primaries are") + " at or over maxmemory: writes are being refused now (noeviction: decisions fail and the fallback decides) or counters evicted"
+		c.Fix = "raise maxmemory now, add Cluster shards, or shorten windows/TTLs; see the Keys group for what uses the memory"
 	case worst == Fail:
 		c.Summary = "a primary is at 90% or more of maxmemory: writes will soon be refused (noeviction) or counters evicted"
 		c.Fix = "raise maxmemory, add Cluster shards, or shorten windows/TTLs; see the Keys group for what uses the memory"
