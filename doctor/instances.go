@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -78,6 +79,9 @@ type instance struct {
 	// admin is set when url is an admin address: /readyz is not
 	// Floodgate's, /metrics has Floodgate's series.
 	admin bool
+	// envoy is set when url is a port of floodgate envoy-compat (its HTTP
+	// or debug port), not of serve: nothing of it is judged.
+	envoy bool
 	// tlsFix is the fix of an instance doctor could not read for a TLS
 	// reason (tlsFailure): nothing was read; "" for any other.
 	tlsFix string
@@ -124,6 +128,27 @@ func (r *run) get(ctx context.Context, url string) ([]byte, http.Header, int, ti
 // errTooLarge is the error of an HTTP answer over doctor's cap (maxBody).
 var errTooLarge = errors.New("answer over doctor's cap, not read")
 
+// versionUnknownFix is the fix of instance URLs that did not answer
+// /readyz as Floodgate.
+func versionUnknownFix(ins []*instance) string {
+	f := "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
+	if countEnvoy(ins) > 0 {
+		f += "; " + envoyFix
+	}
+	return f
+}
+
+// countEnvoy counts the envoy-compat ports among ins.
+func countEnvoy(ins []*instance) int {
+	n := 0
+	for _, in := range ins {
+		if in.envoy {
+			n++
+		}
+	}
+	return n
+}
+
 // unreadFix is the fix of a check that could not read the /metrics of
 // some of ins: an instance doctor could not read for a TLS reason gets
 // its TLS fix (tlsFixes); one that did not answer at all (connection
@@ -141,6 +166,7 @@ func unreadFix(ins []*instance) string {
 		case in.tlsFix != "":
 		case in.probes:
 			probes = append(probes, in.url)
+		case in.envoy:
 		case in.readyStatus == 0 && in.notFloodgate == "":
 			down = append(down, in.url)
 		default:
@@ -148,6 +174,9 @@ func unreadFix(ins []*instance) string {
 		}
 	}
 	fixes := tlsFixes(ins)
+	if n := countEnvoy(ins); n > 0 {
+		fixes = append(fixes, envoyFix)
+	}
 	if len(down) > 0 {
 		fixes = append(fixes, fmt.Sprintf("%s did not answer at all (%s): check that %s up and reachable from this host", strings.Join(down, ", "),
 			"connection refused or timed out", plural.Word(len(down), "it is", "they are")))
@@ -287,8 +316,53 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 		return r.instances
 	}
 	for _, u := range r.opts.Instances {
-		in := &instance{url: strings.TrimRight(u, "/")}
-		r.instances = append(r.instances, in)
+		r.instances = append(r.instances, &instance{url: strings.TrimRight(u, "/")})
+	}
+	// Read at once, at most instanceReaders at a time (an instance that
+	// never answers holds its reader for the HTTP client's timeout, 5s);
+	// the list keeps the order given.
+	each(r.instances, func(in *instance) { r.readInstance(ctx, in) })
+	r.instances = pairAdmins(r.instances)
+	if r.opts.RateWindow > 0 {
+		select {
+		case <-ctx.Done():
+			return r.instances
+		case <-time.After(r.opts.RateWindow):
+		}
+		each(r.instances, func(in *instance) {
+			if in.metrics == nil {
+				return
+			}
+			if m, err := r.scrape(ctx, in.metricsURL); err == nil {
+				in.later, in.laterAt = m, time.Now()
+			}
+		})
+	}
+	return r.instances
+}
+
+// instanceReaders is the most instances read at once.
+const instanceReaders = 8
+
+// each runs fn on every instance of ins, instanceReaders at a time, and
+// returns when all are done.
+func each(ins []*instance, fn func(*instance)) {
+	sem := make(chan struct{}, instanceReaders)
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(in)
+		}()
+	}
+	wg.Wait()
+}
+
+// readInstance reads /readyz and /metrics of one instance.
+func (r *run) readInstance(ctx context.Context, in *instance) {
+	{
 		local := r.opts.Now()
 		body, hdr, code, rtt, err := r.get(ctx, in.url+"/readyz")
 		if err != nil {
@@ -296,14 +370,14 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			if in.err == err {
 				in.tlsFix = tlsFailure(in.url, err)
 			}
-			continue
+			return
 		}
 		if code == http.StatusBadRequest && strings.HasPrefix(in.url, "http://") && strings.HasPrefix(string(body), httpsAnswer) {
 			// Plain HTTP to a TLS listener: nothing of the instance read
 			// (a re-walk was told to give the instance's main address).
 			in.err = fmt.Errorf("GET /readyz answered HTTP %d %q", code, strings.TrimSpace(string(body)))
 			in.tlsFix = httpsFix
-			continue
+			return
 		}
 		in.readyStatus = code
 		var ready struct {
@@ -320,16 +394,30 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			// Not Floodgate's /readyz: an admin address (no /readyz there:
 			// a 404 problem, which is JSON too), or another service.
 			// /metrics tells an admin address.
+			// envoy-compat's ports are told apart too: its debug port by
+			// its floodgate_envoy_* series, its HTTP port by /healthcheck.
+			// Neither is an instance doctor can audit (a walk saw its
+			// debug port taken for an admin address, and fallback and
+			// denials pass on its zero counts).
 			m, merr := r.scrape(ctx, in.url)
-			if merr == nil && hasFloodgateSeries(m) {
+			switch {
+			case merr == nil && hasEnvoySeries(m):
+				in.envoy = true
+				in.notFloodgate = fmt.Sprintf("GET /readyz answered HTTP %d, and /metrics has floodgate_envoy_* series: this is floodgate envoy-compat's debug port, not a floodgate serve instance", code)
+				in.err = errors.New(in.notFloodgate)
+			case merr == nil && hasFloodgateSeries(m):
 				in.admin = true
 				in.metrics, in.metricsAt, in.metricsURL = m, time.Now(), in.url
 				in.notFloodgate = fmt.Sprintf("GET /readyz answered HTTP %d, but /metrics has Floodgate's series: this is an instance's admin address (--admin-addr), which serves no /readyz", code)
-			} else {
+			case r.envoyHealthcheck(ctx, in.url):
+				in.envoy = true
+				in.notFloodgate = fmt.Sprintf("GET /readyz answered HTTP %d, and /healthcheck answered OK: this is floodgate envoy-compat's HTTP port, not a floodgate serve instance", code)
+				in.err = errors.New(in.notFloodgate)
+			default:
 				in.notFloodgate = fmt.Sprintf("GET /readyz answered HTTP %d%s: this URL did not answer as a Floodgate instance", code, bodyHint(code, body))
 				in.err = errors.New(in.notFloodgate)
 			}
-			continue
+			return
 		}
 		in.ready, in.readyErr, in.configVersion, in.store = *ready.Status, ready.Error, *ready.ConfigVersion, ready.Store
 		in.configSource, in.configHash, in.heartbeatID = ready.ConfigSource, ready.ConfigHash, ready.HeartbeatID
@@ -346,23 +434,6 @@ func (r *run) readInstances(ctx context.Context) []*instance {
 			in.metricsURL = in.url
 		}
 	}
-	r.instances = pairAdmins(r.instances)
-	if r.opts.RateWindow > 0 {
-		select {
-		case <-ctx.Done():
-			return r.instances
-		case <-time.After(r.opts.RateWindow):
-		}
-		for _, in := range r.instances {
-			if in.metrics == nil {
-				continue
-			}
-			if m, err := r.scrape(ctx, in.metricsURL); err == nil {
-				in.later, in.laterAt = m, time.Now()
-			}
-		}
-	}
-	return r.instances
 }
 
 // bodyHint says, for an answer to /readyz that is not Floodgate's, what
@@ -375,6 +446,28 @@ func bodyHint(code int, body []byte) string {
 		return ", with an empty body"
 	}
 	return ""
+}
+
+// envoyFix says what doctor can audit of floodgate envoy-compat, whose
+// ports were given as instances.
+const envoyFix = "doctor's instance checks are for floodgate serve (its /readyz and /metrics), which envoy-compat does not serve: run doctor on envoy-compat's Redis without --instance for the Redis checks (version, eviction policy, memory, persistence, replication, latency; its counters are not under a Floodgate prefix, so the key checks do not apply), and watch envoy-compat itself by its HTTP port's /healthcheck and its debug port's /metrics (floodgate_envoy_* series; see docs/envoy.md)"
+
+// hasEnvoySeries reports whether a /metrics answer has floodgate
+// envoy-compat's series, which serve does not export.
+func hasEnvoySeries(m map[string]*dto.MetricFamily) bool {
+	for name := range m {
+		if strings.HasPrefix(name, "floodgate_envoy_") {
+			return true
+		}
+	}
+	return false
+}
+
+// envoyHealthcheck reports whether base answers GET /healthcheck 200 "OK",
+// as envoy-compat's HTTP port does.
+func (r *run) envoyHealthcheck(ctx context.Context, base string) bool {
+	body, _, code, _, err := r.get(ctx, base+"/healthcheck")
+	return err == nil && code == http.StatusOK && strings.TrimSpace(string(body)) == "OK"
 }
 
 // hasFloodgateSeries reports whether a /metrics answer has any of
@@ -579,7 +672,10 @@ func (r *run) instanceChecks(ctx context.Context) {
 				}
 				fixes = append(fixes, f)
 			}
-			if foreign > 0 {
+			if envoys := countEnvoy(ins); envoys > 0 {
+				fixes = append(fixes, envoyFix)
+			}
+			if foreign > countEnvoy(ins) {
 				f := "give each instance's main address (serve --addr), which serves /readyz"
 				if admins > 0 {
 					f += "; an admin address (--admin-addr) serves only /metrics and the admin API: with --metrics-admin-only, give it as well as the main address (same host), and doctor reads /metrics there"
@@ -599,12 +695,15 @@ func (r *run) instanceChecks(ctx context.Context) {
 	r.check(GroupInstances, "config-version", func(c *Check) {
 		c.Read = read + " (no extra request)"
 		versions := map[string][]string{}
-		var unknown []string // instances whose version is unknown: not a Floodgate /readyz
-		var noConf []string  // instances with no configuration at all
+		var unknown []string   // instances whose version is unknown: not a Floodgate /readyz
+		var noConf []string    // instances with no configuration at all
+		var unread []*instance // instances not read at all (no answer, TLS, the run's time over)
 		for _, in := range ins {
 			switch {
 			case in.notFloodgate != "":
 				unknown = append(unknown, in.url)
+			case in.readyStatus == 0:
+				unread = append(unread, in)
 			case in.noConfiguration():
 				noConf = append(noConf, in.url)
 				line := in.url + ": no configuration (/readyz no-configuration)"
@@ -644,6 +743,24 @@ func (r *run) instanceChecks(ctx context.Context) {
 			}
 		}()
 		defer func() {
+			// Runs after the one below: an instance not read at all
+			// (one that accepts connections and never answers) was
+			// left out, and the check passed on the others.
+			if len(unread) == 0 || len(versions) == 0 {
+				return
+			}
+			var urls []string
+			for _, in := range unread {
+				urls = append(urls, in.url)
+			}
+			c.Evidence = append(c.Evidence, "version unknown (not read, see ready): "+strings.Join(urls, ", "))
+			c.Summary += fmt.Sprintf("; the version of %s is unknown: %s not read (see ready)", plural.Count(len(unread), "instance", "instances"), plural.Word(len(unread), "it was", "they were"))
+			if c.Status == Pass {
+				c.Status = Warn
+				c.Fix = unreadFix(unread)
+			}
+		}()
+		defer func() {
 			if len(unknown) == 0 || len(versions) == 0 {
 				return
 			}
@@ -652,7 +769,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Summary += fmt.Sprintf("; the version of %s is unknown (%s did not answer /readyz as a Floodgate instance)", plural.Count(len(unknown), "URL", "URLs"), plural.Word(len(unknown), "it", "they"))
 			if c.Status == Pass {
 				c.Status = Warn
-				c.Fix = "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
+				c.Fix = versionUnknownFix(ins)
 			}
 		}()
 		if diff := differentContents(ins); len(diff) > 0 {
@@ -687,7 +804,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 		case len(unknown) > 0:
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("the configuration version of %s is unknown: %s did not answer /readyz as a Floodgate instance", plural.Count(len(unknown), "URL", "URLs"), plural.Word(len(unknown), "it", "they"))
-			c.Fix = "give each instance's main address (serve --addr), which serves /readyz and its configuration version"
+			c.Fix = versionUnknownFix(ins)
 		case notRead(ins) > 0:
 			c.Status, c.Summary, c.Fix = Warn, "no instance was read before doctor's time ran out", deadlineFix
 		default:
