@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -112,11 +113,28 @@ func groupRun(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return cmd.Help()
 	}
+	return unknownCommand(cmd, "command", args[0])
+}
+
+// unknownCommand is the error for name, which names no subcommand of cmd
+// ("command", or "help topic" for floodgate help): it lists those there
+// are, and the likely one when name is close to one of them.
+func unknownCommand(cmd *cobra.Command, what, name string) error {
 	names := make([]string, 0, len(cmd.Commands()))
 	for _, c := range cmd.Commands() {
 		if c.IsAvailableCommand() {
 			names = append(names, c.Name())
 		}
 	}
-	return fmt.Errorf("unknown command %q for %q (want one of: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))
+	if len(names) == 0 {
+		return fmt.Errorf("unknown %s %q: %q has no subcommands", what, name, cmd.CommandPath())
+	}
+	msg := fmt.Sprintf("unknown %s %q for %q (want one of: %s)", what, name, cmd.CommandPath(), strings.Join(names, ", "))
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		msg += fmt.Sprintf(": did you mean %q?", s[0])
+	}
+	return errors.New(msg)
 }

@@ -23,7 +23,7 @@ import (
 
 // version names the release this binary was built from. Release builds
 // stamp it with -ldflags "-X main.version=v1.2.3" (deploy/build-image.sh
-// does); "floodgate --version" prints it.
+// does); "floodgate --version" and "floodgate version" print it.
 var version = "dev"
 
 func main() {
@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	err = listCommands(root, args, err)
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
@@ -81,18 +82,77 @@ for a decision with "floodgate check", and see the race it prevents with
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(), newCheckCmd(), newConfigCmd(), newDemoCmd(), newLoadtestCmd(), newDoctorCmd())
-	root.AddCommand(newEnvoyCompatCmd())
+	root.AddCommand(newEnvoyCompatCmd(), newVersionCmd())
 	// cobra's completion command, made now rather than at Execute, so
 	// that an unknown shell ("completion tcsh") fails as a mistyped
 	// subcommand of config or demo does, instead of printing the help
 	// and exiting 0.
 	root.InitDefaultCompletionCmd()
+	// cobra's help command, made now too, so that an unknown topic
+	// ("help bogus", "help config bogus") fails listing the commands, as
+	// an unknown command does; it printed "Unknown help topic" and the
+	// usage, and exited 0.
+	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
-		if c.Name() == "completion" {
+		switch c.Name() {
+		case "completion":
 			c.Args, c.RunE = cobra.ArbitraryArgs, groupRun
+		case "help":
+			c.Run, c.RunE = nil, helpRun
 		}
 	}
 	return root
+}
+
+// helpRun prints the help of the command its arguments name, or fails
+// naming the commands there are when they name none.
+func helpRun(c *cobra.Command, args []string) error {
+	root := c.Root()
+	target, rest, err := root.Find(args)
+	if err != nil || target == nil {
+		// A first word that names no command (cobra's error for it
+		// lists none).
+		return unknownCommand(root, "help topic", args[0])
+	}
+	if len(rest) > 0 {
+		// A word after a command that has no such subcommand: cobra
+		// leaves it to the command as an argument.
+		return unknownCommand(target, "help topic", rest[0])
+	}
+	target.InitDefaultHelpFlag()
+	target.InitDefaultVersionFlag()
+	return target.Help()
+}
+
+// listCommands returns, for cobra's error for an unknown top-level command
+// (which lists none, as "floodgate config nope" does), one that lists
+// them; any other err as it is.
+func listCommands(root *cobra.Command, args []string, err error) error {
+	c, _, ferr := root.Find(args)
+	if ferr == nil || c != root || ferr.Error() != err.Error() {
+		return err
+	}
+	for _, a := range args {
+		// The root's only flags (--help, --version) take no value: the
+		// first other word is the command.
+		if !strings.HasPrefix(a, "-") {
+			return unknownCommand(root, "command", a)
+		}
+	}
+	return err
+}
+
+// newVersionCmd is "floodgate version": what --version prints.
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the release this binary was built from (as --version does)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s version %s\n", cmd.Root().DisplayName(), version)
+			return err
+		},
+	}
 }
 
 // newLogger returns a slog logger writing to w in format ("json" or

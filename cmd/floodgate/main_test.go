@@ -527,7 +527,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--envoy-config", "nofile.yaml"}, "--envoy-config: config: Envoy descriptor configuration: stat nofile.yaml: no such file"},
 		{[]string{"demo", "incident", "--start", "2000"}, "start 2000 out of range"},
 		{[]string{"config", "push", "nofile.yaml"}, "no such file"},
-		{[]string{"nosuchcommand"}, "unknown command"},
+		{[]string{"nosuchcommand"}, `unknown command "nosuchcommand" for "floodgate" (want one of: check, completion, config, demo`},
 		// Found by a walk of every command's flags: a panic, an
 		// out-of-memory crash, exit 0 for a mistyped subcommand, and
 		// errors that did not name their flag.
