@@ -214,6 +214,16 @@ type Options struct {
 	Now func() time.Time
 }
 
+// The largest values of ScanOptions.MaxKeys, ScanOptions.Count,
+// ScanOptions.MemorySamples and Options.LatencySamples (0 is each one's
+// default).
+const (
+	MaxScanKeys       = 10_000_000
+	MaxScanCount      = 10_000
+	MaxMemorySamples  = 100_000
+	MaxLatencySamples = 1000
+)
+
 func (o *Options) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidOptions, fmt.Sprintf(format, args...))
@@ -234,18 +244,18 @@ func (o *Options) validate() error {
 	}
 	s := &o.Scan
 	switch {
-	case s.MaxKeys < 0 || s.MaxKeys > 10_000_000:
-		return bad("scan max keys %d out of range 0..10000000", s.MaxKeys)
+	case s.MaxKeys < 0 || s.MaxKeys > MaxScanKeys:
+		return bad("scan max keys %d out of range 0..%d", s.MaxKeys, MaxScanKeys)
 	case s.MaxTime < 0:
 		return bad("scan max time %v is negative", s.MaxTime)
-	case s.Count < 0 || s.Count > 10_000:
-		return bad("scan count %d out of range 0..10000", s.Count)
-	case s.MemorySamples < 0 || s.MemorySamples > 100_000:
-		return bad("memory samples %d out of range 0..100000", s.MemorySamples)
+	case s.Count < 0 || s.Count > MaxScanCount:
+		return bad("scan count %d out of range 0..%d", s.Count, MaxScanCount)
+	case s.MemorySamples < 0 || s.MemorySamples > MaxMemorySamples:
+		return bad("memory samples %d out of range 0..%d", s.MemorySamples, MaxMemorySamples)
 	case o.LatencyWarn < 0 || o.LatencyFail < 0:
 		return bad("negative latency threshold")
-	case o.LatencySamples < 0 || o.LatencySamples > 1000:
-		return bad("latency samples %d out of range 0..1000", o.LatencySamples)
+	case o.LatencySamples < 0 || o.LatencySamples > MaxLatencySamples:
+		return bad("latency samples %d out of range 0..%d", o.LatencySamples, MaxLatencySamples)
 	}
 	if s.MaxKeys == 0 {
 		s.MaxKeys = 10_000

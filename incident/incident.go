@@ -30,6 +30,9 @@ import (
 // ErrInvalidOptions reports options out of range.
 var ErrInvalidOptions = errors.New("incident: invalid options")
 
+// MaxGap is the longest Options.Gap.
+const MaxGap = time.Second
+
 // Options sets the scene. The zero value is the incident's: limit 1000,
 // counter at 998, 50 concurrent requests, 2ms between read and write.
 type Options struct {
@@ -74,8 +77,8 @@ func (o *Options) normalize() error {
 		return fmt.Errorf("%w: start %d out of range 0..%d (the limit)", ErrInvalidOptions, o.Start, o.Limit)
 	case o.Requests < 1 || o.Requests > 10_000:
 		return fmt.Errorf("%w: requests %d out of range 1..10000", ErrInvalidOptions, o.Requests)
-	case o.Gap < 0 || o.Gap > time.Second:
-		return fmt.Errorf("%w: gap %v out of range 0..1s", ErrInvalidOptions, o.Gap)
+	case o.Gap < 0 || o.Gap > MaxGap:
+		return fmt.Errorf("%w: gap %v out of range 0..%v (0: the default, 2ms)", ErrInvalidOptions, o.Gap, MaxGap)
 	}
 	return nil
 }

@@ -53,9 +53,9 @@ fewer through.`,
 			if opts.Limit < 1 || opts.Requests < 1 {
 				return fmt.Errorf("--limit %d, --requests %d: want at least 1 each", opts.Limit, opts.Requests)
 			}
-			if opts.Gap <= 0 {
+			if opts.Gap <= 0 || opts.Gap > incident.MaxGap {
 				// The library reads a zero Gap as its default (2ms).
-				return fmt.Errorf("--gap %v: want above 0 (1ns for next to no pause)", opts.Gap)
+				return fmt.Errorf("--gap %v: want above 0 and at most %v (1ns for next to no pause)", opts.Gap, incident.MaxGap)
 			}
 			opts.Start = start
 			opts.StartAtZero = cmd.Flags().Changed("start") && start == 0
@@ -95,7 +95,7 @@ fewer through.`,
 	fl.Int64Var(&opts.Limit, "limit", 1000, "requests allowed per hour")
 	fl.Int64Var(&start, "start", 0, "counter value when the burst arrives (default: limit-2)")
 	fl.IntVar(&opts.Requests, "requests", 50, "requests arriving at once")
-	fl.DurationVar(&opts.Gap, "gap", 2*time.Millisecond, "time the naive limiter spends between GET and INCR")
+	fl.DurationVar(&opts.Gap, "gap", 2*time.Millisecond, "time the naive limiter spends between GET and INCR (above 0, at most 1s)")
 	return cmd
 }
 

@@ -129,12 +129,12 @@ otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 	fl.StringVar(&opts.PrometheusURL, "prometheus", "", "base URL of the Prometheus scraping the instances, e.g. http://prometheus:9090")
 	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fl.StringVar(&colour, "color", "auto", "colour the report: auto (on a terminal), always or never")
-	fl.IntVar(&opts.Scan.MaxKeys, "scan-max-keys", 10_000, "most keys the scan examines")
+	fl.IntVar(&opts.Scan.MaxKeys, "scan-max-keys", 10_000, "most keys the scan examines (1..10000000)")
 	fl.DurationVar(&opts.Scan.MaxTime, "scan-max-time", 10*time.Second, "longest the scan runs")
-	fl.IntVar(&opts.Scan.Count, "scan-count", 200, "COUNT hint of each SCAN call")
+	fl.IntVar(&opts.Scan.Count, "scan-count", 200, "COUNT hint of each SCAN call (1..10000)")
 	fl.DurationVar(&opts.Scan.Pause, "scan-pause", 2*time.Millisecond, "pause between SCAN batches (negative: none)")
-	fl.IntVar(&opts.Scan.MemorySamples, "memory-samples", 300, "most keys whose MEMORY USAGE is read")
-	fl.IntVar(&opts.LatencySamples, "latency-samples", 50, "timed calls of the latency probe script, 50ms apart (less when they would take over 2.5s), within 3s")
+	fl.IntVar(&opts.Scan.MemorySamples, "memory-samples", 300, "most keys whose MEMORY USAGE is read (1..100000)")
+	fl.IntVar(&opts.LatencySamples, "latency-samples", 50, "timed calls of the latency probe script, 50ms apart (less when they would take over 2.5s), within 3s (1..1000)")
 	fl.DurationVar(&timeout, "timeout", 2*time.Minute, "bound on the whole run")
 	return cmd
 }
@@ -149,15 +149,16 @@ func checkDoctorFlags(opts doctor.Options, timeout time.Duration) error {
 	if err := floodgate.ValidatePrefix(opts.Prefix); err != nil {
 		return fmt.Errorf("--prefix: %w", err)
 	}
+	// 0 would be the library's default, so the range given is 1..max.
 	for _, c := range []struct {
-		flag string
-		n    int
+		flag   string
+		n, max int
 	}{
-		{"--scan-max-keys", opts.Scan.MaxKeys}, {"--scan-count", opts.Scan.Count},
-		{"--memory-samples", opts.Scan.MemorySamples}, {"--latency-samples", opts.LatencySamples},
+		{"--scan-max-keys", opts.Scan.MaxKeys, doctor.MaxScanKeys}, {"--scan-count", opts.Scan.Count, doctor.MaxScanCount},
+		{"--memory-samples", opts.Scan.MemorySamples, doctor.MaxMemorySamples}, {"--latency-samples", opts.LatencySamples, doctor.MaxLatencySamples},
 	} {
-		if c.n < 1 {
-			return fmt.Errorf("%s %d: want at least 1", c.flag, c.n)
+		if c.n < 1 || c.n > c.max {
+			return fmt.Errorf("%s %d: want 1..%d", c.flag, c.n, c.max)
 		}
 	}
 	if opts.Scan.MaxTime <= 0 {

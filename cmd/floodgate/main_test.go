@@ -487,7 +487,11 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"doctor", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
 		{[]string{"config", "push", "../../deploy/config/floodgate.yaml", "--redis", "localhost:6380"}, `"localhost:6380": no scheme: want redis://host:port/db (or rediss://)`},
 		{[]string{"demo", "incident", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
-		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 (1ns for next to no pause)"},
+		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 and at most 1s (1ns for next to no pause)"},
+		// An outside walk: the range said 0..1s, which 0 is not in.
+		{[]string{"demo", "incident", "--gap", "100h"}, "--gap 100h0m0s: want above 0 and at most 1s (1ns for next to no pause)"},
+		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "999999999"}, "--latency-samples 999999999: want 1..1000"},
+		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--scan-count", "0"}, "--scan-count 0: want 1..10000"},
 		{[]string{"serve", "--config-from-redis"}, "needs --redis"},
 		// Refused before Redis is dialled (it took 2 s of dialling), and
 		// before the Redis flags are checked.
@@ -558,7 +562,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis-cluster", "127.0.0.1:1", "--memory-max-quota-periods", "10"}, "--memory-max-quota-periods applies in memory mode only"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--tls-key-file", "/nonexistent"}, "--tls-key-file needs --tls-cert-file"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--timeout", "0"}, "--timeout 0s: want a positive duration"},
-		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "-1"}, "--latency-samples -1: want at least 1"},
+		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--latency-samples", "-1"}, "--latency-samples -1: want 1..1000"},
 		{[]string{"doctor", "--redis", "redis://127.0.0.1:1", "--prefix", ""}, "--prefix"},
 		{[]string{"loadtest", "--target", "ftp://x:1"}, `unknown scheme "ftp"`},
 		{[]string{"loadtest", "--mode", "grpc", "--target", "http://x:1"}, "mode grpc needs a grpc:// or grpcs:// target"},
