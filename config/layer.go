@@ -92,7 +92,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 		base.Burst, _ = p.integer(v.val, what+" burst", 1, floodgate.MaxLimit)
 	}
 	if v, ok := f["max_delay"]; ok {
-		base.MaxDelay, _ = p.duration(v.val, what+" max_delay")
+		base.MaxDelay, _ = p.duration(v.val, what+" max_delay", 0)
 	}
 	// core counts the problems of the fields the policy is built from:
 	// without those, the policy cannot be checked as a whole. Problems of
@@ -246,7 +246,7 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 			pt.Burst, _ = p.integer(x.val, tw+" burst", 1, floodgate.MaxLimit)
 		}
 		if x, ok := f["max_delay"]; ok {
-			pt.MaxDelay, _ = p.duration(x.val, tw+" max_delay")
+			pt.MaxDelay, _ = p.duration(x.val, tw+" max_delay", 0)
 		}
 		if len(p.errs) > bad {
 			continue
@@ -306,7 +306,7 @@ func ParseDuration(s string) (time.Duration, error) {
 // policy's own check (floodgate.Policy.Validate, the same range) runs only
 // once every field it reads is valid.
 func (p *parser) window(n *yaml.Node, what string) time.Duration {
-	d, ok := p.duration(n, what+" window")
+	d, ok := p.duration(n, what+" window", floodgate.MaxWindow)
 	if ok && (d < floodgate.MinWindow || d > floodgate.MaxWindow) {
 		p.errorf(n, "%s window %s out of range %s..%s", what, FormatDuration(d), FormatDuration(floodgate.MinWindow), FormatDuration(floodgate.MaxWindow))
 	}

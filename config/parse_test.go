@@ -212,6 +212,12 @@ func TestParseErrors(t *testing.T) {
 		{"bad window", layer("algorithm: gcra, limit: 5, window: 1 minute, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: invalid duration "1 minute"`},
 		{"negative window", layer("algorithm: gcra, limit: 5, window: -1m, dimension: user"), `e.yaml:5:54: layer "l" of policy "p" window: duration "-1m" must be positive`},
 		{"window too long", layer("algorithm: fixed_window, limit: 5, window: 500d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 500d out of range 1ms..400d`},
+		// An outside walk: a window too long for a Go duration was called
+		// an invalid duration, with examples of the writing.
+		{"window too long to hold", layer("algorithm: fixed_window, limit: 5, window: 2562048h, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 2562048h out of range 1ms..400d`},
+		{"window too long to hold, ns", layer("algorithm: fixed_window, limit: 5, window: 9999999999999999999ns, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 9999999999999999999ns out of range 1ms..400d`},
+		{"window of too many days", layer("algorithm: fixed_window, limit: 5, window: 99999d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 99999d out of range 1ms..400d`},
+		{"max_delay too long to hold", layer("algorithm: gcra, limit: 5, window: 1s, max_delay: 2562048h, dimension: user"), `layer "l" of policy "p" max_delay: duration "2562048h" is too long`},
 		// Every problem of a layer at once: the window's range and a
 		// quota's anchor_day are checked even when another field is bad.
 		{"bad limit and window", layer("algorithm: fixed_window, limit: 0, window: 401d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 401d out of range 1ms..400d`},

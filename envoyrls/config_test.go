@@ -188,6 +188,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"string rpu", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: many}\n", 4, "must be an integer"},
 		{"bad window", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {window: soon, requests_per_unit: 1}\n", 4, `window "soon"`},
 		{"window too long", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {window: 10000h, requests_per_unit: 1}\n", 4, "window 10000h0m0s out of range"},
+		{"window too long to hold", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {window: 2562048h, requests_per_unit: 1}\n", 4, "window 2562048h out of range 1ms..400d"},
 		{"bad algorithm", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: magic}\n", 4, `unknown algorithm "magic"`},
 		{"burst on fixed window", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", 4, "burst applies to token_bucket and gcra only"},
 		{"sliding log too big", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000, algorithm: sliding_log}\n", 4, "sliding_log limit 1000000"},

@@ -408,6 +408,10 @@ func (p *parser) window(n *yaml.Node, f map[string]*yaml.Node) (time.Duration, e
 			return 0, err
 		}
 		w, err := duration.Parse(s)
+		if errors.Is(err, duration.ErrTooLong) {
+			// Written as a duration, too long to be held.
+			return 0, p.errAt(wn, "window %s out of range %v..%dd", s, floodgate.MinWindow, floodgate.MaxWindow/(24*time.Hour))
+		}
 		if err != nil {
 			return 0, p.errAt(wn, "window %q: want a positive duration such as 90s, 1m30s, 250ms or 30d", s)
 		}

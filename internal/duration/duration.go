@@ -4,19 +4,31 @@
 package duration
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
 
+// ErrTooLong reports a duration written correctly but too long to be
+// held: over about 292 years (time.Duration's range), or days of more than
+// four digits. Callers say the range they accept, rather than suggest a
+// mistake in the writing.
+var ErrTooLong = errors.New("too long")
+
+// goDuration matches what time.ParseDuration reads, whatever its size.
+var goDuration = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
+
 // Parse parses a Go duration or a whole number of days. The result must be
-// positive.
+// positive. A duration too long to be held is an error wrapping
+// ErrTooLong.
 func Parse(s string) (time.Duration, error) {
 	var d time.Duration
 	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && strings.Trim(days, "0123456789") == "" {
 		if len(days) > 4 {
-			return 0, fmt.Errorf("duration %q is too long", s)
+			return 0, fmt.Errorf("duration %q is %w", s, ErrTooLong)
 		}
 		n, err := strconv.Atoi(days)
 		if err != nil {
@@ -27,6 +39,9 @@ func Parse(s string) (time.Duration, error) {
 		var err error
 		d, err = time.ParseDuration(s)
 		if err != nil {
+			if goDuration.MatchString(s) {
+				return 0, fmt.Errorf("duration %q is %w", s, ErrTooLong)
+			}
 			return 0, fmt.Errorf("invalid duration %q (want e.g. 500ms, 1m, 1h or 30d)", s)
 		}
 	}
