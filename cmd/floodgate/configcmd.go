@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"regexp"
@@ -45,19 +46,24 @@ with a top-level domain and no top-level policies, or any file with
 --envoy. A directory is read as serve --envoy-config reads one: its .yaml
 and .yml files, as Envoy descriptor files. Envoy descriptor files given
 together are also checked as one set (no domain twice), as serve reads a
-directory of them.`,
+directory of them. A FILE of - is standard input (named <stdin> in the
+messages; ./- for a file named -).
+
+A policies file without a version field is valid (serve --config does not
+need one), but config push would refuse it: validate warns of it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, fromDir, err := expandConfigArgs(args)
 			if err != nil {
 				return err
 			}
+			in := &configInput{stdin: cmd.InOrStdin()}
 			failed := 0
 			var envoyFiles []string
 			var envoyCfgs []*envoyrls.Config
 			for _, file := range files {
-				if envoy || fromDir[file] || isEnvoyFile(file) {
-					c, err := validateEnvoyFile(file)
+				if envoy || fromDir[file] || in.isEnvoy(file) {
+					c, err := in.validateEnvoy(file)
 					if err != nil {
 						failed++
 						for _, e := range flatten(err) {
@@ -65,12 +71,12 @@ directory of them.`,
 						}
 						continue
 					}
-					envoyFiles, envoyCfgs = append(envoyFiles, file), append(envoyCfgs, c)
+					envoyFiles, envoyCfgs = append(envoyFiles, inputName(file)), append(envoyCfgs, c)
 					fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (Envoy descriptors, domain %q, %s)\n",
-						file, strings.Join(c.Domains(), ", "), plural.Count(len(c.Rules()), "rule", "rules"))
+						inputName(file), strings.Join(c.Domains(), ", "), plural.Count(len(c.Rules()), "rule", "rules"))
 					continue
 				}
-				cfg, err := config.LoadFile(file)
+				cfg, err := in.load(file)
 				if err != nil {
 					failed++
 					for _, e := range flatten(err) {
@@ -82,14 +88,18 @@ directory of them.`,
 				if len(cfg.Tiers()) > 1 {
 					tiers = "tiers " + strings.Join(cfg.Tiers(), ", ") + ", default " + cfg.DefaultTier()
 				}
+				name := inputName(file)
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (version %q, %s, %s, %s, %s)\n",
-					file, cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), plural.Count(len(cfg.Quotas()), "quota", "quotas"),
+					name, cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), plural.Count(len(cfg.Quotas()), "quota", "quotas"),
 					plural.Count(len(cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
-				if w := signedSizeWarning(file); w != "" {
+				if cfg.Version() == "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", name, noVersionWarning)
+				}
+				if w := in.signedSizeWarning(file); w != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), w)
 				}
 				for _, w := range tierWindowWarnings(cfg) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", file, w)
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", name, w)
 				}
 			}
 			merged := true
@@ -144,20 +154,70 @@ var (
 	policiesFieldRE = regexp.MustCompile(`(?m)^policies[ \t]*:`)
 )
 
-// isEnvoyFile reports a file with a top-level domain and no top-level
-// policies; an unreadable file is not (config.LoadFile says why).
-func isEnvoyFile(file string) bool {
-	data, err := config.ReadEnvoyFile(file) // the larger of the two limits
+// noVersionWarning is validate's warning for a policies file without a
+// version field, which serve --config runs but config push refuses.
+const noVersionWarning = "no version field: config push would refuse it (a shared configuration needs a version field); " +
+	"instances name the configuration they run by its version (logs, /readyz, /admin/v1/config, doctor's Instances/config-version), " +
+	"and tell a new configuration from an old one by it (a lower version than the one running is logged and counted in floodgate_config_version_regressions_total)"
+
+// stdinName names standard input, given as the file "-", in messages.
+const stdinName = "<stdin>"
+
+// inputName is the name file is reported under.
+func inputName(file string) string {
+	if file == "-" {
+		return stdinName
+	}
+	return file
+}
+
+// configInput reads the files config validate and push are given, and
+// standard input for the file "-" (read once, however often it is given).
+type configInput struct {
+	stdin io.Reader
+	done  bool
+	data  []byte
+	err   error
+}
+
+// read reads file (standard input for "-") within the size limit of an
+// Envoy descriptor file (envoy) or of a policies file.
+func (in *configInput) read(file string, envoy bool) ([]byte, error) {
+	if file != "-" {
+		if envoy {
+			return config.ReadEnvoyFile(file)
+		}
+		return config.ReadFile(file)
+	}
+	if !in.done {
+		in.done = true
+		in.data, in.err = io.ReadAll(io.LimitReader(in.stdin, envoyrls.MaxConfigSize+1))
+	}
+	switch {
+	case in.err != nil:
+		return nil, fmt.Errorf("reading standard input: %w", in.err)
+	case envoy && len(in.data) > envoyrls.MaxConfigSize:
+		return nil, &envoyrls.ConfigError{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes", envoyrls.MaxConfigSize)}
+	case !envoy && len(in.data) > config.MaxSize:
+		return nil, &config.Error{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes", config.MaxSize)}
+	}
+	return in.data, nil
+}
+
+// isEnvoy reports a file with a top-level domain and no top-level
+// policies; an unreadable file is not (load says why).
+func (in *configInput) isEnvoy(file string) bool {
+	data, err := in.read(file, true) // the larger of the two limits
 	if err != nil {
 		return false
 	}
 	return envoyDomainRE.Match(data) && !policiesFieldRE.Match(data)
 }
 
-// validateEnvoyFile reads and parses one Envoy descriptor file as serve
+// validateEnvoy reads and parses one Envoy descriptor file as serve
 // --envoy-config does.
-func validateEnvoyFile(file string) (*envoyrls.Config, error) {
-	data, err := config.ReadEnvoyFile(file)
+func (in *configInput) validateEnvoy(file string) (*envoyrls.Config, error) {
+	data, err := in.read(file, true)
 	if err != nil {
 		var ce *envoyrls.ConfigError
 		if errors.As(err, &ce) {
@@ -165,7 +225,20 @@ func validateEnvoyFile(file string) (*envoyrls.Config, error) {
 		}
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return envoyrls.ParseConfig(data, file)
+	return envoyrls.ParseConfig(data, inputName(file))
+}
+
+// load reads and parses one policies file, as config.LoadFile does.
+func (in *configInput) load(file string) (*config.Config, error) {
+	data, err := in.read(file, false)
+	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			return nil, err // too large: it names the file already
+		}
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return config.Parse(data, inputName(file))
 }
 
 // flatten lists the errors joined in err, one per line.
@@ -197,22 +270,25 @@ under one version), and so is a version lower than the published one
 document, a push unsigned or signed with another key is refused unless
 --force (instances verifying with the old key would refuse it). With no
 document stored there is nothing to compare with: push warns of it.
-Pushing the published document again only announces it.`,
+Pushing the published document again only announces it. A FILE of - is
+standard input (named <stdin> in the messages).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := config.KeysFor(prefix)
 			if err != nil {
 				return fmt.Errorf("--prefix: %w", err)
 			}
-			data, err := config.ReadFile(args[0])
+			in := &configInput{stdin: cmd.InOrStdin()}
+			data, err := in.read(args[0], false)
 			if err != nil {
 				return err
 			}
 			// Validate before connecting, so that every problem is
 			// reported against the file, by its name and line.
-			checked, err := config.Parse(data, args[0])
+			name := inputName(args[0])
+			checked, err := config.Parse(data, name)
 			if err == nil && checked.Version() == "" {
-				err = &config.Error{File: args[0], Msg: "a shared configuration needs a version field"}
+				err = &config.Error{File: name, Msg: "a shared configuration needs a version field"}
 			}
 			if err != nil {
 				for _, e := range flatten(err) {
@@ -329,8 +405,8 @@ func tierWindowWarnings(cfg *config.Config) []string {
 // config.MaxSize once config push --sign-key-file adds its signature
 // line, or "" when it would not (or cannot be read: validate has just
 // read it).
-func signedSizeWarning(file string) string {
-	data, err := config.ReadFile(file)
+func (in *configInput) signedSizeWarning(file string) string {
+	data, err := in.read(file, false)
 	if err != nil {
 		return ""
 	}
@@ -339,7 +415,7 @@ func signedSizeWarning(file string) string {
 		return ""
 	}
 	return fmt.Sprintf("%s: warning: signed (config push --sign-key-file), it would be %d bytes, over the %d-byte limit: the signature line adds %d bytes; push would refuse it signed",
-		file, n, config.MaxSize, n-len(data))
+		inputName(file), n, config.MaxSize, n-len(data))
 }
 
 // droppedNames lists the policies, quotas and concurrency limits that prev
