@@ -18,6 +18,10 @@ import (
 // exitDenied is check's exit status for a denied request.
 const exitDenied = 2
 
+// servicePeekHint is the service's hint for a cost below 1 (server's
+// checkCost), which names its peek endpoint.
+const servicePeekHint = "(use /v1/peek to check without consuming)"
+
 func newCheckCmd() *cobra.Command {
 	var (
 		addr, policy string
@@ -100,6 +104,10 @@ unreachable, request refused).`,
 				if errors.As(err, &pe) && strings.HasSuffix(pe.Problem.Type, "missing-identity") {
 					// The service's hint is the JSON field; here it is a flag.
 					return fmt.Errorf("%w; with floodgate check, give each identity value as --id dimension=value (e.g. --id user=42)", err)
+				}
+				if msg := err.Error(); errors.As(err, &pe) && strings.Contains(msg, servicePeekHint) {
+					// The service's hint names its endpoint; here it is a flag.
+					return errors.New(strings.Replace(msg, servicePeekHint, "(use --peek to check without consuming)", 1))
 				}
 				return err
 			}

@@ -81,3 +81,21 @@ func TestCheckMissingIdentityNamesTheFlag(t *testing.T) {
 		t.Fatalf("check without --id: exit %d, stderr %q; want 1 and a hint naming --id", code, errOut)
 	}
 }
+
+// TestCheckCostHintNamesPeekFlag: the service refuses a cost of 0 with a
+// hint naming its peek endpoint; check gives the hint as its flag, --peek
+// (an outside walk: "use /v1/peek" from a command line). --json still
+// gives the service's own problem JSON.
+func TestCheckCostHintNamesPeekFlag(t *testing.T) {
+	svc := startService(t)
+	defer svc.stop(t)
+	code, out, errOut := cli("check", "--addr", svc.url, "--policy", "api", "--id", "user=c0", "--cost", "0")
+	if code != 1 || out != "" || !strings.Contains(errOut, "cost 0 out of range 1..1099511627776 (use --peek to check without consuming)") || strings.Contains(errOut, "/v1/peek") {
+		t.Fatalf("check --cost 0: exit %d, stdout %q, stderr %q; want 1 and a hint naming --peek", code, out, errOut)
+	}
+	code, out, _ = cli("check", "--addr", svc.url, "--policy", "api", "--id", "user=c0", "--cost", "0", "--json")
+	var p struct{ Detail string }
+	if err := json.Unmarshal([]byte(out), &p); code != 1 || err != nil || !strings.Contains(p.Detail, "/v1/peek") {
+		t.Fatalf("check --cost 0 --json: exit %d, stdout %q; want 1 and the service's problem JSON", code, out)
+	}
+}

@@ -303,10 +303,11 @@ standard input (named <stdin> in the messages).`,
 			if err := sec.redisClientSettings(&rs, log); err != nil {
 				return err
 			}
-			// go-redis's own lines (a failed dial, retried) in the
-			// command's log format, each kind once: the error the push
-			// ends with says what failed.
-			redis.SetLogger(newRedisLogger(log, time.Minute))
+			// go-redis's own lines (a failed dial per retry) are
+			// dropped, as doctor drops them: the error the push ends with
+			// says what failed, and an outside walk saw a WARN line
+			// printed before it.
+			redis.SetLogger(newRedisLogger(slog.New(slog.DiscardHandler), time.Minute))
 			client, err := rs.Client()
 			if err != nil {
 				return err

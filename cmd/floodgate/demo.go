@@ -65,10 +65,11 @@ fewer through.`,
 			if redisURL == "" {
 				env, err = incident.Memory(prefix)
 			} else {
-				// go-redis's own lines (a failed dial per retry) as
-				// structured records, at most once a minute each: the
-				// error says what went wrong.
-				redis.SetLogger(newRedisLogger(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)), time.Minute))
+				// go-redis's own lines (a failed dial per retry) are
+				// dropped, as doctor drops them: the error says what went
+				// wrong, and an outside walk saw a WARN line printed
+				// before it.
+				redis.SetLogger(newRedisLogger(slog.New(slog.DiscardHandler), time.Minute))
 				rs := config.Redis{URL: redisURL, PoolSize: max(opts.Requests, 64)}
 				client, cerr := rs.Client()
 				if cerr != nil {

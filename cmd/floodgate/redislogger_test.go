@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +81,26 @@ func TestRedisLoggerHealthyStepsAreInfo(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[1], "level=WARN") {
 		t.Fatalf("want the selected sentinel at INFO and the dial failure at WARN, got:\n%s", out.String())
+	}
+}
+
+// TestUnreachableRedisNoClientLog: demo incident --redis and config push
+// with Redis unreachable end with their error alone, not after a line of
+// go-redis's own ("redis client ... failed to dial"), as doctor does (an
+// outside walk saw a WARN line before the error).
+func TestUnreachableRedisNoClientLog(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte(e2eConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"demo", "incident", "--redis", "redis://127.0.0.1:1/0"},
+		{"config", "push", file, "--redis", "redis://127.0.0.1:1/0"},
+	} {
+		code, _, errOut := cli(args...)
+		if code != 1 || !strings.Contains(errOut, "connection refused") || strings.Contains(errOut, "redis client") ||
+			strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and one line: the error", args, code, errOut)
+		}
 	}
 }
