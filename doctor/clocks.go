@@ -103,24 +103,37 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 		if err == nil {
 			c.Read += fmt.Sprintf("; %d TIME calls", timeSamples)
 		}
-		worst, unread := Pass, 0
+		worst, unread, inMemory := Pass, 0, 0
 		for _, in := range ins {
-			if in.store == "memory" {
-				// The ready check fails it: nothing here to discipline.
-				c.Evidence = append(c.Evidence, in.url+": runs in memory, its clock is not disciplined to Redis (the ready check says why that is wrong)")
-				continue
-			}
-			if line, ok := metricsUnread(in); ok {
-				unread++
-				c.Evidence = append(c.Evidence, line)
-				continue
-			}
 			// The instance's wall clock from its Date header, to the second,
 			// relative to Redis's clock.
 			var dateOff time.Duration
 			haveDate := !in.date.IsZero() && err == nil
 			if haveDate {
 				dateOff = in.date.Sub(in.dateAt.Add(redisOff))
+			}
+			if in.store == "memory" {
+				// Its clock is not disciplined, as one that never
+				// measured (below): it warns, and fails past dateFail
+				// (the ready check fails it for deciding alone). It
+				// passed, under "every instance disciplines its clock".
+				inMemory++
+				line := in.url + ": runs in memory, its clock is not disciplined to Redis (the ready check says why that is wrong)"
+				st := Warn
+				if haveDate {
+					line += fmt.Sprintf("; its Date header is %s from Redis's clock", signedSeconds(dateOff))
+					if abs(dateOff) > dateFail {
+						st = Fail
+					}
+				}
+				worst = max(worst, st)
+				c.Evidence = append(c.Evidence, line)
+				continue
+			}
+			if line, ok := metricsUnread(in); ok {
+				unread++
+				c.Evidence = append(c.Evidence, line)
+				continue
 			}
 			skew, okSkew := sum(in.metrics, metricSkew, nil)
 			rtt, okRTT := sum(in.metrics, metricSyncRTT, nil)
@@ -166,7 +179,7 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 			c.Summary = "an instance's clock is off by more than 2s and not disciplined: its windows open and close early or late, and its quota periods turn at the wrong time"
 			c.Fix = "fix NTP on that host, and run instances with their clock disciplined to Redis (clocksync)"
 		case worst == Warn:
-			c.Summary = "an instance's clock is more than 1s from Redis's, or its clock discipline cannot be seen"
+			c.Summary = "an instance's clock is more than 1s from Redis's, is not disciplined to Redis, or its clock discipline cannot be seen"
 			c.Fix = "fix NTP on the hosts (chronyc tracking); instances that discipline their clock to Redis (clocksync) correct the offset, but a large one means the host clock is broken"
 		case r.down != nil:
 			// Redis is unreachable: no instance can sync now, and the
@@ -175,6 +188,10 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 			c.Summary = fmt.Sprintf("every instance's clock was within %v of Redis's at its last sync; Redis is unreachable (see Redis/reachable), so none can sync now: these are the values as of then, not current ones", skewWarn)
 		default:
 			c.Summary = fmt.Sprintf("every instance disciplines its clock to Redis, within %v", skewWarn)
+		}
+		if inMemory > 0 {
+			c.Fix += fmt.Sprintf("; %s in memory: run %s with --redis, as the others (serve disciplines its clock to Redis by default)",
+				plural.Count(inMemory, "instance runs", "instances run"), plural.Word(inMemory, "it", "them"))
 		}
 	})
 }

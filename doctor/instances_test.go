@@ -445,9 +445,11 @@ const metricsAdminOnlyText = "an instance run with --metrics-admin-only serves /
 
 // TestInstanceInMemoryFails: an instance that runs in memory (serve
 // without --redis) among a Redis deployment's is ready, but decides
-// alone: the ready check fails it and says so, and the clock check does
-// not blame its clock (it passed as "1 instance ready", with only a clock
-// warning to hint at it).
+// alone: the ready check fails it and says so (it passed as "1 instance
+// ready", with only a clock warning to hint at it). The clock check warns
+// too, naming it: its clock is not disciplined to Redis (an outside walk
+// saw it pass, "every instance disciplines its clock to Redis", over a
+// line saying this one does not).
 func TestInstanceInMemoryFails(t *testing.T) {
 	srv := redistest.Start(t, healthyRedis...)
 	client := srv.Client(t)
@@ -457,5 +459,8 @@ func TestInstanceInMemoryFails(t *testing.T) {
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "mm",
 		Instances: []string{a.url, b.url}, RateWindow: -1})
 	want(t, rep, doctor.GroupInstances, "ready", doctor.Fail, "1 of 2 instances run in memory", b.url+": runs in memory")
-	want(t, rep, doctor.GroupClocks, "instances", doctor.Pass, b.url+": runs in memory")
+	c := want(t, rep, doctor.GroupClocks, "instances", doctor.Warn, "is not disciplined to Redis", b.url+": runs in memory, its clock is not disciplined to Redis")
+	if !strings.Contains(c.Fix, "1 instance runs in memory: run it with --redis") {
+		t.Errorf("the clock check's fix does not say to run the instance with --redis: %q", c.Fix)
+	}
 }

@@ -316,3 +316,38 @@ func TestDoctorTLSHintsNameItsFlags(t *testing.T) {
 		t.Errorf("the report says the instance did not answer:\n%s", out.String())
 	}
 }
+
+// TestDoctorClockOfInMemoryInstance: with a serve process run without
+// --redis among the instances given, doctor's clock check warns and names
+// it (an outside walk saw "[PASS] instances: every instance disciplines
+// its clock to Redis" above a line saying this one does not). Real serve
+// processes, one on the deployment's Redis and one in memory.
+func TestDoctorClockOfInMemoryInstance(t *testing.T) {
+	rs := redistest.Start(t, "--appendonly", "yes", "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
+	onRedis := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", "dcm")
+	inMemory := startService(t)
+	var out, errOut bytes.Buffer
+	run(context.Background(), []string{"doctor", "--redis", "redis://" + rs.Addr + "/0", "--prefix", "dcm", "--json", "--latency-samples", "5",
+		"--rate-window", "-1s", "--instance", onRedis.url, "--instance", inMemory.url}, &out, &errOut)
+	var rep struct {
+		Checks []struct {
+			Group, Name, Status, Summary string
+			Evidence                     []string
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	for _, c := range rep.Checks {
+		if c.Group != "Clocks" || c.Name != "instances" {
+			continue
+		}
+		ev := strings.Join(c.Evidence, "\n")
+		if c.Status != "warn" || !strings.Contains(ev, inMemory.url+": runs in memory, its clock is not disciplined to Redis") ||
+			!strings.Contains(ev, onRedis.url+": disciplined to Redis") || strings.Contains(c.Summary, "every instance disciplines") {
+			t.Fatalf("Clocks/instances: %s, %q\n%s", c.Status, c.Summary, ev)
+		}
+		return
+	}
+	t.Fatalf("no Clocks/instances check in the report:\n%s", out.String())
+}
