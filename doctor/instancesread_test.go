@@ -20,7 +20,8 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
-// hungListener accepts connections and never answers, until the test ends.
+// hungListener accepts connections, holds them open and never reads nor
+// answers, until the test ends. It returns its address, host:port.
 func hungListener(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -51,7 +52,7 @@ func hungListener(t *testing.T) string {
 			c.Close()
 		}
 	})
-	return "http://" + l.Addr().String()
+	return l.Addr().String()
 }
 
 // TestHungInstanceVersionUnknown: an instance that accepts connections and
@@ -63,7 +64,7 @@ func TestHungInstanceVersionUnknown(t *testing.T) {
 	client := srv.Client(t)
 	publish(t, client, "hv", testConfig)
 	a := startInstance(t, client, "hv", instanceOptions{doc: testConfig, discipline: true})
-	hung := hungListener(t)
+	hung := "http://" + hungListener(t)
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "hv",
 		Instances: []string{a.url, hung}, RateWindow: -1, HTTPClient: &http.Client{Timeout: time.Second}})
 	c := want(t, rep, doctor.GroupInstances, "config-version", doctor.Warn, "the version of 1 instance is unknown: it was not read", "version unknown (not read, see ready): "+hung)

@@ -2,11 +2,9 @@ package doctor_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,44 +106,17 @@ func noCheckReadRedis(t *testing.T, rep *doctor.Report) {
 // check waits for its own timeout. The reason is a timeout, and the fix
 // the unreachable one.
 func TestRedisSilentBoundsTheRun(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held open, never read nor answered
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
+	addr := hungListener(t)
 	// The run's own bound is far above one probe and far below one
 	// timeout per check.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{URL: "redis://" + ln.Addr().String()}, Prefix: "rs",
+	rep, err := doctor.Run(ctx, doctor.Options{Redis: config.Redis{URL: "redis://" + addr}, Prefix: "rs",
 		ConfigFile: writeConfig(t, testConfig), RateWindow: -1})
 	if err != nil {
 		t.Fatalf("doctor.Run with a silent Redis: %v, want a report", err)
 	}
-	c := want(t, rep, doctor.GroupRedis, "reachable", doctor.Fail, "cannot reach Redis (redis://"+ln.Addr().String()+")")
+	c := want(t, rep, doctor.GroupRedis, "reachable", doctor.Fail, "cannot reach Redis (redis://"+addr+")")
 	if !strings.Contains(c.Summary, "timeout") && !strings.Contains(c.Summary, "deadline exceeded") {
 		t.Errorf("Redis/reachable %q does not say it timed out", c.Summary)
 	}
