@@ -184,14 +184,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 // with.
 func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 	t.Helper()
-	s := newServer(t, []string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000",
-		"--cluster-allow-replica-migration", "no", // see StartCluster
-	})
-	s.bus = true
-	s.boot(t)
+	s := c.startNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
 	pc, rc := adminClient(c.Addrs[primary]), adminClient(s.Addr)
@@ -232,6 +225,21 @@ func (c *Cluster) AddReplica(t testing.TB, primary int) *Server {
 	return s
 }
 
+// startNode starts a cluster node, alone, as StartCluster's nodes are
+// configured.
+func (c *Cluster) startNode(t testing.TB) *Server {
+	t.Helper()
+	s := newServer(t, []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000",
+		"--cluster-allow-replica-migration", "no", // see StartCluster
+	})
+	s.bus = true
+	s.boot(t)
+	return s
+}
+
 // allKnow reports an error unless every node of addrs knows n nodes
 // (CLUSTER INFO's cluster_known_nodes).
 func allKnow(ctx context.Context, addrs []string, n int) error {
@@ -254,14 +262,7 @@ func allKnow(ctx context.Context, addrs []string, n int) error {
 // it. Move slots to it with Reshard. It is not added to Nodes or Addrs.
 func (c *Cluster) AddPrimary(t testing.TB) *Server {
 	t.Helper()
-	s := newServer(t, []string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000",
-		"--cluster-allow-replica-migration", "no", // see StartCluster
-	})
-	s.bus = true
-	s.boot(t)
+	s := c.startNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
 	pc, nc := adminClient(c.Addrs[0]), adminClient(s.Addr)
