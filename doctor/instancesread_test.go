@@ -149,5 +149,12 @@ func TestEnvoyCompatGivenAsInstance(t *testing.T) {
 			}
 		}
 		want(t, rep, doctor.GroupInstances, "fallback-and-denials", doctor.Warn)
+		// Its counters are under no Floodgate prefix: no key under the
+		// prefix is no hint that the prefix is wrong (a re-walk).
+		for _, ch := range rep.Checks {
+			if ch.Group == doctor.GroupKeys && ch.Name == "scan" && strings.Contains(ch.Summary, "the prefix may be wrong") {
+				t.Errorf("%s: scan says the prefix may be wrong for envoy-compat's port: %s", u, ch.Summary)
+			}
+		}
 	}
 }

@@ -221,9 +221,11 @@ func (r *run) keyChecks(ctx context.Context) {
 			}
 		case res.truncated:
 			c.Status, c.Summary = Info, "a sample: "+res.why+"; the key checks below judge the keys seen"
-		case len(res.keys) == 0 && len(r.opts.Instances) > 0:
+		case len(res.keys) == 0 && len(r.opts.Instances) > 0 && countEnvoy(r.readInstances(ctx)) < len(r.readInstances(ctx)):
 			// Running instances write their heartbeats (and their counters)
-			// under the prefix: none means they use another one.
+			// under the prefix: none means they use another one. (Not
+			// envoy-compat's ports, whose counters are under no Floodgate
+			// prefix: Instances/ready says so.)
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no key under %s:* or {%s}:*, though instances are given: the prefix may be wrong (see Instances/redis-and-prefix)", r.opts.Prefix, r.opts.LoginPrefix)
 			c.Fix = "give doctor the --prefix (and --login-prefix) the instances run with (serve --prefix), and their Redis"
