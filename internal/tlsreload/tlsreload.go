@@ -54,9 +54,24 @@ type Cert struct {
 }
 
 type pairState struct {
-	pair     *tls.Certificate
-	notAfter time.Time
-	subject  string
+	pair *tls.Certificate
+	// notBefore and notAfter bound when clients can accept the chain
+	// served: the latest NotBefore and the earliest NotAfter of its
+	// certificates (an intermediate that expires first ends it too);
+	// limit is the subject of the certificate with that NotAfter.
+	notBefore, notAfter time.Time
+	subject, limit      string
+}
+
+// invalid says why clients would refuse p's chain at now, or "".
+func (p *pairState) invalid(now time.Time) string {
+	switch {
+	case now.After(p.notAfter):
+		return fmt.Sprintf("the certificate chain expired at %v (%s)", p.notAfter.UTC(), p.limit)
+	case now.Before(p.notBefore):
+		return fmt.Sprintf("the certificate chain is not valid until %v", p.notBefore.UTC())
+	}
+	return ""
 }
 
 type caState struct {
@@ -78,8 +93,9 @@ type seenFile struct {
 // Load reads the pair from f.Cert and f.Key (as tls.LoadX509KeyPair
 // does), and the client authorities from f.ClientCAs if set, and returns
 // a Cert serving them. It fails when a file cannot be read, the two do
-// not make a pair, or f.ClientCAs holds no PEM certificate; a
-// certificate that has expired is served, with an error logged. log
+// not make a pair, or f.ClientCAs holds no PEM certificate; a chain out
+// of its dates (a certificate of it expired or not valid yet) is served,
+// with an error logged. log
 // receives the reloads and the refused client certificates (nil: none
 // are logged).
 func Load(f Files, log *slog.Logger) (*Cert, error) {
@@ -95,8 +111,8 @@ func Load(f Files, log *slog.Logger) (*Cert, error) {
 	if err != nil {
 		return nil, err
 	}
-	if time.Now().After(p.notAfter) {
-		log.Error("the TLS certificate has expired: clients that verify it refuse every connection", "cert_file", f.Cert, "subject", p.subject, "not_after", p.notAfter)
+	if why := p.invalid(time.Now()); why != "" {
+		log.Error("the TLS certificate is out of its dates: clients that verify it refuse every connection", "cert_file", f.Cert, "subject", p.subject, "why", why)
 	}
 	c.pair.Store(p)
 	c.pairFs.seen = seen
@@ -190,7 +206,8 @@ func (c *Cert) verifyClient(cs tls.ConnectionState) error {
 // are refused by crypto/tls before the check and are not counted.
 func (c *Cert) Refused() uint64 { return c.refused.Load() }
 
-// NotAfter is when the certificate served expires.
+// NotAfter is when the certificate chain served expires: the earliest
+// NotAfter of its certificates.
 func (c *Cert) NotAfter() time.Time { return c.pair.Load().notAfter }
 
 // Reload loads the pair again if its files changed since its last
@@ -199,7 +216,8 @@ func (c *Cert) NotAfter() time.Time { return c.pair.Load().notAfter }
 // authorities again if theirs did, and reports whether it now serves
 // anything new. A pair that fails to load (a key that does not match the
 // certificate, which happens between the writes of the two files, or a
-// file half written), or whose certificate has expired, leaves the last
+// file half written), or whose chain clients cannot accept now (one of
+// its certificates expired or not valid yet), leaves the last
 // good pair in place; client authorities that do not parse leave the last
 // good ones; each is tried again at the next Reload, apart from the
 // other. The errors are returned and logged once until they change.
@@ -223,8 +241,10 @@ func (c *Cert) reloadPair() (bool, error) {
 	if err == nil {
 		p, err = loadPair(c.files.Cert, c.files.Key)
 	}
-	if err == nil && time.Now().After(p.notAfter) {
-		err = fmt.Errorf("tlsreload: the certificate in %s expired at %v", c.files.Cert, p.notAfter.UTC())
+	if err == nil {
+		if why := p.invalid(time.Now()); why != "" {
+			err = fmt.Errorf("tlsreload: %s: %s", c.files.Cert, why)
+		}
 	}
 	if err != nil {
 		if msg := err.Error(); msg != c.pairFs.lastErr {
@@ -304,16 +324,28 @@ func loadPair(certFile, keyFile string) (*pairState, error) {
 	if err != nil {
 		return nil, err
 	}
-	leaf := pair.Leaf
-	if leaf == nil {
-		if len(pair.Certificate) == 0 {
-			return nil, errors.New("tlsreload: no certificate in the file")
+	if len(pair.Certificate) == 0 {
+		return nil, errors.New("tlsreload: no certificate in the file")
+	}
+	p := &pairState{pair: &pair}
+	for i, raw := range pair.Certificate {
+		cert := pair.Leaf
+		if i > 0 || cert == nil {
+			if cert, err = x509.ParseCertificate(raw); err != nil {
+				return nil, fmt.Errorf("tlsreload: certificate %d of %s: %w", i+1, certFile, err)
+			}
 		}
-		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("tlsreload: %w", err)
+		if i == 0 {
+			p.subject = cert.Subject.String()
+		}
+		if i == 0 || cert.NotAfter.Before(p.notAfter) {
+			p.notAfter, p.limit = cert.NotAfter, cert.Subject.String()
+		}
+		if cert.NotBefore.After(p.notBefore) {
+			p.notBefore = cert.NotBefore
 		}
 	}
-	return &pairState{pair: &pair, notAfter: leaf.NotAfter, subject: leaf.Subject.String()}, nil
+	return p, nil
 }
 
 func loadCAs(file string) (*caState, error) {

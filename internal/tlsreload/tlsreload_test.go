@@ -445,3 +445,90 @@ func TestServerConfigOffersAEADOnly(t *testing.T) {
 		t.Error("a TLS 1.1 client was served")
 	}
 }
+
+// writeChain writes, in dir under name, a leaf certificate valid from
+// leafFrom to leafUntil signed by an intermediate valid until interUntil,
+// the chain file holding both (leaf first), and the leaf's key.
+func writeChain(t *testing.T, dir, name string, leafFrom, leafUntil, interUntil time.Time) (certFile, keyFile string) {
+	t.Helper()
+	gen := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	rootKey, interKey, leafKey := gen(), gen(), gen()
+	now := time.Now()
+	root := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "root"}, NotBefore: now.Add(-48 * time.Hour),
+		NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	inter := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "intermediate"}, NotBefore: now.Add(-47 * time.Hour),
+		NotAfter: interUntil, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "leaf"}, NotBefore: leafFrom, NotAfter: leafUntil,
+		DNSNames: []string{"localhost"}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	interDER, err := x509.CreateCertificate(rand.Reader, inter, root, &interKey.PublicKey, rootKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interCert, err := x509.ParseCertificate(interDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, interCert, &leafKey.PublicKey, interKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(leafKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: interDER})...)
+	if err := os.WriteFile(certFile, chain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestChainDatesJudged: a renewal whose chain clients cannot accept now,
+// an intermediate expired or a leaf not valid yet, is refused and the
+// last good pair kept (an outside walk: both were loaded, and every new
+// connection failed); NotAfter, which the expiry metric and its alert
+// read, is the chain's earliest, an intermediate's when it ends first.
+func TestChainDatesJudged(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	goodCert, goodKey := writeChain(t, dir, "good", now.Add(-time.Hour), now.Add(25*24*time.Hour), now.Add(3*24*time.Hour))
+	copyFile(t, goodCert, certFile)
+	copyFile(t, goodKey, keyFile)
+	c, err := tlsreload.Load(tlsreload.Files{Cert: certFile, Key: keyFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.NotAfter().Sub(now); d < 2*24*time.Hour || d > 4*24*time.Hour {
+		t.Fatalf("NotAfter in %v, want the intermediate's 3 days, not the leaf's 25", d)
+	}
+	for _, tc := range []struct {
+		name             string
+		leafFrom, leafTo time.Time
+		interTo          time.Time
+		wantInErr        string
+	}{
+		{"expired intermediate", now.Add(-time.Hour), now.Add(25 * 24 * time.Hour), now.Add(-time.Hour), "expired"},
+		{"leaf not valid yet", now.Add(24 * time.Hour), now.Add(48 * time.Hour), now.Add(72 * time.Hour), "not valid until"},
+	} {
+		cf, kf := writeChain(t, dir, strings.ReplaceAll(tc.name, " ", "-"), tc.leafFrom, tc.leafTo, tc.interTo)
+		copyFile(t, cf, certFile)
+		copyFile(t, kf, keyFile)
+		if changed, err := c.Reload(); changed || err == nil || !strings.Contains(err.Error(), tc.wantInErr) {
+			t.Errorf("%s: Reload = %v, %v; want refused (%q)", tc.name, changed, err, tc.wantInErr)
+		}
+		if d := c.NotAfter().Sub(now); d < 2*24*time.Hour || d > 4*24*time.Hour {
+			t.Errorf("%s: NotAfter in %v after a refused reload, want the good chain's", tc.name, d)
+		}
+	}
+}
