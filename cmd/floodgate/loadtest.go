@@ -361,7 +361,7 @@ func explainPreflight(e *loadgen.PreflightError, o loadgen.Options) string {
 	case e.Unreachable:
 		return fmt.Sprintf("nothing answers at --target %s: %v; is the service running, and is this its address?", e.Target, e.Err)
 	case e.Transport:
-		return fmt.Sprintf("no answer from --target %s: %v; %s", e.Target, e.Err, transportHint(e))
+		return fmt.Sprintf("no answer from --target %s: %v; %s", e.Target, e.Err, transportHint(e, o.TLS != nil && (len(o.TLS.Certificates) > 0 || o.TLS.GetClientCertificate != nil)))
 	case e.NotHTTP2:
 		return fmt.Sprintf("%s does not speak HTTP/2, as a gRPC service does (%v); is --target the service's gRPC address (serve's --grpc-addr), or an HTTP one (http://)?", e.Target, e.Err)
 	case e.GRPCCode == codes.InvalidArgument && strings.Contains(e.Detail, "unknown domain"):
@@ -394,8 +394,9 @@ func domainOf(o loadgen.Options) string {
 }
 
 // transportHint says what likely made the request before the run get no
-// answer, and the flag or scheme that fixes it.
-func transportHint(e *loadgen.PreflightError) string {
+// answer, and the flag or scheme that fixes it; certGiven is whether a
+// client certificate was given (--tls-cert-file).
+func transportHint(e *loadgen.PreflightError, certGiven bool) string {
 	scheme := ""
 	if u, err := url.Parse(e.Target); err == nil {
 		scheme = u.Scheme
@@ -414,6 +415,8 @@ func transportHint(e *loadgen.PreflightError) string {
 		return "the service's certificate is signed by an authority this machine does not trust: give its CA with --tls-ca-file"
 	case errors.As(e.Err, &cv):
 		return "the service's certificate does not verify: check --target's host name and --tls-ca-file"
+	case certGiven && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate")):
+		return "the service refused the client certificate given (--tls-cert-file): give one that its --tls-client-ca-file trusts, for client authentication, and within its dates"
 	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate"):
 		return "the service requires a client certificate (its --tls-client-ca-file): give --tls-cert-file and --tls-key-file"
 	case tlsScheme && (errors.As(e.Err, &rh) || strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")):

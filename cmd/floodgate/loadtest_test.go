@@ -257,6 +257,16 @@ func TestLoadtestAndCheckOverMutualTLS(t *testing.T) {
 			t.Fatalf("%s without a client certificate: exit %d\n%s%s; want every request failed, exit 1", tc.name, code, out, errOut)
 		}
 	}
+	// A client certificate the service does not trust: the hint says the
+	// one given was refused, not to give one (a TLS walk).
+	other := redistest.GenerateTLS(t)
+	for _, target := range [][]string{{"--target", https}, {"--target", grpcs, "--domain", "edge"}} {
+		code, _, errOut := cli(append(append([]string{"loadtest", "--requests", "1", "--quiet"}, target...),
+			"--tls-ca-file", f.CA, "--tls-cert-file", other.ClientCert, "--tls-key-file", other.ClientKey)...)
+		if code != 1 || !strings.Contains(errOut, "refused the client certificate given") {
+			t.Fatalf("%s with an untrusted client certificate: exit %d, %s", target, code, errOut)
+		}
+	}
 	// The TLS flags with a plaintext target: said, not ignored, by
 	// loadtest and check alike.
 	plain := strings.Replace(grpcs, "grpcs://", "grpc://", 1)
