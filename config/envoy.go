@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,9 @@ type EnvoyReloader struct {
 	forced    bool   // the next Reload was asked for (CheckNow): judge and log what it finds
 	lastErr   string
 	files     []string // the files of the active configuration
+	skipped   []string // the entries the last listing skipped (see EnvoyFiles)
+	warned    string   // the skipped entries last logged, joined
+	listed    bool     // the last poll listed the files (skipped is its)
 
 	now chan struct{} // CheckNow's requests to Watch
 }
@@ -61,11 +65,12 @@ func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, err
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.poller = poller{list: func() ([]string, error) { return yamlFiles(r.paths) }, read: ReadEnvoyFile, invalid: isEnvoyConfigError}
+	r.poller = poller{list: r.list, read: ReadEnvoyFile, invalid: isEnvoyConfigError}
 	files, _, err := r.poller.poll()
 	if err != nil {
 		return nil, fmt.Errorf("config: Envoy descriptor configuration: %w", err)
 	}
+	r.warnSkipped(true)
 	cfg, err := parseEnvoy(files)
 	if err != nil {
 		return nil, err
@@ -102,6 +107,9 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	forced := r.forced
 	r.forced = false
 	files, changed, err := r.poller.poll()
+	if r.listed {
+		r.warnSkipped(forced)
+	}
 	var bad *invalidFile
 	if errors.As(err, &bad) {
 		r.readable()
@@ -157,6 +165,34 @@ func (r *EnvoyReloader) Reload() (*envoyrls.Config, error) {
 	r.log.Info("Envoy descriptor configuration applied", "files", r.files, "domains", cfg.Domains(),
 		"rules", len(cfg.Rules()), "previous_domains", old.Domains())
 	return cfg, nil
+}
+
+// list lists the files of paths, noting the entries skipped.
+func (r *EnvoyReloader) list() ([]string, error) {
+	files, skipped, err := yamlFiles(r.paths)
+	r.listed = err == nil
+	if err == nil {
+		r.skipped = skipped
+	}
+	return files, err
+}
+
+// warnSkipped logs the entries the directories hold that serve does not
+// read but envoyproxy/ratelimit's loader would (see EnvoyFiles): at
+// start, whenever they change, and on a forced read (SIGHUP). A read
+// that finds none after one that found some says so once.
+func (r *EnvoyReloader) warnSkipped(forced bool) {
+	key := strings.Join(r.skipped, "\x00")
+	if key == r.warned && !forced {
+		return
+	}
+	switch {
+	case len(r.skipped) > 0:
+		r.log.Warn("Envoy descriptor configuration: "+EnvoySkipped, "skipped", r.skipped, "paths", r.paths)
+	case r.warned != "":
+		r.log.Info("Envoy descriptor configuration: no entries skipped any more", "paths", r.paths)
+	}
+	r.warned = key
 }
 
 // readable notes a successful read after a failed one: it logs that the

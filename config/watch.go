@@ -172,60 +172,92 @@ func (r *Reloader) WatchFile(ctx context.Context, path string, interval time.Dur
 // paths: each path that is a file, and the .yaml and .yml files directly
 // inside each directory (sorted; names starting with a dot skipped). A
 // directory without any is an error, and so is a file named twice.
-func EnvoyFiles(paths []string) ([]string, error) { return yamlFiles(paths) }
+// skipped lists the other entries of those directories that
+// envoyproxy/ratelimit's loader (and floodgate envoy-compat) would read
+// but serve does not (see EnvoySkipped).
+func EnvoyFiles(paths []string) (files, skipped []string, err error) { return yamlFiles(paths) }
+
+// EnvoySkipped is the warning for the entries EnvoyFiles skipped: what
+// serve does with them, what envoyproxy/ratelimit and envoy-compat do,
+// and how to make serve read them.
+const EnvoySkipped = "entries skipped: serve --envoy-config reads only the .yaml and .yml files directly inside a directory, " +
+	"while envoyproxy/ratelimit and floodgate envoy-compat read every file below it, subdirectories and other names too; " +
+	"serve does not know the domains these define and answers INVALID_ARGUMENT (unknown domain) for them, which an Envoy with failure_mode_deny false lets through unlimited. " +
+	"To have serve read one, move it directly into the directory and name it *.yaml (or give it as its own --envoy-config); " +
+	"to silence this, remove it or start its name with a dot"
 
 // yamlFiles returns the files paths name: each path that is a file, and
 // the .yaml and .yml files directly inside each path that is a directory
 // (sorted, skipping names that start with a dot, such as editors' swap
 // files and the "..data" links of a Kubernetes ConfigMap volume). A
 // directory without any is an error, and so is a file named twice.
-func yamlFiles(paths []string) ([]string, error) {
-	var out []string
+// skipped lists, sorted, each directory's other entries that
+// envoyproxy/ratelimit's runtime loader would read: its subdirectories
+// (named with a trailing "/") and its files with another name.
+func yamlFiles(paths []string) (out, skipped []string, err error) {
 	seen := map[string]bool{}
 	for _, path := range paths {
 		fi, err := os.Stat(path)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		names := []string{path}
 		if fi.IsDir() {
-			if names, err = yamlInDir(path); err != nil {
-				return nil, err
+			var other []string
+			if names, other, err = yamlInDir(path); err != nil {
+				return nil, nil, err
 			}
+			skipped = append(skipped, other...)
 		}
 		for _, n := range names {
 			clean := filepath.Clean(n)
 			if seen[clean] {
-				return nil, fmt.Errorf("%s is given twice", n)
+				return nil, nil, fmt.Errorf("%s is given twice", n)
 			}
 			seen[clean] = true
 			out = append(out, n)
 		}
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
-func yamlInDir(dir string) ([]string, error) {
+// yamlInDir returns the .yaml and .yml files directly inside dir, and
+// the entries skipped that envoyproxy/ratelimit's loader would read:
+// subdirectories (it walks into them, but not through a symbolic link)
+// and files with another name. Names starting with a dot are neither.
+func yamlInDir(dir string) (names, skipped []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var names []string
 	for _, e := range entries {
 		n := e.Name()
-		if strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+		if strings.HasPrefix(n, ".") {
 			continue
 		}
 		full := filepath.Join(dir, n)
+		if e.IsDir() {
+			skipped = append(skipped, full+string(filepath.Separator))
+			continue
+		}
 		// Stat follows symbolic links, as a ConfigMap volume needs.
-		if fi, err := os.Stat(full); err != nil || !fi.Mode().IsRegular() {
+		fi, err := os.Stat(full)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			skipped = append(skipped, full)
 			continue
 		}
 		names = append(names, full)
 	}
+	sort.Strings(skipped)
 	if len(names) == 0 {
-		return nil, fmt.Errorf("directory %s holds no .yaml or .yml file", dir)
+		if len(skipped) > 0 {
+			return nil, nil, fmt.Errorf("directory %s holds no .yaml or .yml file directly inside (%s: %s)", dir, strings.Join(skipped, ", "), EnvoySkipped)
+		}
+		return nil, nil, fmt.Errorf("directory %s holds no .yaml or .yml file", dir)
 	}
 	sort.Strings(names)
-	return names, nil
+	return names, skipped, nil
 }

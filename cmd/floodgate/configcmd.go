@@ -44,7 +44,9 @@ A file is read as floodgate's policies (--config) unless it is an Envoy
 descriptor file (envoyproxy/ratelimit's format, serve --envoy-config): one
 with a top-level domain and no top-level policies, or any file with
 --envoy. A directory is read as serve --envoy-config reads one: its .yaml
-and .yml files, as Envoy descriptor files. Envoy descriptor files given
+and .yml files, as Envoy descriptor files; its other entries that
+envoyproxy/ratelimit and envoy-compat would read but serve skips
+(subdirectories, files of other names; not dot files) are warned of. Envoy descriptor files given
 together are also checked as one set (no domain twice), as serve reads a
 directory of them. A FILE of - is standard input (named <stdin> in the
 messages; ./- for a file named -).
@@ -53,7 +55,7 @@ A policies file without a version field is valid (serve --config does not
 need one), but config push would refuse it: validate warns of it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			files, fromDir, err := expandConfigArgs(args)
+			files, fromDir, err := expandConfigArgs(args, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -127,17 +129,22 @@ need one), but config push would refuse it: validate warns of it.`,
 // expandConfigArgs returns validate's files: each argument that is a file
 // (or cannot be read: LoadFile says why), and the descriptor files of
 // each directory, as serve --envoy-config lists them; fromDir marks the
-// latter, which are Envoy descriptor files whatever they hold.
-func expandConfigArgs(args []string) (files []string, fromDir map[string]bool, err error) {
+// latter, which are Envoy descriptor files whatever they hold. It warns
+// on warn of each directory's entries serve skips but
+// envoyproxy/ratelimit's loader reads.
+func expandConfigArgs(args []string, warn io.Writer) (files []string, fromDir map[string]bool, err error) {
 	fromDir = map[string]bool{}
 	for _, a := range args {
 		if fi, err := os.Stat(a); err != nil || !fi.IsDir() {
 			files = append(files, a)
 			continue
 		}
-		inDir, err := config.EnvoyFiles([]string{a})
+		inDir, skipped, err := config.EnvoyFiles([]string{a})
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", a, err)
+		}
+		if len(skipped) > 0 {
+			fmt.Fprintf(warn, "%s: warning: %s: %s\n", a, strings.Join(skipped, ", "), config.EnvoySkipped)
 		}
 		for _, f := range inDir {
 			files = append(files, f)

@@ -123,7 +123,7 @@ otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")
 	clientTLS.add(fl)
 	fl.StringVar(&verifyKeyFile, "config-verify-key-file", "", "the key the instances verify the configuration in Redis with (serve --config-verify-key-file): a stored document not signed under it fails, as the instances refuse it")
-	fl.StringArrayVar(&opts.EnvoyConfig, "envoy-config", nil, "the Envoy descriptor configuration the instances run (serve --envoy-config): a file, or a directory of .yaml files; repeatable. Its descriptors' keys, and those of limit overrides in its domains, are then known, not keys of no known policy")
+	fl.StringArrayVar(&opts.EnvoyConfig, "envoy-config", nil, "the Envoy descriptor configuration the instances run (serve --envoy-config): a file, or a directory whose .yaml and .yml files directly inside are read; repeatable. Its descriptors' keys, and those of limit overrides in its domains, are then known, not keys of no known policy")
 	fl.StringArrayVar(&opts.Instances, "instance", nil, "base URL of a running instance, e.g. http://10.0.0.5:8080; repeatable (for an instance run with --metrics-admin-only, give its admin address too: /metrics is read there)")
 	fl.DurationVar(&opts.RateWindow, "rate-window", 2*time.Second, "time between the two scrapes of each instance's /metrics that give the current fallback and denial rates (negative: one scrape)")
 	fl.StringVar(&opts.PrometheusURL, "prometheus", "", "base URL of the Prometheus scraping the instances, e.g. http://prometheus:9090")

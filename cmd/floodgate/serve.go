@@ -147,7 +147,7 @@ over plain HTTP on an address of its own for them.`,
 	fl.StringVar(&f.addr, "addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free one)")
 	fl.StringVar(&f.httpServer, "http-server", string(server.NetHTTP), "HTTP server of --addr: net/http, or fasthttp (15–30 % less CPU per decision in most measured runs; HTTP/1.1 only, headers up to 64 KiB; see docs/operations.md)")
 	fl.StringVar(&f.grpcAddr, "grpc-addr", "", "also serve Envoy's rate limit gRPC API on this address (needs --envoy-config)")
-	fl.StringArrayVar(&f.envoyConfig, "envoy-config", nil, "descriptor configuration of the gRPC API in envoyproxy/ratelimit's YAML format: a file, or a directory of .yaml files; repeatable; reloaded when it changes")
+	fl.StringArrayVar(&f.envoyConfig, "envoy-config", nil, "descriptor configuration of the gRPC API in envoyproxy/ratelimit's YAML format: a file, or a directory whose .yaml and .yml files directly inside are read (subdirectories and other names are skipped, with a warning); repeatable; reloaded when it changes")
 	fl.BoolVar(&f.envoyHeaders, "envoy-response-headers", false, "add X-RateLimit-Limit, -Remaining and -Reset to the gRPC answers for Envoy to return to clients (needs --grpc-addr)")
 	fl.BoolVar(&f.envoyEach, "envoy-count-each-descriptor", false, "count a request in every descriptor whose limit admits it, as envoyproxy/ratelimit does (default: all-or-nothing across descriptors; needs --grpc-addr)")
 	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")

@@ -91,3 +91,35 @@ func TestConfigValidateEnvoyFiles(t *testing.T) {
 		t.Fatalf("a policies file: exit %d, %q", code, out)
 	}
 }
+
+// TestConfigValidateEnvoyDirSkipped: config validate on a directory warns
+// of the entries serve --envoy-config skips there but envoyproxy/ratelimit
+// and envoy-compat read (a subdirectory, a file named "limits"), as serve
+// now does in its log: a migration walk found their domains unknown to
+// serve with nothing said.
+func TestConfigValidateEnvoyDirSkipped(t *testing.T) {
+	dir := t.TempDir()
+	doc := func(domain string) []byte {
+		return []byte("domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"a.yaml": doc("a"), "limits": doc("b"), "sub/extra.yaml": doc("c"), ".swp": []byte("x")} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := cli("config", "validate", dir)
+	if code != 0 || !strings.Contains(out, `a.yaml: OK`) {
+		t.Fatalf("exit %d, %q %q", code, out, errOut)
+	}
+	for _, want := range []string{"warning", filepath.Join(dir, "limits"), filepath.Join(dir, "sub") + "/", "envoy-compat", "name it *.yaml"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q: %q", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, ".swp") {
+		t.Errorf("stderr names a dot file: %q", errOut)
+	}
+}
