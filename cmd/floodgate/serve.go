@@ -1018,6 +1018,6 @@ func endOnSecondSignal(stop func(), log *slog.Logger, abandoned string) {
 		sig := (<-again).(syscall.Signal)
 		log.Error("second signal: exiting at once, "+abandoned, "signal", sig.String())
 		signal.Reset(sig)
-		_ = syscall.Kill(os.Getpid(), sig)
+		raise(sig)
 	}()
 }
