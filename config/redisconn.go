@@ -399,16 +399,17 @@ func (sentinelAuthHint) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return next
 }
 
-// dialAttempts is how many times a connection to Redis is dialled before
-// the command that needed it fails: once. go-redis's default, five with
+// DialAttempts is how many times a connection to Redis is dialled before
+// the command that needed it fails: once, in serve's clients and in
+// envoy-compat's (as envoyproxy/ratelimit dials). go-redis's default, five with
 // backoff (about 400 ms against a refused connection), outlasted every
 // decision's budget (50 ms by default, --fallback-budget), so a Redis that
 // is down was reported as reason timeout rather than unavailable until the
 // breaker opened. The next command dials afresh.
-const dialAttempts = 1
+const DialAttempts = 1
 
 func (r Redis) apply(o *redis.Options) {
-	o.ContextTimeoutEnabled, o.DialerRetries = true, dialAttempts
+	o.ContextTimeoutEnabled, o.DialerRetries = true, DialAttempts
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	if r.PoolSize > 0 {
 		o.PoolSize = r.PoolSize
@@ -416,14 +417,14 @@ func (r Redis) apply(o *redis.Options) {
 }
 
 func (r Redis) failover(o *redis.FailoverOptions) *redis.FailoverOptions {
-	o.ContextTimeoutEnabled, o.DialerRetries = true, dialAttempts
+	o.ContextTimeoutEnabled, o.DialerRetries = true, DialAttempts
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	o.PoolSize = r.PoolSize
 	return o
 }
 
 func (r Redis) cluster(o *redis.ClusterOptions) *redis.ClusterOptions {
-	o.ContextTimeoutEnabled, o.DialerRetries = true, dialAttempts
+	o.ContextTimeoutEnabled, o.DialerRetries = true, DialAttempts
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	o.PoolSize = r.PoolSize
 	return o

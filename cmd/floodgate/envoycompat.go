@@ -380,7 +380,7 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 				}
 				return nil, nil, fmt.Errorf("%s_URL %s: %w", prefix, config.Redis{URL: r.URL}, err)
 			}
-			o.PoolSize, o.ContextTimeoutEnabled, o.DialerRetries = r.PoolSize, true, compatDialAttempts
+			o.PoolSize, o.ContextTimeoutEnabled, o.DialerRetries = r.PoolSize, true, config.DialAttempts
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.Timeout, r.Timeout, r.Timeout
 			if tlsCfg != nil {
 				o.TLSConfig = tlsCfg
@@ -396,7 +396,7 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		}
 		return redis.NewClient(&redis.Options{Network: network, Addr: r.URL, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
-			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil, nil
+			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts}), nil, nil
 	case "sentinel":
 		if len(urls) < 2 {
 			return nil, nil, fmt.Errorf("%s_URL: want <master name>,<sentinel1>,...,<sentinelN>", prefix)
@@ -408,7 +408,7 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		o := &redis.FailoverOptions{MasterName: urls[0], SentinelAddrs: urls[1:],
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: tlsCfg,
 			PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
-			ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}
+			ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts}
 		follow := sentinelfollow.New(o)
 		c := redis.NewFailoverClient(o)
 		c.AddHook(redisnil.MasterHook(o.MasterName))
@@ -419,16 +419,10 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		}
 		return clusterslots.NewClusterClient(&redis.ClusterOptions{Addrs: urls, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
-			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: compatDialAttempts}), nil, nil
+			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts}), nil, nil
 	}
 	return nil, nil, fmt.Errorf("%s_TYPE=%s: want single, sentinel or cluster", prefix, r.Type)
 }
-
-// compatDialAttempts is how many times a connection to Redis is dialled
-// before a request fails: once, as theirs does. go-redis's default, five
-// with backoff, held each request about 400 ms once Redis refused
-// connections (a walk side by side: theirs failed in 1 ms).
-const compatDialAttempts = 1
 
 // hostPorts checks that every address of a sentinel or cluster REDIS_URL
 // is host:port, as theirs takes them: a URL there (redis://user:pass@...)
