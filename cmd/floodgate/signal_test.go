@@ -136,7 +136,13 @@ func TestServeHangupReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the SIGHUP to apply the new file", func() bool { return limit() == 7 })
-	waitFor(t, "the SIGHUP to be logged", func() bool { return strings.Contains(svc.Logs(), "SIGHUP: reading the configuration now") })
+	// The new configuration is in force (the peek above) a moment before
+	// its line is logged and read from the process's stderr: wait for both
+	// lines before comparing their order.
+	waitFor(t, "the SIGHUP and the read's result to be logged", func() bool {
+		logs := svc.Logs()
+		return strings.Contains(logs, "SIGHUP: reading the configuration now") && strings.Contains(logs, "configuration applied")
+	})
 	// The signal's line comes before what the read found (a walk saw
 	// "configuration unchanged" logged before it).
 	if logs := svc.Logs(); strings.Index(logs, "SIGHUP: reading the configuration now") > strings.LastIndex(logs, "configuration applied") {
