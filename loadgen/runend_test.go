@@ -83,9 +83,11 @@ func TestInterruptAbandonsAfterGrace(t *testing.T) {
 	if s := rep.String(); !strings.Contains(s, "latency            no answers\n") {
 		t.Errorf("report with nothing answered:\n%s", s)
 	}
-	// The interrupt came at 100ms; the grace after it is said apart (it
-	// used to be reported as interrupted after the whole elapsed time).
-	if rep.InterruptedAfter < 100*time.Millisecond || rep.InterruptedAfter > 500*time.Millisecond {
+	// The interrupt came 100ms after the timer was set, a little less after
+	// Run started (a CI run measured 99.98ms); the grace after it is said
+	// apart (it used to be reported as interrupted after the whole elapsed
+	// time).
+	if rep.InterruptedAfter < 50*time.Millisecond || rep.InterruptedAfter > 500*time.Millisecond {
 		t.Errorf("InterruptedAfter %v, want about 100ms", rep.InterruptedAfter)
 	}
 	if s := rep.String(); !regexp.MustCompile(`\(interrupted after 0\.[1-4]s of 10s, then [12]\.\ds waiting for the answers in flight`).MatchString(s) {
