@@ -348,6 +348,39 @@ func (c *Config) Specs(p *Policy, tier string, values map[string]string, peek bo
 	return specs, nil
 }
 
+// Difference says how a configuration document differs from another;
+// the reload path and config push judge two documents of one version by
+// it.
+type Difference int
+
+const (
+	// SameDocument: the same bytes (the same Hash).
+	SameDocument Difference = iota
+	// SpacingOnly: the same document but for spacing or line ends (a
+	// final newline, CR LF, trailing spaces), the signature line
+	// included.
+	SpacingOnly
+	// SignatureOnly: the same content, spacing aside, under another
+	// signature line (signed under another key, or one of the two
+	// unsigned).
+	SignatureOnly
+	// OtherContent: anything else.
+	OtherContent
+)
+
+// DifferenceFrom returns how c's document differs from other's.
+func (c *Config) DifferenceFrom(other *Config) Difference {
+	switch {
+	case c.hash == other.hash:
+		return SameDocument
+	case c.spaceHash == other.spaceHash:
+		return SpacingOnly
+	case c.bodyHash == other.bodyHash:
+		return SignatureOnly
+	}
+	return OtherContent
+}
+
 func hashOf(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])

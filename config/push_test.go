@@ -190,7 +190,7 @@ func TestSignedConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := config.NewHolder(initial)
-	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKey: key})
+	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKeys: [][]byte{key}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestUnsignedDocumentIsRejectedNotUnreadable(t *testing.T) {
 	h, _ := config.NewHolder(initial)
 	reg := prometheus.NewRegistry()
 	var logs syncbuf.Buffer
-	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKey: key, Registerer: reg,
+	r, err := config.NewReloader(h, config.ReloaderOptions{VerifyKeys: [][]byte{key}, Registerer: reg,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

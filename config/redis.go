@@ -49,18 +49,18 @@ func KeysFor(prefix string) (Keys, error) {
 // parses it, requiring a version field. It fails with ErrNotFound when the
 // key does not exist.
 func LoadRedis(ctx context.Context, client redis.UniversalClient, keys Keys) (*Config, error) {
-	return LoadRedisVerified(ctx, client, keys, nil)
+	return LoadRedisVerified(ctx, client, keys)
 }
 
-// LoadRedisVerified is LoadRedis that, when key is not nil, also requires
-// the document to be signed under key (see Verify).
-func LoadRedisVerified(ctx context.Context, client redis.UniversalClient, keys Keys, key []byte) (*Config, error) {
+// LoadRedisVerified is LoadRedis that, when verifyKeys are given, also
+// requires the document to be signed under one of them (see VerifyAny).
+func LoadRedisVerified(ctx context.Context, client redis.UniversalClient, keys Keys, verifyKeys ...[]byte) (*Config, error) {
 	data, err := getDoc(ctx, client, keys)
 	if err != nil {
 		return nil, err
 	}
-	if key != nil {
-		if err := Verify(data, key); err != nil {
+	if len(verifyKeys) > 0 {
+		if err := VerifyAny(data, verifyKeys); err != nil {
 			return nil, err
 		}
 	}
@@ -122,14 +122,16 @@ var ErrVersionConflict = errors.New("config: version conflict")
 // going back in version.
 type PublishOptions struct {
 	// SignKey, when set, signs the document (Sign) before storing it, for
-	// instances that verify (ReloaderOptions.VerifyKey).
+	// instances that verify (ReloaderOptions.VerifyKeys).
 	SignKey []byte
 	// Force publishes a version older than the stored one (a rollback),
 	// replaces a stored document that cannot be checked (invalid, over
 	// MaxSize, not a string), and replaces a signed document with one
 	// unsigned or signed under another key (a key rotation, once every
-	// verifying instance has the new key). A version already published with other content is refused even so:
-	// instances that applied it would keep it (see ApplyVersioned).
+	// verifying instance verifies with the new key too). A version
+	// already published with other content (not only other spacing or
+	// another signature line) is refused even so: instances that
+	// applied it would keep it (see ApplyVersioned).
 	Force bool
 
 	// beforeStore, when set, runs between the checks against the stored
@@ -187,7 +189,10 @@ func fingerprintOf(doc []byte) string {
 // so that every instance watching with WatchRedis applies it. It refuses,
 // wrapping ErrVersionConflict, a version already stored with different
 // content (so that instances never run two documents under one version)
-// and, unless opts.Force, a version lower than the stored one. Versions
+// and, unless opts.Force, a version lower than the stored one. A stored
+// document of the same version and content but for its spacing or its
+// signature line (Difference), which instances running the version
+// refuse, is replaced by data. Versions
 // compare in natural order: runs of digits as numbers, the rest byte by
 // byte ("9" < "10", "2026-12-01.2" < "2026-12-01.10"). Publishing the
 // stored document again only announces it. It returns the parsed
@@ -234,15 +239,19 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		}
 	}
 	if old != nil {
-		if !opts.Force && isSigned(old) {
-			if err := signedConflict(old, opts.SignKey); err != nil {
-				return nil, err
-			}
-		}
 		sum = fingerprintOf(old)
 		cur, perr := Parse(old, "redis:"+keys.Config)
 		if perr == nil && cur.Version() == "" {
 			perr = errors.New("it has no version")
+		}
+		// A stored copy of this document but for its spacing carries
+		// its signature line, made under opts.SignKey, even where the
+		// respacing broke it (CR LF, trailing spaces): no conflict.
+		respaced := perr == nil && c.Version() == cur.Version() && c.DifferenceFrom(cur) == SpacingOnly
+		if !opts.Force && isSigned(old) && !respaced {
+			if err := signedConflict(old, opts.SignKey); err != nil {
+				return nil, err
+			}
 		}
 		if perr != nil && !opts.Force {
 			// Written by other means than push and refused by every
@@ -259,7 +268,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		}
 		if perr == nil {
 			switch cmp := CompareVersions(c.Version(), cur.Version()); {
-			case cmp == 0 && cur.Hash() != c.Hash():
+			case cmp == 0 && c.DifferenceFrom(cur) == OtherContent:
 				return nil, fmt.Errorf("%w: version %q is already published with different content; bump the version", ErrVersionConflict, c.Version())
 			case cmp < 0 && !opts.Force:
 				return nil, fmt.Errorf("%w: version %q is older than the published %q; use --force to roll back", ErrVersionConflict, c.Version(), cur.Version())
@@ -294,7 +303,7 @@ func signedConflict(old, key []byte) error {
 		return fmt.Errorf("%w: the stored document is signed and this one is not: instances started with --config-verify-key-file would refuse it while the others apply it; sign it (--sign-key-file), or use --force if no instance verifies any more", ErrSignature)
 	}
 	if err := Verify(old, key); err != nil {
-		return fmt.Errorf("%w: the stored document is signed under another key than --sign-key-file's (or was changed after signing): instances verifying with that key (--config-verify-key-file) would refuse this one and stay on the stored one while the others apply it; sign it with that key, or use --force once every verifying instance has this key", ErrSignature)
+		return fmt.Errorf("%w: the stored document is signed under another key than --sign-key-file's (or was changed after signing): instances verifying with that key (--config-verify-key-file) would refuse this one and stay on the stored one while the others apply it; sign it with that key, or use --force once every verifying instance verifies with this key too (serve --config-verify-key-file, given once for each key)", ErrSignature)
 	}
 	return nil
 }
@@ -424,8 +433,8 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		// A document failing the signature check was read fine and is
 		// refused like an invalid one: counted and logged once, as
 		// result="invalid", which RateLimitConfigRejected alerts on.
-		if r.verify != nil {
-			if err := Verify(data, r.verify); err != nil {
+		if len(r.verify) > 0 {
+			if err := VerifyAny(data, r.verify); err != nil {
 				r.reject(source, err)
 				return
 			}

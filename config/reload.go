@@ -154,11 +154,13 @@ type ReloaderOptions struct {
 	// from the start). A Reloader and an EnvoyReloader may share one
 	// Registerer: they count in the same metrics under their own source.
 	Registerer prometheus.Registerer
-	// VerifyKey, when set, makes WatchRedis apply only documents signed
-	// under it (Sign; "floodgate config push --sign-key-file"); another
-	// document is rejected and counted as ResultInvalid. Default nil:
-	// documents are not checked.
-	VerifyKey []byte
+	// VerifyKeys, when not empty, makes WatchRedis apply only documents
+	// signed under one of them (Sign; "floodgate config push
+	// --sign-key-file"; VerifyAny); another document is rejected and
+	// counted as ResultInvalid. Two keys, the old and the new, let
+	// instances accept the document while its key is rotated. Default
+	// nil: documents are not checked.
+	VerifyKeys [][]byte
 }
 
 // reloadMetrics counts the reloads of one source.
@@ -264,7 +266,7 @@ type Reloader struct {
 	// active version (floodgate_config_version_regressions_total).
 	regressions prometheus.Counter
 	mu          sync.Mutex
-	verify      []byte
+	verify      [][]byte
 	now         chan struct{} // CheckNow's requests to the watcher
 }
 
@@ -287,7 +289,7 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 			return nil, err
 		}
 	}
-	r := &Reloader{holder: h, log: opts.Logger, metrics: m, regressions: regressions, verify: opts.VerifyKey, now: make(chan struct{}, 1)}
+	r := &Reloader{holder: h, log: opts.Logger, metrics: m, regressions: regressions, verify: opts.VerifyKeys, now: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -398,10 +400,10 @@ func checkVersion(c, active *Config) error {
 		// The refusal keeps floodgate_config_source_rejected at 1 until
 		// the document is pushed again.
 		var what string
-		switch {
-		case c.spaceHash == active.spaceHash:
+		switch c.DifferenceFrom(active) {
+		case SpacingOnly:
 			what = "content that differs from this document only in spacing or line ends (a final newline, CR LF, trailing spaces: redis-cli set KEY \"$(cat FILE)\" drops the final newline); store it with floodgate config push FILE, or bump the version to change it"
-		case c.bodyHash == active.bodyHash:
+		case SignatureOnly:
 			what = "the same content under another signature line (signed under another key, or one of the two unsigned); bump the version to change it"
 		default:
 			what = "different content; bump the version to change it"

@@ -13,6 +13,10 @@ import (
 // is missing or does not match the verification key.
 var ErrSignature = errors.New("config: bad or missing signature")
 
+// errMismatch is Verify's error for a signature made under another key
+// than the one given (or over other content).
+var errMismatch = errors.New("the signature does not match (another key, or the document was changed after signing)")
+
 // MinSignKeyLen is the shortest accepted signing key, in bytes.
 const MinSignKeyLen = 32
 
@@ -57,9 +61,33 @@ func Verify(data, key []byte) error {
 	mac := hmac.New(sha256.New, key)
 	mac.Write(body)
 	if !hmac.Equal(mac.Sum(nil), want) {
-		return fmt.Errorf("%w: the signature does not match (another key, or the document was changed after signing)", ErrSignature)
+		return fmt.Errorf("%w: %w", ErrSignature, errMismatch)
 	}
 	return nil
+}
+
+// VerifyAny is Verify against several keys: it succeeds when the
+// signature is valid under any of them (the old and the new key while a
+// key is rotated). It fails as Verify does for a document not signed, or
+// a key shorter than MinSignKeyLen, and wrapping ErrSignature when no key
+// matches; with no keys at all, wrapping ErrInvalid.
+func VerifyAny(data []byte, keys [][]byte) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no verification key", ErrInvalid)
+	}
+	var err error
+	for _, key := range keys {
+		if err = Verify(data, key); err == nil {
+			return nil
+		}
+		if !errors.Is(err, errMismatch) {
+			return err // the same under every key
+		}
+	}
+	if len(keys) == 1 {
+		return err
+	}
+	return fmt.Errorf("%w: the signature matches none of the %d verification keys (another key, or the document was changed after signing)", ErrSignature, len(keys))
 }
 
 // splitSignature returns the document before its signature line and the

@@ -60,7 +60,7 @@ func TestConfigSignedUnderAnotherKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, client, "sk", string(signed))
-	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "sk", VerifyKey: []byte(strings.Repeat("x", 32))})
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "sk", VerifyKeys: [][]byte{[]byte(strings.Repeat("x", 32))}})
 	c := want(t, rep, doctor.GroupConfig, "validates", doctor.Fail, "signature does not match")
 	if strings.Contains(c.Fix, "file:line:column") || !strings.Contains(c.Fix, "--config-verify-key-file") || !strings.Contains(c.Fix, "--sign-key-file") {
 		t.Errorf("fix %q", c.Fix)

@@ -80,7 +80,7 @@ func (r *run) configChecks(ctx context.Context) {
 		case errors.Is(r.cfgErr, config.ErrSignature):
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s is refused: %v", r.cfgSource, r.cfgErr)
-			c.Fix = "give doctor the key the instances verify with (--config-verify-key-file, the file of serve's --config-verify-key-file), or sign the document again under that key (floodgate config push --sign-key-file FILE); instances started with --config-verify-key-file refuse a document their key did not sign and keep their last good configuration"
+			c.Fix = "give doctor the keys the instances verify with (--config-verify-key-file, once for each of serve's --config-verify-key-file), or sign the document again under one of them (floodgate config push --sign-key-file FILE); instances started with --config-verify-key-file refuse a document none of their keys signed and keep their last good configuration"
 		case r.opts.ConfigFile == "" && !isParseError(r.cfgErr):
 			// Reading the document failed: nothing is known of its content.
 			c.Status = Fail

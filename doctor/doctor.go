@@ -174,11 +174,11 @@ type Options struct {
 	// otherwise the configuration stored in Redis under <prefix>:config is
 	// read, and when there is none, the configuration checks say so.
 	ConfigFile string
-	// VerifyKey, when set, is the key the instances verify the
+	// VerifyKeys, when not empty, are the keys the instances verify the
 	// configuration in Redis with (serve --config-verify-key-file): a
-	// stored document not signed under it fails the validates check, as
-	// the instances refuse it. Unused with ConfigFile.
-	VerifyKey []byte
+	// stored document signed under none of them fails the validates
+	// check, as the instances refuse it. Unused with ConfigFile.
+	VerifyKeys [][]byte
 	// EnvoyConfig, when set, are the Envoy descriptor configuration files
 	// and directories the instances run (serve --envoy-config): the keys
 	// of their descriptors, and of the limit overrides Envoy sends in
@@ -449,5 +449,5 @@ func (r *run) loadConfig(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r.cfg, r.cfgErr = config.LoadRedisVerified(cctx, r.client, keys, r.opts.VerifyKey)
+	r.cfg, r.cfgErr = config.LoadRedisVerified(cctx, r.client, keys, r.opts.VerifyKeys...)
 }

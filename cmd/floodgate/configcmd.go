@@ -273,7 +273,11 @@ Every "floodgate serve --config-from-redis" instance applies it within a
 moment. Bump the version with every change: a version already published
 with other content is refused (instances would otherwise run two documents
 under one version), and so is a version lower than the published one
-(natural order: "9" < "10") unless --force (a rollback). Over a signed
+(natural order: "9" < "10") unless --force (a rollback). A stored
+document of the same version that differs from FILE only in spacing or
+line ends (as redis-cli set KEY "$(cat FILE)" leaves it) or only in its
+signature line, which instances running that version refuse, is
+replaced, and push says so. Over a signed
 document, a push unsigned or signed with another key is refused unless
 --force (instances verifying with the old key would refuse it). With no
 document stored there is nothing to compare with: push warns of it.
@@ -344,6 +348,14 @@ standard input (named <stdin> in the messages).`,
 				return &exitError{code: 1}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "published version %q (%s) to %s, key %s\n", cfg.Version(), plural.Count(len(cfg.Policies()), "policy", "policies"), rs, keys.Config)
+			if prev != nil && prev.Version() == cfg.Version() {
+				switch cfg.DifferenceFrom(prev) {
+				case config.SpacingOnly:
+					fmt.Fprintf(cmd.OutOrStdout(), "replaced the stored document of version %q, which differed only in spacing or line ends\n", cfg.Version())
+				case config.SignatureOnly:
+					fmt.Fprintf(cmd.OutOrStdout(), "replaced the stored document of version %q, which had the same content under another signature line: instances that run it keep it, refusing this one (bump the version to change them)\n", cfg.Version())
+				}
+			}
 			if errors.Is(prevErr, config.ErrNotFound) {
 				// Nothing to compare with: after Redis lost the key
 				// (wiped, or restored from a snapshot older than the

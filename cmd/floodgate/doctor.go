@@ -20,14 +20,14 @@ import (
 
 func newDoctorCmd() *cobra.Command {
 	var (
-		opts          doctor.Options
-		rs            config.Redis
-		sec           securityFlags // only its Redis password and TLS flags
-		asJSON        bool
-		colour        string
-		timeout       time.Duration
-		verifyKeyFile string
-		clientTLS     clientTLSFlags // for https instances and Prometheus
+		opts           doctor.Options
+		rs             config.Redis
+		sec            securityFlags // only its Redis password and TLS flags
+		asJSON         bool
+		colour         string
+		timeout        time.Duration
+		verifyKeyFiles []string
+		clientTLS      clientTLSFlags // for https instances and Prometheus
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -60,18 +60,15 @@ otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 			if err := sec.redisClientSettings(&rs, log); err != nil {
 				return err
 			}
-			if verifyKeyFile != "" {
+			if len(verifyKeyFiles) > 0 {
 				if opts.ConfigFile != "" {
 					return errors.New("--config-verify-key-file checks the configuration in Redis: not with --config")
 				}
-				k, err := readSecretFile(verifyKeyFile, "--config-verify-key-file", log)
+				keys, err := readVerifyKeys(verifyKeyFiles, log)
 				if err != nil {
 					return err
 				}
-				if len(k) < config.MinSignKeyLen {
-					return fmt.Errorf("--config-verify-key-file: %d bytes, want at least %d", len(k), config.MinSignKeyLen)
-				}
-				opts.VerifyKey = []byte(k)
+				opts.VerifyKeys = keys
 			}
 			// go-redis's own lines (a failed dial per retry, a sentinel
 			// selected) are dropped: the report, or the error, says what
@@ -122,7 +119,7 @@ otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 	fl.StringVar(&opts.LoginPrefix, "login-prefix", "login", "the login guard's key prefix (serve --login-prefix)")
 	fl.StringVar(&opts.ConfigFile, "config", "", "the configuration file the instances run (default: the one in Redis under <prefix>:config)")
 	clientTLS.add(fl)
-	fl.StringVar(&verifyKeyFile, "config-verify-key-file", "", "the key the instances verify the configuration in Redis with (serve --config-verify-key-file): a stored document not signed under it fails, as the instances refuse it")
+	fl.StringArrayVar(&verifyKeyFiles, "config-verify-key-file", nil, "the key the instances verify the configuration in Redis with (serve --config-verify-key-file): a stored document not signed under it fails, as the instances refuse it; repeatable, as serve's: a document signed under any of the keys passes")
 	fl.StringArrayVar(&opts.EnvoyConfig, "envoy-config", nil, "the Envoy descriptor configuration the instances run (serve --envoy-config): a file, or a directory whose .yaml and .yml files directly inside are read; repeatable. Its descriptors' keys, and those of limit overrides in its domains, are then known, not keys of no known policy")
 	fl.StringArrayVar(&opts.Instances, "instance", nil, "base URL of a running instance, e.g. http://10.0.0.5:8080; repeatable (for an instance run with --metrics-admin-only, give its admin address too: /metrics is read there)")
 	fl.DurationVar(&opts.RateWindow, "rate-window", 2*time.Second, "time between the two scrapes of each instance's /metrics that give the current fallback and denial rates (negative: one scrape)")

@@ -47,8 +47,8 @@ type securityFlags struct {
 	tlsClientCAFile   string
 	grpcReflection    bool
 	grpcWorkers       int
-	verifyKeyFile     string
-	verifyKey         []byte       // read from verifyKeyFile
+	verifyKeyFiles    []string
+	verifyKeys        [][]byte     // read from verifyKeyFiles
 	log               *slog.Logger // set by resolveSecrets, for the certificate's reloads
 	cert              *tlsreload.Cert
 	tlsConf           *tls.Config // built once by serverTLS, shared by the listeners
@@ -70,7 +70,7 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener but --health-addr (mutual TLS; probes that cannot present one use --health-addr; needs --tls-cert-file; read again when it changes, as the certificate)")
 	fl.IntVar(&s.grpcWorkers, "grpc-stream-workers", grpcMaxStreams, "goroutines kept to run gRPC requests, each reused for many (a request finding none free gets a new goroutine); 0 starts a goroutine per request")
 	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
-	fl.StringVar(&s.verifyKeyFile, "config-verify-key-file", "", "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes)")
+	fl.StringArrayVar(&s.verifyKeyFiles, "config-verify-key-file", nil, "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes); repeatable: a configuration signed with any of the keys is applied, so that during a key rotation instances accept the old key and the new")
 }
 
 // addRedisSecurityFlags registers the Redis password and TLS flags (serve,
@@ -297,20 +297,34 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 			return fmt.Errorf("--allowed-host: %w", err)
 		}
 	}
-	if s.verifyKeyFile != "" {
+	if len(s.verifyKeyFiles) > 0 {
 		if !f.configRedis {
 			return errors.New("--config-verify-key-file needs --config-from-redis")
 		}
-		k, err := readSecretFile(s.verifyKeyFile, "--config-verify-key-file", log)
+		keys, err := readVerifyKeys(s.verifyKeyFiles, log)
 		if err != nil {
 			return err
 		}
-		if len(k) < config.MinSignKeyLen {
-			return fmt.Errorf("--config-verify-key-file: %d bytes, want at least %d", len(k), config.MinSignKeyLen)
-		}
-		s.verifyKey = []byte(k)
+		s.verifyKeys = keys
 	}
 	return s.readRedisSecrets(log)
+}
+
+// readVerifyKeys reads the keys of --config-verify-key-file (serve's and
+// doctor's), one per file, each at least config.MinSignKeyLen bytes.
+func readVerifyKeys(files []string, log *slog.Logger) ([][]byte, error) {
+	keys := make([][]byte, 0, len(files))
+	for _, file := range files {
+		k, err := readSecretFile(file, "--config-verify-key-file", log)
+		if err != nil {
+			return nil, err
+		}
+		if len(k) < config.MinSignKeyLen {
+			return nil, fmt.Errorf("--config-verify-key-file %s: %d bytes, want at least %d", file, len(k), config.MinSignKeyLen)
+		}
+		keys = append(keys, []byte(k))
+	}
+	return keys, nil
 }
 
 // redisSettings adds the password and TLS flags to rs.

@@ -422,7 +422,7 @@ func initialHolder(ctx context.Context, f serveFlags, b *backend, keys config.Ke
 	case f.configRedis:
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		cfg, err = config.LoadRedisVerified(lctx, b.client, keys, f.sec.verifyKey)
+		cfg, err = config.LoadRedisVerified(lctx, b.client, keys, f.sec.verifyKeys...)
 		if err != nil {
 			// The watcher reads it again at once and logs why.
 			return config.NewPendingHolder("redis:"+keys.Config, err), nil
@@ -678,7 +678,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	cfg := holder.Load() // empty while none is loaded
-	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg, VerifyKey: f.sec.verifyKey})
+	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg, VerifyKeys: f.sec.verifyKeys})
 	if err != nil {
 		return err
 	}
