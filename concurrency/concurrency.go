@@ -9,6 +9,9 @@
 // Expired leases are dropped as part of each operation, so no background
 // sweeper is needed.
 //
+// An identity is any string; "" is one identity like the others, shared by
+// every caller passing it (see Limiter.Acquire).
+//
 // Worst-case over-admission: none while holders release or renew in time.
 // A holder that outlives its lease without renewing loses its slot to the
 // next Acquire, so up to Limit more requests can then be running; choose a
@@ -20,6 +23,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -70,7 +74,14 @@ func (p Policy) leaseTTL() time.Duration {
 func (p Policy) Validate() error {
 	probe := floodgate.Policy{Name: p.Name, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second}
 	if err := probe.Validate(); err != nil {
-		return fmt.Errorf("concurrency: %w", err)
+		// One prefix: "floodgate: invalid policy: concurrency policy
+		// name ...", as the checks below say it (this said "concurrency:
+		// floodgate: invalid policy: policy name ...").
+		detail, ok := strings.CutPrefix(err.Error(), floodgate.ErrInvalidPolicy.Error()+": ")
+		if !ok {
+			return fmt.Errorf("concurrency: %w", err)
+		}
+		return fmt.Errorf("%w: concurrency %s", floodgate.ErrInvalidPolicy, detail)
 	}
 	if p.Limit < 1 || p.Limit > MaxLimit {
 		return fmt.Errorf("%w: concurrency policy %q: limit %d out of range 1..%d", floodgate.ErrInvalidPolicy, p.Name, p.Limit, MaxLimit)
@@ -172,8 +183,12 @@ func (l *Limiter) Key(identity string) string {
 	return l.prefix + ":" + l.policy.Name + ":cc:{" + floodgate.EncodeIdentity(identity) + "}"
 }
 
-// Acquire takes one of identity's slots for LeaseTTL if one is free. An
-// error wrapping floodgate.ErrIndeterminate means a slot may have been
+// Acquire takes one of identity's slots for LeaseTTL if one is free. The
+// identity may be any string, "" included, as for floodgate.Limiter.Allow:
+// every caller passing "" shares one set of Limit slots (a global
+// concurrency limit), so a caller that could not tell who is asking
+// should refuse the request rather than pass "" (the HTTP API refuses an
+// empty identity value with 400 invalid-identity). An error wrapping floodgate.ErrIndeterminate means a slot may have been
 // taken with a lease the caller never learnt: it frees itself after
 // LeaseTTL at the latest.
 func (l *Limiter) Acquire(ctx context.Context, identity string) (Result, error) {

@@ -250,8 +250,15 @@ func TestBadInput(t *testing.T) {
 		{Name: "x", Limit: 1, LeaseTTL: -time.Second},
 		{Name: "x", Limit: 1, LeaseTTL: time.Second + time.Nanosecond},
 	} {
-		if _, err := New(m, p, Options{}); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		_, err := New(m, p, Options{})
+		if !errors.Is(err, floodgate.ErrInvalidPolicy) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidPolicy", p, err)
+			continue
+		}
+		// One prefix, naming what kind of policy: it said "concurrency:
+		// floodgate: invalid policy: policy name ..." for a bad name.
+		if msg := err.Error(); !strings.HasPrefix(msg, "floodgate: invalid policy: concurrency policy") || strings.Count(msg, "floodgate:") != 1 {
+			t.Errorf("New(%+v) error %q, want one prefix: floodgate: invalid policy: concurrency policy ...", p, msg)
 		}
 	}
 	if _, err := New(nil, Policy{Name: "x", Limit: 1}, Options{}); err == nil {

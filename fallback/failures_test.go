@@ -635,3 +635,39 @@ func TestSweepDropsOnlyClosedGonePartitions(t *testing.T) {
 		t.Fatalf("forgotten %v, want [C]", obs.forgotten)
 	}
 }
+
+// TestCallWriteVouches: successful writes (CallWrite reporting wrote)
+// keep the breaker closed through scattered failures, as decisions do;
+// a CallWrite success that wrote nothing is neutral, as Call's is.
+func TestCallWriteVouches(t *testing.T) {
+	ctx := context.Background()
+	down := func(context.Context) (bool, error) { return false, errors.New("i/o timeout") }
+	for _, c := range []struct {
+		name  string
+		wrote bool
+		want  fallback.BreakerState
+	}{
+		{"wrote", true, fallback.BreakerClosed},
+		{"wrote nothing", false, fallback.BreakerOpen},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Breaker: fallback.BreakerOptions{OpenFor: time.Hour}})
+			ok := func(context.Context) (bool, error) { return c.wrote, nil }
+			for range 15 {
+				for range 3 {
+					if err := f.store.CallWrite(ctx, "", ok); err != nil && !errors.Is(err, fallback.ErrBreakerOpen) {
+						t.Fatal(err)
+					}
+				}
+				_ = f.store.CallWrite(ctx, "", down)
+			}
+			if got := f.store.BreakerState(); got != c.want {
+				t.Fatalf("breaker %v after 15 scattered failures among successes, want %v", got, c.want)
+			}
+		})
+	}
+	f := newFixture(t, fallback.Options{})
+	if err := f.store.CallWrite(ctx, "", nil); err == nil || !strings.Contains(err.Error(), "nil function") {
+		t.Errorf("CallWrite(nil) = %v, want an error naming the nil function", err)
+	}
+}

@@ -467,26 +467,56 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 }
 
 // Call runs fn, a call to the primary's backend other than a decision (a
-// tier lookup, a quota or lease operation), through the circuit breaker of
-// key's partition (DefaultPartition when key is ""), so that it is not
-// made while the breaker is open and its failures count toward opening
-// it. It returns ErrBreakerOpen without calling fn when the breaker is
-// open, ErrBudgetSpent without calling fn when ctx is a request's
+// tier lookup, a read), through the circuit breaker of key's partition
+// (DefaultPartition when key is ""), so that it is not made while the
+// breaker is open and its failures count toward opening it. It returns
+// ErrBreakerOpen without calling fn when the breaker is open,
+// ErrBudgetSpent without calling fn when ctx is a request's
 // (NewRequestContext) whose failed calls have used the budget
 // (Options.Budget; a call of fn that times out uses all of it), and
-// otherwise fn's error. A failure of fn counts toward opening
-// the breaker; a success does not count as one toward keeping it closed
-// (or closing it), as only decisions vouch for the primary's health. fn
-// runs under ctx as given (no budget is
-// added): bound ctx as the operation needs. fn should return nil for
-// errors that say nothing about the backend's health (bad input, a reply
-// the caller does not like); an error after ctx was cancelled by the
-// caller is not counted either. A nil fn is an error, returned before
-// the breaker is consulted.
+// otherwise fn's error. A failure of fn counts toward opening the
+// breaker; a success does not count as one toward keeping it closed (or
+// closing it): a read that works says little about whether writes can be
+// made (with Redis out of memory, tier lookups succeed while every
+// decision fails). Decisions, and writes through CallWrite, vouch for the
+// primary's health. fn runs under ctx as given (no budget is added):
+// bound ctx as the operation needs. fn should return nil for errors that
+// say nothing about the backend's health (bad input, a reply the caller
+// does not like); an error after ctx was cancelled by the caller is not
+// counted either. A nil fn is an error, returned before the breaker is
+// consulted.
 func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return errors.New("fallback: Call: nil function")
 	}
+	return s.call(ctx, key, fn, nil)
+}
+
+// CallWrite is Call for an operation that may write (a quota or lease
+// script): when fn returns wrote true and a nil error, the call vouches
+// for the primary as a successful decision does: it ends the run of
+// consecutive failures, counts as a success in the failure rate and, as a
+// half-open probe, toward closing the breaker. A success with wrote false
+// is neutral, as Call's. fn should report wrote only when the primary
+// accepted a write that a Redis out of memory refuses (a command that can
+// grow memory: ZADD, HSET), so that such a Redis still opens the breaker.
+// Redis 7 (checked on 7.0.15) refuses a script without flags (no "#!lua"
+// line, as floodgate's are) only at its first such command, and only when
+// the script wrote nothing before it: a script that only reads or deletes
+// (a lease release: ZREM) succeeds on a Redis out of memory and says
+// nothing of its health, and one that deleted something first (an
+// expired lease trimmed) may then add even there; such successes are
+// rare next to the decisions failing meanwhile, which still open the
+// breaker by their failure rate. A nil fn is an error, as for Call.
+func (s *Store) CallWrite(ctx context.Context, key string, fn func(ctx context.Context) (wrote bool, err error)) error {
+	if fn == nil {
+		return errors.New("fallback: CallWrite: nil function")
+	}
+	return s.call(ctx, key, nil, fn)
+}
+
+// call is Call with read, or CallWrite with write (the other nil).
+func (s *Store) call(ctx context.Context, key string, read func(ctx context.Context) error, write func(ctx context.Context) (bool, error)) error {
 	br := s.breakers.shared
 	if key != "" {
 		br = s.breakers.forKey(ctx, key)
@@ -503,16 +533,21 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 		return ErrBreakerOpen
 	}
 	start := time.Now()
-	err := fn(ctx)
+	var err error
+	wrote := false
+	if read != nil {
+		err = read(ctx)
+	} else {
+		wrote, err = write(ctx)
+	}
 	elapsed := time.Since(start)
 	if s.obs != nil {
 		s.obs.ObservePrimary(elapsed, err)
 	}
 	switch {
+	case err == nil && wrote:
+		br.release(t, verdictSuccess)
 	case err == nil:
-		// A read that works says little about whether decisions (writes)
-		// can be made: with Redis out of memory, tier lookups succeed
-		// while every decision fails. Only decisions vouch for health.
 		br.release(t, verdictNeutral)
 	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(ctx.Err(), context.Canceled):
 		br.release(t, verdictNeutral)

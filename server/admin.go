@@ -448,11 +448,12 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 	// limit the response reports.
 	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
-	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
+	tier := s.operationTier(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	var res quota.Result
-	err = s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
+	err = s.guard(ctx, op.identity, func(ctx context.Context) (bool, error) {
+		var err error
 		res, err = eng.quota(op.quota.Name, tier).Restore(ctx, op.identity, *req.Used)
-		return err
+		return err == nil, err // the usage's HSET
 	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), opQuotaRestore, err))

@@ -163,7 +163,7 @@ func (s *Server) leaseSetup(ctx context.Context, w http.ResponseWriter, r *http.
 		s.fail(w, r, err)
 		return op, nil, "", false
 	}
-	tier := s.tierFor(ctx, cfg, op.limit.Name, op.limit.Tiered(), op.limit.TierDimension, op.values)
+	tier := s.operationTier(ctx, cfg, op.limit.Name, op.limit.Tiered(), op.limit.TierDimension, op.values)
 	return op, eng.limiter(op.limit.Name, tier), tier, true
 }
 
@@ -180,9 +180,10 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res concurrency.Result
-	err = s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
+	err = s.guard(ctx, op.identity, func(ctx context.Context) (bool, error) {
+		var err error
 		res, err = lim.Acquire(ctx, op.identity)
-		return err
+		return res.Allowed, err // a lease taken is a ZADD
 	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), opAcquire, err))
@@ -213,14 +214,20 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var released bool
-	err := s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
+	err := s.guard(ctx, op.identity, func(ctx context.Context) (bool, error) {
+		var err error
 		released, err = lim.Release(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
-		return err
+		return false, err // a ZREM, which a Redis out of memory allows
 	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), opRelease, err))
 		return
 	}
+	result := resultNotHeld
+	if released {
+		result = resultReleased
+	}
+	s.metrics.releases.WithLabelValues(op.limit.Name, result).Inc()
 	writeJSON(w, http.StatusOK, ReleaseResponse{Released: released, Limiter: op.limit.Name, LeaseID: op.leaseID})
 }
 
@@ -232,11 +239,13 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var lease concurrency.Lease
-	err := s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
+	err := s.guard(ctx, op.identity, func(ctx context.Context) (bool, error) {
+		var err error
 		lease, err = lim.Renew(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
-		return err
+		return err == nil, err // a lease renewed is a ZADD
 	})
 	if errors.Is(err, concurrency.ErrLeaseLost) {
+		s.metrics.renewals.WithLabelValues(op.limit.Name, resultLost).Inc()
 		s.fail(w, r, &problemError{status: http.StatusConflict, kind: "lease-lost",
 			detail: "lease " + strconv.Quote(clip.Text(op.leaseID, 80)) + " is no longer held (released, or expired and its slot possibly taken): stop the work or acquire a new lease"})
 		return
@@ -245,5 +254,6 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, s.operationProblem(r.Context(), opRenew, err))
 		return
 	}
+	s.metrics.renewals.WithLabelValues(op.limit.Name, resultRenewed).Inc()
 	writeJSON(w, http.StatusOK, RenewResponse{Renewed: true, Limiter: op.limit.Name, LeaseID: op.leaseID, ExpiresAt: leaseTime(lease.Expires)})
 }

@@ -17,12 +17,15 @@ import (
 // Breaker runs the service's own calls to the store's backend (quota and
 // lease operations; tier lookups go through config.RedisAssignments'
 // Guard) through the circuit breaker that guards decisions, so that they
-// are not made while it is open and their failures open it.
+// are not made while it is open, their failures open it, and their
+// successful writes keep it closed as successful decisions do.
 // *fallback.Store implements it.
 type Breaker interface {
-	// Call runs fn unless the breaker of key's partition ("" for the
-	// default one) is open, and returns fn's error (or the breaker's).
-	Call(ctx context.Context, key string, fn func(ctx context.Context) error) error
+	// CallWrite runs fn unless the breaker of key's partition ("" for
+	// the default one) is open, and returns fn's error (or the
+	// breaker's). A success for which fn reports wrote vouches for the
+	// backend's health (see fallback.Store.CallWrite).
+	CallWrite(ctx context.Context, key string, fn func(ctx context.Context) (wrote bool, err error)) error
 }
 
 // LastKnownTiers is implemented by Assignments that can tell the last
@@ -38,18 +41,26 @@ type LastKnownTiers interface {
 // identity's hash tag, as floodgate.Key's do), so that one primary failing
 // does not stop the operations of identities on the others. Errors that
 // say nothing about the backend's health (bad input, a lost quota state,
-// an already settled id, a lost lease) do not count toward opening it.
-func (s *Server) guard(ctx context.Context, identity string, fn func(ctx context.Context) error) error {
+// an already settled id, a lost lease) do not count toward opening it. fn
+// reports wrote when its success means the primary accepted a write that
+// a Redis out of memory refuses (a lease taken, a quota charged): such a
+// success keeps the breaker closed, as a successful decision does, so that
+// a workload of quota and lease calls alone does not open it on failures
+// scattered among its successes; other successes (a release, a status
+// read) are neutral.
+func (s *Server) guard(ctx context.Context, identity string, fn func(ctx context.Context) (wrote bool, err error)) error {
 	if s.opts.Breaker == nil {
-		return fn(ctx)
+		_, err := fn(ctx)
+		return err
 	}
 	var opErr error
-	err := s.opts.Breaker.Call(ctx, "{"+floodgate.EncodeIdentity(identity)+"}", func(ctx context.Context) error {
-		opErr = fn(ctx)
+	err := s.opts.Breaker.CallWrite(ctx, "{"+floodgate.EncodeIdentity(identity)+"}", func(ctx context.Context) (bool, error) {
+		var wrote bool
+		wrote, opErr = fn(ctx)
 		if isLogicalError(opErr) {
-			return nil
+			return false, nil
 		}
-		return opErr
+		return wrote, opErr
 	})
 	if opErr != nil {
 		return opErr
@@ -74,12 +85,30 @@ func isLogicalError(err error) bool {
 // tier assigned to the value of tierDim when the limits are tiered and
 // the assignment names a configured tier, the default tier otherwise. ctx
 // carries the request's decision deadline; the lookup gets at most
-// LookupTimeout of it. A failed lookup (Redis down, slow, or its breaker
-// open) uses the last tier seen for the identity when the Assignments
-// keep one (LastKnownTiers), else the default tier: limits stay enforced.
-// Failures are counted and logged at most once per WarnEvery. what names
-// the policy, quota or limit in the log.
+// LookupTimeout of it, and its time comes out of the decision's fallback
+// budget. A failed lookup (Redis down, slow, or its breaker open) uses the
+// last tier seen for the identity when the Assignments keep one
+// (LastKnownTiers), else the default tier: limits stay enforced. Failures
+// are counted and logged at most once per WarnEvery. what names the
+// policy in the log.
 func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, tiered bool, tierDim string, values map[string]string) string {
+	return s.lookupTier(ctx, cfg, what, tiered, tierDim, values, true)
+}
+
+// operationTier is tierFor for a quota or lease operation, whose lookup
+// is bounded by ctx (the operation's decision deadline) alone: the
+// operation has no fallback and waits for Redis up to that deadline
+// anyway, so cutting its lookup at the fallback's budget would only give
+// it the last known or default tier while Redis is merely slow (a CPU
+// saturated by hundreds of concurrent acquires), and count a failure
+// toward opening the breaker. what names the quota or limiter in the log.
+func (s *Server) operationTier(ctx context.Context, cfg *config.Config, what string, tiered bool, tierDim string, values map[string]string) string {
+	return s.lookupTier(ctx, cfg, what, tiered, tierDim, values, false)
+}
+
+// lookupTier is tierFor, with the lookup bounded by LookupTimeout and
+// charged to the decision's budget when budgeted, by ctx alone otherwise.
+func (s *Server) lookupTier(ctx context.Context, cfg *config.Config, what string, tiered bool, tierDim string, values map[string]string, budgeted bool) string {
 	if !tiered {
 		return cfg.DefaultTier()
 	}
@@ -87,22 +116,13 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 	if !ok {
 		return cfg.DefaultTier()
 	}
-	// A shared deadline, as for the request's (decisionContext): a tiered
-	// request looks its tier up on every decision, mostly from a cache.
-	start := time.Now()
-	lctx, cancel := s.ticks.WithTimeout(ctx, start, s.opts.LookupTimeout)
-	t, ok, err := s.assign.Tier(lctx, tierDim, v)
-	// The lookup's time comes out of the decision's fallback budget
-	// (when ctx carries the decision's Outcome): with Redis stalled, a
-	// request waits one budget, not one for the lookup and one more for
-	// the decision. A lookup that reached its own deadline spent all of
-	// it (shared deadline timers may fire up to a millisecond early).
-	spent := time.Since(start)
-	if errors.Is(lctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-		spent = max(spent, s.opts.LookupTimeout)
+	var t string
+	var err error
+	if budgeted {
+		t, ok, err = s.budgetedTier(ctx, tierDim, v)
+	} else {
+		t, ok, err = s.assign.Tier(ctx, tierDim, v)
 	}
-	cancel()
-	fallback.SpendBudget(ctx, spent)
 	if err != nil {
 		s.metrics.tierErrors.Inc()
 		used := "default"
@@ -131,4 +151,26 @@ func (s *Server) tierFor(ctx context.Context, cfg *config.Config, what string, t
 		return cfg.DefaultTier()
 	}
 	return t
+}
+
+// budgetedTier looks the tier of value under tierDim up within
+// LookupTimeout of ctx, and spends the lookup's time from the decision's
+// fallback budget (when ctx carries the decision's Outcome): with Redis
+// stalled, a request waits one budget, not one for the lookup and one
+// more for the decision.
+func (s *Server) budgetedTier(ctx context.Context, tierDim, v string) (string, bool, error) {
+	// A shared deadline, as for the request's (decisionContext): a tiered
+	// request looks its tier up on every decision, mostly from a cache.
+	start := time.Now()
+	lctx, cancel := s.ticks.WithTimeout(ctx, start, s.opts.LookupTimeout)
+	t, ok, err := s.assign.Tier(lctx, tierDim, v)
+	// A lookup that reached its own deadline spent all of it (shared
+	// deadline timers may fire up to a millisecond early).
+	spent := time.Since(start)
+	if errors.Is(lctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		spent = max(spent, s.opts.LookupTimeout)
+	}
+	cancel()
+	fallback.SpendBudget(ctx, spent)
+	return t, ok, err
 }

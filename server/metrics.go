@@ -22,6 +22,8 @@ type serverMetrics struct {
 	tierStale    prometheus.Counter
 	tierUnknown  prometheus.Counter
 	degraded     *prometheus.CounterVec
+	releases     *prometheus.CounterVec
+	renewals     *prometheus.CounterVec
 	// degradedBy holds degraded's children by mode, resolved once so that
 	// counting a degraded answer looks nothing up.
 	degradedBy [fallback.ModeClosed + 1]prometheus.Counter
@@ -69,6 +71,14 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 			Name: "floodgate_degraded_responses_total",
 			Help: "Decisions answered while degraded (taken by the failure mode instead of Redis), by failure mode.",
 		}, []string{"mode"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_lease_releases_total",
+			Help: "Concurrency lease releases answered, by limiter (label policy, as acquires in rate_limit_allowed_total) and result: released (the lease was live and its slot is free) or not_held (already released, or expired).",
+		}, []string{"policy", "result"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_lease_renewals_total",
+			Help: "Concurrency lease renewals answered, by limiter (label policy) and result: renewed, or lost (the lease was no longer held: 409 lease-lost).",
+		}, []string{"policy", "result"}),
 	}
 	for mode := fallback.ModeLocal; mode <= fallback.ModeClosed; mode++ {
 		m.degradedBy[mode] = m.degraded.WithLabelValues(mode.String())
@@ -88,7 +98,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		m.rejected.WithLabelValues(problem)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.grpcRejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded} {
+		for _, c := range []prometheus.Collector{m.shadowDenied, m.errors, m.rejected, m.grpcRejected, m.tierErrors, m.tierStale, m.tierUnknown, m.degraded, m.releases, m.renewals} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("server: registering metrics: %w", err)
 			}
@@ -96,6 +106,15 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	}
 	return m, nil
 }
+
+// The results of floodgate_lease_releases_total and
+// floodgate_lease_renewals_total.
+const (
+	resultReleased = "released"
+	resultNotHeld  = "not_held"
+	resultRenewed  = "renewed"
+	resultLost     = "lost"
+)
 
 // rejectionProblems returns the problem types (Problem.Type without
 // ProblemTypePrefix) that floodgate_http_rejected_total counts: those of

@@ -301,10 +301,10 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 	}
 	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
-	tier := s.tierFor(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
+	tier := s.operationTier(ctx, cfg, op.quota.Name, op.quota.Tiered(), op.quota.TierDimension, op.values)
 	q := eng.quota(op.quota.Name, tier)
 	var res quota.Result
-	err = s.guard(ctx, op.identity, func(ctx context.Context) (err error) {
+	err = s.guard(ctx, op.identity, func(ctx context.Context) (wrote bool, err error) {
 		switch kind {
 		case quotaCheck:
 			res, err = q.Check(ctx, op.identity, op.amount)
@@ -315,7 +315,7 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		case quotaSettle:
 			res, err = q.Settle(ctx, op.identity, op.id, op.amount)
 		}
-		return err
+		return quotaWrote(kind, res), err
 	})
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), kind.operation(), err))
@@ -333,6 +333,22 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		status = http.StatusTooManyRequests
 	}
 	writeJSON(w, status, resp)
+}
+
+// quotaWrote reports whether a successful quota operation of kind wrote
+// what a Redis out of memory refuses (an HSET of the usage): a charge, a
+// hold taken, a settlement recorded. A status read, a denial and a
+// replay write nothing of the kind.
+func quotaWrote(kind quotaKind, res quota.Result) bool {
+	switch kind {
+	case quotaCheck:
+		return res.Charged > 0
+	case quotaReserve:
+		return res.Allowed && !res.Replayed
+	case quotaSettle:
+		return !res.Replayed
+	}
+	return false
 }
 
 func quotaResponse(op quotaOp, tier string, res quota.Result) QuotaResponse {

@@ -152,9 +152,11 @@ type Options struct {
 	// lookup, the decision (all checks of a batch together) or the quota
 	// or lease operation. Default (0) DefaultDecisionTimeout.
 	DecisionTimeout time.Duration
-	// LookupTimeout bounds a tier lookup, within DecisionTimeout, so that
-	// a slow Redis leaves the decision its own time. Default 50ms (the
-	// fallback's default budget).
+	// LookupTimeout bounds the tier lookup of a decision, within
+	// DecisionTimeout, so that a slow Redis leaves the decision its own
+	// time. Quota and lease operations, which have no fallback, bound
+	// theirs by DecisionTimeout alone. Default 50ms (the fallback's
+	// default budget).
 	LookupTimeout time.Duration
 	// Breaker, when set, runs quota and lease operations through the
 	// circuit breaker of the decisions (the *fallback.Store the limiter
