@@ -185,6 +185,7 @@ func TestNegativeOptionNamed(t *testing.T) {
 		"DecisionTimeout is negative: -1s": {DecisionTimeout: -time.Second},
 		"MaxBodyBytes is negative: -5":     {MaxBodyBytes: -5},
 		"ReadTimeout is negative: -1ms":    {ReadTimeout: -time.Millisecond},
+		"WriteTimeout is negative: -1ms":   {WriteTimeout: -time.Millisecond},
 	} {
 		if _, err := server.New(lim, holder, opts); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%+v: %v; want an error naming %q", opts, err, name)

@@ -61,7 +61,7 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		// As Serve's http.Server: fasthttp's ReadTimeout bounds the
 		// header and the body together.
 		ReadTimeout:    s.opts.ReadTimeout,
-		WriteTimeout:   30 * time.Second,
+		WriteTimeout:   s.opts.WriteTimeout,
 		IdleTimeout:    2 * time.Minute,
 		ReadBufferSize: fastReadBufferSize,
 		// fasthttp reads a whole body before the handler runs: it stops

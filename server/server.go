@@ -64,6 +64,14 @@ type LoginUnlocker interface {
 // DefaultDecisionTimeout is Options.DecisionTimeout's default.
 const DefaultDecisionTimeout = time.Second
 
+// DefaultWriteTimeout is Options.WriteTimeout's default, and the write
+// timeout of the admin and probes' listeners: an answer must be written
+// within 30 s. A decision's answer is a few hundred bytes, but GET
+// /metrics, on the same listener unless served on the admin one only,
+// can be hundreds of KB, and a scraper on a slow link, or one configured
+// with a long scrape timeout, must not have it cut.
+const DefaultWriteTimeout = 30 * time.Second
+
 // Options configures a Server. The zero value is ready to use.
 type Options struct {
 	// Logger receives request errors and admin actions. Default: discard.
@@ -171,6 +179,18 @@ type Options struct {
 	// client sending its body slowly cannot hold a connection (and
 	// shutdown) for long. Default 5s.
 	ReadTimeout time.Duration
+	// WriteTimeout bounds the writing of one answer on Serve's listener
+	// (on net/http from the moment its request's headers are read, the
+	// handler's time included; on fasthttp from the moment the handler
+	// has answered), so that a client that sends requests and stops
+	// reading the answers cannot hold a connection (one place of
+	// floodgate serve's --max-connections) much longer: the connection is
+	// closed instead. On both engines it starts afresh with each request,
+	// so a client that pipelines requests and reads a little of the
+	// answers before each deadline keeps its connection for as long as it
+	// goes on. The listeners of AdminHandler and HealthHandler keep
+	// DefaultWriteTimeout. Default DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// TrustedOrigins are the origins whose pages may call the API from a
 	// browser, each as browsers send it in the Origin header
 	// ("https://app.example.com", with the port unless it is the scheme's
@@ -271,6 +291,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 		{"MaxBatch", opts.MaxBatch < 0, opts.MaxBatch}, {"DrainTimeout", opts.DrainTimeout < 0, opts.DrainTimeout},
 		{"ShutdownDelay", opts.ShutdownDelay < 0, opts.ShutdownDelay}, {"LookupTimeout", opts.LookupTimeout < 0, opts.LookupTimeout},
 		{"WarnEvery", opts.WarnEvery < 0, opts.WarnEvery}, {"ReadTimeout", opts.ReadTimeout < 0, opts.ReadTimeout},
+		{"WriteTimeout", opts.WriteTimeout < 0, opts.WriteTimeout},
 	} {
 		if o.neg {
 			return nil, fmt.Errorf("server: option %s is negative: %v", o.name, o.v)
@@ -298,6 +319,9 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	}
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = 5 * time.Second
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -462,7 +486,7 @@ func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler
 		Handler:           h,
 		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
 		ReadTimeout:       s.opts.ReadTimeout,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      DefaultWriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          s.serverLog(),
@@ -560,7 +584,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s,
 		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
 		ReadTimeout:       s.opts.ReadTimeout,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          s.serverLog(),

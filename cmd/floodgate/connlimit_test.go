@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -232,5 +234,67 @@ func TestServeGRPCFloodLeavesHTTP(t *testing.T) {
 	}
 	if got := metricValue(t, admin, open); got > limit/2 {
 		t.Errorf("%s %v, want at most %d (half of --max-connections %d)", open, got, limit/2, limit)
+	}
+}
+
+// TestServeClosesClientThatDoesNotRead sends GET /metrics 400 times
+// over one connection and never reads the answers, on each engine with --write-timeout 1s: once the kernel's
+// buffers are full the answer being written cannot finish, and serve
+// closes the connection, so that floodgate_connections_open returns to 0
+// and the client sees the end of the connection. The write timeout was a
+// fixed 30 s: such clients held their places of --max-connections for
+// half a minute whatever --read-timeout said (a walk, 66 of them with
+// --max-connections 64: no check answered for about 44 s).
+func TestServeClosesClientThatDoesNotRead(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(e2eAdminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const open = `floodgate_connections_open{listener="http"}`
+	for _, engine := range []string{"net/http", "fasthttp"} {
+		t.Run(strings.ReplaceAll(engine, "/", ""), func(t *testing.T) {
+			svc := startService(t, "--http-server", engine, "--write-timeout", "1s",
+				"--admin-addr", "127.0.0.1:0", "--admin-token-file", tokenFile)
+			admin := "http://" + svc.addr(t, "floodgate admin listening")
+			c, err := net.Dial("tcp", strings.TrimPrefix(svc.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Never read: 400 answers of about 20 KB are more than the
+			// receive buffer and the service's send buffer (4 MiB at most
+			// by default on Linux) take.
+			sent := make(chan error, 1)
+			go func() {
+				// Bounds the writer once the service stops reading.
+				_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+				_, err := io.WriteString(c, strings.Repeat("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400))
+				sent <- err
+			}()
+			// 20 s bounds a hang: the fixed write timeout held it 30 s.
+			start := time.Now()
+			deadline := start.Add(20 * time.Second)
+			seen := false
+			for {
+				n := metricValue(t, admin, open)
+				seen = seen || n > 0
+				if seen && n == 0 {
+					t.Logf("closed %v after the client began sending", time.Since(start))
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s %v 20 s after a client stopped reading, with --write-timeout 1s (seen open: %v)\n%s", open, n, seen, tail(svc.Logs()))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			// What the receive buffer holds, then the end: EOF, or a
+			// reset for the requests the service left unread.
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("reading what the closed connection held: %v, want EOF or a reset", err)
+			}
+			_ = c.Close()
+			<-sent
+		})
 	}
 }

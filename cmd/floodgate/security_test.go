@@ -642,7 +642,7 @@ func TestServeSignedConfigFromRedis(t *testing.T) {
 // warning), and the rest failed with "server: negative option".
 func TestServeRefusesNegativeDurations(t *testing.T) {
 	for _, fl := range []string{"--reload-interval", "--redis-timeout", "--decision-timeout", "--fallback-budget",
-		"--clock-skew-warn", "--drain-timeout", "--read-timeout", "--shutdown-delay"} {
+		"--clock-skew-warn", "--drain-timeout", "--read-timeout", "--write-timeout", "--shutdown-delay"} {
 		code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--config", filepath.Join(t.TempDir(), "none.yaml"), fl+"=-1s")
 		if code == 0 || !strings.Contains(out, fl+" -1s: must not be negative") {
 			t.Errorf("%s=-1s: exit %d: %s", fl, code, out)
