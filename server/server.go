@@ -201,8 +201,9 @@ type Options struct {
 	// matching its Host (Floodgate serves no page that sends such
 	// requests, and a page whose DNS name is rebound to the service's
 	// address sends that name as both), or, without Origin, a
-	// Sec-Fetch-Site naming another site. Requests with neither header
-	// (curl, server-side clients) are never refused. Default none. New
+	// Sec-Fetch-Site naming another site (an empty Origin counts as
+	// none). Requests with neither header (curl, server-side clients)
+	// are never refused. Default none. New
 	// refuses an entry ValidateTrustedOrigin refuses.
 	TrustedOrigins []string
 	// AllowedHosts, when not empty, are the host names requests must be
