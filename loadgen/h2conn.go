@@ -36,7 +36,9 @@ import (
 //
 // It follows the protocol's rules for a client: preface and SETTINGS,
 // SETTINGS and PING acknowledged, the server's MAX_CONCURRENT_STREAMS
-// (callers wait for a free stream), flow control both ways (large receive
+// (callers wait for a free stream, first come first served: a stream
+// that ends goes to the longest waiting caller before a chained worker
+// may start its next request on it), flow control both ways (large receive
 // windows granted and replenished; DATA held back while the server's send
 // windows are exhausted), odd stream IDs up to a last one after which the
 // connection takes no new streams, GOAWAY (streams the server did not
@@ -61,12 +63,13 @@ type h2conn struct {
 	wmu sync.Mutex
 
 	mu         sync.Mutex
-	cond       sync.Cond     // on mu: a stream finished or the connection ended
-	reading    bool          // readLoop is handling a frame and sends pending itself
-	wfr        *http2.Framer // writes into pending, under mu
-	pending    []byte        // frames waiting for writeLoop
-	err        error         // why the connection ended; nil while it works
-	draining   bool          // no new streams
+	waiters    []*streamWaiter // callers waiting for a stream, oldest first
+	granted    int             // streams handed to waiters not yet started
+	reading    bool            // readLoop is handling a frame and sends pending itself
+	wfr        *http2.Framer   // writes into pending, under mu
+	pending    []byte          // frames waiting for writeLoop
+	err        error           // why the connection ended; nil while it works
+	draining   bool            // no new streams
 	streams    map[uint32]*grpcCall
 	nextID     uint32 // the next stream ID
 	lastID     uint32 // the last stream ID this connection may use
@@ -89,6 +92,20 @@ type h2conn struct {
 	hdrCall *grpcCall // its call (nil: none, or forgotten)
 	hdrEnd  bool      // that block ends its stream
 }
+
+// streamWaiter is a caller of start waiting for a stream while the
+// server's limit is reached. Its fields are written under the
+// connection's mu; ready receives one signal when it is handed a stream
+// (granted) or the connection takes no new streams.
+type streamWaiter struct {
+	ready   chan struct{}
+	granted bool // a stream is kept for it, counted in the connection's granted
+	woken   bool // out of the queue: granted, or the connection is gone
+}
+
+// errNoStreamSlot is start's error when ctx ends while the call waits
+// for a stream: the request was not sent.
+var errNoStreamSlot = errors.New("waited for a stream slot (the server's MAX_CONCURRENT_STREAMS, all in use on its connection): not sent")
 
 // grpcCall is one worker's call, reused from one request to the next.
 // Between start and the signal on done, its fields are the connection's,
@@ -206,7 +223,6 @@ func handshakeH2(nc net.Conn, lastID uint32, fields []hpack.HeaderField) (*h2con
 		initWin:    65535,
 		maxFrame:   16384,
 	}
-	c.cond.L = &c.mu
 	c.enc = hpack.NewEncoder(&c.block)
 	c.dec = hpack.NewDecoder(4096, c.onField)
 	c.dec.SetMaxStringLength(h2MaxMessage)
@@ -247,45 +263,99 @@ func handshakeH2(nc net.Conn, lastID uint32, fields []hpack.HeaderField) (*h2con
 
 // start opens a stream for call with the request's headers and the
 // message (kept until sent: the caller leaves it alone until done),
-// waiting for a free stream while the server's limit is reached. It
-// returns errConnGone when the connection takes no new streams, ctx's
-// error when ctx ends while waiting.
+// waiting for a free stream while the server's limit is reached, behind
+// the callers already waiting. It returns errConnGone when the
+// connection takes no new streams, an error wrapping errNoStreamSlot and
+// ctx's error when ctx ends while waiting (the request was not sent).
 func (c *h2conn) start(ctx context.Context, call *grpcCall, msg []byte) error {
 	c.mu.Lock()
-	var stop func() bool
-	for c.err == nil && !c.draining && uint32(len(c.streams)) >= c.maxStreams {
-		if err := ctx.Err(); err != nil {
-			c.cond.Signal() // a stream this waiter was woken for goes to another
-			c.mu.Unlock()
-			if stop != nil {
-				stop()
+	defer c.mu.Unlock()
+	if c.canStartLocked() {
+		c.startLocked(call, msg)
+		return nil
+	}
+	var w *streamWaiter
+	for {
+		if c.err != nil || c.draining {
+			c.passOn(w)
+			return errConnGone
+		}
+		if w != nil && w.granted && uint32(len(c.streams)) < c.maxStreams {
+			c.granted--
+			c.startLocked(call, msg)
+			return nil
+		}
+		// Queued, or queued again at the head when the server lowered
+		// its limit after the stream was granted.
+		if w == nil {
+			w = &streamWaiter{ready: make(chan struct{}, 1)}
+			c.waiters = append(c.waiters, w)
+		} else {
+			if w.granted {
+				c.granted--
 			}
-			return err
+			*w = streamWaiter{ready: w.ready}
+			c.waiters = append([]*streamWaiter{w}, c.waiters...)
 		}
-		if stop == nil {
-			stop = context.AfterFunc(ctx, func() {
-				c.mu.Lock()
-				c.cond.Broadcast()
-				c.mu.Unlock()
-			})
-		}
-		c.cond.Wait()
-	}
-	if stop != nil {
-		defer stop()
-	}
-	if c.err != nil || c.draining {
 		c.mu.Unlock()
-		return errConnGone
+		select {
+		case <-w.ready:
+			c.mu.Lock()
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.passOn(w)
+			return fmt.Errorf("%w (%w)", errNoStreamSlot, ctx.Err())
+		}
 	}
-	c.startLocked(call, msg)
-	c.mu.Unlock()
-	return nil
 }
 
-// canStartLocked reports whether a new stream can start at once, under mu.
+// passOn takes w (nil: none) out of the queue, or hands the stream
+// granted to it to the next waiter, under mu.
+func (c *h2conn) passOn(w *streamWaiter) {
+	switch {
+	case w == nil:
+	case !w.woken:
+		for i, q := range c.waiters {
+			if q == w {
+				c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+				break
+			}
+		}
+	case w.granted:
+		w.granted = false
+		c.granted--
+		c.grantLocked()
+	}
+}
+
+// grantLocked hands the free streams to the waiting callers, oldest
+// first, under mu; when the connection takes no new streams, it wakes
+// them all.
+func (c *h2conn) grantLocked() {
+	if len(c.waiters) == 0 {
+		return
+	}
+	gone := c.err != nil || c.draining
+	n := 0
+	for _, w := range c.waiters {
+		if !gone && uint32(len(c.streams)+c.granted) >= c.maxStreams {
+			break
+		}
+		w.woken, w.granted = true, !gone
+		if w.granted {
+			c.granted++
+		}
+		w.ready <- struct{}{} // room for one: a waiter is woken once per queueing
+		n++
+	}
+	clear(c.waiters[:n])
+	c.waiters = c.waiters[n:]
+}
+
+// canStartLocked reports whether a new stream can start at once, under
+// mu: none is waiting for one, and the server's limit leaves room.
 func (c *h2conn) canStartLocked() bool {
-	return c.err == nil && !c.draining && uint32(len(c.streams)) < c.maxStreams
+	return c.err == nil && !c.draining && len(c.waiters) == 0 && uint32(len(c.streams)+c.granted) < c.maxStreams
 }
 
 // startLocked opens a stream for call with the request's headers and
@@ -296,6 +366,7 @@ func (c *h2conn) startLocked(call *grpcCall, msg []byte) {
 	if c.nextID > c.lastID {
 		c.draining = true
 		c.unusable.Store(true)
+		c.grantLocked() // the waiters go to another connection
 	}
 	*call = grpcCall{done: call.done, then: call.then, id: id, grpcStatus: -1, data: call.data[:0], sendWin: c.initWin, unsent: msg}
 	c.streams[id] = call
@@ -338,7 +409,7 @@ func (c *h2conn) forget(call *grpcCall) {
 		}
 		call.unsent = nil
 	}
-	c.cond.Signal()
+	c.grantLocked()
 }
 
 // finish hands call's outcome to its worker, under mu.
@@ -435,7 +506,7 @@ func (c *h2conn) failLocked(err error) {
 	}
 	clear(c.streams)
 	c.blocked = nil
-	c.cond.Broadcast()
+	c.grantLocked()
 	close(c.quit)
 	c.nc.Close()
 }
@@ -610,7 +681,7 @@ func (c *h2conn) handle(f http2.Frame) error {
 				c.finish(call, fmt.Errorf("the server is going away (GOAWAY, %v) and did not take the request", f.ErrCode))
 			}
 		}
-		c.cond.Broadcast()
+		c.grantLocked()
 		c.closeIfIdle()
 	case *http2.PushPromiseFrame:
 		return errors.New("PUSH_PROMISE although push is disabled")
@@ -627,7 +698,7 @@ func (c *h2conn) settings(f *http2.SettingsFrame) error {
 		switch s.ID {
 		case http2.SettingMaxConcurrentStreams:
 			c.maxStreams = s.Val
-			c.cond.Broadcast()
+			c.grantLocked()
 		case http2.SettingInitialWindowSize:
 			delta := int64(s.Val) - c.initWin
 			c.initWin = int64(s.Val)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -522,5 +524,98 @@ func TestRawGRPCHeadersIndexed(t *testing.T) {
 				t.Logf("the server read %d bytes per request", per)
 			}
 		})
+	}
+}
+
+// With more workers on a connection than the server allows streams, a
+// stream that ends goes to a worker waiting for one before the worker
+// whose request it carried starts its next: every worker gets its turn
+// and none waits until the timeout. (The raw client used to hand the
+// stream to the finishing worker's next request, so that with 2 streams
+// and 8 workers, 6 waited until their timeouts, over and over.)
+func TestRawGRPCStreamsTakenInTurn(t *testing.T) {
+	var inFlight, most atomic.Int64
+	_, target := grpcServer(t, rlsFunc{f: func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+	}}, nil, grpc.MaxConcurrentStreams(2))
+	const timeout = time.Second
+	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 8, Connections: 1, Duration: 2 * timeout, Timeout: timeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 0 || rep.Allowed == 0 {
+		t.Errorf("report %+v", rep)
+	}
+	if m := most.Load(); m > 2 {
+		t.Errorf("%d requests in the server at once, over 2", m)
+	}
+}
+
+// zeroStreamsServer speaks HTTP/2 but allows no streams
+// (SETTINGS_MAX_CONCURRENT_STREAMS 0) and counts the HEADERS it gets; it
+// returns the target.
+func zeroStreamsServer(t *testing.T, headers *atomic.Int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { nc.Close() })
+			wg.Go(func() {
+				preface := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(nc, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(nc, nc)
+				if fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 0}) != nil {
+					return
+				}
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() && fr.WriteSettingsAck() != nil {
+							return
+						}
+					case *http2.HeadersFrame:
+						headers.Add(1)
+					}
+				}
+			})
+		}
+	})
+	return "grpc://" + ln.Addr().String()
+}
+
+// A request that never got a stream was not sent, and its error says so
+// rather than that the server did not answer.
+func TestRawGRPCNoStreamIsNotSent(t *testing.T) {
+	var headers atomic.Int64
+	target := zeroStreamsServer(t, &headers)
+	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 2, Connections: 1, Duration: time.Minute, MaxRequests: 4, Timeout: 100 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 4 || len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, "for a stream slot") ||
+		!strings.Contains(rep.ErrorSamples[0].Message, "not sent") || headers.Load() != 0 {
+		t.Errorf("report %+v, server saw %d requests", rep, headers.Load())
 	}
 }

@@ -222,6 +222,9 @@ func (r *run) one(w *workerState, at time.Time) {
 		w.h.Record(time.Since(at))
 		r.count(v)
 		return
+	case timedOut && errors.Is(err, errNoStreamSlot):
+		err = fmt.Errorf("waited %v (the timeout) for a stream slot (the server's MAX_CONCURRENT_STREAMS, all in use on its connection): not sent", r.opts.Timeout)
+		w.backoff = 0
 	case timedOut:
 		err = fmt.Errorf("no answer within %v (the timeout)", r.opts.Timeout)
 		w.backoff = 0
