@@ -22,6 +22,12 @@ import (
 // redirects, connection pools shared by goroutines) a closed-loop worker
 // with one connection does not need. Anything unexpected closes the
 // connection; the next request opens a new one.
+//
+// A request is sent once. Before a kept-alive connection is used again,
+// it is checked for a close or reset from the server waiting to be read
+// (as net/http's client learns it from its idle reader), and replaced if
+// so; a connection that closes after the request was written fails the
+// request, which the server may have decided.
 type rawWorker struct {
 	s    *httpSender
 	addr string
@@ -29,7 +35,6 @@ type rawWorker struct {
 
 	conn     net.Conn
 	br       *bufio.Reader
-	used     bool            // conn has carried a complete exchange
 	ctx      context.Context // the context whose end aborts conn's I/O
 	unhook   func() bool     // stops that
 	body     []byte
@@ -62,13 +67,10 @@ func (w *rawWorker) send(ctx context.Context, id int) (verdict, error) {
 	w.req = append(w.req, "\r\n\r\n"...)
 	w.req = append(w.req, w.body...)
 
-	status, answer, err := w.exchange(ctx)
-	if err != nil && w.used && errors.Is(err, errNothingRead) {
-		// A kept-alive connection the server had closed: the request was
-		// not read; send it once more on a new connection.
-		w.drop()
-		status, answer, err = w.exchange(ctx)
+	if w.conn != nil && peerClosed(w.conn) {
+		w.drop() // closed by the server while kept alive: nothing sent on it
 	}
+	status, answer, err := w.exchange(ctx)
 	if err != nil {
 		w.drop()
 		return verdict{}, err
@@ -80,8 +82,9 @@ func (w *rawWorker) send(ctx context.Context, id int) (verdict, error) {
 	return v, err
 }
 
-// errNothingRead marks a failure before the first byte of the answer.
-var errNothingRead = errors.New("connection closed before the answer")
+// errNothingRead marks a connection that closed after the request was
+// written and before the first byte of the answer.
+var errNothingRead = errors.New("connection closed before an answer: the request was sent and may have been decided (not re-sent)")
 
 // exchange writes w.req and reads the answer's status and body, and sets
 // w.degraded to whether it carried DegradedHeader.
@@ -93,7 +96,7 @@ func (w *rawWorker) exchange(ctx context.Context) (int, []byte, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		w.conn, w.used = conn, false
+		w.conn = conn
 		if w.br == nil {
 			w.br = bufio.NewReaderSize(conn, 4096)
 		} else {
@@ -110,7 +113,7 @@ func (w *rawWorker) exchange(ctx context.Context) (int, []byte, error) {
 		w.ctx = ctx
 	}
 	if _, err := w.conn.Write(w.req); err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", errNothingRead, err)
+		return 0, nil, fmt.Errorf("writing the request: %w", err)
 	}
 	line, err := w.br.ReadSlice('\n')
 	if err != nil {
@@ -195,7 +198,6 @@ func (w *rawWorker) exchange(ctx context.Context) (int, []byte, error) {
 			}
 		}
 	}
-	w.used = true
 	if closing {
 		w.drop()
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,8 +79,8 @@ func TestRawHTTPAnswers(t *testing.T) {
 }
 
 // A server that closes each connection after one answer, without saying
-// so: the next request on the kept connection finds it closed before
-// anything was read, and is sent again on a new one.
+// so: the next request, sent a while later (open loop), finds the kept
+// connection closed before writing to it and goes on a new one.
 func TestRawHTTPStaleConnection(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -108,7 +109,7 @@ func TestRawHTTPStaleConnection(t *testing.T) {
 			}()
 		}
 	}()
-	rep, err := Run(context.Background(), Options{Target: "http://" + ln.Addr().String(), Concurrency: 1, Duration: 5 * time.Second, MaxRequests: 10}, nil)
+	rep, err := Run(context.Background(), Options{Target: "http://" + ln.Addr().String(), Concurrency: 1, Rate: 50, Duration: 5 * time.Second, MaxRequests: 10}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +148,58 @@ func TestASCIIEqualFold(t *testing.T) {
 		if got := asciiEqualFold([]byte(tt.b), tt.s); got != tt.want {
 			t.Errorf("asciiEqualFold(%q, %q) = %v", tt.b, tt.s, got)
 		}
+	}
+}
+
+// A server that reads every third request, counts it and closes the
+// connection without answering: the request is an error that says it may
+// have been decided, and is not sent again (it used to be, once, on a new
+// connection, and the report hid it).
+func TestRawHTTPClosedAfterTheRequestIsNotResent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	var received atomic.Int64
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if _, err := io.Copy(io.Discard, req.Body); err != nil {
+						return
+					}
+					if received.Add(1)%3 == 0 {
+						return // decided, and no answer
+					}
+					const body = `{"allowed":true}`
+					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	rep, err := Run(context.Background(), Options{Target: "http://" + ln.Addr().String(), Concurrency: 1, Duration: time.Minute, MaxRequests: 9}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sent != 9 || rep.Allowed != 6 || rep.Errors != 3 || received.Load() != 9 ||
+		len(rep.ErrorSamples) != 1 || !strings.Contains(rep.ErrorSamples[0].Message, "may have been decided (not re-sent)") {
+		t.Errorf("report %+v; the server received %d", rep, received.Load())
 	}
 }
