@@ -729,13 +729,17 @@ func (r *run) latencyFail() time.Duration {
 // answer with errors (a Redis server's address given: ERR unknown command
 // 'sentinel'; NOAUTH), saying they answered. replaces reports a
 // diagnosis that makes go-redis's error useless or wrong (the name is
-// unknown, nothing unreachable; or no sentinel answers).
-func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool) {
+// unknown, nothing unreachable; or no sentinel answers). When no sentinel
+// answers, first is the first sentinel's error, for tlsHint to classify
+// as it does a standalone server's: the probe's own error is then often
+// go-redis's deadline, which says nothing of TLS.
+func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool, first error) {
 	st, ok := r.sentinels()
 	if !ok {
-		return "", false
+		return "", false, nil
 	}
 	var unknown, primaries, failed []string
+	var firstErr error
 	answered := false // some server answered with an error reply
 	for _, a := range st.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1,
@@ -752,6 +756,9 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))
 		case err != nil:
 			failed = append(failed, fmt.Sprintf("%s: %v", a, strings.TrimSpace(err.Error())))
+			if firstErr == nil {
+				firstErr = err
+			}
 			var reply redis.Error
 			answered = answered || errors.As(err, &reply)
 		}
@@ -759,20 +766,20 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool)
 	switch {
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && !answered:
 		return fmt.Sprintf("no sentinel answers (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",
-			strings.Join(failed, "; ")), true
+			strings.Join(failed, "; ")), true, firstErr
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0:
 		// A reply such as ERR unknown command 'sentinel' (a Redis
 		// server's address given) or NOAUTH: the server is reachable.
 		return fmt.Sprintf("no sentinel gives the address of primary %q (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL: a sentinel's port, 26379 by default, not a Redis server's) and the sentinels' own password (--redis-sentinel-password-file; --redis-password-file goes to the primary only)",
-			st.Master, strings.Join(failed, "; ")), true
+			st.Master, strings.Join(failed, "; ")), true, nil
 	case len(unknown) > 0 && len(primaries) == 0:
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
-			strings.Join(unknown, ", "), st.Master), true
+			strings.Join(unknown, ", "), st.Master), true, nil
 	case len(primaries) > 0:
 		return fmt.Sprintf("the sentinels answer (%s), but that primary does not: check it is up and reachable from here, and its password",
-			strings.Join(primaries, "; ")), false
+			strings.Join(primaries, "; ")), false, nil
 	}
-	return "", false
+	return "", false, nil
 }
 
 // openSlots returns the slots that CLUSTER NODES output says this node

@@ -54,11 +54,17 @@ func (r *run) unreachable(ctx context.Context, err error) {
 	r.check(GroupRedis, "reachable", func(c *Check) {
 		c.Read = probeRead(r.opts.Redis) + " (Redis did not answer it, so no other Redis read was made)"
 		c.Status = Fail
-		why, replaces := r.sentinelDiagnosis(ctx)
+		why, replaces, sentinelErr := r.sentinelDiagnosis(ctx)
 		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
 			c.Read = probeRead(r.opts.Redis) + ", and SENTINEL GET-MASTER-ADDR-BY-NAME on each sentinel (no other Redis read was made)"
 		}
 		hint := r.tlsHint(err)
+		if sentinelErr != nil {
+			// No sentinel answers: their errors, not the probe's (often
+			// go-redis's deadline), say what TLS did. A walk got the
+			// plaintext hint for an expired client certificate.
+			hint = r.tlsHint(sentinelErr)
+		}
 		switch {
 		case replaces:
 			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %s", target, why)
