@@ -59,10 +59,17 @@ type Redis struct {
 	// CommandTimeout bounds reading and writing one command when the
 	// caller's context has no earlier deadline. Default 1s.
 	CommandTimeout time.Duration
-	// Password authenticates to Redis (with the URL's user name, if any)
-	// when the URL carries no password; a URL with a password and a
-	// Password together are refused. Default: the URL's.
+	// Password authenticates to Redis (with the URL's user name, or
+	// Username, if any) when the URL carries no password; a URL with a
+	// password and a Password together are refused. Default: the URL's.
 	Password string
+	// Username is the ACL user to authenticate to Redis as (behind
+	// Sentinel, to the primary; every node of a Cluster), with Password or
+	// the URL's password, for settings whose URL names no user: sentinel
+	// or cluster addresses, or a URL without user@. A URL with a user and
+	// a Username together are refused, and so is a Username without a
+	// password. Default: the URL's user, else Redis's default user.
+	Username string
 	// SentinelUsername and SentinelPassword authenticate to the sentinels
 	// themselves (a Sentinel deployment only), which are set up apart from
 	// the data nodes (requirepass or an ACL user in sentinel.conf): the
@@ -177,13 +184,23 @@ func (r Redis) Sentinels() (SentinelTarget, bool, error) {
 		Username: r.SentinelUsername, Password: r.SentinelPassword}, true, err
 }
 
-// credentials merges the URL's user and password with r.Password.
+// credentials merges the URL's user and password with r.Username and
+// r.Password.
 func (r Redis) credentials(user, pass string) (string, string, error) {
 	if r.Password != "" {
 		if pass != "" {
 			return "", "", fmt.Errorf("%w: a password both in the URL and given separately; keep only one", ErrRedisURL)
 		}
 		pass = r.Password
+	}
+	if r.Username != "" {
+		if user != "" {
+			return "", "", fmt.Errorf("%w: a user name both in the URL (%s@) and given separately (%s); keep only one", ErrRedisURL, user, r.Username)
+		}
+		if pass == "" {
+			return "", "", fmt.Errorf("%w: user name %s without a password (give the user's password, in a file or the URL)", ErrRedisURL, r.Username)
+		}
+		user = r.Username
 	}
 	return user, pass, nil
 }
@@ -260,8 +277,12 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		if err != nil {
 			return nil, err
 		}
+		user, pass, err := r.credentials("", "")
+		if err != nil {
+			return nil, err
+		}
 		return failover(&redis.FailoverOptions{
-			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs, Password: r.Password, TLSConfig: tc,
+			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs, Username: user, Password: pass, TLSConfig: tc,
 			SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
 		}), nil
 	case len(r.ClusterAddrs) > 0:
@@ -275,7 +296,11 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		if err != nil {
 			return nil, err
 		}
-		return clusterslots.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Password: r.Password, TLSConfig: tc})), nil
+		user, pass, err := r.credentials("", "")
+		if err != nil {
+			return nil, err
+		}
+		return clusterslots.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Username: user, Password: pass, TLSConfig: tc})), nil
 	}
 	u, err := url.Parse(r.URL)
 	if !strings.Contains(r.URL, "://") && (err != nil || !knownSchemes[u.Scheme]) {

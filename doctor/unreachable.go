@@ -35,7 +35,7 @@ func probeRead(rc config.Redis) string {
 
 // authFix is the fix of a Redis that refused doctor's connection for its
 // credentials (NOAUTH, WRONGPASS).
-const authFix = "give doctor the user and password the instances use: --redis-password-file (or user:password@ in the URL), and for sentinels that require their own, --redis-sentinel-password-file and --redis-sentinel-username; then run doctor again"
+const authFix = "give doctor the user and password the instances use: --redis-password-file and --redis-username (or user:password@ in the URL), and for sentinels that require their own, --redis-sentinel-password-file and --redis-sentinel-username; then run doctor again"
 
 // sentinelFix is the fix of a Sentinel deployment the probe could not
 // reach, when the sentinels' answers diagnosed why (see sentinelDiagnosis).

@@ -38,7 +38,7 @@ func docACL(t *testing.T, user string) []string {
 		t.Fatal(err)
 	}
 	for line := range strings.SplitSeq(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "ACL SETUSER "+user+" "); ok {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "ACL SETUSER "+user+" "); ok {
 			rules := strings.Fields(rest)
 			for i, r := range rules {
 				if r == ">PASSWORD" {

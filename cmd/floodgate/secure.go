@@ -35,6 +35,7 @@ type securityFlags struct {
 	redisPasswordFile string
 	redisPassword     string // read from redisPasswordFile
 	sentinelUser      string
+	redisUser         string // --redis-username
 	sentinelPassFile  string
 	sentinelPassword  string // read from sentinelPassFile
 	redisTLS          bool
@@ -77,6 +78,7 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 // config push and doctor share them).
 func addRedisSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.redisPasswordFile, "redis-password-file", "", "file holding the Redis password, for a --redis URL (or sentinel/cluster addresses) without one; behind Sentinel it goes to the primary only (the sentinels' own: --redis-sentinel-password-file)")
+	fl.StringVar(&s.redisUser, "redis-username", "", "ACL user name to authenticate to Redis with (with --redis-password-file; behind Sentinel, to the primary; every Cluster node), for sentinel or cluster addresses or a --redis URL without user@ (a URL with one and this flag together are refused; default: the URL's user, else Redis's default user)")
 	fl.StringVar(&s.sentinelPassFile, "redis-sentinel-password-file", "", "file holding the password of the sentinels themselves (their requirepass, or their ACL user's with --redis-sentinel-username), when they require one; often the primary's, but never sent unless given here (sentinels without a password refuse it)")
 	fl.StringVar(&s.sentinelUser, "redis-sentinel-username", "", "ACL user name to authenticate to the sentinels with (with --redis-sentinel-password-file; default: their default user)")
 	fl.BoolVar(&s.redisTLS, "redis-tls", false, "connect to Redis over TLS whatever the URL scheme (every sentinel, primary or cluster node too)")
@@ -329,7 +331,7 @@ func readVerifyKeys(files []string, log *slog.Logger) ([][]byte, error) {
 
 // redisSettings adds the password and TLS flags to rs.
 func (s *securityFlags) redisSettings(rs *config.Redis) {
-	rs.Password = s.redisPassword
+	rs.Password, rs.Username = s.redisPassword, s.redisUser
 	rs.SentinelUsername, rs.SentinelPassword = s.sentinelUser, s.sentinelPassword
 	if s.redisTLS || s.redisCAFile != "" || s.redisCertFile != "" || s.redisKeyFile != "" || s.redisServerName != "" {
 		rs.TLS = &config.RedisTLS{CAFile: s.redisCAFile, CertFile: s.redisCertFile, KeyFile: s.redisKeyFile, ServerName: s.redisServerName}

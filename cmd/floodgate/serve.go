@@ -500,7 +500,7 @@ const minReloadInterval = 10 * time.Millisecond
 // --redis-master given but --redis-sentinel forgotten) would count alone
 // in its own memory.
 var redisOnlyFlags = []string{
-	"redis-master", "redis-password-file", "redis-sentinel-password-file", "redis-sentinel-username", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
+	"redis-master", "redis-password-file", "redis-username", "redis-sentinel-password-file", "redis-sentinel-username", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
 	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "redis-wait-replicas", "redis-wait-timeout", "instances", "fallback-factor",
 	"login-prefix",
 	// What serve does when Redis fails, and its clock's discipline to
