@@ -80,6 +80,9 @@ type view struct {
 	Exhausted  bool
 	Period     string
 	RetryAfter time.Duration
+	// Replaced and ReplacedLost are a restore's.
+	Replaced     int64
+	ReplacedLost bool
 }
 
 func viewOf(r Result) view {
@@ -88,5 +91,6 @@ func viewOf(r Result) view {
 		Remaining: r.Remaining, Charged: r.Charged, Refunded: r.Refunded,
 		Replayed: r.Replayed, Unmatched: r.Unmatched, Soft: r.Soft,
 		Exhausted: r.Exhausted, Period: r.Period.Key, RetryAfter: r.RetryAfter,
+		Replaced: r.Replaced, ReplacedLost: r.ReplacedLost,
 	}
 }

@@ -94,7 +94,13 @@ type reply struct {
 	unmatched         bool
 	inPrev            bool  // the operation applied to the previous period
 	hint              int64 // earliest hold expiry (Unix µs) when holds block a denial
+	// before is, for a restore, the usage it replaced: 0 when the period
+	// had none, beforeLost when its usage was lost (the marker remained).
+	before int64
 }
+
+// beforeLost is reply.before for a restore that found the usage lost.
+const beforeLost = -1
 
 // outcome is a remembered settlement.
 type outcome struct {
@@ -220,6 +226,12 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 	case opSettle:
 		prevDirty = settle(req, cur, prev, &curDirty, &rep)
 	case opRestore:
+		switch {
+		case exists:
+			rep.before = cur.used
+		case markerLive:
+			rep.before = beforeLost
+		}
 		cur.used = req.amount
 		curDirty = true
 	}

@@ -280,7 +280,9 @@ func (q *Quota) SettleAt(ctx context.Context, now time.Time, identity, requestID
 // Restore sets identity's committed usage in the current period to used
 // (0..MaxUsed), for example from billing records after ErrQuotaStateLost.
 // Live reservations and settlement records are kept when the state exists;
-// otherwise the state is created and the lost condition cleared.
+// otherwise the state is created and the lost condition cleared. The
+// result's Replaced and ReplacedLost say what it replaced, read in the
+// same atomic step, for the audit trail.
 func (q *Quota) Restore(ctx context.Context, identity string, used int64) (Result, error) {
 	return q.RestoreAt(ctx, q.opts.Clock(), identity, used)
 }
@@ -405,6 +407,11 @@ func (q *Quota) result(now time.Time, period Period, rep reply) Result {
 	}
 	if !r.Replayed { // a replay charged and refunded nothing this time
 		r.Charged, r.Refunded = rep.charged, rep.refunded
+	}
+	if rep.before == beforeLost {
+		r.ReplacedLost = true
+	} else {
+		r.Replaced = rep.before
 	}
 	r.Soft = r.Fraction >= q.opts.SoftThreshold
 	switch rep.status {

@@ -11,9 +11,12 @@
 --   id, hold, keep, expire_at, prev_expire_at, marker_at, max_pending,
 --   max_settled, max_trim, max_used. Times are the caller's Unix µs; the
 --   script never reads the server's clock.
--- Reply: {status, used, held, charged, refunded, unmatched, in_prev, hint}
+-- Reply: {status, used, held, charged, refunded, unmatched, in_prev, hint,
+--   before}
 -- status: 0 allowed, 1 denied, 2 cost exceeds limit, 3 too many pending,
 --   4 replayed, 5 state lost, 6 id already settled.
+-- before: for a restore, the usage it replaced (0 when the period had
+--   none, -1 when it was lost: missing while the marker remained).
 
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -52,7 +55,7 @@ local used, held = tonumber(state[1]), tonumber(state[2]) or 0
 local exists = used ~= nil
 if not exists then
   if op ~= 'x' and redis.call('EXISTS', KEYS[4]) == 1 then
-    return {5, 0, 0, 0, 0, 0, 0, 0}
+    return {5, 0, 0, 0, 0, 0, 0, 0, 0}
   end
   used, held = 0, 0
 end
@@ -81,7 +84,7 @@ if exists then
   end
 end
 
-local status, charged, refunded, unmatched, in_prev, hint = 0, 0, 0, 0, 0, 0
+local status, charged, refunded, unmatched, in_prev, hint, before = 0, 0, 0, 0, 0, 0, 0
 local r_used, r_held = nil, nil
 local bad_record = false
 
@@ -230,7 +233,12 @@ elseif op == 's' then
     end
   end
 else -- restore
-  if not exists then redis.call('DEL', H, S) end
+  if exists then
+    before = used
+  else
+    if redis.call('EXISTS', KEYS[4]) == 1 then before = -1 end
+    redis.call('DEL', H, S)
+  end
   used = amount
   dirty = true
 end
@@ -247,4 +255,4 @@ if bad_record then
   return redis.error_reply('ERR floodgate quota: corrupt settlement record for ' .. id)
 end
 if r_used == nil then r_used, r_held = used, held end
-return {status, r_used, r_held, charged, refunded, unmatched, in_prev, hint}
+return {status, r_used, r_held, charged, refunded, unmatched, in_prev, hint, before}

@@ -136,8 +136,9 @@ func quotaCases(t *testing.T) []qcase {
 			{"a is charged again", 4 * time.Second, opSettle, "a", 1, view{Allowed: true, Used: 4, Remaining: 996, Charged: 1, Unmatched: true, Period: dec}, nil},
 		}},
 		{name: "restore", policy: monthly(100), steps: []qstep{
-			{"use", 0, opCheck, "", 30, view{Allowed: true, Used: 30, Remaining: 70, Charged: 30, Period: dec}, nil},
-			{"restore", m, opRestore, "", 10, view{Allowed: true, Used: 10, Remaining: 90, Period: dec}, nil},
+			{"restore a fresh period replaces nothing", 0, opRestore, "", 20, view{Allowed: true, Used: 20, Remaining: 80, Period: dec}, nil},
+			{"use", 1, opCheck, "", 10, view{Allowed: true, Used: 30, Remaining: 70, Charged: 10, Period: dec}, nil},
+			{"restore says what it replaced", m, opRestore, "", 10, view{Allowed: true, Used: 10, Remaining: 90, Period: dec, Replaced: 30}, nil},
 			{"counts on", 2 * m, opCheck, "", 5, view{Allowed: true, Used: 15, Remaining: 85, Charged: 5, Period: dec}, nil},
 		}},
 		{name: "custom soft threshold", policy: monthly(10), opts: Options{SoftThreshold: 0.5}, steps: []qstep{
@@ -226,7 +227,7 @@ func TestStateLost(t *testing.T) {
 			t.Fatalf("fresh identity: %+v, %v", r, err)
 		}
 		r, err := q.RestoreAt(ctx, at, "alice", 70)
-		if err != nil || r.Used != 70 || r.Reserved != 0 {
+		if err != nil || r.Used != 70 || r.Reserved != 0 || !r.ReplacedLost || r.Replaced != 0 {
 			t.Fatalf("restore: %+v, %v", r, err)
 		}
 		if r, err := q.CheckAt(ctx, at, "alice", 31); err != nil || r.Allowed {

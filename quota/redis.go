@@ -73,17 +73,17 @@ func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
 }
 
 // decodeReply checks and decodes the script's reply: status, used, held,
-// charged, refunded, unmatched, in_prev, hint.
+// charged, refunded, unmatched, in_prev, hint, before.
 func decodeReply(v any) (reply, error) {
-	var n [8]int64
+	var n [9]int64
 	if err := luascript.Ints(v, n[:]); err != nil {
 		return reply{}, fmt.Errorf("quota script: %w", err)
 	}
-	if n[0] < 0 || status(n[0]) > stLast || n[5] < 0 || n[5] > 1 || n[6] < 0 || n[6] > 1 {
+	if n[0] < 0 || status(n[0]) > stLast || n[5] < 0 || n[5] > 1 || n[6] < 0 || n[6] > 1 || n[8] < beforeLost {
 		return reply{}, fmt.Errorf("%w: quota script reply %v out of range", floodgate.ErrBadReply, n)
 	}
 	return reply{
 		status: status(n[0]), used: n[1], held: n[2], charged: n[3], refunded: n[4],
-		unmatched: n[5] == 1, inPrev: n[6] == 1, hint: n[7],
+		unmatched: n[5] == 1, inPrev: n[6] == 1, hint: n[7], before: n[8],
 	}, nil
 }

@@ -105,6 +105,15 @@ type Result struct {
 	// id (never reserved, or the hold expired after Options.HoldTTL): the
 	// actual cost was charged all the same.
 	Unmatched bool
+	// Replaced is, for a Restore, the committed usage it replaced, e.g.
+	// 812,400 tokens: zero when the period had none, and when its usage
+	// was lost (ReplacedLost). Zero for the other operations.
+	Replaced int64
+	// ReplacedLost reports a Restore that found the period's usage lost
+	// (missing while its marker remained, the condition of
+	// ErrQuotaStateLost) and cleared that condition: what it replaced is
+	// unknown.
+	ReplacedLost bool
 	// Period is the period the operation applied to. A Settle applies to
 	// the previous period when the reservation was made there.
 	Period Period

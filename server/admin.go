@@ -459,7 +459,14 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, s.operationProblem(r.Context(), opQuotaRestore, err))
 		return
 	}
-	s.log.Info("admin quota restore", "quota", op.quota.Name, "period", res.Period.Key, "used", *req.Used)
+	// The usage replaced was read in the restore's own atomic step; a
+	// lost one is unknown, and said so rather than logged as 0.
+	var previous any = res.Replaced
+	if res.ReplacedLost {
+		previous = "unknown (the usage was lost)"
+	}
+	s.log.Info("admin quota restore", "quota", op.quota.Name, "identity", identityLog(req.Identity), "period", res.Period.Key,
+		"used", *req.Used, "previous_used", previous)
 	writeJSON(w, http.StatusOK, quotaResponse(op, tier, res))
 }
 

@@ -3,6 +3,9 @@ package server_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
@@ -262,6 +266,62 @@ func TestQuotaStateLostIsAConflict(t *testing.T) {
 	}
 	if st := e.quotaStatus("hundred", u); st.Used != 30 || st.Remaining != 70 {
 		t.Fatalf("after restore: %+v", st)
+	}
+}
+
+// TestQuotaRestoreAudit: the restore's log line names the identity and the
+// usage it replaced, read in the restore's own step: the number when the
+// usage existed, "unknown" when it was lost.
+func TestQuotaRestoreAudit(t *testing.T) {
+	st, rs := redisStore(t)
+	client := rs.Client(t)
+	qs, err := quota.NewRedisStore(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	e := start(t, limits, st, func(o *server.Options) {
+		o.QuotaStore = qs
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	u := id("user", "audited")
+	if _, r := e.quotaCall("/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u, Cost: ptr(30)}); !r.Allowed {
+		t.Fatalf("check: %+v", r)
+	}
+	restore := func(used int64) {
+		t.Helper()
+		if r := e.do("POST", "/admin/v1/quota/restore", testToken, server.RestoreRequest{Quota: "hundred", Identity: u, Used: ptr(used)}); r.status != 200 {
+			t.Fatalf("restore: %d %s", r.status, r.body)
+		}
+	}
+	restore(3)
+	ctx := ctxT(t)
+	keys, _, err := client.Scan(ctx, 0, e.lim.Prefix()+":hundred:q:*:u", 100).Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("usage keys %v %v", keys, err)
+	}
+	if err := client.Del(ctx, keys[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	restore(5)
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Msg, Quota, Identity, Period string
+			Used                         int64
+			Previous                     any `json:"previous_used"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "admin quota restore" {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s %s period=%t used=%d previous=%v", rec.Quota, rec.Identity, rec.Period != "", rec.Used, rec.Previous))
+	}
+	want := []string{
+		"hundred user=audited period=true used=3 previous=30",
+		"hundred user=audited period=true used=5 previous=unknown (the usage was lost)",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("restore log lines:\n got %q\nwant %q\n%s", got, want, logs.String())
 	}
 }
 
