@@ -260,8 +260,8 @@ func (q *Quota) ReserveAt(ctx context.Context, now time.Time, identity, requestI
 // says Exhausted). Settle is idempotent: settling an id again within
 // Options.SettledTTL, from any instance, changes nothing and returns the
 // first outcome with Replayed set (see Options.SettledTTL). Settling an id with no live reservation
-// charges actual and reports Unmatched. A reservation made in the previous
-// period is settled there. Settle with actual 0 cancels a reservation.
+// charges actual to the current period and reports Unmatched. A live
+// reservation made in the previous period is settled there. Settle with actual 0 cancels a reservation.
 func (q *Quota) Settle(ctx context.Context, identity, requestID string, actual int64) (Result, error) {
 	return q.SettleAt(ctx, q.opts.Clock(), identity, requestID, actual)
 }

@@ -85,6 +85,16 @@ func quotaCases(t *testing.T) []qcase {
 			{"retry replays from the day before", 17*time.Hour + 3*m, opSettle, "r1", 300, view{Allowed: true, Used: 300, Remaining: 700, Replayed: true, Period: "2026-12-10"}, nil},
 			{"check counts on the new day", 17*time.Hour + 4*m, opCheck, "", 1, view{Allowed: true, Used: 1, Remaining: 999, Charged: 1, Period: "2026-12-11"}, nil},
 		}},
+		// A settle that finds no live hold is charged to the period current
+		// when it arrives, even when its hold expired before midnight; its
+		// replay repeats the first outcome's standing, not the current one.
+		{name: "hold expired before midnight, settled after", policy: Policy{Name: "daily", Limit: 1000, Calendar: Calendar{Unit: Day, Location: ny}}, opts: Options{HoldTTL: 40 * time.Second}, steps: []qstep{
+			{"reserve at 23:58:40", 17*time.Hour - 80*time.Second, opReserve, "r1", 20, view{Allowed: true, Reserved: 20, Remaining: 980, Period: "2026-12-10"}, nil},
+			{"the hold expired at 23:59:20", 17*time.Hour - 30*time.Second, opCheck, "", 0, view{Allowed: true, Remaining: 1000, Period: "2026-12-10"}, nil},
+			{"settle at 00:00:25 is charged to the new day, unmatched", 17*time.Hour + 25*time.Second, opSettle, "r1", 25, view{Allowed: true, Used: 25, Remaining: 975, Charged: 25, Unmatched: true, Period: "2026-12-11"}, nil},
+			{"a check after it", 17*time.Hour + m, opCheck, "", 10, view{Allowed: true, Used: 35, Remaining: 965, Charged: 10, Period: "2026-12-11"}, nil},
+			{"a replay answers the first outcome's standing", 17*time.Hour + 2*m, opSettle, "r1", 25, view{Allowed: true, Used: 25, Remaining: 975, Unmatched: true, Replayed: true, Period: "2026-12-11"}, nil},
+		}},
 		{name: "reserve retried across the boundary", policy: Policy{Name: "daily", Limit: 1000, Calendar: Calendar{Unit: Day, Location: ny}}, steps: []qstep{
 			{"reserve at 23:59 new york", 17*time.Hour - m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Period: "2026-12-10"}, nil},
 			{"a retry at 00:01 replays the day before's hold", 17*time.Hour + m, opReserve, "r1", 400, view{Allowed: true, Reserved: 400, Remaining: 600, Replayed: true, Period: "2026-12-10"}, nil},

@@ -97,13 +97,17 @@ type Result struct {
 	Refunded int64
 	// Replayed reports that the request id had already been settled (or,
 	// for Reserve, is already held): nothing changed. Used, Reserved and
-	// Unmatched repeat the first outcome; Charged and Refunded are zero,
+	// Unmatched repeat the first outcome (and so Remaining, Fraction, Soft
+	// and Exhausted describe it, not the current standing); Charged and
+	// Refunded are zero,
 	// as nothing was charged or given back this time (the first Settle's
 	// result has them).
 	Replayed bool
 	// Unmatched reports a Settle that found no live reservation for its
 	// id (never reserved, or the hold expired after Options.HoldTTL): the
-	// actual cost was charged all the same.
+	// actual cost was charged all the same, to the period current when
+	// the Settle arrived, even when the hold was made and expired in the
+	// previous one.
 	Unmatched bool
 	// Replaced is, for a Restore, the committed usage it replaced, e.g.
 	// 812,400 tokens: zero when the period had none, and when its usage
@@ -115,7 +119,8 @@ type Result struct {
 	// unknown.
 	ReplacedLost bool
 	// Period is the period the operation applied to. A Settle applies to
-	// the previous period when the reservation was made there.
+	// the previous period when the reservation was made there and its
+	// hold is still live; an unmatched one to the current period.
 	Period Period
 	// RetryAfter is, for a request denied with ReasonExhausted or
 	// ReasonTooManyPending, a hint of when it may fit: when the earliest

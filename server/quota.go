@@ -97,7 +97,8 @@ type QuotaResponse struct {
 	Soft      bool    `json:"soft"`
 	Exhausted bool    `json:"exhausted"`
 	// Period is the period the operation applied to (a settle applies to
-	// the period its reservation was made in).
+	// the period its reservation was made in while the hold is live, an
+	// unmatched one to the period current when it arrived).
 	Period QuotaPeriod `json:"period"`
 	// RetryAfterMS is, when denied, a hint of when it may fit, in
 	// milliseconds (rounded up): when the earliest reservation expires if
@@ -111,10 +112,11 @@ type QuotaResponse struct {
 	Charged  int64 `json:"charged"`
 	Refunded int64 `json:"refunded"`
 	// Replayed reports a reserve or settle of an id already handled:
-	// nothing changed (used, reserved and unmatched are those of the first
-	// outcome). Unmatched reports a settle that found no live
-	// reservation (its hold expired, or it never existed); it was charged
-	// all the same.
+	// nothing changed (a settle's used, reserved and unmatched, and the
+	// remaining, fraction, soft and exhausted computed from them, are
+	// those of the first outcome). Unmatched reports a settle that found
+	// no live reservation (its hold expired, or it never existed); it was
+	// charged all the same, to the period current when it arrived.
 	Replayed  bool `json:"replayed,omitempty"`
 	Unmatched bool `json:"unmatched,omitempty"`
 	// RequestID echoes a reserve's or settle's request id.
