@@ -70,6 +70,10 @@ type request struct {
 	maxPending, maxSettled int64
 	cur                    keySet
 	prev                   keySet // settle and reserve only
+	// prevGuard says, for a settle, that the previous period's usage
+	// cannot have expired yet (now is before that period's end plus
+	// Grace): missing while its marker remains, it was lost.
+	prevGuard bool
 }
 
 // status is the first element of a store's reply.
@@ -155,11 +159,12 @@ func (l *ledger) earliestHold() int64 {
 
 // step applies req to the current period's ledger cur (nil when missing;
 // markerLive says whether its marker exists) and, for settle, the previous
-// period's ledger prev (nil when missing). It mutates the ledgers in place
+// period's ledger prev (nil when missing; prevMarkerLive says whether its
+// marker exists). It mutates the ledgers in place
 // and returns the ledger to store as current (cur, or a new one),
 // whether the current and previous ledgers were written, and the reply.
 // redis/quota.lua is the same function in Lua; keep them in step.
-func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, curDirty, prevDirty bool, rep reply) {
+func step(req *request, cur *ledger, markerLive bool, prev *ledger, prevMarkerLive bool) (_ *ledger, curDirty, prevDirty bool, rep reply) {
 	now := req.now
 	exists := cur != nil
 	if !exists {
@@ -224,7 +229,7 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger) (_ *ledger, 
 			denyHint(req.amount)
 		}
 	case opSettle:
-		prevDirty = settle(req, cur, prev, &curDirty, &rep)
+		prevDirty = settle(req, cur, prev, prevMarkerLive, &curDirty, &rep)
 	case opRestore:
 		switch {
 		case exists:
@@ -265,7 +270,6 @@ func addsRecord(req *request, cur, prev *ledger) bool {
 	return true
 }
 
-// settle is step's settle branch. It reports whether prev was written.
 // reservedBefore handles a reserve of an id the previous period knows: one
 // settled there is refused (stSettledID), one still held there is
 // replayed with that period's standing. A retry of a reserve, or of the
@@ -285,7 +289,13 @@ func reservedBefore(req *request, prev *ledger, rep *reply) bool {
 	return false
 }
 
-func settle(req *request, cur, prev *ledger, curDirty *bool, rep *reply) bool {
+// settle is step's settle branch. It reports whether prev was written. An
+// id the current period does not know, while the previous period's usage
+// is lost inside its settle window (req.prevGuard), is refused with
+// stLost naming that period: the id may have been reserved or settled
+// there, and charging it to the current period would bill it twice or to
+// the wrong period.
+func settle(req *request, cur, prev *ledger, prevMarkerLive bool, curDirty *bool, rep *reply) bool {
 	now := req.now
 	target := cur
 	if o, _, ok := cur.settled.Get(req.id); ok {
@@ -310,6 +320,9 @@ func settle(req *request, cur, prev *ledger, curDirty *bool, rep *reply) bool {
 			prev.held -= est
 			rep.inPrev = true
 		}
+	} else if req.prevGuard && prevMarkerLive {
+		rep.status, rep.inPrev = stLost, true
+		return false
 	}
 	before := target.used
 	target.used = min(target.used+req.amount, MaxUsed)

@@ -157,7 +157,7 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	// it alone) and TakeUnits tidied entries, each counting what it
 	// freed: count from here.
 	before := cs.records() + ps.records()
-	l, curDirty, prevDirty, rep := step(req, cur, cs.markerLive(now), prev)
+	l, curDirty, prevDirty, rep := step(req, cur, cs.markerLive(now), prev, ps.markerLive(now))
 	if curDirty {
 		if cs == nil {
 			cs = &slot{}

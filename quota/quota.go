@@ -225,7 +225,7 @@ func (q *Quota) CheckAt(ctx context.Context, now time.Time, identity string, cos
 	if err := floodgate.ValidateCost(cost); err != nil {
 		return Result{}, fmt.Errorf("quota check: %w", err)
 	}
-	return q.do(ctx, now, opCheck, identity, "", cost)
+	return q.do(ctx, now, false, opCheck, identity, "", cost)
 }
 
 // Status reports identity's standing in the current period without
@@ -251,7 +251,7 @@ func (q *Quota) ReserveAt(ctx context.Context, now time.Time, identity, requestI
 	if estimate < 1 || estimate > floodgate.MaxCost {
 		return Result{}, fmt.Errorf("%w: quota reserve: estimate %d out of range 1..%d", floodgate.ErrInvalidCost, estimate, int64(floodgate.MaxCost))
 	}
-	return q.do(ctx, now, opReserve, identity, requestID, estimate)
+	return q.do(ctx, now, false, opReserve, identity, requestID, estimate)
 }
 
 // Settle commits the actual cost (0..floodgate.MaxCost) of the request
@@ -260,8 +260,10 @@ func (q *Quota) ReserveAt(ctx context.Context, now time.Time, identity, requestI
 // says Exhausted). Settle is idempotent: settling an id again within
 // Options.SettledTTL, from any instance, changes nothing and returns the
 // first outcome with Replayed set (see Options.SettledTTL). Settling an id with no live reservation
-// charges actual to the current period and reports Unmatched. A live
-// reservation made in the previous period is settled there. Settle with actual 0 cancels a reservation.
+// charges actual to the current period and reports Unmatched, unless the
+// previous period's usage was lost within Options.Grace of its end: then
+// it fails with ErrQuotaStateLost naming that period (see RestorePeriod).
+// A live reservation made in the previous period is settled there. Settle with actual 0 cancels a reservation.
 func (q *Quota) Settle(ctx context.Context, identity, requestID string, actual int64) (Result, error) {
 	return q.SettleAt(ctx, q.opts.Clock(), identity, requestID, actual)
 }
@@ -274,7 +276,7 @@ func (q *Quota) SettleAt(ctx context.Context, now time.Time, identity, requestID
 	if err := floodgate.ValidateCost(actual); err != nil {
 		return Result{}, fmt.Errorf("quota settle: %w", err)
 	}
-	return q.do(ctx, now, opSettle, identity, requestID, actual)
+	return q.do(ctx, now, false, opSettle, identity, requestID, actual)
 }
 
 // Restore sets identity's committed usage in the current period to used
@@ -292,7 +294,33 @@ func (q *Quota) RestoreAt(ctx context.Context, now time.Time, identity string, u
 	if used < 0 || used > MaxUsed {
 		return Result{}, fmt.Errorf("%w: quota restore: used %d out of range 0..%d", floodgate.ErrInvalidCost, used, int64(MaxUsed))
 	}
-	return q.do(ctx, now, opRestore, identity, "", used)
+	return q.do(ctx, now, false, opRestore, identity, "", used)
+}
+
+// RestorePeriod is Restore into the period named period: "" or the
+// current period's key restores the current period, the previous
+// period's key the previous one, for example after a Settle failed with
+// ErrQuotaStateLost naming it (its usage was lost within Options.Grace of
+// its end, when late settlements still go to it). Any other key fails
+// with floodgate.ErrInvalidKey.
+func (q *Quota) RestorePeriod(ctx context.Context, identity, period string, used int64) (Result, error) {
+	return q.RestorePeriodAt(ctx, q.opts.Clock(), identity, period, used)
+}
+
+// RestorePeriodAt is RestorePeriod at the given time.
+func (q *Quota) RestorePeriodAt(ctx context.Context, now time.Time, identity, period string, used int64) (Result, error) {
+	cur := q.PeriodAt(now)
+	if period == "" || period == cur.Key {
+		return q.RestoreAt(ctx, now, identity, used)
+	}
+	prev := q.policy.Calendar.Previous(cur)
+	if period != prev.Key {
+		return Result{}, fmt.Errorf("%w: quota restore: period %q is neither the current period (%s) nor the previous one (%s)", floodgate.ErrInvalidKey, clip.Text(period, 40), cur.Key, prev.Key)
+	}
+	if used < 0 || used > MaxUsed {
+		return Result{}, fmt.Errorf("%w: quota restore: used %d out of range 0..%d", floodgate.ErrInvalidCost, used, int64(MaxUsed))
+	}
+	return q.do(ctx, now, true, opRestore, identity, "", used)
 }
 
 func validRequestID(id string) error {
@@ -326,7 +354,9 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id string, amount int64) (Result, error) {
+// do applies op in the period containing now, or in the one before it
+// when previous is set (a restore only).
+func (q *Quota) do(ctx context.Context, now time.Time, previous bool, op opKind, identity, id string, amount int64) (Result, error) {
 	if ctx == nil {
 		return Result{}, fmt.Errorf("quota: %w", floodgate.ErrNilContext)
 	}
@@ -338,6 +368,9 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 	}
 	cal := q.policy.Calendar
 	period := cal.PeriodAt(now)
+	if previous {
+		period = cal.Previous(period)
+	}
 	base := q.keyBase(identity, period)
 	// A period's keys live until its end plus Grace, and at least as long
 	// as what this step may write into them: a hold (HoldTTL) or a
@@ -367,6 +400,7 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 		prev = cal.Previous(period)
 		req.prev = newKeySet(q.keyBase(identity, prev))
 		req.prevExpireAt = later(prev.End.Add(q.opts.Grace), outlive).UnixMicro()
+		req.prevGuard = now.Before(prev.End.Add(q.opts.Grace))
 	}
 	rep, err := q.store.apply(ctx, &req)
 	if err != nil {
@@ -383,7 +417,11 @@ func (q *Quota) do(ctx context.Context, now time.Time, op opKind, identity, id s
 	}
 	switch rep.status {
 	case stLost:
-		return Result{}, fmt.Errorf("%w: quota %q period %s: usage missing while its marker remains; restore it with Restore", ErrQuotaStateLost, q.policy.Name, period.Key)
+		how := "Restore"
+		if rep.inPrev { // a settle, refused while the previous period is lost
+			how = "RestorePeriod"
+		}
+		return Result{}, fmt.Errorf("%w: quota %q period %s: usage missing while its marker remains; restore it with %s", ErrQuotaStateLost, q.policy.Name, period.Key, how)
 	case stSettledID:
 		return Result{}, fmt.Errorf("%w: quota %q: request id %q was settled in period %s", ErrAlreadySettled, q.policy.Name, id, period.Key)
 	}

@@ -5,11 +5,13 @@
 -- KEYS[2] sorted set of live holds: member id, score expiry (Unix µs)
 -- KEYS[3] sorted set of settlement outcomes: member id, score expiry
 -- KEYS[4] marker, written with the usage and outliving it
--- KEYS[5..7] (settle and reserve) the previous period's usage, holds and
---   outcomes
+-- KEYS[5..8] (settle and reserve) the previous period's usage, holds,
+--   outcomes and marker
 -- ARGV: op (c check, r reserve, s settle, x restore), now, limit, amount,
 --   id, hold, keep, expire_at, prev_expire_at, marker_at, max_pending,
---   max_settled, max_trim, max_used. Times are the caller's Unix µs; the
+--   max_settled, max_trim, max_used, prev_guard (1: the previous
+--   period's usage cannot have expired yet, so missing while its marker
+--   remains it was lost). Times are the caller's Unix µs; the
 --   script never reads the server's clock.
 -- Reply: {status, used, held, charged, refunded, unmatched, in_prev, hint,
 --   before}
@@ -32,13 +34,14 @@ local max_pending = tonumber(ARGV[11])
 local max_settled = tonumber(ARGV[12])
 local max_trim = tonumber(ARGV[13])
 local max_used = tonumber(ARGV[14])
+local prev_guard = ARGV[15] == '1'
 
 if not (now and limit and amount and hold and keep and expire_at and prev_expire_at
     and marker_at and max_pending and max_settled and max_trim and max_used)
     or (op ~= 'c' and op ~= 'r' and op ~= 's' and op ~= 'x')
     or limit < 1 or amount < 0 or amount > max_used or hold < 1 or keep < 1
     or max_pending < 1 or max_settled < 1 or max_trim < 1
-    or #KEYS < 4 or ((op == 's' or op == 'r') and #KEYS < 7) or (op ~= 'c' and op ~= 'x' and id == '') then
+    or #KEYS < 4 or ((op == 's' or op == 'r') and #KEYS < 8) or (op ~= 'c' and op ~= 'x' and id == '') then
   return redis.error_reply('ERR floodgate quota: invalid arguments')
 end
 
@@ -201,8 +204,13 @@ elseif op == 's' then
           matched, target_prev, in_prev = true, true, 1
         end
       end
+    elseif prev_guard and redis.call('EXISTS', KEYS[8]) == 1 then
+      -- The previous period's usage is lost inside its settle window: the
+      -- id may have been reserved or settled there. Refuse, charging
+      -- nothing (a trim of the current period above is still saved).
+      status, in_prev = 5, 1
     end
-    if status ~= 4 and not bad_record then
+    if status ~= 4 and status ~= 5 and not bad_record then
       local before = t_used
       t_used = math.min(t_used + amount, max_used)
       charged = t_used - before

@@ -399,3 +399,60 @@ func TestMemoryStoreMaxKeysExact(t *testing.T) {
 		t.Fatalf("%d identities admitted, %d periods held; want 10 of each", held, m.slots.Len())
 	}
 }
+
+// TestPreviousPeriodLost: a settle after midnight whose id the new day does
+// not know, while the day before's usage is lost inside its grace, is
+// refused with ErrQuotaStateLost naming that day and charges nothing,
+// until RestorePeriod restores it (or the grace passes).
+func TestPreviousPeriodLost(t *testing.T) {
+	moscow, err := time.LoadLocation("Europe/Moscow")
+	if err != nil {
+		t.Skip(err)
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		q := newQuota(t, b.store, Policy{Name: "mday", Limit: 100, Calendar: Calendar{Unit: Day, Location: moscow}}, Options{Prefix: "prevlost"})
+		before := time.Date(2026, 12, 5, 20, 58, 0, 0, time.UTC) // 23:58 in Moscow
+		after := time.Date(2026, 12, 5, 21, 0, 25, 0, time.UTC)
+		if _, err := q.ReserveAt(ctx, before, "u", "L1", 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.CheckAt(ctx, before, "u", 40); err != nil {
+			t.Fatal(err)
+		}
+		b.dropUsage(t, usageKey(q, "u", before))
+		for _, id := range []string{"L1", "new"} {
+			r, err := q.SettleAt(ctx, after, "u", id, 7)
+			if !errors.Is(err, ErrQuotaStateLost) || !strings.Contains(err.Error(), "period 2026-12-05") {
+				t.Fatalf("settle %s after the day before was lost: %+v, %v; want ErrQuotaStateLost naming 2026-12-05", id, r, err)
+			}
+		}
+		if r, err := q.CheckAt(ctx, after, "u", 0); err != nil || r.Used != 0 || r.Period.Key != "2026-12-06" {
+			t.Fatalf("the new day after the refused settles: %+v, %v", r, err)
+		}
+		if b.client != nil {
+			if n := b.client.Exists(ctx, usageKey(q, "u", before)).Val(); n != 0 {
+				t.Fatalf("a refused settle recreated the lost usage key")
+			}
+		}
+		if _, err := q.RestorePeriodAt(ctx, after, "u", "2026-12-04", 1); !errors.Is(err, floodgate.ErrInvalidKey) {
+			t.Fatalf("restore of a period two days back: %v, want ErrInvalidKey", err)
+		}
+		r, err := q.RestorePeriodAt(ctx, after, "u", "2026-12-05", 50)
+		if err != nil || r.Period.Key != "2026-12-05" || r.Used != 50 || !r.ReplacedLost {
+			t.Fatalf("restore of the day before: %+v, %v", r, err)
+		}
+		// Its hold went with the lost state: the settle is unmatched, in
+		// the new day.
+		if r, err := q.SettleAt(ctx, after, "u", "L1", 7); err != nil || r.Period.Key != "2026-12-06" || !r.Unmatched || r.Used != 7 {
+			t.Fatalf("settle after the restore: %+v, %v", r, err)
+		}
+		// Past the grace the day before's usage may have expired by
+		// itself: a lost one is no longer told apart.
+		b.dropUsage(t, usageKey(q, "u", before))
+		late := time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)
+		if r, err := q.SettleAt(ctx, late, "u", "later", 3); err != nil || r.Period.Key != "2026-12-06" || r.Used != 10 {
+			t.Fatalf("settle past the grace: %+v, %v", r, err)
+		}
+	})
+}

@@ -57,15 +57,19 @@ func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
 		// not wait for replicas (it answered 503 while they lagged).
 		ctx = replicawait.WithoutWait(ctx)
 	}
-	keys := make([]string, 4, 7)
+	keys := make([]string, 4, 8)
 	keys[0], keys[1], keys[2], keys[3] = req.cur.usage, req.cur.holds, req.cur.settled, req.cur.marker
 	if req.op == opSettle || req.op == opReserve {
-		keys = append(keys, req.prev.usage, req.prev.holds, req.prev.settled)
+		keys = append(keys, req.prev.usage, req.prev.holds, req.prev.settled, req.prev.marker)
+	}
+	guard := 0
+	if req.prevGuard {
+		guard = 1
 	}
 	v, err := quotaScript.Run(ctx, s.client, keys,
 		req.op.code(), req.now, req.limit, req.amount, req.id,
 		req.hold, req.keep, req.expireAt, req.prevExpireAt, req.markerAt,
-		req.maxPending, req.maxSettled, maxTrim, int64(MaxUsed))
+		req.maxPending, req.maxSettled, maxTrim, int64(MaxUsed), guard)
 	if err != nil {
 		return reply{}, err
 	}

@@ -15,7 +15,10 @@ var (
 	// from the store although a marker written with it says it existed: the
 	// counter was deleted, evicted under memory pressure or lost in a
 	// failover. Counting on would start from a fresh allowance, so nothing
-	// was decided; fail closed and repair the usage with Quota.Restore.
+	// was decided; fail closed and repair the usage with Quota.Restore. A
+	// Settle of an id the current period does not know reports it for the
+	// previous period too, when that one's usage is missing within
+	// Options.Grace of its end; repair it with Quota.RestorePeriod.
 	ErrQuotaStateLost = errors.New("quota: usage state lost")
 	// ErrAlreadySettled reports a Reserve for a request id that was already
 	// settled in this period (the id must identify one unit of work).

@@ -412,6 +412,10 @@ type RestoreRequest struct {
 	Identity map[string]string `json:"identity"`
 	// Used is the usage to set, 0..quota.MaxUsed (required).
 	Used *int64 `json:"used"`
+	// Period names the period to set: "" or the current period's key
+	// for the current one, the previous period's key for that one (a
+	// settle answered quota-state-lost naming it); any other is a 400.
+	Period string `json:"period,omitempty"`
 }
 
 func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
@@ -421,7 +425,7 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req RestoreRequest
-	if err := decodeJSON(body, &req, "quota, identity, used", restoreUsed); err != nil {
+	if err := decodeJSON(body, &req, "quota, identity, used, period", restoreUsed); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -452,7 +456,7 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 	var res quota.Result
 	err = s.guard(ctx, op.identity, func(ctx context.Context) (bool, error) {
 		var err error
-		res, err = eng.quota(op.quota.Name, tier).Restore(ctx, op.identity, *req.Used)
+		res, err = eng.quota(op.quota.Name, tier).RestorePeriod(ctx, op.identity, req.Period, *req.Used)
 		return err == nil, err // the usage's HSET
 	})
 	if err != nil {

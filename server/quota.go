@@ -384,7 +384,7 @@ func (s *Server) operationProblem(ctx context.Context, op operation, err error) 
 	case errors.Is(err, quota.ErrQuotaStateLost):
 		s.warn.Error(ctx, "quota state lost", "quota state lost; refusing until it is restored", "error", err)
 		return &problemError{status: http.StatusConflict, kind: "quota-state-lost",
-			detail: "the quota's usage for this period is missing from the store (deleted, evicted or lost in a failover), so nothing was decided; fail closed and have an operator restore it (POST /admin/v1/quota/restore)"}
+			detail: "the quota's usage for this period is missing from the store (deleted, evicted or lost in a failover), so nothing was decided; fail closed and have an operator restore it (POST /admin/v1/quota/restore, with \"period\" when the lost period is the previous one): " + err.Error()}
 	case errors.Is(err, quota.ErrAlreadySettled):
 		return &problemError{status: http.StatusConflict, kind: "quota-already-settled",
 			detail: "this request_id was already settled in this period (or, for a reserve, in the previous one); use a new id for new work: " + err.Error()}

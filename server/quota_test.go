@@ -384,6 +384,7 @@ func TestQuotaBadInput(t *testing.T) {
 		{testToken, `{"quota":"hundred",` + u + `}`, 400},
 		{testToken, `{"quota":"hundred",` + u + `,"used":-1}`, 400},
 		{testToken, `{"quota":"zzz",` + u + `,"used":1}`, 400},
+		{testToken, `{"quota":"hundred",` + u + `,"used":1,"period":"1999-01"}`, 400},
 	} {
 		if r := e.do("POST", "/admin/v1/quota/restore", tc.token, tc.body); r.status != tc.status {
 			t.Errorf("restore %s with token %q: %d, want %d", tc.body, tc.token, r.status, tc.status)
