@@ -228,7 +228,8 @@ type Options struct {
 	Identities int
 	// IdentityPrefix starts every identity, followed by its number. The
 	// default is "lg" plus 8 random hex digits plus "-", so every run starts
-	// with fresh counters.
+	// with fresh counters. Preflight's request is for IdentityPrefix,
+	// "preflight-" and a random number, which no run's requests use.
 	IdentityPrefix string
 	// IdentityKey is the identity dimension (HTTP) or descriptor key (gRPC).
 	// Default "user".

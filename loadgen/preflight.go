@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -63,10 +64,11 @@ func (e *PreflightError) Error() string {
 // Unwrap returns Err.
 func (e *PreflightError) Unwrap() error { return e.Err }
 
-// Preflight sends one request as a run of opts would, for an identity the
-// run does not use (number opts.Identities, one past its last), and
-// returns a *PreflightError when it fails in a way every request of the
-// run would too: a bad target, an unknown policy or domain, a service
+// Preflight sends one request as a run of opts would, for an identity no
+// run's request uses: opts.IdentityPrefix, "preflight-" and a random
+// number below 10^9 (a run's identities are the prefix and a number
+// alone). It returns a *PreflightError when the request fails in a way
+// every request of the run would too: a bad target, an unknown policy or domain, a service
 // that is not running. A run against such a target would only hammer it
 // with requests bound to fail (9,952 HTTP 400s in a second, in an outside
 // walk). It returns nil when the request is allowed or denied, and when
@@ -80,6 +82,9 @@ func Preflight(ctx context.Context, opts Options) error {
 		return err
 	}
 	o.Concurrency, o.Connections = 1, 1 // one worker
+	var id int
+	o.IdentityPrefix, id = preflightIdentity(o.IdentityPrefix)
+	o.Identities = 1 // none formatted ahead but the first, unused
 	u, err := url.Parse(o.Target)
 	if err != nil {
 		return fmt.Errorf("%w: target %q: %v", ErrInvalidOptions, o.Target, err)
@@ -111,7 +116,7 @@ func Preflight(ctx context.Context, opts Options) error {
 	defer snd.close()
 	w := snd.worker()
 	defer w.close()
-	_, err = w.send(rctx, o.Identities)
+	_, err = w.send(rctx, id)
 	switch {
 	case err == nil:
 		return nil
@@ -156,6 +161,21 @@ func Preflight(ctx context.Context, opts Options) error {
 		}
 	}
 	return nil
+}
+
+// preflightInfix follows Options.IdentityPrefix in the identity
+// of Preflight's request, before a random number below 10^9: with prefix
+// "fleetq-", "fleetq-preflight-482913377". A run's identities are the
+// prefix and a number alone, so no run's requests, this one's or another's
+// of the same prefix, use it: the decision it takes is counted by no
+// report (a run sharing identities with another used to lose one of its
+// decisions to the other's pre-run request).
+const preflightInfix = "preflight-"
+
+// preflightIdentity returns the prefix and number the senders format into
+// the identity of Preflight's request (see preflightInfix).
+func preflightIdentity(prefix string) (string, int) {
+	return prefix + preflightInfix, rand.IntN(1_000_000_000)
 }
 
 // unreachable reports whether err says that nothing listens at the

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,10 @@ import (
 // starts for an HTTP 4xx but 408 and 429 (an unknown policy, a wrong
 // path), saying what the service said, and lets it start for an answer
 // allowed or denied and for errors a run may outlive (a 503). It is sent
-// for an identity the run does not use. An outside walk's run of a
-// second against an unknown policy sent 9,952 requests, every one 400.
+// for an identity no run uses (pf-preflight-N, not pf-3: one past the
+// run's last is another run's of the same prefix). An outside walk's run
+// of a second against an unknown policy sent 9,952 requests, every one
+// 400.
 func TestPreflightHTTP(t *testing.T) {
 	const problem = `{"type":"urn:floodgate:problem:unknown-policy","title":"Bad Request","status":400,"detail":"unknown policy \"nope\": the service's configuration lists its policies"}`
 	for _, tc := range []struct {
@@ -56,8 +59,8 @@ func TestPreflightHTTP(t *testing.T) {
 		}))
 		err := Preflight(context.Background(), Options{Target: srv.URL, Duration: time.Second, Identities: 3, IdentityPrefix: "pf-", Policy: "nope"})
 		srv.Close()
-		if n := received.Load(); n != 1 || !strings.Contains(bodies[0], `"user":"pf-3"`) {
-			t.Errorf("HTTP %d: %d requests received (%q); want one, for identity pf-3 (not one of the run's pf-0..pf-2)", tc.status, n, bodies)
+		if n := received.Load(); n != 1 || !preflightBody.MatchString(bodies[0]) {
+			t.Errorf("HTTP %d: %d requests received (%q); want one, for identity pf-preflight-N (no run's pf-0, pf-1...)", tc.status, n, bodies)
 		}
 		var pe *PreflightError
 		if !tc.wantErr {
@@ -72,9 +75,13 @@ func TestPreflightHTTP(t *testing.T) {
 	}
 }
 
+// preflightBody matches the body of Preflight's request with prefix pf-.
+var preflightBody = regexp.MustCompile(`"user":"pf-preflight-[0-9]{1,9}"`)
+
 // TestPreflightGRPC: over gRPC, with either client, INVALID_ARGUMENT (an
 // unknown domain) fails the run before it starts, with its code and
 // message; OK, OVER_LIMIT and UNAVAILABLE (a store down) let it start.
+// The call is for identity PREFIXpreflight-N, as over HTTP.
 func TestPreflightGRPC(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -95,12 +102,20 @@ func TestPreflightGRPC(t *testing.T) {
 		}, true},
 	} {
 		var received atomic.Int64
-		_, target := grpcServer(t, rlsFunc{f: tc.f}, &received)
+		var identity atomic.Value
+		f := func(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+			identity.Store(req.GetDescriptors()[0].GetEntries()[0].GetValue())
+			return tc.f(ctx, req)
+		}
+		_, target := grpcServer(t, rlsFunc{f: f}, &received)
 		for _, c := range grpcClients {
 			before := received.Load()
-			err := Preflight(context.Background(), Options{Target: target, GRPCClient: c, Duration: time.Second, Domain: "api"})
+			err := Preflight(context.Background(), Options{Target: target, GRPCClient: c, Duration: time.Second, Domain: "api", IdentityPrefix: "pf-", Identities: 3})
 			if n := received.Load() - before; n != 1 {
 				t.Errorf("%s, %v client: %d calls; want 1", tc.name, c, n)
+			}
+			if id, _ := identity.Load().(string); !regexp.MustCompile(`^pf-preflight-[0-9]{1,9}$`).MatchString(id) {
+				t.Errorf("%s, %v client: identity %q; want pf-preflight-N", tc.name, c, id)
 			}
 			var pe *PreflightError
 			switch {
@@ -110,6 +125,52 @@ func TestPreflightGRPC(t *testing.T) {
 				t.Errorf("%s, %v client: %v (%+v); want a PreflightError of code InvalidArgument and the status message", tc.name, c, err, pe)
 			}
 		}
+	}
+}
+
+// TestPreflightSharedPrefix: runs sharing --identity-prefix, each after
+// its Preflight as floodgate loadtest does, share the identities' limits
+// and nothing else: their requests' identities never include a pre-run
+// request's, which is not PREFIX and a number, and together they are
+// allowed the whole capacity of the identities they use. In an outside
+// walk, run A (1 identity) sent its pre-run request to fleetq-1, which
+// run B (2 identities) used: 1999 allowed of a capacity of 2000.
+func TestPreflightSharedPrefix(t *testing.T) {
+	s, target := startCheckServer(t)
+	var allowed int64
+	for _, o := range []Options{
+		{Identities: 1, MaxRequests: 1},
+		{Identities: 2, MaxRequests: 12},
+	} {
+		o.Target, o.Duration, o.IdentityPrefix = target, time.Minute, "fleetq-"
+		if err := Preflight(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := Run(context.Background(), o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed += rep.Allowed
+	}
+	// slowBucket allows 3 per identity: fleetq-0 and fleetq-1.
+	if want := 2 * slowBucket.Limit; allowed != want {
+		t.Errorf("the runs were allowed %d together; want %d, the capacity of their 2 identities", allowed, want)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pre := regexp.MustCompile(`^fleetq-preflight-[0-9]{1,9}$`)
+	var preflights int
+	for id, n := range s.perIdentity {
+		switch {
+		case id == "fleetq-0" && n == 1+6, id == "fleetq-1" && n == 6:
+		case pre.MatchString(id) && n == 1:
+			preflights++
+		default:
+			t.Errorf("identity %q got %d requests; want fleetq-0 7 (1 + 6), fleetq-1 6, and fleetq-preflight-N 1 each", id, n)
+		}
+	}
+	if preflights != 2 {
+		t.Errorf("%d pre-run identities (%v); want 2", preflights, s.perIdentity)
 	}
 }
 

@@ -85,9 +85,10 @@ connection refused, reset or closed, TLS failed) waits before its next:
 answer. The report gives the rate achieved over the requests sent and
 over those answered.
 
-Before the run, one request is sent (for an identity the run does not
-use; it is not counted in the report or in --requests, and is sent apart
-from --rate's schedule). When it fails in a way every request of the run
+Before the run, one request is sent (for identity PREFIXpreflight-N, N
+a random number below 10^9, which no run's requests use, this one's or
+another's of the same --identity-prefix; it is not counted in the report
+or in --requests, and is sent apart from --rate's schedule). When it fails in a way every request of the run
 would (nothing listens at --target; the connection reset or closed
 unanswered, or TLS failed, as for a --target of the wrong scheme or port
 or an untrusted certificate; an HTTP 4xx other than 429, such as an
@@ -221,7 +222,7 @@ shells report it), after the report.
 	fl.DurationVar(&o.Duration, "duration", 10*time.Second, fmt.Sprintf("how long to send requests, 1ms..%v (none is sent after it: with --rate, arrivals still queued then count as dropped); the requests in flight then are waited for, so elapsed may exceed it by up to --timeout", loadgen.MaxDuration))
 	fl.Int64Var(&o.MaxRequests, "requests", 0, "stop after this many requests (0: no limit)")
 	fl.IntVar(&o.Identities, "identities", 1, "distinct identities, used round robin, named PREFIX0, PREFIX1... (see --identity-prefix)")
-	fl.StringVar(&o.IdentityPrefix, "identity-prefix", "", "start of every identity's name (default: lg, 8 random hex digits and -, so that each run starts on fresh counters); give the same to several runs, or to one loadtest per instance of a fleet, to have them share identities")
+	fl.StringVar(&o.IdentityPrefix, "identity-prefix", "", "start of every identity's name (default: lg, 8 random hex digits and -, so that each run starts on fresh counters); give the same to several runs, or to one loadtest per instance of a fleet, to have them share identities (the request sent before each run is for PREFIXpreflight-N, which none of them uses)")
 	fl.StringVar(&o.IdentityKey, "identity-key", "user", "identity dimension (http) or descriptor key (grpc, envoy-json)")
 	fl.StringVar(&o.Policy, "policy", "api", "policy name (HTTP)")
 	fl.StringVar(&o.Domain, "domain", "api", "domain (grpc and envoy-json)")
