@@ -2,6 +2,8 @@ package loadgen
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -19,11 +21,19 @@ type Report struct {
 	TargetRate  float64
 	Concurrency int
 	Identities  int
-	// Elapsed is the wall time from the first request to the last answer:
+	// Elapsed is the wall time from the start to the last answer:
 	// Duration, or less when the run stopped early (MaxRequests, or
-	// interrupted), plus the wait for the requests in flight at the end
-	// (up to Options.Timeout).
+	// interrupted) or, in open loop, when its last arrival was due before
+	// the end (by up to 1/TargetRate), plus the wait for the requests in
+	// flight at the end (up to Options.Timeout).
 	Elapsed time.Duration
+	// RateSpan is the time AchievedRate and AnsweredRate are over:
+	// Elapsed, but in an open-loop run not interrupted, the time its
+	// schedule spans when that is longer: Duration, or MaxRequests
+	// arrivals (MaxRequests/TargetRate seconds) when shorter. A run of
+	// 2 arrivals at 0.5/s for 3s is 0.67/s over its 3s, not 1/s over the
+	// 2s to its last answer.
+	RateSpan time.Duration
 	// Duration is Options.Duration, the time the run was to send for.
 	Duration time.Duration
 	// Interrupted is set when the run's context ended before Duration
@@ -55,8 +65,8 @@ type Report struct {
 	// duration ended: the service could not keep up, or the generator
 	// lacked workers.
 	Dropped int64
-	// AchievedRate is Sent per second of Elapsed; AnsweredRate is
-	// Allowed + Denied per second of Elapsed, which failures (a storm of
+	// AchievedRate is Sent per second of RateSpan; AnsweredRate is
+	// Allowed + Denied per second of RateSpan, which failures (a storm of
 	// refused connections, say) do not inflate.
 	AchievedRate, AnsweredRate float64
 	// DenyRatio is Denied / (Allowed + Denied): the share of 429s (of
@@ -102,7 +112,7 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "load test of %s (%v)\n", r.Target, r.Mode)
 	}
 	if r.TargetRate > 0 {
-		row("schedule", "open loop, %.1f req/s target, %d workers, %d identities", r.TargetRate, r.Concurrency, r.Identities)
+		row("schedule", "open loop, %s req/s target, %d workers, %d identities", formatRate(r.TargetRate), r.Concurrency, r.Identities)
 	} else {
 		row("schedule", "closed loop, %d workers, %d identities", r.Concurrency, r.Identities)
 	}
@@ -112,7 +122,11 @@ func (r Report) String() string {
 	} else {
 		row("elapsed", "%v", r.Elapsed.Round(time.Millisecond))
 	}
-	row("requests", "%d (%.1f req/s achieved, %.1f/s answered)", r.Sent, r.AchievedRate, r.AnsweredRate)
+	over := ""
+	if r.RateSpan > r.Elapsed {
+		over = fmt.Sprintf(", over the %v of the schedule", r.RateSpan.Round(time.Millisecond))
+	}
+	row("requests", "%d (%s req/s achieved, %s/s answered%s)", r.Sent, formatRate(r.AchievedRate), formatRate(r.AnsweredRate), over)
 	denied, ratioLabel := r.Mode.deniedLabels()
 	row("allowed", "%d", r.Allowed)
 	row(denied, "%d", r.Denied)
@@ -143,11 +157,11 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "  warning: %d answers were degraded: the deny ratio is not the shared limiter's, and the comparison with the expected one does not hold\n", r.Degraded)
 	}
 	if r.TargetRate > 0 && ratio(r.Dropped, r.Sent+r.Dropped) > MaxDroppedShare {
-		cause := fmt.Sprintf("the service could not keep up at %.1f req/s, or the generator lacked workers (raise --concurrency)", r.TargetRate)
+		cause := fmt.Sprintf("the service could not keep up at %s req/s, or the generator lacked workers (raise --concurrency)", formatRate(r.TargetRate))
 		if r.Errors > 0 {
 			// Workers pause after transport errors (up to a second each):
 			// an outage drops arrivals however many workers there are.
-			cause = fmt.Sprintf("workers pausing after the %d failed requests (a service down or restarting), the service not keeping up at %.1f req/s, or the generator lacking workers (raise --concurrency)", r.Errors, r.TargetRate)
+			cause = fmt.Sprintf("workers pausing after the %d failed requests (a service down or restarting), the service not keeping up at %s req/s, or the generator lacking workers (raise --concurrency)", r.Errors, formatRate(r.TargetRate))
 		}
 		fmt.Fprintf(&b, "  warning: %.2f%% of the arrivals were dropped (every worker busy and the queue of %d full): %s; the latency percentiles, of the requests sent only, understate the queueing\n", 100*ratio(r.Dropped, r.Sent+r.Dropped), r.Concurrency, cause)
 	}
@@ -185,6 +199,19 @@ func (m Mode) deniedLabels() (count, ratio string) {
 		return "over_limit", "over-limit ratio"
 	}
 	return "denied (429)", "429 ratio"
+}
+
+// formatRate formats a rate in requests per second: with one decimal
+// from 1 up (and for 0), with 3 significant digits below, so that a
+// target of 0.001/s does not read "0.0" (as a closed loop's would).
+func formatRate(v float64) string {
+	// 'g' rounds to 3 digits; 'f' with -1 writes that value in full,
+	// without an exponent.
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 3, 64), 64)
+	if r >= 1 || v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
 }
 
 // dur rounds a latency for display: 3 significant digits.

@@ -116,8 +116,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	for i := range hists {
 		h.Merge(&hists[i])
 	}
-	rep := r.report(elapsed, &h)
-	rep.Interrupted = ctx.Err() != nil
+	rep := r.report(elapsed, ctx.Err() != nil, &h)
 	if rep.Interrupted {
 		rep.InterruptedAfter = time.Duration(interruptedAfter.Load())
 		if rep.InterruptedAfter == 0 || rep.InterruptedAfter > elapsed {
@@ -151,6 +150,12 @@ type run struct {
 	degraded                       atomic.Int64 // of allowed and denied
 	mu                             sync.Mutex
 	errorSamples                   map[string]int64
+
+	// lineAt and lineDone are the time (since the start) and the count
+	// of requests done of the last progress line, to rate the next over
+	// the time between them. Only the progress goroutine uses them.
+	lineAt   time.Duration
+	lineDone int64
 }
 
 // claim reserves the next request number; false once MaxRequests is used.
@@ -165,7 +170,8 @@ func (r *run) claim() bool {
 
 // schedule emits arrival times at opts.Rate from start until ctx ends,
 // the next arrival would be due at or after end, or MaxRequests arrivals
-// were emitted. An arrival that finds the queue full is dropped.
+// were queued (it returns then, not when the next would be due). An
+// arrival that finds the queue full is dropped.
 func (r *run) schedule(ctx context.Context, start, end time.Time, jobs chan<- time.Time) {
 	interval := float64(time.Second) / r.opts.Rate
 	var emitted int64
@@ -184,6 +190,11 @@ func (r *run) schedule(ctx context.Context, start, end time.Time, jobs chan<- ti
 			}
 			select {
 			case jobs <- at:
+				if n := r.opts.MaxRequests; n > 0 && r.seq.Load() >= n {
+					// The last: not waiting for the next arrival's time
+					// (1000s at 0.001/s) to find none is left.
+					return
+				}
 			default:
 				r.seq.Add(-1)
 				r.dropped.Add(1)
@@ -406,25 +417,44 @@ func (r *run) startProgress(w io.Writer, start time.Time) func() {
 	return func() {
 		close(done)
 		wg.Wait()
-		r.writeLine(w, time.Since(start))
+		r.writeEndLine(w, time.Since(start))
 		if !r.opts.ProgressLines {
 			fmt.Fprintln(w)
 		}
 	}
 }
 
-// writeLine writes the progress line: after a carriage return and with
-// spaces to cover a longer last one, or, with ProgressLines, ended by a
-// newline.
+// writeLine writes a progress line at elapsed (since the start), its
+// rate the requests done per second since the last line's (or the start):
+// the current rate, not the average (a run doing 13,509 requests in its
+// first second and 11,040 in its second used to show 12,274.5 req/s).
 func (r *run) writeLine(w io.Writer, elapsed time.Duration) {
+	done := r.allowed.Load() + r.denied.Load() + r.errs.Load()
+	since := elapsed - r.lineAt
+	rate := float64(done-r.lineDone) / max(since.Seconds(), 1e-9)
+	r.lineAt, r.lineDone = elapsed, done
+	r.line(w, elapsed, rate, fmt.Sprintf("(last %.1fs)", since.Seconds()))
+}
+
+// writeEndLine writes the progress line at the end of the run, at
+// elapsed: its rate the average since the start, as the time since the
+// last line may be a moment.
+func (r *run) writeEndLine(w io.Writer, elapsed time.Duration) {
+	done := r.allowed.Load() + r.denied.Load() + r.errs.Load()
+	r.line(w, elapsed, float64(done)/max(elapsed.Seconds(), 1e-9), "(average)  ")
+}
+
+// line writes the progress line with the rate given and its label: after
+// a carriage return and with spaces to cover a longer last one, or, with
+// ProgressLines, ended by a newline.
+func (r *run) line(w io.Writer, elapsed time.Duration, rate float64, label string) {
 	a, d, e := r.allowed.Load(), r.denied.Load(), r.errs.Load()
-	done := a + d + e
 	start, end := "\r", "   "
 	if r.opts.ProgressLines {
 		start, end = "", "\n"
 	}
-	fmt.Fprintf(w, "%s%6.1fs  %8d done  %9.1f req/s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
-		start, elapsed.Seconds(), done, float64(done)/max(elapsed.Seconds(), 1e-9), a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load(), end)
+	fmt.Fprintf(w, "%s%6.1fs  %8d done  %9.1f req/s %s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
+		start, elapsed.Seconds(), a+d+e, rate, label, a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load(), end)
 }
 
 func ratio(part, whole int64) float64 {
@@ -434,7 +464,21 @@ func ratio(part, whole int64) float64 {
 	return float64(part) / float64(whole)
 }
 
-func (r *run) report(elapsed time.Duration, h *Histogram) Report {
+// rateSpan returns the time a run's rates are over (see Report.RateSpan):
+// elapsed, or for an open-loop run not interrupted the time its schedule
+// spans when longer.
+func rateSpan(o Options, elapsed time.Duration, interrupted bool) time.Duration {
+	if o.Rate <= 0 || interrupted {
+		return elapsed
+	}
+	span := o.Duration.Seconds()
+	if o.MaxRequests > 0 {
+		span = min(span, float64(o.MaxRequests)/o.Rate)
+	}
+	return max(elapsed, time.Duration(span*float64(time.Second)))
+}
+
+func (r *run) report(elapsed time.Duration, interrupted bool, h *Histogram) Report {
 	rep := Report{
 		Target:      r.opts.Target,
 		Mode:        r.opts.Mode,
@@ -443,6 +487,8 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 		Concurrency: r.opts.Concurrency,
 		Identities:  r.opts.Identities,
 		Elapsed:     elapsed,
+		RateSpan:    rateSpan(r.opts, elapsed, interrupted),
+		Interrupted: interrupted,
 		Allowed:     r.allowed.Load(),
 		Denied:      r.denied.Load(),
 		Degraded:    r.degraded.Load(),
@@ -454,8 +500,8 @@ func (r *run) report(elapsed time.Duration, h *Histogram) Report {
 		},
 	}
 	rep.Sent = rep.Allowed + rep.Denied + rep.Errors
-	rep.AchievedRate = float64(rep.Sent) / max(elapsed.Seconds(), 1e-9)
-	rep.AnsweredRate = float64(rep.Allowed+rep.Denied) / max(elapsed.Seconds(), 1e-9)
+	rep.AchievedRate = float64(rep.Sent) / max(rep.RateSpan.Seconds(), 1e-9)
+	rep.AnsweredRate = float64(rep.Allowed+rep.Denied) / max(rep.RateSpan.Seconds(), 1e-9)
 	rep.Duration = r.opts.Duration
 	rep.DenyRatio = ratio(rep.Denied, rep.Allowed+rep.Denied)
 	switch {

@@ -83,7 +83,11 @@ A worker whose request got no answer for a reason of transport (the
 connection refused, reset or closed, TLS failed) waits before its next:
 10ms, doubling after each such failure in a row up to 1s, until an
 answer. The report gives the rate achieved over the requests sent and
-over those answered.
+over those answered, per second from the start to the last answer; with
+--rate, of the time the schedule spans when that is longer (--duration,
+or --requests/--rate when shorter; not when interrupted): 2 requests at
+--rate 0.5 for --duration 3s are 0.667 req/s, "over the 3s of the
+schedule", not 1 req/s over the 2s to the last answer.
 
 Before the run, one request is sent (for identity PREFIXpreflight-N, N
 a random number below 10^9, which no run's requests use, this one's or
@@ -103,7 +107,9 @@ answered, and the report of what ran is printed, marked "interrupted
 after ... of ...".
 
 Progress goes to stderr once a second (--quiet: none): one line rewritten
-in place on a terminal, a line of its own each time otherwise (a log).
+in place on a terminal, a line of its own each time otherwise (a log);
+its req/s is the rate since the line before ("(last 1.0s)"), the line at
+the end's the average of the run ("(average)").
 
 Exit status 1 when the run could not start (a bad flag, or the request
 before it refused: no report), when any request failed (the report's
