@@ -27,9 +27,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +70,15 @@ type Follower struct {
 	current string              // the primary a majority named last; "" before the first answer
 	left    map[string]struct{} // every primary left since, until named again
 	onMove  func(from, to string)
+
+	errMu sync.Mutex
+	errs  map[string]nodeErr // by address: the last failure met there
+}
+
+// nodeErr is a failure met at an address, and when.
+type nodeErr struct {
+	err error
+	at  time.Time
 }
 
 // steering is a snapshot of the primaries left, the one to go to instead,
@@ -89,6 +100,7 @@ func New(o *redis.FailoverOptions) *Follower {
 		sentinels: append([]string(nil), o.SentinelAddrs...),
 		kick:      make(chan struct{}, 1),
 		left:      map[string]struct{}{},
+		errs:      map[string]nodeErr{},
 	}
 	tc, timeout := o.TLSConfig, o.DialTimeout
 	if timeout <= 0 {
@@ -135,8 +147,8 @@ func (f *Follower) Primary() string {
 
 // Run asks the sentinels every Interval, and at once on a +switch-master
 // from any of them, until ctx ends. Failures to reach a sentinel are not
-// reported: the client's own logs and the breaker say when Redis cannot
-// be reached.
+// logged (the client's own logs and the breaker say when Redis cannot be
+// reached), but kept for NodeErrors.
 func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -212,9 +224,12 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
 	answers := make(chan string, len(clients))
-	for _, c := range clients {
+	for i, c := range clients {
 		go func() {
 			v, err := c.GetMasterAddrByName(ctx, f.master).Result()
+			if err != nil && ctx.Err() == nil {
+				f.record(f.sentinels[i], err)
+			}
 			if err != nil || len(v) != 2 {
 				answers <- ""
 				return
@@ -268,9 +283,69 @@ func (f *Follower) dial(ctx context.Context, network, addr string) (net.Conn, er
 	}
 	c, err := f.dialer(ctx, network, addr)
 	if err != nil {
+		f.record(addr, err)
 		return nil, err
 	}
 	return &conn{Conn: c, addr: addr, f: f}, nil
+}
+
+// record notes err as the last failure met at addr. A connection reset
+// or broken pipe does not replace a failure noted less than staleAfter
+// before: it is most often that failure's echo (a server that refused a
+// TLS client with an alert closes the connection, and the client's next
+// write is reset), and the first says why.
+func (f *Follower) record(addr string, err error) {
+	now := time.Now()
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	if old, ok := f.errs[addr]; ok && now.Sub(old.at) < staleAfter &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return
+	}
+	f.errs[addr] = nodeErr{err: err, at: now}
+}
+
+// NodeErrors returns, for each address whose last failure was met at or
+// after since, that failure as "sentinel ADDR: ERROR" or "ADDR: ERROR"
+// (a primary or replica), sentinels first, each group in address order;
+// nil when there is none. A failure is a dial's, a read's or a write's
+// on the client's connections (go-redis's questions to the sentinels
+// included), other than a timeout or a close of the client's own; or an
+// error of Run's questions to the sentinels. Every error returned wraps
+// the failure (errors.Is finds io.EOF in it).
+//
+// NodeErrors is safe for concurrent use. It is what readiness adds to a
+// failed probe: go-redis's own error behind Sentinel is often its
+// deadline, or says what failed but not where.
+func (f *Follower) NodeErrors(since time.Time) []error {
+	f.errMu.Lock()
+	addrs := make([]string, 0, len(f.errs))
+	for a, e := range f.errs {
+		if !e.at.Before(since) {
+			addrs = append(addrs, a)
+		}
+	}
+	errs := maps.Clone(f.errs)
+	f.errMu.Unlock()
+	isSentinel := func(a string) bool { return slices.Contains(f.sentinels, a) }
+	slices.SortFunc(addrs, func(a, b string) int {
+		if sa, sb := isSentinel(a), isSentinel(b); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var out []error
+	for _, a := range addrs {
+		name := a
+		if isSentinel(a) {
+			name = "sentinel " + a
+		}
+		out = append(out, fmt.Errorf("%s: %w", name, errs[a].err))
+	}
+	return out
 }
 
 // steering returns the steering in force: one made while Run runs, from
@@ -302,6 +377,29 @@ type conn struct {
 	net.Conn
 	addr string
 	f    *Follower
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.note(err)
+	return n, err
+}
+
+func (c *conn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.note(err)
+	return n, err
+}
+
+// note records a read's or write's failure, other than a timeout (a
+// subscription waits out deadlines on a healthy sentinel) or the client's
+// own close.
+func (c *conn) note(err error) {
+	var ne net.Error
+	if err == nil || errors.Is(err, net.ErrClosed) || (errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	c.f.record(c.addr, err)
 }
 
 // SyscallConn is what go-redis's pool checks an idle connection with

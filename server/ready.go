@@ -55,6 +55,33 @@ func RedisReady(client redis.UniversalClient, probeKey string) func(ctx context.
 // RoleRetry, so that a probe every few seconds does not add a NOPERM to
 // Redis's ACL LOG each time; a grant made meanwhile is used from then on.
 func RedisReadyLog(client redis.UniversalClient, probeKey string, log *slog.Logger) func(ctx context.Context) error {
+	return RedisReadyWith(client, probeKey, ReadyOptions{Log: log})
+}
+
+// ReadyOptions are RedisReadyWith's optional knobs; the zero value is
+// RedisReady's behaviour.
+type ReadyOptions struct {
+	// Log gets RedisReadyLog's warning. Nil: nowhere.
+	Log *slog.Logger
+	// Nodes, for a Sentinel (failover) client, gives the failures met at
+	// each sentinel and server since a time (sentinelfollow.Follower does,
+	// for the client it was made with). A failed check's error then adds
+	// those met while it ran, each naming its node: go-redis's own error
+	// behind Sentinel is often its deadline ("context deadline exceeded",
+	// its retries of the sentinels having run out the check's time), or
+	// says what failed but not where. Nil: nothing is added.
+	Nodes NodeErrors
+}
+
+// NodeErrors gives the failures met at Redis nodes since a time, each
+// naming its node and wrapping the failure.
+type NodeErrors interface {
+	NodeErrors(since time.Time) []error
+}
+
+// RedisReadyWith is RedisReadyLog with opts.
+func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOptions) func(ctx context.Context) error {
+	log := opts.Log
 	var probe func(ctx context.Context, partition string) error
 	if probeKey != "" {
 		probe = fallback.RedisProbe(client, probeKey)
@@ -65,10 +92,18 @@ func RedisReadyLog(client redis.UniversalClient, probeKey string, log *slog.Logg
 		if cc, ok := client.(*redis.ClusterClient); ok {
 			return clusterReady(ctx, cc, probe)
 		}
+		start := time.Now()
+		named := func(err error) error {
+			var nodes []error
+			if opts.Nodes != nil {
+				nodes = opts.Nodes.NodeErrors(start)
+			}
+			return addrErr(client, err, nodes)
+		}
 		var err error
 		if at := refusedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < RoleRetry {
 			err = errRoleRefused
-		} else if err = primaryReady(ctx, client); errors.Is(err, errRoleRefused) {
+		} else if err = primaryReady(ctx, client, named); errors.Is(err, errRoleRefused) {
 			refusedAt.Store(time.Now().UnixNano())
 		}
 		if errors.Is(err, errRoleRefused) {
@@ -84,7 +119,7 @@ func RedisReadyLog(client redis.UniversalClient, probeKey string, log *slog.Logg
 			})
 			if probe == nil {
 				if perr := client.Ping(ctx).Err(); perr != nil {
-					return addrErr(client, perr)
+					return named(perr)
 				}
 				return nil
 			}
@@ -178,13 +213,15 @@ const RoleRetry = 10 * time.Minute
 // errRoleRefused wraps a NOPERM reply to ROLE.
 var errRoleRefused = errors.New("ROLE refused to the ACL user")
 
-func primaryReady(ctx context.Context, c redis.UniversalClient) error {
+// primaryReady checks that c's server is a primary; named names the
+// node in a failure (addrErr).
+func primaryReady(ctx context.Context, c redis.UniversalClient, named func(error) error) error {
 	v, err := c.Do(ctx, "ROLE").Slice()
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "NOPERM") {
 			return fmt.Errorf("%w: %w", errRoleRefused, err)
 		}
-		return addrErr(c, err)
+		return named(err)
 	}
 	if len(v) == 0 {
 		return errors.New("redis: empty ROLE reply")
@@ -196,8 +233,19 @@ func primaryReady(ctx context.Context, c redis.UniversalClient) error {
 }
 
 // addrErr names the server in err: a stalled or unreachable server's
-// error often does not say which (context deadline exceeded).
-func addrErr(c redis.UniversalClient, err error) error {
+// error often does not say which (context deadline exceeded). A failover
+// client's address names no server: nodes, the failures met at the
+// sentinels and servers meanwhile (ReadyOptions.Nodes), are added in
+// parentheses, and wrapped, so that a sentinel's EOF gets the hint a
+// standalone server's does.
+func addrErr(c redis.UniversalClient, err error, nodes []error) error {
+	if len(nodes) > 0 {
+		args := append([]any{err}, make([]any, len(nodes))...)
+		for i, n := range nodes {
+			args[i+1] = n
+		}
+		err = fmt.Errorf("%w ("+strings.Repeat("; %w", len(nodes))[2:]+")", args...)
+	}
 	hint := ""
 	if rc, ok := c.(*redis.Client); ok {
 		if rc.Options().TLSConfig == nil && errors.Is(err, io.EOF) {

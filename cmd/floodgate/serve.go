@@ -309,9 +309,13 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	if err != nil {
 		return nil, err
 	}
+	ro := server.ReadyOptions{Log: log}
+	if follow != nil {
+		ro.Nodes = follow // behind Sentinel, /readyz names the nodes that failed
+	}
 	b := &backend{client: client, follow: follow, local: local, describe: "redis " + rs.String(),
 		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
-		ready:     server.RedisReadyLog(client, f.prefix+":probe", log), // the breaker's probe key
+		ready:     server.RedisReadyWith(client, f.prefix+":probe", ro), // the breaker's probe key
 	}
 	var so redisstore.Options
 	if so.StateFormat, err = redisstore.ParseStateFormat(f.redisStateFormat); err != nil {
