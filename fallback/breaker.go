@@ -284,8 +284,8 @@ func (b *breaker) release(t ticket, v verdict) {
 
 // releaseGen records the outcome of a call that acquireGen let through at
 // failure generation gen: a failure after another failure was counted
-// since gen (the two calls were in flight together) does not count toward
-// FailureThreshold again. It counts in the failure rate all the same.
+// since gen (the two calls were in flight together) does not count again,
+// toward FailureThreshold or in the failure rate.
 func (b *breaker) releaseGen(t ticket, v verdict, gen uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -299,10 +299,16 @@ func (b *breaker) releaseGen(t ticket, v verdict, gen uint64) {
 			b.failures = 0
 			b.count(false)
 		case verdictFailure:
-			if gen == b.gen {
-				b.failures++
-				b.gen++
+			// A failure after another was counted since gen (the calls
+			// were in flight together, as in a stall) counts neither
+			// toward FailureThreshold nor in the failure rate: on a
+			// quiet instance, the calls of one stall alone would
+			// otherwise reach MinCalls, all failed.
+			if gen != b.gen {
+				return
 			}
+			b.failures++
+			b.gen++
 			if rate := b.count(true); b.failures >= b.opts.FailureThreshold || rate {
 				b.open()
 			}

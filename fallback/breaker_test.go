@@ -208,6 +208,36 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 	}
 }
 
+// TestBreakerQuietStallCountsOnce: on an instance that made no call in
+// the last Window, one stall failing 20 calls in flight together is one
+// failure, in the failure rate too (the 20 used to reach MinCalls, all
+// failed, and open the breaker: an outside walk saw a 0.2 s freeze of an
+// idle instance's Redis do so). A primary that stays down still opens it.
+func TestBreakerQuietStallCountsOnce(t *testing.T) {
+	b, clk, changes := newTestBreaker(t, BreakerOptions{})
+	var tickets []ticket
+	var gens []uint64
+	for range 20 {
+		tk, gen := b.acquireGen()
+		tickets, gens = append(tickets, tk), append(gens, gen)
+	}
+	clk.advance(200 * time.Millisecond)
+	for i, tk := range tickets {
+		b.releaseGen(tk, verdictFailure, gens[i])
+	}
+	if len(*changes) != 0 {
+		t.Fatalf("one stall of a quiet instance (20 calls in flight together) changed the state: %v, want closed", *changes)
+	}
+	for range 10 { // down for good: each call sent after the last failed
+		tk, gen := b.acquireGen()
+		clk.advance(50 * time.Millisecond)
+		b.releaseGen(tk, verdictFailure, gen)
+	}
+	if st, _ := b.snapshot(); st != BreakerOpen {
+		t.Fatalf("after a stall and 10 sequential failures: %v, want open", st)
+	}
+}
+
 // TestBreakerIgnoresScatteredTimeouts replays what CPU saturation did to
 // the old breaker (5 consecutive failures opened it): bursts of 5 timeouts
 // among successes. With the defaults (10 in a row, or half of at least 10
