@@ -435,7 +435,7 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 		// result="invalid", which RateLimitConfigRejected alerts on.
 		if len(r.verify) > 0 {
 			if err := VerifyAny(data, r.verify); err != nil {
-				r.reject(source, err)
+				r.reject(source, r.unverified(data, source, err))
 				return
 			}
 		}

@@ -369,6 +369,23 @@ func (r *Reloader) reject(source string, err error) {
 	r.rejectLocked(r.holder.Load(), source, err)
 }
 
+// unverified returns why data, read from source and failing verification
+// with err, is refused: checkVersion's error when it is the active
+// version's document but for its spacing or signature line (respacing
+// breaks a signature, so err would blame the key or the signature's
+// form), else err.
+func (r *Reloader) unverified(data []byte, source string, err error) error {
+	active := r.holder.Load()
+	c, perr := Parse(data, source)
+	if perr != nil || !r.holder.Loaded() || c.DifferenceFrom(active) == OtherContent {
+		return err
+	}
+	if verr := checkVersion(c, active); verr != nil {
+		return verr
+	}
+	return err
+}
+
 func (r *Reloader) rejectLocked(active *Config, source string, err error) {
 	r.holder.rejected.Store(&Rejection{Source: source, Error: err.Error(), At: time.Now().UTC()})
 	r.metrics.count(ResultInvalid)

@@ -17,6 +17,11 @@ var ErrSignature = errors.New("config: bad or missing signature")
 // than the one given (or over other content).
 var errMismatch = errors.New("the signature does not match (another key, or the document was changed after signing)")
 
+// ErrRespaced reports, wrapped with ErrSignature, a document whose
+// signature fails only because its spacing or line ends were changed
+// after signing (CR LF line ends, trailing spaces): tidied, it verifies.
+var ErrRespaced = errors.New("the document differs from one signed under the key only in spacing or line ends (CR LF, trailing spaces), which breaks its signature line; push the file again (floodgate config push FILE)")
+
 // MinSignKeyLen is the shortest accepted signing key, in bytes.
 const MinSignKeyLen = 32
 
@@ -70,8 +75,21 @@ func Verify(data, key []byte) error {
 // signature is valid under any of them (the old and the new key while a
 // key is rotated). It fails as Verify does for a document not signed, or
 // a key shorter than MinSignKeyLen, and wrapping ErrSignature when no key
-// matches; with no keys at all, wrapping ErrInvalid.
+// matches; with no keys at all, wrapping ErrInvalid. A signed document
+// that verifies once its spacing is tidied (CR LF made LF, trailing
+// spaces and blank last lines removed) fails wrapping ErrSignature and
+// ErrRespaced, which says so, rather than blaming the key.
 func VerifyAny(data []byte, keys [][]byte) error {
+	err := verifyAny(data, keys)
+	if errors.Is(err, ErrSignature) && isSigned(data) {
+		if tidy := append(normalizeSpace(data), '\n'); verifyAny(tidy, keys) == nil {
+			return fmt.Errorf("%w: %w", ErrSignature, ErrRespaced)
+		}
+	}
+	return err
+}
+
+func verifyAny(data []byte, keys [][]byte) error {
 	if len(keys) == 0 {
 		return fmt.Errorf("%w: no verification key", ErrInvalid)
 	}

@@ -80,6 +80,10 @@ func (r *run) configChecks(ctx context.Context) {
 		case errors.Is(r.cfgErr, config.ErrSignature):
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s is refused: %v", r.cfgSource, r.cfgErr)
+			if errors.Is(r.cfgErr, config.ErrRespaced) {
+				c.Fix = "push the file again (floodgate config push FILE --sign-key-file KEY): it replaces a stored copy that differs only in spacing or line ends; instances refuse the stored copy and keep their last good configuration, and one started now has none"
+				break
+			}
 			c.Fix = "give doctor the keys the instances verify with (--config-verify-key-file, once for each of serve's --config-verify-key-file), or sign the document again under one of them (floodgate config push --sign-key-file FILE); instances started with --config-verify-key-file refuse a document none of their keys signed and keep their last good configuration"
 		case r.opts.ConfigFile == "" && !isParseError(r.cfgErr):
 			// Reading the document failed: nothing is known of its content.

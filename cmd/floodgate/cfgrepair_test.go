@@ -221,3 +221,58 @@ func TestServeVerifiesWithEveryKey(t *testing.T) {
 		t.Fatalf("serve --help: %d\n%s", code, out)
 	}
 }
+
+// TestVerifyingServeNamesRespacing: a verifying instance (and doctor
+// given its key) refuses a stored copy of its document whose line ends
+// were made CR LF, saying that it differs only in spacing or line ends,
+// as an instance that does not verify says; it used to blame the
+// signature ("malformed signature"). The copy is still refused.
+func TestVerifyingServeNamesRespacing(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	url := "redis://" + rs.Addr + "/0"
+	prefix := fmt.Sprintf("crlf%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	keyFile := write("key", "config-signing-key-0123456789abcdef-crlf\n")
+	v7 := write("v7.yaml", "version: \"7\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 7, window: 1m, dimension: user}\n")
+	if code, out, errOut := cli("config", "push", v7, "--redis", url, "--prefix", prefix, "--sign-key-file", keyFile); code != 0 {
+		t.Fatalf("push: %d %s %s", code, out, errOut)
+	}
+	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--config-verify-key-file", keyFile,
+		"--fallback", "off", "--admin-token", e2eAdminToken)
+	stored, err := client.Get(ctx, prefix+":config").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, drift := range []struct{ name, doc string }{
+		{"CR LF", strings.ReplaceAll(stored, "\n", "\r\n")},
+		{"trailing spaces", strings.ReplaceAll(stored, "\n", "  \n")},
+	} {
+		if err := client.Set(ctx, prefix+":config", drift.doc, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the "+drift.name+" copy to be rejected", func() bool {
+			info := adminConfigInfo(t, svc.url)
+			return info.Rejected != nil && strings.Contains(info.Rejected.Error, "only in spacing or line ends")
+		})
+		if info := adminConfigInfo(t, svc.url); info.Version != "7" || strings.Contains(info.Rejected.Error, "signature") {
+			t.Fatalf("%s: %+v; want version 7 kept, refused for its spacing", drift.name, info.Rejected)
+		}
+		code, out := runCLI(t, "doctor", "--redis", url, "--prefix", prefix, "--latency-samples", "3", "--config-verify-key-file", keyFile)
+		if !strings.Contains(out, "only in spacing or line ends") || !strings.Contains(out, "floodgate config push FILE") {
+			t.Fatalf("%s: doctor (exit %d) does not name the respacing and its repair:\n%s", drift.name, code, out)
+		}
+	}
+	svc.stop(t)
+}
