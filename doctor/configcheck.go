@@ -35,6 +35,7 @@ func (r *run) configChecks(ctx context.Context) {
 			c.Summary = fmt.Sprintf("%s is valid: version %q, %s, %s, %s, %s", r.cfgSource, r.cfg.Version(),
 				plural.Count(len(r.cfg.Policies()), "policy", "policies"), plural.Count(len(r.cfg.Quotas()), "quota", "quotas"),
 				plural.Count(len(r.cfg.ConcurrencyLimits()), "concurrency limit", "concurrency limits"), tiers)
+			r.refusedBy(ctx, c)
 		case errors.Is(r.cfgErr, config.ErrNotFound):
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no configuration in Redis under %s:config and no --config given: the checks that need the policies were skipped", r.opts.Prefix)
@@ -113,6 +114,43 @@ func (r *run) configChecks(ctx context.Context) {
 	r.check(GroupConfig, "hot-keys-and-slots", r.checkSlots)
 	r.check(GroupConfig, "shadow", r.checkShadow)
 	r.check(GroupConfig, "failure-mode", r.checkFailureMode)
+}
+
+// metricSourceRejected is 1 while an instance refuses the latest
+// document of its configuration source.
+const metricSourceRejected = "floodgate_config_source_rejected"
+
+// refusedBy fails the validates check of a valid document when instances
+// reading it report it rejected (floodgate_config_source_rejected 1): a
+// Fail, not a Warn, as RateLimitConfigRejected alerts on that gauge, and
+// the document doctor found valid is not what those instances run, while
+// one started now would run it.
+func (r *run) refusedBy(ctx context.Context, c *Check) {
+	var refused []string
+	sameVersion := false
+	for _, in := range r.readInstances(ctx) {
+		v, ok := sum(in.metrics, metricSourceRejected, func(l map[string]string) bool { return l["source"] == config.SourcePolicies })
+		if in.configSource != r.cfgSource || !ok || v < 1 {
+			continue
+		}
+		line := fmt.Sprintf("%s refuses it (%s 1) and runs version %q", in.url, metricSourceRejected, in.configVersion)
+		if in.configVersion == r.cfg.Version() && in.configHash != "" && in.configHash != r.cfg.Hash() {
+			sameVersion = true
+			line += fmt.Sprintf(" under other bytes (hash %s, the stored one %s)", short(in.configHash), short(r.cfg.Hash()))
+		}
+		refused = append(refused, line)
+	}
+	if len(refused) == 0 {
+		return
+	}
+	c.Status = Fail
+	c.Evidence = append(c.Evidence, refused...)
+	c.Summary += fmt.Sprintf("; but %s reading it %s it: %s the last good configuration", plural.Count(len(refused), "instance", "instances"),
+		plural.Word(len(refused), "refuses", "refuse"), plural.Word(len(refused), "it keeps", "they keep"))
+	c.Fix = "read why in the instances' logs (configuration rejected) or /admin/v1/config, fix the document and push it with a new version (floodgate config push FILE)"
+	if sameVersion {
+		c.Fix = "the stored document has the version they run under other bytes: if it differs from the file only in spacing, line ends or its signature line, push the file again (floodgate config push FILE), which replaces it; if its content changed, bump the version and push it"
+	}
 }
 
 // isParseError reports an error about the configuration document itself

@@ -797,6 +797,9 @@ func (r *run) instanceChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("instances run version %q, but not the document %s holds under that version (hash %s, theirs %s)", vs[0], r.cfgSource, short(r.cfg.Hash()), short(sameHash(ins)))
 			c.Fix = "give every change a new version; check that doctor was given the instances' configuration (--config FILE, or the one in Redis)"
+			if r.opts.ConfigFile == "" {
+				c.Fix = "if the stored document differs from the file the instances run only in spacing, line ends or its signature line (they refuse it: see Config/validates), push the file again (floodgate config push FILE), which replaces it; otherwise give every change a new version"
+			}
 		case len(versions) == 1 && len(unknown) > 0:
 			c.Status, c.Summary = Pass, fmt.Sprintf("every instance whose version is known runs configuration version %q", vs[0])
 		case len(versions) == 1:

@@ -276,3 +276,51 @@ func TestVerifyingServeNamesRespacing(t *testing.T) {
 	}
 	svc.stop(t)
 }
+
+// TestDoctorFailsADocumentInstancesRefuse: a stored document of the
+// version the instances run, with its final newline dropped, which every
+// instance refuses, used to pass Config/validates; doctor now fails it
+// from the instances' floodgate_config_source_rejected and names the
+// repair, floodgate config push FILE, there and in
+// Instances/config-version.
+func TestDoctorFailsADocumentInstancesRefuse(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	ctx := context.Background()
+	url := "redis://" + rs.Addr + "/0"
+	prefix := fmt.Sprintf("refused%d", time.Now().UnixNano())
+	file := filepath.Join(t.TempDir(), "v3.yaml")
+	if err := os.WriteFile(file, []byte("version: \"3\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 3, window: 1m, dimension: user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli("config", "push", file, "--redis", url, "--prefix", prefix); code != 0 {
+		t.Fatalf("push: %d %s %s", code, out, errOut)
+	}
+	svc := startService(t, "--redis", url, "--prefix", prefix, "--config-from-redis", "--fallback", "off", "--admin-token", e2eAdminToken)
+	doctor := func() string {
+		_, out := runCLI(t, "doctor", "--redis", url, "--prefix", prefix, "--latency-samples", "3", "--instance", svc.url)
+		return out
+	}
+	if out := doctor(); !strings.Contains(out, "[PASS] validates") {
+		t.Fatalf("doctor before the drift:\n%s", out)
+	}
+	stored, err := client.Get(ctx, prefix+":config").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, prefix+":config", strings.TrimSuffix(stored, "\n"), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the drifted copy to be rejected", func() bool {
+		return metricValue(t, svc.url, `floodgate_config_source_rejected{source="policies"}`) == 1
+	})
+	out := doctor()
+	if strings.Contains(out, "[PASS] validates") || !strings.Contains(out, "instance reading it refuses it") ||
+		strings.Count(out, "push the file again (floodgate config push FILE)") < 2 {
+		t.Fatalf("doctor over a document the instance refuses:\n%s", out)
+	}
+	svc.stop(t)
+}
