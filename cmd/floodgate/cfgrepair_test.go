@@ -324,3 +324,31 @@ func TestDoctorFailsADocumentInstancesRefuse(t *testing.T) {
 	}
 	svc.stop(t)
 }
+
+// TestForcedPushWarnsOfRollback: --force, which a key rotation needs,
+// used to let an older version through without a word; push now warns,
+// naming both versions.
+func TestForcedPushWarnsOfRollback(t *testing.T) {
+	rs := redistest.Start(t)
+	url := "redis://" + rs.Addr + "/0"
+	prefix := fmt.Sprintf("rollback%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	push := func(version string, extra ...string) (int, string, string) {
+		file := filepath.Join(dir, "v"+version+".yaml")
+		if err := os.WriteFile(file, []byte("version: \""+version+"\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 5, window: 1m, dimension: user}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return cli(append([]string{"config", "push", file, "--redis", url, "--prefix", prefix}, extra...)...)
+	}
+	if code, out, errOut := push("16"); code != 0 {
+		t.Fatalf("push 16: %d %s %s", code, out, errOut)
+	}
+	const warning = `warning: --force published version "12" below the stored "16": instances roll back to it`
+	code, out, errOut := push("12", "--force")
+	if code != 0 || !strings.Contains(errOut, warning) {
+		t.Fatalf("forced push of 12 over 16: %d %s %s; want 0 and %q", code, out, errOut, warning)
+	}
+	if code, _, errOut := push("17", "--force"); code != 0 || strings.Contains(errOut, "roll back") {
+		t.Fatalf("forced push of 17 over 12: %d %s; want no rollback warning", code, errOut)
+	}
+}

@@ -356,6 +356,11 @@ standard input (named <stdin> in the messages).`,
 					fmt.Fprintf(cmd.OutOrStdout(), "replaced the stored document of version %q, which had the same content under another signature line: instances that run it keep it, refusing this one (bump the version to change them)\n", cfg.Version())
 				}
 			}
+			if force && prev != nil && config.CompareVersions(cfg.Version(), prev.Version()) < 0 {
+				// --force is also what a key rotation takes: say the
+				// rollback it let through.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: --force published version %q below the stored %q: instances roll back to it\n", cfg.Version(), prev.Version())
+			}
 			if errors.Is(prevErr, config.ErrNotFound) {
 				// Nothing to compare with: after Redis lost the key
 				// (wiped, or restored from a snapshot older than the
