@@ -286,6 +286,9 @@ type Options struct {
 	// lastStreamID, when not zero, is the last stream ID of a raw gRPC
 	// connection (tests: a new connection after a few requests).
 	lastStreamID uint32
+	// onBackOff, when set, is called with each pause a worker takes
+	// after a transport error, before it waits (tests).
+	onBackOff func(time.Duration)
 }
 
 // withDefaults validates o and fills its defaults.

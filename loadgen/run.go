@@ -72,7 +72,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	var wg sync.WaitGroup
 	workers := make([]*workerState, o.Concurrency)
 	for i := range workers {
-		workers[i] = &workerState{w: snd.worker(), h: &hists[i], timeout: o.Timeout, parent: reqCtx}
+		workers[i] = &workerState{w: snd.worker(), h: &hists[i], timeout: o.Timeout, parent: reqCtx, onBackOff: o.onBackOff}
 	}
 	if o.Rate > 0 {
 		jobs := make(chan time.Time, o.Concurrency)
@@ -299,6 +299,10 @@ func (ch *chain) next(v verdict) (id int, ok bool) {
 		r.seq.Add(-1) // timed out: the worker reports it
 		return 0, false
 	}
+	// An answer ends a run of transport errors: the worker's goroutine
+	// sees only the outcome of a chain's last request, and without this
+	// every failure ending a chain counted as one more in a row.
+	w.backoff = 0
 	now := time.Now()
 	w.h.Record(now.Sub(w.at))
 	r.count(v)
@@ -330,7 +334,8 @@ type workerState struct {
 
 	// backoff is the pause before the next request after a transport
 	// error; 0 after an answer.
-	backoff time.Duration
+	backoff   time.Duration
+	onBackOff func(time.Duration) // Options.onBackOff
 
 	ctx    context.Context // nil until the first request and after a timeout
 	cancel context.CancelFunc
@@ -363,6 +368,9 @@ func (w *workerState) end() (timedOut bool) {
 func (w *workerState) backOff(stop context.Context) {
 	if w.backoff == 0 {
 		return
+	}
+	if w.onBackOff != nil {
+		w.onBackOff(w.backoff)
 	}
 	t := time.NewTimer(w.backoff)
 	defer t.Stop()
