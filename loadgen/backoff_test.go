@@ -2,13 +2,16 @@ package loadgen
 
 import (
 	"context"
+	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 )
@@ -109,4 +112,85 @@ func dropServer(t *testing.T, n int64) (string, *dropEvery) {
 		<-done
 	})
 	return "grpc://" + ln.Addr().String(), srv
+}
+
+// A connection the server closes fails the calls in flight on it with
+// the HTTP client's words: sent, maybe decided, not re-sent (rwhttp
+// walk: the raw gRPC client said "reading from the server: EOF"); a
+// call whose message was held back (the server's send window 0) was not
+// wholly sent, and says so.
+func TestRawGRPCClosedUnderCalls(t *testing.T) {
+	target, _ := dropServer(t, 1)
+	rep, err := Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 2 || len(rep.ErrorSamples) == 0 {
+		t.Fatalf("report %+v: want 2 errors", rep)
+	}
+	for _, e := range rep.ErrorSamples {
+		if !strings.HasPrefix(e.Message, "connection closed before an answer: the request was sent and may have been decided (not re-sent): ") {
+			t.Errorf("sent, connection closed: %q", e.Message)
+		}
+	}
+
+	target = closeOnHeadersServer(t)
+	rep, err = Run(context.Background(), Options{Target: target, Concurrency: 1, Duration: time.Minute, MaxRequests: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errors != 1 || len(rep.ErrorSamples) != 1 ||
+		!strings.HasPrefix(rep.ErrorSamples[0].Message, "connection closed before the request was wholly sent: not decided (not re-sent): ") {
+		t.Errorf("not wholly sent, connection closed: report %+v", rep)
+	}
+}
+
+// closeOnHeadersServer speaks HTTP/2 with a send window of 0 for
+// streams, so that no request's DATA is sent, and closes the connection
+// on the first HEADERS; it returns the target.
+func closeOnHeadersServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer nc.Close()
+				preface := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(nc, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(nc, nc)
+				if fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}) != nil {
+					return
+				}
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() && fr.WriteSettingsAck() != nil {
+							return
+						}
+					case *http2.HeadersFrame:
+						return
+					}
+				}
+			})
+		}
+	})
+	return "grpc://" + ln.Addr().String()
 }

@@ -7,11 +7,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -159,6 +161,11 @@ var errConnGone = errors.New("loadgen: the HTTP/2 connection takes no new stream
 // errNotHTTP2 marks a server that does not speak HTTP/2 (an HTTP/1 one,
 // say), as a gRPC service does.
 var errNotHTTP2 = errors.New("not an HTTP/2 server")
+
+// errClosedUnsent is the error of a call whose request was not wholly
+// sent (DATA held back for want of send window) when the server closed
+// the connection: the server could not decide it.
+var errClosedUnsent = errors.New("connection closed before the request was wholly sent: not decided (not re-sent)")
 
 // errConnClosed ends connections closed by the load generator.
 var errConnClosed = errors.New("loadgen: connection closed")
@@ -494,14 +501,24 @@ func (c *h2conn) fail(err error) {
 // failLocked ends the connection, under mu: every call on it fails with
 // err, waiting callers are woken, the socket is closed.
 func (c *h2conn) failLocked(err error) {
+	c.end(err, err)
+}
+
+// end ends the connection as failLocked does, under mu: the calls whose
+// request was wholly sent fail with sent, those with DATA still held
+// back for want of send window with unsent.
+func (c *h2conn) end(sent, unsent error) {
 	if c.err != nil {
 		return
 	}
-	c.err, c.draining = err, true
+	c.err, c.draining = sent, true
 	c.unusable.Store(true)
 	for _, call := range c.streams {
+		call.err = sent
+		if call.unsent != nil {
+			call.err = unsent
+		}
 		call.unsent = nil
-		call.err = err
 		call.signal()
 	}
 	clear(c.streams)
@@ -568,6 +585,14 @@ func (c *h2conn) readLoop() {
 		if err != nil {
 			if c.streamError(err) {
 				continue
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+				// Worded as the HTTP client's: the calls sent may have
+				// been decided.
+				c.mu.Lock()
+				c.end(fmt.Errorf("%w: %w", errNothingRead, err), fmt.Errorf("%w: %w", errClosedUnsent, err))
+				c.mu.Unlock()
+				return
 			}
 			c.fail(fmt.Errorf("reading from the server: %w", err))
 			return

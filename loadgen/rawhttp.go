@@ -83,7 +83,8 @@ func (w *rawWorker) send(ctx context.Context, id int) (verdict, error) {
 }
 
 // errNothingRead marks a connection that closed after the request was
-// written and before the first byte of the answer.
+// written and before the first byte of the answer (the raw gRPC client's
+// too, for the calls sent on a connection the server closed).
 var errNothingRead = errors.New("connection closed before an answer: the request was sent and may have been decided (not re-sent)")
 
 // exchange writes w.req and reads the answer's status and body, and sets

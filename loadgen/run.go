@@ -601,5 +601,5 @@ func transportError(err error) bool {
 		errors.As(err, &unknown) || errors.As(err, &alert) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, errNothingRead) || errors.Is(err, errNotHTTP2) || errors.Is(err, errConnClosed) || errors.Is(err, errConnGone)
+		errors.Is(err, errNothingRead) || errors.Is(err, errClosedUnsent) || errors.Is(err, errNotHTTP2) || errors.Is(err, errConnClosed) || errors.Is(err, errConnGone)
 }
