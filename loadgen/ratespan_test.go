@@ -69,8 +69,38 @@ func TestProgressEndLine(t *testing.T) {
 	r.writeLine(&b, time.Second)
 	r.allowed.Store(10020)
 	b.Reset()
-	r.writeEndLine(&b, 1002*time.Millisecond)
+	r.writeEndLine(&b, 1002*time.Millisecond, false)
 	if want := "10000.0 req/s (average)"; !strings.Contains(b.String(), want) {
 		t.Errorf("end line %q; want %q", b.String(), want)
+	}
+}
+
+// TestProgressEndLineRateSpan: the line at the end rates the requests
+// over the report's RateSpan, so that it and the report show one rate
+// (rwhttp walk: --rate 0.5 --duration 3s read "1.0 req/s (average)"
+// there and "0.667 req/s achieved" in the report; --rate 0.001
+// --requests 1, "1197.5 req/s (average)").
+func TestProgressEndLineRateSpan(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		o           Options
+		done        int64
+		elapsed     time.Duration
+		interrupted bool
+	}{
+		{"open loop ending early", Options{Rate: 0.5, Duration: 3 * time.Second}, 2, 2 * time.Second, false},
+		{"tiny rate", Options{Rate: 0.001, Duration: time.Hour, MaxRequests: 1}, 1, 835 * time.Microsecond, false},
+		{"interrupted", Options{Rate: 0.5, Duration: time.Minute}, 2, 2012 * time.Millisecond, true},
+		{"closed loop", Options{Duration: 10 * time.Second}, 12345, 10 * time.Second, false},
+	} {
+		r := &run{opts: tc.o}
+		r.opts.ProgressLines = true
+		r.allowed.Store(tc.done)
+		var b bytes.Buffer
+		r.writeEndLine(&b, tc.elapsed, tc.interrupted)
+		rep := r.report(tc.elapsed, tc.interrupted, &Histogram{})
+		if want := " " + formatRate(rep.AchievedRate) + " req/s (average"; !strings.Contains(b.String(), want) {
+			t.Errorf("%s: end line %q; want the report's rate, %q", tc.name, b.String(), want)
+		}
 	}
 }

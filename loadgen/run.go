@@ -110,7 +110,7 @@ func Run(ctx context.Context, opts Options, progress io.Writer) (Report, error) 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	stopProgress()
+	stopProgress(elapsed, ctx.Err() != nil)
 
 	var h Histogram
 	for i := range hists {
@@ -403,10 +403,11 @@ func (r *run) sample(err error) {
 }
 
 // startProgress writes the live line once per second until the returned
-// function is called.
-func (r *run) startProgress(w io.Writer, start time.Time) func() {
+// function is called with the run's elapsed time and whether it was
+// interrupted, which writes the line at the end.
+func (r *run) startProgress(w io.Writer, start time.Time) func(elapsed time.Duration, interrupted bool) {
 	if w == nil {
-		return func() {}
+		return func(time.Duration, bool) {}
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -422,10 +423,10 @@ func (r *run) startProgress(w io.Writer, start time.Time) func() {
 			}
 		}
 	})
-	return func() {
+	return func(elapsed time.Duration, interrupted bool) {
 		close(done)
 		wg.Wait()
-		r.writeEndLine(w, time.Since(start))
+		r.writeEndLine(w, elapsed, interrupted)
 		if !r.opts.ProgressLines {
 			fmt.Fprintln(w)
 		}
@@ -445,14 +446,23 @@ func (r *run) writeLine(w io.Writer, elapsed time.Duration) {
 }
 
 // writeEndLine writes the progress line at the end of the run, at
-// elapsed: its rate the average since the start, as the time since the
-// last line may be a moment.
-func (r *run) writeEndLine(w io.Writer, elapsed time.Duration) {
+// elapsed: its rate the report's achieved rate, the requests done over
+// the report's RateSpan (the schedule's span for an open-loop run whose
+// last answer came earlier), not over the time since the last line,
+// which may be a moment; so a run shows one rate (--rate 0.5 --duration
+// 3s read 1.0 req/s here and 0.667 in the report).
+func (r *run) writeEndLine(w io.Writer, elapsed time.Duration, interrupted bool) {
 	done := r.allowed.Load() + r.denied.Load() + r.errs.Load()
-	r.line(w, elapsed, float64(done)/max(elapsed.Seconds(), 1e-9), "(average)  ")
+	span := rateSpan(r.opts, elapsed, interrupted)
+	label := "(average)  "
+	if span != elapsed {
+		label = fmt.Sprintf("(average over the schedule's %.1fs)", span.Seconds())
+	}
+	r.line(w, elapsed, float64(done)/max(span.Seconds(), 1e-9), label)
 }
 
-// line writes the progress line with the rate given and its label: after
+// line writes the progress line with the rate given (as the report
+// writes rates) and its label: after
 // a carriage return and with spaces to cover a longer last one, or, with
 // ProgressLines, ended by a newline.
 func (r *run) line(w io.Writer, elapsed time.Duration, rate float64, label string) {
@@ -461,8 +471,8 @@ func (r *run) line(w io.Writer, elapsed time.Duration, rate float64, label strin
 	if r.opts.ProgressLines {
 		start, end = "", "\n"
 	}
-	fmt.Fprintf(w, "%s%6.1fs  %8d done  %9.1f req/s %s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
-		start, elapsed.Seconds(), a+d+e, rate, label, a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load(), end)
+	fmt.Fprintf(w, "%s%6.1fs  %8d done  %9s req/s %s  allowed %8d  denied %8d (%5.1f%%)  degraded %d  errors %d  dropped %d%s",
+		start, elapsed.Seconds(), a+d+e, formatRate(rate), label, a, d, 100*ratio(d, a+d), r.degraded.Load(), e, r.dropped.Load(), end)
 }
 
 func ratio(part, whole int64) float64 {

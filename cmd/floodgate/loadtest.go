@@ -109,7 +109,8 @@ after ... of ...".
 Progress goes to stderr once a second (--quiet: none): one line rewritten
 in place on a terminal, a line of its own each time otherwise (a log);
 its req/s is the rate since the line before ("(last 1.0s)"), the line at
-the end's the average of the run ("(average)").
+the end's the report's achieved rate ("(average)"; "(average over the
+schedule's 3.0s)" for an open-loop run whose last answer came earlier).
 
 Exit status 1 when the run could not start (a bad flag, or the request
 before it refused: no report), when any request failed (the report's
