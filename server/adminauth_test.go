@@ -186,6 +186,9 @@ func TestNegativeOptionNamed(t *testing.T) {
 		"MaxBodyBytes is negative: -5":     {MaxBodyBytes: -5},
 		"ReadTimeout is negative: -1ms":    {ReadTimeout: -time.Millisecond},
 		"WriteTimeout is negative: -1ms":   {WriteTimeout: -time.Millisecond},
+		// Below MinIOTimeout no answer could be written (rwhttp walk).
+		"WriteTimeout 1ns: want at least 100ms": {WriteTimeout: time.Nanosecond},
+		"ReadTimeout 99ms: want at least 100ms": {ReadTimeout: 99 * time.Millisecond},
 	} {
 		if _, err := server.New(lim, holder, opts); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%+v: %v; want an error naming %q", opts, err, name)

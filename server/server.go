@@ -72,6 +72,12 @@ const DefaultDecisionTimeout = time.Second
 // with a long scrape timeout, must not have it cut.
 const DefaultWriteTimeout = 30 * time.Second
 
+// MinIOTimeout is the least nonzero Options.ReadTimeout and
+// Options.WriteTimeout New takes: below it, no request could be read or
+// no answer written on a loaded machine (a WriteTimeout of 1ns failed
+// every answer: the client saw the connection closed, no reply).
+const MinIOTimeout = 100 * time.Millisecond
+
 // Options configures a Server. The zero value is ready to use.
 type Options struct {
 	// Logger receives request errors and admin actions. Default: discard.
@@ -177,7 +183,7 @@ type Options struct {
 	WarnEvery time.Duration
 	// ReadTimeout bounds reading one request, body included, so that a
 	// client sending its body slowly cannot hold a connection (and
-	// shutdown) for long. Default 5s.
+	// shutdown) for long. Default 5s; at least MinIOTimeout.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds the writing of one answer on Serve's listener
 	// (on net/http from the moment its request's headers are read, the
@@ -189,7 +195,8 @@ type Options struct {
 	// so a client that pipelines requests and reads a little of the
 	// answers before each deadline keeps its connection for as long as it
 	// goes on. The listeners of AdminHandler and HealthHandler keep
-	// DefaultWriteTimeout. Default DefaultWriteTimeout.
+	// DefaultWriteTimeout. Default DefaultWriteTimeout; at least
+	// MinIOTimeout.
 	WriteTimeout time.Duration
 	// TrustedOrigins are the origins whose pages may call the API from a
 	// browser, each as browsers send it in the Origin header
@@ -317,6 +324,14 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 	}
 	if opts.WarnEvery == 0 {
 		opts.WarnEvery = 10 * time.Second
+	}
+	for _, o := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReadTimeout", opts.ReadTimeout}, {"WriteTimeout", opts.WriteTimeout}} {
+		if o.v > 0 && o.v < MinIOTimeout {
+			return nil, fmt.Errorf("server: option %s %v: want at least %v (0: the default)", o.name, o.v, MinIOTimeout)
+		}
 	}
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = 5 * time.Second

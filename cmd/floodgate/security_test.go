@@ -650,6 +650,21 @@ func TestServeRefusesNegativeDurations(t *testing.T) {
 	}
 }
 
+// TestServeRefusesTinyIOTimeouts: a nonzero --read-timeout or
+// --write-timeout below 100ms is refused, naming the flag (rwhttp walk:
+// --write-timeout 1ns was taken, then every answer on --addr failed,
+// curl's "Empty reply from server").
+func TestServeRefusesTinyIOTimeouts(t *testing.T) {
+	for _, fl := range []string{"--read-timeout", "--write-timeout"} {
+		for _, v := range []string{"1ns", "99ms"} {
+			code, out := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--config", filepath.Join(t.TempDir(), "none.yaml"), fl+"="+v)
+			if code == 0 || !strings.Contains(out, fl+" "+v+": want at least 100ms") {
+				t.Errorf("%s=%s: exit %d: %s", fl, v, code, out)
+			}
+		}
+	}
+}
+
 // TestServeGRPCConnectionSetupBounded: a client that opens a connection to
 // --grpc-addr and never completes the HTTP/2 (or TLS) handshake is cut
 // after --read-timeout, as a slow HTTP request is, rather than held for

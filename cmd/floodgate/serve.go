@@ -176,8 +176,8 @@ over plain HTTP on an address of its own for them.`,
 	fl.DurationVar(&f.clockOffset, "clock-offset", 0, "testing only: shift this process's clock")
 	_ = fl.MarkHidden("clock-offset")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests, per server: HTTP, then gRPC (with --grpc-addr, up to twice this in all)")
-	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes) (0: the default)")
-	fl.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long serve may take to write one answer on --addr (on net/http counted from the request's headers, the decision included); a client that stops reading its answers has its connection closed after it (0: the default)")
+	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes); at least 100ms (0: the default)")
+	fl.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long serve may take to write one answer on --addr (on net/http counted from the request's headers, the decision included); a client that stops reading its answers has its connection closed after it; at least 100ms (0: the default)")
 	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together (--grpc-addr half of them at most); at it, a new connection closes the keep-alive connection idle longest once idle 1 s, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
@@ -456,6 +456,14 @@ func checkDurations(f *serveFlags) error {
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %v: must not be negative", d.flag, d.v)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--read-timeout", f.readTimeout}, {"--write-timeout", f.writeTimeout}} {
+		if d.v > 0 && d.v < server.MinIOTimeout {
+			return fmt.Errorf("%s %v: want at least %v (0: the default); shorter, no request could be read or answer written in time (the connection is closed instead)", d.flag, d.v, server.MinIOTimeout)
 		}
 	}
 	if f.reloadInterval > 0 && f.reloadInterval < minReloadInterval {
