@@ -400,9 +400,16 @@ func (r Redis) noSentinelAuth() error {
 type sentinelAuthHint struct{}
 
 func (sentinelAuthHint) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := next(ctx, network, addr)
+	return func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		c, err = next(ctx, network, addr)
 		if err != nil && strings.Contains(err.Error(), "all sentinels specified in configuration are unreachable") {
+			// The sentinels were asked for the primary's address and
+			// none answered: nothing was sent to the primary, whatever
+			// the sentinels' connections failed with (a TLS alert or a
+			// reset after a write to a sentinel, which alone would read
+			// as a command that may have run). A dial error says so to
+			// luascript.Classify and its kin.
+			defer func() { err = &net.OpError{Op: "dial", Net: network, Err: err} }()
 			var reply redis.Error
 			if errors.As(err, &reply) {
 				msg := reply.Error()
