@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,8 +71,25 @@ type ReadyOptions struct {
 	// behind Sentinel is often its deadline ("context deadline exceeded",
 	// its retries of the sentinels having run out the check's time), or
 	// says what failed but not where. Nil: nothing is added.
+	//
+	// When Nodes also has a method Primary() string, the address of the
+	// primary the sentinels named last ("" before any answer), a reply
+	// error of that server (WRONGPASS for the primary's password) names
+	// it: go-redis's does not. A failure of the sentinels themselves adds
+	// those met at them in the SentinelLookback before the check too: the
+	// Follower asks them every second, and a sentinel's refusal (WRONGPASS)
+	// is a reply, not a connection's failure, so only those questions
+	// record it.
 	Nodes NodeErrors
 }
+
+// SentinelLookback is how far before a check that found no sentinel
+// answering ReadyOptions.Nodes is asked for the sentinels' failures.
+const SentinelLookback = 3 * time.Second
+
+// errNoSentinel is the start of go-redis's error when no sentinel gave
+// the primary's address.
+const errNoSentinel = "all sentinels specified in configuration are unreachable"
 
 // NodeErrors gives the failures met at Redis nodes since a time, each
 // naming its node and wrapping the failure.
@@ -94,11 +112,27 @@ func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOpt
 		}
 		start := time.Now()
 		named := func(err error) error {
-			var nodes []error
-			if opts.Nodes != nil {
-				nodes = opts.Nodes.NodeErrors(start)
+			if opts.Nodes == nil {
+				return addrErr(client, err, nil)
 			}
-			return addrErr(client, err, nodes)
+			since := start
+			if strings.Contains(err.Error(), errNoSentinel) {
+				since = start.Add(-SentinelLookback)
+				// config's hook makes it a dial error, for the stores
+				// ("dial tcp: redis: all sentinels..."): say it once.
+				if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" && strings.Contains(op.Err.Error(), errNoSentinel) {
+					err = op.Err
+				}
+			}
+			var reply redis.Error
+			if p, ok := opts.Nodes.(interface{ Primary() string }); ok && errors.As(err, &reply) && !strings.Contains(err.Error(), errNoSentinel) {
+				// A reply of the primary (the sentinels' replies come in
+				// go-redis's errNoSentinel): name the server it came from.
+				if addr := p.Primary(); addr != "" && !strings.Contains(err.Error(), addr) {
+					err = fmt.Errorf("redis primary %s (named by the sentinels): %w", addr, err)
+				}
+			}
+			return addrErr(client, err, opts.Nodes.NodeErrors(since))
 		}
 		var err error
 		if at := refusedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < RoleRetry {
@@ -255,6 +289,13 @@ func addrErr(c redis.UniversalClient, err error, nodes []error) error {
 		if addr := rc.Options().Addr; addr != "" && addr != "FailoverClient" && !strings.Contains(err.Error(), addr) {
 			return fmt.Errorf("redis %s: %w%s", addr, err, hint)
 		}
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "redis: ") || strings.HasPrefix(msg, "redis primary ") {
+		// go-redis's own "redis: ...", or a node named above.
+		if hint == "" {
+			return err
+		}
+		return fmt.Errorf("%w%s", err, hint)
 	}
 	return fmt.Errorf("redis: %w%s", err, hint)
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,6 +50,61 @@ func TestServeSentinelTLSReadyzNamesNode(t *testing.T) {
 				}
 				return true
 			})
+			t.Logf("/readyz: %s", last)
+		})
+	}
+}
+
+// TestServeSentinelReadyzNamesAuthNode: behind password-protected
+// Sentinel, /readyz names the node that refused the password given: the
+// primary the sentinels named, for --redis-password-file; the sentinels,
+// for --redis-sentinel-password-file; and says "redis:" once. An outside
+// walk (rwsentq) got a bare WRONGPASS for the primary's, and "redis:
+// redis: all sentinels specified in configuration are unreachable:
+// WRONGPASS ..." naming no sentinel for theirs.
+func TestServeSentinelReadyzNamesAuthNode(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	s.RequirePass(t, "right")
+	dir := t.TempDir()
+	right, wrong := filepath.Join(dir, "right"), filepath.Join(dir, "wrong")
+	for f, pw := range map[string]string{right: "right\n", wrong: "wrong\n"} {
+		if err := os.WriteFile(f, []byte(pw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := []string{"--prefix", "sa", "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"wrong primary password",
+			[]string{"--redis-password-file", wrong, "--redis-sentinel-password-file", right},
+			[]string{"redis primary " + s.Primary.Addr + " (named by the sentinels): WRONGPASS"}},
+		{"wrong sentinel password",
+			[]string{"--redis-password-file", right, "--redis-sentinel-password-file", wrong},
+			[]string{"sentinel " + s.SentinelAddrs[0] + ": WRONGPASS", "--redis-sentinel-password-file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := startService(t, append(base, tc.args...)...)
+			defer svc.stop(t)
+			var last string
+			waitUntil(t, "a /readyz error naming the node that refused the password", func() bool {
+				code, body := readyz(t, svc.url)
+				last = body
+				if code != 503 || !strings.Contains(body, "WRONGPASS") {
+					return false
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(body, w) {
+						return false
+					}
+				}
+				return true
+			})
+			if strings.Count(last, "redis: ") > 1 || strings.Contains(last, "dial tcp") {
+				t.Errorf("/readyz says redis: twice: %s", last)
+			}
 			t.Logf("/readyz: %s", last)
 		})
 	}
