@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -727,7 +728,8 @@ func (r *run) latencyFail() time.Duration {
 // deployment; when no sentinel answers, the diagnosis names each one's
 // error (connection refused, a TLS failure...), and so it does when they
 // answer with errors (a Redis server's address given: ERR unknown command
-// 'sentinel'; NOAUTH), saying they answered. replaces reports a
+// 'sentinel'; NOAUTH), or all refused the TLS handshake (tlsRefusal),
+// saying they answered. replaces reports a
 // diagnosis that makes go-redis's error useless or wrong (the name is
 // unknown, nothing unreachable; or no sentinel answers). When no sentinel
 // answers, first is the first sentinel's error, for tlsHint to classify
@@ -741,6 +743,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 	var unknown, primaries, failed []string
 	var firstErr error
 	answered := false // some server answered with an error reply
+	tlsRefused := 0   // sentinels whose TLS handshake was refused, by them or by doctor
 	for _, a := range st.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1,
 			Username: st.Username, Password: st.Password})
@@ -761,9 +764,18 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 			}
 			var reply redis.Error
 			answered = answered || errors.As(err, &reply)
+			if tlsRefusal(err) {
+				tlsRefused++
+			}
 		}
 	}
 	switch {
+	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && tlsRefused == len(failed):
+		// Each sentinel took the connection and its handshake failed (a
+		// TLS alert sent or received): they are up and reachable, the
+		// fix (tlsHint, from first) says what to change.
+		return fmt.Sprintf("every sentinel refused the TLS handshake, or sent a certificate doctor refused (%s): they are reachable, the certificates are at fault",
+			strings.Join(failed, "; ")), true, firstErr
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && !answered:
 		return fmt.Sprintf("no sentinel answers (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",
 			strings.Join(failed, "; ")), true, firstErr
@@ -776,10 +788,18 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
 			strings.Join(unknown, ", "), st.Master), true, nil
 	case len(primaries) > 0:
-		return fmt.Sprintf("the sentinels answer (%s), but that primary does not: check it is up and reachable from here, and its password",
-			strings.Join(primaries, "; ")), false, nil
+		return fmt.Sprintf("the sentinels answer (%s), %s", strings.Join(primaries, "; "), primarySilent), false, nil
 	}
 	return "", false, nil
+}
+
+// tlsRefusal reports whether err is a TLS handshake's refusal: an alert
+// the server sent (remote error: tls: expired certificate) or its
+// certificate failing doctor's verification. Either way the server
+// answered.
+func tlsRefusal(err error) bool {
+	var verify *tls.CertificateVerificationError
+	return errors.As(err, &verify) || strings.Contains(err.Error(), "remote error: tls: ")
 }
 
 // openSlots returns the slots that CLUSTER NODES output says this node

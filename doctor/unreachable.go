@@ -41,6 +41,18 @@ const authFix = "give doctor the user and password the instances use: --redis-pa
 // reach, when the sentinels' answers diagnosed why (see sentinelDiagnosis).
 const sentinelFix = "act on the diagnosis above (the sentinel addresses, --redis-master, the sentinels' password), check that the primary they name is up and reachable from this host, then run doctor again"
 
+// primaryAuthFix is the fix of a primary, named by the sentinels, that
+// refused doctor's credentials: its settings are not the sentinels'.
+const primaryAuthFix = "give doctor the primary's user and password (the sentinels answered; the primary they name refused these): --redis-password-file (or the password in the URL) and --redis-username, which go to the primary and its replicas only, not --redis-sentinel-password-file; then run doctor again"
+
+// primarySilent ends sentinelDiagnosis's diagnosis when the sentinels
+// name a primary and the probe failed; primaryRefuses replaces it when
+// the primary refused the probe's credentials (NOAUTH, WRONGPASS).
+const (
+	primarySilent  = "but that primary does not: check it is up and reachable from here, and its password"
+	primaryRefuses = "and that primary refuses doctor's credentials"
+)
+
 // unreachable records the failed reachability probe (err is the PING's
 // error) as the check Redis/reachable, which fails with the diagnosis
 // Run's error gave before it made a report: the sentinels' answers
@@ -65,6 +77,13 @@ func (r *run) unreachable(ctx context.Context, err error) {
 			// plaintext hint for an expired client certificate.
 			hint = r.tlsHint(sentinelErr)
 		}
+		msg := err.Error()
+		auth := strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS")
+		if auth && why != "" && !replaces {
+			// The sentinels named a primary and it answered: it
+			// refused the credentials, which are the primary's.
+			why = strings.Replace(why, primarySilent, primaryRefuses, 1)
+		}
 		switch {
 		case replaces:
 			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %s", target, why)
@@ -77,12 +96,13 @@ func (r *run) unreachable(ctx context.Context, err error) {
 			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %v", target, err)
 		}
 		c.Summary += "; the checks that read Redis were skipped"
-		msg := err.Error()
 		switch class := classify(r.ctxOrBackground(), err); {
 		case class == errDeadline:
 			c.Fix = deadlineFix
 		case hint != "":
 			c.Fix = hint
+		case auth && why != "" && !replaces:
+			c.Fix = primaryAuthFix
 		case why != "":
 			c.Fix = sentinelFix
 		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"):
