@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -744,6 +746,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 	var firstErr error
 	answered := false // some server answered with an error reply
 	tlsRefused := 0   // sentinels whose TLS handshake was refused, by them or by doctor
+	resets := 0       // sentinels that reset or closed the connection
 	for _, a := range st.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1,
 			Username: st.Username, Password: st.Password})
@@ -764,13 +767,20 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 			}
 			var reply redis.Error
 			answered = answered || errors.As(err, &reply)
-			if tlsRefusal(err) {
+			switch {
+			case tlsRefusal(err):
 				tlsRefused++
+			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF):
+				// Under TLS 1.3 a server refusing the client's
+				// certificate sends its alert after the client's
+				// handshake is done: a client that writes first
+				// may meet a reset instead of the alert.
+				resets++
 			}
 		}
 	}
 	switch {
-	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && tlsRefused == len(failed):
+	case len(unknown) == 0 && len(primaries) == 0 && tlsRefused > 0 && tlsRefused+resets == len(failed):
 		// Each sentinel took the connection and its handshake failed (a
 		// TLS alert sent or received): they are up and reachable, the
 		// fix (tlsHint, from first) says what to change.
