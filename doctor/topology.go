@@ -769,6 +769,9 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 			answered = answered || errors.As(err, &reply)
 			switch {
 			case tlsRefusal(err):
+				if tlsRefused == 0 {
+					firstErr = err // the refusal says more than a reset before it
+				}
 				tlsRefused++
 			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF):
 				// Under TLS 1.3 a server refusing the client's
