@@ -347,7 +347,12 @@ func stepQuota(o *Transition, p *floodgate.Policy, s *State, now, cost int64) st
 	}
 	start, end := p.Calendar.BoundsMicros(now)
 	n := int64(0)
-	if s.T == start {
+	if s.T < end && s.Prev > start {
+		// The stored period overlaps this one: it is this period, or the
+		// same named period in the calendar's former time zone (the key
+		// carries the period's name, not its zone), whose usage carries
+		// over. Periods of one calendar never overlap, so a stored earlier
+		// period (a key that is not per period) starts afresh.
 		n = s.N
 	}
 	r := stepResult{resetAt: end}

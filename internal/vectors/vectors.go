@@ -24,6 +24,9 @@ type Step struct {
 	ResetAt    time.Duration // offset from T0, checked exactly
 	Delay      time.Duration
 	Reason     floodgate.Reason
+	// Policy, when set, replaces the case's policy for this step: the
+	// same policy reconfigured (same name and limit, another setting).
+	Policy *floodgate.Policy
 }
 
 // Case is one vector: a policy and a sequence of requests by one identity.
@@ -53,7 +56,11 @@ func RunCases(t *testing.T, cases []Case, idPrefix string, decide Decider) {
 		t.Run(c.Name, func(t *testing.T) {
 			id := idPrefix + "/" + c.Name
 			for i, s := range c.Steps {
-				got, err := decide(context.Background(), T0.Add(s.At), c.Policy, id, s.Cost)
+				p := c.Policy
+				if s.Policy != nil {
+					p = *s.Policy
+				}
+				got, err := decide(context.Background(), T0.Add(s.At), p, id, s.Cost)
 				if err != nil {
 					t.Fatalf("step %d %q: %v", i, s.Name, err)
 				}
@@ -208,6 +215,8 @@ func All() []Case {
 // a calendar in a time zone.
 func Calendar() []Case {
 	limited, exceeds := floodgate.ReasonLimited, floodgate.ReasonCostExceedsLimit
+	const day = 24 * time.Hour
+	berlin := must(floodgate.NewQuota("v-quota-tz", 10, floodgate.Calendar{Unit: floodgate.PeriodMonth, Location: time.FixedZone("CET", 3600)}))
 	return []Case{
 		{
 			// A monthly quota billed in New York (UTC-5 in winter): T0 is
@@ -222,6 +231,21 @@ func Calendar() []Case {
 				{Name: "December 1st, New York midnight", At: 5 * time.Hour, Cost: 10, Allowed: true, Remaining: 0, ResetAt: 31*24*time.Hour + 5*time.Hour},
 				{Name: "cost above the quota", At: 6 * time.Hour, Cost: 11, Remaining: 0, ResetAt: 31*24*time.Hour + 5*time.Hour, Reason: exceeds},
 				{Name: "clock behind counts in November", At: 4 * time.Hour, Cost: 1, Remaining: 0, RetryAfter: time.Hour, ResetAt: 5 * time.Hour, Reason: limited},
+			},
+		},
+		{
+			// The quota's time zone changes from UTC to Berlin (UTC+1 in
+			// winter) and back within December: the period keeps its name,
+			// hence its key, and its usage (docs/configuration.md, reloads).
+			// Berlin's January starts an hour before UTC's.
+			Name:   "quota_month_zone_change",
+			Policy: must(floodgate.NewQuota("v-quota-tz", 10, floodgate.Calendar{Unit: floodgate.PeriodMonth})),
+			Steps: []Step{
+				{Name: "UTC", At: time.Hour, Cost: 6, Allowed: true, Remaining: 4, ResetAt: 31 * day},
+				{Name: "Berlin keeps December's usage", At: 2 * time.Hour, Cost: 1, Allowed: true, Remaining: 3, ResetAt: 31*day - time.Hour, Policy: &berlin},
+				{Name: "Berlin, limited", At: 3 * time.Hour, Cost: 4, Remaining: 3, RetryAfter: 31*day - 4*time.Hour, ResetAt: 31*day - time.Hour, Reason: limited, Policy: &berlin},
+				{Name: "back to UTC, still December's usage", At: 4 * time.Hour, Cost: 3, Allowed: true, Remaining: 0, ResetAt: 31 * day},
+				{Name: "Berlin's January", At: 31*day - time.Hour, Cost: 1, Allowed: true, Remaining: 9, ResetAt: 62*day - time.Hour, Policy: &berlin},
 			},
 		},
 	}

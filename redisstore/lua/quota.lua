@@ -38,7 +38,9 @@
 
 --@ step
     local start, stop = w, b -- the period
-    if t ~= start then
+    if not (e and t < stop and tonumber(e) > start) then
+      -- not this period (nor this period's name in a former time zone,
+      -- which overlaps it: see algo's stepQuota)
       n = 0
     end
     if cost > limit then
