@@ -263,7 +263,7 @@ func (p *parser) descriptors(n *yaml.Node, d *domain, parent *node, path []Entry
 		value := ""
 		if vn := f["value"]; vn != nil {
 			if vn.Kind == yaml.ScalarNode && vn.Tag == "!!float" {
-				return p.errAt(vn, "value %s is a number with a fraction, which envoyproxy/ratelimit refuses; quote it to mean the string", vn.Value)
+				return p.errAt(vn, "value %s is a floating-point number, which envoyproxy/ratelimit refuses; quote it to mean the string", vn.Value)
 			}
 			if value, err = p.str(vn, "value"); err != nil {
 				return err
