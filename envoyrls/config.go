@@ -15,15 +15,15 @@ import (
 const (
 	// MaxConfigSize is the largest configuration file ParseConfig reads.
 	MaxConfigSize = 4 << 20
-	// MaxDepth is the deepest nesting of descriptors in a configuration
-	// and the most entries one request descriptor may have.
+	// MaxDepth is the deepest nesting of descriptors in a configuration.
+	// A request descriptor with more entries matches no rule.
 	MaxDepth = 32
-	// MaxDescriptors is the most descriptors one request may carry: each
-	// becomes at most one layer of a single floodgate decision.
+	// MaxDescriptors is the most distinct limited counters one request
+	// may decide: each becomes one layer of a single floodgate decision
+	// (with Options.CountEachDescriptor, each limited descriptor is one
+	// decision). Descriptors that match no limit, and duplicates merged
+	// into one layer, do not count; a request carrying more is refused.
 	MaxDescriptors = floodgate.MaxLayers
-	// MaxEntryLen is the longest key or value of a request descriptor
-	// entry, in bytes.
-	MaxEntryLen = 4096
 	// maxNodes bounds the YAML nodes one ParseConfig visits (aliases
 	// included), so a file of nested aliases cannot make it run for ever.
 	maxNodes = 200_000

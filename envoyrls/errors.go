@@ -12,8 +12,8 @@ var (
 	// used. The message says where (file:line:column) and why.
 	ErrInvalidConfig = errors.New("envoyrls: invalid configuration")
 	// ErrInvalidRequest reports a RateLimitRequest that cannot be decided
-	// (empty or unknown domain, no descriptors, too many, a bad hits_addend
-	// or limit override...). The service answers it with the gRPC status
+	// (empty or unknown domain, no descriptors, too many limited ones,
+	// is_negative_hits, a bad limit override...). The service answers it with the gRPC status
 	// INVALID_ARGUMENT and consumes nothing.
 	ErrInvalidRequest = errors.New("envoyrls: invalid request")
 	// ErrInvalidOptions reports Options out of range.
@@ -57,14 +57,14 @@ const (
 	RejectNoConfig Rejection = "no_config"
 	// RejectDomain: an empty or unknown domain.
 	RejectDomain Rejection = "domain"
-	// RejectDescriptors: no descriptors, or more than MaxDescriptors.
+	// RejectDescriptors: no descriptors, or more than MaxDescriptors
+	// distinct limited counters.
 	RejectDescriptors Rejection = "descriptors"
-	// RejectDescriptor: a descriptor that is null or has no entries or
-	// more than MaxDepth, or an entry that is null, has an empty key or
-	// is longer than MaxEntryLen.
+	// RejectDescriptor: a descriptor that is null or has no entries, or
+	// an entry that is null.
 	RejectDescriptor Rejection = "descriptor"
-	// RejectHitsAddend: a hits_addend above the maximum, or
-	// is_negative_hits.
+	// RejectHitsAddend: is_negative_hits. (A hits_addend above the
+	// maximum is not refused: its descriptor is OVER_LIMIT.)
 	RejectHitsAddend Rejection = "hits_addend"
 	// RejectLimitOverride: a limit override that cannot be applied.
 	RejectLimitOverride Rejection = "limit_override"

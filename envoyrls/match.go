@@ -26,8 +26,11 @@ type plan struct {
 	// costs.
 	layers []layerPlan
 	// denyAll reports that an enforced rule with requests_per_unit 0
-	// matched: the request is over the limit whatever the store says.
+	// matched, or an enforced layer's cost is above what any limit
+	// admits: the request is over the limit whatever the store says.
 	denyAll bool
+	// overCost reports a request hits_addend above the maximum.
+	overCost bool
 
 	// costs holds each descriptor's cost while planning.
 	costs []int64
@@ -44,7 +47,7 @@ var plans = sync.Pool{New: func() any { return new(plan) }}
 // getPlan returns an empty plan for n descriptors.
 func getPlan(n int) *plan {
 	p := plans.Get().(*plan)
-	p.cost, p.denyAll = 1, false
+	p.cost, p.denyAll, p.overCost = 1, false, false
 	p.descs = grow(p.descs, n)
 	p.costs = grow(p.costs, n)
 	p.layers = p.layers[:0]
@@ -91,23 +94,39 @@ type descPlan struct {
 	override floodgate.Policy
 	// layer indexes plan.layers; -1 when the descriptor is not decided.
 	layer int
+	// overCost reports a hits_addend above the maximum.
+	overCost bool
 }
 
 // layerPlan is one layer of the decision.
 type layerPlan struct {
 	spec   floodgate.LayerSpec
 	shadow bool
+	// overCost reports a cost no limit admits (a hits_addend above the
+	// maximum, or costs of descriptors sharing the layer adding up past
+	// floodgate.MaxCost): the layer peeks and is OVER_LIMIT.
+	overCost bool
 }
 
 // limits are the request bounds a plan enforces.
 type limits struct {
 	maxHits        int64
 	ignoreOverride bool
+	// countEach gives each descriptor its own layer (see
+	// Options.CountEachDescriptor).
+	countEach bool
 }
 
 // plan validates req against the configuration and matches each of its
 // descriptors. Errors wrap ErrInvalidRequest and say which descriptor and
 // entry is at fault. The caller may release the plan once done with it.
+//
+// Only what the service cannot decide is refused: an entry with an empty
+// key, a descriptor deeper than any configured one, or a very long key or
+// value matches nothing or is hashed into its key, and a hits_addend above
+// the maximum makes its descriptor OVER_LIMIT, so that a client cannot
+// escape every limit of a request (the per-IP one too) by making Envoy send
+// such an entry.
 func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	if req.GetDomain() == "" {
 		return nil, invalidRequest(RejectDomain, "domain is empty")
@@ -120,18 +139,14 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	if len(descs) == 0 {
 		return nil, invalidRequest(RejectDescriptors, "no descriptors")
 	}
-	if len(descs) > MaxDescriptors {
-		return nil, invalidRequest(RejectDescriptors, "%d descriptors (max %d)", len(descs), MaxDescriptors)
-	}
-	cost := int64(1)
+	p := getPlan(len(descs))
 	if h := int64(req.GetHitsAddend()); h != 0 {
 		if h > lim.maxHits {
-			return nil, invalidRequest(RejectHitsAddend, "hits_addend %d above the maximum %d", h, lim.maxHits)
+			p.overCost = true
+		} else {
+			p.cost = h
 		}
-		cost = h
 	}
-	p := getPlan(len(descs))
-	p.cost = cost
 	if err := c.match(p, d, descs, lim); err != nil {
 		p.release()
 		return nil, err
@@ -142,13 +157,14 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 // match fills p in for descs, the request's descriptors in domain d.
 func (c *Config) match(p *plan, d *domain, descs []*ratelimitv3.RateLimitDescriptor, lim limits) error {
 	for i, desc := range descs {
-		cost, err := checkDescriptor(i, desc, p.cost, lim)
+		cost, over, err := checkDescriptor(i, desc, p.cost, p.overCost, lim)
 		if err != nil {
 			return err
 		}
 		p.costs[i] = cost
 		dp := &p.descs[i]
 		dp.layer = -1
+		dp.overCost = over
 		if o := desc.GetLimit(); o != nil && !lim.ignoreOverride {
 			if err := overrideLimit(i, d.name, o, dp); err != nil {
 				return err
@@ -178,27 +194,54 @@ func (c *Config) match(p *plan, d *domain, descs []*ratelimitv3.RateLimitDescrip
 		if pol.Limit == 0 {
 			continue
 		}
-		// Two descriptors naming one counter share its layer (at most
-		// MaxDescriptors layers: a scan is cheaper than a map).
-		j := 0
-		for ; j < len(p.layers); j++ {
-			if s := &p.layers[j].spec; s.Identity == dp.identity && s.Policy.Name == pol.Name {
-				break
+		// Two descriptors naming one counter share its layer in one
+		// all-or-nothing decision (a scan: there are at most
+		// floodgate.MaxLayers layers, fewer than a map costs). Deciding
+		// each descriptor on its own, as theirs does, decides them one
+		// by one, in order.
+		j := len(p.layers)
+		if !lim.countEach {
+			j = 0
+			for ; j < len(p.layers); j++ {
+				if s := &p.layers[j].spec; s.Identity == dp.identity && s.Policy.Name == pol.Name {
+					break
+				}
 			}
 		}
 		dp.layer = j
 		if j < len(p.layers) {
-			p.layers[j].spec.Cost += p.costs[i]
+			l := &p.layers[j]
+			// Each cost is at most lim.maxHits, far below MaxInt64:
+			// the sum cannot overflow before it passes MaxCost.
+			if l.spec.Cost += p.costs[i]; dp.overCost || l.spec.Cost > floodgate.MaxCost {
+				l.overCost = true
+			}
 			continue
 		}
+		if len(p.layers) == floodgate.MaxLayers {
+			if lim.countEach {
+				return invalidRequest(RejectDescriptors, "more than %d descriptors with a limit (one decision each)", floodgate.MaxLayers)
+			}
+			return invalidRequest(RejectDescriptors, "descriptors name more than %d distinct limited counters (the most one decision takes)", floodgate.MaxLayers)
+		}
 		p.layers = append(p.layers, layerPlan{
-			spec:   floodgate.LayerSpec{Policy: pol, Identity: dp.identity, Cost: p.costs[i]},
-			shadow: dp.shadow,
+			spec:     floodgate.LayerSpec{Policy: pol, Identity: dp.identity, Cost: p.costs[i]},
+			shadow:   dp.shadow,
+			overCost: dp.overCost,
 		})
 	}
 	for i := range p.layers {
-		if s := &p.layers[i].spec; s.Cost == 0 {
-			s.Peek = true
+		l := &p.layers[i]
+		if l.overCost {
+			// No limit admits such a cost: the layer only reports where
+			// its counter stands, and is OVER_LIMIT (see Service.decide).
+			l.spec.Cost = 0
+			if !l.shadow {
+				p.denyAll = true
+			}
+		}
+		if l.spec.Cost == 0 {
+			l.spec.Peek = true
 		}
 	}
 	return nil
@@ -215,37 +258,37 @@ func (dp *descPlan) policy() floodgate.Policy {
 
 // checkDescriptor validates descriptor i and returns its cost: its own
 // hits_addend when set (0 checks without consuming), the request's
-// otherwise.
-func checkDescriptor(i int, desc *ratelimitv3.RateLimitDescriptor, cost int64, lim limits) (int64, error) {
+// otherwise; over reports a cost above lim.maxHits (the request's when
+// reqOver), which no limit admits (cost is then 0). An entry with an empty
+// key, more entries than MaxDepth, and keys and values of any length are
+// accepted: they match no configured node (whose keys are never empty,
+// and which are at most MaxDepth deep), or are hashed into the storage
+// key. The gRPC server's message size limit bounds their length.
+func checkDescriptor(i int, desc *ratelimitv3.RateLimitDescriptor, cost int64, reqOver bool, lim limits) (_ int64, over bool, _ error) {
 	if desc == nil {
-		return 0, invalidRequest(RejectDescriptor, "descriptor %d is null", i)
+		return 0, false, invalidRequest(RejectDescriptor, "descriptor %d is null", i)
 	}
 	if len(desc.GetEntries()) == 0 {
-		return 0, invalidRequest(RejectDescriptor, "descriptor %d has no entries", i)
-	}
-	if len(desc.GetEntries()) > MaxDepth {
-		return 0, invalidRequest(RejectDescriptor, "descriptor %d has %d entries (max %d)", i, len(desc.GetEntries()), MaxDepth)
+		return 0, false, invalidRequest(RejectDescriptor, "descriptor %d has no entries", i)
 	}
 	if desc.GetIsNegativeHits() {
-		return 0, invalidRequest(RejectHitsAddend, "descriptor %d: is_negative_hits (refunding hits) is not supported", i)
+		return 0, false, invalidRequest(RejectHitsAddend, "descriptor %d: is_negative_hits (refunding hits) is not supported", i)
+	}
+	for j, e := range desc.GetEntries() {
+		if e == nil {
+			return 0, false, invalidRequest(RejectDescriptor, "descriptor %d entry %d is null", i, j)
+		}
 	}
 	if h := desc.GetHitsAddend(); h != nil {
 		if h.GetValue() > uint64(lim.maxHits) {
-			return 0, invalidRequest(RejectHitsAddend, "descriptor %d: hits_addend %d above the maximum %d", i, h.GetValue(), lim.maxHits)
+			return 0, true, nil
 		}
-		cost = int64(h.GetValue())
+		return int64(h.GetValue()), false, nil
 	}
-	for j, e := range desc.GetEntries() {
-		switch {
-		case e == nil:
-			return 0, invalidRequest(RejectDescriptor, "descriptor %d entry %d is null", i, j)
-		case e.GetKey() == "":
-			return 0, invalidRequest(RejectDescriptor, "descriptor %d entry %d has an empty key", i, j)
-		case len(e.GetKey()) > MaxEntryLen || len(e.GetValue()) > MaxEntryLen:
-			return 0, invalidRequest(RejectDescriptor, "descriptor %d entry %d is longer than %d bytes", i, j, MaxEntryLen)
-		}
+	if reqOver {
+		return 0, true, nil
 	}
-	return cost, nil
+	return cost, false, nil
 }
 
 // overrideLimit applies a limit sent by Envoy instead of the configured

@@ -86,9 +86,9 @@ func (s *Service) markDegraded(resp *rlspb.RateLimitResponse, o fallback.Outcome
 // descriptorStatus fills st in for one descriptor, with reset as its
 // duration_until_reset when it has one: OK with no current_limit when
 // nothing matched; OK with the maximum remaining when unlimited;
-// OVER_LIMIT when it denied by itself (a descriptor that would have
-// admitted a request another descriptor denied is OK, its remaining
-// untouched).
+// OVER_LIMIT when it denied by itself or its cost is more than any limit
+// admits (a descriptor that would have admitted a request another
+// descriptor denied is OK, its remaining untouched).
 func descriptorStatus(st *rlspb.RateLimitResponse_DescriptorStatus, reset *durationpb.Duration, now time.Time, dp descPlan, layers []layerPlan, results []floodgate.Result) {
 	st.Code = rlspb.RateLimitResponse_OK
 	switch {
@@ -112,7 +112,7 @@ func descriptorStatus(st *rlspb.RateLimitResponse_DescriptorStatus, reset *durat
 		st.CurrentLimit = dp.limit
 		st.LimitRemaining = clampUint32(r.Remaining)
 		wait := r.ResetAt.Sub(now)
-		if ownDenial(r) {
+		if ownDenial(r) || layers[dp.layer].overCost {
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 			if r.RetryAfter > 0 {
 				wait = r.RetryAfter

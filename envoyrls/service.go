@@ -22,10 +22,12 @@ const DefaultMaxHitsAddend = 1_000_000_000
 // Options configures a Service. The zero value is ready to use.
 type Options struct {
 	// MaxHitsAddend is the largest hits_addend (cost) a request or a
-	// descriptor may carry; larger ones are refused with INVALID_ARGUMENT.
-	// Default DefaultMaxHitsAddend; at most floodgate.MaxCost /
-	// MaxDescriptors, so that the costs of descriptors sharing one counter
-	// always add up to a valid cost.
+	// descriptor may carry. A descriptor with a limit and a larger cost is
+	// OVER_LIMIT and consumes nothing (no limit admits it), as is one
+	// whose costs, added up over the descriptors sharing its counter,
+	// pass floodgate.MaxCost; the request's other descriptors are decided
+	// as usual. Default DefaultMaxHitsAddend; at most floodgate.MaxCost /
+	// MaxDescriptors.
 	MaxHitsAddend int64
 	// ResponseHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset to response_headers_to_add, for the enforced
@@ -54,13 +56,16 @@ type Options struct {
 	// CountEachDescriptor decides each descriptor on its own, as
 	// envoyproxy/ratelimit counts them: a request is counted in every
 	// descriptor whose limit admits it, even when another descriptor is
-	// over its limit (one store round trip per descriptor). With a
+	// over its limit (one store round trip per descriptor, in order, so
+	// that duplicate descriptors are decided one after the other, as
+	// theirs are). With a
 	// fallback.Store, the request's decisions share one budget: once a
 	// call to Redis has timed out, the remaining descriptors are decided
 	// by their failure mode at once (reason timeout), so that a stalled
 	// Redis delays the request by one budget, not one per descriptor.
 	// Default false: all descriptors are decided together,
-	// all-or-nothing, in one round trip.
+	// all-or-nothing, in one round trip; duplicate descriptors (one
+	// counter) add their costs into one layer.
 	CountEachDescriptor bool
 	// Clock returns the time decisions are stamped with (and
 	// DurationUntilReset measured from). Default: the limiter's
@@ -180,7 +185,7 @@ func NewService(lim *floodgate.Limiter, cfg func() *Config, opts Options) (*Serv
 		lim:    lim,
 		cfg:    cfg,
 		opts:   opts,
-		limits: limits{maxHits: opts.MaxHitsAddend, ignoreOverride: opts.IgnoreLimitOverrides},
+		limits: limits{maxHits: opts.MaxHitsAddend, ignoreOverride: opts.IgnoreLimitOverrides, countEach: opts.CountEachDescriptor},
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,7 +126,9 @@ func TestEnvoyCompatGRPCInput(t *testing.T) {
 // TestServeGRPCRejectedCounted: the calls serve's gRPC API refuses before
 // any decision are counted in floodgate_grpc_rejected_total by reason, as
 // the HTTP API's in floodgate_http_rejected_total; they were counted
-// nowhere (an empty domain, 20,000 descriptors).
+// nowhere (an empty domain, 20,000 descriptors). Calls a client can shape
+// through Envoy (20,000 descriptors of one counter, a hits_addend above
+// the maximum) are decided, not refused, and not counted there.
 func TestServeGRPCRejectedCounted(t *testing.T) {
 	dir := t.TempDir()
 	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), grpcInputConfig)
@@ -147,18 +150,34 @@ func TestServeGRPCRejectedCounted(t *testing.T) {
 	for i := range many {
 		many[i] = &ratelimitv3.RateLimitDescriptor{Entries: entry}
 	}
+	distinct := make([]*ratelimitv3.RateLimitDescriptor, 17) // one counter more than a decision takes
+	for i := range distinct {
+		distinct[i] = &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: fmt.Sprint(i)}}}
+	}
+	negative := &ratelimitv3.RateLimitDescriptor{Entries: entry, IsNegativeHits: true}
 	for _, req := range []*rlspb.RateLimitRequest{
 		{Descriptors: many[:1]},
 		{Domain: "nope", Descriptors: many[:1]},
-		{Domain: "edge", Descriptors: many},
+		{Domain: "edge", Descriptors: distinct},
 		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
-		{Domain: "edge", HitsAddend: 2_000_000_000, Descriptors: many[:1]},
+		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := client.ShouldRateLimit(ctx, req)
 		cancel()
 		if status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("domain %q, %d descriptors: %v, want INVALID_ARGUMENT", req.GetDomain(), len(req.GetDescriptors()), err)
+		}
+	}
+	for _, req := range []*rlspb.RateLimitRequest{
+		{Domain: "edge", Descriptors: many},
+		{Domain: "edge", HitsAddend: 2_000_000_000, Descriptors: many[:1]},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := client.ShouldRateLimit(ctx, req)
+		cancel()
+		if err != nil || resp.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("%d descriptors, hits_addend %d: %v, %v; want OVER_LIMIT (a cost no limit admits)", len(req.GetDescriptors()), req.GetHitsAddend(), resp.GetOverallCode(), err)
 		}
 	}
 	for r, want := range map[string]float64{"no_config": 0, "domain": 2, "descriptors": 1, "descriptor": 1, "hits_addend": 1, "limit_override": 0} {
