@@ -95,15 +95,16 @@ type seenFile struct {
 // a Cert serving them. It fails when a file cannot be read, the two do
 // not make a pair, or f.ClientCAs holds no PEM certificate; a chain out
 // of its dates (a certificate of it expired or not valid yet) is served,
-// with an error logged. log
-// receives the reloads and the refused client certificates (nil: none
-// are logged).
+// with an error logged. An error about a file is a *FileError, which
+// names the file (both, for a key not of the certificate) and says what
+// is wrong with it. log receives the reloads and the refused client
+// certificates (nil: none are logged).
 func Load(f Files, log *slog.Logger) (*Cert, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cert{files: f, log: log, refusedLog: ratelog.New(log, 10*time.Second)}
-	seen, err := stat(f.Cert, f.Key)
+	seen, err := f.stat(CertFile, KeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ func Load(f Files, log *slog.Logger) (*Cert, error) {
 	c.pair.Store(p)
 	c.pairFs.seen = seen
 	if f.ClientCAs != "" {
-		seen, err := stat(f.ClientCAs)
+		seen, err := f.stat(ClientCAsFile)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +234,7 @@ func (c *Cert) Reload() (bool, error) {
 }
 
 func (c *Cert) reloadPair() (bool, error) {
-	seen, err := stat(c.files.Cert, c.files.Key)
+	seen, err := c.files.stat(CertFile, KeyFile)
 	if err == nil && same(seen, c.pairFs.seen) {
 		return false, nil
 	}
@@ -243,13 +244,13 @@ func (c *Cert) reloadPair() (bool, error) {
 	}
 	if err == nil {
 		if why := p.invalid(time.Now()); why != "" {
-			err = fmt.Errorf("tlsreload: %s: %s", c.files.Cert, why)
+			err = fileErr(CertFile, c.files.Cert, errors.New(why))
 		}
 	}
 	if err != nil {
 		if msg := err.Error(); msg != c.pairFs.lastErr {
 			c.pairFs.lastErr = msg
-			c.log.Error("TLS certificate not reloaded; serving the last good one", "error", err, "not_after", c.NotAfter())
+			c.log.Error("TLS certificate not reloaded; serving the last good one", "cert_file", c.files.Cert, "key_file", c.files.Key, "error", err, "not_after", c.NotAfter())
 		}
 		return false, err
 	}
@@ -260,7 +261,7 @@ func (c *Cert) reloadPair() (bool, error) {
 }
 
 func (c *Cert) reloadCAs() (bool, error) {
-	seen, err := stat(c.files.ClientCAs)
+	seen, err := c.files.stat(ClientCAsFile)
 	if err == nil && same(seen, c.caFs.seen) {
 		return false, nil
 	}
@@ -271,7 +272,7 @@ func (c *Cert) reloadCAs() (bool, error) {
 	if err != nil {
 		if msg := err.Error(); msg != c.caFs.lastErr {
 			c.caFs.lastErr = msg
-			c.log.Error("TLS client authorities not reloaded; checking clients against the last good ones", "error", err, "client_cas", c.cas.Load().n)
+			c.log.Error("TLS client authorities not reloaded; checking clients against the last good ones", "client_ca_file", c.files.ClientCAs, "error", err, "client_cas", c.cas.Load().n)
 		}
 		return false, err
 	}
@@ -295,12 +296,14 @@ func (c *Cert) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-func stat(names ...string) ([]seenFile, error) {
-	out := make([]seenFile, len(names))
-	for i, name := range names {
+// stat returns what the files of f named by which look like now.
+func (f Files) stat(which ...File) ([]seenFile, error) {
+	out := make([]seenFile, len(which))
+	for i, w := range which {
+		name := map[File]string{CertFile: f.Cert, KeyFile: f.Key, ClientCAsFile: f.ClientCAs}[w]
 		fi, err := os.Stat(name)
 		if err != nil {
-			return out, err
+			return out, fileErr(w, name, err)
 		}
 		out[i] = seenFile{at: filestamp.Of(fi), info: fi}
 	}
@@ -320,19 +323,19 @@ func same(a, b []seenFile) bool {
 }
 
 func loadPair(certFile, keyFile string) (*pairState, error) {
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	pair, err := readPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
 	}
 	if len(pair.Certificate) == 0 {
-		return nil, errors.New("tlsreload: no certificate in the file")
+		return nil, fileErr(CertFile, certFile, content("holds no PEM certificate"))
 	}
 	p := &pairState{pair: &pair}
 	for i, raw := range pair.Certificate {
 		cert := pair.Leaf
 		if i > 0 || cert == nil {
 			if cert, err = x509.ParseCertificate(raw); err != nil {
-				return nil, fmt.Errorf("tlsreload: certificate %d of %s: %w", i+1, certFile, err)
+				return nil, fileErr(CertFile, certFile, fmt.Errorf("certificate %d: %w", i+1, err))
 			}
 		}
 		if i == 0 {
@@ -360,30 +363,33 @@ func loadCAs(file string) (*caState, error) {
 // when the file holds none, a CERTIFICATE block that does not parse, or
 // anything but PEM blocks and space (other block types are skipped).
 func readRoots(file string) (*x509.CertPool, int, error) {
-	data, err := os.ReadFile(file)
+	all, err := os.ReadFile(file)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fileErr(ClientCAsFile, file, err)
 	}
-	pool, n := x509.NewCertPool(), 0
+	pool, n, data := x509.NewCertPool(), 0, all
 	for len(bytes.TrimSpace(data)) > 0 {
 		var b *pem.Block
 		if b, data = pem.Decode(data); b == nil {
+			if n == 0 {
+				break // nothing came before: said below
+			}
 			// A bundle cut short (caught while being written) would
 			// otherwise load without its last authorities.
-			return nil, 0, fmt.Errorf("tlsreload: %s: data after certificate %d is not PEM (a file half written?)", file, n)
+			return nil, 0, fileErr(ClientCAsFile, file, fmt.Errorf("data after certificate %d is not PEM (a file half written?)", n))
 		}
 		if b.Type != "CERTIFICATE" {
 			continue
 		}
 		cert, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
-			return nil, 0, fmt.Errorf("tlsreload: %s: certificate %d: %w", file, n+1, err)
+			return nil, 0, fileErr(ClientCAsFile, file, fmt.Errorf("certificate %d: %w", n+1, err))
 		}
 		pool.AddCert(cert)
 		n++
 	}
 	if n == 0 {
-		return nil, 0, fmt.Errorf("tlsreload: %s holds no PEM certificate", file)
+		return nil, 0, fileErr(ClientCAsFile, file, noPEM(all, "CERTIFICATE", "certificate"))
 	}
 	return pool, n, nil
 }

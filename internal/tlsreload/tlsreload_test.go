@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -530,5 +532,89 @@ func TestChainDatesJudged(t *testing.T) {
 		if d := c.NotAfter().Sub(now); d < 2*24*time.Hour || d > 4*24*time.Hour {
 			t.Errorf("%s: NotAfter in %v after a refused reload, want the good chain's", tc.name, d)
 		}
+	}
+}
+
+// TestLoadErrorsSayWhichFile: each refusal of Load names the file
+// concerned (both, for a key not of the certificate) and says what is
+// wrong with it; a client-CA file in DER, or with no PEM at all, holds no
+// PEM certificate (it used to read "data after certificate 0 is not PEM
+// (a file half written?)", with nothing before), and the half-written
+// hint is kept for junk after a certificate, counted from 1 (a TLS walk).
+// A reload refused is logged with the files' names.
+func TestLoadErrorsSayWhichFile(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caPEM, err := os.ReadFile(a.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, err := os.ReadFile(a.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caDER, certDER := write("ca.der", der(t, a.CA)), write("tls.der", der(t, a.Cert))
+	garbage := write("garbage.pem", []byte("garbage\n"))
+	cut := write("cut.crt", certPEM[:len(certPEM)/2])
+	none := filepath.Join(dir, "none.pem")
+	_, edKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(edKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherType := write("ed.key", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}))
+	for _, tc := range []struct {
+		name  string
+		files tlsreload.Files
+		want  string
+		not   string
+	}{
+		{"key of another pair", tlsreload.Files{Cert: a.Cert, Key: b.Key}, a.Cert + " and " + b.Key + ": the private key does not match the certificate's public key", ""},
+		{"key of another type", tlsreload.Files{Cert: a.Cert, Key: otherType}, a.Cert + " and " + otherType + ": the private key is not of the type of the certificate's public key", ""},
+		{"certificate in DER", tlsreload.Files{Cert: certDER, Key: a.Key}, certDER + " holds no PEM certificate: it looks like DER", ""},
+		{"certificate not PEM", tlsreload.Files{Cert: garbage, Key: a.Key}, garbage + " holds no PEM certificate", "DER"},
+		{"certificate cut short", tlsreload.Files{Cert: cut, Key: a.Key}, cut + " holds no complete PEM certificate: it is cut short (a file half written?)", ""},
+		{"key not PEM", tlsreload.Files{Cert: a.Cert, Key: garbage}, garbage + " holds no PEM private key", ""},
+		{"key as certificate", tlsreload.Files{Cert: a.Key, Key: a.Key}, a.Key + " holds no PEM certificate", ""},
+		{"missing certificate", tlsreload.Files{Cert: none, Key: a.Key}, none + ": no such file", ""},
+		{"missing key", tlsreload.Files{Cert: a.Cert, Key: none}, none + ": no such file", ""},
+		{"missing client CAs", tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: none}, none + ": no such file", ""},
+		{"client CAs in DER", tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: caDER}, caDER + " holds no PEM certificate: it looks like DER", "half written"},
+		{"client CAs not PEM", tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: garbage}, garbage + " holds no PEM certificate", "half written"},
+		{"client CAs cut short", tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: write("cut.pem", append(append([]byte{}, caPEM...), "garbage"...))}, "data after certificate 1 is not PEM (a file half written?)", ""},
+		{"second client CA that won't parse", tlsreload.Files{Cert: a.Cert, Key: a.Key, ClientCAs: write("bad.pem", append(append([]byte{}, caPEM...), "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"...))}, ": certificate 2: ", ""},
+	} {
+		_, err := tlsreload.Load(tc.files, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || tc.not != "" && strings.Contains(err.Error(), tc.not) {
+			t.Errorf("%s: Load = %v; want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+
+	// A reload refused names the files in its log line.
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	copyFile(t, a.Cert, certFile)
+	copyFile(t, a.Key, keyFile)
+	var logs bytes.Buffer
+	c, err := tlsreload.Load(tlsreload.Files{Cert: certFile, Key: keyFile}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, b.Cert, certFile) // the new certificate beside the old key
+	if _, err := c.Reload(); err == nil {
+		t.Fatal("Reload of a certificate beside another's key succeeded")
+	}
+	line := logs.String()
+	if !strings.Contains(line, "TLS certificate not reloaded") || !strings.Contains(line, "cert_file="+certFile) || !strings.Contains(line, "key_file="+keyFile) {
+		t.Fatalf("log of a reload refused:\n%s\nwant cert_file and key_file", line)
 	}
 }
