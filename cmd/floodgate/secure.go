@@ -142,12 +142,24 @@ func (s *securityFlags) serverTLS() (*tls.Config, error) {
 		return nil, errors.New("--tls-cert-file needs --tls-key-file (the certificate's private key)")
 	}
 	cert, err := tlsreload.Load(tlsreload.Files{Cert: s.tlsCertFile, Key: s.tlsKeyFile, ClientCAs: s.tlsClientCAFile}, s.log)
-	if err != nil {
+	var fe *tlsreload.FileError
+	switch {
+	case errors.As(err, &fe):
+		// The flag and the file concerned, not all three flags (a TLS walk).
+		return nil, errors.New(fe.Explain(tlsFlagOf))
+	case err != nil:
 		return nil, fmt.Errorf("--tls-cert-file/--tls-key-file/--tls-client-ca-file: %w", err)
 	}
 	c := cert.ServerConfig()
 	s.cert, s.tlsConf = cert, c
 	return c, nil
+}
+
+// tlsFlagOf names a file of serve's TLS by its flag and path:
+// "--tls-cert-file tls.crt".
+func tlsFlagOf(f tlsreload.File, path string) string {
+	flag := map[tlsreload.File]string{tlsreload.CertFile: "--tls-cert-file", tlsreload.KeyFile: "--tls-key-file", tlsreload.ClientCAsFile: "--tls-client-ca-file"}[f]
+	return flag + " " + path
 }
 
 // listen listens on addr (flag names it in errors), with TLS when

@@ -224,3 +224,34 @@ func TestServeClientCAsRenewed(t *testing.T) {
 		t.Fatalf("floodgate_tls_client_certificates_refused_total = %v, want at least 4", refused)
 	}
 }
+
+// TestServeTLSFileErrorsNameTheFlag: serve refuses TLS files it cannot
+// use naming the flag and the file concerned, not all three flags over
+// crypto/tls's message ("--tls-cert-file/--tls-key-file/--tls-client-ca-file:
+// tls: private key does not match public key", in a TLS walk).
+func TestServeTLSFileErrorsNameTheFlag(t *testing.T) {
+	a, b := redistest.GenerateTLS(t), redistest.GenerateTLS(t)
+	dir := t.TempDir()
+	certPEM, err := os.ReadFile(a.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	certDER, garbage, none := filepath.Join(dir, "tls.der"), filepath.Join(dir, "garbage.pem"), filepath.Join(dir, "none.pem")
+	writeFileAtomic(t, certDER, string(block.Bytes))
+	writeFileAtomic(t, garbage, "garbage\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert-file", a.Cert, "--tls-key-file", b.Key}, "--tls-cert-file " + a.Cert + " and --tls-key-file " + b.Key + ": the private key does not match"},
+		{[]string{"--tls-cert-file", certDER, "--tls-key-file", a.Key}, "--tls-cert-file " + certDER + " holds no PEM certificate: it looks like DER"},
+		{[]string{"--tls-cert-file", a.Cert, "--tls-key-file", garbage}, "--tls-key-file " + garbage + " holds no PEM private key"},
+		{[]string{"--tls-cert-file", a.Cert, "--tls-key-file", a.Key, "--tls-client-ca-file", none}, "--tls-client-ca-file " + none + ": no such file"},
+	} {
+		code, _, errOut := cli(append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
