@@ -184,6 +184,19 @@ func (w pendingWriter) Write(p []byte) (int, error) {
 // writer on wg. Stream IDs go up to lastID. ctx bounds the dial and the
 // handshakes.
 func dialH2(ctx context.Context, addr string, tlsConf *tls.Config, lastID uint32, fields []hpack.HeaderField, wg *sync.WaitGroup) (*h2conn, error) {
+	c, err := connectH2(ctx, addr, tlsConf, lastID, fields)
+	if err != nil {
+		return nil, err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); c.readLoop() }()
+	go func() { defer wg.Done(); c.writeLoop() }()
+	return c, nil
+}
+
+// connectH2 connects to addr (over TLS with tlsConf, offering only h2)
+// and exchanges prefaces and SETTINGS, bounded by ctx; it starts nothing.
+func connectH2(ctx context.Context, addr string, tlsConf *tls.Config, lastID uint32, fields []hpack.HeaderField) (*h2conn, error) {
 	var nc net.Conn
 	var err error
 	if tlsConf != nil {
@@ -210,9 +223,6 @@ func dialH2(ctx context.Context, addr string, tlsConf *tls.Config, lastID uint32
 		nc.Close()
 		return nil, err
 	}
-	wg.Add(2)
-	go func() { defer wg.Done(); c.readLoop() }()
-	go func() { defer wg.Done(); c.writeLoop() }()
 	return c, nil
 }
 

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,6 +155,20 @@ func Preflight(ctx context.Context, opts Options) error {
 		return pe
 	}
 	if st, ok := status.FromError(err); ok {
+		if st.Code() == codes.Unavailable && o.Mode == GRPC && o.GRPCClient != RawGRPC {
+			// grpc-go connects lazily: a call can fail on the connection
+			// the server is closing ("write: broken pipe" under TLS 1.3,
+			// whose server refuses a client certificate after the
+			// client's handshake is done) without the reason, which
+			// the next calls get. A connection of the service's own says
+			// whether this is the service's UNAVAILABLE (a store down)
+			// or a connection it refuses, as the RawGRPC client
+			// tells (a TLS walk).
+			if cerr := probeH2(rctx, u.Host, clientTLS(o, u)); cerr != nil && transportError(cerr) {
+				pe.Transport, pe.Err = true, fmt.Errorf("%w; a new connection: %w", err, cerr)
+				return pe
+			}
+		}
 		switch st.Code() {
 		case codes.InvalidArgument, codes.Unimplemented, codes.Unauthenticated, codes.PermissionDenied:
 			pe.GRPCCode, pe.Detail = st.Code(), st.Message()
@@ -184,4 +199,15 @@ func preflightIdentity(prefix string) (string, int) {
 func unreachable(err error) bool {
 	var dns *net.DNSError
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dns) && dns.IsNotFound
+}
+
+// probeH2 connects to addr as the RawGRPC client does (over TLS with
+// tlsConf when set), exchanges prefaces and SETTINGS and closes the
+// connection; it returns why that failed, or nil.
+func probeH2(ctx context.Context, addr string, tlsConf *tls.Config) error {
+	c, err := connectH2(ctx, addr, tlsConf, h2LastStreamID, nil)
+	if err != nil {
+		return err
+	}
+	return c.nc.Close()
 }

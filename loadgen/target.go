@@ -79,22 +79,29 @@ func (ids *identities) string(id int) string {
 	return ids.prefix + strconv.Itoa(id)
 }
 
+// clientTLS returns the TLS configuration of a client of o's target u:
+// nil unless u is https or grpcs.
+func clientTLS(o Options, u *url.URL) *tls.Config {
+	if u.Scheme != "https" && u.Scheme != "grpcs" {
+		return nil
+	}
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.TLS != nil {
+		tlsConf = o.TLS.Clone()
+	}
+	if tlsConf.ServerName == "" {
+		tlsConf.ServerName = u.Hostname()
+	}
+	return tlsConf
+}
+
 func newSender(o Options) (sender, error) {
 	u, err := url.Parse(o.Target)
 	if err != nil {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidOptions, o.Target, err)
 	}
 	ids := newIdentities(o)
-	var tlsConf *tls.Config // for https and grpcs
-	if u.Scheme == "https" || u.Scheme == "grpcs" {
-		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
-		if o.TLS != nil {
-			tlsConf = o.TLS.Clone()
-		}
-		if tlsConf.ServerName == "" {
-			tlsConf.ServerName = u.Hostname()
-		}
-	}
+	tlsConf := clientTLS(o, u)
 	if o.Mode == GRPC && o.GRPCClient == RawGRPC {
 		s, err := newRawGRPCSender(o, u.Host, ids, tlsConf)
 		if err != nil {
