@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -109,6 +112,11 @@ unreachable, request refused).`,
 					// The service's hint names its endpoint; here it is a flag.
 					return errors.New(strings.Replace(msg, servicePeekHint, "(use --peek to check without consuming)", 1))
 				}
+				if noAnswer(err) {
+					// As loadtest says it: fasthttp's TLS listener closes
+					// a plain HTTP request unanswered (a TLS walk).
+					return fmt.Errorf("%w; %s", err, transportHint("--addr", addr, err, tc != nil && len(tc.Certificates) > 0))
+				}
 				return err
 			}
 			if asJSON {
@@ -201,4 +209,18 @@ func degradedMeaning(mode string) string {
 
 func until(unix int64, now time.Time) time.Duration {
 	return max(time.Unix(unix, 0).Sub(now).Round(time.Second), 0)
+}
+
+// noAnswer reports whether err, of a request check sent, says the service
+// closed the connection without an answer or the TLS handshake failed
+// (not a refused connection, not a timeout).
+func noAnswer(err error) bool {
+	var (
+		alert   tls.AlertError
+		rh      tls.RecordHeaderError
+		cv      *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+	)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.As(err, &alert) || errors.As(err, &rh) || errors.As(err, &cv) || errors.As(err, &unknown)
 }

@@ -369,7 +369,7 @@ func explainPreflight(e *loadgen.PreflightError, o loadgen.Options) string {
 	case e.Unreachable:
 		return fmt.Sprintf("nothing answers at --target %s: %v; is the service running, and is this its address?", e.Target, e.Err)
 	case e.Transport:
-		return fmt.Sprintf("no answer from --target %s: %v; %s", e.Target, e.Err, transportHint(e, o.TLS != nil && (len(o.TLS.Certificates) > 0 || o.TLS.GetClientCertificate != nil)))
+		return fmt.Sprintf("no answer from --target %s: %v; %s", e.Target, e.Err, transportHint("--target", e.Target, e.Err, o.TLS != nil && (len(o.TLS.Certificates) > 0 || o.TLS.GetClientCertificate != nil)))
 	case e.NotHTTP2:
 		return fmt.Sprintf("%s does not speak HTTP/2, as a gRPC service does (%v); is --target the service's gRPC address (serve's --grpc-addr), or an HTTP one (http://)?", e.Target, e.Err)
 	case e.GRPCCode == codes.InvalidArgument && strings.Contains(e.Detail, "unknown domain"):
@@ -401,13 +401,14 @@ func domainOf(o loadgen.Options) string {
 	return o.Domain
 }
 
-// transportHint says what likely made the request before the run get no
-// answer, and the flag or scheme that fixes it; certGiven is whether a
-// client certificate was given (--tls-cert-file).
-func transportHint(e *loadgen.PreflightError, certGiven bool) string {
-	scheme := ""
-	if u, err := url.Parse(e.Target); err == nil {
-		scheme = u.Scheme
+// transportHint says what likely made a request to target, given by
+// flag (loadtest's --target, check's --addr), get no answer but err, and
+// the flag or scheme that fixes it; certGiven is whether a client
+// certificate was given (--tls-cert-file). loadtest and check share it.
+func transportHint(flag, target string, err error, certGiven bool) string {
+	scheme, host := "", ""
+	if u, perr := url.Parse(target); perr == nil {
+		scheme, host = u.Scheme, u.Host
 	}
 	tlsScheme := scheme == "https" || scheme == "grpcs"
 	plain := map[string]string{"https": "http", "grpcs": "grpc"}[scheme]
@@ -417,24 +418,28 @@ func transportHint(e *loadgen.PreflightError, certGiven bool) string {
 		cv      *tls.CertificateVerificationError
 		rh      tls.RecordHeaderError
 	)
-	msg := e.Err.Error()
+	msg := err.Error()
 	switch {
-	case errors.As(e.Err, &unknown) || strings.Contains(msg, "certificate signed by unknown authority"):
+	case errors.As(err, &unknown) || strings.Contains(msg, "certificate signed by unknown authority"):
 		return "the service's certificate is signed by an authority this machine does not trust: give its CA with --tls-ca-file"
-	case errors.As(e.Err, &cv):
-		return "the service's certificate does not verify: check --target's host name and --tls-ca-file"
+	case errors.As(err, &cv):
+		return "the service's certificate does not verify: check " + flag + "'s host name and --tls-ca-file"
 	case certGiven && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate")):
 		return "the service refused the client certificate given (--tls-cert-file): give one that its --tls-client-ca-file trusts, for client authentication, and within its dates"
 	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate"):
 		return "the service requires a client certificate (its --tls-client-ca-file): give --tls-cert-file and --tls-key-file"
-	case tlsScheme && (errors.As(e.Err, &rh) || strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")):
+	case tlsScheme && (errors.As(err, &rh) || strings.Contains(msg, "server gave HTTP response to HTTPS client") || strings.Contains(msg, "first record does not look like a TLS handshake")):
 		return fmt.Sprintf("the service does not speak TLS at this address: use %s://", plain)
-	case scheme == "grpc" && errors.Is(e.Err, io.EOF):
+	case scheme == "grpc" && errors.Is(err, io.EOF):
 		return "the connection was closed before an answer: a TLS listener (use grpcs://), or a service shutting down or restarting (try again)"
 	case scheme == "http":
-		return "the connection was closed without an answer: is --target the service's HTTP address (serve's --addr)? A gRPC one (--grpc-addr) wants grpc://, a TLS one " + secure + "://"
+		hint := "the connection was closed without an answer, as a TLS listener does to plain HTTP (serve --tls-cert-file with --http-server fasthttp): if it serves TLS, use " + secure + "://" + host + " (with --tls-ca-file for a private authority); else is " + flag + " the service's HTTP address (serve's --addr)?"
+		if flag == "--target" {
+			hint += " A gRPC one (--grpc-addr) wants grpc://"
+		}
+		return hint
 	case tlsScheme:
 		return "TLS with the service failed: check the scheme, the port and --tls-*"
 	}
-	return "is --target the service's gRPC address (serve's --grpc-addr), and plaintext? A TLS one wants grpcs://"
+	return "is " + flag + " the service's gRPC address (serve's --grpc-addr), and plaintext? A TLS one wants grpcs://"
 }

@@ -255,3 +255,18 @@ func TestServeTLSFileErrorsNameTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckPlainHTTPAtFastHTTPTLS: check given http:// for a fasthttp TLS
+// listener, which closes a plain HTTP request unanswered, says to use
+// https:// as loadtest and doctor do; it printed only `server: Post
+// "http://...": EOF` (a TLS walk).
+func TestCheckPlainHTTPAtFastHTTPTLS(t *testing.T) {
+	f := redistest.GenerateTLS(t)
+	svc := startService(t, "--http-server", "fasthttp", "--tls-cert-file", f.Cert, "--tls-key-file", f.Key)
+	defer svc.stop(t)
+	host := strings.TrimPrefix(svc.url, "http://")
+	code, _, errOut := cli("check", "--addr", svc.url, "--policy", "api", "--id", "user=plain")
+	if code != 1 || !strings.Contains(errOut, "as a TLS listener does to plain HTTP") || !strings.Contains(errOut, "use https://"+host) {
+		t.Fatalf("check http:// at a fasthttp TLS listener: exit %d, stderr %q; want the hint to use https://%s", code, errOut, host)
+	}
+}
