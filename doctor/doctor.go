@@ -317,6 +317,7 @@ type run struct {
 	deadlineIn   string           // the check during which the run's context ended
 	scanned      bool             // the key scan ran
 	scannedKeys  int              // keys the scan found under the prefixes
+	coverage     coverage         // cluster-require-full-coverage of each primary, on a Cluster
 	// down is the error of the reachability probe when Redis did not
 	// answer it, nil when it did: the checks that read Redis are then
 	// skipped (see unreachable).

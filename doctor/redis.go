@@ -152,7 +152,7 @@ func (r *run) redisChecks(ctx context.Context) {
 	if r.down != nil {
 		names := []string{"server", "maxmemory-policy", "memory", "persistence", "replication"}
 		if r.cluster != nil {
-			names = append(names, "cluster")
+			names = append(names, "full-coverage", "cluster")
 		}
 		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
 			names = append(names, "sentinel")
@@ -258,6 +258,9 @@ func (r *run) redisChecks(ctx context.Context) {
 	r.check(GroupRedis, "persistence", func(c *Check) { r.checkPersistence(ctx, c) })
 	r.check(GroupRedis, "replication", func(c *Check) { r.checkReplication(ctx, c) })
 	if r.cluster != nil {
+		// Before the cluster check, whose sentence on primaries without
+		// a replica depends on the setting.
+		r.check(GroupRedis, "full-coverage", func(c *Check) { r.checkFullCoverage(ctx, c) })
 		r.check(GroupRedis, "cluster", func(c *Check) { r.checkCluster(ctx, c) })
 	}
 	if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {

@@ -451,35 +451,7 @@ func TestLatencyProbeFailureIsNotLatency(t *testing.T) {
 	cc := cl.Client(t)
 	publish(t, cc, "lf", testConfig)
 	opts := doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "lf", Scan: doctor.ScanOptions{MaxTime: 30 * time.Second}}
-	ctx := context.Background()
-	args := []any{"CLUSTER", "DELSLOTS"}
-	for s := 10923; s <= 16383; s++ {
-		args = append(args, strconv.Itoa(s))
-	}
-	// Deleted on every node, so that every node's view (doctor loads the
-	// slot map from any of them) has those slots unserved and the cluster
-	// down (full coverage is required): deleted on their owner alone, a
-	// map loaded from another node still had them served, and the probe
-	// of the other two primaries passed.
-	for i := range cl.Nodes {
-		if err := cl.Nodes[i].Client(t).Do(ctx, args...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range cl.Nodes {
-		c := cl.Nodes[i].Client(t)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:fail") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never saw the cluster down: %v\n%s", cl.Addrs[i], err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	takeClusterDown(t, cl)
 	rep := runDoctor(t, opts)
 	c := want(t, rep, doctor.GroupRedis, "latency", doctor.Fail, "the latency probe failed: ", " calls failed, on ", "CLUSTERDOWN")
 	t.Logf("latency: %s\n%s\nfix: %s", c.Summary, strings.Join(c.Evidence, "\n"), c.Fix)
@@ -556,4 +528,40 @@ func slotKey(t *testing.T, node *redis.Client, prefix string, slot int64) string
 	}
 	t.Fatalf("no hash tag found for slot %d", slot)
 	return ""
+}
+
+// takeClusterDown deletes slots 10923-16383 (the third primary's) on
+// every node and waits until each reports cluster_state fail, as nodes
+// with cluster-require-full-coverage yes (Redis's default) do: every
+// keyed command then answers CLUSTERDOWN. Deleted on every node, so that
+// every node's view (doctor loads the slot map from any of them) has
+// those slots unserved: deleted on their owner alone, a map loaded from
+// another node still had them served, and the probe of the other two
+// primaries passed.
+func takeClusterDown(t *testing.T, cl *redistest.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	args := []any{"CLUSTER", "DELSLOTS"}
+	for s := 10923; s <= 16383; s++ {
+		args = append(args, strconv.Itoa(s))
+	}
+	for i := range cl.Nodes {
+		if err := cl.Nodes[i].Client(t).Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range cl.Nodes {
+		c := cl.Nodes[i].Client(t)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:fail") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never saw the cluster down: %v\n%s", cl.Addrs[i], err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }

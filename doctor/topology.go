@@ -165,7 +165,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 	default:
 		c.Summary = fmt.Sprintf("cluster_state ok on %s, all 16384 slots served", plural.Count(len(nodes), "primary", "primaries"))
 		if noReplica > 0 {
-			c.Summary += "; some slot ranges have no replica, so a failed primary takes its slots down"
+			c.Summary += r.noReplicaText()
 		}
 	}
 }
@@ -685,7 +685,7 @@ func (r *run) probeFailureFix(ctx context.Context, err error) string {
 	case ctx.Err() != nil:
 		return "doctor's own time ran out (--timeout, default 2m) before the probe could finish: run it again with a longer --timeout"
 	case strings.HasPrefix(msg, "CLUSTERDOWN"):
-		return "the cluster is down (slots served by no node, or a primary failed without a replica to take over): decisions on its slots fail too; see the cluster check, run redis-cli --cluster check HOST:PORT and fix the slots (redis-cli --cluster fix HOST:PORT) or bring the primary back"
+		return r.clusterDownFix()
 	case strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "ASK"), strings.HasPrefix(msg, "MOVED"):
 		return "the probe's slot is being moved between primaries: finish or undo the resharding (redis-cli --cluster fix HOST:PORT)"
 	case errors.Is(err, context.DeadlineExceeded), strings.Contains(msg, "i/o timeout"):
