@@ -72,7 +72,7 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		NoDefaultServerHeader:        true, // net/http sends none
 		NoDefaultContentType:         true, // nor a Content-Type it was not given
 		DisablePreParseMultipartForm: true,
-		CloseOnShutdown:              true, // Connection: close while draining, as net/http
+		CloseOnShutdown:              true, // Connection: close once shut down (and before: closeWhileDraining)
 		Logger:                       s.serverLog(),
 		ConnState:                    conns.track,
 	}
@@ -244,6 +244,11 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 	}))))
 	return func(ctx *fasthttp.RequestCtx) {
 		defer s.recoverFast(ctx)
+		// While s drains, every answer closes its connection, as
+		// ServeHTTP's on net/http (fasthttp's CloseOnShutdown only does
+		// from the end of ShutdownDelay). Checked once the handler has
+		// answered: the flag is atomic, the response ctx's own.
+		defer s.closeWhileDraining(ctx)
 		if s.fastRefuse(ctx) {
 			return
 		}
@@ -279,6 +284,14 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 			}
 		}
 		slow(ctx)
+	}
+}
+
+// closeWhileDraining has ctx's answer carry Connection: close, and its
+// connection closed once written, while s drains.
+func (s *Server) closeWhileDraining(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() {
+		ctx.SetConnectionClose()
 	}
 }
 

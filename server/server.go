@@ -28,6 +28,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -272,6 +273,10 @@ type Server struct {
 	mux      http.Handler
 	draining atomic.Bool
 	warn     *ratelog.Log
+	// closing is closed when Serve's shutdown stops accepting
+	// connections (Closing), once.
+	closing     chan struct{}
+	closingOnce sync.Once
 
 	quotaStore quota.Store
 	leaseStore concurrency.Store
@@ -364,7 +369,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 		}
 	}
 	s := &Server{ticks: deadline.New(), lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics,
-		quotaStore: opts.QuotaStore, leaseStore: opts.ConcurrencyStore}
+		quotaStore: opts.QuotaStore, leaseStore: opts.ConcurrencyStore, closing: make(chan struct{})}
 	if s.quotaStore == nil {
 		if s.quotaStore, err = quota.NewMemoryStore(quota.MemoryOptions{}); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
@@ -525,8 +530,20 @@ func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler
 	return nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. While s drains (from the shutdown's
+// start, or SetDraining), its answers carry Connection: close, and
+// net/http closes the connection once it has written them.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		// Keep-alive clients move to new connections (to another instance
+		// once the endpoints are updated) during ShutdownDelay, one answer
+		// at a time, instead of having their idle connections closed
+		// under them when the listener closes. Not
+		// http.Server.SetKeepAlivesEnabled(false): it closes every idle
+		// connection at once, and a request already on its way over one
+		// would be lost at the signal instead.
+		w.Header().Set("Connection", "close")
+	}
 	s.mux.ServeHTTP(w, r)
 	if r.Close && r.ContentLength != 0 {
 		lingerAfterClose(w, r)
@@ -586,12 +603,14 @@ func (s *Server) CountGRPCRejected(reason envoyrls.Rejection) {
 func (s *Server) DecisionFailed(ctx context.Context, err error) { s.decisionProblem(ctx, opCheck, err) }
 
 // Serve serves HTTP on ln until ctx ends, then shuts down gracefully:
-// readiness turns off, it waits ShutdownDelay, stops accepting connections
-// and waits up to DrainTimeout for in-flight requests, then closes the
-// connections still open (a client still sending its request; each
-// request's reading is bounded by ReadTimeout anyway). It returns nil
-// after a shutdown, or the error that stopped serving. It serves with
-// Options.HTTPEngine.
+// readiness turns off and every answer from then on carries Connection:
+// close (its connection is closed once it is written), it waits
+// ShutdownDelay, stops accepting connections (Closing is closed then),
+// closes the idle ones and waits up to DrainTimeout for in-flight
+// requests, then closes the connections still open (a client still
+// sending its request; each request's reading is bounded by ReadTimeout
+// anyway). It returns nil after a shutdown, or the error that stopped
+// serving. It serves with Options.HTTPEngine.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.opts.HTTPEngine == FastHTTP {
 		return s.serveFast(ctx, ln)
@@ -623,6 +642,7 @@ func (s *Server) serveAndDrain(ctx context.Context, serve func() error, shutdown
 	case <-ctx.Done():
 	}
 	s.beginDrain()
+	s.closingOnce.Do(func() { close(s.closing) })
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.DrainTimeout)
 	defer cancel()
 	if err := shutdown(sctx); err != nil {
@@ -638,7 +658,15 @@ func (s *Server) serveAndDrain(ctx context.Context, serve func() error, shutdown
 	return nil
 }
 
-// beginDrain starts a shutdown: readiness turns off, and it returns after
+// Closing returns a channel closed when Serve's shutdown stops accepting
+// connections, ShutdownDelay after its context ended: floodgate serve
+// stops its gRPC listener at the same moment, so that no listener takes
+// a new connection after the delay. It is never closed when Serve
+// returns for another reason.
+func (s *Server) Closing() <-chan struct{} { return s.closing }
+
+// beginDrain starts a shutdown: readiness turns off, answers carry
+// Connection: close from now on (ServeHTTP, fastHandler), and it returns after
 // ShutdownDelay, when the listener is to stop accepting.
 func (s *Server) beginDrain() {
 	s.draining.Store(true)

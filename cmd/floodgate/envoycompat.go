@@ -247,8 +247,14 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	log.Info("floodgate envoy-compat stopping")
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
+	// Every listener closes at once and the drains run side by side: the
+	// gRPC listener took new connections (and answered their calls)
+	// while an HTTP request drained, for up to the 10 s. Answers written
+	// from here on carry Connection: close (net/http does after
+	// Shutdown), and GracefulStop sends GOAWAY on the gRPC connections.
+	var drains sync.WaitGroup
 	for _, srv := range servers {
-		_ = srv.Shutdown(sctx)
+		drains.Go(func() { _ = srv.Shutdown(sctx) })
 	}
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
@@ -257,6 +263,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	case <-sctx.Done():
 		gs.Stop()
 	}
+	drains.Wait()
 	return runErr
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -54,8 +55,14 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 
 // startGRPC serves Envoy's rate limit API on --grpc-addr when it is set,
 // under the descriptors envoy holds (reloaded live), each request's store
-// calls bounded by --decision-timeout as an HTTP check's, and returns a
-// function that stops it gracefully (bounded by --drain-timeout).
+// calls bounded by --decision-timeout as an HTTP check's. It returns
+// close, which starts a graceful stop (health NOT_SERVING, the listener
+// closed at once, GOAWAY sent on every connection, the calls in flight
+// left to finish) and returns without waiting, and stop, which closes
+// first if nothing has, then waits for the calls in flight for up to
+// --drain-timeout from its own call and cuts what is left. serve closes
+// it when its HTTP listener stops accepting, at the end of
+// --shutdown-delay, and stops it after the HTTP drain.
 // Decisions are stamped with the limiter's clock (disciplined to Redis's
 // with --clock-sync). The HTTP API's server srv counts the answers a
 // failure mode took (floodgate_degraded_responses_total), counts and
@@ -64,19 +71,19 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 // refused (floodgate_grpc_rejected_total); decided counts the
 // decisions (see countGRPCDecision). Its connections take places in
 // conns, the budget --addr's share (nil: none), half of it at most.
-func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, conns *connlimit.Limit, log *slog.Logger) (stop func(), err error) {
+func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided *metrics.Metrics, envoy *config.EnvoyReloader, conns *connlimit.Limit, log *slog.Logger) (closeGRPC, stop func(), err error) {
 	if envoy == nil {
-		return func() {}, nil
+		return func() {}, func() {}, nil
 	}
 	svc, err := envoyrls.NewService(lim, envoy.Load, envoyrls.Options{ResponseHeaders: f.envoyHeaders, CountEachDescriptor: f.envoyEach,
 		OnDegraded: srv.CountDegraded, OnError: srv.DecisionFailed, OnRejected: srv.CountGRPCRejected, Timeout: f.decisionTimeout,
 		Observe: func(o envoyrls.Observation) { countGRPCDecision(decided, o) }})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	gopts, err := f.sec.grpcServerOptions()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A connection must finish its TLS and HTTP/2 handshakes within
 	// --read-timeout, as an HTTP request must arrive whole (gRPC's
@@ -90,7 +97,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	gopts = append(gopts, rlswire.ServerOptions()...)
 	ln, err := net.Listen("tcp", f.grpcAddr)
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, nil, fmt.Errorf("--grpc-addr: %w", err)
 	}
 	if conns != nil {
 		// gRPC tells no idle connections (its own close after 5 idle
@@ -121,12 +128,20 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	stopHealth := followServing(gh, srv)
 	log.Info("floodgate gRPC (Envoy rate limit service) listening", "addr", ln.Addr().String(),
 		"envoy_config", envoy.Files(), "domains", envoy.Load().Domains())
-	return func() {
-		stopHealth()
-		gh.Shutdown() // NOT_SERVING for every service while the calls drain
-		close(watchers)
-		stopped := make(chan struct{})
-		go func() { gs.GracefulStop(); close(stopped) }()
+	stopped := make(chan struct{})
+	var closeOnce sync.Once
+	closeGRPC = func() {
+		closeOnce.Do(func() {
+			stopHealth()
+			gh.Shutdown() // NOT_SERVING for every service while the calls drain
+			close(watchers)
+			// GracefulStop closes the listener at once and sends GOAWAY,
+			// then waits for the calls in flight.
+			go func() { gs.GracefulStop(); close(stopped) }()
+		})
+	}
+	return closeGRPC, func() {
+		closeGRPC()
 		select {
 		case <-stopped:
 		case <-time.After(f.drainTimeout):

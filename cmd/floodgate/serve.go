@@ -175,7 +175,7 @@ over plain HTTP on an address of its own for them.`,
 	fl.DurationVar(&f.clockSkewWarn, "clock-skew-warn", 100*time.Millisecond, "log a warning when this machine's clock is further than this from Redis's")
 	fl.DurationVar(&f.clockOffset, "clock-offset", 0, "testing only: shift this process's clock")
 	_ = fl.MarkHidden("clock-offset")
-	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests, per server: HTTP, then gRPC (with --grpc-addr, up to twice this in all)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests, per server: HTTP, then what is left of gRPC's (which drain alongside; with --grpc-addr, up to twice this in all)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes); at least 100ms (0: the default)")
 	fl.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long serve may take to write one answer on --addr (on net/http counted from the request's headers, the decision included); a client that stops reading its answers has its connection closed after it; at least 100ms (0: the default)")
 	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together (--grpc-addr half of them at most); at it, a new connection closes the keep-alive connection idle longest once idle 1 s, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
@@ -752,7 +752,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if _, err := f.sec.serverTLS(); err != nil {
 		return err
 	}
-	stopGRPC, err := startGRPC(f, lim, srv, m, envoy, conns, log)
+	closeGRPC, stopGRPC, err := startGRPC(f, lim, srv, m, envoy, conns, log)
 	if err != nil {
 		return err
 	}
@@ -775,6 +775,19 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		}
 	}()
 	defer stopGRPC()
+	// The gRPC listener stops accepting with the HTTP one, at the end of
+	// --shutdown-delay, not once the HTTP drain is over: its calls drain
+	// alongside the HTTP requests, and stopGRPC waits for what is left
+	// afterwards, for up to --drain-timeout again.
+	returned := make(chan struct{})
+	defer close(returned)
+	go func() {
+		select {
+		case <-srv.Closing():
+			closeGRPC()
+		case <-returned:
+		}
+	}()
 	ln, err := f.sec.listen(f.addr, "--addr", conns)
 	if err != nil {
 		return err
