@@ -24,9 +24,12 @@ const (
 	// decision). Descriptors that match no limit, and duplicates merged
 	// into one layer, do not count; a request carrying more is refused.
 	MaxDescriptors = floodgate.MaxLayers
-	// maxNodes bounds the YAML nodes one ParseConfig visits (aliases
-	// included), so a file of nested aliases cannot make it run for ever.
-	maxNodes = 200_000
+	// maxAliasNodes bounds the YAML nodes a document's aliases add when
+	// expanded (beyond the document's own nodes), so that a small file of
+	// nested aliases (an alias bomb) cannot make ParseConfig run for ever
+	// or fill memory. A file without aliases is bounded by MaxConfigSize
+	// alone.
+	maxAliasNodes = 200_000
 )
 
 // Rule is one configured limit: the rate_limit of one descriptor node. A

@@ -257,7 +257,7 @@ func TestParseConfigLimits(t *testing.T) {
 		}
 		bomb.WriteString("]\n")
 	}
-	if _, err := ParseConfig([]byte(bomb.String()), "bomb.yaml"); err == nil || !strings.Contains(err.Error(), "nodes (aliases expanded)") {
+	if _, err := ParseConfig([]byte(bomb.String()), "bomb.yaml"); err == nil || !strings.Contains(err.Error(), "aliases add more than 200000 nodes when expanded") {
 		t.Errorf("alias bomb: %v", err)
 	}
 	// A modest use of aliases is fine.
@@ -268,6 +268,48 @@ func TestParseConfigLimits(t *testing.T) {
 	}
 	if len(cfg.Rules()) != 2 || cfg.Rules()[0].Policy.Name == cfg.Rules()[1].Policy.Name {
 		t.Errorf("aliased descriptors: %d rules", len(cfg.Rules()))
+	}
+}
+
+// bigEnvoyFile is an Envoy descriptor file of one domain, without aliases,
+// of about size bytes: tenants, each with two routes of two users.
+func bigEnvoyFile(size int) []byte {
+	var b strings.Builder
+	b.WriteString("domain: big\ndescriptors:\n")
+	for i := 0; b.Len() < size; i++ {
+		fmt.Fprintf(&b, "  - key: tenant\n    value: t%05d\n    rate_limit: {unit: minute, requests_per_unit: %d}\n    descriptors:\n", i, 100+i)
+		for j := range 2 {
+			fmt.Fprintf(&b, "      - key: route\n        value: r%d\n        rate_limit: {unit: second, requests_per_unit: %d}\n        descriptors:\n", j, 10+j)
+			for m := range 2 {
+				fmt.Fprintf(&b, "          - key: user\n            value: u%d\n            rate_limit: {unit: hour, requests_per_unit: 1000}\n", m)
+			}
+		}
+	}
+	return []byte(b.String())
+}
+
+// TestLargeFileWithoutAliases: a 3 MiB file without aliases
+// loads (it was refused as "more than 200000 nodes (aliases expanded)"
+// from about 27,000 descriptors, 3 MB, on); the alias bound applies to
+// the nodes aliases add, and an alias inside its own anchor is refused.
+func TestLargeFileWithoutAliases(t *testing.T) {
+	data := bigEnvoyFile(3 << 20)
+	cfg, err := ParseConfig(data, "big.yaml")
+	if err != nil {
+		t.Fatalf("%d bytes without aliases: %v", len(data), err)
+	}
+	if got, want := len(cfg.Rules()), strings.Count(string(data), "rate_limit:"); got != want {
+		t.Errorf("rules: got %d, want %d", got, want)
+	}
+	// The same file with one alias adding a few nodes still loads.
+	aliased := append([]byte(nil), data...)
+	aliased = append(aliased, "  - key: shared\n    descriptors: &s [{key: u, rate_limit: {unit: second, requests_per_unit: 1}}]\n  - key: again\n    descriptors: *s\n"...)
+	if _, err := ParseConfig(aliased, "big.yaml"); err != nil {
+		t.Errorf("big file with one alias: %v", err)
+	}
+	self := "domain: x\ndescriptors: &d\n  - key: a\n    descriptors: *d\n"
+	if _, err := ParseConfig([]byte(self), "self.yaml"); err == nil || !strings.Contains(err.Error(), "aliases add more than") {
+		t.Errorf("alias inside its anchor: %v", err)
 	}
 }
 

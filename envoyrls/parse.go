@@ -67,6 +67,9 @@ func ParseConfig(data []byte, filename string) (*Config, error) {
 		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
 			continue
 		}
+		if err := p.checkAliases(root); err != nil {
+			return nil, err
+		}
 		d, err := p.domain(root)
 		if err != nil {
 			return nil, err
@@ -91,10 +94,9 @@ func ParseConfig(data []byte, filename string) (*Config, error) {
 
 // parser walks YAML nodes, keeping the position for errors.
 type parser struct {
-	file   string
-	visits int
-	rules  []*Rule // rules of the domain being parsed
-	algo   floodgate.Algorithm
+	file  string
+	rules []*Rule // rules of the domain being parsed
+	algo  floodgate.Algorithm
 }
 
 func (p *parser) errAt(n *yaml.Node, format string, args ...any) error {
@@ -105,7 +107,7 @@ func (p *parser) errAt(n *yaml.Node, format string, args ...any) error {
 	return e
 }
 
-// resolve follows aliases and counts visits.
+// resolve follows aliases. checkAliases has bounded the nodes they add.
 func (p *parser) resolve(n *yaml.Node) (*yaml.Node, error) {
 	for i := 0; n.Kind == yaml.AliasNode; i++ {
 		if n.Alias == nil || i > 16 {
@@ -113,11 +115,87 @@ func (p *parser) resolve(n *yaml.Node) (*yaml.Node, error) {
 		}
 		n = n.Alias
 	}
-	p.visits++
-	if p.visits > maxNodes {
-		return nil, p.errAt(n, "more than %d nodes (aliases expanded)", maxNodes)
-	}
 	return n, nil
+}
+
+// checkAliases refuses a document whose aliases, expanded, add more than
+// maxAliasNodes nodes to its own (or refer to a node that contains them),
+// before the parser walks it, following them. A document without aliases
+// passes whatever its size: MaxConfigSize bounds it.
+func (p *parser) checkAliases(root *yaml.Node) error {
+	own, aliases := countNodes(root)
+	if aliases == 0 {
+		return nil
+	}
+	x := expansion{limit: own + maxAliasNodes, done: map[*yaml.Node]int{}, open: map[*yaml.Node]bool{}}
+	if x.size(root) > x.limit {
+		at := x.at
+		if at == nil {
+			at = root
+		}
+		return p.errAt(at, "aliases add more than %d nodes when expanded (the limit; the document has %d of its own)", maxAliasNodes, own)
+	}
+	return nil
+}
+
+// countNodes counts the nodes of n's tree, aliases as one node each, not
+// followed, and the aliases among them.
+func countNodes(n *yaml.Node) (nodes, aliases int) {
+	nodes = 1
+	if n.Kind == yaml.AliasNode {
+		return 1, 1
+	}
+	for _, c := range n.Content {
+		cn, ca := countNodes(c)
+		nodes, aliases = nodes+cn, aliases+ca
+	}
+	return nodes, aliases
+}
+
+// expansion counts the nodes of a tree with its aliases expanded, up to
+// just past limit: anchored nodes are counted once (done), so the work is
+// linear in the document's own nodes; an alias to an anchored node being
+// counted (open), which contains it, counts as past the limit. at is the
+// alias whose expansion went past the limit.
+type expansion struct {
+	limit int
+	done  map[*yaml.Node]int
+	open  map[*yaml.Node]bool
+	at    *yaml.Node
+}
+
+func (x *expansion) size(n *yaml.Node) int {
+	if n.Kind == yaml.AliasNode {
+		if n.Alias == nil {
+			return 1
+		}
+		s := x.size(n.Alias)
+		if s > x.limit && x.at == nil {
+			x.at = n
+		}
+		return s
+	}
+	if n.Anchor != "" {
+		if s, ok := x.done[n]; ok {
+			return s
+		}
+		if x.open[n] {
+			return x.limit + 1
+		}
+		x.open[n] = true
+		defer delete(x.open, n)
+	}
+	s := 1
+	for _, c := range n.Content {
+		if s += x.size(c); s > x.limit {
+			s = x.limit + 1
+			break
+		}
+	}
+	if n.Anchor != "" {
+		x.done[n] = s
+	}
+	return s
 }
 
 // fields checks that n is a mapping with only the allowed keys and returns
