@@ -85,7 +85,7 @@ func TestWatchFileOversizedIsInvalid(t *testing.T) {
 	if limitOf(t, h) != 10 {
 		t.Fatal("the oversized file replaced the configuration")
 	}
-	if !strings.Contains(logs.String(), "file is larger than") {
+	if !strings.Contains(logs.String(), "bytes (max 1048576 for a policies file)") {
 		t.Fatalf("the rejection was not logged with its reason:\n%s", logs)
 	}
 	writeFile(t, path, doc("3", 30))

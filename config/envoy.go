@@ -287,7 +287,7 @@ func ReadEnvoyFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(data) > envoyrls.MaxConfigSize {
-		return nil, &envoyrls.ConfigError{File: path, Msg: fmt.Sprintf("file is larger than %d bytes", envoyrls.MaxConfigSize)}
+		return nil, &envoyrls.ConfigError{File: path, Msg: tooLarge(f, envoyrls.MaxConfigSize, "an Envoy descriptor file")}
 	}
 	return data, nil
 }

@@ -502,9 +502,20 @@ func ReadFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(data) > MaxSize {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than %d bytes", MaxSize)}
+		return nil, &Error{File: path, Msg: tooLarge(f, MaxSize, "a policies file")}
 	}
 	return data, nil
+}
+
+// tooLarge says that f, read up to one byte past max, is larger than a
+// what may be: "file is 1500000 bytes (max 1048576 for a policies
+// file)", with f's size when f is a regular file, else "file is larger
+// than ...".
+func tooLarge(f *os.File, max int, what string) string {
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > int64(max) {
+		return fmt.Sprintf("file is %d bytes (max %d for %s)", fi.Size(), max, what)
+	}
+	return fmt.Sprintf("file is larger than %d bytes (max for %s)", max, what)
 }
 
 // LoadFile reads and parses a configuration file.

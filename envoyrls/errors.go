@@ -34,14 +34,20 @@ type ConfigError struct {
 // Error formats the problem as "envoyrls: invalid configuration:
 // file:line:column: message".
 func (e *ConfigError) Error() string {
-	pos := e.File
+	return fmt.Sprintf("%v: %s", ErrInvalidConfig, e.Located())
+}
+
+// Located formats the problem as "file:line:column: message" (without
+// the line and column when unknown), as floodgate's policy errors read:
+// for tools that print problems one per line.
+func (e *ConfigError) Located() string {
 	switch {
 	case e.Line > 0 && e.Column > 0:
-		pos = fmt.Sprintf("%s:%d:%d", e.File, e.Line, e.Column)
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
 	case e.Line > 0:
-		pos = fmt.Sprintf("%s:%d", e.File, e.Line)
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 	}
-	return fmt.Sprintf("%v: %s: %s", ErrInvalidConfig, pos, e.Msg)
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
 }
 
 // Unwrap makes every ConfigError match ErrInvalidConfig.

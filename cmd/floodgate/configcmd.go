@@ -65,10 +65,10 @@ need one), but config push would refuse it: validate warns of it.`,
 			var envoyCfgs []*envoyrls.Config
 			for _, file := range files {
 				if envoy || fromDir[file] || in.isEnvoy(file) {
-					c, err := in.validateEnvoy(file)
+					c, err := in.validateEnvoy(file, !envoy && !fromDir[file])
 					if err != nil {
 						failed++
-						for _, e := range flatten(err) {
+						for _, e := range flatten(located(err)) {
 							fmt.Fprintln(cmd.ErrOrStderr(), e)
 						}
 						continue
@@ -108,7 +108,7 @@ need one), but config push would refuse it: validate warns of it.`,
 			if len(envoyCfgs) > 1 {
 				if _, err := envoyrls.MergeConfigs(envoyCfgs...); err != nil {
 					merged = false
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s together: %v\n", strings.Join(envoyFiles, ", "), err)
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s together: %v\n", strings.Join(envoyFiles, ", "), located(err))
 				}
 			}
 			switch {
@@ -204,17 +204,36 @@ func (in *configInput) read(file string, envoy bool) ([]byte, error) {
 	case in.err != nil:
 		return nil, fmt.Errorf("reading standard input: %w", in.err)
 	case envoy && len(in.data) > envoyrls.MaxConfigSize:
-		return nil, &envoyrls.ConfigError{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes", envoyrls.MaxConfigSize)}
+		return nil, &envoyrls.ConfigError{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes (max for an Envoy descriptor file)", envoyrls.MaxConfigSize)}
 	case !envoy && len(in.data) > config.MaxSize:
-		return nil, &config.Error{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes", config.MaxSize)}
+		return nil, &config.Error{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes (max for a policies file)", config.MaxSize)}
 	}
 	return in.data, nil
 }
 
+// head returns the first envoyrls.MaxConfigSize bytes of file (standard
+// input for "-"), however large it is.
+func (in *configInput) head(file string) ([]byte, error) {
+	if file == "-" {
+		if _, err := in.read(file, true); err != nil && in.err != nil {
+			return nil, err
+		}
+		return in.data[:min(len(in.data), envoyrls.MaxConfigSize)], nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, envoyrls.MaxConfigSize))
+}
+
 // isEnvoy reports a file with a top-level domain and no top-level
-// policies; an unreadable file is not (load says why).
+// policies in its first envoyrls.MaxConfigSize bytes (a larger file is
+// then refused as a too large Envoy descriptor file, not as a too large
+// policies file); an unreadable file is not (load says why).
 func (in *configInput) isEnvoy(file string) bool {
-	data, err := in.read(file, true) // the larger of the two limits
+	data, err := in.head(file)
 	if err != nil {
 		return false
 	}
@@ -222,18 +241,50 @@ func (in *configInput) isEnvoy(file string) bool {
 }
 
 // validateEnvoy reads and parses one Envoy descriptor file as serve
-// --envoy-config does.
-func (in *configInput) validateEnvoy(file string) (*envoyrls.Config, error) {
+// --envoy-config does. detected says it is read as one for what it holds
+// (not --envoy, not a directory's): a size error then says so.
+func (in *configInput) validateEnvoy(file string, detected bool) (*envoyrls.Config, error) {
 	data, err := in.read(file, true)
 	if err != nil {
 		var ce *envoyrls.ConfigError
 		if errors.As(err, &ce) {
+			if detected {
+				c := *ce
+				c.Msg += "; it is read as one: it has a top-level domain and no top-level policies"
+				return nil, &c
+			}
 			return nil, err // too large: it names the file already
 		}
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return envoyrls.ParseConfig(data, inputName(file))
 }
+
+// located rewrites the *envoyrls.ConfigErrors in err (one, or several
+// joined) to read as policies' errors do, "file:line:column: message",
+// without the "envoyrls: invalid configuration" prefix; they still match
+// envoyrls.ErrInvalidConfig.
+func located(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		out := make([]error, len(errs))
+		for i, e := range errs {
+			out[i] = located(e)
+		}
+		return errors.Join(out...)
+	}
+	var ce *envoyrls.ConfigError
+	if errors.As(err, &ce) {
+		return locatedError{ce}
+	}
+	return err
+}
+
+// locatedError is a *envoyrls.ConfigError printed by its Located form.
+type locatedError struct{ ce *envoyrls.ConfigError }
+
+func (e locatedError) Error() string { return e.ce.Located() }
+func (e locatedError) Unwrap() error { return e.ce }
 
 // load reads and parses one policies file, as config.LoadFile does.
 func (in *configInput) load(file string) (*config.Config, error) {

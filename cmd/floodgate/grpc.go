@@ -47,6 +47,9 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 		return nil, nil
 	}
 	er, err := config.NewEnvoyReloader(f.envoyConfig, config.ReloaderOptions{Logger: log, Registerer: reg})
+	if l := located(err); l != err {
+		return nil, l // file:line:column: ..., as --config's errors
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-config: %w", err)
 	}
