@@ -221,7 +221,7 @@ func (r *run) checkBigLogs(c *Check) {
 	}
 	if len(big) > 0 {
 		c.Status = Warn
-		c.Evidence = big
+		c.Evidence = firstN(big, maxListed)
 		c.Summary = fmt.Sprintf("%s with a limit of %d or more: each identity's key keeps one member per request admitted in the window", plural.Count(len(big), "sliding-log layer", "sliding-log layers"), bigSlidingLog)
 		c.Fix = "use sliding_window (two counters per identity, close to exact) for large limits; keep sliding_log for small exact ones such as 5 logins per 15 minutes"
 		return
@@ -250,10 +250,10 @@ func (r *run) checkSlots(c *Check) {
 		}
 	}
 	if len(hot) > 0 {
-		c.Evidence = append(c.Evidence, "global layers on one key: "+strings.Join(hot, "; "))
+		c.Evidence = append(c.Evidence, "global layers on one key: "+strings.Join(firstN(hot, maxListed), "; "))
 	}
 	if len(split) > 0 {
-		c.Evidence = append(c.Evidence, "policies whose layers use different identities: "+strings.Join(split, "; "))
+		c.Evidence = append(c.Evidence, "policies whose layers use different identities: "+strings.Join(firstN(split, maxListed), "; "))
 	}
 	switch {
 	case len(hot) > 0:

@@ -275,6 +275,11 @@ func partialScan(c *Check, res scanResult) {
 	c.Fix = "fix what stopped the scan (see the scan check) and run doctor again"
 }
 
+// maxListed is the most names a configuration check lists in one
+// evidence line (or lines), the rest counted: "… 987 more".
+const maxListed = 10
+
+// firstN returns s's first n items and, when there are more, "… N more".
 func firstN(s []string, n int) []string {
 	if len(s) <= n {
 		return s

@@ -115,7 +115,7 @@ func (r *run) quotasConfigured() (bool, string) {
 	for _, q := range r.cfg.Quotas() {
 		names = append(names, q.Name)
 	}
-	return len(names) > 0, strings.Join(names, ", ")
+	return len(names) > 0, strings.Join(firstN(names, maxListed), ", ")
 }
 
 // tierAssignments reports whether the configuration tiers any limit by an
