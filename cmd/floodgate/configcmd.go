@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -309,11 +310,12 @@ func flatten(err error) []error {
 
 func newConfigPushCmd() *cobra.Command {
 	var (
-		rs     config.Redis
-		prefix string
-		force  bool
-		sign   string
-		sec    securityFlags
+		rs          config.Redis
+		prefix      string
+		force       bool
+		sign        string
+		listDropped bool
+		sec         securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "push FILE",
@@ -419,7 +421,7 @@ standard input (named <stdin> in the messages).`,
 				// goes through without --force.
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: no configuration was stored under %s: published version %q without comparing it to another; instances running a newer one go back to this one (they log it at WARN and count it in floodgate_config_version_regressions_total)\n", keys.Config, cfg.Version())
 			}
-			for _, w := range droppedNames(prev, cfg) {
+			for _, w := range droppedNames(prev, cfg, listDropped) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			return nil
@@ -433,6 +435,7 @@ standard input (named <stdin> in the messages).`,
 	fl.StringVar(&prefix, "prefix", "fg", "key prefix the service runs with")
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	addRedisSecurityFlags(fl, &sec)
+	fl.BoolVar(&listDropped, "list-dropped", false, fmt.Sprintf("warn of every policy, quota and concurrency limit the push drops by name (default: of up to %d of each kind, then of their number with the first names)", maxDroppedListed))
 	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB, or replace a signed document with an unsigned one or one signed with another key (a key rotation)")
 	return cmd
 }
@@ -494,24 +497,42 @@ func (in *configInput) signedSizeWarning(file string) string {
 		inputName(file), n, config.MaxSize, n-len(data))
 }
 
+// maxDroppedListed is the most names of one kind config push warns of
+// one by one; past it, it warns once of their number and the first ones.
+const maxDroppedListed = 5
+
 // droppedNames lists the policies, quotas and concurrency limits that prev
-// defines and next does not, each with what its callers now get; nil when
-// prev is nil.
-func droppedNames(prev, next *config.Config) []string {
+// defines and next does not, each with what its callers now get: one line
+// per name up to maxDroppedListed of a kind (or all, with all), else one
+// line for the kind; nil when prev is nil.
+func droppedNames(prev, next *config.Config, all bool) []string {
 	if prev == nil {
 		return nil
 	}
 	var out []string
-	drop := func(kind, problem string, old, cur []string) {
+	drop := func(kind, kinds, problem string, old, cur []string) {
 		have := map[string]bool{}
 		for _, n := range cur {
 			have[n] = true
 		}
+		var gone []string
 		for _, n := range old {
 			if !have[n] {
-				out = append(out, fmt.Sprintf("version %q drops %s %q, which version %q defined: requests naming it get 400 %s", next.Version(), kind, n, prev.Version(), problem))
+				gone = append(gone, n)
 			}
 		}
+		if all || len(gone) <= maxDroppedListed {
+			for _, n := range gone {
+				out = append(out, fmt.Sprintf("version %q drops %s %q, which version %q defined: requests naming it get 400 %s", next.Version(), kind, n, prev.Version(), problem))
+			}
+			return
+		}
+		quoted := make([]string, maxDroppedListed)
+		for i, n := range gone[:maxDroppedListed] {
+			quoted[i] = strconv.Quote(n)
+		}
+		out = append(out, fmt.Sprintf("version %q drops %d %s which version %q defined (%s, … %d more; --list-dropped names them all): requests naming them get 400 %s",
+			next.Version(), len(gone), kinds, prev.Version(), strings.Join(quoted, ", "), len(gone)-maxDroppedListed, problem))
 	}
 	names := func(c *config.Config) (p, q, l []string) {
 		for _, x := range c.Policies() {
@@ -527,8 +548,8 @@ func droppedNames(prev, next *config.Config) []string {
 	}
 	op, oq, ol := names(prev)
 	np, nq, nl := names(next)
-	drop("policy", "unknown-policy", op, np)
-	drop("quota", "unknown-quota", oq, nq)
-	drop("concurrency limit", "unknown-limiter", ol, nl)
+	drop("policy", "policies", "unknown-policy", op, np)
+	drop("quota", "quotas", "unknown-quota", oq, nq)
+	drop("concurrency limit", "concurrency limits", "unknown-limiter", ol, nl)
 	return out
 }
