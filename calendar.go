@@ -139,19 +139,63 @@ func (c civil) before(o civil) bool {
 	return c.d < o.d
 }
 
-// midnight returns the first instant of the date in loc. When a clock
-// change skips local midnight (as in São Paulo until 2019), time.Date may
-// pick an instant that is still on the previous day; the day then starts
-// when the clocks jump, which is midnight in the offset in force before
-// the jump.
+// midnight returns the first instant of the date in loc, or of the dates
+// after it when loc skipped it (as Apia skipped 2011-12-30). time.Date picks
+// one instant for a local midnight, which is the first of the date only
+// when the clocks do not change near it: a change can skip midnight (as
+// in São Paulo until 2019; the day then starts when the clocks jump, which
+// is midnight in the offset in force before the jump) or repeat it (as in
+// Amman on 2021-10-29, whose clocks went back from 01:00 to 00:00; the day
+// starts at the first 00:00, in the offset in force before the change).
+// Either way the first instant of the date is its midnight in one of the
+// offsets in force around it, or a clock change that jumps from an
+// earlier date past its 00:00: the earliest of those that carries the
+// date or a later one.
 func (c civil) midnight(loc *time.Location) time.Time {
 	m := time.Date(c.y, c.m, c.d, 0, 0, 0, 0, loc)
-	if civilOf(m.In(loc)).before(c) {
-		_, off := m.Zone()
-		m = time.Date(c.y, c.m, c.d, 0, 0, 0, 0, time.FixedZone("", off)).In(loc)
+	from, to := m.Add(-zoneSearch), m.Add(zoneSearch)
+	if s, e := m.ZoneBounds(); (s.IsZero() || s.Before(from)) && (e.IsZero() || e.After(to)) {
+		return m // one offset all around: m is the only midnight
 	}
-	return m
+	first := time.Time{}
+	z := from
+	for range maxZoneSearch {
+		_, off := z.Zone()
+		x := time.Date(c.y, c.m, c.d, 0, 0, 0, 0, time.FixedZone("", off)).In(loc)
+		if !civilOf(x).before(c) && (first.IsZero() || x.Before(first)) {
+			first = x
+		}
+		_, e := z.ZoneBounds()
+		if e.IsZero() || e.After(to) {
+			break
+		}
+		if !e.After(z) {
+			// ZoneBounds can report an end at or before z near the end of
+			// a leap year of a zone's yearly rule (Go 1.26), where no
+			// zone changes its clocks: move on. Any instant carrying the
+			// date or a later one is a fair candidate, not before the
+			// first.
+			e = z.Add(24 * time.Hour)
+		}
+		if !civilOf(e.In(loc)).before(c) && (first.IsZero() || e.Before(first)) {
+			first = e // a change that jumps into the date past its 00:00
+		}
+		z = e
+	}
+	if first.IsZero() {
+		return m // no candidate (not expected): keep time.Date's choice
+	}
+	return first
 }
+
+// zoneSearch is how far from a date's midnight midnight looks for clock
+// changes: any instant further than that from it carries another date,
+// whatever the offsets (they lie within ±26 hours of UTC).
+const zoneSearch = 60 * time.Hour
+
+// maxZoneSearch bounds the offsets midnight tries: a zone changes its
+// clocks a few times in zoneSearch at most.
+const maxZoneSearch = 8
 
 func daysIn(y int, m time.Month) int { return time.Date(y, m+1, 0, 12, 0, 0, 0, time.UTC).Day() }
 
