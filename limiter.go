@@ -194,6 +194,9 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, p Policy, identity
 	if err := ValidateTime(us); err != nil {
 		return Result{}, err
 	}
+	if err := checkPeriod(&p, us); err != nil {
+		return Result{}, err
+	}
 	f := framePool.Get().(*frame)
 	var key string
 	if l.borrow && p.Algorithm != Quota {
@@ -248,7 +251,10 @@ const MaxTimeMicros = 1 << 52
 // microseconds, as Store.Decide takes it) outside 1..MaxTimeMicros: the
 // Unix epoch itself, the times before it (such as the zero time.Time's) and
 // those after MaxTimeMicros. A state stamped at the epoch would read as no
-// state at all.
+// state at all. A Quota decision needs more: its whole calendar period
+// must lie within the epoch..MaxTimeMicros, which CheckLayers and the
+// Limiter check too (a week quota is refused on 1970-01-02, in the ISO
+// week that began on 1969-12-29, and a month quota in September 2112).
 func ValidateTime(now int64) error {
 	if now < 1 || now > MaxTimeMicros {
 		return fmt.Errorf("%w: time %s (%dµs) out of range: after the Unix epoch, up to %s",
@@ -257,10 +263,37 @@ func ValidateTime(now int64) error {
 	return nil
 }
 
+// periodMargin is a time (µs) from the ends of epoch..MaxTimeMicros
+// beyond which every calendar period containing it lies within that
+// range: a period lasts at most a month and a day (31 days, plus a zone's
+// clock changes), and midnight is at most 26 hours away from UTC's.
+const periodMargin = 40 * 24 * int64(time.Hour/time.Microsecond)
+
+// checkPeriod reports, wrapped in ErrInvalidTime, a Quota policy's period
+// at now (Unix µs, within 1..MaxTimeMicros) that does not lie within the
+// epoch..MaxTimeMicros: the stores could not keep its bounds (the Redis
+// scripts refuse them), and the memory store must refuse what Redis does.
+// Other policies have no period; p must be valid.
+func checkPeriod(p *Policy, now int64) error {
+	if p.Algorithm != Quota || (now >= periodMargin && now <= MaxTimeMicros-periodMargin) {
+		return nil
+	}
+	per := p.Calendar.PeriodAt(time.UnixMicro(now))
+	if start, end := per.Start.UnixMicro(), per.End.UnixMicro(); start < 0 || end > MaxTimeMicros {
+		return fmt.Errorf("%w: quota policy %q: the %s period %s containing %s runs from %s to %s, outside the Unix epoch..%s",
+			ErrInvalidTime, p.Name, p.Calendar.Unit, per.Key, time.UnixMicro(now).UTC().Format(time.RFC3339Nano),
+			per.Start.UTC().Format(time.RFC3339Nano), per.End.UTC().Format(time.RFC3339Nano),
+			time.UnixMicro(MaxTimeMicros).UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // CheckLayers reports why a Store cannot decide layers at now into out:
 // no layers or more than MaxLayers, out of another length, a time out of
 // range (ErrInvalidTime, within ErrInvalidLayers), an invalid policy or
-// cost, an empty key, or one key used by two layers. The stores of this
+// cost, a Quota layer whose period at now does not lie within the Unix
+// epoch..MaxTimeMicros (ErrInvalidTime), an empty key, or one key used by
+// two layers. The stores of this
 // module call it first in Decide, so that a caller that skips the
 // Limiter's checks gets the same errors from every store and nothing
 // is decided.
@@ -277,6 +310,9 @@ func CheckLayers(now int64, layers []Layer, out []Result) error {
 	for i := range layers {
 		l := &layers[i]
 		if err := l.Policy.Validate(); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if err := checkPeriod(&l.Policy, now); err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
 		if err := ValidateCost(l.Cost); err != nil {
@@ -404,6 +440,9 @@ func (l *Limiter) appendLayers(dst []Layer, now time.Time, cost int64, specs []L
 	layers := dst[:len(specs)]
 	for i, s := range specs {
 		if err := s.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if err := checkPeriod(&s.Policy, us); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 		if s.Cost < 0 {

@@ -49,3 +49,36 @@ func TestDecisionTimeOutOfRange(t *testing.T) {
 		t.Fatalf("memstore Decide at the latest time: %+v, %v", out[0], err)
 	}
 }
+
+// TestQuotaPeriodOutsideTimeRange checks that the Limiter refuses, with
+// ErrInvalidTime, a Quota decision whose period starts before the Unix
+// epoch, whether it builds the layers (LayersAt) or decides (AllowAt),
+// and admits one whose period starts at the epoch.
+func TestQuotaPeriodOutsideTimeRange(t *testing.T) {
+	store, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(store, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	week, err := floodgate.NewQuota("week", 10, floodgate.Calendar{Unit: floodgate.PeriodWeek})
+	if err != nil {
+		t.Fatal(err)
+	}
+	month, err := floodgate.NewQuota("month", 10, floodgate.Calendar{Unit: floodgate.PeriodMonth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(1970, 1, 2, 0, 0, 0, 0, time.UTC) // in the ISO week 1970-W01, from 1969-12-29
+	if _, err := l.AllowAt(context.Background(), at, week, "u", 1); !errors.Is(err, floodgate.ErrInvalidTime) {
+		t.Errorf("AllowAt, week: got %v, want ErrInvalidTime", err)
+	}
+	if _, err := l.LayersAt(at, 1, floodgate.LayerSpec{Policy: month, Identity: "u"}, floodgate.LayerSpec{Policy: week, Identity: "u"}); !errors.Is(err, floodgate.ErrInvalidTime) {
+		t.Errorf("LayersAt, week: got %v, want ErrInvalidTime", err)
+	}
+	if r, err := l.AllowAt(context.Background(), at, month, "u", 1); err != nil || !r.Allowed {
+		t.Errorf("AllowAt, month from the epoch: got %+v, %v, want admitted", r, err)
+	}
+}

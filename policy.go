@@ -53,8 +53,10 @@ const (
 	// month. Each period has its own key, named after the period, that
 	// expires an hour after the period ends. Exact within a period; an
 	// instance whose clock is on the other side of a period boundary counts
-	// in its own period. For reserve-then-settle and lost-state detection
-	// use package quota.
+	// in its own period. A decision whose period does not lie within the
+	// Unix epoch..MaxTimeMicros (a week quota on 1970-01-02, a month quota
+	// in September 2112) is refused with ErrInvalidTime by every store.
+	// For reserve-then-settle and lost-state detection use package quota.
 	Quota
 )
 
