@@ -49,8 +49,10 @@ var ErrNotReplicated = errors.New("replicawait: write not acknowledged by enough
 
 // ErrBusy is wrapped by the error of a command that was not sent: when
 // its context ended, Options.MaxConcurrent commands were still waiting
-// for their replicas (which lag, or are gone). Nothing was applied. The
-// error also wraps the context's.
+// for their replicas (which lag, or are gone), or the wait for a place
+// left too little of its context for WAIT's answer (see Options.Timeout).
+// Nothing was applied. The error also wraps the context's error, or
+// context.DeadlineExceeded.
 var ErrBusy = errors.New("replicawait: too many commands waiting for replicas")
 
 // WithoutWait returns ctx marked so that a Client sends the commands made
@@ -79,18 +81,22 @@ type Options struct {
 	Replicas int
 	// Timeout bounds each wait for the replicas (WAIT's timeout, rounded
 	// to a millisecond, at least 1 ms); the time left until the command's
-	// context deadline bounds it too. Zero means DefaultTimeout.
+	// context deadline, less 150 ms for Redis's answer (below), bounds it
+	// too, so that a command sent is answered before its deadline. A
+	// command that had to wait for a place (MaxConcurrent) and then has
+	// 150 ms or less left is not sent (ErrBusy). Zero means
+	// DefaultTimeout.
 	//
 	// Redis ends a WAIT at the first tick of its server clock after the
 	// timeout (a tick is 1000/hz ms: 100 ms at the default hz 10), so a
 	// command its replicas do not acknowledge is answered up to one tick
 	// later than Timeout: against redis-server 7.0.15 at hz 10, Timeout
 	// 20 ms or 50 ms took about 100 ms, 150 ms about 200 ms, 250 ms about
-	// 300 ms. The same holds for a context deadline: a client with
-	// ContextTimeoutEnabled stops reading at the deadline (the command
-	// then fails with the context's error, its outcome unknown), one
-	// without it waits for Redis's answer, up to a tick after the
-	// deadline.
+	// 300 ms. A command whose context ends before Redis's answer comes
+	// (Redis stalled, or the 150 ms margin outrun) fails with an error
+	// that wraps neither ErrNotReplicated nor the context's error: it
+	// was sent, and its outcome is unknown (the stores report it as
+	// floodgate.ErrIndeterminate).
 	Timeout time.Duration
 	// MaxConcurrent bounds the commands in progress at once: each holds a
 	// connection of the client's pool until its replicas answer (up to
@@ -174,8 +180,8 @@ const (
 // Options.Timeout, or WAIT fails, cmd's error is set to one wrapping
 // ErrNotReplicated (and no error of Redis's or the context's: cmd did run),
 // cmd's reply is kept, and Process returns it. At most Options.MaxConcurrent
-// commands are in progress; one that finds no place before ctx ends fails
-// unsent (ErrBusy). A ctx marked by WithoutWait sends cmd through the
+// commands are in progress; one that finds no place before ctx ends, or
+// too late to be answered before ctx's deadline, fails unsent (ErrBusy). A ctx marked by WithoutWait sends cmd through the
 // go-redis client as it is.
 //
 // WAIT goes out with cmd, before cmd's answer is known, so Redis runs it
@@ -201,13 +207,29 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 		}
 		return c.single.Process(ctx, cmd)
 	}
+	waited := false
 	select {
 	case c.places <- struct{}{}:
-		defer func() { <-c.places }()
-	case <-ctx.Done():
-		err := fmt.Errorf("%w (%d in progress): %w", ErrBusy, cap(c.places), ctx.Err())
-		cmd.SetErr(err)
-		return err
+	default:
+		waited = true
+		select {
+		case c.places <- struct{}{}:
+		case <-ctx.Done():
+			return c.busy(cmd, ctx.Err())
+		}
+	}
+	defer func() { <-c.places }()
+	if err := ctx.Err(); err != nil {
+		// A place and the end of ctx came together, and select took
+		// the place: go-redis would not send cmd now either, and would
+		// answer ctx's error as if it might have run.
+		return c.busy(cmd, err)
+	}
+	if d, ok := ctx.Deadline(); ok && waited && time.Until(d) <= answerMargin {
+		// The wait for a place left too little time for WAIT's answer
+		// to come before ctx's deadline: sent now, cmd would run and
+		// its outcome be cut off unknown.
+		return c.busy(cmd, fmt.Errorf("%v left, less than Redis may take to answer WAIT: %w", time.Until(d).Round(time.Millisecond), context.DeadlineExceeded))
 	}
 	node := c.single
 	if c.cluster != nil {
@@ -267,7 +289,10 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 func (c *Client) run(ctx context.Context, node *redis.Client, cmd redis.Cmder, asking bool) error {
 	timeout := c.timeout
 	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(d))
+		// WAIT answers at the first tick of Redis's clock after its
+		// timeout: it must end a tick before ctx does, or a command that
+		// ran is answered as a context timeout, its outcome unknown.
+		timeout = min(timeout, time.Until(d)-answerMargin)
 	}
 	if rt := node.Options().ReadTimeout; rt > 0 {
 		// The pipeline's reply must come within the client's read
@@ -284,6 +309,14 @@ func (c *Client) run(ctx context.Context, node *redis.Client, cmd redis.Cmder, a
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx)
 	if err := cmd.Err(); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			// ctx ended while the answer was awaited: go-redis reports
+			// it as ctx's error, which says nothing was sent, but cmd
+			// went out (ctx was live when it was written) and may have
+			// run. %v, not %w: the outcome is unknown.
+			err = fmt.Errorf("replicawait: %s sent, its answer cut off: %v", cmd.Name(), err)
+			cmd.SetErr(err)
+		}
 		return err
 	}
 	got, err := wait.Result()
@@ -297,6 +330,21 @@ func (c *Client) run(ctx context.Context, node *redis.Client, cmd redis.Cmder, a
 	default:
 		return nil
 	}
+	cmd.SetErr(err)
+	return err
+}
+
+// answerMargin is the time kept, before a command's context deadline,
+// for Redis's answer to WAIT: Redis ends a WAIT at the first tick of its
+// clock after the timeout (a tick is 100 ms at Redis's default hz 10,
+// shorter at a higher hz), and the answer must then travel back.
+const answerMargin = 150 * time.Millisecond
+
+// busy fails cmd unsent with ErrBusy wrapping cause (ctx's error, or one
+// wrapping context.DeadlineExceeded), as the stores classify it: nothing
+// was applied.
+func (c *Client) busy(cmd redis.Cmder, cause error) error {
+	err := fmt.Errorf("%w (%d in progress): %w", ErrBusy, cap(c.places), cause)
 	cmd.SetErr(err)
 	return err
 }

@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+	"github.com/floodgate-rl/floodgate/quota"
+	"github.com/floodgate-rl/floodgate/replicawait"
+	"github.com/floodgate-rl/floodgate/server"
+	"github.com/redis/go-redis/v9"
+)
+
+// startWaiting serves limits with its quotas in rs through a
+// replicawait.Client (one replica asked for; rs has none), bounded to
+// maxConcurrent operations at once, with the service's log in logs.
+func startWaiting(t *testing.T, rs *redistest.Server, maxConcurrent int, logs io.Writer) *env {
+	t.Helper()
+	st, _ := redisStore(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: 4, ContextTimeoutEnabled: true, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { c.Close() })
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, MaxConcurrent: maxConcurrent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := quota.NewRedisStore(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, limits, st, func(o *server.Options) {
+		o.QuotaStore = qs
+		o.DecisionTimeout = time.Second
+		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+}
+
+// TestQuotaCheckNoPlaceNotReplicated: with --redis-wait-replicas on a
+// primary without a replica and more quota checks at once than can wait
+// for it, each check is answered 503 store-not-replicated, saying truly
+// whether it was applied: "nothing was applied" for one that found no
+// place in time (not store-unavailable, nor a check that ran answered as
+// unsent), "applied" for one that ran. One sent and cut off by the
+// decision deadline may only be answered store-indeterminate.
+func TestQuotaCheckNoPlaceNotReplicated(t *testing.T) {
+	rs := redistest.Start(t)
+	var logs syncbuf.Buffer
+	e := startWaiting(t, rs, 1, &logs)
+	const n = 30 // each sent check holds the one place for a tick of Redis's clock at least: 100 ms at hz 10
+	type answer struct {
+		status int
+		p      server.Problem
+		err    error
+	}
+	answers := make([]answer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"quota":"hundred","identity":{"user":"u%d"}}`, i)
+			resp, err := http.Post(e.url+"/v1/quota/check", "application/json", strings.NewReader(body))
+			if err != nil {
+				answers[i].err = err
+				return
+			}
+			defer resp.Body.Close()
+			answers[i].status = resp.StatusCode
+			answers[i].err = json.NewDecoder(resp.Body).Decode(&answers[i].p)
+		})
+	}
+	wg.Wait()
+	unsent := 0
+	for i, a := range answers {
+		if a.err != nil {
+			t.Fatalf("check u%d: %v", i, a.err)
+		}
+		used := e.quotaStatus("hundred", id("user", fmt.Sprint("u", i))).Used
+		kind := strings.TrimPrefix(a.p.Type, server.ProblemTypePrefix)
+		switch {
+		case a.status != http.StatusServiceUnavailable:
+			t.Errorf("check u%d: %d %+v; want 503", i, a.status, a.p)
+		case kind == "store-not-replicated" && strings.HasPrefix(a.p.Detail, "nothing was applied"):
+			unsent++
+			if used != 0 {
+				t.Errorf("check u%d answered %q, but its usage is %d", i, a.p.Detail, used)
+			}
+		case kind == "store-not-replicated":
+			if used != 1 {
+				t.Errorf("check u%d answered %q, but its usage is %d", i, a.p.Detail, used)
+			}
+		case kind == "store-indeterminate":
+			// Sent, and its answer cut off by the decision deadline:
+			// either outcome is possible.
+		default:
+			t.Errorf("check u%d: %d %s %q (usage %d); want 503 store-not-replicated", i, a.status, kind, a.p.Detail, used)
+		}
+	}
+	if unsent == 0 {
+		t.Errorf("no check of %d was refused unsent with one place and a 1s deadline:\n%s", n, logs.String())
+	}
+}
