@@ -101,6 +101,10 @@ type reply struct {
 	// before is, for a restore, the usage it replaced: 0 when the period
 	// had none, beforeLost when its usage was lost (the marker remained).
 	before int64
+	// applied marks the reply that comes with an error: that of an
+	// operation the primary applied but its replicas did not confirm
+	// (replicawait.ErrNotReplicated).
+	applied bool
 }
 
 // beforeLost is reply.before for a restore that found the usage lost.

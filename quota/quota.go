@@ -284,7 +284,10 @@ func (q *Quota) SettleAt(ctx context.Context, now time.Time, identity, requestID
 // Live reservations and settlement records are kept when the state exists;
 // otherwise the state is created and the lost condition cleared. The
 // result's Replaced and ReplacedLost say what it replaced, read in the
-// same atomic step, for the audit trail.
+// same atomic step, for the audit trail. An error wrapping
+// replicawait.ErrNotReplicated (the primary applied the operation, too
+// few replicas confirmed it) comes with the Result of what was applied,
+// Replaced included, here as from every operation of a RedisStore.
 func (q *Quota) Restore(ctx context.Context, identity string, used int64) (Result, error) {
 	return q.RestoreAt(ctx, q.opts.Clock(), identity, used)
 }
@@ -410,7 +413,16 @@ func (q *Quota) do(ctx context.Context, now time.Time, previous bool, op opKind,
 		if op == opCheck && amount == 0 {
 			name = "status"
 		}
-		return Result{}, fmt.Errorf("quota %q %s: %w", q.policy.Name, name, err)
+		err = fmt.Errorf("quota %q %s: %w", q.policy.Name, name, err)
+		if rep.applied && rep.status != stLost && rep.status != stSettledID {
+			// Applied on the primary, not confirmed by its replicas:
+			// what was applied comes with the error.
+			if rep.inPrev {
+				period = prev
+			}
+			return q.result(now, period, rep), err
+		}
+		return Result{}, err
 	}
 	if rep.inPrev {
 		period = prev

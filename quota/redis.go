@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate"
@@ -71,6 +72,13 @@ func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
 		req.hold, req.keep, req.expireAt, req.prevExpireAt, req.markerAt,
 		req.maxPending, req.maxSettled, maxTrim, int64(MaxUsed), guard)
 	if err != nil {
+		if errors.Is(err, replicawait.ErrNotReplicated) && v != nil {
+			// The primary applied it: its reply comes with the error.
+			if rep, derr := decodeReply(v); derr == nil {
+				rep.applied = true
+				return rep, err
+			}
+		}
 		return reply{}, err
 	}
 	return decodeReply(v)

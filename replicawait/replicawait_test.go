@@ -588,3 +588,24 @@ func TestClusterFailoverFollowsMoved(t *testing.T) {
 		t.Fatalf("%d reserves failed with MOVED during the failover (first: %v)", moved.Load(), firstErr.Load())
 	}
 }
+
+// TestRestoreResultNotReplicated: a restore the primary applied but no
+// replica confirmed fails with ErrNotReplicated and comes with its
+// Result (the usage set and the one it replaced), for the audit trail.
+func TestRestoreResultNotReplicated(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, w, 1000)
+	ctx := context.Background()
+	for i, want := range []int64{0, 40} {
+		r, err := q.RestorePeriod(ctx, "tenant-r", "", 40)
+		if !errors.Is(err, replicawait.ErrNotReplicated) || r.Used != 40 || r.Replaced != want || r.Period.Key == "" {
+			t.Fatalf("restore #%d without a replica = %+v, %v; want ErrNotReplicated with used 40, replaced %d", i+1, r, err, want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/quota"
+	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/floodgate-rl/floodgate/topk"
 )
 
@@ -459,15 +460,27 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 		res, err = eng.quota(op.quota.Name, tier).RestorePeriod(ctx, op.identity, req.Period, *req.Used)
 		return err == nil, err // the usage's HSET
 	})
-	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), opQuotaRestore, err))
-		return
-	}
 	// The usage replaced was read in the restore's own atomic step; a
 	// lost one is unknown, and said so rather than logged as 0.
 	var previous any = res.Replaced
 	if res.ReplacedLost {
 		previous = "unknown (the usage was lost)"
+	}
+	switch {
+	case errors.Is(err, replicawait.ErrNotReplicated):
+		// Applied on the primary (its reply came with the error), not
+		// confirmed by its replicas: an administrative change made, and
+		// audited as such, though answered 503.
+		s.log.Info("admin quota restore", "quota", op.quota.Name, "identity", identityLog(req.Identity), "period", res.Period.Key,
+			"used", *req.Used, "previous_used", previous, "replicated", false)
+	case errors.Is(err, floodgate.ErrIndeterminate):
+		// Sent, its answer lost: the usage may have been set.
+		s.log.Error("admin quota restore failed; the usage may have been set", "quota", op.quota.Name, "identity", identityLog(req.Identity), "period", req.Period,
+			"used", *req.Used, "error", err)
+	}
+	if err != nil {
+		s.fail(w, r, s.operationProblem(r.Context(), opQuotaRestore, err))
+		return
 	}
 	s.log.Info("admin quota restore", "quota", op.quota.Name, "identity", identityLog(req.Identity), "period", res.Period.Key,
 		"used", *req.Used, "previous_used", previous)

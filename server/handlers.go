@@ -225,6 +225,9 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
 			detail: "the Redis primary applied the operation, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; a reserve or settle retried with the same request_id is applied once, a check or acquire retried is counted again (an acquire then holds a second slot until its lease expires)"}
+		if op.notReplicated != "" {
+			p.detail = op.notReplicated
+		}
 	case errors.Is(err, replicawait.ErrBusy):
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -103,5 +104,45 @@ func TestQuotaCheckNoPlaceNotReplicated(t *testing.T) {
 	}
 	if unsent == 0 {
 		t.Errorf("no check of %d was refused unsent with one place and a 1s deadline:\n%s", n, logs.String())
+	}
+}
+
+// TestQuotaRestoreNotReplicatedAudited: an admin restore that the primary
+// applied but no replica confirmed is answered 503 store-not-replicated
+// with a restore's detail, and logged with the admin audit line (the
+// usage it replaced, replicated false): an administrative change made is
+// never left unaudited.
+func TestQuotaRestoreNotReplicatedAudited(t *testing.T) {
+	rs := redistest.Start(t)
+	var logs syncbuf.Buffer
+	e := startWaiting(t, rs, 0, &logs)
+	body := `{"quota":"hundred","identity":{"user":"r1"},"used":40}`
+	r := e.do("POST", "/admin/v1/quota/restore", testToken, body)
+	p := problemOf(t, r)
+	if r.status != http.StatusServiceUnavailable || p.Type != server.ProblemTypePrefix+"store-not-replicated" || !strings.Contains(p.Detail, "the restore was applied") || !strings.Contains(p.Detail, "sets the same usage") {
+		t.Fatalf("restore without a replica: %d %+v; want 503 store-not-replicated saying the restore was applied", r.status, p)
+	}
+	if used := e.quotaStatus("hundred", id("user", "r1")).Used; used != 40 {
+		t.Fatalf("usage after the restore = %d, want 40 (applied on the primary)", used)
+	}
+	// Sent again: the same usage, and the usage it replaced is the first's.
+	if r := e.do("POST", "/admin/v1/quota/restore", testToken, body); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("restore sent again: %d %s", r.status, r.body)
+	}
+	var audits []map[string]any
+	for line := range bytes.Lines([]byte(logs.String())) {
+		var rec map[string]any
+		if json.Unmarshal(line, &rec) == nil && rec["msg"] == "admin quota restore" {
+			audits = append(audits, rec)
+		}
+	}
+	if len(audits) != 2 {
+		t.Fatalf("%d audit lines for two applied restores, want 2:\n%s", len(audits), logs.String())
+	}
+	for i, want := range []float64{0, 40} {
+		a := audits[i]
+		if a["used"] != float64(40) || a["previous_used"] != want || a["replicated"] != false || a["identity"] != "user=r1" || a["period"] == "" {
+			t.Errorf("audit line %d: %v; want used 40, previous_used %v, replicated false", i+1, a, want)
+		}
 	}
 }

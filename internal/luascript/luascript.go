@@ -20,6 +20,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
+	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -127,6 +128,12 @@ func (s *Script) Run(ctx context.Context, c Client, keys []string, args ...any) 
 // redirections, which are replies meaning the node ran nothing. If ctx is
 // already done, nothing is sent and the error wraps
 // floodgate.ErrStoreUnavailable.
+//
+// A script that ran but that a replicawait.Client's replicas did not
+// confirm fails with an error wrapping replicawait.ErrNotReplicated (and
+// floodgate.ErrIndeterminate) and, alone among failures, comes with its
+// reply: what the primary applied, for a caller that must report it
+// (an administrative write's audit line, say).
 func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, error) {
 	var val any
 	err := s.send(ctx, argv, func() error {
@@ -145,10 +152,10 @@ func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, err
 		val = cmd.Val()
 		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, replicawait.ErrNotReplicated) {
 		return nil, err
 	}
-	return val, nil
+	return val, err
 }
 
 // RunInts is RunCommand for a script whose reply is an array of
