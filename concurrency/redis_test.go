@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,4 +144,51 @@ func TestRedisCluster(t *testing.T) {
 		}
 	}
 	redistest.AuditTTL(t, c, "*")
+}
+
+// TestRedisStalledAcquire: an acquire whose context ends while Redis holds
+// it unanswered (the server stopped with SIGSTOP after the acquire was
+// sent) may have taken a lease, so it fails with ErrIndeterminate, and
+// once Redis runs again the lease is in the set. go-redis answers a plain
+// command cut off this way with the bare context error of its retry loop
+// (client of serve's configuration: default MaxRetries), which the
+// script's commands, marked NoRetry, never enter.
+func TestRedisStalledAcquire(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	s, err := NewRedisStore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := newLimiter(t, s, Policy{Name: "stalled", Limit: 3, LeaseTTL: time.Minute}, "stalled")
+	// A first acquire loads the script and leaves a connection in the
+	// pool, so the stalled acquire is written on it. Real instants, so
+	// that Redis's clock agrees with the caller's.
+	if r, err := l.AcquireAt(ctx, time.Now(), "user:{1}"); err != nil || !r.Allowed {
+		t.Fatalf("first acquire: %+v, %v", r, err)
+	}
+	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(srv.Pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = l.AcquireAt(short, time.Now(), "user:{1}")
+	cancel()
+	resume()
+	if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		t.Fatalf("acquire cut off after it was sent: %v, want ErrIndeterminate", err)
+	}
+	if n, err := direct.ZCard(ctx, l.Key("user:{1}")).Result(); err != nil || n != 2 {
+		t.Fatalf("leases after Redis resumed: %d, %v; want 2 (the cut-off acquire ran)", n, err)
+	}
 }

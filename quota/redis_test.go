@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -359,4 +360,107 @@ func anys(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// TestRedisStalledCheck: a check whose context ends while Redis holds it
+// unanswered (the server stopped with SIGSTOP after the check was sent)
+// may have been counted, so it fails with ErrIndeterminate, and once
+// Redis runs again the check shows in the usage. A check whose context
+// ends while it waits for the client's one connection (held by a blocked
+// command) was never sent: ErrStoreUnavailable, and nothing is counted.
+//
+// The client is configured as serve's (ContextTimeoutEnabled, go-redis's
+// default MaxRetries): go-redis answers a plain command cut off this way
+// with the bare context error of its retry loop, which the script's
+// commands, marked NoRetry, never enter.
+func TestRedisStalledCheck(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := srv.Client(t)
+	ctx := context.Background()
+
+	t.Run("sent, then the deadline", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		s, err := NewRedisStore(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := newQuota(t, s, monthly(10), Options{Prefix: "stalled"})
+		// A first check loads the script and leaves a connection in the
+		// pool, so the stalled check is written on it.
+		if r, err := q.CheckAt(ctx, t0, "u", 1); err != nil || r.Used != 1 {
+			t.Fatalf("first check: %+v, %v", r, err)
+		}
+		if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		resumed := false
+		resume := func() {
+			if !resumed {
+				resumed = true
+				_ = syscall.Kill(srv.Pid, syscall.SIGCONT)
+			}
+		}
+		t.Cleanup(resume)
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = q.CheckAt(short, t0, "u", 1)
+		cancel()
+		resume()
+		if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+			t.Fatalf("check cut off after it was sent: %v, want ErrIndeterminate", err)
+		}
+		if r, err := q.CheckAt(ctx, t0, "u", 0); err != nil || r.Used != 2 {
+			t.Fatalf("usage after Redis resumed: %+v, %v; want Used 2 (the cut-off check ran)", r, err)
+		}
+	})
+
+	t.Run("waiting for a pooled connection", func(t *testing.T) {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 1, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		s, err := NewRedisStore(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := newQuota(t, s, monthly(10), Options{Prefix: "poolwait"})
+		if r, err := q.CheckAt(ctx, t0, "u", 1); err != nil || r.Used != 1 {
+			t.Fatalf("first check: %+v, %v", r, err)
+		}
+		// Hold the pool's one connection with a command Redis answers only
+		// when the list below gets an element.
+		list := "fgt:quota:{stalled}:blocker:" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		blocked := make(chan error, 1)
+		go func() { blocked <- c.BLPop(ctx, 0, list).Err() }()
+		waitBlocked(t, direct, 1)
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = q.CheckAt(short, t0, "u", 1)
+		cancel()
+		if err := direct.RPush(ctx, list, "go").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-blocked; err != nil {
+			t.Fatalf("the blocking command: %v", err)
+		}
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, floodgate.ErrIndeterminate) {
+			t.Fatalf("check that never got a connection: %v, want ErrStoreUnavailable", err)
+		}
+		if r, err := q.CheckAt(ctx, t0, "u", 0); err != nil || r.Used != 1 {
+			t.Fatalf("usage after the unsent check: %+v, %v; want Used 1", r, err)
+		}
+	})
+}
+
+// waitBlocked waits until n clients of c's server are blocked in a command.
+func waitBlocked(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	for range 1000 {
+		info, err := c.Info(context.Background(), "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "blocked_clients:"+strconv.Itoa(n)+"\r\n") {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d clients blocked", n)
 }

@@ -40,11 +40,18 @@ import (
 //     command was never written to a connection. A TLS alert from the
 //     server stays indeterminate: under TLS 1.3 one refusing the client's
 //     certificate can come after the client wrote.
-//   - A context error: go-redis returns one only before the command is
-//     written (while waiting for a pooled connection, or between attempts,
-//     and it makes no second attempt at a Script's commands). Once the
-//     command is written, the wait for its reply is bounded by a socket
-//     deadline taken from the context, which fails as a network timeout.
+//   - A context error, for a Script's commands: go-redis returns one while
+//     waiting for a pooled connection or dialing, before anything is
+//     written. The wait for a written command's reply is bounded by a
+//     socket deadline (the context's with ContextTimeoutEnabled, else
+//     ReadTimeout), which fails as a network timeout. go-redis v9.23 does
+//     answer a plain command cut off that way with a bare context error,
+//     but that error comes from its retry loop (the pause before a second
+//     attempt, whose context has ended), and a Script's commands are
+//     marked NoRetry: go-redis makes a second attempt at one only where
+//     the first ran nothing (a connection closed before the write, a
+//     Cluster redirection). A client that resends a written command
+//     breaks this (see TestRedisStalledCheck in quota).
 //   - Anything else (a read or write timeout, EOF, a reset connection) may
 //     have come after Redis received the command: indeterminate.
 func Classify(err error) error {
