@@ -108,4 +108,4 @@ func TestClusterDownFixNamesFullCoverage(t *testing.T) {
 }
 
 // docACL is the ACL rule list docs/operations.md gives doctor's user.
-const docACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking"
+const docACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking +command"

@@ -47,8 +47,9 @@ func classify(ctx context.Context, err error) errClass {
 }
 
 // doctorACL is the ACL rule list that lets doctor make every read it
-// makes (docs/operations.md gives the same line).
-const doctorACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking"
+// makes (docs/operations.md gives the same line; TestDoctorACLMatchesDocs
+// compares them).
+const doctorACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking +command"
 
 // grantFix is the fix of reads the ACL user may not send: reads names
 // them, acl is the rules that grant them.

@@ -87,6 +87,21 @@ func aclRefusals(t *testing.T, admins []*redis.Client) []string {
 	return out
 }
 
+// checkDoctorPermitted fails t when doctor's report out says Redis
+// refused a read (NOPERM): the documented doctor user lacked a
+// permission. On a Cluster without +command, go-redis's COMMAND was
+// refused before every command, and the persistence, latency and
+// host-offset checks warned with it.
+func checkDoctorPermitted(t *testing.T, out string) {
+	t.Helper()
+	if strings.Contains(out, "NOPERM") || strings.Contains(out, "Redis reads failed") {
+		t.Errorf("doctor, as the documented user, met a refused read:\n%s", out)
+	}
+	if !strings.Contains(out, "[PASS] host-offset") {
+		t.Errorf("doctor's host-offset check did not pass:\n%s", out)
+	}
+}
+
 // bearerPost sends body to url with the admin token and returns the
 // status and body.
 func bearerPost(t *testing.T, url, body string) (int, string) {
@@ -105,18 +120,22 @@ func bearerPost(t *testing.T, url, body string) (int, string) {
 	return resp.StatusCode, string(raw)
 }
 
-// TestServeACLUser runs serve as the ACL user docs/operations.md
-// documents, read from the page, on a standalone Redis and on a Cluster
-// (with the grants the page adds for it): every policy of the example
+// TestServeACLUser runs serve, then doctor, as the ACL users
+// docs/operations.md documents, read from the page, on a standalone Redis
+// and on a Cluster (with the grants the page adds to serve's for it):
+// every policy of the example
 // configuration decides (each algorithm's script), a quota, a lease, the
 // admin endpoints (tiers, reset, quota restore, login unlock of a real
 // lockout, outside --prefix) and /readyz answer, a configuration pushed is
 // announced on the channel the user may subscribe to, and Redis refused
 // nothing (ACL LOG empty, which also covers the heartbeats, the clock
-// sync and the readiness probe). An outside walk found the page had no
+// sync and the readiness probe, and doctor's reads of serve's keys), and
+// doctor's report names no refused read. An outside walk found the page had no
 // such list: a user without the login guard's keys got NOPERM on unlock,
 // one without @dangerous (ROLE) left /readyz at 503, one without channels
-// never heard of a push.
+// never heard of a push. A later walk (fixacl) found doctor's user
+// without COMMAND, which go-redis's Cluster client asks for before every
+// command until it gets it: NOPERM in three of doctor's checks.
 func TestServeACLUser(t *testing.T) {
 	rules := docACL(t, "floodgate")
 	t.Run("standalone", func(t *testing.T) {
@@ -135,6 +154,7 @@ func TestServeACLUser(t *testing.T) {
 
 func testServeACLUser(t *testing.T, admins []*redis.Client, admin redis.UniversalClient, url string, rules []string) {
 	setACLUser(t, admins, "floodgate", rules)
+	setACLUser(t, admins, "doctor", docACL(t, "doctor"))
 	dir := t.TempDir()
 	pw, secretFile := filepath.Join(dir, "pw"), filepath.Join(dir, "login-secret")
 	secret := "0123456789abcdef0123456789abcdef-acl"
@@ -245,8 +265,11 @@ func testServeACLUser(t *testing.T, admins []*redis.Client, admin redis.Universa
 	if code, body := readyz(t, svc.url); code != 200 {
 		t.Errorf("readyz: %d %s", code, body)
 	}
+	_, out := runCLI(t, "doctor", "--redis", strings.Replace(url, "floodgate@", "doctor@", 1), "--redis-password-file", pw,
+		"--prefix", "fg", "--instance", svc.url, "--color", "never")
+	checkDoctorPermitted(t, out)
 	if refused := aclRefusals(t, admins); len(refused) > 0 {
-		t.Errorf("Redis refused the documented user:\n%s", strings.Join(refused, "\n"))
+		t.Errorf("Redis refused the documented users:\n%s", strings.Join(refused, "\n"))
 	}
 	if logs := svc.Logs(); strings.Contains(logs, "NOPERM") || strings.Contains(logs, `"level":"WARN"`) {
 		t.Errorf("serve warned or met NOPERM:\n%s", logs)

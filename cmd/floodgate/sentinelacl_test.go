@@ -22,9 +22,10 @@ var doctorSentinelGrants = []string{"+sentinel|master", "+sentinel|replicas", "+
 // documents, read from the page: floodgate on the primary and the
 // replica, named with --redis-username, and floodgate-sentinel on the
 // sentinels. A decision is made, /readyz is 200 before and after a
-// SENTINEL FAILOVER, doctor's sentinel check passes with the page's
-// grants added, and no server or sentinel logged a refusal, nor serve a
-// NOPERM. An outside walk (sentineltls) found no way to name the
+// SENTINEL FAILOVER, doctor, as the page's doctor user on the primary
+// and the replica, passes its sentinel check with the page's grants added
+// to the sentinels' user and meets no refused read, and no server or
+// sentinel logged a refusal, nor serve a NOPERM. An outside walk (sentineltls) found no way to name the
 // primary's ACL user without a URL (serve authenticated as default:
 // WRONGPASS), and no list of the sentinel user's permissions.
 func TestServeSentinelACLUser(t *testing.T) {
@@ -35,7 +36,7 @@ func TestServeSentinelACLUser(t *testing.T) {
 		sentinels = append(sentinels, n.Client(t))
 	}
 	setACLUser(t, data, "floodgate", docACL(t, "floodgate"))
-	setACLUser(t, data, "doctor", []string{"on", ">" + aclPassword, "~*", "&*", "+@all"})
+	setACLUser(t, data, "doctor", docACL(t, "doctor"))
 	setACLUser(t, sentinels, "floodgate-sentinel", docACL(t, "floodgate-sentinel"))
 	setACLUser(t, sentinels, "doctor-sentinel", docACL(t, "floodgate-sentinel"), doctorSentinelGrants...)
 
@@ -74,10 +75,12 @@ func TestServeSentinelACLUser(t *testing.T) {
 		t.Errorf("the primary has no connection of user floodgate (--redis-username):\n%s", list)
 	}
 
-	code, out := runCLI(t, append([]string{"doctor", "--redis-username", "doctor", "--redis-sentinel-username", "doctor-sentinel", "--prefix", "fg"}, sentinelFlags...)...)
+	code, out := runCLI(t, append([]string{"doctor", "--redis-username", "doctor", "--redis-sentinel-username", "doctor-sentinel", "--prefix", "fg",
+		"--instance", svc.url, "--color", "never"}, sentinelFlags...)...)
 	if !strings.Contains(out, "[PASS] sentinel") {
 		t.Errorf("doctor (exit %d) did not pass its sentinel check:\n%s", code, out)
 	}
+	checkDoctorPermitted(t, out)
 	if refused := aclRefusals(t, append(data, sentinels...)); len(refused) > 0 {
 		t.Errorf("Redis or a sentinel refused the documented users:\n%s", strings.Join(refused, "\n"))
 	}
