@@ -336,7 +336,12 @@ func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) *Rule {
 	return n.rule
 }
 
-// applyReplaces drops the named rules that another matched rule replaces.
+// applyReplaces drops the named rules that another matched rule
+// replaces: each is then answered as one that matched nothing (OK, no
+// current_limit, 0 remaining). An unlimited rule is never dropped, as
+// envoyproxy/ratelimit sets its unlimited descriptors aside before it
+// drops the replaced ones: it stays OK with the maximum remaining. An
+// unlimited rule's own replaces apply.
 func applyReplaces(p *plan) {
 	var replaced map[string]bool
 	for _, dp := range p.descs {
@@ -355,7 +360,7 @@ func applyReplaces(p *plan) {
 	}
 	for i := range p.descs {
 		dp := &p.descs[i]
-		if dp.rule != nil && dp.rule.Name != "" && replaced[dp.rule.Name] {
+		if dp.rule != nil && !dp.unlimited && dp.rule.Name != "" && replaced[dp.rule.Name] {
 			p.descs[i] = descPlan{layer: -1}
 		}
 	}

@@ -252,6 +252,42 @@ descriptors:
 	wantStatus(t, "default", r.call(t, request("r", desc("user=erin"))).GetStatuses()[0], ok, 0, 1)
 }
 
+// TestReplacedUnlimited: a rule that replaces an unlimited one leaves it
+// unlimited, as envoyproxy/ratelimit does (its unlimited descriptors are
+// set aside before the replaced ones are dropped): OK with limit_remaining
+// 4294967295, where it was answered OK with 0 (a differential walk). A
+// replaced limited or shadow rule is answered OK with no current_limit and
+// 0 remaining, as theirs, in both modes.
+func TestReplacedUnlimited(t *testing.T) {
+	const yaml = `
+domain: u
+descriptors:
+  - key: free
+    rate_limit: {name: u1, unlimited: true}
+  - key: watched
+    rate_limit: {name: s1, unit: minute, requests_per_unit: 1}
+    shadow_mode: true
+  - key: lim
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: u1}, {name: s1}]
+`
+	for _, each := range []bool{false, true} {
+		r := newMemRig(t, yaml, Options{CountEachDescriptor: each})
+		for i, rem := range []uint32{4, 3} {
+			what := fmt.Sprintf("count each %v, request %d", each, i)
+			resp := r.call(t, request("u", desc("free=x"), desc("watched=x"), desc("lim=x")))
+			if resp.GetOverallCode() != ok {
+				t.Fatalf("%s: overall %v", what, resp.GetOverallCode())
+			}
+			wantStatus(t, what+": replaced unlimited", resp.GetStatuses()[0], ok, math.MaxUint32, 0)
+			wantStatus(t, what+": replaced shadow", resp.GetStatuses()[1], ok, 0, 0)
+			wantStatus(t, what+": replacing", resp.GetStatuses()[2], ok, rem, 5)
+		}
+	}
+}
+
 func TestLimitOverride(t *testing.T) {
 	override := func() *ratelimitv3.RateLimitDescriptor {
 		d := desc("user=frank")
