@@ -74,12 +74,15 @@ const (
 	RejectHitsAddend Rejection = "hits_addend"
 	// RejectLimitOverride: a limit override that cannot be applied.
 	RejectLimitOverride Rejection = "limit_override"
+	// RejectMessageSize: a message over the gRPC server's receive limit
+	// (RESOURCE_EXHAUSTED, answered by gRPC; see Service.Register).
+	RejectMessageSize Rejection = "message_size"
 )
 
 // Rejections returns every Rejection, for metrics that start each series
 // at 0.
 func Rejections() []Rejection {
-	return []Rejection{RejectNoConfig, RejectDomain, RejectDescriptors, RejectDescriptor, RejectHitsAddend, RejectLimitOverride}
+	return []Rejection{RejectNoConfig, RejectDomain, RejectDescriptors, RejectDescriptor, RejectHitsAddend, RejectLimitOverride, RejectMessageSize}
 }
 
 // requestError is an invalid request: why, and what it says. It wraps

@@ -102,11 +102,13 @@ type Options struct {
 	OnError func(ctx context.Context, err error)
 	// OnRejected, when set, is called once for every request refused
 	// before any decision, with why: INVALID_ARGUMENT (see
-	// ErrInvalidRequest), or UNAVAILABLE with no configuration loaded
-	// (floodgate serve counts it in floodgate_grpc_rejected_total). A
-	// message that is not a RateLimitRequest at all is refused by gRPC
-	// before the service sees it. It runs on the request's goroutine:
-	// keep it fast.
+	// ErrInvalidRequest), UNAVAILABLE with no configuration loaded, or
+	// RESOURCE_EXHAUSTED for a message over the gRPC server's receive
+	// limit (RejectMessageSize; see Register) (floodgate serve counts it
+	// in floodgate_grpc_rejected_total). A message that is not a
+	// RateLimitRequest at all is refused by gRPC before the service sees
+	// it, and not counted. It runs on the request's goroutine: keep it
+	// fast.
 	OnRejected func(Rejection)
 }
 
@@ -201,10 +203,42 @@ func validHeaderName(name string) error {
 	return nil
 }
 
-// Register registers the service on s (a *grpc.Server) under
-// envoy.service.ratelimit.v3.RateLimitService.
+// Register registers the service on r (a *grpc.Server) under
+// envoy.service.ratelimit.v3.RateLimitService. A call whose message the
+// server refuses for its size (over its grpc.MaxRecvMsgSize, 4 MiB by
+// default) is answered RESOURCE_EXHAUSTED by gRPC, as before, and now
+// counted by Options.OnRejected as RejectMessageSize.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
-	rlspb.RegisterRateLimitServiceServer(r, s)
+	desc := rlspb.RateLimitService_ServiceDesc // a copy: the package's stays as it is
+	desc.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: s.handle}}
+	r.RegisterService(&desc, s)
+}
+
+// handle is the gRPC method handler of ShouldRateLimit: the generated
+// one's work, and a refusal of the request's message seen. gRPC checks a
+// message's size when the handler asks for it (dec), before any codec
+// or interceptor, and answers an oversized one RESOURCE_EXHAUSTED itself
+// (its only refusal with that code): counted here, as the service's own
+// refusals are, it would otherwise be counted nowhere.
+func (s *Service) handle(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	req := new(rlspb.RateLimitRequest)
+	if err := dec(req); err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			s.rejected(RejectMessageSize)
+		}
+		return nil, err
+	}
+	if interceptor == nil {
+		return s.ShouldRateLimit(ctx, req)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlspb.RateLimitService_ShouldRateLimit_FullMethodName}
+	return interceptor(ctx, req, info, func(ctx context.Context, r any) (any, error) {
+		req, ok := r.(*rlspb.RateLimitRequest)
+		if !ok {
+			return nil, status.Errorf(codes.Internal, "envoyrls: an interceptor passed a %T, not a RateLimitRequest", r)
+		}
+		return s.ShouldRateLimit(ctx, req)
+	})
 }
 
 // ShouldRateLimit implements RateLimitService.ShouldRateLimit. Every

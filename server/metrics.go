@@ -53,7 +53,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		}, []string{"problem"}),
 		grpcRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_grpc_rejected_total",
-			Help: "gRPC ShouldRateLimit calls refused before any decision, by reason: no_config, domain, descriptors, descriptor, hits_addend or limit_override.",
+			Help: "gRPC ShouldRateLimit calls refused before any decision, by reason: no_config, domain, descriptors, descriptor, hits_addend, limit_override or message_size.",
 		}, []string{"reason"}),
 		tierErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_tier_lookup_errors_total",

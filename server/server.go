@@ -590,9 +590,16 @@ func (s *Server) CountDegraded(o fallback.Outcome) {
 // that was refused before any decision, in floodgate_grpc_rejected_total
 // under reason (floodgate serve passes it to its gRPC service as
 // envoyrls.Options.OnRejected), as floodgate_http_rejected_total counts
-// the HTTP API's.
+// the HTTP API's. A message over the gRPC server's size limit
+// (envoyrls.RejectMessageSize) is logged too, at most once per WarnEvery:
+// Envoy lets such a request through unless failure_mode_deny is set, and
+// its other descriptors (the per-IP one too) are not charged.
 func (s *Server) CountGRPCRejected(reason envoyrls.Rejection) {
 	s.metrics.grpcRejected.WithLabelValues(string(reason)).Inc()
+	if reason == envoyrls.RejectMessageSize {
+		s.warn.Warn("grpc-message-size", "gRPC rate limit call refused: its message is over the gRPC server's size limit (RESOURCE_EXHAUSTED); Envoy lets the request through, none of its descriptors charged, unless its failure_mode_deny is set",
+			"reason", string(reason))
+	}
 }
 
 // DecisionFailed classifies a failed decision of another API served

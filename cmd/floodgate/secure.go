@@ -185,10 +185,14 @@ func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit) (net.L
 
 // gRPC server limits: concurrent streams per connection, the size of one
 // request, and keepalive (idle connections closed, clients pinging more
-// often than every 10s cut off).
+// often than every 10s cut off). A request's size limit is gRPC's default,
+// 4 MiB, which envoyproxy/ratelimit and envoy-compat keep: with 1 MiB, a
+// request of 1.1 MiB (a long header value in a descriptor) was refused
+// here and decided there, and Envoy lets a refused request through
+// unlimited unless its failure_mode_deny is set (a differential walk).
 const (
 	grpcMaxStreams  = 256
-	grpcMaxRecvSize = 1 << 20
+	grpcMaxRecvSize = 4 << 20
 	grpcMaxWorkers  = 1 << 14
 )
 

@@ -91,7 +91,7 @@ func run() error {
 	// and static flow-control windows).
 	gs := grpc.NewServer(append(rlswire.ServerOptions(),
 		grpc.MaxConcurrentStreams(256),
-		grpc.MaxRecvMsgSize(1<<20),
+		grpc.MaxRecvMsgSize(4<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 		grpc.NumStreamWorkers(256),
