@@ -89,7 +89,8 @@ const (
 	// ErrBudgetSpent) or the caller's deadline had passed.
 	ReasonTimeout
 	// ReasonUnavailable: the primary failed before applying anything
-	// (floodgate.ErrStoreUnavailable): refused connection, no route...
+	// (floodgate.ErrStoreUnavailable): refused connection, no route, an
+	// error reply such as OOM or READONLY...
 	ReasonUnavailable
 	// ReasonIndeterminate: the primary failed after the decision may have
 	// been applied (floodgate.ErrIndeterminate). It is never retried
@@ -101,12 +102,21 @@ const (
 	// ReasonError: any other store error (for example
 	// floodgate.ErrBadReply).
 	ReasonError
+	// ReasonForeignValue: a key the decision needs holds a value
+	// floodgate did not write (floodgate.ErrForeignValue: a stray SET, a
+	// key of another type, a state written by a build of another format
+	// after a rollback or beside older instances). The primary is
+	// healthy and the breaker stays closed, but that identity is decided
+	// by the failure mode until the key expires, if it ever does: delete
+	// it, or find the instance writing another format. Outcome.Err (and
+	// OnFallback's error) names the decision's keys.
+	ReasonForeignValue
 )
 
 // Reasons returns every reason but ReasonNone, for example to create all
 // metric series up front.
 func Reasons() []Reason {
-	return []Reason{ReasonTimeout, ReasonUnavailable, ReasonIndeterminate, ReasonBreakerOpen, ReasonError}
+	return []Reason{ReasonTimeout, ReasonUnavailable, ReasonIndeterminate, ReasonBreakerOpen, ReasonError, ReasonForeignValue}
 }
 
 // String returns the reason's snake_case name, as used in the reason label
@@ -125,6 +135,8 @@ func (r Reason) String() string {
 		return "breaker_open"
 	case ReasonError:
 		return "error"
+	case ReasonForeignValue:
+		return "foreign_value"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

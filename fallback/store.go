@@ -440,8 +440,10 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		// One identity's key holds something floodgate did not write: the
 		// primary answered, and counting it would let that one key open
 		// the breaker for every identity. Decided locally all the same.
+		// The error names the decision's keys (Redis's WRONGTYPE names
+		// none), for the operator who must delete the one at fault.
 		br.release(t, verdictNeutral)
-		return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
+		return s.degrade(ctx, o, br, now, layers, out, ReasonForeignValue, fmt.Errorf("keys %q: %w", layerKeys(layers), err))
 	}
 	var fk *floodgate.FailedKeyError
 	if s.breakers.partition != nil && errors.As(err, &fk) {
@@ -563,6 +565,15 @@ func (s *Store) call(ctx context.Context, key string, read func(ctx context.Cont
 	return err
 }
 
+// layerKeys returns the keys of layers.
+func layerKeys(layers []floodgate.Layer) []string {
+	keys := make([]string, len(layers))
+	for i := range layers {
+		keys[i] = layers[i].Key
+	}
+	return keys
+}
+
 // timedOut reports a failed call that ran out of time: its context's
 // deadline passed, or err says so.
 func timedOut(ctx context.Context, err error) bool {
@@ -591,9 +602,14 @@ func isCallerError(err error) bool {
 }
 
 // classify returns the fallback reason for a primary error. Indeterminate
-// comes first: a timeout after the script was sent is indeterminate.
+// comes first: a timeout after the script was sent is indeterminate. A
+// foreign value comes before unavailable, which it also wraps: it is one
+// key, not the store, and an operator looking at Redis's health would not
+// find it.
 func classify(err error) Reason {
 	switch {
+	case errors.Is(err, floodgate.ErrForeignValue):
+		return ReasonForeignValue
 	case errors.Is(err, floodgate.ErrIndeterminate):
 		return ReasonIndeterminate
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):

@@ -41,7 +41,7 @@ func (s *Server) decide(ctx context.Context, fo *fallback.Outcome, cfg *config.C
 	o = outcome{check: c, tier: s.tierOf(ctx, cfg, c)}
 	defer func() {
 		if err == nil && o.degraded.Degraded {
-			s.metrics.countDegraded(o.degraded)
+			s.countDegraded(o.degraded)
 		}
 	}()
 	specs, err := cfg.Specs(c.policy, o.tier, c.identity, c.peek)
@@ -196,9 +196,10 @@ type CheckResponse struct {
 	Layers []LayerResult `json:"layers"`
 	// Degraded reports a decision taken by the policy's failure mode
 	// because Redis could not decide (down, slow, or its circuit breaker
-	// open); FailureMode (local, open or closed) and DegradedReason
-	// (timeout, unavailable, indeterminate, breaker_open or error) say
-	// how and why. Absent when Redis decided. The X-Floodgate-Degraded
+	// open, or one key holding a value floodgate did not write);
+	// FailureMode (local, open or closed) and DegradedReason (timeout,
+	// unavailable, indeterminate, breaker_open, error or foreign_value)
+	// say how and why. Absent when Redis decided. The X-Floodgate-Degraded
 	// header carries the same, e.g. "local; reason=breaker_open".
 	Degraded       bool   `json:"degraded,omitempty"`
 	FailureMode    string `json:"failure_mode,omitempty"`

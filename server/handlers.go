@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -258,6 +259,14 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		reason = reasonTimeout
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
 			detail: "the " + op.name + " did not finish in time"}
+	case errors.Is(err, floodgate.ErrForeignValue):
+		// One key is unusable, not the store: saying "unavailable" sent
+		// an operator to Redis's health, where nothing was wrong (the
+		// mixed walk). The detail names the key as the client knows it;
+		// the log names it in full.
+		reason = reasonForeignValue
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
+			detail: "a Redis key this identity's " + op.name + " needs holds a value floodgate did not write (left by another program, or by an instance writing another state format), so nothing was applied or counted; it fails the same way until an operator deletes that key (the service log names it)"}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
 		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"
@@ -274,11 +283,30 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity)"
 	}
 	s.metrics.errors.WithLabelValues(reason).Inc()
+	if reason == reasonForeignValue {
+		s.warnForeignValue(ctx, slog.LevelError, op.name, err)
+		return p
+	}
 	// Logged at most once per WarnEvery for each reason: in a store
 	// outage every request fails.
 	s.warn.Error(ctx, "decision failed: "+reason, "decision failed", "reason", reason, "operation", op.name, "error", err)
 	return p
 }
+
+// warnForeignValue logs, at most once per WarnEvery, that op met a Redis
+// key holding a value floodgate did not write (err, which names the key,
+// clipped): nothing else names it above debug level, and one without a
+// TTL never expires, so its identity stays failed or decided by the
+// fallback for good. level is warn for a decision the fallback took,
+// error for an operation that failed.
+func (s *Server) warnForeignValue(ctx context.Context, level slog.Level, op string, err error) {
+	s.warn.Log(ctx, level, "foreign-value", "a Redis key holds a value floodgate did not write: delete it, or find the instance writing another state format (a build of another version, a rollback; docs/operations.md, state formats)",
+		"reason", reasonForeignValue, "operation", op, "error", clip.Text(err.Error(), maxForeignLog))
+}
+
+// maxForeignLog bounds the error quoted by warnForeignValue: it names the
+// decision's keys first, then Redis's message.
+const maxForeignLog = 1000
 
 // routeOf returns the path of the endpoint serving r, for metrics labels:
 // the path of the pattern it was routed by, a string of the server's own.

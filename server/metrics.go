@@ -35,6 +35,9 @@ const (
 	reasonIndeterminate    = "indeterminate"
 	reasonTimeout          = "timeout"
 	reasonInternal         = "internal"
+	// reasonForeignValue: a Redis key the operation needs holds a value
+	// floodgate did not write (floodgate.ErrForeignValue); Redis is fine.
+	reasonForeignValue = "foreign_value"
 )
 
 func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
@@ -45,7 +48,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 		}, []string{"policy", "layer"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decision_errors_total",
-			Help: "Decisions that failed, by reason: store_unavailable, indeterminate, timeout or internal.",
+			Help: "Decisions that failed, by reason: store_unavailable, indeterminate, timeout, foreign_value or internal.",
 		}, []string{"reason"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_http_rejected_total",
@@ -85,7 +88,7 @@ func newServerMetrics(reg prometheus.Registerer) (*serverMetrics, error) {
 	}
 	// Every reason's series exists from the start, at 0, so that a rate
 	// (RateLimitDecisionErrors) sees the first failures as an increase.
-	for _, reason := range []string{reasonStoreUnavailable, reasonIndeterminate, reasonTimeout, reasonInternal} {
+	for _, reason := range []string{reasonStoreUnavailable, reasonIndeterminate, reasonTimeout, reasonInternal, reasonForeignValue} {
 		m.errors.WithLabelValues(reason)
 	}
 	for _, reason := range envoyrls.Rejections() {

@@ -582,7 +582,19 @@ func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
 // not degraded, and does not allocate.
 func (s *Server) CountDegraded(o fallback.Outcome) {
 	if o.Degraded {
-		s.metrics.countDegraded(o)
+		s.countDegraded(o)
+	}
+}
+
+// countDegraded counts o, a degraded answer, and logs one whose reason is
+// a Redis key holding a value floodgate did not write (at most once per
+// WarnEvery, naming the key): the fallback's own log of it is at debug
+// level, and such a key without a TTL keeps its identity on the fallback
+// for good.
+func (s *Server) countDegraded(o fallback.Outcome) {
+	s.metrics.countDegraded(o)
+	if o.Reason == fallback.ReasonForeignValue && o.Err != nil {
+		s.warnForeignValue(context.Background(), slog.LevelWarn, opCheck.name, o.Err)
 	}
 }
 

@@ -92,7 +92,9 @@ func (s *Script) Source() string { return s.src }
 // when keys is empty (nothing is sent); floodgate.ErrStoreUnavailable when
 // the script certainly wrote nothing; floodgate.ErrIndeterminate when it
 // may have run; floodgate.ErrBadReply for the script's own refusals (see
-// Options.Refusal).
+// Options.Refusal). An error wrapping floodgate.ErrForeignValue starts
+// with the keys ("keys [...]: "), since Redis's WRONGTYPE does not say
+// which key it met: the operator who must delete it learns from the log.
 func (s *Script) Run(ctx context.Context, c Client, keys []string, args ...any) (any, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: luascript: a script call needs at least one key to be routed by", floodgate.ErrInvalidKey)
@@ -105,7 +107,11 @@ func (s *Script) Run(ctx context.Context, c Client, keys []string, args ...any) 
 		argv = append(argv, &keys[i])
 	}
 	argv = append(argv, args...)
-	return s.RunCommand(ctx, c, argv)
+	v, err := s.RunCommand(ctx, c, argv)
+	if err != nil && errors.Is(err, floodgate.ErrForeignValue) {
+		err = fmt.Errorf("keys %q: %w", keys, err)
+	}
+	return v, err
 }
 
 // RunCommand is Run for a caller that builds, and may reuse, the whole
