@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
@@ -14,7 +15,8 @@ import (
 // context's error as "store unavailable" (nothing was sent). A walk's 18
 // gRPC calls with a 3 ms deadline on a stalled Redis counted as Redis
 // being down. A store failure with the caller still waiting keeps its
-// class.
+// class (a deadline of the service's own is a timeout too:
+// TestOwnDeadlineBeforeTheCallIsATimeout).
 func TestCallerDeadlineCountsAsTimeout(t *testing.T) {
 	e := start(t, errorsYAML, memStore(t), nil)
 	errorsOf := func(reason string) float64 {
@@ -47,7 +49,7 @@ func TestCallerDeadlineCountsAsTimeout(t *testing.T) {
 	if got := errorsOf("store_unavailable"); got != 0 {
 		t.Errorf("store_unavailable errors after a call the caller left: %v, want 0", got)
 	}
-	e.srv.DecisionFailed(context.Background(), fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, context.DeadlineExceeded))
+	e.srv.DecisionFailed(context.Background(), fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, syscall.ECONNREFUSED))
 	if got := errorsOf("store_unavailable"); got != 1 {
 		t.Errorf("store_unavailable errors after a store failure with the caller waiting: %v, want 1", got)
 	}

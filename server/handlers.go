@@ -267,6 +267,16 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		reason = reasonForeignValue
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
 			detail: "a Redis key this identity's " + op.name + " needs holds a value floodgate did not write (left by another program, or by an instance writing another state format), so nothing was applied or counted; it fails the same way until an operator deletes that key (the service log names it)"}
+	case errors.Is(err, floodgate.ErrStoreUnavailable) && errors.Is(err, context.DeadlineExceeded):
+		// A deadline ended before the call was sent (a store error after
+		// it was sent is indeterminate, above): the decision's own
+		// (--decision-timeout), which the caller's ctx above does not
+		// see. Counted as store_unavailable, a slow decision looked like
+		// Redis being down (the diff2 walk: 1 MiB Envoy requests
+		// under load, in memory mode).
+		reason = reasonTimeout
+		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
+			detail: "the " + op.name + " did not finish in time"}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
 		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
@@ -112,10 +115,14 @@ func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
 // (which counts nothing) is answered 503 store-unavailable saying it could
 // not be read, not that it "was not applied, so nothing was counted" (a
 // walk's finding: a status never counts); a quota check still says
-// nothing was counted.
+// nothing was counted. The client dials once per attempt, as serve's
+// (config.DialAttempts), so that a Redis that is down is refused within
+// the decision's deadline: go-redis's default five dials with pauses ran
+// past it, which is a decision out of time (store-timeout).
 func TestDownStoreReadSaysNothingWasRead(t *testing.T) {
 	rs := redistest.Start(t)
-	client := rs.Client(t)
+	client := redis.NewClient(&redis.Options{Addr: rs.Addr, ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts})
+	t.Cleanup(func() { _ = client.Close() })
 	st, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
