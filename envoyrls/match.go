@@ -54,8 +54,18 @@ func getPlan(n int) *plan {
 	return p
 }
 
-// release hands p back for reuse; p must not be used afterwards.
+// maxPooledDescs is the most descriptors a plan handed back for reuse
+// may have room for: a request may carry thousands (only its distinct
+// limited counters are bounded, by floodgate.MaxLayers), and a pooled
+// plan would keep that room for requests of a few.
+const maxPooledDescs = 64
+
+// release hands p back for reuse, unless it grew past what requests
+// usually need; p must not be used afterwards.
 func (p *plan) release() {
+	if cap(p.descs) > maxPooledDescs {
+		return
+	}
 	clear(p.descs)
 	clear(p.layers[:cap(p.layers)])
 	clear(p.specs[:cap(p.specs)])
