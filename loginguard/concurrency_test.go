@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestConcurrentFailuresCountedExactly: 200 failures for one account at
@@ -115,6 +117,114 @@ func TestConcurrentChecksCannotAllPass(t *testing.T) {
 				if st.Account.Pending != 5 || st.IP.Pending != 5 || st.Pair.Pending != 5 {
 					t.Fatalf("pending %+v", st)
 				}
+			}
+		})
+	}
+}
+
+// TestConcurrentGuessesBoundedByLock: 200 clients guess at once, each
+// doing Check, a 5 ms password check and Failure, again after every
+// delay, until it meets a lock. No dimension may let more password checks
+// through than its Lock threshold: the attempts in progress count towards
+// the lock as towards the other rungs, so once failures plus attempts in
+// progress reach Lock, Check waits for them to be settled instead of
+// letting another through. Before, a Lock-only ladder let all 200 past a
+// pair lock of 10 (it only compared failures already recorded), and the
+// default ladders with 1 ms delays some 20 past the pair's 10 and 106-121
+// of a spray from one address past the IP's 100.
+func TestConcurrentGuessesBoundedByLock(t *testing.T) {
+	const n = 200
+	srv := redistest.Start(t)
+	cl := redistest.StartCluster(t)
+	mks := map[string]func(t *testing.T, prefix string) Backend{
+		"memory": func(t *testing.T, prefix string) Backend {
+			m, err := NewMemory(MemoryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		},
+		"redis": func(t *testing.T, prefix string) Backend {
+			b, err := NewRedis(srv.Client(t), prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		"cluster": func(t *testing.T, prefix string) Backend {
+			b, err := NewRedis(cl.Client(t), prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+	}
+	lockOnly := Options{Account: Ladder{Lock: 20}, IP: Ladder{Lock: 100}, Pair: Ladder{Lock: 10}}
+	fast := Options{BaseDelay: time.Millisecond, MaxDelay: time.Millisecond} // default ladders
+	cases := []struct {
+		name  string
+		opts  Options
+		spray bool // one account per client, all from one address
+		dim   Dimension
+		lock  int64
+	}{
+		{"lock-only ladders", lockOnly, false, DimPair, 10},
+		{"1ms delays", fast, false, DimPair, 10},
+		{"1ms delays spray", fast, true, DimIP, 100},
+	}
+	ip := addr("198.51.100.77")
+	for name, mk := range mks {
+		t.Run(name, func(t *testing.T) {
+			for i, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					g := newGuard(t, mk(t, fmt.Sprintf("lgbound%d", i)), c.opts)
+					ctx := context.Background()
+					deadline := time.Now().Add(20 * time.Second)
+					var checked atomic.Int64
+					var wg sync.WaitGroup
+					for k := range n {
+						account := "target"
+						if c.spray {
+							account = fmt.Sprintf("user%d", k)
+						}
+						wg.Go(func() {
+							for time.Now().Before(deadline) {
+								v, err := g.Check(ctx, account, ip)
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								switch v.Action {
+								case Locked:
+									return
+								case Delay:
+									time.Sleep(2 * time.Millisecond)
+									continue
+								}
+								checked.Add(1) // Allow, or a CAPTCHA solved
+								time.Sleep(5 * time.Millisecond)
+								if _, err := g.Failure(ctx, account, ip); err != nil {
+									t.Error(err)
+									return
+								}
+							}
+							t.Error("no lock met before the deadline")
+						})
+					}
+					wg.Wait()
+					got := checked.Load()
+					if got > c.lock {
+						t.Fatalf("%d password checks let through, %v lock at %d", got, c.dim, c.lock)
+					}
+					st, err := g.Status(ctx, "target", ip)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ds := []DimensionStatus{st.Account, st.IP, st.Pair}[c.dim-1]
+					if ds.LockedUntil.IsZero() || ds.Failures != got || ds.Pending != 0 {
+						t.Fatalf("%v after %d password checks: %+v, want locked with every check a failure", c.dim, got, ds)
+					}
+				})
 			}
 		})
 	}

@@ -17,6 +17,10 @@
 // is required, after Delay failures each attempt must also wait a growing
 // delay after the previous one, and the failure that reaches Lock locks
 // the dimension for Lockout. Every key has a TTL; a lock always ends.
+// Attempts in progress (let through by Check, password not yet verified)
+// count with the failures on every rung, and while they could bring the
+// failures to Lock no other attempt proceeds: it is told to wait (Delay)
+// until they are settled or expire.
 //
 // An attacker cannot turn the account dimension into a denial of service
 // against the owner: by default, while an account is locked (or delayed),
@@ -35,7 +39,22 @@
 // same step and writes each state with its TTL, with the caller's clock
 // passed in ARGV. Check counts an attempt it lets through before the
 // password is verified, so parallel guesses cannot all slip past a check
-// made before the first failure was recorded.
+// made before the first failure was recorded: however many arrive at
+// once, a dimension with a Lock threshold lets at most Lock attempts
+// proceed (password checks, and CAPTCHAs found wrong) before it locks,
+// as its failures and attempts in progress together never pass Lock
+// until then; after a lock that ended while its failures are still
+// counted, one proceeds at a time. What bounds this: an attempt counts
+// as in progress until Failure, Success or Abandon settles it, or at the
+// latest Options.AttemptTimeout after the dimension's last attempt, so a
+// password check that outlasts the timeout (or a settle that is lost)
+// makes room for another; Success forgets the account's and the pair's
+// failures, so their count starts again (not the IP's); by default an
+// account's delay or lock (its wait for attempts in progress included)
+// is only a CAPTCHA for a pair with a clean record (see above), so
+// against many addresses the account's bound holds only with
+// StrictAccountLock; and NewMemory counts within one process, NewRedis
+// across every instance sharing the Redis.
 //
 // On Redis the guard's memory is Redis's: a Redis restarted without
 // persistence (or with only periodic snapshots, from the last one) has

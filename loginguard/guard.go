@@ -66,8 +66,10 @@ type Backend interface {
 // Check counts an attempt it lets through as in progress in every
 // dimension before the password is checked (increment first, then
 // compare: a burst of parallel guesses cannot all pass a check made
-// before any failure is recorded); Failure turns it into a failure, Success
-// and Abandon settle it. Settle with a context the client cannot cancel
+// before any failure is recorded, and no dimension lets more than its
+// Lock threshold of failures and attempts in progress through, see
+// Ladder); Failure turns it into a failure, Success and Abandon settle
+// it. Settle with a context the client cannot cancel
 // (context.WithoutCancel(r.Context())): net/http cancels a request's
 // context when the client closes its side of the connection, and a
 // Failure that fails on it leaves the guess uncounted (only in progress

@@ -13,8 +13,18 @@ import (
 //   - F >= Delay: each attempt must also wait, after the dimension's last
 //     attempt, BaseDelay doubled for every failure beyond Delay, capped at
 //     MaxDelay;
+//   - F >= Lock with an attempt in progress: those attempts could lock
+//     the dimension when they fail, so no other attempt proceeds (Delay)
+//     until they are settled or, at the latest, until they expire
+//     (Options.AttemptTimeout after the dimension's last attempt);
 //   - the failure that brings the failures to Lock locks the dimension for
 //     Lockout.
+//
+// So a dimension lets at most Lock password checks through before it
+// locks, however many attempts arrive at once (see the package
+// documentation for what bounds this). When a lock ends while its
+// failures are still counted, one attempt at a time proceeds, and its
+// failure locks again.
 //
 // A threshold of 0 skips its rung; the others must not decrease (Captcha
 // <= Delay <= Lock). Failures are forgotten Window after the dimension's
@@ -33,7 +43,8 @@ type Ladder struct {
 	Captcha int64
 	// Delay is the failure count from which attempts are spaced out.
 	Delay int64
-	// Lock is the failure count whose failure locks the dimension.
+	// Lock is the failure count whose failure locks the dimension; while
+	// attempts in progress could bring the failures to it, others wait.
 	Lock int64
 	// Window is how long failures are remembered after the last attempt
 	// (1s..30 days).
@@ -99,7 +110,11 @@ type Options struct {
 	BaseDelay, MaxDelay time.Duration
 	// AttemptTimeout is how long an attempt that passed Check counts as
 	// in progress if neither Failure nor Success follows (the caller
-	// crashed or lost its context). Default 30 seconds, range 1s..10m.
+	// crashed or lost its context): a dimension forgets its attempts in
+	// progress AttemptTimeout after its last attempt or failure. Keep it
+	// above the longest password check, CAPTCHA included: an attempt
+	// still running when it passes no longer holds back the Lock rung
+	// (nor the others). Default 30 seconds, range 1s..10m.
 	AttemptTimeout time.Duration
 	// StrictAccountLock makes an account lock (and the account's delays)
 	// apply to every address. By default, while an account is locked or

@@ -76,16 +76,33 @@ func (p *params) delayFor(k int64) int64 {
 }
 
 // dimVerdict is one dimension's ladder applied to s at now.
+//
+// Attempts in progress count towards the lock as towards the other
+// rungs: while failures plus attempts in progress reach Lock, those
+// attempts could lock the dimension when they fail, so no other is let
+// through (Delay) until they are settled or, at the latest, expire
+// (AttemptTimeout after the dimension's last attempt, always after now
+// when one is in progress). The password checks a dimension lets through
+// before its lock are thus at most Lock, however many arrive at once.
+// With none in progress, failures at or above Lock only follow a lock
+// that ended: one attempt may then proceed, and its failure locks again.
 func (p *params) dimVerdict(d int, s state, now int64) (Action, int64) {
 	if s.U > now {
 		return Locked, s.U
 	}
 	l := p.dims[d]
 	e := s.N + s.P
+	var until int64
 	if l.delay > 0 && e >= l.delay {
 		if w := p.delayFor(e - l.delay); now < s.T+w {
-			return Delay, s.T + w
+			until = s.T + w
 		}
+	}
+	if l.lock > 0 && s.P > 0 && e >= l.lock {
+		until = max(until, s.T+p.attemptTimeout)
+	}
+	if until > 0 {
+		return Delay, until
 	}
 	if l.captcha > 0 && e >= l.captcha {
 		return CaptchaRequired, 0

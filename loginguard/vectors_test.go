@@ -203,6 +203,73 @@ func vectors() []vector {
 			{at: 0, op: opPeek, account: "frank", ip: ipA, action: CaptchaRequired, by: DimPair, pending: &[3]int64{2, 2, 2}},
 			{at: 30 * s, op: opPeek, account: "frank", ip: ipA, action: Allow, pending: &[3]int64{0, 0, 0}},
 		}},
+		{name: "attempts in progress hold back the lock", opts: with(base, func(o *Options) {
+			o.Pair = Ladder{Lock: 3, Window: 10 * time.Minute, Lockout: time.Minute}
+			o.Account, o.IP = high, high
+		}), steps: []vstep{
+			{at: 0, op: opCheck, account: "ivan", ip: ipA, action: Allow},
+			{at: 0, op: opCheck, account: "ivan", ip: ipA, action: Allow},
+			{at: 0, op: opCheck, account: "ivan", ip: ipA, action: Allow},
+			// Three in progress could reach the pair's lock (3): a fourth
+			// waits for them, at the latest until they expire, 30 s after
+			// the pair's last attempt. (Before, a Lock-only ladder let
+			// every parallel guess through.)
+			{at: 1 * s, op: opCheck, account: "ivan", ip: ipA, action: Delay, retry: 29 * s, by: DimPair},
+			{at: 1 * s, op: opPeek, account: "ivan", ip: ipA, action: Delay, retry: 29 * s, by: DimPair, pending: &[3]int64{3, 3, 3}},
+			// A failure counts: still 3, and its time moves the expiry.
+			{at: 2 * s, op: opFailure, account: "ivan", ip: ipA, action: Delay, retry: 30 * s, by: DimPair, fails: [3]int64{1, 1, 1}},
+			// A success clears the pair's failures: one in progress, room
+			// for two.
+			{at: 2 * s, op: opSuccess, account: "ivan", ip: ipA},
+			{at: 2 * s, op: opPeek, account: "ivan", ip: ipA, action: Allow, pending: &[3]int64{1, 1, 1}},
+			{at: 3 * s, op: opCheck, account: "ivan", ip: ipA, action: Allow},
+			{at: 3 * s, op: opCheck, account: "ivan", ip: ipA, action: Allow},
+			{at: 3 * s, op: opCheck, account: "ivan", ip: ipA, action: Delay, retry: 30 * s, by: DimPair},
+			{at: 4 * s, op: opFailure, account: "ivan", ip: ipA, action: Delay, retry: 30 * s, by: DimPair, fails: [3]int64{1, 2, 1}},
+			{at: 4 * s, op: opFailure, account: "ivan", ip: ipA, action: Delay, retry: 30 * s, by: DimPair, fails: [3]int64{2, 3, 2}},
+			// The third failure reaches the lock: 3 password checks since
+			// the success, never more.
+			{at: 4 * s, op: opFailure, account: "ivan", ip: ipA, action: Locked, retry: time.Minute, by: DimPair, crossed: 1 << (DimPair - 1), fails: [3]int64{3, 4, 3}},
+			// The lock over, its failures still counted: one attempt at a
+			// time, as its failure would lock again.
+			{at: 64 * s, op: opCheck, account: "ivan", ip: ipA, action: Allow},
+			{at: 64 * s, op: opCheck, account: "ivan", ip: ipA, action: Delay, retry: 30 * s, by: DimPair},
+			// Never settled, it expires after the attempt timeout.
+			{at: 94 * s, op: opPeek, account: "ivan", ip: ipA, action: Allow, pending: &[3]int64{0, 0, 0}},
+		}},
+		{name: "attempts in progress against an account lock", opts: with(base, func(o *Options) {
+			o.Account = Ladder{Lock: 2, Window: 10 * time.Minute, Lockout: time.Minute}
+			o.IP, o.Pair = high, high
+		}), steps: []vstep{
+			{at: 0, op: opCheck, account: "judy", ip: ipA, action: Allow},
+			{at: 0, op: opCheck, account: "judy", ip: ipA, action: Allow},
+			{at: 0, op: opCheck, account: "judy", ip: ipA, action: Delay, retry: 30 * s, by: DimAccount},
+			// Unless strict, the account's wait is only a CAPTCHA for a
+			// pair with a clean record, as its lock would be.
+			{at: 0, op: opCheck, account: "judy", ip: ipB, action: CaptchaRequired, by: DimAccount},
+			{at: 0, op: opCheck, account: "judy", ip: ipB, action: Delay, retry: 30 * s, by: DimAccount},
+			{at: 1 * s, op: opSuccess, account: "judy", ip: ipB},
+			{at: 1 * s, op: opPeek, account: "judy", ip: ipA, action: Delay, retry: 29 * s, by: DimAccount, pending: &[3]int64{2, 2, 2}},
+			{at: 1 * s, op: opAbandon, account: "judy", ip: ipA},
+			{at: 1 * s, op: opCheck, account: "judy", ip: ipA, action: Allow},
+		}},
+		{name: "attempts in progress against a strict account lock", opts: with(base, func(o *Options) {
+			o.Account = Ladder{Delay: 1, Lock: 2, Window: 10 * time.Minute, Lockout: time.Minute}
+			o.IP, o.Pair = high, high
+			o.StrictAccountLock = true
+		}), steps: []vstep{
+			{at: 0, op: opCheck, account: "judy", ip: ipA, action: Allow},
+			// The first delay (1 s) is served, and one in progress is
+			// below the lock.
+			{at: 1 * s, op: opCheck, account: "judy", ip: ipB, action: Allow},
+			// Two in progress: the delay rung (2 s, until 3 s) and the
+			// wait for them (until 31 s) both apply; the later wins, and
+			// strict, a clean pair does not pass it.
+			{at: 1 * s, op: opCheck, account: "judy", ip: ipB, action: Delay, retry: 30 * s, by: DimAccount},
+			{at: 1 * s, op: opPeek, account: "judy", ip: "192.0.2.1", action: Delay, retry: 30 * s, by: DimAccount},
+			{at: 2 * s, op: opFailure, account: "judy", ip: ipA, action: Delay, retry: 30 * s, by: DimAccount, fails: [3]int64{1, 1, 1}},
+			{at: 3 * s, op: opFailure, account: "judy", ip: ipB, action: Locked, retry: time.Minute, by: DimAccount, crossed: 1 << (DimAccount - 1), fails: [3]int64{2, 1, 1}},
+		}},
 		{name: "IPv6 counted per /64", opts: with(base, func(o *Options) {
 			o.IP = Ladder{Captcha: 2, Window: time.Hour, Lockout: time.Hour}
 			o.Account, o.Pair = high, high

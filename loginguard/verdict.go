@@ -101,7 +101,11 @@ type Verdict struct {
 	// Action is what the attempt must do.
 	Action Action
 	// RetryAfter is, for Delay and Locked, how long until the attempt can
-	// proceed (e.g. 4s, 29m12s); zero otherwise.
+	// proceed (e.g. 4s, 29m12s); zero otherwise. A Delay that waits for
+	// attempts in progress which could reach the Lock rung lasts until
+	// they expire (Options.AttemptTimeout after the dimension's last
+	// attempt): those settled sooner let an attempt proceed sooner, unless
+	// their failures lock the dimension.
 	RetryAfter time.Duration
 	// Until is, for Delay and Locked, when the attempt can proceed; zero
 	// otherwise.

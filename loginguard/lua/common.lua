@@ -67,14 +67,22 @@ local function delay_for(k)
   return d
 end
 
+-- dim_verdict: attempts in progress count towards the lock too; while
+-- failures plus attempts in progress reach it, wait for those to be
+-- settled or to expire (step.go's dimVerdict says why).
 local function dim_verdict(d, s, t)
   if s.u > t then return LOCKED, s.u end
   local l = dims[d]
   local e = s.n + s.p
+  local till = 0
   if l.delay > 0 and e >= l.delay then
     local w = delay_for(e - l.delay)
-    if t < s.t + w then return DELAY, s.t + w end
+    if t < s.t + w then till = s.t + w end
   end
+  if l.lock > 0 and s.p > 0 and e >= l.lock and s.t + attempt_timeout > till then
+    till = s.t + attempt_timeout
+  end
+  if till > 0 then return DELAY, till end
   if l.captcha > 0 and e >= l.captcha then return CAPTCHA, 0 end
   return ALLOW, 0
 end
