@@ -4,8 +4,10 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // runProbe runs a Kubernetes probe's action the way the kubelet would
@@ -133,4 +137,86 @@ func probeString(p *corev1.Probe) string {
 		return "TCP " + p.TCPSocket.Port.String()
 	}
 	return "?"
+}
+
+// TestKubernetesEnvoyCompatNotReadyOnRefusedConfig starts the envoy-compat
+// Deployment's container, with a real Redis, on a ConfigMap that is
+// refused (its domain defined in two files), as when a rollout carries a
+// bad change: the readiness probe must fail, or the pod would get Envoy's
+// calls and answer each with an error (let through unlimited under
+// failure_mode_deny: false), while the liveness probe passes. Once the
+// ConfigMap is fixed, the pod turns ready: it was the configuration, not
+// Redis, that held it back.
+func TestKubernetesEnvoyCompatNotReadyOnRefusedConfig(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Start(t)
+	m := loadManifests(t, "kubernetes/envoy-compat")
+	d, c := m.onlyDeployment(t)
+	if c.LivenessProbe == nil || c.ReadinessProbe == nil {
+		t.Fatal("want liveness and readiness probes")
+	}
+	mounts, root := m.materialize(t, d, c, nil)
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	dir, ok := hostPath(mounts, env["RUNTIME_ROOT"]+"/"+env["RUNTIME_SUBDIRECTORY"]+"/config")
+	if !ok {
+		t.Fatal("nothing is mounted at $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config")
+	}
+	good, err := os.ReadFile(filepath.Join(dir, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := filepath.Join(dir, "again.yaml")
+	if err := os.WriteFile(dup, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var vars []string
+	for k, v := range env {
+		switch k {
+		case "REDIS_URL":
+			v = srv.Addr
+		case "RUNTIME_ROOT":
+			v = filepath.Join(root, filepath.FromSlash(v))
+		}
+		vars = append(vars, k+"="+v)
+	}
+	vars = append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
+	const listening = "floodgate envoy-compat listening"
+	rec := launch(t, floodgateBinary(t), c.Command[1:], vars, listening).Record(listening)
+	addrs := map[string]string{"http": rec["http"], "grpc": rec["grpc"], "debug": rec["debug"]}
+
+	// The refusal is on the scrape once the start's load has run.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, body := get(t, rec["debug"], "/metrics"); strings.Contains(body, "\nfloodgate_envoy_config_rejected 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("floodgate_envoy_config_rejected never 1 with a domain defined twice")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Redis on loopback answers within moments: probe a few seconds, as
+	// the kubelet would, and more than its failure threshold.
+	for i := range 10 {
+		if runProbe(t, c, c.ReadinessProbe, addrs) {
+			t.Fatalf("readiness probe %d passed with the configuration refused (%s): the pod would answer Envoy's calls with errors", i+1, probeString(c.ReadinessProbe))
+		}
+		if !runProbe(t, c, c.LivenessProbe, addrs) {
+			t.Fatalf("liveness probe %d failed with the configuration refused: the kubelet would restart a pod that a ConfigMap fix, not a restart, mends", i+1)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := os.Remove(dup); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for !runProbe(t, c, c.ReadinessProbe, addrs) {
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness probe %s still failing 60s after the ConfigMap was fixed", probeString(c.ReadinessProbe))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
