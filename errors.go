@@ -44,6 +44,16 @@ var (
 	// it toward opening its circuit breaker, so that one bad key cannot
 	// send every identity's decisions to the fallback.
 	ErrForeignValue = errors.New("floodgate: foreign value")
+	// ErrClusterRedirect reports a Redis Cluster redirection (a MOVED or
+	// ASK reply) given as the answer to a call, always together with
+	// ErrStoreUnavailable: the node ran nothing. A client for a single
+	// Redis gets one from a node of a Cluster for nearly every key (those
+	// of the slots the node does not serve): the address is a Redis
+	// Cluster node, and it needs a cluster client (*redis.ClusterClient;
+	// floodgate serve --redis-cluster). A cluster client follows
+	// redirections itself, and returns one only when a resharding outran
+	// its MaxRedirects.
+	ErrClusterRedirect = errors.New("floodgate: a Redis Cluster node redirected the call (MOVED or ASK): a client for a single Redis was given the address of a Redis Cluster node; use a cluster client (redis.NewClusterClient, floodgate serve --redis-cluster)")
 	// ErrNilContext reports a nil context.Context given to a decision
 	// (which would otherwise panic deep in a store): pass
 	// context.Background() or the request's context. Nothing was counted.

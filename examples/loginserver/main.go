@@ -23,6 +23,18 @@
 // serve's POST /admin/v1/login/unlock, run serve with the same Redis,
 // --login-secret-file (both read the file trimmed of surrounding space)
 // and --login-prefix loginserver.
+//
+// A Redis Cluster is given by its seed nodes, and Redis behind Sentinel by
+// its sentinels and the primary's name, with the flag names of floodgate
+// serve:
+//
+//	go run ./examples/loginserver -secret-file secret -redis-cluster 10.0.0.1:6379,10.0.0.2:6379
+//	go run ./examples/loginserver -secret-file secret -redis-sentinel 10.0.0.1:26379,10.0.0.2:26379 -redis-master mymaster
+//
+// A node of a Cluster given to -redis, as if it were a single Redis,
+// answers most calls with a redirection (MOVED): logins then fail with
+// 503, and the log says the address is a Redis Cluster node and to use
+// -redis-cluster.
 package main
 
 import (
@@ -59,17 +71,27 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("loginserver", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	redisAddr := fs.String("redis", "", "Redis address (host:port); empty keeps all state in memory")
+	redisAddr := fs.String("redis", "", "Redis address (host:port) of a single Redis; without it, -redis-cluster or -redis-sentinel, all state is kept in memory")
+	clusterAddrs := fs.String("redis-cluster", "", "Redis Cluster seed addresses (host:port,...)")
+	sentinelAddrs := fs.String("redis-sentinel", "", "Redis Sentinel addresses (host:port,...), with -redis-master")
+	sentinelMaster := fs.String("redis-master", "", "name of the primary the sentinels monitor")
 	trusted := fs.String("trusted-proxies", "", "comma-separated networks of trusted reverse proxies, e.g. 10.0.0.0/8")
 	perIP := fs.Int64("per-ip", 20, "POST /login requests per minute per client IP")
 	iterations := fs.Int("iterations", 600_000, "PBKDF2-SHA256 iterations per password check")
-	secretFile := fs.String("secret-file", "", "file holding the guard's HMAC secret (required with -redis); empty draws a random one")
+	secretFile := fs.String("secret-file", "", "file holding the guard's HMAC secret (required with -redis, -redis-cluster or -redis-sentinel); empty draws a random one")
 	strict := fs.Bool("strict-account-lock", false, "apply an account's lock and delays to every address (loginguard.Options.StrictAccountLock): without it, a clean account+address pair passes a locked account with a CAPTCHA, so the owner can still log in, and so can each of an attacker's addresses once per pair window")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 
-	secret, err := loadSecret(*secretFile, *redisAddr != "")
+	client, err := redisClient(*redisAddr, *clusterAddrs, *sentinelAddrs, *sentinelMaster)
+	if err != nil {
+		return err
+	}
+	if client != nil {
+		defer client.Close()
+	}
+	secret, err := loadSecret(*secretFile, client != nil)
 	if err != nil {
 		return err
 	}
@@ -92,7 +114,7 @@ func run(ctx context.Context, args []string) error {
 
 	var store floodgate.Store
 	var backend loginguard.Backend
-	if *redisAddr == "" {
+	if client == nil {
 		if store, err = memstore.New(memstore.Options{}); err != nil {
 			return err
 		}
@@ -100,8 +122,6 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-		defer client.Close()
 		if store, err = redisstore.New(client, redisstore.Options{}); err != nil {
 			return err
 		}
@@ -127,11 +147,39 @@ func run(ctx context.Context, args []string) error {
 	}
 
 	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-	logger.Info("listening", "addr", *addr, "redis", *redisAddr != "")
+	logger.Info("listening", "addr", *addr, "redis", client != nil)
 	if err := serve(ctx, srv); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// redisClient returns a client for the Redis given by one of -redis (a
+// single server), -redis-cluster (seed nodes) or -redis-sentinel with
+// -redis-master, or nil when none is given (state in memory).
+func redisClient(addr, cluster, sentinels, master string) (redis.UniversalClient, error) {
+	given := 0
+	for _, v := range []string{addr, cluster, sentinels} {
+		if v != "" {
+			given++
+		}
+	}
+	if given > 1 {
+		return nil, errors.New("give one of -redis, -redis-cluster and -redis-sentinel")
+	}
+	if (sentinels == "") != (master == "") {
+		return nil, errors.New("-redis-sentinel and -redis-master go together: the sentinels' addresses and the name of the primary they monitor")
+	}
+	const timeout = 200 * time.Millisecond
+	switch {
+	case addr != "":
+		return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, ReadTimeout: timeout, WriteTimeout: timeout}), nil
+	case cluster != "":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(cluster, ","), ContextTimeoutEnabled: true, ReadTimeout: timeout, WriteTimeout: timeout}), nil
+	case sentinels != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{SentinelAddrs: strings.Split(sentinels, ","), MasterName: master, ContextTimeoutEnabled: true, ReadTimeout: timeout, WriteTimeout: timeout}), nil
+	}
+	return nil, nil
 }
 
 // loadSecret reads the HMAC secret from path, or draws a random one when
@@ -139,7 +187,7 @@ func run(ctx context.Context, args []string) error {
 func loadSecret(path string, shared bool) ([]byte, error) {
 	if path == "" {
 		if shared {
-			return nil, errors.New("-secret-file is required with -redis: every instance must key the counters alike")
+			return nil, errors.New("-secret-file is required with -redis, -redis-cluster or -redis-sentinel: every instance must key the counters alike")
 		}
 		secret := make([]byte, 32)
 		_, _ = rand.Read(secret) // crypto/rand.Read never fails

@@ -208,7 +208,11 @@ func (s *server) passwordMatches(user, password string) bool {
 
 // unavailable fails closed when the guard's store fails.
 func (s *server) unavailable(w http.ResponseWriter, err error) {
-	s.cfg.Logger.Warn("login: guard unavailable", "error", err)
+	if errors.Is(err, floodgate.ErrClusterRedirect) {
+		s.cfg.Logger.Error("login: guard unavailable: -redis is the address of a Redis Cluster node; give the cluster's nodes to -redis-cluster instead", "error", err)
+	} else {
+		s.cfg.Logger.Warn("login: guard unavailable", "error", err)
+	}
 	problem(w, http.StatusServiceUnavailable, "login is temporarily unavailable", time.Second)
 }
 

@@ -33,7 +33,10 @@ import (
 //     avoid it (a set is added to before it is trimmed). A key holding a
 //     value floodgate did not write (a script's own refusal saying so, or
 //     WRONGTYPE) also wraps floodgate.ErrForeignValue: one key is
-//     unusable, the store is not.
+//     unusable, the store is not. A Cluster redirection (MOVED or ASK),
+//     which a client for a single Redis gets from a Redis Cluster node,
+//     also wraps floodgate.ErrClusterRedirect, whose text says to use a
+//     cluster client: it was reported as the store being unavailable.
 //   - The client closed, the pool timing out or exhausted, a failed dial,
 //     a TLS handshake the client broke off (the server's certificate not
 //     trusted or not for its name, a server that does not speak TLS): the
@@ -67,6 +70,12 @@ func Classify(err error) error {
 	}
 	if errors.As(err, &rerr) && (strings.Contains(rerr.Error(), "holds a value floodgate did not write") || redis.HasErrorPrefix(err, "WRONGTYPE")) {
 		return fmt.Errorf("%w: %w: redis: %w", floodgate.ErrStoreUnavailable, floodgate.ErrForeignValue, err)
+	}
+	if _, moved := redis.IsMovedError(err); moved {
+		return fmt.Errorf("%w: %w: redis: %w", floodgate.ErrStoreUnavailable, floodgate.ErrClusterRedirect, err)
+	}
+	if _, ask := redis.IsAskError(err); ask {
+		return fmt.Errorf("%w: %w: redis: %w", floodgate.ErrStoreUnavailable, floodgate.ErrClusterRedirect, err)
 	}
 	switch {
 	case errors.As(err, &rerr),
