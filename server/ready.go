@@ -38,7 +38,9 @@ import (
 // it was reported ready until enough decisions had failed to open the
 // breaker, which light traffic may never do.
 //
-// The check's error names the node and what it said.
+// The check's error names the node and what it said. A write redirected
+// (MOVED or ASK) by a Cluster node given as a single Redis says so, and
+// to use --redis-cluster.
 //
 // An ACL user refused ROLE (NOPERM: ROLE is in @dangerous, which
 // production ACLs often take away) is not unready for it: the server is
@@ -95,6 +97,14 @@ const errNoSentinel = "all sentinels specified in configuration are unreachable"
 // naming its node and wrapping the failure.
 type NodeErrors interface {
 	NodeErrors(since time.Time) []error
+}
+
+// isRedirect reports a Redis Cluster redirection (MOVED or ASK), which a
+// client for a single Redis gets from a node of a Cluster.
+func isRedirect(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
 }
 
 // RedisReadyWith is RedisReadyLog with opts.
@@ -163,6 +173,9 @@ func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOpt
 			return err
 		}
 		if err := probe(ctx, fallback.DefaultPartition); err != nil {
+			if isRedirect(err) {
+				return fmt.Errorf("redis: the address is a Redis Cluster node, given as a single Redis (it redirected a write: %w): give the cluster's nodes with --redis-cluster (or a redis-cluster:// URL)", err)
+			}
 			return fmt.Errorf("redis: a write was refused: %w", err)
 		}
 		return nil

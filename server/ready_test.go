@@ -145,3 +145,31 @@ func TestReadyWithoutRole(t *testing.T) {
 		t.Errorf("replica, user with ROLE: %v; want it named not a primary", err)
 	}
 }
+
+// TestReadyClusterNodeAsSingleRedis: a client for a single Redis given a
+// node of a Cluster (serve --redis redis://NODE) is not ready, and the
+// check says the address is a Redis Cluster node and to use
+// --redis-cluster: it said "a write was refused: MOVED ..." (the lgserver
+// walk). Of three nodes, the two not serving the probe key's slot
+// redirect the write.
+func TestReadyClusterNodeAsSingleRedis(t *testing.T) {
+	c := redistest.StartCluster(t)
+	redirected := 0
+	for _, addr := range c.Addrs {
+		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = client.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := server.RedisReady(client, "fgtest:ready")(ctx)
+		cancel()
+		if err == nil {
+			continue // this node serves the probe key's slot
+		}
+		if !strings.Contains(err.Error(), "Redis Cluster node") || !strings.Contains(err.Error(), "--redis-cluster") {
+			t.Errorf("node %s: %v, want it to say the address is a Redis Cluster node and to use --redis-cluster", addr, err)
+		}
+		redirected++
+	}
+	if redirected != 2 {
+		t.Errorf("%d nodes redirected the probe's write, want 2", redirected)
+	}
+}
