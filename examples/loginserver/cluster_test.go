@@ -215,3 +215,33 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return s.w.String()
 }
+
+// TestRedisSentinelFlag runs the command with -redis-sentinel and
+// -redis-master, as floodgate serve takes them: the owner logs in and a
+// wrong password is refused, decided on the primary the sentinels name.
+func TestRedisSentinelFlag(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	addr := runCommand(t, "-trusted-proxies", "127.0.0.0/8", "-iterations", "1000", "-secret-file", secretFile(t),
+		"-redis-sentinel", strings.Join(s.SentinelAddrs, ","), "-redis-master", s.MasterName)
+	if status, body := postTo(t, addr, "2001:db8:aa::10", demoPassword, ""); status != 200 {
+		t.Fatalf("owner: %d %s", status, body)
+	}
+	if status, body := postTo(t, addr, "203.0.113.7", "wrong", ""); status != 401 {
+		t.Fatalf("wrong password: %d %s, want 401", status, body)
+	}
+}
+
+// TestRedisFlagsTogether: one Redis at a time, and -redis-master only
+// with -redis-sentinel.
+func TestRedisFlagsTogether(t *testing.T) {
+	for _, args := range [][]string{
+		{"-redis", "127.0.0.1:1", "-redis-cluster", "127.0.0.1:2"},
+		{"-redis-cluster", "127.0.0.1:2", "-redis-sentinel", "127.0.0.1:3", "-redis-master", "m"},
+		{"-redis-sentinel", "127.0.0.1:3"},
+		{"-redis-master", "m"},
+	} {
+		if err := run(context.Background(), args); err == nil {
+			t.Errorf("%v: ran, want an error", args)
+		}
+	}
+}
