@@ -109,3 +109,22 @@ func TestClusterDownFixNamesFullCoverage(t *testing.T) {
 
 // docACL is the ACL rule list docs/operations.md gives doctor's user.
 const docACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking +command"
+
+// TestClusterNodeAsSingleRedisFails: doctor given one node of a Cluster
+// with --redis (as a single Redis) passed its server check, showing
+// "(cluster)" after the version, while serve pointed the same way had
+// most decisions answered MOVED (an outside login-guard walk). The server
+// check now fails and says to give the nodes with --redis-cluster.
+func TestClusterNodeAsSingleRedisFails(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + cl.Addrs[0]}, Prefix: "cn"})
+	c := want(t, rep, doctor.GroupRedis, "server", doctor.Fail, "Redis Cluster node", "given as a single Redis", "MOVED")
+	if !strings.Contains(c.Fix, "--redis-cluster") {
+		t.Errorf("server fix %q does not say --redis-cluster", c.Fix)
+	}
+	rep = runDoctor(t, doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "cn"})
+	c = want(t, rep, doctor.GroupRedis, "server", doctor.Pass)
+	if strings.Contains(c.Summary, "single Redis") {
+		t.Errorf("server check of the Cluster given as one: %q", c.Summary)
+	}
+}

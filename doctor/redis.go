@@ -173,7 +173,7 @@ func (r *run) redisChecks(ctx context.Context) {
 		}
 		var versions []string
 		worst := Pass
-		replicas, old := 0, 0
+		replicas, old, clusterNodes := 0, 0, 0
 		var infoErr error // the worst INFO failure
 		r.nodeCount = len(nodes)
 		for _, n := range nodes {
@@ -207,6 +207,12 @@ func (r *run) redisChecks(ctx context.Context) {
 				replicas++
 				line += ", role " + replicaRole(role)
 			}
+			if r.cluster == nil && info["redis_mode"] == "cluster" {
+				// A Cluster node given as a single Redis: it answers
+				// INFO, but every key of a slot it does not serve gets
+				// MOVED, so serve's decisions fail on it.
+				clusterNodes++
+			}
 			versions = append(versions, line)
 			v, ok := parseVersion(info["redis_version"])
 			switch {
@@ -219,6 +225,9 @@ func (r *run) redisChecks(ctx context.Context) {
 			}
 		}
 		c.Evidence = append(versions, c.Evidence...)
+		if clusterNodes > 0 {
+			worst = Fail
+		}
 		c.Status = worst
 		switch worst {
 		case Pass:
@@ -227,6 +236,10 @@ func (r *run) redisChecks(ctx context.Context) {
 			c.Summary = "could not read every version"
 		default:
 			var parts, fixes []string
+			if clusterNodes > 0 {
+				parts = append(parts, "the address is a Redis Cluster node (redis_mode cluster) given as a single Redis: it answers MOVED for the keys of every slot it does not serve, so most decisions would fail")
+				fixes = append(fixes, "give the Cluster's nodes with --redis-cluster host:port,... (or a redis-cluster:// URL), to doctor and to serve alike")
+			}
 			if old > 0 {
 				parts = append(parts, plural.Count(old, "primary is", "primaries are")+" older than Redis 6.0 and cannot run Floodgate's scripts")
 				fixes = append(fixes, "upgrade to Redis 6.0 or later (tested with 7.0) or Valkey")
