@@ -134,6 +134,24 @@ type PublishOptions struct {
 	// applied it would keep it (see ApplyVersioned).
 	Force bool
 
+	// Replicas is how many replicas must acknowledge the stored document
+	// (WAIT, on the connection that stored it) before it is announced:
+	// 0 for none, or ReplicasOnline for every replica the primary lists
+	// online and at least one when Sentinels lists a replica it does not
+	// see down. A document stored but not acknowledged is not announced,
+	// and PublishWith fails with ErrNotConfirmed.
+	Replicas int
+	// ReplicaTimeout bounds the wait for Replicas. Zero means
+	// DefaultReplicaTimeout.
+	ReplicaTimeout time.Duration
+	// Sentinels, when set (a Sentinel deployment), are asked after the
+	// document is stored, and acknowledged, whether the server that took
+	// it is still the primary a majority of them names; when not,
+	// PublishWith fails with ErrNotConfirmed without announcing it. A
+	// push made while a failover is under way then fails rather than
+	// report a document the failover loses.
+	Sentinels *SentinelTarget
+
 	// beforeStore, when set, runs between the checks against the stored
 	// document and the compare-and-swap that stores the new one: tests
 	// race another push there.
@@ -275,17 +293,46 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 			}
 		}
 	}
+	if opts.Replicas < ReplicasOnline {
+		return nil, fmt.Errorf("config: %d replicas to wait for: want %d (those online) or more", opts.Replicas, ReplicasOnline)
+	}
+	var sc []*redis.SentinelClient
+	minReplicas := 0
+	if opts.Sentinels != nil {
+		sc = sentinelClients(opts.Sentinels)
+		defer func() {
+			for _, c := range sc {
+				_ = c.Close()
+			}
+		}()
+		if opts.Replicas == ReplicasOnline {
+			// Asked before the write: a primary whose replica is being
+			// promoted has just lost it, and lists none online.
+			minReplicas = min(sentinelReplicas(ctx, sc, opts.Sentinels.Master), 1)
+		}
+	}
 	if opts.beforeStore != nil {
 		opts.beforeStore()
 	}
+	// The write and the checks of its durability go on one connection:
+	// WAIT counts the replicas that have this connection's writes.
+	node, err := writeNode(ctx, client, keys)
+	if err != nil {
+		return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
+	}
+	conn := node.Conn()
+	defer conn.Close()
 	if old == nil || !bytes.Equal(old, data) {
-		ok, err := casScript.Run(ctx, client, []string{keys.Config}, sum, data).Int()
+		ok, err := casScript.Run(ctx, conn, []string{keys.Config}, sum, data).Int()
 		if err != nil {
 			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
 		}
 		if ok != 1 {
 			return nil, fmt.Errorf("%w: the stored document changed while publishing; try again", ErrVersionConflict)
 		}
+	}
+	if err := confirm(ctx, conn, opts, sc, minReplicas); err != nil {
+		return nil, fmt.Errorf("version %q was stored on a primary that may lose it in a failover, and was not announced; run the push again: %w", c.Version(), err)
 	}
 	if err := client.Publish(ctx, keys.Channel, c.Version()).Err(); err != nil {
 		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, err)
@@ -363,14 +410,15 @@ const PendingPoll = time.Second
 // arrives on keys.Channel, whenever the subscription is made again after a
 // lost connection, and also every poll (default 10s) in case a message was
 // missed otherwise (every PendingPoll while the Holder has no
-// configuration yet), and at once after CheckNow. Documents go through
+// configuration yet), and at once after CheckNow, and after PrimaryMoved
+// (which also subscribes again). Documents go through
 // ApplyVersioned. It returns when ctx ends.
 func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient, keys Keys, poll time.Duration) {
 	if poll <= 0 {
 		poll = 10 * time.Second
 	}
 	sub := client.Subscribe(ctx, keys.Channel)
-	defer sub.Close()
+	defer func() { _ = sub.Close() }() // the latest one (PrimaryMoved)
 	// Wait for the subscription to be confirmed (or fail: the client keeps
 	// retrying in the background and the poll covers the gap), then fetch
 	// once to catch a document stored before the subscription existed.
@@ -463,6 +511,15 @@ func (r *Reloader) WatchRedis(ctx context.Context, client redis.UniversalClient,
 			}
 			fetch(false)
 		case <-t.C:
+			fetch(false)
+		case <-r.moved:
+			// The client moved to a new primary (PrimaryMoved): the
+			// subscription may still be on the old one, which the
+			// sentinels demote seconds later, and what the old one took
+			// last may be lost. Subscribe there and read it now.
+			_ = sub.Close()
+			sub = client.Subscribe(ctx, keys.Channel)
+			msgs = sub.ChannelWithSubscriptions()
 			fetch(false)
 		case <-pending:
 			if r.holder.Loaded() {

@@ -268,7 +268,21 @@ type Reloader struct {
 	mu          sync.Mutex
 	verify      [][]byte
 	now         chan struct{} // CheckNow's requests to the watcher
+	moved       chan struct{} // PrimaryMoved's requests to WatchRedis
+	// move is the last primary switch PrimaryMoved reported (under mu).
+	move primaryMove
 }
+
+// primaryMove is a switch of Redis primary, from one server to another.
+type primaryMove struct {
+	from, to string
+	at       time.Time
+}
+
+// movedWindow is how long after a switch of primary (PrimaryMoved) a
+// document older than the active one is logged as most likely a push the
+// switch lost.
+const movedWindow = time.Minute
 
 // NewReloader returns a Reloader updating h. Its reloads are counted under
 // source SourcePolicies.
@@ -282,14 +296,14 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	}
 	regressions := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "floodgate_config_version_regressions_total",
-		Help: "Configurations from Redis applied although their version is not newer than the active one's: a Redis restored from an older snapshot, a wiped Redis pushed to again, or a forced rollback (config push --force).",
+		Help: "Configurations from Redis applied although their version is not newer than the active one's: a Redis restored from an older snapshot, a wiped Redis pushed to again, a push lost in a Sentinel failover, or a forced rollback (config push --force).",
 	})
 	if opts.Registerer != nil {
 		if regressions, err = registerShared(opts.Registerer, regressions); err != nil {
 			return nil, err
 		}
 	}
-	r := &Reloader{holder: h, log: opts.Logger, metrics: m, regressions: regressions, verify: opts.VerifyKeys, now: make(chan struct{}, 1)}
+	r := &Reloader{holder: h, log: opts.Logger, metrics: m, regressions: regressions, verify: opts.VerifyKeys, now: make(chan struct{}, 1), moved: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -316,8 +330,9 @@ func (r *Reloader) Apply(data []byte, source string) (*Config, error) {
 // must be, but logged at WARN ("configuration applied: the version is not
 // newer than the previous one") and counted in
 // floodgate_config_version_regressions_total: the store going back
-// (restored from an older snapshot, wiped and pushed to again) looks the
-// same.
+// (restored from an older snapshot, wiped and pushed to again, or a push
+// lost in a failover, which the log line names as the likely cause in
+// the minute after PrimaryMoved) looks the same.
 func (r *Reloader) ApplyVersioned(data []byte, source string) (*Config, error) {
 	return r.apply(data, source, true)
 }
@@ -353,8 +368,13 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		// Not refused: a forced rollback is legitimate. But the same
 		// step back, unasked, is how a store's loss shows.
 		r.regressions.Inc()
+		cause := "a forced rollback (config push --force), or the store went back: Redis restored from an older snapshot, or wiped and pushed to again"
+		if m := r.move; !m.at.IsZero() && time.Since(m.at) < movedWindow {
+			cause = fmt.Sprintf("a push lost in a Redis failover: the primary moved from %s to %s %v ago, and version %q, stored on the old primary, never reached the new one, which holds %q; push %q again if it is wanted (or a forced rollback, config push --force, made since)",
+				m.from, m.to, time.Since(m.at).Round(time.Millisecond), active.Version(), c.Version(), active.Version())
+		}
 		r.log.Warn("configuration applied: the version is not newer than the previous one",
-			append(attrs, "likely_cause", "a forced rollback (config push --force), or the store went back: Redis restored from an older snapshot, or wiped and pushed to again")...)
+			append(attrs, "likely_cause", cause)...)
 		return c, nil
 	}
 	r.log.Info("configuration applied", attrs...)
@@ -438,6 +458,23 @@ func checkVersion(c, active *Config) error {
 func (r *Reloader) CheckNow() {
 	select {
 	case r.now <- struct{}{}:
+	default:
+	}
+}
+
+// PrimaryMoved tells the Reloader that its Redis client moved from one
+// primary to another (sentinelfollow.Follower.OnMove: a failover): the
+// running WatchRedis then subscribes again and reads the document at
+// once, on the new primary, rather than at its next poll, so that a
+// push the old primary took and the new one never got is seen within a
+// moment. A document older than the active one read in the minute after
+// is logged as most likely such a lost push. It does not wait.
+func (r *Reloader) PrimaryMoved(from, to string) {
+	r.mu.Lock()
+	r.move = primaryMove{from: from, to: to, at: time.Now()}
+	r.mu.Unlock()
+	select {
+	case r.moved <- struct{}{}:
 	default:
 	}
 }

@@ -316,6 +316,8 @@ func newConfigPushCmd() *cobra.Command {
 		sign        string
 		listDropped bool
 		sec         securityFlags
+		waitN       int
+		waitTimeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "push FILE",
@@ -335,7 +337,20 @@ document, a push unsigned or signed with another key is refused unless
 --force (instances verifying with the old key would refuse it). With no
 document stored there is nothing to compare with: push warns of it.
 Pushing the published document again only announces it. A FILE of - is
-standard input (named <stdin> in the messages).`,
+standard input (named <stdin> in the messages).
+
+Before it announces the document and prints "published", push confirms
+that a failover cannot lose it: the replicas of the primary that stored
+it must acknowledge it (Redis WAIT: by default every replica the primary
+lists online, and behind Sentinel at least one when the sentinels list a
+replica they do not see down; --wait-replicas), and behind Sentinel a
+majority of the sentinels must still name that server the primary. A
+push made while a failover is under way (in the seconds after SENTINEL
+FAILOVER, the old primary takes writes that the promoted replica never
+gets) fails that check: push then exits with status 1, says the version
+was stored on a primary that may lose it, and does not announce it; run
+the push again (once the failover is over it goes through, or only
+announces the document if the new primary has it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := config.KeysFor(prefix)
@@ -393,7 +408,19 @@ standard input (named <stdin> in the messages).`,
 			// What the push replaces, to warn of names it drops (read
 			// apart from the push: a warning, not a check).
 			prev, prevErr := config.LoadRedis(ctx, client, keys)
-			cfg, err := config.PublishWith(ctx, client, keys, data, config.PublishOptions{Force: force, SignKey: key})
+			if waitN < config.ReplicasOnline || waitN > 16 {
+				return fmt.Errorf("--wait-replicas %d: out of range -1..16 (-1: every replica the primary lists online; 0: do not wait)", waitN)
+			}
+			if waitTimeout < 0 || waitTimeout > 5*time.Second {
+				return fmt.Errorf("--wait-timeout %v: want 0 (the default, %v) up to 5s", waitTimeout, config.DefaultReplicaTimeout)
+			}
+			po := config.PublishOptions{Force: force, SignKey: key, Replicas: waitN, ReplicaTimeout: waitTimeout}
+			if st, ok, err := rs.Sentinels(); err != nil {
+				return err
+			} else if ok {
+				po.Sentinels = &st
+			}
+			cfg, err := config.PublishWith(ctx, client, keys, data, po)
 			if err != nil {
 				for _, e := range flatten(err) {
 					fmt.Fprintln(cmd.ErrOrStderr(), e)
@@ -436,6 +463,8 @@ standard input (named <stdin> in the messages).`,
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	addRedisSecurityFlags(fl, &sec)
 	fl.BoolVar(&listDropped, "list-dropped", false, fmt.Sprintf("warn of every policy, quota and concurrency limit the push drops by name (default: of up to %d of each kind, then of their number with the first names)", maxDroppedListed))
+	fl.IntVar(&waitN, "wait-replicas", config.ReplicasOnline, "replicas of the primary that must acknowledge the document before it is announced (Redis WAIT); -1: every replica the primary lists online, and behind Sentinel at least 1 when the sentinels list one they do not see down; 0: do not wait. Not acknowledged within --wait-timeout, the push fails (exit status 1) unannounced: run it again")
+	fl.DurationVar(&waitTimeout, "wait-timeout", config.DefaultReplicaTimeout, "how long to wait for --wait-replicas (0: the default; at most 5s)")
 	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB, or replace a signed document with an unsigned one or one signed with another key (a key rotation)")
 	return cmd
 }

@@ -696,6 +696,16 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if b.follow != nil && f.configRedis {
+		// On a switch of primary the document is read again at once,
+		// on the new one: a push the old one took in its last moments
+		// is lost, and the instances would otherwise run it until their
+		// next poll.
+		b.follow.OnMove(func(from, to string) {
+			log.Warn("the sentinels name a new Redis primary: connections to the old one are dropped; reading the configuration from the new one", "old", from, "new", to)
+			reloader.PrimaryMoved(from, to)
+		})
+	}
 	var assign config.Assignments = &config.MemoryAssignments{}
 	if b.client != nil {
 		ao := config.RedisAssignmentsOptions{}

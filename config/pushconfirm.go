@@ -1,0 +1,181 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotConfirmed is wrapped by PublishWith's error when the document was
+// stored on a primary but its durability was not confirmed: fewer
+// replicas than asked for acknowledged it (PublishOptions.Replicas), or
+// the sentinels no longer name that server the primary
+// (PublishOptions.Sentinels). A failover may then lose it (the primary
+// that took it is demoted and resynchronises from the promoted replica,
+// which never had it). The document was not announced; run the push
+// again.
+var ErrNotConfirmed = errors.New("config: the stored document is not confirmed durable")
+
+// ReplicasOnline is the PublishOptions.Replicas that waits for every
+// replica the primary lists online, and for at least one when the
+// sentinels (PublishOptions.Sentinels) list a replica of it that they do
+// not see down.
+const ReplicasOnline = -1
+
+// DefaultReplicaTimeout is PublishOptions.ReplicaTimeout's default.
+const DefaultReplicaTimeout = 2 * time.Second
+
+// writeNode returns the server a document stored under keys.Config is
+// written to: client itself, or on a Redis Cluster the primary of its
+// slot.
+func writeNode(ctx context.Context, client redis.UniversalClient, keys Keys) (*redis.Client, error) {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, keys.Config)
+	}
+	return nil, fmt.Errorf("config: cannot publish through a %T (want *redis.Client or *redis.ClusterClient)", client)
+}
+
+// onlineReplicas returns how many replicas the server on conn lists
+// online in INFO replication, and its role.
+func onlineReplicas(ctx context.Context, conn *redis.Conn) (n int, role string, err error) {
+	info, err := conn.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, "", err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "role:"); ok {
+			role = v
+		}
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, ":ip=") && strings.Contains(line, ",state=online,") {
+			n++
+		}
+	}
+	return n, role, nil
+}
+
+// sentinelClients returns a client for each sentinel of st.
+func sentinelClients(st *SentinelTarget) []*redis.SentinelClient {
+	out := make([]*redis.SentinelClient, len(st.Addrs))
+	for i, a := range st.Addrs {
+		out[i] = redis.NewSentinelClient(&redis.Options{Addr: a, Username: st.Username, Password: st.Password, TLSConfig: st.TLS,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 1})
+	}
+	return out
+}
+
+// sentinelReplicas returns the most replicas of st.Master any sentinel
+// lists without a down or disconnected flag (0 when none answers).
+func sentinelReplicas(ctx context.Context, sc []*redis.SentinelClient, master string) int {
+	most := 0
+	for _, c := range sc {
+		rs, err := c.Replicas(ctx, master).Result()
+		if err != nil {
+			continue
+		}
+		n := 0
+		for _, r := range rs {
+			if f := r["flags"]; !strings.Contains(f, "down") && !strings.Contains(f, "disconnected") {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// sentinelPrimary returns the primary a majority of the sentinels names
+// for master, and its run id as they know it ("" when unknown); "" when
+// no majority names one.
+func sentinelPrimary(ctx context.Context, sc []*redis.SentinelClient, master string) (addr, runID string) {
+	count := map[string]int{}
+	ids := map[string]string{}
+	for _, c := range sc {
+		m, err := c.Master(ctx, master).Result()
+		if err != nil || m["ip"] == "" {
+			continue
+		}
+		a := net.JoinHostPort(m["ip"], m["port"])
+		count[a]++
+		if m["runid"] != "" {
+			ids[a] = m["runid"]
+		}
+		if 2*count[a] > len(sc) {
+			return a, ids[a]
+		}
+	}
+	return "", ""
+}
+
+// confirmPrimary checks that the server on conn is still the primary the
+// sentinels name: by the address it sees conn on (CLIENT INFO laddr),
+// or, behind address translation, by its run id.
+func confirmPrimary(ctx context.Context, conn *redis.Conn, sc []*redis.SentinelClient, master string) error {
+	named, namedID := sentinelPrimary(ctx, sc, master)
+	if named == "" {
+		return fmt.Errorf("no majority of the %d sentinels names a primary for %q", len(sc), master)
+	}
+	info, err := conn.ClientInfo(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLIENT INFO on the server that took it: %w", err)
+	}
+	if info.LAddr == named {
+		return nil
+	}
+	if namedID != "" {
+		if s, err := conn.Info(ctx, "server").Result(); err == nil && strings.Contains(s, "run_id:"+namedID) {
+			return nil
+		}
+	}
+	return fmt.Errorf("the sentinels now name %s the primary, not %s, which took it", named, info.LAddr)
+}
+
+// confirm makes sure the document just stored through conn is durable as
+// opts asks: that enough replicas acknowledged it (WAIT on conn, which
+// wrote it) and that the sentinels still name the server the primary. It
+// returns nil, or an error wrapping ErrNotConfirmed.
+func confirm(ctx context.Context, conn *redis.Conn, opts PublishOptions, sc []*redis.SentinelClient, minReplicas int) error {
+	n, role, err := onlineReplicas(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("%w: INFO replication: %v", ErrNotConfirmed, err)
+	}
+	if role != "" && role != "master" {
+		return fmt.Errorf("%w: the server that took it is now a %s", ErrNotConfirmed, role)
+	}
+	want := opts.Replicas
+	if want == ReplicasOnline {
+		want = max(n, minReplicas)
+	}
+	if want > 0 {
+		timeout := cmp0(opts.ReplicaTimeout, DefaultReplicaTimeout)
+		got, err := conn.Wait(ctx, want, timeout).Result()
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: WAIT %d: %v", ErrNotConfirmed, want, err)
+		case got < int64(want):
+			return fmt.Errorf("%w: %d of %d replicas acknowledged it within %v (the primary lists %d online)", ErrNotConfirmed, got, want, timeout, n)
+		}
+	}
+	if opts.Sentinels != nil {
+		if err := confirmPrimary(ctx, conn, sc, opts.Sentinels.Master); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+		}
+	}
+	return nil
+}
+
+// cmp0 returns v, or def when v is 0.
+func cmp0(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
