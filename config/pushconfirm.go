@@ -93,14 +93,19 @@ func sentinelReplicas(ctx context.Context, sc []*redis.SentinelClient, master st
 }
 
 // sentinelPrimary returns the primary a majority of the sentinels names
-// for master, and its run id as they know it ("" when unknown); "" when
-// no majority names one.
-func sentinelPrimary(ctx context.Context, sc []*redis.SentinelClient, master string) (addr, runID string) {
+// for master, and its run id as they know it ("" when unknown); "" and
+// the last error a sentinel answered (nil if none) when no majority
+// names one.
+func sentinelPrimary(ctx context.Context, sc []*redis.SentinelClient, master string) (addr, runID string, lastErr error) {
 	count := map[string]int{}
 	ids := map[string]string{}
 	for _, c := range sc {
 		m, err := c.Master(ctx, master).Result()
-		if err != nil || m["ip"] == "" {
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if m["ip"] == "" {
 			continue
 		}
 		a := net.JoinHostPort(m["ip"], m["port"])
@@ -109,19 +114,20 @@ func sentinelPrimary(ctx context.Context, sc []*redis.SentinelClient, master str
 			ids[a] = m["runid"]
 		}
 		if 2*count[a] > len(sc) {
-			return a, ids[a]
+			return a, ids[a], nil
 		}
 	}
-	return "", ""
+	return "", "", lastErr
 }
 
 // confirmPrimary checks that the server on conn is still the primary the
 // sentinels name: by the address it sees conn on (CLIENT INFO laddr),
 // or, behind address translation, by its run id.
 func confirmPrimary(ctx context.Context, conn *redis.Conn, sc []*redis.SentinelClient, master string) error {
-	named, namedID := sentinelPrimary(ctx, sc, master)
+	named, namedID, err := sentinelPrimary(ctx, sc, master)
 	if named == "" {
-		return fmt.Errorf("no majority of the %d sentinels names a primary for %q", len(sc), master)
+		// SENTINEL MASTER: a sentinel ACL user needs +sentinel|master.
+		return fmt.Errorf("no majority of the %d sentinels names a primary for %q (SENTINEL MASTER; last error: %v)", len(sc), master, err)
 	}
 	info, err := conn.ClientInfo(ctx).Result()
 	if err != nil {
