@@ -2,6 +2,8 @@ package envoyrls
 
 import (
 	"fmt"
+	"math"
+	"math/big"
 	"sort"
 	"strings"
 	"time"
@@ -55,8 +57,11 @@ type Rule struct {
 	// OVER_LIMIT.
 	Shadow bool
 	// RequestsPerUnit, Unit and UnitMultiplier describe the limit as
-	// Envoy's API reports it in current_limit. For a window that is not a
-	// whole number of seconds they give the equivalent rate per second.
+	// Envoy's API reports it in current_limit. A window that is not a
+	// whole number of seconds is scaled, with the limit, to the shortest
+	// whole number of seconds that is a multiple of it (4 per 1.5 s: 8 per
+	// 3 × SECOND); the closest rate that fits when those numbers overflow
+	// uint32.
 	RequestsPerUnit uint32
 	Unit            rlspb.RateLimitResponse_RateLimit_Unit
 	UnitMultiplier  uint32
@@ -299,18 +304,79 @@ func unitLength(u rlspb.RateLimitResponse_RateLimit_Unit) (time.Duration, bool) 
 }
 
 // describeWindow returns how Envoy's API reports a limit of limit per
-// window: the largest unit that divides the window, with a multiplier, or,
-// for windows that are not whole seconds, the equivalent rate per second.
+// window: requests_per_unit per unit × unit_multiplier, in the largest unit
+// that divides the window. A window that is not a whole number of seconds
+// is scaled, with the limit, to the shortest whole number of seconds that
+// is a multiple of it (4 per 1.5 s as 8 per 3 × SECOND), so that the rate
+// reported is the rate enforced; only when those numbers do not fit
+// Envoy's 32-bit fields is it the closest rate that fits.
 func describeWindow(limit int64, window time.Duration) (uint32, rlspb.RateLimitResponse_RateLimit_Unit, uint32) {
-	order := []string{"week", "day", "hour", "minute", "second"}
-	for _, name := range order {
-		u := units[name]
-		if window%u.d == 0 && int64(window/u.d) <= 1<<32-1 {
-			return clampUint32(limit), u.unit, uint32(window / u.d)
+	// window×k is the shortest whole number of seconds (window/g) that is
+	// a multiple of window; limit×k fits int64, limit being at most
+	// 2^32-1 and k at most 10^9.
+	g := gcd(int64(window), int64(time.Second))
+	k := int64(time.Second) / g
+	n, secs := uint64(limit*k), uint64(int64(window)/g)
+	if n > math.MaxUint32 || secs > math.MaxUint32 {
+		n, secs = closestRatio(n, secs, math.MaxUint32)
+		if n == 0 && limit > 0 {
+			n, secs = 1, math.MaxUint32
 		}
 	}
-	perSecond := float64(limit) * float64(time.Second) / float64(window)
-	return clampUint32(max(int64(perSecond), 1)), rlspb.RateLimitResponse_RateLimit_SECOND, 1
+	for _, name := range []string{"week", "day", "hour", "minute", "second"} {
+		u := units[name].d / time.Second
+		if secs%uint64(u) == 0 {
+			return uint32(n), units[name].unit, uint32(secs / uint64(u))
+		}
+	}
+	panic("unreachable: SECOND divides every whole number of seconds")
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// closestRatio returns the fraction p/q closest to n/d (d > 0) with p and
+// q at most limit and q at least 1: the better of the last convergent of
+// n/d's continued fraction within those bounds and the largest
+// semiconvergent after it.
+func closestRatio(n, d, limit uint64) (p, q uint64) {
+	x, y := n, d
+	// h1/k1 and h2/k2 are the last two convergents (1/0 and 0/1 before
+	// the first).
+	h1, k1, h2, k2 := uint64(1), uint64(0), uint64(0), uint64(1)
+	for y != 0 {
+		a := x / y
+		// The next convergent is (a×h1+h2)/(a×k1+k2); t is the largest
+		// multiple up to a keeping both within limit.
+		t := a
+		if h1 > 0 {
+			t = min(t, (limit-h2)/h1)
+		}
+		if k1 > 0 {
+			t = min(t, (limit-k2)/k1)
+		}
+		if t < a {
+			sp, sq := t*h1+h2, t*k1+k2
+			if k1 == 0 || (t > 0 && distance(sp, sq, n, d).Cmp(distance(h1, k1, n, d)) < 0) {
+				return sp, sq
+			}
+			return h1, k1
+		}
+		h1, k1, h2, k2 = a*h1+h2, a*k1+k2, h1, k1
+		x, y = y, x-a*y
+	}
+	return h1, k1
+}
+
+// distance returns |p/q - n/d|.
+func distance(p, q, n, d uint64) *big.Rat {
+	r := new(big.Rat).SetFrac(new(big.Int).SetUint64(p), new(big.Int).SetUint64(q))
+	r.Sub(r, new(big.Rat).SetFrac(new(big.Int).SetUint64(n), new(big.Int).SetUint64(d)))
+	return r.Abs(r)
 }
 
 func clampUint32(v int64) uint32 {

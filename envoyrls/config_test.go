@@ -142,12 +142,12 @@ descriptors:
 			t.Errorf("%s: %v", r.Path, err)
 		}
 	}
-	// Envoy's API has no millisecond unit: 10 per 1.5s is reported as 6/s;
-	// 90s as 90 seconds.
+	// Envoy's API has no millisecond unit: 10 per 1.5s is reported as 20
+	// per 3 seconds; 90s as 90 seconds.
 	for _, r := range cfg.Rules() {
 		switch r.Path {
 		case "api_key":
-			if r.RequestsPerUnit != 6 || r.Unit != rlspb.RateLimitResponse_RateLimit_SECOND || r.UnitMultiplier != 1 {
+			if r.RequestsPerUnit != 20 || r.Unit != rlspb.RateLimitResponse_RateLimit_SECOND || r.UnitMultiplier != 3 {
 				t.Errorf("api_key reported as %d per %v×%d", r.RequestsPerUnit, r.Unit, r.UnitMultiplier)
 			}
 		case "tenant":

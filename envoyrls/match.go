@@ -1,11 +1,13 @@
 package envoyrls
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -307,7 +309,7 @@ func overrideLimit(i int, domain string, o *ratelimitv3.RateLimitDescriptor_Rate
 	unit := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	length, ok := unitLength(unit)
 	if !ok || unit == rlspb.RateLimitResponse_RateLimit_WEEK {
-		return invalidRequest(RejectLimitOverride, "descriptor %d: limit override unit %s is not supported (want SECOND, MINUTE, HOUR or DAY)", i, o.GetUnit())
+		return invalidRequest(RejectLimitOverride, "descriptor %d: limit override unit %s is not supported (want SECOND, MINUTE, HOUR or DAY)", i, overrideUnitName(o.GetUnit()))
 	}
 	mult := int64(1)
 	if m := o.GetUnitMultiplier(); m != nil {
@@ -331,6 +333,20 @@ func overrideLimit(i int, domain string, o *ratelimitv3.RateLimitDescriptor_Rate
 		return invalidRequest(RejectLimitOverride, "descriptor %d: limit override: %v", i, err)
 	}
 	return nil
+}
+
+// overrideUnitName names a limit override's unit in a message: by its name
+// in the override's enum (envoy.type.v3.RateLimitUnit), or else by its
+// name in current_limit's enum with its number ("WEEK (7)": the override's
+// enum has no WEEK), or else by its number.
+func overrideUnitName(u typev3.RateLimitUnit) string {
+	if name, ok := typev3.RateLimitUnit_name[int32(u)]; ok {
+		return name
+	}
+	if name, ok := rlspb.RateLimitResponse_RateLimit_Unit_name[int32(u)]; ok {
+		return name + " (" + strconv.Itoa(int(u)) + ")"
+	}
+	return strconv.Itoa(int(u))
 }
 
 // match walks the domain's tree along entries and returns the rule of the

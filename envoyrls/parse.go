@@ -40,7 +40,9 @@ import (
 //	      burst: 20                  # extension: token_bucket and gcra only
 //	    descriptors: [...]           # nested entries
 //
-// Unknown keys, wrong types and out-of-range values are errors. The error
+// A key whose value is null ("value:", "shadow_mode: ~") is read as
+// absent, as envoyproxy/ratelimit reads it. Unknown keys, wrong types and
+// out-of-range values are errors. The error
 // is a *ConfigError (wrapping ErrInvalidConfig) with the line and column of
 // the offending node.
 func ParseConfig(data []byte, filename string) (*Config, error) {
@@ -199,7 +201,7 @@ func (x *expansion) size(n *yaml.Node) int {
 }
 
 // fields checks that n is a mapping with only the allowed keys and returns
-// its values by key.
+// its values by key, leaving out the keys whose value is null.
 func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[string]*yaml.Node, error) {
 	n, err := p.resolve(n)
 	if err != nil {
@@ -228,6 +230,15 @@ func (p *parser) fields(n *yaml.Node, what string, allowed ...string) (map[strin
 			return nil, err
 		}
 		out[k.Value] = v
+	}
+	// A key written without a value (null: "value:", "value: ~") is read
+	// as absent, as envoyproxy/ratelimit's loader reads it (the Go zero
+	// value: no value, false, no limit); what the key says when absent,
+	// or that it is required, applies.
+	for k, v := range out {
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			delete(out, k)
+		}
 	}
 	return out, nil
 }
