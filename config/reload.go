@@ -480,11 +480,18 @@ func (r *Reloader) PrimaryMoved(from, to string) {
 }
 
 // unchanged logs that a read asked for (CheckNow: SIGHUP) found the
-// active configuration.
+// active configuration: after a rejection, as apply does, that the
+// source holds the active configuration again, so that the rejection's
+// error line has an end; else that it is unchanged.
 func (r *Reloader) unchanged(source string) {
-	r.holder.rejected.Store(nil)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.metrics.setRejected(false)
 	active := r.holder.Load()
+	if r.holder.rejected.Swap(nil) != nil {
+		r.log.Info("configuration source holds the active configuration again", "source", source, "version", active.Version())
+		return
+	}
 	r.log.Info("configuration unchanged", "source", source, "version", active.Version())
 }
 
