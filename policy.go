@@ -260,7 +260,7 @@ func (p Policy) Validate() error {
 			bad("%s", msg)
 		}
 		if p.Window != 0 || p.Burst != 0 || p.MaxDelay != 0 {
-			bad("quota takes a calendar, not window, burst or max delay")
+			bad("quota takes a calendar, not window, burst or max_delay")
 		}
 		return policyError(p.Name, nameErr, problems)
 	}
@@ -278,8 +278,8 @@ func (p Policy) Validate() error {
 	if !burstOK {
 		bad("burst %d out of range 0..%d", p.Burst, int64(MaxLimit))
 	}
-	if p.MaxDelay < 0 {
-		bad("max delay %v is negative", p.MaxDelay)
+	if p.MaxDelay < 0 || p.MaxDelay.Microseconds() > maxSpanMicros {
+		bad("max_delay %s out of range 0s..%s", durationText(p.MaxDelay), durationText(maxSpanMicros*time.Microsecond))
 	}
 	switch p.Algorithm {
 	case TokenBucket, GCRA:
@@ -292,17 +292,14 @@ func (p Policy) Validate() error {
 			}
 		}
 		if p.Algorithm == TokenBucket && p.MaxDelay != 0 {
-			bad("max delay applies to gcra only")
-		}
-		if p.MaxDelay.Microseconds() > maxSpanMicros {
-			bad("max delay %v too long", p.MaxDelay)
+			bad("max_delay applies to gcra only")
 		}
 	default:
 		if p.Burst != 0 {
 			bad("burst applies to token_bucket and gcra only")
 		}
 		if p.MaxDelay != 0 && known {
-			bad("max delay applies to gcra only")
+			bad("max_delay applies to gcra only")
 		}
 	}
 	if p.Algorithm == SlidingLog && p.Limit > MaxSlidingLogLimit {

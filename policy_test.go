@@ -176,3 +176,26 @@ func TestShapingAdmitsAboveCapacity(t *testing.T) {
 		t.Fatalf("cost %d: %+v, %v; want cost_exceeds_limit", p.Capacity()+6, r, err)
 	}
 }
+
+// TestValidateMaxDelayRange: a MaxDelay out of range is reported as the
+// other range errors are, naming the field and its range, under the
+// policy's name (library callers have no configuration file to name it).
+// It was "max delay 312750h0m0s too long", and "max delay -1s is
+// negative".
+func TestValidateMaxDelayRange(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{312750 * time.Hour, `policy "p": max_delay 312750h0m0s out of range 0s..312749h58m26.842624s`},
+		{-time.Second, `policy "p": max_delay -1s out of range 0s..312749h58m26.842624s`},
+	} {
+		err := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, MaxDelay: tc.d}.Validate()
+		if !errors.Is(err, floodgate.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("max delay %v: %v, want %q", tc.d, err, tc.want)
+		}
+	}
+	if err := (floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, MaxDelay: 1 << 50 * time.Microsecond}).Validate(); err != nil {
+		t.Errorf("max delay 2^50µs: %v", err)
+	}
+}

@@ -168,10 +168,18 @@ func (p *parser) shard(n *yaml.Node, pol floodgate.Policy, shards int, what stri
 		}
 	}
 	if err := pol.Validate(); err != nil {
-		p.errorf(n, "%s: %s", what, strings.TrimPrefix(err.Error(), floodgate.ErrInvalidPolicy.Error()+": "))
+		p.errorf(n, "%s: %s", what, policyProblems(err, pol.Name))
 		return pol, false
 	}
 	return pol, true
+}
+
+// policyProblems returns the problems Validate found in the policy named
+// name, without the prefix naming it ("floodgate: invalid policy: policy
+// \"api.per-user\": "): the layer's own name says which it is.
+func policyProblems(err error, name string) string {
+	msg := strings.TrimPrefix(err.Error(), floodgate.ErrInvalidPolicy.Error()+": ")
+	return strings.TrimPrefix(msg, fmt.Sprintf("policy %q: ", name))
 }
 
 // dimension parses "global", "user" or "user+ip".

@@ -223,7 +223,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad limit and window", layer("algorithm: fixed_window, limit: 0, window: 401d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 401d out of range 1ms..400d`},
 		{"bad zone and anchor_day", layer("algorithm: quota, limit: 10, period: anchored_month, anchor_day: 32, dimension: user, timezone: Mars/Base"), `layer "l" of policy "p" anchor_day 32 out of range 1..31`},
 		{"burst on fixed window", layer(ok + ", burst: 5"), `burst applies to token_bucket and gcra only`},
-		{"max_delay on token bucket", layer("algorithm: token_bucket, limit: 5, window: 1s, max_delay: 1s, dimension: user"), `max delay applies to gcra only`},
+		{"max_delay on token bucket", layer("algorithm: token_bucket, limit: 5, window: 1s, max_delay: 1s, dimension: user"), `max_delay applies to gcra only`},
 		{"no dimension", layer("algorithm: gcra, limit: 5, window: 1s"), `e.yaml:5:9: layer "l" of policy "p" has no dimension`},
 		{"bad dimension", layer("algorithm: gcra, limit: 5, window: 1s, dimension: User"), `dimension name "User": character 'U' not in [a-z0-9_-]`},
 		{"global combined", layer("algorithm: gcra, limit: 5, window: 1s, dimension: global+user"), `"global" cannot be combined`},
@@ -254,7 +254,7 @@ func TestParseErrors(t *testing.T) {
 		{"override without tier_dimension", "tiers: [free, pro]\n" + head[11:] + "      - {name: l, " + ok + ", tiers: {pro: {limit: 5}}}\n", `has tier overrides but policy "p" has no tier_dimension`},
 		{"override unknown tier", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {gold: {limit: 5}}}\n", `e.yaml:6:92: layer "l" of policy "p": tier "gold" is not defined (tiers: free, pro)`},
 		{"override bad field", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {pro: {algorithm: gcra}}}\n", `unknown field "algorithm" in layer "l" of policy "p" tier "pro"`},
-		{"override invalid", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {pro: {burst: 5}}}\n", `tier "pro": policy "p.l": burst applies to token_bucket and gcra only`},
+		{"override invalid", "tiers: [free, pro]\npolicies:\n  - name: p\n    tier_dimension: user\n    layers:\n      - {name: l, " + ok + ", tiers: {pro: {burst: 5}}}\n", `layer "l" of policy "p" tier "pro": burst applies to token_bucket and gcra only`},
 		{"tier_dimension global", "policies:\n  - name: p\n    tier_dimension: global\n    layers:\n      - {name: l, " + ok + "}\n", `tier_dimension cannot be "global"`},
 		{"alias to bad value", "x: &bad -3\n", `unknown field "x"`},
 		// Tags were ignored: a "!!binary" version was applied as its text.
