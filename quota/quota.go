@@ -305,7 +305,8 @@ func (q *Quota) RestoreAt(ctx context.Context, now time.Time, identity string, u
 // period's key the previous one, for example after a Settle failed with
 // ErrQuotaStateLost naming it (its usage was lost within Options.Grace of
 // its end, when late settlements still go to it). Any other key fails
-// with floodgate.ErrInvalidKey.
+// with ErrInvalidPeriod (which errors.Is also matches to
+// floodgate.ErrInvalidKey).
 func (q *Quota) RestorePeriod(ctx context.Context, identity, period string, used int64) (Result, error) {
 	return q.RestorePeriodAt(ctx, q.opts.Clock(), identity, period, used)
 }
@@ -318,7 +319,7 @@ func (q *Quota) RestorePeriodAt(ctx context.Context, now time.Time, identity, pe
 	}
 	prev := q.policy.Calendar.Previous(cur)
 	if period != prev.Key {
-		return Result{}, fmt.Errorf("%w: quota restore: period %q is neither the current period (%s) nor the previous one (%s)", floodgate.ErrInvalidKey, clip.Text(period, 40), cur.Key, prev.Key)
+		return Result{}, fmt.Errorf("%w %q for a restore: it is neither the current period (%s) nor the previous one (%s)", ErrInvalidPeriod, clip.Text(period, 40), cur.Key, prev.Key)
 	}
 	if used < 0 || used > MaxUsed {
 		return Result{}, fmt.Errorf("%w: quota restore: used %d out of range 0..%d", floodgate.ErrInvalidCost, used, int64(MaxUsed))

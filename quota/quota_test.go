@@ -435,8 +435,12 @@ func TestPreviousPeriodLost(t *testing.T) {
 				t.Fatalf("a refused settle recreated the lost usage key")
 			}
 		}
-		if _, err := q.RestorePeriodAt(ctx, after, "u", "2026-12-04", 1); !errors.Is(err, floodgate.ErrInvalidKey) {
-			t.Fatalf("restore of a period two days back: %v, want ErrInvalidKey", err)
+		// ErrInvalidPeriod, and still ErrInvalidKey for the callers
+		// written when it was that; its text says "invalid period", not
+		// "invalid key" (a walk found that confusing for a period).
+		if _, err := q.RestorePeriodAt(ctx, after, "u", "2026-12-04", 1); !errors.Is(err, ErrInvalidPeriod) || !errors.Is(err, floodgate.ErrInvalidKey) ||
+			strings.Contains(err.Error(), "invalid key") || !strings.Contains(err.Error(), `invalid period "2026-12-04"`) {
+			t.Fatalf("restore of a period two days back: %v, want ErrInvalidPeriod (and ErrInvalidKey) saying invalid period", err)
 		}
 		r, err := q.RestorePeriodAt(ctx, after, "u", "2026-12-05", 50)
 		if err != nil || r.Period.Key != "2026-12-05" || r.Used != 50 || !r.ReplacedLost {

@@ -23,7 +23,22 @@ var (
 	// ErrAlreadySettled reports a Reserve for a request id that was already
 	// settled in this period (the id must identify one unit of work).
 	ErrAlreadySettled = errors.New("quota: request already settled")
+	// ErrInvalidPeriod reports a period RestorePeriod cannot restore: its
+	// key is neither the current period's nor the previous one's.
+	// errors.Is matches it to floodgate.ErrInvalidKey too, which it was
+	// reported as before, so that callers testing for bad input keep
+	// treating it as such.
+	ErrInvalidPeriod error = invalidPeriod{}
 )
+
+// invalidPeriod is ErrInvalidPeriod: an invalid key to errors.Is,
+// without saying "invalid key" of a period.
+type invalidPeriod struct{}
+
+func (invalidPeriod) Error() string { return "quota: invalid period" }
+
+// Is reports target as floodgate.ErrInvalidKey.
+func (invalidPeriod) Is(target error) bool { return target == floodgate.ErrInvalidKey }
 
 // Reason says why a quota request was denied.
 type Reason uint8
