@@ -151,7 +151,8 @@ func TestRedisCluster(t *testing.T) {
 // sent) may have taken a lease, so it fails with ErrIndeterminate, and
 // once Redis runs again the lease is in the set. go-redis answers a plain
 // command cut off this way with the bare context error of its retry loop
-// (client of serve's configuration: default MaxRetries), which the
+// (a client with ContextTimeoutEnabled, as serve's, and go-redis's
+// default retries, after pauses), which the
 // script's commands, marked NoRetry, never enter.
 func TestRedisStalledAcquire(t *testing.T) {
 	srv := redistest.Start(t)

@@ -440,23 +440,56 @@ func (sentinelAuthHint) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // breaker opened. The next command dials afresh.
 const DialAttempts = 1
 
+// CommandRetries is how many times a client built from a Redis
+// configuration sends a plain command again (a tier lookup's HGET, an
+// assignment's HSET) after a failure go-redis deems safe to retry (a
+// connection broken under it, a refused dial, a LOADING reply): once, and
+// at once. go-redis's default, three retries after pauses of 10 ms and
+// more (doubling, up to a second), slept 30 ms or more against a Redis
+// that refuses connections: a tiered decision's lookup outlasted its
+// budget (reason timeout rather than unavailable) and a quota or lease
+// operation waited up to a fifth of a second before its 503. One retry
+// still replaces a pooled connection Redis closed. Scripts are never sent
+// again whatever this says (luascript marks them NoRetry). A Redis
+// Cluster client keeps go-redis's three tries beyond the first, which
+// bound MOVED and ASK redirections and retries together, but its retries
+// too come without a pause.
+const CommandRetries = 1
+
+// apply sets o, parsed from a redis:// or rediss:// URL, as serve's
+// clients are set; the URL's max_retries, min_retry_backoff and
+// max_retry_backoff, when given, are kept.
 func (r Redis) apply(o *redis.Options) {
 	o.ContextTimeoutEnabled, o.DialerRetries = true, DialAttempts
+	if o.MaxRetries == 0 {
+		o.MaxRetries = CommandRetries
+	}
+	if o.MinRetryBackoff == 0 && o.MaxRetryBackoff == 0 {
+		o.MinRetryBackoff, o.MaxRetryBackoff = noBackoff, noBackoff
+	}
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	if r.PoolSize > 0 {
 		o.PoolSize = r.PoolSize
 	}
 }
 
+// noBackoff is go-redis's value for "no pause before a retry".
+const noBackoff = -1
+
 func (r Redis) failover(o *redis.FailoverOptions) *redis.FailoverOptions {
 	o.ContextTimeoutEnabled, o.DialerRetries = true, DialAttempts
+	o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = CommandRetries, noBackoff, noBackoff
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	o.PoolSize = r.PoolSize
 	return o
 }
 
+// cluster leaves MaxRedirects at go-redis's default: it bounds the MOVED
+// and ASK redirections followed as well as the retries, and a cluster's
+// node clients retry nothing themselves.
 func (r Redis) cluster(o *redis.ClusterOptions) *redis.ClusterOptions {
 	o.ContextTimeoutEnabled, o.DialerRetries = true, DialAttempts
+	o.MinRetryBackoff, o.MaxRetryBackoff = noBackoff, noBackoff
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = r.DialTimeout, r.CommandTimeout, r.CommandTimeout
 	o.PoolSize = r.PoolSize
 	return o

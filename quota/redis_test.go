@@ -369,8 +369,9 @@ func anys(ss []string) []any {
 // ends while it waits for the client's one connection (held by a blocked
 // command) was never sent: ErrStoreUnavailable, and nothing is counted.
 //
-// The client is configured as serve's (ContextTimeoutEnabled, go-redis's
-// default MaxRetries): go-redis answers a plain command cut off this way
+// The client has ContextTimeoutEnabled, as serve's, and go-redis's default
+// retries (three, after pauses; serve's retry a plain command once, at
+// once, config.CommandRetries): go-redis answers a plain command cut off this way
 // with the bare context error of its retry loop, which the script's
 // commands, marked NoRetry, never enter.
 func TestRedisStalledCheck(t *testing.T) {
