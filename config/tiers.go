@@ -10,7 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
+	"github.com/floodgate-rl/floodgate/replicawait"
 )
 
 // Assignments stores which tier an identity is on (for example "API key
@@ -111,6 +114,14 @@ type RedisAssignmentsOptions struct {
 	// (fallback.Store.Call), so that lookups are not sent to a Redis known
 	// to be down; key is the assignments' hash key. Its error is Tier's.
 	Guard func(ctx context.Context, key string, fn func(ctx context.Context) error) error
+	// Writer, if set, sends SetTier's write in place of the client: a
+	// *replicawait.Client, so that an assignment is answered only once
+	// enough replicas have it (serve's --redis-wait-replicas). SetTier's
+	// error then wraps replicawait.ErrNotReplicated when the primary
+	// stored the assignment but too few replicas confirmed it.
+	Writer interface {
+		Process(ctx context.Context, cmd redis.Cmder) error
+	}
 }
 
 // RedisAssignments keeps tier assignments in a Redis hash (field
@@ -121,6 +132,7 @@ type RedisAssignmentsOptions struct {
 // (only when the cache is full).
 type RedisAssignments struct {
 	client redis.UniversalClient
+	writer luascript.Client
 	guard  func(ctx context.Context, key string, fn func(ctx context.Context) error) error
 	key    string
 	ttl    time.Duration
@@ -150,7 +162,11 @@ func NewRedisAssignments(client redis.UniversalClient, key string, opts RedisAss
 	if opts.MaxEntries == 0 {
 		opts.MaxEntries = 100_000
 	}
-	return &RedisAssignments{client: client, guard: opts.Guard, key: key, ttl: opts.TTL, max: opts.MaxEntries, cache: map[string]cached{}}, nil
+	var writer luascript.Client = client
+	if !nilcheck.IsNil(opts.Writer) {
+		writer = opts.Writer
+	}
+	return &RedisAssignments{client: client, writer: writer, guard: opts.Guard, key: key, ttl: opts.TTL, max: opts.MaxEntries, cache: map[string]cached{}}, nil
 }
 
 // Tier implements Assignments. An answer younger than the cache TTL is
@@ -261,6 +277,15 @@ func (a *RedisAssignments) remember(f string, c cached) {
 
 // SetTier implements Assignments. The change is visible at once on this
 // instance and within the cache TTL on the others.
+//
+// The write is one script call (HSET, or HDEL for an empty tier) sent
+// through Options.Writer, or the client, and never sent twice, so that
+// its error tells what became of it: one wrapping
+// floodgate.ErrIndeterminate was sent and may have been applied (and
+// ErrNotReplicated, from a replicawait.Client, was applied on the
+// primary: this instance then uses the new tier, as the primary has it);
+// one wrapping floodgate.ErrStoreUnavailable and not ErrIndeterminate
+// stored nothing (a refused dial, say).
 func (a *RedisAssignments) SetTier(ctx context.Context, dimension, value, tier string) error {
 	f, err := assignmentField(dimension, value)
 	if err != nil {
@@ -269,14 +294,20 @@ func (a *RedisAssignments) SetTier(ctx context.Context, dimension, value, tier s
 	if err := checkTierName(tier); err != nil {
 		return err
 	}
-	if tier == "" {
-		err = a.client.HDel(ctx, a.key, f).Err()
-	} else {
-		err = a.client.HSet(ctx, a.key, f, tier).Err()
-	}
-	if err != nil {
+	_, err = setTierScript.Run(ctx, a.writer, []string{a.key}, f, tier)
+	if err != nil && !errors.Is(err, replicawait.ErrNotReplicated) {
 		return fmt.Errorf("config: storing tier assignment: %w", err)
 	}
 	a.remember(f, cached{tier: tier, ok: tier != "", expires: time.Now().Add(a.ttl)})
+	if err != nil {
+		return fmt.Errorf("config: storing tier assignment: %w", err)
+	}
 	return nil
 }
+
+// setTierScript stores one assignment: field ARGV[1] of the hash KEYS[1]
+// set to the tier ARGV[2], or removed when ARGV[2] is empty. A script,
+// rather than HSET and HDEL, so that a replicawait.Client can route it to
+// its primary on a Redis Cluster, and so that it is never resent.
+var setTierScript = luascript.New(`if ARGV[2] == '' then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])`, luascript.Options{})

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/replicawait"
 )
 
 // Sentinel errors. Store failures wrap floodgate.ErrStoreUnavailable
@@ -241,6 +242,12 @@ func (l Lifted) Any() bool { return l.Account || l.IP || l.Pair }
 // Addr), and with both, of account from that network (the owner's own
 // mistyped passwords, which neither of the others lifts). It reports
 // which of them had any state. Giving neither is ErrInvalidAccount.
+//
+// A Redis backend whose client is a replicawait.Client (serve's
+// --redis-wait-replicas) fails a lift applied on the primary but not
+// confirmed by enough replicas with an error wrapping
+// replicawait.ErrNotReplicated; Lift then returns what was lifted on the
+// primary with it.
 func (g *Guard) Lift(ctx context.Context, account string, ip netip.Addr) (Lifted, error) {
 	if account == "" && !ip.IsValid() {
 		return Lifted{}, fmt.Errorf("%w: give an account, an address or both", ErrInvalidAccount)
@@ -264,10 +271,10 @@ func (g *Guard) Lift(ctx context.Context, account string, ip netip.Addr) (Lifted
 		ids[DimPair-1] = g.digest('p', acct, network)
 	}
 	had, err := g.remove(ctx, &ids)
-	if err != nil {
+	if err != nil && !errors.Is(err, replicawait.ErrNotReplicated) {
 		return Lifted{}, err
 	}
-	return Lifted{Account: had[DimAccount-1], IP: had[DimIP-1], Pair: had[DimPair-1]}, nil
+	return Lifted{Account: had[DimAccount-1], IP: had[DimIP-1], Pair: had[DimPair-1]}, err
 }
 
 // remove forgets the states of ids (those not "") in one atomic step.

@@ -3,11 +3,13 @@ package loginguard
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -123,15 +125,20 @@ func (b *Redis) remove(ctx context.Context, ids *[numDims]string) ([numDims]bool
 		}
 	}
 	val, err := unlockScript.Run(ctx, b.client, keys)
-	if err != nil {
+	if err != nil && !errors.Is(err, replicawait.ErrNotReplicated) {
 		return had, fmt.Errorf("loginguard: %w", err)
 	}
+	// Not replicated, the unlock was applied on the primary, and its
+	// reply came with the error: what was lifted is known.
 	n := make([]int64, len(keys))
 	if err := luascript.Ints(val, n); err != nil {
 		return had, fmt.Errorf("loginguard: %w", err)
 	}
 	for i, d := range dims {
 		had[d] = n[i] > 0
+	}
+	if err != nil {
+		return had, fmt.Errorf("loginguard: %w", err)
 	}
 	return had, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/clip"
+	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/quota"
@@ -63,12 +64,26 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	var notReplicated bool
 	for _, rs := range s.opts.Resetters {
-		if err := rs.ResetKeys(r.Context(), keys...); err != nil {
+		err := rs.ResetKeys(r.Context(), keys...)
+		if errors.Is(err, replicawait.ErrNotReplicated) {
+			// Deleted on the primary (every key: a RedisResetter goes
+			// on past a key not confirmed), not confirmed by its
+			// replicas: the other stores are reset all the same.
+			notReplicated = true
+			continue
+		}
+		if err != nil {
 			s.log.Error("admin reset failed", "policy", req.Policy, "identity", identityLog(req.Identity), "error", err)
 			s.fail(w, r, storeUnavailable("resetting (some of the keys may have been deleted; retrying is harmless)"))
 			return
 		}
+	}
+	if notReplicated {
+		s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys), "replicated", false)
+		s.fail(w, r, notReplicatedProblem("the reset was applied: the Redis primary no longer holds the state of these layers, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still bring it back; sending the reset again is harmless"))
+		return
 	}
 	s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys))
 	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: len(keys)})
@@ -175,13 +190,32 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("unknown-tier", "unknown tier %q (configured: %s)", clip.Text(req.Tier, 80), strings.Join(cfg.Tiers(), ", ")))
 		return
 	}
-	if err := s.assign.SetTier(r.Context(), req.Dimension, req.Value, req.Tier); err != nil {
-		if errors.Is(err, config.ErrTooManyAssignments) {
-			s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
-			return
+	err = s.assign.SetTier(r.Context(), req.Dimension, req.Value, req.Tier)
+	switch {
+	case err == nil:
+	case errors.Is(err, config.ErrTooManyAssignments):
+		s.fail(w, r, &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: err.Error()})
+		return
+	case errors.Is(err, replicawait.ErrNotReplicated):
+		// Stored on the primary, not confirmed by its replicas: an
+		// administrative change made, and audited as such, though
+		// answered 503 (as a quota restore is).
+		s.log.Info("admin tier assignment", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "replicated", false)
+		s.fail(w, r, notReplicatedProblem("the tier assignment was stored on the Redis primary, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; sending it again is harmless"))
+		return
+	case errors.Is(err, replicawait.ErrBusy):
+		s.log.Error("admin tier assignment failed", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "error", err)
+		s.fail(w, r, notReplicatedProblem("nothing was stored: the operations before it are still waiting for the Redis replicas to confirm them (--redis-wait-replicas); retry later"))
+		return
+	default:
+		// The write is never sent twice, so its error tells whether it
+		// went out: one that did may have been applied.
+		what := "storing the tier assignment (it may have been applied; retrying is harmless)"
+		if errors.Is(err, floodgate.ErrStoreUnavailable) && !errors.Is(err, floodgate.ErrIndeterminate) {
+			what = "storing the tier assignment (nothing was stored)"
 		}
 		s.log.Error("admin tier assignment failed", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "error", err)
-		s.fail(w, r, storeUnavailable("storing the tier assignment (it may have been applied; retrying is harmless)"))
+		s.fail(w, r, storeUnavailable(what))
 		return
 	}
 	s.log.Info("admin tier assignment", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier)
@@ -351,6 +385,13 @@ func (s *Server) handleLoginUnlock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lifted, err := s.opts.LoginGuard.Lift(r.Context(), req.Account, ip)
+	if errors.Is(err, replicawait.ErrNotReplicated) {
+		// Lifted on the primary, not confirmed by its replicas.
+		s.log.Info("admin login unlock", "account_given", req.Account != "", "ip_given", req.IP != "",
+			"cleared_account", lifted.Account, "cleared_ip", lifted.IP, "cleared_pair", lifted.Pair, "replicated", false)
+		s.fail(w, r, notReplicatedProblem("the unlock was applied: the Redis primary no longer holds the lockout, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still bring it back; sending the unlock again is harmless"))
+		return
+	}
 	if err != nil {
 		if errors.Is(err, loginguard.ErrInvalidAccount) || errors.Is(err, loginguard.ErrInvalidIP) {
 			s.fail(w, r, badRequest("invalid-unlock", "%v", err))
@@ -495,6 +536,13 @@ func storeUnavailable(what string) *problemError {
 		detail: what + ": the store failed or did not answer; the service log has the error"}
 }
 
+// notReplicatedProblem is the 503 store-not-replicated of an admin write
+// that --redis-wait-replicas did not see confirmed: detail says whether
+// it was applied.
+func notReplicatedProblem(detail string) *problemError {
+	return &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated", detail: detail, retry: true}
+}
+
 // identityLog renders identity values for an admin audit line, each value
 // clipped: "dimension=value" pairs in dimension order.
 func identityLog(id map[string]string) string {
@@ -535,14 +583,42 @@ func (m MemoryResetter) ResetKeys(_ context.Context, keys ...string) error {
 type RedisResetter struct {
 	// Client is the Redis client the store uses.
 	Client redis.UniversalClient
+	// Writer, if set, sends each DEL (as a script call, which a
+	// replicawait.Client can route on a Redis Cluster) in place of
+	// Client: a *replicawait.Client, so that a reset is answered only
+	// once enough replicas have it (serve's --redis-wait-replicas). A key
+	// deleted on the primary but not confirmed does not stop the others:
+	// every key is deleted, and ResetKeys's error then wraps
+	// replicawait.ErrNotReplicated.
+	Writer interface {
+		Process(ctx context.Context, cmd redis.Cmder) error
+	}
 }
 
 // ResetKeys implements Resetter.
 func (rr RedisResetter) ResetKeys(ctx context.Context, keys ...string) error {
+	if rr.Writer == nil {
+		for _, k := range keys {
+			if err := rr.Client.Del(ctx, k).Err(); err != nil {
+				return fmt.Errorf("server: deleting %q: %w", k, err)
+			}
+		}
+		return nil
+	}
+	var notReplicated error
 	for _, k := range keys {
-		if err := rr.Client.Del(ctx, k).Err(); err != nil {
+		_, err := delScript.Run(ctx, rr.Writer, []string{k})
+		switch {
+		case errors.Is(err, replicawait.ErrNotReplicated):
+			if notReplicated == nil {
+				notReplicated = fmt.Errorf("server: deleting %q: %w", k, err)
+			}
+		case err != nil:
 			return fmt.Errorf("server: deleting %q: %w", k, err)
 		}
 	}
-	return nil
+	return notReplicated
 }
+
+// delScript deletes KEYS[1].
+var delScript = luascript.New(`return redis.call('DEL', KEYS[1])`, luascript.Options{})

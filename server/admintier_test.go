@@ -7,12 +7,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/server"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSetTierNeedsTierField: a POST /admin/v1/tier without "tier", or
@@ -234,5 +237,46 @@ func TestAdminAuditNamesTheIdentity(t *testing.T) {
 	}
 	if !tier || !reset {
 		t.Fatalf("tier line naming the identity %v, reset line %v:\n%s", tier, reset, logs.String())
+	}
+}
+
+// TestSetTierSaysWhetherStored: a tier assignment whose store fails says
+// whether it may have been stored. A refused dial sent nothing: "nothing
+// was stored" (it said "it may have been applied" after a kill -9 of the
+// primary, cfgfail walk); one sent to a stalled Redis and cut off by the
+// read timeout may have been.
+func TestSetTierSaysWhetherStored(t *testing.T) {
+	st, rs := redisStore(t)
+	stalled := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: stalled.Addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	if err := c.Ping(ctxT(t)).Err(); err != nil { // a connection in the pool: nothing to dial later
+		t.Fatal(err)
+	}
+	down, err := config.NewRedisAssignments(rs.Client(t), "fg:tiers", config.RedisAssignmentsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := config.NewRedisAssignments(c, "fg:tiers", config.RedisAssignmentsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eDown := start(t, layered, st, func(o *server.Options) { o.Assignments = down })
+	eSlow := start(t, layered, st, func(o *server.Options) { o.Assignments = slow })
+	rs.Stop()
+	r := eDown.do("POST", "/admin/v1/tier", testToken, `{"dimension":"user","value":"u1","tier":"pro"}`)
+	if p := problemOf(t, r); r.status != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, ":store-unavailable") ||
+		!strings.Contains(p.Detail, "nothing was stored") || strings.Contains(p.Detail, "may have been") {
+		t.Errorf("tier with Redis refusing connections: %d %+v; want 503 store-unavailable saying nothing was stored", r.status, p)
+	}
+
+	if err := syscall.Kill(stalled.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(stalled.Pid, syscall.SIGCONT) }()
+	r = eSlow.do("POST", "/admin/v1/tier", testToken, `{"dimension":"user","value":"u1","tier":"pro"}`)
+	if p := problemOf(t, r); r.status != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, ":store-unavailable") ||
+		!strings.Contains(p.Detail, "it may have been applied") {
+		t.Errorf("tier with Redis stalled: %d %+v; want 503 store-unavailable saying it may have been applied", r.status, p)
 	}
 }

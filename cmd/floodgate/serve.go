@@ -162,8 +162,8 @@ over plain HTTP on an address of its own for them.`,
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "read/write timeout of one Redis command (0: the default)")
 	fl.BoolVar(&f.redisCoalesce, "redis-coalesce", true, "coalesce concurrent decisions into one script call per Redis server (per primary with --redis-cluster, where a layered decision on one primary is then one atomic call); false sends every decision alone")
 	fl.StringVar(&f.redisStateFormat, "redis-state-format", "binary", "how the rate limits' states are written in Redis: binary (less work for Redis per decision) or text (readable by builds older than the binary format; set it on every upgraded instance during a rolling upgrade from such a build, then drop it). Both are always read")
-	fl.IntVar(&f.waitReplicas, "redis-wait-replicas", 0, "answer a quota or lease operation only once this many replicas of its Redis primary have it (Redis WAIT on the same connection), so that a failover cannot lose an operation already answered; one not confirmed within --redis-wait-timeout fails with 503 store-not-replicated (it was applied on the primary: retry it with the same request_id). 0 (the default) answers without waiting; rate limit decisions never wait")
-	fl.DurationVar(&f.waitTimeout, "redis-wait-timeout", replicawait.DefaultTimeout, "how long a quota or lease operation waits for --redis-wait-replicas (0: the default)")
+	fl.IntVar(&f.waitReplicas, "redis-wait-replicas", 0, "answer a quota or lease operation, and an admin write (tier assignment, reset, quota restore, login unlock), only once this many replicas of its Redis primary have it (Redis WAIT on the same connection), so that a failover cannot lose an operation already answered; one not confirmed within --redis-wait-timeout fails with 503 store-not-replicated (it was applied on the primary: retry a quota or lease operation with the same request_id; an admin write sent again is harmless). 0 (the default) answers without waiting; rate limit decisions never wait")
+	fl.DurationVar(&f.waitTimeout, "redis-wait-timeout", replicawait.DefaultTimeout, "how long a quota or lease operation or an admin write waits for --redis-wait-replicas (0: the default)")
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fl.DurationVar(&f.decisionTimeout, "decision-timeout", server.DefaultDecisionTimeout, "deadline of one request's Redis calls: an HTTP check (a batch shares one) or a gRPC ShouldRateLimit (0: the default)")
@@ -253,6 +253,9 @@ type backend struct {
 	memQuotas *quota.MemoryStore       // nil on Redis
 	memLeases *concurrency.MemoryStore // nil on Redis
 	redis     *redisstore.Store        // the decisions' store on Redis; nil in memory
+	// waiting is the --redis-wait-replicas client the quota, lease and
+	// admin writes go through; nil without the flag.
+	waiting   *replicawait.Client
 	resetters []server.Resetter
 	ready     func(ctx context.Context) error
 	describe  string
@@ -356,10 +359,15 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 			client.Close()
 			return nil, fmt.Errorf("--redis-wait-timeout %v: want 0 (the default, %v) or a positive duration", f.waitTimeout, replicawait.DefaultTimeout)
 		}
-		if durable, err = replicawait.New(client, replicawait.Options{Replicas: f.waitReplicas, Timeout: f.waitTimeout}); err != nil {
+		if b.waiting, err = replicawait.New(client, replicawait.Options{Replicas: f.waitReplicas, Timeout: f.waitTimeout}); err != nil {
 			client.Close()
 			return nil, fmt.Errorf("--redis-wait-replicas: %w", err)
 		}
+		durable = b.waiting
+		// The admin writes (tier assignments, resets, login unlocks)
+		// are answered once replicated too: one answered 200 and then
+		// lost by a failover is as silent as a lost settlement.
+		b.resetters[0] = server.RedisResetter{Client: client, Writer: b.waiting}
 		warnFewReplicas(client, f.waitReplicas, log)
 	}
 	if b.quotas, err = quota.NewRedisStore(durable); err != nil {
@@ -473,8 +481,8 @@ func checkDurations(f *serveFlags) error {
 }
 
 // warnFewReplicas logs each Redis primary with fewer replicas connected
-// than --redis-wait-replicas asks for: every quota and lease operation on
-// it will answer 503 until enough are. A primary that cannot be asked now
+// than --redis-wait-replicas asks for: every quota and lease operation and
+// admin write on it will answer 503 until enough are. A primary that cannot be asked now
 // (Redis down at start) is not reported.
 func warnFewReplicas(client redis.UniversalClient, want int, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -487,7 +495,7 @@ func warnFewReplicas(client redis.UniversalClient, want int, log *slog.Logger) {
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
 				if n, err := strconv.Atoi(v); err == nil && n < want {
-					log.Warn("the Redis primary has fewer replicas connected than --redis-wait-replicas: its quota and lease operations answer 503 store-not-replicated until enough are",
+					log.Warn("the Redis primary has fewer replicas connected than --redis-wait-replicas: its quota and lease operations and admin writes answer 503 store-not-replicated until enough are",
 						"primary", c.Options().Addr, "replicas", n, "redis_wait_replicas", want)
 				}
 			}
@@ -712,6 +720,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		if b.fb != nil {
 			ao.Guard = b.fb.Call // no lookups while the breaker is open
 		}
+		if b.waiting != nil {
+			ao.Writer = b.waiting
+		}
 		if assign, err = config.NewRedisAssignments(b.client, keys.Tiers, ao); err != nil {
 			return err
 		}
@@ -932,7 +943,11 @@ func loginGuard(f serveFlags, b *backend, log *slog.Logger) (server.LoginUnlocke
 	if err != nil {
 		return nil, err
 	}
-	backend, err := loginguard.NewRedis(b.client, f.loginPrefix)
+	var lc loginguard.Client = b.client
+	if b.waiting != nil {
+		lc = b.waiting // serve's guard only unlocks: its writes wait too
+	}
+	backend, err := loginguard.NewRedis(lc, f.loginPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("--login-prefix: %w", err)
 	}

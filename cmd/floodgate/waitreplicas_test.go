@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/loginguard"
 )
 
 // TestServeWaitReplicas: with --redis-wait-replicas 1 on a primary that
@@ -135,4 +140,123 @@ func metricSumWith(t *testing.T, c *http.Client, url, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestServeWaitReplicasAdmin: with --redis-wait-replicas 1, the admin
+// writes to Redis (a tier assigned or removed, a reset, a login unlock)
+// are answered 200 only once the replica has them. With the replica
+// stopped, each is applied on the primary and answered 503
+// store-not-replicated saying so, and its audit line says replicated
+// false; an outside walk (cfgfail) saw an assignment answered 200 and
+// then lost by a Sentinel failover.
+func TestServeWaitReplicasAdmin(t *testing.T) {
+	rs := redistest.Start(t)
+	replica := redistest.StartReplica(t, rs)
+	secretFile := filepath.Join(t.TempDir(), "login-secret")
+	const secret = "0123456789abcdef0123456789abcdef-wait"
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--redis", "redis://"+rs.Addr, "--redis-wait-replicas", "1", "--redis-wait-timeout", "50ms",
+		"--admin-token", e2eAdminToken, "--login-secret-file", secretFile)
+	defer svc.stop(t)
+	ctx := context.Background()
+	pc, rc := rs.Client(t), replica.Client(t)
+
+	// Confirmed: the replica holds the assignment as soon as it is answered.
+	code, body := bearerPost(t, svc.url+"/admin/v1/tier", `{"dimension":"user","value":"42","tier":"enterprise"}`)
+	if code != http.StatusOK {
+		t.Fatalf("tier with the replica up: %d %s; want 200", code, body)
+	}
+	if got, err := rc.HGet(ctx, "fg:tiers", "user=42").Result(); err != nil || got != "enterprise" {
+		t.Fatalf("replica's assignment right after the 200: %q, %v; want enterprise", got, err)
+	}
+
+	// A lockout for the unlock to lift, made as an application would.
+	backend, err := loginguard.NewRedis(pc, "login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := loginguard.New(backend, loginguard.Options{Secret: []byte(secret),
+		Account: loginguard.Ladder{Captcha: 1, Delay: 2, Lock: 3, Lockout: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := app.Failure(ctx, "alice", netip.MustParseAddr("198.19.5.7")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, body := postBody(t, svc.url+"/v1/check", `{"policy":"api","identity":{"user":"7"}}`); code != http.StatusOK {
+		t.Fatalf("check: %d %s", code, body)
+	}
+	waitUntil(t, "the replica to have the lockout and the counter", func() bool {
+		n, err := rc.DBSize(ctx).Result()
+		m, _ := pc.DBSize(ctx).Result()
+		return err == nil && n == m
+	})
+
+	if err := syscall.Kill(replica.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(replica.Pid, syscall.SIGCONT)
+		}
+	}()
+	notReplicated := func(what string, code int, body, says string) {
+		t.Helper()
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "store-not-replicated") || !strings.Contains(body, says) {
+			t.Errorf("%s with the replica stopped: %d %s; want 503 store-not-replicated saying %q", what, code, body, says)
+		}
+	}
+	code, body = bearerPost(t, svc.url+"/admin/v1/tier", `{"dimension":"user","value":"43","tier":"pro"}`)
+	notReplicated("tier", code, body, "the tier assignment was stored on the Redis primary")
+	if got, _ := pc.HGet(ctx, "fg:tiers", "user=43").Result(); got != "pro" {
+		t.Errorf("primary's assignment of user=43 = %q, want pro (applied there)", got)
+	}
+	code, body = bearerPost(t, svc.url+"/admin/v1/tier", `{"dimension":"user","value":"42","tier":""}`)
+	notReplicated("tier removed", code, body, "the tier assignment was stored on the Redis primary")
+	if n, _ := pc.HExists(ctx, "fg:tiers", "user=42").Result(); n {
+		t.Errorf("primary still has user=42's assignment after its removal")
+	}
+	code, body = bearerPost(t, svc.url+"/admin/v1/reset", `{"policy":"api","identity":{"user":"7"}}`)
+	notReplicated("reset", code, body, "the reset was applied")
+	code, body = bearerPost(t, svc.url+"/admin/v1/login/unlock", `{"account":"alice"}`)
+	notReplicated("unlock", code, body, "the unlock was applied")
+
+	// The log is read from serve's stderr as it comes.
+	waitUntil(t, "the unlock's admin call logged", func() bool { return strings.Contains(svc.Logs(), `"path":"/admin/v1/login/unlock"`) })
+	audits := map[string][]map[string]any{}
+	for line := range strings.Lines(svc.Logs()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			if msg, _ := rec["msg"].(string); strings.HasPrefix(msg, "admin ") {
+				audits[msg] = append(audits[msg], rec)
+			}
+		}
+	}
+	if a := audits["admin tier assignment"]; len(a) != 3 || a[0]["replicated"] != nil || a[1]["replicated"] != false || a[2]["replicated"] != false || a[1]["tier"] != "pro" {
+		t.Errorf("tier audit lines: %v; want the confirmed one, then two with replicated false", a)
+	}
+	if a := audits["admin reset"]; len(a) != 1 || a[0]["replicated"] != false {
+		t.Errorf("reset audit lines: %v; want one with replicated false", a)
+	}
+	if a := audits["admin login unlock"]; len(a) != 1 || a[0]["replicated"] != false || a[0]["cleared_account"] != true {
+		t.Errorf("unlock audit lines: %v; want one with replicated false, cleared_account true", a)
+	}
+
+	if err := syscall.Kill(replica.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	// Sent again, as the 503 says is harmless: answered once replicated.
+	waitUntil(t, "the assignment sent again answered 200", func() bool {
+		code, _ := bearerPost(t, svc.url+"/admin/v1/tier", `{"dimension":"user","value":"43","tier":"pro"}`)
+		return code == http.StatusOK
+	})
+	if got, err := rc.HGet(ctx, "fg:tiers", "user=43").Result(); err != nil || got != "pro" {
+		t.Fatalf("replica's assignment after the 200: %q, %v; want pro", got, err)
+	}
 }
