@@ -101,7 +101,7 @@ need one), but config push would refuse it: validate warns of it.`,
 				if w := in.signedSizeWarning(file); w != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), w)
 				}
-				for _, w := range tierWindowWarnings(cfg) {
+				for _, w := range append(tierDimensionWarnings(cfg), tierWindowWarnings(cfg)...) {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", name, w)
 				}
 			}
@@ -479,6 +479,21 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// tierDimensionWarnings returns a warning for each policy naming a
+// tier_dimension while none of its layers has per-tier limits: it has no
+// effect, every decision using (and answering) the default tier, so an
+// identity assigned another one looks unapplied.
+func tierDimensionWarnings(cfg *config.Config) []string {
+	var out []string
+	for _, p := range cfg.Policies() {
+		if p.TierDimension != "" && !p.Tiered() {
+			out = append(out, fmt.Sprintf("policy %q has tier_dimension %q but no layer with per-tier limits (tiers): its decisions all use the default tier %q, whatever tier is assigned; give a layer tiers, or drop tier_dimension",
+				p.Name, p.TierDimension, cfg.DefaultTier()))
+		}
+	}
+	return out
 }
 
 // tierWindowWarnings returns a warning for each layer whose tier sets
