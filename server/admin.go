@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/quota"
@@ -200,7 +201,7 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 		// Stored on the primary, not confirmed by its replicas: an
 		// administrative change made, and audited as such, though
 		// answered 503 (as a quota restore is).
-		s.log.Info("admin tier assignment", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "replicated", false)
+		s.auditTier(cfg, req, "replicated", false)
 		s.fail(w, r, notReplicatedProblem("the tier assignment was stored on the Redis primary, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; sending it again is harmless"))
 		return
 	case errors.Is(err, replicawait.ErrBusy):
@@ -218,19 +219,112 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, storeUnavailable(what))
 		return
 	}
-	s.log.Info("admin tier assignment", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier)
-	writeJSON(w, http.StatusOK, req)
+	resp := TierResponse{Dimension: req.Dimension, Value: req.Value, Tier: req.Tier}
+	resp.UsedBy, resp.Warning = s.auditTier(cfg, req)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// auditTier logs a tier assignment stored, with attrs: at Info, or at
+// Warn with the warning of tierUse when nothing of cfg is tiered by its
+// dimension (stored all the same: a configuration may come to use it).
+func (s *Server) auditTier(cfg *config.Config, req TierRequest, attrs ...any) (usedBy []string, warning string) {
+	usedBy, warning = tierUse(cfg, req.Dimension)
+	args := append([]any{"dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier}, attrs...)
+	if warning != "" {
+		s.log.Warn("admin tier assignment", append(args, "warning", warning)...)
+	} else {
+		s.log.Info("admin tier assignment", args...)
+	}
+	return usedBy, warning
+}
+
+// TierResponse answers POST /admin/v1/tier: the assignment stored, what
+// of the current configuration is tiered by its dimension (UsedBy) and,
+// when nothing is, a warning saying so.
+type TierResponse struct {
+	Dimension string `json:"dimension"`
+	Value     string `json:"value"`
+	Tier      string `json:"tier"`
+	// UsedBy names the policies, quotas and concurrency limits whose
+	// limits depend on the tier assigned to Dimension, e.g. "policy api",
+	// "quota llm-tokens", "concurrency reports"; empty (never null) when
+	// none is.
+	UsedBy []string `json:"used_by"`
+	// Warning, when UsedBy is empty, says that no decision uses an
+	// assignment to Dimension and lists the dimensions that are tiered.
+	Warning string `json:"warning,omitempty"`
+}
+
+// tierUse lists what of cfg is tiered by dimension, and when nothing is,
+// a warning saying so: an assignment to a misspelt dimension (api-key for
+// api_key) is stored and used by no decision. A policy naming dimension
+// as its tier_dimension without per-tier limits is named in the warning:
+// its decisions use the default tier.
+func tierUse(cfg *config.Config, dimension string) (usedBy []string, warning string) {
+	usedBy = []string{}
+	tiered := map[string]bool{}
+	var inert []string
+	for _, p := range cfg.Policies() {
+		switch {
+		case p.Tiered():
+			tiered[p.TierDimension] = true
+			if p.TierDimension == dimension {
+				usedBy = append(usedBy, "policy "+p.Name)
+			}
+		case p.TierDimension == dimension:
+			inert = append(inert, strconv.Quote(p.Name))
+		}
+	}
+	for _, q := range cfg.Quotas() {
+		if q.Tiered() {
+			tiered[q.TierDimension] = true
+			if q.TierDimension == dimension {
+				usedBy = append(usedBy, "quota "+q.Name)
+			}
+		}
+	}
+	for _, l := range cfg.ConcurrencyLimits() {
+		if l.Tiered() {
+			tiered[l.TierDimension] = true
+			if l.TierDimension == dimension {
+				usedBy = append(usedBy, "concurrency "+l.Name)
+			}
+		}
+	}
+	if len(usedBy) > 0 {
+		return usedBy, ""
+	}
+	dims := make([]string, 0, len(tiered))
+	for d := range tiered {
+		dims = append(dims, d)
+	}
+	sort.Strings(dims)
+	list := "the dimensions tiered: " + strings.Join(dims, ", ")
+	if len(dims) == 0 {
+		list = "the configuration tiers nothing"
+	}
+	warning = fmt.Sprintf("no policy, quota or concurrency limit of the current configuration is tiered by dimension %q, so no decision uses an assignment to it until one is (%s)",
+		clip.Text(dimension, 64), list)
+	if len(inert) > 0 {
+		warning += fmt.Sprintf("; %s %s names it as tier_dimension but has no per-tier limits, so its decisions use the default tier %q",
+			plural.Word(len(inert), "policy", "policies"), strings.Join(inert, ", "), cfg.DefaultTier())
+	}
+	return usedBy, warning
 }
 
 // TierInfo is the body of GET /admin/v1/tier: the identity, the tier
 // stored for it (Tier, "" when none), read from the store, not from the
-// instance's cache, and the tier decisions keyed by it use (Effective):
-// Tier when the configuration defines it, the default tier otherwise.
+// instance's cache, and the tier the decisions tiered by its dimension
+// use (Effective): Tier when the configuration defines it, the default
+// tier otherwise, and "" when no decision is tiered by that dimension
+// (UsedBy empty, Warning saying so), as in TierResponse.
 type TierInfo struct {
-	Dimension string `json:"dimension"`
-	Value     string `json:"value"`
-	Tier      string `json:"tier"`
-	Effective string `json:"effective"`
+	Dimension string   `json:"dimension"`
+	Value     string   `json:"value"`
+	Tier      string   `json:"tier"`
+	Effective string   `json:"effective"`
+	UsedBy    []string `json:"used_by"`
+	Warning   string   `json:"warning,omitempty"`
 }
 
 // FreshTiers is implemented by Assignments with a cache in front of
@@ -264,10 +358,13 @@ func (s *Server) handleGetTier(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.cfg.Load()
-	req.Effective = cfg.DefaultTier()
+	req.UsedBy, req.Warning = tierUse(cfg, req.Dimension)
+	if len(req.UsedBy) > 0 {
+		req.Effective = cfg.DefaultTier()
+	}
 	if ok {
 		req.Tier = t
-		if cfg.HasTier(t) {
+		if cfg.HasTier(t) && len(req.UsedBy) > 0 {
 			req.Effective = t
 		}
 	}
@@ -294,7 +391,9 @@ func (s *Server) handleTopDenied(w http.ResponseWriter, r *http.Request) {
 
 // TopDenied is the body of GET /admin/v1/top-denied?n=10: the identities
 // denied most often since the server started, most denied first. Each key
-// is "policy/layer:identity", naming the layer that denied.
+// is "policy/layer:identity", naming the layer that denied, for a policy,
+// "quota/name:identity" for a quota check or reserve, and
+// "concurrency/name:identity" for a lease acquire.
 type TopDenied struct {
 	Top []topk.Item `json:"top"`
 }
@@ -520,7 +619,15 @@ func (s *Server) handleQuotaRestore(w http.ResponseWriter, r *http.Request) {
 			"used", *req.Used, "error", err)
 	}
 	if err != nil {
-		s.fail(w, r, s.operationProblem(r.Context(), opQuotaRestore, err))
+		p := s.operationProblem(r.Context(), opQuotaRestore, err)
+		var sf *storeFailure
+		if errors.As(p, &sf) && !errors.Is(err, replicawait.ErrNotReplicated) && !errors.Is(err, floodgate.ErrIndeterminate) {
+			// Not applied (the two cases above are logged there): the
+			// store's error, as a failed reset or tier assignment logs it.
+			s.log.Error("admin quota restore failed", "quota", op.quota.Name, "identity", identityLog(req.Identity), "period", req.Period,
+				"used", *req.Used, "error", err)
+		}
+		s.fail(w, r, p)
 		return
 	}
 	s.log.Info("admin quota restore", "quota", op.quota.Name, "identity", identityLog(req.Identity), "period", res.Period.Key,

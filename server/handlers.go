@@ -249,7 +249,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		// re-walk): the type stays, the detail says which.
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
-			detail: "the in-memory store is full (serve's --memory-max-quota-periods, --memory-max-quota-records or --memory-max-leases bound it), so the " + op.name + " was not applied and nothing was counted; room comes back as entries expire"}
+			detail: "the in-memory store is full (serve's --memory-max-quota-periods, --memory-max-quota-records or --memory-max-leases bound it), so the " + op.name + " was not applied and " + op.nothingDone() + "; room comes back as entries expire"}
 	case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		// The caller's own deadline ended (or it went) before the store
 		// answered: the store's error then wraps "store unavailable"
@@ -279,7 +279,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 			detail: "the " + op.name + " did not finish in time"}
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
-		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so nothing was counted"
+		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so " + op.nothingDone()
 		if op.readOnly() {
 			// A read counts nothing whether or not it runs.
 			detail = "the rate limit store is unavailable, so the " + op.name + " could not be read (it counts nothing): send it again later"

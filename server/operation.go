@@ -16,6 +16,10 @@ type operation struct {
 	// operation that only reads, which consumed nothing whether or not
 	// it ran.
 	mayHave string
+	// unchanged, when set, says what an operation that was not applied
+	// left as it was, for one that counts nothing: "nothing was changed"
+	// for a quota restore. Empty means "nothing was counted".
+	unchanged string
 	// notReplicated, when set, is the whole detail of the 503
 	// store-not-replicated answering the operation applied on the Redis
 	// primary but not confirmed by its replicas.
@@ -32,13 +36,22 @@ var (
 	opQuotaStatus  = operation{name: "quota status"}
 	opQuotaReserve = operation{name: "quota reserve", mayHave: "the estimate may be held: send the reserve again with the same request_id (a hold already made is replayed, not made twice)"}
 	opQuotaSettle  = operation{name: "quota settle", mayHave: "it may have been settled: send the settle again with the same request_id (a settlement already made is replayed, not charged twice)"}
-	opQuotaRestore = operation{name: "quota restore", mayHave: "the usage may have been set: restoring it again is harmless",
+	opQuotaRestore = operation{name: "quota restore", mayHave: "the usage may have been set: restoring it again is harmless", unchanged: "nothing was changed",
 		notReplicated: "the restore was applied: the Redis primary holds the new usage, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; sending the restore again sets the same usage"}
 
 	opAcquire = operation{name: "lease acquire", mayHave: "a slot may have been taken under a lease_id this answer cannot give; it frees itself when its lease_ttl ends"}
 	opRelease = operation{name: "lease release", mayHave: "the lease may have been released: release it again (releasing is idempotent: \"released\": false then means it already was)"}
 	opRenew   = operation{name: "lease renew", mayHave: "the lease may have been renewed: renew it again (a live lease is extended from now; 409 lease-lost means it is no longer held)"}
 )
+
+// nothingDone says what an operation that was not applied did not do:
+// for most, "nothing was counted".
+func (op operation) nothingDone() string {
+	if op.unchanged != "" {
+		return op.unchanged
+	}
+	return "nothing was counted"
+}
 
 // readOnly reports an operation that consumes nothing.
 func (op operation) readOnly() bool { return op.mayHave == "" }
