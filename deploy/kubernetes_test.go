@@ -808,17 +808,7 @@ func TestKubernetesEnvoyCompat(t *testing.T) {
 	if _, ok := hostPath(mounts, env["RUNTIME_ROOT"]+"/"+env["RUNTIME_SUBDIRECTORY"]+"/config/x"); !ok {
 		t.Fatalf("%s: nothing is mounted at $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config", where)
 	}
-	var vars []string
-	for k, v := range env {
-		switch k {
-		case "REDIS_URL":
-			v = srv.Addr
-		case "RUNTIME_ROOT":
-			v = filepath.Join(root, filepath.FromSlash(v))
-		}
-		vars = append(vars, k+"="+v)
-	}
-	vars = append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
+	vars := compatVars(env, srv.Addr, root)
 	bin := floodgateBinary(t)
 	const listening = "floodgate envoy-compat listening"
 	rec := launch(t, bin, c.Command[1:], vars, listening).Record(listening)

@@ -96,18 +96,11 @@ func TestKubernetesEnvoyCompatLivenessWithoutRedis(t *testing.T) {
 	}
 	closed := ln.Addr().String()
 	ln.Close() // nothing listens there now: Redis is down
-	var vars []string
+	env := map[string]string{}
 	for _, e := range c.Env {
-		v := e.Value
-		switch e.Name {
-		case "REDIS_URL":
-			v = closed
-		case "RUNTIME_ROOT":
-			v = filepath.Join(root, filepath.FromSlash(v))
-		}
-		vars = append(vars, e.Name+"="+v)
+		env[e.Name] = e.Value
 	}
-	vars = append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
+	vars := compatVars(env, closed, root)
 	const listening = "floodgate envoy-compat listening"
 	rec := launch(t, floodgateBinary(t), c.Command[1:], vars, listening).Record(listening)
 	addrs := map[string]string{"http": rec["http"], "grpc": rec["grpc"], "debug": rec["debug"]}
@@ -172,17 +165,7 @@ func TestKubernetesEnvoyCompatNotReadyOnRefusedConfig(t *testing.T) {
 	if err := os.WriteFile(dup, good, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var vars []string
-	for k, v := range env {
-		switch k {
-		case "REDIS_URL":
-			v = srv.Addr
-		case "RUNTIME_ROOT":
-			v = filepath.Join(root, filepath.FromSlash(v))
-		}
-		vars = append(vars, k+"="+v)
-	}
-	vars = append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
+	vars := compatVars(env, srv.Addr, root)
 	const listening = "floodgate envoy-compat listening"
 	rec := launch(t, floodgateBinary(t), c.Command[1:], vars, listening).Record(listening)
 	addrs := map[string]string{"http": rec["http"], "grpc": rec["grpc"], "debug": rec["debug"]}
@@ -219,4 +202,22 @@ func TestKubernetesEnvoyCompatNotReadyOnRefusedConfig(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// compatVars is the environment of the envoy-compat container run here:
+// its env (name to value) with REDIS_URL set to redisAddr, RUNTIME_ROOT
+// moved under root (where materialize wrote the mounts), and every
+// listener on a free loopback port, logging JSON.
+func compatVars(env map[string]string, redisAddr, root string) []string {
+	var vars []string
+	for k, v := range env {
+		switch k {
+		case "REDIS_URL":
+			v = redisAddr
+		case "RUNTIME_ROOT":
+			v = filepath.Join(root, filepath.FromSlash(v))
+		}
+		vars = append(vars, k+"="+v)
+	}
+	return append(vars, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_FORMAT=json")
 }
