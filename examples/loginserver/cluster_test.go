@@ -121,7 +121,10 @@ func TestRedisClusterFlag(t *testing.T) {
 // Cluster node and to use a cluster client, and the server logs that -redis
 // is a Cluster node's address and to use -redis-cluster. They were
 // reported as "store unavailable: redis: MOVED ..." (a walk: every login
-// got 503, and the log sent the operator to Redis's health).
+// got 503, and the log sent the operator to Redis's health). The command
+// itself now refuses such an address at start
+// (TestRedisFlagRefusesClusterNode); this checks the errors and the
+// handler's log past that check, e.g. a node joined to a Cluster later.
 func TestClusterNodeAsSingleRedis(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()
@@ -243,5 +246,36 @@ func TestRedisFlagsTogether(t *testing.T) {
 		if err := run(context.Background(), args); err == nil {
 			t.Errorf("%v: ran, want an error", args)
 		}
+	}
+}
+
+// TestRedisFlagRefusesClusterNode runs the command with -redis given each
+// node of a 3-primary Cluster: it refuses to start, saying the address is
+// a Redis Cluster node and to use -redis-cluster. It used to start: the
+// per-IP limit's failures were logged only as "rate limit: store failed"
+// (503 for most clients), and clients whose keys' slots the node served
+// logged in without a word (a walk). A -redis nobody listens on still
+// starts (Redis may come up later; logins answer 503 until it does).
+func TestRedisFlagRefusesClusterNode(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	for i, node := range cl.Addrs {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // a server that starts serves until then
+		err := run(ctx, []string{"-addr", "127.0.0.1:0", "-iterations", "1000", "-secret-file", secretFile(t), "-redis", node})
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "Redis Cluster node") || !strings.Contains(err.Error(), "-redis-cluster") ||
+			!strings.Contains(err.Error(), node) {
+			t.Errorf("node %d: run = %v, want an error naming %s as a Redis Cluster node and saying to use -redis-cluster", i, err, node)
+		}
+	}
+	// Nothing listens on a port just closed: the server starts.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close()
+	addr := runCommand(t, "-trusted-proxies", "127.0.0.0/8", "-iterations", "1000", "-secret-file", secretFile(t), "-redis", down)
+	if status, body := postTo(t, addr, "203.0.113.9", demoPassword, ""); status != 503 {
+		t.Fatalf("login with Redis down: %d %s, want 503", status, body)
 	}
 }

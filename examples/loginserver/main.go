@@ -32,9 +32,10 @@
 //	go run ./examples/loginserver -secret-file secret -redis-sentinel 10.0.0.1:26379,10.0.0.2:26379 -redis-master mymaster
 //
 // A node of a Cluster given to -redis, as if it were a single Redis,
-// answers most calls with a redirection (MOVED): logins then fail with
-// 503, and the log says the address is a Redis Cluster node and to use
-// -redis-cluster.
+// would answer most calls with a redirection (MOVED): the server refuses
+// to start, saying the address is a Redis Cluster node and to use
+// -redis-cluster. A -redis that does not answer at start is not checked:
+// the server starts, and logins fail with 503 until Redis is up.
 package main
 
 import (
@@ -90,6 +91,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	if client != nil {
 		defer client.Close()
+	}
+	if c, ok := client.(*redis.Client); ok && *redisAddr != "" {
+		if err := refuseClusterNode(ctx, c); err != nil {
+			return err
+		}
 	}
 	secret, err := loadSecret(*secretFile, client != nil)
 	if err != nil {
@@ -180,6 +186,26 @@ func redisClient(addr, cluster, sentinels, master string) (redis.UniversalClient
 		return redis.NewFailoverClient(&redis.FailoverOptions{SentinelAddrs: strings.Split(sentinels, ","), MasterName: master, ContextTimeoutEnabled: true, ReadTimeout: timeout, WriteTimeout: timeout}), nil
 	}
 	return nil, nil
+}
+
+// refuseClusterNode fails when the Redis of -redis is a node of a Redis
+// Cluster (INFO's redis_mode): it redirects (MOVED) the keys of every slot
+// it does not serve, so most logins would fail with 503 and the others
+// pass on that node alone. A Redis that cannot be asked now (down at
+// start, INFO refused) is not reported: logins answer 503 until it is up.
+func refuseClusterNode(ctx context.Context, c *redis.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_mode:"); ok && v == "cluster" {
+			return fmt.Errorf("-redis %s is a Redis Cluster node, given as a single Redis: it redirects (MOVED) the keys of every slot it does not serve; give the Cluster's nodes with -redis-cluster (host:port,...)", c.Options().Addr)
+		}
+	}
+	return nil
 }
 
 // loadSecret reads the HMAC secret from path, or draws a random one when
