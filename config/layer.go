@@ -92,7 +92,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 		base.Burst, _ = p.integer(v.val, what+" burst", 1, floodgate.MaxLimit)
 	}
 	if v, ok := f["max_delay"]; ok {
-		base.MaxDelay, _ = p.duration(v.val, what+" max_delay", 0)
+		base.MaxDelay = p.maxDelay(v.val, what)
 	}
 	// core counts the problems of the fields the policy is built from:
 	// without those, the policy cannot be checked as a whole. Problems of
@@ -254,7 +254,7 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 			pt.Burst, _ = p.integer(x.val, tw+" burst", 1, floodgate.MaxLimit)
 		}
 		if x, ok := f["max_delay"]; ok {
-			pt.MaxDelay, _ = p.duration(x.val, tw+" max_delay", 0)
+			pt.MaxDelay = p.maxDelay(x.val, tw)
 		}
 		if len(p.errs) > bad {
 			continue
@@ -318,6 +318,22 @@ func (p *parser) window(n *yaml.Node, what string) time.Duration {
 	if ok && (d < floodgate.MinWindow || d > floodgate.MaxWindow) {
 		p.errorf(n, "%s window %s out of range %s..%s", what, FormatDuration(d), FormatDuration(floodgate.MinWindow), FormatDuration(floodgate.MaxWindow))
 	}
+	return d
+}
+
+// maxDelay parses a layer's (or a tier override's) max_delay. Unlike
+// other durations it may be 0 ("0", "0s"): the same as leaving it out, a
+// gcra layer that denies what does not conform now (and a tier's 0 turns
+// its layer's shaping off). A negative one is kept for the policy's own
+// check, which reports it out of max_delay's range, 0s..2^50µs, as it
+// does one too long.
+func (p *parser) maxDelay(n *yaml.Node, what string) time.Duration {
+	if r := resolve(n); r.Kind == yaml.ScalarNode {
+		if d, err := time.ParseDuration(r.Value); err == nil && d <= 0 {
+			return d
+		}
+	}
+	d, _ := p.duration(n, what+" max_delay", 0)
 	return d
 }
 
