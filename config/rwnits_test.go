@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +46,45 @@ func TestMaxDelayZero(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("max_delay %s: %v, want %s", v, err, want)
 		}
+	}
+}
+
+// TestSIGHUPEnvoyLinesDocumented: the lines docs/configuration.md gives
+// for a SIGHUP's read of the --envoy-config files are the ones
+// config/envoy.go logs. The doc said they were the --config lines with
+// "Envoy descriptor configuration" in front, which gave "Envoy descriptor
+// configuration source holds the active configuration again" for a line
+// that has no "source" (a re-walk).
+func TestSIGHUPEnvoyLinesDocumented(t *testing.T) {
+	raw, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, bullet, ok := strings.Cut(string(raw), "* `SIGHUP` makes `floodgate serve`")
+	bullet, _, _ = strings.Cut(bullet, "\n* ")
+	if !ok {
+		t.Fatal("docs/configuration.md has no SIGHUP bullet")
+	}
+	bullet = strings.Join(strings.Fields(bullet), " ")
+	src, err := os.ReadFile("envoy.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"Envoy descriptor configuration applied",
+		"Envoy descriptor configuration rejected; keeping the last good one",
+		"Envoy descriptor configuration unchanged",
+		"Envoy descriptor configuration holds the active configuration again",
+		"Envoy descriptor configuration unreadable; keeping the last good one",
+	} {
+		if !strings.Contains(string(src), `"`+line+`"`) {
+			t.Errorf("config/envoy.go does not log %q", line)
+		}
+		if !strings.Contains(bullet, "`"+line+"`") {
+			t.Errorf("the SIGHUP bullet of docs/configuration.md does not give the line %q", line)
+		}
+	}
+	if strings.Contains(bullet, "the same lines") {
+		t.Errorf("the SIGHUP bullet still says the Envoy lines are \"the same lines\" prefixed")
 	}
 }
