@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +23,7 @@ func TestBreakerLogForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	b := breakerLog{m, slog.New(slog.NewTextHandler(&buf, nil)), new(sync.Map)}
+	b := newBreakerLog(m, slog.New(slog.NewTextHandler(&buf, nil)))
 	var _ fallback.BreakerForgetter = b
 	b.ObserveBreaker("10.0.0.1:6379", fallback.BreakerClosed) // made: not logged
 	b.ForgetBreaker("10.0.0.1:6379")

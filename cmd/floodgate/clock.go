@@ -2,19 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/clocksync"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/fleet"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/metrics"
 )
 
@@ -188,6 +193,41 @@ type breakerLog struct {
 	*metrics.Metrics
 	log  *slog.Logger
 	seen *sync.Map // partitions whose breaker has reported its first state
+	// redirects logs the Redis calls a Cluster node redirected, at most
+	// once per redirectLogEvery (nil: not logged).
+	redirects *ratelog.Log
+}
+
+// newBreakerLog returns the observer serve gives its fallback, logging to
+// log.
+func newBreakerLog(m *metrics.Metrics, log *slog.Logger) breakerLog {
+	return breakerLog{Metrics: m, log: log, seen: new(sync.Map), redirects: ratelog.New(log, redirectLogEvery)}
+}
+
+// redirectLogEvery is how often at most a redirected call is logged.
+const redirectLogEvery = 10 * time.Second
+
+// ObservePrimary implements fallback.Observer: the metrics, and an error
+// logged (at most once per redirectLogEvery) for a call a Redis Cluster
+// node redirected (MOVED or ASK), which a single Redis's client does not
+// follow, or refused for keys in several slots (CROSSSLOT): the Redis of
+// --redis is then a node of a Cluster. Its calls
+// fail (decisions, tier lookups, the instance heartbeat) and open the
+// breaker, whose log says only that it opened; this names the cause.
+func (b breakerLog) ObservePrimary(d time.Duration, err error) {
+	b.Metrics.ObservePrimary(d, err)
+	if err == nil || b.redirects == nil {
+		return
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	// CROSSSLOT: a call of keys in several slots (a layered decision),
+	// which only a Cluster node refuses.
+	crossSlot := strings.Contains(err.Error(), "CROSSSLOT ")
+	if moved || ask || crossSlot || errors.Is(err, floodgate.ErrClusterRedirect) {
+		b.redirects.Error(context.Background(), "cluster-redirect", "a Redis Cluster node refused a call (MOVED, ASK or CROSSSLOT): the Redis of --redis is a node of a Redis Cluster, given as a single Redis; give the Cluster's nodes with --redis-cluster host:port,... (or a redis-cluster:// URL)",
+			"error", err)
+	}
 }
 
 // ObserveBreaker implements fallback.Observer. A breaker's first report,

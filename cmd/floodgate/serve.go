@@ -316,9 +316,6 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	if follow != nil {
 		ro.Nodes = follow // behind Sentinel, /readyz names the nodes that failed
 	}
-	if c, ok := client.(*redis.Client); ok && follow == nil {
-		warnClusterNode(c, log)
-	}
 	b := &backend{client: client, follow: follow, local: local, describe: "redis " + rs.String(),
 		resetters: []server.Resetter{server.RedisResetter{Client: client}, server.MemoryResetter{Store: local}},
 		ready:     server.RedisReadyWith(client, f.prefix+":probe", ro), // the breaker's probe key
@@ -397,7 +394,7 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		client.Close()
 		return nil, fmt.Errorf("--fallback-factor %v: want 1..1000 (1: each instance its share of the limit)", f.fallbackFactor)
 	}
-	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Factor: f.fallbackFactor, Observer: breakerLog{m, log, new(sync.Map)},
+	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Factor: f.fallbackFactor, Observer: newBreakerLog(m, log),
 		OnFallback: func(r fallback.Reason, err error) {
 			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
 		},
@@ -481,27 +478,6 @@ func checkDurations(f *serveFlags) error {
 		return fmt.Errorf("--reload-interval %v: want at least %v (0: the default, 1s); each poll stats the files, and a shorter one only burns CPU", f.reloadInterval, minReloadInterval)
 	}
 	return nil
-}
-
-// warnClusterNode logs an error when the single Redis of --redis is a
-// node of a Redis Cluster (INFO's redis_mode): it answers MOVED for the
-// keys of every slot it does not serve, so most decisions would go to the
-// fallback, and the breaker's log says only that it opened. A Redis that
-// cannot be asked now (down at start, INFO refused) is not reported;
-// /readyz and the decisions' errors say the same later.
-func warnClusterNode(c *redis.Client, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_mode:"); ok && v == "cluster" {
-			log.Error("the Redis of --redis is a node of a Redis Cluster, given as a single Redis: it redirects (MOVED) the keys of every slot it does not serve, so most decisions fail over to the fallback; give the Cluster's nodes with --redis-cluster host:port,... (or a redis-cluster:// URL)",
-				"addr", c.Options().Addr)
-		}
-	}
 }
 
 // warnFewReplicas logs each Redis primary with fewer replicas connected
