@@ -20,7 +20,9 @@
 // Attempts in progress (let through by Check, password not yet verified)
 // count with the failures on every rung, and while they could bring the
 // failures to Lock no other attempt proceeds: it is told to wait (Delay)
-// until they are settled or expire.
+// until they are settled or expire. A delay they lengthen is answered as
+// ending, at the latest, when they expire, unless the failures alone
+// hold it longer.
 //
 // An attacker cannot turn the account dimension into a denial of service
 // against the owner: by default, while an account is locked (or delayed),

@@ -12,7 +12,10 @@ import (
 //   - F >= Captcha: a CAPTCHA is required before the password is checked;
 //   - F >= Delay: each attempt must also wait, after the dimension's last
 //     attempt, BaseDelay doubled for every failure beyond Delay, capped at
-//     MaxDelay;
+//     MaxDelay; a wait its attempts in progress lengthen ends when they
+//     expire (Options.AttemptTimeout after the dimension's last attempt)
+//     unless the failures alone hold it longer, as they count no more
+//     from then on;
 //   - F >= Lock with an attempt in progress: those attempts could lock
 //     the dimension when they fail, so no other attempt proceeds (Delay)
 //     until they are settled or, at the latest, until they expire

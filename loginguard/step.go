@@ -86,6 +86,16 @@ func (p *params) delayFor(k int64) int64 {
 // before its lock are thus at most Lock, however many arrive at once.
 // With none in progress, failures at or above Lock only follow a lock
 // that ended: one attempt may then proceed, and its failure locks again.
+//
+// The Delay rung's wait is BaseDelay doubled for each failure and attempt
+// in progress beyond Delay, after the last attempt, but never past what
+// the state holds: unless settled sooner, the attempts in progress expire
+// at s.T+AttemptTimeout (after now when there are any), and from then the
+// failures alone decide. So with attempts in progress the wait ends at
+// the earlier of that delay's end and the later of their expiry and the
+// failures' own delay's end (their expiry when the failures alone are
+// below Delay). Whether an attempt waits now is unchanged (now is before
+// their expiry); only the end answered is not overstated.
 func (p *params) dimVerdict(d int, s state, now int64) (Action, int64) {
 	if s.U > now {
 		return Locked, s.U
@@ -94,8 +104,20 @@ func (p *params) dimVerdict(d int, s state, now int64) (Action, int64) {
 	e := s.N + s.P
 	var until int64
 	if l.delay > 0 && e >= l.delay {
-		if w := p.delayFor(e - l.delay); now < s.T+w {
-			until = s.T + w
+		end := s.T + p.delayFor(e-l.delay)
+		if s.P > 0 {
+			// The attempts in progress expire together, AttemptTimeout
+			// after the last attempt; from then on the failures alone
+			// count, so the delay holds no longer than until then or
+			// until the failures' own delay ends, whichever is later.
+			expiry := s.T + p.attemptTimeout
+			if s.N >= l.delay {
+				expiry = max(expiry, s.T+p.delayFor(s.N-l.delay))
+			}
+			end = min(end, expiry)
+		}
+		if now < end {
+			until = end
 		}
 	}
 	if l.lock > 0 && s.P > 0 && e >= l.lock {

@@ -270,6 +270,47 @@ func vectors() []vector {
 			{at: 2 * s, op: opFailure, account: "judy", ip: ipA, action: Delay, retry: 30 * s, by: DimAccount, fails: [3]int64{1, 1, 1}},
 			{at: 3 * s, op: opFailure, account: "judy", ip: ipB, action: Locked, retry: time.Minute, by: DimAccount, crossed: 1 << (DimAccount - 1), fails: [3]int64{2, 1, 1}},
 		}},
+		{name: "a delay for attempts in progress ends when they expire", opts: with(base, func(o *Options) {
+			o.Account = Ladder{Delay: 2, Window: 10 * time.Minute, Lockout: time.Minute}
+			o.IP, o.Pair = high, high
+			o.AttemptTimeout = 3 * s
+		}), steps: []vstep{
+			// An attacker leaves attempts in progress from clean pairs
+			// (each only a CAPTCHA, not strict).
+			{at: 0, op: opCheck, account: "kim", ip: ipA, action: Allow},
+			{at: 0, op: opCheck, account: "kim", ip: ipB, action: Allow},
+			{at: 0, op: opCheck, account: "kim", ip: "192.0.2.1", action: CaptchaRequired, by: DimAccount},
+			{at: 0, op: opCheck, account: "kim", ip: "192.0.2.2", action: CaptchaRequired, by: DimAccount},
+			{at: 0, op: opCheck, account: "kim", ip: "192.0.2.3", action: CaptchaRequired, by: DimAccount},
+			// The owner mistypes once: 1 failure and 5 in progress would
+			// wait 8 s (1 s doubled 4 times, capped), but the failure
+			// alone is below the Delay rung, so the wait ends when the
+			// attempts in progress expire, 3 s after this failure (it
+			// said 8 s).
+			{at: 1 * s, op: opCheck, account: "kim", ip: "192.0.2.50", action: CaptchaRequired, by: DimAccount},
+			{at: 1 * s, op: opFailure, account: "kim", ip: "192.0.2.50", action: Delay, retry: 3 * s, by: DimAccount, fails: [3]int64{1, 1, 1}},
+			{at: 4*s - time.Microsecond, op: opPeek, account: "kim", ip: "192.0.2.50", action: Delay, retry: time.Microsecond, by: DimAccount},
+			{at: 4 * s, op: opCheck, account: "kim", ip: "192.0.2.50", action: Allow},
+		}},
+		{name: "a delay for failures and attempts in progress", opts: with(base, func(o *Options) {
+			o.Account = Ladder{Delay: 1, Window: 10 * time.Minute, Lockout: time.Minute}
+			o.IP, o.Pair = high, high
+			o.AttemptTimeout = 3 * s
+		}), steps: []vstep{
+			{at: 0, op: opFailure, account: "lee", ip: ipA, action: Delay, retry: 1 * s, by: DimAccount, fails: [3]int64{1, 1, 1}},
+			{at: 0, op: opFailure, account: "lee", ip: ipA, action: Delay, retry: 2 * s, by: DimAccount, fails: [3]int64{2, 2, 2}},
+			{at: 0, op: opFailure, account: "lee", ip: ipA, action: Delay, retry: 4 * s, by: DimAccount, fails: [3]int64{3, 3, 3}},
+			// Two in progress from clean pairs.
+			{at: 1 * s, op: opCheck, account: "lee", ip: ipB, action: CaptchaRequired, by: DimAccount},
+			{at: 1 * s, op: opCheck, account: "lee", ip: "192.0.2.1", action: CaptchaRequired, by: DimAccount},
+			// 3 failures and 2 in progress: 8 s (capped) after the last
+			// attempt, but the two expire at 4 s and the failures alone
+			// then wait 4 s after it: until 5 s (it said 9 s).
+			{at: 1 * s, op: opPeek, account: "lee", ip: ipA, action: Delay, retry: 4 * s, by: DimAccount, pending: &[3]int64{2, 0, 0}},
+			// Expired, the failures' own delay still holds.
+			{at: 4 * s, op: opPeek, account: "lee", ip: ipA, action: Delay, retry: 1 * s, by: DimAccount, pending: &[3]int64{0, 0, 0}},
+			{at: 5 * s, op: opCheck, account: "lee", ip: ipA, action: Allow},
+		}},
 		{name: "IPv6 counted per /64", opts: with(base, func(o *Options) {
 			o.IP = Ladder{Captcha: 2, Window: time.Hour, Lockout: time.Hour}
 			o.Account, o.Pair = high, high

@@ -105,7 +105,12 @@ type Verdict struct {
 	// attempts in progress which could reach the Lock rung lasts until
 	// they expire (Options.AttemptTimeout after the dimension's last
 	// attempt): those settled sooner let an attempt proceed sooner, unless
-	// their failures lock the dimension.
+	// their failures lock the dimension. A Delay rung's wait that
+	// attempts in progress lengthen lasts no longer than until they
+	// expire, unless the failures alone hold it longer: a typo after
+	// many attempts left unsettled, the failures below the Delay rung
+	// without them, waits at most AttemptTimeout, not MaxDelay. A failure
+	// recorded meanwhile can lengthen the wait.
 	RetryAfter time.Duration
 	// Until is, for Delay and Locked, when the attempt can proceed; zero
 	// otherwise.

@@ -69,15 +69,26 @@ end
 
 -- dim_verdict: attempts in progress count towards the lock too; while
 -- failures plus attempts in progress reach it, wait for those to be
--- settled or to expire (step.go's dimVerdict says why).
+-- settled or to expire (step.go's dimVerdict says why). The Delay rung's
+-- wait ends no later than the attempts in progress expire, unless the
+-- failures alone hold it longer.
 local function dim_verdict(d, s, t)
   if s.u > t then return LOCKED, s.u end
   local l = dims[d]
   local e = s.n + s.p
   local till = 0
   if l.delay > 0 and e >= l.delay then
-    local w = delay_for(e - l.delay)
-    if t < s.t + w then till = s.t + w end
+    local fin = s.t + delay_for(e - l.delay)
+    if s.p > 0 then
+      -- the attempts in progress expire at s.t + attempt_timeout; the
+      -- failures alone count from then (step.go's dimVerdict says why)
+      local expiry = s.t + attempt_timeout
+      if s.n >= l.delay and s.t + delay_for(s.n - l.delay) > expiry then
+        expiry = s.t + delay_for(s.n - l.delay)
+      end
+      if expiry < fin then fin = expiry end
+    end
+    if t < fin then till = fin end
   end
   if l.lock > 0 and s.p > 0 and e >= l.lock and s.t + attempt_timeout > till then
     till = s.t + attempt_timeout
