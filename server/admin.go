@@ -66,7 +66,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var notReplicated bool
-	for _, rs := range s.opts.Resetters {
+	for i, rs := range s.opts.Resetters {
 		err := rs.ResetKeys(r.Context(), keys...)
 		if errors.Is(err, replicawait.ErrNotReplicated) {
 			// Deleted on the primary (every key: a RedisResetter goes
@@ -77,7 +77,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			s.log.Error("admin reset failed", "policy", req.Policy, "identity", identityLog(req.Identity), "error", err)
-			s.fail(w, r, storeUnavailable("resetting (some of the keys may have been deleted; retrying is harmless)"))
+			s.fail(w, r, storeUnavailable(resetFailure(err, len(keys), i > 0)))
 			return
 		}
 	}
@@ -88,6 +88,37 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys))
 	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: len(keys)})
+}
+
+// resetFailure says what a reset whose store failed with err did, for
+// its 503: keys is how many keys it covers, earlier whether stores before
+// the failing one were reset. A *ResetError says how many keys the store
+// deleted before the failure and, classified as a script call's error
+// (see RedisResetter), whether the failing deletion was sent.
+func resetFailure(err error, keys int, earlier bool) string {
+	var re *ResetError
+	if !errors.As(err, &re) {
+		return "resetting (some of the keys may have been deleted; retrying is harmless)"
+	}
+	sent := errors.Is(err, floodgate.ErrIndeterminate) || !errors.Is(err, floodgate.ErrStoreUnavailable)
+	deleted := fmt.Sprintf("%d of the %d keys %s deleted", re.Deleted, keys, plural.Word(re.Deleted, "was", "were"))
+	var what string
+	switch {
+	case re.Deleted == 0 && !sent:
+		what = "nothing was deleted"
+	case re.Deleted == 0:
+		what = "the first key's deletion was sent and may have been applied, no other was sent"
+	case !sent:
+		what = deleted + ", not the others"
+	default:
+		what = fmt.Sprintf("%s, and the deletion of key %d was sent and may have been applied", deleted, re.Deleted+1)
+	}
+	if earlier {
+		what += " by the store that failed; the stores before it were reset"
+	} else if re.Deleted == 0 && !sent {
+		return "resetting (" + what + ")"
+	}
+	return "resetting (" + what + "; retrying is harmless)"
 }
 
 // resetKeys validates a reset request and lists the keys it covers.
@@ -685,8 +716,28 @@ func (m MemoryResetter) ResetKeys(_ context.Context, keys ...string) error {
 	return nil
 }
 
+// ResetError is the error of a Resetter that failed part-way: the first
+// Deleted keys were deleted, and Err is the error of the next one.
+type ResetError struct {
+	// Deleted is how many keys, in the order given, were deleted before
+	// the failure.
+	Deleted int
+	// Err is the failure.
+	Err error
+}
+
+func (e *ResetError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *ResetError) Unwrap() error { return e.Err }
+
 // RedisResetter resets keys stored in Redis by deleting them, one DEL per
-// key so that keys in different Redis Cluster slots are fine.
+// key (each in a script call, which go-redis never sends twice) so that
+// keys in different Redis Cluster slots are fine. Its error is a
+// *ResetError saying how many keys were deleted before the failure, and
+// wraps floodgate.ErrStoreUnavailable when the failing deletion was
+// certainly not applied (Redis refused the connection, say) or
+// floodgate.ErrIndeterminate when it may have been.
 type RedisResetter struct {
 	// Client is the Redis client the store uses.
 	Client redis.UniversalClient
@@ -704,24 +755,20 @@ type RedisResetter struct {
 
 // ResetKeys implements Resetter.
 func (rr RedisResetter) ResetKeys(ctx context.Context, keys ...string) error {
-	if rr.Writer == nil {
-		for _, k := range keys {
-			if err := rr.Client.Del(ctx, k).Err(); err != nil {
-				return fmt.Errorf("server: deleting %q: %w", k, err)
-			}
-		}
-		return nil
+	var c luascript.Client = rr.Client
+	if rr.Writer != nil {
+		c = rr.Writer
 	}
 	var notReplicated error
-	for _, k := range keys {
-		_, err := delScript.Run(ctx, rr.Writer, []string{k})
+	for i, k := range keys {
+		_, err := delScript.Run(ctx, c, []string{k})
 		switch {
 		case errors.Is(err, replicawait.ErrNotReplicated):
 			if notReplicated == nil {
 				notReplicated = fmt.Errorf("server: deleting %q: %w", k, err)
 			}
 		case err != nil:
-			return fmt.Errorf("server: deleting %q: %w", k, err)
+			return &ResetError{Deleted: i, Err: fmt.Errorf("server: deleting %q (key %d of %d): %w", k, i+1, len(keys), err)}
 		}
 	}
 	return notReplicated

@@ -49,7 +49,10 @@ import (
 )
 
 // Resetter forgets the stored state of keys (an admin resetting an
-// identity). Implementations: MemoryResetter, RedisResetter.
+// identity). Implementations: MemoryResetter, RedisResetter. An error
+// that is a *ResetError, wrapping floodgate.ErrStoreUnavailable when the
+// failing deletion was certainly not applied, lets the reset's 503 say
+// what was deleted; any other says some of the keys may have been.
 type Resetter interface {
 	ResetKeys(ctx context.Context, keys ...string) error
 }
