@@ -4,7 +4,8 @@
 -- KEYS[1] usage hash: used, held, h:<id> = held estimate, s:<id> = outcome
 -- KEYS[2] sorted set of live holds: member id, score expiry (Unix µs)
 -- KEYS[3] sorted set of settlement outcomes: member id, score expiry
--- KEYS[4] marker, written with the usage and outliving it
+-- KEYS[4] marker, the string '1', written with the usage and outliving
+--   it; any other value there is refused as foreign
 -- KEYS[5..8] (settle and reserve) the previous period's usage, holds,
 --   outcomes and marker
 -- ARGV: op (c check, r reserve, s settle, x restore), now, limit, amount,
@@ -52,12 +53,36 @@ local function pttl(at)
   return ms
 end
 
+-- A marker holds what this script writes there, the string '1', or is
+-- missing. Anything else (another string, a list, a hash...) is a value
+-- floodgate did not write: the run is refused before its first write, as
+-- a usage key of the wrong type is (WRONGTYPE), rather than read as a
+-- marker (state lost) and then overwritten.
+local function marker_live(k)
+  local t = redis.call('TYPE', k)['ok']
+  if t == 'none' then return false end
+  if t ~= 'string' or redis.call('GET', k) ~= '1' then
+    return nil
+  end
+  return true
+end
+local function foreign(k)
+  return redis.error_reply('ERR floodgate: key ' .. k .. ' holds a value floodgate did not write')
+end
+
 local U, H, S = KEYS[1], KEYS[2], KEYS[3]
 local state = redis.call('HMGET', U, 'used', 'held')
 local used, held = tonumber(state[1]), tonumber(state[2]) or 0
 local exists = used ~= nil
+local marked = marker_live(KEYS[4])
+if marked == nil then return foreign(KEYS[4]) end
+local prev_marked = false
+if op == 's' and prev_guard then
+  prev_marked = marker_live(KEYS[8])
+  if prev_marked == nil then return foreign(KEYS[8]) end
+end
 if not exists then
-  if op ~= 'x' and redis.call('EXISTS', KEYS[4]) == 1 then
+  if op ~= 'x' and marked then
     return {5, 0, 0, 0, 0, 0, 0, 0, 0}
   end
   used, held = 0, 0
@@ -204,7 +229,7 @@ elseif op == 's' then
           matched, target_prev, in_prev = true, true, 1
         end
       end
-    elseif prev_guard and redis.call('EXISTS', KEYS[8]) == 1 then
+    elseif prev_marked then
       -- The previous period's usage is lost inside its settle window: the
       -- id may have been reserved or settled there. Refuse, charging
       -- nothing (a trim of the current period above is still saved).
@@ -244,7 +269,7 @@ else -- restore
   if exists then
     before = used
   else
-    if redis.call('EXISTS', KEYS[4]) == 1 then before = -1 end
+    if marked then before = -1 end
     redis.call('DEL', H, S)
   end
   used = amount

@@ -18,7 +18,11 @@ var (
 	// was decided; fail closed and repair the usage with Quota.Restore. A
 	// Settle of an id the current period does not know reports it for the
 	// previous period too, when that one's usage is missing within
-	// Options.Grace of its end; repair it with Quota.RestorePeriod.
+	// Options.Grace of its end; repair it with Quota.RestorePeriod. A
+	// marker key holding anything floodgate did not write (on Redis,
+	// anything but the string "1") is not a marker: the operation fails
+	// with floodgate.ErrStoreUnavailable and floodgate.ErrForeignValue,
+	// writing nothing (Restore too).
 	ErrQuotaStateLost = errors.New("quota: usage state lost")
 	// ErrAlreadySettled reports a Reserve for a request id that was already
 	// settled in this period (the id must identify one unit of work).

@@ -129,3 +129,55 @@ func TestForeignValueIsNamedAsSuch(t *testing.T) {
 		t.Errorf("floodgate_decision_errors_total{reason=\"store_unavailable\"} = %v, want 0", got)
 	}
 }
+
+// TestForeignQuotaMarkerIsNamedAsSuch: a value floodgate did not write at
+// a quota period's marker key alone (the usage intact or deleted) is a
+// foreign value too: a quota check and an admin restore are answered 503
+// saying a key holds such a value, counted as foreign_value, and the
+// value is left in place. The marker was only asked whether it existed,
+// so the check said the usage was lost (409 quota-state-lost, "restore
+// it") and the restore overwrote the foreign value and answered 200.
+func TestForeignQuotaMarkerIsNamedAsSuch(t *testing.T) {
+	st, rs := redisStore(t)
+	client := rs.Client(t)
+	qs, cs := redisQuotaLeases(t, client)
+	e := start(t, limits, st, func(o *server.Options) {
+		o.QuotaStore, o.ConcurrencyStore = qs, cs
+		o.Logger = slog.New(slog.NewJSONHandler(&lockedBuffer{}, nil))
+	})
+	u := id("user", "fm1")
+	if code, _ := e.quotaCall("/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u}); code != 200 {
+		t.Fatalf("quota check on a healthy Redis: %d", code)
+	}
+	ctx := ctxT(t)
+	markers, err := client.Keys(ctx, "*{rfm1}*:k").Result()
+	if err != nil || len(markers) != 1 {
+		t.Fatalf("the identity's quota marker: %v %v", markers, err)
+	}
+	usages, err := client.Keys(ctx, "*{rfm1}*:u").Result()
+	if err != nil || len(usages) != 1 {
+		t.Fatalf("the identity's quota usage: %v %v", usages, err)
+	}
+	if err := client.Del(ctx, usages[0], markers[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.LPush(ctx, markers[0], "junk").Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string, rep reply) {
+		t.Helper()
+		p := problemOf(t, rep)
+		if rep.status != 503 || p.Type != server.ProblemTypePrefix+"store-unavailable" ||
+			!strings.Contains(p.Detail, "holds a value floodgate did not write") {
+			t.Errorf("%s with a foreign value at the marker: %d %s %q; want 503 store-unavailable saying a key holds a foreign value", what, rep.status, p.Type, p.Detail)
+		}
+	}
+	want("quota check", e.post("/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u}))
+	want("quota restore", e.do("POST", "/admin/v1/quota/restore", testToken, server.RestoreRequest{Quota: "hundred", Identity: u, Used: ptr(30)}))
+	if typ := client.Type(ctx, markers[0]).Val(); typ != "list" {
+		t.Errorf("the marker is a %s after the restore, want the list left in place", typ)
+	}
+	if got := labelledCounter(t, e.reg, "floodgate_decision_errors_total", "reason", "foreign_value"); got != 2 {
+		t.Errorf("floodgate_decision_errors_total{reason=\"foreign_value\"} = %v, want 2", got)
+	}
+}
