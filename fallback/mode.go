@@ -90,7 +90,10 @@ const (
 	ReasonTimeout
 	// ReasonUnavailable: the primary failed before applying anything
 	// (floodgate.ErrStoreUnavailable): refused connection, no route, an
-	// error reply such as OOM or READONLY...
+	// error reply such as OOM or READONLY... A refused connection is
+	// reported so only when the Redis client gives up within the budget:
+	// with go-redis's default dial attempts (five, with backoff) it is
+	// ReasonTimeout. See the package documentation, Redis client options.
 	ReasonUnavailable
 	// ReasonIndeterminate: the primary failed after the decision may have
 	// been applied (floodgate.ErrIndeterminate). It is never retried

@@ -22,6 +22,30 @@
 // Callers learn how a decision was taken through an Outcome attached to the
 // context (NewContext), and operators through the Observer (see package
 // metrics) and the OnFallback hook.
+//
+// # Redis client options
+//
+// For a primary on Redis (redisstore.Store), build the go-redis client so
+// that a Redis that is down fails within the budget:
+//
+//	redis.NewClient(&redis.Options{
+//		Addr:                  addr,
+//		ContextTimeoutEnabled: true, // the budget's deadline bounds the round trip
+//		DialerRetries:         1,    // dial once per command that needs a connection
+//		MaxRetries:            1,    // a plain command is sent again once...
+//		MinRetryBackoff:       -1,   // ...without a pause
+//		MaxRetryBackoff:       -1,
+//	})
+//
+// (the same on redis.FailoverOptions; on redis.ClusterOptions the dial
+// attempts and the backoffs, MaxRedirects bounding its retries; serve's
+// clients are built so: config.DialAttempts, config.CommandRetries). With
+// go-redis v9.23's defaults, a refused connection is dialled five times
+// with backoff (about 400 ms) and a plain command retried three times
+// after pauses of 10 ms and more, so a decision on a Redis refusing
+// connections uses the whole budget and is reported as ReasonTimeout, not
+// ReasonUnavailable, until the breaker opens. The scripts floodgate sends
+// are never sent again whatever MaxRetries says.
 package fallback
 
 import (

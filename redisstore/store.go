@@ -79,7 +79,13 @@ import (
 // NewFailoverClusterClient) and *redis.AutoPipeliner all satisfy it.
 //
 // Set ContextTimeoutEnabled on the client so that a call's context deadline
-// bounds the whole round trip. Cancelling a context that has no deadline
+// bounds the whole round trip. Set DialerRetries to 1, and MaxRetries to 1
+// with MinRetryBackoff and MaxRetryBackoff -1 (no pause), as serve does
+// (config.DialAttempts, config.CommandRetries): go-redis v9.23 dials a
+// refused connection five times with backoff (about 400 ms) by default,
+// so behind a fallback.Store a Redis that is down outlasts the decision's
+// budget and is reported as a timeout rather than as unavailable (see
+// package fallback, Redis client options). Cancelling a context that has no deadline
 // does not end a call whose command is already sent: it waits for the
 // reply or the client's ReadTimeout (5s by default in go-redis v9.23; measured with Redis
 // paused by CLIENT PAUSE). Give calls a deadline (httplimit's
@@ -281,8 +287,9 @@ type Store struct {
 // failed (see Options.OnReleaseFailure), since the Store was made.
 func (s *Store) ReleaseFailures() int64 { return s.releaseFailures.Load() }
 
-// New returns a Store deciding on client. It sends nothing: the script is
-// loaded on first use (EVAL after a NOSCRIPT reply, then EVALSHA).
+// New returns a Store deciding on client (see Client for the options to
+// build it with). It sends nothing: the script is loaded on first use
+// (EVAL after a NOSCRIPT reply, then EVALSHA).
 func New(client Client, opts Options) (*Store, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("redisstore: nil client (%T)", client)
