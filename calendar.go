@@ -291,9 +291,23 @@ func (c Calendar) span(t time.Time) (start, next civil, loc *time.Location) {
 // its periods.
 func (c Calendar) Previous(p Period) Period { return c.PeriodAt(p.Start.Add(-time.Nanosecond)) }
 
-// StorageTag names a period inside storage keys, with the unit (and anchor)
-// so that changing a quota's calendar never reuses another calendar's
-// counters: "d2026-12-01", "w2026-W49", "m2026-12", "a31.2026-02-28".
+// StorageTag names a period inside storage keys: "d2026-12-01",
+// "w2026-W49", "m2026-12", "a31.2026-02-28". It carries the unit (and
+// anchor day), so a change of unit or anchor never reuses another
+// calendar's counters. It deliberately carries no time zone: a quota
+// whose Location changes keeps the usage of the period the two zones
+// share by name (the stored period overlaps the new one: December in UTC,
+// then December in Tokyo), rather than giving every identity a fresh
+// allowance. The consequence is that two calendars differing only in
+// Location used at the same time (two instances, two policies of one
+// name) count on one counter, each against its own period bounds: use
+// one zone per quota name. The counter's expiry follows the period end of
+// the zone that wrote it: package quota's keys never have their TTL
+// shortened (a write under the zone whose period ends sooner keeps the
+// later expiry); a policy's Quota layer sets its key to expire an hour
+// (algo.QuotaGrace) after the period end of the last write's zone, so
+// after a change to a zone whose period ends sooner and back, the usage
+// may expire before the first zone's period ends.
 func (c Calendar) StorageTag(p Period) string {
 	switch c.Unit {
 	case PeriodDay:

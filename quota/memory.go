@@ -163,10 +163,14 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 			cs = &slot{}
 			sh.Put(req.cur.usage, cs)
 		}
-		cs.l, cs.expireAt, cs.markerAt = l, req.expireAt, req.markerAt
+		// An expiry is never shortened: calendars differing only in
+		// their zone share the period (see floodgate.Calendar.StorageTag),
+		// and a write under the zone whose period ends sooner must not
+		// end the usage another zone still counts.
+		cs.l, cs.expireAt, cs.markerAt = l, max(cs.expireAt, req.expireAt), max(cs.markerAt, req.markerAt)
 	}
 	if prevDirty {
-		ps.expireAt = req.prevExpireAt
+		ps.expireAt = max(ps.expireAt, req.prevExpireAt)
 	}
 	sh.AddUnits(cs.records() + ps.records() - before - taken)
 	sh.Wrote(now)

@@ -68,7 +68,12 @@ type Policy struct {
 	// Name namespaces the quota's keys: 1..64 bytes from [A-Za-z0-9_.-].
 	// Quotas with the same Name and Calendar share usage, so tiers (free,
 	// pro) should use one Name with different limits: upgrading keeps the
-	// period's usage.
+	// period's usage. The Calendar's Location is deliberately not part of
+	// the keys (see floodgate.Calendar.StorageTag): a change of Location
+	// keeps the usage of the period the old and new zones name alike, and
+	// two calendars differing only in Location used at the same time share
+	// one counter, so use one zone per Name. A key's TTL is never
+	// shortened: it follows the latest period end any zone wrote it with.
 	Name string
 	// Limit is the number of cost units per period, 1..floodgate.MaxLimit.
 	Limit int64

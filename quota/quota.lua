@@ -52,6 +52,14 @@ local function pttl(at)
   if ms < 1 then ms = 1 end
   return ms
 end
+-- Sets k's TTL to ms unless it already lives longer: a TTL is never
+-- shortened. Calendars differing only in their zone share a period's
+-- keys (floodgate.Calendar.StorageTag has no zone), and a write under the
+-- zone whose period ends sooner must not end the usage another zone
+-- still counts.
+local function extend(k, ms)
+  if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+end
 
 -- A marker holds what this script writes there, the string '1', or is
 -- missing. Anything else (another string, a list, a hash...) is a value
@@ -256,9 +264,9 @@ elseif op == 's' then
       if target_prev then
         redis.call('HSET', tu, 'used', int(t_used), 'held', int(t_held))
         local ms = pttl(tat)
-        redis.call('PEXPIRE', tu, ms)
-        redis.call('PEXPIRE', th, ms)
-        redis.call('PEXPIRE', ts, ms)
+        extend(tu, ms)
+        extend(th, ms)
+        extend(ts, ms)
       else
         used, held = t_used, t_held
         dirty = true
@@ -279,10 +287,10 @@ end
 if dirty then
   redis.call('HSET', U, 'used', int(used), 'held', int(held))
   local ms = pttl(expire_at)
-  redis.call('PEXPIRE', U, ms)
-  redis.call('PEXPIRE', H, ms)
-  redis.call('PEXPIRE', S, ms)
-  redis.call('SET', KEYS[4], '1', 'PX', pttl(marker_at))
+  extend(U, ms)
+  extend(H, ms)
+  extend(S, ms)
+  redis.call('SET', KEYS[4], '1', 'PX', math.max(redis.call('PTTL', KEYS[4]), pttl(marker_at)))
 end
 if bad_record then
   return redis.error_reply('ERR floodgate quota: corrupt settlement record for ' .. id)
