@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,8 +19,11 @@ import (
 // the sentinels no longer name that server the primary
 // (PublishOptions.Sentinels). A failover may then lose it (the primary
 // that took it is demoted and resynchronises from the promoted replica,
-// which never had it). The document was not announced; run the push
-// again.
+// which never had it). The document was not announced, but instances
+// polling the key may still apply it at their next poll; publishing it
+// again confirms it, unless the primary lists fewer replicas online
+// than PublishOptions.Replicas (then it fails the same way until more
+// are online).
 var ErrNotConfirmed = errors.New("config: the stored document is not confirmed durable")
 
 // ReplicasOnline is the PublishOptions.Replicas that waits for every
@@ -29,6 +34,34 @@ const ReplicasOnline = -1
 
 // DefaultReplicaTimeout is PublishOptions.ReplicaTimeout's default.
 const DefaultReplicaTimeout = 2 * time.Second
+
+// replicaTimeout returns the timeout WAIT is sent with for d: the
+// default for 0, else d rounded up to a whole millisecond. Redis counts
+// WAIT's timeout in milliseconds and go-redis truncates to them, so
+// 500µs would go out as WAIT n 0, which waits for ever.
+func replicaTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return DefaultReplicaTimeout
+	}
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// connLost says whether err is the connection to the server closing or
+// reset under the command, as Redis closes its clients' connections
+// when a failover demotes it.
+func connLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// notConfirmed returns ErrNotConfirmed for a failed step of the
+// confirmation (what, such as "WAIT 1"), its cause first when the
+// connection closed under it, and err's text at the end.
+func notConfirmed(what string, err error) error {
+	if connLost(err) {
+		return fmt.Errorf("%w: the connection to the primary closed during the confirmation, as happens when a failover demotes it: %s: %v", ErrNotConfirmed, what, err)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrNotConfirmed, what, err)
+}
 
 // writeNode returns the server a document stored under keys.Config is
 // written to: client itself, or on a Redis Cluster the primary of its
@@ -131,7 +164,7 @@ func confirmPrimary(ctx context.Context, conn *redis.Conn, sc []*redis.SentinelC
 	}
 	info, err := conn.ClientInfo(ctx).Result()
 	if err != nil {
-		return fmt.Errorf("CLIENT INFO on the server that took it: %w", err)
+		return notConfirmed("CLIENT INFO on the server that took it", err)
 	}
 	if info.LAddr == named {
 		return nil
@@ -147,41 +180,55 @@ func confirmPrimary(ctx context.Context, conn *redis.Conn, sc []*redis.SentinelC
 // confirm makes sure the document just stored through conn is durable as
 // opts asks: that enough replicas acknowledged it (WAIT on conn, which
 // wrote it) and that the sentinels still name the server the primary. It
-// returns nil, or an error wrapping ErrNotConfirmed.
-func confirm(ctx context.Context, conn *redis.Conn, opts PublishOptions, sc []*redis.SentinelClient, minReplicas int) error {
+// returns nil, or an error wrapping ErrNotConfirmed and whether (fewer)
+// the primary lists fewer replicas online than opts.Replicas asks for,
+// so that publishing again fails the same way.
+func confirm(ctx context.Context, conn *redis.Conn, opts PublishOptions, sc []*redis.SentinelClient, minReplicas int) (fewer bool, err error) {
 	n, role, err := onlineReplicas(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("%w: INFO replication: %v", ErrNotConfirmed, err)
+		return false, notConfirmed("INFO replication", err)
 	}
 	if role != "" && role != "master" {
-		return fmt.Errorf("%w: the server that took it is now a %s", ErrNotConfirmed, role)
+		return false, fmt.Errorf("%w: the server that took it is now a replica (role %s), as when a failover demotes it", ErrNotConfirmed, role)
 	}
 	want := opts.Replicas
 	if want == ReplicasOnline {
 		want = max(n, minReplicas)
 	}
 	if want > 0 {
-		timeout := cmp0(opts.ReplicaTimeout, DefaultReplicaTimeout)
+		timeout := replicaTimeout(opts.ReplicaTimeout)
 		got, err := conn.Wait(ctx, want, timeout).Result()
 		switch {
 		case err != nil:
-			return fmt.Errorf("%w: WAIT %d: %v", ErrNotConfirmed, want, err)
+			return false, notConfirmed(fmt.Sprintf("WAIT %d", want), err)
+		case got < int64(want) && opts.Replicas != ReplicasOnline && n < want:
+			return true, fmt.Errorf("%w: %d of %d replicas acknowledged it within %v: the primary lists %d online, fewer than --wait-replicas %d; lower --wait-replicas (0: do not wait) or bring the replicas back", ErrNotConfirmed, got, want, timeout, n, want)
 		case got < int64(want):
-			return fmt.Errorf("%w: %d of %d replicas acknowledged it within %v (the primary lists %d online)", ErrNotConfirmed, got, want, timeout, n)
+			return false, fmt.Errorf("%w: %d of %d replicas acknowledged it within %v (the primary lists %d online)", ErrNotConfirmed, got, want, timeout, n)
 		}
 	}
 	if opts.Sentinels != nil {
 		if err := confirmPrimary(ctx, conn, sc, opts.Sentinels.Master); err != nil {
-			return fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+			if errors.Is(err, ErrNotConfirmed) {
+				return false, err
+			}
+			return false, fmt.Errorf("%w: %v", ErrNotConfirmed, err)
 		}
 	}
-	return nil
+	return false, nil
 }
 
-// cmp0 returns v, or def when v is 0.
-func cmp0(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
+// notConfirmedError returns PublishWith's error for a document of
+// version that confirm could not confirm durable (err); wrote says
+// whether this push stored it (else the primary already held it).
+func notConfirmedError(version string, wrote, fewer bool, err error) error {
+	did := fmt.Sprintf("version %q was stored on the primary", version)
+	if !wrote {
+		did = fmt.Sprintf("version %q is already stored on the primary (nothing was written)", version)
 	}
-	return v
+	next := "run the push again to confirm it (during a failover, once it is over)"
+	if fewer {
+		next = "pushing again fails the same way until the primary lists enough replicas online"
+	}
+	return fmt.Errorf("%s but is not confirmed durable, and a failover may lose it; it was not announced, but instances polling may still apply it at their next poll; %s: %w", did, next, err)
 }

@@ -142,7 +142,9 @@ type PublishOptions struct {
 	// and PublishWith fails with ErrNotConfirmed.
 	Replicas int
 	// ReplicaTimeout bounds the wait for Replicas. Zero means
-	// DefaultReplicaTimeout.
+	// DefaultReplicaTimeout; other values are rounded up to a whole
+	// millisecond, the unit of Redis WAIT's timeout (so one below 1ms
+	// waits 1ms).
 	ReplicaTimeout time.Duration
 	// Sentinels, when set (a Sentinel deployment), are asked after the
 	// document is stored, and acknowledged, whether the server that took
@@ -322,6 +324,17 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 	}
 	conn := node.Conn()
 	defer conn.Close()
+	// A replica given as the primary: say so before anything is
+	// written, not that it is now one (it never was the primary).
+	if _, role, err := onlineReplicas(ctx, conn); err != nil {
+		return nil, fmt.Errorf("config: asking the server its role (INFO replication) before storing %q; nothing was written: %w", keys.Config, err)
+	} else if role != "" && role != "master" {
+		if opts.Sentinels != nil {
+			return nil, fmt.Errorf("config: the server the sentinels name the primary of %q is a replica (role %s), as during a failover; nothing was written: run the push again once the failover is over", opts.Sentinels.Master, role)
+		}
+		return nil, fmt.Errorf("config: the server at %s is a replica; give the primary, or the sentinels with --redis-sentinel (role %s; nothing was written)", node.Options().Addr, role)
+	}
+	wrote := false
 	if old == nil || !bytes.Equal(old, data) {
 		ok, err := casScript.Run(ctx, conn, []string{keys.Config}, sum, data).Int()
 		if err != nil {
@@ -330,9 +343,10 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		if ok != 1 {
 			return nil, fmt.Errorf("%w: the stored document changed while publishing; try again", ErrVersionConflict)
 		}
+		wrote = true
 	}
-	if err := confirm(ctx, conn, opts, sc, minReplicas); err != nil {
-		return nil, fmt.Errorf("version %q was stored on a primary that may lose it in a failover, and was not announced; run the push again: %w", c.Version(), err)
+	if fewer, err := confirm(ctx, conn, opts, sc, minReplicas); err != nil {
+		return nil, notConfirmedError(c.Version(), wrote, fewer, err)
 	}
 	if err := client.Publish(ctx, keys.Channel, c.Version()).Err(); err != nil {
 		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, err)

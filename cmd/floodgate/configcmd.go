@@ -347,10 +347,17 @@ replica they do not see down; --wait-replicas), and behind Sentinel a
 majority of the sentinels must still name that server the primary. A
 push made while a failover is under way (in the seconds after SENTINEL
 FAILOVER, the old primary takes writes that the promoted replica never
-gets) fails that check: push then exits with status 1, says the version
-was stored on a primary that may lose it, and does not announce it; run
-the push again (once the failover is over it goes through, or only
-announces the document if the new primary has it).`,
+gets) fails that check: push then exits with status 1 and says the
+version is stored on the primary but not confirmed durable. It does not
+announce it, but the document is stored: instances polling Redis may still
+apply it at their next poll (every 10 s by default), until a failover
+loses it. Run the push again to confirm it (once the failover is over
+it goes through, or only announces the document if the new primary has
+it). When the primary lists fewer replicas online than --wait-replicas,
+pushing again fails the same way: push says so; lower --wait-replicas
+(0: do not wait) or bring the replicas back. A --redis address that is
+a replica is refused before anything is written: give the primary, or
+the sentinels with --redis-sentinel.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			keys, err := config.KeysFor(prefix)
@@ -377,6 +384,16 @@ announces the document if the new primary has it).`,
 			}
 			if !rs.Enabled() {
 				return errors.New("push needs --redis (or --redis-sentinel with --redis-master, or --redis-cluster)")
+			}
+			if waitN < config.ReplicasOnline || waitN > 16 {
+				return fmt.Errorf("--wait-replicas %d: out of range -1..16 (-1: every replica the primary lists online; 0: do not wait)", waitN)
+			}
+			switch {
+			case waitTimeout > 0 && waitTimeout < time.Millisecond:
+				// go-redis would send it as WAIT n 0, which waits for ever.
+				return fmt.Errorf("--wait-timeout %v: below 1ms, the unit of Redis WAIT's timeout (and WAIT with 0 waits for ever); want 0 (the default, %v) or 1ms up to 5s", waitTimeout, config.DefaultReplicaTimeout)
+			case waitTimeout < 0 || waitTimeout > 5*time.Second:
+				return fmt.Errorf("--wait-timeout %v: want 0 (the default, %v) or 1ms up to 5s", waitTimeout, config.DefaultReplicaTimeout)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			if err := sec.redisClientSettings(&rs, log); err != nil {
@@ -408,12 +425,6 @@ announces the document if the new primary has it).`,
 			// What the push replaces, to warn of names it drops (read
 			// apart from the push: a warning, not a check).
 			prev, prevErr := config.LoadRedis(ctx, client, keys)
-			if waitN < config.ReplicasOnline || waitN > 16 {
-				return fmt.Errorf("--wait-replicas %d: out of range -1..16 (-1: every replica the primary lists online; 0: do not wait)", waitN)
-			}
-			if waitTimeout < 0 || waitTimeout > 5*time.Second {
-				return fmt.Errorf("--wait-timeout %v: want 0 (the default, %v) up to 5s", waitTimeout, config.DefaultReplicaTimeout)
-			}
 			po := config.PublishOptions{Force: force, SignKey: key, Replicas: waitN, ReplicaTimeout: waitTimeout}
 			if st, ok, err := rs.Sentinels(); err != nil {
 				return err
@@ -463,8 +474,8 @@ announces the document if the new primary has it).`,
 	fl.StringVar(&sign, "sign-key-file", "", "sign the document with the HMAC-SHA256 key in this file (at least 32 bytes), for instances started with --config-verify-key-file")
 	addRedisSecurityFlags(fl, &sec)
 	fl.BoolVar(&listDropped, "list-dropped", false, fmt.Sprintf("warn of every policy, quota and concurrency limit the push drops by name (default: of up to %d of each kind, then of their number with the first names)", maxDroppedListed))
-	fl.IntVar(&waitN, "wait-replicas", config.ReplicasOnline, "replicas of the primary that must acknowledge the document before it is announced (Redis WAIT); -1: every replica the primary lists online, and behind Sentinel at least 1 when the sentinels list one they do not see down; 0: do not wait. Not acknowledged within --wait-timeout, the push fails (exit status 1) unannounced: run it again")
-	fl.DurationVar(&waitTimeout, "wait-timeout", config.DefaultReplicaTimeout, "how long to wait for --wait-replicas (0: the default; at most 5s)")
+	fl.IntVar(&waitN, "wait-replicas", config.ReplicasOnline, "replicas of the primary that must acknowledge the document before it is announced (Redis WAIT); -1: every replica the primary lists online, and behind Sentinel at least 1 when the sentinels list one they do not see down; 0: do not wait. Not acknowledged within --wait-timeout, the push fails (exit status 1) unannounced, the document stored on the primary, where instances polling may still apply it: run it again to confirm it")
+	fl.DurationVar(&waitTimeout, "wait-timeout", config.DefaultReplicaTimeout, "how long to wait for --wait-replicas (0: the default; 1ms up to 5s, in whole milliseconds as Redis WAIT counts)")
 	fl.BoolVar(&force, "force", false, "publish a version lower than the published one (a rollback), replace an invalid stored document with a lower version than it declares, or one declaring none or over 1 MiB, or replace a signed document with an unsigned one or one signed with another key (a key rotation)")
 	return cmd
 }
