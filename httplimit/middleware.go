@@ -245,11 +245,13 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 	if shadow {
 		return true
 	}
-	// A policy the store refuses at decision time (a fallback store's
-	// LocalPolicy that returns an invalid policy, say) is a configuration
-	// error, not an outage: failing open would switch the limit off until
-	// someone reads the logs.
-	if errors.Is(err, floodgate.ErrInvalidPolicy) {
+	// A decision refused for its input (a fallback store's LocalPolicy
+	// that returns an invalid policy, a Clock that returns the zero time,
+	// a Decider refusing a key or cost) is a configuration error, not an
+	// outage: failing open would switch the limit off until someone reads
+	// the logs. A request cannot cause one: its cost is checked before
+	// (400), and any identity makes a valid key.
+	if misconfigured(err) {
 		writeProblem(w, Problem{
 			Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError), Status: http.StatusInternalServerError,
 			Detail: "the rate limiter is misconfigured",
@@ -266,6 +268,19 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 		Policy:     policyNames(rules),
 		RetryAfter: 1,
 	}, map[string]string{"Retry-After": "1"})
+	return false
+}
+
+// misconfigured reports whether err is a decision refused for its input
+// (a policy, cost, key, layers, time or context the store cannot use),
+// not a failure of the store.
+func misconfigured(err error) bool {
+	for _, s := range [...]error{floodgate.ErrInvalidPolicy, floodgate.ErrInvalidCost, floodgate.ErrInvalidKey,
+		floodgate.ErrInvalidLayers, floodgate.ErrInvalidTime, floodgate.ErrNilContext} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
 	return false
 }
 

@@ -38,10 +38,14 @@
 // that reports itself full (floodgate.ErrStoreFull) is always answered
 // 503: its keys may be chosen by the client, and failing open would let a
 // client switch the limits off by filling it. (memstore never reports
-// full: it evicts.) A store that refuses a policy at decision time
-// (floodgate.ErrInvalidPolicy: a fallback store's LocalPolicy that returns
-// an invalid policy) is a configuration error, answered 500 in either
-// mode. A request whose own context ends while its decision is being
+// full: it evicts.) A decision refused for its input (an error wrapping
+// floodgate.ErrInvalidPolicy, ErrInvalidCost, ErrInvalidKey,
+// ErrInvalidLayers, ErrInvalidTime or ErrNilContext: a fallback store's
+// LocalPolicy that returns an invalid policy, a Clock that returns the
+// zero time, a Decider of your own refusing its input) is a configuration
+// error, answered 500 in either mode; a request cannot cause one, since
+// its cost is checked first (400, see CostFunc) and any identity makes a
+// valid key. A request whose own context ends while its decision is being
 // made (its client went away) is not a store failure: it is answered with
 // a status and no body, and never served (see Options.OnStoreError) — also
 // when the store's answer arrives after the client went and admits it;
@@ -124,8 +128,9 @@ type Rule struct {
 	Shadow bool
 }
 
-// FailureMode says what the middleware does when the store fails (errors
-// other than an invalid rule or cost).
+// FailureMode says what the middleware does when the store fails: errors
+// other than a configuration error (an invalid policy, cost, key, layers,
+// time or context), which is answered 500 whatever the mode.
 type FailureMode uint8
 
 // The failure modes.
@@ -135,7 +140,9 @@ const (
 	// for throughput limits an outage of the limiter should not become an
 	// outage of the service. floodgate.ErrStoreFull is the exception: it
 	// is answered as in FailClosed, since a client could cause it; and
-	// floodgate.ErrInvalidPolicy, a configuration error, is answered 500.
+	// configuration errors (floodgate.ErrInvalidPolicy, ErrInvalidCost,
+	// ErrInvalidKey, ErrInvalidLayers, ErrInvalidTime, ErrNilContext) are
+	// answered 500, also reported to Options.OnStoreError.
 	//
 	// A store call that misses Options.Timeout is a failure too, so under
 	// FailOpen every request whose decision is slow is served uncounted:
