@@ -2,10 +2,17 @@ package floodgate
 
 import "errors"
 
-// Sentinel errors. Errors returned by this module wrap one of these with %w,
-// so callers test them with errors.Is.
+// Sentinel errors. Errors returned by this package, by the stores
+// (memstore, redisstore, denycache, fallback's Decide, Call and CallWrite
+// for their own refusals) and by the constructors of memstore,
+// redisstore, denycache, quota and concurrency wrap one of these with %w,
+// so callers test them with errors.Is. Other packages add sentinels of
+// their own, documented with them (fallback.ErrInvalidOptions and
+// ErrBreakerOpen, httplimit.ErrNoKey, quota.ErrQuotaStateLost...).
 var (
-	// ErrInvalidPolicy reports a policy whose parameters are out of range.
+	// ErrInvalidPolicy reports a policy whose parameters are out of range,
+	// or options or arguments a constructor or method cannot use (a
+	// negative cap, a nil client or function).
 	ErrInvalidPolicy = errors.New("floodgate: invalid policy")
 	// ErrInvalidCost reports a negative or too large cost.
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
@@ -54,8 +61,8 @@ var (
 	// redirections itself, and returns one only when a resharding outran
 	// its MaxRedirects.
 	ErrClusterRedirect = errors.New("floodgate: a Redis Cluster node redirected the call (MOVED or ASK): a client for a single Redis was given the address of a Redis Cluster node; use a cluster client (redis.NewClusterClient, floodgate serve --redis-cluster)")
-	// ErrNilContext reports a nil context.Context given to a decision
-	// (which would otherwise panic deep in a store): pass
+	// ErrNilContext reports a nil context.Context given to a decision or
+	// a store's call (which would otherwise panic deep in a store): pass
 	// context.Background() or the request's context. Nothing was counted.
 	ErrNilContext = errors.New("floodgate: nil context (use context.Background())")
 )

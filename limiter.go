@@ -32,9 +32,10 @@ type Store interface {
 	// (len(out) == len(layers)). memstore and a single Redis decide all
 	// layers in one atomic step; on Redis Cluster, layers on different
 	// slots are reserved and released (see docs/layered.md). Layers were
-	// validated by the caller. On error, nothing was decided; errors wrap
-	// ErrStoreUnavailable when nothing was written and ErrIndeterminate when
-	// the write may have happened.
+	// validated by the caller; the stores of this module check them again
+	// (CheckLayers) and refuse a nil ctx (ErrNilContext). On error,
+	// nothing was decided; errors wrap ErrStoreUnavailable when nothing was
+	// written and ErrIndeterminate when the write may have happened.
 	Decide(ctx context.Context, now int64, layers []Layer, out []Result) error
 }
 
@@ -294,7 +295,8 @@ func checkPeriod(p *Policy, now int64) error {
 // cost, a Quota layer whose period at now does not lie within the Unix
 // epoch..MaxTimeMicros (ErrInvalidTime), an empty key, or one key used by
 // two layers. The stores of this
-// module call it first in Decide, so that a caller that skips the
+// module call it first in Decide (after refusing a nil context with an
+// error wrapping ErrNilContext), so that a caller that skips the
 // Limiter's checks gets the same errors from every store and nothing
 // is decided.
 func CheckLayers(now int64, layers []Layer, out []Result) error {

@@ -182,8 +182,12 @@ func (s *Store) shardOf(key string) *shard {
 
 // Decide implements floodgate.Store: it answers from the cache when every
 // layer is covered by a remembered denial, and otherwise asks the wrapped
-// store, remembering the layers it denies.
+// store, remembering the layers it denies. A nil ctx is refused
+// (floodgate.ErrNilContext), also when the cache could answer.
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if ctx == nil {
+		return fmt.Errorf("denycache: %w", floodgate.ErrNilContext)
+	}
 	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
 		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
 	}

@@ -363,12 +363,16 @@ func (s *Store) BreakerStates() map[string]BreakerState { return s.breakers.stat
 // has already passed, or whose request's earlier calls used the budget
 // (SpendBudget; NewRequestContext, after a call timed out), is decided by
 // the failure mode at once (ReasonTimeout) without asking the primary. It
-// returns an error only for invalid layers (the primary's
-// floodgate.ErrInvalid* errors, returned as they are), when the caller's
+// returns an error only for a nil ctx (floodgate.ErrNilContext), for
+// invalid layers (the primary's floodgate.ErrInvalid* errors, returned as
+// they are), when the caller's
 // context was cancelled (the primary's error), or when ModeLocal's local
 // store fails too (wrapping floodgate.ErrStoreUnavailable and both
 // errors).
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	if len(layers) == 0 || len(layers) > floodgate.MaxLayers || len(out) != len(layers) {
 		return fmt.Errorf("%w: %d layers, %d results", floodgate.ErrInvalidLayers, len(layers), len(out))
 	}
@@ -509,11 +513,12 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // bound ctx as the operation needs. fn should return nil for errors that
 // say nothing about the backend's health (bad input, a reply the caller
 // does not like); an error after ctx was cancelled by the caller is not
-// counted either. A nil fn is an error, returned before the breaker is
-// consulted.
+// counted either. A nil fn is an error wrapping floodgate.ErrInvalidPolicy,
+// and a nil ctx one wrapping floodgate.ErrNilContext, both returned
+// before the breaker is consulted.
 func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Context) error) error {
 	if fn == nil {
-		return errors.New("fallback: Call: nil function")
+		return fmt.Errorf("%w: fallback: Call: nil function", floodgate.ErrInvalidPolicy)
 	}
 	return s.call(ctx, key, fn, nil)
 }
@@ -533,16 +538,19 @@ func (s *Store) Call(ctx context.Context, key string, fn func(ctx context.Contex
 // nothing of its health, and one that deleted something first (an
 // expired lease trimmed) may then add even there; such successes are
 // rare next to the decisions failing meanwhile, which still open the
-// breaker by their failure rate. A nil fn is an error, as for Call.
+// breaker by their failure rate. A nil fn or ctx is an error, as for Call.
 func (s *Store) CallWrite(ctx context.Context, key string, fn func(ctx context.Context) (wrote bool, err error)) error {
 	if fn == nil {
-		return errors.New("fallback: CallWrite: nil function")
+		return fmt.Errorf("%w: fallback: CallWrite: nil function", floodgate.ErrInvalidPolicy)
 	}
 	return s.call(ctx, key, nil, fn)
 }
 
 // call is Call with read, or CallWrite with write (the other nil).
 func (s *Store) call(ctx context.Context, key string, read func(ctx context.Context) error, write func(ctx context.Context) (bool, error)) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	br := s.breakers.shared
 	if key != "" {
 		br = s.breakers.forKey(ctx, key)
@@ -588,6 +596,10 @@ func (s *Store) call(ctx context.Context, key string, read func(ctx context.Cont
 	}
 	return err
 }
+
+// errNilContext is Decide's, Call's and CallWrite's error for a nil
+// context.
+var errNilContext = fmt.Errorf("fallback: %w", floodgate.ErrNilContext)
 
 // layerKeys returns the keys of layers.
 func layerKeys(layers []floodgate.Layer) []string {

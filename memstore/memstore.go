@@ -130,10 +130,10 @@ const minShare = 16
 // New returns an empty Store.
 func New(opts Options) (*Store, error) {
 	if opts.Shards < 0 || opts.Shards > 1<<16 {
-		return nil, fmt.Errorf("memstore: shards %d out of range 0..65536", opts.Shards)
+		return nil, fmt.Errorf("%w: memstore: shards %d out of range 0..65536", floodgate.ErrInvalidPolicy, opts.Shards)
 	}
 	if opts.MaxKeys < 0 {
-		return nil, fmt.Errorf("memstore: max keys %d is negative", opts.MaxKeys)
+		return nil, fmt.Errorf("%w: memstore: max keys %d is negative", floodgate.ErrInvalidPolicy, opts.MaxKeys)
 	}
 	if opts.Shards == 0 {
 		opts.Shards = 64
@@ -202,8 +202,12 @@ func (s *Store) shardOf(key string) int {
 
 // Decide implements floodgate.Store: all layers are decided under their
 // shards' locks (taken in ascending order), and committed only if every
-// layer admits.
+// layer admits. A nil ctx is refused (floodgate.ErrNilContext), and so are
+// layers floodgate.CheckLayers refuses; nothing is decided then.
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if ctx == nil {
+		return fmt.Errorf("memstore: %w", floodgate.ErrNilContext)
+	}
 	// As redisstore: layers the Limiter did not check (a caller of
 	// Decide itself) are refused, not decided under a zero policy.
 	if err := floodgate.CheckLayers(now, layers, out); err != nil {

@@ -292,7 +292,7 @@ func (s *Store) ReleaseFailures() int64 { return s.releaseFailures.Load() }
 // (EVAL after a NOSCRIPT reply, then EVALSHA).
 func New(client Client, opts Options) (*Store, error) {
 	if nilcheck.IsNil(client) {
-		return nil, fmt.Errorf("redisstore: nil client (%T)", client)
+		return nil, fmt.Errorf("%w: redisstore: nil client (%T)", floodgate.ErrInvalidPolicy, client)
 	}
 	s := &Store{client: client, onReleaseFailure: opts.OnReleaseFailure}
 	s.relClient = releaseClient{s.client}
@@ -303,23 +303,23 @@ func New(client Client, opts Options) (*Store, error) {
 		s.slots = true
 	case SlotCheckOff:
 	default:
-		return nil, fmt.Errorf("redisstore: unknown SlotCheck %d", opts.SlotCheck)
+		return nil, fmt.Errorf("%w: redisstore: unknown SlotCheck %d", floodgate.ErrInvalidPolicy, opts.SlotCheck)
 	}
 	if s.slots {
 		s.inflight = new([SlotCount]atomic.Int32)
 	}
 	if opts.MaxBatch < 0 || opts.MaxBatch > maxBatch {
-		return nil, fmt.Errorf("redisstore: MaxBatch %d out of range 0..%d", opts.MaxBatch, maxBatch)
+		return nil, fmt.Errorf("%w: redisstore: MaxBatch %d out of range 0..%d", floodgate.ErrInvalidPolicy, opts.MaxBatch, maxBatch)
 	}
 	if opts.MaxInFlight < 0 || opts.MaxInFlight > maxInFlight {
-		return nil, fmt.Errorf("redisstore: MaxInFlight %d out of range 0..%d", opts.MaxInFlight, maxInFlight)
+		return nil, fmt.Errorf("%w: redisstore: MaxInFlight %d out of range 0..%d", floodgate.ErrInvalidPolicy, opts.MaxInFlight, maxInFlight)
 	}
 	if opts.Split > SplitConcurrent {
-		return nil, fmt.Errorf("redisstore: unknown Split %d", opts.Split)
+		return nil, fmt.Errorf("%w: redisstore: unknown Split %d", floodgate.ErrInvalidPolicy, opts.Split)
 	}
 	s.concurrent = opts.Split == SplitConcurrent
 	if opts.StateFormat > TextState {
-		return nil, fmt.Errorf("redisstore: unknown StateFormat %d", opts.StateFormat)
+		return nil, fmt.Errorf("%w: redisstore: unknown StateFormat %d", floodgate.ErrInvalidPolicy, opts.StateFormat)
 	}
 	s.scripts = scriptSets[opts.StateFormat]
 	if opts.MaxBatch == 0 {
@@ -339,12 +339,12 @@ func New(client Client, opts Options) (*Store, error) {
 		}
 	case CoalesceOn:
 		if s.slots {
-			return nil, fmt.Errorf("redisstore: CoalesceOn with the slot check on: a coalesced call holds keys of many slots")
+			return nil, fmt.Errorf("%w: redisstore: CoalesceOn with the slot check on: a coalesced call holds keys of many slots", floodgate.ErrInvalidPolicy)
 		}
 		coalesce = true
 	case CoalesceOff:
 	default:
-		return nil, fmt.Errorf("redisstore: unknown Coalesce %d", opts.Coalesce)
+		return nil, fmt.Errorf("%w: redisstore: unknown Coalesce %d", floodgate.ErrInvalidPolicy, opts.Coalesce)
 	}
 	if coalesce && opts.MaxBatch > 1 {
 		s.batch = newBatcher(s, opts.MaxBatch, opts.MaxInFlight)
@@ -384,12 +384,19 @@ func New(client Client, opts Options) (*Store, error) {
 // again at once in a form the node holding the keys runs (see
 // Store.release). See docs/layered.md.
 //
-// Decide validates its input (errors wrap floodgate.ErrInvalidPolicy,
-// ErrInvalidCost or ErrInvalidLayers, and nothing is sent); store failures
+// Decide validates its input (errors wrap floodgate.ErrNilContext for a
+// nil ctx, and otherwise those of floodgate.CheckLayers:
+// floodgate.ErrInvalidPolicy, ErrInvalidCost, ErrInvalidKey for an empty
+// key, ErrInvalidTime for a time or a quota layer's period out of range,
+// ErrInvalidLayers for the number of layers or results, a key used twice
+// or a time out of range; nothing is sent then); store failures
 // wrap floodgate.ErrStoreUnavailable or floodgate.ErrIndeterminate (see
 // Store); a malformed reply, a nil one included, wraps
 // floodgate.ErrBadReply.
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if ctx == nil {
+		return fmt.Errorf("redisstore: %w", floodgate.ErrNilContext)
+	}
 	if err := s.check(now, layers, out); err != nil {
 		return err
 	}
