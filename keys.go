@@ -64,7 +64,7 @@ func ValidatePrefix(prefix string) error {
 	}
 	for i := 0; i < len(prefix); i++ {
 		if c := prefix[i]; !isNameByte(c) && c != ':' {
-			return fmt.Errorf("%w: prefix %q: byte %q not in [A-Za-z0-9_.:-]", ErrInvalidKey, clip.Text(prefix, 80), c)
+			return fmt.Errorf("%w: prefix %q: %s not in [A-Za-z0-9_.:-]", ErrInvalidKey, clip.Text(prefix, 80), clip.Char(prefix, i))
 		}
 	}
 	return nil

@@ -378,7 +378,7 @@ func validName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if !isNameByte(name[i]) {
-			return fmt.Errorf("policy name %q: character %q not in [A-Za-z0-9_.-]", clip.Text(name, 80), name[i])
+			return fmt.Errorf("policy name %q: %s not in [A-Za-z0-9_.-]", clip.Text(name, 80), clip.Char(name, i))
 		}
 	}
 	return nil

@@ -52,6 +52,9 @@ type leaseSet struct {
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
+	if opts.MaxLeases < 0 {
+		return nil, fmt.Errorf("%w: concurrency memory store: max leases %d is negative", floodgate.ErrInvalidPolicy, opts.MaxLeases)
+	}
 	sets, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, MaxUnits: opts.MaxLeases},
 		(*leaseSet).gone, shardmap.Units[*leaseSet]{Of: (*leaseSet).Len, Tidy: (*leaseSet).trim})
 	if err != nil {

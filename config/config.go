@@ -409,7 +409,7 @@ func validDimension(s string) error {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("name %q: character %q not in [a-z0-9_-]", s, c)
+			return fmt.Errorf("name %q: %s not in [a-z0-9_-]", s, clip.Char(s, i))
 		}
 	}
 	return nil
@@ -424,7 +424,7 @@ func validName(s string) error {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("name %q: character %q not in [A-Za-z0-9_-]", s, c)
+			return fmt.Errorf("name %q: %s not in [A-Za-z0-9_-]", s, clip.Char(s, i))
 		}
 	}
 	return nil

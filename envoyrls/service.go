@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
 )
 
@@ -197,7 +198,7 @@ func validHeaderName(name string) error {
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-			return fmt.Errorf("%w: header name %q: byte %q not in [A-Za-z0-9-]", ErrInvalidOptions, name, c)
+			return fmt.Errorf("%w: header name %q: %s not in [A-Za-z0-9-]", ErrInvalidOptions, name, clip.Char(name, i))
 		}
 	}
 	return nil

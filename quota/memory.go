@@ -64,6 +64,9 @@ type slot struct {
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
+	if opts.MaxRecords < 0 {
+		return nil, fmt.Errorf("%w: quota memory store: max records %d is negative", floodgate.ErrInvalidPolicy, opts.MaxRecords)
+	}
 	slots, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, MaxUnits: opts.MaxRecords},
 		(*slot).dead, shardmap.Units[*slot]{Of: (*slot).records, Tidy: (*slot).tidy})
 	if err != nil {
