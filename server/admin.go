@@ -90,6 +90,14 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: len(keys)})
 }
 
+// maybeSent reports whether err, the error of a script call (never sent
+// twice), leaves open that the call reached Redis and was applied: all
+// but a store-unavailable error that is not indeterminate (a refused
+// dial, a pool exhausted, a reply that ran nothing).
+func maybeSent(err error) bool {
+	return errors.Is(err, floodgate.ErrIndeterminate) || !errors.Is(err, floodgate.ErrStoreUnavailable)
+}
+
 // resetFailure says what a reset whose store failed with err did, for
 // its 503: keys is how many keys it covers, earlier whether stores before
 // the failing one were reset. A *ResetError says how many keys the store
@@ -100,7 +108,7 @@ func resetFailure(err error, keys int, earlier bool) string {
 	if !errors.As(err, &re) {
 		return "resetting (some of the keys may have been deleted; retrying is harmless)"
 	}
-	sent := errors.Is(err, floodgate.ErrIndeterminate) || !errors.Is(err, floodgate.ErrStoreUnavailable)
+	sent := maybeSent(err)
 	deleted := fmt.Sprintf("%d of the %d keys %s deleted", re.Deleted, keys, plural.Word(re.Deleted, "was", "were"))
 	var what string
 	switch {
@@ -243,7 +251,7 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 		// The write is never sent twice, so its error tells whether it
 		// went out: one that did may have been applied.
 		what := "storing the tier assignment (it may have been applied; retrying is harmless)"
-		if errors.Is(err, floodgate.ErrStoreUnavailable) && !errors.Is(err, floodgate.ErrIndeterminate) {
+		if !maybeSent(err) {
 			what = "storing the tier assignment (nothing was stored)"
 		}
 		s.log.Error("admin tier assignment failed", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "error", err)
