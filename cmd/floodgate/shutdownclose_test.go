@@ -39,6 +39,34 @@ func holdRequest(t *testing.T, addr, path, body string) *heldRequest {
 	return &heldRequest{conn: c, last: body[len(body)-1]}
 }
 
+// holdAcceptedRequest is holdRequest on a connection the server has
+// already answered a request on (GET /healthcheck, kept alive), so that
+// the held request is in the server's hands, not in the listen backlog,
+// whose connections a closing listener resets (envoy-compat closes its
+// listeners at SIGTERM: a request sent just before could fail so on a
+// loaded machine). The pause after it lets the server read the held
+// request's head, making the connection active rather than idle.
+func holdAcceptedRequest(t *testing.T, addr, path, body string) *heldRequest {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := fmt.Fprintf(c, "GET /healthcheck HTTP/1.1\r\nHost: %s\r\n\r\n", addr); err != nil {
+		t.Fatal(err)
+	}
+	if resp := readAnswer(t, c, bufio.NewReader(c)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthcheck before the held request: %d", resp.StatusCode)
+	}
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, addr, len(body))
+	if _, err := io.WriteString(c, head+body[:len(body)-1]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	return &heldRequest{conn: c, last: body[len(body)-1]}
+}
+
 // finish sends the body's last byte and returns the answer, its body read.
 func (h *heldRequest) finish(t *testing.T) *http.Response {
 	t.Helper()
@@ -182,7 +210,7 @@ func TestEnvoyCompatStopsAcceptingAtSignal(t *testing.T) {
 		code, body := httpGet(t, "http://"+p.http+"/healthcheck")
 		return code == 200 && body == "OK"
 	})
-	held := holdRequest(t, p.http, "/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"plan","value":"gold"}]}]}`)
+	held := holdAcceptedRequest(t, p.http, "/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"plan","value":"gold"}]}]}`)
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
