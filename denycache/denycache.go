@@ -183,7 +183,9 @@ func (s *Store) shardOf(key string) *shard {
 // Decide implements floodgate.Store: it answers from the cache when every
 // layer is covered by a remembered denial, and otherwise asks the wrapped
 // store, remembering the layers it denies. A nil ctx is refused
-// (floodgate.ErrNilContext), also when the cache could answer.
+// (floodgate.ErrNilContext), and a ctx already done is answered with an
+// error wrapping floodgate.ErrStoreUnavailable and ctx.Err(), as the
+// stores answer it, also when the cache could answer: nothing is decided.
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	if ctx == nil {
 		return fmt.Errorf("denycache: %w", floodgate.ErrNilContext)
@@ -197,6 +199,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			return err
 		}
 		consuming = consuming || l.Cost > 0
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("denycache: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
 	if consuming && s.answer(now, layers, out) {
 		s.saved.Add(1)
