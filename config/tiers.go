@@ -234,6 +234,21 @@ func (a *RedisAssignments) read(ctx context.Context, f string, now time.Time) (s
 	return tier, true, nil
 }
 
+// ExpireAll makes every cached answer stale: the next Tier of each asks
+// Redis again, and LastKnown still has it while Redis cannot be read.
+// serve calls it when the sentinels name a new primary, whose hash may
+// lack an assignment the old one took in its last moments: the instance
+// then uses the new primary's tiers at once, not up to the cache TTL
+// later.
+func (a *RedisAssignments) ExpireAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, c := range a.cache {
+		c.expires = time.Time{}
+		a.cache[k] = c
+	}
+}
+
 // LastKnown returns the last answer Tier or SetTier saw for value under
 // dimension, however old, and found false when there is none: what to use
 // while Redis cannot be read.

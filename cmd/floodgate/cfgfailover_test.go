@@ -192,3 +192,68 @@ func TestServeRereadsConfigOnPrimaryMove(t *testing.T) {
 	}
 	t.Logf("applied %v after the switch: %v", seen.Round(time.Millisecond), rec)
 }
+
+// TestServeRereadsTiersOnPrimaryMove: an instance following Sentinel
+// asks the new primary for an identity's tier at its first decision after
+// moving to it, instead of using the tier it cached from the old one for
+// up to 5 s. The old primary assigns u to pro; the replica, promoted,
+// has u on free (written on it directly: what an assignment the old
+// primary took in a failover's first moments leaves).
+func TestServeRereadsTiersOnPrimaryMove(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	prefix := fmt.Sprintf("tiermv%d", time.Now().UnixNano())
+	key := prefix + ":tiers"
+	ctx := context.Background()
+	primary := redis.NewClient(&redis.Options{Addr: s.Primary.Addr})
+	defer primary.Close()
+	replica := redis.NewClient(&redis.Options{Addr: s.Replica.Addr})
+	defer replica.Close()
+	if err := primary.HSet(ctx, key, "user=u", "pro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Wait(ctx, 1, 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "tiers.yaml")
+	const doc = `version: "1"
+tiers: [free, pro]
+policies:
+  - name: api
+    tier_dimension: user
+    layers:
+      - {name: per-user, algorithm: fixed_window, limit: 1000, window: 1h, dimension: user, tiers: {pro: {limit: 2000}}}
+`
+	if err := os.WriteFile(cfg, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--prefix", prefix, "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName, "--config", cfg)
+	defer svc.stop(t)
+	req := map[string]any{"policy": "api", "identity": map[string]string{"user": "u"}}
+	if code, cr := post(t, svc.url+"/v1/check", req); code != 200 || cr.Tier != "pro" {
+		t.Fatalf("before the failover: %d, tier %q; want 200 and pro", code, cr.Tier)
+	}
+	if err := replica.ConfigSet(ctx, "replica-read-only", "no").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.HSet(ctx, key, "user=u", "free").Err(); err != nil {
+		t.Fatal(err)
+	}
+	newPrimary := s.Replica.Addr
+	startFailover(t, s)
+	switched := waitSentinelsName(t, s, newPrimary)
+	for {
+		code, cr := post(t, svc.url+"/v1/check", req)
+		if code == 200 && cr.Tier == "free" {
+			break
+		}
+		if time.Since(switched) > 15*time.Second {
+			t.Fatalf("the instance still answers %d, tier %q 15s after the switch:\n%s", code, cr.Tier, svc.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	seen := time.Since(switched)
+	if seen > 2*time.Second {
+		t.Errorf("the instance used the new primary's tier %v after the sentinels named it; want within 2s", seen)
+	}
+	t.Logf("tier free %v after the switch", seen.Round(time.Millisecond))
+}

@@ -704,17 +704,8 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	if b.follow != nil && f.configRedis {
-		// On a switch of primary the document is read again at once,
-		// on the new one: a push the old one took in its last moments
-		// is lost, and the instances would otherwise run it until their
-		// next poll.
-		b.follow.OnMove(func(from, to string) {
-			log.Warn("the sentinels name a new Redis primary: connections to the old one are dropped; reading the configuration from the new one", "old", from, "new", to)
-			reloader.PrimaryMoved(from, to)
-		})
-	}
 	var assign config.Assignments = &config.MemoryAssignments{}
+	var redisAssign *config.RedisAssignments
 	if b.client != nil {
 		ao := config.RedisAssignmentsOptions{}
 		if b.fb != nil {
@@ -723,12 +714,29 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		if b.waiting != nil {
 			ao.Writer = b.waiting
 		}
-		if assign, err = config.NewRedisAssignments(b.client, keys.Tiers, ao); err != nil {
+		if redisAssign, err = config.NewRedisAssignments(b.client, keys.Tiers, ao); err != nil {
 			return err
 		}
+		assign = redisAssign
 		if _, ok := b.client.(*redis.ClusterClient); ok {
 			warnCrossSlot(log, cfg)
 		}
+	}
+	if b.follow != nil {
+		// On a switch of primary the tier assignments, and the document
+		// with --config-from-redis, are read again at once, on the new
+		// one: a write the old one took in its last moments is lost,
+		// and the instances would otherwise use it until their cache
+		// expires or their next poll.
+		b.follow.OnMove(func(from, to string) {
+			if f.configRedis {
+				log.Warn("the sentinels name a new Redis primary: connections to the old one are dropped; reading the configuration and tier assignments from the new one", "master", f.sentinelMaster, "old", from, "new", to)
+				reloader.PrimaryMoved(from, to)
+			} else {
+				log.Warn("the sentinels name a new Redis primary: connections to the old one are dropped; reading tier assignments from the new one", "master", f.sentinelMaster, "old", from, "new", to)
+			}
+			redisAssign.ExpireAll()
+		})
 	}
 	opts := server.Options{
 		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
