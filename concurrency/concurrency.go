@@ -29,6 +29,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/replicawait"
 )
 
 // Bounds on policies.
@@ -190,7 +191,11 @@ func (l *Limiter) Key(identity string) string {
 // should refuse the request rather than pass "" (the HTTP API refuses an
 // empty identity value with 400 invalid-identity). An error wrapping floodgate.ErrIndeterminate means a slot may have been
 // taken with a lease the caller never learnt: it frees itself after
-// LeaseTTL at the latest.
+// LeaseTTL at the latest. A slot taken on a Redis primary that a
+// replicawait.Client's replicas did not confirm is not granted: Acquire
+// releases it again at once and fails with an *UnconfirmedError, which
+// holds the lease to release when that release failed. A denial they did
+// not confirm is answered as a denial (it wrote nothing).
 func (l *Limiter) Acquire(ctx context.Context, identity string) (Result, error) {
 	return l.AcquireAt(ctx, l.clock(), identity)
 }
@@ -202,9 +207,15 @@ func (l *Limiter) AcquireAt(ctx context.Context, now time.Time, identity string)
 	}
 	req := request{op: opAcquire, key: l.Key(identity), id: rand.Text(), now: now.UnixMicro(), limit: l.policy.Limit, ttl: l.ttl}
 	rep, err := l.store.apply(ctx, &req)
-	if err != nil {
+	switch {
+	case err == nil:
+	case !errors.Is(err, replicawait.ErrNotReplicated):
 		return Result{}, fmt.Errorf("concurrency %q acquire: %w", l.policy.Name, err)
+	case rep.ok:
+		return Result{}, l.unconfirmed(ctx, now, Lease{Identity: identity, ID: req.id, Expires: time.UnixMicro(rep.at)}, err)
 	}
+	// A denial the replicas did not confirm changed nothing (at most
+	// expired leases were trimmed): it is answered as the denial it is.
 	r := Result{Allowed: rep.ok, Limit: l.policy.Limit, InFlight: rep.count, Remaining: max(l.policy.Limit-rep.count, 0)}
 	if rep.ok {
 		r.Lease = Lease{Identity: identity, ID: req.id, Expires: time.UnixMicro(rep.at)}
@@ -216,7 +227,11 @@ func (l *Limiter) AcquireAt(ctx context.Context, now time.Time, identity string)
 
 // Release frees lease's slot. It is idempotent: it reports whether the
 // lease was still live, and releasing it again (or after it expired)
-// changes nothing and reports false.
+// changes nothing and reports false, also when a replicawait.Client's
+// replicas did not confirm the call (which then changed nothing they
+// need). A release the primary applied but they did not confirm fails
+// with an error wrapping replicawait.ErrNotReplicated: a failover could
+// bring the lease back, and releasing it again is harmless.
 func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
 	return l.ReleaseAt(ctx, l.clock(), lease)
 }
@@ -230,15 +245,20 @@ func (l *Limiter) ReleaseAt(ctx context.Context, now time.Time, lease Lease) (bo
 		return false, err
 	}
 	rep, err := l.store.apply(ctx, &request{op: opRelease, key: l.Key(lease.Identity), id: lease.ID, now: now.UnixMicro()})
-	if err != nil {
+	if err != nil && (rep.ok || !errors.Is(err, replicawait.ErrNotReplicated)) {
 		return false, fmt.Errorf("concurrency %q release: %w", l.policy.Name, err)
 	}
+	// A release of a lease not held changes nothing the replicas need
+	// (at most an expired lease is dropped): false, whatever they said.
 	return rep.ok, nil
 }
 
 // Renew extends a live lease to LeaseTTL from now (never shortening it)
 // and returns it with its new expiry. A lease no longer held fails with
-// ErrLeaseLost.
+// ErrLeaseLost, whether or not a replicawait.Client's replicas confirmed
+// the call; a renewal the primary applied but they did not confirm fails
+// with an error wrapping replicawait.ErrNotReplicated (a failover could
+// lose it, the lease then ending at its previous expiry).
 func (l *Limiter) Renew(ctx context.Context, lease Lease) (Lease, error) {
 	return l.RenewAt(ctx, l.clock(), lease)
 }
@@ -252,9 +272,11 @@ func (l *Limiter) RenewAt(ctx context.Context, now time.Time, lease Lease) (Leas
 		return Lease{}, err
 	}
 	rep, err := l.store.apply(ctx, &request{op: opRenew, key: l.Key(lease.Identity), id: lease.ID, now: now.UnixMicro(), ttl: l.ttl})
-	if err != nil {
+	if err != nil && (rep.ok || !errors.Is(err, replicawait.ErrNotReplicated)) {
 		return Lease{}, fmt.Errorf("concurrency %q renew: %w", l.policy.Name, err)
 	}
+	// A lease not held is lost whatever the replicas said of the call,
+	// which changed nothing they need (at most dropped the expired lease).
 	if !rep.ok {
 		return Lease{}, fmt.Errorf("%w: %q of %q is released or expired", ErrLeaseLost, lease.ID, lease.Identity)
 	}

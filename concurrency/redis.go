@@ -3,11 +3,13 @@ package concurrency
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,7 +27,10 @@ var leaseScript = luascript.New(leaseLua, luascript.Options{Refusal: "floodgate 
 // Set ContextTimeoutEnabled on the client so that a call's context deadline
 // bounds the whole round trip. A *replicawait.Client in its place has each
 // operation answered only once Redis replicas have it, so that a failover
-// cannot lose an answered operation.
+// cannot lose an answered operation; one that changed nothing (an acquire
+// denied, a release or renewal of a lease not held) is answered as it is
+// whatever the replicas say, and an acquire they did not confirm is
+// released again (see Limiter.Acquire).
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
@@ -49,11 +54,18 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 	return &RedisStore{client: client}, nil
 }
 
+// apply runs req's script. A script the primary ran but a
+// replicawait.Client's replicas did not confirm returns its decoded reply
+// with the error wrapping replicawait.ErrNotReplicated, so that the
+// Limiter can tell an operation that changed nothing (an acquire denied,
+// a release or renewal of a lease not held) from one a failover may lose.
 func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
 	v, err := leaseScript.Run(ctx, s.client, []string{req.key}, req.op.code(), req.now, req.limit, req.ttl, req.id, maxTrim)
-	if err != nil {
+	if err != nil && !errors.Is(err, replicawait.ErrNotReplicated) {
 		return reply{}, err
 	}
+	// A reply refused below is the error, not replicawait's: the caller
+	// learns nothing from it of what the script did.
 	var n [3]int64
 	if err := luascript.Ints(v, n[:]); err != nil {
 		return reply{}, fmt.Errorf("lease script: %w", err)
@@ -61,5 +73,5 @@ func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
 	if n[0] != 0 && n[0] != 1 || n[1] < 0 {
 		return reply{}, fmt.Errorf("%w: lease script reply %v out of range", floodgate.ErrBadReply, n)
 	}
-	return reply{ok: n[0] == 1, count: n[1], at: n[2]}, nil
+	return reply{ok: n[0] == 1, count: n[1], at: n[2]}, err
 }

@@ -15,9 +15,11 @@
 // those stores, floodgate.ErrIndeterminate: the primary did apply it, and
 // it may survive or not). Retrying such an operation with the same request
 // id is safe: a reserve or a settle already applied is replayed, not
-// applied twice; a quota check or a lease acquire, which have no id, may
-// be counted twice (an acquire then holds a second slot until its lease
-// expires).
+// applied twice; a quota check, which has no id, may be counted twice.
+// concurrency.Limiter does not grant an acquire its replicas did not
+// confirm: it releases the lease again (see concurrency.UnconfirmedError),
+// and answers an operation that wrote nothing (an acquire denied, a
+// release or renewal of a lease not held) as it is.
 //
 // This narrows what a failover can lose to what was never acknowledged; it
 // does not make Redis strongly consistent (a replica that acknowledged a

@@ -185,6 +185,10 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		res, err = lim.Acquire(ctx, op.identity)
 		return res.Allowed, err // a lease taken is a ZADD
 	})
+	if ue := (*concurrency.UnconfirmedError)(nil); errors.As(err, &ue) {
+		s.fail(w, r, s.unconfirmedProblem(r.Context(), ue))
+		return
+	}
 	if err != nil {
 		s.fail(w, r, s.operationProblem(r.Context(), opAcquire, err))
 		return
@@ -206,6 +210,23 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, resp)
 }
 
+// unconfirmedProblem answers an acquire the Redis primary granted and its
+// replicas did not confirm (--redis-wait-replicas): the lease is not
+// granted, and was released again or, when that failed, is named so
+// that the client can release it. It is logged and counted as an
+// indeterminate outcome, as other unconfirmed operations are.
+func (s *Server) unconfirmedProblem(ctx context.Context, ue *concurrency.UnconfirmedError) *problemError {
+	p := s.decisionProblem(ctx, opAcquire, ue)
+	p.retry = true
+	if ue.Released {
+		p.detail = "the lease was not granted: the Redis primary gave a slot, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could lose it; the slot has been released again, so nothing is held: acquire again after Retry-After"
+		return p
+	}
+	p.detail = "the lease was not granted: the Redis primary gave a slot, but fewer of its replicas than --redis-wait-replicas confirmed it in time, and releasing it again failed; release lease_id (POST /v1/concurrency/release), or the slot stays taken until its lease_ttl ends"
+	p.leaseID = ue.Lease.ID
+	return p
+}
+
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.decisionContext(r.Context())
 	defer cancel()
@@ -214,7 +235,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var released bool
-	err := s.guard(ctx, op.identity, func(ctx context.Context) (bool, error) {
+	err := s.guardRelease(ctx, op.identity, func(ctx context.Context) (bool, error) {
 		var err error
 		released, err = lim.Release(ctx, concurrency.Lease{Identity: op.identity, ID: op.leaseID})
 		return false, err // a ZREM, which a Redis out of memory allows

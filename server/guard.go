@@ -68,6 +68,21 @@ func (s *Server) guard(ctx context.Context, identity string, fn func(ctx context
 	return err
 }
 
+// guardRelease is guard for a lease release, which is also attempted
+// while the breaker is open: it deletes, which a Redis out of memory
+// allows (the breaker's probe, a write, keeps failing there, so the
+// breaker refused every release until Redis had memory again), and a
+// release not made leaves a slot taken until its lease_ttl ends. Such an
+// attempt does not count toward the breaker; it is bounded by ctx (the
+// decision timeout), and a Redis that is down refuses its dial at once.
+func (s *Server) guardRelease(ctx context.Context, identity string, fn func(ctx context.Context) (wrote bool, err error)) error {
+	err := s.guard(ctx, identity, fn)
+	if errors.Is(err, fallback.ErrBreakerOpen) {
+		_, err = fn(ctx)
+	}
+	return err
+}
+
 // isLogicalError reports errors that come with an answer from the store,
 // or from bad input, rather than from a failing backend. An operation the
 // primary applied but too few replicas confirmed (replicawait), or one not

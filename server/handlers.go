@@ -35,6 +35,11 @@ type Problem struct {
 	Status int `json:"status"`
 	// Detail says exactly what was wrong with this request.
 	Detail string `json:"detail"`
+	// LeaseID is, on a 503 store-not-replicated answering a lease acquire,
+	// the lease the Redis primary gave and the service could not release
+	// again: release it (POST /v1/concurrency/release), or its slot stays
+	// taken until its lease_ttl ends. Empty otherwise.
+	LeaseID string `json:"lease_id,omitempty"`
 }
 
 // ProblemTypePrefix starts every Problem.Type.
@@ -64,7 +69,7 @@ func encodeProblem(w io.Writer, p *problemError) {
 }
 
 func (p *problemError) problem() Problem {
-	return Problem{Type: ProblemTypePrefix + p.kind, Title: http.StatusText(p.status), Status: p.status, Detail: p.detail}
+	return Problem{Type: ProblemTypePrefix + p.kind, Title: http.StatusText(p.status), Status: p.status, Detail: p.detail, LeaseID: p.leaseID}
 }
 
 // readBody reads at most the configured body size.
@@ -225,7 +230,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 	case errors.Is(err, replicawait.ErrNotReplicated):
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
-			detail: "the Redis primary applied the operation, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; a reserve or settle retried with the same request_id is applied once, a check or acquire retried is counted again (an acquire then holds a second slot until its lease expires)"}
+			detail: "the Redis primary applied the operation, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; a reserve or settle retried with the same request_id is applied once, a check retried is counted again"}
 		if op.notReplicated != "" {
 			p.detail = op.notReplicated
 		}
@@ -257,8 +262,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		// deadline as Redis being down (an outside walk: 18 gRPC calls
 		// with a 3 ms deadline on a stalled Redis).
 		reason = reasonTimeout
-		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
-			detail: "the " + op.name + " did not finish in time"}
+		p = timeoutProblem(op)
 	case errors.Is(err, floodgate.ErrForeignValue):
 		// One key is unusable, not the store: saying "unavailable" sent
 		// an operator to Redis's health, where nothing was wrong (the
@@ -275,8 +279,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		// Redis being down (the diff2 walk: 1 MiB Envoy requests
 		// under load, in memory mode).
 		reason = reasonTimeout
-		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
-			detail: "the " + op.name + " did not finish in time"}
+		p = timeoutProblem(op)
 	case errors.Is(err, floodgate.ErrStoreUnavailable), errors.Is(err, fallback.ErrBreakerOpen):
 		reason = reasonStoreUnavailable
 		detail := "the rate limit store is unavailable; the " + op.name + " was not applied, so " + op.nothingDone()
@@ -287,8 +290,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable", detail: detail}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		reason = reasonTimeout
-		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout",
-			detail: "the " + op.name + " did not finish in time"}
+		p = timeoutProblem(op)
 	case errors.Is(err, floodgate.ErrInvalidLayers):
 		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity)"
 	}
@@ -301,6 +303,21 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 	// outage every request fails.
 	s.warn.Error(ctx, "decision failed: "+reason, "decision failed", "reason", reason, "operation", op.name, "error", err)
 	return p
+}
+
+// timeoutProblem is the 503 store-timeout answering op: its deadline (the
+// caller's, or --decision-timeout) ended before the store took it (while
+// it waited for a pooled connection, a dial, or a place among the
+// operations waiting for replicas), so it was not applied. One sent and
+// then cut off is store-indeterminate instead: the store's error says
+// which (an outside walk saw 10 of 10 lease releases answered
+// store-timeout not applied, and released by a retry).
+func timeoutProblem(op operation) *problemError {
+	detail := "the " + op.name + " did not finish in time: its deadline ended before the store took it, so it was not applied and " + op.nothingDone() + "; send it again"
+	if op.readOnly() {
+		detail = "the " + op.name + " did not finish in time: its deadline ended before the store took it (it counts nothing): send it again"
+	}
+	return &problemError{status: http.StatusServiceUnavailable, kind: "store-timeout", detail: detail}
 }
 
 // warnForeignValue logs, at most once per WarnEvery, that op met a Redis

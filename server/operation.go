@@ -18,7 +18,8 @@ type operation struct {
 	mayHave string
 	// unchanged, when set, says what an operation that was not applied
 	// left as it was, for one that counts nothing: "nothing was changed"
-	// for a quota restore. Empty means "nothing was counted".
+	// for a quota restore, that the lease is still held for a release.
+	// Empty means "nothing was counted".
 	unchanged string
 	// notReplicated, when set, is the whole detail of the 503
 	// store-not-replicated answering the operation applied on the Redis
@@ -40,8 +41,12 @@ var (
 		notReplicated: "the restore was applied: the Redis primary holds the new usage, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still lose it; sending the restore again sets the same usage"}
 
 	opAcquire = operation{name: "lease acquire", mayHave: "a slot may have been taken under a lease_id this answer cannot give; it frees itself when its lease_ttl ends"}
-	opRelease = operation{name: "lease release", mayHave: "the lease may have been released: release it again (releasing is idempotent: \"released\": false then means it already was)"}
-	opRenew   = operation{name: "lease renew", mayHave: "the lease may have been renewed: renew it again (a live lease is extended from now; 409 lease-lost means it is no longer held)"}
+	opRelease = operation{name: "lease release", mayHave: "the lease may have been released: release it again (releasing is idempotent: \"released\": false then means it already was)",
+		unchanged:     "the lease is still held (its slot stays taken until it is released or its lease_ttl ends): release it again later",
+		notReplicated: "the lease was released on the Redis primary, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could bring the lease back until its lease_ttl ends; releasing it again is harmless (\"released\": false then means it already was)"}
+	opRenew = operation{name: "lease renew", mayHave: "the lease may have been renewed: renew it again (a live lease is extended from now; 409 lease-lost means it is no longer held)",
+		unchanged:     "the lease keeps its expiry: renew it again before it ends",
+		notReplicated: "the lease was renewed on the Redis primary, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could lose the renewal (the lease then ends at its previous expiry); renewing it again is harmless (409 lease-lost means it is no longer held)"}
 )
 
 // nothingDone says what an operation that was not applied did not do:

@@ -68,6 +68,9 @@ type problemError struct {
 	kind   string // the problem type's slug
 	detail string
 	retry  bool // answered with Retry-After: 1
+	// leaseID is Problem.LeaseID: a lease an acquire took and could not
+	// give back.
+	leaseID string
 }
 
 func (e *problemError) Error() string { return e.detail }

@@ -178,7 +178,9 @@ type Options struct {
 	LookupTimeout time.Duration
 	// Breaker, when set, runs quota and lease operations through the
 	// circuit breaker of the decisions (the *fallback.Store the limiter
-	// decides with). Nil: they are only bounded by DecisionTimeout.
+	// decides with); a lease release refused by an open breaker is sent
+	// all the same (see guardRelease). Nil: they are only bounded by
+	// DecisionTimeout.
 	Breaker Breaker
 	// WarnEvery is the least time between two log lines of one kind on a
 	// failure path met per request (a tier lookup failing, a decision

@@ -118,7 +118,8 @@ func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
 // nothing was counted. The client dials once per attempt, as serve's
 // (config.DialAttempts), so that a Redis that is down is refused within
 // the decision's deadline: go-redis's default five dials with pauses ran
-// past it, which is a decision out of time (store-timeout).
+// past it, which is a decision out of time (store-timeout). A lease
+// release says the lease is still held.
 func TestDownStoreReadSaysNothingWasRead(t *testing.T) {
 	rs := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: rs.Addr, ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts})
@@ -142,6 +143,9 @@ func TestDownStoreReadSaysNothingWasRead(t *testing.T) {
 	}{
 		{"/v1/quota/status", server.QuotaStatusRequest{Quota: "hundred", Identity: u}, "the quota status could not be read (it counts nothing)", "applied"},
 		{"/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u}, "the quota check was not applied, so nothing was counted", "could not be read"},
+		// A release not applied leaves its slot taken: "nothing was
+		// counted" said nothing of that (a walk's finding).
+		{"/v1/concurrency/release", server.LeaseRequest{Limiter: "five", Identity: u, LeaseID: "L1"}, "the lease release was not applied, so the lease is still held (its slot stays taken until it is released or its lease_ttl ends): release it again later", "counted"},
 	}
 	for _, tc := range tests {
 		r := e.post(tc.path, tc.body)
