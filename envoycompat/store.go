@@ -188,10 +188,7 @@ func reloadSlots(c redis.UniversalClient) {
 // bound returns ctx with the timeout of the Client (or the PerSecond
 // client) unless ctx ends sooner.
 func (s *RedisStore) bound(ctx context.Context, perSecond bool) (context.Context, context.CancelFunc) {
-	d := s.Timeout
-	if perSecond && s.PerSecond != nil {
-		d = s.PerSecondTimeout
-	}
+	d := s.timeout(perSecond)
 	if d <= 0 {
 		return ctx, func() {}
 	}
@@ -200,6 +197,14 @@ func (s *RedisStore) bound(ctx context.Context, perSecond bool) (context.Context
 	// cancellation is not passed on; the deadline bounds the call anyway.
 	s.init()
 	return s.ticks.WithTimeout(ctx, time.Now(), d)
+}
+
+// timeout is Timeout, or PerSecondTimeout for the PerSecond client.
+func (s *RedisStore) timeout(perSecond bool) time.Duration {
+	if perSecond && s.PerSecond != nil {
+		return s.PerSecondTimeout
+	}
+	return s.Timeout
 }
 
 // incrEach updates each op's counter with its own script call, all sent at

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -268,20 +269,25 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 }
 
 // watchStore marks the redis health component healthy once the store
-// answers a probe, checking every second until then and logging each
-// distinct error once. With active (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)
-// it goes on probing every second after that, and the component follows
-// each probe: unhealthy while the store does not answer, healthy again
-// at its first answer.
+// answers a probe (envoycompat.RedisStore.Probe: on a Redis Cluster, once
+// at least one primary answers), checking every second until then and
+// logging each distinct error once. With active
+// (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION) it goes on probing every second
+// after that, and the component follows each probe: unhealthy while the
+// store does not answer, healthy again at its first answer. Cluster
+// primaries failing a probe that another one answered are logged by
+// address when the set of them changes, and again every
+// downPrimariesRelog while it lasts.
 func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Health, active bool, log *slog.Logger) {
 	last, up := "", false
+	var downs downPrimaries
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		// Both servers, with REDIS_PERSECOND: per-second limits are
-		// decided on the second.
-		_, err := store.Get(pctx, []*envoycompat.Op{{Key: "floodgate-envoy-compat-health-probe"},
-			{Key: "floodgate-envoy-compat-health-probe", PerSecond: true}})
+		down, err := probeStore(pctx, store)
 		cancel()
+		if ctx.Err() == nil && err == nil {
+			downs.log(log, down, time.Now())
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -310,6 +316,51 @@ func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Hea
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// probeStore is the health probe of store: RedisStore's Probe, a read of
+// every server's counters for any other store.
+func probeStore(ctx context.Context, store envoycompat.Store) ([]*envoycompat.NodeError, error) {
+	if rs, ok := store.(*envoycompat.RedisStore); ok {
+		return rs.Probe(ctx)
+	}
+	// Both servers, with REDIS_PERSECOND: per-second limits are
+	// decided on the second.
+	_, err := store.Get(ctx, []*envoycompat.Op{{Key: envoycompat.ProbeKey},
+		{Key: envoycompat.ProbeKey, PerSecond: true}})
+	return nil, err
+}
+
+// downPrimariesRelog is how often a set of Cluster primaries failing the
+// health probe is logged again while it does not change.
+const downPrimariesRelog = time.Minute
+
+// downPrimaries logs the Cluster primaries failing the health probe
+// while the service is healthy (another primary answered).
+type downPrimaries struct {
+	addrs  string // the set logged last, addresses sorted, comma-separated
+	logged time.Time
+}
+
+// log logs down when its set of primaries differs from the one logged
+// last, or downPrimariesRelog after it; and once when none is down again.
+func (d *downPrimaries) log(log *slog.Logger, down []*envoycompat.NodeError, now time.Time) {
+	addrs := make([]string, len(down))
+	errs := make([]string, len(down))
+	slices.SortFunc(down, func(a, b *envoycompat.NodeError) int { return strings.Compare(a.Addr, b.Addr) })
+	for i, n := range down {
+		addrs[i], errs[i] = n.Addr, n.Error()
+	}
+	set := strings.Join(addrs, ",")
+	switch {
+	case set == "" && d.addrs != "":
+		log.Warn("every redis cluster primary answers again", "were_down", d.addrs)
+	case set != "" && (set != d.addrs || now.Sub(d.logged) >= downPrimariesRelog):
+		log.Warn("redis cluster primaries not answering: the decisions on their slots fail, the other primaries' are made; health stays good while one primary answers",
+			"down", set, "down_count", len(down), "errors", strings.Join(errs, "; "))
+		d.logged = now
+	}
+	d.addrs = set
 }
 
 // compatStore builds the counter store the settings name. A client of a

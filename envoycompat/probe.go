@@ -1,0 +1,147 @@
+package envoycompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redisnil"
+)
+
+// ProbeKey is the key RedisStore.Probe reads (GET): floodgate never
+// writes it.
+const ProbeKey = "floodgate-envoy-compat-health-probe"
+
+// NodeError is a Redis Cluster primary that failed a probe (Probe).
+type NodeError struct {
+	// Addr is the primary's address, as the cluster's slot map names it.
+	Addr string
+	// Err is what the read of ProbeKey on it returned.
+	Err error
+}
+
+// Error names the primary and its failure.
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("redis cluster primary %s: %v", e.Addr, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Probe reports whether the store can decide, as envoy-compat's health
+// check asks it: err is nil when Client, and PerSecond when set, each
+// answer a read (GET of ProbeKey, bounded as Get is).
+//
+// A Redis Cluster client answers when at least one of its primaries does:
+// each primary of the slot map is asked on its own connection, all at
+// once, and one that answers the GET, or redirects it (MOVED or ASK: the
+// key's slot is another primary's), serves the slots it holds; a primary
+// replying CLUSTERDOWN (the cluster lost a primary and requires full
+// coverage) or not reachable does not. down then names each primary that
+// failed while another answered: the decisions on its slots fail, the
+// others' are made. A cluster none of whose primaries answers (or whose
+// slot map cannot be read) is err, joining each primary's failure. The
+// GET of a single key, which the probe used to be, asked only the primary
+// of that key's slot (7639): with it down the service was unhealthy while
+// the other primaries made two thirds of the decisions, and with another
+// one down it stayed healthy.
+func (s *RedisStore) Probe(ctx context.Context) (down []*NodeError, err error) {
+	if s.Client == nil {
+		return nil, errors.New("envoycompat: RedisStore.Client is nil")
+	}
+	for _, perSecond := range []bool{false, true} {
+		if perSecond && s.PerSecond == nil {
+			continue
+		}
+		c := s.client(perSecond)
+		cc, ok := c.(*redis.ClusterClient)
+		if !ok {
+			if _, err := s.Get(ctx, []*Op{{Key: ProbeKey, PerSecond: perSecond}}); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		gctx, cancel := ctx, context.CancelFunc(func() {})
+		if t := s.timeout(perSecond); t > 0 {
+			gctx, cancel = context.WithTimeout(ctx, t)
+		}
+		d, err := probeCluster(gctx, cc)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		down = append(down, d...)
+	}
+	return down, nil
+}
+
+// probeCluster asks every primary of cc's slot map for ProbeKey on its own
+// connection: the primaries that failed, and an error when none answered.
+func probeCluster(ctx context.Context, cc *redis.ClusterClient) ([]*NodeError, error) {
+	// ForEachMaster reloads the slot map first, from a node of its
+	// choosing (a stalled one would take the whole probe's time): the
+	// reload gets a third of it, falling back to the map cached.
+	lctx, cancel := context.WithTimeout(ctx, listingTime(ctx))
+	var mu sync.Mutex
+	var nodes []*redis.Client
+	err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return nil
+	})
+	cancel()
+	if len(nodes) == 0 {
+		if err == nil {
+			err = errors.New("no primary in the slot map")
+		}
+		return nil, fmt.Errorf("redis cluster: %w", err)
+	}
+	var down []*NodeError
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			err := n.Get(ctx, ProbeKey).Err()
+			if err == nil || redisnil.IsReply(err) || isRedirect(err) {
+				return
+			}
+			mu.Lock()
+			down = append(down, &NodeError{Addr: n.Options().Addr, Err: err})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(down) == len(nodes) {
+		errs := make([]error, len(down))
+		for i, d := range down {
+			errs[i] = d
+		}
+		reloadSlots(cc)
+		return nil, fmt.Errorf("redis cluster: no primary answered: %w", errors.Join(errs...))
+	}
+	if len(down) > 0 {
+		// A primary replaced by its replica is still in a stale map.
+		reloadSlots(cc)
+	}
+	return down, nil
+}
+
+// listingTime is a third of ctx's time left, a second without a deadline.
+func listingTime(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d) / 3
+	}
+	return time.Second
+}
+
+// isRedirect reports a Cluster redirection (MOVED or ASK): the node
+// answered, for a slot it does not hold.
+func isRedirect(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
+}
