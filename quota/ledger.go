@@ -97,7 +97,7 @@ type reply struct {
 	charged, refunded int64
 	unmatched         bool
 	inPrev            bool  // the operation applied to the previous period
-	hint              int64 // earliest hold expiry (Unix µs) when holds block a denial
+	hint              int64 // when enough holds expire for a denied request to fit (Unix µs), or 0
 	// before is, for a restore, the usage it replaced: 0 when the period
 	// had none, beforeLost when its usage was lost (the marker remained).
 	before int64
@@ -153,12 +153,32 @@ func (l *ledger) trim(now int64) bool {
 	return changed
 }
 
-// earliestHold returns the expiry of the oldest live hold, or 0.
-func (l *ledger) earliestHold() int64 {
-	if _, at, ok := l.holds.First(); ok {
-		return at
+// fitsAt returns when enough of l's holds will have expired for need
+// more units to fit under limit: walking the holds in expiry order, the
+// expiry of the first one at which the estimates given back reach what
+// used, held and need exceed the limit by (the first hold's when they
+// exceed it by nothing, as for a reserve refused for too many pending).
+// It returns 0 when they never will (used and need alone exceed the
+// limit) and, when the first maxWalk holds do not free enough, the last
+// one's expiry: it cannot fit sooner. quota.lua's fits_at is the same
+// walk.
+func (l *ledger) fitsAt(limit, need int64) int64 {
+	if l.used+need > limit {
+		return 0
 	}
-	return 0
+	over := l.used + l.held + need - limit
+	var freed, last int64
+	walked := 0
+	for est, at := range l.holds.Ascending() {
+		freed += est
+		if last = at; freed >= over {
+			break
+		}
+		if walked++; walked == maxWalk {
+			break
+		}
+	}
+	return last
 }
 
 // step applies req to the current period's ledger cur (nil when missing;
@@ -180,9 +200,7 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger, prevMarkerLi
 		curDirty = cur.trim(now)
 	}
 	denyHint := func(need int64) {
-		if cur.used+need <= req.limit {
-			rep.hint = cur.earliestHold()
-		}
+		rep.hint = cur.fitsAt(req.limit, need)
 	}
 	switch req.op {
 	case opCheck:
@@ -223,7 +241,7 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger, prevMarkerLi
 			rep.status = stTooLarge
 		case int64(cur.holds.Len()) >= req.maxPending:
 			rep.status = stTooManyPending
-			rep.hint = cur.earliestHold()
+			rep.hint = cur.fitsAt(req.limit, req.amount)
 		case cur.used+cur.held+req.amount <= req.limit:
 			cur.held += req.amount
 			cur.holds.Add(req.id, req.amount, now+req.hold)

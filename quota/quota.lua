@@ -18,6 +18,8 @@
 --   before}
 -- status: 0 allowed, 1 denied, 2 cost exceeds limit, 3 too many pending,
 --   4 replayed, 5 state lost, 6 id already settled.
+-- hint: for a denial (1, 3), the expiry at which enough holds have gone
+--   for it to fit (fits_at), or 0.
 -- before: for a restore, the usage it replaced (0 when the period had
 --   none, -1 when it was lost: missing while the marker remained).
 
@@ -124,14 +126,31 @@ local status, charged, refunded, unmatched, in_prev, hint, before = 0, 0, 0, 0, 
 local r_used, r_held = nil, nil
 local bad_record = false
 
-local function earliest_hold()
-  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
-  if #first == 2 then return tonumber(first[2]) end
-  return 0
+-- When enough holds will have expired for need more units to fit: walking
+-- them in expiry order, 64 at a time, the expiry of the first at which
+-- the estimates given back reach what used, held and need exceed the
+-- limit by; 0 when they never will; the 128th's (maxWalk in quota.go)
+-- when the first 128 do not free enough. It mirrors ledger.fitsAt.
+local function fits_at(need)
+  if used + need > limit then return 0 end
+  local over, freed, last = used + held + need - limit, 0, 0
+  for i = 0, 64, 64 do
+    local ids = redis.call('ZRANGE', H, i, i + 63, 'WITHSCORES')
+    local f = {}
+    for j = 1, #ids, 2 do f[#f + 1] = 'h:' .. ids[j] end
+    if #f == 0 then return last end
+    local amts = redis.call('HMGET', U, unpack(f))
+    for j = 1, #amts do
+      freed = freed + (tonumber(amts[j]) or 0)
+      last = tonumber(ids[2 * j])
+      if freed >= over then return last end
+    end
+  end
+  return last
 end
 local function deny(need)
   status = 1
-  if used + need <= limit then hint = earliest_hold() end
+  hint = fits_at(need)
 end
 local function replay(rec)
   local a, b, c, d, e = string.match(rec, '^(%d+):(%-?%d+):(%d+):(%d+):([01])$')
@@ -198,7 +217,7 @@ elseif op == 'r' then
       status = 2
     elseif redis.call('ZCARD', H) >= max_pending then
       status = 3
-      hint = earliest_hold()
+      hint = fits_at(amount)
     elseif used + held + amount <= limit then
       held = held + amount
       redis.call('HSET', U, 'h:' .. id, int(amount))

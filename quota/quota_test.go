@@ -133,6 +133,26 @@ func quotaCases(t *testing.T) []qcase {
 			{"settle a", 3 * m, opSettle, "a", 10, view{Allowed: true, Used: 10, Reserved: 10, Remaining: 980, Charged: 10, Period: dec}, nil},
 			{"c fits now", 4 * m, opReserve, "c", 10, view{Allowed: true, Used: 10, Reserved: 20, Remaining: 970, Period: dec}, nil},
 		}},
+		// RetryAfter is when enough holds have expired for the cost to
+		// fit, not the earliest hold's expiry: it answered 8m (when a's 3
+		// come back, still 2 short), and at 10m1s the check was denied
+		// again with 59s.
+		{name: "retry after enough holds expire", policy: monthly(10), steps: []qstep{
+			{"check 4", 0, opCheck, "", 4, view{Allowed: true, Used: 4, Remaining: 6, Charged: 4, Period: dec}, nil},
+			{"hold a 3", 0, opReserve, "a", 3, view{Allowed: true, Used: 4, Reserved: 3, Remaining: 3, Period: dec}, nil},
+			{"hold b 3", m, opReserve, "b", 3, view{Allowed: true, Used: 4, Reserved: 6, Soft: true, Exhausted: true, Period: dec}, nil},
+			{"5 fits once a and b expired", 2 * m, opCheck, "", 5, view{Reason: ReasonExhausted, Used: 4, Reserved: 6, Soft: true, Exhausted: true, Period: dec, RetryAfter: 9 * m}, nil},
+			{"a expired, still short", 10*m + time.Second, opCheck, "", 5, view{Reason: ReasonExhausted, Used: 4, Reserved: 3, Remaining: 3, Period: dec, RetryAfter: 59 * time.Second}, nil},
+			{"b expired: fits", 11 * m, opCheck, "", 5, view{Allowed: true, Used: 9, Remaining: 1, Charged: 5, Soft: true, Period: dec}, nil},
+		}},
+		{name: "too many pending until enough holds expire", policy: monthly(10), opts: Options{MaxPending: 2}, steps: []qstep{
+			{"check 3", 0, opCheck, "", 3, view{Allowed: true, Used: 3, Remaining: 7, Charged: 3, Period: dec}, nil},
+			{"a 2", 0, opReserve, "a", 2, view{Allowed: true, Used: 3, Reserved: 2, Remaining: 5, Period: dec}, nil},
+			{"b 4", m, opReserve, "b", 4, view{Allowed: true, Used: 3, Reserved: 6, Remaining: 1, Soft: true, Period: dec}, nil},
+			{"c 4 fits once b expired too", 2 * m, opReserve, "c", 4, view{Reason: ReasonTooManyPending, Used: 3, Reserved: 6, Remaining: 1, Soft: true, Period: dec, RetryAfter: 9 * m}, nil},
+			{"c 1 once a expired", 2 * m, opReserve, "c", 1, view{Reason: ReasonTooManyPending, Used: 3, Reserved: 6, Remaining: 1, Soft: true, Period: dec, RetryAfter: 8 * m}, nil},
+			{"c 8 never this period", 2 * m, opReserve, "c", 8, view{Reason: ReasonTooManyPending, Used: 3, Reserved: 6, Remaining: 1, Soft: true, Period: dec, RetryAfter: untilNewYear - 2*m}, nil},
+		}},
 		{name: "idempotency window", policy: monthly(1000), opts: Options{SettledTTL: time.Hour}, steps: []qstep{
 			{"settle", 0, opSettle, "x", 5, view{Allowed: true, Used: 5, Remaining: 995, Charged: 5, Unmatched: true, Period: dec}, nil},
 			{"replayed inside the window", 59 * m, opSettle, "x", 5, view{Allowed: true, Used: 5, Remaining: 995, Unmatched: true, Replayed: true, Period: dec}, nil},

@@ -145,9 +145,14 @@ type Result struct {
 	// hold is still live; an unmatched one to the current period.
 	Period Period
 	// RetryAfter is, for a request denied with ReasonExhausted or
-	// ReasonTooManyPending, a hint of when it may fit: when the earliest
-	// reservation expires if reservations are what block it, else when
-	// the period ends (e.g. 9 days 4 hours). Zero otherwise.
+	// ReasonTooManyPending, a hint of when it may fit: when enough
+	// reservations will have expired for it to fit (those expiring first
+	// given back first, and at least one for ReasonTooManyPending), if
+	// that comes before the period ends, else when the period ends (e.g.
+	// 9 days 4 hours). At most 128 reservations are counted: when more
+	// must expire, it is the 128th's expiry, before which it cannot fit
+	// (a request then answers further). Settles and new reservations in
+	// the meantime can make it fit sooner or later. Zero otherwise.
 	RetryAfter time.Duration
 }
 

@@ -101,8 +101,10 @@ type QuotaResponse struct {
 	// unmatched one to the period current when it arrived).
 	Period QuotaPeriod `json:"period"`
 	// RetryAfterMS is, when denied, a hint of when it may fit, in
-	// milliseconds (rounded up): when the earliest reservation expires if
-	// reservations block it, else when the period ends.
+	// milliseconds (rounded up): when enough reservations will have
+	// expired for it to fit (at most the 128 expiring first counted), if
+	// their expiry alone makes room before the period ends, else when the
+	// period ends.
 	RetryAfterMS int64 `json:"retry_after_ms"`
 	// Reason is none, exhausted, cost_exceeds_limit or too_many_pending.
 	Reason string `json:"reason"`

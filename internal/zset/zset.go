@@ -13,6 +13,7 @@
 package zset
 
 import (
+	"iter"
 	"math"
 	"slices"
 )
@@ -144,6 +145,73 @@ func (s *Set[V]) NthExpiry(n int) (at int64, ok bool) {
 	}
 	slices.Sort(ats)
 	return ats[n], true
+}
+
+// Ascending returns an iterator over the values and expiries in the set's
+// order (by expiry, then id), as ZRANGE returns them. It reads the heap
+// without changing it, keeping the positions that may come next in a
+// small heap of its own: the first k cost O(k log k), whatever the set's
+// size. The set must not change during the iteration.
+func (s *Set[V]) Ascending() iter.Seq2[V, int64] {
+	return func(yield func(V, int64) bool) {
+		if len(s.items) == 0 {
+			return
+		}
+		next := frontier[V]{items: s.items, at: []int32{0}}
+		for len(next.at) > 0 {
+			i := next.pop()
+			if !yield(s.items[i].v, s.items[i].at) {
+				return
+			}
+			for c := 2*i + 1; c <= 2*i+2 && int(c) < len(s.items); c++ {
+				next.push(c)
+			}
+		}
+	}
+}
+
+// frontier is a binary min-heap of positions in items, in items' order:
+// the positions Ascending may yield next.
+type frontier[V any] struct {
+	items []entry[V]
+	at    []int32
+}
+
+func (f *frontier[V]) less(a, b int) bool {
+	return f.items[f.at[a]].before(&f.items[f.at[b]])
+}
+
+func (f *frontier[V]) push(i int32) {
+	f.at = append(f.at, i)
+	for c := len(f.at) - 1; c > 0; {
+		p := (c - 1) / 2
+		if !f.less(c, p) {
+			break
+		}
+		f.at[c], f.at[p] = f.at[p], f.at[c]
+		c = p
+	}
+}
+
+func (f *frontier[V]) pop() int32 {
+	top, last := f.at[0], len(f.at)-1
+	f.at[0] = f.at[last]
+	f.at = f.at[:last]
+	for p := 0; ; {
+		c := 2*p + 1
+		if c >= last {
+			break
+		}
+		if c+1 < last && f.less(c+1, c) {
+			c++
+		}
+		if !f.less(c, p) {
+			break
+		}
+		f.at[c], f.at[p] = f.at[p], f.at[c]
+		p = c
+	}
+	return top
 }
 
 // PopFirst removes the id that sorts first, if any.

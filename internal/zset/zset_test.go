@@ -30,7 +30,8 @@ func (m model) sorted() []string {
 }
 
 // check compares s with m: length, every id's value and expiry, the first
-// id, and the heap and index invariants.
+// id, the order Ascending yields (every 64th step), and the heap and index
+// invariants.
 func check(t *testing.T, step int, s *Set[int64], m model) {
 	t.Helper()
 	if s.Len() != len(m) {
@@ -54,6 +55,18 @@ func check(t *testing.T, step int, s *Set[int64], m model) {
 		at, ok := s.NthExpiry(n)
 		if want := n >= 0 && n < len(ids); ok != want || ok && at != m[ids[n]][1] {
 			t.Fatalf("step %d: NthExpiry(%d) = %d, %v of %d ids", step, n, at, ok, len(ids))
+		}
+	}
+	if step%64 == 0 { // Ascending sorts a copy: not at every step
+		i := 0
+		for v, at := range s.Ascending() {
+			if i >= len(ids) || v != m[ids[i]][0] || at != m[ids[i]][1] {
+				t.Fatalf("step %d: Ascending's %d-th = %d, %d; want %q's", step, i, v, at, ids[min(i, len(ids)-1)])
+			}
+			i++
+		}
+		if i != len(ids) {
+			t.Fatalf("step %d: Ascending yielded %d of %d", step, i, len(ids))
 		}
 	}
 	for i := 1; i < len(s.items); i++ {
