@@ -418,12 +418,17 @@ func compact(st algo.State) algo.State {
 // algo.KeyBorrower).
 func (s *Store) BorrowsKeys() bool { return true }
 
-// Reset forgets key's state (for example an admin unlocking an identity).
-func (s *Store) Reset(key string) {
+// Reset forgets key's state (for example an admin unlocking an identity)
+// and reports whether there was any that had not expired.
+func (s *Store) Reset(key string) bool {
 	sh := &s.shards[s.shardOf(key)]
 	sh.mu.Lock()
-	if e := sh.entries[key]; e != nil {
-		sh.drop(e)
+	defer sh.mu.Unlock()
+	e := sh.entries[key]
+	if e == nil {
+		return false
 	}
-	sh.mu.Unlock()
+	live := e.expires > s.clock.Now()
+	sh.drop(e)
+	return live
 }

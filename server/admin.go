@@ -40,7 +40,10 @@ type ResetRequest struct {
 type ResetResponse struct {
 	// Reset names the layers whose state was forgotten.
 	Reset []string `json:"reset"`
-	// Keys is the number of storage keys deleted or cleared.
+	// Keys is how many of those layers' storage keys held state and were
+	// deleted, in any store (Redis or the in-process one): 0 when the
+	// identity had none, for example reset already. A layer keys one
+	// storage key per identity, a global layer one per shard.
 	Keys int `json:"keys"`
 }
 
@@ -66,8 +69,12 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var notReplicated bool
+	held := make([]bool, len(keys))
 	for i, rs := range s.opts.Resetters {
-		err := rs.ResetKeys(r.Context(), keys...)
+		existed, err := rs.ResetKeys(r.Context(), keys...)
+		for j, e := range existed {
+			held[j] = held[j] || e
+		}
 		if errors.Is(err, replicawait.ErrNotReplicated) {
 			// Deleted on the primary (every key: a RedisResetter goes
 			// on past a key not confirmed), not confirmed by its
@@ -86,8 +93,14 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, notReplicatedProblem("the reset was applied: the Redis primary no longer holds the state of these layers, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still bring it back; sending the reset again is harmless"))
 		return
 	}
-	s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys))
-	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: len(keys)})
+	deleted := 0
+	for _, h := range held {
+		if h {
+			deleted++
+		}
+	}
+	s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys), "deleted", deleted)
+	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: deleted})
 }
 
 // maybeSent reports whether err, the error of a script call (never sent
@@ -716,12 +729,14 @@ type MemoryResetter struct {
 	Store *memstore.Store
 }
 
-// ResetKeys implements Resetter.
-func (m MemoryResetter) ResetKeys(_ context.Context, keys ...string) error {
-	for _, k := range keys {
-		m.Store.Reset(k)
+// ResetKeys implements Resetter: a key existed when the store held its
+// state unexpired.
+func (m MemoryResetter) ResetKeys(_ context.Context, keys ...string) ([]bool, error) {
+	existed := make([]bool, len(keys))
+	for i, k := range keys {
+		existed[i] = m.Store.Reset(k)
 	}
-	return nil
+	return existed, nil
 }
 
 // ResetError is the error of a Resetter that failed part-way: the first
@@ -761,25 +776,31 @@ type RedisResetter struct {
 	}
 }
 
-// ResetKeys implements Resetter.
-func (rr RedisResetter) ResetKeys(ctx context.Context, keys ...string) error {
+// ResetKeys implements Resetter: a key existed when its DEL deleted it
+// (replied 1).
+func (rr RedisResetter) ResetKeys(ctx context.Context, keys ...string) ([]bool, error) {
 	var c luascript.Client = rr.Client
 	if rr.Writer != nil {
 		c = rr.Writer
 	}
+	existed := make([]bool, len(keys))
 	var notReplicated error
 	for i, k := range keys {
-		_, err := delScript.Run(ctx, c, []string{k})
+		v, err := delScript.Run(ctx, c, []string{k})
 		switch {
 		case errors.Is(err, replicawait.ErrNotReplicated):
 			if notReplicated == nil {
 				notReplicated = fmt.Errorf("server: deleting %q: %w", k, err)
 			}
 		case err != nil:
-			return &ResetError{Deleted: i, Err: fmt.Errorf("server: deleting %q (key %d of %d): %w", k, i+1, len(keys), err)}
+			return existed[:i], &ResetError{Deleted: i, Err: fmt.Errorf("server: deleting %q (key %d of %d): %w", k, i+1, len(keys), err)}
 		}
+		// DEL of one key replies 0 or 1; with ErrNotReplicated the
+		// primary's reply comes with the error.
+		n, _ := v.(int64)
+		existed[i] = n == 1
 	}
-	return notReplicated
+	return existed, notReplicated
 }
 
 // delScript deletes KEYS[1].

@@ -140,6 +140,6 @@ func TestResetFailingPartWaySaysWhatWasDeleted(t *testing.T) {
 // resetterFunc is a Resetter made when it is first used.
 type resetterFunc func() server.Resetter
 
-func (f resetterFunc) ResetKeys(ctx context.Context, keys ...string) error {
+func (f resetterFunc) ResetKeys(ctx context.Context, keys ...string) ([]bool, error) {
 	return f().ResetKeys(ctx, keys...)
 }

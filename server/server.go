@@ -49,12 +49,16 @@ import (
 )
 
 // Resetter forgets the stored state of keys (an admin resetting an
-// identity). Implementations: MemoryResetter, RedisResetter. An error
+// identity) and reports, for each of keys in order, whether it held state
+// (existed and was deleted): POST /admin/v1/reset answers how many did in
+// any Resetter. Implementations: MemoryResetter, RedisResetter. An error
 // that is a *ResetError, wrapping floodgate.ErrStoreUnavailable when the
 // failing deletion was certainly not applied, lets the reset's 503 say
-// what was deleted; any other says some of the keys may have been.
+// what was deleted; any other says some of the keys may have been. With
+// an error wrapping replicawait.ErrNotReplicated, existed is that of
+// every key, all deleted on the primary.
 type Resetter interface {
-	ResetKeys(ctx context.Context, keys ...string) error
+	ResetKeys(ctx context.Context, keys ...string) (existed []bool, err error)
 }
 
 // LoginUnlocker lifts login lockouts (package loginguard's Guard).
