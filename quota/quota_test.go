@@ -171,6 +171,13 @@ func quotaCases(t *testing.T) []qcase {
 			{"restore says what it replaced", m, opRestore, "", 10, view{Allowed: true, Used: 10, Remaining: 90, Period: dec, Replaced: 30}, nil},
 			{"counts on", 2 * m, opCheck, "", 5, view{Allowed: true, Used: 15, Remaining: 85, Charged: 5, Period: dec}, nil},
 		}},
+		// A restore of usage that was not lost keeps the holds, as
+		// docs/quotas.md says (only one of lost usage drops them).
+		{name: "restore keeps holds", policy: monthly(100), steps: []qstep{
+			{"hold", 0, opReserve, "k1", 10, view{Allowed: true, Reserved: 10, Remaining: 90, Period: dec}, nil},
+			{"restore", m, opRestore, "", 50, view{Allowed: true, Used: 50, Reserved: 10, Remaining: 40, Period: dec}, nil},
+			{"settle is matched", 2 * m, opSettle, "k1", 4, view{Allowed: true, Used: 54, Remaining: 46, Charged: 4, Refunded: 6, Period: dec}, nil},
+		}},
 		{name: "custom soft threshold", policy: monthly(10), opts: Options{SoftThreshold: 0.5}, steps: []qstep{
 			{"below", 0, opCheck, "", 4, view{Allowed: true, Used: 4, Remaining: 6, Charged: 4, Period: dec}, nil},
 			{"at", m, opCheck, "", 1, view{Allowed: true, Used: 5, Remaining: 5, Charged: 1, Soft: true, Period: dec}, nil},
