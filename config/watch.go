@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -225,6 +226,9 @@ func yamlFiles(paths []string) (out, skipped []string, err error) {
 // the entries skipped that envoyproxy/ratelimit's loader would read:
 // subdirectories (it walks into them, but not through a symbolic link)
 // and files with another name. Names starting with a dot are neither.
+// A .yaml or .yml entry that cannot be read is an error naming it (a
+// dangling symbolic link as such: a ConfigMap's file whose "..data" link
+// is gone); one removed while dir is read is not listed.
 func yamlInDir(dir string) (names, skipped []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -240,12 +244,22 @@ func yamlInDir(dir string) (names, skipped []string, err error) {
 			skipped = append(skipped, full+string(filepath.Separator))
 			continue
 		}
+		isYAML := strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")
 		// Stat follows symbolic links, as a ConfigMap volume needs.
 		fi, err := os.Stat(full)
+		if err != nil && isYAML && e.Type()&fs.ModeSymlink != 0 && errors.Is(err, fs.ErrNotExist) {
+			if _, lerr := os.Lstat(full); lerr == nil {
+				target, _ := os.Readlink(full)
+				return nil, nil, fmt.Errorf("%s is a dangling symbolic link: its target %s does not exist", full, target)
+			}
+		}
+		if err != nil && isYAML && !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, err
+		}
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+		if !isYAML {
 			skipped = append(skipped, full)
 			continue
 		}

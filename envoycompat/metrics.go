@@ -1,6 +1,7 @@
 package envoycompat
 
 import (
+	"regexp"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -10,7 +11,8 @@ import (
 
 // Metrics are the Prometheus equivalents of envoyproxy/ratelimit's stats.
 // The per-limit counters are labelled by domain and key, the limit's stats
-// key without the domain (from the configuration, so bounded, unless
+// key without the domain, both named as theirs names its stats (statName;
+// from the configuration, so bounded, unless
 // detailed_metric or value_to_metric put request values in it, or Envoy
 // sends limit overrides); at most MaxSeries distinct (domain, key) pairs
 // get their own series, later ones are counted under key "_other".
@@ -139,7 +141,7 @@ func (m *Metrics) add(l *Limit, stat string, n uint64) {
 	if m == nil || n == 0 {
 		return
 	}
-	full := utf8Text(l.MetricKey())
+	full := statName(utf8Text(l.MetricKey()))
 	domain, key, _ := strings.Cut(full, ".")
 	m.mu.Lock()
 	k := [2]string{domain, key}
@@ -170,8 +172,43 @@ func utf8Text(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
+// statReplacer and ipv4Run are the rules of statName.
+var (
+	statReplacer = strings.NewReplacer(":", "_", "|", "_")
+	ipv4Run      = regexp.MustCompile(`[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}`)
+)
+
+// statName is s as envoyproxy/ratelimit names a stat (its
+// SanitizeStatName, applied to the stats key with its domain and to the
+// domain of domain_not_found): ':' and '|' become '_', and so do the dots
+// of each run that reads as an IPv4 address (four groups of one to three
+// digits). Stats keys that differ only there are one series, as they are
+// one statsd counter of theirs.
+func statName(s string) string {
+	if strings.ContainsAny(s, ":|") {
+		s = statReplacer.Replace(s)
+	}
+	if !digitDotDigit(s) {
+		return s
+	}
+	return ipv4Run.ReplaceAllStringFunc(s, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+}
+
+// digitDotDigit reports whether s holds a '.' between two digits, which
+// any IPv4 address has: most stats keys do not, and skip the regexp.
+func digitDotDigit(s string) bool {
+	for i := 1; i+1 < len(s); i++ {
+		if s[i] == '.' && isDigit(s[i-1]) && isDigit(s[i+1]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
+
 func (m *Metrics) domainNotFound(domain string) {
-	domain = utf8Text(domain)
+	domain = statName(utf8Text(domain))
 	m.mu.Lock()
 	if !m.notFoundSeries[domain] {
 		// A series per domain name, kept for the process's life: past

@@ -128,3 +128,38 @@ func TestConfigLoadSeriesStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricLabelsNamedAsTheirStats: the domain and key labels are their
+// stat names (SanitizeStatName): ':' and '|' become '_', and so do the
+// dots of an IPv4 address, so keys differing only there share one series
+// as they share one statsd counter of theirs ("st.k_a:b" and "st.k_a_b"
+// were two series).
+func TestMetricLabelsNamedAsTheirStats(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"st.k_a:b", "st.k_a_b", "st.k_a|b", "other:dom.k", "st.remote_address_10.0.0.1", "st.v_1.2"} {
+		m.add(&Limit{StatKey: k}, statTotalHits, 1)
+	}
+	m.domainNotFound("un:known|d")
+	for _, tc := range []struct {
+		domain, key string
+		want        float64
+	}{
+		{"st", "k_a_b", 3},
+		{"other_dom", "k", 1},
+		{"st", "remote_address_10_0_0_1", 1},
+		{"st", "v_1.2", 1},
+	} {
+		if got := testutil.ToFloat64(m.perLimit.WithLabelValues(tc.domain, tc.key, statTotalHits)); got != tc.want {
+			t.Errorf("%s %s = %v, want %v", tc.domain, tc.key, got, tc.want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.perLimit); got != 4 {
+		t.Errorf("%d per-limit series, want 4", got)
+	}
+	if got := testutil.ToFloat64(m.notFound.WithLabelValues("un_known_d")); got != 1 {
+		t.Errorf("domain un_known_d = %v, want 1", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -48,14 +49,23 @@ func (r Runtime) dir() string {
 }
 
 // Files reads the configuration files, sorted by key (theirs reads them
-// in no fixed order). Unreadable entries are skipped, as theirs skips
-// them; a missing directory gives no files.
+// in no fixed order). A missing directory gives no files (Check refuses
+// it at start). A file that cannot be read (a symbolic link whose target
+// does not exist, such as a ConfigMap's file after its "..data" link is
+// gone; a file or directory not readable) is an error naming it: theirs
+// skips it with a warning and loads the rest, which answered its
+// domains OK without a limit. Entries that are not regular files
+// (symbolic links to directories, sockets, FIFOs) and files removed while
+// the directory is read are skipped.
 func (r Runtime) Files() ([]File, error) {
 	dir := r.dir()
 	var out []File
 	err := filepath.Walk(dir, func(path string, info fs.FileInfo, err error) error {
 		if err != nil {
-			return nil
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // the directory, or an entry removed meanwhile
+			}
+			return fmt.Errorf("cannot read %s: %w", path, err)
 		}
 		if r.IgnoreDotFiles && strings.HasPrefix(info.Name(), ".") && path != dir {
 			if info.IsDir() {
@@ -74,12 +84,22 @@ func (r Runtime) Files() ([]File, error) {
 		if r.WatchRoot && !strings.HasPrefix(key, r.AppDirectory+".") {
 			return nil
 		}
+		if info.Mode()&fs.ModeSymlink != 0 {
+			target, err := os.Stat(path)
+			if err != nil {
+				return unreadable(key, path, err)
+			}
+			info = target
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
 		if len(out) >= MaxFiles {
 			return fmt.Errorf("more than %d files below %s", MaxFiles, dir)
 		}
 		data, err := readLimited(path)
 		if err != nil {
-			return nil
+			return unreadable(key, path, err)
 		}
 		out = append(out, File{Name: key, Data: data})
 		return nil
@@ -89,6 +109,40 @@ func (r Runtime) Files() ([]File, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// unreadable is the error for the file of key at path that could not be
+// read (err): it names a dangling symbolic link and its target. It is nil
+// when the file is no longer there (removed while the directory was
+// read), which is no error: the next poll sees the change.
+func unreadable(key, path string, err error) error {
+	st, lerr := os.Lstat(path)
+	if lerr != nil && errors.Is(lerr, fs.ErrNotExist) {
+		return nil
+	}
+	if lerr == nil && st.Mode()&fs.ModeSymlink != 0 && errors.Is(err, fs.ErrNotExist) {
+		target, _ := os.Readlink(path)
+		return fmt.Errorf("cannot read %s (%s): it is a dangling symbolic link, its target %s does not exist", key, path, target)
+	}
+	return fmt.Errorf("cannot read %s (%s): %w", key, path, err)
+}
+
+// Check reports, at start, a runtime directory theirs would refuse to
+// watch: with WatchRoot false, RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+// RUNTIME_APPDIRECTORY must exist (theirs panics, "unable to watch
+// file"); without it every domain would be unknown and answered OK
+// without a limit. With WatchRoot, theirs watches the directory holding
+// RUNTIME_ROOT and starts without the rest, and so does envoy-compat.
+func (r Runtime) Check() error {
+	if r.WatchRoot {
+		return nil
+	}
+	dir := r.dir()
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("runtime directory %s (RUNTIME_ROOT=%q, RUNTIME_SUBDIRECTORY=%q, RUNTIME_APPDIRECTORY=%q, RUNTIME_WATCH_ROOT=false) cannot be watched: %w; "+
+			"without it no limit would apply; check those settings and the volume mount", dir, r.Root, r.Subdirectory, r.AppDirectory, err)
+	}
+	return nil
 }
 
 func readLimited(path string) ([]byte, error) {

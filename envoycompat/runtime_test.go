@@ -2,6 +2,7 @@ package envoycompat
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -270,5 +271,147 @@ func TestReloaderRejectedGauge(t *testing.T) {
 	check("a new file after a rejection", 0, 2, 3)
 	if svc.Config() == active {
 		t.Error("the new file was not applied")
+	}
+}
+
+// TestReloaderUnreadableFileKeepsConfig: a descriptor file that cannot be
+// read (a ConfigMap's link whose "..data" is gone, a link to a missing
+// file) fails the load, naming the file and why: the configuration in
+// force stays, the failure is counted and floodgate_envoy_config_rejected
+// is 1, and the directory holding the files in force again says so. The
+// file used to be skipped silently: its domains were answered OK without
+// a limit after "Successfully loaded new configuration" with the others.
+// At start, such a file leaves no configuration in force.
+func TestReloaderUnreadableFileKeepsConfig(t *testing.T) {
+	var logs bytes.Buffer
+	svc, m := newMemService(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	write(t, filepath.Join(dir, "..2026_12_06", "first.yaml"), "domain: first\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	write(t, filepath.Join(dir, "..2026_12_06", "second.yaml"), "domain: second\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	write(t, filepath.Join(dir, "other.yaml"), "domain: other\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	for _, l := range [][2]string{{"..2026_12_06", "..data"}, {"..data/first.yaml", "first.yaml"}, {"..data/second.yaml", "second.yaml"}} {
+		if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rl := &Reloader{Runtime: Runtime{Root: root, Subdirectory: "ratelimit", AppDirectory: "config", IgnoreDotFiles: true},
+		Service: svc, Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	if err := rl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	active := svc.Config()
+	if got := strings.Join(active.Domains(), " "); got != "first other second" {
+		t.Fatalf("domains %q", got)
+	}
+
+	// second.yaml now points at a file that does not exist.
+	if err := os.Remove(filepath.Join(dir, "second.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/missing.yaml", filepath.Join(dir, "second.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	err := rl.Load()
+	if err == nil || !strings.Contains(err.Error(), "second.yaml") || !strings.Contains(err.Error(), "dangling symbolic link") ||
+		!strings.Contains(err.Error(), "..data/missing.yaml") {
+		t.Errorf("Load with a dangling link: %v, want an error naming second.yaml as a dangling link to ..data/missing.yaml", err)
+	}
+	if svc.Config() != active {
+		t.Error("the configuration in force changed")
+	}
+	if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "keeping the one in force") ||
+		!strings.Contains(out, "second.yaml") || strings.Contains(out, "Successfully loaded") {
+		t.Errorf("log %q: want an error naming second.yaml, keeping the one in force", out)
+	}
+	if got := testutil.ToFloat64(m.configRejected); got != 1 {
+		t.Errorf("floodgate_envoy_config_rejected = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.configLoad.WithLabelValues(configLoadError)); got != 1 {
+		t.Errorf("loads failed = %v, want 1", got)
+	}
+
+	// The ConfigMap's data gone: every link dangles.
+	if err := os.Remove(filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Load(); err == nil || !strings.Contains(err.Error(), "first.yaml") {
+		t.Errorf("Load with ..data gone: %v, want an error naming first.yaml", err)
+	}
+	if svc.Config() != active {
+		t.Error("the configuration in force changed")
+	}
+
+	// Put back: the files in force again.
+	if err := os.Symlink("..2026_12_06", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "second.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/second.yaml", filepath.Join(dir, "second.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	logs.Reset()
+	if err := rl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); !strings.Contains(out, "runtime directory holds the configuration in force again") {
+		t.Errorf("log of the restore %q", out)
+	}
+	if got := testutil.ToFloat64(m.configRejected); got != 0 {
+		t.Errorf("floodgate_envoy_config_rejected = %v after the restore, want 0", got)
+	}
+
+	// At start: none in force.
+	if err := os.Remove(filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	svc2, m2 := newMemService(t)
+	rl2 := &Reloader{Runtime: rl.Runtime, Service: svc2, Metrics: m2, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := rl2.Load(); err == nil || svc2.Config() != nil {
+		t.Errorf("Load at start with dangling links: %v, configuration %v; want an error and none in force", err, svc2.Config())
+	}
+}
+
+// TestRuntimeSkipsLinksToDirectories: a symbolic link to a directory (a
+// ConfigMap's "..data" read without RUNTIME_IGNOREDOTFILES) is still
+// skipped, not an unreadable file.
+func TestRuntimeSkipsLinksToDirectories(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	write(t, filepath.Join(dir, "..v1", "a.yaml"), "a")
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	files, err := Runtime{Root: root, AppDirectory: "config"}.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(files); got != "..v1.a.yaml" {
+		t.Errorf("files %q", got)
+	}
+}
+
+// TestRuntimeCheck: with RUNTIME_WATCH_ROOT=false a runtime directory
+// that does not exist is refused at start, naming it and the settings
+// (theirs panics: unable to watch file); with RUNTIME_WATCH_ROOT=true it
+// is not, as theirs watches RUNTIME_ROOT's parent.
+func TestRuntimeCheck(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "rt", "config", "a.yaml"), "a")
+	if err := (Runtime{Root: filepath.Join(root, "rt"), AppDirectory: "config"}).Check(); err != nil {
+		t.Errorf("existing directory: %v", err)
+	}
+	missing := Runtime{Root: filepath.Join(root, "rt"), Subdirectory: "nonexist", AppDirectory: "config"}
+	err := missing.Check()
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(root, "rt", "nonexist", "config")) ||
+		!strings.Contains(err.Error(), `RUNTIME_SUBDIRECTORY="nonexist"`) {
+		t.Errorf("missing directory: %v, want an error naming it and RUNTIME_SUBDIRECTORY", err)
+	}
+	missing.WatchRoot = true
+	if err := missing.Check(); err != nil {
+		t.Errorf("missing directory with RUNTIME_WATCH_ROOT=true: %v", err)
 	}
 }

@@ -110,6 +110,12 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	for _, a := range s.Adjusted {
 		log.Warn("setting taken as envoyproxy/ratelimit takes it", "detail", a)
 	}
+	// As theirs, a runtime directory that cannot be watched stops the
+	// start: a mistyped RUNTIME_SUBDIRECTORY or a missing mount would
+	// otherwise answer every request OK without a limit.
+	if err := s.RuntimeOf().Check(); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// Once the first signal has started the shutdown, a second one ends

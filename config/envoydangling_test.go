@@ -1,0 +1,70 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-rl/floodgate/config"
+)
+
+// TestEnvoyDirDanglingLinkIsNamed: a descriptor file of an --envoy-config
+// directory that is a dangling symbolic link (a ConfigMap's config.yaml
+// after its "..data" link is gone) is named as such, its target with it:
+// the error said the directory "holds no .yaml or .yml file", and a
+// dangling link beside other files was skipped without a word, its
+// domains dropped at the next reload.
+func TestEnvoyDirDanglingLinkIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "..v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "..v1", "config.yaml"), envoyDoc("a", 5))
+	for _, l := range [][2]string{{"..v1", "..data"}, {"..data/config.yaml", "config.yaml"}} {
+		if err := os.Symlink(l[0], filepath.Join(dir, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	er, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := er.Load()
+	link := filepath.Join(dir, "config.yaml")
+	wantErr := func(step string, err error, target string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), link+" is a dangling symbolic link") || !strings.Contains(err.Error(), target) ||
+			strings.Contains(err.Error(), "holds no") {
+			t.Errorf("%s: %v, want it to name %s as a dangling link to %s", step, err, link, target)
+		}
+	}
+
+	if err := os.Remove(filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = er.Reload()
+	wantErr("..data gone", err, "..data/config.yaml")
+	if er.Load() != before {
+		t.Error("the configuration in force changed")
+	}
+
+	// Beside another file, the dangling link is not skipped.
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "b.yaml"), envoyDoc("b", 5))
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/missing.yaml", link); err != nil {
+		t.Fatal(err)
+	}
+	_, err = er.Reload()
+	wantErr("beside b.yaml", err, "..data/missing.yaml")
+	if er.Load() != before {
+		t.Error("the configuration in force changed")
+	}
+	_, err = config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{})
+	wantErr("at start", err, "..data/missing.yaml")
+}
