@@ -534,6 +534,42 @@ func (r *Reloader) sourceError(last *string, source string, err error, forced bo
 	}
 }
 
+// RegularFile returns nil when path, once symbolic links are followed (a
+// Kubernetes ConfigMap's ..data links), is a regular file, and otherwise
+// an error saying what it is: "ff.yaml is a named pipe: want a regular
+// file ...". It does not open path. floodgate serve refuses a --config or
+// --envoy-config that is not a regular file, at start and at each poll:
+// reading a named pipe, such as <(command) or /dev/stdin, waits for a
+// writer, and a second read finds it empty.
+func RegularFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return notRegular(path, fi)
+}
+
+// notRegular is RegularFile's error for path, whose os.Stat is fi.
+func notRegular(path string, fi os.FileInfo) error {
+	m := fi.Mode()
+	var what string
+	switch {
+	case m.IsRegular():
+		return nil
+	case m&os.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case m.IsDir():
+		what = "a directory"
+	case m&os.ModeSocket != 0:
+		what = "a socket"
+	case m&os.ModeDevice != 0:
+		what = "a device"
+	default:
+		what = fmt.Sprintf("not a regular file (mode %v)", m)
+	}
+	return fmt.Errorf("%s is %s: want a regular file (or a symbolic link to one); it is not opened, since its read may never end and a document is read again at each change and SIGHUP: write a generated document to a file", path, what)
+}
+
 // ReadFile reads a configuration file of at most MaxSize bytes.
 func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)

@@ -61,7 +61,10 @@ func (e *invalidFile) Unwrap() error { return e.err }
 // removed, replaced by another file, or changed its modification time,
 // size or (on Linux) status change time since the last successful poll:
 // the last catches a rewrite in place that keeps the size and puts the
-// old modification time back (cp -p, rsync --inplace -t). A failure to list, stat or read
+// old modification time back (cp -p, rsync --inplace -t). A file that is
+// not a regular file once symbolic links are followed (a named pipe, a
+// device, a directory) is never opened, since its read may never end: it
+// fails the poll as an unreadable one does. A failure to list, stat or read
 // returns the error and makes the next poll read everything again, but for
 // a file whose content is at fault (see invalid): that returns an
 // *invalidFile and true, and the next poll reads again only once the files
@@ -75,6 +78,9 @@ func (p *poller) poll() ([]file, bool, error) {
 	stamps := make([]stamp, len(paths))
 	for i, path := range paths {
 		fi, err := os.Stat(path)
+		if err == nil {
+			err = notRegular(path, fi)
+		}
 		if err != nil {
 			p.last = nil
 			return nil, false, err

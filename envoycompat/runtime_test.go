@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -413,5 +414,38 @@ func TestRuntimeCheck(t *testing.T) {
 	missing.WatchRoot = true
 	if err := missing.Check(); err != nil {
 		t.Errorf("missing directory with RUNTIME_WATCH_ROOT=true: %v", err)
+	}
+}
+
+// TestRuntimeSkipsNamedPipe: a named pipe in the runtime directory, or a
+// symbolic link to one, is skipped as other entries that are not regular files are,
+// without being opened: opening it waits for a writer, so that the load,
+// and envoy-compat's start or reload, would never end (a cfgfix walk).
+func TestRuntimeSkipsNamedPipe(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rl", "config")
+	write(t, filepath.Join(dir, "a.yaml"), "domain: d\n")
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe.yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "pipe.yaml"), filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		files []File
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		files, err := Runtime{Root: root, Subdirectory: "rl", AppDirectory: "config"}.Files()
+		got <- result{files, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err != nil || names(r.files) != "a.yaml" {
+			t.Fatalf("Files: %q, %v; want a.yaml alone", names(r.files), r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Files still running after 10 s: it opened the named pipe")
 	}
 }

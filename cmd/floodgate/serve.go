@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -432,6 +431,12 @@ func initialHolder(ctx context.Context, f serveFlags, b *backend, keys config.Ke
 	var err error
 	switch {
 	case f.configFile != "":
+		// A named pipe (<(command), /dev/stdin) is refused unopened: its
+		// first read could wait forever, and every later one, at each
+		// poll, finds it empty.
+		if err := config.RegularFile(f.configFile); err != nil {
+			return nil, fmt.Errorf("--config %w", err)
+		}
 		cfg, err = config.LoadFile(f.configFile)
 	case f.configRedis:
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -846,22 +851,31 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	// 143 in a shell) and the log says why the drain was abandoned.
 	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log, "abandoning the shutdown (delay and drain)") })
 
-	var wg sync.WaitGroup
+	// The watchers are waited for at most watchWait once the drain is
+	// over: a read that never returns (a hung network mount) is
+	// abandoned, and logged as such, rather than keeping the process from
+	// exiting after its promised --shutdown-delay and drains.
+	var wg watchGroup
 	wctx, cancelWatch := context.WithCancel(ctx)
-	defer func() { cancelWatch(); wg.Wait() }()
+	defer func() {
+		cancelWatch()
+		if stuck := wg.Wait(watchWait); stuck != nil {
+			log.Warn("shutting down: abandoning reads that have not returned (a hung network mount?)", "waited", watchWait.String(), "watchers", stuck)
+		}
+	}()
 	switch {
 	case f.configFile != "":
-		wg.Go(func() { reloader.WatchFile(wctx, f.configFile, f.reloadInterval) })
+		wg.Go("--config "+f.configFile, func() { reloader.WatchFile(wctx, f.configFile, f.reloadInterval) })
 	case f.configRedis:
-		wg.Go(func() { reloader.WatchRedis(wctx, b.client, keys, 10*time.Second) })
+		wg.Go("--config-from-redis", func() { reloader.WatchRedis(wctx, b.client, keys, 10*time.Second) })
 	}
 	if envoy != nil {
-		wg.Go(func() { envoy.Watch(wctx, f.reloadInterval) })
+		wg.Go("--envoy-config", func() { envoy.Watch(wctx, f.reloadInterval) })
 	}
 	if cert := f.sec.cert; cert != nil {
 		// A renewed certificate is served to new connections without a
 		// restart, checked as often as the configuration.
-		wg.Go(func() { cert.Watch(wctx, f.reloadInterval) })
+		wg.Go("--tls-cert-file", func() { cert.Watch(wctx, f.reloadInterval) })
 		if err := metrics.RegisterTLSExpiry(reg, cert.NotAfter); err != nil {
 			return err
 		}
@@ -877,9 +891,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	wg.Go(func() { onHangup(wctx, hup, &f, reloader, envoy, log) })
+	wg.Go("SIGHUP", func() { onHangup(wctx, hup, &f, reloader, envoy, log) })
 	if clock.sync != nil {
-		wg.Go(func() { _ = clock.sync.Run(wctx) })
+		wg.Go("clock sync", func() { _ = clock.sync.Run(wctx) })
 	}
 	if b.client != nil {
 		hb, err := startHeartbeat(f, b, opts.HeartbeatID, reg, log)
@@ -887,7 +901,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 			return err
 		}
 		ran := make(chan struct{})
-		wg.Go(func() { defer close(ran); _ = hb.Run(wctx) })
+		wg.Go("heartbeat", func() { defer close(ran); _ = hb.Run(wctx) })
 		// A stopping instance leaves the live count at once, when the
 		// shutdown starts (the signal ends wctx), not after
 		// --shutdown-delay and the drains: the others widen their local
