@@ -94,7 +94,7 @@ func (p *parser) concurrencyLimit(n *yaml.Node, c *Config) *ConcurrencyLimit {
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}
-	bad := len(p.errs)
+	bad := p.found
 	k, ok := p.keyed(n, f, "concurrency limit")
 	if !ok {
 		return nil
@@ -116,7 +116,7 @@ func (p *parser) concurrencyLimit(n *yaml.Node, c *Config) *ConcurrencyLimit {
 			l.base.LeaseTTL = d
 		}
 	}
-	if len(p.errs) > bad {
+	if p.found > bad {
 		return nil
 	}
 	if err := l.base.Validate(); err != nil {
@@ -132,7 +132,7 @@ func (p *parser) concurrencyLimit(n *yaml.Node, c *Config) *ConcurrencyLimit {
 			l.overrides[tier] = pt
 		}
 	}
-	if len(p.errs) > bad {
+	if p.found > bad {
 		return nil
 	}
 	return l

@@ -55,7 +55,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 		p.errorf(name.val, "%s: %q is %d characters; policy and layer names with the dot between them must fit in %d", what, full, len(full), floodgate.MaxNameLen)
 		return nil
 	}
-	bad := len(p.errs)
+	bad := p.found
 
 	base := floodgate.Policy{Name: full}
 	if a, ok := f["algorithm"]; ok {
@@ -98,7 +98,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 	// without those, the policy cannot be checked as a whole. Problems of
 	// the other fields do not stop that check, so that every problem of
 	// the layer is reported at once.
-	core := len(p.errs)
+	core := p.found
 	if v, ok := f["dimension"]; ok {
 		l.Dimensions = p.dimension(v.val, what)
 	} else {
@@ -133,7 +133,7 @@ func (p *parser) layer(n *yaml.Node, pol *Policy, c *Config) *Layer {
 			p.costFits(v.val, l.overrides[tier], l.Cost, fmt.Sprintf("%s tier %q", what, tier))
 		}
 	}
-	if len(p.errs) > bad {
+	if p.found > bad {
 		return nil
 	}
 	return l
@@ -243,7 +243,7 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 		}
 		// Overrides start from the layer as written, before sharding.
 		pt := base
-		bad := len(p.errs)
+		bad := p.found
 		if x, ok := f["limit"]; ok {
 			pt.Limit, _ = p.integer(x.val, tw+" limit", 1, floodgate.MaxLimit)
 		}
@@ -256,7 +256,7 @@ func (p *parser) overrides(t field, base floodgate.Policy, shards int, c *Config
 		if x, ok := f["max_delay"]; ok {
 			pt.MaxDelay = p.maxDelay(x.val, tw)
 		}
-		if len(p.errs) > bad {
+		if p.found > bad {
 			continue
 		}
 		if pt, ok := p.shard(v, pt, shards, tw); ok {

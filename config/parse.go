@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -93,7 +94,32 @@ func syntaxError(file string, data []byte, err error) error {
 type parser struct {
 	file string
 	errs []error
+	// found counts the problems found, those not in errs too (repeats
+	// through an alias, those past maxErrors): a check that compares it
+	// before and after a part knows whether that part had any.
+	found int
+	// seen holds the problems reported, by position and message with
+	// its quoted names blanked out (see errorf).
+	seen map[repeatKey]*repeated
 }
+
+// repeatKey identifies one problem at one position of the document,
+// whatever names its message gives of where the value is used.
+type repeatKey struct {
+	line, column int
+	shape        string
+}
+
+// repeated is a problem reported once, and how many more uses of its
+// value, through aliases, have it too.
+type repeated struct {
+	err  *Error
+	msg  string // err.Msg as first reported
+	more int
+}
+
+// quoted matches a quoted name in a message, as %q writes it.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // noTags reports every node written with an explicit YAML tag (!!binary,
 // !!float, !custom): the tags were ignored, a "!!binary aGVsbG8=" version
@@ -111,14 +137,38 @@ func (p *parser) noTags(n *yaml.Node) {
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	p.found++
 	e := &Error{File: p.file, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
 	}
-	for _, old := range p.errs {
-		// A value reached through several aliases is reported once.
-		if o, ok := old.(*Error); ok && *o == *e {
+	// A value reached through several aliases is reported once: its
+	// problem is found again at the same position for each use, under
+	// the names of another policy or tier ("layer "x" of policy "p7""),
+	// and would crowd out the document's other problems. The first
+	// report says how many other uses have it.
+	if e.Line > 0 {
+		key := repeatKey{e.Line, e.Column, quoted.ReplaceAllString(e.Msg, `""`)}
+		if r, ok := p.seen[key]; ok {
+			if e.Msg != r.msg {
+				r.more++
+				uses := "uses"
+				if r.more == 1 {
+					uses = "use"
+				}
+				r.err.Msg = fmt.Sprintf("%s (and %d more %s of this value through an alias)", r.msg, r.more, uses)
+			}
 			return
+		}
+		if p.seen == nil {
+			p.seen = map[repeatKey]*repeated{}
+		}
+		p.seen[key] = &repeated{err: e, msg: e.Msg}
+	} else {
+		for _, old := range p.errs {
+			if o, ok := old.(*Error); ok && *o == *e {
+				return
+			}
 		}
 	}
 	if len(p.errs) == maxErrors {

@@ -3,6 +3,7 @@ package config_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -438,5 +439,29 @@ func TestParseAliasErrorsOnce(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "quotas") {
 		t.Fatalf("the other problem is missing:\n%v", err)
+	}
+}
+
+// TestParseAliasedLayerErrorsOnce: an aliased layer whose problem names
+// the policy using it (layer "x" of policy "p7") is reported once, at its
+// position, saying how many more uses have it, so that the document's
+// other problems are shown. A new-user walk's 25 policies sharing a
+// limit 0 layer gave 20 lines at one position, "too many errors;
+// stopping", and never the quotas error.
+func TestParseAliasedLayerErrorsOnce(t *testing.T) {
+	var doc strings.Builder
+	doc.WriteString("version: \"1\"\npolicies:\n  - { name: p0, layers: [ &b { name: x, algorithm: fixed_window, limit: 0, window: 1m, dimension: global } ] }\n")
+	for i := 1; i < 25; i++ {
+		fmt.Fprintf(&doc, "  - { name: p%d, layers: [ *b ] }\n", i)
+	}
+	doc.WriteString("quotas: 3\n")
+	_, err := config.Parse([]byte(doc.String()), "ff.yaml")
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	want := `ff.yaml:3:73: layer "x" of policy "p0" limit 0 out of range 1..1099511627776 (and 24 more uses of this value through an alias)` + "\n" +
+		`ff.yaml:28:9: quotas must be a list, got "3"`
+	if got := err.Error(); got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }

@@ -169,7 +169,7 @@ func (p *parser) quota(n *yaml.Node, c *Config) *Quota {
 	if n.Kind != yaml.MappingNode {
 		return nil
 	}
-	bad := len(p.errs)
+	bad := p.found
 	k, ok := p.keyed(n, f, "quota")
 	if !ok {
 		return nil
@@ -202,7 +202,7 @@ func (p *parser) quota(n *yaml.Node, c *Config) *Quota {
 			q.Hold = d
 		}
 	}
-	if len(p.errs) > bad {
+	if p.found > bad {
 		return nil
 	}
 	if err := q.base.Validate(); err != nil {
@@ -218,7 +218,7 @@ func (p *parser) quota(n *yaml.Node, c *Config) *Quota {
 			q.overrides[tier] = pt
 		}
 	}
-	if len(p.errs) > bad {
+	if p.found > bad {
 		return nil
 	}
 	return q
