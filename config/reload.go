@@ -435,11 +435,16 @@ func checkVersion(c, active *Config) error {
 		// stored bytes, so taking them for the active document would
 		// leave one version under two hashes with nothing flagging it.
 		// The refusal keeps floodgate_config_source_rejected at 1 until
-		// the document is pushed again.
+		// the document is pushed again, or, when this instance runs a
+		// copy written around push (redis-cli set) and push has since
+		// stored the file, until it restarts: nothing tells the two
+		// apart here, so the message gives both.
 		var what string
 		switch c.DifferenceFrom(active) {
 		case SpacingOnly:
-			what = "content that differs from this document only in spacing or line ends (a final newline, CR LF, trailing spaces: redis-cli set KEY \"$(cat FILE)\" drops the final newline); store it with floodgate config push FILE, or bump the version to change it"
+			what = "content that differs from this document only in spacing or line ends (a final newline, CR LF, trailing spaces: redis-cli set KEY \"$(cat FILE)\" drops the final newline). " +
+				"If floodgate config push stored this document, this instance runs another copy, stored around push before it started: restart it to take this one; " +
+				"else store the file with floodgate config push FILE. Or bump the version to change it"
 		case SignatureOnly:
 			what = "the same content under another signature line (signed under another key, or one of the two unsigned); bump the version to change it"
 		default:
