@@ -181,14 +181,18 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 // redisLogger routes go-redis's log lines (dial failures, pool and
-// cluster state messages) into the service's slog logger at warn level,
-// each distinct message format at most once per interval; but a failover
-// notice (alwaysLogged) is never held back.
+// cluster state messages) into the service's slog logger, at the level
+// redisLineLevel gives, each distinct message format at most once per
+// interval; but a primary's notice (alwaysLogged) is never held back, at
+// Info for the start's and Warn for a failover's (masterLevel).
 type redisLogger struct {
 	log   *slog.Logger
 	every time.Duration
 	mu    sync.Mutex
 	last  map[string]time.Time
+	// masters is the address each Sentinel master name was last found
+	// at (see masterLevel).
+	masters map[string]string
 }
 
 // alwaysLogged reports whether go-redis's line of format says a failover
@@ -208,7 +212,7 @@ func newRedisLogger(log *slog.Logger, every time.Duration) *redisLogger {
 // Printf implements go-redis's internal.Logging.
 func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if alwaysLogged(format) {
-		l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+		l.log.Log(ctx, l.masterLevel(v), "redis client", "detail", fmt.Sprintf(format, v...))
 		return
 	}
 	now := time.Now()
@@ -223,6 +227,29 @@ func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.last[format] = now
 	l.mu.Unlock()
 	l.log.Log(ctx, redisLineLevel(format), "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// masterLevel is the level of go-redis's "sentinel: new master=%q
+// addr=%q" line with arguments v: Info the first time a master name is
+// found (every start behind Sentinel logs it, and a start is not a
+// warning) or found again at the same address, Warn when its address
+// changed (a failover: the client now writes to another server).
+func (l *redisLogger) masterLevel(v []any) slog.Level {
+	if len(v) < 2 {
+		return slog.LevelWarn
+	}
+	name, addr := fmt.Sprint(v[0]), fmt.Sprint(v[1])
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.masters == nil {
+		l.masters = map[string]string{}
+	}
+	prev, seen := l.masters[name]
+	l.masters[name] = addr
+	if seen && prev != addr {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
 }
 
 // redisLineLevel is the level of one of go-redis's lines: Info for those

@@ -27,7 +27,8 @@ func (w *lockedWriter) count(s string) int {
 // failover within the interval of the start (or of another failover) was
 // never logged. Run on a real Sentinel set-up and a real failover, with an
 // interval of an hour: both notices must be logged, while a repeated
-// ordinary line still is not.
+// ordinary line still is not. The start's is at Info, not Warn: a walk
+// found every normal start behind Sentinel logging a warning.
 func TestRedisLoggerKeepsFailoverNotices(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	out := &lockedWriter{}
@@ -59,6 +60,17 @@ func TestRedisLoggerKeepsFailoverNotices(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), s.Primary.Addr) {
 		t.Errorf("the failover notice does not name the new primary %s:\n%s", s.Primary.Addr, out.String())
+	}
+	// The first master found is logged at Info (every start behind
+	// Sentinel warned of it), the failover's at Warn.
+	var levels []string
+	for line := range strings.Lines(out.String()) {
+		if strings.Contains(line, "sentinel: new master") {
+			levels = append(levels, strings.Fields(line)[1])
+		}
+	}
+	if got, want := strings.Join(levels, " "), "level=INFO level=WARN"; got != want {
+		t.Errorf("\"new master\" lines at %s, want %s (the start at Info, the failover at Warn):\n%s", got, want, out.String())
 	}
 
 	// Other lines are still rate-limited by format.

@@ -6,8 +6,8 @@
 // staple". Try:
 //
 //	go run ./examples/loginserver
-//	curl -i -d username=demo -d 'password=correct horse battery staple' localhost:8080/login
-//	curl -i -d username=demo -d password=wrong localhost:8080/login   # repeat
+//	curl -i -d username=demo -d 'password=correct horse battery staple' localhost:8090/login
+//	curl -i -d username=demo -d password=wrong localhost:8090/login   # repeat
 //
 // After a few failures the answer asks for a CAPTCHA (send captcha=solved,
 // the demo's stand-in for a real provider's token), then attempts are
@@ -71,7 +71,7 @@ func main() {
 // run serves until ctx ends.
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("loginserver", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	addr := fs.String("addr", "127.0.0.1:8090", "listen address (not 8080 and 8081, floodgate serve's HTTP and gRPC ports, so that both run side by side)")
 	redisAddr := fs.String("redis", "", "Redis address (host:port) of a single Redis; without it, -redis-cluster or -redis-sentinel, all state is kept in memory")
 	clusterAddrs := fs.String("redis-cluster", "", "Redis Cluster seed addresses (host:port,...)")
 	sentinelAddrs := fs.String("redis-sentinel", "", "Redis Sentinel addresses (host:port,...), with -redis-master")
