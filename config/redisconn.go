@@ -223,13 +223,14 @@ func (r Redis) Client() (redis.UniversalClient, error) {
 // of the sentinels name (nil otherwise): run its Run for as long as the
 // client serves, as floodgate serve does. go-redis alone follows one
 // sentinel, which leaves the old primary seconds late when it leads the
-// failover.
+// failover, and asks it at each new connection, which fails every new
+// connection while the sentinels cannot answer (sentinelfollow.NewClient).
 func (r Redis) FollowingClient() (redis.UniversalClient, *sentinelfollow.Follower, error) {
 	var follow *sentinelfollow.Follower
 	failover := func(o *redis.FailoverOptions) *redis.Client {
 		o = r.failover(o)
-		follow = sentinelfollow.New(o)
-		c := redis.NewFailoverClient(o)
+		var c *redis.Client
+		c, follow = sentinelfollow.NewClient(o)
 		c.AddHook(sentinelAuthHint{})
 		c.AddHook(redisnil.MasterHook(o.MasterName))
 		return c

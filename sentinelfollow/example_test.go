@@ -11,7 +11,8 @@ import (
 )
 
 // A failover client that leaves the old primary when most sentinels name
-// a new one, not only when the one it talks to does.
+// a new one, not only when the one it talks to does, and goes on dialling
+// the primary they named last while they cannot answer.
 func Example() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -19,8 +20,7 @@ func Example() {
 		MasterName:    "mymaster",
 		SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
 	}
-	follow := sentinelfollow.New(opts) // before NewFailoverClient: it sets opts.Dialer
-	client := redis.NewFailoverClient(opts)
+	client, follow := sentinelfollow.NewClient(opts)
 	defer client.Close()
 	go follow.Run(ctx, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	// ... use client, e.g. redisstore.New(client, redisstore.Options{})

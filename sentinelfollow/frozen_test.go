@@ -26,7 +26,7 @@ func TestCheckDoesNotWaitForAFrozenSentinel(t *testing.T) {
 		defer clients[i].Close()
 	}
 	ctx := context.Background()
-	f.check(ctx, clients) // connections open to all three
+	f.check(ctx, clients, nil) // connections open to all three
 	if got := f.Primary(); got != s.Primary.Addr {
 		t.Fatalf("Primary() = %q, want %s", got, s.Primary.Addr)
 	}
@@ -39,7 +39,7 @@ func TestCheckDoesNotWaitForAFrozenSentinel(t *testing.T) {
 	f.current = "" // so that the check below must decide again
 	f.mu.Unlock()
 	start := time.Now()
-	f.check(ctx, clients)
+	f.check(ctx, clients, nil)
 	took := time.Since(start)
 	if got := f.Primary(); got != s.Primary.Addr {
 		t.Fatalf("with a sentinel frozen, Primary() = %q, want %s", got, s.Primary.Addr)

@@ -19,8 +19,18 @@
 // it followed, the connections to the one it left fail go-redis's health
 // check when next taken from the pool, so go-redis dials again, and a dial
 // that go-redis would still send to the left primary goes to the new one.
-// Without a majority nothing changes: the client is then as go-redis
-// alone makes it.
+//
+// A client made with NewClient also takes the primary's address for every
+// new connection from the Follower, once a majority has named one, instead
+// of asking a sentinel at each dial as go-redis does. Without a majority
+// answering (most sentinels unreachable, or frozen) nothing moves: new
+// connections go on to the primary the majority named last, at once. A
+// go-redis failover client alone asked its sentinel, and with the
+// sentinels frozen every new connection failed after the command's whole
+// deadline, although the primary was healthy (an outside walk: 100% of
+// the decisions failed, 1 s each, once the primary's connections were
+// dropped). Before the first majority, and while Run is not running,
+// go-redis asks the sentinels itself.
 package sentinelfollow
 
 import (
@@ -66,10 +76,19 @@ type Follower struct {
 	// while nothing was left or Run is not running.
 	steer atomic.Pointer[steering]
 
+	// runs counts the Runs running: a client made with NewClient dials
+	// the current primary only while one is.
+	runs atomic.Int32
+
 	mu      sync.Mutex
-	current string              // the primary a majority named last; "" before the first answer
+	current string              // the primary a majority named last; "" before the first answer, or once a majority no longer knows the master
 	left    map[string]struct{} // every primary left since, until named again
 	onMove  func(from, to string)
+	blind   bool // the last round had no majority answering
+
+	// primaryDials is set by NewClient: the client dials the current
+	// primary.
+	primaryDials bool
 
 	errMu sync.Mutex
 	errs  map[string]nodeErr // by address: the last failure met there
@@ -94,6 +113,8 @@ type steering struct {
 // o.Dialer so that the client's connections follow it. Call it before
 // redis.NewFailoverClient(o), and run Run for as long as the client is
 // used; without Run, the client behaves as go-redis alone makes it.
+// Such a client still asks a sentinel for the primary at each new
+// connection; NewClient's does not.
 func New(o *redis.FailoverOptions) *Follower {
 	f := &Follower{
 		master:    o.MasterName,
@@ -128,6 +149,53 @@ func New(o *redis.FailoverOptions) *Follower {
 	return f
 }
 
+// NewClient returns redis.NewFailoverClient(o) and the Follower its
+// connections follow (New(o), called first). Besides what New does, the
+// client's new connections to the primary go to the one the Follower
+// holds (Primary) while Run runs and a majority has answered once: the
+// sentinels are not asked at each dial, so a dial does not wait for
+// sentinels that cannot answer. Before that, the client asks the
+// sentinels as go-redis does. A client that dials replicas only
+// (o.ReplicaOnly) is left to go-redis.
+func NewClient(o *redis.FailoverOptions) (*redis.Client, *Follower) {
+	f := New(o)
+	c := redis.NewFailoverClient(o)
+	if !o.ReplicaOnly {
+		f.primaryDials = true
+		c.AddHook(primaryHook{f})
+	}
+	return c, f
+}
+
+// primaryHook is the hook of NewClient's client: it dials the primary
+// the Follower holds, while it is known, instead of letting go-redis ask
+// a sentinel for it.
+type primaryHook struct{ f *Follower }
+
+func (h primaryHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if p := h.f.following(); p != "" {
+			return h.f.dial(ctx, network, p)
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (primaryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (primaryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// following returns the primary a client made with NewClient dials: the
+// current one while Run runs; "" otherwise, and go-redis asks a sentinel.
+func (f *Follower) following() string {
+	if f.runs.Load() == 0 {
+		return ""
+	}
+	return f.Primary()
+}
+
 // OnMove sets a function called, from Run's goroutine, each time the
 // Follower leaves a primary for another (Run logs the move as a warning
 // otherwise).
@@ -138,7 +206,8 @@ func (f *Follower) OnMove(fn func(from, to string)) {
 }
 
 // Primary returns the primary a majority of the sentinels named last, or
-// "" before any answer.
+// "" before any answer and once a majority answered that they do not know
+// the master.
 func (f *Follower) Primary() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,6 +222,8 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	f.runs.Add(1)
+	defer f.runs.Add(-1)
 	defer f.steer.Store(nil) // without Run, the client is go-redis's alone
 	f.mu.Lock()
 	if f.onMove == nil {
@@ -198,7 +269,7 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
-		f.check(ctx, clients)
+		f.check(ctx, clients, log)
 		select {
 		case <-ctx.Done():
 			return
@@ -220,36 +291,62 @@ func (f *Follower) Kick() {
 // of them names, if it is another than the current one. It decides as
 // soon as a majority agrees: a sentinel that is frozen (connections open,
 // nothing answered) would otherwise hold every move up by askTimeout.
-func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
-	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+// A majority answering that they do not know the master makes it forget
+// the current primary. Any other round without a majority changes
+// nothing; the first after one with
+// is logged as a warning, naming what each sentinel failed with, and a
+// sentinel that did not answer in time is recorded for NodeErrors.
+func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	answers := make(chan string, len(clients))
+	type answer struct {
+		i    int
+		addr string // "" when err is set or the answer is not an address
+		err  error
+	}
+	answers := make(chan answer, len(clients))
 	for i, c := range clients {
 		go func() {
-			v, err := c.GetMasterAddrByName(ctx, f.master).Result()
-			if err != nil && ctx.Err() == nil {
+			v, err := c.GetMasterAddrByName(rctx, f.master).Result()
+			if err != nil && rctx.Err() == nil {
 				f.record(f.sentinels[i], err)
 			}
-			if err != nil || len(v) != 2 {
-				answers <- ""
-				return
+			switch {
+			case err != nil:
+				answers <- answer{i: i, err: err}
+			case len(v) != 2:
+				answers <- answer{i: i, err: fmt.Errorf("answered %q, not a host and port", v)}
+			default:
+				answers <- answer{i: i, addr: net.JoinHostPort(v[0], v[1])}
 			}
-			answers <- net.JoinHostPort(v[0], v[1])
 		}()
 	}
 	named := ""
 	count := map[string]int{}
+	unknown := 0 // sentinels that answered they do not know the master
+	failed := make([]error, len(clients))
 	for range clients {
 		a := <-answers
-		if a == "" {
+		if errors.Is(a.err, redis.Nil) {
+			if unknown++; 2*unknown > len(f.sentinels) {
+				f.forget()
+				return
+			}
+		}
+		if a.addr == "" {
+			failed[a.i] = a.err
 			continue
 		}
-		if count[a]++; 2*count[a] > len(f.sentinels) {
-			named = a
+		if count[a.addr]++; 2*count[a.addr] > len(f.sentinels) {
+			named = a.addr
 			break
 		}
 	}
 	if named == "" {
+		f.noMajority(ctx, failed, count, log)
 		return
 	}
 	f.mu.Lock()
@@ -266,10 +363,63 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient) {
 		f.steer.Store(&steering{left: maps.Clone(f.left), to: named, until: time.Now().Add(staleAfter)})
 	}
 	onMove := f.onMove
+	wasBlind := f.blind
+	f.blind = false
 	f.mu.Unlock()
+	if wasBlind {
+		log.Info("a majority of the sentinels answers again", "master", f.master, "primary", named)
+	}
 	if moved && onMove != nil {
 		onMove(from, named)
 	}
+}
+
+// forget drops the current primary when a majority of the sentinels
+// answer that they do not know the master (SENTINEL REMOVE): new
+// connections are then left to go-redis, whose error says so, and not
+// sent to a server the sentinels no longer vouch for.
+func (f *Follower) forget() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.current = ""
+	f.blind = false
+}
+
+// noMajority handles a round of check in which no majority of the
+// sentinels named one primary: failed holds each sentinel's failure (nil
+// for one that answered), count the answers by primary named.
+func (f *Follower) noMajority(ctx context.Context, failed []error, count map[string]int, log *slog.Logger) {
+	if ctx.Err() != nil {
+		return // Run is ending: nothing failed
+	}
+	var reasons []string
+	for i, err := range failed {
+		if err == nil {
+			continue
+		}
+		if ne := net.Error(nil); errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			err = fmt.Errorf("no answer within %v: %w", askTimeout, err)
+			f.record(f.sentinels[i], err)
+		}
+		reasons = append(reasons, fmt.Sprintf("sentinel %s: %v", f.sentinels[i], err))
+	}
+	for _, a := range slices.Sorted(maps.Keys(count)) {
+		reasons = append(reasons, fmt.Sprintf("%d named %s", count[a], a))
+	}
+	f.mu.Lock()
+	wasBlind, primary := f.blind, f.current
+	f.blind = true
+	f.mu.Unlock()
+	if wasBlind {
+		return
+	}
+	if primary == "" || !f.primaryDials {
+		log.Warn("no majority of the sentinels answered: go-redis asks them for the Redis primary at each new connection",
+			"master", f.master, "primary", primary, "sentinels", len(f.sentinels), "failures", strings.Join(reasons, "; "))
+		return
+	}
+	log.Warn("no majority of the sentinels answered: new connections go on to the Redis primary they last named, and a failover is not followed until they answer",
+		"master", f.master, "primary", primary, "sentinels", len(f.sentinels), "failures", strings.Join(reasons, "; "))
 }
 
 // dial is the client's dialer: go-redis passes the address its sentinel

@@ -473,8 +473,7 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 			SentinelUsername: suser, SentinelPassword: spass, Username: user, Password: pass, TLSConfig: tlsCfg,
 			PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout, WriteTimeout: r.Timeout,
 			ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts}
-		follow := sentinelfollow.New(o)
-		c := redis.NewFailoverClient(o)
+		c, follow := sentinelfollow.NewClient(o)
 		c.AddHook(redisnil.MasterHook(o.MasterName))
 		return c, follow, nil
 	case "cluster":
