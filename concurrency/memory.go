@@ -15,15 +15,13 @@ type MemoryOptions struct {
 	// to a power of two, and lowered to MaxKeys when MaxKeys is smaller.
 	// Default 64; at most 65,536.
 	Shards int
-	// MaxKeys caps the identities tracked at once, exactly. Each partition
-	// holds its share: MaxKeys divided by the number of partitions, the
-	// first MaxKeys%partitions one more, so the shares add up to MaxKeys.
-	// An identity belongs to one partition (by a hash of its key); an
-	// Acquire for a new identity whose partition is full of live ones
-	// fails with floodgate.ErrStoreFull, even while other partitions have
-	// room. Default 1,000,000. An identity costs about 240 bytes of heap
-	// with its first lease and a 64-byte identity (an 83-byte key;
-	// longer keys add their bytes; TestMemoryPerLease).
+	// MaxKeys caps the identities tracked at once by the whole store,
+	// exactly, however they fall across partitions: an Acquire for a new
+	// identity fails with floodgate.ErrStoreFull only when the store
+	// tracks MaxKeys identities and none it reaches has expired (see
+	// shardmap.Shard.Room). Default 1,000,000. An identity costs about
+	// 240 bytes of heap with its first lease and a 64-byte identity (an
+	// 83-byte key; longer keys add their bytes; TestMemoryPerLease).
 	MaxKeys int
 	// MaxLeases caps the leases held at once by all identities together,
 	// exactly: a policy's Limit bounds them per identity, not per store.
@@ -100,7 +98,8 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 			return reply{}, fmt.Errorf("%w: lease id %q already held", floodgate.ErrBadReply, req.id)
 		}
 		if set == nil && !sh.Room(req.now, 1) {
-			return reply{}, fmt.Errorf("%w: %d identities in shard (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
+			held, most := m.sets.Keys()
+			return reply{}, fmt.Errorf("%w: %d identities tracked (cap %d)", floodgate.ErrStoreFull, held, most)
 		}
 		if !sh.TakeUnits(req.now, 1) {
 			held, most := m.sets.Units()

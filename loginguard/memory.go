@@ -16,9 +16,9 @@ type MemoryOptions struct {
 	// account names cannot exhaust memory. When it is reached and no
 	// expired state can be reclaimed, an operation that would add a state
 	// fails with floodgate.ErrStoreFull (and a login endpoint should then
-	// fail closed). For a second after a look at every state found none
-	// expired, further looks sample the states (a full store does not
-	// cost every refused attempt a pass over all of them), so a state
+	// fail closed). A look at every state runs at most once a second;
+	// further looks in that second sample the states (a full store does
+	// not cost every refused attempt a pass over all of them), so a state
 	// that expires in that second may be reclaimed a little later.
 	// Refusing rather than evicting keeps a flood from lifting real
 	// locks, but the flood then refuses every login: a failure adds up to
@@ -96,7 +96,8 @@ func (m *Memory) run(ctx context.Context, o op, now int64, ids *[numDims]string,
 		}
 	}
 	if added > 0 && !sh.Room(mono, added) {
-		return reply{}, fmt.Errorf("loginguard: %w: %d login states held (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
+		held, most := m.states.Keys()
+		return reply{}, fmt.Errorf("loginguard: %w: %d login states held (cap %d)", floodgate.ErrStoreFull, held, most)
 	}
 	for d, k := range keys {
 		s := r.states[d]

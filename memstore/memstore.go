@@ -34,19 +34,22 @@ type Options struct {
 	// distinct identities cannot exhaust memory. Each shard holds its
 	// share: MaxKeys divided by the number of shards, the first
 	// MaxKeys%shards shards one more, so the shares add up to exactly
-	// MaxKeys (with MaxKeys 100 and the default 64 shards, 4 shards of
-	// 25: see Shards). An identity belongs to one shard (by a hash of its key); a new
-	// identity whose shard is full takes the place of an expired entry of
-	// that shard or, when there is none, of the shard's least recently
-	// used identity decided only once (see Store), even while other shards
-	// have room, so a decision never fails because the store is full. (A
-	// layered decision whose layers' new keys share a full shard with
-	// nothing else to evict there may take it past its share by up to
-	// floodgate.MaxLayers-1 entries until its next eviction.) Each tracked
-	// identity costs about 160 bytes plus its key (TestMemoryPerKey
-	// measured 136 at 100,000 identities and 157 at 1,000,000, the map's
-	// fill varying), so the default bound is about 190 MB with 30-byte
-	// keys. Default 1,000,000.
+	// MaxKeys (with MaxKeys 100 and the default 64 shards, 4 shards of 25:
+	// see Shards). An identity belongs to one shard (by a hash of its key);
+	// a new identity whose shard is full takes the place of an expired
+	// entry of that shard or, when there is none, of the shard's least
+	// recently used identity decided only once (see Store), even while
+	// other shards have room, so a decision never fails because the store
+	// is full. Eviction so starts before the store holds MaxKeys
+	// identities: with 100,000, when it held 92,294 to 95,216 distinct
+	// identities in three runs; with 1,000, 615 to 806
+	// (docs/operations.md). (A layered decision whose layers' new keys
+	// share a full shard with nothing else to evict there may take it past
+	// its share by up to floodgate.MaxLayers-1 entries until its next
+	// eviction.) Each tracked identity costs about 160 bytes plus its key
+	// (TestMemoryPerKey measured 136 at 100,000 identities and 157 at
+	// 1,000,000, the map's fill varying), so the default bound is about 190
+	// MB with 30-byte keys. Default 1,000,000.
 	MaxKeys int
 	// SweepInterval is how often a Store holding entries visits all of
 	// them to delete the expired ones (see Sweep), so that the memory of
@@ -77,18 +80,20 @@ type Options struct {
 // abandoned Store is so kept from the garbage collector until its last
 // entry has expired.
 //
-// At its bound (Options.MaxKeys) the Store evicts rather than refuses: a
-// new identity replaces an expired entry if one is found, else the least
-// recently used identity that has been decided only once, else the least
-// recently used of all. Identities decided at least twice (an application's
-// real users) are kept in a protected part of up to four fifths of the
-// bound, so a flood of distinct one-off identities, however large, evicts
-// only other one-off identities and never changes the decisions of known
-// ones. The protected part is itself least recently used first: a flood of
-// identities each decided twice, enough to fill it, pushes out the known
-// identities idle meanwhile. An evicted identity starts afresh if it comes back, like one whose
-// state expired: size MaxKeys for the live identities of the longest
-// window and watch Evictions.
+// When a new identity's shard holds its share of the bound
+// (Options.MaxKeys), which can be before the Store as a whole holds
+// MaxKeys, the Store evicts rather than refuses: a new identity replaces
+// an expired entry if one is found, else the least recently used
+// identity that has been decided only once, else the least recently used
+// of all. Identities decided at least twice (an application's real
+// users) are kept in a protected part of up to four fifths of the bound,
+// so a flood of distinct one-off identities, however large, evicts only
+// other one-off identities and never changes the decisions of known
+// ones. The protected part is itself least recently used first: a flood
+// of identities each decided twice, enough to fill it, pushes out the
+// known identities idle meanwhile. An evicted identity starts afresh if
+// it comes back, like one whose state expired: size MaxKeys for the live
+// identities of the longest window and watch Evictions.
 type Store struct {
 	seed   maphash.Seed
 	shards []shard

@@ -15,19 +15,17 @@ type MemoryOptions struct {
 	// to a power of two, and lowered to MaxKeys when MaxKeys is smaller.
 	// Default 64; at most 65,536.
 	Shards int
-	// MaxKeys caps the number of identity periods held at once, exactly.
-	// Each partition holds its share: MaxKeys divided by the number of
-	// partitions, the first MaxKeys%partitions one more, so the shares add
-	// up to MaxKeys. An identity's periods belong to one partition (by a
-	// hash of its hash tag); when that partition is full and nothing
-	// expired in it can be reclaimed, an operation that would create a new
-	// period fails with floodgate.ErrStoreFull, even while other
-	// partitions have room. (For a second after a look at every period of
-	// a partition found none expired, further looks sample it, so one that
-	// expires in that second may be reclaimed a little later.) Default
-	// 1,000,000. A period costs about 250 bytes of heap with a 64-byte
-	// identity (a 94-byte key; longer keys add their bytes), plus what
-	// MaxRecords counts (TestMemoryPerPeriod).
+	// MaxKeys caps the number of identity periods held at once by the
+	// whole store, exactly, however they fall across partitions: an
+	// operation that would create a new period fails with
+	// floodgate.ErrStoreFull only when the store holds MaxKeys periods and
+	// none it reaches has expired. (When it is full, a look at every
+	// period of every partition runs at most once a second, further looks
+	// sampling the operation's own partition, so a period that expires in
+	// that second may be reclaimed a little later; see
+	// shardmap.Shard.Room.) Default 1,000,000. A period costs about 250
+	// bytes of heap with a 64-byte identity (a 94-byte key; longer keys
+	// add their bytes), plus what MaxRecords counts (TestMemoryPerPeriod).
 	MaxKeys int
 	// MaxRecords caps the reservations and settlement outcomes held at
 	// once by all periods together, exactly. Options.MaxPending and
@@ -146,7 +144,8 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	// Make room before deciding, so that a full store changes nothing:
 	// for a new period, and for a record a reserve or settle may add.
 	if cs == nil && !sh.Room(now, 1) {
-		return reply{}, fmt.Errorf("%w: %d quota periods in shard (cap %d)", floodgate.ErrStoreFull, sh.Len(), sh.Cap())
+		held, most := m.slots.Keys()
+		return reply{}, fmt.Errorf("%w: %d quota periods held (cap %d)", floodgate.ErrStoreFull, held, most)
 	}
 	taken := 0
 	if addsRecord(req, cur, prev) {

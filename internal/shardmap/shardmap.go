@@ -1,12 +1,13 @@
 // Package shardmap is the bookkeeping Floodgate's in-memory stores share: a
 // string-keyed map split into shards, each under its own mutex, holding at
-// most a fixed number of entries, whose dead entries are dropped a few at
-// a time as writes come in rather than by a background goroutine. A
+// most a fixed number of entries in all, whose dead entries are dropped a
+// few at a time as writes come in rather than by a background goroutine. A
 // counted Map (NewCounted) also caps, across its shards, what its entries
 // hold inside them: a quota period's reservations, an identity's leases.
 package shardmap
 
 import (
+	"cmp"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -17,13 +18,13 @@ import (
 // Options configures a Map. The zero value is ready to use.
 type Options struct {
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two, and lowered to MaxKeys when MaxKeys is smaller (every
-	// shard holds at least one entry). Default 64; at most 65,536.
+	// power of two, and lowered to MaxKeys when MaxKeys is smaller.
+	// Default 64; at most 65,536.
 	Shards int
-	// MaxKeys caps the entries held at once, exactly: each shard holds its
-	// share, MaxKeys divided by the number of shards, the first
-	// MaxKeys%shards shards one more, so the shares add up to MaxKeys. A
-	// shard can so be full while others are not. Default 1,000,000.
+	// MaxKeys caps the entries held at once by all shards together,
+	// exactly: a shard has room for a new entry while the Map holds fewer
+	// than MaxKeys, however the entries fall across shards (see Room).
+	// Default 1,000,000.
 	MaxKeys int
 	// MaxUnits caps, in a Map made by NewCounted, the units all its
 	// entries hold together (see Units), exactly, across shards. Default
@@ -50,6 +51,14 @@ const (
 type Map[V any] struct {
 	seed   maphash.Seed
 	shards []Shard[V]
+	// keys counts the entries of every shard plus the places Room
+	// reserved and no Put has used yet; it never exceeds maxKeys when
+	// callers add entries only after Room.
+	keys    atomic.Int64
+	maxKeys int64
+	// keysFullAt is when (µs of the callers' clock) the last pass over
+	// every shard to free places for entries began; 0: never.
+	keysFullAt atomic.Int64
 	// The units of a counted Map (NewCounted); zero Units when uncounted.
 	units    Units[V]
 	maxUnits int64
@@ -65,9 +74,10 @@ type Shard[V any] struct {
 	mu      sync.Mutex
 	entries map[string]V
 	writes  uint32
-	fullAt  int64 // when a pass over every entry last failed to make room; 0: not since the last success
-	perCap  int
-	dead    func(v V, now int64) bool
+	// reserved is the places for new entries Room took from the Map's
+	// count and no Put has used yet; Unlock gives them back.
+	reserved int
+	dead     func(v V, now int64) bool
 }
 
 // New returns an empty Map. dead reports whether an entry can be dropped at
@@ -98,16 +108,17 @@ func build[V any](opts Options, dead func(v V, now int64) bool, units Units[V]) 
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = 1_000_000
 	}
-	caps := Split(opts.Shards, opts.MaxKeys)
-	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(caps)), units: units, maxUnits: int64(opts.MaxUnits)}
+	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(Split(opts.Shards, opts.MaxKeys))),
+		maxKeys: int64(opts.MaxKeys), units: units, maxUnits: int64(opts.MaxUnits)}
 	for i := range m.shards {
-		m.shards[i] = Shard[V]{m: m, entries: make(map[string]V), perCap: caps[i], dead: dead}
+		m.shards[i] = Shard[V]{m: m, entries: make(map[string]V), dead: dead}
 	}
 	return m, nil
 }
 
-// Split returns the caps of the shards an in-memory store splits maxKeys
-// entries over, one per shard: shards (at least 1) rounded up to a power
+// Split returns the caps of the shards an in-memory store that bounds
+// each shard on its own (memstore, denycache) splits maxKeys entries over,
+// one per shard: shards (at least 1) rounded up to a power
 // of two, but no more shards than maxKeys (at least 1), each cap
 // maxKeys/len, the first maxKeys%len one more, so the caps add up to
 // exactly maxKeys. Reach a shard with Index.
@@ -161,53 +172,105 @@ func (m *Map[V]) Len() int {
 	return n
 }
 
-// Unlock unlocks the shard.
-func (s *Shard[V]) Unlock() { s.mu.Unlock() }
+// Keys returns the entries the Map holds, dead ones not yet dropped
+// included, plus the places Room has reserved for entries not yet put (a
+// moment's value under concurrent use, read without locking), and the
+// most it holds (MaxKeys).
+func (m *Map[V]) Keys() (held, max int) { return int(m.keys.Load()), int(m.maxKeys) }
+
+// Unlock gives back the places Room reserved that no Put used, and unlocks
+// the shard.
+func (s *Shard[V]) Unlock() {
+	if s.reserved != 0 {
+		s.m.keys.Add(-int64(s.reserved))
+		s.reserved = 0
+	}
+	s.mu.Unlock()
+}
 
 // Get returns the entry of key, or the zero V if there is none.
 func (s *Shard[V]) Get(key string) V { return s.entries[key] }
 
-// Put sets the entry of key. A caller adding keys checks Room first.
-func (s *Shard[V]) Put(key string, v V) { s.entries[key] = v }
+// Put sets the entry of key. A caller adding keys checks Room first: a new
+// key uses a place Room reserved (or, without one, counts past MaxKeys).
+func (s *Shard[V]) Put(key string, v V) {
+	n := len(s.entries)
+	if s.entries[key] = v; len(s.entries) == n {
+		return
+	}
+	if s.reserved > 0 {
+		s.reserved--
+	} else {
+		s.m.keys.Add(1)
+	}
+}
 
 // Delete removes the entry of key, if any. It gives back none of the
 // entry's units: the caller deletes only entries that hold none, or gives
 // theirs back with AddUnits.
-func (s *Shard[V]) Delete(key string) { delete(s.entries, key) }
+func (s *Shard[V]) Delete(key string) {
+	n := len(s.entries)
+	if delete(s.entries, key); len(s.entries) != n {
+		s.m.keys.Add(-1)
+	}
+}
 
 // Len returns the number of entries in the shard, dead ones included.
 func (s *Shard[V]) Len() int { return len(s.entries) }
 
-// Cap returns the most entries the shard holds.
-func (s *Shard[V]) Cap() int { return s.perCap }
-
-// Room reports whether n more entries fit in the shard. When they do not,
-// it first drops every dead entry of the shard (at now) and looks again.
-// After such a pass has failed to make room, the passes of the next
-// fullRetry (of now's clock, microseconds) look at a bounded sample
-// instead of every entry: a shard full of live entries (a flood of new
-// identities) would otherwise make every refused operation visit all of
-// them under the shard's lock. A caller that would add entries asks
-// before changing anything, so that a full shard refuses an operation
-// without applying part of it.
+// Room reports whether n more entries fit in the Map, and if so reserves
+// places for them until the shard is unlocked, so that they fit whatever
+// other shards add meanwhile: the Map holds MaxKeys entries in all
+// however they fall across shards, and a shard refuses a new one only
+// when the Map as a whole holds MaxKeys. When they do not fit, it first
+// drops dead entries (at now) and looks again: at most once per fullRetry
+// (µs of now's clock) for the whole Map, every entry of this shard, then
+// every entry of each other shard whose lock it gets without waiting;
+// otherwise a bounded sample of this shard. So a Map full of live entries
+// (a flood of new identities) does not cost every refused operation a
+// pass over all of them, and entries that die elsewhere are found within
+// about a second (sooner by the sweeps of writes: see Wrote). A caller
+// that would add entries asks before changing anything, so that a full
+// Map refuses an operation without applying part of it.
 func (s *Shard[V]) Room(now int64, n int) bool {
-	if len(s.entries)+n <= s.perCap {
+	if s.reserve(n) {
 		return true
 	}
-	if since := now - s.fullAt; s.fullAt != 0 && since >= 0 && since < fullRetry {
+	m := s.m
+	at := m.keysFullAt.Load()
+	if since := now - at; at != 0 && since >= 0 && since < fullRetry || !m.keysFullAt.CompareAndSwap(at, cmp.Or(now, -1)) {
+		// A pass ran within fullRetry, or another caller claimed one.
 		s.sweep(now, max(n, sweepBatch))
-		return len(s.entries)+n <= s.perCap
+		return s.reserve(n)
 	}
+	// Drop all that died, not just n: the pass is once a second.
 	s.sweep(now, len(s.entries))
-	if len(s.entries)+n <= s.perCap {
-		s.fullAt = 0
+	for i := range m.shards {
+		if o := &m.shards[i]; o != s && o.mu.TryLock() {
+			o.sweep(now, len(o.entries))
+			o.mu.Unlock()
+		}
+	}
+	return s.reserve(n)
+}
+
+// reserve makes sure the shard holds places for n new entries, taking
+// from the Map's count what it lacks if that many are free.
+func (s *Shard[V]) reserve(n int) bool {
+	need := int64(n - s.reserved)
+	if need <= 0 {
 		return true
 	}
-	s.fullAt = now
-	if s.fullAt == 0 {
-		s.fullAt = -1 // 0 means no failed pass
+	for {
+		k := s.m.keys.Load()
+		if k+need > s.m.maxKeys {
+			return false
+		}
+		if s.m.keys.CompareAndSwap(k, k+need) {
+			s.reserved += int(need)
+			return true
+		}
 	}
-	return false
 }
 
 // Wrote counts a write to the shard. Every 64th write drops up to 32 dead
@@ -224,6 +287,11 @@ func (s *Shard[V]) Wrote(now int64) {
 // cover the whole shard.
 func (s *Shard[V]) sweep(now int64, limit int) {
 	seen, freed := 0, 0
+	defer func() {
+		if freed > 0 {
+			s.m.keys.Add(-int64(freed))
+		}
+	}()
 	for k, v := range s.entries {
 		u := s.m.unitsOf(v)
 		if s.dead(v, now) {

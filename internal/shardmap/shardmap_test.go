@@ -36,23 +36,22 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		opts           Options
-		shards, perCap int
+		opts            Options
+		shards, maxKeys int
 	}{
-		{Options{}, 64, 1_000_000 / 64},
-		{Options{Shards: 5, MaxKeys: 80}, 8, 10},
-		{Options{Shards: 1 << 16, MaxKeys: 10}, 10, 1},
+		{Options{}, 64, 1_000_000},
+		{Options{Shards: 5, MaxKeys: 80}, 8, 80},
+		{Options{Shards: 1 << 16, MaxKeys: 10}, 10, 10},
 		{Options{Shards: 1, MaxKeys: 3}, 1, 3},
 	} {
 		m := newMap(t, tc.opts)
-		if len(m.shards) != tc.shards || m.shards[0].Cap() != tc.perCap {
-			t.Errorf("%+v: %d shards of %d, want %d of %d", tc.opts, len(m.shards), m.shards[0].Cap(), tc.shards, tc.perCap)
+		if _, most := m.Keys(); len(m.shards) != tc.shards || most != tc.maxKeys {
+			t.Errorf("%+v: %d shards holding %d, want %d holding %d", tc.opts, len(m.shards), most, tc.shards, tc.maxKeys)
 		}
 	}
 }
 
-// TestMaxKeysExact: the shards' caps add up to MaxKeys, whatever it and the
-// shard count, with no more shards than MaxKeys (it used to be rounded per
+// TestMaxKeysExact: no more shards than MaxKeys (it used to be rounded per
 // shard: MaxKeys 1, 10 and 100 all held 64 entries, {MaxKeys 10, Shards
 // 3} held 8), and a Map filled with many more keys than that holds exactly
 // MaxKeys.
@@ -69,12 +68,8 @@ func TestMaxKeysExact(t *testing.T) {
 		{Options{MaxKeys: 1001, Shards: 16}, 16},
 	} {
 		m := newMap(t, tc.opts)
-		caps := 0
-		for i := range m.shards {
-			caps += m.shards[i].Cap()
-		}
-		if got := len(m.shards); got != tc.shards || caps != tc.opts.MaxKeys {
-			t.Errorf("%+v: %d shards holding %d, want %d holding %d", tc.opts, got, caps, tc.shards, tc.opts.MaxKeys)
+		if got := len(m.shards); got != tc.shards {
+			t.Errorf("%+v: %d shards, want %d", tc.opts, got, tc.shards)
 		}
 		for i := range 20 * tc.opts.MaxKeys {
 			k := fmt.Sprint("k", i)
