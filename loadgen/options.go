@@ -212,8 +212,10 @@ type Options struct {
 	// Concurrency arrivals; one that finds every worker busy and the queue
 	// full, at any time of the run, is dropped and counted in
 	// Report.Dropped, as k6 counts dropped_iterations, and so is one still
-	// queued when Duration ends. A dropped arrival is never sent nor
-	// timed. Default 10.
+	// queued when Duration ends, or due before it but not yet handed to
+	// the queue then (a scheduler woken late). A dropped arrival is never
+	// sent nor timed: the requests sent and the arrivals dropped add up
+	// to the arrivals scheduled. Default 10.
 	Concurrency int
 	// Duration is how long new requests are started (1ms..MaxDuration);
 	// requests in flight at the end are waited for (up to Timeout, so
@@ -289,6 +291,10 @@ type Options struct {
 	// onBackOff, when set, is called with each pause a worker takes
 	// after a transport error, before it waits (tests).
 	onBackOff func(time.Duration)
+	// onWake, when set, is called each time the open-loop scheduler
+	// wakes for its next arrival, before it emits any (tests: a
+	// scheduler woken late).
+	onWake func()
 }
 
 // withDefaults validates o and fills its defaults.

@@ -90,3 +90,20 @@ func TestOpenLoopEndsAtLastRequest(t *testing.T) {
 		t.Errorf("%v, interrupted %v, %d sent; want the run over after its one request", err, rep.Interrupted, rep.Sent)
 	}
 }
+
+// TestReportScheduleSingular: one worker and one identity are named in
+// the singular; the report said "1 workers, 1 identities".
+func TestReportScheduleSingular(t *testing.T) {
+	for _, tc := range []struct {
+		rep  Report
+		want string
+	}{
+		{Report{Concurrency: 1, Identities: 1}, "closed loop, 1 worker, 1 identity\n"},
+		{Report{TargetRate: 5, Concurrency: 1, Identities: 1}, "open loop, 5.0 req/s target, 1 worker, 1 identity\n"},
+		{Report{Concurrency: 2, Identities: 3}, "closed loop, 2 workers, 3 identities\n"},
+	} {
+		if s := tc.rep.String(); !strings.Contains(s, tc.want) {
+			t.Errorf("report lacks %q:\n%s", tc.want, s)
+		}
+	}
+}

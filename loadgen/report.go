@@ -61,9 +61,9 @@ type Report struct {
 	Errors int64
 	// Dropped counts open-loop arrivals that were never sent, nor timed,
 	// because every worker was busy and the queue (Concurrency long) full,
-	// at any time of the run, or because they were still queued when the
-	// duration ended: the service could not keep up, or the generator
-	// lacked workers.
+	// at any time of the run, or because they were still queued, or due
+	// and not yet queued, when the duration ended: the service could not
+	// keep up, or the generator (or its machine) lacked workers.
 	Dropped int64
 	// AchievedRate is Sent per second of RateSpan; AnsweredRate is
 	// Allowed + Denied per second of RateSpan, which failures (a storm of
@@ -112,9 +112,9 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "load test of %s (%v)\n", r.Target, r.Mode)
 	}
 	if r.TargetRate > 0 {
-		row("schedule", "open loop, %s req/s target, %d workers, %d identities", formatRate(r.TargetRate), r.Concurrency, r.Identities)
+		row("schedule", "open loop, %s req/s target, %s, %s", formatRate(r.TargetRate), plural(r.Concurrency, "worker"), plural(r.Identities, "identity", "identities"))
 	} else {
-		row("schedule", "closed loop, %d workers, %d identities", r.Concurrency, r.Identities)
+		row("schedule", "closed loop, %s, %s", plural(r.Concurrency, "worker"), plural(r.Identities, "identity", "identities"))
 	}
 	if r.Interrupted {
 		row("elapsed", "%v (interrupted after %.1fs of %v, then %.1fs waiting for the answers in flight: the report covers what ran, its rates the whole elapsed time)",
@@ -189,6 +189,18 @@ func (r Report) String() string {
 		row(label, "%d× %s", e.Count, e.Message)
 	}
 	return b.String()
+}
+
+// plural writes n and the noun, singular for 1: "1 identity", "2
+// identities". The plural is the noun with an s unless given.
+func plural(n int, noun string, pluralForm ...string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	if len(pluralForm) > 0 {
+		return fmt.Sprintf("%d %s", n, pluralForm[0])
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // deniedLabels names a denial as the mode's API answers it, for the

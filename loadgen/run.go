@@ -171,7 +171,11 @@ func (r *run) claim() bool {
 // schedule emits arrival times at opts.Rate from start until ctx ends,
 // the next arrival would be due at or after end, or MaxRequests arrivals
 // were queued (it returns then, not when the next would be due). An
-// arrival that finds the queue full is dropped.
+// arrival that finds the queue full is dropped, and so is every arrival
+// due before end that ctx's end (the duration's, or an interruption)
+// finds not yet emitted: a scheduler woken late, on a loaded machine,
+// used to leave those neither sent nor counted (9,804 sent and 193
+// dropped of 10,000 scheduled).
 func (r *run) schedule(ctx context.Context, start, end time.Time, jobs chan<- time.Time) {
 	interval := float64(time.Second) / r.opts.Rate
 	var emitted int64
@@ -182,10 +186,16 @@ func (r *run) schedule(ctx context.Context, start, end time.Time, jobs chan<- ti
 		due := int64(float64(now.Sub(start))/interval) + 1
 		for ; emitted < due; emitted++ {
 			at := start.Add(time.Duration(float64(emitted) * interval))
-			// Not one due at the end, nor once the run is over: it could
-			// only be dropped (a timer firing with the end used to
-			// count a drop in healthy runs).
-			if !at.Before(end) || ctx.Err() != nil || !r.claim() {
+			// Not one due at the end: it could only be dropped (a timer
+			// firing with the end used to count a drop in healthy runs).
+			if !at.Before(end) {
+				return
+			}
+			if ctx.Err() != nil {
+				r.dropDue(emitted, due, start, end, interval)
+				return
+			}
+			if !r.claim() {
 				return
 			}
 			select {
@@ -207,10 +217,33 @@ func (r *run) schedule(ctx context.Context, start, end time.Time, jobs chan<- ti
 		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
+			now := time.Now()
+			r.dropDue(emitted, int64(float64(now.Sub(start))/interval)+1, start, end, interval)
 			return
 		case <-timer.C:
+			if r.opts.onWake != nil {
+				r.opts.onWake()
+			}
 		}
 	}
+}
+
+// dropDue counts as dropped the arrivals from number emitted up to (not
+// including) due that were due before end: once the run is over they
+// cannot be sent. With MaxRequests, no more than the requests it left
+// unclaimed.
+func (r *run) dropDue(emitted, due int64, start, end time.Time, interval float64) {
+	var n int64
+	for ; emitted < due; emitted++ {
+		if !start.Add(time.Duration(float64(emitted) * interval)).Before(end) {
+			break
+		}
+		if m := r.opts.MaxRequests; m > 0 && r.seq.Load()+n >= m {
+			break
+		}
+		n++
+	}
+	r.dropped.Add(n)
 }
 
 // one sends a claimed request and records it. at is when it was

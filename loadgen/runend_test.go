@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,5 +263,27 @@ func TestDroppedDuringOutageNamesTheBackoff(t *testing.T) {
 	rep.Errors, rep.Allowed = 0, 400
 	if s := rep.String(); !strings.Contains(s, "the service could not keep up at 200.0 req/s") || strings.Contains(s, "workers pausing") {
 		t.Errorf("report without errors:\n%s", s)
+	}
+}
+
+// TestLateSchedulerCountsEveryArrival: a scheduler woken only after the
+// duration ended (a loaded machine; here its wake held past the end)
+// counts the arrivals it finds due before the end as dropped, so that
+// the requests sent and the arrivals dropped add up to the schedule
+// (30 arrivals of 300ms at 100/s). It used to return at the end's
+// context without counting them: 1 or 2 of the 30 accounted for.
+func TestLateSchedulerCountsEveryArrival(t *testing.T) {
+	_, url := slowServer(t, 20*time.Millisecond)
+	const duration = 300 * time.Millisecond
+	var once sync.Once
+	begun := time.Now()
+	o := Options{Target: url, Rate: 100, Concurrency: 1, Duration: duration, Timeout: 2 * time.Second,
+		onWake: func() { once.Do(func() { time.Sleep(time.Until(begun.Add(duration + 200*time.Millisecond))) }) }}
+	rep, err := Run(context.Background(), o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rep.Sent+rep.Dropped, int64(30); got != want {
+		t.Fatalf("sent %d + dropped %d = %d; want the %d arrivals scheduled", rep.Sent, rep.Dropped, got, want)
 	}
 }

@@ -34,6 +34,7 @@ func newLoadtestCmd() *cobra.Command {
 		mode, grpcClient      string
 		clientTLS             clientTLSFlags
 		gcFloor               int
+		tolerance             float64
 	)
 	cmd := &cobra.Command{
 		Use:   "loadtest",
@@ -68,12 +69,19 @@ fails, the report saying why.
 
 With --expect-*, the expected share is computed over the answered
 requests (allowed or denied), each at the time it was sent, as the
-observed share is: failed requests are in neither.
+observed share is: failed requests are in neither. With an expectation,
+a share denied more than --tolerance percentage points (default 5) from
+the expected one fails the run, the report printed all the same: the
+service did not apply the limit expected (an over-admitting limiter, or
+an expectation that does not describe it).
 
 With --rate, arrivals wait for a free worker in a queue of --concurrency
 arrivals; one that finds every worker busy and the queue full (at any
-time of the run), or still queued when --duration ends, is dropped: never
-sent nor timed, and counted on the report's dropped line. Latencies are
+time of the run), or still queued when --duration ends, or due before
+it but not yet queued then (a generator on a loaded machine falling
+behind), is dropped: never sent nor timed, and counted on the report's
+dropped line, so that the requests and the arrivals dropped add up to
+the arrivals scheduled. Latencies are
 of the answered requests, from each one's scheduled time; when more than
 1% of the arrivals were dropped, the report warns that the service could
 not keep up (or the generator lacked workers) and that the percentiles
@@ -115,7 +123,8 @@ schedule's 3.0s)" for an open-loop run whose last answer came earlier).
 Exit status 1 when the run could not start (a bad flag, or the request
 before it refused: no report), when any request failed (the report's
 errors), or when an expectation was given and some answers were
-degraded (in these two, the report is printed all the same); 130 when
+degraded or the share denied is more than --tolerance points from the
+expected one (in these three, the report is printed all the same); 130 when
 interrupted by SIGINT, 143 by SIGTERM (128 plus the signal's number, as
 shells report it), after the report.
 
@@ -170,6 +179,9 @@ shells report it), after the report.
 					return fmt.Errorf("--expect-*: %w", err)
 				}
 			}
+			if fl.Changed("tolerance") && !o.HasExpectedDenyRatio && o.Expect == (floodgate.Policy{}) {
+				return errors.New("--tolerance applies with an expectation only: give --expect-* or --expected-deny-ratio")
+			}
 			stopGC, err := startGC(gcFloor)
 			if err != nil {
 				return err
@@ -216,6 +228,9 @@ shells report it), after the report.
 				// limiter's would pass or fail for the wrong reason.
 				return fmt.Errorf("%d of the %d answers were degraded (taken by the fallback, not the shared count): the deny ratio does not measure the limit expected", rep.Degraded, rep.Allowed+rep.Denied)
 			}
+			if gap := 100 * (rep.DenyRatio - rep.ExpectedDenyRatio); rep.HasExpected && math.Abs(gap) > tolerance {
+				return fmt.Errorf("the share denied, %.2f%%, is %.2f points from the expected %.2f%%, beyond --tolerance %v points: the service did not apply the limit expected", 100*rep.DenyRatio, math.Abs(gap), 100*rep.ExpectedDenyRatio, tolerance)
+			}
 			return nil
 		},
 	}
@@ -242,6 +257,7 @@ shells report it), after the report.
 	fl.StringVar(&expectWin, "expect-window", "", "window of that limit (e.g. 1m)")
 	fl.Int64Var(&expBurst, "expect-burst", 0, "burst of that limit (token_bucket, gcra; 0: the limit, the service's default too)")
 	fl.Float64Var(&o.ExpectedDenyRatio, "expected-deny-ratio", 0, "expected share of denials (0..1), instead of --expect-*")
+	fl.Float64Var(&tolerance, "tolerance", 5, "with an expectation, the percentage points the share denied may differ from the expected one before the run fails (exit 1), 0..100")
 	fl.BoolVar(&quiet, "quiet", false, "no progress lines")
 	return cmd
 }
@@ -304,6 +320,9 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 	if o.MaxRequests < 0 {
 		return fmt.Errorf("--requests %d: want 0 (no limit) or more", o.MaxRequests)
 	}
+	if t, err := cmd.Flags().GetFloat64("tolerance"); err == nil && (math.IsNaN(t) || t < 0 || t > 100) {
+		return fmt.Errorf("--tolerance %v: out of range 0..100 (percentage points)", t)
+	}
 	if f := cmd.Flags().Lookup("expected-deny-ratio"); f.Changed && (math.IsNaN(o.ExpectedDenyRatio) || o.ExpectedDenyRatio < 0 || o.ExpectedDenyRatio > 1) {
 		return fmt.Errorf("--expected-deny-ratio %v: out of range 0..1", o.ExpectedDenyRatio)
 	}
@@ -349,9 +368,22 @@ func notifyInterrupt(parent context.Context) (context.Context, func() os.Signal,
 func interrupted(sig os.Signal, what string) error {
 	err := fmt.Errorf("interrupted %s", what)
 	if s, ok := sig.(syscall.Signal); ok {
-		return &exitError{code: 128 + int(s), err: fmt.Errorf("interrupted by %v %s", sig, what)}
+		return &exitError{code: 128 + int(s), err: fmt.Errorf("interrupted by %s %s", signalName(s), what)}
 	}
 	return err
+}
+
+// signalName names the signals loadtest catches as shells and kill(1)
+// do, SIGINT and SIGTERM (Go's String says "interrupt" and "terminated",
+// which read "interrupted by interrupt"); another by its number.
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return fmt.Sprintf("signal %d", int(s))
 }
 
 // emptyDefault describes a flag's default value for a message.
