@@ -42,25 +42,30 @@ func (e *UnconfirmedError) Error() string {
 // Unwrap returns Err.
 func (e *UnconfirmedError) Unwrap() error { return e.Err }
 
-// unconfirmedReleaseTimeout bounds the release of an unconfirmed lease
-// when the acquire's context has no deadline.
-const unconfirmedReleaseTimeout = time.Second
+// UnconfirmedReleaseTimeout bounds the release of an unconfirmed lease,
+// whatever is left of the acquire's deadline: the release has its own
+// time, so that an acquire that spent its deadline waiting for replicas
+// still frees its slot.
+const UnconfirmedReleaseTimeout = 500 * time.Millisecond
 
 // unconfirmed releases lease, taken at now on the primary but not
 // confirmed by its replicas (err), and returns the *UnconfirmedError
-// saying so. The release runs within ctx's deadline but not its
-// cancellation: a caller gone must not leave the slot taken.
+// saying so. The release is bounded by UnconfirmedReleaseTimeout alone,
+// neither ctx's deadline nor its cancellation (a caller gone must not
+// leave the slot taken), and is sent without waiting for replicas
+// (replicawait.WithoutWait): a deletion frees the slot on the primary
+// whatever they say, and a failover that loses the release also loses
+// the acquire it undoes. Under load it queued behind the operations
+// waiting for replicas (replicawait's MaxConcurrent places) inside what
+// the acquire left of its deadline, and failed: an outside walk saw 50
+// concurrent acquirers against a frozen replica leave every slot taken
+// until lease_ttl.
 func (l *Limiter) unconfirmed(ctx context.Context, now time.Time, lease Lease, err error) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unconfirmedReleaseTimeout)
-	if d, ok := ctx.Deadline(); ok {
-		cancel()
-		rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
-	}
+	rctx, cancel := context.WithTimeout(replicawait.WithoutWait(context.WithoutCancel(ctx)), UnconfirmedReleaseTimeout)
 	defer cancel()
 	e := &UnconfirmedError{Policy: l.policy.Name, Lease: lease, Err: err}
 	// ReleaseAt answers false without an error for a lease already gone
-	// (nothing holds the slot either way), and an error for one released
-	// on the primary alone (which frees the slot there).
+	// (nothing holds the slot either way).
 	_, rerr := l.ReleaseAt(rctx, now, lease)
 	if rerr == nil || errors.Is(rerr, replicawait.ErrNotReplicated) {
 		e.Released = true

@@ -83,15 +83,10 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err != nil {
-			s.log.Error("admin reset failed", "policy", req.Policy, "identity", identityLog(req.Identity), "error", err)
+			s.log.Error("admin reset failed", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "targeted", len(keys), "error", err)
 			s.fail(w, r, storeUnavailable(resetFailure(err, len(keys), i > 0)))
 			return
 		}
-	}
-	if notReplicated {
-		s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys), "replicated", false)
-		s.fail(w, r, notReplicatedProblem("the reset was applied: the Redis primary no longer holds the state of these layers, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still bring it back; sending the reset again is harmless"))
-		return
 	}
 	deleted := 0
 	for _, h := range held {
@@ -99,8 +94,28 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 			deleted++
 		}
 	}
-	s.log.Info("admin reset", "policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "keys", len(keys), "deleted", deleted)
+	// A reset that deleted nothing changed nothing a failover could
+	// bring back: it is answered 200, keys 0, whatever the replicas
+	// said (it was a 503 saying the reset was applied).
+	notReplicated = notReplicated && deleted > 0
+	// targeted is how many storage keys the reset covered, deleted how
+	// many of them held state (the answer's keys).
+	audit := []any{"policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "targeted", len(keys), "deleted", deleted}
+	if notReplicated {
+		s.log.Info("admin reset", append(audit, "replicated", false)...)
+		s.fail(w, r, notReplicatedProblem(fmt.Sprintf("the reset was applied: %s deleted on the Redis primary, which no longer holds the state of these layers, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still bring it back; sending the reset again is harmless", keyCount(deleted))))
+		return
+	}
+	s.log.Info("admin reset", audit...)
 	writeJSON(w, http.StatusOK, ResetResponse{Reset: layers, Keys: deleted})
+}
+
+// keyCount renders n keys: "1 key", "2 keys".
+func keyCount(n int) string {
+	if n == 1 {
+		return "1 key"
+	}
+	return strconv.Itoa(n) + " keys"
 }
 
 // maybeSent reports whether err, the error of a script call (never sent

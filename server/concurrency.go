@@ -222,6 +222,10 @@ func (s *Server) unconfirmedProblem(ctx context.Context, ue *concurrency.Unconfi
 		p.detail = "the lease was not granted: the Redis primary gave a slot, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could lose it; the slot has been released again, so nothing is held: acquire again after Retry-After"
 		return p
 	}
+	// Logged at most once per WarnEvery: the decision's log line above
+	// is shared by every indeterminate outcome.
+	s.warn.Error(ctx, "unconfirmed-release", "releasing an unconfirmed lease failed: its slot stays taken until the client releases it or its lease_ttl ends",
+		"limiter", ue.Policy, "lease_id", ue.Lease.ID, "error", ue.ReleaseErr)
 	p.detail = "the lease was not granted: the Redis primary gave a slot, but fewer of its replicas than --redis-wait-replicas confirmed it in time, and releasing it again failed; release lease_id (POST /v1/concurrency/release), or the slot stays taken until its lease_ttl ends"
 	p.leaseID = ue.Lease.ID
 	return p

@@ -244,11 +244,11 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		// is an unavailable store, not an indeterminate outcome.
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
-			detail: "the rate limit store failed after the " + op.name + " was sent, and its answer was lost; a " + op.name + " consumes nothing, so nothing was counted: send it again"}
+			detail: "the rate limit store failed while the " + op.name + " was being sent or answered; a " + op.name + " consumes nothing, so nothing was counted: send it again"}
 	case errors.Is(err, floodgate.ErrIndeterminate):
 		reason = reasonIndeterminate
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-indeterminate",
-			detail: "the rate limit store failed after the " + op.name + " was sent, and its answer was lost; " + op.mayHave}
+			detail: "the rate limit store failed while the " + op.name + " was being sent or answered, so it may or may not have been applied (often it was not: a new connection whose handshake timed out never sent it); " + op.mayHave}
 	case errors.Is(err, floodgate.ErrStoreFull):
 		// The client could not tell a full store from a down one (a
 		// re-walk): the type stays, the detail says which.
@@ -313,7 +313,13 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 // which (an outside walk saw 10 of 10 lease releases answered
 // store-timeout not applied, and released by a retry).
 func timeoutProblem(op operation) *problemError {
-	detail := "the " + op.name + " did not finish in time: its deadline ended before the store took it, so it was not applied and " + op.nothingDone() + "; send it again"
+	detail := "the " + op.name + " did not finish in time: its deadline ended before the store took it, so it was not applied and " + op.nothingDone()
+	if !strings.Contains(op.nothingDone(), " again") {
+		// What a lease release or renewal leaves says already to send
+		// it again (the release's detail ended "release it again later;
+		// send it again").
+		detail += "; send it again"
+	}
 	if op.readOnly() {
 		detail = "the " + op.name + " did not finish in time: its deadline ended before the store took it (it counts nothing): send it again"
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -195,4 +196,59 @@ func (e *env) scrapeLine(series string) string {
 		}
 	}
 	return ""
+}
+
+// TestLeaseReleasesWithBreakerOpenAreBounded: with Redis stopped and the
+// breaker open, at most server.MaxOpenReleases lease releases are
+// attempted at once; the others are answered 503 store-unavailable (the
+// lease still held) at once. Every release was attempted: an outside
+// walk saw 300 concurrent releases each wait out the decision timeout
+// (1.0-1.65 s), every pooled connection busy, and the goroutines grow
+// from 17 to 279.
+func TestLeaseReleasesWithBreakerOpenAreBounded(t *testing.T) {
+	rig := startLeaseRig(t, 300*time.Millisecond)
+	if err := syscall.Kill(rig.rs.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(rig.rs.Pid, syscall.SIGCONT) })
+	for i := range 12 {
+		rig.post("/v1/concurrency/acquire", server.AcquireRequest{Limiter: "jobs", Identity: id("user", fmt.Sprint("o", i))})
+	}
+	if got := rig.fb.BreakerState(); got != fallback.BreakerOpen {
+		t.Fatalf("breaker %v after 12 acquires with Redis stopped, want open", got)
+	}
+
+	const releases = 20
+	var wg sync.WaitGroup
+	type answer struct {
+		status int
+		kind   string
+		took   time.Duration
+	}
+	answers := make([]answer, releases)
+	for i := range releases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			r := rig.post("/v1/concurrency/release", server.LeaseRequest{Limiter: "jobs", Identity: id("user", fmt.Sprint("r", i)), LeaseID: fmt.Sprint("MADEUP", i)})
+			answers[i] = answer{r.status, problemOf(t, r).Type, time.Since(start)}
+		}()
+	}
+	wg.Wait()
+	prompt := 0
+	for _, a := range answers {
+		if a.status != http.StatusServiceUnavailable || a.kind != server.ProblemTypePrefix+"store-unavailable" && a.kind != server.ProblemTypePrefix+"store-timeout" && a.kind != server.ProblemTypePrefix+"store-indeterminate" {
+			t.Fatalf("release with Redis stopped: %+v, want a 503", a)
+		}
+		if a.took < 150*time.Millisecond {
+			if a.kind != server.ProblemTypePrefix+"store-unavailable" {
+				t.Fatalf("release refused at once: %+v, want 503 store-unavailable", a)
+			}
+			prompt++
+		}
+	}
+	if want := releases - server.MaxOpenReleases; prompt < want {
+		t.Fatalf("%d of %d concurrent releases with the breaker open answered within 150ms, want at least %d (all but server.MaxOpenReleases): %+v", prompt, releases, want, answers)
+	}
 }

@@ -296,6 +296,8 @@ type Server struct {
 	adminGuard *adminGuard
 	xorigin    *crossorigin.Trusted
 	hosts      *allowedHosts // nil: every Host
+
+	openReleases chan struct{} // MaxOpenReleases (guardRelease)
 }
 
 // New returns a Server deciding with lim under the configuration held by
@@ -377,7 +379,7 @@ func New(lim *floodgate.Limiter, cfg *config.Holder, opts Options) (*Server, err
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
-	s := &Server{ticks: deadline.New(), lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics,
+	s := &Server{ticks: deadline.New(), openReleases: make(chan struct{}, MaxOpenReleases), lim: lim, cfg: cfg, opts: opts, log: opts.Logger, assign: opts.Assignments, metrics: m, decided: opts.Metrics,
 		quotaStore: opts.QuotaStore, leaseStore: opts.ConcurrencyStore, closing: make(chan struct{})}
 	if s.quotaStore == nil {
 		if s.quotaStore, err = quota.NewMemoryStore(quota.MemoryOptions{}); err != nil {

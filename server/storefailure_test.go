@@ -71,13 +71,13 @@ func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
 		detail    []string // each in the problem's detail
 	}{
 		{"/v1/quota/status", server.QuotaStatusRequest{Quota: "hundred", Identity: u}, "store-unavailable", "quota status",
-			[]string{"after the quota status was sent, and its answer was lost", "nothing was counted"}},
+			[]string{"while the quota status was being sent or answered", "nothing was counted"}},
 		{"/v1/peek", server.PeekRequest{Policy: "api", Identity: u}, "store-unavailable", "peek",
-			[]string{"after the peek was sent, and its answer was lost", "nothing was counted"}},
+			[]string{"while the peek was being sent or answered", "nothing was counted"}},
 		{"/v1/concurrency/release", server.LeaseRequest{Limiter: "five", Identity: u, LeaseID: lease.LeaseID}, "store-indeterminate", "lease release",
-			[]string{"after the lease release was sent", "the lease may have been released: release it again"}},
+			[]string{"while the lease release was being sent or answered, so it may or may not have been applied", "the lease may have been released: release it again"}},
 		{"/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u}, "store-indeterminate", "quota check",
-			[]string{"after the quota check was sent", "it may have been counted"}},
+			[]string{"while the quota check was being sent or answered, so it may or may not have been applied", "it may have been counted"}},
 	}
 	for _, tc := range tests {
 		r := e.post(tc.path, tc.body)

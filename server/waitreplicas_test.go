@@ -146,3 +146,59 @@ func TestQuotaRestoreNotReplicatedAudited(t *testing.T) {
 		}
 	}
 }
+
+// TestResetNotReplicatedSaysWhatItDeleted: under --redis-wait-replicas
+// with no replica to confirm, a reset that deleted nothing (the identity
+// had no state) is answered 200, keys 0: it changed nothing a failover
+// could bring back. One that deleted state is a 503 store-not-replicated
+// saying how many keys it deleted. Both are logged with targeted (the
+// keys covered) and deleted (those that held state). A reset of nothing
+// was a 503 saying "the reset was applied", its log line had keys (the
+// keys targeted) and no deleted, while a success's keys meant deleted.
+func TestResetNotReplicatedSaysWhatItDeleted(t *testing.T) {
+	st, rs := redisStore(t)
+	c := rs.Client(t)
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	e := start(t, limits, st, func(o *server.Options) {
+		o.Resetters = []server.Resetter{server.RedisResetter{Client: c, Writer: w}}
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	u := id("user", "reset-nr")
+	body := server.ResetRequest{Policy: "api", Identity: u}
+
+	r := e.do("POST", "/admin/v1/reset", testToken, body)
+	var rr server.ResetResponse
+	if r.status != http.StatusOK || json.Unmarshal(r.body, &rr) != nil || rr.Keys != 0 {
+		t.Fatalf("reset of an identity without state, no replica: %d %s; want 200, keys 0", r.status, r.body)
+	}
+	e.check("api", u, 1)
+	r = e.do("POST", "/admin/v1/reset", testToken, body)
+	p := problemOf(t, r)
+	if r.status != http.StatusServiceUnavailable || p.Type != server.ProblemTypePrefix+"store-not-replicated" || !strings.HasPrefix(p.Detail, "the reset was applied: 1 key deleted on the Redis primary") {
+		t.Fatalf("reset after a decision, no replica: %d %+v; want 503 store-not-replicated saying 1 key was deleted", r.status, p)
+	}
+
+	var audits []map[string]any
+	for line := range bytes.Lines([]byte(logs.String())) {
+		var rec map[string]any
+		if json.Unmarshal(line, &rec) == nil && rec["msg"] == "admin reset" {
+			audits = append(audits, rec)
+		}
+	}
+	if len(audits) != 2 {
+		t.Fatalf("%d admin reset lines, want 2:\n%s", len(audits), logs.String())
+	}
+	for i, want := range []struct {
+		deleted    float64
+		replicated any
+	}{{0, nil}, {1, false}} {
+		a := audits[i]
+		if a["targeted"] != float64(1) || a["deleted"] != want.deleted || a["replicated"] != want.replicated || a["keys"] != nil {
+			t.Errorf("admin reset line %d: %v; want targeted 1, deleted %v, replicated %v, no keys", i+1, a, want.deleted, want.replicated)
+		}
+	}
+}
