@@ -236,19 +236,26 @@ func TestLeaseReleasesWithBreakerOpenAreBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	prompt := 0
+	// Counted by kind, not by time: a release refused by the bound is
+	// answered store-unavailable (the breaker's refusal), one attempted
+	// waits out the decision timeout against the stopped Redis and is
+	// answered store-timeout or store-indeterminate. A release started
+	// late, once an attempt ended, may be attempted too: the bound is
+	// on releases in flight, so at most twice it here.
+	refused, attempted := 0, 0
 	for _, a := range answers {
-		if a.status != http.StatusServiceUnavailable || a.kind != server.ProblemTypePrefix+"store-unavailable" && a.kind != server.ProblemTypePrefix+"store-timeout" && a.kind != server.ProblemTypePrefix+"store-indeterminate" {
+		switch {
+		case a.status != http.StatusServiceUnavailable:
 			t.Fatalf("release with Redis stopped: %+v, want a 503", a)
-		}
-		if a.took < 150*time.Millisecond {
-			if a.kind != server.ProblemTypePrefix+"store-unavailable" {
-				t.Fatalf("release refused at once: %+v, want 503 store-unavailable", a)
-			}
-			prompt++
+		case a.kind == server.ProblemTypePrefix+"store-unavailable":
+			refused++
+		case a.kind == server.ProblemTypePrefix+"store-timeout", a.kind == server.ProblemTypePrefix+"store-indeterminate":
+			attempted++
+		default:
+			t.Fatalf("release with Redis stopped: %+v, want 503 store-unavailable, store-timeout or store-indeterminate", a)
 		}
 	}
-	if want := releases - server.MaxOpenReleases; prompt < want {
-		t.Fatalf("%d of %d concurrent releases with the breaker open answered within 150ms, want at least %d (all but server.MaxOpenReleases): %+v", prompt, releases, want, answers)
+	if attempted == 0 || attempted > 2*server.MaxOpenReleases {
+		t.Fatalf("%d of %d concurrent releases with the breaker open were attempted on Redis (%d refused at once), want 1..%d (server.MaxOpenReleases in flight): %+v", attempted, releases, refused, 2*server.MaxOpenReleases, answers)
 	}
 }
