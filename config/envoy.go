@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -275,9 +274,10 @@ func parseEnvoy(files []file) (*envoyrls.Config, error) {
 
 // ReadEnvoyFile reads an Envoy descriptor file of at most
 // envoyrls.MaxConfigSize bytes, as EnvoyReloader does; a larger one is an
-// *envoyrls.ConfigError naming it.
+// *envoyrls.ConfigError naming it. A path that is not a regular file once
+// symbolic links are followed is refused unread, as ReadFile refuses it.
 func ReadEnvoyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,7 @@ func Parse(data []byte, filename string) (*Config, error) {
 	}
 	p := &parser{file: filename}
 	p.noTags(&doc)
+	p.noMergeKeys(&doc)
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
@@ -133,6 +134,25 @@ func (p *parser) noTags(n *yaml.Node) {
 	}
 	for _, c := range n.Content {
 		p.noTags(c)
+	}
+}
+
+// noMergeKeys reports every YAML merge key (<<: *base, <<: [*a, *b]):
+// the fields checks would refuse it as an unknown field "<<", which does
+// not say that merging is what is not supported.
+func (p *parser) noMergeKeys(n *yaml.Node) {
+	if n == nil || n.Kind == yaml.AliasNode {
+		return
+	}
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+				p.errorf(k, "YAML merge keys (<<) are not supported: write the mapping's fields out (an alias can stand for a whole value, such as a whole layer)")
+			}
+		}
+	}
+	for _, c := range n.Content {
+		p.noMergeKeys(c)
 	}
 }
 

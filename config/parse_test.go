@@ -465,3 +465,17 @@ func TestParseAliasedLayerErrorsOnce(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestParseRefusesMergeKeys: a YAML merge key (<<: *b) is refused as
+// one, where it was refused as unknown field "<<", which did not say that
+// merging is what is not supported.
+func TestParseRefusesMergeKeys(t *testing.T) {
+	doc := "version: \"1\"\npolicies:\n  - name: p0\n    layers:\n" +
+		"      - &b {name: x, algorithm: fixed_window, limit: 5, window: 1m, dimension: user}\n" +
+		"  - name: p1\n    layers:\n      - <<: *b\n        limit: 10\n"
+	_, err := config.Parse([]byte(doc), "ff.yaml")
+	want := `ff.yaml:8:9: YAML merge keys (<<) are not supported: write the mapping's fields out (an alias can stand for a whole value, such as a whole layer)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -554,17 +555,19 @@ func RegularFile(path string) error {
 	return notRegular(path, fi)
 }
 
-// notRegular is RegularFile's error for path, whose os.Stat is fi.
+// notRegular is RegularFile's error for path, whose os.Stat is fi. The
+// reason fits the kind: a directory holds no document, and the read of a
+// named pipe, a device or a socket may never end.
 func notRegular(path string, fi os.FileInfo) error {
 	m := fi.Mode()
 	var what string
 	switch {
 	case m.IsRegular():
 		return nil
+	case m.IsDir():
+		return fmt.Errorf("%s is a directory: want a regular file (or a symbolic link to one) holding the document", path)
 	case m&os.ModeNamedPipe != 0:
 		what = "a named pipe"
-	case m.IsDir():
-		what = "a directory"
 	case m&os.ModeSocket != 0:
 		what = "a socket"
 	case m&os.ModeDevice != 0:
@@ -572,12 +575,41 @@ func notRegular(path string, fi os.FileInfo) error {
 	default:
 		what = fmt.Sprintf("not a regular file (mode %v)", m)
 	}
-	return fmt.Errorf("%s is %s: want a regular file (or a symbolic link to one); it is not opened, since its read may never end and a document is read again at each change and SIGHUP: write a generated document to a file", path, what)
+	return fmt.Errorf("%s is %s: want a regular file (or a symbolic link to one); it is not read, since its read may never end and a document is read again at each change and SIGHUP: write a generated document to a file", path, what)
 }
 
-// ReadFile reads a configuration file of at most MaxSize bytes.
+// openRegular opens path for reading when it is a regular file once
+// symbolic links are followed, and otherwise returns notRegular's error
+// without reading it. It opens without blocking (O_NONBLOCK: a named pipe
+// opens at once, with or without a writer) and checks the opened file
+// itself, so a file swapped for a pipe between a check and the open is
+// refused too, where a blocking open would wait for a writer for good.
+// O_NONBLOCK changes nothing in the reads of a regular file.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		// A socket cannot be opened (ENXIO): say what it is.
+		if fi, serr := os.Stat(path); serr == nil && !fi.Mode().IsRegular() {
+			return nil, notRegular(path, fi)
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = notRegular(path, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReadFile reads a configuration file of at most MaxSize bytes. A path
+// that is not a regular file once symbolic links are followed is refused
+// unread, with RegularFile's error (see openRegular).
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}

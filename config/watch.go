@@ -63,8 +63,10 @@ func (e *invalidFile) Unwrap() error { return e.err }
 // the last catches a rewrite in place that keeps the size and puts the
 // old modification time back (cp -p, rsync --inplace -t). A file that is
 // not a regular file once symbolic links are followed (a named pipe, a
-// device, a directory) is never opened, since its read may never end: it
-// fails the poll as an unreadable one does. A failure to list, stat or read
+// device, a directory) is never read, since its read may never end: it
+// fails the poll as an unreadable one does. read must refuse one too
+// (ReadFile and ReadEnvoyFile do, checking the file they opened): one may
+// take the file's place between the stat and the read. A failure to list, stat or read
 // returns the error and makes the next poll read everything again, but for
 // a file whose content is at fault (see invalid): that returns an
 // *invalidFile and true, and the next poll reads again only once the files

@@ -180,53 +180,99 @@ func inputName(file string) string {
 }
 
 // configInput reads the files config validate and push are given, and
-// standard input for the file "-" (read once, however often it is given).
+// standard input for the file "-", each once however often it is asked
+// for: a pipe (<(command), /dev/stdin, -) holds nothing for a second
+// read. Unlike serve, which refuses them, it reads pipes and devices: it
+// reads each file once, from start to end or the size limit.
 type configInput struct {
 	stdin io.Reader
-	done  bool
-	data  []byte
-	err   error
+	files map[string]*inputFile
 }
 
-// read reads file (standard input for "-") within the size limit of an
-// Envoy descriptor file (envoy) or of a policies file.
-func (in *configInput) read(file string, envoy bool) ([]byte, error) {
-	if file != "-" {
-		if envoy {
-			return config.ReadEnvoyFile(file)
+// inputFile is one file as read: its first envoyrls.MaxConfigSize+1 bytes
+// (the larger size limit, and one byte past it), its size when it is a
+// regular file (else -1), or why it could not be read.
+type inputFile struct {
+	data []byte
+	size int64
+	err  error
+}
+
+// get reads file (standard input for "-") the first time it is asked for,
+// and returns what that read found every time.
+func (in *configInput) get(file string) *inputFile {
+	if f, ok := in.files[file]; ok {
+		return f
+	}
+	f := &inputFile{size: -1}
+	if file == "-" {
+		f.data, f.err = io.ReadAll(io.LimitReader(in.stdin, envoyrls.MaxConfigSize+1))
+		if f.err != nil {
+			f.err = fmt.Errorf("reading standard input: %w", f.err)
 		}
-		return config.ReadFile(file)
+	} else {
+		f.data, f.size, f.err = readInput(file)
 	}
-	if !in.done {
-		in.done = true
-		in.data, in.err = io.ReadAll(io.LimitReader(in.stdin, envoyrls.MaxConfigSize+1))
+	if in.files == nil {
+		in.files = map[string]*inputFile{}
 	}
-	switch {
-	case in.err != nil:
-		return nil, fmt.Errorf("reading standard input: %w", in.err)
-	case envoy && len(in.data) > envoyrls.MaxConfigSize:
-		return nil, &envoyrls.ConfigError{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes (max for an Envoy descriptor file)", envoyrls.MaxConfigSize)}
-	case !envoy && len(in.data) > config.MaxSize:
-		return nil, &config.Error{File: stdinName, Msg: fmt.Sprintf("file is larger than %d bytes (max for a policies file)", config.MaxSize)}
+	in.files[file] = f
+	return f
+}
+
+// readInput reads file's first envoyrls.MaxConfigSize+1 bytes, and
+// returns its size when it is a regular file, else -1.
+func readInput(file string) ([]byte, int64, error) {
+	fh, err := os.Open(file)
+	if err != nil {
+		return nil, -1, err
 	}
-	return in.data, nil
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, envoyrls.MaxConfigSize+1))
+	if err != nil {
+		return nil, -1, err
+	}
+	size := int64(-1)
+	if fi, err := fh.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	return data, size, nil
+}
+
+// read returns file's content (standard input for "-") within the size
+// limit of an Envoy descriptor file (envoy) or of a policies file; a
+// larger file is an *envoyrls.ConfigError or a *config.Error naming it,
+// with its size when it is a regular file.
+func (in *configInput) read(file string, envoy bool) ([]byte, error) {
+	f := in.get(file)
+	if f.err != nil {
+		return nil, f.err
+	}
+	limit, what := config.MaxSize, "a policies file"
+	if envoy {
+		limit, what = envoyrls.MaxConfigSize, "an Envoy descriptor file"
+	}
+	if len(f.data) <= limit {
+		return f.data, nil
+	}
+	msg := fmt.Sprintf("file is larger than %d bytes (max for %s)", limit, what)
+	if f.size > int64(limit) {
+		msg = fmt.Sprintf("file is %d bytes (max %d for %s)", f.size, limit, what)
+	}
+	if envoy {
+		return nil, &envoyrls.ConfigError{File: inputName(file), Msg: msg}
+	}
+	return nil, &config.Error{File: inputName(file), Msg: msg}
 }
 
 // head returns the first envoyrls.MaxConfigSize bytes of file (standard
 // input for "-"), however large it is.
 func (in *configInput) head(file string) ([]byte, error) {
-	if file == "-" {
-		if _, err := in.read(file, true); err != nil && in.err != nil {
-			return nil, err
-		}
-		return in.data[:min(len(in.data), envoyrls.MaxConfigSize)], nil
+	f := in.get(file)
+	if f.err != nil {
+		return nil, f.err
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, envoyrls.MaxConfigSize))
+	return f.data[:min(len(f.data), envoyrls.MaxConfigSize)], nil
 }
 
 // isEnvoy reports a file with a top-level domain and no top-level

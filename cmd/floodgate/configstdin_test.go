@@ -97,3 +97,38 @@ func TestConfigValidateWarnsWithoutVersion(t *testing.T) {
 		t.Errorf("a file with a version: stderr %q", errOut)
 	}
 }
+
+// TestConfigValidatePipe: validate reads a pipe given by name
+// (<(command) is /dev/fd/N, cat s.yaml | ... /dev/stdin) once, and tells
+// an Envoy descriptor file from a policies file by those bytes: it read
+// the first bytes to tell them apart, then the file again, and the pipe's
+// second read was empty ("empty document: want a mapping with a policies
+// list", exit 1, for a valid document).
+func TestConfigValidatePipe(t *testing.T) {
+	envoyDoc := "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	for _, tc := range []struct{ doc, want string }{
+		{e2eConfig, `/dev/fd/3: OK (version "1", 2 policies`},
+		{envoyDoc, `/dev/fd/3: OK (Envoy descriptors, domain "edge", 1 rule)`},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, _ = w.WriteString(tc.doc)
+			w.Close()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, binary(t), "config", "validate", "/dev/fd/3")
+		cmd.ExtraFiles = []*os.File{r} // descriptor 3 in the child
+		out, err := cmd.CombinedOutput()
+		cancel()
+		r.Close()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("validate /dev/fd/3 (a pipe): %v, output %q; want %q", err, out, tc.want)
+		}
+	}
+	if code, out, errOut := runWithStdin(t, e2eConfig, "config", "validate", "/dev/stdin"); code != 0 || !strings.Contains(out, `/dev/stdin: OK (version "1", 2 policies`) {
+		t.Errorf("validate /dev/stdin (a pipe): exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -431,9 +431,9 @@ func initialHolder(ctx context.Context, f serveFlags, b *backend, keys config.Ke
 	var err error
 	switch {
 	case f.configFile != "":
-		// A named pipe (<(command), /dev/stdin) is refused unopened: its
+		// A named pipe (<(command), /dev/stdin) is refused unread: its
 		// first read could wait forever, and every later one, at each
-		// poll, finds it empty.
+		// poll, finds it empty. LoadFile refuses one swapped in since.
 		if err := config.RegularFile(f.configFile); err != nil {
 			return nil, fmt.Errorf("--config %w", err)
 		}
