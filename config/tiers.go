@@ -139,6 +139,9 @@ type RedisAssignments struct {
 	max    int
 	mu     sync.Mutex
 	cache  map[string]cached
+	// gen counts ExpireAll calls: an answer read across one (from the
+	// primary left, maybe) is cached stale.
+	gen uint64
 }
 
 type cached struct {
@@ -201,6 +204,7 @@ func (a *RedisAssignments) FreshTier(ctx context.Context, dimension, value strin
 
 // read asks Redis for field f and caches the answer.
 func (a *RedisAssignments) read(ctx context.Context, f string, now time.Time) (string, bool, error) {
+	gen := a.generation()
 	var tier string
 	var err error
 	read := func(ctx context.Context) error {
@@ -227,10 +231,10 @@ func (a *RedisAssignments) read(ctx context.Context, f string, now time.Time) (s
 	case err != nil:
 		return "", false, fmt.Errorf("config: reading tier assignment: %w", err)
 	case tier == "":
-		a.remember(f, cached{expires: now.Add(a.ttl)})
+		a.remember(f, cached{expires: now.Add(a.ttl)}, gen)
 		return "", false, nil
 	}
-	a.remember(f, cached{tier: tier, ok: true, expires: now.Add(a.ttl)})
+	a.remember(f, cached{tier: tier, ok: true, expires: now.Add(a.ttl)}, gen)
 	return tier, true, nil
 }
 
@@ -243,6 +247,7 @@ func (a *RedisAssignments) read(ctx context.Context, f string, now time.Time) (s
 func (a *RedisAssignments) ExpireAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.gen++
 	for k, c := range a.cache {
 		c.expires = time.Time{}
 		a.cache[k] = c
@@ -263,15 +268,26 @@ func (a *RedisAssignments) LastKnown(dimension, value string) (tier string, ok, 
 	return c.tier, c.ok, hit
 }
 
-// remember caches c for field f. A full cache first drops its expired
+// generation returns the count of ExpireAll calls so far.
+func (a *RedisAssignments) generation() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gen
+}
+
+// remember caches c for field f, stale when ExpireAll ran since gen was
+// read (the answer may come from the primary left). A full cache first drops its expired
 // entries and then, if that left more than three quarters of MaxEntries,
 // arbitrary others down to that: each pass over the cache is paid for by
 // at least a quarter of MaxEntries new entries, so a stream of new
 // identities cannot make every lookup scan the whole cache (as dropping
 // only the few entries that had just expired did).
-func (a *RedisAssignments) remember(f string, c cached) {
+func (a *RedisAssignments) remember(f string, c cached, gen uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if gen != a.gen {
+		c.expires = time.Time{}
+	}
 	if _, ok := a.cache[f]; !ok && len(a.cache) >= a.max {
 		now := time.Now()
 		keep := a.max - max(a.max/4, 1)
@@ -309,11 +325,12 @@ func (a *RedisAssignments) SetTier(ctx context.Context, dimension, value, tier s
 	if err := checkTierName(tier); err != nil {
 		return err
 	}
+	gen := a.generation()
 	_, err = setTierScript.Run(ctx, a.writer, []string{a.key}, f, tier)
 	if err != nil && !errors.Is(err, replicawait.ErrNotReplicated) {
 		return fmt.Errorf("config: storing tier assignment: %w", err)
 	}
-	a.remember(f, cached{tier: tier, ok: tier != "", expires: time.Now().Add(a.ttl)})
+	a.remember(f, cached{tier: tier, ok: tier != "", expires: time.Now().Add(a.ttl)}, gen)
 	if err != nil {
 		return fmt.Errorf("config: storing tier assignment: %w", err)
 	}
