@@ -94,15 +94,19 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 			deleted++
 		}
 	}
-	// A reset that deleted nothing changed nothing a failover could
-	// bring back: it is answered 200, keys 0, whatever the replicas
-	// said (it was a 503 saying the reset was applied).
-	notReplicated = notReplicated && deleted > 0
 	// targeted is how many storage keys the reset covered, deleted how
 	// many of them held state (the answer's keys).
 	audit := []any{"policy", req.Policy, "identity", identityLog(req.Identity), "layers", layers, "targeted", len(keys), "deleted", deleted}
 	if notReplicated {
 		s.log.Info("admin reset", append(audit, "replicated", false)...)
+		if deleted == 0 {
+			// Nothing deleted now, but the replicas did not confirm
+			// the primary's writes so far, which may hold an earlier
+			// reset's deletion (this one sent again after its 503):
+			// a 200 would say the state is gone for good.
+			s.fail(w, r, notReplicatedProblem("the reset deleted nothing: the Redis primary holds no state for these layers (reset already, or never counted), but fewer of its replicas than --redis-wait-replicas confirmed the primary's writes so far in time, and those may include an earlier reset's deletion, which a failover could still undo; send the reset again once the replicas have caught up"))
+			return
+		}
 		s.fail(w, r, notReplicatedProblem(fmt.Sprintf("the reset was applied: %s deleted on the Redis primary, which no longer holds the state of these layers, but fewer of its replicas than --redis-wait-replicas confirmed it in time, so a failover could still bring it back; sending the reset again is harmless", keyCount(deleted))))
 		return
 	}

@@ -171,15 +171,21 @@ func TestResetNotReplicatedSaysWhatItDeleted(t *testing.T) {
 	body := server.ResetRequest{Policy: "api", Identity: u}
 
 	r := e.do("POST", "/admin/v1/reset", testToken, body)
-	var rr server.ResetResponse
-	if r.status != http.StatusOK || json.Unmarshal(r.body, &rr) != nil || rr.Keys != 0 {
-		t.Fatalf("reset of an identity without state, no replica: %d %s; want 200, keys 0", r.status, r.body)
+	p := problemOf(t, r)
+	if r.status != http.StatusServiceUnavailable || p.Type != server.ProblemTypePrefix+"store-not-replicated" || !strings.HasPrefix(p.Detail, "the reset deleted nothing: ") || !strings.Contains(p.Detail, "may include an earlier reset's deletion") {
+		t.Fatalf("reset of an identity without state, no replica: %d %+v; want 503 store-not-replicated saying it deleted nothing and the replicas may lack an earlier deletion", r.status, p)
 	}
 	e.check("api", u, 1)
 	r = e.do("POST", "/admin/v1/reset", testToken, body)
-	p := problemOf(t, r)
+	p = problemOf(t, r)
 	if r.status != http.StatusServiceUnavailable || p.Type != server.ProblemTypePrefix+"store-not-replicated" || !strings.HasPrefix(p.Detail, "the reset was applied: 1 key deleted on the Redis primary") {
 		t.Fatalf("reset after a decision, no replica: %d %+v; want 503 store-not-replicated saying 1 key was deleted", r.status, p)
+	}
+	// Sent again, as the 503 invites: nothing left to delete, but the
+	// first deletion is still unconfirmed.
+	r = e.do("POST", "/admin/v1/reset", testToken, body)
+	if p = problemOf(t, r); r.status != http.StatusServiceUnavailable || !strings.HasPrefix(p.Detail, "the reset deleted nothing: ") {
+		t.Fatalf("reset sent again, no replica: %d %+v; want 503 store-not-replicated: the first deletion is not confirmed", r.status, p)
 	}
 
 	var audits []map[string]any
@@ -189,13 +195,13 @@ func TestResetNotReplicatedSaysWhatItDeleted(t *testing.T) {
 			audits = append(audits, rec)
 		}
 	}
-	if len(audits) != 2 {
-		t.Fatalf("%d admin reset lines, want 2:\n%s", len(audits), logs.String())
+	if len(audits) != 3 {
+		t.Fatalf("%d admin reset lines, want 3:\n%s", len(audits), logs.String())
 	}
 	for i, want := range []struct {
 		deleted    float64
 		replicated any
-	}{{0, nil}, {1, false}} {
+	}{{0, false}, {1, false}, {0, false}} {
 		a := audits[i]
 		if a["targeted"] != float64(1) || a["deleted"] != want.deleted || a["replicated"] != want.replicated || a["keys"] != nil {
 			t.Errorf("admin reset line %d: %v; want targeted 1, deleted %v, replicated %v, no keys", i+1, a, want.deleted, want.replicated)
