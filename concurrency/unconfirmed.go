@@ -54,8 +54,10 @@ const UnconfirmedReleaseTimeout = 500 * time.Millisecond
 // neither ctx's deadline nor its cancellation (a caller gone must not
 // leave the slot taken), and is sent without waiting for replicas
 // (replicawait.WithoutWait): a deletion frees the slot on the primary
-// whatever they say, and a failover that loses the release also loses
-// the acquire it undoes. Under load it queued behind the operations
+// whatever they say. A replica that got the acquire (WAIT counted fewer
+// than required, but not none) and not yet the release could, promoted,
+// hold the lease until its lease TTL: the cost of not waiting, against a
+// slot left taken on the primary for every acquire refused. Under load it queued behind the operations
 // waiting for replicas (replicawait's MaxConcurrent places) inside what
 // the acquire left of its deadline, and failed: an outside walk saw 50
 // concurrent acquirers against a frozen replica leave every slot taken
