@@ -63,6 +63,9 @@ type Limit struct {
 	// metricKey is the stats key for this request when it differs from
 	// StatKey (detailed_metric, value_to_metric, share_threshold).
 	metricKey string
+	// domain is the request's domain, which starts StatKey and
+	// metricKey (followed by "."); set by Match.
+	domain string
 }
 
 // MetricKey returns the stats key a decision under l is counted under.

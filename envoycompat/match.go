@@ -27,6 +27,7 @@ func (c *Config) Match(domain string, desc *ratelimitv3.RateLimitDescriptor) *Li
 		key := overrideKey(domain, desc)
 		return &Limit{
 			StatKey: key,
+			domain:  domain,
 			Proto:   &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())},
 		}
 	}
@@ -107,6 +108,7 @@ func (c *Config) Match(domain string, desc *ratelimitv3.RateLimitDescriptor) *Li
 	if found == nil {
 		return nil
 	}
+	found.domain = domain
 	switch {
 	case found.DetailedMetric && len(found.sharePattern) > 0:
 		var b strings.Builder

@@ -141,8 +141,7 @@ func (m *Metrics) add(l *Limit, stat string, n uint64) {
 	if m == nil || n == 0 {
 		return
 	}
-	full := statName(utf8Text(l.MetricKey()))
-	domain, key, _ := strings.Cut(full, ".")
+	domain, key := metricLabels(l)
 	m.mu.Lock()
 	k := [2]string{domain, key}
 	if !m.series[k] {
@@ -154,6 +153,21 @@ func (m *Metrics) add(l *Limit, stat string, n uint64) {
 	}
 	m.mu.Unlock()
 	m.perLimit.WithLabelValues(k[0], k[1], stat).Add(float64(n))
+}
+
+// metricLabels returns the domain and key labels of l's series: its
+// domain and its stats key without the domain, each named as theirs
+// names a stat (statName). A domain holding dots (api.example.com) is
+// the whole domain, as in domain_not_found: cut at the stats key's
+// first '.', it was "api" and the key "example.com.foo".
+func metricLabels(l *Limit) (domain, key string) {
+	full := l.MetricKey()
+	if l.domain != "" && strings.HasPrefix(full, l.domain+".") {
+		domain, key = l.domain, full[len(l.domain)+1:]
+	} else {
+		domain, key, _ = strings.Cut(full, ".") // a Limit not from Match
+	}
+	return statName(utf8Text(domain)), statName(utf8Text(key))
 }
 
 // utf8Text is s where text must be UTF-8: a label value (Prometheus

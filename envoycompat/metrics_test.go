@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -161,5 +162,48 @@ func TestMetricLabelsNamedAsTheirStats(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.notFound.WithLabelValues("un_known_d")); got != 1 {
 		t.Errorf("domain un_known_d = %v, want 1", got)
+	}
+}
+
+// TestMetricLabelsKeepDottedDomains: a domain holding dots is the domain
+// label whole, as domain_not_found names it, and the key label is the
+// stats key without it, each named as theirs names a stat. The labels
+// were cut at the stats key's first '.': domain api.example.com, key foo
+// gave domain "api" and key "example.com.foo".
+func TestMetricLabelsKeepDottedDomains(t *testing.T) {
+	cfg, err := Load([]File{
+		{Name: "a.yaml", Data: []byte("domain: api.example.com\ndescriptors:\n  - key: foo\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")},
+		{Name: "b.yaml", Data: []byte("domain: 10.0.0.1\ndescriptors:\n  - key: remote_address\n    value_to_metric: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")},
+	}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		domain, key, value  string
+		wantDomain, wantKey string
+	}{
+		{"api.example.com", "foo", "", "api.example.com", "foo"},
+		{"10.0.0.1", "remote_address", "10.0.0.2", "10_0_0_1", "remote_address_10_0_0_2"},
+	} {
+		d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: tc.key, Value: tc.value}}}
+		l := cfg.Match(tc.domain, d)
+		if l == nil {
+			t.Fatalf("%s %s: no limit", tc.domain, tc.key)
+		}
+		m.add(l, statTotalHits, 1)
+		if got := testutil.ToFloat64(m.perLimit.WithLabelValues(tc.wantDomain, tc.wantKey, statTotalHits)); got != 1 {
+			t.Errorf("%s %s: series domain=%q key=%q = %v, want 1", tc.domain, tc.key, tc.wantDomain, tc.wantKey, got)
+		}
+	}
+	if got := testutil.CollectAndCount(m.perLimit); got != 2 {
+		t.Errorf("%d per-limit series, want 2", got)
+	}
+	m.domainNotFound("api.example.com")
+	if got := testutil.ToFloat64(m.notFound.WithLabelValues("api.example.com")); got != 1 {
+		t.Errorf("domain_not_found api.example.com = %v, want 1", got)
 	}
 }

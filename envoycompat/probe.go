@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,21 +36,24 @@ func (e *NodeError) Unwrap() error { return e.Err }
 
 // Probe reports whether the store can decide, as envoy-compat's health
 // check asks it: err is nil when Client, and PerSecond when set, each
-// answer a read (GET of ProbeKey, bounded as Get is).
+// answer a read (GET of ProbeKey, bounded as Get is). Probe's calls are
+// serialised.
 //
 // A Redis Cluster client answers when at least one of its primaries does:
-// each primary of the slot map is asked on its own connection, all at
-// once, and one that answers the GET, or redirects it (MOVED or ASK: the
-// key's slot is another primary's), serves the slots it holds; a primary
+// each primary of the slot map (listed again every probeRelist, or after
+// a probe that saw one fail) is asked on its own connection, all at once,
+// and one that answers the GET, or redirects it (MOVED or ASK: the key's
+// slot is another primary's), serves the slots it holds; a primary
 // replying CLUSTERDOWN (the cluster lost a primary and requires full
 // coverage) or not reachable does not. down then names each primary that
-// failed while another answered: the decisions on its slots fail, the
-// others' are made. A cluster none of whose primaries answers (or whose
-// slot map cannot be read) is err, joining each primary's failure. The
-// GET of a single key, which the probe used to be, asked only the primary
-// of that key's slot (7639): with it down the service was unhealthy while
-// the other primaries made two thirds of the decisions, and with another
-// one down it stayed healthy.
+// failed while another answered, in address order: the decisions on its
+// slots fail, the others' are made. A cluster none of whose primaries
+// answers (or whose slot map cannot be read) is err, joining each
+// primary's failure in address order. The GET of a single key, which the
+// probe used to be, asked only the primary of that key's slot (7639):
+// with it down the service was unhealthy while the other primaries made
+// two thirds of the decisions, and with another one down it stayed
+// healthy.
 func (s *RedisStore) Probe(ctx context.Context) (down []*NodeError, err error) {
 	if s.Client == nil {
 		return nil, errors.New("envoycompat: RedisStore.Client is nil")
@@ -69,7 +74,9 @@ func (s *RedisStore) Probe(ctx context.Context) (down []*NodeError, err error) {
 		if t := s.timeout(perSecond); t > 0 {
 			gctx, cancel = context.WithTimeout(ctx, t)
 		}
-		d, err := probeCluster(gctx, cc)
+		s.probeMu.Lock()
+		d, err := probeCluster(gctx, cc, &s.probes[b2i(perSecond)])
+		s.probeMu.Unlock()
 		cancel()
 		if err != nil {
 			return nil, err
@@ -79,43 +86,71 @@ func (s *RedisStore) Probe(ctx context.Context) (down []*NodeError, err error) {
 	return down, nil
 }
 
-// probeCluster asks every primary of cc's slot map for ProbeKey on its own
-// connection: the primaries that failed, and an error when none answered.
-func probeCluster(ctx context.Context, cc *redis.ClusterClient) ([]*NodeError, error) {
-	// ForEachMaster reloads the slot map first, from a node of its
-	// choosing (a stalled one would take the whole probe's time): the
-	// reload gets a third of it, falling back to the map cached.
-	lctx, cancel := context.WithTimeout(ctx, listingTime(ctx))
-	var mu sync.Mutex
-	var nodes []*redis.Client
-	err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
-		mu.Lock()
-		nodes = append(nodes, n)
-		mu.Unlock()
-		return nil
-	})
-	cancel()
-	if len(nodes) == 0 {
-		if err == nil {
-			err = errors.New("no primary in the slot map")
+// probeRelist is how long Probe asks the same Cluster primaries before
+// it lists them again from a freshly loaded slot map (CLUSTER SLOTS):
+// sooner after a probe that saw a primary fail or a node client closed.
+const probeRelist = 30 * time.Second
+
+// probeTargets is the primaries a Cluster client's probes ask, as
+// listed last.
+type probeTargets struct {
+	listed time.Time
+	nodes  []*redis.Client
+	stale  bool // relist at the next probe
+}
+
+// probeCluster asks every primary of cc's slot map for ProbeKey (GET) on
+// its own connection: the primaries that failed, and an error when none
+// answered. The primaries are listed again (t) every probeRelist and
+// after a probe that saw one fail: listed at each probe, each probe cost
+// a CLUSTER SLOTS. ProbeKey is one key, in one primary's slots: the
+// others answer MOVED, counted in their errorstat_MOVED; it stays one
+// key because the ACL docs/operations.md gives envoy-compat names it.
+func probeCluster(ctx context.Context, cc *redis.ClusterClient, t *probeTargets) ([]*NodeError, error) {
+	if t.nodes == nil || t.stale || time.Since(t.listed) >= probeRelist {
+		// ForEachMaster reloads the slot map first, from a node of its
+		// choosing (a stalled one would take the whole probe's time):
+		// the reload gets a third of it, falling back to the map cached.
+		lctx, cancel := context.WithTimeout(ctx, listingTime(ctx))
+		var mu sync.Mutex
+		var nodes []*redis.Client
+		err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			nodes = append(nodes, n)
+			mu.Unlock()
+			return nil
+		})
+		cancel()
+		if len(nodes) == 0 {
+			if err == nil {
+				err = errors.New("no primary in the slot map")
+			}
+			return nil, fmt.Errorf("redis cluster: %w", err)
 		}
-		return nil, fmt.Errorf("redis cluster: %w", err)
+		t.nodes, t.listed, t.stale = nodes, time.Now(), false
 	}
+	var mu sync.Mutex
 	var down []*NodeError
 	var wg sync.WaitGroup
-	for _, n := range nodes {
+	for _, n := range t.nodes {
 		wg.Go(func() {
 			err := n.Get(ctx, ProbeKey).Err()
 			if err == nil || redisnil.IsReply(err) || isRedirect(err) {
 				return
 			}
 			mu.Lock()
-			down = append(down, &NodeError{Addr: n.Options().Addr, Err: err})
-			mu.Unlock()
+			defer mu.Unlock()
+			t.stale = true
+			if !errors.Is(err, redis.ErrClosed) { // a node that left the cluster, not down
+				down = append(down, &NodeError{Addr: n.Options().Addr, Err: err})
+			}
 		})
 	}
 	wg.Wait()
-	if len(down) == len(nodes) {
+	// In address order, whichever answered first: an error naming them
+	// in another order is the same outage, logged once.
+	slices.SortFunc(down, func(a, b *NodeError) int { return strings.Compare(a.Addr, b.Addr) })
+	if len(down) == len(t.nodes) {
 		errs := make([]error, len(down))
 		for i, d := range down {
 			errs[i] = d
@@ -144,4 +179,11 @@ func isRedirect(err error) bool {
 	_, moved := redis.IsMovedError(err)
 	_, ask := redis.IsAskError(err)
 	return moved || ask
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

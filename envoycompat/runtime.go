@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/floodgate-rl/floodgate/internal/filestamp"
 )
@@ -49,8 +51,9 @@ func (r Runtime) dir() string {
 }
 
 // Files reads the configuration files, sorted by key (theirs reads them
-// in no fixed order). A missing directory gives no files (Check refuses
-// it at start). A file that cannot be read (a symbolic link whose target
+// in no fixed order). A missing directory is a *noDirError (Check refuses
+// it at start; Reloader.Load reads it as no files until a configuration
+// is in force, then as a failed load). A file that cannot be read (a symbolic link whose target
 // does not exist, such as a ConfigMap's file after its "..data" link is
 // gone; a file or directory not readable) is an error naming it: theirs
 // skips it with a warning and loads the rest, which answered its
@@ -62,8 +65,11 @@ func (r Runtime) Files() ([]File, error) {
 	var out []File
 	err := filepath.Walk(dir, func(path string, info fs.FileInfo, err error) error {
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path == dir {
+				return &noDirError{dir: dir, err: err}
+			}
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil // the directory, or an entry removed meanwhile
+				return nil // an entry removed meanwhile
 			}
 			return fmt.Errorf("cannot read %s: %w", path, err)
 		}
@@ -98,6 +104,9 @@ func (r Runtime) Files() ([]File, error) {
 			return fmt.Errorf("more than %d files below %s", MaxFiles, dir)
 		}
 		data, err := readLimited(path)
+		if errors.Is(err, errNotRegular) {
+			return nil // replaced since it was listed, by a pipe or a directory
+		}
 		if err != nil {
 			return unreadable(key, path, err)
 		}
@@ -110,6 +119,19 @@ func (r Runtime) Files() ([]File, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// noDirError is Files' error for a runtime directory that does not exist
+// (removed, or RUNTIME_ROOT a link to a directory that does not exist).
+type noDirError struct {
+	dir string
+	err error
+}
+
+func (e *noDirError) Error() string {
+	return fmt.Sprintf("runtime directory %s does not exist (removed, or a link on its path points to nothing): %v", e.dir, e.err)
+}
+
+func (e *noDirError) Unwrap() error { return e.err }
 
 // unreadable is the error for the file of key at path that could not be
 // read (err): it names a dangling symbolic link and its target. It is nil
@@ -145,21 +167,37 @@ func (r Runtime) Check() error {
 	return nil
 }
 
+// errNotRegular is readLimited's answer for a path that names no regular
+// file when opened: Files skips it.
+var errNotRegular = errors.New("not a regular file")
+
+// readLimited reads the regular file at path, or its first MaxFileSize+1
+// bytes' worth when it is larger. The file is opened once, without
+// waiting (O_NONBLOCK: a named pipe swapped in after the directory was
+// read opens at once instead of waiting for a writer), and what was
+// opened is checked and read: a path checked and then opened again
+// waited in open for good when it named a pipe by then, and with it the
+// reload and the shutdown. A path that is not a regular file once opened
+// is errNotRegular.
 func readLimited(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errNotRegular
 	}
 	if st.Size() > MaxFileSize {
 		// read enough for Load to report the size
 		return make([]byte, MaxFileSize+1), nil
 	}
-	return os.ReadFile(path)
+	// A regular file's reads ignore O_NONBLOCK.
+	return io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 }
 
 // Signature summarises what a reload depends on: with WatchRoot, where the

@@ -2,6 +2,7 @@ package envoycompat
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -63,7 +64,6 @@ func TestRuntimeLayout(t *testing.T) {
 			"config.a.yaml config.sub.b.yml"},
 		{Runtime{Root: current, Subdirectory: "rl", AppDirectory: "config", IgnoreDotFiles: true},
 			"a.yaml sub.b.yml"},
-		{Runtime{Root: root, Subdirectory: "missing", AppDirectory: "config"}, ""},
 	} {
 		files, err := tc.rt.Files()
 		if err != nil {
@@ -72,6 +72,10 @@ func TestRuntimeLayout(t *testing.T) {
 		if got := names(files); got != tc.want {
 			t.Errorf("%+v: files %q, want %q", tc.rt, got, tc.want)
 		}
+	}
+	var noDir *noDirError
+	if files, err := (Runtime{Root: root, Subdirectory: "missing", AppDirectory: "config"}).Files(); !errors.As(err, &noDir) {
+		t.Errorf("missing directory: files %q, error %v; want a *noDirError", names(files), err)
 	}
 }
 
@@ -447,5 +451,155 @@ func TestRuntimeSkipsNamedPipe(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Files still running after 10 s: it opened the named pipe")
+	}
+}
+
+// TestReadLimitedDoesNotWaitOnPipe: a path that names a named pipe when
+// it is opened (swapped in after the directory was listed) is opened
+// without waiting for a writer and refused as not a regular file. It was
+// checked and then opened again by path, which waited in open for good,
+// and with it the reload and envoy-compat's shutdown (an outside
+// re-walk: still running 16 s after SIGTERM).
+func TestReadLimitedDoesNotWaitOnPipe(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "b.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := readLimited(fifo)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if !errors.Is(err, errNotRegular) {
+			t.Fatalf("readLimited of a named pipe: %v, want errNotRegular", err)
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the open so that the goroutine ends.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("readLimited still running after 10 s: it waits for a writer")
+	}
+	file := filepath.Join(t.TempDir(), "a.yaml")
+	write(t, file, "domain: d\n")
+	if data, err := readLimited(file); err != nil || string(data) != "domain: d\n" {
+		t.Fatalf("readLimited of a regular file: %q, %v", data, err)
+	}
+}
+
+// TestReloaderDirectoryGoneKeepsConfig: a runtime directory that
+// disappears once a configuration is in force (removed with
+// RUNTIME_WATCH_ROOT=false; RUNTIME_ROOT's link swapped to a directory
+// that does not exist with RUNTIME_WATCH_ROOT=true) fails the load: the
+// configuration in force stays, the error names the directory, the
+// failure is counted and floodgate_envoy_config_rejected is 1; the
+// directory back with the files in force ends it, logged at warning
+// level (envoy-compat's default LOG_LEVEL). Its disappearance used to
+// load an empty configuration counted as a success, under which every
+// domain was answered OK without a limit, and the end of a rejection was
+// logged at INFO, below the default level. An existing directory with no
+// descriptor file still loads an empty configuration.
+func TestReloaderDirectoryGoneKeepsConfig(t *testing.T) {
+	const good = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	for _, watchRoot := range []bool{false, true} {
+		t.Run(map[bool]string{false: "removed", true: "root link swapped"}[watchRoot], func(t *testing.T) {
+			var logs bytes.Buffer
+			svc, m := newMemService(t)
+			base := t.TempDir()
+			write(t, filepath.Join(base, "v1", "ratelimit", "config", "edge.yaml"), good)
+			root := filepath.Join(base, "v1")
+			rt := Runtime{Root: root, Subdirectory: "ratelimit", AppDirectory: "config", WatchRoot: watchRoot}
+			if watchRoot {
+				root = filepath.Join(base, "cur")
+				if err := os.Symlink("v1", root); err != nil {
+					t.Fatal(err)
+				}
+				rt = Runtime{Root: root, Subdirectory: "ratelimit", AppDirectory: "config", WatchRoot: true}
+			}
+			dir := filepath.Join(root, "ratelimit", "config")
+			if watchRoot {
+				dir = filepath.Join(root, "ratelimit")
+			}
+			rl := &Reloader{Runtime: rt, Service: svc, Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+			if err := rl.Load(); err != nil {
+				t.Fatal(err)
+			}
+			active := svc.Config()
+
+			var put func()
+			if watchRoot {
+				swap := func(target string) {
+					tmp := filepath.Join(base, "tmp")
+					if err := os.Symlink(target, tmp); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Rename(tmp, root); err != nil {
+						t.Fatal(err)
+					}
+				}
+				swap("v3") // does not exist
+				put = func() { swap("v1") }
+			} else {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				put = func() { write(t, filepath.Join(dir, "edge.yaml"), good) }
+			}
+			logs.Reset()
+			if err := rl.Load(); err == nil || !strings.Contains(err.Error(), dir) {
+				t.Fatalf("Load with the directory gone: %v, want an error naming %s", err, dir)
+			}
+			if svc.Config() != active {
+				t.Error("the configuration in force was replaced")
+			}
+			if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "keeping the one in force") || strings.Contains(out, "Successfully loaded") {
+				t.Errorf("log %q: want an error keeping the configuration in force", out)
+			}
+			if got := testutil.ToFloat64(m.configRejected); got != 1 {
+				t.Errorf("floodgate_envoy_config_rejected = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(m.configLoad.WithLabelValues(configLoadError)); got != 1 {
+				t.Errorf("loads failed = %v, want 1", got)
+			}
+
+			put()
+			logs.Reset()
+			if err := rl.Load(); err != nil {
+				t.Fatal(err)
+			}
+			if out := logs.String(); !strings.Contains(out, "level=WARN msg=\"runtime directory holds the configuration in force again\"") {
+				t.Errorf("log %q: want the end of the rejection at warning level", out)
+			}
+			if got := testutil.ToFloat64(m.configRejected); got != 0 {
+				t.Errorf("floodgate_envoy_config_rejected = %v after the directory's return, want 0", got)
+			}
+			if svc.Config() != active {
+				t.Error("the files in force were applied again")
+			}
+		})
+	}
+
+	// An existing directory without descriptor files loads an empty
+	// configuration, as documented.
+	var logs bytes.Buffer
+	svc, m := newMemService(t)
+	root := t.TempDir()
+	file := filepath.Join(root, "ratelimit", "config", "edge.yaml")
+	write(t, file, good)
+	rl := &Reloader{Runtime: Runtime{Root: root, Subdirectory: "ratelimit", AppDirectory: "config"}, Service: svc, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	if err := rl.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Load(); err != nil {
+		t.Fatalf("Load of an empty directory: %v", err)
+	}
+	if !svc.Config().Empty() || !strings.Contains(logs.String(), "no descriptor files found") {
+		t.Errorf("empty directory: config empty %v, log %q", svc.Config().Empty(), logs.String())
 	}
 }

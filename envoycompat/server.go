@@ -3,6 +3,7 @@ package envoycompat
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -246,6 +247,9 @@ type Reloader struct {
 	sig       string
 	activeSum string // filesSum of the files of the configuration in force
 	rejected  bool   // the last load failed
+	// activeNoDir: the configuration in force is the empty one of a
+	// runtime directory that did not exist.
+	activeNoDir bool
 }
 
 // Load reads and applies the configuration once; the error says why it
@@ -253,13 +257,28 @@ type Reloader struct {
 // configuration in force again are not applied nor counted as a load
 // (nothing changes in force): floodgate_envoy_config_rejected goes back
 // to 0 and the log says so.
+//
+// A runtime directory that does not exist loads an empty configuration
+// while none is in force (at start with RUNTIME_WATCH_ROOT=true, as
+// theirs) or the one in force came from it missing; once the directory
+// gave a configuration, its disappearance (removed, or RUNTIME_ROOT's
+// link swapped to a directory that does not exist) fails the load and
+// the configuration in force stays: loaded, its empty configuration
+// answered every domain OK without a limit.
 func (r *Reloader) Load() error {
 	r.sig = r.Runtime.Signature()
 	files, err := r.Runtime.Files()
-	if err == nil && r.rejected && r.Service.Config() != nil && filesSum(files) == r.activeSum {
+	var noDir *noDirError
+	missing := errors.As(err, &noDir)
+	if missing && (r.Service.Config() == nil || r.activeNoDir) {
+		files, err = nil, nil
+	}
+	if err == nil && r.rejected && r.Service.Config() != nil && filesSum(files) == r.activeSum && missing == r.activeNoDir {
 		r.rejected = false
 		r.Metrics.configRestored()
-		r.Log.Info("runtime directory holds the configuration in force again", "files", fileNames(files))
+		// At warning level, as the error it ends (envoy-compat's
+		// LOG_LEVEL is WARN by default).
+		r.Log.Warn("runtime directory holds the configuration in force again", "files", fileNames(files))
 		return nil
 	}
 	if err == nil {
@@ -270,7 +289,7 @@ func (r *Reloader) Load() error {
 				r.Log.Warn("envoy-compat configuration: " + w)
 			}
 			r.Service.SetConfig(cfg)
-			r.activeSum, r.rejected = filesSum(files), false
+			r.activeSum, r.rejected, r.activeNoDir = filesSum(files), false, missing
 			r.Metrics.ConfigLoaded(true)
 			if r.Health != nil && r.HealthyWithConfig {
 				r.Health.Set(ComponentConfig, !cfg.Empty())

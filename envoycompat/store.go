@@ -84,6 +84,9 @@ type RedisStore struct {
 	once            sync.Once
 	main, perSecond *incrBatcher // nil: no coalescing on that client
 	ticks           *deadline.Ticks
+
+	probeMu sync.Mutex
+	probes  [2]probeTargets // Probe's Cluster primaries: Client's, PerSecond's
 }
 
 // DefaultMaxBatch is RedisStore.MaxBatch's default.

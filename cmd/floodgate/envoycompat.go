@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -213,10 +214,21 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		listeners = append(listeners, pln)
 	}
 
+	// The watchers are waited for at most watchWait once the drains are
+	// over, as serve's: a read of the runtime directory that never
+	// returns (a hung network mount) is abandoned and logged rather than
+	// keeping the process from exiting.
 	var wg sync.WaitGroup
+	var watchers watchGroup
 	wctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	wg.Go(func() { rl.Watch(wctx, reload) })
+	defer func() {
+		cancel()
+		wg.Wait()
+		if stuck := watchers.Wait(watchWait); stuck != nil {
+			log.Warn("shutting down: abandoning reads that have not returned (a hung network mount?)", "waited", watchWait.String(), "watchers", stuck)
+		}
+	}()
+	watchers.Go("runtime directory "+filepath.Join(s.RuntimeRoot, s.RuntimeSubdirectory), func() { rl.Watch(wctx, reload) })
 	wg.Go(func() {
 		for {
 			select {
@@ -285,36 +297,19 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 // address when the set of them changes, and again every
 // downPrimariesRelog while it lasts.
 func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Health, active bool, log *slog.Logger) {
-	last, up := "", false
-	var downs downPrimaries
+	var w storeWatch
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		down, err := probeStore(pctx, store)
 		cancel()
-		if ctx.Err() == nil && err == nil {
-			downs.log(log, down, time.Now())
-		}
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case err == nil && !up:
-			up = true
-			h.Set(envoycompat.ComponentRedis, true)
-			if last != "" {
-				log.Warn("backend reachable")
-			}
-			last = ""
-			if !active {
+		}
+		if changed, up := w.observe(log, down, err, time.Now()); changed {
+			h.Set(envoycompat.ComponentRedis, up)
+			if up && !active {
 				return
 			}
-		case err != nil && up:
-			up = false
-			h.Set(envoycompat.ComponentRedis, false)
-			last = err.Error()
-			log.Warn("backend not reachable; /healthcheck answers 500 until it is (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)", "error", err)
-		case err != nil && err.Error() != last:
-			last = err.Error()
-			log.Warn("backend not reachable yet; /healthcheck answers 500 until it is", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -322,6 +317,50 @@ func watchStore(ctx context.Context, store envoycompat.Store, h *envoycompat.Hea
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// storeWatch is what watchStore logs from one probe to the next. Its zero
+// value is a store not answered yet.
+type storeWatch struct {
+	last   string // the error logged last, "" when none since the last answer
+	up     bool   // the last probe was answered
+	everUp bool   // a probe was answered once
+	downs  downPrimaries
+}
+
+// observe logs the outcome of one probe at now (down and err as
+// probeStore returns them) and reports whether the store's health
+// changed, and to what.
+func (w *storeWatch) observe(log *slog.Logger, down []*envoycompat.NodeError, err error, now time.Time) (changed, up bool) {
+	if err != nil {
+		// No primary answered: the error names them all. The ones still
+		// down once some answer again are logged afresh.
+		w.downs.forget()
+	} else {
+		w.downs.log(log, down, now)
+	}
+	switch {
+	case err == nil && !w.up:
+		w.up, w.everUp = true, true
+		if w.last != "" {
+			log.Warn("backend reachable")
+		}
+		w.last = ""
+		return true, true
+	case err != nil && w.up:
+		w.up = false
+		w.last = err.Error()
+		log.Warn("backend not reachable; /healthcheck answers 500 until it is (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)", "error", err)
+		return true, false
+	case err != nil && err.Error() != w.last:
+		w.last = err.Error()
+		if w.everUp {
+			log.Warn("backend still not reachable; /healthcheck answers 500 until it is", "error", err)
+		} else {
+			log.Warn("backend not reachable yet; /healthcheck answers 500 until it is", "error", err)
+		}
+	}
+	return false, w.up
 }
 
 // probeStore is the health probe of store: RedisStore's Probe, a read of
@@ -368,6 +407,12 @@ func (d *downPrimaries) log(log *slog.Logger, down []*envoycompat.NodeError, now
 	}
 	d.addrs = set
 }
+
+// forget forgets the set logged last, without a word: while no primary
+// answers (the outage logged by its own error), so that the ones still
+// down once others answer again are logged at once, not at the next
+// downPrimariesRelog.
+func (d *downPrimaries) forget() { d.addrs, d.logged = "", time.Time{} }
 
 // compatStore builds the counter store the settings name. A client of a
 // Sentinel deployment follows the primary most sentinels name
