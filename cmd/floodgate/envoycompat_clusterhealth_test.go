@@ -36,8 +36,7 @@ func TestEnvoyCompatClusterHealthAnyPrimary(t *testing.T) {
 	}
 	c.Nodes[1].Kill()
 	p := startCompat(t, "REDIS_TYPE=cluster", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+strings.Join(c.Addrs, ","),
-		"RUNTIME_ROOT="+t.TempDir(), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true",
-		"PORT=57901", "GRPC_PORT=57902", "DEBUG_PORT=57903")
+		"RUNTIME_ROOT="+t.TempDir(), "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true")
 	health := func() int { code, _ := httpGet(t, "http://"+p.http+"/healthcheck"); return code }
 	waitFor(t, "healthcheck 200 with the probe key's primary down", func() bool { return health() == 200 })
 	downLogged := func(addr string) bool {

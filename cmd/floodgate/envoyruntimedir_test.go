@@ -28,7 +28,7 @@ func TestEnvoyCompatRefusesMissingRuntimeDirectory(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary(t), "envoy-compat")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "BACKEND_TYPE=memory", "USE_STATSD=false",
-		"HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "PORT=21210", "GRPC_PORT=21211", "DEBUG_PORT=21212",
+		"HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0",
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=nonexist", "RUNTIME_WATCH_ROOT=false"}
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -41,8 +41,7 @@ func TestEnvoyCompatRefusesMissingRuntimeDirectory(t *testing.T) {
 		}
 	}
 
-	p := startCompat(t, "BACKEND_TYPE=memory", "USE_STATSD=false", "PORT=21213", "GRPC_PORT=21214", "DEBUG_PORT=21215",
-		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=nonexist", "RUNTIME_WATCH_ROOT=true")
+	p := startCompat(t, "BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=nonexist", "RUNTIME_WATCH_ROOT=true")
 	if err := p.Stop(t); err != nil {
 		t.Errorf("RUNTIME_WATCH_ROOT=true: exit after SIGTERM: %v", err)
 	}
