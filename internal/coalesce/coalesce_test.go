@@ -481,11 +481,19 @@ func TestLeaderAfterBatch(t *testing.T) {
 	}
 	wg.Wait()
 	waitIdle(t, q)
-	if a := alone.Load(); a != 0 || len(calls) != 2 || calls[1] != n {
-		t.Fatalf("%d went alone; calls %v, want [2 %d]", a, calls, n)
+	// Usually one batch of all n; a preemption between the callers (a
+	// loaded machine) may cut them into more, but none goes alone and
+	// the first leader has company.
+	rode := 0
+	for _, c := range calls[1:] {
+		rode += c
+	}
+	if a := alone.Load(); a != 0 || len(calls) < 2 || calls[1] < 2 || rode != n {
+		t.Fatalf("%d went alone; calls %v, want [2 %d] (or the %d in batches after the first two, the first of at least 2)", a, calls, n, n)
 	}
 
 	// One caller now: it leads a batch of itself, then goes alone.
+	before := len(calls)
 	for i := range 3 {
 		r, queued := q.Join(0, 1, func() *req { return newReq(context.Background(), 20+i, 0, 1) })
 		if queued != (i == 0) {
@@ -500,8 +508,8 @@ func TestLeaderAfterBatch(t *testing.T) {
 		}
 		waitIdle(t, q)
 	}
-	if len(calls) != 3 || calls[2] != 1 {
-		t.Fatalf("calls %v, want [2 %d 1]", calls, n)
+	if len(calls) != before+1 || calls[before] != 1 {
+		t.Fatalf("calls %v, want one more, of 1, after the first %d", calls, before)
 	}
 }
 
