@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 )
 
@@ -108,24 +109,9 @@ type probeTargets struct {
 // key because the ACL docs/operations.md gives envoy-compat names it.
 func probeCluster(ctx context.Context, cc *redis.ClusterClient, t *probeTargets) ([]*NodeError, error) {
 	if t.nodes == nil || t.stale || time.Since(t.listed) >= probeRelist {
-		// ForEachMaster reloads the slot map first, from a node of its
-		// choosing (a stalled one would take the whole probe's time):
-		// the reload gets a third of it, falling back to the map cached.
-		lctx, cancel := context.WithTimeout(ctx, listingTime(ctx))
-		var mu sync.Mutex
-		var nodes []*redis.Client
-		err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
-			mu.Lock()
-			nodes = append(nodes, n)
-			mu.Unlock()
-			return nil
-		})
-		cancel()
-		if len(nodes) == 0 {
-			if err == nil {
-				err = errors.New("no primary in the slot map")
-			}
-			return nil, fmt.Errorf("redis cluster: %w", err)
+		nodes, err := clusterslots.Primaries(ctx, cc)
+		if err != nil {
+			return nil, err
 		}
 		t.nodes, t.listed, t.stale = nodes, time.Now(), false
 	}
@@ -163,14 +149,6 @@ func probeCluster(ctx context.Context, cc *redis.ClusterClient, t *probeTargets)
 		reloadSlots(cc)
 	}
 	return down, nil
-}
-
-// listingTime is a third of ctx's time left, a second without a deadline.
-func listingTime(ctx context.Context) time.Duration {
-	if d, ok := ctx.Deadline(); ok {
-		return time.Until(d) / 3
-	}
-	return time.Second
 }
 
 // isRedirect reports a Cluster redirection (MOVED or ASK): the node

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 )
 
 // RedisReady returns a readiness check (Options.Ready) for the Redis the
@@ -183,28 +184,15 @@ func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOpt
 }
 
 func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx context.Context, partition string) error) error {
-	// ForEachMaster reloads the slot map first, from a node of its
-	// choice; a stalled node chosen there used to take the whole check's
-	// time, so that every primary's own check then failed with "context
-	// deadline exceeded" and the error named healthy nodes. The listing
-	// gets a third of the time (it falls back to the cached map), each
+	// The listing gets a third of the time (a stalled node chosen for
+	// the slot map's reload used to take all of it, failing every
+	// primary's own check with "context deadline exceeded"), each
 	// primary's check the rest.
-	lctx, cancel := listingContext(ctx)
-	var mu sync.Mutex
-	var nodes []*redis.Client
-	err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
-		mu.Lock()
-		nodes = append(nodes, n)
-		mu.Unlock()
-		return nil
-	})
-	cancel()
-	if len(nodes) == 0 {
-		if err == nil {
-			err = errors.New("no primary in the slot map")
-		}
-		return fmt.Errorf("redis cluster: %w", err)
+	nodes, err := clusterslots.Primaries(ctx, cc)
+	if err != nil {
+		return err
 	}
+	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
 	for _, n := range nodes {
@@ -218,15 +206,6 @@ func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx c
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// listingContext bounds the slot map's reload to a third of ctx's time
-// (a second without a deadline).
-func listingContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok {
-		return context.WithTimeout(ctx, time.Until(d)/3)
-	}
-	return context.WithTimeout(ctx, time.Second)
 }
 
 // nodeReady checks one Cluster primary: CLUSTER INFO says

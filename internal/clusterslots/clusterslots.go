@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -126,4 +127,33 @@ func Covered(slots []redis.ClusterSlot) int {
 		n += r.End - r.Start + 1
 	}
 	return n
+}
+
+// Primaries lists the primaries of cc's slot map. ForEachMaster reloads
+// the map first, from a node of go-redis's choosing, and a stalled node
+// chosen there would take all of ctx's time: the listing gets a third of
+// it (a second without a deadline), falling back to the map cached. It
+// fails when the map names no primary.
+func Primaries(ctx context.Context, cc *redis.ClusterClient) ([]*redis.Client, error) {
+	budget := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		budget = time.Until(d) / 3
+	}
+	lctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	var mu sync.Mutex
+	var nodes []*redis.Client
+	err := cc.ForEachMaster(lctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, n)
+		mu.Unlock()
+		return nil
+	})
+	if len(nodes) == 0 {
+		if err == nil {
+			err = errors.New("no primary in the slot map")
+		}
+		return nil, fmt.Errorf("redis cluster: %w", err)
+	}
+	return nodes, nil
 }
