@@ -195,6 +195,13 @@ const (
 // waits twice. Skipping the wait after a failure would cost every
 // successful command a second round trip.
 //
+// A cmd that implements EvalFallback (luascript's script calls do) and
+// that Redis refused NOSCRIPT is sent again as EVAL at once, keeping its
+// place: were the EVAL to queue for a place behind the calls waiting,
+// each of which finds the script cache as empty (a restarted or newly
+// promoted primary's), no call might load the script before its
+// deadline while the replicas lag.
+//
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
 // the primary of that key's slot as the client's map has it. A MOVED reply
 // (the slot moved: nothing ran) sends it again to the node named, once
@@ -250,6 +257,9 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 	asking := false
 	for redirects := 0; ; redirects++ {
 		err := c.run(ctx, node, cmd, asking)
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = c.evalAgain(ctx, node, cmd, asking, err)
+		}
 		if c.cluster == nil || err == nil || redirects == maxRedirects {
 			return err
 		}
@@ -280,6 +290,33 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 		node, asking = next, ask
 		cmd.SetErr(nil)
 	}
+}
+
+// EvalFallback is implemented by a script call sent as EVALSHA that can
+// be sent again as EVAL: UseEval changes the command's arguments to EVAL
+// and the script's source, and reports whether it did (false when the
+// command is not an EVALSHA). See Client.Process.
+type EvalFallback interface {
+	UseEval() bool
+}
+
+// evalAgain sends cmd, which node refused with noscript, again as EVAL
+// while it holds its place, when cmd can (EvalFallback) and ctx leaves
+// time for WAIT's answer; NOSCRIPT means nothing ran. Otherwise it
+// returns noscript, or ErrBusy when ctx's deadline is too close.
+func (c *Client) evalAgain(ctx context.Context, node *redis.Client, cmd redis.Cmder, asking bool, noscript error) error {
+	e, ok := cmd.(EvalFallback)
+	if !ok {
+		return noscript
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= answerMargin {
+		return c.busy(cmd, fmt.Errorf("NOSCRIPT, and %v left to send the script as EVAL, less than Redis may take to answer WAIT: %w", time.Until(d).Round(time.Millisecond), context.DeadlineExceeded))
+	}
+	if !e.UseEval() {
+		return noscript
+	}
+	cmd.SetErr(nil)
+	return c.run(ctx, node, cmd, asking)
 }
 
 // run sends cmd (after ASKING when asking) and WAIT to node in one

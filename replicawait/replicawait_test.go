@@ -609,3 +609,62 @@ func TestRestoreResultNotReplicated(t *testing.T) {
 		}
 	}
 }
+
+// TestNoScriptKeepsItsPlace: four lease acquires at once through a Client
+// with one place (MaxConcurrent 1), on a primary with an empty script
+// cache and no replica (each WAIT takes its whole Timeout). The first
+// refused NOSCRIPT is sent again as EVAL in its place, loading the script,
+// so that the three queued behind it find it: one NOSCRIPT in all. When
+// the EVAL queued for a place again, behind the others, each of them was
+// refused NOSCRIPT in turn (four in all), and under a deadline and enough
+// callers none loaded the script before giving up ErrBusy: a CI run of
+// concurrency's TestUnconfirmedReleasedUnderLoad saw 250 of 250 acquires
+// busy.
+func TestNoScriptKeepsItsPlace(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 50 * time.Millisecond, MaxConcurrent: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := concurrency.NewRedisStore(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := concurrency.New(leases, concurrency.Policy{Name: "jobs", Limit: 10}, concurrency.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 4
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, errs[i] = lim.Acquire(ctx, fmt.Sprint("tenant-", i))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var ue *concurrency.UnconfirmedError
+		if !errors.As(err, &ue) {
+			t.Errorf("acquire %d: err = %v, want an UnconfirmedError (granted on the primary, no replica)", i, err)
+		}
+	}
+	info, err := c.Info(context.Background(), "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "errorstat_NOSCRIPT:count=1\r") {
+		t.Fatalf("%d acquires at once on an empty script cache, one place: want exactly one NOSCRIPT, Redis counted:\n%s", callers, info)
+	}
+
+	// A command that cannot be turned into an EVAL is answered NOSCRIPT.
+	cmd := redis.NewCmd(context.Background(), "evalsha", strings.Repeat("0", 40), 1, "k")
+	if err := w.Process(context.Background(), cmd); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		t.Fatalf("EVALSHA of an unknown script: err = %v, want NOSCRIPT", err)
+	}
+}

@@ -145,7 +145,7 @@ func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, err
 	err := s.send(ctx, argv, func() error {
 		cmd := redis.NewCmd(ctx, argv...)
 		cmd.SetFirstKeyPos(3) // route by the first key on a cluster
-		_ = c.Process(ctx, noRetryCmd{cmd})
+		_ = c.Process(ctx, noRetryCmd{cmd, s})
 		// Err, rather than Process's result, waits for the reply even on a
 		// deferred client such as an asynchronous AutoPipeliner.
 		err := cmd.Err()
@@ -175,7 +175,7 @@ func (s *Script) RunInts(ctx context.Context, c Client, argv []any) ([]int64, er
 	err := s.send(ctx, argv, func() error {
 		cmd := redis.NewIntSliceCmd(ctx, argv...)
 		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, noRetryIntsCmd{cmd})
+		_ = c.Process(ctx, noRetryIntsCmd{cmd, s})
 		val = cmd.Val()
 		return cmd.Err()
 	})
@@ -196,7 +196,7 @@ func (s *Script) RunString(ctx context.Context, c Client, argv []any) (string, e
 	err := s.send(ctx, argv, func() error {
 		cmd := redis.NewStringCmd(ctx, argv...)
 		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, noRetryStringCmd{cmd})
+		_ = c.Process(ctx, noRetryStringCmd{cmd, s})
 		val = cmd.Val()
 		return cmd.Err()
 	})
@@ -257,21 +257,52 @@ const (
 // noRetryCmd is a redis.Cmd that go-redis must not send twice: a script
 // resent after a read timeout or a reset connection could run twice and
 // count a request twice.
-type noRetryCmd struct{ *redis.Cmd }
+type noRetryCmd struct {
+	*redis.Cmd
+	s *Script
+}
 
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
 func (noRetryCmd) NoRetry() bool { return true }
 
 // noRetryIntsCmd is noRetryCmd for RunInts.
-type noRetryIntsCmd struct{ *redis.IntSliceCmd }
+type noRetryIntsCmd struct {
+	*redis.IntSliceCmd
+	s *Script
+}
 
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
 func (noRetryIntsCmd) NoRetry() bool { return true }
 
+// UseEval turns the command into the EVAL of its script
+// (replicawait.EvalFallback).
+func (c noRetryCmd) UseEval() bool { return c.s.useEval(c.Args()) }
+
+// UseEval turns the command into the EVAL of its script
+// (replicawait.EvalFallback).
+func (c noRetryIntsCmd) UseEval() bool { return c.s.useEval(c.Args()) }
+
+// UseEval turns the command into the EVAL of its script
+// (replicawait.EvalFallback).
+func (c noRetryStringCmd) UseEval() bool { return c.s.useEval(c.Args()) }
+
+// useEval changes the arguments of an EVALSHA of s to its EVAL, in place,
+// and reports whether they were one.
+func (s *Script) useEval(args []any) bool {
+	if len(args) < 2 || args[0] != "evalsha" {
+		return false
+	}
+	args[0], args[1] = "eval", s.srcArg
+	return true
+}
+
 // noRetryStringCmd is noRetryCmd for RunString.
-type noRetryStringCmd struct{ *redis.StringCmd }
+type noRetryStringCmd struct {
+	*redis.StringCmd
+	s *Script
+}
 
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
@@ -286,3 +317,9 @@ func (s *Script) classify(err error) error {
 	}
 	return Classify(err)
 }
+
+var (
+	_ replicawait.EvalFallback = noRetryCmd{}
+	_ replicawait.EvalFallback = noRetryIntsCmd{}
+	_ replicawait.EvalFallback = noRetryStringCmd{}
+)
