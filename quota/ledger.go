@@ -181,6 +181,22 @@ func (l *ledger) fitsAt(limit, need int64) int64 {
 	return last
 }
 
+// pendingAt returns when enough of l's holds will have expired for one
+// more to fit under maxPending: the expiry of the hold, in expiry order,
+// whose going leaves maxPending-1, or of the maxWalk-th when more must go
+// (it cannot fit sooner). quota.lua's too-many-pending hint is the same.
+func (l *ledger) pendingAt(maxPending int64) int64 {
+	k := min(int64(l.holds.Len())-maxPending, maxWalk-1)
+	var i int64
+	for _, at := range l.holds.Ascending() {
+		if i == k {
+			return at
+		}
+		i++
+	}
+	return 0
+}
+
 // step applies req to the current period's ledger cur (nil when missing;
 // markerLive says whether its marker exists) and, for settle, the previous
 // period's ledger prev (nil when missing; prevMarkerLive says whether its
@@ -242,6 +258,9 @@ func step(req *request, cur *ledger, markerLive bool, prev *ledger, prevMarkerLi
 		case int64(cur.holds.Len()) >= req.maxPending:
 			rep.status = stTooManyPending
 			rep.hint = cur.fitsAt(req.limit, req.amount)
+			if rep.hint > 0 {
+				rep.hint = max(rep.hint, cur.pendingAt(req.maxPending))
+			}
 		case cur.used+cur.held+req.amount <= req.limit:
 			cur.held += req.amount
 			cur.holds.Add(req.id, req.amount, now+req.hold)

@@ -218,6 +218,13 @@ elseif op == 'r' then
     elseif redis.call('ZCARD', H) >= max_pending then
       status = 3
       hint = fits_at(amount)
+      if hint > 0 then
+        -- Not before enough holds expired to bring them under max_pending
+        -- (the first maxWalk at most, as in fits_at).
+        local k = math.min(redis.call('ZCARD', H) - max_pending, 127)
+        local e = redis.call('ZRANGE', H, k, k, 'WITHSCORES')
+        if e[2] then hint = math.max(hint, tonumber(e[2])) end
+      end
     elseif used + held + amount <= limit then
       held = held + amount
       redis.call('HSET', U, 'h:' .. id, int(amount))

@@ -147,7 +147,8 @@ type Result struct {
 	// RetryAfter is, for a request denied with ReasonExhausted or
 	// ReasonTooManyPending, a hint of when it may fit: when enough
 	// reservations will have expired for it to fit (those expiring first
-	// given back first, and at least one for ReasonTooManyPending), if
+	// given back first, and for ReasonTooManyPending enough to leave
+	// fewer than Options.MaxPending: one, or more after it was lowered), if
 	// that comes before the period ends, else when the period ends (e.g.
 	// 9 days 4 hours). At most 128 reservations are counted: when more
 	// must expire, it is the 128th's expiry, before which it cannot fit
