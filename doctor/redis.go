@@ -322,16 +322,20 @@ func serversCount(n, replicas int) string {
 }
 
 // policyMeaning says what an eviction policy does to Floodgate's keys.
+// Counters, quota records, lockouts, concurrency leases and heartbeats
+// have a TTL; the configuration document and the tier hash have none, so
+// only allkeys-* evicts them.
 func policyMeaning(policy string) (Status, string) {
+	const lost = "an identity whose counter is evicted starts over with a fresh limit (over-admission), quota usage is forgotten (billing under-counts), login lockouts lift early, evicted concurrency leases are granted again (more in flight than the limit)"
 	switch policy {
 	case "noeviction":
 		return Pass, "noeviction: at maxmemory Redis refuses writes, decisions fail and the fallback decides; no live counter is ever dropped"
 	case "allkeys-lru", "allkeys-lfu", "allkeys-random":
-		return Fail, policy + ": at maxmemory Redis drops live counters: an identity whose key is evicted starts over with a fresh limit (over-admission), quota usage is forgotten (billing under-counts), login lockouts lift early"
+		return Fail, policy + ": at maxmemory Redis evicts any key: " + lost + "; the configuration document and the tier hash go too (an instance started with --config-from-redis then has no configuration and answers 503, tiered identities fall to the default tier)"
 	case "volatile-lru", "volatile-lfu", "volatile-random":
-		return Fail, policy + ": every Floodgate key has a TTL, so every one can be evicted: identities get fresh limits, quota usage and lockouts are lost"
+		return Fail, policy + ": at maxmemory Redis evicts keys with a TTL, which every counter, quota record, lockout and lease has (only the configuration document and the tier hash have none): " + lost
 	case "volatile-ttl":
-		return Fail, "volatile-ttl: evicts the keys closest to expiry first (windows about to end), then longer ones, finally monthly quotas: limits reset early and usage can be lost"
+		return Fail, "volatile-ttl: evicts the keys closest to expiry first (windows about to end, leases), then longer ones, finally monthly quotas: limits reset early, usage can be lost, leases are granted again past the limit"
 	}
 	return Warn, fmt.Sprintf("unknown policy %q", policy)
 }
@@ -387,6 +391,23 @@ func formatBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// refusingWrites returns a line for each primary read that refuses writes
+// now: maxmemory-policy noeviction with used memory at or over maxmemory
+// (INFO from the server check). Every write there fails OOM, serve's
+// heartbeats and counters alike; nil when none does.
+func (r *run) refusingWrites() []string {
+	var out []string
+	for _, addr := range r.primaryAddrs {
+		info := r.info[addr]
+		used, _ := strconv.ParseInt(info["used_memory"], 10, 64)
+		maxmem, _ := strconv.ParseInt(info["maxmemory"], 10, 64)
+		if info["maxmemory_policy"] == "noeviction" && maxmem > 0 && used >= maxmem {
+			out = append(out, fmt.Sprintf("%s: used %s of maxmemory %s under noeviction: it refuses every write (OOM)", addr, formatBytes(used), formatBytes(maxmem)))
+		}
+	}
+	return out
 }
 
 func (r *run) checkMemory(c *Check) {

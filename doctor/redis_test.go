@@ -116,14 +116,31 @@ func TestLongTTLAndUnknownKeysWarn(t *testing.T) {
 	want(t, rep, doctor.GroupKeys, "policies", doctor.Warn, "lt:session:abc", "old.layer (fw) ×1")
 }
 
+// TestEvictingPolicyFails: each evicting policy fails, saying what it
+// drops. volatile-* said "every Floodgate key has a TTL", though the
+// configuration document and the tier hash have none; allkeys-* did not
+// say that it evicts them (a walk's --config-from-redis instance then
+// answered 503 to every check), and neither named concurrency leases (2
+// held of a limit of 2 evicted, 2 more granted: 4 in flight).
 func TestEvictingPolicyFails(t *testing.T) {
-	for _, policy := range []string{"allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"} {
-		t.Run(policy, func(t *testing.T) {
-			srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", policy, "--appendonly", "yes")
+	for _, tc := range []struct {
+		policy   string
+		mentions []string
+	}{
+		{"allkeys-lru", []string{"concurrency leases are granted again", "the configuration document and the tier hash go too", "--config-from-redis"}},
+		{"volatile-lru", []string{"concurrency leases are granted again", "only the configuration document and the tier hash have none"}},
+		{"allkeys-random", []string{"concurrency leases", "the configuration document and the tier hash go too"}},
+		{"volatile-ttl", []string{"leases are granted again past the limit"}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", tc.policy, "--appendonly", "yes")
 			rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ev"})
-			c := want(t, rep, doctor.GroupRedis, "maxmemory-policy", doctor.Fail, policy)
+			c := want(t, rep, doctor.GroupRedis, "maxmemory-policy", doctor.Fail, append([]string{tc.policy}, tc.mentions...)...)
 			if c.Fix == "" {
 				t.Fatal("no fix")
+			}
+			if strings.Contains(c.Summary, "every Floodgate key has a TTL") {
+				t.Errorf("summary %q: the configuration document and the tier hash have no TTL", c.Summary)
 			}
 		})
 	}

@@ -131,7 +131,7 @@ const staleBeat = 3 * time.Second
 // instance), which serve writes every 2s.
 func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	fleetKey := fleet.Key(r.opts.Prefix)
-	c.Read = "ZRANGE " + fleetKey + " 0 -1 WITHSCORES and TIME, and the config_source of the instances' /readyz already read"
+	c.Read = "ZRANGE " + fleetKey + " 0 -1 WITHSCORES and TIME, the config_source of the instances' /readyz and the primaries' INFO memory already read"
 	onRedis := 0
 	var traffic float64
 	var otherPrefix []string
@@ -213,6 +213,7 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	c.Evidence = append(c.Evidence, otherPrefix...)
 	odd, certain, notGiven := outsideTheSet(ins, live, beats, fleetKey)
 	c.Evidence = append(c.Evidence, odd...)
+	full := r.refusingWrites()
 	noKeys := r.scanned && r.scannedKeys == 0
 	if noKeys {
 		c.Evidence = append(c.Evidence, fmt.Sprintf("the scan found no key under %s: while the instances have decided %.0f requests", r.opts.Prefix, traffic))
@@ -234,6 +235,15 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("the instances use another prefix than %q: doctor audited keys they do not use", r.opts.Prefix)
 		c.Fix = fix
+	case beats == 0 && len(full) > 0:
+		// A walk's Redis, filled past maxmemory under noeviction, refused
+		// every heartbeat and let the set expire; doctor blamed its own
+		// --redis and --prefix.
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: Redis refuses writes (noeviction at maxmemory, see Redis/memory), heartbeats included, which likely explains it; otherwise they decide on another Redis or under another --prefix",
+			fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Evidence = append(c.Evidence, full...)
+		c.Fix = "free memory or raise maxmemory (see Redis/memory), then run doctor again: serve's heartbeats return within 2 s; if they do not, give doctor the Redis and the prefix the instances run with (serve --redis, --redis-sentinel or --redis-cluster, and --prefix)"
 	case beats == 0 && (noKeys || traffic > 0):
 		c.Status = Fail
 		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: they decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"))

@@ -189,3 +189,35 @@ func TestStoppedHeartbeatIsNoLiveInstance(t *testing.T) {
 		t.Errorf("summary %q counts the stopped heartbeat as an instance not given", c.Summary)
 	}
 }
+
+// TestNoHeartbeatsOnRedisRefusingWrites: a walk's Redis, filled past
+// maxmemory under noeviction, refused every heartbeat and the set
+// expired; redis-and-prefix failed with "they decide on another Redis or
+// under another --prefix" and a fix blaming doctor's flags. It now names
+// the refused writes as the likely cause, with the primary's memory.
+func TestNoHeartbeatsOnRedisRefusingWrites(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "om", testConfig)
+	traffic(t, client, "om", cfg)
+	a := startInstance(t, client, "om", instanceOptions{doc: testConfig, discipline: true})
+	ctx := t.Context()
+	// maxmemory below what the server already uses.
+	if err := client.ConfigSet(ctx, "maxmemory", "100000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Every heartbeat is refused from here on: the set is gone, as it is
+	// 2 TTLs after the last beat accepted.
+	if err := client.Del(ctx, "om:instances").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, "om-probe", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("a write on the full Redis: %v, want OOM", err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "om", Instances: []string{a.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail,
+		"no instance heartbeats in om:instances", "Redis refuses writes (noeviction at maxmemory", srv.Addr+": used ")
+	if strings.Contains(c.Fix, "doctor audited") || !strings.Contains(c.Fix, "maxmemory") {
+		t.Errorf("fix %q: want Redis's memory named first, not doctor's flags", c.Fix)
+	}
+}
