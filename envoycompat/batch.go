@@ -3,6 +3,7 @@ package envoycompat
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -22,8 +23,10 @@ import (
 //go:embed incr.lua
 var incrSource string
 
-// incrScript runs incr.lua. Its only error reply on purpose is the shape
-// check before any write, so every error reply means nothing was written.
+// incrScript runs incr.lua. Its error replies are the shape check before
+// any write and Redis's own error when it refused every INCRBY (OOM,
+// READONLY...), so every error reply means nothing was written, and
+// carries Redis's text.
 var incrScript = luascript.New(incrSource, luascript.Options{})
 
 // Coalescing (RedisStore on a single-server client). Each decision's
@@ -164,7 +167,7 @@ func incrAlone(ctx context.Context, client luascript.Client, ops []*Op) error {
 	}
 	vals, err := incrScript.RunInts(ctx, client, f.argv())
 	if err != nil {
-		return err
+		return refusedAll(err, f.keys)
 	}
 	refused, err := splitReply(vals, len(ops))
 	if err != nil {
@@ -214,7 +217,7 @@ func (b *incrBatcher) run(calls []*incrCall) {
 	for _, c := range calls {
 		n := len(c.keys)
 		if err != nil {
-			c.err = err
+			c.err = refusedAll(err, c.keys)
 		} else {
 			copy(c.vals, vals[at:at+n])
 			c.err = checkValues(c.vals, refused, at, c.keys)
@@ -222,6 +225,18 @@ func (b *incrBatcher) run(calls []*incrCall) {
 		at += n
 		c.done <- struct{}{}
 	}
+}
+
+// refusedAll returns err, the error of a script call with the counters
+// keys, naming them when it is Redis's error reply (such as incr.lua's
+// "OOM command not allowed when used memory > 'maxmemory'", every INCRBY
+// refused): nothing was written for them.
+func refusedAll(err error, keys []string) error {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err
+	}
+	return fmt.Errorf("%w (counters %q: nothing was written for them)", err, keys)
 }
 
 // splitReply checks a reply of incr.lua for k keys and returns the
@@ -260,7 +275,7 @@ func checkValues(vals, refused []int64, at int, keys []string) error {
 			why = "nothing was written for it; the request's other counters were updated"
 			sentinel = floodgate.ErrIndeterminate
 		}
-		return fmt.Errorf("%w: redis: INCRBY refused for %q (the key holds a value that is not a counter, the sum would overflow, or the server refuses writes); %s", sentinel, bad, why)
+		return fmt.Errorf("%w: redis: INCRBY refused for %q (the key holds a value that is not a counter, or the sum would overflow); %s", sentinel, bad, why)
 	}
 	for i, v := range vals {
 		if v < 0 {

@@ -6,9 +6,12 @@
 --
 -- Reply: the value of each counter after its INCRBY, in KEYS order,
 -- followed by the index (1-based) of every key whose INCRBY Redis refused
--- (the key holds something other than an integer, the sum would overflow,
--- or the server refuses writes): nothing was written for that key and its
--- value slot is 0. The other keys are updated all the same.
+-- (the key holds something other than an integer, or the sum would
+-- overflow): nothing was written for that key and its value slot is 0.
+-- The other keys are updated all the same. When Redis refuses every
+-- INCRBY, the reply is Redis's own error for the first (such as "OOM
+-- command not allowed when used memory > 'maxmemory'" or READONLY: a
+-- server that refuses writes refuses them all), and nothing was written.
 --
 -- A counter saturates at 2^52: one past it is set back to 2^52 (every
 -- limit is far below it), so that a huge hits_addend cannot push a counter
@@ -17,7 +20,7 @@
 if #ARGV ~= 2 * #KEYS then
   return redis.error_reply('floodgate envoy-compat: want 2 arguments per key, got ' .. #ARGV .. ' for ' .. #KEYS .. ' keys')
 end
-local out, refused = {}, {}
+local out, refused, first = {}, {}, nil
 for i = 1, #KEYS do
   local n = redis.pcall('INCRBY', KEYS[i], ARGV[2 * i - 1])
   if type(n) == 'number' then
@@ -30,7 +33,11 @@ for i = 1, #KEYS do
   else
     out[i] = 0
     refused[#refused + 1] = i
+    first = first or n
   end
+end
+if #refused == #KEYS and type(first) == 'table' and first.err then
+  return first
 end
 for _, i in ipairs(refused) do
   out[#out + 1] = i

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -69,5 +72,40 @@ func TestStalledRedisAnswersUnknown(t *testing.T) {
 		if status.Code(err) != codes.Unknown {
 			t.Errorf("request %d with Redis stalled: %v (code %v), want code Unknown", i, err, status.Code(err))
 		}
+	}
+}
+
+// TestRedisOutOfMemoryErrorKept: with Redis full under noeviction, POST
+// /json answered 400 and gRPC failed, with the log line "INCRBY refused
+// ... (the key holds a value that is not a counter, the sum would
+// overflow, or the server refuses writes)": incr.lua's pcall dropped
+// Redis's error. Redis's "OOM command not allowed" now reaches the error
+// answered and the log line, which name the request's counter; the codes
+// stay theirs (Unknown, 400).
+func TestRedisOutOfMemoryErrorKept(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "256mb", "--maxmemory-policy", "noeviction")
+	admin := srv.Client(t)
+	logs := &syncbuf.Buffer{}
+	r := newRig(t, &RedisStore{Client: srv.Client(t)}, Options{
+		Log: slog.New(slog.NewTextHandler(logs, nil)), LogEvery: time.Hour,
+	}, integrationConfig)
+	r.call(t, req(t, "another", 1, "key2=before"))
+	ctx := t.Context()
+	// maxmemory below what the server already uses.
+	if err := admin.ConfigSet(ctx, "maxmemory", "100000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const oom = "OOM command not allowed"
+	_, err := r.client.ShouldRateLimit(ctx, req(t, "another", 1, "key2=full"))
+	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), oom) || !strings.Contains(err.Error(), "key2_full") {
+		t.Fatalf("ShouldRateLimit on a full Redis: %v (code %v), want code Unknown with %q and the counter", err, status.Code(err), oom)
+	}
+	if !strings.Contains(logs.String(), oom) {
+		t.Fatalf("the store error logged does not carry Redis's %q:\n%s", oom, logs.String())
+	}
+	hs := httptest.NewServer(r.svc.HTTPHandler(NewHealth(health.NewServer(), false)))
+	t.Cleanup(hs.Close)
+	if code, _, out := postJSON(t, hs.URL+"/json", []byte(`{"domain":"another","descriptors":[{"entries":[{"key":"key2","value":"full"}]}]}`)); code != http.StatusBadRequest {
+		t.Fatalf("POST /json on a full Redis: %d %s, want 400", code, out)
 	}
 }
