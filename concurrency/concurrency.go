@@ -6,8 +6,9 @@
 // Leases are kept per identity as a set of (lease id, expiry) pairs: a
 // sorted set in Redis (RedisStore, one Lua script per operation) or a map
 // with an expiry heap in process (MemoryStore), with identical semantics.
-// Expired leases are dropped as part of each operation, so no background
-// sweeper is needed.
+// Expired leases are dropped as part of each operation on their identity;
+// Redis expires an idle identity's key, and MemoryStore sweeps its idle
+// identities in the background (MemoryOptions.SweepInterval).
 //
 // An identity is any string; "" is one identity like the others, shared by
 // every caller passing it (see Limiter.Acquire).

@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/shardmap"
@@ -32,6 +33,15 @@ type MemoryOptions struct {
 	// Default 1,000,000. A lease beyond an identity's first costs about
 	// 115 bytes of heap (TestMemoryPerLease).
 	MaxLeases int
+	// SweepInterval is how often the store, while it holds leases, visits
+	// all of them to drop the expired ones (see
+	// shardmap.Options.SweepInterval), so that Len counts live ones and
+	// memory follows them without traffic: an expired lease (and an identity
+	// with no lease left) is dropped between a second and a second plus
+	// SweepInterval after it expired by the callers' clock (read as the last
+	// time an operation passed, advanced by the process's monotonic clock).
+	// Default 30 s; negative turns the background sweep off.
+	SweepInterval time.Duration
 }
 
 // MemoryStore is an in-process lease Store with the same semantics as
@@ -53,7 +63,7 @@ func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
 	if opts.MaxLeases < 0 {
 		return nil, fmt.Errorf("%w: concurrency memory store: max leases %d is negative", floodgate.ErrInvalidPolicy, opts.MaxLeases)
 	}
-	sets, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, MaxUnits: opts.MaxLeases},
+	sets, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, SweepInterval: opts.SweepInterval, MaxUnits: opts.MaxLeases},
 		(*leaseSet).gone, shardmap.Units[*leaseSet]{Of: (*leaseSet).Len, Tidy: (*leaseSet).trim})
 	if err != nil {
 		return nil, fmt.Errorf("%w: concurrency memory store: %w", floodgate.ErrInvalidPolicy, err)
@@ -62,11 +72,20 @@ func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
 }
 
 // Len returns the leases the store holds (expired ones not yet dropped
-// included), a moment's value under concurrent use.
+// included: the background sweep drops them, see
+// MemoryOptions.SweepInterval), a moment's value under concurrent use.
 func (m *MemoryStore) Len() int {
 	held, _ := m.sets.Units()
 	return held
 }
+
+// Close ends the store's background sweeps, waiting for one under way to
+// finish; the store still works, its expired entries dropped only by
+// operations. A store needs no Close: the sweeps stop by themselves once
+// it is empty, leaving no goroutine or timer; one dropped while it holds
+// entries is otherwise swept, and kept from the garbage collector, until
+// they have all expired.
+func (m *MemoryStore) Close() { m.sets.Close() }
 
 func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	if err := ctx.Err(); err != nil {

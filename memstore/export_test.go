@@ -25,4 +25,4 @@ func (s *Store) Peaks() []int {
 
 // Sweeping reports whether the background sweep's timer is armed or
 // running.
-func (s *Store) Sweeping() bool { return s.sweeping.Load() }
+func (s *Store) Sweeping() bool { return s.sweeper.Armed() }

@@ -12,7 +12,6 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -99,9 +98,8 @@ type Store struct {
 	shards []shard
 	clock  *monoclock.Clock
 
-	sweepInterval time.Duration
-	sweeping      atomic.Bool // the background sweep's timer is armed or running
-	sweepMu       sync.Mutex  // one Sweep at a time
+	sweeper *shardmap.Sweeper // the background sweep (nil: off)
+	sweepMu sync.Mutex        // one Sweep at a time
 }
 
 type shard struct {
@@ -155,11 +153,11 @@ func New(opts Options) (*Store, error) {
 	opts.Shards = min(opts.Shards, limit)
 	caps := shardmap.Split(opts.Shards, opts.MaxKeys)
 	s := &Store{
-		seed:          maphash.MakeSeed(),
-		shards:        make([]shard, len(caps)),
-		clock:         monoclock.New(),
-		sweepInterval: opts.SweepInterval,
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard, len(caps)),
+		clock:  monoclock.New(),
 	}
+	s.sweeper = shardmap.NewSweeper(opts.SweepInterval, func() { s.Sweep() }, s.Len)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.entries = make(map[string]*entry)
@@ -302,7 +300,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 				sh.makeRoom(mono, ents[:len(layers)])
 				e = &entry{}
 				sh.insert(strings.Clone(l.Key), e)
-				s.armSweeper()
+				s.sweeper.Arm()
 			}
 			ents[i] = e
 		}
@@ -345,7 +343,7 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 		sh.makeRoom(mono, nil)
 		e = &entry{}
 		sh.insert(strings.Clone(l.Key), e) // see Decide
-		s.armSweeper()
+		s.sweeper.Arm()
 	}
 	e.state = compact(o.State)
 	e.expires = mono + o.TTL

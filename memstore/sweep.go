@@ -77,31 +77,3 @@ func (sh *shard) sweepAll(s *Store) int {
 	}
 	return freed
 }
-
-// armSweeper starts the background sweep if it is not running: a timer
-// that sweeps every Options.SweepInterval and stops once the Store is
-// empty. A new entry calls it, so an idle Store with entries left is
-// swept until they have all expired, and an empty one leaves nothing
-// running (no goroutine exists between sweeps either).
-func (s *Store) armSweeper() {
-	if s.sweepInterval <= 0 || s.sweeping.Load() || !s.sweeping.CompareAndSwap(false, true) {
-		return
-	}
-	time.AfterFunc(s.sweepInterval, s.sweepTick)
-}
-
-// sweepTick is the background sweep: it sweeps, then rearms its timer
-// while entries are left.
-func (s *Store) sweepTick() {
-	s.Sweep()
-	if s.Len() > 0 {
-		time.AfterFunc(s.sweepInterval, s.sweepTick)
-		return
-	}
-	s.sweeping.Store(false)
-	// An entry stored since Len looked, by a writer that saw the sweep
-	// still running, would otherwise wait for the next new entry.
-	if s.Len() > 0 && s.sweeping.CompareAndSwap(false, true) {
-		time.AfterFunc(s.sweepInterval, s.sweepTick)
-	}
-}

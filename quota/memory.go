@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
@@ -16,10 +17,12 @@ type MemoryOptions struct {
 	// Default 64; at most 65,536.
 	Shards int
 	// MaxKeys caps the number of identity periods held at once by the
-	// whole store, exactly, however they fall across partitions: an
-	// operation that would create a new period fails with
-	// floodgate.ErrStoreFull only when the store holds MaxKeys periods and
-	// none it reaches has expired. (When it is full, a look at every
+	// whole store, exactly, however they fall across partitions: a
+	// check that would charge, a reserve, a settle or a restore for a
+	// period the store does not hold fails with floodgate.ErrStoreFull
+	// only when the store holds MaxKeys periods and none it reaches has
+	// expired (a status, or a check that charges nothing, is answered
+	// from nothing: usage 0). (When it is full, a look at every
 	// period of every partition runs at most once a second, further looks
 	// sampling the operation's own partition, so a period that expires in
 	// that second may be reclaimed a little later; see
@@ -39,6 +42,17 @@ type MemoryOptions struct {
 	// heap with a request id of MaxRequestIDLen bytes, depending on how
 	// many its period holds (TestMemoryPerRecord).
 	MaxRecords int
+	// SweepInterval is how often the store, while it holds identity periods
+	// or records, visits all of them to drop the expired ones (see
+	// shardmap.Options.SweepInterval), so that Len counts live ones and
+	// memory follows them without traffic: an expired identity period (its
+	// usage and its lost-state marker, which outlives it by 24 h, both
+	// expired), reservation or settlement outcome is dropped between a
+	// second and a second plus SweepInterval after it expired by the
+	// callers' clock (read as the last time an operation passed, advanced by
+	// the process's monotonic clock). Default 30 s; negative turns the
+	// background sweep off.
+	SweepInterval time.Duration
 }
 
 // MemoryStore is an in-process quota Store with the same semantics as
@@ -65,7 +79,7 @@ func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
 	if opts.MaxRecords < 0 {
 		return nil, fmt.Errorf("%w: quota memory store: max records %d is negative", floodgate.ErrInvalidPolicy, opts.MaxRecords)
 	}
-	slots, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, MaxUnits: opts.MaxRecords},
+	slots, err := shardmap.NewCounted(shardmap.Options{Shards: opts.Shards, MaxKeys: opts.MaxKeys, SweepInterval: opts.SweepInterval, MaxUnits: opts.MaxRecords},
 		(*slot).dead, shardmap.Units[*slot]{Of: (*slot).records, Tidy: (*slot).tidy})
 	if err != nil {
 		return nil, fmt.Errorf("%w: quota memory store: %w", floodgate.ErrInvalidPolicy, err)
@@ -74,12 +88,21 @@ func NewMemoryStore(opts MemoryOptions) (*MemoryStore, error) {
 }
 
 // Len returns the identity periods the store holds (expired ones not yet
-// dropped included) and the reservations and settlement outcomes in them,
+// dropped by the background sweep included, see
+// MemoryOptions.SweepInterval) and the reservations and settlement outcomes in them,
 // a moment's values under concurrent use.
 func (m *MemoryStore) Len() (periods, records int) {
 	records, _ = m.slots.Units()
 	return m.slots.Len(), records
 }
+
+// Close ends the store's background sweeps, waiting for one under way to
+// finish; the store still works, its expired entries dropped only by
+// operations. A store needs no Close: the sweeps stop by themselves once
+// it is empty, leaving no goroutine or timer; one dropped while it holds
+// entries is otherwise swept, and kept from the garbage collector, until
+// they have all expired.
+func (m *MemoryStore) Close() { m.slots.Close() }
 
 // lock locks and returns the shard of a key, the one of its hash tag.
 func (m *MemoryStore) lock(key string) *shardmap.Shard[*slot] {
@@ -144,6 +167,16 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	// Make room before deciding, so that a full store changes nothing:
 	// for a new period, and for a record a reserve or settle may add.
 	if cs == nil && !sh.Room(now, 1) {
+		// A check that writes nothing (a status, a check of cost 0 or
+		// of more than the limit) is answered from nothing, as it is
+		// while the store has room: its step touches only the fresh
+		// ledger it makes, dropped here. It was refused (a status of
+		// a third identity with MaxKeys 2 answered 503).
+		if req.op == opCheck {
+			if _, dirty, _, rep := step(req, nil, false, nil, false); !dirty {
+				return rep, nil
+			}
+		}
 		held, most := m.slots.Keys()
 		return reply{}, fmt.Errorf("%w: %d quota periods held (cap %d)", floodgate.ErrStoreFull, held, most)
 	}

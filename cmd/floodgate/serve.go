@@ -672,6 +672,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if b.fb != nil {
 		defer b.fb.Close()
 	}
+	if b.memQuotas != nil {
+		// Their background sweeps end with the service.
+		defer b.memQuotas.Close()
+		defer b.memLeases.Close()
+	}
 	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "floodgate_memstore_evictions_total",
 		Help: "Live identities the in-memory store (memory mode or local fallback) dropped to make room for new ones (--memory-max-keys).",

@@ -1,8 +1,8 @@
 // Package shardmap is the bookkeeping Floodgate's in-memory stores share: a
 // string-keyed map split into shards, each under its own mutex, holding at
 // most a fixed number of entries in all, whose dead entries are dropped a
-// few at a time as writes come in rather than by a background goroutine. A
-// counted Map (NewCounted) also caps, across its shards, what its entries
+// few at a time as writes come in and by a background sweep (see
+// Options.SweepInterval). A counted Map (NewCounted) also caps, across its shards, what its entries
 // hold inside them: a quota period's reservations, an identity's leases.
 package shardmap
 
@@ -13,6 +13,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Options configures a Map. The zero value is ready to use.
@@ -30,6 +31,18 @@ type Options struct {
 	// entries hold together (see Units), exactly, across shards. Default
 	// 1,000,000. New refuses it.
 	MaxUnits int
+	// SweepInterval is how often a Map holding entries visits all of them
+	// to drop the dead ones (see Map.Sweep), so that Len, Keys and Units
+	// count live entries, and memory follows them, without traffic. The
+	// callers' clock the sweep reads is the last time an operation passed
+	// (to Room, or a 64th Wrote to a shard) advanced by the process's
+	// monotonic clock since, less a second: an entry is dropped between a
+	// second and a second plus SweepInterval after it died, if the
+	// callers' clock follows real time. A callers' clock set back by more
+	// than a second and not yet read again by an operation would have the
+	// sweep drop entries early by as much. Default 30 s; negative turns
+	// the background sweep off.
+	SweepInterval time.Duration
 }
 
 // Sweeping: every sweepEvery writes to a shard drop up to sweepBatch dead
@@ -66,6 +79,15 @@ type Map[V any] struct {
 	// unitsFullAt is when (µs of the callers' clock) the last pass over
 	// every shard to free units began; 0: never.
 	unitsFullAt atomic.Int64
+
+	sweeper *Sweeper   // the background sweep (nil: off)
+	sweepMu sync.Mutex // one Sweep at a time
+	// elapsed reads the process's monotonic clock (µs since the Map was
+	// made); offset is the callers' clock less it, as last observed, and
+	// clocked whether one was.
+	elapsed func() int64
+	offset  atomic.Int64
+	clocked atomic.Bool
 }
 
 // Shard is one part of a Map: its entries, under one mutex.
@@ -74,6 +96,7 @@ type Shard[V any] struct {
 	mu      sync.Mutex
 	entries map[string]V
 	writes  uint32
+	peak    int // the most entries since entries was made (see Map.Sweep)
 	// reserved is the places for new entries Room took from the Map's
 	// count and no Put has used yet; Unlock gives them back.
 	reserved int
@@ -108,11 +131,17 @@ func build[V any](opts Options, dead func(v V, now int64) bool, units Units[V]) 
 	if opts.MaxKeys == 0 {
 		opts.MaxKeys = 1_000_000
 	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = defaultSweepInterval
+	}
 	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(Split(opts.Shards, opts.MaxKeys))),
 		maxKeys: int64(opts.MaxKeys), units: units, maxUnits: int64(opts.MaxUnits)}
 	for i := range m.shards {
 		m.shards[i] = Shard[V]{m: m, entries: make(map[string]V), dead: dead}
 	}
+	base := time.Now()
+	m.elapsed = func() int64 { return time.Since(base).Microseconds() }
+	m.sweeper = NewSweeper(opts.SweepInterval, func() { m.Sweep() }, func() int { held, _ := m.Keys(); return held })
 	return m, nil
 }
 
@@ -159,7 +188,7 @@ func (m *Map[V]) Lock(hashKey string) *Shard[V] {
 }
 
 // Len returns the number of entries in the Map, dead ones not yet dropped
-// included. It locks one shard at a time, so under concurrent writes the
+// (by the background sweep, see Options.SweepInterval) included. It locks one shard at a time, so under concurrent writes the
 // count is a moment's approximation.
 func (m *Map[V]) Len() int {
 	n := 0
@@ -192,12 +221,15 @@ func (s *Shard[V]) Unlock() {
 func (s *Shard[V]) Get(key string) V { return s.entries[key] }
 
 // Put sets the entry of key. A caller adding keys checks Room first: a new
-// key uses a place Room reserved (or, without one, counts past MaxKeys).
+// key uses a place Room reserved (or, without one, counts past MaxKeys),
+// and arms the background sweep.
 func (s *Shard[V]) Put(key string, v V) {
 	n := len(s.entries)
 	if s.entries[key] = v; len(s.entries) == n {
 		return
 	}
+	s.peak = max(s.peak, n+1)
+	s.m.sweeper.Arm()
 	if s.reserved > 0 {
 		s.reserved--
 	} else {
@@ -233,6 +265,7 @@ func (s *Shard[V]) Len() int { return len(s.entries) }
 // that would add entries asks before changing anything, so that a full
 // Map refuses an operation without applying part of it.
 func (s *Shard[V]) Room(now int64, n int) bool {
+	s.m.observe(now)
 	if s.reserve(n) {
 		return true
 	}
@@ -283,9 +316,11 @@ func (s *Shard[V]) reserve(n int) bool {
 }
 
 // Wrote counts a write to the shard. Every 64th write drops up to 32 dead
-// entries (at now), visiting at most 128.
+// entries (at now), visiting at most 128, and records now as the callers'
+// clock for the background sweep.
 func (s *Shard[V]) Wrote(now int64) {
 	if s.writes++; s.writes%sweepEvery == 0 {
+		s.m.observe(now)
 		s.sweep(now, sweepBatch)
 	}
 }
@@ -302,15 +337,10 @@ func (s *Shard[V]) sweep(now int64, limit int) (freed int) {
 		}
 	}()
 	for k, v := range s.entries {
-		u := s.m.unitsOf(v)
-		if s.dead(v, now) {
-			delete(s.entries, k)
-			s.m.held.Add(-int64(u))
+		if s.drop(k, v, now, false) {
 			if freed++; freed >= limit {
 				return freed
 			}
-		} else if d := s.m.unitsOf(v) - u; d != 0 {
-			s.m.held.Add(int64(d))
 		}
 		if seen++; seen >= sweepVisits*limit {
 			return freed

@@ -12,8 +12,9 @@ type Units[V any] struct {
 	// Of returns the units v holds. It runs with v's shard locked.
 	Of func(v V) int
 	// Tidy drops what expired at now inside v, freeing its units. It runs
-	// with v's shard locked, only when the Map is short of units, and
-	// leaves v in the Map however little it holds afterwards.
+	// with v's shard locked, when the Map is short of units and in the
+	// background sweep (Map.Sweep), and leaves v in the Map however
+	// little it holds afterwards (unless dead says it can go).
 	Tidy func(v V, now int64)
 }
 
