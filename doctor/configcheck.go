@@ -100,6 +100,12 @@ func (r *run) configChecks(ctx context.Context) {
 			default:
 				c.Fix = "read the error: doctor reads the document with GET, STRLEN and GETRANGE of " + r.opts.Prefix + ":config"
 			}
+		case r.opts.ConfigFile != "" && !isParseError(r.cfgErr):
+			// The file could not be opened or read (missing, no
+			// permission): it has no errors to list.
+			c.Status = Fail
+			c.Summary = fmt.Sprintf("%s could not be read: %v; the checks that need the policies were skipped", r.cfgSource, r.cfgErr)
+			c.Fix = "check the path given to --config (a relative one is from doctor's working directory) and that doctor may read it: give the file the instances run"
 		default:
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s does not validate: %v", r.cfgSource, r.cfgErr)

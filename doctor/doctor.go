@@ -91,7 +91,9 @@ type Check struct {
 	// RedisCommands is the number of Redis commands the check sent (0 when
 	// it read only HTTP endpoints or files), not counting those go-redis
 	// sends itself when it opens a connection (HELLO, AUTH, SELECT, CLIENT
-	// SETINFO, ...).
+	// SETINFO, ...), nor, behind Sentinel, the questions that keep the
+	// client on the primary the sentinels name (SENTINEL
+	// GET-MASTER-ADDR-BY-NAME to each, once a second).
 	RedisCommands int64 `json:"redis_commands"`
 }
 
@@ -331,7 +333,11 @@ type run struct {
 // check Redis/reachable fails with the diagnosis and the fix, every check
 // that reads Redis is reported skipped without sending anything more, and
 // the checks that do not need Redis (the instances, a --config file,
-// Prometheus) run as usual. ctx bounds the whole run.
+// Prometheus) run as usual. Behind Sentinel, the client reaches the
+// primary as serve's does: the one a majority of the sentinels name
+// (sentinelfollow), asked before the probe and once a second after, so a
+// sentinel that does not answer holds nothing up. ctx bounds the whole
+// run.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -344,11 +350,23 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		envoy = er.Load()
 	}
-	client, err := opts.Redis.Client()
+	client, follow, err := opts.Redis.FollowingClient()
 	if err != nil {
 		return nil, fmt.Errorf("doctor: %w", err)
 	}
 	defer client.Close()
+	if follow != nil {
+		// Behind Sentinel, the client reaches the primary as serve's
+		// does: the one a majority of the sentinels name, asked once a
+		// second, until the client is closed (the defers run in
+		// reverse). go-redis alone asks the sentinels at each new
+		// connection and waits for every one's answer: one frozen
+		// sentinel made the probe fail on a primary that was up.
+		fctx, stopFollow := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); follow.Run(fctx, nil) }()
+		defer func() { stopFollow(); <-done }()
+	}
 	r := &run{ctx: ctx, opts: opts, client: client, counter: &counter{}, info: map[string]map[string]string{}, envoy: envoy}
 	r.counter.attach(client)
 	if cc, ok := client.(*redis.ClusterClient); ok {
@@ -358,6 +376,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	start := time.Now()
 
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	if follow != nil {
+		// The probe's dial goes to the primary the majority named, once
+		// the Follower has asked them (within half a second).
+		select {
+		case <-follow.Asked():
+		case <-pctx.Done():
+		}
+	}
 	err = client.Ping(pctx).Err()
 	cancel()
 	if err != nil {

@@ -469,7 +469,7 @@ func (r *run) checkMemory(c *Check) {
 
 func (r *run) checkPersistence(ctx context.Context, c *Check) {
 	defer r.partialPrimaries(c)
-	c.Read = "INFO persistence (from the server check) and CONFIG GET save on each primary"
+	c.Read = "INFO persistence (from the server check), CONFIG GET save on each primary and CONFIG GET appendfsync on each with AOF"
 	quotas, names := r.quotasConfigured()
 	tiered, assigned, tiersKey := r.tierAssignments(ctx)
 	if assigned >= 0 {
@@ -485,24 +485,27 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 			nodes[n.addr] = n.client
 		}
 	}
-	aofOff, broken := 0, 0
+	aofOff, fsyncNo, broken := 0, 0, 0
 	for _, addr := range r.primaryAddrs {
 		info := r.info[addr]
-		save := "unknown (no client for this primary)"
-		if cl := nodes[addr]; cl != nil {
-			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if m, err := cl.ConfigGet(gctx, "save").Result(); err == nil {
-				save = fmt.Sprintf("%q", m["save"])
-			} else {
-				save = fmt.Sprintf("unknown (CONFIG GET failed: %v)", err)
-			}
-			cancel()
-		}
 		aof := info["aof_enabled"] == "1"
+		save, fsync := "unknown (no client for this primary)", ""
+		if cl := nodes[addr]; cl != nil {
+			save = configValue(ctx, cl, "save")
+			if aof {
+				fsync = configValue(ctx, cl, "appendfsync")
+			}
+		}
 		if !aof {
 			aofOff++
 		}
+		if fsync == `"no"` {
+			fsyncNo++
+		}
 		line := fmt.Sprintf("%s: appendonly %s, save %s, last bgsave %s", addr, onOff(aof), save, info["rdb_last_bgsave_status"])
+		if fsync != "" {
+			line = fmt.Sprintf("%s: appendonly yes, appendfsync %s, save %s, last bgsave %s", addr, fsync, save, info["rdb_last_bgsave_status"])
+		}
 		if aof {
 			line += ", last AOF write " + info["aof_last_write_status"]
 		}
@@ -537,6 +540,18 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 		c.Status = Warn
 		c.Summary = "the last RDB save or AOF write failed on a primary"
 		c.Fix = "read the Redis log: a full disk or a fork failure stops persistence"
+	case (quotas || assigned > 0) && fsyncNo > 0:
+		// appendfsync no leaves the flush to the kernel, which writes
+		// dirty pages back after about 30 s (Linux's
+		// dirty_expire_centisecs): a restart of Redis alone loses
+		// nothing, a crash of its host up to that much.
+		c.Status = Warn
+		what := "acknowledged quota usage"
+		if !quotas {
+			what = "the tier assignments in " + tiersKey
+		}
+		c.Summary = "AOF is on, but " + plural.Count(fsyncNo, "primary runs", "primaries run") + " it with appendfsync no: Redis never fsyncs it, the kernel writes it out about every 30 s, so a crash of the host loses up to ~30 s of " + what
+		c.Fix = "CONFIG SET appendfsync everysec (and in redis.conf) on every primary holding quotas or tier assignments: a crash then loses at most about a second (always: nothing, at a cost in latency)"
 	case r.cfg == nil && aofOff > 0:
 		// Without the configuration (none in Redis, no --config) nothing
 		// says whether the instances count quotas: the built-in example
@@ -558,6 +573,18 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 		c.Status = Pass
 		c.Summary = "AOF is on wherever quotas are counted"
 	}
+}
+
+// configValue returns CONFIG GET name's value on cl, quoted, or
+// "unknown (...)" with the error.
+func configValue(ctx context.Context, cl *redis.Client, name string) string {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := cl.ConfigGet(gctx, name).Result()
+	if err != nil {
+		return fmt.Sprintf("unknown (CONFIG GET failed: %v)", err)
+	}
+	return fmt.Sprintf("%q", m[name])
 }
 
 func onOff(b bool) string {

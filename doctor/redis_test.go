@@ -171,6 +171,38 @@ func TestNoPersistenceWithQuotasFails(t *testing.T) {
 	want(t, rep, doctor.GroupRedis, "persistence", doctor.Warn, "the configuration is unknown")
 }
 
+// TestAppendfsyncNoWithQuotasWarns: AOF with appendfsync no leaves the
+// flush to the kernel, and a crash of the host loses up to ~30 s of
+// acknowledged quota usage. An outside walk saw "[PASS] persistence: AOF
+// is on wherever quotas are counted" for it: appendfsync was never read,
+// though the check's fix asks for everysec. always and everysec pass;
+// without quotas, appendfsync no does too.
+func TestAppendfsyncNoWithQuotasWarns(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "fq", testConfigQuota)
+	publish(t, client, "fn", untieredConfig)
+	for _, step := range []struct {
+		fsync, prefix string
+		want          doctor.Status
+		mentions      []string
+	}{
+		{"no", "fq", doctor.Warn, []string{"appendfsync no", "appendfsync \"no\"", "~30 s of acknowledged quota usage"}},
+		{"everysec", "fq", doctor.Pass, []string{"AOF is on wherever quotas are counted", "appendfsync \"everysec\""}},
+		{"always", "fq", doctor.Pass, []string{"AOF is on wherever quotas are counted", "appendfsync \"always\""}},
+		{"no", "fn", doctor.Pass, []string{"no quotas configured"}},
+	} {
+		if err := client.ConfigSet(t.Context(), "appendfsync", step.fsync).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: step.prefix})
+		c := want(t, rep, doctor.GroupRedis, "persistence", step.want, step.mentions...)
+		if step.want == doctor.Warn && !strings.Contains(c.Fix, "appendfsync everysec") {
+			t.Errorf("appendfsync %s: fix %q does not ask for appendfsync everysec", step.fsync, c.Fix)
+		}
+	}
+}
+
 // untieredConfig has neither quotas nor tiered limits: nothing in Redis
 // outlives a window.
 const untieredConfig = `version: "1"

@@ -200,6 +200,11 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		m, err := sc.Master(sctx, master).Result()
 		if err != nil {
+			if ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+				// A sentinel that accepts the connection and never
+				// answers (frozen, or its host hung).
+				err = fmt.Errorf("no answer within 5s (%w)", err)
+			}
 			cancel()
 			_ = sc.Close()
 			worst = max(worst, Warn)

@@ -65,6 +65,10 @@ func (r *run) unreachable(ctx context.Context, err error) {
 	target := r.opts.Redis.String()
 	r.check(GroupRedis, "reachable", func(c *Check) {
 		c.Read = probeRead(r.opts.Redis) + " (Redis did not answer it, so no other Redis read was made)"
+		if class := classify(r.ctxOrBackground(), err); class == errNoPerm || class == errOther {
+			// It answered, with an error (NOAUTH, WRONGPASS, LOADING).
+			c.Read = probeRead(r.opts.Redis) + " (Redis refused it, so no other Redis read was made)"
+		}
 		c.Status = Fail
 		why, replaces, sentinelErr := r.sentinelDiagnosis(ctx)
 		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {

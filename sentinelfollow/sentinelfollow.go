@@ -71,6 +71,11 @@ type Follower struct {
 	dialer    func(ctx context.Context, network, addr string) (net.Conn, error)
 	kick      chan struct{}
 
+	// asked is closed when a Run's first round of questions has ended
+	// (Asked); askedOnce closes it.
+	asked     chan struct{}
+	askedOnce sync.Once
+
 	// steer is what the client's dials and health checks read, without
 	// a lock (a check runs at every connection taken from the pool): nil
 	// while nothing was left or Run is not running.
@@ -120,6 +125,7 @@ func New(o *redis.FailoverOptions) *Follower {
 		master:    o.MasterName,
 		sentinels: append([]string(nil), o.SentinelAddrs...),
 		kick:      make(chan struct{}, 1),
+		asked:     make(chan struct{}),
 		left:      map[string]struct{}{},
 		errs:      map[string]nodeErr{},
 	}
@@ -270,6 +276,7 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	defer t.Stop()
 	for {
 		f.check(ctx, clients, log)
+		f.askedOnce.Do(func() { close(f.asked) })
 		select {
 		case <-ctx.Done():
 			return
@@ -278,6 +285,17 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 		}
 	}
 }
+
+// Asked returns a channel closed once a Run has asked the sentinels a
+// first time: then either Primary holds the primary a majority named, and
+// a client made with NewClient dials it without asking a sentinel, or no
+// majority named one (a round ends within half a second), and the client
+// asks them itself as go-redis does. A caller that sends its first
+// command at once (floodgate doctor's probe) waits for it, so that the
+// dial does not go through go-redis's questions, which wait for every
+// sentinel's answer, a frozen one's included. The channel stays open
+// while no Run has finished a round.
+func (f *Follower) Asked() <-chan struct{} { return f.asked }
 
 // Kick makes Run ask the sentinels now.
 func (f *Follower) Kick() {
