@@ -232,7 +232,10 @@ func (l *Limiter) AcquireAt(ctx context.Context, now time.Time, identity string)
 // replicas did not confirm the call (which then changed nothing they
 // need). A release the primary applied but they did not confirm fails
 // with an error wrapping replicawait.ErrNotReplicated: a failover could
-// bring the lease back, and releasing it again is harmless.
+// bring the lease back, and releasing it again is harmless, but its false
+// says only that the primary it reached no longer holds the lease (a
+// release that changes nothing has nothing for the replicas to confirm):
+// across a failover, the new primary may still hold it until it expires.
 func (l *Limiter) Release(ctx context.Context, lease Lease) (bool, error) {
 	return l.ReleaseAt(ctx, l.clock(), lease)
 }

@@ -200,7 +200,10 @@ const (
 // place: were the EVAL to queue for a place behind the calls waiting,
 // each of which finds the script cache as empty (a restarted or newly
 // promoted primary's), no call might load the script before its
-// deadline while the replicas lag.
+// deadline while the replicas lag. When too little of ctx is left for
+// the EVAL's WAIT (the NOSCRIPT itself came with a WAIT), cmd fails
+// ErrBusy unsent, and the script is loaded with SCRIPT LOAD instead
+// (within ctx, no WAIT) so that the calls after it find it.
 //
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
 // the primary of that key's slot as the client's map has it. A MOVED reply
@@ -294,8 +297,9 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 
 // EvalFallback is implemented by a script call sent as EVALSHA that can
 // be sent again as EVAL: UseEval changes the command's arguments to EVAL
-// and the script's source, and reports whether it did (false when the
-// command is not an EVALSHA). See Client.Process.
+// and the script's source (Args()[0] and Args()[1], the source a string),
+// and reports whether it did (false when the command is not an EVALSHA).
+// See Client.Process.
 type EvalFallback interface {
 	UseEval() bool
 }
@@ -303,17 +307,28 @@ type EvalFallback interface {
 // evalAgain sends cmd, which node refused with noscript, again as EVAL
 // while it holds its place, when cmd can (EvalFallback) and ctx leaves
 // time for WAIT's answer; NOSCRIPT means nothing ran. Otherwise it
-// returns noscript, or ErrBusy when ctx's deadline is too close.
+// returns noscript, or ErrBusy when ctx's deadline is too close, after
+// loading the script on node with SCRIPT LOAD (within ctx, without WAIT:
+// it writes no data) for the calls that follow.
 func (c *Client) evalAgain(ctx context.Context, node *redis.Client, cmd redis.Cmder, asking bool, noscript error) error {
 	e, ok := cmd.(EvalFallback)
 	if !ok {
 		return noscript
 	}
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= answerMargin {
-		return c.busy(cmd, fmt.Errorf("NOSCRIPT, and %v left to send the script as EVAL, less than Redis may take to answer WAIT: %w", time.Until(d).Round(time.Millisecond), context.DeadlineExceeded))
-	}
 	if !e.UseEval() {
 		return noscript
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= answerMargin {
+		// While the replicas lag, the NOSCRIPT came only with WAIT's
+		// answer, a whole Timeout late, and every call that waited for
+		// a place would meet it in turn and give up here: no call
+		// would send the EVAL that loads the script.
+		left := time.Until(d).Round(time.Millisecond)
+		loaded := "not loaded"
+		if src, ok := cmd.Args()[1].(string); ok && node.ScriptLoad(ctx, src).Err() == nil {
+			loaded = "loaded for the next calls"
+		}
+		return c.busy(cmd, fmt.Errorf("NOSCRIPT (script %s), and %v left to send the script as EVAL, less than Redis may take to answer WAIT: %w", loaded, left, context.DeadlineExceeded))
 	}
 	cmd.SetErr(nil)
 	return c.run(ctx, node, cmd, asking)

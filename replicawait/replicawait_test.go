@@ -668,3 +668,92 @@ func TestNoScriptKeepsItsPlace(t *testing.T) {
 		t.Fatalf("EVALSHA of an unknown script: err = %v, want NOSCRIPT", err)
 	}
 }
+
+// TestNoScriptTooLateLoadsTheScript: quota checks under a deadline
+// through a Client with one place (MaxConcurrent 1) and one connection,
+// on a primary whose script cache was flushed and whose replica is
+// stopped after that connection wrote, so that each WAIT (even one after
+// a NOSCRIPT, which writes nothing) takes all the time the deadline
+// leaves it: WAIT counts the replicas holding the connection's last
+// write. The first check's
+// NOSCRIPT comes with WAIT's answer, too late for an EVAL, and the checks
+// queued behind it get their place too late to be sent: they fail ErrBusy.
+// The first loads the script (SCRIPT LOAD) as it gives up, so the checks
+// after them are sent (and fail ErrNotReplicated: the replica is still
+// stopped). When nothing loaded it, every check met NOSCRIPT in turn and
+// failed ErrBusy, for as long as the replica lagged: an outside walk saw
+// 0 of 20 lease releases a second sent.
+func TestNoScriptTooLateLoadsTheScript(t *testing.T) {
+	primary, replica := startPair(t)
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr, ContextTimeoutEnabled: true, PoolSize: 1, PoolTimeout: redistest.PoolTimeout})
+	t.Cleanup(func() { _ = c.Close() })
+	signal(t, replica, syscall.SIGSTOP)
+	t.Cleanup(func() { signal(t, replica, syscall.SIGCONT) })
+	ctx := context.Background()
+	if err := c.Set(ctx, "written-while-the-replica-lags", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A Timeout longer than the deadline: WAIT takes the deadline less
+	// the answer margin, and no EVAL can follow the NOSCRIPT.
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 2 * time.Second, MaxConcurrent: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, w, 1000)
+	check := func(id string) error {
+		ctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		defer cancel()
+		_, err := q.Check(ctx, id, 1)
+		return err
+	}
+
+	const callers = 4
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = check(fmt.Sprint("tenant-", i))
+		}()
+	}
+	wg.Wait()
+	busy := 0
+	for i, err := range errs {
+		switch {
+		case errors.Is(err, replicawait.ErrBusy):
+			busy++
+		case errors.Is(err, replicawait.ErrNotReplicated):
+			// Started late enough (a loaded host) to be sent once
+			// the first had loaded the script.
+		default:
+			t.Errorf("check %d on an empty script cache: err = %v, want ErrBusy (no time left for the EVAL, or for WAIT after a place)", i, err)
+		}
+	}
+	if busy == 0 {
+		t.Errorf("no check failed ErrBusy: the first, refused NOSCRIPT by WAIT's answer, had time left for an EVAL")
+	}
+	stats, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_script|load:calls=1,") {
+		t.Errorf("the check that met NOSCRIPT too late to send EVAL did not SCRIPT LOAD; Redis counted:\n%s", stats)
+	}
+
+	for i := range 2 {
+		if err := check("tenant-after"); !errors.Is(err, replicawait.ErrNotReplicated) {
+			t.Fatalf("check %d after the first gave up: err = %v, want ErrNotReplicated (sent: the script is loaded; the replica is stopped)", i+1, err)
+		}
+	}
+	errstats, err := c.Info(ctx, "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errstats, "errorstat_NOSCRIPT:count=1\r") {
+		t.Fatalf("want exactly one NOSCRIPT (the first check's), Redis counted:\n%s", errstats)
+	}
+}

@@ -186,7 +186,13 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return res.Allowed, err // a lease taken is a ZADD
 	})
 	if ue := (*concurrency.UnconfirmedError)(nil); errors.As(err, &ue) {
-		s.fail(w, r, s.unconfirmedProblem(r.Context(), ue))
+		// Not s.fail, which would count the problem again, as a
+		// rejection: decisionProblem counted it as a decision error.
+		p := s.unconfirmedProblem(r.Context(), ue)
+		if p.retry {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeProblem(w, p)
 		return
 	}
 	if err != nil {
@@ -214,7 +220,9 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 // replicas did not confirm (--redis-wait-replicas): the lease is not
 // granted, and was released again or, when that failed, is named so
 // that the client can release it. It is logged and counted as an
-// indeterminate outcome, as other unconfirmed operations are.
+// indeterminate outcome, as other unconfirmed operations are, and must
+// be written as it is (not through fail, which counts a problem again as
+// a rejection). The problem asks for Retry-After.
 func (s *Server) unconfirmedProblem(ctx context.Context, ue *concurrency.UnconfirmedError) *problemError {
 	p := s.decisionProblem(ctx, opAcquire, ue)
 	p.retry = true

@@ -37,7 +37,8 @@ concurrency:
 // acquired false), a release of a lease not held as released false, a
 // renewal of one as 409 lease-lost: all three were 503 "the Redis primary
 // applied the operation". A release of a held lease, applied on the
-// primary alone, is a 503 saying so.
+// primary alone, is a 503 saying so. Each such 503 is counted once, in
+// floodgate_decision_errors_total as indeterminate.
 func TestLeasesUnderWaitReplicasWithReplicaStopped(t *testing.T) {
 	primary := redistest.Start(t)
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
@@ -103,6 +104,16 @@ func TestLeasesUnderWaitReplicasWithReplicaStopped(t *testing.T) {
 	}
 	if n := client.ZCard(ctxT(t), leaseKey(t, client)).Val(); n != 1 {
 		t.Fatalf("%d leases held after two unconfirmed acquires, want 1 (the one not released)", n)
+	}
+	// Each 503 store-not-replicated is counted once, as a decision
+	// error (indeterminate: applied on the primary): the release and
+	// the two acquires. The acquires used to be counted as rejections
+	// as well (2 there).
+	if got := labelledCounter(t, e.reg, "floodgate_decision_errors_total", "reason", "indeterminate"); got != 3 {
+		t.Errorf("floodgate_decision_errors_total{reason=\"indeterminate\"} = %v, want 3 (a release, two acquires)", got)
+	}
+	if got := labelledCounter(t, e.reg, "floodgate_http_rejected_total", "problem", "store-not-replicated"); got != 0 {
+		t.Errorf("floodgate_http_rejected_total{problem=\"store-not-replicated\"} = %v, want 0: counted as decision errors instead", got)
 	}
 }
 

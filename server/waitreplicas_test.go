@@ -105,6 +105,17 @@ func TestQuotaCheckNoPlaceNotReplicated(t *testing.T) {
 	if unsent == 0 {
 		t.Errorf("no check of %d was refused unsent with one place and a 1s deadline:\n%s", n, logs.String())
 	}
+	// Counted once each, as docs/operations.md says: unsent as
+	// store_unavailable, the others as indeterminate.
+	if got := labelledCounter(t, e.reg, "floodgate_decision_errors_total", "reason", "store_unavailable"); got != float64(unsent) {
+		t.Errorf("floodgate_decision_errors_total{reason=\"store_unavailable\"} = %v, want %d (the checks not sent)", got, unsent)
+	}
+	if got := labelledCounter(t, e.reg, "floodgate_decision_errors_total", "reason", "indeterminate"); got != float64(n-unsent) {
+		t.Errorf("floodgate_decision_errors_total{reason=\"indeterminate\"} = %v, want %d (the checks sent)", got, n-unsent)
+	}
+	if got := labelledCounter(t, e.reg, "floodgate_http_rejected_total", "problem", "store-not-replicated"); got != 0 {
+		t.Errorf("floodgate_http_rejected_total{problem=\"store-not-replicated\"} = %v, want 0", got)
+	}
 }
 
 // TestQuotaRestoreNotReplicatedAudited: an admin restore that the primary

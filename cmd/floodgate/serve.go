@@ -367,7 +367,11 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		// are answered once replicated too: one answered 200 and then
 		// lost by a failover is as silent as a lost settlement.
 		b.resetters[0] = server.RedisResetter{Client: client, Writer: b.waiting}
-		warnFewReplicas(client, f.waitReplicas, log)
+		master := ""
+		if st, ok, err := rs.Sentinels(); ok && err == nil {
+			master = st.Master
+		}
+		warnFewReplicas(client, master, f.waitReplicas, log)
 	}
 	if b.quotas, err = quota.NewRedisStore(durable); err != nil {
 		client.Close()
@@ -488,8 +492,10 @@ func checkDurations(f *serveFlags) error {
 // warnFewReplicas logs each Redis primary with fewer replicas connected
 // than --redis-wait-replicas asks for: every quota and lease operation and
 // admin write on it will answer 503 until enough are. A primary that cannot be asked now
-// (Redis down at start) is not reported.
-func warnFewReplicas(client redis.UniversalClient, want int, log *slog.Logger) {
+// (Redis down at start) is not reported. master is the name the sentinels
+// know the primary by behind Sentinel, "" otherwise; the primary is named
+// by its address (see primaryAddr).
+func warnFewReplicas(client redis.UniversalClient, master string, want int, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	check := func(ctx context.Context, c *redis.Client) error {
@@ -500,8 +506,11 @@ func warnFewReplicas(client redis.UniversalClient, want int, log *slog.Logger) {
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
 				if n, err := strconv.Atoi(v); err == nil && n < want {
-					log.Warn("the Redis primary has fewer replicas connected than --redis-wait-replicas: its quota and lease operations and admin writes answer 503 store-not-replicated until enough are",
-						"primary", c.Options().Addr, "replicas", n, "redis_wait_replicas", want)
+					attrs := []any{"primary", primaryAddr(ctx, c, master), "replicas", n, "redis_wait_replicas", want}
+					if master != "" {
+						attrs = append(attrs, "master", master)
+					}
+					log.Warn("the Redis primary has fewer replicas connected than --redis-wait-replicas: its quota and lease operations and admin writes answer 503 store-not-replicated until enough are", attrs...)
 				}
 			}
 		}
@@ -513,6 +522,26 @@ func warnFewReplicas(client redis.UniversalClient, want int, log *slog.Logger) {
 	case *redis.Client:
 		_ = check(ctx, c)
 	}
+}
+
+// primaryAddr returns the address of c's server: c's own, or behind
+// Sentinel (master is not "", and go-redis's failover client has no
+// address of its own but "FailoverClient") the server's end of a
+// connection to it, as CLIENT INFO's laddr gives it (Redis 6.2 and
+// later), or, failing that, the master's name.
+func primaryAddr(ctx context.Context, c *redis.Client, master string) string {
+	if master == "" {
+		return c.Options().Addr
+	}
+	info, err := c.Do(ctx, "client", "info").Text()
+	if err == nil {
+		for _, field := range strings.Fields(info) {
+			if v, ok := strings.CutPrefix(field, "laddr="); ok && v != "" {
+				return v
+			}
+		}
+	}
+	return master
 }
 
 // minReloadInterval is the shortest --reload-interval serve and

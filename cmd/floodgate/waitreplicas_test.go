@@ -260,3 +260,23 @@ func TestServeWaitReplicasAdmin(t *testing.T) {
 		t.Fatalf("replica's assignment after the 200: %q, %v; want pro", got, err)
 	}
 }
+
+// TestServeWaitReplicasWarningNamesSentinelPrimary: behind Sentinel, with
+// --redis-wait-replicas 2 and one replica, the start-up warning names the
+// primary by its address and the master by its name; it named it
+// "FailoverClient", go-redis's placeholder for a failover client's
+// address.
+func TestServeWaitReplicasWarningNamesSentinelPrimary(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	svc := startService(t, "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName,
+		"--redis-wait-replicas", "2", "--redis-wait-timeout", "30ms")
+	defer svc.stop(t)
+	const warning = "the Redis primary has fewer replicas connected than --redis-wait-replicas: its quota and lease operations and admin writes answer 503 store-not-replicated until enough are"
+	rec, ok := svc.Logged(warning)
+	if !ok {
+		t.Fatalf("no warning at start about the primary with one replica of 2:\n%s", svc.Logs())
+	}
+	if rec["primary"] != s.Primary.Addr || rec["master"] != s.MasterName {
+		t.Errorf("warning names primary %q, master %q; want %s, %s:\n%s", rec["primary"], rec["master"], s.Primary.Addr, s.MasterName, svc.Logs())
+	}
+}
