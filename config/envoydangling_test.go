@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/config"
@@ -67,4 +68,49 @@ func TestEnvoyDirDanglingLinkIsNamed(t *testing.T) {
 	}
 	_, err = config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{})
 	wantErr("at start", err, "..data/missing.yaml")
+}
+
+// TestEnvoyDirNamedPipeIsRefused: a descriptor file of an --envoy-config
+// directory that is a named pipe (b.yaml replaced by one, or a link to
+// one) fails the reload, naming it, and the configuration in force stays;
+// at start it is refused. The fixfifo walk found it skipped: the reload
+// applied the other files without b's domains ("Envoy descriptor
+// configuration applied"), and a pipe at start was skipped silently.
+func TestEnvoyDirNamedPipeIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), envoyDoc("a", 5))
+	b := filepath.Join(dir, "b.yaml")
+	writeFile(t, b, envoyDoc("b", 5))
+	er, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := er.Load()
+	fifo := filepath.Join(t.TempDir(), "ff")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []string{"a named pipe", "a link to a named pipe"} {
+		if err := os.Remove(b); err != nil {
+			t.Fatal(err)
+		}
+		if step == "a named pipe" {
+			err = syscall.Mkfifo(b, 0o600)
+		} else {
+			err = os.Symlink(fifo, b)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := b + " is a named pipe: want a regular file"
+		if _, err := er.Reload(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("b.yaml %s: Reload %v, want an error containing %q", step, err, want)
+		}
+		if er.Load() != before {
+			t.Errorf("b.yaml %s: the configuration in force changed", step)
+		}
+		if _, err := config.NewEnvoyReloader([]string{dir}, config.ReloaderOptions{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("b.yaml %s at start: %v, want an error containing %q", step, err, want)
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
@@ -106,7 +106,7 @@ type RedisTLS struct {
 func (t RedisTLS) Config() (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pem, err := regularfile.ReadFile(t.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: CA file: %v", ErrRedisURL, err)
 		}
@@ -120,7 +120,7 @@ func (t RedisTLS) Config() (*tls.Config, error) {
 		return nil, fmt.Errorf("%w: a client certificate needs both a certificate file and a key file", ErrRedisURL)
 	}
 	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		cert, err := regularfile.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: client certificate: %v", ErrRedisURL, err)
 		}

@@ -4,14 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 )
 
 // Holder holds the active configuration. Load and Store are atomic, so a
@@ -548,61 +550,69 @@ func (r *Reloader) sourceError(last *string, source string, err error, forced bo
 // reading a named pipe, such as <(command) or /dev/stdin, waits for a
 // writer, and a second read finds it empty.
 func RegularFile(path string) error {
+	_, err := statRegular(path)
+	return err
+}
+
+// statRegular is os.Stat of path, and RegularFile's error when path is not
+// a regular file; a dangling symbolic link is named as such, with its
+// target ("cfg.yaml is a dangling symbolic link: its target ..data/cfg.yaml
+// does not exist"), not as "stat cfg.yaml: no such file or directory".
+func statRegular(path string) (os.FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return err
+		if errors.Is(err, fs.ErrNotExist) {
+			if lfi, lerr := os.Lstat(path); lerr == nil && lfi.Mode()&fs.ModeSymlink != 0 {
+				target, _ := os.Readlink(path)
+				return nil, &danglingError{path: path, target: target, err: err}
+			}
+		}
+		return nil, err
 	}
-	return notRegular(path, fi)
+	return fi, notRegular(path, fi)
 }
+
+// danglingError is statRegular's error for a dangling symbolic link; it
+// wraps os.Stat's error (fs.ErrNotExist).
+type danglingError struct {
+	path, target string
+	err          error
+}
+
+func (e *danglingError) Error() string {
+	return fmt.Sprintf("%s is a dangling symbolic link: its target %s does not exist", e.path, e.target)
+}
+
+func (e *danglingError) Unwrap() error { return e.err }
 
 // notRegular is RegularFile's error for path, whose os.Stat is fi. The
 // reason fits the kind: a directory holds no document, and the read of a
 // named pipe, a device or a socket may never end.
 func notRegular(path string, fi os.FileInfo) error {
-	m := fi.Mode()
-	var what string
+	return documentErr(regularfile.Check(path, fi))
+}
+
+// documentErr says what to do about a *regularfile.Error for a document,
+// read again at each change and SIGHUP; it returns other errors as they
+// are.
+func documentErr(err error) error {
+	var e *regularfile.Error
 	switch {
-	case m.IsRegular():
-		return nil
-	case m.IsDir():
-		return fmt.Errorf("%s is a directory: want a regular file (or a symbolic link to one) holding the document", path)
-	case m&os.ModeNamedPipe != 0:
-		what = "a named pipe"
-	case m&os.ModeSocket != 0:
-		what = "a socket"
-	case m&os.ModeDevice != 0:
-		what = "a device"
-	default:
-		what = fmt.Sprintf("not a regular file (mode %v)", m)
+	case !errors.As(err, &e):
+		return err
+	case e.Mode.IsDir():
+		return fmt.Errorf("%w holding the document", e)
 	}
-	return fmt.Errorf("%s is %s: want a regular file (or a symbolic link to one); it is not read, since its read may never end and a document is read again at each change and SIGHUP: write a generated document to a file", path, what)
+	return fmt.Errorf("%w and a document is read again at each change and SIGHUP: write a generated document to a file", e)
 }
 
 // openRegular opens path for reading when it is a regular file once
 // symbolic links are followed, and otherwise returns notRegular's error
-// without reading it. It opens without blocking (O_NONBLOCK: a named pipe
-// opens at once, with or without a writer) and checks the opened file
-// itself, so a file swapped for a pipe between a check and the open is
-// refused too, where a blocking open would wait for a writer for good.
-// O_NONBLOCK changes nothing in the reads of a regular file.
+// without reading it (see regularfile.Open: a file swapped for a pipe
+// between a check and the open is refused too).
 func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		// A socket cannot be opened (ENXIO): say what it is.
-		if fi, serr := os.Stat(path); serr == nil && !fi.Mode().IsRegular() {
-			return nil, notRegular(path, fi)
-		}
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err == nil {
-		err = notRegular(path, fi)
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	f, err := regularfile.Open(path)
+	return f, documentErr(err)
 }
 
 // ReadFile reads a configuration file of at most MaxSize bytes. A path

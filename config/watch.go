@@ -79,10 +79,7 @@ func (p *poller) poll() ([]file, bool, error) {
 	}
 	stamps := make([]stamp, len(paths))
 	for i, path := range paths {
-		fi, err := os.Stat(path)
-		if err == nil {
-			err = notRegular(path, fi)
-		}
+		fi, err := statRegular(path)
 		if err != nil {
 			p.last = nil
 			return nil, false, err
@@ -236,7 +233,10 @@ func yamlFiles(paths []string) (out, skipped []string, err error) {
 // and files with another name. Names starting with a dot are neither.
 // A .yaml or .yml entry that cannot be read is an error naming it (a
 // dangling symbolic link as such: a ConfigMap's file whose "..data" link
-// is gone); one removed while dir is read is not listed.
+// is gone), and so is one that is not a regular file once symbolic links
+// are followed (a named pipe, a device: RegularFile's error) but for a
+// symbolic link to a directory, which is not listed; one removed while
+// dir is read is not listed.
 func yamlInDir(dir string) (names, skipped []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -264,7 +264,15 @@ func yamlInDir(dir string) (names, skipped []string, err error) {
 		if err != nil && isYAML && !errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, err
 		}
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil {
+			continue
+		}
+		if isYAML && !fi.IsDir() && !fi.Mode().IsRegular() {
+			// A named pipe, a device or a socket: refused unread, as a
+			// --config, not skipped, which dropped its domains.
+			return nil, nil, notRegular(full, fi)
+		}
+		if !fi.Mode().IsRegular() {
 			continue
 		}
 		if !isYAML {

@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/floodgate-rl/floodgate/internal/filestamp"
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 )
 
 // Runtime locates the configuration files as envoyproxy/ratelimit's
@@ -57,9 +57,11 @@ func (r Runtime) dir() string {
 // does not exist, such as a ConfigMap's file after its "..data" link is
 // gone; a file or directory not readable) is an error naming it: theirs
 // skips it with a warning and loads the rest, which answered its
-// domains OK without a limit. Entries that are not regular files
-// (symbolic links to directories, sockets, FIFOs) and files removed while
-// the directory is read are skipped.
+// domains OK without a limit. So is an entry that is not a regular file
+// once symbolic links are followed (a named pipe, a socket, a device;
+// a *regularfile.Error), unopened: its domains were dropped without a
+// word, and opening a pipe waits for a writer. Symbolic links to
+// directories and files removed while the directory is read are skipped.
 func (r Runtime) Files() ([]File, error) {
 	dir := r.dir()
 	var out []File
@@ -97,15 +99,19 @@ func (r Runtime) Files() ([]File, error) {
 			}
 			info = target
 		}
-		if !info.Mode().IsRegular() {
-			return nil
+		if info.IsDir() {
+			return nil // a symbolic link to a directory, not walked into
+		}
+		if err := regularfile.Check(path, info); err != nil {
+			return unreadable(key, path, err)
 		}
 		if len(out) >= MaxFiles {
 			return fmt.Errorf("more than %d files below %s", MaxFiles, dir)
 		}
 		data, err := readLimited(path)
-		if errors.Is(err, errNotRegular) {
-			return nil // replaced since it was listed, by a pipe or a directory
+		var nr *regularfile.Error
+		if errors.As(err, &nr) && nr.Mode.IsDir() {
+			return nil // replaced by a directory since it was listed
 		}
 		if err != nil {
 			return unreadable(key, path, err)
@@ -146,6 +152,10 @@ func unreadable(key, path string, err error) error {
 		target, _ := os.Readlink(path)
 		return fmt.Errorf("cannot read %s (%s): it is a dangling symbolic link, its target %s does not exist", key, path, target)
 	}
+	var nr *regularfile.Error
+	if errors.As(err, &nr) {
+		return fmt.Errorf("cannot read %s: %w", key, err) // it names path
+	}
 	return fmt.Errorf("cannot read %s (%s): %w", key, path, err)
 }
 
@@ -167,20 +177,16 @@ func (r Runtime) Check() error {
 	return nil
 }
 
-// errNotRegular is readLimited's answer for a path that names no regular
-// file when opened: Files skips it.
-var errNotRegular = errors.New("not a regular file")
-
 // readLimited reads the regular file at path, or its first MaxFileSize+1
 // bytes' worth when it is larger. The file is opened once, without
-// waiting (O_NONBLOCK: a named pipe swapped in after the directory was
-// read opens at once instead of waiting for a writer), and what was
+// waiting (regularfile.Open: a named pipe swapped in after the directory
+// was read opens at once instead of waiting for a writer), and what was
 // opened is checked and read: a path checked and then opened again
 // waited in open for good when it named a pipe by then, and with it the
 // reload and the shutdown. A path that is not a regular file once opened
-// is errNotRegular.
+// is a *regularfile.Error.
 func readLimited(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := regularfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +194,6 @@ func readLimited(path string) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, errNotRegular
 	}
 	if st.Size() > MaxFileSize {
 		// read enough for Load to report the size

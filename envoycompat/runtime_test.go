@@ -421,36 +421,46 @@ func TestRuntimeCheck(t *testing.T) {
 	}
 }
 
-// TestRuntimeSkipsNamedPipe: a named pipe in the runtime directory, or a
-// symbolic link to one, is skipped as other entries that are not regular files are,
-// without being opened: opening it waits for a writer, so that the load,
-// and envoy-compat's start or reload, would never end (a cfgfix walk).
-func TestRuntimeSkipsNamedPipe(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "rl", "config")
-	write(t, filepath.Join(dir, "a.yaml"), "domain: d\n")
-	if err := syscall.Mkfifo(filepath.Join(dir, "pipe.yaml"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(dir, "pipe.yaml"), filepath.Join(dir, "link.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		files []File
-		err   error
-	}
-	got := make(chan result, 1)
-	go func() {
-		files, err := Runtime{Root: root, Subdirectory: "rl", AppDirectory: "config"}.Files()
-		got <- result{files, err}
-	}()
-	select {
-	case r := <-got:
-		if r.err != nil || names(r.files) != "a.yaml" {
-			t.Fatalf("Files: %q, %v; want a.yaml alone", names(r.files), r.err)
+// TestRuntimeRefusesNamedPipe: a named pipe in the runtime directory, or
+// a symbolic link to one, fails Files, naming it, without being opened:
+// opening it waits for a writer, so that the load, and envoy-compat's
+// start or reload, would never end (a cfgfix walk); skipping it (as
+// until the fixfifo walk) dropped its domains, answered OK without a
+// limit after a load counted a success.
+func TestRuntimeRefusesNamedPipe(t *testing.T) {
+	for _, name := range []string{"pipe.yaml", "link.yaml"} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "rl", "config")
+		write(t, filepath.Join(dir, "a.yaml"), "domain: d\n")
+		fifo := filepath.Join(root, "ff")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Files still running after 10 s: it opened the named pipe")
+		if name == "pipe.yaml" {
+			if err := os.Rename(fifo, filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Symlink(fifo, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			files []File
+			err   error
+		}
+		got := make(chan result, 1)
+		go func() {
+			files, err := Runtime{Root: root, Subdirectory: "rl", AppDirectory: "config"}.Files()
+			got <- result{files, err}
+		}()
+		select {
+		case r := <-got:
+			want := "cannot read " + name + ": " + filepath.Join(dir, name) + " is a named pipe: want a regular file"
+			if r.err == nil || !strings.Contains(r.err.Error(), want) {
+				t.Fatalf("Files with %s: %q, %v; want an error %q", name, names(r.files), r.err, want)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Files still running after a minute: it opened the named pipe")
+		}
 	}
 }
 
@@ -472,8 +482,8 @@ func TestReadLimitedDoesNotWaitOnPipe(t *testing.T) {
 	}()
 	select {
 	case err := <-got:
-		if !errors.Is(err, errNotRegular) {
-			t.Fatalf("readLimited of a named pipe: %v, want errNotRegular", err)
+		if want := fifo + " is a named pipe"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("readLimited of a named pipe: %v, want %q", err, want)
 		}
 	case <-time.After(10 * time.Second):
 		// Unblock the open so that the goroutine ends.
@@ -601,5 +611,110 @@ func TestReloaderDirectoryGoneKeepsConfig(t *testing.T) {
 	}
 	if !svc.Config().Empty() || !strings.Contains(logs.String(), "no descriptor files found") {
 		t.Errorf("empty directory: config empty %v, log %q", svc.Config().Empty(), logs.String())
+	}
+}
+
+// TestReloaderNamedPipeKeepsConfig: a descriptor file that becomes a named
+// pipe (its link swapped to one; with RUNTIME_WATCH_ROOT=true, RUNTIME_ROOT's
+// link swapped to a tree holding one) fails the load as a dangling link
+// does: the configuration in force stays, the error names the file,
+// the failure is counted and floodgate_envoy_config_rejected is 1. At
+// start a pipe, even the only file, leaves no configuration in force. The
+// fixfifo walk found the pipe skipped: its domain (rl) answered OK without
+// a limit after a load counted a success, and a pipe alone loaded an
+// empty configuration.
+func TestReloaderNamedPipeKeepsConfig(t *testing.T) {
+	const rl = "domain: rl\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	const other = "domain: other\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	for _, watchRoot := range []bool{false, true} {
+		t.Run(map[bool]string{false: "file link swapped", true: "root link swapped"}[watchRoot], func(t *testing.T) {
+			var logs bytes.Buffer
+			svc, m := newMemService(t)
+			base := t.TempDir()
+			fifo := filepath.Join(base, "ff")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range []string{"v1", "v2"} {
+				write(t, filepath.Join(base, v, "ratelimit", "config", "second.yaml"), other)
+			}
+			write(t, filepath.Join(base, "data", "config.yaml"), rl)
+			relink := func(target, path string) {
+				tmp := path + ".tmp"
+				if err := os.Symlink(target, tmp); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(tmp, path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			config := filepath.Join(base, "v1", "ratelimit", "config", "config.yaml")
+			relink(filepath.Join(base, "data", "config.yaml"), config)
+			relink(fifo, filepath.Join(base, "v2", "ratelimit", "config", "config.yaml"))
+			root := filepath.Join(base, "cur")
+			relink("v1", root)
+			rt := Runtime{Root: root, Subdirectory: "ratelimit", AppDirectory: "config", WatchRoot: watchRoot}
+			r := &Reloader{Runtime: rt, Service: svc, Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+			if err := r.Load(); err != nil {
+				t.Fatal(err)
+			}
+			active := svc.Config()
+			if got := strings.Join(active.Domains(), " "); got != "other rl" {
+				t.Fatalf("domains %q", got)
+			}
+
+			put := func() { relink(filepath.Join(base, "data", "config.yaml"), config) }
+			if watchRoot {
+				relink("v2", root)
+				put = func() { relink("v1", root) }
+			} else {
+				relink(fifo, config)
+			}
+			logs.Reset()
+			err := r.Load()
+			if want := "config.yaml is a named pipe: want a regular file"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Load with config.yaml a named pipe: %v, want an error containing %q", err, want)
+			}
+			if svc.Config() != active {
+				t.Error("the configuration in force was replaced")
+			}
+			if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "keeping the one in force") ||
+				!strings.Contains(out, "config.yaml") || strings.Contains(out, "Successfully loaded") {
+				t.Errorf("log %q: want an error naming config.yaml, keeping the one in force", out)
+			}
+			if got := testutil.ToFloat64(m.configRejected); got != 1 {
+				t.Errorf("floodgate_envoy_config_rejected = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(m.configLoad.WithLabelValues(configLoadError)); got != 1 {
+				t.Errorf("loads failed = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(m.configLoad.WithLabelValues(configLoadSuccess)); got != 1 {
+				t.Errorf("loads succeeded = %v, want 1 (the first)", got)
+			}
+
+			put()
+			if err := r.Load(); err != nil {
+				t.Fatal(err)
+			}
+			if got := testutil.ToFloat64(m.configRejected); got != 0 {
+				t.Errorf("floodgate_envoy_config_rejected = %v once the file is back, want 0", got)
+			}
+		})
+	}
+
+	// At start, a pipe alone: no configuration in force.
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "config.yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc, m := newMemService(t)
+	r := &Reloader{Runtime: Runtime{Root: root, Subdirectory: "ratelimit", AppDirectory: "config"}, Service: svc, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := r.Load(); err == nil || svc.Config() != nil {
+		t.Errorf("Load at start with a named pipe alone: %v, configuration %v; want an error and none in force", err, svc.Config())
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
@@ -560,14 +561,14 @@ func compatTLS(r envoycompat.RedisSettings) (*tls.Config, error) {
 		if r.TLSClientCert == "" || r.TLSClientKey == "" {
 			return nil, errors.New("client certificate: REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together (one is set, the other not)")
 		}
-		cert, err := tls.LoadX509KeyPair(r.TLSClientCert, r.TLSClientKey)
+		cert, err := regularfile.LoadX509KeyPair(r.TLSClientCert, r.TLSClientKey)
 		if err != nil {
 			return nil, fmt.Errorf("client certificate: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	if r.TLSCACert != "" {
-		pem, err := os.ReadFile(r.TLSCACert)
+		pem, err := regularfile.ReadFile(r.TLSCACert)
 		if err != nil {
 			return nil, fmt.Errorf("CA certificate: %w", err)
 		}

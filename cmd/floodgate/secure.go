@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/internal/tlsreload"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -224,14 +226,21 @@ func (s *securityFlags) grpcServerOptions() ([]grpc.ServerOption, error) {
 }
 
 // readSecretFile reads a secret from path, trimmed of surrounding space.
-// It refuses an empty file and warns when the file is readable by group or
-// others.
+// It refuses an empty file, and a path that is not a regular file once
+// symbolic links are followed (a named pipe, whose read may wait for a
+// writer for good) unread, and warns when the file is readable by group
+// or others.
 func readSecretFile(path, flag string, log *slog.Logger) (string, error) {
-	st, err := os.Stat(path)
+	f, err := regularfile.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", flag, err)
 	}
-	raw, err := os.ReadFile(path)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	raw, err := io.ReadAll(f)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", flag, err)
 	}

@@ -7,8 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
+
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 )
 
 // File names one of the files of Files.
@@ -70,7 +71,11 @@ func (c content) Error() string { return string(c) }
 
 func fileErr(f File, path string, err error) *FileError {
 	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	var nr *regularfile.Error
+	switch {
+	case errors.As(err, &nr):
+		err = content(nr.Reason()) // the path is said already
+	case errors.As(err, &pe):
 		err = pe.Err // the path is said already
 	}
 	return &FileError{Files: []File{f}, Paths: []string{path}, Err: err}
@@ -78,13 +83,15 @@ func fileErr(f File, path string, err error) *FileError {
 
 // readPair reads the certificate chain and key of certFile and keyFile as
 // tls.LoadX509KeyPair does, and says which file is wrong and how when
-// they do not load.
+// they do not load. A file that is not a regular file once symbolic links
+// are followed (a named pipe) is refused unread (regularfile.ReadFile):
+// its read could wait for a writer for good.
 func readPair(certFile, keyFile string) (tls.Certificate, error) {
-	certPEM, err := os.ReadFile(certFile)
+	certPEM, err := regularfile.ReadFile(certFile)
 	if err != nil {
 		return tls.Certificate{}, fileErr(CertFile, certFile, err)
 	}
-	keyPEM, err := os.ReadFile(keyFile)
+	keyPEM, err := regularfile.ReadFile(keyFile)
 	if err != nil {
 		return tls.Certificate{}, fileErr(KeyFile, keyFile, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/filestamp"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
+	"github.com/floodgate-rl/floodgate/internal/regularfile"
 )
 
 // Files names the PEM files of a Cert.
@@ -296,12 +297,13 @@ func (c *Cert) Watch(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// stat returns what the files of f named by which look like now.
+// stat returns what the files of f named by which look like now; one that
+// is not a regular file once symbolic links are followed is an error.
 func (f Files) stat(which ...File) ([]seenFile, error) {
 	out := make([]seenFile, len(which))
 	for i, w := range which {
 		name := map[File]string{CertFile: f.Cert, KeyFile: f.Key, ClientCAsFile: f.ClientCAs}[w]
-		fi, err := os.Stat(name)
+		fi, err := regularfile.Stat(name)
 		if err != nil {
 			return out, fileErr(w, name, err)
 		}
@@ -361,9 +363,10 @@ func loadCAs(file string) (*caState, error) {
 
 // readRoots reads the PEM certificates of file into a pool; it fails
 // when the file holds none, a CERTIFICATE block that does not parse, or
-// anything but PEM blocks and space (other block types are skipped).
+// anything but PEM blocks and space (other block types are skipped), and
+// refuses a file that is not regular (a named pipe) unread.
 func readRoots(file string) (*x509.CertPool, int, error) {
-	all, err := os.ReadFile(file)
+	all, err := regularfile.ReadFile(file)
 	if err != nil {
 		return nil, 0, fileErr(ClientCAsFile, file, err)
 	}
