@@ -56,7 +56,7 @@ func NewEnvoyReloader(paths []string, opts ReloaderOptions) (*EnvoyReloader, err
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%w: no Envoy descriptor configuration file or directory given", ErrInvalid)
 	}
-	m, err := newReloadMetrics(opts.Registerer, SourceEnvoy, true)
+	m, err := newReloadMetrics(opts.Registerer, SourceEnvoy, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -194,9 +194,13 @@ func (r *EnvoyReloader) warnSkipped(forced bool) {
 	r.warned = key
 }
 
-// readable notes a successful read after a failed one: it logs that the
-// files can be read again, so that the failure's error line has an end.
+// readable notes a successful read, setting
+// floodgate_config_source_unreadable to 0: after a failed one, it logs
+// that the files can be read again, so that the failure's error line has
+// an end. A poll after a failed one reads every file (poller.poll), so the
+// first successful read after a failure gets here.
 func (r *EnvoyReloader) readable() {
+	r.metrics.setUnreadable(false)
 	if r.lastErr != "" {
 		r.lastErr = ""
 		r.log.Info("Envoy descriptor configuration readable again", "paths", r.paths)

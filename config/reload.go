@@ -128,8 +128,9 @@ const (
 
 // Reloaded configurations, the values of the source label of
 // floodgate_config_reload_total,
-// floodgate_config_last_reload_success_timestamp_seconds and
-// floodgate_config_source_rejected.
+// floodgate_config_last_reload_success_timestamp_seconds,
+// floodgate_config_source_rejected and
+// floodgate_config_source_unreadable.
 const (
 	// SourcePolicies is the service configuration (policies, quotas,
 	// concurrency limits and tiers), from a file or from Redis.
@@ -151,7 +152,11 @@ type ReloaderOptions struct {
 	// after a rejection is not one) and
 	// floodgate_config_source_rejected{source} (1 while the source's
 	// latest document is rejected, 0 once it holds one that is applied or
-	// the active one again); a Reloader also gets
+	// the active one again) and
+	// floodgate_config_source_unreadable{source} (1 from a failed read of
+	// the source until its next successful read, 0 otherwise; a Reloader
+	// whose Holder came from NewPendingHolder with an unreadable source
+	// starts at 1); a Reloader also gets
 	// floodgate_config_version_regressions_total (documents applied by
 	// ApplyVersioned whose version is not newer than the active one's; 0
 	// from the start). A Reloader and an EnvoyReloader may share one
@@ -173,11 +178,14 @@ type reloadMetrics struct {
 	lastOK  *prometheus.GaugeVec
 	// rejected is 1 while the source's latest document was rejected.
 	rejected *prometheus.GaugeVec
+	// unreadable is 1 while the source's latest read failed.
+	unreadable *prometheus.GaugeVec
 }
 
 // newReloadMetrics returns the metrics of source; loaded says whether a
-// configuration of it is active (the last apply is then now).
-func newReloadMetrics(reg prometheus.Registerer, source string, loaded bool) (*reloadMetrics, error) {
+// configuration of it is active (the last apply is then now), unreadable
+// whether its last read, made before, failed.
+func newReloadMetrics(reg prometheus.Registerer, source string, loaded, unreadable bool) (*reloadMetrics, error) {
 	m := &reloadMetrics{
 		source: source,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -192,6 +200,10 @@ func newReloadMetrics(reg prometheus.Registerer, source string, loaded bool) (*r
 			Name: "floodgate_config_source_rejected",
 			Help: "1 while the latest document read from the source was rejected (the last good configuration stays active), 0 once the source holds one that is applied or the active one again.",
 		}, []string{"source"}),
+		unreadable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_config_source_unreadable",
+			Help: "1 from a failed read of the source (a file missing or unreadable, Redis unreachable or the key missing) until its next successful read, 0 otherwise; the last good configuration stays active meanwhile.",
+		}, []string{"source"}),
 	}
 	if reg != nil {
 		var err error
@@ -204,6 +216,9 @@ func newReloadMetrics(reg prometheus.Registerer, source string, loaded bool) (*r
 		if m.rejected, err = registerShared(reg, m.rejected); err != nil {
 			return nil, err
 		}
+		if m.unreadable, err = registerShared(reg, m.unreadable); err != nil {
+			return nil, err
+		}
 	}
 	for _, res := range []string{ResultApplied, ResultInvalid, ResultError} {
 		m.reloads.WithLabelValues(source, res)
@@ -214,6 +229,7 @@ func newReloadMetrics(reg prometheus.Registerer, source string, loaded bool) (*r
 		m.lastOK.WithLabelValues(source).Set(0)
 	}
 	m.rejected.WithLabelValues(source).Set(0)
+	m.setUnreadable(unreadable)
 	return m, nil
 }
 
@@ -235,7 +251,9 @@ func registerShared[C prometheus.Collector](reg prometheus.Registerer, c C) (C, 
 
 // count counts one reload's result; an applied or invalid one also sets
 // floodgate_config_source_rejected (an error leaves it: an unreadable
-// source holds what it held).
+// source holds what it held) and an error sets
+// floodgate_config_source_unreadable to 1 (the next successful read of
+// the source, setUnreadable(false), puts it back to 0).
 func (m *reloadMetrics) count(result string) {
 	m.reloads.WithLabelValues(m.source, result).Inc()
 	switch result {
@@ -244,7 +262,19 @@ func (m *reloadMetrics) count(result string) {
 		m.setRejected(false)
 	case ResultInvalid:
 		m.setRejected(true)
+	case ResultError:
+		m.setUnreadable(true)
 	}
+}
+
+// setUnreadable sets floodgate_config_source_unreadable: whether the
+// source's latest read failed.
+func (m *reloadMetrics) setUnreadable(unreadable bool) {
+	v := 0.0
+	if unreadable {
+		v = 1
+	}
+	m.unreadable.WithLabelValues(m.source).Set(v)
 }
 
 // setRejected sets floodgate_config_source_rejected: whether the source's
@@ -293,7 +323,7 @@ func NewReloader(h *Holder, opts ReloaderOptions) (*Reloader, error) {
 	if h == nil {
 		return nil, fmt.Errorf("%w: nil holder", ErrInvalid)
 	}
-	m, err := newReloadMetrics(opts.Registerer, SourcePolicies, h.Loaded())
+	m, err := newReloadMetrics(opts.Registerer, SourcePolicies, h.Loaded(), h.Unreadable() != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -503,11 +533,13 @@ func (r *Reloader) unchanged(source string) {
 	r.log.Info("configuration unchanged", "source", source, "version", active.Version())
 }
 
-// readable notes a successful read of source: after a failed one (*last
+// readable notes a successful read of source, setting
+// floodgate_config_source_unreadable to 0: after a failed one (*last
 // set), it logs that the source can be read again, so that the failure's
 // error line has an end.
 func (r *Reloader) readable(last *string, source string) {
 	r.holder.unreadable.Store(nil)
+	r.metrics.setUnreadable(false)
 	if *last != "" {
 		*last = ""
 		r.log.Info("configuration source readable again", "source", source)

@@ -115,7 +115,10 @@ func TestServeStartsWithoutUsableRedisConfig(t *testing.T) {
 			}
 			if tc.unreadableLog {
 				if v := metricValue(t, svc.url, `floodgate_config_reload_total{result="error",source="policies"}`); v < 1 {
-					t.Errorf("reload errors = %v, want at least 1 (RateLimitConfigUnreadable)", v)
+					t.Errorf("reload errors = %v, want at least 1", v)
+				}
+				if v := metricValue(t, svc.url, `floodgate_config_source_unreadable{source="policies"}`); v != 1 {
+					t.Errorf("floodgate_config_source_unreadable = %v, want 1 (RateLimitConfigUnreadable)", v)
 				}
 			} else if v := metricValue(t, svc.url, `floodgate_config_source_rejected{source="policies"}`); v != 1 {
 				t.Errorf("floodgate_config_source_rejected = %v, want 1 (RateLimitConfigRejected)", v)
