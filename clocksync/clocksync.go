@@ -78,7 +78,19 @@ type Options struct {
 	Observer Observer
 	// OnError, if set, receives the error of every failed round in Run.
 	OnError func(error)
+	// OnStep, if set, is called by Sync when a round moves the offset Now
+	// applies by more than StepReport from the one before it, with both:
+	// Redis's clock or the local one stepped (an NTP step, a failover to
+	// a Redis on another host, a virtual machine resumed). It is called
+	// at most once per round, synchronously, after Observer: keep it fast.
+	// The first round's offset is no step.
+	OnStep func(from, to time.Duration)
 }
+
+// StepReport is how far a round must move the offset for Sync to report
+// it to Options.OnStep: well above what a better sample moves it by
+// (half a round trip), well below what moves windows visibly.
+const StepReport = time.Second
 
 // StepSlack is what two samples' offsets may differ by beyond their
 // round trips' uncertainty (half of each) before Sync takes the difference
@@ -105,6 +117,7 @@ type Clock struct {
 	local    func() time.Time
 	obs      Observer
 	onError  func(error)
+	onStep   func(from, to time.Duration)
 
 	offset atomic.Int64 // ns, applied by Now
 	rtt    atomic.Int64 // ns, of the sample offset comes from; 0 before the first round
@@ -154,6 +167,7 @@ func New(src TimeSource, opts Options) (*Clock, error) {
 		local:    opts.Now,
 		obs:      opts.Observer,
 		onError:  opts.OnError,
+		onStep:   opts.OnStep,
 		rounds:   make([]sample, 0, opts.Keep),
 		keep:     opts.Keep,
 	}, nil
@@ -178,7 +192,8 @@ func (c *Clock) Offset() (offset, rtt time.Duration, synced bool) {
 // Sync runs one round: Samples TIME calls, the best of which joins the
 // last Keep rounds' best samples, and the offset becomes that of the
 // smallest round trip among them. Remembered samples the new one
-// contradicts (see Options.Keep) are dropped first: a clock stepped. It
+// contradicts (see Options.Keep) are dropped first: a clock stepped; an
+// offset moved by more than StepReport is reported to Options.OnStep. It
 // returns an error wrapping ErrNoSample (and the last call's error) when
 // no call succeeded, leaving the offset unchanged.
 func (c *Clock) Sync(ctx context.Context) error {
@@ -218,10 +233,14 @@ func (c *Clock) Sync(ctx context.Context) error {
 			chosen = s
 		}
 	}
+	prev, hadPrev := time.Duration(c.offset.Load()), c.rtt.Load() > 0
 	c.offset.Store(int64(chosen.offset))
 	c.rtt.Store(max(int64(chosen.rtt), 1))
 	if c.obs != nil {
 		c.obs.ObserveClock(chosen.offset, chosen.rtt)
+	}
+	if d := chosen.offset - prev; c.onStep != nil && hadPrev && (d > StepReport || d < -StepReport) {
+		c.onStep(prev, chosen.offset)
 	}
 	return nil
 }

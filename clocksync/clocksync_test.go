@@ -272,3 +272,63 @@ func TestRunRetriesUntilFirstSync(t *testing.T) {
 	srv.Restart(t)
 	waitFor(t, "a synced clock after Redis came back", func() bool { _, _, synced := c.Offset(); return synced })
 }
+
+// TestReportsSteps: a step of Redis's clock is reported to OnStep at the
+// round that sees it, with the offsets before and after, once per step.
+// It was reported nowhere: serve's skew warning, at most once a minute,
+// logged one line 48 s after the first of three jumps (+30 s, -300 s,
+// +300 s within a minute). The first round, and a better sample moving
+// the offset by milliseconds, are no steps.
+func TestReportsSteps(t *testing.T) {
+	src := &scriptedSource{local: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), offset: 2 * time.Second,
+		delays: [][2]time.Duration{{2 * time.Millisecond, 2 * time.Millisecond}}}
+	type step struct{ from, to time.Duration }
+	var got []step
+	c, err := clocksync.New(src, clocksync.Options{Samples: 1, Keep: 6, Now: src.now, OnStep: func(from, to time.Duration) {
+		got = append(got, step{from, to})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounds := []struct {
+		name   string
+		offset time.Duration // Redis's clock minus the local one, this round
+		delay  time.Duration // each way
+		want   []step        // every step reported so far
+	}{
+		{"first round", 2 * time.Second, 2 * time.Millisecond, nil},
+		// A faster sample, its estimate 1 ms off the first: the offset
+		// moves by 1 ms.
+		{"better sample", 2*time.Second + time.Millisecond, time.Millisecond, nil},
+		{"Redis +30s", 32*time.Second + time.Millisecond, time.Millisecond, []step{{2*time.Second + time.Millisecond, 32*time.Second + time.Millisecond}}},
+		{"same offset", 32*time.Second + time.Millisecond, time.Millisecond, []step{{2*time.Second + time.Millisecond, 32*time.Second + time.Millisecond}}},
+		{"Redis -300s", -268*time.Second + time.Millisecond, time.Millisecond, []step{
+			{2*time.Second + time.Millisecond, 32*time.Second + time.Millisecond},
+			{32*time.Second + time.Millisecond, -268*time.Second + time.Millisecond}}},
+		{"Redis +300s", 32*time.Second + time.Millisecond, time.Millisecond, []step{
+			{2*time.Second + time.Millisecond, 32*time.Second + time.Millisecond},
+			{32*time.Second + time.Millisecond, -268*time.Second + time.Millisecond},
+			{-268*time.Second + time.Millisecond, 32*time.Second + time.Millisecond}}},
+	}
+	for _, r := range rounds {
+		src.mu.Lock()
+		src.offset, src.delays = r.offset, [][2]time.Duration{{r.delay, r.delay}}
+		src.mu.Unlock()
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(r.want) {
+			t.Fatalf("%s: steps reported %v, want %v", r.name, got, r.want)
+		}
+	}
+	// A failed round reports nothing.
+	src.mu.Lock()
+	src.fail = errors.New("connection refused")
+	src.mu.Unlock()
+	if err := c.Sync(context.Background()); !errors.Is(err, clocksync.ErrNoSample) {
+		t.Fatalf("failed round: %v, want ErrNoSample", err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("steps after a failed round: %v, want the 3 before", got)
+	}
+}

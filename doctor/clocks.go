@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/plural"
@@ -83,7 +84,8 @@ func abs(d time.Duration) time.Duration {
 const skewWarn = time.Second
 
 // dateFail is how far an undisciplined instance's clock (read from its
-// Date header, to the second) may be from Redis's before the check fails.
+// Date headers, to the second) may be from Redis's before the check
+// fails: it fails only when every offset its headers allow is beyond.
 const dateFail = 2 * time.Second
 
 func (r *run) instanceClockChecks(ctx context.Context) {
@@ -93,25 +95,44 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 	ins := r.readInstances(ctx)
 	r.check(GroupClocks, "instances", func(c *Check) {
 		c.Read = fmt.Sprintf("%s and %s from /metrics, and the Date header of /readyz, of %s", metricSkew, metricSyncRTT, plural.Count(len(ins), "instance", "instances"))
-		var redisOff time.Duration
+		var redisOff, redisRTT time.Duration
 		err := r.down
 		if err == nil {
-			redisOff, _, err = r.hostOffset(ctx)
+			redisOff, redisRTT, err = r.hostOffset(ctx)
 		} else {
 			c.Evidence = append(c.Evidence, "Redis's TIME not read (Redis is unreachable): no instance's Date header compared with Redis's clock")
 		}
 		if err == nil {
 			c.Read += fmt.Sprintf("; %d TIME calls", timeSamples)
 		}
+		// The offset of each undisciplined instance's clock to Redis's,
+		// from its Date headers (to the second: a range, see dateRange).
+		dates := make(map[*instance]dateRange)
+		if err == nil {
+			var mu sync.Mutex
+			var todo []*instance
+			for _, in := range ins {
+				if !in.date.date.IsZero() && undisciplined(in) {
+					todo = append(todo, in)
+				}
+			}
+			each(todo, func(in *instance) {
+				d := r.dateOffset(ctx, in, redisOff, redisRTT/2)
+				mu.Lock()
+				defer mu.Unlock()
+				dates[in] = d
+			})
+			more := 0
+			for _, d := range dates {
+				more += d.samples - 1
+			}
+			if more > 0 {
+				c.Read += fmt.Sprintf("; %d more /readyz reads for their Date headers", more)
+			}
+		}
 		worst, unread, inMemory := Pass, 0, 0
 		for _, in := range ins {
-			// The instance's wall clock from its Date header, to the second,
-			// relative to Redis's clock.
-			var dateOff time.Duration
-			haveDate := !in.date.IsZero() && err == nil
-			if haveDate {
-				dateOff = in.date.Sub(in.dateAt.Add(redisOff))
-			}
+			date, haveDate := dates[in]
 			if in.store == "memory" {
 				// Its clock is not disciplined, as one that never
 				// measured (below): it warns, and fails past dateFail
@@ -121,8 +142,8 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 				line := in.url + ": runs in memory, its clock is not disciplined to Redis (the ready check says why that is wrong)"
 				st := Warn
 				if haveDate {
-					line += fmt.Sprintf("; its Date header is %s from Redis's clock", signedSeconds(dateOff))
-					if abs(dateOff) > dateFail {
+					line += "; " + date.String()
+					if date.beyond() {
 						st = Fail
 					}
 				}
@@ -147,8 +168,8 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 				line := fmt.Sprintf("%s: no clock sync round measured (%s is 0): timestamps are its raw clock", in.url, metricSyncRTT)
 				st := Warn
 				if haveDate {
-					line += fmt.Sprintf("; its Date header is %s from Redis's clock", signedSeconds(dateOff))
-					if abs(dateOff) > dateFail {
+					line += "; " + date.String()
+					if date.beyond() {
 						st = Fail
 					}
 				}
@@ -196,12 +217,17 @@ func (r *run) instanceClockChecks(ctx context.Context) {
 	})
 }
 
-// signedSeconds writes d to the second with its sign, "0s" when it rounds
-// to zero (not "-0s").
-func signedSeconds(d time.Duration) string {
-	n := d.Round(time.Second) / time.Second
-	if n == 0 {
-		return "0s"
+// undisciplined reports whether in's clock is known not to be
+// disciplined to Redis: it runs in memory, or exports the clock gauges
+// without a round measured. Its Date header is then what tells its clock.
+func undisciplined(in *instance) bool {
+	if in.store == "memory" {
+		return true
 	}
-	return fmt.Sprintf("%+ds", n)
+	if _, unread := metricsUnread(in); unread {
+		return false
+	}
+	_, okSkew := sum(in.metrics, metricSkew, nil)
+	rtt, okRTT := sum(in.metrics, metricSyncRTT, nil)
+	return okSkew && okRTT && rtt == 0
 }

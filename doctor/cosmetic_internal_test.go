@@ -7,14 +7,26 @@ import (
 	"time"
 )
 
-// TestSignedSeconds: an offset under half a second read "-0s".
-func TestSignedSeconds(t *testing.T) {
+// TestRangeSeconds: a Date header's range is written to the hundredth,
+// rounded outwards, and never "-0.00s" (an offset under half a second
+// read "-0s" before ranges).
+func TestRangeSeconds(t *testing.T) {
 	for _, tc := range []struct {
-		d    time.Duration
-		want string
-	}{{-300 * time.Millisecond, "0s"}, {0, "0s"}, {5 * time.Second, "+5s"}, {-5 * time.Second, "-5s"}} {
-		if got := signedSeconds(tc.d); got != tc.want {
-			t.Errorf("signedSeconds(%v) = %q, want %q", tc.d, got, tc.want)
+		d         time.Duration
+		low, high string
+	}{
+		{0, "0.00s", "0.00s"},
+		{-3 * time.Millisecond, "-0.01s", "0.00s"},
+		{3 * time.Millisecond, "0.00s", "+0.01s"},
+		{-1600 * time.Millisecond, "-1.60s", "-1.60s"},
+		{2604 * time.Millisecond, "+2.60s", "+2.61s"},
+		{-5 * time.Second, "-5.00s", "-5.00s"},
+	} {
+		if got := lowSecs(tc.d); got != tc.low {
+			t.Errorf("lowSecs(%v) = %q, want %q", tc.d, got, tc.low)
+		}
+		if got := highSecs(tc.d); got != tc.high {
+			t.Errorf("highSecs(%v) = %q, want %q", tc.d, got, tc.high)
 		}
 	}
 }

@@ -49,12 +49,11 @@ type instance struct {
 	ready         string // "ready", "degraded", "draining"
 	readyErr      string
 	configVersion string
-	configSource  string    // where the instance read its configuration: a file, or redis:<prefix>:config
-	configHash    string    // the SHA-256 of its document; "" from builds whose /readyz does not say
-	store         string    // "memory" or "redis" from /readyz; "" from builds that do not say
-	heartbeatID   string    // its member of <prefix>:instances from /readyz; "" from builds that do not say
-	date          time.Time // the Date header of /readyz
-	dateAt        time.Time // local time at the middle of that request
+	configSource  string     // where the instance read its configuration: a file, or redis:<prefix>:config
+	configHash    string     // the SHA-256 of its document; "" from builds whose /readyz does not say
+	store         string     // "memory" or "redis" from /readyz; "" from builds that do not say
+	heartbeatID   string     // its member of <prefix>:instances from /readyz; "" from builds that do not say
+	date          dateSample // the Date header of /readyz; zero when none was read
 	metrics       map[string]*dto.MetricFamily
 	metricsAt     time.Time
 	later         map[string]*dto.MetricFamily // a second scrape, for rates
@@ -422,7 +421,7 @@ func (r *run) readInstance(ctx context.Context, in *instance) {
 		in.ready, in.readyErr, in.configVersion, in.store = *ready.Status, ready.Error, *ready.ConfigVersion, ready.Store
 		in.configSource, in.configHash, in.heartbeatID = ready.ConfigSource, ready.ConfigHash, ready.HeartbeatID
 		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
-			in.date, in.dateAt = d, local.Add(rtt/2)
+			in.date = dateSample{date: d, sent: local, rtt: rtt}
 		}
 		in.metrics, err = r.scrape(ctx, in.url)
 		in.metricsAt = time.Now()

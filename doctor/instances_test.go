@@ -53,6 +53,10 @@ type instanceOptions struct {
 	metricsAdminOnly bool
 	// memory decides in memory, as serve without --redis does.
 	memory bool
+	// dateFromClock sets the Date header of every answer from the
+	// instance's local clock (clockAhead), as a server on a host whose
+	// clock is that far ahead would; net/http's is the machine's clock.
+	dateFromClock bool
 	// tls serves the instance's URL over TLS as serve does with
 	// --tls-cert-file and --tls-key-file (tls.Cert and tls.Key), and
 	// --tls-client-ca-file tls.CA when tls.AuthClients; nil: plain HTTP.
@@ -152,7 +156,14 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 	if o.tls != nil {
 		url = serveTLS(t, srv, *o.tls)
 	} else {
-		hs := httptest.NewServer(srv)
+		var h http.Handler = srv
+		if o.dateFromClock {
+			h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				w.Header().Set("Date", local().UTC().Format(http.TimeFormat))
+				srv.ServeHTTP(w, req)
+			})
+		}
+		hs := httptest.NewServer(h)
 		t.Cleanup(hs.Close)
 		url = hs.URL
 	}

@@ -60,7 +60,7 @@ func startClock(ctx context.Context, f serveFlags, b *backend, m *metrics.Metric
 			log.Info("clock disciplined to Redis", "skew", offset.String(), "rtt", rtt.String())
 		}
 	}}
-	c, err := clocksync.New(b.client, clocksync.Options{Now: local, Observer: obs, OnError: func(err error) {
+	c, err := clocksync.New(b.client, clocksync.Options{Now: local, Observer: obs, OnStep: logStep(log), OnError: func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if time.Since(lastSyncWarn) < time.Minute {
@@ -85,6 +85,19 @@ func startClock(ctx context.Context, f serveFlags, b *backend, m *metrics.Metric
 		log.Warn("clock sync with Redis failed at startup; using the local clock until it succeeds (tried every second)", "error", err)
 	}
 	return serviceClock{now: c.Now, sync: c}, nil
+}
+
+// logStep returns serve's clocksync.Options.OnStep: a warning at every
+// round whose offset moved by more than clocksync.StepReport, apart from
+// the skew warning and its once a minute (a round comes every 10 s, so
+// at most one line per 10 s). The offset is Redis's clock minus this
+// machine's: every instance logging the same step at once means Redis's
+// clock moved (an NTP step on its host, a failover to a host whose clock
+// differs), one alone its own host's clock.
+func logStep(log *slog.Logger) func(from, to time.Duration) {
+	return func(from, to time.Duration) {
+		log.Warn("Redis clock stepped (or this machine's): decisions follow Redis's time from now on", "from", from.String(), "to", to.String(), "step", (to - from).String())
+	}
 }
 
 // skewWatch feeds the skew gauges, warns above a limit and reports each

@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/clocksync"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -146,5 +151,64 @@ func TestServeSyncsClockOnceRedisAnswers(t *testing.T) {
 			t.Fatalf("no \"clock disciplined to Redis\" within 30 s of Redis answering:\n%s", svc.Logs())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// steppedTime answers TIME with the machine's clock plus offset.
+type steppedTime struct{ offset atomic.Int64 }
+
+func (s *steppedTime) Time(ctx context.Context) *redis.TimeCmd {
+	cmd := redis.NewTimeCmd(ctx)
+	cmd.SetVal(time.Now().Add(time.Duration(s.offset.Load())))
+	return cmd
+}
+
+// TestServeLogsClockStep: serve's clock logs "Redis clock stepped" with
+// the offsets before and after at each round that sees Redis's clock
+// jump, every jump, however close together (an outside walk stepped it
+// +30 s, -300 s, +300 s within a minute: nothing said so, and the skew
+// warning, at most once a minute, came 48 s after the first).
+func TestServeLogsClockStep(t *testing.T) {
+	var buf syncbuf.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	src := new(steppedTime)
+	c, err := clocksync.New(src, clocksync.Options{Samples: 1, OnStep: logStep(log)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []time.Duration{0, 30 * time.Second, -270 * time.Second, 30 * time.Second} {
+		src.offset.Store(int64(off))
+		if err := c.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []map[string]string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]string
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		got = append(got, rec)
+	}
+	if len(got) != 3 {
+		t.Fatalf("logged %d lines, want 3 steps:\n%s", len(got), buf.String())
+	}
+	prev := time.Duration(0)
+	for i, off := range []time.Duration{30 * time.Second, -270 * time.Second, 30 * time.Second} {
+		rec := got[i]
+		from, err1 := time.ParseDuration(rec["from"])
+		to, err2 := time.ParseDuration(rec["to"])
+		step, err3 := time.ParseDuration(rec["step"])
+		if !strings.HasPrefix(rec["msg"], "Redis clock stepped") || rec["level"] != "WARN" || err1 != nil || err2 != nil || err3 != nil {
+			t.Fatalf("line %d: %v", i, rec)
+		}
+		// The offsets measured, within a round trip of the steps made.
+		near := func(got, want time.Duration) bool {
+			return got > want-50*time.Millisecond && got < want+50*time.Millisecond
+		}
+		if !near(from, prev) || !near(to, off) || step != to-from {
+			t.Errorf("line %d: from %v to %v step %v; want about %v to %v", i, from, to, step, prev, off)
+		}
+		prev = off
 	}
 }
