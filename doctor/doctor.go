@@ -336,8 +336,9 @@ type run struct {
 // Prometheus) run as usual. Behind Sentinel, the client reaches the
 // primary as serve's does: the one a majority of the sentinels name
 // (sentinelfollow), asked before the probe and once a second after, so a
-// sentinel that does not answer holds nothing up. ctx bounds the whole
-// run.
+// sentinel that does not answer holds nothing up; while no majority
+// answers, the one the sentinels that answer name (doctor changes
+// nothing there). ctx bounds the whole run.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -362,6 +363,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		// reverse). go-redis alone asks the sentinels at each new
 		// connection and waits for every one's answer: one frozen
 		// sentinel made the probe fail on a primary that was up.
+		// While no majority answers, doctor, which only reads, dials
+		// the primary the sentinels that answer name (serve would wait
+		// for a majority): the sentinel check then fails naming the
+		// others, instead of the probe blaming a primary that answers.
+		follow.DialMinority()
 		fctx, stopFollow := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); follow.Run(fctx, nil) }()

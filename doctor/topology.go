@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -748,6 +749,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 		return "", false, nil
 	}
 	var unknown, primaries, failed []string
+	named := map[string]bool{} // the primaries named
 	var firstErr error
 	answered := false // some server answered with an error reply
 	tlsRefused := 0   // sentinels whose TLS handshake was refused, by them or by doctor
@@ -765,6 +767,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 			unknown = append(unknown, a)
 		case err == nil && len(addr) == 2:
 			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))
+			named[net.JoinHostPort(addr[0], addr[1])] = true
 		case err != nil:
 			failed = append(failed, fmt.Sprintf("%s: %v", a, strings.TrimSpace(err.Error())))
 			if firstErr == nil {
@@ -805,6 +808,17 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 	case len(unknown) > 0 && len(primaries) == 0:
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
 			strings.Join(unknown, ", "), st.Master), true, nil
+	case len(primaries) > 0 && 2*len(primaries) <= len(st.Addrs) && len(named) > 1:
+		// No majority, and those that answer disagree: doctor's client
+		// picked none, and asked the sentinels as go-redis does, waiting
+		// for those that do not answer. No primary was tried.
+		return fmt.Sprintf("only %d of %d sentinels answer (%s; %s), and they name different primaries: %s, so doctor did not pick one and its probe waited for the sentinels that do not answer",
+			len(primaries), len(st.Addrs), strings.Join(primaries, "; "), strings.Join(failed, "; "), noMajority), true, nil
+	case len(primaries) > 0 && 2*len(primaries) <= len(st.Addrs):
+		// No majority: doctor's client dialed the primary those that
+		// answer name (sentinelfollow's DialMinority), and it failed.
+		return fmt.Sprintf("only %d of %d sentinels answer (%s; %s): %s; doctor dialed the primary they name, %s",
+			len(primaries), len(st.Addrs), strings.Join(primaries, "; "), strings.Join(failed, "; "), noMajority, primarySilent), false, nil
 	case len(primaries) > 0:
 		return fmt.Sprintf("the sentinels answer (%s), %s", strings.Join(primaries, "; "), primarySilent), false, nil
 	}

@@ -48,7 +48,12 @@ const primaryAuthFix = "give doctor the primary's user and password (the sentine
 // primarySilent ends sentinelDiagnosis's diagnosis when the sentinels
 // name a primary and the probe failed; primaryRefuses replaces it when
 // the primary refused the probe's credentials (NOAUTH, WRONGPASS).
+// noMajority is in the diagnosis when only a minority of the sentinels
+// answer: sentinelMinorityFix is then its fix.
 const (
+	noMajority          = "no majority of the sentinels answers, so a failed primary would not be replaced"
+	sentinelMinorityFix = "bring back a majority of the sentinels (start those that do not answer, listed above, or SIGCONT one that was stopped), check that the primary they name is up and reachable from here, then run doctor again"
+
 	primarySilent  = "but that primary does not: check it is up and reachable from here, and its password"
 	primaryRefuses = "and that primary refuses doctor's credentials"
 )
@@ -107,6 +112,8 @@ func (r *run) unreachable(ctx context.Context, err error) {
 			c.Fix = hint
 		case auth && why != "" && !replaces:
 			c.Fix = primaryAuthFix
+		case strings.Contains(why, noMajority):
+			c.Fix = sentinelMinorityFix
 		case why != "":
 			c.Fix = sentinelFix
 		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"):

@@ -74,3 +74,48 @@ func TestLeftPrimariesSteerOnlyWhileCurrent(t *testing.T) {
 		t.Error("the view steers the client after Run returned")
 	}
 }
+
+// TestDialMinorityWithTwoSentinelsFrozen: with two sentinels of three
+// frozen before the first round, no majority ever names a primary. A
+// client made with NewClient that called DialMinority (floodgate
+// doctor's) dials the primary the one answering sentinel names, and its
+// PING is answered; without DialMinority (serve's) it does not dial it,
+// and go-redis asks the sentinels, waiting for the frozen ones: an
+// outside walk saw doctor's probe fail after the whole deadline while the
+// primary answered.
+func TestDialMinorityWithTwoSentinelsFrozen(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	for _, i := range []int{0, 2} {
+		if err := syscall.Kill(s.Sentinels[i].Pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(s.Sentinels[i].Pid, syscall.SIGCONT) })
+	}
+	for _, minority := range []bool{false, true} {
+		c, f := NewClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
+		if minority {
+			f.DialMinority()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); f.Run(ctx, nil) }()
+		<-f.Asked()
+		want := ""
+		if minority {
+			want = s.Primary.Addr
+		}
+		if got := f.following(); got != want {
+			t.Errorf("DialMinority %v: the client dials %q, want %q", minority, got, want)
+		}
+		if minority {
+			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := c.Ping(pctx).Err(); err != nil {
+				t.Errorf("DialMinority: PING: %v", err)
+			}
+			pcancel()
+		}
+		cancel()
+		<-done
+		_ = c.Close()
+	}
+}

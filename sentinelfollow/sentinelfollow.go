@@ -30,7 +30,8 @@
 // deadline, although the primary was healthy (an outside walk: 100% of
 // the decisions failed, 1 s each, once the primary's connections were
 // dropped). Before the first majority, and while Run is not running,
-// go-redis asks the sentinels itself.
+// go-redis asks the sentinels itself; a client that only reads can dial
+// the primary named by the sentinels that answer instead (DialMinority).
 package sentinelfollow
 
 import (
@@ -90,6 +91,13 @@ type Follower struct {
 	left    map[string]struct{} // every primary left since, until named again
 	onMove  func(from, to string)
 	blind   bool // the last round had no majority answering
+
+	// minority is the primary every sentinel that answered the last
+	// round named, when no majority answered and at least one did; ""
+	// otherwise. minorityDials (DialMinority) makes a client made with
+	// NewClient dial it while no majority has named one.
+	minority      string
+	minorityDials bool
 
 	// primaryDials is set by NewClient: the client dials the current
 	// primary.
@@ -194,12 +202,34 @@ func (primaryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // following returns the primary a client made with NewClient dials: the
-// current one while Run runs; "" otherwise, and go-redis asks a sentinel.
+// current one while Run runs, or with DialMinority the one the sentinels
+// that answered named while none is current; "" otherwise, and go-redis
+// asks a sentinel.
 func (f *Follower) following() string {
 	if f.runs.Load() == 0 {
 		return ""
 	}
-	return f.Primary()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.current == "" && f.minorityDials {
+		return f.minority
+	}
+	return f.current
+}
+
+// DialMinority makes a client made with NewClient, while no majority of
+// the sentinels has named a primary since Run started, dial the one that
+// every sentinel that answered the last round named (at least one
+// answered, and they agree) instead of asking the sentinels as go-redis
+// does, which waits for every sentinel, a frozen one's answer included,
+// until the command's deadline. It is for a client that only reads
+// (floodgate doctor's audit): a minority of the sentinels may name a
+// primary the majority has since demoted, and writes sent there would be
+// lost, so serve does not call it. Call it before Run.
+func (f *Follower) DialMinority() {
+	f.mu.Lock()
+	f.minorityDials = true
+	f.mu.Unlock()
 }
 
 // OnMove sets a function called, from Run's goroutine, each time the
@@ -290,7 +320,8 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 // first time: then either Primary holds the primary a majority named, and
 // a client made with NewClient dials it without asking a sentinel, or no
 // majority named one (a round ends within half a second), and the client
-// asks them itself as go-redis does. A caller that sends its first
+// asks them itself as go-redis does, or with DialMinority dials the
+// primary the sentinels that answered named. A caller that sends its first
 // command at once (floodgate doctor's probe) waits for it, so that the
 // dial does not go through go-redis's questions, which wait for every
 // sentinel's answer, a frozen one's included. The channel stays open
@@ -375,6 +406,7 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 	}
 	delete(f.left, named)
 	f.current = named
+	f.minority = ""
 	if len(f.left) == 0 {
 		f.steer.Store(nil)
 	} else {
@@ -400,6 +432,7 @@ func (f *Follower) forget() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.current = ""
+	f.minority = ""
 	f.blind = false
 }
 
@@ -424,11 +457,23 @@ func (f *Follower) noMajority(ctx context.Context, failed []error, count map[str
 	for _, a := range slices.Sorted(maps.Keys(count)) {
 		reasons = append(reasons, fmt.Sprintf("%d named %s", count[a], a))
 	}
+	minority := ""
+	if len(count) == 1 {
+		for a := range count {
+			minority = a
+		}
+	}
 	f.mu.Lock()
-	wasBlind, primary := f.blind, f.current
+	wasBlind, primary, minorityDials := f.blind, f.current, f.minorityDials
 	f.blind = true
+	f.minority = minority
 	f.mu.Unlock()
 	if wasBlind {
+		return
+	}
+	if primary == "" && minority != "" && f.primaryDials && minorityDials {
+		log.Warn("no majority of the sentinels answered: new connections go to the Redis primary named by those that did",
+			"master", f.master, "primary", minority, "sentinels", len(f.sentinels), "failures", strings.Join(reasons, "; "))
 		return
 	}
 	if primary == "" || !f.primaryDials {
