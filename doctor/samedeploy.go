@@ -186,34 +186,60 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 	// without leaving (killed), whose member stays until the others'
 	// beats drop it, 6 s after its last beat. It is no live instance.
 	var beats int64
-	var stale []string
+	type staleMember struct{ id, line string }
+	var stale []staleMember
 	live := map[string]bool{}
 	for _, m := range members {
 		age := now.Sub(time.UnixMilli(int64(m.Score)))
 		if age > staleBeat {
-			stale = append(stale, fmt.Sprintf("%v (last beat %.1f s ago)", m.Member, age.Seconds()))
+			id := fmt.Sprint(m.Member)
+			stale = append(stale, staleMember{id, fmt.Sprintf("%s (last beat %.1f s ago)", id, age.Seconds())})
 			continue
 		}
 		beats++
 		live[fmt.Sprint(m.Member)] = true
 	}
-	staleNote := ""
-	if len(stale) > 0 {
-		staleNote = fmt.Sprintf("; %s stopped beating (an instance that ended without leaving, such as one killed: it is dropped 6 s after its last beat): %s",
-			plural.Count(len(stale), "heartbeat", "heartbeats"), strings.Join(stale, ", "))
-	}
 	unanswered := 0
+	answered := map[string]bool{} // the heartbeat ids of the instances that answered
 	for _, in := range ins {
 		if in.readyStatus == 0 {
 			unanswered++
+		} else if in.heartbeatID != "" {
+			answered[in.heartbeatID] = true
 		}
+	}
+	full := r.refusingWrites()
+	// staleNote names the heartbeats that stopped. While Redis refuses
+	// writes, that of an instance that answered doctor stopped because
+	// its beats are refused, and none is dropped (the pruning is a write
+	// too): a walk saw a live instance's heartbeat called "such as one
+	// killed: it is dropped 6 s after its last beat".
+	var killed, refused []string
+	for _, m := range stale {
+		if len(full) > 0 && answered[m.id] {
+			refused = append(refused, m.line)
+		} else {
+			killed = append(killed, m.line)
+		}
+	}
+	staleNote := ""
+	switch {
+	case len(killed) > 0 && len(full) > 0:
+		staleNote = fmt.Sprintf("; %s stopped beating (an instance that ended without leaving, such as one killed; it stays in the set while Redis refuses writes, as dropping it is a write): %s",
+			plural.Count(len(killed), "heartbeat", "heartbeats"), strings.Join(killed, ", "))
+	case len(killed) > 0:
+		staleNote = fmt.Sprintf("; %s stopped beating (an instance that ended without leaving, such as one killed: it is dropped 6 s after its last beat): %s",
+			plural.Count(len(killed), "heartbeat", "heartbeats"), strings.Join(killed, ", "))
+	}
+	if len(refused) > 0 {
+		staleNote += fmt.Sprintf("; %s of %s that answered doctor stopped beating because Redis refuses writes, its beats included: %s",
+			plural.Count(len(refused), "heartbeat", "heartbeats"), plural.Word(len(refused), "an instance", "instances"), strings.Join(refused, ", "))
 	}
 	c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %s on this Redis; %s on Redis answered", fleetKey,
 		plural.Count(beats, "live instance heartbeat", "live instance heartbeats"), plural.Count(onRedis, "instance", "instances")))
 	c.Evidence = append(c.Evidence, otherPrefix...)
 	odd, certain, notGiven := outsideTheSet(ins, live, beats, fleetKey)
 	c.Evidence = append(c.Evidence, odd...)
-	full := r.refusingWrites()
 	noKeys := r.scanned && r.scannedKeys == 0
 	if noKeys {
 		c.Evidence = append(c.Evidence, fmt.Sprintf("the scan found no key under %s: while the instances have decided %.0f requests", r.opts.Prefix, traffic))
@@ -240,17 +266,17 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		// every heartbeat and let the set expire; doctor blamed its own
 		// --redis and --prefix.
 		c.Status = Fail
-		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: Redis refuses writes (noeviction at maxmemory, see Redis/memory), heartbeats included, which likely explains it; otherwise they decide on another Redis or under another --prefix",
-			fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s %s: Redis refuses writes (noeviction at maxmemory, see Redis/memory), heartbeats included, which likely explains it; otherwise they decide on another Redis or under another --prefix",
+			fleetKey, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
 		c.Evidence = append(c.Evidence, full...)
 		c.Fix = "free memory or raise maxmemory (see Redis/memory), then run doctor again: serve's heartbeats return within 2 s; if they do not, give doctor the Redis and the prefix the instances run with (serve --redis, --redis-sentinel or --redis-cluster, and --prefix)"
 	case beats == 0 && (noKeys || traffic > 0):
 		c.Status = Fail
-		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: they decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s %s: they decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
 		c.Fix = fix
 	case beats == 0:
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s answer: they may decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"))
+		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s %s: they may decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
 		c.Fix = fix
 	case len(odd) > 0:
 		// Some instances are in the set and some not: the odd ones run

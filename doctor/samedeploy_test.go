@@ -221,3 +221,45 @@ func TestNoHeartbeatsOnRedisRefusingWrites(t *testing.T) {
 		t.Errorf("fix %q: want Redis's memory named first, not doctor's flags", c.Fix)
 	}
 }
+
+// TestStaleBeatOfAnsweringInstanceOnRedisRefusingWrites: on a Redis that
+// refuses writes, the heartbeat of an instance that answered doctor stops
+// beating (its beats are refused) and stays in the set (the pruning is a
+// write, refused too). An outside walk saw it reported as "stopped
+// beating (an instance that ended without leaving, such as one killed:
+// it is dropped 6 s after its last beat)", the id of the instance doctor
+// had just reached; the refused writes now explain it.
+func TestStaleBeatOfAnsweringInstanceOnRedisRefusingWrites(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	cfg := publish(t, client, "os", testConfig)
+	traffic(t, client, "os", cfg)
+	a := startInstance(t, client, "os", instanceOptions{doc: testConfig, discipline: true})
+	ctx := t.Context()
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At once, so that no beat comes in between: the instance's last
+	// beat accepted 10 s ago, the set kept (its TTL is 2 heartbeat TTLs
+	// after the last beat), and maxmemory below what the server uses.
+	if _, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAddXX(ctx, "os:instances", redis.Z{Score: float64(now.Add(-10 * time.Second).UnixMilli()), Member: a.hbID})
+		p.PExpire(ctx, "os:instances", time.Minute)
+		p.ConfigSet(ctx, "maxmemory", "100000")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, "os-probe", "1", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("a write on the full Redis: %v, want OOM", err)
+	}
+	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "os", Instances: []string{a.url}, RateWindow: -1})
+	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail,
+		"Redis refuses writes (noeviction at maxmemory", a.hbID, "of an instance that answered doctor")
+	for _, wrong := range []string{"such as one killed", "dropped 6 s after"} {
+		if strings.Contains(c.Summary, wrong) {
+			t.Errorf("the summary says %q of a live instance's heartbeat: %s", wrong, c.Summary)
+		}
+	}
+}
