@@ -73,3 +73,40 @@ func TestServeRefusesPipesAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestServePipeKeyIsNotWarnedAboutItsMode: serve given a named pipe
+// readable by others (mode 0644, mkfifo's under umask 022) for
+// --tls-key-file or --redis-key-file says it is a named pipe and exits
+// 1, without the warning for a secret file readable by group or others:
+// a walk saw "secret file readable by group or others ... (chmod 600)"
+// logged first, advice about a file serve would not read.
+func TestServePipeKeyIsNotWarnedAboutItsMode(t *testing.T) {
+	a := redistest.GenerateTLS(t)
+	fifo := filepath.Join(t.TempDir(), "p.key")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pipe := fifo + " is a named pipe: want a regular file"
+	for _, args := range [][]string{
+		{"--tls-cert-file", a.Cert, "--tls-key-file", fifo},
+		{"--redis", "rediss://127.0.0.1:1/0", "--redis-cert-file", a.Cert, "--redis-key-file", fifo},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, binary(t), append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		err := cmd.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || timedOut || !strings.Contains(errOut.String(), pipe) {
+			t.Errorf("serve %v: %v (killed after a minute: %v), stderr %q; want exit status 1 and %q", args, err, timedOut, errOut.String(), pipe)
+		}
+		if strings.Contains(errOut.String(), "readable by group or others") {
+			t.Errorf("serve %v warns about the mode of a named pipe it does not read: %q", args, errOut.String())
+		}
+	}
+}

@@ -253,12 +253,15 @@ func readSecretFile(path, flag string, log *slog.Logger) (string, error) {
 }
 
 // warnIfShared warns when the file at path (none when empty; an unreadable
-// one is reported by whatever reads it) is readable by group or others.
+// one, or one that is not a regular file, such as a named pipe, is
+// reported by whatever reads it, which refuses it) is readable by group
+// or others. A walk saw the warning's chmod advice logged for a named
+// pipe before serve refused it.
 func warnIfShared(path, flag string, log *slog.Logger) {
 	if path == "" {
 		return
 	}
-	if st, err := os.Stat(path); err == nil {
+	if st, err := regularfile.Stat(path); err == nil {
 		warnMode(st, path, flag, log)
 	}
 }
