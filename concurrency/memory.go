@@ -38,9 +38,16 @@ type MemoryOptions struct {
 	// shardmap.Options.SweepInterval), so that Len counts live ones and
 	// memory follows them without traffic: an expired lease (and an identity
 	// with no lease left) is dropped between a second and a second plus
-	// SweepInterval after it expired by the callers' clock (read as the last
-	// time an operation passed, advanced by the process's monotonic clock).
-	// Default 30 s; negative turns the background sweep off.
+	// SweepInterval after it expired by its identity's callers' clock (the
+	// time its last acquire or renew passed, advanced by the process's
+	// monotonic clock), so identities on different clocks each keep what
+	// their own clock holds live, as in RedisStore. The sweep assumes each
+	// identity's clock advances with real time, as serve's and a caller's
+	// passing time.Now() do; a library user replaying times that do not
+	// (a simulation) sets SweepInterval negative, and expired leases then
+	// go as before: as operations on their identity, writes to their
+	// partition, or a full store come across them. Default 30 s; negative
+	// turns the background sweep off.
 	SweepInterval time.Duration
 }
 
@@ -55,6 +62,7 @@ type MemoryStore struct {
 // leaseSet is one identity's leases: lease ids ordered by expiry, like the
 // sorted set of the Redis form.
 type leaseSet struct {
+	shardmap.Clock
 	zset.Set[struct{}]
 }
 
@@ -126,7 +134,9 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 		}
 		if set == nil {
 			set = new(leaseSet)
-			sh.Put(req.key, set)
+			sh.Put(req.key, set, req.now)
+		} else {
+			sh.Stamp(set, req.now)
 		}
 		at := req.now + req.ttl
 		set.Add(req.id, struct{}{}, at)
@@ -152,6 +162,7 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 		}
 		at = max(at, req.now+req.ttl)
 		set.SetExpiry(req.id, at)
+		sh.Stamp(set, req.now)
 		return reply{ok: true, at: at}, nil
 	}
 }

@@ -45,6 +45,7 @@ type Memory struct {
 }
 
 type memState struct {
+	shardmap.Clock
 	s       state
 	expires int64 // monotonic µs since started
 }
@@ -108,7 +109,7 @@ func (m *Memory) run(ctx context.Context, o op, now int64, ids *[numDims]string,
 		e := sh.Get(k)
 		if e == nil {
 			e = &memState{}
-			sh.Put(k, e)
+			sh.Put(k, e, mono)
 		}
 		e.s = s
 		e.expires = mono + p.ttlMillis(d, s, r.nows[d])*1000

@@ -26,7 +26,7 @@ type MemoryOptions struct {
 	// period of every partition runs at most once a second, further looks
 	// sampling the operation's own partition, so a period that expires in
 	// that second may be reclaimed a little later; see
-	// shardmap.Shard.Room.) Default 1,000,000. A period costs about 250
+	// shardmap.Shard.Room.) Default 1,000,000. A period costs about 260
 	// bytes of heap with a 64-byte identity (a 94-byte key; longer keys
 	// add their bytes), plus what MaxRecords counts (TestMemoryPerPeriod).
 	MaxKeys int
@@ -48,10 +48,16 @@ type MemoryOptions struct {
 	// memory follows them without traffic: an expired identity period (its
 	// usage and its lost-state marker, which outlives it by 24 h, both
 	// expired), reservation or settlement outcome is dropped between a
-	// second and a second plus SweepInterval after it expired by the
-	// callers' clock (read as the last time an operation passed, advanced by
-	// the process's monotonic clock). Default 30 s; negative turns the
-	// background sweep off.
+	// second and a second plus SweepInterval after it expired by its
+	// identity's callers' clock (the time the last write to its period
+	// passed, advanced by the process's monotonic clock), so identities on
+	// different clocks each keep what their own clock holds live, as in
+	// RedisStore. The sweep assumes each identity's clock advances with
+	// real time, as serve's and a caller's passing time.Now() do; a library
+	// user replaying times that do not (a simulation) sets SweepInterval
+	// negative, and expired entries then go as before: as operations on
+	// their period, writes to their partition, or a full store come across
+	// them. Default 30 s; negative turns the background sweep off.
 	SweepInterval time.Duration
 }
 
@@ -66,9 +72,11 @@ type MemoryStore struct {
 	slots *shardmap.Map[*slot]
 }
 
-// slot is one identity period: its ledger (nil once lost or expired) and
-// the expiries of the ledger and of its marker, in Unix µs.
+// slot is one identity period: its ledger (nil once lost or expired), the
+// expiries of the ledger and of its marker, in Unix µs, and the clock its
+// last write passed (for the background sweep).
 type slot struct {
+	shardmap.Clock
 	l        *ledger
 	expireAt int64
 	markerAt int64
@@ -196,7 +204,9 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	if curDirty {
 		if cs == nil {
 			cs = &slot{}
-			sh.Put(req.cur.usage, cs)
+			sh.Put(req.cur.usage, cs, now)
+		} else {
+			sh.Stamp(cs, now)
 		}
 		// An expiry is never shortened: calendars differing only in
 		// their zone share the period (see floodgate.Calendar.StorageTag),
@@ -206,6 +216,7 @@ func (m *MemoryStore) apply(ctx context.Context, req *request) (reply, error) {
 	}
 	if prevDirty {
 		ps.expireAt = max(ps.expireAt, req.prevExpireAt)
+		sh.Stamp(ps, now)
 	}
 	sh.AddUnits(cs.records() + ps.records() - before - taken)
 	sh.Wrote(now)

@@ -197,16 +197,16 @@ over plain HTTP on an address of its own for them.`,
 // The bounds of the stores that keep quotas and leases in memory mode:
 // their defaults, and the heap an entry costs at most, from
 // TestMemoryPerPeriod and TestMemoryPerRecord (package quota) and
-// TestMemoryPerLease (package concurrency), rounded up: 250 bytes a period
+// TestMemoryPerLease (package concurrency), rounded up: 260 bytes a period
 // with a 64-byte identity (94-byte keys; the key's bytes beyond count
 // once more), up to 280 a reservation or outcome with a 128-byte request
 // id, and 242 an identity with one lease (each further lease 115). The
-// defaults hold at most 25 + 75 + 25 MB of live heap.
+// defaults hold at most 26 + 75 + 25 MB of live heap.
 const (
 	defaultMaxQuotaPeriods = 100_000
 	defaultMaxQuotaRecords = 250_000
 	defaultMaxLeases       = 100_000
-	quotaPeriodBytes       = 250
+	quotaPeriodBytes       = 260
 	quotaRecordBytes       = 300
 	leaseBytes             = 250
 )

@@ -22,7 +22,7 @@ func TestMaxKeysIsTheWholeMaps(t *testing.T) {
 			sh := m.Lock(k)
 			room := sh.Room(0, 1)
 			if room {
-				sh.Put(k, &entry{until: 1 << 40})
+				sh.Put(k, &entry{until: 1 << 40}, 0)
 			}
 			sh.Unlock()
 			if want := i < maxKeys; room != want {
@@ -50,7 +50,7 @@ func TestMaxKeysExactUnderContention(t *testing.T) {
 				k := fmt.Sprintf("g%d:%d", g, i)
 				sh := m.Lock(k)
 				if sh.Room(0, 1) {
-					sh.Put(k, &entry{until: 10})
+					sh.Put(k, &entry{until: 10}, 0)
 					admitted.Add(1)
 					first.CompareAndSwap(nil, k)
 				}
@@ -75,7 +75,7 @@ func TestMaxKeysExactUnderContention(t *testing.T) {
 		k := fmt.Sprint("new", i)
 		sh := m.Lock(k)
 		if sh.Room(5, 1) {
-			sh.Put(k, &entry{until: 10})
+			sh.Put(k, &entry{until: 10}, 0)
 			taken++
 		}
 		sh.Unlock()
@@ -120,8 +120,8 @@ func TestRoomReservesUntilUnlock(t *testing.T) {
 		t.Fatal("another shard: want room for the 1 place left, not for 2")
 	}
 	o.Unlock() // unused: given back
-	sh.Put("a", &entry{until: 100})
-	sh.Put("a", &entry{until: 100}) // an overwrite uses no place
+	sh.Put("a", &entry{until: 100}, 0)
+	sh.Put("a", &entry{until: 100}, 0) // an overwrite uses no place
 	if held, _ := m.Keys(); held != 2 {
 		t.Fatalf("Keys %d with one entry and one place reserved, want 2", held)
 	}

@@ -34,14 +34,19 @@ type Options struct {
 	// SweepInterval is how often a Map holding entries visits all of them
 	// to drop the dead ones (see Map.Sweep), so that Len, Keys and Units
 	// count live entries, and memory follows them, without traffic. The
-	// callers' clock the sweep reads is the last time an operation passed
-	// (to Room, or a 64th Wrote to a shard) advanced by the process's
-	// monotonic clock since, less a second: an entry is dropped between a
-	// second and a second plus SweepInterval after it died, if the
-	// callers' clock follows real time. A callers' clock set back by more
-	// than a second and not yet read again by an operation would have the
-	// sweep drop entries early by as much. Default 30 s; negative turns
-	// the background sweep off.
+	// sweep judges each entry at its own callers' clock: the now of the
+	// entry's last write (Put, Stamp) advanced by the process's monotonic
+	// clock since, less a second. So callers on different clocks (one
+	// identity's a year behind another's) each find alive what their own
+	// clock considers alive, and an entry is dropped between a second and
+	// a second plus SweepInterval after it died, as long as the clock of
+	// the callers writing it advances with real time (a clock set back by
+	// more than a second since the entry's last write would have the sweep
+	// drop it early by as much). Callers replaying times that do not
+	// advance with real time (a simulation) turn the sweep off; dead
+	// entries then go only as before: a few at each 64th write (Wrote),
+	// and all a full Map reaches (Room, TakeUnits). Default 30 s;
+	// negative turns the background sweep off.
 	SweepInterval time.Duration
 }
 
@@ -61,7 +66,7 @@ const (
 // shard of the entries it works on (Lock), reads and writes them through
 // the Shard, and unlocks it. The Map is safe for concurrent use; a Shard's
 // methods other than Unlock need its lock held.
-type Map[V any] struct {
+type Map[V Entry] struct {
 	seed   maphash.Seed
 	shards []Shard[V]
 	// keys counts the entries of every shard plus the places Room
@@ -83,15 +88,24 @@ type Map[V any] struct {
 	sweeper *Sweeper   // the background sweep (nil: off)
 	sweepMu sync.Mutex // one Sweep at a time
 	// elapsed reads the process's monotonic clock (µs since the Map was
-	// made); offset is the callers' clock less it, as last observed, and
-	// clocked whether one was.
+	// made): an entry's callers' clock less it is the entry's offset.
 	elapsed func() int64
-	offset  atomic.Int64
-	clocked atomic.Bool
 }
 
+// Entry is what a Map holds: a pointer to a struct embedding Clock, where
+// the Map keeps the clock of the entry's callers (see
+// Options.SweepInterval).
+type Entry interface{ clock() *Clock }
+
+// Clock, embedded in the struct a Map's entries point to, is the clock
+// of the entry's callers, as the now of its last write (Shard.Put,
+// Shard.Stamp) less the Map's monotonic clock then: one int64.
+type Clock struct{ off int64 }
+
+func (c *Clock) clock() *Clock { return c }
+
 // Shard is one part of a Map: its entries, under one mutex.
-type Shard[V any] struct {
+type Shard[V Entry] struct {
 	m       *Map[V]
 	mu      sync.Mutex
 	entries map[string]V
@@ -108,14 +122,14 @@ type Shard[V any] struct {
 // clock the caller passes to Room and Wrote; it runs with the entry's shard
 // locked and may tidy the entry as it goes. The error describes the first
 // invalid option, for the caller to wrap in its own sentinel.
-func New[V any](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
+func New[V Entry](opts Options, dead func(v V, now int64) bool) (*Map[V], error) {
 	if opts.MaxUnits != 0 {
 		return nil, fmt.Errorf("max units %d on a map that counts none", opts.MaxUnits)
 	}
 	return build(opts, dead, Units[V]{})
 }
 
-func build[V any](opts Options, dead func(v V, now int64) bool, units Units[V]) (*Map[V], error) {
+func build[V Entry](opts Options, dead func(v V, now int64) bool, units Units[V]) (*Map[V], error) {
 	if opts.Shards < 0 || opts.Shards > 1<<16 {
 		return nil, fmt.Errorf("shards %d out of range 0..65536", opts.Shards)
 	}
@@ -220,10 +234,12 @@ func (s *Shard[V]) Unlock() {
 // Get returns the entry of key, or the zero V if there is none.
 func (s *Shard[V]) Get(key string) V { return s.entries[key] }
 
-// Put sets the entry of key. A caller adding keys checks Room first: a new
-// key uses a place Room reserved (or, without one, counts past MaxKeys),
-// and arms the background sweep.
-func (s *Shard[V]) Put(key string, v V) {
+// Put sets the entry of key, written by a caller whose clock reads now
+// (see Stamp). A caller adding keys checks Room first: a new key uses a
+// place Room reserved (or, without one, counts past MaxKeys), and arms
+// the background sweep.
+func (s *Shard[V]) Put(key string, v V, now int64) {
+	s.Stamp(v, now)
 	n := len(s.entries)
 	if s.entries[key] = v; len(s.entries) == n {
 		return
@@ -236,6 +252,12 @@ func (s *Shard[V]) Put(key string, v V) {
 		s.m.keys.Add(1)
 	}
 }
+
+// Stamp records now as the clock of the callers writing v, an entry of
+// the shard: the background sweep judges v at that clock, advanced by
+// real time since (see Options.SweepInterval). A caller changing an entry
+// in place stamps it, so that the entry's clock is its last writer's.
+func (s *Shard[V]) Stamp(v V, now int64) { v.clock().off = now - s.m.elapsed() }
 
 // Delete removes the entry of key, if any. It gives back none of the
 // entry's units: the caller deletes only entries that hold none, or gives
@@ -265,7 +287,6 @@ func (s *Shard[V]) Len() int { return len(s.entries) }
 // that would add entries asks before changing anything, so that a full
 // Map refuses an operation without applying part of it.
 func (s *Shard[V]) Room(now int64, n int) bool {
-	s.m.observe(now)
 	if s.reserve(n) {
 		return true
 	}
@@ -316,11 +337,9 @@ func (s *Shard[V]) reserve(n int) bool {
 }
 
 // Wrote counts a write to the shard. Every 64th write drops up to 32 dead
-// entries (at now), visiting at most 128, and records now as the callers'
-// clock for the background sweep.
+// entries (at now), visiting at most 128.
 func (s *Shard[V]) Wrote(now int64) {
 	if s.writes++; s.writes%sweepEvery == 0 {
-		s.m.observe(now)
 		s.sweep(now, sweepBatch)
 	}
 }

@@ -7,7 +7,10 @@ import (
 )
 
 // entry is a test value that dies at a fixed instant.
-type entry struct{ until int64 }
+type entry struct {
+	Clock
+	until int64
+}
 
 func deadAt(e *entry, now int64) bool { return now >= e.until }
 
@@ -75,7 +78,7 @@ func TestMaxKeysExact(t *testing.T) {
 			k := fmt.Sprint("k", i)
 			sh := m.Lock(k)
 			if sh.Room(0, 1) {
-				sh.Put(k, &entry{until: 1})
+				sh.Put(k, &entry{until: 1}, 0)
 			}
 			sh.Unlock()
 		}
@@ -114,7 +117,7 @@ func TestLockByHashKey(t *testing.T) {
 	m := newMap(t, Options{Shards: 16})
 	for i := range 100 {
 		sh := m.Lock(fmt.Sprintf("tag%d", i))
-		sh.Put(fmt.Sprintf("tag%d:a", i), &entry{until: 10})
+		sh.Put(fmt.Sprintf("tag%d:a", i), &entry{until: 10}, 0)
 		sh.Unlock()
 	}
 	for i := range 100 {
@@ -142,7 +145,7 @@ func TestRoom(t *testing.T) {
 		t.Fatal("an empty shard of 4: want room for 4 entries, not for 5")
 	}
 	for i, until := range []int64{10, 20, 30, 40} {
-		sh.Put(fmt.Sprint(i), &entry{until: until})
+		sh.Put(fmt.Sprint(i), &entry{until: until}, 0)
 	}
 	for _, st := range []struct {
 		name  string
@@ -183,7 +186,7 @@ func TestFullShardIsNotRescannedPerRefusal(t *testing.T) {
 	sh := m.Lock("")
 	defer sh.Unlock()
 	for i := range n {
-		sh.Put(fmt.Sprint(i), &entry{until: 10_000_000})
+		sh.Put(fmt.Sprint(i), &entry{until: 10_000_000}, 0)
 	}
 	const refusals = 200
 	for i := range refusals {
@@ -196,7 +199,7 @@ func TestFullShardIsNotRescannedPerRefusal(t *testing.T) {
 	}
 	// One entry dies: a sample finds it within a few calls, as new
 	// identities keep coming.
-	sh.Put("0", &entry{until: 5000})
+	sh.Put("0", &entry{until: 5000}, 0)
 	found := false
 	for i := range 1000 {
 		if sh.Room(int64(6000+i), 1) {
@@ -208,7 +211,7 @@ func TestFullShardIsNotRescannedPerRefusal(t *testing.T) {
 		t.Fatal("samples never found the dead entry")
 	}
 	// A second later, refusals pass over the whole shard again.
-	sh.Put("0", &entry{until: 10_000_000})
+	sh.Put("0", &entry{until: 10_000_000}, 0)
 	visits = 0
 	if sh.Room(int64(1000+1_000_000), 1) {
 		t.Fatal("room in a shard full of live entries")
@@ -225,8 +228,8 @@ func TestWroteSweeps(t *testing.T) {
 	sh := m.Lock("")
 	defer sh.Unlock()
 	for i := range 40 {
-		sh.Put(fmt.Sprint("dead", i), &entry{until: 1})
-		sh.Put(fmt.Sprint("live", i), &entry{until: 100})
+		sh.Put(fmt.Sprint("dead", i), &entry{until: 1}, 0)
+		sh.Put(fmt.Sprint("live", i), &entry{until: 100}, 0)
 	}
 	for range 63 {
 		sh.Wrote(50)
@@ -257,7 +260,7 @@ func TestConcurrentUse(t *testing.T) {
 				sh := m.Lock(tag)
 				key := fmt.Sprintf("%s:%d:%d", tag, g, i)
 				if sh.Room(int64(i), 1) {
-					sh.Put(key, &entry{until: 1 << 40})
+					sh.Put(key, &entry{until: 1 << 40}, 0)
 				}
 				sh.Wrote(int64(i))
 				sh.Unlock()

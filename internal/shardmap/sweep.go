@@ -25,51 +25,34 @@ const sweepHold = 256
 // those left.
 const shrinkMin = 1024
 
-// sweepSlack (µs) is how far behind its reading of the callers' clock the
-// sweep looks for dead entries, so that callers' clocks a little behind
-// the one it read (another caller's, a read earlier) still find alive
-// what they consider alive.
+// sweepSlack (µs) is how far behind its reading of an entry's callers'
+// clock the sweep looks for dead entries, so that a caller whose clock
+// is a little behind the one the entry's last write passed (another
+// caller's on the same entry, a clock stepped back a little) still finds
+// alive what it considers alive.
 const sweepSlack = 1_000_000
 
-// observe records the callers' clock: now (µs of the clock the callers
-// pass) read at this moment of the process's monotonic clock.
-func (m *Map[V]) observe(now int64) {
-	m.offset.Store(now - m.elapsed())
-	if !m.clocked.Load() {
-		m.clocked.Store(true)
-	}
-}
-
-// Sweep drops every entry dead at the callers' clock as the Map reads it
-// (see Options.SweepInterval), tidies the others (in a counted Map, see
-// Units.Tidy), and returns how many it dropped. It visits each shard
-// sweepHold entries at a time, releasing the shard's lock in between, and
-// rebuilds a shard's map once it holds less than a quarter of its peak
-// (at least shrinkMin entries), the rebuild holding the shard's lock
-// while it copies the entries left. It drops nothing before an operation
-// has passed the callers' clock (Room, or a 64th Wrote to a shard). It is
-// safe for concurrent use; concurrent sweeps run one after the other.
+// Sweep drops every entry dead at its own callers' clock as the Map reads
+// it (see Options.SweepInterval), tidies the others at that clock (in a
+// counted Map, see Units.Tidy), and returns how many it dropped. It visits
+// each shard sweepHold entries at a time, releasing the shard's lock in
+// between, and rebuilds a shard's map once it holds less than a quarter
+// of its peak (at least shrinkMin entries), the rebuild holding the
+// shard's lock while it copies the entries left. It is safe for
+// concurrent use; concurrent sweeps run one after the other.
 func (m *Map[V]) Sweep() int {
-	if !m.clocked.Load() {
-		return 0
-	}
-	return m.sweepAt(m.elapsed() + m.offset.Load() - sweepSlack)
-}
-
-// sweepAt drops every entry dead at now and tidies the others.
-func (m *Map[V]) sweepAt(now int64) int {
 	m.sweepMu.Lock()
 	defer m.sweepMu.Unlock()
 	n := 0
 	for i := range m.shards {
-		n += m.shards[i].sweepAll(now)
+		n += m.shards[i].sweepAll()
 	}
 	return n
 }
 
-// sweepAll drops the shard's entries dead at now, tidies the others and
-// shrinks its map (see Sweep).
-func (s *Shard[V]) sweepAll(now int64) (freed int) {
+// sweepAll drops the shard's entries dead at their callers' clocks, tidies
+// the others and shrinks its map (see Sweep).
+func (s *Shard[V]) sweepAll() (freed int) {
 	s.mu.Lock()
 	defer func() {
 		if freed > 0 {
@@ -77,19 +60,22 @@ func (s *Shard[V]) sweepAll(now int64) (freed int) {
 		}
 		s.mu.Unlock()
 	}()
-	seen := 0
+	// mono is the process's clock less the slack, read again whenever the
+	// lock is taken back: an entry's callers' clock is mono plus its offset.
+	mono, seen := s.m.elapsed()-sweepSlack, 0
 	// The lock is released every sweepHold entries. The map may change
 	// meanwhile, which a range over it allows: entries deleted before
 	// being reached are not produced, new ones may be, and each is
 	// produced with the lock held.
 	for k, v := range s.entries {
-		if s.drop(k, v, now, true) {
+		if s.drop(k, v, mono+v.clock().off, true) {
 			freed++
 		}
 		if seen++; seen%sweepHold == 0 {
 			s.mu.Unlock()
 			runtime.Gosched() // let an operation waiting for the lock have it
 			s.mu.Lock()
+			mono = s.m.elapsed() - sweepSlack
 		}
 	}
 	if n := len(s.entries); s.peak >= shrinkMin && n <= s.peak/4 {

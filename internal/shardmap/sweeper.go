@@ -48,14 +48,19 @@ func (w *Sweeper) Arm() {
 	}
 }
 
-// tick sweeps, then rearms the timer while entries are left.
+// tick sweeps, then rearms the timer while entries are left. It holds mu
+// while it sweeps but not while held counts: held may take locks a caller
+// of Arm holds (memstore's Len locks each shard, and a new entry arms the
+// Sweeper with its shard locked), and an Arm that found the timer stopped
+// waits for mu, so counting under mu could deadlock the two.
 func (w *Sweeper) tick() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.stopped {
+		w.mu.Unlock()
 		return
 	}
 	w.sweep()
+	w.mu.Unlock()
 	if w.held() == 0 {
 		w.armed.Store(false)
 		// An entry stored since held looked, by a writer that saw the
@@ -64,7 +69,11 @@ func (w *Sweeper) tick() {
 			return
 		}
 	}
-	w.timer = time.AfterFunc(w.interval, w.tick)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped {
+		w.timer = time.AfterFunc(w.interval, w.tick)
+	}
 }
 
 // Stop ends the background sweeps for good, waiting for one under way to

@@ -8,7 +8,7 @@ import (
 // Units tells a counted Map (NewCounted) what its entries hold inside them
 // (a quota period's reservations and settlement outcomes, an identity's
 // leases): the units the Map caps in all, on top of its entries.
-type Units[V any] struct {
+type Units[V Entry] struct {
 	// Of returns the units v holds. It runs with v's shard locked.
 	Of func(v V) int
 	// Tidy drops what expired at now inside v, freeing its units. It runs
@@ -22,7 +22,7 @@ type Units[V any] struct {
 // entries hold together at opts.MaxUnits. The caller takes units before
 // adding to an entry (TakeUnits) and reports every other change to what
 // an entry holds (AddUnits); entries that sweeps drop give theirs back.
-func NewCounted[V any](opts Options, dead func(v V, now int64) bool, units Units[V]) (*Map[V], error) {
+func NewCounted[V Entry](opts Options, dead func(v V, now int64) bool, units Units[V]) (*Map[V], error) {
 	if opts.MaxUnits < 0 {
 		return nil, fmt.Errorf("max units %d is negative", opts.MaxUnits)
 	}

@@ -8,7 +8,10 @@ import (
 )
 
 // bag is a test value holding units that expire: one per expiry in until.
-type bag struct{ until []int64 }
+type bag struct {
+	Clock
+	until []int64
+}
 
 func (b *bag) units() int { return len(b.until) }
 
@@ -37,7 +40,7 @@ func put(m *Map[*bag], key string, now int64, until ...int64) bool {
 	b := sh.Get(key)
 	if b == nil {
 		b = &bag{}
-		sh.Put(key, b)
+		sh.Put(key, b, 0)
 	}
 	b.until = append(b.until, until...)
 	return true
