@@ -398,7 +398,7 @@ const answerMargin = 150 * time.Millisecond
 // wrapping context.DeadlineExceeded), as the stores classify it: nothing
 // was applied.
 func (c *Client) busy(cmd redis.Cmder, cause error) error {
-	err := fmt.Errorf("%w (%d in progress): %w", ErrBusy, cap(c.places), cause)
+	err := fmt.Errorf("%w (at most %d at once): %w", ErrBusy, cap(c.places), cause)
 	cmd.SetErr(err)
 	return err
 }

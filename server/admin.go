@@ -277,7 +277,7 @@ func (s *Server) handleSetTier(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, replicawait.ErrBusy):
 		s.log.Error("admin tier assignment failed", "dimension", req.Dimension, "value", clip.Text(req.Value, 200), "tier", req.Tier, "error", err)
-		s.fail(w, r, notReplicatedProblem("nothing was stored: the operations before it are still waiting for the Redis replicas to confirm them (--redis-wait-replicas); retry later"))
+		s.fail(w, r, notReplicatedProblem("nothing was stored: the operations already waiting for the Redis replicas to confirm them held every place, or too little time was left to wait for the replicas (--redis-wait-replicas); retry later"))
 		return
 	default:
 		// The write is never sent twice, so its error tells whether it

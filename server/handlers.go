@@ -237,7 +237,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 	case errors.Is(err, replicawait.ErrBusy):
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-not-replicated",
-			detail: "nothing was applied: the operations before it are still waiting for the Redis replicas to confirm them (--redis-wait-replicas); retry later"}
+			detail: "nothing was applied: the operations already waiting for the Redis replicas to confirm them held every place, or too little time was left to wait for the replicas (--redis-wait-replicas); retry later"}
 	case errors.Is(err, floodgate.ErrIndeterminate) && op.readOnly():
 		// The call was sent and its answer lost (the metric says so),
 		// but a read consumed nothing either way: for the client that
