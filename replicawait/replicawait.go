@@ -202,8 +202,11 @@ const (
 // promoted primary's), no call might load the script before its
 // deadline while the replicas lag. When too little of ctx is left for
 // the EVAL's WAIT (the NOSCRIPT itself came with a WAIT), cmd fails
-// ErrBusy unsent, and the script is loaded with SCRIPT LOAD instead
-// (within ctx, no WAIT) so that the calls after it find it.
+// ErrBusy unsent, and the script is loaded with SCRIPT LOAD instead (no
+// WAIT: it writes no data), so that the calls after it find it. That
+// SCRIPT LOAD is sent even when ctx has ended meanwhile, and awaited for
+// up to a second (less when the client's ReadTimeout is shorter), so
+// Process may then return after ctx's deadline.
 //
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
 // the primary of that key's slot as the client's map has it. A MOVED reply
@@ -308,8 +311,8 @@ type EvalFallback interface {
 // while it holds its place, when cmd can (EvalFallback) and ctx leaves
 // time for WAIT's answer; NOSCRIPT means nothing ran. Otherwise it
 // returns noscript, or ErrBusy when ctx's deadline is too close, after
-// loading the script on node with SCRIPT LOAD (within ctx, without WAIT:
-// it writes no data) for the calls that follow.
+// loading the script on node with SCRIPT LOAD (loadScript: without WAIT,
+// and even when ctx has ended meanwhile) for the calls that follow.
 func (c *Client) evalAgain(ctx context.Context, node *redis.Client, cmd redis.Cmder, asking bool, noscript error) error {
 	e, ok := cmd.(EvalFallback)
 	if !ok {
@@ -325,13 +328,37 @@ func (c *Client) evalAgain(ctx context.Context, node *redis.Client, cmd redis.Cm
 		// would send the EVAL that loads the script.
 		left := time.Until(d).Round(time.Millisecond)
 		loaded := "not loaded"
-		if src, ok := cmd.Args()[1].(string); ok && node.ScriptLoad(ctx, src).Err() == nil {
+		if src, ok := cmd.Args()[1].(string); ok && loadScript(ctx, node, src) == nil {
 			loaded = "loaded for the next calls"
 		}
 		return c.busy(cmd, fmt.Errorf("NOSCRIPT (script %s), and %v left to send the script as EVAL, less than Redis may take to answer WAIT: %w", loaded, left, context.DeadlineExceeded))
 	}
 	cmd.SetErr(nil)
 	return c.run(ctx, node, cmd, asking)
+}
+
+// loadTimeout bounds a SCRIPT LOAD sent after a NOSCRIPT that came too
+// late for an EVAL (loadScript).
+const loadTimeout = time.Second
+
+// loadScript loads src into node's script cache with SCRIPT LOAD, outside
+// ctx's deadline and cancellation but within its values, for at most
+// loadTimeout (and node's ReadTimeout), while the caller holds its place.
+// The caller's ctx cannot bound it: a NOSCRIPT that came too late for an
+// EVAL came with WAIT's answer, which Redis sends up to a tick after
+// WAIT's timeout, itself ctx's deadline less answerMargin, so ctx has a
+// few tens of milliseconds left at best, and none on a stalled or loaded
+// host; were SCRIPT LOAD cut off with it, every call after it would meet
+// NOSCRIPT too late in turn and fail ErrBusy for as long as the replicas
+// lag. SCRIPT LOAD writes no data and loading a script twice is harmless.
+func loadScript(ctx context.Context, node *redis.Client, src string) error {
+	timeout := loadTimeout
+	if rt := node.Options().ReadTimeout; rt > 0 {
+		timeout = min(timeout, rt)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	return node.ScriptLoad(ctx, src).Err()
 }
 
 // run sends cmd (after ASKING when asking) and WAIT to node in one

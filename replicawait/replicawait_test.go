@@ -683,8 +683,13 @@ func TestNoScriptKeepsItsPlace(t *testing.T) {
 // stopped). When nothing loaded it, every check met NOSCRIPT in turn and
 // failed ErrBusy, for as long as the replica lagged: an outside walk saw
 // 0 of 20 lease releases a second sent.
+//
+// The primary runs at hz 100 (a 10 ms tick), so that WAIT's answer, due
+// at the deadline less the answer margin, is not cut off by the deadline
+// on a loaded host.
 func TestNoScriptTooLateLoadsTheScript(t *testing.T) {
-	primary, replica := startPair(t)
+	primary := redistest.Start(t, "--hz", "100")
+	replica := redistest.StartReplica(t, primary)
 	c := redis.NewClient(&redis.Options{Addr: primary.Addr, ContextTimeoutEnabled: true, PoolSize: 1, PoolTimeout: redistest.PoolTimeout})
 	t.Cleanup(func() { _ = c.Close() })
 	signal(t, replica, syscall.SIGSTOP)
@@ -755,5 +760,63 @@ func TestNoScriptTooLateLoadsTheScript(t *testing.T) {
 	}
 	if !strings.Contains(errstats, "errorstat_NOSCRIPT:count=1\r") {
 		t.Fatalf("want exactly one NOSCRIPT (the first check's), Redis counted:\n%s", errstats)
+	}
+}
+
+// TestNoScriptAfterDeadlineLoadsTheScript: a quota check whose NOSCRIPT
+// comes back after its context's deadline (the primary is stopped while
+// the check is sent, and resumed once the deadline has passed; the
+// client's reads are bounded by ReadTimeout, not by the context) fails
+// ErrBusy, and still loads the script, so that the check after it is
+// sent as EVALSHA and finds it: one NOSCRIPT in all. SCRIPT LOAD went out
+// within the caller's context, which had ended: go-redis refused to send
+// it, nothing loaded the script, and every call that met NOSCRIPT as
+// late did the same (the deadline less the answer margin, less Redis's
+// tick, leaves the context 50 ms at hz 10, none on a stalled host).
+func TestNoScriptAfterDeadlineLoadsTheScript(t *testing.T) {
+	primary := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: primary.Addr, PoolSize: 1, PoolTimeout: redistest.PoolTimeout})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if err := c.ScriptFlush(ctx).Err(); err != nil { // also opens the pool's one connection
+		t.Fatal(err)
+	}
+	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 50 * time.Millisecond, MaxConcurrent: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, w, 1000)
+
+	signal(t, primary, syscall.SIGSTOP)
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			signal(t, primary, syscall.SIGCONT)
+		}
+	})
+	checkCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Check(checkCtx, "tenant-late", 1)
+		done <- err
+	}()
+	<-checkCtx.Done()
+	signal(t, primary, syscall.SIGCONT)
+	resumed = true
+	if err := <-done; !errors.Is(err, replicawait.ErrBusy) || !strings.Contains(err.Error(), "script loaded for the next calls") {
+		t.Fatalf("check whose NOSCRIPT came after its deadline: err = %v, want ErrBusy, the script loaded for the next calls", err)
+	}
+
+	// No replica: the check is sent, runs, and is not acknowledged.
+	if _, err := q.Check(ctx, "tenant-after", 1); !errors.Is(err, replicawait.ErrNotReplicated) {
+		t.Fatalf("check after the late NOSCRIPT: err = %v, want ErrNotReplicated (sent: the script is loaded; no replica)", err)
+	}
+	errstats, err := c.Info(ctx, "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errstats, "errorstat_NOSCRIPT:count=1\r") {
+		t.Fatalf("want exactly one NOSCRIPT (the late check's), Redis counted:\n%s", errstats)
 	}
 }
