@@ -24,9 +24,11 @@ import (
 var incrSource string
 
 // incrScript runs incr.lua. Its error replies are the shape check before
-// any write and Redis's own error when it refused every INCRBY (OOM,
-// READONLY...), so every error reply means nothing was written, and
-// carries Redis's text.
+// any write and Redis's own error when it refused every INCRBY as a
+// server that refuses writes (OOM, READONLY, MISCONF, NOREPLICAS), so
+// every error reply means nothing was written, and carries Redis's text.
+// A key refused for itself (WRONGTYPE, not an integer, an overflow) is in
+// the reply's index list, even when it is the call's only key.
 var incrScript = luascript.New(incrSource, luascript.Options{})
 
 // Coalescing (RedisStore on a single-server client). Each decision's

@@ -397,7 +397,12 @@ func TestRedisStoreBatchContexts(t *testing.T) {
 
 // TestRedisStoreRefusedCounter: a key holding something else than a counter
 // fails its own Incr (ErrStoreUnavailable alone, ErrIndeterminate beside
-// counters that were updated), in a batch too, and the others go on.
+// counters that were updated), in a batch too, and the others go on. An
+// Incr of such a key alone fails as it does in a batch beside healthy
+// Incrs: same error, same text. When incr.lua answered Redis's error
+// reply for every INCRBY refused, whatever the reason, a text key alone
+// failed "ERR value is not an integer" and a list key "WRONGTYPE" (also
+// ErrForeignValue), and in a batch "INCRBY refused for" the key.
 func TestRedisStoreRefusedCounter(t *testing.T) {
 	srv := redistest.Start(t)
 	c, admin := srv.Client(t), srv.Client(t)
@@ -409,12 +414,16 @@ func TestRedisStoreRefusedCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &RedisStore{Client: c}
-	err := s.Incr(ctx, []*Op{{Key: "refused_text", N: 1, TTL: time.Minute}})
-	if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), "refused_text") {
-		t.Errorf("Incr of a text key = %v, want ErrStoreUnavailable naming it", err)
+	alone := map[string]error{}
+	for _, key := range []string{"refused_text", "refused_list"} {
+		err := s.Incr(ctx, []*Op{{Key: key, N: 1, TTL: time.Minute}})
+		if !errors.Is(err, floodgate.ErrStoreUnavailable) || !strings.Contains(err.Error(), key) {
+			t.Errorf("Incr of %s alone = %v, want ErrStoreUnavailable naming it", key, err)
+		}
+		alone[key] = err
 	}
 	good := &Op{Key: "refused_good", N: 1, TTL: time.Minute}
-	err = s.Incr(ctx, []*Op{good, {Key: "refused_list", N: 1, TTL: time.Minute}})
+	err := s.Incr(ctx, []*Op{good, {Key: "refused_list", N: 1, TTL: time.Minute}})
 	if !errors.Is(err, floodgate.ErrIndeterminate) || !strings.Contains(err.Error(), "refused_list") {
 		t.Errorf("Incr of a good and a list key = %v, want ErrIndeterminate naming the list", err)
 	}
@@ -437,8 +446,11 @@ func TestRedisStoreRefusedCounter(t *testing.T) {
 	ops := make([]*Op, 5)
 	for i := range 5 {
 		key := "refused_batch"
-		if i == 2 {
+		switch i {
+		case 2:
 			key = "refused_text"
+		case 4:
+			key = "refused_list"
 		}
 		ops[i] = &Op{Key: key, N: 1, TTL: time.Minute}
 		wg.Go(func() { errs[i] = s.Incr(ctx, []*Op{ops[i]}) })
@@ -447,9 +459,19 @@ func TestRedisStoreRefusedCounter(t *testing.T) {
 	unpause()
 	wg.Wait()
 	for i, err := range errs {
-		if i == 2 {
+		if i == 2 || i == 4 {
+			key := ops[i].Key
 			if !errors.Is(err, floodgate.ErrStoreUnavailable) {
-				t.Errorf("the refused Incr in a batch = %v, want ErrStoreUnavailable", err)
+				t.Errorf("the refused Incr of %s in a batch = %v, want ErrStoreUnavailable", key, err)
+			}
+			a := alone[key]
+			for _, sentinel := range []error{floodgate.ErrStoreUnavailable, floodgate.ErrIndeterminate, floodgate.ErrForeignValue} {
+				if errors.Is(err, sentinel) != errors.Is(a, sentinel) {
+					t.Errorf("Incr of %s: errors.Is(%v) alone %v, in a batch %v; want the same", key, sentinel, errors.Is(a, sentinel), errors.Is(err, sentinel))
+				}
+			}
+			if err != nil && a != nil && err.Error() != a.Error() {
+				t.Errorf("Incr of %s: alone %q, in a batch %q; want the same text", key, a, err)
 			}
 			continue
 		}
@@ -457,14 +479,14 @@ func TestRedisStoreRefusedCounter(t *testing.T) {
 			t.Errorf("Incr %d beside a refused one: %v", i, err)
 		}
 	}
-	want := []uint64{1, 2, 0, 3, 4}
+	want := []uint64{1, 2, 0, 3, 0}
 	for i, op := range ops {
-		if i != 2 && op.Result != want[i] {
+		if i != 2 && i != 4 && op.Result != want[i] {
 			t.Errorf("Incr %d: result %d, want %d", i, op.Result, want[i])
 		}
 	}
-	if got, ttl := counter(t, admin, "refused_batch"); got != 4 || ttl <= 0 {
-		t.Errorf("refused_batch = %d (TTL %v), want 4 with a TTL", got, ttl)
+	if got, ttl := counter(t, admin, "refused_batch"); got != 3 || ttl <= 0 {
+		t.Errorf("refused_batch = %d (TTL %v), want 3 with a TTL", got, ttl)
 	}
 }
 

@@ -9,9 +9,13 @@
 -- (the key holds something other than an integer, or the sum would
 -- overflow): nothing was written for that key and its value slot is 0.
 -- The other keys are updated all the same. When Redis refuses every
--- INCRBY, the reply is Redis's own error for the first (such as "OOM
--- command not allowed when used memory > 'maxmemory'" or READONLY: a
--- server that refuses writes refuses them all), and nothing was written.
+-- INCRBY as a server that refuses writes (an error starting OOM, such as
+-- "OOM command not allowed when used memory > 'maxmemory'", READONLY,
+-- MISCONF or NOREPLICAS: it refuses them all, whatever the key), the reply
+-- is Redis's own error for the first, and nothing was written. A key
+-- refused for itself (WRONGTYPE, "ERR value is not an integer", an
+-- overflow) stays in the index list even when every key is refused, so
+-- that a refused key is answered alike alone and beside healthy ones.
 --
 -- A counter saturates at 2^52: one past it is set back to 2^52 (every
 -- limit is far below it), so that a huge hits_addend cannot push a counter
@@ -36,7 +40,9 @@ for i = 1, #KEYS do
     first = first or n
   end
 end
-if #refused == #KEYS and type(first) == 'table' and first.err then
+local refusesWrites = {OOM = true, READONLY = true, MISCONF = true, NOREPLICAS = true}
+if #refused == #KEYS and type(first) == 'table' and type(first.err) == 'string'
+    and refusesWrites[string.match(first.err, '^%u+')] then
   return first
 end
 for _, i in ipairs(refused) do

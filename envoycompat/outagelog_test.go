@@ -109,3 +109,34 @@ func TestRedisOutOfMemoryErrorKept(t *testing.T) {
 		t.Fatalf("POST /json on a full Redis: %d %s, want 400", code, out)
 	}
 }
+
+// TestWrongTypeCounterAnswersUnknown: a request whose counter key holds a
+// list fails with gRPC code Unknown and 400 on /json, as every store error
+// and as theirs (their INCRBY fails WRONGTYPE), with "INCRBY refused for"
+// the key, as beside other requests' counters (TestRedisStoreRefusedCounter).
+func TestWrongTypeCounterAnswersUnknown(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	r := newRig(t, &RedisStore{Client: srv.Client(t)}, Options{}, integrationConfig)
+	r.call(t, req(t, "another", 1, "key2=wrongtype"))
+	ctx := t.Context()
+	keys, err := admin.Keys(ctx, "*key2_wrongtype*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("counter keys of key2=wrongtype: %q, %v; want one", keys, err)
+	}
+	if err := admin.Del(ctx, keys[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.RPush(ctx, keys[0], "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.client.ShouldRateLimit(ctx, req(t, "another", 1, "key2=wrongtype"))
+	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "INCRBY refused for") || !strings.Contains(err.Error(), keys[0]) {
+		t.Fatalf("ShouldRateLimit on a list key: %v (code %v), want code Unknown, INCRBY refused for %s", err, status.Code(err), keys[0])
+	}
+	hs := httptest.NewServer(r.svc.HTTPHandler(NewHealth(health.NewServer(), false)))
+	t.Cleanup(hs.Close)
+	if code, _, out := postJSON(t, hs.URL+"/json", []byte(`{"domain":"another","descriptors":[{"entries":[{"key":"key2","value":"wrongtype"}]}]}`)); code != http.StatusBadRequest {
+		t.Fatalf("POST /json on a list key: %d %s, want 400", code, out)
+	}
+}
