@@ -119,3 +119,60 @@ func TestDialMinorityWithTwoSentinelsFrozen(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// TestMajorityLeavesTheMinorityPrimary: with DialMinority (doctor), while
+// two sentinels of three are frozen the client dials the primary the one
+// answering names; once a majority answers again and names another (a
+// failover meanwhile), that primary is left as a current one would be:
+// the client's connections to it are steered away and OnMove's function
+// is called. The move was not seen (no primary was current), and pooled
+// connections to the minority's primary stayed in use.
+func TestMajorityLeavesTheMinorityPrimary(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	c, f := NewClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
+	defer c.Close()
+	f.DialMinority()
+	var moves []string
+	f.OnMove(func(from, to string) { moves = append(moves, from+" -> "+to) })
+	f.runs.Add(1) // as while Run runs: the client follows the Follower
+	defer f.runs.Add(-1)
+	clients := make([]*redis.SentinelClient, len(s.SentinelAddrs))
+	for i, a := range s.SentinelAddrs {
+		clients[i] = redis.NewSentinelClient(f.opts(a))
+		defer clients[i].Close()
+	}
+	ctx := context.Background()
+	old := s.Primary.Addr
+	for _, i := range []int{0, 2} {
+		if err := syscall.Kill(s.Sentinels[i].Pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	thawed := false
+	thaw := func() {
+		if thawed {
+			return
+		}
+		thawed = true
+		for _, i := range []int{0, 2} {
+			_ = syscall.Kill(s.Sentinels[i].Pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	f.check(ctx, clients, nil)
+	if got := f.following(); got != old {
+		t.Fatalf("with two sentinels frozen the client dials %q, want %s (DialMinority)", got, old)
+	}
+	thaw()
+	s.Failover(t)
+	f.check(ctx, clients, nil)
+	if got := f.Primary(); got != s.Primary.Addr {
+		t.Fatalf("after the failover Primary() = %q, want %s", got, s.Primary.Addr)
+	}
+	if !f.isLeft(old) {
+		t.Errorf("the primary the minority named, %s, is not left once a majority names %s: the client's connections to it stay in use", old, s.Primary.Addr)
+	}
+	if want := old + " -> " + s.Primary.Addr; len(moves) != 1 || moves[0] != want {
+		t.Errorf("OnMove calls %q, want [%s]", moves, want)
+	}
+}

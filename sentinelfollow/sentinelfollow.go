@@ -98,6 +98,11 @@ type Follower struct {
 	// NewClient dial it while no majority has named one.
 	minority      string
 	minorityDials bool
+	// minorityDialed holds every primary a minority named while none was
+	// current and minorityDials was set (the client may have dialed it),
+	// lastDialed the last of them, until a majority names one.
+	minorityDialed map[string]struct{}
+	lastDialed     string
 
 	// primaryDials is set by NewClient: the client dials the current
 	// primary.
@@ -136,6 +141,8 @@ func New(o *redis.FailoverOptions) *Follower {
 		asked:     make(chan struct{}),
 		left:      map[string]struct{}{},
 		errs:      map[string]nodeErr{},
+
+		minorityDialed: map[string]struct{}{},
 	}
 	tc, timeout := o.TLSConfig, o.DialTimeout
 	if timeout <= 0 {
@@ -225,7 +232,11 @@ func (f *Follower) following() string {
 // until the command's deadline. It is for a client that only reads
 // (floodgate doctor's audit): a minority of the sentinels may name a
 // primary the majority has since demoted, and writes sent there would be
-// lost, so serve does not call it. Call it before Run.
+// lost, so serve does not call it. When a majority then names another
+// primary, the client leaves each one the minority named, as it leaves
+// the current one in a failover: its connections there are dropped, its
+// dials go to the majority's, and OnMove's function is called (from the
+// last one the minority named). Call it before Run.
 func (f *Follower) DialMinority() {
 	f.mu.Lock()
 	f.minorityDials = true
@@ -398,8 +409,32 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 		f.noMajority(ctx, failed, count, log)
 		return
 	}
+	f.majorityNamed(named, log)
+}
+
+// majorityNamed moves to named, the primary a majority of the sentinels
+// named, from the current one, or, while none is current, from the one
+// a minority named last that the client dialed (DialMinority): that
+// primary is left as the current one is, so that the client's pooled
+// connections to it are dropped and its dials go to named, and OnMove's
+// function is called.
+func (f *Follower) majorityNamed(named string, log *slog.Logger) {
 	f.mu.Lock()
 	from := f.current
+	if from == "" {
+		// The client dialed each primary a minority named while no
+		// majority had (DialMinority), and may hold connections to it.
+		for m := range f.minorityDialed {
+			if m != named {
+				f.left[m] = struct{}{}
+			}
+		}
+		if f.lastDialed != named {
+			from = f.lastDialed
+		}
+	}
+	clear(f.minorityDialed)
+	f.lastDialed = ""
 	moved := from != "" && from != named
 	if moved {
 		f.left[from] = struct{}{}
@@ -467,6 +502,10 @@ func (f *Follower) noMajority(ctx context.Context, failed []error, count map[str
 	wasBlind, primary, minorityDials := f.blind, f.current, f.minorityDials
 	f.blind = true
 	f.minority = minority
+	if primary == "" && minority != "" && minorityDials {
+		f.minorityDialed[minority] = struct{}{}
+		f.lastDialed = minority
+	}
 	f.mu.Unlock()
 	if wasBlind {
 		return
