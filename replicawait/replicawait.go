@@ -205,8 +205,9 @@ const (
 // ErrBusy unsent, and the script is loaded with SCRIPT LOAD instead (no
 // WAIT: it writes no data), so that the calls after it find it. That
 // SCRIPT LOAD is sent even when ctx has ended meanwhile, and awaited for
-// up to a second (less when the client's ReadTimeout is shorter), so
-// Process may then return after ctx's deadline.
+// up to 250 ms (less when the client's ReadTimeout is shorter), so
+// Process may then return that much after ctx's deadline (a SCRIPT LOAD
+// takes well under a millisecond on a Redis that answers).
 //
 // On a Redis Cluster, cmd must be a script call naming a key: it is sent to
 // the primary of that key's slot as the client's map has it. A MOVED reply
@@ -338,8 +339,9 @@ func (c *Client) evalAgain(ctx context.Context, node *redis.Client, cmd redis.Cm
 }
 
 // loadTimeout bounds a SCRIPT LOAD sent after a NOSCRIPT that came too
-// late for an EVAL (loadScript).
-const loadTimeout = time.Second
+// late for an EVAL (loadScript), and so how far past its deadline such a
+// call can return.
+const loadTimeout = 250 * time.Millisecond
 
 // loadScript loads src into node's script cache with SCRIPT LOAD, outside
 // ctx's deadline and cancellation but within its values, for at most
