@@ -50,7 +50,8 @@ type Options struct {
 }
 
 // Limiter applies policies to identities against a Store. It is safe for
-// concurrent use by multiple goroutines.
+// concurrent use by multiple goroutines. Make it with New: the zero
+// Limiter is not usable.
 type Limiter struct {
 	store  Store
 	prefix string
@@ -106,6 +107,13 @@ func New(store Store, opts Options) (*Limiter, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
+	}
+	if u, ok := store.(interface{ Usable() error }); ok { // algo.UsableChecker
+		if err := u.Usable(); err != nil {
+			// The zero memstore.Store (say): its first decision would
+			// panic.
+			return nil, fmt.Errorf("floodgate: New: %w", err)
+		}
 	}
 	kb, ok := store.(interface{ BorrowsKeys() bool }) // algo.KeyBorrower
 	return &Limiter{store: store, prefix: opts.Prefix, clock: opts.Clock, borrow: ok && kb.BorrowsKeys()}, nil

@@ -56,3 +56,14 @@ func HashTag(key string) string {
 type KeyBorrower interface {
 	BorrowsKeys() bool
 }
+
+// UsableChecker is implemented by a floodgate.Store whose zero value
+// cannot decide, such as memstore.Store, redisstore.Store and
+// fallback.Store, each of which must be made by its New: Usable returns
+// nil for a Store so made, and otherwise an error saying how to make it.
+// floodgate.New and fallback.New refuse a Store whose Usable fails, where
+// its first decision would have panicked. A Store that does not implement
+// the interface is taken as it is.
+type UsableChecker interface {
+	Usable() error
+}

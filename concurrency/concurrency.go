@@ -142,9 +142,13 @@ type Result struct {
 // shared tests check.
 type Store interface {
 	apply(ctx context.Context, req *request) (reply, error)
+	// usable returns an error for the zero store, not made by its
+	// constructor, which New refuses (its first operation would panic).
+	usable() error
 }
 
 // Limiter applies one Policy to identities. It is safe for concurrent use.
+// Make it with New: the zero Limiter is not usable.
 type Limiter struct {
 	store  Store
 	policy Policy
@@ -157,6 +161,9 @@ type Limiter struct {
 func New(store Store, p Policy, opts Options) (*Limiter, error) {
 	if nilcheck.IsNil(store) {
 		return nil, fmt.Errorf("%w: concurrency: nil store (%T)", floodgate.ErrInvalidPolicy, store)
+	}
+	if err := store.usable(); err != nil {
+		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

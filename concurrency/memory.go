@@ -54,9 +54,17 @@ type MemoryOptions struct {
 // MemoryStore is an in-process lease Store with the same semantics as
 // RedisStore. It is safe for concurrent use. Leases expire by the
 // callers' clock (the times given to the Limiter), as in the Redis script.
-// An identity's state is dropped when its last lease is gone.
+// An identity's state is dropped when its last lease is gone. Make it with
+// NewMemoryStore: the zero MemoryStore is not usable (New refuses it).
 type MemoryStore struct {
 	sets *shardmap.Map[*leaseSet] // by key
+}
+
+func (s *MemoryStore) usable() error {
+	if s.sets == nil {
+		return fmt.Errorf("%w: concurrency: a zero MemoryStore cannot hold leases; make it with NewMemoryStore", floodgate.ErrInvalidPolicy)
+	}
+	return nil
 }
 
 // leaseSet is one identity's leases: lease ids ordered by expiry, like the

@@ -41,9 +41,17 @@ type Client interface {
 // the caller's time from ARGV, never calls TIME, trims at most 64 expired
 // leases per call and keeps the key's TTL at its last lease's expiry. The
 // client is told never to resend a script that may have run, so a timeout
-// cannot take two slots. It is safe for concurrent use.
+// cannot take two slots. It is safe for concurrent use. Make it with
+// NewRedisStore: the zero RedisStore is not usable (New refuses it).
 type RedisStore struct {
 	client Client
+}
+
+func (s *RedisStore) usable() error {
+	if s.client == nil {
+		return fmt.Errorf("%w: concurrency: a zero RedisStore has no client; make it with NewRedisStore", floodgate.ErrInvalidPolicy)
+	}
+	return nil
 }
 
 // NewRedisStore returns a RedisStore using client. It sends nothing.

@@ -192,7 +192,8 @@ type Options struct {
 }
 
 // Store is a floodgate.Store that decides with a primary store and, when
-// that fails, with a failure mode. It is safe for concurrent use.
+// that fails, with a failure mode. It is safe for concurrent use. Make it
+// with New: the zero Store is not usable (floodgate.New refuses it).
 type Store struct {
 	primary, local floodgate.Store
 
@@ -216,12 +217,34 @@ type Store struct {
 // New returns a Store deciding with primary and, while primary fails, by
 // each policy's failure mode, using local for ModeLocal. It reports
 // invalid options wrapped in ErrInvalidOptions.
+// Usable returns nil for a Store made by New, and an error wrapping
+// ErrInvalidOptions for the zero Store, which has no stores to decide with
+// (see algo.UsableChecker).
+func (s *Store) Usable() error {
+	if s.primary == nil {
+		return fmt.Errorf("%w: a zero fallback.Store has no stores; make it with fallback.New", ErrInvalidOptions)
+	}
+	return nil
+}
+
 func New(primary, local floodgate.Store, opts Options) (*Store, error) {
 	if nilcheck.IsNil(primary) {
 		return nil, fmt.Errorf("%w: nil primary store (%T)", ErrInvalidOptions, primary)
 	}
 	if nilcheck.IsNil(local) {
 		return nil, fmt.Errorf("%w: nil local store (%T)", ErrInvalidOptions, local)
+	}
+	for _, st := range []struct {
+		name  string
+		store floodgate.Store
+	}{{"primary", primary}, {"local", local}} {
+		if u, ok := st.store.(interface{ Usable() error }); ok { // algo.UsableChecker
+			if err := u.Usable(); err != nil {
+				// The zero memstore.Store (say): its first decision
+				// would panic.
+				return nil, fmt.Errorf("%w: %s store: %w", ErrInvalidOptions, st.name, err)
+			}
+		}
 	}
 	if opts.DefaultMode == 0 {
 		opts.DefaultMode = ModeLocal

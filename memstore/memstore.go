@@ -62,6 +62,8 @@ type Options struct {
 }
 
 // Store is an in-memory floodgate.Store. It is safe for concurrent use.
+// Make it with New: the zero Store is not usable (floodgate.New refuses
+// it).
 // Expiry runs on the process's monotonic clock, not on the decisions'
 // timestamps, so a wall clock jumping backwards neither keeps state alive
 // nor revives it. The clock is read through a monoclock.Clock: a reading a
@@ -420,6 +422,16 @@ func compact(st algo.State) algo.State {
 // floodgate.Limiter may build keys in a reused buffer (see
 // algo.KeyBorrower).
 func (s *Store) BorrowsKeys() bool { return true }
+
+// Usable returns nil for a Store made by New, and an error wrapping
+// floodgate.ErrInvalidPolicy for the zero Store, which cannot decide
+// (see algo.UsableChecker).
+func (s *Store) Usable() error {
+	if s.shards == nil {
+		return fmt.Errorf("%w: memstore: a zero Store cannot decide; make it with memstore.New", floodgate.ErrInvalidPolicy)
+	}
+	return nil
+}
 
 // Reset forgets key's state (for example an admin unlocking an identity)
 // and reports whether there was any that had not expired.

@@ -90,6 +90,18 @@ const (
 	stLast = stSettledID
 )
 
+// wroteNothing reports whether an operation answered s wrote nothing but
+// what expired (a denial: exhausted, cost above the limit, too many
+// pending), so that a failover losing its writes changes nothing its
+// caller was told. A replay, an id already settled and lost state write
+// nothing either, but they report an earlier write, or its absence, that
+// the replicas' confirmation of this operation does not cover (WAIT
+// counts what the connection it runs on wrote, and an operation that
+// writes nothing advances that by nothing): they are not among them.
+func (s status) wroteNothing() bool {
+	return s == stDenied || s == stTooLarge || s == stTooManyPending
+}
+
 // reply is what a store computed.
 type reply struct {
 	status            status

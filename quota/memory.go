@@ -65,6 +65,8 @@ type MemoryOptions struct {
 // RedisStore. It is safe for concurrent use. Expiry follows the callers'
 // clock (the times passed to the Quota), like the Redis script's own
 // arithmetic; an identity's periods share one lock. Usage is per process.
+// Make it with NewMemoryStore: the zero MemoryStore is not usable (New
+// refuses it).
 type MemoryStore struct {
 	// slots holds the identity periods by keySet.usage, sharded by the
 	// identity's hash tag so that every period of one identity is under
@@ -80,6 +82,13 @@ type slot struct {
 	l        *ledger
 	expireAt int64
 	markerAt int64
+}
+
+func (s *MemoryStore) usable() error {
+	if s.slots == nil {
+		return fmt.Errorf("%w: quota: a zero MemoryStore cannot count; make it with NewMemoryStore", floodgate.ErrInvalidPolicy)
+	}
+	return nil
 }
 
 // NewMemoryStore returns an empty MemoryStore.

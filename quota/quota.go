@@ -194,10 +194,14 @@ func (o *Options) resolve() error {
 // store keeps the exact semantics the shared tests check.
 type Store interface {
 	apply(ctx context.Context, req *request) (reply, error)
+	// usable returns an error for the zero store, not made by its
+	// constructor, which New refuses (its first operation would panic).
+	usable() error
 }
 
 // Quota applies one Policy to identities against a Store. It is safe for
-// concurrent use by multiple goroutines.
+// concurrent use by multiple goroutines. Make it with New: the zero Quota
+// is not usable.
 type Quota struct {
 	store  Store
 	policy Policy
@@ -208,6 +212,9 @@ type Quota struct {
 func New(store Store, p Policy, opts Options) (*Quota, error) {
 	if nilcheck.IsNil(store) {
 		return nil, fmt.Errorf("%w: quota: nil store (%T)", floodgate.ErrInvalidPolicy, store)
+	}
+	if err := store.usable(); err != nil {
+		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -226,6 +233,18 @@ func (q *Quota) PeriodAt(t time.Time) Period { return q.policy.Calendar.PeriodAt
 
 // Check consumes cost units (0..floodgate.MaxCost) of identity's quota if
 // they fit; cost 0 peeks (see Status). A denied check consumes nothing.
+//
+// With a RedisStore on a replicawait.Client, an operation the primary
+// applied but too few replicas confirmed fails with an error wrapping
+// replicawait.ErrNotReplicated and floodgate.ErrIndeterminate, and comes
+// with the Result of what was applied. A denial (ReasonExhausted,
+// ReasonCostExceedsLimit, ReasonTooManyPending) wrote nothing a failover
+// could lose, at most a trim of what expired: it is answered as the
+// denial it is, without an error, whatever the replicas say. A replay,
+// an id already settled and lost state write nothing either, but report
+// an earlier write (or its loss) that this operation's wait for the
+// replicas does not cover: they still fail with ErrNotReplicated when
+// the replicas do not confirm, a replay with its Result.
 func (q *Quota) Check(ctx context.Context, identity string, cost int64) (Result, error) {
 	return q.CheckAt(ctx, q.opts.Clock(), identity, cost)
 }
@@ -246,9 +265,11 @@ func (q *Quota) Status(ctx context.Context, identity string) (Result, error) {
 
 // Reserve holds estimate units (1..floodgate.MaxCost) of identity's quota
 // for the request requestID until it is settled or Options.HoldTTL passes.
-// A denied reserve holds nothing. Reserving an id that is already held
-// changes nothing and reports the hold as allowed with Replayed set;
-// reserving an id already settled fails with ErrAlreadySettled.
+// A denied reserve holds nothing, and is answered without an error
+// whatever a replicawait.Client's replicas say (see Check). Reserving an
+// id that is already held changes nothing and reports the hold as allowed
+// with Replayed set; reserving an id already settled fails with
+// ErrAlreadySettled.
 func (q *Quota) Reserve(ctx context.Context, identity, requestID string, estimate int64) (Result, error) {
 	return q.ReserveAt(ctx, q.opts.Clock(), identity, requestID, estimate)
 }
@@ -297,7 +318,7 @@ func (q *Quota) SettleAt(ctx context.Context, now time.Time, identity, requestID
 // same atomic step, for the audit trail. An error wrapping
 // replicawait.ErrNotReplicated (the primary applied the operation, too
 // few replicas confirmed it) comes with the Result of what was applied,
-// Replaced included, here as from every operation of a RedisStore.
+// Replaced included, as from a check, reserve or settle (see Check).
 func (q *Quota) Restore(ctx context.Context, identity string, used int64) (Result, error) {
 	return q.RestoreAt(ctx, q.opts.Clock(), identity, used)
 }
@@ -417,6 +438,16 @@ func (q *Quota) do(ctx context.Context, now time.Time, previous bool, op opKind,
 		req.prevGuard = now.Before(prev.End.Add(q.opts.Grace))
 	}
 	rep, err := q.store.apply(ctx, &req)
+	if err != nil && rep.applied && rep.status.wroteNothing() {
+		// A denial the replicas did not confirm changed nothing a
+		// failover could lose (at most expired holds and settlement
+		// records were trimmed, which the next operation trims again):
+		// it is answered as the denial it is, as concurrency.Limiter
+		// answers a denied acquire. It was an error wrapping
+		// replicawait.ErrNotReplicated and floodgate.ErrIndeterminate,
+		// which serve answered 503 for an exhausted quota.
+		err = nil
+	}
 	if err != nil {
 		// A check of cost 0 is a status, and its error says so: a log
 		// line reading "check" suggested something was consumed.

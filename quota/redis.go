@@ -27,7 +27,10 @@ var quotaScript = luascript.New(quotaLua, luascript.Options{Refusal: "floodgate 
 // Set ContextTimeoutEnabled on the client so that a call's context deadline
 // bounds the whole round trip. A *replicawait.Client in its place has each
 // operation answered only once Redis replicas have it, so that a failover
-// cannot lose an answered operation.
+// cannot lose an answered operation; a denial (the quota exhausted, a cost
+// above the limit, too many pending), which wrote nothing a failover
+// could lose, is answered as it is whatever the replicas say (see
+// Quota.Check).
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
@@ -39,9 +42,17 @@ type Client interface {
 // and never calls TIME, and sets every key's TTL in the same run that
 // writes it. The client is told never to resend a script that may have
 // run, so a timeout cannot count a check twice. It is safe for concurrent
-// use.
+// use. Make it with NewRedisStore: the zero RedisStore is not usable (New
+// refuses it).
 type RedisStore struct {
 	client Client
+}
+
+func (s *RedisStore) usable() error {
+	if s.client == nil {
+		return fmt.Errorf("%w: quota: a zero RedisStore has no client; make it with NewRedisStore", floodgate.ErrInvalidPolicy)
+	}
+	return nil
 }
 
 // NewRedisStore returns a RedisStore using client. It sends nothing.
@@ -53,9 +64,13 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 }
 
 func (s *RedisStore) apply(ctx context.Context, req *request) (reply, error) {
-	if req.op == opCheck && req.amount == 0 {
-		// A status consumes nothing: with a replicawait.Client it need
-		// not wait for replicas (it answered 503 while they lagged).
+	if req.op == opCheck && (req.amount == 0 || req.amount > req.limit) {
+		// A status consumes nothing, nor does a check of more than the
+		// limit (refused whatever the usage): with a replicawait.Client
+		// neither need wait for replicas (a status answered 503 while
+		// they lagged, and a check of too much took a whole wait to be
+		// answered its denial). Both write at most a trim of what
+		// expired.
 		ctx = replicawait.WithoutWait(ctx)
 	}
 	keys := make([]string, 4, 8)

@@ -248,6 +248,8 @@ const (
 
 // Store decides requests on Redis. It is safe for concurrent use by
 // multiple goroutines; it holds no connection of its own, only the client.
+// Make it with New: the zero Store is not usable (floodgate.New refuses
+// it).
 //
 // Failure behaviour: an error wrapping floodgate.ErrStoreUnavailable means
 // the script certainly did not write (the command was not sent, or Redis
@@ -351,6 +353,16 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	s.frames.New = func() any { return newFrame(&s.periods) }
 	return s, nil
+}
+
+// Usable returns nil for a Store made by New, and an error wrapping
+// floodgate.ErrInvalidPolicy for the zero Store, which has no client
+// (see algo.UsableChecker).
+func (s *Store) Usable() error {
+	if s.client == nil {
+		return fmt.Errorf("%w: redisstore: a zero Store has no client; make it with redisstore.New", floodgate.ErrInvalidPolicy)
+	}
+	return nil
 }
 
 // Decide implements floodgate.Store: it decides every layer at now (Unix

@@ -16,10 +16,13 @@
 // it may survive or not). Retrying such an operation with the same request
 // id is safe: a reserve or a settle already applied is replayed, not
 // applied twice; a quota check, which has no id, may be counted twice.
-// concurrency.Limiter does not grant an acquire its replicas did not
-// confirm: it releases the lease again (see concurrency.UnconfirmedError),
-// and answers an operation that wrote nothing (an acquire denied, a
-// release or renewal of a lease not held) as it is.
+// An operation that wrote nothing a failover could lose is answered as it
+// is, whatever the replicas say: quota.Quota answers a check or reserve
+// denied (exhausted, cost above the limit, too many pending) as the
+// denial it is, and concurrency.Limiter an acquire denied and a release
+// or renewal of a lease not held. concurrency.Limiter does not grant an
+// acquire its replicas did not confirm: it releases the lease again (see
+// concurrency.UnconfirmedError).
 //
 // This narrows what a failover can lose to what was never acknowledged; it
 // does not make Redis strongly consistent (a replica that acknowledged a
