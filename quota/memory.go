@@ -50,9 +50,12 @@ type MemoryOptions struct {
 	// expired), reservation or settlement outcome is dropped between a
 	// second and a second plus SweepInterval after it expired by its
 	// identity's callers' clock (the time the last write to its period
-	// passed, advanced by the process's monotonic clock), so identities on
-	// different clocks each keep what their own clock holds live, as in
-	// RedisStore. The sweep assumes each identity's clock advances with
+	// passed, advanced by the process's monotonic clock), so the sweep
+	// leaves identities on different clocks what their own clock holds
+	// live, as in RedisStore (the few expired entries a write to their
+	// partition or a full store's pass drops are judged by that writer's
+	// clock: mixing clocks far apart in one store can lose a hold that
+	// way). The sweep assumes each identity's clock advances with
 	// real time, as serve's and a caller's passing time.Now() do; a library
 	// user replaying times that do not (a simulation) sets SweepInterval
 	// negative, and expired entries then go as before: as operations on

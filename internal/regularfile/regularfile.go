@@ -73,9 +73,11 @@ func Stat(path string) (fs.FileInfo, error) {
 // with or without a writer) and checks the opened file itself, so a file
 // swapped for a pipe between a caller's look at it and the open is
 // refused too, where a blocking open would wait for a writer for good.
-// O_NONBLOCK changes nothing in the reads of a regular file.
+// O_NONBLOCK changes nothing in the reads of a regular file. It opens
+// with O_NOCTTY too, so that a terminal it refuses does not become the
+// controlling terminal of a process that has none.
 func Open(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		// A socket cannot be opened (ENXIO): say what it is.
 		if fi, serr := os.Stat(path); serr == nil && !fi.Mode().IsRegular() {

@@ -130,3 +130,68 @@ func TestRoomReservesUntilUnlock(t *testing.T) {
 		t.Fatalf("Keys %d, Len %d after Unlock, want 1", held, m.Len())
 	}
 }
+
+// TestSweepGivesPlacesBackAsItGoes: the background sweep releases a
+// shard's lock every sweepHold entries; by then the places of the entries
+// it dropped are the Map's again, so that an entry added meanwhile to
+// another shard of a full Map finds room. The sweep used to give them back
+// only once it had visited the whole shard: with 300 dead entries in one
+// shard and 100 live in the other (MaxKeys 400), a Room on the other
+// shard after the first 256 were dropped was refused.
+func TestSweepGivesPlacesBackAsItGoes(t *testing.T) {
+	const dead, live = 300, 100
+	var m *Map[*entry]
+	deadVisits, roomBetween := 0, false
+	var other string // a key of shard 1
+	m, err := New(Options{Shards: 2, MaxKeys: dead + live, SweepInterval: -1}, func(e *entry, now int64) bool {
+		if e.until != 1 {
+			return false
+		}
+		// The first dead entry visited after the sweep took the lock
+		// back: try to add an entry to the other shard.
+		if deadVisits++; deadVisits == sweepHold+1 {
+			sh := m.Lock(other)
+			roomBetween = sh.Room(0, 1)
+			sh.Unlock()
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n [2]int
+	for i := 0; n[0] < dead || n[1] < live; i++ {
+		k := fmt.Sprint(i)
+		sh := m.Lock(k)
+		idx := 0
+		if sh == &m.shards[1] {
+			idx = 1
+		}
+		switch {
+		case idx == 0 && n[0] < dead:
+			// Sweep judges each entry at its own clock: its Put's now
+			// (10 s) advanced by real time, less a second.
+			sh.Put(k, &entry{until: 1}, 10_000_000)
+		case idx == 1 && n[1] < live:
+			sh.Put(k, &entry{until: 1 << 62}, 0)
+			other = k
+		default:
+			sh.Unlock()
+			continue
+		}
+		n[idx]++
+		sh.Unlock()
+	}
+	if held, most := m.Keys(); held != most {
+		t.Fatalf("Keys %d of %d, want the Map full", held, most)
+	}
+	if got := m.Sweep(); got != dead {
+		t.Fatalf("Sweep dropped %d, want %d", got, dead)
+	}
+	if !roomBetween {
+		t.Fatalf("a Room on another shard while the sweep had dropped %d entries and released the lock: refused", sweepHold)
+	}
+	if held, _ := m.Keys(); held != live {
+		t.Fatalf("Keys %d after the sweep, want %d", held, live)
+	}
+}

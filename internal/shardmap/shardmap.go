@@ -36,9 +36,10 @@ type Options struct {
 	// count live entries, and memory follows them, without traffic. The
 	// sweep judges each entry at its own callers' clock: the now of the
 	// entry's last write (Put, Stamp) advanced by the process's monotonic
-	// clock since, less a second. So callers on different clocks (one
-	// identity's a year behind another's) each find alive what their own
-	// clock considers alive, and an entry is dropped between a second and
+	// clock since, less a second. So the sweep leaves callers on different
+	// clocks (one identity's a year behind another's) what their own clock
+	// considers alive (Wrote's and Room's passes judge every entry they
+	// reach at the caller's now, as before), and an entry is dropped between a second and
 	// a second plus SweepInterval after it died, as long as the clock of
 	// the callers writing it advances with real time (a clock set back by
 	// more than a second since the entry's last write would have the sweep

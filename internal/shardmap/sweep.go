@@ -52,12 +52,23 @@ func (m *Map[V]) Sweep() int {
 
 // sweepAll drops the shard's entries dead at their callers' clocks, tidies
 // the others and shrinks its map (see Sweep).
-func (s *Shard[V]) sweepAll() (freed int) {
+func (s *Shard[V]) sweepAll() (dropped int) {
 	s.mu.Lock()
-	defer func() {
+	// freed is what the sweep dropped since it last gave places back to
+	// the Map's count, which it does before each release of the lock, so
+	// that a Room meanwhile finds them (it found the count unchanged until
+	// the shard's sweep ended, and could refuse an entry for want of
+	// places already free).
+	freed := 0
+	giveBack := func() {
 		if freed > 0 {
 			s.m.keys.Add(-int64(freed))
+			dropped += freed
+			freed = 0
 		}
+	}
+	defer func() {
+		giveBack()
 		s.mu.Unlock()
 	}()
 	// mono is the process's clock less the slack, read again whenever the
@@ -72,6 +83,7 @@ func (s *Shard[V]) sweepAll() (freed int) {
 			freed++
 		}
 		if seen++; seen%sweepHold == 0 {
+			giveBack()
 			s.mu.Unlock()
 			runtime.Gosched() // let an operation waiting for the lock have it
 			s.mu.Lock()
@@ -85,7 +97,7 @@ func (s *Shard[V]) sweepAll() (freed int) {
 		}
 		s.entries, s.peak = m, n
 	}
-	return freed
+	return dropped
 }
 
 // drop deletes the entry k (holding v) if it is dead at now, or else, when
