@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
@@ -71,7 +72,9 @@ type Script struct {
 func New(src string, opts Options) *Script {
 	sum := sha1.Sum([]byte(src))
 	sha := hex.EncodeToString(sum[:])
-	return &Script{src: src, sha: sha, refusal: opts.Refusal, shaArg: sha, srcArg: src}
+	s := &Script{src: src, sha: sha, refusal: opts.Refusal, shaArg: sha, srcArg: src}
+	sources.Store(sha, s.srcArg)
+	return s
 }
 
 // SHA returns the script's SHA-1 in lower-case hex, the name Redis's script
@@ -145,7 +148,7 @@ func (s *Script) RunCommand(ctx context.Context, c Client, argv []any) (any, err
 	err := s.send(ctx, argv, func() error {
 		cmd := redis.NewCmd(ctx, argv...)
 		cmd.SetFirstKeyPos(3) // route by the first key on a cluster
-		_ = c.Process(ctx, noRetryCmd{cmd, s})
+		_ = c.Process(ctx, noRetryCmd{cmd})
 		// Err, rather than Process's result, waits for the reply even on a
 		// deferred client such as an asynchronous AutoPipeliner.
 		err := cmd.Err()
@@ -175,7 +178,7 @@ func (s *Script) RunInts(ctx context.Context, c Client, argv []any) ([]int64, er
 	err := s.send(ctx, argv, func() error {
 		cmd := redis.NewIntSliceCmd(ctx, argv...)
 		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, noRetryIntsCmd{cmd, s})
+		_ = c.Process(ctx, noRetryIntsCmd{cmd})
 		val = cmd.Val()
 		return cmd.Err()
 	})
@@ -196,7 +199,7 @@ func (s *Script) RunString(ctx context.Context, c Client, argv []any) (string, e
 	err := s.send(ctx, argv, func() error {
 		cmd := redis.NewStringCmd(ctx, argv...)
 		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, noRetryStringCmd{cmd, s})
+		_ = c.Process(ctx, noRetryStringCmd{cmd})
 		val = cmd.Val()
 		return cmd.Err()
 	})
@@ -257,20 +260,14 @@ const (
 // noRetryCmd is a redis.Cmd that go-redis must not send twice: a script
 // resent after a read timeout or a reset connection could run twice and
 // count a request twice.
-type noRetryCmd struct {
-	*redis.Cmd
-	s *Script
-}
+type noRetryCmd struct{ *redis.Cmd }
 
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
 func (noRetryCmd) NoRetry() bool { return true }
 
 // noRetryIntsCmd is noRetryCmd for RunInts.
-type noRetryIntsCmd struct {
-	*redis.IntSliceCmd
-	s *Script
-}
+type noRetryIntsCmd struct{ *redis.IntSliceCmd }
 
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
@@ -278,31 +275,38 @@ func (noRetryIntsCmd) NoRetry() bool { return true }
 
 // UseEval turns the command into the EVAL of its script
 // (replicawait.EvalFallback).
-func (c noRetryCmd) UseEval() bool { return c.s.useEval(c.Args()) }
+func (c noRetryCmd) UseEval() bool { return useEval(c.Args()) }
 
 // UseEval turns the command into the EVAL of its script
 // (replicawait.EvalFallback).
-func (c noRetryIntsCmd) UseEval() bool { return c.s.useEval(c.Args()) }
+func (c noRetryIntsCmd) UseEval() bool { return useEval(c.Args()) }
 
 // UseEval turns the command into the EVAL of its script
 // (replicawait.EvalFallback).
-func (c noRetryStringCmd) UseEval() bool { return c.s.useEval(c.Args()) }
+func (c noRetryStringCmd) UseEval() bool { return useEval(c.Args()) }
 
-// useEval changes the arguments of an EVALSHA of s to its EVAL, in place,
-// and reports whether they were one.
-func (s *Script) useEval(args []any) bool {
+// useEval changes the arguments of an EVALSHA of a Script to its EVAL,
+// in place, and reports whether they were one. The source is found by
+// the SHA-1 (sources), so that the commands stay one pointer wide: a
+// wider one would cost an allocation per call when made an interface.
+func useEval(args []any) bool {
 	if len(args) < 2 || args[0] != "evalsha" {
 		return false
 	}
-	args[0], args[1] = "eval", s.srcArg
+	src, ok := sources.Load(args[1])
+	if !ok {
+		return false
+	}
+	args[0], args[1] = "eval", src
 	return true
 }
 
+// sources maps each Script's SHA-1 (a string) to its source (a string
+// in an any), for useEval.
+var sources sync.Map
+
 // noRetryStringCmd is noRetryCmd for RunString.
-type noRetryStringCmd struct {
-	*redis.StringCmd
-	s *Script
-}
+type noRetryStringCmd struct{ *redis.StringCmd }
 
 // NoRetry tells go-redis not to retry the command once it may have been
 // sent.
