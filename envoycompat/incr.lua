@@ -40,10 +40,11 @@ for i = 1, #KEYS do
     first = first or n
   end
 end
-local refusesWrites = {OOM = true, READONLY = true, MISCONF = true, NOREPLICAS = true}
-if #refused == #KEYS and type(first) == 'table' and type(first.err) == 'string'
-    and refusesWrites[string.match(first.err, '^%u+')] then
-  return first
+if #refused == #KEYS and type(first) == 'table' and type(first.err) == 'string' then
+  local code = string.match(first.err, '^%u+')
+  if code == 'OOM' or code == 'READONLY' or code == 'MISCONF' or code == 'NOREPLICAS' then
+    return first
+  end
 end
 for _, i in ipairs(refused) do
   out[#out + 1] = i
