@@ -60,6 +60,11 @@ func NewRedisStore(client Client) (*RedisStore, error) {
 	if nilcheck.IsNil(client) {
 		return nil, fmt.Errorf("%w: quota redis store: nil client (%T)", floodgate.ErrInvalidPolicy, client)
 	}
+	if u, ok := client.(interface{ Usable() error }); ok { // a replicawait.Client
+		if err := u.Usable(); err != nil {
+			return nil, fmt.Errorf("%w: quota redis store: %w", floodgate.ErrInvalidPolicy, err)
+		}
+	}
 	return &RedisStore{client: client}, nil
 }
 

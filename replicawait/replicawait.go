@@ -75,7 +75,8 @@ type withoutWaitKey struct{}
 // it cannot pin (anything but *redis.Client, which includes the Sentinel
 // failover client, and *redis.ClusterClient), and by Process's for a
 // command it cannot route on a Redis Cluster (only scripts: EVAL,
-// EVALSHA, FCALL and their read-only forms, with at least one key).
+// EVALSHA, FCALL and their read-only forms, with at least one key), and by
+// Usable's for a zero Client.
 var ErrUnsupported = errors.New("replicawait: unsupported")
 
 // Options configures a Client.
@@ -220,6 +221,10 @@ const (
 // node named after ASKING, up to three redirections, as go-redis does for
 // its own commands.
 func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
+	if err := c.Usable(); err != nil {
+		cmd.SetErr(err)
+		return err
+	}
 	if ctx.Value(withoutWaitKey{}) != nil {
 		if c.cluster != nil {
 			return c.cluster.Process(ctx, cmd)
@@ -300,6 +305,18 @@ func (c *Client) Process(ctx context.Context, cmd redis.Cmder) error {
 		node, asking = next, ask
 		cmd.SetErr(nil)
 	}
+}
+
+// Usable returns nil for a Client made by New, and an error wrapping
+// ErrUnsupported for a zero Client, which has no go-redis client and no
+// places (its first command would wait for a place for ever): the quota
+// and concurrency Redis stores refuse it when made, and Process fails each
+// command with it.
+func (c *Client) Usable() error {
+	if c == nil || c.places == nil {
+		return fmt.Errorf("%w: a zero replicawait.Client has no client; make it with replicawait.New", ErrUnsupported)
+	}
+	return nil
 }
 
 // EvalFallback is implemented by a script call sent as EVALSHA that can

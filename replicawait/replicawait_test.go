@@ -820,3 +820,25 @@ func TestNoScriptAfterDeadlineLoadsTheScript(t *testing.T) {
 		t.Fatalf("want exactly one NOSCRIPT (the late check's), Redis counted:\n%s", errstats)
 	}
 }
+
+// TestZeroClientRefused: a zero Client (not made by New) has no places,
+// and its first command waited for one for ever (a quota check through
+// quota.NewRedisStore(&replicawait.Client{}) never returned, and with a
+// deadline failed "at most 0 at once"). The stores refuse it when made,
+// and Process fails at once with ErrUnsupported.
+func TestZeroClientRefused(t *testing.T) {
+	var zero replicawait.Client
+	if err := zero.Usable(); !errors.Is(err, replicawait.ErrUnsupported) {
+		t.Fatalf("Usable of a zero Client: %v, want ErrUnsupported", err)
+	}
+	if _, err := quota.NewRedisStore(&zero); !errors.Is(err, floodgate.ErrInvalidPolicy) || !errors.Is(err, replicawait.ErrUnsupported) {
+		t.Fatalf("quota.NewRedisStore of a zero Client: %v, want ErrInvalidPolicy and ErrUnsupported", err)
+	}
+	if _, err := concurrency.NewRedisStore(&zero); !errors.Is(err, floodgate.ErrInvalidPolicy) || !errors.Is(err, replicawait.ErrUnsupported) {
+		t.Fatalf("concurrency.NewRedisStore of a zero Client: %v, want ErrInvalidPolicy and ErrUnsupported", err)
+	}
+	cmd := redis.NewCmd(context.Background(), "eval", "return 1", 1, "k")
+	if err := zero.Process(context.Background(), cmd); !errors.Is(err, replicawait.ErrUnsupported) || !errors.Is(cmd.Err(), replicawait.ErrUnsupported) {
+		t.Fatalf("Process on a zero Client: %v (cmd %v), want ErrUnsupported", err, cmd.Err())
+	}
+}
