@@ -128,8 +128,8 @@ func TestTierOfUntieredDimensionSaysSo(t *testing.T) {
 
 // TestTopDeniedKeyFormsDocumented: GET /admin/v1/top-denied lists a
 // policy's denials as policy/layer:identity, a quota's as
-// quota/name:identity and a concurrency limit's as
-// concurrency/name:identity, and docs/operations.md describes each (it
+// quota:name:identity and a concurrency limit's as
+// concurrency:name:identity, and docs/operations.md describes each (it
 // said "Each key is policy/layer:identity", the admin walk's
 // "quota/tokens:q2" unexplained).
 func TestTopDeniedKeyFormsDocumented(t *testing.T) {
@@ -160,9 +160,9 @@ func TestTopDeniedKeyFormsDocumented(t *testing.T) {
 	doc := regexp.MustCompile(`\s+`).ReplaceAllString(string(raw), " ")
 	for _, tc := range []struct{ key, form string }{
 		{"api/per-user:heavy", "`policy/layer:identity`"},
-		{"quota/hundred:heavy", "`quota/name:identity`"},
-		{"concurrency/five:heavy", "`concurrency/name:identity`"},
-		{"quota/pair:5:alice8:10.0.0.7", "(`5:alice8:10.0.0.7`)"},
+		{"quota:hundred:heavy", "`quota:name:identity`"},
+		{"concurrency:five:heavy", "`concurrency:name:identity`"},
+		{"quota:pair:5:alice8:10.0.0.7", "(`5:alice8:10.0.0.7`)"},
 	} {
 		if !keys[tc.key] {
 			t.Errorf("top denied %+v lacks %q", top.Top, tc.key)
@@ -173,6 +173,52 @@ func TestTopDeniedKeyFormsDocumented(t *testing.T) {
 	}
 	if strings.Contains(doc, "Each key is `policy/layer:identity`.") {
 		t.Errorf("docs/operations.md still says every key is policy/layer:identity")
+	}
+}
+
+// TestTopDeniedPolicyNamedQuota: a policy named quota (or concurrency)
+// whose layer has a quota's (or limiter's) name keeps its top-K count
+// apart from that quota's: both were counted as "quota/qx:42" (keyspace
+// walk: three denials of each listed once, with count 4).
+func TestTopDeniedPolicyNamedQuota(t *testing.T) {
+	const yaml = `
+version: "1"
+policies:
+  - name: quota
+    layers:
+      - {name: qx, algorithm: fixed_window, limit: 1, window: 1h, dimension: user}
+  - name: concurrency
+    layers:
+      - {name: cx, algorithm: fixed_window, limit: 1, window: 1h, dimension: user}
+quotas:
+  - {name: qx, limit: 1, period: month, dimension: user}
+concurrency:
+  - {name: cx, limit: 1, lease_ttl: 30s, dimension: user}
+`
+	e := start(t, yaml, memStore(t), nil)
+	u := id("user", "42")
+	for range 3 {
+		e.check("quota", u, 0)
+		e.check("concurrency", u, 0)
+		e.post("/v1/quota/check", server.QuotaCheckRequest{Quota: "qx", Identity: u, Cost: ptr(1)})
+		e.post("/v1/concurrency/acquire", server.AcquireRequest{Limiter: "cx", Identity: u})
+	}
+	r := e.do("GET", "/admin/v1/top-denied?n=10", testToken, nil)
+	var top server.TopDenied
+	if r.status != 200 || json.Unmarshal(r.body, &top) != nil {
+		t.Fatalf("top denied: %d %s", r.status, r.body)
+	}
+	got := map[string]int64{}
+	for _, it := range top.Top {
+		got[it.Key] = int64(it.Count)
+	}
+	// A quota check within the limit is not denied: the first of the
+	// three quota checks fits (limit 1, cost 1), so is the first acquire
+	// (its lease is never released).
+	for key, want := range map[string]int64{"quota/qx:42": 2, "concurrency/cx:42": 2, "quota:qx:42": 2, "concurrency:cx:42": 2} {
+		if got[key] != want {
+			t.Errorf("top denied %s = %d, want %d (all: %v)", key, got[key], want, got)
+		}
 	}
 }
 

@@ -199,7 +199,8 @@ func (s *Server) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, s.operationProblem(r.Context(), opAcquire, err))
 		return
 	}
-	key := "concurrency/" + op.limit.Name + ":" + op.identity
+	// "concurrency:", not "concurrency/": see the quota's key.
+	key := "concurrency:" + op.limit.Name + ":" + op.identity
 	s.decided.Decision(metrics.Labels{Policy: op.limit.Name, Route: routeOf(r), Tier: tier}, key, res.Allowed)
 	resp := AcquireResponse{
 		Acquired: res.Allowed, Limiter: op.limit.Name, Tier: tier,

@@ -326,7 +326,10 @@ func (s *Server) quotaOp(w http.ResponseWriter, r *http.Request, kind quotaKind,
 		return
 	}
 	if (kind == quotaCheck || kind == quotaReserve) && !res.Replayed {
-		key := "quota/" + op.quota.Name + ":" + op.identity
+		// "quota:" and not "quota/": no policy name holds a ':', so no
+		// policy's "policy/layer:identity" key (a policy named quota
+		// included) can be this one.
+		key := "quota:" + op.quota.Name + ":" + op.identity
 		s.decided.Decision(metrics.Labels{Policy: op.quota.Name, Route: routeOf(r), Tier: tier}, key, res.Allowed)
 	}
 	resp := quotaResponse(op, tier, res)
