@@ -55,7 +55,8 @@ type Options struct {
 	// identities no longer in use is given back without traffic. A
 	// sweep costs about 180 ns of CPU per entry visited (0.18 s for a
 	// million live entries on a loaded 2-core machine: 0.6 % of a CPU at
-	// the default), the shards' locks held sweepBatch entries at a time.
+	// the default), the shards' locks held shardmap.SweepHold entries at
+	// a time.
 	// Default 30 s; negative turns the background sweep off (Sweep, and
 	// the few expired entries writes reclaim as they go, still work).
 	SweepInterval time.Duration
@@ -147,7 +148,7 @@ func New(opts Options) (*Store, error) {
 		opts.MaxKeys = 1_000_000
 	}
 	if opts.SweepInterval == 0 {
-		opts.SweepInterval = defaultSweepInterval
+		opts.SweepInterval = shardmap.DefaultSweepInterval
 	}
 	// A shard of a few identities would have no protected part (four
 	// fifths of one is none): a small store gets fewer, larger shards.

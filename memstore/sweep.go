@@ -1,9 +1,6 @@
 package memstore
 
-import (
-	"runtime"
-	"time"
-)
+import "github.com/floodgate-rl/floodgate/internal/shardmap"
 
 // Reclaiming expired entries. Three things delete an expired entry: a
 // write to its shard (every sweepEvery writes, a few found from a random
@@ -11,30 +8,20 @@ import (
 // visits every entry. Only the sweep needs no traffic: without it, the
 // expired entries of a flood stayed until writes to each shard happened
 // to find them (about eight million writes to drain a million), so a
-// process kept a flood's memory for good.
-
-// defaultSweepInterval is Options.SweepInterval's default.
-const defaultSweepInterval = 30 * time.Second
-
-// sweepBatch is how many entries a sweep visits per hold of a shard's
-// lock, so that decisions on the shard wait at most for that many.
-const sweepBatch = 256
-
-// shrinkMin is the fewest entries a shard's map must have held before a
-// sweep rebuilds it: a Go map never gives back its slots, so a shard
-// whose entries fell to a quarter of its map's peak gets a map sized for
-// those left.
-const shrinkMin = 1024
+// process kept a flood's memory for good. The sweep's batches, its
+// shrinking of a shard's map, its constants and its timer are
+// internal/shardmap's, shared with shardmap.Map.
 
 // Sweep deletes every expired entry now and returns how many it deleted.
-// It visits each shard sweepBatch entries at a time, releasing the
-// shard's lock in between, and rebuilds a shard's map once it holds less
-// than a quarter of its peak (at least shrinkMin entries), so that the
-// heap a flood of identities took is given back: the rebuild holds the
-// shard's lock while it copies the live entries. A Store sweeps itself
-// every Options.SweepInterval while it holds entries; Sweep is for
-// callers that want the memory back at once. It is safe for concurrent
-// use; concurrent sweeps run one after the other.
+// It visits each shard shardmap.SweepHold entries at a time, releasing
+// the shard's lock in between (shardmap.Visit), and rebuilds a shard's map
+// once it holds at most a quarter of its peak (at least shardmap.ShrinkMin
+// entries), so that the heap a flood of identities took is given back: the
+// rebuild holds the shard's lock while it copies the live entries
+// (shardmap.Shrink). A Store sweeps itself every Options.SweepInterval
+// while it holds entries; Sweep is for callers that want the memory back
+// at once. It is safe for concurrent use; concurrent sweeps run one after
+// the other.
 func (s *Store) Sweep() int {
 	s.sweepMu.Lock()
 	defer s.sweepMu.Unlock()
@@ -51,29 +38,16 @@ func (sh *shard) sweepAll(s *Store) int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	mono := s.clock.Now()
-	freed, seen := 0, 0
-	// The lock is released every sweepBatch entries. The map may change
-	// meanwhile, which a range over it allows: entries deleted before
-	// being reached are not produced, new ones may be. An entry produced
-	// is checked to be still stored (on a list) before it is dropped.
-	for _, e := range sh.entries {
+	freed := 0
+	// The lock is released every shardmap.SweepHold entries, and the map
+	// may change meanwhile (see shardmap.Visit): an entry produced is
+	// checked to be still stored (on a list) before it is dropped.
+	shardmap.Visit(&sh.mu, sh.entries, func(_ string, e *entry) {
 		if e.prev != nil && e.expires <= mono {
 			sh.drop(e)
 			freed++
 		}
-		if seen++; seen%sweepBatch == 0 {
-			sh.mu.Unlock()
-			runtime.Gosched() // let a decision waiting for the lock have it
-			sh.mu.Lock()
-			mono = s.clock.Now()
-		}
-	}
-	if n := len(sh.entries); sh.peak >= shrinkMin && n <= sh.peak/4 {
-		m := make(map[string]*entry, n)
-		for k, e := range sh.entries {
-			m[k] = e
-		}
-		sh.entries, sh.peak = m, n
-	}
+	}, nil, func() { mono = s.clock.Now() })
+	sh.entries, sh.peak = shardmap.Shrink(sh.entries, sh.peak)
 	return freed
 }

@@ -132,7 +132,7 @@ func TestRoomReservesUntilUnlock(t *testing.T) {
 }
 
 // TestSweepGivesPlacesBackAsItGoes: the background sweep releases a
-// shard's lock every sweepHold entries; by then the places of the entries
+// shard's lock every SweepHold entries; by then the places of the entries
 // it dropped are the Map's again, so that an entry added meanwhile to
 // another shard of a full Map finds room. The sweep used to give them back
 // only once it had visited the whole shard: with 300 dead entries in one
@@ -149,7 +149,7 @@ func TestSweepGivesPlacesBackAsItGoes(t *testing.T) {
 		}
 		// The first dead entry visited after the sweep took the lock
 		// back: try to add an entry to the other shard.
-		if deadVisits++; deadVisits == sweepHold+1 {
+		if deadVisits++; deadVisits == SweepHold+1 {
 			sh := m.Lock(other)
 			roomBetween = sh.Room(0, 1)
 			sh.Unlock()
@@ -189,7 +189,7 @@ func TestSweepGivesPlacesBackAsItGoes(t *testing.T) {
 		t.Fatalf("Sweep dropped %d, want %d", got, dead)
 	}
 	if !roomBetween {
-		t.Fatalf("a Room on another shard while the sweep had dropped %d entries and released the lock: refused", sweepHold)
+		t.Fatalf("a Room on another shard while the sweep had dropped %d entries and released the lock: refused", SweepHold)
 	}
 	if held, _ := m.Keys(); held != live {
 		t.Fatalf("Keys %d after the sweep, want %d", held, live)

@@ -147,7 +147,7 @@ func build[V Entry](opts Options, dead func(v V, now int64) bool, units Units[V]
 		opts.MaxKeys = 1_000_000
 	}
 	if opts.SweepInterval == 0 {
-		opts.SweepInterval = defaultSweepInterval
+		opts.SweepInterval = DefaultSweepInterval
 	}
 	m := &Map[V]{seed: maphash.MakeSeed(), shards: make([]Shard[V], len(Split(opts.Shards, opts.MaxKeys))),
 		maxKeys: int64(opts.MaxKeys), units: units, maxUnits: int64(opts.MaxUnits)}

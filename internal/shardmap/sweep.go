@@ -2,6 +2,7 @@ package shardmap
 
 import (
 	"runtime"
+	"sync"
 	"time"
 )
 
@@ -10,20 +11,67 @@ import (
 // an idle Map, or one not full: its dead entries stayed, counted by Len
 // and Keys (a store of 951 expired leases held them until shutdown), and
 // their memory was kept. The sweep visits every entry every
-// Options.SweepInterval while the Map holds any.
+// Options.SweepInterval while the Map holds any. Its batches (Visit), its
+// shrinking of a shard's map (Shrink) and its timer (Sweeper) serve
+// memstore's sweep too.
 
-// defaultSweepInterval is Options.SweepInterval's default.
-const defaultSweepInterval = 30 * time.Second
+// DefaultSweepInterval is the default of Options.SweepInterval here and
+// in memstore.
+const DefaultSweepInterval = 30 * time.Second
 
-// sweepHold is how many entries the sweep visits per hold of a shard's
-// lock, so that operations on the shard wait at most for that many.
-const sweepHold = 256
+// SweepHold is how many entries a sweep visits per hold of a shard's
+// lock (see Visit), so that operations on the shard wait at most for
+// that many.
+const SweepHold = 256
 
-// shrinkMin is the fewest entries a shard's map must have held before the
-// sweep rebuilds it: a Go map never gives back its slots, so a shard
-// whose entries fell to a quarter of its map's peak gets a map sized for
-// those left.
-const shrinkMin = 1024
+// ShrinkMin is the fewest entries a shard's map must have held before a
+// sweep rebuilds it (see Shrink): a Go map never gives back its slots, so
+// a shard whose entries fell to a quarter of its map's peak gets a map
+// sized for those left.
+const ShrinkMin = 1024
+
+// Visit calls visit for each entry of entries with mu held, releasing mu
+// every SweepHold entries so that an operation waiting for it has it in
+// between: it calls pause (if not nil) before each release and resume (if
+// not nil) once it holds mu again. The caller holds mu, and holds it when
+// Visit returns. entries may change while mu is released, which a range
+// over it allows: entries deleted before being reached are not produced,
+// new ones may be, and each is produced with mu held. Map.Sweep and
+// memstore's sweep use it.
+func Visit[K comparable, V any](mu sync.Locker, entries map[K]V, visit func(K, V), pause, resume func()) {
+	seen := 0
+	for k, v := range entries {
+		visit(k, v)
+		if seen++; seen%SweepHold == 0 {
+			if pause != nil {
+				pause()
+			}
+			mu.Unlock()
+			runtime.Gosched() // let an operation waiting for the lock have it
+			mu.Lock()
+			if resume != nil {
+				resume()
+			}
+		}
+	}
+}
+
+// Shrink returns m rebuilt at the size of its entries, and that size as
+// the new peak, when m holds at most a quarter of peak, the most entries
+// it has held, and peak is at least ShrinkMin; otherwise it returns m and
+// peak unchanged. The caller holds the lock that guards m while Shrink
+// copies the entries. Map.Sweep and memstore's sweep use it.
+func Shrink[K comparable, V any](m map[K]V, peak int) (map[K]V, int) {
+	n := len(m)
+	if peak < ShrinkMin || n > peak/4 {
+		return m, peak
+	}
+	c := make(map[K]V, n)
+	for k, v := range m {
+		c[k] = v
+	}
+	return c, n
+}
 
 // sweepSlack (µs) is how far behind its reading of an entry's callers'
 // clock the sweep looks for dead entries, so that a caller whose clock
@@ -35,10 +83,10 @@ const sweepSlack = 1_000_000
 // Sweep drops every entry dead at its own callers' clock as the Map reads
 // it (see Options.SweepInterval), tidies the others at that clock (in a
 // counted Map, see Units.Tidy), and returns how many it dropped. It visits
-// each shard sweepHold entries at a time, releasing the shard's lock in
-// between, and rebuilds a shard's map once it holds less than a quarter
-// of its peak (at least shrinkMin entries), the rebuild holding the
-// shard's lock while it copies the entries left. It is safe for
+// each shard SweepHold entries at a time, releasing the shard's lock in
+// between (Visit), and rebuilds a shard's map once it holds at most a
+// quarter of its peak (at least ShrinkMin entries), the rebuild holding
+// the shard's lock while it copies the entries left (Shrink). It is safe for
 // concurrent use; concurrent sweeps run one after the other.
 func (m *Map[V]) Sweep() int {
 	m.sweepMu.Lock()
@@ -73,30 +121,13 @@ func (s *Shard[V]) sweepAll() (dropped int) {
 	}()
 	// mono is the process's clock less the slack, read again whenever the
 	// lock is taken back: an entry's callers' clock is mono plus its offset.
-	mono, seen := s.m.elapsed()-sweepSlack, 0
-	// The lock is released every sweepHold entries. The map may change
-	// meanwhile, which a range over it allows: entries deleted before
-	// being reached are not produced, new ones may be, and each is
-	// produced with the lock held.
-	for k, v := range s.entries {
+	mono := s.m.elapsed() - sweepSlack
+	Visit(&s.mu, s.entries, func(k string, v V) {
 		if s.drop(k, v, mono+v.clock().off, true) {
 			freed++
 		}
-		if seen++; seen%sweepHold == 0 {
-			giveBack()
-			s.mu.Unlock()
-			runtime.Gosched() // let an operation waiting for the lock have it
-			s.mu.Lock()
-			mono = s.m.elapsed() - sweepSlack
-		}
-	}
-	if n := len(s.entries); s.peak >= shrinkMin && n <= s.peak/4 {
-		m := make(map[string]V, n)
-		for k, v := range s.entries {
-			m[k] = v
-		}
-		s.entries, s.peak = m, n
-	}
+	}, giveBack, func() { mono = s.m.elapsed() - sweepSlack })
+	s.entries, s.peak = Shrink(s.entries, s.peak)
 	return dropped
 }
 
