@@ -165,7 +165,7 @@ over plain HTTP on an address of its own for them.`,
 	fl.DurationVar(&f.waitTimeout, "redis-wait-timeout", replicawait.DefaultTimeout, "how long a quota or lease operation or an admin write waits for --redis-wait-replicas (0: the default)")
 	fl.StringVar(&f.prefix, "prefix", "fg", "prefix of every Redis key and of the configuration and tier keys")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token enabling the admin endpoints (default: $FLOODGATE_ADMIN_TOKEN; none disables them)")
-	fl.DurationVar(&f.decisionTimeout, "decision-timeout", server.DefaultDecisionTimeout, "deadline of one request's Redis calls: an HTTP check (a batch shares one) or a gRPC ShouldRateLimit (0: the default)")
+	fl.DurationVar(&f.decisionTimeout, "decision-timeout", server.DefaultDecisionTimeout, "deadline of one request's store calls (Redis, or the in-memory store without --redis): an HTTP check (a batch shares one) or a gRPC ShouldRateLimit (0: the default)")
 	fl.StringVar(&f.fallbackMode, "fallback", "local", "when Redis fails, for policies without on_redis_failure: local (in-memory limiter), open (allow), closed (deny), or off (answer 503, for every policy)")
 	fl.DurationVar(&f.fallbackBudget, "fallback-budget", fallback.DefaultBudget, "how long a request's Redis calls may take before the fallback decides (a check's tier lookup and decision share it; once a call of a batch or Envoy request has timed out, its other checks are decided by the fallback at once; 0: the default; unused with --fallback off, where --decision-timeout bounds each decision)")
 	fl.IntVar(&f.instances, "instances", 1, "least number of instances sharing Redis; the local fallback divides limits by the larger of this and the live count (instances heartbeat into <prefix>:instances)")
