@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -191,16 +192,17 @@ func TestEnvoyExample(t *testing.T) {
 }
 
 // TestEnvoyRemoteAddressIsThePeer: every HTTP connection manager of
-// envoy.yaml whose routes or virtual hosts send remote_address sets
-// use_remote_address. With Envoy's default (false) the address sent is
-// the last one of X-Forwarded-For, which the client writes: rotating it
-// would give each request a new per-address counter.
+// envoy.yaml whose routes or virtual hosts send the client address
+// (remote_address or masked_remote_address) sets use_remote_address.
+// With Envoy's default (false) the address sent is the last one of
+// X-Forwarded-For, which the client writes: rotating it would give each
+// request a new per-address counter.
 func TestEnvoyRemoteAddressIsThePeer(t *testing.T) {
 	b := loadBootstrap(t, envoyFile)
 	usesRemote := func(limits []*routev3.RateLimit) bool {
 		for _, l := range limits {
 			for _, a := range l.GetActions() {
-				if a.GetRemoteAddress() != nil {
+				if a.GetRemoteAddress() != nil || a.GetMaskedRemoteAddress() != nil {
 					return true
 				}
 			}
@@ -227,14 +229,103 @@ func TestEnvoyRemoteAddressIsThePeer(t *testing.T) {
 				}
 				checked++
 				if !hcm.GetUseRemoteAddress().GetValue() {
-					t.Errorf("listener %s: rate limits on remote_address without use_remote_address: true (Envoy would send the client's own X-Forwarded-For)", l.GetName())
+					t.Errorf("listener %s: rate limits on the client address without use_remote_address: true (Envoy would send the client's own X-Forwarded-For)", l.GetName())
 				}
 			}
 		}
 	}
 	if checked == 0 {
-		t.Fatalf("no listener of %s sends remote_address", envoyFile)
+		t.Fatalf("no listener of %s sends the client address", envoyFile)
 	}
+}
+
+// TestEnvoyPerAddressLimitsMasked: every action of envoy.yaml that sends
+// the client address is masked_remote_address with v6_prefix_mask_len 64
+// and an IPv4 mask of 32 (set, or Envoy's default), so that an IPv6
+// client counts by its /64: with remote_address, Envoy sends each of the
+// /64's addresses as its own value, and a client rotating through them
+// never meets the per-address limit. Replayed on Floodgate loaded with
+// ratelimit.yaml, six requests to / from six addresses of one /64 get
+// five OKs and OVER_LIMIT.
+func TestEnvoyPerAddressLimitsMasked(t *testing.T) {
+	b := loadBootstrap(t, envoyFile)
+	hcm, rl := ingress(t, b, "ingress")
+	masked := 0
+	check := func(where string, limits []*routev3.RateLimit) {
+		for _, l := range limits {
+			for _, a := range l.GetActions() {
+				if a.GetRemoteAddress() != nil {
+					t.Errorf("%s: remote_address sends every IPv6 address apart; want masked_remote_address with v6_prefix_mask_len 64", where)
+				}
+				m := a.GetMaskedRemoteAddress()
+				if m == nil {
+					continue
+				}
+				masked++
+				if got := m.GetV6PrefixMaskLen(); got == nil || got.GetValue() != 64 {
+					t.Errorf("%s: masked_remote_address v6_prefix_mask_len %v, want 64", where, got)
+				}
+				if got := m.GetV4PrefixMaskLen(); got != nil && got.GetValue() != 32 {
+					t.Errorf("%s: masked_remote_address v4_prefix_mask_len %d, want 32", where, got.GetValue())
+				}
+			}
+		}
+	}
+	var slash []*routev3.RateLimit
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		check("virtual host "+vh.GetName(), vh.GetRateLimits())
+		for i, r := range vh.GetRoutes() {
+			check(fmt.Sprintf("%s route %d", vh.GetName(), i), r.GetRoute().GetRateLimits())
+			if r.GetMatch().GetPrefix() == "/" {
+				slash = r.GetRoute().GetRateLimits()
+			}
+		}
+	}
+	if masked == 0 {
+		t.Fatalf("no action of %s sends masked_remote_address", envoyFile)
+	}
+
+	svc := memService(t)
+	var got []string
+	for i := range 6 {
+		req := sampleRequest{remoteAddress: fmt.Sprintf("2001:db8:5::%d", i+1)}
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{
+			Domain: rl.GetDomain(), Descriptors: descriptorsFor(t, req, slash)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.GetOverallCode().String())
+	}
+	if got, want := fmt.Sprint(got), "[OK OK OK OK OK OVER_LIMIT]"; got != want {
+		t.Errorf("6 requests to / from 2001:db8:5::1 to ::6: %s, want %s (one /64, one counter)", got, want)
+	}
+}
+
+// maskAddress returns the value of Envoy's masked_remote_address action
+// for addr: the address masked to the action's prefix length (IPv4 32
+// and IPv6 128 when unset), in CIDR form, e.g. "2001:db8:5::/64" or
+// "203.0.113.7/32".
+func maskAddress(t *testing.T, addr string, m *routev3.RateLimit_Action_MaskedRemoteAddress) string {
+	t.Helper()
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bits := 32
+	if v := m.GetV4PrefixMaskLen(); v != nil {
+		bits = int(v.GetValue())
+	}
+	if ip.Is6() {
+		bits = 128
+		if v := m.GetV6PrefixMaskLen(); v != nil {
+			bits = int(v.GetValue())
+		}
+	}
+	p, err := ip.Prefix(bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.String()
 }
 
 // memService returns Floodgate's Envoy service on an in-memory store,
@@ -321,6 +412,8 @@ func descriptorsFor(t *testing.T, req sampleRequest, limits []*routev3.RateLimit
 			switch {
 			case a.GetRemoteAddress() != nil:
 				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "remote_address", Value: req.remoteAddress})
+			case a.GetMaskedRemoteAddress() != nil:
+				d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "masked_remote_address", Value: maskAddress(t, req.remoteAddress, a.GetMaskedRemoteAddress())})
 			case a.GetGenericKey() != nil:
 				key := a.GetGenericKey().GetDescriptorKey()
 				if key == "" {
