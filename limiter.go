@@ -111,8 +111,9 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if u, ok := store.(interface{ Usable() error }); ok { // algo.UsableChecker
 		if err := u.Usable(); err != nil {
 			// The zero memstore.Store (say): its first decision would
-			// panic.
-			return nil, fmt.Errorf("floodgate: New: %w", err)
+			// panic. The error names the store and wraps
+			// ErrInvalidPolicy, whose text begins "floodgate:".
+			return nil, err
 		}
 	}
 	kb, ok := store.(interface{ BorrowsKeys() bool }) // algo.KeyBorrower

@@ -2,6 +2,7 @@ package floodgate_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
@@ -27,6 +28,10 @@ func TestNewRefusesZeroStore(t *testing.T) {
 		l, err := floodgate.New(tc.store, floodgate.Options{})
 		if !errors.Is(err, tc.want) || l != nil {
 			t.Errorf("New(zero %s) = %v, %v; want an error wrapping %v", tc.name, l, err, tc.want)
+		}
+		// It said "floodgate: New: floodgate: invalid policy: memstore: …".
+		if err != nil && strings.Count(err.Error(), "floodgate:") > 1 {
+			t.Errorf("New(zero %s): %q repeats its prefix", tc.name, err)
 		}
 	}
 	st, err := memstore.New(memstore.Options{})
