@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -171,7 +172,7 @@ func (r Redis) Sentinels() (SentinelTarget, bool, error) {
 		return SentinelTarget{Addrs: r.SentinelAddrs, Master: r.SentinelMaster, TLS: tc,
 			Username: r.SentinelUsername, Password: r.SentinelPassword}, true, err
 	}
-	u, err := url.Parse(r.URL)
+	u, err := parseURL(r.URL)
 	if r.URL == "" || err != nil || (u.Scheme != "redis-sentinel" && u.Scheme != "rediss-sentinel") {
 		return SentinelTarget{}, false, nil
 	}
@@ -303,7 +304,7 @@ func (r Redis) client(failover func(*redis.FailoverOptions) *redis.Client) (redi
 		}
 		return clusterslots.NewClusterClient(r.cluster(&redis.ClusterOptions{Addrs: r.ClusterAddrs, Username: user, Password: pass, TLSConfig: tc})), nil
 	}
-	u, err := url.Parse(r.URL)
+	u, err := parseURL(r.URL)
 	if !strings.Contains(r.URL, "://") && (err != nil || !knownSchemes[u.Scheme]) {
 		// host:port, as redis-cli and envoyproxy/ratelimit's REDIS_URL
 		// take it: url.Parse read "127.0.0.1:6380" as a path ("first path
@@ -537,10 +538,54 @@ func parseMulti(u *url.URL) (multiURL, error) {
 	return m, nil
 }
 
+// multiHostSchemes are the schemes of the URLs with a list of hosts.
+var multiHostSchemes = map[string]bool{"redis-sentinel": true, "rediss-sentinel": true, "redis-cluster": true, "rediss-cluster": true}
+
+// parseURL is url.Parse, except that it reads the host list of a
+// sentinel or cluster URL itself and returns it, as given, in Host:
+// url.Parse refuses a list of bracketed IPv6 addresses
+// ("[::1]:26379,[::1]:26380": invalid IP-literal). The list's entries
+// are checked by parseMulti.
+func parseURL(raw string) (*url.URL, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !multiHostSchemes[strings.ToLower(scheme)] {
+		return url.Parse(raw)
+	}
+	// As url.Parse reads it: the authority ends at the first "/", "?"
+	// or "#"; the user part, at its last "@".
+	end := len(rest)
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		end = i
+	}
+	at := strings.LastIndex(rest[:end], "@") + 1
+	u, err := url.Parse(scheme + "://" + rest[:at] + "hosts" + rest[end:])
+	if err != nil {
+		return nil, err
+	}
+	hosts := strings.Split(rest[at:end], ",")
+	for i, h := range hosts {
+		// Each host as url.Parse reads one ("[fe80::1%25eth0]:7000" is
+		// [fe80::1%eth0]:7000). One it refuses but that is host:port
+		// (a space in the name) is refused; one that is not host:port
+		// ("::1:26379", "[::1") is left for parseMulti to explain.
+		hu, err := url.Parse("//" + h)
+		if err == nil {
+			hosts[i] = hu.Host
+		} else if _, _, serr := net.SplitHostPort(h); serr == nil {
+			return nil, err
+		}
+	}
+	u.Host = strings.Join(hosts, ",")
+	return u, nil
+}
+
 func checkAddrs(addrs []string) error {
 	for _, a := range addrs {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil || host == "" {
+			if hint := bracketHint(a); hint != "" {
+				return fmt.Errorf("%w: address %q is not host:port: %s", ErrRedisURL, a, hint)
+			}
 			return fmt.Errorf("%w: address %q is not host:port", ErrRedisURL, a)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
@@ -587,13 +632,42 @@ func schemeHint(raw string) string {
 	if _, _, err := net.SplitHostPort(raw); err == nil && !strings.ContainsAny(raw, "@/?") {
 		return want + ", such as redis://" + raw + "/0"
 	}
+	if hint := bracketHint(raw); hint != "" {
+		return want + "; " + strings.Replace(hint, ": [", ": redis://[", 1) + "/0"
+	}
 	return want
+}
+
+// bracketHint returns, for an IPv6 address and port written without
+// brackets ("::1:6380"), how to write them ("put an IPv6 address in
+// brackets: [::1]:6380"); "" for anything else.
+func bracketHint(a string) string {
+	if hp, ok := UnbracketedIPv6(a); ok {
+		return "put an IPv6 address in brackets: " + hp
+	}
+	return ""
+}
+
+// UnbracketedIPv6 reports whether a is an IPv6 address and a port
+// written without the brackets host:port needs ("::1:6380", which
+// net.SplitHostPort refuses: too many colons), and returns them as they
+// should be written ("[::1]:6380"). Messages use it to say so.
+func UnbracketedIPv6(a string) (string, bool) {
+	i := strings.LastIndex(a, ":")
+	if i < 0 || strings.ContainsAny(a, "[]") {
+		return "", false
+	}
+	ip, err := netip.ParseAddr(a[:i])
+	if n, perr := strconv.Atoi(a[i+1:]); err != nil || !ip.Is6() || perr != nil || n < 1 || n > 65535 {
+		return "", false
+	}
+	return net.JoinHostPort(a[:i], a[i+1:]), true
 }
 
 // redact hides a URL's password in messages: the user part's, and the
 // value of every query parameter but plainURLParams.
 func redact(raw string) string {
-	u, err := url.Parse(raw)
+	u, err := parseURL(raw)
 	if err != nil || u.Opaque != "" {
 		// An opaque one is most likely user:password@host:port without
 		// a scheme, its user read as one.

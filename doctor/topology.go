@@ -228,7 +228,7 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 					n++
 					continue
 				}
-				d := fmt.Sprintf("%s:%s (%s)", rp["ip"], rp["port"], rp["flags"])
+				d := nodeAddr(rp) + " (" + rp["flags"] + ")"
 				down = append(down, d)
 				if !slices.Contains(downReplicas, d) {
 					downReplicas = append(downReplicas, d)
@@ -243,8 +243,8 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			}
 			maxKnown = max(maxKnown, len(replicas))
 		}
-		line := fmt.Sprintf("%s: %s at %s:%s flags %s, %s, %s, quorum %s",
-			a, master, m["ip"], m["port"], m["flags"], replicaText,
+		line := fmt.Sprintf("%s: %s at %s flags %s, %s, %s, quorum %s",
+			a, master, nodeAddr(m), m["flags"], replicaText,
 			countField(m["num-other-sentinels"], "other sentinel", "other sentinels"), m["quorum"])
 		if qerr != nil {
 			worst = Fail
@@ -286,6 +286,13 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		c.Summary = fmt.Sprintf("only %d of %d sentinels answer, or the quorum cannot be reached: a failed primary would not be replaced", up, len(addrs))
 		c.Fix = "start the missing sentinels (at least three, on separate hosts) and check SENTINEL CKQUORUM"
 	}
+}
+
+// nodeAddr returns the host:port of a node described by SENTINEL MASTER
+// or SENTINEL REPLICAS (its ip and port fields), an IPv6 address in
+// brackets: "[::1]:6380", not "::1:6380".
+func nodeAddr(fields map[string]string) string {
+	return net.JoinHostPort(fields["ip"], fields["port"])
 }
 
 // replicaUp reports whether a replica's SENTINEL REPLICAS flags say the
@@ -766,8 +773,8 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 		case redisnil.IsReply(err):
 			unknown = append(unknown, a)
 		case err == nil && len(addr) == 2:
-			primaries = append(primaries, fmt.Sprintf("%s names %s:%s", a, addr[0], addr[1]))
 			named[net.JoinHostPort(addr[0], addr[1])] = true
+			primaries = append(primaries, a+" names "+net.JoinHostPort(addr[0], addr[1]))
 		case err != nil:
 			failed = append(failed, fmt.Sprintf("%s: %v", a, strings.TrimSpace(err.Error())))
 			if firstErr == nil {

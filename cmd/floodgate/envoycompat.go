@@ -504,6 +504,14 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 		if network != "tcp" && network != "unix" {
 			return nil, nil, fmt.Errorf("%s_SOCKET_TYPE=%s: want tcp or unix", prefix, r.SocketType)
 		}
+		if network == "tcp" {
+			// Checked now, as a sentinel or cluster list is: "::1:6379"
+			// was dialled, failed ("too many colons in address") and
+			// kept /healthcheck at 500 for ever.
+			if _, port, err := net.SplitHostPort(r.URL); err != nil || port == "" || strings.ContainsAny(r.URL, "@/") {
+				return nil, nil, fmt.Errorf("%s_URL: not host:port%s (or a redis://, rediss:// or unix:// URL; credentials go in %s_AUTH)", prefix, bracketed(r.URL), prefix)
+			}
+		}
 		return redis.NewClient(&redis.Options{Network: network, Addr: r.URL, Username: user, Password: pass,
 			TLSConfig: tlsCfg, PoolSize: r.PoolSize, DialTimeout: r.Timeout, ReadTimeout: r.Timeout,
 			WriteTimeout: r.Timeout, ContextTimeoutEnabled: true, DialerRetries: config.DialAttempts}), nil, nil
@@ -540,10 +548,21 @@ func compatRedis(r envoycompat.RedisSettings, prefix string) (redis.UniversalCli
 func hostPorts(addrs []string, prefix string) error {
 	for i, a := range addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" || strings.ContainsAny(a, "@/") {
-			return fmt.Errorf("%s_URL: address %d of the list is not host:port (credentials go in %s_AUTH)", prefix, i+1, prefix)
+			return fmt.Errorf("%s_URL: address %d of the list is not host:port%s (credentials go in %s_AUTH)", prefix, i+1, bracketed(a), prefix)
 		}
 	}
 	return nil
+}
+
+// bracketed returns, for an IPv6 address and port without brackets
+// ("::1:6379"), a note saying how to write them ("; an IPv6 address goes
+// in brackets: [::1]:6379"), and "" for anything else (whose text, which
+// may hold a password, is not quoted).
+func bracketed(a string) string {
+	if hp, ok := config.UnbracketedIPv6(a); ok {
+		return "; an IPv6 address goes in brackets: " + hp
+	}
+	return ""
 }
 
 // splitAuth reads "user:password" or "password".

@@ -485,6 +485,11 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "127.0.0.1:6380"}, `config: invalid Redis connection settings: "127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://), such as redis://127.0.0.1:6380/0`},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "localhost:6380"}, `"localhost:6380": no scheme: want redis://host:port/db (or rediss://), such as redis://localhost:6380/0`},
 		{[]string{"doctor", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
+		// IPv6 walk: no hint for an IPv6 address without brackets, and
+		// bracketed ones refused in a sentinel or cluster URL.
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--redis", "::1:6380"}, `"::1:6380": no scheme: want redis://host:port/db (or rediss://); put an IPv6 address in brackets: redis://[::1]:6380/0`},
+		{[]string{"doctor", "--redis", "redis-cluster://[::1]:1,::1:2"}, `address "::1:2" is not host:port: put an IPv6 address in brackets: [::1]:2`},
+		{[]string{"config", "push", "../../deploy/config/floodgate.yaml", "--redis", "redis-sentinel://[::1]:1,[::1]:2/0"}, `"redis-sentinel://[::1]:1,[::1]:2/0": a redis-sentinel URL needs ?master=NAME`},
 		{[]string{"config", "push", "../../deploy/config/floodgate.yaml", "--redis", "localhost:6380"}, `"localhost:6380": no scheme: want redis://host:port/db (or rediss://)`},
 		{[]string{"demo", "incident", "--redis", "127.0.0.1:6380"}, `"127.0.0.1:6380": no scheme: want redis://host:port/db (or rediss://)`},
 		{[]string{"demo", "incident", "--gap", "0"}, "--gap 0s: want above 0 and at most 1s (1ns for next to no pause)"},
@@ -506,6 +511,9 @@ func TestFlagErrors(t *testing.T) {
 		// It failed later with "bind: address already in use".
 		{[]string{"serve", "--addr", "127.0.0.1:38886", "--admin-addr", "127.0.0.1:38886"}, "--admin-addr 127.0.0.1:38886 is the address of --addr (127.0.0.1:38886): the admin listener needs a port of its own, e.g. --admin-addr 127.0.0.1:9090"},
 		{[]string{"serve", "--addr", "127.0.0.1:38887", "--grpc-addr", "127.0.0.1:38888", "--admin-addr", "127.0.0.1:38888"}, "--admin-addr 127.0.0.1:38888 is the address of --grpc-addr (127.0.0.1:38888)"},
+		// IPv6 walk: the same address written two ways got past the
+		// check, and the example was an IPv4 address.
+		{[]string{"serve", "--addr", "[::1]:38889", "--admin-addr", "[0:0:0:0:0:0:0:1]:38889"}, "--admin-addr [0:0:0:0:0:0:0:1]:38889 is the address of --addr ([::1]:38889): the admin listener needs a port of its own, e.g. --admin-addr [::1]:9090"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:9091", "--envoy-config", "edge.yaml", "--health-addr", ":9091"}, "--health-addr :9091 is the address of --grpc-addr (127.0.0.1:9091)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:9090", "--health-addr", "127.0.0.1:9090"}, "--health-addr 127.0.0.1:9090 is the address of --admin-addr (0.0.0.0:9090)"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--grpc-stream-workers", "-1"}, "--grpc-stream-workers -1: want 0..16384"},

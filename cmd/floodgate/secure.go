@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -450,15 +452,28 @@ func checkAdminAddr(f *serveFlags) error {
 	a := f.sec.adminAddr
 	for _, o := range []struct{ flag, addr string }{{"--addr", f.addr}, {"--grpc-addr", f.grpcAddr}} {
 		if sameListenAddr(a, o.addr) {
-			return fmt.Errorf("--admin-addr %s is the address of %s (%s): the admin listener needs a port of its own, e.g. --admin-addr 127.0.0.1:9090", a, o.flag, o.addr)
+			return fmt.Errorf("--admin-addr %s is the address of %s (%s): the admin listener needs a port of its own, e.g. --admin-addr %s", a, o.flag, o.addr, adminAddrExample(a))
 		}
 	}
 	return nil
 }
 
+// adminAddrExample is the address checkAdminAddr suggests instead of a,
+// in a's address family: [::1]:9090 for an IPv6 address, 127.0.0.1:9090
+// otherwise.
+func adminAddrExample(a string) string {
+	if h, _, err := net.SplitHostPort(a); err == nil {
+		if ip, err := netip.ParseAddr(h); err == nil && ip.Is6() && !ip.Is4In6() {
+			return "[::1]:9090"
+		}
+	}
+	return "127.0.0.1:9090"
+}
+
 // sameListenAddr reports whether listening on a and on b would take the
 // same port: equal ports but 0, on equal hosts or where either is a
-// wildcard ("", 0.0.0.0, ::).
+// wildcard ("", 0.0.0.0, ::). IP addresses are compared as addresses,
+// not as text: [0:0:0:0:0:0:0:1]:8080 is [::1]:8080.
 func sameListenAddr(a, b string) bool {
 	if a == "" || b == "" {
 		return false
@@ -468,9 +483,22 @@ func sameListenAddr(a, b string) bool {
 	if aerr != nil || berr != nil {
 		return a == b
 	}
+	if an, err := strconv.ParseUint(ap, 10, 16); err == nil {
+		if bn, err := strconv.ParseUint(bp, 10, 16); err == nil {
+			ap, bp = strconv.FormatUint(an, 10), strconv.FormatUint(bn, 10)
+		}
+	}
 	if ap != bp || ap == "0" {
 		return false
 	}
-	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return strings.EqualFold(ah, bh) || wild(ah) || wild(bh)
+	aip, aerr := netip.ParseAddr(ah)
+	bip, berr := netip.ParseAddr(bh)
+	wild := func(h string, ip netip.Addr, err error) bool { return h == "" || err == nil && ip.IsUnspecified() }
+	if wild(ah, aip, aerr) || wild(bh, bip, berr) {
+		return true
+	}
+	if aerr == nil && berr == nil {
+		return aip.Unmap() == bip.Unmap()
+	}
+	return strings.EqualFold(ah, bh)
 }
