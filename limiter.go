@@ -111,8 +111,9 @@ func New(store Store, opts Options) (*Limiter, error) {
 	if u, ok := store.(interface{ Usable() error }); ok { // algo.UsableChecker
 		if err := u.Usable(); err != nil {
 			// The zero memstore.Store (say): its first decision would
-			// panic. The error names the store and wraps
-			// ErrInvalidPolicy, whose text begins "floodgate:".
+			// panic. The store's error names it, and those of this
+			// module wrap ErrInvalidPolicy (fallback's,
+			// fallback.ErrInvalidOptions).
 			return nil, err
 		}
 	}

@@ -557,6 +557,13 @@ func parseURL(raw string) (*url.URL, error) {
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		end = i
 	}
+	if strings.Contains(rest[end:], "@") {
+		// A user part holding an unescaped "/", "?" or "#" ends the
+		// authority early: what looks like the host list is part of the
+		// password, so it is quoted nowhere. No parameter of these
+		// URLs (only master) holds an "@".
+		return nil, fmt.Errorf("a %s URL with an @ after its host list: escape a / ? or # in the user or password as %%2F %%3F %%23", strings.ToLower(scheme))
+	}
 	at := strings.LastIndex(rest[:end], "@") + 1
 	u, err := url.Parse(scheme + "://" + rest[:at] + "hosts" + rest[end:])
 	if err != nil {

@@ -88,6 +88,33 @@ func TestRedisURLIPv6Hosts(t *testing.T) {
 			}
 		}
 	})
+	// The review: a password holding an unescaped "/", "?", "#" (or "["
+	// with it) ends the authority early, so what looked like the host
+	// list was the password's start, and the message and String()
+	// quoted it (`address ":ab:cd" is not host:port`).
+	t.Run("unescaped password", func(t *testing.T) {
+		for _, url := range []string{
+			"redis-sentinel://:S3c:rEt:Pq/zZ@127.0.0.1:29001?master=m",
+			"redis-cluster://default:S3c:rEt:Pq/zZ@h:7000",
+			"redis-sentinel://u:S3c:rEt[Pq/zZ@h1:26379?master=m",
+			"redis-cluster://u:S3c:rEt:Pq?zZ@h:7000",
+			"redis-cluster://u:S3c:rEt:Pq#zZ@h:7000",
+		} {
+			r := config.Redis{URL: url}
+			_, err := r.Client()
+			if !errors.Is(err, config.ErrRedisURL) {
+				t.Errorf("%s: %v, want ErrRedisURL", url, err)
+			}
+			for _, part := range []string{"S3c", "rEt", "Pq", "zZ"} {
+				if err != nil && strings.Contains(err.Error(), part) {
+					t.Errorf("%s: error shows part of the password: %v", url, err)
+				}
+				if s := r.String(); strings.Contains(s, part) {
+					t.Errorf("%s: String() shows part of the password: %s", url, s)
+				}
+			}
+		}
+	})
 	t.Run("messages", func(t *testing.T) {
 		const secret = "S3cretPassw0rd"
 		r := config.Redis{URL: "redis-sentinel://u:" + secret + "@[::1]:24011,[::1]:24012/0?master=mymaster&password=" + secret}

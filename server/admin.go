@@ -463,8 +463,8 @@ func (s *Server) handleTopDenied(w http.ResponseWriter, r *http.Request) {
 // TopDenied is the body of GET /admin/v1/top-denied?n=10: the identities
 // denied most often since the server started, most denied first. Each key
 // is "policy/layer:identity", naming the layer that denied, for a policy,
-// "quota/name:identity" for a quota check or reserve, and
-// "concurrency/name:identity" for a lease acquire.
+// "quota:name:identity" for a quota check or reserve, and
+// "concurrency:name:identity" for a lease acquire.
 type TopDenied struct {
 	Top []topk.Item `json:"top"`
 }

@@ -147,6 +147,10 @@ func TestSameListenAddrIPv6(t *testing.T) {
 		{"[::1]:8080", "127.0.0.1:8080", false},
 		{"[::1]:8080", "[::1]:8081", false},
 		{"[::1]:0", "[0:0:0:0:0:0:0:1]:0", false},
+		// The review: a v4-mapped wildcard listens on every IPv4
+		// address, and an empty port is the kernel's choice, as 0.
+		{"[::ffff:0.0.0.0]:8080", "127.0.0.1:8080", true},
+		{"127.0.0.1:", "127.0.0.1:", false},
 	} {
 		if got := sameListenAddr(tc.a, tc.b); got != tc.want {
 			t.Errorf("sameListenAddr(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)

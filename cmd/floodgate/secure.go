@@ -488,12 +488,14 @@ func sameListenAddr(a, b string) bool {
 			ap, bp = strconv.FormatUint(an, 10), strconv.FormatUint(bn, 10)
 		}
 	}
-	if ap != bp || ap == "0" {
+	if ap != bp || ap == "0" || ap == "" { // "" and 0: a port of the kernel's choosing
 		return false
 	}
 	aip, aerr := netip.ParseAddr(ah)
 	bip, berr := netip.ParseAddr(bh)
-	wild := func(h string, ip netip.Addr, err error) bool { return h == "" || err == nil && ip.IsUnspecified() }
+	wild := func(h string, ip netip.Addr, err error) bool {
+		return h == "" || err == nil && ip.Unmap().IsUnspecified()
+	}
 	if wild(ah, aip, aerr) || wild(bh, bip, berr) {
 		return true
 	}
