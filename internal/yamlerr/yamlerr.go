@@ -28,7 +28,7 @@ const maxSearch = 2000
 //
 // yaml.v3 reports some errors, such as a key indented wrongly, at the line
 // where the enclosing block starts (often line 1 or 2), not where the
-// mistake is. For those, Syntax returns the first later line at which the
+// mistake is, and a flow mapping or list left open at the line before it. For those, Syntax returns the first later line at which the
 // input, cut after that line, no longer parses, and the message names the
 // line yaml.v3 gave. That search parses at most 2000 prefixes, so it costs
 // time on the error path only.
@@ -42,6 +42,16 @@ func Syntax(data []byte, err error) (line int, msg string) {
 	indent := strings.HasPrefix(m[2], "did not find expected key") || strings.HasPrefix(m[2], "did not find expected '-' indicator")
 	if bad := firstBadLine(data, line); indent && bad > line {
 		return bad, fmt.Sprintf("YAML syntax: %s (check the indentation; the block starts at line %d)", m[2], line)
+	}
+	// A flow mapping or list left open ("did not find expected ',' or
+	// '}'") is reported at the line before the one it starts on (the
+	// mark yaml.v3 gives counts lines from 0 there, but for the first
+	// line): the first line from the one given at which the input stops
+	// parsing is where it starts.
+	if strings.HasPrefix(m[2], "did not find expected ',' or ") {
+		if bad := firstBadLine(data, line-1); bad > 0 {
+			return bad, "YAML syntax: " + m[2]
+		}
 	}
 	return line, "YAML syntax: " + m[2]
 }

@@ -37,6 +37,16 @@ func TestSyntax(t *testing.T) {
 		{"indentation in a later document", "domain: a\n---\ndomain: b\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n     requests_per_unit: 1\n", 8,
 			"YAML syntax: did not find expected key (check the indentation; the block starts at line 4)"},
 		{"tab", "a:\n\tb: 1\n", 2, "YAML syntax: found character that cannot start any token"},
+		// A flow mapping or list left open: yaml.v3 gives the line before
+		// the one it starts on (its context mark counts from 0; newuser4
+		// walk: "bad5.yaml:4" for a '{' on line 5).
+		{"unclosed flow mapping", "version: \"1\"\npolicies:\n  - name: a\n    layers:\n      - {name: b, algorithm: fixed_window, limit: 3, window: 1m, dimension: user\n      - {name: c, algorithm: fixed_window, limit: 3, window: 1m, dimension: user}\n", 5,
+			"YAML syntax: did not find expected ',' or '}'"},
+		{"unclosed flow mapping on line 2", "version: \"1\"\npolicies: [{name: a, layers: []\n  , {name: b}]\nx: 1\n", 2,
+			"YAML syntax: did not find expected ',' or '}'"},
+		{"unclosed flow list", "a: 1\nb:\n  c: [1, 2\n  d: 3\n", 3, "YAML syntax: did not find expected ',' or ']'"},
+		{"unclosed flow mapping on line 1", "{a: 1\nb: 2\n", 1, "YAML syntax: did not find expected ',' or '}'"},
+		{"multi-line flow mapping", "a: 1\nb: {c: 1,\n  d: 2,\n  e: 3\nf: 4\n", 2, "YAML syntax: did not find expected ',' or '}'"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			line, msg := Syntax([]byte(tt.data), decodeErr(t, tt.data))
