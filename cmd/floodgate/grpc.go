@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"time"
 
@@ -98,9 +97,9 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 	}
 	gopts = append(gopts, grpc.ConnectionTimeout(setup))
 	gopts = append(gopts, rlswire.ServerOptions()...)
-	ln, err := net.Listen("tcp", f.grpcAddr)
+	ln, err := listenTCP(f.grpcAddr, "--grpc-addr")
 	if err != nil {
-		return nil, nil, fmt.Errorf("--grpc-addr: %w", err)
+		return nil, nil, err
 	}
 	if conns != nil {
 		// gRPC tells no idle connections (its own close after 5 idle

@@ -478,6 +478,11 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"check", "--addr", "ftp://x", "--id", "user=1"}, `--addr "ftp://x": want the service's URL, such as http://127.0.0.1:8080`},
 		{[]string{"check", "--addr", "127.0.0.1:8080", "--id", "user=1"}, `--addr "127.0.0.1:8080": want the service's URL`},
 		{[]string{"serve", "--redis", "http://x:1"}, `scheme "http"`},
+		// newuser4 walk: a URL for serve's listeners got "too many colons
+		// in address".
+		{[]string{"serve", "--addr", "http://127.0.0.1:0"}, `--addr "http://127.0.0.1:0": want host:port, such as 127.0.0.1:8080, not a URL`},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--envoy-config", "../../deploy/config/ratelimit.yaml", "--grpc-addr", "grpc://127.0.0.1:0"}, `--grpc-addr "grpc://127.0.0.1:0": want host:port`},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--health-addr", "http://127.0.0.1:0"}, `--health-addr "http://127.0.0.1:0": want host:port`},
 		// An outside walk: host:port, as redis-cli takes it, got the URL
 		// parser's "first path segment in URL cannot contain colon", or
 		// the scheme "localhost"; every command taking --redis says what

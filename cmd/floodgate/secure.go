@@ -166,6 +166,20 @@ func tlsFlagOf(f tlsreload.File, path string) string {
 	return flag + " " + path
 }
 
+// listenTCP listens on the TCP address addr, flag naming it in errors. A
+// URL ("http://127.0.0.1:8080", as floodgate check's --addr takes) is
+// refused as such: it got net.Listen's "too many colons in address".
+func listenTCP(addr, flag string) (net.Listener, error) {
+	if strings.Contains(addr, "://") {
+		return nil, fmt.Errorf("%s %q: want host:port, such as 127.0.0.1:8080, not a URL", flag, addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return ln, nil
+}
+
 // listen listens on addr (flag names it in errors), with TLS when
 // configured, its connections counted in conns (nil: not counted) under
 // the TLS.
@@ -174,9 +188,9 @@ func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit) (net.L
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenTCP(addr, flag)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", flag, err)
+		return nil, err
 	}
 	if conns != nil {
 		ln = conns.Listener(ln, "http", 0)
@@ -420,9 +434,9 @@ func startHealth(ctx context.Context, s *securityFlags, srv *server.Server, log 
 	if s.healthAddr == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", s.healthAddr)
+	ln, err := listenTCP(s.healthAddr, "--health-addr")
 	if err != nil {
-		return nil, fmt.Errorf("--health-addr: %w", err)
+		return nil, err
 	}
 	log.Info("floodgate health listening", "addr", ln.Addr().String(), "tls", false, "serves", "GET/HEAD /healthz, /readyz")
 	return serveAside(ctx, ln, srv.ServeHealth, "health listener stopped", log), nil
