@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
@@ -212,8 +213,10 @@ func (r Redis) Enabled() bool {
 }
 
 // Client returns a go-redis client for the settings, with
-// ContextTimeoutEnabled so that every call honours its context's deadline.
-// It does not connect; the first command does.
+// ContextTimeoutEnabled so that every call honours its context's deadline,
+// and connsetup's hook, so that a connection Redis refuses at its
+// maxclients limit fails the command as not sent. It does not connect;
+// the first command does.
 func (r Redis) Client() (redis.UniversalClient, error) {
 	c, _, err := r.FollowingClient()
 	return c, err
@@ -240,6 +243,7 @@ func (r Redis) FollowingClient() (redis.UniversalClient, *sentinelfollow.Followe
 	if err != nil {
 		return nil, nil, err
 	}
+	connsetup.Attach(c)
 	return c, follow, nil
 }
 

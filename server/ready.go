@@ -177,7 +177,7 @@ func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOpt
 			if isRedirect(err) {
 				return fmt.Errorf("redis: the address is a Redis Cluster node, given as a single Redis (it redirected a write: %w): give the cluster's nodes with --redis-cluster (or a redis-cluster:// URL)", err)
 			}
-			return fmt.Errorf("redis: a write was refused: %w", err)
+			return fmt.Errorf("redis: the probe's write failed: %w", err)
 		}
 		return nil
 	}
@@ -225,7 +225,7 @@ func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Cont
 		// A primary gone from the slot map since the listing serves no
 		// key: nothing to be ready for.
 		if err = probe(ctx, n.Options().Addr); err != nil && !errors.Is(err, fallback.ErrPartitionGone) {
-			return fmt.Errorf("a write was refused: %w", err)
+			return fmt.Errorf("the probe's write failed: %w", err)
 		}
 		return nil
 	}

@@ -173,3 +173,26 @@ func TestReadyClusterNodeAsSingleRedis(t *testing.T) {
 		t.Errorf("%d nodes redirected the probe's write, want 2", redirected)
 	}
 }
+
+// TestReadyPausedWritesIsNoRefusal: readiness against a Redis whose
+// writes are paused (CLIENT PAUSE ... WRITE) fails when its probe's write
+// gets no reply in time, and says that write failed: it said "redis: a
+// write was refused: context deadline exceeded" (the maxclients walk),
+// for a write nothing refused.
+func TestReadyPausedWritesIsNoRefusal(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(ctx, "CLIENT", "UNPAUSE").Err() })
+	client := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err := server.RedisReady(client, "fgtest:paused")(pctx)
+	if err == nil || strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "the probe's write failed") {
+		t.Fatalf("paused writes: %v; want the probe's write failed, not refused", err)
+	}
+}

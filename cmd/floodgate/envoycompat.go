@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
@@ -439,6 +440,8 @@ func compatStore(ctx context.Context, s envoycompat.Settings, log *slog.Logger) 
 		if err != nil {
 			return nil, err
 		}
+		// A connection refused at Redis's maxclients fails as not sent.
+		connsetup.Attach(c)
 		clients = append(clients, c)
 		if follow != nil {
 			wg.Go(func() { follow.Run(fctx, log) })

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,6 +44,10 @@ import (
 //     command was never written to a connection. A TLS alert from the
 //     server stays indeterminate: under TLS 1.3 one refusing the client's
 //     certificate can come after the client wrote.
+//   - A new connection that failed during its setup (a *connsetup.Error,
+//     from the hook on the clients config builds): Redis at its maxclients
+//     limit closes a connection as it accepts it, and the bare broken pipe
+//     go-redis then returned was classified indeterminate.
 //   - A context error, for a Script's commands: go-redis returns one while
 //     waiting for a pooled connection or dialing, before anything is
 //     written. The wait for a written command's reply is bounded by a
@@ -65,6 +70,7 @@ func Classify(err error) error {
 	var oerr *net.OpError
 	var verr *tls.CertificateVerificationError
 	var herr tls.RecordHeaderError
+	var serr *connsetup.Error
 	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "non local key") {
 		return fmt.Errorf("%w: redis: %w", floodgate.ErrIndeterminate, err)
 	}
@@ -88,6 +94,7 @@ func Classify(err error) error {
 		// nothing is written to a connection before its handshake ends.
 		errors.As(err, &verr),
 		errors.As(err, &herr),
+		errors.As(err, &serr),
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, err)

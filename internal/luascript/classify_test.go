@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,6 +38,7 @@ func TestClassify(t *testing.T) {
 		{"deadline before sending", context.DeadlineExceeded, floodgate.ErrStoreUnavailable},
 		{"reset while reading", read, floodgate.ErrIndeterminate},
 		{"broken pipe while writing", write, floodgate.ErrIndeterminate},
+		{"broken pipe in a connection's setup", &connsetup.Error{Err: os.NewSyscallError("write", syscall.EPIPE)}, floodgate.ErrStoreUnavailable},
 		{"eof", io.EOF, floodgate.ErrIndeterminate},
 		{"unknown", errors.New("something else"), floodgate.ErrIndeterminate},
 		{"script stopped on a migrating slot", replyError("ERR Script attempted to access a non local key in a cluster node script"), floodgate.ErrIndeterminate},
