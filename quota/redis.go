@@ -8,7 +8,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
-	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,13 +56,8 @@ func (s *RedisStore) usable() error {
 
 // NewRedisStore returns a RedisStore using client. It sends nothing.
 func NewRedisStore(client Client) (*RedisStore, error) {
-	if nilcheck.IsNil(client) {
-		return nil, fmt.Errorf("%w: quota redis store: nil client (%T)", floodgate.ErrInvalidPolicy, client)
-	}
-	if u, ok := client.(interface{ Usable() error }); ok { // a replicawait.Client
-		if err := u.Usable(); err != nil {
-			return nil, fmt.Errorf("%w: quota redis store: %w", floodgate.ErrInvalidPolicy, err)
-		}
+	if err := luascript.CheckClient(client, "quota redis store"); err != nil {
+		return nil, err
 	}
 	return &RedisStore{client: client}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,23 @@ import (
 // so that a call's context deadline bounds the whole round trip.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// CheckClient returns nil when c can run scripts for the store named
+// store (e.g. "quota redis store"), and otherwise an error wrapping
+// floodgate.ErrInvalidPolicy: c is nil (or a nil pointer), or it is a
+// client with a Usable method, such as a replicawait.Client, that reports
+// it unusable. It sends nothing.
+func CheckClient(c Client, store string) error {
+	if nilcheck.IsNil(c) {
+		return fmt.Errorf("%w: %s: nil client (%T)", floodgate.ErrInvalidPolicy, store, c)
+	}
+	if u, ok := c.(interface{ Usable() error }); ok {
+		if err := u.Usable(); err != nil {
+			return fmt.Errorf("%w: %s: %w", floodgate.ErrInvalidPolicy, store, err)
+		}
+	}
+	return nil
 }
 
 // Options configures a Script. The zero value is ready to use.
