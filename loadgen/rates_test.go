@@ -107,3 +107,24 @@ func TestReportScheduleSingular(t *testing.T) {
 		}
 	}
 }
+
+// TestReportEnvoyJSON400Note: an envoy-json run's HTTP 400s come with a
+// note that they may be the service's own failures (a walk's run while
+// envoy-compat's Redis was down reported only "HTTP 400: Bad Request");
+// other modes' 400s and envoy-json runs without them have no note.
+func TestReportEnvoyJSON400Note(t *testing.T) {
+	const note = "note: an Envoy JSON API answers 400 to any failure of its own"
+	bad := []ErrorCount{{Message: "HTTP 400: Bad Request", Count: 3}}
+	for _, tc := range []struct {
+		rep  Report
+		want bool
+	}{
+		{Report{Mode: EnvoyJSON, Errors: 3, ErrorSamples: bad}, true},
+		{Report{Mode: EnvoyJSON, Errors: 3, ErrorSamples: []ErrorCount{{Message: "HTTP 503: down", Count: 3}}}, false},
+		{Report{Mode: HTTP, Errors: 3, ErrorSamples: bad}, false},
+	} {
+		if got := strings.Contains(tc.rep.String(), note); got != tc.want {
+			t.Errorf("%v mode, errors %v: note %v, want %v:\n%s", tc.rep.Mode, tc.rep.ErrorSamples, got, tc.want, tc.rep.String())
+		}
+	}
+}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -187,6 +188,9 @@ func (r Report) String() string {
 			label = "error samples"
 		}
 		row(label, "%d× %s", e.Count, e.Message)
+	}
+	if r.Mode == EnvoyJSON && slices.ContainsFunc(r.ErrorSamples, func(e ErrorCount) bool { return strings.HasPrefix(e.Message, "HTTP 400") }) {
+		fmt.Fprintf(&b, "  note: an Envoy JSON API answers 400 to any failure of its own (its Redis down or refusing it) as to a request it cannot read: its log says which\n")
 	}
 	return b.String()
 }

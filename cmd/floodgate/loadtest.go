@@ -107,7 +107,8 @@ or an untrusted certificate; an HTTP 4xx other than 429, such as an
 unknown --policy; gRPC INVALID_ARGUMENT, such as an unknown --domain), the
 run is not started: loadtest exits 1 saying why. An answer allowed or
 denied, or another failure (a timeout, a 503 while the service's Redis is
-down), starts the run.
+down), starts the run. An Envoy JSON API (--mode envoy-json) answers 400
+to a failure of its Redis too, so that one does not: the message says so.
 
 Ctrl-C (SIGINT) or SIGTERM during the run stops it: no request is sent
 after it, those in flight are given up to 1s (at most --timeout) to be
@@ -421,6 +422,10 @@ func explainPreflight(e *loadgen.PreflightError, o loadgen.Options) string {
 	case e.HTTPStatus == http.StatusBadRequest && strings.HasPrefix(e.Target, "http://") && strings.Contains(e.Detail, "HTTP request to an HTTPS server"):
 		// Go's net/http server answers plain HTTP on a TLS port so.
 		return fmt.Sprintf("HTTP 400: %s: the service serves HTTPS at this address; use https://%s (with --tls-ca-file for a private authority)", e.Detail, strings.TrimPrefix(e.Target, "http://"))
+	case e.HTTPStatus == http.StatusBadRequest && e.Mode == loadgen.EnvoyJSON:
+		// envoy-compat, like envoyproxy/ratelimit, answers 400 to any
+		// failure on /json, its Redis's included.
+		return fmt.Sprintf("HTTP 400: %s; an Envoy JSON API answers 400 to any failure of its own, such as its Redis being down or refusing it, as to a request it cannot read: its log says which", e.Detail)
 	}
 	return fmt.Sprintf("the service refused the request: HTTP %d: %s", e.HTTPStatus, e.Detail)
 }

@@ -468,3 +468,21 @@ func TestLoadtestToleranceFailsTheRun(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadtestEnvoyJSONPreflight400: an Envoy JSON API answers 400 to a
+// request it refuses and to a failure of its own Redis alike (a walk's
+// run while envoy-compat's Redis was down said only "the service refused
+// the request: HTTP 400: Bad Request"): the message says both.
+func TestLoadtestEnvoyJSONPreflight400(t *testing.T) {
+	// envoy-compat's answer to a store failure on /json, as theirs.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	code, out, errOut := cli("loadtest", "--mode", "envoy-json", "--target", srv.URL, "--domain", "lt",
+		"--concurrency", "1", "--timeout", "2s", "--requests", "5", "--quiet")
+	want := "floodgate: HTTP 400: Bad Request; an Envoy JSON API answers 400 to any failure of its own, such as its Redis being down or refusing it, as to a request it cannot read: its log says which (the one request sent before the run; the run was not started)\n"
+	if code != 1 || errOut != want || out != "" {
+		t.Fatalf("exit %d, stderr %q, report %q; want 1 and %q", code, errOut, out, want)
+	}
+}
