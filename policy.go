@@ -36,14 +36,16 @@ const (
 	// 0.003% of requests misjudged).
 	SlidingWindow
 	// TokenBucket holds up to Burst tokens (default Limit), refilled at
-	// Limit per Window, one token per Window/Limit. A request takes Cost
-	// tokens. Worst case: Burst plus Limit per Window in any interval of
-	// length Window (a full bucket drained, then the refill).
+	// Limit per Window, one token per Window/Limit (rounded down to whole
+	// microseconds: see Policy.Interval). A request takes Cost tokens.
+	// Worst case: Burst plus Limit per Window in any interval of length
+	// Window (a full bucket drained, then the refill).
 	TokenBucket
 	// GCRA (generic cell rate algorithm, the leaky bucket as a meter) keeps
 	// one theoretical arrival time, and the time of the latest admitted
 	// request (a clock behind it is decided at that time). It admits Limit per Window with bursts
-	// of up to Burst (default Limit), and with MaxDelay > 0 it admits a
+	// of up to Burst (default Limit), one unit per Window/Limit rounded
+	// down to whole microseconds (see Policy.Interval), and with MaxDelay > 0 it admits a
 	// request that would conform within MaxDelay and reports the Delay to
 	// wait (traffic shaping). Worst case: same as TokenBucket.
 	GCRA
@@ -220,13 +222,19 @@ func NewSlidingWindow(name string, limit int64, window time.Duration) (Policy, e
 }
 
 // NewTokenBucket returns a validated TokenBucket policy refilling limit
-// tokens per window into a bucket of burst tokens (0 means limit).
+// tokens per window into a bucket of burst tokens (0 means limit): one
+// token per Interval, window/limit rounded down to whole microseconds,
+// which admits more than limit per window when window/limit is not a
+// whole number of microseconds (see Policy.Interval).
 func NewTokenBucket(name string, limit int64, window time.Duration, burst int64) (Policy, error) {
 	return newPolicy(Policy{Name: name, Algorithm: TokenBucket, Limit: limit, Window: window, Burst: burst})
 }
 
 // NewGCRA returns a validated GCRA policy admitting limit units per window
-// with bursts of up to burst (0 means limit).
+// with bursts of up to burst (0 means limit): one unit per Interval,
+// window/limit rounded down to whole microseconds, which admits more than
+// limit per window when window/limit is not a whole number of
+// microseconds (see Policy.Interval).
 func NewGCRA(name string, limit int64, window time.Duration, burst int64) (Policy, error) {
 	return newPolicy(Policy{Name: name, Algorithm: GCRA, Limit: limit, Window: window, Burst: burst})
 }
@@ -332,6 +340,22 @@ func (p Policy) burst() int64 {
 // interval returns the emission interval of a bucket policy in microseconds
 // (Window/Limit, rounded down).
 func (p Policy) interval() int64 { return p.Window.Microseconds() / p.Limit }
+
+// Interval returns the time a TokenBucket or GCRA policy takes to refill
+// one unit: Window/Limit rounded down to whole microseconds, as both
+// stores count. When Window/Limit is not a whole number of microseconds
+// the policy admits Window/Interval units per Window, more than Limit:
+// 300,000 per second refills every 3µs (not 3.33), 333,333 a second,
+// 11% more; 501 per millisecond every 1µs, 1,000 a millisecond. A rate
+// of at most 10,000 per second (100µs or more per unit) is within 1% of
+// Limit. It returns 0 for the other algorithms and for a policy that
+// Validate refuses.
+func (p Policy) Interval() time.Duration {
+	if (p.Algorithm != TokenBucket && p.Algorithm != GCRA) || p.Validate() != nil {
+		return 0
+	}
+	return time.Duration(p.interval()) * time.Microsecond
+}
 
 // Capacity returns the most a policy can admit at once: Burst (or Limit) for
 // the bucket algorithms, Limit for the others. A request whose cost exceeds

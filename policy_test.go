@@ -199,3 +199,25 @@ func TestValidateMaxDelayRange(t *testing.T) {
 		t.Errorf("max delay 2^50µs: %v", err)
 	}
 }
+
+// TestPolicyInterval: a bucket policy refills one unit per Window/Limit
+// rounded down to whole microseconds, which admits more than Limit per
+// Window when the division is not exact (an outside walk: 501 per 1ms
+// admitted 1,000 per ms in both stores).
+func TestPolicyInterval(t *testing.T) {
+	for _, tc := range []struct {
+		p    floodgate.Policy
+		want time.Duration
+	}{
+		{floodgate.Policy{Name: "a", Algorithm: floodgate.TokenBucket, Limit: 100, Window: time.Second}, 10 * time.Millisecond},
+		{floodgate.Policy{Name: "a", Algorithm: floodgate.TokenBucket, Limit: 300_000, Window: time.Second}, 3 * time.Microsecond},
+		{floodgate.Policy{Name: "a", Algorithm: floodgate.GCRA, Limit: 501, Window: time.Millisecond}, time.Microsecond},
+		{floodgate.Policy{Name: "a", Algorithm: floodgate.GCRA, Limit: 3, Window: time.Second}, 333_333 * time.Microsecond},
+		{floodgate.Policy{Name: "a", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Second}, 0},
+		{floodgate.Policy{Name: "a", Algorithm: floodgate.TokenBucket, Limit: 0, Window: time.Second}, 0}, // invalid
+	} {
+		if got := tc.p.Interval(); got != tc.want {
+			t.Errorf("%v: Interval() = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +102,7 @@ need one), but config push would refuse it: validate warns of it.`,
 				if w := in.signedSizeWarning(file); w != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), w)
 				}
-				for _, w := range append(tierDimensionWarnings(cfg), tierWindowWarnings(cfg)...) {
+				for _, w := range slices.Concat(tierDimensionWarnings(cfg), tierWindowWarnings(cfg), rateRoundingWarnings(cfg)) {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", name, w)
 				}
 			}
@@ -575,6 +576,41 @@ func tierWindowWarnings(cfg *config.Config) []string {
 				}
 				out = append(out, fmt.Sprintf("layer %q of policy %q: tier %q sets window %s, the default tier %q has %s: the tiers share the layer's state, so moving an identity between them is a window change (%s, %s); override limit or burst only to keep the state as it is",
 					l.Name, p.Name, t, pt.Window, def, base.Window, pt.Algorithm, what))
+			}
+		}
+	}
+	return out
+}
+
+// rateRoundingWarnings returns a warning for each token_bucket or gcra
+// layer (and each tier that gives it another rate) whose interval,
+// window/limit rounded down to whole microseconds, admits more than 1%
+// over its limit per window (floodgate.Policy.Interval): an outside walk
+// found 300,000 per second admitting 333,333, and 501 per millisecond
+// 1,000, with nothing saying so.
+func rateRoundingWarnings(cfg *config.Config) []string {
+	var out []string
+	def := cfg.DefaultTier()
+	for _, p := range cfg.Policies() {
+		for _, l := range p.Layers {
+			base := l.Policy(def)
+			for _, t := range cfg.Tiers() {
+				pt := l.Policy(t)
+				iv := pt.Interval()
+				if iv <= 0 || t != def && pt.Limit == base.Limit && pt.Window == base.Window {
+					continue
+				}
+				admits := pt.Window.Microseconds() / iv.Microseconds()
+				over := float64(admits)/float64(pt.Limit) - 1
+				if over <= 0.01 {
+					continue
+				}
+				where := fmt.Sprintf("layer %q of policy %q", l.Name, p.Name)
+				if t != def {
+					where += fmt.Sprintf(" (tier %q)", t)
+				}
+				out = append(out, fmt.Sprintf("%s: %s %d per %s refills one unit every %v (window/limit rounded down to whole microseconds), so it admits up to %d per %s, %.1f%% more than its limit; give a window/limit that is a whole number of microseconds, or of 100µs or more to stay within 1%%",
+					where, pt.Algorithm, pt.Limit, pt.Window, iv, admits, pt.Window, 100*over))
 			}
 		}
 	}

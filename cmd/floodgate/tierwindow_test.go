@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +75,45 @@ policies:
 	}
 	if code, out, errOut := cli("config", "validate", tiered); code != 0 || strings.Contains(out+errOut, "warning") {
 		t.Fatalf("validate of a tiered policy: exit %d, %q, %q; want OK without a warning", code, out, errOut)
+	}
+}
+
+// TestValidateWarnsOfRoundedRate: config validate warns of a bucket
+// layer whose window/limit, rounded down to whole microseconds, admits
+// more than 1% over its limit (an outside walk: 300,000 per second
+// admitted 333,333 in both stores, nothing said so), naming the tier
+// that sets such a rate; an exact or nearly exact rate gets no warning.
+func TestValidateWarnsOfRoundedRate(t *testing.T) {
+	const doc = `version: "1"
+tiers: [free, pro]
+policies:
+  - name: api
+    tier_dimension: user
+    layers:
+      - {name: per-user, algorithm: %s, limit: %s, window: 1s, dimension: user, tiers: {pro: {limit: %s}}}
+`
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		algo, limit, pro string
+		want             []string
+	}{
+		{"token_bucket", "300000", "300000", []string{`warning: layer "per-user" of policy "api": token_bucket 300000 per 1s refills one unit every 3µs (window/limit rounded down to whole microseconds), so it admits up to 333333 per 1s, 11.1% more than its limit`}},
+		{"gcra", "1000", "700000", []string{`warning: layer "per-user" of policy "api" (tier "pro"): gcra 700000 per 1s refills one unit every 1µs`}},
+		{"gcra", "3", "250000", nil},         // 333,333µs (0.0001% over) and 4µs (exact)
+		{"fixed_window", "300000", "7", nil}, // not a bucket
+	} {
+		file := filepath.Join(dir, fmt.Sprintf("r%d.yaml", i))
+		if err := os.WriteFile(file, fmt.Appendf(nil, doc, tc.algo, tc.limit, tc.pro), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := cli("config", "validate", file)
+		if code != 0 || !strings.Contains(out, "OK") || strings.Count(errOut, "warning") != len(tc.want) {
+			t.Errorf("%s %s/%s: exit %d, %q, %q; want OK and %d warnings", tc.algo, tc.limit, tc.pro, code, out, errOut, len(tc.want))
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%s %s/%s: stderr %q lacks %q", tc.algo, tc.limit, tc.pro, errOut, w)
+			}
+		}
 	}
 }
