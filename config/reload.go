@@ -408,10 +408,19 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		}
 		r.log.Warn("configuration applied: the version is not newer than the previous one",
 			append(attrs, "likely_cause", cause)...)
+		r.warn(c, source)
 		return c, nil
 	}
 	r.log.Info("configuration applied", attrs...)
+	r.warn(c, source)
 	return c, nil
+}
+
+// warn logs c's Warnings, each a line at WARN.
+func (r *Reloader) warn(c *Config, source string) {
+	for _, w := range c.Warnings() {
+		r.log.Warn("configuration warning: "+w, "source", source, "version", c.Version())
+	}
 }
 
 // reject counts and logs a document refused before parsing (a bad

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/internal/plural"
@@ -102,7 +100,7 @@ need one), but config push would refuse it: validate warns of it.`,
 				if w := in.signedSizeWarning(file); w != "" {
 					fmt.Fprintln(cmd.ErrOrStderr(), w)
 				}
-				for _, w := range slices.Concat(tierDimensionWarnings(cfg), tierWindowWarnings(cfg), rateRoundingWarnings(cfg)) {
+				for _, w := range cfg.Warnings() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: warning: %s\n", name, w)
 				}
 			}
@@ -537,84 +535,6 @@ func newConfigExampleCmd() *cobra.Command {
 			return err
 		},
 	}
-}
-
-// tierDimensionWarnings returns a warning for each policy naming a
-// tier_dimension while none of its layers has per-tier limits: it has no
-// effect, every decision using (and answering) the default tier, so an
-// identity assigned another one looks unapplied.
-func tierDimensionWarnings(cfg *config.Config) []string {
-	var out []string
-	for _, p := range cfg.Policies() {
-		if p.TierDimension != "" && !p.Tiered() {
-			out = append(out, fmt.Sprintf("policy %q has tier_dimension %q but no layer with per-tier limits (tiers): its decisions all use the default tier %q, whatever tier is assigned; give a layer tiers, or drop tier_dimension",
-				p.Name, p.TierDimension, cfg.DefaultTier()))
-		}
-	}
-	return out
-}
-
-// tierWindowWarnings returns a warning for each layer whose tier sets
-// another window than the default tier's: every tier of a layer shares
-// its state, so moving an identity between such tiers is a window change
-// (docs/configuration.md, Identities and keys), which a fixed_window or
-// sliding_window layer may count from zero.
-func tierWindowWarnings(cfg *config.Config) []string {
-	var out []string
-	def := cfg.DefaultTier()
-	for _, p := range cfg.Policies() {
-		for _, l := range p.Layers {
-			base := l.Policy(def)
-			for _, t := range cfg.Tiers() {
-				pt := l.Policy(t)
-				if t == def || pt.Window == base.Window {
-					continue
-				}
-				what := "its state is read at the other rate"
-				if a := pt.Algorithm; a == floodgate.FixedWindow || a == floodgate.SlidingWindow {
-					what = "it may start a fresh count, up to one more limit per change"
-				}
-				out = append(out, fmt.Sprintf("layer %q of policy %q: tier %q sets window %s, the default tier %q has %s: the tiers share the layer's state, so moving an identity between them is a window change (%s, %s); override limit or burst only to keep the state as it is",
-					l.Name, p.Name, t, pt.Window, def, base.Window, pt.Algorithm, what))
-			}
-		}
-	}
-	return out
-}
-
-// rateRoundingWarnings returns a warning for each token_bucket or gcra
-// layer (and each tier that gives it another rate) whose interval,
-// window/limit rounded down to whole microseconds, admits more than 1%
-// over its limit per window (floodgate.Policy.Interval): an outside walk
-// found 300,000 per second admitting 333,333, and 501 per millisecond
-// 1,000, with nothing saying so.
-func rateRoundingWarnings(cfg *config.Config) []string {
-	var out []string
-	def := cfg.DefaultTier()
-	for _, p := range cfg.Policies() {
-		for _, l := range p.Layers {
-			base := l.Policy(def)
-			for _, t := range cfg.Tiers() {
-				pt := l.Policy(t)
-				iv := pt.Interval()
-				if iv <= 0 || t != def && pt.Limit == base.Limit && pt.Window == base.Window {
-					continue
-				}
-				admits := pt.Window.Microseconds() / iv.Microseconds()
-				over := float64(admits)/float64(pt.Limit) - 1
-				if over <= 0.01 {
-					continue
-				}
-				where := fmt.Sprintf("layer %q of policy %q", l.Name, p.Name)
-				if t != def {
-					where += fmt.Sprintf(" (tier %q)", t)
-				}
-				out = append(out, fmt.Sprintf("%s: %s %d per %s refills one unit every %v (window/limit rounded down to whole microseconds), so it admits up to %d per %s, %.1f%% more than its limit; give a window/limit that is a whole number of microseconds, or of 100µs or more to stay within 1%%",
-					where, pt.Algorithm, pt.Limit, pt.Window, iv, admits, pt.Window, 100*over))
-			}
-		}
-	}
-	return out
 }
 
 // signedSizeWarning returns a warning when file, valid, would be over

@@ -739,6 +739,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	cfg := holder.Load() // empty while none is loaded
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration warning: "+w, "source", cfg.Source(), "version", cfg.Version())
+	}
 	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg, VerifyKeys: f.sec.verifyKeys})
 	if err != nil {
 		return err
