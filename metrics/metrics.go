@@ -332,7 +332,7 @@ func RegisterSplitReleaseFailures(reg prometheus.Registerer, count func() int64)
 	}
 	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: SplitReleaseFailuresMetric,
-		Help: "Parts of decisions split over Redis Cluster slots whose release failed after another part denied the request (or failed): their layers keep the denied request's charge until their windows or periods end.",
+		Help: "Parts of decisions split over Redis Cluster slots whose release failed after another part denied the request or failed: their layers keep the charge of a request the store did not admit (a denial, or a failure answered by the fallback or a fail-closed policy) until their windows or periods end.",
 	}, func() float64 { return float64(count()) }))
 }
 

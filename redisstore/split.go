@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +21,19 @@ import (
 // written on the release path (a split decision that some slot denied), so
 // their number is bounded by the rate of such denials times this TTL.
 const releaseMarkerTTL = 10 * time.Second
+
+// laterReleaseTimeout bounds a release sent in the background (see
+// releaseLater): the call's context had ended before the release was
+// sent, so it is sent with a context of its own, which keeps the call's
+// values but not its cancellation, and ends after this long. The caller
+// does not wait for it.
+const laterReleaseTimeout = time.Second
+
+// maxLaterReleases is the most releases a Store has in the background at
+// once; a release beyond it is not sent, and counts as a failed release.
+// It bounds the goroutines and connections that releases to a slow primary
+// can hold: at most laterReleaseTimeout each.
+const maxLaterReleases = 64
 
 // slotGroups partitions the layers of one call by Redis Cluster slot, in
 // order of first appearance.
@@ -58,6 +72,7 @@ type part struct {
 	sent   bool  // the reserve was sent
 	held   bool  // the reserve admitted and wrote: the part holds a reservation
 	relErr error // the release of a held reservation failed
+	later  bool  // the release was sent in the background (releaseLater)
 }
 
 // decideSplit decides a call whose keys span several slots: phase 1
@@ -136,14 +151,15 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 				s.probe(ctx, now, p)
 				return
 			}
+			if ended(ctx) {
+				s.releaseLater(ctx, now, p)
+				return
+			}
 			s.release(ctx, now, p, rand.Uint64())
 		})
 		for i := range parts {
 			if p := &parts[i]; p.relErr != nil {
-				s.releaseFailures.Add(1)
-				if s.onReleaseFailure != nil {
-					s.onReleaseFailure(fmt.Errorf("slot %d: %w", p.slot, p.relErr))
-				}
+				s.releaseFailed(p.slot, p.relErr)
 			}
 		}
 		if !failed && lp != nil && lp.err != nil {
@@ -160,6 +176,70 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 		}
 	}
 	return nil
+}
+
+// ended reports whether ctx has ended, or its deadline has passed (a
+// command sent now would fail at once, as go-redis takes the deadline for
+// the connection's).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// releaseFailed counts the failed release of the part in slot and reports
+// it to Options.OnReleaseFailure.
+func (s *Store) releaseFailed(slot int, err error) {
+	s.releaseFailures.Add(1)
+	if s.onReleaseFailure != nil {
+		s.onReleaseFailure(fmt.Errorf("slot %d: %w", slot, err))
+	}
+}
+
+// releaseLater sends p's release in the background, for a call whose
+// context ended before the release was sent (a timeout in another part,
+// typically): sent with ctx, it would fail at once without being sent, and
+// p's layers would keep the reservation of a request that was not admitted.
+// Nothing of this release has been sent, so sending it now sends it once.
+// The background release has a context of its own (ctx's values, not its
+// cancellation, and laterReleaseTimeout), works on its own copies of p's
+// layers and undo records, and counts a failure as release does (see
+// releaseFailed); the caller does not wait for it. p is marked later, and
+// reports what the reservation left as its layers' standings, as a failed
+// release does. When maxLaterReleases are in the background already,
+// nothing is sent: p.relErr says so.
+func (s *Store) releaseLater(ctx context.Context, now int64, p *part) {
+	for k := range p.layers {
+		if p.layers[k].Cost > 0 {
+			r := &p.out[k]
+			r.RetryAfter, r.Delay = 0, 0
+		}
+	}
+	select {
+	case s.laterReleases <- struct{}{}:
+	default:
+		p.relErr = fmt.Errorf("the call's context ended before the release was sent, and %d releases are in the background already: not sent", maxLaterReleases)
+		return
+	}
+	p.later = true
+	q := &part{
+		slot:   p.slot,
+		layers: slices.Clone(p.layers),
+		out:    make([]floodgate.Result, len(p.layers)),
+		undo:   slices.Clone(p.undo),
+	}
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer func() { <-s.laterReleases }()
+		ctx, cancel := context.WithTimeout(bg, laterReleaseTimeout)
+		defer cancel()
+		s.release(ctx, now, q, rand.Uint64())
+		if q.relErr != nil {
+			s.releaseFailed(q.slot, q.relErr)
+		}
+	}()
 }
 
 // splitState reports whether some part failed, and whether some part
@@ -435,13 +515,15 @@ func (e *slotMoving) Error() string { return e.msg }
 
 // splitError is the error of a split decision some part of which failed.
 // It wraps floodgate.ErrIndeterminate when a reservation may be kept (a
-// reserve whose outcome is unknown, or a committed part whose release was
-// not confirmed), and floodgate.ErrStoreUnavailable otherwise: every part
-// either wrote nothing or was released; and a floodgate.FailedKeyError
-// naming the failed part's key, so that a breaker per Cluster primary
-// blames that part's primary.
+// reserve whose outcome is unknown, a committed part whose release was not
+// confirmed, or one whose release went to the background, see
+// releaseLater, and whose outcome is not known yet), and
+// floodgate.ErrStoreUnavailable otherwise: every part either wrote nothing
+// or was released; and a floodgate.FailedKeyError naming the failed part's
+// key, so that a breaker per Cluster primary blames that part's primary
+// (not the primary of a part whose release is not confirmed).
 func splitError(parts []part) error {
-	var unavailable, indeterminate error
+	var unavailable, indeterminate, kept error
 	for i := range parts {
 		p := &parts[i]
 		switch {
@@ -454,13 +536,22 @@ func splitError(parts []part) error {
 				unavailable = &floodgate.FailedKeyError{Key: p.layers[0].Key, Err: p.err}
 			}
 		case p.relErr != nil:
-			if indeterminate == nil {
-				indeterminate = fmt.Errorf("%w: slot %d: its reservation was not released: %v", floodgate.ErrIndeterminate, p.slot, p.relErr)
+			if kept == nil {
+				kept = fmt.Errorf("%w: slot %d: its reservation was not released: %v", floodgate.ErrIndeterminate, p.slot, p.relErr)
+			}
+		case p.later:
+			if kept == nil {
+				kept = fmt.Errorf("%w: slot %d: its reservation is being released in the background (the call's context ended before the release was sent)", floodgate.ErrIndeterminate, p.slot)
 			}
 		}
 	}
-	if indeterminate != nil {
+	switch {
+	case indeterminate != nil:
 		return fmt.Errorf("redisstore: decision split over %d slots: %w", len(parts), indeterminate)
+	case kept != nil && unavailable != nil:
+		return fmt.Errorf("redisstore: decision split over %d slots: %w; %w", len(parts), unavailable, kept)
+	case kept != nil:
+		return fmt.Errorf("redisstore: decision split over %d slots: %w", len(parts), kept)
 	}
 	return fmt.Errorf("redisstore: decision split over %d slots, nothing kept: %w", len(parts), unavailable)
 }

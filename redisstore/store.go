@@ -161,16 +161,21 @@ type Options struct {
 	// in. Every Store reads both. Default BinaryState; TextState only
 	// during a rolling upgrade (see StateFormat).
 	StateFormat StateFormat
-	// OnReleaseFailure, when set, is called, on the deciding goroutine,
-	// for each part of a split decision (keys in several Redis Cluster
-	// slots) whose reservation could not be given back: another part
-	// denied the request or failed, and the release of this part failed
-	// (err says how, and names the slot). Its layers keep the reservation
-	// until their keys' windows or periods end, charged for a request
-	// that was not admitted. The decision itself is answered as without
-	// the failure: a denial when another part denied (the request is
-	// denied either way, so nothing else tells of the kept charge), an
+	// OnReleaseFailure, when set, is called for each part of a split
+	// decision (keys in several Redis Cluster slots) whose reservation
+	// could not be given back: another part denied the request or failed,
+	// and the release of this part failed (err says how, and names the
+	// slot). Its layers keep the reservation until their keys' windows or
+	// periods end, charged for a request that this Store did not admit
+	// (the caller may have answered it otherwise, by a fallback). The
+	// decision itself is answered as without the failure: a denial when
+	// another part denied (nothing else tells of the kept charge), an
 	// error wrapping floodgate.ErrIndeterminate when another part failed.
+	// It is called on the deciding goroutine, or, for a release sent in
+	// the background because the call's context had ended before it was
+	// sent (at most 64 at once, each bounded by 1 s of its own; beyond
+	// that it counts as failed), on that release's goroutine after the
+	// call has returned: it must be safe for concurrent use.
 	// Store.ReleaseFailures counts them.
 	OnReleaseFailure func(err error)
 }
@@ -282,6 +287,9 @@ type Store struct {
 	// failed; onReleaseFailure is Options.OnReleaseFailure.
 	releaseFailures  atomic.Int64
 	onReleaseFailure func(error)
+	// laterReleases holds a token for each release in the background
+	// (releaseLater), at most maxLaterReleases.
+	laterReleases chan struct{}
 }
 
 // ReleaseFailures returns how many parts of split decisions (keys in
@@ -298,6 +306,7 @@ func New(client Client, opts Options) (*Store, error) {
 	}
 	s := &Store{client: client, onReleaseFailure: opts.OnReleaseFailure}
 	s.relClient = releaseClient{s.client}
+	s.laterReleases = make(chan struct{}, maxLaterReleases)
 	switch opts.SlotCheck {
 	case SlotCheckAuto:
 		_, s.slots = client.(*redis.ClusterClient)
@@ -387,8 +396,11 @@ func (s *Store) Usable() error {
 // layer gets back what the reservation still holds (all of it, unless a
 // window ended or a bucket's backlog leaked meanwhile), never more, so a
 // denied request consumes nothing and no layer over-admits. A reservation
-// holds capacity from its reserve to its release; if the release fails
-// (the caller's context ends, Redis is unreachable), the capacity stays
+// holds capacity from its reserve to its release. If the caller's context
+// has ended before a release is sent (another part timed out, say), the
+// release is sent in the background with a context of its own (1 s; the
+// caller does not wait for it). If a release fails (Redis is unreachable,
+// the caller's context ends while it is in flight), the capacity stays
 // taken until the layer recovers by itself (its window ends, its bucket
 // refills, its log entry expires) and Decide still returns the denial,
 // which is the decision whatever the release did. A release refused

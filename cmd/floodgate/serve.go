@@ -328,11 +328,14 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		so.Coalesce = redisstore.CoalesceOff
 	}
 	// A split decision's part whose release failed keeps its charge
-	// (floodgate_split_release_failures_total): nothing else says so,
-	// the request being denied either way.
+	// (floodgate_split_release_failures_total) for a request the store
+	// did not admit: another part denied it (the answer is that denial)
+	// or failed (the answer is the fallback's, which may admit it, or a
+	// fail-closed policy's denial). The answer does not show the kept
+	// charge: this line and the counter do.
 	relLog := ratelog.New(log, splitReleaseLogEvery)
 	so.OnReleaseFailure = func(err error) {
-		relLog.Warn("split release", "split decision: a denied request's charge kept on some layers (their release failed), until their windows or periods end", "error", err)
+		relLog.Warn("split release", "split decision: a request the store did not admit (a denial, or a failure answered by the fallback or a fail-closed policy) keeps its charge on some layers (their release failed), until their windows or periods end", "error", err)
 	}
 	primary, err := redisstore.New(client, so)
 	if err != nil {
