@@ -309,6 +309,7 @@ type run struct {
 	info         map[string]map[string]string // INFO of each primary, by address
 	primaryAddrs []string                     // primary addresses whose INFO was read, in order
 	nodeCount    int                          // primaries the server check tried to read
+	unreadAddrs  []string                     // those whose INFO failed
 	cluster      *redis.ClusterClient         // nil unless Cluster
 	unscraped    []string                     // given instances' host:port found as no Prometheus instance label
 	cfg          *config.Config               // nil when none could be read

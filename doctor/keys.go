@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,8 +28,10 @@ type scannedKey struct {
 // scanResult is what the paced scan gathered.
 type scanResult struct {
 	keys      []scannedKey
-	calls     int  // SCAN calls
-	truncated bool // stopped by the key or time cap
+	calls     int      // SCAN calls
+	found     int      // keys SCAN returned, read or not (their PTTL may have failed)
+	silent    []string // primaries whose SCAN failed, with the error: "127.0.0.1:7000 (i/o timeout)"
+	truncated bool     // stopped by the key or time cap
 	why       string
 	elapsed   time.Duration
 	errs      []string
@@ -74,11 +77,15 @@ outer:
 				if err != nil {
 					cancel()
 					res.fail(fmt.Sprintf("%s: SCAN: %v", n.addr, err), err)
+					if classify(ctx, err) == errUnreachable && !slices.ContainsFunc(res.silent, func(s string) bool { return strings.HasPrefix(s, n.addr+" ") }) {
+						res.silent = append(res.silent, fmt.Sprintf("%s (%v)", n.addr, err))
+					}
 					break
 				}
 				if room := r.opts.Scan.MaxKeys - len(res.keys); len(batch) > room {
 					batch = batch[:room]
 				}
+				res.found += len(batch)
 				r.inspect(sctx, n, batch, &res)
 				cancel()
 				cursor = next
@@ -197,21 +204,41 @@ func (r *run) keyChecks(ctx context.Context) {
 		}
 		c.Read = fmt.Sprintf("SCAN MATCH %s:* and {%s}:* COUNT %d on %s, paced %v between batches, capped at %s and %v; PTTL of each key and ZCARD of sorted sets, pipelined per batch",
 			r.opts.Prefix, r.opts.LoginPrefix, r.opts.Scan.Count, plural.Count(len(nodes), "primary", "primaries"), r.opts.Scan.Pause, plural.Count(r.opts.Scan.MaxKeys, "key", "keys"), r.opts.Scan.MaxTime)
-		c.Evidence = append(c.Evidence, fmt.Sprintf("%s in %s, %v", plural.Count(len(res.keys), "key", "keys"), plural.Count(res.calls, "SCAN call", "SCAN calls"), res.elapsed.Round(time.Millisecond)))
+		keysRead := plural.Count(len(res.keys), "key", "keys")
+		if res.found > len(res.keys) {
+			// Keys found whose PTTL failed (CLUSTERDOWN on a node that
+			// answered SCAN): found, not read.
+			keysRead = fmt.Sprintf("%s found, %d read", plural.Count(res.found, "key", "keys"), len(res.keys))
+		}
+		c.Evidence = append(c.Evidence, fmt.Sprintf("%s in %s, %v", keysRead, plural.Count(res.calls, "SCAN call", "SCAN calls"), res.elapsed.Round(time.Millisecond)))
 		c.Evidence = append(c.Evidence, firstN(res.errs, 5)...)
 		switch {
 		case len(res.errs) > 0:
 			c.Status, c.Summary = Warn, "the scan met "+plural.Count(len(res.errs), "error", "errors")+"; the key checks below saw part of the keys"
-			if len(res.keys) == 0 {
+			switch {
+			case len(res.keys) == 0 && res.found > 0:
+				c.Summary = fmt.Sprintf("the scan met %s: it found %s but could read none of them; the key checks below have nothing to judge",
+					plural.Count(len(res.errs), "error", "errors"), plural.Count(res.found, "key", "keys"))
+			case len(res.keys) == 0:
 				c.Summary = "the scan met " + plural.Count(len(res.errs), "error", "errors") + " and read no key; the key checks below have nothing to judge"
 			}
-			switch classify(ctx, res.firstErr) {
+			class := classify(ctx, res.firstErr)
+			if len(res.silent) > 0 && class == errOther {
+				// A primary that did not answer is the finding, whatever
+				// error came first (CLUSTERDOWN from those that did).
+				class = errUnreachable
+			}
+			switch class {
 			case errNoPerm:
 				c.Summary = "Redis refused the scan's reads (" + res.firstErr.Error() + "): " + c.Summary
 				c.Fix = permissionFix()
 			case errUnreachable:
 				c.Status = Fail
-				c.Summary = "Redis did not answer the scan (" + res.firstErr.Error() + "): " + c.Summary
+				if len(res.silent) > 0 && len(res.silent) < len(nodes) {
+					c.Summary = fmt.Sprintf("%d of %s did not answer the scan (%s): %s", len(res.silent), plural.Count(len(nodes), "primary", "primaries"), strings.Join(res.silent, ", "), c.Summary)
+				} else {
+					c.Summary = "Redis did not answer the scan (" + res.firstErr.Error() + "): " + c.Summary
+				}
 				c.Fix = unreachableFix
 			case errDeadline:
 				c.Status = Fail

@@ -190,6 +190,7 @@ func (r *run) redisChecks(ctx context.Context) {
 					line += " (" + h + ")"
 				}
 				c.Evidence = append(c.Evidence, line)
+				r.unreadAddrs = append(r.unreadAddrs, n.addr)
 				continue
 			}
 			info := parseInfo(s)
@@ -531,7 +532,7 @@ func (r *run) checkPersistence(ctx context.Context, c *Check) {
 		if assigned > 0 {
 			c.Summary += "; the " + plural.Count(assigned, "tier assignment", "tier assignments") + " in " + tiersKey + " would be lost with it"
 		}
-		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary holding quotas; keep replicas so a failover does not lose the last second either"
+		c.Fix = "CONFIG SET appendonly yes and appendfsync everysec (and in redis.conf) on every primary holding quotas; replicas do not replace it: a primary without persistence that restarts before a replica takes over (within cluster-node-timeout, or before Sentinel's down-after-milliseconds) comes back empty, and its replicas resync from it and are emptied too"
 	case assigned > 0 && aofOff > 0:
 		c.Status = Fail
 		c.Summary = plural.Count(assigned, "tier assignment is", "tier assignments are") + " stored in " + tiersKey + " but " + tiersLost
@@ -638,6 +639,13 @@ func (r *run) checkReplication(_ context.Context, c *Check) {
 	case without > 0:
 		c.Status = Info
 		c.Summary = plural.Count(without, "primary", "primaries") + " without replicas: a failed primary loses its counters, and the fallback decides until it is back"
+		if len(r.unreadAddrs) > 0 {
+			c.Summary += "; not read: " + strings.Join(r.unreadAddrs, ", ") + ", whose replicas are unknown"
+		}
+	case len(r.unreadAddrs) > 0:
+		// Not "every primary": the one not read may have none left (a
+		// walk froze a primary and its only replica).
+		c.Summary = "every primary read has online replicas; not read: " + strings.Join(r.unreadAddrs, ", ") + ", whose replicas are unknown"
 	default:
 		c.Summary = "every primary has online replicas"
 	}

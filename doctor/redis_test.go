@@ -158,7 +158,13 @@ func TestNoPersistenceWithQuotasFails(t *testing.T) {
 	publish(t, client, "qa", testConfigQuota)
 	publish(t, client, "nq", untieredConfig)
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "qa"})
-	want(t, rep, doctor.GroupRedis, "persistence", doctor.Fail, "appendonly no", "quotas configured: tokens")
+	c := want(t, rep, doctor.GroupRedis, "persistence", doctor.Fail, "appendonly no", "quotas configured: tokens")
+	// The fix said "keep replicas so a failover does not lose the last
+	// second either": a primary without persistence that restarts before
+	// a failover comes back empty and empties its replicas.
+	if !strings.Contains(c.Fix, "replicas do not replace it") || !strings.Contains(c.Fix, "comes back empty") || strings.Contains(c.Fix, "keep replicas") {
+		t.Errorf("persistence fix %q", c.Fix)
+	}
 
 	// The same server without quotas or tiers configured: short-lived
 	// counters only.
@@ -324,7 +330,8 @@ func TestClusterOpenSlotWarns(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := runDoctor(t, opts)
-	c := want(t, rep, doctor.GroupRedis, "cluster", doctor.Warn, cl.Addrs[0]+": 100 migrating", cl.Addrs[1]+": 100 importing")
+	c := want(t, rep, doctor.GroupRedis, "cluster", doctor.Warn, cl.Addrs[0]+": 100 migrating", cl.Addrs[1]+": 100 importing",
+		"quotas and leases have none and answer 503 store-unavailable")
 	if !strings.Contains(c.Fix, "redis-cli --cluster fix") {
 		t.Errorf("fix %q does not say how to finish or undo the move", c.Fix)
 	}

@@ -86,12 +86,16 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 	var worstMissing []slotRange
 	var open []string // per primary, its slots in MIGRATING or IMPORTING state
 	noReplica := 0
+	var unread, down []string // primaries doctor could not read; those reporting cluster_state other than ok
+	var out clusterOutage     // the most unreachable nodes one primary's CLUSTER NODES lists
+	var outFrom string        // that primary
 	for _, n := range nodes {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		info, err := n.client.ClusterInfo(cctx).Result()
 		if err != nil {
 			cancel()
 			worst = Fail
+			unread = append(unread, n.addr)
 			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: CLUSTER INFO failed: %v", n.addr, err))
 			continue
 		}
@@ -107,6 +111,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 			ci["cluster_slots_pfail"], ci["cluster_slots_fail"], ci["cluster_known_nodes"])
 		if ci["cluster_state"] != "ok" {
 			worst = Fail
+			down = append(down, n.addr)
 		}
 		if ci["cluster_slots_pfail"] != "0" || ci["cluster_slots_fail"] != "0" {
 			worst = max(worst, Warn)
@@ -134,6 +139,9 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 			}
 		}
 		if nodesErr == nil {
+			if o := outage(parseClusterNodes(nodesOut)); len(o.unreachable) > len(out.unreachable) || len(o.orphans) > len(out.orphans) {
+				out, outFrom = o, n.addr
+			}
 			if mig := openSlots(nodesOut); len(mig) > 0 {
 				worst = max(worst, Warn)
 				open = append(open, n.addr+": "+strings.Join(mig, ", "))
@@ -144,24 +152,57 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 		}
 		c.Evidence = append(c.Evidence, line)
 	}
+	if len(out.unreachable) > 0 {
+		c.Evidence = append(c.Evidence, fmt.Sprintf("nodes %s's CLUSTER NODES flags unreachable: %s", outFrom, strings.Join(out.unreachable, ", ")))
+	}
 	c.Status = worst
+	fullCoverage := "every slot answers CLUSTERDOWN while cluster_state is fail (cluster-require-full-coverage yes, see full-coverage)"
 	switch {
 	case worstMissing != nil:
-		n := 0
-		for _, m := range worstMissing {
-			n += m.end - m.start + 1
-		}
-		c.Summary = fmt.Sprintf("%s by no primary (%s): every decision whose keys hash there fails and is taken by the fallback", plural.Count(n, "hash slot is served", "hash slots are served"), joinRanges(worstMissing, 5))
+		c.Summary = fmt.Sprintf("%s by no primary (%s): every decision whose keys hash there fails (rate limits are then taken by the fallback; quotas and leases answer 503 store-unavailable)", plural.Count(slotCount(worstMissing), "hash slot is served", "hash slots are served"), joinRanges(worstMissing, 5))
 		c.Fix = "assign the slots again (redis-cli --cluster fix HOST:PORT, or CLUSTER ADDSLOTSRANGE on the node that should own them) and check that cluster_state is ok on every node"
+	case len(out.orphans) > 0:
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("%s no reachable owner: %s; every decision whose keys hash there fails",
+			plural.Count(slotCount(out.orphanSlots), "hash slot has", "hash slots have"), strings.Join(out.orphans, "; "))
+		if len(down) > 0 {
+			c.Summary = fmt.Sprintf("the cluster is down (cluster_state fail on %s): ", strings.Join(down, ", ")) + c.Summary + ", and " + fullCoverage
+		} else {
+			c.Summary += "; the primaries read report cluster_state ok and serve the other slots"
+		}
+		c.Fix = fmt.Sprintf("bring back the unreachable nodes named (a stopped or frozen process, its host, the network: check them from here); if the primary cannot come back, bring back a replica of it (a replica that is up takes over after cluster-node-timeout, or CLUSTER FAILOVER TAKEOVER on it), or, with none left, assign slots %s to another primary (redis-cli --cluster fix HOST:PORT; the counters of those slots are lost)", joinRanges(out.orphanSlots, 5))
+		if len(down) > 0 {
+			c.Fix += "; so that one primary's loss no longer takes every slot down, CONFIG SET cluster-require-full-coverage no on every node (see full-coverage)"
+		}
+	case len(down) > 0:
+		c.Summary = fmt.Sprintf("the cluster is down: cluster_state fail on %s", strings.Join(down, ", "))
+		c.Fix = "run redis-cli --cluster check HOST:PORT and fix what it reports"
+		if len(out.unreachable) > 0 {
+			c.Summary += "; unreachable: " + strings.Join(out.unreachable, ", ")
+		}
+		if len(out.failover) > 0 {
+			c.Summary += "; a replica can take over from " + strings.Join(out.failover, ", ")
+			c.Fix = "bring back the unreachable nodes named, or let the failover finish (a replica takes over after cluster-node-timeout; CLUSTER FAILOVER FORCE on the replica if it does not), then run doctor again"
+		}
+	case len(unread) > 0:
+		c.Summary = fmt.Sprintf("%s could not be read (%s); the cluster itself reports ok on the others",
+			plural.Count(len(unread), "primary", "primaries"), strings.Join(unread, ", "))
+		if len(out.unreachable) > 0 {
+			c.Summary += "; unreachable: " + strings.Join(out.unreachable, ", ")
+		}
+		c.Fix = "check that " + strings.Join(unread, ", ") + " is up and answers from this host (its process, its host, the network, a firewall), then run doctor again"
 	case worst == Fail:
 		c.Summary = "a primary reports the cluster down or could not be read"
 		c.Fix = "run redis-cli --cluster check HOST:PORT and fix what it reports"
 	case worst == Warn && len(open) > 0:
 		c.Summary = "slots are being moved between primaries (MIGRATING/IMPORTING): " + strings.Join(open, "; ") +
-			". While a slot is open, a decision whose keys are split between the two nodes fails with TRYAGAIN and is taken by the fallback"
+			". While a slot is open, a decision whose keys are split between the two nodes fails with TRYAGAIN (a rate limit is then taken by the fallback; quotas and leases have none and answer 503 store-unavailable)"
 		c.Fix = "if no resharding is running, the last one stopped half-way: finish or undo it with redis-cli --cluster fix HOST:PORT (redis-cli --cluster check HOST:PORT lists open slots)"
 	case worst == Warn:
 		c.Summary = "some slots are in PFAIL or FAIL state"
+		if len(out.unreachable) > 0 {
+			c.Summary += "; unreachable: " + strings.Join(out.unreachable, ", ")
+		}
 		c.Fix = "a node is unreachable from others: check it and the network; run redis-cli --cluster check HOST:PORT"
 	default:
 		c.Summary = fmt.Sprintf("cluster_state ok on %s, all 16384 slots served", plural.Count(len(nodes), "primary", "primaries"))
@@ -326,10 +367,28 @@ func (r *run) probeTargets(ctx context.Context, nodes []node) []probeTarget {
 		}
 		return out
 	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	//lint:ignore SA1019 CLUSTER SLOTS is deprecated but served by every Redis since 3.0; CLUSTER SHARDS needs 7.0.
-	slots, err := r.cluster.ClusterSlots(clusterslots.Unguarded(sctx)).Result()
-	cancel()
+	// The slot map from the first primary that answers, those the server
+	// check could not read skipped: the cluster client asks a node at
+	// random, and a frozen one cost 5s and left no primary to probe.
+	var slots []redis.ClusterSlot
+	err := errors.New("no primary answered CLUSTER SLOTS")
+	for _, n := range append(slices.Clone(nodes), node{}) {
+		if n.client != nil && slices.Contains(r.unreadAddrs, n.addr) {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if n.client == nil {
+			//lint:ignore SA1019 CLUSTER SLOTS is deprecated but served by every Redis since 3.0; CLUSTER SHARDS needs 7.0.
+			slots, err = r.cluster.ClusterSlots(clusterslots.Unguarded(sctx)).Result()
+		} else {
+			//lint:ignore SA1019 CLUSTER SLOTS is deprecated but served by every Redis since 3.0; CLUSTER SHARDS needs 7.0.
+			slots, err = n.client.ClusterSlots(clusterslots.Unguarded(sctx)).Result()
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil
 	}
@@ -463,7 +522,8 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 	calls, failed, failedOn, refused := 0, 0, 0, 0
 	var firstErr, otherErr error
 	var firstErrAddr string
-	eventStatus := Pass // the verdict of LATENCY LATEST's recent events
+	var failureFixes []string // one per kind of failure the primaries met, in order
+	eventStatus := Pass       // the verdict of LATENCY LATEST's recent events
 	var eventWorst latencyEvent
 	var eventAddr string
 	var eventAge time.Duration
@@ -487,6 +547,13 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 			refused += res.refused
 			if otherErr == nil {
 				otherErr = res.otherErr
+			}
+			if res.otherErr != nil {
+				// Each primary's own failure: a frozen primary times out
+				// while the others answer CLUSTERDOWN, and each has its fix.
+				if f := r.probeFailureFix(ctx, res.otherErr); !slices.Contains(failureFixes, f) {
+					failureFixes = append(failureFixes, f)
+				}
 			}
 			failedOn++
 			if firstErr == nil {
@@ -602,6 +669,9 @@ func (r *run) checkLatency(ctx context.Context, c *Check, nodes []node) {
 		c.Summary = fmt.Sprintf("the latency probe failed: %d of %s failed, on %d of %s (first: %s: %v)",
 			failed, plural.Count(calls, "call", "calls"), failedOn, plural.Count(len(targets), "primary", "primaries"), firstErrAddr, firstErr)
 		c.Fix = r.probeFailureFix(ctx, otherErr)
+		if len(failureFixes) > 0 {
+			c.Fix = strings.Join(failureFixes, "; ")
+		}
 		if refused > 0 {
 			c.Fix += "; for the refused calls: " + probePermissionFix()
 		}
