@@ -16,9 +16,15 @@ import (
 //	GCRA:          T = theoretical arrival time (TAT), N = time of the latest admitted request (0: not known)
 //	SlidingLog:    Log = admitted requests, oldest first
 //	Quota:         T = period start, N = used in it, Prev = period end
+//
+// E is what the key's time to live is decided from, as the Redis store's
+// binary layouts record it (0: not recorded): for FixedWindow and
+// SlidingWindow the window's length in µs (their layouts' W), for
+// TokenBucket and GCRA where the key's TTL ends, in Unix µs at the clock of
+// the request that set it (their layouts' E). See Transition.Keep.
 type State struct {
-	T, N, Prev int64
-	Log        []LogEntry
+	T, N, Prev, E int64
+	Log           []LogEntry
 }
 
 // LogEntry is one admitted request of a SlidingLog policy.
@@ -28,7 +34,9 @@ type LogEntry struct {
 }
 
 // IsZero reports whether s is the fresh state.
-func (s State) IsZero() bool { return s.T == 0 && s.N == 0 && s.Prev == 0 && len(s.Log) == 0 }
+func (s State) IsZero() bool {
+	return s.T == 0 && s.N == 0 && s.Prev == 0 && s.E == 0 && len(s.Log) == 0
+}
 
 // Transition is what one Step decided: the result, and the state to store.
 type Transition struct {
@@ -38,13 +46,27 @@ type Transition struct {
 	// it is equivalent to the input state and need not be stored.
 	State State
 	// Commit reports that the request consumed something and State must be
-	// stored, with a time to live of TTL microseconds.
+	// stored, with a time to live of TTL microseconds (or the one it had,
+	// see Keep).
 	Commit bool
-	// TTL is how long, in microseconds, the store keeps State: the time it
-	// stays meaningful (at least a millisecond) plus TTLSlack. Past its
-	// meaningful life a state decides exactly like the fresh state, so the
-	// slack never changes a decision.
+	// TTL is how long, in microseconds, the store keeps State when Keep is
+	// false: the time it stays meaningful (at least a millisecond) plus
+	// TTLSlack, and for TokenBucket and GCRA that life again (plus the
+	// slack, at most the policy's window more), whose end State.E records.
+	// It is the TTL the Redis script writes (see ttlEnd in
+	// redisstore/assemble.go), so that both stores drop a state at the
+	// same moment.
 	TTL int64
+	// Keep reports that the store must keep the time to live the input
+	// state was stored with instead of writing TTL: the input state was
+	// stored for as long as the new one needs, or longer, as its E shows
+	// (a window of the same start and length, a quota of the same period,
+	// a bucket whose recorded end is late enough). The Redis script keeps
+	// its key's TTL then (SET KEEPTTL), and a store that decides like it
+	// must do the same: with instances' clocks further apart than
+	// TTLSlack a state can still be meaningful when its TTL ends, and
+	// then when it ends decides.
+	Keep bool
 }
 
 // QuotaGrace is how long a Quota period's state outlives the period.
@@ -58,6 +80,14 @@ const minTTL = 1000
 // instance whose clock is behind by up to TTLSlack reads it, so the slower
 // instance cannot over-admit because the key expired early on the server's
 // clock. It also absorbs scheduling stalls between a write and a read.
+// Within that skew a state past its meaningful life decides exactly like
+// the fresh state, so when the store drops it changes no decision. With a
+// larger skew a state can still be meaningful, in the clock of the
+// instance behind, when its TTL ends: the instance behind is then refused
+// (told to retry after what the state's own time implies) until the state
+// expires, and decided afresh after. Stores that follow Transition.TTL
+// and Keep (memstore, and the Redis store writing binary states, its
+// default) drop it at the same moment, and so decide alike.
 const TTLSlack = time.Second
 
 // Step is the single definition of every algorithm: it decides a request of
@@ -100,6 +130,7 @@ func StepTo(o *Transition, p *floodgate.Policy, s *State, now, cost int64) {
 	o.Commit = r.allowed && cost > 0
 	if !o.Commit {
 		o.State = *s
+		o.Keep = false
 	}
 	o.TTL = max(o.TTL, minTTL) + TTLSlack.Microseconds()
 	r.fill(&o.Result, p.Capacity())
@@ -149,7 +180,8 @@ func stepFixedWindow(o *Transition, p *floodgate.Policy, s *State, now, cost int
 	if r.reason == floodgate.ReasonLimited {
 		r.retry = start + w - now
 	}
-	o.State, o.TTL = State{T: start, N: n}, start+w-now
+	o.State, o.TTL = State{T: start, N: n, E: w}, start+w-now
+	o.Keep = s.T == start && s.E == w
 	return r
 }
 
@@ -191,7 +223,8 @@ func stepSlidingWindow(o *Transition, p *floodgate.Policy, s *State, now, cost i
 		}
 		r.retry = max(r.retry, 1)
 	}
-	o.State, o.TTL = State{T: start, N: cur, Prev: prev}, start+2*w-now
+	o.State, o.TTL = State{T: start, N: cur, Prev: prev, E: w}, start+2*w-now
+	o.Keep = s.T == start && s.E == w
 	return r
 }
 
@@ -256,7 +289,8 @@ func stepTokenBucket(o *Transition, p *floodgate.Policy, s *State, now, cost int
 	if !r.allowed && r.reason != floodgate.ReasonCostExceedsLimit {
 		r.retry = last + (max(cost, 1)-tokens)*iv - now
 	}
-	o.State, o.TTL = State{T: last, N: tokens}, r.resetAt-now
+	o.State = State{T: last, N: tokens}
+	bucketLife(o, p, s.E, now, r.resetAt-now)
 	return r
 }
 
@@ -296,7 +330,8 @@ func stepGCRA(o *Transition, p *floodgate.Policy, s *State, now, cost int64) ste
 	}
 	r.remaining = max((tol-(tat-now))/iv, 0)
 	r.resetAt = tat
-	o.State, o.TTL = State{T: tat, N: now}, tat-now
+	o.State = State{T: tat, N: now}
+	bucketLife(o, p, s.E, now, tat-now)
 	return r
 }
 
@@ -337,7 +372,7 @@ func stepSlidingLog(o *Transition, p *floodgate.Policy, s *State, now, cost int6
 			}
 		}
 	}
-	o.State, o.TTL = State{Log: log}, r.resetAt-now
+	o.State, o.TTL, o.Keep = State{Log: log}, r.resetAt-now, false
 	return r
 }
 
@@ -365,7 +400,30 @@ func stepQuota(o *Transition, p *floodgate.Policy, s *State, now, cost int64) st
 		r.retry = end - now
 	}
 	o.State, o.TTL = State{T: start, N: n, Prev: end}, end-now+QuotaGrace.Microseconds()
+	o.Keep = s.T == start && s.Prev == end
 	return r
+}
+
+// bucketLife sets o.TTL, o.Keep and o.State.E of a token bucket or GCRA
+// state that needs to be kept life µs from now (the request's time, after
+// the step moved it to the state's own time), the key's TTL having been
+// recorded to end at end (0: not recorded). It is the Redis script's
+// ttlEnd (redisstore/assemble.go), for states written in binary: a TTL
+// that ends late enough is kept; otherwise the one written is the life
+// needed plus as much again (with the slack), at most the window more,
+// and its end is recorded. A bucket's state decides as no state does once
+// the bucket is full again, so the longer TTL changes no decision within
+// TTLSlack of skew; beyond it, this makes a store drop the state when the
+// Redis store does.
+func bucketLife(o *Transition, p *floodgate.Policy, end, now, life int64) {
+	life = max(life, minTTL)
+	slack := TTLSlack.Microseconds()
+	if end != 0 && now+life+slack <= end {
+		o.TTL, o.Keep, o.State.E = life, true, end
+		return
+	}
+	life += min(life+slack, p.Window.Microseconds())
+	o.TTL, o.Keep, o.State.E = life, false, now+life+slack
 }
 
 // interval returns the emission interval of a bucket policy in

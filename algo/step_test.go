@@ -101,3 +101,44 @@ func TestPolicyChangeKeepsState(t *testing.T) {
 		})
 	}
 }
+
+// TestTTLKeep pins the time to live Step gives a committed state, which
+// is the Redis script's (a store that follows TTL and Keep drops a state
+// when the Redis store does): a window's or quota period's TTL is kept
+// over a state of the same window (or period) and window length, a
+// bucket's is its life twice (at most a window more) and kept while the
+// recorded end is late enough.
+func TestTTLKeep(t *testing.T) {
+	const s = int64(time.Second / time.Microsecond)
+	slack := algo.TTLSlack.Microseconds()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).UnixMicro() // a multiple of every window below
+	fw := floodgate.Must(floodgate.NewFixedWindow("fw", 5, 4*time.Second))
+	fw8 := floodgate.Must(floodgate.NewFixedWindow("fw", 5, 8*time.Second))
+	tb := floodgate.Must(floodgate.NewTokenBucket("tb", 4, 4*time.Second, 4))
+	gc := floodgate.Must(floodgate.NewGCRA("gc", 4, 4*time.Second, 4))
+	qt := floodgate.Must(floodgate.NewQuota("qt", 10, floodgate.Calendar{Unit: floodgate.PeriodDay}))
+	for _, tc := range []struct {
+		name     string
+		p        floodgate.Policy
+		s        algo.State
+		at, cost int64
+		ttl      int64
+		keep     bool
+	}{
+		{"fixed window, fresh", fw, algo.State{}, now + 3*s, 1, s + slack, false},
+		{"fixed window, same window", fw, algo.State{T: now, N: 1, E: 4 * s}, now + s, 1, 3*s + slack, true},
+		{"fixed window, behind its state", fw, algo.State{T: now, N: 1, E: 4 * s}, now - time.Hour.Microseconds(), 1, 4*s + slack, true},
+		{"fixed window, window grown", fw8, algo.State{T: now, N: 1, E: 4 * s}, now + s, 1, 7*s + slack, false},
+		{"token bucket, fresh", tb, algo.State{}, now, 3, 3*s + (3*s + slack) + slack, false},
+		{"token bucket, end late enough", tb, algo.State{T: now, N: 1, E: now + 8*s}, now, 1, 4*s + slack, true},
+		{"token bucket, end too early", tb, algo.State{T: now, N: 1, E: now + 4*s}, now, 1, 4*s + 4*s + slack, false},
+		{"gcra, fresh", gc, algo.State{}, now, 3, 3*s + (3*s + slack) + slack, false},
+		{"gcra, end late enough", gc, algo.State{T: now + 3*s, N: now, E: now + 8*s}, now - time.Hour.Microseconds(), 1, 4*s + slack, true},
+		{"quota, same period", qt, algo.State{T: now - 10*time.Hour.Microseconds(), N: 1, Prev: now + 14*time.Hour.Microseconds()}, now, 1, 14*time.Hour.Microseconds() + algo.QuotaGrace.Microseconds() + slack, true},
+	} {
+		o := algo.Step(tc.p, tc.s, tc.at, tc.cost)
+		if !o.Commit || o.TTL != tc.ttl || o.Keep != tc.keep {
+			t.Errorf("%s: commit %v, TTL %d keep %v; want TTL %d keep %v", tc.name, o.Commit, o.TTL, o.Keep, tc.ttl, tc.keep)
+		}
+	}
+}

@@ -45,9 +45,9 @@ type Options struct {
 	// (docs/operations.md). (A layered decision whose layers' new keys
 	// share a full shard with nothing else to evict there may take it past
 	// its share by up to floodgate.MaxLayers-1 entries until its next
-	// eviction.) Each tracked identity costs about 160 bytes plus its key
-	// (TestMemoryPerKey measured 136 at 100,000 identities and 157 at
-	// 1,000,000, the map's fill varying), so the default bound is about 190
+	// eviction.) Each tracked identity costs about 175 bytes plus its key
+	// (TestMemoryPerKey measured 152 at 100,000 identities and 173 at
+	// 1,000,000, the map's fill varying), so the default bound is about 205
 	// MB with 30-byte keys. Default 1,000,000.
 	MaxKeys int
 	// SweepInterval is how often a Store holding entries visits all of
@@ -65,6 +65,11 @@ type Options struct {
 // Store is an in-memory floodgate.Store. It is safe for concurrent use.
 // Make it with New: the zero Store is not usable (floodgate.New refuses
 // it).
+// A state is kept as long as the Redis store keeps its key (the TTL and
+// Keep of algo.Transition: a bucket's life twice, at most a window more,
+// and a TTL that ends late enough kept rather than written again), so that
+// with callers' clocks further apart than algo.TTLSlack, when a state
+// expires, which then decides, is the same in both stores.
 // Expiry runs on the process's monotonic clock, not on the decisions'
 // timestamps, so a wall clock jumping backwards neither keeps state alive
 // nor revives it. The clock is read through a monoclock.Clock: a reading a
@@ -308,7 +313,9 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			ents[i] = e
 		}
 		e.state = compact(o.State)
-		e.expires = mono + o.TTL
+		if !o.Keep { // Keep: the entry was live and stored for long enough (see algo.Transition)
+			e.expires = mono + o.TTL
+		}
 	}
 	// Sweep only once every write is done: a sweep must not reclaim an
 	// expired entry a later layer is about to overwrite.
@@ -349,7 +356,9 @@ func (s *Store) decideOne(now int64, l *floodgate.Layer, out *floodgate.Result) 
 		s.sweeper.Arm()
 	}
 	e.state = compact(o.State)
-	e.expires = mono + o.TTL
+	if !o.Keep { // see Decide
+		e.expires = mono + o.TTL
+	}
 	sh.wrote(mono)
 	return nil
 }

@@ -46,10 +46,23 @@ func (m *model) decide(now int64, layers []floodgate.Layer) []floodgate.Result {
 		}
 		if all && o.Commit {
 			m.states[layers[i].Key] = o.State
-			m.commits[layers[i].Key] = commit{now: now, ttl: o.TTL, wall: time.Now()}
+			m.commits[layers[i].Key] = commit{now: now, ttl: shortestTTL(layers[i].Policy, o), wall: time.Now()}
 		}
 	}
 	return res
+}
+
+// shortestTTL returns the shortest TTL (µs) a Store of either state format
+// may give the key of a state o committed: the state's life plus the slack.
+// A binary bucket state's TTL is that twice, at most the window more
+// (o.TTL, unless o.Keep), or an earlier, longer one kept; a text state's
+// is the life plus the slack.
+func shortestTTL(p floodgate.Policy, o algo.Transition) int64 {
+	if o.Keep || (p.Algorithm != floodgate.TokenBucket && p.Algorithm != floodgate.GCRA) {
+		return o.TTL
+	}
+	// o.TTL is x + min(x, w), x being the life plus the slack.
+	return max(o.TTL/2, o.TTL-p.Window.Microseconds())
 }
 
 // earliest returns the earliest simulated time a request on key may use.

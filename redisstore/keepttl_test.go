@@ -352,9 +352,9 @@ func TestBucketOlderStates(t *testing.T) {
 		text := strings.Trim(fmt.Sprint(tc.nums), "[]")
 		bin := string(spackState(tag(tc.older), tc.nums...))
 		// The life the new state needs, written twice (less than the
-		// window here).
+		// window here), as algo.Step gives it.
 		o := algo.Step(tc.p, tc.state, now, 2)
-		want := 2 * time.Duration(o.TTL) * time.Microsecond
+		want := time.Duration(o.TTL) * time.Microsecond
 		for _, path := range bucketPaths {
 			var vals [2]string
 			var res [2]floodgate.Result
