@@ -263,9 +263,10 @@ const MaxTimeMicros = 1 << 52
 // Unix epoch itself, the times before it (such as the zero time.Time's) and
 // those after MaxTimeMicros. A state stamped at the epoch would read as no
 // state at all. A Quota decision needs more: its whole calendar period
-// must lie within the epoch..MaxTimeMicros, which CheckLayers and the
-// Limiter check too (a week quota is refused on 1970-01-02, in the ISO
-// week that began on 1969-12-29, and a month quota in September 2112).
+// must lie within the epoch..MaxTimeMicros, which ValidatePeriod checks
+// for CheckLayers, the Limiter and package quota (a week quota is refused
+// on 1970-01-02, in the ISO week that began on 1969-12-29, and a month
+// quota in September 2112).
 func ValidateTime(now int64) error {
 	if now < 1 || now > MaxTimeMicros {
 		return fmt.Errorf("%w: time %s (%dµs) out of range: after the Unix epoch, up to %s",
@@ -281,18 +282,32 @@ func ValidateTime(now int64) error {
 const periodMargin = 40 * 24 * int64(time.Hour/time.Microsecond)
 
 // checkPeriod reports, wrapped in ErrInvalidTime, a Quota policy's period
-// at now (Unix µs, within 1..MaxTimeMicros) that does not lie within the
-// epoch..MaxTimeMicros: the stores could not keep its bounds (the Redis
-// scripts refuse them), and the memory store must refuse what Redis does.
-// Other policies have no period; p must be valid.
+// at now that ValidatePeriod refuses. Other policies have no period; p
+// must be valid.
 func checkPeriod(p *Policy, now int64) error {
-	if p.Algorithm != Quota || (now >= periodMargin && now <= MaxTimeMicros-periodMargin) {
+	if p.Algorithm != Quota {
 		return nil
 	}
-	per := p.Calendar.PeriodAt(time.UnixMicro(now))
+	return ValidatePeriod(p.Name, p.Calendar, now)
+}
+
+// ValidatePeriod reports, wrapped in ErrInvalidTime, the period of c
+// containing now (Unix µs) when it does not lie within the Unix
+// epoch..MaxTimeMicros: an ISO week begun before 1970-01-01 (1970-W01,
+// from 1969-12-29), or a period ending after MaxTimeMicros (a month in
+// September 2112). The stores could not keep its bounds (the Redis
+// scripts refuse them), and every store must refuse what Redis does. name
+// is the quota's, for the message. The Limiter and CheckLayers check a
+// Quota policy's period with it, and package quota its own; a time far
+// enough from both ends costs one comparison. c must be valid.
+func ValidatePeriod(name string, c Calendar, now int64) error {
+	if now >= periodMargin && now <= MaxTimeMicros-periodMargin {
+		return nil
+	}
+	per := c.PeriodAt(time.UnixMicro(now))
 	if start, end := per.Start.UnixMicro(), per.End.UnixMicro(); start < 0 || end > MaxTimeMicros {
 		return fmt.Errorf("%w: quota policy %q: the %s period %s containing %s runs from %s to %s, outside the Unix epoch..%s",
-			ErrInvalidTime, p.Name, p.Calendar.Unit, per.Key, time.UnixMicro(now).UTC().Format(time.RFC3339Nano),
+			ErrInvalidTime, name, c.Unit, per.Key, time.UnixMicro(now).UTC().Format(time.RFC3339Nano),
 			per.Start.UTC().Format(time.RFC3339Nano), per.End.UTC().Format(time.RFC3339Nano),
 			time.UnixMicro(MaxTimeMicros).UTC().Format(time.RFC3339Nano))
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/internal/clip"
+	"github.com/floodgate-rl/floodgate/internal/duration"
 )
 
 // Algorithm selects how a [Policy] counts. The zero value is invalid.
@@ -129,6 +130,9 @@ const (
 	MaxWindow = 400 * 24 * time.Hour
 	// maxSpanMicros bounds Burst×interval and MaxDelay (about 35 years).
 	maxSpanMicros = 1 << 50
+	// MaxMaxDelay bounds Policy.MaxDelay: 2^50µs, 13031d5h58m26.842624s
+	// (about 35.7 years).
+	MaxMaxDelay = maxSpanMicros * time.Microsecond
 	// MaxNameLen is the longest policy name.
 	MaxNameLen = 64
 	// MaxLayers is the most layers one decision may have.
@@ -177,7 +181,7 @@ type Policy struct {
 	// MaxDelay/(Window/Limit) units (see Capacity): e.g. 5 per 2s, Burst 5,
 	// MaxDelay 1s admits a cost of 7 with a Delay of 800ms. That is
 	// shaping, not over-admission, when callers wait out the Delay (Wait
-	// does).
+	// does). At most MaxMaxDelay.
 	MaxDelay time.Duration
 }
 
@@ -287,7 +291,7 @@ func (p Policy) Validate() error {
 		bad("burst %d out of range 0..%d", p.Burst, int64(MaxLimit))
 	}
 	if p.MaxDelay < 0 || p.MaxDelay.Microseconds() > maxSpanMicros {
-		bad("max_delay %s out of range 0s..%s", durationText(p.MaxDelay), durationText(maxSpanMicros*time.Microsecond))
+		bad("max_delay %s out of range 0s..%s", durationText(p.MaxDelay), duration.Format(MaxMaxDelay))
 	}
 	switch p.Algorithm {
 	case TokenBucket, GCRA:

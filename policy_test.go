@@ -187,8 +187,8 @@ func TestValidateMaxDelayRange(t *testing.T) {
 		d    time.Duration
 		want string
 	}{
-		{312750 * time.Hour, `policy "p": max_delay 312750h0m0s out of range 0s..312749h58m26.842624s`},
-		{-time.Second, `policy "p": max_delay -1s out of range 0s..312749h58m26.842624s`},
+		{312750 * time.Hour, `policy "p": max_delay 312750h0m0s out of range 0s..13031d5h58m26.842624s`},
+		{-time.Second, `policy "p": max_delay -1s out of range 0s..13031d5h58m26.842624s`},
 	} {
 		err := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, MaxDelay: tc.d}.Validate()
 		if !errors.Is(err, floodgate.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {

@@ -107,7 +107,7 @@ func (p *parser) concurrencyLimit(n *yaml.Node, c *Config) *ConcurrencyLimit {
 		p.errorf(n, "%s has no limit (the most requests in flight at once)", k.what)
 	}
 	if v, ok := f["lease_ttl"]; ok {
-		if d, ok := p.duration(v.val, k.what+" lease_ttl", concurrency.MaxLeaseTTL); ok {
+		if d, ok := p.duration(v.val, k.what+" lease_ttl", time.Millisecond, concurrency.MaxLeaseTTL); ok {
 			if d < time.Millisecond || d > concurrency.MaxLeaseTTL {
 				p.errorf(v.val, "%s lease_ttl %s out of range 1ms..%s", k.what, FormatDuration(d), FormatDuration(concurrency.MaxLeaseTTL))
 			} else if d%time.Microsecond != 0 {

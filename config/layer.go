@@ -314,7 +314,7 @@ func ParseDuration(s string) (time.Duration, error) {
 // policy's own check (floodgate.Policy.Validate, the same range) runs only
 // once every field it reads is valid.
 func (p *parser) window(n *yaml.Node, what string) time.Duration {
-	d, ok := p.duration(n, what+" window", floodgate.MaxWindow)
+	d, ok := p.duration(n, what+" window", floodgate.MinWindow, floodgate.MaxWindow)
 	if ok && (d < floodgate.MinWindow || d > floodgate.MaxWindow) {
 		p.errorf(n, "%s window %s out of range %s..%s", what, FormatDuration(d), FormatDuration(floodgate.MinWindow), FormatDuration(floodgate.MaxWindow))
 	}
@@ -325,15 +325,16 @@ func (p *parser) window(n *yaml.Node, what string) time.Duration {
 // other durations it may be 0 ("0", "0s"): the same as leaving it out, a
 // gcra layer that denies what does not conform now (and a tier's 0 turns
 // its layer's shaping off). A negative one is kept for the policy's own
-// check, which reports it out of max_delay's range, 0s..2^50µs, as it
-// does one too long.
+// check, which reports it out of max_delay's range,
+// 0s..floodgate.MaxMaxDelay, as it does one too long (and one too long to
+// be held is reported so here).
 func (p *parser) maxDelay(n *yaml.Node, what string) time.Duration {
 	if r := resolve(n); r.Kind == yaml.ScalarNode {
 		if d, err := time.ParseDuration(r.Value); err == nil && d <= 0 {
 			return d
 		}
 	}
-	d, _ := p.duration(n, what+" max_delay", 0)
+	d, _ := p.duration(n, what+" max_delay", 0, floodgate.MaxMaxDelay)
 	return d
 }
 

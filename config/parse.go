@@ -315,19 +315,18 @@ func (p *parser) boolean(n *yaml.Node, what string) bool {
 	return false
 }
 
-// duration parses the duration of what, whose range is 1ms..max (0: one
-// the caller checks after, which duration does not state): a duration
-// too long to be held is reported out of that range, not as a mistake in
-// its writing.
-func (p *parser) duration(n *yaml.Node, what string, max time.Duration) (time.Duration, bool) {
+// duration parses the duration of what, whose range is min..max (the
+// caller checks it after): a duration too long to be held is reported out
+// of that range, not as a mistake in its writing.
+func (p *parser) duration(n *yaml.Node, what string, min, max time.Duration) (time.Duration, bool) {
 	s, ok := p.scalar(n, what)
 	if !ok {
 		return 0, false
 	}
 	d, err := ParseDuration(s)
 	switch {
-	case errors.Is(err, duration.ErrTooLong) && max > 0:
-		p.errorf(n, "%s %s out of range 1ms..%s", what, s, FormatDuration(max))
+	case errors.Is(err, duration.ErrTooLong):
+		p.errorf(n, "%s %s out of range %s..%s", what, s, duration.Format(min), duration.Format(max))
 		return 0, false
 	case err != nil:
 		p.errorf(n, "%s: %v", what, err)

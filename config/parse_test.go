@@ -218,7 +218,11 @@ func TestParseErrors(t *testing.T) {
 		{"window too long to hold", layer("algorithm: fixed_window, limit: 5, window: 2562048h, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 2562048h out of range 1ms..400d`},
 		{"window too long to hold, ns", layer("algorithm: fixed_window, limit: 5, window: 9999999999999999999ns, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 9999999999999999999ns out of range 1ms..400d`},
 		{"window of too many days", layer("algorithm: fixed_window, limit: 5, window: 99999d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 99999d out of range 1ms..400d`},
-		{"max_delay too long to hold", layer("algorithm: gcra, limit: 5, window: 1s, max_delay: 2562048h, dimension: user"), `layer "l" of policy "p" max_delay: duration "2562048h" is too long`},
+		// An outside walk: max_delay too long to be held was "duration ...
+		// is too long", without the range the other fields state.
+		{"max_delay too long to hold", layer("algorithm: gcra, limit: 5, window: 1s, max_delay: 2562048h, dimension: user"), `e.yaml:5:69: layer "l" of policy "p" max_delay 2562048h out of range 0s..13031d5h58m26.842624s`},
+		{"max_delay of too many days to hold", layer("algorithm: gcra, limit: 5, window: 1s, max_delay: 106752d, dimension: user"), `e.yaml:5:69: layer "l" of policy "p" max_delay 106752d out of range 0s..13031d5h58m26.842624s`},
+		{"hold of too many days to hold", "version: 1\nquotas:\n  - {name: q, limit: 5, period: month, dimension: user, hold: 106752d}\n", `quota "q" hold 106752d out of range 1ms..400d`},
 		// Every problem of a layer at once: the window's range and a
 		// quota's anchor_day are checked even when another field is bad.
 		{"bad limit and window", layer("algorithm: fixed_window, limit: 0, window: 401d, dimension: user"), `e.yaml:5:62: layer "l" of policy "p" window 401d out of range 1ms..400d`},
@@ -303,13 +307,13 @@ func TestParseReportsEveryProblemUpTo20(t *testing.T) {
 func TestParseDuration(t *testing.T) {
 	for in, want := range map[string]time.Duration{
 		"1ms": time.Millisecond, "90s": 90 * time.Second, "1m": time.Minute, "1h30m": 90 * time.Minute,
-		"1d": 24 * time.Hour, "30d": 720 * time.Hour,
+		"1d": 24 * time.Hour, "30d": 720 * time.Hour, "13031d": 13031 * 24 * time.Hour, "106751d": 106751 * 24 * time.Hour,
 	} {
 		if got, err := config.ParseDuration(in); err != nil || got != want {
 			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "d", "1", "0s", "-1h", "1.5d", "99999d", "1w", "1d2h", "10 s"} {
+	for _, in := range []string{"", "d", "1", "0s", "-1h", "1.5d", "106752d", "1w", "1d2h", "10 s"} {
 		if got, err := config.ParseDuration(in); err == nil {
 			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
 		}

@@ -195,7 +195,7 @@ func (p *parser) quota(n *yaml.Node, c *Config) *Quota {
 		}
 	}
 	if v, ok := f["hold"]; ok {
-		if d, ok := p.duration(v.val, k.what+" hold", floodgate.MaxWindow); ok {
+		if d, ok := p.duration(v.val, k.what+" hold", time.Millisecond, floodgate.MaxWindow); ok {
 			if d < time.Millisecond || d > floodgate.MaxWindow {
 				p.errorf(v.val, "%s hold %s out of range 1ms..%s", k.what, FormatDuration(d), FormatDuration(floodgate.MaxWindow))
 			}

@@ -23,7 +23,7 @@ func TestWindowInDays(t *testing.T) {
 			t.Fatalf("window %s: rules %+v, want one with window %v", w, rules, want)
 		}
 	}
-	for w, want := range map[string]string{"401d": "out of range", "0d": "window", "-1s": "window", "1x": "window"} {
+	for w, want := range map[string]string{"401d": "out of range", "99999d": "window 99999d out of range 1ms..400d", "106752d": "window 106752d out of range 1ms..400d", "0d": "window", "-1s": "window", "1x": "window"} {
 		if _, err := ParseConfig(doc(w), "f.yaml"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("window %s: %v, want an error with %q", w, err, want)
 		}

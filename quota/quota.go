@@ -249,7 +249,14 @@ func (q *Quota) Check(ctx context.Context, identity string, cost int64) (Result,
 	return q.CheckAt(ctx, q.opts.Clock(), identity, cost)
 }
 
-// CheckAt is Check at the given time.
+// CheckAt is Check at the given time. It, and every other ...At method,
+// refuses with an error wrapping floodgate.ErrInvalidTime, writing
+// nothing, a time outside 1..floodgate.MaxTimeMicros (floodgate.ValidateTime)
+// or one whose period (for RestorePeriodAt, the period it restores) does
+// not lie within the Unix
+// epoch..floodgate.MaxTimeMicros (floodgate.ValidatePeriod: a week quota on
+// 1970-01-02, in the ISO week begun on 1969-12-29; a month quota in
+// September 2112), as floodgate.Limiter refuses a Quota policy's.
 func (q *Quota) CheckAt(ctx context.Context, now time.Time, identity string, cost int64) (Result, error) {
 	if err := floodgate.ValidateCost(cost); err != nil {
 		return Result{}, fmt.Errorf("quota check: %w", err)
@@ -401,10 +408,19 @@ func (q *Quota) do(ctx context.Context, now time.Time, previous bool, op opKind,
 	if err := floodgate.ValidateTime(now.UnixMicro()); err != nil {
 		return Result{}, err
 	}
+	// As floodgate.Limiter too: a period not within the Unix
+	// epoch..floodgate.MaxTimeMicros (the ISO week 1970-W01, from
+	// 1969-12-29; a month in September 2112) is refused, not written.
 	cal := q.policy.Calendar
+	if err := floodgate.ValidatePeriod(q.policy.Name, cal, now.UnixMicro()); err != nil {
+		return Result{}, err
+	}
 	period := cal.PeriodAt(now)
 	if previous {
 		period = cal.Previous(period)
+		if err := floodgate.ValidatePeriod(q.policy.Name, cal, period.Start.UnixMicro()); err != nil {
+			return Result{}, err
+		}
 	}
 	base := q.keyBase(identity, period)
 	// A period's keys live until its end plus Grace, and at least as long
