@@ -198,7 +198,7 @@ type breaker struct {
 	name     string // the partition it guards
 	opts     BreakerOptions
 	now      func() time.Time
-	onChange func(BreakerState)
+	onChange func(BreakerState, error) // the new state, and the error that opened it
 	epoch    time.Time
 	prober   *prober // nil: probes are calls let through while half-open
 
@@ -219,12 +219,13 @@ type breaker struct {
 type prober struct {
 	probe   func(ctx context.Context) error
 	gone    func()        // called once the probe reports ErrPartitionGone, after the breaker closed
+	observe func(error)   // nil, or told each probe's result (CauseObserver.ObserveProbe)
 	timeout time.Duration // of one probe
 	stop    <-chan struct{}
 	wg      *sync.WaitGroup
 }
 
-func newBreaker(name string, opts BreakerOptions, now func() time.Time, onChange func(BreakerState)) *breaker {
+func newBreaker(name string, opts BreakerOptions, now func() time.Time, onChange func(BreakerState, error)) *breaker {
 	return &breaker{
 		name:     name,
 		opts:     opts,
@@ -254,7 +255,7 @@ func (b *breaker) acquireGen() (ticket, uint64) {
 		if b.prober != nil || b.now().Before(b.openUntil) {
 			return ticketDenied, b.gen
 		}
-		b.setState(BreakerHalfOpen)
+		b.setState(BreakerHalfOpen, nil)
 		b.successes, b.inFlight = 0, 0
 	}
 	if b.inFlight >= b.opts.HalfOpenProbes {
@@ -275,18 +276,24 @@ func (b *breaker) isOpen() bool {
 // release records the outcome of a call that acquire let through, a
 // failure counting toward FailureThreshold whatever else failed while it
 // was in flight.
-func (b *breaker) release(t ticket, v verdict) {
+func (b *breaker) release(t ticket, v verdict) { b.releaseCause(t, v, nil) }
+
+// releaseCause is release with the error of a failed call (nil
+// otherwise), reported as the cause if the failure opens the breaker.
+func (b *breaker) releaseCause(t ticket, v verdict, cause error) {
 	b.mu.Lock()
 	gen := b.gen
 	b.mu.Unlock()
-	b.releaseGen(t, v, gen)
+	b.releaseGen(t, v, gen, cause)
 }
 
 // releaseGen records the outcome of a call that acquireGen let through at
 // failure generation gen: a failure after another failure was counted
 // since gen (the two calls were in flight together) does not count again,
-// toward FailureThreshold or in the failure rate.
-func (b *breaker) releaseGen(t ticket, v verdict, gen uint64) {
+// toward FailureThreshold or in the failure rate. cause is the failed
+// call's error (nil otherwise), reported if the failure opens the
+// breaker.
+func (b *breaker) releaseGen(t ticket, v verdict, gen uint64, cause error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch t {
@@ -310,7 +317,7 @@ func (b *breaker) releaseGen(t ticket, v verdict, gen uint64) {
 			b.failures++
 			b.gen++
 			if rate := b.count(true); b.failures >= b.opts.FailureThreshold || rate {
-				b.open()
+				b.open(cause)
 			}
 		}
 	case ticketProbe:
@@ -326,7 +333,7 @@ func (b *breaker) releaseGen(t ticket, v verdict, gen uint64) {
 			}
 		case verdictFailure:
 			b.openFor = min(2*b.openFor, b.opts.MaxOpenFor)
-			b.open()
+			b.open(cause)
 		}
 	}
 }
@@ -364,7 +371,7 @@ func (b *breaker) close() {
 	b.failures = 0
 	b.openFor = b.opts.OpenFor
 	b.window = [windowSlices]slice{}
-	b.setState(BreakerClosed)
+	b.setState(BreakerClosed, nil)
 }
 
 // jittered spreads d by ±Jitter. b.mu is held.
@@ -376,10 +383,11 @@ func (b *breaker) jittered(d time.Duration) time.Duration {
 }
 
 // open starts an open period of b.openFor, jittered, or, with a prober,
-// starts the background probes. b.mu is held.
-func (b *breaker) open() {
+// starts the background probes; cause is the error of the failed call
+// that opened it. b.mu is held.
+func (b *breaker) open(cause error) {
 	b.openUntil = b.now().Add(b.jittered(b.openFor))
-	b.setState(BreakerOpen)
+	b.setState(BreakerOpen, cause)
 	if b.prober != nil && !b.probing {
 		b.probing = true
 		b.prober.wg.Add(1)
@@ -410,6 +418,9 @@ func (b *breaker) probeLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), b.prober.timeout)
 		err := b.prober.probe(ctx)
 		cancel()
+		if b.prober.observe != nil {
+			b.prober.observe(err)
+		}
 		if errors.Is(err, ErrPartitionGone) {
 			// Nothing is behind this breaker any more: close it (a
 			// caller holding it goes to the primary, which redirects)
@@ -442,15 +453,16 @@ func (b *breaker) probeLoop() {
 	}
 }
 
-// setState changes the state and reports the change. b.mu is held, so
+// setState changes the state and reports the change, with cause, the
+// error that opened the breaker (nil for other states). b.mu is held, so
 // changes are reported in order.
-func (b *breaker) setState(s BreakerState) {
+func (b *breaker) setState(s BreakerState, cause error) {
 	if b.state == s {
 		return
 	}
 	b.state = s
 	if b.onChange != nil {
-		b.onChange(s)
+		b.onChange(s, cause)
 	}
 }
 

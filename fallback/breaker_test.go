@@ -31,7 +31,7 @@ func newTestBreaker(t *testing.T, opts BreakerOptions) (*breaker, *fakeClock, *[
 	}
 	clk := &fakeClock{t: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	var changes []BreakerState
-	b := newBreaker("test", opts, clk.now, func(s BreakerState) { changes = append(changes, s) })
+	b := newBreaker("test", opts, clk.now, func(s BreakerState, _ error) { changes = append(changes, s) })
 	return b, clk, &changes
 }
 
@@ -114,7 +114,7 @@ func TestBreakerJitter(t *testing.T) {
 	seen := map[time.Duration]bool{}
 	for range 50 {
 		b.mu.Lock()
-		b.open()
+		b.open(nil)
 		b.mu.Unlock()
 		_, wait := b.snapshot()
 		if wait < 500*time.Millisecond || wait > 1500*time.Millisecond {
@@ -171,7 +171,7 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 	b, clk, changes := newTestBreaker(t, BreakerOptions{})
 	for range 100 { // traffic before (the failure rate stays below a half)
 		tk, gen := b.acquireGen()
-		b.releaseGen(tk, verdictSuccess, gen)
+		b.releaseGen(tk, verdictSuccess, gen, nil)
 	}
 	for range 3 { // three stalls, each failing 12 calls in flight together
 		var tickets []ticket
@@ -182,14 +182,14 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 		}
 		clk.advance(50 * time.Millisecond)
 		for i, tk := range tickets {
-			b.releaseGen(tk, verdictFailure, gens[i])
+			b.releaseGen(tk, verdictFailure, gens[i], nil)
 		}
 		if len(*changes) != 0 {
 			t.Fatalf("a stall failing 12 calls in flight together changed the state: %v, want closed", *changes)
 		}
 		for range 100 { // between stalls, successes
 			tk, gen := b.acquireGen()
-			b.releaseGen(tk, verdictSuccess, gen)
+			b.releaseGen(tk, verdictSuccess, gen, nil)
 		}
 		clk.advance(time.Second)
 	}
@@ -201,7 +201,7 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 		}
 		tk, gen := b.acquireGen()
 		clk.advance(50 * time.Millisecond)
-		b.releaseGen(tk, verdictFailure, gen)
+		b.releaseGen(tk, verdictFailure, gen, nil)
 	}
 	if st, _ := b.snapshot(); st != BreakerOpen {
 		t.Fatalf("after 10 sequential failures: %v, want open", st)
@@ -223,7 +223,7 @@ func TestBreakerQuietStallCountsOnce(t *testing.T) {
 	}
 	clk.advance(200 * time.Millisecond)
 	for i, tk := range tickets {
-		b.releaseGen(tk, verdictFailure, gens[i])
+		b.releaseGen(tk, verdictFailure, gens[i], nil)
 	}
 	if len(*changes) != 0 {
 		t.Fatalf("one stall of a quiet instance (20 calls in flight together) changed the state: %v, want closed", *changes)
@@ -231,7 +231,7 @@ func TestBreakerQuietStallCountsOnce(t *testing.T) {
 	for range 10 { // down for good: each call sent after the last failed
 		tk, gen := b.acquireGen()
 		clk.advance(50 * time.Millisecond)
-		b.releaseGen(tk, verdictFailure, gen)
+		b.releaseGen(tk, verdictFailure, gen, nil)
 	}
 	if st, _ := b.snapshot(); st != BreakerOpen {
 		t.Fatalf("after a stall and 10 sequential failures: %v, want open", st)

@@ -50,9 +50,14 @@ func (b *breakers) close() {
 // create returns a new breaker for partition name, reporting its state to
 // the observer.
 func (b *breakers) create(name string) *breaker {
-	var onChange func(BreakerState)
-	if b.obs != nil {
-		onChange = func(s BreakerState) { b.obs.ObserveBreaker(name, s) }
+	var onChange func(BreakerState, error)
+	co, _ := b.obs.(CauseObserver)
+	switch {
+	case co != nil:
+		onChange = func(s BreakerState, cause error) { co.ObserveBreakerCause(name, s, cause) }
+		co.ObserveBreakerCause(name, BreakerClosed, nil)
+	case b.obs != nil:
+		onChange = func(s BreakerState, _ error) { b.obs.ObserveBreaker(name, s) }
 		b.obs.ObserveBreaker(name, BreakerClosed)
 	}
 	br := newBreaker(name, b.opts, b.now, onChange)
@@ -61,6 +66,9 @@ func (b *breakers) create(name string) *breaker {
 			probe:   func(ctx context.Context) error { return b.probe(ctx, name) },
 			gone:    func() { b.forget(name, br) },
 			timeout: b.probeTime, stop: b.stop, wg: &b.wg,
+		}
+		if co != nil {
+			br.prober.observe = func(err error) { co.ObserveProbe(name, err) }
 		}
 	}
 	return br

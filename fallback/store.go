@@ -85,6 +85,26 @@ type Observer interface {
 	ObserveBreaker(partition string, s BreakerState)
 }
 
+// CauseObserver is implemented by an Observer that wants to know why a
+// breaker opened and why it stays open, to log it (serve does): the
+// error of the failed call that opened it, and the result of each
+// background probe (Options.Probe) while it is open.
+type CauseObserver interface {
+	// ObserveBreakerCause is called in place of Observer.ObserveBreaker,
+	// at the same moments and under the same lock, with cause: the
+	// error of the failed call (a decision, a Call or CallWrite, or a
+	// half-open probe) that opened the breaker when s is BreakerOpen,
+	// nil otherwise.
+	ObserveBreakerCause(partition string, s BreakerState, cause error)
+	// ObserveProbe reports one background probe of partition while its
+	// breaker is open: the probe's error, nil when it succeeded. It is
+	// called from the probe's goroutine, about every
+	// BreakerOptions.ProbeInterval, with no lock held, before the
+	// breaker acts on the result (so a closing is reported after the
+	// probe that closed it). It must not call back into the Store.
+	ObserveProbe(partition string, err error)
+}
+
 // BreakerForgetter is implemented by an Observer that keeps something per
 // partition (a metric series): ForgetBreaker is called when the Store
 // drops a partition's breaker because the partition is gone (its probe
@@ -506,14 +526,14 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 			// and every identity's decisions went to the fallback).
 			br.release(t, verdictNeutral)
 			if ot := other.acquire(); ot != ticketDenied {
-				other.release(ot, verdictFailure)
+				other.releaseCause(ot, verdictFailure, err)
 			}
 			br = other
 			t = ticketDenied
 		}
 	}
 	if t != ticketDenied {
-		br.releaseGen(t, verdictFailure, gen)
+		br.releaseGen(t, verdictFailure, gen, err)
 	}
 	o.fail(elapsed, timedOut(cctx, err))
 	return s.degrade(ctx, o, br, now, layers, out, classify(err), err)
@@ -609,7 +629,7 @@ func (s *Store) call(ctx context.Context, key string, read func(ctx context.Cont
 	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(ctx.Err(), context.Canceled):
 		br.release(t, verdictNeutral)
 	default:
-		br.releaseGen(t, verdictFailure, gen)
+		br.releaseGen(t, verdictFailure, gen, err)
 		// The request's budget pays for the failed call (all of it if
 		// the call timed out), as for a failed decision: a Redis whose
 		// lookups fail slowly (go-redis redialling a refused

@@ -84,6 +84,14 @@ type ReadyOptions struct {
 	// is a reply, not a connection's failure, so only those questions
 	// record it.
 	Nodes NodeErrors
+	// Replies, if set, is where the error replies of the Redis nodes'
+	// probes are remembered, the check's own and the breaker's (wrap
+	// fallback.RedisProbe with Replies.Probe), so that a probe of the
+	// check that times out after its Redis gave an error reply less than
+	// ErrorReplyRecent ago adds it, e.g. "i/o timeout (its last error
+	// reply, 1.2s ago: LOADING Redis is loading the dataset in memory)".
+	// Nil: the check remembers its own probes' replies only.
+	Replies *ErrorReplies
 }
 
 // SentinelLookback is how far before a check that found no sentinel
@@ -115,14 +123,24 @@ func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOpt
 	if probeKey != "" {
 		probe = fallback.RedisProbe(client, probeKey)
 	}
+	replies := opts.Replies
+	if replies == nil {
+		replies = NewErrorReplies()
+	}
 	var warnOnce sync.Once
 	var refusedAt atomic.Int64 // Unix ns of ROLE's last NOPERM; 0: none
 	return func(ctx context.Context) error {
 		if cc, ok := client.(*redis.ClusterClient); ok {
-			return clusterReady(ctx, cc, probe)
+			return clusterReady(ctx, cc, probe, replies)
 		}
 		start := time.Now()
 		named := func(err error) error {
+			// The last error reply before a timeout, then this one's.
+			note := replies.note(fallback.DefaultPartition, err)
+			replies.Record(fallback.DefaultPartition, err)
+			if note != "" {
+				err = fmt.Errorf("%w%s", err, note)
+			}
 			if opts.Nodes == nil {
 				return addrErr(client, err, nil)
 			}
@@ -174,16 +192,18 @@ func RedisReadyWith(client redis.UniversalClient, probeKey string, opts ReadyOpt
 			return err
 		}
 		if err := probe(ctx, fallback.DefaultPartition); err != nil {
+			note := replies.note(fallback.DefaultPartition, err)
+			replies.Record(fallback.DefaultPartition, err)
 			if isRedirect(err) {
 				return fmt.Errorf("redis: the address is a Redis Cluster node, given as a single Redis (it redirected a write: %w): give the cluster's nodes with --redis-cluster (or a redis-cluster:// URL)", err)
 			}
-			return fmt.Errorf("redis: the probe's write failed: %w", err)
+			return fmt.Errorf("redis: the probe's write failed: %w%s", err, note)
 		}
 		return nil
 	}
 }
 
-func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx context.Context, partition string) error) error {
+func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx context.Context, partition string) error, replies *ErrorReplies) error {
 	// The listing gets a third of the time (a stalled node chosen for
 	// the slot map's reload used to take all of it, failing every
 	// primary's own check with "context deadline exceeded"), each
@@ -197,7 +217,7 @@ func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx c
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		wg.Go(func() {
-			if err := nodeReady(ctx, n, probe); err != nil {
+			if err := nodeReady(ctx, n, probe, replies); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("redis cluster node %s: %w", n.Options().Addr, err))
 				mu.Unlock()
@@ -209,9 +229,16 @@ func clusterReady(ctx context.Context, cc *redis.ClusterClient, probe func(ctx c
 }
 
 // nodeReady checks one Cluster primary: CLUSTER INFO says
-// cluster_state:ok and, with probe, it takes a write.
-func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Context, partition string) error) error {
+// cluster_state:ok and, with probe, it takes a write. A timeout after an
+// error reply of the node (replies) adds that reply.
+func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Context, partition string) error, replies *ErrorReplies) error {
+	addr := n.Options().Addr
 	info, err := n.ClusterInfo(ctx).Result()
+	if err != nil {
+		note := replies.note(addr, err)
+		replies.Record(addr, err)
+		return fmt.Errorf("%w%s", err, note)
+	}
 	if err == nil && !strings.Contains(info, "cluster_state:ok") {
 		state := "unknown"
 		for _, line := range strings.Split(info, "\n") {
@@ -224,8 +251,10 @@ func nodeReady(ctx context.Context, n *redis.Client, probe func(ctx context.Cont
 	if err == nil && probe != nil {
 		// A primary gone from the slot map since the listing serves no
 		// key: nothing to be ready for.
-		if err = probe(ctx, n.Options().Addr); err != nil && !errors.Is(err, fallback.ErrPartitionGone) {
-			return fmt.Errorf("the probe's write failed: %w", err)
+		if err = probe(ctx, addr); err != nil && !errors.Is(err, fallback.ErrPartitionGone) {
+			note := replies.note(addr, err)
+			replies.Record(addr, err)
+			return fmt.Errorf("the probe's write failed: %w%s", err, note)
 		}
 		return nil
 	}

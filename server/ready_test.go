@@ -196,3 +196,49 @@ func TestReadyPausedWritesIsNoRefusal(t *testing.T) {
 		t.Fatalf("paused writes: %v; want the probe's write failed, not refused", err)
 	}
 }
+
+// TestReadyTimeoutNamesLastErrorReply: a readiness check whose probe
+// times out after its Redis gave an error reply less than
+// ErrorReplyRecent ago adds that reply: a Redis loading its dataset
+// answers LOADING between the chunks it loads and nothing during them,
+// and /readyz alternated between LOADING and a bare "i/o timeout" (an
+// outside walk), sending the operator after a network fault. Here OOM
+// (maxmemory 1), then writes paused. A check with no such reply says
+// nothing more.
+func TestReadyTimeoutNamesLastErrorReply(t *testing.T) {
+	s := redistest.Start(t)
+	admin := s.Client(t)
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
+	client := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	ready := server.RedisReady(client, "fgtest:lastreply")
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := ready(cctx)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "OOM command not allowed") {
+		t.Fatalf("maxmemory 1: %v; want the probe's OOM", err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(ctx, "CLIENT", "UNPAUSE").Err() })
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = ready(pctx)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "the probe's write failed") ||
+		!strings.Contains(err.Error(), "(its last error reply, ") || !strings.Contains(err.Error(), " ago: OOM command not allowed") {
+		t.Fatalf("paused writes after OOM: %v; want the timeout, then its last error reply, OOM", err)
+	}
+	pctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	err = server.RedisReady(client, "fgtest:lastreply")(pctx) // a check that saw no reply
+	cancel()
+	if err == nil || strings.Contains(err.Error(), "last error reply") {
+		t.Fatalf("paused writes, no reply seen: %v; want a timeout with no reply named", err)
+	}
+}

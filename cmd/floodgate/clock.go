@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // serviceClock is the time decisions are stamped with.
@@ -200,8 +201,10 @@ func startHeartbeat(f serveFlags, b *backend, id string, reg prometheus.Register
 		}})
 }
 
-// breakerLog is the fallback's observer: the metrics, and a log line at
-// every breaker change (rare: an outage opens it once, recovery closes it).
+// breakerLog is the fallback's observer: the metrics, a log line at every
+// breaker change (rare: an outage opens it once, recovery closes it),
+// naming the error that opened it, and, while it is open, a line when its
+// probes fail for another reason (probeLog).
 type breakerLog struct {
 	*metrics.Metrics
 	log  *slog.Logger
@@ -209,12 +212,17 @@ type breakerLog struct {
 	// redirects logs the Redis calls a Cluster node redirected, at most
 	// once per redirectLogEvery (nil: not logged).
 	redirects *ratelog.Log
+	probes    *probeLog
+	// replies, if set, remembers the error that opened a breaker, for
+	// /readyz (see server.ErrorReplies).
+	replies *server.ErrorReplies
 }
 
 // newBreakerLog returns the observer serve gives its fallback, logging to
 // log.
 func newBreakerLog(m *metrics.Metrics, log *slog.Logger) breakerLog {
-	return breakerLog{Metrics: m, log: log, seen: new(sync.Map), redirects: ratelog.New(log, redirectLogEvery)}
+	return breakerLog{Metrics: m, log: log, seen: new(sync.Map), redirects: ratelog.New(log, redirectLogEvery),
+		probes: newProbeLog(log, probeLogEvery)}
 }
 
 // redirectLogEvery is how often at most a redirected call is logged.
@@ -243,22 +251,46 @@ func (b breakerLog) ObservePrimary(d time.Duration, err error) {
 	}
 }
 
-// ObserveBreaker implements fallback.Observer. A breaker's first report,
-// its closed state when it is made, is not logged: it says nothing of
-// Redis (serve makes the default partition's breaker at start, whether
-// Redis is up or not), and "deciding with Redis" followed at once by the
-// breaker opening would mislead whoever reads the log of a start with
-// Redis down.
+// ObserveBreaker implements fallback.Observer: ObserveBreakerCause with
+// no cause. (The fallback calls ObserveBreakerCause.)
 func (b breakerLog) ObserveBreaker(partition string, s fallback.BreakerState) {
+	b.ObserveBreakerCause(partition, s, nil)
+}
+
+// ObserveBreakerCause implements fallback.CauseObserver: the metric, and
+// a log line, the opening's with the error of the call that opened the
+// breaker (it said only that it opened: an outside walk read a Redis
+// restart's LOADING, NOAUTH or WRONGPASS nowhere in it). A breaker's
+// first report, its closed state when it is made, is not logged: it
+// says nothing of Redis (serve makes the default partition's breaker at
+// start, whether Redis is up or not), and "deciding with Redis" followed
+// at once by the breaker opening would mislead whoever reads the log of
+// a start with Redis down.
+func (b breakerLog) ObserveBreakerCause(partition string, s fallback.BreakerState, cause error) {
 	b.Metrics.ObserveBreaker(partition, s)
 	if _, known := b.seen.LoadOrStore(partition, struct{}{}); !known && s == fallback.BreakerClosed {
 		return
 	}
+	if b.probes != nil {
+		b.probes.changed(partition, s, cause)
+	}
+	b.replies.Record(partition, cause)
 	if s == fallback.BreakerClosed {
 		b.log.Info("circuit breaker closed: deciding with Redis", "partition", partition)
 		return
 	}
-	b.log.Warn("circuit breaker "+s.String()+": decisions taken by each policy's failure mode", "partition", partition)
+	args := []any{"partition", partition}
+	if cause != nil {
+		args = append(args, "error", cause)
+	}
+	b.log.Warn("circuit breaker "+s.String()+": decisions taken by each policy's failure mode", args...)
+}
+
+// ObserveProbe implements fallback.CauseObserver: see probeLog.
+func (b breakerLog) ObserveProbe(partition string, err error) {
+	if b.probes != nil {
+		b.probes.probed(partition, err)
+	}
 }
 
 // ForgetBreaker implements fallback.BreakerForgetter: the partition's
@@ -269,5 +301,8 @@ func (b breakerLog) ObserveBreaker(partition string, s fallback.BreakerState) {
 func (b breakerLog) ForgetBreaker(partition string) {
 	b.Metrics.ForgetBreaker(partition)
 	b.seen.Delete(partition)
+	if b.probes != nil {
+		b.probes.changed(partition, fallback.BreakerClosed, nil)
+	}
 	b.log.Info("circuit breaker dropped: no longer a Redis primary", "partition", partition)
 }

@@ -311,7 +311,10 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	if err != nil {
 		return nil, err
 	}
-	ro := server.ReadyOptions{Log: log}
+	// The breaker's probes and readiness's share what Redis last
+	// replied, so that /readyz's timeouts say it (LOADING, say).
+	replies := server.NewErrorReplies()
+	ro := server.ReadyOptions{Log: log, Replies: replies}
 	if follow != nil {
 		ro.Nodes = follow // behind Sentinel, /readyz names the nodes that failed
 	}
@@ -400,13 +403,15 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		client.Close()
 		return nil, fmt.Errorf("--fallback-factor %v: want 1..1000 (1: each instance its share of the limit)", f.fallbackFactor)
 	}
-	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Factor: f.fallbackFactor, Observer: newBreakerLog(m, log),
+	observer := newBreakerLog(m, log)
+	observer.replies = replies
+	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Factor: f.fallbackFactor, Observer: observer,
 		OnFallback: func(r fallback.Reason, err error) {
 			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
 		},
 		// Background probes, independent of traffic, bring central
 		// counting back within about a second of Redis being healthy.
-		Probe: fallback.RedisProbe(client, f.prefix+":probe"),
+		Probe: replies.Probe(fallback.RedisProbe(client, f.prefix+":probe")),
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		fo.Partition = fallback.ClusterPartition(cc)

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/fallback"
+)
+
+// probeLogEvery is how often at most probeLog writes a line.
+const probeLogEvery = 5 * time.Second
+
+// probeLog logs the background probes of open breakers whose failure has
+// another reason than the one last logged for that breaker (the error
+// that opened it, or an earlier probe's): a Redis restarting refuses
+// connections, then answers LOADING for seconds, then takes the probes;
+// one whose password changed answers NOAUTH or WRONGPASS. It writes at
+// most one line per interval, for all breakers together; a change not
+// written for that is written at the breaker's next probe after the
+// interval, if its reason still differs from the one logged (so the log
+// ends with the current reason, and a probe flapping between two reasons
+// writes one line per interval, not one per probe). A probe that succeeds
+// is not logged: the breaker's closing is. Safe for concurrent use.
+type probeLog struct {
+	log   *slog.Logger
+	every time.Duration
+
+	mu     sync.Mutex
+	last   time.Time         // when a line was last written
+	logged map[string]string // open breaker's partition -> the reason last logged
+}
+
+func newProbeLog(log *slog.Logger, every time.Duration) *probeLog {
+	return &probeLog{log: log, every: every, logged: map[string]string{}}
+}
+
+// changed records partition's breaker changing to s, because of cause
+// when it opened.
+func (p *probeLog) changed(partition string, s fallback.BreakerState, cause error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s == fallback.BreakerOpen {
+		p.logged[partition] = failureReason(cause)
+		return
+	}
+	delete(p.logged, partition)
+}
+
+// probed records a probe of partition's open breaker, failed with err
+// (nil: it succeeded).
+func (p *probeLog) probed(partition string, err error) {
+	if err == nil || errors.Is(err, fallback.ErrPartitionGone) {
+		return // the closing, or the breaker's drop, is logged
+	}
+	reason := failureReason(err)
+	now := time.Now()
+	p.mu.Lock()
+	before, open := p.logged[partition]
+	if !open || reason == before || now.Sub(p.last) < p.every {
+		p.mu.Unlock()
+		return
+	}
+	p.logged[partition] = reason
+	p.last = now
+	p.mu.Unlock()
+	p.log.Warn("circuit breaker open: Redis fails its health probe for another reason", "partition", partition, "error", err, "before", before)
+}
+
+// failureReason names the kind of a Redis call's failure, without what
+// varies from one call to the next (ports, a timeout's address): the
+// code of an error reply (LOADING, NOAUTH, WRONGPASS, NOPERM, READONLY,
+// OOM...), "timeout", "connection refused", "connection reset",
+// "connection closed", or the error's text. nil is "ok".
+func failureReason(err error) string {
+	var reply redis.Error
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &reply):
+		code, _, _ := strings.Cut(reply.Error(), " ")
+		return code
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	case errors.As(err, &op):
+		if t, ok := op.Err.(net.Error); ok && t.Timeout() {
+			return "timeout"
+		}
+		return op.Op + ": " + op.Err.Error()
+	}
+	return err.Error()
+}
