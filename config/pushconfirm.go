@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 )
 
 // ErrNotConfirmed is wrapped by PublishWith's error when the document was
@@ -101,6 +103,8 @@ func sentinelClients(st *SentinelTarget) []*redis.SentinelClient {
 	for i, a := range st.Addrs {
 		out[i] = redis.NewSentinelClient(&redis.Options{Addr: a, Username: st.Username, Password: st.Password, TLSConfig: st.TLS,
 			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 1})
+		// A sentinel at its maxclients limit is reported as such.
+		out[i].AddHook(connsetup.Hook{})
 	}
 	return out
 }

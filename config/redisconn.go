@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/connsetup"
+	"github.com/floodgate-rl/floodgate/internal/oneline"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
@@ -415,7 +416,9 @@ func (sentinelAuthHint) DialHook(next redis.DialHook) redis.DialHook {
 			// reset after a write to a sentinel, which alone would read
 			// as a command that may have run). A dial error says so to
 			// luascript.Classify and its kin.
-			defer func() { err = &net.OpError{Op: "dial", Net: network, Err: err} }()
+			// go-redis joins the sentinels' failures one per line:
+			// put them on one (readiness quotes op.Err alone).
+			defer func() { err = &net.OpError{Op: "dial", Net: network, Err: oneline.Error(err)} }()
 			var reply redis.Error
 			if errors.As(err, &reply) {
 				msg := reply.Error()

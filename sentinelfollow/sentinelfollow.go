@@ -35,6 +35,7 @@
 package sentinelfollow
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -50,6 +51,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
+	"github.com/floodgate-rl/floodgate/internal/oneline"
 )
 
 // Interval is how often a Follower asks the sentinels when none has
@@ -181,11 +185,31 @@ func New(o *redis.FailoverOptions) *Follower {
 func NewClient(o *redis.FailoverOptions) (*redis.Client, *Follower) {
 	f := New(o)
 	c := redis.NewFailoverClient(o)
+	c.AddHook(oneLineHook{})
 	if !o.ReplicaOnly {
 		f.primaryDials = true
 		c.AddHook(primaryHook{f})
 	}
 	return c, f
+}
+
+// oneLineHook is the outermost hook of NewClient's client: a dial's
+// error is put on one line (oneline.Error). go-redis joins the failures
+// of every sentinel it asked with newlines, which broke readiness's JSON
+// and every log line that quoted them.
+type oneLineHook struct{}
+
+func (oneLineHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		return c, oneline.Error(err)
+	}
+}
+
+func (oneLineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (oneLineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // primaryHook is the hook of NewClient's client: it dials the primary
@@ -281,7 +305,7 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	f.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, addr := range f.sentinels {
-		sc := redis.NewSentinelClient(f.opts(addr))
+		sc := f.sentinelClient(addr)
 		ps := sc.Subscribe(ctx, "+switch-master")
 		wg.Go(func() {
 			defer sc.Close()
@@ -305,7 +329,7 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	}
 	clients := make([]*redis.SentinelClient, len(f.sentinels))
 	for i, addr := range f.sentinels {
-		clients[i] = redis.NewSentinelClient(f.opts(addr))
+		clients[i] = f.sentinelClient(addr)
 	}
 	defer func() {
 		for _, c := range clients {
@@ -325,6 +349,16 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 		case <-f.kick:
 		}
 	}
+}
+
+// sentinelClient returns a client of Run for the sentinel at addr, with
+// connsetup's hook: a sentinel at its maxclients limit, which closes each
+// new connection as it accepts it, is reported as such (NodeErrors), not
+// as a bare "write: broken pipe".
+func (f *Follower) sentinelClient(addr string) *redis.SentinelClient {
+	sc := redis.NewSentinelClient(f.opts(addr))
+	sc.AddHook(connsetup.Hook{})
+	return sc
 }
 
 // Asked returns a channel closed once a Run has asked the sentinels a
@@ -538,20 +572,28 @@ func (f *Follower) dial(ctx context.Context, network, addr string) (net.Conn, er
 		f.record(addr, err)
 		return nil, err
 	}
-	return &conn{Conn: c, addr: addr, f: f}, nil
+	out := &conn{Conn: c, addr: addr, f: f}
+	if !slices.Contains(f.sentinels, addr) {
+		out.setup.Store(setUp) // the client's own hooks see its setup
+	}
+	return out, nil
 }
 
 // record notes err as the last failure met at addr. A connection reset
 // or broken pipe does not replace a failure noted less than staleAfter
 // before: it is most often that failure's echo (a server that refused a
 // TLS client with an alert closes the connection, and the client's next
-// write is reset), and the first says why.
+// write is reset), and the first says why; unless it is a new
+// connection's setup failure (*connsetup.Error) and that one is not,
+// which says more.
 func (f *Follower) record(addr string, err error) {
 	now := time.Now()
 	f.errMu.Lock()
 	defer f.errMu.Unlock()
+	var setup *connsetup.Error
 	if old, ok := f.errs[addr]; ok && now.Sub(old.at) < staleAfter &&
-		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) &&
+		(!errors.As(err, &setup) || errors.As(old.err, &setup)) {
 		return
 	}
 	f.errs[addr] = nodeErr{err: err, at: now}
@@ -629,29 +671,61 @@ type conn struct {
 	net.Conn
 	addr string
 	f    *Follower
+
+	// setup is where a connection to a sentinel is in its setup: settingUp,
+	// refused or setUp (a connection to another server is setUp).
+	setup atomic.Int32
 }
+
+// The states of a connection's setup (conn.setup).
+const (
+	settingUp int32 = iota // nothing read yet
+	refused                // what was read first is the maxclients refusal
+	setUp                  // something else was read first
+)
+
+// maxclientsRefusal is how Redis, a sentinel included, starts what it
+// writes to a connection it refuses at its maxclients limit.
+var maxclientsRefusal = []byte("-ERR max number of clients")
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	c.note(err)
-	return n, err
+	if n > 0 && c.setup.Load() == settingUp {
+		if bytes.HasPrefix(b[:n], maxclientsRefusal) {
+			c.setup.Store(refused)
+		} else {
+			c.setup.Store(setUp)
+		}
+	}
+	return n, c.note(err)
 }
 
 func (c *conn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
-	c.note(err)
-	return n, err
+	return n, c.note(err)
 }
 
 // note records a read's or write's failure, other than a timeout (a
 // subscription waits out deadlines on a healthy sentinel) or the client's
-// own close.
-func (c *conn) note(err error) {
+// own close, and returns it. The failure of a connection to a sentinel
+// before anything but Redis's maxclients refusal was read from it is
+// returned, and recorded, as a *connsetup.Error: go-redis asks the
+// sentinels for the primary with clients of its own, which carry none of
+// this client's hooks (connsetup.Hook), and a sentinel at its maxclients
+// limit, which closes each new connection as it accepts it, made the
+// dial fail with a bare "write: broken pipe".
+func (c *conn) note(err error) error {
 	var ne net.Error
 	if err == nil || errors.Is(err, net.ErrClosed) || (errors.As(err, &ne) && ne.Timeout()) {
-		return
+		return err
+	}
+	if c.setup.Load() != setUp {
+		// One more layer, as connsetup.Hook adds: go-redis (v9.23
+		// initPooledConn) returns errors.Unwrap of a setup's failure.
+		err = fmt.Errorf("%w", &connsetup.Error{Err: err})
 	}
 	c.f.record(c.addr, err)
+	return err
 }
 
 // SyscallConn is what go-redis's pool checks an idle connection with

@@ -54,7 +54,16 @@ type Sentinel struct {
 // sentinels. It fails the test if that does not happen within 30s.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	return startSentinel(t, nil)
+	return startSentinel(t, nil, nil)
+}
+
+// StartSentinelArgs is StartSentinel with sentinelArgs added to each
+// sentinel's command line ("--maxclients", "8"): a sentinel takes some
+// settings, maxclients among them, only there or in its configuration
+// file, not from CONFIG SET.
+func StartSentinelArgs(t testing.TB, sentinelArgs ...string) *Sentinel {
+	t.Helper()
+	return startSentinel(t, nil, sentinelArgs)
 }
 
 // StartSentinelTLS is StartSentinel with TLS (f's certificates) between
@@ -66,10 +75,10 @@ func StartSentinel(t testing.TB) *Sentinel {
 // redistest's own checks. Failover is not supported on it.
 func StartSentinelTLS(t testing.TB, f TLSFiles) *Sentinel {
 	t.Helper()
-	return startSentinel(t, &f)
+	return startSentinel(t, &f, nil)
 }
 
-func startSentinel(t testing.TB, f *TLSFiles) *Sentinel {
+func startSentinel(t testing.TB, f *TLSFiles, sentinelArgs []string) *Sentinel {
 	t.Helper()
 	s := &Sentinel{MasterName: sentinelMasterName}
 	monitorPort := 0
@@ -95,9 +104,9 @@ func startSentinel(t testing.TB, f *TLSFiles) *Sentinel {
 		"sentinel failover-timeout %[1]s 5000\n"+
 		"sentinel parallel-syncs %[1]s 1\n", s.MasterName, monitorPort)
 	for i := 0; i < sentinelCount; i++ {
-		var extra []string
+		extra := append([]string(nil), sentinelArgs...)
 		if f != nil {
-			extra = []string{"--tls-replication", "yes"}
+			extra = append(extra, "--tls-replication", "yes")
 		}
 		n := newServer(t, extra)
 		n.tls = f
