@@ -55,5 +55,52 @@ func TestKubernetesMemoryBudget(t *testing.T) {
 	case soft < need:
 		t.Errorf("%s: GOMEMLIMIT %d bytes is below the %d bytes the process needs at its bound: the collector would run without end", where, soft, need)
 	}
+	conns := maxConns(t, where, flags["max-connections"])
+	if withConns := need + conns*perIdleConn; withConns > limit.Value() {
+		t.Errorf("%s: memory limit %s is below %d bytes with --max-connections=%d idle connections of %d bytes besides: lower --max-connections",
+			where, limit.String(), withConns, conns, perIdleConn)
+	}
 	t.Logf("%s: %d MiB + %d identities × %d B = %.0f MiB; GOMEMLIMIT %.0f MiB; limit %s", where, base>>20, keys, perIdentity, float64(need)/(1<<20), float64(soft)/(1<<20), limit.String())
+}
+
+// perIdleConn is the resident memory an idle keep-alive connection
+// costs: about 26 KB on net/http, 21 KB on fasthttp (an outside walk:
+// 5,000 idle connections took a process from 31 to 161 MB).
+const perIdleConn = 26_000
+
+// maxConns reads a connection cap (--max-connections, MAX_CONNECTIONS):
+// the default, derived from the file descriptor limit, can be hundreds of
+// thousands in a container, so the manifests must set one.
+func maxConns(t *testing.T, where, v string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s: connection cap %q: want a number of connections that fits the memory limit (the default follows the file descriptor limit, not memory)", where, v)
+	}
+	return n
+}
+
+// TestEnvoyCompatConnectionsFitMemory: the envoy-compat Deployment caps
+// its connections (MAX_CONNECTIONS) at what its memory limit holds beside
+// the process under load (about 100 MiB resident).
+func TestEnvoyCompatConnectionsFitMemory(t *testing.T) {
+	const base = 100 << 20
+	m := loadManifests(t, "kubernetes/envoy-compat")
+	d, c := m.onlyDeployment(t)
+	where := "Deployment " + d.Name
+	v := ""
+	for _, e := range c.Env {
+		if e.Name == "MAX_CONNECTIONS" {
+			v = e.Value
+		}
+	}
+	conns := maxConns(t, where, v)
+	limit := c.Resources.Limits.Memory()
+	if limit == nil || limit.IsZero() {
+		t.Fatalf("%s: no memory limit", where)
+	}
+	if need := base + conns*perIdleConn; need > limit.Value() {
+		t.Errorf("%s: memory limit %s is below %d bytes (%d MiB under load plus MAX_CONNECTIONS=%d idle connections of %d bytes)",
+			where, limit.String(), need, base>>20, conns, perIdleConn)
+	}
 }

@@ -106,6 +106,9 @@ func TestSettingsRefused(t *testing.T) {
 		{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_TYPE"},
 		{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_USE_TLS"},
 		{"EXPIRATION_JITTER_MAX_SECONDS=soon", "EXPIRATION_JITTER_MAX_SECONDS"},
+		{"MAX_CONNECTIONS=-1", "MAX_CONNECTIONS"},
+		{"MAX_CONNECTIONS=lots", "MAX_CONNECTIONS"},
+		{"MAX_CONNECTIONS=2147483648", "MAX_CONNECTIONS"},
 	} {
 		if _, err := FromEnv(env(tc.kv, "LIMIT_RESPONSE_HEADERS_ENABLED=false")); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.kv, err, tc.want)

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/servelog"
 )
 
 // HTTPEngine names the HTTP/1.x server implementation Serve runs.
@@ -89,7 +90,7 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 	// serve for ever. The shutdown therefore waits until fs.Serve accepts
 	// (it registers the listener first) or has returned.
 	sl := &acceptSignal{Listener: ln, accepting: make(chan struct{}), retrying: func(err error, wait time.Duration) {
-		s.warn.Warn("accept-retry", "accepting a connection failed; retrying", "error", err, "retry_in", wait)
+		s.warn.Warn(servelog.KindAccept, "accepting a connection failed; retrying", "error", err, "retry_in", wait)
 	}}
 	exited := make(chan struct{})
 	serve := func() error {

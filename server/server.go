@@ -43,6 +43,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/crossorigin"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
+	"github.com/floodgate-rl/floodgate/internal/servelog"
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
@@ -818,9 +819,10 @@ func (s *Server) decisionContext(ctx context.Context) (context.Context, context.
 
 // serverLog is the log.Logger of the HTTP servers: their lines as warnings
 // in the service's log, but failed TLS handshakes (a client without a
-// certificate, or with one refused, a scanner) at most one per
-// Options.WarnEvery, with the count held back: one line each let any
-// client write the log as fast as it could connect.
+// certificate, or with one refused, a scanner) and net/http's accept
+// retries (out of file descriptors) at most one per Options.WarnEvery,
+// with the count held back: one line each let any client write the log as
+// fast as it could connect.
 func (s *Server) serverLog() *log.Logger {
 	return log.New(serverLogWriter{s}, "", 0)
 }
@@ -835,6 +837,10 @@ func (w serverLogWriter) Write(p []byte) (int, error) {
 		line = line[:i] + "contents not logged"
 	}
 	switch {
+	case strings.HasPrefix(line, "http: Accept error"):
+		// net/http retrying an accept (out of file descriptors): one line
+		// per retry, 5 ms to 1 s apart, for as long as it lasts.
+		w.s.warn.Warn(servelog.KindAccept, "accepting a connection failed; retrying", "detail", line)
 	case strings.Contains(line, "TLS handshake error"), strings.Contains(line, "error when serving connection") && strings.Contains(line, "tls: "):
 		// net/http's words, and fasthttp's for the same failure.
 		w.s.warn.Warn("tls-handshake", "TLS handshake failed", "detail", line)

@@ -136,7 +136,7 @@ func TestServeFasthttpSurvivesNoDescriptors(t *testing.T) {
 	args := []string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), binary(t), "serve",
 		"--addr", "127.0.0.1:0", "--log-format", "json", "--http-server", "fasthttp", "--max-connections", "100000"}
 	p := proctest.Start(t, exec.Command("sh", args...), "floodgate listening")
-	if _, ok := p.Logged("--max-connections leaves fewer file descriptors than the default reserve: a flood of connections may leave none for Redis and the admin listener"); !ok {
+	if _, ok := p.Logged("--max-connections leaves fewer file descriptors than the default reserve: a flood of connections may leave none for Redis and the other listeners"); !ok {
 		t.Errorf("no warning of --max-connections above the default:\n%s", p.Logs())
 	}
 	url := "http://" + p.Record("floodgate listening")["addr"]

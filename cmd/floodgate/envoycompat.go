@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -33,9 +34,11 @@ import (
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/connsetup"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
+	"github.com/floodgate-rl/floodgate/internal/servelog"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
@@ -197,9 +200,31 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		hln.Close()
 		return fmt.Errorf("debug listener %s: %w", debugAddr, err)
 	}
+	// The HTTP and gRPC listeners share a budget of connections, as
+	// serve's --addr and --grpc-addr (theirs has none): a flood of idle
+	// connections used every descriptor, and every listener, the
+	// runtime directory's reads and the Redis dials failed with it.
+	conns, err := connBudget(s.MaxConnections, "MAX_CONNECTIONS", reg, log)
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		dln.Close()
+		return fmt.Errorf("MAX_CONNECTIONS: %w", err)
+	}
+	var track func(net.Conn, http.ConnState)
+	if conns != nil {
+		track = conns.Track
+		hln = conns.Listener(hln, "http", 0)
+		gln = conns.Listener(gln, "grpc", max(conns.Max()/2, 1)) // gRPC's are never closed for room (see startGRPC)
+	}
+	// Accept failures (out of descriptors) and net/http's other lines go
+	// to the service's log, in its format, at most one a kind per 10 s.
+	warn := ratelog.New(log, 10*time.Second)
+	gln = servelog.Listener(gln, warn)
+	errorLog := servelog.ErrorLog(log, warn)
 	servers := []*http.Server{
-		{Handler: svc.HTTPHandler(h), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout},
-		{Handler: svc.DebugHandler(reg), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout},
+		compatHTTPServer(svc.HTTPHandler(h), errorLog, track),
+		compatHTTPServer(svc.DebugHandler(reg), errorLog, nil),
 	}
 	listeners := []net.Listener{hln, dln}
 	if s.UsePrometheus {
@@ -212,7 +237,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		}
 		mux := http.NewServeMux()
 		mux.Handle(s.PrometheusPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout})
+		servers = append(servers, compatHTTPServer(mux, errorLog, nil))
 		listeners = append(listeners, pln)
 	}
 
@@ -257,7 +282,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		})
 	}
 	log.Info("floodgate envoy-compat listening", "http", hln.Addr().String(), "grpc", gln.Addr().String(),
-		"debug", dln.Addr().String(), "backend", s.BackendType, "runtime", s.RuntimeOf())
+		"debug", dln.Addr().String(), "backend", s.BackendType, "runtime", s.RuntimeOf(), "max_connections", conns.Max())
 
 	var runErr error
 	select {
@@ -286,6 +311,15 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	}
 	drains.Wait()
 	return runErr
+}
+
+// compatHTTPServer returns an http.Server of envoy-compat serving h,
+// bounding slow and idle clients (compatReadTimeout, compatIdleTimeout),
+// its lines written to errorLog, and its connections' states told to
+// track (nil: not told).
+func compatHTTPServer(h http.Handler, errorLog *stdlog.Logger, track func(net.Conn, http.ConnState)) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: compatReadTimeout, IdleTimeout: compatIdleTimeout,
+		ErrorLog: errorLog, ConnState: track}
 }
 
 // watchStore marks the redis health component healthy once the store

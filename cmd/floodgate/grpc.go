@@ -19,7 +19,9 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
+	"github.com/floodgate-rl/floodgate/internal/servelog"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -112,6 +114,9 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 		// dead peer).
 		ln = conns.Listener(ln, "grpc", max(conns.Max()/2, 1))
 	}
+	// grpc-go retries a failed accept without a word: out of file
+	// descriptors, the log now says so, once per 10 s.
+	ln = servelog.Listener(ln, ratelog.New(log, 10*time.Second))
 	gs := grpc.NewServer(gopts...)
 	svc.Register(gs)
 	gh := health.NewServer()

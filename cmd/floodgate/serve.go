@@ -974,21 +974,27 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 }
 
 // connLimit returns the budget of connections --addr and --grpc-addr
-// share (--grpc-addr half of it at most, startGRPC): --max-connections, or by default connlimit.Default of the file
-// descriptor limit; nil when neither is known (a system without the
-// limit). A --max-connections above that default is warned of: it leaves
-// less than the reserve, and a flood of connections can then run Redis's
-// and the admin listener's out of descriptors.
+// share (--grpc-addr half of it at most, startGRPC): connBudget of
+// --max-connections.
 func connLimit(f serveFlags, reg prometheus.Registerer, log *slog.Logger) (*connlimit.Limit, error) {
+	return connBudget(f.maxConns, "--max-connections", reg, log)
+}
+
+// connBudget returns a budget of n connections (setting, the flag or
+// variable that set it, in its warning), or by default (n 0)
+// connlimit.Default of the file descriptor limit; nil when neither is
+// known (a system without the limit). An n above that default is warned
+// of: it leaves less than the reserve, and a flood of connections can
+// then run Redis's and the other listeners' out of descriptors.
+func connBudget(n int, setting string, reg prometheus.Registerer, log *slog.Logger) (*connlimit.Limit, error) {
 	nofile, known := connlimit.FileLimit()
-	n := f.maxConns
 	switch {
 	case n == 0 && !known:
 		return nil, nil
 	case n == 0:
 		n = connlimit.Default(nofile)
 	case known && n > connlimit.Default(nofile):
-		log.Warn("--max-connections leaves fewer file descriptors than the default reserve: a flood of connections may leave none for Redis and the admin listener",
+		log.Warn(setting+" leaves fewer file descriptors than the default reserve: a flood of connections may leave none for Redis and the other listeners",
 			"max_connections", n, "file_limit", nofile, "default", connlimit.Default(nofile))
 	}
 	return connlimit.New(n, reg)

@@ -73,7 +73,7 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 		changed: make(chan struct{}),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_connections_open",
-			Help: "Connections open on the public listeners, by listener (http: --addr, grpc: --grpc-addr); together at most floodgate_connections_max.",
+			Help: "Connections open on the public listeners, by listener (http: --addr, grpc: --grpc-addr; envoy-compat: PORT, GRPC_PORT); together at most floodgate_connections_max.",
 		}, []string{"listener"}),
 		idleNow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_connections_idle",
@@ -91,7 +91,7 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 	if reg != nil {
 		limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_connections_max",
-			Help: "Connections the public listeners (--addr, --grpc-addr) hold open at once at most (--max-connections).",
+			Help: "Connections the public listeners (--addr, --grpc-addr; envoy-compat: PORT, GRPC_PORT) hold open at once at most (--max-connections; envoy-compat: MAX_CONNECTIONS).",
 		}, func() float64 { return float64(max) })
 		for _, c := range []prometheus.Collector{limit, l.open, l.idleNow, l.idleClosed, l.waits} {
 			if err := reg.Register(c); err != nil {

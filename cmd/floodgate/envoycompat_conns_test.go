@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// TestEnvoyCompatMaxConnections: envoy-compat had no connection cap (116
+// idle keep-alive connections under ulimit -n 128 took every listener and
+// the Redis dials down, and idle ones were cut only after 2 minutes).
+// With MAX_CONNECTIONS=4, four idle keep-alive connections fill the
+// budget; a new client's /healthcheck and decision are still answered,
+// the connection idle longest being closed to make room, and the budget
+// is in the metrics.
+func TestEnvoyCompatMaxConnections(t *testing.T) {
+	rdb := redistest.Start(t)
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
+	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
+		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "CACHE_KEY_PREFIX=conns_", "MAX_CONNECTIONS=4")
+	// Each check on a connection of its own, closed after: no pooled
+	// connection takes a place.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	get := func(path string) (int, error) {
+		resp, err := hc.Get("http://" + p.http + path)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	waitFor(t, "healthcheck OK", func() bool { code, err := get("/healthcheck"); return err == nil && code == 200 })
+
+	// Four keep-alive clients, each idle after one request.
+	idle := make([]*bufio.Reader, 4)
+	conns := make([]net.Conn, 4)
+	for i := range idle {
+		c, err := net.Dial("tcp", p.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		conns[i], idle[i] = c, bufio.NewReader(c)
+		if _, err := io.WriteString(c, "GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(idle[i], nil)
+		if err != nil {
+			t.Fatalf("keep-alive client %d: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+
+	if code, err := get("/healthcheck"); err != nil || code != 200 {
+		t.Fatalf("/healthcheck beyond the cap: %d, %v", code, err)
+	}
+	resp, err := hc.Post("http://"+p.http+"/json", "application/json",
+		strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"route","value":"/api/v1/items"}]}]}`))
+	if err != nil {
+		t.Fatalf("/json beyond the cap: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"OK"`) {
+		t.Fatalf("/json beyond the cap: %d %s", resp.StatusCode, b)
+	}
+
+	// The first client, idle longest, was closed to make room (the read
+	// deadline bounds a hang: before, it stayed open 2 minutes).
+	_ = conns[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idle[0].ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isReset(err) {
+		t.Errorf("the connection idle longest: %v, want it closed", err)
+	}
+
+	_, metrics := httpGet(t, "http://"+p.debug+"/metrics")
+	for _, want := range []string{"floodgate_connections_max 4", `floodgate_connections_open{listener="http"}`, "floodgate_connections_idle_closed_total"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// isReset reports whether err is a connection reset by the peer.
+func isReset(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && strings.Contains(op.Err.Error(), "reset")
+}
