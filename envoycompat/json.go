@@ -29,7 +29,17 @@ import (
 
 // decodeRequest decodes a RateLimitRequest in protobuf JSON.
 func decodeRequest(body []byte) (*rlspb.RateLimitRequest, error) {
-	if req, ok := decodeRequestFast(body); ok {
+	return decodeRequestMax(body, 0)
+}
+
+// decodeRequestMax is decodeRequest reading at most max+1 descriptors
+// (max 0: all) of a body of the usual shape: one of more descriptors
+// decodes, at once, to a request of max+1 (the last one empty, the fields
+// after them unread), for the service to refuse, and costs no more than
+// max+1 descriptors however many it carries. A body of another shape is
+// decoded whole by protojson (bounded by maxJSONBody).
+func decodeRequestMax(body []byte, max int) (*rlspb.RateLimitRequest, error) {
+	if req, ok := decodeFast(body, max); ok {
 		return req, nil
 	}
 	req := new(rlspb.RateLimitRequest)
@@ -42,9 +52,15 @@ func decodeRequest(body []byte) (*rlspb.RateLimitRequest, error) {
 // decodeRequestFast decodes body when it has the usual shape; ok is false
 // when it does not, and the caller must decode it with protojson.
 func decodeRequestFast(body []byte) (req *rlspb.RateLimitRequest, ok bool) {
+	return decodeFast(body, 0)
+}
+
+// decodeFast is decodeRequestFast reading max+1 descriptors at most (see
+// decodeRequestMax).
+func decodeFast(body []byte, max int) (req *rlspb.RateLimitRequest, ok bool) {
 	d := jsonscan.Decoder{B: body}
 	req = new(rlspb.RateLimitRequest)
-	var seenDomain, seenDescs, seenHits bool
+	var seenDomain, seenDescs, seenHits, full bool
 	ok = object(&d, func(key []byte) bool {
 		var ok bool
 		switch string(key) {
@@ -59,7 +75,7 @@ func decodeRequestFast(body []byte) (req *rlspb.RateLimitRequest, ok bool) {
 				return false
 			}
 			seenDescs = true
-			req.Descriptors, ok = descriptors(&d)
+			req.Descriptors, ok, full = descriptors(&d, max)
 		case "hitsAddend", "hits_addend":
 			if seenHits {
 				return false
@@ -71,6 +87,9 @@ func decodeRequestFast(body []byte) (req *rlspb.RateLimitRequest, ok bool) {
 		}
 		return ok
 	})
+	if full {
+		return req, true
+	}
 	return req, ok && d.End()
 }
 
@@ -135,9 +154,17 @@ func uintValue(d *jsonscan.Decoder, max uint64) (uint64, bool) {
 	return v, true
 }
 
-func descriptors(d *jsonscan.Decoder) ([]*ratelimitv3.RateLimitDescriptor, bool) {
+// descriptors reads the descriptors array; with max above 0, it stops at
+// the descriptor after the first max, returning max descriptors and an
+// empty one, and full true.
+func descriptors(d *jsonscan.Decoder, max int) (_ []*ratelimitv3.RateLimitDescriptor, ok, full bool) {
 	var out []*ratelimitv3.RateLimitDescriptor
-	ok := array(d, func() bool {
+	ok = array(d, func() bool {
+		if max > 0 && len(out) == max {
+			full = true
+			out = append(out, new(ratelimitv3.RateLimitDescriptor))
+			return false
+		}
 		desc := new(ratelimitv3.RateLimitDescriptor)
 		out = append(out, desc)
 		var seenEntries, seenLimit, seenHits bool
@@ -170,7 +197,7 @@ func descriptors(d *jsonscan.Decoder) ([]*ratelimitv3.RateLimitDescriptor, bool)
 			return false
 		})
 	})
-	return out, ok
+	return out, ok, full
 }
 
 func entries(d *jsonscan.Decoder) ([]*ratelimitv3.RateLimitDescriptor_Entry, bool) {

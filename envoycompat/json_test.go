@@ -426,3 +426,22 @@ func TestMarshalCompact(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", b, want)
 	}
 }
+
+// TestDecodeRequestMax: a POST /json body of the usual shape with more
+// than max descriptors decodes to max+1 of them at once, for the service
+// to refuse (a grpcbounds walk: any number was decoded and decided); one
+// within max, or max 0, decodes as decodeRequest.
+func TestDecodeRequestMax(t *testing.T) {
+	body := func(n int) []byte {
+		return []byte(`{"domain":"edge","descriptors":[` + strings.Repeat(`{"entries":[{"key":"route","value":"/j"}]},`, n-1) + `{"entries":[{"key":"route","value":"/j"}]}],"hits_addend":2}`)
+	}
+	for _, tc := range []struct{ n, max, want int }{{5000, 10, 11}, {10, 10, 10}, {5000, 0, 5000}} {
+		req, err := decodeRequestMax(body(tc.n), tc.max)
+		if err != nil {
+			t.Fatalf("%d descriptors, max %d: %v", tc.n, tc.max, err)
+		}
+		if got := len(req.GetDescriptors()); got != tc.want {
+			t.Errorf("%d descriptors, max %d: %d decoded, want %d", tc.n, tc.max, got, tc.want)
+		}
+	}
+}

@@ -169,9 +169,13 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return
 	}
-	req, err := decodeRequest(buf.in.Bytes())
+	req, err := decodeRequestMax(buf.in.Bytes(), s.opts.MaxDescriptors)
 	if err != nil {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
+		return
+	}
+	if err := s.checkCount(len(req.GetDescriptors())); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest) // Floodgate's own refusal: it says why
 		return
 	}
 	resp, err := s.shouldRateLimit(r.Context(), req)

@@ -62,6 +62,15 @@ type Options struct {
 	// descriptors to the answer's dynamic_metadata
 	// (RESPONSE_DYNAMIC_METADATA).
 	DynamicMetadata bool
+	// MaxDescriptors is the most descriptors one request may carry,
+	// repeats included (FLOODGATE_MAX_DESCRIPTORS, Floodgate's own:
+	// envoyproxy/ratelimit has no bound). A request of more is refused
+	// before anything is matched or counted: gRPC INVALID_ARGUMENT, POST
+	// /json 400. Every descriptor costs a Redis key written and memory;
+	// without a bound, 6 requests of 150,000 descriptors took the service
+	// from 32 to 563 MB. 0 (or negative): no bound; Settings.Options
+	// fills DefaultMaxDescriptors.
+	MaxDescriptors int
 	// Metrics counts decisions; nil counts nothing.
 	Metrics *Metrics
 	// Now returns the current time; default time.Now.
@@ -87,6 +96,15 @@ type Service struct {
 	rndMu sync.Mutex
 	rnd   *rand.Rand
 }
+
+// DefaultMaxDescriptors is the default of Options.MaxDescriptors, and
+// MaxMaxDescriptors the largest FLOODGATE_MAX_DESCRIPTORS taken. Envoy
+// sends one descriptor per rate_limit action list that applies to a
+// request, a handful in real configurations.
+const (
+	DefaultMaxDescriptors = 1000
+	MaxMaxDescriptors     = 1_000_000
+)
 
 // RequestError is a request envoyproxy/ratelimit refuses (their service
 // error): an empty domain, no descriptors, or no configuration loaded.
@@ -131,8 +149,13 @@ func (s *Service) Register(gs *grpc.Server) { rlspb.RegisterRateLimitServiceServ
 // ShouldRateLimit implements the RateLimitService API. A *RequestError or
 // a store error is returned with gRPC code Unknown, as theirs: a store
 // error that ended at the request's deadline (REDIS_TIMEOUT) too, which
-// grpc-go would otherwise answer DeadlineExceeded.
+// grpc-go would otherwise answer DeadlineExceeded. A request of more than
+// Options.MaxDescriptors descriptors, which theirs has no bound for, gets
+// InvalidArgument.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	if err := s.checkCount(len(req.GetDescriptors())); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	resp, err := s.shouldRateLimit(ctx, req)
 	if err != nil {
 		var re *RequestError
@@ -141,6 +164,25 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 		}
 	}
 	return resp, err
+}
+
+// errTooManyDescriptors is the error of a request of more than
+// Options.MaxDescriptors descriptors.
+var errTooManyDescriptors = errors.New("envoycompat: too many descriptors")
+
+// checkCount returns an error wrapping errTooManyDescriptors, saying the
+// bound, when n descriptors are more than Options.MaxDescriptors (counted
+// as a service error in the metrics, as theirs counts a refused request).
+// The gRPC codec and POST /json decode one past the bound at most: n is
+// then at least what was sent.
+func (s *Service) checkCount(n int) error {
+	if max := s.opts.MaxDescriptors; max <= 0 || n <= max {
+		return nil
+	}
+	if m := s.opts.Metrics; m != nil {
+		m.serviceError.Inc()
+	}
+	return fmt.Errorf("%w: at least %d descriptors (repeats included): a request carries at most %d (FLOODGATE_MAX_DESCRIPTORS)", errTooManyDescriptors, n, s.opts.MaxDescriptors)
 }
 
 // shouldRateLimit is ShouldRateLimit with the store's error as it is,

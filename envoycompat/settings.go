@@ -57,6 +57,11 @@ type Settings struct {
 
 	GlobalShadowMode, GlobalQuotaMode, ResponseDynamicMetadata bool
 
+	// MaxDescriptors is the most descriptors one request may carry
+	// (FLOODGATE_MAX_DESCRIPTORS, Floodgate's own: theirs has no bound;
+	// default DefaultMaxDescriptors, 1..MaxMaxDescriptors).
+	MaxDescriptors int
+
 	Redis          RedisSettings
 	RedisPerSecond bool
 	PerSecond      RedisSettings
@@ -169,6 +174,8 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GlobalQuotaMode:         e.boolean("QUOTA_MODE", false),
 		ResponseDynamicMetadata: e.boolean("RESPONSE_DYNAMIC_METADATA", false),
 		RedisPerSecond:          e.boolean("REDIS_PERSECOND", false),
+
+		MaxDescriptors: int(e.int64("FLOODGATE_MAX_DESCRIPTORS", DefaultMaxDescriptors)),
 	}
 	tlsCert, tlsKey, tlsCA := e.str("REDIS_TLS_CLIENT_CERT", ""), e.str("REDIS_TLS_CLIENT_KEY", ""), e.str("REDIS_TLS_CACERT", "")
 	skip := e.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)
@@ -240,6 +247,9 @@ func (s Settings) validate() error {
 	if s.MaxConnections < 0 || s.MaxConnections > 1<<30 {
 		return fmt.Errorf("MAX_CONNECTIONS=%d: want 0 (derived from the file descriptor limit) or a number of connections up to %d", s.MaxConnections, 1<<30)
 	}
+	if s.MaxDescriptors < 1 || s.MaxDescriptors > MaxMaxDescriptors {
+		return fmt.Errorf("FLOODGATE_MAX_DESCRIPTORS=%d: want 1..%d", s.MaxDescriptors, MaxMaxDescriptors)
+	}
 	switch strings.ToLower(s.BackendType) {
 	case "redis", "", "memory":
 	case "memcache":
@@ -293,6 +303,7 @@ func (s Settings) Options() Options {
 		RemainingHeader:            s.RemainingHeader,
 		ResetHeader:                s.ResetHeader,
 		DynamicMetadata:            s.ResponseDynamicMetadata,
+		MaxDescriptors:             s.MaxDescriptors,
 	}
 }
 

@@ -109,6 +109,10 @@ func TestSettingsRefused(t *testing.T) {
 		{"MAX_CONNECTIONS=-1", "MAX_CONNECTIONS"},
 		{"MAX_CONNECTIONS=lots", "MAX_CONNECTIONS"},
 		{"MAX_CONNECTIONS=2147483648", "MAX_CONNECTIONS"},
+		{"FLOODGATE_MAX_DESCRIPTORS=0", "FLOODGATE_MAX_DESCRIPTORS=0: want 1..1000000"},
+		{"FLOODGATE_MAX_DESCRIPTORS=-1", "FLOODGATE_MAX_DESCRIPTORS"},
+		{"FLOODGATE_MAX_DESCRIPTORS=1000001", "FLOODGATE_MAX_DESCRIPTORS"},
+		{"FLOODGATE_MAX_DESCRIPTORS=many", "FLOODGATE_MAX_DESCRIPTORS"},
 	} {
 		if _, err := FromEnv(env(tc.kv, "LIMIT_RESPONSE_HEADERS_ENABLED=false")); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.kv, err, tc.want)
@@ -116,5 +120,23 @@ func TestSettingsRefused(t *testing.T) {
 	}
 	if _, err := FromEnv(env("LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=bad header")); err == nil {
 		t.Error("a header name with a space was accepted")
+	}
+}
+
+// TestSettingsMaxDescriptors: FLOODGATE_MAX_DESCRIPTORS, Floodgate's own
+// bound on a request's descriptors (theirs has none), is 1000 by default
+// and reaches Options.
+func TestSettingsMaxDescriptors(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want int
+	}{{nil, 1000}, {[]string{"FLOODGATE_MAX_DESCRIPTORS=20"}, 20}} {
+		s, err := FromEnv(env(tc.env...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Options().MaxDescriptors; got != tc.want {
+			t.Errorf("%v: Options().MaxDescriptors = %d, want %d", tc.env, got, tc.want)
+		}
 	}
 }

@@ -49,7 +49,7 @@ func TestInvalidUTF8OverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(rlswire.ServerOptions()...)
+	gs := grpc.NewServer(rlswire.ServerOptions(0)...)
 	svc.Register(gs)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)

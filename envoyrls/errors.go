@@ -12,9 +12,10 @@ var (
 	// used. The message says where (file:line:column) and why.
 	ErrInvalidConfig = errors.New("envoyrls: invalid configuration")
 	// ErrInvalidRequest reports a RateLimitRequest that cannot be decided
-	// (empty or unknown domain, no descriptors, too many limited ones,
-	// is_negative_hits, a bad limit override...). The service answers it with the gRPC status
-	// INVALID_ARGUMENT and consumes nothing.
+	// (empty or unknown domain, no descriptors or too many, too many
+	// limited ones, is_negative_hits, a bad limit override...). The
+	// service answers it with the gRPC status INVALID_ARGUMENT and
+	// consumes nothing.
 	ErrInvalidRequest = errors.New("envoyrls: invalid request")
 	// ErrInvalidOptions reports Options out of range.
 	ErrInvalidOptions = errors.New("envoyrls: invalid options")
@@ -63,7 +64,8 @@ const (
 	RejectNoConfig Rejection = "no_config"
 	// RejectDomain: an empty or unknown domain.
 	RejectDomain Rejection = "domain"
-	// RejectDescriptors: no descriptors, or more than MaxDescriptors
+	// RejectDescriptors: no descriptors, more than
+	// MaxRequestDescriptors descriptors, or more than MaxDescriptors
 	// distinct limited counters.
 	RejectDescriptors Rejection = "descriptors"
 	// RejectDescriptor: a descriptor that is null or has no entries, or

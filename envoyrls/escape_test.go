@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-rl/floodgate"
 )
 
 // The tests of this file: a request whose descriptors a client shapes
@@ -178,10 +180,12 @@ func TestCostAboveMaximumIsOverLimit(t *testing.T) {
 			{"descriptor cost", request("api", ip(), descCost(desc("user=a"), maxHits+1)), over, []rlspb.RateLimitResponse_Code{ok, over}, []uint32{2, 2}},
 			{"request cost", reqHits(maxHits+1, ip(), descCost(desc("user=a"), 1)), over, []rlspb.RateLimitResponse_Code{over, ok}, []uint32{2, 1}},
 		}},
-		{"costs of one counter past MaxCost", Options{}, []step{
-			{"1200 × 1e9", request("api", append([]*ratelimitv3.RateLimitDescriptor{ip()}, repeat(1200, func() *ratelimitv3.RateLimitDescriptor {
-				return descCost(desc("user=a"), DefaultMaxHitsAddend)
-			})...)...), over, append([]rlspb.RateLimitResponse_Code{ok}, repeat(1200, func() rlspb.RateLimitResponse_Code { return over })...), append([]uint32{3}, repeat(1200, func() uint32 { return 2 })...)},
+		// MaxRequestDescriptors repeats of DefaultMaxHitsAddend stay
+		// under MaxCost: the largest MaxHitsAddend takes 17 past it.
+		{"costs of one counter past MaxCost", Options{MaxHitsAddend: floodgate.MaxCost / MaxDescriptors}, []step{
+			{"255 × 2^36", request("api", append([]*ratelimitv3.RateLimitDescriptor{ip()}, repeat(MaxRequestDescriptors-1, func() *ratelimitv3.RateLimitDescriptor {
+				return descCost(desc("user=a"), floodgate.MaxCost/MaxDescriptors)
+			})...)...), over, append([]rlspb.RateLimitResponse_Code{ok}, repeat(MaxRequestDescriptors-1, func() rlspb.RateLimitResponse_Code { return over })...), append([]uint32{3}, repeat(MaxRequestDescriptors-1, func() uint32 { return 2 })...)},
 		}},
 	}
 	for _, tt := range tests {

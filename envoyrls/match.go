@@ -151,6 +151,11 @@ func (c *Config) plan(req *rlspb.RateLimitRequest, lim limits) (*plan, error) {
 	if len(descs) == 0 {
 		return nil, invalidRequest(RejectDescriptors, "no descriptors")
 	}
+	if len(descs) > MaxRequestDescriptors {
+		// The codec decodes one past the bound (internal/rlswire): the
+		// request may carry more than len(descs).
+		return nil, invalidRequest(RejectDescriptors, "at least %d descriptors (repeats included): a request carries at most %d", len(descs), MaxRequestDescriptors)
+	}
 	p := getPlan(len(descs))
 	if h := int64(req.GetHitsAddend()); h != 0 {
 		if h > lim.maxHits {

@@ -164,7 +164,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	_ = rl.Load() // as theirs: a bad configuration is logged and the service starts without one
 
 	httpAddr, debugAddr, grpcAddr := s.Addresses()
-	gs := grpc.NewServer(append(rlswire.ServerOptions(), // as serve's
+	gs := grpc.NewServer(append(rlswire.ServerOptions(s.MaxDescriptors), // as serve's
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: s.GrpcMaxConnectionAge, MaxConnectionAgeGrace: s.GrpcMaxConnectionAgeGrace,
 		}), grpc.NumStreamWorkers(grpcMaxStreams), // as serve's --grpc-stream-workers: no stack growth per request

@@ -98,7 +98,7 @@ func startGRPC(f serveFlags, lim *floodgate.Limiter, srv *server.Server, decided
 		setup = 5 * time.Second // server.Options.ReadTimeout's default
 	}
 	gopts = append(gopts, grpc.ConnectionTimeout(setup))
-	gopts = append(gopts, rlswire.ServerOptions()...)
+	gopts = append(gopts, rlswire.ServerOptions(envoyrls.MaxRequestDescriptors)...)
 	ln, err := listenTCP(f.grpcAddr, "--grpc-addr")
 	if err != nil {
 		return nil, nil, err

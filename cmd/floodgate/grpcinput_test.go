@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate-rl/floodgate/envoyrls"
 	"github.com/floodgate-rl/floodgate/internal/rawrls"
 )
 
@@ -127,8 +128,10 @@ func TestEnvoyCompatGRPCInput(t *testing.T) {
 // any decision are counted in floodgate_grpc_rejected_total by reason, as
 // the HTTP API's in floodgate_http_rejected_total; they were counted
 // nowhere (an empty domain, 20,000 descriptors). Calls a client can shape
-// through Envoy (20,000 descriptors of one counter, a hits_addend above
-// the maximum) are decided, not refused, and not counted there.
+// through Envoy (256 descriptors of one counter, a hits_addend above the
+// maximum) are decided, not refused, and not counted there; 20,000
+// repeats of one descriptor, more than envoyrls.MaxRequestDescriptors,
+// are refused as "descriptors".
 func TestServeGRPCRejectedCounted(t *testing.T) {
 	dir := t.TempDir()
 	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), grpcInputConfig)
@@ -159,6 +162,7 @@ func TestServeGRPCRejectedCounted(t *testing.T) {
 		{Descriptors: many[:1]},
 		{Domain: "nope", Descriptors: many[:1]},
 		{Domain: "edge", Descriptors: distinct},
+		{Domain: "edge", Descriptors: many},
 		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
 		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}},
 	} {
@@ -170,7 +174,7 @@ func TestServeGRPCRejectedCounted(t *testing.T) {
 		}
 	}
 	for _, req := range []*rlspb.RateLimitRequest{
-		{Domain: "edge", Descriptors: many},
+		{Domain: "edge", Descriptors: many[:envoyrls.MaxRequestDescriptors]},
 		{Domain: "edge", HitsAddend: 2_000_000_000, Descriptors: many[:1]},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -180,7 +184,7 @@ func TestServeGRPCRejectedCounted(t *testing.T) {
 			t.Fatalf("%d descriptors, hits_addend %d: %v, %v; want OVER_LIMIT (a cost no limit admits)", len(req.GetDescriptors()), req.GetHitsAddend(), resp.GetOverallCode(), err)
 		}
 	}
-	for r, want := range map[string]float64{"no_config": 0, "domain": 2, "descriptors": 1, "descriptor": 1, "hits_addend": 1, "limit_override": 0} {
+	for r, want := range map[string]float64{"no_config": 0, "domain": 2, "descriptors": 2, "descriptor": 1, "hits_addend": 1, "limit_override": 0} {
 		if got := metricValue(t, svc.url, series(r)); got != want {
 			t.Errorf("%s = %v, want %v", series(r), got, want)
 		}

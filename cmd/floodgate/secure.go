@@ -52,6 +52,8 @@ type securityFlags struct {
 	tlsClientCAFile   string
 	grpcReflection    bool
 	grpcWorkers       int
+	grpcMaxAge        time.Duration // --grpc-max-connection-age
+	grpcMaxAgeGrace   time.Duration // --grpc-max-connection-age-grace
 	verifyKeyFiles    []string
 	verifyKeys        [][]byte     // read from verifyKeyFiles
 	log               *slog.Logger // set by resolveSecrets, for the certificate's reloads
@@ -74,6 +76,8 @@ func addSecurityFlags(fl *pflag.FlagSet, s *securityFlags) {
 	fl.StringVar(&s.tlsKeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
 	fl.StringVar(&s.tlsClientCAFile, "tls-client-ca-file", "", "require client certificates signed by these PEM authorities on every listener but --health-addr (mutual TLS; probes that cannot present one use --health-addr; needs --tls-cert-file; read again when it changes, as the certificate)")
 	fl.IntVar(&s.grpcWorkers, "grpc-stream-workers", grpcMaxStreams, "goroutines kept to run gRPC requests, each reused for many (a request finding none free gets a new goroutine); 0 starts a goroutine per request")
+	fl.DurationVar(&s.grpcMaxAge, "grpc-max-connection-age", defaultGRPCMaxAge, "send GOAWAY on a gRPC connection this long (±10%) after it opened, so that its client reconnects (and spreads again over the instances behind a balancer); calls in flight get --grpc-max-connection-age-grace to finish, then the connection is closed whatever they do. 1s..720h")
+	fl.DurationVar(&s.grpcMaxAgeGrace, "grpc-max-connection-age-grace", defaultGRPCMaxAgeGrace, "how long a gRPC connection's calls in flight may take to finish after --grpc-max-connection-age before the connection is closed: a call stalled by its client (not reading its answer) holds a connection this long at most. 1s..24h")
 	fl.BoolVar(&s.grpcReflection, "grpc-reflection", false, "register gRPC server reflection on --grpc-addr (for grpcurl); off by default")
 	fl.StringArrayVar(&s.verifyKeyFiles, "config-verify-key-file", nil, "with --config-from-redis, apply only configurations signed with the key in this file (floodgate config push --sign-key-file; at least 32 bytes); repeatable: a configuration signed with any of the keys is applied, so that during a key rotation instances accept the old key and the new")
 }
@@ -214,6 +218,17 @@ const (
 	grpcMaxWorkers  = 1 << 14
 )
 
+// The defaults of --grpc-max-connection-age and its grace. An idle
+// connection is closed after 5 minutes (MaxConnectionIdle), but one whose
+// calls never finish (a client that stopped reading its answers while
+// answering pings) is never idle: the age and its grace bound every
+// connection's life, to 33 minutes (30 plus its 10% jitter) plus the
+// grace. A client of the API reconnects on GOAWAY without failing a call.
+const (
+	defaultGRPCMaxAge      = 30 * time.Minute
+	defaultGRPCMaxAgeGrace = time.Minute
+)
+
 // grpcServerOptions are the hardened options of the gRPC server: TLS (and
 // client certificates) as configured, bounded streams and messages, and
 // keepalive enforcement.
@@ -222,7 +237,8 @@ func (s *securityFlags) grpcServerOptions() ([]grpc.ServerOption, error) {
 		grpc.MaxConcurrentStreams(grpcMaxStreams),
 		grpc.MaxRecvMsgSize(grpcMaxRecvSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second,
+			MaxConnectionAge: s.grpcMaxAge, MaxConnectionAgeGrace: s.grpcMaxAgeGrace}),
 	}
 	if s.grpcWorkers > 0 {
 		// A new goroutine per request starts with a small stack and
@@ -329,6 +345,14 @@ func resolveSecrets(f *serveFlags, tokenFromFlag bool, log *slog.Logger) error {
 	}
 	if s.grpcWorkers < 0 || s.grpcWorkers > grpcMaxWorkers {
 		return fmt.Errorf("--grpc-stream-workers %d: want 0..%d", s.grpcWorkers, grpcMaxWorkers)
+	}
+	// 0 would be gRPC's "no bound" (infinity), which let stalled calls
+	// hold connections for good: refused with the rest out of range.
+	if s.grpcMaxAge < time.Second || s.grpcMaxAge > 720*time.Hour {
+		return fmt.Errorf("--grpc-max-connection-age %v: want 1s..720h", s.grpcMaxAge)
+	}
+	if s.grpcMaxAgeGrace < time.Second || s.grpcMaxAgeGrace > 24*time.Hour {
+		return fmt.Errorf("--grpc-max-connection-age-grace %v: want 1s..24h", s.grpcMaxAgeGrace)
 	}
 	if s.pprof && s.adminAddr == "" {
 		return errors.New("--pprof needs --admin-addr: profiles are served on the admin listener only")

@@ -13,7 +13,12 @@ import (
 // AppendResponse, and hands every other message (health checks,
 // reflection) to gRPC's own protobuf codec. Its zero value is ready to
 // use; it is safe for concurrent use.
-type Codec struct{}
+type Codec struct {
+	// MaxDescriptors bounds the descriptors of a request decoded (see
+	// DecodeRequestMax): a request of more decodes to its first
+	// MaxDescriptors+1, for the service to refuse. Default 0: no bound.
+	MaxDescriptors int
+}
 
 // Name returns "proto": it speaks protobuf, as the codec it replaces.
 func (Codec) Name() string { return protocodec.Name }
@@ -35,17 +40,17 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal decodes data into v.
-func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(*rlspb.RateLimitRequest)
 	if !ok {
 		return generic().Unmarshal(data, v)
 	}
 	if len(data) == 1 {
-		return DecodeRequest(data[0].ReadOnlyData(), m)
+		return DecodeRequestMax(data[0].ReadOnlyData(), m, c.MaxDescriptors)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return DecodeRequest(buf.ReadOnlyData(), m)
+	return DecodeRequestMax(buf.ReadOnlyData(), m, c.MaxDescriptors)
 }
 
 // generic is gRPC's protobuf codec.

@@ -109,7 +109,7 @@ func TestCodecKeepsInvalidUTF8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(ServerOptions()...)
+	srv := grpc.NewServer(ServerOptions(0)...)
 	e := &echo{t: t, sent: make(chan *rlspb.RateLimitRequest, 1)}
 	rlspb.RegisterRateLimitServiceServer(srv, e)
 	go func() { _ = srv.Serve(ln) }()

@@ -13,7 +13,9 @@
 // is kept byte for byte. Envoy's C++ protobuf sends such strings (a header
 // value with a byte 0xff copied into a descriptor entry; it only logs
 // them), and refusing the whole request would make Envoy's rate limit call
-// fail, and the request pass unlimited with failure_mode_deny false. A
+// fail, and the request pass unlimited with failure_mode_deny false.
+// DecodeRequestMax bounds the descriptors decoded, so that a request of
+// many cannot make the decoder allocate in proportion to them. A
 // response encodes to the bytes proto.Marshal writes. The fuzz tests hold both against protobuf-go. Every other
 // message, and a response with a field these encoders do not write (quota,
 // dynamic metadata, unknown fields), goes through protobuf-go unchanged.
@@ -66,8 +68,18 @@ type decoder struct {
 // fields that are not UTF-8 as they came (see the package comment). On
 // error m is reset to its zero value. m keeps no reference to b.
 func DecodeRequest(b []byte, m *rlspb.RateLimitRequest) error {
+	return DecodeRequestMax(b, m, 0)
+}
+
+// DecodeRequestMax is DecodeRequest keeping at most max+1 descriptors of
+// a request that has more than max (max 0: no bound): the first max+1,
+// each decoded whole, and the request's other fields; the rest are
+// skipped unread. A service that refuses a request
+// of more than max descriptors sees it has more, and the decoder
+// allocates for max+1 at most, however many the request carries.
+func DecodeRequestMax(b []byte, m *rlspb.RateLimitRequest, max int) error {
 	proto.Reset(m)
-	nd, ne, err := count(b)
+	nd, ne, err := count(b, max)
 	if err != nil {
 		return err
 	}
@@ -102,8 +114,9 @@ func DecodeRequest(b []byte, m *rlspb.RateLimitRequest) error {
 
 // count returns the descriptors of request b and their entries, checking
 // the wire format of the request and of the descriptors as it goes (the
-// entries' own fields are checked when they are decoded).
-func count(b []byte) (descs, entries int, err error) {
+// entries' own fields are checked when they are decoded). With max above
+// 0, it counts max+1 descriptors at most, and only their entries.
+func count(b []byte, max int) (descs, entries int, err error) {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -122,6 +135,9 @@ func count(b []byte) (descs, entries int, err error) {
 			return 0, 0, errWire
 		}
 		b = b[n:]
+		if max > 0 && descs > max {
+			continue // past the bound: not decoded
+		}
 		descs++
 		for len(v) > 0 {
 			num, typ, n := consumeTag(v)
@@ -227,7 +243,11 @@ func (d *decoder) request(b []byte, m *rlspb.RateLimitRequest) error {
 			return nil
 		case f.num == 2 && f.typ == protowire.BytesType:
 			// The descriptors are decoded in order into the
-			// preallocated ones, which count found.
+			// preallocated ones, which count found; those past them
+			// are over DecodeRequestMax's bound, and dropped.
+			if len(m.Descriptors) == len(d.descs) {
+				return nil
+			}
 			desc := d.descs[len(m.Descriptors)]
 			m.Descriptors = d.descs[: len(m.Descriptors)+1 : len(m.Descriptors)+1]
 			return d.descriptor(f.value, f.off, desc)

@@ -352,3 +352,56 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		}
 	})
 }
+
+// TestDecodeRequestMax: DecodeRequestMax keeps the first max+1
+// descriptors of a request of more, each whole, and the request's other
+// fields (the domain and hits_addend too when they come after the
+// descriptors), so that a service refusing more than max sees more, and
+// allocates for max+1 whatever the count: a request of 100,000 repeats of
+// one descriptor allocated for 100,000 (a grpcbounds walk). With max 0,
+// or a request within max, it is DecodeRequest.
+func TestDecodeRequestMax(t *testing.T) {
+	one := &ratelimitpb.RateLimitDescriptor{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "route", Value: "/" + strings.Repeat("a", 200)}, {Key: "user", Value: "kim"}}}
+	build := func(n int) []byte {
+		var b []byte
+		for range n {
+			d, _ := proto.Marshal(one)
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendBytes(b, d)
+		}
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, "edge")
+		b = protowire.AppendTag(b, 3, protowire.VarintType)
+		return protowire.AppendVarint(b, 7)
+	}
+	b := build(100_000)
+
+	for _, tc := range []struct{ max, want int }{{0, 100_000}, {5, 6}, {100_000, 100_000}, {99_999, 100_000}} {
+		m := &rlspb.RateLimitRequest{}
+		if err := DecodeRequestMax(b, m, tc.max); err != nil {
+			t.Fatalf("max %d: %v", tc.max, err)
+		}
+		if got := len(m.GetDescriptors()); got != tc.want {
+			t.Errorf("max %d: %d descriptors, want %d", tc.max, got, tc.want)
+		}
+		if m.GetDomain() != "edge" || m.GetHitsAddend() != 7 {
+			t.Errorf("max %d: domain %q, hits_addend %d; want edge, 7", tc.max, m.GetDomain(), m.GetHitsAddend())
+		}
+		for i, d := range m.GetDescriptors() {
+			if !proto.Equal(d, one) {
+				t.Fatalf("max %d: descriptor %d is %v, want %v", tc.max, i, d, one)
+			}
+		}
+	}
+	m := &rlspb.RateLimitRequest{}
+	six := build(6) // more than shareLimit, as b: strings copied one by one
+	small := testing.AllocsPerRun(5, func() { _ = DecodeRequestMax(six, m, 5) })
+	big := testing.AllocsPerRun(5, func() { _ = DecodeRequestMax(b, m, 5) })
+	if big > small {
+		t.Errorf("DecodeRequestMax(100,000 descriptors, 5): %v allocations, want no more than for 6 (%v)", big, small)
+	}
+	// Bad wire format before the bound is still an error.
+	if err := DecodeRequestMax(append([]byte{0x12, 0x7f}, b...), m, 5); err == nil {
+		t.Error("a descriptor's length past the end was accepted")
+	}
+}

@@ -27,7 +27,9 @@ const MaxHeaderList = 64 << 10
 //
 //   - Codec: Envoy's two messages decoded and encoded without protobuf-go's
 //     reflection (the same messages and bytes), every other message by
-//     gRPC's own codec;
+//     gRPC's own codec; a request's descriptors decoded up to
+//     maxDescriptors+1 (0: all), for the service to refuse one of more
+//     than maxDescriptors (see DecodeRequestMax);
 //   - static flow-control windows (StreamWindow per stream, ConnWindow per
 //     connection): gRPC's dynamic windows, made for large messages on
 //     links with a long round trip, send a PING for bandwidth estimation
@@ -38,9 +40,9 @@ const MaxHeaderList = 64 << 10
 // In interleaved pairs of serve on Redis at 64 callers, the codec took
 // 2.7–4.4 µs off the service's CPU per decision and the windows 0.9–1.9
 // more (docs/benchmarks.md).
-func ServerOptions() []grpc.ServerOption {
+func ServerOptions(maxDescriptors int) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(Codec{}),
+		grpc.ForceServerCodecV2(Codec{MaxDescriptors: maxDescriptors}),
 		grpc.StaticStreamWindowSize(StreamWindow),
 		grpc.StaticConnWindowSize(ConnWindow),
 		grpc.MaxHeaderListSize(MaxHeaderList),

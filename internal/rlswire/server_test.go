@@ -42,7 +42,7 @@ func TestServerOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(ServerOptions()...)
+	gs := grpc.NewServer(ServerOptions(0)...)
 	rlspb.RegisterRateLimitServiceServer(gs, okService{})
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
@@ -147,7 +147,7 @@ func TestServerOptionsBoundMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(ServerOptions()...)
+	gs := grpc.NewServer(ServerOptions(0)...)
 	rlspb.RegisterRateLimitServiceServer(gs, okService{})
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)

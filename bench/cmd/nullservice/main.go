@@ -89,11 +89,12 @@ func run() error {
 	// floodgate serve's default gRPC server options (cmd/floodgate's
 	// grpcServerOptions, without TLS, and rlswire.ServerOptions: the codec
 	// and static flow-control windows).
-	gs := grpc.NewServer(append(rlswire.ServerOptions(),
+	gs := grpc.NewServer(append(rlswire.ServerOptions(256), // envoyrls.MaxRequestDescriptors
 		grpc.MaxConcurrentStreams(256),
 		grpc.MaxRecvMsgSize(4<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute, Time: 2 * time.Minute, Timeout: 20 * time.Second,
+			MaxConnectionAge: 30 * time.Minute, MaxConnectionAgeGrace: time.Minute}),
 		grpc.NumStreamWorkers(256),
 	)...)
 	rlspb.RegisterRateLimitServiceServer(gs, allowAll{})
