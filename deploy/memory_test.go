@@ -68,7 +68,7 @@ func TestKubernetesMemoryBudget(t *testing.T) {
 // 5,000 idle connections took a process from 31 to 161 MB).
 const perIdleConn = 26_000
 
-// maxConns reads a connection cap (--max-connections, MAX_CONNECTIONS):
+// maxConns reads a connection cap (--max-connections, FLOODGATE_MAX_CONNECTIONS):
 // the default, derived from the file descriptor limit, can be hundreds of
 // thousands in a container, so the manifests must set one.
 func maxConns(t *testing.T, where, v string) int64 {
@@ -81,7 +81,7 @@ func maxConns(t *testing.T, where, v string) int64 {
 }
 
 // TestEnvoyCompatConnectionsFitMemory: the envoy-compat Deployment caps
-// its connections (MAX_CONNECTIONS) at what its memory limit holds beside
+// its connections (FLOODGATE_MAX_CONNECTIONS) at what its memory limit holds beside
 // the process under load (about 100 MiB resident).
 func TestEnvoyCompatConnectionsFitMemory(t *testing.T) {
 	const base = 100 << 20
@@ -90,7 +90,7 @@ func TestEnvoyCompatConnectionsFitMemory(t *testing.T) {
 	where := "Deployment " + d.Name
 	v := ""
 	for _, e := range c.Env {
-		if e.Name == "MAX_CONNECTIONS" {
+		if e.Name == "FLOODGATE_MAX_CONNECTIONS" {
 			v = e.Value
 		}
 	}
@@ -100,7 +100,7 @@ func TestEnvoyCompatConnectionsFitMemory(t *testing.T) {
 		t.Fatalf("%s: no memory limit", where)
 	}
 	if need := base + conns*perIdleConn; need > limit.Value() {
-		t.Errorf("%s: memory limit %s is below %d bytes (%d MiB under load plus MAX_CONNECTIONS=%d idle connections of %d bytes)",
+		t.Errorf("%s: memory limit %s is below %d bytes (%d MiB under load plus FLOODGATE_MAX_CONNECTIONS=%d idle connections of %d bytes)",
 			where, limit.String(), need, base>>20, conns, perIdleConn)
 	}
 }

@@ -19,7 +19,7 @@ type Settings struct {
 	GrpcUDS                   string
 	GrpcMaxConnectionAge      time.Duration
 	GrpcMaxConnectionAgeGrace time.Duration
-	// MaxConnections is Floodgate's own, not theirs (MAX_CONNECTIONS):
+	// MaxConnections is Floodgate's own, not theirs (FLOODGATE_MAX_CONNECTIONS):
 	// the connections the HTTP and gRPC listeners hold open at once,
 	// together, as serve's --max-connections (the gRPC one half of them
 	// at most; at it, the HTTP keep-alive connection idle longest, once
@@ -139,7 +139,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GrpcPort:                  e.port("GRPC_PORT", 8081),
 		GrpcMaxConnectionAge:      e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		GrpcMaxConnectionAgeGrace: e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
-		MaxConnections:            int(e.int64("MAX_CONNECTIONS", 0)),
+		MaxConnections:            int(e.int64("FLOODGATE_MAX_CONNECTIONS", 0)),
 		LogLevel:                  e.str("LOG_LEVEL", "WARN"),
 		LogFormat:                 e.str("LOG_FORMAT", "text"),
 
@@ -245,7 +245,7 @@ const DefaultZeroPoolSize = 4
 
 func (s Settings) validate() error {
 	if s.MaxConnections < 0 || s.MaxConnections > 1<<30 {
-		return fmt.Errorf("MAX_CONNECTIONS=%d: want 0 (derived from the file descriptor limit) or a number of connections up to %d", s.MaxConnections, 1<<30)
+		return fmt.Errorf("FLOODGATE_MAX_CONNECTIONS=%d: want 0 (derived from the file descriptor limit) or a number of connections up to %d", s.MaxConnections, 1<<30)
 	}
 	if s.MaxDescriptors < 1 || s.MaxDescriptors > MaxMaxDescriptors {
 		return fmt.Errorf("FLOODGATE_MAX_DESCRIPTORS=%d: want 1..%d", s.MaxDescriptors, MaxMaxDescriptors)

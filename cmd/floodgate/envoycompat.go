@@ -204,12 +204,12 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	// serve's --addr and --grpc-addr (theirs has none): a flood of idle
 	// connections used every descriptor, and every listener, the
 	// runtime directory's reads and the Redis dials failed with it.
-	conns, err := connBudget(s.MaxConnections, "MAX_CONNECTIONS", reg, log)
+	conns, err := connBudget(s.MaxConnections, "FLOODGATE_MAX_CONNECTIONS", reg, log)
 	if err != nil {
 		gln.Close()
 		hln.Close()
 		dln.Close()
-		return fmt.Errorf("MAX_CONNECTIONS: %w", err)
+		return fmt.Errorf("FLOODGATE_MAX_CONNECTIONS: %w", err)
 	}
 	var track func(net.Conn, http.ConnState)
 	if conns != nil {

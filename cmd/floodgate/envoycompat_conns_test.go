@@ -18,7 +18,7 @@ import (
 // TestEnvoyCompatMaxConnections: envoy-compat had no connection cap (116
 // idle keep-alive connections under ulimit -n 128 took every listener and
 // the Redis dials down, and idle ones were cut only after 2 minutes).
-// With MAX_CONNECTIONS=4, four idle keep-alive connections fill the
+// With FLOODGATE_MAX_CONNECTIONS=4, four idle keep-alive connections fill the
 // budget; a new client's /healthcheck and decision are still answered,
 // the connection idle longest being closed to make room, and the budget
 // is in the metrics.
@@ -31,7 +31,7 @@ func TestEnvoyCompatMaxConnections(t *testing.T) {
 	}
 	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
 	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "CACHE_KEY_PREFIX=conns_", "MAX_CONNECTIONS=4")
+		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "CACHE_KEY_PREFIX=conns_", "FLOODGATE_MAX_CONNECTIONS=4")
 	// Each check on a connection of its own, closed after: no pooled
 	// connection takes a place.
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}

@@ -91,7 +91,7 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 	if reg != nil {
 		limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_connections_max",
-			Help: "Connections the public listeners (--addr, --grpc-addr; envoy-compat: PORT, GRPC_PORT) hold open at once at most (--max-connections; envoy-compat: MAX_CONNECTIONS).",
+			Help: "Connections the public listeners (--addr, --grpc-addr; envoy-compat: PORT, GRPC_PORT) hold open at once at most (--max-connections; envoy-compat: FLOODGATE_MAX_CONNECTIONS).",
 		}, func() float64 { return float64(max) })
 		for _, c := range []prometheus.Collector{limit, l.open, l.idleNow, l.idleClosed, l.waits} {
 			if err := reg.Register(c); err != nil {
