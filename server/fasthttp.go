@@ -241,7 +241,7 @@ func (s *Server) fastHandler() fasthttp.RequestHandler {
 		if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
 			path = u.EscapedPath() // the fragment kept, as net/http keeps it
 		}
-		writeProblem(w, notFound(path, apiEndpoints))
+		writeProblem(w, notFound(path, publicEndpoints(s.opts.SeparateAdmin, s.opts.MetricsAdminOnly)))
 	}))))
 	return func(ctx *fasthttp.RequestCtx) {
 		defer s.recoverFast(ctx)

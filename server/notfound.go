@@ -82,7 +82,24 @@ func (r *headerRecorder) Write(b []byte) (int, error) {
 // nothing to a client that was already there.
 const apiEndpoints = "the API's endpoints are POST /v1/check, /v1/check/batch, /v1/peek, " +
 	"/v1/quota/{check,status,reserve,settle} and /v1/concurrency/{acquire,release,renew}, " +
-	"GET /healthz and /readyz (see README.md)"
+	"GET /healthz and /readyz (see docs/configuration.md)"
+
+// publicEndpoints is the public listener's list for a 404: apiEndpoints,
+// and where the admin endpoints and /metrics went when they are on the
+// admin listener only (a new user who followed the docs' curl of
+// /admin/v1/tier on --addr, with --admin-addr set, got a 404 that named
+// neither).
+func publicEndpoints(separateAdmin, metricsAdminOnly bool) string {
+	switch {
+	case separateAdmin && metricsAdminOnly:
+		return apiEndpoints + "; the admin endpoints (/admin/v1/...) and /metrics are on the admin listener (--admin-addr)"
+	case separateAdmin:
+		return apiEndpoints + "; the admin endpoints (/admin/v1/...) are on the admin listener (--admin-addr)"
+	case metricsAdminOnly:
+		return apiEndpoints + "; /metrics is on the admin listener (--admin-addr)"
+	}
+	return apiEndpoints
+}
 
 // adminEndpoints lists the admin listener's endpoints (floodgate serve
 // --admin-addr) for a 404: it serves neither the API nor /readyz, which

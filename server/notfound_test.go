@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -77,6 +79,40 @@ func TestNotFoundNamesThePathAsSent(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), `"no endpoint /v1%2fcheck; `) {
 			t.Errorf("%s: POST /v1%%2fcheck: %d %s; want 404 naming /v1%%2fcheck", engine, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestNotFoundNamesTheAdminListener: with the admin endpoints (and
+// /metrics) on the admin listener only, the public listener's 404 for one
+// of them says where they are (a new user following the docs' curl of
+// /admin/v1/tier on --addr with --admin-addr set got a 404 naming
+// neither); without, it does not mention the admin listener.
+func TestNotFoundNamesTheAdminListener(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		separate, metric bool
+		want             string
+	}{
+		{"separate admin", true, false, "; the admin endpoints (/admin/v1/...) are on the admin listener (--admin-addr)"},
+		{"separate admin and metrics", true, true, "; the admin endpoints (/admin/v1/...) and /metrics are on the admin listener (--admin-addr)"},
+		{"one listener", false, false, ""},
+	} {
+		e := start(t, layered, memStore(t), func(o *server.Options) {
+			o.SeparateAdmin, o.MetricsAdminOnly = tc.separate, tc.metric
+			o.Gatherer = prometheus.NewRegistry()
+		})
+		path := "/admin/v1/tier"
+		if !tc.separate {
+			path = "/admin/v1/nope"
+		}
+		r := e.do("POST", path, `{}`, map[string]string{"Authorization": "Bearer " + testToken})
+		if r.status != http.StatusNotFound {
+			t.Fatalf("%s: status %d, want 404", tc.name, r.status)
+		}
+		p := problemOf(t, r)
+		if tc.want == "" && strings.Contains(p.Detail, "admin listener") || tc.want != "" && !strings.HasSuffix(p.Detail, tc.want) {
+			t.Errorf("%s: 404 detail %q, want it to end %q", tc.name, p.Detail, tc.want)
 		}
 	}
 }

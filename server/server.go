@@ -459,7 +459,7 @@ func (s *Server) routes() {
 		m.HandleFunc("POST /admin/v1/quota/restore", s.admin(s.configured(s.handleQuotaRestore)))
 	}
 	// Before routing: a refused request learns nothing of the routes.
-	s.mux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux, apiEndpoints)))
+	s.mux = s.refuseHost(s.refuseCrossOrigin(withProblems(mux, publicEndpoints(s.opts.SeparateAdmin, s.opts.MetricsAdminOnly))))
 	s.adminMux = s.refuseHost(s.refuseCrossOrigin(withProblems(admin, adminEndpoints(s.opts.Gatherer != nil, s.opts.Profiling))))
 	// The probes' listener: GETs (and HEADs) only, which the cross-origin
 	// rule never refuses; the Host rule applies as on the others.
