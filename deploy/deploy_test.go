@@ -122,6 +122,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	if err := metrics.RegisterSplitReleaseFailures(reg, func() int64 { return 0 }); err != nil {
 		t.Fatal(err)
 	}
+	// serve on Redis: the Redis restarts (run_id changes) it noticed.
+	if err := metrics.RegisterRedisRestarts(reg, func() int64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
 	// serve with --tls-cert-file.
 	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
 		t.Fatal(err)

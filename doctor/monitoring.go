@@ -34,6 +34,7 @@ var ShippedAlerts = []string{
 	"RateLimitEnvoyCompatConfigRejected",
 	"RateLimitTLSCertificateExpiring",
 	"RateLimitFleetCountMismatch",
+	"RateLimitRedisRestarted",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.

@@ -70,6 +70,11 @@ type Options struct {
 	OnRejoin func()
 	// OnError, if set, receives the error of every failed beat in Run.
 	OnError func(err error)
+	// AfterBeat, if set, is called by Run after every successful beat,
+	// with the beat's context (its deadline one Interval after the
+	// beat's start): another check of the same Redis at the same pace
+	// (serve asks whether Redis restarted). It must not block past ctx.
+	AfterBeat func(ctx context.Context)
 	// Registerer, if set, receives the floodgate_instances_live gauge.
 	Registerer prometheus.Registerer
 }
@@ -183,7 +188,8 @@ func (h *Heartbeat) Leave(ctx context.Context) error {
 }
 
 // Run beats at once and then every Interval until ctx ends, reporting
-// failed beats to OnError, and returns ctx's error. Each beat is bounded
+// failed beats to OnError and calling AfterBeat after the others, and
+// returns ctx's error. Each beat is bounded
 // by the Interval.
 func (h *Heartbeat) Run(ctx context.Context) error {
 	t := time.NewTicker(h.opts.Interval)
@@ -191,6 +197,9 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	for {
 		bctx, cancel := context.WithTimeout(ctx, h.opts.Interval)
 		_, err := h.Beat(bctx)
+		if err == nil && h.opts.AfterBeat != nil {
+			h.opts.AfterBeat(bctx)
+		}
 		cancel()
 		if err != nil && ctx.Err() == nil && h.opts.OnError != nil {
 			h.opts.OnError(err)

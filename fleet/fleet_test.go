@@ -182,3 +182,52 @@ func TestOnRejoin(t *testing.T) {
 		}
 	}
 }
+
+// TestAfterBeat: Run calls AfterBeat after each successful beat, with a
+// context bounded by the interval, and not after a failed one.
+func TestAfterBeat(t *testing.T) {
+	rs := redistest.Start(t)
+	client := rs.Client(t)
+	key := fmt.Sprintf("afterbeat%d:instances", time.Now().UnixNano())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	after := make(chan bool, 1)
+	h, err := fleet.New(client, key, "a", fleet.Options{Interval: 50 * time.Millisecond, AfterBeat: func(bctx context.Context) {
+		_, bounded := bctx.Deadline()
+		n, _ := client.ZCard(bctx, key).Result()
+		select {
+		case after <- bounded && n == 1:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	if ok := <-after; !ok {
+		t.Fatal("AfterBeat called without a deadline, or before the beat was in the set")
+	}
+	cancel()
+	<-done
+	// A beat that fails (Redis gone) is not followed by AfterBeat.
+	rs.Stop()
+	called := false
+	failed := make(chan struct{}, 1)
+	h2, _ := fleet.New(client, key, "b", fleet.Options{Interval: 50 * time.Millisecond,
+		AfterBeat: func(context.Context) { called = true },
+		OnError: func(error) {
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
+		}})
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() { done <- h2.Run(ctx2) }()
+	<-failed
+	cancel2()
+	<-done
+	if called {
+		t.Fatal("AfterBeat called after a failed beat")
+	}
+}

@@ -336,6 +336,24 @@ func RegisterSplitReleaseFailures(reg prometheus.Registerer, count func() int64)
 	}, func() float64 { return float64(count()) }))
 }
 
+// RedisRestartsMetric is the name of the counter RegisterRedisRestarts
+// registers.
+const RedisRestartsMetric = "floodgate_redis_restarts_total"
+
+// RegisterRedisRestarts registers on reg the counter of the times
+// floodgate serve found the Redis it decides on to be another server
+// process than before (its run_id changed: a restart, a failover or a
+// replacement), read from count at each scrape.
+func RegisterRedisRestarts(reg prometheus.Registerer, count func() int64) error {
+	if reg == nil || count == nil {
+		return fmt.Errorf("%w: RegisterRedisRestarts needs a registerer and a count function", ErrInvalidOptions)
+	}
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: RedisRestartsMetric,
+		Help: "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed: a restart, a failover or a replacement): its counters, quotas and leases are those it loaded or replicated, none after a restart without persistence.",
+	}, func() float64 { return float64(count()) }))
+}
+
 // MemoryStoreMetric is the name of the gauge of a store's entries that
 // RegisterMemoryStore registers; MemoryStoreMaxMetric that of its bound.
 const (

@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/clip"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 )
 
 // probeLogEvery is how often at most probeLog writes a line.
@@ -105,4 +107,49 @@ func failureReason(err error) string {
 		return op.Op + ": " + op.Err.Error()
 	}
 	return err.Error()
+}
+
+// fallbackLogEvery is how often at most logFallbacks writes a line for
+// one reason.
+const fallbackLogEvery = 10 * time.Second
+
+// maxFallbackErrLog bounds the error text of a degraded decision's line:
+// a foreign value's names the decision's keys.
+const maxFallbackErrLog = 1000
+
+// fallbackLogMsg is the message of logFallbacks's lines.
+const fallbackLogMsg = "decisions taken by the fallback, not by Redis: each policy's failure mode answered (rate_limit_fallback_total counts them all)"
+
+// logFallbacks returns serve's fallback.Options.OnFallback: a WARN line
+// for a decision taken by the failure mode, at most one per every for
+// each reason (timeout, unavailable, indeterminate, breaker_open, error,
+// foreign_value), with the error of the first decision of the interval
+// and, from the second line on, how many decisions of that reason were
+// not logged since the last line ("suppressed"). Decisions that fell back
+// without opening the breaker (Redis at maxclients refusing new
+// connections: an outside walk counted 47, all reason unavailable) were
+// logged nowhere, and an operator grepping the log found nothing. It is
+// called on degraded decisions only; a suppressed one costs a mutex and
+// no allocation. Safe for concurrent use.
+func logFallbacks(log *slog.Logger, every time.Duration) func(fallback.Reason, error) {
+	rl := ratelog.New(log, every)
+	return func(r fallback.Reason, err error) {
+		if !log.Enabled(context.Background(), slog.LevelWarn) {
+			return
+		}
+		reason := r.String()
+		suppressed, due := rl.Due(reason)
+		if !due {
+			return
+		}
+		text := "none"
+		if err != nil {
+			text = clip.Text(err.Error(), maxFallbackErrLog)
+		}
+		args := []any{"reason", reason, "error", text}
+		if suppressed > 0 {
+			args = append(args, "suppressed", suppressed)
+		}
+		log.Warn(fallbackLogMsg, args...)
+	}
 }

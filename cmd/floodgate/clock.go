@@ -144,7 +144,8 @@ func heartbeatID() string {
 // kept for one TTL of beats: a Redis back empty is refilled by the instances'
 // beats one by one, and an outage again in that time found counts of 1
 // and 2 among three instances (an outside walk: 55 admitted against a
-// limit of 30).
+// limit of 30). After each successful beat it checks whether Redis is
+// still the same server process (restartCheck).
 // id is heartbeatID's.
 func startHeartbeat(f serveFlags, b *backend, id string, reg prometheus.Registerer, log *slog.Logger) (*fleet.Heartbeat, error) {
 	var mu sync.Mutex
@@ -159,7 +160,15 @@ func startHeartbeat(f serveFlags, b *backend, id string, reg prometheus.Register
 		}
 		failing = true
 	}
+	// After each beat, whether the Redis is the same server process.
+	restarts := newRestartCheck(b.client, log)
+	if reg != nil {
+		if err := metrics.RegisterRedisRestarts(reg, restarts.watch.Changes); err != nil {
+			return nil, err
+		}
+	}
 	return fleet.New(b.client, fleet.Key(f.prefix), id, fleet.Options{Interval: heartbeatInterval, TTL: heartbeatTTL, Registerer: reg,
+		AfterBeat: restarts.run,
 		OnRejoin: func() {
 			// Redis lost the set without a failed beat (restarted
 			// between two): hold the count as after a failure.

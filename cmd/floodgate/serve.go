@@ -406,9 +406,10 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 	observer := newBreakerLog(m, log)
 	observer.replies = replies
 	fo := fallback.Options{DefaultMode: mode, ModeFor: modeFor, Budget: f.fallbackBudget, Instances: f.instances, Factor: f.fallbackFactor, Observer: observer,
-		OnFallback: func(r fallback.Reason, err error) {
-			log.Debug("decision taken by the fallback", "reason", r.String(), "error", err)
-		},
+		// Logged at most once per 10 s per reason, with the count held
+		// back: the breaker's lines say nothing of decisions that fell
+		// back while it stayed closed.
+		OnFallback: logFallbacks(log, fallbackLogEvery),
 		// Background probes, independent of traffic, bring central
 		// counting back within about a second of Redis being healthy.
 		Probe: replies.Probe(fallback.RedisProbe(client, f.prefix+":probe")),

@@ -46,19 +46,34 @@ func (l *Log) Log(ctx context.Context, level slog.Level, kind, msg string, args 
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
-	now := time.Now()
-	l.mu.Lock()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		l.held[kind]++
-		l.mu.Unlock()
+	suppressed, due := l.Due(kind)
+	if !due {
 		return
 	}
-	l.last[kind] = now
-	suppressed := l.held[kind]
-	l.held[kind] = 0
-	l.mu.Unlock()
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
 	}
 	l.log.Log(ctx, level, msg, args...)
+}
+
+// Due reports whether a message of kind is to be written now (see Log):
+// if so, it returns true and how many messages of that kind were
+// suppressed since the last one, and the caller writes it, with that
+// count if above zero; otherwise it counts one more suppressed and
+// returns false. It lets a caller skip building a message's arguments,
+// an allocation, when the message would be suppressed (serve's log of
+// degraded decisions, met by every request during an outage). kind must
+// come from a closed set, as for Log.
+func (l *Log) Due(kind string) (suppressed int, due bool) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
+		l.held[kind]++
+		return 0, false
+	}
+	l.last[kind] = now
+	suppressed = l.held[kind]
+	l.held[kind] = 0
+	return suppressed, true
 }

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/server"
+)
+
+// logRecords returns the JSON records of logs whose message is msg.
+func logRecords(logs, msg string) []map[string]any {
+	var out []map[string]any
+	for line := range strings.SplitSeq(logs, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// TestLogFallbacksRateLimited: serve's OnFallback writes one WARN line
+// per reason per interval, with the reason and the error, and a
+// decision held back costs no allocation.
+func TestLogFallbacksRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	onFallback := logFallbacks(slog.New(slog.NewJSONHandler(&buf, nil)), time.Hour)
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	for range 50 {
+		onFallback(fallback.ReasonUnavailable, refused)
+	}
+	onFallback(fallback.ReasonBreakerOpen, fallback.ErrBreakerOpen)
+	recs := logRecords(buf.String(), fallbackLogMsg)
+	if len(recs) != 2 {
+		t.Fatalf("%d lines for 50 unavailable and 1 breaker_open decisions, want 2:\n%s", len(recs), buf.String())
+	}
+	if recs[0]["level"] != "WARN" || recs[0]["reason"] != "unavailable" || recs[0]["error"] != refused.Error() {
+		t.Fatalf("first line %v, want WARN, reason unavailable, error %q", recs[0], refused)
+	}
+	if recs[1]["reason"] != "breaker_open" {
+		t.Fatalf("second line %v, want reason breaker_open", recs[1])
+	}
+	if n := testing.AllocsPerRun(100, func() { onFallback(fallback.ReasonUnavailable, refused) }); n != 0 {
+		t.Fatalf("a degraded decision not logged allocates %v times, want 0", n)
+	}
+}
+
+// TestServeLogsDegradedDecisions: with Redis gone, serve's decisions
+// taken by the fallback are logged at WARN with their reason and error,
+// at most one line per reason per 10 s, the next line of a reason
+// saying how many were not logged. An outside walk found 47 decisions
+// fallen back (reason unavailable, Redis at maxclients) logged nowhere.
+func TestServeLogsDegradedDecisions(t *testing.T) {
+	rs := redistest.Start(t)
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("degradedlog%d", time.Now().UnixNano()))
+	check := func() {
+		post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}})
+	}
+	check()
+	rs.Stop()
+	start := time.Now()
+	var first map[string]any
+	waitUntil(t, "a degraded decision logged", func() bool {
+		check()
+		recs := logRecords(svc.Logs(), fallbackLogMsg)
+		if len(recs) > 0 {
+			first = recs[0]
+		}
+		return first != nil
+	})
+	if first["level"] != "WARN" || first["reason"] == nil || first["reason"] == "" || first["error"] == nil || first["error"] == "" {
+		t.Fatalf("degraded decision logged as %v, want WARN with a reason and an error:\n%s", first, svc.Logs())
+	}
+	// The next line of a reason, 10 s on, says how many were held back.
+	deadline := time.Now().Add(40 * time.Second)
+	var again map[string]any
+	for again == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second line of a reason with a suppressed count:\n%s", svc.Logs())
+		}
+		check()
+		time.Sleep(20 * time.Millisecond)
+		seen := map[any]bool{}
+		for _, rec := range logRecords(svc.Logs(), fallbackLogMsg) {
+			if seen[rec["reason"]] {
+				again = rec
+				break
+			}
+			seen[rec["reason"]] = true
+		}
+	}
+	if n, _ := again["suppressed"].(float64); n < 1 {
+		t.Fatalf("second %s line %v: want a suppressed count of at least 1", again["reason"], again)
+	}
+	// At most one line per reason per 10 s (one more for the interval
+	// under way).
+	perReason := map[any]int{}
+	for _, rec := range logRecords(svc.Logs(), fallbackLogMsg) {
+		perReason[rec["reason"]]++
+	}
+	most := 2 + int(time.Since(start)/fallbackLogEvery)
+	for r, n := range perReason {
+		if n > most {
+			t.Fatalf("%d lines of reason %v in %v, want at most %d:\n%s", n, r, time.Since(start), most, svc.Logs())
+		}
+	}
+	svc.stop(t)
+}
+
+// TestServeNoticesRedisRestart: a Redis restarted on the same port
+// without persistence (every counter gone) is logged at WARN with both
+// run_ids and counted in floodgate_redis_restarts_total. An outside walk
+// saw the breaker open for a few seconds, then every counter at zero,
+// and no metric, log line or alert say so.
+func TestServeNoticesRedisRestart(t *testing.T) {
+	rs := redistest.Start(t)
+	admin := rs.Client(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("restartlog%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix)
+	// Two beats: the check after the first has read the run_id.
+	var scores []float64
+	waitUntil(t, "two heartbeats", func() bool {
+		z, err := admin.ZRangeWithScores(ctx, prefix+":instances", 0, -1).Result()
+		if err == nil && len(z) == 1 && (len(scores) == 0 || scores[len(scores)-1] != z[0].Score) {
+			scores = append(scores, z[0].Score)
+		}
+		return len(scores) >= 3
+	})
+	before, err := admin.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := metricOrZero(t, svc.url, "floodgate_redis_restarts_total"); got != 0 {
+		t.Fatalf("floodgate_redis_restarts_total %v before any restart, want 0", got)
+	}
+	rs.Restart(t)
+	var rec map[string]string
+	waitUntil(t, "the restart logged", func() bool {
+		r, ok := svc.Logged(redisRestartMsg)
+		rec = r
+		return ok
+	})
+	if rec["level"] != "WARN" || rec["from_run_id"] == "" || rec["to_run_id"] == "" || rec["from_run_id"] == rec["to_run_id"] ||
+		!strings.Contains(before, "run_id:"+rec["from_run_id"]) {
+		t.Fatalf("restart logged as %v, want WARN from the run_id before (INFO said %q) to another", rec, before)
+	}
+	if got := metricOrZero(t, svc.url, "floodgate_redis_restarts_total"); got != 1 {
+		t.Fatalf("floodgate_redis_restarts_total %v after one restart, want 1", got)
+	}
+	if n := strings.Count(svc.Logs(), redisRestartMsg); n != 1 {
+		t.Fatalf("%d restart lines for one restart:\n%s", n, svc.Logs())
+	}
+	svc.stop(t)
+}
