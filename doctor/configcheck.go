@@ -78,6 +78,26 @@ func (r *run) configChecks(ctx context.Context) {
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s could not be read, Redis is unreachable (see Redis/reachable): nothing is known of the configuration the instances run; the checks that need the policies were skipped", r.cfgSource)
 			c.Fix = "bring Redis back (see Redis/reachable), or give doctor the file the instances run (--config FILE) to check it now"
+			// Instances that run a file (their /readyz config_source)
+			// do not read the stored document: a walk's file-configured
+			// fleet was said to run a configuration of which "nothing is
+			// known".
+			var files, stored []string
+			for _, in := range r.readInstances(ctx) {
+				switch {
+				case in.notFloodgate != "" || in.readyStatus == 0 || in.configSource == "":
+				case strings.HasPrefix(in.configSource, "redis:"):
+					stored = append(stored, fmt.Sprintf("%s runs version %q from %s", in.url, in.configVersion, in.configSource))
+				default:
+					files = append(files, fmt.Sprintf("%s runs version %q from the file %s", in.url, in.configVersion, in.configSource))
+				}
+			}
+			c.Evidence = append(files, stored...)
+			if len(files) > 0 && len(stored) == 0 {
+				c.Status = Warn
+				c.Summary = fmt.Sprintf("the instances run a configuration file (/readyz config_source), not %s (unread: Redis is unreachable, see Redis/reachable): doctor was given no --config, so the checks that need the policies were skipped", r.cfgSource)
+				c.Fix = "give doctor the file the instances run (--config FILE) to check it"
+			}
 		case errors.Is(r.cfgErr, config.ErrSignature):
 			c.Status = Fail
 			c.Summary = fmt.Sprintf("%s is refused: %v", r.cfgSource, r.cfgErr)

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -392,6 +393,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	err = client.Ping(pctx).Err()
+	if err != nil && r.cluster != nil {
+		err = r.probeNodes(pctx, err)
+	}
 	cancel()
 	if err != nil {
 		// A report all the same: what does not need Redis (the instances,
@@ -484,4 +488,25 @@ func (r *run) loadConfig(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	r.cfg, r.cfgErr = config.LoadRedisVerified(cctx, r.client, keys, r.opts.VerifyKeys...)
+}
+
+// probeNodes is the reachability probe of a Cluster whose PING, sent to
+// one node, failed with err: it pings every primary and returns nil when
+// one answers, err when none does. One node that refuses doctor (at its
+// maxclients limit, say) or does not answer is then named by the checks
+// that read it, as a dead node is, instead of every check being skipped:
+// a walk's one node of three at maxclients made the whole cluster
+// "cannot reach Redis".
+func (r *run) probeNodes(ctx context.Context, err error) error {
+	var answered atomic.Bool
+	_ = r.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if c.Ping(ctx).Err() == nil {
+			answered.Store(true)
+		}
+		return nil
+	})
+	if answered.Load() {
+		return nil
+	}
+	return err
 }

@@ -256,6 +256,14 @@ func (r *run) keyChecks(ctx context.Context) {
 			c.Status = Warn
 			c.Summary = fmt.Sprintf("no key under %s:* or {%s}:*, though instances are given: the prefix may be wrong (see Instances/redis-and-prefix)", r.opts.Prefix, r.opts.LoginPrefix)
 			c.Fix = "give doctor the --prefix (and --login-prefix) the instances run with (serve --prefix), and their Redis"
+			if f := redisRefusing(r.readInstances(ctx)); f.any() {
+				// Redis refuses the instances (a password or an ACL
+				// they lack): they wrote nothing, whatever the prefix.
+				c.Summary = fmt.Sprintf("no key under %s:* or {%s}:*, though instances are given: %s; otherwise the prefix may be wrong (see Instances/redis-and-prefix)",
+					r.opts.Prefix, r.opts.LoginPrefix, strings.Replace(f.cause(), "heartbeats included", "their counters included", 1))
+				c.Evidence = append(c.Evidence, f.lines...)
+				c.Fix = f.fix()
+			}
 		default:
 			c.Status, c.Summary = Pass, fmt.Sprintf("scanned every key under the prefixes (%d)", len(res.keys))
 		}

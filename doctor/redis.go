@@ -249,16 +249,22 @@ func (r *run) redisChecks(ctx context.Context) {
 				parts = append(parts, fmt.Sprintf("INFO could not be read on %d of %s (%v)", len(nodes)-len(r.primaryAddrs),
 					plural.Count(len(nodes), "primary", "primaries"), infoErr))
 				switch classify(ctx, infoErr) {
-				case errNoPerm:
-					fixes = append(fixes, permissionFix())
-				case errDeadline:
-					fixes = append(fixes, deadlineFix)
 				case errUnreachable:
+					if connRefused(infoErr) {
+						// Up, at its maxclients limit: not "stopped
+						// answering".
+						fixes = append(fixes, maxclientsFix)
+						break
+					}
 					f := unreachableFix
 					if h := r.tlsHint(infoErr); h != "" {
 						f += "; " + h
 					}
 					fixes = append(fixes, f)
+				case errNoPerm:
+					fixes = append(fixes, permissionFix())
+				case errDeadline:
+					fixes = append(fixes, deadlineFix)
 				default:
 					fixes = append(fixes, "read the INFO error above (a proxy or managed service that does not serve INFO cannot be audited)")
 				}

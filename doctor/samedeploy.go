@@ -209,16 +209,30 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		}
 	}
 	full := r.refusingWrites()
+	// refusedIns are the instances whose /readyz names a Redis refusing
+	// their commands (NOAUTH, NOPERM, ...) or an open breaker: a walk's
+	// Redis, restarted with a password the instances lacked, got "they
+	// decide on another Redis or under another --prefix".
+	refusedIns := redisRefusing(ins)
+	blocked := map[string]bool{} // the heartbeat ids of the instances refused
+	for _, in := range ins {
+		if in.heartbeatID != "" && redisRefusing([]*instance{in}).any() {
+			blocked[in.heartbeatID] = true
+		}
+	}
 	// staleNote names the heartbeats that stopped. While Redis refuses
 	// writes, that of an instance that answered doctor stopped because
 	// its beats are refused, and none is dropped (the pruning is a write
 	// too): a walk saw a live instance's heartbeat called "such as one
 	// killed: it is dropped 6 s after its last beat".
-	var killed, refused []string
+	var killed, refused, blockedBeats []string
 	for _, m := range stale {
-		if len(full) > 0 && answered[m.id] {
+		switch {
+		case len(full) > 0 && answered[m.id]:
 			refused = append(refused, m.line)
-		} else {
+		case blocked[m.id]:
+			blockedBeats = append(blockedBeats, m.line)
+		default:
 			killed = append(killed, m.line)
 		}
 	}
@@ -235,8 +249,26 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		staleNote += fmt.Sprintf("; %s of %s that answered doctor stopped beating because Redis refuses writes, its beats included: %s",
 			plural.Count(len(refused), "heartbeat", "heartbeats"), plural.Word(len(refused), "an instance", "instances"), strings.Join(refused, ", "))
 	}
+	if len(blockedBeats) > 0 {
+		staleNote += fmt.Sprintf("; %s of %s that answered doctor stopped beating because Redis refuses %s commands (see Instances/ready): %s",
+			plural.Count(len(blockedBeats), "heartbeat", "heartbeats"), plural.Word(len(blockedBeats), "an instance", "instances"),
+			plural.Word(len(blockedBeats), "its", "their"), strings.Join(blockedBeats, ", "))
+	}
+	// The set's content as read: a walk read "holds 0 live instance
+	// heartbeats" beside a stopped one named, and took the set for empty.
+	held := plural.Count(beats, "live instance heartbeat", "live instance heartbeats")
+	if len(stale) > 0 {
+		held += fmt.Sprintf(" and %s", plural.Count(len(stale), "stopped one", "stopped ones"))
+	}
 	c.Evidence = append(c.Evidence, fmt.Sprintf("%s holds %s on this Redis; %s on Redis answered", fleetKey,
-		plural.Count(beats, "live instance heartbeat", "live instance heartbeats"), plural.Count(onRedis, "instance", "instances")))
+		held, plural.Count(onRedis, "instance", "instances")))
+	c.Evidence = append(c.Evidence, refusedIns.lines...)
+	// noBeats opens the summary of a set without a live heartbeat: "no
+	// live one" when it holds stopped ones.
+	noBeats := "no instance heartbeats in " + fleetKey
+	if len(stale) > 0 {
+		noBeats = fmt.Sprintf("no live instance heartbeat in %s (only %s)", fleetKey, plural.Count(len(stale), "stopped one", "stopped ones"))
+	}
 	c.Evidence = append(c.Evidence, otherPrefix...)
 	odd, certain, notGiven := outsideTheSet(ins, live, beats, fleetKey)
 	c.Evidence = append(c.Evidence, odd...)
@@ -266,17 +298,22 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 		// every heartbeat and let the set expire; doctor blamed its own
 		// --redis and --prefix.
 		c.Status = Fail
-		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s %s: Redis refuses writes (noeviction at maxmemory, see Redis/memory), heartbeats included, which likely explains it; otherwise they decide on another Redis or under another --prefix",
-			fleetKey, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
+		c.Summary = fmt.Sprintf("%s on this Redis though %s %s: Redis refuses writes (noeviction at maxmemory, see Redis/memory), heartbeats included, which likely explains it; otherwise they decide on another Redis or under another --prefix",
+			noBeats, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
 		c.Evidence = append(c.Evidence, full...)
 		c.Fix = "free memory or raise maxmemory (see Redis/memory), then run doctor again: serve's heartbeats return within 2 s; if they do not, give doctor the Redis and the prefix the instances run with (serve --redis, --redis-sentinel or --redis-cluster, and --prefix)"
+	case beats == 0 && refusedIns.any():
+		c.Status = Fail
+		c.Summary = fmt.Sprintf("%s on this Redis though %s %s: %s; otherwise they decide on another Redis or under another --prefix",
+			noBeats, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"), refusedIns.cause())
+		c.Fix = refusedIns.fix()
 	case beats == 0 && (noKeys || traffic > 0):
 		c.Status = Fail
-		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s %s: they decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
+		c.Summary = fmt.Sprintf("%s on this Redis though %s %s: they decide on another Redis or under another --prefix", noBeats, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
 		c.Fix = fix
 	case beats == 0:
 		c.Status = Warn
-		c.Summary = fmt.Sprintf("no instance heartbeats in %s on this Redis though %s %s: they may decide on another Redis or under another --prefix", fleetKey, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
+		c.Summary = fmt.Sprintf("%s on this Redis though %s %s: they may decide on another Redis or under another --prefix", noBeats, plural.Count(onRedis, "instance", "instances"), plural.Word(onRedis, "answers", "answer"))
 		c.Fix = fix
 	case len(odd) > 0:
 		// Some instances are in the set and some not: the odd ones run
@@ -293,6 +330,11 @@ func (r *run) checkSameRedis(ctx context.Context, c *Check, ins []*instance) {
 			plural.Count(beats, "live heartbeat", "live heartbeats"), plural.Word(len(odd), "its", "their"))
 		c.Fix = "start the instances named with the Redis and --prefix of the instances whose heartbeats are in " + fleetKey +
 			" and restart them: each keeps counters of its own (a limit is admitted once more through it), and its fallback divides limits by the instances it counts"
+	case beats < int64(onRedis) && refusedIns.any():
+		c.Status = Warn
+		c.Summary = fmt.Sprintf("%s in %s for %s given: %s; otherwise some of them may decide on another Redis or under another --prefix",
+			plural.Count(beats, "heartbeat", "heartbeats"), fleetKey, plural.Count(onRedis, "instance", "instances"), refusedIns.cause())
+		c.Fix = refusedIns.fix()
 	case beats < int64(onRedis):
 		c.Status = Warn
 		c.Summary = fmt.Sprintf("%s in %s for %s given: some of them may decide on another Redis or under another --prefix", plural.Count(beats, "heartbeat", "heartbeats"), fleetKey, plural.Count(onRedis, "instance", "instances"))

@@ -257,6 +257,13 @@ func TestStaleBeatOfAnsweringInstanceOnRedisRefusingWrites(t *testing.T) {
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "os", Instances: []string{a.url}, RateWindow: -1})
 	c := want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail,
 		"Redis refuses writes (noeviction at maxmemory", a.hbID, "of an instance that answered doctor")
+	// The set holds the stopped heartbeat: a walk read "holds 0 live
+	// instance heartbeats" beside "no instance heartbeats in" and the
+	// stopped one named.
+	if strings.Contains(c.Summary, "no instance heartbeats in") || !strings.Contains(c.Summary, "no live instance heartbeat in os:instances (only 1 stopped one)") {
+		t.Errorf("the summary does not say the set holds a stopped heartbeat and no live one: %s", c.Summary)
+	}
+	want(t, rep, doctor.GroupInstances, "redis-and-prefix", doctor.Fail, "os:instances holds 0 live instance heartbeats and 1 stopped one")
 	for _, wrong := range []string{"such as one killed", "dropped 6 s after"} {
 		if strings.Contains(c.Summary, wrong) {
 			t.Errorf("the summary says %q of a live instance's heartbeat: %s", wrong, c.Summary)

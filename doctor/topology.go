@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -87,6 +88,7 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 	var open []string // per primary, its slots in MIGRATING or IMPORTING state
 	noReplica := 0
 	var unread, down []string // primaries doctor could not read; those reporting cluster_state other than ok
+	var atMax []string        // the unread that closed doctor's new connection during its setup (maxclients)
 	var out clusterOutage     // the most unreachable nodes one primary's CLUSTER NODES lists
 	var outFrom string        // that primary
 	for _, n := range nodes {
@@ -96,6 +98,9 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 			cancel()
 			worst = Fail
 			unread = append(unread, n.addr)
+			if connRefused(err) {
+				atMax = append(atMax, n.addr)
+			}
 			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: CLUSTER INFO failed: %v", n.addr, err))
 			continue
 		}
@@ -191,6 +196,11 @@ func (r *run) checkCluster(ctx context.Context, c *Check) {
 			c.Summary += "; unreachable: " + strings.Join(out.unreachable, ", ")
 		}
 		c.Fix = "check that " + strings.Join(unread, ", ") + " is up and answers from this host (its process, its host, the network, a firewall), then run doctor again"
+		if len(atMax) == len(unread) {
+			// Up, and refusing new connections: not a node to look for.
+			c.Summary += fmt.Sprintf("; %s new connections (maxclients)", plural.Word(len(atMax), "it refuses", "they refuse"))
+			c.Fix = strings.Join(atMax, ", ") + ": " + maxclientsFix
+		}
 	case worst == Fail:
 		c.Summary = "a primary reports the cluster down or could not be read"
 		c.Fix = "run redis-cli --cluster check HOST:PORT and fix what it reports"
@@ -238,6 +248,9 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	for _, a := range addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS,
 			Username: st.Username, Password: st.Password})
+		// A sentinel at its maxclients limit closes the connection as
+		// it takes it: connsetup names that, not "write: broken pipe".
+		sc.AddHook(connsetup.Hook{})
 		sc.AddHook(r.counter)
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		m, err := sc.Master(sctx, master).Result()
@@ -767,6 +780,8 @@ func (r *run) probeFailureFix(ctx context.Context, err error) string {
 	switch {
 	case ctx.Err() != nil:
 		return "doctor's own time ran out (--timeout, default 2m) before the probe could finish: run it again with a longer --timeout"
+	case connRefused(err):
+		return maxclientsFix
 	case strings.HasPrefix(msg, "CLUSTERDOWN"):
 		return r.clusterDownFix()
 	case strings.HasPrefix(msg, "TRYAGAIN"), strings.HasPrefix(msg, "ASK"), strings.HasPrefix(msg, "MOVED"):
@@ -831,9 +846,13 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 	answered := false // some server answered with an error reply
 	tlsRefused := 0   // sentinels whose TLS handshake was refused, by them or by doctor
 	resets := 0       // sentinels that reset or closed the connection
+	refusedConns := 0 // sentinels that closed a new connection during its setup (maxclients)
 	for _, a := range st.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS, MaxRetries: -1,
 			Username: st.Username, Password: st.Password})
+		// A sentinel at its maxclients limit closes the connection as
+		// it takes it: connsetup names that, not "write: broken pipe".
+		sc.AddHook(connsetup.Hook{})
 		sc.AddHook(r.counter)
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		addr, err := sc.GetMasterAddrByName(sctx, st.Master).Result()
@@ -853,6 +872,8 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 			var reply redis.Error
 			answered = answered || errors.As(err, &reply)
 			switch {
+			case connRefused(err) && !tlsRefusal(err):
+				refusedConns++
 			case tlsRefusal(err):
 				if tlsRefused == 0 {
 					firstErr = err // the refusal says more than a reset before it
@@ -873,6 +894,9 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 		// TLS alert sent or received): they are up and reachable, the
 		// fix (tlsHint, from first) says what to change.
 		return fmt.Sprintf("every sentinel refused the TLS handshake, or sent a certificate doctor refused (%s): they are reachable, the certificates are at fault",
+			strings.Join(failed, "; ")), true, firstErr
+	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && refusedConns == len(failed):
+		return fmt.Sprintf("every sentinel closed doctor's new connection during its setup (%s): "+sentinelsAtMaxclients,
 			strings.Join(failed, "; ")), true, firstErr
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && !answered:
 		return fmt.Sprintf("no sentinel answers (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",

@@ -2,11 +2,14 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/connsetup"
 )
 
 // probeTimeout bounds the reachability probe, the PING Run sends before
@@ -58,6 +61,40 @@ const (
 	primaryRefuses = "and that primary refuses doctor's credentials"
 )
 
+// maxclientsFix is the fix of a Redis (or sentinel) that closed doctor's
+// new connection during its setup: it is up, at its maxclients limit.
+const maxclientsFix = "Redis is up but refuses new connections at its maxclients limit: raise it (CONFIG SET maxclients N, and in redis.conf, within the process's open-files limit) or find who holds the connections (CLIENT LIST; connected_clients in INFO clients, rejected_connections in INFO stats), then run doctor again"
+
+// sentinelsAtMaxclients ends sentinelDiagnosis's diagnosis when every
+// sentinel closed doctor's connection during its setup.
+const sentinelsAtMaxclients = "they are up, but at their maxclients limit"
+
+// sentinelMaxclientsFix is the fix of sentinels at their maxclients
+// limit.
+const sentinelMaxclientsFix = "the sentinels are up but refuse new connections at their maxclients limit: raise it (maxclients in each sentinel's configuration file, then restart it) or find who holds the connections (CLIENT LIST and INFO clients on each sentinel), then run doctor again"
+
+// connRefused reports whether err is a new connection Redis refused at
+// its maxclients limit (connsetup): its "ERR max number of clients" reply
+// read, or the connection closed before HELLO could be written (a broken
+// pipe, as Redis closes it once it has written that reply). An EOF, a
+// reset or a TLS alert during the setup is not taken for it: a TLS
+// mismatch ends so (see tlsHint).
+func connRefused(err error) bool {
+	var serr *connsetup.Error
+	return errors.As(err, &serr) && !serr.SetupTimedOut() && (serr.MaxClients() || errors.Is(err, syscall.EPIPE))
+}
+
+// refusedHeadline is the start of the reachable check's summary when
+// Redis closed doctor's connection during its setup: certain when its
+// maxclients reply was read, likely otherwise.
+func refusedHeadline(err error) string {
+	var serr *connsetup.Error
+	if errors.As(err, &serr) && serr.MaxClients() {
+		return "Redis refuses new connections (maxclients)"
+	}
+	return "Redis refuses new connections (most likely maxclients: it closed doctor's connection during its setup)"
+}
+
 // unreachable records the failed reachability probe (err is the PING's
 // error) as the check Redis/reachable, which fails with the diagnosis
 // Run's error gave before it made a report: the sentinels' answers
@@ -73,6 +110,10 @@ func (r *run) unreachable(ctx context.Context, err error) {
 		if class := classify(r.ctxOrBackground(), err); class == errNoPerm || class == errOther {
 			// It answered, with an error (NOAUTH, WRONGPASS, LOADING).
 			c.Read = probeRead(r.opts.Redis) + " (Redis refused it, so no other Redis read was made)"
+		}
+		refused := connRefused(err) && r.tlsHint(err) == ""
+		if refused {
+			c.Read = probeRead(r.opts.Redis) + " (Redis closed its connection during the setup, so no other Redis read was made)"
 		}
 		c.Status = Fail
 		why, replaces, sentinelErr := r.sentinelDiagnosis(ctx)
@@ -94,9 +135,19 @@ func (r *run) unreachable(ctx context.Context, err error) {
 			why = strings.Replace(why, primarySilent, primaryRefuses, 1)
 		}
 		switch {
+		case replaces && strings.Contains(why, sentinelsAtMaxclients):
+			c.Summary = fmt.Sprintf("the sentinels refuse new connections (maxclients) (%s): %s", target, why)
+			c.Evidence = append(c.Evidence, "PING: "+err.Error())
 		case replaces:
 			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %s", target, why)
 			c.Evidence = append(c.Evidence, "PING: "+err.Error())
+		case refused:
+			// Redis is up: "cannot reach" and a fix to check that it
+			// is up contradicted the maxclients diagnosis.
+			c.Summary = fmt.Sprintf("%s (%s): %v", refusedHeadline(err), target, err)
+			if why != "" {
+				c.Evidence = append(c.Evidence, "the sentinels: "+why)
+			}
 		case why != "":
 			c.Summary = fmt.Sprintf("cannot reach Redis (%s): %s (%v)", target, why, err)
 		case hint != "":
@@ -106,6 +157,10 @@ func (r *run) unreachable(ctx context.Context, err error) {
 		}
 		c.Summary += "; the checks that read Redis were skipped"
 		switch class := classify(r.ctxOrBackground(), err); {
+		case refused && !replaces:
+			c.Fix = maxclientsFix
+		case strings.Contains(why, sentinelsAtMaxclients):
+			c.Fix = sentinelMaxclientsFix
 		case class == errDeadline:
 			c.Fix = deadlineFix
 		case hint != "":

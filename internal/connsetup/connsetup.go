@@ -36,11 +36,25 @@ type Error struct {
 // Error says the connection failed during its setup and, unless it timed
 // out, names the likely cause.
 func (e *Error) Error() string {
-	var nerr net.Error
-	if errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, context.Canceled) || errors.As(e.Err, &nerr) && nerr.Timeout() {
+	if e.SetupTimedOut() {
 		return "a new connection did not finish its setup, the command was not sent: " + e.Err.Error()
 	}
 	return "Redis closed a new connection during its setup, the command was not sent (most likely the server is at its maxclients limit: see connected_clients in its INFO clients and rejected_connections in its INFO stats): " + e.Err.Error()
+}
+
+// SetupTimedOut reports whether the setup failed for lack of an answer
+// in time (a timeout or an ended context), not because Redis closed the
+// connection or refused it.
+func (e *Error) SetupTimedOut() bool {
+	var nerr net.Error
+	return errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, context.Canceled) || errors.As(e.Err, &nerr) && nerr.Timeout()
+}
+
+// MaxClients reports whether Redis's refusal was read: "ERR max number of
+// clients reached" (or, in a Cluster, "... + cluster connections
+// reached"), not only a closed connection.
+func (e *Error) MaxClients() bool {
+	return strings.Contains(e.Err.Error(), "ERR max number of clients")
 }
 
 // Unwrap returns Err.
