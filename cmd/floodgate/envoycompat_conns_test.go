@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +22,8 @@ import (
 // is in the metrics.
 func TestEnvoyCompatMaxConnections(t *testing.T) {
 	rdb := redistest.Start(t)
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
-	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "CACHE_KEY_PREFIX=conns_", "FLOODGATE_MAX_CONNECTIONS=4")
+	_, rt := compatRuntime(t, compatConfig)
+	p := startCompat(t, append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=conns_", "FLOODGATE_MAX_CONNECTIONS=4")...)
 	// Each check on a connection of its own, closed after: no pooled
 	// connection takes a place.
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}

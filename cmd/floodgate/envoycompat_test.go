@@ -50,6 +50,21 @@ func startCompatArgs(t *testing.T, args []string, env ...string) *compatProc {
 	return &compatProc{Proc: p, http: rec["http"], grpc: rec["grpc"], debug: rec["debug"]}
 }
 
+// compatRuntime writes config as edge.yaml in a new runtime directory
+// laid out as envoy-compat (and envoyproxy/ratelimit) reads it,
+// RUNTIME_ROOT/ratelimit/config, and returns that config directory and
+// the environment naming it, without the root watch or statsd.
+func compatRuntime(t *testing.T, config string) (cfgDir string, env []string) {
+	t.Helper()
+	root := t.TempDir()
+	cfgDir = filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), config)
+	return cfgDir, []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false"}
+}
+
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -108,14 +123,8 @@ descriptors:
 
 func TestEnvoyCompatBinary(t *testing.T) {
 	rdb := redistest.Start(t)
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
-	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "CACHE_KEY_PREFIX=t1_")
+	cfgDir, rt := compatRuntime(t, compatConfig)
+	p := startCompat(t, append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=t1_")...)
 
 	waitFor(t, "healthcheck OK", func() bool {
 		code, body := httpGet(t, "http://"+p.http+"/healthcheck")
@@ -419,13 +428,8 @@ func TestEnvoyCompatActiveHealthCheck(t *testing.T) {
 // had only a header timeout, so a body sent slowly kept its connection
 // for ever, and gRPC waited 120 s for a preface.
 func TestEnvoyCompatCutsSlowClients(t *testing.T) {
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
-	p := startCompat(t, "BACKEND_TYPE=memory", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false")
+	_, rt := compatRuntime(t, compatConfig)
+	p := startCompat(t, append(rt, "BACKEND_TYPE=memory")...)
 	var wg sync.WaitGroup
 	for _, tc := range []struct{ name, addr, send string }{
 		{"HTTP body never finished", p.http, "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\":"},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -123,14 +122,8 @@ func TestServeGRPCMaxConnectionAge(t *testing.T) {
 // /json with 400, both saying the bound, and writes no key.
 func TestEnvoyCompatDescriptorBound(t *testing.T) {
 	rdb := redistest.Start(t)
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: route\n    rate_limit: {unit: hour, requests_per_unit: 100000}\n")
-	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr, "RUNTIME_ROOT=" + root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "CACHE_KEY_PREFIX=bound_"}
+	_, rt := compatRuntime(t, "domain: edge\ndescriptors:\n  - key: route\n    rate_limit: {unit: hour, requests_per_unit: 100000}\n")
+	env := append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=bound_")
 	p := startCompat(t, env...)
 	waitFor(t, "healthcheck OK", func() bool {
 		code, body := httpGet(t, "http://"+p.http+"/healthcheck")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,13 +113,8 @@ func TestServeGRPCInput(t *testing.T) {
 // TestEnvoyCompatGRPCInput runs checkGRPCInput against floodgate
 // envoy-compat.
 func TestEnvoyCompatGRPCInput(t *testing.T) {
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), grpcInputConfig)
-	p := startCompat(t, "BACKEND_TYPE=memory", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false")
+	_, rt := compatRuntime(t, grpcInputConfig)
+	p := startCompat(t, append(rt, "BACKEND_TYPE=memory")...)
 	checkGRPCInput(t, p.grpc)
 }
 

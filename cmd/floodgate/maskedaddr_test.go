@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,14 +33,8 @@ func TestMaskedRemoteAddressOverGRPC(t *testing.T) {
 	writeFileAtomic(t, filepath.Join(serveDir, "edge.yaml"), maskedConfig)
 	svc := startService(t, "--redis", "redis://"+rdb.Addr, "--prefix", "mra", "--grpc-addr", "127.0.0.1:0", "--envoy-config", serveDir)
 
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), maskedConfig)
-	compat := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "CACHE_KEY_PREFIX=mrc_")
+	_, rt := compatRuntime(t, maskedConfig)
+	compat := startCompat(t, append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=mrc_")...)
 	waitFor(t, "envoy-compat healthcheck OK", func() bool {
 		code, body := httpGet(t, "http://"+compat.http+"/healthcheck")
 		return code == 200 && body == "OK"

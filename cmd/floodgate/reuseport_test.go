@@ -4,8 +4,6 @@ package main
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
@@ -18,14 +16,8 @@ import (
 // "bind: address already in use".
 func TestEnvoyCompatSharesItsPorts(t *testing.T) {
 	rdb := redistest.Start(t)
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
-	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + rdb.Addr, "RUNTIME_ROOT=" + root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false"}
+	_, rt := compatRuntime(t, compatConfig)
+	env := append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr)
 	first := startCompat(t, env...)
 	port := func(addr string) string {
 		_, p, err := net.SplitHostPort(addr)

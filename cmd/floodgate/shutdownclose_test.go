@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -198,14 +197,8 @@ func TestServeClosesConnectionsDuringDelay(t *testing.T) {
 // answered, with Connection: close.
 func TestEnvoyCompatStopsAcceptingAtSignal(t *testing.T) {
 	rdb := redistest.Start(t)
-	root := t.TempDir()
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), compatConfig)
-	p := startCompat(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "RUNTIME_ROOT="+root,
-		"RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "USE_STATSD=false", "CACHE_KEY_PREFIX=drain_")
+	_, rt := compatRuntime(t, compatConfig)
+	p := startCompat(t, append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=drain_")...)
 	waitFor(t, "healthcheck OK", func() bool {
 		code, body := httpGet(t, "http://"+p.http+"/healthcheck")
 		return code == 200 && body == "OK"
