@@ -138,3 +138,36 @@ func TestReleaseLaterBounded(t *testing.T) {
 		t.Fatalf("the standing of a layer whose release failed keeps a RetryAfter: %+v", p.out[0])
 	}
 }
+
+// TestSplitErrorKeptIsIndeterminateOnly: a part that failed without
+// writing (unavailable, or a foreign value) beside a part whose release
+// failed or went to the background is indeterminate, never also
+// ErrStoreUnavailable ("nothing written") or ErrForeignValue, which a
+// caller testing those first took for a clean failure (a review); the
+// failed part's key still names its primary.
+func TestSplitErrorKeptIsIndeterminateOnly(t *testing.T) {
+	pol := layered(t, "user", floodgate.FixedWindow, 10)
+	for _, tc := range []struct {
+		name    string
+		failErr error
+		held    part
+	}{
+		{"release failed", fmt.Errorf("%w: OOM", floodgate.ErrStoreUnavailable), part{slot: 1, relErr: errors.New("i/o timeout")}},
+		{"release in the background", fmt.Errorf("%w: dial: connection refused", floodgate.ErrStoreUnavailable), part{slot: 1, later: true}},
+		{"foreign value", fmt.Errorf("%w: a string", floodgate.ErrForeignValue), part{slot: 1, relErr: errors.New("i/o timeout")}},
+	} {
+		held := tc.held
+		held.layers = []floodgate.Layer{{Policy: pol, Key: "{u}", Cost: 1}}
+		failed := part{slot: 2, err: tc.failErr, layers: []floodgate.Layer{{Policy: pol, Key: "{g}", Cost: 1}}}
+		err := splitError([]part{held, failed})
+		var fk *floodgate.FailedKeyError
+		switch {
+		case !errors.Is(err, floodgate.ErrIndeterminate):
+			t.Errorf("%s: %v, want ErrIndeterminate", tc.name, err)
+		case errors.Is(err, floodgate.ErrStoreUnavailable) || errors.Is(err, floodgate.ErrForeignValue):
+			t.Errorf("%s: %v is also unavailable or a foreign value", tc.name, err)
+		case !errors.As(err, &fk) || fk.Key != "{g}":
+			t.Errorf("%s: %v names no failed key {g}", tc.name, err)
+		}
+	}
+}

@@ -521,7 +521,10 @@ func (e *slotMoving) Error() string { return e.msg }
 // floodgate.ErrStoreUnavailable otherwise: every part either wrote nothing
 // or was released; and a floodgate.FailedKeyError naming the failed part's
 // key, so that a breaker per Cluster primary blames that part's primary
-// (not the primary of a part whose release is not confirmed).
+// (not the primary of a part whose release is not confirmed). When a part
+// failed without writing and another kept its reservation, the error is
+// indeterminate only: the failed part's FailedKeyError comes with its
+// error's text, not its kinds.
 func splitError(parts []part) error {
 	var unavailable, indeterminate, kept error
 	for i := range parts {
@@ -549,7 +552,13 @@ func splitError(parts []part) error {
 	case indeterminate != nil:
 		return fmt.Errorf("redisstore: decision split over %d slots: %w", len(parts), indeterminate)
 	case kept != nil && unavailable != nil:
-		return fmt.Errorf("redisstore: decision split over %d slots: %w; %w", len(parts), unavailable, kept)
+		// The failed part's key, for the breaker to blame its primary,
+		// but not its error's kinds: that part wrote nothing, yet the
+		// decision may have kept a charge, so it must not read as
+		// ErrStoreUnavailable (nothing written) or ErrForeignValue.
+		fk := unavailable.(*floodgate.FailedKeyError)
+		plain := &floodgate.FailedKeyError{Key: fk.Key, Err: errors.New(fk.Err.Error())}
+		return fmt.Errorf("redisstore: decision split over %d slots: %w; %w", len(parts), kept, plain)
 	case kept != nil:
 		return fmt.Errorf("redisstore: decision split over %d slots: %w", len(parts), kept)
 	}
