@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,9 +97,15 @@ func (w *Watch) Changes() int64 { return w.changes.Load() }
 // differs, or, when the server reports no run_id, an uptime that went
 // backwards. The first server seen at a node is no change.
 func (w *Watch) Observe(node string, s Server) bool {
+	return w.observe(node, node, s)
+}
+
+// observe is Observe of a server found under key (a node's address, or
+// the slots a Cluster primary serves), reported as node.
+func (w *Watch) observe(key, node string, s Server) bool {
 	w.mu.Lock()
-	prev, known := w.seen[node]
-	w.seen[node] = s
+	prev, known := w.seen[key]
+	w.seen[key] = s
 	w.mu.Unlock()
 	if !known {
 		return false
@@ -126,18 +133,61 @@ type Client interface {
 // Check asks the server behind client for INFO server and observes it:
 // a single Redis (or a Sentinel group's primary, through a failover
 // client) as node "", each primary of a Redis Cluster
-// (*redis.ClusterClient) by its address. It returns the first error met;
-// a Cluster's nodes that answered are observed all the same.
+// (*redis.ClusterClient) by the slots it serves (CLUSTER SLOTS), so that
+// a replica promoted in its place, at another address, is a change, and
+// reported with its address. A primary whose slots changed (a
+// resharding) is a first sighting. It returns the first error met; a
+// Cluster's nodes that answered are observed all the same.
 func (w *Watch) Check(ctx context.Context, client Client) error {
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return w.check(ctx, n, n.Options().Addr)
-		})
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return w.check(ctx, client, "", "")
 	}
-	return w.check(ctx, client, "")
+	// CLUSTER SLOTS, deprecated for CLUSTER SHARDS since Redis 7.0, is
+	// what go-redis builds its node addresses from: the addresses here
+	// are the ones ForEachMaster's clients have.
+	//lint:ignore SA1019 the addresses must be go-redis's own (see above)
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("runwatch: CLUSTER SLOTS: %w", err)
+	}
+	ranges := map[string][]string{} // primary address -> its slot ranges
+	for _, sl := range slots {
+		if len(sl.Nodes) > 0 {
+			a := sl.Nodes[0].Addr
+			ranges[a] = append(ranges[a], strconv.Itoa(sl.Start)+"-"+strconv.Itoa(sl.End))
+		}
+	}
+	keyOf, keys := map[string]string{}, map[string]bool{} // primary address -> its key
+	for a, r := range ranges {
+		slices.Sort(r)
+		keyOf[a] = "slots " + strings.Join(r, ",")
+		keys[keyOf[a]] = true
+	}
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		addr := n.Options().Addr
+		key, ok := keyOf[addr]
+		if !ok {
+			key = addr
+		}
+		return w.check(ctx, n, key, addr)
+	})
+	if err == nil {
+		// Forget what no primary serves any more (slots moved,
+		// addresses gone), so that the Watch does not grow with every
+		// layout the Cluster has had.
+		w.mu.Lock()
+		for k := range w.seen {
+			if strings.HasPrefix(k, "slots ") && !keys[k] {
+				delete(w.seen, k)
+			}
+		}
+		w.mu.Unlock()
+	}
+	return err
 }
 
-func (w *Watch) check(ctx context.Context, client Client, node string) error {
+func (w *Watch) check(ctx context.Context, client Client, key, node string) error {
 	info, err := client.Info(ctx, "server").Result()
 	if err != nil {
 		return fmt.Errorf("runwatch: INFO server: %w", err)
@@ -146,6 +196,6 @@ func (w *Watch) check(ctx context.Context, client Client, node string) error {
 	if err != nil {
 		return err
 	}
-	w.Observe(node, s)
+	w.observe(key, node, s)
 	return nil
 }

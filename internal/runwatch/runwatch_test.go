@@ -3,8 +3,11 @@ package runwatch
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
@@ -103,5 +106,47 @@ func TestCheckCluster(t *testing.T) {
 	w.mu.Unlock()
 	if n < 3 || single {
 		t.Fatalf("%d nodes observed (single node: %v), want each of the Cluster's primaries by address", n, single)
+	}
+}
+
+// TestCheckClusterFailover: a replica promoted in its primary's place
+// (CLUSTER FAILOVER, at another address) is a change, reported with the
+// new primary's address; the Watch keyed primaries by address, so a
+// Cluster failover went uncounted though the docs said it was (a review).
+func TestCheckClusterFailover(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	replica := cl.AddReplica(t, 0)
+	c := cl.Client(t)
+	var got []Change
+	var mu sync.Mutex
+	w := New(func(ch Change) { mu.Lock(); got = append(got, ch); mu.Unlock() })
+	ctx := context.Background()
+	if err := w.Check(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	if err := rc.ClusterFailover(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.ReloadState(ctx)
+		_ = w.Check(ctx, c)
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica's promotion was never reported")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Node != replica.Addr || got[0].From.RunID == got[0].To.RunID {
+		t.Fatalf("changes %+v, want one, to %s", got, replica.Addr)
 	}
 }
