@@ -58,8 +58,11 @@ func TestRedisFreezesDuringTheRun(t *testing.T) {
 	want(t, rep, doctor.GroupKeys, "policies", doctor.Fail, "MEMORY USAGE: ")
 	want(t, rep, doctor.GroupClocks, "host-offset", doctor.Fail, "TIME: ")
 	c := want(t, rep, doctor.GroupConfig, "tiers", doctor.Fail, "HLEN: ")
-	if !strings.Contains(c.Fix, "--timeout") {
-		t.Errorf("tiers fix %q does not name --timeout", c.Fix)
+	// HLEN meets the run's deadline (the fix names --timeout) or, on a
+	// loaded machine, the client's own read timeout first (the fix for a
+	// Redis that stopped answering): either says what happened.
+	if !strings.Contains(c.Fix, "--timeout") && !strings.Contains(c.Fix, "Redis stopped answering") {
+		t.Errorf("tiers fix %q names neither --timeout nor a Redis that stopped answering", c.Fix)
 	}
 	want(t, rep, doctor.GroupRun, "deadline", doctor.Fail, "the run ended (context deadline exceeded)")
 	if rep.Worst() != doctor.Fail {
