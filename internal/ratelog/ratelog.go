@@ -9,23 +9,37 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Log is a rate-limited logger. Safe for concurrent use.
+// Log is a rate-limited logger. Safe for concurrent use. A message held
+// back costs no lock: a map read and two atomic operations, so that
+// every request of an outage can ask (serve's degraded decisions).
 type Log struct {
 	log   *slog.Logger
 	every time.Duration
+	start time.Time // the monotonic origin of kind.last
 
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
+	kinds atomic.Pointer[map[string]*kind] // copied on write
+	mu    sync.Mutex                       // serializes writers of kinds
 }
+
+// kind is the state of one kind of message.
+type kind struct {
+	last atomic.Int64 // when one was last written, ns since Log.start; never before the first
+	held atomic.Int64 // how many were held back since
+}
+
+// never is kind.last before any message of the kind was written.
+const never = -1 << 63
 
 // New returns a Log writing to log at most one message of each kind per
 // every.
 func New(log *slog.Logger, every time.Duration) *Log {
-	return &Log{log: log, every: every, last: map[string]time.Time{}, held: map[string]int{}}
+	l := &Log{log: log, every: every, start: time.Now()}
+	l.kinds.Store(&map[string]*kind{})
+	return l
 }
 
 // Warn logs msg at warn level under kind (see Log).
@@ -64,16 +78,40 @@ func (l *Log) Log(ctx context.Context, level slog.Level, kind, msg string, args 
 // an allocation, when the message would be suppressed (serve's log of
 // degraded decisions, met by every request during an outage). kind must
 // come from a closed set, as for Log.
-func (l *Log) Due(kind string) (suppressed int, due bool) {
-	now := time.Now()
+func (l *Log) Due(name string) (suppressed int, due bool) {
+	k := l.kind(name)
+	now := int64(time.Since(l.start))
+	for {
+		last := k.last.Load()
+		if last != never && now-last < int64(l.every) {
+			k.held.Add(1)
+			return 0, false
+		}
+		if k.last.CompareAndSwap(last, now) {
+			return int(k.held.Swap(0)), true
+		}
+		// Another caller wrote one of this kind meanwhile: look again.
+	}
+}
+
+// kind returns the state of the kind named, adding it the first time.
+func (l *Log) kind(name string) *kind {
+	if k, ok := (*l.kinds.Load())[name]; ok {
+		return k
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		l.held[kind]++
-		return 0, false
+	old := *l.kinds.Load()
+	if k, ok := old[name]; ok {
+		return k
 	}
-	l.last[kind] = now
-	suppressed = l.held[kind]
-	l.held[kind] = 0
-	return suppressed, true
+	m := make(map[string]*kind, len(old)+1)
+	for n, k := range old {
+		m[n] = k
+	}
+	k := new(kind)
+	k.last.Store(never)
+	m[name] = k
+	l.kinds.Store(&m)
+	return k
 }
