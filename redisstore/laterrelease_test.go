@@ -93,21 +93,64 @@ func TestSplitReleaseAfterDeadline(t *testing.T) {
 	if fk, ok := errors.AsType[*floodgate.FailedKeyError](err); !ok || fk.Key != gl.Key {
 		t.Errorf("the error %v names no failed key, or not the global one's", err)
 	}
-	// The user's part was reserved, then released in the background.
-	var r floodgate.Result
-	for range 500 {
-		if r = peek(); r.Remaining == 9 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The user's part was reserved, then released in the background:
+	// done once WaitReleases returns.
+	if err := s.WaitReleases(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if r.Remaining != 9 {
+	if r := peek(); r.Remaining != 9 {
 		t.Errorf("the user's layer kept the charge of a request not admitted: %+v, want 9 left", r)
 	}
 	if n := s.ReleaseFailures(); n != 0 || reported.Load() != 0 {
 		t.Fatalf("ReleaseFailures %d, %d reported; want none", n, reported.Load())
 	}
 	thaw()
+}
+
+// TestWaitReleases: WaitReleases waits for a release in the background
+// (its Redis frozen, it cannot end) until its context ends, with that
+// context's error; once Redis answers, it returns when the release is done.
+func TestWaitReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(srv.Client(t), Options{SlotCheck: SlotCheckOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.WaitReleases(ctx); err != nil {
+		t.Fatalf("with nothing in the background: %v", err)
+	}
+	pol := layered(t, "user", floodgate.FixedWindow, 10)
+	now := vectors.T0.UnixMicro()
+	l := floodgate.Layer{Policy: pol, Key: "{u}", Cost: 1}
+	out := make([]floodgate.Result, 1)
+	if err := s.Decide(ctx, now, []floodgate.Layer{l}, out); err != nil || !out[0].Allowed {
+		t.Fatalf("first decision: %+v, %v", out, err)
+	}
+	thaw := func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) }
+	t.Cleanup(thaw)
+	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	p := &part{layers: []floodgate.Layer{l}, out: make([]floodgate.Result, 1), undo: make([][undoWidth]int64, 1)}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	s.releaseLater(ended, now, p)
+	if !p.later {
+		t.Fatalf("not sent in the background: %v", p.relErr)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer wcancel()
+	if err := s.WaitReleases(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitReleases with the release stuck on a frozen Redis: %v, want its context's deadline", err)
+	}
+	thaw()
+	if err := s.WaitReleases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.laterReleases) != 0 {
+		t.Fatalf("%d releases still hold a token after WaitReleases", len(s.laterReleases))
+	}
 }
 
 // TestReleaseLaterBounded: with maxLaterReleases releases in the

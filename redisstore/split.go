@@ -206,9 +206,9 @@ func (s *Store) releaseFailed(slot int, err error) {
 // The background release has a context of its own (ctx's values, not its
 // cancellation, and laterReleaseTimeout), works on its own copies of p's
 // layers and undo records, and counts a failure as release does (see
-// releaseFailed); the caller does not wait for it. p is marked later, and
-// reports what the reservation left as its layers' standings, as a failed
-// release does. When maxLaterReleases are in the background already,
+// releaseFailed); the caller does not wait for it (WaitReleases does). p
+// is marked later, and reports what the reservation left as its layers'
+// standings, as a failed release does. When maxLaterReleases are in the background already,
 // nothing is sent: p.relErr says so.
 func (s *Store) releaseLater(ctx context.Context, now int64, p *part) {
 	for k := range p.layers {
@@ -231,8 +231,9 @@ func (s *Store) releaseLater(ctx context.Context, now int64, p *part) {
 		undo:   slices.Clone(p.undo),
 	}
 	bg := context.WithoutCancel(ctx)
+	s.laterWG.Add(1)
 	go func() {
-		defer func() { <-s.laterReleases }()
+		defer func() { <-s.laterReleases; s.laterWG.Done() }()
 		ctx, cancel := context.WithTimeout(bg, laterReleaseTimeout)
 		defer cancel()
 		s.release(ctx, now, q, rand.Uint64())

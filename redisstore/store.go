@@ -288,8 +288,28 @@ type Store struct {
 	releaseFailures  atomic.Int64
 	onReleaseFailure func(error)
 	// laterReleases holds a token for each release in the background
-	// (releaseLater), at most maxLaterReleases.
+	// (releaseLater), at most maxLaterReleases; laterWG counts them for
+	// WaitReleases.
 	laterReleases chan struct{}
+	laterWG       sync.WaitGroup
+}
+
+// WaitReleases waits until the releases the Store sends in the background
+// are done, or ctx ends (then it returns ctx's error). Such releases are
+// those of split decisions on a Redis Cluster whose call ended (a timeout
+// in another part) before the release of a reserved part was sent: each
+// runs for at most a second. Call it before closing the client, so that
+// they are not cut short and their layers do not keep the charge of
+// requests the store did not admit.
+func (s *Store) WaitReleases(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.laterWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ReleaseFailures returns how many parts of split decisions (keys in

@@ -265,6 +265,11 @@ type backend struct {
 // failures met per request.
 const splitReleaseLogEvery = 10 * time.Second
 
+// releaseWait is how long shutdown waits for the releases of split
+// decisions sent in the background (redisstore.Store.WaitReleases), each
+// of which ends within a second.
+const releaseWait = 2 * time.Second
+
 // newBackend returns the store. modeFor gives a policy's failure mode
 // from the live configuration (0: --fallback's).
 func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func(string) fallback.Mode) (*backend, error) {
@@ -698,6 +703,18 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if b.client != nil {
 		defer b.client.Close()
+	}
+	if b.redis != nil {
+		// Run before the client closes: the releases of split decisions
+		// sent in the background in the last second end first, so their
+		// layers do not keep charges of requests not admitted.
+		defer func() {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseWait)
+			defer cancel()
+			if err := b.redis.WaitReleases(wctx); err != nil {
+				log.Warn("shutdown: split releases still in the background are cut short; their layers may keep charges until their windows end", "error", err)
+			}
+		}()
 	}
 	if b.follow != nil {
 		// Keeps the client on the primary most sentinels name, until the
