@@ -26,6 +26,11 @@ import (
 	"github.com/floodgate-rl/floodgate/server"
 )
 
+// gRPCTuning names the flags that tune the gRPC listener only: without
+// --grpc-addr they would change nothing, so serve refuses them, as it
+// does the gRPC API's flags.
+var gRPCTuning = []string{"grpc-stream-workers", "grpc-max-connection-age", "grpc-max-connection-age-grace"}
+
 // envoyReloader loads the --envoy-config files and directories, or
 // returns nil when none are given.
 func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*config.EnvoyReloader, error) {
@@ -44,6 +49,9 @@ func envoyReloader(f serveFlags, log *slog.Logger, reg prometheus.Registerer) (*
 			if g.set {
 				return nil, fmt.Errorf("%s needs --grpc-addr (and --envoy-config)", g.name)
 			}
+		}
+		if len(f.grpcTuned) > 0 {
+			return nil, fmt.Errorf("%s needs --grpc-addr (and --envoy-config): it tunes the gRPC listener", f.grpcTuned[0])
 		}
 		return nil, nil
 	}

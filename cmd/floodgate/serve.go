@@ -81,7 +81,8 @@ type serveFlags struct {
 	maxConns         int
 	sec              securityFlags
 	tokenFromFlag    bool
-	waitTimeoutSet   bool // --redis-wait-timeout given
+	waitTimeoutSet   bool     // --redis-wait-timeout given
+	grpcTuned        []string // the gRPC listener's tuning flags given (gRPCTuning)
 }
 
 func newServeCmd() *cobra.Command {
@@ -137,6 +138,11 @@ over plain HTTP on an address of its own for them.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
 			f.waitTimeoutSet = cmd.Flags().Changed("redis-wait-timeout")
+			for _, name := range gRPCTuning {
+				if cmd.Flags().Changed(name) {
+					f.grpcTuned = append(f.grpcTuned, "--"+name)
+				}
+			}
 			if !f.tokenFromFlag {
 				f.adminToken = os.Getenv("FLOODGATE_ADMIN_TOKEN")
 			}
