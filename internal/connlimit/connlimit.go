@@ -48,7 +48,7 @@ type Limit struct {
 	idle    map[net.Conn]*list.Element // by the connection a server reports
 	order   list.List                  // of idleConn, idle longest first
 	waiters int                        // Accepts waiting for a place
-	changed chan struct{}              // closed when a connection turns idle while some wait
+	changed chan struct{}              // closed when a connection turns idle while some wait; read with the idle ones (victim)
 
 	open       *prometheus.GaugeVec
 	idleNow    prometheus.Gauge
@@ -183,7 +183,7 @@ func (l *Limit) acquire(done <-chan struct{}) error {
 		}
 	}()
 	for {
-		victim, wait := l.victim()
+		victim, wait, changed := l.victim()
 		var ripe <-chan time.Time
 		switch {
 		case victim != nil:
@@ -203,9 +203,6 @@ func (l *Limit) acquire(done <-chan struct{}) error {
 			l.waits.Inc()
 			counted = true
 		}
-		l.mu.Lock()
-		changed := l.changed
-		l.mu.Unlock()
 		select {
 		case l.sem <- struct{}{}:
 			return nil
@@ -219,23 +216,28 @@ func (l *Limit) acquire(done <-chan struct{}) error {
 
 // victim takes the connection idle longest off the idle ones and returns
 // it when it has been idle MinIdle; otherwise it returns how long until it
-// will have been (0: none is idle).
-func (l *Limit) victim() (net.Conn, time.Duration) {
+// will have been (0: none is idle). It returns as well the channel Track
+// closes when a connection next turns idle, read under the same lock as
+// the look: read after it, a connection turning idle in between would
+// close a channel no one waits on, and the caller would wait for the next
+// one with no timer armed, although that connection could be closed once
+// idle MinIdle (a lost wake-up).
+func (l *Limit) victim() (net.Conn, time.Duration, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.order.Front()
 	if e == nil {
-		return nil, 0
+		return nil, 0, l.changed
 	}
 	ic := e.Value.(idleConn)
 	// A clock stepped back counts as no time idle, not as a long one.
 	if age := l.now().Sub(ic.since); age < MinIdle {
-		return nil, MinIdle - max(age, 0)
+		return nil, MinIdle - max(age, 0), l.changed
 	}
 	l.order.Remove(e)
 	delete(l.idle, ic.c)
 	l.idleNow.Dec()
-	return ic.c, 0
+	return ic.c, 0, l.changed
 }
 
 func (l *Limit) release() { <-l.sem }
