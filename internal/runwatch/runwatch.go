@@ -6,13 +6,22 @@
 // short outage. A Sentinel failover changes the primary's run_id too,
 // and so does a Redis replaced behind the same address: from the
 // client's side, these cannot be told from a restart.
+//
+// In a Redis Cluster, a primary is known both by its address and by the
+// slots it serves. A new run_id at an address is a change; so is a slot
+// set now served at another address by a replica promoted (a failover:
+// the replica CLUSTER SLOTS listed for it, a primary whose old owner it
+// now lists as replica, or one whose INFO replication names a
+// master_replid2) or by a server started since the previous check (a
+// replacement). A slot set moved whole to another primary whose process
+// is the one seen before, or to an empty primary up since before the
+// previous check (a resharding: MIGRATE keeps every key), is no change.
 package runwatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,21 +81,35 @@ type Change struct {
 	From, To Server
 }
 
-// Watch remembers the server process last seen per node and reports
-// when another one is seen in its place. The zero value is not usable:
-// call New. Safe for concurrent use.
+// forgetAfter is how long a Watch remembers a node no check has seen:
+// the addresses a Cluster's primaries once had are forgotten, so that a
+// Watch does not grow with every address ever seen. A node seen again
+// after it is a first sighting.
+const forgetAfter = 10 * time.Minute
+
+// sighting is a server process seen at a node, and when.
+type sighting struct {
+	server Server
+	at     time.Time
+}
+
+// Watch remembers the server process last seen per node (and, in a
+// Redis Cluster, per slot set) and reports when another one is seen in
+// its place. The zero value is not usable: call New. Safe for concurrent
+// use.
 type Watch struct {
 	onChange func(Change)
 	changes  atomic.Int64
 
-	mu   sync.Mutex
-	seen map[string]Server // node -> the server last seen there
+	mu     sync.Mutex
+	nodes  map[string]sighting // node -> the server last seen there
+	shards map[string]shard    // a Cluster's slot set -> its primary at the last check
 }
 
 // New returns a Watch that calls onChange (if not nil) at every change,
 // from the goroutine that observed it, with no lock held.
 func New(onChange func(Change)) *Watch {
-	return &Watch{onChange: onChange, seen: map[string]Server{}}
+	return &Watch{onChange: onChange, nodes: map[string]sighting{}, shards: map[string]shard{}}
 }
 
 // Changes returns how many changes the Watch has seen.
@@ -97,31 +120,32 @@ func (w *Watch) Changes() int64 { return w.changes.Load() }
 // differs, or, when the server reports no run_id, an uptime that went
 // backwards. The first server seen at a node is no change.
 func (w *Watch) Observe(node string, s Server) bool {
-	return w.observe(node, node, s)
+	w.mu.Lock()
+	prev, known := w.nodes[node]
+	w.nodes[node] = sighting{server: s, at: time.Now()}
+	w.mu.Unlock()
+	if !known || !replaced(prev.server, s) {
+		return false
+	}
+	w.report(Change{Node: node, From: prev.server, To: s})
+	return true
 }
 
-// observe is Observe of a server found under key (a node's address, or
-// the slots a Cluster primary serves), reported as node.
-func (w *Watch) observe(key, node string, s Server) bool {
-	w.mu.Lock()
-	prev, known := w.seen[key]
-	w.seen[key] = s
-	w.mu.Unlock()
-	if !known {
-		return false
+// replaced reports whether now is another process than prev: another
+// run_id or, when neither has one, an uptime that went backwards.
+func replaced(prev, now Server) bool {
+	if now.RunID == "" && prev.RunID == "" {
+		return now.Uptime < prev.Uptime
 	}
-	changed := s.RunID != prev.RunID
-	if s.RunID == "" && prev.RunID == "" {
-		changed = s.Uptime < prev.Uptime
-	}
-	if !changed {
-		return false
-	}
+	return now.RunID != prev.RunID
+}
+
+// report counts c and hands it to onChange. Called with no lock held.
+func (w *Watch) report(c Change) {
 	w.changes.Add(1)
 	if w.onChange != nil {
-		w.onChange(Change{Node: node, From: prev, To: s})
+		w.onChange(c)
 	}
-	return true
 }
 
 // Client is what Check sends INFO through: *redis.Client, the failover
@@ -133,69 +157,31 @@ type Client interface {
 // Check asks the server behind client for INFO server and observes it:
 // a single Redis (or a Sentinel group's primary, through a failover
 // client) as node "", each primary of a Redis Cluster
-// (*redis.ClusterClient) by the slots it serves (CLUSTER SLOTS), so that
-// a replica promoted in its place, at another address, is a change, and
-// reported with its address. A primary whose slots changed (a
-// resharding) is a first sighting. It returns the first error met; a
-// Cluster's nodes that answered are observed all the same.
+// (*redis.ClusterClient) by its address and by the slots it serves
+// (CLUSTER SLOTS), so that a replica promoted in its place, at another
+// address, is a change, reported with its address, and a resharding is
+// not (see the package comment); a primary whose slots were moved to
+// asks it for INFO replication too. A Cluster's slot sets no primary
+// serves any more, and addresses not seen for 10 minutes, are
+// forgotten. It returns the first error met; a Cluster's nodes that
+// answered are observed all the same.
 func (w *Watch) Check(ctx context.Context, client Client) error {
-	cc, ok := client.(*redis.ClusterClient)
-	if !ok {
-		return w.check(ctx, client, "", "")
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		return w.checkCluster(ctx, cc, time.Now())
 	}
-	// CLUSTER SLOTS, deprecated for CLUSTER SHARDS since Redis 7.0, is
-	// what go-redis builds its node addresses from: the addresses here
-	// are the ones ForEachMaster's clients have.
-	//lint:ignore SA1019 the addresses must be go-redis's own (see above)
-	slots, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		return fmt.Errorf("runwatch: CLUSTER SLOTS: %w", err)
-	}
-	ranges := map[string][]string{} // primary address -> its slot ranges
-	for _, sl := range slots {
-		if len(sl.Nodes) > 0 {
-			a := sl.Nodes[0].Addr
-			ranges[a] = append(ranges[a], strconv.Itoa(sl.Start)+"-"+strconv.Itoa(sl.End))
-		}
-	}
-	keyOf, keys := map[string]string{}, map[string]bool{} // primary address -> its key
-	for a, r := range ranges {
-		slices.Sort(r)
-		keyOf[a] = "slots " + strings.Join(r, ",")
-		keys[keyOf[a]] = true
-	}
-	err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		addr := n.Options().Addr
-		key, ok := keyOf[addr]
-		if !ok {
-			key = addr
-		}
-		return w.check(ctx, n, key, addr)
-	})
-	if err == nil {
-		// Forget what no primary serves any more (slots moved,
-		// addresses gone), so that the Watch does not grow with every
-		// layout the Cluster has had.
-		w.mu.Lock()
-		for k := range w.seen {
-			if strings.HasPrefix(k, "slots ") && !keys[k] {
-				delete(w.seen, k)
-			}
-		}
-		w.mu.Unlock()
-	}
-	return err
-}
-
-func (w *Watch) check(ctx context.Context, client Client, key, node string) error {
-	info, err := client.Info(ctx, "server").Result()
-	if err != nil {
-		return fmt.Errorf("runwatch: INFO server: %w", err)
-	}
-	s, err := Parse(info)
+	s, err := info(ctx, client)
 	if err != nil {
 		return err
 	}
-	w.observe(key, node, s)
+	w.Observe("", s)
 	return nil
+}
+
+// info asks client for INFO server and parses it.
+func info(ctx context.Context, client Client) (Server, error) {
+	reply, err := client.Info(ctx, "server").Result()
+	if err != nil {
+		return Server{}, fmt.Errorf("runwatch: INFO server: %w", err)
+	}
+	return Parse(reply)
 }

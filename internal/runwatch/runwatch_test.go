@@ -101,10 +101,10 @@ func TestCheckCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.mu.Lock()
-	n := len(w.seen)
-	_, single := w.seen[""]
+	n, shards := len(w.nodes), len(w.shards)
+	_, single := w.nodes[""]
 	w.mu.Unlock()
-	if n < 3 || single {
+	if n < 3 || shards < 3 || single {
 		t.Fatalf("%d nodes observed (single node: %v), want each of the Cluster's primaries by address", n, single)
 	}
 }

@@ -1,0 +1,203 @@
+package runwatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// shard is what a check saw of one Cluster primary's slot set: the
+// primary's address and process, the replicas CLUSTER SLOTS listed with
+// it, and when.
+type shard struct {
+	primary  string
+	server   Server
+	replicas []string
+	at       time.Time
+}
+
+// layout is one check's CLUSTER SLOTS, by primary address.
+type layout map[string]place
+
+// place is where a primary stands in a layout: the slot set it serves
+// ("slots 0-99,200-300", its ranges sorted) and the replicas listed for
+// them.
+type place struct {
+	slots    string
+	replicas []string
+}
+
+// checkCluster observes each primary of cc at now: by its address, and
+// by the slots it serves (CLUSTER SLOTS), as observePrimary says. After
+// a check every primary answered, it forgets the slot sets no primary
+// serves any more and the addresses not seen for forgetAfter.
+func (w *Watch) checkCluster(ctx context.Context, cc *redis.ClusterClient, now time.Time) error {
+	// CLUSTER SLOTS, deprecated for CLUSTER SHARDS since Redis 7.0, is
+	// what go-redis builds its node addresses from: the addresses here
+	// are the ones ForEachMaster's clients have.
+	//lint:ignore SA1019 the addresses must be go-redis's own (see above)
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("runwatch: CLUSTER SLOTS: %w", err)
+	}
+	lay := layoutOf(slots)
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		s, err := info(ctx, n)
+		if err != nil {
+			return err
+		}
+		addr := n.Options().Addr
+		promoted := false
+		if w.slotsMoved(addr, lay[addr]) {
+			if promoted, err = wasReplica(ctx, n); err != nil {
+				return err
+			}
+		}
+		if c, ok := w.observePrimary(now, addr, lay[addr], s, promoted); ok {
+			w.report(c)
+		}
+		return nil
+	})
+	if err == nil {
+		w.prune(now, lay)
+	}
+	return err
+}
+
+// slotsMoved reports whether p's slot set was served, at the previous
+// check, by a primary at another address than addr.
+func (w *Watch) slotsMoved(addr string, p place) bool {
+	if p.slots == "" {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	before, had := w.shards[p.slots]
+	return had && before.primary != addr
+}
+
+// wasReplica asks a primary for INFO replication and reports whether it
+// was a replica promoted since it started: a master_replid2 other than
+// all zeros (the replication ID of the primary it followed). CLUSTER
+// SLOTS does not list a replica until the other nodes know its
+// replication offset, seconds after it joined, so the layout alone may
+// not tell a failover.
+func wasReplica(ctx context.Context, n *redis.Client) (bool, error) {
+	reply, err := n.Info(ctx, "replication").Result()
+	if err != nil {
+		return false, fmt.Errorf("runwatch: INFO replication: %w", err)
+	}
+	return promoted(reply), nil
+}
+
+// promoted reports whether an INFO replication reply names a
+// master_replid2 other than all zeros: its server was promoted from
+// replica.
+func promoted(info string) bool {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid2:"); ok {
+			return strings.Trim(v, "0") != ""
+		}
+	}
+	return false
+}
+
+// layoutOf reads CLUSTER SLOTS: each primary's slot set and replicas.
+func layoutOf(slots []redis.ClusterSlot) layout {
+	ranges, replicas := map[string][]string{}, map[string][]string{}
+	for _, sl := range slots {
+		if len(sl.Nodes) == 0 {
+			continue
+		}
+		a := sl.Nodes[0].Addr
+		ranges[a] = append(ranges[a], strconv.Itoa(sl.Start)+"-"+strconv.Itoa(sl.End))
+		for _, r := range sl.Nodes[1:] {
+			if !slices.Contains(replicas[a], r.Addr) {
+				replicas[a] = append(replicas[a], r.Addr)
+			}
+		}
+	}
+	lay := layout{}
+	for a, r := range ranges {
+		slices.Sort(r)
+		lay[a] = place{slots: "slots " + strings.Join(r, ","), replicas: replicas[a]}
+	}
+	return lay
+}
+
+// observePrimary records s as the primary at addr serving p's slots at
+// now (promoted: from replica, see wasReplica), and returns the change
+// it is, if any:
+//   - a process other than the one last seen at addr (a restart, or a
+//     server replaced behind the address);
+//   - else, p's slot set served at the previous check by a primary at
+//     another address, unless the slots moved (see moved).
+//
+// The first server seen at an address, serving a slot set not seen
+// before (or slots unknown: p.slots ""), is no change.
+func (w *Watch) observePrimary(now time.Time, addr string, p place, s Server, promoted bool) (Change, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, known := w.nodes[addr]
+	w.nodes[addr] = sighting{server: s, at: now}
+	before, had := w.shards[p.slots]
+	if p.slots != "" {
+		w.shards[p.slots] = shard{primary: addr, server: s, replicas: p.replicas, at: now}
+	}
+	switch {
+	case known && replaced(prev.server, s):
+		return Change{Node: addr, From: prev.server, To: s}, true
+	case p.slots == "" || !had || before.primary == addr:
+		return Change{}, false
+	case !promoted && moved(before, addr, p, known, s, now):
+		return Change{}, false
+	}
+	return Change{Node: addr, From: before.server, To: s}, true
+}
+
+// moved reports whether the slot set before's primary served is now
+// served by s at addr (another address, at place p, not promoted from
+// replica since it started) through a resharding, which MIGRATEs every
+// key, rather than a failover or a replacement, which keep only what
+// was replicated or loaded:
+//   - addr was listed as a replica of those slots, or their primary
+//     before is now listed as addr's replica: a failover, not moved;
+//   - addr's process is the one seen there before (seenBefore: the
+//     caller found it not replaced): it was a primary already, moved;
+//   - else, s has been up since before the previous check (its uptime is
+//     longer than the time since): an existing primary, one that served
+//     no slot, moved; a server started since is a replacement.
+func moved(before shard, addr string, p place, seenBefore bool, s Server, now time.Time) bool {
+	if slices.Contains(before.replicas, addr) || slices.Contains(p.replicas, before.primary) {
+		return false
+	}
+	return seenBefore || s.Uptime > now.Sub(before.at)
+}
+
+// prune forgets, after a check every primary of lay answered at now,
+// the slot sets no primary serves any more and the addresses no check
+// has seen for forgetAfter, so that the Watch does not grow with every
+// layout and address the Cluster has had.
+func (w *Watch) prune(now time.Time, lay layout) {
+	current := make(map[string]bool, len(lay))
+	for _, p := range lay {
+		current[p.slots] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.shards {
+		if !current[k] {
+			delete(w.shards, k)
+		}
+	}
+	for a, sg := range w.nodes {
+		if now.Sub(sg.at) > forgetAfter {
+			delete(w.nodes, a)
+		}
+	}
+}
