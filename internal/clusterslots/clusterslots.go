@@ -20,6 +20,11 @@
 // so: the cluster itself then serves fewer slots (an operator unassigned
 // some), rather than one node lagging or gone.
 //
+// The guard also reads every CLUSTER SLOTS answer itself: a node that
+// announces no endpoint (cluster-preferred-endpoint-type unknown-endpoint,
+// a NULL where its address goes) made go-redis's parser fail with a bare
+// "redis: nil"; it now fails with ErrNoEndpoint, which says what to set.
+//
 // (go-redis's ClusterOptions.ClusterSlots, a slot map source of one's own,
 // would do it too, but the client renames every loopback address such a
 // source returns to ":port", so that a cluster on 127.0.0.1 would be known
@@ -95,12 +100,17 @@ func Unguarded(ctx context.Context) context.Context {
 	return context.WithValue(ctx, unguarded{}, true)
 }
 
-// ProcessHook checks CLUSTER SLOTS answers, and passes other commands on.
+// ProcessHook reads CLUSTER SLOTS answers itself (askSlots: a node with
+// no endpoint fails with ErrNoEndpoint) and checks them, and passes other
+// commands on.
 func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
 		sc, ok := cmd.(*redis.ClusterSlotsCmd)
-		if !ok || err != nil || sc.Err() != nil || ctx.Value(unguarded{}) != nil {
+		if !ok {
+			return next(ctx, cmd)
+		}
+		err := askSlots(ctx, next, sc)
+		if err != nil || ctx.Value(unguarded{}) != nil {
 			return err
 		}
 		if err := g.Check(Covered(sc.Val())); err != nil {

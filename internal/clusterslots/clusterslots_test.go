@@ -3,6 +3,7 @@ package clusterslots
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -112,5 +113,73 @@ func TestUnguardedPassesTheAnswer(t *testing.T) {
 	got, err := lc.ClusterSlots(Unguarded(ctx)).Result()
 	if err != nil || len(got) != 0 {
 		t.Fatalf("unguarded: %v, %v; want the empty map", got, err)
+	}
+}
+
+// unknownEndpoint makes every node of c announce no endpoint in CLUSTER
+// SLOTS (a NULL where its address goes) and MOVED (":port").
+func unknownEndpoint(t *testing.T, c *redistest.Cluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if err := n.Client(t).ConfigSet(context.Background(), "cluster-preferred-endpoint-type", "unknown-endpoint").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestUnknownEndpoint: on a cluster whose nodes announce no endpoint, a
+// NewClusterClient client fails with ErrNoEndpoint (go-redis's own parser
+// said only "redis: nil"), and so does a node's CLUSTER SLOTS under
+// Unguarded (doctor's); the node's connection stays usable after it.
+func TestUnknownEndpoint(t *testing.T) {
+	c := redistest.StartCluster(t)
+	unknownEndpoint(t, c)
+	ctx := context.Background()
+	cc := NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, ContextTimeoutEnabled: true, PoolTimeout: redistest.PoolTimeout})
+	t.Cleanup(func() { _ = cc.Close() })
+	err := cc.Set(ctx, "k", "v", 0).Err()
+	if !errors.Is(err, ErrNoEndpoint) {
+		t.Fatalf("SET through the cluster client: %v, want ErrNoEndpoint", err)
+	}
+	if _, err := Primaries(ctx, cc); !errors.Is(err, ErrNoEndpoint) {
+		t.Fatalf("Primaries: %v, want ErrNoEndpoint", err)
+	}
+	lc := redis.NewClient(&redis.Options{Addr: c.Addrs[0], PoolSize: 1})
+	t.Cleanup(func() { _ = lc.Close() })
+	lc.AddHook(&Guard{})
+	for range 2 {
+		//lint:ignore SA1019 CLUSTER SLOTS is what the guard reads.
+		if _, err := lc.ClusterSlots(Unguarded(ctx)).Result(); !errors.Is(err, ErrNoEndpoint) {
+			t.Fatalf("a node's CLUSTER SLOTS: %v, want ErrNoEndpoint", err)
+		}
+		if got, err := lc.Ping(ctx).Result(); err != nil || got != "PONG" {
+			t.Fatalf("PING on the same connection after it: %q, %v", got, err)
+		}
+	}
+}
+
+// TestParseSlotsMatchesGoRedis: on a cluster announcing IPs, the guard's
+// reading of CLUSTER SLOTS gives what go-redis's parser gives.
+func TestParseSlotsMatchesGoRedis(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	for _, proto := range []int{2, 3} {
+		plain := redis.NewClient(&redis.Options{Addr: c.Addrs[0], Protocol: proto})
+		guarded := redis.NewClient(&redis.Options{Addr: c.Addrs[0], Protocol: proto})
+		t.Cleanup(func() { _ = plain.Close(); _ = guarded.Close() })
+		guarded.AddHook(&Guard{})
+		//lint:ignore SA1019 CLUSTER SLOTS is what the guard reads.
+		want, err := plain.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		//lint:ignore SA1019 as above.
+		got, err := guarded.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("RESP%d: guarded %v, go-redis %v", proto, got, want)
+		}
 	}
 }
