@@ -116,7 +116,7 @@ func (r *run) configChecks(ctx context.Context) {
 			case errDeadline:
 				c.Fix = deadlineFix
 			case errUnreachable:
-				c.Fix = unreachableFix
+				c.Fix = unreachableFixOf(r.cfgErr)
 			default:
 				c.Fix = "read the error: doctor reads the document with GET, STRLEN and GETRANGE of " + r.opts.Prefix + ":config"
 			}

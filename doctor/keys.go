@@ -239,7 +239,7 @@ func (r *run) keyChecks(ctx context.Context) {
 				} else {
 					c.Summary = "Redis did not answer the scan (" + res.firstErr.Error() + "): " + c.Summary
 				}
-				c.Fix = unreachableFix
+				c.Fix = unreachableFixOf(res.firstErr)
 			case errDeadline:
 				c.Status = Fail
 				c.Fix = deadlineFix

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 )
 
@@ -73,6 +75,28 @@ func probePermissionFix() string {
 
 // unreachableFix is the fix of a Redis that stopped answering.
 const unreachableFix = "Redis stopped answering (a timeout, a refused or closed connection): check that every Redis node is up, not blocked (a long command, a fork, swapping, a stopped process) and reachable from this host, then run doctor again"
+
+// nameFix is the fix of an address that does not resolve (a
+// *net.DNSError): the seed's own, or one a Cluster's nodes announce.
+const nameFix = "the name does not resolve from this host: check DNS / the address; on a Cluster, the nodes announce it (cluster-announce-hostname, cluster-preferred-endpoint-type): make it resolvable here or announce IPs"
+
+// noEndpointFix is the fix of a Cluster whose nodes announce no endpoint
+// (clusterslots.ErrNoEndpoint).
+const noEndpointFix = "the cluster's nodes announce no endpoint (cluster-preferred-endpoint-type unknown-endpoint), which Floodgate cannot follow: set it to ip or hostname on every node (CONFIG SET cluster-preferred-endpoint-type ip, and in redis.conf), then run doctor again"
+
+// unreachableFixOf returns the fix of err, a failure classify calls
+// errUnreachable: nameFix for a name that does not resolve, noEndpointFix
+// for a Cluster that announces no endpoint, unreachableFix otherwise.
+func unreachableFixOf(err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &dns):
+		return nameFix
+	case errors.Is(err, clusterslots.ErrNoEndpoint):
+		return noEndpointFix
+	}
+	return unreachableFix
+}
 
 // deadlineFix is the fix of reads cut short by the run's deadline.
 const deadlineFix = "doctor's time ran out (--timeout, default 2m) before these reads: if Redis answered slowly or not at all, check it first (see the checks above); otherwise run doctor again with a longer --timeout"
@@ -204,7 +228,7 @@ func (r *run) judgeFailures(ctx context.Context, c *Check, fs []failedRead) {
 		fix = permissionFix()
 		what = "Redis refused a read (" + worstErr.Error() + ")"
 	case errUnreachable:
-		st, fix = Fail, unreachableFix
+		st, fix = Fail, unreachableFixOf(worstErr)
 		what = "Redis did not answer (" + worstErr.Error() + ")"
 		if h := r.tlsHint(worstErr); h != "" {
 			fix += "; " + h

@@ -256,7 +256,7 @@ func (r *run) redisChecks(ctx context.Context) {
 						fixes = append(fixes, maxclientsFix)
 						break
 					}
-					f := unreachableFix
+					f := unreachableFixOf(infoErr)
 					if h := r.tlsHint(infoErr); h != "" {
 						f += "; " + h
 					}

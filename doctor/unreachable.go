@@ -178,7 +178,7 @@ func (r *run) unreachable(ctx context.Context, err error) {
 		case class == errOther:
 			c.Fix = "Redis answered doctor's PING with an error (above): fix what it says (LOADING: wait until it has loaded its data), then run doctor again"
 		default:
-			c.Fix = unreachableFix
+			c.Fix = unreachableFixOf(err)
 		}
 	})
 }
