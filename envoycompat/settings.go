@@ -250,6 +250,9 @@ func (s Settings) validate() error {
 	if s.MaxDescriptors < 1 || s.MaxDescriptors > MaxMaxDescriptors {
 		return fmt.Errorf("FLOODGATE_MAX_DESCRIPTORS=%d: want 1..%d", s.MaxDescriptors, MaxMaxDescriptors)
 	}
+	if err := validHosts(s); err != nil {
+		return err
+	}
 	switch strings.ToLower(s.BackendType) {
 	case "redis", "", "memory":
 	case "memcache":
@@ -260,6 +263,20 @@ func (s Settings) validate() error {
 	for name, h := range map[string]string{"LIMIT_LIMIT_HEADER": s.LimitHeader, "LIMIT_REMAINING_HEADER": s.RemainingHeader, "LIMIT_RESET_HEADER": s.ResetHeader} {
 		if s.ResponseHeadersEnabled && !validHeader(h) {
 			return fmt.Errorf("%s=%q: not a valid header name", name, h)
+		}
+	}
+	return nil
+}
+
+// validHosts refuses a bracketed IPv6 host (HOST=[::1]): the port is
+// joined to it as theirs does (net.JoinHostPort), which brackets it again
+// ("[[::1]]:8080", missing port in address). Theirs refuses it too, with
+// that error alone; this one says what to write.
+func validHosts(s Settings) error {
+	for _, h := range []struct{ name, host string }{{"HOST", s.Host}, {"GRPC_HOST", s.GrpcHost}, {"DEBUG_HOST", s.DebugHost}} {
+		if strings.HasPrefix(h.host, "[") || strings.HasSuffix(h.host, "]") {
+			bare := strings.TrimSuffix(strings.TrimPrefix(h.host, "["), "]")
+			return fmt.Errorf("%s=%s: give the IPv6 address without brackets (%s=%s)", h.name, h.host, h.name, bare)
 		}
 	}
 	return nil

@@ -113,6 +113,9 @@ func TestSettingsRefused(t *testing.T) {
 		{"FLOODGATE_MAX_DESCRIPTORS=-1", "FLOODGATE_MAX_DESCRIPTORS"},
 		{"FLOODGATE_MAX_DESCRIPTORS=1000001", "FLOODGATE_MAX_DESCRIPTORS"},
 		{"FLOODGATE_MAX_DESCRIPTORS=many", "FLOODGATE_MAX_DESCRIPTORS"},
+		{"HOST=[::1]", "HOST=[::1]: give the IPv6 address without brackets (HOST=::1)"},
+		{"GRPC_HOST=[::1]", "GRPC_HOST=[::1]: give the IPv6 address without brackets (GRPC_HOST=::1)"},
+		{"DEBUG_HOST=[fe80::1%eth0]", "DEBUG_HOST=[fe80::1%eth0]: give the IPv6 address without brackets (DEBUG_HOST=fe80::1%eth0)"},
 	} {
 		if _, err := FromEnv(env(tc.kv, "LIMIT_RESPONSE_HEADERS_ENABLED=false")); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.kv, err, tc.want)

@@ -206,6 +206,7 @@ func TestEnvoyCompatRefusesBadSettings(t *testing.T) {
 		{"BACKEND_TYPE=memcache", "memcached is not supported"},
 		{"CONFIG_TYPE=GRPC_XDS_SOTW", "only FILE"},
 		{"REDIS_TYPE=ring", "REDIS_TYPE=ring"},
+		{"HOST=[::1]", "HOST=[::1]: give the IPv6 address without brackets (HOST=::1)"},
 	} {
 		cmd := exec.Command(binary(t), "envoy-compat")
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:1", tc.env}
