@@ -60,9 +60,9 @@ func connLost(err error) bool {
 // connection closed under it, and err's text at the end.
 func notConfirmed(what string, err error) error {
 	if connLost(err) {
-		return fmt.Errorf("%w: the connection to the primary closed during the confirmation, as happens when a failover demotes it: %s: %v", ErrNotConfirmed, what, err)
+		return fmt.Errorf("%w: the connection to the primary closed during the confirmation, as happens when a failover demotes it: %s: %w", ErrNotConfirmed, what, err)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrNotConfirmed, what, err)
+	return fmt.Errorf("%w: %s: %w", ErrNotConfirmed, what, err)
 }
 
 // writeNode returns the server a document stored under keys.Config is

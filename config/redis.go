@@ -91,20 +91,26 @@ func getDoc(ctx context.Context, client redis.UniversalClient, keys Keys) ([]byt
 			}
 			return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("the key holds %s, not a string document; not read", kind)}
 		}
-		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
+		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, replyTo("STRLEN", err))
 	}
 	if n > MaxSize {
 		return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("document is %d bytes (max %d); not read", n, MaxSize)}
 	}
 	if n == 0 {
-		// STRLEN is 0 for a missing key and an empty value alike.
-		if k, err := client.Exists(ctx, keys.Config).Result(); err == nil && k == 0 {
+		// STRLEN is 0 for a missing key and an empty value alike. A
+		// refused EXISTS was taken for an empty document (a walk of ACL
+		// users): push then said the stored one was invalid.
+		k, err := client.Exists(ctx, keys.Config).Result()
+		if err != nil {
+			return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, replyTo("EXISTS", err))
+		}
+		if k == 0 {
 			return nil, fmt.Errorf("%w (key %q)", ErrNotFound, keys.Config)
 		}
 	}
 	data, err := client.GetRange(ctx, keys.Config, 0, MaxSize).Bytes()
 	if err != nil {
-		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
+		return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, replyTo("GETRANGE", err))
 	}
 	if len(data) > MaxSize { // it grew between the two commands
 		return nil, &Error{File: "redis:" + keys.Config, Msg: fmt.Sprintf("document is over %d bytes; not read", MaxSize)}
@@ -217,7 +223,17 @@ func fingerprintOf(doc []byte) string {
 // byte ("9" < "10", "2026-12-01.2" < "2026-12-01.10"). Publishing the
 // stored document again only announces it. It returns the parsed
 // configuration.
+//
+// A command Redis refuses (an error reply) fails it, naming the command;
+// when Redis refused the ACL user a command, key or channel, the error
+// also gives the ACL rules publishing needs.
 func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, data []byte, opts PublishOptions) (*Config, error) {
+	c, err := publish(ctx, client, keys, data, opts)
+	return c, withPushGrant(keys, err)
+}
+
+// publish is PublishWith without the ACL fix on its errors.
+func publish(ctx context.Context, client redis.UniversalClient, keys Keys, data []byte, opts PublishOptions) (*Config, error) {
 	if opts.SignKey != nil {
 		signed, err := Sign(data, opts.SignKey)
 		if err != nil {
@@ -255,7 +271,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		// purpose: still only if nothing else is stored meanwhile.
 		old = nil
 		if sum, err = fingerprintScript.Run(ctx, client, []string{keys.Config}).Text(); err != nil {
-			return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, err)
+			return nil, fmt.Errorf("config: reading %q from Redis: %w", keys.Config, replyTo("EVALSHA or EVAL of the fingerprint script (TYPE, GET)", err))
 		}
 	}
 	if old != nil {
@@ -327,7 +343,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 	// A replica given as the primary: say so before anything is
 	// written, not that it is now one (it never was the primary).
 	if _, role, err := onlineReplicas(ctx, conn); err != nil {
-		return nil, fmt.Errorf("config: asking the server its role (INFO replication) before storing %q; nothing was written: %w", keys.Config, err)
+		return nil, fmt.Errorf("config: asking the server its role (INFO replication) before storing %q; nothing was written: %w", keys.Config, replyTo("INFO", err))
 	} else if role != "" && role != "master" {
 		if opts.Sentinels != nil {
 			return nil, fmt.Errorf("config: the server the sentinels name the primary of %q is a replica (role %s), as during a failover; nothing was written: run the push again once the failover is over", opts.Sentinels.Master, role)
@@ -338,7 +354,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 	if old == nil || !bytes.Equal(old, data) {
 		ok, err := casScript.Run(ctx, conn, []string{keys.Config}, sum, data).Int()
 		if err != nil {
-			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, err)
+			return nil, fmt.Errorf("config: storing %q in Redis: %w", keys.Config, replyTo("EVALSHA or EVAL of the compare-and-swap script (TYPE, GET, SET)", err))
 		}
 		if ok != 1 {
 			return nil, fmt.Errorf("%w: the stored document changed while publishing; try again", ErrVersionConflict)
@@ -349,7 +365,7 @@ func PublishWith(ctx context.Context, client redis.UniversalClient, keys Keys, d
 		return nil, notConfirmedError(c.Version(), wrote, fewer, err)
 	}
 	if err := client.Publish(ctx, keys.Channel, c.Version()).Err(); err != nil {
-		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, err)
+		return nil, fmt.Errorf("config: stored, but announcing on %q failed (instances pick it up at their next poll): %w", keys.Channel, replyTo("PUBLISH", err))
 	}
 	return c, nil
 }
