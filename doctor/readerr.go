@@ -54,9 +54,11 @@ func classify(ctx context.Context, err error) errClass {
 const doctorACL = "+@read +ping +info +config|get +cluster|info +cluster|slots +cluster|nodes +cluster|shards +memory|usage +latency|latest +time +evalsha +eval +script|load +asking +command"
 
 // grantFix is the fix of reads the ACL user may not send: reads names
-// them, acl is the rules that grant them.
+// them, acl is the rules that grant them. It used to offer running
+// doctor as the user Floodgate uses instead, which serve's documented
+// user cannot do (a walk of ACL users: NOPERM on SCAN, HLEN, LATENCY).
 func grantFix(reads, acl string) string {
-	return "grant doctor's ACL user these reads: " + reads + " (" + acl + "), or run doctor as the user Floodgate uses"
+	return "grant doctor's ACL user these reads: " + reads + " (" + acl + ")"
 }
 
 // permissionFix is the fix of a read the ACL user may not send.
