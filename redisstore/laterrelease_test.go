@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -151,6 +152,53 @@ func TestWaitReleases(t *testing.T) {
 	if len(s.laterReleases) != 0 {
 		t.Fatalf("%d releases still hold a token after WaitReleases", len(s.laterReleases))
 	}
+}
+
+// TestWaitReleasesWhileReleasing: WaitReleases may run while releases
+// start and end (a review: on a sync.WaitGroup, a release started as the
+// last one ended, during a Wait, panicked with "WaitGroup is reused
+// before previous Wait has returned", and killed the process).
+func TestWaitReleasesWhileReleasing(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(srv.Client(t), Options{SlotCheck: SlotCheckOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := layered(t, "user", floodgate.FixedWindow, 10)
+	now := vectors.T0.UnixMicro()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := &part{layers: []floodgate.Layer{{Policy: pol, Key: "{u}", Cost: 1}}, out: make([]floodgate.Result, 1), undo: make([][undoWidth]int64, 1)}
+			s.releaseLater(ended, now, p)
+			for len(s.laterReleases) > 0 { // the release ends: none is left
+				runtime.Gosched()
+			}
+			for range i % 200 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	ctx := context.Background()
+	for range 20000 {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.WaitReleases(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("WaitReleases: %v", err)
+		}
+	}
+	close(stop)
+	<-done
 }
 
 // TestReleaseLaterBounded: with maxLaterReleases releases in the

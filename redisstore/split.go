@@ -231,9 +231,9 @@ func (s *Store) releaseLater(ctx context.Context, now int64, p *part) {
 		undo:   slices.Clone(p.undo),
 	}
 	bg := context.WithoutCancel(ctx)
-	s.laterWG.Add(1)
+	s.later.add()
 	go func() {
-		defer func() { <-s.laterReleases; s.laterWG.Done() }()
+		defer func() { <-s.laterReleases; s.later.done() }()
 		ctx, cancel := context.WithTimeout(bg, laterReleaseTimeout)
 		defer cancel()
 		s.release(ctx, now, q, rand.Uint64())

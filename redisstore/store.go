@@ -288,10 +288,10 @@ type Store struct {
 	releaseFailures  atomic.Int64
 	onReleaseFailure func(error)
 	// laterReleases holds a token for each release in the background
-	// (releaseLater), at most maxLaterReleases; laterWG counts them for
+	// (releaseLater), at most maxLaterReleases; later counts them for
 	// WaitReleases.
 	laterReleases chan struct{}
-	laterWG       sync.WaitGroup
+	later         inflight
 }
 
 // WaitReleases waits until the releases the Store sends in the background
@@ -302,10 +302,50 @@ type Store struct {
 // they are not cut short and their layers do not keep the charge of
 // requests the store did not admit.
 func (s *Store) WaitReleases(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.laterWG.Wait(); close(done) }()
+	return s.later.wait(ctx)
+}
+
+// inflight counts work in the background, and lets callers wait until
+// none is left, while more may start at any time (which a
+// sync.WaitGroup forbids during a Wait: a release could start as
+// WaitReleases waited, and panic). The zero value is ready.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls back to 0; nil while n is 0
+}
+
+// add counts one more.
+func (f *inflight) add() {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+}
+
+// done counts one fewer.
+func (f *inflight) done() {
+	f.mu.Lock()
+	if f.n--; f.n == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+	f.mu.Unlock()
+}
+
+// wait returns once none is left (at least for a moment since it was
+// called), or with ctx's error when ctx ends first.
+func (f *inflight) wait(ctx context.Context) error {
+	f.mu.Lock()
+	idle := f.idle
+	f.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
 	select {
-	case <-done:
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
