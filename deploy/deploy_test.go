@@ -29,6 +29,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fleet"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -126,6 +127,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	if err := metrics.RegisterRedisRestarts(reg, func() int64 { return 0 }); err != nil {
 		t.Fatal(err)
 	}
+	// serve behind Sentinel: what its client's sentinels answer.
+	if err := metrics.RegisterSentinels(reg, "redis", func() sentinelfollow.Status { return sentinelfollow.Status{} }); err != nil {
+		t.Fatal(err)
+	}
 	// serve with --tls-cert-file.
 	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
 		t.Fatal(err)
@@ -134,6 +139,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	ereg := prometheus.NewRegistry()
 	em, err := envoycompat.NewMetrics(ereg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// envoy-compat behind Sentinel (REDIS_TYPE=sentinel).
+	if err := metrics.RegisterSentinels(ereg, "redis", func() sentinelfollow.Status { return sentinelfollow.Status{} }); err != nil {
 		t.Fatal(err)
 	}
 	if traffic {

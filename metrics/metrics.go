@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 	"github.com/floodgate-rl/floodgate/topk"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -384,4 +385,48 @@ func RegisterMemoryStore(reg prometheus.Registerer, store string, most int, held
 		Help:        "The most entries each in-memory store holds: --memory-max-keys (ratelimit), --memory-max-quota-periods, --memory-max-quota-records, --memory-max-leases.",
 		ConstLabels: labels,
 	}, func() float64 { return float64(most) }))
+}
+
+// The names of the gauges RegisterSentinels registers.
+const (
+	SentinelsMetric          = "floodgate_sentinels"
+	SentinelsAnsweringMetric = "floodgate_sentinels_answering"
+	SentinelMajorityMetric   = "floodgate_sentinel_majority"
+)
+
+// RegisterSentinels registers on reg, labelled client (the Redis client
+// they serve: "redis" for serve's; envoy-compat's "redis" and
+// "redis_persecond"), three gauges of the sentinels a client made behind
+// Sentinel asks for the primary, read from status at each scrape
+// (sentinelfollow.Follower.Status): how many it asks, how many answered
+// the last round (every second), and 1 when a majority of them named one
+// primary in it, 0 otherwise. While that is 0 the client goes on with the
+// primary named last, and a failover is not followed.
+func RegisterSentinels(reg prometheus.Registerer, client string, status func() sentinelfollow.Status) error {
+	if reg == nil || client == "" || status == nil {
+		return fmt.Errorf("%w: RegisterSentinels needs a registerer, a client name and a status function", ErrInvalidOptions)
+	}
+	labels := prometheus.Labels{"client": client}
+	for _, g := range []struct {
+		name, help string
+		value      func(sentinelfollow.Status) int
+	}{
+		{SentinelsMetric, "Sentinels the Redis client asks for the primary (--redis-sentinel, or the hosts of the redis-sentinel:// URL; envoy-compat's REDIS_URL).",
+			func(s sentinelfollow.Status) int { return s.Sentinels }},
+		{SentinelsAnsweringMetric, "Sentinels that answered the client's last question for the primary (asked every second): with its address, or saying they do not know the master. 0 before the first answer.",
+			func(s sentinelfollow.Status) int { return s.Answering }},
+		{SentinelMajorityMetric, "1 when a majority of the sentinels named one primary at the client's last question (every second), 0 otherwise: decisions go on with the primary named last, and a failover is not followed until a majority answers again.",
+			func(s sentinelfollow.Status) int {
+				if s.Majority {
+					return 1
+				}
+				return 0
+			}},
+	} {
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help, ConstLabels: labels},
+			func() float64 { return float64(g.value(status())) })); err != nil {
+			return err
+		}
+	}
+	return nil
 }

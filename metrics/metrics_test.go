@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 	"github.com/floodgate-rl/floodgate/topk"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -287,5 +288,51 @@ func TestRegisterSplitReleaseFailures(t *testing.T) {
 	}
 	if err := metrics.RegisterSplitReleaseFailures(reg, nil); !errors.Is(err, metrics.ErrInvalidOptions) {
 		t.Errorf("nil count: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestRegisterSentinels: the sentinels' gauges are read at each scrape,
+// labelled by client; missing arguments are refused.
+func TestRegisterSentinels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st := sentinelfollow.Status{Sentinels: 3, Answering: 3, Majority: true}
+	if err := metrics.RegisterSentinels(reg, "redis", func() sentinelfollow.Status { return st }); err != nil {
+		t.Fatal(err)
+	}
+	st = sentinelfollow.Status{Sentinels: 3}
+	want := `
+# HELP floodgate_sentinel_majority 1 when a majority of the sentinels named one primary at the client's last question (every second), 0 otherwise: decisions go on with the primary named last, and a failover is not followed until a majority answers again.
+# TYPE floodgate_sentinel_majority gauge
+floodgate_sentinel_majority{client="redis"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.SentinelMajorityMetric); err != nil {
+		t.Error(err)
+	}
+	for name, v := range map[string]float64{metrics.SentinelsMetric: 3, metrics.SentinelsAnsweringMetric: 0} {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				found = true
+				if got := mf.GetMetric()[0].GetGauge().GetValue(); got != v {
+					t.Errorf("%s = %v, want %v", name, got, v)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s not gathered", name)
+		}
+	}
+	if err := metrics.RegisterSentinels(nil, "redis", func() sentinelfollow.Status { return st }); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil registerer: %v, want ErrInvalidOptions", err)
+	}
+	if err := metrics.RegisterSentinels(reg, "", func() sentinelfollow.Status { return st }); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("no client: %v, want ErrInvalidOptions", err)
+	}
+	if err := metrics.RegisterSentinels(reg, "redis", nil); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil status: %v, want ErrInvalidOptions", err)
 	}
 }

@@ -114,6 +114,55 @@ type Follower struct {
 
 	errMu sync.Mutex
 	errs  map[string]nodeErr // by address: the last failure met there
+
+	// round numbers check's rounds; tallied is the latest round whose
+	// answers answering and majority count (under mu).
+	round     atomic.Uint64
+	tallied   uint64
+	answering int
+	majority  bool
+}
+
+// Status is what a Follower's last round of questions found (Status).
+type Status struct {
+	// Sentinels is how many sentinels the Follower asks (those it was
+	// given).
+	Sentinels int
+	// Answering is how many of them answered the last round: with the
+	// primary's address, or saying they do not know the master. A
+	// round that decided as soon as a majority agreed counts the others'
+	// answers as they come, within half a second. 0 before the first
+	// round ends.
+	Answering int
+	// Majority reports whether a majority of them named one primary in
+	// the last round. False: a failover is not followed until they do
+	// (new connections go on to Primary, the one named last); false
+	// before the first round ends too.
+	Majority bool
+	// Primary is Primary's answer: the primary a majority named last.
+	Primary string
+}
+
+// Status returns what the last round of questions to the sentinels found.
+// It is safe for concurrent use; metrics and readiness read it (an
+// outside walk stopped every sentinel: the service went on deciding on
+// the primary, and only a log line said that a failover would not be
+// followed).
+func (f *Follower) Status() Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Status{Sentinels: len(f.sentinels), Answering: f.answering, Majority: f.majority, Primary: f.current}
+}
+
+// tally records that answering sentinels answered round, and whether a
+// majority named one primary, unless a later round was tallied already.
+func (f *Follower) tally(round uint64, answering int, majority bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if round < f.tallied {
+		return
+	}
+	f.tallied, f.answering, f.majority = round, answering, majority
 }
 
 // nodeErr is a failure met at an address, and when.
@@ -389,18 +438,14 @@ func (f *Follower) Kick() {
 // the current primary. Any other round without a majority changes
 // nothing; the first after one with
 // is logged as a warning, naming what each sentinel failed with, and a
-// sentinel that did not answer in time is recorded for NodeErrors.
+// sentinel that did not answer in time is recorded for NodeErrors. Each
+// round's count of answers is recorded for Status.
 func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	round := f.round.Add(1)
 	rctx, cancel := context.WithTimeout(ctx, askTimeout)
-	defer cancel()
-	type answer struct {
-		i    int
-		addr string // "" when err is set or the answer is not an address
-		err  error
-	}
 	answers := make(chan answer, len(clients))
 	for i, c := range clients {
 		go func() {
@@ -419,15 +464,22 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 		}()
 	}
 	named := ""
+	forgot := false
 	count := map[string]int{}
-	unknown := 0 // sentinels that answered they do not know the master
+	unknown := 0  // sentinels that answered they do not know the master
+	answered := 0 // sentinels that answered either
 	failed := make([]error, len(clients))
-	for range clients {
+	n := 0 // answers read
+	for n < len(clients) && named == "" && !forgot {
 		a := <-answers
+		n++
+		if a.answered() {
+			answered++
+		}
 		if errors.Is(a.err, redis.Nil) {
 			if unknown++; 2*unknown > len(f.sentinels) {
-				f.forget()
-				return
+				forgot = true
+				continue
 			}
 		}
 		if a.addr == "" {
@@ -436,14 +488,50 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 		}
 		if count[a.addr]++; 2*count[a.addr] > len(f.sentinels) {
 			named = a.addr
-			break
 		}
 	}
-	if named == "" {
+	// The answers not read yet are counted as they come, without
+	// holding up the move.
+	go f.tallyRest(ctx, round, answered, named != "", answers, len(clients)-n, cancel)
+	switch {
+	case forgot:
+		f.forget()
+	case named == "":
 		f.noMajority(ctx, failed, count, log)
-		return
+	default:
+		f.majorityNamed(named, log)
 	}
-	f.majorityNamed(named, log)
+}
+
+// answer is one sentinel's answer to check's question.
+type answer struct {
+	i    int
+	addr string // "" when err is set or the answer is not an address
+	err  error
+}
+
+// answered reports whether the sentinel answered: with an address, or
+// saying it does not know the master (redis.Nil).
+func (a answer) answered() bool { return a.addr != "" || errors.Is(a.err, redis.Nil) }
+
+// tallyRest records round's count (tally): answered, and the left
+// answers still to come from answers (each bounded by askTimeout) once
+// check has decided without them; then it calls cancel, which ends the
+// round's questions. A round cut short by the end of ctx (Run's) is not
+// recorded: its failures are Run's own.
+func (f *Follower) tallyRest(ctx context.Context, round uint64, answered int, majority bool, answers <-chan answer, left int, cancel context.CancelFunc) {
+	defer cancel()
+	if majority {
+		f.tally(round, answered, majority) // at once: the move is made
+	}
+	for range left {
+		if (<-answers).answered() {
+			answered++
+		}
+	}
+	if ctx.Err() == nil {
+		f.tally(round, answered, majority)
+	}
 }
 
 // majorityNamed moves to named, the primary a majority of the sentinels

@@ -47,6 +47,7 @@ import (
 	"github.com/floodgate-rl/floodgate/loginguard"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/quota"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
 // Resetter forgets the stored state of keys (an admin resetting an
@@ -156,6 +157,12 @@ type Options struct {
 	// RedisReady checks every node the service needs. Nil means always
 	// ready.
 	Ready func(ctx context.Context) error
+	// Sentinels, when set, reports what the Redis client's last question
+	// to the sentinels found (sentinelfollow.Follower.Status), for GET
+	// /readyz: information only, which does not make the service unready
+	// (it decides on the primary named last; the probe of Ready says
+	// whether that one answers). Nil: not reported (no Sentinel).
+	Sentinels func() sentinelfollow.Status
 	// Breakers, when set, reports the circuit breakers' states by
 	// partition (fallback.Store.BreakerStates): /readyz is 503 while one
 	// is open or half-open, as decisions are then not central.
@@ -733,6 +740,35 @@ type readyResponse struct {
 	Store string `json:"store,omitempty"`
 	// HeartbeatID is Options.HeartbeatID.
 	HeartbeatID string `json:"heartbeat_id,omitempty"`
+	// Sentinels is what Options.Sentinels reports, when set.
+	Sentinels *sentinelsResponse `json:"sentinels,omitempty"`
+}
+
+// sentinelsResponse is what GET /readyz says of the sentinels
+// (Options.Sentinels): information, which never makes it unready.
+type sentinelsResponse struct {
+	// Configured is how many sentinels the client asks.
+	Configured int `json:"configured"`
+	// Answering is how many answered the last question (every second).
+	Answering int `json:"answering"`
+	// Majority is whether a majority named one primary in it.
+	Majority bool `json:"majority"`
+	// Primary is the primary a majority named last.
+	Primary string `json:"primary,omitempty"`
+	// Warning says what no majority means, while there is none.
+	Warning string `json:"warning,omitempty"`
+}
+
+// noSentinelMajority is sentinelsResponse.Warning without a majority.
+const noSentinelMajority = "no majority of the sentinels answers: new connections go on to the primary they last named, and a failover is not followed until they answer"
+
+// sentinelsReport returns what /readyz says of st.
+func sentinelsReport(st sentinelfollow.Status) *sentinelsResponse {
+	r := &sentinelsResponse{Configured: st.Sentinels, Answering: st.Answering, Majority: st.Majority, Primary: st.Primary}
+	if !st.Majority {
+		r.Warning = noSentinelMajority
+	}
+	return r
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
@@ -767,6 +803,9 @@ func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse,
 	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), ConfigHash: cfg.Hash(), Store: s.opts.Store, HeartbeatID: s.opts.HeartbeatID}
 	status := http.StatusOK
 	var problems []string
+	if s.opts.Sentinels != nil {
+		resp.Sentinels = sentinelsReport(s.opts.Sentinels())
+	}
 	if s.opts.Breakers != nil {
 		resp.Breakers = map[string]string{}
 		states := s.opts.Breakers()

@@ -39,6 +39,7 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/regularfile"
 	"github.com/floodgate-rl/floodgate/internal/rlswire"
 	"github.com/floodgate-rl/floodgate/internal/servelog"
+	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 )
 
@@ -142,7 +143,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	// go-redis's own lines (a failed dial, a pool's trouble) go to the
 	// service's log, in its format, at most one a kind per 10 s.
 	redis.SetLogger(newRedisLogger(log, 10*time.Second))
-	store, closeStore, err := compatStore(ctx, s, log)
+	store, closeStore, err := compatStore(ctx, s, reg, log)
 	if err != nil {
 		return err
 	}
@@ -452,8 +453,10 @@ func (d *downPrimaries) forget() { d.addrs, d.logged = "", time.Time{} }
 
 // compatStore builds the counter store the settings name. A client of a
 // Sentinel deployment follows the primary most sentinels name
-// (sentinelfollow) until the returned function closes the clients.
-func compatStore(ctx context.Context, s envoycompat.Settings, log *slog.Logger) (envoycompat.Store, func(), error) {
+// (sentinelfollow) until the returned function closes the clients, and
+// the sentinels' gauges (metrics.RegisterSentinels, labelled client
+// "redis" or "redis_persecond") are registered on reg, unless it is nil.
+func compatStore(ctx context.Context, s envoycompat.Settings, reg prometheus.Registerer, log *slog.Logger) (envoycompat.Store, func(), error) {
 	if strings.EqualFold(s.BackendType, "memory") {
 		return &envoycompat.MemoryStore{}, func() {}, nil
 	}
@@ -478,6 +481,11 @@ func compatStore(ctx context.Context, s envoycompat.Settings, log *slog.Logger) 
 		connsetup.Attach(c)
 		clients = append(clients, c)
 		if follow != nil {
+			if reg != nil {
+				if err := metrics.RegisterSentinels(reg, strings.ToLower(prefix), follow.Status); err != nil {
+					return nil, err
+				}
+			}
 			wg.Go(func() { follow.Run(fctx, log) })
 		}
 		return c, nil

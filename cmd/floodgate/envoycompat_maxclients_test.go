@@ -33,7 +33,7 @@ func TestEnvoyCompatMaxclientsIsUnavailable(t *testing.T) {
 	})
 	st, closeAll, err := compatStore(ctx, envoycompat.Settings{Redis: envoycompat.RedisSettings{
 		SocketType: "tcp", Type: "single", URL: s.Addr, PoolSize: 2, Timeout: 5 * time.Second,
-	}}, slog.New(slog.DiscardHandler))
+	}}, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -757,6 +757,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 			return err
 		}
 	}
+	if b.follow != nil {
+		if err := metrics.RegisterSentinels(reg, "redis", b.follow.Status); err != nil {
+			return err
+		}
+	}
 	clock, err := startClock(ctx, f, b, m, log)
 	if err != nil {
 		return err
@@ -818,6 +823,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay, ReadTimeout: f.readTimeout,
 		WriteTimeout: f.writeTimeout,
 		QuotaStore:   b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget, HTTPEngine: engine,
+	}
+	if b.follow != nil {
+		opts.Sentinels = b.follow.Status
 	}
 	if b.fb != nil {
 		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates

@@ -1,0 +1,60 @@
+package sentinelfollow
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+)
+
+// waitStatus polls f.Status until ok accepts it, for at most 15 s (each
+// round takes a second), and returns it; it fails t otherwise.
+func waitStatus(t *testing.T, f *Follower, what string, ok func(Status) bool) Status {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := f.Status()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: Status() = %+v", what, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStatusCountsSentinelsAnswering: Status says how many of the
+// sentinels answered the last round and whether a majority named a
+// primary: all three and yes while they run, none and no once they are
+// stopped, the primary named last kept. An outside walk stopped every
+// sentinel: the service went on with the primary, and only one log line
+// said that a failover would not be followed; serve's gauges and /readyz
+// read Status.
+func TestStatusCountsSentinelsAnswering(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	f := New(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
+	if got := f.Status(); got != (Status{Sentinels: 3}) {
+		t.Errorf("Status() before Run = %+v, want 3 sentinels, none answering", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+	// A round decides once two agree: the third is counted as it comes.
+	waitStatus(t, f, "three answering, a majority", func(st Status) bool {
+		return st == Status{Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
+	})
+	s.Sentinels[0].Stop()
+	waitStatus(t, f, "two answering, a majority", func(st Status) bool {
+		return st == Status{Sentinels: 3, Answering: 2, Majority: true, Primary: s.Primary.Addr}
+	})
+	s.Sentinels[1].Stop()
+	s.Sentinels[2].Stop()
+	waitStatus(t, f, "none answering, no majority", func(st Status) bool {
+		return st == Status{Sentinels: 3, Answering: 0, Majority: false, Primary: s.Primary.Addr}
+	})
+}
