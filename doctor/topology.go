@@ -899,7 +899,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 		return fmt.Sprintf("every sentinel closed doctor's new connection during its setup (%s): "+sentinelsAtMaxclients,
 			strings.Join(failed, "; ")), true, firstErr
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0 && !answered:
-		return fmt.Sprintf("no sentinel answers (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",
+		return fmt.Sprintf(noSentinelAnswers+" (%s): check the sentinel addresses (--redis-sentinel, or the hosts of the URL) and that the sentinels are up and reachable from here",
 			strings.Join(failed, "; ")), true, firstErr
 	case len(unknown) == 0 && len(primaries) == 0 && len(failed) > 0:
 		// A reply such as ERR unknown command 'sentinel' (a Redis

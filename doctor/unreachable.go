@@ -41,8 +41,24 @@ func probeRead(rc config.Redis) string {
 const authFix = "give doctor the user and password the instances use: --redis-password-file and --redis-username (or user:password@ in the URL), and for sentinels that require their own, --redis-sentinel-password-file and --redis-sentinel-username; then run doctor again"
 
 // sentinelFix is the fix of a Sentinel deployment the probe could not
-// reach, when the sentinels' answers diagnosed why (see sentinelDiagnosis).
+// reach, when the sentinels' answers diagnosed why (see sentinelDiagnosis)
+// and neither sentinelsDownFix nor primaryDownFix fits.
 const sentinelFix = "act on the diagnosis above (the sentinel addresses, --redis-master, the sentinels' password), check that the primary they name is up and reachable from this host, then run doctor again"
+
+// noSentinelAnswers starts sentinelDiagnosis's diagnosis when no sentinel
+// answers at all (refused, timed out, unreachable): sentinelsDownFix is
+// then its fix. An outside walk met the generic sentinelFix there, which
+// sent the reader to --redis-master and the primary.
+const noSentinelAnswers = "no sentinel answers"
+
+// sentinelsDownFix is the fix of a deployment none of whose sentinels
+// answers.
+const sentinelsDownFix = "start the sentinels (or fix their addresses: --redis-sentinel, or the hosts of the URL): while none answers, clients keep the primary they last named and a failover is not followed (serve and envoy-compat go on deciding there; floodgate_sentinel_majority is 0), and a client that starts, doctor included, cannot find the primary; then run doctor again"
+
+// primaryDownFix is the fix of a primary that a majority of the sentinels
+// names and that does not answer doctor: the sentinels may not have
+// noticed yet, or be replacing it.
+const primaryDownFix = "a failover may be under way (the sentinels' down-after-milliseconds, then the failover itself, up to their failover-timeout; SENTINEL MASTERS on a sentinel shows flags s_down, o_down or failover_in_progress): run doctor again in a few seconds; if the sentinels still name that primary, it has no replica they can promote, or they cannot agree (quorum): start it or a replica, check that it is reachable from this host (its address as the sentinels announce it, firewalls, TLS) and its password, then run doctor again"
 
 // primaryAuthFix is the fix of a primary, named by the sentinels, that
 // refused doctor's credentials: its settings are not the sentinels'.
@@ -169,6 +185,10 @@ func (r *run) unreachable(ctx context.Context, err error) {
 			c.Fix = primaryAuthFix
 		case strings.Contains(why, noMajority):
 			c.Fix = sentinelMinorityFix
+		case strings.HasPrefix(why, noSentinelAnswers):
+			c.Fix = sentinelsDownFix
+		case strings.Contains(why, primarySilent):
+			c.Fix = primaryDownFix
 		case why != "":
 			c.Fix = sentinelFix
 		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"):
