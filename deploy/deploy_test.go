@@ -124,7 +124,7 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 		t.Fatal(err)
 	}
 	// serve on Redis: the Redis restarts (run_id changes) it noticed.
-	if err := metrics.RegisterRedisRestarts(reg, func() int64 { return 0 }); err != nil {
+	if err := metrics.RegisterRedisRestarts(reg, func(string) int64 { return 0 }); err != nil {
 		t.Fatal(err)
 	}
 	// serve behind Sentinel: what its client's sentinels answer.

@@ -35,6 +35,8 @@ var ShippedAlerts = []string{
 	"RateLimitTLSCertificateExpiring",
 	"RateLimitFleetCountMismatch",
 	"RateLimitRedisRestarted",
+	"RateLimitRedisFailedOver",
+	"RateLimitSentinelsNoMajority",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.

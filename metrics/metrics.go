@@ -341,18 +341,33 @@ func RegisterSplitReleaseFailures(reg prometheus.Registerer, count func() int64)
 // registers.
 const RedisRestartsMetric = "floodgate_redis_restarts_total"
 
+// RedisRestartKinds are the values of RedisRestartsMetric's label kind:
+// a restart (the same primary started again, not promoted: only what
+// it loaded from disk), a failover (a replica promoted: what it
+// replicated) and a replacement (another server, not a replica: only
+// what it loaded).
+func RedisRestartKinds() []string { return []string{"restart", "failover", "replaced"} }
+
 // RegisterRedisRestarts registers on reg the counter of the times
 // floodgate serve found the Redis it decides on to be another server
-// process than before (its run_id changed: a restart, a failover or a
-// replacement), read from count at each scrape.
-func RegisterRedisRestarts(reg prometheus.Registerer, count func() int64) error {
+// process than before (its run_id changed), labelled kind (each of
+// RedisRestartKinds, every one exported from the start, at 0), read
+// from count(kind) at each scrape.
+func RegisterRedisRestarts(reg prometheus.Registerer, count func(kind string) int64) error {
 	if reg == nil || count == nil {
 		return fmt.Errorf("%w: RegisterRedisRestarts needs a registerer and a count function", ErrInvalidOptions)
 	}
-	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: RedisRestartsMetric,
-		Help: "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed: a restart, a failover or a replacement): its counters, quotas and leases are those it loaded or replicated, none after a restart without persistence.",
-	}, func() float64 { return float64(count()) }))
+	for _, kind := range RedisRestartKinds() {
+		err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        RedisRestartsMetric,
+			Help:        "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed), by kind: restart (the same primary started again, not promoted from replica: its counters, quotas and leases are only those it loaded from disk, none without persistence), failover (a replica promoted: those it replicated, but for the last writes before the failover) or replaced (another server, not a replica: only those it loaded).",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, func() float64 { return float64(count(kind)) }))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MemoryStoreMetric is the name of the gauge of a store's entries that

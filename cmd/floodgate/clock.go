@@ -161,9 +161,13 @@ func startHeartbeat(f serveFlags, b *backend, id string, reg prometheus.Register
 		failing = true
 	}
 	// After each beat, whether the Redis is the same server process.
-	restarts := newRestartCheck(b.client, log)
+	var primary func() string
+	if b.follow != nil {
+		primary = b.follow.Primary
+	}
+	restarts := newRestartCheck(b.client, primary, log)
 	if reg != nil {
-		if err := metrics.RegisterRedisRestarts(reg, restarts.watch.Changes); err != nil {
+		if err := metrics.RegisterRedisRestarts(reg, restarts.count); err != nil {
 			return nil, err
 		}
 	}

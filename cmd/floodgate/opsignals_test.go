@@ -7,12 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/runwatch"
+	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -118,7 +123,8 @@ func TestServeLogsDegradedDecisions(t *testing.T) {
 
 // TestServeNoticesRedisRestart: a Redis restarted on the same port
 // without persistence (every counter gone) is logged at WARN with both
-// run_ids and counted in floodgate_redis_restarts_total. An outside walk
+// run_ids and counted in floodgate_redis_restarts_total{kind="restart"};
+// the three kinds are exported at 0 from the start. An outside walk
 // saw the breaker open for a few seconds, then every counter at zero,
 // and no metric, log line or alert say so.
 func TestServeNoticesRedisRestart(t *testing.T) {
@@ -127,22 +133,12 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 	ctx := context.Background()
 	prefix := fmt.Sprintf("restartlog%d", time.Now().UnixNano())
 	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix)
-	// Two beats: the check after the first has read the run_id.
-	var scores []float64
-	waitUntil(t, "two heartbeats", func() bool {
-		z, err := admin.ZRangeWithScores(ctx, prefix+":instances", 0, -1).Result()
-		if err == nil && len(z) == 1 && (len(scores) == 0 || scores[len(scores)-1] != z[0].Score) {
-			scores = append(scores, z[0].Score)
-		}
-		return len(scores) >= 3
-	})
+	waitBeats(t, admin, prefix)
 	before, err := admin.Info(ctx, "server").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := metricOrZero(t, svc.url, "floodgate_redis_restarts_total"); got != 0 {
-		t.Fatalf("floodgate_redis_restarts_total %v before any restart, want 0", got)
-	}
+	wantRestarts(t, svc.url, 0, 0, 0)
 	rs.Restart(t)
 	var rec map[string]string
 	waitUntil(t, "the restart logged", func() bool {
@@ -150,15 +146,121 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 		rec = r
 		return ok
 	})
-	if rec["level"] != "WARN" || rec["from_run_id"] == "" || rec["to_run_id"] == "" || rec["from_run_id"] == rec["to_run_id"] ||
+	if rec["level"] != "WARN" || rec["kind"] != "restart" || rec["from_run_id"] == "" || rec["to_run_id"] == "" || rec["from_run_id"] == rec["to_run_id"] ||
 		!strings.Contains(before, "run_id:"+rec["from_run_id"]) {
-		t.Fatalf("restart logged as %v, want WARN from the run_id before (INFO said %q) to another", rec, before)
+		t.Fatalf("restart logged as %v, want WARN, kind restart, from the run_id before (INFO said %q) to another", rec, before)
 	}
-	if got := metricOrZero(t, svc.url, "floodgate_redis_restarts_total"); got != 1 {
-		t.Fatalf("floodgate_redis_restarts_total %v after one restart, want 1", got)
-	}
-	if n := strings.Count(svc.Logs(), redisRestartMsg); n != 1 {
+	wantRestarts(t, svc.url, 1, 0, 0)
+	if n := restartLines(svc.Logs()); n != 1 {
 		t.Fatalf("%d restart lines for one restart:\n%s", n, svc.Logs())
 	}
 	svc.stop(t)
+}
+
+// TestServeRedisRestartKindsSentinel: behind Sentinel, a SENTINEL
+// FAILOVER is logged and counted as a failover (its line does not say
+// limits start over: the promoted replica holds what it replicated), a
+// failover back too, and the first primary restarted on its port as a
+// restart. A walk found every failover counted as a restart,
+// RateLimitRedisRestarted firing on each planned one, though the counts
+// carried over exactly.
+func TestServeRedisRestartKindsSentinel(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	prefix := fmt.Sprintf("restartkind%d", time.Now().UnixNano())
+	svc := startService(t, "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName, "--prefix", prefix)
+	waitBeats(t, s.Primary.Client(t), prefix)
+	wantRestarts(t, svc.url, 0, 0, 0)
+
+	// wantLine waits for the n-th line of a Redis change and fails t
+	// unless it is kind's, with its message, at the current primary.
+	wantLine := func(n int, kind, msg string) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("change %d logged", n), func() bool { return restartLines(svc.Logs()) >= n })
+		recs := logRecords(svc.Logs(), msg)
+		if len(recs) == 0 {
+			t.Fatalf("no %q line:\n%s", msg, svc.Logs())
+		}
+		rec := recs[len(recs)-1]
+		if rec["level"] != "WARN" || rec["kind"] != kind || rec["primary"] != s.Primary.Addr || restartLines(svc.Logs()) != n {
+			t.Fatalf("change %d logged as %v, want WARN, kind %s, primary %s:\n%s", n, rec, kind, s.Primary.Addr, svc.Logs())
+		}
+	}
+	s.Failover(t)
+	wantLine(1, "failover", redisFailoverMsg)
+	if strings.Contains(redisFailoverMsg, "start over") {
+		t.Fatalf("the failover's line says limits start over: %q", redisFailoverMsg)
+	}
+	wantRestarts(t, svc.url, 0, 1, 0)
+	// Back to the first primary, the one started without --replicaof
+	// (a restart of the other one comes back as a replica).
+	s.Failover(t)
+	wantLine(2, "failover", redisFailoverMsg)
+
+	// The sentinels frozen for longer than their tilt trigger (2 s), so
+	// that they do not fail the restarting primary over: they enter TILT
+	// mode when thawed. The instance keeps the primary they named.
+	thaw := s.FreezeSentinels(t)
+	frozen := time.Now()
+	s.Primary.Restart(t)
+	time.Sleep(time.Until(frozen.Add(2500 * time.Millisecond)))
+	thaw()
+	wantLine(3, "restart", redisRestartMsg)
+	wantRestarts(t, svc.url, 1, 2, 0)
+	svc.stop(t)
+}
+
+// TestRestartKindsExported: every kind runwatch reports has a series of
+// floodgate_redis_restarts_total (metrics.RedisRestartKinds) and a line
+// of its own.
+func TestRestartKindsExported(t *testing.T) {
+	msgs := map[string]bool{}
+	for _, k := range runwatch.Kinds() {
+		if !slices.Contains(metrics.RedisRestartKinds(), k.String()) {
+			t.Errorf("kind %v has no series in %v", k, metrics.RedisRestartKinds())
+		}
+		msgs[restartMsg(k)] = true
+	}
+	if len(msgs) != len(runwatch.Kinds()) || len(metrics.RedisRestartKinds()) != len(runwatch.Kinds()) {
+		t.Fatalf("%d messages and %d series for %d kinds", len(msgs), len(metrics.RedisRestartKinds()), len(runwatch.Kinds()))
+	}
+	if strings.Contains(restartMsg(runwatch.KindFailover), "start over") {
+		t.Fatalf("the failover line says limits start over: %q", restartMsg(runwatch.KindFailover))
+	}
+}
+
+// restartLines counts logs' lines of Redis changes, of every kind.
+func restartLines(logs string) int {
+	n := 0
+	for _, k := range runwatch.Kinds() {
+		n += len(logRecords(logs, restartMsg(k)))
+	}
+	return n
+}
+
+// waitBeats waits until the instance has beaten into prefix's set
+// (through admin) three times: the restart check after the first has
+// read the run_id.
+func waitBeats(t *testing.T, admin *redis.Client, prefix string) {
+	t.Helper()
+	var scores []float64
+	waitUntil(t, "three heartbeats", func() bool {
+		z, err := admin.ZRangeWithScores(context.Background(), prefix+":instances", 0, -1).Result()
+		if err == nil && len(z) == 1 && (len(scores) == 0 || scores[len(scores)-1] != z[0].Score) {
+			scores = append(scores, z[0].Score)
+		}
+		return len(scores) >= 3
+	})
+}
+
+// wantRestarts fails t unless the instance at url exports
+// floodgate_redis_restarts_total at restart, failover and replaced for
+// those kinds.
+func wantRestarts(t *testing.T, url string, restart, failover, replaced float64) {
+	t.Helper()
+	for kind, want := range map[string]float64{"restart": restart, "failover": failover, "replaced": replaced} {
+		name := `floodgate_redis_restarts_total{kind="` + kind + `"}`
+		if got := metricValue(t, url, name); got != want {
+			t.Fatalf("%s %v, want %v", name, got, want)
+		}
+	}
 }

@@ -87,7 +87,7 @@ func (w *Watch) slotsMoved(addr string, p place) bool {
 // SLOTS does not list a replica until the other nodes know its
 // replication offset, seconds after it joined, so the layout alone may
 // not tell a failover.
-func wasReplica(ctx context.Context, n *redis.Client) (bool, error) {
+func wasReplica(ctx context.Context, n Client) (bool, error) {
 	reply, err := n.Info(ctx, "replication").Result()
 	if err != nil {
 		return false, fmt.Errorf("runwatch: INFO replication: %w", err)
@@ -133,10 +133,12 @@ func layoutOf(slots []redis.ClusterSlot) layout {
 // observePrimary records s as the primary at addr serving p's slots at
 // now (promoted: from replica, see wasReplica), and returns the change
 // it is, if any:
-//   - a process other than the one last seen at addr (a restart, or a
-//     server replaced behind the address);
+//   - a process other than the one last seen at addr: a failover when it
+//     was promoted (a node restarted as replica, then promoted), a
+//     restart otherwise;
 //   - else, p's slot set served at the previous check by a primary at
-//     another address, unless the slots moved (see moved).
+//     another address: a failover or a replacement, unless the slots
+//     moved (see handover).
 //
 // The first server seen at an address, serving a slot set not seen
 // before (or slots unknown: p.slots ""), is no change.
@@ -151,32 +153,42 @@ func (w *Watch) observePrimary(now time.Time, addr string, p place, s Server, pr
 	}
 	switch {
 	case known && replaced(prev.server, s):
-		return Change{Node: addr, From: prev.server, To: s}, true
+		kind := KindRestart
+		if promoted {
+			kind = KindFailover
+		}
+		return Change{Node: addr, Addr: addr, Kind: kind, From: prev.server, To: s}, true
 	case p.slots == "" || !had || before.primary == addr:
 		return Change{}, false
-	case !promoted && moved(before, addr, p, known, s, now):
+	}
+	kind, changed := handover(before, addr, p, promoted, known, s, now)
+	if !changed {
 		return Change{}, false
 	}
-	return Change{Node: addr, From: before.server, To: s}, true
+	return Change{Node: addr, Addr: addr, Kind: kind, From: before.server, To: s}, true
 }
 
-// moved reports whether the slot set before's primary served is now
-// served by s at addr (another address, at place p, not promoted from
-// replica since it started) through a resharding, which MIGRATEs every
-// key, rather than a failover or a replacement, which keep only what
-// was replicated or loaded:
-//   - addr was listed as a replica of those slots, or their primary
-//     before is now listed as addr's replica: a failover, not moved;
+// handover tells how the slot set before's primary served came to be
+// served by s at addr (another address, at place p; promoted: from
+// replica since it started): by a failover or a replacement, which keep
+// only what was replicated or loaded, or by a resharding, which MIGRATEs
+// every key (changed false):
+//   - s was promoted, addr was listed as a replica of those slots, or
+//     their primary before is now listed as addr's replica: a failover;
 //   - addr's process is the one seen there before (seenBefore: the
 //     caller found it not replaced): it was a primary already, moved;
-//   - else, s has been up since before the previous check (its uptime is
+//   - s has been up since before the previous check (its uptime is
 //     longer than the time since): an existing primary, one that served
-//     no slot, moved; a server started since is a replacement.
-func moved(before shard, addr string, p place, seenBefore bool, s Server, now time.Time) bool {
-	if slices.Contains(before.replicas, addr) || slices.Contains(p.replicas, before.primary) {
-		return false
+//     no slot, moved;
+//   - else, a server started since: a replacement.
+func handover(before shard, addr string, p place, promoted, seenBefore bool, s Server, now time.Time) (kind Kind, changed bool) {
+	switch {
+	case promoted || slices.Contains(before.replicas, addr) || slices.Contains(p.replicas, before.primary):
+		return KindFailover, true
+	case seenBefore || s.Uptime > now.Sub(before.at):
+		return 0, false
 	}
-	return seenBefore || s.Uptime > now.Sub(before.at)
+	return KindReplaced, true
 }
 
 // prune forgets, after a check every primary of lay answered at now,

@@ -27,11 +27,17 @@ func TestObservePrimary(t *testing.T) {
 		p      place
 		s      Server
 		change bool
+		// kind is the change's, when change.
+		kind Kind
 		// promoted: the server says it was a replica (master_replid2).
 		promoted bool
 	}
 	mk := func(name, addr string, p place, s Server, change bool) step {
 		return step{name: name, addr: addr, p: p, s: s, change: change}
+	}
+	// mkKind is mk for a step that is a change of kind k.
+	mkKind := func(name, addr string, p place, s Server, k Kind) step {
+		return step{name: name, addr: addr, p: p, s: s, change: true, kind: k}
 	}
 	for _, tc := range []struct {
 		name  string
@@ -48,42 +54,47 @@ func TestObservePrimary(t *testing.T) {
 		}},
 		{"restart at the same address", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
-			mk("A restarted", "A", place{slots: "slots 0-99"}, fresh, true),
+			mkKind("A restarted", "A", place{slots: "slots 0-99"}, fresh, KindRestart),
 		}},
 		{"restart while its slots changed", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
-			mk("A restarted, serves 0-50", "A", place{slots: "slots 0-50"}, fresh, true),
+			mkKind("A restarted, serves 0-50", "A", place{slots: "slots 0-50"}, fresh, KindRestart),
 		}},
 		{"restart at an address seen before, moved slots", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
 			mk("B serves 100-200", "B", place{slots: "slots 100-200"}, b1, false),
-			mk("B restarted, serves 0-99", "B", place{slots: "slots 0-99"}, Server{RunID: "b2", Uptime: time.Hour}, true),
+			mkKind("B restarted, serves 0-99", "B", place{slots: "slots 0-99"}, Server{RunID: "b2", Uptime: time.Hour}, KindRestart),
 		}},
 		{"failover to the listed replica", []step{
 			mk("A serves 0-99, R its replica", "A", place{slots: "slots 0-99", replicas: []string{"R"}}, a1, false),
-			mk("R serves 0-99", "R", place{slots: "slots 0-99"}, r1, true),
+			mkKind("R serves 0-99", "R", place{slots: "slots 0-99"}, r1, KindFailover),
 		}},
 		{"failover, the old primary now its replica", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
-			mk("R serves 0-99, A its replica", "R", place{slots: "slots 0-99", replicas: []string{"A"}}, r1, true),
+			mkKind("R serves 0-99, A its replica", "R", place{slots: "slots 0-99", replicas: []string{"A"}}, r1, KindFailover),
 		}},
 		{"failover back to a primary seen before", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
-			mk("R serves 0-99, A its replica", "R", place{slots: "slots 0-99", replicas: []string{"A"}}, r1, true),
-			mk("A serves 0-99 again, R its replica", "A", place{slots: "slots 0-99", replicas: []string{"R"}}, a1, true),
+			mkKind("R serves 0-99, A its replica", "R", place{slots: "slots 0-99", replicas: []string{"A"}}, r1, KindFailover),
+			mkKind("A serves 0-99 again, R its replica", "A", place{slots: "slots 0-99", replicas: []string{"R"}}, a1, KindFailover),
 		}},
 		{"failover to a replica not yet listed", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
-			{name: "R, promoted, serves 0-99", addr: "R", p: place{slots: "slots 0-99"}, s: r1, change: true, promoted: true},
+			{name: "R, promoted, serves 0-99", addr: "R", p: place{slots: "slots 0-99"}, s: r1, change: true, kind: KindFailover, promoted: true},
 		}},
 		{"replaced by a server started since", []step{
 			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
-			mk("N, up 1 s, serves 0-99", "N", place{slots: "slots 0-99"}, fresh, true),
+			mkKind("N, up 1 s, serves 0-99", "N", place{slots: "slots 0-99"}, fresh, KindReplaced),
+		}},
+		{"node restarted as replica, then promoted at its address", []step{
+			mk("A serves 0-99", "A", place{slots: "slots 0-99"}, a1, false),
+			mkKind("R serves 0-99, A its replica", "R", place{slots: "slots 0-99", replicas: []string{"A"}}, r1, KindFailover),
+			{name: "A, restarted and promoted, serves 0-99", addr: "A", p: place{slots: "slots 0-99"}, s: fresh, change: true, kind: KindFailover, promoted: true},
 		}},
 		{"no slots known", []step{
 			mk("A, slots unknown", "A", place{}, a1, false),
 			mk("A, same process", "A", place{}, a1, false),
-			mk("A restarted", "A", place{}, fresh, true),
+			mkKind("A restarted", "A", place{}, fresh, KindRestart),
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,8 +104,8 @@ func TestObservePrimary(t *testing.T) {
 				if got != st.change {
 					t.Fatalf("%s: change %v (%+v), want %v", st.name, got, c, st.change)
 				}
-				if got && (c.Node != st.addr || c.To != st.s || c.From == c.To) {
-					t.Fatalf("%s: change %+v, want one to %+v at %s", st.name, c, st.s, st.addr)
+				if got && (c.Node != st.addr || c.Addr != st.addr || c.To != st.s || c.From == c.To || c.Kind != st.kind) {
+					t.Fatalf("%s: change %+v, want a %v to %+v at %s", st.name, c, st.kind, st.s, st.addr)
 				}
 			}
 		})
@@ -171,8 +182,8 @@ func TestCheckClusterReshard(t *testing.T) {
 	waitFor(t, "the restart counted", func() bool { _ = w.Check(ctx, c); return w.Changes() > 0 })
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 1 || got[0].Node != cl.Addrs[1] || got[0].From.RunID == got[0].To.RunID {
-		t.Fatalf("changes %+v, want one, at %s", got, cl.Addrs[1])
+	if len(got) != 1 || got[0].Node != cl.Addrs[1] || got[0].From.RunID == got[0].To.RunID || got[0].Kind != KindRestart {
+		t.Fatalf("changes %+v, want one restart, at %s", got, cl.Addrs[1])
 	}
 }
 

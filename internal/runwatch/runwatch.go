@@ -1,11 +1,25 @@
 // Package runwatch tells when the Redis server a client talks to has
 // become another server process: the run_id of its INFO server section
 // changed (or, for a server that reports none, its uptime went
-// backwards). A Redis restarted without persistence comes back empty:
-// every counter, quota and lease is gone, and its clients see only a
-// short outage. A Sentinel failover changes the primary's run_id too,
-// and so does a Redis replaced behind the same address: from the
-// client's side, these cannot be told from a restart.
+// backwards), and what kind of change it was (Kind):
+//   - a restart: the same primary (the same address) started again, not
+//     promoted from replica. Its counters, quotas and leases are only
+//     those it loaded from disk, none without persistence: limits start
+//     over.
+//   - a failover: the new primary was a replica, promoted (INFO
+//     replication's master_replid2 is not all zeros: PSYNC2 keeps the
+//     replication ID of the primary it followed) or, on a Cluster,
+//     listed as the old primary's replica. Its counters are those it
+//     replicated; the last writes before the failover may be lost to
+//     asynchronous replication.
+//   - a replacement: another server, not a replica, took over (a Sentinel
+//     group's primary now at another address, a Cluster slot set served
+//     by a server started since): as after a restart, only what it
+//     loaded.
+//
+// For a single Redis every change not promoted is a restart (its address
+// does not change); behind Sentinel the primary's address is the one the
+// sentinels name (CheckPrimary).
 //
 // In a Redis Cluster, a primary is known both by its address and by the
 // slots it serves. A new run_id at an address is a change; so is a slot
@@ -72,11 +86,53 @@ func Parse(info string) (Server, error) {
 	return s, nil
 }
 
+// Kind is what a Change was: a restart, a failover or a replacement.
+type Kind int
+
+const (
+	// KindRestart is the same primary started again (a new run_id at
+	// its address), not promoted from replica: its counters are only
+	// those it loaded from disk, none without persistence.
+	KindRestart Kind = iota
+	// KindFailover is a replica promoted in the old primary's place: its
+	// counters are those it replicated, but for the last writes before
+	// the failover (asynchronous replication).
+	KindFailover
+	// KindReplaced is another server, not a replica, in the old
+	// primary's place: its counters are only those it loaded from disk.
+	KindReplaced
+	numKinds = iota
+)
+
+// Kinds returns every Kind, in the order of their values.
+func Kinds() []Kind { return []Kind{KindRestart, KindFailover, KindReplaced} }
+
+// String returns the kind's name as the metric's label value has it:
+// "restart", "failover" or "replaced" ("unknown" for a value that is no
+// Kind).
+func (k Kind) String() string {
+	switch k {
+	case KindRestart:
+		return "restart"
+	case KindFailover:
+		return "failover"
+	case KindReplaced:
+		return "replaced"
+	}
+	return "unknown"
+}
+
 // Change is a server process found in place of another one.
 type Change struct {
 	// Node is the address of the Cluster node, "" for a single Redis
 	// (or the primary of a Sentinel group).
 	Node string
+	// Addr is the address of the server seen now when it is known: the
+	// Cluster node's (Node), the Sentinel group's primary as the
+	// sentinels named it (CheckPrimary); "" for a single Redis.
+	Addr string
+	// Kind is what the change was.
+	Kind Kind
 	// From and To are the server seen before and the one seen now.
 	From, To Server
 }
@@ -87,9 +143,11 @@ type Change struct {
 // after it is a first sighting.
 const forgetAfter = 10 * time.Minute
 
-// sighting is a server process seen at a node, and when.
+// sighting is a server process seen at a node, at which address (a
+// Sentinel group's primary; "" when not known), and when.
 type sighting struct {
 	server Server
+	addr   string
 	at     time.Time
 }
 
@@ -99,36 +157,101 @@ type sighting struct {
 // use.
 type Watch struct {
 	onChange func(Change)
-	changes  atomic.Int64
+	changes  [numKinds]atomic.Int64 // by Kind
 
-	mu     sync.Mutex
-	nodes  map[string]sighting // node -> the server last seen there
-	shards map[string]shard    // a Cluster's slot set -> its primary at the last check
+	mu    sync.Mutex
+	nodes map[string]sighting // node -> the server last seen there
+	// primaries are a Sentinel group's primaries by address: the server
+	// last seen there (CheckPrimary).
+	primaries map[string]sighting
+	shards    map[string]shard // a Cluster's slot set -> its primary at the last check
 }
 
 // New returns a Watch that calls onChange (if not nil) at every change,
 // from the goroutine that observed it, with no lock held.
 func New(onChange func(Change)) *Watch {
-	return &Watch{onChange: onChange, nodes: map[string]sighting{}, shards: map[string]shard{}}
+	return &Watch{onChange: onChange, nodes: map[string]sighting{}, primaries: map[string]sighting{}, shards: map[string]shard{}}
 }
 
-// Changes returns how many changes the Watch has seen.
-func (w *Watch) Changes() int64 { return w.changes.Load() }
+// Changes returns how many changes the Watch has seen, of every kind.
+func (w *Watch) Changes() int64 {
+	var n int64
+	for _, k := range Kinds() {
+		n += w.ChangesOf(k)
+	}
+	return n
+}
+
+// ChangesOf returns how many changes of kind k the Watch has seen (0 for
+// a value that is no Kind).
+func (w *Watch) ChangesOf(k Kind) int64 {
+	if k < 0 || k >= numKinds {
+		return 0
+	}
+	return w.changes[k].Load()
+}
 
 // Observe records s as the server now at node and reports whether it is
 // another process than the one seen there before: a run_id that
 // differs, or, when the server reports no run_id, an uptime that went
-// backwards. The first server seen at a node is no change.
+// backwards. The first server seen at a node is no change. Observe knows
+// neither addresses nor replication: a change it reports is a restart
+// (Check and CheckPrimary tell the kinds apart).
 func (w *Watch) Observe(node string, s Server) bool {
+	return w.observe(node, "", s, false, time.Now())
+}
+
+// observe records s as the server now at node, at addr ("" when not
+// known), at now, and reports a change, of the kind singleKind says
+// (promoted: s was a replica, see wasReplica), when it is another
+// process than the one seen there before. Addresses not seen for
+// forgetAfter are forgotten.
+func (w *Watch) observe(node, addr string, s Server, promoted bool, now time.Time) bool {
 	w.mu.Lock()
 	prev, known := w.nodes[node]
-	w.nodes[node] = sighting{server: s, at: time.Now()}
+	w.nodes[node] = sighting{server: s, addr: addr, at: now}
+	for a, sg := range w.primaries {
+		if now.Sub(sg.at) > forgetAfter {
+			delete(w.primaries, a)
+		}
+	}
+	there, wasThere := w.primaries[addr]
+	if addr != "" {
+		w.primaries[addr] = sighting{server: s, addr: addr, at: now}
+	}
 	w.mu.Unlock()
 	if !known || !replaced(prev.server, s) {
 		return false
 	}
-	w.report(Change{Node: node, From: prev.server, To: s})
+	seenThere := wasThere && !replaced(there.server, s)
+	w.report(Change{Node: node, Addr: addr, Kind: singleKind(prev.addr, addr, promoted, seenThere), From: prev.server, To: s})
 	return true
+}
+
+// singleKind is the kind of a change of a single Redis or a Sentinel
+// group's primary, from the address it had (from) to the one it has
+// (to), either "" when not known: a failover when the new server was
+// promoted from replica, or is the process seen at to before (seenThere:
+// a primary the sentinels named before, back before they made it a
+// replica: it holds what it had then); else a replacement when both
+// addresses are known and differ; else a restart.
+func singleKind(from, to string, promoted, seenThere bool) Kind {
+	switch {
+	case promoted || seenThere:
+		return KindFailover
+	case from != "" && to != "" && from != to:
+		return KindReplaced
+	}
+	return KindRestart
+}
+
+// changed reports whether s is another process than the one last seen
+// at node (false for a first sighting).
+func (w *Watch) changed(node string, s Server) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, known := w.nodes[node]
+	return known && replaced(prev.server, s)
 }
 
 // replaced reports whether now is another process than prev: another
@@ -140,9 +263,12 @@ func replaced(prev, now Server) bool {
 	return now.RunID != prev.RunID
 }
 
-// report counts c and hands it to onChange. Called with no lock held.
+// report counts c by its kind and hands it to onChange. Called with no
+// lock held.
 func (w *Watch) report(c Change) {
-	w.changes.Add(1)
+	if c.Kind >= 0 && c.Kind < numKinds {
+		w.changes[c.Kind].Add(1)
+	}
 	if w.onChange != nil {
 		w.onChange(c)
 	}
@@ -156,24 +282,57 @@ type Client interface {
 
 // Check asks the server behind client for INFO server and observes it:
 // a single Redis (or a Sentinel group's primary, through a failover
-// client) as node "", each primary of a Redis Cluster
-// (*redis.ClusterClient) by its address and by the slots it serves
-// (CLUSTER SLOTS), so that a replica promoted in its place, at another
-// address, is a change, reported with its address, and a resharding is
-// not (see the package comment); a primary whose slots were moved to
-// asks it for INFO replication too. A Cluster's slot sets no primary
-// serves any more, and addresses not seen for 10 minutes, are
-// forgotten. It returns the first error met; a Cluster's nodes that
-// answered are observed all the same.
+// client, its address unknown: see CheckPrimary) as node "", each
+// primary of a Redis Cluster (*redis.ClusterClient) by its address and
+// by the slots it serves (CLUSTER SLOTS), so that a replica promoted in
+// its place, at another address, is a change, reported with its
+// address, and a resharding is not (see the package comment); a primary
+// whose slots were moved to asks it for INFO replication too. A
+// Cluster's slot sets no primary serves any more, and addresses not
+// seen for 10 minutes, are forgotten. A single Redis whose run_id
+// changed is asked for INFO replication, to tell a failover (a replica
+// promoted) from a restart. It returns the first error met; a Cluster's
+// nodes that answered are observed all the same, a single Redis that
+// failed INFO replication is not (the next check sees the change again).
 func (w *Watch) Check(ctx context.Context, client Client) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		return w.checkCluster(ctx, cc, time.Now())
+	}
+	return w.checkSingle(ctx, client, nil)
+}
+
+// CheckPrimary is Check for a Sentinel group's primary, whose address
+// primary returns (the one the sentinels name: "" while not known). A
+// change to a server at another address is a failover when the server
+// was promoted from replica, a replacement when it was not; at the same
+// address, a restart. A check during which primary's answer changed
+// observes nothing: the INFO reply may be the old primary's, and the
+// next check asks again.
+func (w *Watch) CheckPrimary(ctx context.Context, client Client, primary func() string) error {
+	return w.checkSingle(ctx, client, primary)
+}
+
+// checkSingle checks a single Redis, or a Sentinel group's primary at
+// the address primary returns (nil: not known), as node "".
+func (w *Watch) checkSingle(ctx context.Context, client Client, primary func() string) error {
+	addr := ""
+	if primary != nil {
+		addr = primary()
 	}
 	s, err := info(ctx, client)
 	if err != nil {
 		return err
 	}
-	w.Observe("", s)
+	if primary != nil && primary() != addr {
+		return nil
+	}
+	promoted := false
+	if w.changed("", s) {
+		if promoted, err = wasReplica(ctx, client); err != nil {
+			return err
+		}
+	}
+	w.observe("", addr, s, promoted, time.Now())
 	return nil
 }
 

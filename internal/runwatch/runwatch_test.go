@@ -3,6 +3,8 @@ package runwatch
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,8 +66,87 @@ func TestObserve(t *testing.T) {
 	if w.Changes() != 3 || len(got) != 3 {
 		t.Fatalf("Changes() = %d, %d reported; want 3", w.Changes(), len(got))
 	}
-	if got[0].From.RunID != "a" || got[0].To.RunID != "b" || got[0].Node != "" {
-		t.Fatalf("first change %+v, want a to b at node \"\"", got[0])
+	if got[0].From.RunID != "a" || got[0].To.RunID != "b" || got[0].Node != "" || got[0].Kind != KindRestart {
+		t.Fatalf("first change %+v, want a restart from a to b at node \"\"", got[0])
+	}
+}
+
+// TestSingleKind: a single Redis's or a Sentinel group's change is a
+// failover when the new server was promoted from replica, a replacement
+// when it is at another known address, a restart otherwise: every
+// change was a restart, a Sentinel failover included, whose counters
+// carried over (a walk).
+func TestSingleKind(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		from, to            string
+		promoted, seenThere bool
+		want                Kind
+	}{
+		{"single Redis restarted", "", "", false, false, KindRestart},
+		{"single Redis, a replica promoted behind its address", "", "", true, false, KindFailover},
+		{"Sentinel primary restarted", "a:1", "a:1", false, false, KindRestart},
+		{"Sentinel failover", "a:1", "b:1", true, false, KindFailover},
+		{"Sentinel failover back to a primary not yet demoted", "b:1", "a:1", false, true, KindFailover},
+		{"Sentinel primary replaced by a fresh server", "a:1", "c:1", false, false, KindReplaced},
+		{"Sentinel, address not known before", "", "b:1", false, false, KindRestart},
+		{"Sentinel, address not known now", "a:1", "", false, false, KindRestart},
+	} {
+		if got := singleKind(tc.from, tc.to, tc.promoted, tc.seenThere); got != tc.want {
+			t.Errorf("%s: singleKind(%q, %q, %v, %v) = %v, want %v", tc.name, tc.from, tc.to, tc.promoted, tc.seenThere, got, tc.want)
+		}
+	}
+}
+
+// TestObserveSentinel: steps of a Sentinel group's primaries, by
+// address, and the kind of each change; addresses unseen for
+// forgetAfter are forgotten.
+func TestObserveSentinel(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	a1, b1, a2, c1 := Server{RunID: "a1"}, Server{RunID: "b1"}, Server{RunID: "a2"}, Server{RunID: "c1"}
+	var got []Change
+	w := New(func(c Change) { got = append(got, c) })
+	for i, st := range []struct {
+		name     string
+		addr     string
+		s        Server
+		promoted bool
+		at       time.Duration
+		want     Kind // -1: no change
+	}{
+		{"A, first sight", "A", a1, false, 0, -1},
+		{"B promoted", "B", b1, true, time.Second, KindFailover},
+		{"back to A, never demoted", "A", a1, false, 2 * time.Second, KindFailover},
+		{"A restarted", "A", a2, false, 3 * time.Second, KindRestart},
+		{"C, fresh, not a replica", "C", c1, false, 4 * time.Second, KindReplaced},
+		{"back to A, forgotten since", "A", a2, false, 4*time.Second + forgetAfter + time.Second, KindReplaced},
+	} {
+		n := len(got)
+		w.observe("", st.addr, st.s, st.promoted, t0.Add(st.at))
+		switch {
+		case st.want < 0 && len(got) != n:
+			t.Fatalf("step %d, %s: change %+v, want none", i, st.name, got[n])
+		case st.want >= 0 && (len(got) != n+1 || got[n].Kind != st.want || got[n].Addr != st.addr):
+			t.Fatalf("step %d, %s: changes %+v, want a %v at %s", i, st.name, got[n:], st.want, st.addr)
+		}
+	}
+	if len(w.primaries) != 1 {
+		t.Fatalf("%d addresses remembered after the others were unseen for %v, want 1", len(w.primaries), forgetAfter)
+	}
+}
+
+// TestKindString: the kinds' names are the metric's label values.
+func TestKindString(t *testing.T) {
+	var got []string
+	for _, k := range Kinds() {
+		got = append(got, k.String())
+	}
+	if want := []string{"restart", "failover", "replaced"}; !slices.Equal(got, want) || Kind(7).String() != "unknown" {
+		t.Fatalf("kinds %v (Kind(7) %q), want %v and unknown", got, Kind(7).String(), want)
+	}
+	w := New(nil)
+	if w.ChangesOf(Kind(-1)) != 0 || w.ChangesOf(Kind(7)) != 0 {
+		t.Fatal("ChangesOf a value that is no Kind is not 0")
 	}
 }
 
@@ -86,8 +167,58 @@ func TestCheckRestart(t *testing.T) {
 	if err := w.Check(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if w.Changes() != 1 {
-		t.Fatalf("%d changes after a restart, want 1", w.Changes())
+	if w.Changes() != 1 || w.ChangesOf(KindRestart) != 1 {
+		t.Fatalf("%d changes (%d restarts) after a restart, want 1 restart", w.Changes(), w.ChangesOf(KindRestart))
+	}
+}
+
+// TestCheckSentinel: behind a real Sentinel group, a SENTINEL FAILOVER
+// is a change of kind failover at the promoted replica's address (INFO
+// replication's master_replid2), and so is a failover back to the first
+// primary; that primary restarted on its port is a restart. Every
+// change was counted as a restart, and the failover's line said limits
+// start over though its counters carried over (a walk: 60 admitted
+// before, 40 after, limit 100).
+func TestCheckSentinel(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	c := s.FailoverClient(t)
+	var got []Change
+	var mu sync.Mutex
+	w := New(func(ch Change) { mu.Lock(); got = append(got, ch); mu.Unlock() })
+	ctx := context.Background()
+	primary := func() string { return s.Primary.Addr }
+	if err := w.CheckPrimary(ctx, c, primary); err != nil {
+		t.Fatal(err)
+	}
+	// wantLast waits for the n-th change and fails t unless it is of
+	// kind k at the current primary.
+	wantLast := func(n int, k Kind) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("change %d seen", n), func() bool { _ = w.CheckPrimary(ctx, c, primary); return w.Changes() >= int64(n) })
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != n || got[n-1].Kind != k || got[n-1].Addr != s.Primary.Addr || got[n-1].Node != "" {
+			t.Fatalf("changes %+v, want a %v to %s last", got, k, s.Primary.Addr)
+		}
+	}
+	s.Failover(t)
+	wantLast(1, KindFailover)
+	// Back to the first primary, the one started without --replicaof
+	// (a restart of the other one comes back as a replica).
+	s.Failover(t)
+	wantLast(2, KindFailover)
+
+	// The sentinels frozen for longer than their tilt trigger (2 s), so
+	// that they do not fail the restarting primary over: they enter TILT
+	// mode when thawed.
+	thaw := s.FreezeSentinels(t)
+	frozen := time.Now()
+	s.Primary.Restart(t)
+	time.Sleep(time.Until(frozen.Add(2500 * time.Millisecond)))
+	thaw()
+	wantLast(3, KindRestart)
+	if w.ChangesOf(KindFailover) != 2 || w.ChangesOf(KindRestart) != 1 || w.ChangesOf(KindReplaced) != 0 {
+		t.Fatalf("changes by kind %d %d %d, want 1 restart, 2 failovers", w.ChangesOf(KindRestart), w.ChangesOf(KindFailover), w.ChangesOf(KindReplaced))
 	}
 }
 
@@ -146,7 +277,7 @@ func TestCheckClusterFailover(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 1 || got[0].Node != replica.Addr || got[0].From.RunID == got[0].To.RunID {
-		t.Fatalf("changes %+v, want one, to %s", got, replica.Addr)
+	if len(got) != 1 || got[0].Node != replica.Addr || got[0].From.RunID == got[0].To.RunID || got[0].Kind != KindFailover {
+		t.Fatalf("changes %+v, want one failover, to %s", got, replica.Addr)
 	}
 }
