@@ -120,7 +120,8 @@ func TestNewClientDialsThePrimaryWhileSentinelsFrozen(t *testing.T) {
 		t.Errorf("NodeErrors = %v, want the sentinels that did not answer", errs)
 	}
 	thaw()
-	waitLog("a majority of the sentinels answers again")
+	// At warn, as the warning it ends (envoy-compat logs at warn).
+	waitLog(`level=WARN msg="a majority of the sentinels answers again"`)
 	if _, err := incr(); err != nil {
 		t.Fatalf("INCR after the sentinels resumed: %v", err)
 	}

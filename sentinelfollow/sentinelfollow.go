@@ -574,7 +574,10 @@ func (f *Follower) majorityNamed(named string, log *slog.Logger) {
 	f.blind = false
 	f.mu.Unlock()
 	if wasBlind {
-		log.Info("a majority of the sentinels answers again", "master", f.master, "primary", named)
+		// At warn, as the line it ends: a service logging at warn
+		// (envoy-compat's default) showed the alarm and never the
+		// all-clear (a walk).
+		log.Warn("a majority of the sentinels answers again", "master", f.master, "primary", named)
 	}
 	if moved && onMove != nil {
 		onMove(from, named)
