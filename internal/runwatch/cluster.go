@@ -146,7 +146,7 @@ func (w *Watch) observePrimary(now time.Time, addr string, p place, s Server, pr
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	prev, known := w.nodes[addr]
-	w.nodes[addr] = sighting{server: s, at: now}
+	w.nodes[addr] = sighting{server: s, slots: p.slots, at: now}
 	before, had := w.shards[p.slots]
 	if p.slots != "" {
 		w.shards[p.slots] = shard{primary: addr, server: s, replicas: p.replicas, at: now}
@@ -161,31 +161,62 @@ func (w *Watch) observePrimary(now time.Time, addr string, p place, s Server, pr
 	case p.slots == "" || !had || before.primary == addr:
 		return Change{}, false
 	}
-	kind, changed := handover(before, addr, p, promoted, known, s, now)
+	kind, changed := handover(before, addr, arrival{
+		promoted:   promoted,
+		seenBefore: known,
+		wasPrimary: known && prev.slots != "" && !prev.at.Before(before.at),
+	}, s, now)
 	if !changed {
 		return Change{}, false
 	}
 	return Change{Node: addr, Addr: addr, Kind: kind, From: before.server, To: s}, true
 }
 
+// arrival is what the Watch knows of the process now serving a slot set
+// another address served at the previous check, whose process is the
+// one last seen at its address (or the first seen there).
+type arrival struct {
+	// promoted: INFO replication names a master_replid2 (see
+	// wasReplica). A replica promoted at any time since it started
+	// keeps it, however long ago.
+	promoted bool
+	// seenBefore: the process was seen at its address before, as a
+	// primary serving slots or not.
+	seenBefore bool
+	// wasPrimary: the process was seen serving slots (CLUSTER SLOTS
+	// listed it as a primary) at the previous check that saw the slot
+	// set, or since.
+	wasPrimary bool
+}
+
 // handover tells how the slot set before's primary served came to be
-// served by s at addr (another address, at place p; promoted: from
-// replica since it started): by a failover or a replacement, which keep
-// only what was replicated or loaded, or by a resharding, which MIGRATEs
-// every key (changed false):
-//   - s was promoted, addr was listed as a replica of those slots, or
-//     their primary before is now listed as addr's replica: a failover;
-//   - addr's process is the one seen there before (seenBefore: the
-//     caller found it not replaced): it was a primary already, moved;
+// served by s at addr (another address; a: what is known of s) at now:
+// by a failover or a replacement, which keep only what was replicated
+// or loaded, or by a resharding, which MIGRATEs every key (changed
+// false):
+//   - s was a primary serving slots at the previous check: a primary
+//     already, not just promoted, whose slots moved, even with a
+//     master_replid2 (promoted long ago);
+//   - s was promoted, or addr was listed as a replica of those slots: a
+//     failover;
+//   - s is the process seen at addr before: a primary seen before, its
+//     slots moved;
 //   - s has been up since before the previous check (its uptime is
 //     longer than the time since): an existing primary, one that served
 //     no slot, moved;
 //   - else, a server started since: a replacement.
-func handover(before shard, addr string, p place, promoted, seenBefore bool, s Server, now time.Time) (kind Kind, changed bool) {
+//
+// The old owner listed as s's replica is no evidence: with
+// cluster-allow-replica-migration yes (Redis's default), a primary
+// resharded of its last slot becomes a replica of the primary that took
+// it, as a primary failed over does of its promoted replica.
+func handover(before shard, addr string, a arrival, s Server, now time.Time) (kind Kind, changed bool) {
 	switch {
-	case promoted || slices.Contains(before.replicas, addr) || slices.Contains(p.replicas, before.primary):
+	case a.wasPrimary:
+		return 0, false
+	case a.promoted || slices.Contains(before.replicas, addr):
 		return KindFailover, true
-	case seenBefore || s.Uptime > now.Sub(before.at):
+	case a.seenBefore || s.Uptime > now.Sub(before.at):
 		return 0, false
 	}
 	return KindReplaced, true

@@ -24,12 +24,15 @@
 // In a Redis Cluster, a primary is known both by its address and by the
 // slots it serves. A new run_id at an address is a change; so is a slot
 // set now served at another address by a replica promoted (a failover:
-// the replica CLUSTER SLOTS listed for it, a primary whose old owner it
-// now lists as replica, or one whose INFO replication names a
-// master_replid2) or by a server started since the previous check (a
-// replacement). A slot set moved whole to another primary whose process
-// is the one seen before, or to an empty primary up since before the
-// previous check (a resharding: MIGRATE keeps every key), is no change.
+// the replica CLUSTER SLOTS listed for it, or one whose INFO replication
+// names a master_replid2) or by a server started since the previous
+// check (a replacement). A slot set moved whole to a primary that served
+// slots at the previous check (even one promoted long ago), to another
+// primary whose process is the one seen before, or to an empty primary
+// up since before the previous check (a resharding: MIGRATE keeps every
+// key), is no change, though the old owner may now be listed as its
+// replica (replica migration, Redis's default, makes a primary resharded
+// of its last slot a replica of the one that took it).
 package runwatch
 
 import (
@@ -144,10 +147,13 @@ type Change struct {
 const forgetAfter = 10 * time.Minute
 
 // sighting is a server process seen at a node, at which address (a
-// Sentinel group's primary; "" when not known), and when.
+// Sentinel group's primary; "" when not known), serving which slots (a
+// Cluster primary's slot set as CLUSTER SLOTS listed it; "" for none, or
+// not a Cluster), and when.
 type sighting struct {
 	server Server
 	addr   string
+	slots  string
 	at     time.Time
 }
 
