@@ -3,9 +3,11 @@ package doctor_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"gopkg.in/yaml.v3"
 )
 
 // fakeAlert is one alert of a rule on fakePrometheus.
@@ -23,17 +26,19 @@ type fakeAlert struct {
 
 // fakePrometheus answers doctor's two Prometheus requests: the scraped
 // series (one per target) and the shipped alert rules, with the alerts
-// set by set.
+// set by set. As a real Prometheus does, each rule carries its labels
+// from the shipped file (severity), and so does each of its alerts.
 type fakePrometheus struct {
-	URL     string
-	mu      sync.Mutex
-	targets []string
-	alerts  []fakeAlert
+	URL        string
+	mu         sync.Mutex
+	targets    []string
+	alerts     []fakeAlert
+	severities map[string]string // rule -> its severity label
 }
 
 func startFakePrometheus(t *testing.T, targets ...string) *fakePrometheus {
 	t.Helper()
-	p := &fakePrometheus{targets: targets}
+	p := &fakePrometheus{targets: targets, severities: shippedSeverities(t)}
 	hs := httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(hs.Close)
 	p.URL = hs.URL
@@ -65,12 +70,15 @@ func (p *fakePrometheus) serve(w http.ResponseWriter, req *http.Request) {
 				if a.rule != name {
 					continue
 				}
-				alerts = append(alerts, map[string]any{"labels": a.labels, "state": a.state})
+				labels := map[string]string{"severity": p.severities[name]}
+				maps.Copy(labels, a.labels)
+				alerts = append(alerts, map[string]any{"labels": labels, "state": a.state})
 				if state != "firing" {
 					state = a.state
 				}
 			}
-			rules = append(rules, map[string]any{"name": name, "state": state, "health": "ok", "type": "alerting", "alerts": alerts})
+			rules = append(rules, map[string]any{"name": name, "state": state, "health": "ok", "type": "alerting",
+				"labels": map[string]string{"severity": p.severities[name]}, "alerts": alerts})
 		}
 		data = map[string]any{"groups": []any{map[string]any{"name": "floodgate", "file": "alerts.yml", "rules": rules}}}
 	default:
@@ -79,6 +87,35 @@ func (p *fakePrometheus) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": data})
+}
+
+// shippedSeverities reads each shipped alert rule's severity label.
+func shippedSeverities(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(shippedRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string            `yaml:"alert"`
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("%s: %v", shippedRules, err)
+	}
+	sev := map[string]string{}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				sev[r.Alert] = r.Labels["severity"]
+			}
+		}
+	}
+	return sev
 }
 
 func host(t *testing.T, u string) string {
@@ -196,4 +233,34 @@ func TestAlertsOfAnInstanceReachedByAnotherAddress(t *testing.T) {
 	if strings.Contains(c.Summary, "ignored") {
 		t.Errorf("summary %q ignores the audited instance's alert", c.Summary)
 	}
+}
+
+// TestInfoAlertsWarn: RateLimitRedisFailedOver (severity info), firing
+// for 10 minutes after a planned failover, failed the alerts check as a
+// breaker open would: an alert of severity info firing warns, naming it
+// as informational, and any other firing alert still fails the check.
+// The severities are the shipped file's (fakePrometheus serves them as a
+// real Prometheus does, on the rule and on each alert).
+func TestInfoAlertsWarn(t *testing.T) {
+	srv := redistest.Start(t, healthyRedis...)
+	client := srv.Client(t)
+	publish(t, client, "ia", testConfig)
+	a := startInstance(t, client, "ia", instanceOptions{doc: testConfig, discipline: true})
+	prom := startFakePrometheus(t, host(t, a.url))
+	opts := doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "ia",
+		Instances: []string{a.url}, PrometheusURL: prom.URL, RateWindow: -1}
+	failedOver := fakeAlert{"RateLimitRedisFailedOver", "firing", map[string]string{"instance": host(t, a.url), "job": "floodgate"}}
+	failedOverName := fmt.Sprintf(`RateLimitRedisFailedOver{instance=%q}`, host(t, a.url))
+
+	prom.set(failedOver)
+	rep := runDoctor(t, opts)
+	c := want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Warn, "firing, severity info", failedOverName)
+	if strings.HasPrefix(c.Summary, "firing: ") {
+		t.Errorf("summary %q names an alert of severity info as firing as any other", c.Summary)
+	}
+
+	prom.set(failedOver, fakeAlert{"RateLimitBreakerOpen", "firing", map[string]string{"instance": host(t, a.url), "partition": "primary"}})
+	rep = runDoctor(t, opts)
+	want(t, rep, doctor.GroupMonitoring, "alerts", doctor.Fail,
+		fmt.Sprintf(`firing: RateLimitBreakerOpen{instance=%q`, host(t, a.url)), "firing, severity info: "+failedOverName)
 }

@@ -123,11 +123,12 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			Name  string `json:"name"`
 			File  string `json:"file"`
 			Rules []struct {
-				Name      string `json:"name"`
-				State     string `json:"state"`
-				Health    string `json:"health"`
-				LastError string `json:"lastError"`
-				Type      string `json:"type"`
+				Name      string            `json:"name"`
+				State     string            `json:"state"`
+				Health    string            `json:"health"`
+				LastError string            `json:"lastError"`
+				Type      string            `json:"type"`
+				Labels    map[string]string `json:"labels"`
 				Alerts    []struct {
 					Labels map[string]string `json:"labels"`
 					State  string            `json:"state"`
@@ -189,7 +190,9 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			shipped[a] = true
 		}
 		ours := r.alertScope(c)
-		var firing, pending, ignored []string
+		// notices are the alerts of severity info firing: expected
+		// events (a planned failover), worth a look, not a failure.
+		var firing, notices, pending, ignored []string
 		for _, g := range groups.Groups {
 			for _, rule := range g.Rules {
 				if !shipped[rule.Name] {
@@ -209,7 +212,11 @@ func (r *run) monitoringChecks(ctx context.Context) {
 					}
 					switch a.State {
 					case "firing":
-						firing = append(firing, alertName(rule.Name, a.Labels))
+						if informational(a.Labels, rule.Labels) {
+							notices = append(notices, alertName(rule.Name, a.Labels))
+						} else {
+							firing = append(firing, alertName(rule.Name, a.Labels))
+						}
 						seen = true
 					case "pending":
 						pending = append(pending, alertName(rule.Name, a.Labels))
@@ -217,19 +224,25 @@ func (r *run) monitoringChecks(ctx context.Context) {
 					}
 				}
 				if !seen {
-					switch rule.State {
-					case "firing":
+					switch {
+					case rule.State == "firing" && informational(nil, rule.Labels):
+						notices = append(notices, rule.Name)
+					case rule.State == "firing":
 						firing = append(firing, rule.Name)
-					case "pending":
+					case rule.State == "pending":
 						pending = append(pending, rule.Name)
 					}
 				}
 			}
 		}
 		sort.Strings(firing)
+		sort.Strings(notices)
 		sort.Strings(pending)
 		for _, a := range firing {
 			c.Evidence = append(c.Evidence, "firing: "+a)
+		}
+		for _, a := range notices {
+			c.Evidence = append(c.Evidence, "firing, severity info: "+a)
 		}
 		for _, a := range pending {
 			c.Evidence = append(c.Evidence, "pending (condition true, not yet for its for: duration): "+a)
@@ -251,6 +264,9 @@ func (r *run) monitoringChecks(ctx context.Context) {
 		if len(firing) > 0 {
 			parts = append(parts, "firing: "+strings.Join(firstN(firing, 5), ", "))
 		}
+		if len(notices) > 0 {
+			parts = append(parts, "firing, severity info (expected after a planned change, such as a failover): "+strings.Join(firstN(notices, 5), ", "))
+		}
 		if len(pending) > 0 {
 			parts = append(parts, "pending (condition true, not yet for its for: duration): "+strings.Join(firstN(pending, 5), ", "))
 		}
@@ -259,7 +275,7 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			c.Status = Fail
 			c.Summary = strings.Join(parts, "; ") + ignoredNote
 			c.Fix = "follow docs/operations.md, When an alert fires"
-		case len(pending) > 0:
+		case len(pending) > 0 || len(notices) > 0:
 			c.Status = Warn
 			c.Summary = strings.Join(parts, "; ") + ignoredNote
 			c.Fix = "follow docs/operations.md, When an alert fires"
@@ -269,6 +285,19 @@ func (r *run) monitoringChecks(ctx context.Context) {
 			c.Status, c.Summary = Pass, "no Floodgate alert firing or pending"
 		}
 	})
+}
+
+// informational reports whether an alert whose labels are alert (nil
+// for none) belongs to a rule of severity info, by its severity label or,
+// without one, its rule's (ruleLabels): such an alert tells of an
+// expected event (RateLimitRedisFailedOver after a planned failover) and
+// warns, where any other firing alert fails the check.
+func informational(alert, ruleLabels map[string]string) bool {
+	sev, ok := alert["severity"]
+	if !ok {
+		sev = ruleLabels["severity"]
+	}
+	return sev == "info"
 }
 
 // alertLabels are the labels that tell one alert of a rule from another,
