@@ -72,7 +72,8 @@ func TestDoctorClusterUnknownEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := unreachable(t, doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "ne"})
+	opts := doctor.Options{Redis: config.Redis{ClusterAddrs: cl.Addrs}, Prefix: "ne"}
+	got := unreachable(t, opts)
 	for _, w := range []string{"the cluster announces no endpoint (cluster-preferred-endpoint-type unknown-endpoint)", "fix: the cluster's nodes announce no endpoint", "set it to ip or hostname"} {
 		if !strings.Contains(got, w) {
 			t.Fatalf("Redis/reachable does not say %q:\n%s", w, got)
@@ -80,6 +81,14 @@ func TestDoctorClusterUnknownEndpoint(t *testing.T) {
 	}
 	if strings.Contains(got, "LOADING") || strings.Contains(got, "redis: nil") {
 		t.Fatalf("Redis/reachable speaks of LOADING or redis: nil:\n%s", got)
+	}
+	// Its read line said Redis did not answer, which it did (a walk).
+	rep, err := doctor.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := want(t, rep, doctor.GroupRedis, "reachable", doctor.Fail); strings.Contains(c.Read, "did not answer") || !strings.Contains(c.Read, "CLUSTER SLOTS (the slot map names no node's address") {
+		t.Fatalf("Redis/reachable's read line %q does not say CLUSTER SLOTS named no address", c.Read)
 	}
 }
 

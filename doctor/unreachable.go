@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/floodgate-rl/floodgate/internal/clusterslots"
 	"strings"
 	"syscall"
 	"time"
@@ -126,6 +127,10 @@ func (r *run) unreachable(ctx context.Context, err error) {
 		if class := classify(r.ctxOrBackground(), err); class == errNoPerm || class == errOther {
 			// It answered, with an error (NOAUTH, WRONGPASS, LOADING).
 			c.Read = probeRead(r.opts.Redis) + " (Redis refused it, so no other Redis read was made)"
+		}
+		if errors.Is(err, clusterslots.ErrNoEndpoint) {
+			// The nodes answered; their slot map named no address.
+			c.Read = probeRead(r.opts.Redis) + " and CLUSTER SLOTS (the slot map names no node's address, so no other Redis read was made)"
 		}
 		refused := connRefused(err) && r.tlsHint(err) == ""
 		if refused {
