@@ -360,7 +360,7 @@ func RegisterRedisRestarts(reg prometheus.Registerer, count func(kind string) in
 	for _, kind := range RedisRestartKinds() {
 		err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        RedisRestartsMetric,
-			Help:        "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed), by kind: restart (the same primary started again, not promoted from replica: its counters, quotas and leases are only those it loaded from disk, none without persistence), failover (a replica promoted: those it replicated, but for the last writes before the failover) or replaced (another server, not a replica: only those it loaded).",
+			Help:        "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed), by kind: restart (the same primary started again, not promoted from replica: its counters, quotas and leases are only those it loaded from disk, none without persistence), failover (a replica promoted: INFO replication's master_replid2, with, for a single Redis or the Sentinel primary at the same address, an uptime longer than the time since the previous check, or on a Cluster listed by CLUSTER SLOTS as the old primary's replica; its counters are those it replicated, but for the last writes before the failover, older for a replica promoted back before it resynced) or replaced (another server, not a replica: only those it loaded).",
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, func() float64 { return float64(count(kind)) }))
 		if err != nil {

@@ -140,21 +140,69 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 	}
 	wantRestarts(t, svc.url, 0, 0, 0)
 	rs.Restart(t)
-	var rec map[string]string
+	var rec map[string]any
 	waitUntil(t, "the restart logged", func() bool {
-		r, ok := svc.Logged(redisRestartMsg)
-		rec = r
-		return ok
+		recs := restartRecords(svc.Logs())
+		if len(recs) > 0 {
+			rec = recs[0]
+		}
+		return len(recs) > 0
 	})
 	if rec["level"] != "WARN" || rec["kind"] != "restart" || rec["from_run_id"] == "" || rec["to_run_id"] == "" || rec["from_run_id"] == rec["to_run_id"] ||
-		!strings.Contains(before, "run_id:"+rec["from_run_id"]) {
+		!strings.Contains(before, fmt.Sprintf("run_id:%v", rec["from_run_id"])) {
 		t.Fatalf("restart logged as %v, want WARN, kind restart, from the run_id before (INFO said %q) to another", rec, before)
+	}
+	// Nothing persisted: the line says limits start over, and why.
+	if rec["msg"] != redisRestartMsg+loadedNothingMsg || rec["loaded_keys"] != 0.0 || rec["aof"] != false {
+		t.Fatalf("restart with nothing loaded logged as %v, want %q, loaded_keys 0, aof false", rec, redisRestartMsg+loadedNothingMsg)
 	}
 	wantRestarts(t, svc.url, 1, 0, 0)
 	if n := restartLines(svc.Logs()); n != 1 {
 		t.Fatalf("%d restart lines for one restart:\n%s", n, svc.Logs())
 	}
+
+	// Saved, then restarted from its snapshot: the line said limits
+	// start over though the counters were those of the save (a walk).
+	if err := admin.Save(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs.Restart(t)
+	waitUntil(t, "the second restart logged", func() bool { return restartLines(svc.Logs()) >= 2 })
+	rec = restartRecords(svc.Logs())[1]
+	keys, _ := rec["loaded_keys"].(float64)
+	if msg, _ := rec["msg"].(string); rec["kind"] != "restart" || keys < 1 || rec["aof"] != false ||
+		msg != redisRestartMsg+fmt.Sprintf(loadedRDBMsg, int64(keys)) || strings.Contains(msg, "start over") {
+		t.Fatalf("restart from an RDB snapshot logged as %v, want kind restart, the keys it loaded, no 'start over'", rec)
+	}
+	wantRestarts(t, svc.url, 2, 0, 0)
 	svc.stop(t)
+}
+
+// TestRestartMsgPersistence: a restart's and a replacement's line say
+// what the new process loaded; only one that loaded nothing says limits
+// start over, and one whose INFO persistence failed says neither.
+func TestRestartMsgPersistence(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		p         runwatch.Persistence
+		has       string
+		startOver bool
+	}{
+		{"unknown", runwatch.Persistence{}, "none without persistence", false},
+		{"AOF", runwatch.Persistence{Known: true, AOF: true}, "append-only file", false},
+		{"RDB", runwatch.Persistence{Known: true, LoadedKeys: 12}, "it loaded 12 keys from its RDB snapshot", false},
+		{"nothing", runwatch.Persistence{Known: true}, "it loaded nothing", true},
+	} {
+		for _, k := range []runwatch.Kind{runwatch.KindRestart, runwatch.KindReplaced} {
+			msg := restartMsg(k, tc.p)
+			if !strings.Contains(msg, tc.has) || strings.Contains(msg, "start over") != tc.startOver {
+				t.Errorf("%s, %v: %q, want %q, start over %v", tc.name, k, msg, tc.has, tc.startOver)
+			}
+		}
+		if restartMsg(runwatch.KindFailover, tc.p) != redisFailoverMsg {
+			t.Errorf("%s: the failover's line depends on what it loaded", tc.name)
+		}
+	}
 }
 
 // TestServeRedisRestartKindsSentinel: behind Sentinel, a SENTINEL
@@ -176,11 +224,11 @@ func TestServeRedisRestartKindsSentinel(t *testing.T) {
 	wantLine := func(n int, kind, msg string) {
 		t.Helper()
 		waitUntil(t, fmt.Sprintf("change %d logged", n), func() bool { return restartLines(svc.Logs()) >= n })
-		recs := logRecords(svc.Logs(), msg)
-		if len(recs) == 0 {
-			t.Fatalf("no %q line:\n%s", msg, svc.Logs())
+		recs := restartRecords(svc.Logs())
+		if len(recs) < n || !strings.HasPrefix(fmt.Sprint(recs[n-1]["msg"]), msg) {
+			t.Fatalf("no %q line as change %d:\n%s", msg, n, svc.Logs())
 		}
-		rec := recs[len(recs)-1]
+		rec := recs[n-1]
 		if rec["level"] != "WARN" || rec["kind"] != kind || rec["primary"] != s.Primary.Addr || restartLines(svc.Logs()) != n {
 			t.Fatalf("change %d logged as %v, want WARN, kind %s, primary %s:\n%s", n, rec, kind, s.Primary.Addr, svc.Logs())
 		}
@@ -218,23 +266,38 @@ func TestRestartKindsExported(t *testing.T) {
 		if !slices.Contains(metrics.RedisRestartKinds(), k.String()) {
 			t.Errorf("kind %v has no series in %v", k, metrics.RedisRestartKinds())
 		}
-		msgs[restartMsg(k)] = true
+		msgs[restartMsg(k, runwatch.Persistence{})] = true
 	}
 	if len(msgs) != len(runwatch.Kinds()) || len(metrics.RedisRestartKinds()) != len(runwatch.Kinds()) {
 		t.Fatalf("%d messages and %d series for %d kinds", len(msgs), len(metrics.RedisRestartKinds()), len(runwatch.Kinds()))
 	}
-	if strings.Contains(restartMsg(runwatch.KindFailover), "start over") {
-		t.Fatalf("the failover line says limits start over: %q", restartMsg(runwatch.KindFailover))
+	if strings.Contains(redisFailoverMsg, "start over") {
+		t.Fatalf("the failover line says limits start over: %q", redisFailoverMsg)
 	}
 }
 
 // restartLines counts logs' lines of Redis changes, of every kind.
-func restartLines(logs string) int {
-	n := 0
-	for _, k := range runwatch.Kinds() {
-		n += len(logRecords(logs, restartMsg(k)))
+func restartLines(logs string) int { return len(restartRecords(logs)) }
+
+// restartRecords returns logs' lines of Redis changes, of every kind (a
+// restart's and a replacement's messages end with what the new process
+// loaded), in order.
+func restartRecords(logs string) []map[string]any {
+	var out []map[string]any
+	for line := range strings.SplitSeq(logs, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		msg, _ := rec["msg"].(string)
+		for _, prefix := range []string{redisRestartMsg, redisFailoverMsg, redisReplacedMsg} {
+			if strings.HasPrefix(msg, prefix) {
+				out = append(out, rec)
+				break
+			}
+		}
 	}
-	return n
+	return out
 }
 
 // waitBeats waits until the instance has beaten into prefix's set

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -13,25 +14,56 @@ import (
 )
 
 // The log messages of a Redis found to be another server process than
-// before, by kind of change (runwatch.Kind).
+// before, by kind of change (runwatch.Kind). A restart's and a
+// replacement's end with what the new process loaded (persistenceMsg).
 const (
 	// redisRestartMsg is a restart's: the same primary, not promoted.
-	redisRestartMsg = "Redis restarted (its run_id changed; the same primary, not promoted from replica): its counters, quotas and leases are only those it loaded from disk, none without persistence; limits start over"
-	// redisFailoverMsg is a failover's: a replica promoted.
+	redisRestartMsg = "Redis restarted (its run_id changed; the same primary, not promoted from replica): "
+	// redisFailoverMsg is a failover's: a replica promoted. A replica
+	// promoted back before it resynced with the primary it replaced (a
+	// failover back within seconds of another) holds older data.
 	redisFailoverMsg = "Redis failed over (its run_id changed; the new primary was a replica): its counters, quotas and leases are those it replicated, but for the last writes before the failover, which asynchronous replication may have lost"
 	// redisReplacedMsg is a replacement's: another server, not a replica.
-	redisReplacedMsg = "Redis was replaced (its run_id changed; another server, not a replica, took over): its counters, quotas and leases are only those it loaded from disk, none without persistence; limits start over"
+	redisReplacedMsg = "Redis was replaced (its run_id changed; another server, not a replica, took over): "
 )
 
-// restartMsg returns the log message of a change of kind k.
-func restartMsg(k runwatch.Kind) string {
+// The ends of a restart's or a replacement's message, by what the new
+// process loaded at its start (runwatch.Persistence).
+const (
+	// loadedAOFMsg: it runs with AOF.
+	loadedAOFMsg = "it runs with AOF: its counters, quotas and leases are those of its append-only file"
+	// loadedRDBMsg: it loaded keys from its RDB snapshot (%d: how many).
+	loadedRDBMsg = "it loaded %d keys from its RDB snapshot: its counters, quotas and leases are those of its last save"
+	// loadedNothingMsg: no AOF, no key loaded.
+	loadedNothingMsg = "it loaded nothing: limits start over"
+	// loadedUnknownMsg: INFO persistence failed or was refused.
+	loadedUnknownMsg = "its counters, quotas and leases are only those it loaded from disk, none without persistence"
+)
+
+// restartMsg returns the log message of a change of kind k whose new
+// process loaded p at its start (a restart's and a replacement's say
+// what; a failover's does not depend on it).
+func restartMsg(k runwatch.Kind, p runwatch.Persistence) string {
 	switch k {
 	case runwatch.KindFailover:
 		return redisFailoverMsg
 	case runwatch.KindReplaced:
-		return redisReplacedMsg
+		return redisReplacedMsg + persistenceMsg(p)
 	}
-	return redisRestartMsg
+	return redisRestartMsg + persistenceMsg(p)
+}
+
+// persistenceMsg says what a process that loaded p has for counters.
+func persistenceMsg(p runwatch.Persistence) string {
+	switch {
+	case !p.Known:
+		return loadedUnknownMsg
+	case p.AOF:
+		return loadedAOFMsg
+	case p.LoadedKeys > 0:
+		return fmt.Sprintf(loadedRDBMsg, p.LoadedKeys)
+	}
+	return loadedNothingMsg
 }
 
 // restartRefusedRetry is how long restartCheck waits, after Redis refused
@@ -44,8 +76,10 @@ const restartRefusedRetry = 10 * time.Minute
 // behind Sentinel, or each primary of a Cluster. A Redis restarted
 // without persistence briefly opened the breaker and then every counter
 // was back at zero, with nothing said (an outside walk). A change is
-// logged at WARN (restartMsg of its kind, with the kind, the run_ids,
-// the new server's uptime and its address when known) and counted by
+// logged at WARN (restartMsg of its kind and of what the new process
+// loaded, with the kind, the run_ids, the new server's uptime, its
+// address when known, and after a restart or a replacement loaded_keys
+// and aof when INFO persistence answered) and counted by
 // kind (floodgate_redis_restarts_total{kind}). Not safe for concurrent
 // use: the heartbeat's goroutine runs it.
 type restartCheck struct {
@@ -67,7 +101,10 @@ func newRestartCheck(client runwatch.Client, primary func() string, log *slog.Lo
 		} else if c.Addr != "" {
 			args = append(args, "primary", c.Addr)
 		}
-		log.Warn(restartMsg(c.Kind), args...)
+		if c.Persistence.Known {
+			args = append(args, "loaded_keys", c.Persistence.LoadedKeys, "aof", c.Persistence.AOF)
+		}
+		log.Warn(restartMsg(c.Kind, c.Persistence), args...)
 	})}
 }
 

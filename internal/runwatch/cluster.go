@@ -59,7 +59,7 @@ func (w *Watch) checkCluster(ctx context.Context, cc *redis.ClusterClient, now t
 			}
 		}
 		if c, ok := w.observePrimary(now, addr, lay[addr], s, promoted); ok {
-			w.report(c)
+			w.report(withPersistence(ctx, n, c))
 		}
 		return nil
 	})

@@ -4,22 +4,32 @@
 // backwards), and what kind of change it was (Kind):
 //   - a restart: the same primary (the same address) started again, not
 //     promoted from replica. Its counters, quotas and leases are only
-//     those it loaded from disk, none without persistence: limits start
-//     over.
+//     those it loaded from disk (Change.Persistence says what: its RDB
+//     snapshot, its append-only file, or nothing, when INFO persistence
+//     answered): without persistence, limits start over.
 //   - a failover: the new primary was a replica, promoted (INFO
 //     replication's master_replid2 is not all zeros: PSYNC2 keeps the
 //     replication ID of the primary it followed) or, on a Cluster,
 //     listed as the old primary's replica. Its counters are those it
 //     replicated; the last writes before the failover may be lost to
-//     asynchronous replication.
+//     asynchronous replication, and a replica promoted before it caught
+//     up (failed back to within seconds of a failover) holds older ones.
 //   - a replacement: another server, not a replica, took over (a Sentinel
 //     group's primary now at another address, a Cluster slot set served
 //     by a server started since): as after a restart, only what it
 //     loaded.
 //
-// For a single Redis every change not promoted is a restart (its address
-// does not change); behind Sentinel the primary's address is the one the
-// sentinels name (CheckPrimary).
+// For a single Redis, and a Sentinel group's primary at the address it
+// had at the previous check, a master_replid2 alone is no proof of a
+// promotion: a primary restarted from an RDB snapshot taken while it had
+// a replica shows one (Redis writes its replication ID into the
+// snapshot). A change there is a failover only when the new process
+// also was up before the check that last saw the old one (its uptime
+// exceeds the time since, with a second of slack: a replica running
+// meanwhile behind the same endpoint); else a restart. Behind Sentinel
+// the primary's address is the one the sentinels name (CheckPrimary); a
+// change to another address is a failover when the new primary was
+// promoted or is the process seen there before, else a replacement.
 //
 // In a Redis Cluster, a primary is known both by its address and by the
 // slots it serves. A new run_id at an address is a change; so is a slot
@@ -99,7 +109,8 @@ const (
 	KindRestart Kind = iota
 	// KindFailover is a replica promoted in the old primary's place: its
 	// counters are those it replicated, but for the last writes before
-	// the failover (asynchronous replication).
+	// the failover (asynchronous replication); older for a replica
+	// promoted back before it resynced with the primary it replaced.
 	KindFailover
 	// KindReplaced is another server, not a replica, in the old
 	// primary's place: its counters are only those it loaded from disk.
@@ -138,6 +149,10 @@ type Change struct {
 	Kind Kind
 	// From and To are the server seen before and the one seen now.
 	From, To Server
+	// Persistence is what To loaded at its start, for a restart or a
+	// replacement read from INFO persistence after the change was seen
+	// (not Known for a failover, or when that failed).
+	Persistence Persistence
 }
 
 // forgetAfter is how long a Watch remembers a node no check has seen:
@@ -208,11 +223,22 @@ func (w *Watch) Observe(node string, s Server) bool {
 }
 
 // observe records s as the server now at node, at addr ("" when not
-// known), at now, and reports a change, of the kind singleKind says
-// (promoted: s was a replica, see wasReplica), when it is another
-// process than the one seen there before. Addresses not seen for
-// forgetAfter are forgotten.
+// known), at now, and reports a change (see classify) when it is another
+// process than the one seen there before.
 func (w *Watch) observe(node, addr string, s Server, promoted bool, now time.Time) bool {
+	c, changed := w.classify(node, addr, s, promoted, now)
+	if changed {
+		w.report(c)
+	}
+	return changed
+}
+
+// classify records s as the server now at node, at addr ("" when not
+// known), at now, and returns the change it is, if any: another process
+// than the one seen there before, of the kind singleKind says (promoted:
+// s was a replica, see wasReplica). Addresses not seen for forgetAfter
+// are forgotten.
+func (w *Watch) classify(node, addr string, s Server, promoted bool, now time.Time) (Change, bool) {
 	w.mu.Lock()
 	prev, known := w.nodes[node]
 	w.nodes[node] = sighting{server: s, addr: addr, at: now}
@@ -227,25 +253,68 @@ func (w *Watch) observe(node, addr string, s Server, promoted bool, now time.Tim
 	}
 	w.mu.Unlock()
 	if !known || !replaced(prev.server, s) {
-		return false
+		return Change{}, false
 	}
-	seenThere := wasThere && !replaced(there.server, s)
-	w.report(Change{Node: node, Addr: addr, Kind: singleKind(prev.addr, addr, promoted, seenThere), From: prev.server, To: s})
-	return true
+	a := arrived{
+		promoted:  promoted,
+		seenThere: wasThere && !replaced(there.server, s),
+		upBefore:  upBefore(s, prev.at, now),
+	}
+	return Change{Node: node, Addr: addr, Kind: singleKind(prev.addr, addr, a), From: prev.server, To: s}, true
+}
+
+// uptimeSlack is the slack upBefore allows: uptime_in_seconds is in
+// whole seconds, and Redis's clock for it is cached.
+const uptimeSlack = time.Second
+
+// upBefore reports whether s was already running at the check that last
+// saw the process it replaced (at seen; now is the check that sees s):
+// its uptime exceeds the time since by more than uptimeSlack. A process
+// started after that check, as a restart's is, never is.
+func upBefore(s Server, seen, now time.Time) bool {
+	return s.Uptime > now.Sub(seen)+uptimeSlack
+}
+
+// arrived is what a check knows of the process found in place of a
+// single Redis's or a Sentinel group's primary.
+type arrived struct {
+	// promoted: INFO replication names a master_replid2 (see
+	// wasReplica). A primary restarted from an RDB snapshot taken while
+	// it had a replica has one too: Redis writes its replication ID into
+	// the snapshot, and shows it as master_replid2 after loading it.
+	promoted bool
+	// seenThere: the process is the one seen at its address before (a
+	// Sentinel primary the sentinels named before).
+	seenThere bool
+	// upBefore: the process was up before the check that last saw the
+	// one it replaced (see upBefore).
+	upBefore bool
 }
 
 // singleKind is the kind of a change of a single Redis or a Sentinel
 // group's primary, from the address it had (from) to the one it has
-// (to), either "" when not known: a failover when the new server was
-// promoted from replica, or is the process seen at to before (seenThere:
-// a primary the sentinels named before, back before they made it a
-// replica: it holds what it had then); else a replacement when both
-// addresses are known and differ; else a restart.
-func singleKind(from, to string, promoted, seenThere bool) Kind {
+// (to), either "" when not known (a single Redis's are both ""), of the
+// process a:
+//   - at the same address, a failover only when the process was
+//     promoted and up before the check that last saw the old one (a
+//     replica, running meanwhile behind the same endpoint, a managed
+//     Redis's primary endpoint for one): a master_replid2 alone is no
+//     proof, a primary restarted from an RDB snapshot taken while it had
+//     a replica shows one; else a restart;
+//   - at another address, a failover when the process was promoted, or
+//     is the one seen at to before (a primary the sentinels named
+//     before, back before they made it a replica: it holds what it had
+//     then); else a replacement when both addresses are known; else a
+//     restart.
+func singleKind(from, to string, a arrived) Kind {
 	switch {
-	case promoted || seenThere:
+	case from == to && a.promoted && a.upBefore:
 		return KindFailover
-	case from != "" && to != "" && from != to:
+	case from == to:
+		return KindRestart
+	case a.promoted || a.seenThere:
+		return KindFailover
+	case from != "" && to != "":
 		return KindReplaced
 	}
 	return KindRestart
@@ -311,9 +380,10 @@ func (w *Watch) Check(ctx context.Context, client Client) error {
 // primary returns (the one the sentinels name: "" while not known). A
 // change to a server at another address is a failover when the server
 // was promoted from replica, a replacement when it was not; at the same
-// address, a restart. A check during which primary's answer changed
-// observes nothing: the INFO reply may be the old primary's, and the
-// next check asks again.
+// address, a restart unless the server was promoted and up before the
+// previous check (see the package comment). A check during which
+// primary's answer changed observes nothing: the INFO reply may be the
+// old primary's, and the next check asks again.
 func (w *Watch) CheckPrimary(ctx context.Context, client Client, primary func() string) error {
 	return w.checkSingle(ctx, client, primary)
 }
@@ -338,7 +408,9 @@ func (w *Watch) checkSingle(ctx context.Context, client Client, primary func() s
 			return err
 		}
 	}
-	w.observe("", addr, s, promoted, time.Now())
+	if c, ok := w.classify("", addr, s, promoted, time.Now()); ok {
+		w.report(withPersistence(ctx, client, c))
+	}
 	return nil
 }
 

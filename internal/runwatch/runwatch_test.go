@@ -72,28 +72,59 @@ func TestObserve(t *testing.T) {
 }
 
 // TestSingleKind: a single Redis's or a Sentinel group's change is a
-// failover when the new server was promoted from replica, a replacement
-// when it is at another known address, a restart otherwise: every
-// change was a restart, a Sentinel failover included, whose counters
-// carried over (a walk).
+// failover when the new server was promoted from replica (at the same
+// address: and up before the previous check), a replacement when it is
+// at another known address, a restart otherwise: every change was a
+// restart, a Sentinel failover included, whose counters carried over (a
+// walk); then a primary restarted from an RDB snapshot taken with a
+// replica attached, whose master_replid2 is set, was a failover (a walk,
+// single Redis and Sentinel, 3 of 3 runs).
 func TestSingleKind(t *testing.T) {
 	for _, tc := range []struct {
-		name                string
-		from, to            string
-		promoted, seenThere bool
-		want                Kind
+		name     string
+		from, to string
+		a        arrived
+		want     Kind
 	}{
-		{"single Redis restarted", "", "", false, false, KindRestart},
-		{"single Redis, a replica promoted behind its address", "", "", true, false, KindFailover},
-		{"Sentinel primary restarted", "a:1", "a:1", false, false, KindRestart},
-		{"Sentinel failover", "a:1", "b:1", true, false, KindFailover},
-		{"Sentinel failover back to a primary not yet demoted", "b:1", "a:1", false, true, KindFailover},
-		{"Sentinel primary replaced by a fresh server", "a:1", "c:1", false, false, KindReplaced},
-		{"Sentinel, address not known before", "", "b:1", false, false, KindRestart},
-		{"Sentinel, address not known now", "a:1", "", false, false, KindRestart},
+		{"single Redis restarted", "", "", arrived{}, KindRestart},
+		{"single Redis restarted from an RDB saved with a replica", "", "", arrived{promoted: true}, KindRestart},
+		{"single Redis, a fresh server up since before behind its address", "", "", arrived{upBefore: true}, KindRestart},
+		{"single Redis, a replica promoted behind its address", "", "", arrived{promoted: true, upBefore: true}, KindFailover},
+		{"Sentinel primary restarted", "a:1", "a:1", arrived{}, KindRestart},
+		{"Sentinel primary restarted from an RDB saved with a replica", "a:1", "a:1", arrived{promoted: true}, KindRestart},
+		{"Sentinel, a replica promoted behind the same address", "a:1", "a:1", arrived{promoted: true, upBefore: true}, KindFailover},
+		{"Sentinel, same address, up before, not promoted", "a:1", "a:1", arrived{upBefore: true}, KindRestart},
+		{"Sentinel failover", "a:1", "b:1", arrived{promoted: true}, KindFailover},
+		{"Sentinel failover to a replica up long", "a:1", "b:1", arrived{promoted: true, upBefore: true}, KindFailover},
+		{"Sentinel failover back to a primary not yet demoted", "b:1", "a:1", arrived{seenThere: true, upBefore: true}, KindFailover},
+		{"Sentinel primary replaced by a fresh server", "a:1", "c:1", arrived{}, KindReplaced},
+		{"Sentinel primary replaced by a server up long, not a replica", "a:1", "c:1", arrived{upBefore: true}, KindReplaced},
+		{"Sentinel, address not known before", "", "b:1", arrived{}, KindRestart},
+		{"Sentinel, address not known before, promoted", "", "b:1", arrived{promoted: true}, KindFailover},
+		{"Sentinel, address not known now", "a:1", "", arrived{}, KindRestart},
 	} {
-		if got := singleKind(tc.from, tc.to, tc.promoted, tc.seenThere); got != tc.want {
-			t.Errorf("%s: singleKind(%q, %q, %v, %v) = %v, want %v", tc.name, tc.from, tc.to, tc.promoted, tc.seenThere, got, tc.want)
+		if got := singleKind(tc.from, tc.to, tc.a); got != tc.want {
+			t.Errorf("%s: singleKind(%q, %q, %+v) = %v, want %v", tc.name, tc.from, tc.to, tc.a, got, tc.want)
+		}
+	}
+}
+
+// TestUpBefore: a process is up before a check only when its uptime
+// exceeds the time since by more than a second.
+func TestUpBefore(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		uptime, since time.Duration
+		want          bool
+	}{
+		{0, 2 * time.Second, false},
+		{3 * time.Second, 2 * time.Second, false},
+		{3 * time.Second, 2*time.Second - time.Millisecond, true},
+		{time.Hour, 2 * time.Second, true},
+		{time.Hour, 2 * time.Hour, false},
+	} {
+		if got := upBefore(Server{RunID: "x", Uptime: tc.uptime}, t0, t0.Add(tc.since)); got != tc.want {
+			t.Errorf("upBefore(uptime %v, %v since) = %v, want %v", tc.uptime, tc.since, got, tc.want)
 		}
 	}
 }
@@ -104,6 +135,8 @@ func TestSingleKind(t *testing.T) {
 func TestObserveSentinel(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	a1, b1, a2, c1 := Server{RunID: "a1"}, Server{RunID: "b1"}, Server{RunID: "a2"}, Server{RunID: "c1"}
+	a3 := Server{RunID: "a3", Uptime: time.Second}
+	a4 := Server{RunID: "a4", Uptime: time.Hour}
 	var got []Change
 	w := New(func(c Change) { got = append(got, c) })
 	for i, st := range []struct {
@@ -118,8 +151,10 @@ func TestObserveSentinel(t *testing.T) {
 		{"B promoted", "B", b1, true, time.Second, KindFailover},
 		{"back to A, never demoted", "A", a1, false, 2 * time.Second, KindFailover},
 		{"A restarted", "A", a2, false, 3 * time.Second, KindRestart},
-		{"C, fresh, not a replica", "C", c1, false, 4 * time.Second, KindReplaced},
-		{"back to A, forgotten since", "A", a2, false, 4*time.Second + forgetAfter + time.Second, KindReplaced},
+		{"A restarted from an RDB saved with a replica", "A", a3, true, 4 * time.Second, KindRestart},
+		{"a replica up long promoted behind A", "A", a4, true, 5 * time.Second, KindFailover},
+		{"C, fresh, not a replica", "C", c1, false, 6 * time.Second, KindReplaced},
+		{"back to A, forgotten since", "A", a4, false, 6*time.Second + forgetAfter + time.Second, KindReplaced},
 	} {
 		n := len(got)
 		w.observe("", st.addr, st.s, st.promoted, t0.Add(st.at))

@@ -1,0 +1,89 @@
+package runwatch
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// Persistence is what a server process found after a restart or a
+// replacement loaded at its start, from INFO persistence: whether its
+// counters went back to its last save, to its append-only file, or to
+// nothing.
+type Persistence struct {
+	// Known reports whether the fields below were read: false when INFO
+	// persistence was refused or failed, lacked them (a Redis before
+	// 7.0 has no rdb_last_load_keys_loaded), or was answered by another
+	// process than the one the change names.
+	Known bool
+	// AOF is aof_enabled: the server runs with an append-only file,
+	// loaded at its start.
+	AOF bool
+	// LoadedKeys is rdb_last_load_keys_loaded: how many keys the server
+	// loaded from its RDB snapshot at its start, 0 for none (no
+	// snapshot, or an empty one).
+	LoadedKeys int64
+}
+
+// persistenceOf asks client for INFO server and persistence, in one
+// reply so that both are the same process's, and returns what the
+// process whose run_id is runID loaded at its start. Any failure (a
+// refusal, an error, another run_id, a field missing or not a number)
+// is a Persistence not Known: the change is reported all the same.
+func persistenceOf(ctx context.Context, client Client, runID string) Persistence {
+	reply, err := client.Info(ctx, "server", "persistence").Result()
+	if err != nil {
+		return Persistence{}
+	}
+	return parsePersistence(reply, runID)
+}
+
+// parsePersistence reads aof_enabled and rdb_last_load_keys_loaded from
+// an INFO reply holding the server and persistence sections, for the
+// process whose run_id is runID (a reply with another run_id, or none,
+// is not Known; runID "" accepts a reply without one). With AOF on, the
+// keys loaded are not needed.
+func parsePersistence(info, runID string) Persistence {
+	var p Persistence
+	var gotRunID, aof, keys string
+	for line := range strings.SplitSeq(info, "\n") {
+		key, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch key {
+		case "run_id":
+			gotRunID = value
+		case "aof_enabled":
+			aof = value
+		case "rdb_last_load_keys_loaded":
+			keys = value
+		}
+	}
+	if gotRunID != runID {
+		return Persistence{}
+	}
+	switch aof {
+	case "1":
+		return Persistence{Known: true, AOF: true}
+	case "0":
+	default:
+		return Persistence{}
+	}
+	n, err := strconv.ParseInt(keys, 10, 64)
+	if err != nil || n < 0 {
+		return Persistence{}
+	}
+	p.Known, p.LoadedKeys = true, n
+	return p
+}
+
+// withPersistence returns c with the Persistence of its new process
+// (c.To), read through client, when c is a restart or a replacement: a
+// failover's counters are those it replicated, whatever it loaded.
+func withPersistence(ctx context.Context, client Client, c Change) Change {
+	if c.Kind == KindRestart || c.Kind == KindReplaced {
+		c.Persistence = persistenceOf(ctx, client, c.To.RunID)
+	}
+	return c
+}
