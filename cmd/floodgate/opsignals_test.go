@@ -189,8 +189,8 @@ func TestRestartMsgPersistence(t *testing.T) {
 		startOver bool
 	}{
 		{"unknown", runwatch.Persistence{}, "none without persistence", false},
-		{"AOF", runwatch.Persistence{Known: true, AOF: true}, "append-only file", false},
-		{"RDB", runwatch.Persistence{Known: true, LoadedKeys: 12}, "it loaded 12 keys from its RDB snapshot", false},
+		{"AOF", runwatch.Persistence{Known: true, AOF: true}, "none if this restart turned AOF on", false},
+		{"RDB", runwatch.Persistence{Known: true, LoadedKeys: 12}, "it loaded 12 keys at its start (its RDB snapshot, or a full sync", false},
 		{"nothing", runwatch.Persistence{Known: true}, "it loaded nothing", true},
 	} {
 		for _, k := range []runwatch.Kind{runwatch.KindRestart, runwatch.KindReplaced} {

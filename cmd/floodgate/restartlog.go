@@ -17,8 +17,10 @@ import (
 // before, by kind of change (runwatch.Kind). A restart's and a
 // replacement's end with what the new process loaded (persistenceMsg).
 const (
-	// redisRestartMsg is a restart's: the same primary, not promoted.
-	redisRestartMsg = "Redis restarted (its run_id changed; the same primary, not promoted from replica): "
+	// redisRestartMsg is a restart's: a new process at the primary's
+	// address. Not "not promoted": one restarted as a replica of
+	// another and promoted between two checks is a restart too (review3).
+	redisRestartMsg = "Redis restarted (its run_id changed; a new process at the primary's address): "
 	// redisFailoverMsg is a failover's: a replica promoted. A replica
 	// promoted back before it resynced with the primary it replaced (a
 	// failover back within seconds of another) holds older data.
@@ -30,10 +32,14 @@ const (
 // The ends of a restart's or a replacement's message, by what the new
 // process loaded at its start (runwatch.Persistence).
 const (
-	// loadedAOFMsg: it runs with AOF.
-	loadedAOFMsg = "it runs with AOF: its counters, quotas and leases are those of its append-only file"
-	// loadedRDBMsg: it loaded keys from its RDB snapshot (%d: how many).
-	loadedRDBMsg = "it loaded %d keys from its RDB snapshot: its counters, quotas and leases are those of its last save"
+	// loadedAOFMsg: it runs with AOF. aof_enabled does not say whether
+	// a file was loaded: a restart that turned AOF on loads nothing, its
+	// dump.rdb ignored (review3).
+	loadedAOFMsg = "it runs with AOF: its counters, quotas and leases are those its append-only file held when it started, none if this restart turned AOF on"
+	// loadedRDBMsg: it loaded keys at its start (%d: how many): from its
+	// RDB snapshot, or by a full sync from a primary when it started as
+	// a replica (review3: rdb_last_load_keys_loaded counts both).
+	loadedRDBMsg = "it loaded %d keys at its start (its RDB snapshot, or a full sync if it started as a replica): its counters, quotas and leases are those it loaded"
 	// loadedNothingMsg: no AOF, no key loaded.
 	loadedNothingMsg = "it loaded nothing: limits start over"
 	// loadedUnknownMsg: INFO persistence failed or was refused.

@@ -17,11 +17,12 @@ type Persistence struct {
 	// process than the one the change names.
 	Known bool
 	// AOF is aof_enabled: the server runs with an append-only file,
-	// loaded at its start.
+	// loaded at its start if it had one (a restart that turns AOF on
+	// loads nothing, and ignores the RDB snapshot).
 	AOF bool
 	// LoadedKeys is rdb_last_load_keys_loaded: how many keys the server
-	// loaded from its RDB snapshot at its start, 0 for none (no
-	// snapshot, or an empty one).
+	// loaded in RDB form at its start: its snapshot, or a primary's by a
+	// full sync when it started as a replica; 0 for none.
 	LoadedKeys int64
 }
 

@@ -103,9 +103,10 @@ func Parse(info string) (Server, error) {
 type Kind int
 
 const (
-	// KindRestart is the same primary started again (a new run_id at
-	// its address), not promoted from replica: its counters are only
-	// those it loaded from disk, none without persistence.
+	// KindRestart is a new process at the primary's address (started
+	// again, or started as a replica and promoted between two checks):
+	// its counters are only those it loaded at its start, none without
+	// persistence.
 	KindRestart Kind = iota
 	// KindFailover is a replica promoted in the old primary's place: its
 	// counters are those it replicated, but for the last writes before
