@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/runwatch"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -171,7 +172,7 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 	rec = restartRecords(svc.Logs())[1]
 	keys, _ := rec["loaded_keys"].(float64)
 	if msg, _ := rec["msg"].(string); rec["kind"] != "restart" || keys < 1 || rec["aof"] != false ||
-		msg != redisRestartMsg+fmt.Sprintf(loadedRDBMsg, int64(keys)) || strings.Contains(msg, "start over") {
+		msg != redisRestartMsg+fmt.Sprintf(loadedRDBMsg, plural.Count(int64(keys), "key", "keys")) || strings.Contains(msg, "start over") {
 		t.Fatalf("restart from an RDB snapshot logged as %v, want kind restart, the keys it loaded, no 'start over'", rec)
 	}
 	wantRestarts(t, svc.url, 2, 0, 0)
@@ -192,6 +193,7 @@ func TestRestartMsgPersistence(t *testing.T) {
 		{"AOF", runwatch.Persistence{Known: true, AOF: true}, "none if this restart turned AOF on", false},
 		{"RDB", runwatch.Persistence{Known: true, LoadedKeys: 12}, "it loaded 12 keys at its start (its RDB snapshot, or a full sync", false},
 		{"nothing", runwatch.Persistence{Known: true}, "it loaded nothing", true},
+		{"one key", runwatch.Persistence{Known: true, LoadedKeys: 1}, "it loaded 1 key at its start", false},
 	} {
 		for _, k := range []runwatch.Kind{runwatch.KindRestart, runwatch.KindReplaced} {
 			msg := restartMsg(k, tc.p)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/internal/runwatch"
 )
 
@@ -39,7 +40,7 @@ const (
 	// loadedRDBMsg: it loaded keys at its start (%d: how many): from its
 	// RDB snapshot, or by a full sync from a primary when it started as
 	// a replica (review3: rdb_last_load_keys_loaded counts both).
-	loadedRDBMsg = "it loaded %d keys at its start (its RDB snapshot, or a full sync if it started as a replica): its counters, quotas and leases are those it loaded"
+	loadedRDBMsg = "it loaded %s at its start (its RDB snapshot, or a full sync if it started as a replica): its counters, quotas and leases are those it loaded"
 	// loadedNothingMsg: no AOF, no key loaded.
 	loadedNothingMsg = "it loaded nothing: limits start over"
 	// loadedUnknownMsg: INFO persistence failed or was refused.
@@ -67,7 +68,7 @@ func persistenceMsg(p runwatch.Persistence) string {
 	case p.AOF:
 		return loadedAOFMsg
 	case p.LoadedKeys > 0:
-		return fmt.Sprintf(loadedRDBMsg, p.LoadedKeys)
+		return fmt.Sprintf(loadedRDBMsg, plural.Count(p.LoadedKeys, "key", "keys"))
 	}
 	return loadedNothingMsg
 }

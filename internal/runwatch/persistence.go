@@ -66,16 +66,21 @@ func parsePersistence(info, runID string) Persistence {
 	}
 	switch aof {
 	case "1":
-		return Persistence{Known: true, AOF: true}
+		p.AOF = true
 	case "0":
 	default:
 		return Persistence{}
 	}
 	n, err := strconv.ParseInt(keys, 10, 64)
-	if err != nil || n < 0 {
+	switch {
+	case err == nil && n >= 0:
+		p.LoadedKeys = n
+	case p.AOF && keys == "":
+		// With AOF on, the line does not need the count: 0 then.
+	default:
 		return Persistence{}
 	}
-	p.Known, p.LoadedKeys = true, n
+	p.Known = true
 	return p
 }
 

@@ -22,6 +22,8 @@ func TestParsePersistence(t *testing.T) {
 		{"RDB loaded", srv + "rdb_last_load_keys_loaded:42\r\naof_enabled:0\r\n", "abc", Persistence{Known: true, LoadedKeys: 42}},
 		{"nothing loaded", srv + "rdb_last_load_keys_loaded:0\r\naof_enabled:0\r\n", "abc", Persistence{Known: true}},
 		{"AOF", srv + "rdb_last_load_keys_loaded:0\r\naof_enabled:1\r\n", "abc", Persistence{Known: true, AOF: true}},
+		// The keys of its RDB preamble: the line's loaded_keys said 0 (a walk).
+		{"AOF with keys", srv + "rdb_last_load_keys_loaded:2\r\naof_enabled:1\r\n", "abc", Persistence{Known: true, AOF: true, LoadedKeys: 2}},
 		{"AOF, no keys field", srv + "aof_enabled:1\r\n", "abc", Persistence{Known: true, AOF: true}},
 		{"another process", srv + "rdb_last_load_keys_loaded:0\r\naof_enabled:0\r\n", "xyz", Persistence{}},
 		{"no keys field (before 7.0)", srv + "aof_enabled:0\r\n", "abc", Persistence{}},
