@@ -99,9 +99,9 @@ func wasReplica(ctx context.Context, n Client) (bool, error) {
 // master_replid2 other than all zeros: its server was promoted from
 // replica.
 func promoted(info string) bool {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid2:"); ok {
-			return strings.Trim(v, "0") != ""
+	for key, value := range infoFields(info) {
+		if key == "master_replid2" {
+			return strings.Trim(value, "0") != ""
 		}
 	}
 	return false

@@ -3,7 +3,6 @@ package runwatch
 import (
 	"context"
 	"strconv"
-	"strings"
 )
 
 // Persistence is what a server process found after a restart or a
@@ -47,11 +46,7 @@ func persistenceOf(ctx context.Context, client Client, runID string) Persistence
 func parsePersistence(info, runID string) Persistence {
 	var p Persistence
 	var gotRunID, aof, keys string
-	for line := range strings.SplitSeq(info, "\n") {
-		key, value, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
+	for key, value := range infoFields(info) {
 		switch key {
 		case "run_id":
 			gotRunID = value

@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,17 +72,25 @@ type Server struct {
 // uptime_in_seconds.
 var ErrNoIdentity = errors.New("runwatch: INFO server reply has no run_id or uptime_in_seconds")
 
+// infoFields yields the key and value of each "key:value" line of an
+// INFO reply (sections, comments and blank lines have no colon).
+func infoFields(info string) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for line := range strings.SplitSeq(info, "\n") {
+			if key, value, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !yield(key, value) {
+				return
+			}
+		}
+	}
+}
+
 // Parse reads run_id and uptime_in_seconds from an INFO server reply.
 // It fails, wrapping ErrNoIdentity, when the reply has neither, and on an
 // uptime that is not a number of seconds.
 func Parse(info string) (Server, error) {
 	var s Server
 	found := false
-	for line := range strings.SplitSeq(info, "\n") {
-		key, value, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
+	for key, value := range infoFields(info) {
 		switch key {
 		case "run_id":
 			s.RunID, found = value, true
