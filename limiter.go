@@ -377,9 +377,13 @@ type Decision struct {
 	// Allowed reports whether every layer admitted the request; only then
 	// was anything consumed.
 	Allowed bool
-	// Binding is the index of the layer that drives the response: the first
-	// layer that denied, or, when all allowed, the one with the least
-	// remaining (relative to its limit, the first on ties).
+	// Binding is the index of the layer that drives the response. When
+	// denied, it is the layer whose denial lasts longest (see Outlasts): the
+	// first whose cost exceeds its capacity (waiting will not help), else
+	// the one with the longest RetryAfter, so that a client that waits as
+	// told finds every layer admitting it again; the first on ties. When
+	// all allowed, the one with the least remaining (relative to its
+	// limit, the first on ties).
 	Binding int
 	// Layers holds each layer's result, in the order given.
 	Layers []Result
@@ -497,13 +501,26 @@ func (l *Limiter) appendLayers(dst []Layer, now time.Time, cost int64, specs []L
 	return layers, nil
 }
 
+// Outlasts reports whether the denial a lasts longer than the denial b,
+// so that a layered decision denied by both reports a (see
+// Decision.Binding): a cost above its layer's capacity, which never passes
+// however long the client waits, outlasts any other denial; otherwise the
+// longer RetryAfter does. Neither outlasts the other on a tie.
+func Outlasts(a, b Result) bool {
+	ac, bc := a.Reason == ReasonCostExceedsLimit, b.Reason == ReasonCostExceedsLimit
+	if ac || bc {
+		return ac && !bc
+	}
+	return a.RetryAfter > b.RetryAfter
+}
+
 // NewDecision combines per-layer results into a Decision, marking layers
 // that would have admitted a denied request with ReasonOtherLayer.
 func NewDecision(out []Result) Decision {
 	d := Decision{Allowed: true, Layers: out}
 	for i, r := range out {
 		if !r.Allowed {
-			if d.Allowed {
+			if d.Allowed || Outlasts(r, out[d.Binding]) {
 				d.Binding = i
 			}
 			d.Allowed = false

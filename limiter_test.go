@@ -153,6 +153,40 @@ func TestDecisionResultOutOfRange(t *testing.T) {
 	}
 }
 
+// TestDecisionBindsTheLongestDenial: a decision several layers deny
+// reports the layer whose denial lasts longest, so that waiting its
+// RetryAfter is enough for every layer: a cost above a layer's capacity
+// (never passes) first, then the longest RetryAfter, the first on ties (a
+// retry-after walk: Retry-After 2 s from the first layer while the second
+// needed 6 s).
+func TestDecisionBindsTheLongestDenial(t *testing.T) {
+	limited := func(ra time.Duration) floodgate.Result {
+		return floodgate.Result{Reason: floodgate.ReasonLimited, RetryAfter: ra, Limit: int64(ra / time.Second)}
+	}
+	admits := floodgate.Result{Allowed: true, Limit: 9, Remaining: 1}
+	tooCostly := floodgate.Result{Reason: floodgate.ReasonCostExceedsLimit, Limit: 2}
+	for _, c := range []struct {
+		name   string
+		layers []floodgate.Result
+		want   int
+	}{
+		{"longer second", []floodgate.Result{limited(2 * time.Second), limited(6 * time.Second)}, 1},
+		{"longer first", []floodgate.Result{limited(6 * time.Second), limited(2 * time.Second)}, 0},
+		{"tie", []floodgate.Result{admits, limited(3 * time.Second), limited(3 * time.Second)}, 1},
+		{"cost above a capacity", []floodgate.Result{limited(7 * time.Second), tooCostly, limited(9 * time.Second)}, 1},
+		{"one denies", []floodgate.Result{admits, limited(time.Second), admits}, 1},
+	} {
+		d := floodgate.NewDecision(append([]floodgate.Result(nil), c.layers...))
+		if d.Allowed || d.Binding != c.want {
+			t.Errorf("%s: Allowed %v, Binding %d, want denied by layer %d", c.name, d.Allowed, d.Binding, c.want)
+			continue
+		}
+		if r := d.Result(); r.RetryAfter != c.layers[c.want].RetryAfter || r.Reason != c.layers[c.want].Reason {
+			t.Errorf("%s: Result %+v, want layer %d's", c.name, r, c.want)
+		}
+	}
+}
+
 // TestCalendarErrorSaysItOnce: a quota with no calendar unit is reported
 // with one prefix and the units to choose from.
 func TestCalendarErrorSaysItOnce(t *testing.T) {

@@ -49,7 +49,10 @@ func (s *Service) response(now time.Time, p *plan, results []floodgate.Result) *
 		resp.Statuses[i] = st
 		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT && !dp.shadow {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			if !forced {
+			// Of the descriptors over their limits, the headers tell the
+			// client the longest wait: the request passes only when
+			// every one of them admits it again.
+			if !forced || st.DurationUntilReset.AsDuration() > closest.DurationUntilReset.AsDuration() {
 				closest, forced = st, true
 			}
 		}

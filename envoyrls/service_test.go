@@ -533,3 +533,30 @@ func TestCountEachDescriptor(t *testing.T) {
 	wantStatus(t, "route", resp.GetStatuses()[1], over, 0, 2)
 	wantStatus(t, "tenant alone", r.call(t, request("api", desc("tenant=acme"))).GetStatuses()[0], ok, 1, 5)
 }
+
+// TestHeadersTellTheLongestWait: with two descriptors over their limits,
+// the headers describe the one whose wait is longer, so that a client that
+// waits X-RateLimit-Reset finds both admitting it again, not the first one
+// (a retry-after walk: Reset 1 when the request could not pass for 3 s).
+func TestHeadersTellTheLongestWait(t *testing.T) {
+	r := newMemRig(t, apiConfig, Options{ResponseHeaders: true})
+	for range 3 {
+		r.call(t, request("api", desc("user=carol")))
+	}
+	for range 4 {
+		r.call(t, request("api", desc("bucket=b1")))
+	}
+	resp := r.call(t, request("api", desc("user=carol"), desc("bucket=b1")))
+	st := resp.GetStatuses()
+	if resp.GetOverallCode() != over || st[0].GetCode() != over || st[1].GetCode() != over {
+		t.Fatalf("both exhausted: overall %v, statuses %v", resp.GetOverallCode(), st)
+	}
+	user, bucket := st[0].GetDurationUntilReset().AsDuration(), st[1].GetDurationUntilReset().AsDuration()
+	if bucket <= user {
+		t.Fatalf("the bucket's wait %v is not longer than the user limit's %v: the test needs it to be", bucket, user)
+	}
+	h := headers(resp)
+	if want := fmt.Sprint(ceilSeconds(bucket)); h["X-RateLimit-Reset"] != want || h["X-RateLimit-Limit"] != fmt.Sprint(st[1].GetCurrentLimit().GetRequestsPerUnit()) {
+		t.Errorf("headers %v, want the bucket's (reset %s, limit %d); user's reset %v", h, want, st[1].GetCurrentLimit().GetRequestsPerUnit(), user)
+	}
+}

@@ -190,6 +190,29 @@ func TestCostExceedsLimit(t *testing.T) {
 	}
 }
 
+// TestRetryAfterIsTheLongestWait: when two rules deny, Retry-After and
+// the headers come from the one whose wait is longer, whatever their order,
+// so that a client that waits as told is admitted (a retry-after walk:
+// Retry-After 2 from the first rule, then 429 again with 4 after waiting).
+func TestRetryAfterIsTheLongestWait(t *testing.T) {
+	rec := &recorder{Decider: memLimiter(t)}
+	minute := fixedWindow(t, "minute", 2, time.Minute)
+	hour := fixedWindow(t, "hour", 2, time.Hour)
+	srv := serve(t, rec, []httplimit.Rule{{Policy: minute, Key: httplimit.Header("X-User")}, {Policy: hour, Key: httplimit.Header("X-User")}}, httplimit.Options{})
+	for range 2 {
+		if resp := get(t, srv.Client(), srv.URL, "X-User", "u1"); resp.status != 200 {
+			t.Fatalf("status %d, want 200", resp.status)
+		}
+	}
+	resp := get(t, srv.Client(), srv.URL, "X-User", "u1")
+	checkHeaders(t, resp, rec.last(t))
+	// The fixed clock is 10 s into an hour: the minute's window ends in
+	// 50 s, the hour's in 3590 s.
+	if resp.status != 429 || resp.header.Get("Retry-After") != "3590" || resp.problem.Policy != "hour" {
+		t.Fatalf("both exhausted: status %d, Retry-After %q, policy %q, want 429, 3590 and hour", resp.status, resp.header.Get("Retry-After"), resp.problem.Policy)
+	}
+}
+
 func TestCostFunc(t *testing.T) {
 	rec := &recorder{Decider: memLimiter(t)}
 	cost := func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64) }

@@ -284,18 +284,13 @@ func misconfigured(err error) bool {
 	return false
 }
 
-// deny writes the 429 for a denied decision.
-// A request whose cost exceeds any layer's capacity can never pass, even
-// if another layer binds (denied first): it gets no Retry-After.
+// deny writes the 429 for a denied decision, describing its binding
+// layer: the one whose denial lasts longest (floodgate.Outlasts), so a
+// request whose cost exceeds any layer's capacity, which can never pass,
+// gets no Retry-After, and otherwise Retry-After is the longest wait.
 func (m *Middleware) deny(w http.ResponseWriter, d floodgate.Decision, rules []Rule, cost int64) {
 	res := d.Result()
 	p := rules[d.Binding].Policy
-	for i, l := range d.Layers {
-		if l.Reason == floodgate.ReasonCostExceedsLimit {
-			res, p = l, rules[i].Policy
-			break
-		}
-	}
 	prob := Problem{
 		Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests), Status: http.StatusTooManyRequests,
 		Policy: p.Name, Reason: res.Reason.String(),

@@ -60,7 +60,7 @@ func (s *Server) decide(ctx context.Context, fo *fallback.Outcome, cfg *config.C
 	o.layers = dec.Layers
 	var enforcedBuf [floodgate.MaxLayers]int
 	enforced := enforcedBuf[:0]
-	firstDenied := -1 // first enforced layer that denied
+	binding := -1 // the enforced layer whose denial lasts longest
 	for i, l := range c.policy.Layers {
 		r := dec.Layers[i]
 		denied := !r.Allowed && r.Reason != floodgate.ReasonOtherLayer
@@ -72,15 +72,15 @@ func (s *Server) decide(ctx context.Context, fo *fallback.Outcome, cfg *config.C
 			continue
 		}
 		enforced = append(enforced, i)
-		if denied && firstDenied < 0 {
-			firstDenied = i
+		if denied && (binding < 0 || floodgate.Outlasts(r, dec.Layers[binding])) {
+			binding = i
 		}
 	}
 	switch {
 	case dec.Allowed:
 		o.allowed, o.binding = true, leastRemaining(o.layers, enforced)
-	case firstDenied >= 0:
-		o.allowed, o.binding = false, firstDenied
+	case binding >= 0:
+		o.allowed, o.binding = false, binding
 	case len(enforced) == 0 || c.peek:
 		// Only shadow layers denied. A peek consumed nothing anyway, and a
 		// shadow-only policy never blocks: report the enforced layers'
@@ -187,8 +187,11 @@ type CheckResponse struct {
 	ResetAt      string `json:"reset_at"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	DelayMS      int64  `json:"delay_ms"`
-	// Binding names the layer that decided: the first that denied, or
-	// when allowed the one closest to its limit.
+	// Binding names the layer that decided: when denied, the one whose
+	// denial lasts longest (a cost above its limit, else the longest
+	// retry_after_ms; the first on ties), so that a client that waits
+	// retry_after_ms finds every layer admitting it; when allowed, the one
+	// closest to its limit.
 	Binding string `json:"binding"`
 	// Reason is why the request was denied (none when allowed).
 	Reason string `json:"reason"`
