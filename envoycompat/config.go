@@ -222,12 +222,20 @@ func (c *Config) parseFile(f File) (*yamlRoot, error) {
 // it is accepted (theirs accepts it) and recorded as a warning.
 func (c *Config) checkKeys(file string, m map[interface{}]interface{}, here map[string]bool, where string) error {
 	keys := make([]string, 0, len(m))
+	var notString []string
 	for k := range m {
 		s, ok := k.(string)
 		if !ok {
-			return &ConfigError{File: file, Msg: fmt.Sprintf("config error, key is not of type string: %v", k)}
+			notString = append(notString, fmt.Sprint(k))
+			continue
 		}
 		keys = append(keys, s)
+	}
+	if len(notString) > 0 {
+		// The first in sorted order, so that a file gives the same error
+		// at every load, whatever the map's order.
+		sort.Strings(notString)
+		return &ConfigError{File: file, Msg: "config error, key is not of type string: " + notString[0]}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {

@@ -316,6 +316,26 @@ func TestLoadCases(t *testing.T) {
 	}
 }
 
+// TestNonStringKeyErrorIsStable: a mapping with several keys YAML reads
+// as other than strings (y, n, yes, no: booleans) gets the same error at
+// every load (a fuzz walk: "true" at one load, "false" at the next, as
+// the map's order varied).
+func TestNonStringKeyErrorIsStable(t *testing.T) {
+	for _, doc := range []string{"n: 1\ny: 1\n", "domain: d\ndescriptors:\n- key: a\n  yes: 1\n  no: 1\n  3: 1\n"} {
+		seen := map[string]bool{}
+		for range 50 {
+			_, err := loadStrings(t, false, doc)
+			if err == nil || !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("%q: %v, want an ErrInvalidConfig", doc, err)
+			}
+			seen[err.Error()] = true
+		}
+		if len(seen) != 1 {
+			t.Errorf("%q: %d different errors over 50 loads: %v", doc, len(seen), seen)
+		}
+	}
+}
+
 func TestLoadWarnsAboutIgnoredKeys(t *testing.T) {
 	cfg, err := loadStrings(t, false, "domain: d\ndescriptors:\n  - key: a\n    unit: hour\n    rate_limit: {unit: second, requests_per_unit: 3, shadow_mode: true}\n")
 	if err != nil {
