@@ -53,7 +53,10 @@ type Options struct {
 	// GlobalQuotaMode treats every descriptor as quota_mode (QUOTA_MODE).
 	GlobalQuotaMode bool
 	// ResponseHeaders adds the limit, remaining and reset headers of the
-	// descriptor closest to its limit (LIMIT_RESPONSE_HEADERS_ENABLED),
+	// descriptor with the least remaining, or of the last rate limit
+	// descriptor over its limit, as envoyproxy/ratelimit does (so with
+	// several over, the reset may be the shortest of their waits)
+	// (LIMIT_RESPONSE_HEADERS_ENABLED),
 	// named LimitHeader, RemainingHeader and ResetHeader
 	// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
 	ResponseHeaders                           bool
