@@ -352,7 +352,9 @@ func RedisRestartKinds() []string { return []string{"restart", "failover", "repl
 // floodgate serve found the Redis it decides on to be another server
 // process than before (its run_id changed), labelled kind (each of
 // RedisRestartKinds, every one exported from the start, at 0), read
-// from count(kind) at each scrape.
+// from count(kind) at each scrape. A change counts when it is first
+// seen, also while the new process is still loading its data: its kind
+// does not depend on what that process loaded.
 func RegisterRedisRestarts(reg prometheus.Registerer, count func(kind string) int64) error {
 	if reg == nil || count == nil {
 		return fmt.Errorf("%w: RegisterRedisRestarts needs a registerer and a count function", ErrInvalidOptions)

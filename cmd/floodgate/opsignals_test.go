@@ -181,7 +181,9 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 
 // TestRestartMsgPersistence: a restart's and a replacement's line say
 // what the new process loaded; only one that loaded nothing says limits
-// start over, and one whose INFO persistence failed says neither.
+// start over, one whose INFO persistence failed says neither, and one
+// still loading its data says the keys loaded so far, not a final count
+// or nothing (review4).
 func TestRestartMsgPersistence(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -194,11 +196,24 @@ func TestRestartMsgPersistence(t *testing.T) {
 		{"RDB", runwatch.Persistence{Known: true, LoadedKeys: 12}, "it loaded 12 keys at its start (its RDB snapshot, or a full sync", false},
 		{"nothing", runwatch.Persistence{Known: true}, "it loaded nothing", true},
 		{"one key", runwatch.Persistence{Known: true, LoadedKeys: 1}, "it loaded 1 key at its start", false},
+		// Still loading (review4): the keys so far, never a final count
+		// or "nothing".
+		{"loading", runwatch.Persistence{Known: true, Loading: true, LoadedKeys: 59484, LoadedPercent: 1.98},
+			"it was still loading its data when checked: 59484 keys so far (1.98%); its counters, quotas and leases will be those it loads", false},
+		{"loading, none yet", runwatch.Persistence{Known: true, Loading: true},
+			"it was still loading its data when checked: 0 keys so far (0%); its counters", false},
+		{"loading, no percentage", runwatch.Persistence{Known: true, Loading: true, LoadedKeys: 1, LoadedPercent: -1},
+			"still loading its data when checked: 1 key so far; its counters", false},
+		{"loading AOF", runwatch.Persistence{Known: true, Loading: true, AOF: true, LoadedPercent: 50},
+			"it runs with AOF and was still loading its data when checked (50% of it): its counters, quotas and leases will be those its append-only file held", false},
 	} {
 		for _, k := range []runwatch.Kind{runwatch.KindRestart, runwatch.KindReplaced} {
 			msg := restartMsg(k, tc.p)
 			if !strings.Contains(msg, tc.has) || strings.Contains(msg, "start over") != tc.startOver {
 				t.Errorf("%s, %v: %q, want %q, start over %v", tc.name, k, msg, tc.has, tc.startOver)
+			}
+			if tc.p.Loading && (strings.Contains(msg, "it loaded") || strings.Contains(msg, "nothing")) {
+				t.Errorf("%s, %v: %q says what it loaded, though it was still loading", tc.name, k, msg)
 			}
 		}
 		if restartMsg(runwatch.KindFailover, tc.p) != redisFailoverMsg {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,8 +42,19 @@ const (
 	// RDB snapshot, or by a full sync from a primary when it started as
 	// a replica (review3: rdb_last_load_keys_loaded counts both).
 	loadedRDBMsg = "it loaded %s at its start (its RDB snapshot, or a full sync if it started as a replica): its counters, quotas and leases are those it loaded"
-	// loadedNothingMsg: no AOF, no key loaded.
+	// loadedNothingMsg: no AOF, no key loaded, done loading.
 	loadedNothingMsg = "it loaded nothing: limits start over"
+	// loadingMsg: it was still loading its data (without AOF) when INFO
+	// persistence was read, %s the keys loaded so far and the
+	// percentage when INFO gave it (loadingSoFar): a partial count, not
+	// what it will hold, and never "nothing" (review4: "it loaded
+	// 271,587 keys" of 2,000,000 being restored).
+	loadingMsg = "it was still loading its data when checked: %s; its counters, quotas and leases will be those it loads"
+	// loadingAOFMsg: it runs with AOF and was still loading its data
+	// when checked (%s: the percentage loaded, when INFO gave it). The
+	// keys loaded so far are not said: an append-only file's commands
+	// are not counted in rdb_last_load_keys_loaded.
+	loadingAOFMsg = "it runs with AOF and was still loading its data when checked%s: its counters, quotas and leases will be those its append-only file held when it started, none if this restart turned AOF on"
 	// loadedUnknownMsg: INFO persistence failed or was refused.
 	loadedUnknownMsg = "its counters, quotas and leases are only those it loaded from disk, none without persistence"
 )
@@ -65,12 +77,26 @@ func persistenceMsg(p runwatch.Persistence) string {
 	switch {
 	case !p.Known:
 		return loadedUnknownMsg
+	case p.Loading && p.AOF:
+		return fmt.Sprintf(loadingAOFMsg, loadedPercent(p, " (", " of it)"))
+	case p.Loading:
+		return fmt.Sprintf(loadingMsg, plural.Count(p.LoadedKeys, "key", "keys")+" so far"+loadedPercent(p, " (", ")"))
 	case p.AOF:
 		return loadedAOFMsg
 	case p.LoadedKeys > 0:
 		return fmt.Sprintf(loadedRDBMsg, plural.Count(p.LoadedKeys, "key", "keys"))
 	}
 	return loadedNothingMsg
+}
+
+// loadedPercent returns the percentage of its data a process still
+// loading had loaded, as "12.5%" between before and after, or "" when
+// INFO gave none (p.LoadedPercent negative).
+func loadedPercent(p runwatch.Persistence, before, after string) string {
+	if p.LoadedPercent < 0 {
+		return ""
+	}
+	return before + strconv.FormatFloat(p.LoadedPercent, 'f', -1, 64) + "%" + after
 }
 
 // restartRefusedRetry is how long restartCheck waits, after Redis refused
@@ -85,8 +111,9 @@ const restartRefusedRetry = 10 * time.Minute
 // was back at zero, with nothing said (an outside walk). A change is
 // logged at WARN (restartMsg of its kind and of what the new process
 // loaded, with the kind, the run_ids, the new server's uptime, its
-// address when known, and after a restart or a replacement loaded_keys
-// and aof when INFO persistence answered) and counted by
+// address when known, and after a restart or a replacement loaded_keys,
+// aof and loading, with loaded_perc while it was still loading, when
+// INFO persistence answered) and counted by
 // kind (floodgate_redis_restarts_total{kind}). Not safe for concurrent
 // use: the heartbeat's goroutine runs it.
 type restartCheck struct {
@@ -108,8 +135,11 @@ func newRestartCheck(client runwatch.Client, primary func() string, log *slog.Lo
 		} else if c.Addr != "" {
 			args = append(args, "primary", c.Addr)
 		}
-		if c.Persistence.Known {
-			args = append(args, "loaded_keys", c.Persistence.LoadedKeys, "aof", c.Persistence.AOF)
+		if p := c.Persistence; p.Known {
+			args = append(args, "loaded_keys", p.LoadedKeys, "aof", p.AOF, "loading", p.Loading)
+			if p.Loading && p.LoadedPercent >= 0 {
+				args = append(args, "loaded_perc", p.LoadedPercent)
+			}
 		}
 		log.Warn(restartMsg(c.Kind, c.Persistence), args...)
 	})}

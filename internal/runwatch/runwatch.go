@@ -5,8 +5,9 @@
 //   - a restart: the same primary (the same address) started again, not
 //     promoted from replica. Its counters, quotas and leases are only
 //     those it loaded from disk (Change.Persistence says what: its RDB
-//     snapshot, its append-only file, or nothing, when INFO persistence
-//     answered): without persistence, limits start over.
+//     snapshot, its append-only file, or nothing, or that it was still
+//     loading them, when INFO persistence answered): without
+//     persistence, limits start over.
 //   - a failover: the new primary was a replica, promoted (INFO
 //     replication's master_replid2 is not all zeros: PSYNC2 keeps the
 //     replication ID of the primary it followed) or, on a Cluster,
@@ -161,7 +162,10 @@ type Change struct {
 	From, To Server
 	// Persistence is what To loaded at its start, for a restart or a
 	// replacement read from INFO persistence after the change was seen
-	// (not Known for a failover, or when that failed).
+	// (not Known for a failover, or when that failed); Loading when To
+	// was still loading its data then, its LoadedKeys those loaded so
+	// far. The change is reported (and counted) when it is seen, also
+	// mid-load: its Kind does not depend on what To loaded.
 	Persistence Persistence
 }
 
