@@ -160,6 +160,24 @@ func outcomeFrom(ctx context.Context) *Outcome {
 	return o
 }
 
+// Degraded is one decision taken by a failure mode, as Options.OnDegraded
+// receives it.
+type Degraded struct {
+	// Layers are the decision's layers: each one's policy (in serve,
+	// "policy.layer", or an Envoy descriptor's derived name), storage
+	// key and cost. The slice is the caller's: read it during the call,
+	// do not keep it or change it.
+	Layers []floodgate.Layer
+	// Mode is the failure mode applied, as Outcome.Mode: the strictest
+	// of the layers' modes.
+	Mode Mode
+	// Reason says why the primary did not decide, as Outcome.Reason.
+	Reason Reason
+	// Err is the primary's error, as Outcome.Err and OnFallback's
+	// (ErrBreakerOpen, ErrBudgetSpent when it was not called).
+	Err error
+}
+
 // strictness orders modes: a decision over layers of several modes applies
 // the strictest.
 func strictness(m Mode) int {
@@ -210,6 +228,9 @@ func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64,
 	}
 	if s.onFallback != nil {
 		s.onFallback(reason, cause)
+	}
+	if s.onDegraded != nil {
+		s.onDegraded(ctx, Degraded{Layers: layers, Mode: mode, Reason: reason, Err: cause})
 	}
 	if o != nil {
 		o.set(Outcome{Degraded: true, Mode: mode, Reason: reason, Err: cause})

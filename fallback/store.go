@@ -21,7 +21,7 @@
 //
 // Callers learn how a decision was taken through an Outcome attached to the
 // context (NewContext), and operators through the Observer (see package
-// metrics) and the OnFallback hook.
+// metrics) and the OnFallback and OnDegraded hooks.
 //
 // # Redis client options
 //
@@ -204,6 +204,14 @@ type Options struct {
 	// alert or log. It runs synchronously on the decision path: keep it
 	// fast.
 	OnFallback func(reason Reason, err error)
+	// OnDegraded, if set, is called after every decision taken by a
+	// failure mode, as OnFallback (after it), with the decision's
+	// context and what OnFallback lacks: its layers and the mode applied
+	// (see Degraded). Serve logs each such decision with it at debug
+	// level. It runs synchronously on the decision path: keep it fast,
+	// and cheap when it does nothing (a logger's Enabled check before
+	// anything is built).
+	OnDegraded func(ctx context.Context, d Degraded)
 	// Observer, if set, receives latencies, fallbacks and breaker changes.
 	Observer Observer
 	// Now returns the current time for the breaker's timing (not for
@@ -226,6 +234,7 @@ type Store struct {
 	factor     float64
 	localPol   func(floodgate.Policy) floodgate.Policy
 	onFallback func(Reason, error)
+	onDegraded func(context.Context, Degraded)
 	obs        Observer
 	now        func() time.Time
 	breakers   *breakers
@@ -322,6 +331,7 @@ func New(primary, local floodgate.Store, opts Options) (*Store, error) {
 		factor:     opts.Factor,
 		localPol:   opts.LocalPolicy,
 		onFallback: opts.OnFallback,
+		onDegraded: opts.OnDegraded,
 		obs:        opts.Observer,
 		now:        opts.Now,
 	}

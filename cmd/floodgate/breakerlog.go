@@ -153,3 +153,40 @@ func logFallbacks(log *slog.Logger, every time.Duration) func(fallback.Reason, e
 		log.Warn(fallbackLogMsg, args...)
 	}
 }
+
+// fallbackDebugMsg is the message of logEachFallback's lines.
+const fallbackDebugMsg = "decision taken by the fallback, not by Redis"
+
+// logEachFallback returns serve's fallback.Options.OnDegraded: at debug
+// level, one line per decision taken by a failure mode, with the
+// decision's policy (its first layer's, the text before "." of
+// "policy.layer"; an Envoy descriptor's domain), its layers' policy names
+// and storage keys, the mode applied (local, open, closed), the reason
+// (timeout, unavailable, indeterminate, breaker_open, error,
+// foreign_value) and the Redis error (clipped as logFallbacks's). Nothing
+// is held back: it is for a while, not under full load. Below debug it
+// returns after the logger's Enabled check, building nothing and
+// allocating nothing. Safe for concurrent use.
+func logEachFallback(log *slog.Logger) func(context.Context, fallback.Degraded) {
+	return func(ctx context.Context, d fallback.Degraded) {
+		if !log.Enabled(ctx, slog.LevelDebug) {
+			return
+		}
+		names := make([]string, len(d.Layers))
+		keys := make([]string, len(d.Layers))
+		for i, l := range d.Layers {
+			names[i], keys[i] = l.Policy.Name, l.Key
+		}
+		policy := ""
+		if len(names) > 0 {
+			policy, _, _ = strings.Cut(names[0], ".")
+		}
+		text := "none"
+		if d.Err != nil {
+			text = clip.Text(d.Err.Error(), maxFallbackErrLog)
+		}
+		log.LogAttrs(ctx, slog.LevelDebug, fallbackDebugMsg,
+			slog.String("policy", policy), slog.Any("layers", names), slog.Any("keys", keys),
+			slog.String("mode", d.Mode.String()), slog.String("reason", d.Reason.String()), slog.String("error", text))
+	}
+}

@@ -421,6 +421,8 @@ func newBackend(f serveFlags, m *metrics.Metrics, log *slog.Logger, modeFor func
 		// back: the breaker's lines say nothing of decisions that fell
 		// back while it stayed closed.
 		OnFallback: logFallbacks(log, fallbackLogEvery),
+		// At debug level, every such decision (docs/operations.md, Logs).
+		OnDegraded: logEachFallback(log),
 		// Background probes, independent of traffic, bring central
 		// counting back within about a second of Redis being healthy.
 		Probe: replies.Probe(fallback.RedisProbe(client, f.prefix+":probe")),
