@@ -13,7 +13,8 @@ import (
 // FuzzPolicyDecide builds a policy from arbitrary parameters and, when it
 // validates, decides two requests of arbitrary costs on the in-memory
 // store at arbitrary times. An invalid policy or cost must be refused with
-// ErrInvalidPolicy, ErrInvalidCost or ErrInvalidTime; a valid one must never panic, and its
+// ErrInvalidPolicy, ErrInvalidCost or ErrInvalidTime (for a quota, also
+// a time whose calendar period leaves the range, ValidatePeriod); a valid one must never panic, and its
 // results must stay inside the documented ranges.
 func FuzzPolicyDecide(f *testing.F) {
 	ms := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
@@ -23,6 +24,9 @@ func FuzzPolicyDecide(f *testing.F) {
 	f.Add("sl", uint8(2), int64(floodgate.MaxSlidingLogLimit), ms(time.Millisecond), int64(0), int64(0), "ü", int64(3), int64(-1), int64(-1), int64(0))
 	f.Add("sw", uint8(3), int64(7), ms(time.Second), int64(0), int64(0), "a:b{c}", int64(8), int64(7), int64(floodgate.MaxTimeMicros), int64(1<<62))
 	f.Add("q", uint8(6), int64(10), int64(0), int64(0), int64(0), "q", int64(1), int64(1), int64(-1<<62), int64(0))
+	// A time inside the range whose month is not (a fuzz walk: the test
+	// took its ErrInvalidTime for a failure).
+	f.Add("0", uint8(6), int64(10), int64(0), int64(0), int64(0), "q", int64(1), int64(1), int64(4503599627370441), int64(0))
 	f.Fuzz(func(t *testing.T, name string, alg uint8, limit, windowUS, burst, maxDelayUS int64, identity string, cost1, cost2, nowUS, stepUS int64) {
 		p := floodgate.Policy{Name: name, Algorithm: floodgate.Algorithm(alg), Limit: limit,
 			Window: time.Duration(windowUS) * time.Microsecond, Burst: burst, MaxDelay: time.Duration(maxDelayUS) * time.Microsecond}
@@ -43,6 +47,14 @@ func FuzzPolicyDecide(f *testing.F) {
 			nowUS = 1 + (nowUS&(1<<62-1))%floodgate.MaxTimeMicros
 		}
 		now := time.UnixMicro(nowUS)
+		// validTime is ValidateTime, and for a quota ValidatePeriod too:
+		// its whole calendar period must lie in the range of times.
+		validTime := func(us int64) error {
+			if err := floodgate.ValidateTime(us); err != nil || p.Algorithm != floodgate.Quota {
+				return err
+			}
+			return floodgate.ValidatePeriod(p.Name, p.Calendar, us)
+		}
 		verr := p.Validate()
 		r, err := lim.AllowAt(ctx, now, p, identity, cost1)
 		switch {
@@ -56,7 +68,7 @@ func FuzzPolicyDecide(f *testing.F) {
 				t.Fatalf("cost %d: AllowAt returned %v", cost1, err)
 			}
 			return
-		case floodgate.ValidateTime(nowUS) != nil:
+		case validTime(nowUS) != nil:
 			if !errors.Is(err, floodgate.ErrInvalidTime) {
 				t.Fatalf("time %d: AllowAt returned %v", nowUS, err)
 			}
@@ -66,7 +78,7 @@ func FuzzPolicyDecide(f *testing.F) {
 		}
 		check(t, p, cost1, r)
 		later := now.Add(time.Duration(stepUS%(1<<50)) * time.Microsecond)
-		if r, err = lim.AllowAt(ctx, later, p, identity, cost2); floodgate.ValidateCost(cost2) == nil && floodgate.ValidateTime(later.UnixMicro()) == nil {
+		if r, err = lim.AllowAt(ctx, later, p, identity, cost2); floodgate.ValidateCost(cost2) == nil && validTime(later.UnixMicro()) == nil {
 			if err != nil {
 				t.Fatalf("%v, cost %d: %v", p, cost2, err)
 			}
