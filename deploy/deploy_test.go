@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/fleet"
+	"github.com/floodgate-rl/floodgate/internal/buildinfo"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
@@ -131,6 +132,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	if err := metrics.RegisterSentinels(reg, "redis", func() sentinelfollow.Status { return sentinelfollow.Status{} }); err != nil {
 		t.Fatal(err)
 	}
+	// serve's build (registerRuntime in cmd/floodgate).
+	if err := buildinfo.Register(reg, buildinfo.Read("")); err != nil {
+		t.Fatal(err)
+	}
 	// serve with --tls-cert-file.
 	if err := metrics.RegisterTLSExpiry(reg, time.Now); err != nil {
 		t.Fatal(err)
@@ -139,6 +144,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	ereg := prometheus.NewRegistry()
 	em, err := envoycompat.NewMetrics(ereg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// envoy-compat's build, as serve's.
+	if err := buildinfo.Register(ereg, buildinfo.Read("")); err != nil {
 		t.Fatal(err)
 	}
 	// envoy-compat behind Sentinel (REDIS_TYPE=sentinel).
@@ -334,7 +343,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	for _, want := range []string{"rate_limit_allowed_total", "rate_limit_denied_total", "rate_limit_redis_latency_seconds_bucket",
 		"rate_limit_fallback_total", "rate_limit_breaker_state", "rate_limit_clock_skew_seconds",
 		"floodgate_decision_errors_total", "floodgate_envoy_should_rate_limit_errors_total", "floodgate_envoy_hits_total",
-		"floodgate_instances_live", "floodgate_fallback_instances"} {
+		"floodgate_instances_live", "floodgate_fallback_instances", "floodgate_build_info"} {
 		if !queried[want] {
 			t.Errorf("the dashboard shows no panel of %s", want)
 		}

@@ -148,6 +148,11 @@ type Options struct {
 	// "redis", for GET /readyz (floodgate doctor checks that every
 	// instance of a Redis deployment uses Redis). Empty: not reported.
 	Store string
+	// Version names the build of the binary serving, for GET /readyz, so
+	// that an operator can tell which instances run which build during a
+	// rolling upgrade (floodgate serve reports its version, as "floodgate
+	// version" prints it). Empty: not reported.
+	Version string
 	// HeartbeatID is the id this instance heartbeats into
 	// <prefix>:instances under (package fleet), for GET /readyz:
 	// floodgate doctor tells by it which instances are in the set it
@@ -736,6 +741,8 @@ type readyResponse struct {
 	ConfigVersion string `json:"config_version"`
 	ConfigSource  string `json:"config_source"`
 	ConfigHash    string `json:"config_hash"`
+	// Version is Options.Version: the build serving.
+	Version string `json:"version,omitempty"`
 	// Store is Options.Store: memory or redis.
 	Store string `json:"store,omitempty"`
 	// HeartbeatID is Options.HeartbeatID.
@@ -800,7 +807,7 @@ func (s *Server) Serving(ctx context.Context) error {
 // readiness is GET /readyz's answer; degradedOK is its ?degraded=ok.
 func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse, int) {
 	cfg := s.cfg.Load()
-	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), ConfigHash: cfg.Hash(), Store: s.opts.Store, HeartbeatID: s.opts.HeartbeatID}
+	resp := readyResponse{Status: "ready", ConfigVersion: cfg.Version(), ConfigSource: cfg.Source(), ConfigHash: cfg.Hash(), Version: s.opts.Version, Store: s.opts.Store, HeartbeatID: s.opts.HeartbeatID}
 	status := http.StatusOK
 	var problems []string
 	if s.opts.Sentinels != nil {

@@ -19,12 +19,20 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/floodgate-rl/floodgate/internal/buildinfo"
 )
 
-// version names the release this binary was built from. Release builds
-// stamp it with -ldflags "-X main.version=v1.2.3" (deploy/build-image.sh
-// does); "floodgate --version" and "floodgate version" print it.
-var version = "dev"
+// version names the release this binary was built from when stamped at
+// link time: release builds stamp it with -ldflags
+// "-X main.version=v1.2.3" (deploy/build-image.sh does). Empty, as in a
+// plain go build, the version comes from the build information Go embeds
+// (buildinfo.Read): the module version, else the VCS revision, else dev.
+var version string
+
+// build is the build this binary is: "floodgate --version" and "floodgate
+// version" print it, /readyz and floodgate_build_info report it.
+var build = buildinfo.Read(version)
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -75,7 +83,7 @@ slip past a limit.
 Run the service with "floodgate serve" (in memory, or --redis URL), ask it
 for a decision with "floodgate check", and see the race it prevents with
 "floodgate demo incident".`,
-		Version:       version,
+		Version:       build.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -142,17 +150,40 @@ func listCommands(root *cobra.Command, args []string, err error) error {
 	return err
 }
 
-// newVersionCmd is "floodgate version": what --version prints.
+// newVersionCmd is "floodgate version": what --version prints, then the
+// Go release that compiled the binary and the VCS revision and commit
+// time it was built from, when known.
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the release this binary was built from (as --version does)",
+		Short: "Print the release this binary was built from, its Go release and VCS revision",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s version %s\n", cmd.Root().DisplayName(), version)
+			_, err := io.WriteString(cmd.OutOrStdout(), versionText(cmd.Root().DisplayName(), build))
 			return err
 		},
 	}
+}
+
+// versionText is what "floodgate version" prints for the build b of the
+// command name: the line --version prints, then a line each for the Go
+// release, the revision (with " (modified)" for a tree with uncommitted
+// changes) and its commit time, the last two only when known.
+func versionText(name string, b buildinfo.Info) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s version %s\n", name, b.Version)
+	fmt.Fprintf(&sb, "go version: %s\n", b.GoVersion)
+	if b.Revision != "" {
+		modified := ""
+		if b.Modified {
+			modified = " (modified)"
+		}
+		fmt.Fprintf(&sb, "revision: %s%s\n", b.Revision, modified)
+	}
+	if b.Time != "" {
+		fmt.Fprintf(&sb, "commit time: %s\n", b.Time)
+	}
+	return sb.String()
 }
 
 // newLogger returns a slog logger writing to w in format ("json" or

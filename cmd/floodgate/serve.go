@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/buildinfo"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/loginguard"
@@ -820,7 +821,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		})
 	}
 	opts := server.Options{
-		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken,
+		Logger: log, Registerer: reg, Gatherer: reg, Metrics: m, AdminToken: f.adminToken, Version: build.Version,
 		Assignments: assign, Resetters: b.resetters, Ready: b.ready, DecisionTimeout: f.decisionTimeout,
 		DrainTimeout: f.drainTimeout, ShutdownDelay: f.shutdownDelay, ReadTimeout: f.readTimeout,
 		WriteTimeout: f.writeTimeout,
@@ -1068,7 +1069,13 @@ func loginGuard(f serveFlags, b *backend, log *slog.Logger) (server.LoginUnlocke
 	return g, nil
 }
 
+// registerRuntime registers on reg what serve and envoy-compat export of
+// the process besides their own metrics: the Go runtime's and the
+// process's collectors, and floodgate_build_info naming this build.
 func registerRuntime(reg *prometheus.Registry) error {
+	if err := buildinfo.Register(reg, build); err != nil {
+		return err
+	}
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -3,8 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os/exec"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/buildinfo"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
 // TestVersionFlag checks that --version prints the stamped version (the
@@ -14,19 +21,112 @@ func TestVersionFlag(t *testing.T) {
 	if code := run(context.Background(), []string{"--version"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
-	if got, want := strings.TrimSpace(out.String()), "floodgate version "+version; got != want {
+	if got, want := strings.TrimSpace(out.String()), "floodgate version "+build.Version; got != want {
 		t.Errorf("--version printed %q, want %q", got, want)
 	}
 }
 
 // TestVersionCommand: "floodgate version" prints what --version prints
-// (an outside walk found it an unknown command).
+// (an outside walk found it an unknown command), then the Go release (an
+// upgrade walk found only "floodgate version dev" for every plain go
+// build).
 func TestVersionCommand(t *testing.T) {
 	code, out, errOut := cli("version")
 	_, flagOut, _ := cli("--version")
-	if code != 0 || out != flagOut || errOut != "" {
-		t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0 and %q (what --version prints)", code, out, errOut, flagOut)
+	if code != 0 || !strings.HasPrefix(out, flagOut) || errOut != "" {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q; want 0 and %q (what --version prints) first", code, out, errOut, flagOut)
 	}
+	if want := "go version: " + runtime.Version() + "\n"; !strings.Contains(out, want) {
+		t.Errorf("version printed %q, want a line %q", out, want)
+	}
+}
+
+// TestVersionText: "floodgate version" names the revision and its commit
+// time when the build knows them, and says when the tree was modified.
+func TestVersionText(t *testing.T) {
+	const rev = "0505cc7d1a2b3c4d5e6f708192a3b4c5d6e7f809"
+	for _, tc := range []struct {
+		name string
+		b    buildinfo.Info
+		want string
+	}{
+		{"stamped release", buildinfo.Info{Version: "v1.2.3", Revision: rev, Time: "2026-01-02T03:04:05Z", GoVersion: "go1.26.0"},
+			"floodgate version v1.2.3\ngo version: go1.26.0\nrevision: " + rev + "\ncommit time: 2026-01-02T03:04:05Z\n"},
+		{"modified tree", buildinfo.Info{Version: "0505cc7d1a2b-dirty", Revision: rev, Time: "2026-01-02T03:04:05Z", Modified: true, GoVersion: "go1.26.0"},
+			"floodgate version 0505cc7d1a2b-dirty\ngo version: go1.26.0\nrevision: " + rev + " (modified)\ncommit time: 2026-01-02T03:04:05Z\n"},
+		{"no VCS information", buildinfo.Info{Version: "dev", GoVersion: "go1.26.0"},
+			"floodgate version dev\ngo version: go1.26.0\n"},
+	} {
+		if got := versionText("floodgate", tc.b); got != tc.want {
+			t.Errorf("%s: versionText printed %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// buildInfoLine matches floodgate_build_info in the Prometheus text format,
+// every label non-empty.
+var buildInfoLine = regexp.MustCompile(`(?m)^floodgate_build_info\{goversion="([^"]+)",revision="([^"]+)",version="([^"]+)"\} 1$`)
+
+// binaryVersion is the version the test binary's "floodgate version"
+// prints on its first line.
+func binaryVersion(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(binary(t), "version").Output()
+	if err != nil {
+		t.Fatalf("floodgate version: %v", err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	v, ok := strings.CutPrefix(first, "floodgate version ")
+	if !ok || v == "" {
+		t.Fatalf("floodgate version printed %q", out)
+	}
+	return v
+}
+
+// checkBuildInfo checks that metrics (a /metrics body) has
+// floodgate_build_info with non-empty labels, its version label version.
+func checkBuildInfo(t *testing.T, metrics, version string) {
+	t.Helper()
+	m := buildInfoLine.FindStringSubmatch(metrics)
+	if m == nil {
+		t.Errorf("/metrics has no floodgate_build_info{goversion,revision,version} 1 with non-empty labels:\n%s", metrics)
+		return
+	}
+	if m[3] != version {
+		t.Errorf("floodgate_build_info version %q, want %q (what floodgate version prints)", m[3], version)
+	}
+}
+
+// TestServeReportsItsBuild: a real serve exports floodgate_build_info and
+// names its version in /readyz, as "floodgate version" prints it (an
+// upgrade walk could not tell which instance ran which build: neither
+// said anything of it).
+func TestServeReportsItsBuild(t *testing.T) {
+	want := binaryVersion(t)
+	svc := startService(t)
+	_, metrics := httpGet(t, svc.url+"/metrics")
+	checkBuildInfo(t, metrics, want)
+	code, body := readyz(t, svc.url)
+	var ready struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != 200 {
+		t.Fatalf("/readyz: %d %s (%v)", code, body, err)
+	}
+	if ready.Version != want {
+		t.Errorf("/readyz version %q, want %q (what floodgate version prints): %s", ready.Version, want, body)
+	}
+}
+
+// TestEnvoyCompatReportsItsBuild: envoy-compat's /metrics on its debug
+// port exports floodgate_build_info too.
+func TestEnvoyCompatReportsItsBuild(t *testing.T) {
+	want := binaryVersion(t)
+	rdb := redistest.Start(t)
+	_, rt := compatRuntime(t, compatConfig)
+	p := startCompat(t, append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=bi_")...)
+	_, metrics := httpGet(t, "http://"+p.debug+"/metrics")
+	checkBuildInfo(t, metrics, want)
 }
 
 // TestUnknownCommandsListTheCommands: a mistyped top-level command, like
