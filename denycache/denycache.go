@@ -21,9 +21,15 @@
 // only shrink (other requests consume, a denied request consumes nothing,
 // and time has not yet freed enough for c), and a larger cost fits even
 // less. The package's differential test checks this against the bare store
-// with random traffic on one clock: same decisions, same binding layer,
-// same reasons; a cached RetryAfter can only be shorter (it is exact for
-// the cost that was denied, and a larger cost may need longer).
+// with random traffic on one clock: same decisions, same reasons; a cached
+// RetryAfter can only be shorter (it is exact for the cost that was
+// denied, and a larger cost may need longer, as may a layer others
+// consumed since). The binding layer is the same but in one case: a
+// layered denial binds the layer with the longest wait (floodgate.Outlasts),
+// and when a cached wait is shorter than the store's the cache may bind
+// another denying layer, whose wait is then no longer than the one the
+// store alone would report, and a client that waits it may be denied
+// again.
 //
 // Clocks that disagree make the cache deny what the store would admit,
 // never the reverse, by at most the disagreement. A key's state keeps the

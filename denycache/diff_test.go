@@ -17,9 +17,12 @@ import (
 // have admitted, the plain store would consume and the two would disagree
 // from then on; admitting what the store denies is impossible by
 // construction, and checked too. Cached denials may report a shorter
-// RetryAfter (recomputed for the cost that was denied), never a longer one.
+// RetryAfter (recomputed for the cost that was denied), never a longer one,
+// and so may bind another denying layer, one whose wait is no longer than
+// the store's binding one (seed 33: a review found a cached answer binding
+// the other layer once the binding layer became the longest wait).
 func TestDifferential(t *testing.T) {
-	for seed := range uint64(4) {
+	for _, seed := range []uint64{0, 1, 2, 3, 33} {
 		t.Run("memstore", func(t *testing.T) {
 			differential(t, newMem(t), newMem(t), seed, 20_000)
 		})
@@ -96,7 +99,7 @@ func differential(t *testing.T, plainStore, cachedStore floodgate.Store, seed ui
 			t.Fatal(err)
 		}
 		fromCache := cache.Saved() > savedBefore
-		if got.Allowed != want.Allowed || got.Binding != want.Binding {
+		if got.Allowed != want.Allowed || (got.Binding != want.Binding && !shorterBinding(fromCache, got, want)) {
 			t.Fatalf("step %d (%v cost %d at %v, from cache %v): allowed %v binding %d, store alone %v binding %d",
 				i, specs, cost, now, fromCache, got.Allowed, got.Binding, want.Allowed, want.Binding)
 		}
@@ -120,4 +123,18 @@ func differential(t *testing.T, plainStore, cachedStore floodgate.Store, seed ui
 	if cache.Saved() == 0 {
 		t.Fatal("the cache never answered: the test exercised nothing")
 	}
+}
+
+// shorterBinding reports whether got, a denial the cache answered, binds
+// another layer than want, the store's, only because a cached RetryAfter is
+// shorter than the store's: both layers deny for the same reason (limited,
+// as a cost above a capacity outlasts any wait and is cached exactly), and
+// the wait got reports is no longer than want's.
+func shorterBinding(fromCache bool, got, want floodgate.Decision) bool {
+	if !fromCache || got.Allowed {
+		return false
+	}
+	g, w := got.Result(), want.Result()
+	return g.Reason == floodgate.ReasonLimited && w.Reason == floodgate.ReasonLimited &&
+		want.Layers[got.Binding].Reason == floodgate.ReasonLimited && g.RetryAfter <= w.RetryAfter
 }
