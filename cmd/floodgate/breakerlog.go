@@ -159,8 +159,10 @@ const fallbackDebugMsg = "decision taken by the fallback, not by Redis"
 
 // logEachFallback returns serve's fallback.Options.OnDegraded: at debug
 // level, one line per decision taken by a failure mode, with the
-// decision's policy (its first layer's, the text before "." of
-// "policy.layer"; an Envoy descriptor's domain), its layers' policy names
+// decision's policy (its first layer's, the text before the first "." of
+// "policy.layer": serve's policy names hold no "."; for an Envoy
+// descriptor, whose name is its domain, a ".", its path and a hash, that
+// is the domain only when the domain holds no "."), its layers' full names
 // and storage keys, the mode applied (local, open, closed), the reason
 // (timeout, unavailable, indeterminate, breaker_open, error,
 // foreign_value) and the Redis error (clipped as logFallbacks's). Nothing
