@@ -11,12 +11,12 @@ import (
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
-// TestOnDegradedGetsEachDecision: OnDegraded is called once per decision
+// TestOnDegradedGetsEachDecisionAllocationFree: OnDegraded is called once per decision
 // taken by a failure mode, with the decision's layers, the mode applied,
 // the reason and the primary's error, and not for one the primary took;
 // a hook that returns at once adds no allocation to a decision taken
 // while the breaker is open (serve's, below debug level).
-func TestOnDegradedGetsEachDecision(t *testing.T) {
+func TestOnDegradedGetsEachDecisionAllocationFree(t *testing.T) {
 	primary := newScripted(t)
 	local, err := memstore.New(memstore.Options{})
 	if err != nil {
