@@ -455,6 +455,34 @@ func TestSentinelWrongMasterName(t *testing.T) {
 	}
 }
 
+// TestSentinelMajorityDoesNotKnowTheMaster: with two of three sentinels
+// told SENTINEL REMOVE and the primary the third names down, the
+// diagnosis says that a majority answer that they monitor no such
+// primary, not that no majority answers (a code review: it said "only 1
+// of 3 sentinels answer (...): no majority of the sentinels answers",
+// and sent the reader to bring the sentinels back).
+func TestSentinelMajorityDoesNotKnowTheMaster(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	for _, a := range s.SentinelAddrs[:2] {
+		sc := redis.NewClient(&redis.Options{Addr: a})
+		err := sc.Do(context.Background(), "SENTINEL", "REMOVE", s.MasterName).Err()
+		sc.Close()
+		if err != nil {
+			t.Fatalf("SENTINEL REMOVE on %s: %v", a, err)
+		}
+	}
+	s.Primary.Stop()
+	got := unreachable(t, doctor.Options{Redis: config.Redis{SentinelAddrs: s.SentinelAddrs, SentinelMaster: s.MasterName}, Prefix: "mk"})
+	for _, want := range []string{"a majority of the sentinels (" + s.SentinelAddrs[0] + ", " + s.SentinelAddrs[1] + ") answer, but monitor no primary named", "SENTINEL MONITOR"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Redis/reachable %q does not say %q", got, want)
+		}
+	}
+	if strings.Contains(got, "no majority of the sentinels answers") {
+		t.Errorf("Redis/reachable %q says no majority answers: all three did", got)
+	}
+}
+
 // TestSentinelsUnreachable: when no sentinel answers, the error says so
 // and why for each (connection refused), as docs/operations.md promises
 // ("the message says why"); it used to be go-redis's bare "context

@@ -909,6 +909,12 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 	case len(unknown) > 0 && len(primaries) == 0:
 		return fmt.Sprintf("the sentinels at %s answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS",
 			strings.Join(unknown, ", "), st.Master), true, nil
+	case len(primaries) > 0 && 2*len(unknown) > len(st.Addrs):
+		// A majority answered, that they do not know the master: the
+		// Follower forgot the primary, and doctor's client dialed the
+		// one the others name (go-redis asks the sentinels).
+		return fmt.Sprintf("a majority of the sentinels (%s) answer, but monitor no primary named %q: check --redis-master (or master= in the URL) against their SENTINEL MASTERS, or SENTINEL MONITOR it again (after a SENTINEL REMOVE); doctor dialed the primary the others name (%s), and it does not answer",
+			strings.Join(unknown, ", "), st.Master, strings.Join(primaries, "; ")), true, nil
 	case len(primaries) > 0 && 2*len(primaries) <= len(st.Addrs) && len(named) > 1:
 		// No majority, and those that answer disagree: doctor's client
 		// picked none, and asked the sentinels as go-redis does, waiting

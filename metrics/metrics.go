@@ -406,9 +406,10 @@ func RegisterMemoryStore(reg prometheus.Registerer, store string, most int, held
 
 // The names of the gauges RegisterSentinels registers.
 const (
-	SentinelsMetric          = "floodgate_sentinels"
-	SentinelsAnsweringMetric = "floodgate_sentinels_answering"
-	SentinelMajorityMetric   = "floodgate_sentinel_majority"
+	SentinelsMetric             = "floodgate_sentinels"
+	SentinelsAnsweringMetric    = "floodgate_sentinels_answering"
+	SentinelMajorityMetric      = "floodgate_sentinel_majority"
+	SentinelUnknownMasterMetric = "floodgate_sentinel_unknown_master"
 )
 
 // RegisterSentinels registers on reg, labelled client (the Redis client
@@ -419,6 +420,14 @@ const (
 // the last round (every second), and 1 when a majority of them named one
 // primary in it, 0 otherwise. While that is 0 the client goes on with the
 // primary named last, and a failover is not followed.
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func RegisterSentinels(reg prometheus.Registerer, client string, status func() sentinelfollow.Status) error {
 	if reg == nil || client == "" || status == nil {
 		return fmt.Errorf("%w: RegisterSentinels needs a registerer, a client name and a status function", ErrInvalidOptions)
@@ -432,13 +441,10 @@ func RegisterSentinels(reg prometheus.Registerer, client string, status func() s
 			func(s sentinelfollow.Status) int { return s.Sentinels }},
 		{SentinelsAnsweringMetric, "Sentinels that answered the client's last question for the primary (asked every second): with its address, or saying they do not know the master. 0 before the first answer.",
 			func(s sentinelfollow.Status) int { return s.Answering }},
-		{SentinelMajorityMetric, "1 when a majority of the sentinels named one primary at the client's last question (every second), 0 otherwise: decisions go on with the primary named last, and a failover is not followed until a majority answers again.",
-			func(s sentinelfollow.Status) int {
-				if s.Majority {
-					return 1
-				}
-				return 0
-			}},
+		{SentinelMajorityMetric, "1 when a majority of the sentinels named one primary at the client's last question (every second), 0 otherwise: while they do not answer, decisions go on with the primary named last, and a failover is not followed until a majority answers again; while floodgate_sentinel_unknown_master is 1, see it.",
+			func(s sentinelfollow.Status) int { return b2i(s.Majority) }},
+		{SentinelUnknownMasterMetric, "1 when a majority of the sentinels answered the client's last question (every second) that they do not monitor the master (a wrong --redis-master, or SENTINEL REMOVE), 0 otherwise: the primary is forgotten, and each new connection goes to the primary a sentinel that still monitors the master names, or fails when none does.",
+			func(s sentinelfollow.Status) int { return b2i(s.UnknownMaster) }},
 	} {
 		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help, ConstLabels: labels},
 			func() float64 { return float64(g.value(status())) })); err != nil {

@@ -301,14 +301,14 @@ func TestRegisterSentinels(t *testing.T) {
 	}
 	st = sentinelfollow.Status{Sentinels: 3}
 	want := `
-# HELP floodgate_sentinel_majority 1 when a majority of the sentinels named one primary at the client's last question (every second), 0 otherwise: decisions go on with the primary named last, and a failover is not followed until a majority answers again.
+# HELP floodgate_sentinel_majority 1 when a majority of the sentinels named one primary at the client's last question (every second), 0 otherwise: while they do not answer, decisions go on with the primary named last, and a failover is not followed until a majority answers again; while floodgate_sentinel_unknown_master is 1, see it.
 # TYPE floodgate_sentinel_majority gauge
 floodgate_sentinel_majority{client="redis"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.SentinelMajorityMetric); err != nil {
 		t.Error(err)
 	}
-	for name, v := range map[string]float64{metrics.SentinelsMetric: 3, metrics.SentinelsAnsweringMetric: 0} {
+	for name, v := range map[string]float64{metrics.SentinelsMetric: 3, metrics.SentinelsAnsweringMetric: 0, metrics.SentinelUnknownMasterMetric: 0} {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -95,6 +95,9 @@ type Follower struct {
 	left    map[string]struct{} // every primary left since, until named again
 	onMove  func(from, to string)
 	blind   bool // the last round had no majority answering
+	// forgotten is set while a majority answers that they do not
+	// monitor the master (forget): the warning is logged once.
+	forgotten bool
 
 	// minority is the primary every sentinel that answered the last
 	// round named, when no majority answered and at least one did; ""
@@ -117,10 +120,11 @@ type Follower struct {
 
 	// round numbers check's rounds; tallied is the latest round whose
 	// answers answering and majority count (under mu).
-	round     atomic.Uint64
-	tallied   uint64
-	answering int
-	majority  bool
+	round         atomic.Uint64
+	tallied       uint64
+	answering     int
+	majority      bool
+	unknownMaster bool
 }
 
 // Status is what a Follower's last round of questions found (Status).
@@ -135,11 +139,22 @@ type Status struct {
 	// round ends.
 	Answering int
 	// Majority reports whether a majority of them named one primary in
-	// the last round. False: a failover is not followed until they do
-	// (new connections go on to Primary, the one named last); false
-	// before the first round ends too.
+	// the last round. False while they do not answer: a failover is not
+	// followed until they do (new connections go on to Primary, the one
+	// named last); false before the first round ends, and while
+	// UnknownMaster, too.
 	Majority bool
-	// Primary is Primary's answer: the primary a majority named last.
+	// UnknownMaster reports whether a majority of them answered the
+	// last round that they do not monitor the master (SENTINEL
+	// GET-MASTER-ADDR-BY-NAME answered nil: a wrong master name, or
+	// SENTINEL REMOVE). They answer, so Answering counts them; the
+	// primary is forgotten (Primary is ""), and go-redis asks the
+	// sentinels at each new connection: it goes to the primary a
+	// sentinel that still monitors the master names, and fails when
+	// none does.
+	UnknownMaster bool
+	// Primary is Primary's answer: the primary a majority named last, ""
+	// while UnknownMaster.
 	Primary string
 }
 
@@ -151,18 +166,19 @@ type Status struct {
 func (f *Follower) Status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Status{Sentinels: len(f.sentinels), Answering: f.answering, Majority: f.majority, Primary: f.current}
+	return Status{Sentinels: len(f.sentinels), Answering: f.answering, Majority: f.majority, UnknownMaster: f.unknownMaster, Primary: f.current}
 }
 
-// tally records that answering sentinels answered round, and whether a
-// majority named one primary, unless a later round was tallied already.
-func (f *Follower) tally(round uint64, answering int, majority bool) {
+// tally records that answering sentinels answered round, whether a
+// majority named one primary, and whether a majority answered that they
+// do not know the master, unless a later round was tallied already.
+func (f *Follower) tally(round uint64, answering int, majority, unknownMaster bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if round < f.tallied {
 		return
 	}
-	f.tallied, f.answering, f.majority = round, answering, majority
+	f.tallied, f.answering, f.majority, f.unknownMaster = round, answering, majority, unknownMaster
 }
 
 // nodeErr is a failure met at an address, and when.
@@ -325,6 +341,10 @@ func (f *Follower) OnMove(fn func(from, to string)) {
 	f.mu.Unlock()
 }
 
+// Master returns the master name the Follower asks the sentinels for
+// (the failover options' MasterName).
+func (f *Follower) Master() string { return f.master }
+
 // Primary returns the primary a majority of the sentinels named last, or
 // "" before any answer and once a majority answered that they do not know
 // the master.
@@ -435,9 +455,9 @@ func (f *Follower) Kick() {
 // soon as a majority agrees: a sentinel that is frozen (connections open,
 // nothing answered) would otherwise hold every move up by askTimeout.
 // A majority answering that they do not know the master makes it forget
-// the current primary. Any other round without a majority changes
-// nothing; the first after one with
-// is logged as a warning, naming what each sentinel failed with, and a
+// the current primary, and the first such round is logged as a warning.
+// Any other round without a majority changes nothing; the first after
+// one with is logged as a warning, naming what each sentinel failed with, and a
 // sentinel that did not answer in time is recorded for NodeErrors. Each
 // round's count of answers is recorded for Status.
 func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, log *slog.Logger) {
@@ -492,10 +512,10 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 	}
 	// The answers not read yet are counted as they come, without
 	// holding up the move.
-	go f.tallyRest(ctx, round, answered, named != "", answers, len(clients)-n, cancel)
+	go f.tallyRest(ctx, round, answered, named != "", forgot, answers, len(clients)-n, cancel)
 	switch {
 	case forgot:
-		f.forget()
+		f.forget(ctx, unknown, log)
 	case named == "":
 		f.noMajority(ctx, failed, count, log)
 	default:
@@ -519,10 +539,10 @@ func (a answer) answered() bool { return a.addr != "" || errors.Is(a.err, redis.
 // check has decided without them; then it calls cancel, which ends the
 // round's questions. A round cut short by the end of ctx (Run's) is not
 // recorded: its failures are Run's own.
-func (f *Follower) tallyRest(ctx context.Context, round uint64, answered int, majority bool, answers <-chan answer, left int, cancel context.CancelFunc) {
+func (f *Follower) tallyRest(ctx context.Context, round uint64, answered int, majority, unknownMaster bool, answers <-chan answer, left int, cancel context.CancelFunc) {
 	defer cancel()
-	if majority {
-		f.tally(round, answered, majority) // at once: the move is made
+	if majority || unknownMaster {
+		f.tally(round, answered, majority, unknownMaster) // at once: the move is made
 	}
 	for range left {
 		if (<-answers).answered() {
@@ -530,7 +550,7 @@ func (f *Follower) tallyRest(ctx context.Context, round uint64, answered int, ma
 		}
 	}
 	if ctx.Err() == nil {
-		f.tally(round, answered, majority)
+		f.tally(round, answered, majority, unknownMaster)
 	}
 }
 
@@ -570,14 +590,17 @@ func (f *Follower) majorityNamed(named string, log *slog.Logger) {
 		f.steer.Store(&steering{left: maps.Clone(f.left), to: named, until: time.Now().Add(staleAfter)})
 	}
 	onMove := f.onMove
-	wasBlind := f.blind
-	f.blind = false
+	wasBlind, wasForgotten := f.blind, f.forgotten
+	f.blind, f.forgotten = false, false
 	f.mu.Unlock()
-	if wasBlind {
-		// At warn, as the line it ends: a service logging at warn
-		// (envoy-compat's default) showed the alarm and never the
-		// all-clear (a walk).
+	// At warn, as the line each ends: a service logging at warn
+	// (envoy-compat's default) showed the alarm and never the all-clear
+	// (a walk).
+	switch {
+	case wasBlind:
 		log.Warn("a majority of the sentinels answers again", "master", f.master, "primary", named)
+	case wasForgotten:
+		log.Warn("a majority of the sentinels monitors the Redis master again", "master", f.master, "primary", named)
 	}
 	if moved && onMove != nil {
 		onMove(from, named)
@@ -585,15 +608,26 @@ func (f *Follower) majorityNamed(named string, log *slog.Logger) {
 }
 
 // forget drops the current primary when a majority of the sentinels
-// answer that they do not know the master (SENTINEL REMOVE): new
-// connections are then left to go-redis, whose error says so, and not
-// sent to a server the sentinels no longer vouch for.
-func (f *Follower) forget() {
+// (unknown of them) answer that they do not know the master (a wrong
+// master name, or SENTINEL REMOVE): new connections are then left to
+// go-redis, which asks the sentinels at each one, and not sent to a
+// server the majority no longer vouches for. go-redis dials the primary
+// a sentinel that still monitors the master names (a minority), and
+// fails, saying that the sentinels do not know the master, when none
+// does. The first such round is logged as a warning.
+func (f *Follower) forget(ctx context.Context, unknown int, log *slog.Logger) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	primary, wasForgotten := f.current, f.forgotten
 	f.current = ""
 	f.minority = ""
 	f.blind = false
+	f.forgotten = true
+	f.mu.Unlock()
+	if wasForgotten || ctx.Err() != nil {
+		return
+	}
+	log.Warn("a majority of the sentinels answer that they do not monitor the Redis master: its primary is forgotten, and each new connection goes to the primary a sentinel that still monitors it names, or fails when none does (check --redis-master against SENTINEL MASTERS, or SENTINEL MONITOR it again)",
+		"master", f.master, "unknown_to", unknown, "sentinels", len(f.sentinels), "forgotten", primary)
 }
 
 // noMajority handles a round of check in which no majority of the
@@ -625,7 +659,7 @@ func (f *Follower) noMajority(ctx context.Context, failed []error, count map[str
 	}
 	f.mu.Lock()
 	wasBlind, primary, minorityDials := f.blind, f.current, f.minorityDials
-	f.blind = true
+	f.blind, f.forgotten = true, false
 	f.minority = minority
 	if primary == "" && minority != "" && minorityDials {
 		f.minorityDialed[minority] = struct{}{}

@@ -168,6 +168,10 @@ type Options struct {
 	// (it decides on the primary named last; the probe of Ready says
 	// whether that one answers). Nil: not reported (no Sentinel).
 	Sentinels func() sentinelfollow.Status
+	// SentinelMaster is the master name the sentinels are asked for
+	// (sentinelfollow.Follower.Master), which /readyz's warning names
+	// when they answer that they do not monitor it. "": not named.
+	SentinelMaster string
 	// Breakers, when set, reports the circuit breakers' states by
 	// partition (fallback.Store.BreakerStates): /readyz is 503 while one
 	// is open or half-open, as decisions are then not central.
@@ -760,19 +764,39 @@ type sentinelsResponse struct {
 	Answering int `json:"answering"`
 	// Majority is whether a majority named one primary in it.
 	Majority bool `json:"majority"`
-	// Primary is the primary a majority named last.
+	// UnknownMaster is whether a majority answered in it that they do
+	// not monitor the master (sentinelfollow.Status.UnknownMaster).
+	UnknownMaster bool `json:"unknown_master,omitempty"`
+	// Primary is the primary a majority named last; none while
+	// UnknownMaster.
 	Primary string `json:"primary,omitempty"`
 	// Warning says what no majority means, while there is none.
 	Warning string `json:"warning,omitempty"`
 }
 
-// noSentinelMajority is sentinelsResponse.Warning without a majority.
+// noSentinelMajority is sentinelsResponse.Warning without a majority,
+// while the sentinels do not answer.
 const noSentinelMajority = "no majority of the sentinels answers: new connections go on to the primary they last named, and a failover is not followed until they answer"
 
-// sentinelsReport returns what /readyz says of st.
-func sentinelsReport(st sentinelfollow.Status) *sentinelsResponse {
-	r := &sentinelsResponse{Configured: st.Sentinels, Answering: st.Answering, Majority: st.Majority, Primary: st.Primary}
-	if !st.Majority {
+// unknownSentinelMaster is sentinelsResponse.Warning while a majority
+// answers that they do not monitor the master (%s: master "NAME"). What
+// it says new connections do was observed with two of three sentinels
+// told SENTINEL REMOVE, then three
+// (TestStatusSaysTheSentinelsDoNotKnowTheMaster).
+const unknownSentinelMaster = "a majority of the sentinels answer that they do not monitor %s: the primary is forgotten, and each new connection goes to the primary a sentinel that still monitors it names, or fails when none does (check --redis-master against SENTINEL MASTERS, or SENTINEL MONITOR it again)"
+
+// sentinelsReport returns what /readyz says of st, the sentinels of
+// master.
+func sentinelsReport(st sentinelfollow.Status, master string) *sentinelsResponse {
+	r := &sentinelsResponse{Configured: st.Sentinels, Answering: st.Answering, Majority: st.Majority, UnknownMaster: st.UnknownMaster, Primary: st.Primary}
+	switch {
+	case st.UnknownMaster:
+		name := "the master"
+		if master != "" {
+			name = fmt.Sprintf("master %q", master)
+		}
+		r.Warning = fmt.Sprintf(unknownSentinelMaster, name)
+	case !st.Majority:
 		r.Warning = noSentinelMajority
 	}
 	return r
@@ -811,7 +835,7 @@ func (s *Server) readiness(ctx context.Context, degradedOK bool) (readyResponse,
 	status := http.StatusOK
 	var problems []string
 	if s.opts.Sentinels != nil {
-		resp.Sentinels = sentinelsReport(s.opts.Sentinels())
+		resp.Sentinels = sentinelsReport(s.opts.Sentinels(), s.opts.SentinelMaster)
 	}
 	if s.opts.Breakers != nil {
 		resp.Breakers = map[string]string{}

@@ -828,7 +828,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		QuotaStore:   b.quotas, ConcurrencyStore: b.leases, LookupTimeout: f.fallbackBudget, HTTPEngine: engine,
 	}
 	if b.follow != nil {
-		opts.Sentinels = b.follow.Status
+		opts.Sentinels, opts.SentinelMaster = b.follow.Status, b.follow.Master()
 	}
 	if b.fb != nil {
 		opts.Breaker, opts.Breakers = b.fb, b.fb.BreakerStates
