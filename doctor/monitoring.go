@@ -37,6 +37,7 @@ var ShippedAlerts = []string{
 	"RateLimitRedisRestarted",
 	"RateLimitRedisFailedOver",
 	"RateLimitSentinelsNoMajority",
+	"RateLimitSentinelsUnknownMaster",
 }
 
 // floodgateSeries selects every series of Floodgate's metrics.
