@@ -35,7 +35,7 @@ func TestStatusSaysTheSentinelsDoNotKnowTheMaster(t *testing.T) {
 	go func() { defer close(done); f.Run(ctx, slog.New(slog.NewTextHandler(&logs, nil))) }()
 	defer func() { stop(); <-done }()
 	waitStatus(t, f, "three answering, a majority", func(st Status) bool {
-		return st == Status{Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
+		return st == Status{Asked: true, Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
 	})
 	key := "forgot:" + t.Name()
 	defer s.Primary.Client(t).Del(context.Background(), key)
@@ -63,7 +63,7 @@ func TestStatusSaysTheSentinelsDoNotKnowTheMaster(t *testing.T) {
 		sentinel(i, "REMOVE", s.MasterName)
 	}
 	waitStatus(t, f, "three answering, two that they do not know the master", func(st Status) bool {
-		return st == Status{Sentinels: 3, Answering: 3, UnknownMaster: true}
+		return st == Status{Asked: true, Sentinels: 3, Answering: 3, UnknownMaster: true}
 	})
 	const warning = "a majority of the sentinels answer that they do not monitor the Redis master"
 	if !strings.Contains(logs.String(), warning) {
@@ -83,7 +83,7 @@ func TestStatusSaysTheSentinelsDoNotKnowTheMaster(t *testing.T) {
 		sentinel(i, "MONITOR", s.MasterName, "127.0.0.1", strconv.Itoa(s.Primary.Port), 2)
 	}
 	waitStatus(t, f, "a majority naming the primary again", func(st Status) bool {
-		return st == Status{Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
+		return st == Status{Asked: true, Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
 	})
 	if n := strings.Count(logs.String(), warning); n != 1 {
 		t.Errorf("the warning was logged %d times, want once:\n%s", n, logs.String())

@@ -80,6 +80,10 @@ type Follower struct {
 	// (Asked); askedOnce closes it.
 	asked     chan struct{}
 	askedOnce sync.Once
+	// counted is closed when a round's answers were first counted for
+	// Status (WaitAsked); countedOnce closes it.
+	counted     chan struct{}
+	countedOnce sync.Once
 
 	// steer is what the client's dials and health checks read, without
 	// a lock (a check runs at every connection taken from the pool): nil
@@ -156,6 +160,10 @@ type Status struct {
 	// Primary is Primary's answer: the primary a majority named last, ""
 	// while UnknownMaster.
 	Primary string
+	// Asked reports whether the answers of a round of questions have
+	// been counted. Before, the other fields tell nothing of the
+	// sentinels yet: Majority is false because none was asked.
+	Asked bool
 }
 
 // Status returns what the last round of questions to the sentinels found.
@@ -166,7 +174,7 @@ type Status struct {
 func (f *Follower) Status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return Status{Sentinels: len(f.sentinels), Answering: f.answering, Majority: f.majority, UnknownMaster: f.unknownMaster, Primary: f.current}
+	return Status{Sentinels: len(f.sentinels), Answering: f.answering, Majority: f.majority, UnknownMaster: f.unknownMaster, Primary: f.current, Asked: f.tallied > 0}
 }
 
 // tally records that answering sentinels answered round, whether a
@@ -179,6 +187,7 @@ func (f *Follower) tally(round uint64, answering int, majority, unknownMaster bo
 		return
 	}
 	f.tallied, f.answering, f.majority, f.unknownMaster = round, answering, majority, unknownMaster
+	f.countedOnce.Do(func() { close(f.counted) })
 }
 
 // nodeErr is a failure met at an address, and when.
@@ -208,6 +217,7 @@ func New(o *redis.FailoverOptions) *Follower {
 		sentinels: append([]string(nil), o.SentinelAddrs...),
 		kick:      make(chan struct{}, 1),
 		asked:     make(chan struct{}),
+		counted:   make(chan struct{}),
 		left:      map[string]struct{}{},
 		errs:      map[string]nodeErr{},
 
@@ -442,6 +452,23 @@ func (f *Follower) sentinelClient(addr string) *redis.SentinelClient {
 // while no Run has finished a round.
 func (f *Follower) Asked() <-chan struct{} { return f.asked }
 
+// WaitAsked waits until the answers of a Run's first round of questions
+// have been counted (Status.Asked), ctx ends, or twice the time a round
+// may take has passed, and reports whether they were. A service waits for it before it
+// listens, so that its first readiness answer and metrics tell what the
+// sentinels said, not that none was asked yet.
+func (f *Follower) WaitAsked(ctx context.Context) bool {
+	t := time.NewTimer(2 * askTimeout)
+	defer t.Stop()
+	select {
+	case <-f.counted:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // Kick makes Run ask the sentinels now.
 func (f *Follower) Kick() {
 	select {
@@ -512,6 +539,10 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 	}
 	// The answers not read yet are counted as they come, without
 	// holding up the move.
+	if named != "" || forgot {
+		// At once, before the move: the round is decided.
+		f.tally(round, answered, named != "", forgot)
+	}
 	go f.tallyRest(ctx, round, answered, named != "", forgot, answers, len(clients)-n, cancel)
 	switch {
 	case forgot:
@@ -541,9 +572,6 @@ func (a answer) answered() bool { return a.addr != "" || errors.Is(a.err, redis.
 // recorded: its failures are Run's own.
 func (f *Follower) tallyRest(ctx context.Context, round uint64, answered int, majority, unknownMaster bool, answers <-chan answer, left int, cancel context.CancelFunc) {
 	defer cancel()
-	if majority || unknownMaster {
-		f.tally(round, answered, majority, unknownMaster) // at once: the move is made
-	}
 	for range left {
 		if (<-answers).answered() {
 			answered++
@@ -645,6 +673,10 @@ func (f *Follower) noMajority(ctx context.Context, failed []error, count map[str
 		if ne := net.Error(nil); errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 			err = fmt.Errorf("no answer within %v: %w", askTimeout, err)
 			f.record(f.sentinels[i], err)
+		} else if errors.Is(err, redis.Nil) {
+			// An answer, not a failure: it does not monitor the master.
+			reasons = append(reasons, fmt.Sprintf("sentinel %s: does not monitor the master", f.sentinels[i]))
+			continue
 		}
 		reasons = append(reasons, fmt.Sprintf("sentinel %s: %v", f.sentinels[i], err))
 	}

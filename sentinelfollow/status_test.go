@@ -44,17 +44,25 @@ func TestStatusCountsSentinelsAnswering(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx, nil) }()
 	defer func() { cancel(); <-done }()
+	// Services wait for the first round before they listen, so that
+	// their first /readyz tells what the sentinels said.
+	if !f.WaitAsked(ctx) {
+		t.Fatal("WaitAsked: no first round within twice a round's time")
+	}
+	if st := f.Status(); !st.Asked || !st.Majority || st.Primary != s.Primary.Addr {
+		t.Errorf("Status() after WaitAsked = %+v, want asked, a majority naming %s", st, s.Primary.Addr)
+	}
 	// A round decides once two agree: the third is counted as it comes.
 	waitStatus(t, f, "three answering, a majority", func(st Status) bool {
-		return st == Status{Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
+		return st == Status{Asked: true, Sentinels: 3, Answering: 3, Majority: true, Primary: s.Primary.Addr}
 	})
 	s.Sentinels[0].Stop()
 	waitStatus(t, f, "two answering, a majority", func(st Status) bool {
-		return st == Status{Sentinels: 3, Answering: 2, Majority: true, Primary: s.Primary.Addr}
+		return st == Status{Asked: true, Sentinels: 3, Answering: 2, Majority: true, Primary: s.Primary.Addr}
 	})
 	s.Sentinels[1].Stop()
 	s.Sentinels[2].Stop()
 	waitStatus(t, f, "none answering, no majority", func(st Status) bool {
-		return st == Status{Sentinels: 3, Answering: 0, Majority: false, Primary: s.Primary.Addr}
+		return st == Status{Asked: true, Sentinels: 3, Answering: 0, Majority: false, Primary: s.Primary.Addr}
 	})
 }

@@ -772,11 +772,27 @@ type sentinelsResponse struct {
 	Primary string `json:"primary,omitempty"`
 	// Warning says what no majority means, while there is none.
 	Warning string `json:"warning,omitempty"`
+	// NotAskedYet is set before the first question to the sentinels
+	// has ended (a moment after the start): the other fields say
+	// nothing of them yet, and Warning says so instead.
+	NotAskedYet bool `json:"not_asked_yet,omitempty"`
 }
 
 // noSentinelMajority is sentinelsResponse.Warning without a majority,
 // while the sentinels do not answer.
 const noSentinelMajority = "no majority of the sentinels answers: new connections go on to the primary they last named, and a failover is not followed until they answer"
+
+// noSentinelPrimary is sentinelsResponse.Warning without a majority
+// when there is no primary to go on with: none was named yet, or a
+// majority answered before that they do not monitor the master (its
+// primary forgotten), and some of them no longer do. go-redis then asks
+// the sentinels at each new connection (or the Follower dials the
+// primary the answering minority names), as the log line says.
+const noSentinelPrimary = "no majority of the sentinels names a primary, and there is none named before to go on with: each new connection goes to the primary a sentinel that answers names, or fails when none does"
+
+// sentinelsNotAsked is sentinelsResponse.Warning before the first
+// question to the sentinels has ended.
+const sentinelsNotAsked = "the sentinels have not answered a first question yet (it ends within half a second of the start): new connections ask them as they dial"
 
 // unknownSentinelMaster is sentinelsResponse.Warning while a majority
 // answers that they do not monitor the master (%s: master "NAME"). What
@@ -790,12 +806,16 @@ const unknownSentinelMaster = "a majority of the sentinels answer that they do n
 func sentinelsReport(st sentinelfollow.Status, master string) *sentinelsResponse {
 	r := &sentinelsResponse{Configured: st.Sentinels, Answering: st.Answering, Majority: st.Majority, UnknownMaster: st.UnknownMaster, Primary: st.Primary}
 	switch {
+	case !st.Asked:
+		r.NotAskedYet, r.Warning = true, sentinelsNotAsked
 	case st.UnknownMaster:
 		name := "the master"
 		if master != "" {
 			name = fmt.Sprintf("master %q", master)
 		}
 		r.Warning = fmt.Sprintf(unknownSentinelMaster, name)
+	case !st.Majority && st.Primary == "":
+		r.Warning = noSentinelPrimary
 	case !st.Majority:
 		r.Warning = noSentinelMajority
 	}

@@ -487,6 +487,9 @@ func compatStore(ctx context.Context, s envoycompat.Settings, reg prometheus.Reg
 				}
 			}
 			wg.Go(func() { follow.Run(fctx, log) })
+			// So that the sentinel gauges tell what the sentinels
+			// said from the first scrape.
+			follow.WaitAsked(fctx)
 		}
 		return c, nil
 	}

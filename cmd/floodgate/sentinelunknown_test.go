@@ -28,6 +28,12 @@ func TestServeSentinelsUnknownMasterSignals(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	svc := startService(t, "--prefix", "su", "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName)
 	defer svc.stop(t)
+	// serve listens once the sentinels answered a first question: its
+	// first /readyz tells what they said (it said no majority answers
+	// for a moment after the start).
+	if code, body := readyz(t, svc.url); code != 200 || !strings.Contains(body, `"majority":true`) || strings.Contains(body, "warning") {
+		t.Errorf("the first /readyz: %d %s, want ready with the sentinels' majority and no warning", code, body)
+	}
 	waitUntil(t, "the three sentinels answering, a majority", func() bool {
 		return metricValue(t, svc.url, answeringSample) == 3 && metricValue(t, svc.url, majoritySample) == 1
 	})
@@ -83,5 +89,38 @@ func TestServeSentinelsUnknownMasterSignals(t *testing.T) {
 	}
 	if code, res := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "login", Identity: map[string]string{"account": "a", "ip": "192.0.2.1"}}); code != 200 || res.Degraded {
 		t.Errorf("a check on a new connection with one sentinel monitoring the master: %d %+v, want decided on the primary", code, res)
+	}
+
+	// One of the two that forgot the master stops: two answer, one that
+	// it does not monitor the master, one naming the primary. No
+	// majority, and no primary to go on with: /readyz must not say that
+	// new connections go on to the one they last named (a review found
+	// it did), and the log names the answer as such, not "redis: nil".
+	s.Sentinels[0].Stop()
+	waitUntil(t, "/readyz with two sentinels answering", func() bool {
+		code, body = readyz(t, svc.url)
+		r.Sentinels.Primary, r.Sentinels.UnknownMaster = "", false
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			t.Fatalf("/readyz: %v: %s", err, body)
+		}
+		return r.Sentinels.Answering == 2 && !r.Sentinels.UnknownMaster
+	})
+	t.Logf("/readyz: %s", body)
+	const noPrimary = "no majority of the sentinels names a primary, and there is none named before to go on with"
+	if r.Sentinels.Majority || r.Sentinels.Primary != "" || !strings.HasPrefix(r.Sentinels.Warning, noPrimary) {
+		t.Errorf("/readyz with the primary forgotten and no majority: %s, want no majority, no primary and a warning starting %q", body, noPrimary)
+	}
+	var line string
+	waitUntil(t, "the log line of no majority", func() bool {
+		for l := range strings.Lines(svc.Logs()) {
+			if strings.Contains(l, "no majority of the sentinels answered") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(line, s.SentinelAddrs[1]+": does not monitor the master") || strings.Contains(line, "redis: nil") {
+		t.Errorf("the log line does not say that %s does not monitor the master, or says redis: nil: %s", s.SentinelAddrs[1], line)
 	}
 }

@@ -732,6 +732,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		done := make(chan struct{})
 		go func() { defer close(done); b.follow.Run(fctx, log) }()
 		defer func() { stopFollow(); <-done }()
+		// Before listening, so that /readyz and the sentinel gauges
+		// answer with what the sentinels said from the first request.
+		b.follow.WaitAsked(ctx)
 	}
 	if b.fb != nil {
 		defer b.fb.Close()
