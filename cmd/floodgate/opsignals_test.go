@@ -344,3 +344,74 @@ func wantRestarts(t *testing.T, url string, restart, failover, replaced float64)
 		}
 	}
 }
+
+// TestServeRedisRestartWhileLoading: a single Redis restarted from a
+// 20,000-key snapshot and kept loading it (redistest.RestartLoading),
+// with serve running. While it loads (INFO persistence loading:1),
+// decisions are the fallback's and /readyz is 503 naming LOADING; the
+// heartbeat fails (Redis refuses writes while it loads), so the restart
+// check, run after each beat, has not yet read the new process. Once
+// loaded, decisions are Redis's again, /readyz 200, and the one restart
+// line says what it loaded: every key of the snapshot, loading false.
+// Only unit tests of INFO replies covered a restart mid-load (review4).
+func TestServeRedisRestartWhileLoading(t *testing.T) {
+	rs := redistest.Start(t, "--enable-debug-command", "local")
+	admin := rs.Client(t)
+	ctx := context.Background()
+	const keys = redistest.MinLoadingKeys
+	if err := admin.Do(ctx, "DEBUG", "POPULATE", keys, "loading").Err(); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("loadinglog%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", prefix)
+	waitBeats(t, admin, prefix)
+	check := func() server.CheckResponse {
+		code, cr := post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "loading"}})
+		if code != 200 {
+			t.Fatalf("check answered %d", code)
+		}
+		return cr
+	}
+	if cr := check(); cr.Degraded {
+		t.Fatalf("a check before the restart was degraded: %+v", cr)
+	}
+
+	loading := rs.RestartLoading(t)
+	waitUntil(t, "/readyz 503 naming LOADING while Redis loads", func() bool {
+		code, body := readyz(t, svc.url)
+		return code == 503 && strings.Contains(body, "LOADING")
+	})
+	waitUntil(t, "a decision by the fallback while Redis loads", func() bool { return check().Degraded })
+	info, err := admin.Info(ctx, "persistence").Result()
+	if err != nil || !strings.Contains(info, "loading:1") {
+		t.Fatalf("Redis was done loading (%v) before the test had seen serve during it; INFO:\n%s", err, info)
+	}
+
+	loading.Finish(t)
+	waitUntil(t, "/readyz 200 once Redis loaded", func() bool { code, _ := readyz(t, svc.url); return code == 200 })
+	waitUntil(t, "a decision by Redis once it loaded", func() bool { return !check().Degraded })
+	waitUntil(t, "the restart logged", func() bool { return restartLines(svc.Logs()) > 0 })
+	rec := restartRecords(svc.Logs())[0]
+	loaded, _ := rec["loaded_keys"].(float64)
+	msg, _ := rec["msg"].(string)
+	switch rec["loading"] {
+	case false:
+		// The usual case: checked after the first beat since it loaded.
+		if rec["kind"] != "restart" || loaded < keys || msg != redisRestartMsg+fmt.Sprintf(loadedRDBMsg, plural.Count(int64(loaded), "key", "keys")) {
+			t.Fatalf("restart logged as %v, want kind restart, loading false, at least %d keys loaded", rec, keys)
+		}
+	case true:
+		// Only if the check after a beat of the old process met the new
+		// one (its INFO retried across the restart): then it says so.
+		if rec["kind"] != "restart" || loaded >= keys || !strings.Contains(msg, "it was still loading its data when checked: ") {
+			t.Fatalf("restart logged as %v while loading, want kind restart, the keys so far, the still-loading line", rec)
+		}
+	default:
+		t.Fatalf("restart logged as %v, without loading", rec)
+	}
+	wantRestarts(t, svc.url, 1, 0, 0)
+	if n := restartLines(svc.Logs()); n != 1 {
+		t.Fatalf("%d restart lines for one restart:\n%s", n, svc.Logs())
+	}
+	svc.stop(t)
+}

@@ -8,7 +8,9 @@
 //
 // Tests call Start for a standalone server, StartCluster for a three-primary
 // Redis Cluster and StartSentinel for a primary, a replica and three
-// sentinels. When redis-server is not installed those calls skip the test,
+// sentinels. Server.RestartLoading restarts a server from its snapshot
+// and keeps it loading (INFO persistence loading:1) until the test lets
+// it finish. When redis-server is not installed those calls skip the test,
 // or fail it when the CI environment variable is set (see Require).
 package redistest
 
@@ -249,16 +251,22 @@ func (s *Server) Restart(t testing.TB) {
 
 // launch starts one process on s.Port and waits until it is ready.
 func (s *Server) launch() error {
+	return s.launchWith(nil, waitReady)
+}
+
+// launchWith starts one process on s.Port, with more appended to its
+// arguments for this process only, and waits until wait says it is up.
+func (s *Server) launchWith(more []string, wait func(p *process, addr string, timeout time.Duration) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.logOffset = s.logSize()
-	p, err := spawn(s.bin, s.args(), s.Dir)
+	p, err := spawn(s.bin, append(s.args(), more...), s.Dir)
 	if err != nil {
 		return fmt.Errorf("%w%s", err, s.logTail())
 	}
 	s.proc = p
 	s.Pid = p.pid()
-	if err := waitReady(p, s.Addr, readyTimeout); err != nil {
+	if err := wait(p, s.Addr, readyTimeout); err != nil {
 		p.kill()
 		var se *startError
 		if errors.As(err, &se) {

@@ -298,3 +298,49 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("ROLE of the new primary = %v, %v", role, err)
 	}
 }
+
+// TestRestartLoading: a server restarted by RestartLoading answers INFO
+// with loading:1 and PING with LOADING, for as long as the test looks,
+// then, after Finish, PING and all its keys.
+func TestRestartLoading(t *testing.T) {
+	t.Parallel()
+	s := Start(t, "--enable-debug-command", "local")
+	c := s.Client(t)
+	ctx := ctxT(t, 30*time.Second)
+	if err := c.Do(ctx, "DEBUG", "POPULATE", MinLoadingKeys, "loadtest").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pid := s.Pid
+	l := s.RestartLoading(t)
+	if s.Pid == pid {
+		t.Fatalf("pid %d unchanged by RestartLoading", pid)
+	}
+	admin := adminClient(s.Addr)
+	defer admin.Close()
+	// Looked at twice, with a PING between: loading both times.
+	for range 2 {
+		info, err := admin.Info(ctx, "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if infoField(info, "loading") != "1" {
+			t.Fatalf("INFO persistence after RestartLoading:\n%s", info)
+		}
+		if err := admin.Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "LOADING") {
+			t.Fatalf("PING while loading = %v, want a LOADING error", err)
+		}
+	}
+	l.Finish(t)
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != MinLoadingKeys {
+		t.Fatalf("DBSIZE after Finish = %d, %v; want %d", n, err, MinLoadingKeys)
+	}
+	info, err := admin.Info(ctx, "persistence").Result()
+	if err != nil || infoField(info, "rdb_last_load_keys_loaded") != fmt.Sprint(MinLoadingKeys) {
+		t.Fatalf("INFO persistence after Finish = %v:\n%s", err, info)
+	}
+	// A plain Restart afterwards loads at full speed.
+	s.Restart(t)
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != MinLoadingKeys {
+		t.Fatalf("DBSIZE after Restart = %d, %v; want %d", n, err, MinLoadingKeys)
+	}
+}

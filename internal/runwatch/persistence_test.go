@@ -130,3 +130,61 @@ func TestCheckRestartFromRDBWithReplica(t *testing.T) {
 		t.Fatalf("changes %+v, want a second restart that loaded nothing", got)
 	}
 }
+
+// TestCheckRestartWhileLoading: a real redis-server restarted from a
+// 20,000-key snapshot, checked while it still loads it (INFO
+// persistence loading:1), is a restart still loading, its keys those
+// loaded so far; a Watch that saw the same process before and checks
+// once it is done loading sees the restart with all the keys loaded.
+// Only unit tests of INFO replies covered it (review4).
+func TestCheckRestartWhileLoading(t *testing.T) {
+	rs := redistest.Start(t, "--enable-debug-command", "local")
+	c := rs.Client(t)
+	ctx := context.Background()
+	var early, late []Change
+	var mu sync.Mutex
+	wEarly := New(func(ch Change) { mu.Lock(); early = append(early, ch); mu.Unlock() })
+	wLate := New(func(ch Change) { mu.Lock(); late = append(late, ch); mu.Unlock() })
+	for _, w := range []*Watch{wEarly, wLate} {
+		if err := w.Check(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const keys = redistest.MinLoadingKeys
+	if err := c.Do(ctx, "DEBUG", "POPULATE", keys, "loading").Err(); err != nil {
+		t.Fatal(err)
+	}
+	loading := rs.RestartLoading(t)
+	if err := wEarly.Check(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(early) != 1 || early[0].Kind != KindRestart {
+		mu.Unlock()
+		t.Fatalf("changes %+v checked while loading, want one restart", early)
+	}
+	p := early[0].Persistence
+	mu.Unlock()
+	if !p.Known || !p.Loading || p.AOF || p.LoadedKeys < 0 || p.LoadedKeys >= keys || p.LoadedPercent < 0 || p.LoadedPercent >= 100 {
+		t.Fatalf("persistence %+v checked while loading %d keys, want Known, Loading, the keys so far and a percentage below 100", p, keys)
+	}
+
+	loading.Finish(t)
+	if err := wLate.Check(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := wEarly.Check(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(late) != 1 || late[0].Kind != KindRestart || late[0].To.RunID != early[0].To.RunID {
+		t.Fatalf("changes %+v checked once loaded, want the restart seen while loading (%+v)", late, early)
+	}
+	if want := (Persistence{Known: true, LoadedKeys: keys}); late[0].Persistence != want {
+		t.Fatalf("persistence %+v checked once loaded, want %+v", late[0].Persistence, want)
+	}
+	if len(early) != 1 {
+		t.Fatalf("changes %+v: the restart seen while loading was reported again once loaded", early)
+	}
+}
