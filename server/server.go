@@ -277,6 +277,11 @@ type Options struct {
 	// connection limit its listener is wrapped in (internal/connlimit),
 	// which closes the connection idle longest to make room. Default nil.
 	ConnState func(net.Conn, http.ConnState)
+	// AdminConnState and HealthConnState are ConnState for ServeAdmin's
+	// and ServeHealth's connections: floodgate serve passes the Track of
+	// each listener's own connection limit, so that a new connection to
+	// it can close the one idle longest there. Default nil.
+	AdminConnState, HealthConnState func(net.Conn, http.ConnState)
 	// ConcurrencyStore keeps the leases of the configuration's
 	// concurrency limits, under the limiter's key prefix: a
 	// concurrency.RedisStore on the limiter's Redis, so that every
@@ -502,7 +507,7 @@ func (s *Server) AdminHandler() http.Handler { return s.adminMux }
 // waiting up to DrainTimeout for admin calls in flight. It returns nil
 // after a shutdown, or the error that stopped serving.
 func (s *Server) ServeAdmin(ctx context.Context, ln net.Listener) error {
-	return s.serveAside(ctx, ln, s.adminMux, "admin")
+	return s.serveAside(ctx, ln, s.adminMux, "admin", s.opts.AdminConnState)
 }
 
 // HealthHandler returns the handler of the probes' listener: GET and HEAD
@@ -523,14 +528,15 @@ func (s *Server) HealthHandler() http.Handler { return s.healthMux }
 // during Serve's drain, end ctx once Serve has returned. It returns nil
 // after a shutdown, or the error that stopped serving.
 func (s *Server) ServeHealth(ctx context.Context, ln net.Listener) error {
-	return s.serveAside(ctx, ln, s.healthMux, "health")
+	return s.serveAside(ctx, ln, s.healthMux, "health", s.opts.HealthConnState)
 }
 
 // serveAside serves h, the handler of a listener beside Serve's (name,
-// in errors), with net/http on ln until ctx ends, then shuts down,
-// waiting up to DrainTimeout for the requests in flight. It returns nil
-// after a shutdown, or the error that stopped serving.
-func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler, name string) error {
+// in errors), with net/http on ln, its connections' states reported to
+// connState (nil: to none), until ctx ends, then shuts down, waiting up
+// to DrainTimeout for the requests in flight. It returns nil after a
+// shutdown, or the error that stopped serving.
+func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler, name string, connState func(net.Conn, http.ConnState)) error {
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: min(5*time.Second, s.opts.ReadTimeout),
@@ -539,6 +545,7 @@ func (s *Server) serveAside(ctx context.Context, ln net.Listener, h http.Handler
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    MaxHeaderBytes,
 		ErrorLog:          s.serverLog(),
+		ConnState:         connState,
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()

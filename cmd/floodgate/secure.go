@@ -186,8 +186,8 @@ func listenTCP(addr, flag string) (net.Listener, error) {
 
 // listen listens on addr (flag names it in errors), with TLS when
 // configured, its connections counted in conns (nil: not counted) under
-// the TLS.
-func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit) (net.Listener, error) {
+// the TLS, as listener name.
+func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit, name string) (net.Listener, error) {
 	tc, err := s.serverTLS()
 	if err != nil {
 		return nil, err
@@ -197,7 +197,7 @@ func (s *securityFlags) listen(addr, flag string, conns *connlimit.Limit) (net.L
 		return nil, err
 	}
 	if conns != nil {
-		ln = conns.Listener(ln, "http", 0)
+		ln = conns.Listener(ln, name, 0)
 	}
 	if tc != nil {
 		ln = tls.NewListener(ln, tc)
@@ -416,20 +416,20 @@ func (s *securityFlags) serverOptions(o *server.Options) {
 	o.Profiling = s.pprof
 }
 
-// startAdmin listens on --admin-addr, if set, and serves the admin
-// handler there until ctx ends or stop is called; stop returns once it
-// has stopped. As the probes' listener, it is given no signal context:
+// startAdmin listens on --admin-addr, if set, its connections held to
+// conns (sideLimits; nil: not held), and serves the admin handler there
+// until ctx ends or stop is called; stop returns once it has stopped. As the probes' listener, it is given no signal context:
 // serve stops it after the drain, so that the metrics of a draining
 // instance can be scraped until it stops.
-func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, log *slog.Logger) (stop func(), err error) {
+func startAdmin(ctx context.Context, s *securityFlags, srv *server.Server, conns *connlimit.Limit, log *slog.Logger) (stop func(), err error) {
 	if s.adminAddr == "" {
 		return func() {}, nil
 	}
-	ln, err := s.listen(s.adminAddr, "--admin-addr", nil)
+	ln, err := s.listen(s.adminAddr, "--admin-addr", conns, "admin")
 	if err != nil {
 		return nil, err
 	}
-	log.Info("floodgate admin listening", "addr", ln.Addr().String(), "metrics_admin_only", s.metricsAdminOnly)
+	log.Info("floodgate admin listening", "addr", ln.Addr().String(), "metrics_admin_only", s.metricsAdminOnly, "max_connections", conns.Max())
 	return serveAside(ctx, ln, srv.ServeAdmin, "admin listener stopped", log), nil
 }
 
@@ -448,13 +448,14 @@ func serveAside(ctx context.Context, ln net.Listener, serve func(context.Context
 }
 
 // startHealth listens on --health-addr, if set, over plain HTTP whatever
-// the TLS flags (kubelet's probes present no client certificate), and
+// the TLS flags (kubelet's probes present no client certificate), its
+// connections held to conns (sideLimits; nil: not held), and
 // serves the probes there until ctx ends or stop is called; stop returns
 // once it has stopped. Unlike the admin listener it is given no signal
 // context: serve stops it after the drain, so that probes see /readyz
 // answer 503 draining during --shutdown-delay, as on --addr, rather than
 // a refused connection.
-func startHealth(ctx context.Context, s *securityFlags, srv *server.Server, log *slog.Logger) (stop func(), err error) {
+func startHealth(ctx context.Context, s *securityFlags, srv *server.Server, conns *connlimit.Limit, log *slog.Logger) (stop func(), err error) {
 	if s.healthAddr == "" {
 		return func() {}, nil
 	}
@@ -462,7 +463,10 @@ func startHealth(ctx context.Context, s *securityFlags, srv *server.Server, log 
 	if err != nil {
 		return nil, err
 	}
-	log.Info("floodgate health listening", "addr", ln.Addr().String(), "tls", false, "serves", "GET/HEAD /healthz, /readyz")
+	if conns != nil {
+		ln = conns.Listener(ln, "health", 0)
+	}
+	log.Info("floodgate health listening", "addr", ln.Addr().String(), "tls", false, "serves", "GET/HEAD /healthz, /readyz", "max_connections", conns.Max())
 	return serveAside(ctx, ln, srv.ServeHealth, "health listener stopped", log), nil
 }
 

@@ -184,7 +184,7 @@ over plain HTTP on an address of its own for them.`,
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown waits for in-flight requests, per server: HTTP, then what is left of gRPC's (which drain alongside; with --grpc-addr, up to twice this in all)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", 5*time.Second, "how long a client may take to send one request, body included (slower ones are cut), and to set up a connection to --grpc-addr (TLS and HTTP/2 handshakes); at least 100ms (0: the default)")
 	fl.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long serve may take to write one answer on --addr (on net/http counted from the request's headers, the decision included); a client that stops reading its answers has its connection closed after it; at least 100ms (0: the default)")
-	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together (--grpc-addr half of them at most); at it, a new connection closes the keep-alive connection idle longest once idle 1 s, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half)")
+	fl.IntVar(&f.maxConns, "max-connections", 0, "connections --addr and --grpc-addr hold open at once, together (--grpc-addr half of them at most); at it, a new connection closes the keep-alive connection idle longest once idle 1 s, or waits in the listen backlog while none is idle, so that clients cannot use up the file descriptors the admin and probes' listeners and Redis need (0: the file descriptor limit less a reserve of a quarter of it, at least 256 and at most half). --admin-addr and --health-addr each hold at most 64 connections of that reserve (a quarter of it if less, at least 8), closing their own idle ones alike")
 	fl.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "how long to keep serving with readiness off before shutting down")
 	fl.StringVar(&f.loginSecretFile, "login-secret-file", "", "file holding the HMAC secret of the applications' login guard (package loginguard; at least 32 random bytes, readable by this user only); enables POST /admin/v1/login/unlock (needs Redis)")
 	fl.StringVar(&f.loginPrefix, "login-prefix", "login", "Redis key prefix of that login guard (its loginguard.NewRedis prefix)")
@@ -845,6 +845,16 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if conns != nil {
 		opts.ConnState = conns.Track
 	}
+	side, err := sideLimits(&f.sec, conns, reg)
+	if err != nil {
+		return err
+	}
+	if side.admin != nil {
+		opts.AdminConnState = side.admin.Track
+	}
+	if side.health != nil {
+		opts.HealthConnState = side.health.Track
+	}
 	if opts.LoginGuard, err = loginGuard(f, b, log); err != nil {
 		return err
 	}
@@ -905,7 +915,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		case <-returned:
 		}
 	}()
-	ln, err := f.sec.listen(f.addr, "--addr", conns)
+	ln, err := f.sec.listen(f.addr, "--addr", conns, "http")
 	if err != nil {
 		return err
 	}
@@ -914,12 +924,12 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	// returned), so that probes see /readyz answer 503 draining, and
 	// Prometheus scrapes the metrics of a draining instance (with
 	// --metrics-admin-only, served there only) until its last answer.
-	waitHealth, err := startHealth(ctx, &f.sec, srv, log)
+	waitHealth, err := startHealth(ctx, &f.sec, srv, side.health, log)
 	if err != nil {
 		return err
 	}
 	defer waitHealth()
-	waitAdmin, err := startAdmin(ctx, &f.sec, srv, log)
+	waitAdmin, err := startAdmin(ctx, &f.sec, srv, side.admin, log)
 	if err != nil {
 		return err
 	}
@@ -1016,6 +1026,41 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 // --max-connections.
 func connLimit(f serveFlags, reg prometheus.Registerer, log *slog.Logger) (*connlimit.Limit, error) {
 	return connBudget(f.maxConns, "--max-connections", reg, log)
+}
+
+// sideConns are the connection limits of the admin listener and the
+// probes' listener, nil for one not configured.
+type sideConns struct{ admin, health *connlimit.Limit }
+
+// sideLimits returns a budget of its own for each of --admin-addr and
+// --health-addr that is set, of connlimit.Side connections (SideMax when
+// the file descriptor limit is unknown), out of the reserve conns, the
+// public budget, leaves: a flood of connections to either can neither use
+// up the descriptors Redis needs nor take the public listeners' places,
+// and, as on --addr, a new connection closes the one idle longest there
+// once idle 1 s, so that a probe is still answered. Their metrics are
+// floodgate_side_connections_*, by listener (admin, health).
+func sideLimits(s *securityFlags, conns *connlimit.Limit, reg prometheus.Registerer) (sideConns, error) {
+	var side sideConns
+	n := connlimit.SideMax
+	if nofile, known := connlimit.FileLimit(); known && conns != nil {
+		n = connlimit.Side(nofile, conns.Max())
+	}
+	sides, err := connlimit.NewSides(reg)
+	if err != nil {
+		return side, err
+	}
+	if s.adminAddr != "" {
+		if side.admin, err = sides.New("admin", n); err != nil {
+			return side, err
+		}
+	}
+	if s.healthAddr != "" {
+		if side.health, err = sides.New("health", n); err != nil {
+			return side, err
+		}
+	}
+	return side, nil
 }
 
 // connBudget returns a budget of n connections (setting, the flag or

@@ -17,6 +17,12 @@
 // (each listener holds the one it accepted, waiting for its place). A
 // listener may be held to part of the budget (Listener's most), so that
 // connections it cannot reclaim leave room for the other listeners.
+//
+// Listeners beside the public ones (floodgate serve's admin and probes'
+// listeners) each get a budget of their own (Sides), out of the reserve the
+// public budget leaves (Side), with the same idle closing: a flood on one
+// of them can neither take the public listeners' places nor the
+// descriptors Redis needs.
 package connlimit
 
 import (
@@ -50,7 +56,7 @@ type Limit struct {
 	waiters int                        // Accepts waiting for a place
 	changed chan struct{}              // closed when a connection turns idle while some wait; read with the idle ones (victim)
 
-	open       *prometheus.GaugeVec
+	open       func(listener string) prometheus.Gauge // floodgate_connections_open or floodgate_side_connections_open
 	idleNow    prometheus.Gauge
 	idleClosed prometheus.Counter
 	waits      prometheus.Counter
@@ -65,41 +71,106 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 	if max < 1 {
 		return nil, errors.New("connlimit: the limit must be at least 1")
 	}
-	l := &Limit{
-		max:     max,
-		sem:     make(chan struct{}, max),
-		now:     time.Now,
-		idle:    make(map[net.Conn]*list.Element),
-		changed: make(chan struct{}),
-		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_connections_open",
-			Help: "Connections open on the public listeners, by listener (http: --addr, grpc: --grpc-addr; envoy-compat: PORT, GRPC_PORT); together at most floodgate_connections_max.",
-		}, []string{"listener"}),
-		idleNow: prometheus.NewGauge(prometheus.GaugeOpts{
+	open := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "floodgate_connections_open",
+		Help: "Connections open on the public listeners, by listener (http: --addr, grpc: --grpc-addr; envoy-compat: PORT, GRPC_PORT); together at most floodgate_connections_max.",
+	}, []string{"listener"})
+	l := newLimit(max, func(name string) prometheus.Gauge { return open.WithLabelValues(name) },
+		prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_connections_idle",
 			Help: "Keep-alive connections of the public HTTP listener idle between two requests: the one idle longest is closed when a new connection needs a place, once idle 1 s.",
 		}),
-		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{
+		prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_connections_idle_closed_total",
 			Help: "Idle keep-alive connections closed to make room for a new connection, the public listeners being at floodgate_connections_max.",
 		}),
-		waits: prometheus.NewCounter(prometheus.CounterOpts{
+		prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_connections_waits_total",
 			Help: "Times a public listener stopped accepting at floodgate_connections_max (or its own share of it) with no connection idle 1 s to close: new connections waited in the listen backlog.",
-		}),
-	}
+		}))
 	if reg != nil {
 		limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "floodgate_connections_max",
 			Help: "Connections the public listeners (--addr, --grpc-addr; envoy-compat: PORT, GRPC_PORT) hold open at once at most (--max-connections; envoy-compat: FLOODGATE_MAX_CONNECTIONS).",
 		}, func() float64 { return float64(max) })
-		for _, c := range []prometheus.Collector{limit, l.open, l.idleNow, l.idleClosed, l.waits} {
+		for _, c := range []prometheus.Collector{limit, open, l.idleNow, l.idleClosed, l.waits} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return l, nil
+}
+
+func newLimit(max int, open func(string) prometheus.Gauge, idle prometheus.Gauge, idleClosed, waits prometheus.Counter) *Limit {
+	return &Limit{
+		max:     max,
+		sem:     make(chan struct{}, max),
+		now:     time.Now,
+		idle:    make(map[net.Conn]*list.Element),
+		changed: make(chan struct{}),
+		open:    open, idleNow: idle, idleClosed: idleClosed, waits: waits,
+	}
+}
+
+// Sides makes the budgets of listeners beside the public ones, each its
+// own, whose metrics are apart from the public budget's (New): its
+// floodgate_side_connections_max, _open, _idle, _idle_closed_total and
+// _waits_total, each by listener. It is safe for concurrent use.
+type Sides struct {
+	max, open, idle   *prometheus.GaugeVec
+	idleClosed, waits *prometheus.CounterVec
+}
+
+// NewSides returns a Sides whose metrics are registered with reg (nil:
+// not registered). They have a series for each budget made (Sides.New),
+// none before.
+func NewSides(reg prometheus.Registerer) (*Sides, error) {
+	label := []string{"listener"}
+	s := &Sides{
+		max: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_side_connections_max",
+			Help: "Connections each listener beside the public ones (admin: --admin-addr, health: --health-addr) holds open at once at most, a budget of its own out of the descriptors --max-connections leaves.",
+		}, label),
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_side_connections_open",
+			Help: "Connections open on each listener beside the public ones (admin: --admin-addr, health: --health-addr); at most its floodgate_side_connections_max.",
+		}, label),
+		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_side_connections_idle",
+			Help: "Keep-alive connections of each listener beside the public ones idle between two requests: the one idle longest is closed when a new connection to that listener needs a place, once idle 1 s.",
+		}, label),
+		idleClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_side_connections_idle_closed_total",
+			Help: "Idle keep-alive connections of a listener beside the public ones closed to make room for a new connection to it, the listener being at its floodgate_side_connections_max.",
+		}, label),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_side_connections_waits_total",
+			Help: "Times a listener beside the public ones stopped accepting at its floodgate_side_connections_max with no connection idle 1 s to close: new connections waited in the listen backlog.",
+		}, label),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{s.max, s.open, s.idle, s.idleClosed, s.waits} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// New returns the budget of max connections (at least 1) of the listener
+// named listener, its series in s's metrics labelled with that name
+// (whatever name its Listener is given). Give it one listener, and its
+// Track to that listener's server.
+func (s *Sides) New(listener string, max int) (*Limit, error) {
+	if max < 1 {
+		return nil, errors.New("connlimit: the limit must be at least 1")
+	}
+	s.max.WithLabelValues(listener).Set(float64(max))
+	open := s.open.WithLabelValues(listener)
+	return newLimit(max, func(string) prometheus.Gauge { return open },
+		s.idle.WithLabelValues(listener), s.idleClosed.WithLabelValues(listener), s.waits.WithLabelValues(listener)), nil
 }
 
 // Max returns the most connections l lets be open at once, or 0 when l
@@ -113,14 +184,15 @@ func (l *Limit) Max() int {
 
 // Listener returns ln whose Accept takes a place in l's budget first,
 // and whose connections give it back when closed. name labels its
-// connections in floodgate_connections_open. most, when above 0 and below
+// connections in floodgate_connections_open (a budget of Sides labels
+// them with its own name). most, when above 0 and below
 // l's Max, holds ln to that many of the budget's places, leaving the rest
 // to the other listeners: give it to a listener whose connections are not
 // closed for room (no Track), so that a flood of them cannot shut the
 // others out. Wrap the plain TCP listener, under any TLS, so that the
 // place is given back when the socket closes.
 func (l *Limit) Listener(ln net.Listener, name string, most int) net.Listener {
-	w := &listener{Listener: ln, lim: l, open: l.open.WithLabelValues(name), done: make(chan struct{})}
+	w := &listener{Listener: ln, lim: l, open: l.open(name), done: make(chan struct{})}
 	if most > 0 && most < l.max {
 		w.own = make(chan struct{}, most)
 	}
