@@ -537,22 +537,31 @@ func (f *Follower) check(ctx context.Context, clients []*redis.SentinelClient, l
 			named = a.addr
 		}
 	}
-	// The answers not read yet are counted as they come, without
-	// holding up the move.
 	if named != "" || forgot {
 		// At once, before the move: the round is decided.
 		f.tally(round, answered, named != "", forgot)
 	}
-	go f.tallyRest(ctx, round, answered, named != "", forgot, answers, len(clients)-n, cancel)
+	var then func(unknown, monitoring int)
 	switch {
 	case forgot:
-		f.forget(ctx, unknown, log)
+		then = f.forget(ctx, log)
 	case named == "":
 		f.noMajority(ctx, failed, count, log)
 	default:
 		f.majorityNamed(named, log)
 	}
+	// The answers not read yet are counted as they come, without
+	// holding up the move.
+	monitoring := 0
+	for _, c := range count {
+		monitoring += c
+	}
+	go f.tallyRest(ctx, round, roundCount{answered, unknown, monitoring}, named != "", forgot, answers, len(clients)-n, cancel, then)
 }
+
+// roundCount counts a round's answers: every one, those saying that the
+// sentinel does not know the master, and those naming a primary.
+type roundCount struct{ answered, unknown, monitoring int }
 
 // answer is one sentinel's answer to check's question.
 type answer struct {
@@ -565,20 +574,32 @@ type answer struct {
 // saying it does not know the master (redis.Nil).
 func (a answer) answered() bool { return a.addr != "" || errors.Is(a.err, redis.Nil) }
 
-// tallyRest records round's count (tally): answered, and the left
-// answers still to come from answers (each bounded by askTimeout) once
-// check has decided without them; then it calls cancel, which ends the
-// round's questions. A round cut short by the end of ctx (Run's) is not
-// recorded: its failures are Run's own.
-func (f *Follower) tallyRest(ctx context.Context, round uint64, answered int, majority, unknownMaster bool, answers <-chan answer, left int, cancel context.CancelFunc) {
+// tallyRest records round's count (tally): n, and the left answers
+// still to come from answers (each bounded by askTimeout) once check has
+// decided without them; then it calls cancel, which ends the round's
+// questions, and then, if set, with the whole round's counts. A round
+// cut short by the end of ctx (Run's) is not recorded: its failures are
+// Run's own.
+func (f *Follower) tallyRest(ctx context.Context, round uint64, n roundCount, majority, unknownMaster bool, answers <-chan answer, left int, cancel context.CancelFunc, then func(unknown, monitoring int)) {
 	defer cancel()
 	for range left {
-		if (<-answers).answered() {
-			answered++
+		a := <-answers
+		if a.answered() {
+			n.answered++
+		}
+		if errors.Is(a.err, redis.Nil) {
+			n.unknown++
+		}
+		if a.addr != "" {
+			n.monitoring++
 		}
 	}
-	if ctx.Err() == nil {
-		f.tally(round, answered, majority, unknownMaster)
+	if ctx.Err() != nil {
+		return
+	}
+	f.tally(round, n.answered, majority, unknownMaster)
+	if then != nil {
+		then(n.unknown, n.monitoring)
 	}
 }
 
@@ -642,8 +663,11 @@ func (f *Follower) majorityNamed(named string, log *slog.Logger) {
 // server the majority no longer vouches for. go-redis dials the primary
 // a sentinel that still monitors the master names (a minority), and
 // fails, saying that the sentinels do not know the master, when none
-// does. The first such round is logged as a warning.
-func (f *Follower) forget(ctx context.Context, unknown int, log *slog.Logger) {
+// does. The first such round is logged as a warning, once every
+// sentinel's answer is in (within askTimeout), so that it counts them
+// all: forget returns the function that logs it, nil for a round that
+// is not the first.
+func (f *Follower) forget(ctx context.Context, log *slog.Logger) (then func(unknown, monitoring int)) {
 	f.mu.Lock()
 	primary, wasForgotten := f.current, f.forgotten
 	f.current = ""
@@ -652,10 +676,12 @@ func (f *Follower) forget(ctx context.Context, unknown int, log *slog.Logger) {
 	f.forgotten = true
 	f.mu.Unlock()
 	if wasForgotten || ctx.Err() != nil {
-		return
+		return nil
 	}
-	log.Warn("a majority of the sentinels answer that they do not monitor the Redis master: its primary is forgotten, and each new connection goes to the primary a sentinel that still monitors it names, or fails when none does (check --redis-master against SENTINEL MASTERS, or SENTINEL MONITOR it again)",
-		"master", f.master, "unknown_to", unknown, "sentinels", len(f.sentinels), "forgotten", primary)
+	return func(unknown, monitoring int) {
+		log.Warn("a majority of the sentinels answer that they do not monitor the Redis master: its primary is forgotten, and each new connection goes to the primary a sentinel that still monitors it names, or fails when none does (check --redis-master against SENTINEL MASTERS, or SENTINEL MONITOR it again)",
+			"master", f.master, "unknown_to", unknown, "monitoring", monitoring, "sentinels", len(f.sentinels), "forgotten", primary)
+	}
 }
 
 // noMajority handles a round of check in which no majority of the
