@@ -33,6 +33,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/envoycompat"
 	"github.com/floodgate-rl/floodgate/internal/clusterslots"
+	"github.com/floodgate-rl/floodgate/internal/connlimit"
 	"github.com/floodgate-rl/floodgate/internal/connsetup"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
 	"github.com/floodgate-rl/floodgate/internal/redisnil"
@@ -218,6 +219,17 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		hln = conns.Listener(hln, "http", 0)
 		gln = conns.Listener(gln, "grpc", max(conns.Max()/2, 1)) // gRPC's are never closed for room (see startGRPC)
 	}
+	// The debug (and Prometheus) listeners each hold a budget of their
+	// own out of the reserve, as serve's admin and probes' listeners: a
+	// flood of them used every descriptor the budget above leaves.
+	sides, err := compatSides(s, conns, reg)
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		dln.Close()
+		return err
+	}
+	dln = sides.debug.Listener(dln, "debug", 0)
 	// Accept failures (out of descriptors) and net/http's other lines go
 	// to the service's log, in its format, at most one a kind per 10 s.
 	warn := ratelog.New(log, 10*time.Second)
@@ -225,7 +237,7 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	errorLog := servelog.ErrorLog(log, warn)
 	servers := []*http.Server{
 		compatHTTPServer(svc.HTTPHandler(h), errorLog, track),
-		compatHTTPServer(svc.DebugHandler(reg), errorLog, nil),
+		compatHTTPServer(svc.DebugHandler(reg), errorLog, sides.debug.Track),
 	}
 	listeners := []net.Listener{hln, dln}
 	if s.UsePrometheus {
@@ -238,8 +250,8 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 		}
 		mux := http.NewServeMux()
 		mux.Handle(s.PrometheusPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		servers = append(servers, compatHTTPServer(mux, errorLog, nil))
-		listeners = append(listeners, pln)
+		servers = append(servers, compatHTTPServer(mux, errorLog, sides.prometheus.Track))
+		listeners = append(listeners, sides.prometheus.Listener(pln, "prometheus", 0))
 	}
 
 	// The watchers are waited for at most watchWait once the drains are
@@ -667,4 +679,34 @@ func compatTLS(r envoycompat.RedisSettings) (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// compatSideConns are the budgets of envoy-compat's listeners beside the
+// HTTP and gRPC ones: the debug listener's, and the Prometheus
+// listener's when USE_PROMETHEUS is set (nil otherwise).
+type compatSideConns struct{ debug, prometheus *connlimit.Limit }
+
+// compatSides makes the budgets of envoy-compat's debug and Prometheus
+// listeners, as sideLimits does serve's admin and probes' ones:
+// connlimit.Side of the reserve the public budget conns leaves, or
+// connlimit.SideMax where the file limit is not known.
+func compatSides(s envoycompat.Settings, conns *connlimit.Limit, reg prometheus.Registerer) (compatSideConns, error) {
+	var side compatSideConns
+	n := connlimit.SideMax
+	if nofile, known := connlimit.FileLimit(); known && conns != nil {
+		n = connlimit.Side(nofile, conns.Max())
+	}
+	sides, err := connlimit.NewSides(reg)
+	if err != nil {
+		return side, err
+	}
+	if side.debug, err = sides.New("debug", n); err != nil {
+		return side, err
+	}
+	if s.UsePrometheus {
+		if side.prometheus, err = sides.New("prometheus", n); err != nil {
+			return side, err
+		}
+	}
+	return side, nil
 }

@@ -79,7 +79,7 @@ func TestServeSideListenersFloodBounded(t *testing.T) {
 					_ = c.Close()
 				}
 			}()
-			r.err = floodIdle(l.addr, flood, &conns, func() error {
+			r.err = floodIdle(l.addr, "/healthz", flood, &conns, func() error {
 				n, err := socketsOn(pid, l.addr)
 				r.most = max(r.most, n)
 				return err
@@ -142,11 +142,11 @@ func TestServeSideListenersFloodBounded(t *testing.T) {
 }
 
 // floodIdle opens n connections to addr one after the other, each
-// sending GET /healthz and reading its answer, then sitting idle (kept in
+// sending GET path and reading its answer (200 wanted), then sitting idle (kept in
 // conns, for the caller to close); after each answer it calls after. It
 // returns the first failure: a connection not accepted or answered within
 // 10 s (a bound on a hang), or after's error.
-func floodIdle(addr string, n int, conns *[]net.Conn, after func() error) error {
+func floodIdle(addr, path string, n int, conns *[]net.Conn, after func() error) error {
 	for i := range n {
 		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 		if err != nil {
@@ -154,7 +154,7 @@ func floodIdle(addr string, n int, conns *[]net.Conn, after func() error) error 
 		}
 		*conns = append(*conns, c)
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 			return fmt.Errorf("connection %d: %v", i, err)
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)

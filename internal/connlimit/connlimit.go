@@ -130,11 +130,11 @@ func NewSides(reg prometheus.Registerer) (*Sides, error) {
 	s := &Sides{
 		max: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_side_connections_max",
-			Help: "Connections each listener beside the public ones (admin: --admin-addr, health: --health-addr) holds open at once at most, a budget of its own out of the descriptors --max-connections leaves.",
+			Help: "Connections each listener beside the public ones (serve's admin: --admin-addr, health: --health-addr; envoy-compat's debug: DEBUG_PORT, prometheus: PROMETHEUS_ADDR) holds open at once at most, a budget of its own out of the descriptors --max-connections leaves.",
 		}, label),
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_side_connections_open",
-			Help: "Connections open on each listener beside the public ones (admin: --admin-addr, health: --health-addr); at most its floodgate_side_connections_max.",
+			Help: "Connections open on each listener beside the public ones (serve's admin: --admin-addr, health: --health-addr; envoy-compat's debug: DEBUG_PORT, prometheus: PROMETHEUS_ADDR); at most its floodgate_side_connections_max.",
 		}, label),
 		idle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_side_connections_idle",

@@ -15,7 +15,8 @@ func Default(nofile uint64) int {
 }
 
 // SideMax is the most connections each listener beside the public ones
-// (floodgate serve's admin and probes' listeners) holds open at once. Their
+// (floodgate serve's admin and probes' listeners, envoy-compat's debug
+// and Prometheus listeners) holds open at once. Their
 // clients are few and known (the kubelet's probes, a connection each;
 // Prometheus's scrapes and the operators' calls, one or two keep-alive
 // connections each): 64 serves them many times over, while a flood of
