@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/internal/plural"
+	"github.com/floodgate-rl/floodgate/internal/redact"
 )
 
 // Handler wraps next: every request is decided against the rules before
@@ -163,7 +164,7 @@ func (m *Middleware) requestEnded(w http.ResponseWriter, r *http.Request, err er
 	if cerr == nil {
 		return false
 	}
-	m.log(r.Context(), slog.LevelDebug, "rate limit: request ended before its decision", slog.String("error", redactKeys(err.Error())), slog.String("request", cerr.Error()))
+	m.log(r.Context(), slog.LevelDebug, "rate limit: request ended before its decision", slog.String("error", redact.Keys(err.Error())), slog.String("request", cerr.Error()))
 	writeEnded(w, cerr)
 	return true
 }
@@ -235,7 +236,7 @@ func policyNames(rules []Rule) string {
 // rules are the enforced rules whose decision failed, named in the body
 // of a refusal.
 func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err error, shadow bool, rules []Rule) bool {
-	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed", slog.String("error", redactKeys(err.Error())), slog.Bool("shadow", shadow), slog.String("failure_mode", m.opts.FailureMode.String()))
+	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed", slog.String("error", redact.Keys(err.Error())), slog.Bool("shadow", shadow), slog.String("failure_mode", m.opts.FailureMode.String()))
 	if m.opts.OnStoreError != nil {
 		m.opts.OnStoreError(r, err, shadow)
 	}
@@ -351,35 +352,6 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 	if m.opts.OnShadowDeny != nil {
 		m.opts.OnShadowDeny(r, p, res)
 	}
-}
-
-// redactKeys returns s with the identity part of every storage key in it
-// (the {hash tag} floodgate.Key wraps it in) replaced by {…}: store errors
-// name the key they failed on ("key fg:api:fw:{ruser42} holds a value
-// floodgate did not write"), and the log must not carry identities.
-func redactKeys(s string) string {
-	if !strings.Contains(s, "{") {
-		return s
-	}
-	var b strings.Builder
-	for {
-		open := strings.IndexByte(s, '{')
-		if open < 0 {
-			break
-		}
-		end := strings.IndexByte(s[open:], '}')
-		if end < 0 {
-			// An unclosed tag (a truncated message): drop the rest.
-			b.WriteString(s[:open])
-			b.WriteString("{…")
-			return b.String()
-		}
-		b.WriteString(s[:open])
-		b.WriteString("{…}")
-		s = s[open+end+1:]
-	}
-	b.WriteString(s)
-	return b.String()
 }
 
 func (m *Middleware) log(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {

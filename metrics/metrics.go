@@ -414,20 +414,18 @@ const (
 
 // RegisterSentinels registers on reg, labelled client (the Redis client
 // they serve: "redis" for serve's; envoy-compat's "redis" and
-// "redis_persecond"), three gauges of the sentinels a client made behind
+// "redis_persecond"), four gauges of the sentinels a client made behind
 // Sentinel asks for the primary, read from status at each scrape
-// (sentinelfollow.Follower.Status): how many it asks, how many answered
-// the last round (every second), and 1 when a majority of them named one
-// primary in it, 0 otherwise. While that is 0 the client goes on with the
-// primary named last, and a failover is not followed.
-// b2i is 1 for true, 0 for false.
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
+// (sentinelfollow.Follower.Status): how many it asks (SentinelsMetric),
+// how many answered the last round, every second
+// (SentinelsAnsweringMetric), 1 when a majority of them named one primary
+// in it, 0 otherwise (SentinelMajorityMetric), and 1 when a majority of
+// them answered that they do not monitor the master, 0 otherwise
+// (SentinelUnknownMasterMetric). While the majority gauge is 0 because
+// they do not answer, the client goes on with the primary named last, and
+// a failover is not followed; while the unknown-master gauge is 1, the
+// primary is forgotten, and each new connection goes to the primary a
+// sentinel still monitoring the master names, or fails when none does.
 func RegisterSentinels(reg prometheus.Registerer, client string, status func() sentinelfollow.Status) error {
 	if reg == nil || client == "" || status == nil {
 		return fmt.Errorf("%w: RegisterSentinels needs a registerer, a client name and a status function", ErrInvalidOptions)
@@ -452,4 +450,12 @@ func RegisterSentinels(reg prometheus.Registerer, client string, status func() s
 		}
 	}
 	return nil
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

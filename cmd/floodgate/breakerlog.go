@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
+	"github.com/floodgate-rl/floodgate/internal/redact"
 )
 
 // probeLogEvery is how often at most probeLog writes a line.
@@ -165,10 +166,16 @@ const fallbackDebugMsg = "decision taken by the fallback, not by Redis"
 // is the domain only when the domain holds no "."), its layers' full names
 // and storage keys, the mode applied (local, open, closed), the reason
 // (timeout, unavailable, indeterminate, breaker_open, error,
-// foreign_value) and the Redis error (clipped as logFallbacks's). Nothing
-// is held back: it is for a while, not under full load. Below debug it
-// returns after the logger's Enabled check, building nothing and
-// allocating nothing. Safe for concurrent use.
+// foreign_value) and the Redis error (clipped as logFallbacks's). It
+// carries no identity, as httplimit's lines do not: the keys and the
+// error go through redact.Keys, each key's {hash tag}, the encoded
+// identity, written {…} ("fg:api.monthly:qt:{…}:m2026-12"; the raw keys
+// logged before carried user IDs, addresses and API keys, a reviewer
+// found). A foreign value's key, which an operator must delete, is named
+// in full only by the held-back lines (logFallbacks's and the server's
+// foreign-value one). Nothing is held back: it is for a while,
+// not under full load. Below debug it returns after the logger's Enabled
+// check, building nothing and allocating nothing. Safe for concurrent use.
 func logEachFallback(log *slog.Logger) func(context.Context, fallback.Degraded) {
 	return func(ctx context.Context, d fallback.Degraded) {
 		if !log.Enabled(ctx, slog.LevelDebug) {
@@ -177,7 +184,7 @@ func logEachFallback(log *slog.Logger) func(context.Context, fallback.Degraded) 
 		names := make([]string, len(d.Layers))
 		keys := make([]string, len(d.Layers))
 		for i, l := range d.Layers {
-			names[i], keys[i] = l.Policy.Name, l.Key
+			names[i], keys[i] = l.Policy.Name, redact.Keys(l.Key)
 		}
 		policy := ""
 		if len(names) > 0 {
@@ -185,7 +192,7 @@ func logEachFallback(log *slog.Logger) func(context.Context, fallback.Degraded) 
 		}
 		text := "none"
 		if d.Err != nil {
-			text = clip.Text(d.Err.Error(), maxFallbackErrLog)
+			text = redact.Keys(clip.Text(d.Err.Error(), maxFallbackErrLog))
 		}
 		log.LogAttrs(ctx, slog.LevelDebug, fallbackDebugMsg,
 			slog.String("policy", policy), slog.Any("layers", names), slog.Any("keys", keys),

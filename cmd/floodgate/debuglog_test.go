@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -121,5 +122,117 @@ func TestLogEachFallbackCostsNothingBelowDebug(t *testing.T) {
 	}
 	if r := recs[0]; r["policy"] != "api" || r["mode"] != "local" || r["reason"] != "unavailable" || r["error"] != d.Err.Error() {
 		t.Errorf("line %v; want policy api, mode local, reason unavailable, error %q", r, d.Err)
+	}
+}
+
+// TestServeDebugLineCarriesNoIdentity: serve's debug line for a decision
+// taken by the fallback names the policy, its layers and their keys with
+// the identity part written {…}, and no identity value, raw or as encoded
+// in a key, appears anywhere in the log, from the HTTP API (a quota layer's
+// key with its period tag included) or the gRPC one. A reviewer found the
+// raw keys in it ("fg:api.per-user:sw:{ru1} fg:api.monthly:qt:{ru1}:m2026-12"):
+// user IDs, addresses and API keys, where httplimit's lines write {…}.
+func TestServeDebugLineCarriesNoIdentity(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Kill()
+	dir := t.TempDir()
+	writeFileAtomic(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000}\n")
+	const (
+		user    = "Zq7userNotForTheLog"
+		account = "Kw9accountNotForTheLog"
+		ip      = "198.51.100.77"
+		envoyID = "Jx4descriptorNotForTheLog"
+		spaced  = "Vb2 not readable, hashed in its key" // encoded "h" + hex
+	)
+	identities := []string{user, account, ip, envoyID, spaced}
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--log-level", "debug",
+		"--grpc-addr", "127.0.0.1:0", "--envoy-config", dir)
+	checks := []server.CheckRequest{
+		{Policy: "api", Identity: map[string]string{"user": user}},
+		{Policy: "login", Identity: map[string]string{"account": account, "ip": ip}},
+		{Policy: "api", Identity: map[string]string{"user": spaced}},
+	}
+	for _, req := range checks {
+		if c := checkOn(t, svc.url, "/v1/check", req); c.status != 200 || !c.resp.Degraded {
+			t.Fatalf("%s check with Redis down: %d degraded %v; want 200, degraded", req.Policy, c.status, c.resp.Degraded)
+		}
+	}
+	conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: envoyID}}}}})
+	cancel()
+	if err != nil || !resp.GetDynamicMetadata().GetFields()["degraded"].GetBoolValue() {
+		t.Fatalf("ShouldRateLimit with Redis down: %v, %v; want a degraded answer", resp, err)
+	}
+	svc.stop(t) // every line written is read
+
+	logs := svc.Logs()
+	var found []string
+	for _, id := range identities {
+		for _, s := range []string{id, floodgate.EncodeIdentity(id)} {
+			if strings.Contains(logs, s) {
+				found = append(found, fmt.Sprintf("%q (as %q)", id, s))
+				break
+			}
+		}
+	}
+	if len(found) > 0 {
+		t.Errorf("the log holds identities %s:\n%s", strings.Join(found, ", "), logs)
+	}
+	recs := logRecords(logs, fallbackDebugMsg)
+	if len(recs) != len(checks)+1 {
+		t.Fatalf("%d %q lines for %d decisions taken by the fallback, want %d:\n%s", len(recs), fallbackDebugMsg, len(checks)+1, len(checks)+1, logs)
+	}
+	t.Logf("first line: %v", recs[0])
+	for i, rec := range recs {
+		policy := "edge"
+		if i < len(checks) {
+			policy = checks[i].Policy
+		}
+		layers, _ := rec["layers"].([]any)
+		keys, _ := rec["keys"].([]any)
+		if rec["policy"] != policy || len(layers) == 0 || len(keys) != len(layers) {
+			t.Errorf("line %d: %v; want policy %s, its layers and as many keys", i+1, rec, policy)
+			continue
+		}
+		for j, l := range layers {
+			name, _ := l.(string)
+			key, _ := keys[j].(string)
+			if !strings.HasPrefix(name, policy+".") || !strings.Contains(key, ":"+name+":") || !strings.Contains(key, "{…}") {
+				t.Errorf("line %d, layer %d: name %q, key %q; want a layer of %s and its key with the identity written {…}", i+1, j+1, name, key, policy)
+			}
+		}
+	}
+	if keys, _ := recs[0]["keys"].([]any); len(keys) != 3 || !strings.Contains(fmt.Sprint(keys[2]), ":qt:{…}:m") {
+		t.Errorf("api line's keys %v; want 3, the monthly quota's with its period tag after {…}", keys)
+	}
+}
+
+// TestLogEachFallbackWritesNoIdentity: a foreign value's error names the
+// decision's keys; the debug line writes them, and the keys, with the
+// identity part {…} (the WARN lines name a foreign key in full, held back).
+func TestLogEachFallbackWritesNoIdentity(t *testing.T) {
+	p, err := floodgate.NewSlidingWindow("api.per-user", 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "fg:api.per-user:sw:{ruser42}"
+	d := fallback.Degraded{Layers: []floodgate.Layer{{Policy: p, Key: key, Cost: 1}},
+		Mode: fallback.ModeLocal, Reason: fallback.ReasonForeignValue, Err: errors.New("floodgate: key " + key + " holds a value floodgate did not write")}
+	var buf bytes.Buffer
+	logEachFallback(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))(context.Background(), d)
+	recs := logRecords(buf.String(), fallbackDebugMsg)
+	if len(recs) != 1 || strings.Contains(buf.String(), "user42") {
+		t.Fatalf("want one line without user42:\n%s", buf.String())
+	}
+	const redacted = "fg:api.per-user:sw:{…}"
+	if keys, _ := recs[0]["keys"].([]any); len(keys) != 1 || keys[0] != redacted ||
+		recs[0]["error"] != "floodgate: key "+redacted+" holds a value floodgate did not write" {
+		t.Errorf("line %v; want key and error naming %s", recs[0], redacted)
 	}
 }
