@@ -221,3 +221,54 @@ func socketsOn(pid int, addr string) (int, error) {
 	}
 	return n, nil
 }
+
+// TestServeSilentConnectionsDoNotShutOutProbes: with the probes'
+// listener's budget (32 under a file limit of 256) filled by connections
+// that send nothing, a probe is still answered, and by closing the
+// connections silent longest for room, not by waiting for the server's
+// header timeout to cut them. A review found 40 silent connections,
+// reopened as they were cut, failing every /readyz with a 1 s timeout
+// (and the manifest's 2 s liveness probe on /healthz with 70 under the
+// default budget of 64): only keep-alive connections idle between two
+// requests were closed for room, and a silent one held its place for the
+// header timeout (5 s).
+func TestServeSilentConnectionsDoNotShutOutProbes(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to lower the file limit with")
+	}
+	const (
+		nofile = 256
+		silent = 40
+		limit  = 32 // connlimit.Side(256, connlimit.Default(256))
+	)
+	args := []string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), binary(t), "serve",
+		"--addr", "127.0.0.1:0", "--log-format", "json", "--health-addr", "127.0.0.1:0"}
+	cmd := exec.Command("sh", args...)
+	p := proctest.Start(t, cmd, "floodgate listening")
+	svc := &service{Proc: p, url: "http://" + p.Record("floodgate listening")["addr"]}
+	healthAddr := svc.addr(t, healthListening)
+	for i := range silent {
+		c, err := net.DialTimeout("tcp", healthAddr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("silent connection %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, path := range []string{"/readyz", "/healthz"} {
+		resp, err := client.Get("http://" + healthAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s behind %d silent connections (a budget of %d): %v", path, silent, limit, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s behind %d silent connections: %d", path, silent, resp.StatusCode)
+		}
+	}
+	if got := metricValue(t, svc.url, `floodgate_side_connections_idle_closed_total{listener="health"}`); got < 1 {
+		t.Errorf(`floodgate_side_connections_idle_closed_total{listener="health"} = %v: no silent connection was closed for room (the probes waited for the header timeout)`, got)
+	}
+	if got := metricValue(t, svc.url, `floodgate_side_connections_idle{listener="health"}`); got != 0 {
+		t.Errorf(`floodgate_side_connections_idle{listener="health"} = %v, want 0: silent connections are not keep-alive ones`, got)
+	}
+}

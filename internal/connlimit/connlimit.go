@@ -8,8 +8,9 @@
 // (Listener). Accept takes a place in the budget, and the connection gives
 // it back when it is closed. With the budget spent, Accept first closes the
 // connection that has been idle longest (a keep-alive connection between
-// two requests, as Track, the HTTP servers' connection state hook, learns)
-// once it has been idle MinIdle, so that clients with a request are served
+// two requests, or one that has sent nothing since it was accepted, as
+// Track, the HTTP servers' connection state hook, learns) once it has
+// been idle MinIdle, so that clients with a request are served
 // before idle ones and a busy keep-alive client, idle for a moment between
 // two requests, is not closed for a newcomer that may never send one; with
 // none idle that long, it waits until a connection closes or has been idle
@@ -82,11 +83,11 @@ func New(max int, reg prometheus.Registerer) (*Limit, error) {
 		}),
 		prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_connections_idle_closed_total",
-			Help: "Idle keep-alive connections closed to make room for a new connection, the public listeners being at floodgate_connections_max.",
+			Help: "Idle keep-alive connections, and connections that sent no request within 1 s of their accept, closed to make room for a new connection, the public listeners being at floodgate_connections_max.",
 		}),
 		prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_connections_waits_total",
-			Help: "Times a public listener stopped accepting at floodgate_connections_max (or its own share of it) with no connection idle 1 s to close: new connections waited in the listen backlog.",
+			Help: "Times a public listener stopped accepting at floodgate_connections_max (or its own share of it) with no connection idle 1 s (or silent 1 s since its accept) to close: new connections waited in the listen backlog.",
 		}))
 	if reg != nil {
 		limit := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -142,11 +143,11 @@ func NewSides(reg prometheus.Registerer) (*Sides, error) {
 		}, label),
 		idleClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_side_connections_idle_closed_total",
-			Help: "Idle keep-alive connections of a listener beside the public ones closed to make room for a new connection to it, the listener being at its floodgate_side_connections_max.",
+			Help: "Idle keep-alive connections of a listener beside the public ones, and its connections that sent no request within 1 s of their accept, closed to make room for a new connection to it, the listener being at its floodgate_side_connections_max.",
 		}, label),
 		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_side_connections_waits_total",
-			Help: "Times a listener beside the public ones stopped accepting at its floodgate_side_connections_max with no connection idle 1 s to close: new connections waited in the listen backlog.",
+			Help: "Times a listener beside the public ones stopped accepting at its floodgate_side_connections_max with no connection idle 1 s (or silent 1 s since its accept) to close: new connections waited in the listen backlog.",
 		}, label),
 	}
 	if reg != nil {
@@ -199,29 +200,43 @@ func (l *Limit) Listener(ln net.Listener, name string, most int) net.Listener {
 	return w
 }
 
-// idleConn is a connection idle since a time.
+// idleConn is a connection idle since a time: between two requests, or
+// silent, accepted then and no request begun since.
 type idleConn struct {
-	c     net.Conn
-	since time.Time
+	c      net.Conn
+	since  time.Time
+	silent bool // not counted in idleNow, which counts keep-alive connections
 }
 
 // Track is an http.Server's ConnState hook: it learns which connections
 // are idle, for Accept to close the one idle longest when the budget is
 // spent. c is the connection the server reports (over TLS, the tls.Conn
-// wrapping a connection of Listener).
+// wrapping a connection of Listener). A new connection counts as idle
+// from its accept until its first request begins: a client with a request
+// sends it at once, while one that sends nothing (a flood of silent
+// connections, which the server would cut only at its header timeout)
+// would otherwise hold its place until then, and a probe behind a full
+// budget of them would wait that long (a review: 40 silent connections
+// on the probes' listener, whose budget was 32, failed every /readyz
+// with a 1 s timeout).
 func (l *Limit) Track(c net.Conn, st http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.idle[c]; ok {
 		l.order.Remove(e)
 		delete(l.idle, c)
-		l.idleNow.Dec()
+		if !e.Value.(idleConn).silent {
+			l.idleNow.Dec()
+		}
 	}
-	if st != http.StateIdle {
+	switch st {
+	case http.StateIdle:
+		l.idleNow.Inc()
+	case http.StateNew:
+	default:
 		return
 	}
-	l.idle[c] = l.order.PushBack(idleConn{c, l.now()})
-	l.idleNow.Inc()
+	l.idle[c] = l.order.PushBack(idleConn{c, l.now(), st == http.StateNew})
 	if l.waiters > 0 {
 		close(l.changed)
 		l.changed = make(chan struct{})
@@ -308,7 +323,9 @@ func (l *Limit) victim() (net.Conn, time.Duration, <-chan struct{}) {
 	}
 	l.order.Remove(e)
 	delete(l.idle, ic.c)
-	l.idleNow.Dec()
+	if !ic.silent {
+		l.idleNow.Dec()
+	}
 	return ic.c, 0, l.changed
 }
 

@@ -357,3 +357,39 @@ func TestListenerShare(t *testing.T) {
 		t.Fatal("the waiting grpc connection not accepted once the first closed")
 	}
 }
+
+// TestSilentClosedForRoom: at the limit, a connection that has sent
+// nothing since its accept is closed for a newcomer once silent MinIdle,
+// as an idle keep-alive one is, and not before; it is not counted as a
+// keep-alive connection idle. Before, only connections idle between two
+// requests were closed for room: a budget full of silent connections
+// held every newcomer (a probe) until the server's header timeout cut
+// them (a review: 40 on the probes' listener, budget 32, failed every
+// /readyz with a 1 s timeout).
+func TestSilentClosedForRoom(t *testing.T) {
+	lim, reg := newLimit(t, 1)
+	clk := &clock{now: time.Unix(1_000_000, 0)}
+	connlimit.SetClock(lim, clk.Now)
+	addr := serve(t, lim, nil)
+	a := dial(t, addr) // sends nothing
+	eventually(t, "a accepted", func() bool { return metric(t, reg, "floodgate_connections_open") == 1 })
+	b := dial(t, addr) // in the listen backlog
+	b.send(t, "/")
+	eventually(t, "a wait counted", func() bool { return metric(t, reg, "floodgate_connections_waits_total") == 1 })
+	if got := metric(t, reg, "floodgate_connections_idle_closed_total"); got != 0 {
+		t.Fatalf("closed before silent MinIdle: %v, want 0", got)
+	}
+	if got := metric(t, reg, "floodgate_connections_idle"); got != 0 {
+		t.Errorf("a silent connection counted idle: %v, want 0", got)
+	}
+	clk.add(connlimit.MinIdle)
+	if code, err := b.answer(); err != nil || code != 200 {
+		t.Fatalf("the waiting connection once a was silent MinIdle: %d, %v", code, err)
+	}
+	if _, err := a.answer(); !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("the connection silent MinIdle: %v, want it closed", err)
+	}
+	if got := metric(t, reg, "floodgate_connections_idle_closed_total"); got != 1 {
+		t.Errorf("closed for room: %v, want 1", got)
+	}
+}
