@@ -385,9 +385,13 @@ func (f *Follower) Run(ctx context.Context, log *slog.Logger) {
 	var wg sync.WaitGroup
 	for _, addr := range f.sentinels {
 		sc := f.sentinelClient(addr)
-		ps := sc.Subscribe(ctx, "+switch-master")
 		wg.Go(func() {
 			defer sc.Close()
+			// Subscribed here, not before the first round: Subscribe
+			// waits for the sentinel's answer, up to askTimeout for a
+			// frozen one, and one after the other they held the first
+			// round back 1.5 s with three frozen (a review).
+			ps := sc.Subscribe(ctx, "+switch-master")
 			defer ps.Close()
 			ch := ps.Channel()
 			for {

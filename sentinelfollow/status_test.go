@@ -2,6 +2,8 @@ package sentinelfollow
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,4 +67,55 @@ func TestStatusCountsSentinelsAnswering(t *testing.T) {
 	waitStatus(t, f, "none answering, no majority", func(st Status) bool {
 		return st == Status{Asked: true, Sentinels: 3, Answering: 0, Majority: false, Primary: s.Primary.Addr}
 	})
+}
+
+// TestWaitAskedWithFrozenSentinels: with every sentinel frozen
+// (connections accepted, nothing answered), the first round still ends
+// within a round's bound, so WaitAsked, which services wait on before
+// they listen, returns with it counted. Before, Run subscribed to each
+// sentinel's +switch-master first, one after the other, each waiting up
+// to askTimeout: the first round began after 1.5 s, and WaitAsked gave
+// up after its 1 s having waited for nothing (a review: serve's start
+// 1 s longer with three frozen sentinels).
+func TestWaitAskedWithFrozenSentinels(t *testing.T) {
+	var addrs []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var held []net.Conn
+		t.Cleanup(func() {
+			ln.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range held {
+				c.Close()
+			}
+		})
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+			}
+		}()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	f := New(&redis.FailoverOptions{MasterName: "frozen", SentinelAddrs: addrs})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+	if !f.WaitAsked(ctx) {
+		t.Fatalf("WaitAsked with three frozen sentinels: the first round was not counted within twice its bound (Status %+v)", f.Status())
+	}
+	if st := f.Status(); !st.Asked || st.Majority || st.Answering != 0 {
+		t.Errorf("Status() after the first round with three frozen sentinels = %+v, want asked, none answering, no majority", st)
+	}
 }

@@ -799,7 +799,7 @@ const noSentinelPrimary = "no majority of the sentinels names a primary, and the
 
 // sentinelsNotAsked is sentinelsResponse.Warning before the first
 // question to the sentinels has ended.
-const sentinelsNotAsked = "the sentinels have not answered a first question yet (it ends within half a second of the start): new connections ask them as they dial"
+const sentinelsNotAsked = "the sentinels have not answered a first question yet (it ends within half a second of the start, before serve listens): new connections ask them as they dial"
 
 // unknownSentinelMaster is sentinelsResponse.Warning while a majority
 // answers that they do not monitor the master (%s: master "NAME"). What
