@@ -75,7 +75,7 @@ func TestVersionRegressionIsWarned(t *testing.T) {
 	}
 	out := logs.String()
 	for _, want := range []string{`level=WARN msg="configuration applied: the version is not newer than the previous one"`,
-		`version=505 previous_version=507`, "restored from an older snapshot", "wiped", "rollback"} {
+		`config_version=505 previous_config_version=507`, "restored from an older snapshot", "wiped", "rollback"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("log lacks %q:\n%s", want, out)
 		}

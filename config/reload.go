@@ -387,15 +387,15 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 		// so that its error line has an end.
 		// It is not counted as applied: nothing changed in force.
 		if r.holder.rejected.Swap(nil) != nil {
-			r.log.Info("configuration source holds the active configuration again", "source", source, "version", active.Version())
+			r.log.Info("configuration source holds the active configuration again", "source", source, "config_version", active.Version())
 		}
 		r.metrics.setRejected(false)
 		return active, nil
 	}
 	r.holder.store(c)
 	r.metrics.count(ResultApplied)
-	attrs := []any{"source", source, "version", c.Version(),
-		"previous_version", active.Version(), "policies", len(c.Policies()),
+	attrs := []any{"source", source, "config_version", c.Version(),
+		"previous_config_version", active.Version(), "policies", len(c.Policies()),
 		"quotas", len(c.Quotas()), "concurrency_limits", len(c.ConcurrencyLimits())}
 	if versioned && active.Version() != "" && CompareVersions(c.Version(), active.Version()) <= 0 {
 		// Not refused: a forced rollback is legitimate. But the same
@@ -419,7 +419,7 @@ func (r *Reloader) apply(data []byte, source string, versioned bool) (*Config, e
 // warn logs c's Warnings, each a line at WARN.
 func (r *Reloader) warn(c *Config, source string) {
 	for _, w := range c.Warnings() {
-		r.log.Warn("configuration warning: "+w, "source", source, "version", c.Version())
+		r.log.Warn("configuration warning: "+w, "source", source, "config_version", c.Version())
 	}
 }
 
@@ -456,7 +456,7 @@ func (r *Reloader) rejectLocked(active *Config, source string, err error) {
 		return
 	}
 	r.log.Error("configuration rejected; keeping the last good one",
-		"source", source, "error", err, "active_version", active.Version(), "active_source", active.Source())
+		"source", source, "error", err, "active_config_version", active.Version(), "active_source", active.Source())
 }
 
 // The log messages of a source failing while no configuration is active
@@ -536,10 +536,10 @@ func (r *Reloader) unchanged(source string) {
 	r.metrics.setRejected(false)
 	active := r.holder.Load()
 	if r.holder.rejected.Swap(nil) != nil {
-		r.log.Info("configuration source holds the active configuration again", "source", source, "version", active.Version())
+		r.log.Info("configuration source holds the active configuration again", "source", source, "config_version", active.Version())
 		return
 	}
-	r.log.Info("configuration unchanged", "source", source, "version", active.Version())
+	r.log.Info("configuration unchanged", "source", source, "config_version", active.Version())
 }
 
 // readable notes a successful read of source, setting

@@ -16,7 +16,7 @@ func TestReloaderLogsWarnings(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `level=WARN msg="configuration warning: layer \"u\" of policy \"api\": token_bucket 300000 per 1s refills one unit every 3µs`
-	if got := logs.String(); !strings.Contains(got, want) || !strings.Contains(got, "source=fast.yaml version=2") {
+	if got := logs.String(); !strings.Contains(got, want) || !strings.Contains(got, "source=fast.yaml config_version=2") {
 		t.Fatalf("log lacks %q with its source and version:\n%s", want, got)
 	}
 	n := strings.Count(logs.String(), "configuration warning")

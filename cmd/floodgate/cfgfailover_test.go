@@ -159,7 +159,7 @@ func TestServeRereadsConfigOnPrimaryMove(t *testing.T) {
 	}
 	svc := startService(t, "--prefix", prefix, "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName, "--config-from-redis")
 	defer svc.stop(t)
-	if rec, ok := svc.Logged("configuration loaded"); ok && rec["version"] != "42" {
+	if rec, ok := svc.Logged("floodgate listening"); ok && rec["config_version"] != "42" {
 		t.Logf("started with %v", rec)
 	}
 	if err := replica.ConfigSet(ctx, "replica-read-only", "no").Err(); err != nil {
@@ -174,7 +174,7 @@ func TestServeRereadsConfigOnPrimaryMove(t *testing.T) {
 	const regressed = "configuration applied: the version is not newer than the previous one"
 	var rec proctest.Record
 	for rec == nil && time.Since(switched) < 15*time.Second {
-		if r, ok := svc.Logged(regressed); ok && r["version"] == "41" {
+		if r, ok := svc.Logged(regressed); ok && r["config_version"] == "41" {
 			rec = r
 			break
 		}

@@ -294,8 +294,9 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 			}
 		})
 	}
-	log.Info("floodgate envoy-compat listening", "http", hln.Addr().String(), "grpc", gln.Addr().String(),
-		"debug", dln.Addr().String(), "backend", s.BackendType, "runtime", s.RuntimeOf(), "max_connections", conns.Max())
+	log.Info("floodgate envoy-compat listening", append(append([]any{"http", hln.Addr().String(), "grpc", gln.Addr().String(),
+		"debug", dln.Addr().String()}, buildAttrs(build)...),
+		"backend", s.BackendType, "runtime", s.RuntimeOf(), "max_connections", conns.Max())...)
 
 	var runErr error
 	select {

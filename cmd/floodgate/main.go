@@ -27,12 +27,26 @@ import (
 // link time: release builds stamp it with -ldflags
 // "-X main.version=v1.2.3" (deploy/build-image.sh does). Empty, as in a
 // plain go build, the version comes from the build information Go embeds
-// (buildinfo.Read): the module version, else the VCS revision, else dev.
+// (buildinfo.Read): the main module's version (a pseudo-version such as
+// v0.0.0-20261206222540-d241fc6024f9 for a go build in a Git checkout),
+// else dev (go run, a Git worktree, -buildvcs=false, a source export).
 var version string
 
 // build is the build this binary is: "floodgate --version" and "floodgate
-// version" print it, /readyz and floodgate_build_info report it.
+// version" print it, /readyz, floodgate_build_info and the listening
+// lines report it.
 var build = buildinfo.Read(version)
+
+// buildAttrs are the log attributes naming the build b: "version", as
+// /readyz and floodgate_build_info name it, and "revision" when known. A
+// configuration's version is logged as "config_version", never "version".
+func buildAttrs(b buildinfo.Info) []any {
+	attrs := []any{"version", b.Version}
+	if b.Revision != "" {
+		attrs = append(attrs, "revision", b.Revision)
+	}
+	return attrs
+}
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))

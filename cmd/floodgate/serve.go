@@ -783,7 +783,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	cfg := holder.Load() // empty while none is loaded
 	for _, w := range cfg.Warnings() {
-		log.Warn("configuration warning: "+w, "source", cfg.Source(), "version", cfg.Version())
+		log.Warn("configuration warning: "+w, "source", cfg.Source(), "config_version", cfg.Version())
 	}
 	reloader, err := config.NewReloader(holder, config.ReloaderOptions{Logger: log, Registerer: reg, VerifyKeys: f.sec.verifyKeys})
 	if err != nil {
@@ -1013,9 +1013,10 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		})
 	}
 
-	log.Info("floodgate listening", "addr", ln.Addr().String(), "http_server", engine, "store", b.describe, "config", cfg.Source(),
-		"config_loaded", holder.Loaded(), "version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
-		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max())
+	log.Info("floodgate listening", append(append([]any{"addr", ln.Addr().String()}, buildAttrs(build)...),
+		"http_server", engine, "store", b.describe, "config", cfg.Source(),
+		"config_loaded", holder.Loaded(), "config_version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
+		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max())...)
 	serveErr = srv.Serve(ctx, ln)
 	served = true
 	return serveErr

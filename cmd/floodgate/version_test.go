@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -52,8 +54,8 @@ func TestVersionText(t *testing.T) {
 	}{
 		{"stamped release", buildinfo.Info{Version: "v1.2.3", Revision: rev, Time: "2026-01-02T03:04:05Z", GoVersion: "go1.26.0"},
 			"floodgate version v1.2.3\ngo version: go1.26.0\nrevision: " + rev + "\ncommit time: 2026-01-02T03:04:05Z\n"},
-		{"modified tree", buildinfo.Info{Version: "0505cc7d1a2b-dirty", Revision: rev, Time: "2026-01-02T03:04:05Z", Modified: true, GoVersion: "go1.26.0"},
-			"floodgate version 0505cc7d1a2b-dirty\ngo version: go1.26.0\nrevision: " + rev + " (modified)\ncommit time: 2026-01-02T03:04:05Z\n"},
+		{"modified tree", buildinfo.Info{Version: "v0.0.0-20260102030405-0505cc7d1a2b+dirty", Revision: rev, Time: "2026-01-02T03:04:05Z", Modified: true, GoVersion: "go1.26.0"},
+			"floodgate version v0.0.0-20260102030405-0505cc7d1a2b+dirty\ngo version: go1.26.0\nrevision: " + rev + " (modified)\ncommit time: 2026-01-02T03:04:05Z\n"},
 		{"no VCS information", buildinfo.Info{Version: "dev", GoVersion: "go1.26.0"},
 			"floodgate version dev\ngo version: go1.26.0\n"},
 	} {
@@ -97,13 +99,53 @@ func checkBuildInfo(t *testing.T, metrics, version string) {
 	}
 }
 
+// binaryRevision is the revision the test binary's "floodgate version"
+// prints, "" when it prints none.
+func binaryRevision(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(binary(t), "version").Output()
+	if err != nil {
+		t.Fatalf("floodgate version: %v", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		if r, ok := strings.CutPrefix(strings.TrimSpace(line), "revision: "); ok {
+			r, _, _ = strings.Cut(r, " ")
+			return r
+		}
+	}
+	return ""
+}
+
+// checkListeningBuild checks that rec, a listening line, names the build
+// as /readyz and floodgate_build_info do: "version" the version
+// "floodgate version" prints, "revision" its revision when it prints one
+// (the line had "version":"1", the configuration's version, and no build).
+func checkListeningBuild(t *testing.T, rec map[string]string, version, revision string) {
+	t.Helper()
+	if rec["version"] != version || rec["revision"] != revision {
+		t.Errorf("listening line: version %q, revision %q; want %q and %q (what floodgate version prints): %v",
+			rec["version"], rec["revision"], version, revision, rec)
+	}
+}
+
 // TestServeReportsItsBuild: a real serve exports floodgate_build_info and
 // names its version in /readyz, as "floodgate version" prints it (an
 // upgrade walk could not tell which instance ran which build: neither
-// said anything of it).
+// said anything of it); its listening line names it under "version", and
+// the configuration's version under "config_version", as /readyz does
+// (buildlog: it logged the configuration's as "version").
 func TestServeReportsItsBuild(t *testing.T) {
 	want := binaryVersion(t)
-	svc := startService(t)
+	cfg := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(cfg, []byte("version: \"cfg-7\"\npolicies:\n  - name: p\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 5, window: 1m, dimension: user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := startService(t, "--config", cfg)
+	listening, _ := svc.Logged("floodgate listening")
+	checkListeningBuild(t, listening, want, binaryRevision(t))
+	if listening["config_version"] != "cfg-7" {
+		t.Errorf("listening line: config_version %q, want the configuration's %q: %v", listening["config_version"], "cfg-7", listening)
+	}
 	_, metrics := httpGet(t, svc.url+"/metrics")
 	checkBuildInfo(t, metrics, want)
 	code, body := readyz(t, svc.url)
@@ -119,12 +161,15 @@ func TestServeReportsItsBuild(t *testing.T) {
 }
 
 // TestEnvoyCompatReportsItsBuild: envoy-compat's /metrics on its debug
-// port exports floodgate_build_info too.
+// port exports floodgate_build_info too, and its listening line names the
+// build as serve's does (it named none).
 func TestEnvoyCompatReportsItsBuild(t *testing.T) {
 	want := binaryVersion(t)
 	rdb := redistest.Start(t)
 	_, rt := compatRuntime(t, compatConfig)
 	p := startCompat(t, append(rt, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rdb.Addr, "CACHE_KEY_PREFIX=bi_")...)
+	listening, _ := p.Logged("floodgate envoy-compat listening")
+	checkListeningBuild(t, listening, want, binaryRevision(t))
 	_, metrics := httpGet(t, "http://"+p.debug+"/metrics")
 	checkBuildInfo(t, metrics, want)
 }

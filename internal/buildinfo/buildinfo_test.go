@@ -23,8 +23,10 @@ func fake(mainVersion string, kv ...string) *debug.BuildInfo {
 const rev = "0505cc7d1a2b3c4d5e6f708192a3b4c5d6e7f809"
 
 // TestFromBuildInfo: a version stamped at link time wins; then the main
-// module's version unless it is (devel); then the short revision, -dirty
-// for a modified tree; then dev.
+// module's version unless it is (devel), as Go 1.24 and later set it from
+// Git (a pseudo-version, "+dirty" for a modified tree); then the short
+// revision, "+dirty" for a modified tree as in Go's pseudo-version (it
+// was "-dirty", so that one tree was marked two ways); then dev.
 func TestFromBuildInfo(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -38,10 +40,13 @@ func TestFromBuildInfo(t *testing.T) {
 			Info{Version: "v1.2.3", GoVersion: runtime.Version()}},
 		{"module version (go install module@version)", "", fake("v1.4.0"),
 			Info{Version: "v1.4.0", GoVersion: "go1.99.1"}},
+		{"pseudo-version of a go build in a modified checkout wins over the revision", "",
+			fake("v0.0.0-20260102030405-0505cc7d1a2b+dirty", "vcs", "git", "vcs.revision", rev, "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "true"),
+			Info{Version: "v0.0.0-20260102030405-0505cc7d1a2b+dirty", Revision: rev, Time: "2026-01-02T03:04:05Z", Modified: true, GoVersion: "go1.99.1"}},
 		{"devel with a clean revision", "", fake("(devel)", "vcs", "git", "vcs.revision", rev, "vcs.time", "2026-01-02T03:04:05Z", "vcs.modified", "false"),
 			Info{Version: "0505cc7d1a2b", Revision: rev, Time: "2026-01-02T03:04:05Z", GoVersion: "go1.99.1"}},
 		{"devel with a modified tree", "", fake("(devel)", "vcs.revision", rev, "vcs.modified", "true"),
-			Info{Version: "0505cc7d1a2b-dirty", Revision: rev, Modified: true, GoVersion: "go1.99.1"}},
+			Info{Version: "0505cc7d1a2b+dirty", Revision: rev, Modified: true, GoVersion: "go1.99.1"}},
 		{"empty module version with a revision", "", fake("", "vcs.revision", rev),
 			Info{Version: "0505cc7d1a2b", Revision: rev, GoVersion: "go1.99.1"}},
 		{"short revision kept whole", "", fake("(devel)", "vcs.revision", "abc123"),
