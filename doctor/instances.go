@@ -59,6 +59,9 @@ type instance struct {
 	later         map[string]*dto.MetricFamily // a second scrape, for rates
 	laterAt       time.Time
 	err           error
+	// sentinels is /readyz's sentinels block (serve behind Sentinel),
+	// nil when it has none.
+	sentinels *readySentinels
 	// metricsURL is the base URL /metrics was read from: url, or the
 	// instance's admin address given as another --instance (serve
 	// --metrics-admin-only), empty when none was read.
@@ -84,6 +87,30 @@ type instance struct {
 	// tlsFix is the fix of an instance doctor could not read for a TLS
 	// reason (tlsFailure): nothing was read; "" for any other.
 	tlsFix string
+}
+
+// readySentinels is what an instance's /readyz says of its sentinels
+// (serve behind Sentinel): information, which never makes it unready, so
+// an instance whose sentinels do not monitor the master, or do not
+// answer, is still "ready" (a review saw "[PASS] ready: 1 instance
+// ready" while its /readyz warned that the sentinels forgot the
+// primary).
+type readySentinels struct {
+	Configured    int    `json:"configured"`
+	Answering     int    `json:"answering"`
+	Majority      bool   `json:"majority"`
+	UnknownMaster bool   `json:"unknown_master"`
+	Warning       string `json:"warning"`
+	NotAskedYet   bool   `json:"not_asked_yet"`
+}
+
+// sentinelsWarning returns the evidence line of in's /readyz sentinels
+// warning, "" when it has none.
+func (in *instance) sentinelsWarning() string {
+	if in.sentinels == nil || in.sentinels.Warning == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s: its sentinels (%d of %d answering): %s", in.url, in.sentinels.Answering, in.sentinels.Configured, in.sentinels.Warning)
 }
 
 // noMetricsWhy says why the instance's url serves no /metrics (when
@@ -380,13 +407,14 @@ func (r *run) readInstance(ctx context.Context, in *instance) {
 		}
 		in.readyStatus = code
 		var ready struct {
-			Status        *string `json:"status"`
-			Error         string  `json:"error"`
-			ConfigVersion *string `json:"config_version"`
-			ConfigSource  string  `json:"config_source"`
-			ConfigHash    string  `json:"config_hash"`
-			Store         string  `json:"store"`
-			HeartbeatID   string  `json:"heartbeat_id"`
+			Status        *string         `json:"status"`
+			Error         string          `json:"error"`
+			ConfigVersion *string         `json:"config_version"`
+			ConfigSource  string          `json:"config_source"`
+			ConfigHash    string          `json:"config_hash"`
+			Store         string          `json:"store"`
+			HeartbeatID   string          `json:"heartbeat_id"`
+			Sentinels     *readySentinels `json:"sentinels"`
 		}
 		jerr := json.Unmarshal(body, &ready)
 		if jerr != nil || ready.Status == nil || ready.ConfigVersion == nil || (code != http.StatusOK && code != http.StatusServiceUnavailable) {
@@ -420,6 +448,7 @@ func (r *run) readInstance(ctx context.Context, in *instance) {
 		}
 		in.ready, in.readyErr, in.configVersion, in.store = *ready.Status, ready.Error, *ready.ConfigVersion, ready.Store
 		in.configSource, in.configHash, in.heartbeatID = ready.ConfigSource, ready.ConfigHash, ready.HeartbeatID
+		in.sentinels = ready.Sentinels
 		if d, err := http.ParseTime(hdr.Get("Date")); err == nil {
 			in.date = dateSample{date: d, sent: local, rtt: rtt}
 		}
@@ -587,6 +616,36 @@ func (in *instance) noConfiguration() bool {
 	return in.notFloodgate == "" && in.ready == "no-configuration"
 }
 
+// sentinelsWarnedSummary says that warned of n instances have a
+// sentinels warning in their /readyz, unknown of them that a majority of
+// their sentinels do not monitor the master.
+func sentinelsWarnedSummary(warned, unknown, n int) string {
+	var parts []string
+	if unknown > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %s a majority of %s sentinels not monitoring the master (/readyz unknown_master): the primary is forgotten by them, and a failed primary would not be replaced (see Redis/sentinel)",
+			unknown, plural.Count(n, "instance finds", "instances find"), plural.Word(unknown, "its", "their")))
+	}
+	if other := warned - unknown; other > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %s a sentinels warning in /readyz (no majority of the sentinels answers, or they were not asked yet): a failover would not be followed (see Redis/sentinel)",
+			other, plural.Count(n, "instance has", "instances have")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// sentinelsWarnedFix is the fix of warned instances whose /readyz
+// carries a sentinels warning, unknown of them that the sentinels do not
+// monitor the master.
+func sentinelsWarnedFix(warned, unknown int) string {
+	var fixes []string
+	if unknown > 0 {
+		fixes = append(fixes, "check the instances' --redis-master against SENTINEL MASTERS on each sentinel, or SENTINEL MONITOR the master again on those that forgot it (Redis/sentinel names them); the warning ends once a majority monitors it again")
+	}
+	if warned > unknown {
+		fixes = append(fixes, "bring back a majority of the sentinels (Redis/sentinel names those that do not answer); run doctor again if an instance had only just started (not_asked_yet)")
+	}
+	return strings.Join(fixes, "; ")
+}
+
 // notExported is the evidence line of a metric an instance does not have.
 func notExported(url, name string) string {
 	return fmt.Sprintf("%s: %s not exported by this version", url, name)
@@ -604,7 +663,18 @@ func (r *run) instanceChecks(ctx context.Context) {
 	r.check(GroupInstances, "ready", func(c *Check) {
 		c.Read = read
 		bad, foreign, admins, memory, tlsBad, noConf := 0, 0, 0, 0, 0, 0
+		// The instances whose /readyz carries a sentinels warning, and
+		// those of them whose sentinels do not monitor the master.
+		var sentinelWarned, sentinelUnknown int
+		var sentinelLines []string
 		for _, in := range ins {
+			if w := in.sentinelsWarning(); w != "" {
+				sentinelLines = append(sentinelLines, w)
+				sentinelWarned++
+				if in.sentinels.UnknownMaster {
+					sentinelUnknown++
+				}
+			}
 			switch {
 			case in.tlsFix != "":
 				tlsBad++
@@ -644,6 +714,7 @@ func (r *run) instanceChecks(ctx context.Context) {
 				c.Evidence = append(c.Evidence, line)
 			}
 		}
+		c.Evidence = append(c.Evidence, sentinelLines...)
 		if bad > 0 || foreign > 0 || memory > 0 || tlsBad > 0 {
 			var parts []string
 			if tlsBad > 0 {
@@ -659,8 +730,14 @@ func (r *run) instanceChecks(ctx context.Context) {
 			if foreign > 0 {
 				parts = append(parts, fmt.Sprintf("%d of %s not answer /readyz as a Floodgate instance, so %s readiness is unknown", foreign, plural.Count(len(ins), "URL does", "URLs do"), plural.Word(foreign, "its", "their")))
 			}
+			if sentinelWarned > 0 {
+				parts = append(parts, sentinelsWarnedSummary(sentinelWarned, sentinelUnknown, len(ins)))
+			}
 			c.Status, c.Summary = Fail, strings.Join(parts, "; ")
 			fixes := tlsFixes(ins)
+			if sentinelWarned > 0 {
+				fixes = append(fixes, sentinelsWarnedFix(sentinelWarned, sentinelUnknown))
+			}
 			if memory > 0 {
 				fixes = append(fixes, "start every instance with the deployment's --redis (or check that doctor was given the right instances)")
 			}
@@ -690,6 +767,13 @@ func (r *run) instanceChecks(ctx context.Context) {
 			return
 		}
 		c.Status, c.Summary = Pass, plural.Word(len(ins), "", "all ")+plural.Count(len(ins), "instance ready", "instances ready")
+		if sentinelWarned > 0 {
+			// Ready, as /readyz says, but its sentinels block warns:
+			// doctor says so rather than pass.
+			c.Status = Warn
+			c.Summary += ", but " + sentinelsWarnedSummary(sentinelWarned, sentinelUnknown, len(ins))
+			c.Fix = sentinelsWarnedFix(sentinelWarned, sentinelUnknown)
+		}
 	})
 	r.check(GroupInstances, "config-version", func(c *Check) {
 		c.Read = read + " (no extra request)"

@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/redisstore"
+	"github.com/floodgate-rl/floodgate/sentinelfollow"
 	"github.com/floodgate-rl/floodgate/server"
 )
 
@@ -78,6 +79,11 @@ type instanceOptions struct {
 	// unusable at start (config.NewPendingHolder, here the key missing):
 	// doc is unused, source must be given.
 	pending bool
+	// sentinels reports the instance's sentinels in /readyz, as serve
+	// behind Sentinel does (its Follower's Status), of the master
+	// sentinelMaster.
+	sentinels      func() sentinelfollow.Status
+	sentinelMaster string
 }
 
 func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o instanceOptions) *instance {
@@ -144,7 +150,7 @@ func startInstance(t *testing.T, client redis.UniversalClient, prefix string, o 
 		}
 	}
 	so := server.Options{Registerer: reg, Gatherer: reg, Metrics: m, MetricsAdminOnly: o.metricsAdminOnly,
-		Ready: ready, Store: kind, HTTPEngine: o.engine}
+		Ready: ready, Store: kind, HTTPEngine: o.engine, Sentinels: o.sentinels, SentinelMaster: o.sentinelMaster}
 	if !o.noHeartbeatID {
 		so.HeartbeatID = hbID
 	}

@@ -245,6 +245,14 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// s_down, and cannot be failed over to.
 	minUp, maxKnown := -1, 0
 	var downReplicas []string
+	// The sentinels that answer SENTINEL MASTER that they monitor no
+	// primary by that name (SENTINEL REMOVE, or a wrong --redis-master),
+	// those that do not answer it (down, frozen, refusing doctor), and
+	// those that flag the primary as down: told apart, as the fix of
+	// each differs (a review: two of three told SENTINEL REMOVE, the
+	// primary up, were "only 1 of 3 sentinels answer", fixed by starting
+	// sentinels that all answered PING).
+	var unknown, silent, flagged []string
 	for _, a := range addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS,
 			Username: st.Username, Password: st.Password})
@@ -263,6 +271,12 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			cancel()
 			_ = sc.Close()
 			worst = max(worst, Warn)
+			if noSuchMaster(err) {
+				unknown = append(unknown, a)
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: answers, but monitors no primary named %s (SENTINEL MASTER %s: %v)", a, master, master, err))
+				continue
+			}
+			silent = append(silent, a)
 			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: SENTINEL MASTER %s failed: %v", a, master, err))
 			continue
 		}
@@ -309,6 +323,7 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		}
 		if m["flags"] != "master" {
 			worst = max(worst, Warn)
+			flagged = append(flagged, a+" ("+m["flags"]+")")
 		}
 		c.Evidence = append(c.Evidence, line)
 	}
@@ -320,6 +335,14 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		worst = Fail
 	}
 	c.Status = worst
+	if up*2 <= len(addrs) && len(unknown) > 0 {
+		// No majority monitors the master, and some of those that do
+		// not answer that they know no such name: a failover needs a
+		// majority of the sentinels to authorize it, and those cannot
+		// vote for a primary they forgot.
+		c.Summary, c.Fix = sentinelsForgot(master, up, len(addrs), unknown, silent)
+		return
+	}
 	switch {
 	case worst == Pass:
 		c.Summary = fmt.Sprintf("%d of %d sentinels see %s up and can reach a quorum to fail over", up, len(addrs), master)
@@ -329,17 +352,96 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		case minUp == 0:
 			c.Summary += ", but it has no replica to fail over to"
 		}
-	case worst == Warn && noReplicaUp:
+	case worst == Warn && noReplicaUp && len(unknown)+len(silent)+len(flagged) == 0:
 		c.Summary = fmt.Sprintf("no replica of %s is up for the sentinels: the %s they know %s down (%s), so a failed primary could not be replaced",
 			master, plural.Word(maxKnown, "replica", "replicas"), plural.Word(maxKnown, "is", "are"), strings.Join(firstN(downReplicas, 3), ", "))
 		c.Fix = "start a replica of the current primary (a dead old primary is listed until it comes back as a replica, or SENTINEL RESET " + master + " forgets it)"
 	case worst == Warn:
-		c.Summary = "a sentinel is unreachable or flags the primary as down"
-		c.Fix = "check every sentinel's log and reachability; failover needs a majority of them"
-	default:
-		c.Summary = fmt.Sprintf("only %d of %d sentinels answer, or the quorum cannot be reached: a failed primary would not be replaced", up, len(addrs))
+		// A minority of the sentinels does not monitor the master, does
+		// not answer, or flags the primary as down: a majority still
+		// monitors it, and can authorize a failover.
+		var parts, fixes []string
+		if len(unknown) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s, but %s no primary named %s: %s the primary",
+				plural.Count(len(unknown), "sentinel", "sentinels"), sentinelList(unknown, "answers", "answer"),
+				plural.Word(len(unknown), "monitors", "monitor"), master, plural.Word(len(unknown), "it has forgotten", "they have forgotten")))
+			fixes = append(fixes, monitorAgainFix(master, unknown))
+		}
+		if len(silent) > 0 {
+			parts = append(parts, fmt.Sprintf("%s (%s): %s", plural.Word(len(silent), "a sentinel is unreachable", fmt.Sprint(len(silent))+" sentinels are unreachable"),
+				strings.Join(silent, ", "), plural.Word(len(silent), "it does not answer", "they do not answer")))
+		}
+		if len(flagged) > 0 {
+			parts = append(parts, fmt.Sprintf("%s the primary as down: %s", plural.Word(len(flagged), "a sentinel flags", "sentinels flag"), strings.Join(flagged, ", ")))
+		}
+		if len(silent) > 0 || len(flagged) > 0 {
+			fixes = append(fixes, "check every sentinel's log and reachability; failover needs a majority of them")
+		}
+		if noReplicaUp {
+			parts = append(parts, fmt.Sprintf("no replica of %s is up for the sentinels", master))
+			fixes = append(fixes, "start a replica of the current primary")
+		}
+		if len(parts) == 0 {
+			parts = append(parts, "a sentinel is unreachable or flags the primary as down")
+			fixes = append(fixes, "check every sentinel's log and reachability; failover needs a majority of them")
+		}
+		c.Summary = strings.Join(parts, "; ")
+		if len(unknown)+len(silent) > 0 {
+			c.Summary += fmt.Sprintf(" (%d of %d still monitor %s, a majority: a failover can still be authorized)", up, len(addrs), master)
+		}
+		c.Fix = strings.Join(fixes, "; ")
+	case up*2 <= len(addrs):
+		c.Summary = fmt.Sprintf("only %d of %d sentinels answer: a failed primary would not be replaced", up, len(addrs))
+		if len(silent) > 0 {
+			c.Summary = fmt.Sprintf("only %d of %d sentinels answer (%s %s): a failed primary would not be replaced",
+				up, len(addrs), strings.Join(silent, ", "), plural.Word(len(silent), "does not", "do not"))
+		}
 		c.Fix = "start the missing sentinels (at least three, on separate hosts) and check SENTINEL CKQUORUM"
+	default:
+		c.Summary = fmt.Sprintf("%d of %d sentinels answer, but the quorum cannot be reached (SENTINEL CKQUORUM fails on %d): a failed primary would not be replaced", up, len(addrs), up-quorumOK)
+		c.Fix = "act on what SENTINEL CKQUORUM says (above): each sentinel's quorum and the sentinels it knows (num-other-sentinels), at least three on separate hosts"
 	}
+}
+
+// noSuchMaster reports whether err is a sentinel's answer that it
+// monitors no primary by the name asked (SENTINEL MASTER: "ERR No such
+// master with that name"): it answers, and has forgotten the primary or
+// never knew it.
+func noSuchMaster(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.Contains(reply.Error(), "No such master")
+}
+
+// sentinelList names addrs after the verb for one or many: "1 sentinel
+// (A) does not answer", "2 sentinels (A, B) do not answer".
+func sentinelList(addrs []string, one, many string) string {
+	return "(" + strings.Join(addrs, ", ") + ") " + plural.Word(len(addrs), one, many)
+}
+
+// monitorAgainFix is the fix of the sentinels at addrs that monitor no
+// primary by the name master.
+func monitorAgainFix(master string, addrs []string) string {
+	return fmt.Sprintf("check --redis-master (or master= in the URL) against SENTINEL MASTERS on each sentinel; if %q is right, SENTINEL MONITOR %s <primary ip> <port> <quorum> again on %s (it was removed, SENTINEL REMOVE, or never added), with the others' settings (SENTINEL SET %s down-after-milliseconds, failover-timeout)",
+		master, master, strings.Join(addrs, ", "), master)
+}
+
+// sentinelsForgot returns the sentinel check's summary and fix when no
+// majority of the sentinels monitors master (up of n do) and those at
+// unknown answer that they monitor no primary by that name; those at
+// silent do not answer.
+func sentinelsForgot(master string, up, n int, unknown, silent []string) (summary, fix string) {
+	summary = fmt.Sprintf("%d of %d sentinels %s, but %s no primary named %s: the primary is forgotten by %s",
+		len(unknown), n, sentinelList(unknown, "answers", "answer"), plural.Word(len(unknown), "monitors", "monitor"), master, plural.Word(len(unknown), "it", "them"))
+	fix = monitorAgainFix(master, unknown)
+	if len(silent) > 0 {
+		summary += fmt.Sprintf(", and %d %s", len(silent), sentinelList(silent, "does not answer", "do not answer"))
+		fix += "; start the sentinels that do not answer (or fix their addresses: --redis-sentinel, or the hosts of the URL)"
+	}
+	summary += fmt.Sprintf("; only %d of %d monitor it, no majority, so a failed primary would not be replaced (a failover needs a majority of the sentinels to authorize it)", up, n)
+	if up > 0 {
+		summary += fmt.Sprintf("; new connections go to the primary the %s that still %s it %s", plural.Word(up, "sentinel", "sentinels"), plural.Word(up, "monitors", "monitor"), plural.Word(up, "names", "name"))
+	}
+	return summary, fix
 }
 
 // nodeAddr returns the host:port of a node described by SENTINEL MASTER
