@@ -622,12 +622,12 @@ func (in *instance) noConfiguration() bool {
 func sentinelsWarnedSummary(warned, unknown, n int) string {
 	var parts []string
 	if unknown > 0 {
-		parts = append(parts, fmt.Sprintf("%d of %s a majority of %s sentinels not monitoring the master (/readyz unknown_master): the primary is forgotten by them, and a failed primary would not be replaced (see Redis/sentinel)",
-			unknown, plural.Count(n, "instance finds", "instances find"), plural.Word(unknown, "its", "their")))
+		parts = append(parts, fmt.Sprintf("%d of %s %s a majority of %s sentinels not monitoring the master (/readyz unknown_master): the primary is forgotten by them, and a failed primary would not be replaced (see Redis/sentinel)",
+			unknown, plural.Count(n, "instance", "instances"), plural.Word(unknown, "finds", "find"), plural.Word(unknown, "its", "their")))
 	}
 	if other := warned - unknown; other > 0 {
-		parts = append(parts, fmt.Sprintf("%d of %s a sentinels warning in /readyz (no majority of the sentinels answers, or they were not asked yet): a failover would not be followed (see Redis/sentinel)",
-			other, plural.Count(n, "instance has", "instances have")))
+		parts = append(parts, fmt.Sprintf("%d of %s %s a sentinels warning in /readyz (no majority of the sentinels answers, or they were not asked yet): a failover would not be followed (see Redis/sentinel)",
+			other, plural.Count(n, "instance", "instances"), plural.Word(other, "has", "have")))
 	}
 	return strings.Join(parts, "; ")
 }
