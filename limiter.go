@@ -8,8 +8,21 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/floodgate-rl/floodgate/internal/degraded"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
+
+// init tells package degraded what store a Limiter decides against, so
+// that httplimit can learn at construction whether a Limiter's decisions
+// may be taken by a fallback.Store's failure mode.
+func init() {
+	degraded.SetStoreOf(func(d any) (any, bool) {
+		if l, ok := d.(*Limiter); ok && l != nil {
+			return l.store, true
+		}
+		return nil, false
+	})
+}
 
 // Layer is one policy applied to one stored key within a decision.
 type Layer struct {

@@ -10,7 +10,18 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/degraded"
 )
+
+// init tells package degraded which stores write their failure modes'
+// decisions to its Outcome (httplimit reads it without importing this
+// package).
+func init() {
+	degraded.SetReporter(func(store any) bool {
+		s, ok := store.(*Store)
+		return ok && s != nil
+	})
+}
 
 // Outcome tells how one decision was taken. Attach one to the context with
 // NewContext before calling the Limiter; Store.Decide fills it in.
@@ -234,6 +245,9 @@ func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64,
 	}
 	if o != nil {
 		o.set(Outcome{Degraded: true, Mode: mode, Reason: reason, Err: cause})
+	}
+	if d := degraded.From(ctx); d != nil {
+		*d = degraded.Outcome{Degraded: true, Mode: mode.String(), Reason: reason.String(), Err: cause}
 	}
 	return nil
 }

@@ -21,7 +21,9 @@
 //
 // Callers learn how a decision was taken through an Outcome attached to the
 // context (NewContext), and operators through the Observer (see package
-// metrics) and the OnFallback and OnDegraded hooks.
+// metrics) and the OnFallback and OnDegraded hooks. Package httplimit
+// learns it by itself on a *floodgate.Limiter over a Store: it answers a
+// ModeClosed denial as a failed store (503) and marks the others.
 //
 // # Redis client options
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/degraded"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/internal/plural"
 	"github.com/floodgate-rl/floodgate/internal/redact"
@@ -60,7 +61,14 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if len(specs) > 0 {
-		d, err := m.decide(r.Context(), now, cost, specs)
+		ctx := r.Context()
+		var dg *degraded.Outcome
+		if m.degrades {
+			// Only for a store with failure modes (fallback.Store):
+			// the other stores' decisions cost no context of their own.
+			ctx, dg = degraded.NewContext(ctx)
+		}
+		d, err := m.decide(ctx, now, cost, specs)
 		if err != nil && m.requestEnded(w, r, err) {
 			return false
 		}
@@ -72,6 +80,9 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		// request's cancellation): such a request is not served either,
 		// though what the store admitted stays counted.
 		if m.decidedTooLate(w, r, d.Allowed) {
+			return false
+		}
+		if dg != nil && !m.degraded(w, r, d, dg, rules) {
 			return false
 		}
 		if d.Allowed && cost > 0 {
@@ -263,13 +274,65 @@ func (m *Middleware) storeFailed(w http.ResponseWriter, r *http.Request, err err
 	if m.opts.FailureMode == FailOpen && !errors.Is(err, floodgate.ErrStoreFull) {
 		return true
 	}
+	writeUnavailable(w, rules)
+	return false
+}
+
+// writeUnavailable writes the 503 of a decision the store could not take
+// (failed closed): Retry-After 1, no rate limit headers of its own.
+func writeUnavailable(w http.ResponseWriter, rules []Rule) {
 	writeProblem(w, Problem{
 		Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Status: http.StatusServiceUnavailable,
 		Detail:     "the rate limiter is unavailable; try again shortly",
 		Policy:     policyNames(rules),
 		RetryAfter: 1,
 	}, map[string]string{"Retry-After": "1"})
-	return false
+}
+
+// DegradedHeader marks the answer to a request decided by a failure mode
+// of a fallback.Store in place of its primary (Redis): its value is the
+// mode and why the primary did not decide, "local; reason=timeout" or
+// "closed; reason=breaker_open", as floodgate serve writes it. Absent
+// when the primary decided.
+const DegradedHeader = "X-Floodgate-Degraded"
+
+// errDegraded stands for the primary's error of a degraded decision that
+// names none (fallback names one for each).
+var errDegraded = errors.New("httplimit: decided by the store's failure mode")
+
+// degraded handles a decision taken with dg, the Outcome of a store with
+// failure modes (fallback.Store), and reports whether to go on with it.
+// A decision the primary took goes on unmarked. One its failure mode took
+// is a store failure, logged and reported to OnStoreError as such: denied
+// by ModeClosed, it is answered as a store failure under FailClosed (503,
+// whatever FailureMode: the policy's failure mode has decided), without
+// the rate limit headers that would say a limit was used up; decided by
+// ModeLocal (the local store's limit) or ModeOpen, it goes on marked with
+// DegradedHeader.
+func (m *Middleware) degraded(w http.ResponseWriter, r *http.Request, d floodgate.Decision, dg *degraded.Outcome, rules []Rule) bool {
+	h := w.Header()
+	if !dg.Degraded {
+		// An outer middleware's mark describes its own decision: one
+		// response describes the innermost's, as its rate limit headers.
+		h.Del(DegradedHeader)
+		return true
+	}
+	err := dg.Err
+	if err == nil {
+		err = errDegraded
+	}
+	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed, decided by its failure mode",
+		slog.String("error", redact.Keys(err.Error())), slog.String("mode", dg.Mode), slog.String("reason", dg.Reason),
+		slog.Bool("allowed", d.Allowed))
+	if m.opts.OnStoreError != nil {
+		m.opts.OnStoreError(r, err, false)
+	}
+	h.Set(DegradedHeader, dg.Mode+"; reason="+dg.Reason)
+	if dg.Mode == "closed" && !d.Allowed {
+		writeUnavailable(w, rules)
+		return false
+	}
+	return true
 }
 
 // misconfigured reports whether err is a decision refused for its input

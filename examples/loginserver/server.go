@@ -122,13 +122,9 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusInternalServerError, "cannot identify the client", 0)
 		return
 	}
-	// Not r.Context(): net/http cancels it when the client closes its
-	// side of the connection, and a guess whose Failure then failed would
-	// not count (the client can still read the answer on a half-closed
-	// connection). The guard's calls are bounded by the store's own
-	// timeouts.
-	ctx := context.WithoutCancel(r.Context())
+	ctx, cancel := guardContext(r)
 	v, err := s.cfg.Guard.Check(ctx, user, ip)
+	cancel()
 	switch {
 	case errors.Is(err, loginguard.ErrInvalidAccount):
 		problem(w, http.StatusBadRequest, invalidUsername(user, err), 0)
@@ -143,6 +139,8 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 	case v.Action == loginguard.CaptchaRequired && r.PostForm.Get("captcha") == "":
 		// No CAPTCHA sent: the client did not know one was needed. Nothing
 		// is counted and no password is checked.
+		ctx, cancel := guardContext(r)
+		defer cancel()
 		if err := s.cfg.Guard.Abandon(ctx, user, ip); err != nil {
 			s.unavailable(w, err)
 			return
@@ -151,6 +149,8 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	case v.Action == loginguard.CaptchaRequired && r.PostForm.Get("captcha") != demoCaptcha:
 		// A wrong CAPTCHA is a failed attempt.
+		ctx, cancel := guardContext(r)
+		defer cancel()
 		if _, err := s.cfg.Guard.Failure(ctx, user, ip); err != nil {
 			s.unavailable(w, err)
 			return
@@ -158,7 +158,12 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusUnauthorized, loginResponse{Status: "captcha_required", CaptchaRequired: true})
 		return
 	}
-	if s.passwordMatches(user, password) {
+	// The password check takes its time before the guard's next call
+	// gets its own.
+	matches := s.passwordMatches(user, password)
+	ctx, cancel = guardContext(r)
+	defer cancel()
+	if matches {
 		if err := s.cfg.Guard.Success(ctx, user, ip); err != nil {
 			s.unavailable(w, err)
 			return
@@ -175,6 +180,23 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Logger.Info("login: lock set", "dimensions", o.Locked.String())
 	}
 	reply(w, http.StatusUnauthorized, loginResponse{Status: "invalid_credentials", CaptchaRequired: o.Next.Action >= loginguard.CaptchaRequired})
+}
+
+// guardTimeout bounds each call to the guard: without a deadline, a
+// stalled Redis holds a call until the Redis client's own timeouts give
+// up (5 s per call with go-redis's defaults, so 15 s for a login's
+// Check, Failure and Success), and the login request with it. This
+// program's clients time out after 200 ms anyway; a handler copied next
+// to another client keeps its bound.
+const guardTimeout = time.Second
+
+// guardContext returns the context of one call to the guard for r: not
+// r.Context(), which net/http cancels when the client closes its side of
+// the connection, so that a guess whose Failure then failed would not
+// count (the client can still read the answer on a half-closed
+// connection), but its values with a deadline of its own, guardTimeout.
+func guardContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), guardTimeout)
 }
 
 // invalidUsername returns the detail of the answer to a username the

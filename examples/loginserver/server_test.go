@@ -487,3 +487,57 @@ func postTo(t *testing.T, addr, ip, password, captcha string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
+
+// deadlines is a guard's Redis client that records, for each command,
+// whether its context had a deadline.
+type deadlines struct {
+	loginguard.Client
+	mu      sync.Mutex
+	with    int
+	without int
+}
+
+func (d *deadlines) Process(ctx context.Context, cmd redis.Cmder) error {
+	_, ok := ctx.Deadline()
+	d.mu.Lock()
+	if ok {
+		d.with++
+	} else {
+		d.without++
+	}
+	d.mu.Unlock()
+	return d.Client.Process(ctx, cmd)
+}
+
+// TestGuardCallsHaveADeadline: every call the login handler makes to the
+// guard carries a deadline of its own. They used to carry none
+// (context.WithoutCancel of the request's), relying on this program's
+// Redis clients' 200 ms timeouts: the handler copied next to a client
+// with go-redis's defaults held a login 5 s per call, 15 s in all, on a
+// stalled Redis.
+func TestGuardCallsHaveADeadline(t *testing.T) {
+	rs := redistest.Start(t)
+	rec := &deadlines{Client: rs.Client(t)}
+	backend, err := loginguard.NewRedis(rec, "loginserver-deadline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := start(t, st, backend, &testClock{t: time.Now()})
+	for _, tc := range []struct {
+		password string
+		status   int
+	}{{demoPassword, http.StatusOK}, {"wrong-password", http.StatusUnauthorized}} {
+		if a := post(t, srv, "203.0.113.1", "demo", tc.password, ""); a.status != tc.status {
+			t.Fatalf("login: %d %s, want %d", a.status, a.body, tc.status)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.without != 0 || rec.with < 4 {
+		t.Fatalf("%d guard commands without a deadline, %d with; want all of at least 4 (Check, Success, Check, Failure) with", rec.without, rec.with)
+	}
+}
