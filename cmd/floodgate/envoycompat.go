@@ -381,6 +381,24 @@ type storeWatch struct {
 // observe logs the outcome of one probe at now (down and err as
 // probeStore returns them) and reports whether the store's health
 // changed, and to what.
+// outageText is what tells one store error from another for storeWatch:
+// its text, with the errors go-redis joins when every sentinel failed
+// sorted, as go-redis lists them in the order their answers came (a walk:
+// with the three sentinels refusing connections, 12 lines in 12 s, each
+// naming them in another order).
+func outageText(err error) string {
+	s := err.Error()
+	const joined = "are unreachable: "
+	i := strings.Index(s, joined)
+	if i < 0 {
+		return s
+	}
+	i += len(joined)
+	parts := strings.Split(s[i:], "\n")
+	slices.Sort(parts)
+	return s[:i] + strings.Join(parts, "\n")
+}
+
 func (w *storeWatch) observe(log *slog.Logger, down []*envoycompat.NodeError, err error, now time.Time) (changed, up bool) {
 	if err != nil {
 		// No primary answered: the error names them all. The ones still
@@ -399,11 +417,11 @@ func (w *storeWatch) observe(log *slog.Logger, down []*envoycompat.NodeError, er
 		return true, true
 	case err != nil && w.up:
 		w.up = false
-		w.last = err.Error()
+		w.last = outageText(err)
 		log.Warn("backend not reachable; /healthcheck answers 500 until it is (REDIS_HEALTH_CHECK_ACTIVE_CONNECTION)", "error", err)
 		return true, false
-	case err != nil && err.Error() != w.last:
-		w.last = err.Error()
+	case err != nil && outageText(err) != w.last:
+		w.last = outageText(err)
 		if w.everUp {
 			log.Warn("backend still not reachable; /healthcheck answers 500 until it is", "error", err)
 		} else {
