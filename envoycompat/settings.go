@@ -27,6 +27,11 @@ type Settings struct {
 	// descriptor limit less a reserve of a quarter of it, at least 256
 	// and at most half.
 	MaxConnections int
+	// GrpcReflection registers gRPC server reflection on the gRPC
+	// listener (FLOODGATE_GRPC_REFLECTION, Floodgate's own; false, the
+	// default, as theirs, which never registers it, and as serve's
+	// --grpc-reflection).
+	GrpcReflection bool
 
 	LogLevel, LogFormat string
 
@@ -140,6 +145,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		GrpcMaxConnectionAge:      e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour),
 		GrpcMaxConnectionAgeGrace: e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour),
 		MaxConnections:            int(e.int64("FLOODGATE_MAX_CONNECTIONS", 0)),
+		GrpcReflection:            e.boolean("FLOODGATE_GRPC_REFLECTION", false),
 		LogLevel:                  e.str("LOG_LEVEL", "WARN"),
 		LogFormat:                 e.str("LOG_FORMAT", "text"),
 

@@ -32,6 +32,9 @@ func TestSettingsDefaultsAreTheirs(t *testing.T) {
 		t.Errorf("runtime %+v", s.RuntimeOf())
 	}
 	o := s.Options()
+	if s.GrpcReflection {
+		t.Error("gRPC reflection on by default; theirs never registers it")
+	}
 	if o.NearLimitRatio != 0.8 || o.ExpirationJitterMax != 300*time.Second || o.ResponseHeaders || o.LimitHeader != "RateLimit-Limit" || o.StopIncrementWhenOverLimit || o.GlobalShadowMode {
 		t.Errorf("options %+v", o)
 	}
@@ -53,6 +56,9 @@ func TestSettingsRead(t *testing.T) {
 	}
 	if s.Redis.Type != "cluster" || s.Redis.Timeout != 250*time.Millisecond || !s.MergeDomainConfig {
 		t.Errorf("settings %+v", s)
+	}
+	if s, err := FromEnv(env("FLOODGATE_GRPC_REFLECTION=true")); err != nil || !s.GrpcReflection {
+		t.Errorf("FLOODGATE_GRPC_REFLECTION=true: reflection %v, %v", s.GrpcReflection, err)
 	}
 }
 
@@ -113,6 +119,7 @@ func TestSettingsRefused(t *testing.T) {
 		{"FLOODGATE_MAX_DESCRIPTORS=-1", "FLOODGATE_MAX_DESCRIPTORS"},
 		{"FLOODGATE_MAX_DESCRIPTORS=1000001", "FLOODGATE_MAX_DESCRIPTORS"},
 		{"FLOODGATE_MAX_DESCRIPTORS=many", "FLOODGATE_MAX_DESCRIPTORS"},
+		{"FLOODGATE_GRPC_REFLECTION=yes", `FLOODGATE_GRPC_REFLECTION="yes": want true or false`},
 		{"HOST=[::1]", "HOST=[::1]: give the IPv6 address without brackets (HOST=::1)"},
 		{"GRPC_HOST=[::1]", "GRPC_HOST=[::1]: give the IPv6 address without brackets (GRPC_HOST=::1)"},
 		{"DEBUG_HOST=[fe80::1%eth0]", "DEBUG_HOST=[fe80::1%eth0]: give the IPv6 address without brackets (DEBUG_HOST=fe80::1%eth0)"},

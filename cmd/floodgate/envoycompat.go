@@ -174,7 +174,12 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	)
 	svc.Register(gs)
 	healthpb.RegisterHealthServer(gs, gh)
-	reflection.Register(gs)
+	if s.GrpcReflection {
+		// Off by default, as theirs (which never registers it) and serve
+		// (--grpc-reflection): it lists every service to anyone who can
+		// reach the port.
+		reflection.Register(gs)
+	}
 
 	network := "tcp"
 	if s.GrpcUDS != "" {
