@@ -126,3 +126,24 @@ func TestNewClientDialsThePrimaryWhileSentinelsFrozen(t *testing.T) {
 		t.Fatalf("INCR after the sentinels resumed: %v", err)
 	}
 }
+
+// TestFirstMajorityAfterSilentStartIsNotAgain: with every sentinel
+// frozen when Run starts, the line that ends the no-majority warning
+// says that a majority answers for the first time, not "again" (a walk
+// found "answers again" from sentinels that had never answered).
+func TestFirstMajorityAfterSilentStartIsNotAgain(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	thaw := s.FreezeSentinels(t)
+	f := New(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
+	var logs syncBuffer
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx, slog.New(slog.NewTextHandler(&logs, nil))) }()
+	defer func() { stop(); <-done }()
+	waitLog(t, &logs, "no majority of the sentinels answered")
+	thaw()
+	waitLog(t, &logs, `level=WARN msg="a majority of the sentinels answers, for the first time since the start"`)
+	if strings.Contains(logs.String(), "answers again") {
+		t.Errorf("the log says they answer again, though they had not answered before:\n%s", logs.String())
+	}
+}

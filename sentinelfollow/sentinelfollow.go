@@ -99,6 +99,7 @@ type Follower struct {
 	left    map[string]struct{} // every primary left since, until named again
 	onMove  func(from, to string)
 	blind   bool // the last round had no majority answering
+	named   bool // a majority has named a primary since the start
 	// forgotten is set while a majority answers that they do not
 	// monitor the master (forget): the warning is logged once.
 	forgotten bool
@@ -643,13 +644,16 @@ func (f *Follower) majorityNamed(named string, log *slog.Logger) {
 		f.steer.Store(&steering{left: maps.Clone(f.left), to: named, until: time.Now().Add(staleAfter)})
 	}
 	onMove := f.onMove
-	wasBlind, wasForgotten := f.blind, f.forgotten
-	f.blind, f.forgotten = false, false
+	wasBlind, wasForgotten, first := f.blind, f.forgotten, !f.named
+	f.blind, f.forgotten, f.named = false, false, true
 	f.mu.Unlock()
 	// At warn, as the line each ends: a service logging at warn
 	// (envoy-compat's default) showed the alarm and never the all-clear
 	// (a walk).
 	switch {
+	case wasBlind && first:
+		// They had not answered since the start: not "again" (a walk).
+		log.Warn("a majority of the sentinels answers, for the first time since the start", "master", f.master, "primary", named)
 	case wasBlind:
 		log.Warn("a majority of the sentinels answers again", "master", f.master, "primary", named)
 	case wasForgotten:
