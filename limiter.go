@@ -12,16 +12,40 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 )
 
-// init tells package degraded what store a Limiter decides against, so
-// that httplimit can learn at construction whether a Limiter's decisions
-// may be taken by a fallback.Store's failure mode.
+// init tells package degraded what store a Limiter decides against, and
+// what store a store wrapper wraps, so that httplimit can learn at
+// construction whether a Limiter's decisions may be taken by a
+// fallback.Store's failure mode.
 func init() {
-	degraded.SetStoreOf(func(d any) (any, bool) {
-		if l, ok := d.(*Limiter); ok && l != nil {
-			return l.store, true
+	degraded.SetInner(func(d any) (any, bool, bool) {
+		switch v := d.(type) {
+		case limiterStorer:
+			if s := v.limiterStore(); s != nil {
+				return s, false, true
+			}
+			return nil, false, false
+		case interface{ Unwrap() Store }:
+			if s := v.Unwrap(); s != nil {
+				return s, true, true
+			}
+			return nil, true, false
+		case Store:
+			return nil, true, false
 		}
-		return nil, false
+		return nil, false, false
 	})
+}
+
+// limiterStorer is a *Limiter, or a type embedding one, whose unexported
+// method it promotes.
+type limiterStorer interface{ limiterStore() Store }
+
+// limiterStore returns the store l decides against, nil for a nil l.
+func (l *Limiter) limiterStore() Store {
+	if l == nil {
+		return nil
+	}
+	return l.store
 }
 
 // Layer is one policy applied to one stored key within a decision.
@@ -49,6 +73,11 @@ type Store interface {
 	// (CheckLayers) and refuse a nil ctx (ErrNilContext). On error,
 	// nothing was decided; errors wrap ErrStoreUnavailable when nothing was
 	// written and ErrIndeterminate when the write may have happened.
+	//
+	// A Store that wraps another (denycache's does) may have a method
+	// Unwrap() Store returning it: httplimit looks through it for a
+	// fallback.Store, whose failure modes' decisions it answers apart
+	// (see httplimit's package documentation).
 	Decide(ctx context.Context, now int64, layers []Layer, out []Result) error
 }
 

@@ -55,6 +55,18 @@
 // Peeks (cost 0 on every layer) always go to the store; a denied peek still
 // teaches the cache that a cost of 1 does not fit.
 //
+// Behind a fallback.Store (package fallback), a decision taken by a
+// failure mode while the primary store fails (fallback.ModeClosed's
+// denial of every request, or the local store's at its own limit) is
+// not the primary's state: it is passed on but never cached, so that the
+// primary decides again as soon as it is back. The cache learns which
+// decisions those were from the fallback store, through the context of
+// each call, at the cost of one allocation per call to it when the
+// caller's context does not carry a place for it already (httplimit's
+// does); over any other store, nothing. Unwrap returns the wrapped store:
+// httplimit looks through it for a fallback.Store, and answers its
+// failure modes' decisions apart.
+//
 // What it cannot see: a denial lifted by a change outside the normal flow
 // (an administrator resetting a key). Forget drops a key's entry, and
 // Options.MaxTTL bounds how long any entry answers. A changed policy (a
@@ -71,6 +83,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/degraded"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/internal/shardmap"
 )
@@ -102,6 +115,9 @@ type Store struct {
 	shards []shard
 	maxTTL int64 // µs
 	saved  atomic.Uint64
+	// degrades says next's decisions may be taken by a failure mode (a
+	// fallback.Store, or a store wrapping one), which are not cached.
+	degrades bool
 }
 
 type shard struct {
@@ -146,12 +162,17 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 	}
 	caps := shardmap.Split(opts.Shards, opts.MaxEntries)
 	s := &Store{next: next, seed: maphash.MakeSeed(), shards: make([]shard, len(caps)), maxTTL: opts.MaxTTL.Microseconds()}
+	s.degrades, _ = degraded.Reports(next)
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*list.Element)
 		s.shards[i].perCap = caps[i]
 	}
 	return s, nil
 }
+
+// Unwrap returns the store s wraps, so that a caller looking for a
+// store's kind (httplimit, for a fallback.Store) can look through s.
+func (s *Store) Unwrap() floodgate.Store { return s.next }
 
 // Saved returns the number of decisions answered from the cache, each one
 // a store round trip saved.
@@ -192,6 +213,8 @@ func (s *Store) shardOf(key string) *shard {
 // (floodgate.ErrNilContext), and a ctx already done is answered with an
 // error wrapping floodgate.ErrStoreUnavailable and ctx.Err(), as the
 // stores answer it, also when the cache could answer: nothing is decided.
+// A decision a fallback store's failure mode took is not remembered (see
+// the package documentation).
 func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
 	if ctx == nil {
 		return fmt.Errorf("denycache: %w", floodgate.ErrNilContext)
@@ -213,8 +236,25 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		s.saved.Add(1)
 		return nil
 	}
+	var dg *degraded.Outcome
+	if s.degrades {
+		// Told by the fallback store whether its failure mode decided:
+		// in the caller's Outcome when it has one (then it is this
+		// decision's, as it would be without the cache), else in one of
+		// our own.
+		if dg = degraded.From(ctx); dg != nil {
+			*dg = degraded.Outcome{}
+		} else {
+			ctx, dg = degraded.NewContext(ctx)
+		}
+	}
 	if err := s.next.Decide(ctx, now, layers, out); err != nil {
 		return err
+	}
+	if dg != nil && dg.Degraded {
+		// Not the primary's state: a ModeClosed denial says nothing of
+		// the identity's limit, and must end with the outage.
+		return nil
 	}
 	for i, l := range layers {
 		s.learn(now, l, out[i])

@@ -317,22 +317,43 @@ func (m *Middleware) degraded(w http.ResponseWriter, r *http.Request, d floodgat
 		h.Del(DegradedHeader)
 		return true
 	}
-	err := dg.Err
-	if err == nil {
-		err = errDegraded
-	}
-	m.log(r.Context(), slog.LevelWarn, "rate limit: store failed, decided by its failure mode",
-		slog.String("error", redact.Keys(err.Error())), slog.String("mode", dg.Mode), slog.String("reason", dg.Reason),
-		slog.Bool("allowed", d.Allowed))
-	if m.opts.OnStoreError != nil {
-		m.opts.OnStoreError(r, err, false)
-	}
+	m.reportDegraded(r, d, dg, false)
 	h.Set(DegradedHeader, dg.Mode+"; reason="+dg.Reason)
 	if dg.Mode == "closed" && !d.Allowed {
 		writeUnavailable(w, rules)
 		return false
 	}
 	return true
+}
+
+// reportDegraded reports a decision dg says a failure mode took as a store
+// failure: to OnStoreError, each one, with the primary's error and
+// shadow, and to the logger, at most one line per degradedLogEvery for
+// each reason (of enforced or of shadow rules), carrying how many were
+// not logged since the last ("suppressed"): during an outage every
+// request meets one.
+func (m *Middleware) reportDegraded(r *http.Request, d floodgate.Decision, dg *degraded.Outcome, shadow bool) {
+	err := dg.Err
+	if err == nil {
+		err = errDegraded
+	}
+	if rl := m.degradedLog; rl != nil && m.opts.Logger.Enabled(r.Context(), slog.LevelWarn) {
+		if shadow {
+			rl = m.shadowDegradedLog
+		}
+		// Reasons come from a closed set (fallback.Reason's names).
+		if suppressed, due := rl.Due(dg.Reason); due {
+			attrs := []slog.Attr{slog.String("error", redact.Keys(err.Error())), slog.String("mode", dg.Mode), slog.String("reason", dg.Reason),
+				slog.Bool("allowed", d.Allowed), slog.Bool("shadow", shadow)}
+			if suppressed > 0 {
+				attrs = append(attrs, slog.Int("suppressed", suppressed))
+			}
+			m.log(r.Context(), slog.LevelWarn, "rate limit: store failed, decided by its failure mode", attrs...)
+		}
+	}
+	if m.opts.OnStoreError != nil {
+		m.opts.OnStoreError(r, err, shadow)
+	}
 }
 
 // misconfigured reports whether err is a decision refused for its input
@@ -395,13 +416,25 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 	if len(specs) == 0 {
 		return
 	}
-	d, err := m.decide(r.Context(), now, cost, specs)
+	ctx := r.Context()
+	var dg *degraded.Outcome
+	if m.degrades {
+		ctx, dg = degraded.NewContext(ctx)
+	}
+	d, err := m.decide(ctx, now, cost, specs)
 	if err != nil {
 		// The enforced rules admitted the request: it is served whatever
 		// happened here, but a client that has gone is no store failure.
 		if r.Context().Err() == nil {
 			m.storeFailed(w, r, err, true, rules)
 		}
+		return
+	}
+	if dg != nil && dg.Degraded {
+		// A failure mode's decision (every request denied by
+		// ModeClosed, say) says nothing of what the rule would do: a
+		// store failure of the shadow rules, never a shadow denial.
+		m.reportDegraded(r, d, dg, true)
 		return
 	}
 	if d.Allowed {

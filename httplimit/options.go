@@ -52,15 +52,24 @@
 // that admission stays counted against the limit.
 //
 // On a store that decides by failure modes while Redis fails (a
-// *floodgate.Limiter on a fallback.Store, found once by New), a decision
-// the primary did not take is told apart from the primary's: denied by a
-// policy's fallback.ModeClosed, it is answered as a store failure under
-// FailClosed (503, Retry-After: 1, no X-RateLimit-* headers), whatever
-// the FailureMode, not as a used-up limit; taken by ModeLocal (the local
+// *floodgate.Limiter on a fallback.Store), a decision the primary did not
+// take is told apart from the primary's: denied by a policy's
+// fallback.ModeClosed, it is answered as a store failure under FailClosed
+// (503, Retry-After: 1, no X-RateLimit-* headers), whatever the
+// FailureMode, not as a used-up limit; taken by ModeLocal (the local
 // store's limit) or ModeOpen, it is answered as it says. Either carries
 // [DegradedHeader] ("local; reason=timeout") and is reported to
-// Options.OnStoreError and the logger as a store failure. Other stores'
-// decisions cost nothing for it.
+// Options.OnStoreError (each one) and the logger (at most one line per 10
+// seconds for each reason, with how many were not logged) as a store
+// failure. A shadow rule's decision taken so is reported the same way,
+// with shadow true, and never as a shadow denial. New finds the
+// fallback.Store once: behind a *floodgate.Limiter or a type embedding
+// one, through stores with an Unwrap() floodgate.Store method (a
+// denycache.Store, which does not cache the failure modes' decisions) and
+// Deciders with an Unwrap() Decider method. For a Decider of your own
+// around a Limiter (metrics, tracing) that has none, or a store wrapper
+// without Unwrap, set Options.FallbackStore; New logs a warning when it
+// cannot tell. Other stores' decisions cost nothing for it.
 //
 // A GCRA policy with MaxDelay shapes rather than denies: it admits a
 // request that would conform within MaxDelay and gives it a Delay
@@ -101,6 +110,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/degraded"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
+	"github.com/floodgate-rl/floodgate/internal/ratelog"
 )
 
 // Sentinel errors.
@@ -229,7 +239,9 @@ type Options struct {
 	Clock func() time.Time
 	// Logger receives shadow denials (Info), store failures (Warn; a
 	// fallback.Store's degraded decisions as "store failed, decided by
-	// its failure mode", with its mode and reason),
+	// its failure mode", with its mode and reason, at most one line per
+	// 10 seconds for each reason, of enforced and of shadow rules apart,
+	// the next one saying how many were held back: "suppressed"),
 	// rejected keys or costs (Info) and requests whose client went away
 	// before they were served (Debug). Nil (default) logs nothing. Log
 	// records never contain identities (keys, users, addresses): a store
@@ -241,10 +253,12 @@ type Options struct {
 	OnShadowDeny func(r *http.Request, p floodgate.Policy, res floodgate.Result)
 	// OnStoreError, when set, is called for every store failure, whatever
 	// the FailureMode, with shadow reporting whether only shadow rules
-	// were affected. That includes every enforced decision a fallback.Store's
+	// were affected. That includes every decision a fallback.Store's
 	// failure mode took (see the package documentation), with the
 	// primary's error (fallback.ErrBreakerOpen when it was not called),
-	// the request then answered as that decision says.
+	// the request then answered as that decision says: it is called for
+	// each one, also while the logger's line for them is held back, so
+	// that a metric counts them all.
 	//
 	// A store call that fails after the request's own context has ended
 	// is not a store failure, and is not reported here or logged as one:
@@ -260,6 +274,22 @@ type Options struct {
 	// stays counted, but the request is not served. Options.Timeout
 	// expiring is the store's failure, not the request's end.
 	OnStoreError func(r *http.Request, err error, shadow bool)
+	// FallbackStore says that the decider decides against a
+	// fallback.Store where New cannot see it: a Decider of your own
+	// around a *floodgate.Limiter (metrics, tracing), or a Limiter on a
+	// store of your own wrapping a fallback.Store. The middleware then
+	// tells apart the decisions its failure modes take (see the package
+	// documentation); without it, such a Decider's fallback.ModeClosed
+	// denials during an outage are answered as used-up limits (429,
+	// X-RateLimit-Remaining: 0). New finds a fallback.Store by itself
+	// behind a *floodgate.Limiter (or a type embedding one), through any
+	// store with an Unwrap() floodgate.Store method (denycache.Store has
+	// one) and any Decider with an Unwrap() Decider method; it logs a
+	// warning (with Logger) when the decider is none of these and
+	// FallbackStore is not set, and the program links package fallback.
+	// Set on another store, it costs each decision an allocation and
+	// changes nothing. Default false.
+	FallbackStore bool
 }
 
 // Middleware applies rules to requests. It is immutable and safe for
@@ -271,8 +301,33 @@ type Middleware struct {
 	opts     Options
 	// degrades says the decider is, or decides against, a
 	// fallback.Store, whose failure modes' decisions are told apart
-	// (Middleware.degraded).
+	// (Middleware.degraded), or Options.FallbackStore says so.
 	degrades bool
+	// degradedLog and shadowDegradedLog write the log lines of degraded
+	// decisions of the enforced and the shadow rules, at most one per
+	// degradedLogEvery for each reason; nil without a Logger.
+	degradedLog, shadowDegradedLog *ratelog.Log
+}
+
+// degradedLogEvery is how often at most the middleware logs a degraded
+// decision of each reason (and of enforced or shadow rules), as serve
+// logs its own.
+const degradedLogEvery = 10 * time.Second
+
+// reportsDegraded reports whether d's decisions may be taken by a
+// fallback.Store's failure mode, looking through Deciders with an
+// Unwrap() Decider method, and whether it could tell (degraded.Reports).
+func reportsDegraded(d Decider) (reports, known bool) {
+	for range 32 {
+		u, ok := d.(interface{ Unwrap() Decider })
+		if !ok {
+			return degraded.Reports(d)
+		}
+		if d = u.Unwrap(); nilcheck.IsNil(d) {
+			return false, false
+		}
+	}
+	return false, false
 }
 
 // New returns a Middleware deciding rules with d (usually a
@@ -299,7 +354,13 @@ func New(d Decider, rules []Rule, opts Options) (*Middleware, error) {
 			opts.Clock = c.Now
 		}
 	}
-	m := &Middleware{decider: d, opts: opts, degrades: degraded.Reports(d)}
+	m := &Middleware{decider: d, opts: opts}
+	reports, known := reportsDegraded(d)
+	m.degrades = reports || opts.FallbackStore
+	if opts.Logger != nil {
+		m.degradedLog = ratelog.New(opts.Logger, degradedLogEvery)
+		m.shadowDegradedLog = ratelog.New(opts.Logger, degradedLogEvery)
+	}
 	names := make(map[string]int, len(rules))
 	for i, r := range rules {
 		if err := r.Policy.Validate(); err != nil {
@@ -320,6 +381,12 @@ func New(d Decider, rules []Rule, opts Options) (*Middleware, error) {
 	}
 	if len(m.enforced) > floodgate.MaxLayers || len(m.shadow) > floodgate.MaxLayers {
 		return nil, fmt.Errorf("%w: more than %d enforced or shadow rules", ErrInvalidOptions, floodgate.MaxLayers)
+	}
+	if opts.Logger != nil && !known && !opts.FallbackStore {
+		opts.Logger.Warn("rate limit: cannot tell whether the decider decides against a fallback.Store; "+
+			"if it does, set Options.FallbackStore (or give the decider an Unwrap() httplimit.Decider method), "+
+			"else a policy failing closed during an outage is answered as a used-up limit (429)",
+			slog.String("decider", fmt.Sprintf("%T", d)))
 	}
 	return m, nil
 }

@@ -6,9 +6,12 @@
 //
 // Whether a decider's decisions can be taken so is known once, when the
 // caller is built (Reports): package floodgate tells what store a
-// *floodgate.Limiter decides against, package fallback which stores are
-// its own, each through a hook set by its init, so that neither needs an
-// exported method for it.
+// *floodgate.Limiter (or a type embedding one) decides against and what
+// store a wrapper with an Unwrap() floodgate.Store method (a
+// denycache.Store) wraps, package fallback which stores are its own, each
+// through a hook set by its init, so that neither needs an exported
+// method for it. A store wrapper that caches decisions (denycache) asks
+// too, and reads the Outcome to leave the failure modes' decisions out.
 package degraded
 
 import "context"
@@ -66,34 +69,56 @@ func From(ctx context.Context) *Outcome {
 // The hooks, each set once by its package's init, before any caller can
 // ask Reports.
 var (
-	storeOf    func(d any) (store any, ok bool)
+	inner      func(d any) (next any, store, ok bool)
 	isReporter func(store any) bool
 )
 
-// SetStoreOf is called by package floodgate's init with a function
-// returning the store a *floodgate.Limiter decides against.
-func SetStoreOf(f func(d any) (any, bool)) { storeOf = f }
+// SetInner is called by package floodgate's init with a function that
+// looks one step into d: for a *floodgate.Limiter (or a type embedding
+// one) it returns the store the Limiter decides against, for a store
+// with an Unwrap() floodgate.Store method (denycache's) the store it
+// wraps, each with store and ok true for a store, ok alone for a
+// Limiter; for another store, nothing with store true; for anything
+// else, nothing.
+func SetInner(f func(d any) (next any, store, ok bool)) { inner = f }
 
 // SetReporter is called by package fallback's init with a function
 // reporting whether a store is a fallback.Store, whose failure modes'
 // decisions are written to the context's Outcome.
 func SetReporter(f func(store any) bool) { isReporter = f }
 
+// maxDepth bounds how many wrappers Reports looks through, against an
+// Unwrap that returns its own store.
+const maxDepth = 32
+
 // Reports reports whether the decisions of d, a store or a
 // *floodgate.Limiter, may be taken by a failure mode and written to the
 // Outcome of NewContext: d is a fallback.Store, or a Limiter deciding
-// against one. A program that does not link package fallback has none.
-func Reports(d any) bool {
-	if isReporter == nil || d == nil {
-		return false
+// against one (a type embedding a *Limiter included), looking through
+// every store with an Unwrap() floodgate.Store method. known is false
+// when it could not tell: d, or what it wraps, is neither a store nor
+// a Limiter (a Decider of the caller's own around one, say). A program
+// that does not link package fallback has no fallback.Store: Reports
+// answers false, known, for anything.
+func Reports(d any) (reports, known bool) {
+	if isReporter == nil {
+		return false, true
 	}
-	if isReporter(d) {
-		return true
-	}
-	if storeOf != nil {
-		if s, ok := storeOf(d); ok {
-			return isReporter(s)
+	for range maxDepth {
+		if d == nil {
+			return false, true
 		}
+		if isReporter(d) {
+			return true, true
+		}
+		if inner == nil {
+			return false, false
+		}
+		next, store, ok := inner(d)
+		if !ok {
+			return false, store
+		}
+		d = next
 	}
-	return false
+	return false, false
 }

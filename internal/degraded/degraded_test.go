@@ -5,13 +5,23 @@ import (
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/denycache"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/degraded"
 	"github.com/floodgate-rl/floodgate/memstore"
 )
 
+// embedded is a type of the caller's own embedding a *floodgate.Limiter.
+type embedded struct{ *floodgate.Limiter }
+
+// opaque is a Decider of the caller's own around a Limiter: Reports
+// cannot see into it.
+type opaque struct{ l *floodgate.Limiter }
+
 // TestReports: a fallback.Store, and a Limiter deciding against one,
-// report degraded decisions; a memstore and its Limiter do not.
+// report degraded decisions, also through a denycache.Store (its Unwrap)
+// and from a type embedding the Limiter; a memstore and its Limiter do
+// not. Only a value that is neither a store nor a Limiter is unknown.
 func TestReports(t *testing.T) {
 	mem, err := memstore.New(memstore.Options{})
 	if err != nil {
@@ -34,21 +44,43 @@ func TestReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dcFb, err := denycache.New(fb, denycache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcMem, err := denycache.New(mem, denycache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcFbLim, err := floodgate.New(dcFb, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcMemLim, err := floodgate.New(dcMem, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name string
-		d    any
-		want bool
+		name        string
+		d           any
+		want, known bool
 	}{
-		{"memstore", mem, false},
-		{"Limiter on memstore", memLim, false},
-		{"fallback.Store", fb, true},
-		{"Limiter on fallback.Store", fbLim, true},
-		{"nil", nil, false},
-		{"nil *Limiter", (*floodgate.Limiter)(nil), false},
-		{"nil *fallback.Store", (*fallback.Store)(nil), false},
+		{"memstore", mem, false, true},
+		{"Limiter on memstore", memLim, false, true},
+		{"fallback.Store", fb, true, true},
+		{"Limiter on fallback.Store", fbLim, true, true},
+		{"denycache on fallback.Store", dcFb, true, true},
+		{"Limiter on denycache on fallback.Store", dcFbLim, true, true},
+		{"Limiter on denycache on memstore", dcMemLim, false, true},
+		{"embedded Limiter on fallback.Store", embedded{fbLim}, true, true},
+		{"embedded Limiter on memstore", embedded{memLim}, false, true},
+		{"opaque Decider", opaque{fbLim}, false, false},
+		{"nil", nil, false, true},
+		{"nil *Limiter", (*floodgate.Limiter)(nil), false, false},
+		{"nil *fallback.Store", (*fallback.Store)(nil), false, true},
 	} {
-		if got := degraded.Reports(tc.d); got != tc.want {
-			t.Errorf("Reports(%s) = %v, want %v", tc.name, got, tc.want)
+		if got, known := degraded.Reports(tc.d); got != tc.want || known != tc.known {
+			t.Errorf("Reports(%s) = %v, %v; want %v, %v", tc.name, got, known, tc.want, tc.known)
 		}
 	}
 }
