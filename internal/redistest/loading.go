@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -133,17 +132,14 @@ func waitLoading(p *process, addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for time.Now().Before(deadline) {
-		if p.exited() {
-			return &startError{msg: fmt.Sprintf("redis-server exited during start-up (%v)", p.err)}
-		}
-		// Dial by hand first: go-redis would log every refused connection.
-		conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
-		if err != nil {
+		if err := accepting(p, addr); err != nil {
+			if se, ok := err.(*startError); ok {
+				return se
+			}
 			lastErr = err
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		info, err := c.Info(ctx, "server", "persistence").Result()
 		cancel()

@@ -122,17 +122,14 @@ func waitReady(p *process, addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for time.Now().Before(deadline) {
-		if p.exited() {
-			return &startError{msg: fmt.Sprintf("redis-server exited during start-up (%v)", p.err)}
-		}
-		// Dial by hand first: go-redis would log every refused connection.
-		conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
-		if err != nil {
+		if err := accepting(p, addr); err != nil {
+			if se, ok := err.(*startError); ok {
+				return se
+			}
 			lastErr = err
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		lastErr = c.Ping(ctx).Err()
 		var info string
@@ -155,6 +152,21 @@ func waitReady(p *process, addr string, timeout time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return &startError{msg: fmt.Sprintf("redis-server on %s did not answer PING within %v (last error: %v)", addr, timeout, lastErr)}
+}
+
+// accepting reports whether the server p started accepts connections on
+// addr: nil when it does, a *startError when p has exited, and the dial's
+// error otherwise. It dials by hand: go-redis would log every refused
+// connection.
+func accepting(p *process, addr string) error {
+	if p.exited() {
+		return &startError{msg: fmt.Sprintf("redis-server exited during start-up (%v)", p.err)}
+	}
+	conn, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // infoField returns the value of field in INFO or CLUSTER INFO output.
