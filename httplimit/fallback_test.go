@@ -1,7 +1,6 @@
 package httplimit_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -86,7 +86,7 @@ func TestFallbackStoreDegradedAnswers(t *testing.T) {
 	login := []httplimit.Rule{{Policy: fixedWindow(t, "login-ip", 50, time.Minute)}}
 	api := []httplimit.Rule{{Policy: fixedWindow(t, "api", 3, time.Minute)}}
 	var loginErrs, openLoginErrs, apiErrs, plainErrs reportedErrors
-	logs := &syncWriter{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	loginSrv := serve(t, lim, login, httplimit.Options{FailureMode: httplimit.FailClosed, OnStoreError: loginErrs.add, Logger: logger})
 	// The policy's failure mode (closed) has decided: a middleware
@@ -190,22 +190,4 @@ func TestFallbackStoreDegradedAnswers(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// syncWriter is a buffer for a logger shared by handlers.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

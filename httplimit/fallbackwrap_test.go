@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/httplimit"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
 )
@@ -95,7 +96,7 @@ func TestShadowRuleDegradedIsStoreFailure(t *testing.T) {
 	var errs storeErrors
 	var mu sync.Mutex
 	shadowDenials := 0
-	logs := &syncWriter{}
+	logs := &syncbuf.Buffer{}
 	srv := serve(t, lim, rules, httplimit.Options{
 		OnStoreError: errs.add,
 		OnShadowDeny: func(*http.Request, floodgate.Policy, floodgate.Result) {
@@ -181,7 +182,7 @@ func TestWrappedFallbackStoreDegradedAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := []httplimit.Rule{{Policy: fixedWindow(t, "login-ip", 50, time.Minute)}}
-	logs := &syncWriter{}
+	logs := &syncbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	type server struct {
 		name string
@@ -244,7 +245,7 @@ func TestDegradedDecisionLogIsRateLimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	var errs storeErrors
-	logs := &syncWriter{}
+	logs := &syncbuf.Buffer{}
 	srv := serve(t, lim, []httplimit.Rule{{Policy: fixedWindow(t, "api", 1000, time.Minute)}},
 		httplimit.Options{OnStoreError: errs.add, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	c := &http.Client{}

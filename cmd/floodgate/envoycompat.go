@@ -715,22 +715,6 @@ type compatSideConns struct{ debug, prometheus *connlimit.Limit }
 // connlimit.Side of the reserve the public budget conns leaves, or
 // connlimit.SideMax where the file limit is not known.
 func compatSides(s envoycompat.Settings, conns *connlimit.Limit, reg prometheus.Registerer) (compatSideConns, error) {
-	var side compatSideConns
-	n := connlimit.SideMax
-	if nofile, known := connlimit.FileLimit(); known && conns != nil {
-		n = connlimit.Side(nofile, conns.Max())
-	}
-	sides, err := connlimit.NewSides(reg)
-	if err != nil {
-		return side, err
-	}
-	if side.debug, err = sides.New("debug", n); err != nil {
-		return side, err
-	}
-	if s.UsePrometheus {
-		if side.prometheus, err = sides.New("prometheus", n); err != nil {
-			return side, err
-		}
-	}
-	return side, nil
+	b, err := sideBudgets(conns, reg, map[string]bool{"debug": true, "prometheus": s.UsePrometheus})
+	return compatSideConns{debug: b["debug"], prometheus: b["prometheus"]}, err
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -1042,26 +1044,33 @@ type sideConns struct{ admin, health *connlimit.Limit }
 // once idle 1 s, so that a probe is still answered. Their metrics are
 // floodgate_side_connections_*, by listener (admin, health).
 func sideLimits(s *securityFlags, conns *connlimit.Limit, reg prometheus.Registerer) (sideConns, error) {
-	var side sideConns
+	b, err := sideBudgets(conns, reg, map[string]bool{"admin": s.adminAddr != "", "health": s.healthAddr != ""})
+	return sideConns{admin: b["admin"], health: b["health"]}, err
+}
+
+// sideBudgets returns a budget of its own for each listener of set that
+// is true (by name, the label of its metrics), beside the public ones
+// whose budget is conns: connlimit.Side of the reserve conns leaves, or
+// connlimit.SideMax where the file limit is not known.
+func sideBudgets(conns *connlimit.Limit, reg prometheus.Registerer, set map[string]bool) (map[string]*connlimit.Limit, error) {
 	n := connlimit.SideMax
 	if nofile, known := connlimit.FileLimit(); known && conns != nil {
 		n = connlimit.Side(nofile, conns.Max())
 	}
 	sides, err := connlimit.NewSides(reg)
 	if err != nil {
-		return side, err
+		return nil, err
 	}
-	if s.adminAddr != "" {
-		if side.admin, err = sides.New("admin", n); err != nil {
-			return side, err
+	b := make(map[string]*connlimit.Limit, len(set))
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		if !set[name] {
+			continue
+		}
+		if b[name], err = sides.New(name, n); err != nil {
+			return nil, err
 		}
 	}
-	if s.healthAddr != "" {
-		if side.health, err = sides.New("health", n); err != nil {
-			return side, err
-		}
-	}
-	return side, nil
+	return b, nil
 }
 
 // connBudget returns a budget of n connections (setting, the flag or
