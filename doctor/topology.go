@@ -251,8 +251,16 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// those that flag the primary as down: told apart, as the fix of
 	// each differs (a review: two of three told SENTINEL REMOVE, the
 	// primary up, were "only 1 of 3 sentinels answer", fixed by starting
-	// sentinels that all answered PING).
-	var unknown, silent, flagged []string
+	// sentinels that all answered PING). Those that answer SENTINEL
+	// MASTER with a refusal (NOAUTH, WRONGPASS, NOPERM, maxclients,
+	// another error reply) are up: doctor cannot tell whether they
+	// monitor the primary, and counts them neither way (a review: one
+	// asking for a password doctor was not given was "unreachable ... it
+	// does not answer", with the fix to check its reachability).
+	var unknown, silent, refused, flagged []string
+	var refusals []string // the refusals met (sentinelRefusal), in order
+	// Each sentinel seen monitoring the primary, with its own quorum.
+	var quorums []sentinelQuorum
 	for _, a := range addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS,
 			Username: st.Username, Password: st.Password})
@@ -276,11 +284,22 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: answers, but monitors no primary named %s (SENTINEL MASTER %s: %v)", a, master, master, err))
 				continue
 			}
+			if kind, ok := sentinelRefusal(err); ok {
+				refused = append(refused, a)
+				if !slices.Contains(refusals, kind) {
+					refusals = append(refusals, kind)
+				}
+				c.Evidence = append(c.Evidence, fmt.Sprintf("%s: answers, but refuses doctor's SENTINEL MASTER %s: %v", a, master, err))
+				continue
+			}
 			silent = append(silent, a)
 			c.Evidence = append(c.Evidence, fmt.Sprintf("%s: SENTINEL MASTER %s failed: %v", a, master, err))
 			continue
 		}
 		up++
+		if q, qerr := strconv.Atoi(m["quorum"]); qerr == nil {
+			quorums = append(quorums, sentinelQuorum{addr: a, quorum: q})
+		}
 		replicas, rerr := sc.Replicas(sctx, master).Result()
 		q, qerr := sc.CkQuorum(sctx, master).Result()
 		cancel()
@@ -331,17 +350,66 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	if noReplicaUp {
 		worst = max(worst, Warn)
 	}
-	if up*2 <= len(addrs) {
+	n := len(addrs)
+	majority := n/2 + 1
+	// up counts the sentinels seen monitoring the primary; those refusing
+	// doctor may monitor it too: up+len(refused) is the most that can.
+	noMajority := up+len(refused) < majority
+	if noMajority {
 		worst = Fail
+	} else if up < majority {
+		worst = max(worst, Warn) // depends on those refusing doctor
+	}
+	qr := reachQuorum(quorums, up, len(refused))
+	switch {
+	case qr.unreachable:
+		worst = Fail
+	case len(qr.short) > 0:
+		worst = max(worst, Warn)
 	}
 	c.Status = worst
-	if up*2 <= len(addrs) && len(unknown) > 0 {
+	if noMajority && len(unknown) > 0 {
 		// No majority monitors the master, and some of those that do
 		// not answer that they know no such name: a failover needs a
 		// majority of the sentinels to authorize it, and those cannot
 		// vote for a primary they forgot.
-		c.Summary, c.Fix = sentinelsForgot(master, up, len(addrs), unknown, silent)
+		c.Summary, c.Fix = sentinelsForgot(master, up, n, unknown, silent, refused, refusals)
 		return
+	}
+	// What the sentinels not seen monitoring the master say or fail to
+	// say, and those flagging the primary down, each with its fix.
+	var parts, fixes []string
+	if len(unknown) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %s, but %s no primary named %s: %s the primary",
+			plural.Count(len(unknown), "sentinel", "sentinels"), sentinelList(unknown, "answers", "answer"),
+			plural.Word(len(unknown), "monitors", "monitor"), master, plural.Word(len(unknown), "it has forgotten", "they have forgotten")))
+		fixes = append(fixes, monitorAgainFix(master, unknown))
+	}
+	if len(silent) > 0 {
+		parts = append(parts, fmt.Sprintf("%s (%s): %s", plural.Word(len(silent), "a sentinel is unreachable", fmt.Sprint(len(silent))+" sentinels are unreachable"),
+			strings.Join(silent, ", "), plural.Word(len(silent), "it does not answer", "they do not answer")))
+	}
+	if len(refused) > 0 {
+		parts = append(parts, refusedPart(master, refused, refusals))
+	}
+	if len(flagged) > 0 {
+		parts = append(parts, fmt.Sprintf("%s the primary as down: %s", plural.Word(len(flagged), "a sentinel flags", "sentinels flag"), strings.Join(flagged, ", ")))
+	}
+	if len(silent) > 0 || len(flagged) > 0 {
+		fixes = append(fixes, "check every sentinel's log and reachability; failover needs a majority of them")
+	}
+	if len(refused) > 0 {
+		fixes = append(fixes, sentinelRefusalFix(refusals, refused))
+	}
+	if noReplicaUp {
+		parts = append(parts, fmt.Sprintf("no replica of %s is up for the sentinels", master))
+		fixes = append(fixes, "start a replica of the current primary")
+	}
+	// seen says how many sentinels monitor the master, as far as doctor
+	// can tell.
+	seen := fmt.Sprintf("%d of %d still monitor %s", up, n, master)
+	if len(refused) > 0 {
+		seen += fmt.Sprintf(" as far as doctor can see (%d %s doctor)", len(refused), plural.Word(len(refused), "refuses", "refuse"))
 	}
 	switch {
 	case worst == Pass:
@@ -352,45 +420,70 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		case minUp == 0:
 			c.Summary += ", but it has no replica to fail over to"
 		}
-	case worst == Warn && noReplicaUp && len(unknown)+len(silent)+len(flagged) == 0:
+	case qr.unreachable && !noMajority:
+		// A majority may monitor the master, but too few for the
+		// quorum each of them is set to: none can judge the primary
+		// objectively down, the step before a failover. SENTINEL
+		// CKQUORUM does not see it: it counts the sentinels that answer,
+		// the primary forgotten or not.
+		c.Summary = fmt.Sprintf("only %d of %d sentinels monitor %s, fewer than the %s %s set to", up, n, master, qr.text(), plural.Word(up, "it is", "they are"))
+		if len(refused) > 0 {
+			c.Summary = fmt.Sprintf("only %d of %d sentinels are seen to monitor %s, and with the %d refusing doctor still fewer than the %s %s set to", up, n, master, len(refused), qr.text(), plural.Word(up, "it is", "they are"))
+		}
+		if len(parts) > 0 {
+			c.Summary += " (" + strings.Join(parts, "; ") + ")"
+		}
+		c.Summary += ": none of them can judge the primary objectively down (+odown needs a sentinel's quorum of the sentinels monitoring the primary to agree), so a failed primary would not be replaced"
+		if quorumOK == up && up > 0 {
+			c.Summary += fmt.Sprintf(" (SENTINEL CKQUORUM passes: it counts the sentinels that answer, whether they monitor %s or not)", master)
+		}
+		c.Fix = lowerQuorumFix(master, quorums, up, majority, n)
+		if len(fixes) > 0 {
+			c.Fix = strings.Join(fixes, "; ") + "; or " + c.Fix
+		}
+	case worst == Warn && noReplicaUp && len(unknown)+len(silent)+len(refused)+len(flagged)+len(qr.short) == 0:
 		c.Summary = fmt.Sprintf("no replica of %s is up for the sentinels: the %s they know %s down (%s), so a failed primary could not be replaced",
 			master, plural.Word(maxKnown, "replica", "replicas"), plural.Word(maxKnown, "is", "are"), strings.Join(firstN(downReplicas, 3), ", "))
 		c.Fix = "start a replica of the current primary (a dead old primary is listed until it comes back as a replica, or SENTINEL RESET " + master + " forgets it)"
 	case worst == Warn:
 		// A minority of the sentinels does not monitor the master, does
-		// not answer, or flags the primary as down: a majority still
-		// monitors it, and can authorize a failover.
-		var parts, fixes []string
-		if len(unknown) > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s, but %s no primary named %s: %s the primary",
-				plural.Count(len(unknown), "sentinel", "sentinels"), sentinelList(unknown, "answers", "answer"),
-				plural.Word(len(unknown), "monitors", "monitor"), master, plural.Word(len(unknown), "it has forgotten", "they have forgotten")))
-			fixes = append(fixes, monitorAgainFix(master, unknown))
-		}
-		if len(silent) > 0 {
-			parts = append(parts, fmt.Sprintf("%s (%s): %s", plural.Word(len(silent), "a sentinel is unreachable", fmt.Sprint(len(silent))+" sentinels are unreachable"),
-				strings.Join(silent, ", "), plural.Word(len(silent), "it does not answer", "they do not answer")))
-		}
-		if len(flagged) > 0 {
-			parts = append(parts, fmt.Sprintf("%s the primary as down: %s", plural.Word(len(flagged), "a sentinel flags", "sentinels flag"), strings.Join(flagged, ", ")))
-		}
-		if len(silent) > 0 || len(flagged) > 0 {
-			fixes = append(fixes, "check every sentinel's log and reachability; failover needs a majority of them")
-		}
-		if noReplicaUp {
-			parts = append(parts, fmt.Sprintf("no replica of %s is up for the sentinels", master))
-			fixes = append(fixes, "start a replica of the current primary")
-		}
-		if len(parts) == 0 {
+		// not answer, refuses doctor, or flags the primary as down, or
+		// some sentinel's quorum is above the sentinels monitoring it.
+		if len(parts) == 0 && len(qr.short) == 0 {
 			parts = append(parts, "a sentinel is unreachable or flags the primary as down")
 			fixes = append(fixes, "check every sentinel's log and reachability; failover needs a majority of them")
 		}
 		c.Summary = strings.Join(parts, "; ")
-		if len(unknown)+len(silent) > 0 {
-			c.Summary += fmt.Sprintf(" (%d of %d still monitor %s, a majority: a failover can still be authorized)", up, len(addrs), master)
+		var tail string
+		switch {
+		case up < majority:
+			tail = fmt.Sprintf("%s, not a majority (%d) without those refusing doctor: whether a failover can be authorized depends on them", seen, majority)
+		case len(qr.starters) == 0:
+			tail = fmt.Sprintf("%s, a majority, but fewer than the %s %s set to: a failover can be authorized only if those refusing doctor monitor it too", seen, qr.text(), plural.Word(up, "it is", "they are"))
+		case len(qr.short) > 0:
+			tail = fmt.Sprintf("%s, a majority, but only %s %s set to a quorum of at most %d (%s): only %s can start a failover, as a sentinel needs its own quorum of the sentinels monitoring the primary to judge it down, and the others' is above %d (%s)",
+				seen, plural.Count(len(qr.starters), "sentinel", "sentinels"), plural.Word(len(qr.starters), "is", "are"), up, strings.Join(qr.starters, ", "),
+				plural.Word(len(qr.starters), "it", "they"), up, strings.Join(qr.short, ", "))
+			fixes = append(fixes, lowerQuorumFix(master, quorums, up, majority, n))
+		case len(unknown)+len(silent)+len(refused) > 0:
+			tail = fmt.Sprintf("%s, a majority, and no fewer than the %s %s set to: a failover can still be authorized", seen, qr.text(), plural.Word(up, "it is", "they are"))
+		}
+		if tail != "" {
+			if c.Summary == "" {
+				c.Summary = tail
+			} else {
+				c.Summary += " (" + tail + ")"
+			}
 		}
 		c.Fix = strings.Join(fixes, "; ")
-	case up*2 <= len(addrs):
+	case noMajority && len(refused) > 0:
+		c.Summary = fmt.Sprintf("only %d of %d sentinels are seen to monitor %s, and with the %d refusing doctor still no majority (%s): a failed primary would not be replaced",
+			up, n, master, len(refused), strings.Join(parts, "; "))
+		if len(silent) > 0 {
+			fixes = append([]string{"start the sentinels that do not answer (or fix their addresses: --redis-sentinel, or the hosts of the URL)"}, fixes...)
+		}
+		c.Fix = strings.Join(fixes, "; ")
+	case noMajority:
 		c.Summary = fmt.Sprintf("only %d of %d sentinels answer: a failed primary would not be replaced", up, len(addrs))
 		if len(silent) > 0 {
 			c.Summary = fmt.Sprintf("only %d of %d sentinels answer (%s %s): a failed primary would not be replaced",
@@ -401,6 +494,145 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		c.Summary = fmt.Sprintf("%d of %d sentinels answer, but the quorum cannot be reached (SENTINEL CKQUORUM fails on %d): a failed primary would not be replaced", up, len(addrs), up-quorumOK)
 		c.Fix = "act on what SENTINEL CKQUORUM says (above): each sentinel's quorum and the sentinels it knows (num-other-sentinels), at least three on separate hosts"
 	}
+}
+
+// sentinelQuorum is a sentinel seen monitoring the primary, and the
+// quorum it reports for it (SENTINEL MASTER's quorum).
+type sentinelQuorum struct {
+	addr   string
+	quorum int
+}
+
+// quorumReach is what the quorums of the sentinels monitoring the
+// primary allow. A sentinel starts a failover only once it judges the
+// primary objectively down (+odown): when its own quorum of sentinels,
+// itself included, report it down; a sentinel that has forgotten the
+// primary (SENTINEL REMOVE) reports it up, and votes for no leader.
+// Each sentinel's own quorum is compared, not the largest: with quorums
+// 2 and 3 and two sentinels monitoring, the one set to 2 still starts a
+// failover, and the other votes for it (a vote does not depend on the
+// voter's quorum). The authorization then needs a majority of the
+// sentinels, judged apart (checkSentinel's majority).
+type quorumReach struct {
+	// starters are the sentinels whose quorum is at most the sentinels
+	// seen monitoring the primary: any of them can start a failover.
+	starters []string
+	// short are the others, "ADDR: quorum Q".
+	short []string
+	// unreachable: no sentinel's quorum is reached even if every
+	// sentinel refusing doctor monitors the primary too.
+	unreachable bool
+	// low and high are the smallest and largest quorum.
+	low, high int
+}
+
+// reachQuorum judges qs, the quorums of the up sentinels seen
+// monitoring the primary, refused more that may (they refuse doctor).
+func reachQuorum(qs []sentinelQuorum, up, refused int) quorumReach {
+	var r quorumReach
+	if len(qs) == 0 {
+		return r
+	}
+	r.low, r.high = qs[0].quorum, qs[0].quorum
+	for _, q := range qs {
+		r.low, r.high = min(r.low, q.quorum), max(r.high, q.quorum)
+		if q.quorum <= up {
+			r.starters = append(r.starters, q.addr)
+		} else {
+			r.short = append(r.short, fmt.Sprintf("%s: quorum %d", q.addr, q.quorum))
+		}
+	}
+	r.unreachable = r.low > up+refused
+	return r
+}
+
+// text names the quorum the sentinels are set to: "quorum 3", or
+// "quorums 2 to 3" when they differ.
+func (r quorumReach) text() string {
+	if r.low == r.high {
+		return fmt.Sprintf("quorum %d", r.low)
+	}
+	return fmt.Sprintf("quorums %d to %d", r.low, r.high)
+}
+
+// lowerQuorumFix is the fix of sentinels set to a quorum above the up
+// of n sentinels that monitor master (qs): lower it on those, to a
+// majority of the sentinels (the usual value) when that many monitor it.
+func lowerQuorumFix(master string, qs []sentinelQuorum, up, majority, n int) string {
+	var on []string
+	for _, q := range qs {
+		if q.quorum > up {
+			on = append(on, q.addr)
+		}
+	}
+	return fmt.Sprintf("lower the quorum on %s to at most the %d that monitor it: SENTINEL SET %s quorum %d (a majority of the %d sentinels is the usual quorum; a failover still needs a majority of them to authorize it)",
+		strings.Join(on, ", "), up, master, max(1, min(up, majority)), n)
+}
+
+// sentinelRefusal reports whether err, a sentinel's failed SENTINEL
+// MASTER, is a refusal: the sentinel answered, with an error reply other
+// than "No such master" (NOAUTH or WRONGPASS for doctor's credentials,
+// NOPERM for its ACL user's permissions, another error, such as a Redis
+// server's "ERR unknown command 'sentinel'"), or closed the connection
+// at its maxclients limit. It returns what refused: NOAUTH, WRONGPASS,
+// NOPERM, maxclients, or the reply.
+func sentinelRefusal(err error) (string, bool) {
+	if connRefused(err) {
+		return "maxclients", true
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return "", false
+	}
+	msg := reply.Error()
+	for _, k := range []string{"NOAUTH", "WRONGPASS", "NOPERM"} {
+		if strings.HasPrefix(msg, k) {
+			return k, true
+		}
+	}
+	return msg, true
+}
+
+// refusedPart is the sentinel check's clause on the sentinels at addrs,
+// which refuse doctor (kinds, from sentinelRefusal).
+func refusedPart(master string, addrs, kinds []string) string {
+	return fmt.Sprintf("%s %s, but %s doctor (%s): doctor cannot tell whether %s %s",
+		plural.Count(len(addrs), "sentinel", "sentinels"), sentinelList(addrs, "answers", "answer"),
+		plural.Word(len(addrs), "refuses", "refuse"), strings.Join(kinds, "; "),
+		plural.Word(len(addrs), "it monitors", "they monitor"), master)
+}
+
+// sentinelRefusalFix is the fix of the sentinels at addrs, which refuse
+// doctor (kinds, from sentinelRefusal).
+func sentinelRefusalFix(kinds, addrs []string) string {
+	var auth, perm, full, other bool
+	for _, k := range kinds {
+		switch k {
+		case "NOAUTH", "WRONGPASS":
+			auth = true
+		case "NOPERM":
+			perm = true
+		case "maxclients":
+			full = true
+		default:
+			other = true
+		}
+	}
+	var fixes []string
+	if auth {
+		fixes = append(fixes, "give doctor the sentinels' own user and password, those the instances use: --redis-sentinel-password-file and --redis-sentinel-username (--redis-password-file goes to the primary only), then run doctor again")
+	}
+	if perm {
+		fixes = append(fixes, "grant doctor's sentinel user (--redis-sentinel-username) +sentinel|master +sentinel|replicas +sentinel|ckquorum on "+strings.Join(addrs, ", ")+" (docs/operations.md, Redis ACL users)")
+	}
+	if full {
+		fixes = append(fixes, sentinelMaxclientsFix)
+	}
+	if other {
+		fixes = append(fixes, "check that "+strings.Join(addrs, ", ")+" "+plural.Word(len(addrs), "is a sentinel's address", "are sentinels' addresses")+
+			" (--redis-sentinel, or the hosts of the URL: a sentinel's port, 26379 by default, not a Redis server's) and act on the reply quoted above")
+	}
+	return strings.Join(fixes, "; ")
 }
 
 // noSuchMaster reports whether err is a sentinel's answer that it
@@ -428,14 +660,20 @@ func monitorAgainFix(master string, addrs []string) string {
 // sentinelsForgot returns the sentinel check's summary and fix when no
 // majority of the sentinels monitors master (up of n do) and those at
 // unknown answer that they monitor no primary by that name; those at
-// silent do not answer.
-func sentinelsForgot(master string, up, n int, unknown, silent []string) (summary, fix string) {
+// silent do not answer; those at refused refuse doctor (kinds, from
+// sentinelRefusal), and may monitor it: no majority even with them.
+func sentinelsForgot(master string, up, n int, unknown, silent, refused, kinds []string) (summary, fix string) {
 	summary = fmt.Sprintf("%d of %d sentinels %s, but %s no primary named %s: the primary is forgotten by %s",
 		len(unknown), n, sentinelList(unknown, "answers", "answer"), plural.Word(len(unknown), "monitors", "monitor"), master, plural.Word(len(unknown), "it", "them"))
 	fix = monitorAgainFix(master, unknown)
 	if len(silent) > 0 {
 		summary += fmt.Sprintf(", and %d %s", len(silent), sentinelList(silent, "does not answer", "do not answer"))
 		fix += "; start the sentinels that do not answer (or fix their addresses: --redis-sentinel, or the hosts of the URL)"
+	}
+	if len(refused) > 0 {
+		summary += fmt.Sprintf(", and %d %s doctor (%s), whether %s %s it unknown", len(refused), sentinelList(refused, "refuses", "refuse"),
+			strings.Join(kinds, "; "), plural.Word(len(refused), "it", "they"), plural.Word(len(refused), "monitors", "monitor"))
+		fix += "; " + sentinelRefusalFix(kinds, refused)
 	}
 	summary += fmt.Sprintf("; only %d of %d monitor it, no majority, so a failed primary would not be replaced (a failover needs a majority of the sentinels to authorize it)", up, n)
 	if up > 0 {
