@@ -20,12 +20,12 @@ func init() {
 	degraded.SetInner(func(d any) (any, bool, bool) {
 		switch v := d.(type) {
 		case limiterStorer:
-			if s := v.limiterStore(); s != nil {
+			if s := v.limiterStore(); !nilcheck.IsNil(s) {
 				return s, false, true
 			}
 			return nil, false, false
 		case interface{ Unwrap() Store }:
-			if s := v.Unwrap(); s != nil {
+			if s := v.Unwrap(); !nilcheck.IsNil(s) {
 				return s, true, true
 			}
 			return nil, true, false

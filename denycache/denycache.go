@@ -172,7 +172,12 @@ func New(next floodgate.Store, opts Options) (*Store, error) {
 
 // Unwrap returns the store s wraps, so that a caller looking for a
 // store's kind (httplimit, for a fallback.Store) can look through s.
-func (s *Store) Unwrap() floodgate.Store { return s.next }
+func (s *Store) Unwrap() floodgate.Store {
+	if s == nil {
+		return nil
+	}
+	return s.next
+}
 
 // Saved returns the number of decisions answered from the cache, each one
 // a store round trip saved.
@@ -236,25 +241,24 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		s.saved.Add(1)
 		return nil
 	}
-	var dg *degraded.Outcome
 	if s.degrades {
-		// Told by the fallback store whether its failure mode decided:
-		// in the caller's Outcome when it has one (then it is this
-		// decision's, as it would be without the cache), else in one of
-		// our own.
-		if dg = degraded.From(ctx); dg != nil {
-			*dg = degraded.Outcome{}
-		} else {
-			ctx, dg = degraded.NewContext(ctx)
+		// Told by the fallback store whether its failure mode decided,
+		// in a Record of this decision's own (the caller's may hold
+		// other decisions', some taken at the same time), then passed
+		// on to the caller's, as it would be without the cache.
+		dctx, rec := degraded.NewContext(ctx)
+		if err := s.next.Decide(dctx, now, layers, out); err != nil {
+			return err
 		}
-	}
-	if err := s.next.Decide(ctx, now, layers, out); err != nil {
+		if o := rec.Outcome(); o.Degraded {
+			// Not the primary's state: a ModeClosed denial says
+			// nothing of the identity's limit, and must end with the
+			// outage.
+			degraded.Note(ctx, o)
+			return nil
+		}
+	} else if err := s.next.Decide(ctx, now, layers, out); err != nil {
 		return err
-	}
-	if dg != nil && dg.Degraded {
-		// Not the primary's state: a ModeClosed denial says nothing of
-		// the identity's limit, and must end with the outage.
-		return nil
 	}
 	for i, l := range layers {
 		s.learn(now, l, out[i])

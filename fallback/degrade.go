@@ -246,9 +246,7 @@ func (s *Store) degrade(ctx context.Context, o *Outcome, br *breaker, now int64,
 	if o != nil {
 		o.set(Outcome{Degraded: true, Mode: mode, Reason: reason, Err: cause})
 	}
-	if d := degraded.From(ctx); d != nil {
-		*d = degraded.Outcome{Degraded: true, Mode: mode.String(), Reason: reason.String(), Err: cause}
-	}
+	degraded.Note(ctx, degraded.Outcome{Degraded: true, Mode: mode.String(), Reason: reason.String(), Err: cause})
 	return nil
 }
 

@@ -62,7 +62,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if len(specs) > 0 {
 		ctx := r.Context()
-		var dg *degraded.Outcome
+		var dg *degraded.Record
 		if m.degrades {
 			// Only for a store with failure modes (fallback.Store):
 			// the other stores' decisions cost no context of their own.
@@ -82,7 +82,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request) bool {
 		if m.decidedTooLate(w, r, d.Allowed) {
 			return false
 		}
-		if dg != nil && !m.degraded(w, r, d, dg, rules) {
+		if dg != nil && !m.degraded(w, r, d, dg.Outcome(), rules) {
 			return false
 		}
 		if d.Allowed && cost > 0 {
@@ -300,7 +300,7 @@ const DegradedHeader = "X-Floodgate-Degraded"
 // names none (fallback names one for each).
 var errDegraded = errors.New("httplimit: decided by the store's failure mode")
 
-// degraded handles a decision taken with dg, the Outcome of a store with
+// degraded handles a decision taken with dg, the Outcome noted by a store with
 // failure modes (fallback.Store), and reports whether to go on with it.
 // A decision the primary took goes on unmarked. One its failure mode took
 // is a store failure, logged and reported to OnStoreError as such: denied
@@ -309,7 +309,7 @@ var errDegraded = errors.New("httplimit: decided by the store's failure mode")
 // the rate limit headers that would say a limit was used up; decided by
 // ModeLocal (the local store's limit) or ModeOpen, it goes on marked with
 // DegradedHeader.
-func (m *Middleware) degraded(w http.ResponseWriter, r *http.Request, d floodgate.Decision, dg *degraded.Outcome, rules []Rule) bool {
+func (m *Middleware) degraded(w http.ResponseWriter, r *http.Request, d floodgate.Decision, dg degraded.Outcome, rules []Rule) bool {
 	h := w.Header()
 	if !dg.Degraded {
 		// An outer middleware's mark describes its own decision: one
@@ -326,13 +326,21 @@ func (m *Middleware) degraded(w http.ResponseWriter, r *http.Request, d floodgat
 	return true
 }
 
+// outcomeOf returns what rec holds, the zero Outcome for none.
+func outcomeOf(rec *degraded.Record) degraded.Outcome {
+	if rec == nil {
+		return degraded.Outcome{}
+	}
+	return rec.Outcome()
+}
+
 // reportDegraded reports a decision dg says a failure mode took as a store
 // failure: to OnStoreError, each one, with the primary's error and
 // shadow, and to the logger, at most one line per degradedLogEvery for
 // each reason (of enforced or of shadow rules), carrying how many were
 // not logged since the last ("suppressed"): during an outage every
 // request meets one.
-func (m *Middleware) reportDegraded(r *http.Request, d floodgate.Decision, dg *degraded.Outcome, shadow bool) {
+func (m *Middleware) reportDegraded(r *http.Request, d floodgate.Decision, dg degraded.Outcome, shadow bool) {
 	err := dg.Err
 	if err == nil {
 		err = errDegraded
@@ -417,7 +425,7 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 		return
 	}
 	ctx := r.Context()
-	var dg *degraded.Outcome
+	var dg *degraded.Record
 	if m.degrades {
 		ctx, dg = degraded.NewContext(ctx)
 	}
@@ -430,11 +438,11 @@ func (m *Middleware) runShadow(w http.ResponseWriter, r *http.Request, now time.
 		}
 		return
 	}
-	if dg != nil && dg.Degraded {
+	if o := outcomeOf(dg); o.Degraded {
 		// A failure mode's decision (every request denied by
 		// ModeClosed, say) says nothing of what the rule would do: a
 		// store failure of the shadow rules, never a shadow denial.
-		m.reportDegraded(r, d, dg, true)
+		m.reportDegraded(r, d, o, true)
 		return
 	}
 	if d.Allowed {

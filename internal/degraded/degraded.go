@@ -1,8 +1,8 @@
 // Package degraded tells a caller that does not import package fallback
 // (httplimit: fallback needs go-redis, which a memstore user of the
 // middleware should not link) how a decision was taken: a fallback.Store
-// writes each decision its failure mode takes into the Outcome of the
-// context (NewContext), besides fallback's own Outcome.
+// notes each decision its failure mode takes in the Record of the context
+// (NewContext, Note), besides fallback's own Outcome.
 //
 // Whether a decider's decisions can be taken so is known once, when the
 // caller is built (Reports): package floodgate tells what store a
@@ -11,10 +11,14 @@
 // denycache.Store) wraps, package fallback which stores are its own, each
 // through a hook set by its init, so that neither needs an exported
 // method for it. A store wrapper that caches decisions (denycache) asks
-// too, and reads the Outcome to leave the failure modes' decisions out.
+// too, and reads a Record of its own to leave the failure modes'
+// decisions out, then notes them in its caller's.
 package degraded
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Outcome is how a decision was taken: Degraded when a failure mode took
 // it in place of the primary store. The zero Outcome is a decision of the
@@ -36,34 +40,79 @@ type Outcome struct {
 
 type key struct{}
 
-// outcomeCtx is a context carrying an Outcome it holds itself: one
-// allocation for both.
-type outcomeCtx struct {
-	context.Context
-	o Outcome
+// Record holds the Outcome of the decisions taken with a context of
+// NewContext. It is safe for concurrent use: a Decider of the caller's
+// own may take several decisions with one context at once (a review: two
+// Limiters decided in parallel raced on a bare Outcome). Of several
+// decisions, it keeps the degraded one whose failure mode is strictest
+// (closed, then local, then open), the first of equals: a decision of
+// the primary never erases a failure mode's.
+type Record struct {
+	mu sync.Mutex
+	o  Outcome
 }
 
-// Value returns the Outcome for key and asks the parent otherwise.
-func (c *outcomeCtx) Value(k any) any {
+// Outcome returns what r holds now.
+func (r *Record) Outcome() Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.o
+}
+
+// note keeps o if it is degraded and stricter than what r holds.
+func (r *Record) note(o Outcome) {
+	if !o.Degraded {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.o.Degraded || strictness(o.Mode) > strictness(r.o.Mode) {
+		r.o = o
+	}
+}
+
+// strictness orders failure modes: closed, then local, then open.
+func strictness(mode string) int {
+	switch mode {
+	case "closed":
+		return 3
+	case "local":
+		return 2
+	case "open":
+		return 1
+	}
+	return 0
+}
+
+// recordCtx is a context carrying a Record it holds itself: one
+// allocation for both.
+type recordCtx struct {
+	context.Context
+	r Record
+}
+
+// Value returns the Record for key and asks the parent otherwise.
+func (c *recordCtx) Value(k any) any {
 	if k == (key{}) {
-		return &c.o
+		return &c.r
 	}
 	return c.Context.Value(k)
 }
 
-// NewContext returns a copy of ctx carrying a new Outcome, and that
-// Outcome, which a fallback.Store overwrites at each decision its failure
-// mode takes with that context. It must not be shared by concurrent
-// decisions.
-func NewContext(ctx context.Context) (context.Context, *Outcome) {
-	c := &outcomeCtx{Context: ctx}
-	return c, &c.o
+// NewContext returns a copy of ctx carrying a new Record, and that
+// Record, to which a fallback.Store notes each decision its failure mode
+// takes with that context (Note).
+func NewContext(ctx context.Context) (context.Context, *Record) {
+	c := &recordCtx{Context: ctx}
+	return c, &c.r
 }
 
-// From returns the Outcome ctx carries, nil when it carries none.
-func From(ctx context.Context) *Outcome {
-	o, _ := ctx.Value(key{}).(*Outcome)
-	return o
+// Note notes o, a decision's Outcome, in the Record ctx carries, if any
+// (and o is degraded).
+func Note(ctx context.Context, o Outcome) {
+	if r, _ := ctx.Value(key{}).(*Record); r != nil {
+		r.note(o)
+	}
 }
 
 // The hooks, each set once by its package's init, before any caller can
@@ -84,7 +133,7 @@ func SetInner(f func(d any) (next any, store, ok bool)) { inner = f }
 
 // SetReporter is called by package fallback's init with a function
 // reporting whether a store is a fallback.Store, whose failure modes'
-// decisions are written to the context's Outcome.
+// decisions are noted in the context's Record.
 func SetReporter(f func(store any) bool) { isReporter = f }
 
 // maxDepth bounds how many wrappers Reports looks through, against an
@@ -92,8 +141,8 @@ func SetReporter(f func(store any) bool) { isReporter = f }
 const maxDepth = 32
 
 // Reports reports whether the decisions of d, a store or a
-// *floodgate.Limiter, may be taken by a failure mode and written to the
-// Outcome of NewContext: d is a fallback.Store, or a Limiter deciding
+// *floodgate.Limiter, may be taken by a failure mode and noted in the
+// Record of NewContext: d is a fallback.Store, or a Limiter deciding
 // against one (a type embedding a *Limiter included), looking through
 // every store with an Unwrap() floodgate.Store method. known is false
 // when it could not tell: d, or what it wraps, is neither a store nor

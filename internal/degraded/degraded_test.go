@@ -2,6 +2,7 @@ package degraded_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate"
@@ -88,14 +89,63 @@ func TestReports(t *testing.T) {
 func TestNewContext(t *testing.T) {
 	type key struct{}
 	parent := context.WithValue(context.Background(), key{}, "v")
-	if degraded.From(parent) != nil {
-		t.Fatal("From found an Outcome in a context without one")
-	}
-	ctx, o := degraded.NewContext(parent)
-	if got := degraded.From(ctx); got != o || *o != (degraded.Outcome{}) {
-		t.Fatalf("From = %p (%+v), want %p, zero", got, got, o)
+	degraded.Note(parent, degraded.Outcome{Degraded: true, Mode: "local"}) // no Record: nothing, no panic
+	ctx, rec := degraded.NewContext(parent)
+	if got := rec.Outcome(); got != (degraded.Outcome{}) {
+		t.Fatalf("a new Record holds %+v, want the zero Outcome", got)
 	}
 	if got := ctx.Value(key{}); got != "v" {
 		t.Errorf("parent value lost: %v", got)
+	}
+}
+
+// TestRecordKeepsTheStrictestDegraded: of several decisions noted in one
+// Record, a decision of the primary erases nothing, and the strictest
+// failure mode is kept (closed, then local, then open), the first of
+// equals. A review found a denycache in front of a healthy fallback store
+// zeroing the Outcome a first decision of the same request had marked
+// degraded (10 of 10 marks lost).
+func TestRecordKeepsTheStrictestDegraded(t *testing.T) {
+	ctx, rec := degraded.NewContext(context.Background())
+	local := degraded.Outcome{Degraded: true, Mode: "local", Reason: "timeout"}
+	degraded.Note(ctx, local)
+	degraded.Note(ctx, degraded.Outcome{})
+	if got := rec.Outcome(); got != local {
+		t.Fatalf("after a primary's decision: %+v, want %+v kept", got, local)
+	}
+	degraded.Note(ctx, degraded.Outcome{Degraded: true, Mode: "open", Reason: "breaker_open"})
+	degraded.Note(ctx, degraded.Outcome{Degraded: true, Mode: "local", Reason: "breaker_open"})
+	if got := rec.Outcome(); got != local {
+		t.Fatalf("after open and another local: %+v, want the first local %+v", got, local)
+	}
+	closed := degraded.Outcome{Degraded: true, Mode: "closed", Reason: "unavailable"}
+	degraded.Note(ctx, closed)
+	if got := rec.Outcome(); got != closed {
+		t.Fatalf("after closed: %+v, want %+v", got, closed)
+	}
+}
+
+// TestRecordConcurrentNotes: decisions taken at once with one context
+// (a Decider of the caller's own deciding two Limiters in parallel) note
+// their outcomes without a data race (run with -race; a review found the
+// bare Outcome written by both).
+func TestRecordConcurrentNotes(t *testing.T) {
+	ctx, rec := degraded.NewContext(context.Background())
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 100 {
+				mode := "local"
+				if i == 0 {
+					mode = "closed"
+				}
+				degraded.Note(ctx, degraded.Outcome{Degraded: true, Mode: mode})
+				_ = rec.Outcome()
+			}
+		})
+	}
+	wg.Wait()
+	if got := rec.Outcome(); got.Mode != "closed" {
+		t.Errorf("after concurrent notes: %+v, want closed kept", got)
 	}
 }
