@@ -101,6 +101,14 @@ func connRefused(err error) bool {
 	return errors.As(err, &serr) && !serr.SetupTimedOut() && (serr.MaxClients() || errors.Is(err, syscall.EPIPE))
 }
 
+// closedInSetup reports whether err is a new connection Redis closed
+// during its setup without a refusal read: at maxclients, or a TLS-only
+// server, which another try may tell apart.
+func closedInSetup(err error) bool {
+	var serr *connsetup.Error
+	return errors.As(err, &serr) && !serr.SetupTimedOut() && !serr.MaxClients()
+}
+
 // refusedHeadline is the start of the reachable check's summary when
 // Redis closed doctor's connection during its setup: certain when its
 // maxclients reply was read, likely otherwise.
