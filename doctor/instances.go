@@ -641,7 +641,7 @@ func sentinelsWarnedFix(warned, unknown int) string {
 		fixes = append(fixes, "check the instances' --redis-master against SENTINEL MASTERS on each sentinel, or SENTINEL MONITOR the master again on those that forgot it (Redis/sentinel names them); the warning ends once a majority monitors it again")
 	}
 	if warned > unknown {
-		fixes = append(fixes, "bring back a majority of the sentinels (Redis/sentinel names those that do not answer); run doctor again if an instance had only just started (not_asked_yet)")
+		fixes = append(fixes, "see Redis/sentinel, which names the sentinels that do not answer, do not monitor the master or refuse doctor; the instances' log (no majority of the sentinels answered) names what each sentinel answered them: a NOAUTH or WRONGPASS there means the instances need the sentinels' password (--redis-sentinel-password-file); run doctor again if an instance had only just started (not_asked_yet)")
 	}
 	return strings.Join(fixes, "; ")
 }

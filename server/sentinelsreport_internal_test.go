@@ -25,6 +25,7 @@ func TestSentinelsReportTellsEachState(t *testing.T) {
 		{"not asked yet", sentinelfollow.Status{Sentinels: 3}, sentinelsNotAsked, true},
 		{"majority", sentinelfollow.Status{Asked: true, Sentinels: 3, Answering: 3, Majority: true, Primary: "10.0.0.1:6379"}, "", false},
 		{"silent, a primary named before", sentinelfollow.Status{Asked: true, Sentinels: 3, Primary: "10.0.0.1:6379"}, noSentinelMajority, false},
+		{"two answer, no majority names the primary", sentinelfollow.Status{Asked: true, Sentinels: 3, Answering: 2, Primary: "10.0.0.1:6379"}, noSentinelMajority, false},
 		{"no primary to go on with", sentinelfollow.Status{Asked: true, Sentinels: 3, Answering: 2}, noSentinelPrimary, false},
 		{"unknown master", sentinelfollow.Status{Asked: true, Sentinels: 3, Answering: 3, UnknownMaster: true}, `a majority of the sentinels answer that they do not monitor master "m"`, false},
 	} {
@@ -34,6 +35,9 @@ func TestSentinelsReportTellsEachState(t *testing.T) {
 		}
 		if r.NotAskedYet != c.notAskedYet {
 			t.Errorf("%s: not_asked_yet %v, want %v", c.name, r.NotAskedYet, c.notAskedYet)
+		}
+		if r.Answering*2 > r.Configured && strings.Contains(r.Warning, "sentinels answers") {
+			t.Errorf("%s: %d of %d answering, and the warning says no majority answers: %q", c.name, r.Answering, r.Configured, r.Warning)
 		}
 		if r.Primary == "" && strings.Contains(r.Warning, "last named") {
 			t.Errorf("%s: the warning names a primary they last named while there is none: %q", c.name, r.Warning)

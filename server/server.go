@@ -785,9 +785,12 @@ type sentinelsResponse struct {
 	NotAskedYet bool `json:"not_asked_yet,omitempty"`
 }
 
-// noSentinelMajority is sentinelsResponse.Warning without a majority,
-// while the sentinels do not answer.
-const noSentinelMajority = "no majority of the sentinels answers: new connections go on to the primary they last named, and a failover is not followed until they answer"
+// noSentinelMajority is sentinelsResponse.Warning without a majority
+// with a primary named before: the sentinels do not answer, refuse, or
+// some do not monitor the master (an outside walk read "no majority of
+// the sentinels answers" beside two of three answering: one had
+// forgotten the master, one was down).
+const noSentinelMajority = "no majority of the sentinels names the primary (they do not answer, refuse, or do not monitor it): new connections go on to the primary they last named, and a failover is not followed until a majority names one"
 
 // noSentinelPrimary is sentinelsResponse.Warning without a majority
 // when there is no primary to go on with: none was named yet, or a
