@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,6 +39,18 @@ type Runtime struct {
 func (s Settings) RuntimeOf() Runtime {
 	return Runtime{Root: s.RuntimeRoot, Subdirectory: s.RuntimeSubdirectory, AppDirectory: s.RuntimeAppDirectory,
 		IgnoreDotFiles: s.RuntimeIgnoreDotFiles, WatchRoot: s.RuntimeWatchRoot}
+}
+
+// LogValue shows the layout in a log line as the directory read and the
+// settings that choose what is read in it, rather than as a Go struct:
+// runtime.dir, runtime.app_directory (the key prefix read, with
+// WatchRoot), runtime.ignore_dot_files and runtime.watch_root.
+func (r Runtime) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.String("dir", r.dir())}
+	if r.WatchRoot {
+		attrs = append(attrs, slog.String("app_directory", r.AppDirectory))
+	}
+	return slog.GroupValue(append(attrs, slog.Bool("ignore_dot_files", r.IgnoreDotFiles), slog.Bool("watch_root", r.WatchRoot))...)
 }
 
 // MaxFiles bounds the files one load reads.
