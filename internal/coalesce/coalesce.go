@@ -22,6 +22,13 @@
 // a batch finds expired. Once a batch has taken the request, the caller
 // stops waiting but the request goes out with the batch, which still
 // writes its answer (Queue.Wait reports false).
+//
+// A request whose context is a shared deadline (internal/deadline) made
+// from a context that has ended since (a server's request context whose
+// client went away: the shared deadline does not end with it) is expired
+// likewise when a batch takes it (deadline.Gone), and nothing is sent for
+// it: a stalled Redis that comes back does not count the requests of
+// clients that had gone before their request left the queue.
 package coalesce
 
 import (
@@ -29,12 +36,15 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 )
 
 // Request is the constraint on the requests a Queue holds: in practice a
 // pointer to the caller's record of one queued request, compared by
 // identity. Context returns the context the request was made under; a
-// Queue never sends a request whose context has ended.
+// Queue never sends a request whose context has ended, nor one whose
+// caller has gone (deadline.Gone).
 type Request interface {
 	comparable
 	Context() context.Context
@@ -81,8 +91,9 @@ type entry[C Request, G comparable] struct {
 // send sends a batch, oldest request first, as one call, and before it
 // returns gives every request of the batch its answer and wakes its
 // caller (the done channel it waits on in Wait). expire answers a request
-// whose context ended, with err, before it was sent (nothing is sent for
-// it), and wakes its caller likewise. Neither runs under the Queue's lock
+// whose context ended, or whose caller went (deadline.Gone), with err,
+// before it was sent (nothing is sent for it), and wakes its caller
+// likewise. Neither runs under the Queue's lock
 // nor twice for one request.
 func New[C Request, G comparable](maxBatch, maxInFlight int, send func(batch []C), expire func(c C, err error)) *Queue[C, G] {
 	return &Queue[C, G]{
@@ -259,12 +270,12 @@ func (q *Queue[C, G]) loop(batch []C) {
 	}
 }
 
-// sendLive expires the requests of batch whose context has ended and sends
-// the others, if any.
+// sendLive expires the requests of batch whose context has ended, or
+// whose caller has gone (deadline.Gone), and sends the others, if any.
 func (q *Queue[C, G]) sendLive(batch []C) {
 	live := batch[:0]
 	for _, c := range batch {
-		if err := c.Context().Err(); err != nil {
+		if err := deadline.Gone(c.Context()); err != nil {
 			q.expire(c, err)
 			continue
 		}

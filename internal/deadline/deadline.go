@@ -18,7 +18,10 @@
 //     at its deadline, or earlier with the parent when the parent's own
 //     deadline comes first (the parent is then returned as it is). A caller
 //     that gives up therefore waits for its store call to finish or reach
-//     the deadline; the call is bounded either way.
+//     the deadline; the call is bounded either way. Gone tells a caller
+//     that has not sent its call yet whether the parent has ended: a
+//     request whose client went away before its store call was sent is
+//     not sent at all.
 package deadline
 
 import (
@@ -145,6 +148,9 @@ type shared struct {
 // derived from c (and context.AfterFunc of c) registers with the tick's
 // context, instead of a goroutine watching c's Done channel.
 func (c *shared) Value(key any) any {
+	if key == (parentKey{}) {
+		return c.values
+	}
 	if v := c.Context.Value(key); v != nil {
 		return v
 	}
@@ -155,4 +161,29 @@ func (c *shared) Value(key any) any {
 func (c *shared) String() string {
 	d, _ := c.Deadline()
 	return "deadline.Shared(" + d.String() + ")"
+}
+
+// parentKey is the key under which a shared context's Value returns its
+// parent (see Gone).
+type parentKey struct{}
+
+// Gone returns the error of ctx, or else of the first context a shared
+// context made from (Ticks.WithTimeout's parent, whose cancellation is
+// not passed on) that has ended, going up every shared context ctx was
+// derived from: nil while none has ended. A server's request context
+// ends when its client goes away (net/http cancels it once it sees the
+// connection closed, gRPC on the client's cancellation), and ctx, bounded
+// by Ticks, does not: a caller about to send a store call checks Gone, so
+// that nothing is sent for a client that has gone, while a call already
+// sent still ends by its deadline or with its answer. It costs a Value
+// lookup and an Err per context in the chain, and no allocation.
+func Gone(ctx context.Context) error {
+	for ctx != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p, _ := ctx.Value(parentKey{}).(context.Context)
+		ctx = p
+	}
+	return nil
 }

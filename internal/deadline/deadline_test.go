@@ -264,3 +264,38 @@ func BenchmarkWithTimeout(b *testing.B) {
 		}
 	})
 }
+
+// TestGoneSeesTheParent: a shared context does not end with its parent,
+// but Gone reports the parent's cancellation, through a context derived
+// from the shared one and through two shared levels (a request's deadline,
+// then a store's budget), and nil while nothing has ended.
+func TestGoneSeesTheParent(t *testing.T) {
+	ticks := New()
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	now := time.Now()
+	outer, _ := ticks.WithTimeout(parent, now, time.Second)
+	inner, _ := ticks.WithTimeout(context.WithValue(outer, key{}, "w"), now, 500*time.Millisecond)
+	if _, ok := inner.(*shared); !ok {
+		t.Fatalf("inner is a %T, want a shared context", inner)
+	}
+	for _, ctx := range []context.Context{parent, outer, inner} {
+		if err := Gone(ctx); err != nil {
+			t.Fatalf("Gone before the cancellation = %v, want nil", err)
+		}
+	}
+	if err := Gone(context.Background()); err != nil {
+		t.Fatalf("Gone(Background) = %v, want nil", err)
+	}
+	cancel()
+	if inner.Err() != nil || outer.Err() != nil {
+		t.Fatalf("shared contexts ended with their parent: %v, %v", outer.Err(), inner.Err())
+	}
+	for _, ctx := range []context.Context{outer, inner} {
+		if err := Gone(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("Gone after the parent's cancellation = %v, want context.Canceled", err)
+		}
+	}
+	if v := inner.Value(key{}); v != "w" {
+		t.Errorf("Value = %v, want the nearest parent's", v)
+	}
+}
