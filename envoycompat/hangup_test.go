@@ -12,6 +12,8 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -52,7 +54,11 @@ func hangupStore(t *testing.T) (*Service, *RedisStore, *redistest.Server) {
 	// A REDIS_TIMEOUT makes each request's Redis work run under a shared
 	// deadline (internal/deadline), which does not end with the request.
 	st := &RedisStore{Client: srv.Client(t), Timeout: time.Minute}
-	svc, err := NewService(Options{Store: st, Now: func() time.Time { return fixedNow }})
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(Options{Store: st, Metrics: m, Now: func() time.Time { return fixedNow }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +80,7 @@ func hangupStore(t *testing.T) (*Service, *RedisStore, *redistest.Server) {
 // go (gone), resumes srv and waits until every call has returned
 // (returned). The counter must then hold the first count and the two
 // updates that were sent before the callers went, no more.
-func hangUpWhileStalled(t *testing.T, st *RedisStore, srv *redistest.Server, gone, returned *atomic.Int32, call func(ctx context.Context)) {
+func hangUpWhileStalled(t *testing.T, svc *Service, st *RedisStore, srv *redistest.Server, gone, returned *atomic.Int32, call func(ctx context.Context)) {
 	t.Helper()
 	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -109,6 +115,11 @@ func hangUpWhileStalled(t *testing.T, st *RedisStore, srv *redistest.Server, gon
 		t.Errorf("counter %s = %d after %d callers hung up (%d of them queued, unsent), want %d: the updates of callers that had gone were applied",
 			keys[0], n, hangupCallers, hangupCallers-incrMaxInFlight, want)
 	}
+	// Redis answered every update it was sent; the dropped ones are the
+	// callers' doing, not Redis errors.
+	if n := testutil.ToFloat64(svc.opts.Metrics.redisError); n != 0 {
+		t.Errorf("redis_error counted %v for callers that hung up, want 0", n)
+	}
 }
 
 // TestJSONHangupWhileRedisStalledIsNotCounted: POST /json requests whose
@@ -128,7 +139,7 @@ func TestJSONHangupWhileRedisStalledIsNotCounted(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 	client := hs.Client()
-	hangUpWhileStalled(t, st, srv, &gone, &returned, func(ctx context.Context) {
+	hangUpWhileStalled(t, svc, st, srv, &gone, &returned, func(ctx context.Context) {
 		body := `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
 		r, err := http.NewRequestWithContext(ctx, http.MethodPost, hs.URL+"/json", strings.NewReader(body))
 		if err != nil {
@@ -166,7 +177,7 @@ func TestGRPCCancelWhileRedisStalledIsNotCounted(t *testing.T) {
 	t.Cleanup(func() { conn.Close() })
 	client := rlspb.NewRateLimitServiceClient(conn)
 	r := req(t, "d", 1, "k=v")
-	hangUpWhileStalled(t, st, srv, &gone, &returned, func(ctx context.Context) {
+	hangUpWhileStalled(t, svc, st, srv, &gone, &returned, func(ctx context.Context) {
 		_, _ = client.ShouldRateLimit(ctx, r)
 	})
 }

@@ -192,6 +192,14 @@ func (s *Service) checkCount(n int) error {
 // for POST /json.
 func (s *Service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		// The client went away while its update waited to be sent, and
+		// the store dropped it unsent: nobody reads this answer, and
+		// Redis did not fail, so it is neither a redis_error nor a store
+		// error line (counted as one, clients hanging up on a slow Redis
+		// looked like Redis failing).
+		return resp, err
+	}
 	if err != nil {
 		var re *RequestError
 		isReq := errors.As(err, &re)

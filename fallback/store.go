@@ -511,7 +511,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 		return nil
 	}
-	if isCallerError(err) || errors.Is(ctx.Err(), context.Canceled) {
+	if isCallerError(err) || callerGone(ctx, err) {
 		// Not the primary's fault: bad input, or a caller that gave up.
 		br.release(t, verdictNeutral)
 		if o != nil {
@@ -638,7 +638,7 @@ func (s *Store) call(ctx context.Context, key string, read func(ctx context.Cont
 		br.release(t, verdictSuccess)
 	case err == nil:
 		br.release(t, verdictNeutral)
-	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || errors.Is(ctx.Err(), context.Canceled):
+	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || callerGone(ctx, err):
 		br.release(t, verdictNeutral)
 	default:
 		br.releaseGen(t, verdictFailure, gen, err)
@@ -682,6 +682,20 @@ func callBound(ctx context.Context, start time.Time, budget time.Duration) time.
 		}
 	}
 	return budget
+}
+
+// callerGone reports a call that failed because its caller went away:
+// ctx was cancelled, or the request context a shared deadline of ctx's
+// was made from was (deadline.Gone: serve's --decision-timeout and
+// envoyrls's own timeout do not end with the client's request, and the
+// Redis store's queue drops a queued call whose client has gone, with
+// an error wrapping context.Canceled), or err wraps context.Canceled,
+// which only a caller's cancellation gives (the store's own bounds are
+// deadlines). Counted against the primary, clients hanging up while
+// their calls waited in the queue could open the breaker of a healthy
+// Redis.
+func callerGone(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(deadline.Gone(ctx), context.Canceled)
 }
 
 // isCallerError reports errors caused by the request itself, which say
