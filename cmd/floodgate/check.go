@@ -112,6 +112,11 @@ unreachable, request refused).`,
 					// The service's hint names its endpoint; here it is a flag.
 					return errors.New(strings.Replace(msg, servicePeekHint, "(use --peek to check without consuming)", 1))
 				}
+				if errors.Is(err, syscall.ECONNREFUSED) {
+					// The README's first check, with the service not
+					// started or on another port (newuser9).
+					return fmt.Errorf("%w; nothing listens at %s: start the service (floodgate serve) or give its URL with --addr", err, addr)
+				}
 				if noAnswer(err) {
 					// As loadtest says it: fasthttp's TLS listener closes
 					// a plain HTTP request unanswered (a TLS walk).

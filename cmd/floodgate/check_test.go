@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,22 @@ func TestCheckCostHintNamesPeekFlag(t *testing.T) {
 	var p struct{ Detail string }
 	if err := json.Unmarshal([]byte(out), &p); code != 1 || err != nil || !strings.Contains(p.Detail, "/v1/peek") {
 		t.Fatalf("check --cost 0 --json: exit %d, stdout %q; want 1 and the service's problem JSON", code, out)
+	}
+}
+
+// TestCheckRefusedNamesWhatToDo: with nothing listening at --addr (the
+// service not started, or on another port), check says so and what to
+// do; it printed go's dial error alone (newuser9).
+func TestCheckRefusedNamesWhatToDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	code, _, errOut := cli("check", "--addr", url, "--policy", "api", "--id", "user=1")
+	if code != 1 || !strings.Contains(errOut, "connection refused") ||
+		!strings.Contains(errOut, "nothing listens at "+url+": start the service (floodgate serve) or give its URL with --addr") {
+		t.Fatalf("check with nothing listening: exit %d, stderr %q; want 1 and a hint", code, errOut)
 	}
 }
