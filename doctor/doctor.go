@@ -326,6 +326,15 @@ type run struct {
 	// answer it, nil when it did: the checks that read Redis are then
 	// skipped (see unreachable).
 	down error
+	// primaryNamed: Redis is down (down), and a majority of the
+	// sentinels answered naming the primary that did not answer
+	// (sentinelDiagnosis): the sentinel check, which reads the
+	// sentinels alone, still runs, to say whether they can replace it.
+	primaryNamed bool
+	// noFailover is set by the sentinel check when it judges that the
+	// sentinels cannot replace a failed primary (quorum, majority, no
+	// replica up, TILT): the reachable check's fix then says so.
+	noFailover bool
 }
 
 // Run audits the deployment and returns the report. It fails only when
@@ -333,8 +342,10 @@ type run struct {
 // settings cannot be loaded); every other problem is a check in the
 // report. A Redis that does not answer the first PING is one too: the
 // check Redis/reachable fails with the diagnosis and the fix, every check
-// that reads Redis is reported skipped without sending anything more, and
-// the checks that do not need Redis (the instances, a --config file,
+// that reads Redis is reported skipped without sending anything more
+// (except Redis/sentinel, which reads the sentinels alone, when a
+// majority of them answered naming the primary that does not), and the
+// checks that do not need Redis (the instances, a --config file,
 // Prometheus) run as usual. Behind Sentinel, the client reaches the
 // primary as serve's does: the one a majority of the sentinels name
 // (sentinelfollow), asked before the probe and once a second after, so a

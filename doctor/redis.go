@@ -155,7 +155,16 @@ func (r *run) redisChecks(ctx context.Context) {
 			names = append(names, "full-coverage", "cluster")
 		}
 		if st, ok := r.sentinels(); ok && len(st.Addrs) > 0 {
-			names = append(names, "sentinel")
+			if r.primaryNamed {
+				// The sentinels answer, the primary they name does
+				// not: whether they can replace it is theirs to
+				// tell (an outside walk: "a failover may be under
+				// way" with quorums no failover could reach).
+				r.check(GroupRedis, "sentinel", func(c *Check) { r.checkSentinel(ctx, c) })
+				r.primaryDownVerdict()
+			} else {
+				names = append(names, "sentinel")
+			}
 		}
 		names = append(names, "latency")
 		r.skipped(GroupRedis, "skipped", "not run: "+strings.Join(names, ", "))

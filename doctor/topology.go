@@ -368,6 +368,9 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		worst = max(worst, Warn)
 	}
 	c.Status = worst
+	// Every Fail below says a failed primary would not be replaced (no
+	// majority, no quorum, CKQUORUM failing), and so does no replica up.
+	r.noFailover = worst == Fail || noReplicaUp
 	if noMajority && len(unknown) > 0 {
 		// No majority monitors the master, and some of those that do
 		// not answer that they know no such name: a failover needs a
@@ -1267,6 +1270,7 @@ func (r *run) sentinelDiagnosis(ctx context.Context) (why string, replaces bool,
 		return fmt.Sprintf("only %d of %d sentinels answer (%s; %s): %s; doctor dialed the primary they name, %s",
 			len(primaries), len(st.Addrs), strings.Join(primaries, "; "), strings.Join(failed, "; "), noMajority, primarySilent), false, nil
 	case len(primaries) > 0:
+		r.primaryNamed = true
 		return fmt.Sprintf("the sentinels answer (%s), %s", strings.Join(primaries, "; "), primarySilent), false, nil
 	}
 	return "", false, nil

@@ -61,6 +61,30 @@ const sentinelsDownFix = "start the sentinels (or fix their addresses: --redis-s
 // noticed yet, or be replacing it.
 const primaryDownFix = "a failover may be under way (the sentinels' down-after-milliseconds, then the failover itself, up to their failover-timeout; SENTINEL MASTERS on a sentinel shows flags s_down, o_down or failover_in_progress): run doctor again in a few seconds; if the sentinels still name that primary, it has no replica they can promote, or they cannot agree (quorum): start it or a replica, check that it is reachable from this host (its address as the sentinels announce it, firewalls, TLS) and its password, then run doctor again"
 
+// noFailoverFix is the fix of a primary, named by a majority of the
+// sentinels, that does not answer, when the sentinel check judged that
+// they cannot replace it: no failover is under way, nor will be.
+const noFailoverFix = "no failover can happen as the sentinels stand, so do not wait for one: act on Redis/sentinel's fix, which lets them replace the primary, or start the primary they name (above) again and check that it is reachable from this host (its address as the sentinels announce it, firewalls, TLS) and its password; then run doctor again"
+
+// primaryDownVerdict makes the reachable check say, after the sentinel
+// check, whether the sentinels can replace the primary that does not
+// answer: when they cannot (noFailover), its summary says so and its
+// fix no longer says that a failover may be under way.
+func (r *run) primaryDownVerdict() {
+	if !r.noFailover {
+		return
+	}
+	for i := range r.report.Checks {
+		c := &r.report.Checks[i]
+		if c.Group != GroupRedis || c.Name != "reachable" || c.Fix != primaryDownFix {
+			continue
+		}
+		c.Summary = strings.Replace(c.Summary, "; the checks that read Redis were skipped",
+			"; the sentinels cannot replace it, no failover can happen (see Redis/sentinel); the other checks that read Redis were skipped", 1)
+		c.Fix = noFailoverFix
+	}
+}
+
 // primaryAuthFix is the fix of a primary, named by the sentinels, that
 // refused doctor's credentials: its settings are not the sentinels'.
 const primaryAuthFix = "give doctor the primary's user and password (the sentinels answered; the primary they name refused these): --redis-password-file (or the password in the URL) and --redis-username, which go to the primary and its replicas only, not --redis-sentinel-password-file; then run doctor again"

@@ -45,7 +45,8 @@ Every check prints pass, warn or fail with its evidence, the fix and what
 it read. Doctor only reads: its Redis client refuses any command that is
 not a read. With Redis unreachable it still reports: the Redis check fails
 with the reason and the fix, the checks that read Redis say they were
-skipped, and the instances, a --config file and Prometheus are checked as
+skipped (behind Sentinel, the sentinels are still judged when they
+answer and the primary they name does not), and the instances, a --config file and Prometheus are checked as
 usual. Exit status 1 when any check fails (Redis unreachable included), 0
 otherwise; 1 too, with no report, when it cannot audit (a bad flag).`,
 		Args: cobra.NoArgs,
