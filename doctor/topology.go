@@ -236,7 +236,7 @@ func (r *run) sentinels() (config.SentinelTarget, bool) {
 func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	st, _ := r.sentinels()
 	addrs, master := st.Addrs, st.Master
-	c.Read = fmt.Sprintf("SENTINEL MASTER, SENTINEL REPLICAS and SENTINEL CKQUORUM %s on each of %d sentinels", master, len(addrs))
+	c.Read = fmt.Sprintf("SENTINEL MASTER, SENTINEL REPLICAS and SENTINEL CKQUORUM %s, and INFO sentinel (TILT), on each of %d sentinels", master, len(addrs))
 	up, quorumOK := 0, 0
 	worst := Pass
 	// The fewest replicas any answering sentinel considers up, and the
@@ -259,6 +259,10 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// does not answer", with the fix to check its reachability).
 	var unknown, silent, refused, flagged []string
 	var refusals []string // the refusals met (sentinelRefusal), in order
+	// The sentinels in TILT mode (INFO sentinel's sentinel_tilt:1): they
+	// answer, still vote for a leader, but judge nothing (their flags
+	// are not updated, they report no primary down, start no failover).
+	var tilted []string
 	// Each sentinel seen monitoring the primary, with its own quorum.
 	var quorums []sentinelQuorum
 	for _, a := range addrs {
@@ -302,12 +306,27 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		}
 		replicas, rerr := sc.Replicas(sctx, master).Result()
 		q, qerr := sc.CkQuorum(sctx, master).Result()
+		infoCmd := redis.NewStringCmd(sctx, "info", "sentinel")
+		_ = sc.Process(sctx, infoCmd)
+		info, ierr := infoCmd.Result()
 		cancel()
 		_ = sc.Close()
+		tilt, inTilt := sentinelTilt(info)
+		if inTilt {
+			tilted = append(tilted, a+" ("+tilt+")")
+			for i := range quorums {
+				quorums[i].tilt = quorums[i].tilt || quorums[i].addr == a
+			}
+		}
 		var replicaText string
-		if rerr != nil {
+		switch {
+		case inTilt:
+			// Its replicas' flags are as they were when it entered
+			// TILT: a replica it flags s_down may be up.
+			replicaText = countField(m["num-slaves"], "replica", "replicas") + " (their flags not judged: in TILT they are not updated)"
+		case rerr != nil:
 			replicaText = countField(m["num-slaves"], "replica", "replicas") + " (SENTINEL REPLICAS failed: " + rerr.Error() + ")"
-		} else {
+		default:
 			n := 0
 			var down []string
 			for _, rp := range replicas {
@@ -340,7 +359,13 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			quorumOK++
 			line += "; " + q
 		}
-		if m["flags"] != "master" {
+		switch {
+		case inTilt:
+			line += "; TILT mode (INFO sentinel: " + tilt + "): it judges nothing until it leaves it"
+		case ierr != nil:
+			line += "; INFO sentinel failed, TILT unknown: " + ierr.Error()
+		}
+		if m["flags"] != "master" && !inTilt {
 			worst = max(worst, Warn)
 			flagged = append(flagged, a+" ("+m["flags"]+")")
 		}
@@ -360,13 +385,23 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	} else if up < majority {
 		worst = max(worst, Warn) // depends on those refusing doctor
 	}
-	qr := reachQuorum(quorums, up, len(refused))
+	// judges counts the sentinels seen monitoring the primary out of
+	// TILT: only those can report it down to one another.
+	judges := up - len(tilted)
+	qr := reachQuorum(quorums, judges, len(refused))
 	switch {
 	case qr.unreachable:
 		worst = Fail
 	case len(qr.short) > 0:
 		worst = max(worst, Warn)
 	}
+	if len(tilted) > 0 {
+		worst = max(worst, Warn)
+	}
+	// tiltOnly: the quorum is out of reach only because of the sentinels
+	// in TILT, which leave it by themselves: lowering the quorum is not
+	// the fix.
+	tiltOnly := len(tilted) > 0 && !reachQuorum(untilted(quorums), up, len(refused)).unreachable
 	c.Status = worst
 	// Every Fail below says a failed primary would not be replaced (no
 	// majority, no quorum, CKQUORUM failing), and so does no replica up.
@@ -382,6 +417,10 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// What the sentinels not seen monitoring the master say or fail to
 	// say, and those flagging the primary down, each with its fix.
 	var parts, fixes []string
+	if len(tilted) > 0 {
+		parts = append(parts, tiltPart(tilted))
+		fixes = append(fixes, tiltFix)
+	}
 	if len(unknown) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %s, but %s no primary named %s: %s the primary",
 			plural.Count(len(unknown), "sentinel", "sentinels"), sentinelList(unknown, "answers", "answer"),
@@ -430,21 +469,36 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		// CKQUORUM does not see it: it counts the sentinels that answer,
 		// the primary forgotten or not.
 		c.Summary = fmt.Sprintf("only %d of %d sentinels monitor %s, fewer than the %s %s set to", up, n, master, qr.text(), plural.Word(up, "it is", "they are"))
+		if len(tilted) > 0 {
+			c.Summary = fmt.Sprintf("only %d of %d sentinels monitor %s out of TILT mode, fewer than the %s they are set to", judges, n, master, qr.text())
+			if judges == 0 {
+				c.Summary = fmt.Sprintf("no sentinel monitoring %s is out of TILT mode (%s it, set to the %s)", master, plural.Count(up, "monitors", "monitor"), qr.text())
+			}
+		}
 		if len(refused) > 0 {
 			c.Summary = fmt.Sprintf("only %d of %d sentinels are seen to monitor %s, and with the %d refusing doctor still fewer than the %s %s set to", up, n, master, len(refused), qr.text(), plural.Word(up, "it is", "they are"))
 		}
 		if len(parts) > 0 {
 			c.Summary += " (" + strings.Join(parts, "; ") + ")"
 		}
-		c.Summary += ": none of them can judge the primary objectively down (+odown needs a sentinel's quorum of the sentinels monitoring the primary to agree), so a failed primary would not be replaced"
+		c.Summary += ": none of them can judge the primary objectively down (+odown needs a sentinel's quorum of the sentinels monitoring the primary to agree, and a sentinel in TILT reports no primary down), so a failed primary would not be replaced"
+		if tiltOnly {
+			c.Summary += " until enough of them leave TILT"
+		}
 		if quorumOK == up && up > 0 {
 			c.Summary += fmt.Sprintf(" (SENTINEL CKQUORUM passes: it counts the sentinels that answer, whether they monitor %s or not)", master)
+			if len(tilted) > 0 {
+				c.Summary = strings.TrimSuffix(c.Summary, ")") + ", in TILT or not)"
+			}
 		}
 		c.Fix = lowerQuorumFix(master, quorums, up, majority, n)
-		if len(fixes) > 0 {
+		switch {
+		case tiltOnly:
+			c.Fix = strings.Join(fixes, "; ")
+		case len(fixes) > 0:
 			c.Fix = strings.Join(fixes, "; ") + "; or " + c.Fix
 		}
-	case worst == Warn && noReplicaUp && len(unknown)+len(silent)+len(refused)+len(flagged)+len(qr.short) == 0:
+	case worst == Warn && noReplicaUp && len(unknown)+len(silent)+len(refused)+len(flagged)+len(qr.short)+len(tilted) == 0:
 		c.Summary = fmt.Sprintf("no replica of %s is up for the sentinels: the %s they know %s down (%s), so a failed primary could not be replaced",
 			master, plural.Word(maxKnown, "replica", "replicas"), plural.Word(maxKnown, "is", "are"), strings.Join(firstN(downReplicas, 3), ", "))
 		c.Fix = "start a replica of the current primary (a dead old primary is listed until it comes back as a replica, or SENTINEL RESET " + master + " forgets it)"
@@ -465,9 +519,16 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			tail = fmt.Sprintf("%s, a majority, but fewer than the %s %s set to: a failover can be authorized only if those refusing doctor monitor it too", seen, qr.text(), plural.Word(up, "it is", "they are"))
 		case len(qr.short) > 0:
 			tail = fmt.Sprintf("%s, a majority, but only %s %s set to a quorum of at most %d (%s): only %s can start a failover, as a sentinel needs its own quorum of the sentinels monitoring the primary to judge it down, and the others' is above %d (%s)",
-				seen, plural.Count(len(qr.starters), "sentinel", "sentinels"), plural.Word(len(qr.starters), "is", "are"), up, strings.Join(qr.starters, ", "),
-				plural.Word(len(qr.starters), "it", "they"), up, strings.Join(qr.short, ", "))
-			fixes = append(fixes, lowerQuorumFix(master, quorums, up, majority, n))
+				seen, plural.Count(len(qr.starters), "sentinel", "sentinels"), plural.Word(len(qr.starters), "is", "are"), judges, strings.Join(qr.starters, ", "),
+				plural.Word(len(qr.starters), "it", "they"), judges, strings.Join(qr.short, ", "))
+			if len(tilted) > 0 {
+				tail = strings.Replace(tail, ", a majority, but only", fmt.Sprintf(", a majority, %d of them out of TILT, but only", judges), 1)
+			}
+			if !tiltOnly {
+				fixes = append(fixes, lowerQuorumFix(master, quorums, up, majority, n))
+			}
+		case len(tilted) > 0:
+			tail = fmt.Sprintf("%s, a majority, and %d of them out of TILT, no fewer than the %s %s set to: a failover can still be authorized", seen, judges, qr.text(), plural.Word(judges, "it is", "they are"))
 		case len(unknown)+len(silent)+len(refused) > 0:
 			tail = fmt.Sprintf("%s, a majority, and no fewer than the %s %s set to: a failover can still be authorized", seen, qr.text(), plural.Word(up, "it is", "they are"))
 		}
@@ -504,6 +565,9 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 type sentinelQuorum struct {
 	addr   string
 	quorum int
+	// tilt: the sentinel is in TILT mode (sentinelTilt): it neither
+	// reports the primary down to the others nor starts a failover.
+	tilt bool
 }
 
 // quorumReach is what the quorums of the sentinels monitoring the
@@ -530,22 +594,37 @@ type quorumReach struct {
 }
 
 // reachQuorum judges qs, the quorums of the up sentinels seen
-// monitoring the primary, refused more that may (they refuse doctor).
-func reachQuorum(qs []sentinelQuorum, up, refused int) quorumReach {
+// monitoring the primary, of which judges are out of TILT, refused more
+// that may (they refuse doctor). A sentinel in TILT starts no failover,
+// and reports the primary down to no other: it is neither a starter nor
+// counted in another's quorum.
+func reachQuorum(qs []sentinelQuorum, judges, refused int) quorumReach {
 	var r quorumReach
 	if len(qs) == 0 {
 		return r
 	}
 	r.low, r.high = qs[0].quorum, qs[0].quorum
+	lowJudge := -1 // the lowest quorum of a sentinel out of TILT
 	for _, q := range qs {
 		r.low, r.high = min(r.low, q.quorum), max(r.high, q.quorum)
-		if q.quorum <= up {
+		switch {
+		case q.tilt:
+		case q.quorum <= judges:
 			r.starters = append(r.starters, q.addr)
-		} else {
+		default:
 			r.short = append(r.short, fmt.Sprintf("%s: quorum %d", q.addr, q.quorum))
 		}
+		if !q.tilt && (lowJudge < 0 || q.quorum < lowJudge) {
+			lowJudge = q.quorum
+		}
 	}
-	r.unreachable = r.low > up+refused
+	if lowJudge < 0 {
+		// Every one seen is in TILT: only those refusing doctor may
+		// judge, each needing its quorum of them.
+		r.unreachable = r.low > refused
+		return r
+	}
+	r.unreachable = lowJudge > judges+refused
 	return r
 }
 
@@ -1320,4 +1399,58 @@ func countField(field, one, many string) string {
 		return field + " " + many
 	}
 	return plural.Count(n, one, many)
+}
+
+// tiltFix is the fix of sentinels in TILT mode.
+const tiltFix = "a sentinel enters TILT when its timer runs late or backwards: its host's clock stepped (set it to slew, NTP's usual mode, not step), or the process stalled (a paused VM or container, a host swapping or starved of CPU); its log says +tilt when it enters and -tilt when it leaves, by itself, once its timer has run steadily for the tilt period (30s by default): find and remove the cause, then run doctor again"
+
+// tiltPart is the sentinel check's clause on the sentinels in TILT mode
+// (each "ADDR (TILT for Ns)").
+func tiltPart(tilted []string) string {
+	one := len(tilted) == 1
+	return fmt.Sprintf("%s in TILT mode (%s): until %s, %s no primary down to the other sentinels, %s no failover and %s no flag (%s still %s for a leader)",
+		plural.Count(len(tilted), "sentinel is", "sentinels are"), strings.Join(tilted, ", "),
+		pick(one, "it leaves it", "they leave it"), pick(one, "it reports", "they report"), pick(one, "starts", "start"),
+		pick(one, "updates", "update"), pick(one, "it", "they"), pick(one, "votes", "vote"))
+}
+
+// pick returns one when one is true, else many.
+func pick(one bool, a, b string) string {
+	if one {
+		return a
+	}
+	return b
+}
+
+// untilted returns qs with no sentinel in TILT: as the quorums would
+// stand once every sentinel left it.
+func untilted(qs []sentinelQuorum) []sentinelQuorum {
+	out := make([]sentinelQuorum, len(qs))
+	for i, q := range qs {
+		out[i] = sentinelQuorum{addr: q.addr, quorum: q.quorum}
+	}
+	return out
+}
+
+// sentinelTilt reads a sentinel's INFO sentinel: whether it is in TILT
+// mode (sentinel_tilt:1) and, if so, for how long ("TILT for 3s", from
+// sentinel_tilt_since_seconds, which Redis 7.0 adds; "TILT" without it).
+func sentinelTilt(info string) (string, bool) {
+	var tilt bool
+	since := ""
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sentinel_tilt":
+			tilt = v == "1"
+		case "sentinel_tilt_since_seconds":
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+				since = fmt.Sprintf(" for %ds", n)
+			}
+		}
+	}
+	return "TILT" + since, tilt
 }
