@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -139,7 +140,7 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantRestarts(t, svc.url, 0, 0, 0)
+	wantRestarts(t, svc.url, 0, 0, 0, 0)
 	rs.Restart(t)
 	var rec map[string]any
 	waitUntil(t, "the restart logged", func() bool {
@@ -157,7 +158,7 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 	if rec["msg"] != redisRestartMsg+loadedNothingMsg || rec["loaded_keys"] != 0.0 || rec["aof"] != false {
 		t.Fatalf("restart with nothing loaded logged as %v, want %q, loaded_keys 0, aof false", rec, redisRestartMsg+loadedNothingMsg)
 	}
-	wantRestarts(t, svc.url, 1, 0, 0)
+	wantRestarts(t, svc.url, 1, 0, 0, 0)
 	if n := restartLines(svc.Logs()); n != 1 {
 		t.Fatalf("%d restart lines for one restart:\n%s", n, svc.Logs())
 	}
@@ -175,7 +176,51 @@ func TestServeNoticesRedisRestart(t *testing.T) {
 		msg != redisRestartMsg+fmt.Sprintf(loadedRDBMsg, plural.Count(int64(keys), "key", "keys")) || strings.Contains(msg, "start over") {
 		t.Fatalf("restart from an RDB snapshot logged as %v, want kind restart, the keys it loaded, no 'start over'", rec)
 	}
-	wantRestarts(t, svc.url, 2, 0, 0)
+	wantRestarts(t, svc.url, 2, 0, 0, 0)
+	svc.stop(t)
+}
+
+// TestServeNoticesRedisResync: a single Redis made a replica of an
+// empty server, fully synced (every key gone) and promoted back, its
+// run_id the same, is logged at WARN as a resync, with both replication
+// IDs, and counted in floodgate_redis_restarts_total{kind="resync"}. An
+// outside walk saw a user's remaining go from 89 back to 99 with
+// nothing logged or counted (3 of 3 runs).
+func TestServeNoticesRedisResync(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	admin := a.Client(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("resynclog%d", time.Now().UnixNano())
+	svc := startService(t, "--redis", "redis://"+a.Addr+"/0", "--prefix", prefix)
+	waitBeats(t, admin, prefix)
+	repl, err := admin.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the full sync from the empty server", func() bool {
+		info, err := admin.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	if err := admin.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the resync logged", func() bool { return restartLines(svc.Logs()) >= 1 })
+	rec := restartRecords(svc.Logs())[0]
+	if rec["level"] != "WARN" || rec["kind"] != "resync" || rec["msg"] != redisResyncMsg || rec["from_run_id"] != rec["to_run_id"] ||
+		!strings.Contains(repl, fmt.Sprintf("master_replid:%v", rec["from_replid"])) || rec["to_replid2"] == rec["from_replid"] {
+		t.Fatalf("resync logged as %v, want WARN, kind resync, the same run_id, from the replication ID before (INFO said %q)", rec, repl)
+	}
+	wantRestarts(t, svc.url, 0, 0, 0, 1)
+	if n := restartLines(svc.Logs()); n != 1 {
+		t.Fatalf("%d lines of Redis changes for one resync:\n%s", n, svc.Logs())
+	}
 	svc.stop(t)
 }
 
@@ -234,7 +279,7 @@ func TestServeRedisRestartKindsSentinel(t *testing.T) {
 	prefix := fmt.Sprintf("restartkind%d", time.Now().UnixNano())
 	svc := startService(t, "--redis-sentinel", strings.Join(s.SentinelAddrs, ","), "--redis-master", s.MasterName, "--prefix", prefix)
 	waitBeats(t, s.Primary.Client(t), prefix)
-	wantRestarts(t, svc.url, 0, 0, 0)
+	wantRestarts(t, svc.url, 0, 0, 0, 0)
 
 	// wantLine waits for the n-th line of a Redis change and fails t
 	// unless it is kind's, with its message, at the current primary.
@@ -255,7 +300,7 @@ func TestServeRedisRestartKindsSentinel(t *testing.T) {
 	if strings.Contains(redisFailoverMsg, "start over") {
 		t.Fatalf("the failover's line says limits start over: %q", redisFailoverMsg)
 	}
-	wantRestarts(t, svc.url, 0, 1, 0)
+	wantRestarts(t, svc.url, 0, 1, 0, 0)
 	// Back to the first primary, the one started without --replicaof
 	// (a restart of the other one comes back as a replica).
 	s.Failover(t)
@@ -270,7 +315,7 @@ func TestServeRedisRestartKindsSentinel(t *testing.T) {
 	time.Sleep(time.Until(frozen.Add(2500 * time.Millisecond)))
 	thaw()
 	wantLine(3, "restart", redisRestartMsg)
-	wantRestarts(t, svc.url, 1, 2, 0)
+	wantRestarts(t, svc.url, 1, 2, 0, 0)
 	svc.stop(t)
 }
 
@@ -307,7 +352,7 @@ func restartRecords(logs string) []map[string]any {
 			continue
 		}
 		msg, _ := rec["msg"].(string)
-		for _, prefix := range []string{redisRestartMsg, redisFailoverMsg, redisReplacedMsg} {
+		for _, prefix := range []string{redisRestartMsg, redisFailoverMsg, redisReplacedMsg, redisResyncMsg} {
 			if strings.HasPrefix(msg, prefix) {
 				out = append(out, rec)
 				break
@@ -333,11 +378,11 @@ func waitBeats(t *testing.T, admin *redis.Client, prefix string) {
 }
 
 // wantRestarts fails t unless the instance at url exports
-// floodgate_redis_restarts_total at restart, failover and replaced for
-// those kinds.
-func wantRestarts(t *testing.T, url string, restart, failover, replaced float64) {
+// floodgate_redis_restarts_total at restart, failover, replaced and
+// resync for those kinds.
+func wantRestarts(t *testing.T, url string, restart, failover, replaced, resync float64) {
 	t.Helper()
-	for kind, want := range map[string]float64{"restart": restart, "failover": failover, "replaced": replaced} {
+	for kind, want := range map[string]float64{"restart": restart, "failover": failover, "replaced": replaced, "resync": resync} {
 		name := `floodgate_redis_restarts_total{kind="` + kind + `"}`
 		if got := metricValue(t, url, name); got != want {
 			t.Fatalf("%s %v, want %v", name, got, want)
@@ -409,7 +454,7 @@ func TestServeRedisRestartWhileLoading(t *testing.T) {
 	default:
 		t.Fatalf("restart logged as %v, without loading", rec)
 	}
-	wantRestarts(t, svc.url, 1, 0, 0)
+	wantRestarts(t, svc.url, 1, 0, 0, 0)
 	if n := restartLines(svc.Logs()); n != 1 {
 		t.Fatalf("%d restart lines for one restart:\n%s", n, svc.Logs())
 	}

@@ -16,8 +16,9 @@ import (
 )
 
 // The log messages of a Redis found to be another server process than
-// before, by kind of change (runwatch.Kind). A restart's and a
-// replacement's end with what the new process loaded (persistenceMsg).
+// before, or the same process with another server's data, by kind of
+// change (runwatch.Kind). A restart's and a replacement's end with what
+// the new process loaded (persistenceMsg).
 const (
 	// redisRestartMsg is a restart's: a new process at the primary's
 	// address. Not "not promoted": one restarted as a replica of
@@ -29,6 +30,14 @@ const (
 	redisFailoverMsg = "Redis failed over (its run_id changed; the new primary was a replica): its counters, quotas and leases are those it replicated, but for the last writes before the failover, which asynchronous replication may have lost"
 	// redisReplacedMsg is a replacement's: another server, not a replica.
 	redisReplacedMsg = "Redis was replaced (its run_id changed; another server, not a replica, took over): "
+	// redisResyncMsg is a resync's: the same process, made a replica of
+	// another server and promoted back since the previous check, its
+	// data that server's (an outside walk: REPLICAOF an empty server,
+	// REPLICAOF NO ONE, every counter back to its limit, nothing said).
+	// "Synced", not "fully synced": a failover to its replica and back
+	// between two checks (a partial resync) looks the same, and then
+	// that server held its data too.
+	redisResyncMsg = "Redis resynced from another server (the same run_id, but its replication history is another server's since the previous check: it was made a replica of another server, synced from it, and promoted): its counters, quotas and leases are those that server held, none if it was empty"
 )
 
 // The ends of a restart's or a replacement's message, by what the new
@@ -68,6 +77,8 @@ func restartMsg(k runwatch.Kind, p runwatch.Persistence) string {
 		return redisFailoverMsg
 	case runwatch.KindReplaced:
 		return redisReplacedMsg + persistenceMsg(p)
+	case runwatch.KindResync:
+		return redisResyncMsg
 	}
 	return redisRestartMsg + persistenceMsg(p)
 }
@@ -106,16 +117,19 @@ const restartRefusedRetry = 10 * time.Minute
 
 // restartCheck watches, after each instance heartbeat (every 2 s), the
 // run_id of the Redis serve decides on: a single Redis, the primary
-// behind Sentinel, or each primary of a Cluster. A Redis restarted
-// without persistence briefly opened the breaker and then every counter
-// was back at zero, with nothing said (an outside walk). A change is
-// logged at WARN (restartMsg of its kind and of what the new process
-// loaded, with the kind, the run_ids, the new server's uptime, its
-// address when known, and after a restart or a replacement loaded_keys,
-// aof and loading, with loaded_perc while it was still loading, when
-// INFO persistence answered) and counted by
-// kind (floodgate_redis_restarts_total{kind}). Not safe for concurrent
-// use: the heartbeat's goroutine runs it.
+// behind Sentinel, or each primary of a Cluster; and, of a single Redis
+// or the primary behind Sentinel, its replication IDs (a resync). A
+// Redis restarted without persistence briefly opened the breaker and
+// then every counter was back at zero, with nothing said (an outside
+// walk); so did one made a replica of an empty server and promoted back
+// (another walk). A change is logged at WARN (restartMsg of its kind and
+// of what the new process loaded, with the kind, the run_ids, the new
+// server's uptime, its address when known, after a restart or a
+// replacement loaded_keys, aof and loading, with loaded_perc while it
+// was still loading, when INFO persistence answered, and after a resync
+// from_replid, to_replid and to_replid2) and counted by kind
+// (floodgate_redis_restarts_total{kind}). Not safe for concurrent use:
+// the heartbeat's goroutine runs it.
 type restartCheck struct {
 	watch        *runwatch.Watch
 	client       runwatch.Client
@@ -134,6 +148,9 @@ func newRestartCheck(client runwatch.Client, primary func() string, log *slog.Lo
 			args = append(args, "node", c.Node)
 		} else if c.Addr != "" {
 			args = append(args, "primary", c.Addr)
+		}
+		if c.Kind == runwatch.KindResync {
+			args = append(args, "from_replid", c.FromRepl.ID, "to_replid", c.ToRepl.ID, "to_replid2", c.ToRepl.ID2)
 		}
 		if p := c.Persistence; p.Known {
 			args = append(args, "loaded_keys", p.LoadedKeys, "aof", p.AOF, "loading", p.Loading)

@@ -88,23 +88,8 @@ func (w *Watch) slotsMoved(addr string, p place) bool {
 // replication offset, seconds after it joined, so the layout alone may
 // not tell a failover.
 func wasReplica(ctx context.Context, n Client) (bool, error) {
-	reply, err := n.Info(ctx, "replication").Result()
-	if err != nil {
-		return false, fmt.Errorf("runwatch: INFO replication: %w", err)
-	}
-	return promoted(reply), nil
-}
-
-// promoted reports whether an INFO replication reply names a
-// master_replid2 other than all zeros: its server was promoted from
-// replica.
-func promoted(info string) bool {
-	for key, value := range infoFields(info) {
-		if key == "master_replid2" {
-			return strings.Trim(value, "0") != ""
-		}
-	}
-	return false
+	r, err := replicationOf(ctx, n)
+	return r.promoted(), err
 }
 
 // layoutOf reads CLUSTER SLOTS: each primary's slot set and replicas.

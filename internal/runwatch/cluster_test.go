@@ -300,8 +300,8 @@ func TestPromoted(t *testing.T) {
 		{"# Replication\r\nrole:master\r\nmaster_replid:abc\r\nmaster_replid2:9f1c2e0000000000000000000000000000000000\r\nsecond_repl_offset:15\r\n", true},
 		{"", false},
 	} {
-		if got := promoted(tc.info); got != tc.want {
-			t.Errorf("promoted(%q) = %v, want %v", tc.info, got, tc.want)
+		if got := ParseReplication(tc.info).promoted(); got != tc.want {
+			t.Errorf("ParseReplication(%q).promoted() = %v, want %v", tc.info, got, tc.want)
 		}
 	}
 }

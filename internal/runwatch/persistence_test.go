@@ -99,7 +99,7 @@ func TestCheckRestartFromRDBWithReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !promoted(repl) {
+	if !ParseReplication(repl).promoted() {
 		t.Fatalf("the primary restarted from its snapshot shows no master_replid2, the case is not reproduced:\n%s", repl)
 	}
 	if err := w.Check(ctx, c); err != nil {

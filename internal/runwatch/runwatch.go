@@ -1,7 +1,9 @@
 // Package runwatch tells when the Redis server a client talks to has
 // become another server process: the run_id of its INFO server section
 // changed (or, for a server that reports none, its uptime went
-// backwards), and what kind of change it was (Kind):
+// backwards), or, for a single Redis and a Sentinel group's primary, the
+// same process now holds another server's data (its replication history
+// is another's), and what kind of change it was (Kind):
 //   - a restart: the same primary (the same address) started again, not
 //     promoted from replica. Its counters, quotas and leases are only
 //     those it loaded from disk (Change.Persistence says what: its RDB
@@ -19,6 +21,29 @@
 //     group's primary now at another address, a Cluster slot set served
 //     by a server started since): as after a restart, only what it
 //     loaded.
+//   - a resync: the same process (the same run_id), its data replaced by
+//     another server's: made a replica of another server (REPLICAOF),
+//     fully synced from it, and promoted back. Its counters, quotas and
+//     leases are those the other server held, none when it was empty.
+//
+// A resync is told by INFO replication's replication IDs, read at every
+// check of a single Redis or a Sentinel group's primary. A replica that
+// fully syncs takes its primary's master_replid; one that continues its
+// primary's history by a partial resync (PSYNC) keeps its own, or, when
+// that primary was promoted since, takes the new one and keeps its own
+// as master_replid2; REPLICAOF NO ONE moves master_replid to
+// master_replid2 and draws a new one. So the same process with a
+// master_replid other than the previous check's is a resync when its
+// master_replid2 is not the previous check's master_replid either and
+// it is a replica or names a master_replid2; the same history continued
+// (no loss: a demotion and promotion back before any sync, or a partial
+// resync seen as a replica) when its master_replid2 is that ID. A
+// primary also draws a new master_replid, clearing master_replid2, when
+// it gets a replica while it has no replication backlog, or frees its
+// backlog: no resync. Two shifts between two checks look like a resync:
+// a failover to one of its replicas and back, the old primary partially
+// resynced meanwhile (serve checks only after a heartbeat, which a
+// replica refuses), is reported as one though its data continued.
 //
 // For a single Redis, and a Sentinel group's primary at the address it
 // had at the previous check, a master_replid2 alone is no proof of a
@@ -109,7 +134,8 @@ func Parse(info string) (Server, error) {
 	return s, nil
 }
 
-// Kind is what a Change was: a restart, a failover or a replacement.
+// Kind is what a Change was: a restart, a failover, a replacement or a
+// resync.
 type Kind int
 
 const (
@@ -126,15 +152,20 @@ const (
 	// KindReplaced is another server, not a replica, in the old
 	// primary's place: its counters are only those it loaded from disk.
 	KindReplaced
+	// KindResync is the same process (the same run_id) whose data was
+	// replaced by another server's: made a replica of it, fully synced,
+	// and promoted back (see the package comment). Its counters are
+	// those the other server held.
+	KindResync
 	numKinds = iota
 )
 
 // Kinds returns every Kind, in the order of their values.
-func Kinds() []Kind { return []Kind{KindRestart, KindFailover, KindReplaced} }
+func Kinds() []Kind { return []Kind{KindRestart, KindFailover, KindReplaced, KindResync} }
 
 // String returns the kind's name as the metric's label value has it:
-// "restart", "failover" or "replaced" ("unknown" for a value that is no
-// Kind).
+// "restart", "failover", "replaced" or "resync" ("unknown" for a value
+// that is no Kind).
 func (k Kind) String() string {
 	switch k {
 	case KindRestart:
@@ -143,6 +174,8 @@ func (k Kind) String() string {
 		return "failover"
 	case KindReplaced:
 		return "replaced"
+	case KindResync:
+		return "resync"
 	}
 	return "unknown"
 }
@@ -158,8 +191,12 @@ type Change struct {
 	Addr string
 	// Kind is what the change was.
 	Kind Kind
-	// From and To are the server seen before and the one seen now.
+	// From and To are the server seen before and the one seen now (the
+	// same run_id for a resync).
 	From, To Server
+	// FromRepl and ToRepl are the replication IDs seen at the previous
+	// check and now, for a resync; zero for the other kinds.
+	FromRepl, ToRepl Replication
 	// Persistence is what To loaded at its start, for a restart or a
 	// replacement read from INFO persistence after the change was seen
 	// (not Known for a failover, or when that failed); Loading when To
@@ -178,12 +215,65 @@ const forgetAfter = 10 * time.Minute
 // sighting is a server process seen at a node, at which address (a
 // Sentinel group's primary; "" when not known), serving which slots (a
 // Cluster primary's slot set as CLUSTER SLOTS listed it; "" for none, or
-// not a Cluster), and when.
+// not a Cluster), with which replication IDs (a single Redis's or a
+// Sentinel group's primary; zero when not known), and when.
 type sighting struct {
 	server Server
 	addr   string
 	slots  string
+	repl   Replication
 	at     time.Time
+}
+
+// Replication is what INFO replication says of a server's replication
+// history.
+type Replication struct {
+	// Role is "master" or "slave" (a replica).
+	Role string
+	// ID is master_replid: the ID of the history the server's data
+	// follows ("" when INFO gave none).
+	ID string
+	// ID2 is master_replid2: the ID of the history it followed before
+	// its last shift (a promotion, or a partial resync with a primary
+	// promoted since); all zeros for none.
+	ID2 string
+}
+
+// ParseReplication reads role, master_replid and master_replid2 from an
+// INFO replication reply; fields missing are "".
+func ParseReplication(info string) Replication {
+	var r Replication
+	for key, value := range infoFields(info) {
+		switch key {
+		case "role":
+			r.Role = value
+		case "master_replid":
+			r.ID = value
+		case "master_replid2":
+			r.ID2 = value
+		}
+	}
+	return r
+}
+
+// promoted reports whether r names a master_replid2 other than all
+// zeros: its server was promoted from replica (or, as a replica,
+// continued the history of a primary promoted since).
+func (r Replication) promoted() bool { return strings.Trim(r.ID2, "0") != "" }
+
+// resynced reports whether the same process, seen with replication IDs
+// prev at the previous check and now at this one, now holds another
+// server's history: its master_replid changed, its master_replid2 is
+// not the one it had (REPLICAOF NO ONE and a partial resync with a
+// primary promoted since keep it there), and it is a replica or was
+// promoted (a master_replid2): a primary that gets a replica while it
+// has no replication backlog (its first, or the first after
+// repl-backlog-ttl), or frees its backlog, draws a new master_replid and
+// clears master_replid2, its data unchanged. Unknown IDs ("") are no
+// resync.
+func resynced(prev, now Replication) bool {
+	return prev.ID != "" && now.ID != "" && now.ID != prev.ID && now.ID2 != prev.ID &&
+		(now.Role == "slave" || now.promoted())
 }
 
 // Watch remembers the server process last seen per node (and, in a
@@ -233,14 +323,15 @@ func (w *Watch) ChangesOf(k Kind) int64 {
 // neither addresses nor replication: a change it reports is a restart
 // (Check and CheckPrimary tell the kinds apart).
 func (w *Watch) Observe(node string, s Server) bool {
-	return w.observe(node, "", s, false, time.Now())
+	return w.observe(node, "", s, Replication{}, time.Now())
 }
 
 // observe records s as the server now at node, at addr ("" when not
-// known), at now, and reports a change (see classify) when it is another
-// process than the one seen there before.
-func (w *Watch) observe(node, addr string, s Server, promoted bool, now time.Time) bool {
-	c, changed := w.classify(node, addr, s, promoted, now)
+// known), with replication IDs repl, at now, and reports a change (see
+// classify) when it is another process than the one seen there before,
+// or the same process resynced from another server.
+func (w *Watch) observe(node, addr string, s Server, repl Replication, now time.Time) bool {
+	c, changed := w.classify(node, addr, s, repl, now)
 	if changed {
 		w.report(c)
 	}
@@ -248,14 +339,21 @@ func (w *Watch) observe(node, addr string, s Server, promoted bool, now time.Tim
 }
 
 // classify records s as the server now at node, at addr ("" when not
-// known), at now, and returns the change it is, if any: another process
-// than the one seen there before, of the kind singleKind says (promoted:
-// s was a replica, see wasReplica). Addresses not seen for forgetAfter
-// are forgotten.
-func (w *Watch) classify(node, addr string, s Server, promoted bool, now time.Time) (Change, bool) {
+// known), with replication IDs repl (zero when not known: the previous
+// ones are kept for the same process), at now, and returns the change it
+// is, if any: another process than the one seen there before, of the
+// kind singleKind says (promoted: repl names a master_replid2, see
+// wasReplica), or the same process resynced from another server (see
+// resynced). Addresses not seen for forgetAfter are forgotten.
+func (w *Watch) classify(node, addr string, s Server, repl Replication, now time.Time) (Change, bool) {
 	w.mu.Lock()
 	prev, known := w.nodes[node]
-	w.nodes[node] = sighting{server: s, addr: addr, at: now}
+	same := known && !replaced(prev.server, s)
+	kept := repl
+	if same && repl.ID == "" {
+		kept = prev.repl
+	}
+	w.nodes[node] = sighting{server: s, addr: addr, repl: kept, at: now}
 	for a, sg := range w.primaries {
 		if now.Sub(sg.at) > forgetAfter {
 			delete(w.primaries, a)
@@ -266,11 +364,14 @@ func (w *Watch) classify(node, addr string, s Server, promoted bool, now time.Ti
 		w.primaries[addr] = sighting{server: s, addr: addr, at: now}
 	}
 	w.mu.Unlock()
-	if !known || !replaced(prev.server, s) {
+	if same && resynced(prev.repl, repl) {
+		return Change{Node: node, Addr: addr, Kind: KindResync, From: prev.server, To: s, FromRepl: prev.repl, ToRepl: repl}, true
+	}
+	if !known || same {
 		return Change{}, false
 	}
 	a := arrived{
-		promoted:  promoted,
+		promoted:  repl.promoted(),
 		seenThere: wasThere && !replaced(there.server, s),
 		upBefore:  upBefore(s, prev.at, now),
 	}
@@ -334,15 +435,6 @@ func singleKind(from, to string, a arrived) Kind {
 	return KindRestart
 }
 
-// changed reports whether s is another process than the one last seen
-// at node (false for a first sighting).
-func (w *Watch) changed(node string, s Server) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	prev, known := w.nodes[node]
-	return known && replaced(prev.server, s)
-}
-
 // replaced reports whether now is another process than prev: another
 // run_id or, when neither has one, an uptime that went backwards.
 func replaced(prev, now Server) bool {
@@ -378,11 +470,14 @@ type Client interface {
 // address, and a resharding is not (see the package comment); a primary
 // whose slots were moved to asks it for INFO replication too. A
 // Cluster's slot sets no primary serves any more, and addresses not
-// seen for 10 minutes, are forgotten. A single Redis whose run_id
-// changed is asked for INFO replication, to tell a failover (a replica
-// promoted) from a restart. It returns the first error met; a Cluster's
-// nodes that answered are observed all the same, a single Redis that
-// failed INFO replication is not (the next check sees the change again).
+// seen for 10 minutes, are forgotten. A single Redis is asked for INFO
+// replication at every check: to tell a failover (a replica promoted)
+// from a restart when its run_id changed, and a resync (its data
+// replaced by another server's) when it did not. It returns the first
+// error met; a Cluster's nodes that answered are observed all the same.
+// A single Redis whose run_id changed and that failed INFO replication
+// is not observed (the next check sees the change again); one whose
+// run_id did not is, its replication IDs kept from the previous check.
 func (w *Watch) Check(ctx context.Context, client Client) error {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		return w.checkCluster(ctx, cc, time.Now())
@@ -413,19 +508,35 @@ func (w *Watch) checkSingle(ctx context.Context, client Client, primary func() s
 	if err != nil {
 		return err
 	}
+	repl, replErr := replicationOf(ctx, client)
 	if primary != nil && primary() != addr {
 		return nil
 	}
-	promoted := false
-	if w.changed("", s) {
-		if promoted, err = wasReplica(ctx, client); err != nil {
-			return err
-		}
+	if replErr != nil && w.changed("", s) {
+		return replErr
 	}
-	if c, ok := w.classify("", addr, s, promoted, time.Now()); ok {
+	if c, ok := w.classify("", addr, s, repl, time.Now()); ok {
 		w.report(withPersistence(ctx, client, c))
 	}
-	return nil
+	return replErr
+}
+
+// changed reports whether s is another process than the one last seen
+// at node (false for a first sighting).
+func (w *Watch) changed(node string, s Server) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev, known := w.nodes[node]
+	return known && replaced(prev.server, s)
+}
+
+// replicationOf asks client for INFO replication and parses it.
+func replicationOf(ctx context.Context, client Client) (Replication, error) {
+	reply, err := client.Info(ctx, "replication").Result()
+	if err != nil {
+		return Replication{}, fmt.Errorf("runwatch: INFO replication: %w", err)
+	}
+	return ParseReplication(reply), nil
 }
 
 // info asks client for INFO server and parses it.

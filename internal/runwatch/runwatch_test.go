@@ -157,7 +157,11 @@ func TestObserveSentinel(t *testing.T) {
 		{"back to A, forgotten since", "A", a4, false, 6*time.Second + forgetAfter + time.Second, KindReplaced},
 	} {
 		n := len(got)
-		w.observe("", st.addr, st.s, st.promoted, t0.Add(st.at))
+		var repl Replication
+		if st.promoted {
+			repl.ID2 = "9f1c2e"
+		}
+		w.observe("", st.addr, st.s, repl, t0.Add(st.at))
 		switch {
 		case st.want < 0 && len(got) != n:
 			t.Fatalf("step %d, %s: change %+v, want none", i, st.name, got[n])
@@ -176,7 +180,7 @@ func TestKindString(t *testing.T) {
 	for _, k := range Kinds() {
 		got = append(got, k.String())
 	}
-	if want := []string{"restart", "failover", "replaced"}; !slices.Equal(got, want) || Kind(7).String() != "unknown" {
+	if want := []string{"restart", "failover", "replaced", "resync"}; !slices.Equal(got, want) || Kind(7).String() != "unknown" {
 		t.Fatalf("kinds %v (Kind(7) %q), want %v and unknown", got, Kind(7).String(), want)
 	}
 	w := New(nil)
