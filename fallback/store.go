@@ -685,17 +685,21 @@ func callBound(ctx context.Context, start time.Time, budget time.Duration) time.
 }
 
 // callerGone reports a call that failed because its caller went away:
-// ctx was cancelled, or the request context a shared deadline of ctx's
-// was made from was (deadline.Gone: serve's --decision-timeout and
-// envoyrls's own timeout do not end with the client's request, and the
-// Redis store's queue drops a queued call whose client has gone, with
-// an error wrapping context.Canceled), or err wraps context.Canceled,
-// which only a caller's cancellation gives (the store's own bounds are
-// deadlines). Counted against the primary, clients hanging up while
-// their calls waited in the queue could open the breaker of a healthy
-// Redis.
+// ctx was cancelled, or err wraps context.Canceled, which only a caller's
+// cancellation gives (the store's own bounds are deadlines): the Redis
+// store's queue drops a queued call whose client has gone
+// (deadline.Gone: serve's --decision-timeout and envoyrls's own timeout
+// are shared deadlines, which do not end with the client's request) with
+// such an error, and nothing was sent. Counted against the primary,
+// clients hanging up while their calls waited in the queue could open
+// the breaker of a healthy Redis. A call that was sent and failed
+// (timed out on a stalled Redis) counts against it whether or not its
+// client has gone since: with every client giving up before
+// --fallback-budget (HTTP clients with short timeouts), reading the
+// client's departure here kept the breaker closed on a stalled Redis
+// (review11).
 func callerGone(ctx context.Context, err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(deadline.Gone(ctx), context.Canceled)
+	return errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled)
 }
 
 // isCallerError reports errors caused by the request itself, which say

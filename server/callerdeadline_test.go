@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 )
 
 // TestCallerDeadlineCountsAsTimeout: a decision whose caller's deadline
@@ -48,6 +50,20 @@ func TestCallerDeadlineCountsAsTimeout(t *testing.T) {
 	}
 	if got := errorsOf("store_unavailable"); got != 0 {
 		t.Errorf("store_unavailable errors after a call the caller left: %v, want 0", got)
+	}
+	// serve's --decision-timeout is a shared deadline, which does not end
+	// with the request: the queue's drop of a decision whose client has
+	// gone (deadline.Gone) counted as store_unavailable (review11).
+	left, leave := context.WithCancel(context.Background())
+	shared, stop := deadline.New().WithTimeout(left, time.Now(), time.Minute)
+	defer stop()
+	leave()
+	e.srv.DecisionFailed(shared, fmt.Errorf("%w: %w (while waiting to be sent)", floodgate.ErrStoreUnavailable, context.Canceled))
+	if got := errorsOf("timeout"); got != 2 {
+		t.Errorf("timeout errors after a queued call dropped for a client that left (under a shared deadline): %v, want 2", got)
+	}
+	if got := errorsOf("store_unavailable"); got != 0 {
+		t.Errorf("store_unavailable errors after a queued call dropped for a client that left: %v, want 0", got)
 	}
 	e.srv.DecisionFailed(context.Background(), fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, syscall.ECONNREFUSED))
 	if got := errorsOf("store_unavailable"); got != 1 {

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/clip"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/metrics"
 	"github.com/floodgate-rl/floodgate/replicawait"
 )
@@ -255,7 +256,7 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		reason = reasonStoreUnavailable
 		p = &problemError{status: http.StatusServiceUnavailable, kind: "store-unavailable",
 			detail: "the in-memory store is full (serve's --memory-max-quota-periods, --memory-max-quota-records or --memory-max-leases bound it), so the " + op.name + " was not applied and " + op.nothingDone() + "; room comes back as entries expire"}
-	case ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+	case (ctx.Err() != nil || deadline.Gone(ctx) != nil) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 		// The caller's own deadline ended (or it went) before the store
 		// answered: the store's error then wraps "store unavailable"
 		// (nothing was sent or applied), which counted a caller's short

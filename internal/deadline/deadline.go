@@ -176,7 +176,10 @@ type parentKey struct{}
 // by Ticks, does not: a caller about to send a store call checks Gone, so
 // that nothing is sent for a client that has gone, while a call already
 // sent still ends by its deadline or with its answer. It costs a Value
-// lookup and an Err per context in the chain, and no allocation.
+// lookup and an Err per context in the chain, and no allocation. The
+// Value lookup passes through context.WithoutCancel: a context detached
+// with it below a shared deadline still sees the request's end (no
+// decision path in this module detaches a call it then queues).
 func Gone(ctx context.Context) error {
 	for ctx != nil {
 		if err := ctx.Err(); err != nil {
