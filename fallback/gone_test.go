@@ -43,10 +43,15 @@ func TestGoneCallerDoesNotTripBreaker(t *testing.T) {
 		t.Errorf("breaker %v after three gone callers, want closed: their calls were counted against the primary", st)
 	}
 	f.rec.mu.Lock()
-	n := len(f.rec.fallbacks)
+	n, observed := len(f.rec.fallbacks), f.rec.primary
 	f.rec.mu.Unlock()
 	if n != 0 {
 		t.Errorf("gone callers were decided by the fallback: %v", f.rec.fallbacks)
+	}
+	if observed != 0 {
+		// rate_limit_redis_errors_total and the latency histogram
+		// (hangupwalk).
+		t.Errorf("%d dropped calls observed as primary calls, want 0: Redis never saw them", observed)
 	}
 	// A real primary failure still counts.
 	f.primary.set(fmt.Errorf("%w: connection refused", floodgate.ErrStoreUnavailable), false, false)

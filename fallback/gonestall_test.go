@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
+	"github.com/floodgate-rl/floodgate/memstore"
 )
 
 // TestStalledRedisWithGoneClientsOpensBreaker: Redis stalled (the primary
@@ -38,5 +39,49 @@ func TestStalledRedisWithGoneClientsOpensBreaker(t *testing.T) {
 	}
 	if n := f.primary.calls.Load(); n != 1 {
 		t.Errorf("%d calls reached the stalled primary, want 1 (then the open breaker)", n)
+	}
+}
+
+// cancelThenStall is a primary that stands for a stalled Redis while the
+// caller gives up: it cancels the caller's context once the call is
+// sent, then answers nothing until the call's own bound.
+type cancelThenStall struct{ cancel context.CancelFunc }
+
+func (c cancelThenStall) Decide(ctx context.Context, _ int64, _ []floodgate.Layer, _ []floodgate.Result) error {
+	c.cancel()
+	<-ctx.Done()
+	return fmt.Errorf("%w: waiting for reply: %w", floodgate.ErrIndeterminate, ctx.Err())
+}
+
+// TestStalledRedisWithCancellingCallersOpensBreaker: gRPC callers with a
+// deadline of their own (longer than the budget: the call is bounded by
+// the budget, not by the caller's context) cancel while their call waits
+// on a stalled Redis, as Envoy does when the downstream request is reset.
+// The calls were sent and failed by their own bound: the breaker
+// (threshold 1) opens. With a cancelled caller context read as the
+// caller's doing, it stayed closed (hangupwalk: 1,200 calls with 20 ms
+// deadlines cancelled at 10 ms, none answered by the open breaker).
+func TestStalledRedisWithCancellingCallersOpensBreaker(t *testing.T) {
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := fallback.New(cancelThenStall{cancel}, local, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(store, floodgate.Options{Prefix: "fb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	_, _ = lim.Allow(req, p, "u1")
+	if req.Err() == nil {
+		t.Fatal("the caller's context was not cancelled: the test no longer shows the case")
+	}
+	if st := store.BreakerState(); st != fallback.BreakerOpen {
+		t.Errorf("breaker %v after a call a stalled Redis never answered, its caller gone meanwhile (threshold 1), want open", st)
 	}
 }

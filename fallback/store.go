@@ -501,7 +501,11 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	defer cancel()
 	err := s.primary.Decide(cctx, now, layers, out)
 	elapsed := time.Since(start)
-	if s.obs != nil {
+	if s.obs != nil && !errors.Is(err, context.Canceled) {
+		// A call the caller's cancellation ended (dropped from the queue
+		// unsent for a client that had gone) says nothing of Redis: as a
+		// Redis error, client hang-ups fed rate_limit_redis_errors_total
+		// and its latency histogram (hangupwalk).
 		s.obs.ObservePrimary(elapsed, err)
 	}
 	if err == nil {
@@ -511,7 +515,7 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		}
 		return nil
 	}
-	if isCallerError(err) || callerGone(ctx, err) {
+	if isCallerError(err) || callerGone(err) {
 		// Not the primary's fault: bad input, or a caller that gave up.
 		br.release(t, verdictNeutral)
 		if o != nil {
@@ -630,7 +634,7 @@ func (s *Store) call(ctx context.Context, key string, read func(ctx context.Cont
 		wrote, err = write(ctx)
 	}
 	elapsed := time.Since(start)
-	if s.obs != nil {
+	if s.obs != nil && !errors.Is(err, context.Canceled) {
 		s.obs.ObservePrimary(elapsed, err)
 	}
 	switch {
@@ -638,7 +642,7 @@ func (s *Store) call(ctx context.Context, key string, read func(ctx context.Cont
 		br.release(t, verdictSuccess)
 	case err == nil:
 		br.release(t, verdictNeutral)
-	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || callerGone(ctx, err):
+	case isCallerError(err) || errors.Is(err, floodgate.ErrForeignValue) || callerGone(err):
 		br.release(t, verdictNeutral)
 	default:
 		br.releaseGen(t, verdictFailure, gen, err)
@@ -685,21 +689,24 @@ func callBound(ctx context.Context, start time.Time, budget time.Duration) time.
 }
 
 // callerGone reports a call that failed because its caller went away:
-// ctx was cancelled, or err wraps context.Canceled, which only a caller's
-// cancellation gives (the store's own bounds are deadlines): the Redis
-// store's queue drops a queued call whose client has gone
-// (deadline.Gone: serve's --decision-timeout and envoyrls's own timeout
-// are shared deadlines, which do not end with the client's request) with
-// such an error, and nothing was sent. Counted against the primary,
-// clients hanging up while their calls waited in the queue could open
-// the breaker of a healthy Redis. A call that was sent and failed
-// (timed out on a stalled Redis) counts against it whether or not its
-// client has gone since: with every client giving up before
-// --fallback-budget (HTTP clients with short timeouts), reading the
-// client's departure here kept the breaker closed on a stalled Redis
-// (review11).
-func callerGone(ctx context.Context, err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled)
+// err wraps context.Canceled, which only a caller's cancellation gives
+// (the store's own bounds are deadlines). The Redis store's queue drops
+// a queued call whose client has gone (deadline.Gone: serve's
+// --decision-timeout and envoyrls's own timeout are shared deadlines,
+// which do not end with the client's request) with such an error, and
+// nothing was sent; a call bound by the caller's own context (one
+// shortened below 16 ms for its deadline) ends with it. Counted against
+// the primary, clients hanging up while their calls waited in the queue
+// could open the breaker of a healthy Redis. A call that was sent and
+// failed by its own bound (timed out on a stalled Redis) counts against
+// it whether or not its client has gone since: reading the client's
+// departure (the context's end, or deadline.Gone) kept the breaker
+// closed on a stalled Redis when every client gave up before the
+// failure, HTTP clients with short timeouts (review11) and gRPC callers
+// cancelling before their deadline, as Envoy does when the downstream
+// request is reset (hangupwalk).
+func callerGone(err error) bool {
+	return errors.Is(err, context.Canceled)
 }
 
 // isCallerError reports errors caused by the request itself, which say

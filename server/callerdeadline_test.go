@@ -3,12 +3,14 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/deadline"
+	"github.com/floodgate-rl/floodgate/server"
 )
 
 // TestCallerDeadlineCountsAsTimeout: a decision whose caller's deadline
@@ -20,7 +22,10 @@ import (
 // class (a deadline of the service's own is a timeout too:
 // TestOwnDeadlineBeforeTheCallIsATimeout).
 func TestCallerDeadlineCountsAsTimeout(t *testing.T) {
-	e := start(t, errorsYAML, memStore(t), nil)
+	logs := &lockedBuffer{}
+	e := start(t, errorsYAML, memStore(t), func(o *server.Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
 	errorsOf := func(reason string) float64 {
 		t.Helper()
 		mfs, err := e.reg.Gather()
@@ -64,6 +69,11 @@ func TestCallerDeadlineCountsAsTimeout(t *testing.T) {
 	}
 	if got := errorsOf("store_unavailable"); got != 0 {
 		t.Errorf("store_unavailable errors after a queued call dropped for a client that left: %v, want 0", got)
+	}
+	// Nobody reads those answers: counted, not logged (a burst of
+	// hang-ups was a stream of error lines; hangupwalk).
+	if failed := logs.lines(t, "decision failed"); len(failed) != 0 {
+		t.Errorf("decision failed logged for clients that had gone: %v", failed)
 	}
 	e.srv.DecisionFailed(context.Background(), fmt.Errorf("%w: redis: %w", floodgate.ErrStoreUnavailable, syscall.ECONNREFUSED))
 	if got := errorsOf("store_unavailable"); got != 1 {

@@ -296,6 +296,13 @@ func (s *Server) decisionProblem(ctx context.Context, op operation, err error) *
 		p.detail = "the policy cannot be decided by this store (on Redis Cluster, all layers of a policy must key on the same identity)"
 	}
 	s.metrics.errors.WithLabelValues(reason).Inc()
+	if errors.Is(err, context.Canceled) && (ctx.Err() != nil || deadline.Gone(ctx) != nil) {
+		// The client has gone and its decision was dropped unsent:
+		// nobody reads the answer, and the count above says it. Logged
+		// at error level, every hang-up in a burst was a "decision
+		// failed" line (hangupwalk: suppressed=1024 in one run).
+		return p
+	}
 	if reason == reasonForeignValue {
 		s.warnForeignValue(ctx, slog.LevelError, op.name, err)
 		return p
