@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/fallback"
@@ -32,6 +33,10 @@ func TestForeignValueDoesNotOpenTheBreaker(t *testing.T) {
 			r := newRigWith(t, client, redisstore.Options{Coalesce: coalesce}, fallback.Options{
 				DefaultMode: fallback.ModeLocal,
 				Breaker:     fallback.BreakerOptions{FailureThreshold: 3},
+				// Far above what a healthy Redis takes: this test is about
+				// foreign values, and a loaded test machine once had a
+				// decision miss the 50 ms default (indeterminate).
+				Budget: 5 * time.Second,
 			})
 			p := policy(t, "api", 50)
 			ctx := context.Background()
