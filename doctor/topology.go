@@ -238,6 +238,10 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	addrs, master := st.Addrs, st.Master
 	c.Read = fmt.Sprintf("SENTINEL MASTER, SENTINEL REPLICAS and SENTINEL CKQUORUM %s, and INFO sentinel (TILT), on each of %d sentinels", master, len(addrs))
 	up, quorumOK := 0, 0
+	// ckFailed counts the sentinels whose SENTINEL CKQUORUM failed, not
+	// counting those refusing it to doctor's user (NOPERM): doctor
+	// cannot tell what those would say.
+	ckFailed := 0
 	worst := Pass
 	// The fewest replicas any answering sentinel considers up, and the
 	// replicas some sentinel knows but considers down: after a failover
@@ -263,6 +267,10 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// answer, still vote for a leader, but judge nothing (their flags
 	// are not updated, they report no primary down, start no failover).
 	var tilted []string
+	// The sentinels that answer SENTINEL MASTER but refuse doctor's
+	// user (NOPERM) another read, by read: doctor cannot judge what
+	// those reads tell there.
+	denied := map[sentinelRead][]string{}
 	// Each sentinel seen monitoring the primary, with its own quorum.
 	var quorums []sentinelQuorum
 	for _, a := range addrs {
@@ -311,6 +319,11 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		info, ierr := infoCmd.Result()
 		cancel()
 		_ = sc.Close()
+		for rd, err := range map[sentinelRead]error{readReplicas: rerr, readCkquorum: qerr, readInfo: ierr} {
+			if noPerm(err) {
+				denied[rd] = append(denied[rd], a)
+			}
+		}
 		tilt, inTilt := sentinelTilt(info)
 		if inTilt {
 			tilted = append(tilted, a+" ("+tilt+")")
@@ -324,6 +337,8 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			// Its replicas' flags are as they were when it entered
 			// TILT: a replica it flags s_down may be up.
 			replicaText = countField(m["num-slaves"], "replica", "replicas") + " (their flags not judged: in TILT they are not updated)"
+		case noPerm(rerr):
+			replicaText = countField(m["num-slaves"], "replica", "replicas") + " (SENTINEL REPLICAS refused, not judged: " + rerr.Error() + ")"
 		case rerr != nil:
 			replicaText = countField(m["num-slaves"], "replica", "replicas") + " (SENTINEL REPLICAS failed: " + rerr.Error() + ")"
 		default:
@@ -352,16 +367,24 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		line := fmt.Sprintf("%s: %s at %s flags %s, %s, %s, quorum %s",
 			a, master, nodeAddr(m), m["flags"], replicaText,
 			countField(m["num-other-sentinels"], "other sentinel", "other sentinels"), m["quorum"])
-		if qerr != nil {
+		switch {
+		case noPerm(qerr):
+			// Not a quorum that cannot be reached: doctor was not
+			// let ask (a walk: "the quorum cannot be reached", fail).
+			line += "; CKQUORUM refused, quorum not judged by it: " + qerr.Error()
+		case qerr != nil:
 			worst = Fail
+			ckFailed++
 			line += "; CKQUORUM: " + qerr.Error()
-		} else {
+		default:
 			quorumOK++
 			line += "; " + q
 		}
 		switch {
 		case inTilt:
 			line += "; TILT mode (INFO sentinel: " + tilt + "): it judges nothing until it leaves it"
+		case noPerm(ierr):
+			line += "; INFO sentinel refused, TILT unknown: " + ierr.Error()
 		case ierr != nil:
 			line += "; INFO sentinel failed, TILT unknown: " + ierr.Error()
 		}
@@ -395,7 +418,7 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	case len(qr.short) > 0:
 		worst = max(worst, Warn)
 	}
-	if len(tilted) > 0 {
+	if len(tilted) > 0 || len(denied) > 0 {
 		worst = max(worst, Warn)
 	}
 	// tiltOnly: the quorum is out of reach only because of the sentinels
@@ -446,6 +469,12 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	if noReplicaUp {
 		parts = append(parts, fmt.Sprintf("no replica of %s is up for the sentinels", master))
 		fixes = append(fixes, "start a replica of the current primary")
+	}
+	permFix := ""
+	if len(denied) > 0 {
+		parts = append(parts, deniedPart(denied))
+		permFix = deniedFix(st.Username, addrs, denied)
+		fixes = append(fixes, permFix)
 	}
 	// seen says how many sentinels monitor the master, as far as doctor
 	// can tell.
@@ -531,6 +560,8 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			tail = fmt.Sprintf("%s, a majority, and %d of them out of TILT, no fewer than the %s %s set to: a failover can still be authorized", seen, judges, qr.text(), plural.Word(judges, "it is", "they are"))
 		case len(unknown)+len(silent)+len(refused) > 0:
 			tail = fmt.Sprintf("%s, a majority, and no fewer than the %s %s set to: a failover can still be authorized", seen, qr.text(), plural.Word(up, "it is", "they are"))
+		case len(denied) > 0:
+			tail = fmt.Sprintf("%s, a majority, and no fewer than the %s %s set to", seen, qr.text(), plural.Word(up, "it is", "they are"))
 		}
 		if tail != "" {
 			if c.Summary == "" {
@@ -555,9 +586,107 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		}
 		c.Fix = "start the missing sentinels (at least three, on separate hosts) and check SENTINEL CKQUORUM"
 	default:
-		c.Summary = fmt.Sprintf("%d of %d sentinels answer, but the quorum cannot be reached (SENTINEL CKQUORUM fails on %d): a failed primary would not be replaced", up, len(addrs), up-quorumOK)
+		c.Summary = fmt.Sprintf("%d of %d sentinels answer, but the quorum cannot be reached (SENTINEL CKQUORUM fails on %d): a failed primary would not be replaced", up, len(addrs), ckFailed)
 		c.Fix = "act on what SENTINEL CKQUORUM says (above): each sentinel's quorum and the sentinels it knows (num-other-sentinels), at least three on separate hosts"
 	}
+	if permFix != "" && !strings.Contains(c.Fix, permFix) {
+		// The Fail verdicts above do not turn on the refused reads;
+		// the grants are still due.
+		c.Summary += "; " + deniedPart(denied)
+		c.Fix += "; " + permFix
+	}
+}
+
+// sentinelRead is a read of the sentinel check after SENTINEL MASTER,
+// which a sentinel's ACL may refuse doctor's user (NOPERM).
+type sentinelRead int
+
+const (
+	readReplicas sentinelRead = iota // SENTINEL REPLICAS
+	readCkquorum                     // SENTINEL CKQUORUM
+	readInfo                         // INFO sentinel
+)
+
+// sentinelReads are the reads a sentinel may refuse, in the order
+// doctor names them.
+var sentinelReads = []sentinelRead{readReplicas, readCkquorum, readInfo}
+
+// command names the read as sent.
+func (r sentinelRead) command() string {
+	return [...]string{"SENTINEL REPLICAS", "SENTINEL CKQUORUM", "INFO sentinel"}[r]
+}
+
+// grant is the ACL rule that lets a user send the read.
+func (r sentinelRead) grant() string {
+	return [...]string{"+sentinel|replicas", "+sentinel|ckquorum", "+info"}[r]
+}
+
+// unknown says what doctor cannot judge without the read.
+func (r sentinelRead) unknown() string {
+	return [...]string{"which replicas are up", "whether the quorum can be reached", "whether they are in TILT mode"}[r]
+}
+
+// noPerm reports whether err is Redis's refusal of a command to the
+// connection's ACL user (NOPERM).
+func noPerm(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && strings.HasPrefix(reply.Error(), "NOPERM")
+}
+
+// deniedPart is the sentinel check's clause on the sentinels that answer
+// SENTINEL MASTER but refuse doctor's user other reads (denied, the
+// sentinels refusing each).
+func deniedPart(denied map[sentinelRead][]string) string {
+	var runs, unknown []string
+	for _, r := range sentinelReads {
+		if on := denied[r]; len(on) > 0 {
+			runs = append(runs, r.command()+" on "+strings.Join(on, ", "))
+			unknown = append(unknown, r.unknown())
+		}
+	}
+	return fmt.Sprintf("doctor's sentinel user lacks the permission to run %s (NOPERM), so doctor cannot judge %s there",
+		joinAnd(runs), joinAnd(unknown))
+}
+
+// deniedFix is the fix of the sentinels (of addrs, in order) that refuse
+// reads to doctor's sentinel user (user, "" for the default user): the
+// ACL rules to grant on each, those needing the same grouped.
+func deniedFix(user string, addrs []string, denied map[sentinelRead][]string) string {
+	if user == "" {
+		user = "default"
+	}
+	var order []string          // the grants, in the order first needed
+	on := map[string][]string{} // the sentinels needing each grant
+	for _, a := range addrs {
+		var rules []string
+		for _, r := range sentinelReads {
+			if slices.Contains(denied[r], a) {
+				rules = append(rules, r.grant())
+			}
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		g := strings.Join(rules, " ")
+		if _, ok := on[g]; !ok {
+			order = append(order, g)
+		}
+		on[g] = append(on[g], a)
+	}
+	var cmds []string
+	for _, g := range order {
+		cmds = append(cmds, fmt.Sprintf("ACL SETUSER %s %s on %s", user, g, strings.Join(on[g], ", ")))
+	}
+	return fmt.Sprintf("grant doctor's sentinel user (%s, --redis-sentinel-username) what its sentinel check reads: %s (docs/operations.md, Redis ACL users), then run doctor again",
+		user, strings.Join(cmds, "; "))
+}
+
+// joinAnd joins items as a list: "a", "a and b", "a, b and c".
+func joinAnd(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // sentinelQuorum is a sentinel seen monitoring the primary, and the
@@ -705,7 +834,7 @@ func sentinelRefusalFix(kinds, addrs []string) string {
 		fixes = append(fixes, "give doctor the sentinels' own user and password, those the instances use: --redis-sentinel-password-file and --redis-sentinel-username (--redis-password-file goes to the primary only), then run doctor again")
 	}
 	if perm {
-		fixes = append(fixes, "grant doctor's sentinel user (--redis-sentinel-username) +sentinel|master +sentinel|replicas +sentinel|ckquorum on "+strings.Join(addrs, ", ")+" (docs/operations.md, Redis ACL users)")
+		fixes = append(fixes, "grant doctor's sentinel user (--redis-sentinel-username) +sentinel|master +sentinel|replicas +sentinel|ckquorum +info on "+strings.Join(addrs, ", ")+" (docs/operations.md, Redis ACL users)")
 	}
 	if full {
 		fixes = append(fixes, sentinelMaxclientsFix)

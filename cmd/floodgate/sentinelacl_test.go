@@ -16,7 +16,7 @@ import (
 
 // doctorSentinelGrants are what docs/operations.md adds to the sentinels'
 // user for floodgate doctor's sentinel check.
-var doctorSentinelGrants = []string{"+sentinel|master", "+sentinel|replicas", "+sentinel|ckquorum"}
+var doctorSentinelGrants = []string{"+sentinel|master", "+sentinel|replicas", "+sentinel|ckquorum", "+info"}
 
 // TestServeSentinelACLUser runs serve behind Sentinel in the flag form
 // (--redis-sentinel, --redis-master) as the ACL users docs/operations.md
