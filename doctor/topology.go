@@ -273,6 +273,12 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	denied := map[sentinelRead][]string{}
 	// Each sentinel seen monitoring the primary, with its own quorum.
 	var quorums []sentinelQuorum
+	// The passing SENTINEL CKQUORUM replies that count as usable every
+	// sentinel their sentinel knows: one that stopped answering is
+	// counted until the others flag it s_down, down-after-milliseconds
+	// after its last reply. Told apart once doctor knows which sentinels
+	// it could not reach itself (silent).
+	var allUsable []ckquorumNote
 	for _, a := range addrs {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second, ContextTimeoutEnabled: true, TLSConfig: st.TLS,
 			Username: st.Username, Password: st.Password})
@@ -379,6 +385,12 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		default:
 			quorumOK++
 			line += "; " + q
+			var usable int
+			if _, err := fmt.Sscanf(q, "OK %d usable", &usable); err == nil {
+				if known, err := strconv.Atoi(m["num-other-sentinels"]); err == nil && usable == known+1 {
+					allUsable = append(allUsable, ckquorumNote{evidence: len(c.Evidence), reply: q, usable: usable, downAfter: m["down-after-milliseconds"]})
+				}
+			}
 		}
 		switch {
 		case inTilt:
@@ -393,6 +405,13 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			flagged = append(flagged, a+" ("+m["flags"]+")")
 		}
 		c.Evidence = append(c.Evidence, line)
+	}
+	if len(silent) > 0 {
+		// CKQUORUM's count is not doctor's: say so where it quotes it
+		// (a walk stopped a sentinel and read "OK 3 usable Sentinels").
+		for _, u := range allUsable {
+			c.Evidence[u.evidence] = strings.Replace(c.Evidence[u.evidence], "; "+u.reply, "; "+u.reply+" ("+u.stale(silent)+")", 1)
+		}
 	}
 	noReplicaUp := minUp == 0 && maxKnown > 0
 	if noReplicaUp {
@@ -515,7 +534,7 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			c.Summary += " until enough of them leave TILT"
 		}
 		if quorumOK == up && up > 0 {
-			c.Summary += fmt.Sprintf(" (SENTINEL CKQUORUM passes: it counts the sentinels that answer, whether they monitor %s or not)", master)
+			c.Summary += fmt.Sprintf(" (SENTINEL CKQUORUM passes: it counts every sentinel it knows and has not flagged down, whether they monitor %s or not, and one that stops answering is flagged down only down-after-milliseconds after its last reply)", master)
 			if len(tilted) > 0 {
 				c.Summary = strings.TrimSuffix(c.Summary, ")") + ", in TILT or not)"
 			}
@@ -687,6 +706,26 @@ func joinAnd(items []string) string {
 		return strings.Join(items, "")
 	}
 	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
+}
+
+// ckquorumNote is a sentinel's passing SENTINEL CKQUORUM reply that
+// counts every sentinel it knows as usable.
+type ckquorumNote struct {
+	evidence  int    // the index of the sentinel's evidence line
+	reply     string // the reply, as quoted there
+	usable    int    // the sentinels it counts usable, itself included
+	downAfter string // its down-after-milliseconds for the primary
+}
+
+// stale says, of a reply counting every sentinel as usable while doctor
+// could not reach those at silent, why the count is not doctor's.
+func (n ckquorumNote) stale(silent []string) string {
+	after := "down-after-milliseconds"
+	if n.downAfter != "" {
+		after += " (" + n.downAfter + " ms here)"
+	}
+	return fmt.Sprintf("it counts every one of the %d sentinels it knows, itself included, as usable, yet doctor cannot reach %s: the sentinels flag one that stops answering s_down, and stop counting it, only %s after its last reply, so this count may still include %s",
+		n.usable, strings.Join(silent, ", "), after, plural.Word(len(silent), "it", "them"))
 }
 
 // sentinelQuorum is a sentinel seen monitoring the primary, and the
