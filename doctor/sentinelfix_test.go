@@ -71,7 +71,7 @@ func TestSentinelsJudgedWhilePrimaryDown(t *testing.T) {
 		rep := runDoctor(t, opts)
 		c := want(t, rep, doctor.GroupRedis, "reachable", doctor.Fail, "but that primary does not", "the sentinels cannot replace it, no failover can happen (see Redis/sentinel)")
 		sentinelCheckSays(t, c, rep, []string{"no failover can happen", "act on Redis/sentinel's fix"}, []string{"may be under way", "in a few seconds"})
-		c = want(t, rep, doctor.GroupRedis, "sentinel", doctor.Fail, "only 2 of 3 sentinels monitor "+m+", fewer than the quorum 3 they are set to", "a failed primary would not be replaced")
+		c = want(t, rep, doctor.GroupRedis, "sentinel", doctor.Fail, "only 2 of 3 sentinels answer and monitor "+m+" (1 unreachable), fewer than the quorum 3 they are set to", "a failed primary would not be replaced")
 		sentinelCheckSays(t, c, rep, []string{"SENTINEL SET " + m + " quorum 2"}, nil)
 		if sk, _ := rep.Find(doctor.GroupRedis, "skipped"); strings.Contains(sk.Summary, "sentinel") {
 			t.Errorf("Redis/skipped names the sentinel check, which ran:\n%s", text(rep))

@@ -498,6 +498,15 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// seen says how many sentinels monitor the master, as far as doctor
 	// can tell.
 	seen := fmt.Sprintf("%d of %d still monitor %s", up, n, master)
+	// monitors says "N of M sentinels monitor MASTER" truly when some do
+	// not answer: those may monitor it (an outside walk read "only 2 of
+	// 3 sentinels monitor" with the third stopped).
+	monitors := fmt.Sprintf("%d of %d sentinels monitor %s", up, n, master)
+	if len(silent) > 0 {
+		unreachable := fmt.Sprintf(" (%d unreachable)", len(silent))
+		seen = fmt.Sprintf("%d of %d answer and still monitor %s", up, n, master) + unreachable
+		monitors = fmt.Sprintf("%d of %d sentinels answer and monitor %s", up, n, master) + unreachable
+	}
 	if len(refused) > 0 {
 		seen += fmt.Sprintf(" as far as doctor can see (%d %s doctor)", len(refused), plural.Word(len(refused), "refuses", "refuse"))
 	}
@@ -516,9 +525,12 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 		// objectively down, the step before a failover. SENTINEL
 		// CKQUORUM does not see it: it counts the sentinels that answer,
 		// the primary forgotten or not.
-		c.Summary = fmt.Sprintf("only %d of %d sentinels monitor %s, fewer than the %s %s set to", up, n, master, qr.text(), plural.Word(up, "it is", "they are"))
+		c.Summary = fmt.Sprintf("only %s, fewer than the %s %s set to", monitors, qr.text(), plural.Word(up, "it is", "they are"))
 		if len(tilted) > 0 {
 			c.Summary = fmt.Sprintf("only %d of %d sentinels monitor %s out of TILT mode, fewer than the %s they are set to", judges, n, master, qr.text())
+			if len(silent) > 0 {
+				c.Summary = fmt.Sprintf("only %d of %d sentinels answer and monitor %s out of TILT mode (%d unreachable), fewer than the %s they are set to", judges, n, master, len(silent), qr.text())
+			}
 			if judges == 0 {
 				c.Summary = fmt.Sprintf("no sentinel monitoring %s is out of TILT mode (%s it, set to the %s)", master, plural.Count(up, "monitors", "monitor"), qr.text())
 			}
