@@ -31,6 +31,7 @@ var ShippedAlerts = []string{
 	"RateLimitConfigVersionRegressed",
 	"RateLimitSplitReleaseFailed",
 	"RateLimitEnvoyCompatErrors",
+	"RateLimitEnvoyCompatRequestsRefused",
 	"RateLimitEnvoyCompatConfigRejected",
 	"RateLimitTLSCertificateExpiring",
 	"RateLimitFleetCountMismatch",

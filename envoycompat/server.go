@@ -174,11 +174,11 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return
 	}
-	if err := s.checkCount(len(req.GetDescriptors())); err != nil {
+	if err := s.checkCount(r.Context(), r.RemoteAddr, req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest) // Floodgate's own refusal: it says why
 		return
 	}
-	resp, err := s.shouldRateLimit(r.Context(), req)
+	resp, err := s.shouldRateLimit(r.Context(), r.RemoteAddr, req)
 	if err != nil {
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return

@@ -17,8 +17,10 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/ratelog"
 )
 
@@ -78,11 +80,15 @@ type Options struct {
 	Metrics *Metrics
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
-	// Log receives store errors (at error level), at most one per
-	// LogEvery (the next one says how many were suppressed): in a Redis
-	// outage every request fails. Nil logs nothing.
+	// Log receives store errors (at error level) and refused requests,
+	// the service errors (at warn level, with the client's address, the
+	// domain and why: an empty domain, no descriptors, more than
+	// MaxDescriptors, no configuration loaded), each kind at most one
+	// line per LogEvery (the next one says how many were suppressed): in
+	// a Redis outage every request fails, and a misconfigured client
+	// sends every request wrong. Nil logs nothing.
 	Log *slog.Logger
-	// LogEvery is the least time between two store error lines; default
+	// LogEvery is the least time between two lines of a kind; default
 	// 10s.
 	LogEvery time.Duration
 }
@@ -156,10 +162,14 @@ func (s *Service) Register(gs *grpc.Server) { rlspb.RegisterRateLimitServiceServ
 // Options.MaxDescriptors descriptors, which theirs has no bound for, gets
 // InvalidArgument.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	if err := s.checkCount(len(req.GetDescriptors())); err != nil {
+	client := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		client = p.Addr.String()
+	}
+	if err := s.checkCount(ctx, client, req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.shouldRateLimit(ctx, req)
+	resp, err := s.shouldRateLimit(ctx, client, req)
 	if err != nil {
 		var re *RequestError
 		if !errors.As(err, &re) {
@@ -174,23 +184,45 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 var errTooManyDescriptors = errors.New("envoycompat: too many descriptors")
 
 // checkCount returns an error wrapping errTooManyDescriptors, saying the
-// bound, when n descriptors are more than Options.MaxDescriptors (counted
-// as a service error in the metrics, as theirs counts a refused request).
-// The gRPC codec and POST /json decode one past the bound at most: n is
-// then at least what was sent.
-func (s *Service) checkCount(n int) error {
+// bound, when req's descriptors are more than Options.MaxDescriptors
+// (counted as a service error in the metrics, as theirs counts a refused
+// request, and logged as a refused request of client). The gRPC codec
+// and POST /json decode one past the bound at most: the count is then at
+// least what was sent.
+func (s *Service) checkCount(ctx context.Context, client string, req *rlspb.RateLimitRequest) error {
+	n := len(req.GetDescriptors())
 	if max := s.opts.MaxDescriptors; max <= 0 || n <= max {
 		return nil
 	}
 	if m := s.opts.Metrics; m != nil {
 		m.serviceError.Inc()
 	}
-	return fmt.Errorf("%w: at least %d descriptors (repeats included): a request carries at most %d (FLOODGATE_MAX_DESCRIPTORS)", errTooManyDescriptors, n, s.opts.MaxDescriptors)
+	err := fmt.Errorf("%w: at least %d descriptors (repeats included): a request carries at most %d (FLOODGATE_MAX_DESCRIPTORS)", errTooManyDescriptors, n, s.opts.MaxDescriptors)
+	s.logRefused(ctx, client, req, err)
+	return err
+}
+
+// maxLoggedDomain is the most bytes of a refused request's domain its
+// log line quotes: the domain is the client's, of any length.
+const maxLoggedDomain = 256
+
+// logRefused logs a request refused as a service error (the client's
+// doing, or no configuration loaded), at warn level and at most one line
+// per Options.LogEvery, so that an operator seeing
+// floodgate_envoy_should_rate_limit_errors_total{err_type="service_error"}
+// rise can tell which client sends what, and why it is refused.
+// envoyproxy/ratelimit logs these at debug level only.
+func (s *Service) logRefused(ctx context.Context, client string, req *rlspb.RateLimitRequest, err error) {
+	if s.log == nil {
+		return
+	}
+	s.log.Log(ctx, slog.LevelWarn, "refused request", "ShouldRateLimit: request refused (service_error)",
+		"client", client, "domain", clip.Text(req.GetDomain(), maxLoggedDomain), "descriptors", len(req.GetDescriptors()), "error", err)
 }
 
 // shouldRateLimit is ShouldRateLimit with the store's error as it is,
-// for POST /json.
-func (s *Service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+// for POST /json. client is the caller's address, for the log.
+func (s *Service) shouldRateLimit(ctx context.Context, client string, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		// The client went away while its update waited to be sent, and
@@ -210,7 +242,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 				m.redisError.Inc()
 			}
 		}
-		if !isReq && s.log != nil {
+		switch {
+		case isReq:
+			s.logRefused(ctx, client, req, err)
+		case s.log != nil:
 			s.log.Error(ctx, "store error", "ShouldRateLimit: store error", "domain", req.GetDomain(), "error", err)
 		}
 	}

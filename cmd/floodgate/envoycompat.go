@@ -80,17 +80,20 @@ other changes. See docs/envoy.md for every setting.`,
 			return envoyCompat(cmd.Context(), cmd, os.LookupEnv, reload)
 		},
 	}
-	cmd.Flags().DurationVar(&reload, "reload-interval", time.Second, "how often the runtime directory is checked for changes")
+	cmd.Flags().DurationVar(&reload, "reload-interval", defaultReloadInterval, "how often the runtime directory is checked for changes, at least 10ms (0: the default; SIGHUP checks at once)")
 	addGCFlag(cmd.Flags(), &gcFloor)
 	return cmd
 }
 
 func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (string, bool), reload time.Duration) error {
-	if reload <= 0 {
-		return fmt.Errorf("--reload-interval %v: want a positive duration (how often the runtime directory is checked)", reload)
-	}
-	if reload < minReloadInterval {
-		return fmt.Errorf("--reload-interval %v: want at least %v; each poll reads the runtime directory, and a shorter one only burns CPU", reload, minReloadInterval)
+	// As serve's --reload-interval: 0 is the default, and the same floor.
+	switch {
+	case reload < 0:
+		return fmt.Errorf("--reload-interval %v: must not be negative", reload)
+	case reload == 0:
+		reload = defaultReloadInterval
+	case reload < minReloadInterval:
+		return fmt.Errorf("--reload-interval %v: want at least %v (0: the default, %v); each poll reads the runtime directory, and a shorter one only burns CPU", reload, minReloadInterval, defaultReloadInterval)
 	}
 	s, err := envoycompat.FromEnv(lookup)
 	if err != nil {

@@ -530,3 +530,39 @@ func TestEnvoyCompatConfigRejectedGauge(t *testing.T) {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
 }
+
+// TestEnvoyCompatReloadIntervalAsServe: the same flag takes the same
+// values on both commands. envoy-compat's --reload-interval refused 0
+// ("want a positive duration") where serve's takes it as the default,
+// and its help said nothing of the 10ms floor it enforced. Now both say
+// the floor and 0's meaning in their help, and envoy-compat started with
+// 0 polls the runtime directory at the default interval.
+func TestEnvoyCompatReloadIntervalAsServe(t *testing.T) {
+	const says = "at least 10ms (0: the default; SIGHUP checks at once)"
+	for _, command := range []string{"serve", "envoy-compat"} {
+		code, out, errOut := cli(command, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", command, code, errOut)
+		}
+		line := ""
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(strings.TrimSpace(l), "--reload-interval ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, says) {
+			t.Errorf("%s --help says of --reload-interval %q, want %q in it", command, line, says)
+		}
+	}
+
+	cfgDir, env := compatRuntime(t, compatConfig)
+	p := startCompatArgs(t, []string{"--reload-interval", "0"}, append(env, "BACKEND_TYPE=memory")...)
+	writeFileAtomic(t, filepath.Join(cfgDir, "edge.yaml"), strings.Replace(compatConfig, "requests_per_unit: 2", "requests_per_unit: 7", 1))
+	waitFor(t, "the changed file to be loaded with --reload-interval 0", func() bool {
+		_, out := httpGet(t, "http://"+p.debug+"/rlconfig")
+		return strings.Contains(out, "requests_per_unit=7")
+	})
+	if err := p.Stop(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+}

@@ -551,9 +551,13 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"config", "nope"}, `unknown command "nope" for "floodgate config" (want one of: example, push, validate)`},
 		{[]string{"demo", "nope"}, `unknown command "nope" for "floodgate demo"`},
 		{[]string{"demo", "incident", "--limit", "0"}, "--limit 0, --requests 50: want at least 1 each"},
-		{[]string{"envoy-compat", "--reload-interval", "0"}, "--reload-interval 0s: want a positive duration"},
-		{[]string{"envoy-compat", "--reload-interval", "1ns"}, "--reload-interval 1ns: want at least 10ms"},
-		{[]string{"serve", "--reload-interval", "1ns"}, "--reload-interval 1ns: want at least 10ms"},
+		// envoy-compat takes what serve takes (0 is the default there too:
+		// TestEnvoyCompatReloadIntervalAsServe).
+		{[]string{"envoy-compat", "--reload-interval", "-1s"}, "--reload-interval -1s: must not be negative"},
+		{[]string{"envoy-compat", "--reload-interval", "1ns"}, "--reload-interval 1ns: want at least 10ms (0: the default, 1s)"},
+		{[]string{"envoy-compat", "--reload-interval", "5ms"}, "--reload-interval 5ms: want at least 10ms (0: the default, 1s)"},
+		{[]string{"serve", "--reload-interval", "-1s"}, "--reload-interval -1s: must not be negative"},
+		{[]string{"serve", "--reload-interval", "1ns"}, "--reload-interval 1ns: want at least 10ms (0: the default, 1s)"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-pool", "100000000"}, "--redis-pool 100000000: out of range 0..10000"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--redis-timeout", "-1s"}, "--redis-timeout -1s"},
 		{[]string{"serve", "--redis", "redis://127.0.0.1:1", "--fallback-factor", "0.5"}, "--fallback-factor 0.5: want 1..1000"},

@@ -161,7 +161,7 @@ over plain HTTP on an address of its own for them.`,
 	fl.BoolVar(&f.envoyEach, "envoy-count-each-descriptor", false, "count a request in every descriptor whose limit admits it, as envoyproxy/ratelimit does (default: all-or-nothing across descriptors; needs --grpc-addr)")
 	fl.StringVar(&f.configFile, "config", "", "YAML configuration file, reloaded when it changes (default: the built-in example)")
 	fl.BoolVar(&f.configRedis, "config-from-redis", false, "read the configuration from Redis (key <prefix>:config) and apply every published change")
-	fl.DurationVar(&f.reloadInterval, "reload-interval", time.Second, "how often the configuration, Envoy descriptor and TLS certificate files are checked for changes, at least 10ms (0: the default; SIGHUP checks at once)")
+	fl.DurationVar(&f.reloadInterval, "reload-interval", defaultReloadInterval, "how often the configuration, Envoy descriptor and TLS certificate files are checked for changes, at least 10ms (0: the default; SIGHUP checks at once)")
 	fl.StringVar(&f.redisURL, "redis", "", "Redis URL: redis://host:port/db, rediss://..., redis-sentinel://h1:p,h2:p/db?master=NAME or redis-cluster://h1:p,h2:p")
 	fl.StringSliceVar(&f.sentinelAddrs, "redis-sentinel", nil, "Redis Sentinel addresses (host:port,...), with --redis-master")
 	fl.StringVar(&f.sentinelMaster, "redis-master", "", "name of the primary the sentinels monitor")
@@ -509,7 +509,7 @@ func checkDurations(f *serveFlags) error {
 		}
 	}
 	if f.reloadInterval > 0 && f.reloadInterval < minReloadInterval {
-		return fmt.Errorf("--reload-interval %v: want at least %v (0: the default, 1s); each poll stats the files, and a shorter one only burns CPU", f.reloadInterval, minReloadInterval)
+		return fmt.Errorf("--reload-interval %v: want at least %v (0: the default, %v); each poll stats the files, and a shorter one only burns CPU", f.reloadInterval, minReloadInterval, defaultReloadInterval)
 	}
 	return nil
 }
@@ -571,7 +571,11 @@ func primaryAddr(ctx context.Context, c *redis.Client, master string) string {
 
 // minReloadInterval is the shortest --reload-interval serve and
 // envoy-compat take: a nanosecond's poll kept a core busy.
-const minReloadInterval = 10 * time.Millisecond
+// defaultReloadInterval is the default of both, and what 0 means.
+const (
+	minReloadInterval     = 10 * time.Millisecond
+	defaultReloadInterval = time.Second
+)
 
 // redisOnlyFlags set up the connection to Redis or what is kept there:
 // without a Redis address they would be silently unused, and an instance
