@@ -3,10 +3,12 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/internal/coalesce"
@@ -155,7 +157,9 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 		return err
 	}
 	if !b.q.Wait(c, c.done) {
-		return fmt.Errorf("%w: redis: %w (the decision was sent and may have been made)", floodgate.ErrIndeterminate, ctx.Err())
+		if err := waitTaken(ctx, c.done); err != nil {
+			return fmt.Errorf("%w: redis: %w (the decision was sent and may have been made)", floodgate.ErrIndeterminate, err)
+		}
 	}
 	err, retry := c.err, c.retry
 	if err == nil && !retry {
@@ -167,6 +171,43 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 		return b.s.decideDirect(ctx, now, layers, out, true) // no call slot held here
 	}
 	return err
+}
+
+// waitTaken waits for the answer to a decision a batch took after its
+// caller's context ended: nil once it came (c holds it), else the error
+// the caller gets, the decision left to the batch, which still writes the
+// answer. When the context's deadline passed (the call's bound is spent)
+// that is at once, with the deadline's error; when the caller cancelled
+// a context with a deadline, it waits until that deadline. A caller that
+// cancels does not end a decision already taken: it gets the batch's
+// answer (Redis's, or the queue's drop of a request whose caller had
+// gone, which wraps context.Canceled: nothing sent) or, at the call's
+// deadline, a timeout. Returning the cancellation at once made a
+// decision sent to a stalled Redis read as its caller's doing, which the
+// fallback's breaker does not count, while its batch timed out with
+// nobody to count it: Envoy's callers, whose 20 ms deadline gives a call
+// a bound of its own that their early cancellation ends (a downstream
+// request reset), kept the breaker closed on a stalled Redis (review12).
+// A cancelled context without a deadline (no fallback budget bounds it)
+// is not waited for: its cancellation is the error.
+func waitTaken(ctx context.Context, done <-chan struct{}) error {
+	err := ctx.Err()
+	d, ok := ctx.Deadline()
+	if !ok || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	left := time.Until(d)
+	if left <= 0 {
+		return context.DeadlineExceeded
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return context.DeadlineExceeded
+	}
 }
 
 // alone decides layers alone: one script call through the Store's client,
