@@ -346,7 +346,8 @@ const RedisRestartsMetric = "floodgate_redis_restarts_total"
 // it loaded from disk), a failover (a replica promoted: what it
 // replicated), a replacement (another server, not a replica: only what
 // it loaded) and a resync (the same process, made a replica of another
-// server and promoted back: what that server held).
+// server and synced from it, or a replica promoted whose replication
+// history is another server's: what that server held).
 func RedisRestartKinds() []string { return []string{"restart", "failover", "replaced", "resync"} }
 
 // RegisterRedisRestarts registers on reg the counter of the times
@@ -364,7 +365,7 @@ func RegisterRedisRestarts(reg prometheus.Registerer, count func(kind string) in
 	for _, kind := range RedisRestartKinds() {
 		err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        RedisRestartsMetric,
-			Help:        "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed), or the same process with another server's data, by kind: restart (a new process at the primary's address: its counters, quotas and leases are only those it loaded at its start, none without persistence), failover (a replica promoted: INFO replication's master_replid2, with, for a single Redis or the Sentinel primary at the same address, an uptime longer than the time since the previous check, or on a Cluster listed by CLUSTER SLOTS as the old primary's replica; its counters are those it replicated, but for the last writes before the failover, older for a replica promoted back before it resynced), replaced (another server, not a replica: only those it loaded) or resync (the same run_id, its replication history another server's since the previous check: made a replica of another server, synced from it and promoted; those that server held).",
+			Help:        "Times the Redis decided on (a single Redis, the primary behind Sentinel, or a Cluster primary) was found to be another server process than at the previous check (its run_id changed), or the same process with another server's data, by kind: restart (a new process at the primary's address: its counters, quotas and leases are only those it loaded at its start, none without persistence), failover (a replica promoted: INFO replication's master_replid2, for a single Redis or the Sentinel primary the old primary's master_replid when a previous check read it, with, for a single Redis or the Sentinel primary at the same address, an uptime longer than the time since the previous check, or on a Cluster listed by CLUSTER SLOTS as the old primary's replica; its counters are those it replicated, but for the last writes before the failover, older for a replica promoted back before it resynced), replaced (another server, not a replica: only those it loaded) or resync (another server's replication history since the previous check: the same run_id made a replica of another server and synced from it, promoted back or not, or a replica promoted whose master_replid2 is not the old primary's master_replid at the previous check; those that server held).",
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, func() float64 { return float64(count(kind)) }))
 		if err != nil {

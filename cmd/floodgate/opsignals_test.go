@@ -214,7 +214,7 @@ func TestServeNoticesRedisResync(t *testing.T) {
 	waitUntil(t, "the resync logged", func() bool { return restartLines(svc.Logs()) >= 1 })
 	rec := restartRecords(svc.Logs())[0]
 	if rec["level"] != "WARN" || rec["kind"] != "resync" || rec["msg"] != redisResyncMsg || rec["from_run_id"] != rec["to_run_id"] ||
-		!strings.Contains(repl, fmt.Sprintf("master_replid:%v", rec["from_replid"])) || rec["to_replid2"] == rec["from_replid"] {
+		!strings.Contains(repl, fmt.Sprintf("master_replid:%v", rec["from_replid"])) || rec["to_replid2"] == rec["from_replid"] || rec["role"] != "master" {
 		t.Fatalf("resync logged as %v, want WARN, kind resync, the same run_id, from the replication ID before (INFO said %q)", rec, repl)
 	}
 	wantRestarts(t, svc.url, 0, 0, 0, 1)
@@ -352,7 +352,7 @@ func restartRecords(logs string) []map[string]any {
 			continue
 		}
 		msg, _ := rec["msg"].(string)
-		for _, prefix := range []string{redisRestartMsg, redisFailoverMsg, redisReplacedMsg, redisResyncMsg} {
+		for _, prefix := range []string{redisRestartMsg, redisFailoverMsg, redisReplacedMsg, redisResyncMsg, redisResyncFailoverMsg} {
 			if strings.HasPrefix(msg, prefix) {
 				out = append(out, rec)
 				break

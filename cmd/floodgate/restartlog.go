@@ -31,13 +31,25 @@ const (
 	// redisReplacedMsg is a replacement's: another server, not a replica.
 	redisReplacedMsg = "Redis was replaced (its run_id changed; another server, not a replica, took over): "
 	// redisResyncMsg is a resync's: the same process, made a replica of
-	// another server and promoted back since the previous check, its
+	// another server and synced from it since the previous check, its
 	// data that server's (an outside walk: REPLICAOF an empty server,
 	// REPLICAOF NO ONE, every counter back to its limit, nothing said).
 	// "Synced", not "fully synced": a failover to its replica and back
 	// between two checks (a partial resync) looks the same, and then
-	// that server held its data too.
-	redisResyncMsg = "Redis resynced from another server (the same run_id, but its replication history is another server's since the previous check: it was made a replica of another server, synced from it, and promoted): its counters, quotas and leases are those that server held, none if it was empty"
+	// that server held its data too. Not "and promoted": with
+	// replica-read-only no the heartbeat, and the check after it,
+	// succeed on the replica, seen as one (role slave).
+	redisResyncMsg = "Redis resynced from another server (the same run_id, but its replication history is another server's since the previous check: it was made a replica of another server and synced from it; role says whether it is still a replica or was promoted since): its counters, quotas and leases are those that server held, none if it was empty"
+	// redisResyncFailoverMsg is a resync's seen as a failover: a replica
+	// promoted whose master_replid2 is not the old primary's
+	// master_replid at the previous check, so it had synced from another
+	// server (an outside walk behind Sentinel: the primary made a replica
+	// of another server, its replica synced from it by chained
+	// replication and promoted, remaining 89 then 99, logged as a
+	// failover). The same IDs show after a replica attached for the
+	// first time and promoted before a check, and after two failovers
+	// between two checks: "not the old primary's as last checked".
+	redisResyncFailoverMsg = "Redis failed over to a replica that held another server's data (its run_id changed; the new primary was a replica, but its replication history is not the one the old primary had at the previous check: it had synced from another server): its counters, quotas and leases are those that server held, none if it was empty"
 )
 
 // The ends of a restart's or a replacement's message, by what the new
@@ -68,9 +80,20 @@ const (
 	loadedUnknownMsg = "its counters, quotas and leases are only those it loaded from disk, none without persistence"
 )
 
+// changeMsg returns the log message of c: restartMsg of its kind and
+// persistence, but for a resync by a failover (another run_id), whose
+// line says so.
+func changeMsg(c runwatch.Change) string {
+	if c.Kind == runwatch.KindResync && c.From.RunID != c.To.RunID {
+		return redisResyncFailoverMsg
+	}
+	return restartMsg(c.Kind, c.Persistence)
+}
+
 // restartMsg returns the log message of a change of kind k whose new
 // process loaded p at its start (a restart's and a replacement's say
-// what; a failover's does not depend on it).
+// what; a failover's does not depend on it; a resync's is the same
+// process's, see changeMsg).
 func restartMsg(k runwatch.Kind, p runwatch.Persistence) string {
 	switch k {
 	case runwatch.KindFailover:
@@ -122,12 +145,15 @@ const restartRefusedRetry = 10 * time.Minute
 // Redis restarted without persistence briefly opened the breaker and
 // then every counter was back at zero, with nothing said (an outside
 // walk); so did one made a replica of an empty server and promoted back
-// (another walk). A change is logged at WARN (restartMsg of its kind and
-// of what the new process loaded, with the kind, the run_ids, the new
-// server's uptime, its address when known, after a restart or a
-// replacement loaded_keys, aof and loading, with loaded_perc while it
+// (another walk), and one whose replica, synced from another server, was
+// promoted (a third). A change is logged at WARN (changeMsg: of its kind
+// and of what the new process loaded, with the kind, the run_ids, the
+// new server's uptime, its address when known, after a restart or a
+// replacement aof and loading, with loaded_keys without AOF (with AOF
+// rdb_last_load_keys_loaded counts only the keys of the file's RDB base,
+// none of its commands: 0 for 5 keys restored) and loaded_perc while it
 // was still loading, when INFO persistence answered, and after a resync
-// from_replid, to_replid and to_replid2) and counted by kind
+// from_replid, to_replid, to_replid2 and role) and counted by kind
 // (floodgate_redis_restarts_total{kind}). Not safe for concurrent use:
 // the heartbeat's goroutine runs it.
 type restartCheck struct {
@@ -150,15 +176,18 @@ func newRestartCheck(client runwatch.Client, primary func() string, log *slog.Lo
 			args = append(args, "primary", c.Addr)
 		}
 		if c.Kind == runwatch.KindResync {
-			args = append(args, "from_replid", c.FromRepl.ID, "to_replid", c.ToRepl.ID, "to_replid2", c.ToRepl.ID2)
+			args = append(args, "from_replid", c.FromRepl.ID, "to_replid", c.ToRepl.ID, "to_replid2", c.ToRepl.ID2, "role", c.ToRepl.Role)
 		}
 		if p := c.Persistence; p.Known {
-			args = append(args, "loaded_keys", p.LoadedKeys, "aof", p.AOF, "loading", p.Loading)
+			if !p.AOF {
+				args = append(args, "loaded_keys", p.LoadedKeys)
+			}
+			args = append(args, "aof", p.AOF, "loading", p.Loading)
 			if p.Loading && p.LoadedPercent >= 0 {
 				args = append(args, "loaded_perc", p.LoadedPercent)
 			}
 		}
-		log.Warn(restartMsg(c.Kind, c.Persistence), args...)
+		log.Warn(changeMsg(c), args...)
 	})}
 }
 

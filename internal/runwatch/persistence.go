@@ -22,7 +22,11 @@ type Persistence struct {
 	// LoadedKeys is rdb_last_load_keys_loaded: how many keys the server
 	// loaded in RDB form at its start: its snapshot, or a primary's by a
 	// full sync when it started as a replica; 0 for none. While Loading,
-	// only those loaded so far: a count still rising.
+	// only those loaded so far: a count still rising. With AOF it is not
+	// what the server loaded: Redis 7.0 counts only the keys of the
+	// append-only file's RDB base (written by a rewrite), none of the
+	// commands after it (0 after loading a file of 5 keys, 5 after
+	// loading 7 of which 2 were written after a rewrite).
 	LoadedKeys int64
 	// Loading reports whether the server was still loading its data
 	// when asked (INFO persistence's loading:1 or async_loading:1):

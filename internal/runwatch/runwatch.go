@@ -22,8 +22,11 @@
 //     by a server started since): as after a restart, only what it
 //     loaded.
 //   - a resync: the same process (the same run_id), its data replaced by
-//     another server's: made a replica of another server (REPLICAOF),
-//     fully synced from it, and promoted back. Its counters, quotas and
+//     another server's: made a replica of another server (REPLICAOF) and
+//     fully synced from it, seen as that server's replica still or
+//     promoted back since; or a replica promoted in the old primary's
+//     place whose replication history is not the old primary's (it had
+//     synced from another server: see below). Its counters, quotas and
 //     leases are those the other server held, none when it was empty.
 //
 // A resync is told by INFO replication's replication IDs, read at every
@@ -45,6 +48,24 @@
 // resynced meanwhile (serve checks only after a heartbeat, which a
 // replica refuses), is reported as one though its data continued.
 //
+// A replica promoted continues the history of the primary it followed:
+// its master_replid2 is that history's ID, the old primary's
+// master_replid when it replicated the old primary. A promoted process
+// whose master_replid2 is not the old primary's master_replid at the
+// previous check (when that check read it), and that is not the process
+// seen at its address before, replicated another server: a Sentinel
+// group's primary made a replica of another server, its replica
+// following it by chained replication and fully synced from it, then
+// promoted (an outside walk, remaining 89 then 99, reported as a
+// failover), or a replica made another server's and promoted before it
+// synced back. It is a resync, not a failover. The same IDs show when
+// the history changed between the previous check and the failover
+// without data lost: the old primary got its first replica (or its
+// first after repl-backlog-ttl freed its backlog), which draws a new
+// master_replid, and that replica was promoted before a check saw the
+// new ID; or two failovers happened between two checks. Either is
+// reported as a resync though the data continued.
+//
 // For a single Redis, and a Sentinel group's primary at the address it
 // had at the previous check, a master_replid2 alone is no proof of a
 // promotion: a primary restarted from an RDB snapshot taken while it had
@@ -52,10 +73,18 @@
 // snapshot). A change there is a failover only when the new process
 // also was up before the check that last saw the old one (its uptime
 // exceeds the time since, with a second of slack: a replica running
-// meanwhile behind the same endpoint); else a restart. Behind Sentinel
-// the primary's address is the one the sentinels name (CheckPrimary); a
-// change to another address is a failover when the new primary was
-// promoted or is the process seen there before, else a replacement.
+// meanwhile behind the same endpoint), a resync when its history is
+// another server's (above); else a restart. Behind Sentinel the
+// primary's address is the one the sentinels name (CheckPrimary); a
+// change to another address is a failover when the new primary is the
+// process seen there before or was promoted with the old primary's
+// history, a resync when it was promoted with another, else a
+// replacement.
+//
+// A Cluster's primaries need no such check: a Cluster node refuses
+// REPLICAOF, and a replica is promoted only in its own primary's place
+// (CLUSTER FAILOVER, or the cluster's own failover), so the replica
+// promoted for a slot set followed that slot set's primary.
 //
 // In a Redis Cluster, a primary is known both by its address and by the
 // slots it serves. A new run_id at an address is a change; so is a slot
@@ -153,9 +182,11 @@ const (
 	// primary's place: its counters are only those it loaded from disk.
 	KindReplaced
 	// KindResync is the same process (the same run_id) whose data was
-	// replaced by another server's: made a replica of it, fully synced,
-	// and promoted back (see the package comment). Its counters are
-	// those the other server held.
+	// replaced by another server's: made a replica of it and fully
+	// synced, promoted back or not; or a replica promoted in the old
+	// primary's place whose replication history is another server's
+	// (see the package comment). Its counters are those the other server
+	// held.
 	KindResync
 	numKinds = iota
 )
@@ -195,7 +226,8 @@ type Change struct {
 	// same run_id for a resync).
 	From, To Server
 	// FromRepl and ToRepl are the replication IDs seen at the previous
-	// check and now, for a resync; zero for the other kinds.
+	// check (of From) and now (of To), for a resync; zero for the other
+	// kinds.
 	FromRepl, ToRepl Replication
 	// Persistence is what To loaded at its start, for a restart or a
 	// replacement read from INFO persistence after the change was seen
@@ -371,11 +403,24 @@ func (w *Watch) classify(node, addr string, s Server, repl Replication, now time
 		return Change{}, false
 	}
 	a := arrived{
-		promoted:  repl.promoted(),
-		seenThere: wasThere && !replaced(there.server, s),
-		upBefore:  upBefore(s, prev.at, now),
+		promoted:     repl.promoted(),
+		otherHistory: otherHistory(prev.repl, repl),
+		seenThere:    wasThere && !replaced(there.server, s),
+		upBefore:     upBefore(s, prev.at, now),
 	}
-	return Change{Node: node, Addr: addr, Kind: singleKind(prev.addr, addr, a), From: prev.server, To: s}, true
+	c := Change{Node: node, Addr: addr, Kind: singleKind(prev.addr, addr, a), From: prev.server, To: s}
+	if c.Kind == KindResync {
+		c.FromRepl, c.ToRepl = prev.repl, repl
+	}
+	return c, true
+}
+
+// otherHistory reports whether a promoted process, with replication IDs
+// now, continues another history than the one of the process it
+// replaced, seen with prev at the previous check: its master_replid2 is
+// not prev's master_replid. False when either is not known.
+func otherHistory(prev, now Replication) bool {
+	return prev.ID != "" && now.promoted() && now.ID2 != prev.ID
 }
 
 // uptimeSlack is the slack upBefore allows: uptime_in_seconds is in
@@ -398,6 +443,10 @@ type arrived struct {
 	// it had a replica has one too: Redis writes its replication ID into
 	// the snapshot, and shows it as master_replid2 after loading it.
 	promoted bool
+	// otherHistory: promoted, its master_replid2 is not the old
+	// primary's master_replid at the previous check (see otherHistory):
+	// it replicated another server.
+	otherHistory bool
 	// seenThere: the process is the one seen at its address before (a
 	// Sentinel primary the sentinels named before).
 	seenThere bool
@@ -415,19 +464,27 @@ type arrived struct {
 //     replica, running meanwhile behind the same endpoint, a managed
 //     Redis's primary endpoint for one): a master_replid2 alone is no
 //     proof, a primary restarted from an RDB snapshot taken while it had
-//     a replica shows one; else a restart;
-//   - at another address, a failover when the process was promoted, or
-//     is the one seen at to before (a primary the sentinels named
-//     before, back before they made it a replica: it holds what it had
-//     then); else a replacement when both addresses are known; else a
-//     restart.
+//     a replica shows one; a resync instead when its history is another
+//     than the old primary's (otherHistory); else a restart;
+//   - at another address, a failover when the process is the one seen
+//     at to before (a primary the sentinels named before, back before
+//     they made it a replica: it holds what it had then), or was
+//     promoted with the old primary's history; a resync when it was
+//     promoted with another history (otherHistory); else a replacement
+//     when both addresses are known; else a restart.
 func singleKind(from, to string, a arrived) Kind {
 	switch {
+	case from == to && a.promoted && a.upBefore && a.otherHistory:
+		return KindResync
 	case from == to && a.promoted && a.upBefore:
 		return KindFailover
 	case from == to:
 		return KindRestart
-	case a.promoted || a.seenThere:
+	case a.seenThere:
+		return KindFailover
+	case a.promoted && a.otherHistory:
+		return KindResync
+	case a.promoted:
 		return KindFailover
 	case from != "" && to != "":
 		return KindReplaced
@@ -488,7 +545,9 @@ func (w *Watch) Check(ctx context.Context, client Client) error {
 // CheckPrimary is Check for a Sentinel group's primary, whose address
 // primary returns (the one the sentinels name: "" while not known). A
 // change to a server at another address is a failover when the server
-// was promoted from replica, a replacement when it was not; at the same
+// was promoted from replica with the old primary's history (or is the
+// one seen there before), a resync when it was promoted with another
+// server's history, a replacement when it was not promoted; at the same
 // address, a restart unless the server was promoted and up before the
 // previous check (see the package comment). A check during which
 // primary's answer changed observes nothing: the INFO reply may be the

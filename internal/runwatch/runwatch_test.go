@@ -102,6 +102,12 @@ func TestSingleKind(t *testing.T) {
 		{"Sentinel, address not known before", "", "b:1", arrived{}, KindRestart},
 		{"Sentinel, address not known before, promoted", "", "b:1", arrived{promoted: true}, KindFailover},
 		{"Sentinel, address not known now", "a:1", "", arrived{}, KindRestart},
+		// A promoted replica whose history is not the old primary's
+		// (resync2: reported as a failover though every counter was gone).
+		{"Sentinel failover to a replica of another server's history", "a:1", "b:1", arrived{promoted: true, otherHistory: true}, KindResync},
+		{"Sentinel failover back to a primary seen there, another history", "b:1", "a:1", arrived{promoted: true, otherHistory: true, seenThere: true}, KindFailover},
+		{"single Redis, a replica of another server's history promoted behind its address", "", "", arrived{promoted: true, otherHistory: true, upBefore: true}, KindResync},
+		{"single Redis restarted from an RDB saved with a replica, another history", "", "", arrived{promoted: true, otherHistory: true}, KindRestart},
 	} {
 		if got := singleKind(tc.from, tc.to, tc.a); got != tc.want {
 			t.Errorf("%s: singleKind(%q, %q, %+v) = %v, want %v", tc.name, tc.from, tc.to, tc.a, got, tc.want)
