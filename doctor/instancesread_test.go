@@ -1,7 +1,6 @@
 package doctor_test
 
 import (
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,41 +19,6 @@ import (
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
-// hungListener accepts connections, holds them open and never reads nor
-// answers, until the test ends. It returns its address, host:port.
-func hungListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // TestHungInstanceVersionUnknown: an instance that accepts connections and
 // never answers was left out of config-version, which passed "every
 // instance runs configuration version"; its version is now unknown, a
@@ -64,7 +28,7 @@ func TestHungInstanceVersionUnknown(t *testing.T) {
 	client := srv.Client(t)
 	publish(t, client, "hv", testConfig)
 	a := startInstance(t, client, "hv", instanceOptions{doc: testConfig, discipline: true})
-	hung := "http://" + hungListener(t)
+	hung := "http://" + redistest.Mute(t)
 	rep := runDoctor(t, doctor.Options{Redis: config.Redis{URL: "redis://" + srv.Addr}, Prefix: "hv",
 		Instances: []string{a.url, hung}, RateWindow: -1, HTTPClient: &http.Client{Timeout: time.Second}})
 	c := want(t, rep, doctor.GroupInstances, "config-version", doctor.Warn, "the version of 1 instance is unknown: it was not read", "version unknown (not read, see ready): "+hung)

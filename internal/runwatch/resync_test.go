@@ -115,7 +115,7 @@ func TestCheckDemotedNotSynced(t *testing.T) {
 	a := redistest.Start(t)
 	ca := a.Client(t)
 	ctx := context.Background()
-	mute := muteServer(t)
+	mute := redistest.Mute(t)
 	w := New(nil)
 	if err := ca.Set(ctx, "k", "1", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -217,39 +217,4 @@ func waitSynced(t *testing.T, c *redis.Client) {
 		reply, err := c.Info(context.Background(), "replication").Result()
 		return err == nil && strings.Contains(reply, "master_link_status:up")
 	})
-}
-
-// muteServer returns the address of a listener that accepts connections
-// and never answers: a replica of it never syncs.
-func muteServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
 }
