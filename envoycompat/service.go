@@ -162,14 +162,13 @@ func (s *Service) Register(gs *grpc.Server) { rlspb.RegisterRateLimitServiceServ
 // Options.MaxDescriptors descriptors, which theirs has no bound for, gets
 // InvalidArgument.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	client := ""
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		client = p.Addr.String()
-	}
-	if err := s.checkCount(ctx, client, req); err != nil {
+	// The client's address is read from ctx only when a refusal is
+	// logged (logRefused): formatting it for every call cost an
+	// allocation on the decision path.
+	if err := s.checkCount(ctx, "", req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.shouldRateLimit(ctx, client, req)
+	resp, err := s.shouldRateLimit(ctx, "", req)
 	if err != nil {
 		var re *RequestError
 		if !errors.As(err, &re) {
@@ -216,12 +215,16 @@ func (s *Service) logRefused(ctx context.Context, client string, req *rlspb.Rate
 	if s.log == nil {
 		return
 	}
+	if p, ok := peer.FromContext(ctx); client == "" && ok && p.Addr != nil {
+		client = p.Addr.String() // a gRPC call's
+	}
 	s.log.Log(ctx, slog.LevelWarn, "refused request", "ShouldRateLimit: request refused (service_error)",
 		"client", client, "domain", clip.Text(req.GetDomain(), maxLoggedDomain), "descriptors", len(req.GetDescriptors()), "error", err)
 }
 
 // shouldRateLimit is ShouldRateLimit with the store's error as it is,
-// for POST /json. client is the caller's address, for the log.
+// for POST /json. client is the caller's address for the log (empty: a
+// gRPC call's, read from ctx if a line is written).
 func (s *Service) shouldRateLimit(ctx context.Context, client string, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.decide(ctx, req)
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
