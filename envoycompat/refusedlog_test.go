@@ -90,3 +90,53 @@ func TestRefusedRequestsLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreadableJSONLogged: a POST /json whose body is not a
+// RateLimitRequest (malformed JSON, a field it lacks, a body over the
+// 1 MiB limit) was answered "Bad Request" and left no trace: it never
+// reaches ShouldRateLimit, so no counter counts it (as with theirs), and
+// nothing was logged. Now the first one is logged at warn level with the
+// client's address and why, the next ones within LogEvery not; none is
+// counted as a service_error.
+func TestUnreadableJSONLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, why string
+	}{
+		{"malformed", `{"domain": "another", "descriptors": [`, "unexpected EOF"},
+		{"unknown field", `{"domain": "another", "descriptor": []}`, `unknown field \"descriptor\"`},
+		{"too long", `{"domain": "` + strings.Repeat("a", maxJSONBody) + `"}`, "the body is longer than 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &syncbuf.Buffer{}
+			r := newRig(t, &MemoryStore{}, Options{Log: slog.New(slog.NewTextHandler(logs, nil)), LogEvery: time.Hour}, integrationConfig)
+			hs := httptest.NewServer(r.svc.HTTPHandler(NewHealth(health.NewServer(), false)))
+			defer hs.Close()
+			const n = 3
+			for range n {
+				resp, err := http.Post(hs.URL+"/json", "application/json", strings.NewReader(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusBadRequest {
+					t.Fatalf("POST /json of an unreadable body: %d, want 400", resp.StatusCode)
+				}
+			}
+			out := logs.String()
+			if got := strings.Count(out, "POST /json: the body is not a RateLimitRequest"); got != 1 {
+				t.Fatalf("%d unreadable body lines for %d requests, want 1:\n%s", got, n, out)
+			}
+			for _, want := range []string{"level=WARN", "client=127.0.0.1:", tc.why} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the unreadable body line lacks %q:\n%.2000s", want, out)
+				}
+			}
+			if len(out) > 2000 {
+				t.Errorf("the unreadable body line is %d bytes long: the error is not clipped", len(out))
+			}
+			if got := testutil.ToFloat64(r.metrics.serviceError); got != 0 {
+				t.Errorf("service_error = %v for unreadable bodies, want 0 (they never reach ShouldRateLimit)", got)
+			}
+		})
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/floodgate-rl/floodgate/internal/clip"
 	"github.com/floodgate-rl/floodgate/internal/crossorigin"
 )
 
@@ -166,11 +167,15 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}()
 	buf.in.Reset()
 	if _, err := buf.in.ReadFrom(http.MaxBytesReader(w, r.Body, maxJSONBody)); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			s.logUnreadable(r, fmt.Errorf("the body is longer than %d bytes", int64(maxJSONBody)))
+		} // else the client went away while sending it: nobody to tell
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return
 	}
 	req, err := decodeRequestMax(buf.in.Bytes(), s.opts.MaxDescriptors)
 	if err != nil {
+		s.logUnreadable(r, err)
 		http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 		return
 	}
@@ -200,6 +205,24 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)
+}
+
+// maxLoggedJSONError is the most bytes of a decoding error's text the
+// unreadable-body log line quotes: protojson's messages quote the body.
+const maxLoggedJSONError = 300
+
+// logUnreadable logs a POST /json whose body is not a RateLimitRequest
+// (malformed JSON, a field RateLimitRequest lacks, a body over
+// maxJSONBody), at warn level and at most one line per Options.LogEvery.
+// Such a request never reaches ShouldRateLimit, so, as with theirs, no
+// counter counts it; without the line, a client sending them saw only
+// "Bad Request" and the operator nothing at all.
+func (s *Service) logUnreadable(r *http.Request, err error) {
+	if s.log == nil {
+		return
+	}
+	s.log.Log(r.Context(), slog.LevelWarn, "unreadable json", "POST /json: the body is not a RateLimitRequest (answered 400)",
+		"client", r.RemoteAddr, "content_length", r.ContentLength, "error", clip.Text(err.Error(), maxLoggedJSONError))
 }
 
 // DebugHandler serves their debug port: /rlconfig (the configuration in
