@@ -17,7 +17,9 @@ import (
 // one whose master_replid2 is another history's replicated another
 // server: a resync, with both replication IDs, at another address and,
 // for a replica up before behind a single Redis's address, at the same.
-// A previous check that read no replication IDs leaves a failover.
+// A previous check that read no replication IDs leaves a failover, and so
+// does one that saw the old primary demoted by FAILOVER TO the new one
+// (sharing its IDs), which was taken for a resync (review14).
 func TestObserveFailoverHistory(t *testing.T) {
 	const zeros = "0000000000000000000000000000000000000000"
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -40,6 +42,8 @@ func TestObserveFailoverHistory(t *testing.T) {
 		{"single Redis, a replica of its history promoted behind it", "single", "", Server{RunID: "u", Uptime: long}, Replication{Role: "master", ID: "ru", ID2: "rt"}, KindFailover},
 		{"single Redis, unknown IDs", "single", "", Server{RunID: "v", Uptime: long}, Replication{}, KindRestart},
 		{"single Redis, promoted after a check with no IDs", "single", "", Server{RunID: "w", Uptime: long}, Replication{Role: "master", ID: "rw", ID2: "rz"}, KindFailover},
+		{"single Redis, demoted by FAILOVER TO its replica, seen as the replica", "single", "", Server{RunID: "w", Uptime: long}, Replication{Role: "slave", ID: "rv", ID2: "rw"}, -1},
+		{"single Redis, that replica promoted behind it: the same IDs", "single", "", Server{RunID: "x", Uptime: long}, Replication{Role: "master", ID: "rv", ID2: "rw"}, KindFailover},
 	} {
 		n := len(got)
 		w.observe(st.node, st.addr, st.s, st.repl, t0.Add(time.Duration(i)*time.Second))
@@ -137,5 +141,56 @@ func TestCheckSentinelKilledPrimary(t *testing.T) {
 	if w.Changes() != 1 || w.ChangesOf(KindFailover) != 1 {
 		t.Fatalf("%d changes (%d failovers, %d resyncs) after the primary was killed and its replica promoted, want 1 failover",
 			w.Changes(), w.ChangesOf(KindFailover), w.ChangesOf(KindResync))
+	}
+}
+
+// TestCheckCoordinatedFailoverDemotedChecked: a coordinated FAILOVER TO
+// the replica, with a check of the old primary once it is the new one's
+// replica (it then shares the new primary's replication IDs), then a
+// check of the new primary at its address, is a failover: the same
+// history. Taking the new primary's master_replid2 alone for the history
+// reported it as a resync, every counter gone, while the data had all
+// been kept (review14, 4 of 4).
+func TestCheckCoordinatedFailoverDemotedChecked(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ca, cb := a.Client(t), b.Client(t)
+	ctx := context.Background()
+	if err := ca.Set(ctx, "k", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var got []Change
+	w := New(func(ch Change) { got = append(got, ch) })
+	replicaOf(t, cb, a.Addr)
+	waitSynced(t, cb)
+	waitFor(t, "the replica caught up", func() bool { n, err := cb.DBSize(ctx).Result(); return err == nil && n == 1 })
+	if err := w.CheckPrimary(ctx, ca, func() string { return a.Addr }); err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Do(ctx, "FAILOVER", "TO", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old primary a replica of the new one", func() bool {
+		return replicationInfo(t, ca).Role == "slave" && replicationInfo(t, cb).Role == "master"
+	})
+	waitSynced(t, ca)
+	demoted, promoted := replicationInfo(t, ca), replicationInfo(t, cb)
+	if demoted.ID != promoted.ID {
+		t.Fatalf("the demoted primary's replication %+v, the new primary's %+v: want the same master_replid; the case is not reproduced", demoted, promoted)
+	}
+	if err := w.CheckPrimary(ctx, ca, func() string { return a.Addr }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CheckPrimary(ctx, cb, func() string { return b.Addr }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != KindFailover || got[0].Addr != b.Addr {
+		t.Fatalf("changes %+v, want one failover to %s", got, b.Addr)
+	}
+	if cb.Get(ctx, "k").Val() != "1" {
+		t.Fatal("the new primary lost the key: not the case meant")
 	}
 }

@@ -50,9 +50,12 @@
 //
 // A replica promoted continues the history of the primary it followed:
 // its master_replid2 is that history's ID, the old primary's
-// master_replid when it replicated the old primary. A promoted process
-// whose master_replid2 is not the old primary's master_replid at the
-// previous check (when that check read it), and that is not the process
+// master_replid when it replicated the old primary. (When the previous
+// check saw the old primary already demoted by a coordinated FAILOVER
+// TO the new one, the old primary shared the new one's IDs: its
+// master_replid is the new primary's.) A promoted process whose
+// master_replid2 and master_replid are not the old primary's
+// master_replid at the previous check (when that check read it), and that is not the process
 // seen at its address before, replicated another server: a Sentinel
 // group's primary made a replica of another server, its replica
 // following it by chained replication and fully synced from it, then
@@ -417,10 +420,15 @@ func (w *Watch) classify(node, addr string, s Server, repl Replication, now time
 
 // otherHistory reports whether a promoted process, with replication IDs
 // now, continues another history than the one of the process it
-// replaced, seen with prev at the previous check: its master_replid2 is
-// not prev's master_replid. False when either is not known.
+// replaced, seen with prev at the previous check: neither its
+// master_replid2 nor its master_replid is prev's master_replid. The
+// second holds when the previous check saw the old primary already
+// demoted by a coordinated FAILOVER TO the new one, a replica sharing
+// the new primary's IDs (with replica-read-only no the heartbeat, and
+// the check after it, succeed on the replica): the same history, which
+// was taken for a resync (review14). False when either is not known.
 func otherHistory(prev, now Replication) bool {
-	return prev.ID != "" && now.promoted() && now.ID2 != prev.ID
+	return prev.ID != "" && now.promoted() && now.ID2 != prev.ID && now.ID != prev.ID
 }
 
 // uptimeSlack is the slack upBefore allows: uptime_in_seconds is in
