@@ -57,7 +57,11 @@
 // AutoPipeliner (go-redis's own automatic pipelining, Client.AutoPipeline;
 // experimental in go-redis, and measured slower than the plain client with
 // coalescing here). The store marks every script command NoRetry, which
-// go-redis's pool, pipelines and AutoPipeliner all honour.
+// go-redis's pool, pipelines and AutoPipeliner all honour. go-redis's
+// AutoPipeliner does not end a queued command at its context's deadline;
+// the store sends each command of a *redis.AutoPipeliner from a goroutine
+// of its own and stops waiting when the caller's context ends (the call
+// fails as indeterminate: the command may still be sent and run).
 package redisstore
 
 import (
@@ -365,6 +369,10 @@ func New(client Client, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: redisstore: nil client (%T)", floodgate.ErrInvalidPolicy, client)
 	}
 	s := &Store{client: client, onReleaseFailure: opts.OnReleaseFailure}
+	if ap, ok := client.(*redis.AutoPipeliner); ok {
+		// Its batches do not end at their callers' deadlines (apClient).
+		s.client = apClient{ap}
+	}
 	s.relClient = releaseClient{s.client}
 	s.laterReleases = make(chan struct{}, maxLaterReleases)
 	switch opts.SlotCheck {
