@@ -127,11 +127,11 @@ func envoyCompat(ctx context.Context, cmd *cobra.Command, lookup func(string) (s
 	if err := s.RuntimeOf().Check(); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// Once the first signal has started the shutdown, a second one ends
-	// the process at once, logged and by that signal, as in serve.
-	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log, "abandoning the drain") })
+	// The first SIGINT or SIGTERM starts the shutdown; a second one ends
+	// the process at once, logged and by that signal, and the same signal
+	// delivered twice at once is one request to stop, as in serve.
+	ctx, release := notifyStop(ctx, log, "abandoning the drain")
+	defer release()
 
 	reg := prometheus.NewRegistry()
 	if err := registerRuntime(reg); err != nil {

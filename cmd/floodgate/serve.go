@@ -940,15 +940,16 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	defer waitAdmin()
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// Once the first signal has started the shutdown, a second one ends
+	// The first SIGINT or SIGTERM starts the shutdown; a second one ends
 	// the process at once, as an operator pressing Ctrl-C again or a
 	// supervisor repeating SIGTERM expects, rather than waiting out
 	// --shutdown-delay and the drain: it is logged, then raised again with
 	// its default action, so the process dies by it (exit status 130 or
-	// 143 in a shell) and the log says why the drain was abandoned.
-	context.AfterFunc(ctx, func() { endOnSecondSignal(stop, log, "abandoning the shutdown (delay and drain)") })
+	// 143 in a shell) and the log says why the drain was abandoned. The
+	// same signal delivered twice at once, as timeout(1) does, is one
+	// request to stop (repeatWindow).
+	ctx, release := notifyStop(ctx, log, "abandoning the shutdown (delay and drain)")
+	defer release()
 
 	// The watchers are waited for at most watchWait once the drain is
 	// over: a read that never returns (a hung network mount) is
@@ -1233,20 +1234,4 @@ func onHangup(ctx context.Context, hup <-chan os.Signal, f *serveFlags, reloader
 			_, _ = f.sec.cert.Reload() // logs what it did
 		}
 	}
-}
-
-// endOnSecondSignal replaces the first signal's handling (stop, which
-// lets NotifyContext's channel go) with one that logs a second SIGINT or
-// SIGTERM ("second signal: exiting at once, " and abandoned, what it
-// cuts short) and raises it again with its default action.
-func endOnSecondSignal(stop func(), log *slog.Logger, abandoned string) {
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, syscall.SIGINT, syscall.SIGTERM)
-	stop()
-	go func() {
-		sig := (<-again).(syscall.Signal)
-		log.Error("second signal: exiting at once, "+abandoned, "signal", sig.String())
-		signal.Reset(sig)
-		raise(sig)
-	}()
 }
