@@ -66,3 +66,57 @@ func tilt(t *testing.T, addr string) {
 		}
 	}
 }
+
+// TestSentinelCheckTiltCkquorum: a sentinel in TILT updates no flag, so
+// its SENTINEL CKQUORUM counts the other sentinels as they were when it
+// entered TILT. The doctortilt walk: one that had flagged both others
+// s_down failed it ("NOQUORUM 1 usable Sentinels"), and doctor failed
+// the check ("the quorum cannot be reached (SENTINEL CKQUORUM fails on
+// 1)") though the two others, out of TILT, reached quorum 2. The check
+// now warns, the TILT named as the cause of that CKQUORUM failure.
+// The two others pause their clients (CLIENT PAUSE) for 3s, so the
+// first's pings go unanswered past down-after-milliseconds (1000).
+func TestSentinelCheckTiltCkquorum(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	a, m := s.SentinelAddrs, s.MasterName
+	opts := doctor.Options{Redis: config.Redis{SentinelAddrs: a, SentinelMaster: m}, Prefix: "st", RateWindow: -1}
+
+	for _, b := range a[1:] {
+		sentinelDo(t, b, "", "", "CLIENT", "PAUSE", "3000")
+	}
+	c := redis.NewSentinelClient(&redis.Options{Addr: a[0], Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ss, err := c.Sentinels(ctx, m).Result()
+		down := 0
+		for _, x := range ss {
+			if strings.Contains(x["flags"], "s_down") {
+				down++
+			}
+		}
+		if err == nil && down == 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("sentinel %s did not flag the two others s_down: %v %v", a[0], err, ss)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	tilt(t, a[0])
+	// The others answer again once their pause ends.
+	for _, b := range a[1:] {
+		sentinelDo(t, b, "", "", "PING")
+	}
+	if err := c.CkQuorum(ctx, m).Err(); err == nil || !strings.Contains(err.Error(), "NOQUORUM") {
+		t.Fatalf("SENTINEL CKQUORUM on %s (in TILT) = %v, want NOQUORUM", a[0], err)
+	}
+	rep := runDoctor(t, opts)
+	want(t, rep, doctor.GroupRedis, "sentinel", doctor.Warn,
+		"1 sentinel is in TILT mode ("+a[0]+" (TILT",
+		"SENTINEL CKQUORUM fails on "+a[0]+", in TILT",
+		"3 of 3 still monitor "+m+", a majority, and 2 of them out of TILT, no fewer than the quorum 2 they are set to: a failover can still be authorized",
+		"NOQUORUM 1 usable Sentinels", "not judged: in TILT it updates no flag")
+}

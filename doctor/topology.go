@@ -267,6 +267,9 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	// answer, still vote for a leader, but judge nothing (their flags
 	// are not updated, they report no primary down, start no failover).
 	var tilted []string
+	// The sentinels in TILT whose SENTINEL CKQUORUM failed though the
+	// sentinels they know would reach their quorum (tiltStaleCkquorum).
+	var tiltCk []string
 	// The sentinels that answer SENTINEL MASTER but refuse doctor's
 	// user (NOPERM) another read, by read: doctor cannot judge what
 	// those reads tell there.
@@ -378,6 +381,14 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 			// Not a quorum that cannot be reached: doctor was not
 			// let ask (a walk: "the quorum cannot be reached", fail).
 			line += "; CKQUORUM refused, quorum not judged by it: " + qerr.Error()
+		case qerr != nil && inTilt && tiltStaleCkquorum(m):
+			// In TILT it updates no flag: its CKQUORUM counts the
+			// other sentinels as they were when it entered TILT, and
+			// those it knows would reach its quorum. Doctor's own
+			// count judges the quorum (a walk: it had flagged both
+			// others s_down, and the check failed with them up).
+			tiltCk = append(tiltCk, a)
+			line += "; CKQUORUM: " + qerr.Error() + " (not judged: in TILT it updates no flag, so it counts the other sentinels as they were when it entered TILT)"
 		case qerr != nil:
 			worst = Fail
 			ckFailed++
@@ -462,6 +473,10 @@ func (r *run) checkSentinel(ctx context.Context, c *Check) {
 	if len(tilted) > 0 {
 		parts = append(parts, tiltPart(tilted))
 		fixes = append(fixes, tiltFix)
+	}
+	if len(tiltCk) > 0 {
+		parts = append(parts, fmt.Sprintf("SENTINEL CKQUORUM fails on %s, in TILT: it counts the other sentinels as %s flagged them when %s entered TILT, and doctor counts them itself",
+			strings.Join(tiltCk, ", "), pick(len(tiltCk) == 1, "it", "they"), pick(len(tiltCk) == 1, "it", "they")))
 	}
 	if len(unknown) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %s, but %s no primary named %s: %s the primary",
@@ -1592,6 +1607,20 @@ func tiltPart(tilted []string) string {
 		plural.Count(len(tilted), "sentinel is", "sentinels are"), strings.Join(tilted, ", "),
 		pick(one, "it leaves it", "they leave it"), pick(one, "it reports", "they report"), pick(one, "starts", "start"),
 		pick(one, "updates", "update"), pick(one, "it", "they"), pick(one, "votes", "vote"))
+}
+
+// tiltStaleCkquorum reports whether a sentinel in TILT whose SENTINEL
+// CKQUORUM failed knows enough sentinels (num-other-sentinels, and
+// itself) for its quorum, and so for the majority of them: its failure
+// then comes from the flags it set on them before TILT, which TILT does
+// not update, not from its configuration.
+func tiltStaleCkquorum(m map[string]string) bool {
+	known, err := strconv.Atoi(m["num-other-sentinels"])
+	if err != nil {
+		return false
+	}
+	q, err := strconv.Atoi(m["quorum"])
+	return err == nil && known+1 >= q
 }
 
 // pick returns one when one is true, else many.
