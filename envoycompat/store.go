@@ -168,7 +168,7 @@ func (s *RedisStore) incrOn(ctx context.Context, c redis.UniversalClient, perSec
 	if b := s.batcherFor(c); b != nil {
 		err = b.incr(ctx, ops)
 	} else {
-		err = incrEach(ctx, c, ops)
+		err = incrEachLive(ctx, c, ops)
 	}
 	if err != nil {
 		reloadSlots(c)
@@ -208,6 +208,23 @@ func (s *RedisStore) timeout(perSecond bool) time.Duration {
 		return s.PerSecondTimeout
 	}
 	return s.Timeout
+}
+
+// incrEachLive is incrEach under deadline.Bind's context: go-redis waits
+// for a free connection of a node's pool under a call's context, which
+// the shared deadline of bound does not end when the client goes, so on a
+// stalled Redis Cluster node the updates of clients that went while they
+// waited were sent once connections came free, and counted. A call whose
+// caller goes before it is sent now is not sent, and fails with store
+// unavailable wrapping the caller's error (context.Canceled), as the
+// queue's (incrBatcher); one already sent is not undone.
+func incrEachLive(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
+	ctx, stop, err := deadline.Bind(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: redis: %w (its caller had gone before it was sent)", floodgate.ErrStoreUnavailable, err)
+	}
+	defer stop()
+	return incrEach(ctx, c, ops)
 }
 
 // incrEach updates each op's counter with its own script call, all sent at

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
@@ -128,16 +129,25 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 	if !s.concurrent {
 		lp = &parts[s.lastPart(parts)]
 	}
+	// The reservations (and the probe) are sent under sctx, which ends
+	// when the caller goes (deadline.Bind, see decideDirect): a part not
+	// sent by then is not sent. The releases are sent under ctx: what a
+	// gone caller's parts hold is given back all the same.
+	sctx, stop, err := deadline.Bind(ctx)
+	if err != nil {
+		return goneError(err)
+	}
+	defer stop()
 	each(parts, func(p *part) bool { return p != lp }, func(p *part) {
-		if !queues || !s.reserveOnNode(ctx, now, p) {
-			s.reserve(ctx, now, p)
+		if !queues || !s.reserveOnNode(sctx, now, p) {
+			s.reserve(sctx, now, p)
 		}
 	})
 	failed, denied := splitState(parts)
 	sent := !failed && !denied
 	if sent && lp != nil {
-		if !queues || !s.decideLast(ctx, now, lp) {
-			s.reserve(ctx, now, lp)
+		if !queues || !s.decideLast(sctx, now, lp) {
+			s.reserve(sctx, now, lp)
 		}
 		failed, denied = splitState(parts)
 	}
@@ -148,7 +158,7 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 		probe := lp != nil && !sent && !failed
 		each(parts, func(p *part) bool { return p.held || probe && p == lp }, func(p *part) {
 			if p == lp && probe {
-				s.probe(ctx, now, p)
+				s.probe(sctx, now, p)
 				return
 			}
 			if ended(ctx) {

@@ -73,6 +73,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/redis/go-redis/v9"
@@ -512,7 +513,17 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 
 // decideDirect decides layers (checked) without coalescing them: split by
 // slot when the slot check is on and their keys span slots, else in one
-// script call through the Store's client. A split decision's parts may
+// script call through the Store's client. Its calls are sent under
+// deadline.Bind's context: go-redis waits for a free connection of its
+// pool under a call's context, and serve's shared deadline does not end
+// when the client goes, so on a stalled Redis (a sliding log decision,
+// never coalesced; on a Cluster, a decision whose keys lie on several
+// primaries, or one a node's batch returned) the calls of clients that
+// went while they waited were sent once connections came free, and
+// charged. A call whose caller goes before it is sent now is not sent
+// and fails with store unavailable wrapping the caller's error
+// (context.Canceled), as the queue's (internal/coalesce); one already
+// sent is not undone. A split decision's parts may
 // still go through the primaries' queues (node.go) when queues is true;
 // a caller that holds a queue's call slot passes false, since a part
 // queued behind it could wait for that very slot.
@@ -523,7 +534,18 @@ func (s *Store) decideDirect(ctx context.Context, now int64, layers []floodgate.
 			return s.decideSplit(ctx, now, layers, out, &g, queues)
 		}
 	}
+	ctx, stop, err := deadline.Bind(ctx)
+	if err != nil {
+		return goneError(err)
+	}
+	defer stop()
 	return s.decideOnce(ctx, now, layers, out)
+}
+
+// goneError is the error of a decision whose caller had gone
+// (deadline.Gone) before it was sent: nothing was sent.
+func goneError(err error) error {
+	return fmt.Errorf("%w: redis: %w (its caller had gone before it was sent)", floodgate.ErrStoreUnavailable, err)
 }
 
 // Bounds of Options.MaxBatch and MaxInFlight: a batch's reply and

@@ -21,7 +21,9 @@
 //     the deadline; the call is bounded either way. Gone tells a caller
 //     that has not sent its call yet whether the parent has ended: a
 //     request whose client went away before its store call was sent is
-//     not sent at all.
+//     not sent at all. Bind gives a call that may wait before it is sent
+//     (for a connection of go-redis's pool) a context that ends when the
+//     parent does, so that such a call is not sent either.
 package deadline
 
 import (
@@ -189,4 +191,48 @@ func Gone(ctx context.Context) error {
 		ctx = p
 	}
 	return nil
+}
+
+// Bind returns a context for a call about to be sent under ctx by a
+// client that may first wait under it (go-redis waits for a free
+// connection of its pool under the call's context, then sends): it has
+// ctx's deadline and values, and ends with ctx, or when a context a
+// shared context of ctx's chain was made from ends (when Gone would
+// report it), so that a call still waiting when its caller goes is not
+// sent. The CancelFunc releases it; the caller calls it when the call is
+// done. Once sent, a call is not ended by the context's end (go-redis
+// reads its deadline, not its Done channel, for a command in flight), so
+// nothing already sent is undone. When Gone reports an error already,
+// Bind returns it and nothing should be sent. When no shared context in
+// ctx's chain has a parent that can end, ctx is returned as it is, without
+// allocating; otherwise Bind costs a context.WithCancel, and a context.AfterFunc
+// per such parent.
+func Bind(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := Gone(ctx); err != nil {
+		return ctx, nop, err
+	}
+	var (
+		bound  context.Context
+		cancel context.CancelFunc
+		stops  []func() bool
+	)
+	for c := ctx; c != nil; {
+		p, _ := c.Value(parentKey{}).(context.Context)
+		if p != nil && p.Done() != nil {
+			if bound == nil {
+				bound, cancel = context.WithCancel(ctx)
+			}
+			stops = append(stops, context.AfterFunc(p, cancel))
+		}
+		c = p
+	}
+	if bound == nil {
+		return ctx, nop, nil
+	}
+	return bound, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}, nil
 }

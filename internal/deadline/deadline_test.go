@@ -299,3 +299,51 @@ func TestGoneSeesTheParent(t *testing.T) {
 		t.Errorf("Value = %v, want the nearest parent's", v)
 	}
 }
+
+// TestBind: Bind's context ends when a shared deadline's parent ends (the
+// client goes), keeps the deadline, and comes back as it is when nothing
+// in its chain can end that way; a caller already gone gets its error.
+func TestBind(t *testing.T) {
+	ticks := New()
+	req, hangUp := context.WithCancel(context.Background())
+	ctx, stop := ticks.WithTimeout(req, time.Now(), time.Minute)
+	defer stop()
+	bound, release, err := Bind(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	want, _ := ctx.Deadline()
+	if d, ok := bound.Deadline(); !ok || !d.Equal(want) {
+		t.Errorf("bound deadline %v %v, want ctx's, %v", d, ok, want)
+	}
+	if bound.Err() != nil {
+		t.Fatalf("bound ended before its caller went: %v", bound.Err())
+	}
+	hangUp()
+	<-bound.Done()
+	if !errors.Is(bound.Err(), context.Canceled) {
+		t.Errorf("bound ended with %v, want context.Canceled", bound.Err())
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the shared deadline ended with its parent: %v", ctx.Err())
+	}
+	if _, _, err := Bind(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Bind of a gone caller's context: %v, want context.Canceled", err)
+	}
+
+	plain, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if b, rel, err := Bind(plain); err != nil || b != plain {
+		t.Errorf("Bind of a context without a shared deadline: %v, %v, want it as it is", b, err)
+	} else {
+		rel()
+	}
+	detached, stop2 := ticks.WithTimeout(context.Background(), time.Now(), time.Minute)
+	defer stop2()
+	if b, rel, err := Bind(detached); err != nil || b != detached {
+		t.Errorf("Bind of a shared deadline whose parent cannot end: %v, %v, want it as it is", b, err)
+	} else {
+		rel()
+	}
+}
