@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/redis/go-redis/v9"
@@ -19,35 +20,76 @@ import (
 // fallback answers within its budget: apClient sends a copy of each
 // command from a goroutine of its own and stops waiting when the
 // caller's context ends. The command may still be sent and run.
-type apClient struct{ ap *redis.AutoPipeliner }
+//
+// A command whose caller stopped waiting stays queued in the
+// AutoPipeliner, its goroutine with it, until Redis answers, and is run
+// then: on a stalled Redis, callers that each retried at once after
+// their deadline left tens of thousands of them (49,000 goroutines after
+// 15 s; every one of 44,000 failed calls was run, and charged, when Redis
+// woke; review15). At most maxOrphans such commands are left unanswered
+// at once: past them, a call fails at once, unsent, with
+// floodgate.ErrStoreUnavailable, until Redis answers some.
+type apClient struct {
+	ap      *redis.AutoPipeliner
+	orphans *atomic.Int64 // commands sent whose callers stopped waiting, not answered yet
+}
+
+// maxOrphans is the most commands an apClient leaves unanswered in its
+// AutoPipeliner after their callers stopped waiting. A healthy Redis
+// answers a call in well under a millisecond, so that only a Redis that
+// stalls, or is far slower than its callers' deadlines, leaves this many
+// behind; the bound is that of the commands then run late, and charged.
+const maxOrphans = 256
+
+// The states of an apClient command (apClient.Process).
+const (
+	apWaiting   int32 = iota // sent, its caller waiting
+	apAnswered               // answered while its caller waited
+	apAbandoned              // its caller stopped waiting first: an orphan
+)
 
 // Process sends cmd through the AutoPipeliner and waits for its reply or
 // for ctx to end, whichever comes first. When ctx ends first, cmd fails
 // with an error wrapping floodgate.ErrIndeterminate and ctx's error; the
-// copy sent is left to the AutoPipeliner.
+// copy sent is left to the AutoPipeliner, as an orphan. With maxOrphans
+// orphans unanswered, cmd fails at once with
+// floodgate.ErrStoreUnavailable and is not sent.
 func (c apClient) Process(ctx context.Context, cmd redis.Cmder) error {
 	if ctx.Done() == nil {
 		return c.ap.Process(ctx, cmd) // nothing to end the wait
+	}
+	if n := c.orphans.Load(); n >= maxOrphans {
+		err := fmt.Errorf("%w: redis: %d commands sent through the AutoPipeliner are still unanswered after their callers stopped waiting (Redis stalled?): not sent", floodgate.ErrStoreUnavailable, n)
+		cmd.SetErr(err)
+		return err
 	}
 	own, answer := detach(ctx, cmd)
 	if own == nil {
 		return c.ap.Process(ctx, cmd)
 	}
+	var state atomic.Int32
 	done := make(chan struct{})
 	go func() {
 		_ = c.ap.Process(ctx, own)
 		_ = own.Err() // waits for the reply on the deferred face
+		if !state.CompareAndSwap(apWaiting, apAnswered) {
+			c.orphans.Add(-1) // its caller left: nobody reads done
+		}
 		close(done)
 	}()
 	select {
 	case <-done:
-		answer()
-		return cmd.Err()
 	case <-ctx.Done():
-		err := fmt.Errorf("%w: redis: %w (waiting for the AutoPipeliner; the command may still be sent and run)", floodgate.ErrIndeterminate, ctx.Err())
-		cmd.SetErr(err)
-		return err
+		if state.CompareAndSwap(apWaiting, apAbandoned) {
+			c.orphans.Add(1)
+			err := fmt.Errorf("%w: redis: %w (waiting for the AutoPipeliner; the command may still be sent and run)", floodgate.ErrIndeterminate, ctx.Err())
+			cmd.SetErr(err)
+			return err
+		}
+		<-done // answered meanwhile: done is closed next
 	}
+	answer()
+	return cmd.Err()
 }
 
 // detach returns a command of cmd's kind with a copy of its arguments,

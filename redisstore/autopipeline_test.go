@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,5 +127,94 @@ func TestAutoPipelinerDeadline(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
 			t.Errorf("%s: got %+v, %v; want an indeterminate error wrapping context.DeadlineExceeded", s.name, r, err)
 		}
+	}
+}
+
+// TestAutoPipelinerOrphansBounded: on a stalled Redis, callers that retry
+// at once after their deadline left one command and one goroutine each
+// in the AutoPipeliner, without bound, every one run and charged when
+// Redis woke (review15: 49,000 goroutines after 15 s, 44,000 failed calls
+// all run). At most maxOrphans are left: the calls past them fail at
+// once, unsent, as store unavailable, and no more than maxOrphans
+// decisions (and the one before the stall) are charged.
+func TestAutoPipelinerOrphansBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	admin := srv.Client(t)
+	for name, get := range map[string]func() (*redis.AutoPipeliner, error){
+		"blocking": c.AutoPipeline,
+		"deferred": c.AsyncAutoPipeline,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ap, err := get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := New(ap, Options{Coalesce: CoalesceOff})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := floodgate.New(st, floodgate.Options{Prefix: "aporphans-" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const limit = 100_000
+			p, err := floodgate.NewFixedWindow("aporphans", limit, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := lim.Allow(ctx, p, "id"); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			const callers, each = 8, 3 * maxOrphans / 8
+			var indeterminate, unavailable, other atomic.Int64
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for range each {
+						cctx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+						_, err := lim.Allow(cctx, p, "id")
+						cancel()
+						switch {
+						case errors.Is(err, floodgate.ErrIndeterminate):
+							indeterminate.Add(1)
+						case errors.Is(err, floodgate.ErrStoreUnavailable):
+							unavailable.Add(1)
+						default:
+							other.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			orphans := st.client.(apClient).orphans
+			// The bound is checked before a command is sent: callers
+			// checking at once may pass it by one each.
+			const most = maxOrphans + callers - 1
+			if n := orphans.Load(); n > most {
+				t.Errorf("%d commands left unanswered, want at most %d", n, most)
+			}
+			if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			for orphans.Load() != 0 {
+				time.Sleep(time.Millisecond)
+			}
+			if indeterminate.Load() > most || unavailable.Load() == 0 || other.Load() != 0 {
+				t.Errorf("over %d calls on a stalled Redis: %d indeterminate, %d store unavailable, %d other; want at most %d indeterminate, the rest store unavailable",
+					callers*each, indeterminate.Load(), unavailable.Load(), other.Load(), most)
+			}
+			r, err := lim.Peek(ctx, p, "id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if charged := limit - r.Remaining; charged > most+1 {
+				t.Errorf("%d decisions charged after the stall, want at most %d (the orphans and the one before)", charged, most+1)
+			}
+		})
 	}
 }

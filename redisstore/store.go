@@ -61,7 +61,8 @@
 // AutoPipeliner does not end a queued command at its context's deadline;
 // the store sends each command of a *redis.AutoPipeliner from a goroutine
 // of its own and stops waiting when the caller's context ends (the call
-// fails as indeterminate: the command may still be sent and run).
+// fails as indeterminate: the command may still be sent and run); with
+// 256 such commands unanswered, a call fails at once, unsent.
 package redisstore
 
 import (
@@ -372,7 +373,7 @@ func New(client Client, opts Options) (*Store, error) {
 	s := &Store{client: client, onReleaseFailure: opts.OnReleaseFailure}
 	if ap, ok := client.(*redis.AutoPipeliner); ok {
 		// Its batches do not end at their callers' deadlines (apClient).
-		s.client = apClient{ap}
+		s.client = apClient{ap: ap, orphans: new(atomic.Int64)}
 	}
 	s.relClient = releaseClient{s.client}
 	s.laterReleases = make(chan struct{}, maxLaterReleases)

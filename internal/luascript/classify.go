@@ -60,18 +60,20 @@ import (
 //     the first ran nothing (a connection closed before the write, a
 //     Cluster redirection). A client that resends a written command
 //     breaks this (see TestRedisStalledCheck in quota).
-//   - An error that wraps floodgate.ErrIndeterminate already (redisstore's
-//     wrapper of an AutoPipeliner, which stops waiting at the caller's
-//     deadline for a command it may have sent) is returned as it is.
+//   - An error that wraps floodgate.ErrIndeterminate or
+//     floodgate.ErrStoreUnavailable already (redisstore's wrapper of an
+//     AutoPipeliner, which stops waiting at the caller's deadline for a
+//     command it may have sent, and sends none while too many such are
+//     unanswered) is returned as it is.
 //   - Anything else (a read or write timeout, EOF, a reset connection) may
 //     have come after Redis received the command: indeterminate.
 func Classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, floodgate.ErrIndeterminate) {
-		// Classified already: a client that stopped waiting for a
-		// command it may have sent (redisstore's AutoPipeliner).
+	if errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, floodgate.ErrStoreUnavailable) {
+		// Classified already: redisstore's AutoPipeliner client stopped
+		// waiting for a command it may have sent, or sent nothing.
 		return err
 	}
 	var rerr redis.Error
