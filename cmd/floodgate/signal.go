@@ -33,8 +33,15 @@ const repeatWindow = 250 * time.Millisecond
 // deliberate second signal: it is logged at ERROR ("second signal:
 // exiting at once, " and abandoned, what it cuts short, with the time
 // since the first) and raised again with its default action, so that the
-// process dies by it.
+// process dies by it; a signal ignored when the process started, which
+// would stay ignored, makes it exit with status 128 + the signal's
+// number instead (a second SIGINT logged "exiting at once" and the
+// process drained on; review15).
 func notifyStop(ctx context.Context, log *slog.Logger, abandoned string) (_ context.Context, release func()) {
+	// A signal ignored when the process started (SIGINT, for a job a
+	// shell script runs in the background) is ignored again after
+	// signal.Reset: raising it ends nothing, so such a process exits.
+	ignored := map[syscall.Signal]bool{syscall.SIGINT: signal.Ignored(syscall.SIGINT), syscall.SIGTERM: signal.Ignored(syscall.SIGTERM)}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	ctx, cancel := context.WithCancel(ctx)
@@ -69,6 +76,10 @@ func notifyStop(ctx context.Context, log *slog.Logger, abandoned string) (_ cont
 					}
 				default:
 					log.Error("second signal: exiting at once, "+abandoned, "signal", sig.String(), "since_first", now.Sub(firstAt))
+					if ignored[sig] {
+						// The shell's convention for a death by signal.
+						os.Exit(128 + int(sig))
+					}
 					signal.Reset(sig)
 					raise(sig)
 				}

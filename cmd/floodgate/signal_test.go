@@ -86,6 +86,37 @@ func TestServeSecondSignalExits(t *testing.T) {
 	}
 }
 
+// TestSecondSignalExitsWhenIgnoredAtStart: serve started with SIGINT
+// ignored (as a shell script's background job is: the shell's trap ""
+// here) still stops on a first signal, and a second SIGINT past
+// repeatWindow ends it at once. It logged "second signal: exiting at
+// once" and then drained for its whole --shutdown-delay and exited 0:
+// reset to its state at start, SIGINT was ignored again, and raising it
+// ended nothing (review15, 3 of 3).
+func TestSecondSignalExitsWhenIgnoredAtStart(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `trap "" INT; exec "$0" "$@"`, binary(t), "serve", "--addr", "127.0.0.1:0", "--log-format", "json", "--shutdown-delay", "1m")
+	s := proctest.Start(t, cmd, "floodgate listening")
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	pastRepeatWindow(awaitLine(t, s, draining))
+	if err := s.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve, started with SIGINT ignored, still running 30 s after a second signal (SIGINT; its --shutdown-delay is a minute)\n%s", s.Logs())
+	}
+	var ee *exec.ExitError
+	if err := s.Err(); !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
+		t.Fatalf("serve ended with %v after the second signal, want exit status %d", err, 128+int(syscall.SIGINT))
+	}
+	if _, ok := s.Logged("second signal: exiting at once, abandoning the shutdown (delay and drain)"); !ok {
+		t.Errorf("serve did not log why it ended:\n%s", s.Logs())
+	}
+}
+
 // TestRepeatedSignalDrains: the same SIGTERM delivered twice at once, as
 // timeout(1) delivers it (to the command, then to its own process group),
 // is one request to stop: serve and envoy-compat drain, a request in
