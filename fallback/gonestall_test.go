@@ -2,6 +2,7 @@ package fallback_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -83,5 +84,39 @@ func TestStalledRedisWithCancellingCallersOpensBreaker(t *testing.T) {
 	}
 	if st := store.BreakerState(); st != fallback.BreakerOpen {
 		t.Errorf("breaker %v after a call a stalled Redis never answered, its caller gone meanwhile (threshold 1), want open", st)
+	}
+}
+
+// TestShortBoundCancellingCallerOpensBreaker: as
+// TestStalledRedisWithCancellingCallersOpensBreaker, with the caller's
+// deadline so close (Envoy's 20 ms) that the call's bound, four fifths
+// of it, is below the 16 ms a shared deadline needs. The call had a
+// timer of its own made from the caller's context, so the caller's
+// cancellation ended it: the primary's error wrapped context.Canceled,
+// and the breaker (threshold 1) stayed closed (lonecancel). The call now
+// ends by its own bound, which the breaker counts.
+func TestShortBoundCancellingCallerOpensBreaker(t *testing.T) {
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, cancel := context.WithTimeout(context.Background(), 18*time.Millisecond)
+	defer cancel()
+	store, err := fallback.New(cancelThenStall{cancel}, local, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o fallback.Outcome
+	lim, err := floodgate.New(store, floodgate.Options{Prefix: "fb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPolicy(t)(floodgate.NewFixedWindow("api", 10, time.Hour))
+	_, err = lim.Allow(fallback.NewContext(req, &o), p, "u1")
+	if !errors.Is(req.Err(), context.Canceled) {
+		t.Fatalf("the caller's context ended with %v, want Canceled: the test no longer shows the case", req.Err())
+	}
+	if st := store.BreakerState(); st != fallback.BreakerOpen {
+		t.Errorf("breaker %v after a call a stalled Redis never answered, its caller gone meanwhile (threshold 1), want open; Allow: %v, outcome %+v", st, err, o)
 	}
 }

@@ -496,8 +496,13 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	// gRPC caller that gave up first cancelled the call, which the
 	// breaker does not count: a stalled Redis then never opened it. A
 	// caller that cancels its context meanwhile gets its answer when the
-	// call returns, within the budget (internal/deadline).
-	cctx, cancel := s.ticks.WithTimeout(ctx, start, callBound(ctx, start, budget))
+	// call returns, within the budget (internal/deadline), a bound below
+	// 16 ms (Envoy's 20 ms deadline gives one) included: such a call
+	// ended with its caller's cancellation, and callers whose decisions
+	// went alone (one at a time) kept the breaker closed on a stalled
+	// Redis (lonecancel). A call not sent yet for a caller that has gone
+	// is still dropped (deadline.Gone).
+	cctx, cancel := s.ticks.WithCallTimeout(ctx, start, callBound(ctx, start, budget))
 	defer cancel()
 	err := s.primary.Decide(cctx, now, layers, out)
 	elapsed := time.Since(start)
@@ -694,10 +699,11 @@ func callBound(ctx context.Context, start time.Time, budget time.Duration) time.
 // a queued call whose client has gone (deadline.Gone: serve's
 // --decision-timeout and envoyrls's own timeout are shared deadlines,
 // which do not end with the client's request) with such an error, and
-// nothing was sent; a call bound by the caller's own context (one
-// shortened below 16 ms for its deadline) ends with it. Counted against
-// the primary, clients hanging up while their calls waited in the queue
-// could open the breaker of a healthy Redis. A call that was sent and
+// nothing was sent; a call sent ends by its own bound or with its
+// answer, never with its caller's cancellation (Ticks.WithCallTimeout,
+// whatever the bound). Counted against the primary, clients hanging up
+// while their calls waited in the queue could open the breaker of a
+// healthy Redis. A call that was sent and
 // failed by its own bound (timed out on a stalled Redis) counts against
 // it whether or not its client has gone since: reading the client's
 // departure (the context's end, or deadline.Gone) kept the breaker

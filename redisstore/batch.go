@@ -185,9 +185,12 @@ func (b *batcher) decide(ctx context.Context, now int64, sc *luascript.Script, l
 // deadline, a timeout. Returning the cancellation at once made a
 // decision sent to a stalled Redis read as its caller's doing, which the
 // fallback's breaker does not count, while its batch timed out with
-// nobody to count it: Envoy's callers, whose 20 ms deadline gives a call
-// a bound of its own that their early cancellation ends (a downstream
+// nobody to count it: Envoy's callers, whose 20 ms deadline gave a call
+// a bound of its own that their early cancellation ended (a downstream
 // request reset), kept the breaker closed on a stalled Redis (review12).
+// (A fallback.Store now bounds its calls with a context its caller's
+// cancellation does not end, Ticks.WithCallTimeout: the lone call had
+// the same fault, lonecancel.)
 // A cancelled context without a deadline (no fallback budget bounds it)
 // is not waited for: its cancellation is the error.
 func waitTaken(ctx context.Context, done <-chan struct{}) error {

@@ -108,6 +108,38 @@ func (t *Ticks) WithTimeout(parent context.Context, now time.Time, d time.Durati
 	return context.WithDeadline(parent, at)
 }
 
+// WithCallTimeout is WithTimeout for a store call that, once sent, must
+// end with its answer or at its deadline, never with its parent's
+// cancellation: where WithTimeout gives a context of its own (d shorter
+// than MinShared ticks or beyond the horizon, now before t was made), it
+// gives a timer of its own whose Deadline, Done and Err are its own and
+// whose values are parent's, as a shared context's, and Gone sees the
+// parent's end through it. Otherwise it is WithTimeout: a shared
+// context, or parent as it is when parent has ended already or its
+// deadline comes first. The caller calls the CancelFunc when done.
+//
+// A call bound by a context that ends with its caller's cancellation
+// returns that cancellation when the caller gives up while it waits for
+// a reply (go-redis v9.23 does), which a store's caller reads as the
+// caller's doing: with Envoy's 20 ms deadline, whose call bound is below
+// MinShared ticks, callers cancelling early (a downstream request reset)
+// kept a fallback's breaker closed on a stalled Redis whenever their
+// calls went alone (lonecancel).
+func (t *Ticks) WithCallTimeout(parent context.Context, now time.Time, d time.Duration) (context.Context, context.CancelFunc) {
+	at := now.Add(d)
+	if pd, ok := parent.Deadline(); ok && !pd.After(at) {
+		return parent, nop
+	}
+	if parent.Err() != nil {
+		return parent, nop
+	}
+	if since := now.Sub(t.base); d < MinShared*Tick || d > ringSize*CoarseTick || since < 0 {
+		ctx, cancel := context.WithDeadline(context.Background(), at)
+		return &shared{Context: ctx, values: parent}, cancel
+	}
+	return t.WithTimeout(parent, now, d)
+}
+
 // slot returns the slot of tick (of unit) in ring, made if need be.
 func (t *Ticks) slot(ring *[ringSize]atomic.Pointer[slot], unit time.Duration, tick int64) *slot {
 	p := &ring[tick%ringSize]
@@ -132,11 +164,12 @@ func (t *Ticks) slot(ring *[ringSize]atomic.Pointer[slot], unit time.Duration, t
 	}
 }
 
-// shared is a context from Ticks: Deadline, Done and Err are its tick's,
-// Value is its parent's, except for the context package's own key, which
-// finds the tick's context (see Value).
+// shared is a context from Ticks: Deadline, Done and Err are its tick's
+// (or, from WithCallTimeout, its own timer's), Value is its parent's,
+// except for the context package's own key, which finds the tick's
+// context (see Value).
 type shared struct {
-	context.Context // the tick's
+	context.Context // the tick's (or its own timer's)
 	values          context.Context
 }
 

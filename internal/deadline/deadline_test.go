@@ -347,3 +347,57 @@ func TestBind(t *testing.T) {
 		rel()
 	}
 }
+
+// TestCallTimeoutNotCancelled: WithCallTimeout's contexts end at their
+// deadline, not with their parent's cancellation, whatever the duration:
+// shared ones as WithTimeout's, and the ones with a timer of their own
+// (too short to round, beyond the horizon), which WithTimeout makes from
+// the parent. Gone sees the parent's end through each, its values pass
+// through, and its CancelFunc ends it.
+func TestCallTimeoutNotCancelled(t *testing.T) {
+	ticks := New()
+	for _, tc := range []struct {
+		name string
+		d    time.Duration
+		own  bool // a timer of its own
+	}{
+		{"short", MinShared*Tick - 1, true},
+		{"shared", time.Second, false},
+		{"beyond the coarse horizon", ringSize*CoarseTick + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+			now := time.Now()
+			ctx, stop := ticks.WithCallTimeout(parent, now, tc.d)
+			cancel()
+			if err := ctx.Err(); err != nil {
+				t.Errorf("Err after the parent's cancellation = %v, want nil until the deadline", err)
+			}
+			if err := Gone(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("Gone after the parent's cancellation = %v, want context.Canceled", err)
+			}
+			if d, _ := ctx.Deadline(); d.After(now.Add(tc.d)) {
+				t.Errorf("deadline %v, after %v", d, now.Add(tc.d))
+			}
+			if v := ctx.Value(key{}); v != "v" {
+				t.Errorf("Value = %v, want the parent's", v)
+			}
+			if tc.own {
+				stop()
+				if !errors.Is(ctx.Err(), context.Canceled) {
+					t.Errorf("after its CancelFunc: Err = %v, want Canceled (a timer of its own)", ctx.Err())
+				}
+			}
+			stop()
+		})
+	}
+	short, stop := ticks.WithCallTimeout(context.Background(), time.Now(), time.Millisecond)
+	defer stop()
+	<-short.Done()
+	if err := short.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Err at the deadline = %v, want DeadlineExceeded", err)
+	}
+	if err := context.Cause(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Cause at the deadline = %v, want DeadlineExceeded", err)
+	}
+}
