@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,6 +215,73 @@ func TestAutoPipelinerOrphansBounded(t *testing.T) {
 			}
 			if charged := limit - r.Remaining; charged > most+1 {
 				t.Errorf("%d decisions charged after the stall, want at most %d (the orphans and the one before)", charged, most+1)
+			}
+		})
+	}
+}
+
+// TestAutoPipelinerEarlyCancelOpensBreaker: on an AutoPipeliner (which
+// does not coalesce unless asked), callers that cancel early, one at a
+// time, on a stalled Redis open a fallback's breaker, as on a plain
+// client. The context that ends a call waiting for a pool connection
+// when its caller goes (deadline.Bind) made the wrapper return the
+// caller's cancellation at once, which the breaker does not count, while
+// the command queued ran all the same: the breaker stayed closed over 20
+// calls, and all 20 were charged when Redis woke (review16, 3 of 3).
+func TestAutoPipelinerEarlyCancelOpensBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	admin := srv.Client(t)
+	for name, get := range map[string]func() (*redis.AutoPipeliner, error){
+		"blocking": c.AutoPipeline,
+		"deferred": c.AsyncAutoPipeline,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ap, err := get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := New(ap, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			local, err := memstore.New(memstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const threshold = 3
+			f, err := fallback.New(st, local, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: threshold}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(f.Close)
+			lim, err := floodgate.New(f, floodgate.Options{Prefix: "apcancel-" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := floodgate.NewSlidingLog("apcancel", 1000, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := lim.Allow(ctx, p, "warm"); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Do(ctx, "CLIENT", "UNPAUSE")
+			const most = 20
+			n := 0
+			for ; n < most && f.BreakerState() != fallback.BreakerOpen; n++ {
+				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				early := time.AfterFunc(10*time.Millisecond, cancel)
+				_, _ = lim.Allow(cctx, p, fmt.Sprint("caller-", n))
+				early.Stop()
+				cancel()
+			}
+			if f.BreakerState() != fallback.BreakerOpen {
+				t.Fatalf("the breaker still %v after %d callers cancelling early on a stalled Redis (threshold %d)", f.BreakerState(), n, threshold)
 			}
 		})
 	}

@@ -535,12 +535,31 @@ func (s *Store) decideDirect(ctx context.Context, now int64, layers []floodgate.
 			return s.decideSplit(ctx, now, layers, out, &g, queues)
 		}
 	}
-	ctx, stop, err := deadline.Bind(ctx)
+	ctx, stop, err := s.bind(ctx)
 	if err != nil {
 		return goneError(err)
 	}
 	defer stop()
 	return s.decideOnce(ctx, now, layers, out)
+}
+
+// bind is deadline.Bind for a call through the Store's client, but for
+// an AutoPipeliner (apClient): it waits for no connection, and a command
+// it has queued runs whatever becomes of the call's context, so a bound
+// context only made the caller's departure end the wait, the call then
+// failing with context.Canceled, which a fallback does not count
+// against Redis, while the command still ran (review16: a stalled
+// Redis's breaker stayed closed over 20 callers cancelling early, one at
+// a time, and all 20 were charged when it woke). Its calls keep ctx, and
+// one whose caller has gone already is not queued.
+func (s *Store) bind(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if _, ok := s.client.(apClient); ok {
+		if err := deadline.Gone(ctx); err != nil {
+			return ctx, func() {}, err
+		}
+		return ctx, func() {}, nil
+	}
+	return deadline.Bind(ctx)
 }
 
 // goneError is the error of a decision whose caller had gone
