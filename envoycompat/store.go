@@ -231,7 +231,11 @@ func incrEachLive(ctx context.Context, c redis.UniversalClient, ops []*Op) error
 // once: on a Redis Cluster (or a Ring) the keys of one decision lie on any
 // node. When some counters were updated and the others failed (a node
 // down), the error wraps floodgate.ErrIndeterminate, not
-// floodgate.ErrStoreUnavailable: the request was partly counted.
+// floodgate.ErrStoreUnavailable: the request was partly counted. When the
+// others all failed because the caller went before they were sent
+// (incrEachLive), it also wraps context.Canceled, as a call dropped whole
+// does: the service counts neither as a Redis error (review16 saw such a
+// request counted as redis_error and logged as a store error).
 func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
 	if len(ops) == 1 {
 		return incrOne(ctx, c, ops[0])
@@ -246,13 +250,17 @@ func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
 	if err == nil {
 		return nil
 	}
-	failed := 0
+	failed, gone := 0, true
 	for _, e := range errs {
 		if e != nil {
 			failed++
+			gone = gone && errors.Is(e, context.Canceled)
 		}
 	}
 	if failed < len(ops) && !errors.Is(err, floodgate.ErrIndeterminate) {
+		if gone {
+			return fmt.Errorf("%w: %d of the request's %d counters were updated, the others were not sent (their caller had gone): %w", floodgate.ErrIndeterminate, len(ops)-failed, len(ops), context.Canceled)
+		}
 		return fmt.Errorf("%w: %d of the request's %d counters were updated, the others failed: %v", floodgate.ErrIndeterminate, len(ops)-failed, len(ops), err)
 	}
 	return err

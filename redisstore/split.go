@@ -131,8 +131,10 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 	}
 	// The reservations (and the probe) are sent under sctx, which ends
 	// when the caller goes (deadline.Bind, see decideDirect): a part not
-	// sent by then is not sent. The releases are sent under ctx: what a
-	// gone caller's parts hold is given back all the same.
+	// sent by then is not sent, nor is the probe, whose answer nobody
+	// would read (its error wraps context.Canceled, see probe). The
+	// releases are sent under ctx: what a gone caller's parts hold is
+	// given back all the same.
 	sctx, stop, err := deadline.Bind(ctx)
 	if err != nil {
 		return goneError(err)
@@ -381,7 +383,11 @@ func (s *Store) reserve(ctx context.Context, now int64, p *part) {
 // (the general script's probe mode): a layer that would admit reports its
 // standing, as in any denied decision. A failure is kept in p.err and wraps
 // floodgate.ErrStoreUnavailable: whatever happened to the command, a probe
-// writes nothing.
+// writes nothing. A probe not sent because its caller had gone (ctx is
+// decideSplit's bound context) also wraps context.Canceled, which
+// fallback does not count against the primary: with the command's error
+// kept as text only, a gone caller's denied split decision opened the
+// breaker of a healthy Redis (review16).
 func (s *Store) probe(ctx context.Context, now int64, p *part) {
 	if len(p.out) != len(p.layers) {
 		p.out = make([]floodgate.Result, len(p.layers))
@@ -395,7 +401,11 @@ func (s *Store) probe(ctx context.Context, now int64, p *part) {
 	if err == nil {
 		err = decodeResults(val, p.layers, p.out, nil)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled):
+		p.err = fmt.Errorf("%w: slot %d: asking the results of a part not reserved (its caller had gone): %w", floodgate.ErrStoreUnavailable, p.slot, context.Canceled)
+	default:
 		p.err = fmt.Errorf("%w: slot %d: asking the results of a part not reserved: %v", floodgate.ErrStoreUnavailable, p.slot, err)
 	}
 }

@@ -1,0 +1,161 @@
+package envoycompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/redistest"
+	"github.com/floodgate-rl/floodgate/internal/syncbuf"
+)
+
+// TestGoneCallerPartlyCountedRing: on a Ring (each counter a script call
+// of its own, incrEach) a request with a counter on each shard, whose
+// client goes once its first shard's counter is updated and while its
+// second waits for that shard's only pool connection (held by a live
+// caller, the shard paused for writes), fails with context.Canceled in
+// its error: it is neither a redis_error nor a "store error" line, as
+// docs/envoy.md says of a gone client. The partial-update error was
+// built with %v and dropped context.Canceled (review16): the request was
+// counted as redis_error and logged at ERROR. A part failing for Redis's
+// own reasons (OOM) is still both.
+func TestGoneCallerPartlyCountedRing(t *testing.T) {
+	srvA, srvB := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": srvA.Addr, "b": srvB.Addr},
+		PoolSize:              1,
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           -1,
+		PoolTimeout:           redistest.PoolTimeout,
+	})
+	t.Cleanup(func() { _ = ring.Close() })
+	adminA, adminB := srvA.Client(t), srvB.Client(t)
+	st := &RedisStore{Client: ring, Timeout: time.Minute}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	svc, err := NewService(Options{Store: st, Metrics: m, Now: func() time.Time { return fixedNow },
+		Log: slog.New(slog.NewTextHandler(logs, nil)), LogEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadStrings(t, false, hangupConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	ctx := context.Background()
+
+	// One value whose counter lies on each shard, each counting 1.
+	var onA, onB, keyA string
+	for i := 0; onA == "" || onB == ""; i++ {
+		if i == 100 {
+			t.Fatalf("no counters on both shards after %d values", i)
+		}
+		v := fmt.Sprint("k=v", i)
+		before := adminA.DBSize(ctx).Val()
+		if _, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, v)); err != nil {
+			t.Fatal(err)
+		}
+		switch after := adminA.DBSize(ctx).Val(); {
+		case after > before && onA == "":
+			onA = v
+			keys := adminA.Keys(ctx, "*").Val()
+			if len(keys) != 1 {
+				t.Fatalf("keys on shard a: %q, want one", keys)
+			}
+			keyA = keys[0]
+		case after == before && onB == "":
+			onB = v
+		}
+	}
+	var poolB *redis.Client
+	_ = ring.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == srvB.Addr {
+			poolB = c
+		}
+		return nil
+	})
+	if poolB == nil {
+		t.Fatal("no Ring shard for server b")
+	}
+
+	if err := adminB.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpaused := false
+	unpause := func() {
+		if !unpaused {
+			unpaused = true
+			if err := adminB.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer unpause()
+	live := make(chan error, 1)
+	go func() {
+		_, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, onB))
+		live <- err
+	}()
+	if !waitBlocked(t, adminB, 1) {
+		t.Fatal("the live caller's call never reached the paused shard")
+	}
+	goneCtx, hangUp := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	go func() {
+		_, err := svc.shouldRateLimit(goneCtx, "", req(t, "d", 1, onA, onB))
+		gone <- err
+	}()
+	waitUntil(t, "the request's counter on shard a is updated and its other waits for shard b's pool", func() bool {
+		return adminA.Get(ctx, keyA).Val() == "2" && poolB.PoolStats().PendingRequests >= 1
+	})
+	hangUp()
+	goneErr := <-gone
+	unpause()
+	if err := <-live; err != nil {
+		t.Errorf("live caller: %v", err)
+	}
+	if !errors.Is(goneErr, context.Canceled) {
+		t.Errorf("gone caller: err %v, want it to wrap context.Canceled", goneErr)
+	}
+	if !errors.Is(goneErr, floodgate.ErrIndeterminate) {
+		t.Errorf("gone caller: err %v, want ErrIndeterminate (one counter was updated)", goneErr)
+	}
+	if n := testutil.ToFloat64(m.redisError); n != 0 {
+		t.Errorf("redis_error counted %v for a client that went, want 0", n)
+	}
+	if strings.Contains(logs.String(), "store error") {
+		t.Errorf("a client that went was logged as a store error:\n%s", logs.String())
+	}
+
+	// Shard b refusing writes (OOM), the request's counter on a updated:
+	// a Redis failure, counted and logged.
+	if err := adminB.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := adminB.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.shouldRateLimit(ctx, "", req(t, "d", 1, onA, onB))
+	if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, context.Canceled) {
+		t.Errorf("shard b out of memory: err %v, want ErrIndeterminate, not context.Canceled", err)
+	}
+	if n := testutil.ToFloat64(m.redisError); n != 1 {
+		t.Errorf("redis_error counted %v for a request shard b refused, want 1", n)
+	}
+	if !strings.Contains(logs.String(), "ShouldRateLimit: store error") {
+		t.Errorf("a request shard b refused was not logged as a store error:\n%s", logs.String())
+	}
+}
