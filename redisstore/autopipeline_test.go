@@ -223,66 +223,87 @@ func TestAutoPipelinerOrphansBounded(t *testing.T) {
 // TestAutoPipelinerEarlyCancelOpensBreaker: on an AutoPipeliner (which
 // does not coalesce unless asked), callers that cancel early, one at a
 // time, on a stalled Redis open a fallback's breaker, as on a plain
-// client. The context that ends a call waiting for a pool connection
-// when its caller goes (deadline.Bind) made the wrapper return the
-// caller's cancellation at once, which the breaker does not count, while
-// the command queued ran all the same: the breaker stayed closed over 20
+// client, for a sliding log decision and for a decision split by slot.
+// The context that ends a call waiting for a pool connection when its
+// caller goes (deadline.Bind) made the wrapper return the caller's
+// cancellation at once, which the breaker does not count, while the
+// command queued ran all the same: the breaker stayed closed over 20
 // calls, and all 20 were charged when Redis woke (review16, 3 of 3).
 func TestAutoPipelinerEarlyCancelOpensBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	admin := srv.Client(t)
+	log, err := floodgate.NewSlidingLog("apcancel", 1000, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := floodgate.NewFixedWindow("apcancel-user", 1000, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	global, err := floodgate.NewFixedWindow("apcancel-global", 100_000, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, get := range map[string]func() (*redis.AutoPipeliner, error){
 		"blocking": c.AutoPipeline,
 		"deferred": c.AsyncAutoPipeline,
 	} {
-		t.Run(name, func(t *testing.T) {
-			ap, err := get()
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := New(ap, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			local, err := memstore.New(memstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			const threshold = 3
-			f, err := fallback.New(st, local, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: threshold}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(f.Close)
-			lim, err := floodgate.New(f, floodgate.Options{Prefix: "apcancel-" + name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := floodgate.NewSlidingLog("apcancel", 1000, time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			if _, err := lim.Allow(ctx, p, "warm"); err != nil { // loads the script
-				t.Fatal(err)
-			}
-			if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Do(ctx, "CLIENT", "UNPAUSE")
-			const most = 20
-			n := 0
-			for ; n < most && f.BreakerState() != fallback.BreakerOpen; n++ {
-				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-				early := time.AfterFunc(10*time.Millisecond, cancel)
-				_, _ = lim.Allow(cctx, p, fmt.Sprint("caller-", n))
-				early.Stop()
-				cancel()
-			}
-			if f.BreakerState() != fallback.BreakerOpen {
-				t.Fatalf("the breaker still %v after %d callers cancelling early on a stalled Redis (threshold %d)", f.BreakerState(), n, threshold)
-			}
-		})
+		for _, kind := range []string{"sliding log", "split"} {
+			t.Run(name+"/"+kind, func(t *testing.T) {
+				ap, err := get()
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := New(ap, Options{SlotCheck: SlotCheckOn})
+				if err != nil {
+					t.Fatal(err)
+				}
+				local, err := memstore.New(memstore.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				const threshold = 3
+				f, err := fallback.New(st, local, fallback.Options{Breaker: fallback.BreakerOptions{FailureThreshold: threshold}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(f.Close)
+				prefix := uniquePrefix(t)
+				decide := func(ctx context.Context, id string) error {
+					layers := []floodgate.Layer{{Policy: log, Key: floodgate.Key(prefix, log, id), Cost: 1}}
+					if kind == "split" {
+						layers = []floodgate.Layer{
+							{Policy: user, Key: floodgate.Key(prefix, user, id), Cost: 1},
+							{Policy: global, Key: floodgate.Key(prefix, global, "all"), Cost: 1},
+						}
+						if Slot(layers[0].Key) == Slot(layers[1].Key) {
+							layers[0].Key = floodgate.Key(prefix, user, id+"-x") // another slot
+						}
+					}
+					return f.Decide(ctx, time.Now().UnixMicro(), layers, make([]floodgate.Result, len(layers)))
+				}
+				ctx := context.Background()
+				if err := decide(ctx, "warm"); err != nil { // loads the script
+					t.Fatal(err)
+				}
+				if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+					t.Fatal(err)
+				}
+				defer admin.Do(ctx, "CLIENT", "UNPAUSE")
+				const most = 20
+				n := 0
+				for ; n < most && f.BreakerState() != fallback.BreakerOpen; n++ {
+					cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+					early := time.AfterFunc(10*time.Millisecond, cancel)
+					_ = decide(cctx, fmt.Sprint("caller-", n))
+					early.Stop()
+					cancel()
+				}
+				if f.BreakerState() != fallback.BreakerOpen {
+					t.Fatalf("the breaker still %v after %d callers cancelling early on a stalled Redis (threshold %d)", f.BreakerState(), n, threshold)
+				}
+			})
+		}
 	}
 }

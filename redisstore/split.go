@@ -12,7 +12,6 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
-	"github.com/floodgate-rl/floodgate/internal/deadline"
 	"github.com/floodgate-rl/floodgate/internal/luascript"
 	"github.com/redis/go-redis/v9"
 )
@@ -130,12 +129,12 @@ func (s *Store) decideSplit(ctx context.Context, now int64, layers []floodgate.L
 		lp = &parts[s.lastPart(parts)]
 	}
 	// The reservations (and the probe) are sent under sctx, which ends
-	// when the caller goes (deadline.Bind, see decideDirect): a part not
+	// when the caller goes (Store.bind, see decideDirect): a part not
 	// sent by then is not sent, nor is the probe, whose answer nobody
 	// would read (its error wraps context.Canceled, see probe). The
 	// releases are sent under ctx: what a gone caller's parts hold is
 	// given back all the same.
-	sctx, stop, err := deadline.Bind(ctx)
+	sctx, stop, err := s.bind(ctx)
 	if err != nil {
 		return goneError(err)
 	}
