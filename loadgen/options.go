@@ -265,9 +265,16 @@ type Options struct {
 	// RawGRPC.
 	GRPCClient GRPCClient
 	// Timeout bounds each request, measured by the load generator (no gRPC
-	// deadline is sent): a request still unanswered after Timeout is
-	// abandoned and counted as an error. Default 5s.
+	// deadline is sent; see GRPCDeadline): a request still unanswered
+	// after Timeout is abandoned and counted as an error. Default 5s.
 	Timeout time.Duration
+	// GRPCDeadline, when positive, is sent with each gRPC request as its
+	// deadline (the grpc-timeout header), as Envoy sends its rate limit
+	// filter's timeout (20 ms by default): the service sees it, and a
+	// Floodgate service ends its decision before it. Without it the
+	// service never learns how long the load generator waits. 0: none;
+	// gRPC targets only.
+	GRPCDeadline time.Duration
 	// HTTPClient sends HTTP requests. Default: for http targets, each
 	// worker speaks HTTP/1.1 itself on a keep-alive connection of its own
 	// (much cheaper than net/http's client for the load generator); for
@@ -387,6 +394,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Timeout < 0 {
 		return bad("timeout %v is negative", o.Timeout)
+	}
+	if o.GRPCDeadline < 0 {
+		return bad("gRPC deadline %v is negative", o.GRPCDeadline)
+	}
+	if o.GRPCDeadline > 0 && o.Mode != GRPC {
+		return bad("a gRPC deadline applies to gRPC targets only (grpc:// or grpcs://)")
 	}
 	return o, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2/hpack"
@@ -70,6 +71,9 @@ func newRawGRPCSender(o Options, host string, ids *identities, tlsConf *tls.Conf
 		{Name: "te", Value: "trailers"},
 		{Name: "user-agent", Value: "floodgate-loadgen"},
 	}
+	if o.GRPCDeadline > 0 {
+		s.fields = append(s.fields, hpack.HeaderField{Name: "grpc-timeout", Value: grpcTimeout(o.GRPCDeadline)})
+	}
 	// The first block of a connection carries every field as a literal.
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
@@ -87,6 +91,25 @@ func newRawGRPCSender(o Options, host string, ids *identities, tlsConf *tls.Conf
 		s.hits = protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), uint64(o.Cost))
 	}
 	return s, nil
+}
+
+// grpcTimeout is d as gRPC's grpc-timeout header writes it: at most
+// eight digits and a unit, the finest unit that holds d (rounded up, so
+// that the deadline sent is never shorter than d).
+func grpcTimeout(d time.Duration) string {
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{time.Nanosecond, "n"}, {time.Microsecond, "u"}, {time.Millisecond, "m"}, {time.Second, "S"}, {time.Minute, "M"}, {time.Hour, "H"}} {
+		n := d / u.unit
+		if d%u.unit != 0 {
+			n++
+		}
+		if n <= 99_999_999 {
+			return strconv.FormatInt(int64(n), 10) + u.name
+		}
+	}
+	return "99999999H"
 }
 
 // appendStringField appends field num of type string, omitted when empty

@@ -621,3 +621,76 @@ func TestRawGRPCNoStreamIsNotSent(t *testing.T) {
 		t.Errorf("report %+v, server saw %d requests", rep, headers.Load())
 	}
 }
+
+// TestGRPCDeadlineSent: with GRPCDeadline, both clients send it as the
+// request's deadline, and the service sees it (a handler waiting past it
+// answers DEADLINE_EXCEEDED, counted as an error); without it, none is
+// sent. --timeout alone never told the service how long the load
+// generator waits, so fault tests that meant to act as Envoy (20 ms)
+// saw a service spend its whole budget on each call (faults3).
+func TestGRPCDeadlineSent(t *testing.T) {
+	var withDeadline, without atomic.Int64
+	var longest atomic.Int64
+	_, target := grpcServer(t, rlsFunc{f: func(ctx context.Context, _ *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		d, ok := ctx.Deadline()
+		if !ok {
+			without.Add(1)
+			return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+		}
+		withDeadline.Add(1)
+		if left := int64(time.Until(d)); left > longest.Load() {
+			longest.Store(left)
+		}
+		<-ctx.Done() // the deadline passes: DEADLINE_EXCEEDED
+		return nil, ctx.Err()
+	}}, nil)
+	for _, c := range grpcClients {
+		withDeadline.Store(0)
+		without.Store(0)
+		rep, err := Run(context.Background(), Options{Target: target, Domain: "lg", GRPCClient: c, Concurrency: 2, Duration: time.Minute, MaxRequests: 10}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if without.Load() != 10 || withDeadline.Load() != 0 || rep.Errors != 0 {
+			t.Errorf("%v client without GRPCDeadline: %d requests with a deadline, %d without, %d errors; want none with one", c, withDeadline.Load(), without.Load(), rep.Errors)
+		}
+		without.Store(0)
+		longest.Store(0)
+		const deadline = 30 * time.Millisecond
+		rep, err = Run(context.Background(), Options{Target: target, Domain: "lg", GRPCClient: c, Concurrency: 2, Duration: time.Minute, MaxRequests: 10, GRPCDeadline: deadline}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withDeadline.Load() != 10 || without.Load() != 0 {
+			t.Errorf("%v client with GRPCDeadline: %d requests with a deadline, %d without; want all with one", c, withDeadline.Load(), without.Load())
+		}
+		if got := time.Duration(longest.Load()); got > deadline {
+			t.Errorf("%v client: the service saw %v left of a %v deadline", c, got, deadline)
+		}
+		if rep.Errors != 10 || !strings.Contains(rep.String(), "DeadlineExceeded") {
+			t.Errorf("%v client: %d errors, want 10 (DEADLINE_EXCEEDED):\n%s", c, rep.Errors, rep)
+		}
+	}
+	if _, err := Run(context.Background(), Options{Target: "http://127.0.0.1:1", GRPCDeadline: time.Second}, nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("GRPCDeadline on an HTTP target: %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestGRPCTimeoutHeader(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{20 * time.Millisecond, "20000000n"},
+		{99_999_999 * time.Nanosecond, "99999999n"},
+		{100 * time.Millisecond, "100000u"},
+		{time.Minute, "60000000u"},
+		{2 * time.Minute, "120000m"},
+		{1500 * time.Microsecond, "1500000n"},
+		{time.Duration(1<<63 - 1), "2562048H"},
+	} {
+		if got := grpcTimeout(c.d); got != c.want {
+			t.Errorf("grpcTimeout(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}

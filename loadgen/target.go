@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -365,9 +366,10 @@ func (s *grpcSender) worker() worker {
 	s.next++
 	entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: s.opts.IdentityKey}
 	return &grpcWorker{
-		conn:  conn,
-		ids:   s.ids,
-		entry: entry,
+		deadline: s.opts.GRPCDeadline,
+		conn:     conn,
+		ids:      s.ids,
+		entry:    entry,
 		req: &rlspb.RateLimitRequest{
 			Domain:      s.opts.Domain,
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}}},
@@ -397,10 +399,17 @@ type grpcWorker struct {
 	entry *ratelimitv3.RateLimitDescriptor_Entry
 	req   *rlspb.RateLimitRequest
 	resp  *rlspb.RateLimitResponse
+	// deadline is Options.GRPCDeadline: grpc-go sends the context's.
+	deadline time.Duration
 }
 
 func (w *grpcWorker) send(ctx context.Context, id int) (verdict, error) {
 	w.entry.Value = w.ids.string(id)
+	if w.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.deadline)
+		defer cancel()
+	}
 	if err := w.conn.Invoke(ctx, rlspb.RateLimitService_ShouldRateLimit_FullMethodName, w.req, w.resp); err != nil {
 		return verdict{}, err
 	}

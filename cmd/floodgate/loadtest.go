@@ -252,7 +252,8 @@ shells report it), after the report.
 	fl.Int64Var(&o.Cost, "cost", 1, fmt.Sprintf("cost of each request: 1..%d over HTTP, 1..%d over Envoy's APIs (hits_addend is a uint32)", loadgen.MaxCost(loadgen.HTTP), loadgen.MaxCost(loadgen.GRPC)))
 	fl.IntVar(&o.Connections, "connections", 0, fmt.Sprintf("gRPC connections the workers share (0: one per %d workers)", loadgen.WorkersPerConnection))
 	fl.StringVar(&grpcClient, "grpc-client", "raw", "gRPC client: raw (the load generator's own HTTP/2 client, cheapest) or grpc-go")
-	fl.DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long a request may wait for its answer before it counts as an error")
+	fl.DurationVar(&o.Timeout, "timeout", 5*time.Second, "how long a request may wait for its answer before it counts as an error (measured here; the service is not told: see --grpc-deadline)")
+	fl.DurationVar(&o.GRPCDeadline, "grpc-deadline", 0, "send each gRPC request with this deadline (grpc-timeout), as Envoy sends its filter's timeout (20ms by default), so that the service ends its decision in time (0: none)")
 	fl.StringVar(&expectAlg, "expect-algorithm", "", "algorithm of the limit each identity has, for the expected deny ratio (not quota: see --expected-deny-ratio)")
 	fl.Int64Var(&expectLimit, "expect-limit", 0, "limit each identity has (at least 1)")
 	fl.StringVar(&expectWin, "expect-window", "", "window of that limit (e.g. 1m)")
@@ -285,6 +286,7 @@ func checkLoadtestFlags(cmd *cobra.Command, o loadgen.Options) error {
 	}{
 		{"connections", mode == loadgen.GRPC, "gRPC targets only (HTTP workers each keep their own connection)"},
 		{"grpc-client", mode == loadgen.GRPC, "gRPC targets only (grpc:// or grpcs://)"},
+		{"grpc-deadline", mode == loadgen.GRPC, "gRPC targets only (grpc:// or grpcs://)"},
 		{"domain", mode != loadgen.HTTP, "gRPC and envoy-json targets only (the HTTP API takes --policy)"},
 		{"policy", mode == loadgen.HTTP, "the HTTP API only (gRPC and envoy-json take --domain)"},
 	} {

@@ -99,6 +99,8 @@ func TestLoadtestFlagErrors(t *testing.T) {
 		// Flags the target's API does not use, set explicitly: refused
 		// as --connections was, where they used to be ignored.
 		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--grpc-client", "grpc-go"}, "--grpc-client applies to gRPC targets only (grpc:// or grpcs://)"},
+		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--grpc-deadline", "20ms"}, "--grpc-deadline applies to gRPC targets only (grpc:// or grpcs://)"},
+		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--grpc-deadline", "-1s"}, "gRPC deadline -1s is negative"},
 		{[]string{"loadtest", "--mode", "envoy-json", "--grpc-client", "raw"}, "--grpc-client applies to gRPC targets only"},
 		{[]string{"loadtest", "--target", "http://127.0.0.1:1", "--domain", "edge"}, "--domain applies to gRPC and envoy-json targets only (the HTTP API takes --policy)"},
 		{[]string{"loadtest", "--target", "grpc://127.0.0.1:1", "--policy", "api"}, "--policy applies to the HTTP API only (gRPC and envoy-json take --domain)"},
