@@ -49,11 +49,15 @@ and report the rate achieved, allowed and denied counts, errors and latency
 percentiles. Over gRPC it calls with its own small HTTP/2 client
 (h2c, or h2 over TLS for grpcs://), which costs it a fraction of
 grpc-go's; --grpc-client grpc-go calls with grpc-go's client instead, to
-compare. --tls-ca-file, --tls-cert-file and --tls-key-file set the TLS of
+compare. --timeout is measured here and not sent; --grpc-deadline sends
+each gRPC request with a deadline, as Envoy sends its filter's timeout
+(20ms by default), for the service to end its decision in time.
+--tls-ca-file, --tls-cert-file and --tls-key-file set the TLS of
 https:// and grpcs:// targets (a service run with --tls-client-ca-file
 needs the certificate). A flag the target does not use is refused when
-set: --policy but for the HTTP API, --domain for it, --grpc-client and
---connections but for gRPC, --tls-* but for https:// and grpcs://.
+set: --policy but for the HTTP API, --domain for it, --grpc-client,
+--grpc-deadline and --connections but for gRPC, --tls-* but for
+https:// and grpcs://.
 
 With --expect-algorithm, --expect-limit and --expect-window describing the
 limit each identity has, the report also gives the share an exact limiter
