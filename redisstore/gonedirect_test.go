@@ -89,18 +89,7 @@ func goneDirect(t *testing.T, store *Store, layers []floodgate.Layer, pool func(
 	// A gone caller whose call was not sent returns at once (a hang-up
 	// reaches its call through context.AfterFunc): Redis resumes once they
 	// all did, or (they never do on the old code) after 10 s.
-	var goneErrs []error
-	timeout := time.After(10 * time.Second)
-wait:
-	for range gone {
-		select {
-		case err := <-goneDone:
-			goneErrs = append(goneErrs, err)
-		case <-timeout:
-			t.Errorf("%d of %d gone callers had not returned 10 s after they went, with Redis paused", gone-len(goneErrs), gone)
-			break wait
-		}
-	}
+	goneErrs := redistest.GoneErrors(t, goneDone, gone)
 	unpause()
 	wg.Wait()
 	close(liveErrs)
