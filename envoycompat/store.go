@@ -151,6 +151,13 @@ func (s *RedisStore) Incr(ctx context.Context, ops []*Op) error {
 				// The main server's counters were written: the request
 				// was not "certainly not applied" (an outside walk saw
 				// that said with the per-second server down).
+				if errors.Is(err, context.Canceled) {
+					// Not sent: the caller went while they waited
+					// (incrOn, incrEach keep context.Canceled only
+					// then), which the service counts as no Redis
+					// error (review17: counted as redis_error).
+					return fmt.Errorf("%w: the request's counters on the main Redis were updated, those of its per-second limits were not sent (their caller had gone): %w", floodgate.ErrIndeterminate, context.Canceled)
+				}
 				return fmt.Errorf("%w: the request's counters on the main Redis were updated, those of its per-second limits were not: %v", floodgate.ErrIndeterminate, err)
 			}
 			return err
@@ -250,20 +257,34 @@ func incrEach(ctx context.Context, c redis.UniversalClient, ops []*Op) error {
 	if err == nil {
 		return nil
 	}
-	failed, gone := 0, true
+	failed, dropped := 0, 0
+	var real []error // the failures that are not the caller's departure
 	for _, e := range errs {
 		if e != nil {
 			failed++
-			gone = gone && errors.Is(e, context.Canceled)
+			if errors.Is(e, context.Canceled) {
+				dropped++
+			} else {
+				real = append(real, e)
+			}
 		}
 	}
+	gone := len(real) == 0
 	if failed < len(ops) && !errors.Is(err, floodgate.ErrIndeterminate) {
 		if gone {
 			return fmt.Errorf("%w: %d of the request's %d counters were updated, the others were not sent (their caller had gone): %w", floodgate.ErrIndeterminate, len(ops)-failed, len(ops), context.Canceled)
 		}
 		return fmt.Errorf("%w: %d of the request's %d counters were updated, the others failed: %v", floodgate.ErrIndeterminate, len(ops)-failed, len(ops), err)
 	}
-	return err
+	if gone || dropped == 0 {
+		return err
+	}
+	// Some counters failed in Redis (refused, or sent and timed out) and
+	// others were dropped for a caller that went: the joined error wrapped
+	// context.Canceled, and the service took a Redis failure for a gone
+	// client, neither counted nor logged (review17). The error is the
+	// Redis failures', the dropped counters told in words.
+	return fmt.Errorf("%w (and %d of the request's counters were not sent: their caller had gone)", errors.Join(real...), dropped)
 }
 
 // Get implements Store.

@@ -555,7 +555,11 @@ func splitError(parts []part) error {
 				indeterminate = &floodgate.FailedKeyError{Key: p.layers[0].Key, Err: p.err}
 			}
 		case p.err != nil:
-			if unavailable == nil {
+			// A part Redis refused is named before one dropped for a
+			// caller that went: the first part's context.Canceled hid
+			// another's refusal (out of memory) from the breaker
+			// (review17).
+			if unavailable == nil || errors.Is(unavailable, context.Canceled) && !errors.Is(p.err, context.Canceled) {
 				unavailable = &floodgate.FailedKeyError{Key: p.layers[0].Key, Err: p.err}
 			}
 		case p.relErr != nil:
