@@ -3,7 +3,6 @@ package envoycompat
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -126,39 +125,9 @@ descriptors:
 // wrapped context.Canceled, and the service took the refusal for a gone
 // client, neither counted nor logged (review17, 2 of 2).
 func TestGoneCallerBesideRefusalCounted(t *testing.T) {
-	srvA, srvB := redistest.Start(t), redistest.Start(t)
-	ring := redis.NewRing(&redis.RingOptions{
-		Addrs:                 map[string]string{"a": srvA.Addr, "b": srvB.Addr},
-		PoolSize:              1,
-		ContextTimeoutEnabled: true,
-		ReadTimeout:           -1,
-		PoolTimeout:           redistest.PoolTimeout,
-	})
-	t.Cleanup(func() { _ = ring.Close() })
-	adminA, adminB := srvA.Client(t), srvB.Client(t)
-	svc, m, logs := goneMixedService(t, &RedisStore{Client: ring, Timeout: time.Minute}, hangupConfig)
+	r := newGoneRing(t)
+	svc, m, logs, adminA, adminB, onA, onB, poolB := r.svc, r.m, r.logs, r.adminA, r.adminB, r.onA, r.onB, r.poolB
 	ctx := context.Background()
-	var onA, onB string
-	for i := 0; onA == "" || onB == ""; i++ {
-		v := fmt.Sprint("k=v", i)
-		before := adminA.DBSize(ctx).Val()
-		if _, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, v)); err != nil {
-			t.Fatal(err)
-		}
-		switch after := adminA.DBSize(ctx).Val(); {
-		case after > before && onA == "":
-			onA = v
-		case after == before && onB == "":
-			onB = v
-		}
-	}
-	var poolB *redis.Client
-	_ = ring.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
-		if c.Options().Addr == srvB.Addr {
-			poolB = c
-		}
-		return nil
-	})
 	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
 		if err := adminA.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			t.Fatal(err)

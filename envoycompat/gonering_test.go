@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
@@ -29,67 +27,14 @@ import (
 // counted as redis_error and logged at ERROR. A part failing for Redis's
 // own reasons (OOM) is still both.
 func TestGoneCallerPartlyCountedRing(t *testing.T) {
-	srvA, srvB := redistest.Start(t), redistest.Start(t)
-	ring := redis.NewRing(&redis.RingOptions{
-		Addrs:                 map[string]string{"a": srvA.Addr, "b": srvB.Addr},
-		PoolSize:              1,
-		ContextTimeoutEnabled: true,
-		ReadTimeout:           -1,
-		PoolTimeout:           redistest.PoolTimeout,
-	})
-	t.Cleanup(func() { _ = ring.Close() })
-	adminA, adminB := srvA.Client(t), srvB.Client(t)
-	st := &RedisStore{Client: ring, Timeout: time.Minute}
-	m, err := NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncbuf.Buffer{}
-	svc, err := NewService(Options{Store: st, Metrics: m, Now: func() time.Time { return fixedNow },
-		Log: slog.New(slog.NewTextHandler(logs, nil)), LogEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := loadStrings(t, false, hangupConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.SetConfig(cfg)
+	r := newGoneRing(t)
+	svc, m, logs, adminA, adminB, onA, onB, poolB := r.svc, r.m, r.logs, r.adminA, r.adminB, r.onA, r.onB, r.poolB
 	ctx := context.Background()
-
-	// One value whose counter lies on each shard, each counting 1.
-	var onA, onB, keyA string
-	for i := 0; onA == "" || onB == ""; i++ {
-		if i == 100 {
-			t.Fatalf("no counters on both shards after %d values", i)
-		}
-		v := fmt.Sprint("k=v", i)
-		before := adminA.DBSize(ctx).Val()
-		if _, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, v)); err != nil {
-			t.Fatal(err)
-		}
-		switch after := adminA.DBSize(ctx).Val(); {
-		case after > before && onA == "":
-			onA = v
-			keys := adminA.Keys(ctx, "*").Val()
-			if len(keys) != 1 {
-				t.Fatalf("keys on shard a: %q, want one", keys)
-			}
-			keyA = keys[0]
-		case after == before && onB == "":
-			onB = v
-		}
+	keys := adminA.Keys(ctx, "d_k_"+strings.TrimPrefix(onA, "k=")+"_*").Val()
+	if len(keys) != 1 {
+		t.Fatalf("keys of %s on shard a: %q, want one", onA, keys)
 	}
-	var poolB *redis.Client
-	_ = ring.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
-		if c.Options().Addr == srvB.Addr {
-			poolB = c
-		}
-		return nil
-	})
-	if poolB == nil {
-		t.Fatal("no Ring shard for server b")
-	}
+	keyA := keys[0]
 
 	if err := adminB.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
 		t.Fatal(err)
@@ -148,7 +93,7 @@ func TestGoneCallerPartlyCountedRing(t *testing.T) {
 	if err := adminB.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = svc.shouldRateLimit(ctx, "", req(t, "d", 1, onA, onB))
+	_, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, onA, onB))
 	if !errors.Is(err, floodgate.ErrIndeterminate) || errors.Is(err, context.Canceled) {
 		t.Errorf("shard b out of memory: err %v, want ErrIndeterminate, not context.Canceled", err)
 	}
@@ -158,4 +103,59 @@ func TestGoneCallerPartlyCountedRing(t *testing.T) {
 	if !strings.Contains(logs.String(), "ShouldRateLimit: store error") {
 		t.Errorf("a request shard b refused was not logged as a store error:\n%s", logs.String())
 	}
+}
+
+// goneRing is a Ring of two servers, a and b, whose shards each have a
+// pool of one connection, with a Service on it (hangupConfig), and a
+// value of key k whose counter lies on each shard, each counted once.
+type goneRing struct {
+	svc            *Service
+	m              *Metrics
+	logs           *syncbuf.Buffer
+	adminA, adminB *redis.Client
+	onA, onB       string        // "k=v<n>" with its counter on shard a, b
+	poolB          *redis.Client // the Ring's client of shard b
+}
+
+// newGoneRing starts the servers and the Ring of a goneRing.
+func newGoneRing(t *testing.T) *goneRing {
+	t.Helper()
+	srvA, srvB := redistest.Start(t), redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs:                 map[string]string{"a": srvA.Addr, "b": srvB.Addr},
+		PoolSize:              1,
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           -1,
+		PoolTimeout:           redistest.PoolTimeout,
+	})
+	t.Cleanup(func() { _ = ring.Close() })
+	r := &goneRing{adminA: srvA.Client(t), adminB: srvB.Client(t)}
+	r.svc, r.m, r.logs = goneMixedService(t, &RedisStore{Client: ring, Timeout: time.Minute}, hangupConfig)
+	ctx := context.Background()
+	for i := 0; r.onA == "" || r.onB == ""; i++ {
+		if i == 100 {
+			t.Fatalf("no counters on both shards after %d values", i)
+		}
+		v := fmt.Sprint("k=v", i)
+		before := r.adminA.DBSize(ctx).Val()
+		if _, err := r.svc.shouldRateLimit(ctx, "", req(t, "d", 1, v)); err != nil {
+			t.Fatal(err)
+		}
+		switch after := r.adminA.DBSize(ctx).Val(); {
+		case after > before && r.onA == "":
+			r.onA = v
+		case after == before && r.onB == "":
+			r.onB = v
+		}
+	}
+	_ = ring.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == srvB.Addr {
+			r.poolB = c
+		}
+		return nil
+	})
+	if r.poolB == nil {
+		t.Fatal("no Ring shard for server b")
+	}
+	return r
 }

@@ -216,6 +216,16 @@ func TestGoneCallerNotSentSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	layers, unode, _ := splitLayers(t, cc)
+	admin := redis.NewClient(&redis.Options{Addr: unode.Options().Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	goneDirect(t, store, layers, unode.PoolStats, admin, poolSize)
+}
+
+// splitLayers returns two sliding log layers, a user's and a global one,
+// whose keys lie on two primaries of cc, and those primaries' clients.
+func splitLayers(t *testing.T, cc *redis.ClusterClient) (layers []floodgate.Layer, unode, gnode *redis.Client) {
+	t.Helper()
 	ctx := context.Background()
 	user, err := floodgate.NewSlidingLog("user", 100, time.Hour)
 	if err != nil {
@@ -227,22 +237,15 @@ func TestGoneCallerNotSentSplit(t *testing.T) {
 	}
 	prefix := uniquePrefix(t)
 	gk := floodgate.Key(prefix, global, "all")
-	gnode, err := cc.MasterForKey(ctx, gk)
-	if err != nil {
+	if gnode, err = cc.MasterForKey(ctx, gk); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		uk    string
-		unode *redis.Client
-	)
+	var uk string
 	for i := 0; unode == nil || unode == gnode; i++ {
 		uk = floodgate.Key(prefix, user, fmt.Sprint("u", i))
 		if unode, err = cc.MasterForKey(ctx, uk); err != nil {
 			t.Fatal(err)
 		}
 	}
-	admin := redis.NewClient(&redis.Options{Addr: unode.Options().Addr})
-	t.Cleanup(func() { _ = admin.Close() })
-	layers := []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: global, Key: gk, Cost: 1}}
-	goneDirect(t, store, layers, unode.PoolStats, admin, poolSize)
+	return []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: global, Key: gk, Cost: 1}}, unode, gnode
 }

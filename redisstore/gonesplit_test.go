@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -43,35 +42,13 @@ func TestSplitRefusalBesideGoneCallerCounted(t *testing.T) {
 		return fs
 	}
 	ctx := context.Background()
-	user, err := floodgate.NewSlidingLog("user", 100, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	global, err := floodgate.NewSlidingLog("global", 100, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := uniquePrefix(t)
-	gk := floodgate.Key(prefix, global, "all")
-	gnode, err := cc.MasterForKey(ctx, gk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var uk string
-	var unode *redis.Client
-	for i := 0; unode == nil || unode == gnode; i++ {
-		uk = floodgate.Key(prefix, user, fmt.Sprint("u", i))
-		if unode, err = cc.MasterForKey(ctx, uk); err != nil {
-			t.Fatal(err)
-		}
-	}
+	layers, unode, gnode := splitLayers(t, cc)
 	adminU := redis.NewClient(&redis.Options{Addr: unode.Options().Addr})
 	adminG := redis.NewClient(&redis.Options{Addr: gnode.Options().Addr})
 	t.Cleanup(func() { _ = adminU.Close(); _ = adminG.Close() })
 	// Part 0, the user's: its primary paused, its pool taken (dropped
 	// when the caller goes). Part 1, the global one: its primary out of
 	// memory (refused).
-	layers := []floodgate.Layer{{Policy: user, Key: uk, Cost: 1}, {Policy: global, Key: gk, Cost: 1}}
 	if err := rs.Decide(ctx, time.Now().UnixMicro(), layers, make([]floodgate.Result, 2)); err != nil {
 		t.Fatal(err)
 	}
