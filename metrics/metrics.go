@@ -337,6 +337,43 @@ func RegisterSplitReleaseFailures(reg prometheus.Registerer, count func() int64)
 	}, func() float64 { return float64(count()) }))
 }
 
+// Names of the metrics RegisterDenyCache registers.
+const (
+	DenyCacheAnswersMetric    = "floodgate_deny_cache_answers_total"
+	DenyCacheEntriesMetric    = "floodgate_deny_cache_entries"
+	DenyCacheEntriesMaxMetric = "floodgate_deny_cache_entries_max"
+)
+
+// RegisterDenyCache registers on reg the metrics of serve's cache of
+// denials (--deny-cache-entries, package denycache): the decisions it
+// answered without a Redis call (answered, denycache.Store.Saved), the
+// denials it holds (entries, denycache.Store.Len, read at each scrape)
+// and the most it holds (most).
+func RegisterDenyCache(reg prometheus.Registerer, answered func() uint64, entries func() int, most int) error {
+	if reg == nil || answered == nil || entries == nil {
+		return fmt.Errorf("%w: RegisterDenyCache needs a registerer and the answered and entries functions", ErrInvalidOptions)
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: DenyCacheAnswersMetric,
+			Help: "Decisions the cache of denials (serve --deny-cache-entries) answered without a Redis call: each a denial Redis would have repeated.",
+		}, func() float64 { return float64(answered()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: DenyCacheEntriesMetric,
+			Help: "Denials the cache holds, lapsed ones not yet evicted included.",
+		}, func() float64 { return float64(entries()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: DenyCacheEntriesMaxMetric,
+			Help: "The most denials the cache holds (--deny-cache-entries); a new one then evicts the least recently used.",
+		}, func() float64 { return float64(most) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // RedisRestartsMetric is the name of the counter RegisterRedisRestarts
 // registers.
 const RedisRestartsMetric = "floodgate_redis_restarts_total"

@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/denycache"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/buildinfo"
 	"github.com/floodgate-rl/floodgate/internal/connlimit"
@@ -56,6 +57,8 @@ type serveFlags struct {
 	redisStateFormat string
 	waitReplicas     int
 	waitTimeout      time.Duration
+	denyEntries      int           // --deny-cache-entries
+	denyMaxTTL       time.Duration // --deny-cache-max-ttl
 	prefix           string
 	adminToken       string
 	decisionTimeout  time.Duration
@@ -85,6 +88,7 @@ type serveFlags struct {
 	sec              securityFlags
 	tokenFromFlag    bool
 	waitTimeoutSet   bool     // --redis-wait-timeout given
+	denyMaxTTLSet    bool     // --deny-cache-max-ttl given
 	grpcTuned        []string // the gRPC listener's tuning flags given (gRPCTuning)
 }
 
@@ -141,6 +145,7 @@ over plain HTTP on an address of its own for them.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.tokenFromFlag = cmd.Flags().Changed("admin-token")
 			f.waitTimeoutSet = cmd.Flags().Changed("redis-wait-timeout")
+			f.denyMaxTTLSet = cmd.Flags().Changed("deny-cache-max-ttl")
 			for _, name := range gRPCTuning {
 				if cmd.Flags().Changed(name) {
 					f.grpcTuned = append(f.grpcTuned, "--"+name)
@@ -169,6 +174,8 @@ over plain HTTP on an address of its own for them.`,
 	fl.IntVar(&f.redisPool, "redis-pool", 0, "Redis connections per node (default: 10 per CPU)")
 	fl.DurationVar(&f.redisTimeout, "redis-timeout", time.Second, "read/write timeout of one Redis command (0: the default)")
 	fl.BoolVar(&f.redisCoalesce, "redis-coalesce", true, "coalesce concurrent decisions into one script call per Redis server (per primary with --redis-cluster, where a layered decision on one primary is then one atomic call); false sends every decision alone")
+	fl.IntVar(&f.denyEntries, "deny-cache-entries", 0, "cache the denials of up to this many keys in this process, so that the requests of an identity already over its limit are denied here, without a Redis call, until it may retry (at most --deny-cache-max-ttl): a flood from one identity then costs Redis one call per key and instance per --deny-cache-max-ttl. It never admits what Redis would deny; a reset made on another instance (or a key deleted in Redis) is seen here up to --deny-cache-max-ttl later (POST /admin/v1/reset on this instance drops its entries at once). About 300 bytes per entry besides its key. 0 (the default): off; at most 10000000")
+	fl.DurationVar(&f.denyMaxTTL, "deny-cache-max-ttl", defaultDenyMaxTTL, "the longest a cached denial answers (--deny-cache-entries), whatever its retry hint: 1ms..1h")
 	fl.StringVar(&f.redisStateFormat, "redis-state-format", "binary", "how the rate limits' states are written in Redis: binary (less work for Redis per decision) or text (readable by builds older than the binary format; set it on every upgraded instance during a rolling upgrade from such a build, then drop it). Both are always read")
 	fl.IntVar(&f.waitReplicas, "redis-wait-replicas", 0, "answer a quota or lease operation, and an admin write (tier assignment, reset, quota restore, login unlock), only once this many replicas of its Redis primary have it (Redis WAIT on the same connection), so that a failover cannot lose an operation already answered; one not confirmed within --redis-wait-timeout fails with 503 store-not-replicated (it was applied on the primary: retry a quota or lease operation with the same request_id; an admin write sent again is harmless), except one that wrote nothing a failover could lose, such as a quota check or reserve that does not fit or an acquire denied, answered as it is. 0 (the default) answers without waiting; rate limit decisions never wait")
 	fl.DurationVar(&f.waitTimeout, "redis-wait-timeout", replicawait.DefaultTimeout, "how long a quota or lease operation or an admin write waits for --redis-wait-replicas (0: the default)")
@@ -265,8 +272,11 @@ type backend struct {
 	// admin writes go through; nil without the flag.
 	waiting   *replicawait.Client
 	resetters []server.Resetter
-	ready     func(ctx context.Context) error
-	describe  string
+	// deny is --deny-cache-entries' cache in front of store; nil when
+	// off.
+	deny     *denycache.Store
+	ready    func(ctx context.Context) error
+	describe string
 }
 
 // splitReleaseLogEvery is the least time between two log lines of failed
@@ -495,6 +505,7 @@ func checkDurations(f *serveFlags) error {
 		{"--reload-interval", f.reloadInterval}, {"--redis-timeout", f.redisTimeout}, {"--decision-timeout", f.decisionTimeout},
 		{"--fallback-budget", f.fallbackBudget}, {"--clock-skew-warn", f.clockSkewWarn}, {"--drain-timeout", f.drainTimeout},
 		{"--read-timeout", f.readTimeout}, {"--write-timeout", f.writeTimeout}, {"--shutdown-delay", f.shutdownDelay},
+		{"--deny-cache-max-ttl", f.denyMaxTTL},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %v: must not be negative", d.flag, d.v)
@@ -585,6 +596,8 @@ const (
 var redisOnlyFlags = []string{
 	"redis-master", "redis-password-file", "redis-username", "redis-sentinel-password-file", "redis-sentinel-username", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file",
 	"redis-server-name", "redis-pool", "redis-timeout", "redis-state-format", "redis-coalesce", "redis-wait-replicas", "redis-wait-timeout", "instances", "fallback-factor",
+	// The in-memory store answers locally already.
+	"deny-cache-entries", "deny-cache-max-ttl",
 	"login-prefix",
 	// What serve does when Redis fails, and its clock's discipline to
 	// Redis's: in memory there is no Redis to fail or to read the time
@@ -628,6 +641,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		return err
 	}
 	if err := checkDurations(&f); err != nil {
+		return err
+	}
+	if err := checkDenyFlags(f); err != nil {
 		return err
 	}
 	if f.configFile != "" && f.configRedis {
@@ -719,6 +735,9 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	if b.client != nil {
 		defer b.client.Close()
 	}
+	if err := addDenyCache(f, b); err != nil {
+		return err
+	}
 	if b.redis != nil {
 		// Run before the client closes: the releases of split decisions
 		// sent in the background in the last second end first, so their
@@ -758,6 +777,11 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	}
 	if b.redis != nil {
 		if err := metrics.RegisterSplitReleaseFailures(reg, b.redis.ReleaseFailures); err != nil {
+			return err
+		}
+	}
+	if b.deny != nil {
+		if err := metrics.RegisterDenyCache(reg, b.deny.Saved, b.deny.Len, f.denyEntries); err != nil {
 			return err
 		}
 	}
@@ -1023,7 +1047,8 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 	log.Info("floodgate listening", append(append([]any{"addr", ln.Addr().String()}, buildAttrs(build)...),
 		"http_server", engine, "store", b.describe, "config", cfg.Source(),
 		"config_loaded", holder.Loaded(), "config_version", cfg.Version(), "policies", len(cfg.Policies()), "quotas", len(cfg.Quotas()),
-		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max())...)
+		"concurrency_limits", len(cfg.ConcurrencyLimits()), "admin", f.adminToken != "", "max_connections", conns.Max(),
+		"deny_cache_entries", f.denyEntries)...)
 	serveErr = srv.Serve(ctx, ln)
 	served = true
 	return serveErr
