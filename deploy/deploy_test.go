@@ -124,6 +124,10 @@ func families(t *testing.T, traffic bool) (serve, compat map[string]bool) {
 	if err := metrics.RegisterSplitReleaseFailures(reg, func() int64 { return 0 }); err != nil {
 		t.Fatal(err)
 	}
+	// serve on Redis with --deny-cache-entries: its cache of denials.
+	if err := metrics.RegisterDenyCache(reg, func() uint64 { return 0 }, func() int { return 0 }, 1); err != nil {
+		t.Fatal(err)
+	}
 	// serve on Redis: the Redis restarts (run_id changes) it noticed.
 	if err := metrics.RegisterRedisRestarts(reg, func(string) int64 { return 0 }); err != nil {
 		t.Fatal(err)
