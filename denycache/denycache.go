@@ -23,8 +23,12 @@
 // less. The package's differential test checks this against the bare store
 // with random traffic on one clock: same decisions, same reasons; a cached
 // RetryAfter can only be shorter (it is exact for the cost that was
-// denied, and a larger cost may need longer, as may a layer others
-// consumed since). The binding layer is the same but in one case: a
+// denied, and a larger cost may need longer, as may a layer that requests
+// through another cache, another instance's, consumed since). An
+// admission through this cache drops the entry of each key it decided:
+// a smaller cost admitted after a denial leaves the entry's Remaining and
+// RetryAfter untrue (an outside walk saw a cached Remaining of 5 where
+// the store said 0, and a retry hint 400 ms short). The binding layer is the same but in one case: a
 // layered denial binds the layer with the longest wait (floodgate.Outlasts),
 // and when a cached wait is shorter than the store's the cache may bind
 // another denying layer, whose wait is then no longer than the one the
@@ -260,8 +264,12 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	} else if err := s.next.Decide(ctx, now, layers, out); err != nil {
 		return err
 	}
+	admitted := true
+	for i := range out {
+		admitted = admitted && out[i].Allowed
+	}
 	for i, l := range layers {
-		s.learn(now, l, out[i])
+		s.learn(now, l, out[i], admitted)
 	}
 	return nil
 }
@@ -301,22 +309,30 @@ func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Resu
 }
 
 // learn remembers a layer the store denied on its own account, replacing
-// the key's older denial. Admissions are not learnt from: a remembered
-// denial the store contradicts can only come from a decision that raced
-// with it (covered decisions never reach the store), not from a reset.
-func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result) {
-	ent := &entry{key: l.Key, policy: l.Policy, cost: l.Cost, result: r, until: now + s.maxTTL}
+// the key's older denial. A decision admitted (all its layers, with
+// admitted true) drops its keys' denials: what it consumed makes an
+// entry's Remaining and RetryAfter untrue (its denial still holds, but
+// the next decision asks the store again). A layer that would have
+// admitted in a decision another layer denied leaves its entry as it is:
+// nothing was consumed.
+func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result, admitted bool) {
+	var retry int64
+	until := now + s.maxTTL
 	switch {
 	case r.Allowed:
+		if admitted && l.Cost > 0 {
+			s.Forget(l.Key)
+		}
 		return
 	case r.Reason == floodgate.ReasonLimited && r.RetryAfter > 0:
-		ent.retry = now + r.RetryAfter.Microseconds()
-		ent.until = min(ent.until, ent.retry)
+		retry = now + r.RetryAfter.Microseconds()
+		until = min(until, retry)
 	case r.Reason == floodgate.ReasonCostExceedsLimit:
 		// Permanent for this policy; bounded by MaxTTL.
 	default:
 		return // another layer's denial, or nothing to rely on
 	}
+	ent := &entry{key: l.Key, policy: l.Policy, cost: l.Cost, result: r, retry: retry, until: until}
 	sh := s.shardOf(l.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -389,3 +389,56 @@ func TestSkewUnderAdmits(t *testing.T) {
 		t.Fatalf("cache at T = t0+1s: %+v, want the store's admission", r)
 	}
 }
+
+// TestAdmissionDropsEntry: a smaller cost admitted after a denial drops
+// the key's cached denial, so that the next denial of the larger cost
+// comes from the store with its Remaining and RetryAfter, as a twin
+// limiter without the cache answers it. An outside walk (dcwalk) saw a
+// cached Remaining of 5 where the store said 0 (fixed window), and a
+// token bucket's retry hint about 400 ms shorter than the store's, which
+// a client waiting it was denied again at.
+func TestAdmissionDropsEntry(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []floodgate.Policy{
+		{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 50, Window: time.Hour},
+		{Name: "tb", Algorithm: floodgate.TokenBucket, Limit: 5, Window: 2 * time.Second, Burst: 15},
+	} {
+		t.Run(p.Name, func(t *testing.T) {
+			p := mustPolicy(t, p)
+			l, c, cnt := cached(t, newMem(t), Options{MaxTTL: time.Hour})
+			twin, err := floodgate.New(newMem(t), floodgate.Options{Prefix: "dc"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := t0
+			step := func(cost int64, wantAllowed bool, wantCalls int64) {
+				t.Helper()
+				before := cnt.calls.Load()
+				got, err := l.AllowAt(ctx, now, p, "u", cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := twin.AllowAt(ctx, now, p, "u", cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls := cnt.calls.Load() - before
+				if got.Allowed != wantAllowed || calls != wantCalls || got != want {
+					t.Fatalf("cost %d at +%v: %+v with %d store calls; want allowed=%v with %d calls, as the store alone: %+v",
+						cost, now.Sub(t0), got, calls, wantAllowed, wantCalls, want)
+				}
+			}
+			big := p.Capacity() - 5 // leaves 5
+			step(big, true, 1)
+			step(10, false, 1) // learnt
+			step(10, false, 0) // cached: as the store would answer
+			now = now.Add(450 * time.Millisecond)
+			step(1, true, 1)   // below the cached cost: the store admits it, and the entry goes
+			step(10, false, 1) // from the store again, with what the admission left
+			step(10, false, 0)
+			if c.Len() != 1 {
+				t.Errorf("%d entries, want 1", c.Len())
+			}
+		})
+	}
+}

@@ -364,7 +364,7 @@ func RegisterDenyCache(reg prometheus.Registerer, answered func() uint64, entrie
 		}, func() float64 { return float64(entries()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: DenyCacheEntriesMaxMetric,
-			Help: "The most denials the cache holds (--deny-cache-entries); a new one then evicts the least recently used.",
+			Help: "The most denials the cache holds (--deny-cache-entries), in shards that each evict their least recently used entry once full, so eviction can begin below it.",
 		}, func() float64 { return float64(most) }),
 	} {
 		if err := reg.Register(c); err != nil {
