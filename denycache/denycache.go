@@ -24,11 +24,12 @@
 // with random traffic on one clock: same decisions, same reasons; a cached
 // RetryAfter can only be shorter (it is exact for the cost that was
 // denied, and a larger cost may need longer, as may a layer that requests
-// through another cache, another instance's, consumed since). An
-// admission through this cache drops the entry of each key it decided:
-// a smaller cost admitted after a denial leaves the entry's Remaining and
-// RetryAfter untrue (an outside walk saw a cached Remaining of 5 where
-// the store said 0, and a retry hint 400 ms short). The binding layer is the same but in one case: a
+// through another cache, another instance's, consumed since). A layer
+// the store admits through this cache drops its key's entry: a smaller
+// cost admitted after a denial leaves the entry's Remaining and RetryAfter
+// untrue (an outside walk saw a cached Remaining of 5 where the store said
+// 0, and a retry hint 400 ms short). The binding layer is the same but in
+// one case: a
 // layered denial binds the layer with the longest wait (floodgate.Outlasts),
 // and when a cached wait is shorter than the store's the cache may bind
 // another denying layer, whose wait is then no longer than the one the
@@ -73,7 +74,8 @@
 //
 // What it cannot see: a denial lifted by a change outside the normal flow
 // (an administrator resetting a key). Forget drops a key's entry, and
-// Options.MaxTTL bounds how long any entry answers. A changed policy (a
+// Options.MaxTTL bounds how long any entry answers before a decision asks
+// the store again; its answer admitting drops the entry. A changed policy (a
 // new limit under the same name) never matches an entry of the old one.
 package denycache
 
@@ -101,8 +103,12 @@ type Options struct {
 	// recently used one, even while other shards have room. Default 10,000.
 	MaxEntries int
 	// MaxTTL is the longest a cached denial answers, whatever its
-	// RetryAfter, so that a reset made outside this process is noticed at
-	// most MaxTTL later. Default 10s; 1ms..floodgate.MaxWindow.
+	// RetryAfter, before a decision asks the store again: the first
+	// decision after it goes to the store, the others are answered from
+	// the entry, renewed for another MaxTTL, until the store's answer
+	// replaces it (a denial) or drops it (an admission). A reset made
+	// outside this process is so noticed within MaxTTL and one store call
+	// of the next decision. Default 10s; 1ms..floodgate.MaxWindow.
 	MaxTTL time.Duration
 	// Shards is the number of independently locked partitions, rounded up
 	// to a power of two, and lowered to MaxEntries when MaxEntries is
@@ -138,7 +144,7 @@ type entry struct {
 	cost   int64            // the cost that was denied
 	result floodgate.Result // as the store returned it
 	retry  int64            // when the denied cost fits again (Unix µs)
-	until  int64            // the entry answers while now < until: min(retry, learnt + MaxTTL)
+	until  int64            // the entry answers while now < until: min(retry, learnt or renewed + MaxTTL)
 }
 
 // New returns a Store caching the denials of next.
@@ -264,12 +270,8 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	} else if err := s.next.Decide(ctx, now, layers, out); err != nil {
 		return err
 	}
-	admitted := true
-	for i := range out {
-		admitted = admitted && out[i].Allowed
-	}
 	for i, l := range layers {
-		s.learn(now, l, out[i], admitted)
+		s.learn(now, l, out[i])
 	}
 	return nil
 }
@@ -277,27 +279,54 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // covers reports whether ent answers layer l at now: the same policy,
 // before the denial lapses, a cost at least the one denied, and, for a
 // limited (not oversized) denial, a cost within the policy's capacity, so
-// that the store's reason would be the same.
-func (ent *entry) covers(now int64, l floodgate.Layer) bool {
-	if now >= ent.until || l.Policy != ent.policy || l.Cost < ent.cost {
-		return false
+// that the store's reason would be the same. stale reports an entry that
+// would cover l but for its MaxTTL, while its denial still holds (before
+// its retry instant, or a cost above the capacity): see answer.
+func (ent *entry) covers(now int64, l floodgate.Layer) (ok, stale bool) {
+	if l.Policy != ent.policy || l.Cost < ent.cost {
+		return false, false
 	}
-	return ent.result.Reason != floodgate.ReasonLimited || l.Cost <= l.Policy.Capacity()
+	if ent.result.Reason == floodgate.ReasonLimited && l.Cost > l.Policy.Capacity() {
+		return false, false
+	}
+	if now < ent.until {
+		return true, false
+	}
+	return false, ent.retry == 0 || now < ent.retry
 }
 
 // answer fills out when every layer is covered. Layers' keys are looked up
 // one shard at a time; an entry lapsing in between only makes the answer
 // one that was true a moment earlier, like any answer already in flight.
+//
+// An entry past its MaxTTL whose denial still holds is renewed for
+// another MaxTTL by the first decision that finds it so, which goes on to
+// the store (answer returns false) while the decisions after it are
+// answered from the renewed entry: one decision per lapse asks the store
+// whether the key was reset, where every decision in flight used to (an
+// outside walk counted 50-60 per lapse at 64 callers on one identity).
+// Its answer replaces the entry (denied), or drops it (admitted: a reset).
 func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Result) bool {
 	for i, l := range layers {
 		sh := s.shardOf(l.Key)
 		sh.mu.Lock()
-		el, ok := sh.m[l.Key]
-		if !ok || !el.Value.(*entry).covers(now, l) {
+		el, found := sh.m[l.Key]
+		if !found {
 			sh.mu.Unlock()
 			return false
 		}
 		ent := el.Value.(*entry)
+		ok, stale := ent.covers(now, l)
+		if !ok {
+			if stale {
+				ent.until = now + s.maxTTL
+				if ent.retry != 0 {
+					ent.until = min(ent.until, ent.retry)
+				}
+			}
+			sh.mu.Unlock()
+			return false
+		}
 		sh.lru.MoveToFront(el)
 		out[i] = ent.result
 		if ent.result.Reason == floodgate.ReasonLimited {
@@ -309,18 +338,18 @@ func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Resu
 }
 
 // learn remembers a layer the store denied on its own account, replacing
-// the key's older denial. A decision admitted (all its layers, with
-// admitted true) drops its keys' denials: what it consumed makes an
-// entry's Remaining and RetryAfter untrue (its denial still holds, but
-// the next decision asks the store again). A layer that would have
-// admitted in a decision another layer denied leaves its entry as it is:
-// nothing was consumed.
-func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result, admitted bool) {
+// the key's older denial. A layer the store admitted (a smaller cost than
+// the entry's, or after a reset), or would have admitted in a decision
+// another layer denied, drops the key's denial: what an admission
+// consumed makes the entry's Remaining and RetryAfter untrue, and a layer
+// admitting a cost the entry covers says the entry is wrong (its key was
+// reset). The next decision asks the store again.
+func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result) {
 	var retry int64
 	until := now + s.maxTTL
 	switch {
 	case r.Allowed:
-		if admitted && l.Cost > 0 {
+		if l.Cost > 0 {
 			s.Forget(l.Key)
 		}
 		return

@@ -442,3 +442,76 @@ func TestAdmissionDropsEntry(t *testing.T) {
 		})
 	}
 }
+
+// gated holds the first decision that reaches the wrapped store once
+// armed, until open is closed, telling arrived; the others pass.
+type gated struct {
+	next    floodgate.Store
+	armed   atomic.Bool
+	arrived chan struct{}
+	open    chan struct{}
+}
+
+func (g *gated) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.arrived)
+		<-g.open
+	}
+	return g.next.Decide(ctx, now, layers, out)
+}
+
+// TestLapseAsksStoreOnce: once an entry's MaxTTL has passed while its
+// denial still holds, the first decision asks the store and the others,
+// while it is on its way, are answered from the entry: one store call per
+// lapse, where every decision in flight used to go (an outside walk
+// counted 50–60 per lapse at 64 callers flooding one identity). The
+// store's denial renews the entry; after a reset made outside the cache,
+// the store's admission of the next asker drops it.
+func TestLapseAsksStoreOnce(t *testing.T) {
+	ctx := context.Background()
+	mem := newMem(t)
+	g := &gated{next: mem, arrived: make(chan struct{}), open: make(chan struct{})}
+	l, c, cnt := cached(t, g, Options{MaxTTL: time.Second})
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour})
+	for i := range 3 {
+		if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, %v", i+1, r, err)
+		}
+	}
+	g.armed.Store(true)
+	lapsed := t0.Add(1500 * time.Millisecond)
+	asker := make(chan floodgate.Result)
+	go func() {
+		r, _ := l.AllowAt(ctx, lapsed, p, "u", 1)
+		asker <- r
+	}()
+	<-g.arrived // the asker is at the store, held there
+	before, saved := cnt.calls.Load(), c.Saved()
+	for range 50 {
+		if r, err := l.AllowAt(ctx, lapsed, p, "u", 1); err != nil || r.Allowed || r.RetryAfter != time.Hour-1500*time.Millisecond {
+			t.Fatalf("while the asker is at the store: %+v, %v; want the cached denial", r, err)
+		}
+	}
+	if calls := cnt.calls.Load() - before; calls != 0 || c.Saved()-saved != 50 {
+		t.Fatalf("50 decisions while the asker is at the store: %d store calls, %d answered from the cache; want 0 and 50", calls, c.Saved()-saved)
+	}
+	close(g.open)
+	if r := <-asker; r.Allowed {
+		t.Fatalf("the asker: %+v; want denied", r)
+	}
+
+	// A reset outside the cache: seen by the next asker after MaxTTL.
+	mem.Reset(l.Key(p, "u"))
+	later := lapsed.Add(500 * time.Millisecond)
+	if r, _ := l.AllowAt(ctx, later, p, "u", 1); r.Allowed {
+		t.Fatalf("within MaxTTL of the renewal: %+v; want the cached denial", r)
+	}
+	later = lapsed.Add(1100 * time.Millisecond)
+	before = cnt.calls.Load()
+	if r, _ := l.AllowAt(ctx, later, p, "u", 1); !r.Allowed || cnt.calls.Load()-before != 1 {
+		t.Fatalf("after MaxTTL and the reset: %+v with %d store calls; want admitted by the store", r, cnt.calls.Load()-before)
+	}
+	if c.Len() != 0 {
+		t.Errorf("%d entries after the store admitted the key, want 0", c.Len())
+	}
+}
