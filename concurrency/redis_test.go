@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -171,14 +171,14 @@ func TestRedisStalledAcquire(t *testing.T) {
 	if r, err := l.AcquireAt(ctx, time.Now(), "user:{1}"); err != nil || !r.Allowed {
 		t.Fatalf("first acquire: %+v, %v", r, err)
 	}
-	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(srv.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	resume := func() {
 		if !resumed {
 			resumed = true
-			_ = syscall.Kill(srv.Pid, syscall.SIGCONT)
+			_ = posix.Kill(srv.Pid, posix.SIGCONT)
 		}
 	}
 	t.Cleanup(resume)

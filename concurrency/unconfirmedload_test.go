@@ -5,11 +5,11 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/replicawait"
 )
@@ -35,10 +35,10 @@ func TestUnconfirmedReleasedUnderLoad(t *testing.T) {
 			t.Fatal("the replica did not connect")
 		}
 	}
-	if err := syscall.Kill(replica.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(replica.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(replica.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(replica.Pid, posix.SIGCONT) })
 	w, err := replicawait.New(c, replicawait.Options{Replicas: 1, Timeout: 200 * time.Millisecond, MaxConcurrent: 5})
 	if err != nil {
 		t.Fatal(err)

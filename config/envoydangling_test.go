@@ -4,10 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 // TestEnvoyDirDanglingLinkIsNamed: a descriptor file of an --envoy-config
@@ -87,7 +87,7 @@ func TestEnvoyDirNamedPipeIsRefused(t *testing.T) {
 	}
 	before := er.Load()
 	fifo := filepath.Join(t.TempDir(), "ff")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, step := range []string{"a named pipe", "a link to a named pipe"} {
@@ -95,7 +95,7 @@ func TestEnvoyDirNamedPipeIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		if step == "a named pipe" {
-			err = syscall.Mkfifo(b, 0o600)
+			err = posix.Mkfifo(b, 0o600)
 		} else {
 			err = os.Symlink(fifo, b)
 		}

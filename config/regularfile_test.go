@@ -5,9 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 // readWithin runs read and returns its result, failing the test if it has
@@ -47,7 +48,7 @@ func TestReadFileRefusesPipeAtOpen(t *testing.T) {
 	if err := os.WriteFile(good, []byte("version: \"1\"\npolicies: []\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(good, link); err != nil {
@@ -105,7 +106,7 @@ func TestReadFileRefusesPipeAtOpen(t *testing.T) {
 func TestNotRegularSaysWhy(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "pipe.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ path, want, not string }{

@@ -3,11 +3,11 @@ package config
 import (
 	"context"
 	"errors"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/replicawait"
 )
@@ -38,10 +38,10 @@ func TestSetTierWaitsForReplicas(t *testing.T) {
 		t.Fatalf("the replica's assignment once answered: %q, %v; want enterprise", got, err)
 	}
 
-	if err := syscall.Kill(replica.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(replica.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = syscall.Kill(replica.Pid, syscall.SIGCONT) }()
+	defer func() { _ = posix.Kill(replica.Pid, posix.SIGCONT) }()
 	for _, tier := range []string{"pro", ""} {
 		err := a.SetTier(ctx, "user", "42", tier)
 		if !errors.Is(err, replicawait.ErrNotReplicated) || !errors.Is(err, floodgate.ErrIndeterminate) {

@@ -3,12 +3,12 @@ package doctor
 import (
 	"context"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -28,8 +28,8 @@ func TestTiersOnAFrozenRedis(t *testing.T) {
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
-	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+	t.Cleanup(func() { _ = posix.Kill(srv.Pid, posix.SIGCONT) })
+	if err := posix.Kill(srv.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	r.check(GroupConfig, "tiers", func(ch *Check) { r.checkTiers(r.ctx, ch) })

@@ -6,12 +6,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/doctor"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -19,9 +19,9 @@ import (
 // registers its SIGCONT before the server's own cleanup stops it.
 func freeze(t *testing.T, srv *redistest.Server) func() {
 	t.Helper()
-	t.Cleanup(func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(srv.Pid, posix.SIGCONT) })
 	return func() {
-		if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+		if err := posix.Kill(srv.Pid, posix.SIGSTOP); err != nil {
 			t.Errorf("SIGSTOP: %v", err)
 		}
 	}

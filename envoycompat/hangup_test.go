@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -82,10 +82,10 @@ func hangupStore(t *testing.T) (*Service, *RedisStore, *redistest.Server) {
 // updates that were sent before the callers went, no more.
 func hangUpWhileStalled(t *testing.T, svc *Service, st *RedisStore, srv *redistest.Server, gone, returned *atomic.Int32, call func(ctx context.Context)) {
 	t.Helper()
-	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(srv.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(srv.Pid, posix.SIGCONT) })
 	ctx, cancel := context.WithCancel(context.Background())
 	for range hangupCallers {
 		go call(ctx)
@@ -96,7 +96,7 @@ func hangUpWhileStalled(t *testing.T, svc *Service, st *RedisStore, srv *rediste
 	})
 	cancel()
 	waitUntil(t, "the service has seen every caller go", func() bool { return gone.Load() == hangupCallers })
-	if err := syscall.Kill(srv.Pid, syscall.SIGCONT); err != nil {
+	if err := posix.Kill(srv.Pid, posix.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "every call has returned", func() bool { return returned.Load() == hangupCallers })

@@ -9,12 +9,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 func write(t *testing.T, path, data string) {
@@ -433,7 +434,7 @@ func TestRuntimeRefusesNamedPipe(t *testing.T) {
 		dir := filepath.Join(root, "rl", "config")
 		write(t, filepath.Join(dir, "a.yaml"), "domain: d\n")
 		fifo := filepath.Join(root, "ff")
-		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		if err := posix.Mkfifo(fifo, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if name == "pipe.yaml" {
@@ -472,7 +473,7 @@ func TestRuntimeRefusesNamedPipe(t *testing.T) {
 // re-walk: still running 16 s after SIGTERM).
 func TestReadLimitedDoesNotWaitOnPipe(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "b.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
@@ -632,7 +633,7 @@ func TestReloaderNamedPipeKeepsConfig(t *testing.T) {
 			svc, m := newMemService(t)
 			base := t.TempDir()
 			fifo := filepath.Join(base, "ff")
-			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			if err := posix.Mkfifo(fifo, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			for _, v := range []string{"v1", "v2"} {
@@ -708,7 +709,7 @@ func TestReloaderNamedPipeKeepsConfig(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(filepath.Join(dir, "config.yaml"), 0o600); err != nil {
+	if err := posix.Mkfifo(filepath.Join(dir, "config.yaml"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	svc, m := newMemService(t)

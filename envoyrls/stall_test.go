@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -84,10 +84,10 @@ func TestStalledRedisIsWaitedForOncePerRequest(t *testing.T) {
 		t.Fatalf("%v Redis failures on a healthy Redis", f)
 	}
 
-	if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(srv.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(srv.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(srv.Pid, posix.SIGCONT) })
 	start := time.Now()
 	resp := each.call(t, request("api", users("stalled")...))
 	took := time.Since(start)

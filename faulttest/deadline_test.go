@@ -3,11 +3,11 @@ package faulttest
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -18,10 +18,10 @@ import (
 func stopRedis(t *testing.T, srv *redistest.Server) (resume func()) {
 	t.Helper()
 	pid := srv.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	resume = func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+	resume = func() { _ = posix.Kill(pid, posix.SIGCONT) }
 	t.Cleanup(resume)
 	return resume
 }

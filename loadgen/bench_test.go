@@ -5,12 +5,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 // okRLS answers every ShouldRateLimit with OK and nothing else, so that
@@ -61,19 +62,18 @@ func startOKHTTP(b *testing.B, body string) string {
 func benchRun(b *testing.B, o Options) {
 	o.Concurrency, o.Duration, o.Identities, o.MaxRequests = 64, time.Hour, 10_000, int64(b.N)
 	b.ReportAllocs()
-	var before, after syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	before, _ := posix.CPUTime()
 	b.ResetTimer()
 	rep, err := Run(context.Background(), o, nil)
 	b.StopTimer()
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	after, _ := posix.CPUTime()
 	if err != nil {
 		b.Fatal(err)
 	}
 	if rep.Errors != 0 || rep.Sent != int64(b.N) {
 		b.Fatalf("sent %d of %d, %d errors: %v", rep.Sent, b.N, rep.Errors, rep.ErrorSamples)
 	}
-	cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
+	cpu := after - before
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 }
 

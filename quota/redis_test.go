@@ -5,12 +5,12 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/algo"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -392,14 +392,14 @@ func TestRedisStalledCheck(t *testing.T) {
 		if r, err := q.CheckAt(ctx, t0, "u", 1); err != nil || r.Used != 1 {
 			t.Fatalf("first check: %+v, %v", r, err)
 		}
-		if err := syscall.Kill(srv.Pid, syscall.SIGSTOP); err != nil {
+		if err := posix.Kill(srv.Pid, posix.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		resumed := false
 		resume := func() {
 			if !resumed {
 				resumed = true
-				_ = syscall.Kill(srv.Pid, syscall.SIGCONT)
+				_ = posix.Kill(srv.Pid, posix.SIGCONT)
 			}
 		}
 		t.Cleanup(resume)

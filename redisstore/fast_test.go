@@ -254,12 +254,12 @@ func TestFastScriptGuards(t *testing.T) {
 				"now negative":    with(0, -1),
 				"now too late":    with(0, int64(maxNow)+1),
 				"limit zero":      with(2, 0),
-				"limit too big":   with(2, floodgate.MaxLimit+1),
+				"limit too big":   with(2, int64(floodgate.MaxLimit)+1),
 				"limit nan":       with(2, "nan"),
 				"limit inf":       with(2, "inf"),
 				"cost negative":   with(6, -1),
 				"cost fraction":   with(6, 1.5),
-				"cost too big":    with(6, floodgate.MaxLimit+1),
+				"cost too big":    with(6, int64(floodgate.MaxLimit)+1),
 			}
 			switch alg {
 			case floodgate.Quota:
@@ -275,7 +275,7 @@ func TestFastScriptGuards(t *testing.T) {
 				bad["rate too fine"] = with(2, 10_000)
 				bad["rate too fine"][3] = 1000
 				bad["burst negative"] = with(4, -1)
-				bad["burst span"] = with(4, floodgate.MaxLimit)
+				bad["burst span"] = with(4, int64(floodgate.MaxLimit))
 			}
 			if alg == floodgate.GCRA {
 				bad["max delay negative"] = with(5, -1)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate"
 	"github.com/floodgate-rl/floodgate/concurrency"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/replicawait"
@@ -42,7 +43,7 @@ func newQuota(t *testing.T, c quota.Client, limit int64) *quota.Quota {
 
 func signal(t *testing.T, s *redistest.Server, sig syscall.Signal) {
 	t.Helper()
-	if err := syscall.Kill(s.Pid, sig); err != nil {
+	if err := posix.Kill(s.Pid, sig); err != nil {
 		t.Fatalf("signal %v to redis-server %d: %v", sig, s.Pid, err)
 	}
 }
@@ -94,11 +95,11 @@ func TestAnsweredOnceReplicated(t *testing.T) {
 		t.Fatalf("Reserve with the replica up = %+v, %v; want allowed, 100 reserved", r, err)
 	}
 
-	signal(t, replica, syscall.SIGSTOP)
+	signal(t, replica, posix.SIGSTOP)
 	stopped := true
 	defer func() {
 		if stopped {
-			signal(t, replica, syscall.SIGCONT)
+			signal(t, replica, posix.SIGCONT)
 		}
 	}()
 	_, err = q.Settle(ctx, "tenant-1", "req-1", 70)
@@ -115,7 +116,7 @@ func TestAnsweredOnceReplicated(t *testing.T) {
 		t.Fatalf("Reserve with the replica stopped: err = %v, want ErrNotReplicated", err)
 	}
 
-	signal(t, replica, syscall.SIGCONT)
+	signal(t, replica, posix.SIGCONT)
 	stopped = false
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -692,8 +693,8 @@ func TestNoScriptTooLateLoadsTheScript(t *testing.T) {
 	replica := redistest.StartReplica(t, primary)
 	c := redis.NewClient(&redis.Options{Addr: primary.Addr, ContextTimeoutEnabled: true, PoolSize: 1, PoolTimeout: redistest.PoolTimeout})
 	t.Cleanup(func() { _ = c.Close() })
-	signal(t, replica, syscall.SIGSTOP)
-	t.Cleanup(func() { signal(t, replica, syscall.SIGCONT) })
+	signal(t, replica, posix.SIGSTOP)
+	t.Cleanup(func() { signal(t, replica, posix.SIGCONT) })
 	ctx := context.Background()
 	if err := c.Set(ctx, "written-while-the-replica-lags", "x", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -787,11 +788,11 @@ func TestNoScriptAfterDeadlineLoadsTheScript(t *testing.T) {
 	}
 	q := newQuota(t, w, 1000)
 
-	signal(t, primary, syscall.SIGSTOP)
+	signal(t, primary, posix.SIGSTOP)
 	resumed := false
 	t.Cleanup(func() {
 		if !resumed {
-			signal(t, primary, syscall.SIGCONT)
+			signal(t, primary, posix.SIGCONT)
 		}
 	})
 	checkCtx, cancel := context.WithTimeout(ctx, time.Second)
@@ -802,7 +803,7 @@ func TestNoScriptAfterDeadlineLoadsTheScript(t *testing.T) {
 		done <- err
 	}()
 	<-checkCtx.Done()
-	signal(t, primary, syscall.SIGCONT)
+	signal(t, primary, posix.SIGCONT)
 	resumed = true
 	if err := <-done; !errors.Is(err, replicawait.ErrBusy) || !strings.Contains(err.Error(), "script loaded for the next calls") {
 		t.Fatalf("check whose NOSCRIPT came after its deadline: err = %v, want ErrBusy, the script loaded for the next calls", err)

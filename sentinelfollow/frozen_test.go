@@ -2,12 +2,12 @@ package sentinelfollow
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -31,10 +31,10 @@ func TestCheckDoesNotWaitForAFrozenSentinel(t *testing.T) {
 		t.Fatalf("Primary() = %q, want %s", got, s.Primary.Addr)
 	}
 	frozen := s.Sentinels[2]
-	if err := syscall.Kill(frozen.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(frozen.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = syscall.Kill(frozen.Pid, syscall.SIGCONT) }()
+	defer func() { _ = posix.Kill(frozen.Pid, posix.SIGCONT) }()
 	f.mu.Lock()
 	f.current = "" // so that the check below must decide again
 	f.mu.Unlock()
@@ -86,10 +86,10 @@ func TestLeftPrimariesSteerOnlyWhileCurrent(t *testing.T) {
 func TestDialMinorityWithTwoSentinelsFrozen(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	for _, i := range []int{0, 2} {
-		if err := syscall.Kill(s.Sentinels[i].Pid, syscall.SIGSTOP); err != nil {
+		if err := posix.Kill(s.Sentinels[i].Pid, posix.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = syscall.Kill(s.Sentinels[i].Pid, syscall.SIGCONT) })
+		t.Cleanup(func() { _ = posix.Kill(s.Sentinels[i].Pid, posix.SIGCONT) })
 	}
 	for _, minority := range []bool{false, true} {
 		c, f := NewClient(&redis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.SentinelAddrs})
@@ -144,7 +144,7 @@ func TestMajorityLeavesTheMinorityPrimary(t *testing.T) {
 	ctx := context.Background()
 	old := s.Primary.Addr
 	for _, i := range []int{0, 2} {
-		if err := syscall.Kill(s.Sentinels[i].Pid, syscall.SIGSTOP); err != nil {
+		if err := posix.Kill(s.Sentinels[i].Pid, posix.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -155,7 +155,7 @@ func TestMajorityLeavesTheMinorityPrimary(t *testing.T) {
 		}
 		thawed = true
 		for _, i := range []int{0, 2} {
-			_ = syscall.Kill(s.Sentinels[i].Pid, syscall.SIGCONT)
+			_ = posix.Kill(s.Sentinels[i].Pid, posix.SIGCONT)
 		}
 	}
 	t.Cleanup(thaw)

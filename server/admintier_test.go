@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/internal/syncbuf"
 	"github.com/floodgate-rl/floodgate/server"
@@ -270,10 +270,10 @@ func TestSetTierSaysWhetherStored(t *testing.T) {
 		t.Errorf("tier with Redis refusing connections: %d %+v; want 503 store-unavailable saying nothing was stored", r.status, p)
 	}
 
-	if err := syscall.Kill(stalled.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(stalled.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = syscall.Kill(stalled.Pid, syscall.SIGCONT) }()
+	defer func() { _ = posix.Kill(stalled.Pid, posix.SIGCONT) }()
 	r = eSlow.do("POST", "/admin/v1/tier", testToken, `{"dimension":"user","value":"u1","tier":"pro"}`)
 	if p := problemOf(t, r); r.status != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, ":store-unavailable") ||
 		!strings.Contains(p.Detail, "it may have been applied") {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -113,10 +113,10 @@ func TestBatchWaitsForAStalledRedisOnce(t *testing.T) {
 		t.Fatalf("%v Redis failures on a healthy Redis", f)
 	}
 
-	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(rs.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(rs.Pid, posix.SIGCONT) })
 	for i, e := range engines {
 		before := failures()
 		start := time.Now()

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/floodgate-rl/floodgate/config"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/server"
@@ -97,11 +97,11 @@ func TestLeaseWorkloadKeepsTheBreakerClosed(t *testing.T) {
 		}
 		// One acquire with Redis stopped: it times out and counts one
 		// failure toward opening the breaker.
-		if err := syscall.Kill(rig.rs.Pid, syscall.SIGSTOP); err != nil {
+		if err := posix.Kill(rig.rs.Pid, posix.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		r := acquire()
-		if err := syscall.Kill(rig.rs.Pid, syscall.SIGCONT); err != nil {
+		if err := posix.Kill(rig.rs.Pid, posix.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		if r.status != http.StatusServiceUnavailable {
@@ -207,10 +207,10 @@ func (e *env) scrapeLine(series string) string {
 // from 17 to 279.
 func TestLeaseReleasesWithBreakerOpenAreBounded(t *testing.T) {
 	rig := startLeaseRig(t, 300*time.Millisecond)
-	if err := syscall.Kill(rig.rs.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(rig.rs.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(rig.rs.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(rig.rs.Pid, posix.SIGCONT) })
 	for i := range 12 {
 		rig.post("/v1/concurrency/acquire", server.AcquireRequest{Limiter: "jobs", Identity: id("user", fmt.Sprint("o", i))})
 	}

@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-rl/floodgate/concurrency"
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/replicawait"
 	"github.com/floodgate-rl/floodgate/server"
@@ -73,10 +73,10 @@ func TestLeasesUnderWaitReplicasWithReplicaStopped(t *testing.T) {
 		}
 		held = append(held, a.LeaseID)
 	}
-	if err := syscall.Kill(replica.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(replica.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(replica.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(replica.Pid, posix.SIGCONT) })
 
 	r := e.post("/v1/concurrency/acquire", server.AcquireRequest{Limiter: "short2", Identity: u})
 	var denied server.AcquireResponse

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/quota"
 	"github.com/floodgate-rl/floodgate/replicawait"
@@ -55,10 +55,10 @@ func TestQuotaDenialsUnderWaitReplicasWithReplicaStopped(t *testing.T) {
 	if status, r := e.quotaCall("/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u, Cost: ptr(90)}); status != 200 || !r.Allowed {
 		t.Fatalf("check 90 with the replica up: %d %+v", status, r)
 	}
-	if err := syscall.Kill(replica.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(replica.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(replica.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(replica.Pid, posix.SIGCONT) })
 
 	r := e.post("/v1/quota/check", server.QuotaCheckRequest{Quota: "hundred", Identity: u, Cost: ptr(5)})
 	if p := problemOf(t, r); r.status != http.StatusServiceUnavailable || p.Type != server.ProblemTypePrefix+"store-not-replicated" {

@@ -5,10 +5,10 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
 	"github.com/redis/go-redis/v9"
@@ -29,10 +29,10 @@ func TestClusterReadyNamesTheStalledNode(t *testing.T) {
 		t.Fatalf("healthy cluster: %v", err)
 	}
 	stalled := c.Nodes[2]
-	if err := syscall.Kill(stalled.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(stalled.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(stalled.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(stalled.Pid, posix.SIGCONT) })
 	// Several checks (the node a reload asks is chosen at random), all
 	// within the cluster's node timeout (5 s): after it, the healthy
 	// primaries mark the stalled one failed and report cluster_state:fail

@@ -4,13 +4,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-rl/floodgate/config"
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/redisstore"
 	"github.com/floodgate-rl/floodgate/server"
@@ -58,10 +58,10 @@ func TestStalledStoreFailureNamesTheOperation(t *testing.T) {
 	if idle := client.PoolStats().IdleConns; idle < 8 {
 		t.Fatalf("%d connections ready, want 8", idle)
 	}
-	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(rs.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(rs.Pid, posix.SIGCONT) })
 
 	tests := []struct {
 		path      string

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -22,10 +22,10 @@ import (
 // the test ends.
 func stallRedis(t *testing.T, rs *redistest.Server) {
 	t.Helper()
-	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(rs.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = posix.Kill(rs.Pid, posix.SIGCONT) })
 }
 
 // TestServeStalledRedisIsWaitedForOncePerRequest: with Redis stalled

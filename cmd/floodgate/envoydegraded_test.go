@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -170,10 +170,10 @@ func TestServeGRPCAnswersBeforeCallerDeadlineWhenRedisStalls(t *testing.T) {
 		d, err := call("warm", 10*time.Second)
 		return err == nil && d == ""
 	})
-	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(rs.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	resume := func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) }
+	resume := func() { _ = posix.Kill(rs.Pid, posix.SIGCONT) }
 	t.Cleanup(resume)
 	const calls = 20
 	answered := 0

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 // TestEnvoyCompatRefusesMissingRuntimeDirectory: with
@@ -71,7 +73,7 @@ func TestEnvoyCompatSIGTERMWithRuntimeFileSwappedToFIFO(t *testing.T) {
 	if err := os.WriteFile(regular, []byte(strings.ReplaceAll(limit, "%s", "b")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	link := filepath.Join(dir, "b.yaml")

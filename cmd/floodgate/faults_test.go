@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/server"
 )
@@ -359,10 +360,10 @@ func TestServeTierLookupSharesTheFallbackBudget(t *testing.T) {
 		return server.CheckRequest{Policy: "api", Identity: map[string]string{"user": user}}
 	}
 	waitCentral(t, svc.url, api("warm"))
-	if err := syscall.Kill(rs.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(rs.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	resume := func() { _ = syscall.Kill(rs.Pid, syscall.SIGCONT) }
+	resume := func() { _ = posix.Kill(rs.Pid, posix.SIGCONT) }
 	t.Cleanup(resume)
 	const errorsTotal = "rate_limit_redis_errors_total"
 	for i := range 2 {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 // TestServeRefusesFIFOConfig: serve --config of a named pipe (mkfifo,
@@ -18,7 +20,7 @@ import (
 // start and then reject the pipe's empty second read every second.
 func TestServeRefusesFIFOConfig(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "ff.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -51,7 +53,7 @@ func TestServeConfigReplacedByFIFO(t *testing.T) {
 	if err := os.WriteFile(good, []byte("version: \"f1\"\npolicies:\n  - name: api\n    layers:\n      - {name: u, algorithm: fixed_window, limit: 5, window: 1m, dimension: user}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(good, link); err != nil {

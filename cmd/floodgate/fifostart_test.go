@@ -7,10 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 )
 
@@ -27,7 +27,7 @@ func TestServeRefusesPipesAtStart(t *testing.T) {
 	a := redistest.GenerateTLS(t)
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "ff")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	link := filepath.Join(dir, "c.pem")
@@ -83,7 +83,7 @@ func TestServeRefusesPipesAtStart(t *testing.T) {
 func TestServePipeKeyIsNotWarnedAboutItsMode(t *testing.T) {
 	a := redistest.GenerateTLS(t)
 	fifo := filepath.Join(t.TempDir(), "p.key")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(fifo, 0o644); err != nil {

@@ -11,10 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/loginguard"
 )
@@ -196,13 +196,13 @@ func TestServeWaitReplicasAdmin(t *testing.T) {
 		return err == nil && n == m
 	})
 
-	if err := syscall.Kill(replica.Pid, syscall.SIGSTOP); err != nil {
+	if err := posix.Kill(replica.Pid, posix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := true
 	defer func() {
 		if stopped {
-			_ = syscall.Kill(replica.Pid, syscall.SIGCONT)
+			_ = posix.Kill(replica.Pid, posix.SIGCONT)
 		}
 	}()
 	notReplicated := func(what string, code int, body, says string) {
@@ -247,7 +247,7 @@ func TestServeWaitReplicasAdmin(t *testing.T) {
 		t.Errorf("unlock audit lines: %v; want one with replicated false, cleared_account true", a)
 	}
 
-	if err := syscall.Kill(replica.Pid, syscall.SIGCONT); err != nil {
+	if err := posix.Kill(replica.Pid, posix.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	stopped = false

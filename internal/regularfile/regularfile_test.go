@@ -5,9 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
+	"github.com/floodgate-rl/floodgate/internal/posix"
 	"github.com/floodgate-rl/floodgate/internal/regularfile"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestOpenRefusesPipeUnread(t *testing.T) {
 	dir := t.TempDir()
 	fifo, link, file := filepath.Join(dir, "ff"), filepath.Join(dir, "link"), filepath.Join(dir, "a.pem")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+	if err := posix.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(fifo, link); err != nil {

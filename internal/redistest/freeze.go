@@ -1,10 +1,9 @@
-//go:build unix
-
 package redistest
 
 import (
-	"syscall"
 	"testing"
+
+	"github.com/floodgate-rl/floodgate/internal/posix"
 )
 
 // FreezeSentinels stops every sentinel of s (SIGSTOP: their connections
@@ -15,12 +14,12 @@ func (s *Sentinel) FreezeSentinels(t testing.TB) (thaw func()) {
 	t.Helper()
 	thaw = func() {
 		for _, n := range s.Sentinels {
-			_ = syscall.Kill(n.Pid, syscall.SIGCONT)
+			_ = posix.Kill(n.Pid, posix.SIGCONT)
 		}
 	}
 	t.Cleanup(thaw)
 	for _, n := range s.Sentinels {
-		if err := syscall.Kill(n.Pid, syscall.SIGSTOP); err != nil {
+		if err := posix.Kill(n.Pid, posix.SIGSTOP); err != nil {
 			thaw()
 			t.Fatalf("redistest: stopping sentinel %s (pid %d): %v", n.Addr, n.Pid, err)
 		}
