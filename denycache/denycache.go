@@ -6,10 +6,10 @@
 // for that key and policy, the cost c that was denied and the instant
 // T = now + RetryAfter until which that cost cannot fit. A later decision
 // before T in which every layer is covered by such a denial (same policy,
-// a cost of at least c, and for a limited layer no more than the policy's
-// capacity) is denied locally: each layer gets its remembered result with
-// RetryAfter recomputed as T − now (however long MaxTTL lets the entry
-// answer), and Saved counts one round trip saved.
+// and the cost c, or any cost of at least c when c was denied as above
+// the policy's capacity) is denied locally: each layer gets its
+// remembered result with RetryAfter recomputed as T − now (however long
+// MaxTTL lets the entry answer), and Saved counts one round trip saved.
 //
 // Why this never admits what the store would deny: the cache only ever
 // answers with denials; everything else goes to the store. Since a denied
@@ -20,11 +20,12 @@
 // also one the store would repeat: until T, a layer's room for its key can
 // only shrink (other requests consume, a denied request consumes nothing,
 // and time has not yet freed enough for c), and a larger cost fits even
-// less. The package's differential test checks this against the bare store
-// with random traffic on one clock: same decisions, same reasons; a cached
-// RetryAfter can only be shorter (it is exact for the cost that was
-// denied, and a larger cost may need longer, as may a layer that requests
-// through another cache, another instance's, consumed since). A layer
+// less (but may need a longer wait, so a limited denial answers its own
+// cost only). The package's differential test checks this against the
+// bare store with random traffic on one clock: same decisions, same
+// reasons; a cached RetryAfter can only be shorter (it is exact for the
+// cost that was denied, but for a layer that requests through another
+// cache, another instance's, consumed since). A layer
 // the store admits through this cache drops its key's entry: a smaller
 // cost admitted after a denial leaves the entry's Remaining and RetryAfter
 // untrue (an outside walk saw a cached Remaining of 5 where the store said
@@ -125,6 +126,10 @@ type Store struct {
 	shards []shard
 	maxTTL int64 // µs
 	saved  atomic.Uint64
+	// admits counts, by key hash, the admissions the store made through
+	// the cache and the keys Forget dropped: a denial the store gave
+	// before one of its key's slot is not learnt (see learn).
+	admits [admitSlots]atomic.Uint64
 	// degrades says next's decisions may be taken by a failure mode (a
 	// fallback.Store, or a store wrapping one), which are not cached.
 	degrades bool
@@ -136,6 +141,11 @@ type shard struct {
 	lru    list.List                // front = most recently used
 	perCap int                      // entries before the least recently used is evicted
 }
+
+// admitSlots is the number of counters of admissions and resets (Store.
+// admits), a power of two: 32 KiB, so that keys decided at the same time
+// rarely share one.
+const admitSlots = 4096
 
 // entry is the last denial of one key on its own account.
 type entry struct {
@@ -212,10 +222,22 @@ func (s *Store) Forget(key string) {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	s.admitted(key)
 	if el, ok := sh.m[key]; ok {
 		sh.lru.Remove(el)
 		delete(sh.m, key)
 	}
+}
+
+// admitted counts an admission or a reset of key in its slot of admits,
+// before its entry is dropped.
+func (s *Store) admitted(key string) {
+	s.admits[maphash.String(s.seed, key)&(admitSlots-1)].Add(1)
+}
+
+// admitsOf returns the count of key's slot of admits.
+func (s *Store) admitsOf(key string) uint64 {
+	return s.admits[maphash.String(s.seed, key)&(admitSlots-1)].Load()
 }
 
 func (s *Store) shardOf(key string) *shard {
@@ -251,6 +273,13 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		s.saved.Add(1)
 		return nil
 	}
+	// Each layer's count of admissions before the store decides: a
+	// denial it gives may predate an admission or a reset that this
+	// decision would otherwise learn it after.
+	var admits [floodgate.MaxLayers]uint64
+	for i, l := range layers {
+		admits[i] = s.admitsOf(l.Key)
+	}
 	if s.degrades {
 		// Told by the fallback store whether its failure mode decided,
 		// in a Record of this decision's own (the caller's may hold
@@ -271,22 +300,24 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		return err
 	}
 	for i, l := range layers {
-		s.learn(now, l, out[i])
+		s.learn(now, l, out[i], admits[i])
 	}
 	return nil
 }
 
 // covers reports whether ent answers layer l at now: the same policy,
-// before the denial lapses, a cost at least the one denied, and, for a
-// limited (not oversized) denial, a cost within the policy's capacity, so
-// that the store's reason would be the same. stale reports an entry that
+// before the denial lapses, and the cost denied, or for a cost above the
+// policy's capacity any cost at least that one (a larger cost would be
+// denied too, but its wait can be longer than the entry's: a review saw
+// a cost of 8 told the wait of a cost of 1, 10 s where the store said
+// 80 s). stale reports an entry that
 // would cover l but for its MaxTTL, while its denial still holds (before
 // its retry instant, or a cost above the capacity): see answer.
 func (ent *entry) covers(now int64, l floodgate.Layer) (ok, stale bool) {
 	if l.Policy != ent.policy || l.Cost < ent.cost {
 		return false, false
 	}
-	if ent.result.Reason == floodgate.ReasonLimited && l.Cost > l.Policy.Capacity() {
+	if ent.result.Reason == floodgate.ReasonLimited && l.Cost != ent.cost {
 		return false, false
 	}
 	if now < ent.until {
@@ -342,16 +373,20 @@ func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Resu
 // the entry's, or after a reset), or would have admitted in a decision
 // another layer denied, drops the key's denial: what an admission
 // consumed makes the entry's Remaining and RetryAfter untrue, and a layer
-// admitting a cost the entry covers says the entry is wrong (its key was
-// reset). The next decision asks the store again.
-func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result) {
+// admitting says the entry may be wrong (its key was reset). The next
+// decision asks the store again. A denial is not learnt when its key's
+// slot of admits has counted an admission or a reset since before the
+// store decided (admits, the count then): the store may have decided it
+// before that admission, whose learn ran first (a review saw 3 of 40
+// concurrent pairs cache a denial from before an admission); another key
+// sharing the slot only costs a denial not learnt. A peek's denial (cost
+// 0) is learnt as a cost of 1, which its result describes.
+func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result, admits uint64) {
 	var retry int64
 	until := now + s.maxTTL
 	switch {
 	case r.Allowed:
-		if l.Cost > 0 {
-			s.Forget(l.Key)
-		}
+		s.Forget(l.Key)
 		return
 	case r.Reason == floodgate.ReasonLimited && r.RetryAfter > 0:
 		retry = now + r.RetryAfter.Microseconds()
@@ -361,10 +396,13 @@ func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result) {
 	default:
 		return // another layer's denial, or nothing to rely on
 	}
-	ent := &entry{key: l.Key, policy: l.Policy, cost: l.Cost, result: r, retry: retry, until: until}
+	ent := &entry{key: l.Key, policy: l.Policy, cost: max(l.Cost, 1), result: r, retry: retry, until: until}
 	sh := s.shardOf(l.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if s.admitsOf(l.Key) != admits {
+		return
+	}
 	if el, ok := sh.m[l.Key]; ok {
 		el.Value = ent
 		sh.lru.MoveToFront(el)

@@ -356,7 +356,7 @@ func RegisterDenyCache(reg prometheus.Registerer, answered func() uint64, entrie
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: DenyCacheAnswersMetric,
-			Help: "Decisions the cache of denials (serve --deny-cache-entries) answered without a Redis call: each a denial Redis would have repeated.",
+			Help: "Decisions the cache of denials (serve --deny-cache-entries) answered without a Redis call, each a denial Redis would have repeated: one per check or ShouldRateLimit call, one per descriptor with --envoy-count-each-descriptor.",
 		}, func() float64 { return float64(answered()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: DenyCacheEntriesMetric,
