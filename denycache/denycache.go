@@ -22,7 +22,8 @@
 // and time has not yet freed enough for c), and a larger cost fits even
 // less (but may need a longer wait, so a limited denial answers its own
 // cost only). The package's differential test checks this against the
-// bare store with random traffic on one clock: same decisions, same
+// bare store with random traffic on one clock (which moves forward in
+// most steps, back in some, within the bound below): same decisions, same
 // reasons; a cached RetryAfter can only be shorter (it is exact for the
 // cost that was denied, but for a layer that requests through another
 // cache, another instance's, consumed since). A layer
@@ -83,6 +84,7 @@ package denycache
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -107,9 +109,11 @@ type Options struct {
 	// RetryAfter, before a decision asks the store again: the first
 	// decision after it goes to the store, the others are answered from
 	// the entry, renewed for another MaxTTL, until the store's answer
-	// replaces it (a denial) or drops it (an admission). A reset made
+	// replaces it (a denial) or drops it (an admission); when that
+	// decision gets no answer from the store (an error, or a failure
+	// mode's decision), the entry lapses again for the next. A reset made
 	// outside this process is so noticed within MaxTTL and one store call
-	// of the next decision. Default 10s; 1ms..floodgate.MaxWindow.
+	// of the next decision answered. Default 10s; 1ms..floodgate.MaxWindow.
 	MaxTTL time.Duration
 	// Shards is the number of independently locked partitions, rounded up
 	// to a power of two, and lowered to MaxEntries when MaxEntries is
@@ -269,7 +273,8 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("denycache: %w: %w", floodgate.ErrStoreUnavailable, err)
 	}
-	if consuming && s.answer(now, layers, out) {
+	var renewed [floodgate.MaxLayers]*entry
+	if consuming && s.answer(now, layers, out, &renewed) {
 		s.saved.Add(1)
 		return nil
 	}
@@ -287,22 +292,54 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 		// on to the caller's, as it would be without the cache.
 		dctx, rec := degraded.NewContext(ctx)
 		if err := s.next.Decide(dctx, now, layers, out); err != nil {
+			s.failed(now, layers, &renewed, err)
 			return err
 		}
 		if o := rec.Outcome(); o.Degraded {
 			// Not the primary's state: a ModeClosed denial says
 			// nothing of the identity's limit, and must end with the
 			// outage.
+			s.failed(now, layers, &renewed, o.Err)
 			degraded.Note(ctx, o)
 			return nil
 		}
 	} else if err := s.next.Decide(ctx, now, layers, out); err != nil {
+		s.failed(now, layers, &renewed, err)
 		return err
 	}
 	for i, l := range layers {
 		s.learn(now, l, out[i], admits[i])
 	}
 	return nil
+}
+
+// failed undoes what a decision the store did not answer (err, or a
+// failure mode's decision, whose primary error is err) did to the cache:
+// the entries it renewed as their asker (see answer) lapse again at now,
+// so that the next decision asks the store instead of the entry
+// answering a whole MaxTTL more (a review: a reset went unseen for
+// another MaxTTL after an asker's call failed or was cancelled, and for
+// the whole of an outage behind a fallback); and when the store may have
+// admitted it all the same (ErrIndeterminate: sent, answer lost), its
+// keys' entries go, as an admission's would.
+func (s *Store) failed(now int64, layers []floodgate.Layer, renewed *[floodgate.MaxLayers]*entry, err error) {
+	indeterminate := errors.Is(err, floodgate.ErrIndeterminate)
+	for i, l := range layers {
+		if indeterminate {
+			s.Forget(l.Key)
+			continue
+		}
+		ent := renewed[i]
+		if ent == nil {
+			continue
+		}
+		sh := s.shardOf(l.Key)
+		sh.mu.Lock()
+		if el, ok := sh.m[l.Key]; ok && el.Value.(*entry) == ent {
+			ent.until = min(ent.until, now)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // covers reports whether ent answers layer l at now: the same policy,
@@ -337,7 +374,7 @@ func (ent *entry) covers(now int64, l floodgate.Layer) (ok, stale bool) {
 // whether the key was reset, where every decision in flight used to (an
 // outside walk counted 50-60 per lapse at 64 callers on one identity).
 // Its answer replaces the entry (denied), or drops it (admitted: a reset).
-func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Result) bool {
+func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Result, renewed *[floodgate.MaxLayers]*entry) bool {
 	for i, l := range layers {
 		sh := s.shardOf(l.Key)
 		sh.mu.Lock()
@@ -354,6 +391,7 @@ func (s *Store) answer(now int64, layers []floodgate.Layer, out []floodgate.Resu
 				if ent.retry != 0 {
 					ent.until = min(ent.until, ent.retry)
 				}
+				renewed[i] = ent
 			}
 			sh.mu.Unlock()
 			return false

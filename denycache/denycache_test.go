@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/internal/redistest"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/redisstore"
@@ -610,5 +611,108 @@ func TestDenialBeforeAdmissionNotLearnt(t *testing.T) {
 	before := cnt.calls.Load()
 	if r, _ := l.AllowAt(ctx, t0, p, "u", 5); r.Allowed || r.Remaining != 2 || cnt.calls.Load()-before != 1 {
 		t.Fatalf("cost 5 again: %+v with %d store calls; want the store's denial, 2 left", r, cnt.calls.Load()-before)
+	}
+}
+
+// failing fails its decisions with err while err is set; with apply, it
+// decides them first (a reply lost after the store applied it).
+type failing struct {
+	next  floodgate.Store
+	err   atomic.Pointer[error]
+	apply atomic.Bool
+}
+
+func (f *failing) Decide(ctx context.Context, now int64, layers []floodgate.Layer, out []floodgate.Result) error {
+	if e := f.err.Load(); e != nil {
+		if f.apply.Load() {
+			if err := f.next.Decide(ctx, now, layers, out); err != nil {
+				return err
+			}
+		}
+		return *e
+	}
+	return f.next.Decide(ctx, now, layers, out)
+}
+
+// TestFailedAskerLapsesEntry: the decision that renews an entry due at
+// its MaxTTL (the asker) and gets no answer from the store (an error, or
+// a failure mode's decision behind a fallback) leaves the entry lapsed,
+// so that the next decision asks the store: a reset made meanwhile is
+// seen at once when the store is back. A review saw the entry answer a
+// whole MaxTTL more after one failed asker, and for the whole of an
+// outage behind a fallback (90 of 100 decisions denied from the cache
+// where ModeOpen admits).
+func TestFailedAskerLapsesEntry(t *testing.T) {
+	ctx := context.Background()
+	p := mustPolicy(t, floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour})
+	for _, behind := range []string{"error", "fallback"} {
+		t.Run(behind, func(t *testing.T) {
+			mem := newMem(t)
+			f := &failing{next: mem}
+			l, c, cnt := cached(t, f, Options{MaxTTL: time.Second})
+			if behind == "fallback" {
+				// The cache over the fallback store (which it must see to
+				// tell its failure modes' decisions), the count below it.
+				fb, err := fallback.New(cnt, newMem(t), fallback.Options{Budget: 5 * time.Second, DefaultMode: fallback.ModeOpen,
+					Breaker: fallback.BreakerOptions{FailureThreshold: 1_000_000, FailureRate: -1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(fb.Close)
+				if c, err = New(fb, Options{MaxTTL: time.Second}); err != nil {
+					t.Fatal(err)
+				}
+				if l, err = floodgate.New(c, floodgate.Options{Prefix: "dc"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 3 {
+				if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
+					t.Fatalf("request %d: %+v, %v", i+1, r, err)
+				}
+			}
+			mem.Reset(l.Key(p, "u"))
+			down := floodgate.ErrStoreUnavailable
+			f.err.Store(&down)
+			r, err := l.AllowAt(ctx, t0.Add(1500*time.Millisecond), p, "u", 1) // the asker
+			if behind == "error" && err == nil || behind == "fallback" && (err != nil || !r.Allowed) {
+				t.Fatalf("the asker with the store down: %+v, %v", r, err)
+			}
+			f.err.Store(nil)
+			before := cnt.calls.Load()
+			if r, err := l.AllowAt(ctx, t0.Add(1600*time.Millisecond), p, "u", 1); err != nil || !r.Allowed || cnt.calls.Load()-before != 1 {
+				t.Fatalf("the store back, after the reset: %+v, %v with %d store calls; want its admission", r, err, cnt.calls.Load()-before)
+			}
+			if c.Len() != 0 {
+				t.Errorf("%d entries after the store admitted the key", c.Len())
+			}
+		})
+	}
+}
+
+// TestIndeterminateAdmissionDropsEntry: a decision the store applied but
+// whose answer was lost (ErrIndeterminate) may have admitted its cost: it
+// drops its keys' entries as an admission does, whose Remaining would
+// otherwise stay untrue (a review: a cached Remaining of 3 where the store
+// said 1).
+func TestIndeterminateAdmissionDropsEntry(t *testing.T) {
+	ctx := context.Background()
+	p := mustPolicy(t, floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Hour})
+	f := &failing{next: newMem(t)}
+	l, c, cnt := cached(t, f, Options{MaxTTL: time.Hour})
+	l.AllowAt(ctx, t0, p, "u", 7)
+	if r, _ := l.AllowAt(ctx, t0, p, "u", 5); r.Allowed || c.Len() != 1 {
+		t.Fatalf("cost 5: %+v, %d entries; want denied and cached", r, c.Len())
+	}
+	lost := fmt.Errorf("%w: reply lost", floodgate.ErrIndeterminate)
+	f.err.Store(&lost)
+	f.apply.Store(true)
+	if _, err := l.AllowAt(ctx, t0, p, "u", 2); !errors.Is(err, floodgate.ErrIndeterminate) {
+		t.Fatalf("cost 2 with its reply lost: %v", err)
+	}
+	f.err.Store(nil)
+	before := cnt.calls.Load()
+	if r, _ := l.AllowAt(ctx, t0, p, "u", 5); r.Allowed || r.Remaining != 1 || cnt.calls.Load()-before != 1 {
+		t.Fatalf("cost 5 again: %+v with %d store calls; want the store's denial, 1 left", r, cnt.calls.Load()-before)
 	}
 }

@@ -52,9 +52,9 @@ func addDenyCache(f serveFlags, b *backend) error {
 	}
 	b.store, b.deny = dc, dc
 	// Last, after the stores: dropped first, an entry could be learnt
-	// again from a key not yet reset. A decision still in flight across
-	// the reset may still cache a denial read before it; the entry lapses
-	// within --deny-cache-max-ttl.
+	// again from a key not yet reset. A decision in flight across the
+	// reset does not cache the denial it read before it (denycache
+	// counts the Forget).
 	b.resetters = append(b.resetters, denyResetter{dc})
 	return nil
 }
