@@ -61,6 +61,35 @@ func mustPolicy(t testing.TB, p floodgate.Policy) floodgate.Policy {
 	return p
 }
 
+// twinStep returns a step that decides cost at *now for identity u
+// through l and through a limiter without the cache on a store of its
+// own, and fails t unless both answer alike, l's admitting as wantAllowed
+// says, with wantCalls calls reaching cnt.
+func twinStep(t *testing.T, l *floodgate.Limiter, cnt *counting, p floodgate.Policy, now *time.Time) func(cost int64, wantAllowed bool, wantCalls int64) {
+	twin, err := floodgate.New(newMem(t), floodgate.Options{Prefix: "dc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(cost int64, wantAllowed bool, wantCalls int64) {
+		t.Helper()
+		ctx := context.Background()
+		before := cnt.calls.Load()
+		got, err := l.AllowAt(ctx, *now, p, "u", cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := twin.AllowAt(ctx, *now, p, "u", cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := cnt.calls.Load() - before
+		if got.Allowed != wantAllowed || calls != wantCalls || got != want {
+			t.Fatalf("cost %d at +%v: %+v with %d store calls; want allowed=%v with %d calls, as the store alone: %+v",
+				cost, now.Sub(t0), got, calls, wantAllowed, wantCalls, want)
+		}
+	}
+}
+
 // TestFloodOnDeniedKey: once a key is denied until the end of its window,
 // a flood of 10,000 more requests makes no store call at all, each denied
 // with RetryAfter counting down to the same instant; at that instant the
@@ -400,7 +429,6 @@ func TestSkewUnderAdmits(t *testing.T) {
 // token bucket's retry hint about 400 ms shorter than the store's, which
 // a client waiting it was denied again at.
 func TestAdmissionDropsEntry(t *testing.T) {
-	ctx := context.Background()
 	for _, p := range []floodgate.Policy{
 		{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 50, Window: time.Hour},
 		{Name: "tb", Algorithm: floodgate.TokenBucket, Limit: 5, Window: 2 * time.Second, Burst: 15},
@@ -408,28 +436,8 @@ func TestAdmissionDropsEntry(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			p := mustPolicy(t, p)
 			l, c, cnt := cached(t, newMem(t), Options{MaxTTL: time.Hour})
-			twin, err := floodgate.New(newMem(t), floodgate.Options{Prefix: "dc"})
-			if err != nil {
-				t.Fatal(err)
-			}
 			now := t0
-			step := func(cost int64, wantAllowed bool, wantCalls int64) {
-				t.Helper()
-				before := cnt.calls.Load()
-				got, err := l.AllowAt(ctx, now, p, "u", cost)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := twin.AllowAt(ctx, now, p, "u", cost)
-				if err != nil {
-					t.Fatal(err)
-				}
-				calls := cnt.calls.Load() - before
-				if got.Allowed != wantAllowed || calls != wantCalls || got != want {
-					t.Fatalf("cost %d at +%v: %+v with %d store calls; want allowed=%v with %d calls, as the store alone: %+v",
-						cost, now.Sub(t0), got, calls, wantAllowed, wantCalls, want)
-				}
-			}
+			step := twinStep(t, l, cnt, p, &now)
 			big := p.Capacity() - 5 // leaves 5
 			step(big, true, 1)
 			step(10, false, 1) // learnt
@@ -525,38 +533,19 @@ func TestLapseAsksStoreOnce(t *testing.T) {
 // denied cost of 1 or a denied peek replaced the entry. A peek's denial
 // is learnt as a cost of 1.
 func TestOtherCostAsksStore(t *testing.T) {
-	ctx := context.Background()
 	p := mustPolicy(t, floodgate.Policy{Name: "tb", Algorithm: floodgate.TokenBucket, Limit: 10, Window: 100 * time.Second})
 	l, _, cnt := cached(t, newMem(t), Options{MaxTTL: time.Hour})
-	twin, err := floodgate.New(newMem(t), floodgate.Options{Prefix: "dc"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := t0
-	step := func(cost int64, wantCalls int64) {
-		t.Helper()
-		before := cnt.calls.Load()
-		got, err := l.AllowAt(ctx, now, p, "u", cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := twin.AllowAt(ctx, now, p, "u", cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if calls := cnt.calls.Load() - before; calls != wantCalls || got != want {
-			t.Fatalf("cost %d: %+v with %d store calls; want %d calls, as the store alone: %+v", cost, got, calls, wantCalls, want)
-		}
-	}
-	step(10, 1) // the bucket is empty
+	step := twinStep(t, l, cnt, p, &now)
+	step(10, true, 1) // the bucket is empty
 	now = now.Add(time.Second)
-	step(1, 1) // denied: learnt
-	step(1, 0)
-	step(8, 1) // a longer wait than a cost of 1's: the store's
-	step(8, 0)
-	step(0, 1) // a peek: denied, learnt as a cost of 1
-	step(1, 0)
-	step(8, 1)
+	step(1, false, 1) // denied: learnt
+	step(1, false, 0)
+	step(8, false, 1) // a longer wait than a cost of 1's: the store's
+	step(8, false, 0)
+	step(0, false, 1) // a peek: denied, learnt as a cost of 1
+	step(1, false, 0)
+	step(8, false, 1)
 }
 
 // heldAfter holds the answer of the first decision after armed, once the
