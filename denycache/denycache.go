@@ -26,12 +26,11 @@
 // most steps, back in some, within the bound below): same decisions, same
 // reasons; a cached RetryAfter can only be shorter (it is exact for the
 // cost that was denied, but for a layer that requests through another
-// cache, another instance's, consumed since). A layer
-// the store admits through this cache drops its key's entry: a smaller
-// cost admitted after a denial leaves the entry's Remaining and RetryAfter
-// untrue (an outside walk saw a cached Remaining of 5 where the store said
-// 0, and a retry hint 400 ms short). The binding layer is the same but in
-// one case: a
+// cache, another instance's, consumed since). A layer the store admits
+// through this cache drops its key's entry: a smaller cost admitted after
+// a denial leaves the entry's Remaining and RetryAfter untrue (an outside
+// walk saw a cached Remaining of 5 where the store said 0, and a retry
+// hint 400 ms short). The binding layer is the same but in one case: a
 // layered denial binds the layer with the longest wait (floodgate.Outlasts),
 // and when a cached wait is shorter than the store's the cache may bind
 // another denying layer, whose wait is then no longer than the one the
@@ -77,8 +76,9 @@
 // What it cannot see: a denial lifted by a change outside the normal flow
 // (an administrator resetting a key). Forget drops a key's entry, and
 // Options.MaxTTL bounds how long any entry answers before a decision asks
-// the store again; its answer admitting drops the entry. A changed policy (a
-// new limit under the same name) never matches an entry of the old one.
+// the store again; its answer admitting drops the entry. A changed policy
+// (a new limit under the same name) never matches an entry of the old
+// one.
 package denycache
 
 import (
@@ -347,9 +347,9 @@ func (s *Store) failed(now int64, layers []floodgate.Layer, renewed *[floodgate.
 // policy's capacity any cost at least that one (a larger cost would be
 // denied too, but its wait can be longer than the entry's: a review saw
 // a cost of 8 told the wait of a cost of 1, 10 s where the store said
-// 80 s). stale reports an entry that
-// would cover l but for its MaxTTL, while its denial still holds (before
-// its retry instant, or a cost above the capacity): see answer.
+// 80 s). stale reports an entry that would cover l but for its MaxTTL,
+// while its denial still holds (before its retry instant, or a cost above
+// the capacity): see answer.
 func (ent *entry) covers(now int64, l floodgate.Layer) (ok, stale bool) {
 	if l.Policy != ent.policy || l.Cost < ent.cost {
 		return false, false
