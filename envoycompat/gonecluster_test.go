@@ -48,19 +48,7 @@ func TestGoneCallerNotCountedCluster(t *testing.T) {
 	if err := incr(ctx); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	unpaused := false
-	unpause := func() {
-		if !unpaused {
-			unpaused = true
-			if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer unpause()
+	unpause := redistest.PauseWrites(t, admin)
 	// waitPool polls the pool's statistics (go-redis has no signal for a
 	// caller waiting for a connection).
 	waitPool := func(ok func(*redis.PoolStats) bool) bool {

@@ -63,17 +63,7 @@ descriptors:
 	if _, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, "k=v1", "s=x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := adminPS.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	unpaused := false
-	unpause := func() {
-		if !unpaused {
-			unpaused = true
-			adminPS.Do(ctx, "CLIENT", "UNPAUSE")
-		}
-	}
-	defer unpause()
+	unpause := redistest.PauseWrites(t, adminPS)
 	live := make(chan error, 2)
 	for i, v := range []string{"s=l1", "s=l2"} {
 		go func() {
@@ -126,38 +116,14 @@ descriptors:
 // client, neither counted nor logged (review17, 2 of 2).
 func TestGoneCallerBesideRefusalCounted(t *testing.T) {
 	r := newGoneRing(t)
-	svc, m, logs, adminA, adminB, onA, onB, poolB := r.svc, r.m, r.logs, r.adminA, r.adminB, r.onA, r.onB, r.poolB
+	m, logs, adminA, poolB := r.m, r.logs, r.adminA, r.poolB
 	ctx := context.Background()
 	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
 		if err := adminA.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := adminB.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	unpaused := false
-	unpause := func() {
-		if !unpaused {
-			unpaused = true
-			adminB.Do(ctx, "CLIENT", "UNPAUSE")
-		}
-	}
-	defer unpause()
-	live := make(chan error, 1)
-	go func() {
-		_, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, onB))
-		live <- err
-	}()
-	if !waitBlocked(t, adminB, 1) {
-		t.Fatal("the live caller never blocked on the paused shard")
-	}
-	req1, hangUp := context.WithCancel(ctx)
-	gone := make(chan error, 1)
-	go func() {
-		_, err := svc.shouldRateLimit(req1, "", req(t, "d", 1, onA, onB))
-		gone <- err
-	}()
+	hangUp, gone, live, unpause := r.holdB(t)
 	waitUntil(t, "shard b's counter waiting for the pool", func() bool { return poolB.PoolStats().PendingRequests >= 1 })
 	waitUntil(t, "shard a's refusal (OOM)", func() bool {
 		return strings.Contains(adminA.Info(ctx, "errorstats").Val(), "errorstat_OOM:count=")

@@ -36,33 +36,7 @@ func TestGoneCallerPartlyCountedRing(t *testing.T) {
 	}
 	keyA := keys[0]
 
-	if err := adminB.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	unpaused := false
-	unpause := func() {
-		if !unpaused {
-			unpaused = true
-			if err := adminB.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer unpause()
-	live := make(chan error, 1)
-	go func() {
-		_, err := svc.shouldRateLimit(ctx, "", req(t, "d", 1, onB))
-		live <- err
-	}()
-	if !waitBlocked(t, adminB, 1) {
-		t.Fatal("the live caller's call never reached the paused shard")
-	}
-	goneCtx, hangUp := context.WithCancel(ctx)
-	gone := make(chan error, 1)
-	go func() {
-		_, err := svc.shouldRateLimit(goneCtx, "", req(t, "d", 1, onA, onB))
-		gone <- err
-	}()
+	hangUp, gone, live, unpause := r.holdB(t)
 	waitUntil(t, "the request's counter on shard a is updated and its other waits for shard b's pool", func() bool {
 		return adminA.Get(ctx, keyA).Val() == "2" && poolB.PoolStats().PendingRequests >= 1
 	})
@@ -115,6 +89,33 @@ type goneRing struct {
 	adminA, adminB *redis.Client
 	onA, onB       string        // "k=v<n>" with its counter on shard a, b
 	poolB          *redis.Client // the Ring's client of shard b
+}
+
+// holdB pauses shard b for writes and holds its one pool connection with
+// a live caller's request (on onB), then sends a request with a counter
+// on each shard under a context hangUp cancels; gone and live receive the
+// two requests' errors, once unpause has lifted the pause for the live
+// one.
+func (r *goneRing) holdB(t *testing.T) (hangUp context.CancelFunc, gone, live <-chan error, unpause func()) {
+	t.Helper()
+	ctx := context.Background()
+	unpause = redistest.PauseWrites(t, r.adminB)
+	liveErr := make(chan error, 1)
+	go func() {
+		_, err := r.svc.shouldRateLimit(ctx, "", req(t, "d", 1, r.onB))
+		liveErr <- err
+	}()
+	if !waitBlocked(t, r.adminB, 1) {
+		t.Fatal("the live caller's call never reached the paused shard")
+	}
+	goneCtx, hangUp := context.WithCancel(ctx)
+	t.Cleanup(hangUp)
+	goneErr := make(chan error, 1)
+	go func() {
+		_, err := r.svc.shouldRateLimit(goneCtx, "", req(t, "d", 1, r.onA, r.onB))
+		goneErr <- err
+	}()
+	return hangUp, goneErr, liveErr, unpause
 }
 
 // newGoneRing starts the servers and the Ring of a goneRing.

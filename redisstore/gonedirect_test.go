@@ -39,19 +39,7 @@ func goneDirect(t *testing.T, store *Store, layers []floodgate.Layer, pool func(
 	if _, err := decide(ctx); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	if err := node.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	unpaused := false
-	unpause := func() {
-		if !unpaused {
-			unpaused = true
-			if err := node.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer unpause()
+	unpause := redistest.PauseWrites(t, node)
 
 	var wg sync.WaitGroup
 	liveErrs := make(chan error, poolSize)

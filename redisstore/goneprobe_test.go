@@ -58,19 +58,7 @@ func TestGoneCallerDeniedSplitDoesNotTripBreaker(t *testing.T) {
 		t.Fatalf("first decision: %v, %+v; want both layers admitting", err, out)
 	}
 
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60000, "WRITE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	unpaused := false
-	unpause := func() {
-		if !unpaused {
-			unpaused = true
-			if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer unpause()
+	unpause := redistest.PauseWrites(t, admin)
 	req, hangUp := context.WithCancel(ctx)
 	defer hangUp()
 	done := make(chan error, 1)
