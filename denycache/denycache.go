@@ -130,6 +130,9 @@ type Store struct {
 	shards []shard
 	maxTTL int64 // µs
 	saved  atomic.Uint64
+	// evicted counts the entries evicted while they still answered
+	// (see Evicted).
+	evicted atomic.Uint64
 	// admits counts, by key hash, the admissions the store made through
 	// the cache and the keys Forget dropped: a denial the store gave
 	// before one of its key's slot is not learnt (see learn).
@@ -210,6 +213,13 @@ func (s *Store) Unwrap() floodgate.Store {
 // Saved returns the number of decisions answered from the cache, each one
 // a store round trip saved.
 func (s *Store) Saved() uint64 { return s.saved.Load() }
+
+// Evicted returns the number of entries evicted, to make room for
+// another key's denial, while they still answered (before their MaxTTL
+// or their retry instant): each may cost the store the decisions it
+// would have answered. A count that keeps growing says MaxEntries is
+// too small for the keys being denied at once.
+func (s *Store) Evicted() uint64 { return s.evicted.Load() }
 
 // Len returns the number of cached denials, lapsed ones not yet evicted
 // included.
@@ -461,6 +471,10 @@ func (s *Store) learn(now int64, l floodgate.Layer, r floodgate.Result, admits u
 	for sh.lru.Len() > sh.perCap {
 		old := sh.lru.Back()
 		sh.lru.Remove(old)
-		delete(sh.m, old.Value.(*entry).key)
+		gone := old.Value.(*entry)
+		delete(sh.m, gone.key)
+		if now < gone.until {
+			s.evicted.Add(1)
+		}
 	}
 }

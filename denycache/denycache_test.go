@@ -796,3 +796,30 @@ func TestFailingEntryNotRenewed(t *testing.T) {
 		})
 	}
 }
+
+// TestEvicted: Evicted counts the entries evicted while they still
+// answered, not those evicted after their MaxTTL.
+func TestEvicted(t *testing.T) {
+	ctx := context.Background()
+	l, c, _ := cached(t, newMem(t), Options{MaxEntries: 1, Shards: 1, MaxTTL: time.Second})
+	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour})
+	deny := func(at time.Time, id string) {
+		t.Helper()
+		l.AllowAt(ctx, at, p, id, 1)
+		if r, err := l.AllowAt(ctx, at, p, id, 1); err != nil || r.Allowed {
+			t.Fatalf("%s's second request: %+v, %v; want denied", id, r, err)
+		}
+	}
+	deny(t0, "a")
+	if c.Evicted() != 0 {
+		t.Fatalf("Evicted() = %d with one entry, want 0", c.Evicted())
+	}
+	deny(t0.Add(500*time.Millisecond), "b") // a still answers: evicted
+	if c.Evicted() != 1 || c.Len() != 1 {
+		t.Fatalf("Evicted() = %d, Len() = %d after b, want 1 and 1", c.Evicted(), c.Len())
+	}
+	deny(t0.Add(2*time.Second), "c") // b past its MaxTTL: not counted
+	if c.Evicted() != 1 {
+		t.Fatalf("Evicted() = %d after c, want still 1", c.Evicted())
+	}
+}

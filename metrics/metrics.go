@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate/fallback"
+	"github.com/floodgate-rl/floodgate/internal/nilcheck"
 	"github.com/floodgate-rl/floodgate/sentinelfollow"
 	"github.com/floodgate-rl/floodgate/topk"
 	"github.com/prometheus/client_golang/prometheus"
@@ -342,32 +343,44 @@ const (
 	DenyCacheAnswersMetric    = "floodgate_deny_cache_answers_total"
 	DenyCacheEntriesMetric    = "floodgate_deny_cache_entries"
 	DenyCacheEntriesMaxMetric = "floodgate_deny_cache_entries_max"
+	DenyCacheEvictionsMetric  = "floodgate_deny_cache_evictions_total"
 )
 
+// DenyCache is what RegisterDenyCache reads at each scrape (a
+// *denycache.Store): the decisions it answered without a Redis call, the
+// entries it evicted while they still answered, and the denials it holds.
+type DenyCache interface {
+	Saved() uint64
+	Evicted() uint64
+	Len() int
+}
+
 // RegisterDenyCache registers on reg the metrics of serve's cache of
-// denials (--deny-cache-entries, package denycache): the decisions it
-// answered without a Redis call (answered, denycache.Store.Saved), the
-// denials it holds (entries, denycache.Store.Len, read at each scrape)
-// and the most it holds (most).
-func RegisterDenyCache(reg prometheus.Registerer, answered func() uint64, entries func() int, most int) error {
-	if reg == nil || answered == nil || entries == nil {
-		return fmt.Errorf("%w: RegisterDenyCache needs a registerer and the answered and entries functions", ErrInvalidOptions)
+// denials (--deny-cache-entries, package denycache) c, whose most entries
+// are most.
+func RegisterDenyCache(reg prometheus.Registerer, c DenyCache, most int) error {
+	if reg == nil || nilcheck.IsNil(c) {
+		return fmt.Errorf("%w: RegisterDenyCache needs a registerer and a cache", ErrInvalidOptions)
 	}
-	for _, c := range []prometheus.Collector{
+	for _, col := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: DenyCacheAnswersMetric,
 			Help: "Decisions the cache of denials (serve --deny-cache-entries) answered without a Redis call, each a denial Redis would have repeated: one per check or ShouldRateLimit call, one per descriptor with --envoy-count-each-descriptor.",
-		}, func() float64 { return float64(answered()) }),
+		}, func() float64 { return float64(c.Saved()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: DenyCacheEvictionsMetric,
+			Help: "Cached denials evicted for another key's while they still answered; one that keeps rising says --deny-cache-entries is too small for the identities denied at once.",
+		}, func() float64 { return float64(c.Evicted()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: DenyCacheEntriesMetric,
 			Help: "Denials the cache holds, lapsed ones not yet evicted included.",
-		}, func() float64 { return float64(entries()) }),
+		}, func() float64 { return float64(c.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: DenyCacheEntriesMaxMetric,
 			Help: "The most denials the cache holds (--deny-cache-entries), in shards that each evict their least recently used entry once full, so eviction can begin below it.",
 		}, func() float64 { return float64(most) }),
 	} {
-		if err := reg.Register(c); err != nil {
+		if err := reg.Register(col); err != nil {
 			return err
 		}
 	}

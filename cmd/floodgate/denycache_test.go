@@ -96,6 +96,9 @@ policies:
 	if v := metricValue(t, svc.url, "floodgate_deny_cache_entries_max"); v != 100 {
 		t.Errorf("floodgate_deny_cache_entries_max %v, want 100", v)
 	}
+	if v := metricValue(t, svc.url, "floodgate_deny_cache_evictions_total"); v != 0 {
+		t.Errorf("floodgate_deny_cache_evictions_total %v with one entry of 100, want 0", v)
+	}
 
 	// Envoy's API decides through the same cache.
 	conn, err := grpc.NewClient(svc.addr(t, grpcListening), grpc.WithTransportCredentials(insecure.NewCredentials()))

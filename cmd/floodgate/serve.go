@@ -781,7 +781,7 @@ func serve(ctx context.Context, f serveFlags, cmd *cobra.Command) error {
 		}
 	}
 	if b.deny != nil {
-		if err := metrics.RegisterDenyCache(reg, b.deny.Saved, b.deny.Len, f.denyEntries); err != nil {
+		if err := metrics.RegisterDenyCache(reg, b.deny, f.denyEntries); err != nil {
 			return err
 		}
 	}
