@@ -256,9 +256,14 @@ func TestSentinelFailoverLosesNothingAnswered(t *testing.T) {
 // primary's replicas; only the primary given a replica answers.
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
-	c.AddReplica(t, 0)
+	// Until the primary has the replica's first acknowledgement (up to a
+	// second after its link is up) a WAIT can expire, and 500 ms was too
+	// short for a live replica's answer under load: loaded runs saw "0 of
+	// 1 replicas within 500ms" for the replicated primary (3 of 8, and 1
+	// of 8 with the wait for the replica alone).
+	redistest.WaitReplicaOnline(t, c.Addrs[0], c.AddReplica(t, 0))
 	cc := c.Client(t)
-	w, err := replicawait.New(cc, replicawait.Options{Replicas: 1, Timeout: 500 * time.Millisecond})
+	w, err := replicawait.New(cc, replicawait.Options{Replicas: 1, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
