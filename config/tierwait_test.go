@@ -22,7 +22,7 @@ func TestSetTierWaitsForReplicas(t *testing.T) {
 	primary := redistest.Start(t)
 	replica := redistest.StartReplica(t, primary)
 	pc, rc := primary.Client(t), replica.Client(t)
-	w, err := replicawait.New(pc, replicawait.Options{Replicas: 1, Timeout: 50 * time.Millisecond})
+	w, err := replicawait.New(pc, replicawait.Options{Replicas: 1, Timeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
