@@ -623,6 +623,33 @@ func (f *failing) Decide(ctx context.Context, now int64, layers []floodgate.Laye
 	return f.next.Decide(ctx, now, layers, out)
 }
 
+// overFailing returns a limiter over a cache (MaxTTL 1s) over st, for
+// behind "error", or over a fallback store in ModeOpen whose primary is
+// st (which the cache must see, to tell its failure modes' decisions),
+// for behind "fallback"; the count is of the decisions that reach st.
+func overFailing(t *testing.T, behind string, st floodgate.Store) (*floodgate.Limiter, *Store, *counting) {
+	t.Helper()
+	if behind != "fallback" {
+		return cached(t, st, Options{MaxTTL: time.Second})
+	}
+	cnt := &counting{next: st}
+	fb, err := fallback.New(cnt, newMem(t), fallback.Options{Budget: 5 * time.Second, DefaultMode: fallback.ModeOpen,
+		Breaker: fallback.BreakerOptions{FailureThreshold: 1_000_000, FailureRate: -1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fb.Close)
+	c, err := New(fb, Options{MaxTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(c, floodgate.Options{Prefix: "dc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, c, cnt
+}
+
 // TestFailedAskerLapsesEntry: the decision that renews an entry due at
 // its MaxTTL (the asker) and gets no answer from the store (an error, or
 // a failure mode's decision behind a fallback) leaves the entry lapsed,
@@ -638,23 +665,7 @@ func TestFailedAskerLapsesEntry(t *testing.T) {
 		t.Run(behind, func(t *testing.T) {
 			mem := newMem(t)
 			f := &failing{next: mem}
-			l, c, cnt := cached(t, f, Options{MaxTTL: time.Second})
-			if behind == "fallback" {
-				// The cache over the fallback store (which it must see to
-				// tell its failure modes' decisions), the count below it.
-				fb, err := fallback.New(cnt, newMem(t), fallback.Options{Budget: 5 * time.Second, DefaultMode: fallback.ModeOpen,
-					Breaker: fallback.BreakerOptions{FailureThreshold: 1_000_000, FailureRate: -1}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(fb.Close)
-				if c, err = New(fb, Options{MaxTTL: time.Second}); err != nil {
-					t.Fatal(err)
-				}
-				if l, err = floodgate.New(c, floodgate.Options{Prefix: "dc"}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			l, c, cnt := overFailing(t, behind, f)
 			for i := range 3 {
 				if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
 					t.Fatalf("request %d: %+v, %v", i+1, r, err)
@@ -738,17 +749,7 @@ func TestFailingEntryNotRenewed(t *testing.T) {
 		t.Run(behind, func(t *testing.T) {
 			f := &failing{next: newMem(t)}
 			h := &holding{next: f, entered: make(chan struct{}), release: make(chan struct{})}
-			var under floodgate.Store = h
-			if behind == "fallback" {
-				fb, err := fallback.New(h, newMem(t), fallback.Options{Budget: 5 * time.Second, DefaultMode: fallback.ModeOpen,
-					Breaker: fallback.BreakerOptions{FailureThreshold: 1_000_000, FailureRate: -1}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(fb.Close)
-				under = fb
-			}
-			l, c, cnt := cached(t, under, Options{MaxTTL: time.Second})
+			l, c, cnt := overFailing(t, behind, h)
 			// fromStore says whether a decision reached the store: an
 			// error, or the fallback's degraded admission, and not the
 			// cache's denial.
