@@ -111,7 +111,9 @@ type Options struct {
 	// the entry, renewed for another MaxTTL, until the store's answer
 	// replaces it (a denial) or drops it (an admission); when that
 	// decision gets no answer from the store (an error, or a failure
-	// mode's decision), the entry lapses again for the next. A reset made
+	// mode's decision), the entry lapses and is not renewed again: every
+	// decision asks the store until one is answered (a decision its own
+	// caller cancelled only lets the next one renew it). A reset made
 	// outside this process is so noticed within MaxTTL and one store call
 	// of the next decision answered. Default 10s; 1ms..floodgate.MaxWindow.
 	MaxTTL time.Duration
@@ -342,6 +344,11 @@ func (s *Store) Decide(ctx context.Context, now int64, layers []floodgate.Layer,
 // keys' entries go, as an admission's would.
 func (s *Store) failed(now int64, layers []floodgate.Layer, renewed *[floodgate.MaxLayers]*entry, err error) {
 	indeterminate := errors.Is(err, floodgate.ErrIndeterminate)
+	// A caller that cancelled its own decision says nothing of the
+	// store: the next decision renews the entry, as after a success (a
+	// review: marked failing, every decision in flight went to the store
+	// for a round trip).
+	gone := errors.Is(err, context.Canceled)
 	for i, l := range layers {
 		if indeterminate {
 			s.Forget(l.Key)
@@ -355,7 +362,7 @@ func (s *Store) failed(now int64, layers []floodgate.Layer, renewed *[floodgate.
 		sh.mu.Lock()
 		if el, ok := sh.m[l.Key]; ok && el.Value.(*entry) == ent {
 			ent.until = min(ent.until, now)
-			ent.failing = true
+			ent.failing = !gone
 		}
 		sh.mu.Unlock()
 	}

@@ -824,3 +824,45 @@ func TestEvicted(t *testing.T) {
 		t.Fatalf("Evicted() = %d after c, want still 1", c.Evicted())
 	}
 }
+
+// TestCancelledAskerLetsNextRenew: an asker whose own caller cancelled it
+// (an error wrapping context.Canceled: the store was not at fault) lapses
+// the entry without marking it failing: the next asker renews it, and the
+// decisions beside that one are answered from the cache. A review saw a
+// cancelled asker send the 11 decisions in flight after it to the store,
+// where 1 went before.
+func TestCancelledAskerLetsNextRenew(t *testing.T) {
+	ctx := context.Background()
+	p := mustPolicy(t, floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour})
+	f := &failing{next: newMem(t)}
+	h := &holding{next: f, entered: make(chan struct{}), release: make(chan struct{})}
+	l, _, cnt := cached(t, h, Options{MaxTTL: time.Second})
+	for i := range 3 {
+		if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, %v", i+1, r, err)
+		}
+	}
+	gone := fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, context.Canceled)
+	f.err.Store(&gone)
+	if _, err := l.AllowAt(ctx, t0.Add(1500*time.Millisecond), p, "u", 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled asker: %v", err)
+	}
+	f.err.Store(nil)
+	h.hold.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if r, err := l.AllowAt(ctx, t0.Add(1600*time.Millisecond), p, "u", 1); err != nil || r.Allowed {
+			t.Errorf("the next asker: %+v, %v; want the store's denial", r, err)
+		}
+	}()
+	<-h.entered
+	before := cnt.calls.Load()
+	r, err := l.AllowAt(ctx, t0.Add(1700*time.Millisecond), p, "u", 1)
+	calls := cnt.calls.Load() - before
+	close(h.release)
+	<-done
+	if err != nil || r.Allowed || calls != 0 {
+		t.Fatalf("a decision beside the next asker: %+v, %v with %d store calls; want the cache's denial", r, err, calls)
+	}
+}

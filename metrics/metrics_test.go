@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-rl/floodgate"
+	"github.com/floodgate-rl/floodgate/denycache"
 	"github.com/floodgate-rl/floodgate/fallback"
 	"github.com/floodgate-rl/floodgate/memstore"
 	"github.com/floodgate-rl/floodgate/metrics"
@@ -264,6 +265,67 @@ func TestRegisterFallbackInstances(t *testing.T) {
 	}
 	if err := metrics.RegisterFallbackInstances(reg, nil); !errors.Is(err, metrics.ErrInvalidOptions) {
 		t.Errorf("nil divisor: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestRegisterDenyCache: the deny cache's answers, evictions and entries
+// are read from the cache at each scrape; a nil or typed-nil cache and a
+// nil registerer are refused.
+func TestRegisterDenyCache(t *testing.T) {
+	mem, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := denycache.New(mem, denycache.Options{MaxEntries: 1, Shards: 1, MaxTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := metrics.RegisterDenyCache(reg, dc, 1); err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New(dc, floodgate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := floodgate.Must(floodgate.NewFixedWindow("api", 1, time.Hour))
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, id := range []string{"a", "a", "a", "b", "b"} {
+		if _, err := lim.AllowAt(context.Background(), at, p, id, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a admitted, denied by the store (cached), denied by the cache; b
+	// admitted, denied by the store: its entry evicts a's, still live.
+	want := map[string]float64{
+		metrics.DenyCacheAnswersMetric:    1,
+		metrics.DenyCacheEvictionsMetric:  1,
+		metrics.DenyCacheEntriesMetric:    1,
+		metrics.DenyCacheEntriesMaxMetric: 1,
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		if w, ok := want[mf.GetName()]; !ok || v != w {
+			t.Errorf("%s = %v, want %v", mf.GetName(), v, w)
+		}
+		delete(want, mf.GetName())
+	}
+	if len(want) != 0 {
+		t.Errorf("not gathered: %v", want)
+	}
+	var none *denycache.Store
+	for name, c := range map[string]metrics.DenyCache{"nil": nil, "typed nil": none} {
+		if err := metrics.RegisterDenyCache(prometheus.NewRegistry(), c, 1); !errors.Is(err, metrics.ErrInvalidOptions) {
+			t.Errorf("%s cache: %v, want ErrInvalidOptions", name, err)
+		}
+	}
+	if err := metrics.RegisterDenyCache(nil, dc, 1); !errors.Is(err, metrics.ErrInvalidOptions) {
+		t.Errorf("nil registerer: %v, want ErrInvalidOptions", err)
 	}
 }
 
