@@ -29,7 +29,12 @@ func TestServeBreakerLogNamesItsCause(t *testing.T) {
 	rs := redistest.Start(t)
 	admin := rs.Client(t)
 	ctx := context.Background()
-	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("brkcause%d", time.Now().UnixNano()))
+	// The breaker opens on Redis's OOM replies, not on a call past its
+	// budget: under load the default 50 ms ended one, and the breaker
+	// opened on its i/o timeout. With writes paused the probes (bounded by
+	// the budget and --redis-timeout) still time out, after 1 s.
+	svc := startService(t, "--redis", "redis://"+rs.Addr+"/0", "--prefix", fmt.Sprintf("brkcause%d", time.Now().UnixNano()),
+		"--fallback-budget", "1s", "--decision-timeout", "10s")
 	check := func() {
 		post(t, svc.url+"/v1/check", server.CheckRequest{Policy: "api", Identity: map[string]string{"user": "u"}})
 	}

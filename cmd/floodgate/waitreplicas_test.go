@@ -157,7 +157,10 @@ func TestServeWaitReplicasAdmin(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc := startService(t, "--redis", "redis://"+rs.Addr, "--redis-wait-replicas", "1", "--redis-wait-timeout", "50ms",
+	// WAIT gets 500 ms (within the 1 s --decision-timeout) for the live
+	// replica's acknowledgement: under load 50 ms expired once, and the
+	// first assignment was answered 503.
+	svc := startService(t, "--redis", "redis://"+rs.Addr, "--redis-wait-replicas", "1", "--redis-wait-timeout", "500ms",
 		"--admin-token", e2eAdminToken, "--login-secret-file", secretFile)
 	defer svc.stop(t)
 	ctx := context.Background()
