@@ -483,11 +483,7 @@ func TestLapseAsksStoreOnce(t *testing.T) {
 	g := &gated{next: mem, arrived: make(chan struct{}), open: make(chan struct{})}
 	l, c, cnt := cached(t, g, Options{MaxTTL: time.Second})
 	p := mustPolicy(t, floodgate.Policy{Name: "api", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour})
-	for i := range 3 {
-		if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
-			t.Fatalf("request %d: %+v, %v", i+1, r, err)
-		}
-	}
+	overLimit(t, l, p)
 	g.armed.Store(true)
 	lapsed := t0.Add(1500 * time.Millisecond)
 	asker := make(chan floodgate.Result)
@@ -623,6 +619,17 @@ func (f *failing) Decide(ctx context.Context, now int64, layers []floodgate.Laye
 	return f.next.Decide(ctx, now, layers, out)
 }
 
+// overLimit sends u's three requests of cost 1 at t0 under p, a limit
+// of 2: two admitted, the third denied (and cached).
+func overLimit(t *testing.T, l *floodgate.Limiter, p floodgate.Policy) {
+	t.Helper()
+	for i := range 3 {
+		if r, err := l.AllowAt(context.Background(), t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, %v", i+1, r, err)
+		}
+	}
+}
+
 // overFailing returns a limiter over a cache (MaxTTL 1s) over st, for
 // behind "error", or over a fallback store in ModeOpen whose primary is
 // st (which the cache must see, to tell its failure modes' decisions),
@@ -666,11 +673,7 @@ func TestFailedAskerLapsesEntry(t *testing.T) {
 			mem := newMem(t)
 			f := &failing{next: mem}
 			l, c, cnt := overFailing(t, behind, f)
-			for i := range 3 {
-				if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
-					t.Fatalf("request %d: %+v, %v", i+1, r, err)
-				}
-			}
+			overLimit(t, l, p)
 			mem.Reset(l.Key(p, "u"))
 			down := floodgate.ErrStoreUnavailable
 			f.err.Store(&down)
@@ -759,11 +762,7 @@ func TestFailingEntryNotRenewed(t *testing.T) {
 				}
 				return err == nil && r.Allowed
 			}
-			for i := range 3 {
-				if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
-					t.Fatalf("request %d: %+v, %v", i+1, r, err)
-				}
-			}
+			overLimit(t, l, p)
 			down := floodgate.ErrStoreUnavailable
 			f.err.Store(&down)
 			if r, err := l.AllowAt(ctx, t0.Add(1500*time.Millisecond), p, "u", 1); !fromStore(r, err) {
@@ -837,11 +836,7 @@ func TestCancelledAskerLetsNextRenew(t *testing.T) {
 	f := &failing{next: newMem(t)}
 	h := &holding{next: f, entered: make(chan struct{}), release: make(chan struct{})}
 	l, _, cnt := cached(t, h, Options{MaxTTL: time.Second})
-	for i := range 3 {
-		if r, err := l.AllowAt(ctx, t0, p, "u", 1); err != nil || r.Allowed != (i < 2) {
-			t.Fatalf("request %d: %+v, %v", i+1, r, err)
-		}
-	}
+	overLimit(t, l, p)
 	gone := fmt.Errorf("%w: %w", floodgate.ErrStoreUnavailable, context.Canceled)
 	f.err.Store(&gone)
 	if _, err := l.AllowAt(ctx, t0.Add(1500*time.Millisecond), p, "u", 1); !errors.Is(err, context.Canceled) {
