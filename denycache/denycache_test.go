@@ -737,6 +737,27 @@ func (h *holding) Decide(ctx context.Context, now int64, layers []floodgate.Laye
 	return h.next.Decide(ctx, now, layers, out)
 }
 
+// besideHeld has h hold the store call of u's decision at t0+1.6s (the
+// asker, whose answer asker checks) and returns the answer of u's
+// decision at t0+1.7s taken meanwhile, with the store calls it made.
+func besideHeld(t *testing.T, l *floodgate.Limiter, p floodgate.Policy, h *holding, cnt *counting, asker func(floodgate.Result, error)) (floodgate.Result, int64, error) {
+	t.Helper()
+	ctx := context.Background()
+	h.hold.Store(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		asker(l.AllowAt(ctx, t0.Add(1600*time.Millisecond), p, "u", 1))
+	}()
+	<-h.entered
+	before := cnt.calls.Load()
+	r, err := l.AllowAt(ctx, t0.Add(1700*time.Millisecond), p, "u", 1)
+	calls := cnt.calls.Load() - before
+	close(h.release)
+	<-done
+	return r, calls, err
+}
+
 // TestFailingEntryNotRenewed: once an asker of a lapsed entry got no
 // answer from the store, the next asker does not renew the entry for the
 // decisions beside it: while the store stays down each of them asks it
@@ -768,28 +789,19 @@ func TestFailingEntryNotRenewed(t *testing.T) {
 			if r, err := l.AllowAt(ctx, t0.Add(1500*time.Millisecond), p, "u", 1); !fromStore(r, err) {
 				t.Fatalf("the first asker with the store down: %+v, %v; want the store's failure", r, err)
 			}
-			h.hold.Store(true)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				r, err := l.AllowAt(ctx, t0.Add(1600*time.Millisecond), p, "u", 1)
+			r, calls, err := besideHeld(t, l, p, h, cnt, func(r floodgate.Result, err error) {
 				if !fromStore(r, err) {
 					t.Errorf("the second asker, held: %+v, %v; want the store's failure", r, err)
 				}
-			}()
-			<-h.entered
-			before := cnt.calls.Load()
-			r, err := l.AllowAt(ctx, t0.Add(1700*time.Millisecond), p, "u", 1)
-			close(h.release)
-			<-done
-			if !fromStore(r, err) || cnt.calls.Load()-before != 1 {
-				t.Fatalf("a decision beside the held asker: %+v, %v with %d store calls; want it to ask the store, not the cache", r, err, cnt.calls.Load()-before)
+			})
+			if !fromStore(r, err) || calls != 1 {
+				t.Fatalf("a decision beside the held asker: %+v, %v with %d store calls; want it to ask the store, not the cache", r, err, calls)
 			}
 			f.err.Store(nil)
 			if r, err := l.AllowAt(ctx, t0.Add(1800*time.Millisecond), p, "u", 1); err != nil || r.Allowed {
 				t.Fatalf("the store back: %+v, %v; want its denial", r, err)
 			}
-			before = cnt.calls.Load()
+			before := cnt.calls.Load()
 			if r, err := l.AllowAt(ctx, t0.Add(1900*time.Millisecond), p, "u", 1); err != nil || r.Allowed || cnt.calls.Load() != before || c.Len() != 1 {
 				t.Fatalf("after the store's denial: %+v, %v with %d store calls, %d entries; want the cache's answer again", r, err, cnt.calls.Load()-before, c.Len())
 			}
@@ -843,20 +855,11 @@ func TestCancelledAskerLetsNextRenew(t *testing.T) {
 		t.Fatalf("the cancelled asker: %v", err)
 	}
 	f.err.Store(nil)
-	h.hold.Store(true)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if r, err := l.AllowAt(ctx, t0.Add(1600*time.Millisecond), p, "u", 1); err != nil || r.Allowed {
+	r, calls, err := besideHeld(t, l, p, h, cnt, func(r floodgate.Result, err error) {
+		if err != nil || r.Allowed {
 			t.Errorf("the next asker: %+v, %v; want the store's denial", r, err)
 		}
-	}()
-	<-h.entered
-	before := cnt.calls.Load()
-	r, err := l.AllowAt(ctx, t0.Add(1700*time.Millisecond), p, "u", 1)
-	calls := cnt.calls.Load() - before
-	close(h.release)
-	<-done
+	})
 	if err != nil || r.Allowed || calls != 0 {
 		t.Fatalf("a decision beside the next asker: %+v, %v with %d store calls; want the cache's denial", r, err, calls)
 	}
